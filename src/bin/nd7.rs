@@ -1,0 +1,237 @@
+//! The `nd7` command line. Parses arguments, calls the library, and decides
+//! the exit status, in this file and nowhere else.
+//!
+//! Exit status: 0 success; 1 a log failed verification; 2 bad usage or a log
+//! that could not be read. `nd7 record` always exits 0.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use nd7_core::chain::HeadState;
+use nd7_core::hook::Invocation;
+use nd7_core::record;
+use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
+
+#[derive(Parser)]
+#[command(name = "nd7", version, about = "Accountable, bounded AI coding agents")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Append one Claude Code hook payload (read on stdin) to its session's log.
+    ///
+    /// Always exits 0 and never writes to stdout, so it cannot change what
+    /// the agent does. Problems are reported in one line on stderr.
+    Record,
+    /// Walk a session's hash chain and say what a clean chain does and does not prove.
+    ///
+    /// TARGET is a session id (looked up under $XDG_STATE_HOME/nd7/sessions,
+    /// default ~/.local/state/nd7/sessions) or a path to a session directory
+    /// or its events.ndjson. Exits 0 when the chain is clean, 1 when it is
+    /// broken, 2 when the log cannot be read.
+    Verify {
+        /// Session id, session directory or events.ndjson.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        target: Option<String>,
+        /// Verify every session under the state directory.
+        #[arg(long)]
+        all: bool,
+        /// Threads used to check a large log (default: available cores, at most 2).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+    },
+}
+
+fn main() -> ExitCode {
+    // Take the time before anything else, so `ts` marks when the hook fired.
+    let early = Invocation::now();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Record => run_record(early),
+        Command::Verify {
+            target,
+            all,
+            threads,
+        } => {
+            let threads = threads.unwrap_or_else(default_threads).max(1);
+            match (target, all) {
+                (_, true) => verify_all(threads),
+                (Some(target), false) => verify_one(&target, threads),
+                (None, false) => ExitCode::from(2),
+            }
+        }
+    }
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+}
+
+/// `nd7 record`: exit 0 whatever happens, one line on stderr if it failed.
+fn run_record(invocation: Invocation) -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info.location().map(|l| l.to_string()).unwrap_or_default();
+        let _ = writeln!(
+            std::io::stderr(),
+            "nd7 record: internal error ({msg} at {at}); nothing recorded"
+        );
+    }));
+    let outcome = std::panic::catch_unwind(|| {
+        let input = record::read_payload(std::io::stdin().lock())?;
+        let state = session_log::state_dir()?;
+        record::record(&invocation, &input, &session_log::sessions_dir(&state))
+    });
+    match outcome {
+        Ok(Ok(recorded)) => {
+            if let Some(bytes) = recorded.omitted {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (session {}, entry {})",
+                    record::MAX_STORED_PAYLOAD,
+                    recorded.session_id,
+                    recorded.appended.seq
+                );
+            }
+        }
+        Ok(Err(e)) => {
+            let _ = writeln!(std::io::stderr(), "nd7 record: {e}; nothing recorded");
+        }
+        Err(_) => {} // the panic hook has said it
+    }
+    ExitCode::SUCCESS
+}
+
+const CAVEAT: &str = "\
+note: the chain checks itself; it is not third-party evidence. Anyone who can write the session's directory can rewrite the whole chain, head included.
+note: entries record intent, what the agent said it would do and reported back, not effect, what actually ran.";
+
+fn verify_one(target: &str, threads: usize) -> ExitCode {
+    let log = match resolve_target(target) {
+        Ok(log) => log,
+        Err(e) => {
+            eprintln!("nd7 verify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let code = report(&log, log.verify(threads), None);
+    if code == ExitCode::SUCCESS {
+        println!("{CAVEAT}");
+    }
+    code
+}
+
+/// A target with a path separator, or one that exists as a path while no
+/// session has that id, is a path; anything else is a session id.
+fn resolve_target(target: &str) -> Result<SessionLog, session_log::Error> {
+    let as_path = PathBuf::from(target);
+    if target.contains('/') {
+        return SessionLog::at_path(&as_path);
+    }
+    let sessions = session_log::sessions_dir(&session_log::state_dir()?);
+    let by_id = SessionLog::new(&sessions, target);
+    match by_id {
+        Ok(log) if log.dir().exists() || !as_path.exists() => Ok(log),
+        _ if as_path.exists() => SessionLog::at_path(&as_path),
+        other => other,
+    }
+}
+
+fn report(log: &SessionLog, result: Result<Verified, VerifyError>, label: Option<&str>) -> ExitCode {
+    let prefix = label.map(|l| format!("{l}: ")).unwrap_or_default();
+    match result {
+        Ok(v) => {
+            match v.head {
+                Some(head) => println!("{prefix}verified: {} entries, head {}", v.entries, head.short()),
+                None if v.exists => println!("{prefix}verified: 0 entries (the log is empty)"),
+                None => println!(
+                    "{prefix}verified: 0 entries (no log at {})",
+                    log.events_path().display()
+                ),
+            }
+            match v.head_state {
+                HeadState::Missing => println!(
+                    "{prefix}note: head is missing: an append was interrupted before writing it; the next append repairs it"
+                ),
+                HeadState::OneBehind => println!(
+                    "{prefix}note: head is one entry behind: an append was interrupted before rewriting it; the next append repairs it"
+                ),
+                HeadState::Current | HeadState::Disagrees(_) => {}
+            }
+            ExitCode::SUCCESS
+        }
+        Err(VerifyError::Io(e)) => {
+            eprintln!("nd7 verify: {prefix}{e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            println!("{prefix}FAILED: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn verify_all(threads: usize) -> ExitCode {
+    let sessions = match session_log::state_dir() {
+        Ok(state) => session_log::sessions_dir(&state),
+        Err(e) => {
+            eprintln!("nd7 verify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let entries = match std::fs::read_dir(&sessions) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!("verified: no sessions under {}", sessions.display());
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("nd7 verify: {}: cannot list: {e}", sessions.display());
+            return ExitCode::from(2);
+        }
+    };
+    let mut ids: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    ids.sort();
+    let (mut failed, mut unreadable) = (0, 0);
+    for id in &ids {
+        let code = match SessionLog::new(&sessions, id) {
+            Ok(log) => report(&log, log.verify(threads), Some(id)),
+            Err(e) => {
+                eprintln!("nd7 verify: {e}");
+                ExitCode::from(2)
+            }
+        };
+        if code == ExitCode::from(1) {
+            failed += 1;
+        } else if code != ExitCode::SUCCESS {
+            unreadable += 1;
+        }
+    }
+    println!(
+        "{} sessions: {} verified, {failed} failed, {unreadable} unreadable",
+        ids.len(),
+        ids.len() - failed - unreadable
+    );
+    println!("{CAVEAT}");
+    if failed > 0 {
+        ExitCode::from(1)
+    } else if unreadable > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

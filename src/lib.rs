@@ -1,0 +1,20 @@
+//! nd7 makes an AI coding agent's work accountable: Claude Code's hooks call
+//! `nd7 record`, and every event becomes one entry of an append-only,
+//! BLAKE3 hash-chained log per session, which `nd7 verify` walks.
+//!
+//! The library holds everything; the binaries parse arguments and call it.
+//!
+//! - [`hook`]: Claude Code's payloads, typed, and the event each becomes. Pure.
+//! - [`chain`]: the sealed-line format, the chain walk and the head rules. Pure.
+//! - [`session_log`]: the log on disk: lock, head, append, verify.
+//! - [`record`]: what `nd7 record` does with one payload.
+//!
+//! What a clean chain proves is limited, and nd7 says so wherever it reports
+//! one: the log records what the agent said it did (intent), not what ran
+//! (effect), and it checks itself, so anyone able to write the log's directory
+//! can rewrite the whole chain.
+
+pub mod chain;
+pub mod hook;
+pub mod record;
+pub mod session_log;

@@ -1,0 +1,477 @@
+//! The per-session log on disk: where it lives, the lock, `head`, append and
+//! verify. The only module that knows where entries are stored; the format
+//! itself is [`crate::chain`]'s.
+//!
+//! ```text
+//! $XDG_STATE_HOME/nd7/sessions/<session_id>/   (default ~/.local/state/nd7)
+//!   events.ndjson   the log, one sealed entry per line, only ever appended to
+//!   head            "<seq> <hash>\n" of the last entry: a cache, always checked
+//!   lock            empty; flock'd exclusively by writers, shared by readers
+//! ```
+//!
+//! An append holds the exclusive lock across reading `head`, reading the last
+//! line, writing the entry and rewriting `head`, so hooks running at once
+//! queue rather than collide. The entry goes first, in one `write` on a file
+//! opened for append; `head` follows through `head.tmp` and a rename. A crash
+//! between the two leaves `head` one entry behind, which the next append
+//! repairs. Directories are made 0700 and files 0600: entries hold whatever
+//! the agent saw.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::chain::{self, Broken, Cursor, Disagreement, Fault, Hash, Head, HeadState, Stated};
+use crate::hook::Event;
+
+pub const EVENTS_FILE: &str = "events.ndjson";
+pub const HEAD_FILE: &str = "head";
+pub const LOCK_FILE: &str = "lock";
+const HEAD_TMP_FILE: &str = "head.tmp";
+
+/// How much of the log's end an append reads at a time to find the last line.
+const TAIL_CHUNK: u64 = 64 * 1024;
+/// How much of the log `verify` reads at a time.
+const VERIFY_BLOCK: usize = 16 * 1024 * 1024;
+
+/// Everything that can go wrong reading or writing a session log.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid session id {id:?}: {why}")]
+    InvalidSessionId { id: String, why: &'static str },
+    #[error("cannot find the state directory: set XDG_STATE_HOME or HOME to an absolute path")]
+    NoStateDir,
+    #[error("{}: cannot {action}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: io::Error,
+    },
+    #[error("{}: refusing to append: {disagreement}", path.display())]
+    Disagrees {
+        path: PathBuf,
+        disagreement: Disagreement,
+    },
+    #[error("{}: refusing to append: head is not \"<seq> <hash>\\n\"", path.display())]
+    HeadUnreadable { path: PathBuf },
+    #[error("{}: refusing to append: the last line (at byte {offset}) {fault}", path.display())]
+    LastLine {
+        path: PathBuf,
+        offset: u64,
+        fault: Fault,
+    },
+    #[error("{}: refusing to append: entry {seq} would be {bytes} bytes, over the {limit}-byte limit", path.display())]
+    TooLarge {
+        path: PathBuf,
+        seq: u64,
+        bytes: usize,
+        limit: usize,
+    },
+}
+
+impl Error {
+    fn io<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> Error + 'a {
+        move |source| Error::Io {
+            path: path.to_path_buf(),
+            action,
+            source,
+        }
+    }
+}
+
+/// Why a log did not verify.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// The log could not be read; nothing was checked.
+    #[error(transparent)]
+    Io(#[from] Error),
+    #[error("{}: {broken}", path.display())]
+    Broken { path: PathBuf, broken: Broken },
+    #[error("{}: {disagreement}", path.display())]
+    Head {
+        path: PathBuf,
+        disagreement: Disagreement,
+    },
+    #[error("{}: head is not \"<seq> <hash>\\n\"", path.display())]
+    HeadUnreadable { path: PathBuf },
+}
+
+/// What a clean verify found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified {
+    pub entries: u64,
+    /// The last entry's hash; `None` for an empty log.
+    pub head: Option<Hash>,
+    /// `false` when there is no log file at all.
+    pub exists: bool,
+    /// [`HeadState::Current`], or one of the two states an interrupted append
+    /// leaves, which the next append repairs.
+    pub head_state: HeadState,
+}
+
+/// What an append wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    pub seq: u64,
+    pub hash: Hash,
+    /// The head state found and repaired before appending, if it needed it.
+    pub repaired: Option<HeadState>,
+}
+
+/// `$XDG_STATE_HOME/nd7` if that is an absolute path, else `~/.local/state/nd7`.
+pub fn state_dir() -> Result<PathBuf, Error> {
+    if let Some(xdg) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from) {
+        if xdg.is_absolute() {
+            return Ok(xdg.join("nd7"));
+        }
+    }
+    match std::env::home_dir() {
+        Some(home) if home.is_absolute() => Ok(home.join(".local/state/nd7")),
+        _ => Err(Error::NoStateDir),
+    }
+}
+
+/// Where the sessions live under a state directory.
+pub fn sessions_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("sessions")
+}
+
+/// A session id names a directory, so it must be one path component.
+pub fn check_session_id(id: &str) -> Result<(), Error> {
+    let why = if id.is_empty() {
+        "it is empty"
+    } else if id == "." || id == ".." {
+        "it names a directory link"
+    } else if id.contains('/') || id.contains('\\') {
+        "it contains a path separator"
+    } else if id.contains('\0') {
+        "it contains a NUL byte"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidSessionId {
+        id: id.to_string(),
+        why,
+    })
+}
+
+/// One session's log.
+#[derive(Clone, Debug)]
+pub struct SessionLog {
+    dir: PathBuf,
+    session_id: String,
+}
+
+impl SessionLog {
+    /// The log of `session_id` under `sessions_dir`. Touches nothing.
+    pub fn new(sessions_dir: &Path, session_id: &str) -> Result<SessionLog, Error> {
+        check_session_id(session_id)?;
+        Ok(SessionLog {
+            dir: sessions_dir.join(session_id),
+            session_id: session_id.to_string(),
+        })
+    }
+
+    /// The log at `path`: a session directory, or the `events.ndjson` in one.
+    /// The session id is the directory's name, so a log moved under another
+    /// name fails verification at its first entry.
+    pub fn at_path(path: &Path) -> Result<SessionLog, Error> {
+        let dir = if path.file_name().is_some_and(|n| n == EVENTS_FILE) && !path.is_dir() {
+            path.parent().unwrap_or(Path::new(".")).to_path_buf()
+        } else {
+            path.to_path_buf()
+        };
+        let absolute = std::path::absolute(&dir).map_err(Error::io(&dir, "resolve"))?;
+        let id = absolute
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or(Error::InvalidSessionId {
+                id: absolute.display().to_string(),
+                why: "the directory has no UTF-8 name",
+            })?
+            .to_string();
+        check_session_id(&id)?;
+        Ok(SessionLog {
+            dir: absolute,
+            session_id: id,
+        })
+    }
+
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn events_path(&self) -> PathBuf {
+        self.dir.join(EVENTS_FILE)
+    }
+
+    pub fn head_path(&self) -> PathBuf {
+        self.dir.join(HEAD_FILE)
+    }
+
+    pub fn lock_path(&self) -> PathBuf {
+        self.dir.join(LOCK_FILE)
+    }
+
+    /// Appends `event` as the chain's next entry. Creates the session's
+    /// directory and files on first use. Writes nothing when head and log
+    /// disagree in a way no interrupted append explains.
+    pub fn append(&self, event: &Event) -> Result<Appended, Error> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(Error::io(&self.dir, "create the session directory"))?;
+        let lock_path = self.lock_path();
+        let lock = create_0600(&lock_path, OpenOptions::new().write(true))?;
+        lock.lock()
+            .map_err(Error::io(&lock_path, "lock (exclusive)"))?;
+
+        let head_path = self.head_path();
+        let head = match read_head(&head_path)? {
+            HeadFile::Absent => None,
+            HeadFile::Present(h) => Some(h),
+            HeadFile::Unreadable => return Err(Error::HeadUnreadable { path: head_path }),
+        };
+
+        let events_path = self.events_path();
+        let mut log = create_0600(&events_path, OpenOptions::new().read(true).append(true))?;
+        let len = log
+            .metadata()
+            .map_err(Error::io(&events_path, "stat"))?
+            .len();
+        let last = read_last_entry(&log, len, &events_path)?;
+
+        let state = chain::compare_head(head.as_ref(), last.as_ref());
+        let repaired = match state {
+            HeadState::Current => None,
+            HeadState::Missing | HeadState::OneBehind => Some(state),
+            HeadState::Disagrees(disagreement) => {
+                return Err(Error::Disagrees {
+                    path: self.dir.clone(),
+                    disagreement,
+                });
+            }
+        };
+        let cursor = match last {
+            Some(l) => Cursor {
+                next_seq: l.seq + 1,
+                prev: l.hash,
+            },
+            None => Cursor::start(&self.session_id),
+        };
+        let line = chain::render_entry(event, &cursor);
+        if line.len() > chain::MAX_ENTRY_BYTES {
+            return Err(Error::TooLarge {
+                path: self.dir.clone(),
+                seq: cursor.next_seq,
+                bytes: line.len(),
+                limit: chain::MAX_ENTRY_BYTES,
+            });
+        }
+        let stated = chain::read_stated(&line[..line.len() - 1])
+            .expect("a freshly rendered entry reads back");
+
+        if let Err(source) = log.write_all(&line) {
+            // Take back a partial line so the log stays a chain; we hold the
+            // lock, so no reader has seen it.
+            let _ = log.set_len(len);
+            return Err(Error::Io {
+                path: events_path,
+                action: "append",
+                source,
+            });
+        }
+        drop(log);
+        self.write_head(&Head {
+            seq: stated.seq,
+            hash: stated.hash,
+        })?;
+        Ok(Appended {
+            seq: stated.seq,
+            hash: stated.hash,
+            repaired,
+        })
+    }
+
+    fn write_head(&self, head: &Head) -> Result<(), Error> {
+        let tmp = self.dir.join(HEAD_TMP_FILE);
+        let mut file = create_0600(&tmp, OpenOptions::new().write(true).truncate(true))?;
+        file.write_all(head.render().as_bytes())
+            .map_err(Error::io(&tmp, "write"))?;
+        drop(file);
+        let head_path = self.head_path();
+        fs::rename(&tmp, &head_path).map_err(Error::io(&head_path, "replace"))
+    }
+
+    /// Walks the whole chain under a shared lock, then compares `head`.
+    /// `threads` > 1 splits large stretches of the log across threads.
+    pub fn verify(&self, threads: usize) -> Result<Verified, VerifyError> {
+        let events_path = self.events_path();
+        // A shared lock keeps writers out between reading the log and head.
+        // Verify never creates anything, so a log without a lock file (a copy,
+        // a read-only mount) is read unlocked.
+        let _lock = match File::open(self.lock_path()) {
+            Ok(lock) => {
+                lock.lock_shared()
+                    .map_err(Error::io(&self.lock_path(), "lock (shared)"))?;
+                Some(lock)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(&self.lock_path(), "open")(e).into()),
+        };
+        let mut file = match File::open(&events_path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return self.finish_verify(None, false);
+            }
+            Err(e) => return Err(Error::io(&events_path, "open")(e).into()),
+        };
+
+        let mut cursor = Cursor::start(&self.session_id);
+        let mut last: Option<Stated> = None;
+        let mut buf: Vec<u8> = Vec::with_capacity(VERIFY_BLOCK);
+        loop {
+            let filled = buf.len();
+            buf.resize(filled + VERIFY_BLOCK, 0);
+            let n = read_full(&mut file, &mut buf[filled..])
+                .map_err(Error::io(&events_path, "read"))?;
+            buf.truncate(filled + n);
+            if n == 0 {
+                break;
+            }
+            let Some(nl) = memchr::memrchr(b'\n', &buf) else {
+                continue;
+            };
+            let block = &buf[..=nl];
+            cursor = chain::verify_lines(block, cursor, threads).map_err(|broken| {
+                VerifyError::Broken {
+                    path: events_path.clone(),
+                    broken,
+                }
+            })?;
+            last = chain::read_stated(chain::last_line(block)).ok();
+            buf.drain(..=nl);
+        }
+        if !buf.is_empty() {
+            return Err(VerifyError::Broken {
+                path: events_path,
+                broken: Broken {
+                    entry: cursor.next_seq,
+                    fault: Fault::Unsealed("the line has no newline: an append was cut short"),
+                },
+            });
+        }
+        self.finish_verify(last, true)
+    }
+
+    fn finish_verify(&self, last: Option<Stated>, exists: bool) -> Result<Verified, VerifyError> {
+        let head_path = self.head_path();
+        let head = match read_head(&head_path)? {
+            HeadFile::Absent => None,
+            HeadFile::Present(h) => Some(h),
+            HeadFile::Unreadable => return Err(VerifyError::HeadUnreadable { path: head_path }),
+        };
+        let head_state = chain::compare_head(head.as_ref(), last.as_ref());
+        if let HeadState::Disagrees(disagreement) = head_state {
+            return Err(VerifyError::Head {
+                path: head_path,
+                disagreement,
+            });
+        }
+        Ok(Verified {
+            entries: last.map_or(0, |l| l.seq + 1),
+            head: last.map(|l| l.hash),
+            exists,
+            head_state,
+        })
+    }
+}
+
+enum HeadFile {
+    Absent,
+    Present(Head),
+    Unreadable,
+}
+
+fn read_head(path: &Path) -> Result<HeadFile, Error> {
+    match fs::read(path) {
+        Ok(text) => Ok(Head::parse(&text).map_or(HeadFile::Unreadable, HeadFile::Present)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(HeadFile::Absent),
+        Err(e) => Err(Error::io(path, "read")(e)),
+    }
+}
+
+fn create_0600(path: &Path, options: &mut OpenOptions) -> Result<File, Error> {
+    options
+        .create(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(Error::io(path, "open"))
+}
+
+fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// Reads the log's last entry from its end, in chunks, so the cost does not
+/// grow with the log. Checks the entry against its own bytes; its link to the
+/// entry before is verify's job.
+fn read_last_entry(log: &File, len: u64, path: &Path) -> Result<Option<Stated>, Error> {
+    if len == 0 {
+        return Ok(None);
+    }
+    let mut tail: Vec<u8> = Vec::new();
+    let mut start = len;
+    let (line_start, terminated) = loop {
+        let from = start.saturating_sub(TAIL_CHUNK);
+        let mut chunk = vec![0u8; (start - from) as usize];
+        log.read_exact_at(&mut chunk, from)
+            .map_err(Error::io(path, "read the last entry"))?;
+        chunk.extend_from_slice(&tail);
+        tail = chunk;
+        start = from;
+        let terminated = tail.last() == Some(&b'\n');
+        let body = if terminated { &tail[..tail.len() - 1] } else { &tail[..] };
+        if let Some(nl) = memchr::memrchr(b'\n', body) {
+            break (nl + 1, terminated);
+        }
+        if start == 0 {
+            break (0, terminated);
+        }
+        if tail.len() > chain::MAX_ENTRY_BYTES + 1 {
+            return Err(Error::LastLine {
+                path: path.to_path_buf(),
+                offset: start,
+                fault: Fault::Unsealed("the line is longer than any entry can be"),
+            });
+        }
+    };
+    let offset = start + line_start as u64;
+    let last_line_error = |fault| Error::LastLine {
+        path: path.to_path_buf(),
+        offset,
+        fault,
+    };
+    if !terminated {
+        return Err(last_line_error(Fault::Unsealed(
+            "the line has no newline: an append was cut short",
+        )));
+    }
+    let line = &tail[line_start..tail.len() - 1];
+    chain::read_checked(line).map(Some).map_err(last_line_error)
+}
