@@ -359,7 +359,13 @@ pub fn verify_lines(block: &[u8], cursor: Cursor, threads: usize) -> Result<Curs
             continue;
         }
         let run = &block[start..end];
-        runs.push((run, Cursor { next_seq: seq, prev }));
+        runs.push((
+            run,
+            Cursor {
+                next_seq: seq,
+                prev,
+            },
+        ));
         seq += memchr::memchr_iter(b'\n', run).count() as u64;
         // If the last line is unreadable, the run that holds it fails at or
         // before it, and the runs after it are never consulted.
@@ -432,7 +438,9 @@ impl Head {
         let text = text.strip_suffix(b"\n")?;
         let space = text.iter().position(|&b| b == b' ')?;
         let (seq, hash) = (&text[..space], &text[space + 1..]);
-        if seq.is_empty() || !seq.iter().all(u8::is_ascii_digit) || (seq.len() > 1 && seq[0] == b'0')
+        if seq.is_empty()
+            || !seq.iter().all(u8::is_ascii_digit)
+            || (seq.len() > 1 && seq[0] == b'0')
         {
             return None;
         }
@@ -471,7 +479,9 @@ pub enum Disagreement {
         .last_seq - .head_seq
     )]
     HeadFarBehind { head_seq: u64, last_seq: u64 },
-    #[error("head names entry {seq} with hash {head_hash:?}, but that entry's hash is {log_hash:?}")]
+    #[error(
+        "head names entry {seq} with hash {head_hash:?}, but that entry's hash is {log_hash:?}"
+    )]
     HeadHashDiffers {
         seq: u64,
         head_hash: Hash,
@@ -551,7 +561,10 @@ mod tests {
         let line = seal(br#"{"seq":0,"prev":"x"}"#);
         let text = std::str::from_utf8(&line).expect("utf8");
         let expected = blake3::hash(br#"{"seq":0,"prev":"x""#).to_hex();
-        assert_eq!(text, format!("{{\"seq\":0,\"prev\":\"x\",\"hash\":\"{expected}\"}}\n"));
+        assert_eq!(
+            text,
+            format!("{{\"seq\":0,\"prev\":\"x\",\"hash\":\"{expected}\"}}\n")
+        );
     }
 
     #[test]
@@ -589,7 +602,10 @@ mod tests {
         assert_eq!(single.entry, 9000);
         assert!(matches!(single.fault, Fault::Hash { .. }), "{single}");
         for threads in [2, 4] {
-            assert_eq!(verify_lines(&log, Cursor::start("s"), threads), Err(single.clone()));
+            assert_eq!(
+                verify_lines(&log, Cursor::start("s"), threads),
+                Err(single.clone())
+            );
         }
     }
 
@@ -600,11 +616,20 @@ mod tests {
         let good = &good[..good.len() - 1];
         assert!(check_line(good, 0, &p).is_ok());
         assert!(matches!(check_line(b"", 0, &p), Err(Fault::Unsealed(_))));
-        assert!(matches!(check_line(b"{\"seq\":0}", 0, &p), Err(Fault::Unsealed(_))));
+        assert!(matches!(
+            check_line(b"{\"seq\":0}", 0, &p),
+            Err(Fault::Unsealed(_))
+        ));
         let mut tampered = good.to_vec();
         tampered[12] ^= 1;
-        assert!(matches!(check_line(&tampered, 0, &p), Err(Fault::Hash { .. })));
-        assert!(matches!(check_line(good, 1, &p), Err(Fault::Seq { expected: 1, .. })));
+        assert!(matches!(
+            check_line(&tampered, 0, &p),
+            Err(Fault::Hash { .. })
+        ));
+        assert!(matches!(
+            check_line(good, 1, &p),
+            Err(Fault::Seq { expected: 1, .. })
+        ));
         assert!(matches!(
             check_line(good, 0, &Hash::of(b"other")),
             Err(Fault::Prev { .. })
@@ -644,8 +669,14 @@ mod tests {
         };
         assert_eq!(compare_head(None, None), HeadState::Current);
         assert_eq!(compare_head(None, Some(&last)), HeadState::Missing);
-        assert_eq!(compare_head(Some(&h(5, b"5")), Some(&last)), HeadState::Current);
-        assert_eq!(compare_head(Some(&h(4, b"4")), Some(&last)), HeadState::OneBehind);
+        assert_eq!(
+            compare_head(Some(&h(5, b"5")), Some(&last)),
+            HeadState::Current
+        );
+        assert_eq!(
+            compare_head(Some(&h(4, b"4")), Some(&last)),
+            HeadState::OneBehind
+        );
         assert!(matches!(
             compare_head(Some(&h(0, b"0")), None),
             HeadState::Disagrees(Disagreement::HeadWithoutLog { .. })

@@ -507,7 +507,10 @@ impl Event {
                 let mut body = Map::new();
                 body.insert(
                     "hook_event_name".into(),
-                    payload.event_name.clone().map_or(Value::Null, Value::String),
+                    payload
+                        .event_name
+                        .clone()
+                        .map_or(Value::Null, Value::String),
                 );
                 body.insert("raw".into(), Value::Object(payload.members));
                 body
@@ -530,9 +533,7 @@ impl Event {
                 body.insert("ok".into(), Value::Bool(ok));
                 body
             }
-            Kind::SessionStart | Kind::Prompt | Kind::TurnEnd | Kind::SessionEnd => {
-                payload.members
-            }
+            Kind::SessionStart | Kind::Prompt | Kind::TurnEnd | Kind::SessionEnd => payload.members,
         };
         Event {
             ts: invocation.ts,
@@ -636,7 +637,10 @@ mod tests {
         assert_eq!(ev.tool_use_id.as_deref(), Some("t1"));
         assert_eq!(ev.cwd.as_deref(), Some("/p"));
         let b = body(&ev);
-        assert_eq!(b["argv"], serde_json::json!(["git", "commit", "-m", "two words"]));
+        assert_eq!(
+            b["argv"],
+            serde_json::json!(["git", "commit", "-m", "two words"])
+        );
         assert_eq!(b["paths"], serde_json::json!([]));
         assert_eq!(b["zz_new"], 1);
         assert_eq!(b["tool_input"]["description"], "d");
@@ -693,7 +697,10 @@ mod tests {
         assert!(matches!(Payload::parse(b""), Err(PayloadError::Empty)));
         assert!(matches!(Payload::parse(b" \n"), Err(PayloadError::Empty)));
         assert!(matches!(Payload::parse(b"{"), Err(PayloadError::Json(_))));
-        assert!(matches!(Payload::parse(b"[1]"), Err(PayloadError::NotObject)));
+        assert!(matches!(
+            Payload::parse(b"[1]"),
+            Err(PayloadError::NotObject)
+        ));
         assert!(matches!(
             Payload::parse(br#"{"session_id":3}"#),
             Err(PayloadError::NoSessionId)

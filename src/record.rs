@@ -69,9 +69,7 @@ pub struct Recorded {
 pub fn read_payload(input: impl Read) -> Result<Vec<u8>, RecordError> {
     let mut buf = Vec::new();
     let mut limited = input.take(MAX_READ + 1);
-    limited
-        .read_to_end(&mut buf)
-        .map_err(RecordError::Stdin)?;
+    limited.read_to_end(&mut buf).map_err(RecordError::Stdin)?;
     if buf.len() as u64 > MAX_READ {
         // Drain the rest so the writer does not see a broken pipe.
         let _ = std::io::copy(&mut limited.into_inner(), &mut std::io::sink());

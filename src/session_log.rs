@@ -121,10 +121,10 @@ pub struct Appended {
 
 /// `$XDG_STATE_HOME/nd7` if that is an absolute path, else `~/.local/state/nd7`.
 pub fn state_dir() -> Result<PathBuf, Error> {
-    if let Some(xdg) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from) {
-        if xdg.is_absolute() {
-            return Ok(xdg.join("nd7"));
-        }
+    if let Some(xdg) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from)
+        && xdg.is_absolute()
+    {
+        return Ok(xdg.join("nd7"));
     }
     match std::env::home_dir() {
         Some(home) if home.is_absolute() => Ok(home.join(".local/state/nd7")),
@@ -335,13 +335,16 @@ impl SessionLog {
 
         let mut cursor = Cursor::start(&self.session_id);
         let mut last: Option<Stated> = None;
-        let mut buf: Vec<u8> = Vec::with_capacity(VERIFY_BLOCK);
+        let size = file
+            .metadata()
+            .map_err(Error::io(&events_path, "stat"))?
+            .len();
+        let mut buf: Vec<u8> = Vec::with_capacity(size.min(VERIFY_BLOCK as u64) as usize);
         loop {
-            let filled = buf.len();
-            buf.resize(filled + VERIFY_BLOCK, 0);
-            let n = read_full(&mut file, &mut buf[filled..])
+            let n = (&mut file)
+                .take(VERIFY_BLOCK as u64)
+                .read_to_end(&mut buf)
                 .map_err(Error::io(&events_path, "read"))?;
-            buf.truncate(filled + n);
             if n == 0 {
                 break;
             }
@@ -415,19 +418,6 @@ fn create_0600(path: &Path, options: &mut OpenOptions) -> Result<File, Error> {
         .map_err(Error::io(path, "open"))
 }
 
-fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match file.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
-}
-
 /// Reads the log's last entry from its end, in chunks, so the cost does not
 /// grow with the log. Checks the entry against its own bytes; its link to the
 /// entry before is verify's job.
@@ -446,7 +436,11 @@ fn read_last_entry(log: &File, len: u64, path: &Path) -> Result<Option<Stated>, 
         tail = chunk;
         start = from;
         let terminated = tail.last() == Some(&b'\n');
-        let body = if terminated { &tail[..tail.len() - 1] } else { &tail[..] };
+        let body = if terminated {
+            &tail[..tail.len() - 1]
+        } else {
+            &tail[..]
+        };
         if let Some(nl) = memchr::memrchr(b'\n', body) {
             break (nl + 1, terminated);
         }

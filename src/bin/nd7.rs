@@ -147,12 +147,20 @@ fn resolve_target(target: &str) -> Result<SessionLog, session_log::Error> {
     }
 }
 
-fn report(log: &SessionLog, result: Result<Verified, VerifyError>, label: Option<&str>) -> ExitCode {
+fn report(
+    log: &SessionLog,
+    result: Result<Verified, VerifyError>,
+    label: Option<&str>,
+) -> ExitCode {
     let prefix = label.map(|l| format!("{l}: ")).unwrap_or_default();
     match result {
         Ok(v) => {
             match v.head {
-                Some(head) => println!("{prefix}verified: {} entries, head {}", v.entries, head.short()),
+                Some(head) => println!(
+                    "{prefix}verified: {} entries, head {}",
+                    v.entries,
+                    head.short()
+                ),
                 None if v.exists => println!("{prefix}verified: 0 entries (the log is empty)"),
                 None => println!(
                     "{prefix}verified: 0 entries (no log at {})",

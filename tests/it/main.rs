@@ -1,0 +1,9 @@
+//! nd7's one integration-test binary. Each module tests one behaviour the
+//! docs promise, through the library or through the real `nd7` binary.
+
+mod append;
+mod common;
+mod concurrency;
+mod property;
+mod record;
+mod tamper;

@@ -1,0 +1,200 @@
+//! `nd7 verify` through the real binary, against logs changed after the fact:
+//! each change is caught at the entry where it shows, with the check that
+//! caught it, and exit status 1.
+
+use crate::common::*;
+
+const N: usize = 12;
+
+fn recorded(state: &State) -> nd7_core::session_log::SessionLog {
+    for i in 0..N {
+        let out = state.record(payload("s", i).as_bytes());
+        assert_eq!(stderr(&out), "");
+    }
+    state.log("s")
+}
+
+fn verify_fails(state: &State, target: &str, needle: &str) {
+    let out = state
+        .nd7()
+        .args(["verify", target])
+        .output()
+        .expect("verify");
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(text.contains(needle), "{text:?} should contain {needle:?}");
+    assert!(!text.contains("verified:"), "{text}");
+}
+
+fn rewrite_lines(log: &nd7_core::session_log::SessionLog, f: impl FnOnce(&mut Vec<String>)) {
+    let mut all = lines(log);
+    f(&mut all);
+    let text: String = all.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(log.events_path(), text).expect("rewrite");
+}
+
+#[test]
+fn a_clean_log_verifies_by_id_by_directory_and_by_file() {
+    let state = State::new();
+    let log = recorded(&state);
+    for target in [
+        "s".to_string(),
+        log.dir().display().to_string(),
+        log.events_path().display().to_string(),
+    ] {
+        let out = state
+            .nd7()
+            .args(["verify", &target])
+            .output()
+            .expect("verify");
+        assert_eq!(out.status.code(), Some(0), "{target}: {}", stdout(&out));
+        assert!(stdout(&out).starts_with(&format!("verified: {N} entries, head ")));
+    }
+}
+
+#[test]
+fn one_changed_byte_is_caught_at_its_entry() {
+    let state = State::new();
+    let log = recorded(&state);
+    rewrite_lines(&log, |l| l[5] = l[5].replacen("echo 5", "echo 6", 1));
+    verify_fails(&state, "s", "entry 5 (line 6): hash does not match");
+}
+
+#[test]
+fn a_changed_byte_in_the_stated_hash_is_caught() {
+    let state = State::new();
+    let log = recorded(&state);
+    rewrite_lines(&log, |l| {
+        let at = l[3].len() - 5;
+        let c = if &l[3][at..at + 1] == "a" { "b" } else { "a" };
+        l[3].replace_range(at..at + 1, c);
+    });
+    verify_fails(&state, "s", "entry 3 (line 4): hash does not match");
+}
+
+#[test]
+fn a_deleted_line_is_caught_where_it_was() {
+    let state = State::new();
+    let log = recorded(&state);
+    rewrite_lines(&log, |l| {
+        l.remove(7);
+    });
+    verify_fails(
+        &state,
+        "s",
+        "entry 7 (line 8): sequence number is 8, expected 7",
+    );
+}
+
+#[test]
+fn two_swapped_lines_are_caught_at_the_first() {
+    let state = State::new();
+    let log = recorded(&state);
+    rewrite_lines(&log, |l| l.swap(4, 5));
+    verify_fails(
+        &state,
+        "s",
+        "entry 4 (line 5): sequence number is 5, expected 4",
+    );
+}
+
+#[test]
+fn a_deleted_last_line_is_caught_by_head() {
+    let state = State::new();
+    let log = recorded(&state);
+    rewrite_lines(&log, |l| {
+        l.pop();
+    });
+    verify_fails(
+        &state,
+        "s",
+        "head names entry 11, ahead of the log's last entry 10",
+    );
+}
+
+#[test]
+fn a_log_moved_to_another_session_id_fails_at_entry_0() {
+    let state = State::new();
+    let log = recorded(&state);
+    let moved = state.sessions().join("other-session");
+    std::fs::rename(log.dir(), &moved).expect("move");
+    verify_fails(
+        &state,
+        "other-session",
+        "entry 0 (line 1): prev does not match",
+    );
+}
+
+#[test]
+fn a_torn_last_line_is_caught() {
+    let state = State::new();
+    let log = recorded(&state);
+    let bytes = std::fs::read(log.events_path()).expect("read");
+    std::fs::write(log.events_path(), &bytes[..bytes.len() - 1]).expect("write");
+    verify_fails(&state, "s", "entry 11 (line 12): not a sealed entry");
+}
+
+#[test]
+fn a_missing_log_verifies_with_zero_entries() {
+    let state = State::new();
+    let out = state
+        .nd7()
+        .args(["verify", "never-recorded"])
+        .output()
+        .expect("verify");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out).starts_with("verified: 0 entries (no log at "),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!state.sessions().exists(), "verify creates nothing");
+}
+
+#[test]
+fn verify_all_reports_each_session_and_fails_if_one_does() {
+    let state = State::new();
+    let log = recorded(&state);
+    for i in 0..3 {
+        state.record(payload("t", i).as_bytes());
+    }
+    let out = state
+        .nd7()
+        .args(["verify", "--all"])
+        .output()
+        .expect("verify");
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("2 sessions: 2 verified, 0 failed"));
+    rewrite_lines(&log, |l| l.swap(0, 1));
+    let out = state
+        .nd7()
+        .args(["verify", "--all"])
+        .output()
+        .expect("verify");
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(text.contains("s: FAILED: "), "{text}");
+    assert!(text.contains("t: verified: 3 entries"), "{text}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let state = State::new();
+    let out = state.nd7().arg("verify").output().expect("verify");
+    assert_eq!(out.status.code(), Some(2));
+    // A path with no directory name cannot name a session.
+    let out = state.nd7().args(["verify", "/"]).output().expect("verify");
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("invalid session id"),
+        "{}",
+        stderr(&out)
+    );
+    // A path that exists nowhere is an empty log: nothing to check.
+    let out = state
+        .nd7()
+        .args(["verify", "/nonexistent/x"])
+        .output()
+        .expect("verify");
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
