@@ -65,12 +65,20 @@ impl Hash {
 
     /// The 64-character lowercase hex form used everywhere in the log.
     pub fn to_hex(&self) -> String {
-        let mut s = String::with_capacity(HEX_LEN);
-        for b in self.0 {
-            s.push(char::from(HEX_DIGITS[usize::from(b >> 4)]));
-            s.push(char::from(HEX_DIGITS[usize::from(b & 0xf)]));
+        let hex = self.hex_bytes();
+        // Hex digits are ASCII.
+        String::from_utf8_lossy(&hex).into_owned()
+    }
+
+    /// The hex form as bytes, without allocating: the verifier's hot path
+    /// compares these rather than decoding what a line states.
+    pub fn hex_bytes(&self) -> [u8; HEX_LEN] {
+        let mut out = [0u8; HEX_LEN];
+        for (pair, b) in out.chunks_exact_mut(2).zip(self.0) {
+            pair[0] = HEX_DIGITS[usize::from(b >> 4)];
+            pair[1] = HEX_DIGITS[usize::from(b & 0xf)];
         }
-        s
+        out
     }
 
     /// The first 16 hex characters, as `nd7 verify` prints them.
@@ -268,37 +276,64 @@ pub fn read_checked(line: &[u8]) -> Result<Stated, Fault> {
 /// whose predecessor's hash is `expected_prev`: sealed, hash, seq, prev, in
 /// that order.
 pub fn check_line(line: &[u8], expected_seq: u64, expected_prev: &Hash) -> Result<Stated, Fault> {
-    let (covered, stated) = unseal(line)?;
-    let computed = Hash::of(covered);
-    if computed != stated {
+    let stated_hex = check_line_hex(line, expected_seq, &expected_prev.hex_bytes())?;
+    let hash = Hash::from_hex(&stated_hex).expect("checked equal to a computed hash's hex");
+    Ok(Stated {
+        seq: expected_seq,
+        prev: *expected_prev,
+        hash,
+    })
+}
+
+/// [`check_line`] on hex forms: the line's own hash is hex-encoded and
+/// compared with what it states, and its `prev` is compared byte for byte
+/// with the previous line's stated hash. Nothing stated is decoded unless a
+/// check fails. Returns the line's stated (and now checked) hash.
+fn check_line_hex(
+    line: &[u8],
+    expected_seq: u64,
+    expected_prev: &[u8; HEX_LEN],
+) -> Result<[u8; HEX_LEN], Fault> {
+    if line.is_empty() {
+        return Err(Fault::Unsealed("the line is empty"));
+    }
+    if line.len() < SEAL_LEN
+        || !line.ends_with(SEAL_CLOSE)
+        || &line[line.len() - SEAL_LEN..line.len() - SEAL_LEN + HASH_TAG.len()] != HASH_TAG
+    {
+        return Err(Fault::Unsealed("it does not end with a hash member"));
+    }
+    let covered = &line[..line.len() - SEAL_LEN];
+    let stated: &[u8] =
+        &line[line.len() - SEAL_CLOSE.len() - HEX_LEN..line.len() - SEAL_CLOSE.len()];
+    let computed = Hash::of(covered).hex_bytes();
+    if stated != computed {
+        // Sealed comes first: a malformed hash member is not a mismatch.
+        let stated = unseal(line)?.1;
         return Err(Fault::Hash {
             stated: stated.to_hex(),
-            computed: computed.to_hex(),
+            computed: String::from_utf8_lossy(&computed).into_owned(),
         });
     }
-    let seq = match stated_seq(covered) {
-        Some(n) if n == expected_seq => n,
-        _ => {
-            return Err(Fault::Seq {
-                found: seq_text(covered),
-                expected: expected_seq,
-            });
-        }
-    };
-    let prev = match stated_prev(covered) {
-        Some(p) if p == *expected_prev => p,
-        other => {
-            return Err(Fault::Prev {
-                stated: other.map_or_else(|| "missing or malformed".into(), |p| p.to_hex()),
-                expected: expected_prev.to_hex(),
-            });
-        }
-    };
-    Ok(Stated {
-        seq,
-        prev,
-        hash: stated,
-    })
+    if stated_seq(covered) != Some(expected_seq) {
+        return Err(Fault::Seq {
+            found: seq_text(covered),
+            expected: expected_seq,
+        });
+    }
+    let prev_ok = covered.len() >= PREV_LEN
+        && covered.ends_with(b"\"")
+        && &covered[covered.len() - PREV_LEN..covered.len() - PREV_LEN + PREV_TAG.len()]
+            == PREV_TAG
+        && &covered[covered.len() - 1 - HEX_LEN..covered.len() - 1] == expected_prev;
+    if !prev_ok {
+        return Err(Fault::Prev {
+            stated: stated_prev(covered)
+                .map_or_else(|| "missing or malformed".into(), |p| p.to_hex()),
+            expected: String::from_utf8_lossy(expected_prev).into_owned(),
+        });
+    }
+    Ok(computed)
 }
 
 /// Where a walk over the chain has got to: the next entry's position and the
@@ -328,87 +363,221 @@ pub struct Broken {
     pub fault: Fault,
 }
 
-/// Below this many bytes a block is checked on the calling thread alone.
-const PARALLEL_MIN: usize = 1 << 20;
-
-/// Checks every line of `block`, which holds whole newline-terminated lines,
-/// continuing from `cursor`. Returns the cursor after the last line, or the
-/// first broken entry. With `threads > 1` and a large block, the lines are
-/// split into that many runs checked at once; the verdict is the same.
-pub fn verify_lines(block: &[u8], cursor: Cursor, threads: usize) -> Result<Cursor, Broken> {
-    if threads <= 1 || block.len() < PARALLEL_MIN {
-        return verify_run(block, cursor);
-    }
-    // Cut the block at line boundaries into `threads` runs. Each run starts
-    // from the hash its previous line states, which the previous run checks.
-    let mut runs = Vec::with_capacity(threads);
-    let mut start = 0;
-    let mut seq = cursor.next_seq;
-    let mut prev = cursor.prev;
-    for i in 1..=threads {
-        let end = if i == threads {
-            block.len()
-        } else {
-            let target = (block.len() * i / threads).max(start);
-            match memchr::memchr(b'\n', &block[target..]) {
-                Some(nl) => target + nl + 1,
-                None => block.len(),
-            }
-        };
-        if end <= start {
-            continue;
-        }
-        let run = &block[start..end];
-        runs.push((
-            run,
-            Cursor {
-                next_seq: seq,
-                prev,
-            },
-        ));
-        seq += memchr::memchr_iter(b'\n', run).count() as u64;
-        // If the last line is unreadable, the run that holds it fails at or
-        // before it, and the runs after it are never consulted.
-        let last = last_line(run);
-        prev = read_stated(last).map_or(prev, |s| s.hash);
-        start = end;
-    }
-    let results: Vec<Result<Cursor, Broken>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = runs
-            .iter()
-            .map(|&(run, cur)| scope.spawn(move || verify_run(run, cur)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| match h.join() {
-                Ok(r) => r,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    });
-    let mut last = Ok(cursor);
-    for r in results {
-        last = r;
-        if last.is_err() {
-            break;
-        }
-    }
-    last
+/// Walks a stretch of the chain that arrives in blocks of whole lines.
+///
+/// A walker either continues from a known [`Cursor`] (the start of the log,
+/// or the end of the stretch before), or is *detached*: it starts wherever
+/// its first line says it is, and [`join`] later checks that first line's
+/// `seq` and `prev` against the stretch before. Detached walkers are how a
+/// long log is split across threads without anyone counting lines first;
+/// the verdict is the same as one walk from the start.
+#[derive(Clone, Debug)]
+pub struct Walker {
+    /// Position of the next line within this stretch.
+    lines: u64,
+    /// The next line's expected seq and prev; `None` until a detached walker
+    /// has read its first line.
+    expect: Option<(u64, [u8; HEX_LEN])>,
+    /// What the first line stated (detached walkers only).
+    first: Option<Stated>,
+    last: Option<Stated>,
+    detached: bool,
 }
 
-fn verify_run(run: &[u8], mut cursor: Cursor) -> Result<Cursor, Broken> {
-    for line in run.split_inclusive(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\n").unwrap_or(line);
-        let stated = check_line(line, cursor.next_seq, &cursor.prev).map_err(|fault| Broken {
-            entry: cursor.next_seq,
-            fault,
-        })?;
-        cursor = Cursor {
-            next_seq: stated.seq + 1,
-            prev: stated.hash,
-        };
+/// Where a walker stopped: the failure's position is relative to the start of
+/// its stretch until [`join`] places it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stretch {
+    lines: u64,
+    first: Option<Stated>,
+    last: Option<Stated>,
+    end: Option<Cursor>,
+    detached: bool,
+    failure: Option<Broken>,
+}
+
+impl Walker {
+    pub fn new(cursor: Cursor) -> Walker {
+        Walker {
+            lines: 0,
+            expect: Some((cursor.next_seq, cursor.prev.hex_bytes())),
+            first: None,
+            last: None,
+            detached: false,
+        }
     }
-    Ok(cursor)
+
+    pub fn detached() -> Walker {
+        Walker {
+            lines: 0,
+            expect: None,
+            first: None,
+            last: None,
+            detached: true,
+        }
+    }
+
+    /// Checks every line of `block`, which holds whole newline-terminated
+    /// lines. On failure the walker is spent: call [`Walker::fail`].
+    pub fn feed(&mut self, block: &[u8]) -> Result<(), Broken> {
+        let mut start = 0;
+        for nl in memchr::memchr_iter(b'\n', block) {
+            let line = &block[start..nl];
+            start = nl + 1;
+            let at = self.lines;
+            let fail = |fault| Broken { entry: at, fault };
+            let (seq, prev) = match self.expect {
+                Some(expect) => expect,
+                None => {
+                    // A detached walker's first line: its own seq and prev
+                    // are taken as given and checked by `join`.
+                    let stated = read_checked(line).map_err(fail)?;
+                    self.first = Some(stated);
+                    (stated.seq, stated.prev.hex_bytes())
+                }
+            };
+            let hash = check_line_hex(line, seq, &prev).map_err(fail)?;
+            if seq == u64::MAX {
+                return Err(fail(Fault::Seq {
+                    found: seq.to_string(),
+                    expected: seq,
+                }));
+            }
+            self.expect = Some((seq + 1, hash));
+            self.lines += 1;
+            if start == block.len() {
+                self.last = Some(Stated {
+                    seq,
+                    prev: Hash::from_hex(&prev).expect("checked hex"),
+                    hash: Hash::from_hex(&hash).expect("checked hex"),
+                });
+            }
+        }
+        if start != block.len() {
+            return Err(Broken {
+                entry: self.lines,
+                fault: Fault::Unsealed("the line has no newline: an append was cut short"),
+            });
+        }
+        Ok(())
+    }
+
+    /// The stretch walked so far, ending in `failure` if there was one.
+    pub fn finish(self, failure: Option<Broken>) -> Stretch {
+        let end = self.expect.map(|(next_seq, prev)| Cursor {
+            next_seq,
+            prev: Hash::from_hex(&prev).expect("checked hex"),
+        });
+        Stretch {
+            lines: self.lines,
+            first: self.first,
+            last: self.last,
+            end,
+            detached: self.detached,
+            failure,
+        }
+    }
+}
+
+/// The end of a whole walk: where the chain got to and its last entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalkEnd {
+    pub cursor: Cursor,
+    pub last: Option<Stated>,
+}
+
+/// Puts stretches walked separately (the first from `start`, the rest
+/// detached, in file order) back into one verdict: the first broken entry by
+/// position, exactly as a single walk would report it.
+pub fn join(start: Cursor, stretches: Vec<Stretch>) -> Result<WalkEnd, Broken> {
+    let mut cursor = start;
+    let mut last = None;
+    for stretch in stretches {
+        if stretch.detached {
+            // The stretch's first line must continue the chain so far. Its
+            // own sealed and hash checks come first.
+            let first_failed_first = stretch.failure.as_ref().is_some_and(|f| f.entry == 0);
+            if let (Some(first), false) = (stretch.first, first_failed_first) {
+                if first.seq != cursor.next_seq {
+                    return Err(Broken {
+                        entry: cursor.next_seq,
+                        fault: Fault::Seq {
+                            found: first.seq.to_string(),
+                            expected: cursor.next_seq,
+                        },
+                    });
+                }
+                if first.prev != cursor.prev {
+                    return Err(Broken {
+                        entry: cursor.next_seq,
+                        fault: Fault::Prev {
+                            stated: first.prev.to_hex(),
+                            expected: cursor.prev.to_hex(),
+                        },
+                    });
+                }
+            }
+        }
+        if let Some(mut broken) = stretch.failure {
+            broken.entry += cursor.next_seq;
+            if let Fault::Seq { expected, .. } = &mut broken.fault {
+                *expected = broken.entry;
+            }
+            return Err(broken);
+        }
+        if let Some(end) = stretch.end {
+            cursor = end;
+        }
+        if stretch.last.is_some() {
+            last = stretch.last;
+        }
+    }
+    Ok(WalkEnd { cursor, last })
+}
+
+/// Splits `bytes` into at most `parts` stretches of whole lines, at the first
+/// line boundary after each even cut. Returns the cut offsets, from 0 to
+/// `bytes.len()`.
+pub fn cut_points(bytes: &[u8], parts: usize) -> Vec<usize> {
+    let mut cuts = vec![0];
+    for i in 1..parts.max(1) {
+        let target = (bytes.len() * i / parts).max(*cuts.last().unwrap_or(&0));
+        let cut = match memchr::memchr(b'\n', &bytes[target..]) {
+            Some(nl) => target + nl + 1,
+            None => bytes.len(),
+        };
+        if cut > *cuts.last().unwrap_or(&0) && cut < bytes.len() {
+            cuts.push(cut);
+        }
+    }
+    cuts.push(bytes.len());
+    cuts
+}
+
+/// Checks a whole log held in memory, continuing from `cursor`, on up to
+/// `threads` threads. The same verdict for any number of threads.
+pub fn verify_lines(bytes: &[u8], cursor: Cursor, threads: usize) -> Result<WalkEnd, Broken> {
+    let cuts = cut_points(bytes, threads);
+    let walk = |i: usize| {
+        let mut walker = if i == 0 {
+            Walker::new(cursor)
+        } else {
+            Walker::detached()
+        };
+        let failure = walker.feed(&bytes[cuts[i]..cuts[i + 1]]).err();
+        walker.finish(failure)
+    };
+    let stretches: Vec<Stretch> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..cuts.len() - 1)
+            .map(|i| scope.spawn(move || walk(i)))
+            .collect();
+        let mut out = vec![walk(0)];
+        for h in handles {
+            out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        out
+    });
+    join(cursor, stretches)
 }
 
 /// The last line of `bytes` (which end with a newline), without the newline.
@@ -578,7 +747,8 @@ mod tests {
     fn a_good_chain_verifies_single_and_parallel() {
         let log = chain("s", 5000);
         let end = verify_lines(&log, Cursor::start("s"), 1).expect("clean");
-        assert_eq!(end.next_seq, 5000);
+        assert_eq!(end.cursor.next_seq, 5000);
+        assert_eq!(end.last.map(|l| l.seq), Some(4999));
         for threads in [2, 3, 7] {
             assert_eq!(verify_lines(&log, Cursor::start("s"), threads), Ok(end));
         }
@@ -606,6 +776,46 @@ mod tests {
                 verify_lines(&log, Cursor::start("s"), threads),
                 Err(single.clone())
             );
+        }
+    }
+
+    fn split_lines(log: &[u8]) -> Vec<Vec<u8>> {
+        log.split_inclusive(|&b| b == b'\n')
+            .map(<[u8]>::to_vec)
+            .collect()
+    }
+
+    #[test]
+    fn every_split_gives_the_single_walks_verdict_for_every_tampering() {
+        let lines = split_lines(&chain("s", 24));
+        let mut cases: Vec<Vec<Vec<u8>>> = Vec::new();
+        for k in 0..lines.len() {
+            let mut flipped = lines.clone();
+            flipped[k][9] ^= 1;
+            cases.push(flipped);
+            let mut deleted = lines.clone();
+            deleted.remove(k);
+            cases.push(deleted);
+            if k + 1 < lines.len() {
+                let mut swapped = lines.clone();
+                swapped.swap(k, k + 1);
+                cases.push(swapped);
+            }
+            let mut torn = lines[..=k].to_vec();
+            torn[k].pop();
+            cases.push(torn);
+        }
+        for case in cases {
+            let log: Vec<u8> = case.concat();
+            // Deleting the last line leaves a valid chain; head catches that.
+            let single = verify_lines(&log, Cursor::start("s"), 1);
+            for threads in 2..=7 {
+                assert_eq!(
+                    verify_lines(&log, Cursor::start("s"), threads),
+                    single,
+                    "{threads} threads"
+                );
+            }
         }
     }
 

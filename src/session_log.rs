@@ -18,11 +18,13 @@
 //! the agent saw.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::chain::{self, Broken, Cursor, Disagreement, Fault, Hash, Head, HeadState, Stated};
+use crate::chain::{
+    self, Broken, Cursor, Disagreement, Fault, Hash, Head, HeadState, Stated, Stretch, Walker,
+};
 use crate::hook::Event;
 
 pub const EVENTS_FILE: &str = "events.ndjson";
@@ -32,8 +34,11 @@ const HEAD_TMP_FILE: &str = "head.tmp";
 
 /// How much of the log's end an append reads at a time to find the last line.
 const TAIL_CHUNK: u64 = 64 * 1024;
-/// How much of the log `verify` reads at a time.
-const VERIFY_BLOCK: usize = 16 * 1024 * 1024;
+/// How much of the log `verify` reads at a time: small enough that a block
+/// is still in cache when it is hashed.
+const VERIFY_BLOCK: usize = 1024 * 1024;
+/// Logs smaller than this are verified on one thread.
+const PARALLEL_MIN_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Everything that can go wrong reading or writing a session log.
 #[derive(Debug, thiserror::Error)]
@@ -310,8 +315,25 @@ impl SessionLog {
     }
 
     /// Walks the whole chain under a shared lock, then compares `head`.
-    /// `threads` > 1 splits large stretches of the log across threads.
+    /// With `threads` > 1, a log of more than a few megabytes is split into
+    /// that many stretches checked at once; the verdict is the same.
     pub fn verify(&self, threads: usize) -> Result<Verified, VerifyError> {
+        self.verify_split(|size| {
+            if size >= PARALLEL_MIN_BYTES {
+                threads.max(1)
+            } else {
+                1
+            }
+        })
+    }
+
+    /// [`SessionLog::verify`] split into exactly `parts` stretches whatever
+    /// the log's size (fewer if it has fewer lines). For tests of the split.
+    pub fn verify_in(&self, parts: usize) -> Result<Verified, VerifyError> {
+        self.verify_split(|_| parts.max(1))
+    }
+
+    fn verify_split(&self, parts: impl Fn(u64) -> usize) -> Result<Verified, VerifyError> {
         let events_path = self.events_path();
         // A shared lock keeps writers out between reading the log and head.
         // Verify never creates anything, so a log without a lock file (a copy,
@@ -325,52 +347,47 @@ impl SessionLog {
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(Error::io(&self.lock_path(), "open")(e).into()),
         };
-        let mut file = match File::open(&events_path) {
+        let file = match File::open(&events_path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return self.finish_verify(None, false);
             }
             Err(e) => return Err(Error::io(&events_path, "open")(e).into()),
         };
-
-        let mut cursor = Cursor::start(&self.session_id);
-        let mut last: Option<Stated> = None;
         let size = file
             .metadata()
             .map_err(Error::io(&events_path, "stat"))?
             .len();
-        let mut buf: Vec<u8> = Vec::with_capacity(size.min(VERIFY_BLOCK as u64) as usize);
-        loop {
-            let n = (&mut file)
-                .take(VERIFY_BLOCK as u64)
-                .read_to_end(&mut buf)
-                .map_err(Error::io(&events_path, "read"))?;
-            if n == 0 {
-                break;
-            }
-            let Some(nl) = memchr::memrchr(b'\n', &buf) else {
-                continue;
+        let cuts = file_cuts(&file, size, parts(size)).map_err(Error::io(&events_path, "read"))?;
+        let walk = |i: usize| {
+            let walker = if i == 0 {
+                Walker::new(Cursor::start(&self.session_id))
+            } else {
+                Walker::detached()
             };
-            let block = &buf[..=nl];
-            cursor = chain::verify_lines(block, cursor, threads).map_err(|broken| {
-                VerifyError::Broken {
-                    path: events_path.clone(),
-                    broken,
-                }
-            })?;
-            last = chain::read_stated(chain::last_line(block)).ok();
-            buf.drain(..=nl);
-        }
-        if !buf.is_empty() {
-            return Err(VerifyError::Broken {
-                path: events_path,
-                broken: Broken {
-                    entry: cursor.next_seq,
-                    fault: Fault::Unsealed("the line has no newline: an append was cut short"),
-                },
-            });
-        }
-        self.finish_verify(last, true)
+            walk_range(&file, cuts[i], cuts[i + 1], walker)
+        };
+        let stretches: Vec<io::Result<Stretch>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (1..cuts.len() - 1)
+                .map(|i| scope.spawn(move || walk(i)))
+                .collect();
+            let mut out = vec![walk(0)];
+            for h in handles {
+                out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            }
+            out
+        });
+        let stretches = stretches
+            .into_iter()
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(Error::io(&events_path, "read"))?;
+        let end = chain::join(Cursor::start(&self.session_id), stretches).map_err(|broken| {
+            VerifyError::Broken {
+                path: events_path.clone(),
+                broken,
+            }
+        })?;
+        self.finish_verify(end.last, true)
     }
 
     fn finish_verify(&self, last: Option<Stated>, exists: bool) -> Result<Verified, VerifyError> {
@@ -468,4 +485,69 @@ fn read_last_entry(log: &File, len: u64, path: &Path) -> Result<Option<Stated>, 
     }
     let line = &tail[line_start..tail.len() - 1];
     chain::read_checked(line).map(Some).map_err(last_line_error)
+}
+
+/// Offsets that split the file into `parts` stretches of whole lines: each
+/// cut sits just after the first newline at or past an even split.
+fn file_cuts(file: &File, size: u64, parts: usize) -> io::Result<Vec<u64>> {
+    let mut cuts = vec![0];
+    let mut window = vec![0u8; TAIL_CHUNK as usize];
+    for i in 1..parts.max(1) as u64 {
+        let mut at = (size * i / parts as u64).max(*cuts.last().unwrap_or(&0));
+        let cut = loop {
+            if at >= size {
+                break size;
+            }
+            let n = file.read_at(&mut window, at)?;
+            if n == 0 {
+                break size;
+            }
+            if let Some(nl) = memchr::memchr(b'\n', &window[..n]) {
+                break at + nl as u64 + 1;
+            }
+            at += n as u64;
+        };
+        if cut > *cuts.last().unwrap_or(&0) && cut < size {
+            cuts.push(cut);
+        }
+    }
+    cuts.push(size);
+    Ok(cuts)
+}
+
+/// Walks the lines in `start..end` of the file, reading a block at a time
+/// into one buffer that is reused, so no byte is copied or zeroed twice.
+fn walk_range(file: &File, start: u64, end: u64, mut walker: Walker) -> io::Result<Stretch> {
+    let mut buf = vec![0u8; (2 * VERIFY_BLOCK).min((end - start) as usize + 1)];
+    let mut held = 0; // bytes of an unfinished line at the front of buf
+    let mut at = start;
+    while at < end {
+        if held == buf.len() {
+            // One line longer than the buffer: make room for the rest of it.
+            buf.resize(buf.len() * 2, 0);
+        }
+        let want = (buf.len() - held).min((end - at) as usize);
+        let n = file.read_at(&mut buf[held..held + want], at)?;
+        if n == 0 {
+            break; // the file shrank under us; what was read is checked below
+        }
+        at += n as u64;
+        let filled = held + n;
+        let Some(nl) = memchr::memrchr(b'\n', &buf[..filled]) else {
+            held = filled;
+            continue;
+        };
+        if let Err(broken) = walker.feed(&buf[..=nl]) {
+            return Ok(walker.finish(Some(broken)));
+        }
+        buf.copy_within(nl + 1..filled, 0);
+        held = filled - (nl + 1);
+    }
+    // Whatever is left has no newline: the walker reports it as cut short.
+    let failure = if held == 0 {
+        None
+    } else {
+        walker.feed(&buf[..held]).err()
+    };
+    Ok(walker.finish(failure))
 }

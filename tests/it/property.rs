@@ -180,7 +180,10 @@ proptest! {
         }
         for (s, payloads) in &expected {
             let log = state.log(&format!("sess-{s}"));
-            prop_assert_eq!(log.verify(2).expect("clean").entries as usize, payloads.len());
+            prop_assert_eq!(log.verify(1).expect("clean").entries as usize, payloads.len());
+            for parts in 2..=4 {
+                prop_assert_eq!(log.verify_in(parts).expect("clean").entries as usize, payloads.len());
+            }
             let got: Vec<Value> = entries(&log).iter().map(payload_of).collect();
             prop_assert_eq!(&got, payloads);
         }

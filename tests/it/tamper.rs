@@ -14,7 +14,22 @@ fn recorded(state: &State) -> nd7_core::session_log::SessionLog {
     state.log("s")
 }
 
+/// Splitting the walk across threads must not change the verdict.
+fn assert_split_agrees(log: &nd7_core::session_log::SessionLog) {
+    let one = format!("{:?}", log.verify_in(1));
+    for parts in 2..=5 {
+        assert_eq!(
+            format!("{:?}", log.verify_in(parts)),
+            one,
+            "split into {parts}"
+        );
+    }
+}
+
 fn verify_fails(state: &State, target: &str, needle: &str) {
+    if let Ok(log) = nd7_core::session_log::SessionLog::new(&state.sessions(), target) {
+        assert_split_agrees(&log);
+    }
     let out = state
         .nd7()
         .args(["verify", target])
