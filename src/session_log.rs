@@ -304,14 +304,37 @@ impl SessionLog {
         })
     }
 
+    /// Rewrites `head` atomically: the new text goes into `head.tmp`, which
+    /// is then swapped with `head` in one rename. Swapping (RENAME_EXCHANGE)
+    /// rather than renaming over `head` frees no inode, and `head.tmp` is
+    /// overwritten in place rather than truncated; on ext4 with online discard
+    /// a rename over a file cost 1.6 ms against 20 µs for the swap
+    /// (docs/benchmarks.md). After the swap `head.tmp` holds the old head,
+    /// which nothing reads. Filesystems without the swap get a plain rename.
     fn write_head(&self, head: &Head) -> Result<(), Error> {
         let tmp = self.dir.join(HEAD_TMP_FILE);
-        let mut file = create_0600(&tmp, OpenOptions::new().write(true).truncate(true))?;
-        file.write_all(head.render().as_bytes())
+        let text = head.render();
+        let file = create_0600(&tmp, OpenOptions::new().write(true))?;
+        file.write_all_at(text.as_bytes(), 0)
             .map_err(Error::io(&tmp, "write"))?;
+        if file.metadata().map_err(Error::io(&tmp, "stat"))?.len() > text.len() as u64 {
+            file.set_len(text.len() as u64)
+                .map_err(Error::io(&tmp, "truncate"))?;
+        }
         drop(file);
         let head_path = self.head_path();
-        fs::rename(&tmp, &head_path).map_err(Error::io(&head_path, "replace"))
+        let swapped = rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            &tmp,
+            rustix::fs::CWD,
+            &head_path,
+            rustix::fs::RenameFlags::EXCHANGE,
+        );
+        match swapped {
+            Ok(()) => Ok(()),
+            // No head yet, or no swap on this filesystem: rename over it.
+            Err(_) => fs::rename(&tmp, &head_path).map_err(Error::io(&head_path, "replace")),
+        }
     }
 
     /// Walks the whole chain under a shared lock, then compares `head`.
