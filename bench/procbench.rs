@@ -4,7 +4,8 @@
 //! its ratio to the first command's.
 //!
 //! usage: procbench RUNS STDIN_FILE CMD [ARGS...] [:: CMD [ARGS...]]...
-//! Environment variables of the form `NAME=VALUE` before a CMD are set for it.
+//! Environment variables of the form `NAME=VALUE` before a CMD are set for it;
+//! a first word `<FILE` gives that command its own stdin.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,22 +17,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let runs: usize = runs.parse()?;
     let input = std::fs::read(stdin_file)?;
-    let commands: Vec<&[String]> = rest.split(|a| a == "::").collect();
+    let mut commands: Vec<(&[String], Vec<u8>, String)> = Vec::new();
+    for cmd in rest.split(|a| a == "::") {
+        match cmd.first().and_then(|w| w.strip_prefix('<')) {
+            Some(file) => commands.push((&cmd[1..], std::fs::read(file)?, file.to_string())),
+            None => commands.push((cmd, input.clone(), stdin_file.to_string())),
+        }
+    }
     let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); commands.len()];
     let warmup = runs / 10 + 1;
     for round in 0..warmup + runs {
-        for (i, cmd) in commands.iter().enumerate() {
-            let elapsed = run(cmd, &input)?;
+        for (i, (cmd, input, _)) in commands.iter().enumerate() {
+            let elapsed = run(cmd, input)?;
             if round >= warmup {
                 times[i].push(elapsed);
             }
         }
     }
     let medians: Vec<f64> = times.iter_mut().map(|t| percentile(t, 50.0)).collect();
-    for (i, cmd) in commands.iter().enumerate() {
+    for (i, (cmd, _, stdin)) in commands.iter().enumerate() {
         let t = &mut times[i];
         println!(
-            "{:>9.1} µs median  {:>9.1} p10  {:>9.1} p90  ratio {:.3}  {}",
+            "{:>9.1} µs median  {:>9.1} p10  {:>9.1} p90  ratio {:.3}  {} < {stdin}",
             medians[i],
             percentile(t, 10.0),
             percentile(t, 90.0),
@@ -61,7 +68,13 @@ fn run(cmd: &[String], input: &[u8]) -> Result<Duration, Box<dyn std::error::Err
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()?;
-    child.stdin.take().ok_or("stdin")?.write_all(input)?;
+    // A command that does not read its stdin closes the pipe early; that is
+    // its business, not a failed run.
+    if let Err(e) = child.stdin.take().ok_or("stdin")?.write_all(input) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e.into());
+        }
+    }
     let status = child.wait()?;
     let elapsed = start.elapsed();
     if !status.success() {
