@@ -70,10 +70,10 @@ fn run(cmd: &[String], input: &[u8]) -> Result<Duration, Box<dyn std::error::Err
         .spawn()?;
     // A command that does not read its stdin closes the pipe early; that is
     // its business, not a failed run.
-    if let Err(e) = child.stdin.take().ok_or("stdin")?.write_all(input) {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            return Err(e.into());
-        }
+    if let Err(e) = child.stdin.take().ok_or("stdin")?.write_all(input)
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(e.into());
     }
     let status = child.wait()?;
     let elapsed = start.elapsed();
