@@ -1,0 +1,193 @@
+//! The real Claude Code CLI, installed from the npm registry into a cache
+//! folder once per version, and run headless against [`super::mock_api`].
+//!
+//! The version is one setting: `ND7_E2E_CLAUDE_VERSION` (default
+//! [`DEFAULT_VERSION`], what npm resolves on node 20). If the registry cannot
+//! be reached the tests fail and say so; they never skip.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nd7_core::hook::HookEvent;
+use serde_json::{Value, json};
+
+pub const DEFAULT_VERSION: &str = "2.1.197";
+
+/// Events nd7 registers for: all but the two ADR-0006 leaves out.
+pub fn recorded_events() -> Vec<&'static str> {
+    HookEvent::NAMES
+        .iter()
+        .copied()
+        .filter(|e| *e != "MessageDisplay" && *e != "PostToolBatch")
+        .collect()
+}
+
+/// The hook settings `nd7 setup` will write: exec form, `nd7 record`, an
+/// explicit timeout on SessionEnd.
+pub fn nd7_settings(nd7: &Path) -> Value {
+    let mut hooks = serde_json::Map::new();
+    for event in recorded_events() {
+        let mut hook = json!({"type": "command", "command": nd7, "args": ["record"]});
+        if event == "SessionEnd" {
+            hook["timeout"] = json!(10);
+        }
+        hooks.insert(event.into(), json!([{ "hooks": [hook] }]));
+    }
+    json!({ "hooks": hooks })
+}
+
+pub fn version() -> String {
+    std::env::var("ND7_E2E_CLAUDE_VERSION").unwrap_or_else(|_| DEFAULT_VERSION.to_string())
+}
+
+/// The `claude` executable of `version`, installing it first if needed.
+pub fn install(version: &str) -> PathBuf {
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("claude-code-{version}"));
+    std::fs::create_dir_all(&cache).expect("create the Claude Code cache folder");
+    let bin = cache.join("node_modules/.bin/claude");
+    // One installer at a time, across test threads and processes.
+    let lock = File::create(cache.join(".install-lock")).expect("create the install lock");
+    lock.lock().expect("lock the Claude Code cache");
+    if !runs(&bin, version) {
+        let out = Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                "--prefix",
+            ])
+            .arg(&cache)
+            .arg(format!("@anthropic-ai/claude-code@{version}"))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run npm to install Claude Code {version}: {e}"));
+        assert!(
+            out.status.success(),
+            "cannot install Claude Code {version} from the npm registry (is it reachable?):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            runs(&bin, version),
+            "Claude Code {version} installed but `claude --version` fails"
+        );
+    }
+    bin
+}
+
+fn runs(bin: &Path, version: &str) -> bool {
+    Command::new(bin).arg("--version").output().is_ok_and(|o| {
+        o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with(version)
+    })
+}
+
+/// One headless run of Claude Code in a scratch home and project.
+pub struct Run {
+    pub home: tempfile::TempDir,
+    pub project: PathBuf,
+    pub state: PathBuf,
+    pub output: Output,
+}
+
+impl Run {
+    /// The stream-json lines Claude Code printed.
+    pub fn stream(&self) -> Vec<Value> {
+        String::from_utf8_lossy(&self.output.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "claude (HOME {}) exited {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.home.path().display(),
+            self.output.status.code(),
+            String::from_utf8_lossy(&self.output.stdout),
+            String::from_utf8_lossy(&self.output.stderr)
+        )
+    }
+}
+
+/// A fresh temporary HOME with a project directory `proj` in it.
+pub struct Workspace {
+    pub home: tempfile::TempDir,
+    pub project: PathBuf,
+}
+
+impl Workspace {
+    pub fn new() -> Workspace {
+        let home = tempfile::tempdir().expect("tempdir");
+        let project = home.path().join("proj");
+        std::fs::create_dir_all(&project).expect("mkdir proj");
+        Workspace { home, project }
+    }
+}
+
+/// Runs `claude -p prompt` with nd7's hooks, against the mock API at `api_url`,
+/// in `workspace`'s HOME with its project as the working directory.
+pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> Run {
+    let Workspace { home, project } = workspace;
+    let state = home.path().join(".local/state");
+    let settings = home.path().join("nd7-settings.json");
+    std::fs::write(
+        &settings,
+        nd7_settings(Path::new(env!("CARGO_BIN_EXE_nd7"))).to_string(),
+    )
+    .expect("write settings");
+    let mut child = Command::new(claude)
+        .args(["-p", prompt, "--settings"])
+        .arg(&settings)
+        .args([
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--model",
+            "claude-sonnet-4-5",
+            "--permission-mode",
+            "default",
+            "--allowedTools",
+            "Bash Read Write Edit",
+        ])
+        .current_dir(&project)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("XDG_STATE_HOME", &state)
+        .env("ANTHROPIC_BASE_URL", api_url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-e2e-dummy")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .stdin(Stdio::null())
+        // Files, not pipes: nobody reads a pipe while we wait, and a full one
+        // would stall Claude Code.
+        .stdout(File::create(home.path().join("claude.stdout")).expect("stdout file"))
+        .stderr(File::create(home.path().join("claude.stderr")).expect("stderr file"))
+        .spawn()
+        .expect("start claude");
+    // Claude Code must finish a scripted session in well under this; a hang
+    // is a failure, not a wait.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while child.try_wait().expect("wait for claude").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = child.wait().expect("wait for claude");
+    let output = Output {
+        status,
+        stdout: std::fs::read(home.path().join("claude.stdout")).unwrap_or_default(),
+        stderr: std::fs::read(home.path().join("claude.stderr")).unwrap_or_default(),
+    };
+    Run {
+        home,
+        project,
+        state,
+        output,
+    }
+}

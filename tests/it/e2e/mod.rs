@@ -1,0 +1,229 @@
+//! End to end with the real Claude Code: a scripted session played by a local
+//! Messages API, real hooks calling the real `nd7 record`, real tools touching
+//! a scratch project; then assertions on nd7's log, `nd7 verify`, the tool
+//! results Claude Code sent back, and the file system.
+//!
+//! To add a scenario: script the turns with [`mock_api::Block`]s, call
+//! [`session`], and assert on what it returns.
+
+mod claude;
+mod mock_api;
+
+use mock_api::{Block, MockApi, bash};
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+/// What a finished session left behind.
+struct Session {
+    api: MockApi,
+    run: claude::Run,
+    log: nd7_core::session_log::SessionLog,
+    entries: Vec<Value>,
+}
+
+impl Session {
+    fn kinds(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap_or("?").to_string())
+            .collect()
+    }
+
+    fn of_kind(&self, kind: &str) -> Vec<&Value> {
+        self.entries.iter().filter(|e| e["kind"] == kind).collect()
+    }
+
+    /// `nd7 verify` on this session, through the binary.
+    fn verify(&self) -> std::process::Output {
+        std::process::Command::new(env!("CARGO_BIN_EXE_nd7"))
+            .args(["verify", self.log.session_id()])
+            .env("XDG_STATE_HOME", &self.run.state)
+            .output()
+            .expect("run nd7 verify")
+    }
+}
+
+/// Plays the turns `script` writes for a project directory through the real
+/// Claude Code, with nd7 recording.
+fn session(script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>) -> Session {
+    let claude = claude::install(&claude::version());
+    let workspace = claude::Workspace::new();
+    let turns = script(&workspace.project);
+    let scripted = turns.len();
+    let api = MockApi::start(turns);
+    let run = claude::run(&claude, &api.url, "run the scripted session", workspace);
+    assert!(run.output.status.success(), "{}", run.describe());
+    assert_eq!(
+        api.turns_played(),
+        scripted,
+        "every scripted turn was played\n{}",
+        run.describe()
+    );
+    let result = run.stream().into_iter().rfind(|l| l["type"] == "result");
+    let denials = result.as_ref().map(|r| r["permission_denials"].clone());
+    assert_eq!(
+        denials,
+        Some(json!([])),
+        "Claude Code refused nothing itself\n{}",
+        run.describe()
+    );
+    let sessions = run.state.join("nd7/sessions");
+    let ids: Vec<String> = std::fs::read_dir(&sessions)
+        .unwrap_or_else(|e| {
+            panic!(
+                "no sessions recorded under {}: {e}\n{}",
+                sessions.display(),
+                run.describe()
+            )
+        })
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(ids.len(), 1, "one session recorded: {ids:?}");
+    let log = nd7_core::session_log::SessionLog::new(&sessions, &ids[0]).expect("session id");
+    let entries = entries(&log);
+    Session {
+        api,
+        run,
+        log,
+        entries,
+    }
+}
+
+fn assert_clean(s: &Session) {
+    let out = s.verify();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let expected = format!("verified: {} entries, head ", s.entries.len());
+    assert!(stdout(&out).starts_with(&expected), "{}", stdout(&out));
+}
+
+/// Every tool_call has one tool_result with the same id, after it.
+fn assert_calls_paired(s: &Session) {
+    for call in s.of_kind("tool_call") {
+        let id = &call["tool_use_id"];
+        let results: Vec<&Value> = s
+            .of_kind("tool_result")
+            .into_iter()
+            .filter(|r| &r["tool_use_id"] == id)
+            .collect();
+        assert_eq!(results.len(), 1, "one result for {id}");
+        assert!(
+            results[0]["seq"].as_u64() > call["seq"].as_u64(),
+            "result after call {id}"
+        );
+    }
+    assert_eq!(s.of_kind("tool_call").len(), s.of_kind("tool_result").len());
+}
+
+#[test]
+fn a_plain_session_is_recorded_in_order_and_verifies() {
+    let s = session(|project| {
+        vec![
+            vec![
+                Block::Text("I'll run a command.".into()),
+                bash("echo hello-e2e > made-by-bash.txt && cat made-by-bash.txt"),
+            ],
+            vec![Block::Tool(
+                "Write",
+                json!({"file_path": project.join("written.txt"), "content": "by the Write tool\n"}),
+            )],
+            vec![Block::Text("All done.".into())],
+        ]
+    });
+    let kinds = s.kinds();
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("session_start"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.get(1).map(String::as_str),
+        Some("prompt"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("session_end"),
+        "{kinds:?}"
+    );
+    let turn_end = kinds
+        .iter()
+        .position(|k| k == "turn_end")
+        .expect("a turn_end");
+    assert_eq!(
+        turn_end,
+        kinds.len() - 2,
+        "turn_end right before session_end: {kinds:?}"
+    );
+    assert_calls_paired(&s);
+    assert_clean(&s);
+
+    let bash_call = s.of_kind("tool_call")[0];
+    assert_eq!(bash_call["body"]["tool_name"], "Bash");
+    assert_eq!(bash_call["body"]["argv"][0], "echo");
+    assert_eq!(bash_call["tool_use_id"], s.api.tool_ids()[0].as_str());
+    assert_eq!(bash_call["source"], "intent:claude-code");
+    let results = s.api.tool_results();
+    assert!(results[0].1.contains("hello-e2e"), "{results:?}");
+    assert_eq!(
+        std::fs::read_to_string(s.run.project.join("made-by-bash.txt"))
+            .expect("bash wrote its file"),
+        "hello-e2e\n"
+    );
+    let prompt = &s.of_kind("prompt")[0];
+    assert_eq!(prompt["body"]["prompt"], "run the scripted session");
+
+    let write_call = s.of_kind("tool_call")[1];
+    assert_eq!(write_call["body"]["tool_name"], "Write");
+    assert_eq!(
+        write_call["body"]["paths"],
+        json!([s.run.project.join("written.txt")])
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.run.project.join("written.txt")).expect("Write wrote its file"),
+        "by the Write tool\n"
+    );
+}
+
+#[test]
+fn a_failing_bash_command_is_a_result_that_is_not_ok() {
+    let s = session(|_| vec![vec![bash("echo about-to-fail; exit 7")]]);
+    assert_calls_paired(&s);
+    let result = s.of_kind("tool_result")[0];
+    assert_eq!(result["body"]["ok"], false, "{result}");
+    assert_eq!(result["body"]["hook_event_name"], "PostToolUseFailure");
+    let error = result["body"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("Exit code 7"), "{error}");
+    let results = s.api.tool_results();
+    assert!(
+        results[0].2,
+        "Claude Code told the model the call failed: {results:?}"
+    );
+    assert_clean(&s);
+}
+
+#[test]
+fn parallel_tool_calls_in_one_turn_are_all_recorded_on_one_chain() {
+    const CALLS: usize = 6;
+    let s = session(|_| {
+        vec![
+            (0..CALLS)
+                .map(|i| bash(&format!("echo parallel-{i} > p{i}.txt")))
+                .collect(),
+        ]
+    });
+    assert_eq!(s.of_kind("tool_call").len(), CALLS, "{:?}", s.kinds());
+    assert_calls_paired(&s);
+    let recorded: std::collections::BTreeSet<String> = s
+        .of_kind("tool_call")
+        .iter()
+        .map(|c| c["tool_use_id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let handed_out: std::collections::BTreeSet<String> = s.api.tool_ids().into_iter().collect();
+    assert_eq!(recorded, handed_out);
+    for i in 0..CALLS {
+        assert!(s.run.project.join(format!("p{i}.txt")).exists());
+    }
+    assert_clean(&s);
+}
