@@ -558,26 +558,33 @@ pub fn cut_points(bytes: &[u8], parts: usize) -> Vec<usize> {
 /// `threads` threads. The same verdict for any number of threads.
 pub fn verify_lines(bytes: &[u8], cursor: Cursor, threads: usize) -> Result<WalkEnd, Broken> {
     let cuts = cut_points(bytes, threads);
-    let walk = |i: usize| {
-        let mut walker = if i == 0 {
-            Walker::new(cursor)
-        } else {
-            Walker::detached()
-        };
+    let stretches = walk_stretches(cuts.len() - 1, cursor, |i, mut walker| {
         let failure = walker.feed(&bytes[cuts[i]..cuts[i + 1]]).err();
         walker.finish(failure)
-    };
-    let stretches: Vec<Stretch> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (1..cuts.len() - 1)
-            .map(|i| scope.spawn(move || walk(i)))
+    });
+    join(cursor, stretches)
+}
+
+/// Runs `walk` on `count` stretches at once and returns the results in
+/// stretch order. Stretch 0 gets a walker continuing from `start` and runs on
+/// the calling thread; each later one gets a detached walker and a thread of
+/// its own.
+pub fn walk_stretches<T: Send>(
+    count: usize,
+    start: Cursor,
+    walk: impl Fn(usize, Walker) -> T + Sync,
+) -> Vec<T> {
+    let walk = &walk;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..count.max(1))
+            .map(|i| scope.spawn(move || walk(i, Walker::detached())))
             .collect();
-        let mut out = vec![walk(0)];
+        let mut out = vec![walk(0, Walker::new(start))];
         for h in handles {
             out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
         }
         out
-    });
-    join(cursor, stretches)
+    })
 }
 
 /// The last line of `bytes` (which end with a newline), without the newline.

@@ -382,33 +382,17 @@ impl SessionLog {
             .map_err(Error::io(&events_path, "stat"))?
             .len();
         let cuts = file_cuts(&file, size, parts(size)).map_err(Error::io(&events_path, "read"))?;
-        let walk = |i: usize| {
-            let walker = if i == 0 {
-                Walker::new(Cursor::start(&self.session_id))
-            } else {
-                Walker::detached()
-            };
+        let start = Cursor::start(&self.session_id);
+        let stretches = chain::walk_stretches(cuts.len() - 1, start, |i, walker| {
             walk_range(&file, cuts[i], cuts[i + 1], walker)
-        };
-        let stretches: Vec<io::Result<Stretch>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (1..cuts.len() - 1)
-                .map(|i| scope.spawn(move || walk(i)))
-                .collect();
-            let mut out = vec![walk(0)];
-            for h in handles {
-                out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            }
-            out
         });
         let stretches = stretches
             .into_iter()
             .collect::<io::Result<Vec<_>>>()
             .map_err(Error::io(&events_path, "read"))?;
-        let end = chain::join(Cursor::start(&self.session_id), stretches).map_err(|broken| {
-            VerifyError::Broken {
-                path: events_path.clone(),
-                broken,
-            }
+        let end = chain::join(start, stretches).map_err(|broken| VerifyError::Broken {
+            path: events_path.clone(),
+            broken,
         })?;
         self.finish_verify(end.last, true)
     }
