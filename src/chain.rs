@@ -538,7 +538,7 @@ pub fn join(start: Cursor, stretches: Vec<Stretch>) -> Result<WalkEnd, Broken> {
 /// Splits `bytes` into at most `parts` stretches of whole lines, at the first
 /// line boundary after each even cut. Returns the cut offsets, from 0 to
 /// `bytes.len()`.
-pub fn cut_points(bytes: &[u8], parts: usize) -> Vec<usize> {
+fn cut_points(bytes: &[u8], parts: usize) -> Vec<usize> {
     let mut cuts = vec![0];
     for i in 1..parts.max(1) {
         let target = (bytes.len() * i / parts).max(*cuts.last().unwrap_or(&0));
@@ -585,15 +585,6 @@ pub fn walk_stretches<T: Send>(
         }
         out
     })
-}
-
-/// The last line of `bytes` (which end with a newline), without the newline.
-pub fn last_line(bytes: &[u8]) -> &[u8] {
-    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-    match memchr::memrchr(b'\n', body) {
-        Some(nl) => &body[nl + 1..],
-        None => body,
-    }
 }
 
 /// The `head` file: the seq and hash of the chain's last entry.
