@@ -15,6 +15,8 @@
 //! can rewrite the whole chain.
 
 pub mod chain;
+pub mod cli;
 pub mod hook;
 pub mod record;
 pub mod session_log;
+pub mod setup;

@@ -8,44 +8,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use nd7_core::chain::HeadState;
+use nd7_core::cli::{Cli, Command};
 use nd7_core::hook::Invocation;
 use nd7_core::record;
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
-
-#[derive(Parser)]
-#[command(name = "nd7", version, about = "Accountable, bounded AI coding agents")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Append one Claude Code hook payload (read on stdin) to its session's log.
-    ///
-    /// Always exits 0 and never writes to stdout, so it cannot change what
-    /// the agent does. Problems are reported in one line on stderr.
-    Record,
-    /// Walk a session's hash chain and say what a clean chain does and does not prove.
-    ///
-    /// TARGET is a session id (looked up under $XDG_STATE_HOME/nd7/sessions,
-    /// default ~/.local/state/nd7/sessions) or a path to a session directory
-    /// or its events.ndjson. Exits 0 when the chain is clean, 1 when it is
-    /// broken, 2 when the log cannot be read.
-    Verify {
-        /// Session id, session directory or events.ndjson.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
-        target: Option<String>,
-        /// Verify every session under the state directory.
-        #[arg(long)]
-        all: bool,
-        /// Threads used to check a large log (default: available cores, at most 2).
-        #[arg(long, value_name = "N")]
-        threads: Option<usize>,
-    },
-}
+use nd7_core::setup;
 
 fn main() -> ExitCode {
     // Take the time before anything else, so `ts` marks when the hook fired.
@@ -64,6 +33,48 @@ fn main() -> ExitCode {
                 (Some(target), false) => verify_one(&target, threads),
                 (None, false) => ExitCode::from(2),
             }
+        }
+        Command::Setup {
+            settings,
+            dry_run,
+            uninstall,
+        } => run_setup(&setup::Options {
+            settings,
+            dry_run,
+            uninstall,
+        }),
+        Command::Completions { shell } => {
+            let _ = std::io::stdout().write_all(&shell.completions());
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn run_setup(options: &setup::Options) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("nd7 setup: cannot find this program's own path: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match setup::run(options, &exe) {
+        Ok(report) => {
+            for line in &report.done {
+                println!("{line}");
+            }
+            for warning in &report.warnings {
+                eprintln!("nd7 setup: warning: {warning}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e @ setup::SetupError::Settings { .. }) => {
+            eprintln!("nd7 setup: {e}");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("nd7 setup: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -7,4 +7,5 @@ mod concurrency;
 mod e2e;
 mod property;
 mod record;
+mod setup;
 mod tamper;

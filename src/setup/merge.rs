@@ -1,0 +1,362 @@
+//! nd7's entries in Claude Code's settings: added, replaced, or taken out,
+//! with everything else in the file left as it was. Pure: text in, text and
+//! a list of changes out.
+//!
+//! An nd7 entry is a command hook that runs nd7's `record`: exec form with
+//! `args: ["record"]` and a command whose file name is `nd7`, or an older
+//! shell-form command line ending in `nd7 record`. Each recorded event gets
+//! exactly one, in a matcher group of its own at the end of the event's list.
+
+use serde_json::{Map, Value, json};
+
+use crate::hook::HookEvent;
+
+/// Events nd7 does not register by default: they repeat what others hold
+/// and were half of a long day's entries (ADR-0006).
+pub const UNREGISTERED: &[&str] = &["MessageDisplay", "PostToolBatch"];
+
+/// SessionEnd's hooks get 1.5 s unless they ask for more; a recorder queued
+/// behind a busy lock needs longer.
+pub const SESSION_END_TIMEOUT_SECS: u64 = 10;
+
+/// The events `nd7 setup` registers `nd7 record` for, in Claude Code's order.
+pub fn recorded_events() -> impl Iterator<Item = &'static str> {
+    HookEvent::NAMES
+        .iter()
+        .copied()
+        .filter(|e| !UNREGISTERED.contains(e))
+}
+
+/// The hook entry for one event.
+pub fn nd7_hook(nd7: &str, event: &str) -> Value {
+    let mut hook = json!({ "type": "command", "command": nd7, "args": ["record"] });
+    if event == "SessionEnd" {
+        hook["timeout"] = json!(SESSION_END_TIMEOUT_SECS);
+    }
+    hook
+}
+
+/// Whether a hook object is one of nd7's recorder entries, current or older.
+pub fn is_nd7_hook(hook: &Value) -> bool {
+    if hook.get("type").and_then(Value::as_str) != Some("command") {
+        return false;
+    }
+    let Some(command) = hook.get("command").and_then(Value::as_str) else {
+        return false;
+    };
+    match hook.get("args") {
+        Some(args) => args == &json!(["record"]) && command.rsplit('/').next() == Some("nd7"),
+        None => {
+            let words: Vec<&str> = command.split_whitespace().collect();
+            matches!(words.as_slice(), [program, "record"] if program.rsplit('/').next() == Some("nd7"))
+        }
+    }
+}
+
+/// What happened to one event's hooks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    Added(String),
+    /// An older or different nd7 entry was replaced.
+    Replaced(String),
+    Removed(String),
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::Added(e) => write!(f, "+ {e}: added nd7 record"),
+            Change::Replaced(e) => write!(f, "~ {e}: replaced an older nd7 entry"),
+            Change::Removed(e) => write!(f, "- {e}: removed nd7 record"),
+        }
+    }
+}
+
+/// Why a settings file was not changed.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("line {line}, column {column}: not valid JSON: {message}")]
+    Json {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("the settings are not a JSON object")]
+    NotObject,
+    #[error("\"hooks\" is not an object")]
+    HooksNotObject,
+    #[error("\"hooks\".\"{0}\" is not a list")]
+    EventNotList(String),
+}
+
+/// The settings after the change, and what changed. `text` is `None` when
+/// nothing did, so the file need not be written at all.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Merged {
+    pub text: Option<String>,
+    pub changes: Vec<Change>,
+}
+
+fn parse(text: Option<&str>) -> Result<Map<String, Value>, MergeError> {
+    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
+        return Ok(Map::new());
+    };
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(MergeError::NotObject),
+        Err(e) => Err(MergeError::Json {
+            line: e.line(),
+            column: e.column(),
+            message: e
+                .to_string()
+                .split(" at line ")
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        }),
+    }
+}
+
+fn render(settings: &Map<String, Value>) -> String {
+    // Claude Code writes its settings with two-space indentation.
+    let mut text = serde_json::to_string_pretty(settings).expect("a JSON map serializes");
+    text.push('\n');
+    text
+}
+
+/// Removes nd7's hooks from one event's matcher groups; drops groups left
+/// with no hooks. Returns how many were removed.
+fn strip_nd7(groups: &mut Vec<Value>) -> usize {
+    let mut removed = 0;
+    groups.retain_mut(|group| {
+        let Some(hooks) = group.get_mut("hooks").and_then(Value::as_array_mut) else {
+            return true;
+        };
+        let before = hooks.len();
+        hooks.retain(|h| !is_nd7_hook(h));
+        removed += before - hooks.len();
+        !(hooks.is_empty() && before > 0)
+    });
+    removed
+}
+
+/// Adds (or brings up to date) nd7's entry for every recorded event, with
+/// `nd7` as the command. Keeps every other key, hook and the order of both.
+pub fn install(text: Option<&str>, nd7: &str) -> Result<Merged, MergeError> {
+    let mut settings = parse(text)?;
+    let original = settings.clone();
+    let hooks = settings
+        .entry("hooks")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+        .ok_or(MergeError::HooksNotObject)?;
+    let mut changes = Vec::new();
+    for event in recorded_events() {
+        let wanted = json!({ "hooks": [nd7_hook(nd7, event)] });
+        let groups = hooks
+            .entry(event)
+            .or_insert_with(|| Value::Array(Vec::new()))
+            .as_array_mut()
+            .ok_or_else(|| MergeError::EventNotList(event.to_string()))?;
+        // Already exactly right, once: leave the file alone.
+        let ours: Vec<&Value> = groups
+            .iter()
+            .filter(|g| {
+                g["hooks"]
+                    .as_array()
+                    .is_some_and(|h| h.iter().any(is_nd7_hook))
+            })
+            .collect();
+        if ours.len() == 1 && *ours[0] == wanted {
+            continue;
+        }
+        let removed = strip_nd7(groups);
+        groups.push(wanted);
+        changes.push(if removed > 0 {
+            Change::Replaced(event.to_string())
+        } else {
+            Change::Added(event.to_string())
+        });
+    }
+    Ok(finish(settings, &original, changes))
+}
+
+/// Takes out every nd7 entry, and only those. Lists and objects that held
+/// nothing but nd7's entries go too.
+pub fn uninstall(text: Option<&str>) -> Result<Merged, MergeError> {
+    let mut settings = parse(text)?;
+    let original = settings.clone();
+    let mut changes = Vec::new();
+    if let Some(hooks) = settings.get_mut("hooks") {
+        let hooks = hooks.as_object_mut().ok_or(MergeError::HooksNotObject)?;
+        let mut emptied = Vec::new();
+        for (event, groups) in hooks.iter_mut() {
+            let Some(groups) = groups.as_array_mut() else {
+                continue;
+            };
+            if strip_nd7(groups) > 0 {
+                changes.push(Change::Removed(event.clone()));
+                if groups.is_empty() {
+                    emptied.push(event.clone());
+                }
+            }
+        }
+        for event in &emptied {
+            hooks.shift_remove(event);
+        }
+        if hooks.is_empty() && !emptied.is_empty() {
+            settings.shift_remove("hooks");
+        }
+    }
+    Ok(finish(settings, &original, changes))
+}
+
+fn finish(
+    settings: Map<String, Value>,
+    original: &Map<String, Value>,
+    changes: Vec<Change>,
+) -> Merged {
+    let text = (settings != *original || !changes.is_empty()).then(|| render(&settings));
+    Merged { text, changes }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ND7: &str = "/home/u/.cargo/bin/nd7";
+
+    fn installed(text: Option<&str>) -> String {
+        install(text, ND7).expect("merges").text.expect("changed")
+    }
+
+    #[test]
+    fn no_file_gets_every_recorded_event() {
+        let out: Value = serde_json::from_str(&installed(None)).expect("json");
+        let hooks = out["hooks"].as_object().expect("hooks");
+        assert_eq!(hooks.len(), HookEvent::NAMES.len() - UNREGISTERED.len());
+        assert!(!hooks.contains_key("MessageDisplay") && !hooks.contains_key("PostToolBatch"));
+        assert_eq!(
+            hooks["PreToolUse"],
+            json!([{"hooks": [{"type": "command", "command": ND7, "args": ["record"]}]}])
+        );
+        assert_eq!(hooks["SessionEnd"][0]["hooks"][0]["timeout"], 10);
+    }
+
+    #[test]
+    fn the_users_keys_hooks_and_order_are_kept() {
+        let mine = r#"{"model":"opus","hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"/usr/bin/mine"}]}]},"zzz":{"b":1,"a":2}}"#;
+        let out: Value = serde_json::from_str(&installed(Some(mine))).expect("json");
+        let keys: Vec<&String> = out.as_object().expect("object").keys().collect();
+        assert_eq!(keys, ["model", "hooks", "zzz"]);
+        let zzz: Vec<&String> = out["zzz"].as_object().expect("object").keys().collect();
+        assert_eq!(zzz, ["b", "a"]);
+        let pre = out["hooks"]["PreToolUse"].as_array().expect("list");
+        assert_eq!(pre[0]["hooks"][0]["command"], "/usr/bin/mine");
+        assert_eq!(pre[1]["hooks"][0]["command"], ND7);
+        let events: Vec<&String> = out["hooks"].as_object().expect("object").keys().collect();
+        assert_eq!(events[0], "PreToolUse", "the user's event stays first");
+    }
+
+    #[test]
+    fn older_nd7_entries_are_replaced_not_duplicated() {
+        let old = r#"{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"/opt/old/nd7 record"},{"type":"command","command":"/usr/bin/keep"}]}],"PreToolUse":[{"hooks":[{"type":"command","command":"/usr/local/Cellar/nd7/0.1/bin/nd7","args":["record"]}]}]}}"#;
+        let merged = install(Some(old), ND7).expect("merges");
+        assert!(merged.changes.contains(&Change::Replaced("Stop".into())));
+        assert!(
+            merged
+                .changes
+                .contains(&Change::Replaced("PreToolUse".into()))
+        );
+        let out: Value = serde_json::from_str(&merged.text.expect("changed")).expect("json");
+        assert_eq!(
+            out["hooks"]["Stop"],
+            json!([
+                {"hooks": [{"type": "command", "command": "/usr/bin/keep"}]},
+                {"hooks": [{"type": "command", "command": ND7, "args": ["record"]}]}
+            ])
+        );
+        assert_eq!(out["hooks"]["PreToolUse"].as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn a_second_run_changes_nothing() {
+        let once = installed(Some(r#"{"a":1}"#));
+        let twice = install(Some(&once), ND7).expect("merges");
+        assert_eq!(
+            twice,
+            Merged {
+                text: None,
+                changes: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn uninstall_takes_out_only_nd7() {
+        let mine = r#"{"model":"opus","hooks":{"Stop":[{"hooks":[{"type":"command","command":"/usr/bin/mine"}]}]}}"#;
+        let with_nd7 = installed(Some(mine));
+        let out = uninstall(Some(&with_nd7)).expect("unmerges");
+        assert!(out.changes.iter().all(|c| matches!(c, Change::Removed(_))));
+        let back: Value = serde_json::from_str(&out.text.expect("changed")).expect("json");
+        assert_eq!(back, serde_json::from_str::<Value>(mine).expect("json"));
+        // From nothing and back to nothing: no empty "hooks" left behind.
+        let back: Value = serde_json::from_str(
+            &uninstall(Some(&installed(None)))
+                .expect("ok")
+                .text
+                .expect("changed"),
+        )
+        .expect("json");
+        assert_eq!(back, json!({}));
+        assert_eq!(uninstall(Some(mine)).expect("ok").text, None);
+    }
+
+    #[test]
+    fn broken_json_is_refused_with_its_position() {
+        let err = install(Some("{\n  \"a\": 1,\n  oops\n}"), ND7).expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                MergeError::Json {
+                    line: 3,
+                    column: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(matches!(
+            install(Some("[1]"), ND7),
+            Err(MergeError::NotObject)
+        ));
+        assert!(matches!(
+            install(Some(r#"{"hooks":[]}"#), ND7),
+            Err(MergeError::HooksNotObject)
+        ));
+        assert!(matches!(
+            install(Some(r#"{"hooks":{"Stop":{}}}"#), ND7),
+            Err(MergeError::EventNotList(_))
+        ));
+    }
+
+    #[test]
+    fn recognises_nd7_entries_and_nothing_else() {
+        for yes in [
+            json!({"type": "command", "command": "/x/nd7", "args": ["record"]}),
+            json!({"type": "command", "command": "nd7", "args": ["record"]}),
+            json!({"type": "command", "command": "/x/nd7 record"}),
+        ] {
+            assert!(is_nd7_hook(&yes), "{yes}");
+        }
+        for no in [
+            json!({"type": "command", "command": "/x/nd7", "args": ["verify"]}),
+            json!({"type": "command", "command": "/x/nd7x", "args": ["record"]}),
+            json!({"type": "command", "command": "/x/nd7 record --other"}),
+            json!({"type": "http", "url": "http://x/nd7 record"}),
+            json!({"type": "command", "command": "echo nd7 record; nd7 record"}),
+        ] {
+            assert!(!is_nd7_hook(&no), "{no}");
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! `nd7 setup`: wires `nd7 record` into Claude Code's user settings and
+//! installs shell completions. Everything it changes it prints, `--dry-run`
+//! changes nothing, and `--uninstall` takes back exactly what it added.
+//!
+//! The decisions are pure ([`merge`], [`stable_path`], [`private_problem`]);
+//! this module reads and writes the files around them.
+
+pub mod merge;
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::cli::Shell;
+use merge::{MergeError, Merged};
+
+/// The first Claude Code with exec-form hooks (`args`), which nd7 registers.
+pub const MIN_CLAUDE: (u32, u32, u32) = (2, 1, 139);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot find the home directory: set HOME")]
+    NoHome,
+    #[error("{}: {source}; the file was left as it was", path.display())]
+    Settings { path: PathBuf, source: MergeError },
+    #[error("{}: cannot {action}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: io::Error,
+    },
+    #[error(
+        "nd7 runs from the Nix store ({}) and no profile links to it; install it into a profile (nix profile install, home-manager) and run setup from there",
+        exe.display()
+    )]
+    NixStoreOnly { exe: PathBuf },
+}
+
+fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> SetupError + 'a {
+    move |source| SetupError::Io {
+        path: path.to_path_buf(),
+        action,
+        source,
+    }
+}
+
+/// What `nd7 setup` was asked to do.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub settings: Option<PathBuf>,
+    pub dry_run: bool,
+    pub uninstall: bool,
+}
+
+/// What it did (or, with `--dry-run`, would do), one line each, and what the
+/// user should look at.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub done: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// The path setup writes into the settings for `exe`, the running binary: one
+/// that survives upgrades. A Homebrew Cellar path becomes the `opt` link; a
+/// Nix store path becomes the first profile that has `nd7`; anything else
+/// (`~/.cargo/bin/nd7`, a prefix install) is used as it is.
+pub fn stable_path(
+    exe: &Path,
+    home: &Path,
+    exists: impl Fn(&Path) -> bool,
+) -> Result<PathBuf, SetupError> {
+    let text = exe.to_string_lossy();
+    if let Some(at) = text.find("/Cellar/nd7/") {
+        let prefix = Path::new(&text[..at]);
+        let opt = prefix.join("opt/nd7/bin/nd7");
+        return Ok(if exists(&opt) {
+            opt
+        } else {
+            prefix.join("bin/nd7")
+        });
+    }
+    if text.starts_with("/nix/store/") {
+        let user = std::env::var("USER").unwrap_or_default();
+        let candidates = [
+            home.join(".nix-profile/bin/nd7"),
+            PathBuf::from(format!("/etc/profiles/per-user/{user}/bin/nd7")),
+            PathBuf::from("/run/current-system/sw/bin/nd7"),
+        ];
+        return candidates.into_iter().find(|c| exists(c)).ok_or_else(|| {
+            SetupError::NixStoreOnly {
+                exe: exe.to_path_buf(),
+            }
+        });
+    }
+    Ok(exe.to_path_buf())
+}
+
+/// Why a file or directory that nd7's sandbox will trust is not private to
+/// its owner: writable by group or others, or owned by someone other than the
+/// user and root. `None` when it is fine.
+pub fn private_problem(mode: u32, owner: u32, me: u32) -> Option<String> {
+    if owner != me && owner != 0 {
+        return Some(format!(
+            "is owned by uid {owner}, neither you (uid {me}) nor root"
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Some(format!(
+            "is writable by {} (mode {:o})",
+            if mode & 0o002 != 0 {
+                "anyone"
+            } else {
+                "its group"
+            },
+            mode & 0o7777
+        ));
+    }
+    None
+}
+
+/// Parses `claude --version` output ("2.1.197 (Claude Code)").
+pub fn parse_claude_version(text: &str) -> Option<(u32, u32, u32)> {
+    let word = text.split_whitespace().next()?;
+    let mut parts = word.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
+}
+
+/// Where setup puts each shell's completions, under the user's home. bash
+/// (bash-completion ≥ 2.2) and fish look there by themselves; zsh needs the
+/// directory in `fpath`, which setup says.
+pub fn completion_path(shell: Shell, home: &Path) -> PathBuf {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| home.join(".local/share"));
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| home.join(".config"));
+    match shell {
+        Shell::Bash => data.join("bash-completion/completions/nd7"),
+        Shell::Zsh => data.join("zsh/site-functions/_nd7"),
+        Shell::Fish => config.join("fish/completions/nd7.fish"),
+    }
+}
+
+/// Runs setup for the binary at `exe`.
+pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
+    let home = std::env::home_dir()
+        .filter(|h| h.is_absolute())
+        .ok_or(SetupError::NoHome)?;
+    let mut report = Report::default();
+    let verb = if options.dry_run {
+        "would write"
+    } else {
+        "wrote"
+    };
+
+    // Settings. A symlinked settings file (dotfile managers) is changed where
+    // it points, so the link survives.
+    let settings = options
+        .settings
+        .clone()
+        .unwrap_or_else(|| home.join(".claude/settings.json"));
+    let settings = fs::canonicalize(&settings).unwrap_or(settings);
+    let text = match fs::read_to_string(&settings) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_err(&settings, "read")(e)),
+    };
+    let nd7 = stable_path(exe, &home, Path::exists)?;
+    let merged = if options.uninstall {
+        merge::uninstall(text.as_deref())
+    } else {
+        merge::install(text.as_deref(), &nd7.to_string_lossy())
+    }
+    .map_err(|source| SetupError::Settings {
+        path: settings.clone(),
+        source,
+    })?;
+    for change in &merged.changes {
+        report
+            .done
+            .push(format!("{}: {change}", settings.display()));
+    }
+    match (&merged, options.dry_run) {
+        (Merged { text: None, .. }, _) => report
+            .done
+            .push(format!("{}: nothing to change", settings.display())),
+        (
+            Merged {
+                text: Some(new), ..
+            },
+            false,
+        ) => {
+            if let Some(backup) = write_settings(&settings, text.as_deref(), new)? {
+                report.done.push(format!(
+                    "{}: previous version kept as {}",
+                    settings.display(),
+                    backup.display()
+                ));
+            }
+        }
+        (Merged { text: Some(_), .. }, true) => report.done.push(format!(
+            "{}: {verb} these changes (dry run: nothing written)",
+            settings.display()
+        )),
+    }
+
+    // Completions.
+    for shell in Shell::ALL {
+        let path = completion_path(shell, &home);
+        if options.uninstall {
+            if path.exists() {
+                if !options.dry_run {
+                    fs::remove_file(&path).map_err(io_err(&path, "remove"))?;
+                }
+                report
+                    .done
+                    .push(format!("{}: removed completions", path.display()));
+            }
+            continue;
+        }
+        let script = shell.completions();
+        if fs::read(&path).ok().as_deref() == Some(&script[..]) {
+            continue;
+        }
+        if !options.dry_run {
+            write_file(&path, &script, 0o644)?;
+        }
+        report
+            .done
+            .push(format!("{}: {verb} {shell:?} completions", path.display()));
+        if shell == Shell::Zsh {
+            report.warnings.push(format!(
+                "zsh finds the completions only if {} is in fpath (add `fpath+=({})` to ~/.zshrc before compinit)",
+                path.parent().unwrap_or(&path).display(),
+                path.parent().unwrap_or(&path).display()
+            ));
+        }
+    }
+    if options.uninstall {
+        return Ok(report);
+    }
+
+    // Checks that change nothing.
+    match claude_version() {
+        None => report.warnings.push(
+            "Claude Code (`claude`) is not on PATH: the hooks take effect once it is installed".into(),
+        ),
+        Some((text, None)) => report.warnings.push(format!("cannot read Claude Code's version from {text:?}")),
+        Some((_, Some(v))) if v < MIN_CLAUDE => report.warnings.push(format!(
+            "Claude Code {}.{}.{} is older than {}.{}.{}, the first to run exec-form hooks: nd7's hooks will not run until you upgrade it",
+            v.0, v.1, v.2, MIN_CLAUDE.0, MIN_CLAUDE.1, MIN_CLAUDE.2
+        )),
+        Some(_) => {}
+    }
+    let me = rustix::process::getuid().as_raw();
+    for path in [Some(nd7.clone()), nd7.parent().map(Path::to_path_buf)]
+        .into_iter()
+        .flatten()
+    {
+        if let Ok(meta) = fs::metadata(&path)
+            && let Some(problem) = private_problem(meta.permissions().mode(), meta.uid(), me)
+        {
+            report.warnings.push(format!(
+                "{} {problem}: nd7 run will refuse to start until only you (or root) can change it (chmod go-w {})",
+                path.display(),
+                path.display()
+            ));
+        }
+    }
+    Ok(report)
+}
+
+/// `claude --version`'s text and the version read from it, or `None` when
+/// `claude` cannot be run.
+#[allow(clippy::type_complexity)]
+fn claude_version() -> Option<(String, Option<(u32, u32, u32)>)> {
+    let out = std::process::Command::new("claude")
+        .arg("--version")
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let version = parse_claude_version(&text);
+    Some((text, version))
+}
+
+/// Replaces the settings file through a temporary file and a rename, keeping
+/// its mode, after copying the original aside. Returns the backup's path.
+fn write_settings(
+    path: &Path,
+    original: Option<&str>,
+    new: &str,
+) -> Result<Option<PathBuf>, SetupError> {
+    let mode = fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o7777);
+    let backup = match original {
+        Some(text) => {
+            let backup = path.with_file_name(format!(
+                "{}.nd7-backup",
+                path.file_name()
+                    .map_or_else(|| "settings.json".into(), |n| n.to_string_lossy())
+            ));
+            write_file(&backup, text.as_bytes(), mode)?;
+            Some(backup)
+        }
+        None => None,
+    };
+    write_file(path, new.as_bytes(), mode)?;
+    Ok(backup)
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, then a rename.
+fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SetupError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).map_err(io_err(dir, "create"))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.nd7-tmp",
+        path.file_name()
+            .map_or_else(|| "file".into(), |n| n.to_string_lossy())
+    ));
+    fs::write(&tmp, bytes).map_err(io_err(&tmp, "write"))?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).map_err(io_err(&tmp, "chmod"))?;
+    fs::rename(&tmp, path).map_err(io_err(path, "replace"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stable_paths_survive_upgrades() {
+        let home = Path::new("/home/u");
+        let cellar = Path::new("/opt/homebrew/Cellar/nd7/0.3.1/bin/nd7");
+        let opt = Path::new("/opt/homebrew/opt/nd7/bin/nd7");
+        assert_eq!(stable_path(cellar, home, |p| p == opt).expect("ok"), opt);
+        assert_eq!(
+            stable_path(cellar, home, |_| false).expect("ok"),
+            Path::new("/opt/homebrew/bin/nd7")
+        );
+        let store = Path::new("/nix/store/abc-nd7-0.3.1/bin/nd7");
+        let profile = home.join(".nix-profile/bin/nd7");
+        assert_eq!(
+            stable_path(store, home, |p| p == profile).expect("ok"),
+            profile
+        );
+        assert!(matches!(
+            stable_path(store, home, |_| false),
+            Err(SetupError::NixStoreOnly { .. })
+        ));
+        let cargo = Path::new("/home/u/.cargo/bin/nd7");
+        assert_eq!(stable_path(cargo, home, |_| false).expect("ok"), cargo);
+    }
+
+    #[test]
+    fn only_private_paths_pass() {
+        assert_eq!(private_problem(0o755, 1000, 1000), None);
+        assert_eq!(private_problem(0o755, 0, 1000), None);
+        assert!(
+            private_problem(0o775, 1000, 1000)
+                .expect("group")
+                .contains("its group")
+        );
+        assert!(
+            private_problem(0o777, 0, 1000)
+                .expect("anyone")
+                .contains("anyone")
+        );
+        assert!(
+            private_problem(0o755, 1001, 1000)
+                .expect("owner")
+                .contains("uid 1001")
+        );
+    }
+
+    #[test]
+    fn claude_versions_parse_and_compare() {
+        assert_eq!(
+            parse_claude_version("2.1.197 (Claude Code)"),
+            Some((2, 1, 197))
+        );
+        assert_eq!(parse_claude_version("garbage"), None);
+        assert!(parse_claude_version("2.1.138 (Claude Code)").expect("v") < MIN_CLAUDE);
+        assert!(parse_claude_version("2.1.332 (Claude Code)").expect("v") >= MIN_CLAUDE);
+    }
+}

@@ -1,0 +1,281 @@
+//! `nd7 setup` through the real binary, against a temporary HOME.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new() -> Home {
+        Home {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn settings(&self) -> PathBuf {
+        self.dir.path().join(".claude/settings.json")
+    }
+
+    fn setup(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_nd7"))
+            .arg("setup")
+            .args(args)
+            .env("HOME", self.dir.path())
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            // No claude on PATH: setup warns and carries on.
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .expect("run nd7 setup")
+    }
+
+    fn write_settings(&self, text: &str) {
+        std::fs::create_dir_all(self.settings().parent().expect("dir")).expect("mkdir");
+        std::fs::write(self.settings(), text).expect("write settings");
+    }
+
+    fn read_settings(&self) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(self.settings()).expect("read"))
+            .expect("json")
+    }
+}
+
+fn nd7_path() -> String {
+    Path::new(env!("CARGO_BIN_EXE_nd7")).display().to_string()
+}
+
+#[test]
+fn setup_on_no_settings_registers_every_recorded_event() {
+    let home = Home::new();
+    let out = home.setup(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let settings = home.read_settings();
+    let hooks = settings["hooks"].as_object().expect("hooks");
+    assert_eq!(hooks.len(), 32);
+    assert!(!hooks.contains_key("MessageDisplay") && !hooks.contains_key("PostToolBatch"));
+    assert_eq!(
+        hooks["PostToolUseFailure"],
+        json!([{"hooks": [{"type": "command", "command": nd7_path(), "args": ["record"]}]}])
+    );
+    assert_eq!(hooks["SessionEnd"][0]["hooks"][0]["timeout"], 10);
+    assert!(
+        stdout(&out).contains("+ PreToolUse: added nd7 record"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("not on PATH"), "{}", stderr(&out));
+    for f in [
+        ".local/share/bash-completion/completions/nd7",
+        ".local/share/zsh/site-functions/_nd7",
+        ".config/fish/completions/nd7.fish",
+    ] {
+        assert!(home.dir.path().join(f).exists(), "{f}");
+    }
+}
+
+#[test]
+fn setup_keeps_the_users_keys_hooks_and_order_and_backs_up() {
+    let home = Home::new();
+    let mine = r#"{
+  "permissions": {"allow": ["Bash(git *)"]},
+  "hooks": {
+    "Stop": [{"hooks": [{"type": "command", "command": "/usr/local/bin/notify"}]}],
+    "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "/old/nd7 record"}]}]
+  },
+  "model": "opus"
+}"#;
+    home.write_settings(mine);
+    let out = home.setup(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let s = home.read_settings();
+    let keys: Vec<&String> = s.as_object().expect("object").keys().collect();
+    assert_eq!(keys, ["permissions", "hooks", "model"]);
+    let events: Vec<&String> = s["hooks"].as_object().expect("hooks").keys().collect();
+    assert_eq!(&events[..2], ["Stop", "PreToolUse"]);
+    assert_eq!(
+        s["hooks"]["Stop"][0]["hooks"][0]["command"],
+        "/usr/local/bin/notify"
+    );
+    assert_eq!(s["hooks"]["Stop"].as_array().map(Vec::len), Some(2));
+    // The old shell-form nd7 entry is replaced, and its emptied group goes.
+    assert_eq!(
+        s["hooks"]["PreToolUse"],
+        json!([{"hooks": [{"type": "command", "command": nd7_path(), "args": ["record"]}]}])
+    );
+    assert!(
+        stdout(&out).contains("~ PreToolUse: replaced"),
+        "{}",
+        stdout(&out)
+    );
+    let backup = home.settings().with_file_name("settings.json.nd7-backup");
+    assert_eq!(std::fs::read_to_string(backup).expect("backup"), mine);
+}
+
+#[test]
+fn a_second_setup_changes_nothing() {
+    let home = Home::new();
+    assert!(home.setup(&[]).status.success());
+    let first = std::fs::read(home.settings()).expect("read");
+    let modified = std::fs::metadata(home.settings())
+        .expect("stat")
+        .modified()
+        .expect("mtime");
+    let out = home.setup(&[]);
+    assert!(out.status.success());
+    assert!(
+        stdout(&out).contains("nothing to change"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!stdout(&out).contains("completions"), "{}", stdout(&out));
+    assert_eq!(std::fs::read(home.settings()).expect("read"), first);
+    assert_eq!(
+        std::fs::metadata(home.settings())
+            .expect("stat")
+            .modified()
+            .expect("mtime"),
+        modified
+    );
+}
+
+#[test]
+fn dry_run_writes_nothing() {
+    let home = Home::new();
+    let out = home.setup(&["--dry-run"]);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("dry run"), "{}", stdout(&out));
+    assert!(!home.settings().exists());
+    assert!(!home.dir.path().join(".local").exists());
+}
+
+#[test]
+fn uninstall_removes_only_what_setup_added() {
+    let home = Home::new();
+    let mine = r#"{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"/usr/local/bin/notify"}]}]},"model":"opus"}"#;
+    home.write_settings(mine);
+    assert!(home.setup(&[]).status.success());
+    let out = home.setup(&["--uninstall"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        home.read_settings(),
+        serde_json::from_str::<Value>(mine).expect("json")
+    );
+    assert!(
+        !home
+            .dir
+            .path()
+            .join(".config/fish/completions/nd7.fish")
+            .exists()
+    );
+}
+
+#[test]
+fn broken_settings_are_refused_with_line_and_column_and_left_untouched() {
+    let home = Home::new();
+    let broken = "{\n  \"model\": \"opus\",\n  \"hooks\": {\n}\n";
+    home.write_settings(broken);
+    let out = home.setup(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("settings.json: line 5, column 0"), "{err}");
+    assert!(err.contains("left as it was"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(home.settings()).expect("read"),
+        broken
+    );
+    assert!(
+        !home
+            .settings()
+            .with_file_name("settings.json.nd7-backup")
+            .exists()
+    );
+}
+
+#[test]
+fn a_symlinked_settings_file_stays_a_symlink() {
+    let home = Home::new();
+    let real = home.dir.path().join("dotfiles/claude-settings.json");
+    std::fs::create_dir_all(real.parent().expect("dir")).expect("mkdir");
+    std::fs::write(&real, "{}").expect("write");
+    std::fs::create_dir_all(home.settings().parent().expect("dir")).expect("mkdir");
+    std::os::unix::fs::symlink(&real, home.settings()).expect("symlink");
+    assert!(home.setup(&[]).status.success());
+    assert!(
+        std::fs::symlink_metadata(home.settings())
+            .expect("lstat")
+            .file_type()
+            .is_symlink()
+    );
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(&real).expect("read")).expect("json");
+    assert!(s["hooks"]["PreToolUse"].is_array());
+}
+
+#[test]
+fn committed_completions_are_current() {
+    for shell in nd7_core::cli::Shell::ALL {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("completions")
+            .join(shell.file_name());
+        let committed = std::fs::read(&path).unwrap_or_default();
+        assert!(
+            committed == shell.completions(),
+            "{} is stale: run `cargo run -- completions {:?} > {}`",
+            path.display(),
+            shell,
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn completions_load_in_bash_zsh_and_fish() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("completions");
+    let checks = [
+        (
+            "bash",
+            format!(
+                "source '{}' && complete -p nd7",
+                dir.join("nd7.bash").display()
+            ),
+        ),
+        (
+            "zsh",
+            format!(
+                // compinit replaces its dump file: a scratch one, never /dev/null.
+                "autoload -Uz compinit && compinit -u -d \"$HOME/zcompdump\" && source '{}'",
+                dir.join("_nd7").display()
+            ),
+        ),
+        (
+            "fish",
+            format!(
+                "source '{}' && complete -c nd7 | grep -q verify",
+                dir.join("nd7.fish").display()
+            ),
+        ),
+    ];
+    for (shell, script) in checks {
+        let home = tempfile::tempdir().expect("tempdir");
+        let out = Command::new(shell)
+            .args(["-c", &script])
+            .env("HOME", home.path())
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("{shell} must be installed for this test ({e}); .ci/run installs it")
+            });
+        assert!(
+            out.status.success(),
+            "{shell}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert_eq!(stderr(&out), "", "{shell} complained");
+    }
+}
