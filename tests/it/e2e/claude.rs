@@ -10,33 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use nd7_core::hook::HookEvent;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub const DEFAULT_VERSION: &str = "2.1.197";
 
-/// Events nd7 registers for: all but the two ADR-0006 leaves out.
-pub fn recorded_events() -> Vec<&'static str> {
-    HookEvent::NAMES
-        .iter()
-        .copied()
-        .filter(|e| *e != "MessageDisplay" && *e != "PostToolBatch")
-        .collect()
-}
-
-/// The hook settings `nd7 setup` will write: exec form, `nd7 record`, an
-/// explicit timeout on SessionEnd.
-pub fn nd7_settings(nd7: &Path) -> Value {
-    let mut hooks = serde_json::Map::new();
-    for event in recorded_events() {
-        let mut hook = json!({"type": "command", "command": nd7, "args": ["record"]});
-        if event == "SessionEnd" {
-            hook["timeout"] = json!(10);
-        }
-        hooks.insert(event.into(), json!([{ "hooks": [hook] }]));
-    }
-    json!({ "hooks": hooks })
-}
+/// Claude Code runs with the system's PATH only: a developer's shims (pyenv,
+/// nvm) are not part of what is being tested.
+const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 pub fn version() -> String {
     std::env::var("ND7_E2E_CLAUDE_VERSION").unwrap_or_else(|_| DEFAULT_VERSION.to_string())
@@ -77,9 +57,16 @@ pub fn install(version: &str) -> PathBuf {
 }
 
 fn runs(bin: &Path, version: &str) -> bool {
-    Command::new(bin).arg("--version").output().is_ok_and(|o| {
-        o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with(version)
-    })
+    Command::new(bin)
+        .arg("--version")
+        .env_clear()
+        .env("PATH", SYSTEM_PATH)
+        .env("HOME", bin.parent().unwrap_or(Path::new("/")))
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|o| {
+            o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with(version)
+        })
 }
 
 /// One headless run of Claude Code in a scratch home and project.
@@ -130,12 +117,20 @@ impl Workspace {
 pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> Run {
     let Workspace { home, project } = workspace;
     let state = home.path().join(".local/state");
+    // The hooks are the ones `nd7 setup` writes, written by it.
     let settings = home.path().join("nd7-settings.json");
-    std::fs::write(
-        &settings,
-        nd7_settings(Path::new(env!("CARGO_BIN_EXE_nd7"))).to_string(),
-    )
-    .expect("write settings");
+    let setup = Command::new(env!("CARGO_BIN_EXE_nd7"))
+        .args(["setup", "--settings"])
+        .arg(&settings)
+        .env("HOME", home.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run nd7 setup");
+    assert!(
+        setup.status.success(),
+        "nd7 setup: {}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
     let mut child = Command::new(claude)
         .args(["-p", prompt, "--settings"])
         .arg(&settings)
@@ -152,7 +147,7 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         ])
         .current_dir(&project)
         .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("PATH", SYSTEM_PATH)
         .env("HOME", home.path())
         .env("XDG_STATE_HOME", &state)
         .env("ANTHROPIC_BASE_URL", api_url)
@@ -168,6 +163,21 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         .stderr(File::create(home.path().join("claude.stderr")).expect("stderr file"))
         .spawn()
         .expect("start claude");
+    std::thread::sleep(Duration::from_millis(30));
+    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| {
+                    format!(
+                        "{}->{:?}",
+                        e.file_name().to_string_lossy(),
+                        std::fs::read_link(e.path()).ok()
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    eprintln!("CLAUDE FDS {fds:?}");
     // Claude Code must finish a scripted session in well under this; a hang
     // is a failure, not a wait.
     let deadline = Instant::now() + Duration::from_secs(180);

@@ -172,6 +172,8 @@ fn a_plain_session_is_recorded_in_order_and_verifies() {
         "hello-e2e\n"
     );
     let prompt = &s.of_kind("prompt")[0];
+    // Exactly the prompt given: Claude Code appends whatever its stdin holds,
+    // which once caught a test that had turned /dev/null into a file.
     assert_eq!(prompt["body"]["prompt"], "run the scripted session");
 
     let write_call = s.of_kind("tool_call")[1];
