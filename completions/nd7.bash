@@ -19,6 +19,9 @@ _nd7() {
             nd7,completions)
                 cmd="nd7__subcmd__completions"
                 ;;
+            nd7,doctor)
+                cmd="nd7__subcmd__doctor"
+                ;;
             nd7,help)
                 cmd="nd7__subcmd__help"
                 ;;
@@ -33,6 +36,9 @@ _nd7() {
                 ;;
             nd7__subcmd__help,completions)
                 cmd="nd7__subcmd__help__subcmd__completions"
+                ;;
+            nd7__subcmd__help,doctor)
+                cmd="nd7__subcmd__help__subcmd__doctor"
                 ;;
             nd7__subcmd__help,help)
                 cmd="nd7__subcmd__help__subcmd__help"
@@ -53,7 +59,7 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify setup completions help"
+            opts="-h -V --help --version record verify setup doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -80,8 +86,26 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__doctor)
+            opts="-h --settings --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --settings)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help)
-            opts="record verify setup completions help"
+            opts="record verify setup doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -95,6 +119,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__doctor)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

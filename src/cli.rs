@@ -53,6 +53,14 @@ pub enum Command {
         #[arg(long)]
         uninstall: bool,
     },
+    /// Say what is installed and working, and the command that fixes what is not.
+    ///
+    /// Exits 0 when every check passes, 1 otherwise. Changes nothing.
+    Doctor {
+        /// Settings file to check [default: ~/.claude/settings.json].
+        #[arg(long, value_name = "FILE")]
+        settings: Option<PathBuf>,
+    },
     /// Print a shell completion script.
     Completions {
         #[arg(value_enum)]

@@ -43,10 +43,28 @@ fn main() -> ExitCode {
             dry_run,
             uninstall,
         }),
+        Command::Doctor { settings } => run_doctor(settings.as_deref()),
         Command::Completions { shell } => {
             let _ = std::io::stdout().write_all(&shell.completions());
             ExitCode::SUCCESS
         }
+    }
+}
+
+fn run_doctor(settings: Option<&std::path::Path>) -> ExitCode {
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("nd7"));
+    let checks = setup::doctor(&exe, settings);
+    for check in &checks {
+        let mark = if check.ok { "ok  " } else { "FAIL" };
+        println!("{mark} {:<7} {}", check.name, check.detail);
+        if let Some(fix) = &check.fix {
+            println!("             fix: {fix}");
+        }
+    }
+    if checks.iter().all(|c| c.ok) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 

@@ -325,6 +325,203 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SetupError> {
     fs::rename(&tmp, path).map_err(io_err(path, "replace"))
 }
 
+/// One line of `nd7 doctor`: what was checked, whether it is fine, what was
+/// found, and the command that fixes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    pub detail: String,
+    pub fix: Option<String>,
+}
+
+/// What `nd7 doctor` reports for the binary at `exe`. Changes nothing.
+pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let home = std::env::home_dir().filter(|h| h.is_absolute());
+    let nd7 = home
+        .as_deref()
+        .and_then(|h| stable_path(exe, h, Path::exists).ok())
+        .unwrap_or_else(|| exe.to_path_buf());
+
+    // The hooks: present for every recorded event and pointing at this nd7.
+    let settings = settings
+        .map(Path::to_path_buf)
+        .or_else(|| home.as_deref().map(|h| h.join(".claude/settings.json")));
+    checks.push(match settings.as_deref().map(fs::read_to_string) {
+        None => Check {
+            name: "hooks",
+            ok: false,
+            detail: "cannot find the home directory".into(),
+            fix: Some("set HOME".into()),
+        },
+        Some(Err(e)) => Check {
+            name: "hooks",
+            ok: false,
+            detail: format!(
+                "{}: {e}",
+                settings.as_deref().unwrap_or(Path::new("?")).display()
+            ),
+            fix: Some("nd7 setup".into()),
+        },
+        Some(Ok(text)) => hooks_check(&text, &nd7.to_string_lossy()),
+    });
+
+    // The binary and its directory: nd7 run trusts both.
+    let me = rustix::process::getuid().as_raw();
+    let mut problems = Vec::new();
+    for path in [Some(nd7.clone()), nd7.parent().map(Path::to_path_buf)]
+        .into_iter()
+        .flatten()
+    {
+        match fs::metadata(&path) {
+            Ok(meta) => {
+                if let Some(p) = private_problem(meta.permissions().mode(), meta.uid(), me) {
+                    problems.push(format!("{} {p}", path.display()));
+                }
+            }
+            Err(e) => problems.push(format!("{}: {e}", path.display())),
+        }
+    }
+    checks.push(Check {
+        name: "binary",
+        ok: problems.is_empty(),
+        detail: if problems.is_empty() {
+            format!(
+                "{} {} and its directory are yours alone",
+                nd7.display(),
+                env!("CARGO_PKG_VERSION")
+            )
+        } else {
+            problems.join("; ")
+        },
+        fix: (!problems.is_empty()).then(|| {
+            format!(
+                "chmod go-w {} {}",
+                nd7.display(),
+                nd7.parent().unwrap_or(Path::new("/")).display()
+            )
+        }),
+    });
+
+    // Claude Code itself.
+    checks.push(match claude_version() {
+        None => Check {
+            name: "claude",
+            ok: false,
+            detail: "Claude Code (`claude`) is not on PATH".into(),
+            fix: Some("npm install -g @anthropic-ai/claude-code".into()),
+        },
+        Some((text, Some(v))) if v >= MIN_CLAUDE => Check {
+            name: "claude",
+            ok: true,
+            detail: text,
+            fix: None,
+        },
+        Some((text, _)) => Check {
+            name: "claude",
+            ok: false,
+            detail: format!(
+                "{text:?}: exec-form hooks need {}.{}.{} or newer",
+                MIN_CLAUDE.0, MIN_CLAUDE.1, MIN_CLAUDE.2
+            ),
+            fix: Some("claude update".into()),
+        },
+    });
+
+    // Where the logs go.
+    checks.push(match crate::session_log::state_dir() {
+        Err(e) => Check {
+            name: "logs",
+            ok: false,
+            detail: e.to_string(),
+            fix: Some("set HOME or XDG_STATE_HOME".into()),
+        },
+        Ok(state) => {
+            let sessions = crate::session_log::sessions_dir(&state);
+            // The nearest directory that exists is the one a first record
+            // will create the rest under.
+            let existing = sessions
+                .ancestors()
+                .find(|p| p.exists())
+                .unwrap_or(Path::new("/"));
+            let writable = rustix::fs::access(existing, rustix::fs::Access::WRITE_OK).is_ok();
+            let count = fs::read_dir(&sessions).map_or(0, |d| d.count());
+            Check {
+                name: "logs",
+                ok: writable,
+                detail: if writable {
+                    format!("{} ({count} sessions)", sessions.display())
+                } else {
+                    format!("{} is not writable", existing.display())
+                },
+                fix: (!writable).then(|| format!("chown -R \"$USER\" {}", existing.display())),
+            }
+        }
+    });
+    checks
+}
+
+fn hooks_check(text: &str, nd7: &str) -> Check {
+    let settings: serde_json::Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            return Check {
+                name: "hooks",
+                ok: false,
+                detail: format!(
+                    "the settings are not valid JSON (line {}, column {})",
+                    e.line(),
+                    e.column()
+                ),
+                fix: Some("fix the file, then nd7 setup".into()),
+            };
+        }
+    };
+    let mut missing = Vec::new();
+    let mut elsewhere = Vec::new();
+    let events: Vec<&str> = merge::recorded_events().collect();
+    for event in &events {
+        let ours: Vec<&serde_json::Value> = settings["hooks"][*event]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|g| g["hooks"].as_array())
+            .flatten()
+            .filter(|h| merge::is_nd7_hook(h))
+            .collect();
+        if ours.is_empty() {
+            missing.push(*event);
+        } else if !ours
+            .iter()
+            .any(|h| h["command"] == nd7 && h.get("args").is_some())
+        {
+            elsewhere.push(*event);
+        }
+    }
+    let ok = missing.is_empty() && elsewhere.is_empty();
+    let mut detail = format!(
+        "{} of {} events record with {nd7}",
+        events.len() - missing.len() - elsewhere.len(),
+        events.len()
+    );
+    if !missing.is_empty() {
+        detail.push_str(&format!("; missing: {}", missing.join(", ")));
+    }
+    if !elsewhere.is_empty() {
+        detail.push_str(&format!(
+            "; another nd7 or shell form: {}",
+            elsewhere.join(", ")
+        ));
+    }
+    Check {
+        name: "hooks",
+        ok,
+        detail,
+        fix: (!ok).then(|| "nd7 setup".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,6 +569,21 @@ mod tests {
                 .expect("owner")
                 .contains("uid 1001")
         );
+    }
+
+    #[test]
+    fn the_hooks_check_names_what_is_missing_or_stale() {
+        let nd7 = "/home/u/.cargo/bin/nd7";
+        let full = merge::install(None, nd7).expect("ok").text.expect("text");
+        assert!(hooks_check(&full, nd7).ok);
+        let stale = hooks_check(&full, "/other/nd7");
+        assert!(
+            !stale.ok && stale.detail.contains("another nd7"),
+            "{stale:?}"
+        );
+        let none = hooks_check("{}", nd7);
+        assert!(!none.ok && none.detail.starts_with("0 of 32"), "{none:?}");
+        assert!(!hooks_check("{", nd7).ok);
     }
 
     #[test]

@@ -279,3 +279,39 @@ fn completions_load_in_bash_zsh_and_fish() {
         assert_eq!(stderr(&out), "", "{shell} complained");
     }
 }
+
+#[test]
+fn doctor_reports_the_hooks_setup_wrote() {
+    let home = Home::new();
+    let doctor = |home: &Home| {
+        Command::new(env!("CARGO_BIN_EXE_nd7"))
+            .arg("doctor")
+            .env("HOME", home.dir.path())
+            .env("PATH", "/usr/bin:/bin")
+            .env_remove("XDG_STATE_HOME")
+            .output()
+            .expect("run nd7 doctor")
+    };
+    let before = doctor(&home);
+    assert_eq!(before.status.code(), Some(1));
+    assert!(
+        stdout(&before).contains("FAIL hooks"),
+        "{}",
+        stdout(&before)
+    );
+    assert!(
+        stdout(&before).contains("fix: nd7 setup"),
+        "{}",
+        stdout(&before)
+    );
+    assert!(home.setup(&[]).status.success());
+    let after = doctor(&home);
+    let text = stdout(&after);
+    assert!(
+        text.contains("ok   hooks   32 of 32 events record with"),
+        "{text}"
+    );
+    // No claude on this PATH: still a failure, with its fix.
+    assert!(text.contains("FAIL claude"), "{text}");
+    assert_eq!(after.status.code(), Some(1));
+}
