@@ -6,6 +6,7 @@
 //! this module reads and writes the files around them.
 
 pub mod merge;
+pub mod timer;
 
 use std::fs;
 use std::io;
@@ -240,8 +241,26 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
             ));
         }
     }
+    // The ship timer: only on an enrolled machine, and only if nothing else
+    // (brew services, a home-manager module) already runs nd7 ship.
     if options.uninstall {
+        report
+            .done
+            .extend(timer::uninstall(&home, options.dry_run)?);
         return Ok(report);
+    }
+    let enrolled =
+        crate::session_log::state_dir().is_ok_and(|state| state.join("vault/machine.id").exists());
+    if !enrolled {
+        report.done.push(
+            "ship timer: not installed: this machine is not enrolled with a vault, so there is nothing to ship yet".into(),
+        );
+    } else if let Some(who) = timer::managed_elsewhere(&home) {
+        report.done.push(format!("ship timer: left to {who}"));
+    } else {
+        let (done, warning) = timer::install(&home, &nd7, options.dry_run)?;
+        report.done.extend(done);
+        report.warnings.extend(warning);
     }
 
     // Checks that change nothing.

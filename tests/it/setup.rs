@@ -315,3 +315,95 @@ fn doctor_reports_the_hooks_setup_wrote() {
     assert!(text.contains("FAIL claude"), "{text}");
     assert_eq!(after.status.code(), Some(1));
 }
+
+#[test]
+fn the_ship_timer_waits_for_enrolment_and_uninstall_removes_it() {
+    let home = Home::new();
+    let out = home.setup(&[]);
+    assert!(
+        stdout(&out).contains("ship timer: not installed"),
+        "{}",
+        stdout(&out)
+    );
+    let units = home.dir.path().join(".config/systemd/user");
+    assert!(!units.join("nd7-ship.timer").exists());
+
+    // Enrolled (as far as setup can tell): the units are written. The user
+    // manager is not reachable here, which setup reports as a warning.
+    let vault = home.dir.path().join(".local/state/nd7/vault");
+    std::fs::create_dir_all(&vault).expect("mkdir");
+    std::fs::write(vault.join("machine.id"), "m-1\n").expect("write");
+    let out = home.setup(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let service = std::fs::read_to_string(units.join("nd7-ship.service")).expect("service written");
+    assert!(
+        service.contains(&format!("ExecStart=\"{}\" ship", nd7_path())),
+        "{service}"
+    );
+    assert!(units.join("nd7-ship.timer").exists());
+
+    let out = home.setup(&["--uninstall"]);
+    assert!(out.status.success());
+    assert!(
+        stdout(&out).contains("removed the ship timer"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!units.join("nd7-ship.service").exists() && !units.join("nd7-ship.timer").exists());
+}
+
+#[test]
+fn a_timer_brew_services_runs_is_left_to_it() {
+    let home = Home::new();
+    let vault = home.dir.path().join(".local/state/nd7/vault");
+    std::fs::create_dir_all(&vault).expect("mkdir");
+    std::fs::write(vault.join("machine.id"), "m-1\n").expect("write");
+    let brew = home
+        .dir
+        .path()
+        .join(".config/systemd/user/homebrew.nd7.timer");
+    std::fs::create_dir_all(brew.parent().expect("dir")).expect("mkdir");
+    std::fs::write(&brew, "[Timer]\n").expect("write");
+    let out = home.setup(&[]);
+    assert!(
+        stdout(&out).contains("ship timer: left to Homebrew"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!brew.with_file_name("nd7-ship.timer").exists());
+}
+
+#[test]
+fn the_timer_units_pass_systemd_analyze_and_the_plist_parses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nd7 = Path::new(env!("CARGO_BIN_EXE_nd7"));
+    let (service, timer) = nd7_core::setup::timer::systemd_units(nd7);
+    std::fs::write(dir.path().join("nd7-ship.service"), service).expect("write");
+    std::fs::write(dir.path().join("nd7-ship.timer"), timer).expect("write");
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(dir.path().join("nd7-ship.service"))
+        .arg(dir.path().join("nd7-ship.timer"))
+        .output()
+        .expect("systemd-analyze is needed for this test: apt-get install systemd");
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(stderr(&out), "", "systemd-analyze complained");
+
+    let plist = dir.path().join("dev.nd7.ship.plist");
+    std::fs::write(
+        &plist,
+        nd7_core::setup::timer::launchd_plist(Path::new("/Users/a&b/nd7")),
+    )
+    .expect("write");
+    let script = "import plistlib,sys; p=plistlib.load(open(sys.argv[1],'rb')); print(p['Label'], p['ProgramArguments'], p['StartInterval'])";
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&plist)
+        .output()
+        .expect("python3 is needed for this test");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "dev.nd7.ship ['/Users/a&b/nd7', 'ship'] 300"
+    );
+}
