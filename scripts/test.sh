@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs nd7's whole test suite, after making sure the tools it drives are here:
+# npm (the end-to-end tests install the real Claude Code), zsh and fish
+# (completions), ruby (the Homebrew formula), nix-instantiate (the flake),
+# systemd-analyze (the timer units) and python3 (the LaunchAgent plist).
+# As root on Debian or Ubuntu it installs what is missing; elsewhere it says
+# what to install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+declare -A package=([npm]="nodejs npm" [zsh]=zsh [fish]=fish [ruby]=ruby
+  [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3)
+missing=()
+for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3; do
+  command -v "$tool" >/dev/null || missing+=("${package[$tool]}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "test: installing ${missing[*]}" >&2
+    apt-get update -qq
+    # shellcheck disable=SC2068
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${missing[@]} >/dev/null
+  else
+    echo "test: install these first: ${missing[*]}" >&2
+    exit 2
+  fi
+fi
+exec cargo test --locked "$@"
