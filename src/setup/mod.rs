@@ -120,6 +120,23 @@ pub fn private_problem(mode: u32, owner: u32, me: u32) -> Option<String> {
     None
 }
 
+/// nd7 and the directory holding it, each with why it is not private to the
+/// user, if it is not (or cannot be read). `nd7 run` trusts both.
+pub fn binary_problems(nd7: &Path) -> Vec<(PathBuf, String)> {
+    let me = rustix::process::getuid().as_raw();
+    [Some(nd7.to_path_buf()), nd7.parent().map(Path::to_path_buf)]
+        .into_iter()
+        .flatten()
+        .filter_map(|path| {
+            let problem = match fs::metadata(&path) {
+                Ok(meta) => private_problem(meta.permissions().mode(), meta.uid(), me)?,
+                Err(e) => format!("cannot be read: {e}"),
+            };
+            Some((path, problem))
+        })
+        .collect()
+}
+
 /// Parses `claude --version` output ("2.1.197 (Claude Code)").
 pub fn parse_claude_version(text: &str) -> Option<(u32, u32, u32)> {
     let word = text.split_whitespace().next()?;
@@ -275,20 +292,12 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
         )),
         Some(_) => {}
     }
-    let me = rustix::process::getuid().as_raw();
-    for path in [Some(nd7.clone()), nd7.parent().map(Path::to_path_buf)]
-        .into_iter()
-        .flatten()
-    {
-        if let Ok(meta) = fs::metadata(&path)
-            && let Some(problem) = private_problem(meta.permissions().mode(), meta.uid(), me)
-        {
-            report.warnings.push(format!(
-                "{} {problem}: nd7 run will refuse to start until only you (or root) can change it (chmod go-w {})",
-                path.display(),
-                path.display()
-            ));
-        }
+    for (path, problem) in binary_problems(&nd7) {
+        report.warnings.push(format!(
+            "{} {problem}: nd7 run will refuse to start until only you (or root) can change it (chmod go-w {})",
+            path.display(),
+            path.display()
+        ));
     }
     Ok(report)
 }
@@ -387,21 +396,10 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
     });
 
     // The binary and its directory: nd7 run trusts both.
-    let me = rustix::process::getuid().as_raw();
-    let mut problems = Vec::new();
-    for path in [Some(nd7.clone()), nd7.parent().map(Path::to_path_buf)]
+    let problems: Vec<String> = binary_problems(&nd7)
         .into_iter()
-        .flatten()
-    {
-        match fs::metadata(&path) {
-            Ok(meta) => {
-                if let Some(p) = private_problem(meta.permissions().mode(), meta.uid(), me) {
-                    problems.push(format!("{} {p}", path.display()));
-                }
-            }
-            Err(e) => problems.push(format!("{}: {e}", path.display())),
-        }
-    }
+        .map(|(path, problem)| format!("{} {problem}", path.display()))
+        .collect();
     checks.push(Check {
         name: "binary",
         ok: problems.is_empty(),
