@@ -25,6 +25,9 @@ _nd7() {
             nd7,help)
                 cmd="nd7__subcmd__help"
                 ;;
+            nd7,hook-prefix)
+                cmd="nd7__subcmd__hook__subcmd__prefix"
+                ;;
             nd7,record)
                 cmd="nd7__subcmd__record"
                 ;;
@@ -43,6 +46,9 @@ _nd7() {
             nd7__subcmd__help,help)
                 cmd="nd7__subcmd__help__subcmd__help"
                 ;;
+            nd7__subcmd__help,hook-prefix)
+                cmd="nd7__subcmd__help__subcmd__hook__subcmd__prefix"
+                ;;
             nd7__subcmd__help,record)
                 cmd="nd7__subcmd__help__subcmd__record"
                 ;;
@@ -59,7 +65,7 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify setup doctor completions help"
+            opts="-h -V --help --version record verify setup hook-prefix doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -105,7 +111,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help)
-            opts="record verify setup doctor completions help"
+            opts="record verify setup hook-prefix doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -160,6 +166,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__hook__subcmd__prefix)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__record)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -191,6 +211,20 @@ _nd7() {
         nd7__subcmd__help__subcmd__verify)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__hook__subcmd__prefix)
+            opts="-h --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -53,6 +53,13 @@ pub enum Command {
         #[arg(long)]
         uninstall: bool,
     },
+    /// Reply to a PreToolUse hook so that a Bash command runs through nd7-exec.
+    ///
+    /// Reads the hook payload on stdin. For the Bash tool, prints the reply
+    /// that allows the call with its command routed through the nd7-exec
+    /// beside this binary, the original command passed as one quoted word;
+    /// for anything else prints nothing. Always exits 0. `nd7 run` installs it.
+    HookPrefix,
     /// Say what is installed and working, and the command that fixes what is not.
     ///
     /// Exits 0 when every check passes, 1 otherwise. Changes nothing.

@@ -8,6 +8,8 @@
 //! - [`chain`]: the sealed-line format, the chain walk and the head rules. Pure.
 //! - [`session_log`]: the log on disk: lock, head, append, verify.
 //! - [`record`]: what `nd7 record` does with one payload.
+//! - [`hook_prefix`]: the PreToolUse reply that routes Bash through `nd7-exec`. Pure.
+//! - [`cli`], [`setup`]: the command line's definition; `nd7 setup` and `nd7 doctor`.
 //!
 //! What a clean chain proves is limited, and nd7 says so wherever it reports
 //! one: the log records what the agent said it did (intent), not what ran
@@ -17,6 +19,7 @@
 pub mod chain;
 pub mod cli;
 pub mod hook;
+pub mod hook_prefix;
 pub mod record;
 pub mod session_log;
 pub mod setup;

@@ -43,12 +43,41 @@ fn main() -> ExitCode {
             dry_run,
             uninstall,
         }),
+        Command::HookPrefix => run_hook_prefix(),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
         Command::Completions { shell } => {
             let _ = std::io::stdout().write_all(&shell.completions());
             ExitCode::SUCCESS
         }
     }
+}
+
+/// `nd7 hook-prefix`: like record, it exits 0 whatever happens; a failure
+/// means no reply, so the command runs under the floor as it is.
+fn run_hook_prefix() -> ExitCode {
+    let input = match record::read_payload(std::io::stdin().lock()) {
+        Ok(input) => input,
+        Err(e) => {
+            eprintln!("nd7 hook-prefix: {e}; command not rewritten");
+            return ExitCode::SUCCESS;
+        }
+    };
+    let exec = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .map(|exe| exe.with_file_name("nd7-exec"));
+    let exec = match exec {
+        Ok(exec) => exec,
+        Err(e) => {
+            eprintln!(
+                "nd7 hook-prefix: cannot find this program's own path: {e}; command not rewritten"
+            );
+            return ExitCode::SUCCESS;
+        }
+    };
+    if let Some(reply) = nd7_core::hook_prefix::reply(&input, &exec.to_string_lossy()) {
+        println!("{reply}");
+    }
+    ExitCode::SUCCESS
 }
 
 fn run_doctor(settings: Option<&std::path::Path>) -> ExitCode {

@@ -97,10 +97,14 @@ impl Run {
     }
 }
 
-/// A fresh temporary HOME with a project directory `proj` in it.
+/// A fresh temporary HOME with a project directory `proj` in it, and what a
+/// test adds to the run: hook entries beyond `nd7 setup`'s, and environment
+/// variables for Claude Code (and so for its tools and hooks).
 pub struct Workspace {
     pub home: tempfile::TempDir,
     pub project: PathBuf,
+    pub extra_hooks: Vec<(&'static str, Value)>,
+    pub env: Vec<(String, String)>,
 }
 
 impl Workspace {
@@ -108,14 +112,24 @@ impl Workspace {
         let home = tempfile::tempdir().expect("tempdir");
         let project = home.path().join("proj");
         std::fs::create_dir_all(&project).expect("mkdir proj");
-        Workspace { home, project }
+        Workspace {
+            home,
+            project,
+            extra_hooks: Vec::new(),
+            env: Vec::new(),
+        }
     }
 }
 
 /// Runs `claude -p prompt` with nd7's hooks, against the mock API at `api_url`,
 /// in `workspace`'s HOME with its project as the working directory.
 pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> Run {
-    let Workspace { home, project } = workspace;
+    let Workspace {
+        home,
+        project,
+        extra_hooks,
+        env,
+    } = workspace;
     let state = home.path().join(".local/state");
     // The hooks are the ones `nd7 setup` writes, written by it.
     let settings = home.path().join("nd7-settings.json");
@@ -131,6 +145,18 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         "nd7 setup: {}",
         String::from_utf8_lossy(&setup.stderr)
     );
+    if !extra_hooks.is_empty() {
+        let mut value: Value =
+            serde_json::from_slice(&std::fs::read(&settings).expect("read settings"))
+                .expect("json");
+        for (event, hook) in extra_hooks {
+            value["hooks"][event]
+                .as_array_mut()
+                .expect("setup wrote a list for every recorded event")
+                .push(serde_json::json!({ "hooks": [hook] }));
+        }
+        std::fs::write(&settings, value.to_string()).expect("write settings");
+    }
     let mut child = Command::new(claude)
         .args(["-p", prompt, "--settings"])
         .arg(&settings)
@@ -156,6 +182,7 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         .env("DISABLE_AUTOUPDATER", "1")
         .env("DISABLE_TELEMETRY", "1")
         .env("DISABLE_ERROR_REPORTING", "1")
+        .envs(env)
         .stdin(Stdio::null())
         // Files, not pipes: nobody reads a pipe while we wait, and a full one
         // would stall Claude Code.

@@ -47,8 +47,17 @@ impl Session {
 /// Plays the turns `script` writes for a project directory through the real
 /// Claude Code, with nd7 recording.
 fn session(script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>) -> Session {
+    session_with(|_| {}, script)
+}
+
+/// [`session`], after `prepare` has added to the workspace.
+fn session_with(
+    prepare: impl FnOnce(&mut claude::Workspace),
+    script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
+) -> Session {
     let claude = claude::install(&claude::version());
-    let workspace = claude::Workspace::new();
+    let mut workspace = claude::Workspace::new();
+    prepare(&mut workspace);
     let turns = script(&workspace.project);
     let scripted = turns.len();
     let api = MockApi::start(turns);
@@ -227,5 +236,65 @@ fn parallel_tool_calls_in_one_turn_are_all_recorded_on_one_chain() {
     for i in 0..CALLS {
         assert!(s.run.project.join(format!("p{i}.txt")).exists());
     }
+    assert_clean(&s);
+}
+
+#[test]
+fn hook_prefix_hands_nd7_exec_the_command_as_one_untouched_argument() {
+    // A copy of nd7 with a stand-in nd7-exec beside it that writes down the
+    // arguments it was given: what the real nd7-exec would receive.
+    let bin = tempfile::tempdir().expect("tempdir");
+    let nd7 = bin.path().join("nd7");
+    std::fs::copy(env!("CARGO_BIN_EXE_nd7"), &nd7).expect("copy nd7");
+    let seen = bin.path().join("seen");
+    std::fs::write(
+        bin.path().join("nd7-exec"),
+        format!(
+            "#!/bin/sh\nprintf '%s' \"$#\" > '{0}.count'\nprintf '%s' \"$1\" > '{0}'\necho ran-through-nd7-exec\n",
+            seen.display()
+        ),
+    )
+    .expect("write stand-in");
+    std::fs::set_permissions(
+        bin.path().join("nd7-exec"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let command = r#"echo "it's $HOME" `id -u` $(whoami) 'a  b' \; > never-written.txt"#;
+    let nd7_for_hook = nd7.clone();
+    let s = session_with(
+        move |w| {
+            w.extra_hooks.push((
+                "PreToolUse",
+                json!({"type": "command", "command": nd7_for_hook, "args": ["hook-prefix"]}),
+            ));
+        },
+        |_| vec![vec![bash(command)]],
+    );
+    assert_eq!(
+        std::fs::read_to_string(seen.with_extension("count")).expect("nd7-exec ran"),
+        "1"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&seen).expect("argument written"),
+        command
+    );
+    assert!(
+        !s.run.project.join("never-written.txt").exists(),
+        "nothing in the command ran outside nd7-exec"
+    );
+    let results = s.api.tool_results();
+    assert!(results[0].1.contains("ran-through-nd7-exec"), "{results:?}");
+    // The log keeps the command as the model gave it, and the result shows what ran.
+    let call = s.of_kind("tool_call")[0];
+    assert_eq!(call["body"]["tool_input"]["command"], command);
+    let result = s.of_kind("tool_result")[0];
+    let ran = result["body"]["tool_input"]["command"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        ran.starts_with(&format!("'{}' '", nd7.with_file_name("nd7-exec").display())),
+        "{ran}"
+    );
     assert_clean(&s);
 }
