@@ -21,5 +21,6 @@ pub mod cli;
 pub mod hook;
 pub mod hook_prefix;
 pub mod record;
+pub mod sandbox;
 pub mod session_log;
 pub mod setup;

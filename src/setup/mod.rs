@@ -5,6 +5,7 @@
 //! The decisions are pure ([`merge`], [`stable_path`], [`private_problem`]);
 //! this module reads and writes the files around them.
 
+pub mod claude_json;
 pub mod merge;
 pub mod timer;
 
@@ -120,6 +121,13 @@ pub fn private_problem(mode: u32, owner: u32, me: u32) -> Option<String> {
     None
 }
 
+/// Whether `~/.claude.json` must live under `~/.claude` here: only where the
+/// sandbox cannot name its temporary files, and only when Claude Code keeps it
+/// in the home directory (no `CLAUDE_CONFIG_DIR`).
+fn claude_json_applies() -> bool {
+    crate::sandbox::CLAUDE_JSON_MUST_MOVE && std::env::var_os("CLAUDE_CONFIG_DIR").is_none()
+}
+
 /// nd7 and the directory holding it, each with why it is not private to the
 /// user, if it is not (or cannot be read). `nd7 run` trusts both.
 pub fn binary_problems(nd7: &Path) -> Vec<(PathBuf, String)> {
@@ -224,6 +232,16 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
             "{}: {verb} these changes (dry run: nothing written)",
             settings.display()
         )),
+    }
+
+    // Claude Code's own state file, where nd7 run's floor needs it.
+    if claude_json_applies() {
+        let line = if options.uninstall {
+            claude_json::uninstall(&home, options.dry_run)?
+        } else {
+            claude_json::install(&home, options.dry_run)?
+        };
+        report.done.extend(line);
     }
 
     // Completions.
@@ -445,6 +463,26 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
             fix: Some("claude update".into()),
         },
     });
+
+    // Claude Code's state file, where the floor needs it moved.
+    if let Some(home) = home.as_deref().filter(|_| claude_json_applies()) {
+        let state = claude_json::state(home);
+        checks.push(Check {
+            name: "state",
+            ok: state != claude_json::State::InHome,
+            detail: match &state {
+                claude_json::State::Absent => "~/.claude.json does not exist yet".into(),
+                claude_json::State::InHome => {
+                    "~/.claude.json is in the home directory, where nd7 run would stop Claude Code saving it".into()
+                }
+                claude_json::State::Moved => format!("~/.claude.json links to ~/{}", claude_json::LINK_TARGET),
+                claude_json::State::OtherLink(target) => {
+                    format!("~/.claude.json links to {} (left as it is)", target.display())
+                }
+            },
+            fix: (state == claude_json::State::InHome).then(|| "nd7 setup".into()),
+        });
+    }
 
     // Where the logs go.
     checks.push(match crate::session_log::state_dir() {

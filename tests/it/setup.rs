@@ -407,3 +407,51 @@ fn the_timer_units_pass_systemd_analyze_and_the_plist_parses() {
         "dev.nd7.ship ['/Users/a&b/nd7', 'ship'] 300"
     );
 }
+
+#[test]
+fn claude_json_moves_under_dot_claude_visibly_and_comes_back() {
+    let home = Home::new();
+    let file = home.dir.path().join(".claude.json");
+    std::fs::write(&file, r#"{"projects":{}}"#).expect("write");
+    let out = home.setup(&["--dry-run"]);
+    assert!(stdout(&out).contains("would move to"), "{}", stdout(&out));
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .expect("lstat")
+            .file_type()
+            .is_file()
+    );
+
+    let out = home.setup(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("moved to"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("nd7 run lets it write"),
+        "says why: {}",
+        stdout(&out)
+    );
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .expect("lstat")
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("through the link"),
+        r#"{"projects":{}}"#
+    );
+
+    let out = home.setup(&["--uninstall"]);
+    assert!(stdout(&out).contains("moved back"), "{}", stdout(&out));
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .expect("lstat")
+            .file_type()
+            .is_file()
+    );
+    assert!(!home.dir.path().join(".claude/claude.json").exists());
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("read"),
+        r#"{"projects":{}}"#
+    );
+}

@@ -298,3 +298,37 @@ fn hook_prefix_hands_nd7_exec_the_command_as_one_untouched_argument() {
     );
     assert_clean(&s);
 }
+
+#[test]
+fn claude_code_keeps_saving_its_state_through_the_link_setup_leaves() {
+    let s = session_with(
+        |w| {
+            std::fs::write(w.home.path().join(".claude.json"), r#"{"nd7Marker":1}"#)
+                .expect("write ~/.claude.json");
+        },
+        |_| vec![vec![bash("echo hi")]],
+    );
+    let home = s.run.home.path();
+    let link =
+        std::fs::read_link(home.join(".claude.json")).expect("~/.claude.json is still a link");
+    assert_eq!(link, std::path::Path::new(".claude/claude.json"));
+    let saved: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.join(".claude/claude.json")).expect("the moved file"),
+    )
+    .expect("json");
+    assert_eq!(saved["nd7Marker"], 1, "{saved}");
+    assert!(
+        saved.as_object().is_some_and(|o| o.len() > 1),
+        "Claude Code saved its state through the link: {saved}"
+    );
+    let stray: Vec<String> = std::fs::read_dir(home)
+        .expect("ls home")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".claude.json.tmp"))
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "no temporary file was left in the home directory: {stray:?}"
+    );
+}
