@@ -6,13 +6,15 @@
 //! $XDG_STATE_HOME/nd7/sessions/<session_id>/   (default ~/.local/state/nd7)
 //!   events.ndjson   the log, one sealed entry per line, only ever appended to
 //!   head            "<seq> <hash>\n" of the last entry: a cache, always checked
+//!   head.tmp        the head before the last rewrite; nothing reads it
 //!   lock            empty; flock'd exclusively by writers, shared by readers
 //! ```
 //!
 //! An append holds the exclusive lock across reading `head`, reading the last
 //! line, writing the entry and rewriting `head`, so hooks running at once
 //! queue rather than collide. The entry goes first, in one `write` on a file
-//! opened for append; `head` follows through `head.tmp` and a rename. A crash
+//! opened for append; `head` follows, written into `head.tmp` and swapped with
+//! `head` in one atomic rename (ADR-0011). A crash
 //! between the two leaves `head` one entry behind, which the next append
 //! repairs. Directories are made 0700 and files 0600: entries hold whatever
 //! the agent saw.
