@@ -266,13 +266,26 @@ fn verify_all(threads: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut ids: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let (mut failed, mut unreadable, mut foreign) = (0, 0, 0);
+    let mut ids: Vec<String> = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        match entry.file_name().into_string() {
+            Ok(id) => ids.push(id),
+            // nd7 names sessions after JSON strings, which are UTF-8.
+            Err(name) => {
+                eprintln!(
+                    "nd7 verify: {}: not a session nd7 wrote (the name is not UTF-8)",
+                    sessions.join(&name).display()
+                );
+                foreign += 1;
+            }
+        }
+    }
     ids.sort();
-    let (mut failed, mut unreadable) = (0, 0);
+    unreadable += foreign;
     for id in &ids {
         let code = match SessionLog::new(&sessions, id) {
             Ok(log) => report(&log, log.verify(threads), Some(id)),
@@ -287,10 +300,11 @@ fn verify_all(threads: usize) -> ExitCode {
             unreadable += 1;
         }
     }
+    // Every directory counted once: the UTF-8 ones checked, the others unreadable.
+    let total = ids.len() + foreign;
     println!(
-        "{} sessions: {} verified, {failed} failed, {unreadable} unreadable",
-        ids.len(),
-        ids.len() - failed - unreadable
+        "{total} sessions: {} verified, {failed} failed, {unreadable} unreadable",
+        total - failed - unreadable
     );
     println!("{CAVEAT}");
     if failed > 0 {

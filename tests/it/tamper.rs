@@ -213,3 +213,30 @@ fn usage_errors_exit_2() {
         .expect("verify");
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }
+
+#[test]
+fn verify_all_counts_a_directory_nd7_could_not_have_written_as_unreadable() {
+    use std::os::unix::ffi::OsStrExt;
+    let state = State::new();
+    recorded(&state);
+    let foreign = state
+        .sessions()
+        .join(std::ffi::OsStr::from_bytes(b"not-\xffutf8"));
+    std::fs::create_dir_all(&foreign).expect("mkdir");
+    let out = state
+        .nd7()
+        .args(["verify", "--all"])
+        .output()
+        .expect("verify");
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("2 sessions: 1 verified, 0 failed, 1 unreadable"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("not a session nd7 wrote"),
+        "{}",
+        stderr(&out)
+    );
+}
