@@ -20,6 +20,7 @@ pub mod chain;
 pub mod cli;
 pub mod hook;
 pub mod hook_prefix;
+pub mod policy;
 pub mod record;
 pub mod sandbox;
 pub mod session_log;

@@ -1,8 +1,12 @@
 //! The platform sandboxes: Seatbelt on macOS, Landlock on Linux. All
 //! `#[cfg(target_os)]` for the sandbox lives under this module.
 //!
-//! So far it says only what each backend can and cannot express; applying
-//! the floor comes with `nd7 run`.
+//! So far: the Linux backend applies Landlock rules to the calling process
+//! (`linux`), and each backend says what it cannot express. `nd7 run` and the
+//! one exit, `nd7-exec`, are still to come.
+
+#[cfg(target_os = "linux")]
+pub mod linux;
 
 /// Whether the floor can let Claude Code save `~/.claude.json` only by
 /// having that file live under `~/.claude`.

@@ -1,0 +1,68 @@
+//! Landlock: applying a session's rules to the calling process. Landlock
+//! confines a process and everything it starts, cannot be loosened once
+//! applied, and needs no privilege.
+//!
+//! nd7 requires the file-system rights of Landlock ABI 3 (Linux 6.2), which
+//! include `Truncate`; without it a confined process could still truncate
+//! files it may not write. A kernel that cannot enforce all of them is refused:
+//! the rules are applied completely or not at all.
+
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, CompatLevel, Compatible, RestrictionStatus, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, path_beneath_rules,
+};
+
+use crate::policy::LandlockRules;
+
+/// The Landlock ABI whose file-system rights nd7 requires.
+pub const REQUIRED_ABI: ABI = ABI::V3;
+
+/// Why the rules were not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(
+        "this kernel cannot enforce nd7's rules with Landlock (Linux 6.2 or newer, with Landlock enabled, is needed): {0}"
+    )]
+    Unsupported(String),
+    #[error(
+        "the kernel would enforce nd7's rules only partly ({0:?}); refusing to run with a weaker sandbox"
+    )]
+    Partial(RulesetStatus),
+}
+
+/// A directory's entries, for [`crate::policy::complement`]; an unreadable
+/// directory has none, so nothing beneath it is allowed.
+pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// Applies `rules` to the calling process (and so to everything it starts),
+/// with `no_new_privs` set. On success the process can never again read or
+/// write outside them.
+pub fn restrict_self(rules: &LandlockRules) -> Result<RestrictionStatus, SandboxError> {
+    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
+    let all = AccessFs::from_all(REQUIRED_ABI);
+    let read = AccessFs::from_read(REQUIRED_ABI);
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .map_err(|e| unsupported(&e))?
+        .create()
+        .map_err(|e| unsupported(&e))?
+        // Paths that cannot be opened (gone since the rules were computed)
+        // are skipped: an allow that cannot be placed allows nothing.
+        .add_rules(path_beneath_rules(&rules.read, read))
+        .map_err(|e| unsupported(&e))?
+        .add_rules(path_beneath_rules(&rules.write, all))
+        .map_err(|e| unsupported(&e))?
+        .restrict_self()
+        .map_err(|e| unsupported(&e))?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced if status.no_new_privs => Ok(status),
+        other => Err(SandboxError::Partial(other)),
+    }
+}
