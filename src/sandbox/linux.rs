@@ -66,3 +66,14 @@ pub fn restrict_self(rules: &LandlockRules) -> Result<RestrictionStatus, Sandbox
         other => Err(SandboxError::Partial(other)),
     }
 }
+
+/// Whether this kernel can enforce nd7's rules, without restricting anything:
+/// a ruleset that requires them is built and dropped.
+pub fn probe() -> Result<(), SandboxError> {
+    Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(REQUIRED_ABI))
+        .and_then(|r| r.create())
+        .map(drop)
+        .map_err(|e| SandboxError::Unsupported(e.to_string()))
+}

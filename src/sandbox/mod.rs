@@ -17,3 +17,21 @@ pub mod linux;
 /// file moves into `~/.claude` with a link left in its place, which Claude
 /// Code resolves before saving (measured with 2.1.197; see docs/setup.md).
 pub const CLAUDE_JSON_MUST_MOVE: bool = cfg!(target_os = "linux");
+
+/// What this system offers nd7's sandbox, or why it cannot be used.
+pub fn available() -> Result<&'static str, String> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::probe()
+            .map(|()| "Landlock, with every right nd7 needs (ABI 3 or newer)")
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(target_os = "macos")]
+    {
+        Ok("Seatbelt")
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        Err("nd7 has no sandbox for this operating system".to_string())
+    }
+}

@@ -484,6 +484,24 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         });
     }
 
+    // The kernel's sandbox, which nd7 run will apply.
+    checks.push(match crate::sandbox::available() {
+        Ok(what) => Check {
+            name: "sandbox",
+            ok: true,
+            detail: format!("{what} (nd7 run itself is not built yet)"),
+            fix: None,
+        },
+        Err(why) => Check {
+            name: "sandbox",
+            ok: false,
+            detail: why,
+            fix: Some(
+                "run nd7 on Linux 6.2 or newer with Landlock enabled (lsm=...,landlock)".into(),
+            ),
+        },
+    });
+
     // Where the logs go.
     checks.push(match crate::session_log::state_dir() {
         Err(e) => Check {

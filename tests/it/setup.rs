@@ -311,6 +311,8 @@ fn doctor_reports_the_hooks_setup_wrote() {
         text.contains("ok   hooks   32 of 32 events record with"),
         "{text}"
     );
+    // This kernel has Landlock (the landlock tests need it too).
+    assert!(text.contains("ok   sandbox Landlock"), "{text}");
     // No claude on this PATH: still a failure, with its fix.
     assert!(text.contains("FAIL claude"), "{text}");
     assert_eq!(after.status.code(), Some(1));
