@@ -16,7 +16,7 @@
 //! `U`, a reader checks an entry from its first and last 150 bytes and one
 //! BLAKE3 pass, without parsing the body. Each entry is checked against its own
 //! bytes and the stored hash of the line before it and nothing else, which is
-//! what lets [`verify_lines`] split a log across threads.
+//! what lets a verifier split a log across threads ([`Walker`], [`join`]).
 
 use std::fmt;
 
@@ -272,20 +272,9 @@ pub fn read_checked(line: &[u8]) -> Result<Stated, Fault> {
     read_stated(line)
 }
 
-/// Checks one line (without its newline) as the entry at position `expected_seq`
+/// Checks one line (without its newline) as the entry at `expected_seq`
 /// whose predecessor's hash is `expected_prev`: sealed, hash, seq, prev, in
-/// that order.
-pub fn check_line(line: &[u8], expected_seq: u64, expected_prev: &Hash) -> Result<Stated, Fault> {
-    let stated_hex = check_line_hex(line, expected_seq, &expected_prev.hex_bytes())?;
-    let hash = Hash::from_hex(&stated_hex).expect("checked equal to a computed hash's hex");
-    Ok(Stated {
-        seq: expected_seq,
-        prev: *expected_prev,
-        hash,
-    })
-}
-
-/// [`check_line`] on hex forms: the line's own hash is hex-encoded and
+/// that order. Works on hex forms: the line's own hash is hex-encoded and
 /// compared with what it states, and its `prev` is compared byte for byte
 /// with the previous line's stated hash. Nothing stated is decoded unless a
 /// check fails. Returns the line's stated (and now checked) hash.
@@ -535,34 +524,27 @@ pub fn join(start: Cursor, stretches: Vec<Stretch>) -> Result<WalkEnd, Broken> {
     Ok(WalkEnd { cursor, last })
 }
 
-/// Splits `bytes` into at most `parts` stretches of whole lines, at the first
-/// line boundary after each even cut. Returns the cut offsets, from 0 to
-/// `bytes.len()`.
-fn cut_points(bytes: &[u8], parts: usize) -> Vec<usize> {
+/// Where to cut `size` bytes of whole lines into at most `parts` stretches:
+/// just after the first newline at or past each even split. `line_end_at(at)`
+/// gives the offset just past the first newline at or after `at`, or `size`
+/// when there is none; it is how the bytes are read, in memory or on disk.
+/// Returns the cut offsets, from 0 to `size`.
+pub fn cut_points<E>(
+    size: u64,
+    parts: usize,
+    mut line_end_at: impl FnMut(u64) -> Result<u64, E>,
+) -> Result<Vec<u64>, E> {
+    let parts = parts.max(1) as u64;
     let mut cuts = vec![0];
-    for i in 1..parts.max(1) {
-        let target = (bytes.len() * i / parts).max(*cuts.last().unwrap_or(&0));
-        let cut = match memchr::memchr(b'\n', &bytes[target..]) {
-            Some(nl) => target + nl + 1,
-            None => bytes.len(),
-        };
-        if cut > *cuts.last().unwrap_or(&0) && cut < bytes.len() {
+    for i in 1..parts {
+        let last = *cuts.last().unwrap_or(&0);
+        let cut = line_end_at((size * i / parts).max(last))?;
+        if cut > last && cut < size {
             cuts.push(cut);
         }
     }
-    cuts.push(bytes.len());
-    cuts
-}
-
-/// Checks a whole log held in memory, continuing from `cursor`, on up to
-/// `threads` threads. The same verdict for any number of threads.
-pub fn verify_lines(bytes: &[u8], cursor: Cursor, threads: usize) -> Result<WalkEnd, Broken> {
-    let cuts = cut_points(bytes, threads);
-    let stretches = walk_stretches(cuts.len() - 1, cursor, |i, mut walker| {
-        let failure = walker.feed(&bytes[cuts[i]..cuts[i + 1]]).err();
-        walker.finish(failure)
-    });
-    join(cursor, stretches)
+    cuts.push(size);
+    Ok(cuts)
 }
 
 /// Runs `walk` on `count` stretches at once and returns the results in
@@ -698,6 +680,35 @@ pub fn compare_head(head: Option<&Head>, last: Option<&Stated>) -> HeadState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One line checked as the entry at `seq` after `prev`.
+    fn check_line(line: &[u8], seq: u64, prev: &Hash) -> Result<Stated, Fault> {
+        let hash = check_line_hex(line, seq, &prev.hex_bytes())?;
+        Ok(Stated {
+            seq,
+            prev: *prev,
+            hash: Hash::from_hex(&hash).expect("checked hex"),
+        })
+    }
+
+    /// A whole log in memory, walked in up to `threads` stretches the way
+    /// session_log walks a file.
+    fn verify_lines(bytes: &[u8], cursor: Cursor, threads: usize) -> Result<WalkEnd, Broken> {
+        let end_at = |at: u64| -> Result<u64, ()> {
+            let at = at as usize;
+            Ok(memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |nl| at + nl + 1) as u64)
+        };
+        let cuts: Vec<usize> = cut_points(bytes.len() as u64, threads, end_at)
+            .expect("in memory")
+            .into_iter()
+            .map(|c| c as usize)
+            .collect();
+        let stretches = walk_stretches(cuts.len() - 1, cursor, |i, mut walker| {
+            let failure = walker.feed(&bytes[cuts[i]..cuts[i + 1]]).err();
+            walker.finish(failure)
+        });
+        join(cursor, stretches)
+    }
 
     fn entry(seq: u64, prev: &Hash, body: &str) -> Vec<u8> {
         seal(format!("{{\"seq\":{seq},\"body\":{body},\"prev\":\"{prev}\"}}").as_bytes())

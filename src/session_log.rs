@@ -496,32 +496,23 @@ fn read_last_entry(log: &File, len: u64, path: &Path) -> Result<Option<Stated>, 
     chain::read_checked(line).map(Some).map_err(last_line_error)
 }
 
-/// Offsets that split the file into `parts` stretches of whole lines: each
-/// cut sits just after the first newline at or past an even split.
+/// Offsets that split the file into `parts` stretches of whole lines
+/// ([`chain::cut_points`]), reading a window at each split to find its newline.
 fn file_cuts(file: &File, size: u64, parts: usize) -> io::Result<Vec<u64>> {
-    let mut cuts = vec![0];
     let mut window = vec![0u8; TAIL_CHUNK as usize];
-    for i in 1..parts.max(1) as u64 {
-        let mut at = (size * i / parts as u64).max(*cuts.last().unwrap_or(&0));
-        let cut = loop {
-            if at >= size {
-                break size;
-            }
+    chain::cut_points(size, parts, |mut at| {
+        while at < size {
             let n = file.read_at(&mut window, at)?;
             if n == 0 {
-                break size;
+                break;
             }
             if let Some(nl) = memchr::memchr(b'\n', &window[..n]) {
-                break at + nl as u64 + 1;
+                return Ok(at + nl as u64 + 1);
             }
             at += n as u64;
-        };
-        if cut > *cuts.last().unwrap_or(&0) && cut < size {
-            cuts.push(cut);
         }
-    }
-    cuts.push(size);
-    Ok(cuts)
+        Ok(size)
+    })
 }
 
 /// Walks the lines in `start..end` of the file, reading a block at a time
