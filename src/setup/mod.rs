@@ -152,18 +152,21 @@ pub fn parse_claude_version(text: &str) -> Option<(u32, u32, u32)> {
     Some((parts.next()??, parts.next()??, parts.next()??))
 }
 
+/// An XDG base directory: the variable's value if it is an absolute path (the
+/// specification says to ignore any other), else `home/default`.
+fn xdg_dir(variable: &str, home: &Path, default: &str) -> PathBuf {
+    std::env::var_os(variable)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| home.join(default))
+}
+
 /// Where setup puts each shell's completions, under the user's home. bash
 /// (bash-completion ≥ 2.2) and fish look there by themselves; zsh needs the
 /// directory in `fpath`, which setup says.
 pub fn completion_path(shell: Shell, home: &Path) -> PathBuf {
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| home.join(".local/share"));
-    let config = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| home.join(".config"));
+    let data = xdg_dir("XDG_DATA_HOME", home, ".local/share");
+    let config = xdg_dir("XDG_CONFIG_HOME", home, ".config");
     match shell {
         Shell::Bash => data.join("bash-completion/completions/nd7"),
         Shell::Zsh => data.join("zsh/site-functions/_nd7"),

@@ -61,11 +61,7 @@ pub fn unit_paths(home: &Path) -> Vec<PathBuf> {
     if cfg!(target_os = "macos") {
         vec![home.join(format!("Library/LaunchAgents/{LAUNCHD_LABEL}.plist"))]
     } else {
-        let config = std::env::var_os("XDG_CONFIG_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .unwrap_or_else(|| home.join(".config"));
-        let dir = config.join("systemd/user");
+        let dir = super::xdg_dir("XDG_CONFIG_HOME", home, ".config").join("systemd/user");
         vec![dir.join(SYSTEMD_SERVICE), dir.join(SYSTEMD_TIMER)]
     }
 }
