@@ -1,6 +1,7 @@
 //! The command line's definition, in one place: the `nd7` binary parses it,
 //! and completions are generated from it.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -53,6 +54,53 @@ pub enum Command {
         #[arg(long)]
         uninstall: bool,
     },
+    /// Run PROGRAM and everything it starts under the sandbox floor.
+    ///
+    /// Reads everywhere but ~/.ssh, ~/.aws and ~/.nd7; writes only to the
+    /// working directory (the project), the temp directory and Claude Code's
+    /// own state. For `claude`, Bash commands are routed through nd7-exec,
+    /// which applies the session's current rules (see `nd7 allow`), and
+    /// Claude Code's own sandbox is turned off. Refuses to start when the
+    /// kernel cannot enforce the floor in full or when nd7's binaries are
+    /// writable by others. Exits with the program's status (128+N for signal
+    /// N), or 2 when it did not start the program.
+    Run {
+        /// The program, then its arguments.
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "PROGRAM [ARGS]"
+        )]
+        command: Vec<OsString>,
+    },
+    /// Let a running session's Bash commands write under PATH, from the next command.
+    ///
+    /// Usage: nd7 allow [--session <pid>] <path>. The path is resolved to its
+    /// real form; nothing under ~/.nd7 can be allowed. With several sessions
+    /// running, --session names one. Exits 0 when PATH is allowed (newly or
+    /// already), 2 otherwise.
+    Allow {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "[--session <pid>] <path>"
+        )]
+        args: Vec<OsString>,
+    },
+    /// Take back a grant of `nd7 allow`, from the next command.
+    ///
+    /// Usage: nd7 deny [--session <pid>] <path>. A path that no longer
+    /// resolves is taken as written. Exits 0 when PATH is not (or no longer)
+    /// a grant, 2 otherwise.
+    Deny {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "[--session <pid>] <path>"
+        )]
+        args: Vec<OsString>,
+    },
     /// Reply to a PreToolUse hook so that a Bash command runs through nd7-exec.
     ///
     /// Reads the hook payload on stdin. For the Bash tool, prints the reply
@@ -73,6 +121,56 @@ pub enum Command {
         #[arg(value_enum)]
         shell: Shell,
     },
+}
+
+/// The arguments of `nd7 allow` and `nd7 deny`, which parse them themselves
+/// so that every mistake gets their own message and usage line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantArgs {
+    pub session: Option<u32>,
+    pub path: PathBuf,
+}
+
+/// Parses `[--session <pid>] <path>`; the error is the reason to print.
+pub fn parse_grant_args(args: &[OsString]) -> Result<GrantArgs, String> {
+    let mut session = None;
+    let mut path = None;
+    let mut rest = args.iter();
+    let mut options = true;
+    while let Some(arg) = rest.next() {
+        let text = arg.to_string_lossy();
+        if options && text == "--" {
+            options = false;
+            continue;
+        }
+        let pid_text = if !options {
+            None
+        } else if text == "--session" {
+            Some(rest.next().map(|p| p.to_string_lossy().into_owned()))
+        } else {
+            text.strip_prefix("--session=").map(|p| Some(p.to_string()))
+        };
+        if let Some(pid_text) = pid_text {
+            let pid = pid_text
+                .as_deref()
+                .and_then(|p| p.parse::<u32>().ok())
+                .filter(|&p| p > 0);
+            match (pid, pid_text) {
+                (Some(pid), _) if session.is_none() => session = Some(pid),
+                (Some(_), _) => return Err("--session given twice".into()),
+                (None, Some(p)) => return Err(format!("--session needs a pid, not '{p}'")),
+                (None, None) => return Err("--session needs a pid".into()),
+            }
+        } else if options && text.starts_with('-') && text.len() > 1 {
+            return Err(format!("unexpected argument '{text}'"));
+        } else if path.is_none() {
+            path = Some(PathBuf::from(arg));
+        } else {
+            return Err(format!("unexpected argument '{text}'"));
+        }
+    }
+    let path = path.ok_or("no path given")?;
+    Ok(GrantArgs { session, path })
 }
 
 /// Shells nd7 ships completions for.
@@ -112,5 +210,62 @@ impl Shell {
             Shell::Zsh => "_nd7",
             Shell::Fish => "nd7.fish",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<GrantArgs, String> {
+        parse_grant_args(&args.iter().map(OsString::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn grant_arguments_and_every_mistake() {
+        assert_eq!(
+            parse(&["~/data"]),
+            Ok(GrantArgs {
+                session: None,
+                path: "~/data".into()
+            })
+        );
+        assert_eq!(
+            parse(&["--session", "41287", "/v"]),
+            Ok(GrantArgs {
+                session: Some(41287),
+                path: "/v".into()
+            })
+        );
+        assert_eq!(
+            parse(&["/v", "--session=7"]),
+            Ok(GrantArgs {
+                session: Some(7),
+                path: "/v".into()
+            })
+        );
+        assert_eq!(parse(&[]), Err("no path given".into()));
+        assert_eq!(parse(&["--session", "4"]), Err("no path given".into()));
+        assert_eq!(
+            parse(&["/v", "--session"]),
+            Err("--session needs a pid".into())
+        );
+        assert_eq!(
+            parse(&["--session", "x", "/v"]),
+            Err("--session needs a pid, not 'x'".into())
+        );
+        assert_eq!(parse(&["/a", "/b"]), Err("unexpected argument '/b'".into()));
+        assert_eq!(parse(&["-f", "/b"]), Err("unexpected argument '-f'".into()));
+        assert_eq!(
+            parse(&["--", "-f"]),
+            Ok(GrantArgs {
+                session: None,
+                path: "-f".into()
+            })
+        );
+        assert_eq!(
+            parse(&["--session", "1", "--session", "2", "/b"]),
+            Err("--session given twice".into())
+        );
     }
 }

@@ -37,6 +37,22 @@ pub fn routed_command(nd7_exec: &str, command: &str) -> String {
     format!("{} {}", shell_quote(nd7_exec), shell_quote(command))
 }
 
+/// The settings `nd7 run` passes to Claude Code with `--settings`: the
+/// PreToolUse entry that runs `nd7 hook-prefix` (exec form) for Bash, and
+/// Claude Code's own sandbox off, since a sandbox inside the floor cannot
+/// start and nd7's exit already confines every command.
+pub fn run_settings(nd7: &str) -> Value {
+    json!({
+        "hooks": {
+            "PreToolUse": [{
+                "matcher": "Bash",
+                "hooks": [{"type": "command", "command": nd7, "args": ["hook-prefix"]}]
+            }]
+        },
+        "sandbox": {"enabled": false}
+    })
+}
+
 /// The reply to a PreToolUse payload for the Bash tool, or `None` when there
 /// is nothing to rewrite. A command holding a NUL byte cannot be passed as an
 /// argument, so it is not rewritten either.

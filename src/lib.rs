@@ -22,6 +22,8 @@ pub mod hook;
 pub mod hook_prefix;
 pub mod policy;
 pub mod record;
+pub mod run;
 pub mod sandbox;
+pub mod session;
 pub mod session_log;
 pub mod setup;

@@ -13,8 +13,9 @@ use nd7_core::chain::HeadState;
 use nd7_core::cli::{Cli, Command};
 use nd7_core::hook::Invocation;
 use nd7_core::record;
+use nd7_core::session::{Change, Changed, Sessions};
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
-use nd7_core::setup;
+use nd7_core::{run, setup};
 
 fn main() -> ExitCode {
     // Take the time before anything else, so `ts` marks when the hook fired.
@@ -43,6 +44,9 @@ fn main() -> ExitCode {
             dry_run,
             uninstall,
         }),
+        Command::Run { command } => run_run(command),
+        Command::Allow { args } => run_grant(Change::Allow, &args),
+        Command::Deny { args } => run_grant(Change::Deny, &args),
         Command::HookPrefix => run_hook_prefix(),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
         Command::Completions { shell } => {
@@ -50,6 +54,63 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// `nd7 run`: exits with the program's status, or 2 when it never started.
+fn run_run(mut command: Vec<std::ffi::OsString>) -> ExitCode {
+    let program = command.remove(0);
+    let options = run::Options {
+        program,
+        args: command,
+    };
+    match run::run(&options, |line| eprintln!("{line}")) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("nd7 run: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `nd7 allow` and `nd7 deny`: one line on stdout and 0 when the session
+/// ends up as asked; the reason and the usage line on stderr and 2 otherwise.
+fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
+    let verb = match change {
+        Change::Allow => "allow",
+        Change::Deny => "deny",
+    };
+    let fail = |why: &dyn std::fmt::Display| {
+        eprintln!("nd7 {verb}: {why}");
+        eprintln!("usage: nd7 {verb} [--session <pid>] <path>");
+        ExitCode::from(2)
+    };
+    let args = match nd7_core::cli::parse_grant_args(args) {
+        Ok(args) => args,
+        Err(why) => return fail(&why),
+    };
+    let session = match Sessions::for_user().and_then(|s| s.pick(args.session)) {
+        Ok(session) => session,
+        Err(e) => return fail(&e),
+    };
+    let pid = session.pid;
+    match session.change_grant(change, &args.path) {
+        Ok(Changed::Allowed(path)) => println!(
+            "session {pid}: writes under {} allowed from the next command",
+            path.display()
+        ),
+        Ok(Changed::AlreadyAllowed(path)) => {
+            println!("session {pid}: {} was already allowed", path.display())
+        }
+        Ok(Changed::Denied(path)) => println!(
+            "session {pid}: writes under {} denied from the next command",
+            path.display()
+        ),
+        Ok(Changed::NotAGrant(path)) => {
+            println!("session {pid}: {} was not a grant", path.display())
+        }
+        Err(e) => return fail(&e),
+    }
+    ExitCode::SUCCESS
 }
 
 /// `nd7 hook-prefix`: like record, it exits 0 whatever happens; a failure

@@ -17,9 +17,11 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 /// The three directories a session's rules are built around, each already
 /// resolved to its real path (no symlinks), home from the account database.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Roots {
     pub project: PathBuf,
     pub temp: PathBuf,
@@ -27,10 +29,19 @@ pub struct Roots {
 }
 
 /// A session's rules: its roots and the grants `nd7 allow` added.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
+    #[serde(flatten)]
     pub roots: Roots,
+    #[serde(default)]
     pub grants: Vec<PathBuf>,
+}
+
+/// Why a grant was refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GrantError {
+    #[error("nd7's own records can never be made writable")]
+    OwnRecords,
 }
 
 /// Home-relative directories no sandboxed process may read (or write).
@@ -71,6 +82,28 @@ impl Policy {
         let mut roots = self.floor_writes();
         roots.extend(self.grants.iter().cloned());
         roots
+    }
+
+    /// Adds `path` (already resolved) as a write root for single commands.
+    /// Returns whether it was new. Nothing under `~/.nd7` can be granted; a
+    /// grant above it (the home directory, `/`) is kept, and the rendering
+    /// still carves `~/.nd7` out.
+    pub fn allow(&mut self, path: &Path) -> Result<bool, GrantError> {
+        if path.starts_with(self.nd7_dir()) {
+            return Err(GrantError::OwnRecords);
+        }
+        if self.grants.iter().any(|g| g == path) {
+            return Ok(false);
+        }
+        self.grants.push(path.to_path_buf());
+        Ok(true)
+    }
+
+    /// Removes the grant of exactly `path`. Returns whether there was one.
+    pub fn deny(&mut self, path: &Path) -> bool {
+        let before = self.grants.len();
+        self.grants.retain(|g| g != path);
+        self.grants.len() != before
     }
 
     /// What must never be written, whatever the write roots say.
@@ -263,5 +296,39 @@ mod tests {
         );
         let command = landlock_rules(&p, &p.command_writes(), &list);
         assert!(command.write.contains(&PathBuf::from("/home/u/docs")));
+    }
+
+    #[test]
+    fn grants_are_exact_paths_and_never_under_nd7() {
+        let mut p = policy(&[]);
+        assert_eq!(p.allow(Path::new("/home/u/docs")), Ok(true));
+        assert_eq!(p.allow(Path::new("/home/u/docs")), Ok(false));
+        assert_eq!(
+            p.allow(Path::new("/home/u/.nd7")),
+            Err(GrantError::OwnRecords)
+        );
+        assert_eq!(
+            p.allow(Path::new("/home/u/.nd7/sessions/1")),
+            Err(GrantError::OwnRecords)
+        );
+        // A sibling whose name merely starts the same way is not nd7's.
+        assert_eq!(p.allow(Path::new("/home/u/.nd7x")), Ok(true));
+        assert_eq!(p.allow(Path::new("/home/u")), Ok(true));
+        assert!(!p.deny(Path::new("/home/u/docs/sub")));
+        assert!(p.deny(Path::new("/home/u/docs")));
+        assert!(!p.deny(Path::new("/home/u/docs")));
+        assert_eq!(p.grants, paths(&["/home/u/.nd7x", "/home/u"]));
+    }
+
+    #[test]
+    fn a_policy_reads_back_as_written() {
+        let p = policy(&["/home/u/docs", "/srv/a \"quoted\"\nline"]);
+        let text = serde_json::to_string(&p).expect("serialises");
+        assert!(
+            text.starts_with(
+                r#"{"project":"/home/u/proj","temp":"/tmp","home":"/home/u","grants":"#
+            )
+        );
+        assert_eq!(serde_json::from_str::<Policy>(&text).expect("parses"), p);
     }
 }

@@ -1,12 +1,26 @@
 //! The platform sandboxes: Seatbelt on macOS, Landlock on Linux. All
-//! `#[cfg(target_os)]` for the sandbox lives under this module.
+//! `#[cfg(target_os)]` for the sandbox lives under this module; what is above
+//! it (`nd7 run`, `nd7-exec`, the session) sees the few functions here.
 //!
-//! So far: the Linux backend applies Landlock rules to the calling process
-//! (`linux`), and each backend says what it cannot express. `nd7 run` and the
-//! one exit, `nd7-exec`, are still to come.
+//! Both backends keep the same promises: one floor for the agent and all it
+//! starts, applied before the agent runs and never loosened; one exit,
+//! `nd7-exec`, through which a Bash command runs under the session's current
+//! rules (the floor plus its grants); and no command ever run unconfined when
+//! the session or its rules cannot be found.
 
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod wire;
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::Command;
+
+use crate::policy::Policy;
+use crate::session::{Session, Sessions};
+
+#[cfg(target_os = "linux")]
+pub use linux::SandboxError;
 
 /// Whether the floor can let Claude Code save `~/.claude.json` only by
 /// having that file live under `~/.claude`.
@@ -33,5 +47,155 @@ pub fn available() -> Result<&'static str, String> {
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
         Err("nd7 has no sandbox for this operating system".to_string())
+    }
+}
+
+/// When process `pid` started, in the kernel's units; `None` when there is
+/// no such process. With the pid it names one process for good.
+pub fn start_time(pid: u32) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::proc::stat(pid).map(|s| s.started)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
+/// The calling process's ancestors as the kernel reports them, nearest first.
+pub fn ancestors() -> Vec<u32> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::proc::ancestors(std::process::id())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Vec::new()
+    }
+}
+
+/// The file in a session's directory whose presence marks it as one
+/// `nd7-exec` can use: the exit socket on Linux, the profile on macOS.
+pub const SESSION_MARKER: &str = if cfg!(target_os = "macos") {
+    crate::session::PROFILE
+} else {
+    crate::session::EXIT_SOCKET
+};
+
+/// The per-command profile written beside the record, on systems whose
+/// `nd7-exec` applies one itself (macOS). Linux has none: `nd7 run` builds
+/// the ruleset for each command from the record.
+pub fn command_profile(policy: &Policy) -> Option<String> {
+    let _ = policy;
+    None
+}
+
+/// The floor, built and ready to be applied to the agent as it starts.
+pub struct Floor {
+    #[cfg(target_os = "linux")]
+    confinement: linux::Confinement,
+}
+
+/// Builds the floor for `policy`, refusing when the kernel cannot enforce it
+/// in full. `nd7_exec` is the one program that may leave it.
+pub fn floor(policy: &Policy, nd7_exec: &Path) -> Result<Floor, String> {
+    let _ = nd7_exec;
+    #[cfg(target_os = "linux")]
+    {
+        let rules = crate::policy::landlock_rules(policy, &policy.floor_writes(), &linux::list_dir);
+        linux::prepare(&rules)
+            .map(|confinement| Floor { confinement })
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = policy;
+        Err("nd7 run has no sandbox for this operating system yet".to_string())
+    }
+}
+
+impl Floor {
+    /// Arranges for `command`'s process to be confined before it execs.
+    pub fn confine(&self, command: &mut Command) {
+        #[cfg(target_os = "linux")]
+        self.confinement.confine(command);
+        #[cfg(not(target_os = "linux"))]
+        let _ = command;
+    }
+}
+
+/// The exit, open for the session's life.
+pub struct ExitService {
+    #[cfg(target_os = "linux")]
+    serving: linux::exit::Serving,
+}
+
+/// Opens the session's exit: on Linux `nd7 run` itself starts each command,
+/// so it listens on the session's socket; on macOS `nd7-exec` leaves the
+/// floor through Seatbelt's one no-sandbox exec, and there is nothing to serve.
+pub fn serve_exit(session: &Session) -> Result<ExitService, String> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::exit::Exit::open(session)
+            .map(|exit| ExitService {
+                serving: exit.serve(),
+            })
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = session;
+        Ok(ExitService {})
+    }
+}
+
+impl ExitService {
+    /// Ends every command the exit started that is still running.
+    pub fn kill_commands(&self) {
+        #[cfg(target_os = "linux")]
+        self.serving.kill_commands();
+    }
+}
+
+/// How a command that went through the exit ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Exited(i32),
+    Signaled(i32),
+}
+
+/// What `nd7-exec` does with its one argument: finds the session from the
+/// kernel's view of its ancestors and runs `command` under that session's
+/// current rules. Never runs it any other way; an error means nothing ran.
+pub fn exec_command(command: OsString) -> Result<Outcome, String> {
+    let sessions = Sessions::for_user().map_err(|e| e.to_string())?;
+    let ancestors = ancestors();
+    let session = sessions
+        .find_by_ancestors(&ancestors, SESSION_MARKER)
+        .ok_or_else(|| {
+            format!(
+                "not inside an nd7 session: no ancestor of this process ({}) has a session under {}",
+                ancestors
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                sessions.root().display()
+            )
+        })?;
+    #[cfg(target_os = "linux")]
+    {
+        match linux::exit::run(&session.socket_path(), command) {
+            Ok(linux::exit::Outcome::Exited(code)) => Ok(Outcome::Exited(code)),
+            Ok(linux::exit::Outcome::Signaled(sig)) => Ok(Outcome::Signaled(sig)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (session, command);
+        Err("nd7-exec has no sandbox for this operating system yet".to_string())
     }
 }

@@ -9,5 +9,6 @@ mod e2e;
 mod landlock;
 mod property;
 mod record;
+mod sandbox;
 mod setup;
 mod tamper;

@@ -7,7 +7,13 @@
 //! files it may not write. A kernel that cannot enforce all of them is refused:
 //! the rules are applied completely or not at all.
 
+pub mod exit;
+pub mod proc;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, RestrictionStatus, Ruleset, RulesetAttr,
@@ -64,6 +70,61 @@ pub fn restrict_self(rules: &LandlockRules) -> Result<RestrictionStatus, Sandbox
     match status.ruleset {
         RulesetStatus::FullyEnforced if status.no_new_privs => Ok(status),
         other => Err(SandboxError::Partial(other)),
+    }
+}
+
+/// A ruleset built and checked in the parent, ready to be applied by a child
+/// between fork and exec, where nothing may allocate.
+#[derive(Debug)]
+pub struct Confinement {
+    ruleset: OwnedFd,
+}
+
+/// Builds the ruleset for `rules`, failing unless the kernel enforces all of it.
+pub fn prepare(rules: &LandlockRules) -> Result<Confinement, SandboxError> {
+    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
+    let all = AccessFs::from_all(REQUIRED_ABI);
+    let read = AccessFs::from_read(REQUIRED_ABI);
+    // With HardRequirement every step fails rather than drop a right the
+    // kernel lacks, so a ruleset that gets this far is enforced in full.
+    let created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .map_err(|e| unsupported(&e))?
+        .create()
+        .map_err(|e| unsupported(&e))?
+        .add_rules(path_beneath_rules(&rules.read, read))
+        .map_err(|e| unsupported(&e))?
+        .add_rules(path_beneath_rules(&rules.write, all))
+        .map_err(|e| unsupported(&e))?;
+    let ruleset: Option<OwnedFd> = created.into();
+    ruleset
+        .map(|ruleset| Confinement { ruleset })
+        .ok_or_else(|| SandboxError::Unsupported("Landlock is not enabled".into()))
+}
+
+impl Confinement {
+    /// Arranges for the process `command` starts to apply the ruleset to
+    /// itself, with `no_new_privs`, just before it execs; if either call
+    /// fails the exec does not happen.
+    pub fn confine(&self, command: &mut Command) {
+        let fd = self.ruleset.as_raw_fd();
+        // SAFETY: the closure runs in the child between fork and exec, where
+        // only async-signal-safe calls are sound. It makes two raw system
+        // calls and reads errno, allocating nothing and taking no lock. `fd`
+        // stays open in the parent for as long as `self` lives, which is
+        // until `spawn` returns, and fork copies it into the child.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
 }
 

@@ -1,0 +1,200 @@
+//! `nd7 run PROGRAM [ARGS]`: the program and everything it starts under the
+//! sandbox floor, for the life of one session.
+//!
+//! In order: the binaries must be writable by nobody but the user (and
+//! root), or a process inside could replace the exit; the kernel must be able
+//! to enforce the floor in full; the session directory is made (stale ones of
+//! dead `nd7 run`s removed first); the exit is opened; the program starts
+//! confined — for Claude Code with the hook that routes Bash through
+//! `nd7-exec` and its own sandbox off; `nd7 run` waits, passing on SIGTERM
+//! and SIGHUP, then ends the session's remaining commands and removes the
+//! session directory, whatever way the program ended.
+
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::policy::{Policy, Roots};
+use crate::session::{self, Record, Session, SessionError, Sessions};
+use crate::{hook_prefix, sandbox, setup};
+
+/// Why the program was not started.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}: {1}; a process inside the sandbox could replace it, so nd7 run will not start")]
+    Binary(PathBuf, String),
+    #[error("{0}: not found beside nd7; reinstall nd7 so that both binaries sit in one directory")]
+    NoExec(PathBuf),
+    #[error("cannot confine the program, so it was not started: {0}")]
+    Sandbox(String),
+    #[error("{0}")]
+    Session(#[from] SessionError),
+    #[error("{path}: {action}: {source}")]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: io::Error,
+    },
+    #[error("cannot start {program}: {source}")]
+    Start { program: String, source: io::Error },
+}
+
+/// What `nd7 run` was asked to run.
+pub struct Options {
+    pub program: OsString,
+    pub args: Vec<OsString>,
+}
+
+/// Whether `program` is Claude Code, which gets the hook and settings.
+pub fn is_claude(program: &OsStr) -> bool {
+    Path::new(program).file_name() == Some(OsStr::new("claude"))
+}
+
+fn resolved(path: &Path, action: &'static str) -> Result<PathBuf, RunError> {
+    std::fs::canonicalize(path).map_err(|source| RunError::Io {
+        path: path.to_path_buf(),
+        action,
+        source,
+    })
+}
+
+/// The checks `nd7 run` makes of its own binaries.
+pub fn binary_checks(nd7: &Path) -> Result<PathBuf, RunError> {
+    let exec = nd7.with_file_name("nd7-exec");
+    let meta = std::fs::metadata(&exec).map_err(|_| RunError::NoExec(exec.clone()))?;
+    let me = rustix::process::getuid().as_raw();
+    let mut problems = setup::binary_problems(nd7);
+    if let Some(p) = setup::private_problem(
+        meta.permissions().mode(),
+        std::os::unix::fs::MetadataExt::uid(&meta),
+        me,
+    ) {
+        problems.push((exec.clone(), p));
+    }
+    match problems.into_iter().next() {
+        Some((path, problem)) => Err(RunError::Binary(path, problem)),
+        None => Ok(exec),
+    }
+}
+
+/// Runs the session; `announce` gets the line to show on stderr once the
+/// session exists. Returns the exit code to leave with: the program's, or
+/// 128+N when signal N ended it.
+pub fn run(options: &Options, announce: impl FnOnce(&str)) -> Result<i32, RunError> {
+    let nd7 = resolved(
+        &std::env::current_exe().map_err(|source| RunError::Io {
+            path: "nd7".into(),
+            action: "find this program's own path",
+            source,
+        })?,
+        "resolve",
+    )?;
+    let nd7_exec = binary_checks(&nd7)?;
+    let home = session::account_home()?;
+    let cwd = std::env::current_dir().map_err(|source| RunError::Io {
+        path: ".".into(),
+        action: "find the working directory",
+        source,
+    })?;
+    let policy = Policy {
+        roots: Roots {
+            project: resolved(&cwd, "resolve the project directory")?,
+            temp: resolved(&std::env::temp_dir(), "resolve the temp directory")?,
+            home: home.clone(),
+        },
+        grants: Vec::new(),
+    };
+    let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
+
+    let sessions = Sessions::under(&home);
+    sessions.clean_stale();
+    let pid = std::process::id();
+    let mut program: Vec<String> = vec![options.program.to_string_lossy().into_owned()];
+    program.extend(
+        options
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    let record = Record {
+        pid,
+        started: sandbox::start_time(pid).unwrap_or(0),
+        program,
+        policy: policy.clone(),
+    };
+    let session = Removed(sessions.create(&record)?);
+    let exit = sandbox::serve_exit(&session.0).map_err(RunError::Sandbox)?;
+
+    let mut command = Command::new(&options.program);
+    if is_claude(&options.program) {
+        command
+            .arg("--settings")
+            .arg(hook_prefix::run_settings(&nd7.to_string_lossy()).to_string());
+    }
+    command.args(&options.args);
+    floor.confine(&mut command);
+    // Registered before the program starts, so that no SIGTERM can end nd7
+    // run without the session being cleaned up. SIGINT and SIGQUIT come from
+    // the terminal, which sends them to the program too: here they are
+    // only kept from ending nd7 run first.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGQUIT,
+    ])
+    .map_err(|source| RunError::Io {
+        path: "signals".into(),
+        action: "handle",
+        source,
+    })?;
+    announce(&format!(
+        "nd7 run: session {pid} under nd7's policy: writes only to {} and {} (and Claude Code's own state); `nd7 allow DIR` lets commands write DIR",
+        policy.roots.project.display(),
+        policy.roots.temp.display(),
+    ));
+    let mut child = command.spawn().map_err(|source| RunError::Start {
+        program: options.program.to_string_lossy().into_owned(),
+        source,
+    })?;
+    let agent = child.id();
+    let handle = signals.handle();
+    let forwarder = std::thread::spawn(move || {
+        for sig in signals.forever() {
+            let forwarded = [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP];
+            let target = rustix::process::Pid::from_raw(agent as i32);
+            let sig = rustix::process::Signal::from_named_raw(sig)
+                .filter(|s| forwarded.contains(&s.as_raw()));
+            if let (Some(pid), Some(sig)) = (target, sig) {
+                let _ = rustix::process::kill_process(pid, sig);
+            }
+        }
+    });
+    let status = child.wait().map_err(|source| RunError::Io {
+        path: options.program.clone().into(),
+        action: "wait for",
+        source,
+    })?;
+    handle.close();
+    let _ = forwarder.join();
+    exit.kill_commands();
+    drop(session);
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 255,
+    })
+}
+
+/// A session directory removed when this goes out of scope, however the
+/// function returns.
+struct Removed(Session);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = self.0.remove();
+    }
+}

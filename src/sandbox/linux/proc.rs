@@ -1,0 +1,76 @@
+//! What the kernel says about a process, read from `/proc/<pid>/stat`.
+
+use std::fs;
+
+/// A process's parent and start time (clock ticks since boot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    pub ppid: u32,
+    pub started: u64,
+}
+
+/// Reads `pid`'s stat line; `None` when there is no such process.
+pub fn stat(pid: u32) -> Option<Stat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+/// Parses a stat line. The command name (field 2) is in parentheses and may
+/// hold spaces and parentheses itself, so fields are counted after the last `)`.
+pub fn parse_stat(line: &str) -> Option<Stat> {
+    let after = &line[line.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_ascii_whitespace().collect();
+    // fields[0] is field 3 (state): ppid is field 4, starttime field 22.
+    Some(Stat {
+        ppid: fields.get(1)?.parse().ok()?,
+        started: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// The ancestors of `pid`, nearest first, up to (not including) pid 0.
+pub fn ancestors(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut at = pid;
+    // A tree deeper than this is not one the kernel builds (pid_max is 4M);
+    // the bound only keeps a corrupt read from looping.
+    while out.len() < 1 << 16 {
+        match stat(at) {
+            Some(s) if s.ppid != 0 => {
+                out.push(s.ppid);
+                at = s.ppid;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_with_parentheses_and_spaces_does_not_shift_fields() {
+        let line = "4242 (a) b (c)) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615\n";
+        assert_eq!(
+            parse_stat(line),
+            Some(Stat {
+                ppid: 17,
+                started: 987654
+            })
+        );
+        assert_eq!(parse_stat("12 (x) S"), None);
+    }
+
+    #[test]
+    fn this_process_descends_from_pid_1() {
+        let me = std::process::id();
+        let chain = ancestors(me);
+        assert_eq!(
+            chain.first().copied(),
+            Some(std::os::unix::process::parent_id())
+        );
+        assert_eq!(chain.last().copied(), Some(1));
+        assert!(stat(me).is_some_and(|s| s.started > 0));
+    }
+}

@@ -1,0 +1,250 @@
+//! What `nd7-exec` and `nd7 run` say to each other over the session's exit
+//! socket (Linux). Pure: bytes in, values out.
+//!
+//! One request from `nd7-exec`, sent with its three stdio descriptors
+//! attached (SCM_RIGHTS): the command text, the working directory and the
+//! environment. None of it selects or widens the rules the command runs
+//! under: `nd7 run` takes those from its own session, for any caller the
+//! kernel places in that session's process tree.
+//!
+//! ```text
+//! request  = u32 length of the rest, then fields
+//! fields   = field(command) field(cwd) u32 count field(env entry)*
+//! field    = u32 length, bytes                      (integers little-endian)
+//! ```
+//!
+//! Then frames of five bytes: from `nd7-exec`, `k` and a signal number to
+//! pass on to the command; from `nd7 run`, `x` and the command's exit code,
+//! `s` and the signal that ended it, or `r` and the length of a refusal
+//! whose UTF-8 text follows.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+
+/// The largest request accepted: a command and an environment are far
+/// smaller (Linux caps both together at a few MiB for exec).
+pub const MAX_REQUEST: usize = 16 << 20;
+
+/// What `nd7-exec` asks `nd7 run` to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub command: OsString,
+    pub cwd: PathBuf,
+    pub env: Vec<(OsString, OsString)>,
+}
+
+/// One five-byte (or, for a refusal, longer) message after the request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// To `nd7 run`: pass this signal on to the command's process group.
+    Kill(i32),
+    /// To `nd7-exec`: the command exited with this code.
+    Exited(i32),
+    /// To `nd7-exec`: the command was ended by this signal.
+    Signaled(i32),
+    /// To `nd7-exec`: nothing was run, for this reason.
+    Refused(String),
+}
+
+/// Why bytes are not a request or a frame.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("request of {0} bytes is larger than the {MAX_REQUEST} allowed")]
+    TooLarge(usize),
+    #[error("request ends early, in its {0}")]
+    Truncated(&'static str),
+    #[error("request has {0} bytes after its last field")]
+    Trailing(usize),
+    #[error("unknown frame tag {0:#04x}")]
+    UnknownFrame(u8),
+}
+
+impl Request {
+    /// The request's bytes, its length prefix first.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::new();
+        field(&mut body, self.command.as_bytes());
+        field(&mut body, self.cwd.as_os_str().as_bytes());
+        body.extend_from_slice(&(self.env.len() as u32).to_le_bytes());
+        for (key, value) in &self.env {
+            let mut entry = key.as_bytes().to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            field(&mut body, &entry);
+        }
+        let mut out = (body.len() as u32).to_le_bytes().to_vec();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// The length a request's prefix announces, refused when too large.
+    pub fn announced_len(prefix: [u8; 4]) -> Result<usize, WireError> {
+        let len = u32::from_le_bytes(prefix) as usize;
+        if len > MAX_REQUEST {
+            return Err(WireError::TooLarge(len));
+        }
+        Ok(len)
+    }
+
+    /// A request from its body (the bytes after the length prefix).
+    pub fn decode(body: &[u8]) -> Result<Request, WireError> {
+        let mut rest = body;
+        let command = take_field(&mut rest, "command")?;
+        let cwd = take_field(&mut rest, "working directory")?;
+        let count = take_u32(&mut rest, "environment")? as usize;
+        let mut env = Vec::with_capacity(count.min(4096));
+        for _ in 0..count {
+            let entry = take_field(&mut rest, "environment")?;
+            let (key, value) = match entry.iter().position(|&b| b == b'=') {
+                Some(at) => (&entry[..at], &entry[at + 1..]),
+                None => (entry, &[][..]),
+            };
+            env.push((
+                OsString::from_vec(key.to_vec()),
+                OsString::from_vec(value.to_vec()),
+            ));
+        }
+        if !rest.is_empty() {
+            return Err(WireError::Trailing(rest.len()));
+        }
+        Ok(Request {
+            command: OsString::from_vec(command.to_vec()),
+            cwd: PathBuf::from(OsString::from_vec(cwd.to_vec())),
+            env,
+        })
+    }
+}
+
+impl Frame {
+    pub fn encode(&self) -> Vec<u8> {
+        let (tag, n) = match self {
+            Frame::Kill(n) => (b'k', *n),
+            Frame::Exited(n) => (b'x', *n),
+            Frame::Signaled(n) => (b's', *n),
+            Frame::Refused(text) => {
+                let mut out = vec![b'r'];
+                out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+                out.extend_from_slice(text.as_bytes());
+                return out;
+            }
+        };
+        let mut out = vec![tag];
+        out.extend_from_slice(&n.to_le_bytes());
+        out
+    }
+
+    /// A frame from its first five bytes; for a refusal, the number of text
+    /// bytes still to read comes back instead, to be passed to [`Frame::refusal`].
+    pub fn decode(head: [u8; 5]) -> Result<Result<Frame, usize>, WireError> {
+        let n = i32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+        Ok(Ok(match head[0] {
+            b'k' => Frame::Kill(n),
+            b'x' => Frame::Exited(n),
+            b's' => Frame::Signaled(n),
+            b'r' => return Ok(Err((n as u32 as usize).min(64 << 10))),
+            other => return Err(WireError::UnknownFrame(other)),
+        }))
+    }
+
+    pub fn refusal(text: &[u8]) -> Frame {
+        Frame::Refused(String::from_utf8_lossy(text).into_owned())
+    }
+}
+
+fn field(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn take_u32(rest: &mut &[u8], what: &'static str) -> Result<u32, WireError> {
+    let (head, tail) = rest
+        .split_first_chunk::<4>()
+        .ok_or(WireError::Truncated(what))?;
+    *rest = tail;
+    Ok(u32::from_le_bytes(*head))
+}
+
+fn take_field<'a>(rest: &mut &'a [u8], what: &'static str) -> Result<&'a [u8], WireError> {
+    let len = take_u32(rest, what)? as usize;
+    if rest.len() < len {
+        return Err(WireError::Truncated(what));
+    }
+    let (field, tail) = rest.split_at(len);
+    *rest = tail;
+    Ok(field)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> Request {
+        Request {
+            command: OsString::from("printf '%s\\n' \"$HOME\"; exit 3"),
+            cwd: PathBuf::from("/home/u/proj with space"),
+            env: vec![
+                ("HOME".into(), "/home/u".into()),
+                ("EMPTY".into(), "".into()),
+                ("EQ".into(), "a=b=c".into()),
+                (
+                    OsString::from_vec(b"RAW\xff".to_vec()),
+                    OsString::from_vec(b"\x00\xfe".to_vec()),
+                ),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_request_reads_back_byte_for_byte() {
+        let bytes = request().encode();
+        let len = Request::announced_len(bytes[..4].try_into().expect("4 bytes")).expect("fits");
+        assert_eq!(len, bytes.len() - 4);
+        assert_eq!(Request::decode(&bytes[4..]), Ok(request()));
+    }
+
+    #[test]
+    fn every_cut_request_is_refused_and_never_misread() {
+        let bytes = request().encode();
+        for cut in 0..bytes.len() - 4 {
+            assert!(
+                Request::decode(&bytes[4..4 + cut]).is_err(),
+                "cut at {cut} accepted"
+            );
+        }
+        let mut long = bytes[4..].to_vec();
+        long.push(0);
+        assert_eq!(Request::decode(&long), Err(WireError::Trailing(1)));
+    }
+
+    #[test]
+    fn an_oversized_request_is_refused_before_it_is_read() {
+        let prefix = ((MAX_REQUEST + 1) as u32).to_le_bytes();
+        assert_eq!(
+            Request::announced_len(prefix),
+            Err(WireError::TooLarge(MAX_REQUEST + 1))
+        );
+    }
+
+    #[test]
+    fn frames_read_back() {
+        for frame in [
+            Frame::Kill(15),
+            Frame::Exited(0),
+            Frame::Exited(255),
+            Frame::Signaled(9),
+        ] {
+            let bytes = frame.encode();
+            let head: [u8; 5] = bytes[..].try_into().expect("5 bytes");
+            assert_eq!(Frame::decode(head), Ok(Ok(frame)));
+        }
+        let bytes = Frame::Refused("no session".into()).encode();
+        let head: [u8; 5] = bytes[..5].try_into().expect("5 bytes");
+        assert_eq!(Frame::decode(head), Ok(Err(10)));
+        assert_eq!(
+            Frame::refusal(&bytes[5..]),
+            Frame::Refused("no session".into())
+        );
+        assert_eq!(Frame::decode(*b"?0000"), Err(WireError::UnknownFrame(b'?')));
+    }
+}

@@ -1,0 +1,489 @@
+//! A sandboxed session on disk: `~/.nd7/sessions/<pid>/`, named after the
+//! `nd7 run` that owns it, holding its record (`record.json`: the rules and
+//! what is running) and, on macOS, the per-command profile (`policy.sb`).
+//!
+//! The home directory comes from the account database, never from `$HOME`:
+//! `nd7-exec` runs with an environment the agent chose. Every file is written
+//! through a temporary file and a rename, so a reader never sees half a
+//! record. Nothing under `~/.nd7` is writable from inside a session.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::{GrantError, Policy};
+
+/// The session's record, read fresh by every command it runs.
+pub const RECORD: &str = "record.json";
+/// The per-command Seatbelt profile `nd7-exec` applies (macOS).
+pub const PROFILE: &str = "policy.sb";
+/// The socket `nd7-exec` reaches `nd7 run` through (Linux).
+pub const EXIT_SOCKET: &str = "exit.sock";
+/// Serialises changes to the record (`nd7 allow` and `nd7 deny`).
+const LOCK: &str = "lock";
+
+/// What `nd7 run` writes when the session starts; `nd7 allow` and `nd7 deny`
+/// change only the policy's grants.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The `nd7 run` process.
+    pub pid: u32,
+    /// Its start time as the kernel reports it, so that a later process with
+    /// the same pid is not taken for it.
+    pub started: u64,
+    /// The program and arguments the session runs.
+    pub program: Vec<String>,
+    #[serde(flatten)]
+    pub policy: Policy,
+}
+
+/// Why a session could not be found, made or changed.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("cannot find your home directory in the account database: {0}")]
+    NoHome(String),
+    #[error("no running nd7 session")]
+    NoneRunning,
+    #[error("several sessions are running ({0:?}); pass --session <pid>")]
+    Several(Vec<u32>),
+    #[error("no running nd7 session has pid {0}")]
+    NotRunning(u32),
+    #[error("cannot resolve {path}: {source}")]
+    Unresolvable { path: PathBuf, source: io::Error },
+    #[error("{0}")]
+    Grant(#[from] GrantError),
+    #[error("{path}: {action}: {source}")]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: io::Error,
+    },
+    #[error("{path}: not a session record: {source}")]
+    BadRecord {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+fn io_err(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> SessionError {
+    let path = path.to_path_buf();
+    move |source| SessionError::Io {
+        path,
+        action,
+        source,
+    }
+}
+
+/// What `nd7 allow` and `nd7 deny` do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Allow,
+    Deny,
+}
+
+/// What came of it, with the path as the record holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Changed {
+    Allowed(PathBuf),
+    AlreadyAllowed(PathBuf),
+    Denied(PathBuf),
+    NotAGrant(PathBuf),
+}
+
+/// The calling user's home directory from the account database, resolved.
+pub fn account_home() -> Result<PathBuf, SessionError> {
+    let uid = nix::unistd::getuid();
+    let user = nix::unistd::User::from_uid(uid)
+        .map_err(|e| SessionError::NoHome(e.to_string()))?
+        .ok_or_else(|| SessionError::NoHome(format!("uid {uid} has no entry")))?;
+    fs::canonicalize(&user.dir).map_err(io_err(&user.dir, "resolve"))
+}
+
+/// The directory that holds every session: `<home>/.nd7/sessions`.
+#[derive(Clone, Debug)]
+pub struct Sessions {
+    root: PathBuf,
+}
+
+/// One session's directory.
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub pid: u32,
+    pub dir: PathBuf,
+}
+
+/// Whether the process `pid` still is the one that started at `started`.
+fn alive(pid: u32, started: u64) -> bool {
+    crate::sandbox::start_time(pid) == Some(started)
+}
+
+impl Sessions {
+    pub fn under(home: &Path) -> Sessions {
+        Sessions {
+            root: home.join(".nd7").join("sessions"),
+        }
+    }
+
+    /// The sessions of the user running this process.
+    pub fn for_user() -> Result<Sessions, SessionError> {
+        Ok(Sessions::under(&account_home()?))
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn session(&self, pid: u32) -> Session {
+        Session {
+            pid,
+            dir: self.root.join(pid.to_string()),
+        }
+    }
+
+    /// The numeric entries, in order; anything else there is not a session.
+    pub fn pids(&self) -> Result<Vec<u32>, SessionError> {
+        let entries = match fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err(&self.root, "list")(e)),
+        };
+        let mut pids: Vec<u32> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        pids.sort_unstable();
+        Ok(pids)
+    }
+
+    /// The sessions whose `nd7 run` is still the process that made them.
+    pub fn running(&self) -> Result<Vec<u32>, SessionError> {
+        Ok(self
+            .pids()?
+            .into_iter()
+            .filter(|&pid| {
+                self.session(pid)
+                    .record()
+                    .is_ok_and(|r| r.pid == pid && alive(pid, r.started))
+            })
+            .collect())
+    }
+
+    /// Removes the directories of sessions whose `nd7 run` is gone (killed
+    /// before it could clean up). Returns their pids.
+    pub fn clean_stale(&self) -> Vec<u32> {
+        let Ok(pids) = self.pids() else {
+            return Vec::new();
+        };
+        let mut removed = Vec::new();
+        for pid in pids {
+            let session = self.session(pid);
+            let live = session
+                .record()
+                .is_ok_and(|r| r.pid == pid && alive(pid, r.started));
+            // A record that cannot be read may be one being written right
+            // now; only a dead pid makes it stale then.
+            let owner_alive = crate::sandbox::start_time(pid).is_some();
+            let unreadable = session.record().is_err();
+            let in_the_making = unreadable && owner_alive;
+            if !live && !in_the_making && fs::remove_dir_all(&session.dir).is_ok() {
+                removed.push(pid);
+            }
+        }
+        removed
+    }
+
+    /// The session `nd7 allow` and `nd7 deny` act on: the one given, or the
+    /// only one running.
+    pub fn pick(&self, requested: Option<u32>) -> Result<Session, SessionError> {
+        let running = self.running()?;
+        match requested {
+            Some(pid) if running.contains(&pid) => Ok(self.session(pid)),
+            Some(pid) => Err(SessionError::NotRunning(pid)),
+            None => match running.as_slice() {
+                [] => Err(SessionError::NoneRunning),
+                [pid] => Ok(self.session(*pid)),
+                several => Err(SessionError::Several(several.to_vec())),
+            },
+        }
+    }
+
+    /// The session a process belongs to, given its ancestors (nearest first):
+    /// the first ancestor that owns a session directory holding `marker`.
+    /// Only the kernel's view of the process tree is consulted.
+    pub fn find_by_ancestors(&self, ancestors: &[u32], marker: &str) -> Option<Session> {
+        ancestors
+            .iter()
+            .map(|&pid| self.session(pid))
+            .find(|s| s.dir.join(marker).exists())
+    }
+
+    /// Makes the session directory for `record` (its pid's), private to the
+    /// user, with the record written. A directory left by an earlier process
+    /// with the same pid is replaced.
+    pub fn create(&self, record: &Record) -> Result<Session, SessionError> {
+        let nd7 = self.root.parent().unwrap_or(&self.root);
+        for dir in [nd7, &self.root] {
+            match fs::DirBuilder::new().mode(0o700).create(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err(dir, "create")(e)),
+            }
+        }
+        let session = self.session(record.pid);
+        match fs::remove_dir_all(&session.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&session.dir, "remove the stale session")(e)),
+        }
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&session.dir)
+            .map_err(io_err(&session.dir, "create"))?;
+        session.write_record(record)?;
+        Ok(session)
+    }
+}
+
+impl Session {
+    pub fn record_path(&self) -> PathBuf {
+        self.dir.join(RECORD)
+    }
+
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.join(EXIT_SOCKET)
+    }
+
+    pub fn record(&self) -> Result<Record, SessionError> {
+        let path = self.record_path();
+        let bytes = fs::read(&path).map_err(io_err(&path, "read"))?;
+        serde_json::from_slice(&bytes).map_err(|source| SessionError::BadRecord { path, source })
+    }
+
+    /// Writes the record, and the per-command profile where the platform
+    /// has one, each through a temporary file and a rename.
+    pub fn write_record(&self, record: &Record) -> Result<(), SessionError> {
+        let mut json =
+            serde_json::to_vec_pretty(record).map_err(|source| SessionError::BadRecord {
+                path: self.record_path(),
+                source,
+            })?;
+        json.push(b'\n');
+        if let Some(profile) = crate::sandbox::command_profile(&record.policy) {
+            replace(&self.dir.join(PROFILE), profile.as_bytes())?;
+        }
+        replace(&self.record_path(), &json)
+    }
+
+    /// Changes the session's grants under its lock, so that two `nd7 allow`
+    /// at once both land. `change` says whether anything changed; nothing is
+    /// written when it did not.
+    pub fn change_policy<T>(
+        &self,
+        change: impl FnOnce(&mut Policy) -> (bool, T),
+    ) -> Result<T, SessionError> {
+        let lock_path = self.dir.join(LOCK);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path, "open"))?;
+        lock.lock().map_err(io_err(&lock_path, "lock"))?;
+        let mut record = self.record()?;
+        let (changed, out) = change(&mut record.policy);
+        if changed {
+            self.write_record(&record)?;
+        }
+        Ok(out)
+    }
+
+    /// Adds or removes the grant of `path`: resolved to its real path first;
+    /// for a deny, a path that no longer resolves is taken as written, so a
+    /// grant of a directory since removed can still be taken back. Nothing
+    /// under `~/.nd7` is accepted either way.
+    pub fn change_grant(&self, change: Change, path: &Path) -> Result<Changed, SessionError> {
+        let resolved = match (fs::canonicalize(path), change) {
+            (Ok(resolved), _) => resolved,
+            (Err(_), Change::Deny) => path.to_path_buf(),
+            (Err(source), Change::Allow) => {
+                return Err(SessionError::Unresolvable {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        };
+        self.change_policy(|policy| match change {
+            Change::Allow => match policy.allow(&resolved) {
+                Ok(true) => (true, Ok(Changed::Allowed(resolved))),
+                Ok(false) => (false, Ok(Changed::AlreadyAllowed(resolved))),
+                Err(e) => (false, Err(e.into())),
+            },
+            Change::Deny if resolved.starts_with(policy.nd7_dir()) => {
+                (false, Err(GrantError::OwnRecords.into()))
+            }
+            Change::Deny if policy.deny(&resolved) => (true, Ok(Changed::Denied(resolved))),
+            Change::Deny => (false, Ok(Changed::NotAGrant(resolved))),
+        })?
+    }
+
+    /// Removes the directory and everything in it.
+    pub fn remove(&self) -> Result<(), SessionError> {
+        match fs::remove_dir_all(&self.dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err(&self.dir, "remove")(e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Replaces `path` with `bytes`: a private temporary file beside it, then a rename.
+fn replace(path: &Path, bytes: &[u8]) -> Result<(), SessionError> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut file: File = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_err(&tmp, "create"))?;
+    file.write_all(bytes).map_err(io_err(&tmp, "write"))?;
+    drop(file);
+    fs::rename(&tmp, path).map_err(io_err(path, "replace"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Roots;
+
+    fn record(pid: u32, started: u64) -> Record {
+        Record {
+            pid,
+            started,
+            program: vec!["agent".into()],
+            policy: Policy {
+                roots: Roots {
+                    project: "/p".into(),
+                    temp: "/tmp".into(),
+                    home: "/h".into(),
+                },
+                grants: vec![],
+            },
+        }
+    }
+
+    fn me() -> (u32, u64) {
+        let pid = std::process::id();
+        (
+            pid,
+            crate::sandbox::start_time(pid).expect("own start time"),
+        )
+    }
+
+    #[test]
+    fn a_session_is_private_and_reads_back() {
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().expect("tempdir");
+        let sessions = Sessions::under(home.path());
+        let (pid, started) = me();
+        let session = sessions.create(&record(pid, started)).expect("create");
+        assert_eq!(session.record().expect("read"), record(pid, started));
+        for path in [
+            home.path().join(".nd7"),
+            sessions.root().to_path_buf(),
+            session.dir.clone(),
+            session.record_path(),
+        ] {
+            let mode = fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode & 0o077, 0, "{} is mode {mode:o}", path.display());
+        }
+        assert_eq!(sessions.running().expect("list"), vec![pid]);
+        assert_eq!(sessions.pick(None).expect("one").pid, pid);
+        session.remove().expect("remove");
+        assert!(!session.dir.exists());
+        assert!(matches!(
+            sessions.pick(None),
+            Err(SessionError::NoneRunning)
+        ));
+    }
+
+    #[test]
+    fn stale_sessions_are_told_apart_from_running_ones() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let sessions = Sessions::under(home.path());
+        let (pid, started) = me();
+        sessions.create(&record(pid, started)).expect("mine");
+        // Same pid, another start time: a process that has since died.
+        let reused = sessions.session(pid);
+        // A pid that cannot exist (above pid_max), and one whose process
+        // started at another time.
+        sessions.create(&record(u32::MAX - 1, 1)).expect("dead");
+        let mut other = record(1, 1);
+        other.pid = 1;
+        sessions.create(&other).expect("reused pid");
+        fs::create_dir_all(sessions.root().join("not-a-pid")).expect("mkdir");
+        assert_eq!(sessions.pids().expect("pids"), vec![1, pid, u32::MAX - 1]);
+        assert_eq!(sessions.running().expect("running"), vec![pid]);
+        let mut removed = sessions.clean_stale();
+        removed.sort_unstable();
+        assert_eq!(removed, vec![1, u32::MAX - 1]);
+        assert!(reused.dir.exists());
+        assert!(sessions.root().join("not-a-pid").exists());
+    }
+
+    #[test]
+    fn picking_says_which_sessions_there_are() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let sessions = Sessions::under(home.path());
+        let (pid, started) = me();
+        sessions.create(&record(pid, started)).expect("mine");
+        let parent = rustix::process::getppid().expect("parent").as_raw_pid() as u32;
+        let parent_started = crate::sandbox::start_time(parent).expect("parent start");
+        sessions
+            .create(&record(parent, parent_started))
+            .expect("parent's");
+        let mut both = vec![pid, parent];
+        both.sort_unstable();
+        match sessions.pick(None) {
+            Err(e @ SessionError::Several(_)) => assert_eq!(
+                e.to_string(),
+                format!("several sessions are running ({both:?}); pass --session <pid>")
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(sessions.pick(Some(parent)).expect("given").pid, parent);
+        assert!(matches!(
+            sessions.pick(Some(7)),
+            Err(SessionError::NotRunning(7))
+        ));
+    }
+
+    #[test]
+    fn grants_change_under_the_lock_and_survive_rereading() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let sessions = Sessions::under(home.path());
+        let (pid, started) = me();
+        let session = sessions.create(&record(pid, started)).expect("mine");
+        std::thread::scope(|s| {
+            for i in 0..8 {
+                let session = session.clone();
+                s.spawn(move || {
+                    session
+                        .change_policy(|p| {
+                            let added = p.allow(Path::new(&format!("/g{i}"))).expect("grant");
+                            (added, ())
+                        })
+                        .expect("change")
+                });
+            }
+        });
+        let mut grants = session.record().expect("read").policy.grants;
+        grants.sort();
+        assert_eq!(grants.len(), 8, "{grants:?}");
+    }
+}

@@ -1,0 +1,577 @@
+//! `nd7 run`, `nd7-exec`, `nd7 allow` and `nd7 deny` on the real kernel,
+//! with a shell script standing in for the agent.
+//!
+//! nd7 takes the home directory from the account database, never `$HOME`,
+//! so each test runs nd7 in a user and mount namespace (`unshare -Urm`) where
+//! a scratch directory is mounted over that home: the real one is never
+//! touched. The scratch world lives under target/tmp, outside `/tmp`, so the
+//! project, the temp directory, the home and "outside" are four disjoint
+//! places. Inside, the home is named by the account's path ([`World::acct`]),
+//! as it would be on a real machine: Landlock's rules follow the directory,
+//! not the name, so the scratch directory's own path would be a second way in.
+#![cfg(target_os = "linux")]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const ND7: &str = env!("CARGO_BIN_EXE_nd7");
+pub const ND7_EXEC: &str = env!("CARGO_BIN_EXE_nd7-exec");
+
+/// A scratch home, project, temp directory and outside, and ways to run nd7
+/// with that home as the account's.
+pub struct World {
+    _dir: tempfile::TempDir,
+    pub root: PathBuf,
+    /// The account's home as nd7 sees it inside the namespace (where the
+    /// user is uid 0): the path the scratch home is mounted on.
+    pub acct: PathBuf,
+}
+
+impl World {
+    pub fn new() -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("realpath");
+        for d in [
+            "home/.ssh",
+            "home/.claude",
+            "home/docs",
+            "proj",
+            "tmp",
+            "outside",
+        ] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        std::fs::write(root.join("home/.ssh/id_ed25519"), "SECRET-KEY").expect("write");
+        std::fs::write(root.join("outside/readme"), "hello\n").expect("write");
+        let passwd = Command::new("getent")
+            .args(["passwd", "0"])
+            .output()
+            .expect("getent");
+        let acct = text(&passwd.stdout)
+            .trim()
+            .split(':')
+            .nth(5)
+            .map(PathBuf::from)
+            .expect("uid 0 has a home");
+        World {
+            _dir: dir,
+            root,
+            acct,
+        }
+    }
+
+    /// `rel` under the home, by the account's path (as nd7 sees it inside).
+    pub fn in_home(&self, rel: &str) -> String {
+        self.acct.join(rel).display().to_string()
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+    pub fn proj(&self) -> PathBuf {
+        self.root.join("proj")
+    }
+    pub fn outside(&self) -> PathBuf {
+        self.root.join("outside")
+    }
+    pub fn sessions(&self) -> PathBuf {
+        self.home().join(".nd7/sessions")
+    }
+
+    /// `program args…` in the project directory, with the scratch home
+    /// mounted over the account's home.
+    pub fn command(&self, program: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--user", "--map-root-user", "--mount", "sh", "-c"])
+            .arg(
+                r#"h=$(getent passwd "$(id -u)" | cut -d: -f6) && mount --bind "$0" "$h" && cd "$1" && shift && exec "$@""#,
+            )
+            .arg(self.home())
+            .arg(self.proj())
+            .arg(program)
+            .args(args)
+            .env("TMPDIR", self.root.join("tmp"))
+            .env("HOME", self.home());
+        cmd
+    }
+
+    pub fn nd7(&self, args: &[&str]) -> Command {
+        self.command(ND7, args)
+    }
+
+    /// Writes an agent script into the project: `$EXEC` is nd7-exec, and
+    /// `wait_for FILE` waits (at most a minute) for the test to make FILE.
+    pub fn agent(&self, body: &str) -> String {
+        let path = self.proj().join("agent.sh");
+        let script = format!(
+            "#!/bin/bash\nEXEC='{ND7_EXEC}'\nND7='{ND7}'\nOUT='{}'\nHOME_DIR='{}'\n\
+             wait_for() {{ for _ in $(seq 1200); do [ -e \"$1\" ] && return 0; sleep 0.05; done; echo \"timed out on $1\"; exit 99; }}\n{body}\n",
+            self.outside().display(),
+            self.acct.display(),
+        );
+        std::fs::write(&path, script).expect("write agent");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        path.display().to_string()
+    }
+
+    /// Runs the agent script under `nd7 run` to the end.
+    pub fn run_agent(&self, body: &str) -> Output {
+        let agent = self.agent(body);
+        self.nd7(&["run", &agent]).output().expect("nd7 run")
+    }
+
+    /// Starts the agent script under `nd7 run`, returning when the session
+    /// has said its pid.
+    pub fn start_agent(&self, body: &str) -> (Child, u32) {
+        let agent = self.agent(body);
+        let mut child = self
+            .nd7(&["run", &agent])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("nd7 run");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut line = String::new();
+        stderr.read_line(&mut line).expect("announcement");
+        let pid = line
+            .strip_prefix("nd7 run: session ")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("no session announced: {line:?}"));
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        (child, pid)
+    }
+
+    /// Makes FILE in the project, which `wait_for FILE` in the agent sees.
+    pub fn signal(&self, file: &str) {
+        std::fs::write(self.proj().join(file), "").expect("signal the agent");
+    }
+
+    /// Waits (at most a minute) for the agent to make FILE in the project.
+    pub fn wait_for(&self, file: &str) {
+        let path = self.proj().join(file);
+        let start = Instant::now();
+        while !path.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the agent never made {file}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn lines(out: &Output) -> Vec<String> {
+    text(&out.stdout).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn the_floor_lets_the_project_be_written_and_nothing_else() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"
+touch inside && echo "agent-inside:$?"
+touch "$OUT/agent" 2>/dev/null; echo "agent-outside:$?"
+touch "$HOME_DIR/agent" 2>/dev/null; echo "agent-home:$?"
+cat "$HOME_DIR/.ssh/id_ed25519" 2>/dev/null; echo "agent-ssh:$?"
+cat "$OUT/readme"; echo "agent-read-outside:$?"
+"$EXEC" 'touch inside-exec'; echo "exec-inside:$?"
+"$EXEC" "touch '$OUT/exec'" 2>/dev/null; echo "exec-outside:$?"
+"$EXEC" "cat '$HOME_DIR/.ssh/id_ed25519'" 2>/dev/null; echo "exec-ssh:$?"
+"$EXEC" "mkdir -p '$HOME_DIR/.nd7/x'" 2>/dev/null; echo "exec-nd7:$?"
+"#,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        lines(&out),
+        [
+            "agent-inside:0",
+            "agent-outside:1",
+            "agent-home:1",
+            "agent-ssh:1",
+            "hello",
+            "agent-read-outside:0",
+            "exec-inside:0",
+            "exec-outside:1",
+            "exec-ssh:1",
+            "exec-nd7:1",
+        ]
+    );
+    assert!(w.proj().join("inside").exists() && w.proj().join("inside-exec").exists());
+    assert!(!w.outside().join("agent").exists() && !w.outside().join("exec").exists());
+    assert!(!w.home().join("agent").exists());
+}
+
+#[test]
+fn a_symlink_in_the_project_does_not_open_what_it_points_at() {
+    let w = World::new();
+    std::os::unix::fs::symlink(w.acct.join(".ssh"), w.proj().join("keys")).expect("symlink");
+    std::os::unix::fs::symlink(w.outside(), w.proj().join("out")).expect("symlink");
+    let out = w.run_agent(
+        r#"
+cat keys/id_ed25519 2>/dev/null; echo "agent:$?"
+"$EXEC" 'cat keys/id_ed25519' 2>/dev/null; echo "exec:$?"
+"$EXEC" 'touch out/through-link' 2>/dev/null; echo "exec-write:$?"
+"#,
+    );
+    assert_eq!(lines(&out), ["agent:1", "exec:1", "exec-write:1"]);
+    assert!(!w.outside().join("through-link").exists());
+}
+
+#[test]
+fn allow_widens_the_next_command_and_deny_takes_it_back() {
+    let w = World::new();
+    let (child, pid) = w.start_agent(
+        r#"
+"$EXEC" "touch '$OUT/before'" 2>/dev/null; echo "before:$?"
+touch stage1; wait_for go1
+"$EXEC" "touch '$OUT/allowed'"; echo "allowed:$?"
+touch "$OUT/agent" 2>/dev/null; echo "agent-after-allow:$?"
+"$EXEC" "mkdir '$HOME_DIR/.nd7/x'" 2>/dev/null; echo "nd7-with-home-granted:$?"
+"$EXEC" "touch '$HOME_DIR/docs/granted-home'"; echo "home-granted:$?"
+"$EXEC" "'$ND7' allow /" >/dev/null 2>&1; echo "allow-from-inside:$?"
+touch stage2; wait_for go2
+"$EXEC" "touch '$OUT/denied'" 2>/dev/null; echo "denied:$?"
+"#,
+    );
+    w.wait_for("stage1");
+    let outside = w.outside().display().to_string();
+    let allow = w.nd7(&["allow", &outside]).output().expect("allow");
+    assert_eq!(
+        text(&allow.stdout),
+        format!("session {pid}: writes under {outside} allowed from the next command\n")
+    );
+    assert!(allow.status.success() && allow.stderr.is_empty());
+    let again = w
+        .nd7(&["allow", "--session", &pid.to_string(), &outside])
+        .output()
+        .expect("allow again");
+    assert_eq!(
+        text(&again.stdout),
+        format!("session {pid}: {outside} was already allowed\n")
+    );
+    let home = w.in_home("");
+    let home = home.trim_end_matches('/');
+    assert!(
+        w.nd7(&["allow", home])
+            .status()
+            .expect("allow home")
+            .success()
+    );
+    w.signal("go1");
+    w.wait_for("stage2");
+    let deny = w.nd7(&["deny", &outside]).output().expect("deny");
+    assert_eq!(
+        text(&deny.stdout),
+        format!("session {pid}: writes under {outside} denied from the next command\n")
+    );
+    let deny_again = w.nd7(&["deny", &outside]).output().expect("deny again");
+    assert_eq!(
+        text(&deny_again.stdout),
+        format!("session {pid}: {outside} was not a grant\n")
+    );
+    assert!(deny_again.status.success());
+    w.signal("go2");
+    let out = child.wait_with_output().expect("agent ends");
+    assert_eq!(
+        lines(&out),
+        [
+            "before:1",
+            "allowed:0",
+            "agent-after-allow:1",
+            "nd7-with-home-granted:1",
+            "home-granted:0",
+            "allow-from-inside:2",
+            "denied:1",
+        ]
+    );
+    assert!(w.outside().join("allowed").exists());
+    assert!(!w.outside().join("before").exists() && !w.outside().join("denied").exists());
+    assert!(!w.home().join(".nd7/x").exists());
+}
+
+#[test]
+fn allow_and_deny_say_what_is_wrong_and_exit_2() {
+    let w = World::new();
+    let usage = "usage: nd7 allow [--session <pid>] <path>\n";
+    let none = w.nd7(&["allow", "/tmp"]).output().expect("allow");
+    assert_eq!(none.status.code(), Some(2));
+    assert_eq!(
+        text(&none.stderr),
+        format!("nd7 allow: no running nd7 session\n{usage}")
+    );
+    assert!(none.stdout.is_empty());
+
+    let (child, pid) = w.start_agent("wait_for done");
+    let (second, pid2) = w.start_agent("wait_for done");
+    let several = w.nd7(&["allow", "/tmp"]).output().expect("allow");
+    let mut pids = [pid, pid2];
+    pids.sort_unstable();
+    assert_eq!(
+        text(&several.stderr),
+        format!(
+            "nd7 allow: several sessions are running ([{}, {}]); pass --session <pid>\n{usage}",
+            pids[0], pids[1]
+        )
+    );
+    let session = pid.to_string();
+    let cases: &[(&[&str], String)] = &[
+        (&["allow"], "nd7 allow: no path given\n".into()),
+        (
+            &["allow", "--session"],
+            "nd7 allow: --session needs a pid\n".into(),
+        ),
+        (
+            &["allow", "--session", &session, "/a", "/b"],
+            "nd7 allow: unexpected argument '/b'\n".into(),
+        ),
+        (
+            &["allow", "--session", &session, "/no/such/dir"],
+            "nd7 allow: cannot resolve /no/such/dir: No such file or directory (os error 2)\n"
+                .into(),
+        ),
+        (
+            &["allow", "--session", &session, &w.in_home(".nd7")],
+            "nd7 allow: nd7's own records can never be made writable\n".into(),
+        ),
+        (
+            &["allow", "--session", &session, &w.in_home(".nd7/sessions")],
+            "nd7 allow: nd7's own records can never be made writable\n".into(),
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = w.nd7(args).output().expect("allow");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(text(&out.stderr), format!("{expected}{usage}"), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    // deny takes a path that no longer resolves as it is written.
+    let gone = w.root.join("gone");
+    std::fs::create_dir(&gone).expect("mkdir");
+    let gone_text = gone.display().to_string();
+    assert!(
+        w.nd7(&["allow", "--session", &session, &gone_text])
+            .status()
+            .expect("allow")
+            .success()
+    );
+    std::fs::remove_dir(&gone).expect("rmdir");
+    let deny = w
+        .nd7(&["deny", "--session", &session, &gone_text])
+        .output()
+        .expect("deny");
+    assert_eq!(
+        text(&deny.stdout),
+        format!("session {pid}: writes under {gone_text} denied from the next command\n")
+    );
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(w.sessions().join(&session).join("record.json")).expect("record"),
+    )
+    .expect("json");
+    assert_eq!(record["grants"], serde_json::json!([]));
+    w.signal("done");
+    for c in [child, second] {
+        assert!(c.wait_with_output().expect("ends").status.success());
+    }
+}
+
+#[test]
+fn exit_codes_and_signals_come_through_unchanged() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"
+"$EXEC" 'exit 7'; echo "exit:$?"
+"$EXEC" 'kill -TERM $$'; echo "killed:$?"
+FORWARDED_VAR=kept "$EXEC" 'printf "%s|" "$0" "$PWD"; echo "$FORWARDED_VAR"'
+"$EXEC" 'trap "echo got-term; exit 3" TERM; touch ready; sleep 30 & wait' &
+wait_for ready; kill -TERM $!; wait $!; echo "forwarded:$?"
+"$EXEC" 'read line; echo "stdin:$line"' <<< "from-agent"
+"#,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let proj = w.proj().display().to_string();
+    assert_eq!(
+        lines(&out),
+        [
+            "exit:7".to_string(),
+            "killed:143".into(),
+            format!("/bin/bash|{proj}|kept"),
+            "got-term".into(),
+            "forwarded:3".into(),
+            "stdin:from-agent".into(),
+        ]
+    );
+}
+
+#[test]
+fn run_exits_with_the_programs_status_and_leaves_no_session_behind() {
+    let w = World::new();
+    let out = w.run_agent("exit 42");
+    assert_eq!(out.status.code(), Some(42));
+    let out = w.run_agent("kill -KILL $$");
+    assert_eq!(out.status.code(), Some(128 + 9));
+    assert_eq!(
+        std::fs::read_dir(w.sessions()).expect("sessions").count(),
+        0,
+        "a session directory was left"
+    );
+}
+
+#[test]
+fn a_terminated_run_cleans_up_and_a_killed_one_is_cleaned_next_time() {
+    let w = World::new();
+    // SIGTERM goes on to the agent, and the session is removed.
+    let (child, pid) = w.start_agent("trap 'exit 5' TERM; touch up; while :; do sleep 0.05; done");
+    w.wait_for("up");
+    let run_pid = child.id();
+    assert!(w.sessions().join(pid.to_string()).exists());
+    // The child here is `unshare`, which execs sh, which execs nd7: one process.
+    Command::new("kill")
+        .args(["-TERM", &run_pid.to_string()])
+        .status()
+        .expect("kill");
+    let out = child.wait_with_output().expect("ends");
+    assert_eq!(out.status.code(), Some(5));
+    assert!(!w.sessions().join(pid.to_string()).exists());
+
+    // SIGKILL leaves the directory; the next nd7 run removes it.
+    std::fs::remove_file(w.proj().join("up")).expect("rm");
+    let (mut child, pid) = w.start_agent("touch up; sleep 30");
+    w.wait_for("up");
+    child.kill().expect("SIGKILL nd7 run");
+    child.wait().expect("reaped");
+    assert!(w.sessions().join(pid.to_string()).exists());
+    let out = w.run_agent("true");
+    assert!(out.status.success());
+    assert!(!w.sessions().join(pid.to_string()).exists());
+}
+
+#[test]
+fn killing_nd7_exec_kills_its_command() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"
+"$EXEC" 'echo $$ > cmd.pid; exec sleep 60' &
+wait_for cmd.pid
+kill -KILL $!
+wait $! 2>/dev/null
+pid=$(cat cmd.pid)
+for _ in $(seq 400); do [ -e /proc/$pid ] || break; sleep 0.05; done
+[ -e /proc/$pid ] && echo "still-running" || echo "gone"
+"#,
+    );
+    assert_eq!(lines(&out), ["gone"], "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_forged_environment_or_cwd_changes_nothing() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"
+cd "$OUT/.." 2>/dev/null
+HOME=/ XDG_STATE_HOME="$OUT" TMPDIR="$OUT" ND7_SESSION=1 PWD="$OUT" "$EXEC" "touch '$OUT/forged'" 2>/dev/null
+echo "forged:$?"
+cd "$OUT" && "$EXEC" 'touch here' 2>/dev/null; echo "cwd-outside:$?"
+"#,
+    );
+    assert_eq!(lines(&out), ["forged:1", "cwd-outside:1"]);
+    assert!(!w.outside().join("forged").exists() && !w.outside().join("here").exists());
+}
+
+#[test]
+fn a_process_outside_the_session_is_refused_at_the_exit() {
+    let w = World::new();
+    // A process that has left the session's tree (its parent exited, so it
+    // now belongs to init) asks the exit to run a command.
+    let (child, pid) = w.start_agent(
+        r#"
+( ( wait_for go; "$EXEC" "touch '$PWD/escaped'" 2> orphan.err; echo $? > orphan.rc ) & )
+touch started; wait_for orphan.rc; wait_for done
+"#,
+    );
+    w.wait_for("started");
+    w.signal("go");
+    w.wait_for("orphan.rc");
+    let rc = std::fs::read_to_string(w.proj().join("orphan.rc")).expect("rc");
+    let err = std::fs::read_to_string(w.proj().join("orphan.err")).expect("err");
+    // It cannot find the session from where it now is, so nd7-exec
+    // refuses before asking.
+    assert_eq!(rc.trim(), "126", "{err}");
+    assert!(err.contains("not inside an nd7 session"), "{err}");
+    assert!(!w.proj().join("escaped").exists());
+
+    // This test process, which was never in the session, connects directly.
+    let socket = w.sessions().join(pid.to_string()).join("exit.sock");
+    let refused = nd7_core::sandbox::linux::exit::run(&socket, "touch escaped-too".into());
+    match refused {
+        Err(nd7_core::sandbox::linux::exit::ExitError::Refused(why)) => {
+            assert!(why.contains("is not part of session"), "{why}")
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+    assert!(!w.proj().join("escaped-too").exists());
+    w.signal("done");
+    assert!(child.wait_with_output().expect("ends").status.success());
+}
+
+#[test]
+fn nd7_exec_outside_any_session_runs_nothing() {
+    let w = World::new();
+    let marker = w.outside().join("ran");
+    let out = w
+        .command(ND7_EXEC, &[&format!("touch '{}'", marker.display())])
+        .output()
+        .expect("nd7-exec");
+    assert_eq!(out.status.code(), Some(126));
+    let err = text(&out.stderr);
+    assert!(err.contains("not inside an nd7 session"), "{err}");
+    assert!(err.contains("the command was not run"), "{err}");
+    assert!(!marker.exists());
+    let out = w.command(ND7_EXEC, &["a", "b"]).output().expect("nd7-exec");
+    assert_eq!(out.status.code(), Some(126));
+}
+
+#[test]
+fn run_refuses_binaries_others_can_replace() {
+    let w = World::new();
+    let bin = w.root.join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    for (from, name) in [(ND7, "nd7"), (ND7_EXEC, "nd7-exec")] {
+        std::fs::copy(from, bin.join(name)).expect("copy");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let nd7 = bin.join("nd7").display().to_string();
+    let marker = w.proj().join("ran");
+    let out = w
+        .command(&nd7, &["run", "touch", &marker.display().to_string()])
+        .output()
+        .expect("nd7 run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("{}: is writable by anyone", bin.display())),
+        "{err}"
+    );
+    assert!(!marker.exists());
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(bin.join("nd7-exec"), std::fs::Permissions::from_mode(0o775))
+        .expect("chmod");
+    let out = w.command(&nd7, &["run", "true"]).output().expect("nd7 run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("nd7-exec: is writable by its group"),
+        "{}",
+        text(&out.stderr)
+    );
+}
