@@ -16,8 +16,14 @@ _nd7() {
             ",$1")
                 cmd="nd7"
                 ;;
+            nd7,allow)
+                cmd="nd7__subcmd__allow"
+                ;;
             nd7,completions)
                 cmd="nd7__subcmd__completions"
+                ;;
+            nd7,deny)
+                cmd="nd7__subcmd__deny"
                 ;;
             nd7,doctor)
                 cmd="nd7__subcmd__doctor"
@@ -31,14 +37,23 @@ _nd7() {
             nd7,record)
                 cmd="nd7__subcmd__record"
                 ;;
+            nd7,run)
+                cmd="nd7__subcmd__run"
+                ;;
             nd7,setup)
                 cmd="nd7__subcmd__setup"
                 ;;
             nd7,verify)
                 cmd="nd7__subcmd__verify"
                 ;;
+            nd7__subcmd__help,allow)
+                cmd="nd7__subcmd__help__subcmd__allow"
+                ;;
             nd7__subcmd__help,completions)
                 cmd="nd7__subcmd__help__subcmd__completions"
+                ;;
+            nd7__subcmd__help,deny)
+                cmd="nd7__subcmd__help__subcmd__deny"
                 ;;
             nd7__subcmd__help,doctor)
                 cmd="nd7__subcmd__help__subcmd__doctor"
@@ -51,6 +66,9 @@ _nd7() {
                 ;;
             nd7__subcmd__help,record)
                 cmd="nd7__subcmd__help__subcmd__record"
+                ;;
+            nd7__subcmd__help,run)
+                cmd="nd7__subcmd__help__subcmd__run"
                 ;;
             nd7__subcmd__help,setup)
                 cmd="nd7__subcmd__help__subcmd__setup"
@@ -65,8 +83,22 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify setup hook-prefix doctor completions help"
+            opts="-h -V --help --version record verify setup run allow deny hook-prefix doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__allow)
+            opts="-h --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -80,6 +112,20 @@ _nd7() {
             ;;
         nd7__subcmd__completions)
             opts="-h --help bash zsh fish"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__deny)
+            opts="-h --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -111,7 +157,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help)
-            opts="record verify setup hook-prefix doctor completions help"
+            opts="record verify setup run allow deny hook-prefix doctor completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -124,7 +170,35 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__allow)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__deny)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -194,6 +268,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__run)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__setup)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -237,6 +325,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__record)
+            opts="-h --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__run)
             opts="-h --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -19,7 +19,7 @@ use std::process::Command;
 
 use crate::policy::{Policy, Roots};
 use crate::session::{self, Record, Session, SessionError, Sessions};
-use crate::{hook_prefix, sandbox, setup};
+use crate::{hook_prefix, sandbox, session_log, setup};
 
 /// Why the program was not started.
 #[derive(Debug, thiserror::Error)]
@@ -99,11 +99,20 @@ pub fn run(options: &Options, announce: impl FnOnce(&str)) -> Result<i32, RunErr
         action: "find the working directory",
         source,
     })?;
+    // The logs' directory must exist to be named in the floor.
+    let state = session_log::state_dir().map_err(|e| RunError::Sandbox(e.to_string()))?;
+    let logs = state.join("sessions");
+    std::fs::create_dir_all(&logs).map_err(|source| RunError::Io {
+        path: logs.clone(),
+        action: "create",
+        source,
+    })?;
     let policy = Policy {
         roots: Roots {
             project: resolved(&cwd, "resolve the project directory")?,
             temp: resolved(&std::env::temp_dir(), "resolve the temp directory")?,
             home: home.clone(),
+            state: resolved(&state, "resolve nd7's state directory")?,
         },
         grants: Vec::new(),
     };

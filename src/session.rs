@@ -371,6 +371,7 @@ mod tests {
                     project: "/p".into(),
                     temp: "/tmp".into(),
                     home: "/h".into(),
+                    state: "/h/.local/state/nd7".into(),
                 },
                 grants: vec![],
             },

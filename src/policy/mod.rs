@@ -19,13 +19,18 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// The three directories a session's rules are built around, each already
+/// The directories a session's rules are built around, each already
 /// resolved to its real path (no symlinks), home from the account database.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Roots {
     pub project: PathBuf,
     pub temp: PathBuf,
     pub home: PathBuf,
+    /// nd7's state directory (`$XDG_STATE_HOME/nd7`). Claude Code's hooks,
+    /// `nd7 record` among them, run inside the floor, so the session logs
+    /// under it must be writable there (ADR-0014); the vault keys beside
+    /// them must not even be readable.
+    pub state: PathBuf,
 }
 
 /// A session's rules: its roots and the grants `nd7 allow` added.
@@ -65,14 +70,29 @@ impl Policy {
         self.roots.home.join(".nd7")
     }
 
+    /// What no sandboxed process may read: `~/.ssh`, `~/.aws`, `~/.nd7`, and
+    /// the machine's vault keys.
     pub fn unreadable(&self) -> Vec<PathBuf> {
-        UNREADABLE.iter().map(|d| self.roots.home.join(d)).collect()
+        let mut out: Vec<PathBuf> = UNREADABLE.iter().map(|d| self.roots.home.join(d)).collect();
+        out.push(self.vault_dir());
+        out
+    }
+
+    /// Where the session logs live, written by `nd7 record` from inside.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.roots.state.join("sessions")
+    }
+
+    /// Where the machine's vault key and enrolment live.
+    pub fn vault_dir(&self) -> PathBuf {
+        self.roots.state.join("vault")
     }
 
     /// The floor's write roots, before anything is taken out of them.
     pub fn floor_writes(&self) -> Vec<PathBuf> {
         let mut roots = vec![self.roots.project.clone(), self.roots.temp.clone()];
         roots.extend(CLAUDE_STATE.iter().map(|d| self.roots.home.join(d)));
+        roots.push(self.logs_dir());
         roots.extend(DEVICES.iter().map(PathBuf::from));
         roots
     }
@@ -194,6 +214,7 @@ mod tests {
                 project: "/home/u/proj".into(),
                 temp: "/tmp".into(),
                 home: "/home/u".into(),
+                state: "/home/u/.local/state/nd7".into(),
             },
             grants: grants.iter().map(PathBuf::from).collect(),
         }
@@ -211,6 +232,9 @@ mod tests {
         "/home/u/proj/src/main.rs",
         "/home/u/.claude/settings.json",
         "/home/u/docs/a",
+        "/home/u/.local/state/nd7/sessions/s1/events.ndjson",
+        "/home/u/.local/state/nd7/vault/machine.key",
+        "/home/u/.local/bin/tool",
     ];
 
     fn paths(v: &[&str]) -> Vec<PathBuf> {
@@ -231,6 +255,8 @@ mod tests {
                 "/home/other",
                 "/home/u/.bashrc",
                 "/home/u/.claude",
+                "/home/u/.local/bin",
+                "/home/u/.local/state/nd7/sessions",
                 "/home/u/docs",
                 "/home/u/proj",
                 "/tmp",
@@ -241,6 +267,7 @@ mod tests {
             "/home/u/.ssh/id",
             "/home/u/.aws/creds",
             "/home/u/.nd7/sessions/1/record.json",
+            "/home/u/.local/state/nd7/vault/machine.key",
         ] {
             assert!(
                 !read.iter().any(|r| Path::new(secret).starts_with(r)),
@@ -289,6 +316,11 @@ mod tests {
         assert!(floor.write.contains(&PathBuf::from("/home/u/.claude")));
         assert!(floor.write.contains(&PathBuf::from("/dev/null")));
         assert!(
+            floor
+                .write
+                .contains(&PathBuf::from("/home/u/.local/state/nd7/sessions"))
+        );
+        assert!(
             !floor
                 .write
                 .iter()
@@ -326,7 +358,7 @@ mod tests {
         let text = serde_json::to_string(&p).expect("serialises");
         assert!(
             text.starts_with(
-                r#"{"project":"/home/u/proj","temp":"/tmp","home":"/home/u","grants":"#
+                r#"{"project":"/home/u/proj","temp":"/tmp","home":"/home/u","state":"/home/u/.local/state/nd7","grants":"#
             )
         );
         assert_eq!(serde_json::from_str::<Policy>(&text).expect("parses"), p);

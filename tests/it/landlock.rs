@@ -47,6 +47,7 @@ impl World {
                 project: self.root.join("home/proj"),
                 temp: self.root.join("tmp"),
                 home: self.root.join("home"),
+                state: self.root.join("home/.local/state/nd7"),
             },
             grants: grants.iter().map(|g| self.root.join(g)).collect(),
         }

@@ -40,6 +40,7 @@ impl World {
             "home/.ssh",
             "home/.claude",
             "home/docs",
+            "home/.local/state/nd7/vault",
             "proj",
             "tmp",
             "outside",
@@ -47,6 +48,7 @@ impl World {
             std::fs::create_dir_all(root.join(d)).expect("mkdir");
         }
         std::fs::write(root.join("home/.ssh/id_ed25519"), "SECRET-KEY").expect("write");
+        std::fs::write(root.join("home/.local/state/nd7/vault/machine.key"), "KEY").expect("write");
         std::fs::write(root.join("outside/readme"), "hello\n").expect("write");
         let passwd = Command::new("getent")
             .args(["passwd", "0"])
@@ -96,7 +98,8 @@ impl World {
             .arg(program)
             .args(args)
             .env("TMPDIR", self.root.join("tmp"))
-            .env("HOME", self.home());
+            .env("HOME", &self.acct)
+            .env_remove("XDG_STATE_HOME");
         cmd
     }
 
@@ -189,6 +192,9 @@ cat "$OUT/readme"; echo "agent-read-outside:$?"
 "$EXEC" "touch '$OUT/exec'" 2>/dev/null; echo "exec-outside:$?"
 "$EXEC" "cat '$HOME_DIR/.ssh/id_ed25519'" 2>/dev/null; echo "exec-ssh:$?"
 "$EXEC" "mkdir -p '$HOME_DIR/.nd7/x'" 2>/dev/null; echo "exec-nd7:$?"
+echo '{"session_id":"s1","hook_event_name":"Stop","cwd":"/"}' | "$ND7" record; echo "record:$?"
+cat "$HOME_DIR/.local/state/nd7/sessions/s1/events.ndjson" | wc -l
+cat "$HOME_DIR/.local/state/nd7/vault/machine.key" 2>/dev/null; echo "vault-key:$?"
 "#,
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -205,6 +211,9 @@ cat "$OUT/readme"; echo "agent-read-outside:$?"
             "exec-outside:1",
             "exec-ssh:1",
             "exec-nd7:1",
+            "record:0",
+            "1",
+            "vault-key:1",
         ]
     );
     assert!(w.proj().join("inside").exists() && w.proj().join("inside-exec").exists());
