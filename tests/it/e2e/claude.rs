@@ -72,9 +72,12 @@ fn runs(bin: &Path, version: &str) -> bool {
 /// One headless run of Claude Code in a scratch home and project.
 pub struct Run {
     pub home: tempfile::TempDir,
+    /// The home directory, seen from outside.
+    pub home_path: PathBuf,
     pub project: PathBuf,
     pub state: PathBuf,
     pub output: Output,
+    pub sandbox: Option<Sandboxed>,
 }
 
 impl Run {
@@ -105,6 +108,15 @@ pub struct Workspace {
     pub project: PathBuf,
     pub extra_hooks: Vec<(&'static str, Value)>,
     pub env: Vec<(String, String)>,
+    /// Set by [`Workspace::sandboxed`]: run Claude Code under `nd7 run`.
+    pub sandbox: Option<Sandboxed>,
+}
+
+/// What a run under `nd7 run` needs beyond a home: the home mounted over
+/// the account's (nd7 takes the home from the account database), and a temp
+/// directory and an "outside" that are neither the home nor the project.
+pub struct Sandboxed {
+    pub world: std::sync::Arc<crate::sandbox::World>,
 }
 
 impl Workspace {
@@ -117,6 +129,33 @@ impl Workspace {
             project,
             extra_hooks: Vec::new(),
             env: Vec::new(),
+            sandbox: None,
+        }
+    }
+
+    /// A workspace whose Claude Code runs under `nd7 run`, in the scratch
+    /// world of the sandbox tests: its home is the world's home, its
+    /// project the world's project.
+    pub fn sandboxed(world: std::sync::Arc<crate::sandbox::World>) -> Workspace {
+        // The TempDir only removes the world when dropped; the world owns it.
+        let home = tempfile::Builder::new()
+            .prefix("unused-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("tempdir");
+        Workspace {
+            home,
+            project: world.proj(),
+            extra_hooks: Vec::new(),
+            env: Vec::new(),
+            sandbox: Some(Sandboxed { world }),
+        }
+    }
+
+    /// The home directory as seen from outside.
+    pub fn home_path(&self) -> PathBuf {
+        match &self.sandbox {
+            Some(s) => s.world.home(),
+            None => self.home.path().to_path_buf(),
         }
     }
 }
@@ -124,19 +163,26 @@ impl Workspace {
 /// Runs `claude -p prompt` with nd7's hooks, against the mock API at `api_url`,
 /// in `workspace`'s HOME with its project as the working directory.
 pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> Run {
+    let home_path = workspace.home_path();
     let Workspace {
         home,
         project,
         extra_hooks,
         env,
+        sandbox,
     } = workspace;
-    let state = home.path().join(".local/state");
-    // The hooks are the ones `nd7 setup` writes, written by it.
-    let settings = home.path().join("nd7-settings.json");
+    let state = home_path.join(".local/state");
+    // The hooks are the ones `nd7 setup` writes, written by it: into a file
+    // passed with --settings, or, under `nd7 run` (which passes its own
+    // --settings), into the user settings, as on a real machine.
+    let settings = match &sandbox {
+        Some(_) => home_path.join(".claude/settings.json"),
+        None => home_path.join("nd7-settings.json"),
+    };
     let setup = Command::new(env!("CARGO_BIN_EXE_nd7"))
         .args(["setup", "--settings"])
         .arg(&settings)
-        .env("HOME", home.path())
+        .env("HOME", &home_path)
         .stdin(Stdio::null())
         .output()
         .expect("run nd7 setup");
@@ -157,9 +203,29 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         }
         std::fs::write(&settings, value.to_string()).expect("write settings");
     }
-    let mut child = Command::new(claude)
-        .args(["-p", prompt, "--settings"])
-        .arg(&settings)
+    let mut command = match &sandbox {
+        Some(s) => {
+            let mut command = s
+                .world
+                .nd7(&["run", &claude.display().to_string(), "-p", prompt]);
+            command
+        }
+        None => {
+            let mut command = Command::new(claude);
+            command.args(["-p", prompt, "--settings"]).arg(&settings);
+            command
+        }
+    };
+    // Seen from inside: under `nd7 run` the home is the account's path.
+    let inner_home = match &sandbox {
+        Some(s) => s.world.acct.clone(),
+        None => home_path.clone(),
+    };
+    let tmpdir: Vec<(&str, PathBuf)> = match &sandbox {
+        Some(s) => vec![("TMPDIR", s.world.root.join("tmp"))],
+        None => Vec::new(),
+    };
+    let mut child = command
         .args([
             "--output-format",
             "stream-json",
@@ -174,8 +240,8 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         .current_dir(&project)
         .env_clear()
         .env("PATH", SYSTEM_PATH)
-        .env("HOME", home.path())
-        .env("XDG_STATE_HOME", &state)
+        .env("HOME", &inner_home)
+        .env("XDG_STATE_HOME", inner_home.join(".local/state"))
         .env("ANTHROPIC_BASE_URL", api_url)
         .env("ANTHROPIC_API_KEY", "sk-ant-e2e-dummy")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
@@ -183,6 +249,7 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         .env("DISABLE_TELEMETRY", "1")
         .env("DISABLE_ERROR_REPORTING", "1")
         .envs(env)
+        .envs(tmpdir)
         .stdin(Stdio::null())
         // Files, not pipes: nobody reads a pipe while we wait, and a full one
         // would stall Claude Code.
@@ -190,21 +257,6 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         .stderr(File::create(home.path().join("claude.stderr")).expect("stderr file"))
         .spawn()
         .expect("start claude");
-    std::thread::sleep(Duration::from_millis(30));
-    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| {
-                    format!(
-                        "{}->{:?}",
-                        e.file_name().to_string_lossy(),
-                        std::fs::read_link(e.path()).ok()
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    eprintln!("CLAUDE FDS {fds:?}");
     // Claude Code must finish a scripted session in well under this; a hang
     // is a failure, not a wait.
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -223,8 +275,10 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
     };
     Run {
         home,
+        home_path,
         project,
         state,
         output,
+        sandbox,
     }
 }

@@ -55,9 +55,17 @@ fn session_with(
     prepare: impl FnOnce(&mut claude::Workspace),
     script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
 ) -> Session {
-    let claude = claude::install(&claude::version());
     let mut workspace = claude::Workspace::new();
     prepare(&mut workspace);
+    session_in(workspace, script)
+}
+
+/// [`session`], in a given workspace.
+fn session_in(
+    workspace: claude::Workspace,
+    script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
+) -> Session {
+    let claude = claude::install(&claude::version());
     let turns = script(&workspace.project);
     let scripted = turns.len();
     let api = MockApi::start(turns);
@@ -331,4 +339,108 @@ fn claude_code_keeps_saving_its_state_through_the_link_setup_leaves() {
         stray.is_empty(),
         "no temporary file was left in the home directory: {stray:?}"
     );
+}
+
+/// Claude Code under `nd7 run`, its home the sandbox world's.
+fn sandboxed_session(
+    world: &std::sync::Arc<crate::sandbox::World>,
+    script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
+) -> Session {
+    session_in(claude::Workspace::sandboxed(world.clone()), script)
+}
+
+#[test]
+fn under_nd7_run_bash_goes_through_nd7_exec_and_stays_inside_the_floor() {
+    let world = std::sync::Arc::new(crate::sandbox::World::new());
+    let outside = world.outside();
+    let key = world.acct.join(".ssh/id_ed25519");
+    let s = sandboxed_session(&world, |project| {
+        vec![
+            vec![bash("echo inside > inside.txt && cat inside.txt")],
+            vec![bash(&format!("touch '{}/escaped'", outside.display()))],
+            vec![bash(&format!("cat '{}'", key.display()))],
+            vec![Block::Tool(
+                "Write",
+                json!({"file_path": project.join("written.txt"), "content": "by Write\n"}),
+            )],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    let results = s.api.tool_results();
+    assert!(
+        results[0].1.contains("inside") && !results[0].2,
+        "{results:?}"
+    );
+    for refused in &results[1..3] {
+        assert!(refused.2, "refused: {results:?}");
+        assert!(refused.1.contains("Permission denied"), "{results:?}");
+    }
+    assert!(!results[2].1.contains("SECRET-KEY"), "{results:?}");
+    assert!(!outside.join("escaped").exists());
+    assert_eq!(
+        std::fs::read_to_string(world.proj().join("written.txt")).expect("Write inside"),
+        "by Write\n"
+    );
+    // Every Bash call ran through nd7-exec, and nd7 record kept the log
+    // from inside the floor.
+    let exec = env!("CARGO_BIN_EXE_nd7-exec");
+    for result in s.of_kind("tool_result") {
+        if result["body"]["tool_name"] == "Bash" {
+            let ran = result["body"]["tool_input"]["command"]
+                .as_str()
+                .unwrap_or("");
+            assert!(ran.starts_with(&format!("'{exec}' '")), "{ran}");
+        }
+    }
+    assert_calls_paired(&s);
+    assert_clean(&s);
+    assert_eq!(
+        std::fs::read_dir(world.sessions())
+            .expect("sessions")
+            .count(),
+        0,
+        "the session directory is gone"
+    );
+}
+
+#[test]
+fn under_nd7_run_allow_reaches_the_next_command() {
+    let world = std::sync::Arc::new(crate::sandbox::World::new());
+    let outside = world.outside();
+    let helper = {
+        let world = world.clone();
+        std::thread::spawn(move || {
+            world.wait_for("ready");
+            let out = world.outside().display().to_string();
+            let allow = world.nd7(&["allow", &out]).output().expect("nd7 allow");
+            world.signal("go");
+            allow
+        })
+    };
+    let s = sandboxed_session(&world, |_| {
+        let o = outside.display();
+        vec![
+            vec![bash(&format!("touch '{o}/before'"))],
+            vec![bash(
+                "touch ready; for _ in $(seq 1200); do [ -e go ] && exit 0; sleep 0.05; done; exit 9",
+            )],
+            vec![bash(&format!("touch '{o}/after' && echo granted"))],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    let allow = helper.join().expect("helper");
+    assert!(
+        String::from_utf8_lossy(&allow.stdout).contains("allowed from the next command"),
+        "{allow:?}"
+    );
+    let results = s.api.tool_results();
+    assert!(results[0].2, "{results:?}");
+    assert!(!results[1].2, "{results:?}");
+    assert!(
+        results[2].1.contains("granted") && !results[2].2,
+        "{results:?}"
+    );
+    assert!(!outside.join("before").exists());
+    assert!(outside.join("after").exists());
+    assert_clean(&s);
 }
