@@ -83,7 +83,8 @@ pub fn binary_checks(nd7: &Path) -> Result<PathBuf, RunError> {
 /// Runs the session; `announce` gets the line to show on stderr once the
 /// session exists. Returns the exit code to leave with: the program's, or
 /// 128+N when signal N ended it.
-pub fn run(options: &Options, announce: impl FnOnce(&str)) -> Result<i32, RunError> {
+pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> {
+    let announce_warning = |line: &str| announce(&format!("nd7 run: warning: {line}"));
     let nd7 = resolved(
         &std::env::current_exe().map_err(|source| RunError::Io {
             path: "nd7".into(),
@@ -138,6 +139,16 @@ pub fn run(options: &Options, announce: impl FnOnce(&str)) -> Result<i32, RunErr
     let exit = sandbox::serve_exit(&session.0).map_err(RunError::Sandbox)?;
 
     let mut command = Command::new(&options.program);
+    let claude_json = setup::claude_json::state(&home);
+    if is_claude(&options.program)
+        && sandbox::CLAUDE_JSON_MUST_MOVE
+        && claude_json == setup::claude_json::State::InHome
+    {
+        announce_warning(&format!(
+            "{}/.claude.json is a file in your home directory, where the floor lets nothing be written, so Claude Code cannot save its state this session; `nd7 setup` moves it under ~/.claude with a link",
+            home.display()
+        ));
+    }
     if is_claude(&options.program) {
         command
             .arg("--settings")

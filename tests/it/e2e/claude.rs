@@ -73,10 +73,13 @@ fn runs(bin: &Path, version: &str) -> bool {
 pub struct Run {
     pub home: tempfile::TempDir,
     /// The home directory, seen from outside.
+    #[allow(dead_code)]
     pub home_path: PathBuf,
     pub project: PathBuf,
     pub state: PathBuf,
     pub output: Output,
+    /// Kept so the sandbox world outlives the run.
+    #[allow(dead_code)]
     pub sandbox: Option<Sandboxed>,
 }
 
@@ -204,12 +207,9 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         std::fs::write(&settings, value.to_string()).expect("write settings");
     }
     let mut command = match &sandbox {
-        Some(s) => {
-            let mut command = s
-                .world
-                .nd7(&["run", &claude.display().to_string(), "-p", prompt]);
-            command
-        }
+        Some(s) => s
+            .world
+            .nd7(&["run", &claude.display().to_string(), "-p", prompt]),
         None => {
             let mut command = Command::new(claude);
             command.args(["-p", prompt, "--settings"]).arg(&settings);
