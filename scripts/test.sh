@@ -2,15 +2,18 @@
 # Runs nd7's whole test suite, after making sure the tools it drives are here:
 # npm (the end-to-end tests install the real Claude Code), zsh and fish
 # (completions), ruby (the Homebrew formula), nix-instantiate (the flake),
-# systemd-analyze (the timer units) and python3 (the LaunchAgent plist).
+# systemd-analyze (the timer units), python3 (the LaunchAgent plist), tmux
+# (an interactive Claude Code under nd7 run) and unshare (the sandbox tests
+# mount a scratch home over the account's).
 # As root on Debian or Ubuntu it installs what is missing; elsewhere it says
 # what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A package=([npm]="nodejs npm" [zsh]=zsh [fish]=fish [ruby]=ruby
-  [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3)
+  [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3 [tmux]=tmux
+  [unshare]=util-linux [git]=git)
 missing=()
-for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3; do
+for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3 tmux unshare git; do
   command -v "$tool" >/dev/null || missing+=("${package[$tool]}")
 done
 if [ ${#missing[@]} -gt 0 ]; then

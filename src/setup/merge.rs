@@ -19,12 +19,36 @@ pub const UNREGISTERED: &[&str] = &["MessageDisplay", "PostToolBatch"];
 /// behind a busy lock needs longer.
 pub const SESSION_END_TIMEOUT_SECS: u64 = 10;
 
-/// The events `nd7 setup` registers `nd7 record` for, in Claude Code's order.
-pub fn recorded_events() -> impl Iterator<Item = &'static str> {
+/// A Claude Code version: major, minor, patch.
+pub type Version = (u32, u32, u32);
+
+/// Events newer than exec form (2.1.139), with the first version known to
+/// accept each. Given an event it does not know, Claude Code shows a
+/// settings warning at every interactive start (seen with 2.1.197), so setup
+/// registers these only for a Claude Code that knows them. The last is the
+/// first version it was seen in, not necessarily the first that had it.
+pub const INTRODUCED: &[(&str, Version)] = &[
+    ("DirectoryAdded", (2, 1, 219)),
+    ("PreModelSwitch", (2, 1, 251)),
+    ("PostModelSwitch", (2, 1, 251)),
+    ("PreSkillShellCommand", (2, 1, 332)),
+];
+
+/// Whether Claude Code `claude` (unknown: assume the newest) accepts `event`.
+pub fn knows(claude: Option<Version>, event: &str) -> bool {
+    match (claude, INTRODUCED.iter().find(|(e, _)| *e == event)) {
+        (Some(v), Some((_, since))) => v >= *since,
+        _ => true,
+    }
+}
+
+/// The events `nd7 setup` registers `nd7 record` for with Claude Code
+/// `claude`, in Claude Code's order.
+pub fn recorded_events(claude: Option<Version>) -> impl Iterator<Item = &'static str> {
     HookEvent::NAMES
         .iter()
         .copied()
-        .filter(|e| !UNREGISTERED.contains(e))
+        .filter(move |e| !UNREGISTERED.contains(e) && knows(claude, e))
 }
 
 /// The hook entry for one event.
@@ -140,9 +164,15 @@ fn strip_nd7(groups: &mut Vec<Value>) -> usize {
     removed
 }
 
-/// Adds (or brings up to date) nd7's entry for every recorded event, with
-/// `nd7` as the command. Keeps every other key, hook and the order of both.
-pub fn install(text: Option<&str>, nd7: &str) -> Result<Merged, MergeError> {
+/// Adds (or brings up to date) nd7's entry for every event recorded with
+/// Claude Code `claude`, with `nd7` as the command, and takes nd7's entry
+/// out of events that version does not know. Keeps every other key, hook and
+/// the order of both.
+pub fn install(
+    text: Option<&str>,
+    nd7: &str,
+    claude: Option<Version>,
+) -> Result<Merged, MergeError> {
     let mut settings = parse(text)?;
     let original = settings.clone();
     let hooks = settings
@@ -151,7 +181,18 @@ pub fn install(text: Option<&str>, nd7: &str) -> Result<Merged, MergeError> {
         .as_object_mut()
         .ok_or(MergeError::HooksNotObject)?;
     let mut changes = Vec::new();
-    for event in recorded_events() {
+    for (event, _) in INTRODUCED.iter().filter(|(e, _)| !knows(claude, e)) {
+        let Some(groups) = hooks.get_mut(*event).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        if strip_nd7(groups) > 0 {
+            changes.push(Change::Removed(event.to_string()));
+            if groups.is_empty() {
+                hooks.shift_remove(*event);
+            }
+        }
+    }
+    for event in recorded_events(claude) {
         let wanted = json!({ "hooks": [nd7_hook(nd7, event)] });
         let groups = hooks
             .entry(event)
@@ -227,7 +268,41 @@ mod tests {
     const ND7: &str = "/home/u/.cargo/bin/nd7";
 
     fn installed(text: Option<&str>) -> String {
-        install(text, ND7).expect("merges").text.expect("changed")
+        install(text, ND7, None)
+            .expect("merges")
+            .text
+            .expect("changed")
+    }
+
+    #[test]
+    fn events_an_older_claude_code_does_not_know_are_left_out_and_taken_out() {
+        let newest: Value = serde_json::from_str(&installed(None)).expect("json");
+        assert!(newest["hooks"].get("DirectoryAdded").is_some());
+        let older = install(Some(&newest.to_string()), ND7, Some((2, 1, 197))).expect("merges");
+        let text = older.text.expect("changed");
+        let older_hooks: Value = serde_json::from_str(&text).expect("json");
+        for (event, _) in INTRODUCED {
+            assert!(older_hooks["hooks"].get(*event).is_none(), "{event}");
+            assert!(older.changes.contains(&Change::Removed(event.to_string())));
+        }
+        assert_eq!(
+            older_hooks["hooks"].as_object().map(|h| h.len()),
+            Some(HookEvent::NAMES.len() - UNREGISTERED.len() - INTRODUCED.len())
+        );
+        // Once right for that version, nothing changes.
+        let again = install(Some(&text), ND7, Some((2, 1, 197))).expect("merges");
+        assert_eq!(again.text, None);
+        // A user's own hook on such an event stays.
+        let theirs =
+            r#"{"hooks":{"DirectoryAdded":[{"hooks":[{"type":"command","command":"/x"}]}]}}"#;
+        let kept = install(Some(theirs), ND7, Some((2, 1, 197))).expect("merges");
+        let kept: Value = serde_json::from_str(&kept.text.expect("changed")).expect("json");
+        assert_eq!(
+            kept["hooks"]["DirectoryAdded"][0]["hooks"][0]["command"],
+            "/x"
+        );
+        assert!(knows(Some((2, 1, 251)), "PreModelSwitch"));
+        assert!(!knows(Some((2, 1, 250)), "PreModelSwitch"));
     }
 
     #[test]
@@ -261,7 +336,7 @@ mod tests {
     #[test]
     fn older_nd7_entries_are_replaced_not_duplicated() {
         let old = r#"{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"/opt/old/nd7 record"},{"type":"command","command":"/usr/bin/keep"}]}],"PreToolUse":[{"hooks":[{"type":"command","command":"/usr/local/Cellar/nd7/0.1/bin/nd7","args":["record"]}]}]}}"#;
-        let merged = install(Some(old), ND7).expect("merges");
+        let merged = install(Some(old), ND7, None).expect("merges");
         assert!(merged.changes.contains(&Change::Replaced("Stop".into())));
         assert!(
             merged
@@ -282,7 +357,7 @@ mod tests {
     #[test]
     fn a_second_run_changes_nothing() {
         let once = installed(Some(r#"{"a":1}"#));
-        let twice = install(Some(&once), ND7).expect("merges");
+        let twice = install(Some(&once), ND7, None).expect("merges");
         assert_eq!(
             twice,
             Merged {
@@ -314,7 +389,7 @@ mod tests {
 
     #[test]
     fn broken_json_is_refused_with_its_position() {
-        let err = install(Some("{\n  \"a\": 1,\n  oops\n}"), ND7).expect_err("refused");
+        let err = install(Some("{\n  \"a\": 1,\n  oops\n}"), ND7, None).expect_err("refused");
         assert!(
             matches!(
                 err,
@@ -327,15 +402,15 @@ mod tests {
             "{err}"
         );
         assert!(matches!(
-            install(Some("[1]"), ND7),
+            install(Some("[1]"), ND7, None),
             Err(MergeError::NotObject)
         ));
         assert!(matches!(
-            install(Some(r#"{"hooks":[]}"#), ND7),
+            install(Some(r#"{"hooks":[]}"#), ND7, None),
             Err(MergeError::HooksNotObject)
         ));
         assert!(matches!(
-            install(Some(r#"{"hooks":{"Stop":{}}}"#), ND7),
+            install(Some(r#"{"hooks":{"Stop":{}}}"#), ND7, None),
             Err(MergeError::EventNotList(_))
         ));
     }

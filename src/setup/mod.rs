@@ -199,10 +199,15 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
         Err(e) => return Err(io_err(&settings, "read")(e)),
     };
     let nd7 = stable_path(exe, &home, Path::exists)?;
+    let claude = claude_version();
     let merged = if options.uninstall {
         merge::uninstall(text.as_deref())
     } else {
-        merge::install(text.as_deref(), &nd7.to_string_lossy())
+        merge::install(
+            text.as_deref(),
+            &nd7.to_string_lossy(),
+            claude.as_ref().and_then(|(_, v)| *v),
+        )
     }
     .map_err(|source| SetupError::Settings {
         path: settings.clone(),
@@ -302,7 +307,7 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
     }
 
     // Checks that change nothing.
-    match claude_version() {
+    match claude {
         None => report.warnings.push(
             "Claude Code (`claude`) is not on PATH: the hooks take effect once it is installed".into(),
         ),
@@ -556,7 +561,8 @@ fn hooks_check(text: &str, nd7: &str) -> Check {
     };
     let mut missing = Vec::new();
     let mut elsewhere = Vec::new();
-    let events: Vec<&str> = merge::recorded_events().collect();
+    let claude = claude_version().and_then(|(_, v)| v);
+    let events: Vec<&str> = merge::recorded_events(claude).collect();
     for event in &events {
         let ours: Vec<&serde_json::Value> = settings["hooks"][*event]
             .as_array()
@@ -650,7 +656,10 @@ mod tests {
     #[test]
     fn the_hooks_check_names_what_is_missing_or_stale() {
         let nd7 = "/home/u/.cargo/bin/nd7";
-        let full = merge::install(None, nd7).expect("ok").text.expect("text");
+        let full = merge::install(None, nd7, None)
+            .expect("ok")
+            .text
+            .expect("text");
         assert!(hooks_check(&full, nd7).ok);
         let stale = hooks_check(&full, "/other/nd7");
         assert!(

@@ -69,6 +69,15 @@ fn runs(bin: &Path, version: &str) -> bool {
         })
 }
 
+/// The system PATH with `claude`'s directory first, as on a machine where
+/// it is installed: `nd7 setup` asks it for its version.
+pub fn path_with(claude: &Path) -> String {
+    match claude.parent() {
+        Some(dir) => format!("{}:{SYSTEM_PATH}", dir.display()),
+        None => SYSTEM_PATH.to_string(),
+    }
+}
+
 /// One headless run of Claude Code in a scratch home and project.
 pub struct Run {
     pub home: tempfile::TempDir,
@@ -186,6 +195,7 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         .args(["setup", "--settings"])
         .arg(&settings)
         .env("HOME", &home_path)
+        .env("PATH", path_with(claude))
         .stdin(Stdio::null())
         .output()
         .expect("run nd7 setup");

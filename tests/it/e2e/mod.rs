@@ -7,6 +7,7 @@
 //! [`session`], and assert on what it returns.
 
 mod claude;
+mod interactive;
 mod mock_api;
 
 use mock_api::{Block, MockApi, bash};
