@@ -213,10 +213,14 @@ impl Sessions {
     /// The session a process belongs to, given its ancestors (nearest first):
     /// the first ancestor that owns a session directory holding `marker`.
     /// Only the kernel's view of the process tree is consulted.
-    pub fn find_by_ancestors(&self, ancestors: &[u32], marker: &str) -> Option<Session> {
+    pub fn find_by_ancestors(
+        &self,
+        ancestors: impl IntoIterator<Item = u32>,
+        marker: &str,
+    ) -> Option<Session> {
         ancestors
-            .iter()
-            .map(|&pid| self.session(pid))
+            .into_iter()
+            .map(|pid| self.session(pid))
             .find(|s| s.dir.join(marker).exists())
     }
 

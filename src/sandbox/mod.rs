@@ -64,15 +64,16 @@ pub fn start_time(pid: u32) -> Option<u64> {
     }
 }
 
-/// The calling process's ancestors as the kernel reports them, nearest first.
-pub fn ancestors() -> Vec<u32> {
+/// The calling process's ancestors as the kernel reports them, nearest
+/// first, each read only when asked for.
+pub fn ancestors() -> Box<dyn Iterator<Item = u32>> {
     #[cfg(target_os = "linux")]
     {
-        linux::proc::ancestors(std::process::id())
+        Box::new(linux::proc::ancestors(std::process::id()))
     }
     #[cfg(not(target_os = "linux"))]
     {
-        Vec::new()
+        Box::new(std::iter::empty())
     }
 }
 
@@ -171,14 +172,13 @@ pub enum Outcome {
 /// current rules. Never runs it any other way; an error means nothing ran.
 pub fn exec_command(command: OsString) -> Result<Outcome, String> {
     let sessions = Sessions::for_user().map_err(|e| e.to_string())?;
-    let ancestors = ancestors();
+    let mut seen = Vec::new();
     let session = sessions
-        .find_by_ancestors(&ancestors, SESSION_MARKER)
+        .find_by_ancestors(ancestors().inspect(|&pid| seen.push(pid)), SESSION_MARKER)
         .ok_or_else(|| {
             format!(
                 "not inside an nd7 session: no ancestor of this process ({}) has a session under {}",
-                ancestors
-                    .iter()
+                seen.iter()
                     .map(u32::to_string)
                     .collect::<Vec<_>>()
                     .join(", "),

@@ -139,7 +139,7 @@ fn admit(conn: &UnixStream, session_pid: u32) -> Result<u32, String> {
     }
     let pid = cred.pid.as_raw_nonzero().get() as u32;
     let before = proc::stat(pid).map(|s| s.started);
-    let inside = proc::ancestors(pid).contains(&session_pid);
+    let inside = proc::ancestors(pid).any(|p| p == session_pid);
     // The same process, still: a pid reused during the walk would have
     // another start time.
     let after = proc::stat(pid).map(|s| s.started);

@@ -27,22 +27,18 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
     })
 }
 
-/// The ancestors of `pid`, nearest first, up to (not including) pid 0.
-pub fn ancestors(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut at = pid;
-    // A tree deeper than this is not one the kernel builds (pid_max is 4M);
-    // the bound only keeps a corrupt read from looping.
-    while out.len() < 1 << 16 {
-        match stat(at) {
-            Some(s) if s.ppid != 0 => {
-                out.push(s.ppid);
-                at = s.ppid;
-            }
-            _ => break,
-        }
-    }
-    out
+/// The ancestors of `pid`, nearest first, up to (not including) pid 0,
+/// read one `/proc` file at a time as the caller asks for them.
+pub fn ancestors(pid: u32) -> impl Iterator<Item = u32> {
+    let mut at = Some(pid);
+    std::iter::from_fn(move || {
+        let ppid = stat(at?)?.ppid;
+        at = (ppid != 0).then_some(ppid);
+        at
+    })
+    // A tree deeper than this is not one the kernel builds; the bound only
+    // keeps a corrupt read from looping.
+    .take(1 << 16)
 }
 
 #[cfg(test)]
@@ -65,7 +61,7 @@ mod tests {
     #[test]
     fn this_process_descends_from_pid_1() {
         let me = std::process::id();
-        let chain = ancestors(me);
+        let chain: Vec<u32> = ancestors(me).collect();
         assert_eq!(
             chain.first().copied(),
             Some(std::os::unix::process::parent_id())
