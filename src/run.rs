@@ -12,7 +12,6 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,20 +60,13 @@ fn resolved(path: &Path, action: &'static str) -> Result<PathBuf, RunError> {
     })
 }
 
-/// The checks `nd7 run` makes of its own binaries.
+/// The checks `nd7 run` makes of its own binaries; returns nd7-exec's path.
 pub fn binary_checks(nd7: &Path) -> Result<PathBuf, RunError> {
     let exec = nd7.with_file_name("nd7-exec");
-    let meta = std::fs::metadata(&exec).map_err(|_| RunError::NoExec(exec.clone()))?;
-    let me = rustix::process::getuid().as_raw();
-    let mut problems = setup::binary_problems(nd7);
-    if let Some(p) = setup::private_problem(
-        meta.permissions().mode(),
-        std::os::unix::fs::MetadataExt::uid(&meta),
-        me,
-    ) {
-        problems.push((exec.clone(), p));
+    if !exec.exists() {
+        return Err(RunError::NoExec(exec));
     }
-    match problems.into_iter().next() {
+    match setup::binary_problems(nd7).into_iter().next() {
         Some((path, problem)) => Err(RunError::Binary(path, problem)),
         None => Ok(exec),
     }

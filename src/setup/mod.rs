@@ -128,21 +128,27 @@ fn claude_json_applies() -> bool {
     crate::sandbox::CLAUDE_JSON_MUST_MOVE && std::env::var_os("CLAUDE_CONFIG_DIR").is_none()
 }
 
-/// nd7 and the directory holding it, each with why it is not private to the
-/// user, if it is not (or cannot be read). `nd7 run` trusts both.
+/// nd7, the nd7-exec beside it and the directory holding both, each with why
+/// it is not private to the user, if it is not (or cannot be read). `nd7 run`
+/// trusts all three: a process inside the sandbox that could replace one
+/// could replace the exit.
 pub fn binary_problems(nd7: &Path) -> Vec<(PathBuf, String)> {
     let me = rustix::process::getuid().as_raw();
-    [Some(nd7.to_path_buf()), nd7.parent().map(Path::to_path_buf)]
-        .into_iter()
-        .flatten()
-        .filter_map(|path| {
-            let problem = match fs::metadata(&path) {
-                Ok(meta) => private_problem(meta.permissions().mode(), meta.uid(), me)?,
-                Err(e) => format!("cannot be read: {e}"),
-            };
-            Some((path, problem))
-        })
-        .collect()
+    [
+        Some(nd7.to_path_buf()),
+        Some(nd7.with_file_name("nd7-exec")),
+        nd7.parent().map(Path::to_path_buf),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|path| {
+        let problem = match fs::metadata(&path) {
+            Ok(meta) => private_problem(meta.permissions().mode(), meta.uid(), me)?,
+            Err(e) => format!("cannot be read: {e}"),
+        };
+        Some((path, problem))
+    })
+    .collect()
 }
 
 /// Parses `claude --version` output ("2.1.197 (Claude Code)").

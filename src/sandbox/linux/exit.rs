@@ -327,7 +327,14 @@ pub fn run(socket: &Path, command: OsString) -> Result<Outcome, ExitError> {
         cwd: std::env::current_dir().map_err(|e| io_err("find the working directory for")(e))?,
         env: std::env::vars_os().collect(),
     };
-    send(&conn, &request.encode()).map_err(io_err("send the command to"))?;
+    if let Err(e) = send(&conn, &request.encode()) {
+        // A refusal comes before the request is read, and the socket may be
+        // closed under a long request: the refusal is the answer to report.
+        return match read_outcome(&conn) {
+            Err(refused @ ExitError::Refused(_)) => Err(refused),
+            _ => Err(io_err("send the command to")(e)),
+        };
+    }
     let signals = conn.try_clone().map_err(io_err("use"))?;
     if let Ok(mut incoming) = signal_hook::iterator::Signals::new(FORWARDED) {
         std::thread::spawn(move || {
@@ -336,15 +343,21 @@ pub fn run(socket: &Path, command: OsString) -> Result<Outcome, ExitError> {
             }
         });
     }
+    read_outcome(&conn)
+}
+
+/// Reads the frame that ends an exchange: how the command ended, or why it
+/// was refused.
+fn read_outcome(mut conn: &UnixStream) -> Result<Outcome, ExitError> {
     let mut head = [0u8; 5];
-    (&conn).read_exact(&mut head).map_err(|_| ExitError::Lost)?;
+    conn.read_exact(&mut head).map_err(|_| ExitError::Lost)?;
     match Frame::decode(head).map_err(|_| ExitError::Lost)? {
         Ok(Frame::Exited(code)) => Ok(Outcome::Exited(code)),
         Ok(Frame::Signaled(sig)) => Ok(Outcome::Signaled(sig)),
         Ok(_) => Err(ExitError::Lost),
         Err(len) => {
             let mut text = vec![0u8; len];
-            let _ = (&conn).read_exact(&mut text);
+            let _ = conn.read_exact(&mut text);
             match Frame::refusal(&text) {
                 Frame::Refused(why) => Err(ExitError::Refused(why)),
                 _ => Err(ExitError::Lost),
