@@ -17,6 +17,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod seatbelt;
+
 /// The three directories a session's rules are built around, each already
 /// resolved to its real path (no symlinks), home from the account database.
 #[derive(Clone, Debug, PartialEq, Eq)]
