@@ -2,11 +2,15 @@
 //! `#[cfg(target_os)]` for the sandbox lives under this module.
 //!
 //! So far: the Linux backend applies Landlock rules to the calling process
-//! (`linux`), and each backend says what it cannot express. `nd7 run` and the
-//! one exit, `nd7-exec`, are still to come.
+//! (`linux`); the macOS backend applies Seatbelt profiles to the calling
+//! process or a child, walks the parent chain, and becomes the confined shell
+//! (`macos`). Each backend says what it cannot express. `nd7 run` and the one
+//! exit, `nd7-exec`, are still to come.
 
 #[cfg(target_os = "linux")]
 pub mod linux;
+#[cfg(target_os = "macos")]
+pub mod macos;
 
 /// Whether the floor can let Claude Code save `~/.claude.json` only by
 /// having that file live under `~/.claude`.
