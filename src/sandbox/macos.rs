@@ -227,3 +227,71 @@ pub fn exec_shell(command: &str, profile: &str) -> io::Error {
 fn is_dyld(name: &OsStr) -> bool {
     name.as_bytes().starts_with(b"DYLD_")
 }
+
+/// These run only on macOS; on Linux `.ci/check-macos` type-checks them.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Policy, Roots, seatbelt};
+
+    #[test]
+    fn dyld_variables_are_recognised_by_prefix() {
+        assert!(is_dyld(OsStr::new("DYLD_INSERT_LIBRARIES")));
+        assert!(is_dyld(OsStr::new("DYLD_")));
+        assert!(!is_dyld(OsStr::new("LD_PRELOAD")));
+        assert!(!is_dyld(OsStr::new("MY_DYLD_X")));
+    }
+
+    #[test]
+    fn the_chain_starts_at_the_parent_with_start_times() {
+        let chain = parent_chain().expect("the kernel describes our parent");
+        assert_eq!(
+            chain.first().map(|c| c.0),
+            Some(std::os::unix::process::parent_id())
+        );
+        assert!(chain.iter().all(|&(_, start)| start > 0), "{chain:?}");
+    }
+
+    #[test]
+    fn a_profile_the_kernel_cannot_compile_is_refused_with_its_reason() {
+        // Refused before anything is applied, so this process stays as it was.
+        match restrict_self("(version 1) (allow no-such-operation)") {
+            Err(SandboxError::Refused(text)) => assert!(!text.is_empty()),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            restrict_self("(version 1)\0"),
+            Err(SandboxError::Nul)
+        ));
+    }
+
+    #[test]
+    fn a_confined_child_writes_the_project_and_not_the_home() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("resolved");
+        let (project, home) = (root.join("project"), root.join("home"));
+        for d in [&project, &home, &home.join(".nd7")] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        let policy = Policy {
+            roots: Roots {
+                project: project.clone(),
+                temp: project.join("tmp"),
+                home: home.clone(),
+            },
+            grants: Vec::new(),
+        };
+        let mut sh = Command::new("/bin/sh");
+        sh.arg("-c")
+            .arg("echo a > \"$1/ok\"; echo b > /dev/null; echo c > \"$2/no\"; echo d > \"$2/.nd7/no\"")
+            .arg("sh")
+            .arg(&project)
+            .arg(&home);
+        confine(&mut sh, &seatbelt::command(&policy)).expect("profile prepared");
+        let status = sh.status().expect("spawned");
+        assert!(!status.success());
+        assert!(project.join("ok").exists());
+        assert!(!home.join("no").exists());
+        assert!(!home.join(".nd7/no").exists());
+    }
+}
