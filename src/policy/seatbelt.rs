@@ -70,7 +70,8 @@ const SECRET: &str = "file-read* file-write* file-link file-clone";
 /// The floor: the profile `nd7 run` applies to the agent and everything it
 /// starts. Writes go to the floor's write roots only; the one way out is
 /// `nd7_exec`, which starts outside the sandbox and cannot be replaced from
-/// inside it.
+/// inside it. `nd7_exec` must be resolved (no symlinks), like the policy's
+/// paths: Seatbelt matches the path a file really has.
 pub fn floor(policy: &Policy, nd7_exec: &Path) -> String {
     let mut profile = Profile::new("floor", policy, &policy.floor_writes());
     profile.exit(nd7_exec);
@@ -114,7 +115,8 @@ impl Profile {
             profile.form(&format!("(allow file-write* {})", state.join(" ")));
         }
         // /dev/fd (and /dev/stdout, /dev/stderr, links into it) only reopens
-        // descriptors the process already holds; the rest are terminals.
+        // descriptors the process already holds; then pseudo-terminals, and
+        // the device dyld opens to register DTrace probes.
         profile.form(concat!(
             r#"(allow file-write* (subpath "/dev/fd") (literal "/dev/ptmx")"#,
             r#" (literal "/dev/dtracehelper") (regex "^/dev/ttys[0-9]+$"))"#
