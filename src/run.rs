@@ -106,6 +106,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             temp: resolved(&std::env::temp_dir(), "resolve the temp directory")?,
             home: home.clone(),
             state: resolved(&state, "resolve nd7's state directory")?,
+            exit: nd7_exec.clone(),
         },
         grants: Vec::new(),
     };
@@ -147,7 +148,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             .arg(hook_prefix::run_settings(&nd7.to_string_lossy()).to_string());
     }
     command.args(&options.args);
-    floor.confine(&mut command);
+    floor.confine(&mut command).map_err(RunError::Sandbox)?;
     // Registered before the program starts, so that no SIGTERM can end nd7
     // run without the session being cleaned up. SIGINT and SIGQUIT come from
     // the terminal, which sends them to the program too: here they are

@@ -376,6 +376,7 @@ mod tests {
                     temp: "/tmp".into(),
                     home: "/h".into(),
                     state: "/h/.local/state/nd7".into(),
+                    exit: "/usr/bin/nd7-exec".into(),
                 },
                 grants: vec![],
             },

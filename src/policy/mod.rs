@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod seatbelt;
+
 /// The directories a session's rules are built around, each already
 /// resolved to its real path (no symlinks), home from the account database.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +33,9 @@ pub struct Roots {
     /// under it must be writable there (ADR-0014); the vault keys beside
     /// them must not even be readable.
     pub state: PathBuf,
+    /// `nd7-exec`, the floor's one exit. On macOS it starts outside the
+    /// sandbox, so no profile may let it be replaced.
+    pub exit: PathBuf,
 }
 
 /// A session's rules: its roots and the grants `nd7 allow` added.
@@ -215,6 +220,7 @@ mod tests {
                 temp: "/tmp".into(),
                 home: "/home/u".into(),
                 state: "/home/u/.local/state/nd7".into(),
+                exit: "/usr/bin/nd7-exec".into(),
             },
             grants: grants.iter().map(PathBuf::from).collect(),
         }
@@ -358,7 +364,7 @@ mod tests {
         let text = serde_json::to_string(&p).expect("serialises");
         assert!(
             text.starts_with(
-                r#"{"project":"/home/u/proj","temp":"/tmp","home":"/home/u","state":"/home/u/.local/state/nd7","grants":"#
+                r#"{"project":"/home/u/proj","temp":"/tmp","home":"/home/u","state":"/home/u/.local/state/nd7","exit":"/usr/bin/nd7-exec","grants":"#
             )
         );
         assert_eq!(serde_json::from_str::<Policy>(&text).expect("parses"), p);

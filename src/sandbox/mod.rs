@@ -10,6 +10,8 @@
 
 #[cfg(target_os = "linux")]
 pub mod linux;
+#[cfg(target_os = "macos")]
+pub mod macos;
 pub mod wire;
 
 use std::ffi::OsString;
@@ -21,6 +23,8 @@ use crate::session::{Session, Sessions};
 
 #[cfg(target_os = "linux")]
 pub use linux::SandboxError;
+#[cfg(target_os = "macos")]
+pub use macos::SandboxError;
 
 /// Whether the floor can let Claude Code save `~/.claude.json` only by
 /// having that file live under `~/.claude`.
@@ -57,7 +61,11 @@ pub fn start_time(pid: u32) -> Option<u64> {
     {
         linux::proc::stat(pid).map(|s| s.started)
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_os = "macos")]
+    {
+        macos::start_time(pid)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
         let _ = pid;
         None
@@ -71,7 +79,12 @@ pub fn ancestors() -> Box<dyn Iterator<Item = u32>> {
     {
         Box::new(linux::proc::ancestors(std::process::id()))
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_os = "macos")]
+    {
+        let chain = macos::parent_chain().unwrap_or_default();
+        Box::new(chain.into_iter().map(|(pid, _)| pid))
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
         Box::new(std::iter::empty())
     }
@@ -89,14 +102,19 @@ pub const SESSION_MARKER: &str = if cfg!(target_os = "macos") {
 /// `nd7-exec` applies one itself (macOS). Linux has none: `nd7 run` builds
 /// the ruleset for each command from the record.
 pub fn command_profile(policy: &Policy) -> Option<String> {
-    let _ = policy;
-    None
+    if cfg!(target_os = "macos") {
+        Some(crate::policy::seatbelt::command(policy))
+    } else {
+        None
+    }
 }
 
 /// The floor, built and ready to be applied to the agent as it starts.
 pub struct Floor {
     #[cfg(target_os = "linux")]
     confinement: linux::Confinement,
+    #[cfg(target_os = "macos")]
+    profile: String,
 }
 
 /// Builds the floor for `policy`, refusing when the kernel cannot enforce it
@@ -110,20 +128,36 @@ pub fn floor(policy: &Policy, nd7_exec: &Path) -> Result<Floor, String> {
             .map(|confinement| Floor { confinement })
             .map_err(|e| e.to_string())
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_os = "macos")]
+    {
+        Ok(Floor {
+            profile: crate::policy::seatbelt::floor(policy, nd7_exec),
+        })
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
         let _ = policy;
-        Err("nd7 run has no sandbox for this operating system yet".to_string())
+        Err("nd7 run has no sandbox for this operating system".to_string())
     }
 }
 
 impl Floor {
     /// Arranges for `command`'s process to be confined before it execs.
-    pub fn confine(&self, command: &mut Command) {
+    pub fn confine(&self, command: &mut Command) -> Result<(), String> {
         #[cfg(target_os = "linux")]
-        self.confinement.confine(command);
-        #[cfg(not(target_os = "linux"))]
-        let _ = command;
+        {
+            self.confinement.confine(command);
+            Ok(())
+        }
+        #[cfg(target_os = "macos")]
+        {
+            macos::confine(command, &self.profile).map_err(|e| e.to_string())
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+        {
+            let _ = command;
+            Err("nd7 run has no sandbox for this operating system".to_string())
+        }
     }
 }
 
@@ -193,9 +227,24 @@ pub fn exec_command(command: OsString) -> Result<Outcome, String> {
             Err(e) => Err(e.to_string()),
         }
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_os = "macos")]
+    {
+        // The profile is read fresh for every command: `nd7 allow` rewrote it
+        // through a rename, so it is whole. On success this never returns.
+        let path = session.dir.join(crate::session::PROFILE);
+        let profile = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read the session's rules at {}: {e}", path.display()))?;
+        let command = command
+            .into_string()
+            .map_err(|_| "the command is not valid UTF-8".to_string())?;
+        Err(format!(
+            "cannot run the command under the session's rules: {}",
+            macos::exec_shell(&command, &profile)
+        ))
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
         let _ = (session, command);
-        Err("nd7-exec has no sandbox for this operating system yet".to_string())
+        Err("nd7-exec has no sandbox for this operating system".to_string())
     }
 }

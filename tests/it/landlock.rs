@@ -48,6 +48,7 @@ impl World {
                 temp: self.root.join("tmp"),
                 home: self.root.join("home"),
                 state: self.root.join("home/.local/state/nd7"),
+                exit: self.root.join("bin/nd7-exec"),
             },
             grants: grants.iter().map(|g| self.root.join(g)).collect(),
         }

@@ -1,0 +1,695 @@
+//! The two Seatbelt profiles that enforce a session's [`Policy`] on macOS:
+//! the floor, applied to the agent and everything it starts, and the
+//! per-command profile `nd7-exec` applies to itself before it becomes the
+//! shell. Pure: a policy in, SBPL text out.
+//!
+//! # Allow by default, take writes away
+//!
+//! Both profiles start from `(allow default)` and deny what nd7 confines:
+//! every file write outside the write roots, and any access to `~/.ssh`,
+//! `~/.aws` and `~/.nd7`. nd7 confines the file system only; the network,
+//! mach services, signals and sysctls stay as open as outside (ADR-0007 gives
+//! up host filtering). A `(deny default)` profile would instead have to list
+//! every mach service, sysctl and device that node, git, compilers and Claude
+//! Code touch, a list no Linux test can check, and whose gaps show up as
+//! mysterious failures of other tools (ADR-0018).
+//!
+//! # Order
+//!
+//! Seatbelt lets the last rule that matches an operation decide. Each profile
+//! therefore goes from broad to narrow: the blanket write deny, the allows of
+//! the write roots, the denies of the secret directories, the exit (floor
+//! only), and last the deny of `~/.nd7`, which nothing after it can undo.
+//!
+//! # Links and clones
+//!
+//! A hard link is a second name for a file, and Seatbelt judges a file by the
+//! name it is reached through. A link from the project to `~/.bashrc` would
+//! make `~/.bashrc` writable through the project, so `file-link` is denied
+//! like a write and allowed only within the write roots; links and
+//! copy-on-write clones out of the secret directories are denied outright.
+//!
+//! # Paths cannot inject rules
+//!
+//! Paths are written into the profile as SBPL string literals, `\` and `"`
+//! escaped (see [`string`]); inside a regex they are regex-escaped first
+//! ([`regex_literal`]). Every other byte, newline included, is literal inside
+//! an SBPL string. A path Seatbelt cannot be given (not UTF-8, or holding a
+//! NUL byte; neither can name a file on APFS or HFS+) fails closed: an allow
+//! of it is left out, and a deny of it covers its nearest ancestor that can
+//! be written instead. The profile is text, not parameters, so that
+//! `policy.sb` is the whole of what `nd7-exec` applies, readable as it is.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::Policy;
+
+/// What Claude Code writes to save `~/.claude.json`, which on macOS stays in
+/// the home directory (Linux moves it under `~/.claude`: ADR-0013): the file,
+/// its lock directory, and the temporaries it renames over it
+/// (`.claude.json.tmp.<pid>.<hex>`; some versions use a decimal timestamp).
+/// A regex on the tail of the path, anchored at the end; the home directory
+/// goes in front of it.
+pub const CLAUDE_JSON_SAVES: &str = r"/\.claude\.json(\.lock|\.tmp\.[0-9]+\.[0-9a-f]+)?$";
+
+/// Home-relative directories Claude Code writes on macOS besides
+/// [`super::CLAUDE_STATE`]: its caches and logs where macOS keeps them.
+pub const CLAUDE_STATE_MACOS: &[&str] = &[
+    "Library/Caches/claude-cli-nodejs",
+    "Library/Logs/claude-cli-nodejs",
+];
+
+/// Operations that change the file system through a path.
+const WRITE: &str = "file-write* file-link";
+
+/// Operations denied on the secret directories: all of them that reach a
+/// file's content, through its name, a link or a clone.
+const SECRET: &str = "file-read* file-write* file-link file-clone";
+
+/// The floor: the profile `nd7 run` applies to the agent and everything it
+/// starts. Writes go to the floor's write roots only; the one way out is
+/// `nd7_exec`, which starts outside the sandbox and cannot be replaced from
+/// inside it. `nd7_exec` must be resolved (no symlinks), like the policy's
+/// paths: Seatbelt matches the path a file really has.
+pub fn floor(policy: &Policy, nd7_exec: &Path) -> String {
+    let mut profile = Profile::new("floor", policy, &policy.floor_writes());
+    profile.protect(nd7_exec);
+    profile.exit(nd7_exec);
+    profile.finish(policy)
+}
+
+/// One command's profile: what `nd7-exec` applies to itself before it becomes
+/// the shell. The floor's rules plus one write allow per grant, and no exit;
+/// the exit itself (the policy's) stays unwritable, whatever is granted.
+pub fn command(policy: &Policy) -> String {
+    let mut profile = Profile::new("command", policy, &policy.command_writes());
+    profile.protect(&policy.roots.exit);
+    profile.finish(policy)
+}
+
+/// A profile being written, one form per line.
+struct Profile {
+    text: String,
+}
+
+impl Profile {
+    /// Everything both profiles share, with `writes` as the write roots.
+    fn new(name: &str, policy: &Policy, writes: &[PathBuf]) -> Profile {
+        let mut profile = Profile {
+            text: format!("(version 1)\n; nd7 {name} profile\n(allow default)\n"),
+        };
+        profile.form(&format!("(deny {WRITE})"));
+        let roots: Vec<String> = writes.iter().filter_map(|p| filter("subpath", p)).collect();
+        for root in &roots {
+            profile.form(&format!("(allow file-write* {root})"));
+        }
+        let home = &policy.roots.home;
+        let mut state: Vec<String> = CLAUDE_STATE_MACOS
+            .iter()
+            .filter_map(|d| filter("subpath", &home.join(d)))
+            .collect();
+        if let Some(home) = regex_literal(home) {
+            state.push(format!(
+                "(regex {})",
+                string(&format!("^{home}{CLAUDE_JSON_SAVES}"))
+            ));
+        }
+        if !state.is_empty() {
+            profile.form(&format!("(allow file-write* {})", state.join(" ")));
+        }
+        // /dev/fd (and /dev/stdout, /dev/stderr, links into it) only reopens
+        // descriptors the process already holds; then pseudo-terminals, and
+        // the device dyld opens to register DTrace probes.
+        profile.form(concat!(
+            r#"(allow file-write* (subpath "/dev/fd") (literal "/dev/ptmx")"#,
+            r#" (literal "/dev/dtracehelper") (regex "^/dev/ttys[0-9]+$"))"#
+        ));
+        if !roots.is_empty() {
+            profile.form(&format!("(allow file-link {})", roots.join(" ")));
+        }
+        let nd7 = policy.nd7_dir();
+        let secrets: Vec<String> = policy
+            .unreadable()
+            .iter()
+            .filter(|p| **p != nd7)
+            .map(|p| deny_filter("subpath", p))
+            .collect();
+        if !secrets.is_empty() {
+            profile.form(&format!("(deny {SECRET} {})", secrets.join(" ")));
+        }
+        profile
+    }
+
+    /// Neither `nd7_exec` nor any directory on its path can be written,
+    /// removed or renamed, so nothing inside can put another program at that
+    /// path, even when it lies in a write root or a grant.
+    fn protect(&mut self, nd7_exec: &Path) {
+        let path: Vec<String> = nd7_exec
+            .ancestors()
+            .map(|p| deny_filter("literal", p))
+            .collect();
+        self.form(&format!("(deny {WRITE} {})", path.join(" ")));
+    }
+
+    /// The floor's exit: `nd7_exec` starts outside the sandbox.
+    fn exit(&mut self, nd7_exec: &Path) {
+        if let Some(exit) = filter("literal", nd7_exec) {
+            self.form(&format!("(allow process-exec {exit} (with no-sandbox))"));
+        }
+    }
+
+    /// The last form: nothing under `~/.nd7` is readable or writable.
+    fn finish(mut self, policy: &Policy) -> String {
+        let nd7 = deny_filter("subpath", &policy.nd7_dir());
+        self.form(&format!("(deny {SECRET} {nd7})"));
+        self.text
+    }
+
+    fn form(&mut self, form: &str) {
+        let _ = writeln!(self.text, "{form}");
+    }
+}
+
+/// `(kind "path")`, or `None` when Seatbelt cannot be given `path`.
+fn filter(kind: &str, path: &Path) -> Option<String> {
+    representable(path).map(|p| format!("({kind} {})", string(p)))
+}
+
+/// `(kind "path")` for a deny: when `path` cannot be given to Seatbelt, its
+/// nearest ancestor that can (at worst `/`), which denies more, not less.
+fn deny_filter(kind: &str, path: &Path) -> String {
+    let (kind, path) = match representable(path) {
+        Some(p) => (kind, p),
+        None => (
+            "subpath",
+            path.ancestors().find_map(representable).unwrap_or("/"),
+        ),
+    };
+    format!("({kind} {})", string(path))
+}
+
+/// `path` as Seatbelt can be given it: UTF-8, without NUL bytes.
+fn representable(path: &Path) -> Option<&str> {
+    path.to_str().filter(|s| !s.contains('\0'))
+}
+
+/// `s` as an SBPL string literal: in quotes, with `\` and `"` escaped. Any
+/// other character stands for itself inside the quotes.
+pub fn string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if c == '\\' || c == '"' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// `path` as a regular expression matching exactly that text (every regex
+/// metacharacter escaped), or `None` when Seatbelt cannot be given it.
+pub fn regex_literal(path: &Path) -> Option<String> {
+    let s = representable(path)?;
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if r"\.^$|?*+()[]{}".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Roots;
+
+    /// One SBPL datum, as Seatbelt's reader would see it.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    enum Sx {
+        List(Vec<Sx>),
+        Str(String),
+        Sym(String),
+    }
+
+    /// Reads SBPL text into its top-level forms: parentheses, symbols,
+    /// strings with `\\`, `\"`, `\n`, `\t`, `\r` escapes, `;` comments. Any
+    /// other escape, or an unbalanced parenthesis or quote, is an error.
+    fn read(text: &str) -> Result<Vec<Sx>, String> {
+        let mut stack: Vec<Vec<Sx>> = vec![Vec::new()];
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                c if c.is_whitespace() => {}
+                ';' => {
+                    for c in chars.by_ref() {
+                        if c == '\n' {
+                            break;
+                        }
+                    }
+                }
+                '(' => stack.push(Vec::new()),
+                ')' => {
+                    let list = stack.pop().ok_or("unbalanced )")?;
+                    stack.last_mut().ok_or("unbalanced )")?.push(Sx::List(list));
+                }
+                '"' => {
+                    let mut s = String::new();
+                    loop {
+                        match chars.next().ok_or("unterminated string")? {
+                            '"' => break,
+                            '\\' => s.push(match chars.next().ok_or("unterminated escape")? {
+                                '\\' => '\\',
+                                '"' => '"',
+                                'n' => '\n',
+                                't' => '\t',
+                                'r' => '\r',
+                                other => return Err(format!("escape \\{other}")),
+                            }),
+                            c => s.push(c),
+                        }
+                    }
+                    stack.last_mut().ok_or("unbalanced")?.push(Sx::Str(s));
+                }
+                c => {
+                    let mut s = String::from(c);
+                    while let Some(&c) = chars.peek() {
+                        if c.is_whitespace() || "();\"".contains(c) {
+                            break;
+                        }
+                        s.push(c);
+                        chars.next();
+                    }
+                    stack.last_mut().ok_or("unbalanced")?.push(Sx::Sym(s));
+                }
+            }
+        }
+        match <[_; 1]>::try_from(stack) {
+            Ok([forms]) => Ok(forms),
+            Err(_) => Err("unclosed (".into()),
+        }
+    }
+
+    fn forms(text: &str) -> Vec<Sx> {
+        match read(text) {
+            Ok(forms) => forms,
+            Err(e) => panic!("unreadable profile ({e}):\n{text}"),
+        }
+    }
+
+    fn sym(s: &str) -> Sx {
+        Sx::Sym(s.into())
+    }
+
+    fn st(s: &str) -> Sx {
+        Sx::Str(s.into())
+    }
+
+    fn path_filter(kind: &str, p: &Path) -> Sx {
+        Sx::List(vec![sym(kind), Sx::Str(p.to_str().expect("utf-8").into())])
+    }
+
+    /// `(action op... filter...)`.
+    fn rule(action: &str, ops: &str, filters: Vec<Sx>) -> Sx {
+        let mut v = vec![sym(action)];
+        v.extend(ops.split(' ').map(sym));
+        v.extend(filters);
+        Sx::List(v)
+    }
+
+    fn subpaths(paths: &[PathBuf]) -> Vec<Sx> {
+        paths.iter().map(|p| path_filter("subpath", p)).collect()
+    }
+
+    fn policy(project: &str, temp: &str, home: &str, grants: &[&str]) -> Policy {
+        Policy {
+            roots: Roots {
+                project: project.into(),
+                temp: temp.into(),
+                home: home.into(),
+                state: format!("{home}/.local/state/nd7").into(),
+                exit: "/usr/local/bin/nd7-exec".into(),
+            },
+            grants: grants.iter().map(PathBuf::from).collect(),
+        }
+    }
+
+    /// Undoes [`regex_literal`], refusing a metacharacter left unescaped.
+    fn unregex(s: &str) -> Result<String, String> {
+        let mut out = String::new();
+        let mut chars = s.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => out.push(chars.next().ok_or("trailing \\")?),
+                c if r".^$|?*+()[]{}".contains(c) => return Err(format!("bare {c} in {s:?}")),
+                c => out.push(c),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The `(regex "...")` that lets Claude Code save `~/.claude.json`,
+    /// checked to match `home` and nothing wider.
+    fn claude_json_regex(forms: &[Sx], home: &Path) -> Sx {
+        let found: Vec<&String> = forms
+            .iter()
+            .flat_map(|f| match f {
+                Sx::List(items) => items.iter().collect(),
+                _ => Vec::new(),
+            })
+            .filter_map(|f| match f {
+                Sx::List(items) if items.first() == Some(&sym("regex")) => match items.get(1) {
+                    Some(Sx::Str(s)) if s.ends_with(CLAUDE_JSON_SAVES) => Some(s),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{forms:?}");
+        let s = found[0];
+        let middle = s
+            .strip_prefix('^')
+            .and_then(|s| s.strip_suffix(CLAUDE_JSON_SAVES))
+            .expect("anchored");
+        assert_eq!(
+            unregex(middle),
+            Ok(home.to_str().expect("utf-8").to_string())
+        );
+        Sx::List(vec![sym("regex"), st(s)])
+    }
+
+    /// The forms every profile starts with, for `writes` as write roots.
+    fn expected_head(p: &Policy, writes: &[PathBuf], regex: Sx) -> Vec<Sx> {
+        let home = &p.roots.home;
+        let mut out = vec![
+            Sx::List(vec![sym("version"), sym("1")]),
+            rule("allow", "default", vec![]),
+            rule("deny", "file-write* file-link", vec![]),
+        ];
+        for w in writes {
+            out.push(rule(
+                "allow",
+                "file-write*",
+                vec![path_filter("subpath", w)],
+            ));
+        }
+        let mut state = subpaths(&[
+            home.join("Library/Caches/claude-cli-nodejs"),
+            home.join("Library/Logs/claude-cli-nodejs"),
+        ]);
+        state.push(regex);
+        out.push(rule("allow", "file-write*", state));
+        out.push(rule(
+            "allow",
+            "file-write*",
+            vec![
+                Sx::List(vec![sym("subpath"), st("/dev/fd")]),
+                Sx::List(vec![sym("literal"), st("/dev/ptmx")]),
+                Sx::List(vec![sym("literal"), st("/dev/dtracehelper")]),
+                Sx::List(vec![sym("regex"), st("^/dev/ttys[0-9]+$")]),
+            ],
+        ));
+        out.push(rule("allow", "file-link", subpaths(writes)));
+        out.push(rule(
+            "deny",
+            "file-read* file-write* file-link file-clone",
+            subpaths(&[
+                home.join(".ssh"),
+                home.join(".aws"),
+                p.roots.state.join("vault"),
+            ]),
+        ));
+        out
+    }
+
+    fn nd7_deny(p: &Policy) -> Sx {
+        rule(
+            "deny",
+            "file-read* file-write* file-link file-clone",
+            vec![path_filter("subpath", &p.nd7_dir())],
+        )
+    }
+
+    /// Paths built to break out of a string or a regex, each role its own.
+    const PROJECT: &str = "/Users/u/p\")(allow file-write* (subpath \"/\"))(x \"";
+    const TEMP: &str = "/tmp/new\nline; (deny default)\\";
+    const HOME: &str = "/Users/we ird\"(h)\\;$.^*[a]|{2}+?";
+    const GRANTS: &[&str] = &["/data/a\\\"b", "/data/)(allow default)(", "/d/x\\n\\\\"];
+    const EXIT: &str = "/opt/nd7 \"bin\"/(x);\n/nd7-exec\\";
+
+    fn nasty() -> Policy {
+        let mut p = policy(PROJECT, TEMP, HOME, GRANTS);
+        p.roots.exit = EXIT.into();
+        p
+    }
+
+    #[test]
+    fn hostile_paths_come_back_byte_identical_in_the_expected_forms() {
+        let p = nasty();
+        let exit = Path::new(EXIT);
+        let got = forms(&floor(&p, exit));
+        let regex = claude_json_regex(&got, &p.roots.home);
+        let mut want = expected_head(&p, &p.floor_writes(), regex.clone());
+        let mut path: Vec<Sx> = exit
+            .ancestors()
+            .map(|a| path_filter("literal", a))
+            .collect();
+        assert_eq!(path.len(), 5, "{path:?}");
+        want.push(rule(
+            "deny",
+            "file-write* file-link",
+            std::mem::take(&mut path),
+        ));
+        want.push(Sx::List(vec![
+            sym("allow"),
+            sym("process-exec"),
+            path_filter("literal", exit),
+            Sx::List(vec![sym("with"), sym("no-sandbox")]),
+        ]));
+        want.push(nd7_deny(&p));
+        assert_eq!(got, want);
+
+        // The command profile has no exit, but the exit stays unwritable.
+        let got = forms(&command(&p));
+        let mut want = expected_head(&p, &p.command_writes(), regex);
+        want.push(rule(
+            "deny",
+            "file-write* file-link",
+            exit.ancestors()
+                .map(|a| path_filter("literal", a))
+                .collect(),
+        ));
+        want.push(nd7_deny(&p));
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_regex_escapes_every_metacharacter_of_the_home_directory() {
+        let home = Path::new(r"/U/.^$|?*+()[]{}\x");
+        let r = regex_literal(home).expect("representable");
+        assert_eq!(unregex(&r).as_deref(), Ok(r"/U/.^$|?*+()[]{}\x"));
+        assert_eq!(r, r"/U/\.\^\$\|\?\*\+\(\)\[\]\{\}\\x");
+    }
+
+    #[test]
+    fn the_nd7_deny_is_last_even_when_the_home_and_the_root_are_granted() {
+        for grants in [
+            &["/Users/u"][..],
+            &["/"],
+            &["/Users/u", "/", "/Users/u/.nd7"],
+        ] {
+            let p = policy("/Users/u/p", "/private/tmp", "/Users/u", grants);
+            for profile in [command(&p), floor(&p, Path::new("/opt/nd7/nd7-exec"))] {
+                let got = forms(&profile);
+                assert_eq!(got.last(), Some(&nd7_deny(&p)), "{profile}");
+                assert_eq!(
+                    got.iter().filter(|f| **f == nd7_deny(&p)).count(),
+                    1,
+                    "{profile}"
+                );
+            }
+        }
+    }
+
+    /// Whether `path` may be written under `forms`, by Seatbelt's rule that
+    /// the last matching rule decides. Regex filters are taken never to
+    /// match, so this only answers for paths no regex is about.
+    fn writable(forms: &[Sx], path: &str) -> bool {
+        let mut allowed = false;
+        for form in forms {
+            let Sx::List(items) = form else { continue };
+            let action = match items.first() {
+                Some(s) if *s == sym("allow") => true,
+                Some(s) if *s == sym("deny") => false,
+                _ => continue,
+            };
+            let ops: Vec<&Sx> = items[1..]
+                .iter()
+                .filter(|i| matches!(i, Sx::Sym(_)))
+                .collect();
+            if !ops.contains(&&sym("file-write*")) && !ops.contains(&&sym("default")) {
+                continue;
+            }
+            let filters: Vec<&Sx> = items[1..]
+                .iter()
+                .filter(|i| matches!(i, Sx::List(_)))
+                .collect();
+            let matches = filters.is_empty()
+                || filters.iter().any(|f| match f {
+                    Sx::List(v) => match (v.first(), v.get(1)) {
+                        (Some(k), Some(Sx::Str(p))) if *k == sym("subpath") => {
+                            path == p
+                                || path
+                                    .strip_prefix(p.as_str())
+                                    .is_some_and(|r| r.starts_with('/') || p.ends_with('/'))
+                        }
+                        (Some(k), Some(Sx::Str(p))) if *k == sym("literal") => path == p,
+                        _ => false,
+                    },
+                    _ => false,
+                });
+            if matches {
+                allowed = action;
+            }
+        }
+        allowed
+    }
+
+    #[test]
+    fn with_the_whole_home_granted_nd7_stays_unwritable_and_the_rest_of_home_is_not() {
+        let p = policy("/Users/u/p", "/private/tmp", "/Users/u", &["/Users/u"]);
+        let exit = Path::new("/Users/u/p/target/nd7-exec");
+        let command = forms(&command(&p));
+        let floor = forms(&floor(&p, exit));
+        for yes in ["/Users/u/docs/a", "/Users/u/.bashrc", "/Users/u/p/x"] {
+            assert!(writable(&command, yes), "{yes}");
+        }
+        for no in [
+            "/Users/u/.nd7",
+            "/Users/u/.nd7/sessions/1/policy.sb",
+            "/Users/u/.ssh/id",
+            "/Users/u/.aws/credentials",
+        ] {
+            assert!(!writable(&command, no), "{no}");
+            assert!(!writable(&floor, no), "{no}");
+        }
+        assert!(!writable(&floor, "/Users/u/docs/a"));
+        assert!(writable(&floor, "/Users/u/p/x"));
+        assert!(writable(&floor, "/Users/u/.claude/settings.json"));
+        assert!(writable(&floor, "/dev/null"));
+        assert!(!writable(&floor, "/etc/hosts"));
+        // The exit lies in the project, yet cannot be replaced from inside.
+        assert!(!writable(&floor, "/Users/u/p/target/nd7-exec"));
+        assert!(!writable(&floor, "/Users/u/p/target"));
+        assert!(writable(&floor, "/Users/u/p/target/other"));
+    }
+
+    /// Every `(… (with no-sandbox))` form.
+    fn exits(forms: &[Sx]) -> Vec<&Sx> {
+        let no_sandbox = Sx::List(vec![sym("with"), sym("no-sandbox")]);
+        forms
+            .iter()
+            .filter(|f| matches!(f, Sx::List(v) if v.contains(&no_sandbox)))
+            .collect()
+    }
+
+    #[test]
+    fn the_floor_has_one_exit_and_the_command_profile_none() {
+        let p = policy("/Users/u/p", "/private/tmp", "/Users/u", &["/Users/u/data"]);
+        let exit = Path::new("/opt/homebrew/bin/nd7-exec");
+        let floor = forms(&floor(&p, exit));
+        let want = Sx::List(vec![
+            sym("allow"),
+            sym("process-exec"),
+            path_filter("literal", exit),
+            Sx::List(vec![sym("with"), sym("no-sandbox")]),
+        ]);
+        assert_eq!(exits(&floor), vec![&want]);
+        assert!(exits(&forms(&command(&p))).is_empty());
+        assert!(!command(&p).contains("no-sandbox"));
+    }
+
+    /// Every string anywhere in `forms`.
+    fn strings(forms: &[Sx]) -> Vec<&str> {
+        let mut out = Vec::new();
+        for f in forms {
+            match f {
+                Sx::Str(s) => out.push(s.as_str()),
+                Sx::List(v) => out.extend(strings(v)),
+                Sx::Sym(_) => {}
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn grants_appear_in_the_command_profile_only_one_allow_each() {
+        let p = nasty();
+        let floor = forms(&floor(&p, Path::new("/opt/nd7-exec")));
+        let command = forms(&command(&p));
+        for grant in GRANTS {
+            assert!(
+                !strings(&floor).iter().any(|s| s.contains(grant)),
+                "{grant}"
+            );
+            let allow = rule(
+                "allow",
+                "file-write*",
+                vec![path_filter("subpath", Path::new(grant))],
+            );
+            assert_eq!(
+                command.iter().filter(|f| **f == allow).count(),
+                1,
+                "{grant}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_path_seatbelt_cannot_be_given_is_never_allowed_and_widens_a_deny() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let bad_utf8 = PathBuf::from(OsStr::from_bytes(b"/data/\xff"));
+        let mut p = policy("/Users/u/p", "/private/tmp", "/Users/u", &["/data/nul\0x"]);
+        p.grants.push(bad_utf8);
+        let got = forms(&command(&p));
+        assert!(
+            !strings(&got).iter().any(|s| s.starts_with("/data")),
+            "{got:?}"
+        );
+        assert_eq!(got.last(), Some(&nd7_deny(&p)));
+
+        // A home directory that cannot be written: every deny about it
+        // covers its parent instead, and Claude Code's regex is left out.
+        let home = PathBuf::from(OsStr::from_bytes(b"/Users/\xffu"));
+        let mut p = policy("/Users/u/p", "/private/tmp", "/", &[]);
+        p.roots.state = home.join(".local/state/nd7");
+        p.roots.home = home;
+        for profile in [command(&p), floor(&p, Path::new("/opt/nd7-exec"))] {
+            let got = forms(&profile);
+            let users = vec![Sx::List(vec![sym("subpath"), st("/Users")])];
+            let secret = "file-read* file-write* file-link file-clone";
+            let mut thrice = users.clone();
+            thrice.extend(users.clone());
+            thrice.extend(users.clone());
+            assert!(got.contains(&rule("deny", secret, thrice)), "{profile}");
+            assert_eq!(got.last(), Some(&rule("deny", secret, users)), "{profile}");
+            assert!(!profile.contains(CLAUDE_JSON_SAVES), "{profile}");
+        }
+    }
+
+    #[test]
+    fn the_reader_refuses_what_an_unescaped_path_would_produce() {
+        assert!(read("(a \"b)").is_err());
+        assert!(read("(a \"b\\x\")").is_err());
+        assert!(read("(a (b)").is_err());
+        assert_eq!(
+            read("; c\n(a \"b\\\"c\\\\\" d) ; e"),
+            Ok(vec![Sx::List(vec![sym("a"), st("b\"c\\"), sym("d")])])
+        );
+    }
+}
