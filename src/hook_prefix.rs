@@ -41,16 +41,30 @@ pub fn routed_command(nd7_exec: &str, command: &str) -> String {
 /// PreToolUse entry that runs `nd7 hook-prefix` (exec form) for Bash, and
 /// Claude Code's own sandbox off, since a sandbox inside the floor cannot
 /// start and nd7's exit already confines every command.
-pub fn run_settings(nd7: &str) -> Value {
-    json!({
-        "hooks": {
-            "PreToolUse": [{
-                "matcher": "Bash",
-                "hooks": [{"type": "command", "command": nd7, "args": ["hook-prefix"]}]
-            }]
-        },
-        "sandbox": {"enabled": false}
-    })
+///
+/// Claude Code takes one `--settings`; when the user gave their own, it is
+/// `theirs`, and nd7's hook is added to it (after the user's PreToolUse
+/// hooks) with the sandbox key overridden. `None` when `theirs` is not a
+/// JSON object or its hooks are not shaped as Claude Code's are.
+pub fn run_settings(nd7: &str, theirs: Option<Value>) -> Option<Value> {
+    let ours = json!({
+        "matcher": "Bash",
+        "hooks": [{"type": "command", "command": nd7, "args": ["hook-prefix"]}]
+    });
+    let mut settings = theirs.unwrap_or_else(|| json!({}));
+    let object = settings.as_object_mut()?;
+    let hooks = object.entry("hooks").or_insert_with(|| json!({}));
+    hooks
+        .as_object_mut()?
+        .entry("PreToolUse")
+        .or_insert_with(|| json!([]))
+        .as_array_mut()?
+        .push(ours);
+    let sandbox = object.entry("sandbox").or_insert_with(|| json!({}));
+    sandbox
+        .as_object_mut()?
+        .insert("enabled".into(), json!(false));
+    Some(settings)
 }
 
 /// The reply to a PreToolUse payload for the Bash tool, or `None` when there
@@ -165,5 +179,32 @@ mod tests {
                 String::from_utf8_lossy(&payload)
             );
         }
+    }
+
+    #[test]
+    fn run_settings_add_the_hook_and_keep_the_users_own() {
+        let alone = run_settings("/b/nd7", None).expect("settings");
+        assert_eq!(
+            alone,
+            json!({
+                "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+                    {"type": "command", "command": "/b/nd7", "args": ["hook-prefix"]}
+                ]}]},
+                "sandbox": {"enabled": false}
+            })
+        );
+        let theirs = json!({
+            "model": "x",
+            "hooks": {"PreToolUse": [{"matcher": "Write", "hooks": []}], "Stop": []},
+            "sandbox": {"enabled": true, "network": {}}
+        });
+        let merged = run_settings("/b/nd7", Some(theirs)).expect("settings");
+        assert_eq!(merged["model"], "x");
+        assert_eq!(merged["hooks"]["PreToolUse"][0]["matcher"], "Write");
+        assert_eq!(merged["hooks"]["PreToolUse"][1]["matcher"], "Bash");
+        assert_eq!(merged["hooks"]["Stop"], json!([]));
+        assert_eq!(merged["sandbox"], json!({"enabled": false, "network": {}}));
+        assert_eq!(run_settings("/b/nd7", Some(json!([1]))), None);
+        assert_eq!(run_settings("/b/nd7", Some(json!({"hooks": []}))), None);
     }
 }

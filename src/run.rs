@@ -37,6 +37,8 @@ pub enum RunError {
         action: &'static str,
         source: io::Error,
     },
+    #[error("your --settings for Claude Code: {0}")]
+    Settings(String),
     #[error("cannot start {program}: {source}")]
     Start { program: String, source: io::Error },
 }
@@ -143,11 +145,16 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         ));
     }
     if is_claude(&options.program) {
+        let (theirs, rest) = users_settings(&options.args)?;
+        let settings = hook_prefix::run_settings(&nd7.to_string_lossy(), theirs)
+            .ok_or_else(|| RunError::Settings("not a settings object".into()))?;
         command
             .arg("--settings")
-            .arg(hook_prefix::run_settings(&nd7.to_string_lossy()).to_string());
+            .arg(settings.to_string())
+            .args(rest);
+    } else {
+        command.args(&options.args);
     }
-    command.args(&options.args);
     floor.confine(&mut command).map_err(RunError::Sandbox)?;
     // Registered before the program starts, so that no SIGTERM can end nd7
     // run without the session being cleaned up. SIGINT and SIGQUIT come from
@@ -200,6 +207,45 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         (None, Some(sig)) => 128 + sig,
         (None, None) => 255,
     })
+}
+
+/// Takes the user's own `--settings` (a file or a JSON text) out of Claude
+/// Code's arguments, to be merged with nd7's: Claude Code reads only one.
+fn users_settings(
+    args: &[OsString],
+) -> Result<(Option<serde_json::Value>, Vec<OsString>), RunError> {
+    let mut theirs = None;
+    let mut rest = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let text = arg.to_string_lossy();
+        let value = if text == "--settings" {
+            match args.next() {
+                Some(v) => v.to_string_lossy().into_owned(),
+                None => return Err(RunError::Settings("--settings needs a value".into())),
+            }
+        } else if let Some(v) = text.strip_prefix("--settings=") {
+            v.to_string()
+        } else if text == "--" {
+            rest.push(arg.clone());
+            rest.extend(args.by_ref().cloned());
+            break;
+        } else {
+            rest.push(arg.clone());
+            continue;
+        };
+        let json = if value.trim_start().starts_with('{') {
+            value
+        } else {
+            std::fs::read_to_string(&value)
+                .map_err(|e| RunError::Settings(format!("{value}: {e}")))?
+        };
+        theirs = Some(
+            serde_json::from_str(&json)
+                .map_err(|e| RunError::Settings(format!("not valid JSON: {e}")))?,
+        );
+    }
+    Ok((theirs, rest))
 }
 
 /// A session directory removed when this goes out of scope, however the

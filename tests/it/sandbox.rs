@@ -584,3 +584,72 @@ fn run_refuses_binaries_others_can_replace() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn claude_gets_the_hook_and_one_settings_merged_with_the_users_own() {
+    let w = World::new();
+    // A stand-in named `claude` that writes down its arguments.
+    let bin = w.root.join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let claude = bin.join("claude");
+    std::fs::write(
+        &claude,
+        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > args.txt\n",
+    )
+    .expect("write stand-in");
+    std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let claude = claude.display().to_string();
+    let args = |w: &World| -> Vec<String> {
+        std::fs::read_to_string(w.proj().join("args.txt"))
+            .expect("args")
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+
+    let out = w.nd7(&["run", &claude, "-p", "hi"]).output().expect("run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got = args(&w);
+    assert_eq!(got[0], "--settings");
+    assert_eq!(&got[2..], ["-p", "hi"]);
+    let settings: serde_json::Value = serde_json::from_str(&got[1]).expect("json");
+    assert_eq!(settings["sandbox"]["enabled"], false);
+    let hook = &settings["hooks"]["PreToolUse"][0];
+    assert_eq!(hook["matcher"], "Bash");
+    assert_eq!(hook["hooks"][0]["command"], ND7);
+    assert_eq!(hook["hooks"][0]["args"], serde_json::json!(["hook-prefix"]));
+
+    // The user's own --settings (a file here) is merged into the one passed.
+    let theirs = w.proj().join("mine.json");
+    std::fs::write(&theirs, r#"{"model":"m","sandbox":{"enabled":true}}"#).expect("write");
+    let out = w
+        .nd7(&[
+            "run",
+            &claude,
+            "--settings",
+            &theirs.display().to_string(),
+            "-c",
+        ])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got = args(&w);
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(got[2], "-c");
+    let settings: serde_json::Value = serde_json::from_str(&got[1]).expect("json");
+    assert_eq!(settings["model"], "m");
+    assert_eq!(settings["sandbox"]["enabled"], false);
+    assert_eq!(settings["hooks"]["PreToolUse"][0]["matcher"], "Bash");
+
+    let out = w
+        .nd7(&["run", &claude, "--settings=/no/such.json"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("your --settings for Claude Code: /no/such.json: No such file"),
+        "{}",
+        text(&out.stderr)
+    );
+}
