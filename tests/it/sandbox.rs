@@ -273,8 +273,9 @@ touch stage2; wait_for go2
     let home = home.trim_end_matches('/');
     assert!(
         w.nd7(&["allow", home])
-            .status()
+            .output()
             .expect("allow home")
+            .status
             .success()
     );
     w.signal("go1");
@@ -370,8 +371,9 @@ fn allow_and_deny_say_what_is_wrong_and_exit_2() {
     let gone_text = gone.display().to_string();
     assert!(
         w.nd7(&["allow", "--session", &session, &gone_text])
-            .status()
+            .output()
             .expect("allow")
+            .status
             .success()
     );
     std::fs::remove_dir(&gone).expect("rmdir");

@@ -158,10 +158,14 @@ fn serve_one(conn: UnixStream, me: u32, session: &Session, groups: &Mutex<HashSe
     if let Err(why) = admit(&conn, me) {
         return refuse(&conn, why);
     }
+    // nd7-exec sends its request at once; a caller that stalls is dropped
+    // rather than holding a thread for the rest of the session.
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(10)));
     let (request, stdio) = match receive(&conn) {
         Ok(got) => got,
         Err(why) => return refuse(&conn, why),
     };
+    let _ = conn.set_read_timeout(None);
     let mut child = match start(&request, stdio, session) {
         Ok(child) => child,
         Err(why) => return refuse(&conn, why),
