@@ -15,19 +15,20 @@ RUNS=${2:-500}
 mkdir -p "$W"
 : > "$W/empty"
 
-# A mid-sized repository: the sources of this project's dependencies, about
-# 5,000 files, committed, with a few files then changed.
+# A mid-sized repository: crate sources from the cargo registry, about 5,000
+# files, committed, then twenty files changed.
 REPO=$W/repo
 if [ ! -d "$REPO/.git" ]; then
   mkdir -p "$REPO"
   src=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ | head -1)
-  for c in rustix-1 libc-0.2 serde_json-1 clap_builder-4 landlock-0 blake3-1 proptest-1 regex-syntax-0; do
-    d=$(ls -d "$src$c"* 2>/dev/null | head -1) && cp -r "$d" "$REPO/"
+  for d in "$src"*/; do
+    [ "$(find "$REPO" -type f | wc -l)" -ge 5000 ] && break
+    cp -r "$d" "$REPO/"
   done
   git -C "$REPO" init -q
   git -C "$REPO" add -A
   git -C "$REPO" -c user.name=bench -c user.email=bench@localhost commit -qm repo
-  find "$REPO" -name '*.rs' | head -20 | xargs -I{} sh -c 'echo "// changed" >> "{}"'
+  git -C "$REPO" ls-files '*.rs' | head -20 | while read -r f; do echo "// changed" >> "$REPO/$f"; done
 fi
 echo "repository: $(git -C "$REPO" ls-files | wc -l) files, $(du -sh "$REPO" | cut -f1)"
 

@@ -289,6 +289,8 @@ mod tests {
                 project: project.clone(),
                 temp: project.join("tmp"),
                 home: home.clone(),
+                state: home.join(".local/state/nd7"),
+                exit: root.join("nd7-exec"),
             },
             grants: Vec::new(),
         };

@@ -128,7 +128,7 @@ pub struct Workspace {
 /// the account's (nd7 takes the home from the account database), and a temp
 /// directory and an "outside" that are neither the home nor the project.
 pub struct Sandboxed {
-    pub world: std::sync::Arc<crate::sandbox::World>,
+    pub world: std::sync::Arc<crate::world::World>,
 }
 
 impl Workspace {
@@ -148,7 +148,8 @@ impl Workspace {
     /// A workspace whose Claude Code runs under `nd7 run`, in the scratch
     /// world of the sandbox tests: its home is the world's home, its
     /// project the world's project.
-    pub fn sandboxed(world: std::sync::Arc<crate::sandbox::World>) -> Workspace {
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub fn sandboxed(world: std::sync::Arc<crate::world::World>) -> Workspace {
         // The TempDir only removes the world when dropped; the world owns it.
         let home = tempfile::Builder::new()
             .prefix("unused-")

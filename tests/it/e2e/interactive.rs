@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::claude;
 use super::mock_api::{Block, MockApi, bash};
-use crate::sandbox::{ND7, World};
+use crate::world::{ND7, World};
 
 const KEY: &str = "sk-ant-e2e-interactive-0123456789abcdefghij";
 

@@ -7,6 +7,7 @@
 //! [`session`], and assert on what it returns.
 
 mod claude;
+#[cfg(target_os = "linux")]
 mod interactive;
 mod mock_api;
 
@@ -342,17 +343,20 @@ fn claude_code_keeps_saving_its_state_through_the_link_setup_leaves() {
     );
 }
 
-/// Claude Code under `nd7 run`, its home the sandbox world's.
+/// Claude Code under `nd7 run`, its home the sandbox world's (Linux: the
+/// world mounts its home with `unshare`).
+#[cfg(target_os = "linux")]
 fn sandboxed_session(
-    world: &std::sync::Arc<crate::sandbox::World>,
+    world: &std::sync::Arc<crate::world::World>,
     script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
 ) -> Session {
     session_in(claude::Workspace::sandboxed(world.clone()), script)
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn under_nd7_run_bash_goes_through_nd7_exec_and_stays_inside_the_floor() {
-    let world = std::sync::Arc::new(crate::sandbox::World::new());
+    let world = std::sync::Arc::new(crate::world::World::new());
     let outside = world.outside();
     let key = world.acct.join(".ssh/id_ed25519");
     let s = sandboxed_session(&world, |project| {
@@ -404,9 +408,10 @@ fn under_nd7_run_bash_goes_through_nd7_exec_and_stays_inside_the_floor() {
     );
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn under_nd7_run_allow_reaches_the_next_command() {
-    let world = std::sync::Arc::new(crate::sandbox::World::new());
+    let world = std::sync::Arc::new(crate::world::World::new());
     let outside = world.outside();
     let helper = {
         let world = world.clone();
