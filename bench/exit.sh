@@ -28,7 +28,8 @@ if [ ! -d "$REPO/.git" ]; then
   git -C "$REPO" init -q
   git -C "$REPO" add -A
   git -C "$REPO" -c user.name=bench -c user.email=bench@localhost commit -qm repo
-  git -C "$REPO" ls-files '*.rs' | head -20 | while read -r f; do echo "// changed" >> "$REPO/$f"; done
+  git -C "$REPO" ls-files '*.rs' > "$W/files"
+  head -20 "$W/files" | while read -r f; do echo "// changed" >> "$REPO/$f"; done
 fi
 echo "repository: $(git -C "$REPO" ls-files | wc -l) files, $(du -sh "$REPO" | cut -f1)"
 
