@@ -69,10 +69,10 @@ fn a_killed_writer_never_leaves_an_unrepairable_log() {
             .expect("spawn");
         std::thread::sleep(std::time::Duration::from_millis(40 + 17 * round));
         // Kill the whole loop: the shell and the record it is running.
-        let _ = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("kill -KILL -- -{}", child.id()))
-            .status();
+        if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
+            rustix::process::kill_process_group(group, rustix::process::Signal::KILL)
+                .expect("kill the loop's process group");
+        }
         let _ = child.kill();
         let _ = child.wait();
         let log = state.log("s");
