@@ -9,6 +9,7 @@
 //! - [`session_log`]: the log on disk: lock, head, append, verify.
 //! - [`record`]: what `nd7 record` does with one payload.
 //! - [`hook_prefix`]: the PreToolUse reply that routes Bash through `nd7-exec`. Pure.
+//! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
 //! - [`cli`], [`setup`]: the command line's definition; `nd7 setup` and `nd7 doctor`.
 //!
 //! What a clean chain proves is limited, and nd7 says so wherever it reports
@@ -25,3 +26,4 @@ pub mod record;
 pub mod sandbox;
 pub mod session_log;
 pub mod setup;
+pub mod vault;
