@@ -10,6 +10,8 @@
 //! - [`record`]: what `nd7 record` does with one payload.
 //! - [`hook_prefix`]: the PreToolUse reply that routes Bash through `nd7-exec`. Pure.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
+//! - [`ship`]: `nd7 enroll`, `nd7 ship` and the admin read-back: files and network.
+//! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
 //! - [`cli`], [`setup`]: the command line's definition; `nd7 setup` and `nd7 doctor`.
 //!
 //! What a clean chain proves is limited, and nd7 says so wherever it reports
@@ -26,4 +28,7 @@ pub mod record;
 pub mod sandbox;
 pub mod session_log;
 pub mod setup;
+pub mod ship;
 pub mod vault;
+#[cfg(feature = "vault-server")]
+pub mod vault_server;

@@ -11,3 +11,5 @@ mod property;
 mod record;
 mod setup;
 mod tamper;
+#[cfg(feature = "vault-server")]
+mod vault;
