@@ -2,15 +2,18 @@
 # Runs nd7's whole test suite, after making sure the tools it drives are here:
 # npm (the end-to-end tests install the real Claude Code), zsh and fish
 # (completions), ruby (the Homebrew formula), nix-instantiate (the flake),
-# systemd-analyze (the timer units) and python3 (the LaunchAgent plist).
+# systemd-analyze (the timer units), python3 (the LaunchAgent plist), and age
+# (an admin recovers a chain key with the stock age CLI). The vault server's
+# tests need the vault-server feature, so the suite runs with it.
 # As root on Debian or Ubuntu it installs what is missing; elsewhere it says
 # what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A package=([npm]="nodejs npm" [zsh]=zsh [fish]=fish [ruby]=ruby
-  [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3)
+  [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3
+  [age]=age [age-keygen]=age [zstd]=zstd)
 missing=()
-for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3; do
+for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3 age age-keygen zstd; do
   command -v "$tool" >/dev/null || missing+=("${package[$tool]}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -24,4 +27,4 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 2
   fi
 fi
-exec cargo test --locked "$@"
+exec cargo test --locked --features vault-server "$@"
