@@ -656,7 +656,19 @@ pub fn ship_session(
             read_full_at(&file, &mut buf, offset).map_err(io_err(&events_path, "read"))?
         };
         let Some(nl) = memchr::memrchr(b'\n', &buf[..n]) else {
-            break; // nothing, or only an unfinished line, left
+            if n == 0 {
+                break;
+            }
+            // Under the lock no append is in progress, so bytes without a
+            // newline are a torn write (or a line longer than any entry):
+            // `nd7 verify` reports the same, and this session is not shipped.
+            return Err(ShipError::Unverified {
+                session: session.clone(),
+                path: events_path.clone(),
+                entry: cursor.next_seq,
+                fault: "not a sealed entry: the line has no newline (an append was cut short)"
+                    .into(),
+            });
         };
         let entries = &buf[..=nl];
         let mut walker = Walker::new(cursor);
@@ -708,7 +720,7 @@ pub fn ship_session(
             ));
         }
     }
-    done.closed = close_if_ended(log, &file, offset, size.max(offset))?;
+    done.closed = close_if_ended(log, &file, offset)?;
     Ok(done)
 }
 
@@ -727,12 +739,7 @@ fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
 
 /// Removes chain.key once the log ends in a `session_end` entry and
 /// everything up to it is shipped. Returns whether it did.
-fn close_if_ended(
-    log: &SessionLog,
-    file: &File,
-    shipped_to: u64,
-    _size: u64,
-) -> Result<bool, ShipError> {
+fn close_if_ended(log: &SessionLog, file: &File, shipped_to: u64) -> Result<bool, ShipError> {
     let key_path = log.dir().join(CHAIN_KEY_FILE);
     if !key_path.exists() {
         return Ok(false);
@@ -969,4 +976,65 @@ pub fn list_sessions(url: &str, read_token: &str) -> Result<Vec<(String, String,
 /// Checks that a public key parses, for the CLI.
 pub fn public_key_ok(hex: &str) -> bool {
     PublicKey::from_hex(hex).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_s_m_h_or_plain_seconds() {
+        assert_eq!(parse_duration("30"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        for bad in ["", "0", "0s", "5d", "m", "-1s", "1.5m"] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+    }
+
+    fn chain(lines: &[&str]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut prev = Hash::session_fingerprint("s");
+        for (seq, body) in lines.iter().enumerate() {
+            let line = crate::chain::seal(
+                format!("{{\"seq\":{seq},\"b\":\"{body}\",\"prev\":\"{prev}\"}}").as_bytes(),
+            );
+            prev = crate::chain::read_stated(&line[..line.len() - 1])
+                .expect("sealed")
+                .hash;
+            out.extend_from_slice(&line);
+        }
+        out
+    }
+
+    #[test]
+    fn compare_names_the_first_rewritten_or_missing_entry() {
+        let vault = chain(&["a", "b", "c"]);
+        assert_eq!(
+            compare(&vault, &vault),
+            Comparison::Matches {
+                entries: 3,
+                unshipped: 0
+            }
+        );
+        assert_eq!(
+            compare(&vault, &chain(&["a", "b", "c", "d"])),
+            Comparison::Matches {
+                entries: 3,
+                unshipped: 1
+            }
+        );
+        assert!(matches!(
+            compare(&vault, &chain(&["a", "x", "c"])),
+            Comparison::Differs { entry: 1, .. }
+        ));
+        assert_eq!(
+            compare(&vault, &chain(&["a"])),
+            Comparison::Truncated {
+                local_entries: 1,
+                vault_entries: 3
+            }
+        );
+    }
 }

@@ -723,3 +723,29 @@ fn the_stock_age_cli_and_nd7_read_each_others_chain_key_files() {
         .expect("nd7 opens age's file");
     assert_eq!(got.expose_secret(), &[0x33; 32]);
 }
+
+#[test]
+fn a_torn_last_line_is_not_shipped_and_ship_says_so() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 3);
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(state.log("s1").events_path())
+        .expect("log");
+    std::io::Write::write_all(&mut f, b"{\"seq\":3,\"ts\":1").expect("torn write");
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("entry 3: not a sealed entry: the line has no newline"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        vault.count("entries"),
+        3,
+        "the whole entries before it are shipped"
+    );
+}

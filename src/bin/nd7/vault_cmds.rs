@@ -95,11 +95,10 @@ pub fn ship(every: Option<&str>) -> ExitCode {
         eprintln!("nd7 ship: --every takes a duration such as 30s, 5m or 1h, not {every:?}");
         return ExitCode::from(2);
     };
+    // Failures are reported each round and the loop goes on: a vault that
+    // is down, or an enrolment still to come, may be fixed meanwhile.
     loop {
-        if ship_once(&state) == ExitCode::from(2) {
-            // Not enrolled, or the state directory is unreadable: say it
-            // every round, but keep going; it may be fixed meanwhile.
-        }
+        let _ = ship_once(&state);
         std::thread::sleep(period);
     }
 }
