@@ -88,9 +88,9 @@ kill "$VPID"; wait "$VPID" 2>/dev/null || true
 echo "wall time $(sub "$t1" "$t0") s; exit statuses other than 0: $(cat "$W"/rc.* | grep -cv '^0$' || true); stderr lines: $(wc -l < "$W/fifty.err" 2>/dev/null || echo 0)"
 sqlite3 "$db" "SELECT COUNT(*) || ' entries stored (expected ' || (50 * 1000) || '), ' || COUNT(DISTINCT machine || session || seq) || ' distinct' FROM entries;"
 sqlite3 "$db" "SELECT COUNT(*) || ' batches covering ' || SUM(last - first + 1) || ' entries' FROM batches;"
-grep '^POST /v1/batches 200' "$db.log" | awk '{sub(/ms$/, "", $4); print $4}' | sort -n | awk '
+grep -a '^POST /v1/batches 200' "$db.log" | awk '{sub(/ms$/, "", $4); print $4}' | sort -n | awk '
   { t[NR] = $1 } END { printf "server time per stored batch (%d requests): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
     NR, t[int(NR * 0.5 + 0.5)], t[int(NR * 0.99 + 0.5)], t[NR] }'
-grep '^GET /v1/head' "$db.log" | awk '{sub(/ms$/, "", $4); print $4}' | sort -n | awk '
+grep -a '^GET /v1/head' "$db.log" | awk '{sub(/ms$/, "", $4); print $4}' | sort -n | awk '
   { t[NR] = $1 } END { printf "server time per head request (%d requests): p50 %.1f ms, p99 %.1f ms\n",
     NR, t[int(NR * 0.5 + 0.5)], t[int(NR * 0.99 + 0.5)] }'

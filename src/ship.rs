@@ -626,7 +626,7 @@ pub fn ship_session(
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(done),
         Err(e) => return Err(io_err(&events_path, "open")(e)),
     };
-    let (mut offset, mut cursor) = match start {
+    let (mut offset, cursor) = match start {
         None => (0, Cursor::start(&session)),
         Some(head) => {
             let _lock = lock_log(log, false)?;
@@ -646,25 +646,87 @@ pub fn ship_session(
     };
     let size = file.metadata().map_err(io_err(&events_path, "stat"))?.len();
     let backlog = size.saturating_sub(offset);
+    // Sealing batch k+1 (read, verify, compress, encrypt) overlaps sending
+    // batch k: one thread sends, in order, and moves `shipped` after each
+    // acknowledgement; a refusal stops it, and what was queued behind is
+    // dropped, to be sent by the next run.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, Head, u64, u64)>(1);
+    let (produced, sent) = std::thread::scope(|scope| {
+        let sender = scope.spawn(move || -> (Shipped, Result<(), ShipError>) {
+            let mut acked = Shipped::default();
+            for (body, head, entries, bytes) in rx {
+                let result = machine
+                    .client
+                    .ok("POST", "/v1/batches", &body, Some(&machine.signer()), None)
+                    .and_then(|_| advance_shipped(log, &head));
+                if let Err(e) = result {
+                    return (acked, Err(e));
+                }
+                acked.entries += entries;
+                acked.batches += 1;
+                acked.bytes += bytes;
+            }
+            (acked, Ok(()))
+        });
+        let produced = seal_batches(
+            machine,
+            log,
+            &file,
+            &mut offset,
+            cursor,
+            backlog,
+            &tx,
+            progress,
+        );
+        drop(tx);
+        let sent = sender
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (produced, sent)
+    });
+    let (acked, sent) = sent;
+    done = acked;
+    sent?;
+    produced?;
+    done.closed = close_if_ended(log, &file, offset)?;
+    Ok(done)
+}
+
+/// Reads, verifies and seals the batches after `offset`, handing each to
+/// `tx`; `offset` ends after the last batch handed over.
+#[allow(clippy::too_many_arguments)]
+fn seal_batches(
+    machine: &Machine,
+    log: &SessionLog,
+    file: &File,
+    offset: &mut u64,
+    mut cursor: Cursor,
+    backlog: u64,
+    tx: &std::sync::mpsc::SyncSender<(Vec<u8>, Head, u64, u64)>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), ShipError> {
+    let session = log.session_id().to_string();
+    let events_path = log.events_path();
     let mut key: Option<(ChainKey, Vec<u8>)> = None;
     let mut buf = vec![0u8; vault::MAX_BATCH_ENTRIES_BYTES];
+    let mut sealed = 0u64;
     loop {
         // Read a batch's worth under the shared lock: an append in progress
         // is never seen half-written.
         let n = {
             let _lock = lock_log(log, false)?;
-            read_full_at(&file, &mut buf, offset).map_err(io_err(&events_path, "read"))?
+            read_full_at(file, &mut buf, *offset).map_err(io_err(&events_path, "read"))?
         };
         let Some(nl) = memchr::memrchr(b'\n', &buf[..n]) else {
             if n == 0 {
-                break;
+                return Ok(());
             }
             // Under the lock no append is in progress, so bytes without a
             // newline are a torn write (or a line longer than any entry):
             // `nd7 verify` reports the same, and this session is not shipped.
             return Err(ShipError::Unverified {
-                session: session.clone(),
-                path: events_path.clone(),
+                session,
+                path: events_path,
                 entry: cursor.next_seq,
                 fault: "not a sealed entry: the line has no newline (an append was cut short)"
                     .into(),
@@ -680,14 +742,17 @@ pub fn ship_session(
         })?;
         let index = vault::index_lines(entries)?;
         let Some(last) = index.last().copied() else {
-            break;
+            return Ok(());
         };
         if key.is_none() {
             let k = chain_key(log)?;
             let wrapped = vault::wrap_chain_key(&k, &machine.recipients.recipients, &mut os_fill);
             key = Some((k, wrapped));
         }
-        let Some((k, wrapped)) = &key else { break };
+        let Some((k, wrapped)) = &key else {
+            return Ok(());
+        };
+        let count = index.len() as u64;
         let header = BatchHeader {
             machine: machine.id.clone(),
             session: session.clone(),
@@ -696,32 +761,28 @@ pub fn ship_session(
             index,
         };
         let body = vault::seal_batch(&header, entries, k, wrapped, random()?);
-        machine
-            .client
-            .ok("POST", "/v1/batches", &body, Some(&machine.signer()), None)?;
         let head = Head {
             seq: last.seq,
             hash: last.hash,
         };
-        advance_shipped(log, &head)?;
-        offset += entries.len() as u64;
+        if tx.send((body, head, count, entries.len() as u64)).is_err() {
+            // The sender stopped on an error, which it reports.
+            return Ok(());
+        }
+        *offset += entries.len() as u64;
+        sealed += entries.len() as u64;
         cursor = Cursor {
             next_seq: last.seq + 1,
             prev: last.hash,
         };
-        done.entries += header.index.len() as u64;
-        done.batches += 1;
-        done.bytes += entries.len() as u64;
         if backlog > PROGRESS_ABOVE {
             progress(&format!(
-                "{session}: {} of {} MiB shipped",
-                done.bytes >> 20,
+                "{session}: {} of {} MiB sealed and sent",
+                sealed >> 20,
                 backlog >> 20
             ));
         }
     }
-    done.closed = close_if_ended(log, &file, offset)?;
-    Ok(done)
 }
 
 /// Reads until `buf` is full or the file ends.
