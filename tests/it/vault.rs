@@ -677,6 +677,15 @@ fn killing_ship_or_the_vault_mid_batch_loses_and_duplicates_nothing() {
     // Nothing left to ship: nothing sent.
     let out = ok(ship(&state));
     assert!(out.starts_with("shipped 0 entries in 0 batches"), "{out}");
+    // Killed again between the acknowledgement and `shipped`: the next run
+    // starts where the vault's copy ends and sends nothing again.
+    std::fs::remove_file(&shipped).expect("remove shipped");
+    let out = ok(ship(&state));
+    assert!(out.starts_with("shipped 0 entries in 0 batches"), "{out}");
+    assert!(
+        shipped.exists(),
+        "shipped is restored from the vault's head"
+    );
 }
 
 #[test]
@@ -748,4 +757,27 @@ fn a_torn_last_line_is_not_shipped_and_ship_says_so() {
         3,
         "the whole entries before it are shipped"
     );
+}
+
+#[test]
+fn shipping_while_the_agent_records_ships_every_entry_once() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "live", 1);
+    let log = state.log("live");
+    let writer = std::thread::spawn(move || {
+        for i in 0..400 {
+            log.append(&event("live", i))
+                .expect("append while shipping");
+        }
+    });
+    for _ in 0..6 {
+        let out = ship(&state);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    writer.join().expect("writer");
+    ok(ship(&state));
+    assert_all_stored_once(&vault, &state, &org, "live");
 }
