@@ -16,6 +16,9 @@ _nd7() {
             ",$1")
                 cmd="nd7"
                 ;;
+            nd7,admin)
+                cmd="nd7__subcmd__admin"
+                ;;
             nd7,allow)
                 cmd="nd7__subcmd__allow"
                 ;;
@@ -27,6 +30,9 @@ _nd7() {
                 ;;
             nd7,doctor)
                 cmd="nd7__subcmd__doctor"
+                ;;
+            nd7,enroll)
+                cmd="nd7__subcmd__enroll"
                 ;;
             nd7,help)
                 cmd="nd7__subcmd__help"
@@ -43,8 +49,50 @@ _nd7() {
             nd7,setup)
                 cmd="nd7__subcmd__setup"
                 ;;
+            nd7,ship)
+                cmd="nd7__subcmd__ship"
+                ;;
             nd7,verify)
                 cmd="nd7__subcmd__verify"
+                ;;
+            nd7__subcmd__admin,age-key)
+                cmd="nd7__subcmd__admin__subcmd__age__subcmd__key"
+                ;;
+            nd7__subcmd__admin,help)
+                cmd="nd7__subcmd__admin__subcmd__help"
+                ;;
+            nd7__subcmd__admin,org-key)
+                cmd="nd7__subcmd__admin__subcmd__org__subcmd__key"
+                ;;
+            nd7__subcmd__admin,pull)
+                cmd="nd7__subcmd__admin__subcmd__pull"
+                ;;
+            nd7__subcmd__admin,sessions)
+                cmd="nd7__subcmd__admin__subcmd__sessions"
+                ;;
+            nd7__subcmd__admin,sign-recipients)
+                cmd="nd7__subcmd__admin__subcmd__sign__subcmd__recipients"
+                ;;
+            nd7__subcmd__admin__subcmd__help,age-key)
+                cmd="nd7__subcmd__admin__subcmd__help__subcmd__age__subcmd__key"
+                ;;
+            nd7__subcmd__admin__subcmd__help,help)
+                cmd="nd7__subcmd__admin__subcmd__help__subcmd__help"
+                ;;
+            nd7__subcmd__admin__subcmd__help,org-key)
+                cmd="nd7__subcmd__admin__subcmd__help__subcmd__org__subcmd__key"
+                ;;
+            nd7__subcmd__admin__subcmd__help,pull)
+                cmd="nd7__subcmd__admin__subcmd__help__subcmd__pull"
+                ;;
+            nd7__subcmd__admin__subcmd__help,sessions)
+                cmd="nd7__subcmd__admin__subcmd__help__subcmd__sessions"
+                ;;
+            nd7__subcmd__admin__subcmd__help,sign-recipients)
+                cmd="nd7__subcmd__admin__subcmd__help__subcmd__sign__subcmd__recipients"
+                ;;
+            nd7__subcmd__help,admin)
+                cmd="nd7__subcmd__help__subcmd__admin"
                 ;;
             nd7__subcmd__help,allow)
                 cmd="nd7__subcmd__help__subcmd__allow"
@@ -57,6 +105,9 @@ _nd7() {
                 ;;
             nd7__subcmd__help,doctor)
                 cmd="nd7__subcmd__help__subcmd__doctor"
+                ;;
+            nd7__subcmd__help,enroll)
+                cmd="nd7__subcmd__help__subcmd__enroll"
                 ;;
             nd7__subcmd__help,help)
                 cmd="nd7__subcmd__help__subcmd__help"
@@ -73,8 +124,26 @@ _nd7() {
             nd7__subcmd__help,setup)
                 cmd="nd7__subcmd__help__subcmd__setup"
                 ;;
+            nd7__subcmd__help,ship)
+                cmd="nd7__subcmd__help__subcmd__ship"
+                ;;
             nd7__subcmd__help,verify)
                 cmd="nd7__subcmd__help__subcmd__verify"
+                ;;
+            nd7__subcmd__help__subcmd__admin,age-key)
+                cmd="nd7__subcmd__help__subcmd__admin__subcmd__age__subcmd__key"
+                ;;
+            nd7__subcmd__help__subcmd__admin,org-key)
+                cmd="nd7__subcmd__help__subcmd__admin__subcmd__org__subcmd__key"
+                ;;
+            nd7__subcmd__help__subcmd__admin,pull)
+                cmd="nd7__subcmd__help__subcmd__admin__subcmd__pull"
+                ;;
+            nd7__subcmd__help__subcmd__admin,sessions)
+                cmd="nd7__subcmd__help__subcmd__admin__subcmd__sessions"
+                ;;
+            nd7__subcmd__help__subcmd__admin,sign-recipients)
+                cmd="nd7__subcmd__help__subcmd__admin__subcmd__sign__subcmd__recipients"
                 ;;
             *)
                 ;;
@@ -83,12 +152,234 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify setup run allow deny hook-prefix doctor completions help"
+            opts="-h -V --help --version record verify setup run allow deny hook-prefix doctor enroll ship admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin)
+            opts="-h --help org-key age-key sign-recipients sessions pull help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__age__subcmd__key)
+            opts="-h --out --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__help)
+            opts="org-key age-key sign-recipients sessions pull help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__help__subcmd__age__subcmd__key)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__help__subcmd__org__subcmd__key)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__help__subcmd__pull)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__help__subcmd__sessions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__help__subcmd__sign__subcmd__recipients)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__org__subcmd__key)
+            opts="-h --out --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__pull)
+            opts="-h --read-token --identity --machine --session --out --compare --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --read-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --identity)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --machine)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --session)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --compare)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__sessions)
+            opts="-h --read-token --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --read-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__sign__subcmd__recipients)
+            opts="-h --org-key --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --org-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -156,9 +447,115 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        nd7__subcmd__help)
-            opts="record verify setup run allow deny hook-prefix doctor completions help"
+        nd7__subcmd__enroll)
+            opts="-h --token --fingerprint --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fingerprint)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help)
+            opts="record verify setup run allow deny hook-prefix doctor enroll ship admin completions help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__admin)
+            opts="org-key age-key sign-recipients sessions pull"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__admin__subcmd__age__subcmd__key)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__admin__subcmd__org__subcmd__key)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__admin__subcmd__pull)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__admin__subcmd__sessions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__admin__subcmd__sign__subcmd__recipients)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -213,6 +610,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help__subcmd__doctor)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__enroll)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -296,6 +707,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__ship)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__verify)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -360,6 +785,24 @@ _nd7() {
             fi
             case "${prev}" in
                 --settings)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__ship)
+            opts="-h --every --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --every)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -34,6 +34,9 @@ complete -c nd7 -n "__fish_nd7_needs_command" -f -a "allow" -d 'Let a running se
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "deny" -d 'Take back a grant of `nd7 allow`, from the next command'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "hook-prefix" -d 'Reply to a PreToolUse hook so that a Bash command runs through nd7-exec'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "doctor" -d 'Say what is installed and working, and the command that fixes what is not'
+complete -c nd7 -n "__fish_nd7_needs_command" -f -a "enroll" -d 'Enrol this machine with a vault: make its key, register it, pin the admins'
+complete -c nd7 -n "__fish_nd7_needs_command" -f -a "ship" -d 'Ship every session\'s unshipped entries to the vault, encrypted'
+complete -c nd7 -n "__fish_nd7_needs_command" -f -a "admin" -d 'Admin tools: keys, the recipients document, and reading a vault back'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c nd7 -n "__fish_nd7_using_subcommand record" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -50,14 +53,55 @@ complete -c nd7 -n "__fish_nd7_using_subcommand deny" -s h -l help -d 'Print hel
 complete -c nd7 -n "__fish_nd7_using_subcommand hook-prefix" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand doctor" -l settings -d 'Settings file to check [default: ~/.claude/settings.json]' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l token -d 'The enrolment token from `nd7-vault token`' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l fingerprint -d 'The organisation key\'s fingerprint (64 hex digits), from `nd7 admin org-key`' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c nd7 -n "__fish_nd7_using_subcommand ship" -l every -d 'Ship again every DURATION (e.g. 30s, 5m, 1h) until killed' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand ship" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -s h -l help -d 'Print help'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from org-key" -l out -d 'Where to write the key (0600; refuses to overwrite)' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from org-key" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from age-key" -l out -d 'Where to write the identity (0600; refuses to overwrite)' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from age-key" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -l org-key -d 'The organisation key from `nd7 admin org-key`' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -s h -l help -d 'Print help'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -l read-token -d 'A read token from `nd7-vault read-token`' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -s h -l help -d 'Print help'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l read-token -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l identity -d 'An age identity file (`nd7 admin age-key`, or age-keygen\'s)' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l machine -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l session -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l out -d 'Directory to write the decrypted session into' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l compare -d 'A local copy (session directory or events.ndjson) to compare with' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c nd7 -n "__fish_nd7_using_subcommand completions" -s h -l help -d 'Print help'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor completions help" -f -a "record" -d 'Append one Claude Code hook payload (read on stdin) to its session\'s log'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor completions help" -f -a "verify" -d 'Walk a session\'s hash chain and say what a clean chain does and does not prove'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor completions help" -f -a "setup" -d 'Register `nd7 record` in Claude Code\'s user settings, and install completions'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor completions help" -f -a "run" -d 'Run PROGRAM and everything it starts under the sandbox floor'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor completions help" -f -a "allow" -d 'Let a running session\'s Bash commands write under PATH, from the next command'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor completions help" -f -a "deny" -d 'Take back a grant of `nd7 allow`, from the next command'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor completions help" -f -a "hook-prefix" -d 'Reply to a PreToolUse hook so that a Bash command runs through nd7-exec'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor completions help" -f -a "doctor" -d 'Say what is installed and working, and the command that fixes what is not'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "record" -d 'Append one Claude Code hook payload (read on stdin) to its session\'s log'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "verify" -d 'Walk a session\'s hash chain and say what a clean chain does and does not prove'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "setup" -d 'Register `nd7 record` in Claude Code\'s user settings, and install completions'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "run" -d 'Run PROGRAM and everything it starts under the sandbox floor'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "allow" -d 'Let a running session\'s Bash commands write under PATH, from the next command'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "deny" -d 'Take back a grant of `nd7 allow`, from the next command'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "hook-prefix" -d 'Reply to a PreToolUse hook so that a Bash command runs through nd7-exec'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "doctor" -d 'Say what is installed and working, and the command that fixes what is not'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "enroll" -d 'Enrol this machine with a vault: make its key, register it, pin the admins'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "ship" -d 'Ship every session\'s unshipped entries to the vault, encrypted'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "admin" -d 'Admin tools: keys, the recipients document, and reading a vault back'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'

@@ -116,6 +116,39 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         settings: Option<PathBuf>,
     },
+    /// Enrol this machine with a vault: make its key, register it, pin the admins.
+    ///
+    /// Fetches the vault's recipients document and refuses it unless the
+    /// organisation key with fingerprint FP signed it, then registers a new
+    /// Ed25519 machine key with the one-time TOKEN. Writes
+    /// $XDG_STATE_HOME/nd7/vault/ (machine.key, machine.id, server,
+    /// recipients; every file 0600). Exits 0 when enrolled, 1 when the vault
+    /// or its document was refused or refused us, 2 on other errors.
+    Enroll {
+        /// The vault's base URL, e.g. https://vault.example.org.
+        url: String,
+        /// The enrolment token from `nd7-vault token`.
+        #[arg(long, value_name = "T")]
+        token: String,
+        /// The organisation key's fingerprint (64 hex digits), from `nd7 admin org-key`.
+        #[arg(long, value_name = "FP")]
+        fingerprint: String,
+    },
+    /// Ship every session's unshipped entries to the vault, encrypted.
+    ///
+    /// Verifies the entries after each session's `shipped` mark, sends them in
+    /// batches of at most 8 MiB, and moves the mark after each acknowledgement.
+    /// A run that is interrupted resumes where the vault's copy ends. Exits 0
+    /// when everything was shipped, 1 when some session was not (each is
+    /// named on stderr), 2 when the machine is not enrolled or on other errors.
+    Ship {
+        /// Ship again every DURATION (e.g. 30s, 5m, 1h) until killed.
+        #[arg(long, value_name = "DURATION")]
+        every: Option<String>,
+    },
+    /// Admin tools: keys, the recipients document, and reading a vault back.
+    #[command(subcommand)]
+    Admin(Admin),
     /// Print a shell completion script.
     Completions {
         #[arg(value_enum)]
@@ -171,6 +204,69 @@ pub fn parse_grant_args(args: &[OsString]) -> Result<GrantArgs, String> {
     }
     let path = path.ok_or("no path given")?;
     Ok(GrantArgs { session, path })
+}
+
+/// `nd7 admin ...`. Exit status: 0 success; 1 a pulled log failed
+/// verification or differs from the local copy; 2 bad usage or errors.
+#[derive(Subcommand)]
+pub enum Admin {
+    /// Make the organisation's Ed25519 key; prints its fingerprint.
+    ///
+    /// The key signs recipients documents; machines pin its fingerprint at
+    /// enrolment. Keep it offline.
+    OrgKey {
+        /// Where to write the key (0600; refuses to overwrite).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Make an admin's age identity; prints its age1... recipient.
+    ///
+    /// The file is what `age -d -i FILE` and `nd7 admin pull --identity` read.
+    AgeKey {
+        /// Where to write the identity (0600; refuses to overwrite).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Print a recipients document listing RECIPIENTS, signed by the organisation key.
+    SignRecipients {
+        /// The organisation key from `nd7 admin org-key`.
+        #[arg(long, value_name = "FILE")]
+        org_key: PathBuf,
+        /// age1... recipients, one per admin.
+        #[arg(required = true)]
+        recipients: Vec<String>,
+    },
+    /// List the sessions a vault holds: machine, session, last entry.
+    Sessions {
+        url: String,
+        /// A read token from `nd7-vault read-token`.
+        #[arg(long, value_name = "T")]
+        read_token: String,
+    },
+    /// Fetch a session from the vault, decrypt it, verify it, and compare it.
+    ///
+    /// Writes the decrypted log to OUT/<session>/events.ndjson, verifies its
+    /// chain as `nd7 verify` does, and, given --compare, says whether that
+    /// local log still matches the vault's copy, naming the first entry that
+    /// differs.
+    Pull {
+        url: String,
+        #[arg(long, value_name = "T")]
+        read_token: String,
+        /// An age identity file (`nd7 admin age-key`, or age-keygen's).
+        #[arg(long, value_name = "FILE")]
+        identity: PathBuf,
+        #[arg(long, value_name = "ID")]
+        machine: String,
+        #[arg(long, value_name = "ID")]
+        session: String,
+        /// Directory to write the decrypted session into.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// A local copy (session directory or events.ndjson) to compare with.
+        #[arg(long, value_name = "PATH")]
+        compare: Option<PathBuf>,
+    },
 }
 
 /// Shells nd7 ships completions for.

@@ -9,6 +9,9 @@
 //! - [`session_log`]: the log on disk: lock, head, append, verify.
 //! - [`record`]: what `nd7 record` does with one payload.
 //! - [`hook_prefix`]: the PreToolUse reply that routes Bash through `nd7-exec`. Pure.
+//! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
+//! - [`ship`]: `nd7 enroll`, `nd7 ship` and the admin read-back: files and network.
+//! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
 //! - [`cli`], [`setup`]: the command line's definition; `nd7 setup` and `nd7 doctor`.
 //!
 //! What a clean chain proves is limited, and nd7 says so wherever it reports
@@ -27,3 +30,7 @@ pub mod sandbox;
 pub mod session;
 pub mod session_log;
 pub mod setup;
+pub mod ship;
+pub mod vault;
+#[cfg(feature = "vault-server")]
+pub mod vault_server;

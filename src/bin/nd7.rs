@@ -17,6 +17,9 @@ use nd7_core::session::{Change, Changed, Sessions};
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
 
+#[path = "nd7/vault_cmds.rs"]
+mod vault_cmds;
+
 fn main() -> ExitCode {
     // Take the time before anything else, so `ts` marks when the hook fired.
     let early = Invocation::now();
@@ -49,6 +52,13 @@ fn main() -> ExitCode {
         Command::Deny { args } => run_grant(Change::Deny, &args),
         Command::HookPrefix => run_hook_prefix(),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
+        Command::Enroll {
+            url,
+            token,
+            fingerprint,
+        } => vault_cmds::enroll(&url, &token, &fingerprint),
+        Command::Ship { every } => vault_cmds::ship(every.as_deref()),
+        Command::Admin(admin) => vault_cmds::admin(admin),
         Command::Completions { shell } => {
             let _ = std::io::stdout().write_all(&shell.completions());
             ExitCode::SUCCESS

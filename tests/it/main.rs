@@ -13,5 +13,7 @@ mod sandbox;
 mod setup;
 mod tamper;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
+#[cfg(feature = "vault-server")]
+mod vault;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod world;

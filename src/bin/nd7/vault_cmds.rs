@@ -1,0 +1,242 @@
+//! `nd7 enroll`, `nd7 ship` and `nd7 admin`: argument handling and exit
+//! statuses; the work is `nd7_core::ship`'s.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::ExitCode;
+
+use nd7_core::cli::Admin;
+use nd7_core::session_log::{self, SessionLog};
+use nd7_core::ship::{self, Comparison, ShipError};
+use nd7_core::vault::AgeIdentity;
+
+fn state_dir(cmd: &str) -> Result<std::path::PathBuf, ExitCode> {
+    session_log::state_dir().map_err(|e| {
+        eprintln!("nd7 {cmd}: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// 1 when a vault or its document was refused (or refused us), 2 otherwise.
+fn refusal_code(e: &ShipError) -> ExitCode {
+    match e {
+        ShipError::Refused { .. } | ShipError::Vault(_) => ExitCode::from(1),
+        _ => ExitCode::from(2),
+    }
+}
+
+pub fn enroll(url: &str, token: &str, fingerprint: &str) -> ExitCode {
+    let state = match state_dir("enroll") {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    match ship::enroll(&state, url, token, fingerprint) {
+        Ok(done) => {
+            println!(
+                "enrolled as machine {} with {url}; chain keys will be wrapped to {} admin recipient(s); files in {}",
+                done.machine_id,
+                done.recipients,
+                done.dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nd7 enroll: {e}");
+            refusal_code(&e)
+        }
+    }
+}
+
+fn ship_once(state: &Path) -> ExitCode {
+    let report = match ship::ship_all(state, &mut |line| eprintln!("nd7 ship: {line}")) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("nd7 ship: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for w in &report.warnings {
+        eprintln!("nd7 ship: warning: {w}");
+    }
+    let (mut entries, mut batches, mut failed) = (0, 0, 0);
+    for (session, result) in &report.sessions {
+        match result {
+            Ok(done) => {
+                entries += done.entries;
+                batches += done.batches;
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("nd7 ship: {session}: not shipped: {e}");
+            }
+        }
+    }
+    println!(
+        "shipped {entries} entries in {batches} batches; {} sessions, {failed} not fully shipped",
+        report.sessions.len()
+    );
+    if report.all_shipped() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+pub fn ship(every: Option<&str>) -> ExitCode {
+    let state = match state_dir("ship") {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let Some(every) = every else {
+        return ship_once(&state);
+    };
+    let Some(period) = ship::parse_duration(every) else {
+        eprintln!("nd7 ship: --every takes a duration such as 30s, 5m or 1h, not {every:?}");
+        return ExitCode::from(2);
+    };
+    // Failures are reported each round and the loop goes on: a vault that
+    // is down, or an enrolment still to come, may be fixed meanwhile.
+    loop {
+        let _ = ship_once(&state);
+        std::thread::sleep(period);
+    }
+}
+
+fn write_new_0600(path: &Path, text: &str) -> Result<(), String> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("{}: cannot create: {e}", path.display()))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| format!("{}: cannot write: {e}", path.display()))
+}
+
+fn read(path: &Path) -> Result<String, ExitCode> {
+    std::fs::read_to_string(path).map_err(|e| {
+        eprintln!("nd7 admin: {}: cannot read: {e}", path.display());
+        ExitCode::from(2)
+    })
+}
+
+pub fn admin(command: Admin) -> ExitCode {
+    match admin_inner(command) {
+        Ok(code) => code,
+        Err(code) => code,
+    }
+}
+
+fn fail(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("nd7 admin: {e}");
+    ExitCode::from(2)
+}
+
+fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
+    match command {
+        Admin::OrgKey { out } => {
+            let (text, fp) = ship::new_org_key().map_err(fail)?;
+            write_new_0600(&out, &text).map_err(fail)?;
+            println!("{fp}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Admin::AgeKey { out } => {
+            let (text, recipient) = ship::new_age_identity().map_err(fail)?;
+            write_new_0600(&out, &text).map_err(fail)?;
+            println!("{recipient}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Admin::SignRecipients {
+            org_key,
+            recipients,
+        } => {
+            let doc = ship::sign_recipients(&read(&org_key)?, &recipients).map_err(fail)?;
+            print!("{doc}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Admin::Sessions { url, read_token } => {
+            for (machine, session, last) in ship::list_sessions(&url, &read_token).map_err(fail)? {
+                println!("{machine} {session} {last}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Admin::Pull {
+            url,
+            read_token,
+            identity,
+            machine,
+            session,
+            out,
+            compare,
+        } => {
+            let identity = AgeIdentity::parse(&read(&identity)?).map_err(fail)?;
+            let pulled =
+                ship::pull(&url, &read_token, &identity, &machine, &session).map_err(|e| {
+                    eprintln!("nd7 admin pull: {e}");
+                    match e {
+                        ShipError::Rewritten { .. } | ShipError::Vault(_) => ExitCode::from(1),
+                        _ => ExitCode::from(2),
+                    }
+                })?;
+            let dir = out.join(&session);
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| fail(format!("{}: cannot create: {e}", dir.display())))?;
+            let events = dir.join(session_log::EVENTS_FILE);
+            let _ = std::fs::remove_file(&events);
+            write_new_0600(&events, &String::from_utf8_lossy(&pulled.log)).map_err(fail)?;
+            let log = SessionLog::at_path(&dir).map_err(fail)?;
+            match log.verify(1) {
+                Ok(v) => println!(
+                    "pulled {} entries in {} batches into {}; chain verified, head {}",
+                    v.entries,
+                    pulled.batches,
+                    events.display(),
+                    v.head.map_or_else(|| "(empty)".into(), |h| h.short())
+                ),
+                Err(e) => {
+                    println!("FAILED: the vault's copy does not verify: {e}");
+                    return Ok(ExitCode::from(1));
+                }
+            }
+            let Some(local) = compare else {
+                return Ok(ExitCode::SUCCESS);
+            };
+            let local_log = SessionLog::at_path(&local).map_err(fail)?;
+            let bytes = std::fs::read(local_log.events_path()).map_err(|e| {
+                fail(format!(
+                    "{}: cannot read: {e}",
+                    local_log.events_path().display()
+                ))
+            })?;
+            match ship::compare(&pulled.log, &bytes) {
+                Comparison::Matches { entries, unshipped } => {
+                    println!(
+                        "local copy matches the vault's {entries} entries ({unshipped} more locally, not shipped yet)"
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Comparison::Differs {
+                    entry,
+                    vault_hash,
+                    local,
+                } => {
+                    println!(
+                        "FAILED: the local copy was rewritten after shipping: entry {entry} differs (vault: hash {}, local: {local})",
+                        vault_hash.short()
+                    );
+                    Ok(ExitCode::from(1))
+                }
+                Comparison::Truncated {
+                    local_entries,
+                    vault_entries,
+                } => {
+                    println!(
+                        "FAILED: the local copy was cut short after shipping: it has {local_entries} entries, the vault {vault_entries}; entry {local_entries} is missing"
+                    );
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+    }
+}
