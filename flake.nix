@@ -16,8 +16,8 @@
           version = cargoToml.package.version;
           src = pkgs.lib.cleanSource ./.;
           cargoLock.lockFile = ./Cargo.lock;
-          # No self-update in Nix builds: the binary lives in the read-only store.
-          buildNoDefaultFeatures = true;
+          # Default features: libzstd and HTTPS for `nd7 ship`. Self-update is
+          # never built here: the binary lives in the read-only store.
           nativeBuildInputs = [ pkgs.installShellFiles ];
           # The suite drives the real Claude Code from npm, which a sandboxed
           # build cannot fetch; `checks` runs nd7 instead.
@@ -50,6 +50,53 @@
           packages = with pkgs; [ cargo rustc clippy rustfmt nodejs zsh fish hyperfine b3sum ];
         };
       });
+
+      # Home Manager: `services.nd7-ship.enable = true;` ships the session logs
+      # on a timer (a systemd user timer on Linux, a launchd agent on macOS).
+      # `nd7 setup` sees these units link into the store and leaves them alone.
+      homeManagerModules.default = { config, lib, pkgs, ... }:
+        let
+          cfg = config.services.nd7-ship;
+          ship = "${cfg.package}/bin/nd7 ship";
+        in
+        {
+          options.services.nd7-ship = {
+            enable = lib.mkEnableOption "shipping nd7's session logs to the vault this machine is enrolled with";
+            package = lib.mkOption {
+              type = lib.types.package;
+              default = self.packages.${pkgs.stdenv.hostPlatform.system}.default;
+              description = "The nd7 package whose `nd7 ship` runs.";
+            };
+            interval = lib.mkOption {
+              type = lib.types.str;
+              default = "5min";
+              description = "How long after one ship the next starts (systemd time span).";
+            };
+          };
+          config = lib.mkIf cfg.enable (lib.mkMerge [
+            (lib.mkIf pkgs.stdenv.isLinux {
+              systemd.user.services.nd7-ship = {
+                Unit.Description = "Ship nd7 session logs to the vault";
+                Service = { Type = "oneshot"; ExecStart = ship; Nice = 10; };
+              };
+              systemd.user.timers.nd7-ship = {
+                Unit.Description = "Ship nd7 session logs to the vault every ${cfg.interval}";
+                Timer = { OnBootSec = "2min"; OnUnitActiveSec = cfg.interval; RandomizedDelaySec = "30s"; };
+                Install.WantedBy = [ "timers.target" ];
+              };
+            })
+            (lib.mkIf pkgs.stdenv.isDarwin {
+              launchd.agents.nd7-ship = {
+                enable = true;
+                config = {
+                  ProgramArguments = [ "${cfg.package}/bin/nd7" "ship" ];
+                  StartInterval = 300;
+                  Nice = 10;
+                };
+              };
+            })
+          ]);
+        };
 
       # Records a payload with the built nd7 and verifies the chain.
       checks = forAll (pkgs: {

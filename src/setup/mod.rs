@@ -13,6 +13,7 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use crate::cli::Shell;
 use merge::{MergeError, Merged};
@@ -446,8 +447,9 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         },
         fix: (!problems.is_empty()).then(|| {
             format!(
-                "chmod go-w {} {}",
+                "chmod go-w {} {} {}",
                 nd7.display(),
+                nd7.with_file_name("nd7-exec").display(),
                 nd7.parent().unwrap_or(Path::new("/")).display()
             )
         }),
@@ -503,7 +505,7 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         Ok(what) => Check {
             name: "sandbox",
             ok: true,
-            detail: format!("{what} (nd7 run itself is not built yet)"),
+            detail: what.to_string(),
             fix: None,
         },
         Err(why) => Check {
@@ -546,7 +548,102 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
             }
         }
     });
+    if let (Ok(state), Some(home)) = (crate::session_log::state_dir(), home.as_deref()) {
+        checks.extend(vault_checks(&state, home, SystemTime::now()));
+    }
     checks
+}
+
+/// Enrolment, the last ship and the timer. A machine that is not enrolled
+/// passes: a vault is the organisation's choice.
+fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
+    let vault = crate::ship::vault_dir(state);
+    let read = |name: &str| fs::read_to_string(vault.join(name)).map(|t| t.trim().to_string());
+    let (Ok(machine), Ok(server)) = (
+        read(crate::ship::MACHINE_ID_FILE),
+        read(crate::ship::SERVER_FILE),
+    ) else {
+        return vec![Check {
+            name: "vault",
+            ok: true,
+            detail: "not enrolled: logs stay on this machine only".into(),
+            fix: Some("nd7 enroll URL --token T --fingerprint FP (from your vault's admin)".into()),
+        }];
+    };
+    let mut checks = vec![Check {
+        name: "vault",
+        ok: true,
+        detail: format!("enrolled with {server} as machine {machine}"),
+        fix: None,
+    }];
+    let backlog = ship_backlog(&crate::session_log::sessions_dir(state));
+    let ago = |t: SystemTime| {
+        now.duration_since(t).map_or("just now".to_string(), |d| {
+            format!("{} min ago", d.as_secs() / 60)
+        })
+    };
+    let stale = backlog
+        .last_ship
+        .is_none_or(|t| now.duration_since(t).is_ok_and(|d| d.as_secs() > 3600));
+    checks.push(Check {
+        name: "ship",
+        ok: backlog.unshipped == 0 || !stale,
+        detail: format!(
+            "last ship {}; {} of {} sessions have entries not yet shipped",
+            backlog.last_ship.map_or("never".to_string(), ago),
+            backlog.unshipped,
+            backlog.sessions
+        ),
+        fix: (backlog.unshipped > 0 && stale).then(|| "nd7 ship".into()),
+    });
+    checks.push(match timer::active(home) {
+        Ok(what) => Check {
+            name: "timer",
+            ok: true,
+            detail: what,
+            fix: None,
+        },
+        Err(why) => Check {
+            name: "timer",
+            ok: false,
+            detail: why,
+            fix: Some("nd7 setup".into()),
+        },
+    });
+    checks
+}
+
+/// What the session logs hold that the vault does not.
+struct Backlog {
+    sessions: usize,
+    unshipped: usize,
+    last_ship: Option<SystemTime>,
+}
+
+/// Compares each session's `head` with its `shipped` (both "<seq> <hash>").
+fn ship_backlog(sessions: &Path) -> Backlog {
+    let mut backlog = Backlog {
+        sessions: 0,
+        unshipped: 0,
+        last_ship: None,
+    };
+    let Ok(entries) = fs::read_dir(sessions) else {
+        return backlog;
+    };
+    for dir in entries.filter_map(Result::ok).map(|e| e.path()) {
+        let Ok(head) = fs::read_to_string(dir.join("head")) else {
+            continue;
+        };
+        backlog.sessions += 1;
+        let shipped = dir.join(crate::ship::SHIPPED_FILE);
+        if fs::read_to_string(&shipped).ok().as_deref().map(str::trim) != Some(head.trim()) {
+            backlog.unshipped += 1;
+        }
+        if let Ok(modified) = fs::metadata(&shipped).and_then(|m| m.modified()) {
+            backlog.last_ship = backlog.last_ship.max(Some(modified));
+        }
+    }
+    backlog
 }
 
 fn hooks_check(text: &str, nd7: &str) -> Check {
@@ -686,5 +783,62 @@ mod tests {
         assert_eq!(parse_claude_version("garbage"), None);
         assert!(parse_claude_version("2.1.138 (Claude Code)").expect("v") < MIN_CLAUDE);
         assert!(parse_claude_version("2.1.332 (Claude Code)").expect("v") >= MIN_CLAUDE);
+    }
+
+    #[test]
+    fn doctor_reports_enrolment_and_the_ship_backlog() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("state/nd7");
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&home).expect("mkdir");
+        let now = SystemTime::now();
+        let not = vault_checks(&state, &home, now);
+        assert_eq!(not.len(), 1);
+        assert!(not[0].ok && not[0].detail.starts_with("not enrolled"));
+
+        let vault = crate::ship::vault_dir(&state);
+        std::fs::create_dir_all(&vault).expect("mkdir");
+        std::fs::write(vault.join(crate::ship::MACHINE_ID_FILE), "m-1\n").expect("write");
+        std::fs::write(vault.join(crate::ship::SERVER_FILE), "https://v.example\n").expect("write");
+        let sessions = crate::session_log::sessions_dir(&state);
+        for (id, head, shipped) in [
+            ("a", "3 aa", Some("3 aa")),
+            ("b", "5 bb", Some("2 cc")),
+            ("c", "1 dd", None),
+        ] {
+            let s = sessions.join(id);
+            std::fs::create_dir_all(&s).expect("mkdir");
+            std::fs::write(s.join("head"), format!("{head}\n")).expect("write");
+            if let Some(shipped) = shipped {
+                std::fs::write(s.join(crate::ship::SHIPPED_FILE), format!("{shipped}\n"))
+                    .expect("write");
+            }
+        }
+        let checks = vault_checks(&state, &home, now);
+        assert_eq!(
+            checks[0].detail,
+            "enrolled with https://v.example as machine m-1"
+        );
+        let ship = &checks[1];
+        assert!(
+            ship.detail
+                .ends_with("2 of 3 sessions have entries not yet shipped"),
+            "{}",
+            ship.detail
+        );
+        assert!(ship.ok, "a ship just now is not stale: {}", ship.detail);
+        let later = now + std::time::Duration::from_secs(2 * 3600);
+        let stale = &vault_checks(&state, &home, later)[1];
+        assert!(
+            !stale.ok && stale.fix.as_deref() == Some("nd7 ship"),
+            "{}",
+            stale.detail
+        );
+        assert!(
+            stale.detail.starts_with("last ship 120 min ago")
+                || stale.detail.starts_with("last ship 119 min ago"),
+            "{}",
+            stale.detail
+        );
     }
 }

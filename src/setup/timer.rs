@@ -138,6 +138,36 @@ pub fn uninstall(home: &Path, dry_run: bool) -> Result<Vec<String>, SetupError> 
         .collect())
 }
 
+/// Whether a ship timer is scheduled: nd7's own, or one Homebrew or Nix
+/// manages. Says which, or why none is.
+pub fn active(home: &Path) -> Result<String, String> {
+    if let Some(who) = managed_elsewhere(home) {
+        return Ok(format!("managed by {who}"));
+    }
+    if !unit_paths(home).iter().all(|p| p.exists()) {
+        return Err("no ship timer is installed".into());
+    }
+    scheduled()
+}
+
+#[cfg(target_os = "macos")]
+fn scheduled() -> Result<String, String> {
+    let uid = rustix::process::getuid().as_raw();
+    launchctl(&["print", &format!("gui/{uid}/{LAUNCHD_LABEL}")])
+        .map(|()| format!("launchd agent {LAUNCHD_LABEL} loaded"))
+        .map_err(|_| format!("launchd agent {LAUNCHD_LABEL} is installed but not loaded"))
+}
+
+#[cfg(not(target_os = "macos"))]
+fn scheduled() -> Result<String, String> {
+    run(
+        "systemctl",
+        &["--user", "is-active", "--quiet", SYSTEMD_TIMER],
+    )
+    .map(|()| format!("systemd user timer {SYSTEMD_TIMER} active"))
+    .map_err(|_| format!("systemd user timer {SYSTEMD_TIMER} is installed but not active"))
+}
+
 #[cfg(target_os = "macos")]
 fn start(paths: &[PathBuf]) -> Result<(), String> {
     let uid = rustix::process::getuid().as_raw();

@@ -28,6 +28,8 @@ fn the_homebrew_formula_is_valid_ruby() {
         "generate_completions_from_executable",
         "test do",
         "nd7 verify",
+        "service do",
+        "run [opt_bin/\"nd7\", \"ship\"]",
     ] {
         assert!(text.contains(needle), "the formula lacks {needle}");
     }
@@ -48,6 +50,9 @@ fn the_flake_parses() {
         "devShells =",
         "checks =",
         "cargoLock.lockFile = ./Cargo.lock",
+        "homeManagerModules.default",
+        "systemd.user.timers.nd7-ship",
+        "launchd.agents.nd7-ship",
     ] {
         assert!(text.contains(needle), "the flake lacks {needle}");
     }
