@@ -110,9 +110,19 @@ fn start(tmux: &Tmux, world: &World, claude: &Path, api: &MockApi, status: &Path
 /// Types a prompt whose turn runs a Bash command, waits for the command and
 /// the turn, then leaves Claude Code and waits for `nd7 run` to end.
 fn prompt_and_exit(tmux: &Tmux, world: &World, api: &MockApi, status: &Path, marker: &str) {
-    tmux.wait_for("the prompt box", |s| s.contains("for shortcuts"));
-    tmux.keys(&["-l", "please run the command"]);
-    std::thread::sleep(Duration::from_millis(300));
+    tmux.wait_for("the prompt box", prompt_box);
+    // Keys sent while the box is still being drawn can be lost: type until
+    // the prompt shows, then send it.
+    let typed = (0..20).any(|_| {
+        tmux.keys(&["-l", "please run the command"]);
+        std::thread::sleep(Duration::from_millis(500));
+        if tmux.screen().contains("please run the command") {
+            return true;
+        }
+        tmux.keys(&["C-u"]);
+        false
+    });
+    assert!(typed, "the prompt never took the text:\n{}", tmux.screen());
     tmux.keys(&["Enter"]);
     let start = Instant::now();
     while !world.proj().join(marker).exists() {
@@ -149,6 +159,40 @@ fn trusted(world: &World) -> Option<bool> {
         serde_json::from_slice(&std::fs::read(world.home().join(".claude/claude.json")).ok()?)
             .ok()?;
     saved["projects"][world.proj().display().to_string()]["hasTrustDialogAccepted"].as_bool()
+}
+
+/// Whether the screen shows an empty prompt box ready for input: a line
+/// holding nothing but the prompt mark (its footer differs between versions).
+fn prompt_box(screen: &str) -> bool {
+    screen.lines().any(|l| l.trim() == "❯")
+}
+
+/// Answers the trust question with yes. Versions differ: 2.1.197 offers yes
+/// first, 2.1.332 offers "No, exit" first; and a key sent before the dialog
+/// takes input is lost, so it is answered until the question goes away.
+fn accept_trust(tmux: &Tmux, question: &str) {
+    let selected = |screen: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains('❯'))
+            .unwrap_or_default()
+            .to_string()
+    };
+    for _ in 0..20 {
+        let screen = tmux.screen();
+        if !screen.contains(question) {
+            return;
+        }
+        // Never Enter on "No, exit": move to yes, and look again.
+        if selected(&screen).contains("No") {
+            tmux.keys(&["Down"]);
+            std::thread::sleep(Duration::from_millis(500));
+            continue;
+        }
+        tmux.keys(&["Enter"]);
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    panic!("the trust question stayed:\n{}", tmux.screen());
 }
 
 #[test]
@@ -203,10 +247,10 @@ fn an_interactive_session_under_nd7_run_runs_commands_and_keeps_its_state() {
                 .unwrap_or_default()
                 .trim()
                 .to_string();
-            tmux.keys(&["Enter"]);
+            accept_trust(&tmux, &question);
         } else {
             // The answer was saved: no question the second time.
-            let screen = tmux.wait_for("the prompt box", |s| s.contains("for shortcuts"));
+            let screen = tmux.wait_for("the prompt box", prompt_box);
             assert!(!screen.contains(&question), "asked again:\n{screen}");
         }
         prompt_and_exit(&tmux, &world, &api, &status, marker);
