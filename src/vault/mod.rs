@@ -1,0 +1,267 @@
+//! What a machine and the vault server say to each other, and the
+//! cryptography behind it. Pure: bytes, keys, randomness and the time come in
+//! as arguments; nothing here opens a file or a socket or reads a clock.
+//! `nd7 ship`, `nd7 enroll`, the admin commands and `nd7-vault` all use this
+//! module for the format, and nothing else (docs/vault.md, ADR-0020).
+//!
+//! Four things travel:
+//!
+//! - **Enrolment**: a machine registers its Ed25519 public key with a
+//!   one-time token ([`enroll_body`]) and receives its id.
+//! - **Recipients**: a text document listing the admins' age X25519
+//!   recipients, signed by the organisation's Ed25519 key. A machine pins
+//!   that key's fingerprint at enrolment ([`Recipients::verify`]).
+//! - **Signed requests**: every request from a machine carries its id, the
+//!   time, a random nonce and an Ed25519 signature over method, path, time,
+//!   nonce and the body's BLAKE3 ([`request_message`]).
+//! - **Batches**: a run of whole log lines, compressed (zstd) and encrypted
+//!   with XChaCha20-Poly1305 under the session's chain key, with the batch
+//!   header — machine, session, seq range, prev, and the clear index of
+//!   (seq, hash, ts) — as associated data. The chain key travels beside it,
+//!   wrapped to the admins as a standard age v1 file ([`wrap_chain_key`]), so
+//!   `age -d -i identity` recovers it.
+//!
+//! Every byte that is signed, hashed or authenticated is rendered by one
+//! function here and pinned by a test; change none of them.
+
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::io::Read;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, XChaCha20Poly1305};
+use ed25519_dalek::Signer;
+use hmac::Mac;
+use sha2::Digest;
+use zeroize::Zeroize;
+
+use crate::chain::{self, Cursor, Hash, Walker};
+
+/// At most this many bytes of log lines go into one batch.
+pub const MAX_BATCH_ENTRIES_BYTES: usize = 8 * 1024 * 1024;
+/// The largest request body the vault reads: a full batch that did not
+/// compress at all, its index (at most one line per 100 entry bytes… and
+/// entries are longer than that) and the wrapped key, with room to spare.
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// How far a request's stated time may be from the vault's clock, either way.
+pub const MAX_CLOCK_SKEW_SECS: u64 = 300;
+
+pub const HEADER_MACHINE: &str = "x-nd7-machine";
+pub const HEADER_TIME: &str = "x-nd7-time";
+pub const HEADER_NONCE: &str = "x-nd7-nonce";
+pub const HEADER_SIGNATURE: &str = "x-nd7-signature";
+
+const AGE_MAGIC: &str = "age-encryption.org/v1";
+const AGE_X25519_INFO: &[u8] = b"age-encryption.org/v1/X25519";
+const RECIPIENTS_MAGIC: &str = "nd7-recipients v1";
+const BATCH_HEADER_MAGIC: &str = "nd7-batch v1";
+const BATCH_BODY_MAGIC: &[u8] = b"ND7B\x01";
+const ENROLL_MAGIC: &str = "nd7-enroll v1";
+const REQUEST_MAGIC: &str = "nd7-request v1";
+const FINGERPRINT_CONTEXT: &[u8] = b"nd7 organisation key v1\n";
+
+/// Everything the format can refuse. Messages name what was wrong; none of
+/// them carries secret material.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("{what} is not {expected}")]
+    Malformed {
+        what: &'static str,
+        expected: &'static str,
+    },
+    #[error(
+        "the recipients document is signed by the key with fingerprint {found}, not the pinned {pinned}"
+    )]
+    WrongOrgKey { found: String, pinned: String },
+    #[error("the recipients document's signature does not verify")]
+    BadDocumentSignature,
+    #[error("the recipients document lists no recipient")]
+    NoRecipients,
+    #[error("the request's signature does not verify")]
+    BadSignature,
+    #[error(
+        "the request's time is {skew} s away from the vault's clock (at most {MAX_CLOCK_SKEW_SECS} s)"
+    )]
+    Stale { skew: u64 },
+    #[error("no recipient stanza in the age file opens with this identity")]
+    NoMatchingStanza,
+    #[error("the age file's header MAC does not verify")]
+    BadHeaderMac,
+    #[error("the wrapped chain key does not decrypt")]
+    KeyDecrypt,
+    #[error(
+        "the batch does not decrypt with this chain key (wrong key, or the batch or its header was altered)"
+    )]
+    BatchDecrypt,
+    #[error("the batch's entries do not decompress: {0}")]
+    Decompress(String),
+    #[error("the batch's entries do not match its index: {0}")]
+    IndexMismatch(String),
+}
+
+fn malformed(what: &'static str, expected: &'static str) -> Error {
+    Error::Malformed { what, expected }
+}
+
+// ---------------------------------------------------------------- hex
+
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
+}
+
+/// Lowercase hex of exactly `N` bytes.
+pub fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let text = text.as_bytes();
+    if text.len() != 2 * N {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut out = [0u8; N];
+    for (i, pair) in text.chunks_exact(2).enumerate() {
+        out[i] = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+    }
+    Some(out)
+}
+
+/// Lowercase hex of any length (session ids in paths and headers).
+pub fn unhex_vec(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    text.as_bytes()
+        .chunks_exact(2)
+        .map(|pair| {
+            let s = std::str::from_utf8(pair).ok()?;
+            if s.bytes().any(|c| c.is_ascii_uppercase()) {
+                return None;
+            }
+            u8::from_str_radix(s, 16).ok()
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- secrets
+
+/// 32 secret bytes with a redacted `Debug`, no `Clone`, wiped on drop.
+pub struct Secret32([u8; 32]);
+
+impl Secret32 {
+    pub fn from_bytes(bytes: [u8; 32]) -> Secret32 {
+        Secret32(bytes)
+    }
+
+    pub fn expose_secret(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl Drop for Secret32 {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
+
+impl fmt::Debug for Secret32 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret32(*******)")
+    }
+}
+
+/// The key one session's chain is encrypted under (`chain.key`).
+pub type ChainKey = Secret32;
+
+/// Reads a one-line hex secret file, ignoring `#` comment lines.
+pub fn parse_secret_text(text: &str, what: &'static str) -> Result<Secret32, Error> {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .ok_or(malformed(what, "64 lowercase hex digits"))?;
+    unhex::<32>(line)
+        .map(Secret32)
+        .ok_or(malformed(what, "64 lowercase hex digits"))
+}
+
+// ---------------------------------------------------------------- Ed25519
+
+/// An Ed25519 signing key: a machine's key or the organisation's.
+pub struct SigningKey(ed25519_dalek::SigningKey);
+
+impl fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SigningKey(public {})", self.public().to_hex())
+    }
+}
+
+impl SigningKey {
+    pub fn from_seed(seed: &Secret32) -> SigningKey {
+        SigningKey(ed25519_dalek::SigningKey::from_bytes(seed.expose_secret()))
+    }
+
+    pub fn public(&self) -> PublicKey {
+        PublicKey(self.0.verifying_key().to_bytes())
+    }
+
+    pub fn sign(&self, message: &[u8]) -> [u8; 64] {
+        self.0.sign(message).to_bytes()
+    }
+}
+
+/// An Ed25519 public key, written as 64 hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PublicKey(pub [u8; 32]);
+
+impl PublicKey {
+    pub fn from_hex(text: &str) -> Option<PublicKey> {
+        let bytes = unhex::<32>(text)?;
+        ed25519_dalek::VerifyingKey::from_bytes(&bytes).ok()?;
+        Some(PublicKey(bytes))
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+
+    /// What an admin hands to `nd7 enroll --fingerprint`: SHA-256 over a
+    /// context string and the key, as 64 hex digits.
+    pub fn fingerprint(&self) -> String {
+        let mut h = sha2::Sha256::new();
+        h.update(FINGERPRINT_CONTEXT);
+        h.update(self.0);
+        hex(&h.finalize())
+    }
+
+    pub fn verify(&self, message: &[u8], signature: &[u8; 64]) -> bool {
+        let Ok(key) = ed25519_dalek::VerifyingKey::from_bytes(&self.0) else {
+            return false;
+        };
+        key.verify_strict(message, &ed25519_dalek::Signature::from_bytes(signature))
+            .is_ok()
+    }
+}
+
+mod age;
+mod batch;
+mod recipients;
+mod request;
+
+pub use age::*;
+pub use batch::*;
+pub use recipients::*;
+pub use request::*;
+
+#[cfg(test)]
+mod tests;
