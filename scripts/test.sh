@@ -29,4 +29,4 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 2
   fi
 fi
-exec cargo test --locked --features vault-server "$@"
+exec cargo test --locked --features vault-server,self-update "$@"

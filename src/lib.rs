@@ -27,6 +27,8 @@ pub mod policy;
 pub mod record;
 pub mod run;
 pub mod sandbox;
+#[cfg(feature = "self-update")]
+pub mod self_update;
 pub mod session;
 pub mod session_log;
 pub mod setup;

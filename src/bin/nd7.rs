@@ -51,6 +51,8 @@ fn main() -> ExitCode {
         Command::Allow { args } => run_grant(Change::Allow, &args),
         Command::Deny { args } => run_grant(Change::Deny, &args),
         Command::HookPrefix => run_hook_prefix(),
+        #[cfg(feature = "self-update")]
+        Command::SelfUpdate { from } => run_self_update(&from),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
         Command::Enroll {
             url,
@@ -121,6 +123,36 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
         Err(e) => return fail(&e),
     }
     ExitCode::SUCCESS
+}
+
+/// `nd7 self-update`: 0 when both binaries were replaced, 2 otherwise.
+#[cfg(feature = "self-update")]
+fn run_self_update(from: &str) -> ExitCode {
+    use nd7_core::self_update::{self, UpdateError};
+    let result = (|| {
+        let exe = std::env::current_exe()
+            .and_then(std::fs::canonicalize)
+            .map_err(|source| UpdateError::Io {
+                path: "nd7".into(),
+                action: "find this program's own path",
+                source,
+            })?;
+        self_update::refuse_managed(&exe)?;
+        let key = self_update::RELEASE_KEY.ok_or(UpdateError::NoKey)?;
+        let key = nd7_core::vault::unhex::<32>(key).ok_or(UpdateError::BadKey)?;
+        let dir = exe.parent().unwrap_or(std::path::Path::new("/"));
+        self_update::update(dir, from, &key)
+    })();
+    match result {
+        Ok(version) => {
+            println!("nd7 self-update: now {version}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nd7 self-update: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// `nd7 hook-prefix`: like record, it exits 0 whatever happens; a failure

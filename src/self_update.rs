@@ -1,0 +1,411 @@
+//! `nd7 self-update` (feature `self-update`, off by default): replaces `nd7`
+//! and `nd7-exec` with a release's, after checking the release's signature.
+//!
+//! A release publishes `manifest` and `manifest.sig` beside its binaries. The
+//! manifest names its target and, per binary, the BLAKE3 of its bytes and
+//! the file to fetch; the signature is Ed25519 over a context line and the
+//! manifest, by the release key compiled into release builds
+//! (`ND7_RELEASE_KEY`, 64 hex digits). Nothing is replaced unless the
+//! signature, the target and every hash check out; then each binary is
+//! written beside the one it replaces and renamed over it, `nd7-exec` first.
+//! A copy installed by Homebrew or Nix is never touched: their package
+//! manager owns it.
+//!
+//! ```text
+//! nd7-release v1
+//! version 0.2.0
+//! target x86_64-unknown-linux-gnu
+//! file nd7 <blake3 hex> nd7-x86_64-unknown-linux-gnu
+//! file nd7-exec <blake3 hex> nd7-exec-x86_64-unknown-linux-gnu
+//! ```
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+
+/// The key releases are signed with, when this build was given one.
+pub const RELEASE_KEY: Option<&str> = option_env!("ND7_RELEASE_KEY");
+
+/// The target this binary was built for; a release for another is refused.
+pub const TARGET: &str = env!("ND7_TARGET");
+
+/// What the signature covers, before the manifest's bytes.
+const CONTEXT: &[u8] = b"nd7 release manifest v1\n";
+
+/// The binaries a release replaces, in the order they are replaced.
+const BINARIES: [&str; 2] = ["nd7-exec", "nd7"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    #[error("{0} was installed by Homebrew; update it with `brew upgrade nd7`")]
+    Homebrew(PathBuf),
+    #[error("{0} is in the Nix store; update the flake input (or `nix profile upgrade nd7`)")]
+    Nix(PathBuf),
+    #[error(
+        "this build has no release key to check a release against; install a release build, or update with cargo install"
+    )]
+    NoKey,
+    #[error("the release key compiled in is not 64 hex digits")]
+    BadKey,
+    #[error(
+        "the release's signature does not verify against nd7's release key; nothing was replaced"
+    )]
+    BadSignature,
+    #[error("manifest line {line}: {what}")]
+    Manifest { line: usize, what: String },
+    #[error("the release is for {0}, this nd7 for {TARGET}; nothing was replaced")]
+    Target(String),
+    #[error("{name}: its BLAKE3 is {got}, the signed manifest says {want}; nothing was replaced")]
+    Hash {
+        name: String,
+        got: String,
+        want: String,
+    },
+    #[error("{url}: {detail}")]
+    Fetch { url: String, detail: String },
+    #[error("{path}: {action}: {source}")]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// A verified manifest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    pub version: String,
+    pub target: String,
+    /// (binary, BLAKE3 hex, file to fetch), for every binary in [`BINARIES`].
+    pub files: Vec<(String, String, String)>,
+}
+
+/// Refuses an `nd7` that a package manager owns.
+pub fn refuse_managed(exe: &Path) -> Result<(), UpdateError> {
+    let text = exe.to_string_lossy();
+    if text.contains("/Cellar/") || text.contains("/homebrew/") || text.contains("/linuxbrew/") {
+        return Err(UpdateError::Homebrew(exe.to_path_buf()));
+    }
+    if text.starts_with("/nix/store/") {
+        return Err(UpdateError::Nix(exe.to_path_buf()));
+    }
+    Ok(())
+}
+
+/// Checks the signature, then reads the manifest. Pure.
+pub fn verify(
+    manifest: &[u8],
+    signature_hex: &str,
+    key: &[u8; 32],
+) -> Result<Manifest, UpdateError> {
+    let key = VerifyingKey::from_bytes(key).map_err(|_| UpdateError::BadKey)?;
+    let signature = crate::vault::unhex::<64>(signature_hex.trim())
+        .map(|b| Signature::from_bytes(&b))
+        .ok_or(UpdateError::BadSignature)?;
+    let mut signed = CONTEXT.to_vec();
+    signed.extend_from_slice(manifest);
+    key.verify(&signed, &signature)
+        .map_err(|_| UpdateError::BadSignature)?;
+    parse(manifest)
+}
+
+fn parse(manifest: &[u8]) -> Result<Manifest, UpdateError> {
+    let bad = |line: usize, what: &str| UpdateError::Manifest {
+        line,
+        what: what.to_string(),
+    };
+    let text = std::str::from_utf8(manifest).map_err(|_| bad(1, "not UTF-8"))?;
+    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
+    match lines.next() {
+        Some((_, "nd7-release v1")) => {}
+        _ => return Err(bad(1, "expected `nd7-release v1`")),
+    }
+    let (mut version, mut target, mut files) = (None, None, Vec::new());
+    for (n, line) in lines {
+        let words: Vec<&str> = line.split(' ').collect();
+        match words.as_slice() {
+            ["version", v] => version = Some(v.to_string()),
+            ["target", t] => target = Some(t.to_string()),
+            ["file", name, hash, file]
+                if BINARIES.contains(name)
+                    && crate::vault::unhex::<32>(hash).is_some()
+                    && !file.contains('/')
+                    && !file.starts_with('.') =>
+            {
+                files.push((name.to_string(), hash.to_string(), file.to_string()))
+            }
+            [] | [""] => {}
+            _ => return Err(bad(n, "not a version, target or file line")),
+        }
+    }
+    let version = version.ok_or_else(|| bad(0, "no version line"))?;
+    let target = target.ok_or_else(|| bad(0, "no target line"))?;
+    for name in BINARIES {
+        if files.iter().filter(|(n, _, _)| n == name).count() != 1 {
+            return Err(bad(0, &format!("expected one file line for {name}")));
+        }
+    }
+    Ok(Manifest {
+        version,
+        target,
+        files,
+    })
+}
+
+/// Fetches the release at `base`, checks it with `key`, and replaces the
+/// binaries in `dir`. Returns the version installed.
+pub fn update(dir: &Path, base: &str, key: &[u8; 32]) -> Result<String, UpdateError> {
+    let client = crate::ship::Client::new(base);
+    let fetch = |file: &str| -> Result<Vec<u8>, UpdateError> {
+        let url = format!("{}/{file}", base.trim_end_matches('/'));
+        match client.request("GET", &format!("/{file}"), b"", None, None) {
+            Ok((200, body)) => Ok(body),
+            Ok((status, _)) => Err(UpdateError::Fetch {
+                url,
+                detail: format!("HTTP {status}"),
+            }),
+            Err(e) => Err(UpdateError::Fetch {
+                url,
+                detail: e.to_string(),
+            }),
+        }
+    };
+    let manifest = fetch("manifest")?;
+    let signature = fetch("manifest.sig")?;
+    let manifest = verify(&manifest, &String::from_utf8_lossy(&signature), key)?;
+    if manifest.target != TARGET {
+        return Err(UpdateError::Target(manifest.target));
+    }
+    // Everything fetched and checked before anything is written.
+    let mut staged = Vec::new();
+    for name in BINARIES {
+        let (_, want, file) = manifest
+            .files
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .ok_or(UpdateError::BadSignature)?;
+        let bytes = fetch(file)?;
+        let got = blake3::hash(&bytes).to_hex().to_string();
+        if &got != want {
+            return Err(UpdateError::Hash {
+                name: name.to_string(),
+                got,
+                want: want.clone(),
+            });
+        }
+        staged.push((name, bytes));
+    }
+    for (name, bytes) in staged {
+        let target = dir.join(name);
+        let tmp = dir.join(format!(".{name}.nd7-update"));
+        let io = |action| {
+            let path = tmp.clone();
+            move |source| UpdateError::Io {
+                path,
+                action,
+                source,
+            }
+        };
+        let mut out = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o755)
+            .open(&tmp)
+            .map_err(io("create"))?;
+        out.write_all(&bytes).map_err(io("write"))?;
+        out.sync_all().map_err(io("sync"))?;
+        fs::rename(&tmp, &target).map_err(|source| UpdateError::Io {
+            path: target.clone(),
+            action: "replace",
+            source,
+        })?;
+    }
+    Ok(manifest.version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ed25519_dalek::Signer;
+    use std::io::{BufRead, BufReader};
+    use std::net::TcpListener;
+
+    fn key() -> ed25519_dalek::SigningKey {
+        ed25519_dalek::SigningKey::from_bytes(&[7u8; 32])
+    }
+
+    fn sign(manifest: &str, key: &ed25519_dalek::SigningKey) -> String {
+        let mut signed = CONTEXT.to_vec();
+        signed.extend_from_slice(manifest.as_bytes());
+        crate::vault::hex(&key.sign(&signed).to_bytes())
+    }
+
+    fn manifest(target: &str, nd7: &[u8], exec: &[u8]) -> String {
+        format!(
+            "nd7-release v1\nversion 9.9.9\ntarget {target}\nfile nd7 {} nd7-bin\nfile nd7-exec {} nd7-exec-bin\n",
+            blake3::hash(nd7).to_hex(),
+            blake3::hash(exec).to_hex()
+        )
+    }
+
+    /// Serves `files` on loopback until the test ends.
+    fn serve(files: Vec<(&'static str, Vec<u8>)>) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(&stream);
+                let mut request = String::new();
+                let _ = reader.read_line(&mut request);
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let path = request
+                    .split(' ')
+                    .nth(1)
+                    .unwrap_or("/")
+                    .trim_start_matches('/');
+                let (status, body) = match files.iter().find(|(n, _)| *n == path) {
+                    Some((_, b)) => ("200 OK", b.clone()),
+                    None => ("404 Not Found", Vec::new()),
+                };
+                let mut s = &stream;
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(&body);
+            }
+        });
+        url
+    }
+
+    fn installed() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(dir.path().join("nd7"), b"old nd7").expect("write");
+        fs::write(dir.path().join("nd7-exec"), b"old exec").expect("write");
+        dir
+    }
+
+    fn contents(dir: &Path) -> (Vec<u8>, Vec<u8>) {
+        (
+            fs::read(dir.join("nd7")).expect("nd7"),
+            fs::read(dir.join("nd7-exec")).expect("nd7-exec"),
+        )
+    }
+
+    #[test]
+    fn a_signed_release_replaces_both_binaries() {
+        let m = manifest(TARGET, b"new nd7", b"new exec");
+        let url = serve(vec![
+            ("manifest", m.clone().into_bytes()),
+            ("manifest.sig", sign(&m, &key()).into_bytes()),
+            ("nd7-bin", b"new nd7".to_vec()),
+            ("nd7-exec-bin", b"new exec".to_vec()),
+        ]);
+        let dir = installed();
+        let version = update(dir.path(), &url, &key().verifying_key().to_bytes()).expect("update");
+        assert_eq!(version, "9.9.9");
+        assert_eq!(
+            contents(dir.path()),
+            (b"new nd7".to_vec(), b"new exec".to_vec())
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(dir.path().join("nd7"))
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+    }
+
+    #[test]
+    fn a_bad_signature_a_wrong_hash_or_target_replace_nothing() {
+        let good = manifest(TARGET, b"new nd7", b"new exec");
+        let other_key = ed25519_dalek::SigningKey::from_bytes(&[8u8; 32]);
+        type Case = (String, String, &'static [u8], fn(&UpdateError) -> bool);
+        let cases: Vec<Case> = vec![
+            (good.clone(), sign(&good, &other_key), b"new nd7", |e| {
+                matches!(e, UpdateError::BadSignature)
+            }),
+            (good.clone(), "00".repeat(64), b"new nd7", |e| {
+                matches!(e, UpdateError::BadSignature)
+            }),
+            (good.clone(), sign(&good, &key()), b"tampered nd7", |e| {
+                matches!(e, UpdateError::Hash { .. })
+            }),
+            (
+                manifest("mips-unknown-none", b"new nd7", b"new exec"),
+                String::new(),
+                b"new nd7",
+                |e| matches!(e, UpdateError::Target(_)),
+            ),
+        ];
+        for (m, sig, nd7_bytes, expected) in cases {
+            let sig = if sig.is_empty() {
+                sign(&m, &key())
+            } else {
+                sig
+            };
+            let url = serve(vec![
+                ("manifest", m.clone().into_bytes()),
+                ("manifest.sig", sig.into_bytes()),
+                ("nd7-bin", nd7_bytes.to_vec()),
+                ("nd7-exec-bin", b"new exec".to_vec()),
+            ]);
+            let dir = installed();
+            let err =
+                update(dir.path(), &url, &key().verifying_key().to_bytes()).expect_err("refused");
+            assert!(expected(&err), "{err}");
+            assert_eq!(
+                contents(dir.path()),
+                (b"old nd7".to_vec(), b"old exec".to_vec())
+            );
+        }
+    }
+
+    #[test]
+    fn manifests_are_read_strictly() {
+        let k = key();
+        let pk = k.verifying_key().to_bytes();
+        let h = "ab".repeat(32);
+        for bad in [
+            "nd7-release v2\n".to_string(),
+            format!(
+                "nd7-release v1\nversion 1\ntarget t\nfile nd7 {h} ../x\nfile nd7-exec {h} y\n"
+            ),
+            format!("nd7-release v1\nversion 1\ntarget t\nfile nd7 {h} x\n"),
+            format!(
+                "nd7-release v1\nversion 1\ntarget t\nfile sh {h} x\nfile nd7 {h} x\nfile nd7-exec {h} y\n"
+            ),
+        ] {
+            assert!(
+                matches!(
+                    verify(bad.as_bytes(), &sign(&bad, &k), &pk),
+                    Err(UpdateError::Manifest { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn package_managers_keep_their_copies() {
+        assert!(matches!(
+            refuse_managed(Path::new("/opt/homebrew/Cellar/nd7/0.1.0/bin/nd7")),
+            Err(UpdateError::Homebrew(_))
+        ));
+        assert!(matches!(
+            refuse_managed(Path::new("/nix/store/abc-nd7-0.1.0/bin/nd7")),
+            Err(UpdateError::Nix(_))
+        ));
+        assert!(refuse_managed(Path::new("/home/u/.cargo/bin/nd7")).is_ok());
+        let err = refuse_managed(Path::new("/usr/local/Cellar/nd7/1/bin/nd7")).expect_err("brew");
+        assert!(err.to_string().contains("brew upgrade nd7"), "{err}");
+    }
+}
