@@ -149,21 +149,6 @@ pub enum Command {
     /// Admin tools: keys, the recipients document, and reading a vault back.
     #[command(subcommand)]
     Admin(Admin),
-    /// Replace nd7 and nd7-exec with the latest release, after checking its signature.
-    ///
-    /// Only in builds with the `self-update` feature and a release key.
-    /// Refuses a copy Homebrew or Nix installed. Exits 0 when updated, 2
-    /// otherwise (nothing replaced).
-    #[cfg(feature = "self-update")]
-    SelfUpdate {
-        /// Where the release's manifest, signature and binaries are.
-        #[arg(
-            long,
-            value_name = "URL",
-            default_value = "https://github.com/nd7-dev/nd7/releases/latest/download"
-        )]
-        from: String,
-    },
     /// Print a shell completion script.
     Completions {
         #[arg(value_enum)]
@@ -300,6 +285,7 @@ impl Shell {
         use clap::CommandFactory;
         let mut out = Vec::new();
         let mut cmd = Cli::command();
+
         match self {
             Shell::Bash => {
                 clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, "nd7", &mut out)

@@ -26,6 +26,9 @@ use std::path::{Path, PathBuf};
 
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 
+/// Where releases are published.
+pub const DEFAULT_SOURCE: &str = "https://github.com/nd7-dev/nd7/releases/latest/download";
+
 /// The key releases are signed with, when this build was given one.
 pub const RELEASE_KEY: Option<&str> = option_env!("ND7_RELEASE_KEY");
 

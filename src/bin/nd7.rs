@@ -23,6 +23,12 @@ mod vault_cmds;
 fn main() -> ExitCode {
     // Take the time before anything else, so `ts` marks when the hook fired.
     let early = Invocation::now();
+    // Release builds only, and outside clap, so that the command line and its
+    // committed completions are the same for every build.
+    #[cfg(feature = "self-update")]
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("self-update")) {
+        return run_self_update(std::env::args().skip(2).collect());
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Record => run_record(early),
@@ -51,8 +57,6 @@ fn main() -> ExitCode {
         Command::Allow { args } => run_grant(Change::Allow, &args),
         Command::Deny { args } => run_grant(Change::Deny, &args),
         Command::HookPrefix => run_hook_prefix(),
-        #[cfg(feature = "self-update")]
-        Command::SelfUpdate { from } => run_self_update(&from),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
         Command::Enroll {
             url,
@@ -125,10 +129,20 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `nd7 self-update`: 0 when both binaries were replaced, 2 otherwise.
+/// `nd7 self-update [--from URL]`: 0 when both binaries were replaced, 2
+/// otherwise.
 #[cfg(feature = "self-update")]
-fn run_self_update(from: &str) -> ExitCode {
+fn run_self_update(args: Vec<String>) -> ExitCode {
     use nd7_core::self_update::{self, UpdateError};
+    let from = match args.as_slice() {
+        [] => self_update::DEFAULT_SOURCE.to_string(),
+        [flag, url] if flag == "--from" => url.clone(),
+        _ => {
+            eprintln!("usage: nd7 self-update [--from URL]");
+            return ExitCode::from(2);
+        }
+    };
+    let from = from.as_str();
     let result = (|| {
         let exe = std::env::current_exe()
             .and_then(std::fs::canonicalize)
