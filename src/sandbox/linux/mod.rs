@@ -17,7 +17,7 @@ use std::process::Command;
 
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, RestrictionStatus, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, path_beneath_rules,
+    RulesetCreated, RulesetCreatedAttr, RulesetStatus, path_beneath_rules,
 };
 
 use crate::policy::LandlockRules;
@@ -46,27 +46,33 @@ pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// Applies `rules` to the calling process (and so to everything it starts),
-/// with `no_new_privs` set. On success the process can never again read or
-/// write outside them.
-pub fn restrict_self(rules: &LandlockRules) -> Result<RestrictionStatus, SandboxError> {
+/// The ruleset for `rules`, every right required: with HardRequirement each
+/// step fails rather than drop a right the kernel lacks. Paths that cannot be
+/// opened (gone since the rules were computed) are skipped: an allow that
+/// cannot be placed allows nothing.
+fn build(rules: &LandlockRules) -> Result<RulesetCreated, SandboxError> {
     let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
     let all = AccessFs::from_all(REQUIRED_ABI);
     let read = AccessFs::from_read(REQUIRED_ABI);
-    let status = Ruleset::default()
+    Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(all)
         .map_err(|e| unsupported(&e))?
         .create()
         .map_err(|e| unsupported(&e))?
-        // Paths that cannot be opened (gone since the rules were computed)
-        // are skipped: an allow that cannot be placed allows nothing.
         .add_rules(path_beneath_rules(&rules.read, read))
         .map_err(|e| unsupported(&e))?
         .add_rules(path_beneath_rules(&rules.write, all))
-        .map_err(|e| unsupported(&e))?
+        .map_err(|e| unsupported(&e))
+}
+
+/// Applies `rules` to the calling process (and so to everything it starts),
+/// with `no_new_privs` set. On success the process can never again read or
+/// write outside them.
+pub fn restrict_self(rules: &LandlockRules) -> Result<RestrictionStatus, SandboxError> {
+    let status = build(rules)?
         .restrict_self()
-        .map_err(|e| unsupported(&e))?;
+        .map_err(|e| SandboxError::Unsupported(e.to_string()))?;
     match status.ruleset {
         RulesetStatus::FullyEnforced if status.no_new_privs => Ok(status),
         other => Err(SandboxError::Partial(other)),
@@ -82,22 +88,8 @@ pub struct Confinement {
 
 /// Builds the ruleset for `rules`, failing unless the kernel enforces all of it.
 pub fn prepare(rules: &LandlockRules) -> Result<Confinement, SandboxError> {
-    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
-    let all = AccessFs::from_all(REQUIRED_ABI);
-    let read = AccessFs::from_read(REQUIRED_ABI);
-    // With HardRequirement every step fails rather than drop a right the
-    // kernel lacks, so a ruleset that gets this far is enforced in full.
-    let created = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(all)
-        .map_err(|e| unsupported(&e))?
-        .create()
-        .map_err(|e| unsupported(&e))?
-        .add_rules(path_beneath_rules(&rules.read, read))
-        .map_err(|e| unsupported(&e))?
-        .add_rules(path_beneath_rules(&rules.write, all))
-        .map_err(|e| unsupported(&e))?;
-    let ruleset: Option<OwnedFd> = created.into();
+    // A ruleset that `build` returns is enforced in full.
+    let ruleset: Option<OwnedFd> = build(rules)?.into();
     ruleset
         .map(|ruleset| Confinement { ruleset })
         .ok_or_else(|| SandboxError::Unsupported("Landlock is not enabled".into()))
