@@ -24,6 +24,7 @@ fn the_floor_lets_the_project_be_written_and_nothing_else() {
     let w = World::new();
     let out = w.run_agent(
         r#"
+echo "uid:$(id -u) caps:$(grep CapEff /proc/self/status | cut -f2)"
 touch inside && echo "agent-inside:$?"
 touch "$OUT/agent" 2>/dev/null; echo "agent-outside:$?"
 touch "$HOME_DIR/agent" 2>/dev/null; echo "agent-home:$?"
@@ -42,6 +43,7 @@ cat "$HOME_DIR/.local/state/nd7/vault/machine.key" 2>/dev/null; echo "vault-key:
     assert_eq!(
         lines(&out),
         [
+            format!("uid:{} caps:0000000000000000", account().uid).as_str(),
             "agent-inside:0",
             "agent-outside:1",
             "agent-home:1",
@@ -362,18 +364,62 @@ touch started; wait_for orphan.rc; wait_for done
     assert!(err.contains("not inside an nd7 session"), "{err}");
     assert!(!w.proj().join("escaped").exists());
 
-    // This test process, which was never in the session, connects directly.
+    // A process of the same account that was never in the session connects
+    // directly: this test binary, run as the account.
     let socket = w.sessions().join(pid.to_string()).join("exit.sock");
-    let refused = nd7_core::sandbox::linux::exit::run(&socket, "touch escaped-too".into());
-    match refused {
-        Err(nd7_core::sandbox::linux::exit::ExitError::Refused(why)) => {
-            assert!(why.contains("is not part of session"), "{why}")
-        }
-        other => panic!("not refused: {other:?}"),
-    }
+    let why = as_account(CONNECT, &socket.display().to_string());
+    assert!(
+        why.contains("refused: ") && why.contains("is not part of session"),
+        "{why}"
+    );
     assert!(!w.proj().join("escaped-too").exists());
     w.signal("done");
     assert!(child.wait_with_output().expect("ends").status.success());
+}
+
+const CONNECT: &str = "ND7_TEST_CONNECT";
+
+/// Runs this test binary's [`connect_child`] as the world's account (itself
+/// when the tests do not run as root), and returns what it printed.
+fn as_account(var: &str, value: &str) -> String {
+    let acct = account();
+    let me = std::env::current_exe().expect("test binary");
+    let mut cmd = if acct.drop_from_root {
+        let mut c = Command::new("setpriv");
+        c.arg(format!("--reuid={}", acct.uid))
+            .arg(format!("--regid={}", acct.gid))
+            .args(["--clear-groups", "--"])
+            .arg(me);
+        c
+    } else {
+        Command::new(me)
+    };
+    let out = cmd
+        .args([
+            "--exact",
+            "sandbox::connect_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(var, value)
+        .output()
+        .expect("run the child");
+    text(&out.stdout)
+}
+
+/// The connecting side of the test above. Does nothing unless started by it.
+#[test]
+fn connect_child() {
+    let Ok(socket) = std::env::var(CONNECT) else {
+        return;
+    };
+    match nd7_core::sandbox::linux::exit::run(
+        std::path::Path::new(&socket),
+        "touch escaped-too".into(),
+    ) {
+        Err(nd7_core::sandbox::linux::exit::ExitError::Refused(why)) => println!("refused: {why}"),
+        other => println!("not refused: {other:?}"),
+    }
 }
 
 #[test]

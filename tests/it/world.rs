@@ -1,12 +1,22 @@
 //! A scratch world for running nd7 as a user would: a home, a project, a
-//! temp directory and an "outside", with nd7 run in a user and mount
-//! namespace (`unshare -Urm`) where the scratch home is mounted over the
-//! account's home (nd7 takes the home from the account database, never
-//! `$HOME`; ADR-0016). Linux only at run time.
+//! temp directory and an "outside", with nd7 run as an ordinary account in a
+//! mount namespace where the scratch home is mounted over that account's home
+//! (nd7 takes the home from the account database, never `$HOME`; ADR-0016).
+//! Linux only at run time.
+//!
+//! The account is never root: attacks on the floor must be tried with exactly
+//! the powers an agent has. Run as root (CI), the world uses a dedicated
+//! account, `nd7-tester` (created on first use, home `/home/nd7-tester`), and
+//! runs nd7 as it in the initial user namespace: `unshare --mount` binds the
+//! home, then `setpriv` drops to the account before nd7 starts. Run as anyone
+//! else, the world uses that account, binding the home from a user namespace
+//! that maps the account to itself, and drops the namespace's capabilities
+//! before nd7 starts. Either way nd7 runs with no capabilities at all.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub const ND7: &str = env!("CARGO_BIN_EXE_nd7");
@@ -17,9 +27,90 @@ pub const ND7_EXEC: &str = env!("CARGO_BIN_EXE_nd7-exec");
 pub struct World {
     _dir: tempfile::TempDir,
     pub root: PathBuf,
-    /// The account's home as nd7 sees it inside the namespace (where the
-    /// user is uid 0): the path the scratch home is mounted on.
+    /// The account's home as nd7 sees it inside the namespace: the path the
+    /// scratch home is mounted on.
     pub acct: PathBuf,
+}
+
+/// The ordinary account the world runs nd7 as.
+#[derive(Clone, Debug)]
+pub struct Account {
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+    /// Whether the tests run as root and must drop to this account.
+    pub drop_from_root: bool,
+}
+
+/// The account tests run nd7 as when they themselves run as root.
+pub const TESTER: &str = "nd7-tester";
+
+fn passwd(who: &str) -> Option<Vec<String>> {
+    let out = Command::new("getent")
+        .args(["passwd", who])
+        .output()
+        .expect("getent");
+    out.status.success().then(|| {
+        text(&out.stdout)
+            .trim()
+            .split(':')
+            .map(str::to_string)
+            .collect()
+    })
+}
+
+/// The account, created once per test run when running as root.
+pub fn account() -> &'static Account {
+    static ACCOUNT: OnceLock<Account> = OnceLock::new();
+    ACCOUNT.get_or_init(|| {
+        let me = rustix::process::geteuid().as_raw();
+        let who = if me == 0 {
+            if passwd(TESTER).is_none() {
+                let made = Command::new("useradd")
+                    .args(["--create-home", "--home-dir", "/home/nd7-tester"])
+                    .args(["--shell", "/bin/bash", TESTER])
+                    .status()
+                    .expect("useradd");
+                assert!(
+                    made.success() || passwd(TESTER).is_some(),
+                    "could not create the test account {TESTER}"
+                );
+            }
+            TESTER.to_string()
+        } else {
+            me.to_string()
+        };
+        let entry = passwd(&who).unwrap_or_else(|| panic!("no account {who}"));
+        let home = PathBuf::from(&entry[5]);
+        assert!(
+            home.is_dir(),
+            "the account's home {} must exist to mount over it",
+            home.display()
+        );
+        Account {
+            uid: entry[2].parse().expect("uid"),
+            gid: entry[3].parse().expect("gid"),
+            home,
+            drop_from_root: me == 0,
+        }
+    })
+}
+
+/// Gives everything under `path` to the account (a no-op unless the tests
+/// run as root): the world is the account's, as a real home would be.
+fn give(path: &Path, to: &Account) {
+    if !to.drop_from_root {
+        return;
+    }
+    let _ = std::os::unix::fs::lchown(path, Some(to.uid), Some(to.gid));
+    if path.is_symlink() || !path.is_dir() {
+        return;
+    }
+    if let Ok(entries) = std::fs::read_dir(path) {
+        for entry in entries.flatten() {
+            give(&entry.path(), to);
+        }
+    }
 }
 
 impl World {
@@ -43,21 +134,21 @@ impl World {
         std::fs::write(root.join("home/.ssh/id_ed25519"), "SECRET-KEY").expect("write");
         std::fs::write(root.join("home/.local/state/nd7/vault/machine.key"), "KEY").expect("write");
         std::fs::write(root.join("outside/readme"), "hello\n").expect("write");
-        let passwd = Command::new("getent")
-            .args(["passwd", "0"])
-            .output()
-            .expect("getent");
-        let acct = text(&passwd.stdout)
-            .trim()
-            .split(':')
-            .nth(5)
-            .map(PathBuf::from)
-            .expect("uid 0 has a home");
-        World {
+        let acct = account().home.clone();
+        let world = World {
             _dir: dir,
             root,
             acct,
-        }
+        };
+        world.own();
+        world
+    }
+
+    /// Gives the whole world to the account, so files a test made (as root)
+    /// are the account's like everything else in its home. Every command the
+    /// world starts does this first.
+    pub fn own(&self) {
+        give(&self.root, account());
     }
 
     /// `rel` under the home, by the account's path (as nd7 sees it inside).
@@ -81,12 +172,23 @@ impl World {
     /// `program args…` in the project directory, with the scratch home
     /// mounted over the account's home.
     pub fn command(&self, program: &str, args: &[&str]) -> Command {
+        self.own();
+        let acct = account();
         let mut cmd = Command::new("unshare");
-        cmd.args(["--user", "--map-root-user", "--mount", "sh", "-c"])
-            .arg(
-                r#"h=$(getent passwd "$(id -u)" | cut -d: -f6) && mount --bind "$0" "$h" && cd "$1" && shift && exec "$@""#,
-            )
-            .arg(self.home())
+        if acct.drop_from_root {
+            cmd.args(["--mount", "sh", "-c"]).arg(format!(
+                r#"mount --bind "$0" "$1" && cd "$2" && shift 2 && exec setpriv --reuid={} --regid={} --clear-groups -- "$@""#,
+                acct.uid, acct.gid
+            ));
+        } else {
+            cmd.args(["--user", "--map-current-user", "--mount", "--keep-caps"])
+                .args(["sh", "-c"])
+                .arg(
+                    r#"mount --bind "$0" "$1" && cd "$2" && shift 2 && exec setpriv --inh-caps=-all --ambient-caps=-all -- "$@""#,
+                );
+        }
+        cmd.arg(self.home())
+            .arg(&acct.home)
             .arg(self.proj())
             .arg(program)
             .args(args)
