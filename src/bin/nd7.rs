@@ -129,19 +129,27 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `nd7 self-update [--from URL]`: 0 when both binaries were replaced, 2
-/// otherwise.
+/// `nd7 self-update [--from URL] [--allow-downgrade]`: 0 when both binaries
+/// were replaced, 2 otherwise.
 #[cfg(feature = "self-update")]
 fn run_self_update(args: Vec<String>) -> ExitCode {
-    use nd7_core::self_update::{self, UpdateError};
-    let from = match args.as_slice() {
-        [] => self_update::DEFAULT_SOURCE.to_string(),
-        [flag, url] if flag == "--from" => url.clone(),
-        _ => {
-            eprintln!("usage: nd7 self-update [--from URL]");
-            return ExitCode::from(2);
-        }
+    use nd7_core::self_update::{self, Accept, UpdateError};
+    let usage = || {
+        eprintln!("usage: nd7 self-update [--from URL] [--allow-downgrade]");
+        ExitCode::from(2)
     };
+    let (mut from, mut downgrade) = (self_update::DEFAULT_SOURCE.to_string(), false);
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--allow-downgrade" => downgrade = true,
+            "--from" => match args.next() {
+                Some(url) => from = url,
+                None => return usage(),
+            },
+            _ => return usage(),
+        }
+    }
     let from = from.as_str();
     let result = (|| {
         let exe = std::env::current_exe()
@@ -155,7 +163,7 @@ fn run_self_update(args: Vec<String>) -> ExitCode {
         let key = self_update::RELEASE_KEY.ok_or(UpdateError::NoKey)?;
         let key = nd7_core::vault::unhex::<32>(key).ok_or(UpdateError::BadKey)?;
         let dir = exe.parent().unwrap_or(std::path::Path::new("/"));
-        self_update::update(dir, from, &key)
+        self_update::update(dir, from, &key, &Accept::running(downgrade))
     })();
     match result {
         Ok(version) => {
