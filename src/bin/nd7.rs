@@ -307,7 +307,7 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let code = report(&log, log.verify(threads), None);
+    let code = report(log.verify(threads), None);
     if code == ExitCode::SUCCESS {
         println!("{CAVEAT}");
     }
@@ -330,11 +330,7 @@ fn resolve_target(target: &str) -> Result<SessionLog, session_log::Error> {
     }
 }
 
-fn report(
-    log: &SessionLog,
-    result: Result<Verified, VerifyError>,
-    label: Option<&str>,
-) -> ExitCode {
+fn report(result: Result<Verified, VerifyError>, label: Option<&str>) -> ExitCode {
     let prefix = label.map(|l| format!("{l}: ")).unwrap_or_default();
     match result {
         Ok(v) => {
@@ -344,11 +340,7 @@ fn report(
                     v.entries,
                     head.short()
                 ),
-                None if v.exists => println!("{prefix}verified: 0 entries (the log is empty)"),
-                None => println!(
-                    "{prefix}verified: 0 entries (no log at {})",
-                    log.events_path().display()
-                ),
+                None => println!("{prefix}verified: 0 entries (the log is empty)"),
             }
             match v.head_state {
                 HeadState::Missing => println!(
@@ -361,7 +353,7 @@ fn report(
             }
             ExitCode::SUCCESS
         }
-        Err(VerifyError::Io(e)) => {
+        Err(e) if e.is_unchecked() => {
             eprintln!("nd7 verify: {prefix}{e}");
             ExitCode::from(2)
         }
@@ -383,8 +375,11 @@ fn verify_all(threads: usize) -> ExitCode {
     let entries = match std::fs::read_dir(&sessions) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            println!("verified: no sessions under {}", sessions.display());
-            return ExitCode::SUCCESS;
+            eprintln!(
+                "nd7 verify: {} does not exist: no session was ever recorded there; nothing was verified",
+                sessions.display()
+            );
+            return ExitCode::from(2);
         }
         Err(e) => {
             eprintln!("nd7 verify: {}: cannot list: {e}", sessions.display());
@@ -410,10 +405,17 @@ fn verify_all(threads: usize) -> ExitCode {
         }
     }
     ids.sort();
+    if ids.is_empty() && foreign == 0 {
+        println!(
+            "no sessions under {}: nothing was verified",
+            sessions.display()
+        );
+        return ExitCode::SUCCESS;
+    }
     unreadable += foreign;
     for id in &ids {
         let code = match SessionLog::new(&sessions, id) {
-            Ok(log) => report(&log, log.verify(threads), Some(id)),
+            Ok(log) => report(log.verify(threads), Some(id)),
             Err(e) => {
                 eprintln!("nd7 verify: {e}");
                 ExitCode::from(2)

@@ -149,21 +149,113 @@ fn a_torn_last_line_is_caught() {
     verify_fails(&state, "s", "entry 11 (line 12): not a sealed entry");
 }
 
+/// A typo must never look like assurance: a target that names no session
+/// exits 2, naming what it looked at, and checks nothing. Guards the
+/// `NoSession` and `NotASession` checks in `SessionLog::verify_split`.
 #[test]
-fn a_missing_log_verifies_with_zero_entries() {
+fn a_target_that_is_not_a_session_exits_2_naming_it() {
     let state = State::new();
+    recorded(&state);
+    let not_a_session = state.dir.path().join("just-a-directory");
+    std::fs::create_dir_all(&not_a_session).expect("mkdir");
+    let a_file = state.dir.path().join("notes.txt");
+    std::fs::write(&a_file, "hello\n").expect("write");
+    let emptied = state.sessions().join("emptied");
+    std::fs::create_dir_all(&emptied).expect("mkdir");
+    std::fs::write(emptied.join("lock"), "").expect("write");
+    let cases = [
+        (
+            "never-recorded".to_string(),
+            "never-recorded: no such session",
+        ),
+        (
+            "/nonexistent/x".to_string(),
+            "/nonexistent/x: no such session",
+        ),
+        (
+            "/nonexistent/x/events.ndjson".to_string(),
+            "/nonexistent/x: no such session",
+        ),
+        (
+            not_a_session.display().to_string(),
+            "just-a-directory: not a session: it holds neither events.ndjson nor head",
+        ),
+        ("emptied".to_string(), "emptied: not a session"),
+        (
+            a_file.display().to_string(),
+            "notes.txt: not a session: it is not a directory",
+        ),
+    ];
+    for (target, needle) in cases {
+        let out = state
+            .nd7()
+            .args(["verify", &target])
+            .output()
+            .expect("verify");
+        assert_eq!(out.status.code(), Some(2), "{target}: {}", stdout(&out));
+        assert_eq!(
+            stdout(&out),
+            "",
+            "{target}: nothing that reads as a verdict"
+        );
+        let err = stderr(&out);
+        assert!(err.starts_with("nd7 verify: "), "{err}");
+        assert!(err.contains(needle), "{target}: {err:?} lacks {needle:?}");
+    }
+    assert!(
+        !state.sessions().join("never-recorded").exists(),
+        "verify creates nothing"
+    );
     let out = state
         .nd7()
-        .args(["verify", "never-recorded"])
+        .args(["verify", "--all"])
         .output()
         .expect("verify");
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(
-        stdout(&out).starts_with("verified: 0 entries (no log at "),
+        stdout(&out).contains("2 sessions: 1 verified, 0 failed, 1 unreadable"),
         "{}",
         stdout(&out)
     );
-    assert!(!state.sessions().exists(), "verify creates nothing");
+}
+
+/// A log deleted with its head kept is a broken chain (1), not "no session".
+#[test]
+fn a_deleted_log_with_its_head_left_fails() {
+    let state = State::new();
+    let log = recorded(&state);
+    std::fs::remove_file(log.events_path()).expect("rm");
+    verify_fails(&state, "s", "head names entry 11 but the log is empty");
+}
+
+#[test]
+fn verify_all_says_when_there_is_nothing_to_verify() {
+    let state = State::new();
+    let out = state
+        .nd7()
+        .args(["verify", "--all"])
+        .output()
+        .expect("verify");
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert_eq!(stdout(&out), "");
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{} does not exist", state.sessions().display())),
+        "{err}"
+    );
+    assert!(err.contains("nothing was verified"), "{err}");
+
+    std::fs::create_dir_all(state.sessions()).expect("mkdir");
+    let out = state
+        .nd7()
+        .args(["verify", "--all"])
+        .output()
+        .expect("verify");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("no sessions under "), "{text}");
+    assert!(text.contains("nothing was verified"), "{text}");
+    assert!(!text.contains("verified:"), "{text}");
 }
 
 #[test]
@@ -205,13 +297,6 @@ fn usage_errors_exit_2() {
         "{}",
         stderr(&out)
     );
-    // A path that exists nowhere is an empty log: nothing to check.
-    let out = state
-        .nd7()
-        .args(["verify", "/nonexistent/x"])
-        .output()
-        .expect("verify");
-    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }
 
 #[test]
