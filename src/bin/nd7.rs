@@ -2,9 +2,9 @@
 //! the exit status, in this file and nowhere else.
 //!
 //! Exit status: 0 success; 1 a log failed verification; 2 bad usage or a log
-//! that could not be read. `nd7 record` always exits 0.
+//! that could not be read. `nd7 record` always exits 0. A reader that closes
+//! standard output early ends any command with 0 (see `out`).
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -17,12 +17,24 @@ use nd7_core::session::{Change, Changed, Sessions};
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
 
+// First: its print macros shadow the standard ones in everything below.
+#[macro_use]
+#[path = "nd7/out.rs"]
+mod out;
+#[path = "nd7/record_cmd.rs"]
+mod record_cmd;
 #[path = "nd7/vault_cmds.rs"]
 mod vault_cmds;
 
 fn main() -> ExitCode {
     // Take the time before anything else, so `ts` marks when the hook fired.
     let early = Invocation::now();
+    // Before clap, which would exit 2 on a stray argument (a block, to a
+    // hook) or print help on standard output.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("record")) {
+        let args: Vec<_> = std::env::args_os().skip(2).collect();
+        return record_cmd::run(early, &args);
+    }
     // Release builds only, and outside clap, so that the command line and its
     // committed completions are the same for every build.
     #[cfg(feature = "self-update")]
@@ -31,7 +43,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Record => run_record(early),
+        Command::Record => record_cmd::run(early, &[]),
         Command::Verify {
             target,
             all,
@@ -66,7 +78,7 @@ fn main() -> ExitCode {
         Command::Ship { every } => vault_cmds::ship(every.as_deref()),
         Command::Admin(admin) => vault_cmds::admin(admin),
         Command::Completions { shell } => {
-            let _ = std::io::stdout().write_all(&shell.completions());
+            out::stdout_bytes(&shell.completions());
             ExitCode::SUCCESS
         }
     }
@@ -200,7 +212,9 @@ fn run_hook_prefix() -> ExitCode {
         }
     };
     if let Some(reply) = nd7_core::hook_prefix::reply(&input, &exec.to_string_lossy()) {
-        println!("{reply}");
+        use std::io::Write;
+        // Not println!: a failed write must not change the exit status.
+        let _ = writeln!(std::io::stdout(), "{reply}");
     }
     ExitCode::SUCCESS
 }
@@ -253,46 +267,6 @@ fn run_setup(options: &setup::Options) -> ExitCode {
 
 fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
-}
-
-/// `nd7 record`: exit 0 whatever happens, one line on stderr if it failed.
-fn run_record(invocation: Invocation) -> ExitCode {
-    std::panic::set_hook(Box::new(|info| {
-        let msg = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        let at = info.location().map(|l| l.to_string()).unwrap_or_default();
-        let _ = writeln!(
-            std::io::stderr(),
-            "nd7 record: internal error ({msg} at {at}); nothing recorded"
-        );
-    }));
-    let outcome = std::panic::catch_unwind(|| {
-        let input = record::read_payload(std::io::stdin().lock())?;
-        let state = session_log::state_dir()?;
-        record::record(&invocation, &input, &session_log::sessions_dir(&state))
-    });
-    match outcome {
-        Ok(Ok(recorded)) => {
-            if let Some(bytes) = recorded.omitted {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (session {}, entry {})",
-                    record::MAX_STORED_PAYLOAD,
-                    recorded.session_id,
-                    recorded.appended.seq
-                );
-            }
-        }
-        Ok(Err(e)) => {
-            let _ = writeln!(std::io::stderr(), "nd7 record: {e}; nothing recorded");
-        }
-        Err(_) => {} // the panic hook has said it
-    }
-    ExitCode::SUCCESS
 }
 
 const CAVEAT: &str = "\
