@@ -369,6 +369,9 @@ pub struct Walker {
     expect: Option<(u64, [u8; HEX_LEN])>,
     /// What the first line stated (detached walkers only).
     first: Option<Stated>,
+    /// The first line's seq, when its prev could not be read (detached
+    /// walkers only), so that [`join`] can report what one walk would.
+    first_seq: Option<u64>,
     last: Option<Stated>,
     detached: bool,
 }
@@ -379,6 +382,7 @@ pub struct Walker {
 pub struct Stretch {
     lines: u64,
     first: Option<Stated>,
+    first_seq: Option<u64>,
     last: Option<Stated>,
     end: Option<Cursor>,
     detached: bool,
@@ -391,6 +395,7 @@ impl Walker {
             lines: 0,
             expect: Some((cursor.next_seq, cursor.prev.hex_bytes())),
             first: None,
+            first_seq: None,
             last: None,
             detached: false,
         }
@@ -401,6 +406,7 @@ impl Walker {
             lines: 0,
             expect: None,
             first: None,
+            first_seq: None,
             last: None,
             detached: true,
         }
@@ -420,7 +426,15 @@ impl Walker {
                 None => {
                     // A detached walker's first line: its own seq and prev
                     // are taken as given and checked by `join`.
-                    let stated = read_checked(line).map_err(fail)?;
+                    let stated = match read_checked(line) {
+                        Ok(stated) => stated,
+                        Err(fault) => {
+                            if matches!(fault, Fault::Prev { .. }) {
+                                self.first_seq = unseal(line).ok().and_then(|(u, _)| stated_seq(u));
+                            }
+                            return Err(fail(fault));
+                        }
+                    };
                     self.first = Some(stated);
                     (stated.seq, stated.prev.hex_bytes())
                 }
@@ -460,6 +474,7 @@ impl Walker {
         Stretch {
             lines: self.lines,
             first: self.first,
+            first_seq: self.first_seq,
             last: self.last,
             end,
             detached: self.detached,
@@ -486,6 +501,26 @@ pub fn join(start: Cursor, stretches: Vec<Stretch>) -> Result<WalkEnd, Broken> {
             // The stretch's first line must continue the chain so far. Its
             // own sealed and hash checks come first.
             let first_failed_first = stretch.failure.as_ref().is_some_and(|f| f.entry == 0);
+            // Its first line's prev could not be read, so the stretch could
+            // not say what it expected there; one walk would have checked
+            // seq first, then prev against the chain so far.
+            if let (true, Some(seq)) = (first_failed_first, stretch.first_seq) {
+                let fault = if seq != cursor.next_seq {
+                    Fault::Seq {
+                        found: seq.to_string(),
+                        expected: cursor.next_seq,
+                    }
+                } else {
+                    Fault::Prev {
+                        stated: "missing or malformed".into(),
+                        expected: cursor.prev.to_hex(),
+                    }
+                };
+                return Err(Broken {
+                    entry: cursor.next_seq,
+                    fault,
+                });
+            }
             if let (Some(first), false) = (stretch.first, first_failed_first) {
                 if first.seq != cursor.next_seq {
                     return Err(Broken {
@@ -813,6 +848,15 @@ mod tests {
             let mut torn = lines[..=k].to_vec();
             torn[k].pop();
             cases.push(torn);
+            // Re-sealed without its prev, with and without a wrong seq.
+            for seq in [k as u64, k as u64 + 1] {
+                let text = String::from_utf8(lines[k].clone()).expect("UTF-8");
+                let rest =
+                    &text[text.find(',').expect("a comma")..text.find(",\"prev\"").expect("prev")];
+                let mut resealed = lines.clone();
+                resealed[k] = seal(format!("{{\"seq\":{seq}{rest}}}").as_bytes());
+                cases.push(resealed);
+            }
         }
         for case in cases {
             let log: Vec<u8> = case.concat();
