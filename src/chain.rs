@@ -760,6 +760,62 @@ mod tests {
         out
     }
 
+    /// The committed known-answer log (tests/vectors/log): rendering its
+    /// payloads again gives it back byte for byte. Fails when the envelope's
+    /// members, their order or their encoding change (`Envelope`,
+    /// `render_entry`), or the session fingerprint does (`SESSION_CONTEXT`).
+    #[test]
+    fn the_committed_vector_renders_byte_for_byte() {
+        use crate::hook::{Event, Invocation, Payload};
+        const SESSION: &str = "4dc8a87d-d386-4e43-a1ee-15a0429dcdee";
+        let payloads = include_str!("../tests/vectors/log/payloads.ndjson");
+        let log: &[u8] = include_bytes!(
+            "../tests/vectors/log/4dc8a87d-d386-4e43-a1ee-15a0429dcdee/events.ndjson"
+        );
+        // The session fingerprint: the first entry's prev.
+        assert_eq!(
+            Hash::session_fingerprint(SESSION).to_hex(),
+            "fbbd843238a69ee4f25d296f40b71f186ccf05d3d15198e11f56362dac34d07e"
+        );
+        let first = log.split_inclusive(|&b| b == b'\n').next().expect("a line");
+        assert_eq!(
+            std::str::from_utf8(first).expect("UTF-8"),
+            concat!(
+                r#"{"seq":0,"ts":1795995450000000000,"host":"vm","hook_ppid":3327,"#,
+                r#""cwd":"/home/dev/proj","session":"4dc8a87d-d386-4e43-a1ee-15a0429dcdee","#,
+                r#""source":"intent:claude-code","kind":"session_start","body":{"#,
+                r#""session_id":"4dc8a87d-d386-4e43-a1ee-15a0429dcdee","#,
+                r#""transcript_path":"/home/dev/.claude/projects/-home-dev-proj/4dc8a87d-d386-4e43-a1ee-15a0429dcdee.jsonl","#,
+                r#""cwd":"/home/dev/proj","hook_event_name":"SessionStart","source":"startup"},"#,
+                r#""prev":"fbbd843238a69ee4f25d296f40b71f186ccf05d3d15198e11f56362dac34d07e","#,
+                r#""hash":"42840d28a1ed90b0e71d0bbdb63ebee802541d2b8b36da0adfbf05566d9241eb"}"#,
+                "\n"
+            )
+        );
+        let mut cursor = Cursor::start(SESSION);
+        let mut rendered = Vec::new();
+        for (i, payload) in payloads.lines().enumerate() {
+            let invocation = Invocation {
+                ts: 1_795_995_450_000_000_000 + i as u64 * 1_000_000_000,
+                host: "vm".into(),
+                hook_ppid: Some(3327),
+                cwd: Some("/home/dev/proj".into()),
+            };
+            let payload = Payload::parse(payload.as_bytes()).expect("a fixture payload");
+            let line = render_entry(&Event::new(&invocation, payload), &cursor);
+            let stated = read_checked(&line[..line.len() - 1]).expect("sealed");
+            cursor = Cursor {
+                next_seq: stated.seq + 1,
+                prev: stated.hash,
+            };
+            rendered.extend_from_slice(&line);
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&rendered),
+            String::from_utf8_lossy(log)
+        );
+    }
+
     #[test]
     fn hex_round_trips_and_rejects_uppercase() {
         let h = Hash::of(b"abc");

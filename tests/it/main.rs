@@ -8,11 +8,13 @@ mod distribution;
 mod e2e;
 mod exit_status;
 mod landlock;
+mod parsers;
 mod property;
 mod record;
 mod sandbox;
 mod setup;
 mod tamper;
+mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]
 mod vault;
