@@ -21,8 +21,8 @@ use nd7_core::{run, setup};
 #[macro_use]
 #[path = "nd7/out.rs"]
 mod out;
-#[path = "nd7/record_cmd.rs"]
-mod record_cmd;
+#[path = "nd7/hooks.rs"]
+mod hooks;
 #[path = "nd7/vault_cmds.rs"]
 mod vault_cmds;
 
@@ -33,7 +33,7 @@ fn main() -> ExitCode {
     // hook) or print help on standard output.
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("record")) {
         let args: Vec<_> = std::env::args_os().skip(2).collect();
-        return record_cmd::run(early, &args);
+        return hooks::record(early, &args);
     }
     // Release builds only, and outside clap, so that the command line and its
     // committed completions are the same for every build.
@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Record => record_cmd::run(early, &[]),
+        Command::Record => hooks::record(early, &[]),
         Command::Verify {
             target,
             all,
@@ -192,6 +192,8 @@ fn run_self_update(args: Vec<String>) -> ExitCode {
 /// `nd7 hook-prefix`: like record, it exits 0 whatever happens; a failure
 /// means no reply, so the command runs under the floor as it is.
 fn run_hook_prefix() -> ExitCode {
+    hooks::guard(hooks::Hook::HookPrefix);
+    hooks::inject_fault();
     let input = match record::read_payload(std::io::stdin().lock()) {
         Ok(input) => input,
         Err(e) => {

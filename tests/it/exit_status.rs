@@ -1,7 +1,8 @@
-//! Exit statuses that must hold however a command ends: `nd7 record` exits 0
-//! and prints nothing on standard output even when it panics, runs out of
-//! memory or overflows its stack; every printing command exits 0, quietly,
-//! when its reader closes the pipe.
+//! Exit statuses that must hold however a command ends: the commands Claude
+//! Code runs as hooks (`nd7 record`, `nd7 hook-prefix`) exit 0, and record
+//! prints nothing on standard output, even when they panic, run out of memory
+//! or overflow the stack; every printing command exits 0, quietly, when its
+//! reader closes the pipe.
 //!
 //! Release builds abort on panic (`panic = "abort"`), so these are checked
 //! against release binaries too. `cargo test` has only its debug build;
@@ -14,7 +15,17 @@ use std::process::{Command, Output, Stdio};
 
 use crate::common::*;
 
-const PAYLOAD: &str = r#"{"session_id":"exit-status","hook_event_name":"Stop"}"#;
+/// The two hook commands, each with a payload it acts on.
+const HOOKS: [(&str, &str); 2] = [
+    (
+        "record",
+        r#"{"session_id":"exit-status","hook_event_name":"Stop"}"#,
+    ),
+    (
+        "hook-prefix",
+        r#"{"session_id":"exit-status","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"}}"#,
+    ),
+];
 
 /// A pipe whose reading end is already closed: every write to it fails with
 /// EPIPE at once, so no test depends on when a reader goes away.
@@ -34,91 +45,101 @@ fn nd7(bin: &Path, state: &State) -> Command {
     cmd
 }
 
-fn record_with(cmd: &mut Command, input: &[u8]) -> Output {
-    run_with_stdin(cmd.arg("record"), input)
-}
-
-/// What every failed record must look like: 0, nothing on stdout, and the
-/// log as it was.
-fn assert_survived(out: &Output, state: &State, needle: &str) {
+/// What every failed hook must look like: 0, nothing on stdout (no reply,
+/// for hook-prefix), and no log written.
+fn assert_survived(out: &Output, state: &State, hook: &str, needle: &str) {
     assert_eq!(
         out.status.code(),
         Some(0),
-        "{:?}; stderr: {}",
+        "{hook}: {:?}; stderr: {}",
         out.status,
         stderr(out)
     );
-    assert_eq!(stdout(out), "", "record never writes to stdout");
+    assert_eq!(stdout(out), "", "{hook}: nothing on stdout");
+    let err = stderr(out);
     assert!(
-        stderr(out).contains(needle),
-        "{:?} lacks {needle:?}",
-        stderr(out)
+        err.contains(&format!("nd7 {hook}: {needle}")),
+        "{hook}: {err:?} lacks {needle:?}"
     );
     assert!(
         lines(&state.log("exit-status")).is_empty(),
-        "nothing was recorded"
+        "{hook}: nothing was recorded"
     );
 }
 
-/// Each injected fault ends the recorder in a different way: a panic (an
-/// abort, in release builds), a stack overflow and a failed allocation (both
-/// aborts in every build). Guards the panic hook and the SIGABRT handler in
-/// src/bin/nd7/record_cmd.rs's `guard`.
-fn record_survives_injected_faults(bin: &Path) {
-    for (fault, needle) in [
-        ("panic", "nd7 record: internal error (injected fault"),
-        ("stack-overflow", "nd7 record: aborted"),
-        ("out-of-memory", "nd7 record: aborted"),
-    ] {
-        let state = State::new();
-        let out = record_with(nd7(bin, &state).env("ND7_FAULT", fault), PAYLOAD.as_bytes());
-        assert_survived(&out, &state, needle);
-        // And with standard error gone too.
-        let out = nd7(bin, &state)
-            .arg("record")
-            .env("ND7_FAULT", fault)
-            .stdin(Stdio::null())
-            .stderr(closed_pipe())
-            .output()
-            .expect("run nd7 record");
-        assert_eq!(out.status.code(), Some(0), "{fault}: {:?}", out.status);
+/// Each injected fault ends a hook in a different way: a panic (an abort, in
+/// release builds), a stack overflow and a failed allocation (both aborts in
+/// every build). Guards the panic hook and the SIGABRT handler that
+/// src/bin/nd7/hooks.rs's `guard` installs.
+fn hooks_survive_injected_faults(bin: &Path) {
+    for (hook, payload) in HOOKS {
+        for (fault, needle) in [
+            ("panic", "internal error (injected fault"),
+            ("stack-overflow", "aborted ("),
+            ("out-of-memory", "aborted ("),
+        ] {
+            let state = State::new();
+            let out = run_with_stdin(
+                nd7(bin, &state).arg(hook).env("ND7_FAULT", fault),
+                payload.as_bytes(),
+            );
+            assert_survived(&out, &state, hook, needle);
+            // And with standard error gone too.
+            let out = nd7(bin, &state)
+                .arg(hook)
+                .env("ND7_FAULT", fault)
+                .stdin(Stdio::null())
+                .stderr(closed_pipe())
+                .output()
+                .expect("run nd7");
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{hook} {fault}: {:?}",
+                out.status
+            );
+        }
     }
 }
 
-/// Ways to end the recorder that need no trigger inside it, so they run
-/// against the shipped binary as it is.
-fn record_survives_without_a_trigger(bin: &Path) {
-    // SIGABRT is how every abort starts, a panic under panic = "abort" too.
-    // Sent once the handler is in place (the process catches SIGABRT) and
-    // while the recorder waits for its payload.
-    let state = State::new();
-    let child = nd7(bin, &state)
-        .arg("record")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn nd7 record");
-    wait_until_catching_sigabrt(child.id());
-    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::ABORT).expect("kill");
-    let out = child.wait_with_output().expect("wait");
-    assert_survived(&out, &state, "nd7 record: aborted");
+/// Ways to end a hook that need no trigger inside it, so they run against
+/// the shipped binary as it is.
+fn hooks_survive_without_a_trigger(bin: &Path) {
+    for (hook, payload) in HOOKS {
+        // SIGABRT is how every abort starts, a panic under panic = "abort"
+        // too. Sent once the handler is in place (the process catches
+        // SIGABRT) and while the hook waits for its payload.
+        let state = State::new();
+        let child = nd7(bin, &state)
+            .arg(hook)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn nd7");
+        wait_until_catching_sigabrt(child.id());
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::ABORT).expect("kill");
+        let out = child.wait_with_output().expect("wait");
+        assert_survived(&out, &state, hook, "aborted (");
 
-    // A real allocation failure: a 6 MB payload needs a few hundred MB as a
-    // JSON tree, over a 128 MiB address-space limit.
-    let state = State::new();
-    let big = format!(
-        r#"{{"session_id":"exit-status","hook_event_name":"Stop","x":[{}0]}}"#,
-        "0,".repeat(3_000_000)
-    );
-    let mut cmd = Command::new("prlimit");
-    cmd.arg(format!("--as={}", 128 << 20))
-        .arg(bin)
-        .env("XDG_STATE_HOME", state.xdg())
-        .env_remove("RUST_BACKTRACE");
-    let out = record_with(&mut cmd, big.as_bytes());
-    assert_survived(&out, &state, "nd7 record: aborted");
+        // A real allocation failure: a 6 MB payload needs a few hundred MB
+        // as a JSON tree, over a 128 MiB address-space limit.
+        let state = State::new();
+        let big = format!(
+            r#"{},"x":[{}0]}}"#,
+            payload.strip_suffix('}').expect("an object"),
+            "0,".repeat(3_000_000)
+        );
+        let mut cmd = Command::new("prlimit");
+        cmd.arg(format!("--as={}", 128 << 20))
+            .arg(bin)
+            .arg(hook)
+            .env("XDG_STATE_HOME", state.xdg())
+            .env_remove("RUST_BACKTRACE");
+        let out = run_with_stdin(&mut cmd, big.as_bytes());
+        assert_survived(&out, &state, hook, "aborted (");
+    }
 
     // Nesting deep enough to overflow a recursive parser is refused by the
     // parser's depth limit, in one line.
@@ -128,8 +149,13 @@ fn record_survives_without_a_trigger(bin: &Path) {
         "[".repeat(100_000),
         "]".repeat(100_000)
     );
-    let out = record_with(&mut nd7(bin, &state), deep.as_bytes());
-    assert_survived(&out, &state, "recursion limit");
+    let out = run_with_stdin(nd7(bin, &state).arg("record"), deep.as_bytes());
+    assert_survived(
+        &out,
+        &state,
+        "record",
+        "the payload is not valid JSON: recursion limit",
+    );
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
 
     // Stray arguments: clap would exit 2 (a block, to a hook) or print help
@@ -138,9 +164,9 @@ fn record_survives_without_a_trigger(bin: &Path) {
         let state = State::new();
         let out = run_with_stdin(
             nd7(bin, &state).arg("record").args(args),
-            PAYLOAD.as_bytes(),
+            HOOKS[0].1.as_bytes(),
         );
-        assert_survived(&out, &state, "takes no arguments");
+        assert_survived(&out, &state, "record", "takes no arguments");
     }
 
     // A refusal reported on a closed standard error.
@@ -174,10 +200,10 @@ fn wait_until_catching_sigabrt(pid: u32) {
 }
 
 #[test]
-fn record_exits_0_however_it_fails() {
+fn hooks_exit_0_however_they_fail() {
     let bin = Path::new(env!("CARGO_BIN_EXE_nd7"));
-    record_survives_injected_faults(bin);
-    record_survives_without_a_trigger(bin);
+    hooks_survive_injected_faults(bin);
+    hooks_survive_without_a_trigger(bin);
 }
 
 /// A state with three sessions, a settings file and the files the admin
@@ -334,21 +360,23 @@ fn release_bin(var: &str) -> PathBuf {
 
 #[test]
 #[ignore = "needs ND7_RELEASE_BIN and ND7_FAULT_BIN, release builds (.ci/run runs it)"]
-fn release_record_exits_0_however_it_fails() {
+fn release_hooks_exit_0_however_they_fail() {
     let shipped = release_bin("ND7_RELEASE_BIN");
-    record_survives_without_a_trigger(&shipped);
+    hooks_survive_without_a_trigger(&shipped);
     // The shipped build has no trigger: ND7_FAULT changes nothing.
     let state = State::new();
-    let out = record_with(
-        nd7(&shipped, &state).env("ND7_FAULT", "panic"),
-        PAYLOAD.as_bytes(),
+    let out = run_with_stdin(
+        nd7(&shipped, &state)
+            .arg("record")
+            .env("ND7_FAULT", "panic"),
+        HOOKS[0].1.as_bytes(),
     );
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(stderr(&out), "");
     assert_eq!(lines(&state.log("exit-status")).len(), 1);
 
     let probe = release_bin("ND7_FAULT_BIN");
-    record_survives_injected_faults(&probe);
+    hooks_survive_injected_faults(&probe);
 }
 
 #[test]
