@@ -375,23 +375,16 @@ mod tests {
         )
     }
 
+    /// [`update`] with the test release key.
+    fn update_from(dir: &Path, url: &str, accept: &Accept) -> Result<Version, UpdateError> {
+        update(dir, url, &key().verifying_key().to_bytes(), accept)
+    }
+
     #[test]
     fn a_signed_release_replaces_both_binaries() {
-        let m = manifest(TARGET, b"new nd7", b"new exec");
-        let url = serve(vec![
-            ("manifest", m.clone().into_bytes()),
-            ("manifest.sig", sign(&m, &key()).into_bytes()),
-            ("nd7-bin", b"new nd7".to_vec()),
-            ("nd7-exec-bin", b"new exec".to_vec()),
-        ]);
+        let url = serve_release("9.9.9");
         let dir = installed();
-        let version = update(
-            dir.path(),
-            &url,
-            &key().verifying_key().to_bytes(),
-            &newer_only(),
-        )
-        .expect("update");
+        let version = update_from(dir.path(), &url, &newer_only()).expect("update");
         assert_eq!(version.to_string(), "9.9.9");
         assert_eq!(
             contents(dir.path()),
@@ -440,13 +433,7 @@ mod tests {
                 ("nd7-exec-bin", b"new exec".to_vec()),
             ]);
             let dir = installed();
-            let err = update(
-                dir.path(),
-                &url,
-                &key().verifying_key().to_bytes(),
-                &newer_only(),
-            )
-            .expect_err("refused");
+            let err = update_from(dir.path(), &url, &newer_only()).expect_err("refused");
             assert!(expected(&err), "{err}");
             assert_eq!(
                 contents(dir.path()),
@@ -494,13 +481,8 @@ mod tests {
         for offered in [older.to_string(), RUNNING.to_string(), "0.0.1".into()] {
             let url = serve_release(&offered);
             let dir = installed();
-            let err = update(
-                dir.path(),
-                &url,
-                &key().verifying_key().to_bytes(),
-                &newer_only(),
-            )
-            .expect_err("a downgrade is refused");
+            let err =
+                update_from(dir.path(), &url, &newer_only()).expect_err("a downgrade is refused");
             assert!(matches!(err, UpdateError::NotNewer { .. }), "{err}");
             let text = err.to_string();
             assert!(text.contains(&offered), "{text}");
@@ -514,13 +496,8 @@ mod tests {
                 downgrade: true,
                 ..newer_only()
             };
-            let version = update(
-                dir.path(),
-                &url,
-                &key().verifying_key().to_bytes(),
-                &allowed,
-            )
-            .expect("an explicit downgrade goes through");
+            let version = update_from(dir.path(), &url, &allowed)
+                .expect("an explicit downgrade goes through");
             assert_eq!(version.to_string(), offered);
             assert_eq!(contents(dir.path()).0, b"new nd7".to_vec());
         }

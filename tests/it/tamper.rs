@@ -30,15 +30,21 @@ fn verify_fails(state: &State, target: &str, needle: &str) {
     if let Ok(log) = nd7_core::session_log::SessionLog::new(&state.sessions(), target) {
         assert_split_agrees(&log);
     }
-    let out = state
-        .nd7()
-        .args(["verify", target])
-        .output()
-        .expect("verify");
+    let out = verify(state, &[target]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(text.contains(needle), "{text:?} should contain {needle:?}");
     assert!(!text.contains("verified:"), "{text}");
+}
+
+/// `nd7 verify ARGS` against the state.
+fn verify(state: &State, args: &[&str]) -> std::process::Output {
+    state
+        .nd7()
+        .arg("verify")
+        .args(args)
+        .output()
+        .expect("run nd7 verify")
 }
 
 fn rewrite_lines(log: &nd7_core::session_log::SessionLog, f: impl FnOnce(&mut Vec<String>)) {
@@ -57,11 +63,7 @@ fn a_clean_log_verifies_by_id_by_directory_and_by_file() {
         log.dir().display().to_string(),
         log.events_path().display().to_string(),
     ] {
-        let out = state
-            .nd7()
-            .args(["verify", &target])
-            .output()
-            .expect("verify");
+        let out = verify(&state, &[&target]);
         assert_eq!(out.status.code(), Some(0), "{target}: {}", stdout(&out));
         assert!(stdout(&out).starts_with(&format!("verified: {N} entries, head ")));
     }
@@ -187,11 +189,7 @@ fn a_target_that_is_not_a_session_exits_2_naming_it() {
         ),
     ];
     for (target, needle) in cases {
-        let out = state
-            .nd7()
-            .args(["verify", &target])
-            .output()
-            .expect("verify");
+        let out = verify(&state, &[&target]);
         assert_eq!(out.status.code(), Some(2), "{target}: {}", stdout(&out));
         assert_eq!(
             stdout(&out),
@@ -206,11 +204,7 @@ fn a_target_that_is_not_a_session_exits_2_naming_it() {
         !state.sessions().join("never-recorded").exists(),
         "verify creates nothing"
     );
-    let out = state
-        .nd7()
-        .args(["verify", "--all"])
-        .output()
-        .expect("verify");
+    let out = verify(&state, &["--all"]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(
         stdout(&out).contains("2 sessions: 1 verified, 0 failed, 1 unreadable"),
@@ -231,11 +225,7 @@ fn a_deleted_log_with_its_head_left_fails() {
 #[test]
 fn verify_all_says_when_there_is_nothing_to_verify() {
     let state = State::new();
-    let out = state
-        .nd7()
-        .args(["verify", "--all"])
-        .output()
-        .expect("verify");
+    let out = verify(&state, &["--all"]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert_eq!(stdout(&out), "");
     let err = stderr(&out);
@@ -246,11 +236,7 @@ fn verify_all_says_when_there_is_nothing_to_verify() {
     assert!(err.contains("nothing was verified"), "{err}");
 
     std::fs::create_dir_all(state.sessions()).expect("mkdir");
-    let out = state
-        .nd7()
-        .args(["verify", "--all"])
-        .output()
-        .expect("verify");
+    let out = verify(&state, &["--all"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.starts_with("no sessions under "), "{text}");
@@ -265,19 +251,11 @@ fn verify_all_reports_each_session_and_fails_if_one_does() {
     for i in 0..3 {
         state.record(payload("t", i).as_bytes());
     }
-    let out = state
-        .nd7()
-        .args(["verify", "--all"])
-        .output()
-        .expect("verify");
+    let out = verify(&state, &["--all"]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert!(stdout(&out).contains("2 sessions: 2 verified, 0 failed"));
     rewrite_lines(&log, |l| l.swap(0, 1));
-    let out = state
-        .nd7()
-        .args(["verify", "--all"])
-        .output()
-        .expect("verify");
+    let out = verify(&state, &["--all"]);
     assert_eq!(out.status.code(), Some(1));
     let text = stdout(&out);
     assert!(text.contains("s: FAILED: "), "{text}");
@@ -308,11 +286,7 @@ fn verify_all_counts_a_directory_nd7_could_not_have_written_as_unreadable() {
         .sessions()
         .join(std::ffi::OsStr::from_bytes(b"not-\xffutf8"));
     std::fs::create_dir_all(&foreign).expect("mkdir");
-    let out = state
-        .nd7()
-        .args(["verify", "--all"])
-        .output()
-        .expect("verify");
+    let out = verify(&state, &["--all"]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(
         stdout(&out).contains("2 sessions: 1 verified, 0 failed, 1 unreadable"),
