@@ -36,3 +36,15 @@ pub mod ship;
 pub mod vault;
 #[cfg(feature = "vault-server")]
 pub mod vault_server;
+
+/// `cargo test` without these features cannot build `vault_server`'s and
+/// `self_update`'s tests: fail, saying how to run them, rather than pass
+/// with them silently left out.
+#[cfg(all(test, not(all(feature = "vault-server", feature = "self-update"))))]
+#[test]
+fn feature_gated_tests_need_their_features() {
+    panic!(
+        "the tests of vault_server (feature vault-server) and self_update (feature self-update) did not run: \
+         use `bash scripts/test.sh`, or `cargo test --features vault-server,self-update`"
+    );
+}

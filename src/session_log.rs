@@ -102,6 +102,25 @@ pub enum VerifyError {
     },
     #[error("{}: head is not \"<seq> <hash>\\n\"", path.display())]
     HeadUnreadable { path: PathBuf },
+    /// Nothing is at the session's path: a mistyped id or path, or a
+    /// session that was never recorded. Nothing was checked.
+    #[error("{}: no such session: the directory does not exist", path.display())]
+    NoSession { path: PathBuf },
+    /// Something is at the path, but not a session nd7 wrote. Nothing was
+    /// checked.
+    #[error("{}: not a session: {why}", path.display())]
+    NotASession { path: PathBuf, why: &'static str },
+}
+
+impl VerifyError {
+    /// Whether nothing could be checked (the log could not be read, or there
+    /// is no log), as opposed to a chain that was checked and is broken.
+    pub fn is_unchecked(&self) -> bool {
+        matches!(
+            self,
+            VerifyError::Io(_) | VerifyError::NoSession { .. } | VerifyError::NotASession { .. }
+        )
+    }
 }
 
 /// What a clean verify found.
@@ -110,8 +129,6 @@ pub struct Verified {
     pub entries: u64,
     /// The last entry's hash; `None` for an empty log.
     pub head: Option<Hash>,
-    /// `false` when there is no log file at all.
-    pub exists: bool,
     /// [`HeadState::Current`], or one of the two states an interrupted append
     /// leaves, which the next append repairs.
     pub head_state: HeadState,
@@ -359,6 +376,21 @@ impl SessionLog {
     }
 
     fn verify_split(&self, parts: impl Fn(u64) -> usize) -> Result<Verified, VerifyError> {
+        match fs::metadata(&self.dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(VerifyError::NotASession {
+                    path: self.dir.clone(),
+                    why: "it is not a directory",
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(VerifyError::NoSession {
+                    path: self.dir.clone(),
+                });
+            }
+            Err(e) => return Err(Error::io(&self.dir, "stat")(e).into()),
+        }
         let events_path = self.events_path();
         // A shared lock keeps writers out between reading the log and head.
         // Verify never creates anything, so a log without a lock file (a copy,
@@ -374,8 +406,17 @@ impl SessionLog {
         };
         let file = match File::open(&events_path) {
             Ok(f) => f,
+            // Without a log, head decides: present, it names entries that
+            // are gone (a failure); absent too, this is no session at all.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return self.finish_verify(None, false);
+                let head_path = self.head_path();
+                if !fs::exists(&head_path).map_err(Error::io(&head_path, "stat"))? {
+                    return Err(VerifyError::NotASession {
+                        path: self.dir.clone(),
+                        why: "it holds neither events.ndjson nor head",
+                    });
+                }
+                return self.finish_verify(None);
             }
             Err(e) => return Err(Error::io(&events_path, "open")(e).into()),
         };
@@ -396,10 +437,10 @@ impl SessionLog {
             path: events_path.clone(),
             broken,
         })?;
-        self.finish_verify(end.last, true)
+        self.finish_verify(end.last)
     }
 
-    fn finish_verify(&self, last: Option<Stated>, exists: bool) -> Result<Verified, VerifyError> {
+    fn finish_verify(&self, last: Option<Stated>) -> Result<Verified, VerifyError> {
         let head_path = self.head_path();
         let head = match read_head(&head_path)? {
             HeadFile::Absent => None,
@@ -416,7 +457,6 @@ impl SessionLog {
         Ok(Verified {
             entries: last.map_or(0, |l| l.seq + 1),
             head: last.map(|l| l.hash),
-            exists,
             head_state,
         })
     }

@@ -5,6 +5,11 @@
 //! that does not verify); 2 bad usage, or the database or address could not
 //! be opened.
 
+// First: its print macros shadow the standard ones in everything below.
+#[macro_use]
+#[path = "nd7/out.rs"]
+mod out;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -82,6 +87,21 @@ fn new_token() -> Result<String, ExitCode> {
     Ok(vault::hex(&bytes))
 }
 
+/// Stores a new token of `kind` that expires at `expires` (Unix seconds), and
+/// prints it: the only time it is shown.
+fn issue_token(db: &Path, kind: &str, expires: u64) -> Result<(), ExitCode> {
+    let mut store = open(db)?;
+    let token = new_token()?;
+    store
+        .add_token(kind, &vault_server::token_hash(&token), expires)
+        .map_err(|e| {
+            eprintln!("nd7-vault: {e}");
+            ExitCode::from(2)
+        })?;
+    println!("{token}");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse().command) {
         Ok(()) => ExitCode::SUCCESS,
@@ -118,38 +138,8 @@ fn run(command: Command) -> Result<(), ExitCode> {
             );
             Ok(())
         }
-        Command::Token { db, hours } => {
-            let mut store = open(&db)?;
-            let token = new_token()?;
-            store
-                .add_token(
-                    "enrol",
-                    &vault_server::token_hash(&token),
-                    now + hours * 3600,
-                )
-                .map_err(|e| {
-                    eprintln!("nd7-vault: {e}");
-                    ExitCode::from(2)
-                })?;
-            println!("{token}");
-            Ok(())
-        }
-        Command::ReadToken { db, days } => {
-            let mut store = open(&db)?;
-            let token = new_token()?;
-            store
-                .add_token(
-                    "read",
-                    &vault_server::token_hash(&token),
-                    now + days * 86400,
-                )
-                .map_err(|e| {
-                    eprintln!("nd7-vault: {e}");
-                    ExitCode::from(2)
-                })?;
-            println!("{token}");
-            Ok(())
-        }
+        Command::Token { db, hours } => issue_token(&db, "enrol", now + hours * 3600),
+        Command::ReadToken { db, days } => issue_token(&db, "read", now + days * 86400),
         Command::Recipients { db, document } => {
             let text = std::fs::read_to_string(&document).map_err(|e| {
                 eprintln!("nd7-vault: {}: cannot read: {e}", document.display());

@@ -2,9 +2,9 @@
 //! the exit status, in this file and nowhere else.
 //!
 //! Exit status: 0 success; 1 a log failed verification; 2 bad usage or a log
-//! that could not be read. `nd7 record` always exits 0.
+//! that could not be read. `nd7 record` always exits 0. A reader that closes
+//! standard output early ends any command with 0 (see `out`).
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -17,12 +17,24 @@ use nd7_core::session::{Change, Changed, Sessions};
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
 
+// First: its print macros shadow the standard ones in everything below.
+#[macro_use]
+#[path = "nd7/out.rs"]
+mod out;
+#[path = "nd7/hooks.rs"]
+mod hooks;
 #[path = "nd7/vault_cmds.rs"]
 mod vault_cmds;
 
 fn main() -> ExitCode {
     // Take the time before anything else, so `ts` marks when the hook fired.
     let early = Invocation::now();
+    // Before clap, which would exit 2 on a stray argument (a block, to a
+    // hook) or print help on standard output.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("record")) {
+        let args: Vec<_> = std::env::args_os().skip(2).collect();
+        return hooks::record(early, &args);
+    }
     // Release builds only, and outside clap, so that the command line and its
     // committed completions are the same for every build.
     #[cfg(feature = "self-update")]
@@ -31,7 +43,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Record => run_record(early),
+        Command::Record => hooks::record(early, &[]),
         Command::Verify {
             target,
             all,
@@ -66,7 +78,7 @@ fn main() -> ExitCode {
         Command::Ship { every } => vault_cmds::ship(every.as_deref()),
         Command::Admin(admin) => vault_cmds::admin(admin),
         Command::Completions { shell } => {
-            let _ = std::io::stdout().write_all(&shell.completions());
+            out::stdout_bytes(&shell.completions());
             ExitCode::SUCCESS
         }
     }
@@ -129,19 +141,27 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `nd7 self-update [--from URL]`: 0 when both binaries were replaced, 2
-/// otherwise.
+/// `nd7 self-update [--from URL] [--allow-downgrade]`: 0 when both binaries
+/// were replaced, 2 otherwise.
 #[cfg(feature = "self-update")]
 fn run_self_update(args: Vec<String>) -> ExitCode {
-    use nd7_core::self_update::{self, UpdateError};
-    let from = match args.as_slice() {
-        [] => self_update::DEFAULT_SOURCE.to_string(),
-        [flag, url] if flag == "--from" => url.clone(),
-        _ => {
-            eprintln!("usage: nd7 self-update [--from URL]");
-            return ExitCode::from(2);
-        }
+    use nd7_core::self_update::{self, Accept, UpdateError};
+    let usage = || {
+        eprintln!("usage: nd7 self-update [--from URL] [--allow-downgrade]");
+        ExitCode::from(2)
     };
+    let (mut from, mut downgrade) = (self_update::DEFAULT_SOURCE.to_string(), false);
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--allow-downgrade" => downgrade = true,
+            "--from" => match args.next() {
+                Some(url) => from = url,
+                None => return usage(),
+            },
+            _ => return usage(),
+        }
+    }
     let from = from.as_str();
     let result = (|| {
         let exe = std::env::current_exe()
@@ -155,7 +175,7 @@ fn run_self_update(args: Vec<String>) -> ExitCode {
         let key = self_update::RELEASE_KEY.ok_or(UpdateError::NoKey)?;
         let key = nd7_core::vault::unhex::<32>(key).ok_or(UpdateError::BadKey)?;
         let dir = exe.parent().unwrap_or(std::path::Path::new("/"));
-        self_update::update(dir, from, &key)
+        self_update::update(dir, from, &key, &Accept::running(downgrade))
     })();
     match result {
         Ok(version) => {
@@ -172,6 +192,8 @@ fn run_self_update(args: Vec<String>) -> ExitCode {
 /// `nd7 hook-prefix`: like record, it exits 0 whatever happens; a failure
 /// means no reply, so the command runs under the floor as it is.
 fn run_hook_prefix() -> ExitCode {
+    hooks::guard(hooks::Hook::HookPrefix);
+    hooks::inject_fault();
     let input = match record::read_payload(std::io::stdin().lock()) {
         Ok(input) => input,
         Err(e) => {
@@ -192,7 +214,9 @@ fn run_hook_prefix() -> ExitCode {
         }
     };
     if let Some(reply) = nd7_core::hook_prefix::reply(&input, &exec.to_string_lossy()) {
-        println!("{reply}");
+        use std::io::Write;
+        // Not println!: a failed write must not change the exit status.
+        let _ = writeln!(std::io::stdout(), "{reply}");
     }
     ExitCode::SUCCESS
 }
@@ -247,46 +271,6 @@ fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
 }
 
-/// `nd7 record`: exit 0 whatever happens, one line on stderr if it failed.
-fn run_record(invocation: Invocation) -> ExitCode {
-    std::panic::set_hook(Box::new(|info| {
-        let msg = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        let at = info.location().map(|l| l.to_string()).unwrap_or_default();
-        let _ = writeln!(
-            std::io::stderr(),
-            "nd7 record: internal error ({msg} at {at}); nothing recorded"
-        );
-    }));
-    let outcome = std::panic::catch_unwind(|| {
-        let input = record::read_payload(std::io::stdin().lock())?;
-        let state = session_log::state_dir()?;
-        record::record(&invocation, &input, &session_log::sessions_dir(&state))
-    });
-    match outcome {
-        Ok(Ok(recorded)) => {
-            if let Some(bytes) = recorded.omitted {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (session {}, entry {})",
-                    record::MAX_STORED_PAYLOAD,
-                    recorded.session_id,
-                    recorded.appended.seq
-                );
-            }
-        }
-        Ok(Err(e)) => {
-            let _ = writeln!(std::io::stderr(), "nd7 record: {e}; nothing recorded");
-        }
-        Err(_) => {} // the panic hook has said it
-    }
-    ExitCode::SUCCESS
-}
-
 const CAVEAT: &str = "\
 note: the chain checks itself; it is not third-party evidence. Anyone who can write the session's directory can rewrite the whole chain, head included.
 note: entries record intent, what the agent said it would do and reported back, not effect, what actually ran.";
@@ -299,7 +283,7 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let code = report(&log, log.verify(threads), None);
+    let code = report(log.verify(threads), None);
     if code == ExitCode::SUCCESS {
         println!("{CAVEAT}");
     }
@@ -322,11 +306,7 @@ fn resolve_target(target: &str) -> Result<SessionLog, session_log::Error> {
     }
 }
 
-fn report(
-    log: &SessionLog,
-    result: Result<Verified, VerifyError>,
-    label: Option<&str>,
-) -> ExitCode {
+fn report(result: Result<Verified, VerifyError>, label: Option<&str>) -> ExitCode {
     let prefix = label.map(|l| format!("{l}: ")).unwrap_or_default();
     match result {
         Ok(v) => {
@@ -336,11 +316,7 @@ fn report(
                     v.entries,
                     head.short()
                 ),
-                None if v.exists => println!("{prefix}verified: 0 entries (the log is empty)"),
-                None => println!(
-                    "{prefix}verified: 0 entries (no log at {})",
-                    log.events_path().display()
-                ),
+                None => println!("{prefix}verified: 0 entries (the log is empty)"),
             }
             match v.head_state {
                 HeadState::Missing => println!(
@@ -353,7 +329,7 @@ fn report(
             }
             ExitCode::SUCCESS
         }
-        Err(VerifyError::Io(e)) => {
+        Err(e) if e.is_unchecked() => {
             eprintln!("nd7 verify: {prefix}{e}");
             ExitCode::from(2)
         }
@@ -375,8 +351,11 @@ fn verify_all(threads: usize) -> ExitCode {
     let entries = match std::fs::read_dir(&sessions) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            println!("verified: no sessions under {}", sessions.display());
-            return ExitCode::SUCCESS;
+            eprintln!(
+                "nd7 verify: {} does not exist: no session was ever recorded there; nothing was verified",
+                sessions.display()
+            );
+            return ExitCode::from(2);
         }
         Err(e) => {
             eprintln!("nd7 verify: {}: cannot list: {e}", sessions.display());
@@ -402,10 +381,17 @@ fn verify_all(threads: usize) -> ExitCode {
         }
     }
     ids.sort();
+    if ids.is_empty() && foreign == 0 {
+        println!(
+            "no sessions under {}: nothing was verified",
+            sessions.display()
+        );
+        return ExitCode::SUCCESS;
+    }
     unreadable += foreign;
     for id in &ids {
         let code = match SessionLog::new(&sessions, id) {
-            Ok(log) => report(&log, log.verify(threads), Some(id)),
+            Ok(log) => report(log.verify(threads), Some(id)),
             Err(e) => {
                 eprintln!("nd7 verify: {e}");
                 ExitCode::from(2)

@@ -6,14 +6,27 @@ mod common;
 mod concurrency;
 mod distribution;
 mod e2e;
+mod exit_status;
 mod landlock;
+mod parsers;
 mod property;
 mod record;
 mod sandbox;
 mod setup;
 mod tamper;
+mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]
 mod vault;
+/// Without the feature the vault's tests cannot even build: fail, saying how
+/// to run them, rather than pass with them silently left out.
+#[cfg(not(feature = "vault-server"))]
+#[test]
+fn vault_tests_need_the_vault_server_feature() {
+    panic!(
+        "the vault server's tests (tests/it/vault.rs) need the vault-server feature and did not run: \
+         use `bash scripts/test.sh`, or `cargo test --features vault-server,self-update`"
+    );
+}
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod world;
