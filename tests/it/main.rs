@@ -6,6 +6,7 @@ mod common;
 mod concurrency;
 mod distribution;
 mod e2e;
+mod floor_paths;
 mod landlock;
 mod property;
 mod record;

@@ -6,21 +6,42 @@
 //! include `Truncate`; without it a confined process could still truncate
 //! files it may not write. A kernel that cannot enforce all of them is refused:
 //! the rules are applied completely or not at all.
+//!
+//! # No rule follows a link (ADR-0025)
+//!
+//! A Landlock rule is a file descriptor, and a descriptor opened by name
+//! follows every symbolic link on the way: a link anywhere the agent can
+//! write, re-pointed between two commands, would turn the next ruleset's
+//! rule into a rule for whatever it points at (`~/.ssh`, `~/.nd7`, `/`).
+//! So every rule path is opened with `openat2(RESOLVE_NO_SYMLINKS)`: a link
+//! in any component makes the open fail, and that rule is left out (which
+//! allows less, never more). Directories are listed the same way, and links
+//! found in a listing are skipped: what a link points at is reached, and
+//! judged, by its real path. Write roots and grants are also checked
+//! against the identity they were pinned with; one whose path now leads to
+//! another directory is left out and reported ([`command_rules`]).
 
 pub mod exit;
 pub mod proc;
 
+use std::collections::BTreeSet;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use landlock::{
-    ABI, Access, AccessFs, CompatLevel, Compatible, RestrictionStatus, Ruleset, RulesetAttr,
-    RulesetCreated, RulesetCreatedAttr, RulesetStatus, path_beneath_rules,
+    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, RestrictionStatus,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
 };
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
-use crate::policy::LandlockRules;
+use crate::policy::{Identity, LandlockRules, Policy, landlock_rules};
+use crate::sandbox::{Dropped, PinError};
+use crate::session::Session;
 
 /// The Landlock ABI whose file-system rights nd7 requires.
 pub const REQUIRED_ABI: ABI = ABI::V3;
@@ -38,32 +59,155 @@ pub enum SandboxError {
     Partial(RulesetStatus),
 }
 
-/// A directory's entries, for [`crate::policy::complement`]; an unreadable
-/// directory has none, so nothing beneath it is allowed.
+/// Opens `path` (absolute) as a rule descriptor, following no symbolic link
+/// in any component: a link anywhere on the way fails with `ELOOP`.
+pub fn open_nofollow(path: &Path, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        flags | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    )
+}
+
+/// What `path` leads to now, without following links.
+pub fn pin(path: &Path) -> Result<Identity, PinError> {
+    let fd = open_nofollow(path, OFlags::PATH).map_err(pin_error)?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?;
+    Ok(Identity {
+        dev: stat.st_dev,
+        ino: stat.st_ino,
+    })
+}
+
+fn pin_error(e: Errno) -> PinError {
+    match e {
+        Errno::LOOP => PinError::Link,
+        Errno::NOENT | Errno::NOTDIR => PinError::Missing,
+        other => PinError::Io(other.into()),
+    }
+}
+
+/// A directory's entries, for [`crate::policy::complement`], listed without
+/// following links to the directory, and without the entries that are
+/// links themselves: what a link points at gets a rule, or none, by its
+/// real path. An unreadable directory has no entries, so nothing beneath it
+/// is allowed.
 pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
-        .unwrap_or_default()
+    let Ok(fd) = open_nofollow(dir, OFlags::RDONLY | OFlags::DIRECTORY) else {
+        return Vec::new();
+    };
+    let Ok(mut entries) = rustix::fs::Dir::new(fd) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    while let Some(Ok(entry)) = entries.read() {
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." || entry.file_type() == FileType::Symlink {
+            continue;
+        }
+        out.push(dir.join(std::ffi::OsStr::from_bytes(name)));
+    }
+    out
+}
+
+/// The rules for one command (or the floor, with `writes` the floor's):
+/// each write root and grant checked against its pin first. One that is
+/// missing, reached through a link, or another directory than the one
+/// pinned is left out and returned in the second list; one that was never
+/// pinned (a root that did not exist when the session started) is left out
+/// silently, unless it is a grant.
+pub fn command_rules(policy: &Policy, writes: &[PathBuf]) -> (LandlockRules, Vec<Dropped>) {
+    let mut kept = Vec::new();
+    let mut dropped = Vec::new();
+    for path in writes {
+        let grant = policy.grants.contains(path);
+        let why = match (policy.pin_of(path), pin(path)) {
+            (Some(pinned), Ok(now)) if pinned == now => {
+                kept.push(path.clone());
+                continue;
+            }
+            (None, _) if !grant => continue,
+            (None, _) => "it was never pinned".to_string(),
+            (Some(_), Ok(_)) => {
+                "its path now leads to another directory than the one pinned".to_string()
+            }
+            (Some(_), Err(e)) => e.to_string(),
+        };
+        dropped.push(Dropped {
+            path: path.clone(),
+            grant,
+            why,
+        });
+    }
+    (landlock_rules(policy, &kept, &list_dir), dropped)
+}
+
+/// Write roots and grants already reported as left out, so each is said once.
+static REPORTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+/// The confinement for one command through the exit: [`command_rules`] for
+/// the floor plus the grants. A grant left out is also taken off the
+/// session's record (it fails closed, and `nd7 allow` can make it again);
+/// each one left out is reported once on `nd7 run`'s standard error.
+pub fn prepare_command(session: &Session, policy: &Policy) -> Result<Confinement, SandboxError> {
+    let (rules, dropped) = command_rules(policy, &policy.command_writes());
+    for d in &dropped {
+        if d.grant {
+            let _ = session.change_policy(|p| (p.deny(&d.path), ()));
+        }
+        let new = REPORTED
+            .lock()
+            .map(|mut r| r.insert(d.path.clone()))
+            .unwrap_or(true);
+        if new || d.grant {
+            // TODO(record): also write this into the session's log, through
+            // the exit's own entries (issue 11), once that function exists.
+            eprintln!("nd7 run: {d}");
+        }
+    }
+    prepare(&rules)
 }
 
 /// The ruleset for `rules`, every right required: with HardRequirement each
-/// step fails rather than drop a right the kernel lacks. Paths that cannot be
-/// opened (gone since the rules were computed) are skipped: an allow that
-/// cannot be placed allows nothing.
+/// step fails rather than drop a right the kernel lacks. Each path is opened
+/// without following links ([`open_nofollow`]); one that cannot be opened
+/// (gone since the rules were computed, or now reached through a link) is
+/// skipped: an allow that cannot be placed allows nothing.
 fn build(rules: &LandlockRules) -> Result<RulesetCreated, SandboxError> {
     let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
     let all = AccessFs::from_all(REQUIRED_ABI);
     let read = AccessFs::from_read(REQUIRED_ABI);
-    Ruleset::default()
+    let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(all)
         .map_err(|e| unsupported(&e))?
         .create()
-        .map_err(|e| unsupported(&e))?
-        .add_rules(path_beneath_rules(&rules.read, read))
-        .map_err(|e| unsupported(&e))?
-        .add_rules(path_beneath_rules(&rules.write, all))
-        .map_err(|e| unsupported(&e))
+        .map_err(|e| unsupported(&e))?;
+    for (paths, access) in [(&rules.read, read), (&rules.write, all)] {
+        for path in paths {
+            if let Some(rule) = rule(path, access) {
+                ruleset = ruleset.add_rule(rule).map_err(|e| unsupported(&e))?;
+            }
+        }
+    }
+    Ok(ruleset)
+}
+
+/// One rule: `path` opened without links, with `access` narrowed to what a
+/// file can have when it is not a directory (Landlock refuses the rest).
+fn rule(path: &Path, access: BitFlags<AccessFs>) -> Option<PathBeneath<OwnedFd>> {
+    let fd = open_nofollow(path, OFlags::PATH).ok()?;
+    let dir = rustix::fs::fstat(&fd)
+        .map(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory)
+        .unwrap_or(false);
+    let access = if dir {
+        access
+    } else {
+        access & AccessFs::from_file(REQUIRED_ABI)
+    };
+    Some(PathBeneath::new(fd, access))
 }
 
 /// Applies `rules` to the calling process (and so to everything it starts),
