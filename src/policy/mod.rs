@@ -307,7 +307,19 @@ pub fn landlock_rules(
     writes: &[PathBuf],
     list: &dyn Fn(&Path) -> Vec<PathBuf>,
 ) -> LandlockRules {
-    let read = complement(Path::new("/"), &policy.unreadable(), list);
+    LandlockRules {
+        read: complement(Path::new("/"), &policy.unreadable(), list),
+        write: write_rules(policy, writes, list),
+    }
+}
+
+/// The write half of [`landlock_rules`] alone: what a command's grants add
+/// to rules already placed for the floor.
+pub fn write_rules(
+    policy: &Policy,
+    writes: &[PathBuf],
+    list: &dyn Fn(&Path) -> Vec<PathBuf>,
+) -> Vec<PathBuf> {
     let unwritable = policy.unwritable();
     let mut write = Vec::new();
     for root in writes {
@@ -317,7 +329,7 @@ pub fn landlock_rules(
             }
         }
     }
-    LandlockRules { read, write }
+    write
 }
 
 #[cfg(test)]

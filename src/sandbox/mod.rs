@@ -195,9 +195,7 @@ pub fn floor(policy: &Policy, nd7_exec: &Path) -> Result<Floor, String> {
     let _ = nd7_exec;
     #[cfg(target_os = "linux")]
     {
-        // The roots were pinned a moment ago; one changed since is left out.
-        let (rules, _dropped) = linux::command_rules(policy, &policy.floor_writes());
-        linux::prepare(&rules)
+        linux::prepare_floor(policy)
             .map(|confinement| Floor { confinement })
             .map_err(|e| e.to_string())
     }

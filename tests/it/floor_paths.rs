@@ -488,3 +488,63 @@ x exec-own "$EXEC" "touch mine && ln mine mine2"
         text(&out.stderr)
     );
 }
+
+/// Guards the pin check of grants (`pinned` in `src/sandbox/linux/mod.rs`):
+/// a granted directory replaced by another one (here under a grant of its
+/// parent, since taken back) is not the directory the user granted; the
+/// grant is taken back, from the next command on, and off the record.
+#[test]
+fn a_grant_whose_directory_was_replaced_is_taken_back() {
+    let w = World::new();
+    std::fs::create_dir_all(w.outside().join("a")).expect("mkdir");
+    let (child, pid) = w.start_agent(&format!(
+        r#"{X}
+touch stage1; wait_for go1
+x swap "$EXEC" "mv '$OUT/a' '$OUT/a.old' && mkdir '$OUT/a'"
+touch stage2; wait_for go2
+x after "$EXEC" "touch '$OUT/a/after'"
+touch stage3; wait_for go3
+"#
+    ));
+    w.wait_for("stage1");
+    let (outside, a) = (
+        w.outside().display().to_string(),
+        w.outside().join("a").display().to_string(),
+    );
+    for grant in [&a, &outside] {
+        assert!(
+            w.nd7(&["allow", grant])
+                .output()
+                .expect("allow")
+                .status
+                .success()
+        );
+    }
+    w.signal("go1");
+    w.wait_for("stage2");
+    assert!(
+        w.nd7(&["deny", &outside])
+            .output()
+            .expect("deny")
+            .status
+            .success()
+    );
+    w.signal("go2");
+    w.wait_for("stage3");
+    let deny = w.nd7(&["deny", &a]).output().expect("deny");
+    assert_eq!(
+        text(&deny.stdout),
+        format!("session {pid}: {a} was not a grant\n"),
+        "{}",
+        text(&deny.stderr)
+    );
+    w.signal("go3");
+    let out = child.wait_with_output().expect("agent ends");
+    assert_eq!(
+        lines(&out),
+        ["swap:yes", "after:no"],
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!w.outside().join("a/after").exists());
+}

@@ -8,6 +8,7 @@ mod distribution;
 mod e2e;
 mod floor_paths;
 mod landlock;
+mod macos_floor;
 mod property;
 mod record;
 mod sandbox;

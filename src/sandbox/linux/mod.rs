@@ -25,12 +25,12 @@ pub mod exit;
 pub mod proc;
 
 use std::collections::BTreeSet;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, RestrictionStatus,
@@ -39,7 +39,7 @@ use landlock::{
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use crate::policy::{Identity, LandlockRules, Policy, landlock_rules};
+use crate::policy::{Identity, LandlockRules, Policy, landlock_rules, write_rules};
 use crate::sandbox::{Dropped, PinError};
 use crate::session::Session;
 
@@ -112,13 +112,12 @@ pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The rules for one command (or the floor, with `writes` the floor's):
-/// each write root and grant checked against its pin first. One that is
-/// missing, reached through a link, or another directory than the one
-/// pinned is left out and returned in the second list; one that was never
-/// pinned (a root that did not exist when the session started) is left out
-/// silently, unless it is a grant.
-pub fn command_rules(policy: &Policy, writes: &[PathBuf]) -> (LandlockRules, Vec<Dropped>) {
+/// Checks each of `writes` (write roots or grants) against its pin. One
+/// that is missing, reached through a link, or another directory than the
+/// one pinned is left out and returned in the second list; one that was
+/// never pinned (a root that did not exist when the session started) is left
+/// out silently, unless it is a grant.
+fn pinned(policy: &Policy, writes: &[PathBuf]) -> (Vec<PathBuf>, Vec<Dropped>) {
     let mut kept = Vec::new();
     let mut dropped = Vec::new();
     for path in writes {
@@ -141,18 +140,93 @@ pub fn command_rules(policy: &Policy, writes: &[PathBuf]) -> (LandlockRules, Vec
             why,
         });
     }
+    (kept, dropped)
+}
+
+/// The rules for the floor plus `writes`, each write root or grant checked
+/// against its pin first ([`pinned`]).
+pub fn command_rules(policy: &Policy, writes: &[PathBuf]) -> (LandlockRules, Vec<Dropped>) {
+    let (kept, dropped) = pinned(policy, writes);
     (landlock_rules(policy, &kept, &list_dir), dropped)
+}
+
+/// Rules opened and ready to be added to a ruleset: a descriptor (opened
+/// without links) and the rights it carries.
+type Opened = Vec<(OwnedFd, BitFlags<AccessFs>)>;
+
+/// The floor's rules, opened once when `nd7 run` builds the floor and
+/// reused for every command through the exit: the descriptors hold the
+/// directories the session started with, whatever is renamed or re-pointed
+/// later, and no command pays for listing and opening them again.
+static FLOOR: OnceLock<Opened> = OnceLock::new();
+
+/// Opens every path of `rules` without following links; one that cannot be
+/// opened is skipped: an allow that cannot be placed allows nothing.
+fn open_rules(rules: &LandlockRules) -> Opened {
+    let all = AccessFs::from_all(REQUIRED_ABI);
+    let read = AccessFs::from_read(REQUIRED_ABI);
+    let mut out = Vec::new();
+    for (paths, access) in [(&rules.read, read), (&rules.write, all)] {
+        for path in paths {
+            out.extend(rule(path, access));
+        }
+    }
+    out
+}
+
+/// The ruleset holding `rules`, every right required: with
+/// HardRequirement each step fails rather than drop a right the kernel lacks.
+fn ruleset(rules: &[&Opened]) -> Result<RulesetCreated, SandboxError> {
+    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(REQUIRED_ABI))
+        .map_err(|e| unsupported(&e))?
+        .create()
+        .map_err(|e| unsupported(&e))?;
+    for (fd, access) in rules.iter().flat_map(|r| r.iter()) {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd.as_fd(), *access))
+            .map_err(|e| unsupported(&e))?;
+    }
+    Ok(ruleset)
+}
+
+/// The floor for `policy`: its rules checked, opened, kept for the exit's
+/// commands, and built into a ruleset enforced in full.
+pub fn prepare_floor(policy: &Policy) -> Result<Confinement, SandboxError> {
+    // The roots were pinned a moment ago; one changed since is left out.
+    let (rules, _dropped) = command_rules(policy, &policy.floor_writes());
+    let opened = open_rules(&rules);
+    let confinement = confinement(ruleset(&[&opened])?)?;
+    let _ = FLOOR.set(opened);
+    Ok(confinement)
 }
 
 /// Write roots and grants already reported as left out, so each is said once.
 static REPORTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
-/// The confinement for one command through the exit: [`command_rules`] for
-/// the floor plus the grants. A grant left out is also taken off the
-/// session's record (it fails closed, and `nd7 allow` can make it again);
-/// each one left out is reported once on `nd7 run`'s standard error.
+/// The confinement for one command through the exit: the floor's rules (as
+/// opened when the session started) plus the grants, each checked against
+/// its pin and opened now. A grant left out is also taken off the session's
+/// record (it fails closed, and `nd7 allow` can make it again) and reported
+/// on `nd7 run`'s standard error.
 pub fn prepare_command(session: &Session, policy: &Policy) -> Result<Confinement, SandboxError> {
-    let (rules, dropped) = command_rules(policy, &policy.command_writes());
+    let (ruleset, dropped) = match FLOOR.get() {
+        Some(floor) => {
+            let (grants, dropped) = pinned(policy, &policy.grants);
+            let write = write_rules(policy, &grants, &list_dir);
+            let opened = open_rules(&LandlockRules {
+                read: Vec::new(),
+                write,
+            });
+            (ruleset(&[floor, &opened])?, dropped)
+        }
+        None => {
+            let (rules, dropped) = command_rules(policy, &policy.command_writes());
+            (ruleset(&[&open_rules(&rules)])?, dropped)
+        }
+    };
     for d in &dropped {
         if d.grant {
             let _ = session.change_policy(|p| (p.deny(&d.path), ()));
@@ -167,37 +241,17 @@ pub fn prepare_command(session: &Session, policy: &Policy) -> Result<Confinement
             eprintln!("nd7 run: {d}");
         }
     }
-    prepare(&rules)
+    confinement(ruleset)
 }
 
-/// The ruleset for `rules`, every right required: with HardRequirement each
-/// step fails rather than drop a right the kernel lacks. Each path is opened
-/// without following links ([`open_nofollow`]); one that cannot be opened
-/// (gone since the rules were computed, or now reached through a link) is
-/// skipped: an allow that cannot be placed allows nothing.
+/// The ruleset for `rules`, opened without following links ([`open_nofollow`]).
 fn build(rules: &LandlockRules) -> Result<RulesetCreated, SandboxError> {
-    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
-    let all = AccessFs::from_all(REQUIRED_ABI);
-    let read = AccessFs::from_read(REQUIRED_ABI);
-    let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(all)
-        .map_err(|e| unsupported(&e))?
-        .create()
-        .map_err(|e| unsupported(&e))?;
-    for (paths, access) in [(&rules.read, read), (&rules.write, all)] {
-        for path in paths {
-            if let Some(rule) = rule(path, access) {
-                ruleset = ruleset.add_rule(rule).map_err(|e| unsupported(&e))?;
-            }
-        }
-    }
-    Ok(ruleset)
+    ruleset(&[&open_rules(rules)])
 }
 
 /// One rule: `path` opened without links, with `access` narrowed to what a
 /// file can have when it is not a directory (Landlock refuses the rest).
-fn rule(path: &Path, access: BitFlags<AccessFs>) -> Option<PathBeneath<OwnedFd>> {
+fn rule(path: &Path, access: BitFlags<AccessFs>) -> Option<(OwnedFd, BitFlags<AccessFs>)> {
     let fd = open_nofollow(path, OFlags::PATH).ok()?;
     let dir = rustix::fs::fstat(&fd)
         .map(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory)
@@ -207,7 +261,7 @@ fn rule(path: &Path, access: BitFlags<AccessFs>) -> Option<PathBeneath<OwnedFd>>
     } else {
         access & AccessFs::from_file(REQUIRED_ABI)
     };
-    Some(PathBeneath::new(fd, access))
+    Some((fd, access))
 }
 
 /// Applies `rules` to the calling process (and so to everything it starts),
@@ -232,8 +286,12 @@ pub struct Confinement {
 
 /// Builds the ruleset for `rules`, failing unless the kernel enforces all of it.
 pub fn prepare(rules: &LandlockRules) -> Result<Confinement, SandboxError> {
-    // A ruleset that `build` returns is enforced in full.
-    let ruleset: Option<OwnedFd> = build(rules)?.into();
+    confinement(build(rules)?)
+}
+
+/// A ruleset [`ruleset`] built (so enforced in full), kept for a child.
+fn confinement(ruleset: RulesetCreated) -> Result<Confinement, SandboxError> {
+    let ruleset: Option<OwnedFd> = ruleset.into();
     ruleset
         .map(|ruleset| Confinement { ruleset })
         .ok_or_else(|| SandboxError::Unsupported("Landlock is not enabled".into()))
