@@ -149,7 +149,7 @@ pub fn apply(defaults: &[PathBuf], text: &str, home: &Path) -> Result<Vec<PathBu
         if remove {
             if !defaults.contains(&path) {
                 return Err(err(format!(
-                    "{} is not on nd7's list, so it cannot be taken off (see `nd7 doctor`)",
+                    "{} is not on nd7's list, so it cannot be taken off (nd7's list: docs/sandbox.md)",
                     path.display()
                 )));
             }
@@ -256,7 +256,7 @@ mod tests {
             ),
             (
                 "-~/.bashrc",
-                "/home/u/.bashrc is not on nd7's list, so it cannot be taken off (see `nd7 doctor`)",
+                "/home/u/.bashrc is not on nd7's list, so it cannot be taken off (nd7's list: docs/sandbox.md)",
             ),
         ];
         for (line, why) in cases {
@@ -274,7 +274,7 @@ mod tests {
         let e = apply(&d, "\n\n-~/nope", &home()).expect_err("refused");
         assert_eq!(
             e.to_string(),
-            "line 3: \"-~/nope\": /home/u/nope is not on nd7's list, so it cannot be taken off (see `nd7 doctor`)"
+            "line 3: \"-~/nope\": /home/u/nope is not on nd7's list, so it cannot be taken off (nd7's list: docs/sandbox.md)"
         );
     }
 }

@@ -330,7 +330,11 @@ fn nd7_stays_unwritable_through_a_link_whatever_the_project_or_the_grants() {
         assert!(!w.home().join(".nd7/pwn").exists(), "{what}");
         assert!(!w.home().join(".nd7/x").exists(), "{what}");
     };
-    // Project = home: every entry of the home is a floor write root.
+    // Project = home: every entry of the home is a floor write root. An
+    // earlier session left the link pointing at ~/.nd7.
+    std::fs::create_dir_all(w.home().join(".nd7/sessions")).expect("mkdir");
+    std::fs::remove_file(w.home().join(".claude/claude.json")).expect("rm");
+    symlink(w.acct.join(".nd7"), w.home().join(".claude/claude.json")).expect("symlink");
     let agent = w.agent(&format!("{X}\n{ND7_PROBE}"));
     let out = w
         .command_in(&w.acct, ND7, &["run", &agent])

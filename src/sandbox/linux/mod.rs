@@ -17,9 +17,12 @@
 //! in any component makes the open fail, and that rule is left out (which
 //! allows less, never more). Directories are listed the same way, and links
 //! found in a listing are skipped: what a link points at is reached, and
-//! judged, by its real path. Write roots and grants are also checked
-//! against the identity they were pinned with; one whose path now leads to
-//! another directory is left out and reported ([`command_rules`]).
+//! judged, by its real path. The floor's rules are opened once, when `nd7
+//! run` builds the floor, and the same descriptors serve every command
+//! through the exit ([`prepare_floor`], [`prepare_command`]); grants are
+//! opened per command and checked against the identity they were pinned
+//! with: one whose path now leads to another directory is left out and
+//! reported.
 
 pub mod exit;
 pub mod proc;
