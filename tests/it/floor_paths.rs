@@ -422,6 +422,11 @@ fn credential_stores_are_unreadable_and_the_list_is_the_users_to_change() {
             "x 'agent {f}' cat \"$HOME_DIR/{f}\"\nx 'exec {f}' \"$EXEC\" \"cat '$HOME_DIR/{f}'\"\n"
         ));
     }
+    // The list itself cannot be changed from inside, even with the home granted.
+    body.push_str(
+        "x agent-edit-list sh -c \"echo '-~/.netrc' >> '$HOME_DIR/.nd7/secrets'\"\n\
+         x exec-edit-list \"$EXEC\" \"echo '-~/.netrc' >> '$HOME_DIR/.nd7/secrets'\"\n",
+    );
     let out = session(&w, &body);
     let mut want: Vec<String> = Vec::new();
     for f in STORES.iter().chain(NEIGHBOURS) {
@@ -431,6 +436,8 @@ fn credential_stores_are_unreadable_and_the_list_is_the_users_to_change() {
         want.push(format!("agent {f}:{word}"));
         want.push(format!("exec {f}:{word}"));
     }
+    want.push("agent-edit-list:no".into());
+    want.push("exec-edit-list:no".into());
     assert_eq!(lines(&out), want, "{}", text(&out.stderr));
 
     // A grant of a store is refused, naming it.
