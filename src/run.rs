@@ -41,6 +41,59 @@ pub enum RunError {
     Settings(String),
     #[error("cannot start {program}: {source}")]
     Start { program: String, source: io::Error },
+    #[error(
+        "the project would be / ({0}): every command could write the whole machine; start nd7 run in the project's own directory"
+    )]
+    Project(String),
+}
+
+/// How the working directory was named: `$PWD` (the shell's name for it,
+/// links and all) when it names it, else its real path.
+fn project_named(cwd: &Path) -> String {
+    match std::env::var_os("PWD").map(PathBuf::from) {
+        Some(pwd) if pwd != cwd && std::fs::canonicalize(&pwd).ok().as_deref() == Some(cwd) => {
+            format!("you are in {}, a link to it", pwd.display())
+        }
+        _ => format!("you are in {}", cwd.display()),
+    }
+}
+
+/// Pins every floor write root to the directory its path leads to now,
+/// following no link (ADR-0028); returns what the user should be told.
+/// nd7 never follows a link to find a write root of its own: a link an
+/// earlier command re-pointed (`~/.cache/claude -> /`) would otherwise open
+/// whatever it points at to every later session. A root reached through a
+/// link is left out, and said so; one that does not exist is left out
+/// silently (nothing inside can make it). The project is the working
+/// directory, which the kernel names by its real path; when the shell
+/// reached it through a link, the banner says where it really is.
+fn pin_roots(policy: &mut Policy, cwd: &Path) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Some(pwd) = std::env::var_os("PWD").map(PathBuf::from)
+        && pwd != cwd
+        && std::fs::canonicalize(&pwd).ok().as_deref() == Some(cwd)
+    {
+        warnings.push(format!(
+            "{} is a link: the project is {}, where it leads now",
+            pwd.display(),
+            cwd.display()
+        ));
+    }
+    for root in policy.floor_writes() {
+        match sandbox::pin(&root) {
+            Ok(id) => policy.pin(&root, id),
+            Err(sandbox::PinError::Missing) => {}
+            Err(sandbox::PinError::Link) => warnings.push(format!(
+                "{} is reached through a symbolic link, and nd7 follows no link to a write root (one re-pointed by an earlier command would open whatever it points at): nothing there is writable this session; make it a real directory (move what the link points at there, and link the other way if you need the old place)",
+                root.display()
+            )),
+            Err(sandbox::PinError::Io(e)) => warnings.push(format!(
+                "{} cannot be checked ({e}), so it is not writable this session",
+                root.display()
+            )),
+        }
+    }
+    warnings
 }
 
 /// What `nd7 run` was asked to run.
@@ -102,16 +155,18 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         action: "create",
         source,
     })?;
-    let policy = Policy {
-        roots: Roots {
-            project: resolved(&cwd, "resolve the project directory")?,
-            temp: resolved(&std::env::temp_dir(), "resolve the temp directory")?,
-            home: home.clone(),
-            state: resolved(&state, "resolve nd7's state directory")?,
-            exit: nd7_exec.clone(),
-        },
-        grants: Vec::new(),
-    };
+    let mut policy = Policy::new(Roots {
+        project: resolved(&cwd, "resolve the project directory")?,
+        temp: resolved(&std::env::temp_dir(), "resolve the temp directory")?,
+        home: home.clone(),
+        state: resolved(&state, "resolve nd7's state directory")?,
+        exit: nd7_exec.clone(),
+    });
+    if policy.roots.project == Path::new("/") {
+        return Err(RunError::Project(project_named(&cwd)));
+    }
+    policy.secrets = session::secrets(&home)?;
+    let warnings = pin_roots(&mut policy, &cwd);
     let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
 
     let sessions = Sessions::under(&home);
@@ -176,6 +231,9 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy.roots.project.display(),
         policy.roots.temp.display(),
     ));
+    for warning in &warnings {
+        announce_warning(warning);
+    }
     let mut child = command.spawn().map_err(|source| RunError::Start {
         program: options.program.to_string_lossy().into_owned(),
         source,

@@ -121,18 +121,45 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
         Err(e) => return fail(&e),
     };
     let pid = session.pid;
+    let typed = std::path::absolute(&args.path).unwrap_or_else(|_| args.path.clone());
+    // The name goes through a link: say what is granted.
+    let note = |grant: &std::path::Path| {
+        if typed != grant {
+            eprintln!(
+                "nd7 allow: note: {} leads to {}, which is what is granted; a link re-pointed later does not move the grant",
+                typed.display(),
+                grant.display(),
+            );
+        }
+    };
     match session.change_grant(change, &args.path) {
-        Ok(Changed::Allowed(path)) => println!(
-            "session {pid}: writes under {} allowed from the next command",
-            path.display()
-        ),
+        Ok(Changed::Allowed(path)) => {
+            note(&path);
+            println!(
+                "session {pid}: writes under {} allowed from the next command",
+                path.display()
+            )
+        }
         Ok(Changed::AlreadyAllowed(path)) => {
             println!("session {pid}: {} was already allowed", path.display())
         }
-        Ok(Changed::Denied(path)) => println!(
-            "session {pid}: writes under {} denied from the next command",
-            path.display()
-        ),
+        Ok(Changed::Denied(paths)) => {
+            for path in paths {
+                if typed != path
+                    && std::fs::canonicalize(&typed).ok().as_deref() != Some(path.as_path())
+                {
+                    eprintln!(
+                        "nd7 deny: note: {} no longer leads to {}; the grant it named is taken back all the same",
+                        typed.display(),
+                        path.display()
+                    );
+                }
+                println!(
+                    "session {pid}: writes under {} denied from the next command",
+                    path.display()
+                )
+            }
+        }
         Ok(Changed::NotAGrant(path)) => {
             println!("session {pid}: {} was not a grant", path.display())
         }

@@ -284,16 +284,13 @@ mod tests {
         for d in [&project, &home, &home.join(".nd7")] {
             std::fs::create_dir_all(d).expect("mkdir");
         }
-        let policy = Policy {
-            roots: Roots {
-                project: project.clone(),
-                temp: project.join("tmp"),
-                home: home.clone(),
-                state: home.join(".local/state/nd7"),
-                exit: root.join("nd7-exec"),
-            },
-            grants: Vec::new(),
-        };
+        let policy = Policy::new(Roots {
+            project: project.clone(),
+            temp: project.join("tmp"),
+            home: home.clone(),
+            state: home.join(".local/state/nd7"),
+            exit: root.join("nd7-exec"),
+        });
         let mut sh = Command::new("/bin/sh");
         sh.arg("-c")
             .arg("echo a > \"$1/ok\"; echo b > /dev/null; echo c > \"$2/no\"; echo d > \"$2/.nd7/no\"")

@@ -15,10 +15,10 @@ pub mod macos;
 pub mod wire;
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::policy::Policy;
+use crate::policy::{Identity, Policy};
 use crate::session::{Session, Sessions};
 
 #[cfg(target_os = "linux")]
@@ -51,6 +51,78 @@ pub fn available() -> Result<&'static str, String> {
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
         Err("nd7 has no sandbox for this operating system".to_string())
+    }
+}
+
+/// Why a path could not be pinned.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    #[error("it does not exist")]
+    Missing,
+    #[error("its path goes through a symbolic link")]
+    Link,
+    #[error("{0}")]
+    Io(std::io::Error),
+}
+
+/// A write root or grant left out of a ruleset, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dropped {
+    pub path: PathBuf,
+    /// Whether it was a grant (then it is also taken off the record).
+    pub grant: bool,
+    pub why: String,
+}
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.grant {
+            write!(
+                f,
+                "the grant of {} is taken back: {}; `nd7 allow` it again if it is still what you mean",
+                self.path.display(),
+                self.why
+            )
+        } else {
+            write!(
+                f,
+                "{} is left out of the commands' write roots: {}",
+                self.path.display(),
+                self.why
+            )
+        }
+    }
+}
+
+/// What `path` (absolute, resolved) leads to now, following no symbolic
+/// link in any component: the identity a write root or grant is pinned with.
+/// On Linux one `openat2(RESOLVE_NO_SYMLINKS)`; elsewhere each component is
+/// checked with `lstat` (macOS uses pins only to warn: Seatbelt matches the
+/// real path of every access, so a re-pointed link never widens a rule).
+pub fn pin(path: &Path) -> Result<Identity, PinError> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::pin(path)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let mut last = None;
+        for prefix in path.ancestors().collect::<Vec<_>>().into_iter().rev() {
+            match std::fs::symlink_metadata(prefix) {
+                Ok(m) if m.file_type().is_symlink() => return Err(PinError::Link),
+                Ok(m) => last = Some(m),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(PinError::Missing);
+                }
+                Err(e) => return Err(PinError::Io(e)),
+            }
+        }
+        let m = last.ok_or(PinError::Missing)?;
+        Ok(Identity {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
     }
 }
 
@@ -123,8 +195,7 @@ pub fn floor(policy: &Policy, nd7_exec: &Path) -> Result<Floor, String> {
     let _ = nd7_exec;
     #[cfg(target_os = "linux")]
     {
-        let rules = crate::policy::landlock_rules(policy, &policy.floor_writes(), &linux::list_dir);
-        linux::prepare(&rules)
+        linux::prepare_floor(policy)
             .map(|confinement| Floor { confinement })
             .map_err(|e| e.to_string())
     }

@@ -518,6 +518,11 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         },
     });
 
+    // The credential stores nd7 run keeps unreadable, and the user's file.
+    if let Some(home) = home.as_deref() {
+        checks.push(secrets_check(home));
+    }
+
     // Where the logs go.
     checks.push(match crate::session_log::state_dir() {
         Err(e) => Check {
@@ -552,6 +557,52 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         checks.extend(vault_checks(&state, home, SystemTime::now()));
     }
     checks
+}
+
+/// The credential stores a session would keep unreadable: how many, which
+/// of them exist here, and whether `~/.nd7/secrets` reads.
+fn secrets_check(home: &Path) -> Check {
+    let file = home.join(crate::policy::secrets::FILE);
+    match crate::session::secrets(home) {
+        Ok(list) => {
+            let here: Vec<String> = list
+                .iter()
+                .filter(|p| fs::symlink_metadata(p).is_ok())
+                .map(|p| match p.strip_prefix(home) {
+                    Ok(rel) => format!("~/{}", rel.display()),
+                    Err(_) => p.display().to_string(),
+                })
+                .collect();
+            Check {
+                name: "secrets",
+                ok: true,
+                detail: format!(
+                    "{} paths unreadable under nd7 run ({}){}",
+                    list.len(),
+                    if file.exists() {
+                        format!("nd7's list changed by {}", file.display())
+                    } else {
+                        format!("nd7's list; change it in {}", file.display())
+                    },
+                    if here.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; here: {}", here.join(", "))
+                    }
+                ),
+                fix: None,
+            }
+        }
+        Err(e) => Check {
+            name: "secrets",
+            ok: false,
+            detail: e.to_string(),
+            fix: Some(format!(
+                "correct {} (docs/sandbox.md, \"Credential stores\")",
+                file.display()
+            )),
+        },
+    }
 }
 
 /// Enrolment, the last ship and the timer. A machine that is not enrolled

@@ -33,7 +33,6 @@ use rustix::net::{
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process_group, pidfd_open};
 
 use super::proc;
-use crate::policy::landlock_rules;
 use crate::sandbox::wire::{Frame, Request};
 use crate::session::Session;
 
@@ -221,9 +220,7 @@ fn start(request: &Request, stdio: [OwnedFd; 3], session: &Session) -> Result<Ch
     let record = session
         .record()
         .map_err(|e| format!("cannot read the session's rules: {e}"))?;
-    let policy = record.policy;
-    let rules = landlock_rules(&policy, &policy.command_writes(), &super::list_dir);
-    let confinement = super::prepare(&rules).map_err(|e| e.to_string())?;
+    let confinement = super::prepare_command(session, &record.policy).map_err(|e| e.to_string())?;
     let [stdin, stdout, stderr] = stdio;
     let shell = shell();
     let mut command = Command::new(shell);

@@ -6,21 +6,45 @@
 //! include `Truncate`; without it a confined process could still truncate
 //! files it may not write. A kernel that cannot enforce all of them is refused:
 //! the rules are applied completely or not at all.
+//!
+//! # No rule follows a link (ADR-0028)
+//!
+//! A Landlock rule is a file descriptor, and a descriptor opened by name
+//! follows every symbolic link on the way: a link anywhere the agent can
+//! write, re-pointed between two commands, would turn the next ruleset's
+//! rule into a rule for whatever it points at (`~/.ssh`, `~/.nd7`, `/`).
+//! So every rule path is opened with `openat2(RESOLVE_NO_SYMLINKS)`: a link
+//! in any component makes the open fail, and that rule is left out (which
+//! allows less, never more). Directories are listed the same way, and links
+//! found in a listing are skipped: what a link points at is reached, and
+//! judged, by its real path. The floor's rules are opened once, when `nd7
+//! run` builds the floor, and the same descriptors serve every command
+//! through the exit ([`prepare_floor`], [`prepare_command`]); grants are
+//! opened per command and checked against the identity they were pinned
+//! with: one whose path now leads to another directory is left out and
+//! reported.
 
 pub mod exit;
 pub mod proc;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::collections::BTreeSet;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, OnceLock};
 
 use landlock::{
-    ABI, Access, AccessFs, CompatLevel, Compatible, RestrictionStatus, Ruleset, RulesetAttr,
-    RulesetCreated, RulesetCreatedAttr, RulesetStatus, path_beneath_rules,
+    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, RestrictionStatus,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
 };
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
-use crate::policy::LandlockRules;
+use crate::policy::{Identity, LandlockRules, Policy, landlock_rules, write_rules};
+use crate::sandbox::{Dropped, PinError};
+use crate::session::Session;
 
 /// The Landlock ABI whose file-system rights nd7 requires.
 pub const REQUIRED_ABI: ABI = ABI::V3;
@@ -38,32 +62,209 @@ pub enum SandboxError {
     Partial(RulesetStatus),
 }
 
-/// A directory's entries, for [`crate::policy::complement`]; an unreadable
-/// directory has none, so nothing beneath it is allowed.
-pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
-        .unwrap_or_default()
+/// Opens `path` (absolute) as a rule descriptor, following no symbolic link
+/// in any component: a link anywhere on the way fails with `ELOOP`.
+pub fn open_nofollow(path: &Path, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        flags | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    )
 }
 
-/// The ruleset for `rules`, every right required: with HardRequirement each
-/// step fails rather than drop a right the kernel lacks. Paths that cannot be
-/// opened (gone since the rules were computed) are skipped: an allow that
-/// cannot be placed allows nothing.
-fn build(rules: &LandlockRules) -> Result<RulesetCreated, SandboxError> {
-    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
+/// What `path` leads to now, without following links.
+pub fn pin(path: &Path) -> Result<Identity, PinError> {
+    let fd = open_nofollow(path, OFlags::PATH).map_err(pin_error)?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?;
+    Ok(Identity {
+        dev: stat.st_dev,
+        ino: stat.st_ino,
+    })
+}
+
+fn pin_error(e: Errno) -> PinError {
+    match e {
+        Errno::LOOP => PinError::Link,
+        Errno::NOENT | Errno::NOTDIR => PinError::Missing,
+        other => PinError::Io(other.into()),
+    }
+}
+
+/// A directory's entries, for [`crate::policy::complement`], listed without
+/// following links to the directory, and without the entries that are
+/// links themselves: what a link points at gets a rule, or none, by its
+/// real path. An unreadable directory has no entries, so nothing beneath it
+/// is allowed.
+pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
+    let Ok(fd) = open_nofollow(dir, OFlags::RDONLY | OFlags::DIRECTORY) else {
+        return Vec::new();
+    };
+    let Ok(mut entries) = rustix::fs::Dir::new(fd) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    while let Some(Ok(entry)) = entries.read() {
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." || entry.file_type() == FileType::Symlink {
+            continue;
+        }
+        out.push(dir.join(std::ffi::OsStr::from_bytes(name)));
+    }
+    out
+}
+
+/// Checks each of `writes` (write roots or grants) against its pin. One
+/// that is missing, reached through a link, or another directory than the
+/// one pinned is left out and returned in the second list; one that was
+/// never pinned (a root that did not exist when the session started) is left
+/// out silently, unless it is a grant.
+fn pinned(policy: &Policy, writes: &[PathBuf]) -> (Vec<PathBuf>, Vec<Dropped>) {
+    let mut kept = Vec::new();
+    let mut dropped = Vec::new();
+    for path in writes {
+        let grant = policy.grants.contains(path);
+        let why = match (policy.pin_of(path), pin(path)) {
+            (Some(pinned), Ok(now)) if pinned == now => {
+                kept.push(path.clone());
+                continue;
+            }
+            (None, _) if !grant => continue,
+            (None, _) => "it was never pinned".to_string(),
+            (Some(_), Ok(_)) => {
+                "its path now leads to another directory than the one pinned".to_string()
+            }
+            (Some(_), Err(e)) => e.to_string(),
+        };
+        dropped.push(Dropped {
+            path: path.clone(),
+            grant,
+            why,
+        });
+    }
+    (kept, dropped)
+}
+
+/// The rules for the floor plus `writes`, each write root or grant checked
+/// against its pin first ([`pinned`]).
+pub fn command_rules(policy: &Policy, writes: &[PathBuf]) -> (LandlockRules, Vec<Dropped>) {
+    let (kept, dropped) = pinned(policy, writes);
+    (landlock_rules(policy, &kept, &list_dir), dropped)
+}
+
+/// Rules opened and ready to be added to a ruleset: a descriptor (opened
+/// without links) and the rights it carries.
+type Opened = Vec<(OwnedFd, BitFlags<AccessFs>)>;
+
+/// The floor's rules, opened once when `nd7 run` builds the floor and
+/// reused for every command through the exit: the descriptors hold the
+/// directories the session started with, whatever is renamed or re-pointed
+/// later, and no command pays for listing and opening them again.
+static FLOOR: OnceLock<Opened> = OnceLock::new();
+
+/// Opens every path of `rules` without following links; one that cannot be
+/// opened is skipped: an allow that cannot be placed allows nothing.
+fn open_rules(rules: &LandlockRules) -> Opened {
     let all = AccessFs::from_all(REQUIRED_ABI);
     let read = AccessFs::from_read(REQUIRED_ABI);
-    Ruleset::default()
+    let mut out = Vec::new();
+    for (paths, access) in [(&rules.read, read), (&rules.write, all)] {
+        for path in paths {
+            out.extend(rule(path, access));
+        }
+    }
+    out
+}
+
+/// The ruleset holding `rules`, every right required: with
+/// HardRequirement each step fails rather than drop a right the kernel lacks.
+fn ruleset(rules: &[&Opened]) -> Result<RulesetCreated, SandboxError> {
+    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
+    let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(all)
+        .handle_access(AccessFs::from_all(REQUIRED_ABI))
         .map_err(|e| unsupported(&e))?
         .create()
-        .map_err(|e| unsupported(&e))?
-        .add_rules(path_beneath_rules(&rules.read, read))
-        .map_err(|e| unsupported(&e))?
-        .add_rules(path_beneath_rules(&rules.write, all))
-        .map_err(|e| unsupported(&e))
+        .map_err(|e| unsupported(&e))?;
+    for (fd, access) in rules.iter().flat_map(|r| r.iter()) {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd.as_fd(), *access))
+            .map_err(|e| unsupported(&e))?;
+    }
+    Ok(ruleset)
+}
+
+/// The floor for `policy`: its rules checked, opened, kept for the exit's
+/// commands, and built into a ruleset enforced in full.
+pub fn prepare_floor(policy: &Policy) -> Result<Confinement, SandboxError> {
+    // The roots were pinned a moment ago; one changed since is left out.
+    let (rules, _dropped) = command_rules(policy, &policy.floor_writes());
+    let opened = open_rules(&rules);
+    let confinement = confinement(ruleset(&[&opened])?)?;
+    let _ = FLOOR.set(opened);
+    Ok(confinement)
+}
+
+/// Write roots and grants already reported as left out, so each is said once.
+static REPORTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+/// The confinement for one command through the exit: the floor's rules (as
+/// opened when the session started) plus the grants, each checked against
+/// its pin and opened now. A grant left out is also taken off the session's
+/// record (it fails closed, and `nd7 allow` can make it again) and reported
+/// on `nd7 run`'s standard error.
+pub fn prepare_command(session: &Session, policy: &Policy) -> Result<Confinement, SandboxError> {
+    let (ruleset, dropped) = match FLOOR.get() {
+        Some(floor) => {
+            let (grants, dropped) = pinned(policy, &policy.grants);
+            let write = write_rules(policy, &grants, &list_dir);
+            let opened = open_rules(&LandlockRules {
+                read: Vec::new(),
+                write,
+            });
+            (ruleset(&[floor, &opened])?, dropped)
+        }
+        None => {
+            let (rules, dropped) = command_rules(policy, &policy.command_writes());
+            (ruleset(&[&open_rules(&rules)])?, dropped)
+        }
+    };
+    for d in &dropped {
+        if d.grant {
+            let _ = session.change_policy(|p| (p.deny(&d.path), ()));
+        }
+        let new = REPORTED
+            .lock()
+            .map(|mut r| r.insert(d.path.clone()))
+            .unwrap_or(true);
+        if new || d.grant {
+            // TODO(record): also write this into the session's log, through
+            // the exit's own entries (issue 11), once that function exists.
+            eprintln!("nd7 run: {d}");
+        }
+    }
+    confinement(ruleset)
+}
+
+/// The ruleset for `rules`, opened without following links ([`open_nofollow`]).
+fn build(rules: &LandlockRules) -> Result<RulesetCreated, SandboxError> {
+    ruleset(&[&open_rules(rules)])
+}
+
+/// One rule: `path` opened without links, with `access` narrowed to what a
+/// file can have when it is not a directory (Landlock refuses the rest).
+fn rule(path: &Path, access: BitFlags<AccessFs>) -> Option<(OwnedFd, BitFlags<AccessFs>)> {
+    let fd = open_nofollow(path, OFlags::PATH).ok()?;
+    let dir = rustix::fs::fstat(&fd)
+        .map(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory)
+        .unwrap_or(false);
+    let access = if dir {
+        access
+    } else {
+        access & AccessFs::from_file(REQUIRED_ABI)
+    };
+    Some((fd, access))
 }
 
 /// Applies `rules` to the calling process (and so to everything it starts),
@@ -88,8 +289,12 @@ pub struct Confinement {
 
 /// Builds the ruleset for `rules`, failing unless the kernel enforces all of it.
 pub fn prepare(rules: &LandlockRules) -> Result<Confinement, SandboxError> {
-    // A ruleset that `build` returns is enforced in full.
-    let ruleset: Option<OwnedFd> = build(rules)?.into();
+    confinement(build(rules)?)
+}
+
+/// A ruleset [`ruleset`] built (so enforced in full), kept for a child.
+fn confinement(ruleset: RulesetCreated) -> Result<Confinement, SandboxError> {
+    let ruleset: Option<OwnedFd> = ruleset.into();
     ruleset
         .map(|ruleset| Confinement { ruleset })
         .ok_or_else(|| SandboxError::Unsupported("Landlock is not enabled".into()))
