@@ -168,14 +168,26 @@ pub fn response_text(response: &Value) -> Option<String> {
     }
 }
 
+/// Payload members every hook event carries, which say where and when rather
+/// than what: left out of one-line summaries.
+pub const COMMON_MEMBERS: &[&str] = &[
+    "session_id",
+    "transcript_path",
+    "cwd",
+    "hook_event_name",
+    "permission_mode",
+    "prompt_id",
+];
+
 /// A value's scalar members as `name=value`, for a one-line summary of a body
-/// this build has no view of. Long values are cut.
+/// this build has no view of; the [`COMMON_MEMBERS`] left out. Long values
+/// are cut.
 pub fn scalars(value: &Value, limit: usize) -> String {
     let Value::Object(o) = value else {
         return cut(&value.to_string(), limit).to_string();
     };
     let mut out = String::new();
-    for (name, v) in o {
+    for (name, v) in o.iter().filter(|(k, _)| !COMMON_MEMBERS.contains(&k.as_str())) {
         let text = match v {
             Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),

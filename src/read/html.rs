@@ -16,7 +16,7 @@ use jiff::tz::TimeZone;
 use super::report::{CAVEAT, Chain, SessionInfo, Shipped};
 use super::safe::{self, Lines};
 use super::summary::Confinement;
-use super::text::OUTPUT_LINES;
+use super::text::{self, OUTPUT_LINES};
 use super::timeline::{Item, ObservedClass, Status, SubagentEvent, Tool};
 use super::when;
 
@@ -38,6 +38,7 @@ ol.timeline li.sub{margin-left:2em;border-left:3px solid #c9d7f0}
 .ok .status{color:#176a2a}.failed .status,.bad .status{color:#b00020}.refused .status,.pending .status{color:#9a6700}
 li.failed{background:#fff4f4}li.refused{background:#fffaf0}
 .facts-inline{color:#666}.desc{color:#666;margin:.1em 0 0 2em}
+pre.prompt{font-weight:600;background:#eef3fb}
 pre{background:#f6f8fa;padding:.5em;overflow-x:auto;white-space:pre-wrap;word-break:break-word;margin:.3em 0 0 2em}
 details{margin:.2em 0 0 2em}details pre{margin-left:0}summary{cursor:pointer;color:#444}
 .day{font-weight:700;padding-top:.8em}
@@ -138,8 +139,12 @@ fn facts(o: &mut String, info: &SessionInfo, tz: &TimeZone) {
     rows.push((
         "Activity",
         format!(
-            "{} entries, {} prompts, {} tool calls, {} failed, {} refused",
-            s.entries, s.prompts, s.tool_calls, s.failures, s.refusals
+            "{}, {}, {}, {} failed, {} refused",
+            text::count(s.entries, "entry"),
+            text::count(s.prompts, "prompt"),
+            text::count(s.tool_calls, "tool call"),
+            s.failures,
+            s.refusals
         ),
     ));
     rows.push(("Sandbox", h(info.confinement_words())));
@@ -268,11 +273,11 @@ fn timeline_item(o: &mut String, item: &Item, tz: &TimeZone) {
                     .unwrap_or_default()
             ),
         ),
-        Item::Prompt(p) => {
-            let mut b = String::from("<strong>prompt</strong>");
-            output(&mut b, "prompt", &p.text);
-            ("prompt", "prompt".into(), b)
-        }
+        Item::Prompt(p) => (
+            "prompt",
+            "prompt".into(),
+            format!("<pre class=\"prompt\">{}</pre>", safe::html(&p.text, Lines::Keep)),
+        ),
         Item::Tool(t) => tool(t),
         Item::TurnEnd(t) => {
             let mut b = String::from("turn end");

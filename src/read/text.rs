@@ -58,6 +58,21 @@ impl Style {
     }
 }
 
+/// `text` when it fits on the item's own line: one line, not too long.
+fn single_line(text: &str) -> Option<&str> {
+    let t = text.trim_end_matches('\n');
+    (!t.contains('\n') && t.chars().count() <= 120).then_some(t)
+}
+
+/// `n thing` or `n things` (`entry`, `entries`).
+pub fn count(n: u64, thing: &str) -> String {
+    match (n, thing.strip_suffix('y')) {
+        (1, _) => format!("1 {thing}"),
+        (_, Some(stem)) => format!("{n} {stem}ies"),
+        (_, None) => format!("{n} {thing}s"),
+    }
+}
+
 /// The text of `text` cut to `chars` characters, with `…` when cut.
 fn cut_chars(text: &str, chars: usize) -> (String, bool) {
     match text.char_indices().nth(chars) {
@@ -181,7 +196,7 @@ pub fn sessions_table(
 /// The header of `nd7 show`: who, where, when, what the log says of the sandbox.
 pub fn header(info: &SessionInfo, tz: &TimeZone, home: Option<&str>, style: Style) -> Vec<String> {
     let s = &info.summary;
-    let label = |l: &str| style.dim(&format!("{l:<9}"));
+    let label = |l: &str| style.dim(&format!("{l:<10}"));
     let mut out = vec![format!(
         "{} {}",
         style.bold("session"),
@@ -244,11 +259,11 @@ pub fn header(info: &SessionInfo, tz: &TimeZone, home: Option<&str>, style: Styl
         "0 refused".into()
     };
     out.push(format!(
-        "{}{} entries, {} prompts, {} tool calls, {failed}, {refused}",
+        "{}{}, {}, {}, {failed}, {refused}",
         label("activity"),
-        s.entries,
-        s.prompts,
-        s.tool_calls
+        count(s.entries, "entry"),
+        count(s.prompts, "prompt"),
+        count(s.tool_calls, "tool call")
     ));
     out.push(format!("{}{}", label("sandbox"), info.confinement_words()));
     out.push(format!(
@@ -265,7 +280,7 @@ pub fn header(info: &SessionInfo, tz: &TimeZone, home: Option<&str>, style: Styl
 
 /// The chain's verdict and what it does not prove.
 pub fn verdict(chain: &Chain, style: Style) -> Vec<String> {
-    let label = style.dim(&format!("{:<9}", "chain"));
+    let label = style.dim(&format!("{:<10}", "chain"));
     let mut out = Vec::new();
     match chain {
         Chain::Clean {
@@ -282,10 +297,10 @@ pub fn verdict(chain: &Chain, style: Style) -> Vec<String> {
                 style.green("clean")
             ));
             if let Some(n) = note {
-                out.push(format!("{:9}note: {n}", ""));
+                out.push(format!("{:10}note: {n}", ""));
             }
             for c in CAVEAT {
-                out.push(format!("{:9}{}", "", style.dim(&format!("note: {c}"))));
+                out.push(format!("{:10}{}", "", style.dim(&format!("note: {c}"))));
             }
         }
         Chain::Broken { detail } => {
@@ -295,7 +310,7 @@ pub fn verdict(chain: &Chain, style: Style) -> Vec<String> {
                 style.safe(detail, Lines::One)
             ));
             out.push(format!(
-                "{:9}entries after the break are shown as the log holds them; nothing vouches for them",
+                "{:10}entries after the break are shown as the log holds them; nothing vouches for them",
                 ""
             ));
         }
@@ -355,9 +370,9 @@ impl<'a> Timeline<'a> {
             st.dim(&format!("{seq:<6}"))
         );
         // Continuation lines line up under the item's text.
-        let body_indent = format!("{}{indent}", " ".repeat(8 + 2 + 6 + 2));
+        let body_indent = format!("{}{indent}", " ".repeat(8 + 2 + 6 + 2 + 2));
         let one = |t: &str| st.safe(t, Lines::One);
-        let label = |l: &str| format!("{l:<8}");
+        let label = |l: &str| format!("{l:<9}");
         match item {
             Item::SessionStart(s) => {
                 let mut text = format!(
@@ -373,17 +388,30 @@ impl<'a> Timeline<'a> {
                 }
                 out.push(format!("{lead}{text}"));
             }
-            Item::Prompt(p) => {
-                out.push(format!("{lead}{}", st.bold(&label("prompt"))));
-                self.block(&mut out, &body_indent, &p.text, |l| st.bold(l));
-            }
+            Item::Prompt(p) => match single_line(&p.text) {
+                Some(line) => out.push(format!(
+                    "{lead}{}{}",
+                    st.bold(&label("prompt")),
+                    st.bold(&one(line))
+                )),
+                None => {
+                    out.push(format!("{lead}{}", st.bold(&label("prompt"))));
+                    self.block(&mut out, &body_indent, &p.text, |l| st.bold(l));
+                }
+            },
             Item::Tool(t) => self.tool(&mut out, &lead, &body_indent, t),
-            Item::TurnEnd(t) => {
-                out.push(format!("{lead}{}", st.dim(&label("turn end"))));
-                if let Some(m) = &t.message {
+            Item::TurnEnd(t) => match t.message.as_deref().map(|m| (m, single_line(m))) {
+                Some((_, Some(line))) => out.push(format!(
+                    "{lead}{}{}",
+                    st.dim(&label("turn end")),
+                    one(line)
+                )),
+                Some((m, None)) => {
+                    out.push(format!("{lead}{}", st.dim(&label("turn end"))));
                     self.block(&mut out, &body_indent, m, |l| l.to_string());
                 }
-            }
+                None => out.push(format!("{lead}{}", st.dim(&label("turn end")))),
+            },
             Item::SessionEnd(e) => out.push(format!(
                 "{lead}{}session ended ({})",
                 st.bold(&label("end")),
@@ -452,11 +480,11 @@ impl<'a> Timeline<'a> {
         let st = self.style;
         let one = |s: &str| st.safe(s, Lines::One);
         let status = match t.status {
-            Status::Ok => st.green(&format!("{:<8}", "ok")),
-            Status::Failed => st.red(&format!("{:<8}", "FAILED")),
-            Status::Refused => st.yellow(&format!("{:<8}", "REFUSED")),
-            Status::Interrupted => st.yellow(&format!("{:<8}", "STOPPED")),
-            Status::NoResult => st.yellow(&format!("{:<8}", "NO END")),
+            Status::Ok => st.green(&format!("{:<9}", "ok")),
+            Status::Failed => st.red(&format!("{:<9}", "FAILED")),
+            Status::Refused => st.yellow(&format!("{:<9}", "REFUSED")),
+            Status::Interrupted => st.yellow(&format!("{:<9}", "STOPPED")),
+            Status::NoResult => st.yellow(&format!("{:<9}", "NO END")),
         };
         let what = match (&t.command, t.paths.is_empty(), &t.input) {
             (Some(c), _, _) => format!("$ {}", st.bold(&one(c))),

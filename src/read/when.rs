@@ -112,7 +112,8 @@ pub fn parse(text: &str, now: Timestamp, tz: &TimeZone) -> Result<u64, String> {
             }
         }
     };
-    u64::try_from(at.as_nanosecond()).map_err(|_| format!("{text:?} is before 1970"))
+    u64::try_from(at.as_nanosecond())
+        .map_err(|_| format!("{text:?} is outside 1970 to 2554, the times a log can hold"))
 }
 
 /// `30m`, `2h ago`, `3 days`: seconds.

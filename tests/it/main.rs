@@ -8,6 +8,8 @@ mod distribution;
 mod e2e;
 mod landlock;
 mod property;
+mod read;
+mod report_html;
 mod record;
 mod sandbox;
 mod setup;
