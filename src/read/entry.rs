@@ -187,7 +187,10 @@ pub fn scalars(value: &Value, limit: usize) -> String {
         return cut(&value.to_string(), limit).to_string();
     };
     let mut out = String::new();
-    for (name, v) in o.iter().filter(|(k, _)| !COMMON_MEMBERS.contains(&k.as_str())) {
+    for (name, v) in o
+        .iter()
+        .filter(|(k, _)| !COMMON_MEMBERS.contains(&k.as_str()))
+    {
         let text = match v {
             Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),

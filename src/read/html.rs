@@ -276,7 +276,10 @@ fn timeline_item(o: &mut String, item: &Item, tz: &TimeZone) {
         Item::Prompt(p) => (
             "prompt",
             "prompt".into(),
-            format!("<pre class=\"prompt\">{}</pre>", safe::html(&p.text, Lines::Keep)),
+            format!(
+                "<pre class=\"prompt\">{}</pre>",
+                safe::html(&p.text, Lines::Keep)
+            ),
         ),
         Item::Tool(t) => tool(t),
         Item::TurnEnd(t) => {

@@ -401,11 +401,9 @@ impl<'a> Timeline<'a> {
             },
             Item::Tool(t) => self.tool(&mut out, &lead, &body_indent, t),
             Item::TurnEnd(t) => match t.message.as_deref().map(|m| (m, single_line(m))) {
-                Some((_, Some(line))) => out.push(format!(
-                    "{lead}{}{}",
-                    st.dim(&label("turn end")),
-                    one(line)
-                )),
+                Some((_, Some(line))) => {
+                    out.push(format!("{lead}{}{}", st.dim(&label("turn end")), one(line)))
+                }
                 Some((m, None)) => {
                     out.push(format!("{lead}{}", st.dim(&label("turn end"))));
                     self.block(&mut out, &body_indent, m, |l| l.to_string());

@@ -48,10 +48,12 @@ fn session(id: &str, cwd: &str) -> Vec<Value> {
                     "tool_use_id": format!("toolu_{n}")}))
     };
     let ok = |n: u32, command: &str, stdout: &str| {
-        with(json!({"hook_event_name": "PostToolUse", "tool_name": "Bash",
+        with(
+            json!({"hook_event_name": "PostToolUse", "tool_name": "Bash",
                     "tool_input": {"command": command}, "tool_use_id": format!("toolu_{n}"),
                     "tool_response": {"stdout": stdout, "stderr": "", "interrupted": false},
-                    "duration_ms": 40 + n}))
+                    "duration_ms": 40 + n}),
+        )
     };
     vec![
         with(json!({"hook_event_name": "SessionStart", "source": "startup"})),
@@ -59,20 +61,26 @@ fn session(id: &str, cwd: &str) -> Vec<Value> {
         call(1, "cargo build --release"),
         ok(1, "cargo build --release", "Finished release"),
         call(2, "cargo test -- --exact broken"),
-        with(json!({"hook_event_name": "PostToolUseFailure", "tool_name": "Bash",
+        with(
+            json!({"hook_event_name": "PostToolUseFailure", "tool_name": "Bash",
                     "tool_input": {"command": "cargo test -- --exact broken"},
                     "tool_use_id": "toolu_2", "error": "Exit code 101\ntest broken ... FAILED",
-                    "duration_ms": 812})),
+                    "duration_ms": 812}),
+        ),
         call(3, "git status --short"),
         ok(3, "git status --short", " M src/lib.rs"),
-        with(json!({"hook_event_name": "PreToolUse", "tool_name": "Write",
+        with(
+            json!({"hook_event_name": "PreToolUse", "tool_name": "Write",
                     "tool_input": {"file_path": format!("{cwd}/NOTES.md"), "content": "notes\n"},
-                    "tool_use_id": "toolu_4"})),
-        with(json!({"hook_event_name": "PostToolUse", "tool_name": "Write",
+                    "tool_use_id": "toolu_4"}),
+        ),
+        with(
+            json!({"hook_event_name": "PostToolUse", "tool_name": "Write",
                     "tool_input": {"file_path": format!("{cwd}/NOTES.md"), "content": "notes\n"},
                     "tool_use_id": "toolu_4",
                     "tool_response": {"type": "create", "filePath": format!("{cwd}/NOTES.md"),
-                                      "content": "notes\n", "structuredPatch": []}})),
+                                      "content": "notes\n", "structuredPatch": []}}),
+        ),
         with(json!({"hook_event_name": "Stop", "stop_hook_active": false,
                     "last_assistant_message": "One test fails."})),
         with(json!({"hook_event_name": "SessionEnd", "reason": "prompt_input_exit"})),
@@ -102,12 +110,18 @@ fn the_fixture_session_reads_back_paired_listed_and_found() {
     assert_eq!(t.len(), 1, "{lines:#?}");
     assert_eq!(t[0]["command"], "echo hello-from-model");
     assert_eq!(t[0]["status"], "ok");
-    assert_eq!((t[0]["call_seq"].as_u64(), t[0]["result_seq"].as_u64()), (Some(2), Some(3)));
+    assert_eq!(
+        (t[0]["call_seq"].as_u64(), t[0]["result_seq"].as_u64()),
+        (Some(2), Some(3))
+    );
     // The fixture's PreToolUse rewrite shows as what ran.
     assert_eq!(t[0]["ran"], "echo REWRITTEN-BY-HOOK; echo hello-from-model");
     assert_eq!(t[0]["output"], "REWRITTEN-BY-HOOK\nhello-from-model");
     let last = lines.last().expect("a verdict");
-    assert_eq!((last["type"].as_str(), last["state"].as_str()), (Some("chain"), Some("clean")));
+    assert_eq!(
+        (last["type"].as_str(), last["state"].as_str()),
+        (Some("chain"), Some("clean"))
+    );
     // Every entry is in exactly one item: 8 entries, the call and result as one.
     let seqs: usize = lines
         .iter()
@@ -117,14 +131,21 @@ fn the_fixture_session_reads_back_paired_listed_and_found() {
     assert_eq!(seqs, 8);
 
     let text = stdout(&nd7(&state, &["show", id]));
-    assert!(text.contains("ok       Bash $ echo hello-from-model"), "{text}");
+    assert!(
+        text.contains("ok       Bash $ echo hello-from-model"),
+        "{text}"
+    );
     assert!(text.contains("clean: 8 entries"), "{text}");
     assert!(text.contains("not third-party evidence"), "{text}");
 
     let list = json_lines(&nd7(&state, &["sessions", "--json"]));
     assert_eq!(list.len(), 1);
     assert_eq!(
-        (list[0]["tool_calls"].as_u64(), list[0]["failures"].as_u64(), list[0]["entries"].as_u64()),
+        (
+            list[0]["tool_calls"].as_u64(),
+            list[0]["failures"].as_u64(),
+            list[0]["entries"].as_u64()
+        ),
         (Some(1), Some(0), Some(8))
     );
     assert_eq!(list[0]["chain"]["state"], "clean", "show's verdict is kept");
@@ -132,8 +153,16 @@ fn the_fixture_session_reads_back_paired_listed_and_found() {
     let found = nd7(&state, &["search", "hello-from"]);
     assert_eq!(found.status.code(), Some(0));
     let hits = stdout(&found);
-    assert!(hits.lines().next().is_some_and(|l| l.contains("4dc8a87d  #2  Bash command  echo hello-from-model")), "{hits}");
-    assert_eq!(nd7(&state, &["search", "nowhere-in-the-log"]).status.code(), Some(1));
+    assert!(
+        hits.lines()
+            .next()
+            .is_some_and(|l| l.contains("4dc8a87d  #2  Bash command  echo hello-from-model")),
+        "{hits}"
+    );
+    assert_eq!(
+        nd7(&state, &["search", "nowhere-in-the-log"]).status.code(),
+        Some(1)
+    );
 }
 
 #[test]
@@ -145,41 +174,81 @@ fn a_failing_call_is_marked_in_every_view() {
     let out = nd7(&state, &["show", "s-failing"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
-    let failed: Vec<&str> = text.lines().filter(|l| l.contains("FAILED   Bash")).collect();
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("FAILED   Bash"))
+        .collect();
     assert_eq!(failed.len(), 1, "{text}");
-    assert!(failed[0].contains("$ cargo test -- --exact broken") && failed[0].contains("exit 101"), "{text}");
-    assert!(text.contains("test broken ... FAILED"), "the failure's output: {text}");
+    assert!(
+        failed[0].contains("$ cargo test -- --exact broken") && failed[0].contains("exit 101"),
+        "{text}"
+    );
+    assert!(
+        text.contains("test broken ... FAILED"),
+        "the failure's output: {text}"
+    );
     assert!(text.contains("session ended (prompt_input_exit)"), "{text}");
     assert!(text.contains("Write /work/app/NOTES.md"), "{text}");
 
     let lines = json_lines(&nd7(&state, &["show", "--json", "s-failing"]));
     let t = tools(&lines);
     assert_eq!(t.len(), 4);
-    let statuses: Vec<&str> = t.iter().map(|t| t["status"].as_str().unwrap_or("")).collect();
+    let statuses: Vec<&str> = t
+        .iter()
+        .map(|t| t["status"].as_str().unwrap_or(""))
+        .collect();
     assert_eq!(statuses, ["ok", "failed", "ok", "ok"]);
     assert_eq!(t[1]["exit_code"], 101);
     assert_eq!(t[1]["duration_ms"], 812.0);
-    assert!(t.iter().all(|t| t["result_seq"].is_u64()), "every call paired");
+    assert!(
+        t.iter().all(|t| t["result_seq"].is_u64()),
+        "every call paired"
+    );
 
     let list = json_lines(&nd7(&state, &["sessions", "--json", "--failed"]));
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["id"], "s-failing");
-    assert_eq!((list[0]["tool_calls"].as_u64(), list[0]["failures"].as_u64()), (Some(4), Some(1)));
+    assert_eq!(
+        (list[0]["tool_calls"].as_u64(), list[0]["failures"].as_u64()),
+        (Some(4), Some(1))
+    );
     assert_eq!(list[0]["ended"]["reason"], "prompt_input_exit");
-    let list = json_lines(&nd7(&state, &["sessions", "--json", "--project", "/work/lib"]));
+    let list = json_lines(&nd7(
+        &state,
+        &["sessions", "--json", "--project", "/work/lib"],
+    ));
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["id"], "s-other");
     let all = stdout(&nd7(&state, &["sessions"]));
     assert_eq!(all.lines().count(), 3, "a header and two sessions: {all}");
 
-    let hits = json_lines(&nd7(&state, &["search", "--json", "--tool", "bash", "cargo"]));
+    let hits = json_lines(&nd7(
+        &state,
+        &["search", "--json", "--tool", "bash", "cargo"],
+    ));
     assert_eq!(hits.len(), 3, "three commands name cargo: {hits:#?}");
     assert!(hits.iter().all(|h| h["field"] == "command"));
-    let hits = json_lines(&nd7(&state, &["search", "--json", "--project", "/work/app", "FAILED"]));
+    let hits = json_lines(&nd7(
+        &state,
+        &["search", "--json", "--project", "/work/app", "FAILED"],
+    ));
     assert_eq!(hits.len(), 1);
-    assert_eq!((hits[0]["field"].as_str(), hits[0]["line"].as_u64()), (Some("output"), Some(2)));
-    assert_eq!(nd7(&state, &["search", "cargo", "--since", "2100-01-01"]).status.code(), Some(1));
-    assert_eq!(nd7(&state, &["search", "cargo", "--since", "soonish"]).status.code(), Some(2));
+    assert_eq!(
+        (hits[0]["field"].as_str(), hits[0]["line"].as_u64()),
+        (Some("output"), Some(2))
+    );
+    assert_eq!(
+        nd7(&state, &["search", "cargo", "--since", "2100-01-01"])
+            .status
+            .code(),
+        Some(1)
+    );
+    assert_eq!(
+        nd7(&state, &["search", "cargo", "--since", "soonish"])
+            .status
+            .code(),
+        Some(2)
+    );
     assert_eq!(nd7(&state, &["search", "("]).status.code(), Some(2));
 }
 
@@ -193,10 +262,19 @@ fn hostile_session(state: &State) {
     let mut payloads = Vec::new();
     for (event, extra) in [
         ("UserPromptSubmit", json!({"prompt": HOSTILE})),
-        ("PreToolUse", json!({"tool_name": "Bash", "tool_input": {"command": HOSTILE, "description": HOSTILE}, "tool_use_id": "t1"})),
-        ("PostToolUse", json!({"tool_name": "Bash", "tool_input": {"command": HOSTILE}, "tool_use_id": "t1",
-                               "tool_response": {"stdout": format!("{HOSTILE}\n{HOSTILE}"), "stderr": HOSTILE}})),
-        ("Notification", json!({"message": HOSTILE, "title": HOSTILE})),
+        (
+            "PreToolUse",
+            json!({"tool_name": "Bash", "tool_input": {"command": HOSTILE, "description": HOSTILE}, "tool_use_id": "t1"}),
+        ),
+        (
+            "PostToolUse",
+            json!({"tool_name": "Bash", "tool_input": {"command": HOSTILE}, "tool_use_id": "t1",
+                               "tool_response": {"stdout": format!("{HOSTILE}\n{HOSTILE}"), "stderr": HOSTILE}}),
+        ),
+        (
+            "Notification",
+            json!({"message": HOSTILE, "title": HOSTILE}),
+        ),
     ] {
         let mut p = base.clone();
         p["hook_event_name"] = event.into();
@@ -224,7 +302,11 @@ fn assert_inert(text: &[u8], what: &str) {
             let end = r.find(|c: char| !(c.is_ascii_digit() || c == ';'))?;
             (r[end..].starts_with('m')).then_some(())
         });
-        assert!(sgr.is_some(), "{what}: a foreign escape {:?}", &rest[..rest.len().min(12)]);
+        assert!(
+            sgr.is_some(),
+            "{what}: a foreign escape {:?}",
+            &rest[..rest.len().min(12)]
+        );
     }
 }
 
@@ -246,14 +328,27 @@ fn hostile_escape_sequences_and_markup_come_out_inert() {
         assert_inert(&out.stderr, &format!("{args:?} (stderr)"));
     }
     let text = stdout(&nd7(&state, &["show", "s-hostile", "--full"]));
-    assert!(text.contains("safe\\x1b]0;owned\\x07\\x1b[2J"), "shown, escaped: {text}");
-    assert!(text.contains("\\rrm -rf ~\\x9b31m\\u{202e}gnp.exe"), "{text}");
+    assert!(
+        text.contains("safe\\x1b]0;owned\\x07\\x1b[2J"),
+        "shown, escaped: {text}"
+    );
+    assert!(
+        text.contains("\\rrm -rf ~\\x9b31m\\u{202e}gnp.exe"),
+        "{text}"
+    );
 
     let html = stdout(&nd7(&state, &["show", "s-hostile", "--html"]));
     let lower = html.to_lowercase();
-    assert!(!lower.contains("<script") && !lower.contains("<img"), "{html}");
+    assert!(
+        !lower.contains("<script") && !lower.contains("<img"),
+        "{html}"
+    );
     assert!(html.contains("&lt;script&gt;document.title=&#39;PWNED&#39;&lt;/script&gt;"));
-    assert!(!html.chars().any(|c| c != '\n' && (c.is_control() || nd7_core::read::safe::is_hazard(c))));
+    assert!(
+        !html
+            .chars()
+            .any(|c| c != '\n' && (c.is_control() || nd7_core::read::safe::is_hazard(c)))
+    );
 }
 
 #[test]
@@ -262,13 +357,22 @@ fn a_broken_chain_is_shown_with_the_break_named_and_exits_1() {
     record_all(&state, &session("s-broken", "/p"));
     let log = state.log("s-broken");
     let text = std::fs::read_to_string(log.events_path()).expect("log");
-    std::fs::write(log.events_path(), text.replacen("git status --short", "git status --SHORT", 1))
-        .expect("tamper");
+    std::fs::write(
+        log.events_path(),
+        text.replacen("git status --short", "git status --SHORT", 1),
+    )
+    .expect("tamper");
     let out = nd7(&state, &["show", "s-broken"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("BROKEN") && text.contains("entry 6 (line 7): hash does not match"), "{text}");
-    assert!(text.contains("$ git status --SHORT"), "the timeline is still shown: {text}");
+    assert!(
+        text.contains("BROKEN") && text.contains("entry 6 (line 7): hash does not match"),
+        "{text}"
+    );
+    assert!(
+        text.contains("$ git status --SHORT"),
+        "the timeline is still shown: {text}"
+    );
     let list = json_lines(&nd7(&state, &["sessions", "--json"]));
     assert_eq!(list[0]["chain"]["state"], "broken");
     let html = nd7(&state, &["show", "--html", "s-broken"]);
@@ -283,35 +387,64 @@ fn sessions_are_named_by_id_prefix_last_or_path_and_mistakes_exit_2() {
     record_all(&state, &session("aaa-second", "/p")[..2]);
     let out = nd7(&state, &["show", "aaa"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("\"aaa\" names 2 sessions: aaa-first, aaa-second"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("\"aaa\" names 2 sessions: aaa-first, aaa-second"),
+        "{}",
+        stderr(&out)
+    );
     let out = nd7(&state, &["show", "--json", "aaa-f"]);
     assert_eq!(json_lines(&out)[0]["id"], "aaa-first");
     let out = nd7(&state, &["show", "--json", "last"]);
     assert_eq!(json_lines(&out)[0]["id"], "aaa-second");
     let out = nd7(&state, &["show", "zzz"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("no session \"zzz\""), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no session \"zzz\""),
+        "{}",
+        stderr(&out)
+    );
     let not_a_session = tempfile::tempdir().expect("tempdir");
-    let out = nd7(&state, &["show", &not_a_session.path().display().to_string()]);
+    let out = nd7(
+        &state,
+        &["show", &not_a_session.path().display().to_string()],
+    );
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("not a session log"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not a session log"),
+        "{}",
+        stderr(&out)
+    );
 
     // A copy elsewhere, as `nd7 admin pull --out` writes one: the log alone.
     let copy = tempfile::tempdir().expect("tempdir");
     let dir = copy.path().join("aaa-first");
     std::fs::create_dir(&dir).expect("mkdir");
-    std::fs::copy(state.log("aaa-first").events_path(), dir.join("events.ndjson")).expect("copy");
+    std::fs::copy(
+        state.log("aaa-first").events_path(),
+        dir.join("events.ndjson"),
+    )
+    .expect("copy");
     let out = nd7(&state, &["show", &dir.display().to_string()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("a copy outside this machine's state directory"), "{text}");
-    assert!(text.contains("clean: 2 entries") && text.contains("no head file"), "{text}");
+    assert!(
+        text.contains("a copy outside this machine's state directory"),
+        "{text}"
+    );
+    assert!(
+        text.contains("clean: 2 entries") && text.contains("no head file"),
+        "{text}"
+    );
     let empty = State::new();
     let out = nd7(&empty, &["show", "last"]);
     assert_eq!(out.status.code(), Some(2));
     let out = nd7(&empty, &["sessions"]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(stdout(&out).starts_with("no sessions under"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).starts_with("no sessions under"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
@@ -319,7 +452,9 @@ fn a_verdict_is_shown_only_while_the_log_is_as_it_was_verified() {
     let state = State::new();
     let payloads = session("s-v", "/p");
     record_all(&state, &payloads[..6]);
-    let chain = |state: &State| json_lines(&nd7(state, &["sessions", "--json"]))[0]["chain"]["state"].clone();
+    let chain = |state: &State| {
+        json_lines(&nd7(state, &["sessions", "--json"]))[0]["chain"]["state"].clone()
+    };
     assert_eq!(chain(&state), "not_checked");
     assert!(nd7(&state, &["verify", "s-v"]).status.success());
     assert_eq!(chain(&state), "clean");
@@ -357,14 +492,28 @@ fn a_terminal_gets_colour_and_the_pager_and_no_color_turns_colour_off() {
     let paged = dir.path().join("paged");
     let pager = format!("cat > '{}'", paged.display());
 
-    let out = on_terminal(&state, "show s-tty", &[("ND7_PAGER", &pager), ("PAGER", "false")]);
+    let out = on_terminal(
+        &state,
+        "show s-tty",
+        &[("ND7_PAGER", &pager), ("PAGER", "false")],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let got = std::fs::read_to_string(&paged).expect("the pager was given the output");
-    assert!(got.contains("cargo build --release") && got.contains("\x1b[1;31mFAILED"), "{got:?}");
-    assert!(!stdout(&out).contains("cargo build"), "nothing bypassed the pager");
+    assert!(
+        got.contains("cargo build --release") && got.contains("\x1b[1;31mFAILED"),
+        "{got:?}"
+    );
+    assert!(
+        !stdout(&out).contains("cargo build"),
+        "nothing bypassed the pager"
+    );
 
     std::fs::remove_file(&paged).expect("rm");
-    let out = on_terminal(&state, "show s-tty", &[("PAGER", &pager), ("NO_COLOR", "1")]);
+    let out = on_terminal(
+        &state,
+        "show s-tty",
+        &[("PAGER", &pager), ("NO_COLOR", "1")],
+    );
     assert!(out.status.success());
     let got = std::fs::read_to_string(&paged).expect("PAGER is used without ND7_PAGER");
     assert!(got.contains("FAILED") && !got.contains('\x1b'), "{got:?}");
@@ -406,7 +555,12 @@ fn a_reader_that_goes_away_ends_the_output_quietly() {
             .expect("spawn");
         let mut first = [0u8; 64];
         use std::io::Read;
-        child.stdout.as_mut().expect("stdout").read_exact(&mut first).expect("some output");
+        child
+            .stdout
+            .as_mut()
+            .expect("stdout")
+            .read_exact(&mut first)
+            .expect("some output");
         drop(child.stdout.take());
         let out = child.wait_with_output().expect("wait");
         assert!(out.stderr.is_empty(), "{args:?}: {}", stderr(&out));

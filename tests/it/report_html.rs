@@ -110,14 +110,20 @@ fn the_report_renders_in_headless_chromium_with_the_log_inert() {
         "Compiling crate-40",
         "session ended (prompt_input_exit)",
     ] {
-        assert!(dom.contains(text), "{text:?} is not in the rendered page:\n{dom}");
+        assert!(
+            dom.contains(text),
+            "{text:?} is not in the rendered page:\n{dom}"
+        );
     }
     // The payloads are text in the page, never elements: no script ran and
     // none is there to run.
     assert!(!dom.contains("<script"), "{dom}");
     assert!(!dom.contains("<img"), "{dom}");
     assert!(!dom.contains("<title>PWNED"), "{dom}");
-    assert!(dom.contains("&lt;script&gt;document.title='PWNED'"), "{dom}");
+    assert!(
+        dom.contains("&lt;script&gt;document.title='PWNED'"),
+        "{dom}"
+    );
     assert!(dom.contains("\\x1b]0;owned\\x07"), "{dom}");
 
     let artefacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("artefacts");
@@ -126,10 +132,17 @@ fn the_report_renders_in_headless_chromium_with_the_log_inert() {
     let _ = std::fs::remove_file(&shot);
     let out = chromium(
         &page,
-        &[&format!("--screenshot={}", shot.display()), "--window-size=1280,1600"],
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1280,1600",
+        ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let png = std::fs::read(&shot).expect("the screenshot was written");
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000, "{} bytes", png.len());
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000,
+        "{} bytes",
+        png.len()
+    );
     eprintln!("screenshot kept at {}", shot.display());
 }
