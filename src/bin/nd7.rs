@@ -31,6 +31,13 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("self-update")) {
         return run_self_update(std::env::args().skip(2).collect());
     }
+    // `nd7 record` runs on every hook: it skips building the whole command
+    // line (clap), which grows with every command nd7 has. `nd7 record` takes
+    // no arguments; anything after it goes to clap, which refuses it.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(std::ffi::OsStr::new("record")) && args.next().is_none() {
+        return run_record(early);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Record => run_record(early),
