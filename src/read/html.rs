@@ -63,9 +63,9 @@ pub fn report(
          <title>nd7 session {}</title><style>{STYLE}</style></head>\n<body>\n",
         h(&info.id)
     );
-    let _ = write!(
+    let _ = writeln!(
         o,
-        "<header><h1>nd7 session report</h1><p class=\"mono\" id=\"session-id\">{}</p></header>\n",
+        "<header><h1>nd7 session report</h1><p class=\"mono\" id=\"session-id\">{}</p></header>",
         h(&info.id)
     );
     facts(&mut o, info, tz);
@@ -230,9 +230,9 @@ fn sandbox(o: &mut String, info: &SessionInfo, items: &[Item]) {
     }
     for ob in observed {
         let body = serde_json::to_string_pretty(&ob.body).unwrap_or_default();
-        let _ = write!(
+        let _ = writeln!(
             o,
-            "<h3 class=\"mono\">#{} {} ({})</h3><pre>{}</pre>\n",
+            "<h3 class=\"mono\">#{} {} ({})</h3><pre>{}</pre>",
             ob.at.seq,
             h(&ob.kind),
             h(&ob.source),

@@ -136,7 +136,8 @@ pub fn sessions_table(
                 r.chain.word().into(),
                 r.shipped.words(s.entries),
                 safe::term(&r.agent(), Lines::One),
-                id.clone(),
+                // Ids come from payloads, and a forged payload can hold anything.
+                safe::term(id, Lines::One),
             ]
         })
         .collect();

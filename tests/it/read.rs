@@ -284,6 +284,10 @@ fn hostile_session(state: &State) {
         payloads.push(p);
     }
     record_all(state, &payloads);
+    // A forged payload can name any session id; the id is a directory name.
+    let mut forged = payloads[0].clone();
+    forged["session_id"] = "s-\u{1b}]0;id-owned\u{7}\r".into();
+    record_all(state, &[forged]);
 }
 
 /// Fails unless every ESC in `text` starts one of nd7's own SGR sequences,
@@ -310,6 +314,9 @@ fn assert_inert(text: &[u8], what: &str) {
     }
 }
 
+/// Guards `read::safe::term_marked` (the `escape` decision) and the HTML
+/// escaping in `read::safe::html`: with either made a pass-through, this test
+/// fails (seen: BEL reaches the terminal; `<script` is in the report).
 #[test]
 fn hostile_escape_sequences_and_markup_come_out_inert() {
     let state = State::new();
@@ -321,9 +328,15 @@ fn hostile_escape_sequences_and_markup_come_out_inert() {
         vec!["sessions"],
         vec!["search", "owned", "--color=always"],
         vec!["search", "onerror"],
+        vec!["show", "s-"],
     ] {
         let out = nd7(&state, &args);
-        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let ambiguous = args == ["show", "s-"];
+        assert!(
+            out.status.success() != ambiguous,
+            "{args:?}: {}",
+            stderr(&out)
+        );
         assert_inert(&out.stdout, &format!("{args:?}"));
         assert_inert(&out.stderr, &format!("{args:?} (stderr)"));
     }

@@ -35,8 +35,17 @@ fn choice(view: &View) -> ColourChoice {
     }
 }
 
+/// Prints a problem on stderr. Messages can quote session ids and paths,
+/// which come from payloads, so they are made inert like everything else.
+fn warn(cmd: &str, e: impl std::fmt::Display) {
+    eprintln!(
+        "nd7 {cmd}: {}",
+        nd7_core::read::safe::term(&e.to_string(), Lines::One)
+    );
+}
+
 fn fail(cmd: &str, e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("nd7 {cmd}: {e}");
+    warn(cmd, e);
     ExitCode::from(USAGE_ERROR)
 }
 
@@ -112,7 +121,7 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
         Err(e) => return fail(cmd, e),
     };
     for p in &problems {
-        eprintln!("nd7 {cmd}: {p}");
+        warn(cmd, p);
     }
     let dirs = a.project.as_deref().map(project_arg);
     rows.retain(|r| {
@@ -132,7 +141,7 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
         }
     }
     if let Err(e) = index.save() {
-        eprintln!("nd7 {cmd}: warning: cannot keep the session index: {e}");
+        warn(cmd, format!("warning: cannot keep the session index: {e}"));
     }
     let mut out = Output::open(!a.json && !a.view.no_pager, choice(&a.view));
     let style = Style {
@@ -279,7 +288,7 @@ pub fn show(a: ShowArgs) -> ExitCode {
         Chain::Clean { .. } | Chain::NotChecked => ExitCode::SUCCESS,
         Chain::Broken { .. } => ExitCode::from(1),
         Chain::Unreadable { detail } => {
-            eprintln!("nd7 {cmd}: the chain could not be checked: {detail}");
+            warn(cmd, format!("the chain could not be checked: {detail}"));
             ExitCode::from(USAGE_ERROR)
         }
     };
@@ -354,7 +363,7 @@ pub fn search(a: SearchArgs) -> ExitCode {
                 Ok((summary, _)) if in_project(summary.project.as_deref(), &dirs) => kept.push(log),
                 Ok(_) => {}
                 Err(e) => {
-                    eprintln!("nd7 {cmd}: {e}");
+                    warn(cmd, e);
                     errors += 1;
                 }
             }
@@ -372,7 +381,7 @@ pub fn search(a: SearchArgs) -> ExitCode {
         match result {
             Ok(found) => hits.extend(found.into_iter().map(|h| (log.session_id().to_string(), h))),
             Err(e) => {
-                eprintln!("nd7 {cmd}: {e}");
+                warn(cmd, e);
                 errors += 1;
             }
         }
@@ -416,9 +425,12 @@ pub fn search(a: SearchArgs) -> ExitCode {
             "{}  {}  {}  {}  {text}",
             style.dim(&when::date_time(hit.ts, &tz)),
             style.cyan(
-                short
-                    .get(session.as_str())
-                    .map_or(session.as_str(), String::as_str)
+                &style.safe(
+                    short
+                        .get(session.as_str())
+                        .map_or(session.as_str(), String::as_str),
+                    Lines::One
+                )
             ),
             style.dim(&format!("#{}", hit.seq)),
             style.dim(&format!("{}{line_no}", style.safe(&what, Lines::One))),
