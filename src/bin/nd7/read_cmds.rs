@@ -238,15 +238,17 @@ pub fn show(a: ShowArgs) -> ExitCode {
                 });
             written.is_ok()
         });
-        read.map(|done| {
-            done.map(|(chain, keys)| {
+        read.map(|done| match done {
+            Some((chain, keys)) => {
                 let mut verdict = chain.json();
                 if let Some(o) = verdict.as_object_mut() {
                     o.insert("type".into(), "chain".into());
                 }
                 let written = written.and_then(|()| out.line(&verdict.to_string()));
-                (chain, keys, written)
-            })
+                Some((chain, keys, written))
+            }
+            // Writing stopped: `written` says why.
+            None => Some((Chain::NotChecked, None, written)),
         })
     } else {
         let mut written = text::header(&info, &tz, home.as_deref(), style)
@@ -260,21 +262,21 @@ pub fn show(a: ShowArgs) -> ExitCode {
                 .and_then(|()| view.item(&item).iter().try_for_each(|l| out.line(l)));
             written.is_ok()
         });
-        read.map(|done| {
-            done.map(|(chain, keys)| {
+        read.map(|done| match done {
+            Some((chain, keys)) => {
                 let written = written.and_then(|()| {
                     out.line("")?;
                     text::verdict(&chain, style)
                         .iter()
                         .try_for_each(|l| out.line(l))
                 });
-                (chain, keys, written)
-            })
+                Some((chain, keys, written))
+            }
+            None => Some((Chain::NotChecked, None, written)),
         })
     };
     let (chain, keys, written) = match result {
         Err(e) => return fail(cmd, e),
-        // The reader went away mid-timeline.
         Ok(None) => return ExitCode::SUCCESS,
         Ok(Some(done)) => done,
     };
