@@ -46,11 +46,20 @@ _nd7() {
             nd7,run)
                 cmd="nd7__subcmd__run"
                 ;;
+            nd7,search)
+                cmd="nd7__subcmd__search"
+                ;;
+            nd7,sessions)
+                cmd="nd7__subcmd__sessions"
+                ;;
             nd7,setup)
                 cmd="nd7__subcmd__setup"
                 ;;
             nd7,ship)
                 cmd="nd7__subcmd__ship"
+                ;;
+            nd7,show)
+                cmd="nd7__subcmd__show"
                 ;;
             nd7,verify)
                 cmd="nd7__subcmd__verify"
@@ -121,11 +130,20 @@ _nd7() {
             nd7__subcmd__help,run)
                 cmd="nd7__subcmd__help__subcmd__run"
                 ;;
+            nd7__subcmd__help,search)
+                cmd="nd7__subcmd__help__subcmd__search"
+                ;;
+            nd7__subcmd__help,sessions)
+                cmd="nd7__subcmd__help__subcmd__sessions"
+                ;;
             nd7__subcmd__help,setup)
                 cmd="nd7__subcmd__help__subcmd__setup"
                 ;;
             nd7__subcmd__help,ship)
                 cmd="nd7__subcmd__help__subcmd__ship"
+                ;;
+            nd7__subcmd__help,show)
+                cmd="nd7__subcmd__help__subcmd__show"
                 ;;
             nd7__subcmd__help,verify)
                 cmd="nd7__subcmd__help__subcmd__verify"
@@ -152,7 +170,7 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify setup run allow deny hook-prefix doctor enroll ship admin completions help"
+            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -470,7 +488,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help)
-            opts="record verify setup run allow deny hook-prefix doctor enroll ship admin completions help"
+            opts="record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -693,6 +711,34 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__search)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__sessions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__setup)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -708,6 +754,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help__subcmd__ship)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__show)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -777,6 +837,70 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__search)
+            opts="-i -F -h --tool --project --since --until --ignore-case --fixed-strings --json --color --no-pager --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --tool)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --project)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__sessions)
+            opts="-h --project --since --until --failed --verify --json --color --no-pager --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --project)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__setup)
             opts="-h --settings --dry-run --uninstall --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -804,6 +928,24 @@ _nd7() {
             case "${prev}" in
                 --every)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__show)
+            opts="-h --full --json --html --color --no-pager --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)

@@ -12,6 +12,7 @@
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
 //! - [`ship`]: `nd7 enroll`, `nd7 ship` and the admin read-back: files and network.
 //! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
+//! - [`read`]: `nd7 sessions`, `nd7 show` and `nd7 search`: the record read back.
 //! - [`cli`], [`setup`]: the command line's definition; `nd7 setup` and `nd7 doctor`.
 //!
 //! What a clean chain proves is limited, and nd7 says so wherever it reports
@@ -24,6 +25,7 @@ pub mod cli;
 pub mod hook;
 pub mod hook_prefix;
 pub mod policy;
+pub mod read;
 pub mod record;
 pub mod run;
 pub mod sandbox;

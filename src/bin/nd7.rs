@@ -23,6 +23,8 @@ use nd7_core::{run, setup};
 mod out;
 #[path = "nd7/hooks.rs"]
 mod hooks;
+#[path = "nd7/read_cmds.rs"]
+mod read_cmds;
 #[path = "nd7/vault_cmds.rs"]
 mod vault_cmds;
 
@@ -77,6 +79,57 @@ fn main() -> ExitCode {
         } => vault_cmds::enroll(&url, &token, &fingerprint),
         Command::Ship { every } => vault_cmds::ship(every.as_deref()),
         Command::Admin(admin) => vault_cmds::admin(admin),
+        Command::Sessions {
+            project,
+            since,
+            until,
+            failed,
+            verify,
+            json,
+            view,
+        } => read_cmds::sessions(read_cmds::SessionsArgs {
+            project,
+            since,
+            until,
+            failed,
+            verify,
+            json,
+            view,
+        }),
+        Command::Show {
+            session,
+            full,
+            json,
+            html,
+            view,
+        } => read_cmds::show(read_cmds::ShowArgs {
+            session,
+            full,
+            json,
+            html,
+            view,
+        }),
+        Command::Search {
+            pattern,
+            tool,
+            project,
+            since,
+            until,
+            ignore_case,
+            fixed_strings,
+            json,
+            view,
+        } => read_cmds::search(read_cmds::SearchArgs {
+            pattern,
+            tool,
+            project,
+            since,
+            until,
+            ignore_case,
+            fixed_strings,
+            json,
+            view,
+        }),
         Command::Completions { shell } => {
             out::stdout_bytes(&shell.completions());
             ExitCode::SUCCESS
@@ -310,7 +363,12 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let code = report(log.verify(threads), None);
+    let mut verdicts = read_cmds::Verdicts::new();
+    let keys = read_cmds::Verdicts::before(&log);
+    let result = log.verify(threads);
+    verdicts.note(&log, keys, &result);
+    verdicts.save();
+    let code = report(result, None);
     if code == ExitCode::SUCCESS {
         println!("{CAVEAT}");
     }
@@ -416,9 +474,15 @@ fn verify_all(threads: usize) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     unreadable += foreign;
+    let mut verdicts = read_cmds::Verdicts::new();
     for id in &ids {
         let code = match SessionLog::new(&sessions, id) {
-            Ok(log) => report(log.verify(threads), Some(id)),
+            Ok(log) => {
+                let keys = read_cmds::Verdicts::before(&log);
+                let result = log.verify(threads);
+                verdicts.note(&log, keys, &result);
+                report(result, Some(id))
+            }
             Err(e) => {
                 eprintln!("nd7 verify: {e}");
                 ExitCode::from(2)
@@ -430,6 +494,7 @@ fn verify_all(threads: usize) -> ExitCode {
             unreadable += 1;
         }
     }
+    verdicts.save();
     // Every directory counted once: the UTF-8 ones checked, the others unreadable.
     let total = ids.len() + foreign;
     println!(

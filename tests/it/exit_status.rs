@@ -233,6 +233,11 @@ fn printing_commands(state: &State) -> Vec<(Vec<String>, Option<String>)> {
     vec![
         (args(&["verify", "--all"]), None),
         (args(&["verify", "a"]), None),
+        (args(&["sessions"]), None),
+        (args(&["show", "a"]), None),
+        (args(&["show", "--json", "a"]), None),
+        (args(&["show", "--html", "a"]), None),
+        (args(&["search", "echo"]), None),
         (args(&["doctor", "--settings", &settings]), None),
         (args(&["setup", "--dry-run", "--settings", &settings]), None),
         (args(&["completions", "bash"]), None),

@@ -343,6 +343,43 @@ fn enrol_record_ship_pull_decrypt_verify_byte_for_byte() {
         text.contains("local copy matches the vault's 22 entries"),
         "{text}"
     );
+    // `nd7 show` reads the pulled copy as it reads the local log, and the
+    // local list says every entry is shipped.
+    let show = state
+        .nd7()
+        .args(["show", "--json"])
+        .arg(pulled.parent().expect("the session directory"))
+        .output()
+        .expect("nd7 show");
+    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+    let text = String::from_utf8_lossy(&show.stdout);
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().next().unwrap_or("")).expect("json");
+    assert_eq!(
+        (
+            first["entries"].as_u64(),
+            first["shipped"]["state"].as_str()
+        ),
+        (Some(22), Some("not_here"))
+    );
+    assert!(
+        text.lines()
+            .last()
+            .is_some_and(|l| l.contains(r#""state":"clean""#)),
+        "{text}"
+    );
+    let list = state
+        .nd7()
+        .args(["sessions", "--json"])
+        .output()
+        .expect("nd7 sessions");
+    let row: serde_json::Value =
+        serde_json::from_slice(list.stdout.split(|&b| b == b'\n').next().unwrap_or(b""))
+            .expect("json");
+    assert_eq!(
+        row["shipped"],
+        serde_json::json!({"state": "enrolled", "entries": 22})
+    );
     assert_eq!(
         std::fs::read(pulled).expect("pulled log"),
         std::fs::read(state.log(s).events_path()).expect("local log")

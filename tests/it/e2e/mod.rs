@@ -399,6 +399,30 @@ fn under_nd7_run_bash_goes_through_nd7_exec_and_stays_inside_the_floor() {
     }
     assert_calls_paired(&s);
     assert_clean(&s);
+    // Read back, the session says it ran under nd7 run, and each Bash call
+    // shows the command the model gave, marked as routed.
+    let lines = ndjson(&read_back(&s, &["show", "--json", s.log.session_id()]));
+    assert_eq!(lines[0]["under_nd7_run"], true, "{}", lines[0]);
+    let bash_calls: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "tool" && l["tool"] == "Bash")
+        .collect();
+    assert_eq!(bash_calls.len(), 3);
+    assert!(
+        bash_calls.iter().all(|t| t["routed"] == true),
+        "{bash_calls:#?}"
+    );
+    assert_eq!(
+        bash_calls[0]["command"],
+        "echo inside > inside.txt && cat inside.txt"
+    );
+    assert_eq!(
+        bash_calls
+            .iter()
+            .map(|t| t["status"].clone())
+            .collect::<Vec<_>>(),
+        [json!("ok"), json!("failed"), json!("failed")]
+    );
     assert_eq!(
         std::fs::read_dir(world.sessions())
             .expect("sessions")
@@ -449,4 +473,116 @@ fn under_nd7_run_allow_reaches_the_next_command() {
     assert!(!outside.join("before").exists());
     assert!(outside.join("after").exists());
     assert_clean(&s);
+}
+
+/// `nd7 ARGS` reading the session's state directory.
+fn read_back(s: &Session, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_nd7"))
+        .args(args)
+        .env("XDG_STATE_HOME", &s.run.state)
+        .env("HOME", &s.run.home_path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run nd7")
+}
+
+fn ndjson(out: &std::process::Output) -> Vec<Value> {
+    stdout(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+#[test]
+fn nd7_show_sessions_and_search_read_a_real_session_back() {
+    let s = session(|project| {
+        vec![
+            vec![bash("echo first-step-e2e")],
+            vec![bash("echo about-to-fail-e2e; exit 3")],
+            vec![bash("echo third-e2e > third.txt && cat third.txt")],
+            vec![Block::Tool(
+                "Write",
+                json!({"file_path": project.join("notes-e2e.md"), "content": "notes\n"}),
+            )],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    assert_calls_paired(&s);
+    let id = s.log.session_id().to_string();
+
+    let out = read_back(&s, &["show", "--json", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = ndjson(&out);
+    let tools: Vec<&Value> = lines.iter().filter(|l| l["type"] == "tool").collect();
+    let summary: Vec<(String, String)> = tools
+        .iter()
+        .map(|t| {
+            (
+                t["tool"].as_str().unwrap_or("?").to_string(),
+                t["status"].as_str().unwrap_or("?").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("Bash", "ok"),
+            ("Bash", "failed"),
+            ("Bash", "ok"),
+            ("Write", "ok")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string())),
+        "{lines:#?}"
+    );
+    for (t, call) in tools.iter().zip(s.of_kind("tool_call")) {
+        assert_eq!(t["tool_use_id"], call["tool_use_id"], "in call order");
+        assert!(t["result_seq"].is_u64(), "paired: {t}");
+    }
+    assert_eq!(tools[1]["exit_code"], 3);
+    assert!(
+        tools[1]["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("about-to-fail-e2e")),
+        "{}",
+        tools[1]
+    );
+    assert_eq!(tools[2]["output"], "third-e2e");
+    assert_eq!(
+        lines.last().map(|l| l["state"].clone()),
+        Some(json!("clean"))
+    );
+
+    let text = stdout(&read_back(&s, &["show", &id]));
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("FAILED   Bash"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{text}");
+    assert!(failed[0].contains("echo about-to-fail-e2e; exit 3") && failed[0].contains("exit 3"));
+
+    let list = ndjson(&read_back(&s, &["sessions", "--json"]));
+    assert_eq!(list.len(), 1);
+    let row = &list[0];
+    assert_eq!(row["id"], id.as_str());
+    assert_eq!(
+        (row["tool_calls"].as_u64(), row["failures"].as_u64()),
+        (Some(4), Some(1))
+    );
+    assert_eq!(row["agent"], "claude-code");
+    // The version is Claude Code's own, read from its transcript.
+    assert_eq!(row["version"], claude::version().as_str(), "{row}");
+    assert_eq!(row["project"], s.run.project.display().to_string().as_str());
+    assert_eq!(row["chain"]["state"], "clean", "show's verdict is kept");
+    assert_eq!(row["under_nd7_run"], false);
+
+    let found = read_back(&s, &["search", "--json", "third-e2e"]);
+    assert_eq!(found.status.code(), Some(0));
+    let hits = ndjson(&found);
+    assert!(
+        hits.iter().any(|h| h["field"] == "command"
+            && h["session"] == id.as_str()
+            && h["text"] == "echo third-e2e > third.txt && cat third.txt"),
+        "{hits:#?}"
+    );
+    assert!(hits.iter().any(|h| h["field"] == "output"), "{hits:#?}");
 }
