@@ -1,8 +1,9 @@
 //! The `nd7` command line. Parses arguments, calls the library, and decides
 //! the exit status, in this file and nowhere else.
 //!
-//! Exit status: 0 success; 1 a log failed verification; 2 bad usage or a log
-//! that could not be read. `nd7 record` always exits 0.
+//! Exit status: 0 success; 1 a log failed verification (or a run's chain did
+//! not reconcile); 2 bad usage or a log that could not be read. `nd7 record`
+//! always exits 0.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -31,7 +32,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Record => run_record(early),
+        Command::Record { run_hook } => run_record(early, run_hook),
         Command::Verify {
             target,
             all,
@@ -109,18 +110,31 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
         Err(e) => return fail(&e),
     };
     let pid = session.pid;
+    let logged = |path: &std::path::Path| {
+        if let Err(e) = nd7_core::run_log::grant_changed(&session, verb, path) {
+            eprintln!(
+                "nd7 {verb}: warning: the change is in force, but it could not be written into the session's log: {e}"
+            );
+        }
+    };
     match session.change_grant(change, &args.path) {
-        Ok(Changed::Allowed(path)) => println!(
-            "session {pid}: writes under {} allowed from the next command",
-            path.display()
-        ),
+        Ok(Changed::Allowed(path)) => {
+            logged(&path);
+            println!(
+                "session {pid}: writes under {} allowed from the next command",
+                path.display()
+            )
+        }
         Ok(Changed::AlreadyAllowed(path)) => {
             println!("session {pid}: {} was already allowed", path.display())
         }
-        Ok(Changed::Denied(path)) => println!(
-            "session {pid}: writes under {} denied from the next command",
-            path.display()
-        ),
+        Ok(Changed::Denied(path)) => {
+            logged(&path);
+            println!(
+                "session {pid}: writes under {} denied from the next command",
+                path.display()
+            )
+        }
         Ok(Changed::NotAGrant(path)) => {
             println!("session {pid}: {} was not a grant", path.display())
         }
@@ -248,7 +262,7 @@ fn default_threads() -> usize {
 }
 
 /// `nd7 record`: exit 0 whatever happens, one line on stderr if it failed.
-fn run_record(invocation: Invocation) -> ExitCode {
+fn run_record(invocation: Invocation, run_hook: bool) -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         let msg = info
             .payload()
@@ -264,11 +278,10 @@ fn run_record(invocation: Invocation) -> ExitCode {
     }));
     let outcome = std::panic::catch_unwind(|| {
         let input = record::read_payload(std::io::stdin().lock())?;
-        let state = session_log::state_dir()?;
-        record::record(&invocation, &input, &session_log::sessions_dir(&state))
+        record::deliver(&invocation, &input, run_hook)
     });
     match outcome {
-        Ok(Ok(recorded)) => {
+        Ok(Ok(record::Delivered::Direct(recorded))) => {
             if let Some(bytes) = recorded.omitted {
                 let _ = writeln!(
                     std::io::stderr(),
@@ -279,6 +292,18 @@ fn run_record(invocation: Invocation) -> ExitCode {
                 );
             }
         }
+        Ok(Ok(record::Delivered::Door {
+            pid,
+            answer,
+            omitted: Some(bytes),
+        })) if answer == nd7_core::sandbox::HookAnswer::Recorded => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (nd7 run session {pid})",
+                record::MAX_STORED_PAYLOAD,
+            );
+        }
+        Ok(Ok(record::Delivered::Door { .. })) => {}
         Ok(Err(e)) => {
             let _ = writeln!(std::io::stderr(), "nd7 record: {e}; nothing recorded");
         }
@@ -286,6 +311,10 @@ fn run_record(invocation: Invocation) -> ExitCode {
     }
     ExitCode::SUCCESS
 }
+
+const RUN_CAVEAT: &str = "\
+note: this log is an nd7 run's: it was read-only inside the sandbox, so nothing there could change or remove an entry once written.
+note: entries with source exit:nd7 were written by nd7 from outside the sandbox; intent:claude-code entries are the agent's word, and it can add false ones.";
 
 const CAVEAT: &str = "\
 note: the chain checks itself; it is not third-party evidence. Anyone who can write the session's directory can rewrite the whole chain, head included.
@@ -301,9 +330,56 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
     };
     let code = report(&log, log.verify(threads), None);
     if code == ExitCode::SUCCESS {
+        if log.session_id().starts_with("run-") {
+            println!("{RUN_CAVEAT}");
+        }
         println!("{CAVEAT}");
     }
     code
+}
+
+/// For a run's chain that verified: the two accounts held against each
+/// other. Returns whether they agree.
+fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session_log::Error> {
+    let r = nd7_core::run_log::reconcile(log)?;
+    if !r.is_run {
+        return Ok(true);
+    }
+    if !r.hooks {
+        println!(
+            "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
+            r.execs
+        );
+        return Ok(true);
+    }
+    println!(
+        "{prefix}run: nd7 run's own log: {} commands through the exit, {} Bash calls in the hooks' entries",
+        r.execs, r.calls
+    );
+    for call in &r.unmatched_calls {
+        println!(
+            "{prefix}NOT RECONCILED: entry {}: Bash call {} ({}) has no command through the exit",
+            call.seq,
+            call.tool_use_id
+                .as_deref()
+                .unwrap_or("without a tool_use_id"),
+            call.command
+                .as_deref()
+                .map_or("no command text".to_string(), |c| format!("`{c}`")),
+        );
+    }
+    for exec in &r.unmatched_execs {
+        println!(
+            "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit with no Bash call announcing it",
+            exec.seq, exec.command
+        );
+    }
+    if r.agrees() {
+        println!(
+            "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
+        );
+    }
+    Ok(r.agrees())
 }
 
 /// A target with a path separator, or one that exists as a path while no
@@ -351,7 +427,14 @@ fn report(
                 ),
                 HeadState::Current | HeadState::Disagrees(_) => {}
             }
-            ExitCode::SUCCESS
+            match report_reconciliation(log, &prefix) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("nd7 verify: {prefix}{e}");
+                    ExitCode::from(2)
+                }
+            }
         }
         Err(VerifyError::Io(e)) => {
             eprintln!("nd7 verify: {prefix}{e}");
@@ -423,6 +506,9 @@ fn verify_all(threads: usize) -> ExitCode {
         "{total} sessions: {} verified, {failed} failed, {unreadable} unreadable",
         total - failed - unreadable
     );
+    if ids.iter().any(|id| id.starts_with("run-")) {
+        println!("{RUN_CAVEAT}");
+    }
     println!("{CAVEAT}");
     if failed > 0 {
         ExitCode::from(1)

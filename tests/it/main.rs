@@ -9,6 +9,7 @@ mod e2e;
 mod landlock;
 mod property;
 mod record;
+mod record_door;
 mod sandbox;
 mod setup;
 mod tamper;

@@ -7,6 +7,7 @@
 //! files it may not write. A kernel that cannot enforce all of them is refused:
 //! the rules are applied completely or not at all.
 
+pub mod door;
 pub mod exit;
 pub mod proc;
 
@@ -129,4 +130,21 @@ pub fn probe() -> Result<(), SandboxError> {
         .and_then(|r| r.create())
         .map(drop)
         .map_err(|e| SandboxError::Unsupported(e.to_string()))
+}
+
+/// The Landlock ABI the running kernel offers, `None` when it has none.
+pub fn abi() -> Option<u32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with this flag the kernel reads no attribute (a null pointer
+    // and size 0 are what it requires) and returns the ABI version, or -1
+    // with errno set; nothing in this process is touched.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(v).ok().filter(|&v| v > 0)
 }
