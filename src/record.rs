@@ -14,10 +14,11 @@ use crate::hook::{Event, Glimpse, Invocation, Payload, PayloadError};
 use crate::sandbox::{self, HookAnswer, wire::HookRequest};
 use crate::session_log::{self, Appended, SessionLog};
 
-/// Set by `nd7 run` for the program it runs, and so for its hooks: the
-/// entry must go through the run's door, since the log is read-only inside
-/// the floor. Only a hint for where to look; the door itself is found from
-/// the kernel's view of the recorder's ancestors.
+/// Set by `nd7 run` for the program it runs, and so for its hooks, to its
+/// session directory: the entry must go through the run's door, since the
+/// log is read-only inside the floor. Only a hint: the door is used only if
+/// the kernel places that session's `nd7 run` among the recorder's
+/// ancestors (and, on Linux, says it is the process serving the door).
 pub const RUN_VARIABLE: &str = "ND7_RUN";
 
 /// Payloads above this size are recorded by size and fingerprint only. The
@@ -108,7 +109,8 @@ pub fn deliver(
     input: &[u8],
     run_hook: bool,
 ) -> Result<Delivered, RecordError> {
-    if std::env::var_os(RUN_VARIABLE).is_none() {
+    let hint = std::env::var_os(RUN_VARIABLE).filter(|v| !v.is_empty());
+    let Some(hint) = hint else {
         let state = session_log::state_dir()?;
         match record(invocation, input, &session_log::sessions_dir(&state)) {
             Ok(recorded) => return Ok(Delivered::Direct(recorded)),
@@ -118,8 +120,9 @@ pub fn deliver(
             },
             Err(e) => return Err(e),
         }
-    }
-    let session = sandbox::hook_door().ok_or(RecordError::RunGone)?;
+    };
+    let session =
+        sandbox::hook_door_near(std::path::Path::new(&hint)).ok_or(RecordError::RunGone)?;
     through_door(&session, invocation, input, run_hook)
 }
 

@@ -194,7 +194,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     } else {
         command.args(&options.args);
     }
-    command.env(record::RUN_VARIABLE, pid.to_string());
+    command.env(record::RUN_VARIABLE, &session.0.dir);
     floor
         .confine(&mut command)
         .map_err(|e| end_early(RunError::Sandbox(e)))?;

@@ -134,6 +134,25 @@ pub fn hook_door() -> Option<Session> {
     sessions.find_by_ancestors(ancestors(), DOOR_MARKER)
 }
 
+/// [`hook_door`], starting from the session directory `nd7 run` named in the
+/// hook's environment (`ND7_RUN`), which spares the account-database lookup
+/// on every hook: taken only if that session's pid is one of this process's
+/// ancestors as the kernel reports them, and on Linux the door's listener
+/// must prove to be that process ([`send_hook`]). Otherwise the ancestors
+/// are searched as [`hook_door`] does.
+pub fn hook_door_near(dir: &Path) -> Option<Session> {
+    let pid: u32 = dir.file_name()?.to_str()?.parse().ok()?;
+    let named = Session {
+        pid,
+        dir: dir.to_path_buf(),
+    };
+    if named.dir.join(DOOR_MARKER).exists() && ancestors().any(|a| a == pid) {
+        Some(named)
+    } else {
+        hook_door()
+    }
+}
+
 /// How `nd7 run` answered a hook.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HookAnswer {
@@ -154,7 +173,7 @@ pub fn send_hook(session: &Session, request: &wire::HookRequest) -> Result<HookA
     #[cfg(target_os = "linux")]
     {
         let socket = session.dir.join(crate::session::DOOR_SOCKET);
-        linux::door::send(&socket, request).map(|a| match a {
+        linux::door::send(&socket, session.pid, request).map(|a| match a {
             linux::door::Answer::Recorded => HookAnswer::Recorded,
             linux::door::Answer::Skipped => HookAnswer::Skipped,
         })

@@ -523,7 +523,12 @@ fn outsider() {
             glimpse: false,
             body: br#"{"session_id":"x","hook_event_name":"Stop"}"#.to_vec(),
         };
-        match nd7_core::sandbox::linux::door::send(Path::new(&socket), &request) {
+        let server: u32 = Path::new(&socket)
+            .parent()
+            .and_then(|d| d.file_name())
+            .and_then(|n| n.to_str()?.parse().ok())
+            .expect("the session's pid");
+        match nd7_core::sandbox::linux::door::send(Path::new(&socket), server, &request) {
             Err(why) => println!("refused: {why}"),
             Ok(answer) => println!("not refused: {answer:?}"),
         }

@@ -115,11 +115,21 @@ pub enum Answer {
     Skipped,
 }
 
-/// The `nd7 record` side: sends `request` to the door at `socket` and waits
-/// for the answer, which comes once the entry is in the log.
-pub fn send(socket: &Path, request: &HookRequest) -> Result<Answer, String> {
+/// The `nd7 record` side: sends `request` to the door at `socket`, which
+/// must be served by process `server` (the kernel says who listens on it),
+/// and waits for the answer, which comes once the entry is in the log.
+pub fn send(socket: &Path, server: u32, request: &HookRequest) -> Result<Answer, String> {
     let mut conn = UnixStream::connect(socket)
         .map_err(|e| format!("cannot reach nd7 run at {}: {e}", socket.display()))?;
+    let listener = rustix::net::sockopt::socket_peercred(&conn)
+        .map(|c| c.pid.as_raw_nonzero().get() as u32)
+        .map_err(|e| format!("cannot tell who serves {}: {e}", socket.display()))?;
+    if listener != server {
+        return Err(format!(
+            "{} is served by process {listener}, not by nd7 run {server}",
+            socket.display()
+        ));
+    }
     let sent = conn.write_all(&request.encode());
     let mut head = [0u8; 5];
     if let Err(e) = conn.read_exact(&mut head) {
