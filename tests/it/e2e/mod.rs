@@ -528,3 +528,71 @@ fn under_nd7_run_the_exits_account_reconciles_with_the_hooks() {
     );
     assert!(world.proj().join("right.txt").exists() && world.proj().join("left.txt").exists());
 }
+
+/// Not a test but the whole-session benchmark (`bench/session.sh` runs it,
+/// docs/benchmarks.md has the figures): one scripted session with the real
+/// Claude Code, played bare (no nd7), with `nd7 setup`'s hooks, and under
+/// `nd7 run`, round-robin; prints each one's median time and its ratio to
+/// bare. Asserts nothing about time.
+#[cfg(target_os = "linux")]
+#[test]
+#[ignore = "a benchmark: bench/session.sh runs it"]
+fn bench_whole_session_under_nd7_run_against_bare() {
+    let rounds: usize = std::env::var("ND7_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
+    let claude = claude::install(&claude::version());
+    let script = |project: &std::path::Path| {
+        vec![
+            vec![bash("echo one > one.txt")],
+            vec![bash("ls -la"), bash("cat one.txt")],
+            vec![bash("echo about-to-fail; exit 3")],
+            vec![Block::Tool(
+                "Write",
+                json!({"file_path": project.join("w.txt"), "content": "w\n"}),
+            )],
+            vec![bash("wc -c one.txt w.txt")],
+            vec![Block::Text("Done.".into())],
+        ]
+    };
+    let names = ["bare", "nd7 setup's hooks", "under nd7 run"];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    for round in 0..=rounds {
+        for (variant, series) in times.iter_mut().enumerate() {
+            let workspace = match variant {
+                0 => {
+                    let mut w = claude::Workspace::new();
+                    w.bare = true;
+                    w
+                }
+                1 => claude::Workspace::new(),
+                _ => claude::Workspace::sandboxed(std::sync::Arc::new(crate::world::World::new())),
+            };
+            let api = MockApi::start(script(&workspace.project));
+            let start = std::time::Instant::now();
+            let run = claude::run(&claude, &api.url, "run the scripted session", workspace);
+            let elapsed = start.elapsed().as_secs_f64();
+            assert!(run.output.status.success(), "{}", run.describe());
+            if round > 0 {
+                series.push(elapsed);
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let medians: Vec<f64> = times.iter_mut().map(median).collect();
+    println!(
+        "Claude Code {}, {rounds} rounds (after one warm-up)",
+        claude::version()
+    );
+    for (name, m) in names.iter().zip(&medians) {
+        println!("{m:8.3} s median  ratio {:.3}  {name}", m / medians[0]);
+    }
+    println!(
+        "under nd7 run / with nd7 setup's hooks: {:.3}",
+        medians[2] / medians[1]
+    );
+}
