@@ -294,9 +294,9 @@ fn run_record(invocation: Invocation, run_hook: bool) -> ExitCode {
         }
         Ok(Ok(record::Delivered::Door {
             pid,
-            answer,
+            answer: nd7_core::sandbox::HookAnswer::Recorded,
             omitted: Some(bytes),
-        })) if answer == nd7_core::sandbox::HookAnswer::Recorded => {
+        })) => {
             let _ = writeln!(
                 std::io::stderr(),
                 "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (nd7 run session {pid})",

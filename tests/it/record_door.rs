@@ -145,28 +145,6 @@ fn earlier_session(w: &World) {
     assert!(logs(w).join("earlier/events.ndjson").exists());
 }
 
-/// What the log and its directory hold, to compare before and after.
-fn snapshot(w: &World) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut dirs = vec![logs(w)];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir)
-            .expect("list")
-            .filter_map(Result::ok)
-        {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path.clone());
-                out.push((path, Vec::new()));
-            } else {
-                out.push((path.clone(), std::fs::read(&path).unwrap_or_default()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// Every attack was refused, the log verifies and holds exactly the two
 /// entries recorded through the door besides nd7's own.
 fn assert_refused_and_intact(w: &World, out: &[String], before_earlier: &[u8]) {
