@@ -283,11 +283,25 @@ fn claude_events(program: &OsStr, floor: &sandbox::Floor) -> Vec<&'static str> {
     probe
         .arg("--version")
         .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
     let version = floor
         .confine(&mut probe)
         .ok()
-        .and_then(|()| probe.output().ok())
+        .and_then(|()| probe.spawn().ok())
+        .and_then(|mut child| {
+            // A program that does not answer within seconds is not asked again.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while child.try_wait().ok()?.is_none() {
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            child.wait_with_output().ok()
+        })
         .filter(|out| out.status.success())
         .and_then(|out| setup::parse_claude_version(&String::from_utf8_lossy(&out.stdout)));
     setup::merge::recorded_events(Some(version.unwrap_or(setup::MIN_CLAUDE))).collect()

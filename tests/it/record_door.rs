@@ -791,3 +791,69 @@ touch release; wait
     assert_eq!(refused[0]["body"]["door"], "exit");
     assert_eq!(ours(&e, "exec").len(), 129);
 }
+
+const FAKE_DOOR_VAR: &str = "ND7_TEST_FAKE_DOOR";
+
+/// A socket of the agent's own, standing in for nd7 run's door, for the
+/// test below: takes one connection, keeps what it was sent in `<socket>.got`
+/// and answers "recorded". Does nothing unless started by it.
+#[test]
+fn fake_door() {
+    use std::io::{Read, Write};
+    let Ok(socket) = std::env::var(FAKE_DOOR_VAR) else {
+        return;
+    };
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let (mut conn, _) = listener.accept().expect("accept");
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = conn.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        let _ = conn.write_all(b"a\0\0\0\0");
+    }
+    std::fs::write(format!("{socket}.got"), got).expect("write what came");
+}
+
+// `ND7_RUN` is only a hint: a door named there is used only if the kernel
+// reports nd7 run as the process listening on it. Guards the SO_PEERCRED
+// check in `door::send`: without it the payload goes to the agent's own
+// socket, which answers "recorded", and the entry is lost without a word.
+#[test]
+fn a_door_the_agent_made_gets_no_payload() {
+    let w = World::new();
+    let test_binary = std::env::current_exe().expect("test binary");
+    let out = w.run_agent(&format!(
+        r#"
+mkdir -p "fake/$$"
+{FAKE_DOOR_VAR}="$PWD/fake/$$/record.sock" '{}' --exact record_door::fake_door --nocapture --test-threads=1 > /dev/null 2>&1 &
+wait_for "fake/$$/record.sock"
+echo '{{"session_id":"c","hook_event_name":"Stop"}}' | ND7_RUN="$PWD/fake/$$" "$ND7" record > fake.out 2> fake.err; echo "rc:$?"
+wait
+cat fake.out fake.err
+wc -c < "fake/$$/record.sock.got"
+"#,
+        test_binary.display()
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got = lines(&out);
+    assert_eq!(got[0], "rc:0", "{got:?}");
+    assert!(
+        got[1].starts_with("nd7 record: ")
+            && got[1].contains("/record.sock is served by process ")
+            && got[1].ends_with("; nothing recorded"),
+        "{got:?}"
+    );
+    assert_eq!(
+        got[2].trim(),
+        "0",
+        "the agent's socket was sent nothing: {got:?}"
+    );
+    assert!(
+        !entries(&run_chain(&w)).iter().any(|e| e["session"] == "c"),
+        "nothing was recorded either"
+    );
+}
