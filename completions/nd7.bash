@@ -810,7 +810,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__record)
-            opts="-h --help"
+            opts="-h --run-hook --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -42,6 +42,7 @@ complete -c nd7 -n "__fish_nd7_needs_command" -f -a "ship" -d 'Ship every sessio
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "admin" -d 'Admin tools: keys, the recipients document, and reading a vault back'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c nd7 -n "__fish_nd7_using_subcommand record" -l run-hook -d 'Set on the hooks `nd7 run` registers itself; under such a run, copies from hooks registered elsewhere are not recorded twice'
 complete -c nd7 -n "__fish_nd7_using_subcommand record" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand verify" -l threads -d 'Threads used to check a large log (default: available cores, at most 2)' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand verify" -l all -d 'Verify every session under the state directory'

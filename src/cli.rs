@@ -18,8 +18,14 @@ pub enum Command {
     /// Append one Claude Code hook payload (read on stdin) to its session's log.
     ///
     /// Always exits 0 and never writes to stdout, so it cannot change what
-    /// the agent does. Problems are reported in one line on stderr.
-    Record,
+    /// the agent does. Problems are reported in one line on stderr. Under
+    /// `nd7 run` the entry is handed to the run, which alone writes the log.
+    Record {
+        /// Set on the hooks `nd7 run` registers itself; under such a run,
+        /// copies from hooks registered elsewhere are not recorded twice.
+        #[arg(long, hide = true)]
+        run_hook: bool,
+    },
     /// Walk a session's hash chain and say what a clean chain does and does not prove.
     ///
     /// TARGET is a session id (looked up under $XDG_STATE_HOME/nd7/sessions,

@@ -7,7 +7,9 @@
 //! - [`hook`]: Claude Code's payloads, typed, and the event each becomes. Pure.
 //! - [`chain`]: the sealed-line format, the chain walk and the head rules. Pure.
 //! - [`session_log`]: the log on disk: lock, head, append, verify.
-//! - [`record`]: what `nd7 record` does with one payload.
+//! - [`record`]: what `nd7 record` does with one payload: append it, or hand it to `nd7 run`.
+//! - [`run_entry`]: the entries nd7 writes from outside the floor, and a run's reconciliation. Pure.
+//! - [`run_log`]: a run's chain on disk: the door's appends and nd7's own entries.
 //! - [`hook_prefix`]: the PreToolUse reply that routes Bash through `nd7-exec`. Pure.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
 //! - [`ship`]: `nd7 enroll`, `nd7 ship` and the admin read-back: files and network.
@@ -28,6 +30,8 @@ pub mod policy;
 pub mod read;
 pub mod record;
 pub mod run;
+pub mod run_entry;
+pub mod run_log;
 pub mod sandbox;
 #[cfg(feature = "self-update")]
 pub mod self_update;

@@ -16,9 +16,13 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use std::sync::Arc;
+
 use crate::policy::{Policy, Roots};
+use crate::run_entry::{Ended, RunFacts};
+use crate::run_log::{RunLog, RunLogError};
 use crate::session::{self, Record, Session, SessionError, Sessions};
-use crate::{hook_prefix, sandbox, session_log, setup};
+use crate::{hook_prefix, record, sandbox, session_log, setup};
 
 /// Why the program was not started.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +45,12 @@ pub enum RunError {
     Settings(String),
     #[error("cannot start {program}: {source}")]
     Start { program: String, source: io::Error },
+    #[error(
+        "cannot read nd7 run's own start time from the kernel; without it another nd7 run could take this session for a dead one and remove it, so nothing was started"
+    )]
+    NoStartTime,
+    #[error("cannot keep the session's log, so nothing was started: {0}")]
+    Log(#[from] RunLogError),
     #[error(
         "the project would be / ({0}): every command could write the whole machine; start nd7 run in the project's own directory"
     )]
@@ -168,6 +178,14 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     policy.secrets = session::secrets(&home)?;
     let warnings = pin_roots(&mut policy, &cwd);
     let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
+    let claude = is_claude(&options.program);
+    // Asked before any thread starts: on macOS confining a child is only
+    // sound while this process has one thread.
+    let recorded = if claude {
+        claude_events(&options.program, &floor)
+    } else {
+        Vec::new()
+    };
 
     let sessions = Sessions::under(&home);
     sessions.clean_stale();
@@ -179,14 +197,35 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             .iter()
             .map(|a| a.to_string_lossy().into_owned()),
     );
+    let started = sandbox::start_time(pid).ok_or(RunError::NoStartTime)?;
+    let (kernel_sandbox, landlock_abi) = sandbox::kernel_sandbox();
+    let log = Arc::new(RunLog::start(
+        &policy.logs_dir(),
+        &RunFacts {
+            pid,
+            program: &program,
+            rules: serde_json::to_value(&policy).unwrap_or_default(),
+            nd7_version: env!("CARGO_PKG_VERSION"),
+            sandbox: kernel_sandbox,
+            landlock_abi,
+            hooks: claude,
+        },
+    )?);
+    // From here on the chain has its start; every way out writes its end.
+    let end_early = |e: RunError| {
+        let _ = log.end(&Ended::NotStarted(e.to_string()));
+        e
+    };
     let record = Record {
         pid,
-        started: sandbox::start_time(pid).unwrap_or(0),
+        started,
         program,
         policy: policy.clone(),
+        log: Some(log.reference()),
     };
-    let session = Removed(sessions.create(&record)?);
-    let exit = sandbox::serve_exit(&session.0).map_err(RunError::Sandbox)?;
+    let session = Removed(sessions.create(&record).map_err(|e| end_early(e.into()))?);
+    let exit =
+        sandbox::serve_exit(&session.0, &log).map_err(|e| end_early(RunError::Sandbox(e)))?;
 
     let mut command = Command::new(&options.program);
     let claude_json = setup::claude_json::state(&home);
@@ -199,10 +238,10 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             home.display()
         ));
     }
-    if is_claude(&options.program) {
-        let (theirs, rest) = users_settings(&options.args)?;
-        let settings = hook_prefix::run_settings(&nd7.to_string_lossy(), theirs)
-            .ok_or_else(|| RunError::Settings("not a settings object".into()))?;
+    if claude {
+        let (theirs, rest) = users_settings(&options.args).map_err(end_early)?;
+        let settings = hook_prefix::run_settings(&nd7.to_string_lossy(), theirs, &recorded)
+            .ok_or_else(|| end_early(RunError::Settings("not a settings object".into())))?;
         command
             .arg("--settings")
             .arg(settings.to_string())
@@ -210,7 +249,10 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     } else {
         command.args(&options.args);
     }
-    floor.confine(&mut command).map_err(RunError::Sandbox)?;
+    command.env(record::RUN_VARIABLE, &session.0.dir);
+    floor
+        .confine(&mut command)
+        .map_err(|e| end_early(RunError::Sandbox(e)))?;
     // Registered before the program starts, so that no SIGTERM can end nd7
     // run without the session being cleaned up. SIGINT and SIGQUIT come from
     // the terminal, which sends them to the program too: here they are
@@ -221,22 +263,27 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGQUIT,
     ])
-    .map_err(|source| RunError::Io {
-        path: "signals".into(),
-        action: "handle",
-        source,
+    .map_err(|source| {
+        end_early(RunError::Io {
+            path: "signals".into(),
+            action: "handle",
+            source,
+        })
     })?;
     announce(&format!(
-        "nd7 run: session {pid} under nd7's policy: writes only to {} and {} (and Claude Code's own state); `nd7 allow DIR` lets commands write DIR",
+        "nd7 run: session {pid} under nd7's policy: writes only to {} and {} (and Claude Code's own state); `nd7 allow DIR` lets commands write DIR; log {}",
         policy.roots.project.display(),
         policy.roots.temp.display(),
+        log.id(),
     ));
     for warning in &warnings {
         announce_warning(warning);
     }
-    let mut child = command.spawn().map_err(|source| RunError::Start {
-        program: options.program.to_string_lossy().into_owned(),
-        source,
+    let mut child = command.spawn().map_err(|source| {
+        end_early(RunError::Start {
+            program: options.program.to_string_lossy().into_owned(),
+            source,
+        })
     })?;
     let agent = child.id();
     let handle = signals.handle();
@@ -251,20 +298,71 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             }
         }
     });
-    let status = child.wait().map_err(|source| RunError::Io {
-        path: options.program.clone().into(),
-        action: "wait for",
-        source,
+    let status = child.wait().map_err(|source| {
+        end_early(RunError::Io {
+            path: options.program.clone().into(),
+            action: "wait for",
+            source,
+        })
     })?;
     handle.close();
     let _ = forwarder.join();
     exit.kill_commands();
+    let ended = match (status.code(), status.signal()) {
+        (Some(code), _) => Ended::Exited(code),
+        (None, Some(sig)) => Ended::Signaled(sig),
+        (None, None) => Ended::Exited(255),
+    };
+    match log.end(&ended) {
+        Ok(tally) if claude && !tally.unmatched_execs.is_empty() => announce_warning(&format!(
+            "{} of {} Bash commands ran through the exit without a matching hook entry (Claude Code's hooks did not announce them); nd7's own entries in log {} show each one",
+            tally.unmatched_execs.len(),
+            tally.execs,
+            log.id()
+        )),
+        Ok(_) => {}
+        Err(e) => announce_warning(&format!("cannot write the end of log {}: {e}", log.id())),
+    }
     drop(session);
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(sig)) => 128 + sig,
-        (None, None) => 255,
+    Ok(match ended {
+        Ended::Exited(code) => code,
+        Ended::Signaled(sig) => 128 + sig,
+        Ended::CallerGone | Ended::NotStarted(_) => 255,
     })
+}
+
+/// The events to register `nd7 record` for with this Claude Code: those its
+/// version knows (an unknown event opens a warning at every interactive
+/// start, ADR-0015). The version is asked under the floor, like everything
+/// the program runs; if it cannot be read, the events every supported
+/// version knows.
+fn claude_events(program: &OsStr, floor: &sandbox::Floor) -> Vec<&'static str> {
+    let mut probe = Command::new(program);
+    probe
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let version = floor
+        .confine(&mut probe)
+        .ok()
+        .and_then(|()| probe.spawn().ok())
+        .and_then(|mut child| {
+            // A program that does not answer within seconds is not asked again.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while child.try_wait().ok()?.is_none() {
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            child.wait_with_output().ok()
+        })
+        .filter(|out| out.status.success())
+        .and_then(|out| setup::parse_claude_version(&String::from_utf8_lossy(&out.stdout)));
+    setup::merge::recorded_events(Some(version.unwrap_or(setup::MIN_CLAUDE))).collect()
 }
 
 /// Takes the user's own `--settings` (a file or a JSON text) out of Claude

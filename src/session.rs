@@ -22,6 +22,9 @@ pub const RECORD: &str = "record.json";
 pub const PROFILE: &str = "policy.sb";
 /// The socket `nd7-exec` reaches `nd7 run` through (Linux).
 pub const EXIT_SOCKET: &str = "exit.sock";
+/// The socket the hooks reach the session log through (Linux): the log is
+/// read-only inside the floor, so `nd7 run` appends for them.
+pub const DOOR_SOCKET: &str = "record.sock";
 /// Serialises changes to the record (`nd7 allow` and `nd7 deny`).
 const LOCK: &str = "lock";
 
@@ -38,6 +41,20 @@ pub struct Record {
     pub program: Vec<String>,
     #[serde(flatten)]
     pub policy: Policy,
+    /// The run's chain, where the hooks' entries and nd7's own go
+    /// ([`crate::run_log`]). Absent in records of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogRef>,
+}
+
+/// Which chain a run writes, under the policy's logs directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRef {
+    /// The chain's session id (`run-…`).
+    pub id: String,
+    /// Whether `nd7 run` registered the record hooks itself (Claude Code), so
+    /// that hooks registered elsewhere are not recorded twice.
+    pub hooks: bool,
 }
 
 /// Why a session could not be found, made or changed.
@@ -453,6 +470,7 @@ mod tests {
             pid,
             started,
             program: vec!["agent".into()],
+            log: None,
             policy: Policy::new(Roots {
                 project: "/p".into(),
                 temp: "/tmp".into(),

@@ -251,6 +251,7 @@ impl SessionLog {
             .mode(0o700)
             .create(&self.dir)
             .map_err(Error::io(&self.dir, "create the session directory"))?;
+        self.check_dir()?;
         let lock_path = self.lock_path();
         let lock = create_0600(&lock_path, OpenOptions::new().write(true))?;
         lock.lock()
@@ -321,6 +322,75 @@ impl SessionLog {
             hash: stated.hash,
             repaired,
         })
+    }
+
+    /// Makes the directory of a new session, refusing one that already
+    /// exists: a chain nd7 starts must hold nothing it did not write.
+    pub fn create_new(sessions_dir: &Path, session_id: &str) -> Result<SessionLog, Error> {
+        let log = SessionLog::new(sessions_dir, session_id)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(sessions_dir)
+            .map_err(Error::io(sessions_dir, "create"))?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&log.dir)
+            .map_err(Error::io(&log.dir, "create the session directory"))?;
+        Ok(log)
+    }
+
+    /// The session directory must be a directory, not a link to one: files
+    /// are created in it by processes that may run outside any sandbox.
+    fn check_dir(&self) -> Result<(), Error> {
+        let meta = fs::symlink_metadata(&self.dir).map_err(Error::io(&self.dir, "stat"))?;
+        if meta.is_dir() {
+            Ok(())
+        } else {
+            Err(Error::Io {
+                path: self.dir.clone(),
+                action: "use as the session directory",
+                source: io::Error::other("it is a symbolic link or not a directory"),
+            })
+        }
+    }
+
+    /// The lines of the log in order (without their newline), read under the
+    /// shared lock, until `f` returns `false`. For readers that need the
+    /// entries' contents, such as a run's reconciliation; the chain itself
+    /// is [`SessionLog::verify`]'s.
+    pub fn for_each_line(&self, mut f: impl FnMut(&[u8]) -> bool) -> Result<(), Error> {
+        let _lock = match File::open(self.lock_path()) {
+            Ok(lock) => {
+                lock.lock_shared()
+                    .map_err(Error::io(&self.lock_path(), "lock (shared)"))?;
+                Some(lock)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(&self.lock_path(), "open")(e)),
+        };
+        let path = self.events_path();
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(&path, "open")(e)),
+        };
+        let mut reader = io::BufReader::with_capacity(VERIFY_BLOCK, file);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = io::BufRead::read_until(&mut reader, b'\n', &mut line)
+                .map_err(Error::io(&path, "read"))?;
+            if n == 0 {
+                return Ok(());
+            }
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            }
+            if !f(&line) {
+                return Ok(());
+            }
+        }
     }
 
     /// Rewrites `head` atomically: the new text goes into `head.tmp`, which
@@ -476,10 +546,14 @@ fn read_head(path: &Path) -> Result<HeadFile, Error> {
     }
 }
 
+/// Opens (creating, 0600) a file of the session, never through a symbolic
+/// link: an append may run outside the sandbox, in a directory whose
+/// contents it did not make.
 fn create_0600(path: &Path, options: &mut OpenOptions) -> Result<File, Error> {
     options
         .create(true)
         .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(path)
         .map_err(Error::io(path, "open"))
 }

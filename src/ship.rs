@@ -481,6 +481,7 @@ fn lock_log(log: &SessionLog, exclusive: bool) -> Result<File, ShipError> {
         .create(true)
         .truncate(false)
         .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&path)
         .map_err(io_err(&path, "open"))?;
     if exclusive {
@@ -798,8 +799,8 @@ fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     Ok(n)
 }
 
-/// Removes chain.key once the log ends in a `session_end` entry and
-/// everything up to it is shipped. Returns whether it did.
+/// Removes chain.key once the log ends in a `session_end` entry (a run's
+/// chain: `run_end`) and everything up to it is shipped. Returns whether it did.
 fn close_if_ended(log: &SessionLog, file: &File, shipped_to: u64) -> Result<bool, ShipError> {
     let key_path = log.dir().join(CHAIN_KEY_FILE);
     if !key_path.exists() {
@@ -823,7 +824,7 @@ fn close_if_ended(log: &SessionLog, file: &File, shipped_to: u64) -> Result<bool
         .and_then(|v| {
             v.get("kind")
                 .and_then(|k| k.as_str())
-                .map(|k| k == "session_end")
+                .map(|k| k == "session_end" || k == crate::run_entry::RUN_END)
         })
         .unwrap_or(false);
     if ended {

@@ -1,9 +1,10 @@
 //! The `nd7` command line. Parses arguments, calls the library, and decides
 //! the exit status, in this file and nowhere else.
 //!
-//! Exit status: 0 success; 1 a log failed verification; 2 bad usage or a log
-//! that could not be read. `nd7 record` always exits 0. A reader that closes
-//! standard output early ends any command with 0 (see `out`).
+//! Exit status: 0 success; 1 a log failed verification (or a run's chain did
+//! not reconcile); 2 bad usage or a log that could not be read. `nd7 record`
+//! always exits 0. A reader that closes standard output early ends any command
+//! with 0 (see `out`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,7 +46,14 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Record => hooks::record(early, &[]),
+        Command::Record { run_hook } => {
+            let args: Vec<std::ffi::OsString> = if run_hook {
+                vec!["--run-hook".into()]
+            } else {
+                Vec::new()
+            };
+            hooks::record(early, &args)
+        }
         Command::Verify {
             target,
             all,
@@ -175,6 +183,14 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
     };
     let pid = session.pid;
     let typed = std::path::absolute(&args.path).unwrap_or_else(|_| args.path.clone());
+    // Every change is written into the run's log, from outside the floor.
+    let logged = |path: &std::path::Path| {
+        if let Err(e) = nd7_core::run_log::grant_changed(&session, verb, path) {
+            eprintln!(
+                "nd7 {verb}: warning: the change is in force, but it could not be written into the session's log: {e}"
+            );
+        }
+    };
     // The name goes through a link: say what is granted.
     let note = |grant: &std::path::Path| {
         if typed != grant {
@@ -187,6 +203,7 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
     };
     match session.change_grant(change, &args.path) {
         Ok(Changed::Allowed(path)) => {
+            logged(&path);
             note(&path);
             println!(
                 "session {pid}: writes under {} allowed from the next command",
@@ -198,6 +215,7 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
         }
         Ok(Changed::Denied(paths)) => {
             for path in paths {
+                logged(&path);
                 if typed != path
                     && std::fs::canonicalize(&typed).ok().as_deref() != Some(path.as_path())
                 {
@@ -351,6 +369,10 @@ fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
 }
 
+const RUN_CAVEAT: &str = "\
+note: this log is an nd7 run's: it was read-only inside the sandbox, so nothing there could change or remove an entry once written.
+note: entries with source exit:nd7 were written by nd7 from outside the sandbox; intent:claude-code entries are the agent's word, and it can add false ones.";
+
 const CAVEAT: &str = "\
 note: the chain checks itself; it is not third-party evidence. Anyone who can write the session's directory can rewrite the whole chain, head included.
 note: entries record intent, what the agent said it would do and reported back, not effect, what actually ran.";
@@ -368,11 +390,58 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
     let result = log.verify(threads);
     verdicts.note(&log, keys, &result);
     verdicts.save();
-    let code = report(result, None);
+    let code = report(&log, result, None);
     if code == ExitCode::SUCCESS {
+        if log.session_id().starts_with("run-") {
+            println!("{RUN_CAVEAT}");
+        }
         println!("{CAVEAT}");
     }
     code
+}
+
+/// For a run's chain that verified: the two accounts held against each
+/// other. Returns whether they agree.
+fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session_log::Error> {
+    let r = nd7_core::run_log::reconcile(log)?;
+    if !r.is_run {
+        return Ok(true);
+    }
+    if !r.hooks {
+        println!(
+            "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
+            r.execs
+        );
+        return Ok(true);
+    }
+    println!(
+        "{prefix}run: nd7 run's own log: {} commands through the exit, {} Bash calls in the hooks' entries",
+        r.execs, r.calls
+    );
+    for call in &r.unmatched_calls {
+        println!(
+            "{prefix}NOT RECONCILED: entry {}: Bash call {} ({}) has no command through the exit",
+            call.seq,
+            call.tool_use_id
+                .as_deref()
+                .unwrap_or("without a tool_use_id"),
+            call.command
+                .as_deref()
+                .map_or("no command text".to_string(), |c| format!("`{c}`")),
+        );
+    }
+    for exec in &r.unmatched_execs {
+        println!(
+            "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit with no Bash call announcing it",
+            exec.seq, exec.command
+        );
+    }
+    if r.agrees() {
+        println!(
+            "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
+        );
+    }
+    Ok(r.agrees())
 }
 
 /// A target with a path separator, or one that exists as a path while no
@@ -391,7 +460,11 @@ fn resolve_target(target: &str) -> Result<SessionLog, session_log::Error> {
     }
 }
 
-fn report(result: Result<Verified, VerifyError>, label: Option<&str>) -> ExitCode {
+fn report(
+    log: &SessionLog,
+    result: Result<Verified, VerifyError>,
+    label: Option<&str>,
+) -> ExitCode {
     let prefix = label.map(|l| format!("{l}: ")).unwrap_or_default();
     match result {
         Ok(v) => {
@@ -412,7 +485,14 @@ fn report(result: Result<Verified, VerifyError>, label: Option<&str>) -> ExitCod
                 ),
                 HeadState::Current | HeadState::Disagrees(_) => {}
             }
-            ExitCode::SUCCESS
+            match report_reconciliation(log, &prefix) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("nd7 verify: {prefix}{e}");
+                    ExitCode::from(2)
+                }
+            }
         }
         Err(e) if e.is_unchecked() => {
             eprintln!("nd7 verify: {prefix}{e}");
@@ -481,7 +561,7 @@ fn verify_all(threads: usize) -> ExitCode {
                 let keys = read_cmds::Verdicts::before(&log);
                 let result = log.verify(threads);
                 verdicts.note(&log, keys, &result);
-                report(result, Some(id))
+                report(&log, result, Some(id))
             }
             Err(e) => {
                 eprintln!("nd7 verify: {e}");
@@ -501,6 +581,9 @@ fn verify_all(threads: usize) -> ExitCode {
         "{total} sessions: {} verified, {failed} failed, {unreadable} unreadable",
         total - failed - unreadable
     );
+    if ids.iter().any(|id| id.starts_with("run-")) {
+        println!("{RUN_CAVEAT}");
+    }
     println!("{CAVEAT}");
     if failed > 0 {
         ExitCode::from(1)

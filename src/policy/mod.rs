@@ -37,10 +37,9 @@ pub struct Roots {
     pub project: PathBuf,
     pub temp: PathBuf,
     pub home: PathBuf,
-    /// nd7's state directory (`$XDG_STATE_HOME/nd7`). Claude Code's hooks,
-    /// `nd7 record` among them, run inside the floor, so the session logs
-    /// under it must be writable there (ADR-0014); the vault keys beside
-    /// them must not even be readable.
+    /// nd7's state directory (`$XDG_STATE_HOME/nd7`): the session logs,
+    /// read-only inside (`nd7 run` appends for the hooks; ADR-0031), and the
+    /// vault keys beside them, not even readable.
     pub state: PathBuf,
     /// `nd7-exec`, the floor's one exit. On macOS it starts outside the
     /// sandbox, so no profile may let it be replaced.
@@ -148,7 +147,7 @@ impl Policy {
         out
     }
 
-    /// Where the session logs live, written by `nd7 record` from inside.
+    /// Where the session logs live: readable inside, never writable.
     pub fn logs_dir(&self) -> PathBuf {
         self.roots.state.join("sessions")
     }
@@ -162,7 +161,6 @@ impl Policy {
     pub fn floor_writes(&self) -> Vec<PathBuf> {
         let mut roots = vec![self.roots.project.clone(), self.roots.temp.clone()];
         roots.extend(CLAUDE_STATE.iter().map(|d| self.roots.home.join(d)));
-        roots.push(self.logs_dir());
         roots.extend(DEVICES.iter().map(PathBuf::from));
         roots
     }
@@ -259,11 +257,15 @@ impl Policy {
             .collect()
     }
 
-    /// What must never be written, whatever the write roots say.
+    /// What must never be written, whatever the write roots say: the
+    /// unreadable, `~/.nd7`, and all of nd7's state, the session logs
+    /// included (ADR-0031).
     pub fn unwritable(&self) -> Vec<PathBuf> {
         let mut out = self.unreadable();
-        if !out.contains(&self.nd7_dir()) {
-            out.push(self.nd7_dir());
+        for dir in [self.nd7_dir(), self.roots.state.clone()] {
+            if !out.contains(&dir) {
+                out.push(dir);
+            }
         }
         out
     }
@@ -431,6 +433,9 @@ mod tests {
             "/home/u/.nd7/sessions/1/record.json",
             "/home/u/.nd7/new",
             "/home/u/.ssh/id",
+            "/home/u/.local/state/nd7/sessions/s1/events.ndjson",
+            "/home/u/.local/state/nd7/sessions/new",
+            "/home/u/.local/state/nd7/new",
         ] {
             assert!(
                 !rules.write.iter().any(|w| Path::new(never).starts_with(w)),
@@ -460,11 +465,6 @@ mod tests {
         assert!(floor.write.contains(&PathBuf::from("/home/u/proj")));
         assert!(floor.write.contains(&PathBuf::from("/home/u/.claude")));
         assert!(floor.write.contains(&PathBuf::from("/dev/null")));
-        assert!(
-            floor
-                .write
-                .contains(&PathBuf::from("/home/u/.local/state/nd7/sessions"))
-        );
         assert!(
             !floor
                 .write

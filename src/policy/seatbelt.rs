@@ -168,8 +168,12 @@ impl Profile {
         }
     }
 
-    /// The last form: nothing under `~/.nd7` is readable or writable.
+    /// The last forms: nd7's state (the session logs) is never written from
+    /// inside, whatever is granted (ADR-0031), and nothing under `~/.nd7` is
+    /// readable or writable.
     fn finish(mut self, policy: &Policy) -> String {
+        let state = deny_filter("subpath", &policy.roots.state);
+        self.form(&format!("(deny {WRITE} {state})"));
         let nd7 = deny_filter("subpath", &policy.nd7_dir());
         self.form(&format!("(deny {SECRET} {nd7})"));
         self.text
@@ -432,6 +436,14 @@ mod tests {
         out
     }
 
+    fn state_deny(p: &Policy) -> Sx {
+        rule(
+            "deny",
+            "file-write* file-link",
+            vec![path_filter("subpath", &p.roots.state)],
+        )
+    }
+
     fn nd7_deny(p: &Policy) -> Sx {
         rule(
             "deny",
@@ -476,6 +488,7 @@ mod tests {
             path_filter("literal", exit),
             Sx::List(vec![sym("with"), sym("no-sandbox")]),
         ]));
+        want.push(state_deny(&p));
         want.push(nd7_deny(&p));
         assert_eq!(got, want);
 
@@ -489,6 +502,7 @@ mod tests {
                 .map(|a| path_filter("literal", a))
                 .collect(),
         ));
+        want.push(state_deny(&p));
         want.push(nd7_deny(&p));
         assert_eq!(got, want);
     }
@@ -579,6 +593,9 @@ mod tests {
             "/Users/u/.nd7/sessions/1/policy.sb",
             "/Users/u/.ssh/id",
             "/Users/u/.aws/credentials",
+            // The session logs: read-only inside, whatever is granted.
+            "/Users/u/.local/state/nd7/sessions/s/events.ndjson",
+            "/Users/u/.local/state/nd7/sessions/new",
         ] {
             assert!(!writable(&command, no), "{no}");
             assert!(!writable(&floor, no), "{no}");

@@ -109,7 +109,7 @@ impl Summary {
         }
         if !e.is_intent() {
             self.observed += 1;
-            if e.source.starts_with("nd7:") {
+            if e.source == crate::run_entry::SOURCE {
                 self.confinement.raise(Confinement::Exit);
             }
             if super::timeline::observed_class(&e.kind) == super::timeline::ObservedClass::Refusal {
@@ -256,7 +256,12 @@ mod tests {
     #[test]
     fn the_exits_own_entries_outrank_a_routed_command() {
         let mut s = Summary::default();
-        s.feed(&entry(0, "nd7:exit", "session_start", json!({})));
+        s.feed(&entry(
+            0,
+            crate::run_entry::SOURCE,
+            crate::run_entry::RUN_START,
+            json!({}),
+        ));
         s.feed(&entry(
             1,
             "intent:claude-code",

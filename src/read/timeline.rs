@@ -283,7 +283,7 @@ pub fn observed_class(kind: &str) -> ObservedClass {
         ObservedClass::Refusal
     } else if k.contains("command") || k.contains("exec") {
         ObservedClass::Command
-    } else if k.contains("session") {
+    } else if k.contains("session") || k.starts_with("run_") {
         ObservedClass::Session
     } else {
         ObservedClass::Other

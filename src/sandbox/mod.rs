@@ -17,8 +17,10 @@ pub mod wire;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 use crate::policy::{Identity, Policy};
+use crate::run_log::RunLog;
 use crate::session::{Session, Sessions};
 
 #[cfg(target_os = "linux")]
@@ -170,6 +172,128 @@ pub const SESSION_MARKER: &str = if cfg!(target_os = "macos") {
     crate::session::EXIT_SOCKET
 };
 
+/// The file in a session's directory whose presence marks the door the
+/// hooks reach the log through: the door's socket on Linux; on macOS the
+/// profile, since `nd7-exec --record` is the door there.
+pub const DOOR_MARKER: &str = if cfg!(target_os = "macos") {
+    crate::session::PROFILE
+} else {
+    crate::session::DOOR_SOCKET
+};
+
+/// What the kernel's sandbox is called in nd7's own entries, and the Landlock
+/// ABI it offers (Linux).
+pub fn kernel_sandbox() -> (&'static str, Option<u32>) {
+    #[cfg(target_os = "linux")]
+    {
+        ("landlock", linux::abi())
+    }
+    #[cfg(target_os = "macos")]
+    {
+        ("seatbelt", None)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        ("none", None)
+    }
+}
+
+/// The session whose door this process's hooks go through: the first of
+/// its ancestors, as the kernel reports them, that owns a session with a
+/// door. `None` outside any session.
+pub fn hook_door() -> Option<Session> {
+    let sessions = Sessions::for_user().ok()?;
+    sessions.find_by_ancestors(ancestors(), DOOR_MARKER)
+}
+
+/// [`hook_door`], starting from the session directory `nd7 run` named in the
+/// hook's environment (`ND7_RUN`), which spares the account-database lookup
+/// on every hook: taken only if that session's pid is one of this process's
+/// ancestors as the kernel reports them, and on Linux the door's listener
+/// must prove to be that process ([`send_hook`]). Otherwise the ancestors
+/// are searched as [`hook_door`] does.
+pub fn hook_door_near(dir: &Path) -> Option<Session> {
+    let pid: u32 = dir.file_name()?.to_str()?.parse().ok()?;
+    let named = Session {
+        pid,
+        dir: dir.to_path_buf(),
+    };
+    if named.dir.join(DOOR_MARKER).exists() && ancestors().any(|a| a == pid) {
+        Some(named)
+    } else {
+        hook_door()
+    }
+}
+
+/// How `nd7 run` answered a hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookAnswer {
+    /// The entry is in the log.
+    Recorded,
+    /// The run records this event through its own hook instead.
+    Skipped,
+}
+
+/// What `nd7-exec --record` exits with when the run skipped the payload.
+pub const RECORD_SKIPPED: u8 = 10;
+
+/// Hands a hook's request to `session`'s door and waits until the entry is
+/// in the log: on Linux through the door's socket; on macOS through
+/// `nd7-exec --record`, the one program that leaves the floor, which appends
+/// itself. The error says why nothing was recorded.
+pub fn send_hook(session: &Session, request: &wire::HookRequest) -> Result<HookAnswer, String> {
+    #[cfg(target_os = "linux")]
+    {
+        let socket = session.dir.join(crate::session::DOOR_SOCKET);
+        linux::door::send(&socket, session.pid, request).map(|a| match a {
+            linux::door::Answer::Recorded => HookAnswer::Recorded,
+            linux::door::Answer::Skipped => HookAnswer::Skipped,
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = session;
+        send_through_exec(request)
+    }
+}
+
+/// `nd7-exec --record` beside this program, fed the request on stdin.
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> {
+    use std::io::Write;
+    let exec = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .map(|exe| exe.with_file_name("nd7-exec"))
+        .map_err(|e| format!("cannot find nd7-exec beside nd7: {e}"))?;
+    let mut child = Command::new(&exec)
+        .arg("--record")
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exec.display()))?;
+    let sent = child
+        .stdin
+        .take()
+        .map(|mut stdin| stdin.write_all(&request.encode()));
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{}: {e}", exec.display()))?;
+    match out.status.code() {
+        Some(0) => Ok(HookAnswer::Recorded),
+        Some(c) if c == i32::from(RECORD_SKIPPED) => Ok(HookAnswer::Skipped),
+        _ => {
+            let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            Err(match sent {
+                Some(Err(e)) => format!("cannot hand the payload to nd7-exec: {e}"),
+                _ if why.is_empty() => format!("nd7-exec ended with {}", out.status),
+                _ => why,
+            })
+        }
+    }
+}
+
 /// The per-command profile written beside the record, on systems whose
 /// `nd7-exec` applies one itself (macOS). Linux has none: `nd7 run` builds
 /// the ruleset for each command from the record.
@@ -238,13 +362,18 @@ pub struct ExitService {
     serving: linux::exit::Serving,
 }
 
-/// Opens the session's exit: on Linux `nd7 run` itself starts each command,
-/// so it listens on the session's socket; on macOS `nd7-exec` leaves the
-/// floor through Seatbelt's one no-sandbox exec, and there is nothing to serve.
-pub fn serve_exit(session: &Session) -> Result<ExitService, String> {
+/// Opens the session's exit and the hooks' door: on Linux `nd7 run` itself
+/// starts each command and appends each hook's entry, so it listens on the
+/// session's two sockets; on macOS `nd7-exec` leaves the floor through
+/// Seatbelt's one no-sandbox exec and writes `log` itself, and there is
+/// nothing to serve.
+pub fn serve_exit(session: &Session, log: &Arc<RunLog>) -> Result<ExitService, String> {
     #[cfg(target_os = "linux")]
     {
-        linux::exit::Exit::open(session)
+        linux::door::Door::open(session, log.clone())
+            .map(linux::door::Door::serve)
+            .map_err(|e| e.to_string())?;
+        linux::exit::Exit::open(session, log.clone())
             .map(|exit| ExitService {
                 serving: exit.serve(),
             })
@@ -252,7 +381,7 @@ pub fn serve_exit(session: &Session) -> Result<ExitService, String> {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = session;
+        let _ = (session, log);
         Ok(ExitService {})
     }
 }
@@ -301,21 +430,117 @@ pub fn exec_command(command: OsString) -> Result<Outcome, String> {
     #[cfg(target_os = "macos")]
     {
         // The profile is read fresh for every command: `nd7 allow` rewrote it
-        // through a rename, so it is whole. On success this never returns.
+        // through a rename, so it is whole. nd7-exec is outside the floor
+        // here, and keeps the exit's account itself: the command goes into
+        // the run's log before it starts, and how it ended after.
         let path = session.dir.join(crate::session::PROFILE);
         let profile = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read the session's rules at {}: {e}", path.display()))?;
+        let record = session
+            .record()
+            .map_err(|e| format!("cannot read the session's record: {e}"))?;
         let command = command
             .into_string()
             .map_err(|_| "the command is not valid UTF-8".to_string())?;
-        Err(format!(
-            "cannot run the command under the session's rules: {}",
-            macos::exec_shell(&command, &profile)
-        ))
+        let log = RunLog::open(&record).map_err(|e| e.to_string())?;
+        let cwd = std::env::current_dir()
+            .map_err(|e| format!("cannot find the working directory: {e}"))?;
+        let exec = log
+            .exec_started(
+                command.as_bytes(),
+                &cwd,
+                std::process::id(),
+                &record.policy.grants,
+            )
+            .map_err(|e| {
+                format!("cannot write the command into the session's log ({e}); it was not run")
+            })?;
+        let ended = match macos::run_shell(&command, &profile) {
+            Ok(status) => {
+                use std::os::unix::process::ExitStatusExt;
+                match (status.code(), status.signal()) {
+                    (Some(code), _) => crate::run_entry::Ended::Exited(code),
+                    (None, Some(sig)) => crate::run_entry::Ended::Signaled(sig),
+                    (None, None) => crate::run_entry::Ended::Exited(255),
+                }
+            }
+            Err(e) => {
+                let why = format!("cannot run the command under the session's rules: {e}");
+                let _ = log.exec_ended(
+                    exec,
+                    &crate::run_entry::Ended::NotStarted(why.clone()),
+                    None,
+                );
+                return Err(why);
+            }
+        };
+        let _ = log.exec_ended(exec, &ended, None);
+        Ok(match ended {
+            crate::run_entry::Ended::Signaled(sig) => Outcome::Signaled(sig),
+            crate::run_entry::Ended::Exited(code) => Outcome::Exited(code),
+            _ => Outcome::Exited(255),
+        })
     }
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
         let _ = (session, command);
         Err("nd7-exec has no sandbox for this operating system".to_string())
+    }
+}
+
+/// `nd7-exec --record -`, the hooks' door on macOS: reads a hook request on
+/// stdin (the bytes of [`wire::HookRequest::encode`]) and appends it to the
+/// run's log. `nd7 record` starts it from inside the floor; it runs outside,
+/// through the floor's one no-sandbox exec, and finds its session as a
+/// command does, from the kernel's view of its ancestors. On Linux the door
+/// is `nd7 run`'s socket, and this refuses.
+pub fn record_from_stdin() -> Result<HookAnswer, String> {
+    #[cfg(target_os = "macos")]
+    {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .lock()
+            .take(wire::MAX_REQUEST as u64 + 4)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("cannot read the request: {e}"))?;
+        let (prefix, body) = bytes
+            .split_first_chunk::<4>()
+            .ok_or("the request ended before its length")?;
+        let len = wire::Request::announced_len(*prefix).map_err(|e| e.to_string())?;
+        if body.len() != len {
+            return Err(format!(
+                "the request announced {len} bytes and carried {}",
+                body.len()
+            ));
+        }
+        let request = wire::HookRequest::decode(body).map_err(|e| e.to_string())?;
+        // [nd7 record, Claude Code, …, nd7 run, …]
+        let chain = macos::parent_chain().map_err(|e| e.to_string())?;
+        let sessions = Sessions::for_user().map_err(|e| e.to_string())?;
+        let session = sessions
+            .find_by_ancestors(chain.iter().map(|&(pid, _)| pid), DOOR_MARKER)
+            .ok_or("not inside an nd7 run session")?;
+        let record = session.record().map_err(|e| e.to_string())?;
+        let started = chain
+            .iter()
+            .find(|&&(pid, _)| pid == session.pid)
+            .map(|c| c.1);
+        if record.pid != session.pid || started != Some(record.started) {
+            return Err(format!(
+                "session {} is not the nd7 run that made it",
+                session.pid
+            ));
+        }
+        let log = RunLog::open(&record).map_err(|e| e.to_string())?;
+        match log.hook(&request, chain.get(1).map(|c| c.0)) {
+            Ok(crate::run_log::HookOutcome::Recorded(_)) => Ok(HookAnswer::Recorded),
+            Ok(crate::run_log::HookOutcome::Skipped) => Ok(HookAnswer::Skipped),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+    #[cfg(not(target_os = "macos"))]
+    {
+        Err("nd7-exec --record is the hooks' door on macOS only; on this system nd7 record reaches nd7 run through its socket".to_string())
     }
 }

@@ -14,6 +14,7 @@ mod parsers;
 mod property;
 mod read;
 mod record;
+mod record_door;
 mod report_html;
 mod sandbox;
 mod setup;

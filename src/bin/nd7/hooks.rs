@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use nd7_core::hook::Invocation;
-use nd7_core::{record, session_log};
+use nd7_core::record;
 
 /// A command run as a hook.
 #[derive(Clone, Copy)]
@@ -65,22 +65,25 @@ static RUNNING: AtomicUsize = AtomicUsize::new(0);
 /// adds no second line.
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
-/// `nd7 record`, with the arguments after `record`: there should be none.
+/// `nd7 record`, with the arguments after `record`: none, or `--run-hook`
+/// alone (the copy of the hook `nd7 run claude` passes in its own settings).
 pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
     guard(Hook::Record);
-    if !args.is_empty() {
-        say(format_args!(
-            "nd7 record: takes no arguments, got {args:?}; nothing recorded (the hook payload comes on standard input)"
-        ));
-        return ExitCode::SUCCESS;
-    }
+    let run_hook = match args {
+        [] => false,
+        [flag] if flag == "--run-hook" => true,
+        _ => {
+            say(format_args!(
+                "nd7 record: takes no arguments, got {args:?}; nothing recorded (the hook payload comes on standard input)"
+            ));
+            return ExitCode::SUCCESS;
+        }
+    };
     inject_fault();
-    let outcome = record::read_payload(std::io::stdin().lock()).and_then(|input| {
-        let state = session_log::state_dir()?;
-        record::record(&invocation, &input, &session_log::sessions_dir(&state))
-    });
+    let outcome = record::read_payload(std::io::stdin().lock())
+        .and_then(|input| record::deliver(&invocation, &input, run_hook));
     match outcome {
-        Ok(recorded) => {
+        Ok(record::Delivered::Direct(recorded)) => {
             if let Some(bytes) = recorded.omitted {
                 say(format_args!(
                     "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (session {}, entry {})",
@@ -90,6 +93,15 @@ pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
                 ));
             }
         }
+        Ok(record::Delivered::Door {
+            pid,
+            answer: nd7_core::sandbox::HookAnswer::Recorded,
+            omitted: Some(bytes),
+        }) => say(format_args!(
+            "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (nd7 run session {pid})",
+            record::MAX_STORED_PAYLOAD,
+        )),
+        Ok(record::Delivered::Door { .. }) => {}
         Err(e) => say(format_args!("nd7 record: {e}; nothing recorded")),
     }
     ExitCode::SUCCESS

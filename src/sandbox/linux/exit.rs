@@ -32,9 +32,60 @@ use rustix::net::{
 };
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process_group, pidfd_open};
 
+use super::Confinement;
 use super::proc;
+use crate::run_entry::Ended;
+use crate::run_log::RunLog;
 use crate::sandbox::wire::{Frame, Request};
 use crate::session::Session;
+
+/// At most this many commands run through the exit at once; a caller beyond
+/// them is refused at once rather than given a thread of the unconfined
+/// `nd7 run` (a confined agent could otherwise start threads without bound).
+pub const MAX_COMMANDS: usize = 128;
+
+/// Threads of the exit and the door do little but wait and relay.
+pub(super) const STACK: usize = 256 * 1024;
+
+/// A bound on the connections served at once: a slot is taken before a
+/// connection is served and given back when its thread ends.
+#[derive(Debug, Default)]
+pub(super) struct Slots {
+    taken: Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+/// A taken slot, given back when dropped.
+pub(super) struct Slot(Arc<Slots>);
+
+impl Slots {
+    /// A slot if one of `max` is free now.
+    pub(super) fn try_take(slots: &Arc<Slots>, max: usize) -> Option<Slot> {
+        let mut taken = slots.taken.lock().unwrap_or_else(|e| e.into_inner());
+        (*taken < max).then(|| {
+            *taken += 1;
+            Slot(slots.clone())
+        })
+    }
+
+    /// A slot of `max`, waiting until one is free.
+    pub(super) fn take(slots: &Arc<Slots>, max: usize) -> Slot {
+        let mut taken = slots.taken.lock().unwrap_or_else(|e| e.into_inner());
+        while *taken >= max {
+            taken = slots.freed.wait(taken).unwrap_or_else(|e| e.into_inner());
+        }
+        *taken += 1;
+        Slot(slots.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut taken = self.0.taken.lock().unwrap_or_else(|e| e.into_inner());
+        *taken -= 1;
+        self.0.freed.notify_one();
+    }
+}
 
 /// The shell commands run under: the Bash tool's commands are bash.
 pub fn shell() -> &'static str {
@@ -64,6 +115,7 @@ pub enum ExitError {
 pub struct Exit {
     listener: UnixListener,
     session: Session,
+    log: Arc<RunLog>,
     groups: Arc<Mutex<HashSet<u32>>>,
 }
 
@@ -74,7 +126,8 @@ pub struct Serving {
 
 impl Exit {
     /// Binds the session's socket, readable and writable by the user alone.
-    pub fn open(session: &Session) -> Result<Exit, ExitError> {
+    /// Every command and every refused caller goes into `log`.
+    pub fn open(session: &Session, log: Arc<RunLog>) -> Result<Exit, ExitError> {
         let path = session.socket_path();
         let io_err = |action| {
             let path = path.clone();
@@ -91,21 +144,46 @@ impl Exit {
         Ok(Exit {
             listener,
             session: session.clone(),
+            log,
             groups: Arc::default(),
         })
     }
 
     /// Serves connections on a thread of their own, each on its own thread,
-    /// for as long as the process lives.
+    /// at most [`MAX_COMMANDS`] at once, for as long as the process lives.
     pub fn serve(self) -> Serving {
         let groups = self.groups.clone();
         std::thread::spawn(move || {
             let me = std::process::id();
+            let slots = Arc::new(Slots::default());
             for conn in self.listener.incoming() {
                 let Ok(conn) = conn else { continue };
+                let Some(slot) = Slots::try_take(&slots, MAX_COMMANDS) else {
+                    let why = format!(
+                        "this session already runs {MAX_COMMANDS} commands through its exit; wait for one to end"
+                    );
+                    let cred = rustix::net::sockopt::socket_peercred(&conn).ok();
+                    self.log.refused(
+                        "exit",
+                        cred.map(|c| c.pid.as_raw_nonzero().get() as u32),
+                        cred.map(|c| c.uid.as_raw()),
+                        &why,
+                    );
+                    let _ = (&conn).write_all(&Frame::Refused(why).encode());
+                    continue;
+                };
                 let session = self.session.clone();
                 let groups = self.groups.clone();
-                std::thread::spawn(move || serve_one(conn, me, &session, &groups));
+                let log = self.log.clone();
+                let spawned = std::thread::Builder::new()
+                    .stack_size(STACK)
+                    .spawn(move || {
+                        let _slot = slot;
+                        serve_one(conn, me, &session, &log, &groups);
+                    });
+                // Out of threads: the connection was dropped with the closure
+                // and its caller sees the exit close; nothing ran.
+                drop(spawned);
             }
         });
         Serving { groups }
@@ -125,7 +203,7 @@ impl Serving {
 }
 
 /// Whether the kernel places the caller in this session's process tree.
-fn admit(conn: &UnixStream, session_pid: u32) -> Result<u32, String> {
+pub(super) fn admit(conn: &UnixStream, session_pid: u32) -> Result<u32, String> {
     let cred = rustix::net::sockopt::socket_peercred(conn)
         .map_err(|e| format!("cannot tell who is calling: {e}"))?;
     let me = rustix::process::getuid();
@@ -150,33 +228,99 @@ fn admit(conn: &UnixStream, session_pid: u32) -> Result<u32, String> {
     Ok(pid)
 }
 
-fn serve_one(conn: UnixStream, me: u32, session: &Session, groups: &Mutex<HashSet<u32>>) {
-    let refuse = |conn: &UnixStream, why: String| {
-        let _ = (&*conn).write_all(&Frame::Refused(why).encode());
+/// Refuses a caller, writing it down in the session's log.
+pub(super) fn refuse(conn: &UnixStream, log: &RunLog, door: &str, why: String) {
+    let cred = rustix::net::sockopt::socket_peercred(conn).ok();
+    log.refused(
+        door,
+        cred.map(|c| c.pid.as_raw_nonzero().get() as u32),
+        cred.map(|c| c.uid.as_raw()),
+        &why,
+    );
+    let _ = (&*conn).write_all(&Frame::Refused(why).encode());
+}
+
+fn serve_one(
+    conn: UnixStream,
+    me: u32,
+    session: &Session,
+    log: &RunLog,
+    groups: &Mutex<HashSet<u32>>,
+) {
+    let caller = match admit(&conn, me) {
+        Ok(pid) => pid,
+        Err(why) => return refuse(&conn, log, "exit", why),
     };
-    if let Err(why) = admit(&conn, me) {
-        return refuse(&conn, why);
-    }
     // nd7-exec sends its request at once; a caller that stalls is dropped
     // rather than holding a thread for the rest of the session.
     let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(10)));
     let (request, stdio) = match receive(&conn) {
         Ok(got) => got,
-        Err(why) => return refuse(&conn, why),
+        Err(why) => return refuse(&conn, log, "exit", why),
     };
     let _ = conn.set_read_timeout(None);
-    let mut child = match start(&request, stdio, session) {
+    let say = |why: String| {
+        let _ = (&conn).write_all(&Frame::Refused(why).encode());
+    };
+    // The rules are read once, and the grants that go into the log are the
+    // ones the command runs under.
+    let policy = match session.record() {
+        Ok(record) => record.policy,
+        Err(e) => return say(format!("cannot read the session's rules: {e}")),
+    };
+    // The rules are built before the command is written down, so the grants
+    // logged are those it runs under: a grant whose path changed since it was
+    // made is dropped here (ADR-0028), and that is written down too.
+    let (confinement, dropped) = match super::prepare_command(session, &policy) {
+        Ok(prepared) => prepared,
+        Err(e) => return say(e.to_string()),
+    };
+    for d in &dropped {
+        let _ = log.note(
+            "grant_dropped",
+            None,
+            None,
+            &serde_json::json!({"path": d.path, "grant": d.grant, "why": d.why}),
+        );
+    }
+    let grants: Vec<std::path::PathBuf> = policy
+        .grants
+        .iter()
+        .filter(|g| !dropped.iter().any(|d| d.grant && &d.path == *g))
+        .cloned()
+        .collect();
+    // The command is written down before it starts: one the log cannot hold
+    // is not run.
+    use std::os::unix::ffi::OsStrExt;
+    let exec = match log.exec_started(request.command.as_bytes(), &request.cwd, caller, &grants) {
+        Ok(seq) => seq,
+        Err(e) => {
+            return say(format!(
+                "cannot write the command into the session's log ({e}); it was not run"
+            ));
+        }
+    };
+    let mut child = match start(&request, stdio, confinement) {
         Ok(child) => child,
-        Err(why) => return refuse(&conn, why),
+        Err(why) => {
+            let _ = log.exec_ended(exec, &Ended::NotStarted(why.clone()), None);
+            return say(why);
+        }
     };
     let pgid = child.id();
     if let Ok(mut g) = groups.lock() {
         g.insert(pgid);
     }
-    let frame = relay(&conn, &mut child);
+    let (frame, watch) = relay(&conn, &mut child);
     if let Ok(mut g) = groups.lock() {
         g.remove(&pgid);
     }
+    let ended = match &frame {
+        Some(Frame::Exited(code)) => Ended::Exited(*code),
+        Some(Frame::Signaled(sig)) => Ended::Signaled(*sig),
+        _ => Ended::CallerGone,
+    };
+    let _ = log.exec_ended(exec, &ended, watch.as_deref());
     if let Some(frame) = frame {
         let _ = (&conn).write_all(&frame.encode());
     }
@@ -216,11 +360,11 @@ fn receive(conn: &UnixStream) -> Result<(Request, [OwnedFd; 3]), String> {
 }
 
 /// Starts the command under the session's current rules.
-fn start(request: &Request, stdio: [OwnedFd; 3], session: &Session) -> Result<Child, String> {
-    let record = session
-        .record()
-        .map_err(|e| format!("cannot read the session's rules: {e}"))?;
-    let confinement = super::prepare_command(session, &record.policy).map_err(|e| e.to_string())?;
+fn start(
+    request: &Request,
+    stdio: [OwnedFd; 3],
+    confinement: Confinement,
+) -> Result<Child, String> {
     let [stdin, stdout, stderr] = stdio;
     let shell = shell();
     let mut command = Command::new(shell);
@@ -240,29 +384,53 @@ fn start(request: &Request, stdio: [OwnedFd; 3], session: &Session) -> Result<Ch
         .map_err(|e| format!("cannot start {shell} in {}: {e}", request.cwd.display()))
 }
 
+/// How often the command is checked on when no pidfd can watch it.
+const POLL_WITHOUT_PIDFD: rustix::event::Timespec = rustix::event::Timespec {
+    tv_sec: 0,
+    tv_nsec: 50_000_000,
+};
+
 /// Waits for the command while passing on the caller's signals. Returns the
 /// frame that reports how it ended, or `None` when the caller is gone (and
-/// the command's process group has been killed).
-fn relay(conn: &UnixStream, child: &mut Child) -> Option<Frame> {
-    let pgid = Pid::from_raw(child.id() as i32)?;
-    let pidfd = pidfd_open(pgid, PidfdFlags::empty()).ok();
+/// the command's process group has been killed); and, when no pidfd could
+/// watch the command, why, for the log: the command is then checked on every
+/// 50 ms instead, so signals and a hang-up are still passed on.
+fn relay(conn: &UnixStream, child: &mut Child) -> (Option<Frame>, Option<String>) {
+    let Some(pgid) = Pid::from_raw(child.id() as i32) else {
+        return (None, None);
+    };
+    let (pidfd, watch) = match pidfd_open(pgid, PidfdFlags::empty()) {
+        Ok(fd) => (Some(fd), None),
+        Err(e) => (
+            None,
+            Some(format!(
+                "pidfd_open failed ({e}); the command was checked on every 50 ms instead"
+            )),
+        ),
+    };
+    let status_frame = |status: std::process::ExitStatus| match (status.code(), status.signal()) {
+        (Some(code), _) => Frame::Exited(code),
+        (None, Some(sig)) => Frame::Signaled(sig),
+        (None, None) => Frame::Exited(255),
+    };
     loop {
         let mut fds = vec![PollFd::new(conn, PollFlags::IN)];
         if let Some(pidfd) = &pidfd {
             fds.push(PollFd::new(pidfd, PollFlags::IN));
         }
-        if poll(&mut fds, None).is_err() {
+        let timeout = pidfd.is_none().then_some(&POLL_WITHOUT_PIDFD);
+        if poll(&mut fds, timeout).is_err() {
             continue;
         }
         let exited = fds.get(1).is_some_and(|f| !f.revents().is_empty());
         let caller = !fds[0].revents().is_empty();
-        if exited || pidfd.is_none() {
-            let status = child.wait().ok()?;
-            return Some(match (status.code(), status.signal()) {
-                (Some(code), _) => Frame::Exited(code),
-                (None, Some(sig)) => Frame::Signaled(sig),
-                (None, None) => Frame::Exited(255),
-            });
+        if exited {
+            return (child.wait().ok().map(status_frame), watch);
+        }
+        if pidfd.is_none()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            return (Some(status_frame(status)), watch);
         }
         if caller {
             let mut head = [0u8; 5];
@@ -281,7 +449,7 @@ fn relay(conn: &UnixStream, child: &mut Child) -> Option<Frame> {
                     // The caller died or hung up: its command goes with it.
                     let _ = kill_process_group(pgid, Signal::KILL);
                     let _ = child.wait();
-                    return None;
+                    return (None, watch);
                 }
             }
         }

@@ -24,6 +24,7 @@
 //! with: one whose path now leads to another directory is left out and
 //! reported.
 
+pub mod door;
 pub mod exit;
 pub mod proc;
 
@@ -213,8 +214,11 @@ static REPORTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 /// opened when the session started) plus the grants, each checked against
 /// its pin and opened now. A grant left out is also taken off the session's
 /// record (it fails closed, and `nd7 allow` can make it again) and reported
-/// on `nd7 run`'s standard error.
-pub fn prepare_command(session: &Session, policy: &Policy) -> Result<Confinement, SandboxError> {
+/// on `nd7 run`'s standard error; the caller writes each one into the run's log.
+pub fn prepare_command(
+    session: &Session,
+    policy: &Policy,
+) -> Result<(Confinement, Vec<Dropped>), SandboxError> {
     let (ruleset, dropped) = match FLOOR.get() {
         Some(floor) => {
             let (grants, dropped) = pinned(policy, &policy.grants);
@@ -239,12 +243,10 @@ pub fn prepare_command(session: &Session, policy: &Policy) -> Result<Confinement
             .map(|mut r| r.insert(d.path.clone()))
             .unwrap_or(true);
         if new || d.grant {
-            // TODO(record): also write this into the session's log, through
-            // the exit's own entries (issue 11), once that function exists.
             eprintln!("nd7 run: {d}");
         }
     }
-    confinement(ruleset)
+    Ok((confinement(ruleset)?, dropped))
 }
 
 /// The ruleset for `rules`, opened without following links ([`open_nofollow`]).
@@ -334,4 +336,21 @@ pub fn probe() -> Result<(), SandboxError> {
         .and_then(|r| r.create())
         .map(drop)
         .map_err(|e| SandboxError::Unsupported(e.to_string()))
+}
+
+/// The Landlock ABI the running kernel offers, `None` when it has none.
+pub fn abi() -> Option<u32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with this flag the kernel reads no attribute (a null pointer
+    // and size 0 are what it requires) and returns the ABI version, or -1
+    // with errno set; nothing in this process is touched.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(v).ok().filter(|&v| v > 0)
 }

@@ -122,6 +122,9 @@ pub struct Workspace {
     pub env: Vec<(String, String)>,
     /// Set by [`Workspace::sandboxed`]: run Claude Code under `nd7 run`.
     pub sandbox: Option<Sandboxed>,
+    /// Run Claude Code with no nd7 at all (no `nd7 setup`, no hooks): the
+    /// baseline of the whole-session benchmark.
+    pub bare: bool,
 }
 
 /// What a run under `nd7 run` needs beyond a home: the home mounted over
@@ -142,6 +145,7 @@ impl Workspace {
             extra_hooks: Vec::new(),
             env: Vec::new(),
             sandbox: None,
+            bare: false,
         }
     }
 
@@ -161,6 +165,7 @@ impl Workspace {
             extra_hooks: Vec::new(),
             env: Vec::new(),
             sandbox: Some(Sandboxed { world }),
+            bare: false,
         }
     }
 
@@ -183,6 +188,7 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         extra_hooks,
         env,
         sandbox,
+        bare,
     } = workspace;
     let state = home_path.join(".local/state");
     // The hooks are the ones `nd7 setup` writes, written by it: into a file
@@ -205,6 +211,9 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         "nd7 setup: {}",
         String::from_utf8_lossy(&setup.stderr)
     );
+    if bare {
+        std::fs::write(&settings, "{}").expect("no hooks");
+    }
     if !extra_hooks.is_empty() {
         let mut value: Value =
             serde_json::from_slice(&std::fs::read(&settings).expect("read settings"))

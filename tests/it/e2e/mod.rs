@@ -586,3 +586,149 @@ fn nd7_show_sessions_and_search_read_a_real_session_back() {
     );
     assert!(hits.iter().any(|h| h["field"] == "output"), "{hits:#?}");
 }
+
+/// Under `nd7 run` the run's chain holds both accounts: each Bash call the
+/// hooks recorded has exactly one command through the exit, named by its
+/// `tool_use_id`, with how it ended; each event is recorded once, though
+/// `nd7 setup`'s hooks in the user settings fire too; `nd7 verify` says the
+/// two agree.
+#[cfg(target_os = "linux")]
+#[test]
+fn under_nd7_run_the_exits_account_reconciles_with_the_hooks() {
+    let world = std::sync::Arc::new(crate::world::World::new());
+    let s = sandboxed_session(&world, |_| {
+        vec![
+            vec![bash("echo first > first.txt")],
+            vec![bash("echo about-to-fail; exit 7")],
+            vec![bash("echo left > left.txt"), bash("echo right > right.txt")],
+            vec![bash("cat first.txt left.txt right.txt")],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    assert_calls_paired(&s);
+    let ours = |kind: &str| -> Vec<&Value> {
+        s.entries
+            .iter()
+            .filter(|e| e["kind"] == kind && e["source"] == "exit:nd7")
+            .collect()
+    };
+    assert_eq!(s.entries[0]["kind"], "run_start");
+    assert_eq!(s.entries[0]["body"]["hooks"], true);
+    assert_eq!(
+        s.entries.last().map(|e| e["kind"].clone()),
+        Some(json!("run_end"))
+    );
+    let calls = s.of_kind("tool_call");
+    assert_eq!(calls.len(), 5, "{:?}", s.kinds());
+    let execs = ours("exec");
+    assert_eq!(execs.len(), 5, "one command through the exit per Bash call");
+    for call in &calls {
+        let id = &call["tool_use_id"];
+        let exec: Vec<&&Value> = execs.iter().filter(|x| &x["tool_use_id"] == id).collect();
+        assert_eq!(exec.len(), 1, "one command for {id}");
+        assert_eq!(
+            exec[0]["body"]["command"],
+            call["body"]["tool_input"]["command"]
+        );
+        assert!(exec[0]["seq"].as_u64() > call["seq"].as_u64());
+        let end: Vec<&Value> = ours("exec_end")
+            .into_iter()
+            .filter(|e| e["body"]["exec"] == exec[0]["seq"])
+            .collect();
+        assert_eq!(end.len(), 1, "one end for {id}");
+        let code = if call["body"]["tool_input"]["command"]
+            .as_str()
+            .is_some_and(|c| c.contains("exit 7"))
+        {
+            7
+        } else {
+            0
+        };
+        assert_eq!(end[0]["body"]["exited"], code, "{}", end[0]);
+    }
+    // Each hook event once: setup's hooks in the user settings fire as well
+    // as the run's own, and only the run's are recorded.
+    for kind in ["session_start", "prompt", "session_end"] {
+        assert_eq!(s.of_kind(kind).len(), 1, "{kind}: {:?}", s.kinds());
+    }
+    let out = s.verify();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let report = stdout(&out);
+    assert!(
+        report.contains("run: nd7 run's own log: 5 commands through the exit, 5 Bash calls in the hooks' entries"),
+        "{report}"
+    );
+    assert!(
+        report.contains("reconciled: every Bash call has its command through the exit"),
+        "{report}"
+    );
+    assert!(world.proj().join("right.txt").exists() && world.proj().join("left.txt").exists());
+}
+
+/// Not a test but the whole-session benchmark (`bench/session.sh` runs it,
+/// docs/benchmarks.md has the figures): one scripted session with the real
+/// Claude Code, played bare (no nd7), with `nd7 setup`'s hooks, and under
+/// `nd7 run`, round-robin; prints each one's median time and its ratio to
+/// bare. Asserts nothing about time.
+#[cfg(target_os = "linux")]
+#[test]
+#[ignore = "a benchmark: bench/session.sh runs it"]
+fn bench_whole_session_under_nd7_run_against_bare() {
+    let rounds: usize = std::env::var("ND7_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
+    let claude = claude::install(&claude::version());
+    let script = |project: &std::path::Path| {
+        vec![
+            vec![bash("echo one > one.txt")],
+            vec![bash("ls -la"), bash("cat one.txt")],
+            vec![bash("echo about-to-fail; exit 3")],
+            vec![Block::Tool(
+                "Write",
+                json!({"file_path": project.join("w.txt"), "content": "w\n"}),
+            )],
+            vec![bash("wc -c one.txt w.txt")],
+            vec![Block::Text("Done.".into())],
+        ]
+    };
+    let names = ["bare", "nd7 setup's hooks", "under nd7 run"];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    for round in 0..=rounds {
+        for (variant, series) in times.iter_mut().enumerate() {
+            let workspace = match variant {
+                0 => {
+                    let mut w = claude::Workspace::new();
+                    w.bare = true;
+                    w
+                }
+                1 => claude::Workspace::new(),
+                _ => claude::Workspace::sandboxed(std::sync::Arc::new(crate::world::World::new())),
+            };
+            let api = MockApi::start(script(&workspace.project));
+            let start = std::time::Instant::now();
+            let run = claude::run(&claude, &api.url, "run the scripted session", workspace);
+            let elapsed = start.elapsed().as_secs_f64();
+            assert!(run.output.status.success(), "{}", run.describe());
+            if round > 0 {
+                series.push(elapsed);
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let medians: Vec<f64> = times.iter_mut().map(median).collect();
+    println!(
+        "Claude Code {}, {rounds} rounds (after one warm-up)",
+        claude::version()
+    );
+    for (name, m) in names.iter().zip(&medians) {
+        println!("{m:8.3} s median  ratio {:.3}  {name}", m / medians[0]);
+    }
+    println!(
+        "under nd7 run / with nd7 setup's hooks: {:.3}",
+        medians[2] / medians[1]
+    );
+}
