@@ -15,5 +15,7 @@ mod tamper;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]
 mod vault;
+#[cfg(feature = "vault-server")]
+mod vault_attacks;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod world;

@@ -121,11 +121,11 @@ pub struct Org {
     pub identity: PathBuf,
 }
 
-fn nd7() -> Command {
+pub fn nd7() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nd7"))
 }
 
-fn ok(out: Output) -> String {
+pub fn ok(out: Output) -> String {
     assert!(
         out.status.success(),
         "exit {:?}\nstdout: {}\nstderr: {}",
@@ -143,7 +143,7 @@ impl Org {
         org
     }
 
-    fn keys() -> Org {
+    pub fn keys() -> Org {
         let dir = tempfile::tempdir().expect("tempdir");
         let key = dir.path().join("org.key");
         let fingerprint = ok(nd7()
@@ -166,7 +166,7 @@ impl Org {
         }
     }
 
-    fn recipient(&self) -> String {
+    pub fn recipient(&self) -> String {
         let text = std::fs::read_to_string(&self.identity).expect("identity");
         vault::AgeIdentity::parse(&text)
             .expect("identity parses")
@@ -174,11 +174,16 @@ impl Org {
             .to_string()
     }
 
-    fn install(&self, vault: &Vault) {
+    pub fn install(&self, vault: &Vault) {
+        self.install_for(vault, &[self.recipient()]);
+    }
+
+    /// Signs a document listing `recipients` and installs it on the vault.
+    pub fn install_for(&self, vault: &Vault, recipients: &[String]) {
         let doc = ok(nd7()
             .args(["admin", "sign-recipients", "--org-key"])
             .arg(self.dir.path().join("org.key"))
-            .arg(self.recipient())
+            .args(recipients)
             .output()
             .expect("run"));
         let path = self.dir.path().join("recipients");
@@ -187,7 +192,7 @@ impl Org {
     }
 }
 
-fn enroll(state: &State, vault: &Vault, org: &Org) -> Output {
+pub fn enroll(state: &State, vault: &Vault, org: &Org) -> Output {
     state
         .nd7()
         .args([
@@ -202,11 +207,11 @@ fn enroll(state: &State, vault: &Vault, org: &Org) -> Output {
         .expect("run nd7 enroll")
 }
 
-fn ship(state: &State) -> Output {
+pub fn ship(state: &State) -> Output {
     state.nd7().arg("ship").output().expect("run nd7 ship")
 }
 
-fn pull(
+pub fn pull(
     state: &State,
     vault: &Vault,
     org: &Org,
@@ -236,8 +241,29 @@ fn pull(
     )
 }
 
+/// The batches the vault serves for a session, parsed.
+pub fn stored_batches(vault: &Vault, machine: &str, session: &str) -> Vec<vault::Batch> {
+    let framed = Client::new(&vault.url)
+        .ok(
+            "GET",
+            &format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes())),
+            b"",
+            None,
+            Some(&vault.read_token()),
+        )
+        .expect("read batches");
+    let mut rest = framed.as_slice();
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let len = u32::from_be_bytes(rest[..4].try_into().expect("len")) as usize;
+        out.push(vault::parse_batch(&rest[4..4 + len]).expect("batch"));
+        rest = &rest[4 + len..];
+    }
+    out
+}
+
 /// Every byte of the vault's database files.
-fn db_bytes(vault: &Vault) -> Vec<u8> {
+pub fn db_bytes(vault: &Vault) -> Vec<u8> {
     let mut all = Vec::new();
     for suffix in ["", "-wal", "-shm"] {
         let path = PathBuf::from(format!("{}{suffix}", vault.db().display()));
@@ -246,7 +272,7 @@ fn db_bytes(vault: &Vault) -> Vec<u8> {
     all
 }
 
-fn record_payload(state: &State, payload: serde_json::Value) {
+pub fn record_payload(state: &State, payload: serde_json::Value) {
     let out = state.record(payload.to_string().as_bytes());
     assert!(
         out.status.success() && out.stderr.is_empty(),
@@ -362,7 +388,7 @@ fn enrol_record_ship_pull_decrypt_verify_byte_for_byte() {
 
 /// Rewrites the log from entry `from` on with `edit` applied to that entry,
 /// re-sealing every later entry and head, so the local chain verifies clean.
-fn rewrite(state: &State, session: &str, from: usize, edit: impl Fn(&str) -> String) {
+pub fn rewrite(state: &State, session: &str, from: usize, edit: impl Fn(&str) -> String) {
     let log = state.log(session);
     let text = std::fs::read_to_string(log.events_path()).expect("log");
     let mut out = String::new();
@@ -394,7 +420,7 @@ fn rewrite(state: &State, session: &str, from: usize, edit: impl Fn(&str) -> Str
     std::fs::write(log.head_path(), format!("{n} {last}\n")).expect("head");
 }
 
-fn append(state: &State, session: &str, n: usize) {
+pub fn append(state: &State, session: &str, n: usize) {
     let log = state.log(session);
     for i in 0..n {
         log.append(&event(session, i)).expect("append");
