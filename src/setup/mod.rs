@@ -596,6 +596,7 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
         ),
         fix: (backlog.unshipped > 0 && stale).then(|| "nd7 ship".into()),
     });
+    checks.push(receipts_check(&backlog));
     checks.push(match timer::active(home) {
         Ok(what) => Check {
             name: "timer",
@@ -613,11 +614,48 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
     checks
 }
 
-/// What the session logs hold that the vault does not.
+/// What the session logs hold that the vault does not, and what the last
+/// ships found about the vault.
 struct Backlog {
     sessions: usize,
     unshipped: usize,
     last_ship: Option<SystemTime>,
+    /// (session, first line of its `vault.alarm`): the vault broke a receipt.
+    alarms: Vec<(String, String)>,
+    /// Sessions keeping receipts a declared restore lost.
+    lost: usize,
+}
+
+/// Fails while `nd7 ship` finds the vault breaking a receipt for some session.
+fn receipts_check(backlog: &Backlog) -> Check {
+    let fix = Some(
+        "ask the vault's operator; docs/vault.md, \"Restoring a vault from a backup\"; `nd7 admin pull --compare` shows what is missing"
+            .into(),
+    );
+    if let Some((session, first)) = backlog.alarms.first() {
+        return Check {
+            name: "receipts",
+            ok: false,
+            detail: format!(
+                "the vault broke its receipt for {} session(s); {session}: {first}",
+                backlog.alarms.len()
+            ),
+            fix,
+        };
+    }
+    Check {
+        name: "receipts",
+        ok: true,
+        detail: if backlog.lost > 0 {
+            format!(
+                "the vault honours every receipt; {} session(s) keep receipts a declared restore lost (receipts.lost)",
+                backlog.lost
+            )
+        } else {
+            "the vault honoured every receipt at the last ship".into()
+        },
+        fix: None,
+    }
 }
 
 /// Compares each session's `head` with its `shipped` (both "<seq> <hash>").
@@ -626,6 +664,8 @@ fn ship_backlog(sessions: &Path) -> Backlog {
         sessions: 0,
         unshipped: 0,
         last_ship: None,
+        alarms: Vec::new(),
+        lost: 0,
     };
     let Ok(entries) = fs::read_dir(sessions) else {
         return backlog;
@@ -641,6 +681,17 @@ fn ship_backlog(sessions: &Path) -> Backlog {
         }
         if let Ok(modified) = fs::metadata(&shipped).and_then(|m| m.modified()) {
             backlog.last_ship = backlog.last_ship.max(Some(modified));
+        }
+        if let Ok(alarm) = fs::read_to_string(dir.join(crate::ship::ALARM_FILE)) {
+            let session = dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let first = alarm.lines().next().unwrap_or_default().to_string();
+            backlog.alarms.push((session, first));
+        }
+        if dir.join(crate::ship::LOST_FILE).exists() {
+            backlog.lost += 1;
         }
     }
     backlog
@@ -839,6 +890,32 @@ mod tests {
                 || stale.detail.starts_with("last ship 119 min ago"),
             "{}",
             stale.detail
+        );
+        // Receipts: fine until a ship leaves an alarm, then failing and naming it.
+        assert!(
+            checks[2].ok && checks[2].name == "receipts",
+            "{:?}",
+            checks[2]
+        );
+        std::fs::write(sessions.join("b").join(crate::ship::LOST_FILE), "# lost\n").expect("write");
+        let noted = &vault_checks(&state, &home, now)[2];
+        assert!(
+            noted.ok && noted.detail.contains("1 session(s) keep receipts"),
+            "{noted:?}"
+        );
+        std::fs::write(
+            sessions.join("b").join(crate::ship::ALARM_FILE),
+            "machine m-1, session b: the vault broke its receipt: it dropped\nfound at 1\n",
+        )
+        .expect("write");
+        let alarm = &vault_checks(&state, &home, now)[2];
+        assert!(!alarm.ok, "{alarm:?}");
+        assert!(
+            alarm
+                .detail
+                .contains("for 1 session(s); b: machine m-1, session b"),
+            "{}",
+            alarm.detail
         );
     }
 }

