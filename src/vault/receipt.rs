@@ -310,8 +310,10 @@ impl RestoreNotice {
     }
 
     /// Whether this restore explains losing what `receipt` acknowledged:
-    /// stored after the backup was taken and before the restore.
+    /// stored no earlier than the second the backup was taken (times are in
+    /// whole seconds, so that second may be either side), and before the
+    /// restore.
     pub fn explains(&self, receipt: &Receipt) -> bool {
-        self.backup < receipt.stored && receipt.stored <= self.restored
+        self.backup <= receipt.stored && receipt.stored <= self.restored
     }
 }

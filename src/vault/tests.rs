@@ -478,7 +478,8 @@ fn receipts_check_both_signatures() {
     assert_eq!(all.len(), 2);
     assert_eq!(all[0].verify(&vault_key.public()), Ok(()));
     assert!(all[0].explains(&receipt));
-    assert!(!RestoreNotice::sign(&vault_key, 77, 100).explains(&receipt));
+    assert!(RestoreNotice::sign(&vault_key, 77, 100).explains(&receipt));
+    assert!(!RestoreNotice::sign(&vault_key, 78, 100).explains(&receipt));
     assert!(!RestoreNotice::sign(&vault_key, 10, 76).explains(&receipt));
 }
 

@@ -485,6 +485,18 @@ fn a_rewrite_after_shipping_is_named_by_pull_and_refused_by_ship() {
 
 /// A machine's signed batch of entries `first..` of a log, ready to send.
 fn batch_body(machine: &Machine, state: &State, session: &str, first: u64, prev: Hash) -> Vec<u8> {
+    batch_signed_by(machine, &machine.key, state, session, first, prev)
+}
+
+/// The same, its checkpoint signed by `signer`.
+fn batch_signed_by(
+    machine: &Machine,
+    signer: &SigningKey,
+    state: &State,
+    session: &str,
+    first: u64,
+    prev: Hash,
+) -> Vec<u8> {
     let text = std::fs::read(state.log(session).events_path()).expect("log");
     let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
     let entries: Vec<u8> = lines[first as usize..].concat();
@@ -503,7 +515,7 @@ fn batch_body(machine: &Machine, state: &State, session: &str, first: u64, prev:
         &machine.recipients.recipients,
         &mut |b: &mut [u8]| b.fill(7),
     );
-    vault::seal_batch(&header, &entries, &key, &wrapped, [9; 24], &machine.key).0
+    vault::seal_batch(&header, &entries, &key, &wrapped, [9; 24], signer).0
 }
 
 fn signed(
@@ -582,6 +594,20 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
         send(&huge, signed(&machine.key, &machine.id, p, &huge, now, 5)),
         413,
         "over the vault's",
+    );
+    // A request the machine signed, carrying a batch whose checkpoint it did not.
+    let alien = batch_signed_by(
+        &machine,
+        &other,
+        &state,
+        "s1",
+        0,
+        Hash::session_fingerprint("s1"),
+    );
+    expect(
+        send(&alien, signed(&machine.key, &machine.id, p, &alien, now, 9)),
+        400,
+        "the batch's checkpoint is not signed by the machine's key",
     );
     assert_eq!(stored(&vault), (0, 0));
 
@@ -836,4 +862,102 @@ fn shipping_while_the_agent_records_ships_every_entry_once() {
     writer.join().expect("writer");
     ok(ship(&state));
     assert_all_stored_once(&vault, &state, &org, "live");
+}
+
+#[test]
+fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let enroll_with = |state: &State, token: &str| {
+        state
+            .nd7()
+            .args([
+                "enroll",
+                &vault.url,
+                "--token",
+                token,
+                "--fingerprint",
+                &org.fingerprint,
+            ])
+            .output()
+            .expect("run nd7 enroll")
+    };
+    // A token is used once.
+    let token = org.token();
+    let (a, b) = (State::new(), State::new());
+    ok(enroll_with(&a, &token));
+    let out = enroll_with(&b, &token);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refused with 403: refused: machine")
+            && stderr(&out).contains("the enrolment token was used already"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!b.xdg().join("nd7/vault").exists(), "nothing written");
+    // An expired token.
+    let org_key = SigningKey::from_seed(
+        &vault::parse_secret_text(
+            &std::fs::read_to_string(org.dir.path().join("org.key")).expect("org key"),
+            "org",
+        )
+        .expect("seed"),
+    );
+    let old = vault::EnrolToken::mint(&org_key, &[3; 16], ship::unix_now() - 10);
+    let out = enroll_with(&State::new(), &old);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the enrolment token expired at"),
+        "{}",
+        stderr(&out)
+    );
+    // A token of another organisation: nd7 enroll refuses it before asking,
+    // and the vault refuses it too.
+    let impostor = Org::keys();
+    let out = enroll_with(&State::new(), &impostor.token());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "the enrolment token is not signed by the organisation key with fingerprint {}",
+            org.fingerprint
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let key = SigningKey::from_seed(&vault::Secret32::from_bytes([8; 32]));
+    let token = vault::EnrolToken::parse(&impostor.token()).expect("token");
+    let body = token.enrolment(&key.public()).render();
+    let id = vault::machine_id(&key.public());
+    let (status, text) = Client::new(&vault.url)
+        .request(
+            "POST",
+            "/v1/enroll",
+            body.as_bytes(),
+            Some(&ship::Signer {
+                key: &key,
+                machine: &id,
+            }),
+            None,
+        )
+        .expect("http");
+    assert_eq!(status, 403, "{}", String::from_utf8_lossy(&text));
+    assert_eq!(vault.count("machines"), 1);
+
+    // The vault installs no document naming another vault's key.
+    let elsewhere = SigningKey::from_seed(&vault::Secret32::from_bytes([9; 32])).public();
+    let doc = vault::Recipients::sign(
+        &org_key,
+        99,
+        &elsewhere,
+        &[vault::AgeRecipient::parse(&org.recipient()).expect("recipient")],
+    );
+    let path = org.dir.path().join("elsewhere");
+    std::fs::write(&path, doc).expect("write");
+    let out = vault.admin(&["recipients", path.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("it names vault key {}", elsewhere.to_hex())),
+        "{}",
+        stderr(&out)
+    );
 }

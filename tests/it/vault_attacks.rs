@@ -426,13 +426,6 @@ fn attack_roll_the_recipients_back() {
     append(&state, "s1", 2);
     let out = ship(&state);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains(
-            "warning: kept the recipients of version 3: refused: the vault serves version 2, older than the held version 3: a rollback"
-        ),
-        "{}",
-        stderr(&out)
-    );
 
     let bob_id = vault::AgeIdentity::parse(&std::fs::read_to_string(&bob.identity).expect("id"))
         .expect("identity");
@@ -449,6 +442,13 @@ fn attack_roll_the_recipients_back() {
     assert_ne!(batches[1].header.key, batches[0].header.key);
     assert!(vault::open_batch(&batches[1], &first).is_err());
     assert!(vault::open_batch(&batches[2], &first).is_err());
+    assert!(
+        stderr(&out).contains(
+            "warning: kept the recipients of version 3: refused: the vault serves version 2, older than the held version 3: a rollback"
+        ),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// The document the organisation signed at `version`, as the test's `Org`
@@ -559,4 +559,156 @@ fn guess_session_start(
         }
     }
     out
+}
+
+/// Copies the vault's database files (the WAL too) from `from` to `to`.
+fn copy_db(vault: &Vault, from: &str, to: &str) {
+    for suffix in ["", "-wal", "-shm"] {
+        let src = vault.dir.path().join(format!("{from}{suffix}"));
+        let dst = vault.dir.path().join(format!("{to}{suffix}"));
+        let _ = std::fs::remove_file(&dst);
+        if src.exists() {
+            std::fs::copy(&src, &dst).expect("copy");
+        }
+    }
+}
+
+/// The documented procedure (docs/vault.md, "Restoring a vault from a
+/// backup"): machines refuse until the vault signs a restore notice that
+/// explains the loss, then ship the lost entries again and keep the lost
+/// receipt as evidence. Guards `RestoreNotice::explains` and `keep_lost`.
+#[test]
+fn a_vault_restored_from_a_backup_gets_machines_shipping_and_keeps_the_evidence() {
+    let mut vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 5);
+    ok(ship(&state));
+    let machine = machine_id(&state);
+
+    vault.kill();
+    copy_db(&vault, "vault.db", "backup.db");
+    let backup_taken = nd7_core::ship::unix_now();
+    vault.restart();
+    append(&state, "s1", 5);
+    ok(ship(&state));
+
+    // The restore: the backup's database in place, the same key.
+    vault.kill();
+    copy_db(&vault, "backup.db", "vault.db");
+    vault.restart();
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no restore notice of the vault explains it"));
+
+    // A notice of a backup taken after the receipt does not explain it.
+    let later = (backup_taken + 3600).to_string();
+    ok(vault.admin(&["restored", "--backup-taken", &later]));
+    assert_eq!(ship(&state).status.code(), Some(3));
+
+    // The operator's true notice does.
+    ok(vault.admin(&["restored", "--backup-taken", &backup_taken.to_string()]));
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("s1: warning: the vault lost entries 5..9 it had acknowledged"),
+        "{}",
+        stderr(&out)
+    );
+    let dir = state.log("s1").dir().to_path_buf();
+    assert!(!dir.join("vault.alarm").exists());
+    let lost = std::fs::read_to_string(dir.join("receipts.lost")).expect("evidence kept");
+    assert!(lost.contains("nd7-receipt v2") && lost.contains("nd7-restore v2"));
+    assert_eq!(
+        vault.count("entries"),
+        10,
+        "shipped again from the machine's log"
+    );
+
+    let (out, _) = pull(&state, &vault, &org, "s1", true);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "machine {machine}, session s1: the vault lost entries 5..9 it had acknowledged"
+        )) && stdout(&out).contains("the vault holds those entries again, unchanged"),
+        "{}",
+        stdout(&out)
+    );
+    let doctor = doctor_lines(&state);
+    assert!(
+        doctor.iter().any(|l| l.starts_with("ok   receipts")
+            && l.contains("keep receipts a declared restore lost")),
+        "{doctor:?}"
+    );
+}
+
+/// The vault shows, as a session's head, a checkpoint the machine never
+/// signed (its text altered in the database): guards `vault_head`'s check.
+#[test]
+fn a_head_the_machine_never_signed_stops_the_session() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 3);
+    append(&state, "s2", 3);
+    ok(ship(&state));
+    let machine = machine_id(&state);
+    let db = rusqlite::Connection::open(vault.db()).expect("db");
+    db.execute(
+        "UPDATE batches SET checkpoint = replace(checkpoint, 'last 2', 'last 7'), last = 7 WHERE session = 's1'",
+        [],
+    )
+    .expect("update");
+    append(&state, "s1", 1);
+    append(&state, "s2", 1);
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "machine {machine}, session s1: the vault broke its receipt: its head for this session does not check: the batch's checkpoint is not signed by the machine's key"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    // The other session still ships.
+    assert!(
+        stdout(&out).starts_with("shipped 1 entries in 1 batches; 2 sessions, 1 not fully shipped")
+    );
+}
+
+/// The vault swaps what it acknowledged for another batch the machine's key
+/// signed (here a clone of the machine, holding its key, with another log):
+/// the machine's receipt names the difference.
+#[test]
+fn a_batch_replaced_under_the_same_seq_is_named_by_the_receipt() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 5);
+    ok(ship(&state));
+    let machine = machine_id(&state);
+
+    let clone = State::new();
+    let src = state.xdg().join("nd7/vault");
+    let dst = clone.xdg().join("nd7/vault");
+    std::fs::create_dir_all(&dst).expect("mkdir");
+    for f in ["machine.key", "machine.id", "server", "recipients"] {
+        std::fs::copy(src.join(f), dst.join(f)).expect("copy");
+    }
+    append(&clone, "s1", 5);
+    crate::vault::rewrite(&clone, "s1", 2, |e| e.replace("echo 2", "echo other"));
+    Operator::new(&vault).drop_from(&machine, "s1", 0);
+    ok(ship(&clone));
+
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("it acknowledged entry 4 with digest")
+            && stderr(&out).contains("but now shows digest"),
+        "{}",
+        stderr(&out)
+    );
 }
