@@ -138,6 +138,11 @@ pub fn unix_now() -> u64 {
 /// Writes `bytes` to `path` with mode 0600, through a temporary file and a
 /// rename, so a reader sees the old or the new text and never half of one.
 pub fn write_0600(path: &Path, bytes: &[u8]) -> Result<(), ShipError> {
+    write_file(path, bytes, true)
+}
+
+/// [`write_0600`], syncing the data before the rename only when `sync`.
+fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), ShipError> {
     let tmp = path.with_extension("tmp");
     let _ = fs::remove_file(&tmp);
     let mut f = OpenOptions::new()
@@ -147,7 +152,9 @@ pub fn write_0600(path: &Path, bytes: &[u8]) -> Result<(), ShipError> {
         .open(&tmp)
         .map_err(io_err(&tmp, "create"))?;
     f.write_all(bytes).map_err(io_err(&tmp, "write"))?;
-    f.sync_all().map_err(io_err(&tmp, "sync"))?;
+    if sync {
+        f.sync_all().map_err(io_err(&tmp, "sync"))?;
+    }
     drop(f);
     fs::rename(&tmp, path).map_err(io_err(path, "replace"))
 }
@@ -567,16 +574,11 @@ fn ship_and_alarm(
     result
 }
 
+/// `shipped`, a cache of the receipt's entry with its real hash: written
+/// without a sync, so after a power loss it may be empty, which reads as
+/// absent (the receipt and the vault's head say the same).
 fn read_shipped(path: &Path) -> Result<Option<Head>, ShipError> {
-    match read_optional(path)? {
-        Some(text) => Head::parse(text.as_bytes())
-            .map(Some)
-            .ok_or_else(|| ShipError::BadFile {
-                path: path.to_path_buf(),
-                what: "not \"<seq> <hash>\\n\"".into(),
-            }),
-        None => Ok(None),
-    }
+    Ok(read_optional(path)?.and_then(|text| Head::parse(text.as_bytes())))
 }
 
 fn read_receipt(path: &Path) -> Result<Option<Receipt>, ShipError> {
@@ -608,8 +610,9 @@ fn lock_log(log: &SessionLog, exclusive: bool) -> Result<File, ShipError> {
     Ok(lock)
 }
 
-/// Keeps the vault's receipt for the entry `head` and moves `shipped` to it,
-/// under the writer's lock; never back to a receipt before the one kept.
+/// Keeps the vault's receipt for the entry `head` (synced: it is evidence)
+/// and moves `shipped` to it, under the writer's lock; never back to a
+/// receipt before the one kept.
 fn record_ack(log: &SessionLog, receipt: &Receipt, head: &Head) -> Result<(), ShipError> {
     let _lock = lock_log(log, true)?;
     let receipt_path = log.dir().join(RECEIPT_FILE);
@@ -617,7 +620,11 @@ fn record_ack(log: &SessionLog, receipt: &Receipt, head: &Head) -> Result<(), Sh
         return Ok(());
     }
     write_0600(&receipt_path, receipt.render().as_bytes())?;
-    write_0600(&log.dir().join(SHIPPED_FILE), head.render().as_bytes())
+    write_file(
+        &log.dir().join(SHIPPED_FILE),
+        head.render().as_bytes(),
+        false,
+    )
 }
 
 /// `chain.key`: the key, and the recipients version it was made under
@@ -693,6 +700,27 @@ fn entry_end(log: &SessionLog, file: &File, seq: u64) -> Result<(u64, Hash), Shi
             line.extend_from_slice(&buf[from..n]);
         }
         at += n as u64;
+    }
+}
+
+/// Whether the log still holds, unchanged, the entry `shipped` names: `None`
+/// when it does (or nothing was shipped), else what differs. What `nd7
+/// doctor` asks to tell a machine that rewrote its log from a vault that
+/// broke its receipt.
+pub fn rewritten_since_shipped(log: &SessionLog) -> Option<String> {
+    let shipped = read_shipped(&log.dir().join(SHIPPED_FILE)).ok()??;
+    let file = File::open(log.events_path()).ok()?;
+    match entry_end(log, &file, shipped.seq) {
+        Ok((_, hash)) if hash == shipped.hash => None,
+        Ok((_, hash)) => Some(format!(
+            "entry {} was shipped with hash {}, but the local entry {} has hash {}",
+            shipped.seq,
+            shipped.hash.short(),
+            shipped.seq,
+            hash.short()
+        )),
+        Err(ShipError::Rewritten { detail, .. }) => Some(detail),
+        Err(_) => None,
     }
 }
 

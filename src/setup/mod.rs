@@ -624,23 +624,36 @@ struct Backlog {
     alarms: Vec<(String, String)>,
     /// Sessions keeping receipts a declared restore lost.
     lost: usize,
+    /// (session, what differs): the local log no longer holds what was shipped.
+    rewritten: Vec<(String, String)>,
 }
 
-/// Fails while `nd7 ship` finds the vault breaking a receipt for some session.
+/// Fails while `nd7 ship` finds the vault breaking a receipt for some
+/// session, or a local log no longer holds what was shipped: the vault's
+/// doing and the machine's, told apart.
 fn receipts_check(backlog: &Backlog) -> Check {
-    let fix = Some(
-        "ask the vault's operator; docs/vault.md, \"Restoring a vault from a backup\"; `nd7 admin pull --compare` shows what is missing"
-            .into(),
-    );
+    let mut problems = Vec::new();
     if let Some((session, first)) = backlog.alarms.first() {
+        problems.push(format!(
+            "the vault broke its receipt for {} session(s); {session}: {first}",
+            backlog.alarms.len()
+        ));
+    }
+    if let Some((session, what)) = backlog.rewritten.first() {
+        problems.push(format!(
+            "the local log of {} session(s) no longer holds what was shipped (this machine's doing, not the vault's); {session}: {what}",
+            backlog.rewritten.len()
+        ));
+    }
+    if !problems.is_empty() {
         return Check {
             name: "receipts",
             ok: false,
-            detail: format!(
-                "the vault broke its receipt for {} session(s); {session}: {first}",
-                backlog.alarms.len()
+            detail: problems.join("; and "),
+            fix: Some(
+                "docs/vault.md (\"Restoring a vault from a backup\" when the vault lost entries); `nd7 admin pull --compare` names what differs"
+                    .into(),
             ),
-            fix,
         };
     }
     Check {
@@ -666,6 +679,7 @@ fn ship_backlog(sessions: &Path) -> Backlog {
         last_ship: None,
         alarms: Vec::new(),
         lost: 0,
+        rewritten: Vec::new(),
     };
     let Ok(entries) = fs::read_dir(sessions) else {
         return backlog;
@@ -682,13 +696,20 @@ fn ship_backlog(sessions: &Path) -> Backlog {
         if let Ok(modified) = fs::metadata(&shipped).and_then(|m| m.modified()) {
             backlog.last_ship = backlog.last_ship.max(Some(modified));
         }
+        let session = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if let Ok(alarm) = fs::read_to_string(dir.join(crate::ship::ALARM_FILE)) {
-            let session = dir
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
             let first = alarm.lines().next().unwrap_or_default().to_string();
-            backlog.alarms.push((session, first));
+            backlog.alarms.push((session.clone(), first));
+        }
+        if let Some(log) = dir
+            .parent()
+            .and_then(|parent| crate::session_log::SessionLog::new(parent, &session).ok())
+            && let Some(what) = crate::ship::rewritten_since_shipped(&log)
+        {
+            backlog.rewritten.push((session, what));
         }
         if dir.join(crate::ship::LOST_FILE).exists() {
             backlog.lost += 1;

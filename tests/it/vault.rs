@@ -286,6 +286,18 @@ pub fn stored_batches(vault: &Vault, machine: &str, session: &str) -> Vec<vault:
     out
 }
 
+/// `nd7 doctor`'s lines, run with a scratch home.
+pub fn doctor_lines(state: &State) -> Vec<String> {
+    let home = tempfile::tempdir().expect("home");
+    let out = state
+        .nd7()
+        .arg("doctor")
+        .env("HOME", home.path())
+        .output()
+        .expect("doctor");
+    stdout(&out).lines().map(str::to_string).collect()
+}
+
 /// Every byte of the vault's database files.
 pub fn db_bytes(vault: &Vault) -> Vec<u8> {
     let mut all = Vec::new();
@@ -469,7 +481,20 @@ fn a_rewrite_after_shipping_is_named_by_pull_and_refused_by_ship() {
 
     let (out, _) = pull(&state, &vault, &org, "s1", true);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert!(stdout(&out).contains("entry 4 differs"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("FAILED (the machine): machine ")
+            && stdout(&out).contains(
+                "session s1: the local copy was rewritten after shipping: entry 4 differs"
+            ),
+        "{}",
+        stdout(&out)
+    );
+    // `nd7 doctor` says whose doing it is.
+    let doctor = doctor_lines(&state);
+    assert!(
+        doctor.iter().any(|l| l.starts_with("FAIL receipts the local log of 1 session(s) no longer holds what was shipped (this machine's doing, not the vault's); s1: entry 9 was shipped with hash")),
+        "{doctor:?}"
+    );
 
     append(&state, "s1", 2);
     let out = ship(&state);

@@ -13,7 +13,9 @@ use nd7_core::ship::Machine;
 use nd7_core::vault::{self, BatchHeader, EnrolToken, IndexKey, KeyId, Secret32, SigningKey};
 
 use crate::common::{State, stderr, stdout};
-use crate::vault::{Org, Vault, append, db_bytes, enroll, ok, pull, record_payload, ship};
+use crate::vault::{
+    Org, Vault, append, db_bytes, doctor_lines, enroll, ok, pull, record_payload, ship,
+};
 
 /// The vault operator: the database, the stock age CLI, nd7's public format,
 /// and a signing key of its own (it has no machine's).
@@ -376,19 +378,11 @@ fn attack_drop_a_sessions_tail() {
         ),
         "{doctor:?}"
     );
+    assert!(
+        !doctor.iter().any(|l| l.contains("this machine's doing")),
+        "{doctor:?}"
+    );
     assert_eq!(vault.count("entries"), 5, "nothing more was shipped");
-}
-
-/// `nd7 doctor`'s lines, run with a scratch home.
-fn doctor_lines(state: &State) -> Vec<String> {
-    let home = tempfile::tempdir().expect("home");
-    let out = state
-        .nd7()
-        .arg("doctor")
-        .env("HOME", home.path())
-        .output()
-        .expect("doctor");
-    stdout(&out).lines().map(str::to_string).collect()
 }
 
 /// Guards `Recipients::update_to` in `Machine::refresh_recipients` (no
