@@ -26,6 +26,7 @@ sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a - b }'; }
 start_vault() { # $1 = database; sets VPID, URL, VKEY
   rm -f "$1.key"
   VKEY=$("$BIN/nd7-vault" key --db "$1")
+  : > "$W/listen"   # the last server's line must not be read as this one's
   "$BIN/nd7-vault" serve --db "$1" --listen 127.0.0.1:0 --workers "${2:-4}" > "$W/listen" 2> "$1.log" &
   VPID=$!
   while ! grep -q listening "$W/listen" 2>/dev/null; do sleep 0.05; done

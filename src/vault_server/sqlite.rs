@@ -45,29 +45,49 @@ impl SqliteStore {
     /// Opens (creating if needed) the database at `path`. A database of
     /// another format (nd7-vault before v2) is refused, untouched.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
-        let db = Connection::open(path).map_err(|e| StoreError::new("open the database", e))?;
+        let mut db = Connection::open(path).map_err(|e| StoreError::new("open the database", e))?;
+        // The server and the admin commands (`nd7-vault recipients`, …) may
+        // open it at once: wait for each other's writes rather than fail.
+        db.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(|e| StoreError::new("set up the database", e))?;
+        // Refused before anything is written, WAL mode included.
+        check_format(&db)?;
         db.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
             .map_err(|e| StoreError::new("set up the database", e))?;
-        let version: i64 = db
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
+        // Checking the format again and creating the tables is one
+        // transaction, so two openers of a new file never see each other
+        // half-way.
+        let tx = db
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(|e| StoreError::new("read the database's format", e))?;
-        let tables: i64 = db
-            .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
-            .map_err(|e| StoreError::new("read the database's format", e))?;
-        if version != FORMAT && (version != 0 || tables != 0) {
-            return Err(StoreError {
-                action: "open the database",
-                detail: format!(
-                    "it holds vault format {}, and this nd7-vault serves format {FORMAT} only (docs/vault.md)",
-                    if version == 0 { 1 } else { version }
-                ),
-            });
-        }
-        db.execute_batch(SCHEMA)
-            .and_then(|()| db.execute_batch(&format!("PRAGMA user_version = {FORMAT};")))
+        check_format(&tx)?;
+        tx.execute_batch(SCHEMA)
+            .and_then(|()| tx.execute_batch(&format!("PRAGMA user_version = {FORMAT};")))
+            .and_then(|()| tx.commit())
             .map_err(|e| StoreError::new("create the tables", e))?;
         Ok(SqliteStore { db })
     }
+}
+
+/// Refuses a database of another format: one that has tables but not
+/// this format's `user_version`.
+fn check_format(db: &Connection) -> Result<(), StoreError> {
+    let version: i64 = db
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| StoreError::new("read the database's format", e))?;
+    let tables: i64 = db
+        .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+        .map_err(|e| StoreError::new("read the database's format", e))?;
+    if version != FORMAT && (version != 0 || tables != 0) {
+        return Err(StoreError {
+            action: "open the database",
+            detail: format!(
+                "it holds vault format {}, and this nd7-vault serves format {FORMAT} only (docs/vault.md)",
+                if version == 0 { 1 } else { version }
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn stored_batch(

@@ -986,3 +986,31 @@ fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_database_of_format_v1_is_refused_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("v1.db");
+    rusqlite::Connection::open(&db)
+        .expect("db")
+        .execute_batch(
+            "CREATE TABLE entries (machine TEXT, session TEXT, seq INTEGER, hash TEXT, ts INTEGER);",
+        )
+        .expect("v1 table");
+    let before = std::fs::read(&db).expect("read");
+    let out = Command::new(env!("CARGO_BIN_EXE_nd7-vault"))
+        .args(["read-token", "--db"])
+        .arg(&db)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("it holds vault format 1, and this nd7-vault serves format 2 only"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        std::fs::read(&db).expect("read") == before,
+        "the file changed"
+    );
+}
