@@ -750,12 +750,16 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__record)
-            opts="-h --help"
+            opts="-h --agent --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --agent)
+                    COMPREPLY=($(compgen -W "claude-code codex" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -778,12 +782,16 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__setup)
-            opts="-h --settings --dry-run --uninstall --help"
+            opts="-h --agent --settings --dry-run --uninstall --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --agent)
+                    COMPREPLY=($(compgen -W "claude-code codex" -- "${cur}"))
+                    return 0
+                    ;;
                 --settings)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -10,7 +10,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::hook::{Event, Glimpse, Invocation, Payload, PayloadError};
+use crate::hook::{Agent, Event, Glimpse, Invocation, Payload, PayloadError};
 use crate::session_log::{self, Appended, SessionLog};
 
 /// Payloads above this size are recorded by size and fingerprint only. The
@@ -78,16 +78,35 @@ pub fn read_payload(input: impl Read) -> Result<Vec<u8>, RecordError> {
     Ok(buf)
 }
 
-/// Records one payload into its session's log under `sessions_dir`.
+/// Records one Claude Code payload into its session's log under `sessions_dir`.
 pub fn record(
     invocation: &Invocation,
     input: &[u8],
     sessions_dir: &Path,
 ) -> Result<Recorded, RecordError> {
-    let (event, omitted) = if input.len() > MAX_STORED_PAYLOAD {
+    record_as(Agent::ClaudeCode, invocation, input, sessions_dir)
+}
+
+/// Records one payload from `agent`'s hooks into its session's log.
+pub fn record_as(
+    agent: Agent,
+    invocation: &Invocation,
+    input: &[u8],
+    sessions_dir: &Path,
+) -> Result<Recorded, RecordError> {
+    let (mut event, omitted) = if input.len() > MAX_STORED_PAYLOAD {
         (oversized(invocation, input)?, Some(input.len()))
     } else {
-        let event = Event::new(invocation, Payload::parse(input)?);
+        let payload = Payload::parse(input)?;
+        let event = match agent {
+            Agent::ClaudeCode => Event::new(invocation, payload),
+            Agent::Codex => {
+                // No log yet: this entry opens it, and names the agent.
+                let log = SessionLog::new(sessions_dir, &payload.session_id)?;
+                let first = std::fs::metadata(log.events_path()).map_or(true, |m| m.len() == 0);
+                crate::codex::event(invocation, payload, first)
+            }
+        };
         if event.body.get().len() > MAX_STORED_PAYLOAD {
             // Derived members (a long command split into argv) can push a
             // payload that fit over the limit.
@@ -96,6 +115,7 @@ pub fn record(
             (event, None)
         }
     };
+    event.source = agent.source();
     let log = SessionLog::new(sessions_dir, &event.session)?;
     let appended = log.append(&event)?;
     Ok(Recorded {

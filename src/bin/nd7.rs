@@ -43,7 +43,14 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Record => hooks::record(early, &[]),
+        // Reached only as `nd7 -- record` and the like: `record` is taken above.
+        Command::Record { agent } => {
+            let args: Vec<std::ffi::OsString> = agent
+                .map(|a| format!("--agent={}", a.agent().name()).into())
+                .into_iter()
+                .collect();
+            hooks::record(early, &args)
+        }
         Command::Verify {
             target,
             all,
@@ -57,10 +64,12 @@ fn main() -> ExitCode {
             }
         }
         Command::Setup {
+            agent,
             settings,
             dry_run,
             uninstall,
         } => run_setup(&setup::Options {
+            agent: agent.map(|a| a.agent()),
             settings,
             dry_run,
             uninstall,
@@ -283,7 +292,7 @@ fn run_setup(options: &setup::Options) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e @ setup::SetupError::Settings { .. }) => {
+        Err(e @ (setup::SetupError::Settings { .. } | setup::SetupError::CodexConfig { .. })) => {
             eprintln!("nd7 setup: {e}");
             ExitCode::from(1)
         }

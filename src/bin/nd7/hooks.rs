@@ -24,7 +24,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use nd7_core::hook::Invocation;
+use nd7_core::hook::{Agent, Invocation};
 use nd7_core::{record, session_log};
 
 /// A command run as a hook.
@@ -65,19 +65,29 @@ static RUNNING: AtomicUsize = AtomicUsize::new(0);
 /// adds no second line.
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
-/// `nd7 record`, with the arguments after `record`: there should be none.
+/// `nd7 record`, with the arguments after `record`: none (Claude Code), or
+/// `--agent NAME` for another agent's hooks (Codex's are shell strings
+/// ending in `record --agent codex`).
 pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
     guard(Hook::Record);
-    if !args.is_empty() {
-        say(format_args!(
-            "nd7 record: takes no arguments, got {args:?}; nothing recorded (the hook payload comes on standard input)"
-        ));
-        return ExitCode::SUCCESS;
-    }
+    let agent = match record_agent(args) {
+        Ok(agent) => agent,
+        Err(why) => {
+            say(format_args!(
+                "nd7 record: {why}; nothing recorded (usage: nd7 record [--agent claude-code|codex], the hook payload on standard input)"
+            ));
+            return ExitCode::SUCCESS;
+        }
+    };
     inject_fault();
     let outcome = record::read_payload(std::io::stdin().lock()).and_then(|input| {
         let state = session_log::state_dir()?;
-        record::record(&invocation, &input, &session_log::sessions_dir(&state))
+        record::record_as(
+            agent,
+            &invocation,
+            &input,
+            &session_log::sessions_dir(&state),
+        )
     });
     match outcome {
         Ok(recorded) => {
@@ -93,6 +103,22 @@ pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
         Err(e) => say(format_args!("nd7 record: {e}; nothing recorded")),
     }
     ExitCode::SUCCESS
+}
+
+/// The agent `nd7 record`'s arguments name: none is Claude Code;
+/// `--agent NAME` or `--agent=NAME` another. Anything else is refused.
+fn record_agent(args: &[OsString]) -> Result<Agent, String> {
+    let text: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
+    let name = match text.as_slice() {
+        [] => return Ok(Agent::ClaudeCode),
+        [flag, name] if flag == "--agent" => name.as_ref(),
+        [one] => match one.strip_prefix("--agent=") {
+            Some(name) => name,
+            None => return Err(format!("unexpected arguments {args:?}")),
+        },
+        _ => return Err(format!("unexpected arguments {args:?}")),
+    };
+    Agent::from_name(name).ok_or_else(|| format!("unknown agent {name:?}"))
 }
 
 /// One line on standard error; a closed or broken standard error is ignored.
