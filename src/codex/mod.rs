@@ -66,7 +66,9 @@ fn agent(path: Option<&Path>, session_id: &str) -> AgentInfo {
 }
 
 /// The outcome of call `call_id`, looking again every [`OUTCOME_POLL`]
-/// until `wait` has passed while the rollout has no completed item for it.
+/// until `wait` has passed while the rollout has no completed item for it
+/// (yet). A rollout that cannot be read, or whose item lies beyond the
+/// bound, is not looked at again.
 pub fn outcome(path: &Path, call_id: &str, wait: Duration) -> Outcome {
     let deadline = Instant::now() + wait;
     loop {
@@ -74,9 +76,12 @@ pub fn outcome(path: &Path, call_id: &str, wait: Duration) -> Outcome {
             Ok(r) => rollout::outcome(&r, call_id),
             Err(e) => return Outcome::Unknown(e.to_string()),
         };
-        if matches!(found, Outcome::Known { .. }) || Instant::now() >= deadline {
-            return found;
+        match found {
+            Some(outcome) => return outcome,
+            None if Instant::now() >= deadline => {
+                return Outcome::Unknown(rollout::NO_COMPLETED_ITEM.into());
+            }
+            None => std::thread::sleep(OUTCOME_POLL),
         }
-        std::thread::sleep(OUTCOME_POLL);
     }
 }

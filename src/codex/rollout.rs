@@ -337,25 +337,29 @@ pub enum Seen {
 }
 
 /// How call `call_id` ended, read from the end of `rollout` back to the
-/// call itself or [`TAIL_LIMIT`] bytes.
-pub fn outcome(rollout: &Rollout, call_id: &str) -> Outcome {
+/// call itself or [`TAIL_LIMIT`] bytes. `None` when the rollout has no
+/// completed item for the call yet: it may still be on its way.
+pub fn outcome(rollout: &Rollout, call_id: &str) -> Option<Outcome> {
     let mut lines = rollout.lines_from_end(TAIL_LIMIT);
     for line in lines.by_ref() {
         match line.map(|l| completed_item(&l, call_id)) {
-            Ok(Seen::Completed(outcome)) => return outcome,
-            Ok(Seen::Call) => {
-                return Outcome::Unknown("the rollout has no completed item for this call".into());
-            }
+            Ok(Seen::Completed(outcome)) => return Some(outcome),
+            Ok(Seen::Call) => return None,
             Ok(Seen::Nothing) => {}
-            Err(e) => return Outcome::Unknown(e.to_string()),
+            Err(e) => return Some(Outcome::Unknown(e.to_string())),
         }
     }
-    Outcome::Unknown(if lines.exhausted() {
-        format!("no completed item for this call in the rollout's last {TAIL_LIMIT} bytes")
+    if lines.exhausted() {
+        Some(Outcome::Unknown(format!(
+            "no completed item for this call in the rollout's last {TAIL_LIMIT} bytes"
+        )))
     } else {
-        "the rollout has no completed item for this call".into()
-    })
+        None
+    }
 }
+
+/// The reason given when the rollout has no completed item for a call.
+pub const NO_COMPLETED_ITEM: &str = "the rollout has no completed item for this call";
 
 #[cfg(test)]
 mod tests {
@@ -470,14 +474,14 @@ mod tests {
         let (_d, r) = rollout_with(text.as_bytes());
         assert_eq!(
             outcome(&r, "c2"),
-            Outcome::Known {
+            Some(Outcome::Known {
                 status: "failed".into(),
                 exit_code: Some(3)
-            }
+            })
         );
         // c1's completion sits before its call here, so it is not taken.
-        assert!(matches!(outcome(&r, "c1"), Outcome::Unknown(_)));
-        assert!(matches!(outcome(&r, "c3"), Outcome::Unknown(_)));
+        assert_eq!(outcome(&r, "c1"), None);
+        assert_eq!(outcome(&r, "c3"), None);
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod property;
 mod record;
 mod sandbox;
 mod setup;
+mod setup_codex;
 mod tamper;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
