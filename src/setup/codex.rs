@@ -304,37 +304,31 @@ pub fn setup(
 struct TrustSummary {
     total: usize,
     untrusted: usize,
-    /// Events whose nd7 handler is untrusted, changed since trusted, or off.
-    problems: Vec<String>,
 }
 
 fn trust_summary(files: &Files) -> Result<TrustSummary, SetupError> {
     let states = files.states()?;
     let registered = files.registered()?;
-    let mut summary = TrustSummary {
+    Ok(TrustSummary {
         total: registered.len(),
-        untrusted: 0,
-        problems: Vec::new(),
-    };
-    for (key, found) in &registered {
-        let state = states.get(key).cloned().unwrap_or_default();
-        let problem = if state.enabled == Some(false) {
-            Some("turned off")
-        } else {
-            match state.trusted_hash {
-                None => Some("untrusted"),
-                Some(h) if h != found.trust_hash() => Some("changed since trusted"),
-                Some(_) => None,
-            }
-        };
-        if let Some(problem) = problem {
-            summary.untrusted += 1;
-            summary
-                .problems
-                .push(format!("{} ({problem})", found.event));
-        }
+        untrusted: registered
+            .iter()
+            .filter(|(key, found)| trust_problem(states.get(key), found).is_some())
+            .count(),
+    })
+}
+
+/// Why Codex will not run a handler it keeps at `state`, if it will not.
+fn trust_problem(state: Option<&TrustState>, found: &Found) -> Option<&'static str> {
+    let state = state.cloned().unwrap_or_default();
+    if state.enabled == Some(false) {
+        return Some("turned off");
     }
-    Ok(summary)
+    match state.trusted_hash {
+        None => Some("untrusted"),
+        Some(h) if h != found.trust_hash() => Some("changed since trusted"),
+        Some(_) => None,
+    }
 }
 
 /// Codex's lines of `nd7 doctor`: the CLI, nd7's hooks, and their trust.
@@ -397,12 +391,67 @@ pub fn doctor(home: &Path, nd7: &str) -> Vec<Check> {
             return checks;
         }
     };
+    let states = match files.states() {
+        Ok(s) => s,
+        Err(e) => {
+            checks.push(Check {
+                name: "codex-trust",
+                ok: false,
+                detail: e.to_string(),
+                fix: Some("fix config.toml, then nd7 doctor".into()),
+            });
+            return checks;
+        }
+    };
+    let requirements = read(Path::new(SYSTEM_REQUIREMENTS)).ok().flatten();
+    let managed = codex_merge::found_toml(requirements.as_deref()).unwrap_or_default();
+    let managed_only = codex_merge::managed_only(requirements.as_deref()).unwrap_or(false);
+    let disabled = codex_merge::hooks_disabled(files.toml.as_deref()).unwrap_or(false);
+    checks.extend(assess(&Seen {
+        nd7,
+        user: &registered,
+        states: &states,
+        managed: &managed,
+        managed_only,
+        disabled,
+        config_toml: &files.config_toml,
+    }));
+    checks
+}
+
+/// Where Codex reads an administrator's requirements, managed hooks among
+/// them, on Linux and macOS (MDM and cloud-managed ones are not files).
+pub const SYSTEM_REQUIREMENTS: &str = "/etc/codex/requirements.toml";
+
+/// What doctor found about Codex's hooks.
+pub struct Seen<'a> {
+    pub nd7: &'a str,
+    /// nd7's handlers in the user's files, with their trust keys.
+    pub user: &'a [(String, Found)],
+    pub states: &'a std::collections::BTreeMap<String, TrustState>,
+    /// nd7's handlers an administrator ships as managed hooks.
+    pub managed: &'a [Found],
+    /// `allow_managed_hooks_only = true`: the user's hooks do not run.
+    pub managed_only: bool,
+    /// `[features] hooks = false`.
+    pub disabled: bool,
+    pub config_toml: &'a Path,
+}
+
+/// The `codex-hooks` and `codex-trust` lines for what was found. Pure.
+pub fn assess(seen: &Seen<'_>) -> Vec<Check> {
     let events = codex_merge::events();
+    let wanted = codex_merge::command(seen.nd7);
+    let user: Vec<&(String, Found)> = seen.user.iter().filter(|_| !seen.managed_only).collect();
     let mut missing = Vec::new();
     let mut elsewhere = Vec::new();
-    let wanted = codex_merge::command(nd7);
+    let mut managed_events = 0;
     for event in events {
-        let ours: Vec<&Found> = registered
+        if seen.managed.iter().any(|f| f.event == *event) {
+            managed_events += 1;
+            continue;
+        }
+        let ours: Vec<&Found> = user
             .iter()
             .map(|(_, f)| f)
             .filter(|f| f.event == *event)
@@ -413,56 +462,199 @@ pub fn doctor(home: &Path, nd7: &str) -> Vec<Check> {
             elsewhere.push(*event);
         }
     }
-    let disabled = codex_merge::hooks_disabled(files.toml.as_deref()).unwrap_or(false);
-    let ok = missing.is_empty() && elsewhere.is_empty() && !disabled;
+    let ok = missing.is_empty() && elsewhere.is_empty() && !seen.disabled;
     let mut detail = format!(
-        "{} of {} events record with {nd7}",
+        "{} of {} events record with {}",
         events.len() - missing.len() - elsewhere.len(),
-        events.len()
+        events.len(),
+        seen.nd7
     );
+    if managed_events > 0 {
+        detail.push_str(&format!(
+            " ({managed_events} as managed hooks from {SYSTEM_REQUIREMENTS})"
+        ));
+    }
     if !missing.is_empty() {
         detail.push_str(&format!("; missing: {}", missing.join(", ")));
     }
     if !elsewhere.is_empty() {
         detail.push_str(&format!("; another nd7: {}", elsewhere.join(", ")));
     }
-    if disabled {
+    if seen.managed_only && !seen.user.is_empty() {
         detail.push_str(&format!(
-            "; {} turns hooks off ([features] hooks = false)",
-            files.config_toml.display()
+            "; {SYSTEM_REQUIREMENTS} allows managed hooks only, so the user's do not run"
         ));
     }
-    checks.push(Check {
+    if seen.disabled {
+        detail.push_str(&format!(
+            "; {} turns hooks off ([features] hooks = false)",
+            seen.config_toml.display()
+        ));
+    }
+    let mut checks = vec![Check {
         name: "codex-hooks",
         ok,
         detail,
-        fix: (!ok).then(|| "nd7 setup --agent codex".into()),
-    });
-    if registered.is_empty() {
+        fix: (!ok).then(|| {
+            if seen.managed_only {
+                format!("ask your admin to add nd7's hooks to {SYSTEM_REQUIREMENTS} (docs/agents/codex.md)")
+            } else {
+                "nd7 setup --agent codex".into()
+            }
+        }),
+    }];
+    // Trust matters for the user's handlers of events no managed hook covers.
+    let needing: Vec<&(String, Found)> = user
+        .into_iter()
+        .filter(|(_, f)| !seen.managed.iter().any(|m| m.event == f.event))
+        .collect();
+    if needing.is_empty() {
         return checks;
     }
-    checks.push(match trust_summary(&files) {
-        Err(e) => Check {
-            name: "codex-trust",
-            ok: false,
-            detail: e.to_string(),
-            fix: Some("fix config.toml".into()),
+    let mut problems = Vec::new();
+    for (key, found) in &needing {
+        if let Some(problem) = trust_problem(seen.states.get(key), found) {
+            problems.push(format!("{} ({problem})", found.event));
+        }
+    }
+    checks.push(Check {
+        name: "codex-trust",
+        ok: problems.is_empty(),
+        detail: if problems.is_empty() {
+            format!("Codex trusts all {} of nd7's hooks", needing.len())
+        } else {
+            format!(
+                "{} of nd7's {} hooks will not run: {}",
+                problems.len(),
+                needing.len(),
+                problems.join(", ")
+            )
         },
-        Ok(t) => Check {
-            name: "codex-trust",
-            ok: t.untrusted == 0,
-            detail: if t.untrusted == 0 {
-                format!("Codex trusts all {} of nd7's hooks", t.total)
-            } else {
-                format!(
-                    "{} of nd7's {} hooks will not run: {}",
-                    t.untrusted,
-                    t.total,
-                    t.problems.join(", ")
-                )
-            },
-            fix: (t.untrusted > 0).then(|| TRUST_STEP.to_string()),
-        },
+        fix: (!problems.is_empty()).then(|| TRUST_STEP.to_string()),
     });
     checks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    const ND7: &str = "/usr/local/bin/nd7";
+
+    fn found(event: &str, nd7: &str) -> Found {
+        Found {
+            event: event.into(),
+            group: 0,
+            handler: 0,
+            command: codex_merge::command(nd7),
+            timeout: codex_merge::timeout_for(event),
+            matcher: None,
+            is_async: false,
+            status_message: None,
+        }
+    }
+
+    fn user(nd7: &str) -> Vec<(String, Found)> {
+        codex_merge::events()
+            .iter()
+            .map(|e| {
+                let f = found(e, nd7);
+                (f.trust_key("/h/.codex/hooks.json"), f)
+            })
+            .collect()
+    }
+
+    fn trusted(user: &[(String, Found)]) -> BTreeMap<String, TrustState> {
+        user.iter()
+            .map(|(k, f)| {
+                (
+                    k.clone(),
+                    TrustState {
+                        trusted_hash: Some(f.trust_hash()),
+                        enabled: None,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn seen<'a>(
+        user: &'a [(String, Found)],
+        states: &'a BTreeMap<String, TrustState>,
+        managed: &'a [Found],
+        managed_only: bool,
+    ) -> Seen<'a> {
+        Seen {
+            nd7: ND7,
+            user,
+            states,
+            managed,
+            managed_only,
+            disabled: false,
+            config_toml: Path::new("/h/.codex/config.toml"),
+        }
+    }
+
+    #[test]
+    fn trusted_user_hooks_pass_and_a_new_path_needs_trusting_again() {
+        let mine = user(ND7);
+        let states = trusted(&mine);
+        let checks = assess(&seen(&mine, &states, &[], false));
+        assert!(checks.iter().all(|c| c.ok), "{checks:?}");
+        // After an upgrade moved nd7, setup rewrote the commands: Codex
+        // holds the old hashes.
+        let moved = user("/opt/nd7/bin/nd7");
+        let checks = assess(&Seen {
+            nd7: "/opt/nd7/bin/nd7",
+            ..seen(&moved, &states, &[], false)
+        });
+        assert!(checks[0].ok);
+        assert!(!checks[1].ok);
+        assert!(
+            checks[1].detail.contains("changed since trusted"),
+            "{checks:?}"
+        );
+    }
+
+    #[test]
+    fn managed_hooks_need_no_trust_and_managed_only_ignores_the_users() {
+        let managed: Vec<Found> = codex_merge::events()
+            .iter()
+            .map(|e| found(e, ND7))
+            .collect();
+        let none = BTreeMap::new();
+        let checks = assess(&seen(&[], &none, &managed, true));
+        assert_eq!(checks.len(), 1, "no trust line: {checks:?}");
+        assert!(
+            checks[0].ok && checks[0].detail.contains("12 as managed hooks"),
+            "{checks:?}"
+        );
+        // Managed only, and nd7's hooks are the user's: they will not run.
+        let mine = user(ND7);
+        let states = trusted(&mine);
+        let checks = assess(&seen(&mine, &states, &[], true));
+        assert!(!checks[0].ok);
+        assert!(
+            checks[0].detail.contains("allows managed hooks only"),
+            "{checks:?}"
+        );
+        assert!(
+            checks[0]
+                .fix
+                .as_deref()
+                .is_some_and(|f| f.contains("admin"))
+        );
+    }
+
+    #[test]
+    fn turned_off_hooks_are_named() {
+        let mine = user(ND7);
+        let mut states = trusted(&mine);
+        if let Some(s) = states.values_mut().next() {
+            s.enabled = Some(false);
+        }
+        let checks = assess(&seen(&mine, &states, &[], false));
+        assert!(checks[1].detail.contains("(turned off)"), "{checks:?}");
+    }
 }

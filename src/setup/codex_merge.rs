@@ -811,6 +811,13 @@ pub fn hooks_disabled(text: Option<&str>) -> Result<bool, CodexConfigError> {
     }))
 }
 
+/// Whether a requirements file lets only managed hooks run
+/// (`allow_managed_hooks_only = true`).
+pub fn managed_only(text: Option<&str>) -> Result<bool, CodexConfigError> {
+    let doc = parse_toml(text)?;
+    Ok(doc.get("allow_managed_hooks_only").and_then(Item::as_bool) == Some(true))
+}
+
 /// Takes out the trust Codex stored for nd7's handlers: each
 /// `[hooks.state."<key>"]` among `trusted` whose `trusted_hash` is the one
 /// given (a state the user set for something else at that key stays).
