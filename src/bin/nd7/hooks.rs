@@ -1,7 +1,8 @@
-//! The commands Claude Code runs as hooks, `nd7 record` and `nd7 hook-prefix`:
-//! they exit 0 whatever happens, because Claude Code takes a hook's status 2
-//! as "block" and any other failure as an error to show. `nd7 record` also
-//! never writes to standard output, which Claude Code reads as instructions.
+//! The commands agents run as hooks, `nd7 record` (Claude Code's and Codex's)
+//! and `nd7 hook-prefix`: they exit 0 whatever happens, because Claude Code
+//! takes a hook's status 2 as "block" and any other failure as an error to
+//! show (Codex, likewise, a non-zero status as a failed hook). `nd7 record`
+//! also never writes to standard output, which both read as instructions.
 //! A failure is one line on standard error.
 //!
 //! "Whatever happens" includes the ways a Rust process ends without returning
