@@ -75,7 +75,7 @@ pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
         Ok(agent) => agent,
         Err(why) => {
             say(format_args!(
-                "nd7 record: {why}; nothing recorded (usage: nd7 record [--agent claude-code|codex], the hook payload on standard input)"
+                "nd7 record: arguments {args:?}: {why}; nothing recorded (usage: nd7 record [--agent claude-code|codex], the hook payload on standard input)"
             ));
             return ExitCode::SUCCESS;
         }
@@ -110,14 +110,12 @@ pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
 /// `--agent NAME` or `--agent=NAME` another. Anything else is refused.
 fn record_agent(args: &[OsString]) -> Result<Agent, String> {
     let text: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
+    let unexpected = || "expected none, or --agent NAME".to_string();
     let name = match text.as_slice() {
         [] => return Ok(Agent::ClaudeCode),
         [flag, name] if flag == "--agent" => name.as_ref(),
-        [one] => match one.strip_prefix("--agent=") {
-            Some(name) => name,
-            None => return Err(format!("unexpected arguments {args:?}")),
-        },
-        _ => return Err(format!("unexpected arguments {args:?}")),
+        [one] => one.strip_prefix("--agent=").ok_or_else(unexpected)?,
+        _ => return Err(unexpected()),
     };
     Agent::from_name(name).ok_or_else(|| format!("unknown agent {name:?}"))
 }
