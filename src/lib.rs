@@ -26,6 +26,7 @@ pub mod hook_prefix;
 pub mod policy;
 pub mod record;
 pub mod run;
+pub mod running;
 pub mod sandbox;
 #[cfg(feature = "self-update")]
 pub mod self_update;

@@ -8,7 +8,10 @@
 //! confined — for Claude Code with the hook that routes Bash through
 //! `nd7-exec` and its own sandbox off; `nd7 run` waits, passing on SIGTERM
 //! and SIGHUP, then ends the session's remaining commands and removes the
-//! session directory, whatever way the program ended.
+//! session directory, whatever way the program ended. On Linux the session
+//! runs in a child of `nd7 run`; `nd7 run` itself stays outside as its
+//! keeper, which ends every process the session left behind
+//! ([`sandbox::keep_session`]).
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -115,6 +118,13 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
 
     let sessions = Sessions::under(&home);
+    // Before any thread exists: from here on this is the session, and the
+    // process the user started waits outside as its keeper.
+    if let sandbox::Kept::Done(code) =
+        sandbox::keep_session(&sessions).map_err(RunError::Sandbox)?
+    {
+        return Ok(code);
+    }
     sessions.clean_stale();
     let pid = std::process::id();
     let mut program: Vec<String> = vec![options.program.to_string_lossy().into_owned()];
@@ -176,6 +186,9 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy.roots.project.display(),
         policy.roots.temp.display(),
     ));
+    if let Some(line) = sandbox::unenforced_line() {
+        announce(&line);
+    }
     let mut child = command.spawn().map_err(|source| RunError::Start {
         program: options.program.to_string_lossy().into_owned(),
         source,

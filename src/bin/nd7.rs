@@ -117,10 +117,16 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
         Ok(Changed::AlreadyAllowed(path)) => {
             println!("session {pid}: {} was already allowed", path.display())
         }
-        Ok(Changed::Denied(path)) => println!(
-            "session {pid}: writes under {} denied from the next command",
-            path.display()
-        ),
+        Ok(Changed::Denied(path)) => {
+            println!(
+                "session {pid}: writes under {} denied from the next command",
+                path.display()
+            );
+            let running = nd7_core::running::read(&session.dir);
+            for line in nd7_core::running::deny_report(pid, &path, &running) {
+                println!("{line}");
+            }
+        }
         Ok(Changed::NotAGrant(path)) => {
             println!("session {pid}: {} was not a grant", path.display())
         }

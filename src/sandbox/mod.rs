@@ -146,7 +146,7 @@ impl Floor {
     pub fn confine(&self, command: &mut Command) -> Result<(), String> {
         #[cfg(target_os = "linux")]
         {
-            self.confinement.confine(command);
+            self.confinement.confine(command, linux::Started::Floor);
             Ok(())
         }
         #[cfg(target_os = "macos")]
@@ -159,6 +159,74 @@ impl Floor {
             Err("nd7 run has no sandbox for this operating system".to_string())
         }
     }
+}
+
+/// Which process [`keep_session`] returned in.
+pub enum Kept {
+    /// The keeper: the session is over, nothing it started is left, and
+    /// `nd7 run` exits with this code.
+    Done(i32),
+    /// The session itself, to carry on.
+    Session,
+}
+
+/// Splits `nd7 run` into the keeper, which outlives everything the session
+/// starts and ends it all, and the session (see `linux::keeper`). Must be
+/// called while the process has a single thread. Where there is no keeper
+/// (macOS), the caller simply carries on as the session.
+pub fn keep_session(sessions: &Sessions) -> Result<Kept, String> {
+    #[cfg(target_os = "linux")]
+    {
+        match linux::keeper::split(sessions)? {
+            linux::keeper::Side::Keeper(code) => Ok(Kept::Done(code)),
+            linux::keeper::Side::Session => Ok(Kept::Session),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = sessions;
+        Ok(Kept::Session)
+    }
+}
+
+/// One protection beyond the file rules, and whether this system enforces it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Protection {
+    /// A short name, for `nd7 doctor`.
+    pub name: &'static str,
+    pub enforced: bool,
+    /// What is protected, or what is not and why.
+    pub detail: String,
+    /// What would make it enforced.
+    pub needs: &'static str,
+}
+
+/// The protections beyond the file rules and whether the running system
+/// enforces each; in a session, as that session applies them.
+pub fn protections() -> Vec<Protection> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::protections()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Vec::new()
+    }
+}
+
+/// The banner's line naming what this system cannot enforce, if anything.
+pub fn unenforced_line() -> Option<String> {
+    let missing: Vec<String> = protections()
+        .into_iter()
+        .filter(|p| !p.enforced)
+        .map(|p| p.detail)
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "nd7 run: not enforced on this system: {}",
+            missing.join("; ")
+        )
+    })
 }
 
 /// The exit, open for the session's life.

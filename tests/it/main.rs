@@ -6,6 +6,7 @@ mod common;
 mod concurrency;
 mod distribution;
 mod e2e;
+mod floor_process;
 mod landlock;
 mod property;
 mod record;

@@ -8,7 +8,10 @@
 //! the rules are applied completely or not at all.
 
 pub mod exit;
+pub mod keeper;
 pub mod proc;
+pub mod seccomp;
+pub mod supervise;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -17,10 +20,11 @@ use std::process::Command;
 
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, RestrictionStatus, Ruleset, RulesetAttr,
-    RulesetCreated, RulesetCreatedAttr, RulesetStatus, path_beneath_rules,
+    RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
 
 use crate::policy::LandlockRules;
+use crate::running;
 
 /// The Landlock ABI whose file-system rights nd7 requires.
 pub const REQUIRED_ABI: ABI = ABI::V3;
@@ -95,17 +99,50 @@ pub fn prepare(rules: &LandlockRules) -> Result<Confinement, SandboxError> {
         .ok_or_else(|| SandboxError::Unsupported("Landlock is not enabled".into()))
 }
 
+/// What a confined process is, for the keeper ([`keeper`]): the agent's
+/// floor, or one command through the exit.
+pub enum Started {
+    Floor,
+    Command(running::Command),
+}
+
 impl Confinement {
-    /// Arranges for the process `command` starts to apply the ruleset to
-    /// itself, with `no_new_privs`, just before it execs; if either call
-    /// fails the exec does not happen.
-    pub fn confine(&self, command: &mut Command) {
+    /// Arranges for the process `command` starts to confine itself just
+    /// before it execs: `no_new_privs`, the Landlock ruleset, then the seccomp
+    /// filter ([`seccomp`]); in a session, the filter's listener goes to the
+    /// keeper with what `started` says. If any step fails the exec does not
+    /// happen.
+    pub fn confine(&self, command: &mut Command, started: Started) {
         let fd = self.ruleset.as_raw_fd();
+        let channel = keeper::channel();
+        let sockets = channel.map_or(seccomp::Sockets::Open, |c| c.sockets);
+        let filter = seccomp::available()
+            .then(|| seccomp::program(sockets))
+            .flatten();
+        let report = channel.filter(|_| filter.is_some()).map(|channel| {
+            let mut message = vec![match started {
+                Started::Floor => keeper::FLOOR_LISTENER,
+                Started::Command(_) => keeper::COMMAND_LISTENER,
+            }];
+            if let Started::Command(info) = &started {
+                message.extend(serde_json::to_vec(info).unwrap_or_default());
+            }
+            Report {
+                channel: channel.fd,
+                message,
+                // SAFETY: CMSG_SPACE only computes a size.
+                control: vec![0u8; unsafe { libc::CMSG_SPACE(4) } as usize],
+            }
+        });
+        let mut report = report;
         // SAFETY: the closure runs in the child between fork and exec, where
-        // only async-signal-safe calls are sound. It makes two raw system
-        // calls and reads errno, allocating nothing and taking no lock. `fd`
-        // stays open in the parent for as long as `self` lives, which is
-        // until `spawn` returns, and fork copies it into the child.
+        // only async-signal-safe calls are sound. It makes raw system calls
+        // (prctl, landlock_restrict_self, seccomp, sendmsg, close), reads
+        // errno and writes into buffers allocated here, in the parent,
+        // allocating nothing and taking no lock. `fd` stays open in the
+        // parent for as long as `self` lives, which is until `spawn`
+        // returns, and fork copies it into the child; the channel is open for
+        // the session's life.
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
@@ -114,9 +151,92 @@ impl Confinement {
                 if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                if let Some(filter) = &filter {
+                    let listener = seccomp::install(filter, report.is_some())?;
+                    if let Some(report) = &mut report {
+                        let sent = report.send(listener);
+                        libc::close(listener);
+                        sent?;
+                    }
+                }
                 Ok(())
             });
         }
+    }
+}
+
+/// The message a confined child sends the keeper with its listener,
+/// prepared in the parent.
+struct Report {
+    channel: libc::c_int,
+    message: Vec<u8>,
+    control: Vec<u8>,
+}
+
+impl Report {
+    /// Sends the message with `listener` attached. Makes one system call on
+    /// memory this value owns and allocates nothing, so it is sound between
+    /// fork and exec.
+    fn send(&mut self, listener: libc::c_int) -> std::io::Result<()> {
+        let mut iov = libc::iovec {
+            iov_base: self.message.as_mut_ptr().cast(),
+            iov_len: self.message.len(),
+        };
+        // SAFETY: msghdr is plain data; every field used is set below.
+        let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+        header.msg_iov = &mut iov;
+        header.msg_iovlen = 1;
+        header.msg_control = self.control.as_mut_ptr().cast();
+        header.msg_controllen = self.control.len() as _;
+        // SAFETY: the control buffer is CMSG_SPACE(4) bytes, room for one
+        // header and one descriptor, and `header` points at it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&header);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), listener);
+            if libc::sendmsg(self.channel, &header, libc::MSG_NOSIGNAL) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The Landlock ABI version this kernel offers (0 without Landlock).
+pub fn abi() -> i32 {
+    // SAFETY: with a null attribute and the VERSION flag, the call only
+    // returns a number.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    v.max(0) as i32
+}
+
+/// Puts the calling process under a Landlock layer that handles no file
+/// access and scopes signals and abstract unix sockets (ABI 6): from then
+/// on it and everything it starts can signal, or connect to an abstract
+/// socket of, only processes beneath this layer. Returns `false`, changing
+/// nothing, on a kernel without scopes.
+pub fn scope_self() -> Result<bool, SandboxError> {
+    if abi() < 6 {
+        return Ok(false);
+    }
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .scope(Scope::from_all(ABI::V6))
+        .and_then(|r| r.create())
+        .and_then(|r| r.restrict_self())
+        .map_err(|e| SandboxError::Unsupported(e.to_string()))?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(true),
+        other => Err(SandboxError::Partial(other)),
     }
 }
 
@@ -129,4 +249,87 @@ pub fn probe() -> Result<(), SandboxError> {
         .and_then(|r| r.create())
         .map(drop)
         .map_err(|e| SandboxError::Unsupported(e.to_string()))
+}
+
+/// `kernel.yama.ptrace_scope`, 0 where Yama is absent.
+fn ptrace_scope() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether a unix socket can carry its sender's pidfd (`SO_PASSPIDFD`,
+/// Linux 6.5), which the exit identifies its callers by.
+pub fn callers_by_pidfd() -> bool {
+    rustix::net::socket(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        None,
+    )
+    .is_ok_and(|s| exit::set_pass_pidfd(&s).is_ok())
+}
+
+/// The protections beyond the file rules, as this kernel (and, in a
+/// session, this session) enforces them.
+pub fn protections() -> Vec<crate::sandbox::Protection> {
+    use crate::sandbox::Protection;
+    let abi = abi();
+    let session = keeper::channel();
+    let scoped = session.map_or(abi >= 6, |c| c.scoped);
+    let filter = seccomp::available() && seccomp::native().is_some();
+    let scope = ptrace_scope();
+    let sockets =
+        filter && session.map_or(scope < 2, |c| c.sockets == seccomp::Sockets::Supervised);
+    let pidfd = callers_by_pidfd();
+    vec![
+        Protection {
+            name: "signals",
+            enforced: scoped,
+            detail: if scoped {
+                "the agent can signal, and reach abstract unix sockets of, only the session's own processes (Landlock ABI 6 scopes)".into()
+            } else {
+                format!("signals to your other processes, and their abstract unix sockets (Landlock ABI {abi}; scopes need ABI 6)")
+            },
+            needs: "Linux 6.12 or newer",
+        },
+        Protection {
+            name: "terminal",
+            enforced: filter,
+            detail: if filter {
+                "TIOCSTI, TIOCLINUX and the other ioctls that inject input or act on the console fail (seccomp)".into()
+            } else {
+                "terminal input injection (TIOCSTI) and console ioctls (no seccomp filter for this system)".into()
+            },
+            needs: "a kernel with seccomp filters (CONFIG_SECCOMP_FILTER) on x86-64, arm64 or riscv64",
+        },
+        Protection {
+            name: "sockets",
+            enforced: sockets,
+            detail: if sockets {
+                "connect() reaches only the session's own unix sockets, never ssh-agent, tmux, D-Bus or docker (seccomp, with nd7 run connecting for the session)".into()
+            } else if filter {
+                format!("other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (nd7 run cannot act for the session's processes: kernel.yama.ptrace_scope is {scope})")
+            } else {
+                "other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (no seccomp filter)".into()
+            },
+            needs: "kernel.yama.ptrace_scope of 0 or 1, and seccomp filters",
+        },
+        Protection {
+            name: "datagrams",
+            enforced: false,
+            detail: "datagrams sent by path (sendto, sendmsg) to other programs' unix sockets, such as the journal's; Landlock ABI 9 could refuse them and nd7 does not use it yet".into(),
+            needs: "a later nd7, on Linux with Landlock ABI 9",
+        },
+        Protection {
+            name: "callers",
+            enforced: pidfd,
+            detail: if pidfd {
+                "the exit pins each caller with a pidfd, so a reused pid cannot pass (SO_PASSPIDFD)".into()
+            } else {
+                "the exit's callers by pidfd: they are identified by pid and start time instead (SO_PASSPIDFD needs Linux 6.5)".into()
+            },
+            needs: "Linux 6.5 or newer",
+        },
+    ]
 }
