@@ -55,11 +55,15 @@ pub fn available() -> Result<&'static str, String> {
 }
 
 /// When process `pid` started, in the kernel's units; `None` when there is
-/// no such process. With the pid it names one process for good.
+/// no such process, or only its zombie (dead, not yet reaped: where no init
+/// reaps, a killed `nd7 run` can stay one). With the pid it names one
+/// process for good.
 pub fn start_time(pid: u32) -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
-        linux::proc::stat(pid).map(|s| s.started)
+        linux::proc::stat(pid)
+            .filter(|s| s.state != 'Z')
+            .map(|s| s.started)
     }
     #[cfg(target_os = "macos")]
     {
@@ -197,8 +201,9 @@ pub struct Protection {
     pub enforced: bool,
     /// What is protected, or what is not and why.
     pub detail: String,
-    /// What would make it enforced.
-    pub needs: &'static str,
+    /// What would make it enforced; `None` when nothing the user can do
+    /// today would (then `nd7 doctor` notes it without failing).
+    pub needs: Option<&'static str>,
 }
 
 /// The protections beyond the file rules and whether the running system

@@ -576,3 +576,47 @@ fn send(conn: &UnixStream, bytes: &[u8]) -> io::Result<()> {
     )?;
     (&*conn).write_all(&bytes[sent..])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pidfd_of(pid: u32) -> OwnedFd {
+        pidfd_open(Pid::from_raw(pid as i32).expect("pid"), PidfdFlags::empty()).expect("pidfd")
+    }
+
+    /// A child of this process descends from it while the process pinned
+    /// for it is alive. When the pinned process is dead, the same number
+    /// naming a descendant (as a reused pid would) does not pass: this is
+    /// what the final liveness check in `descends_pinned` guards.
+    #[test]
+    fn a_pid_whose_pinned_process_died_does_not_pass() {
+        let me = std::process::id();
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        assert!(descends_pinned(child.id(), pidfd_of(child.id()), me));
+
+        let mut gone = Command::new("true").spawn().expect("true");
+        let dead = pidfd_of(gone.id());
+        gone.wait().expect("reaped");
+        assert!(!alive(&dead));
+        assert!(!descends_pinned(child.id(), dead, me));
+
+        // Not a descendant at all.
+        assert!(!descends_pinned(me, pidfd_of(me), child.id()));
+        child.kill().expect("kill");
+        child.wait().expect("reaped");
+    }
+
+    #[test]
+    fn a_caller_without_credentials_or_of_another_user_is_refused() {
+        let none = admit(Caller::default(), 1).expect_err("no credentials");
+        assert!(none.contains("without credentials"), "{none}");
+        let other = Caller {
+            pid: Some(std::process::id()),
+            uid: Some(rustix::process::getuid().as_raw() + 1),
+            pidfd: None,
+        };
+        let why = admit(other, 1).expect_err("another uid");
+        assert!(why.contains("runs as uid"), "{why}");
+    }
+}

@@ -135,9 +135,13 @@ impl Confinement {
             }
         });
         let mut report = report;
+        // The agent dies with the session process (which dies with the
+        // keeper); a command is started from a thread that ends before it
+        // does, so it cannot have this.
+        let floor = matches!(started, Started::Floor);
         // SAFETY: the closure runs in the child between fork and exec, where
         // only async-signal-safe calls are sound. It makes raw system calls
-        // (prctl, landlock_restrict_self, seccomp, sendmsg, close), reads
+        // (prctl, landlock_restrict_self, prctl, seccomp, sendmsg, close), reads
         // errno and writes into buffers allocated here, in the parent,
         // allocating nothing and taking no lock. `fd` stays open in the
         // parent for as long as `self` lives, which is until `spawn`
@@ -149,6 +153,9 @@ impl Confinement {
                     return Err(std::io::Error::last_os_error());
                 }
                 if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if floor && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 if let Some(filter) = &filter {
@@ -291,17 +298,17 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
             } else {
                 format!("signals to your other processes, and their abstract unix sockets (Landlock ABI {abi}; scopes need ABI 6)")
             },
-            needs: "Linux 6.12 or newer",
+            needs: Some("Linux 6.12 or newer"),
         },
         Protection {
-            name: "terminal",
+            name: "tty",
             enforced: filter,
             detail: if filter {
                 "TIOCSTI, TIOCLINUX and the other ioctls that inject input or act on the console fail (seccomp)".into()
             } else {
                 "terminal input injection (TIOCSTI) and console ioctls (no seccomp filter for this system)".into()
             },
-            needs: "a kernel with seccomp filters (CONFIG_SECCOMP_FILTER) on x86-64, arm64 or riscv64",
+            needs: Some("a kernel with seccomp filters (CONFIG_SECCOMP_FILTER), on x86-64, arm64 or riscv64"),
         },
         Protection {
             name: "sockets",
@@ -313,13 +320,13 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
             } else {
                 "other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (no seccomp filter)".into()
             },
-            needs: "kernel.yama.ptrace_scope of 0 or 1, and seccomp filters",
+            needs: Some("kernel.yama.ptrace_scope of 0 or 1 (sysctl), and seccomp filters"),
         },
         Protection {
-            name: "datagrams",
+            name: "dgram",
             enforced: false,
-            detail: "datagrams sent by path (sendto, sendmsg) to other programs' unix sockets, such as the journal's; Landlock ABI 9 could refuse them and nd7 does not use it yet".into(),
-            needs: "a later nd7, on Linux with Landlock ABI 9",
+            detail: format!("datagrams sent by path (sendto, sendmsg) to other programs' unix sockets, such as the journal's (only Landlock ABI 9 checks those; this kernel has ABI {abi}, and nd7 does not use ABI 9 yet)"),
+            needs: None,
         },
         Protection {
             name: "callers",
@@ -329,7 +336,7 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
             } else {
                 "the exit's callers by pidfd: they are identified by pid and start time instead (SO_PASSPIDFD needs Linux 6.5)".into()
             },
-            needs: "Linux 6.5 or newer",
+            needs: Some("Linux 6.5 or newer"),
         },
     ]
 }
