@@ -326,7 +326,7 @@ fn wait_for_session(session: u32, pidfd: Option<&OwnedFd>, blocked: &libc::sigse
             }
             libc::SIGCHLD => {
                 while let Ok(Some((pid, status))) =
-                    rustix::process::waitpid(None, WaitOptions::NOHANG)
+                    rustix::process::wait(WaitOptions::NOHANG)
                 {
                     if pid.as_raw_nonzero().get() as u32 == session {
                         return status.into();
@@ -365,9 +365,9 @@ fn sweep(me: u32) -> BTreeMap<u32, String> {
                 ended.entry(pid).or_insert(name);
             }
         }
-        match rustix::process::waitpid(None, WaitOptions::empty()) {
+        match rustix::process::wait(WaitOptions::empty()) {
             Ok(Some(_)) | Err(rustix::io::Errno::INTR) => {
-                while let Ok(Some(_)) = rustix::process::waitpid(None, WaitOptions::NOHANG) {}
+                while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
             }
             // ECHILD: no child left, so nothing below the keeper at all.
             _ => break,
