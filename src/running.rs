@@ -1,5 +1,5 @@
-//! The commands the exit started that still have a process running:
-//! `running.json` in the session directory, kept by `nd7 run` (its keeper,
+//! The commands the exit started with a grant that still have a process
+//! running: `running.json` in the session directory, kept by `nd7 run` (its keeper,
 //! which learns when a command's last process is gone) and read by
 //! `nd7 deny`, which names those still running under the grant it takes
 //! back. A command keeps the rules it started with, so a grant taken back

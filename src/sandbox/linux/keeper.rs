@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use rustix::net::{
     AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
@@ -203,12 +203,11 @@ pub fn allow_own(socket: BorrowedFd<'_>) -> io::Result<()> {
     send(OWN_SOCKET, &[], socket)
 }
 
-/// The commands the keeper knows to be running, written to `running.json`
-/// while the session lives.
+/// The commands the keeper knows to be running with a grant, written to
+/// `running.json` while the session lives.
 struct Tracker {
     dir: std::path::PathBuf,
     commands: BTreeMap<u64, running::Command>,
-    next: u64,
     open: bool,
 }
 
@@ -221,8 +220,16 @@ impl Tracker {
     }
 }
 
+/// What an epoll event is about.
+const SIGNALS: u64 = 0;
+const CHANNEL_IN: u64 = 1;
+/// Listeners are numbered from here.
+const FIRST_LISTENER: u64 = 2;
+
 /// The keeper's life: returns the session's exit code once it and every
-/// process below the keeper are gone.
+/// process below the keeper are gone. One thread, one epoll loop over the
+/// signals (a signalfd), the channel and every seccomp listener; only a
+/// `connect` that may block for long gets a thread of its own.
 fn keep(
     session: u32,
     channel: OwnedFd,
@@ -241,23 +248,12 @@ fn keep(
     let _ = rustix::io::write(&channel, &[u8::from(supervised)]);
     let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok();
 
-    let dir = sessions.session(session).dir;
-    let tracker = Arc::new(Mutex::new(Tracker {
-        dir: dir.clone(),
-        commands: BTreeMap::new(),
-        next: 0,
-        open: true,
-    }));
-    let supervisor = Supervisor::new();
-    {
-        let (tracker, supervisor) = (tracker.clone(), supervisor.clone());
-        std::thread::spawn(move || serve_channel(channel, &supervisor, &tracker));
-    }
-
-    let status = wait_for_session(session, pidfd.as_ref(), signals);
-    if let Ok(mut t) = tracker.lock() {
-        t.open = false;
-    }
+    let status = match Loop::new(session, channel, sessions, signals) {
+        Ok(mut l) => l.run(pidfd.as_ref()),
+        // Without epoll or a signalfd: wait for the session alone; the sweep
+        // below still ends everything it left.
+        Err(_) => wait_plainly(session, signals),
+    };
     let ended = sweep(me);
     if let Ended::Signaled(sig) = status {
         eprintln!("nd7 run: the session process {session} was killed by signal {sig}");
@@ -301,44 +297,217 @@ impl From<rustix::process::WaitStatus> for Ended {
     }
 }
 
-/// Waits for the session process to end, passing on SIGTERM and SIGHUP and
-/// reaping every other child (the session's orphans) as they end.
-fn wait_for_session(session: u32, pidfd: Option<&OwnedFd>, blocked: &libc::sigset_t) -> Ended {
-    let signals = signal_hook::iterator::Signals::new(KEEPER_SIGNALS);
+fn wait_plainly(session: u32, blocked: &libc::sigset_t) -> Ended {
     set_mask(libc::SIG_UNBLOCK, blocked);
-    let Ok(mut signals) = signals else {
-        // Without handlers, wait for the session alone; orphans are reaped
-        // at the end.
-        return loop {
-            match rustix::process::waitpid(Pid::from_raw(session as i32), WaitOptions::empty()) {
-                Ok(Some((_, status))) => break status.into(),
-                Err(rustix::io::Errno::INTR) => continue,
-                _ => break Ended::Unknown,
-            }
-        };
-    };
-    for sig in signals.forever() {
-        match sig {
-            libc::SIGTERM | libc::SIGHUP => {
-                if let (Some(pidfd), Some(sig)) = (pidfd, Signal::from_named_raw(sig)) {
-                    let _ = rustix::process::pidfd_send_signal(pidfd, sig);
-                }
-            }
-            libc::SIGCHLD => {
-                while let Ok(Some((pid, status))) =
-                    rustix::process::wait(WaitOptions::NOHANG)
-                {
-                    if pid.as_raw_nonzero().get() as u32 == session {
-                        return status.into();
-                    }
-                }
-            }
-            // SIGINT and SIGQUIT come from the terminal, which sends them to
-            // the session too.
-            _ => {}
+    loop {
+        match rustix::process::waitpid(Pid::from_raw(session as i32), WaitOptions::empty()) {
+            Ok(Some((_, status))) => return status.into(),
+            Err(rustix::io::Errno::INTR) => continue,
+            _ => return Ended::Unknown,
         }
     }
-    Ended::Unknown
+}
+
+/// The keeper's event loop while the session lives.
+struct Loop {
+    session: u32,
+    epoll: OwnedFd,
+    signals: OwnedFd,
+    channel: OwnedFd,
+    supervisor: Arc<Supervisor>,
+    /// Each listener, and the command it belongs to if it is listed.
+    listeners: BTreeMap<u64, (Arc<OwnedFd>, Option<u64>)>,
+    next: u64,
+    tracker: Tracker,
+}
+
+impl Loop {
+    fn new(
+        session: u32,
+        channel: OwnedFd,
+        sessions: &Sessions,
+        blocked: &libc::sigset_t,
+    ) -> io::Result<Loop> {
+        use rustix::event::epoll;
+        // SAFETY: signalfd reads the set and returns a new descriptor or -1.
+        let fd = unsafe { libc::signalfd(-1, blocked, libc::SFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let signals = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let flags = epoll::EventFlags::IN;
+        epoll::add(&epoll, &signals, epoll::EventData::new_u64(SIGNALS), flags)?;
+        epoll::add(
+            &epoll,
+            &channel,
+            epoll::EventData::new_u64(CHANNEL_IN),
+            flags,
+        )?;
+        Ok(Loop {
+            session,
+            epoll,
+            signals,
+            channel,
+            supervisor: Supervisor::new(),
+            listeners: BTreeMap::new(),
+            next: FIRST_LISTENER,
+            tracker: Tracker {
+                dir: sessions.session(session).dir,
+                commands: BTreeMap::new(),
+                open: true,
+            },
+        })
+    }
+
+    /// Runs until the session process has ended; returns how it did.
+    fn run(&mut self, pidfd: Option<&OwnedFd>) -> Ended {
+        use rustix::event::epoll;
+        let mut events = Vec::with_capacity(16);
+        loop {
+            events.clear();
+            match epoll::wait(
+                &self.epoll,
+                rustix::buffer::spare_capacity(&mut events),
+                None,
+            ) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return wait_plainly(self.session, &sigset(&[])),
+            }
+            for event in &events {
+                match event.data.u64() {
+                    SIGNALS => {
+                        if let Some(ended) = self.signal(pidfd) {
+                            self.tracker.open = false;
+                            return ended;
+                        }
+                    }
+                    CHANNEL_IN => self.message(),
+                    id => self.listener(id, event.flags),
+                }
+            }
+        }
+    }
+
+    /// Handles the signals that arrived: SIGTERM and SIGHUP go on to the
+    /// session; SIGCHLD reaps (the session's orphans as they end, and the
+    /// session itself, which ends the loop); SIGINT and SIGQUIT come from the
+    /// terminal, which sends them to the session too.
+    fn signal(&mut self, pidfd: Option<&OwnedFd>) -> Option<Ended> {
+        // SAFETY: signalfd_siginfo is plain data.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // One record per wake-up; epoll wakes again while more are pending.
+        // SAFETY: reads at most one record into `info`, which is writable.
+        let got = unsafe {
+            libc::read(
+                self.signals.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        };
+        if got != size as isize {
+            return None;
+        }
+        let sig = info.ssi_signo as i32;
+        if matches!(sig, libc::SIGTERM | libc::SIGHUP)
+            && let (Some(pidfd), Some(sig)) = (pidfd, Signal::from_named_raw(sig))
+        {
+            let _ = rustix::process::pidfd_send_signal(pidfd, sig);
+        }
+        if sig == libc::SIGCHLD {
+            while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
+                if pid.as_raw_nonzero().get() as u32 == self.session {
+                    return Some(status.into());
+                }
+            }
+        }
+        None
+    }
+
+    /// Reads one message from the session (or a process it confines).
+    fn message(&mut self) {
+        use rustix::event::epoll;
+        let mut body = vec![0u8; 64 * 1024];
+        let mut space =
+            [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1), ScmCredentials(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = match rustix::net::recvmsg(
+            &self.channel,
+            &mut [IoSliceMut::new(&mut body)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+        ) {
+            Ok(got) => got,
+            Err(_) => return,
+        };
+        let mut fd: Option<OwnedFd> = None;
+        let mut sender = 0u32;
+        for message in control.drain() {
+            match message {
+                RecvAncillaryMessage::ScmRights(fds) => {
+                    for f in fds {
+                        fd.get_or_insert(f);
+                    }
+                }
+                RecvAncillaryMessage::ScmCredentials(cred) => {
+                    sender = cred.pid.as_raw_nonzero().get() as u32;
+                }
+                _ => {}
+            }
+        }
+        if got.bytes == 0 && fd.is_none() {
+            // The session and everything it confined closed the channel.
+            let _ = epoll::delete(&self.epoll, &self.channel);
+            return;
+        }
+        let (Some(&kind), Some(fd)) = (body.first(), fd) else {
+            return;
+        };
+        let text = &body[1..got.bytes.min(body.len())];
+        let command = match kind {
+            OWN_SOCKET => return self.supervisor.allow_own(fd.as_fd()),
+            FLOOR_LISTENER => None,
+            // Only commands holding a grant matter to `nd7 deny`; the rest
+            // are served but not listed, which spares a write.
+            COMMAND_LISTENER => serde_json::from_slice::<running::Command>(text)
+                .ok()
+                .filter(|c| !c.grants.is_empty()),
+            _ => return,
+        };
+        let id = self.next;
+        self.next += 1;
+        let listed = command.map(|mut command| {
+            command.pid = sender;
+            self.tracker.commands.insert(id, command);
+            self.tracker.save();
+            id
+        });
+        let flags = epoll::EventFlags::IN;
+        if epoll::add(&self.epoll, &fd, epoll::EventData::new_u64(id), flags).is_ok() {
+            self.listeners.insert(id, (Arc::new(fd), listed));
+        }
+    }
+
+    /// A listener is ready: a notification to answer, or no process uses its
+    /// filter any more.
+    fn listener(&mut self, id: u64, flags: rustix::event::epoll::EventFlags) {
+        use rustix::event::epoll::EventFlags;
+        let Some((listener, listed)) = self.listeners.get(&id) else {
+            return;
+        };
+        if flags.contains(EventFlags::IN) {
+            self.supervisor.answer(listener);
+        } else if flags.intersects(EventFlags::HUP | EventFlags::ERR) {
+            let _ = rustix::event::epoll::delete(&self.epoll, &**listener);
+            if let Some(command) = listed {
+                self.tracker.commands.remove(command);
+                self.tracker.save();
+            }
+            self.listeners.remove(&id);
+        }
+    }
 }
 
 /// Kills every process below the keeper and reaps them all. Returns those
@@ -374,73 +543,4 @@ fn sweep(me: u32) -> BTreeMap<u32, String> {
         }
     }
     ended
-}
-
-/// Reads the session's messages until it is gone.
-fn serve_channel(channel: OwnedFd, supervisor: &Arc<Supervisor>, tracker: &Arc<Mutex<Tracker>>) {
-    let mut body = vec![0u8; 64 * 1024];
-    loop {
-        let mut space =
-            [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1), ScmCredentials(1))];
-        let mut control = RecvAncillaryBuffer::new(&mut space);
-        let got = match rustix::net::recvmsg(
-            &channel,
-            &mut [IoSliceMut::new(&mut body)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        ) {
-            Ok(got) => got,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => return,
-        };
-        let mut fd: Option<OwnedFd> = None;
-        let mut sender = 0u32;
-        for message in control.drain() {
-            match message {
-                RecvAncillaryMessage::ScmRights(fds) => {
-                    for f in fds {
-                        fd.get_or_insert(f);
-                    }
-                }
-                RecvAncillaryMessage::ScmCredentials(cred) => {
-                    sender = cred.pid.as_raw_nonzero().get() as u32;
-                }
-                _ => {}
-            }
-        }
-        if got.bytes == 0 && fd.is_none() {
-            return; // the session and everything it confined are gone
-        }
-        let (Some(&kind), Some(fd)) = (body.first(), fd) else {
-            continue;
-        };
-        let text = &body[1..got.bytes.min(body.len())];
-        match kind {
-            OWN_SOCKET => supervisor.allow_own(fd.as_fd()),
-            FLOOR_LISTENER => supervisor.watch(fd, || {}),
-            COMMAND_LISTENER => {
-                let Ok(mut command) = serde_json::from_slice::<running::Command>(text) else {
-                    supervisor.watch(fd, || {});
-                    continue;
-                };
-                command.pid = sender;
-                let id = {
-                    let Ok(mut t) = tracker.lock() else { continue };
-                    let id = t.next;
-                    t.next += 1;
-                    t.commands.insert(id, command);
-                    t.save();
-                    id
-                };
-                let tracker = tracker.clone();
-                supervisor.watch(fd, move || {
-                    if let Ok(mut t) = tracker.lock() {
-                        t.commands.remove(&id);
-                        t.save();
-                    }
-                });
-            }
-            _ => {}
-        }
-    }
 }

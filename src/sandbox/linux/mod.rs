@@ -296,7 +296,9 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
             detail: if scoped {
                 "the agent can signal, and reach abstract unix sockets of, only the session's own processes (Landlock ABI 6 scopes)".into()
             } else {
-                format!("signals to your other processes, and their abstract unix sockets (Landlock ABI {abi}; scopes need ABI 6)")
+                format!(
+                    "signals to your other processes, and their abstract unix sockets (Landlock ABI {abi}; scopes need ABI 6)"
+                )
             },
             needs: Some("Linux 6.12 or newer"),
         },
@@ -308,7 +310,9 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
             } else {
                 "terminal input injection (TIOCSTI) and console ioctls (no seccomp filter for this system)".into()
             },
-            needs: Some("a kernel with seccomp filters (CONFIG_SECCOMP_FILTER), on x86-64, arm64 or riscv64"),
+            needs: Some(
+                "a kernel with seccomp filters (CONFIG_SECCOMP_FILTER), on x86-64, arm64 or riscv64",
+            ),
         },
         Protection {
             name: "sockets",
@@ -316,23 +320,29 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
             detail: if sockets {
                 "connect() reaches only the session's own unix sockets, never ssh-agent, tmux, D-Bus or docker (seccomp, with nd7 run connecting for the session)".into()
             } else if filter {
-                format!("other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (nd7 run cannot act for the session's processes: kernel.yama.ptrace_scope is {scope})")
+                format!(
+                    "other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (nd7 run cannot act for the session's processes: kernel.yama.ptrace_scope is {scope})"
+                )
             } else {
-                "other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (no seccomp filter)".into()
+                "other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (no seccomp filter)"
+                    .into()
             },
             needs: Some("kernel.yama.ptrace_scope of 0 or 1 (sysctl), and seccomp filters"),
         },
         Protection {
             name: "dgram",
             enforced: false,
-            detail: format!("datagrams sent by path (sendto, sendmsg) to other programs' unix sockets, such as the journal's (only Landlock ABI 9 checks those; this kernel has ABI {abi}, and nd7 does not use ABI 9 yet)"),
+            detail: format!(
+                "datagrams sent by path (sendto, sendmsg) to other programs' unix sockets, such as the journal's (only Landlock ABI 9 checks those; this kernel has ABI {abi}, and nd7 does not use ABI 9 yet)"
+            ),
             needs: None,
         },
         Protection {
             name: "callers",
             enforced: pidfd,
             detail: if pidfd {
-                "the exit pins each caller with a pidfd, so a reused pid cannot pass (SO_PASSPIDFD)".into()
+                "the exit pins each caller with a pidfd, so a reused pid cannot pass (SO_PASSPIDFD)"
+                    .into()
             } else {
                 "the exit's callers by pidfd: they are identified by pid and start time instead (SO_PASSPIDFD needs Linux 6.5)".into()
             },

@@ -74,9 +74,43 @@ pub fn all() -> Vec<(u32, Stat)> {
         .collect()
 }
 
+/// The children of `pid` (of every thread of it), from
+/// `/proc/<pid>/task/<tid>/children`; `None` where the kernel has no such
+/// file (built without `CONFIG_PROC_CHILDREN`).
+pub fn children(pid: u32) -> Option<Vec<u32>> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut found = Vec::new();
+    for task in tasks.filter_map(Result::ok) {
+        let text = fs::read_to_string(task.path().join("children")).ok()?;
+        found.extend(
+            text.split_ascii_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    Some(found)
+}
+
 /// The descendants of `root` (not `root` itself), parents before their
-/// children, as one pass over `/proc` finds them.
+/// children: walked down through each process's children where the kernel
+/// lists them, else found in one pass over all of `/proc`.
 pub fn descendants(root: u32) -> Vec<(u32, Stat)> {
+    let mut found: Vec<(u32, Stat)> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        let Some(kids) = children(parent) else {
+            return descendants_by_scan(root);
+        };
+        for pid in kids {
+            if let Some(st) = stat(pid).filter(|st| st.ppid == parent) {
+                found.push((pid, st));
+                frontier.push(pid);
+            }
+        }
+    }
+    found
+}
+
+fn descendants_by_scan(root: u32) -> Vec<(u32, Stat)> {
     let everyone = all();
     let mut found: Vec<(u32, Stat)> = Vec::new();
     let mut frontier = vec![root];
@@ -123,7 +157,7 @@ mod tests {
             Some(std::os::unix::process::parent_id())
         );
         assert_eq!(chain.last().copied(), Some(1));
-        assert!(stat(me).is_some_and(|s| s.started > 0 && s.state == 'R'));
+        assert!(stat(me).is_some_and(|s| s.started > 0 && s.state != 'Z'));
         assert_eq!(tgid(me), Some(me));
     }
 
@@ -135,6 +169,13 @@ mod tests {
             .expect("sleep");
         let found = descendants(std::process::id());
         assert!(found.iter().any(|&(pid, _)| pid == child.id()));
+        let scanned = descendants_by_scan(std::process::id());
+        assert!(scanned.iter().any(|&(pid, _)| pid == child.id()));
+        assert!(
+            children(std::process::id())
+                .expect("children")
+                .contains(&child.id())
+        );
         assert!(descends_from(child.id(), std::process::id()));
         assert_eq!(name(child.id()), "sleep");
         child.kill().expect("kill");

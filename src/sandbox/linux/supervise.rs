@@ -44,9 +44,13 @@ use super::seccomp;
 /// The sockets the session may connect to.
 #[derive(Default)]
 pub struct Supervisor {
-    /// Cookie → socket inode of every unix socket a session process bound,
-    /// and nd7's own listening sockets.
+    /// Cookie → socket inode of every unix socket a session process bound.
     bound: Mutex<HashMap<u64, u32>>,
+    /// nd7's own listening sockets (the exit): cookie, socket inode, and
+    /// the file they are bound to once learnt. Their files live under
+    /// `~/.nd7`, which nothing inside can write, so the file, once learnt,
+    /// stays theirs for the session.
+    own: Mutex<Vec<(u64, u32, Option<(u32, u32)>)>>,
 }
 
 /// What a notification asks for.
@@ -216,47 +220,24 @@ impl Supervisor {
 
     /// Allows connections to `socket`, a listening socket of nd7's own.
     pub fn allow_own(&self, socket: BorrowedFd<'_>) {
-        self.remember(socket);
+        if let (Some(id), Ok(mut own)) = (identify(socket), self.own.lock()) {
+            own.push((id.0, id.1, None));
+        }
     }
 
     /// Remembers a unix socket as one of the session's.
     fn remember(&self, socket: BorrowedFd<'_>) {
-        let is_unix = rustix::net::sockopt::socket_domain(socket) == Ok(AddressFamily::UNIX);
-        let cookie = rustix::net::sockopt::socket_cookie(socket);
-        let ino = rustix::fs::fstat(socket).map(|st| st.st_ino as u32);
-        if let (true, Ok(cookie), Ok(ino)) = (is_unix, cookie, ino)
-            && let Ok(mut bound) = self.bound.lock()
-        {
+        if let (Some((cookie, ino)), Ok(mut bound)) = (identify(socket), self.bound.lock()) {
             bound.insert(cookie, ino);
         }
     }
 
-    /// Serves `listener`, a filter's notification descriptor, on a thread of
-    /// its own until no process uses the filter any more; then calls `idle`.
-    pub fn watch(self: &Arc<Self>, listener: OwnedFd, idle: impl FnOnce() + Send + 'static) {
-        let me = self.clone();
-        std::thread::spawn(move || {
-            let listener = Arc::new(listener);
-            loop {
-                let mut fds = [rustix::event::PollFd::new(
-                    &*listener,
-                    rustix::event::PollFlags::IN,
-                )];
-                if rustix::event::poll(&mut fds, None).is_err() {
-                    continue;
-                }
-                let revents = fds[0].revents();
-                if revents.contains(rustix::event::PollFlags::IN) {
-                    if let Some(notice) = receive(&listener) {
-                        me.handle(notice);
-                    }
-                } else if !revents.is_empty() {
-                    // POLLHUP: the last process under this filter is gone.
-                    break;
-                }
-            }
-            idle();
-        });
+    /// Answers the next notification waiting on `listener`, a filter's
+    /// notification descriptor that polled readable.
+    pub fn answer(self: &Arc<Self>, listener: &Arc<OwnedFd>) {
+        if let Some(notice) = receive(listener) {
+            self.handle(notice);
+        }
     }
 
     fn handle(self: &Arc<Self>, n: Notice) {
@@ -285,13 +266,27 @@ impl Supervisor {
                 self.handle(Notice { call, ..n });
             }
             Call::Connect { fd, addr, len } => {
-                // A connect may block (a full backlog, a slow TCP peer), so
-                // each gets its own thread.
-                let me = self.clone();
-                std::thread::spawn(move || {
-                    let reply = me.connect(&n, fd, addr, len);
+                // Another family's connect may block for long (a slow TCP
+                // peer), so it gets a thread of its own; a unix connect is
+                // answered here, at once (it blocks only on a full backlog of
+                // the session's own server, and then only this filter's
+                // callers wait).
+                let socket = match n.socket(fd) {
+                    Ok(socket) => socket,
+                    Err(libc::ESRCH) => return,
+                    Err(e) => return n.answer(Reply::Result(Err(e))),
+                };
+                let family = rustix::net::sockopt::socket_domain(&socket);
+                if family == Ok(AddressFamily::UNIX) {
+                    let reply = self.connect(&n, &socket, addr, len);
                     n.answer(reply);
-                });
+                } else {
+                    let me = self.clone();
+                    std::thread::spawn(move || {
+                        let reply = me.connect(&n, &socket, addr, len);
+                        n.answer(reply);
+                    });
+                }
             }
             // The filter hands over nothing else; let it through unchanged.
             Call::Other => n.answer(Reply::Continue),
@@ -310,13 +305,9 @@ impl Supervisor {
         Reply::Continue
     }
 
-    fn connect(&self, n: &Notice, fd: i32, addr: u64, len: u32) -> Reply {
+    /// Connects `socket`, the caller's own, to the address it gave.
+    fn connect(&self, n: &Notice, socket: &OwnedFd, addr: u64, len: u32) -> Reply {
         const MAX: usize = std::mem::size_of::<libc::sockaddr_storage>();
-        let socket = match n.socket(fd) {
-            Ok(socket) => socket,
-            Err(libc::ESRCH) => return Reply::Nothing,
-            Err(e) => return Reply::Result(Err(e)),
-        };
         let len = len as usize;
         if len > MAX {
             return Reply::Result(Err(libc::EINVAL));
@@ -329,9 +320,9 @@ impl Supervisor {
             return Reply::Nothing;
         }
         let address = &address[..len];
-        let result = match rustix::net::sockopt::socket_domain(&socket) {
-            Ok(AddressFamily::UNIX) => self.connect_unix(n.tid, &socket, address),
-            Ok(_) => raw_connect(&socket, address),
+        let result = match rustix::net::sockopt::socket_domain(socket) {
+            Ok(AddressFamily::UNIX) => self.connect_unix(n.tid, socket, address),
+            Ok(_) => raw_connect(socket, address),
             Err(e) => Err(e.raw_os_error()),
         };
         Reply::Result(result.map(|()| 0))
@@ -392,6 +383,16 @@ impl Supervisor {
 
     fn allows_file(&self, dev: u64, ino: u64) -> bool {
         let file = (kernel_dev(dev), ino as u32);
+        if let Ok(mut own) = self.own.lock() {
+            for (cookie, sino, vfs) in own.iter_mut() {
+                if vfs.is_none() {
+                    *vfs = describe(*sino, *cookie).ok().flatten().and_then(|d| d.vfs);
+                }
+                if *vfs == Some(file) {
+                    return true;
+                }
+            }
+        }
         self.described().iter().any(|d| d.vfs == Some(file))
     }
 
@@ -400,6 +401,16 @@ impl Supervisor {
             .iter()
             .any(|d| d.name.as_deref() == Some(name))
     }
+}
+
+/// A unix socket's cookie and inode; `None` for any other socket.
+fn identify(socket: BorrowedFd<'_>) -> Option<(u64, u32)> {
+    if rustix::net::sockopt::socket_domain(socket) != Ok(AddressFamily::UNIX) {
+        return None;
+    }
+    let cookie = rustix::net::sockopt::socket_cookie(socket).ok()?;
+    let ino = rustix::fs::fstat(socket).ok()?.st_ino as u32;
+    Some((cookie, ino))
 }
 
 /// Waits for the next notification on `listener`.
