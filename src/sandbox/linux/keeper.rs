@@ -319,6 +319,8 @@ struct Loop {
     listeners: BTreeMap<u64, (Arc<OwnedFd>, Option<u64>)>,
     next: u64,
     tracker: Tracker,
+    /// Room for one message from the session.
+    buffer: Vec<u8>,
 }
 
 impl Loop {
@@ -358,6 +360,7 @@ impl Loop {
                 commands: BTreeMap::new(),
                 open: true,
             },
+            buffer: vec![0u8; 64 * 1024],
         })
     }
 
@@ -429,13 +432,13 @@ impl Loop {
     /// Reads one message from the session (or a process it confines).
     fn message(&mut self) {
         use rustix::event::epoll;
-        let mut body = vec![0u8; 64 * 1024];
+        let body = &mut self.buffer;
         let mut space =
             [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1), ScmCredentials(1))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let got = match rustix::net::recvmsg(
             &self.channel,
-            &mut [IoSliceMut::new(&mut body)],
+            &mut [IoSliceMut::new(body)],
             &mut control,
             RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
         ) {
@@ -465,13 +468,14 @@ impl Loop {
         let (Some(&kind), Some(fd)) = (body.first(), fd) else {
             return;
         };
-        let text = &body[1..got.bytes.min(body.len())];
+        let text = body[1..got.bytes.min(body.len())].to_vec();
         let command = match kind {
             OWN_SOCKET => return self.supervisor.allow_own(fd.as_fd()),
             FLOOR_LISTENER => None,
             // Only commands holding a grant matter to `nd7 deny`; the rest
             // are served but not listed, which spares a write.
-            COMMAND_LISTENER => serde_json::from_slice::<running::Command>(text)
+            COMMAND_LISTENER if text.is_empty() => None,
+            COMMAND_LISTENER => serde_json::from_slice::<running::Command>(&text)
                 .ok()
                 .filter(|c| !c.grants.is_empty()),
             _ => return,

@@ -116,15 +116,18 @@ impl Confinement {
         let fd = self.ruleset.as_raw_fd();
         let channel = keeper::channel();
         let sockets = channel.map_or(seccomp::Sockets::Open, |c| c.sockets);
-        let filter = seccomp::available()
-            .then(|| seccomp::program(sockets))
+        let filter: Option<&'static [seccomp::Insn]> = seccomp::available()
+            .then(|| seccomp::full_program(sockets))
             .flatten();
         let report = channel.filter(|_| filter.is_some()).map(|channel| {
             let mut message = vec![match started {
                 Started::Floor => keeper::FLOOR_LISTENER,
                 Started::Command(_) => keeper::COMMAND_LISTENER,
             }];
-            if let Started::Command(info) = &started {
+            // Only a command holding a grant is listed for `nd7 deny`.
+            if let Started::Command(info) = &started
+                && !info.grants.is_empty()
+            {
                 message.extend(serde_json::to_vec(info).unwrap_or_default());
             }
             Report {
@@ -158,7 +161,7 @@ impl Confinement {
                 if floor && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                if let Some(filter) = &filter {
+                if let Some(filter) = filter {
                     let listener = seccomp::install(filter, report.is_some())?;
                     if let Some(report) = &mut report {
                         let sent = report.send(listener);

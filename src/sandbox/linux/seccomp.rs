@@ -73,6 +73,33 @@ pub enum Sockets {
     Open,
 }
 
+/// Which parts a filter has. Every process nd7 confines gets all three;
+/// the parts are separate so the tests can tell them apart.
+///
+/// The filter cannot be installed once, on the session process, for
+/// everything it starts to inherit: the kernel allows one listener per chain
+/// of filters, and each command needs a listener of its own, whose hang-up
+/// tells the keeper that the command's last process is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Filter {
+    /// Refuse [`DENIED_IOCTLS`] and `io_uring_setup`.
+    pub terminal: bool,
+    /// Refuse a seccomp filter with a listener.
+    pub no_listeners: bool,
+    pub sockets: Sockets,
+}
+
+impl Filter {
+    /// The filter of the floor and of every command.
+    pub const fn full(sockets: Sockets) -> Filter {
+        Filter {
+            terminal: true,
+            no_listeners: true,
+            sockets,
+        }
+    }
+}
+
 /// One classic-BPF instruction, as the kernel reads it.
 pub type Insn = libc::sock_filter;
 
@@ -240,19 +267,22 @@ impl Asm {
 
 /// Emits the checks for one architecture's calls, with the call number
 /// already loaded.
-fn arch_body(a: &mut Asm, arch: &Arch, sockets: Sockets, eperm: Label, allow: Label) {
-    let on_socket = match sockets {
+fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
+    let on_socket = match f.sockets {
         Sockets::Supervised => a.label(),
         Sockets::Open => allow,
     };
     let [ioctl, seccomp, socketcall] = [a.label(), a.label(), a.label()];
-    let checks = [
-        (arch.ioctl, ioctl),
-        (arch.seccomp, seccomp),
-        (arch.io_uring_setup, eperm),
-        (arch.connect, on_socket),
-        (arch.bind, on_socket),
-    ];
+    let mut checks = Vec::new();
+    if f.terminal {
+        checks.extend([(arch.ioctl, ioctl), (arch.io_uring_setup, eperm)]);
+    }
+    if f.no_listeners {
+        checks.push((arch.seccomp, seccomp));
+    }
+    if f.sockets == Sockets::Supervised {
+        checks.extend([(arch.connect, on_socket), (arch.bind, on_socket)]);
+    }
     if arch.x32_bit {
         let next = a.label();
         a.jump(JGE_K, X32_BIT, eperm, next);
@@ -263,40 +293,43 @@ fn arch_body(a: &mut Asm, arch: &Arch, sockets: Sockets, eperm: Label, allow: La
         a.jump(JEQ_K, nr, target, next);
         a.here(next);
     }
-    if let Some(nr) = arch.socketcall {
+    if let (Some(nr), Sockets::Supervised) = (arch.socketcall, f.sockets) {
         let next = a.label();
         a.jump(JEQ_K, nr, socketcall, next);
         a.here(next);
     }
     a.ret(RET_ALLOW);
 
-    a.here(ioctl);
-    a.load(arg_low(1));
-    for (_, request, _) in DENIED_IOCTLS {
-        let next = a.label();
-        a.jump(JEQ_K, request, eperm, next);
-        a.here(next);
+    if f.terminal {
+        a.here(ioctl);
+        a.load(arg_low(1));
+        for (_, request, _) in DENIED_IOCTLS {
+            let next = a.label();
+            a.jump(JEQ_K, request, eperm, next);
+            a.here(next);
+        }
+        a.ret(RET_ALLOW);
     }
-    a.ret(RET_ALLOW);
 
-    a.here(seccomp);
-    a.load(arg_low(0));
-    let flags = a.label();
-    a.jump(JEQ_K, SECCOMP_SET_MODE_FILTER, flags, allow);
-    a.here(flags);
-    a.load(arg_low(1));
-    a.jump(JSET_K, FLAG_NEW_LISTENER, eperm, allow);
-
-    a.here(socketcall);
-    a.load(arg_low(0));
-    for call in [SOCKETCALL_BIND, SOCKETCALL_CONNECT] {
-        let next = a.label();
-        a.jump(JEQ_K, call, on_socket, next);
-        a.here(next);
+    if f.no_listeners {
+        a.here(seccomp);
+        a.load(arg_low(0));
+        let flags = a.label();
+        a.jump(JEQ_K, SECCOMP_SET_MODE_FILTER, flags, allow);
+        a.here(flags);
+        a.load(arg_low(1));
+        a.jump(JSET_K, FLAG_NEW_LISTENER, eperm, allow);
     }
-    a.ret(RET_ALLOW);
 
-    if sockets == Sockets::Supervised {
+    if f.sockets == Sockets::Supervised {
+        a.here(socketcall);
+        a.load(arg_low(0));
+        for call in [SOCKETCALL_BIND, SOCKETCALL_CONNECT] {
+            let next = a.label();
+            a.jump(JEQ_K, call, on_socket, next);
+            a.here(next);
+        }
+        a.ret(RET_ALLOW);
         a.here(on_socket);
         a.ret(RET_NOTIFY);
     }
@@ -304,7 +337,7 @@ fn arch_body(a: &mut Asm, arch: &Arch, sockets: Sockets, eperm: Label, allow: La
 
 /// The filter for the given architectures: the native one and, where the
 /// kernel has one, its compatibility ABI. Anything else is killed.
-pub fn program_for(native: &Arch, compat: Option<&Arch>, sockets: Sockets) -> Vec<Insn> {
+pub fn program_for(native: &Arch, compat: Option<&Arch>, f: Filter) -> Vec<Insn> {
     let mut a = Asm::default();
     let [is_native, is_compat, eperm, allow] = [a.label(), a.label(), a.label(), a.label()];
     a.load(ARCH);
@@ -321,7 +354,7 @@ pub fn program_for(native: &Arch, compat: Option<&Arch>, sockets: Sockets) -> Ve
         if let Some(arch) = arch {
             a.here(label);
             a.load(NR);
-            arch_body(&mut a, arch, sockets, eperm, allow);
+            arch_body(&mut a, arch, f, eperm, allow);
         }
     }
     a.here(eperm);
@@ -333,8 +366,20 @@ pub fn program_for(native: &Arch, compat: Option<&Arch>, sockets: Sockets) -> Ve
 
 /// The filter for this build's architecture; `None` where nd7 has no table
 /// of its system calls (then the session runs without the filter, and says so).
-pub fn program(sockets: Sockets) -> Option<Vec<Insn>> {
-    Some(program_for(&native()?, compat().as_ref(), sockets))
+pub fn program(f: Filter) -> Option<Vec<Insn>> {
+    Some(program_for(&native()?, compat().as_ref(), f))
+}
+
+/// [`Filter::full`]'s program, rendered once per process.
+pub fn full_program(sockets: Sockets) -> Option<&'static [Insn]> {
+    static SUPERVISED: std::sync::OnceLock<Option<Vec<Insn>>> = std::sync::OnceLock::new();
+    static OPEN: std::sync::OnceLock<Option<Vec<Insn>>> = std::sync::OnceLock::new();
+    let cell = match sockets {
+        Sockets::Supervised => &SUPERVISED,
+        Sockets::Open => &OPEN,
+    };
+    cell.get_or_init(|| program(Filter::full(sockets)))
+        .as_deref()
 }
 
 /// Whether this kernel runs seccomp filters at all.
@@ -356,10 +401,15 @@ pub fn install(filter: &[Insn], listener: bool) -> io::Result<libc::c_int> {
         len: filter.len() as libc::c_ushort,
         filter: filter.as_ptr() as *mut Insn,
     };
+    // SPEC_ALLOW: without it the kernel would turn on speculative-execution
+    // mitigations (SSBD, and STIBP where so configured) for every process
+    // under the filter, slowing the agent and every command; they protect a
+    // process from itself, which is not what the filter is for.
+    const SPEC_ALLOW: libc::c_ulong = 1 << 2;
     let flags: libc::c_ulong = if listener {
-        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | SPEC_ALLOW
     } else {
-        0
+        SPEC_ALLOW
     };
     // SAFETY: `prog` points at `filter`, which is borrowed for the call, and
     // its length is the slice's; the kernel copies the program.
@@ -441,7 +491,7 @@ mod tests {
     #[test]
     fn terminal_injection_is_refused_and_other_ioctls_pass() {
         let (n, c) = x86();
-        let p = program_for(&n, Some(&c), Sockets::Supervised);
+        let p = program_for(&n, Some(&c), Filter::full(Sockets::Supervised));
         for (name, request, _) in DENIED_IOCTLS {
             let args = [0, u64::from(request), 0, 0, 0, 0];
             assert_eq!(run(&p, n.ioctl, n.audit, args), RET_EPERM, "{name}");
@@ -453,13 +503,23 @@ mod tests {
         for ok in [0x5401u64, 0x5413, 0x540F, 0x5410, 0x541B] {
             assert_eq!(run(&p, n.ioctl, n.audit, [1, ok, 0, 0, 0, 0]), RET_ALLOW);
         }
+        // Without its terminal part, the same request passes.
+        let without = Filter {
+            terminal: false,
+            ..Filter::full(Sockets::Supervised)
+        };
+        let without = program_for(&n, Some(&c), without);
+        assert_eq!(
+            run(&without, n.ioctl, n.audit, [0, 0x5412, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
     }
 
     #[test]
     fn sockets_go_to_the_keeper_only_when_supervised() {
         let (n, c) = x86();
-        let sup = program_for(&n, Some(&c), Sockets::Supervised);
-        let open = program_for(&n, Some(&c), Sockets::Open);
+        let sup = program_for(&n, Some(&c), Filter::full(Sockets::Supervised));
+        let open = program_for(&n, Some(&c), Filter::full(Sockets::Open));
         for nr in [n.connect, n.bind] {
             assert_eq!(run(&sup, nr, n.audit, [0; 6]), RET_NOTIFY);
             assert_eq!(run(&open, nr, n.audit, [0; 6]), RET_ALLOW);
@@ -479,7 +539,7 @@ mod tests {
     #[test]
     fn no_listener_can_be_added_and_io_uring_is_refused() {
         let (n, c) = x86();
-        let p = program_for(&n, Some(&c), Sockets::Supervised);
+        let p = program_for(&n, Some(&c), Filter::full(Sockets::Supervised));
         let seccomp = |flags| run(&p, n.seccomp, n.audit, [1, flags, 0, 0, 0, 0]);
         assert_eq!(seccomp(u64::from(FLAG_NEW_LISTENER)), RET_EPERM);
         assert_eq!(seccomp(u64::from(FLAG_NEW_LISTENER) | 1), RET_EPERM);
@@ -488,12 +548,19 @@ mod tests {
         assert_eq!(run(&p, c.seccomp, c.audit, [1, 8, 0, 0, 0, 0]), RET_EPERM);
         assert_eq!(run(&p, 425, n.audit, [0; 6]), RET_EPERM);
         assert_eq!(run(&p, 425, c.audit, [0; 6]), RET_EPERM);
+        let listener = [1, u64::from(FLAG_NEW_LISTENER), 0, 0, 0, 0];
+        let without = Filter {
+            no_listeners: false,
+            ..Filter::full(Sockets::Supervised)
+        };
+        let without = program_for(&n, Some(&c), without);
+        assert_eq!(run(&without, n.seccomp, n.audit, listener), RET_ALLOW);
     }
 
     #[test]
     fn x32_and_foreign_architectures_are_refused() {
         let (n, c) = x86();
-        let p = program_for(&n, Some(&c), Sockets::Supervised);
+        let p = program_for(&n, Some(&c), Filter::full(Sockets::Open));
         assert_eq!(run(&p, X32_BIT | 16, n.audit, [0; 6]), RET_EPERM);
         assert_eq!(run(&p, 0, 0xC000_00B7, [0; 6]), RET_KILL_PROCESS);
         assert_eq!(run(&p, 0, n.audit, [0; 6]), RET_ALLOW); // read
@@ -502,7 +569,7 @@ mod tests {
 
     #[test]
     fn this_builds_program_fits_the_kernels_limits() {
-        let p = program(Sockets::Supervised).expect("a table for this architecture");
+        let p = program(Filter::full(Sockets::Supervised)).expect("a table for this architecture");
         assert!(p.len() < 4096);
         let n = native().expect("native");
         assert_eq!(
@@ -517,7 +584,7 @@ mod tests {
     /// refused too.
     #[test]
     fn the_kernel_applies_it() {
-        let filter = program(Sockets::Open).expect("program");
+        let filter = program(Filter::full(Sockets::Open)).expect("program");
         let null = std::fs::File::open("/dev/null").expect("/dev/null");
         let fd = std::os::fd::AsRawFd::as_raw_fd(&null);
         // SAFETY: the child only makes system calls and exits with _exit.

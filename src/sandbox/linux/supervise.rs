@@ -276,14 +276,17 @@ impl Supervisor {
                     Err(libc::ESRCH) => return,
                     Err(e) => return n.answer(Reply::Result(Err(e))),
                 };
-                let family = rustix::net::sockopt::socket_domain(&socket);
-                if family == Ok(AddressFamily::UNIX) {
-                    let reply = self.connect(&n, &socket, addr, len);
+                let family = match rustix::net::sockopt::socket_domain(&socket) {
+                    Ok(family) => family,
+                    Err(e) => return n.answer(Reply::Result(Err(e.raw_os_error()))),
+                };
+                if family == AddressFamily::UNIX {
+                    let reply = self.connect(&n, &socket, family, addr, len);
                     n.answer(reply);
                 } else {
                     let me = self.clone();
                     std::thread::spawn(move || {
-                        let reply = me.connect(&n, &socket, addr, len);
+                        let reply = me.connect(&n, &socket, family, addr, len);
                         n.answer(reply);
                     });
                 }
@@ -306,7 +309,14 @@ impl Supervisor {
     }
 
     /// Connects `socket`, the caller's own, to the address it gave.
-    fn connect(&self, n: &Notice, socket: &OwnedFd, addr: u64, len: u32) -> Reply {
+    fn connect(
+        &self,
+        n: &Notice,
+        socket: &OwnedFd,
+        family: AddressFamily,
+        addr: u64,
+        len: u32,
+    ) -> Reply {
         const MAX: usize = std::mem::size_of::<libc::sockaddr_storage>();
         let len = len as usize;
         if len > MAX {
@@ -320,10 +330,10 @@ impl Supervisor {
             return Reply::Nothing;
         }
         let address = &address[..len];
-        let result = match rustix::net::sockopt::socket_domain(socket) {
-            Ok(AddressFamily::UNIX) => self.connect_unix(n.tid, socket, address),
-            Ok(_) => raw_connect(socket, address),
-            Err(e) => Err(e.raw_os_error()),
+        let result = if family == AddressFamily::UNIX {
+            self.connect_unix(n.tid, socket, address)
+        } else {
+            raw_connect(socket, address)
         };
         Reply::Result(result.map(|()| 0))
     }
