@@ -644,3 +644,39 @@ wait
     w.signal("done");
     assert!(child.wait_with_output().expect("nd7 run").status.success());
 }
+
+/// What the process protections must leave alone: files moved between
+/// directories (within the project, and between the project and the temp
+/// directory, as compilers and package managers do), in the floor and
+/// through the exit; git; a local TCP connection.
+///
+/// Guards the `Refer` rule of `scope_self`: without it the scope layer
+/// makes every cross-directory move fail with EXDEV once the floor's rules
+/// are stacked on it (rustc's "Invalid cross-device link").
+#[test]
+fn ordinary_work_still_works_under_the_process_protections() {
+    let w = World::new();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
+    let port = tcp.local_addr().expect("port").port();
+    std::thread::spawn(move || {
+        for conn in tcp.incoming().flatten() {
+            let _ = std::io::Write::write_all(&mut &conn, b"tcp-ok\n");
+        }
+    });
+    let out = w.run_agent(&format!(
+        r#"
+move='mkdir -p a b && echo x > a/f && mv a/f b/f && echo x > "$TMPDIR/t" && mv "$TMPDIR/t" b/t && mv b/t "$TMPDIR/u" && ln b/f a/hard'
+sh -c "$move" && echo "floor-moves:ok"
+rm -rf a b "$TMPDIR/u"
+"$EXEC" "$move" && echo "exec-moves:ok"
+"$EXEC" 'git init -q repo && cd repo && echo hi > f && git add f && git -c user.name=n -c user.email=e@x commit -qm one && git log --format=%s' 
+exec 3<>/dev/tcp/127.0.0.1/{port} && head -1 <&3
+"#
+    ));
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>(),
+        ["floor-moves:ok", "exec-moves:ok", "one", "tcp-ok"],
+        "{}",
+        text(&out.stderr)
+    );
+}
