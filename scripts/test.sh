@@ -3,7 +3,9 @@
 # npm (the end-to-end tests install the real Claude Code), zsh and fish
 # (completions), ruby (the Homebrew formula), nix-instantiate (the flake),
 # systemd-analyze (the timer units), python3 (the LaunchAgent plist), tmux
-# (an interactive Claude Code under nd7 run), unshare (the sandbox tests mount a
+# (an interactive Claude Code under nd7 run, and a tmux server the agent must
+# not reach), ssh-agent (an agent holding a key the agent must not use), perl
+# (the agent's socket and ioctl attempts), unshare (the sandbox tests mount a
 # scratch home over the account's) and age (an admin recovers a chain key with
 # the stock age CLI). The vault server's tests need the vault-server feature,
 # so the suite runs with it.
@@ -13,9 +15,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A package=([npm]="nodejs npm" [zsh]=zsh [fish]=fish [ruby]=ruby
   [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3 [tmux]=tmux
-  [unshare]=util-linux [git]=git [age]=age [age-keygen]=age [zstd]=zstd)
+  [unshare]=util-linux [git]=git [age]=age [age-keygen]=age [zstd]=zstd
+  [ssh-agent]=openssh-client [perl]=perl)
 missing=()
-for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3 tmux unshare git age age-keygen zstd; do
+for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3 tmux unshare git age age-keygen zstd ssh-agent perl; do
   command -v "$tool" >/dev/null || missing+=("${package[$tool]}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
