@@ -261,19 +261,21 @@ perl inject.pl agent "touch $OUT/injected-agent
 
 /// A server of the account's, started outside the floor, which notes every
 /// connection and datagram it receives: a stream listener and a datagram
-/// socket, both abstract, named after `tag`.
+/// socket, both abstract, named after `tag`, and a stream listener on a path
+/// (a stand-in for any program's socket, put in `~/.ssh`).
 const LISTENER: &str = r#"
 use strict; use IO::Socket::UNIX; use IO::Select;
-my ($tag, $log, $ready) = @ARGV;
+my ($tag, $log, $ready, $path) = @ARGV;
 my $s = IO::Socket::UNIX->new(Local => "\0$tag", Listen => 5) or die "stream: $!";
 my $d = IO::Socket::UNIX->new(Local => "\0$tag-dgram", Type => SOCK_DGRAM) or die "dgram: $!";
+my $p = IO::Socket::UNIX->new(Local => $path, Listen => 5) or die "path: $!";
 open my $r, ">", $ready; close $r;
-my $sel = IO::Select->new($s, $d);
+my $sel = IO::Select->new($s, $d, $p);
 while (my @ready = $sel->can_read) {
     for my $h (@ready) {
         open my $l, ">>", $log;
-        if ($h == $s) { my $c = $s->accept; print $l "connection\n"; close $c }
-        else { my $m; $d->recv($m, 100); print $l "datagram:$m\n" }
+        if ($h == $d) { my $m; $d->recv($m, 100); print $l "datagram:$m\n" }
+        else { my $c = $h->accept; print $l "connection\n"; close $c }
         close $l;
     }
 }
@@ -316,13 +318,14 @@ fn other_programs_sockets_are_out_of_reach() {
                 &tag,
                 &log.display().to_string(),
                 &ready.display().to_string(),
+                &w.home().join(".ssh/stand-in.sock").display().to_string(),
             ],
         )
         .spawn()
         .expect("listener");
     eventually("the listener is ready", || ready.exists());
     let agent_sock = w.home().join(".ssh/agent.sock");
-    let ssh = which("ssh-agent").then(|| SshAgent::start(&w, &agent_sock));
+    let ssh_agent = which("ssh-agent").then(|| SshAgent::start(&w, &agent_sock));
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
     let port = tcp.local_addr().expect("port").port();
     std::thread::spawn(move || {
@@ -340,9 +343,11 @@ T="{tag}"
 export SSH_AUTH_SOCK="$HOME_DIR/.ssh/agent.sock"
 ssh-add -L >/dev/null 2>&1; echo "ssh-agent:$?"
 "$EXEC" 'ssh-add -L >/dev/null 2>&1'; echo "ssh-agent-exec:$?"
-connect='use IO::Socket::UNIX; IO::Socket::UNIX->new(Peer => "\0$ARGV[0]") or exit 1'
-perl -e "$connect" "$T"; echo "abstract:$?"
-"$EXEC" "perl -e '$connect' '$T'"; echo "abstract-exec:$?"
+connect='use IO::Socket::UNIX; my $a = $ARGV[0]; $a =~ s/^@/\0/; IO::Socket::UNIX->new(Peer => $a) or exit 1'
+perl -e "$connect" "@$T"; echo "abstract:$?"
+"$EXEC" "perl -e '$connect' '@$T'"; echo "abstract-exec:$?"
+perl -e "$connect" "$HOME_DIR/.ssh/stand-in.sock"; echo "path:$?"
+"$EXEC" "perl -e '$connect' '$HOME_DIR/.ssh/stand-in.sock'"; echo "path-exec:$?"
 send='use IO::Socket::UNIX; my $s = IO::Socket::UNIX->new(Type => SOCK_DGRAM) or exit 2; $s->send("hi", 0, pack("S", 1) . "\0$ARGV[0]-dgram") or exit 1'
 perl -e "$send" "$T"; echo "abstract-dgram:$?"
 "$EXEC" "perl -e '$send' '$T'"; echo "abstract-dgram-exec:$?"
@@ -367,7 +372,7 @@ exec 3<>/dev/tcp/127.0.0.1/{port} && head -1 <&3
         .output();
     let _ = listener.kill();
     let _ = listener.wait();
-    drop(ssh);
+    drop(ssh_agent);
     let stdout = text(&out_run.stdout);
     let mut expected = vec![
         "tmux-agent:1",
@@ -376,6 +381,8 @@ exec 3<>/dev/tcp/127.0.0.1/{port} && head -1 <&3
         "ssh-agent-exec:2",
         "abstract:1",
         "abstract-exec:1",
+        "path:1",
+        "path-exec:1",
         "abstract-dgram:1",
         "abstract-dgram-exec:1",
         "own-ok",
@@ -383,12 +390,14 @@ exec 3<>/dev/tcp/127.0.0.1/{port} && head -1 <&3
         "own-ok",
         "tcp-ok",
     ];
-    if !which("ssh-agent") {
+    // Without ssh-agent on this machine, the path listener stands in for it.
+    let ssh = which("ssh-agent");
+    if !ssh {
         expected.retain(|l| !l.starts_with("ssh-agent"));
     }
     let got: Vec<&str> = stdout
         .lines()
-        .filter(|l| !(l.starts_with("ssh-agent") && !which("ssh-agent")))
+        .filter(|l| ssh || !l.starts_with("ssh-agent"))
         .collect();
     assert_eq!(got, expected, "{}", text(&out_run.stderr));
     assert!(!w.outside().join("tmux-agent").exists());

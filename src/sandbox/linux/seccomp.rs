@@ -434,7 +434,7 @@ mod tests {
     /// Runs a classic-BPF program of the opcodes above over a seccomp_data
     /// image: the kernel's verdict, without a kernel.
     fn run(prog: &[Insn], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
-        let mut data = vec![0u8; 64];
+        let mut data = [0u8; 64];
         data[0..4].copy_from_slice(&nr.to_le_bytes());
         data[4..8].copy_from_slice(&arch.to_le_bytes());
         for (i, arg) in args.iter().enumerate() {

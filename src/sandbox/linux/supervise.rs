@@ -50,8 +50,12 @@ pub struct Supervisor {
     /// the file they are bound to once learnt. Their files live under
     /// `~/.nd7`, which nothing inside can write, so the file, once learnt,
     /// stays theirs for the session.
-    own: Mutex<Vec<(u64, u32, Option<(u32, u32)>)>>,
+    own: Mutex<Vec<Own>>,
 }
+
+/// One of nd7's own listening sockets: cookie, socket inode, and the
+/// (device, inode) of its file once learnt.
+type Own = (u64, u32, Option<(u32, u32)>);
 
 /// What a notification asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +69,7 @@ enum Call {
         fd: i32,
     },
     /// A multiplexed call whose arguments are in the caller's memory.
-    SocketCall {
+    Multiplexed {
         call: u32,
         args: u64,
     },
@@ -98,7 +102,7 @@ fn classify(data: &libc::seccomp_data) -> Call {
     } else if nr == a.bind {
         Call::Bind { fd: args[0] as i32 }
     } else if Some(nr) == a.socketcall {
-        Call::SocketCall {
+        Call::Multiplexed {
             call: args[0] as u32,
             args: args[1],
         }
@@ -246,7 +250,7 @@ impl Supervisor {
                 let reply = self.bind(&n, fd);
                 n.answer(reply);
             }
-            Call::SocketCall { call, args } => {
+            Call::Multiplexed { call, args } => {
                 let mut words = [0u8; 12];
                 if let Err(e) = read_memory(n.tid, args, &mut words) {
                     return n.answer(Reply::Result(Err(e)));
