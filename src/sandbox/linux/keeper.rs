@@ -241,14 +241,21 @@ fn keep(
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let me = std::process::id();
     let pid = Pid::from_raw(session as i32).expect("fork returned a positive pid");
-    // Whether this process may act for the session's: fetch a descriptor
-    // from the session process, as it will for every connect.
-    let supervised =
-        seccomp::available() && seccomp::native().is_some() && supervise::can_act_for(pid, probe);
-    let _ = rustix::io::write(&channel, &[u8::from(supervised)]);
     let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok();
+    let reply = channel.try_clone();
+    let event_loop = Loop::new(session, channel, sessions, signals);
+    // Whether this process may act for the session's: fetch a descriptor
+    // from the session process, as it will for every connect. Without the
+    // loop nothing would answer, so the session must then not ask.
+    let supervised = event_loop.is_ok()
+        && seccomp::available()
+        && seccomp::native().is_some()
+        && supervise::can_act_for(pid, probe);
+    if let Ok(reply) = reply {
+        let _ = rustix::io::write(&reply, &[u8::from(supervised)]);
+    }
 
-    let status = match Loop::new(session, channel, sessions, signals) {
+    let status = match event_loop {
         Ok(mut l) => l.run(pidfd.as_ref()),
         // Without epoll or a signalfd: wait for the session alone; the sweep
         // below still ends everything it left.
