@@ -495,6 +495,7 @@ impl Loop {
             self.tracker.save();
             id
         });
+        supervise::wake_on_one_cpu(fd.as_fd());
         let flags = epoll::EventFlags::IN;
         if epoll::add(&self.epoll, &fd, epoll::EventData::new_u64(id), flags).is_ok() {
             self.listeners.insert(id, (Arc::new(fd), listed));
