@@ -23,6 +23,7 @@ pub mod chain;
 pub mod cli;
 pub mod hook;
 pub mod hook_prefix;
+pub mod passwd;
 pub mod policy;
 pub mod record;
 pub mod run;
