@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::world::*;
 
 /// Waits (at most a minute) for `done`; panics with `what` otherwise.
-fn eventually(what: &str, done: impl Fn() -> bool) {
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
         assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
@@ -687,5 +687,39 @@ exec 3<>/dev/tcp/127.0.0.1/{port} && head -1 <&3
         ["floor-moves:ok", "exec-moves:ok", "one", "tcp-ok"],
         "{}",
         text(&out.stderr)
+    );
+}
+
+/// A connect the keeper makes for the session can block for ever (here: a
+/// server of the agent's with a full backlog that never accepts). The
+/// keeper must still see the session end and sweep: the agent exits with
+/// connects still hanging, and `nd7 run` must return with nothing left.
+///
+/// Guards the worker threads in `Supervisor::handle` (`Workers::run`):
+/// with the connect made on the keeper's own loop, `nd7 run` never returns.
+#[test]
+fn a_connect_that_never_completes_does_not_hold_the_session_open() {
+    let w = World::new();
+    let marker = format!("nd7-stuck-{}", std::process::id());
+    let (mut child, _, _) = start(
+        &w,
+        &format!(
+            r#"
+perl -e 'use IO::Socket::UNIX; my $l = IO::Socket::UNIX->new(Local => "$ENV{{TMPDIR}}/full.sock", Listen => 1) or die "$!"; open my $r, ">", "full.ready"; close $r; sleep 600; # {marker}' &
+wait_for full.ready
+for i in 1 2 3 4 5; do
+  perl -e 'use IO::Socket::UNIX; IO::Socket::UNIX->new(Peer => "$ENV{{TMPDIR}}/full.sock"); sleep 600; # {marker}' &
+done
+sleep 1
+"#
+        ),
+    );
+    eventually("nd7 run returns", || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    assert_eq!(
+        running_with(&marker),
+        Vec::<u32>::new(),
+        "outlived the session"
     );
 }

@@ -44,6 +44,8 @@ use super::seccomp;
 /// The sockets the session may connect to.
 #[derive(Default)]
 pub struct Supervisor {
+    /// Threads that make the connects.
+    workers: Workers,
     /// Cookie → socket inode of every unix socket a session process bound.
     bound: Mutex<HashMap<u64, u32>>,
     /// nd7's own listening sockets (the exit): cookie, socket inode, and
@@ -270,30 +272,15 @@ impl Supervisor {
                 self.handle(Notice { call, ..n });
             }
             Call::Connect { fd, addr, len } => {
-                // Another family's connect may block for long (a slow TCP
-                // peer), so it gets a thread of its own; a unix connect is
-                // answered here, at once (it blocks only on a full backlog of
-                // the session's own server, and then only this filter's
-                // callers wait).
-                let socket = match n.socket(fd) {
-                    Ok(socket) => socket,
-                    Err(libc::ESRCH) => return,
-                    Err(e) => return n.answer(Reply::Result(Err(e))),
-                };
-                let family = match rustix::net::sockopt::socket_domain(&socket) {
-                    Ok(family) => family,
-                    Err(e) => return n.answer(Reply::Result(Err(e.raw_os_error()))),
-                };
-                if family == AddressFamily::UNIX {
-                    let reply = self.connect(&n, &socket, family, addr, len);
+                // Any connect may block for as long as its peer likes (a
+                // full backlog, a stopped server, a slow TCP peer), so it is
+                // made on a worker thread: the keeper's loop, which must
+                // always be free to end the session, never waits on it.
+                let me = self.clone();
+                self.workers.run(Box::new(move || {
+                    let reply = me.connect(&n, fd, addr, len);
                     n.answer(reply);
-                } else {
-                    let me = self.clone();
-                    std::thread::spawn(move || {
-                        let reply = me.connect(&n, &socket, family, addr, len);
-                        n.answer(reply);
-                    });
-                }
+                }));
             }
             // The filter hands over nothing else; let it through unchanged.
             Call::Other => n.answer(Reply::Continue),
@@ -312,16 +299,20 @@ impl Supervisor {
         Reply::Continue
     }
 
-    /// Connects `socket`, the caller's own, to the address it gave.
-    fn connect(
-        &self,
-        n: &Notice,
-        socket: &OwnedFd,
-        family: AddressFamily,
-        addr: u64,
-        len: u32,
-    ) -> Reply {
+    /// Connects the caller's socket `fd` (its own open socket, fetched) to
+    /// the address it gave.
+    fn connect(&self, n: &Notice, fd: i32, addr: u64, len: u32) -> Reply {
         const MAX: usize = std::mem::size_of::<libc::sockaddr_storage>();
+        let socket = match n.socket(fd) {
+            Ok(socket) => socket,
+            Err(libc::ESRCH) => return Reply::Nothing,
+            Err(e) => return Reply::Result(Err(e)),
+        };
+        let family = match rustix::net::sockopt::socket_domain(&socket) {
+            Ok(family) => family,
+            Err(e) => return Reply::Result(Err(e.raw_os_error())),
+        };
+        let socket = &socket;
         let len = len as usize;
         if len > MAX {
             return Reply::Result(Err(libc::EINVAL));
@@ -414,6 +405,78 @@ impl Supervisor {
         self.described()
             .iter()
             .any(|d| d.name.as_deref() == Some(name))
+    }
+}
+
+/// A job for a worker.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A pool of threads that grows whenever every thread is busy, so a job
+/// never waits behind one that blocks; idle threads wait for the next.
+#[derive(Default)]
+struct Workers {
+    idle: Arc<std::sync::atomic::AtomicUsize>,
+    queue: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
+    jobs: Arc<Mutex<Option<std::sync::mpsc::Receiver<Job>>>>,
+}
+
+impl Workers {
+    fn run(&self, job: Job) {
+        use std::sync::atomic::Ordering;
+        // Claim an idle thread, if there is one, for this job alone.
+        let claimed = self
+            .idle
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        let job = if claimed {
+            let sent = match self.queue.lock() {
+                Ok(queue) => match queue.as_ref() {
+                    Some(queue) => queue.send(job).map_err(|e| e.0),
+                    None => Err(job),
+                },
+                Err(_) => Err(job),
+            };
+            match sent {
+                Ok(()) => return,
+                Err(job) => {
+                    // Nothing was sent; give the claim back.
+                    self.idle.fetch_add(1, Ordering::AcqRel);
+                    job
+                }
+            }
+        } else {
+            job
+        };
+        self.spawn(job);
+    }
+
+    /// A new thread for `job`, which then joins the idle ones.
+    fn spawn(&self, job: Job) {
+        use std::sync::atomic::Ordering;
+        if let Ok(mut queue) = self.queue.lock()
+            && queue.is_none()
+            && let Ok(mut jobs) = self.jobs.lock()
+        {
+            let (tx, rx) = std::sync::mpsc::channel();
+            *queue = Some(tx);
+            *jobs = Some(rx);
+        }
+        let (idle, jobs) = (self.idle.clone(), self.jobs.clone());
+        std::thread::spawn(move || {
+            job();
+            loop {
+                idle.fetch_add(1, Ordering::AcqRel);
+                // Idle threads take turns waiting on the queue.
+                let next = match jobs.lock() {
+                    Ok(jobs) => jobs.as_ref().and_then(|rx| rx.recv().ok()),
+                    Err(_) => None,
+                };
+                match next {
+                    Some(job) => job(),
+                    None => return,
+                }
+            }
+        });
     }
 }
 
