@@ -723,3 +723,53 @@ sleep 1
         "outlived the session"
     );
 }
+
+/// A descriptor `nd7 run` inherited from whatever started it (here a
+/// socket connected to a server of the account's outside the floor, as a
+/// terminal or IDE may leak) does not reach the agent, nor a command
+/// through the exit.
+///
+/// Guards the `close_range` in `Confinement::confine`: without it the
+/// agent writes to the server through descriptor 5.
+#[test]
+fn a_descriptor_nd7_run_inherited_does_not_reach_the_agent() {
+    let w = World::new();
+    let dir = tempfile::tempdir_in(w.outside()).expect("dir");
+    let path = dir.path().join("leaked.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+    let client = std::os::unix::net::UnixStream::connect(&path).expect("connect");
+    let (mut server, _) = listener.accept().expect("accept");
+    let leaked = OwnedFd::from(client);
+    let agent = w.agent(
+        r#"
+echo agent >&5 2>/dev/null; echo "agent:$?"
+"$EXEC" 'echo exec >&5' 2>/dev/null; echo "exec:$?"
+"#,
+    );
+    let mut cmd = w.nd7(&["run", &agent]);
+    let fd = leaked.as_raw_fd();
+    // SAFETY: dup2 is async-signal-safe; it puts the socket at 5 in the
+    // child, without close-on-exec, as a leaking parent would.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(fd, 5) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("nd7 run");
+    drop(leaked);
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>(),
+        ["agent:1", "exec:1"],
+        "{}",
+        text(&out.stderr)
+    );
+    server
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut got = String::new();
+    let _ = server.read_to_string(&mut got);
+    assert_eq!(got, "", "the leaked socket was used");
+}

@@ -144,8 +144,8 @@ impl Confinement {
         let floor = matches!(started, Started::Floor);
         // SAFETY: the closure runs in the child between fork and exec, where
         // only async-signal-safe calls are sound. It makes raw system calls
-        // (prctl, landlock_restrict_self, prctl, seccomp, sendmsg, close), reads
-        // errno and writes into buffers allocated here, in the parent,
+        // (prctl, landlock_restrict_self, prctl, close_range, seccomp,
+        // sendmsg, close), reads errno and writes into buffers allocated here, in the parent,
         // allocating nothing and taking no lock. `fd` stays open in the
         // parent for as long as `self` lives, which is until `spawn`
         // returns, and fork copies it into the child; the channel is open for
@@ -159,6 +159,18 @@ impl Confinement {
                     return Err(std::io::Error::last_os_error());
                 }
                 if floor && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Nothing but stdin, stdout and stderr crosses the exec: a
+                // descriptor nd7 run inherited (a socket to another program,
+                // leaked by whatever started it) would be a way out.
+                if libc::syscall(
+                    libc::SYS_close_range,
+                    3u32,
+                    u32::MAX,
+                    libc::CLOSE_RANGE_CLOEXEC,
+                ) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 if let Some(filter) = filter {
