@@ -576,8 +576,10 @@ touch started; wait_for denied
         Vec::<u32>::new(),
         "outlived the session"
     );
-    let said = stderr.lock().expect("stderr").clone();
-    assert!(said.contains("nd7 run: ended "), "{said}");
+    // Its stderr is read on a thread of its own, which may lag the exit.
+    eventually("nd7 run says what it ended", || {
+        stderr.lock().expect("stderr").contains("nd7 run: ended ")
+    });
 
     // The agent kills the session process itself: the keeper, which it
     // cannot signal, ends the daemon and everything else.
@@ -599,8 +601,12 @@ sleep 600
         Vec::<u32>::new(),
         "outlived the session"
     );
-    let said = stderr.lock().expect("stderr").clone();
-    assert!(said.contains("was killed by signal 9"), "{said}");
+    eventually("nd7 run says the session process was killed", || {
+        stderr
+            .lock()
+            .expect("stderr")
+            .contains("was killed by signal 9")
+    });
     assert!(!w.sessions().join(second.to_string()).exists());
 }
 
