@@ -224,9 +224,18 @@ pub fn protections() -> Vec<Protection> {
             needs: None,
         };
         vec![
-            not("signals", "signals to your other processes (the Seatbelt floor allows them)"),
-            not("tty", "terminal input injection (TIOCSTI) on the terminal nd7 run was started on"),
-            not("sockets", "other programs' unix sockets: ssh-agent, tmux, docker"),
+            not(
+                "signals",
+                "signals to your other processes (the Seatbelt floor allows them)",
+            ),
+            not(
+                "tty",
+                "terminal input injection (TIOCSTI) on the terminal nd7 run was started on",
+            ),
+            not(
+                "sockets",
+                "other programs' unix sockets: ssh-agent, tmux, docker",
+            ),
             not("orphans", "processes the session started that outlive it"),
         ]
     }
