@@ -631,10 +631,18 @@ cat p/*.rc | sort | uniq -c | tr -s ' '
 
 // When nd7 run is gone, a hook inside the floor records nothing and says
 // why on stderr, exiting 0 with nothing on stdout; the log stays as it was.
+//
+// nd7 run is two processes (ADR-0035): killing the session process (the pid
+// the banner names, which serves the door) makes the keeper end everything
+// below it, the hook's shell included, so no hook outlives the door that
+// way. The one way left is the keeper itself killed with SIGKILL from
+// outside: the session and the agent die with it, and a process that left
+// the agent's tree runs on under init, still under the floor. That is what
+// this does: the door is gone, with `ND7_RUN` still naming its directory.
 #[test]
 fn with_nd7_run_gone_a_hook_fails_closed_and_says_so() {
     let w = World::new();
-    let (mut child, pid) = w.start_agent(
+    let (mut child, session) = w.start_agent(
         r#"
 ( wait_for go
   echo '{"session_id":"c","hook_event_name":"Stop"}' | "$ND7" record > gone.out 2> gone.err; echo $? > gone.rc
@@ -646,11 +654,31 @@ touch started; wait_for finished
     w.wait_for("started");
     let dir = run_chain(&w);
     let before = std::fs::read(dir.join("events.ndjson")).expect("log");
+    // The keeper: the process the user's shell started and waits for.
+    let keeper = child.id();
+    assert_ne!(keeper, session);
     rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid as i32).expect("pid"),
+        rustix::process::Pid::from_raw(keeper as i32).expect("pid"),
         rustix::process::Signal::KILL,
     )
     .expect("kill nd7 run");
+    let _ = child.wait();
+    // Gone, or a zombie nothing reaps (where no init does).
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{session}/stat")).map_or(true, |stat| {
+            stat.rsplit(") ")
+                .next()
+                .is_some_and(|rest| rest.starts_with('Z'))
+        })
+    };
+    let start = std::time::Instant::now();
+    while !gone() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the session process outlived its keeper"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     w.signal("go");
     w.wait_for("finished");
     for (name, says) in [
@@ -678,8 +706,6 @@ touch started; wait_for finished
         std::fs::read(dir.join("events.ndjson")).expect("log"),
         before
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// A stand-in for Claude Code, named `claude` so that `nd7 run` registers
