@@ -179,6 +179,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         return Err(RunError::Project(project_named(&cwd)));
     }
     policy.secrets = session::secrets(&home)?;
+    policy.terminal = sandbox::own_terminal();
     let warnings = pin_roots(&mut policy, &cwd);
     let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
     let claude = is_claude(&options.program);
