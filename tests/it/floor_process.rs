@@ -606,7 +606,7 @@ kill -STOP {victim_pid} 2>/dev/null; echo "stop-outside:$?"
 "$EXEC" "kill -KILL {victim_pid}" 2>/dev/null; echo "kill-outside-exec:$?"
 keeper=$(awk '{{print $4}}' /proc/$PPID/stat)
 kill -0 "$keeper" 2>/dev/null; echo "signal-keeper:$?"
-"$EXEC" 'echo $$ > cmd.pid; exec sleep 600' &
+"$EXEC" 'echo $$ > cmd.new && mv cmd.new cmd.pid; exec sleep 600' &
 wait_for cmd.pid
 kill -TERM "$(cat cmd.pid)"; echo "agent-kills-command:$?"
 wait
@@ -770,8 +770,8 @@ fn nd7_exec_ends_on_sigterm_while_nd7_run_is_stopped() {
     let (child, session, _) = start(
         &w,
         r#"
-"$EXEC" 'echo $$ > cmd.pid; exec sleep 600' &
-echo $! > exec.pid
+"$EXEC" 'echo $$ > cmd.new && mv cmd.new cmd.pid; exec sleep 600' &
+echo $! > exec.new && mv exec.new exec.pid
 wait_for cmd.pid
 wait_for done
 wait
