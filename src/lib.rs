@@ -30,12 +30,14 @@ pub mod cli;
 pub mod codex;
 pub mod hook;
 pub mod hook_prefix;
+pub mod passwd;
 pub mod policy;
 pub mod read;
 pub mod record;
 pub mod run;
 pub mod run_entry;
 pub mod run_log;
+pub mod running;
 pub mod sandbox;
 #[cfg(feature = "self-update")]
 pub mod self_update;

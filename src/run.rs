@@ -8,7 +8,10 @@
 //! confined — for Claude Code with the hook that routes Bash through
 //! `nd7-exec` and its own sandbox off; `nd7 run` waits, passing on SIGTERM
 //! and SIGHUP, then ends the session's remaining commands and removes the
-//! session directory, whatever way the program ended.
+//! session directory, whatever way the program ended. On Linux the session
+//! runs in a child of `nd7 run`; `nd7 run` itself stays outside as its
+//! keeper, which ends every process the session left behind
+//! ([`sandbox::keep_session`]).
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -19,7 +22,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use crate::policy::{Policy, Roots};
-use crate::run_entry::{Ended, RunFacts};
+use crate::run_entry::{self, Ended, RunFacts};
 use crate::run_log::{RunLog, RunLogError};
 use crate::session::{self, Record, Session, SessionError, Sessions};
 use crate::{hook_prefix, record, sandbox, session_log, setup};
@@ -176,6 +179,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         return Err(RunError::Project(project_named(&cwd)));
     }
     policy.secrets = session::secrets(&home)?;
+    policy.terminal = sandbox::own_terminal();
     let warnings = pin_roots(&mut policy, &cwd);
     let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
     let claude = is_claude(&options.program);
@@ -188,6 +192,13 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     };
 
     let sessions = Sessions::under(&home);
+    // Before any thread exists: from here on this is the session, and the
+    // process the user started waits outside as its keeper.
+    if let sandbox::Kept::Done(code) =
+        sandbox::keep_session(&sessions).map_err(RunError::Sandbox)?
+    {
+        return Ok(code);
+    }
     sessions.clean_stale();
     let pid = std::process::id();
     let mut program: Vec<String> = vec![options.program.to_string_lossy().into_owned()];
@@ -276,6 +287,9 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy.roots.temp.display(),
         log.id(),
     ));
+    if let Some(line) = sandbox::unenforced_line() {
+        announce(&line);
+    }
     for warning in &warnings {
         announce_warning(warning);
     }
@@ -308,6 +322,33 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     handle.close();
     let _ = forwarder.join();
     exit.kill_commands();
+    // What the session left running ends now, and the log says so before
+    // its last entry (the keeper ends anything later once this process is
+    // gone, and says so on stderr).
+    if let Some(left) = sandbox::end_leftovers().filter(|l| l.count > 0) {
+        let _ = log.note(
+            run_entry::PROCESSES_ENDED,
+            None,
+            None,
+            &run_entry::processes_ended_body(left.count, &left.processes),
+        );
+        let named: Vec<String> = left
+            .processes
+            .iter()
+            .map(|(pid, name)| format!("{pid} ({name})"))
+            .collect();
+        announce(&format!(
+            "nd7 run: ended {} process{} the session left running: {}{}",
+            left.count,
+            if left.count == 1 { "" } else { "es" },
+            named.join(", "),
+            if left.count > named.len() {
+                ", …"
+            } else {
+                ""
+            }
+        ));
+    }
     let ended = match (status.code(), status.signal()) {
         (Some(code), _) => Ended::Exited(code),
         (None, Some(sig)) => Ended::Signaled(sig),

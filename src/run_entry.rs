@@ -35,6 +35,24 @@ pub const EXEC_END: &str = "exec_end";
 pub const GRANT: &str = "grant";
 /// A caller of the exit or of the hooks' door was refused.
 pub const REFUSED: &str = "refused";
+/// A grant or write root left out of a command's rules because its path no
+/// longer leads to the directory pinned for it (ADR-0028).
+pub const GRANT_DROPPED: &str = "grant_dropped";
+/// Processes the session left running once the agent had ended, which nd7
+/// run's keeper ended (ADR-0035).
+pub const PROCESSES_ENDED: &str = "processes_ended";
+
+/// The body of a [`PROCESSES_ENDED`] entry: how many, and the first of them
+/// by pid and command name.
+pub fn processes_ended_body(count: usize, processes: &[(u32, String)]) -> Value {
+    json!({
+        "count": count,
+        "processes": processes
+            .iter()
+            .map(|(pid, name)| json!({"pid": pid, "name": name}))
+            .collect::<Vec<_>>(),
+    })
+}
 
 /// The name of a run's chain: `run-<UTC date and time>-<pid>-<4 hex>`, sortable
 /// by start time; the hex keeps two runs of one pid in one second apart.

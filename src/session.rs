@@ -121,10 +121,16 @@ pub enum Changed {
 /// The calling user's home directory from the account database, resolved.
 pub fn account_home() -> Result<PathBuf, SessionError> {
     let uid = nix::unistd::getuid();
-    let user = nix::unistd::User::from_uid(uid)
-        .map_err(|e| SessionError::NoHome(e.to_string()))?
-        .ok_or_else(|| SessionError::NoHome(format!("uid {uid} has no entry")))?;
-    fs::canonicalize(&user.dir).map_err(io_err(&user.dir, "resolve"))
+    let dir = match crate::passwd::home_from_files(uid.as_raw()) {
+        Some(dir) => dir,
+        None => {
+            nix::unistd::User::from_uid(uid)
+                .map_err(|e| SessionError::NoHome(e.to_string()))?
+                .ok_or_else(|| SessionError::NoHome(format!("uid {uid} has no entry")))?
+                .dir
+        }
+    };
+    fs::canonicalize(&dir).map_err(io_err(&dir, "resolve"))
 }
 
 /// The credential stores a session starting now keeps unreadable: nd7's

@@ -233,7 +233,11 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
                 println!(
                     "session {pid}: writes under {} denied from the next command",
                     path.display()
-                )
+                );
+                let running = nd7_core::running::read(&session.dir);
+                for line in nd7_core::running::deny_report(pid, &path, &running) {
+                    println!("{line}");
+                }
             }
         }
         Ok(Changed::NotAGrant(path)) => {

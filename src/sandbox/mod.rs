@@ -128,12 +128,32 @@ pub fn pin(path: &Path) -> Result<Identity, PinError> {
     }
 }
 
+/// The terminal `nd7 run` was started on: the device its standard input,
+/// output or error is, if one of them is a pseudo-terminal (Linux only;
+/// elsewhere `None`, as the rule it feeds is Linux's).
+pub fn own_terminal() -> Option<std::path::PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        (0..3)
+            .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+            .find(|p| p.starts_with(crate::policy::TERMINALS))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
 /// When process `pid` started, in the kernel's units; `None` when there is
-/// no such process. With the pid it names one process for good.
+/// no such process, or only its zombie (dead, not yet reaped: where no init
+/// reaps, a killed `nd7 run` can stay one). With the pid it names one
+/// process for good.
 pub fn start_time(pid: u32) -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
-        linux::proc::stat(pid).map(|s| s.started)
+        linux::proc::stat(pid)
+            .filter(|s| s.state != 'Z')
+            .map(|s| s.started)
     }
     #[cfg(target_os = "macos")]
     {
@@ -341,7 +361,7 @@ impl Floor {
     pub fn confine(&self, command: &mut Command) -> Result<(), String> {
         #[cfg(target_os = "linux")]
         {
-            self.confinement.confine(command);
+            self.confinement.confine(command, linux::Started::Floor);
             Ok(())
         }
         #[cfg(target_os = "macos")]
@@ -354,6 +374,131 @@ impl Floor {
             Err("nd7 run has no sandbox for this operating system".to_string())
         }
     }
+}
+
+/// Which process [`keep_session`] returned in.
+pub enum Kept {
+    /// The keeper: the session is over, nothing it started is left, and
+    /// `nd7 run` exits with this code.
+    Done(i32),
+    /// The session itself, to carry on.
+    Session,
+}
+
+/// Splits `nd7 run` into the keeper, which outlives everything the session
+/// starts and ends it all, and the session (see `linux::keeper`). Must be
+/// called while the process has a single thread. Where there is no keeper
+/// (macOS), the caller simply carries on as the session.
+pub fn keep_session(sessions: &Sessions) -> Result<Kept, String> {
+    #[cfg(target_os = "linux")]
+    {
+        match linux::keeper::split(sessions)? {
+            linux::keeper::Side::Keeper(code) => Ok(Kept::Done(code)),
+            linux::keeper::Side::Session => Ok(Kept::Session),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = sessions;
+        Ok(Kept::Session)
+    }
+}
+
+/// What the keeper ended when the session asked it to, once the agent had
+/// ended ([`end_leftovers`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Leftovers {
+    /// How many processes were ended.
+    pub count: usize,
+    /// The first of them (up to 256), pid and command name.
+    pub processes: Vec<(u32, String)>,
+}
+
+/// Ends every process the session started that is still running, the
+/// session process itself aside, and says which: called by `nd7 run` once
+/// the agent has ended, so the run's log can say so before its last entry.
+/// `None` where no keeper answers (macOS, or a keeper without its event
+/// loop); the keeper still ends everything once the session has gone.
+pub fn end_leftovers() -> Option<Leftovers> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::keeper::end_leftovers()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// One protection beyond the file rules, and whether this system enforces it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Protection {
+    /// A short name, for `nd7 doctor`.
+    pub name: &'static str,
+    pub enforced: bool,
+    /// What is protected, or what is not and why.
+    pub detail: String,
+    /// What would make it enforced; `None` when nothing the user can do
+    /// today would (then `nd7 doctor` notes it without failing).
+    pub needs: Option<&'static str>,
+}
+
+/// The protections beyond the file rules and whether the running system
+/// enforces each; in a session, as that session applies them.
+pub fn protections() -> Vec<Protection> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::protections()
+    }
+    #[cfg(target_os = "macos")]
+    {
+        // The Seatbelt floor takes writes and secret reads away from an
+        // allow-by-default profile (ADR-0018); none of these is in it yet.
+        let not = |name, detail: &str| Protection {
+            name,
+            enforced: false,
+            detail: detail.to_string(),
+            needs: None,
+        };
+        vec![
+            not(
+                "signals",
+                "signals to your other processes (the Seatbelt floor allows them)",
+            ),
+            not(
+                "tty",
+                "terminal input injection (TIOCSTI) on the terminal nd7 run was started on",
+            ),
+            not(
+                "sockets",
+                "other programs' unix sockets: ssh-agent, tmux, docker",
+            ),
+            not("orphans", "processes the session started that outlive it"),
+            not(
+                "terminals",
+                "your other terminals (/dev/ttysN), which the agent can read and write",
+            ),
+        ]
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        Vec::new()
+    }
+}
+
+/// The banner's line naming what this system cannot enforce, if anything.
+pub fn unenforced_line() -> Option<String> {
+    let missing: Vec<String> = protections()
+        .into_iter()
+        .filter(|p| !p.enforced)
+        .map(|p| p.detail)
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "nd7 run: not enforced on this system: {}",
+            missing.join("; ")
+        )
+    })
 }
 
 /// The exit, open for the session's life.

@@ -14,9 +14,10 @@
 //! ```
 //!
 //! Then frames of five bytes: from `nd7-exec`, `k` and a signal number to
-//! pass on to the command; from `nd7 run`, `x` and the command's exit code,
-//! `s` and the signal that ended it, or `r` and the length of a refusal
-//! whose UTF-8 text follows.
+//! pass on to the command; from `nd7 run`, the same `k` frame back once it
+//! has passed the signal on, then `x` and the command's exit code, `s` and
+//! the signal that ended it, or `r` and the length of a refusal whose UTF-8
+//! text follows.
 //!
 //! The hooks' door (`record.sock`) takes one [`HookRequest`] from `nd7 record`
 //! and answers with one frame: `a` once the entry is appended, `d` when the

@@ -611,6 +611,19 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         checks.push(secrets_check(home));
     }
 
+    // What the kernel enforces beyond the file rules, one line each.
+    checks.extend(crate::sandbox::protections().into_iter().map(|p| Check {
+        name: p.name,
+        // A limit nothing can lift today is said, not failed.
+        ok: p.enforced || p.needs.is_none(),
+        detail: if p.enforced {
+            p.detail
+        } else {
+            format!("not enforced: {}", p.detail)
+        },
+        fix: p.needs.filter(|_| !p.enforced).map(str::to_string),
+    }));
+
     // Where the logs go.
     checks.push(match crate::session_log::state_dir() {
         Err(e) => Check {

@@ -9,6 +9,7 @@ mod distribution;
 mod e2e;
 mod exit_status;
 mod floor_paths;
+mod floor_process;
 mod landlock;
 mod macos_floor;
 mod parsers;
