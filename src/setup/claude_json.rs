@@ -31,6 +31,12 @@ pub enum State {
     OtherLink(PathBuf),
 }
 
+/// Whether Claude Code keeps the file elsewhere (`CLAUDE_CONFIG_DIR`), so
+/// nothing here applies.
+pub fn elsewhere() -> bool {
+    std::env::var_os("CLAUDE_CONFIG_DIR").is_some()
+}
+
 pub fn paths(home: &Path) -> (PathBuf, PathBuf) {
     (home.join(".claude.json"), home.join(LINK_TARGET))
 }

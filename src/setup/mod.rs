@@ -126,7 +126,7 @@ pub fn private_problem(mode: u32, owner: u32, me: u32) -> Option<String> {
 /// sandbox cannot name its temporary files, and only when Claude Code keeps it
 /// in the home directory (no `CLAUDE_CONFIG_DIR`).
 fn claude_json_applies() -> bool {
-    crate::sandbox::CLAUDE_JSON_MUST_MOVE && std::env::var_os("CLAUDE_CONFIG_DIR").is_none()
+    crate::sandbox::CLAUDE_JSON_MUST_MOVE && !claude_json::elsewhere()
 }
 
 /// nd7, the nd7-exec beside it and the directory holding both, each with why

@@ -499,6 +499,7 @@ fn outsider() {
             cwd: None,
             run_hook: false,
             glimpse: false,
+            explain: false,
             body: br#"{"session_id":"x","hook_event_name":"Stop"}"#.to_vec(),
         };
         let server: u32 = Path::new(&socket)

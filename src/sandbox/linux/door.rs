@@ -32,6 +32,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The session side: `nd7 run`'s door for the hooks.
 pub struct Door {
     listener: UnixListener,
+    session: Session,
     log: Arc<RunLog>,
 }
 
@@ -50,7 +51,11 @@ impl Door {
         let listener = UnixListener::bind(&path).map_err(io_err("listen on"))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(io_err("restrict"))?;
-        Ok(Door { listener, log })
+        Ok(Door {
+            listener,
+            session: session.clone(),
+            log,
+        })
     }
 
     /// Serves the door on a thread of its own for as long as the process lives.
@@ -64,11 +69,12 @@ impl Door {
                     continue;
                 };
                 let log = self.log.clone();
+                let session = self.session.clone();
                 let spawned = std::thread::Builder::new()
                     .stack_size(STACK)
                     .spawn(move || {
                         let _slot = slot;
-                        serve_one(&conn, me, &log);
+                        serve_one(&conn, me, &session, &log);
                     });
                 drop(spawned);
             }
@@ -76,7 +82,7 @@ impl Door {
     }
 }
 
-fn serve_one(conn: &UnixStream, me: u32, log: &RunLog) {
+fn serve_one(conn: &UnixStream, me: u32, session: &Session, log: &RunLog) {
     let caller = match admit(conn, me) {
         Ok(pid) => pid,
         Err(why) => return refuse(conn, log, "record", why),
@@ -86,6 +92,18 @@ fn serve_one(conn: &UnixStream, me: u32, log: &RunLog) {
         Ok(request) => request,
         Err(why) => return refuse(conn, log, "record", why),
     };
+    if request.explain {
+        let frame = match session.record() {
+            Ok(record) => match crate::refusals::explain(&request.body, &record.policy, log) {
+                Ok(Some(text)) => Frame::Explained(text),
+                Ok(None) => Frame::Skipped,
+                Err(e) => Frame::Refused(e.to_string()),
+            },
+            Err(e) => Frame::Refused(e.to_string()),
+        };
+        let _ = (&*conn).write_all(&frame.encode());
+        return;
+    }
     // The recorder's parent, as the kernel has it: Claude Code itself for an
     // exec-form hook.
     let hook_ppid = proc::stat(caller).map(|s| s.ppid);
@@ -113,6 +131,8 @@ fn receive(mut conn: &UnixStream) -> Result<HookRequest, String> {
 pub enum Answer {
     Recorded,
     Skipped,
+    /// For `nd7 hook-explain`: what to tell the model.
+    Explained(String),
 }
 
 /// The `nd7 record` side: sends `request` to the door at `socket`, which
@@ -144,8 +164,9 @@ pub fn send(socket: &Path, server: u32, request: &HookRequest) -> Result<Answer,
         Ok(Err(len)) => {
             let mut text = vec![0u8; len];
             let _ = conn.read_exact(&mut text);
-            match Frame::refusal(&text) {
+            match Frame::text(head[0], &text) {
                 Frame::Refused(why) => Err(format!("nd7 run refused the entry: {why}")),
+                Frame::Explained(text) => Ok(Answer::Explained(text)),
                 _ => Err("nd7 run answered with an unknown frame".into()),
             }
         }

@@ -75,7 +75,7 @@ fn start(tmux: &Tmux, world: &World, claude: &Path, api: &MockApi, status: &Path
     let program = inner.get_program().to_string_lossy().into_owned();
     let args: Vec<String> = inner
         .get_args()
-        .map(|a| nd7_core::hook_prefix::shell_quote(&a.to_string_lossy()))
+        .map(|a| nd7_core::shell_prefix::shell_quote(&a.to_string_lossy()))
         .collect();
     let acct = world.acct.display();
     std::fs::write(
