@@ -8,6 +8,8 @@
 
 mod claude;
 #[cfg(target_os = "linux")]
+mod daily;
+#[cfg(target_os = "linux")]
 mod interactive;
 mod mock_api;
 
@@ -25,6 +27,17 @@ struct Session {
 }
 
 impl Session {
+    /// The calls Claude Code refused itself (its permissions), from the
+    /// result line of the stream.
+    fn denials(&self) -> Value {
+        self.run
+            .stream()
+            .into_iter()
+            .rfind(|l| l["type"] == "result")
+            .map(|r| r["permission_denials"].clone())
+            .unwrap_or(Value::Null)
+    }
+
     fn kinds(&self) -> Vec<String> {
         self.entries
             .iter()
@@ -67,6 +80,22 @@ fn session_in(
     workspace: claude::Workspace,
     script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
 ) -> Session {
+    let s = play(workspace, script);
+    assert_eq!(
+        s.denials(),
+        json!([]),
+        "Claude Code refused nothing itself\n{}",
+        s.run.describe()
+    );
+    s
+}
+
+/// Plays the script in `workspace` to its end, whatever Claude Code itself
+/// refuses along the way ([`Session::denials`]).
+fn play(
+    workspace: claude::Workspace,
+    script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
+) -> Session {
     let claude = claude::install(&claude::version());
     let turns = script(&workspace.project);
     let scripted = turns.len();
@@ -77,14 +106,6 @@ fn session_in(
         api.turns_played(),
         scripted,
         "every scripted turn was played\n{}",
-        run.describe()
-    );
-    let result = run.stream().into_iter().rfind(|l| l["type"] == "result");
-    let denials = result.as_ref().map(|r| r["permission_denials"].clone());
-    assert_eq!(
-        denials,
-        Some(json!([])),
-        "Claude Code refused nothing itself\n{}",
         run.describe()
     );
     let sessions = run.state.join("nd7/sessions");
