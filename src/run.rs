@@ -458,13 +458,22 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         log.id(),
     ));
     if !started_grants.is_empty() {
+        // One group per origin: a preset's places together.
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for g in &started_grants {
+            let path = grants::tilde(&g.path, &home);
+            match groups.last_mut() {
+                Some((from, paths)) if *from == g.from => paths.push(path),
+                _ => groups.push((g.from.clone(), vec![path])),
+            }
+        }
         announce(&format!(
             "nd7 run: commands may also write {}",
-            started_grants
+            groups
                 .iter()
-                .map(|g| format!("{} ({})", grants::tilde(&g.path, &home), g.from))
+                .map(|(from, paths)| format!("{} ({from})", paths.join(", ")))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join("; ")
         ));
     }
     for warning in warnings.iter().chain(&claude_json_warning) {

@@ -36,6 +36,9 @@ pub struct Preset {
     pub name: &'static str,
     /// The tools that use it.
     pub tools: &'static str,
+    /// Words in a command that name the tool (`cargo`, `--user`), to tell
+    /// which preset a refusal of a shared parent (`~/.cache`) is about.
+    pub words: &'static [&'static str],
     /// Home-relative directories.
     pub dirs: &'static [&'static str],
     /// Home-relative single files (the tool writes them in a directory that
@@ -51,6 +54,7 @@ pub struct Preset {
 pub const PRESETS: &[Preset] = &[
     Preset {
         name: "npm",
+        words: &["npm", "npx"],
         tools: "npm",
         dirs: &[".npm/_cacache", ".npm/_logs"],
         files: &[],
@@ -58,6 +62,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "pnpm",
+        words: &["pnpm"],
         tools: "pnpm",
         dirs: &[".local/share/pnpm/store", ".cache/pnpm"],
         files: &[],
@@ -65,6 +70,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "yarn",
+        words: &["yarn"],
         tools: "yarn (1 and berry)",
         dirs: &[".cache/yarn", ".yarn/berry/cache"],
         files: &[],
@@ -72,6 +78,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "cargo",
+        words: &["cargo"],
         tools: "cargo",
         dirs: &[".cargo/registry", ".cargo/git"],
         files: &[
@@ -83,6 +90,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "pip",
+        words: &["pip", "pip3"],
         tools: "pip",
         dirs: &[".cache/pip"],
         files: &[],
@@ -90,6 +98,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "uv",
+        words: &["uv"],
         tools: "uv",
         dirs: &[".cache/uv"],
         files: &[],
@@ -97,6 +106,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "python-user",
+        words: &["--user"],
         tools: "pip install --user",
         dirs: &[".local/lib"],
         files: &[],
@@ -104,6 +114,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "go",
+        words: &["go"],
         tools: "go",
         dirs: &["go/pkg/mod", ".cache/go-build"],
         files: &[],
@@ -111,6 +122,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "maven",
+        words: &["mvn", "mvnw"],
         tools: "mvn",
         dirs: &[".m2/repository"],
         files: &[],
@@ -118,6 +130,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "gradle",
+        words: &["gradle", "gradlew"],
         tools: "gradle",
         dirs: &[".gradle/caches"],
         files: &[],
@@ -161,6 +174,45 @@ impl Preset {
                 })
                 .map(|(at, _)| (p, at))
         })
+    }
+
+    /// The preset a refusal of `path` is about: the one holding it, or, when
+    /// `path` is a parent of presets' places that did not exist yet
+    /// (`~/.cargo`, `~/.cache`), the one among them that `command` names
+    /// (its words), or the only one.
+    pub fn for_refusal(
+        path: &Path,
+        home: &Path,
+        command: Option<&str>,
+    ) -> Option<(&'static Preset, PathBuf)> {
+        if let Some(found) = Preset::covering(path, home) {
+            return Some(found);
+        }
+        let below: Vec<(&'static Preset, PathBuf)> = PRESETS
+            .iter()
+            .filter_map(|p| {
+                let at = p
+                    .paths(home)
+                    .into_iter()
+                    .find(|(at, _)| at.starts_with(path))?;
+                Some((p, at.0))
+            })
+            .collect();
+        // The command names the tool, or one of the preset's places.
+        let named = |p: &Preset| {
+            command.is_some_and(|c| {
+                c.split(|ch: char| ch.is_whitespace() || ";&|()".contains(ch))
+                    .map(|w| w.rsplit('/').next().unwrap_or(w))
+                    .any(|w| p.words.contains(&w))
+                    || p.dirs.iter().chain(p.files).any(|rel| c.contains(rel))
+            })
+        };
+        let mut named_ones = below.iter().filter(|(p, _)| named(p));
+        match (named_ones.next(), named_ones.next(), below.as_slice()) {
+            (Some(one), None, _) => Some(one.clone()),
+            (None, _, [only]) => Some(only.clone()),
+            _ => None,
+        }
     }
 }
 
@@ -279,7 +331,11 @@ pub fn entry_paths(entry: &Entry, home: &Path, from: &str) -> Vec<Planned> {
             .map(|(path, dir)| Planned {
                 path,
                 dir,
-                from: format!("{from} (preset {})", p.name),
+                from: if from.starts_with("--") {
+                    format!("{from} {}", p.name)
+                } else {
+                    format!("{from}, preset {}", p.name)
+                },
             })
             .collect(),
         Entry::Path(path) => vec![Planned {
@@ -374,7 +430,7 @@ mod tests {
                 "/srv/x"
             ]
         );
-        assert_eq!(web[0].from, "~/.nd7/grants:2 (preset cargo)");
+        assert_eq!(web[0].from, "~/.nd7/grants:2, preset cargo");
         assert_eq!(web[5].from, "~/.nd7/grants:3");
         assert!(!web[2].dir && web[0].dir);
         let elsewhere = plan(&lines, Path::new("/home/u/src/webby"), &home, &same);
@@ -422,5 +478,26 @@ mod tests {
         assert_eq!(p.name, "cargo");
         assert_eq!(Preset::covering(&home.join(".cargo/bin/x"), &home), None);
         assert_eq!(Preset::covering(&home.join(".cache/other"), &home), None);
+        // A parent that did not exist yet: the preset the command names.
+        let name = |path: &str, command: Option<&str>| {
+            Preset::for_refusal(&home.join(path), &home, command).map(|(p, _)| p.name)
+        };
+        assert_eq!(name(".cargo", Some("cargo add cfg-if")), Some("cargo"));
+        assert_eq!(name(".cargo", None), Some("cargo"));
+        assert_eq!(
+            name(".cache", Some("cd x && /usr/bin/pip3 install six")),
+            Some("pip")
+        );
+        assert_eq!(name(".cache", Some("make")), None);
+        assert_eq!(
+            name(".local", Some("python3 -m pip install --user six")),
+            Some("python-user")
+        );
+        assert_eq!(name(".npm", Some("npm install is-number")), Some("npm"));
+        assert_eq!(name(".cargo/bin", Some("cargo install x")), None);
+        assert_eq!(
+            name(".cache", Some("mkdir -p ~/.cache/go-build/00")),
+            Some("go")
+        );
     }
 }

@@ -154,7 +154,10 @@ pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused
                 preset: None,
             }
         } else if !writes.iter().any(|w| real.starts_with(w)) && probe.writable(&real) {
-            let (grant, preset) = match Preset::covering(&real, home) {
+            let command = payload
+                .pointer("/tool_input/command")
+                .and_then(Value::as_str);
+            let (grant, preset) = match Preset::for_refusal(&real, home, command) {
                 Some((preset, at)) => (Some(at), Some(preset.name)),
                 None => {
                     let dir = if probe.is_dir(&real) {

@@ -19,6 +19,8 @@ mod report_html;
 mod sandbox;
 mod setup;
 mod tamper;
+#[cfg(target_os = "linux")]
+mod toolchains;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]

@@ -286,7 +286,11 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
             "--permission-mode",
             "default",
         ])
-        .args(allowed_tools.into_iter().flat_map(|t| ["--allowedTools", t]))
+        .args(
+            allowed_tools
+                .into_iter()
+                .flat_map(|t| ["--allowedTools", t]),
+        )
         .current_dir(&project)
         .env_clear()
         .env("PATH", SYSTEM_PATH)

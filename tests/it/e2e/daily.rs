@@ -99,7 +99,10 @@ fn a_deny_rule_under_nd7_run_denies_the_command() {
     assert_eq!(denials.as_array().map(Vec::len), Some(1), "{denials}");
     assert_eq!(denials[0]["tool_input"]["command"], "touch denied.txt");
     let results = s.api.tool_results();
-    assert!(results[0].2 && results[0].1.contains("denied"), "{results:?}");
+    assert!(
+        results[0].2 && results[0].1.contains("denied"),
+        "{results:?}"
+    );
     let ids = s.api.tool_ids();
     let execs = ours(&s, "exec");
     assert!(!execs.iter().any(|e| e["tool_use_id"] == ids[0].as_str()));

@@ -6,12 +6,12 @@
 //! To add a scenario: script the turns with [`mock_api::Block`]s, call
 //! [`session`], and assert on what it returns.
 
-mod claude;
+pub(crate) mod claude;
 #[cfg(target_os = "linux")]
 mod daily;
 #[cfg(target_os = "linux")]
 mod interactive;
-mod mock_api;
+pub(crate) mod mock_api;
 
 use mock_api::{Block, MockApi, bash};
 use serde_json::{Value, json};
@@ -19,17 +19,17 @@ use serde_json::{Value, json};
 use crate::common::*;
 
 /// What a finished session left behind.
-struct Session {
-    api: MockApi,
-    run: claude::Run,
-    log: nd7_core::session_log::SessionLog,
-    entries: Vec<Value>,
+pub(crate) struct Session {
+    pub api: MockApi,
+    pub run: claude::Run,
+    pub log: nd7_core::session_log::SessionLog,
+    pub entries: Vec<Value>,
 }
 
 impl Session {
     /// The calls Claude Code refused itself (its permissions), from the
     /// result line of the stream.
-    fn denials(&self) -> Value {
+    pub fn denials(&self) -> Value {
         self.run
             .stream()
             .into_iter()
@@ -38,14 +38,14 @@ impl Session {
             .unwrap_or(Value::Null)
     }
 
-    fn kinds(&self) -> Vec<String> {
+    pub fn kinds(&self) -> Vec<String> {
         self.entries
             .iter()
             .map(|e| e["kind"].as_str().unwrap_or("?").to_string())
             .collect()
     }
 
-    fn of_kind(&self, kind: &str) -> Vec<&Value> {
+    pub fn of_kind(&self, kind: &str) -> Vec<&Value> {
         self.entries.iter().filter(|e| e["kind"] == kind).collect()
     }
 
@@ -92,7 +92,7 @@ fn session_in(
 
 /// Plays the script in `workspace` to its end, whatever Claude Code itself
 /// refuses along the way ([`Session::denials`]).
-fn play(
+pub(crate) fn play(
     workspace: claude::Workspace,
     script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
 ) -> Session {
@@ -131,7 +131,7 @@ fn play(
     }
 }
 
-fn assert_clean(s: &Session) {
+pub(crate) fn assert_clean(s: &Session) {
     let out = s.verify();
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     let expected = format!("verified: {} entries, head ", s.entries.len());
