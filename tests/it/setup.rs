@@ -65,7 +65,9 @@ fn setup_on_no_settings_registers_every_recorded_event() {
     );
     assert_eq!(hooks["SessionEnd"][0]["hooks"][0]["timeout"], 10);
     assert!(
-        stdout(&out).contains("+ PreToolUse: added nd7 record"),
+        stdout(&out).contains(
+            "~/.claude/settings.json: registered nd7 record for 32 events (every event nd7 records: Claude Code is not installed)"
+        ),
         "{}",
         stdout(&out)
     );
@@ -109,7 +111,7 @@ fn setup_keeps_the_users_keys_hooks_and_order_and_backs_up() {
         json!([{"hooks": [{"type": "command", "command": nd7_path(), "args": ["record"]}]}])
     );
     assert!(
-        stdout(&out).contains("~ PreToolUse: replaced"),
+        stdout(&out).contains("replaced an older nd7 entry for 1 event (PreToolUse)"),
         "{}",
         stdout(&out)
     );
