@@ -224,7 +224,9 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
     for line in merge::summary(&merged.changes, options.dry_run) {
         let version = match (&claude, options.uninstall) {
             (_, true) => String::new(),
-            (Some((_, Some(v))), false) => format!(" (the events Claude Code {}.{}.{} knows)", v.0, v.1, v.2),
+            (Some((_, Some(v))), false) => {
+                format!(" (the events Claude Code {}.{}.{} knows)", v.0, v.1, v.2)
+            }
             _ => " (every event nd7 records: Claude Code is not installed)".into(),
         };
         report.done.push(format!("{shown}: {line}{version}"));
@@ -251,7 +253,11 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
             false,
         ) => {
             // What uninstall takes out is nd7's own: no backup of it.
-            let original = if options.uninstall { None } else { text.as_deref() };
+            let original = if options.uninstall {
+                None
+            } else {
+                text.as_deref()
+            };
             if let Some(backup) = write_settings(&settings, original, new)? {
                 report.done.push(format!(
                     "{shown}: the previous version is kept as {}",
@@ -259,16 +265,14 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
                 ));
             }
         }
-        (Merged { text: Some(_), .. }, true) => {
-            report.done.push(format!("{shown}: dry run, nothing written"))
-        }
+        (Merged { text: Some(_), .. }, true) => report
+            .done
+            .push(format!("{shown}: dry run, nothing written")),
     }
     // A backup that still holds nd7's entries goes with them.
     if options.uninstall && !options.dry_run {
         let backup = backup_path(&settings);
-        if fs::read_to_string(&backup)
-            .is_ok_and(|t| !merge::registered_events(&t).is_empty())
-        {
+        if fs::read_to_string(&backup).is_ok_and(|t| !merge::registered_events(&t).is_empty()) {
             fs::remove_file(&backup).map_err(io_err(&backup, "remove"))?;
             report.done.push(format!(
                 "{}: removed (it held nd7's entries)",
@@ -326,7 +330,11 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
     if !removed.is_empty() {
         report.done.push(format!(
             "completions: {} {}",
-            if options.dry_run { "would remove" } else { "removed" },
+            if options.dry_run {
+                "would remove"
+            } else {
+                "removed"
+            },
             removed.join(", ")
         ));
     }
@@ -651,7 +659,10 @@ fn home_check(env: Option<&Path>) -> Check {
             ),
         },
         fix: (!same).then(|| match &account {
-            Ok(a) => format!("export HOME={} (or run nd7 as the account whose home HOME is)", a.display()),
+            Ok(a) => format!(
+                "export HOME={} (or run nd7 as the account whose home HOME is)",
+                a.display()
+            ),
             Err(_) => "add your account to the account database (getent passwd)".into(),
         }),
     }
@@ -906,9 +917,11 @@ fn hooks_check(text: &str, nd7: &str) -> Check {
     }
     // Registered for events this Claude Code does not know (setup ran before
     // it was installed, or it was downgraded): it warns at every start.
-    let unknown: Vec<String> = merge::registered_events(text)
-        .into_iter()
-        .filter(|e| claude.is_some() && !events.contains(&e.as_str()))
+    let registered = merge::registered_events(text);
+    let unknown: Vec<&str> = crate::hook::HookEvent::NAMES
+        .iter()
+        .copied()
+        .filter(|e| claude.is_some() && !events.contains(e) && registered.iter().any(|r| r == e))
         .collect();
     let ok = missing.is_empty() && elsewhere.is_empty() && unknown.is_empty();
     let mut detail = format!(

@@ -4,6 +4,8 @@
 mod append;
 mod common;
 mod concurrency;
+#[cfg(target_os = "linux")]
+mod daily;
 mod distribution;
 mod e2e;
 mod exit_status;

@@ -143,3 +143,32 @@ fn an_allow_rule_and_the_default_mode_mean_what_they_mean_without_nd7() {
         .collect();
     assert!(modes.iter().all(|m| *m == "default"), "{modes:?}");
 }
+
+/// The first run: `nd7 setup`, then `nd7 run claude` before Claude Code ever
+/// made `~/.claude.json`. Setup leaves a link for it under `~/.claude`, and
+/// Claude Code saves its state there, inside the floor. Before, every save
+/// was refused (Claude Code creates the file beside it, in the home) and
+/// nothing said so. Guards `claude_json::install`'s link for a missing file.
+#[test]
+fn the_first_run_under_nd7_run_saves_claude_codes_state() {
+    let world = Arc::new(World::new());
+    let home = world.home();
+    assert!(std::fs::symlink_metadata(home.join(".claude.json")).is_err());
+    let s = sandboxed_session(&world, |_| vec![vec![bash("echo first")]]);
+    let link = std::fs::read_link(home.join(".claude.json")).expect("a link");
+    assert_eq!(link, std::path::Path::new(".claude/claude.json"));
+    let saved: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.join(".claude/claude.json")).expect("saved"),
+    )
+    .expect("json");
+    assert!(saved.as_object().is_some_and(|o| !o.is_empty()), "{saved}");
+    let stray: Vec<String> = std::fs::read_dir(&home)
+        .expect("ls")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".claude.json."))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+    let err = stderr(&s.run.output);
+    assert!(!err.contains(".claude.json"), "{err}");
+}
