@@ -42,13 +42,21 @@ fn a_refusal_is_explained_to_the_model_logged_and_summed_up() {
     });
     assert!(!target.exists());
     let requests = s.api.requests();
-    let after = requests[1].to_string();
+    // What the model read after each call: the newest user message.
+    let newest = |r: &Value| {
+        r["messages"]
+            .as_array()
+            .and_then(|m| m.iter().rfind(|m| m["role"] == "user"))
+            .map(Value::to_string)
+            .unwrap_or_default()
+    };
+    let after = newest(&requests[1]);
     let allow = format!("nd7 allow {}", outside.display());
     assert!(after.contains("nd7's sandbox"), "{after}");
     assert!(after.contains(&allow), "{after}");
     assert!(after.contains(&outside.display().to_string()), "{after}");
     // Nothing is added to a call the floor did not refuse.
-    let later = requests[2].to_string();
+    let later = newest(&requests[2]);
     assert_eq!(
         later.matches("nd7's sandbox").count(),
         after.matches("nd7's sandbox").count(),
@@ -155,12 +163,13 @@ fn the_first_run_under_nd7_run_saves_claude_codes_state() {
     let home = world.home();
     assert!(std::fs::symlink_metadata(home.join(".claude.json")).is_err());
     let s = sandboxed_session(&world, |_| vec![vec![bash("echo first")]]);
-    let link = std::fs::read_link(home.join(".claude.json")).expect("a link");
-    assert_eq!(link, std::path::Path::new(".claude/claude.json"));
     let saved: Value = serde_json::from_str(
-        &std::fs::read_to_string(home.join(".claude/claude.json")).expect("saved"),
+        &std::fs::read_to_string(home.join(".claude.json"))
+            .expect("Claude Code saved its state"),
     )
     .expect("json");
+    let link = std::fs::read_link(home.join(".claude.json")).expect("a link");
+    assert_eq!(link, std::path::Path::new(".claude/claude.json"));
     assert!(saved.as_object().is_some_and(|o| !o.is_empty()), "{saved}");
     let stray: Vec<String> = std::fs::read_dir(&home)
         .expect("ls")
