@@ -86,19 +86,22 @@ pub fn summary(refused: &[Refused], home: &Path, log_id: &str) -> Vec<String> {
         seen.len(),
         if seen.len() == 1 { "" } else { "s" }
     )];
+    // Paths come from a tool's output, which the agent controls: shown inert.
+    let inert = |text: String| crate::read::safe::term(&text, crate::read::safe::Lines::One);
     for r in seen {
-        let path = tilde(&r.path, home);
+        let path = inert(tilde(&r.path, home));
         let line = match (&r.why, refusal::allow_command(r, home)) {
             (Why::Secret(store), _) => format!(
                 "  {path}: a credential store ({}), kept unreadable; change that in ~/.nd7/secrets",
-                tilde(store, home)
+                inert(tilde(store, home))
             ),
             (Why::Own, _) => format!("  {path}: nd7's own records, never writable"),
             (Why::Outside, Some(allow)) => {
                 let lasting = match r.preset {
                     Some(p) => format!("preset {p}"),
-                    None => tilde(r.grant.as_deref().unwrap_or(&r.path), home),
+                    None => inert(tilde(r.grant.as_deref().unwrap_or(&r.path), home)),
                 };
+                let allow = inert(allow);
                 format!("  {path}: `{allow}` (or `{lasting}` in ~/.nd7/grants, for every session)")
             }
             (Why::Outside, None) => {
@@ -137,6 +140,17 @@ mod tests {
             grant: Some("/srv/out".into()),
             preset: None,
         };
+        let evil = Refused {
+            path: "/srv/\x1b]0;owned\x07".into(),
+            why: Why::Outside,
+            grant: Some("/srv".into()),
+            preset: None,
+        };
+        let lines = summary(&[evil], home, "run-x");
+        assert_eq!(
+            lines[1],
+            "  /srv/\\x1b]0;owned\\x07: `nd7 allow /srv` (or `/srv` in ~/.nd7/grants, for every session)"
+        );
         let lines = summary(&[npm.clone(), ssh, npm, out], home, "run-x");
         assert_eq!(
             lines,

@@ -132,13 +132,19 @@ pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused
     let unwritable = policy.unwritable();
     let mut out: Vec<Refused> = Vec::new();
     for path in found.into_iter().take(CANDIDATES) {
-        let real = probe.real(&path);
+        // Inside a credential store nothing is looked at: not even where a
+        // link there leads (the answer goes back to the agent).
+        let lexical = unreadable.iter().find(|s| path.starts_with(s)).cloned();
+        let real = match lexical {
+            Some(_) => path.clone(),
+            None => probe.real(&path),
+        };
         let held = |set: &[PathBuf]| {
             set.iter()
                 .find(|s| real.starts_with(s) || path.starts_with(s))
                 .cloned()
         };
-        let refused = if let Some(store) = held(&unreadable) {
+        let refused = if let Some(store) = lexical.or_else(|| held(&unreadable)) {
             let own = store == policy.nd7_dir() || store == policy.vault_dir();
             Refused {
                 path: real.clone(),
@@ -401,7 +407,10 @@ mod tests {
 
     impl Probe for Fs {
         fn real(&self, path: &Path) -> PathBuf {
-            // ~/link leads to /data.
+            // ~/link leads to /data, and so does ~/.ssh/cfg.
+            if path == Path::new("/home/u/.ssh/cfg") {
+                return "/data/ssh-cfg".into();
+            }
             match path.strip_prefix("/home/u/link") {
                 Ok(rest) => Path::new("/data").join(rest),
                 Err(_) => path.to_path_buf(),
@@ -530,6 +539,13 @@ mod tests {
             [Why::Secret("/home/u/.ssh".into()), Why::Own, Why::Own]
         );
         assert!(r.iter().all(|r| allow_command(r, &p.roots.home).is_none()));
+        // Where a link in a store leads is not looked up, nor told.
+        let link = judge(
+            &failed("Bash", "cat: /home/u/.ssh/cfg: Permission denied"),
+            &p,
+            &Fs,
+        );
+        assert_eq!(paths(&link), ["/home/u/.ssh/cfg"]);
         let text = explain(&r, "Bash", &p.roots.home);
         assert!(text.contains("~/.ssh, a credential store"), "{text}");
         assert!(!text.contains("nd7 allow"), "{text}");

@@ -164,8 +164,7 @@ fn the_first_run_under_nd7_run_saves_claude_codes_state() {
     assert!(std::fs::symlink_metadata(home.join(".claude.json")).is_err());
     let s = sandboxed_session(&world, |_| vec![vec![bash("echo first")]]);
     let saved: Value = serde_json::from_str(
-        &std::fs::read_to_string(home.join(".claude.json"))
-            .expect("Claude Code saved its state"),
+        &std::fs::read_to_string(home.join(".claude.json")).expect("Claude Code saved its state"),
     )
     .expect("json");
     let link = std::fs::read_link(home.join(".claude.json")).expect("a link");
