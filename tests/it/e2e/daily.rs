@@ -115,6 +115,11 @@ fn a_deny_rule_under_nd7_run_denies_the_command() {
     let execs = ours(&s, "exec");
     assert!(!execs.iter().any(|e| e["tool_use_id"] == ids[0].as_str()));
     assert!(execs.iter().any(|e| e["tool_use_id"] == ids[1].as_str()));
+    // The chain still reconciles: the denied call never ran, and nd7 verify
+    // says so rather than call it a disagreement.
+    super::assert_clean(&s);
+    let report = stdout(&s.verify());
+    assert!(report.contains("note: 1 Bash call never ran"), "{report}");
 }
 
 /// With no `--allowedTools`: an allow rule lets its command run (through the
