@@ -417,6 +417,16 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         )),
         _ => None,
     };
+    // nd7-exec takes the place of a prefix of the user's own.
+    let prefix_warning = std::env::var_os(shell_prefix::PREFIX_VARIABLE)
+        .filter(|p| claude && !p.is_empty() && std::path::Path::new(p) != nd7_exec)
+        .map(|p| {
+            format!(
+                "your {} ({}) is replaced by nd7-exec for this session: Bash commands leave the sandbox through it",
+                shell_prefix::PREFIX_VARIABLE,
+                p.to_string_lossy()
+            )
+        });
     if claude {
         let (theirs, rest) = users_settings(&options.args).map_err(end_early)?;
         let exec = nd7_exec.to_string_lossy();
@@ -476,7 +486,11 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
                 .join("; ")
         ));
     }
-    for warning in warnings.iter().chain(&claude_json_warning) {
+    for warning in warnings
+        .iter()
+        .chain(&claude_json_warning)
+        .chain(&prefix_warning)
+    {
         announce_warning(warning);
     }
     let mut child = command.spawn().map_err(|source| {

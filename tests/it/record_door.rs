@@ -2,8 +2,8 @@
 //! hooks' entries reach the log through `nd7 run` (the door), and nd7 keeps
 //! its own account of the run beside them (ADR-0031). Every attack here is
 //! tried as the ordinary account, by a shell script standing in for the
-//! agent, directly and through the exit (`$EXEC`, as `nd7 hook-prefix`
-//! rewrites Bash commands).
+//! agent, directly and through the exit (`$EXEC`, as Claude Code's shell
+//! prefix hands Bash commands to it).
 #![cfg(target_os = "linux")]
 
 use std::collections::BTreeSet;

@@ -155,6 +155,7 @@ fn an_allow_rule_and_the_default_mode_mean_what_they_mean_without_nd7() {
         .map(|c| &c["body"]["permission_mode"])
         .collect();
     assert!(modes.iter().all(|m| *m == "default"), "{modes:?}");
+    super::assert_clean(&s);
 }
 
 /// The first run: `nd7 setup`, then `nd7 run claude` before Claude Code ever
