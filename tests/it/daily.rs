@@ -137,6 +137,20 @@ touch ready; wait_for denied
             .any(|e| e["kind"] == "grant" && e["body"]["change"] == "deny"),
         "the deny is in the log"
     );
+    // nd7 doctor shows the same file, section by section.
+    let doctor = w.nd7(&["doctor"]).output().expect("doctor");
+    let doctor = text(&doctor.stdout);
+    let line = doctor
+        .lines()
+        .find(|l| l.starts_with("ok   grants"))
+        .unwrap_or_else(|| panic!("no grants in doctor: {doctor}"));
+    for part in [
+        "every project: ~/data".to_string(),
+        format!("{}: {}", w.proj().display(), w.outside().display()),
+        format!("/somewhere/else: {}", other.display()),
+    ] {
+        assert!(line.contains(&part), "{part} in {line}");
+    }
 }
 
 /// A bad line, or a grant nd7 would never make, stops `nd7 run` before
@@ -165,6 +179,17 @@ fn a_grants_file_nd7_cannot_follow_stops_the_run() {
         assert!(err.contains(says), "{file}: {err}");
         assert!(err.contains(".nd7/grants"), "{err}");
         assert!(!marker.exists());
+        // A line nd7 cannot read: nd7 doctor fails on it too.
+        if says.starts_with("line ") {
+            let doctor = w.nd7(&["doctor"]).output().expect("doctor");
+            let doctor = text(&doctor.stdout);
+            assert!(
+                doctor
+                    .lines()
+                    .any(|l| l.starts_with("FAIL grants") && l.contains(says)),
+                "{file}: {doctor}"
+            );
+        }
     }
     std::fs::remove_file(w.home().join(".nd7/grants")).expect("rm");
     let out = w
