@@ -1,4 +1,4 @@
-//! The floor's refusals as `nd7 run` meets them (ADR-0033): `nd7 hook-explain`
+//! The floor's refusals as `nd7 run` meets them (ADR-0041): `nd7 hook-explain`
 //! hands each finished tool call to the run; the run judges it against the
 //! session's current rules and the file system as it is outside the floor
 //! ([`crate::policy::refusal`]), writes what the floor refused into the run's

@@ -37,7 +37,7 @@ pub const GRANT: &str = "grant";
 pub const REFUSED: &str = "refused";
 /// A tool call failed (or carried on) because the floor refused a path: what
 /// nd7 judged from the tool's output and the rules, and the grant that would
-/// have allowed it (ADR-0033).
+/// have allowed it (ADR-0041).
 pub const FLOOR_REFUSED: &str = "floor_refused";
 
 /// The name of a run's chain: `run-<UTC date and time>-<pid>-<4 hex>`, sortable
@@ -117,7 +117,7 @@ fn text_member(body: &mut serde_json::Map<String, Value>, name: &str, bytes: &[u
 /// The body of an `exec` entry: the command exactly as the exit received it,
 /// the pid that asked for it, and the grants it runs under (beside the
 /// floor's rules, which `run_start` holds). When the command is Claude
-/// Code's Bash tool line (ADR-0032), `bash_command` is the model's command
+/// Code's Bash tool line (ADR-0040), `bash_command` is the model's command
 /// read back from it ([`crate::shell_prefix::unwrap`]): what the Bash call
 /// announced.
 pub fn exec_body(command: &[u8], caller: u32, grants: &[std::path::PathBuf]) -> Value {
@@ -317,7 +317,7 @@ pub struct Reconciliation {
     /// the exit after them: they ran, but not through the exit.
     pub unmatched_calls: Vec<Call>,
     /// Bash calls with neither a command nor a result: Claude Code did not
-    /// run them (its permissions denied them, ADR-0032), or the run ended
+    /// run them (its permissions denied them, ADR-0040), or the run ended
     /// before they did. Not a disagreement: nothing ran.
     pub calls_not_run: Vec<Call>,
     /// Commands through the exit with no Bash call before them.

@@ -1,4 +1,4 @@
-//! How Bash commands leave the floor under `nd7 run claude` (ADR-0032): Claude
+//! How Bash commands leave the floor under `nd7 run claude` (ADR-0040): Claude
 //! Code's shell prefix. Pure: strings in, strings and settings out.
 //!
 //! With `CLAUDE_CODE_SHELL_PREFIX` set to `nd7-exec`, Claude Code runs every
@@ -35,7 +35,7 @@ pub fn shell_quote(text: &str) -> String {
     out
 }
 
-/// The form nd7 before ADR-0032 rewrote Bash commands into, through a
+/// The form nd7 before ADR-0040 rewrote Bash commands into, through a
 /// PreToolUse hook: `'<nd7-exec>' '<command>'`. Logs written then still hold
 /// it; [`crate::read`] recognises it.
 pub fn routed_command(nd7_exec: &str, command: &str) -> String {

@@ -1,5 +1,5 @@
 //! `nd7-exec COMMAND`: the sandbox floor's one exit. Under `nd7 run claude`
-//! it is Claude Code's shell prefix (ADR-0032): Claude Code runs every Bash
+//! it is Claude Code's shell prefix (ADR-0040): Claude Code runs every Bash
 //! tool call as `nd7-exec '<its command line>'`. It finds its session from
 //! the kernel's view of its ancestors and runs COMMAND under that session's
 //! current rules, taking nothing else from its arguments, working directory

@@ -1,5 +1,5 @@
 //! Which of a tool call's failures were the floor's refusals, and what to
-//! tell the model and the user about them (ADR-0033). Pure: the payload and
+//! tell the model and the user about them (ADR-0041). Pure: the payload and
 //! the session's rules come in, with a [`Probe`] for what `nd7 run` sees of
 //! the file system outside the floor.
 //!

@@ -112,7 +112,7 @@ impl Entry {
 
 /// The original command of a Bash call routed through `nd7-exec`, given the
 /// command as it ran: `'<dir>/nd7-exec' '<original>'`, both words quoted as
-/// nd7's PreToolUse rewrite quoted them before ADR-0032 (logs of that time
+/// nd7's PreToolUse rewrite quoted them before ADR-0040 (logs of that time
 /// hold it). `None` for any other command.
 pub fn routed_original(ran: &str) -> Option<String> {
     let words = shlex::split(ran)?;

@@ -344,7 +344,7 @@ impl Builder {
     pub fn push(&mut self, entry: Entry) {
         if !entry.is_intent() {
             // nd7's exit ran the command of the Bash call it names: that call
-            // went through nd7-exec (ADR-0032; before it, the rewritten
+            // went through nd7-exec (ADR-0040; before it, the rewritten
             // command in the result said so, see `complete`).
             if entry.kind == crate::run_entry::EXEC
                 && let Some(tool) = entry

@@ -324,7 +324,7 @@ pub fn floor_profile(policy: &Policy) -> Option<String> {
     }
 }
 
-/// Whether this `nd7-exec` is Claude Code's shell prefix (ADR-0032):
+/// Whether this `nd7-exec` is Claude Code's shell prefix (ADR-0040):
 /// `CLAUDE_CODE_SHELL_PREFIX` names this very program. Only a choice of
 /// where a command runs, never of its rules: what is not a Bash tool call
 /// is then run in place under the floor ([`run_in_place`]).

@@ -527,7 +527,7 @@ fn claude_gets_the_shell_prefix_and_one_settings_merged_with_the_users_own() {
     let settings: serde_json::Value = serde_json::from_str(&got[1]).expect("json");
     assert_eq!(settings["sandbox"]["enabled"], false);
     // nd7-exec is the shell prefix, in the settings and the environment; no
-    // hook rewrites a command (ADR-0032).
+    // hook rewrites a command (ADR-0040).
     assert_eq!(settings["env"]["CLAUDE_CODE_SHELL_PREFIX"], ND7_EXEC);
     assert_eq!(
         std::fs::read_to_string(w.proj().join("prefix.txt")).expect("env"),

@@ -97,7 +97,7 @@ pub fn shell() -> &'static str {
 }
 
 /// The shell for `command`: zsh for a Bash tool line Claude Code wrote for
-/// zsh (it sources a zsh snapshot, ADR-0032) where zsh is installed, else
+/// zsh (it sources a zsh snapshot, ADR-0040) where zsh is installed, else
 /// [`shell`].
 fn shell_for(command: &std::ffi::OsStr) -> &'static str {
     let zsh = command

@@ -1,7 +1,7 @@
 //! A day's work under `nd7 run claude`, with the real Claude Code: a command
-//! the floor refuses is explained to the model (ADR-0033), and Claude Code's
+//! the floor refuses is explained to the model (ADR-0041), and Claude Code's
 //! own permissions keep their meaning, since no hook rewrites a Bash command
-//! any more (ADR-0032). The ask rule, which needs a person, is in
+//! any more (ADR-0040). The ask rule, which needs a person, is in
 //! `interactive.rs`.
 
 use std::sync::Arc;
@@ -86,7 +86,7 @@ fn a_refusal_is_explained_to_the_model_logged_and_summed_up() {
 }
 
 /// A deny rule in the user's settings denies a Bash command written as the
-/// model wrote it: before ADR-0032 it was matched against the rewritten
+/// model wrote it: before ADR-0040 it was matched against the rewritten
 /// `'nd7-exec' '…'` text and let through. A denied command never reaches the
 /// exit.
 #[test]
@@ -124,7 +124,7 @@ fn a_deny_rule_under_nd7_run_denies_the_command() {
 
 /// With no `--allowedTools`: an allow rule lets its command run (through the
 /// exit), and in the default mode a command no rule allows is refused by
-/// Claude Code in `-p` (nobody to ask), as it is without nd7. Before ADR-0032
+/// Claude Code in `-p` (nobody to ask), as it is without nd7. Before ADR-0040
 /// nd7's hook allowed every Bash call.
 #[test]
 fn an_allow_rule_and_the_default_mode_mean_what_they_mean_without_nd7() {

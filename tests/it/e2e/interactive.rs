@@ -136,7 +136,7 @@ fn prompt_and_exit(tmux: &Tmux, world: &World, api: &MockApi, status: &Path, mar
             tmux.screen()
         );
         // Claude Code asks before a command writes a file, under nd7 run as
-        // without it (ADR-0032): the person says yes, once.
+        // without it (ADR-0040): the person says yes, once.
         if !approved && tmux.screen().contains("Do you want to proceed?") {
             tmux.keys(&["Enter"]);
             approved = true;
@@ -305,7 +305,7 @@ fn an_interactive_session_under_nd7_run_runs_commands_and_keeps_its_state() {
 
 /// An ask rule under `nd7 run claude`: Claude Code asks the person before
 /// the command runs, showing the command as the model wrote it, and runs it
-/// through nd7's exit once approved. Before ADR-0032 nd7's PreToolUse hook
+/// through nd7's exit once approved. Before ADR-0040 nd7's PreToolUse hook
 /// allowed every Bash call, so this question was never asked.
 #[test]
 fn an_ask_rule_under_nd7_run_asks_before_the_command_runs() {

@@ -270,7 +270,7 @@ fn parallel_tool_calls_in_one_turn_are_all_recorded_on_one_chain() {
     assert_clean(&s);
 }
 
-/// What `nd7 run` relies on in Claude Code's shell prefix (ADR-0032), read
+/// What `nd7 run` relies on in Claude Code's shell prefix (ADR-0040), read
 /// off this version: every Bash call reaches the prefix as one argument, a
 /// line from which `shell_prefix::unwrap` gives back exactly the model's
 /// command; a shell-form hook reaches it too, as a line that is not a Bash
