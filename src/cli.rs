@@ -15,12 +15,16 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Append one Claude Code hook payload (read on stdin) to its session's log.
+    /// Append one hook payload (read on stdin) to its session's log.
     ///
-    /// Always exits 0 and never writes to stdout, so it cannot change what
-    /// the agent does. Problems are reported in one line on stderr. Under
+    /// Claude Code's hooks run it with no option, Codex's with `--agent
+    /// codex`. Always exits 0 and never writes to stdout, so it cannot change
+    /// what the agent does. Problems are reported in one line on stderr. Under
     /// `nd7 run` the entry is handed to the run, which alone writes the log.
     Record {
+        /// The agent whose hook this is [default: claude-code].
+        #[arg(long, value_enum)]
+        agent: Option<AgentName>,
         /// Set on the hooks `nd7 run` registers itself; under such a run,
         /// copies from hooks registered elsewhere are not recorded twice.
         #[arg(long, hide = true)]
@@ -132,14 +136,21 @@ pub enum Command {
         #[command(flatten)]
         view: View,
     },
-    /// Register `nd7 record` in Claude Code's user settings, and install completions.
+    /// Register `nd7 record` with the agents found here, and install completions.
     ///
-    /// Adds one exec-form hook entry per recorded event (all but MessageDisplay
-    /// and PostToolBatch), keeping every other key and hook. Running it again
-    /// changes nothing. Exits 0 when done, 1 when the settings file is not
-    /// valid JSON (it is left untouched), 2 on other errors.
+    /// Claude Code: one exec-form hook entry per recorded event (all but
+    /// MessageDisplay and PostToolBatch) in its user settings. Codex, when
+    /// `codex` is on PATH or $CODEX_HOME (~/.codex) exists: one command hook
+    /// per event in $CODEX_HOME/hooks.json, or in config.toml's [hooks] where
+    /// the user keeps them there; Codex runs them once trusted in /hooks.
+    /// Every other key and hook is kept; running it again changes nothing.
+    /// Exits 0 when done, 1 when a settings file is not valid JSON or TOML
+    /// (it is left untouched), 2 on other errors.
     Setup {
-        /// Settings file to change [default: ~/.claude/settings.json].
+        /// Set up this agent only [default: every agent found; Claude Code always].
+        #[arg(long, value_enum)]
+        agent: Option<AgentName>,
+        /// Claude Code settings file to change [default: ~/.claude/settings.json].
         #[arg(long, value_name = "FILE")]
         settings: Option<PathBuf>,
         /// Print what would change and write nothing.
@@ -228,7 +239,9 @@ pub enum Command {
     HookExplain,
     /// Say what is installed and working, and the command that fixes what is not.
     ///
-    /// Exits 0 when every check passes, 1 otherwise. Changes nothing.
+    /// Checks each agent's hooks (for Codex, also whether they are trusted),
+    /// the sandbox, the logs and the vault. Exits 0 when every check passes,
+    /// 1 otherwise. Changes nothing.
     Doctor {
         /// Settings file to check [default: ~/.claude/settings.json].
         #[arg(long, value_name = "FILE")]
@@ -237,15 +250,15 @@ pub enum Command {
     /// Enrol this machine with a vault: make its key, register it, pin the admins.
     ///
     /// Fetches the vault's recipients document and refuses it unless the
-    /// organisation key with fingerprint FP signed it, then registers a new
-    /// Ed25519 machine key with the one-time TOKEN. Writes
+    /// organisation key with fingerprint FP signed it, then makes an Ed25519
+    /// machine key and has the one-time TOKEN endorse it. Writes
     /// $XDG_STATE_HOME/nd7/vault/ (machine.key, machine.id, server,
     /// recipients; every file 0600). Exits 0 when enrolled, 1 when the vault
     /// or its document was refused or refused us, 2 on other errors.
     Enroll {
         /// The vault's base URL, e.g. https://vault.example.org.
         url: String,
-        /// The enrolment token from `nd7-vault token`.
+        /// The enrolment token from `nd7 admin enrol-token`.
         #[arg(long, value_name = "T")]
         token: String,
         /// The organisation key's fingerprint (64 hex digits), from `nd7 admin org-key`.
@@ -258,7 +271,8 @@ pub enum Command {
     /// batches of at most 8 MiB, and moves the mark after each acknowledgement.
     /// A run that is interrupted resumes where the vault's copy ends. Exits 0
     /// when everything was shipped, 1 when some session was not (each is
-    /// named on stderr), 2 when the machine is not enrolled or on other errors.
+    /// named on stderr), 2 when the machine is not enrolled or on other
+    /// errors, 3 when the vault broke a receipt for some session.
     Ship {
         /// Ship again every DURATION (e.g. 30s, 5m, 1h) until killed.
         #[arg(long, value_name = "DURATION")]
@@ -292,8 +306,8 @@ pub enum Color {
     Never,
 }
 
-/// `nd7 admin ...`. Exit status: 0 success; 1 a pulled log failed
-/// verification or differs from the local copy; 2 bad usage or errors.
+/// `nd7 admin ...`. Exit status: 0 success; 1 the machine rewrote its log;
+/// 2 bad usage or errors; 3 the vault's copy is forged or incomplete.
 #[derive(Subcommand)]
 pub enum Admin {
     /// Make the organisation's Ed25519 key; prints its fingerprint.
@@ -318,9 +332,24 @@ pub enum Admin {
         /// The organisation key from `nd7 admin org-key`.
         #[arg(long, value_name = "FILE")]
         org_key: PathBuf,
+        /// The document's version: machines take only a higher one than they hold.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        version: u64,
+        /// The vault's public key, as `nd7-vault key` printed it.
+        #[arg(long, value_name = "HEX")]
+        vault_key: String,
         /// age1... recipients, one per admin.
         #[arg(required = true)]
         recipients: Vec<String>,
+    },
+    /// Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key.
+    EnrolToken {
+        /// The organisation key from `nd7 admin org-key`.
+        #[arg(long, value_name = "FILE")]
+        org_key: PathBuf,
+        /// Hours until it expires.
+        #[arg(long, default_value_t = 24)]
+        hours: u64,
     },
     /// List the sessions a vault holds: machine, session, last entry.
     Sessions {
@@ -331,10 +360,13 @@ pub enum Admin {
     },
     /// Fetch a session from the vault, decrypt it, verify it, and compare it.
     ///
-    /// Writes the decrypted log to OUT/<session>/events.ndjson, verifies its
-    /// chain as `nd7 verify` does, and, given --compare, says whether that
-    /// local log still matches the vault's copy, naming the first entry that
-    /// differs.
+    /// Checks that the machine was enrolled with a token the organisation
+    /// signed and that it signed every batch, writes the decrypted log to
+    /// OUT/<session>/events.ndjson and verifies its chain as `nd7 verify`
+    /// does. Given --compare, checks the machine's session directory (its log
+    /// and the vault's receipts it kept) against the vault's copy, and says
+    /// whether the vault dropped or rewrote what it acknowledged or the
+    /// machine rewrote its log, naming the entry.
     Pull {
         url: String,
         #[arg(long, value_name = "T")]
@@ -342,6 +374,9 @@ pub enum Admin {
         /// An age identity file (`nd7 admin age-key`, or age-keygen's).
         #[arg(long, value_name = "FILE")]
         identity: PathBuf,
+        /// The organisation key's fingerprint, from `nd7 admin org-key`.
+        #[arg(long, value_name = "FP")]
+        fingerprint: String,
         #[arg(long, value_name = "ID")]
         machine: String,
         #[arg(long, value_name = "ID")]
@@ -353,6 +388,22 @@ pub enum Admin {
         #[arg(long, value_name = "PATH")]
         compare: Option<PathBuf>,
     },
+}
+
+/// The agents nd7 records, as `--agent` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentName {
+    ClaudeCode,
+    Codex,
+}
+
+impl AgentName {
+    pub fn agent(self) -> crate::hook::Agent {
+        match self {
+            AgentName::ClaudeCode => crate::hook::Agent::ClaudeCode,
+            AgentName::Codex => crate::hook::Agent::Codex,
+        }
+    }
 }
 
 /// Shells nd7 ships completions for.

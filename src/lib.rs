@@ -1,10 +1,12 @@
-//! nd7 makes an AI coding agent's work accountable: Claude Code's hooks call
-//! `nd7 record`, and every event becomes one entry of an append-only,
-//! BLAKE3 hash-chained log per session, which `nd7 verify` walks.
+//! nd7 makes an AI coding agent's work accountable: Claude Code's and Codex's
+//! hooks call `nd7 record`, and every event becomes one entry of an
+//! append-only, BLAKE3 hash-chained log per session, which `nd7 verify` walks.
 //!
 //! The library holds everything; the binaries parse arguments and call it.
 //!
 //! - [`hook`]: Claude Code's payloads, typed, and the event each becomes. Pure.
+//! - [`codex`]: Codex's payloads (pure) and its rollout file, read for what
+//!   the payloads leave out: the CLI's version and how each call ended.
 //! - [`chain`]: the sealed-line format, the chain walk and the head rules. Pure.
 //! - [`session_log`]: the log on disk: lock, head, append, verify.
 //! - [`record`]: what `nd7 record` does with one payload: append it, or hand it to `nd7 run`.
@@ -13,7 +15,8 @@
 //! - [`refusals`]: the floor's refusals a run is told of: judged, logged, explained, summed up.
 //! - [`shell_prefix`]: how Bash leaves the floor under `nd7 run claude`: the Bash tool's line read back, the settings. Pure.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
-//! - [`ship`]: `nd7 enroll`, `nd7 ship` and the admin read-back: files and network.
+//! - [`ship`]: `nd7 enroll` and `nd7 ship`: files and network.
+//! - [`vault_admin`]: `nd7 admin`: keys, tokens, and reading a session back, trusting the vault for nothing.
 //! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
 //! - [`read`]: `nd7 sessions`, `nd7 show` and `nd7 search`: the record read back.
 //! - [`cli`], [`setup`]: the command line's definition; `nd7 setup` and `nd7 doctor`.
@@ -25,6 +28,7 @@
 
 pub mod chain;
 pub mod cli;
+pub mod codex;
 pub mod hook;
 pub mod policy;
 pub mod read;
@@ -42,6 +46,7 @@ pub mod setup;
 pub mod shell_prefix;
 pub mod ship;
 pub mod vault;
+pub mod vault_admin;
 #[cfg(feature = "vault-server")]
 pub mod vault_server;
 

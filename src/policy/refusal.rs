@@ -217,7 +217,7 @@ fn candidates(text: &str, cwd: &Path, home: &Path) -> Vec<PathBuf> {
             let absolute = token.starts_with('/') || token.starts_with("~/");
             // A relative path counts only when quoted on the refusal's own
             // line (`touch: cannot touch 'out/x': Permission denied`).
-            if !absolute && !(quoted && i == mark && !token.starts_with('-')) {
+            if !(absolute || (quoted && i == mark && !token.starts_with('-'))) {
                 continue;
             }
             if token.len() < 2 || token.contains("://") || token.starts_with("//") {

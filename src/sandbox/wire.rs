@@ -21,15 +21,16 @@
 //! The hooks' door (`record.sock`) takes one [`HookRequest`] from `nd7 record`
 //! and answers with one frame: `a` once the entry is appended, `d` when the
 //! run records that event through its own hook instead, or a refusal. A
-//! request from `nd7 hook-explain` (flag 8) is judged, not recorded: the
+//! request from `nd7 hook-explain` (flag 16) is judged, not recorded: the
 //! answer is `e` and the length of the explanation whose UTF-8 text follows
 //! (the floor refused something), or `d` (nothing to say).
 //!
 //! ```text
 //! hook request = u32 length of the rest, then u8 flags, u64 ts, field(cwd), field(body)
 //! flags        = 1: sent by the hook nd7 run registered; 2: body is a glimpse
-//!                (the payload was too large); 4: cwd present; 8: explain
-//!                (`nd7 hook-explain`'s: judge the tool call, do not record it)
+//!                (the payload was too large); 4: cwd present; 8: Codex's hook
+//!                (`--agent codex`); 16: explain (`nd7 hook-explain`'s: judge
+//!                the tool call, do not record it)
 //! ```
 
 use std::ffi::OsString;
@@ -74,6 +75,8 @@ pub enum Frame {
 /// received, and the facts it took. All of it is the agent's word.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HookRequest {
+    /// Whose hook it is: Claude Code's, or another agent's (`--agent`).
+    pub agent: crate::hook::Agent,
     /// When the hook fired: nanoseconds since the Unix epoch.
     pub ts: u64,
     /// The recorder's working directory, used when the payload has none.
@@ -92,7 +95,8 @@ pub struct HookRequest {
 const RUN_HOOK: u8 = 1;
 const GLIMPSE: u8 = 2;
 const CWD: u8 = 4;
-const EXPLAIN: u8 = 8;
+const CODEX: u8 = 8;
+const EXPLAIN: u8 = 16;
 
 impl HookRequest {
     /// The request's bytes, its length prefix first.
@@ -110,6 +114,9 @@ impl HookRequest {
         if self.explain {
             flags |= EXPLAIN;
         }
+        if self.agent == crate::hook::Agent::Codex {
+            flags |= CODEX;
+        }
         let mut body = vec![flags];
         body.extend_from_slice(&self.ts.to_le_bytes());
         field(&mut body, self.cwd.as_deref().unwrap_or_default());
@@ -123,7 +130,7 @@ impl HookRequest {
     /// [`Request::announced_len`] checks).
     pub fn decode(body: &[u8]) -> Result<HookRequest, WireError> {
         let (&flags, mut rest) = body.split_first().ok_or(WireError::Truncated("flags"))?;
-        if flags & !(RUN_HOOK | GLIMPSE | CWD | EXPLAIN) != 0 {
+        if flags & !(RUN_HOOK | GLIMPSE | CWD | CODEX | EXPLAIN) != 0 {
             return Err(WireError::UnknownFlags(flags));
         }
         let (ts, tail) = rest
@@ -136,6 +143,11 @@ impl HookRequest {
             return Err(WireError::Trailing(rest.len()));
         }
         Ok(HookRequest {
+            agent: if flags & CODEX != 0 {
+                crate::hook::Agent::Codex
+            } else {
+                crate::hook::Agent::ClaudeCode
+            },
             ts: u64::from_le_bytes(*ts),
             cwd: (flags & CWD != 0).then(|| cwd.to_vec()),
             run_hook: flags & RUN_HOOK != 0,
@@ -351,6 +363,7 @@ mod tests {
     fn a_hook_request_reads_back_and_a_cut_one_never_does() {
         for request in [
             HookRequest {
+                agent: crate::hook::Agent::ClaudeCode,
                 ts: u64::MAX - 3,
                 cwd: Some(b"/home/u/proj \xff".to_vec()),
                 run_hook: true,
@@ -359,6 +372,7 @@ mod tests {
                 body: br#"{"session_id":"s"}"#.to_vec(),
             },
             HookRequest {
+                agent: crate::hook::Agent::Codex,
                 ts: 0,
                 cwd: None,
                 run_hook: false,
@@ -380,6 +394,7 @@ mod tests {
             }
         }
         let mut odd = HookRequest {
+            agent: crate::hook::Agent::ClaudeCode,
             ts: 1,
             cwd: None,
             run_hook: false,
@@ -388,10 +403,10 @@ mod tests {
             body: vec![],
         }
         .encode();
-        odd[4] = 16;
+        odd[4] = 32;
         assert_eq!(
             HookRequest::decode(&odd[4..]),
-            Err(WireError::UnknownFlags(16))
+            Err(WireError::UnknownFlags(32))
         );
     }
 

@@ -6,6 +6,8 @@
 //! this module reads and writes the files around them.
 
 pub mod claude_json;
+pub mod codex;
+pub mod codex_merge;
 pub mod merge;
 pub mod timer;
 
@@ -16,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::cli::Shell;
+use crate::hook::Agent;
 use merge::{MergeError, Merged};
 
 /// The first Claude Code with exec-form hooks (`args`), which nd7 registers.
@@ -27,6 +30,11 @@ pub enum SetupError {
     NoHome,
     #[error("{}: {source}; the file was left as it was", path.display())]
     Settings { path: PathBuf, source: MergeError },
+    #[error("{}: {source}; the file was left as it was", path.display())]
+    CodexConfig {
+        path: PathBuf,
+        source: codex_merge::CodexConfigError,
+    },
     #[error("{}: cannot {action}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -51,6 +59,8 @@ fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) ->
 /// What `nd7 setup` was asked to do.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
+    /// One agent only; `None`: Claude Code, and every other agent found.
+    pub agent: Option<crate::hook::Agent>,
     pub settings: Option<PathBuf>,
     pub dry_run: bool,
     pub uninstall: bool,
@@ -187,12 +197,57 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
         .filter(|h| h.is_absolute())
         .ok_or(SetupError::NoHome)?;
     let mut report = Report::default();
-    let verb = if options.dry_run {
-        "would write"
+    let nd7 = stable_path(exe, &home, Path::exists)?;
+    let claude_wanted = options.agent.is_none_or(|a| a == Agent::ClaudeCode);
+    let claude = if claude_wanted {
+        let claude = claude_version();
+        claude_settings(options, &home, &nd7, claude.as_ref(), &mut report)?;
+        claude
     } else {
-        "wrote"
+        None
     };
 
+    // Codex: when asked for, or found here.
+    match options.agent {
+        Some(Agent::Codex) => codex::setup(&home, &nd7, options.dry_run, options.uninstall, &mut report)?,
+        Some(Agent::ClaudeCode) => {}
+        None if codex::found(&home) => {
+            codex::setup(&home, &nd7, options.dry_run, options.uninstall, &mut report)?
+        }
+        None if options.uninstall => {}
+        None => report.done.push(
+            "codex: not found (no `codex` on PATH, no ~/.codex or $CODEX_HOME); `nd7 setup --agent codex` wires it anyway".into(),
+        ),
+    }
+
+    completions_and_timer(options, &home, &nd7, &mut report)?;
+
+    if options.uninstall {
+        return Ok(report);
+    }
+    // Checks that change nothing.
+    if claude_wanted {
+        claude_warnings(claude, &mut report);
+    }
+    for (path, problem) in binary_problems(&nd7) {
+        report.warnings.push(format!(
+            "{} {problem}: nd7 run will refuse to start until only you (or root) can change it (chmod go-w {})",
+            path.display(),
+            path.display()
+        ));
+    }
+    Ok(report)
+}
+
+/// Claude Code's settings and, where the floor needs it, its state file.
+#[allow(clippy::type_complexity)]
+fn claude_settings(
+    options: &Options,
+    home: &Path,
+    nd7: &Path,
+    claude: Option<&(String, Option<(u32, u32, u32)>)>,
+    report: &mut Report,
+) -> Result<(), SetupError> {
     // Settings. A symlinked settings file (dotfile managers) is changed where
     // it points, so the link survives.
     let settings = options
@@ -205,22 +260,20 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_err(&settings, "read")(e)),
     };
-    let nd7 = stable_path(exe, &home, Path::exists)?;
-    let claude = claude_version();
     let merged = if options.uninstall {
         merge::uninstall(text.as_deref())
     } else {
         merge::install(
             text.as_deref(),
             &nd7.to_string_lossy(),
-            claude.as_ref().and_then(|(_, v)| *v),
+            claude.and_then(|(_, v)| *v),
         )
     }
     .map_err(|source| SetupError::Settings {
         path: settings.clone(),
         source,
     })?;
-    let shown = display_path(&settings, &home);
+    let shown = display_path(&settings, home);
     for line in merge::summary(&merged.changes, options.dry_run) {
         let version = match (&claude, options.uninstall) {
             (_, true) => String::new(),
@@ -261,7 +314,7 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
             if let Some(backup) = write_settings(&settings, original, new)? {
                 report.done.push(format!(
                     "{shown}: the previous version is kept as {}",
-                    display_path(&backup, &home)
+                    display_path(&backup, home)
                 ));
             }
         }
@@ -276,7 +329,7 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
             fs::remove_file(&backup).map_err(io_err(&backup, "remove"))?;
             report.done.push(format!(
                 "{}: removed (it held nd7's entries)",
-                display_path(&backup, &home)
+                display_path(&backup, home)
             ));
         }
     }
@@ -284,25 +337,39 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
     // Claude Code's own state file, where nd7 run's floor needs it.
     if claude_json_applies() {
         let line = if options.uninstall {
-            claude_json::uninstall(&home, options.dry_run)?
+            claude_json::uninstall(home, options.dry_run)?
         } else {
-            claude_json::install(&home, options.dry_run)?
+            claude_json::install(home, options.dry_run)?
         };
         report.done.extend(line);
     }
+    Ok(())
+}
 
+/// Shell completions and the ship timer, whatever the agent.
+fn completions_and_timer(
+    options: &Options,
+    home: &Path,
+    nd7: &Path,
+    report: &mut Report,
+) -> Result<(), SetupError> {
+    let verb = if options.dry_run {
+        "would write"
+    } else {
+        "wrote"
+    };
     // Completions: one line for the three shells.
     let mut written = Vec::new();
     let mut removed = Vec::new();
     for shell in Shell::ALL {
-        let path = completion_path(shell, &home);
+        let path = completion_path(shell, home);
         if options.uninstall {
             if path.exists() {
                 if !options.dry_run {
                     fs::remove_file(&path).map_err(io_err(&path, "remove"))?;
-                    remove_empty_parents(&path, &home);
+                    remove_empty_parents(&path, home);
                 }
-                removed.push(display_path(&path, &home));
+                removed.push(display_path(&path, home));
             }
             continue;
         }
@@ -313,7 +380,7 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
         if !options.dry_run {
             write_file(&path, &script, 0o644)?;
         }
-        written.push(display_path(&path, &home));
+        written.push(display_path(&path, home));
         if shell == Shell::Zsh {
             report.warnings.push(format!(
                 "zsh finds the completions only if {} is in fpath (add `fpath+=({})` to ~/.zshrc before compinit)",
@@ -341,10 +408,8 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
     // The ship timer: only on an enrolled machine, and only if nothing else
     // (brew services, a home-manager module) already runs nd7 ship.
     if options.uninstall {
-        report
-            .done
-            .extend(timer::uninstall(&home, options.dry_run)?);
-        return Ok(report);
+        report.done.extend(timer::uninstall(home, options.dry_run)?);
+        return Ok(());
     }
     let enrolled =
         crate::session_log::state_dir().is_ok_and(|state| state.join("vault/machine.id").exists());
@@ -352,15 +417,19 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
         report.done.push(
             "ship timer: not installed: this machine is not enrolled with a vault, so there is nothing to ship yet".into(),
         );
-    } else if let Some(who) = timer::managed_elsewhere(&home) {
+    } else if let Some(who) = timer::managed_elsewhere(home) {
         report.done.push(format!("ship timer: left to {who}"));
     } else {
-        let (done, warning) = timer::install(&home, &nd7, options.dry_run)?;
+        let (done, warning) = timer::install(home, nd7, options.dry_run)?;
         report.done.extend(done);
         report.warnings.extend(warning);
     }
+    Ok(())
+}
 
-    // Checks that change nothing.
+/// What setup says about the installed Claude Code.
+#[allow(clippy::type_complexity)]
+fn claude_warnings(claude: Option<(String, Option<(u32, u32, u32)>)>, report: &mut Report) {
     match claude {
         None => report.warnings.push(
             "Claude Code (`claude`) is not on PATH: the hooks take effect once it is installed; run nd7 setup again then, to register only the events it knows (nd7 doctor says when)".into(),
@@ -372,14 +441,6 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
         )),
         Some(_) => {}
     }
-    for (path, problem) in binary_problems(&nd7) {
-        report.warnings.push(format!(
-            "{} {problem}: nd7 run will refuse to start until only you (or root) can change it (chmod go-w {})",
-            path.display(),
-            path.display()
-        ));
-    }
-    Ok(report)
 }
 
 /// `claude --version`'s text and the version read from it, or `None` when
@@ -478,28 +539,45 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         .and_then(|h| stable_path(exe, h, Path::exists).ok())
         .unwrap_or_else(|| exe.to_path_buf());
 
+    // Where only Codex is installed, Claude Code's absence is no failure.
+    let codex_here = home.as_deref().is_some_and(codex::found);
+    let claude_absent = settings.is_none()
+        && claude_version().is_none()
+        && home.as_deref().is_none_or(|h| !h.join(".claude").exists());
+    if codex_here && claude_absent {
+        checks.push(Check {
+            name: "claude",
+            ok: true,
+            detail: "Claude Code is not installed here (no `claude` on PATH, no ~/.claude): nothing to record".into(),
+            fix: None,
+        });
+    }
+
     // The hooks: present for every recorded event and pointing at this nd7.
     let settings = settings
         .map(Path::to_path_buf)
         .or_else(|| home.as_deref().map(|h| h.join(".claude/settings.json")));
-    checks.push(match settings.as_deref().map(fs::read_to_string) {
-        None => Check {
-            name: "hooks",
-            ok: false,
-            detail: "cannot find the home directory".into(),
-            fix: Some("set HOME".into()),
-        },
-        Some(Err(e)) => Check {
-            name: "hooks",
-            ok: false,
-            detail: format!(
-                "{}: {e}",
-                settings.as_deref().unwrap_or(Path::new("?")).display()
-            ),
-            fix: Some("nd7 setup".into()),
-        },
-        Some(Ok(text)) => hooks_check(&text, &nd7.to_string_lossy()),
-    });
+    let claude_checks = !(codex_here && claude_absent);
+    checks.extend(
+        claude_checks.then(|| match settings.as_deref().map(fs::read_to_string) {
+            None => Check {
+                name: "hooks",
+                ok: false,
+                detail: "cannot find the home directory".into(),
+                fix: Some("set HOME".into()),
+            },
+            Some(Err(e)) => Check {
+                name: "hooks",
+                ok: false,
+                detail: format!(
+                    "{}: {e}",
+                    settings.as_deref().unwrap_or(Path::new("?")).display()
+                ),
+                fix: Some("nd7 setup".into()),
+            },
+            Some(Ok(text)) => hooks_check(&text, &nd7.to_string_lossy()),
+        }),
+    );
 
     // The binary and its directory: nd7 run trusts both.
     let problems: Vec<String> = binary_problems(&nd7)
@@ -529,7 +607,7 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
     });
 
     // Claude Code itself.
-    checks.push(match claude_version() {
+    checks.extend(claude_checks.then(|| match claude_version() {
         None => Check {
             name: "claude",
             ok: false,
@@ -551,7 +629,12 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
             ),
             fix: Some("claude update".into()),
         },
-    });
+    }));
+
+    // Codex, where it is installed.
+    if let Some(home) = home.as_deref().filter(|_| codex_here) {
+        checks.extend(codex::doctor(home, &nd7.to_string_lossy()));
+    }
 
     // Claude Code's state file, where the floor needs it moved.
     if let Some(home) = home.as_deref().filter(|_| claude_json_applies()) {
@@ -827,6 +910,7 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
         ),
         fix: (backlog.unshipped > 0 && stale).then(|| "nd7 ship".into()),
     });
+    checks.push(receipts_check(&backlog));
     checks.push(match timer::active(home) {
         Ok(what) => Check {
             name: "timer",
@@ -844,11 +928,61 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
     checks
 }
 
-/// What the session logs hold that the vault does not.
+/// What the session logs hold that the vault does not, and what the last
+/// ships found about the vault.
 struct Backlog {
     sessions: usize,
     unshipped: usize,
     last_ship: Option<SystemTime>,
+    /// (session, first line of its `vault.alarm`): the vault broke a receipt.
+    alarms: Vec<(String, String)>,
+    /// Sessions keeping receipts a declared restore lost.
+    lost: usize,
+    /// (session, what differs): the local log no longer holds what was shipped.
+    rewritten: Vec<(String, String)>,
+}
+
+/// Fails while `nd7 ship` finds the vault breaking a receipt for some
+/// session, or a local log no longer holds what was shipped: the vault's
+/// doing and the machine's, told apart.
+fn receipts_check(backlog: &Backlog) -> Check {
+    let mut problems = Vec::new();
+    if let Some((session, first)) = backlog.alarms.first() {
+        problems.push(format!(
+            "the vault broke its receipt for {} session(s); {session}: {first}",
+            backlog.alarms.len()
+        ));
+    }
+    if let Some((session, what)) = backlog.rewritten.first() {
+        problems.push(format!(
+            "the local log of {} session(s) no longer holds what was shipped (this machine's doing, not the vault's); {session}: {what}",
+            backlog.rewritten.len()
+        ));
+    }
+    if !problems.is_empty() {
+        return Check {
+            name: "receipts",
+            ok: false,
+            detail: problems.join("; and "),
+            fix: Some(
+                "docs/vault.md (\"Restoring a vault from a backup\" when the vault lost entries); `nd7 admin pull --compare` names what differs"
+                    .into(),
+            ),
+        };
+    }
+    Check {
+        name: "receipts",
+        ok: true,
+        detail: if backlog.lost > 0 {
+            format!(
+                "the vault honours every receipt; {} session(s) keep receipts a declared restore lost (receipts.lost)",
+                backlog.lost
+            )
+        } else {
+            "the vault honoured every receipt at the last ship".into()
+        },
+        fix: None,
+    }
 }
 
 /// Compares each session's `head` with its `shipped` (both "<seq> <hash>").
@@ -857,6 +991,9 @@ fn ship_backlog(sessions: &Path) -> Backlog {
         sessions: 0,
         unshipped: 0,
         last_ship: None,
+        alarms: Vec::new(),
+        lost: 0,
+        rewritten: Vec::new(),
     };
     let Ok(entries) = fs::read_dir(sessions) else {
         return backlog;
@@ -872,6 +1009,24 @@ fn ship_backlog(sessions: &Path) -> Backlog {
         }
         if let Ok(modified) = fs::metadata(&shipped).and_then(|m| m.modified()) {
             backlog.last_ship = backlog.last_ship.max(Some(modified));
+        }
+        let session = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Ok(alarm) = fs::read_to_string(dir.join(crate::ship::ALARM_FILE)) {
+            let first = alarm.lines().next().unwrap_or_default().to_string();
+            backlog.alarms.push((session.clone(), first));
+        }
+        if let Some(log) = dir
+            .parent()
+            .and_then(|parent| crate::session_log::SessionLog::new(parent, &session).ok())
+            && let Some(what) = crate::ship::rewritten_since_shipped(&log)
+        {
+            backlog.rewritten.push((session, what));
+        }
+        if dir.join(crate::ship::LOST_FILE).exists() {
+            backlog.lost += 1;
         }
     }
     backlog
@@ -1087,6 +1242,32 @@ mod tests {
                 || stale.detail.starts_with("last ship 119 min ago"),
             "{}",
             stale.detail
+        );
+        // Receipts: fine until a ship leaves an alarm, then failing and naming it.
+        assert!(
+            checks[2].ok && checks[2].name == "receipts",
+            "{:?}",
+            checks[2]
+        );
+        std::fs::write(sessions.join("b").join(crate::ship::LOST_FILE), "# lost\n").expect("write");
+        let noted = &vault_checks(&state, &home, now)[2];
+        assert!(
+            noted.ok && noted.detail.contains("1 session(s) keep receipts"),
+            "{noted:?}"
+        );
+        std::fs::write(
+            sessions.join("b").join(crate::ship::ALARM_FILE),
+            "machine m-1, session b: the vault broke its receipt: it dropped\nfound at 1\n",
+        )
+        .expect("write");
+        let alarm = &vault_checks(&state, &home, now)[2];
+        assert!(!alarm.ok, "{alarm:?}");
+        assert!(
+            alarm
+                .detail
+                .contains("for 1 session(s); b: machine m-1, session b"),
+            "{}",
+            alarm.detail
         );
     }
 }

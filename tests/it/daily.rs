@@ -108,7 +108,7 @@ touch ready; wait_for denied
     for part in [
         "~/data (~/.nd7/grants:2)",
         &format!("{} (~/.nd7/grants:4)", w.outside().display()),
-        &format!("~/go/pkg/mod, ~/.cache/go-build (--preset go)"),
+        "~/go/pkg/mod, ~/.cache/go-build (--preset go)",
         &format!("{} (--allow)", given.display()),
     ] {
         assert!(banner.contains(part), "{part} in {banner}");

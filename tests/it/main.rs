@@ -2,6 +2,7 @@
 //! docs promise, through the library or through the real `nd7` binary.
 
 mod append;
+mod codex_record;
 mod common;
 mod concurrency;
 #[cfg(target_os = "linux")]
@@ -20,6 +21,7 @@ mod record_door;
 mod report_html;
 mod sandbox;
 mod setup;
+mod setup_codex;
 mod tamper;
 #[cfg(target_os = "linux")]
 mod toolchains;
@@ -27,13 +29,15 @@ mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]
 mod vault;
+#[cfg(feature = "vault-server")]
+mod vault_attacks;
 /// Without the feature the vault's tests cannot even build: fail, saying how
 /// to run them, rather than pass with them silently left out.
 #[cfg(not(feature = "vault-server"))]
 #[test]
 fn vault_tests_need_the_vault_server_feature() {
     panic!(
-        "the vault server's tests (tests/it/vault.rs) need the vault-server feature and did not run: \
+        "the vault server's tests (tests/it/vault.rs, tests/it/vault_attacks.rs) need the vault-server feature and did not run: \
          use `bash scripts/test.sh`, or `cargo test --features vault-server,self-update`"
     );
 }

@@ -7,11 +7,14 @@
 //! [`session`], and assert on what it returns.
 
 pub(crate) mod claude;
+mod codex;
+mod codex_session;
 #[cfg(target_os = "linux")]
 mod daily;
 #[cfg(target_os = "linux")]
 mod interactive;
 pub(crate) mod mock_api;
+mod mock_responses;
 
 use mock_api::{Block, MockApi, bash};
 use serde_json::{Value, json};
