@@ -36,6 +36,7 @@ pub mod record;
 pub mod refusals;
 pub mod run;
 pub mod run_entry;
+pub mod run_grants;
 pub mod run_log;
 pub mod sandbox;
 #[cfg(feature = "self-update")]

@@ -4,11 +4,12 @@
 //! In order: the binaries must be writable by nobody but the user (and
 //! root), or a process inside could replace the exit; the kernel must be able
 //! to enforce the floor in full; the session directory is made (stale ones of
-//! dead `nd7 run`s removed first); the exit is opened; the program starts
-//! confined — for Claude Code with the hook that routes Bash through
-//! `nd7-exec` and its own sandbox off; `nd7 run` waits, passing on SIGTERM
-//! and SIGHUP, then ends the session's remaining commands and removes the
-//! session directory, whatever way the program ended.
+//! dead `nd7 run`s removed first); the grants it starts with are made
+//! (`run_grants`); the exit is opened; the program starts confined — for
+//! Claude Code with `nd7-exec` as its shell prefix (ADR-0040) and its own
+//! sandbox off; `nd7 run` waits, passing on SIGTERM and SIGHUP, then ends
+//! the session's remaining commands and removes the session directory,
+//! whatever way the program ended.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -18,11 +19,11 @@ use std::process::Command;
 
 use std::sync::Arc;
 
-use crate::policy::{Policy, Roots, grants};
+use crate::policy::{Policy, Roots};
 use crate::run_entry::{Ended, RunFacts};
 use crate::run_log::{RunLog, RunLogError};
 use crate::session::{self, Record, Session, SessionError, Sessions};
-use crate::{record, sandbox, session_log, setup, shell_prefix};
+use crate::{record, run_grants, sandbox, session_log, setup, shell_prefix};
 
 /// Why the program was not started.
 #[derive(Debug, thiserror::Error)]
@@ -59,19 +60,8 @@ pub enum RunError {
         "$HOME is {env}, but your account's home (in the account database) is {account}: nd7 run keeps the floor around your account's home, so Claude Code would keep its state where nothing may be written and every command would fail; run it with HOME={account}, or as the account whose home {env} is (sudo -E and containers change HOME); nothing was started or created"
     )]
     Home { env: PathBuf, account: PathBuf },
-    #[error("{path} {source}")]
-    GrantsFile {
-        path: PathBuf,
-        source: crate::policy::grants::GrantsError,
-    },
-    #[error("--preset {0}: no such preset; the presets are {list}", list = crate::policy::grants::preset_names())]
-    NoPreset(String),
-    #[error("{path} ({from}): {source}")]
-    Grant {
-        path: PathBuf,
-        from: String,
-        source: crate::policy::GrantError,
-    },
+    #[error(transparent)]
+    Grants(#[from] run_grants::StartGrantError),
 }
 
 /// How the working directory was named: `$PWD` (the shell's name for it,
@@ -152,130 +142,6 @@ fn check_home(account: &Path) -> Result<(), RunError> {
     })
 }
 
-/// What a session starts with beyond the floor: `~/.nd7/grants` (nothing
-/// inside a session can write it), then `--preset` and `--allow`.
-fn planned_grants(
-    home: &Path,
-    project: &Path,
-    options: &Options,
-) -> Result<Vec<grants::Planned>, RunError> {
-    let file = home.join(grants::FILE);
-    let mut planned = match std::fs::read_to_string(&file) {
-        Ok(text) => {
-            let lines = grants::parse(&text, home).map_err(|source| RunError::GrantsFile {
-                path: file.clone(),
-                source,
-            })?;
-            let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-            grants::plan(&lines, project, home, &resolve)
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-        Err(source) => {
-            return Err(RunError::Io {
-                path: file,
-                action: "read",
-                source,
-            });
-        }
-    };
-    for name in &options.presets {
-        let preset = grants::preset(name).ok_or_else(|| RunError::NoPreset(name.clone()))?;
-        planned.extend(grants::entry_paths(
-            &grants::Entry::Preset(preset),
-            home,
-            "--preset",
-        ));
-    }
-    for dir in &options.allow {
-        let path = grants::expand_tilde(dir, home);
-        let path = std::path::absolute(&path).unwrap_or(path);
-        planned.extend(grants::entry_paths(
-            &grants::Entry::Path(path),
-            home,
-            "--allow",
-        ));
-    }
-    Ok(planned)
-}
-
-/// A grant the session started with: its real path and where it came from.
-#[derive(Clone, Debug)]
-struct Started {
-    path: PathBuf,
-    from: String,
-}
-
-/// Grants what `planned` names, as `nd7 allow` would: a path that does not
-/// exist yet is created (once it is known that it may be granted), each is
-/// resolved and pinned without following links (ADR-0028). One nd7 would
-/// never grant (under `~/.nd7`, in a credential store) stops the run; one
-/// reached through a link is left out, and said so.
-fn grant_at_start(
-    policy: &mut Policy,
-    planned: &[grants::Planned],
-) -> Result<(Vec<Started>, Vec<String>), RunError> {
-    let mut started = Vec::new();
-    let mut warnings = Vec::new();
-    for p in planned {
-        let fail = |source| RunError::Grant {
-            path: p.path.clone(),
-            from: p.from.clone(),
-            source,
-        };
-        if std::fs::symlink_metadata(&p.path).is_err() {
-            let would_be = session::with_real_places(std::slice::from_ref(&p.path))
-                .pop()
-                .unwrap_or_else(|| p.path.clone());
-            policy.check_grant(&would_be).map_err(fail)?;
-            if let Err(e) = session::create(&p.path, p.dir) {
-                warnings.push(format!(
-                    "{} ({}) cannot be created ({e}), so it is not granted",
-                    p.path.display(),
-                    p.from
-                ));
-                continue;
-            }
-        }
-        let resolved = match std::fs::canonicalize(&p.path) {
-            Ok(r) => r,
-            Err(e) => {
-                warnings.push(format!(
-                    "{} ({}) cannot be resolved ({e}), so it is not granted",
-                    p.path.display(),
-                    p.from
-                ));
-                continue;
-            }
-        };
-        policy.check_grant(&resolved).map_err(fail)?;
-        match sandbox::pin(&resolved) {
-            Ok(id) => {
-                policy.allow(&resolved).map_err(fail)?;
-                policy.pin(&resolved, id);
-                policy.alias(&p.path, &resolved);
-                if resolved != p.path {
-                    warnings.push(format!(
-                        "{} ({}) leads to {}, which is what is granted",
-                        p.path.display(),
-                        p.from,
-                        resolved.display()
-                    ));
-                }
-                started.push(Started {
-                    path: resolved,
-                    from: p.from.clone(),
-                });
-            }
-            Err(e) => warnings.push(format!(
-                "{} ({}) is not granted: {e}",
-                resolved.display(),
-                p.from
-            )),
-        }
-    }
-    Ok((started, warnings))
-}
-
 /// Whether `program` is Claude Code, which gets the hook and settings.
 pub fn is_claude(program: &OsStr) -> bool {
     Path::new(program).file_name() == Some(OsStr::new("claude"))
@@ -343,8 +209,8 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     policy.secrets = session::secrets(&home)?;
     // Made (where missing) before the floor is built: the floor's rules
     // cover what exists when it is built.
-    let planned = planned_grants(&home, &policy.roots.project.clone(), options)?;
-    let (started_grants, mut warnings) = grant_at_start(&mut policy, &planned)?;
+    let planned = run_grants::planned(&home, &policy.roots.project.clone(), options)?;
+    let (started_grants, mut warnings) = run_grants::grant_at_start(&mut policy, &planned)?;
     warnings.extend(pin_roots(&mut policy, &cwd));
     let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
     let claude = is_claude(&options.program);
@@ -378,12 +244,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             sandbox: kernel_sandbox,
             landlock_abi,
             hooks: claude,
-            grants: serde_json::json!(
-                started_grants
-                    .iter()
-                    .map(|g| serde_json::json!({"path": g.path, "from": g.from}))
-                    .collect::<Vec<_>>()
-            ),
+            grants: run_grants::entry(&started_grants),
         },
     )?);
     // From here on the chain has its start; every way out writes its end.
@@ -467,24 +328,8 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy.roots.temp.display(),
         log.id(),
     ));
-    if !started_grants.is_empty() {
-        // One group per origin: a preset's places together.
-        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
-        for g in &started_grants {
-            let path = grants::tilde(&g.path, &home);
-            match groups.last_mut() {
-                Some((from, paths)) if *from == g.from => paths.push(path),
-                _ => groups.push((g.from.clone(), vec![path])),
-            }
-        }
-        announce(&format!(
-            "nd7 run: commands may also write {}",
-            groups
-                .iter()
-                .map(|(from, paths)| format!("{} ({from})", paths.join(", ")))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ));
+    if let Some(line) = run_grants::banner(&started_grants, &home) {
+        announce(&line);
     }
     for warning in warnings
         .iter()
