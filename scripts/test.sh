@@ -8,9 +8,10 @@
 # (the agent's socket and ioctl attempts), unshare (the sandbox tests mount a
 # scratch home over the account's), prlimit (nd7 record under a memory limit),
 # age (an admin recovers a chain key with the stock age CLI), chromium (nd7 show
-# --html is rendered in headless Chromium) and script (nd7's pager and colour on
-# a pseudo-terminal). The vault server's tests need the vault-server feature, so
-# the suite runs with it.
+# --html is rendered in headless Chromium), script (nd7's pager and colour on
+# a pseudo-terminal), and pip with venv (the toolchains under nd7 run: npm,
+# cargo and pip against the real registries). The vault server's tests need the
+# vault-server feature, so the suite runs with it.
 # As root on Debian or Ubuntu it installs what is missing; elsewhere it says
 # what to install.
 set -euo pipefail
@@ -18,12 +19,14 @@ cd "$(dirname "$0")/.."
 declare -A package=([npm]="nodejs npm" [zsh]=zsh [fish]=fish [ruby]=ruby
   [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3 [tmux]=tmux
   [unshare]=util-linux [prlimit]=util-linux [git]=git [age]=age [age-keygen]=age [zstd]=zstd
-  [chromium]=chromium [script]=bsdutils [ssh-agent]=openssh-client [perl]=perl)
+  [chromium]=chromium [script]=bsdutils [ssh-agent]=openssh-client [perl]=perl [pip3]=python3-pip)
 missing=()
 for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3 tmux unshare prlimit git age age-keygen zstd \
-  chromium script ssh-agent perl; do
+  chromium script ssh-agent perl pip3; do
   command -v "$tool" >/dev/null || missing+=("${package[$tool]}")
 done
+# Debian's python3 makes virtual environments only with python3-venv.
+python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "test: installing ${missing[*]}" >&2

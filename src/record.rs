@@ -155,6 +155,7 @@ fn through_door(
         cwd: invocation.cwd.as_ref().map(|c| c.as_bytes().to_vec()),
         run_hook,
         glimpse: glimpsed.is_some(),
+        explain: false,
         body,
     };
     let answer = sandbox::send_hook(session, &request).map_err(RecordError::Door)?;
@@ -163,6 +164,36 @@ fn through_door(
         answer,
         omitted: glimpsed,
     })
+}
+
+/// What `nd7 hook-explain` does with one finished tool call under `nd7 run`:
+/// hands it to the run, which judges it against the session's rules (and
+/// writes down what the floor refused), and returns what to tell the model.
+/// `None` outside `nd7 run`, or when the floor refused nothing.
+pub fn explain(invocation: &Invocation, input: &[u8]) -> Result<Option<String>, RecordError> {
+    let Some(hint) = std::env::var_os(RUN_VARIABLE).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    // A tool's whole output is judged; one too large for the door is not.
+    if input.len() > sandbox::wire::MAX_REQUEST - 4096 {
+        return Ok(None);
+    }
+    let session =
+        sandbox::hook_door_near(std::path::Path::new(&hint)).ok_or(RecordError::RunGone)?;
+    // Only `nd7 run claude` registers `nd7 hook-explain`.
+    let request = HookRequest {
+        agent: Agent::ClaudeCode,
+        ts: invocation.ts,
+        cwd: invocation.cwd.as_ref().map(|c| c.as_bytes().to_vec()),
+        run_hook: true,
+        glimpse: false,
+        explain: true,
+        body: input.to_vec(),
+    };
+    match sandbox::send_hook(&session, &request).map_err(RecordError::Door)? {
+        HookAnswer::Explained(text) => Ok(Some(text)),
+        _ => Ok(None),
+    }
 }
 
 /// What was recorded.

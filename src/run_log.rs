@@ -70,6 +70,9 @@ pub struct RunLog {
     hooks: bool,
     announced: Mutex<Announced>,
     refused: AtomicU64,
+    /// What the floor refused, as `nd7 hook-explain` reported it (the first
+    /// [`REFUSALS_WRITTEN`] written down; the summary at the run's end).
+    floor_refused: Mutex<Vec<crate::policy::refusal::Refused>>,
 }
 
 impl RunLog {
@@ -110,6 +113,7 @@ impl RunLog {
             hooks,
             announced: Mutex::default(),
             refused: AtomicU64::new(0),
+            floor_refused: Mutex::default(),
         }
     }
 
@@ -208,11 +212,9 @@ impl RunLog {
         caller: u32,
         grants: &[PathBuf],
     ) -> Result<u64, RunLogError> {
-        let tool_use_id = self
-            .announced
-            .lock()
-            .ok()
-            .and_then(|mut a| a.claim(command));
+        let announced = run_entry::bash_command(command);
+        let text = announced.as_deref().map_or(command, str::as_bytes);
+        let tool_use_id = self.announced.lock().ok().and_then(|mut a| a.claim(text));
         let body = run_entry::exec_body(command, caller, grants);
         let cwd = cwd.to_string_lossy();
         self.note(run_entry::EXEC, Some(&cwd), tool_use_id.as_deref(), &body)
@@ -238,6 +240,44 @@ impl RunLog {
             let body = run_entry::refused_body(door, pid, uid, why);
             let _ = self.note(run_entry::REFUSED, None, None, &body);
         }
+    }
+
+    /// Writes the `floor_refused` entry for a tool call the floor refused
+    /// (`tool_use_id`'s), and keeps the paths for [`RunLog::floor_refusals`].
+    /// Past [`REFUSALS_WRITTEN`] paths, they are only kept: an agent that
+    /// fails in a loop cannot fill the disk.
+    pub fn floor_refused(
+        &self,
+        refused: &[crate::policy::refusal::Refused],
+        tool: &str,
+        home: &Path,
+        cwd: Option<&str>,
+        tool_use_id: Option<&str>,
+    ) -> Result<(), RunLogError> {
+        let written = {
+            let mut kept = self.floor_refused.lock().unwrap_or_else(|e| e.into_inner());
+            let before = kept.len();
+            for r in refused {
+                if kept.len() < 4 * REFUSALS_WRITTEN as usize {
+                    kept.push(r.clone());
+                }
+            }
+            before
+        };
+        if written as u64 >= REFUSALS_WRITTEN {
+            return Ok(());
+        }
+        let body = crate::policy::refusal::entry_body(refused, tool, home);
+        self.note(run_entry::FLOOR_REFUSED, cwd, tool_use_id, &body)
+            .map(|_| ())
+    }
+
+    /// What the floor refused this run, as reported so far.
+    pub fn floor_refusals(&self) -> Vec<crate::policy::refusal::Refused> {
+        self.floor_refused
+            .lock()
+            .map(|k| k.clone())
+            .unwrap_or_default()
     }
 
     /// Holds the chain against itself: see [`Reconciler`].

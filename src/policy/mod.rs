@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod grants;
+pub mod refusal;
 pub mod seatbelt;
 pub mod secrets;
 
@@ -190,17 +192,24 @@ impl Policy {
     /// store can be granted; a grant above one (the home directory, `/`) is
     /// kept, and the rendering still carves them out.
     pub fn allow(&mut self, path: &Path) -> Result<bool, GrantError> {
+        self.check_grant(path)?;
+        if self.grants.iter().any(|g| g == path) {
+            return Ok(false);
+        }
+        self.grants.push(path.to_path_buf());
+        Ok(true)
+    }
+
+    /// Whether `path` (resolved) may be granted at all: nothing under
+    /// `~/.nd7`, in a credential store or among nd7's vault keys.
+    pub fn check_grant(&self, path: &Path) -> Result<(), GrantError> {
         if path.starts_with(self.nd7_dir()) {
             return Err(GrantError::OwnRecords);
         }
         if let Some(secret) = self.unreadable().into_iter().find(|s| path.starts_with(s)) {
             return Err(GrantError::Secret(secret));
         }
-        if self.grants.iter().any(|g| g == path) {
-            return Ok(false);
-        }
-        self.grants.push(path.to_path_buf());
-        Ok(true)
+        Ok(())
     }
 
     /// Records `id` as what `path` (a write root or grant) leads to now,

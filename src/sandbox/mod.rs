@@ -246,12 +246,15 @@ pub fn hook_door_near(dir: &Path) -> Option<Session> {
 }
 
 /// How `nd7 run` answered a hook.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HookAnswer {
     /// The entry is in the log.
     Recorded,
-    /// The run records this event through its own hook instead.
+    /// The run records this event through its own hook instead; for
+    /// `nd7 hook-explain`, nothing to say.
     Skipped,
+    /// For `nd7 hook-explain`: what the floor refused, for the model.
+    Explained(String),
 }
 
 /// What `nd7-exec --record` exits with when the run skipped the payload.
@@ -268,6 +271,7 @@ pub fn send_hook(session: &Session, request: &wire::HookRequest) -> Result<HookA
         linux::door::send(&socket, session.pid, request).map(|a| match a {
             linux::door::Answer::Recorded => HookAnswer::Recorded,
             linux::door::Answer::Skipped => HookAnswer::Skipped,
+            linux::door::Answer::Explained(text) => HookAnswer::Explained(text),
         })
     }
     #[cfg(not(target_os = "linux"))]
@@ -277,7 +281,8 @@ pub fn send_hook(session: &Session, request: &wire::HookRequest) -> Result<HookA
     }
 }
 
-/// `nd7-exec --record` beside this program, fed the request on stdin.
+/// `nd7-exec --record -` beside this program, fed the request on stdin; for
+/// an explain request, its standard output is the explanation.
 #[cfg_attr(target_os = "linux", allow(dead_code))]
 fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> {
     use std::io::Write;
@@ -289,7 +294,7 @@ fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> 
         .arg("--record")
         .arg("-")
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", exec.display()))?;
@@ -301,6 +306,10 @@ fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> 
         .wait_with_output()
         .map_err(|e| format!("{}: {e}", exec.display()))?;
     match out.status.code() {
+        Some(0) if request.explain && !out.stdout.is_empty() => Ok(HookAnswer::Explained(
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )),
+        Some(0) if request.explain => Ok(HookAnswer::Skipped),
         Some(0) => Ok(HookAnswer::Recorded),
         Some(c) if c == i32::from(RECORD_SKIPPED) => Ok(HookAnswer::Skipped),
         _ => {
@@ -323,6 +332,57 @@ pub fn command_profile(policy: &Policy) -> Option<String> {
     } else {
         None
     }
+}
+
+/// The floor's profile, written beside the record on systems whose
+/// `nd7-exec` starts outside the floor (macOS), for what it runs in place.
+pub fn floor_profile(policy: &Policy) -> Option<String> {
+    if cfg!(target_os = "macos") {
+        Some(crate::policy::seatbelt::floor(policy, &policy.roots.exit))
+    } else {
+        None
+    }
+}
+
+/// Whether this `nd7-exec` is Claude Code's shell prefix (ADR-0040):
+/// `CLAUDE_CODE_SHELL_PREFIX` names this very program. Only a choice of
+/// where a command runs, never of its rules: what is not a Bash tool call
+/// is then run in place under the floor ([`run_in_place`]).
+pub fn is_shell_prefix() -> bool {
+    let named = std::env::var_os(crate::shell_prefix::PREFIX_VARIABLE)
+        .filter(|v| !v.is_empty())
+        .and_then(|v| std::fs::canonicalize(v).ok());
+    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+    named.is_some() && named == me
+}
+
+/// Runs `command` as Claude Code would have without its shell prefix,
+/// `/bin/sh -c <command>`, under the floor and nothing more: on Linux
+/// `nd7-exec` is inside the floor already and becomes the shell; on macOS
+/// it started outside, and applies the session's floor profile first.
+/// Returns only when nothing ran, saying why.
+pub fn run_in_place(command: OsString) -> String {
+    use std::os::unix::process::CommandExt;
+    #[cfg(target_os = "macos")]
+    {
+        let sessions = match Sessions::for_user() {
+            Ok(s) => s,
+            Err(e) => return e.to_string(),
+        };
+        let Some(session) = sessions.find_by_ancestors(ancestors(), SESSION_MARKER) else {
+            return "not inside an nd7 session".to_string();
+        };
+        let path = session.dir.join(crate::session::FLOOR_PROFILE);
+        let profile = match std::fs::read_to_string(&path) {
+            Ok(p) => p,
+            Err(e) => return format!("cannot read the floor's rules at {}: {e}", path.display()),
+        };
+        if let Err(e) = macos::restrict_self(&profile) {
+            return e.to_string();
+        }
+    }
+    let error = Command::new("/bin/sh").arg("-c").arg(command).exec();
+    format!("cannot run /bin/sh: {error}")
 }
 
 /// The floor, built and ready to be applied to the agent as it starts.
@@ -678,6 +738,13 @@ pub fn record_from_stdin() -> Result<HookAnswer, String> {
             ));
         }
         let log = RunLog::open(&record).map_err(|e| e.to_string())?;
+        if request.explain {
+            return match crate::refusals::explain(&request.body, &record.policy, &log) {
+                Ok(Some(text)) => Ok(HookAnswer::Explained(text)),
+                Ok(None) => Ok(HookAnswer::Skipped),
+                Err(e) => Err(e.to_string()),
+            };
+        }
         match log.hook(&request, chain.get(1).map(|c| c.0)) {
             Ok(crate::run_log::HookOutcome::Recorded(_)) => Ok(HookAnswer::Recorded),
             Ok(crate::run_log::HookOutcome::Skipped) => Ok(HookAnswer::Skipped),

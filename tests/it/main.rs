@@ -5,6 +5,8 @@ mod append;
 mod codex_record;
 mod common;
 mod concurrency;
+#[cfg(target_os = "linux")]
+mod daily;
 mod distribution;
 mod e2e;
 mod exit_status;
@@ -22,6 +24,8 @@ mod sandbox;
 mod setup;
 mod setup_codex;
 mod tamper;
+#[cfg(target_os = "linux")]
+mod toolchains;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]

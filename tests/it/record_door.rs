@@ -2,8 +2,8 @@
 //! hooks' entries reach the log through `nd7 run` (the door), and nd7 keeps
 //! its own account of the run beside them (ADR-0031). Every attack here is
 //! tried as the ordinary account, by a shell script standing in for the
-//! agent, directly and through the exit (`$EXEC`, as `nd7 hook-prefix`
-//! rewrites Bash commands).
+//! agent, directly and through the exit (`$EXEC`, as Claude Code's shell
+//! prefix hands Bash commands to it).
 #![cfg(target_os = "linux")]
 
 use std::collections::BTreeSet;
@@ -503,6 +503,7 @@ fn outsider() {
             cwd: None,
             run_hook: false,
             glimpse: false,
+            explain: false,
             body: br#"{"session_id":"x","hook_event_name":"Stop"}"#.to_vec(),
         };
         let server: u32 = Path::new(&socket)
@@ -733,19 +734,27 @@ fn fake_claude(w: &World, body: &str) -> String {
     claude.display().to_string()
 }
 
-// A Bash call with no command through the exit, and a command no call
-// announced, are each named by `nd7 verify` and counted by `nd7 run` at its
-// end; a hook registered elsewhere does not record an event a second time.
+// A Bash call with a result but no command through the exit, and a command
+// no call announced, are each named by `nd7 verify` and counted by `nd7 run`
+// at its end; a call with neither result nor command (Claude Code denied it)
+// is only noted (ADR-0040); a hook registered elsewhere does not record an
+// event a second time. The stand-in calls the exit directly, as a person
+// would: under `nd7 run claude` the exit is Claude Code's shell prefix, and
+// a prefix running what is not a Bash tool line runs it in place, so the
+// variable is unset here (the tool line's own pairing is in tests/it/e2e).
 #[test]
 fn verify_names_a_call_without_its_command_and_a_command_without_its_call() {
     let w = World::new();
     let claude = fake_claude(
         &w,
         r#"
+unset CLAUDE_CODE_SHELL_PREFIX
 pre() { printf '{"session_id":"c1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_use_id":"%s"}' "$2" "$1" | "$ND7" record --run-hook; }
-pre t1 'echo one'; "$EXEC" 'echo one' > /dev/null
-pre t2 'exit 3'; "$EXEC" 'exit 3'
-pre t3 'echo never'
+post() { printf '{"session_id":"c1","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_response":{"stdout":""},"tool_use_id":"%s"}' "$2" "$1" | "$ND7" record --run-hook; }
+pre t1 'echo one'; "$EXEC" 'echo one' > /dev/null; post t1 'echo one'
+pre t2 'exit 3'; "$EXEC" 'exit 3'; post t2 'exit 3'
+pre t3 'echo never'; post t3 'echo never'
+pre t4 'echo denied'
 "$EXEC" 'echo unannounced' > /dev/null
 echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record; echo "plain:$?"
 echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record --run-hook; echo "ours:$?"
@@ -786,6 +795,11 @@ echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record --run-hook; 
         report.contains(&format!("NOT RECONCILED: entry {}: command `echo unannounced` ran through the exit with no Bash call announcing it", exec["seq"])),
         "{report}"
     );
+    assert!(
+        report.contains("note: 1 Bash call never ran (no result and no command"),
+        "{report}"
+    );
+    assert!(!report.contains("Bash call t4"), "{report}");
     assert!(
         report.starts_with(&format!("verified: {} entries", e.len())),
         "{report}"

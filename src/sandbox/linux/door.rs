@@ -36,6 +36,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The session side: `nd7 run`'s door for the hooks.
 pub struct Door {
     listener: UnixListener,
+    session: Session,
     log: Arc<RunLog>,
 }
 
@@ -63,7 +64,11 @@ impl Door {
         // The keeper connects the session's processes only to sockets it
         // knows to be the session's.
         super::keeper::allow_own(listener.as_fd()).map_err(io_err("register"))?;
-        Ok(Door { listener, log })
+        Ok(Door {
+            listener,
+            session: session.clone(),
+            log,
+        })
     }
 
     /// Serves the door on a thread of its own for as long as the process lives.
@@ -77,11 +82,12 @@ impl Door {
                     continue;
                 };
                 let log = self.log.clone();
+                let session = self.session.clone();
                 let spawned = std::thread::Builder::new()
                     .stack_size(STACK)
                     .spawn(move || {
                         let _slot = slot;
-                        serve_one(&conn, me, &log);
+                        serve_one(&conn, me, &session, &log);
                     });
                 drop(spawned);
             }
@@ -89,7 +95,7 @@ impl Door {
     }
 }
 
-fn serve_one(conn: &UnixStream, me: u32, log: &RunLog) {
+fn serve_one(conn: &UnixStream, me: u32, session: &Session, log: &RunLog) {
     let _ = conn.set_read_timeout(Some(REQUEST_TIMEOUT));
     // The request first: the credentials that name its sender come with it.
     let (caller, request) = receive(conn);
@@ -102,6 +108,18 @@ fn serve_one(conn: &UnixStream, me: u32, log: &RunLog) {
         Ok(pid) => pid,
         Err(why) => return refuse(conn, log, "record", who, why),
     };
+    if request.explain {
+        let frame = match session.record() {
+            Ok(record) => match crate::refusals::explain(&request.body, &record.policy, log) {
+                Ok(Some(text)) => Frame::Explained(text),
+                Ok(None) => Frame::Skipped,
+                Err(e) => Frame::Refused(e.to_string()),
+            },
+            Err(e) => Frame::Refused(e.to_string()),
+        };
+        let _ = (&*conn).write_all(&frame.encode());
+        return;
+    }
     // The recorder's parent, as the kernel has it: Claude Code itself for an
     // exec-form hook.
     let hook_ppid = proc::stat(caller).map(|s| s.ppid);
@@ -134,6 +152,8 @@ fn receive(mut conn: &UnixStream) -> (super::exit::Caller, Result<HookRequest, S
 pub enum Answer {
     Recorded,
     Skipped,
+    /// For `nd7 hook-explain`: what to tell the model.
+    Explained(String),
 }
 
 /// The `nd7 record` side: sends `request` to the door at `socket`, which
@@ -165,8 +185,9 @@ pub fn send(socket: &Path, server: u32, request: &HookRequest) -> Result<Answer,
         Ok(Err(len)) => {
             let mut text = vec![0u8; len];
             let _ = conn.read_exact(&mut text);
-            match Frame::refusal(&text) {
+            match Frame::text(head[0], &text) {
                 Frame::Refused(why) => Err(format!("nd7 run refused the entry: {why}")),
+                Frame::Explained(text) => Ok(Answer::Explained(text)),
                 _ => Err("nd7 run answered with an unknown frame".into()),
             }
         }

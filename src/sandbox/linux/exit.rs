@@ -98,6 +98,24 @@ pub fn shell() -> &'static str {
     }
 }
 
+/// The shell for `command`: zsh for a Bash tool line Claude Code wrote for
+/// zsh (it sources a zsh snapshot, ADR-0040) where zsh is installed, else
+/// [`shell`].
+fn shell_for(command: &std::ffi::OsStr) -> &'static str {
+    let zsh = command
+        .to_str()
+        .and_then(crate::shell_prefix::unwrap)
+        .is_some_and(|call| call.shell == crate::shell_prefix::Shell::Zsh);
+    if zsh {
+        for path in ["/bin/zsh", "/usr/bin/zsh"] {
+            if Path::new(path).exists() {
+                return path;
+            }
+        }
+    }
+    shell()
+}
+
 /// Why the exit could not be opened or used.
 #[derive(Debug, thiserror::Error)]
 pub enum ExitError {
@@ -560,7 +578,7 @@ fn start(
     started: running::Command,
 ) -> Result<Child, String> {
     let [stdin, stdout, stderr] = stdio;
-    let shell = shell();
+    let shell = shell_for(&request.command);
     let mut command = Command::new(shell);
     command
         .arg("-c")
