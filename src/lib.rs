@@ -10,6 +10,8 @@
 //! - [`record`]: what `nd7 record` does with one payload: append it, or hand it to `nd7 run`.
 //! - [`run_entry`]: the entries nd7 writes from outside the floor, and a run's reconciliation. Pure.
 //! - [`run_log`]: a run's chain on disk: the door's appends and nd7's own entries.
+//! - [`transcript`]: Claude Code's own transcript anchored in the chain, and checked against it.
+//! - [`safe_file`]: reading a file the agent can change: no links, one name, bounded.
 //! - [`hook_prefix`]: the PreToolUse reply that routes Bash through `nd7-exec`. Pure.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
 //! - [`ship`]: `nd7 enroll`, `nd7 ship` and the admin read-back: files and network.
@@ -32,6 +34,7 @@ pub mod record;
 pub mod run;
 pub mod run_entry;
 pub mod run_log;
+pub mod safe_file;
 pub mod sandbox;
 #[cfg(feature = "self-update")]
 pub mod self_update;
@@ -39,6 +42,7 @@ pub mod session;
 pub mod session_log;
 pub mod setup;
 pub mod ship;
+pub mod transcript;
 pub mod vault;
 #[cfg(feature = "vault-server")]
 pub mod vault_server;

@@ -113,7 +113,16 @@ pub fn deliver(
     let Some(hint) = hint else {
         let state = session_log::state_dir()?;
         match record(invocation, input, &session_log::sessions_dir(&state)) {
-            Ok(recorded) => return Ok(Delivered::Direct(recorded)),
+            Ok(mut recorded) => {
+                if recorded.omitted.is_none() {
+                    let log =
+                        SessionLog::new(&session_log::sessions_dir(&state), &recorded.session_id)?;
+                    recorded.transcript =
+                        crate::transcript::anchor::after_record(invocation, input, &log)
+                            .map(|r| r.map_err(|e| e.to_string()));
+                }
+                return Ok(Delivered::Direct(recorded));
+            }
             Err(e) if e.is_permission() => match sandbox::hook_door() {
                 Some(session) => return through_door(&session, invocation, input, run_hook),
                 None => return Err(RecordError::ReadOnly(Box::new(e))),
@@ -168,6 +177,9 @@ pub struct Recorded {
     /// `Some(bytes)` when the payload was too large and only its size and
     /// fingerprint were stored.
     pub omitted: Option<usize>,
+    /// What anchoring the session's transcript did, at the events that
+    /// anchor ([`crate::transcript`]).
+    pub transcript: Option<Result<crate::transcript::anchor::Report, String>>,
 }
 
 /// Reads all of `input`, up to [`MAX_READ`] bytes.
@@ -196,6 +208,7 @@ pub fn record(
         session_id: event.session,
         appended,
         omitted,
+        transcript: None,
     })
 }
 

@@ -74,7 +74,12 @@ impl State {
 
     pub fn nd7(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_nd7"));
-        cmd.env("XDG_STATE_HOME", self.xdg()).env_remove("HOME");
+        // The fixtures' payloads name transcripts under /home/dev/.claude:
+        // there they are where Claude Code's layout puts them (and absent),
+        // so no transcript entry joins these logs.
+        cmd.env("XDG_STATE_HOME", self.xdg())
+            .env_remove("HOME")
+            .env("CLAUDE_CONFIG_DIR", "/home/dev/.claude");
         cmd
     }
 

@@ -19,6 +19,7 @@ mod report_html;
 mod sandbox;
 mod setup;
 mod tamper;
+mod transcript;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]
