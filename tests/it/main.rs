@@ -20,6 +20,7 @@ mod sandbox;
 mod setup;
 mod tamper;
 mod transcript;
+mod transcript_run;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]
