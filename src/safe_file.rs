@@ -350,7 +350,7 @@ mod tests {
         std::fs::hard_link(r.join("secret/f.jsonl"), r.join("a/hard.jsonl")).expect("link");
         rustix::fs::mkfifoat(
             rustix::fs::CWD,
-            &r.join("a/fifo.jsonl"),
+            r.join("a/fifo.jsonl"),
             Mode::RUSR | Mode::WUSR,
         )
         .expect("mkfifo");

@@ -347,7 +347,7 @@ mod tests {
         assert!(place.is_some());
         for bad in [
             format!("/h/.claude/projects/-h-other/{SID}.jsonl"),
-            format!("/h/.claude/projects/-h-proj/other-session.jsonl"),
+            "/h/.claude/projects/-h-proj/other-session.jsonl".to_string(),
             format!("/h/.claude/projects/-h-proj/../-h-proj/{SID}.jsonl"),
             format!("/h/.claude/projects/-h-proj/x/{SID}.jsonl"),
             format!("/elsewhere/projects/-h-proj/{SID}.jsonl"),
@@ -395,8 +395,8 @@ mod tests {
         for bad in [
             format!("{dir}/agent-other.jsonl"),
             format!("{dir}/a/b/c/d/agent-a931bbd0a2835d51a.jsonl"),
-            format!("/h/.claude/projects/-h-proj/other/subagents/agent-a931bbd0a2835d51a.jsonl"),
-            format!("/h/.claude/projects/-h-proj/agent-a931bbd0a2835d51a.jsonl"),
+            "/h/.claude/projects/-h-proj/other/subagents/agent-a931bbd0a2835d51a.jsonl".to_string(),
+            "/h/.claude/projects/-h-proj/agent-a931bbd0a2835d51a.jsonl".to_string(),
         ] {
             let (place, mismatch) = locate_agent(
                 config,

@@ -321,7 +321,7 @@ fn links_second_names_and_fifos_are_refused_with_a_gap() {
     let s = Scene::new();
     rustix::fs::mkfifoat(
         rustix::fs::CWD,
-        &s.transcript(),
+        s.transcript(),
         rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
     )
     .expect("mkfifo");

@@ -21,7 +21,10 @@ fn run_chain(w: &World) -> PathBuf {
         .expect("logs")
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("run-")))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("run-"))
+        })
         .collect();
     assert_eq!(runs.len(), 1, "{runs:?}");
     runs[0].clone()
@@ -107,7 +110,11 @@ hook SessionEnd '"reason":"other"'
     let all = entries(&dir);
     let ours: Vec<&Value> = all
         .iter()
-        .filter(|e| e["kind"].as_str().is_some_and(|k| k.starts_with("transcript_")))
+        .filter(|e| {
+            e["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("transcript_"))
+        })
         .collect();
     for e in &ours {
         assert_eq!(e["source"], "exit:nd7", "written by nd7 run: {e}");
@@ -119,7 +126,11 @@ hook SessionEnd '"reason":"other"'
             let b = &e["body"];
             (
                 e["kind"].as_str().unwrap_or("?").to_string(),
-                b["reason"].as_str().or(b["found"].as_str()).unwrap_or("").to_string(),
+                b["reason"]
+                    .as_str()
+                    .or(b["found"].as_str())
+                    .unwrap_or("")
+                    .to_string(),
             )
         })
         .collect();
@@ -142,30 +153,55 @@ hook SessionEnd '"reason":"other"'
     let second = [first.clone(), b"{\"n\":3}\n".to_vec()].concat();
     let mut third = second.clone();
     third[..7].copy_from_slice(b"{\"n\":9}");
-    let anchors: Vec<&&Value> = ours.iter().filter(|e| e["kind"] == "transcript_anchor").collect();
+    let anchors: Vec<&&Value> = ours
+        .iter()
+        .filter(|e| e["kind"] == "transcript_anchor")
+        .collect();
     for (a, bytes) in anchors.iter().zip([&first, &second, &third]) {
-        assert_eq!(a["body"]["path"], inside.as_str(), "the derived path, not the payload's");
+        assert_eq!(
+            a["body"]["path"],
+            inside.as_str(),
+            "the derived path, not the payload's"
+        );
         assert_eq!(a["body"]["bytes"], bytes.len());
         assert_eq!(a["body"]["blake3"], blake3::hash(bytes).to_hex().as_str());
     }
     assert_eq!(ours[1]["body"]["path"], secret.as_str());
     let secret_hash = blake3::hash(b"SECRET-KEY").to_hex().to_string();
     let log_text = std::fs::read_to_string(dir.join("events.ndjson")).expect("log");
-    assert!(!log_text.contains(&secret_hash), "the secret was never read");
-    assert!(ours[5]["body"]["detail"].as_str().unwrap_or("").contains("symbolic link"));
+    assert!(
+        !log_text.contains(&secret_hash),
+        "the secret was never read"
+    );
+    assert!(
+        ours[5]["body"]["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("symbolic link")
+    );
 
     // Afterwards: the file on disk holds the third anchor's bytes, so the
     // first anchor is the one it contradicts.
     std::fs::remove_file(&outside).expect("rm the link");
     std::fs::write(&outside, &third).expect("write");
     let v = w
-        .nd7(&["verify", "--transcript", &w.in_home(&format!(
-            ".local/state/nd7/sessions/{}",
-            dir.file_name().expect("name").to_string_lossy()
-        ))])
+        .nd7(&[
+            "verify",
+            "--transcript",
+            &w.in_home(&format!(
+                ".local/state/nd7/sessions/{}",
+                dir.file_name().expect("name").to_string_lossy()
+            )),
+        ])
         .output()
         .expect("verify");
-    assert_eq!(v.status.code(), Some(1), "{}{}", text(&v.stdout), text(&v.stderr));
+    assert_eq!(
+        v.status.code(),
+        Some(1),
+        "{}{}",
+        text(&v.stdout),
+        text(&v.stderr)
+    );
     assert!(
         text(&v.stdout).contains(&format!(
             "TRANSCRIPT CHANGED: {inside}: entry {} anchored its first {} bytes",
