@@ -160,7 +160,7 @@ impl Session {
 
     fn payload(&self, event: &str) -> Vec<u8> {
         let tool = if event == "PreToolUse" {
-            r#","tool_name":"Bash","tool_input":{"command":"cargo test --workspace","description":"Run the tests"},"tool_use_id":"toolu_01"#
+            r#","tool_name":"Bash","tool_input":{"command":"cargo test --workspace","description":"Run the tests"},"tool_use_id":"toolu_01""#
         } else {
             ""
         };

@@ -113,16 +113,7 @@ pub fn deliver(
     let Some(hint) = hint else {
         let state = session_log::state_dir()?;
         match record(invocation, input, &session_log::sessions_dir(&state)) {
-            Ok(mut recorded) => {
-                if recorded.omitted.is_none() {
-                    let log =
-                        SessionLog::new(&session_log::sessions_dir(&state), &recorded.session_id)?;
-                    recorded.transcript =
-                        crate::transcript::anchor::after_record(invocation, input, &log)
-                            .map(|r| r.map_err(|e| e.to_string()));
-                }
-                return Ok(Delivered::Direct(recorded));
-            }
+            Ok(recorded) => return Ok(Delivered::Direct(recorded)),
             Err(e) if e.is_permission() => match sandbox::hook_door() {
                 Some(session) => return through_door(&session, invocation, input, run_hook),
                 None => return Err(RecordError::ReadOnly(Box::new(e))),
@@ -203,12 +194,36 @@ pub fn record(
 ) -> Result<Recorded, RecordError> {
     let (event, omitted) = event_for(invocation, input)?;
     let log = SessionLog::new(sessions_dir, &event.session)?;
-    let appended = log.append(&event)?;
+    // The transcript's anchors go in with the hook's entry, in one append.
+    let anchoring = match omitted {
+        None => crate::transcript::anchor::for_payload(input, &log),
+        Some(_) => None,
+    };
+    let session_id = event.session.clone();
+    let mut events = vec![event];
+    let (pending, failed) = match anchoring {
+        Some(Ok(pending)) => {
+            events.extend(crate::transcript::anchor::record_events(
+                invocation,
+                &session_id,
+                &pending,
+            ));
+            (Some(pending), None)
+        }
+        Some(Err(e)) => (None, Some(e.to_string())),
+        None => (None, None),
+    };
+    let appended = log.append_all(&events)?;
+    let transcript = match (pending, failed) {
+        (Some(pending), _) => Some(pending.commit().map_err(|e| e.to_string())),
+        (None, Some(why)) => Some(Err(why)),
+        (None, None) => None,
+    };
     Ok(Recorded {
-        session_id: event.session,
-        appended,
+        session_id,
+        appended: appended[0],
         omitted,
-        transcript: None,
+        transcript,
     })
 }
 

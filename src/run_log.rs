@@ -231,17 +231,27 @@ impl RunLog {
             }
             event
         };
-        let appended = self.log.append(&event)?;
-        if !request.glimpse {
-            // Read here, outside the floor, never by the hook inside it.
-            let mut write = |kind: &'static str, body: &Value| {
-                self.note(kind, None, None, body)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            };
-            crate::transcript::anchor::at_door(self.log.dir(), &request.body, started, &mut write);
+        // The transcript is read here, outside the floor, never by the hook
+        // inside it; its anchors go in with the hook's entry.
+        let anchoring = match request.glimpse {
+            false => crate::transcript::anchor::at_door(self.log.dir(), &request.body, started),
+            true => None,
+        };
+        let mut events = vec![event];
+        if let Some(pending) = &anchoring {
+            let stamp = self.stamp();
+            events.extend(
+                pending
+                    .entries
+                    .iter()
+                    .map(|(kind, body)| run_entry::event(&stamp, kind, None, None, body)),
+            );
         }
-        Ok(HookOutcome::Recorded(appended))
+        let appended = self.log.append_all(&events)?;
+        if let Some(pending) = anchoring {
+            let _ = pending.commit();
+        }
+        Ok(HookOutcome::Recorded(appended[0]))
     }
 
     /// Writes the `exec` entry for a command about to start, naming the Bash

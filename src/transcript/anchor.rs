@@ -28,7 +28,7 @@
 //! make an earlier anchor agree with a rewritten prefix.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -60,8 +60,6 @@ pub enum AnchorError {
         action: &'static str,
         source: io::Error,
     },
-    #[error("cannot write a transcript entry: {0}")]
-    Write(String),
     #[error(
         "cannot tell where Claude Code keeps its transcripts: CLAUDE_CONFIG_DIR and HOME are not absolute paths, and the account has no home"
     )]
@@ -92,8 +90,53 @@ pub struct Report {
     pub state_reset: bool,
 }
 
-/// Appends one entry of `kind` with `body` to the log.
-pub type Writer<'a> = dyn FnMut(&'static str, &Value) -> Result<(), String> + 'a;
+/// One hook's anchoring, worked out and waiting for its entries to be in
+/// the log: the caller appends [`Pending::entries`] (with the hook's own
+/// entry, in one append), then [`Pending::commit`]s, which writes the state.
+/// Entries first, so a state can be behind the chain but never ahead of a
+/// break it has not recorded. The state's lock is held until then, so
+/// hooks anchoring at once queue, and each byte is hashed once.
+#[derive(Debug)]
+pub struct Pending {
+    /// The entries to append, in order: (kind, body).
+    pub entries: Vec<(&'static str, Value)>,
+    pub report: Report,
+    dir: PathBuf,
+    states: Vec<(String, Vec<u8>)>,
+    _lock: Option<File>,
+}
+
+impl Pending {
+    /// A pending anchoring that only reports `why` anchoring failed, as one
+    /// gap entry about `facts`' session.
+    fn failed(facts: &Facts, why: &AnchorError) -> Pending {
+        let which = Which {
+            session_id: facts.session_id.clone(),
+            agent_id: facts.agent_id.clone(),
+            root: String::new(),
+            path: facts.transcript_path.clone().unwrap_or_default(),
+        };
+        let body = super::gap_body(&which, GapReason::Unreadable, &why.to_string(), 0, None);
+        Pending {
+            entries: vec![(super::GAP, body)],
+            report: Report {
+                gaps: 1,
+                ..Report::default()
+            },
+            dir: PathBuf::new(),
+            states: Vec::new(),
+            _lock: None,
+        }
+    }
+
+    /// Writes the state, once the entries are in the log.
+    pub fn commit(self) -> Result<Report, AnchorError> {
+        for (name, bytes) in &self.states {
+            write_state(&self.dir, name, bytes)?;
+        }
+        Ok(self.report)
+    }
+}
 
 /// Where Claude Code keeps a run's files, fixed when the run started.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,12 +190,7 @@ struct FileState {
 
 /// Anchors for `nd7 record`, outside `nd7 run`: the configuration directory
 /// from `CLAUDE_CONFIG_DIR` or `HOME`, the bounds from the environment.
-pub fn for_record(
-    log_dir: &Path,
-    facts: &Facts,
-    started: Instant,
-    write: &mut Writer<'_>,
-) -> Result<Report, AnchorError> {
+pub fn for_record(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pending, AnchorError> {
     // As Claude Code finds its home: $HOME, else the account database.
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
@@ -163,13 +201,7 @@ pub fn for_record(
         home.as_deref(),
     )
     .ok_or(AnchorError::NoConfigDir)?;
-    let mut ctx = Ctx {
-        log_dir,
-        config,
-        started_in: None,
-        limits: Limits::from_env(),
-        write,
-    };
+    let mut ctx = Ctx::new(log_dir, config, None, Limits::from_env());
     ctx.anchor(facts, started)
 }
 
@@ -199,31 +231,28 @@ pub fn start_run(log_dir: &Path, project: &Path, home: &Path) -> Result<(), Anch
 
 /// Anchors for `nd7 run` at its door: where the files are and the bounds
 /// come from what [`start_run`] fixed, never from the hook.
-pub fn for_run(
-    log_dir: &Path,
-    facts: &Facts,
-    started: Instant,
-    write: &mut Writer<'_>,
-) -> Result<Report, AnchorError> {
+pub fn for_run(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pending, AnchorError> {
     let dir = log_dir.join(STATE_DIR);
     let state: LogState = load_json(&dir.join(LOG_STATE))?.ok_or(AnchorError::NotStarted)?;
     let run = state.run.ok_or(AnchorError::NotStarted)?;
-    let mut ctx = Ctx {
+    let mut ctx = Ctx::new(
         log_dir,
-        config: run.config,
-        started_in: Some(run.project_key),
-        limits: state.limits.unwrap_or_default(),
-        write,
-    };
+        run.config,
+        Some(run.project_key),
+        state.limits.unwrap_or_default(),
+    );
     ctx.anchor(facts, started)
 }
 
-struct Ctx<'a, 'w> {
+struct Ctx<'a> {
     log_dir: &'a Path,
     config: PathBuf,
     started_in: Option<String>,
     limits: Limits,
-    write: &'a mut Writer<'w>,
+    /// Entries worked out so far, in order.
+    entries: Vec<(&'static str, Value)>,
+    /// State files to write once the entries are in, by name.
+    states: Vec<(String, Vec<u8>)>,
 }
 
 /// One file to anchor.
@@ -232,8 +261,37 @@ struct Target {
     place: Place,
 }
 
-impl Ctx<'_, '_> {
-    fn anchor(&mut self, facts: &Facts, started: Instant) -> Result<Report, AnchorError> {
+impl<'a> Ctx<'a> {
+    fn new(
+        log_dir: &'a Path,
+        config: PathBuf,
+        started_in: Option<String>,
+        limits: Limits,
+    ) -> Ctx<'a> {
+        Ctx {
+            log_dir,
+            config,
+            started_in,
+            limits,
+            entries: Vec::new(),
+            states: Vec::new(),
+        }
+    }
+
+    fn write(&mut self, kind: &'static str, body: Value) {
+        self.entries.push((kind, body));
+    }
+
+    /// Stages `value` to be written as the state file `name`.
+    fn stage<T: Serialize>(&mut self, name: String, value: &T) -> Result<(), AnchorError> {
+        let bytes = serde_json::to_vec(value)
+            .map_err(|e| io_err(Path::new(&name), "serialise")(io::Error::other(e)))?;
+        self.states.retain(|(n, _)| *n != name);
+        self.states.push((name, bytes));
+        Ok(())
+    }
+
+    fn anchor(&mut self, facts: &Facts, started: Instant) -> Result<Pending, AnchorError> {
         let dir = state_dir(self.log_dir)?;
         let lock_path = dir.join(LOCK);
         let lock = create_0600(&lock_path, OpenOptions::new().write(true))?;
@@ -260,9 +318,15 @@ impl Ctx<'_, '_> {
             self.anchor_file(&dir, &target, &mut state, &mut budget, &mut report)?;
         }
         if serde_json::to_vec(&state).unwrap_or_default() != loaded {
-            save_json(&dir, LOG_STATE, &state)?;
+            self.stage(LOG_STATE.to_string(), &state)?;
         }
-        Ok(report)
+        Ok(Pending {
+            entries: std::mem::take(&mut self.entries),
+            report,
+            dir,
+            states: std::mem::take(&mut self.states),
+            _lock: Some(lock),
+        })
     }
 
     fn which(&self, session_id: &str, agent_id: Option<&str>, path: &Path) -> Which {
@@ -396,7 +460,7 @@ impl Ctx<'_, '_> {
         report: &mut Report,
     ) -> Result<(), AnchorError> {
         let body = super::gap_body(which, reason, detail, anchored, size);
-        (self.write)(super::GAP, &body).map_err(AnchorError::Write)?;
+        self.write(super::GAP, body);
         report.gaps += 1;
         Ok(())
     }
@@ -470,7 +534,7 @@ impl Ctx<'_, '_> {
                     self.gap(which, reason, &detail, anchored, None, report)?;
                     file_state.last_gap = Some(detail);
                 }
-                return save_json(dir, &file_state_name(index), &file_state);
+                return self.stage(file_state_name(index), &file_state);
             }
         };
         let Some(index) = self.register(state, target, known, report)? else {
@@ -536,7 +600,7 @@ impl Ctx<'_, '_> {
                 file_state.generation,
                 opened.identity,
             );
-            (self.write)(super::ANCHOR, &body).map_err(AnchorError::Write)?;
+            self.write(super::ANCHOR, body);
             report.anchors += 1;
             file_state.blake3 = digest.to_hex().to_string();
             file_state.last_gap = None;
@@ -579,7 +643,7 @@ impl Ctx<'_, '_> {
         }
         if changed || read > 0 || file_state.prefix.is_none() {
             file_state.prefix = Some(prefix.save());
-            save_json(dir, &file_state_name(index), &file_state)?;
+            self.stage(file_state_name(index), &file_state)?;
         }
         Ok(())
     }
@@ -618,7 +682,7 @@ impl Ctx<'_, '_> {
             file_state.identity,
             generation,
         );
-        (self.write)(super::BREAK, &body).map_err(AnchorError::Write)?;
+        self.write(super::BREAK, body);
         report.breaks += 1;
         file_state.generation = generation;
         file_state.blake3.clear();
@@ -720,21 +784,29 @@ fn file_state_name(n: usize) -> String {
     format!("file-{n}.json")
 }
 
-/// The state's directory in `log_dir`, made if needed; never a link.
+/// The state's directory in `log_dir`, made (with the session's directory,
+/// 0700) if needed; neither may be a link.
 fn state_dir(log_dir: &Path) -> Result<PathBuf, AnchorError> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(log_dir)
+        .map_err(io_err(log_dir, "create"))?;
     let dir = log_dir.join(STATE_DIR);
     match fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(io_err(&dir, "create")(e)),
     }
-    let meta = fs::symlink_metadata(&dir).map_err(io_err(&dir, "stat"))?;
-    if !meta.is_dir() {
-        return Err(AnchorError::Io {
-            path: dir,
-            action: "use as the transcript state directory",
-            source: io::Error::other("it is a symbolic link or not a directory"),
-        });
+    for d in [log_dir, dir.as_path()] {
+        let meta = fs::symlink_metadata(d).map_err(io_err(d, "stat"))?;
+        if !meta.is_dir() {
+            return Err(AnchorError::Io {
+                path: d.to_path_buf(),
+                action: "keep the transcript state in",
+                source: io::Error::other("it is a symbolic link or not a directory"),
+            });
+        }
     }
     Ok(dir)
 }
@@ -768,73 +840,91 @@ fn load_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, A
         .map_err(|e| io_err(path, "read")(io::Error::new(io::ErrorKind::InvalidData, e)))
 }
 
-/// Writes a state file whole: into `<name>.tmp`, then renamed over it.
+/// Writes `value` as the state file `name`, at once ([`write_state`]).
 fn save_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), AnchorError> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let text =
-        serde_json::to_vec(value).map_err(|e| io_err(&tmp, "serialise")(io::Error::other(e)))?;
-    let mut file = create_0600(&tmp, OpenOptions::new().write(true).truncate(true))?;
-    file.write_all(&text).map_err(io_err(&tmp, "write"))?;
-    drop(file);
-    let path = dir.join(name);
-    fs::rename(&tmp, &path).map_err(io_err(&path, "replace"))
+    let text = serde_json::to_vec(value)
+        .map_err(|e| io_err(&dir.join(name), "serialise")(io::Error::other(e)))?;
+    write_state(dir, name, &text)
 }
 
-/// What `nd7 record` does after appending a hook's entry outside `nd7 run`:
-/// anchors the session's transcripts into the same log, as
-/// [`super::SOURCE`] entries. `None` when the payload is no anchoring event.
-pub fn after_record(
-    invocation: &crate::hook::Invocation,
+/// Writes a state file whole, as `head` is written (ADR-0011): into
+/// `<name>.tmp` in place, then swapped with `<name>` in one
+/// `renameat2(RENAME_EXCHANGE)`, which frees no inode (a rename over the
+/// file cost 0.4 ms here, most of an anchoring hook's own time); a plain
+/// rename where the filesystem cannot swap. A reader sees the old state or
+/// the new, never a mix.
+fn write_state(dir: &Path, name: &str, text: &[u8]) -> Result<(), AnchorError> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let file = create_0600(&tmp, OpenOptions::new().write(true))?;
+    file.write_all_at(text, 0).map_err(io_err(&tmp, "write"))?;
+    if file.metadata().map_err(io_err(&tmp, "stat"))?.len() > text.len() as u64 {
+        file.set_len(text.len() as u64)
+            .map_err(io_err(&tmp, "truncate"))?;
+    }
+    drop(file);
+    let path = dir.join(name);
+    let swapped = rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        &tmp,
+        rustix::fs::CWD,
+        &path,
+        rustix::fs::RenameFlags::EXCHANGE,
+    );
+    match swapped {
+        Ok(()) => Ok(()),
+        Err(_) => fs::rename(&tmp, &path).map_err(io_err(&path, "replace")),
+    }
+}
+
+/// What `nd7 record` anchors for a hook's payload outside `nd7 run`, into
+/// `log` (the payload's session): `None` when the payload is no anchoring
+/// event. The entries are [`super::SOURCE`]'s, for [`record_events`].
+pub fn for_payload(
     input: &[u8],
     log: &crate::session_log::SessionLog,
-) -> Option<Result<Report, AnchorError>> {
+) -> Option<Result<Pending, AnchorError>> {
     let facts = Facts::of(input)?;
     if facts.session_id != log.session_id() {
         return None;
     }
-    let started = Instant::now();
-    let mut write = |kind: &'static str, body: &Value| {
-        let event = crate::hook::Event {
-            ts: crate::run_log::now_ns(),
+    Some(for_record(log.dir(), &facts, Instant::now()))
+}
+
+/// A pending anchoring's entries as `nd7 record` writes them: stamped now,
+/// in `session`, [`super::SOURCE`].
+pub fn record_events(
+    invocation: &crate::hook::Invocation,
+    session: &str,
+    pending: &Pending,
+) -> Vec<crate::hook::Event> {
+    let ts = crate::run_log::now_ns();
+    pending
+        .entries
+        .iter()
+        .map(|(kind, body)| crate::hook::Event {
+            ts,
             host: invocation.host.clone(),
             hook_ppid: invocation.hook_ppid,
             cwd: None,
-            session: log.session_id().to_string(),
+            session: session.to_string(),
             tool_use_id: None,
             source: super::SOURCE,
             kind: crate::hook::Kind::Exit(kind),
             body: crate::hook::to_raw(body),
-        };
-        log.append(&event).map(|_| ()).map_err(|e| e.to_string())
-    };
-    Some(for_record(log.dir(), &facts, started, &mut write))
+        })
+        .collect()
 }
 
-/// What `nd7 run` does after appending a hook's entry at its door: anchors
-/// the transcripts the payload names into the run's chain through `write`
-/// (nd7's own entries). A failure that stops anchoring altogether is
-/// written as a gap, so it is not lost; a chain started without anchoring
-/// (by an older nd7) gets nothing.
-pub fn at_door(
-    log_dir: &Path,
-    payload: &[u8],
-    started: Instant,
-    write: &mut Writer<'_>,
-) -> Option<Report> {
+/// What `nd7 run` anchors at its door for a hook's payload, read outside
+/// the floor, into the run's chain at `log_dir`: `None` for a payload that
+/// anchors nothing, or a chain started without anchoring (by an older nd7).
+/// A failure that stops anchoring altogether comes back as one gap entry,
+/// so it is not lost.
+pub fn at_door(log_dir: &Path, payload: &[u8], started: Instant) -> Option<Pending> {
     let facts = Facts::of(payload)?;
-    match for_run(log_dir, &facts, started, write) {
-        Ok(report) => Some(report),
+    match for_run(log_dir, &facts, started) {
+        Ok(pending) => Some(pending),
         Err(AnchorError::NotStarted) => None,
-        Err(e) => {
-            let which = Which {
-                session_id: facts.session_id.clone(),
-                agent_id: facts.agent_id.clone(),
-                root: String::new(),
-                path: facts.transcript_path.clone().unwrap_or_default(),
-            };
-            let body = super::gap_body(&which, GapReason::Unreadable, &e.to_string(), 0, None);
-            let _ = write(super::GAP, &body);
-            None
-        }
+        Err(e) => Some(Pending::failed(&facts, &e)),
     }
 }
