@@ -67,6 +67,9 @@ _nd7() {
             nd7__subcmd__admin,age-key)
                 cmd="nd7__subcmd__admin__subcmd__age__subcmd__key"
                 ;;
+            nd7__subcmd__admin,enrol-token)
+                cmd="nd7__subcmd__admin__subcmd__enrol__subcmd__token"
+                ;;
             nd7__subcmd__admin,help)
                 cmd="nd7__subcmd__admin__subcmd__help"
                 ;;
@@ -84,6 +87,9 @@ _nd7() {
                 ;;
             nd7__subcmd__admin__subcmd__help,age-key)
                 cmd="nd7__subcmd__admin__subcmd__help__subcmd__age__subcmd__key"
+                ;;
+            nd7__subcmd__admin__subcmd__help,enrol-token)
+                cmd="nd7__subcmd__admin__subcmd__help__subcmd__enrol__subcmd__token"
                 ;;
             nd7__subcmd__admin__subcmd__help,help)
                 cmd="nd7__subcmd__admin__subcmd__help__subcmd__help"
@@ -151,6 +157,9 @@ _nd7() {
             nd7__subcmd__help__subcmd__admin,age-key)
                 cmd="nd7__subcmd__help__subcmd__admin__subcmd__age__subcmd__key"
                 ;;
+            nd7__subcmd__help__subcmd__admin,enrol-token)
+                cmd="nd7__subcmd__help__subcmd__admin__subcmd__enrol__subcmd__token"
+                ;;
             nd7__subcmd__help__subcmd__admin,org-key)
                 cmd="nd7__subcmd__help__subcmd__admin__subcmd__org__subcmd__key"
                 ;;
@@ -184,7 +193,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin)
-            opts="-h --help org-key age-key sign-recipients sessions pull help"
+            opts="-h --help org-key age-key sign-recipients enrol-token sessions pull help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -215,8 +224,30 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__admin__subcmd__enrol__subcmd__token)
+            opts="-h --org-key --hours --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --org-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hours)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__admin__subcmd__help)
-            opts="org-key age-key sign-recipients sessions pull help"
+            opts="org-key age-key sign-recipients enrol-token sessions pull help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -230,6 +261,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__help__subcmd__age__subcmd__key)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__help__subcmd__enrol__subcmd__token)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -332,7 +377,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__pull)
-            opts="-h --read-token --identity --machine --session --out --compare --help"
+            opts="-h --read-token --identity --fingerprint --machine --session --out --compare --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -343,6 +388,10 @@ _nd7() {
                     return 0
                     ;;
                 --identity)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fingerprint)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -388,13 +437,21 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__sign__subcmd__recipients)
-            opts="-h --org-key --help"
+            opts="-h --org-key --version --vault-key --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --org-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --vault-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -502,7 +559,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help__subcmd__admin)
-            opts="org-key age-key sign-recipients sessions pull"
+            opts="org-key age-key sign-recipients enrol-token sessions pull"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -516,6 +573,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help__subcmd__admin__subcmd__age__subcmd__key)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__admin__subcmd__enrol__subcmd__token)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

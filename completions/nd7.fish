@@ -89,28 +89,35 @@ complete -c nd7 -n "__fish_nd7_using_subcommand deny" -s h -l help -d 'Print hel
 complete -c nd7 -n "__fish_nd7_using_subcommand hook-prefix" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand doctor" -l settings -d 'Settings file to check [default: ~/.claude/settings.json]' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l token -d 'The enrolment token from `nd7-vault token`' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l token -d 'The enrolment token from `nd7 admin enrol-token`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l fingerprint -d 'The organisation key\'s fingerprint (64 hex digits), from `nd7 admin org-key`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand ship" -l every -d 'Ship again every DURATION (e.g. 30s, 5m, 1h) until killed' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand ship" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -s h -l help -d 'Print help'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -s h -l help -d 'Print help'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "enrol-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from org-key" -l out -d 'Where to write the key (0600; refuses to overwrite)' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from org-key" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from age-key" -l out -d 'Where to write the identity (0600; refuses to overwrite)' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from age-key" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -l org-key -d 'The organisation key from `nd7 admin org-key`' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -l version -d 'The document\'s version: machines take only a higher one than they hold' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -l vault-key -d 'The vault\'s public key, as `nd7-vault key` printed it' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -s h -l help -d 'Print help'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -l org-key -d 'The organisation key from `nd7 admin org-key`' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -l hours -d 'Hours until it expires' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -s h -l help -d 'Print help'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -l read-token -d 'A read token from `nd7-vault read-token`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -s h -l help -d 'Print help'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l read-token -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l identity -d 'An age identity file (`nd7 admin age-key`, or age-keygen\'s)' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l fingerprint -d 'The organisation key\'s fingerprint, from `nd7 admin org-key`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l machine -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l session -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l out -d 'Directory to write the decrypted session into' -r -F
@@ -119,6 +126,7 @@ complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcomman
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "enrol-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -142,5 +150,6 @@ complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcom
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "enrol-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'

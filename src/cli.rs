@@ -219,15 +219,15 @@ pub enum Command {
     /// Enrol this machine with a vault: make its key, register it, pin the admins.
     ///
     /// Fetches the vault's recipients document and refuses it unless the
-    /// organisation key with fingerprint FP signed it, then registers a new
-    /// Ed25519 machine key with the one-time TOKEN. Writes
+    /// organisation key with fingerprint FP signed it, then makes an Ed25519
+    /// machine key and has the one-time TOKEN endorse it. Writes
     /// $XDG_STATE_HOME/nd7/vault/ (machine.key, machine.id, server,
     /// recipients; every file 0600). Exits 0 when enrolled, 1 when the vault
     /// or its document was refused or refused us, 2 on other errors.
     Enroll {
         /// The vault's base URL, e.g. https://vault.example.org.
         url: String,
-        /// The enrolment token from `nd7-vault token`.
+        /// The enrolment token from `nd7 admin enrol-token`.
         #[arg(long, value_name = "T")]
         token: String,
         /// The organisation key's fingerprint (64 hex digits), from `nd7 admin org-key`.
@@ -240,7 +240,8 @@ pub enum Command {
     /// batches of at most 8 MiB, and moves the mark after each acknowledgement.
     /// A run that is interrupted resumes where the vault's copy ends. Exits 0
     /// when everything was shipped, 1 when some session was not (each is
-    /// named on stderr), 2 when the machine is not enrolled or on other errors.
+    /// named on stderr), 2 when the machine is not enrolled or on other
+    /// errors, 3 when the vault broke a receipt for some session.
     Ship {
         /// Ship again every DURATION (e.g. 30s, 5m, 1h) until killed.
         #[arg(long, value_name = "DURATION")]
@@ -324,8 +325,8 @@ pub fn parse_grant_args(args: &[OsString]) -> Result<GrantArgs, String> {
     Ok(GrantArgs { session, path })
 }
 
-/// `nd7 admin ...`. Exit status: 0 success; 1 a pulled log failed
-/// verification or differs from the local copy; 2 bad usage or errors.
+/// `nd7 admin ...`. Exit status: 0 success; 1 the machine rewrote its log;
+/// 2 bad usage or errors; 3 the vault's copy is forged or incomplete.
 #[derive(Subcommand)]
 pub enum Admin {
     /// Make the organisation's Ed25519 key; prints its fingerprint.
@@ -350,9 +351,24 @@ pub enum Admin {
         /// The organisation key from `nd7 admin org-key`.
         #[arg(long, value_name = "FILE")]
         org_key: PathBuf,
+        /// The document's version: machines take only a higher one than they hold.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        version: u64,
+        /// The vault's public key, as `nd7-vault key` printed it.
+        #[arg(long, value_name = "HEX")]
+        vault_key: String,
         /// age1... recipients, one per admin.
         #[arg(required = true)]
         recipients: Vec<String>,
+    },
+    /// Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key.
+    EnrolToken {
+        /// The organisation key from `nd7 admin org-key`.
+        #[arg(long, value_name = "FILE")]
+        org_key: PathBuf,
+        /// Hours until it expires.
+        #[arg(long, default_value_t = 24)]
+        hours: u64,
     },
     /// List the sessions a vault holds: machine, session, last entry.
     Sessions {
@@ -363,10 +379,13 @@ pub enum Admin {
     },
     /// Fetch a session from the vault, decrypt it, verify it, and compare it.
     ///
-    /// Writes the decrypted log to OUT/<session>/events.ndjson, verifies its
-    /// chain as `nd7 verify` does, and, given --compare, says whether that
-    /// local log still matches the vault's copy, naming the first entry that
-    /// differs.
+    /// Checks that the machine was enrolled with a token the organisation
+    /// signed and that it signed every batch, writes the decrypted log to
+    /// OUT/<session>/events.ndjson and verifies its chain as `nd7 verify`
+    /// does. Given --compare, checks the machine's session directory (its log
+    /// and the vault's receipts it kept) against the vault's copy, and says
+    /// whether the vault dropped or rewrote what it acknowledged or the
+    /// machine rewrote its log, naming the entry.
     Pull {
         url: String,
         #[arg(long, value_name = "T")]
@@ -374,6 +393,9 @@ pub enum Admin {
         /// An age identity file (`nd7 admin age-key`, or age-keygen's).
         #[arg(long, value_name = "FILE")]
         identity: PathBuf,
+        /// The organisation key's fingerprint, from `nd7 admin org-key`.
+        #[arg(long, value_name = "FP")]
+        fingerprint: String,
         #[arg(long, value_name = "ID")]
         machine: String,
         #[arg(long, value_name = "ID")]

@@ -14,7 +14,8 @@
 //! - [`safe_file`]: reading a file the agent can change: no links, one name, bounded.
 //! - [`hook_prefix`]: the PreToolUse reply that routes Bash through `nd7-exec`. Pure.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
-//! - [`ship`]: `nd7 enroll`, `nd7 ship` and the admin read-back: files and network.
+//! - [`ship`]: `nd7 enroll` and `nd7 ship`: files and network.
+//! - [`vault_admin`]: `nd7 admin`: keys, tokens, and reading a session back, trusting the vault for nothing.
 //! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
 //! - [`read`]: `nd7 sessions`, `nd7 show` and `nd7 search`: the record read back.
 //! - [`cli`], [`setup`]: the command line's definition; `nd7 setup` and `nd7 doctor`.
@@ -44,6 +45,7 @@ pub mod setup;
 pub mod ship;
 pub mod transcript;
 pub mod vault;
+pub mod vault_admin;
 #[cfg(feature = "vault-server")]
 pub mod vault_server;
 

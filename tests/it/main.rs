@@ -25,13 +25,15 @@ mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]
 mod vault;
+#[cfg(feature = "vault-server")]
+mod vault_attacks;
 /// Without the feature the vault's tests cannot even build: fail, saying how
 /// to run them, rather than pass with them silently left out.
 #[cfg(not(feature = "vault-server"))]
 #[test]
 fn vault_tests_need_the_vault_server_feature() {
     panic!(
-        "the vault server's tests (tests/it/vault.rs) need the vault-server feature and did not run: \
+        "the vault server's tests (tests/it/vault.rs, tests/it/vault_attacks.rs) need the vault-server feature and did not run: \
          use `bash scripts/test.sh`, or `cargo test --features vault-server,self-update`"
     );
 }
