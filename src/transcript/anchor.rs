@@ -132,7 +132,7 @@ impl Pending {
     /// Writes the state, once the entries are in the log.
     pub fn commit(self) -> Result<Report, AnchorError> {
         for (name, bytes) in &self.states {
-            write_state(&self.dir, name, bytes)?;
+            write_state_file(&self.dir, name, bytes)?;
         }
         Ok(self.report)
     }
@@ -844,7 +844,7 @@ fn load_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, A
 fn save_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), AnchorError> {
     let text = serde_json::to_vec(value)
         .map_err(|e| io_err(&dir.join(name), "serialise")(io::Error::other(e)))?;
-    write_state(dir, name, &text)
+    write_state_file(dir, name, &text)
 }
 
 /// Writes a state file whole, as `head` is written (ADR-0011): into
@@ -853,7 +853,7 @@ fn save_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Anch
 /// file cost 0.4 ms here, most of an anchoring hook's own time); a plain
 /// rename where the filesystem cannot swap. A reader sees the old state or
 /// the new, never a mix.
-fn write_state(dir: &Path, name: &str, text: &[u8]) -> Result<(), AnchorError> {
+pub(crate) fn write_state_file(dir: &Path, name: &str, text: &[u8]) -> Result<(), AnchorError> {
     let tmp = dir.join(format!("{name}.tmp"));
     let file = create_0600(&tmp, OpenOptions::new().write(true))?;
     file.write_all_at(text, 0).map_err(io_err(&tmp, "write"))?;

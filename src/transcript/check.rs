@@ -22,6 +22,8 @@ use crate::session_log::{self, SessionLog};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Anchor {
     pub seq: u64,
+    /// Where the previous anchor of its generation ended.
+    pub from: u64,
     pub bytes: u64,
     pub blake3: String,
     pub generation: u64,
@@ -50,18 +52,41 @@ pub struct Anchored {
 /// count (`record:nd7` outside a run, `exit:nd7` in a run's chain): a hook's
 /// payload can never make one.
 pub fn collect(log: &SessionLog) -> Result<Anchored, session_log::Error> {
-    let mut out = Anchored::default();
-    let mut index: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut collector = Collector::default();
     log.for_each_line(|line| {
+        collector.feed(line);
+        true
+    })?;
+    Ok(collector.out)
+}
+
+/// [`collect`] over a log's bytes already in memory (a pulled copy).
+pub fn collect_bytes(log: &[u8]) -> Anchored {
+    let mut collector = Collector::default();
+    for line in log.split(|&b| b == b'\n') {
+        collector.feed(line);
+    }
+    collector.out
+}
+
+#[derive(Default)]
+struct Collector {
+    out: Anchored,
+    index: BTreeMap<(String, String), usize>,
+}
+
+impl Collector {
+    fn feed(&mut self, line: &[u8]) {
+        let (out, index) = (&mut self.out, &mut self.index);
         if memchr::memmem::find(line, b"\"kind\":\"transcript_").is_none() {
-            return true;
+            return;
         }
         let Ok(entry) = serde_json::from_slice::<Value>(line) else {
-            return true;
+            return;
         };
         let source = entry["source"].as_str().unwrap_or_default();
         if source != super::SOURCE && source != crate::run_entry::SOURCE {
-            return true;
+            return;
         }
         let seq = entry["seq"].as_u64().unwrap_or_default();
         let body = &entry["body"];
@@ -75,6 +100,7 @@ pub fn collect(log: &SessionLog) -> Result<Anchored, session_log::Error> {
                 });
                 out.files[n].1.push(Anchor {
                     seq,
+                    from: body["from"].as_u64().unwrap_or_default(),
                     bytes: body["bytes"].as_u64().unwrap_or_default(),
                     blake3: text("blake3"),
                     generation: body["generation"].as_u64().unwrap_or_default(),
@@ -93,9 +119,7 @@ pub fn collect(log: &SessionLog) -> Result<Anchored, session_log::Error> {
             }),
             _ => {}
         }
-        true
-    })?;
-    Ok(out)
+    }
 }
 
 /// What holding one file against its anchors found.
@@ -147,14 +171,12 @@ impl std::fmt::Display for Contradiction {
 /// Holds the file at `path` (reached from `root` as the anchoring reached
 /// it) against `anchors`.
 pub fn check_file(root: &str, path: &str, anchors: &[Anchor]) -> Verdict {
-    let Ok(below) = Path::new(path).strip_prefix(root) else {
-        return Verdict::Unreadable(format!("{path}: the anchor names a file outside {root}"));
+    let Some(place) = super::layout::place_of(Path::new(root), Path::new(path)) else {
+        return Verdict::Unreadable(format!(
+            "{path}: the anchor names a file that is not where Claude Code keeps transcripts under {root}"
+        ));
     };
-    let components: Vec<String> = below
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    let opened = match safe_file::open_beneath(&PathBuf::from(root), &components) {
+    let opened = match safe_file::open_beneath(&PathBuf::from(root), &place.components) {
         Ok(opened) => opened,
         Err(e @ OpenError::Missing { .. }) => {
             return Verdict::Unreadable(format!("{e} (it was anchored {} times)", anchors.len()));
@@ -230,6 +252,7 @@ mod tests {
     fn anchor(seq: u64, data: &[u8]) -> Anchor {
         Anchor {
             seq,
+            from: 0,
             bytes: data.len() as u64,
             blake3: blake3::hash(data).to_hex().to_string(),
             generation: 0,
@@ -240,7 +263,8 @@ mod tests {
     fn a_file_that_extends_every_anchor_holds_and_a_changed_one_names_the_first() {
         let dir = tempfile::tempdir().expect("tmp");
         let root = dir.path().to_string_lossy().into_owned();
-        let path = format!("{root}/t.jsonl");
+        std::fs::create_dir_all(format!("{root}/projects/-p")).expect("mkdir");
+        let path = format!("{root}/projects/-p/s.jsonl");
         let data: Vec<u8> = (0..5000u32)
             .flat_map(|i| format!("{{\"line\":{i}}}\n").into_bytes())
             .collect();

@@ -170,6 +170,22 @@ fn below(config: &Path, named: &Path) -> Option<Vec<String>> {
     Some(out)
 }
 
+/// The place of a transcript nd7 anchored, read back from an anchor's `root`
+/// and `path`: only where Claude Code keeps a session's or a subagent's
+/// transcript, so a reader that trusts the log no further than its shape
+/// (`nd7 ship`, `nd7 verify --transcript`) opens nothing else.
+pub fn place_of(config: &Path, path: &Path) -> Option<Place> {
+    let c = below(config, path)?;
+    let is_main = c.len() == 3 && c[2].ends_with(".jsonl");
+    let is_agent = c.len() >= 5
+        && c.len() <= 5 + MAX_AGENT_SUBDIRS
+        && c[3] == "subagents"
+        && c.last()
+            .is_some_and(|f| f.starts_with("agent-") && f.ends_with(".jsonl"));
+    (c.first().is_some_and(|p| p == "projects") && (is_main || is_agent))
+        .then_some(Place { components: c })
+}
+
 /// Why the transcript path a payload names was not taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mismatch {

@@ -16,11 +16,15 @@
 //! - [`anchor`]: the anchoring itself, on real files, for `nd7 record` and
 //!   for `nd7 run`'s door.
 //! - [`check`]: `nd7 verify --transcript`.
+//! - [`ship`]: the anchored bytes sent to the vault with the session.
+//! - [`pull`]: `nd7 admin pull` putting them back together and checking them.
 
 pub mod anchor;
 pub mod check;
 pub mod layout;
 pub mod prefix;
+pub mod pull;
+pub mod ship;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -21,6 +21,8 @@ mod setup;
 mod tamper;
 mod transcript;
 mod transcript_run;
+#[cfg(feature = "vault-server")]
+mod transcript_vault;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]
