@@ -2,12 +2,15 @@
 //! transcript, a rollout file. Nothing here may be steered into reading
 //! something else, stall, or read without end.
 //!
-//! - [`open_beneath`] walks from a directory the user chose (followed as
-//!   configured) down to the file one component at a time, never through a
+//! - [`open_beneath`] walks from `/` through the directory the user chose
+//!   down to the file one component at a time, never through a
 //!   symbolic link (`O_NOFOLLOW` on every directory and the file), opens the
 //!   file without blocking (a FIFO put in its place cannot stall the open),
 //!   and takes it only if it is a regular file with one link: a second name
 //!   could make any file of the user's look like the one expected.
+//!   The directory itself is reached the same way from `/`: the user's
+//!   configured directory is resolved once ([`real_dir`]), where it is
+//!   configured, and no link is followed after that.
 //! - [`Identity`] (device and inode) lets a later reader tell the same file
 //!   from a replacement.
 //! - [`read_range`] reads a byte range in blocks under a [`Budget`] of bytes
@@ -20,7 +23,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Instant;
 
 use rustix::fs::{FileType, Mode, OFlags};
@@ -52,6 +55,8 @@ pub enum OpenError {
     NotRegular { path: PathBuf, what: &'static str },
     #[error("{}: has {links} names (hard links); nd7 reads only a file with one", path.display())]
     Hardlinked { path: PathBuf, links: u64 },
+    #[error("{}: is not an absolute path without `..`; nd7 opens transcripts only from one", path.display())]
+    Unclean { path: PathBuf },
     #[error("{}: cannot {action}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -68,22 +73,18 @@ impl OpenError {
             OpenError::Link { .. } => "symbolic link",
             OpenError::NotRegular { .. } => "not a regular file",
             OpenError::Hardlinked { .. } => "hard link",
+            OpenError::Unclean { .. } => "not a clean path",
             OpenError::Io { .. } => "unreadable",
         }
     }
 }
 
-/// Opens `root/components…` for reading. `root` is followed as the user
-/// configured it; no component below it may be a link; the last must be a
+/// Opens `root/components…` for reading. `root` must be absolute and, like
+/// every component below it, no link anywhere (see [`real_dir`]); the last must be a
 /// regular file with exactly one link.
 pub fn open_beneath(root: &Path, components: &[String]) -> Result<Opened, OpenError> {
     let mut path = root.to_path_buf();
-    let mut dir: OwnedFd = rustix::fs::open(
-        root,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| classify(&path, e, "open the directory"))?;
+    let mut dir = open_root(root)?;
     let Some((name, dirs)) = components.split_last() else {
         return Err(OpenError::NotRegular {
             path,
@@ -147,12 +148,7 @@ pub fn list_beneath(
     keep: impl Fn(&str) -> bool,
 ) -> Result<Vec<String>, OpenError> {
     let mut path = root.to_path_buf();
-    let mut dir: OwnedFd = rustix::fs::open(
-        root,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| classify(&path, e, "open the directory"))?;
+    let mut dir = open_root(root)?;
     for component in components {
         path.push(component);
         dir = rustix::fs::openat(
@@ -188,6 +184,71 @@ pub fn list_beneath(
     Ok(names)
 }
 
+/// Opens the directory `root` from `/`, one component at a time, through
+/// no symbolic link: a link anywhere on the way, even above the directory
+/// the transcripts live in, could point the reader at other files. `root`
+/// is what [`real_dir`] made of the configured directory, so a link the
+/// user set up is already resolved in it.
+fn open_root(root: &Path) -> Result<OwnedFd, OpenError> {
+    let unclean = || OpenError::Unclean {
+        path: root.to_path_buf(),
+    };
+    if !root.is_absolute()
+        || root
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::Prefix(_)))
+    {
+        return Err(unclean());
+    }
+    let mut path = PathBuf::from("/");
+    let mut dir: OwnedFd = rustix::fs::open(
+        "/",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| classify(&path, e, "open the directory"))?;
+    for c in root.components() {
+        match c {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(name) => {
+                path.push(name);
+                dir = rustix::fs::openat(
+                    &dir,
+                    name,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| describe_at(&dir, name, &path, e, "open the directory"))?;
+            }
+            Component::ParentDir | Component::Prefix(_) => return Err(unclean()),
+        }
+    }
+    Ok(dir)
+}
+
+/// `dir` with every symbolic link in it resolved: the real path of its
+/// longest existing ancestor, and the rest as written (a `.claude` that
+/// does not exist yet). Used once, where the user's configuration names
+/// the directory, so that [`open_beneath`] can then refuse any link.
+pub fn real_dir(dir: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = dir;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(at) {
+            let mut out = real;
+            out.extend(rest.iter().rev());
+            return out;
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = parent;
+            }
+            _ => return dir.to_path_buf(),
+        }
+    }
+}
+
 fn classify(path: &Path, e: rustix::io::Errno, action: &'static str) -> OpenError {
     match e {
         rustix::io::Errno::NOENT => OpenError::Missing {
@@ -210,7 +271,7 @@ fn classify(path: &Path, e: rustix::io::Errno, action: &'static str) -> OpenErro
 /// on some systems), something that is not a directory, or nothing.
 fn describe_at(
     dir: &OwnedFd,
-    name: &str,
+    name: impl rustix::path::Arg,
     path: &Path,
     e: rustix::io::Errno,
     action: &'static str,
@@ -367,6 +428,40 @@ mod tests {
             let e = open_beneath(r, &names(parts)).expect_err("refused");
             assert_eq!(e.reason(), reason, "{parts:?}: {e}");
         }
+    }
+
+    /// Guards `open_root`: a link among the components of the directory
+    /// itself (above `projects`) is refused, not followed, and a relative
+    /// or `..` root is refused. Without it the walk started at `root` as
+    /// the kernel resolved it and read the file behind the link.
+    #[test]
+    fn a_link_above_the_directory_is_refused_too() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let r = real_dir(tmp.path());
+        std::fs::create_dir_all(r.join("elsewhere/claude/p")).expect("mkdir");
+        std::fs::write(r.join("elsewhere/claude/p/f.jsonl"), b"secret").expect("write");
+        symlink(r.join("elsewhere"), r.join("home")).expect("symlink");
+        let e = open_beneath(&r.join("home/claude"), &names(&["p", "f.jsonl"]))
+            .expect_err("refused");
+        assert_eq!(e.reason(), "symbolic link", "{e}");
+        assert!(e.to_string().contains("/home:"), "{e}");
+        let e = open_beneath(&r.join("x/../elsewhere/claude"), &names(&["p", "f.jsonl"]))
+            .expect_err("refused");
+        assert_eq!(e.reason(), "not a clean path", "{e}");
+        let e = open_beneath(Path::new("elsewhere/claude"), &names(&["p", "f.jsonl"]))
+            .expect_err("refused");
+        assert_eq!(e.reason(), "not a clean path", "{e}");
+        // Resolved where it is configured, the same directory opens.
+        let real = real_dir(&r.join("home/claude"));
+        assert_eq!(real, r.join("elsewhere/claude"));
+        assert_eq!(
+            open_beneath(&real, &names(&["p", "f.jsonl"])).expect("opens").len,
+            6
+        );
+        assert_eq!(
+            real_dir(&r.join("home/claude/not-yet/.claude")),
+            r.join("elsewhere/claude/not-yet/.claude")
+        );
     }
 
     #[test]

@@ -200,6 +200,7 @@ pub fn for_record(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pen
         std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
         home.as_deref(),
     )
+    .map(|c| safe_file::real_dir(&c))
     .ok_or(AnchorError::NoConfigDir)?;
     let mut ctx = Ctx::new(log_dir, config, None, Limits::from_env());
     ctx.anchor(facts, started)
@@ -216,6 +217,9 @@ pub fn start_run(log_dir: &Path, project: &Path, home: &Path) -> Result<(), Anch
         std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
         Some(env_home.as_deref().unwrap_or(home)),
     )
+    // Resolved here, once, where nd7 run's environment names it: from now
+    // on no link on the way to a transcript is followed.
+    .map(|c| safe_file::real_dir(&c))
     .ok_or(AnchorError::NoConfigDir)?;
     let dir = state_dir(log_dir)?;
     let state = LogState {

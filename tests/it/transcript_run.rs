@@ -212,3 +212,83 @@ hook SessionEnd '"reason":"other"'
         text(&v.stdout)
     );
 }
+
+// The unconfined `nd7 run` reads what the agent can arrange under
+// ~/.claude: a second name of a secret in the transcript's place, and the
+// project's directory (or `projects` itself) re-pointed by a link at a
+// directory that holds a file of the right name. Guards the link count
+// check and `NOFOLLOW` on the directories in `safe_file::open_beneath`
+// (with either removed, nd7 run hashes the secret into the chain, and
+// `nd7 ship` would send it).
+#[test]
+fn nd7_run_reads_no_secret_through_second_names_or_linked_directories() {
+    let w = World::new();
+    let key = nd7_core::transcript::layout::project_key(&w.proj().display().to_string());
+    let rel = format!(".claude/projects/{key}/{SID}.jsonl");
+    let inside = w.in_home(&rel);
+    let outside = w.home().join(&rel);
+    std::fs::create_dir_all(outside.parent().expect("parent")).expect("mkdir");
+    // A second name of the key, made before the session (the floor may
+    // not let the agent make one; nd7 must not rely on that).
+    std::fs::hard_link(w.home().join(".ssh/id_ed25519"), &outside).expect("ln");
+    // A directory the agent cannot read, holding a file named as the
+    // session's transcript.
+    let hidden = w.home().join(".hidden");
+    std::fs::create_dir_all(hidden.join("projects").join(&key)).expect("mkdir");
+    std::fs::write(hidden.join(format!("{SID}.jsonl")), "HIDDEN-ONE\n").expect("write");
+    std::fs::write(
+        hidden.join("projects").join(&key).join(format!("{SID}.jsonl")),
+        "HIDDEN-TWO\n",
+    )
+    .expect("write");
+    let hidden_in = w.in_home(".hidden");
+    let projects_in = w.in_home(".claude/projects");
+    let claude = fake_claude(
+        &w,
+        &inside,
+        &format!(
+            r#"hook Stop
+rm -f "$T"
+D=$(dirname "$T")
+rm -rf "$D" && ln -s '{hidden_in}' "$D"; echo "link-dir:$?"
+hook Stop
+rm -f "$D" && mv '{projects_in}' '{projects_in}.old' && ln -s '{hidden_in}/projects' '{projects_in}'; echo "link-projects:$?"
+hook SessionEnd '"reason":"other"'
+"#
+        ),
+    );
+    let out = w.nd7(&["run", &claude]).output().expect("nd7 run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains("link-dir:0"), "{said}");
+    assert!(said.contains("link-projects:0"), "{said}");
+
+    let dir = run_chain(&w);
+    let ours: Vec<Value> = entries(&dir)
+        .into_iter()
+        .filter(|e| {
+            e["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("transcript_"))
+        })
+        .collect();
+    assert!(
+        ours.iter().all(|e| e["kind"] == "transcript_gap"),
+        "nothing anchored: {ours:#?}"
+    );
+    let details: Vec<&str> = ours
+        .iter()
+        .map(|e| e["body"]["detail"].as_str().unwrap_or(""))
+        .collect();
+    assert!(details[0].contains("hard links"), "{details:?}");
+    assert!(
+        details[1..].iter().all(|d| d.contains("symbolic link")),
+        "{details:?}"
+    );
+    assert_eq!(details.len(), 3, "{details:?}");
+    let log_text = std::fs::read_to_string(dir.join("events.ndjson")).expect("log");
+    for secret in [&b"SECRET-KEY"[..], b"HIDDEN-ONE\n", b"HIDDEN-TWO\n"] {
+        let hash = blake3::hash(secret).to_hex().to_string();
+        assert!(!log_text.contains(&hash), "a secret was read: {log_text}");
+    }
+}
