@@ -126,6 +126,14 @@ pub enum Error {
     Decompress(String),
     #[error("the batch's entries do not match its index: {0}")]
     IndexMismatch(String),
+    #[error(
+        "the transcript piece carries {ciphertext} bytes of ciphertext for the {bytes} bytes its header names; at most {most} can hold that many"
+    )]
+    PieceOversize {
+        ciphertext: usize,
+        bytes: u64,
+        most: u64,
+    },
 }
 
 fn malformed(what: &'static str, expected: &'static str) -> Error {

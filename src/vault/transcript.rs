@@ -222,6 +222,15 @@ pub fn parse_piece(body: &[u8]) -> Result<Piece, Error> {
         return Err(bad());
     }
     let header = PieceHeader::parse(&header_bytes)?;
+    let bytes = header.to - header.from;
+    let most = most_ciphertext(bytes);
+    if ciphertext.len() as u64 > most {
+        return Err(Error::PieceOversize {
+            ciphertext: ciphertext.len(),
+            bytes,
+            most,
+        });
+    }
     Ok(Piece {
         header,
         header_bytes,
@@ -231,6 +240,14 @@ pub fn parse_piece(body: &[u8]) -> Result<Piece, Error> {
         batch: blake3::hash(&body[..body.len() - 64]).into(),
         signature,
     })
+}
+
+/// The most ciphertext a piece of `bytes` transcript bytes can need: zstd's
+/// worst case (the bytes stored raw, a block header per 128 KiB, the frame
+/// header) with room to spare, and the AEAD tag. A piece with more carries
+/// something besides its bytes, which the vault would keep for nothing.
+pub fn most_ciphertext(bytes: u64) -> u64 {
+    bytes + bytes / 128 + 1024 + 16
 }
 
 /// Decrypts and decompresses a piece: exactly `to - from` bytes, under the
@@ -338,6 +355,23 @@ mod tests {
                 .unwrap_or(false);
             assert!(!still, "a change at byte {at} went unnoticed");
         }
+        // More ciphertext than the bytes it names can need: refused before
+        // anything is kept (guards the check in `parse_piece`).
+        let mut noise = vec![0u8; 300_000];
+        blake3::Hasher::new().finalize_xof().fill(&mut noise);
+        let padded = seal_piece(&h, &noise[..4096], &key(), b"wrapped", [3; 24], &machine());
+        assert!(matches!(
+            parse_piece(&padded),
+            Err(Error::PieceOversize { .. })
+        ));
+        // Incompressible bytes fit the bound.
+        let mut n = header();
+        n.to = n.from + noise.len() as u64;
+        let body = seal_piece(&n, &noise, &key(), b"wrapped", [3; 24], &machine());
+        assert_eq!(
+            open_piece(&parse_piece(&body).expect("fits"), &key()),
+            Ok(noise)
+        );
         // The header says how many bytes: a piece claiming more is refused.
         let mut lying = h.clone();
         lying.to += 1;

@@ -348,18 +348,34 @@ fn the_vault_takes_only_the_machines_own_pieces_of_anchors_it_holds() {
     // hook's, then its anchor).
     let machine = Machine::load(&state.xdg().join("nd7")).expect("enrolled");
     assert_eq!(ship(&state).status.code(), Some(0));
+    // A second machine of the same organisation, with a session of its own.
+    let state2 = State::new();
+    assert!(enroll(&state2, &vault, &org).status.success());
+    let c2 = Claude::new("7a1e2c3d-0000-4000-8000-000000000004");
+    grow(&c2.transcript(), 0..5);
+    c2.hook(&state2, "Stop", json!({}));
+    assert_eq!(ship(&state2).status.code(), Some(0));
+    let machine2 = Machine::load(&state2.xdg().join("nd7")).expect("enrolled");
     let pieces_before = vault.count("pieces");
     let key = Secret32::from_bytes([1; 32]);
-    let piece = |anchor: u64, from: u64, machine_id: &str, signer: &SigningKey| {
+    let sealed = |session: &str,
+                  anchor: u64,
+                  from: u64,
+                  machine_id: &str,
+                  signer: &SigningKey,
+                  bytes: &[u8]| {
         let header = PieceHeader {
             machine: machine_id.into(),
-            session: c.session.clone(),
+            session: session.into(),
             key: KeyId::of(&key),
             anchor,
             from,
             to: from + 4,
         };
-        v::seal_piece(&header, b"abcd", &key, b"wrapped", [2; 24], signer)
+        v::seal_piece(&header, bytes, &key, b"wrapped", [2; 24], signer)
+    };
+    let piece = |anchor: u64, from: u64, machine_id: &str, signer: &SigningKey| {
+        sealed(&c.session, anchor, from, machine_id, signer, b"abcd")
     };
     let client = Client::new(&vault.url);
     let mut nonce = 0u8;
@@ -388,6 +404,21 @@ fn the_vault_takes_only_the_machines_own_pieces_of_anchors_it_holds() {
     let (status, text) = send(piece(9, 100, &machine.id, &machine.key));
     assert_eq!(status, 409, "{text}");
     assert!(text.contains("entry 9 is not stored yet"), "{text}");
+    // The other machine's session: named as this machine's, the vault
+    // holds no such chain of this machine's (guards the head lookup by the
+    // signer, not by the header); named as the other machine's, the
+    // signer is not that machine.
+    let (status, text) = send(sealed(&c2.session, 1, 0, &machine.id, &machine.key, b"abcd"));
+    assert_eq!(status, 409, "{text}");
+    let (status, text) = send(sealed(&c2.session, 1, 0, &machine2.id, &machine.key, b"abcd"));
+    assert_eq!(status, 403, "{text}");
+    // More ciphertext than four bytes can need: padding the vault would
+    // keep for nothing (guards `most_ciphertext` in `parse_piece`).
+    let mut noise = vec![0u8; 64 << 10];
+    blake3::Hasher::new().finalize_xof().fill(&mut noise);
+    let (status, text) = send(sealed(&c.session, 1, 100, &machine.id, &machine.key, &noise));
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("bytes of ciphertext"), "{text}");
     assert_eq!(vault.count("pieces"), pieces_before);
     let (status, text) = send(piece(1, 100, &machine.id, &machine.key));
     assert_eq!((status, text.trim()), (200, "stored 1 100..104"));
