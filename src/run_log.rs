@@ -222,7 +222,7 @@ impl RunLog {
                 &glimpse.blake3,
             )
         } else {
-            let (event, _) = record::event_for(&invocation, &request.body)?;
+            let (event, _) = record::event_for(request.agent, &invocation, &request.body, None)?;
             if event.kind == Kind::ToolCall
                 && let Ok(payload) = serde_json::from_str::<Value>(event.body.get())
                 && let Ok(mut announced) = self.announced.lock()
@@ -232,10 +232,13 @@ impl RunLog {
             event
         };
         // The transcript is read here, outside the floor, never by the hook
-        // inside it; its anchors go in with the hook's entry.
-        let anchoring = match request.glimpse {
-            false => crate::transcript::anchor::at_door(self.log.dir(), &request.body, started),
-            true => None,
+        // inside it; its anchors go in with the hook's entry. Claude Code's
+        // only: a Codex payload's `transcript_path` is its rollout.
+        let anchoring = match (request.glimpse, request.agent) {
+            (false, crate::hook::Agent::ClaudeCode) => {
+                crate::transcript::anchor::at_door(self.log.dir(), &request.body, started)
+            }
+            _ => None,
         };
         let mut events = vec![event];
         if let Some(pending) = &anchoring {

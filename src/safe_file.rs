@@ -441,8 +441,8 @@ mod tests {
         std::fs::create_dir_all(r.join("elsewhere/claude/p")).expect("mkdir");
         std::fs::write(r.join("elsewhere/claude/p/f.jsonl"), b"secret").expect("write");
         symlink(r.join("elsewhere"), r.join("home")).expect("symlink");
-        let e = open_beneath(&r.join("home/claude"), &names(&["p", "f.jsonl"]))
-            .expect_err("refused");
+        let e =
+            open_beneath(&r.join("home/claude"), &names(&["p", "f.jsonl"])).expect_err("refused");
         assert_eq!(e.reason(), "symbolic link", "{e}");
         assert!(e.to_string().contains("/home:"), "{e}");
         let e = open_beneath(&r.join("x/../elsewhere/claude"), &names(&["p", "f.jsonl"]))
@@ -455,7 +455,9 @@ mod tests {
         let real = real_dir(&r.join("home/claude"));
         assert_eq!(real, r.join("elsewhere/claude"));
         assert_eq!(
-            open_beneath(&real, &names(&["p", "f.jsonl"])).expect("opens").len,
+            open_beneath(&real, &names(&["p", "f.jsonl"]))
+                .expect("opens")
+                .len,
             6
         );
         assert_eq!(

@@ -237,7 +237,10 @@ fn nd7_run_reads_no_secret_through_second_names_or_linked_directories() {
     std::fs::create_dir_all(hidden.join("projects").join(&key)).expect("mkdir");
     std::fs::write(hidden.join(format!("{SID}.jsonl")), "HIDDEN-ONE\n").expect("write");
     std::fs::write(
-        hidden.join("projects").join(&key).join(format!("{SID}.jsonl")),
+        hidden
+            .join("projects")
+            .join(&key)
+            .join(format!("{SID}.jsonl")),
         "HIDDEN-TWO\n",
     )
     .expect("write");

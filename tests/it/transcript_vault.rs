@@ -408,15 +408,36 @@ fn the_vault_takes_only_the_machines_own_pieces_of_anchors_it_holds() {
     // holds no such chain of this machine's (guards the head lookup by the
     // signer, not by the header); named as the other machine's, the
     // signer is not that machine.
-    let (status, text) = send(sealed(&c2.session, 1, 0, &machine.id, &machine.key, b"abcd"));
+    let (status, text) = send(sealed(
+        &c2.session,
+        1,
+        0,
+        &machine.id,
+        &machine.key,
+        b"abcd",
+    ));
     assert_eq!(status, 409, "{text}");
-    let (status, text) = send(sealed(&c2.session, 1, 0, &machine2.id, &machine.key, b"abcd"));
+    let (status, text) = send(sealed(
+        &c2.session,
+        1,
+        0,
+        &machine2.id,
+        &machine.key,
+        b"abcd",
+    ));
     assert_eq!(status, 403, "{text}");
     // More ciphertext than four bytes can need: padding the vault would
     // keep for nothing (guards `most_ciphertext` in `parse_piece`).
     let mut noise = vec![0u8; 64 << 10];
     blake3::Hasher::new().finalize_xof().fill(&mut noise);
-    let (status, text) = send(sealed(&c.session, 1, 100, &machine.id, &machine.key, &noise));
+    let (status, text) = send(sealed(
+        &c.session,
+        1,
+        100,
+        &machine.id,
+        &machine.key,
+        &noise,
+    ));
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("bytes of ciphertext"), "{text}");
     assert_eq!(vault.count("pieces"), pieces_before);
