@@ -1059,7 +1059,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__verify)
-            opts="-h --all --threads --help"
+            opts="-h --all --threads --transcript --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

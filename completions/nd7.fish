@@ -48,6 +48,7 @@ complete -c nd7 -n "__fish_nd7_using_subcommand record" -l run-hook -d 'Set on t
 complete -c nd7 -n "__fish_nd7_using_subcommand record" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand verify" -l threads -d 'Threads used to check a large log (default: available cores, at most 2)' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand verify" -l all -d 'Verify every session under the state directory'
+complete -c nd7 -n "__fish_nd7_using_subcommand verify" -l transcript -d 'Also hold Claude Code\'s transcripts against the session\'s anchors: exit 1 naming the first anchor a file contradicts (rewritten or truncated), 2 when one cannot be read or none is anchored'
 complete -c nd7 -n "__fish_nd7_using_subcommand verify" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l project -d 'Only sessions whose project (working directory) is DIR or under it' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l since -d 'Only sessions that started at or after WHEN (2026-11-30, "2026-11-30 14:00", 2h, 3d, yesterday)' -r

@@ -46,6 +46,11 @@ pub enum Command {
         /// Threads used to check a large log (default: available cores, at most 2).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
+        /// Also hold Claude Code's transcripts against the session's anchors:
+        /// exit 1 naming the first anchor a file contradicts (rewritten or
+        /// truncated), 2 when one cannot be read or none is anchored.
+        #[arg(long, conflicts_with = "all")]
+        transcript: bool,
     },
     /// List the recorded sessions, newest first: when, how long, how many
     /// tool calls and failures, whether under `nd7 run`, the chain, shipped.

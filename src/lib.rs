@@ -14,6 +14,8 @@
 //! - [`run_log`]: a run's chain on disk: the door's appends and nd7's own entries.
 //! - [`refusals`]: the floor's refusals a run is told of: judged, logged, explained, summed up.
 //! - [`shell_prefix`]: how Bash leaves the floor under `nd7 run claude`: the Bash tool's line read back, the settings. Pure.
+//! - [`transcript`]: Claude Code's own transcript anchored in the chain, and checked against it.
+//! - [`safe_file`]: reading a file the agent can change: no links, one name, bounded.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
 //! - [`ship`]: `nd7 enroll` and `nd7 ship`: files and network.
 //! - [`vault_admin`]: `nd7 admin`: keys, tokens, and reading a session back, trusting the vault for nothing.
@@ -40,6 +42,7 @@ pub mod run_entry;
 pub mod run_grants;
 pub mod run_log;
 pub mod running;
+pub mod safe_file;
 pub mod sandbox;
 #[cfg(feature = "self-update")]
 pub mod self_update;
@@ -48,6 +51,7 @@ pub mod session_log;
 pub mod setup;
 pub mod shell_prefix;
 pub mod ship;
+pub mod transcript;
 pub mod vault;
 pub mod vault_admin;
 #[cfg(feature = "vault-server")]

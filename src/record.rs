@@ -204,6 +204,9 @@ pub struct Recorded {
     /// `Some(bytes)` when the payload was too large and only its size and
     /// fingerprint were stored.
     pub omitted: Option<usize>,
+    /// What anchoring the session's transcript did, at the events that
+    /// anchor ([`crate::transcript`]).
+    pub transcript: Option<Result<crate::transcript::anchor::Report, String>>,
 }
 
 /// Reads all of `input`, up to [`MAX_READ`] bytes.
@@ -238,11 +241,38 @@ pub fn record_as(
 ) -> Result<Recorded, RecordError> {
     let (event, omitted) = event_for(agent, invocation, input, Some(sessions_dir))?;
     let log = SessionLog::new(sessions_dir, &event.session)?;
-    let appended = log.append(&event)?;
+    // The transcript's anchors go in with the hook's entry, in one append.
+    // Claude Code's transcript only: Codex's payload names its rollout,
+    // which is not anchored (yet).
+    let anchoring = match (omitted, agent) {
+        (None, Agent::ClaudeCode) => crate::transcript::anchor::for_payload(input, &log),
+        _ => None,
+    };
+    let session_id = event.session.clone();
+    let mut events = vec![event];
+    let (pending, failed) = match anchoring {
+        Some(Ok(pending)) => {
+            events.extend(crate::transcript::anchor::record_events(
+                invocation,
+                &session_id,
+                &pending,
+            ));
+            (Some(pending), None)
+        }
+        Some(Err(e)) => (None, Some(e.to_string())),
+        None => (None, None),
+    };
+    let appended = log.append_all(&events)?;
+    let transcript = match (pending, failed) {
+        (Some(pending), _) => Some(pending.commit().map_err(|e| e.to_string())),
+        (None, Some(why)) => Some(Err(why)),
+        (None, None) => None,
+    };
     Ok(Recorded {
-        session_id: event.session,
-        appended,
+        session_id,
+        appended: appended[0],
         omitted,
+        transcript,
     })
 }
 

@@ -103,6 +103,9 @@ impl RunLog {
             None,
             &run_entry::run_start_body(facts),
         )?;
+        if facts.hooks {
+            run.start_transcripts(&facts.rules);
+        }
         Ok(run)
     }
 
@@ -114,6 +117,37 @@ impl RunLog {
             announced: Mutex::default(),
             refused: AtomicU64::new(0),
             floor_refused: Mutex::default(),
+        }
+    }
+
+    /// Fixes where Claude Code will keep the transcripts the door anchors:
+    /// under the account's home (or `$CLAUDE_CONFIG_DIR`), for the project
+    /// the program starts in (`rules`' `project` and `home`). A failure is a
+    /// `transcript_gap` entry: the run goes on, unanchored.
+    fn start_transcripts(&self, rules: &Value) {
+        let path = |name: &str| rules.get(name).and_then(Value::as_str).map(PathBuf::from);
+        let started = match (path("project"), path("home")) {
+            (Some(project), Some(home)) => {
+                crate::transcript::anchor::start_run(self.log.dir(), &project, &home)
+                    .map_err(|e| e.to_string())
+            }
+            _ => Err("the run's rules name no project or home".to_string()),
+        };
+        if let Err(why) = started {
+            let which = crate::transcript::Which {
+                session_id: String::new(),
+                agent_id: None,
+                root: String::new(),
+                path: String::new(),
+            };
+            let body = crate::transcript::gap_body(
+                &which,
+                crate::transcript::GapReason::Unreadable,
+                &format!("transcripts are not anchored in this run: {why}"),
+                0,
+                None,
+            );
+            let _ = self.note(crate::transcript::GAP, None, None, &body);
         }
     }
 
@@ -172,6 +206,7 @@ impl RunLog {
         if self.hooks && !request.run_hook {
             return Ok(HookOutcome::Skipped);
         }
+        let started = std::time::Instant::now();
         let invocation = Invocation {
             ts: request.ts,
             host: self.host.clone(),
@@ -200,7 +235,30 @@ impl RunLog {
             }
             event
         };
-        Ok(HookOutcome::Recorded(self.log.append(&event)?))
+        // The transcript is read here, outside the floor, never by the hook
+        // inside it; its anchors go in with the hook's entry. Claude Code's
+        // only: a Codex payload's `transcript_path` is its rollout.
+        let anchoring = match (request.glimpse, request.agent) {
+            (false, crate::hook::Agent::ClaudeCode) => {
+                crate::transcript::anchor::at_door(self.log.dir(), &request.body, started)
+            }
+            _ => None,
+        };
+        let mut events = vec![event];
+        if let Some(pending) = &anchoring {
+            let stamp = self.stamp();
+            events.extend(
+                pending
+                    .entries
+                    .iter()
+                    .map(|(kind, body)| run_entry::event(&stamp, kind, None, None, body)),
+            );
+        }
+        let appended = self.log.append_all(&events)?;
+        if let Some(pending) = anchoring {
+            let _ = pending.commit();
+        }
+        Ok(HookOutcome::Recorded(appended[0]))
     }
 
     /// Writes the `exec` entry for a command about to start, naming the Bash

@@ -25,6 +25,8 @@ mod out;
 mod hooks;
 #[path = "nd7/read_cmds.rs"]
 mod read_cmds;
+#[path = "nd7/transcript_cmds.rs"]
+mod transcript_cmds;
 #[path = "nd7/vault_cmds.rs"]
 mod vault_cmds;
 
@@ -60,10 +62,14 @@ fn main() -> ExitCode {
             target,
             all,
             threads,
+            transcript,
         } => {
             let threads = threads.unwrap_or_else(default_threads).max(1);
             match (target, all) {
                 (_, true) => verify_all(threads),
+                (Some(target), false) if transcript => {
+                    transcript_cmds::verify(&target, |log| verify_log(log, threads))
+                }
                 (Some(target), false) => verify_one(&target, threads),
                 (None, false) => ExitCode::from(2),
             }
@@ -408,6 +414,12 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    verify_log(&log, threads)
+}
+
+/// `nd7 verify` of one log: the chain, its reconciliation, the caveats.
+fn verify_log(log: &SessionLog, threads: usize) -> ExitCode {
+    let log = log.clone();
     let mut verdicts = read_cmds::Verdicts::new();
     let keys = read_cmds::Verdicts::before(&log);
     let result = log.verify(threads);

@@ -26,6 +26,8 @@
 //! GET  /v1/machines/<id>                 a machine's enrolment record      reader token
 //! GET  /v1/batches/<machine>/<session hex>  a chain's batches, framed      reader token
 //! GET  /v1/forks                         refused forking batches           reader token
+//! POST /v1/transcripts                   one transcript piece              machine
+//! GET  /v1/transcripts/<machine>/<session hex>  a chain's pieces, framed  reader token
 //! ```
 
 #![forbid(unsafe_code)]
@@ -38,7 +40,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use crate::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, SigningKey};
+use crate::vault::{
+    Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, PieceHeader, SigningKey,
+};
 
 /// A storage failure: what the server was doing, and the backend's words.
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +130,16 @@ pub trait Store: Send {
     fn sessions(&mut self) -> Result<Vec<(String, String, u64)>, StoreError>;
     /// (machine, session, first, last, reason) of every refused fork.
     fn forks(&mut self) -> Result<Vec<ForkRow>, StoreError>;
+    /// Keeps a transcript piece as sent; `false` if the chain holds a piece
+    /// of that anchor from that byte already.
+    fn insert_piece(
+        &mut self,
+        header: &PieceHeader,
+        body: &[u8],
+        now: u64,
+    ) -> Result<bool, StoreError>;
+    /// Every transcript piece held of a chain, by anchor and first byte.
+    fn pieces(&mut self, machine: &str, session: &str) -> Result<Vec<Vec<u8>>, StoreError>;
     /// Keeps a signed restore notice.
     fn add_restore(&mut self, notice: &str, now: u64) -> Result<(), StoreError>;
     /// Every restore notice, oldest first.

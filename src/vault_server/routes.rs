@@ -103,6 +103,12 @@ impl Vault {
                 .reader(request)
                 .and_then(|()| self.batches(machine, session)),
             ("GET", ["v1", "forks"]) => self.reader(request).and_then(|()| self.forks()),
+            ("POST", ["v1", "transcripts"]) => self
+                .authenticate(request)
+                .and_then(|(machine, key)| self.piece(&machine, &key, &request.body)),
+            ("GET", ["v1", "transcripts", machine, session]) => self
+                .reader(request)
+                .and_then(|()| self.pieces(machine, session)),
             _ => Err(reply(404, format!("no such route: {method} {path}"))),
         };
         result.unwrap_or_else(|r| r)
@@ -333,6 +339,75 @@ impl Vault {
                 Err(r)
             }
         }
+    }
+
+    /// A transcript piece: signed by the machine that sends it, of bytes an
+    /// anchor the vault already holds covers. Its contents are the admins'
+    /// to check against that anchor; the vault keeps the first piece of each
+    /// anchor and first byte, and acknowledges a resend.
+    fn piece(&self, machine: &str, key: &PublicKey, body: &[u8]) -> Result<Reply, Reply> {
+        let piece =
+            vault::parse_piece(body).map_err(|e| refuse(400, format!("machine {machine}: {e}")))?;
+        let header = &piece.header;
+        let names = header.names();
+        if header.machine != machine {
+            return Err(refuse(
+                403,
+                format!(
+                    "{names}: the piece names machine {:?} but was signed by {machine:?}",
+                    header.machine
+                ),
+            ));
+        }
+        if !piece.signed_by(key) {
+            return Err(refuse(
+                400,
+                format!("{names}: the piece is not signed by the machine's key"),
+            ));
+        }
+        let mut store = self.store();
+        let head = store.head(machine, &header.session).map_err(internal)?;
+        if head
+            .as_ref()
+            .is_none_or(|h| h.checkpoint.last < header.anchor)
+        {
+            let mut r = reply(
+                409,
+                format!(
+                    "refused: entry {} is not stored yet: ship the entries before the transcript they anchor",
+                    header.anchor
+                ),
+            );
+            r.note = Some(format!("{names}: its anchor is not stored"));
+            return Err(r);
+        }
+        let range = format!("{}..{}", header.from, header.to);
+        if store
+            .insert_piece(header, body, (self.now)())
+            .map_err(internal)?
+        {
+            Ok(reply(200, format!("stored {} {range}", header.anchor)))
+        } else {
+            Ok(reply(
+                200,
+                format!("already stored {} {range}", header.anchor),
+            ))
+        }
+    }
+
+    fn pieces(&self, machine: &str, session: &str) -> Result<Reply, Reply> {
+        let session = session_from_hex(session)?;
+        let pieces = self.store().pieces(machine, &session).map_err(internal)?;
+        let mut out = Vec::new();
+        for b in pieces {
+            out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+            out.extend_from_slice(&b);
+        }
+        Ok(Reply {
+            status: 200,
+            body: out,
+            note: None,
+        })
     }
 
     fn sessions(&self) -> Result<Reply, Reply> {

@@ -7,7 +7,7 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{ForkRow, Store, StoreError, StoredBatch};
-use crate::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId};
+use crate::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, PieceHeader};
 
 /// The format this file holds (`PRAGMA user_version`).
 const FORMAT: i64 = 2;
@@ -33,6 +33,10 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE TABLE IF NOT EXISTS forks (
   machine TEXT NOT NULL, session TEXT NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL,
   reason TEXT NOT NULL, header BLOB NOT NULL, body_blake3 TEXT NOT NULL, seen INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS pieces (
+  machine TEXT NOT NULL, session TEXT NOT NULL, anchor INTEGER NOT NULL, from_byte INTEGER NOT NULL,
+  to_byte INTEGER NOT NULL, body BLOB NOT NULL, stored INTEGER NOT NULL,
+  PRIMARY KEY (machine, session, anchor, from_byte));
 CREATE TABLE IF NOT EXISTS restores (
   id INTEGER PRIMARY KEY AUTOINCREMENT, notice TEXT NOT NULL, installed INTEGER NOT NULL);
 ";
@@ -335,6 +339,42 @@ impl Store for SqliteStore {
             .map_err(|e| StoreError::new("read batches", e))?;
         rows.collect::<Result<Vec<_>, _>>()
             .map_err(|e| StoreError::new("read batches", e))
+    }
+
+    fn insert_piece(
+        &mut self,
+        header: &PieceHeader,
+        body: &[u8],
+        now: u64,
+    ) -> Result<bool, StoreError> {
+        let n = self
+            .db
+            .execute(
+                "INSERT OR IGNORE INTO pieces (machine, session, anchor, from_byte, to_byte, body, stored) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    header.machine,
+                    header.session,
+                    header.anchor as i64,
+                    header.from as i64,
+                    header.to as i64,
+                    body,
+                    now as i64
+                ],
+            )
+            .map_err(|e| StoreError::new("store a transcript piece", e))?;
+        Ok(n == 1)
+    }
+
+    fn pieces(&mut self, machine: &str, session: &str) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut q = self
+            .db
+            .prepare("SELECT body FROM pieces WHERE machine = ?1 AND session = ?2 ORDER BY anchor, from_byte")
+            .map_err(|e| StoreError::new("read transcript pieces", e))?;
+        let rows = q
+            .query_map(params![machine, session], |r| r.get::<_, Vec<u8>>(0))
+            .map_err(|e| StoreError::new("read transcript pieces", e))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::new("read transcript pieces", e))
     }
 
     fn sessions(&mut self) -> Result<Vec<(String, String, u64)>, StoreError> {

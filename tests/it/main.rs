@@ -26,6 +26,10 @@ mod setup_codex;
 mod tamper;
 #[cfg(target_os = "linux")]
 mod toolchains;
+mod transcript;
+mod transcript_run;
+#[cfg(feature = "vault-server")]
+mod transcript_vault;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]

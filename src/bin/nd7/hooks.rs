@@ -93,6 +93,12 @@ pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
         .and_then(|input| record::deliver(agent, &invocation, &input, run_hook));
     match outcome {
         Ok(record::Delivered::Direct(recorded)) => {
+            if let Some(Err(e)) = &recorded.transcript {
+                say(format_args!(
+                    "nd7 record: the transcript was not anchored: {e} (session {})",
+                    recorded.session_id
+                ));
+            }
             if let Some(bytes) = recorded.omitted {
                 say(format_args!(
                     "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (session {}, entry {})",

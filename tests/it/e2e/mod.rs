@@ -15,6 +15,7 @@ mod daily;
 mod interactive;
 pub(crate) mod mock_api;
 mod mock_responses;
+mod transcript;
 
 use mock_api::{Block, MockApi, bash};
 use serde_json::{Value, json};
@@ -83,7 +84,16 @@ fn session_in(
     workspace: claude::Workspace,
     script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
 ) -> Session {
-    let s = play(workspace, script);
+    session_on(workspace, script, MockApi::start)
+}
+
+/// [`session_in`], with the API `serve` starts for the scripted turns.
+fn session_on(
+    workspace: claude::Workspace,
+    script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
+    serve: impl FnOnce(Vec<Vec<Block>>) -> MockApi,
+) -> Session {
+    let s = play_on(workspace, script, serve);
     assert_eq!(
         s.denials(),
         json!([]),
@@ -99,10 +109,19 @@ pub(crate) fn play(
     workspace: claude::Workspace,
     script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
 ) -> Session {
+    play_on(workspace, script, MockApi::start)
+}
+
+/// [`play`], with the API `serve` starts for the scripted turns.
+fn play_on(
+    workspace: claude::Workspace,
+    script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
+    serve: impl FnOnce(Vec<Vec<Block>>) -> MockApi,
+) -> Session {
     let claude = claude::install(&claude::version());
     let turns = script(&workspace.project);
     let scripted = turns.len();
-    let api = MockApi::start(turns);
+    let api = serve(turns);
     let run = claude::run(&claude, &api.url, "run the scripted session", workspace);
     assert!(run.output.status.success(), "{}", run.describe());
     assert_eq!(
@@ -174,7 +193,13 @@ fn a_plain_session_is_recorded_in_order_and_verifies() {
             vec![Block::Text("All done.".into())],
         ]
     });
-    let kinds = s.kinds();
+    // The hooks' entries; the transcript's anchors follow some of them
+    // (e2e/transcript.rs).
+    let kinds: Vec<String> = s
+        .kinds()
+        .into_iter()
+        .filter(|k| !k.starts_with("transcript_"))
+        .collect();
     assert_eq!(
         kinds.first().map(String::as_str),
         Some("session_start"),
