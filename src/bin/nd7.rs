@@ -265,10 +265,6 @@ fn run_grant(
                     "session {pid}: writes under {} allowed from the next command",
                     path.display()
                 );
-                let running = nd7_core::running::read(&session.dir);
-                for line in nd7_core::running::deny_report(pid, &path, &running) {
-                    println!("{line}");
-                }
             }
             Ok(Changed::AlreadyAllowed(path)) => {
                 println!("session {pid}: {} was already allowed", path.display())
@@ -288,7 +284,11 @@ fn run_grant(
                     println!(
                         "session {pid}: writes under {} denied from the next command",
                         path.display()
-                    )
+                    );
+                    let running = nd7_core::running::read(&session.dir);
+                    for line in nd7_core::running::deny_report(pid, &path, &running) {
+                        println!("{line}");
+                    }
                 }
             }
             Ok(Changed::NotAGrant(path)) => {
