@@ -412,6 +412,15 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
     if !r.is_run {
         return Ok(true);
     }
+    // A chain that stops before `run_end` accounts for the run only up to
+    // its last entry: an agent that killed its `nd7 run` went on unrecorded.
+    let ended = r.ended || run_is_live(log.session_id());
+    if !ended {
+        println!(
+            "{prefix}NOT ENDED: the run's chain has no run_end: its nd7 run was killed before it could end it, and nothing after entry {} was recorded",
+            r.last_seq
+        );
+    }
     if !r.hooks {
         println!(
             "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
@@ -441,12 +450,28 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
             exec.seq, exec.command
         );
     }
-    if r.agrees() {
+    if r.agrees() && ended {
         println!(
             "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
         );
     }
-    Ok(r.agrees())
+    Ok(r.agrees() && ended)
+}
+
+/// Whether the `nd7 run` that writes the chain `id` (`run-<time>-<pid>-<hex>`)
+/// is running now: its chain has no `run_end` yet, and that is no fault.
+fn run_is_live(id: &str) -> bool {
+    let Some(pid) = id.split('-').nth(2).and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    let Ok(sessions) = nd7_core::session::Sessions::for_user() else {
+        return false;
+    };
+    sessions.running().is_ok_and(|r| r.contains(&pid))
+        && sessions
+            .session(pid)
+            .record()
+            .is_ok_and(|r| r.log.is_some_and(|l| l.id == id))
 }
 
 /// A target with a path separator, or one that exists as a path while no

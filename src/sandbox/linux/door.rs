@@ -14,7 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::exit::{ExitError, STACK, Slots, admit, refuse};
 use super::proc;
@@ -26,7 +26,10 @@ use crate::session::Session;
 /// this bounds the threads, not the throughput.
 pub const MAX_HOOKS: usize = 16;
 
-/// How long a caller may take to send its request.
+/// How long a caller may take to send its whole request. A deadline for the
+/// request, not a timeout per read: a peer trickling one byte at a time
+/// would otherwise hold a slot for as long as it liked, and sixteen of them
+/// would stall every hook behind them.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The session side: `nd7 run`'s door for the hooks.
@@ -81,8 +84,7 @@ fn serve_one(conn: &UnixStream, me: u32, log: &RunLog) {
         Ok(pid) => pid,
         Err(why) => return refuse(conn, log, "record", why),
     };
-    let _ = conn.set_read_timeout(Some(REQUEST_TIMEOUT));
-    let request = match receive(conn) {
+    let request = match receive(conn, Instant::now() + REQUEST_TIMEOUT) {
         Ok(request) => request,
         Err(why) => return refuse(conn, log, "record", why),
     };
@@ -97,16 +99,44 @@ fn serve_one(conn: &UnixStream, me: u32, log: &RunLog) {
     let _ = (&*conn).write_all(&frame.encode());
 }
 
-fn receive(mut conn: &UnixStream) -> Result<HookRequest, String> {
+fn receive(conn: &UnixStream, deadline: Instant) -> Result<HookRequest, String> {
     let mut prefix = [0u8; 4];
-    conn.read_exact(&mut prefix)
-        .map_err(|e| format!("cannot read the request: {e}"))?;
+    read_by(conn, &mut prefix, deadline)?;
     let len = Request::announced_len(prefix).map_err(|e| e.to_string())?;
     let mut body = vec![0u8; len];
-    conn.read_exact(&mut body)
-        .map_err(|e| format!("cannot read the request: {e}"))?;
+    read_by(conn, &mut body, deadline)?;
     HookRequest::decode(&body).map_err(|e| e.to_string())
 }
+
+/// Fills `buf` from `conn`, failing once `deadline` has passed.
+fn read_by(mut conn: &UnixStream, buf: &mut [u8], deadline: Instant) -> Result<(), String> {
+    let mut at = 0;
+    while at < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "the request was not sent within {} s",
+                REQUEST_TIMEOUT.as_secs()
+            ));
+        }
+        conn.set_read_timeout(Some(left))
+            .map_err(|e| format!("cannot read the request: {e}"))?;
+        match conn.read(&mut buf[at..]) {
+            Ok(0) => return Err("the request ended early".into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("cannot read the request: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// How long a hook waits for `nd7 run` to take its request and answer. The
+/// answer comes once the entry is appended, behind at most the hooks queued
+/// before it; a `nd7 run` that is stopped (SIGSTOP from inside, a debugger)
+/// would otherwise keep the hook, and Claude Code with it, waiting for good.
+/// Below Claude Code's own hook timeout (60 s), so the hook says why.
+pub const DOOR_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How `nd7 run` answered a hook.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,11 +160,29 @@ pub fn send(socket: &Path, server: u32, request: &HookRequest) -> Result<Answer,
             socket.display()
         ));
     }
+    let _ = conn.set_write_timeout(Some(DOOR_ANSWER_TIMEOUT));
+    let _ = conn.set_read_timeout(Some(DOOR_ANSWER_TIMEOUT));
+    let timed_out = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    };
+    let silent = || {
+        format!(
+            "nd7 run {server} did not answer within {} s (stopped, or its door overwhelmed)",
+            DOOR_ANSWER_TIMEOUT.as_secs()
+        )
+    };
     let sent = conn.write_all(&request.encode());
+    if sent.as_ref().is_err_and(timed_out) {
+        return Err(silent());
+    }
     let mut head = [0u8; 5];
     if let Err(e) = conn.read_exact(&mut head) {
         return Err(match sent {
             Err(s) => format!("cannot send the payload to nd7 run: {s}"),
+            Ok(()) if timed_out(&e) => silent(),
             Ok(()) => format!("nd7 run closed the door before answering: {e}"),
         });
     }
