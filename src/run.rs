@@ -176,6 +176,9 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         return Err(RunError::Project(project_named(&cwd)));
     }
     policy.secrets = session::secrets(&home)?;
+    policy
+        .secrets
+        .extend(session::nd7_real_places(&home, &policy.roots.state));
     let warnings = pin_roots(&mut policy, &cwd);
     let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
     let claude = is_claude(&options.program);

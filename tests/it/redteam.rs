@@ -449,3 +449,88 @@ x exec-cp-dir "$EXEC" "cp -r '{real}' '{real}3'; cat '{real}3/id_ed25519'"
         );
     }
 }
+
+// --- ~/.nd7 kept in a dotfiles repository ------------------------------------------
+
+/// Rewrites the running session's record.json (found under `$1/sessions`) to
+/// grant `$OUT`, pinned as it is now, as only `nd7 allow` may.
+const FORGE_GRANT: &str = r#"forge() { python3 - "$1" "$OUT" <<'PY'
+import glob, json, os, sys
+path = glob.glob(sys.argv[1] + "/sessions/*/record.json")[0]
+record = json.load(open(path))
+st = os.stat(sys.argv[2])
+record["grants"].append(sys.argv[2])
+record.setdefault("pins", []).append({"path": sys.argv[2], "dev": st.st_dev, "ino": st.st_ino})
+open(path, "w").write(json.dumps(record))
+PY
+}"#;
+
+/// `~/.nd7` kept in a dotfiles repository (`~/.nd7 -> dotfiles/nd7`, as
+/// stow leaves it) and the repository is the project: the floor's carve-out
+/// named `~/.nd7` only by its link, so its real directory was writable, and
+/// the agent rewrote its own session's record.json to grant itself any
+/// directory, pins included. Broke through; guards the real place of
+/// `~/.nd7` kept out with the secrets (`session::nd7_real_places`, added in
+/// `src/run.rs`): without it `forge` succeeds and the command after it
+/// writes outside.
+#[test]
+fn nd7s_own_directory_behind_a_link_is_kept_out_where_it_really_is() {
+    let w = World::new();
+    let dotfiles = w.proj();
+    std::fs::create_dir_all(dotfiles.join("nd7")).expect("mkdir");
+    std::os::unix::fs::symlink(dotfiles.join("nd7"), w.home().join(".nd7")).expect("symlink");
+    let out = w.run_agent(&format!(
+        r#"{X}
+{FORGE_GRANT}
+x read-record cat "$PWD"/nd7/sessions/*/record.json
+x forge forge "$PWD/nd7"
+x exec-outside "$EXEC" "touch '$OUT/escaped'"
+x agent-secrets sh -c "echo '-~/.ssh' >> '$PWD/nd7/secrets'"
+"#
+    ));
+    assert_eq!(
+        lines(&out),
+        [
+            "read-record:no",
+            "forge:no",
+            "exec-outside:no",
+            "agent-secrets:no"
+        ],
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!w.outside().join("escaped").exists());
+}
+
+/// The same with only the list of secrets kept elsewhere
+/// (`~/.nd7/secrets -> dotfiles/nd7-secrets`, the repository being the
+/// project): the agent appended `-~/.ssh` to the list and so took `~/.ssh`
+/// off the next session's. Broke through; guards the same line as above
+/// (`session::nd7_real_places`, added to the secrets in `src/run.rs`).
+/// (The next session is not run here: in the test world the scratch home
+/// has a second name, and a secret inside the scratch tree splits the
+/// rules around that name, which no real home has.)
+#[test]
+fn the_secrets_list_behind_a_link_cannot_be_edited_from_inside() {
+    let w = World::new();
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    std::fs::write(w.proj().join("nd7-secrets"), "~/.config/mytool\n").expect("write");
+    std::os::unix::fs::symlink(w.proj().join("nd7-secrets"), w.home().join(".nd7/secrets"))
+        .expect("symlink");
+    let out = w.run_agent(&format!(
+        r#"{X}
+x edit sh -c "echo '-~/.ssh' >> '$PWD/nd7-secrets'"
+x exec-edit "$EXEC" "echo '-~/.ssh' >> '$PWD/nd7-secrets'"
+"#
+    ));
+    assert_eq!(
+        lines(&out),
+        ["edit:no", "exec-edit:no"],
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.proj().join("nd7-secrets")).expect("list"),
+        "~/.config/mytool\n"
+    );
+}
