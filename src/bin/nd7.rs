@@ -408,6 +408,7 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
 /// For a run's chain that verified: the two accounts held against each
 /// other. Returns whether they agree.
 fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session_log::Error> {
+    use nd7_core::read::safe;
     let r = nd7_core::run_log::reconcile(log)?;
     if !r.is_run {
         return Ok(true);
@@ -432,22 +433,26 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
         "{prefix}run: nd7 run's own log: {} commands through the exit, {} Bash calls in the hooks' entries",
         r.execs, r.calls
     );
+    // Ids and commands are the agent's text: shown inert, so escapes in them
+    // cannot overwrite or hide these lines on a terminal.
+    let inert = |text: &str| safe::term(text, safe::Lines::One);
     for call in &r.unmatched_calls {
         println!(
             "{prefix}NOT RECONCILED: entry {}: Bash call {} ({}) has no command through the exit",
             call.seq,
             call.tool_use_id
                 .as_deref()
-                .unwrap_or("without a tool_use_id"),
+                .map_or("without a tool_use_id".to_string(), inert),
             call.command
                 .as_deref()
-                .map_or("no command text".to_string(), |c| format!("`{c}`")),
+                .map_or("no command text".to_string(), |c| format!("`{}`", inert(c))),
         );
     }
     for exec in &r.unmatched_execs {
         println!(
             "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit with no Bash call announcing it",
-            exec.seq, exec.command
+            exec.seq,
+            inert(&exec.command)
         );
     }
     if r.agrees() && ended {

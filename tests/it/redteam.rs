@@ -534,3 +534,40 @@ x exec-edit "$EXEC" "echo '-~/.ssh' >> '$PWD/nd7-secrets'"
         "~/.config/mytool\n"
     );
 }
+
+// --- what nd7 verify prints --------------------------------------------------
+
+/// The agent names a Bash call and runs a command whose text carries
+/// terminal escapes (a carriage return and "erase line", then a fake
+/// "reconciled" line). `nd7 verify` printed the NOT RECONCILED lines with the
+/// text as it was, so on a terminal the warning was overwritten by the
+/// agent's own line. Broke through; guards the `safe::term` calls in
+/// `report_reconciliation` (`src/bin/nd7.rs`): without them the raw escape
+/// bytes reach verify's output.
+#[test]
+fn verify_shows_the_agents_text_inert() {
+    let w = World::new();
+    let claude = fake_claude(
+        &w,
+        r#"
+FAKE=$(printf 'x\r\033[2Kreconciled: every Bash call has its command through the exit, and every command its call\033[8m')
+printf '{"session_id":"c1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"never %s"},"tool_use_id":"id\\u001b[8m"}' "$(printf '\\r\\u001b[2K')" | "$ND7" record --run-hook
+"$EXEC" "true '$FAKE'"
+"#,
+    );
+    let out = w
+        .nd7(&["run", &claude, "-p", "x"])
+        .output()
+        .expect("nd7 run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dir = run_chain(&w);
+    let v = verify(&w, &dir);
+    let report = text(&v.stdout);
+    assert_eq!(v.status.code(), Some(1), "{report}");
+    assert_eq!(report.matches("NOT RECONCILED").count(), 2, "{report}");
+    assert!(
+        !report.contains(['\u{1b}', '\r']),
+        "the agent's escapes reach the terminal: {report:?}"
+    );
+    assert!(report.contains("\\x1b[2K"), "{report}");
+}
