@@ -289,6 +289,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         })
     })?;
     let agent = child.id();
+    sandbox::program_started(agent);
     let handle = signals.handle();
     let forwarder = std::thread::spawn(move || {
         for sig in signals.forever() {

@@ -386,6 +386,15 @@ pub fn serve_exit(session: &Session, log: &Arc<RunLog>) -> Result<ExitService, S
     }
 }
 
+/// Tells the hooks' door which process is the program the run started, so
+/// its hooks are served ahead of anything else (Linux; elsewhere nothing).
+pub fn program_started(pid: u32) {
+    #[cfg(target_os = "linux")]
+    linux::door::program_started(pid);
+    #[cfg(not(target_os = "linux"))]
+    let _ = pid;
+}
+
 impl ExitService {
     /// Ends every command the exit started that is still running.
     pub fn kill_commands(&self) {

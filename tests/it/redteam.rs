@@ -207,19 +207,17 @@ while (1) {
   select(undef, undef, undef, 0.2);
 }' "#;
 
-/// A flood of silent connections to the door, renewed as fast as the door
-/// drops them, keeps the hooks queued behind it for longer than Claude
-/// Code waits for a hook (60 s by default). OPEN: the door serves connections
-/// in arrival order with a fixed number of threads, so a peer inside the
-/// session that opens them faster than the deadline drops them delays every
-/// hook without bound. Bash commands are still accounted by the exit's own
-/// `exec` entries, but Write/Edit calls go unrecorded. A fix needs the door
-/// to tell Claude Code's hooks (descendants of the program `nd7 run`
-/// started) from commands through the exit (children of `nd7 run`) and give
-/// them slots of their own, or to read requests without a thread each.
+/// A flood of silent connections to the door from a command through the
+/// exit, renewed as fast as the door drops them, kept every hook queued
+/// behind it for longer than the hook waits (30 s; Claude Code's own timeout
+/// is 60 s): the door served connections in arrival order with one set of
+/// threads, so Write/Edit calls went unrecorded (Bash commands were still in
+/// the exit's own `exec` entries). Broke through; guards the two queues in
+/// `Door::serve` (`src/sandbox/linux/door.rs`, `from_program`, told the
+/// program's pid by `sandbox::program_started` in `src/run.rs`): with one
+/// queue again the hook gives up and nothing is recorded.
 #[test]
-#[ignore = "open: a flood of door connections from a command through the exit delays every hook past Claude Code's hook timeout"]
-fn a_flood_of_door_connections_does_not_delay_hooks_past_claude_codes_timeout() {
+fn a_flood_of_door_connections_through_the_exit_does_not_delay_the_hooks() {
     let w = World::new();
     let out = w.run_agent(&format!(
         r#"

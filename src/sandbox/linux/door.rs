@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::exit::{ExitError, STACK, Slots, admit, refuse};
@@ -57,14 +57,38 @@ impl Door {
     }
 
     /// Serves the door on a thread of its own for as long as the process lives.
+    ///
+    /// Callers are served in two queues of [`MAX_HOOKS`] threads each: the
+    /// program's own processes (Claude Code's hooks) wait for a thread;
+    /// anything else (a command through the exit) is refused at once when
+    /// its queue is full. A command flooding the door with connections
+    /// therefore never delays the hooks behind it.
     pub fn serve(self) {
         std::thread::spawn(move || {
             let me = std::process::id();
-            let slots = Arc::new(Slots::default());
+            let hooks = Arc::new(Slots::default());
+            let others = Arc::new(Slots::default());
             loop {
-                let slot = Slots::take(&slots, MAX_HOOKS);
                 let Ok((conn, _)) = self.listener.accept() else {
                     continue;
+                };
+                let slot = if from_program(&conn, me) {
+                    Slots::take(&hooks, MAX_HOOKS)
+                } else {
+                    match Slots::try_take(&others, MAX_HOOKS) {
+                        Some(slot) => slot,
+                        None => {
+                            refuse(
+                                &conn,
+                                &self.log,
+                                "record",
+                                format!(
+                                    "{MAX_HOOKS} connections to the door from outside the program are already being served"
+                                ),
+                            );
+                            continue;
+                        }
+                    }
                 };
                 let log = self.log.clone();
                 let spawned = std::thread::Builder::new()
@@ -77,6 +101,32 @@ impl Door {
             }
         });
     }
+}
+
+/// The program `nd7 run` started (Claude Code), once it has started.
+static PROGRAM: OnceLock<u32> = OnceLock::new();
+
+/// Tells the door which process is the program, whose own processes (its
+/// hooks) it serves ahead of anything else.
+pub fn program_started(pid: u32) {
+    let _ = PROGRAM.set(pid);
+}
+
+/// Whether the caller descends from the program rather than from a command
+/// through the exit: the kernel's word on its ancestors, up to this `nd7 run`.
+/// Only chooses a queue; admission is [`admit`]'s.
+fn from_program(conn: &UnixStream, me: u32) -> bool {
+    let Some(&program) = PROGRAM.get() else {
+        return false;
+    };
+    let Ok(cred) = rustix::net::sockopt::socket_peercred(conn) else {
+        return false;
+    };
+    let pid = cred.pid.as_raw_nonzero().get() as u32;
+    std::iter::once(pid)
+        .chain(proc::ancestors(pid))
+        .take_while(|&p| p != me)
+        .any(|p| p == program)
 }
 
 fn serve_one(conn: &UnixStream, me: u32, log: &RunLog) {
