@@ -126,7 +126,20 @@ pub fn deliver(
     };
     let session =
         sandbox::hook_door_near(std::path::Path::new(&hint)).ok_or(RecordError::RunGone)?;
-    through_door(&session, agent, invocation, input, run_hook)
+    match through_door(&session, agent, invocation, input, run_hook) {
+        Ok(delivered) => Ok(delivered),
+        // The hint is only a hint: the agent can set the hooks' environment
+        // (Claude Code's settings have an `env`), naming a directory called
+        // after any ancestor, pid 1 included, with a `record.sock` that is
+        // no door. A door named there that fails is not the last word while
+        // a run's door lies among the ancestors.
+        Err(e) => match sandbox::hook_door() {
+            Some(found) if found.dir != session.dir => {
+                through_door(&found, agent, invocation, input, run_hook)
+            }
+            _ => Err(e),
+        },
+    }
 }
 
 /// Hands the payload to `session`'s door and waits for the append.

@@ -823,6 +823,7 @@ fn fake_door() {
 // reports nd7 run as the process listening on it. Guards the SO_PEERCRED
 // check in `door::send`: without it the payload goes to the agent's own
 // socket, which answers "recorded", and the entry is lost without a word.
+// The hint failing, the hook finds the run's door among its ancestors.
 #[test]
 fn a_door_the_agent_made_gets_no_payload() {
     let w = World::new();
@@ -841,20 +842,12 @@ wc -c < "fake/$$/record.sock.got"
     ));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let got = lines(&out);
-    assert_eq!(got[0], "rc:0", "{got:?}");
+    // The agent's socket is sent nothing; the entry goes through the run's
+    // own door instead (a failed hint falls back to the ancestors' door:
+    // see redteam::a_forged_nd7_run_hint_does_not_switch_recording_off).
+    assert_eq!(got, ["rc:0", "0"], "{got:?}");
     assert!(
-        got[1].starts_with("nd7 record: ")
-            && got[1].contains("/record.sock is served by process ")
-            && got[1].ends_with("; nothing recorded"),
-        "{got:?}"
-    );
-    assert_eq!(
-        got[2].trim(),
-        "0",
-        "the agent's socket was sent nothing: {got:?}"
-    );
-    assert!(
-        !entries(&run_chain(&w)).iter().any(|e| e["session"] == "c"),
-        "nothing was recorded either"
+        entries(&run_chain(&w)).iter().any(|e| e["session"] == "c"),
+        "recorded through nd7 run's door"
     );
 }

@@ -569,3 +569,32 @@ printf '{"session_id":"c1","hook_event_name":"PreToolUse","tool_name":"Bash","to
     );
     assert!(report.contains("\\x1b[2K"), "{report}");
 }
+
+// --- the hooks' environment -------------------------------------------------
+
+/// Claude Code applies its settings' `env` (in `~/.claude/settings.json` or
+/// the project's `.claude/settings.json`, both writable inside) to the hooks
+/// it starts, so the agent chooses `ND7_RUN` for every later hook. Named
+/// after pid 1 (an ancestor of every process) with a plain file for its
+/// `record.sock`, the hint passed the ancestor check, the connect failed, and
+/// the hook recorded nothing: recording switched off from inside. Broke
+/// through; guards the fall-back to the ancestors' door in `record::deliver`
+/// (`src/record.rs`): without it the hook says "nothing recorded".
+#[test]
+fn a_forged_nd7_run_hint_does_not_switch_recording_off() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"
+mkdir -p fake/1 && touch fake/1/record.sock
+echo '{"session_id":"hinted","hook_event_name":"Stop"}' | ND7_RUN="$PWD/fake/1" "$ND7" record 2> hook.err; echo "rc:$?"
+cat hook.err
+"#,
+    );
+    assert_eq!(lines(&out), ["rc:0"], "{}", text(&out.stderr));
+    assert!(
+        entries(&run_chain(&w))
+            .iter()
+            .any(|x| x["session"] == "hinted"),
+        "the entry went through the run's own door"
+    );
+}
