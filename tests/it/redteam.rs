@@ -598,3 +598,31 @@ cat hook.err
         "the entry went through the run's own door"
     );
 }
+
+/// The same `env` can set `ND7_RUN` to something that is no directory at
+/// all (`x`), or to the empty string, which read as "not under nd7 run":
+/// with `XDG_STATE_HOME` pointed into the project, the hook then appended to
+/// a log of the agent's own and reported success, and the run's chain got
+/// nothing. Broke through; guards `or_else(sandbox::hook_door)` and the
+/// empty hint in `record::deliver` (`src/record.rs`).
+#[test]
+fn an_empty_or_meaningless_nd7_run_hint_does_not_switch_recording_off() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"
+for hint in x ''; do
+  echo '{"session_id":"hint-'"$hint"'","hook_event_name":"Stop"}' | ND7_RUN="$hint" XDG_STATE_HOME="$PWD/st" "$ND7" record 2> hook.err; echo "rc:$?"
+  cat hook.err
+done
+ls st 2>/dev/null
+"#,
+    );
+    assert_eq!(lines(&out), ["rc:0", "rc:0"], "{}", text(&out.stderr));
+    let e = entries(&run_chain(&w));
+    for session in ["hint-x", "hint-"] {
+        assert!(
+            e.iter().any(|x| x["session"] == session),
+            "{session} went through the run's own door"
+        );
+    }
+}
