@@ -160,14 +160,17 @@ fn receive(conn: &UnixStream, deadline: Instant) -> Result<HookRequest, String> 
 
 /// Fills `buf` from `conn`, failing once `deadline` has passed.
 fn read_by(mut conn: &UnixStream, buf: &mut [u8], deadline: Instant) -> Result<(), String> {
+    let late = || {
+        format!(
+            "the request was not sent within {} s",
+            REQUEST_TIMEOUT.as_secs()
+        )
+    };
     let mut at = 0;
     while at < buf.len() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!(
-                "the request was not sent within {} s",
-                REQUEST_TIMEOUT.as_secs()
-            ));
+            return Err(late());
         }
         conn.set_read_timeout(Some(left))
             .map_err(|e| format!("cannot read the request: {e}"))?;
@@ -175,6 +178,14 @@ fn read_by(mut conn: &UnixStream, buf: &mut [u8], deadline: Instant) -> Result<(
             Ok(0) => return Err("the request ended early".into()),
             Ok(n) => at += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(late());
+            }
             Err(e) => return Err(format!("cannot read the request: {e}")),
         }
     }
