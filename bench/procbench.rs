@@ -4,8 +4,9 @@
 //! its ratio to the first command's.
 //!
 //! usage: procbench RUNS STDIN_FILE CMD [ARGS...] [:: CMD [ARGS...]]...
-//! Environment variables of the form `NAME=VALUE` before a CMD are set for it;
-//! a first word `<FILE` gives that command its own stdin.
+//! Environment variables of the form `NAME=VALUE` before a CMD are set for it,
+//! and `-NAME=` removes NAME from its environment; a first word `<FILE` gives
+//! that command its own stdin.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -60,7 +61,10 @@ fn run(cmd: &[String], input: &[u8]) -> Result<Duration, Box<dyn std::error::Err
     command.args(&argv[1..]);
     for kv in envs {
         let (k, v) = kv.split_once('=').ok_or("bad NAME=VALUE")?;
-        command.env(k, v);
+        match k.strip_prefix('-') {
+            Some(removed) => command.env_remove(removed),
+            None => command.env(k, v),
+        };
     }
     let start = Instant::now();
     let mut child = command

@@ -110,7 +110,11 @@ pub fn deliver(
     input: &[u8],
     run_hook: bool,
 ) -> Result<Delivered, RecordError> {
-    let hint = std::env::var_os(RUN_VARIABLE).filter(|v| !v.is_empty());
+    // Set at all, even empty, the variable says the hook runs under nd7 run:
+    // nd7 run never sets it empty, and a hook whose environment the agent
+    // chose (Claude Code's settings have an `env`) must not be steered to a
+    // direct append into a state directory of the agent's choosing.
+    let hint = std::env::var_os(RUN_VARIABLE);
     let Some(hint) = hint else {
         let state = session_log::state_dir()?;
         match record_as(agent, invocation, input, &session_log::sessions_dir(&state)) {
@@ -124,9 +128,23 @@ pub fn deliver(
             Err(e) => return Err(e),
         }
     };
-    let session =
-        sandbox::hook_door_near(std::path::Path::new(&hint)).ok_or(RecordError::RunGone)?;
-    through_door(&session, agent, invocation, input, run_hook)
+    let session = sandbox::hook_door_near(std::path::Path::new(&hint))
+        .or_else(sandbox::hook_door)
+        .ok_or(RecordError::RunGone)?;
+    match through_door(&session, agent, invocation, input, run_hook) {
+        Ok(delivered) => Ok(delivered),
+        // The hint is only a hint: the agent can set the hooks' environment
+        // (Claude Code's settings have an `env`), naming a directory called
+        // after any ancestor, pid 1 included, with a `record.sock` that is
+        // no door. A door named there that fails is not the last word while
+        // a run's door lies among the ancestors.
+        Err(e) => match sandbox::hook_door() {
+            Some(found) if found.dir != session.dir => {
+                through_door(&found, agent, invocation, input, run_hook)
+            }
+            _ => Err(e),
+        },
+    }
 }
 
 /// Hands the payload to `session`'s door and waits for the append.

@@ -210,6 +210,9 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     }
     policy.secrets = session::secrets(&home)?;
     policy.terminal = sandbox::own_terminal();
+    policy
+        .secrets
+        .extend(session::nd7_real_places(&home, &policy.roots.state));
     // Made (where missing) before the floor is built: the floor's rules
     // cover what exists when it is built.
     let planned = run_grants::planned(&home, &policy.roots.project.clone(), options)?;

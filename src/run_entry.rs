@@ -343,6 +343,12 @@ pub struct Reconciliation {
     /// Lines that are not entries this reader understands (never in a chain
     /// that verifies; counted so nothing is skipped silently).
     pub unreadable: u64,
+    /// Whether nd7's `run_end` is in the chain. Without it the run is still
+    /// going, or its `nd7 run` was killed (from inside too: the same account
+    /// can signal it) and nothing after its last entry was recorded.
+    pub ended: bool,
+    /// The seq of the chain's last entry.
+    pub last_seq: u64,
 }
 
 impl Reconciliation {
@@ -418,6 +424,7 @@ impl Reconciler {
             return !first;
         };
         let ours = line.source == SOURCE;
+        self.out.last_seq = line.seq;
         if first {
             self.out.is_run = ours && line.kind == RUN_START;
             self.out.hooks = self.out.is_run && line.body.hooks == Some(true);
@@ -448,6 +455,8 @@ impl Reconciler {
                 tool_use_id: line.tool_use_id,
                 command,
             });
+        } else if ours && line.kind == RUN_END {
+            self.out.ended = true;
         } else if ours && line.kind == EXEC {
             self.out.execs += 1;
             // A Bash tool line is held against its call by the model's

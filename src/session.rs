@@ -213,6 +213,26 @@ pub fn with_real_places(paths: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
+/// Where nd7's own files really are, when a link lies on the way to them
+/// (`~/.nd7 -> dotfiles/nd7` or `~/.nd7/secrets -> dotfiles/nd7-secrets`, as
+/// a dotfile manager leaves them; the logs or vault keys moved elsewhere).
+/// Landlock rules act on real directories, so a carve-out made by the name
+/// alone would leave the real place writable wherever it lies in a write
+/// root or grant: the agent could rewrite its session's record (its grants)
+/// or the next session's list of secrets. Only places that differ from
+/// their names are returned.
+pub fn nd7_real_places(home: &Path, state: &Path) -> Vec<PathBuf> {
+    [
+        home.join(".nd7"),
+        home.join(secrets::FILE),
+        state.join("sessions"),
+        state.join("vault"),
+    ]
+    .iter()
+    .filter_map(|p| real_place(p).filter(|r| r != p))
+    .collect()
+}
+
 /// Where `path` really is: its nearest existing ancestor resolved, and the
 /// rest appended.
 fn real_place(path: &Path) -> Option<PathBuf> {

@@ -438,9 +438,19 @@ fn verify_log(log: &SessionLog, threads: usize) -> ExitCode {
 /// For a run's chain that verified: the two accounts held against each
 /// other. Returns whether they agree.
 fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session_log::Error> {
+    use nd7_core::read::safe;
     let r = nd7_core::run_log::reconcile(log)?;
     if !r.is_run {
         return Ok(true);
+    }
+    // A chain that stops before `run_end` accounts for the run only up to
+    // its last entry: an agent that killed its `nd7 run` went on unrecorded.
+    let ended = r.ended || run_is_live(log.session_id());
+    if !ended {
+        println!(
+            "{prefix}NOT ENDED: the run's chain has no run_end: its nd7 run was killed before it could end it, and nothing after entry {} was recorded",
+            r.last_seq
+        );
     }
     if !r.hooks {
         println!(
@@ -453,16 +463,19 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
         "{prefix}run: nd7 run's own log: {} commands through the exit, {} Bash calls in the hooks' entries",
         r.execs, r.calls
     );
+    // Ids and commands are the agent's text: shown inert, so escapes in them
+    // cannot overwrite or hide these lines on a terminal.
+    let inert = |text: &str| safe::term(text, safe::Lines::One);
     for call in &r.unmatched_calls {
         println!(
             "{prefix}NOT RECONCILED: entry {}: Bash call {} ({}) has no command through the exit",
             call.seq,
             call.tool_use_id
                 .as_deref()
-                .unwrap_or("without a tool_use_id"),
+                .map_or("without a tool_use_id".to_string(), inert),
             call.command
                 .as_deref()
-                .map_or("no command text".to_string(), |c| format!("`{c}`")),
+                .map_or("no command text".to_string(), |c| format!("`{}`", inert(c))),
         );
     }
     if !r.calls_not_run.is_empty() {
@@ -480,15 +493,32 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
     for exec in &r.unmatched_execs {
         println!(
             "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit with no Bash call announcing it",
-            exec.seq, exec.command
+            exec.seq,
+            inert(&exec.command)
         );
     }
-    if r.agrees() {
+    if r.agrees() && ended {
         println!(
             "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
         );
     }
-    Ok(r.agrees())
+    Ok(r.agrees() && ended)
+}
+
+/// Whether the `nd7 run` that writes the chain `id` (`run-<time>-<pid>-<hex>`)
+/// is running now: its chain has no `run_end` yet, and that is no fault.
+fn run_is_live(id: &str) -> bool {
+    let Some(pid) = id.split('-').nth(2).and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    let Ok(sessions) = nd7_core::session::Sessions::for_user() else {
+        return false;
+    };
+    sessions.running().is_ok_and(|r| r.contains(&pid))
+        && sessions
+            .session(pid)
+            .record()
+            .is_ok_and(|r| r.log.is_some_and(|l| l.id == id))
 }
 
 /// A target with a path separator, or one that exists as a path while no

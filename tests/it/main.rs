@@ -19,6 +19,7 @@ mod property;
 mod read;
 mod record;
 mod record_door;
+mod redteam;
 mod report_html;
 mod sandbox;
 mod setup;

@@ -574,7 +574,15 @@ cat out1 err1; cat err2; cat err3
         .iter()
         .filter(|x| x["source"] != "exit:nd7")
         .collect();
-    assert_eq!(added.len(), 3, "{added:?}");
+    // The forged entry and the oversized one; the hook run through the exit
+    // never reaches the door, which is the floor's alone (ADR-0051).
+    assert_eq!(added.len(), 2, "{added:?}");
+    assert!(
+        !added
+            .iter()
+            .any(|x| x["body"]["hook_event_name"] == "SessionEnd"),
+        "{added:?}"
+    );
     for x in &added {
         assert_eq!(x["source"], "intent:claude-code", "{x}");
         assert_eq!(x["session"], "c");
@@ -583,8 +591,7 @@ cat out1 err1; cat err2; cat err3
     assert_eq!(added[0]["kind"], "tool_call");
     assert_eq!(added[0]["body"]["source"], "exit:nd7");
     assert_eq!(added[0]["body"]["kind"], "exec");
-    assert_eq!(added[1]["kind"], "session_end");
-    assert_eq!(added[2]["body"]["omitted"]["bytes"], 8_000_000 + 64);
+    assert_eq!(added[1]["body"]["omitted"]["bytes"], 8_000_000 + 64);
     // The forged exec is no command: the exit's own entries name one command.
     assert_eq!(
         ours(&e, "exec").len(),
@@ -599,7 +606,7 @@ cat out1 err1; cat err2; cat err3
 // once, every recorder exits 0 and prints nothing. Guards the lock in
 // `SessionLog::append`, which the door's threads share with every writer:
 // without it appends collide and entries are lost or refused. Also guards
-// `keeper::allow_own` in `Door::open`: without it the keeper refuses the
+// `keeper::allow_own_to_floor` in `Door::open`: without it the keeper refuses the
 // hooks' connects to the session's own `record.sock` and none records.
 #[test]
 fn two_hundred_hooks_at_once_through_the_door_lose_nothing() {
@@ -868,6 +875,7 @@ fn fake_door() {
 // reports nd7 run as the process listening on it. Guards the SO_PEERCRED
 // check in `door::send`: without it the payload goes to the agent's own
 // socket, which answers "recorded", and the entry is lost without a word.
+// The hint failing, the hook finds the run's door among its ancestors.
 #[test]
 fn a_door_the_agent_made_gets_no_payload() {
     let w = World::new();
@@ -886,20 +894,12 @@ wc -c < "fake/$$/record.sock.got"
     ));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let got = lines(&out);
-    assert_eq!(got[0], "rc:0", "{got:?}");
+    // The agent's socket is sent nothing; the entry goes through the run's
+    // own door instead (a failed hint falls back to the ancestors' door:
+    // see redteam::a_forged_nd7_run_hint_does_not_switch_recording_off).
+    assert_eq!(got, ["rc:0", "0"], "{got:?}");
     assert!(
-        got[1].starts_with("nd7 record: ")
-            && got[1].contains("/record.sock is served by process ")
-            && got[1].ends_with("; nothing recorded"),
-        "{got:?}"
-    );
-    assert_eq!(
-        got[2].trim(),
-        "0",
-        "the agent's socket was sent nothing: {got:?}"
-    );
-    assert!(
-        !entries(&run_chain(&w)).iter().any(|e| e["session"] == "c"),
-        "nothing was recorded either"
+        entries(&run_chain(&w)).iter().any(|e| e["session"] == "c"),
+        "recorded through nd7 run's door"
     );
 }

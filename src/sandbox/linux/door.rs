@@ -16,7 +16,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::os::fd::AsFd;
 
@@ -30,7 +30,8 @@ use crate::session::Session;
 /// this bounds the threads, not the throughput.
 pub const MAX_HOOKS: usize = 16;
 
-/// How long a caller may take to send its request.
+/// How long a caller may take to send its whole request (one deadline, not
+/// a timeout per read).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The session side: `nd7 run`'s door for the hooks.
@@ -62,8 +63,10 @@ impl Door {
             .map_err(|e| io_err("set up")(e.into()))?;
         let _ = set_pass_pidfd(&listener);
         // The keeper connects the session's processes only to sockets it
-        // knows to be the session's.
-        super::keeper::allow_own(listener.as_fd()).map_err(io_err("register"))?;
+        // knows to be the session's, and to this one only the floor's: the
+        // program's hooks, never a command through the exit, which could
+        // otherwise hold the hooks back with a flood of connections.
+        super::keeper::allow_own_to_floor(listener.as_fd()).map_err(io_err("register"))?;
         Ok(Door {
             listener,
             session: session.clone(),
@@ -96,9 +99,13 @@ impl Door {
 }
 
 fn serve_one(conn: &UnixStream, me: u32, session: &Session, log: &RunLog) {
+    // One deadline for the whole request, not a timeout per read: a peer
+    // trickling a byte at a time would otherwise hold its thread for as long
+    // as it liked, and MAX_HOOKS of them would stall every hook behind them.
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
     let _ = conn.set_read_timeout(Some(REQUEST_TIMEOUT));
     // The request first: the credentials that name its sender come with it.
-    let (caller, request) = receive(conn);
+    let (caller, request) = receive(conn, deadline);
     let who = (caller.pid, caller.uid);
     let request = match request {
         Ok(request) => request,
@@ -132,20 +139,63 @@ fn serve_one(conn: &UnixStream, me: u32, session: &Session, log: &RunLog) {
 }
 
 /// Reads one hook request, and who sent it as the kernel attached it.
-fn receive(mut conn: &UnixStream) -> (super::exit::Caller, Result<HookRequest, String>) {
+fn receive(
+    conn: &UnixStream,
+    deadline: Instant,
+) -> (super::exit::Caller, Result<HookRequest, String>) {
     let (caller, got) = receive_prefix(conn);
     let read = || {
         // Descriptors sent along are closed unread.
         let (prefix, _fds) = got?;
         let len = Request::announced_len(prefix).map_err(|e| e.to_string())?;
         let mut body = vec![0u8; len];
-        conn.read_exact(&mut body)
-            .map_err(|e| format!("cannot read the request: {e}"))?;
+        read_by(conn, &mut body, deadline)?;
         HookRequest::decode(&body).map_err(|e| e.to_string())
     };
     let request = read();
     (caller, request)
 }
+
+/// Fills `buf` from `conn`, failing once `deadline` has passed.
+fn read_by(mut conn: &UnixStream, buf: &mut [u8], deadline: Instant) -> Result<(), String> {
+    let late = || {
+        format!(
+            "the request was not sent within {} s",
+            REQUEST_TIMEOUT.as_secs()
+        )
+    };
+    let mut at = 0;
+    while at < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late());
+        }
+        conn.set_read_timeout(Some(left))
+            .map_err(|e| format!("cannot read the request: {e}"))?;
+        match conn.read(&mut buf[at..]) {
+            Ok(0) => return Err("the request ended early".into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(late());
+            }
+            Err(e) => return Err(format!("cannot read the request: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// How long a hook waits for `nd7 run` to take its request and answer. The
+/// answer comes once the entry is appended, behind at most the hooks queued
+/// before it; a `nd7 run` that is stopped (SIGSTOP from inside, a debugger)
+/// would otherwise keep the hook, and Claude Code with it, waiting for good.
+/// Below Claude Code's own hook timeout (60 s), so the hook says why.
+pub const DOOR_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How `nd7 run` answered a hook.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,11 +221,29 @@ pub fn send(socket: &Path, server: u32, request: &HookRequest) -> Result<Answer,
             socket.display()
         ));
     }
+    let _ = conn.set_write_timeout(Some(DOOR_ANSWER_TIMEOUT));
+    let _ = conn.set_read_timeout(Some(DOOR_ANSWER_TIMEOUT));
+    let timed_out = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    };
+    let silent = || {
+        format!(
+            "nd7 run {server} did not answer within {} s (stopped, or its door overwhelmed)",
+            DOOR_ANSWER_TIMEOUT.as_secs()
+        )
+    };
     let sent = conn.write_all(&request.encode());
+    if sent.as_ref().is_err_and(timed_out) {
+        return Err(silent());
+    }
     let mut head = [0u8; 5];
     if let Err(e) = conn.read_exact(&mut head) {
         return Err(match sent {
             Err(s) => format!("cannot send the payload to nd7 run: {s}"),
+            Ok(()) if timed_out(&e) => silent(),
             Ok(()) => format!("nd7 run closed the door before answering: {e}"),
         });
     }

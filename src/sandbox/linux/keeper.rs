@@ -235,6 +235,17 @@ pub fn allow_own(socket: BorrowedFd<'_>) -> io::Result<()> {
     send(OWN_SOCKET, &[], socket)
 }
 
+/// Tells the keeper that connections to `socket`, one of nd7's own
+/// listening sockets, are allowed from the floor's processes alone, never
+/// from a command through the exit (the hooks' door).
+pub fn allow_own_to_floor(socket: BorrowedFd<'_>) -> io::Result<()> {
+    send(OWN_SOCKET, FLOOR_ONLY, socket)
+}
+
+/// The text of an [`OWN_SOCKET`] message for a socket the floor alone may
+/// connect to.
+const FLOOR_ONLY: &[u8] = b"floor";
+
 /// The commands the keeper knows to be running with a grant, written to
 /// `running.json` while the session lives.
 struct Tracker {
@@ -358,8 +369,9 @@ struct Loop {
     signals: OwnedFd,
     channel: OwnedFd,
     supervisor: Arc<Supervisor>,
-    /// Each listener, and the command it belongs to if it is listed.
-    listeners: BTreeMap<u64, (Arc<OwnedFd>, Option<u64>)>,
+    /// Each listener, the command it belongs to if it is listed, and
+    /// whether it is the floor's (not a command's).
+    listeners: BTreeMap<u64, (Arc<OwnedFd>, Option<u64>, bool)>,
     next: u64,
     tracker: Tracker,
     /// Room for one message from the session.
@@ -523,8 +535,13 @@ impl Loop {
             return;
         };
         let text = body[1..got.bytes.min(body.len())].to_vec();
+        let floor = kind == FLOOR_LISTENER;
         let command = match kind {
-            OWN_SOCKET => return self.supervisor.allow_own(fd.as_fd()),
+            OWN_SOCKET => {
+                return self
+                    .supervisor
+                    .allow_own(fd.as_fd(), text.as_slice() == FLOOR_ONLY);
+            }
             FLOOR_LISTENER => None,
             // Only commands holding a grant matter to `nd7 deny`; the rest
             // are served but not listed, which spares a write.
@@ -545,7 +562,7 @@ impl Loop {
         supervise::wake_on_one_cpu(fd.as_fd());
         let flags = epoll::EventFlags::IN;
         if epoll::add(&self.epoll, &fd, epoll::EventData::new_u64(id), flags).is_ok() {
-            self.listeners.insert(id, (Arc::new(fd), listed));
+            self.listeners.insert(id, (Arc::new(fd), listed, floor));
         }
     }
 
@@ -553,11 +570,11 @@ impl Loop {
     /// filter any more.
     fn listener(&mut self, id: u64, flags: rustix::event::epoll::EventFlags) {
         use rustix::event::epoll::EventFlags;
-        let Some((listener, listed)) = self.listeners.get(&id) else {
+        let Some((listener, listed, floor)) = self.listeners.get(&id) else {
             return;
         };
         if flags.contains(EventFlags::IN) {
-            self.supervisor.answer(listener);
+            self.supervisor.answer(listener, *floor);
         } else if flags.intersects(EventFlags::HUP | EventFlags::ERR) {
             let _ = rustix::event::epoll::delete(&self.epoll, &**listener);
             if let Some(command) = listed {

@@ -48,16 +48,18 @@ pub struct Supervisor {
     workers: Workers,
     /// Cookie → socket inode of every unix socket a session process bound.
     bound: Mutex<HashMap<u64, u32>>,
-    /// nd7's own listening sockets (the exit): cookie, socket inode, and
-    /// the file they are bound to once learnt. Their files live under
+    /// nd7's own listening sockets (the exit, the hooks' door): cookie,
+    /// socket inode, the file they are bound to once learnt, and whether
+    /// only the floor's processes may connect. Their files live under
     /// `~/.nd7`, which nothing inside can write, so the file, once learnt,
     /// stays theirs for the session.
     own: Mutex<Vec<Own>>,
 }
 
-/// One of nd7's own listening sockets: cookie, socket inode, and the
-/// (device, inode) of its file once learnt.
-type Own = (u64, u32, Option<(u32, u32)>);
+/// One of nd7's own listening sockets: cookie, socket inode, the
+/// (device, inode) of its file once learnt, and whether it is the floor's
+/// alone ([`Supervisor::allow_own`]).
+type Own = (u64, u32, Option<(u32, u32)>, bool);
 
 /// What a notification asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +145,8 @@ fn read_memory(pid: i32, addr: u64, buf: &mut [u8]) -> Result<(), i32> {
 /// The listener's notification and the process it came from.
 struct Notice {
     listener: Arc<OwnedFd>,
+    /// Whether it came through the floor's filter, not a command's.
+    floor: bool,
     id: u64,
     /// The calling thread, as this process's pid namespace sees it.
     tid: i32,
@@ -224,10 +228,15 @@ impl Supervisor {
         Arc::new(Supervisor::default())
     }
 
-    /// Allows connections to `socket`, a listening socket of nd7's own.
-    pub fn allow_own(&self, socket: BorrowedFd<'_>) {
+    /// Allows connections to `socket`, a listening socket of nd7's own:
+    /// from every process of the session, or with `floor_only` from the
+    /// floor's alone (the program and what it starts), never from a command
+    /// through the exit. The hooks' door is the floor's: Claude Code's hooks
+    /// are its children, and a command flooding the door with connections
+    /// would otherwise hold them back.
+    pub fn allow_own(&self, socket: BorrowedFd<'_>, floor_only: bool) {
         if let (Some(id), Ok(mut own)) = (identify(socket), self.own.lock()) {
-            own.push((id.0, id.1, None));
+            own.push((id.0, id.1, None, floor_only));
         }
     }
 
@@ -240,8 +249,9 @@ impl Supervisor {
 
     /// Answers the next notification waiting on `listener`, a filter's
     /// notification descriptor that polled readable.
-    pub fn answer(self: &Arc<Self>, listener: &Arc<OwnedFd>) {
-        if let Some(notice) = receive(listener) {
+    /// `floor` says whether it is the floor's listener or a command's.
+    pub fn answer(self: &Arc<Self>, listener: &Arc<OwnedFd>, floor: bool) {
+        if let Some(notice) = receive(listener, floor) {
             self.handle(notice);
         }
     }
@@ -326,14 +336,20 @@ impl Supervisor {
         }
         let address = &address[..len];
         let result = if family == AddressFamily::UNIX {
-            self.connect_unix(n.tid, socket, address)
+            self.connect_unix(n.tid, n.floor, socket, address)
         } else {
             raw_connect(socket, address)
         };
         Reply::Result(result.map(|()| 0))
     }
 
-    fn connect_unix(&self, tid: i32, socket: &OwnedFd, address: &[u8]) -> Result<(), i32> {
+    fn connect_unix(
+        &self,
+        tid: i32,
+        floor: bool,
+        socket: &OwnedFd,
+        address: &[u8],
+    ) -> Result<(), i32> {
         const PATH: usize = 2; // offsetof(struct sockaddr_un, sun_path)
         let family = address
             .get(..PATH)
@@ -357,7 +373,7 @@ impl Supervisor {
         if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
             return Err(libc::ECONNREFUSED);
         }
-        if !self.allows_file(st.st_dev, st.st_ino) {
+        if !self.allows_file(st.st_dev, st.st_ino, floor) {
             return Err(libc::EACCES);
         }
         let via = format!("/proc/self/fd/{}", pinned.as_raw_fd());
@@ -386,15 +402,15 @@ impl Supervisor {
         found
     }
 
-    fn allows_file(&self, dev: u64, ino: u64) -> bool {
+    fn allows_file(&self, dev: u64, ino: u64, floor: bool) -> bool {
         let file = (kernel_dev(dev), ino as u32);
         if let Ok(mut own) = self.own.lock() {
-            for (cookie, sino, vfs) in own.iter_mut() {
+            for (cookie, sino, vfs, floor_only) in own.iter_mut() {
                 if vfs.is_none() {
                     *vfs = describe(*sino, *cookie).ok().flatten().and_then(|d| d.vfs);
                 }
                 if *vfs == Some(file) {
-                    return true;
+                    return floor || !*floor_only;
                 }
             }
         }
@@ -491,7 +507,7 @@ fn identify(socket: BorrowedFd<'_>) -> Option<(u64, u32)> {
 }
 
 /// Waits for the next notification on `listener`.
-fn receive(listener: &Arc<OwnedFd>) -> Option<Notice> {
+fn receive(listener: &Arc<OwnedFd>, floor: bool) -> Option<Notice> {
     // SAFETY: seccomp_notif is plain data; the kernel requires it zeroed.
     let mut notif: libc::seccomp_notif = unsafe { std::mem::zeroed() };
     // SAFETY: the ioctl fills `notif`, a live local of the right type.
@@ -505,6 +521,7 @@ fn receive(listener: &Arc<OwnedFd>) -> Option<Notice> {
     // ENOENT: the caller was interrupted before it could be read.
     (r == 0).then(|| Notice {
         listener: listener.clone(),
+        floor,
         id: notif.id,
         tid: notif.pid as i32,
         call: classify(&notif.data),
