@@ -12,6 +12,7 @@
 //! - [`run_log`]: a run's chain on disk: the door's appends and nd7's own entries.
 //! - [`hook_prefix`]: the PreToolUse reply that routes Bash through `nd7-exec`. Pure.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
+//! - [`http_client`]: nd7's one HTTP client (ureq), and whom its TLS trusts.
 //! - [`ship`]: `nd7 enroll` and `nd7 ship`: files and network.
 //! - [`vault_admin`]: `nd7 admin`: keys, tokens, and reading a session back, trusting the vault for nothing.
 //! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
@@ -27,6 +28,7 @@ pub mod chain;
 pub mod cli;
 pub mod hook;
 pub mod hook_prefix;
+pub mod http_client;
 pub mod policy;
 pub mod read;
 pub mod record;

@@ -84,7 +84,8 @@ fn main() -> ExitCode {
             url,
             token,
             fingerprint,
-        } => vault_cmds::enroll(&url, &token, &fingerprint),
+            ca_cert,
+        } => vault_cmds::enroll(&url, &token, &fingerprint, ca_cert.as_deref()),
         Command::Ship { every } => vault_cmds::ship(every.as_deref()),
         Command::Admin(admin) => vault_cmds::admin(admin),
         Command::Sessions {

@@ -123,6 +123,11 @@ pub struct Org {
     pub version: std::cell::Cell<u64>,
 }
 
+/// A client for the vault at `url`, trusting as nd7 does by default.
+pub fn client(url: &str) -> Client {
+    Client::new(url, &nd7_core::http_client::Trust::Default).expect("client")
+}
+
 pub fn nd7() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nd7"))
 }
@@ -267,7 +272,7 @@ pub fn pull(
 
 /// The batches the vault serves for a session, parsed.
 pub fn stored_batches(vault: &Vault, machine: &str, session: &str) -> Vec<vault::Batch> {
-    let framed = Client::new(&vault.url)
+    let framed = client(&vault.url)
         .ok(
             "GET",
             &format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes())),
@@ -359,7 +364,7 @@ fn enrol_record_ship_pull_decrypt_verify_byte_for_byte() {
 
     // An admin recovers the chain key with the stock age CLI.
     let machine = Machine::load(&state.xdg().join("nd7")).expect("enrolled");
-    let client = Client::new(&vault.url);
+    let client = client(&vault.url);
     let framed = client
         .ok(
             "GET",
@@ -600,7 +605,7 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
     let state = State::new();
     ok(enroll(&state, &vault, &org));
     let machine = Machine::load(&state.xdg().join("nd7")).expect("enrolled");
-    let client = Client::new(&vault.url);
+    let client = client(&vault.url);
     let now = ship::unix_now();
     append(&state, "s1", 6);
     let body = batch_body(&machine, &state, "s1", 0, Hash::session_fingerprint("s1"));
@@ -990,7 +995,7 @@ fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
     let token = vault::EnrolToken::parse(&impostor.token()).expect("token");
     let body = token.enrolment(&key.public()).render();
     let id = vault::machine_id(&key.public());
-    let (status, text) = Client::new(&vault.url)
+    let (status, text) = client(&vault.url)
         .request(
             "POST",
             "/v1/enroll",
@@ -1042,7 +1047,8 @@ fn a_database_of_format_v1_is_refused_untouched() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("it holds vault format 1, and this nd7-vault serves format 2 only"),
+        stderr(&out)
+            .contains("it holds vault format 1, and this nd7-vault serves database layout 3 only"),
         "{}",
         stderr(&out)
     );
