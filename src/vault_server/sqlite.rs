@@ -550,18 +550,26 @@ impl Store for SqliteStore {
             .db
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(err("begin a transaction"))?;
-        tx.execute(
-            "INSERT OR IGNORE INTO chains (machine, session) VALUES (?1, ?2)",
-            params![header.machine, header.session],
-        )
-        .map_err(err("find a chain"))?;
-        let chain: i64 = tx
-            .query_row(
+        let find = |tx: &Transaction<'_>| {
+            tx.query_row(
                 "SELECT id FROM chains WHERE machine = ?1 AND session = ?2",
                 params![header.machine, header.session],
-                |r| r.get(0),
+                |r| r.get::<_, i64>(0),
             )
-            .map_err(err("find a chain"))?;
+            .optional()
+            .map_err(err("find a chain"))
+        };
+        let chain = match find(&tx)? {
+            Some(id) => id,
+            None => {
+                tx.execute(
+                    "INSERT INTO chains (machine, session) VALUES (?1, ?2)",
+                    params![header.machine, header.session],
+                )
+                .map_err(err("add a chain"))?;
+                tx.last_insert_rowid()
+            }
+        };
         let stored = link_and_store(
             &mut Tx {
                 tx: &tx,

@@ -22,9 +22,13 @@ mod tamper;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]
+mod pg;
+#[cfg(feature = "vault-server")]
 mod vault;
 #[cfg(feature = "vault-server")]
 mod vault_attacks;
+#[cfg(feature = "vault-server")]
+mod vault_store;
 /// Without the feature the vault's tests cannot even build: fail, saying how
 /// to run them, rather than pass with them silently left out.
 #[cfg(not(feature = "vault-server"))]
