@@ -116,6 +116,9 @@ enum Command {
         /// Seconds a request body may go without a byte arriving.
         #[arg(long, value_name = "SECS", default_value_t = 10)]
         body_timeout: u64,
+        /// Seconds a write to a peer that stopped reading may wait.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        write_timeout: u64,
         /// Entries one machine may store a day (UTC).
         #[arg(long, value_name = "N", default_value_t = Quota::default().entries_per_day)]
         entries_per_day: u64,
@@ -284,6 +287,7 @@ fn run(command: Command) -> Result<(), ExitCode> {
             max_connections,
             header_timeout,
             body_timeout,
+            write_timeout,
             entries_per_day,
             bytes_per_day,
             requests_per_10min,
@@ -310,6 +314,7 @@ fn run(command: Command) -> Result<(), ExitCode> {
                     .unwrap_or_else(|| 4096.min(nofile.saturating_sub(64).max(16) as usize)),
                 header_timeout: Duration::from_secs(header_timeout.max(1)),
                 body_stall: Duration::from_secs(body_timeout.max(1)),
+                write_stall: Duration::from_secs(write_timeout.max(1)),
                 ..http::Config::default()
             };
             let limits = Limits {

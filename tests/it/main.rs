@@ -28,6 +28,8 @@ mod vault;
 #[cfg(feature = "vault-server")]
 mod vault_attacks;
 #[cfg(feature = "vault-server")]
+mod vault_service;
+#[cfg(feature = "vault-server")]
 mod vault_store;
 /// Without the feature the vault's tests cannot even build: fail, saying how
 /// to run them, rather than pass with them silently left out.

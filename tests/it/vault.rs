@@ -630,7 +630,13 @@ fn a_rewrite_after_shipping_is_named_by_pull_and_refused_by_ship() {
 }
 
 /// A machine's signed batch of entries `first..` of a log, ready to send.
-fn batch_body(machine: &Machine, state: &State, session: &str, first: u64, prev: Hash) -> Vec<u8> {
+pub fn batch_body(
+    machine: &Machine,
+    state: &State,
+    session: &str,
+    first: u64,
+    prev: Hash,
+) -> Vec<u8> {
     batch_signed_by(machine, &machine.key, state, session, first, prev)
 }
 
