@@ -28,6 +28,8 @@ mod vault;
 #[cfg(feature = "vault-server")]
 mod vault_attacks;
 #[cfg(feature = "vault-server")]
+mod vault_limits;
+#[cfg(feature = "vault-server")]
 mod vault_service;
 #[cfg(feature = "vault-server")]
 mod vault_store;
