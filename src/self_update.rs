@@ -42,7 +42,7 @@ pub const RUNNING: &str = env!("CARGO_PKG_VERSION");
 pub const TARGET: &str = env!("ND7_TARGET");
 
 /// What the signature covers, before the manifest's bytes.
-const CONTEXT: &[u8] = b"nd7 release manifest v1\n";
+pub const CONTEXT: &[u8] = b"nd7 release manifest v1\n";
 
 /// The largest file of a release fetched: a binary, with room to grow.
 const MAX_FILE_BYTES: u64 = 512 << 20;
@@ -209,19 +209,19 @@ impl Accept {
     }
 }
 
-/// Fetches the release at `base`, checks it with `key` and `accept`, and
-/// replaces the binaries in `dir`. Returns the version installed.
+/// Fetches the release at `base` (HTTPS trusted as `trust` says), checks
+/// it with `key` and `accept`, and replaces the binaries in `dir`. Returns
+/// the version installed.
 pub fn update(
     dir: &Path,
     base: &str,
+    trust: &http_client::Trust,
     key: &[u8; 32],
     accept: &Accept,
 ) -> Result<Version, UpdateError> {
-    let client = http_client::Client::new(base, &http_client::Trust::Default).map_err(|e| {
-        UpdateError::Fetch {
-            url: base.to_string(),
-            detail: e.to_string(),
-        }
+    let client = http_client::Client::new(base, trust).map_err(|e| UpdateError::Fetch {
+        url: base.to_string(),
+        detail: e.to_string(),
     })?;
     let fetch = |file: &str| -> Result<Vec<u8>, UpdateError> {
         let url = client.url(&format!("/{file}"));
@@ -387,7 +387,13 @@ mod tests {
 
     /// [`update`] with the test release key.
     fn update_from(dir: &Path, url: &str, accept: &Accept) -> Result<Version, UpdateError> {
-        update(dir, url, &key().verifying_key().to_bytes(), accept)
+        update(
+            dir,
+            url,
+            &http_client::Trust::Default,
+            &key().verifying_key().to_bytes(),
+            accept,
+        )
     }
 
     #[test]

@@ -33,6 +33,8 @@ mod vault_limits;
 mod vault_service;
 #[cfg(feature = "vault-server")]
 mod vault_store;
+#[cfg(feature = "vault-server")]
+mod vault_tls;
 /// Without the feature the vault's tests cannot even build: fail, saying how
 /// to run them, rather than pass with them silently left out.
 #[cfg(not(feature = "vault-server"))]
