@@ -13,6 +13,7 @@
 //!     recipients               the signed recipients document last taken
 //!     ca.pem                   the vault's CA certificate, if pinned at enrolment
 //!     enrolling                a key made for an enrolment not yet confirmed
+//!     ship.lock                held by the running `nd7 ship`
 //!   sessions/<id>/
 //!     shipped                  "<seq> <hash>\n": the last entry the vault acknowledged
 //!     receipt                  the vault's receipt for it
@@ -62,6 +63,8 @@ pub const CA_FILE: &str = "ca.pem";
 /// key it is for: an enrolment tried again with the same token reuses it,
 /// so a lost reply does not burn the token.
 pub const ENROLLING_FILE: &str = "enrolling";
+/// Held by a running `nd7 ship`.
+pub const SHIP_LOCK_FILE: &str = "ship.lock";
 
 /// A backlog above this prints progress on stderr.
 const PROGRESS_ABOVE: u64 = 32 * 1024 * 1024;
@@ -628,9 +631,21 @@ impl Report {
     }
 }
 
-/// `nd7 ship`, once: every session under the state directory.
+/// `nd7 ship`, once: every session under the state directory. Runs one at
+/// a time on a machine (the timer's and one by hand wait for each other
+/// on `vault/ship.lock`): two at once would each make a session's first
+/// chain key, and one would be refused.
 pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Report, ShipError> {
     let mut machine = Machine::load(state_dir)?;
+    let lock_path = machine.dir.join(SHIP_LOCK_FILE);
+    let _one_at_a_time = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .and_then(|f| f.lock().map(|()| f))
+        .map_err(io_err(&lock_path, "lock"))?;
     let mut report = Report::default();
     if let Some(w) = machine.refresh_recipients() {
         report.warnings.push(w);

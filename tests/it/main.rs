@@ -30,6 +30,8 @@ mod vault_attacks;
 #[cfg(feature = "vault-server")]
 mod vault_limits;
 #[cfg(feature = "vault-server")]
+mod vault_scale;
+#[cfg(feature = "vault-server")]
 mod vault_service;
 #[cfg(feature = "vault-server")]
 mod vault_store;
