@@ -113,7 +113,9 @@ impl Default for Limits {
     }
 }
 
-/// The routes, as [`Vault::handle`] dispatches them.
+/// The routes, as [`Vault::handle`] dispatches them. A new route is a
+/// variant, a line in [`Route::parse`], its [`Access`] and body limit, and
+/// an arm in [`Vault::handle`]; the transport needs nothing more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Route<'a> {
     Recipients,
@@ -152,6 +154,30 @@ impl<'a> Route<'a> {
             _ => 0,
         }
     }
+
+    /// Who may call the route.
+    fn access(&self) -> Access {
+        match self {
+            Route::Recipients | Route::Restores | Route::Enroll => Access::Anyone,
+            Route::Head(_) | Route::Batch => Access::Machine,
+            Route::Sessions | Route::Machine(_) | Route::Batches(..) | Route::Forks => {
+                Access::Reader
+            }
+        }
+    }
+}
+
+/// Who may call a route: what [`Vault::admit`] checks before a body is
+/// read, and [`Vault::handle`] again (with the signature over the body)
+/// after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// Anyone (an enrolment carries its own proof, checked in the handler).
+    Anyone,
+    /// An enrolled, unrevoked machine, by a signed request.
+    Machine,
+    /// An admin, by a read token.
+    Reader,
 }
 
 /// The largest body a request to `method path` may carry, or the reply
@@ -202,7 +228,11 @@ impl Vault {
                 ),
             ));
         }
-        if route != Route::Batch {
+        // A machine's body is admitted only from a known, unrevoked machine,
+        // with a fresh request and room in its quota; the signature over the
+        // body is checked once it is read. Other routes take no body but an
+        // enrolment's, which is small and carries its own proof.
+        if route.access() != Access::Machine || max == 0 {
             return Ok(None);
         }
         let auth = auth_headers(request)?;
