@@ -22,7 +22,6 @@ use crate::world;
 pub struct Cluster {
     /// The socket directory (also the cluster's parent directory).
     pub dir: PathBuf,
-    pub bin: PathBuf,
 }
 
 /// The directory holding `initdb` and `postgres`: Debian's newest
@@ -139,7 +138,7 @@ fn start() -> Cluster {
         }
     });
     rx.recv().expect("started").expect("start postgres");
-    let cluster = Cluster { dir, bin };
+    let cluster = Cluster { dir };
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if postgres::Client::connect(&cluster.url("postgres"), postgres::NoTls).is_ok() {
