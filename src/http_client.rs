@@ -3,7 +3,7 @@
 //! headers, bodies and whom to trust for TLS; what the requests mean is its
 //! callers' business.
 //!
-//! Whom HTTPS trusts, first that applies (ADR-0034):
+//! Whom HTTPS trusts, first that applies (ADR-0048):
 //!
 //! 1. a CA certificate file the caller names (`nd7 enroll --ca-cert`, kept
 //!    as the machine's `vault/ca.pem` and used for that vault from then on;

@@ -1,6 +1,6 @@
 //! The vault's HTTP transport: hyper (HTTP/1.1) on a small tokio runtime,
 //! with TLS by rustls when it is given a certificate. Built to stay up
-//! against any peer that can reach it (ADR-0033):
+//! against any peer that can reach it (ADR-0046):
 //!
 //! - **Connections** are bounded; an `accept` that fails (no file
 //!   descriptors left) is retried after a pause, never fatal.
