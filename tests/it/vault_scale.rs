@@ -4,6 +4,11 @@
 //! enrolled through one server and shipping through the other. Nothing is
 //! lost, nothing is stored twice, and every run ends well. Throughput and
 //! per-batch times are `bench/vault.sh`'s (docs/benchmarks.md).
+//!
+//! Guards `vault/ship.lock` in `ship::ship_all`: without it the two runs on
+//! one machine race to make a session's chain key, and one fails (seen:
+//! "chain.key: cannot replace"); and, through two servers, the chain's row
+//! lock (ADR-0047).
 
 use std::process::Child;
 
