@@ -420,11 +420,11 @@ async fn connection(
     match tls {
         None => serve_http(shared, io, stop).await,
         Some(acceptor) => {
-            match tokio::time::timeout(shared.config.header_timeout, acceptor.accept(io)).await {
-                Ok(Ok(tls)) => serve_http(shared, tls, stop).await,
-                // A failed handshake is the peer's to report; the vault's
-                // log would only fill with scanners.
-                Ok(Err(_)) | Err(_) => {}
+            // A failed or stalled handshake is the peer's to report; the
+            // vault's log would only fill with scanners.
+            let handshake = tokio::time::timeout(shared.config.header_timeout, acceptor.accept(io));
+            if let Ok(Ok(tls)) = handshake.await {
+                serve_http(shared, tls, stop).await
             }
         }
     }
