@@ -13,7 +13,7 @@
 #     RSS / session bytes), and the pull's time against the ship's.
 # Needs zstd, sqlite3, python3 and PostgreSQL (apt-get install zstd sqlite3
 # python3 postgresql), and SIZE_GB * 2.5 GB of disk in WORKDIR.
-# usage: [SIZE_GB=5] bench/vault.sh [WORKDIR]
+# usage: [SIZE_GB=5] [PARTS="1 2 3"] bench/vault.sh [WORKDIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in zstd sqlite3 python3; do
@@ -57,6 +57,9 @@ echo "== machine"
 echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"
 echo "$(cargo --version); $(zstd --version)"
 
+part() { case " ${PARTS:-1 2 3} " in *" $1 "*) return 0 ;; esac; return 1; }
+
+if part 1; then
 echo "== 1. nd7 ship (signing each batch), ~100 MB backlog, against zstd -3 on the same file"
 S=$W/one/nd7/sessions
 mkdir -p "$S"
@@ -78,6 +81,8 @@ for round in 1 2 3; do
   awk -v z="$(sub "$t1" "$t0")" -v s="$(sub "$t3" "$t2")" -v b="$bytes" -v r="$round" \
     'BEGIN { printf "round %d: zstd -3 %.3f s (%.0f MB/s), nd7 ship %.3f s (%.0f MB/s): ship / zstd = %.2fx\n", r, z, b/z/1e6, s, b/s/1e6, z/s }'
 done
+
+fi
 
 percentiles() { # stdin: server logs; $1 = label
   grep -ah '^POST /v1/batches 200' | awk '{sub(/ms$/, "", $4); print $4}' | sort -n | awk -v l="$1" '
@@ -109,6 +114,7 @@ fifty() { # $1 = label, $2 = database, $3 = key, then the servers' URLs
       l, w, b / w / 1e6, 50000 / w, bad, e }'
 }
 
+if part 2; then
 echo "== 2a. 50 machines ship at once into one vault on SQLite"
 db=$W/fifty.db; rm -f "$db"*
 vault_key "$db" "$db.key"; start_vault "$db" "$db.key" "$db.log" --entries-per-day 100000000; org_setup "$db" "$db.key"
@@ -139,6 +145,9 @@ echo "postgres: $(psql "SELECT COUNT(*) || ' entries stored (expected 50000), ' 
 echo "postgres: $(psql "SELECT COUNT(*) || ' batches covering ' || SUM(last - first + 1) || ' entries' FROM batches")"
 cat "$W/pg1.log" "$W/pg2.log" | percentiles "postgres (two servers)"
 
+fi
+
+if part 3; then
 echo "== 3. a ${SIZE_GB:=5} GB session shipped, then pulled back with bounded memory"
 rm -rf "$W"/m* "$W/one"
 S=$W/big/nd7/sessions; mkdir -p "$S"
@@ -172,3 +181,4 @@ awk -v b="$bytes" -v n="$N" -v db="$(stat -c %s "$db")" -v s="$(sub "$t1" "$t0")
   printf "peak RSS: vault %.0f MB, nd7 admin pull %.0f MB, nd7 ship %.0f MB; vault RSS / session = %.4f, pull RSS / session = %.4f\n",
     vk / 1024, pk / 1024, sk / 1024, vk * 1024 / b, pk * 1024 / b }'
 rm -rf "$W/pulled" "$W/big" "$db"*
+fi
