@@ -37,8 +37,8 @@ _nd7() {
             nd7,help)
                 cmd="nd7__subcmd__help"
                 ;;
-            nd7,hook-prefix)
-                cmd="nd7__subcmd__hook__subcmd__prefix"
+            nd7,hook-explain)
+                cmd="nd7__subcmd__hook__subcmd__explain"
                 ;;
             nd7,record)
                 cmd="nd7__subcmd__record"
@@ -127,8 +127,8 @@ _nd7() {
             nd7__subcmd__help,help)
                 cmd="nd7__subcmd__help__subcmd__help"
                 ;;
-            nd7__subcmd__help,hook-prefix)
-                cmd="nd7__subcmd__help__subcmd__hook__subcmd__prefix"
+            nd7__subcmd__help,hook-explain)
+                cmd="nd7__subcmd__help__subcmd__hook__subcmd__explain"
                 ;;
             nd7__subcmd__help,record)
                 cmd="nd7__subcmd__help__subcmd__record"
@@ -179,7 +179,7 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help"
+            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-explain doctor enroll ship admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -471,12 +471,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__allow)
-            opts="-h --help"
+            opts="-h --session --preset --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --session)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --preset)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -499,12 +507,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__deny)
-            opts="-h --help"
+            opts="-h --session --preset --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --session)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --preset)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -557,7 +573,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help)
-            opts="record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help"
+            opts="record verify sessions show search setup run allow deny hook-explain doctor enroll ship admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -752,7 +768,7 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        nd7__subcmd__help__subcmd__hook__subcmd__prefix)
+        nd7__subcmd__help__subcmd__hook__subcmd__explain)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -878,7 +894,7 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        nd7__subcmd__hook__subcmd__prefix)
+        nd7__subcmd__hook__subcmd__explain)
             opts="-h --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -911,12 +927,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__run)
-            opts="-h --help"
+            opts="-h --allow --preset --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --allow)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --preset)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1047,7 +1071,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__verify)
-            opts="-h --all --threads --help"
+            opts="-h --all --threads --transcript --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

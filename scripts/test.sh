@@ -3,15 +3,18 @@
 # npm (the end-to-end tests install the real Claude Code and Codex), zsh and fish
 # (completions), ruby (the Homebrew formula), nix-instantiate (the flake),
 # systemd-analyze (the timer units), python3 (the LaunchAgent plist), tmux
-# (an interactive Claude Code under nd7 run), unshare (the sandbox tests mount a
+# (an interactive Claude Code under nd7 run, and a tmux server the agent must
+# not reach), ssh-agent (an agent holding a key the agent must not use), perl
+# (the agent's socket and ioctl attempts), unshare (the sandbox tests mount a
 # scratch home over the account's), prlimit (nd7 record under a memory limit),
 # age (an admin recovers a chain key with the stock age CLI), chromium (nd7 show
-# --html is rendered in headless Chromium) and script (nd7's pager and colour on
-# a pseudo-terminal), postgres (the vault's store suite and fifty machines
-# through two servers run against a throwaway cluster the tests start), nginx
-# and openssl (the vault behind a TLS proxy, with a private CA the tests make).
-# The vault server's tests need the vault-server feature, so the suite runs
-# with it.
+# --html is rendered in headless Chromium), script (nd7's pager and colour on
+# a pseudo-terminal), pip with venv (the toolchains under nd7 run: npm, cargo
+# and pip against the real registries), postgres (the vault's store suite and
+# fifty machines through two servers run against a throwaway cluster the tests
+# start), nginx and openssl (the vault behind a TLS proxy, with a private CA the
+# tests make). The vault server's tests need the vault-server feature, so the
+# suite runs with it.
 # As root on Debian or Ubuntu it installs what is missing; elsewhere it says
 # what to install.
 set -euo pipefail
@@ -19,15 +22,17 @@ cd "$(dirname "$0")/.."
 declare -A package=([npm]="nodejs npm" [zsh]=zsh [fish]=fish [ruby]=ruby
   [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3 [tmux]=tmux
   [unshare]=util-linux [prlimit]=util-linux [git]=git [age]=age [age-keygen]=age [zstd]=zstd
-  [chromium]=chromium [script]=bsdutils [nginx]=nginx [openssl]=openssl
-  [initdb]=postgresql)
+  [chromium]=chromium [script]=bsdutils [ssh-agent]=openssh-client [perl]=perl [pip3]=python3-pip
+  [nginx]=nginx [openssl]=openssl [initdb]=postgresql)
 missing=()
 for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3 tmux unshare prlimit git age age-keygen zstd \
-  chromium script nginx openssl initdb; do
+  chromium script ssh-agent perl pip3 nginx openssl initdb; do
   # Debian keeps PostgreSQL's programs off PATH, in /usr/lib/postgresql/<version>/bin (pg.rs looks there).
   if [ "$tool" = initdb ] && compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then continue; fi
   command -v "$tool" >/dev/null || missing+=("${package[$tool]}")
 done
+# Debian's python3 makes virtual environments only with python3-venv.
+python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "test: installing ${missing[*]}" >&2

@@ -46,6 +46,11 @@ pub enum Command {
         /// Threads used to check a large log (default: available cores, at most 2).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
+        /// Also hold Claude Code's transcripts against the session's anchors:
+        /// exit 1 naming the first anchor a file contradicts (rewritten or
+        /// truncated), 2 when one cannot be read or none is anchored.
+        #[arg(long, conflicts_with = "all")]
+        transcript: bool,
     },
     /// List the recorded sessions, newest first: when, how long, how many
     /// tool calls and failures, whether under `nd7 run`, the chain, shipped.
@@ -162,15 +167,25 @@ pub enum Command {
     },
     /// Run PROGRAM and everything it starts under the sandbox floor.
     ///
-    /// Reads everywhere but ~/.ssh, ~/.aws and ~/.nd7; writes only to the
-    /// working directory (the project), the temp directory and Claude Code's
-    /// own state. For `claude`, Bash commands are routed through nd7-exec,
-    /// which applies the session's current rules (see `nd7 allow`), and
-    /// Claude Code's own sandbox is turned off. Refuses to start when the
-    /// kernel cannot enforce the floor in full or when nd7's binaries are
-    /// writable by others. Exits with the program's status (128+N for signal
-    /// N), or 2 when it did not start the program.
+    /// Reads everywhere but the credential stores and ~/.nd7; writes only to
+    /// the working directory (the project), the temp directory and Claude
+    /// Code's own state. Bash commands may also write what ~/.nd7/grants,
+    /// --allow and --preset grant, and what `nd7 allow` adds. For `claude`,
+    /// nd7-exec is Claude Code's shell prefix, so every Bash command runs under
+    /// the session's current rules while Claude Code's own permissions still
+    /// judge it, and Claude Code's own sandbox is turned off. Refuses to start
+    /// when the kernel cannot enforce the floor in full, when nd7's binaries
+    /// are writable by others, or when $HOME is not your account's home.
+    /// Exits with the program's status (128+N for signal N), or 2 when it did
+    /// not start the program.
     Run {
+        /// Let commands write DIR (created if it does not exist), as `nd7 allow DIR` would.
+        #[arg(long = "allow", value_name = "DIR")]
+        allow: Vec<PathBuf>,
+        /// Let commands write a toolchain's caches (npm, pnpm, yarn, cargo, pip, uv,
+        /// python-user, go, maven, gradle; docs/sandbox.md says what each risks).
+        #[arg(long = "preset", value_name = "NAME")]
+        preset: Vec<String>,
         /// The program, then its arguments.
         #[arg(
             required = true,
@@ -182,38 +197,51 @@ pub enum Command {
     },
     /// Let a running session's Bash commands write under PATH, from the next command.
     ///
-    /// Usage: nd7 allow [--session <pid>] <path>. The path is resolved to its
-    /// real form; nothing under ~/.nd7 can be allowed. With several sessions
-    /// running, --session names one. Exits 0 when PATH is allowed (newly or
-    /// already), 2 otherwise.
+    /// PATH is resolved to its real form when it is granted; `~` stands for
+    /// your home even when quoted, and a directory that does not exist yet is
+    /// created. Nothing under ~/.nd7 or in a credential store can be allowed.
+    /// For every session, name it in ~/.nd7/grants instead. Exits 0 when PATH
+    /// is allowed (newly or already), 2 otherwise.
     Allow {
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "[--session <pid>] <path>"
-        )]
-        args: Vec<OsString>,
+        /// The session: the pid `nd7 run` announced. Needed only when several
+        /// run; they are listed then.
+        #[arg(long, value_name = "PID")]
+        session: Option<u32>,
+        /// Allow a toolchain's caches instead of PATH (npm, pnpm, yarn, cargo, pip,
+        /// uv, python-user, go, maven, gradle).
+        #[arg(long, value_name = "NAME", conflicts_with = "path")]
+        preset: Option<String>,
+        /// The directory (or file) commands may write.
+        #[arg(required_unless_present = "preset", allow_hyphen_values = false)]
+        path: Option<PathBuf>,
     },
-    /// Take back a grant of `nd7 allow`, from the next command.
+    /// Take back a grant of `nd7 allow` (or of ~/.nd7/grants), from the next command.
     ///
-    /// Usage: nd7 deny [--session <pid>] <path>. A path that no longer
+    /// PATH finds the grant by the name it was made with, the path it
+    /// resolved to, or the directory it leads to now; a path that no longer
     /// resolves is taken as written. Exits 0 when PATH is not (or no longer)
     /// a grant, 2 otherwise.
     Deny {
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "[--session <pid>] <path>"
-        )]
-        args: Vec<OsString>,
+        /// The session: the pid `nd7 run` announced. Needed only when several
+        /// run; they are listed then.
+        #[arg(long, value_name = "PID")]
+        session: Option<u32>,
+        /// Take back every path of a preset instead of PATH.
+        #[arg(long, value_name = "NAME", conflicts_with = "path")]
+        preset: Option<String>,
+        /// The grant to take back.
+        #[arg(required_unless_present = "preset")]
+        path: Option<PathBuf>,
     },
-    /// Reply to a PreToolUse hook so that a Bash command runs through nd7-exec.
+    /// Tell the model when nd7's sandbox refused a tool call (a Claude Code hook).
     ///
-    /// Reads the hook payload on stdin. For the Bash tool, prints the reply
-    /// that allows the call with its command routed through the nd7-exec
-    /// beside this binary, the original command passed as one quoted word;
-    /// for anything else prints nothing. Always exits 0. `nd7 run` installs it.
-    HookPrefix,
+    /// Reads a PostToolUse or PostToolUseFailure payload on stdin; under
+    /// `nd7 run`, asks the run whether the floor refused a path the tool
+    /// named and, if so, prints the hook reply that tells the model which,
+    /// and the `nd7 allow` the user could run. Always exits 0. `nd7 run`
+    /// registers it.
+    #[command(hide = true)]
+    HookExplain,
     /// Say what is installed and working, and the command that fixes what is not.
     ///
     /// Checks each agent's hooks (for Codex, also whether they are trusted),
@@ -286,56 +314,6 @@ pub enum Color {
     Auto,
     Always,
     Never,
-}
-
-/// The arguments of `nd7 allow` and `nd7 deny`, which parse them themselves
-/// so that every mistake gets their own message and usage line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GrantArgs {
-    pub session: Option<u32>,
-    pub path: PathBuf,
-}
-
-/// Parses `[--session <pid>] <path>`; the error is the reason to print.
-pub fn parse_grant_args(args: &[OsString]) -> Result<GrantArgs, String> {
-    let mut session = None;
-    let mut path = None;
-    let mut rest = args.iter();
-    let mut options = true;
-    while let Some(arg) = rest.next() {
-        let text = arg.to_string_lossy();
-        if options && text == "--" {
-            options = false;
-            continue;
-        }
-        let pid_text = if !options {
-            None
-        } else if text == "--session" {
-            Some(rest.next().map(|p| p.to_string_lossy().into_owned()))
-        } else {
-            text.strip_prefix("--session=").map(|p| Some(p.to_string()))
-        };
-        if let Some(pid_text) = pid_text {
-            let pid = pid_text
-                .as_deref()
-                .and_then(|p| p.parse::<u32>().ok())
-                .filter(|&p| p > 0);
-            match (pid, pid_text) {
-                (Some(pid), _) if session.is_none() => session = Some(pid),
-                (Some(_), _) => return Err("--session given twice".into()),
-                (None, Some(p)) => return Err(format!("--session needs a pid, not '{p}'")),
-                (None, None) => return Err("--session needs a pid".into()),
-            }
-        } else if options && text.starts_with('-') && text.len() > 1 {
-            return Err(format!("unexpected argument '{text}'"));
-        } else if path.is_none() {
-            path = Some(PathBuf::from(arg));
-        } else {
-            return Err(format!("unexpected argument '{text}'"));
-        }
-    }
-    let path = path.ok_or("no path given")?;
-    Ok(GrantArgs { session, path })
 }
 
 /// `nd7 admin ...`. Exit status: 0 success; 1 the machine rewrote its log;
@@ -482,62 +460,5 @@ impl Shell {
             Shell::Zsh => "_nd7",
             Shell::Fish => "nd7.fish",
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(args: &[&str]) -> Result<GrantArgs, String> {
-        parse_grant_args(&args.iter().map(OsString::from).collect::<Vec<_>>())
-    }
-
-    #[test]
-    fn grant_arguments_and_every_mistake() {
-        assert_eq!(
-            parse(&["~/data"]),
-            Ok(GrantArgs {
-                session: None,
-                path: "~/data".into()
-            })
-        );
-        assert_eq!(
-            parse(&["--session", "41287", "/v"]),
-            Ok(GrantArgs {
-                session: Some(41287),
-                path: "/v".into()
-            })
-        );
-        assert_eq!(
-            parse(&["/v", "--session=7"]),
-            Ok(GrantArgs {
-                session: Some(7),
-                path: "/v".into()
-            })
-        );
-        assert_eq!(parse(&[]), Err("no path given".into()));
-        assert_eq!(parse(&["--session", "4"]), Err("no path given".into()));
-        assert_eq!(
-            parse(&["/v", "--session"]),
-            Err("--session needs a pid".into())
-        );
-        assert_eq!(
-            parse(&["--session", "x", "/v"]),
-            Err("--session needs a pid, not 'x'".into())
-        );
-        assert_eq!(parse(&["/a", "/b"]), Err("unexpected argument '/b'".into()));
-        assert_eq!(parse(&["-f", "/b"]), Err("unexpected argument '-f'".into()));
-        assert_eq!(
-            parse(&["--", "-f"]),
-            Ok(GrantArgs {
-                session: None,
-                path: "-f".into()
-            })
-        );
-        assert_eq!(
-            parse(&["--session", "1", "--session", "2", "/b"]),
-            Err("--session given twice".into())
-        );
     }
 }

@@ -12,7 +12,10 @@
 //! - [`record`]: what `nd7 record` does with one payload: append it, or hand it to `nd7 run`.
 //! - [`run_entry`]: the entries nd7 writes from outside the floor, and a run's reconciliation. Pure.
 //! - [`run_log`]: a run's chain on disk: the door's appends and nd7's own entries.
-//! - [`hook_prefix`]: the PreToolUse reply that routes Bash through `nd7-exec`. Pure.
+//! - [`refusals`]: the floor's refusals a run is told of: judged, logged, explained, summed up.
+//! - [`shell_prefix`]: how Bash leaves the floor under `nd7 run claude`: the Bash tool's line read back, the settings. Pure.
+//! - [`transcript`]: Claude Code's own transcript anchored in the chain, and checked against it.
+//! - [`safe_file`]: reading a file the agent can change: no links, one name, bounded.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
 //! - [`http_client`]: nd7's one HTTP client (ureq), and whom its TLS trusts.
 //! - [`ship`]: `nd7 enroll` and `nd7 ship`: files and network.
@@ -30,21 +33,27 @@ pub mod chain;
 pub mod cli;
 pub mod codex;
 pub mod hook;
-pub mod hook_prefix;
 pub mod http_client;
+pub mod passwd;
 pub mod policy;
 pub mod read;
 pub mod record;
+pub mod refusals;
 pub mod run;
 pub mod run_entry;
+pub mod run_grants;
 pub mod run_log;
+pub mod running;
+pub mod safe_file;
 pub mod sandbox;
 #[cfg(feature = "self-update")]
 pub mod self_update;
 pub mod session;
 pub mod session_log;
 pub mod setup;
+pub mod shell_prefix;
 pub mod ship;
+pub mod transcript;
 pub mod vault;
 pub mod vault_admin;
 #[cfg(feature = "vault-server")]

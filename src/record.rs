@@ -155,6 +155,7 @@ fn through_door(
         cwd: invocation.cwd.as_ref().map(|c| c.as_bytes().to_vec()),
         run_hook,
         glimpse: glimpsed.is_some(),
+        explain: false,
         body,
     };
     let answer = sandbox::send_hook(session, &request).map_err(RecordError::Door)?;
@@ -165,6 +166,36 @@ fn through_door(
     })
 }
 
+/// What `nd7 hook-explain` does with one finished tool call under `nd7 run`:
+/// hands it to the run, which judges it against the session's rules (and
+/// writes down what the floor refused), and returns what to tell the model.
+/// `None` outside `nd7 run`, or when the floor refused nothing.
+pub fn explain(invocation: &Invocation, input: &[u8]) -> Result<Option<String>, RecordError> {
+    let Some(hint) = std::env::var_os(RUN_VARIABLE).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    // A tool's whole output is judged; one too large for the door is not.
+    if input.len() > sandbox::wire::MAX_REQUEST - 4096 {
+        return Ok(None);
+    }
+    let session =
+        sandbox::hook_door_near(std::path::Path::new(&hint)).ok_or(RecordError::RunGone)?;
+    // Only `nd7 run claude` registers `nd7 hook-explain`.
+    let request = HookRequest {
+        agent: Agent::ClaudeCode,
+        ts: invocation.ts,
+        cwd: invocation.cwd.as_ref().map(|c| c.as_bytes().to_vec()),
+        run_hook: true,
+        glimpse: false,
+        explain: true,
+        body: input.to_vec(),
+    };
+    match sandbox::send_hook(&session, &request).map_err(RecordError::Door)? {
+        HookAnswer::Explained(text) => Ok(Some(text)),
+        _ => Ok(None),
+    }
+}
+
 /// What was recorded.
 #[derive(Clone, Debug)]
 pub struct Recorded {
@@ -173,6 +204,9 @@ pub struct Recorded {
     /// `Some(bytes)` when the payload was too large and only its size and
     /// fingerprint were stored.
     pub omitted: Option<usize>,
+    /// What anchoring the session's transcript did, at the events that
+    /// anchor ([`crate::transcript`]).
+    pub transcript: Option<Result<crate::transcript::anchor::Report, String>>,
 }
 
 /// Reads all of `input`, up to [`MAX_READ`] bytes.
@@ -207,11 +241,38 @@ pub fn record_as(
 ) -> Result<Recorded, RecordError> {
     let (event, omitted) = event_for(agent, invocation, input, Some(sessions_dir))?;
     let log = SessionLog::new(sessions_dir, &event.session)?;
-    let appended = log.append(&event)?;
+    // The transcript's anchors go in with the hook's entry, in one append.
+    // Claude Code's transcript only: Codex's payload names its rollout,
+    // which is not anchored (yet).
+    let anchoring = match (omitted, agent) {
+        (None, Agent::ClaudeCode) => crate::transcript::anchor::for_payload(input, &log),
+        _ => None,
+    };
+    let session_id = event.session.clone();
+    let mut events = vec![event];
+    let (pending, failed) = match anchoring {
+        Some(Ok(pending)) => {
+            events.extend(crate::transcript::anchor::record_events(
+                invocation,
+                &session_id,
+                &pending,
+            ));
+            (Some(pending), None)
+        }
+        Some(Err(e)) => (None, Some(e.to_string())),
+        None => (None, None),
+    };
+    let appended = log.append_all(&events)?;
+    let transcript = match (pending, failed) {
+        (Some(pending), _) => Some(pending.commit().map_err(|e| e.to_string())),
+        (None, Some(why)) => Some(Err(why)),
+        (None, None) => None,
+    };
     Ok(Recorded {
-        session_id: event.session,
-        appended,
+        session_id,
+        appended: appended[0],
         omitted,
+        transcript,
     })
 }
 

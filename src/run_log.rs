@@ -70,6 +70,9 @@ pub struct RunLog {
     hooks: bool,
     announced: Mutex<Announced>,
     refused: AtomicU64,
+    /// What the floor refused, as `nd7 hook-explain` reported it (the first
+    /// [`REFUSALS_WRITTEN`] written down; the summary at the run's end).
+    floor_refused: Mutex<Vec<crate::policy::refusal::Refused>>,
 }
 
 impl RunLog {
@@ -100,6 +103,9 @@ impl RunLog {
             None,
             &run_entry::run_start_body(facts),
         )?;
+        if facts.hooks {
+            run.start_transcripts(&facts.rules);
+        }
         Ok(run)
     }
 
@@ -110,6 +116,38 @@ impl RunLog {
             hooks,
             announced: Mutex::default(),
             refused: AtomicU64::new(0),
+            floor_refused: Mutex::default(),
+        }
+    }
+
+    /// Fixes where Claude Code will keep the transcripts the door anchors:
+    /// under the account's home (or `$CLAUDE_CONFIG_DIR`), for the project
+    /// the program starts in (`rules`' `project` and `home`). A failure is a
+    /// `transcript_gap` entry: the run goes on, unanchored.
+    fn start_transcripts(&self, rules: &Value) {
+        let path = |name: &str| rules.get(name).and_then(Value::as_str).map(PathBuf::from);
+        let started = match (path("project"), path("home")) {
+            (Some(project), Some(home)) => {
+                crate::transcript::anchor::start_run(self.log.dir(), &project, &home)
+                    .map_err(|e| e.to_string())
+            }
+            _ => Err("the run's rules name no project or home".to_string()),
+        };
+        if let Err(why) = started {
+            let which = crate::transcript::Which {
+                session_id: String::new(),
+                agent_id: None,
+                root: String::new(),
+                path: String::new(),
+            };
+            let body = crate::transcript::gap_body(
+                &which,
+                crate::transcript::GapReason::Unreadable,
+                &format!("transcripts are not anchored in this run: {why}"),
+                0,
+                None,
+            );
+            let _ = self.note(crate::transcript::GAP, None, None, &body);
         }
     }
 
@@ -168,6 +206,7 @@ impl RunLog {
         if self.hooks && !request.run_hook {
             return Ok(HookOutcome::Skipped);
         }
+        let started = std::time::Instant::now();
         let invocation = Invocation {
             ts: request.ts,
             host: self.host.clone(),
@@ -196,7 +235,30 @@ impl RunLog {
             }
             event
         };
-        Ok(HookOutcome::Recorded(self.log.append(&event)?))
+        // The transcript is read here, outside the floor, never by the hook
+        // inside it; its anchors go in with the hook's entry. Claude Code's
+        // only: a Codex payload's `transcript_path` is its rollout.
+        let anchoring = match (request.glimpse, request.agent) {
+            (false, crate::hook::Agent::ClaudeCode) => {
+                crate::transcript::anchor::at_door(self.log.dir(), &request.body, started)
+            }
+            _ => None,
+        };
+        let mut events = vec![event];
+        if let Some(pending) = &anchoring {
+            let stamp = self.stamp();
+            events.extend(
+                pending
+                    .entries
+                    .iter()
+                    .map(|(kind, body)| run_entry::event(&stamp, kind, None, None, body)),
+            );
+        }
+        let appended = self.log.append_all(&events)?;
+        if let Some(pending) = anchoring {
+            let _ = pending.commit();
+        }
+        Ok(HookOutcome::Recorded(appended[0]))
     }
 
     /// Writes the `exec` entry for a command about to start, naming the Bash
@@ -208,11 +270,9 @@ impl RunLog {
         caller: u32,
         grants: &[PathBuf],
     ) -> Result<u64, RunLogError> {
-        let tool_use_id = self
-            .announced
-            .lock()
-            .ok()
-            .and_then(|mut a| a.claim(command));
+        let announced = run_entry::bash_command(command);
+        let text = announced.as_deref().map_or(command, str::as_bytes);
+        let tool_use_id = self.announced.lock().ok().and_then(|mut a| a.claim(text));
         let body = run_entry::exec_body(command, caller, grants);
         let cwd = cwd.to_string_lossy();
         self.note(run_entry::EXEC, Some(&cwd), tool_use_id.as_deref(), &body)
@@ -238,6 +298,44 @@ impl RunLog {
             let body = run_entry::refused_body(door, pid, uid, why);
             let _ = self.note(run_entry::REFUSED, None, None, &body);
         }
+    }
+
+    /// Writes the `floor_refused` entry for a tool call the floor refused
+    /// (`tool_use_id`'s), and keeps the paths for [`RunLog::floor_refusals`].
+    /// Past [`REFUSALS_WRITTEN`] paths, they are only kept: an agent that
+    /// fails in a loop cannot fill the disk.
+    pub fn floor_refused(
+        &self,
+        refused: &[crate::policy::refusal::Refused],
+        tool: &str,
+        home: &Path,
+        cwd: Option<&str>,
+        tool_use_id: Option<&str>,
+    ) -> Result<(), RunLogError> {
+        let written = {
+            let mut kept = self.floor_refused.lock().unwrap_or_else(|e| e.into_inner());
+            let before = kept.len();
+            for r in refused {
+                if kept.len() < 4 * REFUSALS_WRITTEN as usize {
+                    kept.push(r.clone());
+                }
+            }
+            before
+        };
+        if written as u64 >= REFUSALS_WRITTEN {
+            return Ok(());
+        }
+        let body = crate::policy::refusal::entry_body(refused, tool, home);
+        self.note(run_entry::FLOOR_REFUSED, cwd, tool_use_id, &body)
+            .map(|_| ())
+    }
+
+    /// What the floor refused this run, as reported so far.
+    pub fn floor_refusals(&self) -> Vec<crate::policy::refusal::Refused> {
+        self.floor_refused
+            .lock()
+            .map(|k| k.clone())
+            .unwrap_or_default()
     }
 
     /// Holds the chain against itself: see [`Reconciler`].

@@ -20,6 +20,10 @@ use crate::policy::{GrantError, Policy, secrets};
 pub const RECORD: &str = "record.json";
 /// The per-command Seatbelt profile `nd7-exec` applies (macOS).
 pub const PROFILE: &str = "policy.sb";
+/// The floor's own Seatbelt profile (macOS), which `nd7-exec` applies to what
+/// Claude Code's shell prefix hands it that is not a Bash tool call (a hook, an
+/// MCP server): those run as they would without the prefix, under the floor.
+pub const FLOOR_PROFILE: &str = "floor.sb";
 /// The socket `nd7-exec` reaches `nd7 run` through (Linux).
 pub const EXIT_SOCKET: &str = "exit.sock";
 /// The socket the hooks reach the session log through (Linux): the log is
@@ -39,6 +43,10 @@ pub struct Record {
     pub started: u64,
     /// The program and arguments the session runs.
     pub program: Vec<String>,
+    /// When it started, in seconds since the Unix epoch (for people: the
+    /// list of sessions `nd7 allow` shows). Absent in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
     #[serde(flatten)]
     pub policy: Policy,
     /// The run's chain, where the hooks' entries and nd7's own go
@@ -64,8 +72,8 @@ pub enum SessionError {
     NoHome(String),
     #[error("no running nd7 session")]
     NoneRunning,
-    #[error("several sessions are running ({0:?}); pass --session <pid>")]
-    Several(Vec<u32>),
+    #[error("several sessions are running; name one with --session PID:{}", listing(.0))]
+    Several(Vec<Running>),
     #[error("no running nd7 session has pid {0}")]
     NotRunning(u32),
     #[error("cannot resolve {path}: {source}")]
@@ -90,6 +98,42 @@ pub enum SessionError {
     },
     #[error("{path} changed while it was being granted ({why}); nothing was granted")]
     Moved { path: PathBuf, why: String },
+    #[error("cannot create {path} to grant it: {source}")]
+    Create { path: PathBuf, source: io::Error },
+}
+
+/// A running session, as `nd7 allow` lists it for a person to choose from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Running {
+    pub pid: u32,
+    pub project: PathBuf,
+    pub started_at: Option<u64>,
+    pub program: String,
+}
+
+/// The sessions, one a line: pid, project, start (local time), program.
+fn listing(sessions: &[Running]) -> String {
+    let zone = jiff::tz::TimeZone::system();
+    sessions
+        .iter()
+        .map(|s| {
+            let since = s
+                .started_at
+                .and_then(|t| jiff::Timestamp::from_second(t as i64).ok())
+                .map(|t| {
+                    t.to_zoned(zone.clone())
+                        .strftime("%Y-%m-%d %H:%M")
+                        .to_string()
+                })
+                .unwrap_or_else(|| "?".into());
+            format!(
+                "\n  --session {}  {}  since {since}  ({})",
+                s.pid,
+                s.project.display(),
+                s.program
+            )
+        })
+        .collect()
 }
 
 fn io_err(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> SessionError {
@@ -111,7 +155,11 @@ pub enum Change {
 /// What came of it, with the paths as the record holds them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Changed {
-    Allowed(PathBuf),
+    /// Granted; `created` when nd7 made the directory (or file) first.
+    Allowed {
+        path: PathBuf,
+        created: bool,
+    },
     AlreadyAllowed(PathBuf),
     /// The grants taken back: every one the path names (usually one).
     Denied(Vec<PathBuf>),
@@ -121,10 +169,16 @@ pub enum Changed {
 /// The calling user's home directory from the account database, resolved.
 pub fn account_home() -> Result<PathBuf, SessionError> {
     let uid = nix::unistd::getuid();
-    let user = nix::unistd::User::from_uid(uid)
-        .map_err(|e| SessionError::NoHome(e.to_string()))?
-        .ok_or_else(|| SessionError::NoHome(format!("uid {uid} has no entry")))?;
-    fs::canonicalize(&user.dir).map_err(io_err(&user.dir, "resolve"))
+    let dir = match crate::passwd::home_from_files(uid.as_raw()) {
+        Some(dir) => dir,
+        None => {
+            nix::unistd::User::from_uid(uid)
+                .map_err(|e| SessionError::NoHome(e.to_string()))?
+                .ok_or_else(|| SessionError::NoHome(format!("uid {uid} has no entry")))?
+                .dir
+        }
+    };
+    fs::canonicalize(&dir).map_err(io_err(&dir, "resolve"))
 }
 
 /// The credential stores a session starting now keeps unreadable: nd7's
@@ -275,7 +329,25 @@ impl Sessions {
             None => match running.as_slice() {
                 [] => Err(SessionError::NoneRunning),
                 [pid] => Ok(self.session(*pid)),
-                several => Err(SessionError::Several(several.to_vec())),
+                several => Err(SessionError::Several(
+                    several
+                        .iter()
+                        .map(|&pid| {
+                            let record = self.session(pid).record().ok();
+                            Running {
+                                pid,
+                                project: record
+                                    .as_ref()
+                                    .map(|r| r.policy.roots.project.clone())
+                                    .unwrap_or_default(),
+                                started_at: record.as_ref().and_then(|r| r.started_at),
+                                program: record
+                                    .and_then(|r| r.program.first().cloned())
+                                    .unwrap_or_default(),
+                            }
+                        })
+                        .collect(),
+                )),
             },
         }
     }
@@ -348,6 +420,9 @@ impl Session {
         if let Some(profile) = crate::sandbox::command_profile(&record.policy) {
             replace(&self.dir.join(PROFILE), profile.as_bytes())?;
         }
+        if let Some(profile) = crate::sandbox::floor_profile(&record.policy) {
+            replace(&self.dir.join(FLOOR_PROFILE), profile.as_bytes())?;
+        }
         replace(&self.record_path(), &json)
     }
 
@@ -375,63 +450,97 @@ impl Session {
         Ok(out)
     }
 
-    /// Adds or removes the grant of `path`.
-    ///
-    /// A grant is of the real path `path` resolves to now, pinned to the
-    /// directory found there (no link followed after resolving), with the
-    /// name as typed kept beside it: re-pointing a link later moves nothing.
-    /// A deny takes back every grant `path` names: as typed, as granted
-    /// through (a link since re-pointed), as it resolves now, or as the
-    /// directory it leads to (a grant since renamed). Nothing under `~/.nd7`
-    /// is accepted either way.
+    /// Adds or removes the grant of `path` (a directory).
     pub fn change_grant(&self, change: Change, path: &Path) -> Result<Changed, SessionError> {
+        match change {
+            Change::Allow => self.allow(path, true),
+            Change::Deny => self.deny(path),
+        }
+    }
+
+    /// Grants `typed`, a directory (`dir`) or a single file.
+    ///
+    /// `~` and `~/…` are the session's home, even when the shell left them
+    /// alone (quoted). A path that does not exist yet is created (a
+    /// directory, or an empty file), once nd7 has checked that what it would
+    /// be may be granted. A grant is of the real path `typed` resolves to
+    /// then, pinned to what is found there (no link followed after
+    /// resolving), with the name as typed kept beside it: re-pointing a link
+    /// later moves nothing. Nothing under `~/.nd7`, in a credential store or
+    /// among the vault keys is accepted.
+    pub fn allow(&self, typed: &Path, dir: bool) -> Result<Changed, SessionError> {
+        // The record first: from inside the floor it cannot even be read, so
+        // nothing is created there either.
+        let policy = self.record()?.policy;
+        let expanded = crate::policy::grants::expand_tilde(typed, &policy.roots.home);
         let unresolvable = |source| SessionError::Unresolvable {
-            path: path.to_path_buf(),
+            path: expanded.clone(),
             source,
         };
-        let named = std::path::absolute(path).map_err(unresolvable)?;
-        match change {
-            Change::Allow => {
-                let resolved = fs::canonicalize(path).map_err(unresolvable)?;
-                let id = crate::sandbox::pin(&resolved).map_err(|e| SessionError::Moved {
-                    path: resolved.clone(),
-                    why: e.to_string(),
-                })?;
-                self.change_policy(|policy| match policy.allow(&resolved) {
-                    Ok(new) => {
-                        policy.pin(&resolved, id);
-                        policy.alias(&named, &resolved);
-                        let changed = if new {
-                            Changed::Allowed(resolved.clone())
-                        } else {
-                            Changed::AlreadyAllowed(resolved.clone())
-                        };
-                        (true, Ok(changed))
+        let named = std::path::absolute(&expanded).map_err(unresolvable)?;
+        let created = if fs::symlink_metadata(&named).is_err() {
+            let would_be = real_place(&named).unwrap_or_else(|| named.clone());
+            policy.check_grant(&would_be)?;
+            create(&named, dir).map_err(|source| SessionError::Create {
+                path: named.clone(),
+                source,
+            })?;
+            true
+        } else {
+            false
+        };
+        let resolved = fs::canonicalize(&named).map_err(unresolvable)?;
+        let id = crate::sandbox::pin(&resolved).map_err(|e| SessionError::Moved {
+            path: resolved.clone(),
+            why: e.to_string(),
+        })?;
+        self.change_policy(|policy| match policy.allow(&resolved) {
+            Ok(new) => {
+                policy.pin(&resolved, id);
+                policy.alias(&named, &resolved);
+                let changed = if new {
+                    Changed::Allowed {
+                        path: resolved.clone(),
+                        created,
                     }
-                    Err(e) => (false, Err(e.into())),
-                })?
+                } else {
+                    Changed::AlreadyAllowed(resolved.clone())
+                };
+                (true, Ok(changed))
             }
-            Change::Deny => {
-                let now = fs::canonicalize(path).ok();
-                let id = now.as_deref().and_then(|p| crate::sandbox::pin(p).ok());
-                let mut names = vec![named.clone()];
-                names.extend(now.clone());
-                self.change_policy(|policy| {
-                    if names.iter().any(|n| n.starts_with(policy.nd7_dir())) {
-                        return (false, Err(GrantError::OwnRecords.into()));
-                    }
-                    let found = policy.grants_named(&names, id);
-                    for grant in &found {
-                        policy.deny(grant);
-                    }
-                    if found.is_empty() {
-                        (false, Ok(Changed::NotAGrant(now.unwrap_or(named))))
-                    } else {
-                        (true, Ok(Changed::Denied(found)))
-                    }
-                })?
+            Err(e) => (false, Err(e.into())),
+        })?
+    }
+
+    /// Takes back every grant `typed` names: as typed, as granted through
+    /// (a link since re-pointed), as it resolves now, or as the directory it
+    /// leads to (a grant since renamed). Nothing under `~/.nd7` is accepted.
+    pub fn deny(&self, typed: &Path) -> Result<Changed, SessionError> {
+        let home = self.record()?.policy.roots.home;
+        let expanded = crate::policy::grants::expand_tilde(typed, &home);
+        let named =
+            std::path::absolute(&expanded).map_err(|source| SessionError::Unresolvable {
+                path: expanded.clone(),
+                source,
+            })?;
+        let now = fs::canonicalize(&named).ok();
+        let id = now.as_deref().and_then(|p| crate::sandbox::pin(p).ok());
+        let mut names = vec![named.clone()];
+        names.extend(now.clone());
+        self.change_policy(|policy| {
+            if names.iter().any(|n| n.starts_with(policy.nd7_dir())) {
+                return (false, Err(GrantError::OwnRecords.into()));
             }
-        }
+            let found = policy.grants_named(&names, id);
+            for grant in &found {
+                policy.deny(grant);
+            }
+            if found.is_empty() {
+                (false, Ok(Changed::NotAGrant(now.unwrap_or(named))))
+            } else {
+                (true, Ok(Changed::Denied(found)))
+            }
+        })?
     }
 
     /// Removes the directory and everything in it.
@@ -441,6 +550,23 @@ impl Session {
             _ => Ok(()),
         }
     }
+}
+
+/// Makes `path`: a directory (and its parents), or an empty file in a
+/// directory made as needed. An existing file is left as it is.
+pub fn create(path: &Path, dir: bool) -> io::Result<()> {
+    if dir {
+        return fs::create_dir_all(path);
+    }
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o644)
+        .open(path)
+        .map(drop)
 }
 
 /// Replaces `path` with `bytes`: a private temporary file beside it, then a rename.
@@ -470,6 +596,7 @@ mod tests {
             pid,
             started,
             program: vec!["agent".into()],
+            started_at: Some(1_796_076_909),
             log: None,
             policy: Policy::new(Roots {
                 project: "/p".into(),
@@ -554,10 +681,22 @@ mod tests {
         let mut both = vec![pid, parent];
         both.sort_unstable();
         match sessions.pick(None) {
-            Err(e @ SessionError::Several(_)) => assert_eq!(
-                e.to_string(),
-                format!("several sessions are running ({both:?}); pass --session <pid>")
-            ),
+            Err(e @ SessionError::Several(_)) => {
+                let text = e.to_string();
+                assert!(
+                    text.starts_with(
+                        "several sessions are running; name one with --session PID:\n  --session "
+                    ),
+                    "{text}"
+                );
+                for pid in both {
+                    assert!(
+                        text.contains(&format!("--session {pid}  /p  since 20")),
+                        "{text}"
+                    );
+                }
+                assert!(text.ends_with("(agent)"), "{text}");
+            }
             other => panic!("{other:?}"),
         }
         assert_eq!(sessions.pick(Some(parent)).expect("given").pid, parent);

@@ -246,6 +246,19 @@ impl SessionLog {
     /// directory and files on first use. Writes nothing when head and log
     /// disagree in a way no interrupted append explains.
     pub fn append(&self, event: &Event) -> Result<Appended, Error> {
+        let mut appended = self.append_all(std::slice::from_ref(event))?;
+        appended.pop().ok_or_else(|| Error::Io {
+            path: self.dir.clone(),
+            action: "append",
+            source: io::Error::other("no entry was appended"),
+        })
+    }
+
+    /// Appends `events` as the chain's next entries, in order, under one
+    /// lock, with one `write` and one `head` rewrite: a hook's entry and the
+    /// entries nd7 writes about it (its transcript's anchors) cost one
+    /// append. All or nothing: an entry over the size limit refuses the lot.
+    pub fn append_all(&self, events: &[Event]) -> Result<Vec<Appended>, Error> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -283,26 +296,43 @@ impl SessionLog {
                 });
             }
         };
-        let cursor = match last {
+        let mut cursor = match last {
             Some(l) => Cursor {
                 next_seq: l.seq + 1,
                 prev: l.hash,
             },
             None => Cursor::start(&self.session_id),
         };
-        let line = chain::render_entry(event, &cursor);
-        if line.len() > chain::MAX_ENTRY_BYTES {
-            return Err(Error::TooLarge {
-                path: self.dir.clone(),
-                seq: cursor.next_seq,
-                bytes: line.len(),
-                limit: chain::MAX_ENTRY_BYTES,
+        let mut lines: Vec<u8> = Vec::new();
+        let mut appended = Vec::with_capacity(events.len());
+        for event in events {
+            let line = chain::render_entry(event, &cursor);
+            if line.len() > chain::MAX_ENTRY_BYTES {
+                return Err(Error::TooLarge {
+                    path: self.dir.clone(),
+                    seq: cursor.next_seq,
+                    bytes: line.len(),
+                    limit: chain::MAX_ENTRY_BYTES,
+                });
+            }
+            let stated = chain::read_stated(&line[..line.len() - 1])
+                .expect("a freshly rendered entry reads back");
+            cursor = Cursor {
+                next_seq: stated.seq + 1,
+                prev: stated.hash,
+            };
+            appended.push(Appended {
+                seq: stated.seq,
+                hash: stated.hash,
+                repaired: if appended.is_empty() { repaired } else { None },
             });
+            lines.extend_from_slice(&line);
         }
-        let stated = chain::read_stated(&line[..line.len() - 1])
-            .expect("a freshly rendered entry reads back");
+        let Some(last) = appended.last().copied() else {
+            return Ok(appended);
+        };
 
-        if let Err(source) = log.write_all(&line) {
+        if let Err(source) = log.write_all(&lines) {
             // Take back a partial line so the log stays a chain; we hold the
             // lock, so no reader has seen it.
             let _ = log.set_len(len);
@@ -314,14 +344,10 @@ impl SessionLog {
         }
         drop(log);
         self.write_head(&Head {
-            seq: stated.seq,
-            hash: stated.hash,
+            seq: last.seq,
+            hash: last.hash,
         })?;
-        Ok(Appended {
-            seq: stated.seq,
-            hash: stated.hash,
-            repaired,
-        })
+        Ok(appended)
     }
 
     /// Makes the directory of a new session, refusing one that already

@@ -20,6 +20,7 @@
 //!     chain.key                0600: "# recipients version N" and the chain key, until ended and shipped
 //!     vault.alarm              while the vault breaks a receipt: what, and the receipt
 //!     receipts.lost            receipts a vault's declared restore lost, with its notice
+//!     transcript/shipped.json  how far the transcripts' anchored bytes were shipped
 //! ```
 //!
 //! Shipping a session: ask the vault for its receipt of the last batch it
@@ -123,6 +124,12 @@ pub enum ShipError {
     },
     #[error("no randomness from the operating system: {0}")]
     Random(String),
+    /// Anchored transcript bytes the file no longer holds: not shipped, and
+    /// said once (docs/vault.md, "Transcripts").
+    #[error(
+        "session {session}: transcript bytes the chain anchors are no longer on disk as anchored, so they were not shipped (said this once): {detail}"
+    )]
+    TranscriptGone { session: String, detail: String },
 }
 
 fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> ShipError + 'a {
@@ -142,7 +149,7 @@ pub fn random<const N: usize>() -> Result<[u8; N], ShipError> {
 /// Randomness for [`vault::wrap_chain_key`]: the OS's, and never silently
 /// anything else. A failing OS source here would be a broken machine, so it
 /// panics rather than wrapping with zeros.
-fn os_fill(buf: &mut [u8]) {
+pub(crate) fn os_fill(buf: &mut [u8]) {
     if let Err(e) = getrandom::getrandom(buf) {
         panic!("no randomness from the operating system: {e}");
     }
@@ -535,7 +542,7 @@ impl Machine {
         })
     }
 
-    fn signer(&self) -> Signer<'_> {
+    pub(crate) fn signer(&self) -> Signer<'_> {
         Signer {
             key: &self.key,
             machine: &self.id,
@@ -602,6 +609,9 @@ pub struct Shipped {
     pub entries: u64,
     pub batches: u64,
     pub bytes: u64,
+    /// Transcript pieces sent, and the transcript bytes in them.
+    pub transcript_pieces: u64,
+    pub transcript_bytes: u64,
     /// The session ended and everything is shipped: chain.key was removed.
     pub closed: bool,
     /// What the run found and acted on (receipts lost in a declared restore).
@@ -780,7 +790,7 @@ fn read_chain_key(log: &SessionLog) -> Result<Option<(ChainKey, u64)>, ShipError
 /// The session's chain key for recipients of `version`: the one in
 /// `chain.key` if it was made under that version or a later one, otherwise
 /// a new one (0600), so that recipients removed since never get it.
-fn chain_key(log: &SessionLog, version: u64) -> Result<ChainKey, ShipError> {
+pub(crate) fn chain_key(log: &SessionLog, version: u64) -> Result<ChainKey, ShipError> {
     if let Some((key, made_under)) = read_chain_key(log)?
         && made_under >= version
     {
@@ -1082,6 +1092,19 @@ pub fn ship_session(
     done.notes = notes;
     sent?;
     produced?;
+    // The transcripts' bytes, once the anchors that cover them are in the
+    // vault; before chain.key can go.
+    if let Some(holds) = read_shipped(&log.dir().join(SHIPPED_FILE))? {
+        let t = crate::transcript::ship::ship(machine, log, holds.seq)?;
+        done.transcript_pieces = t.pieces;
+        done.transcript_bytes = t.bytes;
+        if !t.gone.is_empty() {
+            return Err(ShipError::TranscriptGone {
+                session,
+                detail: t.gone.join("; "),
+            });
+        }
+    }
     done.closed = close_if_ended(log, &file, offset)?;
     Ok(done)
 }

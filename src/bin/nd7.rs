@@ -13,7 +13,6 @@ use clap::Parser;
 use nd7_core::chain::HeadState;
 use nd7_core::cli::{Cli, Command};
 use nd7_core::hook::Invocation;
-use nd7_core::record;
 use nd7_core::session::{Change, Changed, Sessions};
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
@@ -26,6 +25,8 @@ mod out;
 mod hooks;
 #[path = "nd7/read_cmds.rs"]
 mod read_cmds;
+#[path = "nd7/transcript_cmds.rs"]
+mod transcript_cmds;
 #[path = "nd7/vault_cmds.rs"]
 mod vault_cmds;
 
@@ -61,10 +62,14 @@ fn main() -> ExitCode {
             target,
             all,
             threads,
+            transcript,
         } => {
             let threads = threads.unwrap_or_else(default_threads).max(1);
             match (target, all) {
                 (_, true) => verify_all(threads),
+                (Some(target), false) if transcript => {
+                    transcript_cmds::verify(&target, |log| verify_log(log, threads))
+                }
                 (Some(target), false) => verify_one(&target, threads),
                 (None, false) => ExitCode::from(2),
             }
@@ -80,10 +85,22 @@ fn main() -> ExitCode {
             dry_run,
             uninstall,
         }),
-        Command::Run { command } => run_run(command),
-        Command::Allow { args } => run_grant(Change::Allow, &args),
-        Command::Deny { args } => run_grant(Change::Deny, &args),
-        Command::HookPrefix => run_hook_prefix(),
+        Command::Run {
+            allow,
+            preset,
+            command,
+        } => run_run(command, allow, preset),
+        Command::Allow {
+            session,
+            preset,
+            path,
+        } => run_grant(Change::Allow, session, preset, path),
+        Command::Deny {
+            session,
+            preset,
+            path,
+        } => run_grant(Change::Deny, session, preset, path),
+        Command::HookExplain => hooks::explain(early),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
         Command::Enroll {
             url,
@@ -152,11 +169,17 @@ fn main() -> ExitCode {
 }
 
 /// `nd7 run`: exits with the program's status, or 2 when it never started.
-fn run_run(mut command: Vec<std::ffi::OsString>) -> ExitCode {
+fn run_run(
+    mut command: Vec<std::ffi::OsString>,
+    allow: Vec<PathBuf>,
+    presets: Vec<String>,
+) -> ExitCode {
     let program = command.remove(0);
     let options = run::Options {
         program,
         args: command,
+        allow,
+        presets,
     };
     match run::run(&options, |line| eprintln!("{line}")) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
@@ -167,28 +190,46 @@ fn run_run(mut command: Vec<std::ffi::OsString>) -> ExitCode {
     }
 }
 
-/// `nd7 allow` and `nd7 deny`: one line on stdout and 0 when the session
-/// ends up as asked; the reason and the usage line on stderr and 2 otherwise.
-fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
+/// `nd7 allow` and `nd7 deny`: one line on stdout per path and 0 when the
+/// session ends up as asked; the reason on stderr and 2 otherwise.
+fn run_grant(
+    change: Change,
+    session: Option<u32>,
+    preset: Option<String>,
+    path: Option<PathBuf>,
+) -> ExitCode {
+    use nd7_core::policy::grants;
     let verb = match change {
         Change::Allow => "allow",
         Change::Deny => "deny",
     };
     let fail = |why: &dyn std::fmt::Display| {
         eprintln!("nd7 {verb}: {why}");
-        eprintln!("usage: nd7 {verb} [--session <pid>] <path>");
         ExitCode::from(2)
     };
-    let args = match nd7_core::cli::parse_grant_args(args) {
-        Ok(args) => args,
-        Err(why) => return fail(&why),
-    };
-    let session = match Sessions::for_user().and_then(|s| s.pick(args.session)) {
+    let session = match Sessions::for_user().and_then(|s| s.pick(session)) {
         Ok(session) => session,
         Err(e) => return fail(&e),
     };
+    let home = match session.record() {
+        Ok(record) => record.policy.roots.home,
+        Err(e) => return fail(&e),
+    };
+    // What to change: the path, or every path of the preset.
+    let targets: Vec<(PathBuf, bool)> = match (&preset, path) {
+        (Some(name), _) => match grants::preset(name) {
+            Some(p) => p.paths(&home),
+            None => {
+                return fail(&format_args!(
+                    "--preset {name}: no such preset; the presets are {}",
+                    grants::preset_names()
+                ));
+            }
+        },
+        (None, Some(path)) => vec![(path, true)],
+        (None, None) => return fail(&"no path given"),
+    };
     let pid = session.pid;
-    let typed = std::path::absolute(&args.path).unwrap_or_else(|_| args.path.clone());
     // Every change is written into the run's log, from outside the floor.
     let logged = |path: &std::path::Path| {
         if let Err(e) = nd7_core::run_log::grant_changed(&session, verb, path) {
@@ -197,50 +238,65 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
             );
         }
     };
-    // The name goes through a link: say what is granted.
-    let note = |grant: &std::path::Path| {
-        if typed != grant {
-            eprintln!(
-                "nd7 allow: note: {} leads to {}, which is what is granted; a link re-pointed later does not move the grant",
-                typed.display(),
-                grant.display(),
-            );
-        }
-    };
-    match session.change_grant(change, &args.path) {
-        Ok(Changed::Allowed(path)) => {
-            logged(&path);
-            note(&path);
-            println!(
-                "session {pid}: writes under {} allowed from the next command",
-                path.display()
-            )
-        }
-        Ok(Changed::AlreadyAllowed(path)) => {
-            println!("session {pid}: {} was already allowed", path.display())
-        }
-        Ok(Changed::Denied(paths)) => {
-            for path in paths {
+    for (target, dir) in targets {
+        let typed = grants::expand_tilde(&target, &home);
+        let typed = std::path::absolute(&typed).unwrap_or(typed);
+        let changed = match change {
+            Change::Allow => session.allow(&target, dir),
+            Change::Deny => session.deny(&target),
+        };
+        match changed {
+            Ok(Changed::Allowed { path, created }) => {
                 logged(&path);
-                if typed != path
-                    && std::fs::canonicalize(&typed).ok().as_deref() != Some(path.as_path())
-                {
+                if created {
                     eprintln!(
-                        "nd7 deny: note: {} no longer leads to {}; the grant it named is taken back all the same",
+                        "nd7 allow: note: {} did not exist; created it",
+                        typed.display()
+                    );
+                }
+                // The name goes through a link: say what is granted.
+                if typed != path {
+                    eprintln!(
+                        "nd7 allow: note: {} leads to {}, which is what is granted; a link re-pointed later does not move the grant",
                         typed.display(),
-                        path.display()
+                        path.display(),
                     );
                 }
                 println!(
-                    "session {pid}: writes under {} denied from the next command",
+                    "session {pid}: writes under {} allowed from the next command",
                     path.display()
-                )
+                );
             }
+            Ok(Changed::AlreadyAllowed(path)) => {
+                println!("session {pid}: {} was already allowed", path.display())
+            }
+            Ok(Changed::Denied(paths)) => {
+                for path in paths {
+                    logged(&path);
+                    if typed != path
+                        && std::fs::canonicalize(&typed).ok().as_deref() != Some(path.as_path())
+                    {
+                        eprintln!(
+                            "nd7 deny: note: {} no longer leads to {}; the grant it named is taken back all the same",
+                            typed.display(),
+                            path.display()
+                        );
+                    }
+                    println!(
+                        "session {pid}: writes under {} denied from the next command",
+                        path.display()
+                    );
+                    let running = nd7_core::running::read(&session.dir);
+                    for line in nd7_core::running::deny_report(pid, &path, &running) {
+                        println!("{line}");
+                    }
+                }
+            }
+            Ok(Changed::NotAGrant(path)) => {
+                println!("session {pid}: {} was not a grant", path.display())
+            }
+            Err(e) => return fail(&e),
         }
-        Ok(Changed::NotAGrant(path)) => {
-            println!("session {pid}: {} was not a grant", path.display())
-        }
-        Err(e) => return fail(&e),
     }
     ExitCode::SUCCESS
 }
@@ -297,38 +353,6 @@ fn run_self_update(args: Vec<String>) -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-/// `nd7 hook-prefix`: like record, it exits 0 whatever happens; a failure
-/// means no reply, so the command runs under the floor as it is.
-fn run_hook_prefix() -> ExitCode {
-    hooks::guard(hooks::Hook::HookPrefix);
-    hooks::inject_fault();
-    let input = match record::read_payload(std::io::stdin().lock()) {
-        Ok(input) => input,
-        Err(e) => {
-            eprintln!("nd7 hook-prefix: {e}; command not rewritten");
-            return ExitCode::SUCCESS;
-        }
-    };
-    let exec = std::env::current_exe()
-        .and_then(std::fs::canonicalize)
-        .map(|exe| exe.with_file_name("nd7-exec"));
-    let exec = match exec {
-        Ok(exec) => exec,
-        Err(e) => {
-            eprintln!(
-                "nd7 hook-prefix: cannot find this program's own path: {e}; command not rewritten"
-            );
-            return ExitCode::SUCCESS;
-        }
-    };
-    if let Some(reply) = nd7_core::hook_prefix::reply(&input, &exec.to_string_lossy()) {
-        use std::io::Write;
-        // Not println!: a failed write must not change the exit status.
-        let _ = writeln!(std::io::stdout(), "{reply}");
-    }
-    ExitCode::SUCCESS
 }
 
 fn run_doctor(settings: Option<&std::path::Path>) -> ExitCode {
@@ -397,6 +421,12 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    verify_log(&log, threads)
+}
+
+/// `nd7 verify` of one log: the chain, its reconciliation, the caveats.
+fn verify_log(log: &SessionLog, threads: usize) -> ExitCode {
+    let log = log.clone();
     let mut verdicts = read_cmds::Verdicts::new();
     let keys = read_cmds::Verdicts::before(&log);
     let result = log.verify(threads);
@@ -440,6 +470,18 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
             call.command
                 .as_deref()
                 .map_or("no command text".to_string(), |c| format!("`{c}`")),
+        );
+    }
+    if !r.calls_not_run.is_empty() {
+        println!(
+            "{prefix}note: {} Bash call{} never ran (no result and no command: Claude Code's permissions denied {}, or the run ended first)",
+            r.calls_not_run.len(),
+            if r.calls_not_run.len() == 1 { "" } else { "s" },
+            if r.calls_not_run.len() == 1 {
+                "it"
+            } else {
+                "them"
+            },
         );
     }
     for exec in &r.unmatched_execs {

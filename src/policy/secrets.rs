@@ -163,7 +163,7 @@ pub fn apply(defaults: &[PathBuf], text: &str, home: &Path) -> Result<Vec<PathBu
 }
 
 /// `~/x` under `home`, or an absolute path, with no `.` or `..` in it.
-fn expand(written: &str, home: &Path) -> Result<PathBuf, &'static str> {
+pub(crate) fn expand(written: &str, home: &Path) -> Result<PathBuf, &'static str> {
     let path = if let Some(rel) = written.strip_prefix("~/") {
         home.join(rel)
     } else if written.starts_with('/') {

@@ -112,7 +112,8 @@ impl Entry {
 
 /// The original command of a Bash call routed through `nd7-exec`, given the
 /// command as it ran: `'<dir>/nd7-exec' '<original>'`, both words quoted as
-/// `nd7 hook-prefix` quotes them. `None` for any other command.
+/// nd7's PreToolUse rewrite quoted them before ADR-0040 (logs of that time
+/// hold it). `None` for any other command.
 pub fn routed_original(ran: &str) -> Option<String> {
     let words = shlex::split(ran)?;
     match words.as_slice() {
@@ -228,7 +229,7 @@ mod tests {
 
     #[test]
     fn routed_commands_give_back_the_original() {
-        let ran = crate::hook_prefix::routed_command("/opt/nd7/nd7-exec", "echo 'hi' $HOME");
+        let ran = crate::shell_prefix::routed_command("/opt/nd7/nd7-exec", "echo 'hi' $HOME");
         assert_eq!(routed_original(&ran).as_deref(), Some("echo 'hi' $HOME"));
         assert_eq!(routed_original("echo hi"), None);
         assert_eq!(routed_original("/opt/nd7/nd7-exec 'x'"), None);

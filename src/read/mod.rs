@@ -26,6 +26,7 @@ pub mod output;
 pub mod report;
 pub mod safe;
 pub mod search;
+mod skim;
 pub mod store;
 pub mod summary;
 pub mod text;

@@ -10,13 +10,23 @@
 //! string (serde_json's escaping, which every nd7 writer uses), and a line is
 //! skipped only when none of them occurs in it. A pattern with no such
 //! literals (`.*`, `\w+`) parses every line.
+//!
+//! A line the prefilter keeps is then skimmed ([`skim`]), its members found
+//! without reading their values: when one of the literals occurs only in members that are
+//! never searched (a result's command, a path member, the envelope), the
+//! entry cannot hold a hit and is not parsed whole. Only what is certain
+//! skips: anything unusual (an entry from nd7 itself, a `hook` entry, a
+//! member twice) goes to the whole parse.
+
+use std::ops::Range;
 
 use aho_corasick::AhoCorasick;
 use regex::Regex;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::entry::Entry;
+use super::entry::{Entry, INTENT};
+use super::skim;
 
 /// How a pattern is read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -161,6 +171,22 @@ impl Pattern {
         }
     }
 
+    /// Every hit in one line of a log (without its newline) that `filter`
+    /// admits; a line that is not an entry has none. The same hits as
+    /// [`Entry::parse`] then [`Pattern::hits`], faster when the pattern's
+    /// literal occurs only where nothing is searched.
+    pub fn line_hits(&self, line: &[u8], filter: &Filter) -> Vec<Hit> {
+        if let Prefilter::Any(ac) = &self.prefilter
+            && !may_hit(line, ac)
+        {
+            return Vec::new();
+        }
+        match Entry::parse(line, 0) {
+            Ok(e) => self.hits(&e, filter),
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// Every hit in one entry that `filter` admits.
     pub fn hits(&self, e: &Entry, filter: &Filter) -> Vec<Hit> {
         if !filter.admits(e) {
@@ -246,6 +272,62 @@ impl Pattern {
             }
         }
         hits
+    }
+}
+
+/// Whether `line` may hold a hit: false only when it is an agent's typed
+/// entry and none of `ac`'s literals occurs in the JSON text of the members
+/// [`Pattern::hits`] searches for its kind. Every string searched there is
+/// inside one of those texts, written with the escaping the literals were
+/// written with, so a false here never loses a hit. Anything the skim cannot
+/// read for certain (a member twice, a name with escapes, an entry from nd7
+/// itself or a `hook` entry) is a true.
+fn may_hit(line: &[u8], ac: &AhoCorasick) -> bool {
+    let Some(envelope) = skim::members(line, 0) else {
+        return true;
+    };
+    let (Some(source), Some(kind), Some(body)) = (
+        only(&envelope, b"source"),
+        only(&envelope, b"kind"),
+        only(&envelope, b"body"),
+    ) else {
+        return true;
+    };
+    let source = &line[source];
+    if !source.starts_with(format!("\"{INTENT}").as_bytes()) {
+        return true;
+    }
+    let searched: &[&[u8]] = match &line[kind] {
+        b"\"tool_call\"" => &[b"tool_input", b"paths"],
+        b"\"tool_result\"" => &[b"tool_response", b"error"],
+        b"\"prompt\"" => &[b"prompt"],
+        b"\"turn_end\"" => &[b"last_assistant_message"],
+        _ => return true,
+    };
+    let Some(members) = skim::members(line, body.start) else {
+        return true;
+    };
+    let mut seen = Vec::with_capacity(2);
+    for (name, value) in &members {
+        if searched.contains(name) {
+            if seen.contains(name) {
+                return true;
+            }
+            seen.push(*name);
+            if ac.is_match(&line[value.clone()]) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// The span of the member named `name`, when it is there exactly once.
+fn only(members: &[(&[u8], Range<usize>)], name: &[u8]) -> Option<Range<usize>> {
+    let mut found = members.iter().filter(|(n, _)| *n == name);
+    match (found.next(), found.next()) {
+        (Some((_, r)), None) => Some(r.clone()),
+        _ => None,
     }
 }
 
@@ -464,5 +546,69 @@ mod tests {
             p.candidates(&block, |c| through.extend(p.hits(&Entry::parse(c, 1).expect("e"), &Filter::default())));
             prop_assert_eq!(direct, through);
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+        /// Reading a line through `line_hits` (which skips entries whose
+        /// searched members cannot match) finds exactly what parsing it
+        /// whole finds, whichever member the text is in.
+        #[test]
+        fn line_hits_are_the_whole_parse_hits(
+            around in ("[a-c\n ]{0,4}", "[a-cé\" ]{0,4}"),
+            inner in "[a-c\"\\\\\n\té ]{1,6}",
+            holds in any::<bool>(),
+            fixed in any::<bool>(),
+            ignore_case in any::<bool>(),
+            kind in prop::sample::select(vec!["tool_call", "tool_result", "prompt", "turn_end", "hook", "session_start"]),
+            member in prop::sample::select(vec!["command", "file_path", "stdout", "error", "prompt",
+                                                "last_assistant_message", "cwd", "paths", "other"]),
+            source in prop::sample::select(vec!["intent:claude-code", "intent:codex", "exit:nd7"]),
+            twice in any::<bool>(),
+        ) {
+            let pattern = if fixed { inner.clone() } else { regex::escape(&inner).replace('a', "[ab]") };
+            let text = if holds { format!("{}{inner}{}", around.0, around.1) } else { around.0 };
+            let Ok(p) = Pattern::new(&pattern, Options { ignore_case, fixed }) else { return Ok(()); };
+            let body = match member {
+                "command" | "file_path" => json!({"tool_name": "Bash", "tool_input": {member: text}}),
+                "stdout" => json!({"tool_name": "Bash", "tool_input": {"command": "x"},
+                                   "tool_response": {"stdout": text}}),
+                "paths" => json!({"paths": [text]}),
+                "other" => json!({"raw": {"prompt": text}, "tool_name": text}),
+                m => json!({m: text}),
+            };
+            let mut l = json!({"seq": 3, "ts": 9, "source": source, "kind": kind, "body": body}).to_string();
+            if twice {
+                // A member given twice: the whole parse keeps one of them.
+                l = l.replacen("\"body\":{", &format!("\"body\":{{\"prompt\":\"{}\",", "zz"), 1);
+                l = l.replacen("{\"seq\"", "{\"kind\":\"prompt\",\"seq\"", 1);
+            }
+            let whole = match Entry::parse(l.as_bytes(), 1) {
+                Ok(e) => p.hits(&e, &Filter::default()),
+                Err(_) => Vec::new(),
+            };
+            prop_assert_eq!(whole, p.line_hits(l.as_bytes(), &Filter::default()));
+        }
+    }
+
+    #[test]
+    fn a_literal_only_outside_the_searched_members_rules_the_line_out() {
+        let p = Pattern::new("REWRITTEN", Options::default()).expect("p");
+        let Prefilter::Any(ac) = &p.prefilter else {
+            panic!("a literal pattern has a prefilter");
+        };
+        let result = line(
+            "tool_result",
+            json!({"tool_name": "Bash", "tool_input": {"command": "echo REWRITTEN"},
+                   "tool_response": {"stdout": "hello"}}),
+        );
+        assert!(!may_hit(&result, ac));
+        assert!(p.line_hits(&result, &Filter::default()).is_empty());
+        let call = line(
+            "tool_call",
+            json!({"tool_name": "Bash", "tool_input": {"command": "echo REWRITTEN"}}),
+        );
+        assert!(may_hit(&call, ac));
+        assert_eq!(p.line_hits(&call, &Filter::default()).len(), 1);
     }
 }

@@ -391,9 +391,7 @@ fn search_one(log: &SessionLog, pattern: &Pattern, filter: &Filter) -> Result<Ve
             continue;
         };
         pattern.candidates(&buf[..=last_nl], |line| {
-            if let Ok(e) = Entry::parse(line, 0) {
-                hits.extend(pattern.hits(&e, filter));
-            }
+            hits.extend(pattern.line_hits(line, filter));
         });
         at += (last_nl + 1) as u64;
         buf.copy_within(last_nl + 1..filled, 0);

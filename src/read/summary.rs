@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn counts_calls_failures_refusals_and_the_end() {
-        let routed = crate::hook_prefix::routed_command("/b/nd7-exec", "ls");
+        let routed = crate::shell_prefix::routed_command("/b/nd7-exec", "ls");
         let mut s = Summary::default();
         let cc = "intent:claude-code";
         for e in [

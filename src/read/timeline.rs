@@ -343,6 +343,17 @@ impl Builder {
     /// The next entry of the log.
     pub fn push(&mut self, entry: Entry) {
         if !entry.is_intent() {
+            // nd7's exit ran the command of the Bash call it names: that call
+            // went through nd7-exec (ADR-0040; before it, the rewritten
+            // command in the result said so, see `complete`).
+            if entry.kind == crate::run_entry::EXEC
+                && let Some(tool) = entry
+                    .tool_use_id
+                    .clone()
+                    .and_then(|id| self.waiting_mut(&id))
+            {
+                tool.routed = true;
+            }
             let item = Item::Observed(Observed {
                 at: At::of(&entry),
                 class: observed_class(&entry.kind),
@@ -879,7 +890,7 @@ mod tests {
 
     #[test]
     fn routed_commands_show_the_original_and_say_so() {
-        let routed = crate::hook_prefix::routed_command("/x/nd7-exec", "ls -la");
+        let routed = crate::shell_prefix::routed_command("/x/nd7-exec", "ls -la");
         let items = run(&[bash_call(0, "a", "ls -la"), bash_ok(1, "a", &routed, "")]);
         let t = tools(&items);
         assert!(t[0].routed);
@@ -890,6 +901,20 @@ mod tests {
         let items = run(&[bash_call(0, "a", "ls"), bash_ok(1, "a", "ls; id", "")]);
         assert_eq!(tools(&items)[0].ran.as_deref(), Some("ls; id"));
         assert!(!tools(&items)[0].routed);
+        // Through the shell prefix, the exit's own `exec` entry names the call.
+        let exec =
+            |seq, id: &str| line_from(seq, "exit:nd7", "exec", Some(id), json!({"command": "…"}));
+        let items = run(&[
+            bash_call(0, "a", "ls"),
+            exec(1, "a"),
+            bash_ok(2, "a", "ls", ""),
+            bash_call(3, "b", "id"),
+            exec(4, "other"),
+            bash_ok(5, "b", "id", ""),
+        ]);
+        let t = tools(&items);
+        assert!(t[0].routed && !t[1].routed, "{t:?}");
+        assert_eq!(t[0].ran, None);
     }
 
     #[test]

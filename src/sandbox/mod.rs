@@ -128,12 +128,32 @@ pub fn pin(path: &Path) -> Result<Identity, PinError> {
     }
 }
 
+/// The terminal `nd7 run` was started on: the device its standard input,
+/// output or error is, if one of them is a pseudo-terminal (Linux only;
+/// elsewhere `None`, as the rule it feeds is Linux's).
+pub fn own_terminal() -> Option<std::path::PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        (0..3)
+            .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+            .find(|p| p.starts_with(crate::policy::TERMINALS))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
 /// When process `pid` started, in the kernel's units; `None` when there is
-/// no such process. With the pid it names one process for good.
+/// no such process, or only its zombie (dead, not yet reaped: where no init
+/// reaps, a killed `nd7 run` can stay one). With the pid it names one
+/// process for good.
 pub fn start_time(pid: u32) -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
-        linux::proc::stat(pid).map(|s| s.started)
+        linux::proc::stat(pid)
+            .filter(|s| s.state != 'Z')
+            .map(|s| s.started)
     }
     #[cfg(target_os = "macos")]
     {
@@ -226,12 +246,15 @@ pub fn hook_door_near(dir: &Path) -> Option<Session> {
 }
 
 /// How `nd7 run` answered a hook.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HookAnswer {
     /// The entry is in the log.
     Recorded,
-    /// The run records this event through its own hook instead.
+    /// The run records this event through its own hook instead; for
+    /// `nd7 hook-explain`, nothing to say.
     Skipped,
+    /// For `nd7 hook-explain`: what the floor refused, for the model.
+    Explained(String),
 }
 
 /// What `nd7-exec --record` exits with when the run skipped the payload.
@@ -248,6 +271,7 @@ pub fn send_hook(session: &Session, request: &wire::HookRequest) -> Result<HookA
         linux::door::send(&socket, session.pid, request).map(|a| match a {
             linux::door::Answer::Recorded => HookAnswer::Recorded,
             linux::door::Answer::Skipped => HookAnswer::Skipped,
+            linux::door::Answer::Explained(text) => HookAnswer::Explained(text),
         })
     }
     #[cfg(not(target_os = "linux"))]
@@ -257,7 +281,8 @@ pub fn send_hook(session: &Session, request: &wire::HookRequest) -> Result<HookA
     }
 }
 
-/// `nd7-exec --record` beside this program, fed the request on stdin.
+/// `nd7-exec --record -` beside this program, fed the request on stdin; for
+/// an explain request, its standard output is the explanation.
 #[cfg_attr(target_os = "linux", allow(dead_code))]
 fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> {
     use std::io::Write;
@@ -269,7 +294,7 @@ fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> 
         .arg("--record")
         .arg("-")
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", exec.display()))?;
@@ -281,6 +306,10 @@ fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> 
         .wait_with_output()
         .map_err(|e| format!("{}: {e}", exec.display()))?;
     match out.status.code() {
+        Some(0) if request.explain && !out.stdout.is_empty() => Ok(HookAnswer::Explained(
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )),
+        Some(0) if request.explain => Ok(HookAnswer::Skipped),
         Some(0) => Ok(HookAnswer::Recorded),
         Some(c) if c == i32::from(RECORD_SKIPPED) => Ok(HookAnswer::Skipped),
         _ => {
@@ -303,6 +332,57 @@ pub fn command_profile(policy: &Policy) -> Option<String> {
     } else {
         None
     }
+}
+
+/// The floor's profile, written beside the record on systems whose
+/// `nd7-exec` starts outside the floor (macOS), for what it runs in place.
+pub fn floor_profile(policy: &Policy) -> Option<String> {
+    if cfg!(target_os = "macos") {
+        Some(crate::policy::seatbelt::floor(policy, &policy.roots.exit))
+    } else {
+        None
+    }
+}
+
+/// Whether this `nd7-exec` is Claude Code's shell prefix (ADR-0040):
+/// `CLAUDE_CODE_SHELL_PREFIX` names this very program. Only a choice of
+/// where a command runs, never of its rules: what is not a Bash tool call
+/// is then run in place under the floor ([`run_in_place`]).
+pub fn is_shell_prefix() -> bool {
+    let named = std::env::var_os(crate::shell_prefix::PREFIX_VARIABLE)
+        .filter(|v| !v.is_empty())
+        .and_then(|v| std::fs::canonicalize(v).ok());
+    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+    named.is_some() && named == me
+}
+
+/// Runs `command` as Claude Code would have without its shell prefix,
+/// `/bin/sh -c <command>`, under the floor and nothing more: on Linux
+/// `nd7-exec` is inside the floor already and becomes the shell; on macOS
+/// it started outside, and applies the session's floor profile first.
+/// Returns only when nothing ran, saying why.
+pub fn run_in_place(command: OsString) -> String {
+    use std::os::unix::process::CommandExt;
+    #[cfg(target_os = "macos")]
+    {
+        let sessions = match Sessions::for_user() {
+            Ok(s) => s,
+            Err(e) => return e.to_string(),
+        };
+        let Some(session) = sessions.find_by_ancestors(ancestors(), SESSION_MARKER) else {
+            return "not inside an nd7 session".to_string();
+        };
+        let path = session.dir.join(crate::session::FLOOR_PROFILE);
+        let profile = match std::fs::read_to_string(&path) {
+            Ok(p) => p,
+            Err(e) => return format!("cannot read the floor's rules at {}: {e}", path.display()),
+        };
+        if let Err(e) = macos::restrict_self(&profile) {
+            return e.to_string();
+        }
+    }
+    let error = Command::new("/bin/sh").arg("-c").arg(command).exec();
+    format!("cannot run /bin/sh: {error}")
 }
 
 /// The floor, built and ready to be applied to the agent as it starts.
@@ -341,7 +421,7 @@ impl Floor {
     pub fn confine(&self, command: &mut Command) -> Result<(), String> {
         #[cfg(target_os = "linux")]
         {
-            self.confinement.confine(command);
+            self.confinement.confine(command, linux::Started::Floor);
             Ok(())
         }
         #[cfg(target_os = "macos")]
@@ -354,6 +434,131 @@ impl Floor {
             Err("nd7 run has no sandbox for this operating system".to_string())
         }
     }
+}
+
+/// Which process [`keep_session`] returned in.
+pub enum Kept {
+    /// The keeper: the session is over, nothing it started is left, and
+    /// `nd7 run` exits with this code.
+    Done(i32),
+    /// The session itself, to carry on.
+    Session,
+}
+
+/// Splits `nd7 run` into the keeper, which outlives everything the session
+/// starts and ends it all, and the session (see `linux::keeper`). Must be
+/// called while the process has a single thread. Where there is no keeper
+/// (macOS), the caller simply carries on as the session.
+pub fn keep_session(sessions: &Sessions) -> Result<Kept, String> {
+    #[cfg(target_os = "linux")]
+    {
+        match linux::keeper::split(sessions)? {
+            linux::keeper::Side::Keeper(code) => Ok(Kept::Done(code)),
+            linux::keeper::Side::Session => Ok(Kept::Session),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = sessions;
+        Ok(Kept::Session)
+    }
+}
+
+/// What the keeper ended when the session asked it to, once the agent had
+/// ended ([`end_leftovers`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Leftovers {
+    /// How many processes were ended.
+    pub count: usize,
+    /// The first of them (up to 256), pid and command name.
+    pub processes: Vec<(u32, String)>,
+}
+
+/// Ends every process the session started that is still running, the
+/// session process itself aside, and says which: called by `nd7 run` once
+/// the agent has ended, so the run's log can say so before its last entry.
+/// `None` where no keeper answers (macOS, or a keeper without its event
+/// loop); the keeper still ends everything once the session has gone.
+pub fn end_leftovers() -> Option<Leftovers> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::keeper::end_leftovers()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// One protection beyond the file rules, and whether this system enforces it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Protection {
+    /// A short name, for `nd7 doctor`.
+    pub name: &'static str,
+    pub enforced: bool,
+    /// What is protected, or what is not and why.
+    pub detail: String,
+    /// What would make it enforced; `None` when nothing the user can do
+    /// today would (then `nd7 doctor` notes it without failing).
+    pub needs: Option<&'static str>,
+}
+
+/// The protections beyond the file rules and whether the running system
+/// enforces each; in a session, as that session applies them.
+pub fn protections() -> Vec<Protection> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::protections()
+    }
+    #[cfg(target_os = "macos")]
+    {
+        // The Seatbelt floor takes writes and secret reads away from an
+        // allow-by-default profile (ADR-0018); none of these is in it yet.
+        let not = |name, detail: &str| Protection {
+            name,
+            enforced: false,
+            detail: detail.to_string(),
+            needs: None,
+        };
+        vec![
+            not(
+                "signals",
+                "signals to your other processes (the Seatbelt floor allows them)",
+            ),
+            not(
+                "tty",
+                "terminal input injection (TIOCSTI) on the terminal nd7 run was started on",
+            ),
+            not(
+                "sockets",
+                "other programs' unix sockets: ssh-agent, tmux, docker",
+            ),
+            not("orphans", "processes the session started that outlive it"),
+            not(
+                "terminals",
+                "your other terminals (/dev/ttysN), which the agent can read and write",
+            ),
+        ]
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        Vec::new()
+    }
+}
+
+/// The banner's line naming what this system cannot enforce, if anything.
+pub fn unenforced_line() -> Option<String> {
+    let missing: Vec<String> = protections()
+        .into_iter()
+        .filter(|p| !p.enforced)
+        .map(|p| p.detail)
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "nd7 run: not enforced on this system: {}",
+            missing.join("; ")
+        )
+    })
 }
 
 /// The exit, open for the session's life.
@@ -533,6 +738,13 @@ pub fn record_from_stdin() -> Result<HookAnswer, String> {
             ));
         }
         let log = RunLog::open(&record).map_err(|e| e.to_string())?;
+        if request.explain {
+            return match crate::refusals::explain(&request.body, &record.policy, &log) {
+                Ok(Some(text)) => Ok(HookAnswer::Explained(text)),
+                Ok(None) => Ok(HookAnswer::Skipped),
+                Err(e) => Err(e.to_string()),
+            };
+        }
         match log.hook(&request, chain.get(1).map(|c| c.0)) {
             Ok(crate::run_log::HookOutcome::Recorded(_)) => Ok(HookAnswer::Recorded),
             Ok(crate::run_log::HookOutcome::Skipped) => Ok(HookAnswer::Skipped),

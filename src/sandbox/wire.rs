@@ -14,18 +14,24 @@
 //! ```
 //!
 //! Then frames of five bytes: from `nd7-exec`, `k` and a signal number to
-//! pass on to the command; from `nd7 run`, `x` and the command's exit code,
-//! `s` and the signal that ended it, or `r` and the length of a refusal
-//! whose UTF-8 text follows.
+//! pass on to the command; from `nd7 run`, the same `k` frame back once it
+//! has passed the signal on, then `x` and the command's exit code, `s` and
+//! the signal that ended it, or `r` and the length of a refusal whose UTF-8
+//! text follows.
 //!
 //! The hooks' door (`record.sock`) takes one [`HookRequest`] from `nd7 record`
 //! and answers with one frame: `a` once the entry is appended, `d` when the
-//! run records that event through its own hook instead, or a refusal.
+//! run records that event through its own hook instead, or a refusal. A
+//! request from `nd7 hook-explain` (flag 16) is judged, not recorded: the
+//! answer is `e` and the length of the explanation whose UTF-8 text follows
+//! (the floor refused something), or `d` (nothing to say).
 //!
 //! ```text
 //! hook request = u32 length of the rest, then u8 flags, u64 ts, field(cwd), field(body)
 //! flags        = 1: sent by the hook nd7 run registered; 2: body is a glimpse
-//!                (the payload was too large); 4: cwd present
+//!                (the payload was too large); 4: cwd present; 8: Codex's hook
+//!                (`--agent codex`); 16: explain (`nd7 hook-explain`'s: judge
+//!                the tool call, do not record it)
 //! ```
 
 use std::ffi::OsString;
@@ -58,8 +64,12 @@ pub enum Frame {
     /// To `nd7 record`: the entry is in the log.
     Recorded,
     /// To `nd7 record`: not recorded, because the run records this event
-    /// through the hook it registered itself (the same event, once).
+    /// through the hook it registered itself (the same event, once). To
+    /// `nd7 hook-explain`: nothing the floor refused.
     Skipped,
+    /// To `nd7 hook-explain`: what to tell the model about what the floor
+    /// refused.
+    Explained(String),
 }
 
 /// What `nd7 record` hands `nd7 run` through the hooks' door: what the hook
@@ -77,6 +87,9 @@ pub struct HookRequest {
     /// Whether `body` is a glimpse of an oversized payload (its placing
     /// members, `bytes` and `blake3`) rather than the payload itself.
     pub glimpse: bool,
+    /// Whether it asks for the tool call to be judged (`nd7 hook-explain`)
+    /// rather than recorded.
+    pub explain: bool,
     pub body: Vec<u8>,
 }
 
@@ -84,6 +97,7 @@ const RUN_HOOK: u8 = 1;
 const GLIMPSE: u8 = 2;
 const CWD: u8 = 4;
 const CODEX: u8 = 8;
+const EXPLAIN: u8 = 16;
 
 impl HookRequest {
     /// The request's bytes, its length prefix first.
@@ -97,6 +111,9 @@ impl HookRequest {
         }
         if self.cwd.is_some() {
             flags |= CWD;
+        }
+        if self.explain {
+            flags |= EXPLAIN;
         }
         if self.agent == crate::hook::Agent::Codex {
             flags |= CODEX;
@@ -114,7 +131,7 @@ impl HookRequest {
     /// [`Request::announced_len`] checks).
     pub fn decode(body: &[u8]) -> Result<HookRequest, WireError> {
         let (&flags, mut rest) = body.split_first().ok_or(WireError::Truncated("flags"))?;
-        if flags & !(RUN_HOOK | GLIMPSE | CWD | CODEX) != 0 {
+        if flags & !(RUN_HOOK | GLIMPSE | CWD | CODEX | EXPLAIN) != 0 {
             return Err(WireError::UnknownFlags(flags));
         }
         let (ts, tail) = rest
@@ -136,6 +153,7 @@ impl HookRequest {
             cwd: (flags & CWD != 0).then(|| cwd.to_vec()),
             run_hook: flags & RUN_HOOK != 0,
             glimpse: flags & GLIMPSE != 0,
+            explain: flags & EXPLAIN != 0,
             body: payload.to_vec(),
         })
     }
@@ -220,8 +238,13 @@ impl Frame {
             Frame::Signaled(n) => (b's', *n),
             Frame::Recorded => (b'a', 0),
             Frame::Skipped => (b'd', 0),
-            Frame::Refused(text) => {
-                let mut out = vec![b'r'];
+            Frame::Refused(text) | Frame::Explained(text) => {
+                let tag = if matches!(self, Frame::Refused(_)) {
+                    b'r'
+                } else {
+                    b'e'
+                };
+                let mut out = vec![tag];
                 out.extend_from_slice(&(text.len() as u32).to_le_bytes());
                 out.extend_from_slice(text.as_bytes());
                 return out;
@@ -232,8 +255,9 @@ impl Frame {
         out
     }
 
-    /// A frame from its first five bytes; for a refusal, the number of text
-    /// bytes still to read comes back instead, to be passed to [`Frame::refusal`].
+    /// A frame from its first five bytes; for a refusal or an explanation,
+    /// the number of text bytes still to read comes back instead, to be
+    /// passed with the first byte to [`Frame::text`].
     pub fn decode(head: [u8; 5]) -> Result<Result<Frame, usize>, WireError> {
         let n = i32::from_le_bytes([head[1], head[2], head[3], head[4]]);
         Ok(Ok(match head[0] {
@@ -242,13 +266,23 @@ impl Frame {
             b's' => Frame::Signaled(n),
             b'a' => Frame::Recorded,
             b'd' => Frame::Skipped,
-            b'r' => return Ok(Err((n as u32 as usize).min(64 << 10))),
+            b'r' | b'e' => return Ok(Err((n as u32 as usize).min(64 << 10))),
             other => return Err(WireError::UnknownFrame(other)),
         }))
     }
 
     pub fn refusal(text: &[u8]) -> Frame {
         Frame::Refused(String::from_utf8_lossy(text).into_owned())
+    }
+
+    /// The text frame whose first byte was `tag`, with its text.
+    pub fn text(tag: u8, text: &[u8]) -> Frame {
+        let text = String::from_utf8_lossy(text).into_owned();
+        if tag == b'e' {
+            Frame::Explained(text)
+        } else {
+            Frame::Refused(text)
+        }
     }
 }
 
@@ -335,6 +369,7 @@ mod tests {
                 cwd: Some(b"/home/u/proj \xff".to_vec()),
                 run_hook: true,
                 glimpse: false,
+                explain: false,
                 body: br#"{"session_id":"s"}"#.to_vec(),
             },
             HookRequest {
@@ -343,6 +378,7 @@ mod tests {
                 cwd: None,
                 run_hook: false,
                 glimpse: true,
+                explain: true,
                 body: Vec::new(),
             },
         ] {
@@ -364,13 +400,14 @@ mod tests {
             cwd: None,
             run_hook: false,
             glimpse: false,
+            explain: false,
             body: vec![],
         }
         .encode();
-        odd[4] = 16;
+        odd[4] = 32;
         assert_eq!(
             HookRequest::decode(&odd[4..]),
-            Err(WireError::UnknownFlags(16))
+            Err(WireError::UnknownFlags(32))
         );
     }
 
@@ -396,5 +433,12 @@ mod tests {
             Frame::Refused("no session".into())
         );
         assert_eq!(Frame::decode(*b"?0000"), Err(WireError::UnknownFrame(b'?')));
+        let bytes = Frame::Explained("nd7 allow".into()).encode();
+        let head: [u8; 5] = bytes[..5].try_into().expect("5 bytes");
+        assert_eq!(Frame::decode(head), Ok(Err(9)));
+        assert_eq!(
+            Frame::text(head[0], &bytes[5..]),
+            Frame::Explained("nd7 allow".into())
+        );
     }
 }

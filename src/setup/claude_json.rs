@@ -31,6 +31,12 @@ pub enum State {
     OtherLink(PathBuf),
 }
 
+/// Whether Claude Code keeps the file elsewhere (`CLAUDE_CONFIG_DIR`), so
+/// nothing here applies.
+pub fn elsewhere() -> bool {
+    std::env::var_os("CLAUDE_CONFIG_DIR").is_some()
+}
+
 pub fn paths(home: &Path) -> (PathBuf, PathBuf) {
     (home.join(".claude.json"), home.join(LINK_TARGET))
 }
@@ -50,12 +56,28 @@ pub fn state(home: &Path) -> State {
     }
 }
 
-/// Moves the file under `~/.claude` and leaves a link. Returns what it did
+/// Moves the file under `~/.claude` and leaves a link; where there is no
+/// file yet (Claude Code has not run), leaves the link alone, so that Claude
+/// Code creates the file there (it saves through a link even when its target
+/// does not exist yet: checked with 2.1.197 and 2.1.332). Returns what it did
 /// (or would do), or nothing when there is nothing to do.
 pub fn install(home: &Path, dry_run: bool) -> Result<Option<String>, SetupError> {
     let (file, moved) = paths(home);
-    if state(home) != State::InHome {
-        return Ok(None);
+    match state(home) {
+        State::InHome => {}
+        State::Absent => {
+            if !dry_run {
+                let dir = moved.parent().unwrap_or(home);
+                fs::create_dir_all(dir).map_err(io_err(dir, "create"))?;
+                std::os::unix::fs::symlink(LINK_TARGET, &file)
+                    .map_err(io_err(&file, "create a link"))?;
+            }
+            return Ok(Some(format!(
+                "~/.claude.json: {} a link to ~/{LINK_TARGET} (Claude Code has not made the file yet), so that it saves inside ~/.claude, which nd7 run lets it write",
+                if dry_run { "would leave" } else { "left" }
+            )));
+        }
+        _ => return Ok(None),
     }
     let why = "so Claude Code's saves of it stay inside ~/.claude, which nd7 run lets it write; nd7 setup --uninstall moves it back";
     if moved.exists() {
@@ -67,9 +89,7 @@ pub fn install(home: &Path, dry_run: bool) -> Result<Option<String>, SetupError>
     }
     if dry_run {
         return Ok(Some(format!(
-            "{}: would move to {} with a link in its place, {why}",
-            file.display(),
-            moved.display()
+            "~/.claude.json: would move to ~/{LINK_TARGET} with a link in its place, {why}"
         )));
     }
     let dir = moved.parent().unwrap_or(home);
@@ -87,9 +107,7 @@ pub fn install(home: &Path, dry_run: bool) -> Result<Option<String>, SetupError>
         return Err(e);
     }
     Ok(Some(format!(
-        "{}: moved to {} with a link in its place, {why}",
-        file.display(),
-        moved.display()
+        "~/.claude.json: moved to ~/{LINK_TARGET} with a link in its place, {why}"
     )))
 }
 
@@ -154,9 +172,22 @@ mod tests {
     }
 
     #[test]
-    fn other_links_absent_files_and_conflicts_are_left_alone() {
+    fn a_file_not_made_yet_gets_the_link_and_uninstall_takes_it() {
         let home = tempfile::tempdir().expect("tempdir");
-        assert_eq!(install(home.path(), false).expect("nothing"), None);
+        assert_eq!(state(home.path()), State::Absent);
+        assert!(install(home.path(), true).expect("says").is_some());
+        assert_eq!(state(home.path()), State::Absent, "dry run");
+        assert!(install(home.path(), false).expect("links").is_some());
+        assert_eq!(state(home.path()), State::Moved);
+        assert!(home.path().join(".claude").is_dir());
+        assert_eq!(install(home.path(), false).expect("twice"), None);
+        assert!(uninstall(home.path(), false).expect("takes it").is_some());
+        assert_eq!(state(home.path()), State::Absent);
+    }
+
+    #[test]
+    fn other_links_and_conflicts_are_left_alone() {
+        let home = tempfile::tempdir().expect("tempdir");
         let (file, moved) = paths(home.path());
         std::os::unix::fs::symlink("dotfiles/claude.json", &file).expect("link");
         assert!(matches!(state(home.path()), State::OtherLink(_)));

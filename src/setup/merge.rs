@@ -96,6 +96,72 @@ impl std::fmt::Display for Change {
     }
 }
 
+/// The changes in a few lines a person reads at once: how many events got
+/// nd7's entry, and the events of each other kind of change by name.
+pub fn summary(changes: &[Change], dry_run: bool) -> Vec<String> {
+    let (mut added, mut replaced, mut removed) = (Vec::new(), Vec::new(), Vec::new());
+    for change in changes {
+        match change {
+            Change::Added(e) => added.push(e.as_str()),
+            Change::Replaced(e) => replaced.push(e.as_str()),
+            Change::Removed(e) => removed.push(e.as_str()),
+        }
+    }
+    let verb = |done: &'static str, would: &'static str| if dry_run { would } else { done };
+    let events = |n: usize| if n == 1 { "event" } else { "events" };
+    let mut out = Vec::new();
+    if !added.is_empty() {
+        out.push(format!(
+            "{} nd7 record for {} {}",
+            verb("registered", "would register"),
+            added.len(),
+            events(added.len())
+        ));
+    }
+    if !replaced.is_empty() {
+        out.push(format!(
+            "{} an older nd7 entry for {} {} ({})",
+            verb("replaced", "would replace"),
+            replaced.len(),
+            events(replaced.len()),
+            replaced.join(", ")
+        ));
+    }
+    if !removed.is_empty() {
+        out.push(format!(
+            "{} nd7 record from {} {} ({})",
+            verb("took", "would take"),
+            removed.len(),
+            events(removed.len()),
+            removed.join(", ")
+        ));
+    }
+    out
+}
+
+/// The events `text` (a settings file) registers nd7's recorder for.
+pub fn registered_events(text: &str) -> Vec<String> {
+    let Ok(Value::Object(settings)) = serde_json::from_str::<Value>(text) else {
+        return Vec::new();
+    };
+    let Some(hooks) = settings.get("hooks").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    hooks
+        .iter()
+        .filter(|(_, groups)| {
+            groups.as_array().is_some_and(|groups| {
+                groups.iter().any(|g| {
+                    g["hooks"]
+                        .as_array()
+                        .is_some_and(|h| h.iter().any(is_nd7_hook))
+                })
+            })
+        })
+        .map(|(event, _)| event.clone())
+        .collect()
+}
+
 /// Why a settings file was not changed.
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
@@ -303,6 +369,36 @@ mod tests {
         );
         assert!(knows(Some((2, 1, 251)), "PreModelSwitch"));
         assert!(!knows(Some((2, 1, 250)), "PreModelSwitch"));
+    }
+
+    #[test]
+    fn the_summary_is_a_few_lines() {
+        let changes: Vec<Change> = (0..30)
+            .map(|i| Change::Added(format!("E{i}")))
+            .chain([
+                Change::Replaced("Stop".into()),
+                Change::Removed("DirectoryAdded".into()),
+                Change::Removed("PreModelSwitch".into()),
+            ])
+            .collect();
+        assert_eq!(
+            summary(&changes, false),
+            [
+                "registered nd7 record for 30 events",
+                "replaced an older nd7 entry for 1 event (Stop)",
+                "took nd7 record from 2 events (DirectoryAdded, PreModelSwitch)",
+            ]
+        );
+        assert_eq!(
+            summary(&changes[..1], true),
+            ["would register nd7 record for 1 event"]
+        );
+        let text = installed(None);
+        assert_eq!(
+            registered_events(&text).len(),
+            HookEvent::NAMES.len() - UNREGISTERED.len()
+        );
+        assert!(registered_events("{").is_empty());
     }
 
     #[test]

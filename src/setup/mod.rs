@@ -136,7 +136,7 @@ pub fn private_problem(mode: u32, owner: u32, me: u32) -> Option<String> {
 /// sandbox cannot name its temporary files, and only when Claude Code keeps it
 /// in the home directory (no `CLAUDE_CONFIG_DIR`).
 fn claude_json_applies() -> bool {
-    crate::sandbox::CLAUDE_JSON_MUST_MOVE && std::env::var_os("CLAUDE_CONFIG_DIR").is_none()
+    crate::sandbox::CLAUDE_JSON_MUST_MOVE && !claude_json::elsewhere()
 }
 
 /// nd7, the nd7-exec beside it and the directory holding both, each with why
@@ -248,11 +248,6 @@ fn claude_settings(
     claude: Option<&(String, Option<(u32, u32, u32)>)>,
     report: &mut Report,
 ) -> Result<(), SetupError> {
-    let verb = if options.dry_run {
-        "would write"
-    } else {
-        "wrote"
-    };
     // Settings. A symlinked settings file (dotfile managers) is changed where
     // it points, so the link survives.
     let settings = options
@@ -278,33 +273,65 @@ fn claude_settings(
         path: settings.clone(),
         source,
     })?;
-    for change in &merged.changes {
-        report
-            .done
-            .push(format!("{}: {change}", settings.display()));
+    let shown = display_path(&settings, home);
+    for line in merge::summary(&merged.changes, options.dry_run) {
+        let version = match (&claude, options.uninstall) {
+            (_, true) => String::new(),
+            (Some((_, Some(v))), false) => {
+                format!(" (the events Claude Code {}.{}.{} knows)", v.0, v.1, v.2)
+            }
+            _ => " (every event nd7 records: Claude Code is not installed)".into(),
+        };
+        report.done.push(format!("{shown}: {line}{version}"));
     }
+    let emptied = options.uninstall
+        && merged
+            .text
+            .as_deref()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+            .is_some_and(|v| v.as_object().is_some_and(|o| o.is_empty()));
     match (&merged, options.dry_run) {
-        (Merged { text: None, .. }, _) => report
-            .done
-            .push(format!("{}: nothing to change", settings.display())),
+        (Merged { text: None, .. }, _) => report.done.push(format!("{shown}: nothing to change")),
+        (Merged { text: Some(_), .. }, false) if emptied => {
+            // It held nothing but nd7's entries: no `{}` is left behind.
+            fs::remove_file(&settings).map_err(io_err(&settings, "remove"))?;
+            report.done.push(format!(
+                "{shown}: removed, as it held nothing but nd7's entries"
+            ));
+        }
         (
             Merged {
                 text: Some(new), ..
             },
             false,
         ) => {
-            if let Some(backup) = write_settings(&settings, text.as_deref(), new)? {
+            // What uninstall takes out is nd7's own: no backup of it.
+            let original = if options.uninstall {
+                None
+            } else {
+                text.as_deref()
+            };
+            if let Some(backup) = write_settings(&settings, original, new)? {
                 report.done.push(format!(
-                    "{}: previous version kept as {}",
-                    settings.display(),
-                    backup.display()
+                    "{shown}: the previous version is kept as {}",
+                    display_path(&backup, home)
                 ));
             }
         }
-        (Merged { text: Some(_), .. }, true) => report.done.push(format!(
-            "{}: {verb} these changes (dry run: nothing written)",
-            settings.display()
-        )),
+        (Merged { text: Some(_), .. }, true) => report
+            .done
+            .push(format!("{shown}: dry run, nothing written")),
+    }
+    // A backup that still holds nd7's entries goes with them.
+    if options.uninstall && !options.dry_run {
+        let backup = backup_path(&settings);
+        if fs::read_to_string(&backup).is_ok_and(|t| !merge::registered_events(&t).is_empty()) {
+            fs::remove_file(&backup).map_err(io_err(&backup, "remove"))?;
+            report.done.push(format!(
+                "{}: removed (it held nd7's entries)",
+                display_path(&backup, home)
+            ));
+        }
     }
 
     // Claude Code's own state file, where nd7 run's floor needs it.
@@ -331,17 +358,18 @@ fn completions_and_timer(
     } else {
         "wrote"
     };
-    // Completions.
+    // Completions: one line for the three shells.
+    let mut written = Vec::new();
+    let mut removed = Vec::new();
     for shell in Shell::ALL {
         let path = completion_path(shell, home);
         if options.uninstall {
             if path.exists() {
                 if !options.dry_run {
                     fs::remove_file(&path).map_err(io_err(&path, "remove"))?;
+                    remove_empty_parents(&path, home);
                 }
-                report
-                    .done
-                    .push(format!("{}: removed completions", path.display()));
+                removed.push(display_path(&path, home));
             }
             continue;
         }
@@ -352,9 +380,7 @@ fn completions_and_timer(
         if !options.dry_run {
             write_file(&path, &script, 0o644)?;
         }
-        report
-            .done
-            .push(format!("{}: {verb} {shell:?} completions", path.display()));
+        written.push(display_path(&path, home));
         if shell == Shell::Zsh {
             report.warnings.push(format!(
                 "zsh finds the completions only if {} is in fpath (add `fpath+=({})` to ~/.zshrc before compinit)",
@@ -362,6 +388,22 @@ fn completions_and_timer(
                 path.parent().unwrap_or(&path).display()
             ));
         }
+    }
+    if !written.is_empty() {
+        report
+            .done
+            .push(format!("completions: {verb} {}", written.join(", ")));
+    }
+    if !removed.is_empty() {
+        report.done.push(format!(
+            "completions: {} {}",
+            if options.dry_run {
+                "would remove"
+            } else {
+                "removed"
+            },
+            removed.join(", ")
+        ));
     }
     // The ship timer: only on an enrolled machine, and only if nothing else
     // (brew services, a home-manager module) already runs nd7 ship.
@@ -390,7 +432,7 @@ fn completions_and_timer(
 fn claude_warnings(claude: Option<(String, Option<(u32, u32, u32)>)>, report: &mut Report) {
     match claude {
         None => report.warnings.push(
-            "Claude Code (`claude`) is not on PATH: the hooks take effect once it is installed".into(),
+            "Claude Code (`claude`) is not on PATH: the hooks take effect once it is installed; run nd7 setup again then, to register only the events it knows (nd7 doctor says when)".into(),
         ),
         Some((text, None)) => report.warnings.push(format!("cannot read Claude Code's version from {text:?}")),
         Some((_, Some(v))) if v < MIN_CLAUDE => report.warnings.push(format!(
@@ -414,6 +456,36 @@ fn claude_version() -> Option<(String, Option<(u32, u32, u32)>)> {
     Some((text, version))
 }
 
+/// `path` with the home written `~`, for what setup prints.
+fn display_path(path: &Path, home: &Path) -> String {
+    crate::policy::grants::tilde(path, home)
+}
+
+/// Where the settings file's previous version is kept.
+fn backup_path(settings: &Path) -> PathBuf {
+    settings.with_file_name(format!(
+        "{}.nd7-backup",
+        settings
+            .file_name()
+            .map_or_else(|| "settings.json".into(), |n| n.to_string_lossy())
+    ))
+}
+
+/// Removes the directories above `removed` that are left empty, up to the
+/// XDG base directory they are in (`~/.local/share`, `~/.config`) or the home.
+fn remove_empty_parents(removed: &Path, home: &Path) {
+    let stops = [
+        xdg_dir("XDG_DATA_HOME", home, ".local/share"),
+        xdg_dir("XDG_CONFIG_HOME", home, ".config"),
+        home.to_path_buf(),
+    ];
+    for dir in removed.ancestors().skip(1) {
+        if stops.iter().any(|s| s == dir) || fs::remove_dir(dir).is_err() {
+            break;
+        }
+    }
+}
+
 /// Replaces the settings file through a temporary file and a rename, keeping
 /// its mode, after copying the original aside. Returns the backup's path.
 fn write_settings(
@@ -424,11 +496,7 @@ fn write_settings(
     let mode = fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o7777);
     let backup = match original {
         Some(text) => {
-            let backup = path.with_file_name(format!(
-                "{}.nd7-backup",
-                path.file_name()
-                    .map_or_else(|| "settings.json".into(), |n| n.to_string_lossy())
-            ));
+            let backup = backup_path(path);
             write_file(&backup, text.as_bytes(), mode)?;
             Some(backup)
         }
@@ -573,9 +641,9 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         let state = claude_json::state(home);
         checks.push(Check {
             name: "state",
-            ok: state != claude_json::State::InHome,
+            ok: !matches!(state, claude_json::State::InHome | claude_json::State::Absent),
             detail: match &state {
-                claude_json::State::Absent => "~/.claude.json does not exist yet".into(),
+                claude_json::State::Absent => "~/.claude.json does not exist yet, and Claude Code would create it in your home directory, where nd7 run lets nothing be written".into(),
                 claude_json::State::InHome => {
                     "~/.claude.json is in the home directory, where nd7 run would stop Claude Code saving it".into()
                 }
@@ -584,7 +652,8 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
                     format!("~/.claude.json links to {} (left as it is)", target.display())
                 }
             },
-            fix: (state == claude_json::State::InHome).then(|| "nd7 setup".into()),
+            fix: matches!(state, claude_json::State::InHome | claude_json::State::Absent)
+                .then(|| "nd7 setup".into()),
         });
     }
 
@@ -606,10 +675,27 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         },
     });
 
+    // The home nd7 run builds the floor around must be the one Claude Code uses.
+    checks.push(home_check(home.as_deref()));
+
     // The credential stores nd7 run keeps unreadable, and the user's file.
     if let Some(home) = home.as_deref() {
         checks.push(secrets_check(home));
+        checks.push(grants_check(home));
     }
+
+    // What the kernel enforces beyond the file rules, one line each.
+    checks.extend(crate::sandbox::protections().into_iter().map(|p| Check {
+        name: p.name,
+        // A limit nothing can lift today is said, not failed.
+        ok: p.enforced || p.needs.is_none(),
+        detail: if p.enforced {
+            p.detail
+        } else {
+            format!("not enforced: {}", p.detail)
+        },
+        fix: p.needs.filter(|_| !p.enforced).map(str::to_string),
+    }));
 
     // Where the logs go.
     checks.push(match crate::session_log::state_dir() {
@@ -645,6 +731,108 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         checks.extend(vault_checks(&state, home, SystemTime::now()));
     }
     checks
+}
+
+/// `$HOME` against the account database's home, which `nd7 run` confines
+/// by: they must be the same directory, or `nd7 run` refuses to start.
+fn home_check(env: Option<&Path>) -> Check {
+    let account = crate::session::account_home();
+    let same = match (&account, env) {
+        (Ok(a), Some(e)) => fs::canonicalize(e).ok().as_deref() == Some(a.as_path()),
+        (Ok(_), None) => true,
+        (Err(_), _) => false,
+    };
+    Check {
+        name: "home",
+        ok: same,
+        detail: match (&account, env) {
+            (Err(e), _) => e.to_string(),
+            (Ok(a), _) if same => format!("{} (HOME and your account agree)", a.display()),
+            (Ok(a), e) => format!(
+                "HOME is {}, your account's home is {}: nd7 run will not start",
+                e.map_or("unset".into(), |e| e.display().to_string()),
+                a.display()
+            ),
+        },
+        fix: (!same).then(|| match &account {
+            Ok(a) => format!(
+                "export HOME={} (or run nd7 as the account whose home HOME is)",
+                a.display()
+            ),
+            Err(_) => "add your account to the account database (getent passwd)".into(),
+        }),
+    }
+}
+
+/// What sessions may write beyond the floor from the start: `~/.nd7/grants`
+/// read as `nd7 run` reads it.
+fn grants_check(home: &Path) -> Check {
+    use crate::policy::grants;
+    let file = home.join(grants::FILE);
+    let text = match fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Check {
+                name: "grants",
+                ok: true,
+                detail: format!(
+                    "none: commands write only the floor's places; name toolchain caches in {} (preset cargo, npm, pip, …) or pass nd7 run --preset",
+                    file.display()
+                ),
+                fix: None,
+            };
+        }
+        Err(e) => {
+            return Check {
+                name: "grants",
+                ok: false,
+                detail: format!("{}: {e}", file.display()),
+                fix: Some(format!("make {} readable", file.display())),
+            };
+        }
+    };
+    match grants::parse(&text, home) {
+        Ok(lines) => {
+            let mut sections: Vec<(String, Vec<String>)> = Vec::new();
+            for line in &lines {
+                let section = line
+                    .project
+                    .as_deref()
+                    .map_or("every project".to_string(), |p| grants::tilde(p, home));
+                let what = match &line.entry {
+                    grants::Entry::Preset(p) => format!("preset {}", p.name),
+                    grants::Entry::Path(p) => grants::tilde(p, home),
+                };
+                match sections.iter_mut().find(|(s, _)| *s == section) {
+                    Some((_, list)) => list.push(what),
+                    None => sections.push((section, vec![what])),
+                }
+            }
+            Check {
+                name: "grants",
+                ok: true,
+                detail: format!(
+                    "{}: {}",
+                    file.display(),
+                    sections
+                        .iter()
+                        .map(|(s, l)| format!("{s}: {}", l.join(", ")))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                fix: None,
+            }
+        }
+        Err(e) => Check {
+            name: "grants",
+            ok: false,
+            detail: format!("{} {e}; nd7 run will not start", file.display()),
+            fix: Some(format!(
+                "correct {} (docs/sandbox.md, \"Grants that last\")",
+                file.display()
+            )),
+        },
+    }
 }
 
 /// The credential stores a session would keep unreadable: how many, which
@@ -895,12 +1083,29 @@ fn hooks_check(text: &str, nd7: &str) -> Check {
             elsewhere.push(*event);
         }
     }
-    let ok = missing.is_empty() && elsewhere.is_empty();
+    // Registered for events this Claude Code does not know (setup ran before
+    // it was installed, or it was downgraded): it warns at every start.
+    let registered = merge::registered_events(text);
+    let unknown: Vec<&str> = crate::hook::HookEvent::NAMES
+        .iter()
+        .copied()
+        .filter(|e| claude.is_some() && !events.contains(e) && registered.iter().any(|r| r == e))
+        .collect();
+    let ok = missing.is_empty() && elsewhere.is_empty() && unknown.is_empty();
     let mut detail = format!(
         "{} of {} events record with {nd7}",
         events.len() - missing.len() - elsewhere.len(),
         events.len()
     );
+    if let (false, Some(v)) = (unknown.is_empty(), claude) {
+        detail.push_str(&format!(
+            "; registered for events Claude Code {}.{}.{} does not know, which it warns about at every start: {}",
+            v.0,
+            v.1,
+            v.2,
+            unknown.join(", ")
+        ));
+    }
     if !missing.is_empty() {
         detail.push_str(&format!("; missing: {}", missing.join(", ")));
     }

@@ -232,7 +232,7 @@ pub fn seal_batch(
 /// A zstd frame of `entries`: libzstd at level 3 when built with it, else
 /// ruzstd's one implemented level (about zstd's level 1, five times slower;
 /// ADR-0021). Either is read by [`open_batch`].
-fn compress(entries: &[u8]) -> Vec<u8> {
+pub(super) fn compress(entries: &[u8]) -> Vec<u8> {
     #[cfg(feature = "zstd-c")]
     if let Ok(frame) = zstd::bulk::compress(entries, 3) {
         return frame;

@@ -19,6 +19,10 @@
 //!   keyed digests as associated data and the machine's signature over the
 //!   whole ([`Checkpoint`]). The chain key travels beside it, wrapped to the
 //!   admins as a standard age v1 file ([`wrap_chain_key`]).
+//! - **Transcript pieces** ([`seal_piece`], [`open_piece`]): bytes of Claude
+//!   Code's transcript that an anchor in the chain covers, sealed as batches
+//!   are and signed by the machine, named only by that anchor's seq and
+//!   their place in the file.
 //! - **Receipts** ([`Receipt`]) and **restore notices** ([`RestoreNotice`]):
 //!   what the vault signs about what it stored, and about losing some of it.
 //!
@@ -133,6 +137,14 @@ pub enum Error {
     Decompress(String),
     #[error("the batch's entries do not match its index: {0}")]
     IndexMismatch(String),
+    #[error(
+        "the transcript piece carries {ciphertext} bytes of ciphertext for the {bytes} bytes its header names; at most {most} can hold that many"
+    )]
+    PieceOversize {
+        ciphertext: usize,
+        bytes: u64,
+        most: u64,
+    },
 }
 
 fn malformed(what: &'static str, expected: &'static str) -> Error {
@@ -395,6 +407,7 @@ mod enrol;
 mod receipt;
 mod recipients;
 mod request;
+mod transcript;
 
 pub use age::*;
 pub use batch::*;
@@ -402,6 +415,7 @@ pub use enrol::*;
 pub use receipt::*;
 pub use recipients::*;
 pub use request::*;
+pub use transcript::*;
 
 #[cfg(test)]
 mod tests;

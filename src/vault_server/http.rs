@@ -661,7 +661,7 @@ async fn respond(shared: Arc<Shared>, request: hyper::Request<Incoming>) -> hype
     }
     let body = match reply.pull {
         None => Body::Full(Some(Bytes::from(reply.body))),
-        Some(pull) => Body::Stream(stream_pull(shared.clone(), pull)),
+        Some(pull) => Body::Stream(stream_pull(shared.clone(), *pull)),
     };
     response.body(body).unwrap_or_else(|_| {
         let mut r = hyper::Response::new(Body::Full(Some(Bytes::from_static(b"vault error\n"))));
@@ -731,8 +731,8 @@ async fn answer(
     (reply, true)
 }
 
-/// Streams a pull's batches, one storage round trip per batch, one batch
-/// ahead of the peer at most. A storage error cuts the stream short, which
+/// Streams a pull's batches or pieces, one storage round trip per frame,
+/// one frame ahead of the peer at most. A storage error cuts the stream short, which
 /// the client sees as a body that ended early.
 fn stream_pull(
     shared: Arc<Shared>,
@@ -744,11 +744,11 @@ fn stream_pull(
         loop {
             let p = pull.clone();
             let next = shared
-                .on_store(move |vault, store| vault.next_batch(store, &p, after))
+                .on_store(move |vault, store| vault.next_frame(store, &p, after))
                 .await;
             let frame = match next {
-                Ok(Ok(Some((first, frame)))) => {
-                    after = Some(first);
+                Ok(Ok(Some((at, frame)))) => {
+                    after = Some(at);
                     frame
                 }
                 Ok(Ok(None)) => return,

@@ -29,6 +29,8 @@
 //! GET  /v1/machines/<id>                 a machine's enrolment record      reader token
 //! GET  /v1/batches/<machine>/<session hex>  a chain's batches, framed, streamed  reader token
 //! GET  /v1/forks                         refused forking batches           reader token
+//! POST /v1/transcripts                   one transcript piece              machine
+//! GET  /v1/transcripts/<machine>/<session hex>  a chain's pieces, framed  reader token
 //! ```
 
 #![forbid(unsafe_code)]
@@ -38,7 +40,7 @@ pub mod postgres;
 pub mod routes;
 pub mod sqlite;
 
-use crate::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId};
+use crate::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, PieceHeader};
 
 /// A storage failure: what the server was doing, and the backend's words.
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +132,7 @@ pub enum NonceUse {
 }
 
 /// What one machine may store per day (UTC), counted in entries and in
-/// bytes of stored batches and recorded forks.
+/// bytes of stored batches, recorded forks and transcript pieces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Quota {
     pub entries_per_day: u64,
@@ -242,6 +244,25 @@ pub trait Store: Send {
         session: &str,
         after: Option<u64>,
     ) -> Result<Option<(u64, Vec<u8>)>, StoreError>;
+    /// Keeps a transcript piece as sent ([`store_piece`]), in one
+    /// transaction during which no other server stores into the chain.
+    fn store_piece(
+        &mut self,
+        header: &PieceHeader,
+        body: &[u8],
+        now: u64,
+        quota: &Quota,
+    ) -> Result<PieceStored, StoreError>;
+    /// The stored transcript piece of a chain that comes first after
+    /// `after` (anchor seq, first byte), in that order (the chain's first
+    /// when `None`): where it is and its bytes as sent. A pull reads the
+    /// pieces one at a time, as it reads batches.
+    fn piece_after(
+        &mut self,
+        machine: &str,
+        session: &str,
+        after: Option<(u64, u64)>,
+    ) -> Result<Option<Placed>, StoreError>;
     /// (machine, session, last seq) of every chain held.
     fn sessions(&mut self) -> Result<Vec<(String, String, u64)>, StoreError>;
     /// Every refused fork, oldest first.
@@ -272,6 +293,15 @@ pub trait ChainTx {
     -> Result<Option<Usage>, StoreError>;
     /// Stores the batch as sent, its checkpoint and every index entry.
     fn insert(&mut self, batch: &Batch, body: &[u8], now: u64) -> Result<(), StoreError>;
+    /// Whether the chain holds a transcript piece of `anchor` from `from`.
+    fn has_piece(&mut self, anchor: u64, from: u64) -> Result<bool, StoreError>;
+    /// Stores a transcript piece as sent.
+    fn insert_piece(
+        &mut self,
+        header: &PieceHeader,
+        body: &[u8],
+        now: u64,
+    ) -> Result<(), StoreError>;
     /// Keeps a refused fork: its header, the reason, the BLAKE3 of its body.
     fn record_fork(
         &mut self,
@@ -333,6 +363,51 @@ pub fn link_and_store(
         }
         Link::Unlinked(why) => Stored::Unlinked(why),
     })
+}
+
+/// A stored piece (or a pull's frame) and where it is in its chain: the
+/// anchor's seq and the first byte (a batch's first seq, and 0).
+pub type Placed = ((u64, u64), Vec<u8>);
+
+/// What storing a transcript piece came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PieceStored {
+    Stored,
+    /// The chain holds a piece of this anchor from this byte already; the
+    /// first is kept.
+    AlreadyStored,
+    /// The chain does not hold the anchoring entry (yet).
+    NotAnchored,
+    /// Storing it would take the machine over its quota for the day.
+    OverQuota(Usage),
+}
+
+/// Keeps a transcript piece: only of an entry the chain holds, once per
+/// anchor and first byte, its bytes charged to the machine's quota as a
+/// batch's are (no entries: a piece adds none to the chain). Runs inside
+/// the backend's transaction, with the chain locked.
+pub fn store_piece(
+    tx: &mut dyn ChainTx,
+    header: &PieceHeader,
+    body: &[u8],
+    now: u64,
+    quota: &Quota,
+) -> Result<PieceStored, StoreError> {
+    if tx.head()?.is_none_or(|h| h.checkpoint.last < header.anchor) {
+        return Ok(PieceStored::NotAnchored);
+    }
+    if tx.has_piece(header.anchor, header.from)? {
+        return Ok(PieceStored::AlreadyStored);
+    }
+    let more = Usage {
+        entries: 0,
+        bytes: body.len() as u64,
+    };
+    if let Some(used) = tx.charge(day_of(now), more, quota)? {
+        return Ok(PieceStored::OverQuota(used));
+    }
+    tx.insert_piece(header, body, now)?;
+    Ok(PieceStored::Stored)
 }
 
 /// How a batch stands against the chain the vault holds.

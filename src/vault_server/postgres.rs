@@ -9,16 +9,17 @@
 //! what the first committed and acknowledges or refuses accordingly. Quotas
 //! are counted by a conditional `UPDATE`, which PostgreSQL re-checks after
 //! waiting on a concurrent one, so two servers cannot both spend the same
-//! room. Enrolment relies on the unique keys of `machines`.
+//! room. A transcript piece ([`Store::store_piece`]) takes the same lock.
+//! Enrolment relies on the unique keys of `machines`.
 
 use postgres::{Client, NoTls, Transaction};
 
 use super::sqlite::{index_row, stored_batch};
 use super::{
-    ChainTx, Enrolled, ForkRow, MachineRow, NonceUse, Quota, Store, StoreError, Stored,
-    StoredBatch, TokenCheck, TokenRow, Usage, link_and_store, token_id,
+    ChainTx, Enrolled, ForkRow, MachineRow, NonceUse, PieceStored, Quota, Store, StoreError,
+    Stored, StoredBatch, TokenCheck, TokenRow, Usage, link_and_store, store_piece, token_id,
 };
-use crate::vault::{Batch, BatchHeader, Digest, Enrolment, KeyId};
+use crate::vault::{Batch, BatchHeader, Digest, Enrolment, KeyId, PieceHeader};
 
 /// The layout this database holds (the one row of `nd7_vault`).
 const FORMAT: i32 = 3;
@@ -57,6 +58,10 @@ CREATE TABLE IF NOT EXISTS forks (
   id BIGSERIAL PRIMARY KEY, machine TEXT NOT NULL, session TEXT NOT NULL, first BIGINT NOT NULL,
   last BIGINT NOT NULL, reason TEXT NOT NULL, header BYTEA NOT NULL, body_blake3 TEXT NOT NULL,
   seen BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS pieces (
+  chain BIGINT NOT NULL REFERENCES chains (id), anchor BIGINT NOT NULL, from_byte BIGINT NOT NULL,
+  to_byte BIGINT NOT NULL, body BYTEA NOT NULL, stored BIGINT NOT NULL,
+  PRIMARY KEY (chain, anchor, from_byte));
 CREATE TABLE IF NOT EXISTS restores (
   id BIGSERIAL PRIMARY KEY, notice TEXT NOT NULL, installed BIGINT NOT NULL);
 ";
@@ -285,6 +290,39 @@ impl ChainTx for Tx<'_, '_> {
                 &[&self.chain, &seqs, &digests, &&header.key.0[..]],
             )
             .map_err(err("store the index"))?;
+        Ok(())
+    }
+
+    fn has_piece(&mut self, anchor: u64, from: u64) -> Result<bool, StoreError> {
+        Ok(self
+            .tx
+            .query_opt(
+                "SELECT 1 FROM pieces WHERE chain = $1 AND anchor = $2 AND from_byte = $3",
+                &[&self.chain, &(anchor as i64), &(from as i64)],
+            )
+            .map_err(err("look up a transcript piece"))?
+            .is_some())
+    }
+
+    fn insert_piece(
+        &mut self,
+        header: &PieceHeader,
+        body: &[u8],
+        now: u64,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO pieces (chain, anchor, from_byte, to_byte, body, stored) VALUES ($1, $2, $3, $4, $5, $6)",
+                &[
+                    &self.chain,
+                    &(header.anchor as i64),
+                    &(header.from as i64),
+                    &(header.to as i64),
+                    &body,
+                    &(now as i64),
+                ],
+            )
+            .map_err(err("store a transcript piece"))?;
         Ok(())
     }
 
@@ -564,6 +602,68 @@ impl Store for PgStore {
             )
             .map_err(err("read batches"))?
             .map(|r| (r.get::<_, i64>(0) as u64, r.get(1))))
+    }
+
+    fn store_piece(
+        &mut self,
+        header: &PieceHeader,
+        body: &[u8],
+        now: u64,
+        quota: &Quota,
+    ) -> Result<PieceStored, StoreError> {
+        let mut tx = self.db.transaction().map_err(err("begin a transaction"))?;
+        // The chain's row, locked as a batch locks it: a resent piece racing
+        // the first through another server waits, then sees it. A chain the
+        // vault does not hold gets no row: the piece has no anchor.
+        let Some(chain) = tx
+            .query_opt(
+                "SELECT id FROM chains WHERE machine = $1 AND session = $2 FOR UPDATE",
+                &[&header.machine, &header.session],
+            )
+            .map_err(err("lock a chain"))?
+            .map(|r| r.get::<_, i64>(0))
+        else {
+            return Ok(PieceStored::NotAnchored);
+        };
+        let stored = store_piece(
+            &mut Tx {
+                tx: &mut tx,
+                chain,
+                machine: &header.machine,
+            },
+            header,
+            body,
+            now,
+            quota,
+        )?;
+        tx.commit().map_err(err("commit a transcript piece"))?;
+        Ok(stored)
+    }
+
+    fn piece_after(
+        &mut self,
+        machine: &str,
+        session: &str,
+        after: Option<(u64, u64)>,
+    ) -> Result<Option<super::Placed>, StoreError> {
+        let Some(chain) = self.chain_id(machine, session)? else {
+            return Ok(None);
+        };
+        let (anchor, from) = after.map_or((-1i64, -1i64), |(a, f)| (a as i64, f as i64));
+        Ok(self
+            .db
+            .query_opt(
+                "SELECT anchor, from_byte, body FROM pieces WHERE chain = $1 AND (anchor, from_byte) > ($2, $3)
+                 ORDER BY anchor, from_byte LIMIT 1",
+                &[&chain, &anchor, &from],
+            )
+            .map_err(err("read transcript pieces"))?
+            .map(|r| {
+                (
+                    (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64),
+                    r.get(2),
+                )
+            }))
     }
 
     fn sessions(&mut self) -> Result<Vec<(String, String, u64)>, StoreError> {

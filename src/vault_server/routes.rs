@@ -9,7 +9,8 @@
 //! know or revoked, a stale request, or a machine over its quota.
 
 use super::{
-    Enrolled, NonceUse, Quota, Store, StoreError, Stored, StoredBatch, TokenCheck, Usage, day_of,
+    Enrolled, NonceUse, PieceStored, Quota, Store, StoreError, Stored, StoredBatch, TokenCheck,
+    Usage, day_of,
 };
 use crate::vault::{
     self, Enrolment, PublicKey, Receipt, Recipients, RequestAuth, RestoreNotice, SigningKey,
@@ -37,11 +38,20 @@ impl Request {
     }
 }
 
-/// A chain to stream back, one batch at a time ([`Vault::next_batch`]).
+/// A chain to stream back, one batch or transcript piece at a time
+/// ([`Vault::next_frame`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pull {
     pub machine: String,
     pub session: String,
+    pub of: PullOf,
+}
+
+/// What a pull streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullOf {
+    Batches,
+    Pieces,
 }
 
 /// A reply: status, body, and for the log line what a refusal concerned.
@@ -53,8 +63,8 @@ pub struct Reply {
     pub note: Option<String>,
     /// For a 429: when to try again, in seconds.
     pub retry_after: Option<u64>,
-    /// The body is this chain's batches, framed, after `body`.
-    pub pull: Option<Pull>,
+    /// The body is this chain's batches or pieces, framed, after `body`.
+    pub pull: Option<Box<Pull>>,
 }
 
 pub fn reply(status: u16, text: impl Into<String>) -> Reply {
@@ -127,6 +137,8 @@ enum Route<'a> {
     Machine(&'a str),
     Batches(&'a str, &'a str),
     Forks,
+    Piece,
+    Pieces(&'a str, &'a str),
 }
 
 impl<'a> Route<'a> {
@@ -142,6 +154,8 @@ impl<'a> Route<'a> {
             ("GET", ["v1", "machines", id]) => Route::Machine(id),
             ("GET", ["v1", "batches", machine, session]) => Route::Batches(machine, session),
             ("GET", ["v1", "forks"]) => Route::Forks,
+            ("POST", ["v1", "transcripts"]) => Route::Piece,
+            ("GET", ["v1", "transcripts", machine, session]) => Route::Pieces(machine, session),
             _ => return None,
         })
     }
@@ -150,7 +164,9 @@ impl<'a> Route<'a> {
     fn max_body(&self) -> usize {
         match self {
             Route::Enroll => MAX_ENROL_BYTES,
-            Route::Batch => vault::MAX_BODY_BYTES,
+            // A piece is at most 8 MiB of transcript, sealed as a batch
+            // is: the batch's bound holds it.
+            Route::Batch | Route::Piece => vault::MAX_BODY_BYTES,
             _ => 0,
         }
     }
@@ -159,10 +175,12 @@ impl<'a> Route<'a> {
     fn access(&self) -> Access {
         match self {
             Route::Recipients | Route::Restores | Route::Enroll => Access::Anyone,
-            Route::Head(_) | Route::Batch => Access::Machine,
-            Route::Sessions | Route::Machine(_) | Route::Batches(..) | Route::Forks => {
-                Access::Reader
-            }
+            Route::Head(_) | Route::Batch | Route::Piece => Access::Machine,
+            Route::Sessions
+            | Route::Machine(_)
+            | Route::Batches(..)
+            | Route::Forks
+            | Route::Pieces(..) => Access::Reader,
         }
     }
 }
@@ -282,29 +300,41 @@ impl Vault {
                 .and_then(|()| self.machine(store, id)),
             Route::Batches(machine, session) => self
                 .reader(store, request)
-                .and_then(|()| batches(machine, session)),
+                .and_then(|()| pull(machine, session, PullOf::Batches)),
             Route::Forks => self.reader(store, request).and_then(|()| self.forks(store)),
+            Route::Piece => self
+                .authenticate(store, request)
+                .and_then(|(machine, key)| self.piece(store, &machine, &key, &request.body)),
+            Route::Pieces(machine, session) => self
+                .reader(store, request)
+                .and_then(|()| pull(machine, session, PullOf::Pieces)),
         };
         result.unwrap_or_else(|r| r)
     }
 
-    /// The next frame of a pull: the chain's first batch after `after`
-    /// (seq of the last one sent's first entry), as `u32 BE length, bytes`,
-    /// with its first seq; `None` at the end.
-    pub fn next_batch(
+    /// The next frame of a pull, as `u32 BE length, bytes`: the chain's
+    /// first batch after `after` (the first seq of the last one sent, and
+    /// 0), or its first transcript piece after `after` (anchor seq and
+    /// first byte of the last one sent), with where it is; `None` at the
+    /// end.
+    pub fn next_frame(
         &self,
         store: &mut dyn Store,
         pull: &Pull,
-        after: Option<u64>,
-    ) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
-        Ok(store
-            .batch_after(&pull.machine, &pull.session, after)?
-            .map(|(first, body)| {
-                let mut frame = Vec::with_capacity(4 + body.len());
-                frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-                frame.extend_from_slice(&body);
-                (first, frame)
-            }))
+        after: Option<(u64, u64)>,
+    ) -> Result<Option<super::Placed>, StoreError> {
+        let next = match pull.of {
+            PullOf::Batches => store
+                .batch_after(&pull.machine, &pull.session, after.map(|(first, _)| first))?
+                .map(|(first, body)| ((first, 0), body)),
+            PullOf::Pieces => store.piece_after(&pull.machine, &pull.session, after)?,
+        };
+        Ok(next.map(|(at, body)| {
+            let mut frame = Vec::with_capacity(4 + body.len());
+            frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            frame.extend_from_slice(&body);
+            (at, frame)
+        }))
     }
 
     fn over_quota(&self, machine: &str, used: Usage, now: u64) -> Reply {
@@ -590,6 +620,62 @@ impl Vault {
         }
     }
 
+    /// A transcript piece: signed by the machine that sends it, of bytes an
+    /// entry the vault already holds anchors. Its contents are the admins'
+    /// to check against that anchor; the vault keeps the first piece of
+    /// each anchor and first byte, and acknowledges a resend.
+    fn piece(
+        &self,
+        store: &mut dyn Store,
+        machine: &str,
+        key: &PublicKey,
+        body: &[u8],
+    ) -> Result<Reply, Reply> {
+        let piece =
+            vault::parse_piece(body).map_err(|e| refuse(400, format!("machine {machine}: {e}")))?;
+        let header = &piece.header;
+        let names = header.names();
+        if header.machine != machine {
+            return Err(refuse(
+                403,
+                format!(
+                    "{names}: the piece names machine {:?} but was signed by {machine:?}",
+                    header.machine
+                ),
+            ));
+        }
+        if !piece.signed_by(key) {
+            return Err(refuse(
+                400,
+                format!("{names}: the piece is not signed by the machine's key"),
+            ));
+        }
+        let range = format!("{}..{}", header.from, header.to);
+        let now = (self.now)();
+        match store
+            .store_piece(header, body, now, &self.limits.quota)
+            .map_err(internal)?
+        {
+            PieceStored::Stored => Ok(reply(200, format!("stored {} {range}", header.anchor))),
+            PieceStored::AlreadyStored => Ok(reply(
+                200,
+                format!("already stored {} {range}", header.anchor),
+            )),
+            PieceStored::NotAnchored => {
+                let mut r = reply(
+                    409,
+                    format!(
+                        "refused: entry {} is not stored yet: ship the entries before the transcript they anchor",
+                        header.anchor
+                    ),
+                );
+                r.note = Some(format!("{names}: its anchor is not stored"));
+                Err(r)
+            }
+            PieceStored::OverQuota(used) => Err(self.over_quota(machine, used, now)),
+        }
+    }
+
     fn sessions(&self, store: &mut dyn Store) -> Result<Reply, Reply> {
         let rows = store.sessions().map_err(internal)?;
         let mut text = String::new();
@@ -626,15 +712,16 @@ impl Vault {
     }
 }
 
-/// A pull: the reply's body is streamed by the transport, one batch at a
-/// time ([`Vault::next_batch`]).
-fn batches(machine: &str, session: &str) -> Result<Reply, Reply> {
+/// A pull: the reply's body is streamed by the transport, one batch or
+/// piece at a time ([`Vault::next_frame`]).
+fn pull(machine: &str, session: &str, of: PullOf) -> Result<Reply, Reply> {
     let session = session_from_hex(session)?;
     let mut r = bytes(200, Vec::new());
-    r.pull = Some(Pull {
+    r.pull = Some(Box::new(Pull {
         machine: machine.to_string(),
         session,
-    });
+        of,
+    }));
     Ok(r)
 }
 

@@ -10,10 +10,10 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use super::{
-    ChainTx, Enrolled, ForkRow, MachineRow, NonceUse, Quota, Store, StoreError, Stored,
-    StoredBatch, TokenCheck, TokenRow, Usage, link_and_store, token_id,
+    ChainTx, Enrolled, ForkRow, MachineRow, NonceUse, PieceStored, Quota, Store, StoreError,
+    Stored, StoredBatch, TokenCheck, TokenRow, Usage, link_and_store, store_piece, token_id,
 };
-use crate::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId};
+use crate::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, PieceHeader};
 
 /// The layout this file holds (`PRAGMA user_version`). 2 was the first of
 /// format v2 (session ids repeated in every index row, no revocation, no
@@ -50,6 +50,9 @@ CREATE TABLE IF NOT EXISTS forks (
   id INTEGER PRIMARY KEY AUTOINCREMENT, machine TEXT NOT NULL, session TEXT NOT NULL,
   first INTEGER NOT NULL, last INTEGER NOT NULL, reason TEXT NOT NULL, header BLOB NOT NULL,
   body_blake3 TEXT NOT NULL, seen INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS pieces (
+  chain INTEGER NOT NULL, anchor INTEGER NOT NULL, from_byte INTEGER NOT NULL, to_byte INTEGER NOT NULL,
+  body BLOB NOT NULL, stored INTEGER NOT NULL, PRIMARY KEY (chain, anchor, from_byte)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS restores (
   id INTEGER PRIMARY KEY AUTOINCREMENT, notice TEXT NOT NULL, installed INTEGER NOT NULL);
 ";
@@ -292,6 +295,40 @@ impl ChainTx for Tx<'_> {
                 ])
                 .map_err(err("store the index"))?;
         }
+        Ok(())
+    }
+
+    fn has_piece(&mut self, anchor: u64, from: u64) -> Result<bool, StoreError> {
+        self.tx
+            .query_row(
+                "SELECT 1 FROM pieces WHERE chain = ?1 AND anchor = ?2 AND from_byte = ?3",
+                params![self.chain, anchor as i64, from as i64],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(err("look up a transcript piece"))
+    }
+
+    fn insert_piece(
+        &mut self,
+        header: &PieceHeader,
+        body: &[u8],
+        now: u64,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO pieces (chain, anchor, from_byte, to_byte, body, stored) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    self.chain,
+                    header.anchor as i64,
+                    header.from as i64,
+                    header.to as i64,
+                    body,
+                    now as i64
+                ],
+            )
+            .map_err(err("store a transcript piece"))?;
         Ok(())
     }
 
@@ -604,6 +641,72 @@ impl Store for SqliteStore {
             )
             .optional()
             .map_err(err("read batches"))
+    }
+
+    fn store_piece(
+        &mut self,
+        header: &PieceHeader,
+        body: &[u8],
+        now: u64,
+        quota: &Quota,
+    ) -> Result<PieceStored, StoreError> {
+        // IMMEDIATE, as for a batch: the anchor check, the charge and the
+        // insert see no other writer in between.
+        let tx = self
+            .db
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err("begin a transaction"))?;
+        let chain = tx
+            .query_row(
+                "SELECT id FROM chains WHERE machine = ?1 AND session = ?2",
+                params![header.machine, header.session],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map_err(err("find a chain"))?;
+        let Some(chain) = chain else {
+            return Ok(PieceStored::NotAnchored);
+        };
+        let stored = store_piece(
+            &mut Tx {
+                tx: &tx,
+                chain,
+                machine: &header.machine,
+            },
+            header,
+            body,
+            now,
+            quota,
+        )?;
+        tx.commit().map_err(err("commit a transcript piece"))?;
+        Ok(stored)
+    }
+
+    fn piece_after(
+        &mut self,
+        machine: &str,
+        session: &str,
+        after: Option<(u64, u64)>,
+    ) -> Result<Option<super::Placed>, StoreError> {
+        let Some(chain) = self.chain_id(machine, session)? else {
+            return Ok(None);
+        };
+        // Seqs and offsets fit in i64; (-1, -1) is before any.
+        let (anchor, from) = after.map_or((-1, -1), |(a, f)| (a as i64, f as i64));
+        self.db
+            .query_row(
+                "SELECT anchor, from_byte, body FROM pieces WHERE chain = ?1 AND (anchor, from_byte) > (?2, ?3)
+                 ORDER BY anchor, from_byte LIMIT 1",
+                params![chain, anchor, from],
+                |r| {
+                    Ok((
+                        (r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64),
+                        r.get(2)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(err("read transcript pieces"))
     }
 
     fn sessions(&mut self) -> Result<Vec<(String, String, u64)>, StoreError> {

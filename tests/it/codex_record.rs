@@ -380,3 +380,22 @@ fn built_for_the_door_a_codex_entry_opens_no_file_the_payload_names() {
         }
     }
 }
+
+/// Codex's payloads name its rollout as `transcript_path`: nd7 anchors
+/// Claude Code's transcripts only, so a Codex session gets no
+/// `transcript_*` entry (guards the agent check in `record::record_as`;
+/// without it every Codex Stop and PostToolUse wrote a gap naming the
+/// rollout as a misplaced Claude Code transcript).
+#[test]
+fn a_codex_session_anchors_no_claude_code_transcript() {
+    let c = Captured::new();
+    c.record_all();
+    let entries = c.entries();
+    assert!(entries.len() > 5, "{entries:#?}");
+    let kinds: Vec<&str> = entries
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .filter(|k| k.starts_with("transcript_"))
+        .collect();
+    assert!(kinds.is_empty(), "{kinds:?}");
+}

@@ -47,6 +47,16 @@ pub fn event(session: &str, n: usize) -> Event {
     )
 }
 
+/// Where Claude Code would keep `session`'s transcript for a project in
+/// `cwd`, under the configuration directory [`State::nd7`] gives nd7: a
+/// payload naming it is where the layout puts it, and no file is there.
+pub fn transcript_path(session: &str, cwd: &str) -> String {
+    format!(
+        "/home/dev/.claude/projects/{}/{session}.jsonl",
+        nd7_core::transcript::layout::project_key(cwd)
+    )
+}
+
 /// A temporary state directory with the sessions under it.
 pub struct State {
     pub dir: tempfile::TempDir,
@@ -74,7 +84,12 @@ impl State {
 
     pub fn nd7(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_nd7"));
-        cmd.env("XDG_STATE_HOME", self.xdg()).env_remove("HOME");
+        // The fixtures' payloads name transcripts under /home/dev/.claude:
+        // there they are where Claude Code's layout puts them (and absent),
+        // so no transcript entry joins these logs.
+        cmd.env("XDG_STATE_HOME", self.xdg())
+            .env_remove("HOME")
+            .env("CLAUDE_CONFIG_DIR", "/home/dev/.claude");
         cmd
     }
 

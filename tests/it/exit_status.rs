@@ -1,5 +1,5 @@
 //! Exit statuses that must hold however a command ends: the commands Claude
-//! Code runs as hooks (`nd7 record`, `nd7 hook-prefix`) exit 0, and record
+//! Code runs as hooks (`nd7 record`, `nd7 hook-explain`) exit 0, and record
 //! prints nothing on standard output, even when they panic, run out of memory
 //! or overflow the stack; every printing command exits 0, quietly, when its
 //! reader closes the pipe.
@@ -22,8 +22,8 @@ const HOOKS: [(&str, &str); 2] = [
         r#"{"session_id":"exit-status","hook_event_name":"Stop"}"#,
     ),
     (
-        "hook-prefix",
-        r#"{"session_id":"exit-status","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"}}"#,
+        "hook-explain",
+        r#"{"session_id":"exit-status","hook_event_name":"PostToolUseFailure","tool_name":"Bash","tool_input":{"command":"ls"},"error":"Permission denied"}"#,
     ),
 ];
 
@@ -46,7 +46,7 @@ fn nd7(bin: &Path, state: &State) -> Command {
 }
 
 /// What every failed hook must look like: 0, nothing on stdout (no reply,
-/// for hook-prefix), and no log written.
+/// for hook-explain), and no log written.
 fn assert_survived(out: &Output, state: &State, hook: &str, needle: &str) {
     assert_eq!(
         out.status.code(),
@@ -235,7 +235,6 @@ fn printing_commands(state: &State) -> Vec<(Vec<String>, Option<String>)> {
     let dir = state.dir.path();
     let settings = dir.join("settings.json").display().to_string();
     let tmp = |name: &str| dir.join(name).display().to_string();
-    let bash_call = r#"{"session_id":"a","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"}}"#;
     let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     vec![
         (args(&["verify", "--all"]), None),
@@ -250,7 +249,6 @@ fn printing_commands(state: &State) -> Vec<(Vec<String>, Option<String>)> {
         (args(&["completions", "bash"]), None),
         (args(&["completions", "zsh"]), None),
         (args(&["completions", "fish"]), None),
-        (args(&["hook-prefix"]), Some(bash_call.to_string())),
         (args(&["--help"]), None),
         (args(&["help", "verify"]), None),
         (args(&["--version"]), None),

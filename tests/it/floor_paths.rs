@@ -1,6 +1,6 @@
 //! Attacks on the floor through paths (issue 10, items 1, 2, 3 and 7), each
 //! tried as the ordinary account, by an agent script under `nd7 run`, with
-//! Bash commands routed through `nd7-exec` as `nd7 hook-prefix` routes them.
+//! Bash commands routed through `nd7-exec` as Claude Code's shell prefix routes them.
 //!
 //! Every refusal here was seen to fail with its mechanism taken out; each
 //! test names the line it guards:

@@ -5,10 +5,13 @@ mod append;
 mod codex_record;
 mod common;
 mod concurrency;
+#[cfg(target_os = "linux")]
+mod daily;
 mod distribution;
 mod e2e;
 mod exit_status;
 mod floor_paths;
+mod floor_process;
 mod landlock;
 mod macos_floor;
 mod parsers;
@@ -21,6 +24,12 @@ mod sandbox;
 mod setup;
 mod setup_codex;
 mod tamper;
+#[cfg(target_os = "linux")]
+mod toolchains;
+mod transcript;
+mod transcript_run;
+#[cfg(feature = "vault-server")]
+mod transcript_vault;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]

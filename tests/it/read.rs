@@ -34,7 +34,7 @@ fn json_lines(out: &Output) -> Vec<Value> {
 /// The payloads of a session with several Bash calls, one failing, a Write,
 /// and its end, shaped as Claude Code 2.1.197 sends them.
 fn session(id: &str, cwd: &str) -> Vec<Value> {
-    let base = json!({"session_id": id, "transcript_path": "/nonexistent/t.jsonl", "cwd": cwd});
+    let base = json!({"session_id": id, "transcript_path": transcript_path(id, cwd), "cwd": cwd});
     let with = |extra: Value| {
         let mut v = base.clone();
         for (k, x) in extra.as_object().expect("object") {

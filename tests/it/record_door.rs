@@ -2,8 +2,8 @@
 //! hooks' entries reach the log through `nd7 run` (the door), and nd7 keeps
 //! its own account of the run beside them (ADR-0031). Every attack here is
 //! tried as the ordinary account, by a shell script standing in for the
-//! agent, directly and through the exit (`$EXEC`, as `nd7 hook-prefix`
-//! rewrites Bash commands).
+//! agent, directly and through the exit (`$EXEC`, as Claude Code's shell
+//! prefix hands Bash commands to it).
 #![cfg(target_os = "linux")]
 
 use std::collections::BTreeSet;
@@ -303,7 +303,10 @@ touch stage2; wait_for go2
             .status
             .success()
     );
-    // Callers of the same account that were never in the session, at both doors.
+    // Callers of the same account that were never in the session, at both
+    // doors. Guards `admit` in the exit's and the door's `serve_one` (the
+    // credentials on the request, pinned by pidfd): without it at the door
+    // the outsider's hook is recorded.
     let session = w.sessions().join(pid.to_string());
     let exit = as_account(
         EXIT_SOCKET_VAR,
@@ -500,6 +503,7 @@ fn outsider() {
             cwd: None,
             run_hook: false,
             glimpse: false,
+            explain: false,
             body: br#"{"session_id":"x","hook_event_name":"Stop"}"#.to_vec(),
         };
         let server: u32 = Path::new(&socket)
@@ -594,7 +598,9 @@ cat out1 err1; cat err2; cat err3
 // Two hundred hooks at once through the door: each entry lands exactly
 // once, every recorder exits 0 and prints nothing. Guards the lock in
 // `SessionLog::append`, which the door's threads share with every writer:
-// without it appends collide and entries are lost or refused.
+// without it appends collide and entries are lost or refused. Also guards
+// `keeper::allow_own` in `Door::open`: without it the keeper refuses the
+// hooks' connects to the session's own `record.sock` and none records.
 #[test]
 fn two_hundred_hooks_at_once_through_the_door_lose_nothing() {
     const HOOKS: usize = 200;
@@ -632,10 +638,18 @@ cat p/*.rc | sort | uniq -c | tr -s ' '
 
 // When nd7 run is gone, a hook inside the floor records nothing and says
 // why on stderr, exiting 0 with nothing on stdout; the log stays as it was.
+//
+// nd7 run is two processes (ADR-0035): killing the session process (the pid
+// the banner names, which serves the door) makes the keeper end everything
+// below it, the hook's shell included, so no hook outlives the door that
+// way. The one way left is the keeper itself killed with SIGKILL from
+// outside: the session and the agent die with it, and a process that left
+// the agent's tree runs on under init, still under the floor. That is what
+// this does: the door is gone, with `ND7_RUN` still naming its directory.
 #[test]
 fn with_nd7_run_gone_a_hook_fails_closed_and_says_so() {
     let w = World::new();
-    let (mut child, pid) = w.start_agent(
+    let (mut child, session) = w.start_agent(
         r#"
 ( wait_for go
   echo '{"session_id":"c","hook_event_name":"Stop"}' | "$ND7" record > gone.out 2> gone.err; echo $? > gone.rc
@@ -647,11 +661,31 @@ touch started; wait_for finished
     w.wait_for("started");
     let dir = run_chain(&w);
     let before = std::fs::read(dir.join("events.ndjson")).expect("log");
+    // The keeper: the process the user's shell started and waits for.
+    let keeper = child.id();
+    assert_ne!(keeper, session);
     rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid as i32).expect("pid"),
+        rustix::process::Pid::from_raw(keeper as i32).expect("pid"),
         rustix::process::Signal::KILL,
     )
     .expect("kill nd7 run");
+    let _ = child.wait();
+    // Gone, or a zombie nothing reaps (where no init does).
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{session}/stat")).map_or(true, |stat| {
+            stat.rsplit(") ")
+                .next()
+                .is_some_and(|rest| rest.starts_with('Z'))
+        })
+    };
+    let start = std::time::Instant::now();
+    while !gone() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the session process outlived its keeper"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     w.signal("go");
     w.wait_for("finished");
     for (name, says) in [
@@ -679,8 +713,6 @@ touch started; wait_for finished
         std::fs::read(dir.join("events.ndjson")).expect("log"),
         before
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// A stand-in for Claude Code, named `claude` so that `nd7 run` registers
@@ -702,19 +734,27 @@ fn fake_claude(w: &World, body: &str) -> String {
     claude.display().to_string()
 }
 
-// A Bash call with no command through the exit, and a command no call
-// announced, are each named by `nd7 verify` and counted by `nd7 run` at its
-// end; a hook registered elsewhere does not record an event a second time.
+// A Bash call with a result but no command through the exit, and a command
+// no call announced, are each named by `nd7 verify` and counted by `nd7 run`
+// at its end; a call with neither result nor command (Claude Code denied it)
+// is only noted (ADR-0040); a hook registered elsewhere does not record an
+// event a second time. The stand-in calls the exit directly, as a person
+// would: under `nd7 run claude` the exit is Claude Code's shell prefix, and
+// a prefix running what is not a Bash tool line runs it in place, so the
+// variable is unset here (the tool line's own pairing is in tests/it/e2e).
 #[test]
 fn verify_names_a_call_without_its_command_and_a_command_without_its_call() {
     let w = World::new();
     let claude = fake_claude(
         &w,
         r#"
+unset CLAUDE_CODE_SHELL_PREFIX
 pre() { printf '{"session_id":"c1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_use_id":"%s"}' "$2" "$1" | "$ND7" record --run-hook; }
-pre t1 'echo one'; "$EXEC" 'echo one' > /dev/null
-pre t2 'exit 3'; "$EXEC" 'exit 3'
-pre t3 'echo never'
+post() { printf '{"session_id":"c1","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_response":{"stdout":""},"tool_use_id":"%s"}' "$2" "$1" | "$ND7" record --run-hook; }
+pre t1 'echo one'; "$EXEC" 'echo one' > /dev/null; post t1 'echo one'
+pre t2 'exit 3'; "$EXEC" 'exit 3'; post t2 'exit 3'
+pre t3 'echo never'; post t3 'echo never'
+pre t4 'echo denied'
 "$EXEC" 'echo unannounced' > /dev/null
 echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record; echo "plain:$?"
 echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record --run-hook; echo "ours:$?"
@@ -755,6 +795,11 @@ echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record --run-hook; 
         report.contains(&format!("NOT RECONCILED: entry {}: command `echo unannounced` ran through the exit with no Bash call announcing it", exec["seq"])),
         "{report}"
     );
+    assert!(
+        report.contains("note: 1 Bash call never ran (no result and no command"),
+        "{report}"
+    );
+    assert!(!report.contains("Bash call t4"), "{report}");
     assert!(
         report.starts_with(&format!("verified: {} entries", e.len())),
         "{report}"

@@ -61,7 +61,7 @@ fn the_report_renders_in_headless_chromium_with_the_log_inert() {
     let state = State::new();
     let hostile = "<script>document.title='PWNED';document.body.innerHTML='PWNED'</script>\
                    <img src=x onerror=\"document.title='PWNED'\">\u{1b}]0;owned\u{7}";
-    let base = json!({"session_id": "s-html", "cwd": "/home/dev/proj", "transcript_path": "/none"});
+    let base = json!({"session_id": "s-html", "cwd": "/home/dev/proj", "transcript_path": transcript_path("s-html", "/home/dev/proj")});
     let payloads = [
         json!({"hook_event_name": "SessionStart", "source": "startup"}),
         json!({"hook_event_name": "UserPromptSubmit", "prompt": format!("fix the build {hostile}")}),

@@ -156,41 +156,54 @@ touch stage2; wait_for go2
 #[test]
 fn allow_and_deny_say_what_is_wrong_and_exit_2() {
     let w = World::new();
-    let usage = "usage: nd7 allow [--session <pid>] <path>\n";
     let none = w.nd7(&["allow", "/tmp"]).output().expect("allow");
     assert_eq!(none.status.code(), Some(2));
-    assert_eq!(
-        text(&none.stderr),
-        format!("nd7 allow: no running nd7 session\n{usage}")
-    );
+    assert_eq!(text(&none.stderr), "nd7 allow: no running nd7 session\n");
     assert!(none.stdout.is_empty());
 
     let (child, pid) = w.start_agent("wait_for done");
     let (second, pid2) = w.start_agent("wait_for done");
     let several = w.nd7(&["allow", "/tmp"]).output().expect("allow");
-    let mut pids = [pid, pid2];
-    pids.sort_unstable();
-    assert_eq!(
-        text(&several.stderr),
-        format!(
-            "nd7 allow: several sessions are running ([{}, {}]); pass --session <pid>\n{usage}",
-            pids[0], pids[1]
-        )
+    assert_eq!(several.status.code(), Some(2));
+    // Each session is listed with its project and start, not as a bare pid.
+    let listed = text(&several.stderr);
+    assert!(
+        listed
+            .starts_with("nd7 allow: several sessions are running; name one with --session PID:\n"),
+        "{listed}"
     );
+    for p in [pid, pid2] {
+        assert!(
+            listed.contains(&format!("  --session {p}  {}  since ", w.proj().display())),
+            "{listed}"
+        );
+    }
     let session = pid.to_string();
+    // Mistakes in the arguments: clap's message, never two usage lines.
+    for args in [
+        &["allow"][..],
+        &["allow", "--session"],
+        &["allow", "--session", &session, "/a", "/b"],
+        &["allow", "--preset", "cargo", "/a"],
+    ] {
+        let out = w.nd7(args).output().expect("allow");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        // At most one usage line (clap gives none for a missing value, and
+        // only what is required, `<PATH>`, when nothing is given).
+        assert!(err.starts_with("error: "), "{err}");
+        assert!(err.matches("Usage:").count() <= 1, "{err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
     let cases: &[(&[&str], String)] = &[
-        (&["allow"], "nd7 allow: no path given\n".into()),
-        (
-            &["allow", "--session"],
-            "nd7 allow: --session needs a pid\n".into(),
-        ),
-        (
-            &["allow", "--session", &session, "/a", "/b"],
-            "nd7 allow: unexpected argument '/b'\n".into(),
-        ),
         (
             &["allow", "--session", &session, "/no/such/dir"],
-            "nd7 allow: cannot resolve /no/such/dir: No such file or directory (os error 2)\n"
+            "nd7 allow: cannot create /no/such/dir to grant it: Permission denied (os error 13)\n"
+                .into(),
+        ),
+        (
+            &["allow", "--session", &session, "--preset", "nope"],
+            "nd7 allow: --preset nope: no such preset; the presets are npm, pnpm, yarn, cargo, pip, uv, python-user, go, maven, gradle\n"
                 .into(),
         ),
         (
@@ -201,13 +214,21 @@ fn allow_and_deny_say_what_is_wrong_and_exit_2() {
             &["allow", "--session", &session, &w.in_home(".nd7/sessions")],
             "nd7 allow: nd7's own records can never be made writable\n".into(),
         ),
+        (
+            &["allow", "--session", &session, "~/.nd7/new"],
+            "nd7 allow: nd7's own records can never be made writable\n".into(),
+        ),
     ];
     for (args, expected) in cases {
         let out = w.nd7(args).output().expect("allow");
         assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert_eq!(text(&out.stderr), format!("{expected}{usage}"), "{args:?}");
+        assert_eq!(text(&out.stderr), *expected, "{args:?}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+    assert!(
+        !w.home().join(".nd7/new").exists(),
+        "nothing made under ~/.nd7"
+    );
     // deny takes a path that no longer resolves as it is written.
     let gone = w.root.join("gone");
     std::fs::create_dir(&gone).expect("mkdir");
@@ -310,18 +331,30 @@ fn a_terminated_run_cleans_up_and_a_killed_one_is_cleaned_next_time() {
     assert!(!w.sessions().join(pid.to_string()).exists());
 }
 
+/// `nd7-exec` killed with SIGKILL (it cannot pass that on): `nd7 run` sees
+/// its caller hang up and kills the command's process group. Guards the
+/// `kill_process_group` after `relay` in the exit's `serve_one`: without it
+/// the command sleeps on and the guard below runs out.
+///
+/// The command holds the write end of a FIFO, whose only reader is the
+/// agent: end of file there is the event "the command has ended", waited
+/// for rather than guessed at with a polling deadline (under load the
+/// earlier version, which polled `/proc/PID` for 20 s after reading a PID
+/// file that could still be empty, once saw "still-running"). The `timeout`
+/// only keeps a regression from hanging the suite; the command itself
+/// would sleep for a day.
 #[test]
 fn killing_nd7_exec_kills_its_command() {
     let w = World::new();
     let out = w.run_agent(
         r#"
-"$EXEC" 'echo $$ > cmd.pid; exec sleep 60' &
-wait_for cmd.pid
+mkfifo alive
+"$EXEC" 'exec 3> alive; exec sleep 86400' &
+# Returns once the command has opened the FIFO: it is running.
+exec 4< alive
 kill -KILL $!
 wait $! 2>/dev/null
-pid=$(cat cmd.pid)
-for _ in $(seq 400); do [ -e /proc/$pid ] || break; sleep 0.05; done
-[ -e /proc/$pid ] && echo "still-running" || echo "gone"
+if timeout 300 cat <&4 > /dev/null; then echo "gone"; else echo "still-running"; fi
 "#,
     );
     assert_eq!(lines(&out), ["gone"], "{}", text(&out.stderr));
@@ -475,7 +508,7 @@ fn run_refuses_binaries_others_can_replace() {
 }
 
 #[test]
-fn claude_gets_the_hook_and_one_settings_merged_with_the_users_own() {
+fn claude_gets_the_shell_prefix_and_one_settings_merged_with_the_users_own() {
     let w = World::new();
     // A stand-in named `claude` that writes down its arguments.
     let bin = w.root.join("bin");
@@ -483,7 +516,7 @@ fn claude_gets_the_hook_and_one_settings_merged_with_the_users_own() {
     let claude = bin.join("claude");
     std::fs::write(
         &claude,
-        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > args.txt\n",
+        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > args.txt\nprintf '%s\\n' \"$CLAUDE_CODE_SHELL_PREFIX\" > prefix.txt\n",
     )
     .expect("write stand-in");
     std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755))
@@ -504,11 +537,27 @@ fn claude_gets_the_hook_and_one_settings_merged_with_the_users_own() {
     assert_eq!(&got[2..], ["-p", "hi"]);
     let settings: serde_json::Value = serde_json::from_str(&got[1]).expect("json");
     assert_eq!(settings["sandbox"]["enabled"], false);
-    // nd7's record hook for the event first, then the Bash rewrite.
-    let hook = &settings["hooks"]["PreToolUse"][1];
-    assert_eq!(hook["matcher"], "Bash");
-    assert_eq!(hook["hooks"][0]["command"], ND7);
-    assert_eq!(hook["hooks"][0]["args"], serde_json::json!(["hook-prefix"]));
+    // nd7-exec is the shell prefix, in the settings and the environment; no
+    // hook rewrites a command (ADR-0040).
+    assert_eq!(settings["env"]["CLAUDE_CODE_SHELL_PREFIX"], ND7_EXEC);
+    assert_eq!(
+        std::fs::read_to_string(w.proj().join("prefix.txt")).expect("env"),
+        format!("{ND7_EXEC}\n")
+    );
+    let pre = &settings["hooks"]["PreToolUse"];
+    assert_eq!(pre.as_array().map(Vec::len), Some(1), "{pre}");
+    assert_eq!(
+        pre[0]["hooks"][0]["args"],
+        serde_json::json!(["record", "--run-hook"])
+    );
+    // The hook that tells the model what the floor refused, after the record hook.
+    let explain = &settings["hooks"]["PostToolUseFailure"][1];
+    assert_eq!(explain["matcher"], "Bash|Write|Edit|MultiEdit|NotebookEdit");
+    assert_eq!(explain["hooks"][0]["command"], ND7);
+    assert_eq!(
+        explain["hooks"][0]["args"],
+        serde_json::json!(["hook-explain"])
+    );
 
     // The user's own --settings (a file here) is merged into the one passed.
     let theirs = w.proj().join("mine.json");
@@ -530,7 +579,7 @@ fn claude_gets_the_hook_and_one_settings_merged_with_the_users_own() {
     let settings: serde_json::Value = serde_json::from_str(&got[1]).expect("json");
     assert_eq!(settings["model"], "m");
     assert_eq!(settings["sandbox"]["enabled"], false);
-    assert_eq!(settings["hooks"]["PreToolUse"][1]["matcher"], "Bash");
+    assert_eq!(settings["hooks"]["PostToolUse"][1]["matcher"], "Bash");
 
     let out = w
         .nd7(&["run", &claude, "--settings=/no/such.json"])

@@ -65,7 +65,9 @@ fn setup_on_no_settings_registers_every_recorded_event() {
     );
     assert_eq!(hooks["SessionEnd"][0]["hooks"][0]["timeout"], 10);
     assert!(
-        stdout(&out).contains("+ PreToolUse: added nd7 record"),
+        stdout(&out).contains(
+            "~/.claude/settings.json: registered nd7 record for 32 events (every event nd7 records: Claude Code is not installed)"
+        ),
         "{}",
         stdout(&out)
     );
@@ -109,7 +111,7 @@ fn setup_keeps_the_users_keys_hooks_and_order_and_backs_up() {
         json!([{"hooks": [{"type": "command", "command": nd7_path(), "args": ["record"]}]}])
     );
     assert!(
-        stdout(&out).contains("~ PreToolUse: replaced"),
+        stdout(&out).contains("replaced an older nd7 entry for 1 event (PreToolUse)"),
         "{}",
         stdout(&out)
     );
@@ -455,5 +457,155 @@ fn claude_json_moves_under_dot_claude_visibly_and_comes_back() {
     assert_eq!(
         std::fs::read_to_string(&file).expect("read"),
         r#"{"projects":{}}"#
+    );
+}
+
+/// A stand-in `claude` that says it is `version`, alone in a directory
+/// (what setup and doctor ask it is its version, nothing else).
+fn claude_of(home: &Home, version: &str) -> PathBuf {
+    let bin = home.dir.path().join(format!("claude-{version}"));
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let claude = bin.join("claude");
+    std::fs::write(
+        &claude,
+        format!("#!/bin/sh\necho '{version} (Claude Code)'\n"),
+    )
+    .expect("write");
+    std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    bin
+}
+
+fn run_with(home: &Home, path_dir: Option<&Path>, args: &[&str]) -> Output {
+    let path = match path_dir {
+        Some(dir) => format!("{}:/usr/bin:/bin", dir.display()),
+        None => "/usr/bin:/bin".into(),
+    };
+    Command::new(env!("CARGO_BIN_EXE_nd7"))
+        .args(args)
+        .env("HOME", home.dir.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_STATE_HOME")
+        .env("PATH", path)
+        .output()
+        .expect("run nd7")
+}
+
+/// Setup run before Claude Code is installed registers every event; once
+/// 2.1.197 is there, doctor names the events it does not know (it warns
+/// about them at every start) and says to run setup; after an upgrade to
+/// 2.1.332, doctor names the events now missing. Guards the unknown-events
+/// part of `hooks_check`.
+#[test]
+fn setup_and_doctor_keep_in_step_with_the_installed_claude_code() {
+    let home = Home::new();
+    assert!(home.setup(&[]).status.success());
+    let old = claude_of(&home, "2.1.197");
+    let doctor = run_with(&home, Some(&old), &["doctor"]);
+    let text = stdout(&doctor);
+    assert_eq!(doctor.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("registered for events Claude Code 2.1.197 does not know, which it warns about at every start: PreModelSwitch, PostModelSwitch, DirectoryAdded, PreSkillShellCommand"),
+        "{text}"
+    );
+    let hooks_fix = text
+        .lines()
+        .skip_while(|l| !l.contains(" hooks "))
+        .nth(1)
+        .unwrap_or_default();
+    assert_eq!(hooks_fix.trim(), "fix: nd7 setup", "{text}");
+    let setup = run_with(&home, Some(&old), &["setup"]);
+    assert!(
+        stdout(&setup).contains("took nd7 record from 4 events"),
+        "{}",
+        stdout(&setup)
+    );
+    let text = stdout(&run_with(&home, Some(&old), &["doctor"]));
+    assert!(
+        text.contains("ok   hooks   28 of 28 events record with"),
+        "{text}"
+    );
+    // An upgrade adds events.
+    let new = claude_of(&home, "2.1.332");
+    let text = stdout(&run_with(&home, Some(&new), &["doctor"]));
+    assert!(
+        text.contains("FAIL hooks   28 of 32 events record with")
+            && text.contains(
+                "missing: PreModelSwitch, PostModelSwitch, DirectoryAdded, PreSkillShellCommand"
+            ),
+        "{text}"
+    );
+}
+
+/// Setup says what it did in a few lines, not one per event.
+#[test]
+fn setup_prints_a_short_summary() {
+    let home = Home::new();
+    let out = run_with(&home, Some(&claude_of(&home, "2.1.197")), &["setup"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.lines().count() <= 5, "{text}");
+    assert!(
+        text.starts_with("~/.claude/settings.json: registered nd7 record for 28 events (the events Claude Code 2.1.197 knows)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("completions: wrote ~/.local/share/bash-completion/completions/nd7, "),
+        "{text}"
+    );
+}
+
+/// `--uninstall` leaves no `{}` settings file, no backup holding nd7's
+/// hooks, no empty completion folders and no link of nd7's.
+#[test]
+fn uninstall_leaves_nothing_of_nd7_behind() {
+    let home = Home::new();
+    // An older nd7 entry is all the file holds: setup's backup holds it too.
+    home.write_settings(
+        r#"{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"/old/bin/nd7 record"}]}]}}"#,
+    );
+    assert!(home.setup(&[]).status.success());
+    let backup = home.settings().with_file_name("settings.json.nd7-backup");
+    assert!(backup.exists());
+    assert!(
+        std::fs::symlink_metadata(home.dir.path().join(".claude.json"))
+            .expect("setup left a link")
+            .file_type()
+            .is_symlink()
+    );
+    let out = home.setup(&["--uninstall"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!home.settings().exists(), "no {{}} left: {}", stdout(&out));
+    assert!(!backup.exists(), "{}", stdout(&out));
+    for gone in [
+        ".local/share/bash-completion",
+        ".local/share/zsh",
+        ".config/fish",
+        ".claude.json",
+    ] {
+        assert!(
+            std::fs::symlink_metadata(home.dir.path().join(gone)).is_err(),
+            "{gone} is left: {}",
+            stdout(&out)
+        );
+    }
+    // What is not nd7's stays: the user's own settings and files.
+    let home = Home::new();
+    home.write_settings(r#"{"model":"opus"}"#);
+    std::fs::create_dir_all(home.dir.path().join(".config/fish/completions")).expect("mkdir");
+    std::fs::write(
+        home.dir.path().join(".config/fish/completions/git.fish"),
+        "",
+    )
+    .expect("write");
+    assert!(home.setup(&[]).status.success());
+    assert!(home.setup(&["--uninstall"]).status.success());
+    assert_eq!(home.read_settings(), json!({"model": "opus"}));
+    assert!(
+        home.dir
+            .path()
+            .join(".config/fish/completions/git.fish")
+            .exists()
     );
 }

@@ -419,7 +419,7 @@ fn enrol_record_ship_pull_decrypt_verify_byte_for_byte() {
     }
 
     let s = "e2e-session";
-    let base = serde_json::json!({"session_id": s, "cwd": "/proj", "transcript_path": "/t"});
+    let base = serde_json::json!({"session_id": s, "cwd": "/proj", "transcript_path": crate::common::transcript_path(s, "/proj")});
     let mut start = base.clone();
     start["hook_event_name"] = "SessionStart".into();
     start["source"] = "startup".into();

@@ -8,10 +8,12 @@ use std::sync::{Arc, Barrier};
 
 use nd7_core::chain::{self, Hash};
 use nd7_core::vault::{
-    self, Batch, BatchHeader, ChainKey, EnrolToken, IndexKey, KeyId, Secret32, SigningKey,
+    self, Batch, BatchHeader, ChainKey, EnrolToken, IndexKey, KeyId, PieceHeader, Secret32,
+    SigningKey,
 };
 use nd7_core::vault_server::{
-    Database, Enrolled, NonceUse, Quota, Store, Stored, TokenCheck, Usage, token_hash, token_id,
+    Database, Enrolled, NonceUse, PieceStored, Quota, Store, Stored, TokenCheck, Usage, token_hash,
+    token_id,
 };
 
 use crate::pg;
@@ -67,6 +69,28 @@ impl Mach {
         };
         let (body, _) = vault::seal_batch(&header, lines, key, b"wrapped", [7; 24], &self.key);
         (vault::parse_batch(&body).expect("parses"), body)
+    }
+
+    /// A signed transcript piece of `session`: bytes `from..` that entry
+    /// `anchor` anchors; its header and bytes as sent.
+    pub fn piece(
+        &self,
+        session: &str,
+        key: &ChainKey,
+        anchor: u64,
+        from: u64,
+        bytes: &[u8],
+    ) -> (PieceHeader, Vec<u8>) {
+        let header = PieceHeader {
+            machine: self.id.clone(),
+            session: session.into(),
+            key: KeyId::of(key),
+            anchor,
+            from,
+            to: from + bytes.len() as u64,
+        };
+        let body = vault::seal_piece(&header, bytes, key, b"wrapped", [8; 24], &self.key);
+        (header, body)
     }
 }
 
@@ -268,6 +292,81 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
             bytes: body2.len() as u64
         }
     );
+
+    // Transcript pieces: only of an entry the chain holds (it ends at 8
+    // now), once per anchor and first byte, charged as bytes to the day's
+    // quota, read back one at a time by anchor and first byte.
+    let used = s.usage(&m.id, day).expect("usage");
+    let (p3, body3) = m.piece("s1", &key, 3, 0, b"abcd");
+    assert_eq!(
+        s.store_piece(&p3, &body3, now, &Q).expect("store"),
+        PieceStored::Stored
+    );
+    let charged = Usage {
+        entries: used.entries,
+        bytes: used.bytes + body3.len() as u64,
+    };
+    assert_eq!(s.usage(&m.id, day).expect("usage"), charged);
+    let (again, again_body) = m.piece("s1", &key, 3, 0, b"abce");
+    assert_eq!(
+        s.store_piece(&again, &again_body, now, &Q).expect("store"),
+        PieceStored::AlreadyStored,
+        "the first piece of an anchor and first byte is kept"
+    );
+    assert_eq!(
+        s.usage(&m.id, day).expect("usage"),
+        charged,
+        "not charged twice"
+    );
+    let (beyond, beyond_body) = m.piece("s1", &key, 9, 0, b"abcd");
+    assert_eq!(
+        s.store_piece(&beyond, &beyond_body, now, &Q)
+            .expect("store"),
+        PieceStored::NotAnchored
+    );
+    let (elsewhere, elsewhere_body) = m.piece("no-chain", &key, 0, 0, b"abcd");
+    assert_eq!(
+        s.store_piece(&elsewhere, &elsewhere_body, now, &Q)
+            .expect("store"),
+        PieceStored::NotAnchored
+    );
+    assert_eq!(
+        s.sessions().expect("sessions").len(),
+        1,
+        "a piece makes no chain"
+    );
+    let (p3b, body3b) = m.piece("s1", &key, 3, 4, b"efgh");
+    let full = Quota {
+        entries_per_day: Q.entries_per_day,
+        bytes_per_day: charged.bytes + body3b.len() as u64 - 1,
+    };
+    assert_eq!(
+        s.store_piece(&p3b, &body3b, now, &full).expect("store"),
+        PieceStored::OverQuota(charged)
+    );
+    assert_eq!(s.usage(&m.id, day).expect("usage"), charged);
+    assert_eq!(
+        s.store_piece(&p3b, &body3b, now, &Q).expect("store"),
+        PieceStored::Stored
+    );
+    let (p1, body1p) = m.piece("s1", &key, 1, 0, b"ab");
+    assert_eq!(
+        s.store_piece(&p1, &body1p, now, &Q).expect("store"),
+        PieceStored::Stored
+    );
+    let mut read = Vec::new();
+    let mut after = None;
+    while let Some((at, body)) = s.piece_after(&m.id, "s1", after).expect("read") {
+        read.push((at, body));
+        after = Some(at);
+    }
+    assert_eq!(
+        read,
+        vec![((1, 0), body1p), ((3, 0), body3), ((3, 4), body3b)],
+        "by anchor, then first byte, exactly as sent"
+    );
+    assert_eq!(s.piece_after(&m2.id, "s1", None).expect("read"), None);
+    assert_eq!(s.piece_after(&m.id, "no-chain", None).expect("read"), None);
 }
 
 /// `threads` connections store the same chain of `batches` at once, each

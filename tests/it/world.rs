@@ -30,6 +30,8 @@ pub struct World {
     /// The account's home as nd7 sees it inside the namespace: the path the
     /// scratch home is mounted on.
     pub acct: PathBuf,
+    /// More directories mounted into the namespace: (what, where).
+    binds: std::sync::Mutex<Vec<(PathBuf, PathBuf)>>,
 }
 
 /// The ordinary account the world runs nd7 as.
@@ -139,6 +141,7 @@ impl World {
             _dir: dir,
             root,
             acct,
+            binds: std::sync::Mutex::default(),
         };
         world.own();
         world
@@ -149,6 +152,20 @@ impl World {
     /// world starts does this first.
     pub fn own(&self) {
         give(&self.root, account());
+    }
+
+    /// Shows `what` (a directory the tests can read, such as a Rust
+    /// toolchain under root's home) at `rel` under the world's root, in every
+    /// command's namespace from now on: the account can use it, read only,
+    /// without the tests copying it. Returns where it is seen.
+    pub fn bind(&self, what: &Path, rel: &str) -> PathBuf {
+        let at = self.root.join(rel);
+        std::fs::create_dir_all(&at).expect("mkdir for a bind mount");
+        self.binds
+            .lock()
+            .expect("binds")
+            .push((what.to_path_buf(), at.clone()));
+        at
     }
 
     /// `rel` under the home, by the account's path (as nd7 sees it inside).
@@ -180,18 +197,31 @@ impl World {
     pub fn command_in(&self, cwd: &Path, program: &str, args: &[&str]) -> Command {
         self.own();
         let acct = account();
+        let binds: String = self
+            .binds
+            .lock()
+            .expect("binds")
+            .iter()
+            .map(|(what, at)| {
+                format!(
+                    "mount --bind -o ro {} {} && ",
+                    nd7_core::shell_prefix::shell_quote(&what.to_string_lossy()),
+                    nd7_core::shell_prefix::shell_quote(&at.to_string_lossy())
+                )
+            })
+            .collect();
         let mut cmd = Command::new("unshare");
         if acct.drop_from_root {
             cmd.args(["--mount", "sh", "-c"]).arg(format!(
-                r#"mount --bind "$0" "$1" && cd "$2" && shift 2 && exec setpriv --reuid={} --regid={} --clear-groups -- "$@""#,
+                r#"mount --bind "$0" "$1" && {binds}cd "$2" && shift 2 && exec setpriv --reuid={} --regid={} --clear-groups -- "$@""#,
                 acct.uid, acct.gid
             ));
         } else {
             cmd.args(["--user", "--map-current-user", "--mount", "--keep-caps"])
                 .args(["sh", "-c"])
-                .arg(
-                    r#"mount --bind "$0" "$1" && cd "$2" && shift 2 && exec setpriv --inh-caps=-all --ambient-caps=-all -- "$@""#,
-                );
+                .arg(format!(
+                    r#"mount --bind "$0" "$1" && {binds}cd "$2" && shift 2 && exec setpriv --inh-caps=-all --ambient-caps=-all -- "$@""#,
+                ));
         }
         cmd.arg(self.home())
             .arg(&acct.home)

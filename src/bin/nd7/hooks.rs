@@ -1,9 +1,10 @@
 //! The commands agents run as hooks, `nd7 record` (Claude Code's and Codex's)
-//! and `nd7 hook-prefix`: they exit 0 whatever happens, because Claude Code
+//! and `nd7 hook-explain`: they exit 0 whatever happens, because Claude Code
 //! takes a hook's status 2 as "block" and any other failure as an error to
 //! show (Codex, likewise, a non-zero status as a failed hook). `nd7 record`
-//! also never writes to standard output, which both read as instructions.
-//! A failure is one line on standard error.
+//! also never writes to standard output, which both read as instructions;
+//! `nd7 hook-explain` writes there only the reply that tells the model what
+//! nd7's floor refused. A failure is one line on standard error.
 //!
 //! "Whatever happens" includes the ways a Rust process ends without returning
 //! from `main`. Release builds have `panic = "abort"`, so a panic cannot be
@@ -32,14 +33,14 @@ use nd7_core::record;
 #[derive(Clone, Copy)]
 pub enum Hook {
     Record = 0,
-    HookPrefix = 1,
+    Explain = 1,
 }
 
 impl Hook {
     fn name(self) -> &'static str {
         match self {
             Hook::Record => "record",
-            Hook::HookPrefix => "hook-prefix",
+            Hook::Explain => "hook-explain",
         }
     }
 
@@ -47,7 +48,7 @@ impl Hook {
     fn consequence(self) -> &'static str {
         match self {
             Hook::Record => "the event may not be recorded",
-            Hook::HookPrefix => "command not rewritten",
+            Hook::Explain => "the model is not told what the sandbox refused",
         }
     }
 }
@@ -56,7 +57,7 @@ impl Hook {
 /// signal handler may not format or allocate.
 const ABORTED: [&[u8]; 2] = [
     b"nd7 record: aborted (out of memory, stack overflow or an internal error); the event may not be recorded\n",
-    b"nd7 hook-prefix: aborted (out of memory, stack overflow or an internal error); command not rewritten\n",
+    b"nd7 hook-explain: aborted (out of memory, stack overflow or an internal error); the model is not told what the sandbox refused\n",
 ];
 
 /// The hook this process runs, as an index into [`ABORTED`].
@@ -92,6 +93,12 @@ pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
         .and_then(|input| record::deliver(agent, &invocation, &input, run_hook));
     match outcome {
         Ok(record::Delivered::Direct(recorded)) => {
+            if let Some(Err(e)) = &recorded.transcript {
+                say(format_args!(
+                    "nd7 record: the transcript was not anchored: {e} (session {})",
+                    recorded.session_id
+                ));
+            }
             if let Some(bytes) = recorded.omitted {
                 say(format_args!(
                     "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (session {}, entry {})",
@@ -111,6 +118,36 @@ pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
         )),
         Ok(record::Delivered::Door { .. }) => {}
         Err(e) => say(format_args!("nd7 record: {e}; nothing recorded")),
+    }
+    ExitCode::SUCCESS
+}
+
+/// `nd7 hook-explain`: a finished tool call's payload in; under `nd7 run`,
+/// when the floor refused a path it named, the reply that tells the model
+/// (additional context) out. Nothing is printed otherwise.
+pub fn explain(invocation: Invocation) -> ExitCode {
+    guard(Hook::Explain);
+    inject_fault();
+    let input = match record::read_payload(std::io::stdin().lock()) {
+        Ok(input) => input,
+        Err(e) => {
+            say(format_args!("nd7 hook-explain: {e}"));
+            return ExitCode::SUCCESS;
+        }
+    };
+    let event = serde_json::from_slice::<serde_json::Value>(&input)
+        .ok()
+        .and_then(|p| p.get("hook_event_name")?.as_str().map(str::to_string));
+    match (record::explain(&invocation, &input), event) {
+        (Ok(Some(text)), Some(event)) => {
+            let reply = nd7_core::policy::refusal::hook_reply(&event, &text);
+            // Not println!: a failed write must not change the exit status.
+            let _ = writeln!(std::io::stdout(), "{reply}");
+        }
+        (Ok(_), _) => {}
+        (Err(e), _) => say(format_args!(
+            "nd7 hook-explain: {e}; the model is not told what the sandbox refused"
+        )),
     }
     ExitCode::SUCCESS
 }

@@ -13,7 +13,7 @@
 //! - standard error: errors are ignored, since there is nowhere left to report
 //!   them, and the command goes on to its own exit status.
 //!
-//! `nd7 record` and `nd7 hook-prefix` write their few bytes themselves: they
+//! `nd7 record` and `nd7 hook-explain` write their few bytes themselves: they
 //! exit 0 whatever happens.
 
 // Shared by nd7 and nd7-vault, which do not each use every piece.

@@ -11,6 +11,7 @@ use nd7_core::http_client::Trust;
 use nd7_core::read::safe::{Lines, term};
 use nd7_core::session_log::{self, SessionLog};
 use nd7_core::ship::{self, ShipError};
+use nd7_core::transcript;
 use nd7_core::vault::AgeIdentity;
 use nd7_core::vault_admin::{self, Fault, PullError};
 
@@ -65,11 +66,14 @@ fn ship_once(state: &Path) -> ExitCode {
         eprintln!("nd7 ship: warning: {}", term(w, Lines::One));
     }
     let (mut entries, mut batches, mut failed) = (0, 0, 0);
+    let (mut pieces, mut transcript_bytes) = (0, 0);
     for (session, result) in &report.sessions {
         match result {
             Ok(done) => {
                 entries += done.entries;
                 batches += done.batches;
+                pieces += done.transcript_pieces;
+                transcript_bytes += done.transcript_bytes;
                 for note in &done.notes {
                     eprintln!(
                         "nd7 ship: {}",
@@ -93,8 +97,13 @@ fn ship_once(state: &Path) -> ExitCode {
             report.not_tried.len()
         );
     }
+    let transcripts = if pieces > 0 {
+        format!(", {transcript_bytes} transcript bytes in {pieces} pieces")
+    } else {
+        String::new()
+    };
     println!(
-        "shipped {entries} entries in {batches} batches; {} sessions, {} not fully shipped",
+        "shipped {entries} entries in {batches} batches{transcripts}; {} sessions, {} not fully shipped",
         report.sessions.len() + report.not_tried.len(),
         failed + report.not_tried.len()
     );
@@ -135,6 +144,17 @@ fn write_new_0600(path: &Path, text: &str) -> Result<(), String> {
         .open(path)
         .map_err(|e| format!("{}: cannot create: {e}", path.display()))?;
     f.write_all(text.as_bytes())
+        .map_err(|e| format!("{}: cannot write: {e}", path.display()))
+}
+
+fn write_new_bytes_0600(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("{}: cannot create: {e}", path.display()))?;
+    f.write_all(bytes)
         .map_err(|e| format!("{}: cannot write: {e}", path.display()))
 }
 
@@ -231,9 +251,10 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             compare,
         } => {
             let identity = AgeIdentity::parse(&read(&identity)?).map_err(fail)?;
+            let trust = trust(ca_cert);
             let pulled = vault_admin::pull(
                 &url,
-                &trust(ca_cert),
+                &trust,
                 &read_token,
                 &identity,
                 &fingerprint,
@@ -266,7 +287,50 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                     return Ok(ExitCode::from(1));
                 }
             }
+            // The transcripts the session anchors, as the vault's pieces give
+            // them back, checked against the anchors in the entries above.
+            let transcripts = transcript::pull::pull(&url, &trust, &read_token, &identity, &pulled)
+                .map_err(|e| match e {
+                    PullError::Finding(f) => {
+                        println!("{}", term(&f.to_string(), Lines::One));
+                        fault_code(f.fault)
+                    }
+                    PullError::Other(e) => fail(format!("pull: {e}")),
+                })?;
+            if !transcripts.files.is_empty() {
+                let tdir = dir.join("transcripts");
+                std::fs::create_dir_all(&tdir)
+                    .map_err(|e| fail(format!("{}: cannot create: {e}", tdir.display())))?;
+                for (n, r) in transcripts.files.iter().enumerate() {
+                    let file = tdir.join(transcript::pull::restored_name(n, r));
+                    let _ = std::fs::remove_file(&file);
+                    write_new_bytes_0600(&file, &r.bytes).map_err(fail)?;
+                    println!(
+                        "transcript {} (generation {}): {} bytes restored into {}, holding {} of its {} anchors",
+                        term(&r.path, Lines::One),
+                        r.generation,
+                        r.bytes.len(),
+                        file.display(),
+                        r.held,
+                        r.anchors
+                    );
+                }
+            }
+            for note in &transcripts.notes {
+                println!("note: {}", term(note, Lines::One));
+            }
             let Some(local) = compare else {
+                for finding in &transcripts.findings {
+                    println!("{}", term(&finding.to_string(), Lines::One));
+                }
+                let transcript_code = vault_admin::Compared {
+                    findings: transcripts.findings.clone(),
+                    notes: Vec::new(),
+                }
+                .exit_code();
+                if transcript_code != 0 {
+                    return Ok(ExitCode::from(transcript_code));
+                }
                 if !pulled.ended {
                     println!(
                         "note: the vault's copy ends at entry {} without session_end; only the machine's receipt (--compare) can tell a dropped tail from a session still running",
@@ -275,7 +339,11 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                 }
                 return Ok(ExitCode::SUCCESS);
             };
-            let compared = vault_admin::compare(&pulled, &local).map_err(fail)?;
+            let mut compared = vault_admin::compare(&pulled, &local).map_err(fail)?;
+            transcript::pull::compare(&transcripts, &pulled, &mut compared);
+            compared
+                .findings
+                .extend(transcripts.findings.iter().cloned());
             for note in &compared.notes {
                 println!("{}", term(note, Lines::One));
             }

@@ -2,9 +2,11 @@
 //! which is read-only inside the floor. `nd7 run` listens on
 //! `~/.nd7/sessions/<pid>/record.sock` (0600); `nd7 record`, run by Claude
 //! Code inside the floor, sends its payload there ([`send`]), and `nd7 run`
-//! admits the caller as the exit does (the kernel's word on who is calling,
-//! a descendant of this `nd7 run`), appends the entry and only then answers,
-//! so the hook returns after the entry is in the log.
+//! admits the caller as the exit does (the credentials the kernel attached
+//! to the request, a descendant of this `nd7 run`, each link pinned with a
+//! pidfd; not the connection's peer, which is nd7 run's keeper, since it
+//! connects for every process of the session), appends the entry and only
+//! then answers, so the hook returns after the entry is in the log.
 //!
 //! Connections are served at most [`MAX_HOOKS`] at a time; more wait in the
 //! socket's backlog, so a burst of parallel hooks is queued, never dropped.
@@ -16,7 +18,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::exit::{ExitError, STACK, Slots, admit, refuse};
+use std::os::fd::AsFd;
+
+use super::exit::{ExitError, STACK, Slots, admit, receive_prefix, refuse, set_pass_pidfd};
 use super::proc;
 use crate::run_log::{HookOutcome, RunLog};
 use crate::sandbox::wire::{Frame, HookRequest, Request};
@@ -32,6 +36,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The session side: `nd7 run`'s door for the hooks.
 pub struct Door {
     listener: UnixListener,
+    session: Session,
     log: Arc<RunLog>,
 }
 
@@ -50,7 +55,20 @@ impl Door {
         let listener = UnixListener::bind(&path).map_err(io_err("listen on"))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(io_err("restrict"))?;
-        Ok(Door { listener, log })
+        // Each request carries its sender's credentials (and a pidfd, Linux
+        // 6.5), which is how callers are told apart: the connection's peer is
+        // the keeper.
+        rustix::net::sockopt::set_socket_passcred(&listener, true)
+            .map_err(|e| io_err("set up")(e.into()))?;
+        let _ = set_pass_pidfd(&listener);
+        // The keeper connects the session's processes only to sockets it
+        // knows to be the session's.
+        super::keeper::allow_own(listener.as_fd()).map_err(io_err("register"))?;
+        Ok(Door {
+            listener,
+            session: session.clone(),
+            log,
+        })
     }
 
     /// Serves the door on a thread of its own for as long as the process lives.
@@ -64,11 +82,12 @@ impl Door {
                     continue;
                 };
                 let log = self.log.clone();
+                let session = self.session.clone();
                 let spawned = std::thread::Builder::new()
                     .stack_size(STACK)
                     .spawn(move || {
                         let _slot = slot;
-                        serve_one(&conn, me, &log);
+                        serve_one(&conn, me, &session, &log);
                     });
                 drop(spawned);
             }
@@ -76,16 +95,31 @@ impl Door {
     }
 }
 
-fn serve_one(conn: &UnixStream, me: u32, log: &RunLog) {
-    let caller = match admit(conn, me) {
-        Ok(pid) => pid,
-        Err(why) => return refuse(conn, log, "record", why),
-    };
+fn serve_one(conn: &UnixStream, me: u32, session: &Session, log: &RunLog) {
     let _ = conn.set_read_timeout(Some(REQUEST_TIMEOUT));
-    let request = match receive(conn) {
+    // The request first: the credentials that name its sender come with it.
+    let (caller, request) = receive(conn);
+    let who = (caller.pid, caller.uid);
+    let request = match request {
         Ok(request) => request,
-        Err(why) => return refuse(conn, log, "record", why),
+        Err(why) => return refuse(conn, log, "record", who, why),
     };
+    let caller = match admit(caller, me) {
+        Ok(pid) => pid,
+        Err(why) => return refuse(conn, log, "record", who, why),
+    };
+    if request.explain {
+        let frame = match session.record() {
+            Ok(record) => match crate::refusals::explain(&request.body, &record.policy, log) {
+                Ok(Some(text)) => Frame::Explained(text),
+                Ok(None) => Frame::Skipped,
+                Err(e) => Frame::Refused(e.to_string()),
+            },
+            Err(e) => Frame::Refused(e.to_string()),
+        };
+        let _ = (&*conn).write_all(&frame.encode());
+        return;
+    }
     // The recorder's parent, as the kernel has it: Claude Code itself for an
     // exec-form hook.
     let hook_ppid = proc::stat(caller).map(|s| s.ppid);
@@ -97,15 +131,20 @@ fn serve_one(conn: &UnixStream, me: u32, log: &RunLog) {
     let _ = (&*conn).write_all(&frame.encode());
 }
 
-fn receive(mut conn: &UnixStream) -> Result<HookRequest, String> {
-    let mut prefix = [0u8; 4];
-    conn.read_exact(&mut prefix)
-        .map_err(|e| format!("cannot read the request: {e}"))?;
-    let len = Request::announced_len(prefix).map_err(|e| e.to_string())?;
-    let mut body = vec![0u8; len];
-    conn.read_exact(&mut body)
-        .map_err(|e| format!("cannot read the request: {e}"))?;
-    HookRequest::decode(&body).map_err(|e| e.to_string())
+/// Reads one hook request, and who sent it as the kernel attached it.
+fn receive(mut conn: &UnixStream) -> (super::exit::Caller, Result<HookRequest, String>) {
+    let (caller, got) = receive_prefix(conn);
+    let read = || {
+        // Descriptors sent along are closed unread.
+        let (prefix, _fds) = got?;
+        let len = Request::announced_len(prefix).map_err(|e| e.to_string())?;
+        let mut body = vec![0u8; len];
+        conn.read_exact(&mut body)
+            .map_err(|e| format!("cannot read the request: {e}"))?;
+        HookRequest::decode(&body).map_err(|e| e.to_string())
+    };
+    let request = read();
+    (caller, request)
 }
 
 /// How `nd7 run` answered a hook.
@@ -113,6 +152,8 @@ fn receive(mut conn: &UnixStream) -> Result<HookRequest, String> {
 pub enum Answer {
     Recorded,
     Skipped,
+    /// For `nd7 hook-explain`: what to tell the model.
+    Explained(String),
 }
 
 /// The `nd7 record` side: sends `request` to the door at `socket`, which
@@ -144,8 +185,9 @@ pub fn send(socket: &Path, server: u32, request: &HookRequest) -> Result<Answer,
         Ok(Err(len)) => {
             let mut text = vec![0u8; len];
             let _ = conn.read_exact(&mut text);
-            match Frame::refusal(&text) {
+            match Frame::text(head[0], &text) {
                 Frame::Refused(why) => Err(format!("nd7 run refused the entry: {why}")),
+                Frame::Explained(text) => Ok(Answer::Explained(text)),
                 _ => Err("nd7 run answered with an unknown frame".into()),
             }
         }

@@ -26,7 +26,10 @@
 
 pub mod door;
 pub mod exit;
+pub mod keeper;
 pub mod proc;
+pub mod seccomp;
+pub mod supervise;
 
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -38,12 +41,13 @@ use std::sync::{Mutex, OnceLock};
 
 use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, RestrictionStatus,
-    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use crate::policy::{Identity, LandlockRules, Policy, landlock_rules, write_rules};
+use crate::running;
 use crate::sandbox::{Dropped, PinError};
 use crate::session::Session;
 
@@ -302,17 +306,57 @@ fn confinement(ruleset: RulesetCreated) -> Result<Confinement, SandboxError> {
         .ok_or_else(|| SandboxError::Unsupported("Landlock is not enabled".into()))
 }
 
+/// What a confined process is, for the keeper ([`keeper`]): the agent's
+/// floor, or one command through the exit.
+pub enum Started {
+    Floor,
+    Command(running::Command),
+}
+
 impl Confinement {
-    /// Arranges for the process `command` starts to apply the ruleset to
-    /// itself, with `no_new_privs`, just before it execs; if either call
-    /// fails the exec does not happen.
-    pub fn confine(&self, command: &mut Command) {
+    /// Arranges for the process `command` starts to confine itself just
+    /// before it execs: `no_new_privs`, the Landlock ruleset, then the seccomp
+    /// filter ([`seccomp`]); in a session, the filter's listener goes to the
+    /// keeper with what `started` says. If any step fails the exec does not
+    /// happen.
+    pub fn confine(&self, command: &mut Command, started: Started) {
         let fd = self.ruleset.as_raw_fd();
+        let channel = keeper::channel();
+        let sockets = channel.map_or(seccomp::Sockets::Open, |c| c.sockets);
+        let filter: Option<&'static [seccomp::Insn]> = seccomp::available()
+            .then(|| seccomp::full_program(sockets))
+            .flatten();
+        let report = channel.filter(|_| filter.is_some()).map(|channel| {
+            let mut message = vec![match started {
+                Started::Floor => keeper::FLOOR_LISTENER,
+                Started::Command(_) => keeper::COMMAND_LISTENER,
+            }];
+            // Only a command holding a grant is listed for `nd7 deny`.
+            if let Started::Command(info) = &started
+                && !info.grants.is_empty()
+            {
+                message.extend(serde_json::to_vec(info).unwrap_or_default());
+            }
+            Report {
+                channel: channel.fd,
+                message,
+                // SAFETY: CMSG_SPACE only computes a size.
+                control: vec![0u8; unsafe { libc::CMSG_SPACE(4) } as usize],
+            }
+        });
+        let mut report = report;
+        // The agent dies with the session process (which dies with the
+        // keeper); a command is started from a thread that ends before it
+        // does, so it cannot have this.
+        let floor = matches!(started, Started::Floor);
         // SAFETY: the closure runs in the child between fork and exec, where
-        // only async-signal-safe calls are sound. It makes two raw system
-        // calls and reads errno, allocating nothing and taking no lock. `fd`
-        // stays open in the parent for as long as `self` lives, which is
-        // until `spawn` returns, and fork copies it into the child.
+        // only async-signal-safe calls are sound. It makes raw system calls
+        // (prctl, landlock_restrict_self, prctl, close_range, seccomp,
+        // sendmsg, close), reads errno and writes into buffers allocated here, in the parent,
+        // allocating nothing and taking no lock. `fd` stays open in the
+        // parent for as long as `self` lives, which is until `spawn`
+        // returns, and fork copies it into the child; the channel is open for
+        // the session's life.
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
@@ -321,9 +365,102 @@ impl Confinement {
                 if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                if floor && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Nothing but stdin, stdout and stderr crosses the exec: a
+                // descriptor nd7 run inherited (a socket to another program,
+                // leaked by whatever started it) would be a way out.
+                if libc::syscall(
+                    libc::SYS_close_range,
+                    3u32,
+                    u32::MAX,
+                    libc::CLOSE_RANGE_CLOEXEC,
+                ) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some(filter) = filter {
+                    let listener = seccomp::install(filter, report.is_some())?;
+                    if let Some(report) = &mut report {
+                        let sent = report.send(listener);
+                        libc::close(listener);
+                        sent?;
+                    }
+                }
                 Ok(())
             });
         }
+    }
+}
+
+/// The message a confined child sends the keeper with its listener,
+/// prepared in the parent.
+struct Report {
+    channel: libc::c_int,
+    message: Vec<u8>,
+    control: Vec<u8>,
+}
+
+impl Report {
+    /// Sends the message with `listener` attached. Makes one system call on
+    /// memory this value owns and allocates nothing, so it is sound between
+    /// fork and exec.
+    fn send(&mut self, listener: libc::c_int) -> std::io::Result<()> {
+        let mut iov = libc::iovec {
+            iov_base: self.message.as_mut_ptr().cast(),
+            iov_len: self.message.len(),
+        };
+        // SAFETY: msghdr is plain data; every field used is set below.
+        let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+        header.msg_iov = &mut iov;
+        header.msg_iovlen = 1;
+        header.msg_control = self.control.as_mut_ptr().cast();
+        header.msg_controllen = self.control.len() as _;
+        // SAFETY: the control buffer is CMSG_SPACE(4) bytes, room for one
+        // header and one descriptor, and `header` points at it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&header);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), listener);
+            if libc::sendmsg(self.channel, &header, libc::MSG_NOSIGNAL) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Puts the calling process under a Landlock layer that scopes signals and
+/// abstract unix sockets (ABI 6): from then on it and everything it starts
+/// can signal, or connect to an abstract socket of, only processes beneath
+/// this layer. Returns `false`, changing nothing, on a kernel without
+/// scopes.
+///
+/// The layer restricts no file access, but it must say so for `Refer`:
+/// Landlock treats moving a file between directories as denied in every
+/// layer unless that layer allows it, so a layer silent about it would make
+/// every cross-directory `rename` and `link` below it fail with `EXDEV` once
+/// the floor's rules are stacked on top. It allows it beneath `/`.
+pub fn scope_self() -> Result<bool, SandboxError> {
+    if abi().unwrap_or(0) < 6 {
+        return Ok(false);
+    }
+    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
+    let root = landlock::PathFd::new("/").map_err(|e| unsupported(&e))?;
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::Refer)
+        .and_then(|r| r.scope(Scope::from_all(ABI::V6)))
+        .and_then(|r| r.create())
+        .and_then(|r| r.add_rule(landlock::PathBeneath::new(root, AccessFs::Refer)))
+        .and_then(|r| r.restrict_self())
+        .map_err(|e| unsupported(&e))?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(true),
+        other => Err(SandboxError::Partial(other)),
     }
 }
 
@@ -353,4 +490,97 @@ pub fn abi() -> Option<u32> {
         )
     };
     u32::try_from(v).ok().filter(|&v| v > 0)
+}
+
+/// `kernel.yama.ptrace_scope`, 0 where Yama is absent.
+fn ptrace_scope() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether a unix socket can carry its sender's pidfd (`SO_PASSPIDFD`,
+/// Linux 6.5), which the exit identifies its callers by.
+pub fn callers_by_pidfd() -> bool {
+    rustix::net::socket(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        None,
+    )
+    .is_ok_and(|s| exit::set_pass_pidfd(&s).is_ok())
+}
+
+/// The protections beyond the file rules, as this kernel (and, in a
+/// session, this session) enforces them.
+pub fn protections() -> Vec<crate::sandbox::Protection> {
+    use crate::sandbox::Protection;
+    let abi = abi().unwrap_or(0);
+    let session = keeper::channel();
+    let scoped = session.map_or(abi >= 6, |c| c.scoped);
+    let filter = seccomp::available() && seccomp::native().is_some();
+    let scope = ptrace_scope();
+    let sockets =
+        filter && session.map_or(scope < 2, |c| c.sockets == seccomp::Sockets::Supervised);
+    let pidfd = callers_by_pidfd();
+    vec![
+        Protection {
+            name: "signals",
+            enforced: scoped,
+            detail: if scoped {
+                "the agent can signal, and reach abstract unix sockets of, only the session's own processes (Landlock ABI 6 scopes)".into()
+            } else {
+                format!(
+                    "signals to your other processes, and their abstract unix sockets (Landlock ABI {abi}; scopes need ABI 6)"
+                )
+            },
+            needs: Some("Linux 6.12 or newer"),
+        },
+        Protection {
+            name: "tty",
+            enforced: filter,
+            detail: if filter {
+                "TIOCSTI, TIOCLINUX and the other ioctls that inject input or act on the console fail (seccomp)".into()
+            } else {
+                "terminal input injection (TIOCSTI) and console ioctls (no seccomp filter for this system)".into()
+            },
+            needs: Some(
+                "a kernel with seccomp filters (CONFIG_SECCOMP_FILTER), on x86-64, arm64 or riscv64",
+            ),
+        },
+        Protection {
+            name: "sockets",
+            enforced: sockets,
+            detail: if sockets {
+                "connect() reaches only the session's own unix sockets, never ssh-agent, tmux, D-Bus or docker (seccomp, with nd7 run connecting for the session)".into()
+            } else if filter {
+                format!(
+                    "other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (nd7 run cannot act for the session's processes: kernel.yama.ptrace_scope is {scope})"
+                )
+            } else {
+                "other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (no seccomp filter)"
+                    .into()
+            },
+            needs: Some("kernel.yama.ptrace_scope of 0 or 1 (sysctl), and seccomp filters"),
+        },
+        Protection {
+            name: "dgram",
+            enforced: false,
+            detail: format!(
+                "datagrams sent by path (sendto, sendmsg) to other programs' unix sockets, such as the journal's (only Landlock ABI 9 checks those; this kernel has ABI {abi}, and nd7 does not use ABI 9 yet)"
+            ),
+            needs: None,
+        },
+        Protection {
+            name: "callers",
+            enforced: pidfd,
+            detail: if pidfd {
+                "the exit pins each caller with a pidfd, so a reused pid cannot pass (SO_PASSPIDFD)"
+                    .into()
+            } else {
+                "the exit's callers by pidfd: they are identified by pid and start time instead (SO_PASSPIDFD needs Linux 6.5)".into()
+            },
+            needs: Some("Linux 6.5 or newer"),
+        },
+    ]
 }

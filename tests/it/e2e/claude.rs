@@ -112,6 +112,9 @@ impl Run {
     }
 }
 
+/// The tools a scripted session uses, allowed up front.
+pub const ALLOWED_TOOLS: &str = "Bash Read Write Edit";
+
 /// A fresh temporary HOME with a project directory `proj` in it, and what a
 /// test adds to the run: hook entries beyond `nd7 setup`'s, and environment
 /// variables for Claude Code (and so for its tools and hooks).
@@ -125,6 +128,14 @@ pub struct Workspace {
     /// Run Claude Code with no nd7 at all (no `nd7 setup`, no hooks): the
     /// baseline of the whole-session benchmark.
     pub bare: bool,
+    /// Claude Code's `permissions` in the user's settings, beside nd7's hooks.
+    pub permissions: Option<Value>,
+    /// `--allowedTools`: by default every tool a script uses, so that a
+    /// headless run is not refused by Claude Code itself; `None` leaves the
+    /// flag out (the permission tests).
+    pub allowed_tools: Option<&'static str>,
+    /// `nd7 run`'s own options (`--preset`, `--allow`), before the program.
+    pub run_options: Vec<String>,
 }
 
 /// What a run under `nd7 run` needs beyond a home: the home mounted over
@@ -146,6 +157,9 @@ impl Workspace {
             env: Vec::new(),
             sandbox: None,
             bare: false,
+            permissions: None,
+            allowed_tools: Some(ALLOWED_TOOLS),
+            run_options: Vec::new(),
         }
     }
 
@@ -166,6 +180,9 @@ impl Workspace {
             env: Vec::new(),
             sandbox: Some(Sandboxed { world }),
             bare: false,
+            permissions: None,
+            allowed_tools: Some(ALLOWED_TOOLS),
+            run_options: Vec::new(),
         }
     }
 
@@ -189,6 +206,9 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         env,
         sandbox,
         bare,
+        permissions,
+        allowed_tools,
+        run_options,
     } = workspace;
     let state = home_path.join(".local/state");
     // The hooks are the ones `nd7 setup` writes, written by it: into a file
@@ -214,6 +234,13 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
     if bare {
         std::fs::write(&settings, "{}").expect("no hooks");
     }
+    if let Some(permissions) = permissions {
+        let mut value: Value =
+            serde_json::from_slice(&std::fs::read(&settings).expect("read settings"))
+                .expect("json");
+        value["permissions"] = permissions;
+        std::fs::write(&settings, value.to_string()).expect("write settings");
+    }
     if !extra_hooks.is_empty() {
         let mut value: Value =
             serde_json::from_slice(&std::fs::read(&settings).expect("read settings"))
@@ -227,9 +254,13 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         std::fs::write(&settings, value.to_string()).expect("write settings");
     }
     let mut command = match &sandbox {
-        Some(s) => s
-            .world
-            .nd7(&["run", &claude.display().to_string(), "-p", prompt]),
+        Some(s) => {
+            let claude = claude.display().to_string();
+            let mut args: Vec<&str> = vec!["run"];
+            args.extend(run_options.iter().map(String::as_str));
+            args.extend([claude.as_str(), "-p", prompt]);
+            s.world.nd7(&args)
+        }
         None => {
             let mut command = Command::new(claude);
             command.args(["-p", prompt, "--settings"]).arg(&settings);
@@ -254,9 +285,12 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
             "claude-sonnet-4-5",
             "--permission-mode",
             "default",
-            "--allowedTools",
-            "Bash Read Write Edit",
         ])
+        .args(
+            allowed_tools
+                .into_iter()
+                .flat_map(|t| ["--allowedTools", t]),
+        )
         .current_dir(&project)
         .env_clear()
         .env("PATH", SYSTEM_PATH)

@@ -14,15 +14,18 @@ use crate::world::{ND7, World};
 
 const KEY: &str = "sk-ant-e2e-interactive-0123456789abcdefghij";
 
-/// One tmux server of our own, so a developer's sessions are never touched.
+/// One tmux server of our own per use, so a developer's sessions (and the
+/// other tests') are never touched.
 struct Tmux {
     socket: String,
 }
 
 impl Tmux {
     fn new() -> Tmux {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Tmux {
-            socket: format!("nd7-e2e-{}", std::process::id()),
+            socket: format!("nd7-e2e-{}-{n}", std::process::id()),
         }
     }
 
@@ -75,7 +78,7 @@ fn start(tmux: &Tmux, world: &World, claude: &Path, api: &MockApi, status: &Path
     let program = inner.get_program().to_string_lossy().into_owned();
     let args: Vec<String> = inner
         .get_args()
-        .map(|a| nd7_core::hook_prefix::shell_quote(&a.to_string_lossy()))
+        .map(|a| nd7_core::shell_prefix::shell_quote(&a.to_string_lossy()))
         .collect();
     let acct = world.acct.display();
     std::fs::write(
@@ -125,12 +128,19 @@ fn prompt_and_exit(tmux: &Tmux, world: &World, api: &MockApi, status: &Path, mar
     assert!(typed, "the prompt never took the text:\n{}", tmux.screen());
     tmux.keys(&["Enter"]);
     let start = Instant::now();
+    let mut approved = false;
     while !world.proj().join(marker).exists() {
         assert!(
             start.elapsed() < Duration::from_secs(120),
             "the command never ran:\n{}",
             tmux.screen()
         );
+        // Claude Code asks before a command writes a file, under nd7 run as
+        // without it (ADR-0040): the person says yes, once.
+        if !approved && tmux.screen().contains("Do you want to proceed?") {
+            tmux.keys(&["Enter"]);
+            approved = true;
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
     tmux.wait_for("the end of the turn", |s| s.contains("all done"));
@@ -291,4 +301,125 @@ fn an_interactive_session_under_nd7_run_runs_commands_and_keeps_its_state() {
     let report = String::from_utf8_lossy(&verify.stdout);
     assert!(verify.status.success(), "{report}");
     assert_eq!(report.matches("verified:").count(), 2, "{report}");
+}
+
+/// An ask rule under `nd7 run claude`: Claude Code asks the person before
+/// the command runs, showing the command as the model wrote it, and runs it
+/// through nd7's exit once approved. Before ADR-0040 nd7's PreToolUse hook
+/// allowed every Bash call, so this question was never asked.
+#[test]
+fn an_ask_rule_under_nd7_run_asks_before_the_command_runs() {
+    let claude = claude::install(&claude::version());
+    let world = Arc::new(World::new());
+    let init = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(world.proj())
+        .status()
+        .expect("git init");
+    assert!(init.success());
+    // Onboarded, the key approved and the folder trusted: the only question
+    // left is the rule's.
+    let approved = &KEY[KEY.len() - 20..];
+    let mut projects = serde_json::Map::new();
+    projects.insert(
+        world.proj().display().to_string(),
+        serde_json::json!({"hasTrustDialogAccepted": true}),
+    );
+    std::fs::write(
+        world.home().join(".claude.json"),
+        serde_json::json!({
+            "hasCompletedOnboarding": true,
+            "theme": "dark",
+            "customApiKeyResponses": {"approved": [approved], "rejected": []},
+            "projects": projects,
+        })
+        .to_string(),
+    )
+    .expect("seed ~/.claude.json");
+    let setup = Command::new(ND7)
+        .args(["setup"])
+        .env("HOME", world.home())
+        .env("PATH", claude::path_with(&claude))
+        .output()
+        .expect("nd7 setup");
+    assert!(setup.status.success(), "{setup:?}");
+    let settings_path = world.home().join(".claude/settings.json");
+    let mut settings: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&settings_path).expect("settings")).expect("json");
+    settings["permissions"] = serde_json::json!({"ask": ["Bash(touch:*)"]});
+    std::fs::write(&settings_path, settings.to_string()).expect("write settings");
+
+    let api = MockApi::start(vec![
+        vec![bash("touch asked.txt")],
+        vec![Block::Text("all done".into())],
+    ]);
+    let tmux = Tmux::new();
+    let status: PathBuf = world.root.join("status-ask");
+    start(&tmux, &world, &claude, &api, &status);
+    tmux.wait_for("the prompt box", prompt_box);
+    let typed = (0..20).any(|_| {
+        tmux.keys(&["-l", "please run the command"]);
+        std::thread::sleep(Duration::from_millis(500));
+        if tmux.screen().contains("please run the command") {
+            return true;
+        }
+        tmux.keys(&["C-u"]);
+        false
+    });
+    assert!(typed, "the prompt never took the text:\n{}", tmux.screen());
+    tmux.keys(&["Enter"]);
+    // Claude Code asks, about the command as the model wrote it.
+    let screen = tmux.wait_for("the permission question", |s| {
+        s.contains("touch asked.txt") && s.contains("proceed")
+    });
+    assert!(!screen.contains("nd7-exec"), "{screen}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !world.proj().join("asked.txt").exists(),
+        "ran before it was approved"
+    );
+    tmux.keys(&["Enter"]);
+    let start = Instant::now();
+    while !world.proj().join("asked.txt").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the approved command never ran:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    tmux.wait_for("the end of the turn", |s| s.contains("all done"));
+    tmux.keys(&["-l", "/exit"]);
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.keys(&["Enter"]);
+    let start = Instant::now();
+    while !status.exists() {
+        if start.elapsed() > Duration::from_secs(10) {
+            tmux.keys(&["C-c"]);
+            std::thread::sleep(Duration::from_millis(300));
+            tmux.keys(&["C-c"]);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "claude did not exit:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // It ran through nd7's exit, named by its call.
+    let sessions = world.home().join(".local/state/nd7/sessions");
+    let chain = std::fs::read_dir(&sessions)
+        .expect("sessions")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("run-"))
+        .expect("a run's chain");
+    let log = std::fs::read_to_string(chain.path().join("events.ndjson")).expect("log");
+    let ids = api.tool_ids();
+    assert!(
+        log.lines().any(|l| {
+            let e: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
+            e["kind"] == "exec" && e["source"] == "exit:nd7" && e["tool_use_id"] == ids[0].as_str()
+        }),
+        "{log}"
+    );
 }

@@ -33,6 +33,12 @@ pub fn bash(command: &str) -> Block {
 struct Shared {
     turns: Vec<Vec<Block>>,
     next_turn: usize,
+    /// A subagent's own script: requests whose first message contains the
+    /// marker (the prompt the main script gave the subagent) are answered
+    /// from it, so a subagent running beside the main loop cannot take its
+    /// turns.
+    subagent: Option<(String, Vec<Vec<Block>>)>,
+    next_subagent_turn: usize,
     next_tool_id: usize,
     requests: Vec<Value>,
     /// The tool-use ids handed out, in order.
@@ -64,6 +70,23 @@ impl MockApi {
             }
         });
         MockApi { url, shared }
+    }
+
+    /// [`MockApi::start`], with a subagent whose first message contains
+    /// `marker` answered from `turns` of its own.
+    pub fn start_with_subagent(
+        main: Vec<Vec<Block>>,
+        marker: &str,
+        turns: Vec<Vec<Block>>,
+    ) -> MockApi {
+        let api = MockApi::start(main);
+        api.lock().subagent = Some((marker.to_string(), turns));
+        api
+    }
+
+    /// How many of the subagent's turns were played.
+    pub fn subagent_turns_played(&self) -> usize {
+        self.lock().next_subagent_turn
     }
 
     /// Every main-loop request body received so far.
@@ -164,11 +187,26 @@ fn serve(stream: TcpStream, shared: &Mutex<Shared>) -> std::io::Result<()> {
     let main_loop = request["tools"].as_array().is_some_and(|t| !t.is_empty());
     let blocks = if main_loop {
         let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
-        s.requests.push(request.clone());
-        let turn = s.turns.get(s.next_turn).cloned();
-        if turn.is_some() {
-            s.next_turn += 1;
-        }
+        let first = request["messages"][0].to_string();
+        let sub = s
+            .subagent
+            .as_ref()
+            .is_some_and(|(marker, _)| first.contains(marker.as_str()));
+        let turn = if sub {
+            let n = s.next_subagent_turn;
+            let turn = s.subagent.as_ref().and_then(|(_, t)| t.get(n).cloned());
+            if turn.is_some() {
+                s.next_subagent_turn += 1;
+            }
+            turn
+        } else {
+            s.requests.push(request.clone());
+            let turn = s.turns.get(s.next_turn).cloned();
+            if turn.is_some() {
+                s.next_turn += 1;
+            }
+            turn
+        };
         let turn = turn.unwrap_or_else(|| vec![Block::Text("done".into())]);
         // Give every tool call its id now, under the lock.
         turn.into_iter()

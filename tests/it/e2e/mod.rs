@@ -6,13 +6,16 @@
 //! To add a scenario: script the turns with [`mock_api::Block`]s, call
 //! [`session`], and assert on what it returns.
 
-mod claude;
+pub(crate) mod claude;
 mod codex;
 mod codex_session;
 #[cfg(target_os = "linux")]
+mod daily;
+#[cfg(target_os = "linux")]
 mod interactive;
-mod mock_api;
+pub(crate) mod mock_api;
 mod mock_responses;
+mod transcript;
 
 use mock_api::{Block, MockApi, bash};
 use serde_json::{Value, json};
@@ -20,22 +23,33 @@ use serde_json::{Value, json};
 use crate::common::*;
 
 /// What a finished session left behind.
-struct Session {
-    api: MockApi,
-    run: claude::Run,
-    log: nd7_core::session_log::SessionLog,
-    entries: Vec<Value>,
+pub(crate) struct Session {
+    pub api: MockApi,
+    pub run: claude::Run,
+    pub log: nd7_core::session_log::SessionLog,
+    pub entries: Vec<Value>,
 }
 
 impl Session {
-    fn kinds(&self) -> Vec<String> {
+    /// The calls Claude Code refused itself (its permissions), from the
+    /// result line of the stream.
+    pub fn denials(&self) -> Value {
+        self.run
+            .stream()
+            .into_iter()
+            .rfind(|l| l["type"] == "result")
+            .map(|r| r["permission_denials"].clone())
+            .unwrap_or(Value::Null)
+    }
+
+    pub fn kinds(&self) -> Vec<String> {
         self.entries
             .iter()
             .map(|e| e["kind"].as_str().unwrap_or("?").to_string())
             .collect()
     }
 
-    fn of_kind(&self, kind: &str) -> Vec<&Value> {
+    pub fn of_kind(&self, kind: &str) -> Vec<&Value> {
         self.entries.iter().filter(|e| e["kind"] == kind).collect()
     }
 
@@ -70,24 +84,50 @@ fn session_in(
     workspace: claude::Workspace,
     script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
 ) -> Session {
+    session_on(workspace, script, MockApi::start)
+}
+
+/// [`session_in`], with the API `serve` starts for the scripted turns.
+fn session_on(
+    workspace: claude::Workspace,
+    script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
+    serve: impl FnOnce(Vec<Vec<Block>>) -> MockApi,
+) -> Session {
+    let s = play_on(workspace, script, serve);
+    assert_eq!(
+        s.denials(),
+        json!([]),
+        "Claude Code refused nothing itself\n{}",
+        s.run.describe()
+    );
+    s
+}
+
+/// Plays the script in `workspace` to its end, whatever Claude Code itself
+/// refuses along the way ([`Session::denials`]).
+pub(crate) fn play(
+    workspace: claude::Workspace,
+    script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
+) -> Session {
+    play_on(workspace, script, MockApi::start)
+}
+
+/// [`play`], with the API `serve` starts for the scripted turns.
+fn play_on(
+    workspace: claude::Workspace,
+    script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
+    serve: impl FnOnce(Vec<Vec<Block>>) -> MockApi,
+) -> Session {
     let claude = claude::install(&claude::version());
     let turns = script(&workspace.project);
     let scripted = turns.len();
-    let api = MockApi::start(turns);
+    let api = serve(turns);
     let run = claude::run(&claude, &api.url, "run the scripted session", workspace);
     assert!(run.output.status.success(), "{}", run.describe());
     assert_eq!(
         api.turns_played(),
         scripted,
         "every scripted turn was played\n{}",
-        run.describe()
-    );
-    let result = run.stream().into_iter().rfind(|l| l["type"] == "result");
-    let denials = result.as_ref().map(|r| r["permission_denials"].clone());
-    assert_eq!(
-        denials,
-        Some(json!([])),
-        "Claude Code refused nothing itself\n{}",
         run.describe()
     );
     let sessions = run.state.join("nd7/sessions");
@@ -113,7 +153,7 @@ fn session_in(
     }
 }
 
-fn assert_clean(s: &Session) {
+pub(crate) fn assert_clean(s: &Session) {
     let out = s.verify();
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     let expected = format!("verified: {} entries, head ", s.entries.len());
@@ -153,7 +193,13 @@ fn a_plain_session_is_recorded_in_order_and_verifies() {
             vec![Block::Text("All done.".into())],
         ]
     });
-    let kinds = s.kinds();
+    // The hooks' entries; the transcript's anchors follow some of them
+    // (e2e/transcript.rs).
+    let kinds: Vec<String> = s
+        .kinds()
+        .into_iter()
+        .filter(|k| !k.starts_with("transcript_"))
+        .collect();
     assert_eq!(
         kinds.first().map(String::as_str),
         Some("session_start"),
@@ -252,63 +298,79 @@ fn parallel_tool_calls_in_one_turn_are_all_recorded_on_one_chain() {
     assert_clean(&s);
 }
 
+/// What `nd7 run` relies on in Claude Code's shell prefix (ADR-0040), read
+/// off this version: every Bash call reaches the prefix as one argument, a
+/// line from which `shell_prefix::unwrap` gives back exactly the model's
+/// command; a shell-form hook reaches it too, as a line that is not a Bash
+/// tool line; exec-form hooks (nd7's own) do not reach it at all.
 #[test]
-fn hook_prefix_hands_nd7_exec_the_command_as_one_untouched_argument() {
-    // A copy of nd7 with a stand-in nd7-exec beside it that writes down the
-    // arguments it was given: what the real nd7-exec would receive.
+fn the_shell_prefix_hands_nd7_exec_each_bash_line_and_the_hooks_apart() {
+    // A stand-in for nd7-exec that writes down what it was given and runs it.
     let bin = tempfile::tempdir().expect("tempdir");
-    let nd7 = bin.path().join("nd7");
-    std::fs::copy(env!("CARGO_BIN_EXE_nd7"), &nd7).expect("copy nd7");
     let seen = bin.path().join("seen");
+    let prefix = bin.path().join("nd7-exec");
     std::fs::write(
-        bin.path().join("nd7-exec"),
+        &prefix,
         format!(
-            "#!/bin/sh\nprintf '%s' \"$#\" > '{0}.count'\nprintf '%s' \"$1\" > '{0}'\necho ran-through-nd7-exec\n",
+            "#!/bin/bash\n{{ printf '%s' \"$#\"; printf '\\0%s' \"$@\"; printf '\\0\\n'; }} >> '{}'\nexec /bin/bash -c \"$1\"\n",
             seen.display()
         ),
     )
     .expect("write stand-in");
-    std::fs::set_permissions(
-        bin.path().join("nd7-exec"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
-    let command = r#"echo "it's $HOME" `id -u` $(whoami) 'a  b' \; > never-written.txt"#;
-    let nd7_for_hook = nd7.clone();
+    std::fs::set_permissions(&prefix, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let command = r#"echo "it's $HOME" `id -u` 'a  b' \; && pwd -P >| cwd-like.txt; echo ran-it"#;
+    let hook_out = bin.path().join("hook-ran");
+    let prefix_env = prefix.display().to_string();
+    let hook = format!("echo shell-form-hook >> '{}'", hook_out.display());
     let s = session_with(
         move |w| {
-            w.extra_hooks.push((
-                "PreToolUse",
-                json!({"type": "command", "command": nd7_for_hook, "args": ["hook-prefix"]}),
-            ));
+            w.env.push(("CLAUDE_CODE_SHELL_PREFIX".into(), prefix_env));
+            w.extra_hooks
+                .push(("PreToolUse", json!({"type": "command", "command": hook})));
         },
         |_| vec![vec![bash(command)]],
     );
-    assert_eq!(
-        std::fs::read_to_string(seen.with_extension("count")).expect("nd7-exec ran"),
-        "1"
-    );
-    assert_eq!(
-        std::fs::read_to_string(&seen).expect("argument written"),
-        command
-    );
+    let calls: Vec<Vec<String>> = std::fs::read_to_string(&seen)
+        .expect("the prefix ran")
+        .lines()
+        .map(|l| l.split('\0').map(str::to_string).collect())
+        .collect();
+    let bash_lines: Vec<&Vec<String>> = calls
+        .iter()
+        .filter(|c| {
+            c.get(1)
+                .and_then(|l| nd7_core::shell_prefix::unwrap(l))
+                .is_some()
+        })
+        .collect();
+    assert_eq!(bash_lines.len(), 1, "{calls:?}");
+    assert_eq!(bash_lines[0][0], "1", "one argument: {calls:?}");
+    let call = nd7_core::shell_prefix::unwrap(&bash_lines[0][1]).expect("a Bash line");
+    assert_eq!(call.command, command);
+    // The shell-form hook went through the prefix too, as another line.
+    let others: Vec<&Vec<String>> = calls
+        .iter()
+        .filter(|c| {
+            c.get(1)
+                .and_then(|l| nd7_core::shell_prefix::unwrap(l))
+                .is_none()
+        })
+        .collect();
     assert!(
-        !s.run.project.join("never-written.txt").exists(),
-        "nothing in the command ran outside nd7-exec"
+        others.iter().any(|c| c[1].contains("echo shell-form-hook")),
+        "{calls:?}"
     );
+    assert!(hook_out.exists(), "the hook ran");
+    // nd7's exec-form record hooks never reach the prefix.
+    assert!(!calls.iter().any(|c| c[1].contains("record")), "{calls:?}");
     let results = s.api.tool_results();
-    assert!(results[0].1.contains("ran-through-nd7-exec"), "{results:?}");
-    // The log keeps the command as the model gave it, and the result shows what ran.
+    assert!(results[0].1.contains("ran-it"), "{results:?}");
+    // Its own `pwd -P >|` ran as the model wrote it, inside the eval.
+    assert!(s.run.project.join("cwd-like.txt").exists());
+    // The log keeps the command as the model gave it.
     let call = s.of_kind("tool_call")[0];
     assert_eq!(call["body"]["tool_input"]["command"], command);
-    let result = s.of_kind("tool_result")[0];
-    let ran = result["body"]["tool_input"]["command"]
-        .as_str()
-        .unwrap_or_default();
-    assert!(
-        ran.starts_with(&format!("'{}' '", nd7.with_file_name("nd7-exec").display())),
-        "{ran}"
-    );
     assert_clean(&s);
 }
 
@@ -389,15 +451,27 @@ fn under_nd7_run_bash_goes_through_nd7_exec_and_stays_inside_the_floor() {
         std::fs::read_to_string(world.proj().join("written.txt")).expect("Write inside"),
         "by Write\n"
     );
-    // Every Bash call ran through nd7-exec, and nd7 record kept the log
-    // from inside the floor.
-    let exec = env!("CARGO_BIN_EXE_nd7-exec");
+    // Every Bash call ran through nd7-exec, as Claude Code's shell prefix:
+    // no hook rewrote it, and the exit wrote each one down.
+    let execs: Vec<&Value> = s
+        .entries
+        .iter()
+        .filter(|e| e["kind"] == "exec" && e["source"] == "exit:nd7")
+        .collect();
     for result in s.of_kind("tool_result") {
         if result["body"]["tool_name"] == "Bash" {
-            let ran = result["body"]["tool_input"]["command"]
-                .as_str()
-                .unwrap_or("");
-            assert!(ran.starts_with(&format!("'{exec}' '")), "{ran}");
+            let call = &result["tool_use_id"];
+            assert!(
+                execs.iter().any(|e| &e["tool_use_id"] == call),
+                "{call} ran through the exit"
+            );
+            assert!(
+                !result["body"]["tool_input"]["command"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("nd7-exec"),
+                "{result}"
+            );
         }
     }
     assert_calls_paired(&s);
@@ -630,7 +704,7 @@ fn under_nd7_run_the_exits_account_reconciles_with_the_hooks() {
         let exec: Vec<&&Value> = execs.iter().filter(|x| &x["tool_use_id"] == id).collect();
         assert_eq!(exec.len(), 1, "one command for {id}");
         assert_eq!(
-            exec[0]["body"]["command"],
+            exec[0]["body"]["bash_command"],
             call["body"]["tool_input"]["command"]
         );
         assert!(exec[0]["seq"].as_u64() > call["seq"].as_u64());

@@ -1,0 +1,87 @@
+//! `nd7 verify --transcript SESSION`: the chain first, as `nd7 verify` does,
+//! then each transcript file the session anchors held against its anchors.
+//!
+//! Exit status: 1 when the chain is broken or a file contradicts an anchor
+//! (the first such anchor is named); otherwise 2 when a file could not be
+//! read or nothing is anchored; 0 when every file extends every anchor.
+
+use std::process::ExitCode;
+
+use nd7_core::session_log::SessionLog;
+use nd7_core::transcript::check::{self, Verdict};
+
+/// What a clean result does and does not show, for a log `nd7 record`
+/// anchored itself.
+const CAVEAT: &str = "transcript: each file is, byte for byte, what it was when each anchor was taken (bytes after the last anchor are not covered); the anchors were taken by nd7 record in the hooks' own processes, so anyone who can write this log could have written them too, and nothing shows the file held what Claude Code wrote before an anchor was taken";
+/// The same for a run's chain, anchored by `nd7 run`.
+const RUN_CAVEAT: &str = "transcript: each file is, byte for byte, what it was when each anchor was taken (bytes after the last anchor are not covered); nd7 run took the anchors outside the sandbox, where the agent cannot forge them, but the agent could write the transcript itself before an anchor was taken";
+
+pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> ExitCode {
+    let log = match crate::resolve_target(target) {
+        Ok(log) => log,
+        Err(e) => {
+            eprintln!("nd7 verify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let chain_code = chain(&log);
+    if chain_code == ExitCode::from(2) {
+        return chain_code;
+    }
+    let anchored = match check::collect(&log) {
+        Ok(anchored) => anchored,
+        Err(e) => {
+            eprintln!("nd7 verify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for note in &anchored.notes {
+        println!(
+            "transcript note: entry {}: {} ({}): {}: {}",
+            note.seq, note.kind, note.what, note.path, note.detail
+        );
+    }
+    if anchored.files.is_empty() {
+        eprintln!(
+            "nd7 verify: {}: no transcript anchor in this session; nothing was checked",
+            log.dir().display()
+        );
+        return if chain_code == ExitCode::SUCCESS {
+            ExitCode::from(2)
+        } else {
+            chain_code
+        };
+    }
+    let (mut contradicted, mut unreadable) = (false, false);
+    for ((root, path), anchors) in &anchored.files {
+        match check::check_file(root, path, anchors) {
+            Verdict::Holds {
+                anchors,
+                anchored,
+                size,
+            } => println!(
+                "transcript {path}: holds all {anchors} anchors (the first {anchored} of its {size} bytes)"
+            ),
+            Verdict::Contradicts(c) => {
+                contradicted = true;
+                println!("TRANSCRIPT CHANGED: {path}: {c}");
+            }
+            Verdict::Unreadable(why) => {
+                unreadable = true;
+                eprintln!("nd7 verify: transcript {why}; nothing was checked against it");
+            }
+        }
+    }
+    if contradicted || chain_code != ExitCode::SUCCESS {
+        return ExitCode::from(1);
+    }
+    if unreadable {
+        return ExitCode::from(2);
+    }
+    if log.session_id().starts_with("run-") {
+        println!("{RUN_CAVEAT}");
+    } else {
+        println!("{CAVEAT}");
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,588 @@
+//! Which of a tool call's failures were the floor's refusals, and what to
+//! tell the model and the user about them (ADR-0041). Pure: the payload and
+//! the session's rules come in, with a [`Probe`] for what `nd7 run` sees of
+//! the file system outside the floor.
+//!
+//! The kernel does not tell an unprivileged process which of its commands'
+//! accesses Landlock refused (its audit records need privileges to read), so
+//! this is a heuristic over what the tool reported, checked against the
+//! rules: a path named near a "permission denied" in the tool's output counts
+//! as refused by the floor only when the session's rules keep it out and the
+//! account could write it without them. A path the account could not write
+//! anyway (`/etc/passwd`) is not nd7's doing and is never claimed; a refusal
+//! whose message names no path is not seen at all.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::Policy;
+use super::grants::{Preset, tilde};
+
+/// What `nd7 run` needs to know about a path outside the floor.
+pub trait Probe {
+    /// Where `path` really is: its nearest existing ancestor resolved, the
+    /// rest appended.
+    fn real(&self, path: &Path) -> PathBuf;
+    /// Whether the account could write at `path` (its nearest existing
+    /// ancestor) without the floor.
+    fn writable(&self, path: &Path) -> bool;
+    fn is_dir(&self, path: &Path) -> bool;
+}
+
+/// Why the floor keeps a path out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// Beyond what this session's commands (or Claude Code's own tools) may write.
+    Outside,
+    /// In a credential store, kept unreadable: the store.
+    Secret(PathBuf),
+    /// nd7's own records and keys.
+    Own,
+}
+
+/// One path the floor refused, and the grant that would have allowed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub path: PathBuf,
+    pub why: Why,
+    /// The directory (or file) `nd7 allow` would grant; `None` where nd7
+    /// suggests none (a credential store, the home directory itself).
+    pub grant: Option<PathBuf>,
+    /// The preset that holds it, if one does.
+    pub preset: Option<&'static str>,
+}
+
+/// Words a refused access leaves in a tool's output.
+const MARKERS: &[&str] = &[
+    "Permission denied",
+    "permission denied",
+    "EACCES",
+    "EPERM",
+    "Operation not permitted",
+    "os error 13",
+    "Errno 13",
+    "not owned or is not writable",
+    "Read-only file system",
+];
+
+/// At most this much of a tool's output is read.
+const SCANNED: usize = 256 * 1024;
+/// At most this many paths are judged per call.
+const CANDIDATES: usize = 16;
+/// Lines this far from a marker are read for paths (npm names the path on
+/// a line of its own, cargo a few lines above the cause).
+const NEAR: usize = 4;
+
+/// The tool calls worth judging: Bash's results and failures, the file
+/// tools' failures.
+fn text_of(payload: &Value) -> Option<String> {
+    let event = payload.get("hook_event_name")?.as_str()?;
+    match event {
+        "PostToolUseFailure" => payload.get("error")?.as_str().map(str::to_string),
+        "PostToolUse" => {
+            let response = payload.get("tool_response")?;
+            let part = |k: &str| response.get(k).and_then(Value::as_str).unwrap_or("");
+            Some(format!("{}\n{}", part("stdout"), part("stderr")))
+        }
+        _ => None,
+    }
+}
+
+/// The paths the floor refused in the tool call `payload` (a PostToolUse or
+/// PostToolUseFailure payload), judged against `policy`.
+pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused> {
+    let Some(mut text) = text_of(payload) else {
+        return Vec::new();
+    };
+    if text.len() > SCANNED {
+        let mut cut = SCANNED;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    let cwd = payload
+        .get("cwd")
+        .and_then(Value::as_str)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| policy.roots.project.clone());
+    let tool = payload
+        .get("tool_name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let home = &policy.roots.home;
+    let mut found = candidates(&text, &cwd, home);
+    if tool != "Bash"
+        && MARKERS.iter().any(|m| text.contains(m))
+        && let Some(file) = payload
+            .pointer("/tool_input/file_path")
+            .and_then(Value::as_str)
+    {
+        found.insert(0, normalize(Path::new(file), &cwd, home));
+    }
+    // Bash commands run under the floor plus the grants; Claude Code's own
+    // tools under the floor alone.
+    let writes = if tool == "Bash" {
+        policy.command_writes()
+    } else {
+        policy.floor_writes()
+    };
+    let unreadable = policy.unreadable();
+    let unwritable = policy.unwritable();
+    let mut out: Vec<Refused> = Vec::new();
+    for path in found.into_iter().take(CANDIDATES) {
+        // Inside a credential store nothing is looked at: not even where a
+        // link there leads (the answer goes back to the agent).
+        let lexical = unreadable.iter().find(|s| path.starts_with(s)).cloned();
+        let real = match lexical {
+            Some(_) => path.clone(),
+            None => probe.real(&path),
+        };
+        let held = |set: &[PathBuf]| {
+            set.iter()
+                .find(|s| real.starts_with(s) || path.starts_with(s))
+                .cloned()
+        };
+        let refused = if let Some(store) = lexical.or_else(|| held(&unreadable)) {
+            let own = store == policy.nd7_dir() || store == policy.vault_dir();
+            Refused {
+                path: real.clone(),
+                why: if own { Why::Own } else { Why::Secret(store) },
+                grant: None,
+                preset: None,
+            }
+        } else if held(&unwritable).is_some() {
+            Refused {
+                path: real.clone(),
+                why: Why::Own,
+                grant: None,
+                preset: None,
+            }
+        } else if !writes.iter().any(|w| real.starts_with(w)) && probe.writable(&real) {
+            let command = payload
+                .pointer("/tool_input/command")
+                .and_then(Value::as_str);
+            let (grant, preset) = match Preset::for_refusal(&real, home, command) {
+                Some((preset, at)) => (Some(at), Some(preset.name)),
+                None => {
+                    let dir = if probe.is_dir(&real) {
+                        real.clone()
+                    } else {
+                        real.parent()
+                            .map_or_else(|| real.clone(), Path::to_path_buf)
+                    };
+                    // The home itself, or a directory above it, is too
+                    // broad to suggest.
+                    ((!home.starts_with(&dir)).then_some(dir), None)
+                }
+            };
+            Refused {
+                path: real.clone(),
+                why: Why::Outside,
+                grant,
+                preset,
+            }
+        } else {
+            continue;
+        };
+        // One line per grant: a deeper path of one already said adds nothing.
+        if !out.iter().any(|r| {
+            r.why == refused.why
+                && (refused.path.starts_with(&r.path)
+                    || r.grant.is_some() && r.grant == refused.grant)
+        }) {
+            out.push(refused);
+        }
+    }
+    out
+}
+
+/// The paths named in `text` near a refusal's words, absolute (relative ones
+/// resolved against `cwd`) and lexically normal, in order, each once.
+fn candidates(text: &str, cwd: &Path, home: &Path) -> Vec<PathBuf> {
+    let lines: Vec<&str> = text.lines().collect();
+    let marked: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| MARKERS.iter().any(|m| l.contains(m)))
+        .map(|(i, _)| i)
+        .collect();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(&mark) = marked.iter().find(|&&m| m.abs_diff(i) <= NEAR) else {
+            continue;
+        };
+        for (token, quoted) in tokens(line) {
+            let absolute = token.starts_with('/') || token.starts_with("~/");
+            // A relative path counts only when quoted on the refusal's own
+            // line (`touch: cannot touch 'out/x': Permission denied`).
+            if !(absolute || (quoted && i == mark && !token.starts_with('-'))) {
+                continue;
+            }
+            if token.len() < 2 || token.contains("://") || token.starts_with("//") {
+                continue;
+            }
+            let path = normalize(Path::new(token), cwd, home);
+            if !out.contains(&path) {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// The path-like words of a line: runs starting with `/` or `~/` after a
+/// separator, and quoted strings (which may hold spaces), each with whether
+/// it was quoted.
+fn tokens(line: &str) -> Vec<(&str, bool)> {
+    let mut out = Vec::new();
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if matches!(c, b'\'' | b'"' | b'`') {
+            if let Some(end) = line[i + 1..].find(char::from(c)) {
+                let inner = &line[i + 1..i + 1 + end];
+                if !inner.is_empty() && !inner.contains('\n') {
+                    out.push((inner.trim_end_matches('/'), true));
+                }
+                i += end + 2;
+                continue;
+            }
+            i += 1;
+            continue;
+        }
+        let starts = (c == b'/' || (c == b'~' && bytes.get(i + 1) == Some(&b'/')))
+            && (i == 0 || matches!(bytes[i - 1], b' ' | b'\t' | b'(' | b'=' | b':' | b','));
+        if starts {
+            let end = line[i..]
+                .find(|ch: char| {
+                    ch.is_whitespace()
+                        || matches!(
+                            ch,
+                            '\'' | '"' | '`' | ')' | ',' | ';' | ':' | '<' | '>' | '|'
+                        )
+                })
+                .map_or(line.len(), |e| i + e);
+            let token = line[i..end].trim_end_matches('.').trim_end_matches('/');
+            if !token.is_empty() {
+                out.push((token, false));
+            }
+            i = end;
+            continue;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// `path` made absolute (`~/` under `home`, relative against `cwd`), with
+/// `.` and `..` taken out lexically.
+fn normalize(path: &Path, cwd: &Path, home: &Path) -> PathBuf {
+    let path = super::grants::expand_tilde(path, home);
+    let joined = if path.is_absolute() {
+        path
+    } else {
+        cwd.join(path)
+    };
+    let mut out = PathBuf::from("/");
+    for c in joined.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(part) => out.push(part),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What `nd7 allow` would grant `refused`: the command to type.
+pub fn allow_command(refused: &Refused, home: &Path) -> Option<String> {
+    match (refused.preset, &refused.grant) {
+        (Some(preset), _) => Some(format!("nd7 allow --preset {preset}")),
+        (None, Some(grant)) => Some(format!("nd7 allow {}", quote(&tilde(grant, home)))),
+        (None, None) => None,
+    }
+}
+
+/// A path as a person would type it in a shell: bare when nothing in it
+/// needs quoting, else in single quotes (`~` kept outside them).
+fn quote(text: &str) -> String {
+    if text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_./~:=@+,-".contains(c))
+    {
+        return text.to_string();
+    }
+    match text.strip_prefix("~/") {
+        Some(rest) => format!("~/{}", crate::shell_prefix::shell_quote(rest)),
+        None => crate::shell_prefix::shell_quote(text),
+    }
+}
+
+/// What the model is told, after a tool call the floor refused.
+pub fn explain(refused: &[Refused], tool: &str, home: &Path) -> String {
+    let mut out = String::from(
+        "nd7's sandbox (the user runs you under `nd7 run`) refused this, not the files' own permissions:\n",
+    );
+    for r in refused {
+        let path = tilde(&r.path, home);
+        match &r.why {
+            Why::Secret(store) => out.push_str(&format!(
+                "- {path}: inside {}, a credential store nd7 keeps unreadable; no grant opens it. If the task really needs it, tell the user why.\n",
+                tilde(store, home)
+            )),
+            Why::Own => out.push_str(&format!(
+                "- {path}: nd7's own records and keys, which nothing under nd7 run may change.\n"
+            )),
+            Why::Outside => match allow_command(r, home) {
+                Some(allow) => {
+                    let lasting = match r.preset {
+                        Some(p) => format!("`preset {p}` in ~/.nd7/grants"),
+                        None => format!(
+                            "`{}` in ~/.nd7/grants",
+                            quote(&tilde(r.grant.as_deref().unwrap_or(&r.path), home))
+                        ),
+                    };
+                    out.push_str(&format!(
+                        "- {path}: outside what this session may write. The user can allow it by running `{allow}` in another terminal (from the next command on), or for every session with {lasting}.\n"
+                    ));
+                }
+                None => out.push_str(&format!(
+                    "- {path}: outside what this session may write, directly in the home directory, which nd7 does not open to commands; the user can run this command outside nd7 run.\n"
+                )),
+            },
+        }
+    }
+    if tool != "Bash" && refused.iter().any(|r| r.why == Why::Outside) {
+        out.push_str(
+            "Claude Code's own Write and Edit tools stay within the project and the temp directory whatever is allowed; grants reach Bash commands.\n",
+        );
+    }
+    out.push_str(
+        "Do not retry it, change permissions, use sudo, or look for another way around the sandbox: tell the user what was refused and ask them to allow it or to run it themselves.",
+    );
+    out
+}
+
+/// What `nd7 hook-explain` prints for the hook `event` (PostToolUse or
+/// PostToolUseFailure): `text` as additional context, which Claude Code adds
+/// to what the model reads next (checked with 2.1.197 and 2.1.332).
+pub fn hook_reply(event: &str, text: &str) -> Value {
+    json!({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})
+}
+
+/// The body of a `floor_refused` entry in the run's log.
+pub fn entry_body(refused: &[Refused], tool: &str, home: &Path) -> Value {
+    json!({
+        "tool": tool,
+        "paths": refused.iter().map(|r| {
+            let (why, store) = match &r.why {
+                Why::Outside => ("outside", None),
+                Why::Secret(s) => ("secret", Some(s.to_string_lossy().into_owned())),
+                Why::Own => ("nd7", None),
+            };
+            json!({
+                "path": r.path.to_string_lossy(),
+                "why": why,
+                "store": store,
+                "grant": r.grant.as_ref().map(|g| g.to_string_lossy().into_owned()),
+                "preset": r.preset,
+                "allow": allow_command(r, home),
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Roots;
+
+    /// A file system of a few existing directories, all the account's but `/etc`.
+    struct Fs;
+
+    impl Probe for Fs {
+        fn real(&self, path: &Path) -> PathBuf {
+            // ~/link leads to /data, and so does ~/.ssh/cfg.
+            if path == Path::new("/home/u/.ssh/cfg") {
+                return "/data/ssh-cfg".into();
+            }
+            match path.strip_prefix("/home/u/link") {
+                Ok(rest) => Path::new("/data").join(rest),
+                Err(_) => path.to_path_buf(),
+            }
+        }
+        fn writable(&self, path: &Path) -> bool {
+            !path.starts_with("/etc") && !path.starts_with("/proc")
+        }
+        fn is_dir(&self, path: &Path) -> bool {
+            ["/outside", "/home/u/.npm", "/data", "/home/u"]
+                .iter()
+                .any(|d| path == Path::new(d))
+        }
+    }
+
+    fn policy() -> Policy {
+        let mut p = Policy::new(Roots {
+            project: "/home/u/proj".into(),
+            temp: "/tmp".into(),
+            home: "/home/u".into(),
+            state: "/home/u/.local/state/nd7".into(),
+            exit: "/usr/bin/nd7-exec".into(),
+        });
+        p.grants.push("/srv/granted".into());
+        p
+    }
+
+    fn failed(tool: &str, error: &str) -> Value {
+        json!({"hook_event_name": "PostToolUseFailure", "tool_name": tool, "cwd": "/home/u/proj",
+               "tool_input": {"command": "x"}, "error": error})
+    }
+
+    fn paths(r: &[Refused]) -> Vec<String> {
+        r.iter().map(|r| r.path.display().to_string()).collect()
+    }
+
+    #[test]
+    fn what_real_tools_print_is_read_for_the_path_refused() {
+        let p = policy();
+        let cases = [
+            (
+                "Exit code 243\nnpm error code EACCES\nnpm error syscall mkdir\nnpm error path /home/u/.npm/_cacache\nnpm error errno -13\nnpm error Your cache folder contains root-owned files",
+                "/home/u/.npm/_cacache",
+                Some("nd7 allow --preset npm"),
+            ),
+            (
+                "Exit code 101\nerror: failed to download `cfg-if v1.0.0`\n\nCaused by:\n  failed to create directory `/home/u/.cargo/registry/cache/index.crates.io-1949cf8c6b5b557f`\n\nCaused by:\n  Permission denied (os error 13)",
+                "/home/u/.cargo/registry/cache/index.crates.io-1949cf8c6b5b557f",
+                Some("nd7 allow --preset cargo"),
+            ),
+            (
+                "Exit code 1\nERROR: Could not install packages due to an OSError: [Errno 13] Permission denied: '/home/u/.local/lib/python3.11'\nCheck the permissions.",
+                "/home/u/.local/lib/python3.11",
+                Some("nd7 allow --preset python-user"),
+            ),
+            (
+                "Exit code 1\ntouch: cannot touch '/outside/new file': Permission denied",
+                "/outside/new file",
+                Some("nd7 allow /outside"),
+            ),
+            (
+                "Exit code 1\nmkdir: cannot create directory 'out': Permission denied",
+                "/home/u/proj/out",
+                None,
+            ),
+            (
+                "Exit code 255\nerror: could not lock config file /home/u/.gitconfig: Permission denied",
+                "/home/u/.gitconfig",
+                None,
+            ),
+        ];
+        for (error, path, allow) in cases {
+            let r = judge(&failed("Bash", error), &p, &Fs);
+            if path.starts_with("/home/u/proj") {
+                assert!(r.is_empty(), "the project is writable: {r:?}");
+                continue;
+            }
+            assert_eq!(paths(&r), [path], "{error}");
+            assert_eq!(r[0].why, Why::Outside);
+            assert_eq!(
+                allow_command(&r[0], &p.roots.home).as_deref(),
+                allow,
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_floors_refusals_are_claimed() {
+        let p = policy();
+        for error in [
+            // The account could not write it either.
+            "touch: cannot touch '/etc/passwd': Permission denied",
+            // Allowed by the rules: something else refused it.
+            "touch: cannot touch '/tmp/x': Permission denied",
+            "touch: cannot touch '/srv/granted/x': Permission denied",
+            // No refusal at all.
+            "cat: /outside/x: No such file or directory",
+            // A URL is no path.
+            "GET https://registry.npmjs.org/x: EACCES",
+        ] {
+            assert_eq!(judge(&failed("Bash", error), &p, &Fs), [], "{error}");
+        }
+        // A grant reaches Bash commands, never Claude Code's own tools.
+        let write = json!({"hook_event_name": "PostToolUseFailure", "tool_name": "Write",
+            "cwd": "/home/u/proj", "tool_input": {"file_path": "/srv/granted/f"},
+            "error": "EACCES: permission denied, open '/srv/granted/f.tmp.7.ab'"});
+        let r = judge(&write, &p, &Fs);
+        assert_eq!(paths(&r), ["/srv/granted/f"], "{r:?}");
+        assert!(explain(&r, "Write", &p.roots.home).contains("grants reach Bash commands"));
+    }
+
+    #[test]
+    fn secrets_and_nd7s_own_are_never_offered() {
+        let p = policy();
+        let r = judge(
+            &failed(
+                "Bash",
+                "cat: /home/u/.ssh/id_ed25519: Permission denied\nsh: /home/u/.nd7/sessions/1/x: Permission denied\ncp: cannot create '/home/u/.local/state/nd7/sessions/s/events.ndjson': Permission denied",
+            ),
+            &p,
+            &Fs,
+        );
+        assert_eq!(
+            r.iter().map(|r| r.why.clone()).collect::<Vec<_>>(),
+            [Why::Secret("/home/u/.ssh".into()), Why::Own, Why::Own]
+        );
+        assert!(r.iter().all(|r| allow_command(r, &p.roots.home).is_none()));
+        // Where a link in a store leads is not looked up, nor told.
+        let link = judge(
+            &failed("Bash", "cat: /home/u/.ssh/cfg: Permission denied"),
+            &p,
+            &Fs,
+        );
+        assert_eq!(paths(&link), ["/home/u/.ssh/cfg"]);
+        let text = explain(&r, "Bash", &p.roots.home);
+        assert!(text.contains("~/.ssh, a credential store"), "{text}");
+        assert!(!text.contains("nd7 allow"), "{text}");
+    }
+
+    #[test]
+    fn the_explanation_names_the_path_the_sandbox_and_the_command() {
+        let p = policy();
+        let r = judge(
+            &failed(
+                "Bash",
+                "touch: cannot touch '/outside/a b/c': Permission denied\nln: ~/link/x: Permission denied",
+            ),
+            &p,
+            &Fs,
+        );
+        let text = explain(&r, "Bash", &p.roots.home);
+        assert!(text.starts_with("nd7's sandbox"), "{text}");
+        assert!(text.contains("`nd7 allow '/outside/a b'`"), "{text}");
+        // Where a link leads, the real place is what is granted.
+        assert_eq!(paths(&r), ["/outside/a b/c", "/data/x"]);
+        assert!(text.contains("`nd7 allow /data`"), "{text}");
+        assert!(text.contains("Do not retry it"), "{text}");
+        let body = entry_body(&r, "Bash", &p.roots.home);
+        assert_eq!(body["paths"][0]["why"], "outside");
+        assert_eq!(body["paths"][0]["allow"], "nd7 allow '/outside/a b'");
+        // A successful command's output is read too (pip without its cache).
+        let ok = json!({"hook_event_name": "PostToolUse", "tool_name": "Bash", "cwd": "/home/u/proj",
+            "tool_response": {"stdout": "Successfully installed six", "stderr":
+            "WARNING: The directory '/home/u/.cache/pip' or its parent directory is not owned or is not writable by the current user. The cache has been disabled."}});
+        let r = judge(&ok, &p, &Fs);
+        assert_eq!(paths(&r), ["/home/u/.cache/pip"]);
+        assert_eq!(r[0].preset, Some("pip"));
+        // Other events say nothing.
+        assert_eq!(
+            judge(&json!({"hook_event_name": "PreToolUse"}), &p, &Fs),
+            []
+        );
+    }
+}

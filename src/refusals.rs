@@ -1,0 +1,166 @@
+//! The floor's refusals as `nd7 run` meets them (ADR-0041): `nd7 hook-explain`
+//! hands each finished tool call to the run; the run judges it against the
+//! session's current rules and the file system as it is outside the floor
+//! ([`crate::policy::refusal`]), writes what the floor refused into the run's
+//! log (`floor_refused`), and answers with what to tell the model. At the end
+//! of the run, [`summary`] says it all once more to the user.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::policy::Policy;
+use crate::policy::grants::tilde;
+use crate::policy::refusal::{self, Probe, Refused, Why};
+use crate::run_log::RunLog;
+
+/// The file system as `nd7 run` (unconfined, the user's account) sees it.
+pub struct Outside;
+
+impl Probe for Outside {
+    fn real(&self, path: &Path) -> PathBuf {
+        let Some(existing) = path
+            .ancestors()
+            .find(|a| std::fs::symlink_metadata(a).is_ok())
+        else {
+            return path.to_path_buf();
+        };
+        let rest = path.strip_prefix(existing).unwrap_or(Path::new(""));
+        match std::fs::canonicalize(existing) {
+            Ok(real) if rest.as_os_str().is_empty() => real,
+            Ok(real) => real.join(rest),
+            Err(_) => path.to_path_buf(),
+        }
+    }
+
+    fn writable(&self, path: &Path) -> bool {
+        path.ancestors()
+            .find(|a| std::fs::symlink_metadata(a).is_ok())
+            .is_some_and(|a| rustix::fs::access(a, rustix::fs::Access::WRITE_OK).is_ok())
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        std::fs::metadata(path).is_ok_and(|m| m.is_dir())
+    }
+}
+
+/// Judges the tool call in `payload` (what `nd7 hook-explain` received)
+/// against `policy`; when the floor refused something, writes the
+/// `floor_refused` entry and returns what to tell the model.
+pub fn explain(payload: &[u8], policy: &Policy, log: &RunLog) -> io::Result<Option<String>> {
+    let Ok(payload) = serde_json::from_slice::<Value>(payload) else {
+        return Ok(None);
+    };
+    let refused = refusal::judge(&payload, policy, &Outside);
+    if refused.is_empty() {
+        return Ok(None);
+    }
+    let tool = payload
+        .get("tool_name")
+        .and_then(Value::as_str)
+        .unwrap_or("?");
+    let home = &policy.roots.home;
+    let id = payload.get("tool_use_id").and_then(Value::as_str);
+    let cwd = payload.get("cwd").and_then(Value::as_str);
+    log.floor_refused(&refused, tool, home, cwd, id)
+        .map_err(io::Error::other)?;
+    Ok(Some(refusal::explain(&refused, tool, home)))
+}
+
+/// What `nd7 run` says at its end about the floor's refusals it was told
+/// of: each path once, with the grant that would have allowed it. Empty when
+/// there were none.
+pub fn summary(refused: &[Refused], home: &Path, log_id: &str) -> Vec<String> {
+    if refused.is_empty() {
+        return Vec::new();
+    }
+    let mut seen: Vec<&Refused> = Vec::new();
+    for r in refused {
+        if !seen.iter().any(|s| s.path == r.path) {
+            seen.push(r);
+        }
+    }
+    let mut out = vec![format!(
+        "the sandbox refused {} path{} this session (log {log_id} has each one, as floor_refused):",
+        seen.len(),
+        if seen.len() == 1 { "" } else { "s" }
+    )];
+    // Paths come from a tool's output, which the agent controls: shown inert.
+    let inert = |text: String| crate::read::safe::term(&text, crate::read::safe::Lines::One);
+    for r in seen {
+        let path = inert(tilde(&r.path, home));
+        let line = match (&r.why, refusal::allow_command(r, home)) {
+            (Why::Secret(store), _) => format!(
+                "  {path}: a credential store ({}), kept unreadable; change that in ~/.nd7/secrets",
+                inert(tilde(store, home))
+            ),
+            (Why::Own, _) => format!("  {path}: nd7's own records, never writable"),
+            (Why::Outside, Some(allow)) => {
+                let lasting = match r.preset {
+                    Some(p) => format!("preset {p}"),
+                    None => inert(tilde(r.grant.as_deref().unwrap_or(&r.path), home)),
+                };
+                let allow = inert(allow);
+                format!("  {path}: `{allow}` (or `{lasting}` in ~/.nd7/grants, for every session)")
+            }
+            (Why::Outside, None) => {
+                format!(
+                    "  {path}: directly in your home directory; run that command outside nd7 run"
+                )
+            }
+        };
+        out.push(line);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_names_each_path_once_with_its_grant() {
+        let home = Path::new("/home/u");
+        let npm = Refused {
+            path: "/home/u/.npm/_cacache".into(),
+            why: Why::Outside,
+            grant: Some("/home/u/.npm/_cacache".into()),
+            preset: Some("npm"),
+        };
+        let ssh = Refused {
+            path: "/home/u/.ssh/id".into(),
+            why: Why::Secret("/home/u/.ssh".into()),
+            grant: None,
+            preset: None,
+        };
+        let out = Refused {
+            path: "/srv/out/x".into(),
+            why: Why::Outside,
+            grant: Some("/srv/out".into()),
+            preset: None,
+        };
+        let evil = Refused {
+            path: "/srv/\x1b]0;owned\x07".into(),
+            why: Why::Outside,
+            grant: Some("/srv".into()),
+            preset: None,
+        };
+        let lines = summary(&[evil], home, "run-x");
+        assert_eq!(
+            lines[1],
+            "  /srv/\\x1b]0;owned\\x07: `nd7 allow /srv` (or `/srv` in ~/.nd7/grants, for every session)"
+        );
+        let lines = summary(&[npm.clone(), ssh, npm, out], home, "run-x");
+        assert_eq!(
+            lines,
+            [
+                "the sandbox refused 3 paths this session (log run-x has each one, as floor_refused):",
+                "  ~/.npm/_cacache: `nd7 allow --preset npm` (or `preset npm` in ~/.nd7/grants, for every session)",
+                "  ~/.ssh/id: a credential store (~/.ssh), kept unreadable; change that in ~/.nd7/secrets",
+                "  /srv/out/x: `nd7 allow /srv/out` (or `/srv/out` in ~/.nd7/grants, for every session)",
+            ]
+        );
+        assert!(summary(&[], home, "run-x").is_empty());
+    }
+}

@@ -1,0 +1,934 @@
+//! Anchoring on real files: at an anchoring hook, find the session's
+//! transcripts, read what each has grown by, and write the entries.
+//!
+//! Two callers. Outside `nd7 run`, `nd7 record` anchors after appending the
+//! hook's entry ([`for_record`]): Claude Code's configuration directory comes
+//! from the hook's environment, the project from the payload (checked
+//! against the layout). Under `nd7 run`, `nd7 run` anchors from outside the
+//! sandbox when it appends a hook's entry at its door ([`for_run`]): where
+//! Claude Code keeps its files was fixed by `nd7 run` when it started the
+//! program ([`start_run`]), and the files are read by the process the agent
+//! cannot reach.
+//!
+//! The state that makes the work incremental lives beside the log, in the
+//! log's directory (read-only inside the sandbox under `nd7 run`):
+//!
+//! ```text
+//! <session dir>/transcript/
+//!   lock          flock'd for the whole of one hook's anchoring
+//!   log.json      where Claude Code's files are (nd7 run), the bounds (nd7 run),
+//!                 bytes read so far, the files known, the notes written once
+//!   file-<n>.json one per file: its identity, the BLAKE3 prefix state, the last anchor
+//! ```
+//!
+//! The state only saves work: every anchor states a whole prefix's digest
+//! and length, so a state that is lost or behind costs rereading, never a
+//! wrong anchor, and one that is tampered with can only make later anchors
+//! disagree with the file (which `nd7 verify --transcript` reports), never
+//! make an earlier anchor agree with a rewritten prefix.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::layout::{self, Place};
+use super::prefix::{Prefix, Saved};
+use super::{Facts, Found, GapReason, Limits, Which};
+use crate::safe_file::{self, Budget, Identity, OpenError, Stop};
+
+/// The state's directory inside a session's directory.
+pub const STATE_DIR: &str = "transcript";
+const LOG_STATE: &str = "log.json";
+const LOCK: &str = "lock";
+/// The note kept once the log's byte budget is spent.
+const SESSION_NOTE: &str = "session_bytes";
+/// The note kept once the log anchors as many files as it may.
+const FILES_NOTE: &str = "files";
+
+/// Why anchoring could not run at all (a file it could not read is a
+/// `transcript_gap` entry instead).
+#[derive(Debug, thiserror::Error)]
+pub enum AnchorError {
+    #[error("{}: cannot {action}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: io::Error,
+    },
+    #[error(
+        "cannot tell where Claude Code keeps its transcripts: CLAUDE_CONFIG_DIR and HOME are not absolute paths, and the account has no home"
+    )]
+    NoConfigDir,
+    #[error(
+        "this run's chain was started without transcript anchoring (no {STATE_DIR}/{LOG_STATE})"
+    )]
+    NotStarted,
+}
+
+fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> AnchorError + 'a {
+    move |source| AnchorError::Io {
+        path: path.to_path_buf(),
+        action,
+        source,
+    }
+}
+
+/// What one hook's anchoring did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub anchors: usize,
+    pub gaps: usize,
+    pub breaks: usize,
+    /// Bytes read and hashed.
+    pub read: u64,
+    /// Whether the log's state could not be read and was started afresh.
+    pub state_reset: bool,
+}
+
+/// One hook's anchoring, worked out and waiting for its entries to be in
+/// the log: the caller appends [`Pending::entries`] (with the hook's own
+/// entry, in one append), then [`Pending::commit`]s, which writes the state.
+/// Entries first, so a state can be behind the chain but never ahead of a
+/// break it has not recorded. The state's lock is held until then, so
+/// hooks anchoring at once queue, and each byte is hashed once.
+#[derive(Debug)]
+pub struct Pending {
+    /// The entries to append, in order: (kind, body).
+    pub entries: Vec<(&'static str, Value)>,
+    pub report: Report,
+    dir: PathBuf,
+    states: Vec<(String, Vec<u8>)>,
+    _lock: Option<File>,
+}
+
+impl Pending {
+    /// A pending anchoring that only reports `why` anchoring failed, as one
+    /// gap entry about `facts`' session.
+    fn failed(facts: &Facts, why: &AnchorError) -> Pending {
+        let which = Which {
+            session_id: facts.session_id.clone(),
+            agent_id: facts.agent_id.clone(),
+            root: String::new(),
+            path: facts.transcript_path.clone().unwrap_or_default(),
+        };
+        let body = super::gap_body(&which, GapReason::Unreadable, &why.to_string(), 0, None);
+        Pending {
+            entries: vec![(super::GAP, body)],
+            report: Report {
+                gaps: 1,
+                ..Report::default()
+            },
+            dir: PathBuf::new(),
+            states: Vec::new(),
+            _lock: None,
+        }
+    }
+
+    /// Writes the state, once the entries are in the log.
+    pub fn commit(self) -> Result<Report, AnchorError> {
+        for (name, bytes) in &self.states {
+            write_state_file(&self.dir, name, bytes)?;
+        }
+        Ok(self.report)
+    }
+}
+
+/// Where Claude Code keeps a run's files, fixed when the run started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct RunPlace {
+    config: PathBuf,
+    project_key: String,
+}
+
+/// `log.json`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct LogState {
+    #[serde(default)]
+    run: Option<RunPlace>,
+    #[serde(default)]
+    limits: Option<Limits>,
+    /// Bytes read over the log's life.
+    #[serde(default)]
+    read: u64,
+    #[serde(default)]
+    files: Vec<Known>,
+    /// Entries written once per log (a bound reached, a path refused).
+    #[serde(default)]
+    notes: Vec<String>,
+}
+
+/// A file the log has met.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Known {
+    session_id: String,
+    #[serde(default)]
+    agent_id: Option<String>,
+    /// Below the configuration directory.
+    place: Vec<String>,
+}
+
+/// `file-<n>.json`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct FileState {
+    #[serde(default)]
+    identity: Option<Identity>,
+    #[serde(default)]
+    prefix: Option<Saved>,
+    #[serde(default)]
+    blake3: String,
+    #[serde(default)]
+    generation: u32,
+    /// The last gap written for this file, so it is not written at every hook.
+    #[serde(default)]
+    last_gap: Option<String>,
+}
+
+/// Anchors for `nd7 record`, outside `nd7 run`: the configuration directory
+/// from `CLAUDE_CONFIG_DIR` or `HOME`, the bounds from the environment.
+pub fn for_record(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pending, AnchorError> {
+    // As Claude Code finds its home: $HOME, else the account database.
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .or_else(|| crate::session::account_home().ok());
+    let config = layout::config_dir(
+        std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
+        home.as_deref(),
+    )
+    .map(|c| safe_file::real_dir(&c))
+    .ok_or(AnchorError::NoConfigDir)?;
+    let mut ctx = Ctx::new(log_dir, config, None, Limits::from_env());
+    ctx.anchor(facts, started)
+}
+
+/// Fixes, at the start of a run, where Claude Code will keep the session's
+/// files and the bounds (from `nd7 run`'s environment): the program starts
+/// in `project`, with `home` (or `$CLAUDE_CONFIG_DIR`) as its own.
+pub fn start_run(log_dir: &Path, project: &Path, home: &Path) -> Result<(), AnchorError> {
+    let env_home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute());
+    let config = layout::config_dir(
+        std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
+        Some(env_home.as_deref().unwrap_or(home)),
+    )
+    // Resolved here, once, where nd7 run's environment names it: from now
+    // on no link on the way to a transcript is followed.
+    .map(|c| safe_file::real_dir(&c))
+    .ok_or(AnchorError::NoConfigDir)?;
+    let dir = state_dir(log_dir)?;
+    let state = LogState {
+        run: Some(RunPlace {
+            config,
+            project_key: layout::project_key(&project.to_string_lossy()),
+        }),
+        limits: Some(Limits::from_env()),
+        ..LogState::default()
+    };
+    save_json(&dir, LOG_STATE, &state)
+}
+
+/// Anchors for `nd7 run` at its door: where the files are and the bounds
+/// come from what [`start_run`] fixed, never from the hook.
+pub fn for_run(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pending, AnchorError> {
+    let dir = log_dir.join(STATE_DIR);
+    let state: LogState = load_json(&dir.join(LOG_STATE))?.ok_or(AnchorError::NotStarted)?;
+    let run = state.run.ok_or(AnchorError::NotStarted)?;
+    let mut ctx = Ctx::new(
+        log_dir,
+        run.config,
+        Some(run.project_key),
+        state.limits.unwrap_or_default(),
+    );
+    ctx.anchor(facts, started)
+}
+
+struct Ctx<'a> {
+    log_dir: &'a Path,
+    config: PathBuf,
+    started_in: Option<String>,
+    limits: Limits,
+    /// Entries worked out so far, in order.
+    entries: Vec<(&'static str, Value)>,
+    /// State files to write once the entries are in, by name.
+    states: Vec<(String, Vec<u8>)>,
+}
+
+/// One file to anchor.
+struct Target {
+    which: Which,
+    place: Place,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(
+        log_dir: &'a Path,
+        config: PathBuf,
+        started_in: Option<String>,
+        limits: Limits,
+    ) -> Ctx<'a> {
+        Ctx {
+            log_dir,
+            config,
+            started_in,
+            limits,
+            entries: Vec::new(),
+            states: Vec::new(),
+        }
+    }
+
+    fn write(&mut self, kind: &'static str, body: Value) {
+        self.entries.push((kind, body));
+    }
+
+    /// Stages `value` to be written as the state file `name`.
+    fn stage<T: Serialize>(&mut self, name: String, value: &T) -> Result<(), AnchorError> {
+        let bytes = serde_json::to_vec(value)
+            .map_err(|e| io_err(Path::new(&name), "serialise")(io::Error::other(e)))?;
+        self.states.retain(|(n, _)| *n != name);
+        self.states.push((name, bytes));
+        Ok(())
+    }
+
+    fn anchor(&mut self, facts: &Facts, started: Instant) -> Result<Pending, AnchorError> {
+        let dir = state_dir(self.log_dir)?;
+        let lock_path = dir.join(LOCK);
+        let lock = create_0600(&lock_path, OpenOptions::new().write(true))?;
+        lock.lock()
+            .map_err(io_err(&lock_path, "lock (exclusive)"))?;
+
+        let mut report = Report::default();
+        let mut state = match load_json::<LogState>(&dir.join(LOG_STATE)) {
+            Ok(Some(state)) => state,
+            Ok(None) => LogState::default(),
+            Err(AnchorError::Io { source, .. }) if source.kind() == io::ErrorKind::InvalidData => {
+                report.state_reset = true;
+                LogState::default()
+            }
+            Err(e) => return Err(e),
+        };
+        let loaded = serde_json::to_vec(&state).unwrap_or_default();
+        let deadline = started + Duration::from_millis(self.limits.hook_ms);
+        let mut budget = Budget {
+            bytes: self.limits.hook_bytes,
+            deadline: Some(deadline),
+        };
+        for target in self.targets(facts, &mut state, &mut report)? {
+            self.anchor_file(&dir, &target, &mut state, &mut budget, &mut report)?;
+        }
+        if serde_json::to_vec(&state).unwrap_or_default() != loaded {
+            self.stage(LOG_STATE.to_string(), &state)?;
+        }
+        Ok(Pending {
+            entries: std::mem::take(&mut self.entries),
+            report,
+            dir,
+            states: std::mem::take(&mut self.states),
+            _lock: Some(lock),
+        })
+    }
+
+    fn which(&self, session_id: &str, agent_id: Option<&str>, path: &Path) -> Which {
+        Which {
+            session_id: session_id.to_string(),
+            agent_id: agent_id.map(str::to_string),
+            root: self.config.display().to_string(),
+            path: path.display().to_string(),
+        }
+    }
+
+    /// The files this hook anchors: the session's own, the subagent's a
+    /// payload names or runs in, and at the session's end every subagent
+    /// file the log knows or the session's `subagents` directory holds.
+    fn targets(
+        &mut self,
+        facts: &Facts,
+        state: &mut LogState,
+        report: &mut Report,
+    ) -> Result<Vec<Target>, AnchorError> {
+        let sid = facts.session_id.as_str();
+        let mut out: Vec<Target> = Vec::new();
+        let (main, mismatch) = layout::locate_main(
+            &self.config,
+            self.started_in.as_deref(),
+            facts.cwd.as_deref(),
+            sid,
+            facts.transcript_path.as_deref(),
+        );
+        if let Some(m) = mismatch {
+            self.path_gap(sid, None, &m, state, report)?;
+        }
+        let Some(main) = main else {
+            return Ok(out);
+        };
+        let key = main.project_key().to_string();
+        out.push(Target {
+            which: self.which(sid, None, &main.under(&self.config)),
+            place: main,
+        });
+        if let Some(agent) = facts.agent_id.as_deref() {
+            let (place, mismatch) = layout::locate_agent(
+                &self.config,
+                Some(&key),
+                None,
+                sid,
+                agent,
+                facts.agent_transcript_path.as_deref(),
+            );
+            if let Some(m) = mismatch {
+                self.path_gap(sid, Some(agent), &m, state, report)?;
+            }
+            if let Some(place) = place {
+                out.push(Target {
+                    which: self.which(sid, Some(agent), &place.under(&self.config)),
+                    place,
+                });
+            }
+        }
+        if facts.ends_session() {
+            for known in state.files.iter().filter(|k| k.session_id == sid) {
+                let place = Place {
+                    components: known.place.clone(),
+                };
+                out.push(Target {
+                    which: self.which(sid, known.agent_id.as_deref(), &place.under(&self.config)),
+                    place,
+                });
+            }
+            let dir: Vec<String> = ["projects", &key, sid, "subagents"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            let found =
+                safe_file::list_beneath(&self.config, &dir, self.limits.files as usize, |n| {
+                    n.starts_with("agent-")
+                        && n.ends_with(".jsonl")
+                        && layout::is_name(&n["agent-".len()..n.len() - ".jsonl".len()])
+                })
+                .unwrap_or_default();
+            for name in found {
+                let agent = &name["agent-".len()..name.len() - ".jsonl".len()];
+                if let Some(place) = layout::agent_place(&key, sid, agent) {
+                    out.push(Target {
+                        which: self.which(sid, Some(agent), &place.under(&self.config)),
+                        place,
+                    });
+                }
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|t| seen.insert(t.place.clone()));
+        Ok(out)
+    }
+
+    /// A payload named a transcript where the layout puts none of this
+    /// session's: written once per name.
+    fn path_gap(
+        &mut self,
+        sid: &str,
+        agent: Option<&str>,
+        m: &layout::Mismatch,
+        state: &mut LogState,
+        report: &mut Report,
+    ) -> Result<(), AnchorError> {
+        let note = format!("path:{}", m.named);
+        if state.notes.contains(&note) {
+            return Ok(());
+        }
+        let which = self.which(sid, agent, Path::new(&m.named));
+        let detail = if m.expected.is_empty() {
+            "the payload names a transcript nd7 cannot place in Claude Code's layout".to_string()
+        } else {
+            format!(
+                "the payload names a transcript that is not where Claude Code's layout puts this session's ({})",
+                m.expected
+            )
+        };
+        self.gap(&which, GapReason::Path, &detail, 0, None, report)?;
+        state.notes.push(note);
+        Ok(())
+    }
+
+    fn gap(
+        &mut self,
+        which: &Which,
+        reason: GapReason,
+        detail: &str,
+        anchored: u64,
+        size: Option<u64>,
+        report: &mut Report,
+    ) -> Result<(), AnchorError> {
+        let body = super::gap_body(which, reason, detail, anchored, size);
+        self.write(super::GAP, body);
+        report.gaps += 1;
+        Ok(())
+    }
+
+    fn anchor_file(
+        &mut self,
+        dir: &Path,
+        target: &Target,
+        state: &mut LogState,
+        budget: &mut Budget,
+        report: &mut Report,
+    ) -> Result<(), AnchorError> {
+        let which = &target.which;
+        let known = state
+            .files
+            .iter()
+            .position(|k| k.place == target.place.components);
+        let mut file_state = match known {
+            Some(n) => load_or_reset(&dir.join(file_state_name(n)), report)?,
+            None => FileState::default(),
+        };
+        let mut prefix = match &file_state.prefix {
+            Some(saved) => Prefix::restore(saved).unwrap_or_else(|_| {
+                report.state_reset = true;
+                Prefix::new()
+            }),
+            None => Prefix::new(),
+        };
+        let session_left = self.limits.session_bytes.saturating_sub(state.read);
+        if session_left == 0 {
+            if !state.notes.iter().any(|n| n == SESSION_NOTE) {
+                let detail = self.session_spent();
+                self.gap(
+                    which,
+                    GapReason::SessionBytes,
+                    &detail,
+                    prefix.len(),
+                    None,
+                    report,
+                )?;
+                state.notes.push(SESSION_NOTE.into());
+            }
+            return Ok(());
+        }
+        let anchored = prefix.len();
+        let opened = match safe_file::open_beneath(&self.config, &target.place.components) {
+            Ok(opened) => opened,
+            // Not written yet: nothing to anchor, nothing to say.
+            Err(OpenError::Missing { .. }) if anchored == 0 => return Ok(()),
+            Err(e) => {
+                let Some(index) = self.register(state, target, known, report)? else {
+                    return Ok(());
+                };
+                if anchored > 0 && !matches!(e, OpenError::Io { .. }) {
+                    let found = match e {
+                        OpenError::Missing { .. } => Found::Removed,
+                        _ => Found::Replaced,
+                    };
+                    self.broke(which, found, &e.to_string(), None, &mut file_state, report)?;
+                    file_state.prefix = None;
+                    file_state.identity = None;
+                } else {
+                    let detail = e.to_string();
+                    if file_state.last_gap.as_deref() == Some(detail.as_str()) {
+                        return Ok(());
+                    }
+                    let reason = match e {
+                        OpenError::Io { .. } => GapReason::Unreadable,
+                        _ => GapReason::Refused,
+                    };
+                    self.gap(which, reason, &detail, anchored, None, report)?;
+                    file_state.last_gap = Some(detail);
+                }
+                return self.stage(file_state_name(index), &file_state);
+            }
+        };
+        let Some(index) = self.register(state, target, known, report)? else {
+            return Ok(());
+        };
+        if anchored > 0 {
+            match still_anchored(&file_state, &prefix, &opened) {
+                Ok(None) => {}
+                Ok(Some((found, detail))) => {
+                    self.broke(
+                        which,
+                        found,
+                        &detail,
+                        Some(opened.len),
+                        &mut file_state,
+                        report,
+                    )?;
+                    prefix = Prefix::new();
+                }
+                Err(e) => {
+                    let detail = format!("cannot read {}: {e}", which.path);
+                    self.gap(
+                        which,
+                        GapReason::Unreadable,
+                        &detail,
+                        anchored,
+                        Some(opened.len),
+                        report,
+                    )?;
+                    return Ok(());
+                }
+            }
+        }
+        let changed = file_state.identity != Some(opened.identity) || prefix.len() != anchored;
+        file_state.identity = Some(opened.identity);
+
+        let from = prefix.len();
+        let hook_left = budget.bytes;
+        let mut allowed = Budget {
+            bytes: hook_left.min(session_left),
+            deadline: budget.deadline,
+        };
+        let stop = if opened.len > from {
+            safe_file::read_range(&opened.file, from, opened.len, &mut allowed, |b| {
+                prefix.update(b)
+            })
+            .map_err(io_err(Path::new(&which.path), "read"))?
+            .1
+        } else {
+            Stop::Done
+        };
+        let read = prefix.len() - from;
+        budget.bytes -= read;
+        state.read += read;
+        report.read += read;
+        if read > 0 {
+            let digest = prefix.digest();
+            let body = super::anchor_body(
+                which,
+                prefix.len(),
+                &digest,
+                from,
+                file_state.generation,
+                opened.identity,
+            );
+            self.write(super::ANCHOR, body);
+            report.anchors += 1;
+            file_state.blake3 = digest.to_hex().to_string();
+            file_state.last_gap = None;
+        }
+        if prefix.len() < opened.len {
+            let (reason, detail) = match stop {
+                Stop::Time => (
+                    GapReason::HookTime,
+                    format!(
+                        "this hook's {} ms for anchoring ran out; the next anchoring hook goes on",
+                        self.limits.hook_ms
+                    ),
+                ),
+                Stop::Bytes if session_left <= hook_left => {
+                    (GapReason::SessionBytes, self.session_spent())
+                }
+                Stop::Bytes => (
+                    GapReason::HookBytes,
+                    format!(
+                        "this hook read the {} bytes one hook may; the next anchoring hook goes on",
+                        self.limits.hook_bytes
+                    ),
+                ),
+                // The file shrank while it was read: the next hook sees it.
+                Stop::Done | Stop::Eof => (GapReason::Unreadable, String::new()),
+            };
+            if !detail.is_empty() {
+                self.gap(
+                    which,
+                    reason,
+                    &detail,
+                    prefix.len(),
+                    Some(opened.len),
+                    report,
+                )?;
+                if reason == GapReason::SessionBytes {
+                    state.notes.push(SESSION_NOTE.into());
+                }
+            }
+        }
+        if changed || read > 0 || file_state.prefix.is_none() {
+            file_state.prefix = Some(prefix.save());
+            self.stage(file_state_name(index), &file_state)?;
+        }
+        Ok(())
+    }
+
+    fn session_spent(&self) -> String {
+        format!(
+            "this log has read the {} bytes it may read from transcripts; nothing more is anchored",
+            self.limits.session_bytes
+        )
+    }
+
+    /// Writes a `transcript_break` naming the last anchor, and starts the
+    /// file's next generation.
+    fn broke(
+        &mut self,
+        which: &Which,
+        found: Found,
+        detail: &str,
+        size: Option<u64>,
+        file_state: &mut FileState,
+        report: &mut Report,
+    ) -> Result<(), AnchorError> {
+        let generation = file_state.generation + 1;
+        let anchored = file_state
+            .prefix
+            .as_ref()
+            .and_then(|p| Prefix::restore(p).ok())
+            .map_or(0, |p| p.len());
+        let body = super::break_body(
+            which,
+            found,
+            detail,
+            anchored,
+            &file_state.blake3,
+            size,
+            file_state.identity,
+            generation,
+        );
+        self.write(super::BREAK, body);
+        report.breaks += 1;
+        file_state.generation = generation;
+        file_state.blake3.clear();
+        file_state.last_gap = None;
+        Ok(())
+    }
+
+    /// The file's number in the log, registering it if it is new. `None`
+    /// when the log anchors as many files as it may (a gap, once).
+    fn register(
+        &mut self,
+        state: &mut LogState,
+        target: &Target,
+        index: Option<usize>,
+        report: &mut Report,
+    ) -> Result<Option<usize>, AnchorError> {
+        if index.is_some() {
+            return Ok(index);
+        }
+        if state.files.len() as u64 >= self.limits.files {
+            if !state.notes.iter().any(|n| n == FILES_NOTE) {
+                let detail = format!(
+                    "this log anchors at most {} transcript files; this one and any later ones are not anchored",
+                    self.limits.files
+                );
+                self.gap(&target.which, GapReason::Files, &detail, 0, None, report)?;
+                state.notes.push(FILES_NOTE.into());
+            }
+            return Ok(None);
+        }
+        state.files.push(Known {
+            session_id: target.which.session_id.clone(),
+            agent_id: target.which.agent_id.clone(),
+            place: target.place.components.clone(),
+        });
+        Ok(Some(state.files.len() - 1))
+    }
+}
+
+/// Whether the file `opened` is still the one `prefix` anchored, holding
+/// the same last kilobyte: `Some` names what it was found to be instead.
+/// Only the bytes of the last chunk are read again, so the cost does not
+/// grow with the file; a rewrite further back is `nd7 verify
+/// --transcript`'s to find.
+fn still_anchored(
+    file_state: &FileState,
+    prefix: &Prefix,
+    opened: &safe_file::Opened,
+) -> io::Result<Option<(Found, String)>> {
+    let anchored = prefix.len();
+    if let Some(was) = file_state.identity
+        && was != opened.identity
+    {
+        return Ok(Some((
+            Found::Replaced,
+            format!(
+                "another file is at the path (device {}, inode {}; the anchored one was device {}, inode {})",
+                opened.identity.dev, opened.identity.ino, was.dev, was.ino
+            ),
+        )));
+    }
+    if opened.len < anchored {
+        return Ok(Some((
+            Found::Truncated,
+            format!(
+                "the file is {} bytes, shorter than the {anchored} anchored",
+                opened.len
+            ),
+        )));
+    }
+    let mut tail = vec![0u8; prefix.tail().len()];
+    opened.file.read_exact_at(&mut tail, prefix.tail_start())?;
+    if tail != prefix.tail() {
+        return Ok(Some((
+            Found::Rewritten,
+            format!(
+                "bytes {}..{anchored}, the end of what was anchored, hold other bytes",
+                prefix.tail_start()
+            ),
+        )));
+    }
+    Ok(None)
+}
+
+/// A file's state, or a fresh one (noted in the report) when it is not
+/// the JSON it should be.
+fn load_or_reset(path: &Path, report: &mut Report) -> Result<FileState, AnchorError> {
+    match load_json::<FileState>(path) {
+        Ok(found) => Ok(found.unwrap_or_default()),
+        Err(AnchorError::Io { source, .. }) if source.kind() == io::ErrorKind::InvalidData => {
+            report.state_reset = true;
+            Ok(FileState::default())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn file_state_name(n: usize) -> String {
+    format!("file-{n}.json")
+}
+
+/// The state's directory in `log_dir`, made (with the session's directory,
+/// 0700) if needed; neither may be a link.
+fn state_dir(log_dir: &Path) -> Result<PathBuf, AnchorError> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(log_dir)
+        .map_err(io_err(log_dir, "create"))?;
+    let dir = log_dir.join(STATE_DIR);
+    match fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_err(&dir, "create")(e)),
+    }
+    for d in [log_dir, dir.as_path()] {
+        let meta = fs::symlink_metadata(d).map_err(io_err(d, "stat"))?;
+        if !meta.is_dir() {
+            return Err(AnchorError::Io {
+                path: d.to_path_buf(),
+                action: "keep the transcript state in",
+                source: io::Error::other("it is a symbolic link or not a directory"),
+            });
+        }
+    }
+    Ok(dir)
+}
+
+fn create_0600(path: &Path, options: &mut OpenOptions) -> Result<File, AnchorError> {
+    options
+        .create(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(io_err(path, "open"))
+}
+
+/// Reads a state file: `None` when there is none; an `InvalidData` error
+/// when it is not the JSON it should be.
+fn load_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, AnchorError> {
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(path, "open")(e)),
+    };
+    let mut text = Vec::new();
+    io::Read::read_to_end(&mut io::Read::take(&file, 1 << 20), &mut text)
+        .map_err(io_err(path, "read"))?;
+    serde_json::from_slice(&text)
+        .map(Some)
+        .map_err(|e| io_err(path, "read")(io::Error::new(io::ErrorKind::InvalidData, e)))
+}
+
+/// Writes `value` as the state file `name`, at once ([`write_state`]).
+fn save_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), AnchorError> {
+    let text = serde_json::to_vec(value)
+        .map_err(|e| io_err(&dir.join(name), "serialise")(io::Error::other(e)))?;
+    write_state_file(dir, name, &text)
+}
+
+/// Writes a state file whole, as `head` is written (ADR-0011): into
+/// `<name>.tmp` in place, then swapped with `<name>` in one
+/// `renameat2(RENAME_EXCHANGE)`, which frees no inode (a rename over the
+/// file cost 0.4 ms here, most of an anchoring hook's own time); a plain
+/// rename where the filesystem cannot swap. A reader sees the old state or
+/// the new, never a mix.
+pub(crate) fn write_state_file(dir: &Path, name: &str, text: &[u8]) -> Result<(), AnchorError> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let file = create_0600(&tmp, OpenOptions::new().write(true))?;
+    file.write_all_at(text, 0).map_err(io_err(&tmp, "write"))?;
+    if file.metadata().map_err(io_err(&tmp, "stat"))?.len() > text.len() as u64 {
+        file.set_len(text.len() as u64)
+            .map_err(io_err(&tmp, "truncate"))?;
+    }
+    drop(file);
+    let path = dir.join(name);
+    let swapped = rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        &tmp,
+        rustix::fs::CWD,
+        &path,
+        rustix::fs::RenameFlags::EXCHANGE,
+    );
+    match swapped {
+        Ok(()) => Ok(()),
+        Err(_) => fs::rename(&tmp, &path).map_err(io_err(&path, "replace")),
+    }
+}
+
+/// What `nd7 record` anchors for a hook's payload outside `nd7 run`, into
+/// `log` (the payload's session): `None` when the payload is no anchoring
+/// event. The entries are [`super::SOURCE`]'s, for [`record_events`].
+pub fn for_payload(
+    input: &[u8],
+    log: &crate::session_log::SessionLog,
+) -> Option<Result<Pending, AnchorError>> {
+    let facts = Facts::of(input)?;
+    if facts.session_id != log.session_id() {
+        return None;
+    }
+    Some(for_record(log.dir(), &facts, Instant::now()))
+}
+
+/// A pending anchoring's entries as `nd7 record` writes them: stamped now,
+/// in `session`, [`super::SOURCE`].
+pub fn record_events(
+    invocation: &crate::hook::Invocation,
+    session: &str,
+    pending: &Pending,
+) -> Vec<crate::hook::Event> {
+    let ts = crate::run_log::now_ns();
+    pending
+        .entries
+        .iter()
+        .map(|(kind, body)| crate::hook::Event {
+            ts,
+            host: invocation.host.clone(),
+            hook_ppid: invocation.hook_ppid,
+            cwd: None,
+            session: session.to_string(),
+            tool_use_id: None,
+            source: super::SOURCE,
+            kind: crate::hook::Kind::Exit(kind),
+            body: crate::hook::to_raw(body),
+        })
+        .collect()
+}
+
+/// What `nd7 run` anchors at its door for a hook's payload, read outside
+/// the floor, into the run's chain at `log_dir`: `None` for a payload that
+/// anchors nothing, or a chain started without anchoring (by an older nd7).
+/// A failure that stops anchoring altogether comes back as one gap entry,
+/// so it is not lost.
+pub fn at_door(log_dir: &Path, payload: &[u8], started: Instant) -> Option<Pending> {
+    let facts = Facts::of(payload)?;
+    match for_run(log_dir, &facts, started) {
+        Ok(pending) => Some(pending),
+        Err(AnchorError::NotStarted) => None,
+        Err(e) => Some(Pending::failed(&facts, &e)),
+    }
+}

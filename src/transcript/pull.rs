@@ -1,0 +1,291 @@
+//! `nd7 admin pull`'s transcripts: the pieces the vault holds of a session,
+//! checked (signed by the machine, for this session, opening under a chain
+//! key the admin's identity unwraps), put together file by file in the
+//! order of the chain, and held against the anchors in the pulled entries.
+//! With `--compare`, the machine's own copy of each file is held against
+//! what was shipped.
+//!
+//! Whose doing a finding is: a piece the machine did not sign, or signed for
+//! another session, is the vault's; bytes the machine signed that do not
+//! match the machine's own anchor are the machine's; bytes that are missing
+//! may be either (pieces carry no receipt of their own), and are said so.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::check;
+use super::layout;
+use super::prefix::Prefix;
+use crate::http_client::Trust;
+use crate::safe_file::{self, Budget};
+use crate::ship::{Client, ShipError};
+use crate::vault::{self, AgeIdentity, ChainKey, KeyId};
+use crate::vault_admin::{Compared, Fault, Finding, PullError, Pulled};
+
+/// One transcript file (one generation of it) as the vault's pieces give it back.
+#[derive(Debug)]
+pub struct Restored {
+    pub root: String,
+    pub path: String,
+    pub generation: u64,
+    pub bytes: Vec<u8>,
+    /// Anchors of this file and generation in the chain, and how many the
+    /// restored bytes hold (from the first, up to the first missing piece).
+    pub anchors: usize,
+    pub held: usize,
+}
+
+/// What pulling a session's transcripts found.
+#[derive(Debug, Default)]
+pub struct Transcripts {
+    pub files: Vec<Restored>,
+    pub findings: Vec<Finding>,
+    pub notes: Vec<String>,
+}
+
+fn finding(fault: Fault, text: String) -> Finding {
+    Finding { fault, text }
+}
+
+/// Fetches and checks the transcript pieces of `pulled`'s session.
+pub fn pull(
+    url: &str,
+    trust: &Trust,
+    read_token: &str,
+    identity: &AgeIdentity,
+    pulled: &Pulled,
+) -> Result<Transcripts, PullError> {
+    let (machine, session) = (&pulled.machine, &pulled.session);
+    let names = format!("machine {machine}, session {session}");
+    let client = Client::new(url, trust)?;
+    let path = format!(
+        "/v1/transcripts/{machine}/{}",
+        vault::hex(session.as_bytes())
+    );
+    let framed = client.ok("GET", &path, b"", None, Some(read_token))?;
+    let mut out = Transcripts::default();
+    let mut keys: Vec<(KeyId, ChainKey)> = Vec::new();
+    // anchor seq -> (from, to, bytes)
+    let mut pieces: BTreeMap<u64, Vec<(u64, u64, Vec<u8>)>> = BTreeMap::new();
+    let mut rest = framed.as_slice();
+    while !rest.is_empty() {
+        let Some(len) = rest.get(..4).and_then(|l| <[u8; 4]>::try_from(l).ok()) else {
+            out.findings.push(finding(
+                Fault::Vault,
+                format!("{names}: the vault's transcript pieces are cut short"),
+            ));
+            break;
+        };
+        let len = u32::from_be_bytes(len) as usize;
+        let Some(body) = rest.get(4..4 + len) else {
+            out.findings.push(finding(
+                Fault::Vault,
+                format!("{names}: the vault's transcript pieces are cut short"),
+            ));
+            break;
+        };
+        rest = &rest[4 + len..];
+        let piece = match vault::parse_piece(body) {
+            Ok(p) => p,
+            Err(e) => {
+                out.findings.push(finding(
+                    Fault::Vault,
+                    format!("{names}: a transcript piece is forged: {e}"),
+                ));
+                continue;
+            }
+        };
+        let h = &piece.header;
+        if !piece.signed_by(&pulled.machine_key) {
+            out.findings.push(finding(
+                Fault::Vault,
+                format!(
+                    "{}: forged: not signed by the machine's enrolled key",
+                    h.names()
+                ),
+            ));
+            continue;
+        }
+        if h.machine != *machine || h.session != *session {
+            out.findings.push(finding(
+                Fault::Vault,
+                format!(
+                    "{names}: the vault serves {} among this session's",
+                    h.names()
+                ),
+            ));
+            continue;
+        }
+        let key = match keys.iter().find(|(id, _)| *id == h.key) {
+            Some((_, k)) => k,
+            None => {
+                let key = vault::unwrap_chain_key(&piece.wrapped_key, identity).map_err(|e| match e {
+                    vault::Error::NoMatchingStanza => PullError::Other(e.into()),
+                    e => PullError::Finding(finding(
+                        Fault::Machine,
+                        format!("{}: the machine signed a wrapped chain key that does not open: {e}", h.names()),
+                    )),
+                })?;
+                keys.push((KeyId::of(&key), key));
+                &keys[keys.len() - 1].1
+            }
+        };
+        match vault::open_piece(&piece, key) {
+            Ok(bytes) => pieces
+                .entry(h.anchor)
+                .or_default()
+                .push((h.from, h.to, bytes)),
+            Err(e) => out.findings.push(finding(
+                Fault::Machine,
+                format!(
+                    "{}: the machine signed a piece that does not open: {e}",
+                    h.names()
+                ),
+            )),
+        }
+    }
+    for list in pieces.values_mut() {
+        list.sort_by_key(|p| p.0);
+    }
+
+    // Put each file together in the chain's order, generation by generation.
+    let anchored = std::fs::File::open(&pulled.path)
+        .and_then(|f| check::collect_read(std::io::BufReader::new(f)))
+        .map_err(|source| {
+            PullError::Other(ShipError::Io {
+                path: pulled.path.clone(),
+                action: "read back",
+                source,
+            })
+        })?;
+    for ((root, path), anchors) in &anchored.files {
+        let mut generations: BTreeMap<u64, Vec<&check::Anchor>> = BTreeMap::new();
+        for a in anchors {
+            generations.entry(a.generation).or_default().push(a);
+        }
+        for (generation, anchors) in generations {
+            let mut restored = Restored {
+                root: root.clone(),
+                path: path.clone(),
+                generation,
+                bytes: Vec::new(),
+                anchors: anchors.len(),
+                held: 0,
+            };
+            let mut prefix = Prefix::new();
+            for a in anchors {
+                let at = restored.bytes.len() as u64;
+                let got = pieces.get(&a.seq).map(Vec::as_slice).unwrap_or_default();
+                let tiles = a.from == at
+                    && got.first().is_some_and(|p| p.0 == a.from)
+                    && got.windows(2).all(|w| w[0].1 == w[1].0)
+                    && got.last().is_some_and(|p| p.1 == a.bytes);
+                if !tiles {
+                    out.notes.push(format!(
+                        "{names}: {path}: the vault holds no complete bytes {}..{} for entry {}'s anchor, so this file is restored up to byte {at} only (not shipped yet, gone from the machine before it was, or not kept by the vault: transcript pieces carry no receipt)",
+                        a.from, a.bytes, a.seq
+                    ));
+                    break;
+                }
+                for (_, _, bytes) in got {
+                    prefix.update(bytes);
+                    restored.bytes.extend_from_slice(bytes);
+                }
+                if prefix.digest().to_hex().as_str() != a.blake3 {
+                    out.findings.push(finding(
+                        Fault::Machine,
+                        format!(
+                            "{names}: {path}: the bytes the machine shipped for entry {}'s anchor are not what it anchored",
+                            a.seq
+                        ),
+                    ));
+                    break;
+                }
+                restored.held += 1;
+            }
+            out.files.push(restored);
+        }
+    }
+    Ok(out)
+}
+
+/// The name a restored file gets in the pulled session's `transcripts/`.
+pub fn restored_name(n: usize, r: &Restored) -> String {
+    let base = Path::new(&r.path).file_name().map_or_else(
+        || "transcript.jsonl".into(),
+        |b| b.to_string_lossy().into_owned(),
+    );
+    format!("{n}-g{}-{base}", r.generation)
+}
+
+/// Holds the machine's own copy of each restored file (its last generation)
+/// against what was shipped: it must extend it byte for byte.
+pub fn compare(transcripts: &Transcripts, pulled: &Pulled, out: &mut Compared) {
+    let names = format!("machine {}, session {}", pulled.machine, pulled.session);
+    let mut last: BTreeMap<(&str, &str), &Restored> = BTreeMap::new();
+    for r in &transcripts.files {
+        let e = last.entry((r.root.as_str(), r.path.as_str())).or_insert(r);
+        if r.generation > e.generation {
+            *e = r;
+        }
+    }
+    for ((root, path), r) in last {
+        if r.bytes.is_empty() {
+            continue;
+        }
+        let root_path = PathBuf::from(root);
+        let Some(place) = layout::place_of(&root_path, Path::new(path)) else {
+            continue;
+        };
+        let opened = match safe_file::open_beneath(&root_path, &place.components) {
+            Ok(opened) => opened,
+            Err(e) => {
+                out.findings.push(finding(
+                    Fault::Machine,
+                    format!("{names}: the machine's copy of the transcript cannot be read: {e}"),
+                ));
+                continue;
+            }
+        };
+        let mut local = Vec::with_capacity(r.bytes.len());
+        let mut unlimited = Budget {
+            bytes: u64::MAX,
+            deadline: None,
+        };
+        if let Err(e) =
+            safe_file::read_range(&opened.file, 0, r.bytes.len() as u64, &mut unlimited, |b| {
+                local.extend_from_slice(b)
+            })
+        {
+            out.findings.push(finding(
+                Fault::Machine,
+                format!("{names}: {path}: the machine's copy cannot be read: {e}"),
+            ));
+            continue;
+        }
+        match local.iter().zip(&r.bytes).position(|(a, b)| a != b) {
+            Some(at) => {
+                let line = r.bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+                out.findings.push(finding(
+                    Fault::Machine,
+                    format!(
+                        "{names}: {path}: the machine's copy of the transcript differs from what was shipped, from byte {at} (line {line})"
+                    ),
+                ));
+            }
+            None if local.len() < r.bytes.len() => out.findings.push(finding(
+                Fault::Machine,
+                format!(
+                    "{names}: {path}: the machine's copy of the transcript is {} bytes, shorter than the {} shipped",
+                    local.len(),
+                    r.bytes.len()
+                ),
+            )),
+            None => out.notes.push(format!(
+                "{path}: the machine's copy extends the {} bytes shipped ({} on disk)",
+                r.bytes.len(),
+                opened.len
+            )),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! A day's work under `nd7 run claude`, with the real Claude Code: a command
+//! the floor refuses is explained to the model (ADR-0041), and Claude Code's
+//! own permissions keep their meaning, since no hook rewrites a Bash command
+//! any more (ADR-0040). The ask rule, which needs a person, is in
+//! `interactive.rs`.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::mock_api::{Block, bash};
+use super::{Session, claude, play, sandboxed_session};
+use crate::common::*;
+use crate::world::World;
+
+/// nd7's own entries of `kind`.
+fn ours<'a>(s: &'a Session, kind: &str) -> Vec<&'a Value> {
+    s.entries
+        .iter()
+        .filter(|e| e["kind"] == kind && e["source"] == "exit:nd7")
+        .collect()
+}
+
+/// A command the floor refuses: the next request the model gets says it was
+/// nd7's sandbox, which path, and the `nd7 allow` the user could run; the
+/// run's log has the refusal; `nd7 run` names it at its end. Guards
+/// `refusals::explain` (the judgment and the entry), the door's explain
+/// request (`sandbox/linux/door.rs`) and `nd7 hook-explain`'s registration in
+/// `shell_prefix::run_settings`: without any of them the request holds only
+/// the tool's own "Permission denied".
+#[test]
+fn a_refusal_is_explained_to_the_model_logged_and_summed_up() {
+    let world = Arc::new(World::new());
+    let outside = world.outside();
+    let target = outside.join("made-by-agent");
+    let s = sandboxed_session(&world, |_| {
+        vec![
+            vec![bash(&format!("mkdir -p '{}'", target.display()))],
+            vec![bash("echo fine > fine.txt")],
+            vec![Block::Text("I will ask the user.".into())],
+        ]
+    });
+    assert!(!target.exists());
+    let requests = s.api.requests();
+    // What the model read after each call: the newest user message.
+    let newest = |r: &Value| {
+        r["messages"]
+            .as_array()
+            .and_then(|m| m.iter().rfind(|m| m["role"] == "user"))
+            .map(Value::to_string)
+            .unwrap_or_default()
+    };
+    let after = newest(&requests[1]);
+    let allow = format!("nd7 allow {}", outside.display());
+    assert!(after.contains("nd7's sandbox"), "{after}");
+    assert!(after.contains(&allow), "{after}");
+    assert!(after.contains(&outside.display().to_string()), "{after}");
+    // Nothing is added to a call the floor did not refuse.
+    let later = newest(&requests[2]);
+    assert_eq!(
+        later.matches("nd7's sandbox").count(),
+        after.matches("nd7's sandbox").count(),
+        "{later}"
+    );
+    // The run's log holds the refusal, with the call it belongs to.
+    let refused = ours(&s, "floor_refused");
+    assert_eq!(refused.len(), 1, "{:?}", s.kinds());
+    assert_eq!(refused[0]["tool_use_id"], s.api.tool_ids()[0].as_str());
+    let path = &refused[0]["body"]["paths"][0];
+    assert_eq!(path["why"], "outside");
+    assert_eq!(path["allow"], allow.as_str());
+    assert!(
+        path["path"]
+            .as_str()
+            .is_some_and(|p| target.starts_with(p) || p.starts_with(&*outside.to_string_lossy())),
+        "{path}"
+    );
+    // And nd7 run tells the user at its end.
+    let err = stderr(&s.run.output);
+    assert!(
+        err.contains("nd7 run: the sandbox refused 1 path this session"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("`{allow}`")), "{err}");
+    super::assert_clean(&s);
+}
+
+/// A deny rule in the user's settings denies a Bash command written as the
+/// model wrote it: before ADR-0040 it was matched against the rewritten
+/// `'nd7-exec' '…'` text and let through. A denied command never reaches the
+/// exit.
+#[test]
+fn a_deny_rule_under_nd7_run_denies_the_command() {
+    let world = Arc::new(World::new());
+    let mut workspace = claude::Workspace::sandboxed(world.clone());
+    workspace.permissions = Some(json!({"deny": ["Bash(touch:*)"]}));
+    let s = play(workspace, |_| {
+        vec![
+            vec![bash("touch denied.txt")],
+            vec![bash("echo allowed > allowed.txt")],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    assert!(!world.proj().join("denied.txt").exists());
+    assert!(world.proj().join("allowed.txt").exists());
+    let denials = s.denials();
+    assert_eq!(denials.as_array().map(Vec::len), Some(1), "{denials}");
+    assert_eq!(denials[0]["tool_input"]["command"], "touch denied.txt");
+    let results = s.api.tool_results();
+    assert!(
+        results[0].2 && results[0].1.contains("denied"),
+        "{results:?}"
+    );
+    let ids = s.api.tool_ids();
+    let execs = ours(&s, "exec");
+    assert!(!execs.iter().any(|e| e["tool_use_id"] == ids[0].as_str()));
+    assert!(execs.iter().any(|e| e["tool_use_id"] == ids[1].as_str()));
+    // The chain still reconciles: the denied call never ran, and nd7 verify
+    // says so rather than call it a disagreement.
+    super::assert_clean(&s);
+    let report = stdout(&s.verify());
+    assert!(report.contains("note: 1 Bash call never ran"), "{report}");
+}
+
+/// With no `--allowedTools`: an allow rule lets its command run (through the
+/// exit), and in the default mode a command no rule allows is refused by
+/// Claude Code in `-p` (nobody to ask), as it is without nd7. Before ADR-0040
+/// nd7's hook allowed every Bash call.
+#[test]
+fn an_allow_rule_and_the_default_mode_mean_what_they_mean_without_nd7() {
+    let world = Arc::new(World::new());
+    let mut workspace = claude::Workspace::sandboxed(world.clone());
+    workspace.permissions = Some(json!({"allow": ["Bash(touch:*)"]}));
+    workspace.allowed_tools = None;
+    let s = play(workspace, |_| {
+        vec![
+            vec![bash("touch allowed.txt")],
+            vec![bash("mkdir not-allowed")],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    assert!(world.proj().join("allowed.txt").exists());
+    assert!(!world.proj().join("not-allowed").exists());
+    let denials = s.denials();
+    assert_eq!(denials.as_array().map(Vec::len), Some(1), "{denials}");
+    assert_eq!(denials[0]["tool_input"]["command"], "mkdir not-allowed");
+    let ids = s.api.tool_ids();
+    let execs = ours(&s, "exec");
+    assert!(execs.iter().any(|e| e["tool_use_id"] == ids[0].as_str()));
+    assert!(!execs.iter().any(|e| e["tool_use_id"] == ids[1].as_str()));
+    // The permission mode the hooks saw is the one asked for.
+    let modes: Vec<&Value> = s
+        .of_kind("tool_call")
+        .iter()
+        .map(|c| &c["body"]["permission_mode"])
+        .collect();
+    assert!(modes.iter().all(|m| *m == "default"), "{modes:?}");
+    super::assert_clean(&s);
+}
+
+/// The first run: `nd7 setup`, then `nd7 run claude` before Claude Code ever
+/// made `~/.claude.json`. Setup leaves a link for it under `~/.claude`, and
+/// Claude Code saves its state there, inside the floor. Before, every save
+/// was refused (Claude Code creates the file beside it, in the home) and
+/// nothing said so. Guards `claude_json::install`'s link for a missing file.
+#[test]
+fn the_first_run_under_nd7_run_saves_claude_codes_state() {
+    let world = Arc::new(World::new());
+    let home = world.home();
+    assert!(std::fs::symlink_metadata(home.join(".claude.json")).is_err());
+    let s = sandboxed_session(&world, |_| vec![vec![bash("echo first")]]);
+    let saved: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.join(".claude.json")).expect("Claude Code saved its state"),
+    )
+    .expect("json");
+    let link = std::fs::read_link(home.join(".claude.json")).expect("a link");
+    assert_eq!(link, std::path::Path::new(".claude/claude.json"));
+    assert!(saved.as_object().is_some_and(|o| !o.is_empty()), "{saved}");
+    let stray: Vec<String> = std::fs::read_dir(&home)
+        .expect("ls")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".claude.json."))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+    let err = stderr(&s.run.output);
+    assert!(!err.contains(".claude.json"), "{err}");
+}

@@ -1,0 +1,201 @@
+//! A day's toolchains under `nd7 run claude`, against the real npm, crates.io
+//! and PyPI registries, as the ordinary account: `npm install`, `cargo add` and
+//! `cargo build` of a crate not downloaded before, `pip install` in a venv
+//! and with `--user` (Debian asks for `--break-system-packages`), and the Go
+//! preset's places (the Go proxy is not reachable from CI, so no download).
+//!
+//! With the presets in `~/.nd7/grants` every step works. Without them each
+//! is refused by the floor, and nd7's explanation, with the `nd7 allow` that
+//! would have allowed it, reaches the model (the next request) and the user
+//! (`nd7 run`'s summary at its end). pip in a venv installs without the
+//! preset, only without its cache, and silently (pip checks the cache with
+//! access(2), which Landlock does not answer, and swallows failed writes):
+//! the step writes into the cache directory pip names to show it.
+//!
+//! Runs once, with the default Claude Code (it does not depend on the
+//! version, and downloads from three registries). The account reaches the
+//! tests' Rust toolchain through a read-only bind mount (it usually lives
+//! under root's home, which the account cannot enter).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::common::*;
+use crate::e2e::mock_api::{Block, bash};
+use crate::e2e::{Session, claude, play};
+use crate::world::World;
+
+/// The steps, each a Bash call, with the preset it needs.
+const STEPS: [(&str, &str); 5] = [
+    (
+        "npm install --no-audit --no-fund --loglevel=error is-number@7.0.0",
+        "npm",
+    ),
+    (
+        "cargo new -q --vcs none demo && cd demo && cargo add -q cfg-if@1.0.0 && cargo build -q && echo built",
+        "cargo",
+    ),
+    // pip caches nothing here (the registry's proxy marks files uncacheable),
+    // and would swallow a failed cache write anyway: the cache directory pip
+    // names is written to directly.
+    (
+        "python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check iniconfig==2.0.0 && echo venv-ok && mkdir -p \"$(.venv/bin/pip cache dir)\" && touch \"$(.venv/bin/pip cache dir)/nd7-probe\" && echo cache-ok",
+        "pip",
+    ),
+    (
+        "python3 -m pip install -q --disable-pip-version-check --user --break-system-packages iniconfig==2.0.0 && echo user-ok",
+        "python-user",
+    ),
+    (
+        "mkdir -p ~/go/pkg/mod/cache ~/.cache/go-build/00 && echo go-ok",
+        "go",
+    ),
+];
+
+/// A world whose account can run the tests' Rust toolchain, and the PATH
+/// that finds it.
+fn world_with_rust() -> (Arc<World>, String) {
+    let world = Arc::new(World::new());
+    let sysroot = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .expect("rustc --print sysroot");
+    assert!(sysroot.status.success(), "{sysroot:?}");
+    let sysroot = PathBuf::from(stdout(&sysroot).trim());
+    assert!(
+        sysroot.join("bin/cargo").exists(),
+        "no cargo beside rustc in {}",
+        sysroot.display()
+    );
+    let rust = world.bind(&sysroot, "rust");
+    let path = format!("{}/bin:/usr/local/bin:/usr/bin:/bin", rust.display());
+    (world, path)
+}
+
+fn session(world: &Arc<World>, path: &str) -> Session {
+    let mut workspace = claude::Workspace::sandboxed(world.clone());
+    workspace.env.push(("PATH".into(), path.into()));
+    // pip's and npm's own notices stay out of the way.
+    workspace.env.push(("PIP_NO_INPUT".into(), "1".into()));
+    let s = play(workspace, |_| {
+        let mut turns: Vec<Vec<Block>> = STEPS.iter().map(|(c, _)| vec![bash(c)]).collect();
+        turns.push(vec![Block::Text("Done.".into())]);
+        turns
+    });
+    assert_eq!(
+        s.denials(),
+        Value::Array(Vec::new()),
+        "{}",
+        s.run.describe()
+    );
+    s
+}
+
+/// The newest user message of each main-loop request after the first: what
+/// the model read right after each tool call.
+fn after_each_call(s: &Session) -> Vec<String> {
+    s.api
+        .requests()
+        .iter()
+        .skip(1)
+        .map(|r| {
+            r["messages"]
+                .as_array()
+                .and_then(|m| m.iter().rfind(|m| m["role"] == "user"))
+                .map(Value::to_string)
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn exists(path: &Path) -> bool {
+    path.exists()
+}
+
+#[test]
+fn npm_cargo_pip_and_go_work_with_the_presets_and_explain_themselves_without() {
+    // Without the presets.
+    let (world, path) = world_with_rust();
+    let s = session(&world, &path);
+    let results = s.api.tool_results();
+    let told = after_each_call(&s);
+    let err = stderr(&s.run.output);
+    for (i, (command, preset)) in STEPS.iter().enumerate() {
+        let allow = format!("nd7 allow --preset {preset}");
+        let (_, output, failed) = &results[i];
+        if *preset == "pip" {
+            // The install itself needs no preset.
+            assert!(output.contains("venv-ok"), "{command}: {output}");
+        }
+        assert!(failed, "{command} was not refused: {output}");
+        assert!(told[i].contains("nd7's sandbox"), "{command}: {}", told[i]);
+        assert!(told[i].contains(&allow), "{command}: {}", told[i]);
+        assert!(err.contains(&format!("`{allow}`")), "{command}: {err}");
+    }
+    let refused: Vec<&Value> = s
+        .entries
+        .iter()
+        .filter(|e| e["kind"] == "floor_refused")
+        .collect();
+    assert_eq!(refused.len(), STEPS.len(), "{:?}", s.kinds());
+    assert!(!exists(&world.proj().join("demo/target")));
+    assert!(!exists(&world.home().join(".local/lib")));
+
+    // With them, in ~/.nd7/grants (which nothing inside a session can write).
+    let (world, path) = world_with_rust();
+    std::fs::create_dir_all(world.home().join(".nd7")).expect("mkdir ~/.nd7");
+    let presets: String = STEPS.iter().map(|(_, p)| format!("preset {p}\n")).collect();
+    std::fs::write(world.home().join(".nd7/grants"), presets).expect("write grants");
+    let s = session(&world, &path);
+    let results = s.api.tool_results();
+    for (i, (command, _)) in STEPS.iter().enumerate() {
+        let (_, output, failed) = &results[i];
+        assert!(!failed, "{command}: {output}\n{}", s.run.describe());
+    }
+    assert!(results[1].1.contains("built") && results[2].1.contains("venv-ok"));
+    assert!(results[3].1.contains("user-ok") && results[4].1.contains("go-ok"));
+    assert!(exists(
+        &world.proj().join("node_modules/is-number/package.json")
+    ));
+    assert!(exists(&world.proj().join("demo/target/debug")));
+    assert!(exists(&world.home().join(".cargo/registry/cache")));
+    // pip's cache filled this time.
+    assert!(results[2].1.contains("cache-ok"), "{:?}", results[2]);
+    assert!(exists(&world.home().join(".cache/pip/nd7-probe")));
+    let user_site = std::fs::read_dir(world.home().join(".local/lib"))
+        .expect("~/.local/lib")
+        .filter_map(Result::ok)
+        .any(|d| {
+            d.path()
+                .join("site-packages/iniconfig/__init__.py")
+                .exists()
+        });
+    assert!(user_site, "iniconfig in the user site");
+    // Nothing was refused, and nothing of the presets reaches ~/.cargo/bin.
+    assert!(
+        !s.entries.iter().any(|e| e["kind"] == "floor_refused"),
+        "{:?}",
+        s.kinds()
+    );
+    let err = stderr(&s.run.output);
+    assert!(
+        err.contains("nd7 run: commands may also write ~/.npm/_cacache, ~/.npm/_logs (~/.nd7/grants:1, preset npm); "),
+        "{err}"
+    );
+    assert!(!err.contains("the sandbox refused"), "{err}");
+    let start = &s.entries[0];
+    assert_eq!(start["kind"], "run_start");
+    let granted: Vec<&str> = start["body"]["grants"]
+        .as_array()
+        .expect("grants in run_start")
+        .iter()
+        .filter_map(|g| g["from"].as_str())
+        .collect();
+    assert!(
+        granted.contains(&"~/.nd7/grants:2, preset cargo"),
+        "{granted:?}"
+    );
+    crate::e2e::assert_clean(&s);
+}
