@@ -377,13 +377,17 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__pull)
-            opts="-h --read-token --identity --fingerprint --machine --session --out --compare --help"
+            opts="-h --read-token --ca-cert --identity --fingerprint --machine --session --out --compare --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --read-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -419,13 +423,17 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__sessions)
-            opts="-h --read-token --help"
+            opts="-h --read-token --ca-cert --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --read-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -539,7 +547,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__enroll)
-            opts="-h --token --fingerprint --help"
+            opts="-h --token --fingerprint --ca-cert --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -550,6 +558,10 @@ _nd7() {
                     return 0
                     ;;
                 --fingerprint)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

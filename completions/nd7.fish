@@ -101,6 +101,7 @@ complete -c nd7 -n "__fish_nd7_using_subcommand doctor" -l settings -d 'Settings
 complete -c nd7 -n "__fish_nd7_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l token -d 'The enrolment token from `nd7 admin enrol-token`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l fingerprint -d 'The organisation key\'s fingerprint (64 hex digits), from `nd7 admin org-key`' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l ca-cert -d 'Trust only the CA certificate(s) in FILE (PEM) for the vault\'s HTTPS, now and for every ship after (kept as vault/ca.pem). Without it: SSL_CERT_FILE if set, else the Mozilla roots' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand ship" -l every -d 'Ship again every DURATION (e.g. 30s, 5m, 1h) until killed' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand ship" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -124,8 +125,10 @@ complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcomman
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -l hours -d 'Hours until it expires' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -s h -l help -d 'Print help'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -l read-token -d 'A read token from `nd7-vault read-token`' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -l ca-cert -d 'Trust only the CA certificate(s) in FILE (PEM) for the vault\'s HTTPS' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -s h -l help -d 'Print help'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l read-token -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l ca-cert -d 'Trust only the CA certificate(s) in FILE (PEM) for the vault\'s HTTPS' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l identity -d 'An age identity file (`nd7 admin age-key`, or age-keygen\'s)' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l fingerprint -d 'The organisation key\'s fingerprint, from `nd7 admin org-key`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l machine -r

@@ -9,9 +9,12 @@
 # scratch home over the account's), prlimit (nd7 record under a memory limit),
 # age (an admin recovers a chain key with the stock age CLI), chromium (nd7 show
 # --html is rendered in headless Chromium), script (nd7's pager and colour on
-# a pseudo-terminal), and pip with venv (the toolchains under nd7 run: npm,
-# cargo and pip against the real registries). The vault server's tests need the
-# vault-server feature, so the suite runs with it.
+# a pseudo-terminal), pip with venv (the toolchains under nd7 run: npm, cargo
+# and pip against the real registries), postgres (the vault's store suite and
+# fifty machines through two servers run against a throwaway cluster the tests
+# start), nginx and openssl (the vault behind a TLS proxy, with a private CA the
+# tests make). The vault server's tests need the vault-server feature, so the
+# suite runs with it.
 # As root on Debian or Ubuntu it installs what is missing; elsewhere it says
 # what to install.
 set -euo pipefail
@@ -19,10 +22,13 @@ cd "$(dirname "$0")/.."
 declare -A package=([npm]="nodejs npm" [zsh]=zsh [fish]=fish [ruby]=ruby
   [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3 [tmux]=tmux
   [unshare]=util-linux [prlimit]=util-linux [git]=git [age]=age [age-keygen]=age [zstd]=zstd
-  [chromium]=chromium [script]=bsdutils [ssh-agent]=openssh-client [perl]=perl [pip3]=python3-pip)
+  [chromium]=chromium [script]=bsdutils [ssh-agent]=openssh-client [perl]=perl [pip3]=python3-pip
+  [nginx]=nginx [openssl]=openssl [initdb]=postgresql)
 missing=()
 for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3 tmux unshare prlimit git age age-keygen zstd \
-  chromium script ssh-agent perl pip3; do
+  chromium script ssh-agent perl pip3 nginx openssl initdb; do
+  # Debian keeps PostgreSQL's programs off PATH, in /usr/lib/postgresql/<version>/bin (pg.rs looks there).
+  if [ "$tool" = initdb ] && compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then continue; fi
   command -v "$tool" >/dev/null || missing+=("${package[$tool]}")
 done
 # Debian's python3 makes virtual environments only with python3-venv.

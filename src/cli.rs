@@ -269,6 +269,11 @@ pub enum Command {
         /// The organisation key's fingerprint (64 hex digits), from `nd7 admin org-key`.
         #[arg(long, value_name = "FP")]
         fingerprint: String,
+        /// Trust only the CA certificate(s) in FILE (PEM) for the vault's
+        /// HTTPS, now and for every ship after (kept as vault/ca.pem).
+        /// Without it: SSL_CERT_FILE if set, else the Mozilla roots.
+        #[arg(long, value_name = "FILE")]
+        ca_cert: Option<PathBuf>,
     },
     /// Ship every session's unshipped entries to the vault, encrypted.
     ///
@@ -362,6 +367,9 @@ pub enum Admin {
         /// A read token from `nd7-vault read-token`.
         #[arg(long, value_name = "T")]
         read_token: String,
+        /// Trust only the CA certificate(s) in FILE (PEM) for the vault's HTTPS.
+        #[arg(long, value_name = "FILE")]
+        ca_cert: Option<PathBuf>,
     },
     /// Fetch a session from the vault, decrypt it, verify it, and compare it.
     ///
@@ -376,6 +384,9 @@ pub enum Admin {
         url: String,
         #[arg(long, value_name = "T")]
         read_token: String,
+        /// Trust only the CA certificate(s) in FILE (PEM) for the vault's HTTPS.
+        #[arg(long, value_name = "FILE")]
+        ca_cert: Option<PathBuf>,
         /// An age identity file (`nd7 admin age-key`, or age-keygen's).
         #[arg(long, value_name = "FILE")]
         identity: PathBuf,

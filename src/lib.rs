@@ -17,6 +17,7 @@
 //! - [`transcript`]: Claude Code's own transcript anchored in the chain, and checked against it.
 //! - [`safe_file`]: reading a file the agent can change: no links, one name, bounded.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
+//! - [`http_client`]: nd7's one HTTP client (ureq), and whom its TLS trusts.
 //! - [`ship`]: `nd7 enroll` and `nd7 ship`: files and network.
 //! - [`vault_admin`]: `nd7 admin`: keys, tokens, and reading a session back, trusting the vault for nothing.
 //! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
@@ -32,6 +33,7 @@ pub mod chain;
 pub mod cli;
 pub mod codex;
 pub mod hook;
+pub mod http_client;
 pub mod passwd;
 pub mod policy;
 pub mod read;

@@ -25,6 +25,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+
+use crate::http_client;
 use semver::Version;
 
 /// Where releases are published.
@@ -40,7 +42,10 @@ pub const RUNNING: &str = env!("CARGO_PKG_VERSION");
 pub const TARGET: &str = env!("ND7_TARGET");
 
 /// What the signature covers, before the manifest's bytes.
-const CONTEXT: &[u8] = b"nd7 release manifest v1\n";
+pub const CONTEXT: &[u8] = b"nd7 release manifest v1\n";
+
+/// The largest file of a release fetched: a binary, with room to grow.
+const MAX_FILE_BYTES: u64 = 512 << 20;
 
 /// The binaries a release replaces, in the order they are replaced.
 const BINARIES: [&str; 2] = ["nd7-exec", "nd7"];
@@ -204,20 +209,25 @@ impl Accept {
     }
 }
 
-/// Fetches the release at `base`, checks it with `key` and `accept`, and
-/// replaces the binaries in `dir`. Returns the version installed.
+/// Fetches the release at `base` (HTTPS trusted as `trust` says), checks
+/// it with `key` and `accept`, and replaces the binaries in `dir`. Returns
+/// the version installed.
 pub fn update(
     dir: &Path,
     base: &str,
+    trust: &http_client::Trust,
     key: &[u8; 32],
     accept: &Accept,
 ) -> Result<Version, UpdateError> {
-    let client = crate::ship::Client::new(base);
+    let client = http_client::Client::new(base, trust).map_err(|e| UpdateError::Fetch {
+        url: base.to_string(),
+        detail: e.to_string(),
+    })?;
     let fetch = |file: &str| -> Result<Vec<u8>, UpdateError> {
-        let url = format!("{}/{file}", base.trim_end_matches('/'));
-        match client.request("GET", &format!("/{file}"), b"", None, None) {
-            Ok((200, body)) => Ok(body),
-            Ok((status, _)) => Err(UpdateError::Fetch {
+        let url = client.url(&format!("/{file}"));
+        match client.send("GET", &format!("/{file}"), b"", &[], MAX_FILE_BYTES) {
+            Ok((200, _, body)) => Ok(body),
+            Ok((status, _, _)) => Err(UpdateError::Fetch {
                 url,
                 detail: format!("HTTP {status}"),
             }),
@@ -377,7 +387,13 @@ mod tests {
 
     /// [`update`] with the test release key.
     fn update_from(dir: &Path, url: &str, accept: &Accept) -> Result<Version, UpdateError> {
-        update(dir, url, &key().verifying_key().to_bytes(), accept)
+        update(
+            dir,
+            url,
+            &http_client::Trust::Default,
+            &key().verifying_key().to_bytes(),
+            accept,
+        )
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! The machine's side of the vault: `nd7 enroll` and `nd7 ship`. The only
-//! part of nd7 that uses the network on the machine; the format and every
-//! cryptographic step are [`crate::vault`]'s, the admin's read-back is
-//! [`crate::vault_admin`]'s.
+//! The machine's side of the vault: `nd7 enroll` and `nd7 ship`, and the
+//! vault's requests as every client side makes them ([`Client`]: signed by a
+//! machine, or with an admin's read token, over [`crate::http_client`]). The
+//! format and every cryptographic step are [`crate::vault`]'s, the admin's
+//! read-back is [`crate::vault_admin`]'s.
 //!
 //! ```text
 //! $XDG_STATE_HOME/nd7/
@@ -10,6 +11,9 @@
 //!     machine.id               its id, derived from its public key
 //!     server                   the vault's base URL
 //!     recipients               the signed recipients document last taken
+//!     ca.pem                   the vault's CA certificate, if pinned at enrolment
+//!     enrolling                a key made for an enrolment not yet confirmed
+//!     ship.lock                held by the running `nd7 ship`
 //!   sessions/<id>/
 //!     shipped                  "<seq> <hash>\n": the last entry the vault acknowledged
 //!     receipt                  the vault's receipt for it
@@ -37,6 +41,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::chain::{Cursor, Hash, Head, Walker};
+use crate::http_client::{self, Trust};
 use crate::session_log::{self, SessionLog};
 use crate::vault::{
     self, BatchHeader, ChainKey, Checkpoint, EnrolToken, IndexKey, KeyId, Receipt, Recipients,
@@ -53,10 +58,17 @@ pub const RECEIPT_FILE: &str = "receipt";
 pub const CHAIN_KEY_FILE: &str = "chain.key";
 pub const ALARM_FILE: &str = "vault.alarm";
 pub const LOST_FILE: &str = "receipts.lost";
+/// The vault's CA certificate, pinned at enrolment (`nd7 enroll --ca-cert`).
+pub const CA_FILE: &str = "ca.pem";
+/// A machine key made for an enrolment not yet confirmed, with the token's
+/// key it is for: an enrolment tried again with the same token reuses it,
+/// so a lost reply does not burn the token.
+pub const ENROLLING_FILE: &str = "enrolling";
+/// Held by a running `nd7 ship`.
+pub const SHIP_LOCK_FILE: &str = "ship.lock";
 
 /// A backlog above this prints progress on stderr.
 const PROGRESS_ABOVE: u64 = 32 * 1024 * 1024;
-const HTTP_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShipError {
@@ -79,6 +91,13 @@ pub enum ShipError {
         url: String,
         status: u16,
         message: String,
+    },
+    /// 429: the machine is over a quota of the vault's.
+    #[error("{url}: the vault refused with 429, over its quota for this machine: {message}{}", retry_after.map(|s| format!(" (try again in {s} s)")).unwrap_or_default())]
+    OverQuota {
+        url: String,
+        message: String,
+        retry_after: Option<u64>,
     },
     #[error("{0}")]
     Vault(#[from] vault::Error),
@@ -201,11 +220,10 @@ fn remove_optional(path: &Path) -> Result<(), ShipError> {
 
 // ---------------------------------------------------------------- HTTP
 
-/// A blocking HTTP client for one vault. Plain HTTP: TLS belongs to the
-/// reverse proxy in front of the vault (docs/vault.md, ADR-0022).
+/// The vault as the machine and the admins speak to it: requests signed by
+/// a machine, or carrying a read token, over [`http_client::Client`].
 pub struct Client {
-    base: String,
-    agent: ureq::Agent,
+    http: http_client::Client,
 }
 
 /// A signer for requests: the machine's key and id.
@@ -214,16 +232,47 @@ pub struct Signer<'a> {
     pub machine: &'a str,
 }
 
-impl Client {
-    pub fn new(base: &str) -> Client {
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(HTTP_TIMEOUT))
-            .build();
-        Client {
-            base: base.trim_end_matches('/').to_string(),
-            agent: ureq::Agent::new_with_config(config),
+/// The largest reply read whole (documents, receipts, lists); a pull's
+/// batches are read as they come instead.
+const MAX_REPLY_BYTES: u64 = 256 << 20;
+
+impl From<http_client::HttpError> for ShipError {
+    fn from(e: http_client::HttpError) -> ShipError {
+        match e {
+            http_client::HttpError::Transport { url, detail } => ShipError::Http { url, detail },
+            http_client::HttpError::Trust { path, what } => ShipError::BadFile { path, what },
         }
+    }
+}
+
+impl Client {
+    pub fn new(base: &str, trust: &Trust) -> Result<Client, ShipError> {
+        Ok(Client {
+            http: http_client::Client::new(base, trust)?,
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        self.http.base()
+    }
+
+    fn headers(
+        method: &str,
+        path: &str,
+        body: &[u8],
+        signer: Option<&Signer<'_>>,
+        bearer: Option<&str>,
+    ) -> Result<Vec<(&'static str, String)>, ShipError> {
+        let mut headers: Vec<(&str, String)> = Vec::new();
+        if let Some(s) = signer {
+            let auth =
+                RequestAuth::sign(s.key, s.machine, method, path, unix_now(), random()?, body);
+            headers.extend(auth.headers());
+        }
+        if let Some(token) = bearer {
+            headers.push(("authorization", format!("Bearer {token}")));
+        }
+        Ok(headers)
     }
 
     /// Sends one request; returns the status and the body.
@@ -235,15 +284,7 @@ impl Client {
         signer: Option<&Signer<'_>>,
         bearer: Option<&str>,
     ) -> Result<(u16, Vec<u8>), ShipError> {
-        let mut headers: Vec<(&str, String)> = Vec::new();
-        if let Some(s) = signer {
-            let auth =
-                RequestAuth::sign(s.key, s.machine, method, path, unix_now(), random()?, body);
-            headers.extend(auth.headers());
-        }
-        if let Some(token) = bearer {
-            headers.push(("authorization", format!("Bearer {token}")));
-        }
+        let headers = Client::headers(method, path, body, signer, bearer)?;
         self.send_raw(method, path, body, &headers)
     }
 
@@ -256,33 +297,29 @@ impl Client {
         body: &[u8],
         headers: &[(&str, String)],
     ) -> Result<(u16, Vec<u8>), ShipError> {
-        let url = format!("{}{path}", self.base);
-        let http = |e: ureq::Error| ShipError::Http {
-            url: url.clone(),
-            detail: e.to_string(),
-        };
-        let response = if method == "GET" {
-            let mut req = self.agent.get(&url);
-            for (k, v) in headers {
-                req = req.header(*k, v);
-            }
-            req.call()
-        } else {
-            let mut req = self.agent.post(&url);
-            for (k, v) in headers {
-                req = req.header(*k, v);
-            }
-            req.content_type("application/octet-stream").send(body)
-        };
-        let mut response = response.map_err(http)?;
-        let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(1 << 30)
-            .read_to_vec()
-            .map_err(http)?;
+        let (status, _, body) = self
+            .http
+            .send(method, path, body, headers, MAX_REPLY_BYTES)?;
         Ok((status, body))
+    }
+
+    /// The error for a reply other than 200.
+    fn refused(&self, path: &str, status: u16, retry_after: Option<u64>, body: &[u8]) -> ShipError {
+        let url = self.http.url(path);
+        let message = String::from_utf8_lossy(body).trim_end().to_string();
+        if status == 429 {
+            ShipError::OverQuota {
+                url,
+                message,
+                retry_after,
+            }
+        } else {
+            ShipError::Refused {
+                url,
+                status,
+                message,
+            }
+        }
     }
 
     /// [`Client::request`], refusing anything but 200.
@@ -294,15 +331,30 @@ impl Client {
         signer: Option<&Signer<'_>>,
         bearer: Option<&str>,
     ) -> Result<Vec<u8>, ShipError> {
-        let (status, reply) = self.request(method, path, body, signer, bearer)?;
+        let headers = Client::headers(method, path, body, signer, bearer)?;
+        let (status, retry_after, reply) =
+            self.http
+                .send(method, path, body, &headers, MAX_REPLY_BYTES)?;
         if status != 200 {
-            return Err(ShipError::Refused {
-                url: format!("{}{path}", self.base),
-                status,
-                message: String::from_utf8_lossy(&reply).trim_end().to_string(),
-            });
+            return Err(self.refused(path, status, retry_after, &reply));
         }
         Ok(reply)
+    }
+
+    /// A GET whose 200 reply is read as it comes (a pull's batches).
+    pub fn get_stream(
+        &self,
+        path: &str,
+        bearer: Option<&str>,
+    ) -> Result<Box<dyn io::Read + Send>, ShipError> {
+        let headers = Client::headers("GET", path, b"", None, bearer)?;
+        let mut r = self.http.open("GET", path, b"", &headers)?;
+        if r.status != 200 {
+            let mut text = Vec::new();
+            let _ = io::Read::read_to_end(&mut io::Read::take(&mut r.body, 64 * 1024), &mut text);
+            return Err(self.refused(path, r.status, r.retry_after, &text));
+        }
+        Ok(r.body)
     }
 }
 
@@ -323,14 +375,21 @@ pub fn vault_dir(state_dir: &Path) -> PathBuf {
 }
 
 /// `nd7 enroll`: fetch and check the recipients document against the pinned
-/// fingerprint, check the token against the organisation key, make the
-/// machine's key, have the token endorse it, register it, and write the
-/// vault directory. Nothing is written unless all of that worked.
+/// fingerprint (over TLS that trusts only `ca_cert`, if given), check the
+/// token against the organisation key, make the machine's key, have the
+/// token endorse it, register it, and write the vault directory.
+///
+/// The key is kept in `enrolling` before it is sent, so an enrolment that
+/// fails after the vault took it (a lost reply, a full disk) is tried again
+/// with the same key and token, which the vault accepts again: a failed
+/// enrolment never burns its token. Nothing else is written unless all of
+/// it worked.
 pub fn enroll(
     state_dir: &Path,
     url: &str,
     token: &str,
     fingerprint: &str,
+    ca_cert: Option<&Path>,
 ) -> Result<Enrolled, ShipError> {
     if vault::unhex::<32>(fingerprint).is_none() {
         return Err(ShipError::BadFingerprint(fingerprint.to_string()));
@@ -341,7 +400,15 @@ pub fn enroll(
     if id_path.exists() {
         return Err(ShipError::AlreadyEnrolled { path: id_path, dir });
     }
-    let client = Client::new(url);
+    let (trust, ca_pem) = match ca_cert {
+        Some(path) => {
+            http_client::read_ca_file(path)?;
+            let pem = fs::read(path).map_err(io_err(path, "read"))?;
+            (Trust::Pinned(path.to_path_buf()), Some(pem))
+        }
+        None => (Trust::Default, None),
+    };
+    let client = Client::new(url, &trust)?;
     let doc = client.ok("GET", "/v1/recipients", b"", None, None)?;
     let doc = String::from_utf8(doc).map_err(|_| vault::Error::Malformed {
         what: "the recipients document",
@@ -349,7 +416,12 @@ pub fn enroll(
     })?;
     let recipients = Recipients::verify(&doc, fingerprint)?;
     token.check(&recipients.org)?;
-    let seed = Secret32::from_bytes(random()?);
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(io_err(&dir, "create"))?;
+    let seed = pending_key(&dir, &token.public())?;
     let key = SigningKey::from_seed(&seed);
     let public = key.public();
     let machine_id = vault::machine_id(&public);
@@ -358,29 +430,39 @@ pub fn enroll(
         key: &key,
         machine: &machine_id,
     };
-    let reply = client.ok("POST", "/v1/enroll", body.as_bytes(), Some(&signer), None)?;
+    let reply = match client.ok("POST", "/v1/enroll", body.as_bytes(), Some(&signer), None) {
+        Ok(reply) => reply,
+        Err(e @ (ShipError::Refused { .. } | ShipError::OverQuota { .. })) => {
+            // The vault answered no: this key will never be enrolled, so
+            // keep nothing (and no directory, if it was made for it).
+            remove_optional(&dir.join(ENROLLING_FILE))?;
+            let _ = fs::remove_dir(&dir);
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     if String::from_utf8_lossy(&reply).trim_end() != format!("machine {machine_id}") {
         return Err(ShipError::Http {
             url: format!("{url}/v1/enroll"),
             detail: format!("the vault's reply is not `machine {machine_id}`"),
         });
     }
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(io_err(&dir, "create"))?;
     write_0600(
         &dir.join(MACHINE_KEY_FILE),
         format!("{}\n", vault::hex(seed.expose_secret())).as_bytes(),
     )?;
     write_0600(
         &dir.join(SERVER_FILE),
-        format!("{}\n", client.base).as_bytes(),
+        format!("{}\n", client.base()).as_bytes(),
     )?;
     write_0600(&dir.join(RECIPIENTS_FILE), doc.as_bytes())?;
+    match &ca_pem {
+        Some(pem) => write_0600(&dir.join(CA_FILE), pem.as_slice())?,
+        None => remove_optional(&dir.join(CA_FILE))?,
+    }
     // Last: setup's timer and ship both take machine.id as "enrolled".
     write_0600(&id_path, format!("{machine_id}\n").as_bytes())?;
+    remove_optional(&dir.join(ENROLLING_FILE))?;
     Ok(Enrolled {
         machine_id,
         public_key: public.to_hex(),
@@ -388,6 +470,26 @@ pub fn enroll(
         version: recipients.version,
         dir,
     })
+}
+
+/// The machine key for enrolling with the token whose key is `token`: the
+/// one an earlier try with this token kept in `enrolling`, or a new one,
+/// kept there (synced) before anything is sent.
+fn pending_key(dir: &Path, token: &vault::PublicKey) -> Result<Secret32, ShipError> {
+    let path = dir.join(ENROLLING_FILE);
+    let wanted = format!("# for the enrolment token with key {}", token.to_hex());
+    if let Some(text) = read_optional(&path)?
+        && text.lines().next() == Some(wanted.as_str())
+        && let Ok(seed) = vault::parse_secret_text(&text, "enrolling")
+    {
+        return Ok(seed);
+    }
+    let seed = Secret32::from_bytes(random()?);
+    write_0600(
+        &path,
+        format!("{wanted}\n{}\n", vault::hex(seed.expose_secret())).as_bytes(),
+    )?;
+    Ok(seed)
 }
 
 /// An enrolled machine's vault files, read.
@@ -419,6 +521,12 @@ impl Machine {
             });
         }
         let server = read_text(&dir.join(SERVER_FILE))?.trim().to_string();
+        let ca = dir.join(CA_FILE);
+        let trust = if ca.exists() {
+            Trust::Pinned(ca)
+        } else {
+            Trust::Default
+        };
         let rec_path = dir.join(RECIPIENTS_FILE);
         let recipients =
             Recipients::parse(&read_text(&rec_path)?).map_err(|e| ShipError::BadFile {
@@ -428,7 +536,7 @@ impl Machine {
         Ok(Machine {
             id,
             key,
-            client: Client::new(&server),
+            client: Client::new(&server, &trust)?,
             recipients,
             dir,
         })
@@ -515,11 +623,14 @@ pub struct Shipped {
 pub struct Report {
     pub sessions: Vec<(String, Result<Shipped, ShipError>)>,
     pub warnings: Vec<String>,
+    /// Sessions not tried, because the vault said this machine is over its
+    /// quota (the reason is that session's error).
+    pub not_tried: Vec<String>,
 }
 
 impl Report {
     pub fn all_shipped(&self) -> bool {
-        self.sessions.iter().all(|(_, r)| r.is_ok())
+        self.not_tried.is_empty() && self.sessions.iter().all(|(_, r)| r.is_ok())
     }
 
     /// Whether the vault broke a receipt for some session.
@@ -530,9 +641,21 @@ impl Report {
     }
 }
 
-/// `nd7 ship`, once: every session under the state directory.
+/// `nd7 ship`, once: every session under the state directory. Runs one at
+/// a time on a machine (the timer's and one by hand wait for each other
+/// on `vault/ship.lock`): two at once would each make a session's first
+/// chain key, and one would be refused.
 pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Report, ShipError> {
     let mut machine = Machine::load(state_dir)?;
+    let lock_path = machine.dir.join(SHIP_LOCK_FILE);
+    let _one_at_a_time = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .and_then(|f| f.lock().map(|()| f))
+        .map_err(io_err(&lock_path, "lock"))?;
     let mut report = Report::default();
     if let Some(w) = machine.refresh_recipients() {
         report.warnings.push(w);
@@ -549,12 +672,19 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
         .filter_map(|e| e.file_name().into_string().ok())
         .collect();
     ids.sort();
-    for id in ids {
+    let mut ids = ids.into_iter();
+    for id in ids.by_ref() {
         let result = SessionLog::new(&sessions, &id)
             .map_err(ShipError::from)
             .and_then(|log| ship_and_alarm(&machine, &log, progress));
+        let over = matches!(result, Err(ShipError::OverQuota { .. }));
         report.sessions.push((id, result));
+        if over {
+            // Every other session would be refused the same way.
+            break;
+        }
     }
+    report.not_tried = ids.collect();
     Ok(report)
 }
 
@@ -1072,6 +1202,10 @@ fn seal_batches(
                     .into(),
             });
         };
+        // At most MAX_BATCH_ENTRIES whole lines.
+        let nl = memchr::memchr_iter(b'\n', &buf[..=nl])
+            .nth(vault::MAX_BATCH_ENTRIES - 1)
+            .unwrap_or(nl);
         let entries = &buf[..=nl];
         let mut walker = Walker::new(cursor);
         walker.feed(entries).map_err(|b| ShipError::Unverified {

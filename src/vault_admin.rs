@@ -8,9 +8,12 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
-use std::path::Path;
+use std::io::{self, BufRead, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use crate::chain::{Cursor, Hash};
+use crate::http_client::Trust;
 use crate::session_log::{self, SessionLog};
 use crate::ship::{self, Client, LOST_FILE, RECEIPT_FILE, ShipError};
 use crate::vault::{
@@ -83,9 +86,14 @@ pub fn enrol_token(org_key_text: &str, hours: u64) -> Result<String, ShipError> 
     ))
 }
 
-/// Lists the chains a vault holds: (machine, session, last seq).
-pub fn list_sessions(url: &str, read_token: &str) -> Result<Vec<(String, String, u64)>, ShipError> {
-    let client = Client::new(url);
+/// Lists the chains a vault holds: (machine, session, last seq). Both
+/// come from the vault: show them through [`crate::read::safe::term`].
+pub fn list_sessions(
+    url: &str,
+    trust: &Trust,
+    read_token: &str,
+) -> Result<Vec<(String, String, u64)>, ShipError> {
+    let client = Client::new(url, trust)?;
     let text = client.ok("GET", "/v1/sessions", b"", None, Some(read_token))?;
     let text = String::from_utf8_lossy(&text);
     Ok(text
@@ -159,24 +167,31 @@ impl From<vault::Error> for PullError {
 
 // ---------------------------------------------------------------- pull
 
-/// One batch as pulled: what it covers and under which key.
+/// One batch as pulled: what it covers, under which key, and where its
+/// entries are in the pulled log.
 #[derive(Debug)]
 pub struct PulledBatch {
     pub checkpoint: Checkpoint,
-    /// The real hash of each entry, for comparing with receipts.
-    hashes: Vec<Hash>,
+    /// Byte range of its entries in the pulled `events.ndjson`.
+    offset: u64,
+    len: u64,
 }
 
-/// A session as the vault holds it, decrypted and checked.
+/// A session as the vault holds it, decrypted, checked, and written to
+/// `path` as it came: a pull holds one batch at a time, whatever the
+/// session's size.
 pub struct Pulled {
     pub machine: String,
     pub session: String,
-    pub log: Vec<u8>,
+    /// The decrypted log.
+    pub path: PathBuf,
     pub entries: u64,
     pub batches: Vec<PulledBatch>,
     /// The vault's key, from the recipients document the organisation signed.
     pub vault_key: PublicKey,
     pub machine_key: PublicKey,
+    /// Whether the copy ends in a `session_end` entry.
+    pub ended: bool,
     keys: Vec<(KeyId, ChainKey)>,
 }
 
@@ -191,18 +206,8 @@ impl fmt::Debug for Pulled {
 }
 
 impl Pulled {
-    /// Whether the copy ends in a `session_end` entry.
-    pub fn ended(&self) -> bool {
-        let body = self.log.strip_suffix(b"\n").unwrap_or(&self.log);
-        let last = memchr::memrchr(b'\n', body).map_or(body, |nl| &body[nl + 1..]);
-        serde_json::from_slice::<serde_json::Value>(last)
-            .ok()
-            .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_string))
-            .is_some_and(|k| k == "session_end")
-    }
-
     /// The digest of entry `seq` as the vault holds it, under chain key `key`
-    /// if the pull saw that key.
+    /// if the pull saw that key (read back from the pulled log).
     fn digest_at(&self, seq: u64, key: KeyId) -> Option<vault::Digest> {
         let chain_key = self
             .keys
@@ -213,23 +218,59 @@ impl Pulled {
             .batches
             .iter()
             .find(|b| b.checkpoint.first <= seq && seq <= b.checkpoint.last)?;
-        let hash = batch.hashes.get((seq - batch.checkpoint.first) as usize)?;
-        Some(IndexKey::of(chain_key).digest(hash))
+        let file = std::fs::File::open(&self.path).ok()?;
+        let mut entries = vec![0u8; batch.len as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut entries, batch.offset).ok()?;
+        let line = entries
+            .split(|&b| b == b'\n')
+            .nth((seq - batch.checkpoint.first) as usize)?;
+        let hash = crate::chain::read_stated(line).ok()?.hash;
+        Some(IndexKey::of(chain_key).digest(&hash))
     }
 }
 
-/// Fetches one session's batches and checks each against the machine's
-/// enrolment, its signature, its own contents and the batch before.
+/// Whether a log line is a `session_end` entry.
+fn is_session_end(line: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_string))
+        .is_some_and(|k| k == "session_end")
+}
+
+/// Reads exactly `buf.len()` bytes; `Ok(false)` at a clean end before the
+/// first byte.
+fn read_frame_part(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<bool> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) if n == 0 => return Ok(false),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(got) => n += got,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// Fetches one session's batches, one at a time as the vault streams them,
+/// checks each against the machine's enrolment, its signature, its own
+/// contents and the batch before, and writes the decrypted log to
+/// `OUT/<session>/events.ndjson` (through a `.partial` file, renamed once
+/// every batch checked).
+#[allow(clippy::too_many_arguments)]
 pub fn pull(
     url: &str,
+    trust: &Trust,
     read_token: &str,
     identity: &AgeIdentity,
     fingerprint: &str,
     machine: &str,
     session: &str,
+    out: &Path,
 ) -> Result<Pulled, PullError> {
     session_log::check_session_id(session).map_err(ShipError::from)?;
-    let client = Client::new(url);
+    let client = Client::new(url, trust)?;
     let doc = client.ok("GET", "/v1/recipients", b"", None, None)?;
     let doc = Recipients::verify(&String::from_utf8_lossy(&doc), fingerprint)?;
     let names = format!("machine {machine}, session {session}");
@@ -270,35 +311,74 @@ pub fn pull(
         )));
     }
 
-    let path = format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes()));
-    let framed = client.ok("GET", &path, b"", None, Some(read_token))?;
+    let dir = out.join(session);
+    std::fs::create_dir_all(&dir).map_err(|e| ShipError::Io {
+        path: dir.clone(),
+        action: "create",
+        source: e,
+    })?;
+    let path = dir.join(session_log::EVENTS_FILE);
+    let partial = dir.join(format!("{}.partial", session_log::EVENTS_FILE));
+    let io_err = |p: &Path, action: &'static str| {
+        let p = p.to_path_buf();
+        move |e: io::Error| {
+            PullError::Other(ShipError::Io {
+                path: p,
+                action,
+                source: e,
+            })
+        }
+    };
+    let _ = std::fs::remove_file(&partial);
+    let mut file = std::io::BufWriter::with_capacity(
+        1 << 20,
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&partial)
+            .map_err(io_err(&partial, "create"))?,
+    );
+
+    let batches_path = format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes()));
+    let mut stream = client.get_stream(&batches_path, Some(read_token))?;
     let mut pulled = Pulled {
         machine: machine.into(),
         session: session.into(),
-        log: Vec::new(),
+        path: path.clone(),
         entries: 0,
         batches: Vec::new(),
         vault_key: doc.vault,
         machine_key: enrolment.key,
+        ended: false,
         keys: Vec::new(),
     };
-    let mut rest = framed.as_slice();
     let mut cursor = Cursor::start(session);
-    while !rest.is_empty() {
+    let mut offset = 0u64;
+    let mut body = Vec::new();
+    loop {
         let n = pulled.batches.len();
-        let cut = || {
+        let cut = |e: io::Error| {
             vault_fault(format!(
-                "{names}: the vault's reply is cut short at batch {n}"
+                "{names}: the vault's reply is cut short at batch {n}: {e}"
             ))
         };
-        let len: [u8; 4] = rest
-            .get(..4)
-            .and_then(|l| l.try_into().ok())
-            .ok_or_else(cut)?;
+        let mut len = [0u8; 4];
+        if !read_frame_part(&mut stream, &mut len).map_err(cut)? {
+            break;
+        }
         let len = u32::from_be_bytes(len) as usize;
-        let body = rest.get(4..4 + len).ok_or_else(cut)?;
-        rest = &rest[4 + len..];
-        let batch = vault::parse_batch(body).map_err(|e| {
+        if len > vault::MAX_BODY_BYTES {
+            return Err(vault_fault(format!(
+                "{names}: batch {n} is forged: it is {len} bytes, over the {} a batch can be",
+                vault::MAX_BODY_BYTES
+            )));
+        }
+        body.resize(len, 0);
+        if !read_frame_part(&mut stream, &mut body).map_err(cut)? && len > 0 {
+            return Err(cut(io::ErrorKind::UnexpectedEof.into()));
+        }
+        let batch = vault::parse_batch(&body).map_err(|e| {
             vault_fault(format!(
                 "{names}: batch {n} is forged: it is not a batch: {e}"
             ))
@@ -364,28 +444,36 @@ pub fn pull(
             };
             return Err(machine_fault(format!("{names}: {detail}")));
         }
-        let hashes = opened
-            .entries
-            .split_inclusive(|&b| b == b'\n')
-            .filter_map(|l| crate::chain::read_stated(&l[..l.len() - 1]).ok())
-            .map(|s| s.hash)
-            .collect();
-        pulled.log.extend_from_slice(&opened.entries);
+        file.write_all(&opened.entries)
+            .map_err(io_err(&partial, "write"))?;
+        let last_line = opened.entries[..opened.entries.len() - 1]
+            .rsplit(|&b| b == b'\n')
+            .next()
+            .unwrap_or_default();
+        pulled.ended = is_session_end(last_line);
         cursor = Cursor {
             next_seq: c.last + 1,
             prev: opened.last,
         };
         pulled.batches.push(PulledBatch {
             checkpoint: batch.checkpoint,
-            hashes,
+            offset,
+            len: opened.entries.len() as u64,
         });
+        offset += opened.entries.len() as u64;
     }
     if pulled.batches.is_empty() {
+        let _ = std::fs::remove_file(&partial);
         return Err(PullError::Other(ShipError::Http {
-            url: format!("{url}{path}"),
+            url: format!("{url}{batches_path}"),
             detail: format!("the vault holds no batch of {names}"),
         }));
     }
+    file.into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|f| f.sync_all())
+        .map_err(io_err(&partial, "write"))?;
+    std::fs::rename(&partial, &path).map_err(io_err(&path, "replace"))?;
     pulled.entries = cursor.next_seq;
     Ok(pulled)
 }
@@ -410,40 +498,61 @@ pub enum Comparison {
     },
 }
 
-/// Compares the vault's copy with a local log, line by line.
-pub fn compare_logs(vault_copy: &[u8], local: &[u8]) -> Comparison {
-    let mut ours = local.split_inclusive(|&b| b == b'\n');
+/// Compares the vault's copy with a local log, line by line, reading both
+/// as they go.
+pub fn compare_logs(
+    mut vault_copy: impl BufRead,
+    mut local: impl BufRead,
+) -> io::Result<Comparison> {
+    let (mut theirs, mut ours) = (Vec::new(), Vec::new());
     let mut n = 0u64;
-    for theirs in vault_copy.split_inclusive(|&b| b == b'\n') {
-        let stated = crate::chain::read_stated(&theirs[..theirs.len() - 1]).ok();
-        let vault_hash = stated.map_or_else(|| Hash::of(theirs), |s| s.hash);
-        match ours.next() {
-            None => {
-                return Comparison::Truncated {
-                    local_entries: n,
-                    vault_entries: vault_copy.iter().filter(|&&b| b == b'\n').count() as u64,
-                };
+    loop {
+        theirs.clear();
+        if vault_copy.read_until(b'\n', &mut theirs)? == 0 {
+            break;
+        }
+        ours.clear();
+        if local.read_until(b'\n', &mut ours)? == 0 {
+            let mut rest = 1u64;
+            while {
+                theirs.clear();
+                vault_copy.read_until(b'\n', &mut theirs)? > 0
+            } {
+                rest += 1;
             }
-            Some(line) if line == theirs => {}
-            Some(line) => {
-                let local = crate::chain::read_stated(line.strip_suffix(b"\n").unwrap_or(line))
-                    .map_or_else(
-                        |_| "not a sealed entry".into(),
-                        |s| format!("hash {}", s.hash.short()),
-                    );
-                return Comparison::Differs {
-                    entry: n,
-                    vault_hash,
-                    local,
-                };
-            }
+            return Ok(Comparison::Truncated {
+                local_entries: n,
+                vault_entries: n + rest,
+            });
+        }
+        if ours != theirs {
+            let line = theirs.strip_suffix(b"\n").unwrap_or(&theirs);
+            let vault_hash =
+                crate::chain::read_stated(line).map_or_else(|_| Hash::of(&theirs), |s| s.hash);
+            let local = crate::chain::read_stated(ours.strip_suffix(b"\n").unwrap_or(&ours))
+                .map_or_else(
+                    |_| "not a sealed entry".into(),
+                    |s| format!("hash {}", s.hash.short()),
+                );
+            return Ok(Comparison::Differs {
+                entry: n,
+                vault_hash,
+                local,
+            });
         }
         n += 1;
     }
-    Comparison::Matches {
-        entries: n,
-        unshipped: ours.count() as u64,
+    let mut unshipped = 0u64;
+    while {
+        ours.clear();
+        local.read_until(b'\n', &mut ours)? > 0
+    } {
+        unshipped += 1;
     }
+    Ok(Comparison::Matches {
+        entries: n,
+        unshipped,
+    })
 }
 
 /// What comparing a machine's copy with the vault's found.
@@ -583,12 +692,22 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
 
     // The log itself.
     let events = log.events_path();
-    let bytes = std::fs::read(&events).map_err(|e| ShipError::Io {
-        path: events.clone(),
-        action: "read",
-        source: e,
-    })?;
-    match compare_logs(&pulled.log, &bytes) {
+    let open = |path: &Path| {
+        std::fs::File::open(path)
+            .map(|f| io::BufReader::with_capacity(1 << 20, f))
+            .map_err(|e| ShipError::Io {
+                path: path.to_path_buf(),
+                action: "read",
+                source: e,
+            })
+    };
+    let comparison =
+        compare_logs(open(&pulled.path)?, open(&events)?).map_err(|e| ShipError::Io {
+            path: events.clone(),
+            action: "compare",
+            source: e,
+        })?;
+    match comparison {
         Comparison::Matches { entries, unshipped } => out.notes.push(format!(
             "local copy matches the vault's {entries} entries ({unshipped} more locally, not shipped yet)"
         )),
@@ -637,6 +756,7 @@ mod tests {
 
     #[test]
     fn compare_names_the_first_rewritten_or_missing_entry() {
+        let compare_logs = |a: &[u8], b: &[u8]| compare_logs(a, b).expect("in memory");
         let vault = chain(&["a", "b", "c"]);
         assert_eq!(
             compare_logs(&vault, &vault),

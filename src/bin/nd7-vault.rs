@@ -3,7 +3,8 @@
 //!
 //! Exit status: 0 success; 1 the input was refused (a recipients document
 //! that does not verify, names another vault key, or is not newer than the
-//! installed one); 2 bad usage, or the database, key or address could not be
+//! installed one; a machine or read token to revoke that does not exist);
+//! 2 bad usage, or the database, key, certificate or address could not be
 //! opened.
 
 // First: its print macros shadow the standard ones in everything below.
@@ -11,16 +12,20 @@
 #[path = "nd7/out.rs"]
 mod out;
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use nd7_core::read::safe::{Lines, term};
 use nd7_core::vault::{self, Recipients, Secret32, SigningKey, Update};
-use nd7_core::vault_server::{self, Config, Store, routes, sqlite::SqliteStore};
+use nd7_core::vault_server::http::{self, TlsFiles};
+use nd7_core::vault_server::routes::{self, Limits};
+use nd7_core::vault_server::{self, Database, Quota, Store};
 
 /// The nd7 vault: stores machines' encrypted session logs, and cannot read them.
 #[derive(Parser)]
@@ -30,60 +35,148 @@ struct Cli {
     command: Command,
 }
 
-/// Where the vault's key is: --key, or `<db>.key`.
+/// Where the data and the vault's key are.
 #[derive(clap::Args)]
 struct Db {
-    /// The database (SQLite; created if missing).
-    #[arg(long, value_name = "FILE")]
-    db: PathBuf,
-    /// The vault's signing key [default: <db>.key].
+    /// The database: a SQLite file (created if missing, 0600), or a
+    /// PostgreSQL URL (`postgres://USER@HOST/DB`; its tables are created
+    /// on first use).
+    #[arg(long, value_name = "FILE|URL")]
+    db: OsString,
+    /// The vault's signing key [default: <db>.key for a SQLite file; needed
+    /// for PostgreSQL].
     #[arg(long, value_name = "FILE")]
     key: Option<PathBuf>,
 }
 
 impl Db {
-    fn key_path(&self) -> PathBuf {
-        self.key.clone().unwrap_or_else(|| {
-            let mut name = self.db.clone().into_os_string();
-            name.push(".key");
-            PathBuf::from(name)
-        })
+    fn database(&self) -> Database {
+        Database::parse(&self.db)
     }
+
+    fn key_path(&self) -> Result<PathBuf, ExitCode> {
+        if let Some(k) = &self.key {
+            return Ok(k.clone());
+        }
+        match self.database() {
+            Database::Sqlite(path) => {
+                let mut name = path.into_os_string();
+                name.push(".key");
+                Ok(PathBuf::from(name))
+            }
+            Database::Postgres(_) => {
+                eprintln!(
+                    "nd7-vault: with a PostgreSQL database, name the vault's key with --key FILE"
+                );
+                Err(ExitCode::from(2))
+            }
+        }
+    }
+}
+
+/// Just the database, for commands that do not sign anything.
+#[derive(clap::Args)]
+struct DbOnly {
+    /// The database: a SQLite file, or a PostgreSQL URL.
+    #[arg(long, value_name = "FILE|URL")]
+    db: OsString,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve HTTP on ADDR. Put a TLS reverse proxy in front of it.
+    /// Serve HTTP (or HTTPS with --tls-cert and --tls-key) on ADDR.
     ///
-    /// Prints `listening on http://ADDR` once bound (port 0 picks a free
-    /// port), then one line per request on stderr: method, path, status,
-    /// time, and for a refusal what it concerned. Needs the vault's key
-    /// (`nd7-vault key`).
+    /// Prints `listening on http://ADDR` (or https) once bound (port 0
+    /// picks a free port), then one line per request on stderr: method,
+    /// path, status, time, and for a refusal what it concerned. Needs the
+    /// vault's key (`nd7-vault key`). SIGTERM finishes the requests in
+    /// progress and exits; SIGHUP reads the certificate and key again.
+    /// Several servers may share one PostgreSQL database.
     Serve {
         #[command(flatten)]
         db: Db,
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8407")]
         listen: String,
-        /// Requests handled at once.
+        /// The certificate chain to present (PEM), for TLS built in.
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The certificate's private key (PEM).
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Storage threads, each with its own database connection.
         #[arg(long, default_value_t = 4)]
         workers: usize,
+        /// Connections open at once [default: 4096, or fewer if the file
+        /// descriptor limit is lower].
+        #[arg(long, value_name = "N")]
+        max_connections: Option<usize>,
+        /// Seconds a request's headers may take (and a connection may sit idle).
+        #[arg(long, value_name = "SECS", default_value_t = 10)]
+        header_timeout: u64,
+        /// Seconds a request body may go without a byte arriving.
+        #[arg(long, value_name = "SECS", default_value_t = 10)]
+        body_timeout: u64,
+        /// Seconds a write to a peer that stopped reading may wait.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        write_timeout: u64,
+        /// Entries one machine may store a day (UTC).
+        #[arg(long, value_name = "N", default_value_t = Quota::default().entries_per_day)]
+        entries_per_day: u64,
+        /// Bytes of batches one machine may store a day (UTC).
+        #[arg(long, value_name = "N", default_value_t = Quota::default().bytes_per_day)]
+        bytes_per_day: u64,
+        /// Requests one machine may make in 10 minutes.
+        #[arg(long, value_name = "N", default_value_t = Limits::default().requests_per_window)]
+        requests_per_10min: u64,
     },
     /// Make the vault's signing key (0600, refuses to overwrite); print its public key.
     ///
     /// The key countersigns what the vault stores. Admins name its public
     /// key in the recipients document (`nd7 admin sign-recipients
-    /// --vault-key`), which is how machines pin it.
+    /// --vault-key`), which is how machines pin it. Servers sharing a
+    /// database share the key.
     Key {
         #[command(flatten)]
         db: Db,
     },
     /// Issue a token for admin reads (`nd7 admin pull`, `nd7 admin sessions`).
+    ///
+    /// Prints the token. The vault keeps only its hash, and names it by an
+    /// id (`read-tokens`); `revoke read-token` takes either.
     ReadToken {
-        #[arg(long, value_name = "FILE")]
-        db: PathBuf,
+        #[command(flatten)]
+        db: DbOnly,
         /// Days until it expires.
         #[arg(long, default_value_t = 30)]
         days: u64,
+    },
+    /// List read tokens: id, issued, expires, revoked.
+    ReadTokens {
+        #[command(flatten)]
+        db: DbOnly,
+    },
+    /// List enrolled machines: id, enrolled, revoked, key.
+    Machines {
+        #[command(flatten)]
+        db: DbOnly,
+    },
+    /// List refused forking batches: machine, session, entries, when, why.
+    ///
+    /// A machine whose log was rewritten after shipping, and then shipped,
+    /// shows up here.
+    Forks {
+        #[command(flatten)]
+        db: DbOnly,
+    },
+    /// Revoke a machine or a read token; it is refused from its next request on.
+    ///
+    /// What a revoked machine shipped stays, and `nd7 admin pull` still
+    /// checks it against its enrolment record.
+    Revoke {
+        #[command(flatten)]
+        db: DbOnly,
+        #[command(subcommand)]
+        what: Revoke,
     },
     /// Install a signed recipients document (from `nd7 admin sign-recipients`).
     ///
@@ -110,9 +203,17 @@ enum Command {
     },
 }
 
-fn open(db: &Path) -> Result<SqliteStore, ExitCode> {
-    SqliteStore::open(db).map_err(|e| {
-        eprintln!("nd7-vault: {}: {e}", db.display());
+#[derive(Subcommand)]
+enum Revoke {
+    /// A machine, by its id (`nd7-vault machines`).
+    Machine { id: String },
+    /// A read token, by its id (`nd7-vault read-tokens`) or the token itself.
+    ReadToken { id: String },
+}
+
+fn open(db: &Database) -> Result<Box<dyn Store>, ExitCode> {
+    db.open().map_err(|e| {
+        eprintln!("nd7-vault: {}: {e}", term(&db.describe(), Lines::One));
         ExitCode::from(2)
     })
 }
@@ -127,12 +228,11 @@ fn random<const N: usize>() -> Result<[u8; N], ExitCode> {
 }
 
 fn load_key(db: &Db) -> Result<SigningKey, ExitCode> {
-    let path = db.key_path();
+    let path = db.key_path()?;
     let text = std::fs::read_to_string(&path).map_err(|e| {
         eprintln!(
-            "nd7-vault: {}: cannot read the vault's key: {e} (make it with `nd7-vault key --db {}`)",
+            "nd7-vault: {}: cannot read the vault's key: {e} (make it with `nd7-vault key`)",
             path.display(),
-            db.db.display()
         );
         ExitCode::from(2)
     })?;
@@ -148,6 +248,26 @@ fn store_err(e: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// A Unix time as people read it (UTC).
+fn when(unix: u64) -> String {
+    jiff::Timestamp::from_second(unix as i64)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_else(|_| unix.to_string())
+}
+
+/// Raises the soft limit on open files to the hard one, so the connection
+/// bound, not the default 1024, decides how many peers are served; returns
+/// the limit in force.
+fn raise_file_limit() -> u64 {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse().command) {
         Ok(()) => ExitCode::SUCCESS,
@@ -161,33 +281,64 @@ fn run(command: Command) -> Result<(), ExitCode> {
         Command::Serve {
             db,
             listen,
+            tls_cert,
+            tls_key,
             workers,
+            max_connections,
+            header_timeout,
+            body_timeout,
+            write_timeout,
+            entries_per_day,
+            bytes_per_day,
+            requests_per_10min,
         } => {
             let key = load_key(&db)?;
-            let store = open(&db.db)?;
-            let server = tiny_http::Server::http(&listen).map_err(|e| {
+            let database = db.database();
+            let files = match (tls_cert, tls_key) {
+                (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+                _ => None,
+            };
+            let nofile = raise_file_limit();
+            let listener = std::net::TcpListener::bind(&listen).map_err(|e| {
                 eprintln!("nd7-vault: cannot listen on {listen}: {e}");
                 ExitCode::from(2)
             })?;
-            let addr = server.server_addr().to_ip().map(|a| a.to_string());
-            println!("listening on http://{}", addr.unwrap_or(listen));
-            let _ = std::io::stdout().flush();
-            let config = Config {
-                workers,
-                ..Config::default()
+            // A deeper queue for bursts than std's default.
+            let _ = rustix::net::listen(&listener, 4096);
+            let addr = listener
+                .local_addr()
+                .map_or(listen.clone(), |a| a.to_string());
+            let config = http::Config {
+                workers: workers.max(1),
+                max_connections: max_connections
+                    .unwrap_or_else(|| 4096.min(nofile.saturating_sub(64).max(16) as usize)),
+                header_timeout: Duration::from_secs(header_timeout.max(1)),
+                body_stall: Duration::from_secs(body_timeout.max(1)),
+                write_stall: Duration::from_secs(write_timeout.max(1)),
+                ..http::Config::default()
             };
-            vault_server::serve(
-                server,
-                Box::new(store),
-                key,
-                config,
-                Arc::new(AtomicBool::new(false)),
-                |line| eprintln!("{line}"),
-            );
-            Ok(())
+            let limits = Limits {
+                quota: Quota {
+                    entries_per_day,
+                    bytes_per_day,
+                },
+                requests_per_window: requests_per_10min,
+            };
+            let vault = routes::Vault::new(key, vault_server::unix_now, limits);
+            let log: http::Log = Arc::new(|line: &str| eprintln!("{line}"));
+            let scheme = if files.is_some() { "https" } else { "http" };
+            // Printed once the database and the certificate are open.
+            let ready = || {
+                println!("listening on {scheme}://{addr}");
+                let _ = std::io::stdout().flush();
+            };
+            http::serve(listener, &database, vault, config, files, log, ready).map_err(|e| {
+                eprintln!("nd7-vault: {}: {e}", term(&database.describe(), Lines::One));
+                ExitCode::from(2)
+            })
         }
         Command::Key { db } => {
-            let path = db.key_path();
+            let path = db.key_path()?;
             let seed = Secret32::from_bytes(random()?);
             let public = SigningKey::from_seed(&seed).public().to_hex();
             let text = format!(
@@ -211,16 +362,103 @@ fn run(command: Command) -> Result<(), ExitCode> {
             Ok(())
         }
         Command::ReadToken { db, days } => {
-            let mut store = open(&db)?;
+            let mut store = open(&Database::parse(&db.db))?;
             let token = vault::hex(&random::<20>()?);
+            let expires = now + days * 86400;
             store
-                .add_token(
-                    "read",
-                    &vault_server::token_hash(&token),
-                    now + days * 86400,
-                )
+                .add_token(&vault_server::token_hash(&token), now, expires)
                 .map_err(store_err)?;
             println!("{token}");
+            Ok(())
+        }
+        Command::ReadTokens { db } => {
+            let mut store = open(&Database::parse(&db.db))?;
+            for t in store.tokens().map_err(store_err)? {
+                let state = match t.revoked {
+                    Some(at) => format!("revoked {}", when(at)),
+                    None if t.expires < now => "expired".to_string(),
+                    None => "valid".to_string(),
+                };
+                println!(
+                    "{} issued {} expires {} {state}",
+                    t.id,
+                    when(t.created),
+                    when(t.expires)
+                );
+            }
+            Ok(())
+        }
+        Command::Machines { db } => {
+            let mut store = open(&Database::parse(&db.db))?;
+            for m in store.machines().map_err(store_err)? {
+                let state = match m.revoked {
+                    Some(at) => format!("revoked {}", when(at)),
+                    None => "active".to_string(),
+                };
+                println!(
+                    "{} enrolled {} {state} key {}",
+                    term(&m.id, Lines::One),
+                    when(m.enrolled),
+                    m.enrolment.key.to_hex()
+                );
+            }
+            Ok(())
+        }
+        Command::Forks { db } => {
+            let mut store = open(&Database::parse(&db.db))?;
+            for f in store.forks().map_err(store_err)? {
+                println!(
+                    "{}",
+                    term(
+                        &format!(
+                            "machine {} session {} entries {}..{} refused {}: {}",
+                            f.machine,
+                            f.session,
+                            f.first,
+                            f.last,
+                            when(f.seen),
+                            f.reason
+                        ),
+                        Lines::One
+                    )
+                );
+            }
+            Ok(())
+        }
+        Command::Revoke { db, what } => {
+            let mut store = open(&Database::parse(&db.db))?;
+            let (kind, id, done) = match what {
+                Revoke::Machine { id } => {
+                    let done = store.revoke_machine(&id, now).map_err(store_err)?;
+                    ("machine", id, done)
+                }
+                Revoke::ReadToken { id } => {
+                    // The token itself works too: its id is its hash's start.
+                    let key = if id.len() > 16 {
+                        vault_server::token_id(&vault_server::token_hash(&id))
+                    } else {
+                        id.clone()
+                    };
+                    let done = store.revoke_token(&key, now).map_err(store_err)?;
+                    ("read token", key, done)
+                }
+            };
+            if !done {
+                eprintln!(
+                    "nd7-vault: no {kind} {} (see `nd7-vault {}`)",
+                    term(&id, Lines::One),
+                    if kind == "machine" {
+                        "machines"
+                    } else {
+                        "read-tokens"
+                    }
+                );
+                return Err(ExitCode::from(1));
+            }
+            println!(
+                "revoked {kind} {}: refused from its next request on",
+                term(&id, Lines::One)
+            );
             Ok(())
         }
         Command::Recipients { db, document } => {
@@ -241,7 +479,7 @@ fn run(command: Command) -> Result<(), ExitCode> {
                     ours.to_hex()
                 )));
             }
-            let mut store = open(&db.db)?;
+            let mut store = open(&db.database())?;
             if let Some(installed) = store.recipients().map_err(store_err)? {
                 let installed = Recipients::parse(&installed).map_err(store_err)?;
                 if installed.org != doc.org {
@@ -276,7 +514,7 @@ fn run(command: Command) -> Result<(), ExitCode> {
         }
         Command::Restored { db, backup_taken } => {
             let key = load_key(&db)?;
-            let mut store = open(&db.db)?;
+            let mut store = open(&db.database())?;
             let notice = routes::restore_notice(&key, backup_taken, now);
             store.add_restore(&notice, now).map_err(store_err)?;
             print!("{notice}");

@@ -106,7 +106,8 @@ fn main() -> ExitCode {
             url,
             token,
             fingerprint,
-        } => vault_cmds::enroll(&url, &token, &fingerprint),
+            ca_cert,
+        } => vault_cmds::enroll(&url, &token, &fingerprint, ca_cert.as_deref()),
         Command::Ship { every } => vault_cmds::ship(every.as_deref()),
         Command::Admin(admin) => vault_cmds::admin(admin),
         Command::Sessions {
@@ -334,7 +335,13 @@ fn run_self_update(args: Vec<String>) -> ExitCode {
         let key = self_update::RELEASE_KEY.ok_or(UpdateError::NoKey)?;
         let key = nd7_core::vault::unhex::<32>(key).ok_or(UpdateError::BadKey)?;
         let dir = exe.parent().unwrap_or(std::path::Path::new("/"));
-        self_update::update(dir, from, &key, &Accept::running(downgrade))
+        self_update::update(
+            dir,
+            from,
+            &nd7_core::http_client::Trust::Default,
+            &key,
+            &Accept::running(downgrade),
+        )
     })();
     match result {
         Ok(version) => {

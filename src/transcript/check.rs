@@ -60,13 +60,14 @@ pub fn collect(log: &SessionLog) -> Result<Anchored, session_log::Error> {
     Ok(collector.out)
 }
 
-/// [`collect`] over a log's bytes already in memory (a pulled copy).
-pub fn collect_bytes(log: &[u8]) -> Anchored {
+/// [`collect`] over a log read line by line from `log` (a pulled copy,
+/// which may be larger than memory).
+pub fn collect_read(log: impl std::io::BufRead) -> std::io::Result<Anchored> {
     let mut collector = Collector::default();
-    for line in log.split(|&b| b == b'\n') {
-        collector.feed(line);
+    for line in log.split(b'\n') {
+        collector.feed(&line?);
     }
-    collector.out
+    Ok(collector.out)
 }
 
 #[derive(Default)]

@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use super::check;
 use super::layout;
 use super::prefix::Prefix;
+use crate::http_client::Trust;
 use crate::safe_file::{self, Budget};
-use crate::ship::Client;
+use crate::ship::{Client, ShipError};
 use crate::vault::{self, AgeIdentity, ChainKey, KeyId};
 use crate::vault_admin::{Compared, Fault, Finding, PullError, Pulled};
 
@@ -49,13 +50,14 @@ fn finding(fault: Fault, text: String) -> Finding {
 /// Fetches and checks the transcript pieces of `pulled`'s session.
 pub fn pull(
     url: &str,
+    trust: &Trust,
     read_token: &str,
     identity: &AgeIdentity,
     pulled: &Pulled,
 ) -> Result<Transcripts, PullError> {
     let (machine, session) = (&pulled.machine, &pulled.session);
     let names = format!("machine {machine}, session {session}");
-    let client = Client::new(url);
+    let client = Client::new(url, trust)?;
     let path = format!(
         "/v1/transcripts/{machine}/{}",
         vault::hex(session.as_bytes())
@@ -147,7 +149,15 @@ pub fn pull(
     }
 
     // Put each file together in the chain's order, generation by generation.
-    let anchored = check::collect_bytes(&pulled.log);
+    let anchored = std::fs::File::open(&pulled.path)
+        .and_then(|f| check::collect_read(std::io::BufReader::new(f)))
+        .map_err(|source| {
+            PullError::Other(ShipError::Io {
+                path: pulled.path.clone(),
+                action: "read back",
+                source,
+            })
+        })?;
     for ((root, path), anchors) in &anchored.files {
         let mut generations: BTreeMap<u64, Vec<&check::Anchor>> = BTreeMap::new();
         for a in anchors {

@@ -80,6 +80,12 @@ impl BatchHeader {
             .and_then(|s| String::from_utf8(s).ok())
             .ok_or_else(bad)?;
         crate::session_log::check_session_id(&session).map_err(|_| bad())?;
+        if session.len() > MAX_SESSION_ID_BYTES {
+            return Err(malformed(
+                "the batch header",
+                "a header naming a session id of at most 255 bytes",
+            ));
+        }
         let key = field(lines.next(), "key")
             .and_then(KeyId::from_hex)
             .ok_or_else(bad)?;
@@ -93,6 +99,12 @@ impl BatchHeader {
             .and_then(|s| s.parse().ok())
             .filter(|&n| n >= 1)
             .ok_or_else(bad)?;
+        if n > MAX_BATCH_ENTRIES {
+            return Err(malformed(
+                "the batch header",
+                "a header of at most 65536 entries",
+            ));
+        }
         let mut index = Vec::with_capacity(n.min(1 << 16));
         for (i, line) in lines.enumerate() {
             let (Some(seq), Some(digest)) = line
@@ -259,6 +271,12 @@ pub fn parse_batch(body: &[u8]) -> Result<Batch, Error> {
         return Err(bad());
     }
     let header = BatchHeader::parse(&header_bytes)?;
+    if ciphertext.len() < header.index.len() * MIN_CIPHERTEXT_PER_ENTRY {
+        return Err(malformed(
+            "the batch",
+            "a batch whose ciphertext can hold the entries its index lists (at least 16 bytes each)",
+        ));
+    }
     let signed = &body[..body.len() - 64];
     let checkpoint = Checkpoint::of(&header, blake3::hash(signed).into());
     Ok(Batch {

@@ -78,6 +78,11 @@ impl EnrolToken {
 
     /// Checks the organisation's signature: a typo or a token of another
     /// organisation is caught before the vault is asked.
+    /// The token's public key: what the vault records as used.
+    pub fn public(&self) -> PublicKey {
+        self.key.public()
+    }
+
     pub fn check(&self, org: &PublicKey) -> Result<(), Error> {
         if org.verify(
             token_message(org, &self.key.public(), self.expires).as_bytes(),

@@ -51,6 +51,17 @@ pub const MAX_BATCH_ENTRIES_BYTES: usize = 8 * 1024 * 1024;
 /// compress at all, its index (at most one line per 100 entry bytes… and
 /// entries are longer than that) and the wrapped key, with room to spare.
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// At most this many entries go into one batch.
+pub const MAX_BATCH_ENTRIES: usize = 65_536;
+/// The longest session id a batch may name, in bytes: the longest file
+/// name (NAME_MAX), so every session directory can be shipped.
+pub const MAX_SESSION_ID_BYTES: usize = 255;
+/// The fewest ciphertext bytes a batch carries per entry. Every entry holds
+/// its own 32-byte hash (64 hex digits), which no compressor can shrink, so
+/// a real batch never comes near this; a header that claims more entries
+/// than its ciphertext could hold is refused, so a small request cannot
+/// make the vault store a large index.
+pub const MIN_CIPHERTEXT_PER_ENTRY: usize = 16;
 /// How far a request's stated time may be from the vault's clock, either way.
 pub const MAX_CLOCK_SKEW_SECS: u64 = 300;
 

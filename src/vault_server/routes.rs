@@ -1,13 +1,23 @@
-//! What each request means: routes, authentication, the link check, and
-//! receipts. Independent of the transport: a [`Request`] comes in, a
-//! [`Reply`] goes out.
+//! What each request means: routes, authentication, limits, the link check,
+//! and receipts. Independent of the transport: a [`Request`] and a
+//! [`Store`] come in, a [`Reply`] goes out.
+//!
+//! A request with a body is seen twice: [`Vault::admit`] with its headers
+//! only, before the transport reads the body (who is sending, whether they
+//! may, and how much), then [`Vault::handle`] with the body read. A body is
+//! never read for a route that takes none, a machine the vault does not
+//! know or revoked, a stale request, or a machine over its quota.
 
-use std::sync::Mutex;
-
-use super::{Link, Store, StoreError, StoredBatch, decide, token_hash};
+use super::{
+    Enrolled, NonceUse, PieceStored, Quota, Store, StoreError, Stored, StoredBatch, TokenCheck,
+    Usage, day_of,
+};
 use crate::vault::{
     self, Enrolment, PublicKey, Receipt, Recipients, RequestAuth, RestoreNotice, SigningKey,
 };
+
+/// The largest enrolment body: a few hundred bytes of text, with room.
+pub const MAX_ENROL_BYTES: usize = 4096;
 
 /// A request as the transport read it. Header names are compared without
 /// regard to case.
@@ -28,6 +38,22 @@ impl Request {
     }
 }
 
+/// A chain to stream back, one batch or transcript piece at a time
+/// ([`Vault::next_frame`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pull {
+    pub machine: String,
+    pub session: String,
+    pub of: PullOf,
+}
+
+/// What a pull streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullOf {
+    Batches,
+    Pieces,
+}
+
 /// A reply: status, body, and for the log line what a refusal concerned.
 #[derive(Clone, Debug)]
 pub struct Reply {
@@ -35,6 +61,10 @@ pub struct Reply {
     pub body: Vec<u8>,
     /// Machine, session, entries and reason of a refusal, for the log.
     pub note: Option<String>,
+    /// For a 429: when to try again, in seconds.
+    pub retry_after: Option<u64>,
+    /// The body is this chain's batches or pieces, framed, after `body`.
+    pub pull: Option<Box<Pull>>,
 }
 
 pub fn reply(status: u16, text: impl Into<String>) -> Reply {
@@ -46,11 +76,13 @@ pub fn reply(status: u16, text: impl Into<String>) -> Reply {
         status,
         body: text.into_bytes(),
         note: None,
+        retry_after: None,
+        pull: None,
     }
 }
 
 /// A refusal: its text is also the log's note.
-fn refuse(status: u16, text: impl Into<String>) -> Reply {
+pub fn refuse(status: u16, text: impl Into<String>) -> Reply {
     let text = text.into();
     let mut r = reply(status, format!("refused: {text}"));
     r.note = Some(text);
@@ -63,59 +95,268 @@ fn internal(e: StoreError) -> Reply {
     r
 }
 
-/// The vault's request handling: its storage, its key and its clock.
-pub struct Vault {
-    store: Mutex<Box<dyn Store>>,
-    key: SigningKey,
-    now: fn() -> u64,
+fn bytes(status: u16, body: Vec<u8>) -> Reply {
+    Reply {
+        status,
+        body,
+        note: None,
+        retry_after: None,
+        pull: None,
+    }
 }
 
-impl Vault {
-    pub fn new(store: Box<dyn Store>, key: SigningKey, now: fn() -> u64) -> Vault {
-        Vault {
-            store: Mutex::new(store),
-            key,
-            now,
+/// What the vault allows each machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub quota: Quota,
+    /// Requests one machine may make within the replay window (twice the
+    /// allowed clock skew): what bounds the nonce table.
+    pub requests_per_window: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            quota: Quota::default(),
+            requests_per_window: 20_000,
+        }
+    }
+}
+
+/// The routes, as [`Vault::handle`] dispatches them. A new route is a
+/// variant, a line in [`Route::parse`], its [`Access`] and body limit, and
+/// an arm in [`Vault::handle`]; the transport needs nothing more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route<'a> {
+    Recipients,
+    Restores,
+    Enroll,
+    Head(&'a str),
+    Batch,
+    Sessions,
+    Machine(&'a str),
+    Batches(&'a str, &'a str),
+    Forks,
+    Piece,
+    Pieces(&'a str, &'a str),
+}
+
+impl<'a> Route<'a> {
+    fn parse(method: &str, path: &'a str) -> Option<Route<'a>> {
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        Some(match (method, segments.as_slice()) {
+            ("GET", ["v1", "recipients"]) => Route::Recipients,
+            ("GET", ["v1", "restores"]) => Route::Restores,
+            ("POST", ["v1", "enroll"]) => Route::Enroll,
+            ("GET", ["v1", "head", session]) => Route::Head(session),
+            ("POST", ["v1", "batches"]) => Route::Batch,
+            ("GET", ["v1", "sessions"]) => Route::Sessions,
+            ("GET", ["v1", "machines", id]) => Route::Machine(id),
+            ("GET", ["v1", "batches", machine, session]) => Route::Batches(machine, session),
+            ("GET", ["v1", "forks"]) => Route::Forks,
+            ("POST", ["v1", "transcripts"]) => Route::Piece,
+            ("GET", ["v1", "transcripts", machine, session]) => Route::Pieces(machine, session),
+            _ => return None,
+        })
+    }
+
+    /// The largest body the route takes.
+    fn max_body(&self) -> usize {
+        match self {
+            Route::Enroll => MAX_ENROL_BYTES,
+            // A piece is at most 8 MiB of transcript, sealed as a batch
+            // is: the batch's bound holds it.
+            Route::Batch | Route::Piece => vault::MAX_BODY_BYTES,
+            _ => 0,
         }
     }
 
-    fn store(&self) -> std::sync::MutexGuard<'_, Box<dyn Store>> {
-        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    /// Who may call the route.
+    fn access(&self) -> Access {
+        match self {
+            Route::Recipients | Route::Restores | Route::Enroll => Access::Anyone,
+            Route::Head(_) | Route::Batch | Route::Piece => Access::Machine,
+            Route::Sessions
+            | Route::Machine(_)
+            | Route::Batches(..)
+            | Route::Forks
+            | Route::Pieces(..) => Access::Reader,
+        }
+    }
+}
+
+/// Who may call a route: what [`Vault::admit`] checks before a body is
+/// read, and [`Vault::handle`] again (with the signature over the body)
+/// after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// Anyone (an enrolment carries its own proof, checked in the handler).
+    Anyone,
+    /// An enrolled, unrevoked machine, by a signed request.
+    Machine,
+    /// An admin, by a read token.
+    Reader,
+}
+
+/// The largest body a request to `method path` may carry, or the reply
+/// for a route that does not exist. Pure: the transport asks before it
+/// reads anything more.
+pub fn max_body(method: &str, path: &str) -> Result<usize, Reply> {
+    Route::parse(method, path)
+        .map(|r| r.max_body())
+        .ok_or_else(|| reply(404, format!("no such route: {method} {path}")))
+}
+
+/// The vault's request handling: its key, its clock and its limits. Each
+/// call is given the store to use, so the transport can run several at once,
+/// each on its own connection.
+pub struct Vault {
+    key: SigningKey,
+    now: fn() -> u64,
+    limits: Limits,
+}
+
+impl Vault {
+    pub fn new(key: SigningKey, now: fn() -> u64, limits: Limits) -> Vault {
+        Vault { key, now, limits }
     }
 
-    pub fn handle(&self, request: &Request) -> Reply {
+    /// Before a body of `length` bytes is read: whether it may be, and
+    /// whose it is (the machine's id for a batch; `None` for an enrolment,
+    /// which nobody can be authenticated for yet and is small).
+    pub fn admit(
+        &self,
+        store: &mut dyn Store,
+        request: &Request,
+        length: usize,
+    ) -> Result<Option<String>, Reply> {
+        let route = Route::parse(&request.method, &request.path).ok_or_else(|| {
+            reply(
+                404,
+                format!("no such route: {} {}", request.method, request.path),
+            )
+        })?;
+        let max = route.max_body();
+        if length > max {
+            return Err(refuse(
+                413,
+                format!(
+                    "a body of {length} bytes is over the vault's {max}-byte limit for {} {}",
+                    request.method, request.path
+                ),
+            ));
+        }
+        // A machine's body is admitted only from a known, unrevoked machine,
+        // with a fresh request and room in its quota; the signature over the
+        // body is checked once it is read. Other routes take no body but an
+        // enrolment's, which is small and carries its own proof.
+        if route.access() != Access::Machine || max == 0 {
+            return Ok(None);
+        }
+        let auth = auth_headers(request)?;
+        let machine = self.known_machine(store, &auth.machine)?;
+        let now = (self.now)();
+        let skew = now.abs_diff(auth.time);
+        if skew > vault::MAX_CLOCK_SKEW_SECS {
+            return Err(refuse(
+                401,
+                format!("machine {}: {}", auth.machine, vault::Error::Stale { skew }),
+            ));
+        }
+        let used = store.usage(&auth.machine, day_of(now)).map_err(internal)?;
+        if !used.fits(
+            Usage {
+                entries: 1,
+                bytes: length as u64,
+            },
+            &self.limits.quota,
+        ) {
+            return Err(self.over_quota(&auth.machine, used, now));
+        }
+        Ok(Some(machine.0))
+    }
+
+    pub fn handle(&self, store: &mut dyn Store, request: &Request) -> Reply {
         let method = request.method.as_str();
         let path = request.path.as_str();
-        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let result = match (method, segments.as_slice()) {
-            ("GET", ["v1", "recipients"]) => self.recipients(),
-            ("GET", ["v1", "restores"]) => self.restores(),
-            ("POST", ["v1", "enroll"]) => self.enroll(request),
-            ("GET", ["v1", "head", session]) => self
-                .authenticate(request)
-                .and_then(|(machine, _)| self.head(&machine, session)),
-            ("POST", ["v1", "batches"]) => self
-                .authenticate(request)
-                .and_then(|(machine, key)| self.batch(&machine, &key, &request.body)),
-            ("GET", ["v1", "sessions"]) => self.reader(request).and_then(|()| self.sessions()),
-            ("GET", ["v1", "machines", id]) => self.reader(request).and_then(|()| self.machine(id)),
-            ("GET", ["v1", "batches", machine, session]) => self
-                .reader(request)
-                .and_then(|()| self.batches(machine, session)),
-            ("GET", ["v1", "forks"]) => self.reader(request).and_then(|()| self.forks()),
-            ("POST", ["v1", "transcripts"]) => self
-                .authenticate(request)
-                .and_then(|(machine, key)| self.piece(&machine, &key, &request.body)),
-            ("GET", ["v1", "transcripts", machine, session]) => self
-                .reader(request)
-                .and_then(|()| self.pieces(machine, session)),
-            _ => Err(reply(404, format!("no such route: {method} {path}"))),
+        let Some(route) = Route::parse(method, path) else {
+            return reply(404, format!("no such route: {method} {path}"));
+        };
+        let result = match route {
+            Route::Recipients => self.recipients(store),
+            Route::Restores => self.restores(store),
+            Route::Enroll => self.enroll(store, request),
+            Route::Head(session) => self
+                .authenticate(store, request)
+                .and_then(|(machine, _)| self.head(store, &machine, session)),
+            Route::Batch => self
+                .authenticate(store, request)
+                .and_then(|(machine, key)| self.batch(store, &machine, &key, &request.body)),
+            Route::Sessions => self
+                .reader(store, request)
+                .and_then(|()| self.sessions(store)),
+            Route::Machine(id) => self
+                .reader(store, request)
+                .and_then(|()| self.machine(store, id)),
+            Route::Batches(machine, session) => self
+                .reader(store, request)
+                .and_then(|()| pull(machine, session, PullOf::Batches)),
+            Route::Forks => self.reader(store, request).and_then(|()| self.forks(store)),
+            Route::Piece => self
+                .authenticate(store, request)
+                .and_then(|(machine, key)| self.piece(store, &machine, &key, &request.body)),
+            Route::Pieces(machine, session) => self
+                .reader(store, request)
+                .and_then(|()| pull(machine, session, PullOf::Pieces)),
         };
         result.unwrap_or_else(|r| r)
     }
 
-    fn recipients(&self) -> Result<Reply, Reply> {
-        match self.store().recipients() {
+    /// The next frame of a pull, as `u32 BE length, bytes`: the chain's
+    /// first batch after `after` (the first seq of the last one sent, and
+    /// 0), or its first transcript piece after `after` (anchor seq and
+    /// first byte of the last one sent), with where it is; `None` at the
+    /// end.
+    pub fn next_frame(
+        &self,
+        store: &mut dyn Store,
+        pull: &Pull,
+        after: Option<(u64, u64)>,
+    ) -> Result<Option<super::Placed>, StoreError> {
+        let next = match pull.of {
+            PullOf::Batches => store
+                .batch_after(&pull.machine, &pull.session, after.map(|(first, _)| first))?
+                .map(|(first, body)| ((first, 0), body)),
+            PullOf::Pieces => store.piece_after(&pull.machine, &pull.session, after)?,
+        };
+        Ok(next.map(|(at, body)| {
+            let mut frame = Vec::with_capacity(4 + body.len());
+            frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            frame.extend_from_slice(&body);
+            (at, frame)
+        }))
+    }
+
+    fn over_quota(&self, machine: &str, used: Usage, now: u64) -> Reply {
+        let q = &self.limits.quota;
+        let reset = (day_of(now) + 1) * 86_400;
+        let mut r = refuse(
+            429,
+            format!(
+                "machine {machine} is over its daily quota: it stored {} entries and {} bytes today, of {} entries and {} bytes a day; the quota resets at 00:00 UTC, in {} s",
+                used.entries,
+                used.bytes,
+                q.entries_per_day,
+                q.bytes_per_day,
+                reset - now
+            ),
+        );
+        r.retry_after = Some(reset - now);
+        r
+    }
+
+    fn recipients(&self, store: &mut dyn Store) -> Result<Reply, Reply> {
+        match store.recipients() {
             Ok(Some(doc)) => Ok(reply(200, doc)),
             Ok(None) => Err(reply(
                 404,
@@ -125,35 +366,44 @@ impl Vault {
         }
     }
 
-    fn restores(&self) -> Result<Reply, Reply> {
-        let notices = self.store().restores().map_err(internal)?;
-        Ok(Reply {
-            status: 200,
-            body: notices.concat().into_bytes(),
-            note: None,
-        })
+    fn restores(&self, store: &mut dyn Store) -> Result<Reply, Reply> {
+        let notices = store.restores().map_err(internal)?;
+        Ok(bytes(200, notices.concat().into_bytes()))
+    }
+
+    /// The enrolled, unrevoked machine `id`, and its key.
+    fn known_machine(&self, store: &mut dyn Store, id: &str) -> Result<(String, PublicKey), Reply> {
+        let row = store
+            .machine(id)
+            .map_err(internal)?
+            .ok_or_else(|| refuse(401, format!("unknown machine {id:?}: enrol it first")))?;
+        if let Some(at) = row.revoked {
+            return Err(refuse(
+                403,
+                format!(
+                    "machine {id} was revoked at {at} (Unix time): an admin must enrol it again with a new token"
+                ),
+            ));
+        }
+        Ok((row.id, row.enrolment.key))
     }
 
     /// Checks a machine's signature and the request's freshness, and notes
     /// its nonce; returns the machine's id and key.
-    fn authenticate(&self, request: &Request) -> Result<(String, PublicKey), Reply> {
+    fn authenticate(
+        &self,
+        store: &mut dyn Store,
+        request: &Request,
+    ) -> Result<(String, PublicKey), Reply> {
         let auth = auth_headers(request)?;
-        let enrolment = self
-            .store()
-            .machine(&auth.machine)
-            .map_err(internal)?
-            .ok_or_else(|| {
-                refuse(
-                    401,
-                    format!("unknown machine {:?}: enrol it first", auth.machine),
-                )
-            })?;
-        self.check_fresh(&auth, &enrolment.key, &auth.machine, request)?;
-        Ok((auth.machine, enrolment.key))
+        let (id, key) = self.known_machine(store, &auth.machine)?;
+        self.check_fresh(store, &auth, &key, &id, request)?;
+        Ok((id, key))
     }
 
     fn check_fresh(
         &self,
+        store: &mut dyn Store,
         auth: &RequestAuth,
         key: &PublicKey,
         nonce_owner: &str,
@@ -162,28 +412,40 @@ impl Vault {
         let now = (self.now)();
         auth.verify(key, &request.method, &request.path, &request.body, now)
             .map_err(|e| refuse(401, format!("machine {}: {e}", auth.machine)))?;
-        let first = self
-            .store()
-            .first_use_of_nonce(
+        let window = 2 * vault::MAX_CLOCK_SKEW_SECS;
+        match store
+            .note_nonce(
                 nonce_owner,
                 &vault::hex(&auth.nonce),
                 auth.time,
-                now.saturating_sub(2 * vault::MAX_CLOCK_SKEW_SECS),
+                now.saturating_sub(window),
+                self.limits.requests_per_window,
             )
-            .map_err(internal)?;
-        if !first {
-            return Err(refuse(
+            .map_err(internal)?
+        {
+            NonceUse::First => Ok(()),
+            NonceUse::Replayed => Err(refuse(
                 401,
                 format!(
                     "machine {}: replayed request: this nonce was already used",
                     auth.machine
                 ),
-            ));
+            )),
+            NonceUse::TooMany(n) => {
+                let mut r = refuse(
+                    429,
+                    format!(
+                        "machine {}: too many requests: {n} in the last {window} s, the most the vault takes",
+                        auth.machine
+                    ),
+                );
+                r.retry_after = Some(window);
+                Err(r)
+            }
         }
-        Ok(())
     }
 
-    fn enroll(&self, request: &Request) -> Result<Reply, Reply> {
+    fn enroll(&self, store: &mut dyn Store, request: &Request) -> Result<Reply, Reply> {
         let enrolment = Enrolment::parse(&request.body).map_err(|e| refuse(400, e.to_string()))?;
         let auth = auth_headers(request)?;
         let id = enrolment.machine_id();
@@ -196,9 +458,15 @@ impl Vault {
                 ),
             ));
         }
-        self.check_fresh(&auth, &enrolment.key, &enrolment.key.to_hex(), request)?;
         let now = (self.now)();
-        let mut store = self.store();
+        auth.verify(
+            &enrolment.key,
+            &request.method,
+            &request.path,
+            &request.body,
+            now,
+        )
+        .map_err(|e| refuse(401, format!("machine {id}: {e}")))?;
         let doc = store.recipients().map_err(internal)?.ok_or_else(|| {
             refuse(
                 409,
@@ -208,34 +476,57 @@ impl Vault {
         let org = Recipients::parse(&doc)
             .map_err(|e| refuse(500, e.to_string()))?
             .org;
+        // The same key with the same token, asking again (its first reply
+        // was lost): yes again, even once the token has expired. Anything
+        // else must hold a valid, unexpired token, which is checked before
+        // a nonce is kept, so that nobody without one can fill the table.
+        let again = store
+            .machine(&id)
+            .map_err(internal)?
+            .is_some_and(|m| m.enrolment.token_key == enrolment.token_key);
         enrolment
-            .verify(&org, Some(now))
+            .verify(&org, (!again).then_some(now))
             .map_err(|e| refuse(403, format!("machine {id}: {e}")))?;
-        if !store.add_machine(&id, &enrolment, now).map_err(internal)? {
-            return Err(refuse(
+        self.check_fresh(
+            store,
+            &auth,
+            &enrolment.key,
+            &enrolment.key.to_hex(),
+            request,
+        )?;
+        match store.add_machine(&id, &enrolment, now).map_err(internal)? {
+            Enrolled::New | Enrolled::Again => Ok(reply(200, format!("machine {id}"))),
+            Enrolled::TokenUsed => Err(refuse(
                 403,
-                format!(
-                    "machine {id}: the enrolment token was used already, or this key is enrolled"
-                ),
-            ));
+                format!("machine {id}: the enrolment token was used already, by another key"),
+            )),
+            Enrolled::KeyEnrolled => Err(refuse(
+                403,
+                format!("machine {id}: this key is enrolled already, with another token"),
+            )),
         }
-        Ok(reply(200, format!("machine {id}")))
     }
 
-    fn reader(&self, request: &Request) -> Result<(), Reply> {
+    fn reader(&self, store: &mut dyn Store, request: &Request) -> Result<(), Reply> {
         let token = request
             .header("authorization")
             .and_then(|v| v.strip_prefix("Bearer ").map(str::to_string))
             .ok_or_else(|| refuse(401, "reads need `Authorization: Bearer <read token>`"))?;
         let now = (self.now)();
-        if self
-            .store()
-            .reader_token_ok(&token_hash(&token), now)
+        match store
+            .check_token(&super::token_hash(&token), now)
             .map_err(internal)?
         {
-            Ok(())
-        } else {
-            Err(refuse(401, "unknown or expired read token"))
+            TokenCheck::Valid => Ok(()),
+            TokenCheck::Unknown => Err(refuse(401, "unknown read token")),
+            TokenCheck::Expired(at) => Err(refuse(
+                401,
+                format!("the read token expired at {at} (Unix time)"),
+            )),
+            TokenCheck::Revoked(at) => Err(refuse(
+                401,
+                format!("the read token was revoked at {at} (Unix time)"),
+            )),
         }
     }
 
@@ -249,23 +540,29 @@ impl Vault {
         .render()
     }
 
-    fn head(&self, machine: &str, session: &str) -> Result<Reply, Reply> {
+    fn head(&self, store: &mut dyn Store, machine: &str, session: &str) -> Result<Reply, Reply> {
         let session = session_from_hex(session)?;
-        match self.store().head(machine, &session) {
+        match store.head(machine, &session) {
             Ok(Some(h)) => Ok(reply(200, self.receipt(&h))),
             Ok(None) => Ok(reply(200, "none")),
             Err(e) => Err(internal(e)),
         }
     }
 
-    fn batch(&self, machine: &str, key: &PublicKey, body: &[u8]) -> Result<Reply, Reply> {
+    fn batch(
+        &self,
+        store: &mut dyn Store,
+        machine: &str,
+        key: &PublicKey,
+        body: &[u8],
+    ) -> Result<Reply, Reply> {
         let batch =
             vault::parse_batch(body).map_err(|e| refuse(400, format!("machine {machine}: {e}")))?;
         let header = &batch.header;
+        let range = header.range();
         let names = format!(
-            "machine {machine}, session {}, entries {}",
-            header.session,
-            header.range()
+            "machine {machine}, session {}, entries {range}",
+            header.session
         );
         if header.machine != machine {
             return Err(refuse(
@@ -283,54 +580,35 @@ impl Vault {
             ));
         }
         let now = (self.now)();
-        let mut store = self.store();
-        let head = store.head(machine, &header.session).map_err(internal)?;
-        let link = {
-            let store = &mut **store;
-            decide(
-                header,
-                head.as_ref().map(|h| h.checkpoint.last),
-                &mut |seq| store.digest_at(machine, &header.session, seq),
-            )
+        match store
+            .store_batch(&batch, body, now, &self.limits.quota)
             .map_err(internal)?
-        };
-        let range = header.range();
-        match link {
-            Link::Append => {
-                store.insert_batch(&batch, body, now).map_err(internal)?;
-                let stored = StoredBatch {
-                    checkpoint: batch.checkpoint.clone(),
-                    signature: batch.signature,
-                    stored: now,
-                };
-                Ok(reply(
-                    200,
-                    format!("stored {range}\n{}", self.receipt(&stored)),
-                ))
-            }
-            Link::AlreadyStored => {
-                let stored = match store
-                    .batch_ending_at(machine, &header.session, header.last().seq)
-                    .map_err(internal)?
-                {
-                    Some(s) => Some(s),
-                    None => head,
-                };
+        {
+            Stored::Appended(stored) => Ok(reply(
+                200,
+                format!("stored {range}\n{}", self.receipt(&stored)),
+            )),
+            Stored::AlreadyStored(stored) => {
                 let receipt = stored.map(|s| self.receipt(&s)).unwrap_or_default();
                 Ok(reply(200, format!("already stored {range}\n{receipt}")))
             }
-            Link::Fork(why) => {
-                store
-                    .record_fork(header, &why, body, now)
-                    .map_err(internal)?;
+            Stored::Fork { reason, recorded } => {
+                let (done, note) = if recorded {
+                    ("refused and recorded", "")
+                } else {
+                    (
+                        "refused (not recorded: the machine is over its quota)",
+                        "; not recorded",
+                    )
+                };
                 let mut r = reply(
                     409,
-                    format!("refused and recorded: batch {range} would fork the chain: {why}"),
+                    format!("{done}: batch {range} would fork the chain: {reason}"),
                 );
-                r.note = Some(format!("{names}: would fork the chain: {why}"));
+                r.note = Some(format!("{names}: would fork the chain: {reason}{note}"));
                 Err(r)
             }
-            Link::Unlinked(why) => {
+            Stored::Unlinked(why) => {
                 let mut r = reply(
                     409,
                     format!("refused: batch {range} does not link onto the stored chain: {why}"),
@@ -338,14 +616,21 @@ impl Vault {
                 r.note = Some(format!("{names}: does not link: {why}"));
                 Err(r)
             }
+            Stored::OverQuota(used) => Err(self.over_quota(machine, used, now)),
         }
     }
 
     /// A transcript piece: signed by the machine that sends it, of bytes an
-    /// anchor the vault already holds covers. Its contents are the admins'
-    /// to check against that anchor; the vault keeps the first piece of each
-    /// anchor and first byte, and acknowledges a resend.
-    fn piece(&self, machine: &str, key: &PublicKey, body: &[u8]) -> Result<Reply, Reply> {
+    /// entry the vault already holds anchors. Its contents are the admins'
+    /// to check against that anchor; the vault keeps the first piece of
+    /// each anchor and first byte, and acknowledges a resend.
+    fn piece(
+        &self,
+        store: &mut dyn Store,
+        machine: &str,
+        key: &PublicKey,
+        body: &[u8],
+    ) -> Result<Reply, Reply> {
         let piece =
             vault::parse_piece(body).map_err(|e| refuse(400, format!("machine {machine}: {e}")))?;
         let header = &piece.header;
@@ -365,53 +650,34 @@ impl Vault {
                 format!("{names}: the piece is not signed by the machine's key"),
             ));
         }
-        let mut store = self.store();
-        let head = store.head(machine, &header.session).map_err(internal)?;
-        if head
-            .as_ref()
-            .is_none_or(|h| h.checkpoint.last < header.anchor)
-        {
-            let mut r = reply(
-                409,
-                format!(
-                    "refused: entry {} is not stored yet: ship the entries before the transcript they anchor",
-                    header.anchor
-                ),
-            );
-            r.note = Some(format!("{names}: its anchor is not stored"));
-            return Err(r);
-        }
         let range = format!("{}..{}", header.from, header.to);
-        if store
-            .insert_piece(header, body, (self.now)())
+        let now = (self.now)();
+        match store
+            .store_piece(header, body, now, &self.limits.quota)
             .map_err(internal)?
         {
-            Ok(reply(200, format!("stored {} {range}", header.anchor)))
-        } else {
-            Ok(reply(
+            PieceStored::Stored => Ok(reply(200, format!("stored {} {range}", header.anchor))),
+            PieceStored::AlreadyStored => Ok(reply(
                 200,
                 format!("already stored {} {range}", header.anchor),
-            ))
+            )),
+            PieceStored::NotAnchored => {
+                let mut r = reply(
+                    409,
+                    format!(
+                        "refused: entry {} is not stored yet: ship the entries before the transcript they anchor",
+                        header.anchor
+                    ),
+                );
+                r.note = Some(format!("{names}: its anchor is not stored"));
+                Err(r)
+            }
+            PieceStored::OverQuota(used) => Err(self.over_quota(machine, used, now)),
         }
     }
 
-    fn pieces(&self, machine: &str, session: &str) -> Result<Reply, Reply> {
-        let session = session_from_hex(session)?;
-        let pieces = self.store().pieces(machine, &session).map_err(internal)?;
-        let mut out = Vec::new();
-        for b in pieces {
-            out.extend_from_slice(&(b.len() as u32).to_be_bytes());
-            out.extend_from_slice(&b);
-        }
-        Ok(Reply {
-            status: 200,
-            body: out,
-            note: None,
-        })
-    }
-
-    fn sessions(&self) -> Result<Reply, Reply> {
-        let rows = self.store().sessions().map_err(internal)?;
+    fn sessions(&self, store: &mut dyn Store) -> Result<Reply, Reply> {
+        let rows = store.sessions().map_err(internal)?;
         let mut text = String::new();
         for (machine, session, last) in rows {
             text.push_str(&format!(
@@ -419,56 +685,53 @@ impl Vault {
                 vault::hex(session.as_bytes())
             ));
         }
-        Ok(Reply {
-            status: 200,
-            body: text.into_bytes(),
-            note: None,
-        })
+        Ok(bytes(200, text.into_bytes()))
     }
 
-    fn machine(&self, id: &str) -> Result<Reply, Reply> {
-        match self.store().machine(id).map_err(internal)? {
-            Some(e) => Ok(reply(200, e.render())),
+    fn machine(&self, store: &mut dyn Store, id: &str) -> Result<Reply, Reply> {
+        match store.machine(id).map_err(internal)? {
+            Some(m) => Ok(reply(200, m.enrolment.render())),
             None => Err(reply(404, format!("no machine {id:?} is enrolled"))),
         }
     }
 
-    fn batches(&self, machine: &str, session: &str) -> Result<Reply, Reply> {
-        let session = session_from_hex(session)?;
-        let batches = self.store().batches(machine, &session).map_err(internal)?;
-        let mut out = Vec::new();
-        for b in batches {
-            out.extend_from_slice(&(b.len() as u32).to_be_bytes());
-            out.extend_from_slice(&b);
-        }
-        Ok(Reply {
-            status: 200,
-            body: out,
-            note: None,
-        })
-    }
-
-    fn forks(&self) -> Result<Reply, Reply> {
-        let rows = self.store().forks().map_err(internal)?;
+    fn forks(&self, store: &mut dyn Store) -> Result<Reply, Reply> {
+        let rows = store.forks().map_err(internal)?;
         let mut text = String::new();
-        for (machine, session, first, last, reason) in rows {
+        for f in rows {
             text.push_str(&format!(
-                "{machine} {} {first}..{last}: {reason}\n",
-                vault::hex(session.as_bytes())
+                "{} {} {}..{}: {}\n",
+                f.machine,
+                vault::hex(f.session.as_bytes()),
+                f.first,
+                f.last,
+                f.reason
             ));
         }
-        Ok(Reply {
-            status: 200,
-            body: text.into_bytes(),
-            note: None,
-        })
+        Ok(bytes(200, text.into_bytes()))
     }
+}
+
+/// A pull: the reply's body is streamed by the transport, one batch or
+/// piece at a time ([`Vault::next_frame`]).
+fn pull(machine: &str, session: &str, of: PullOf) -> Result<Reply, Reply> {
+    let session = session_from_hex(session)?;
+    let mut r = bytes(200, Vec::new());
+    r.pull = Some(Box::new(Pull {
+        machine: machine.to_string(),
+        session,
+        of,
+    }));
+    Ok(r)
 }
 
 fn session_from_hex(hex: &str) -> Result<String, Reply> {
     vault::unhex_vec(hex)
         .and_then(|b| String::from_utf8(b).ok())
-        .filter(|s| crate::session_log::check_session_id(s).is_ok())
+        .filter(|s| {
+            crate::session_log::check_session_id(s).is_ok()
+                && s.len() <= vault::MAX_SESSION_ID_BYTES
+        })
         .ok_or_else(|| refuse(400, "the session is not a hex-encoded session id"))
 }
 

@@ -34,9 +34,21 @@ mod transcript_vault;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg(feature = "vault-server")]
+mod pg;
+#[cfg(feature = "vault-server")]
 mod vault;
 #[cfg(feature = "vault-server")]
 mod vault_attacks;
+#[cfg(feature = "vault-server")]
+mod vault_limits;
+#[cfg(feature = "vault-server")]
+mod vault_scale;
+#[cfg(feature = "vault-server")]
+mod vault_service;
+#[cfg(feature = "vault-server")]
+mod vault_store;
+#[cfg(feature = "vault-server")]
+mod vault_tls;
 /// Without the feature the vault's tests cannot even build: fail, saying how
 /// to run them, rather than pass with them silently left out.
 #[cfg(not(feature = "vault-server"))]

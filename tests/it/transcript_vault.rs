@@ -377,7 +377,7 @@ fn the_vault_takes_only_the_machines_own_pieces_of_anchors_it_holds() {
     let piece = |anchor: u64, from: u64, machine_id: &str, signer: &SigningKey| {
         sealed(&c.session, anchor, from, machine_id, signer, b"abcd")
     };
-    let client = Client::new(&vault.url);
+    let client = Client::new(&vault.url, &nd7_core::http_client::Trust::Default).expect("client");
     let mut nonce = 0u8;
     let mut send = |body: Vec<u8>| {
         nonce += 1;

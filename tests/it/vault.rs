@@ -22,10 +22,30 @@ pub struct Vault {
     pub addr: String,
     /// The vault key's public half, as `nd7-vault key` printed it.
     pub key: String,
+    /// More arguments for `nd7-vault serve`.
+    pub serve_args: Vec<String>,
+    /// A command `nd7-vault` runs under (`prlimit --nofile=…`).
+    pub wrapper: Vec<String>,
+    /// `--db` for every command: this SQLite file, or a PostgreSQL URL.
+    pub database: Option<String>,
 }
 
 impl Vault {
     pub fn start() -> Vault {
+        Vault::start_with(&[])
+    }
+
+    /// A vault whose `serve` gets `args` too.
+    pub fn start_with(args: &[&str]) -> Vault {
+        let mut v = Vault::new(None);
+        v.serve_args = args.iter().map(|a| a.to_string()).collect();
+        v.spawn();
+        v
+    }
+
+    /// A vault's key and directory, serving nothing yet; on the PostgreSQL
+    /// database `url` if given, else a SQLite file.
+    pub fn new(url: Option<String>) -> Vault {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut v = Vault {
             dir,
@@ -33,27 +53,58 @@ impl Vault {
             url: String::new(),
             addr: "127.0.0.1:0".into(),
             key: String::new(),
+            serve_args: Vec::new(),
+            wrapper: Vec::new(),
+            database: url,
         };
         let out = v.admin(&["key"]);
         assert!(out.status.success(), "{}", stderr(&out));
         v.key = stdout(&out).trim().to_string();
-        v.spawn();
         v
     }
 
-    pub fn db(&self) -> PathBuf {
-        self.dir.path().join("vault.db")
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
     }
 
-    fn spawn(&mut self) {
+    /// Waits for the server to exit; its status.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.take().expect("running").wait().expect("wait")
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// Starts (another) `nd7-vault serve` on the same database and key:
+    /// (the process, its URL).
+    pub fn another(&self, log: &str) -> (Child, String) {
+        let (child, url) = self.serve(log, "127.0.0.1:0");
+        (child, url)
+    }
+
+    fn serve(&self, log: &str, addr: &str) -> (Child, String) {
         let log = std::fs::File::options()
             .create(true)
             .append(true)
-            .open(self.dir.path().join("server.log"))
+            .open(self.dir.path().join(log))
             .expect("server log");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nd7-vault"))
-            .args(["serve", "--listen", &self.addr, "--db"])
-            .arg(self.db())
+        let mut cmd = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(env!("CARGO_BIN_EXE_nd7-vault"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_nd7-vault")),
+        };
+        let mut child = cmd
+            .args(["serve", "--listen", addr, "--db"])
+            .arg(self.db_arg())
+            .arg("--key")
+            .arg(self.key_path())
+            .args(&self.serve_args)
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
@@ -62,12 +113,38 @@ impl Vault {
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)
             .expect("nd7-vault says where it listens");
-        self.url = line
+        let url = line
             .trim()
             .strip_prefix("listening on ")
-            .expect("listening line")
+            .unwrap_or_else(|| panic!("listening line: {line:?}"))
             .to_string();
-        self.addr = self.url.trim_start_matches("http://").to_string();
+        (child, url)
+    }
+
+    pub fn key_path(&self) -> PathBuf {
+        self.dir.path().join("vault.key")
+    }
+
+    /// What `--db` says.
+    pub fn db_arg(&self) -> std::ffi::OsString {
+        match &self.database {
+            Some(url) => url.into(),
+            None => self.db().into(),
+        }
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("vault.db")
+    }
+
+    pub fn spawn(&mut self) {
+        let (child, url) = self.serve("server.log", &self.addr.clone());
+        self.url = url;
+        self.addr = self
+            .url
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .to_string();
         self.child = Some(child);
     }
 
@@ -84,12 +161,14 @@ impl Vault {
         }
     }
 
+    /// `nd7-vault COMMAND --db … [--key …] ARGS`.
     pub fn admin(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_nd7-vault"));
-        cmd.args(&args[..1])
-            .arg("--db")
-            .arg(self.db())
-            .args(&args[1..]);
+        cmd.args(&args[..1]).arg("--db").arg(self.db_arg());
+        if matches!(args[0], "key" | "recipients" | "restored") {
+            cmd.arg("--key").arg(self.key_path());
+        }
+        cmd.args(&args[1..]);
         cmd.output().expect("run nd7-vault")
     }
 
@@ -121,6 +200,11 @@ pub struct Org {
     pub identity: PathBuf,
     /// The version of the last document signed.
     pub version: std::cell::Cell<u64>,
+}
+
+/// A client for the vault at `url`, trusting as nd7 does by default.
+pub fn client(url: &str) -> Client {
+    Client::new(url, &nd7_core::http_client::Trust::Default).expect("client")
 }
 
 pub fn nd7() -> Command {
@@ -267,7 +351,7 @@ pub fn pull(
 
 /// The batches the vault serves for a session, parsed.
 pub fn stored_batches(vault: &Vault, machine: &str, session: &str) -> Vec<vault::Batch> {
-    let framed = Client::new(&vault.url)
+    let framed = client(&vault.url)
         .ok(
             "GET",
             &format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes())),
@@ -359,7 +443,7 @@ fn enrol_record_ship_pull_decrypt_verify_byte_for_byte() {
 
     // An admin recovers the chain key with the stock age CLI.
     let machine = Machine::load(&state.xdg().join("nd7")).expect("enrolled");
-    let client = Client::new(&vault.url);
+    let client = client(&vault.url);
     let framed = client
         .ok(
             "GET",
@@ -546,7 +630,13 @@ fn a_rewrite_after_shipping_is_named_by_pull_and_refused_by_ship() {
 }
 
 /// A machine's signed batch of entries `first..` of a log, ready to send.
-fn batch_body(machine: &Machine, state: &State, session: &str, first: u64, prev: Hash) -> Vec<u8> {
+pub fn batch_body(
+    machine: &Machine,
+    state: &State,
+    session: &str,
+    first: u64,
+    prev: Hash,
+) -> Vec<u8> {
     batch_signed_by(machine, &machine.key, state, session, first, prev)
 }
 
@@ -600,7 +690,7 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
     let state = State::new();
     ok(enroll(&state, &vault, &org));
     let machine = Machine::load(&state.xdg().join("nd7")).expect("enrolled");
-    let client = Client::new(&vault.url);
+    let client = client(&vault.url);
     let now = ship::unix_now();
     append(&state, "s1", 6);
     let body = batch_body(&machine, &state, "s1", 0, Hash::session_fingerprint("s1"));
@@ -990,7 +1080,7 @@ fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
     let token = vault::EnrolToken::parse(&impostor.token()).expect("token");
     let body = token.enrolment(&key.public()).render();
     let id = vault::machine_id(&key.public());
-    let (status, text) = Client::new(&vault.url)
+    let (status, text) = client(&vault.url)
         .request(
             "POST",
             "/v1/enroll",
@@ -1042,7 +1132,8 @@ fn a_database_of_format_v1_is_refused_untouched() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("it holds vault format 1, and this nd7-vault serves format 2 only"),
+        stderr(&out)
+            .contains("it holds vault format 1, and this nd7-vault serves database layout 3 only"),
         "{}",
         stderr(&out)
     );

@@ -49,12 +49,29 @@ impl<'a> Operator<'a> {
             .collect()
     }
 
+    /// The chain's number in the database, made if it has none.
+    fn chain(&self, machine: &str, session: &str) -> i64 {
+        self.db
+            .execute(
+                "INSERT OR IGNORE INTO chains (machine, session) VALUES (?1, ?2)",
+                rusqlite::params![machine, session],
+            )
+            .expect("insert chain");
+        self.db
+            .query_row(
+                "SELECT id FROM chains WHERE machine = ?1 AND session = ?2",
+                rusqlite::params![machine, session],
+                |r| r.get(0),
+            )
+            .expect("chain")
+    }
+
     /// The last stored seq of a chain: all the clear index still says.
     fn last(&self, machine: &str, session: &str) -> Option<u64> {
         self.db
             .query_row(
-                "SELECT MAX(last) FROM batches WHERE machine = ?1 AND session = ?2",
-                rusqlite::params![machine, session],
+                "SELECT MAX(last) FROM batches WHERE chain = ?1",
+                rusqlite::params![self.chain(machine, session)],
                 |r| r.get::<_, Option<i64>>(0),
             )
             .expect("query")
@@ -100,12 +117,12 @@ impl<'a> Operator<'a> {
             &self.key,
         );
         let signature = &body[body.len() - 64..];
+        let chain = self.chain(machine, session);
         self.db
             .execute(
-                "INSERT INTO batches (machine, session, first, last, checkpoint, signature, body, stored) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)",
+                "INSERT INTO batches (chain, first, last, checkpoint, signature, body, stored) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0)",
                 rusqlite::params![
-                    machine,
-                    session,
+                    chain,
                     header.first as i64,
                     checkpoint.last as i64,
                     checkpoint.render(),
@@ -117,21 +134,20 @@ impl<'a> Operator<'a> {
         for e in &header.index {
             self.db
                 .execute(
-                    "INSERT INTO entries (machine, session, seq, digest, key_id) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    rusqlite::params![machine, session, e.seq as i64, e.digest.to_hex(), header.key.to_hex()],
+                    "INSERT INTO entries (chain, seq, digest, key_id) VALUES (?1, ?2, ?3, ?4)",
+                    rusqlite::params![chain, e.seq as i64, &e.digest.0[..], &header.key.0[..]],
                 )
                 .expect("insert entry");
         }
     }
 
     fn drop_from(&self, machine: &str, session: &str, first: u64) {
+        let chain = self.chain(machine, session);
         for (table, column) in [("batches", "first"), ("entries", "seq")] {
             self.db
                 .execute(
-                    &format!(
-                        "DELETE FROM {table} WHERE machine = ?1 AND session = ?2 AND {column} >= ?3"
-                    ),
-                    rusqlite::params![machine, session, first as i64],
+                    &format!("DELETE FROM {table} WHERE chain = ?1 AND {column} >= ?2"),
+                    rusqlite::params![chain, first as i64],
                 )
                 .expect("delete");
         }
@@ -651,7 +667,7 @@ fn a_head_the_machine_never_signed_stops_the_session() {
     let machine = machine_id(&state);
     let db = rusqlite::Connection::open(vault.db()).expect("db");
     db.execute(
-        "UPDATE batches SET checkpoint = replace(checkpoint, 'last 2', 'last 7'), last = 7 WHERE session = 's1'",
+        "UPDATE batches SET checkpoint = replace(checkpoint, 'last 2', 'last 7'), last = 7 WHERE chain = (SELECT id FROM chains WHERE session = 's1')",
         [],
     )
     .expect("update");

@@ -7,6 +7,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use nd7_core::cli::Admin;
+use nd7_core::http_client::Trust;
+use nd7_core::read::safe::{Lines, term};
 use nd7_core::session_log::{self, SessionLog};
 use nd7_core::ship::{self, ShipError};
 use nd7_core::transcript;
@@ -28,12 +30,12 @@ fn refusal_code(e: &ShipError) -> ExitCode {
     }
 }
 
-pub fn enroll(url: &str, token: &str, fingerprint: &str) -> ExitCode {
+pub fn enroll(url: &str, token: &str, fingerprint: &str, ca_cert: Option<&Path>) -> ExitCode {
     let state = match state_dir("enroll") {
         Ok(s) => s,
         Err(code) => return code,
     };
-    match ship::enroll(&state, url, token, fingerprint) {
+    match ship::enroll(&state, url, token, fingerprint, ca_cert) {
         Ok(done) => {
             println!(
                 "enrolled as machine {} (key {}) with {url}; chain keys will be wrapped to {} admin recipient(s) of version {}; files in {}",
@@ -46,7 +48,7 @@ pub fn enroll(url: &str, token: &str, fingerprint: &str) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("nd7 enroll: {e}");
+            eprintln!("nd7 enroll: {}", term(&e.to_string(), Lines::One));
             refusal_code(&e)
         }
     }
@@ -61,7 +63,7 @@ fn ship_once(state: &Path) -> ExitCode {
         }
     };
     for w in &report.warnings {
-        eprintln!("nd7 ship: warning: {w}");
+        eprintln!("nd7 ship: warning: {}", term(w, Lines::One));
     }
     let (mut entries, mut batches, mut failed) = (0, 0, 0);
     let (mut pieces, mut transcript_bytes) = (0, 0);
@@ -73,14 +75,27 @@ fn ship_once(state: &Path) -> ExitCode {
                 pieces += done.transcript_pieces;
                 transcript_bytes += done.transcript_bytes;
                 for note in &done.notes {
-                    eprintln!("nd7 ship: {session}: warning: {note}");
+                    eprintln!(
+                        "nd7 ship: {}",
+                        term(&format!("{session}: warning: {note}"), Lines::One)
+                    );
                 }
             }
             Err(e) => {
                 failed += 1;
-                eprintln!("nd7 ship: {session}: not shipped: {e}");
+                // The vault's words and the session's name, shown inert.
+                eprintln!(
+                    "nd7 ship: {}",
+                    term(&format!("{session}: not shipped: {e}"), Lines::One)
+                );
             }
         }
+    }
+    if !report.not_tried.is_empty() {
+        eprintln!(
+            "nd7 ship: stopped: the vault refused more from this machine today (quota); {} more session(s) not tried",
+            report.not_tried.len()
+        );
     }
     let transcripts = if pieces > 0 {
         format!(", {transcript_bytes} transcript bytes in {pieces} pieces")
@@ -88,8 +103,9 @@ fn ship_once(state: &Path) -> ExitCode {
         String::new()
     };
     println!(
-        "shipped {entries} entries in {batches} batches{transcripts}; {} sessions, {failed} not fully shipped",
-        report.sessions.len()
+        "shipped {entries} entries in {batches} batches{transcripts}; {} sessions, {} not fully shipped",
+        report.sessions.len() + report.not_tried.len(),
+        failed + report.not_tried.len()
     );
     if report.vault_broke() {
         ExitCode::from(3)
@@ -157,8 +173,13 @@ pub fn admin(command: Admin) -> ExitCode {
 }
 
 fn fail(e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("nd7 admin: {e}");
+    eprintln!("nd7 admin: {}", term(&e.to_string(), Lines::One));
     ExitCode::from(2)
+}
+
+/// Whom the vault's HTTPS is trusted by: --ca-cert, or the default.
+fn trust(ca_cert: Option<std::path::PathBuf>) -> Trust {
+    ca_cert.map_or(Trust::Default, Trust::Pinned)
 }
 
 fn fault_code(fault: Fault) -> ExitCode {
@@ -201,17 +222,27 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Admin::Sessions { url, read_token } => {
+        Admin::Sessions {
+            url,
+            read_token,
+            ca_cert,
+        } => {
+            // Ids come from the vault: shown inert (docs/vault.md).
             for (machine, session, last) in
-                vault_admin::list_sessions(&url, &read_token).map_err(fail)?
+                vault_admin::list_sessions(&url, &trust(ca_cert), &read_token).map_err(fail)?
             {
-                println!("{machine} {session} {last}");
+                println!(
+                    "{} {} {last}",
+                    term(&machine, Lines::One),
+                    term(&session, Lines::One)
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
         Admin::Pull {
             url,
             read_token,
+            ca_cert,
             identity,
             fingerprint,
             machine,
@@ -220,27 +251,26 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             compare,
         } => {
             let identity = AgeIdentity::parse(&read(&identity)?).map_err(fail)?;
+            let trust = trust(ca_cert);
             let pulled = vault_admin::pull(
                 &url,
+                &trust,
                 &read_token,
                 &identity,
                 &fingerprint,
                 &machine,
                 &session,
+                &out,
             )
             .map_err(|e| match e {
                 PullError::Finding(f) => {
-                    println!("{f}");
+                    println!("{}", term(&f.to_string(), Lines::One));
                     fault_code(f.fault)
                 }
                 PullError::Other(e) => fail(format!("pull: {e}")),
             })?;
+            let events = pulled.path.clone();
             let dir = out.join(&session);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| fail(format!("{}: cannot create: {e}", dir.display())))?;
-            let events = dir.join(session_log::EVENTS_FILE);
-            let _ = std::fs::remove_file(&events);
-            write_new_0600(&events, &String::from_utf8_lossy(&pulled.log)).map_err(fail)?;
             let log = SessionLog::at_path(&dir).map_err(fail)?;
             match log.verify(1) {
                 Ok(v) => println!(
@@ -259,10 +289,10 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             }
             // The transcripts the session anchors, as the vault's pieces give
             // them back, checked against the anchors in the entries above.
-            let transcripts = transcript::pull::pull(&url, &read_token, &identity, &pulled)
+            let transcripts = transcript::pull::pull(&url, &trust, &read_token, &identity, &pulled)
                 .map_err(|e| match e {
                     PullError::Finding(f) => {
-                        println!("{f}");
+                        println!("{}", term(&f.to_string(), Lines::One));
                         fault_code(f.fault)
                     }
                     PullError::Other(e) => fail(format!("pull: {e}")),
@@ -277,7 +307,7 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                     write_new_bytes_0600(&file, &r.bytes).map_err(fail)?;
                     println!(
                         "transcript {} (generation {}): {} bytes restored into {}, holding {} of its {} anchors",
-                        r.path,
+                        term(&r.path, Lines::One),
                         r.generation,
                         r.bytes.len(),
                         file.display(),
@@ -287,11 +317,11 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                 }
             }
             for note in &transcripts.notes {
-                println!("note: {note}");
+                println!("note: {}", term(note, Lines::One));
             }
             let Some(local) = compare else {
                 for finding in &transcripts.findings {
-                    println!("{finding}");
+                    println!("{}", term(&finding.to_string(), Lines::One));
                 }
                 let transcript_code = vault_admin::Compared {
                     findings: transcripts.findings.clone(),
@@ -301,7 +331,7 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                 if transcript_code != 0 {
                     return Ok(ExitCode::from(transcript_code));
                 }
-                if !pulled.ended() {
+                if !pulled.ended {
                     println!(
                         "note: the vault's copy ends at entry {} without session_end; only the machine's receipt (--compare) can tell a dropped tail from a session still running",
                         pulled.entries.saturating_sub(1)
@@ -315,10 +345,10 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                 .findings
                 .extend(transcripts.findings.iter().cloned());
             for note in &compared.notes {
-                println!("{note}");
+                println!("{}", term(note, Lines::One));
             }
             for finding in &compared.findings {
-                println!("{finding}");
+                println!("{}", term(&finding.to_string(), Lines::One));
             }
             Ok(ExitCode::from(compared.exit_code()))
         }
