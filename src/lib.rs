@@ -21,6 +21,7 @@
 
 pub mod chain;
 pub mod cli;
+pub mod deferred;
 pub mod hook;
 pub mod hook_prefix;
 pub mod policy;

@@ -18,7 +18,12 @@ use std::process::Command;
 
 use crate::policy::{Policy, Roots};
 use crate::session::{self, Record, Session, SessionError, Sessions};
-use crate::{hook_prefix, sandbox, session_log, setup};
+use crate::{deferred, hook_prefix, sandbox, session_log, setup};
+
+/// The status `nd7 run` exits with when files that run outside the floor
+/// changed during the session, whatever the program's own status (which the
+/// warning names).
+pub const CHANGED_STATUS: i32 = 3;
 
 /// Why the program was not started.
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +118,18 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         grants: Vec::new(),
     };
     let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
+    // Files that run later outside the floor: held read-only where the
+    // system allows, and watched in every case.
+    let plan = crate::policy::deferred::plan(&policy, &deferred::FsTree);
+    let (held, not_held) = match sandbox::hold(&plan) {
+        Ok(held) => (held, None),
+        Err(why) => (sandbox::Held::default(), Some(why)),
+    };
+    let watch = std::sync::Arc::new(deferred::Watch::start(
+        plan,
+        held.locks(),
+        &policy.roots.project,
+    ));
 
     let sessions = Sessions::under(&home);
     sessions.clean_stale();
@@ -131,7 +148,18 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy: policy.clone(),
     };
     let session = Removed(sessions.create(&record)?);
-    let exit = sandbox::serve_exit(&session.0).map_err(RunError::Sandbox)?;
+    let after: sandbox::AfterCommand = {
+        let watch = watch.clone();
+        std::sync::Arc::new(move |command: &str| {
+            // TODO(record): each path is a change to a file that runs later,
+            // first seen after `command`; write it into the session's log
+            // through the exit's own entries when they exist. Until then the
+            // watch keeps it for the warning at the end.
+            let _changed = watch.after_command(command);
+        })
+    };
+    let exit =
+        sandbox::serve_exit_held(&session.0, &held, Some(after)).map_err(RunError::Sandbox)?;
 
     let mut command = Command::new(&options.program);
     let claude_json = setup::claude_json::state(&home);
@@ -155,6 +183,8 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     } else {
         command.args(&options.args);
     }
+    held.join(&mut command, &policy.roots.project)
+        .map_err(RunError::Sandbox)?;
     floor.confine(&mut command).map_err(RunError::Sandbox)?;
     // Registered before the program starts, so that no SIGTERM can end nd7
     // run without the session being cleaned up. SIGINT and SIGQUIT come from
@@ -176,6 +206,11 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy.roots.project.display(),
         policy.roots.temp.display(),
     ));
+    if let Some(why) = &not_held {
+        announce_warning(&format!(
+            "files that run outside the sandbox later (git hooks and configuration, .envrc, editor and Claude Code settings) cannot be made read-only on this system ({why}); nd7 run watches them instead and reports every change when the session ends"
+        ));
+    }
     let mut child = command.spawn().map_err(|source| RunError::Start {
         program: options.program.to_string_lossy().into_owned(),
         source,
@@ -202,11 +237,18 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     let _ = forwarder.join();
     exit.kill_commands();
     drop(session);
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(sig)) => 128 + sig,
-        (None, None) => 255,
-    })
+    let (code, ended) = match (status.code(), status.signal()) {
+        (Some(code), _) => (code, format!("the program exited with status {code}")),
+        (None, Some(sig)) => (128 + sig, format!("the program was ended by signal {sig}")),
+        (None, None) => (255, "the program ended in an unknown way".to_string()),
+    };
+    let findings = watch.finish();
+    if findings.is_empty() {
+        return Ok(code);
+    }
+    // TODO(record): the findings belong in the session's log as well.
+    announce(deferred::report::render(&findings, &ended).trim_end());
+    Ok(CHANGED_STATUS)
 }
 
 /// Takes the user's own `--settings` (a file or a JSON text) out of Claude

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod deferred;
 pub mod seatbelt;
 
 /// The directories a session's rules are built around, each already

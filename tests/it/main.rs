@@ -4,6 +4,7 @@
 mod append;
 mod common;
 mod concurrency;
+mod deferred;
 mod distribution;
 mod e2e;
 mod landlock;

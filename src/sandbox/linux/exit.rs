@@ -66,6 +66,10 @@ pub struct Exit {
     listener: UnixListener,
     session: Session,
     groups: Arc<Mutex<HashSet<u32>>>,
+    /// The session's namespaces, which every command joins (`ns`).
+    namespaces: Option<Arc<super::ns::Namespaces>>,
+    /// Called with the command's text when it ends.
+    after: Option<crate::sandbox::AfterCommand>,
 }
 
 /// The running exit, to stop the commands still running when the session ends.
@@ -93,7 +97,21 @@ impl Exit {
             listener,
             session: session.clone(),
             groups: Arc::default(),
+            namespaces: None,
+            after: None,
         })
+    }
+
+    /// Every command will join `namespaces` (when there are any).
+    pub fn joining(mut self, namespaces: Option<Arc<super::ns::Namespaces>>) -> Exit {
+        self.namespaces = namespaces;
+        self
+    }
+
+    /// `after` is called with each command's text when it ends.
+    pub fn after_each(mut self, after: Option<crate::sandbox::AfterCommand>) -> Exit {
+        self.after = after;
+        self
     }
 
     /// Serves connections on a thread of their own, each on its own thread,
@@ -106,7 +124,11 @@ impl Exit {
                 let Ok(conn) = conn else { continue };
                 let session = self.session.clone();
                 let groups = self.groups.clone();
-                std::thread::spawn(move || serve_one(conn, me, &session, &groups));
+                let namespaces = self.namespaces.clone();
+                let after = self.after.clone();
+                std::thread::spawn(move || {
+                    serve_one(conn, me, &session, &groups, namespaces.as_deref(), after)
+                });
             }
         });
         Serving { groups }
@@ -151,7 +173,14 @@ fn admit(conn: &UnixStream, session_pid: u32) -> Result<u32, String> {
     Ok(pid)
 }
 
-fn serve_one(conn: UnixStream, me: u32, session: &Session, groups: &Mutex<HashSet<u32>>) {
+fn serve_one(
+    conn: UnixStream,
+    me: u32,
+    session: &Session,
+    groups: &Mutex<HashSet<u32>>,
+    namespaces: Option<&super::ns::Namespaces>,
+    after: Option<crate::sandbox::AfterCommand>,
+) {
     let refuse = |conn: &UnixStream, why: String| {
         let _ = (&*conn).write_all(&Frame::Refused(why).encode());
     };
@@ -166,7 +195,7 @@ fn serve_one(conn: UnixStream, me: u32, session: &Session, groups: &Mutex<HashSe
         Err(why) => return refuse(&conn, why),
     };
     let _ = conn.set_read_timeout(None);
-    let mut child = match start(&request, stdio, session) {
+    let mut child = match start(&request, stdio, session, namespaces) {
         Ok(child) => child,
         Err(why) => return refuse(&conn, why),
     };
@@ -177,6 +206,11 @@ fn serve_one(conn: UnixStream, me: u32, session: &Session, groups: &Mutex<HashSe
     let frame = relay(&conn, &mut child);
     if let Ok(mut g) = groups.lock() {
         g.remove(&pgid);
+    }
+    // Checked before the status is reported, so the next command starts
+    // after the check of this one.
+    if let Some(after) = after {
+        after(&request.command.to_string_lossy());
     }
     if let Some(frame) = frame {
         let _ = (&conn).write_all(&frame.encode());
@@ -217,7 +251,12 @@ fn receive(conn: &UnixStream) -> Result<(Request, [OwnedFd; 3]), String> {
 }
 
 /// Starts the command under the session's current rules.
-fn start(request: &Request, stdio: [OwnedFd; 3], session: &Session) -> Result<Child, String> {
+fn start(
+    request: &Request,
+    stdio: [OwnedFd; 3],
+    session: &Session,
+    namespaces: Option<&super::ns::Namespaces>,
+) -> Result<Child, String> {
     let record = session
         .record()
         .map_err(|e| format!("cannot read the session's rules: {e}"))?;
@@ -237,6 +276,10 @@ fn start(request: &Request, stdio: [OwnedFd; 3], session: &Session) -> Result<Ch
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr))
         .process_group(0);
+    if let Some(ns) = namespaces {
+        ns.join(&mut command, &request.cwd)
+            .map_err(|e| e.to_string())?;
+    }
     confinement.confine(&mut command);
     command
         .spawn()

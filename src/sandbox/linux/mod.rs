@@ -8,6 +8,7 @@
 //! the rules are applied completely or not at all.
 
 pub mod exit;
+pub mod ns;
 pub mod proc;
 
 use std::os::fd::{AsRawFd, OwnedFd};
