@@ -184,6 +184,9 @@ fn compare(before: &Snapshot, after: &Snapshot) -> Vec<Finding> {
         let (b, a) = (before.get(path), after.get(path));
         let what = match (b, a) {
             (None, None) => continue,
+            // A new directory says nothing by itself (Claude Code makes
+            // empty ones); whatever is put in it is reported on its own.
+            (None, Some(a)) if a.meta.kind == Kind::Dir => continue,
             (None, Some(_)) => What::Added,
             (Some(_), None) => What::Removed,
             (Some(b), Some(a)) => {
@@ -216,6 +219,17 @@ fn compare(before: &Snapshot, after: &Snapshot) -> Vec<Finding> {
                 }
             }
         };
+        // A directory that went away is reported once, not with each entry
+        // that went with it.
+        if what == What::Removed
+            && out.iter().any(|f: &Finding| {
+                f.what == What::Removed
+                    && matches!(f.before, Some(Body::Dir))
+                    && path.starts_with(&f.path)
+            })
+        {
+            continue;
+        }
         out.push(Finding {
             path: path.clone(),
             what,
@@ -229,10 +243,20 @@ fn compare(before: &Snapshot, after: &Snapshot) -> Vec<Finding> {
 
 /// Claude Code's state file's risky parts ([`claude_state_risky`]), or
 /// `None` when it cannot be read as JSON.
-fn claude_state(path: &Path) -> Option<serde_json::Value> {
+fn claude_state(path: &Path, own: &[PathBuf]) -> Option<serde_json::Value> {
     let bytes = std::fs::read(path).ok()?;
     let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    Some(claude_state_risky(&value))
+    Some(claude_state_risky(&value, own))
+}
+
+/// How Claude Code names the session's project in its state: the project
+/// itself, and the repository enclosing it.
+fn own_project_keys(project: &Path) -> Vec<PathBuf> {
+    let mut own = vec![project.to_path_buf()];
+    if let Some(top) = project.ancestors().find(|d| d.join(".git").exists()) {
+        own.push(top.to_path_buf());
+    }
+    own
 }
 
 fn pretty(value: &Option<serde_json::Value>) -> Option<Body> {
@@ -249,6 +273,7 @@ pub struct Watch {
     quick: Vec<PathBuf>,
     start: Snapshot,
     claude: Vec<(PathBuf, Option<serde_json::Value>)>,
+    own: Vec<PathBuf>,
     project: PathBuf,
     /// Anything changed at or after this time counts as changed during the
     /// session (the start, less the file system's timestamp granularity).
@@ -275,10 +300,11 @@ impl Watch {
             .filter(|p| !(locked && plan.locked(p)))
             .cloned()
             .collect();
+        let own = own_project_keys(project);
         let claude = plan
             .claude_state
             .iter()
-            .map(|p| (p.clone(), claude_state(p)))
+            .map(|p| (p.clone(), claude_state(p, &own)))
             .collect();
         let last = snapshot(&quick, false)
             .into_iter()
@@ -289,6 +315,7 @@ impl Watch {
             quick,
             start,
             claude,
+            own,
             project: project.to_path_buf(),
             since,
             seen: Mutex::new(Seen {
@@ -344,7 +371,7 @@ impl Watch {
         let end = snapshot(&self.plan.watched, true);
         let mut findings = compare(&self.start, &end);
         for (path, before) in &self.claude {
-            let after = claude_state(path);
+            let after = claude_state(path, &self.own);
             if &after != before {
                 findings.push(Finding {
                     path: path.clone(),

@@ -104,6 +104,9 @@ pub fn body_diff(before: Option<&Body>, after: Option<&Body>) -> Vec<String> {
         (None, Some(Body::Text(b))) => line_diff("", b),
         (Some(Body::Text(a)), None) => line_diff(a, ""),
         (a, b) if a == b => Vec::new(),
+        (Some(Body::Dir), None) => {
+            vec!["was a directory; it is gone, with everything in it".into()]
+        }
         (a, b) => {
             let side = |x: Option<&Body>| x.map(describe).unwrap_or_else(|| "nothing".into());
             vec![format!("was {}, now {}", side(a), side(b))]

@@ -576,7 +576,15 @@ pub fn git_config_risky(text: &str) -> Vec<String> {
 /// of the project's `.mcp.json` servers are enabled, allowed tools, and the
 /// folder trust that lets a project's own settings run. Returned as one
 /// JSON value, so two can be compared and shown.
-pub fn claude_state_risky(state: &serde_json::Value) -> serde_json::Value {
+///
+/// For the session's own project (`own`: the project and the repository
+/// enclosing it, which is how Claude Code keys it), only its MCP servers
+/// count: the rest is what the user answers in Claude Code's own dialogs
+/// during the session (trusting the folder, approving the project's
+/// `.mcp.json` servers), and what those answers act on is on the list.
+/// Any other entry counts whole, a parent directory's above all (trust may
+/// be inherited by what lies below it).
+pub fn claude_state_risky(state: &serde_json::Value, own: &[PathBuf]) -> serde_json::Value {
     use serde_json::{Map, Value};
     const TOP: &[&str] = &["mcpServers"];
     const PER_PROJECT: &[&str] = &[
@@ -595,10 +603,14 @@ pub fn claude_state_risky(state: &serde_json::Value) -> serde_json::Value {
     }
     if let Some(projects) = state.get("projects").and_then(Value::as_object) {
         let mut kept = Map::new();
-        for (path, project) in projects {
+        for (path, entry) in projects {
+            let own = own.iter().any(|o| o.as_os_str() == path.as_str());
             let mut risky = Map::new();
             for key in PER_PROJECT {
-                match project.get(*key) {
+                if own && *key != "mcpServers" {
+                    continue;
+                }
+                match entry.get(*key) {
                     None | Some(Value::Null) | Some(Value::Bool(false)) => {}
                     Some(Value::Array(a)) if a.is_empty() => {}
                     Some(Value::Object(o)) if o.is_empty() => {}
@@ -887,30 +899,42 @@ mod tests {
 
     #[test]
     fn only_the_parts_of_claude_state_that_start_programs_are_compared() {
+        let p = &[PathBuf::from("/h/u/repo/p"), PathBuf::from("/h/u/repo")];
         let before = serde_json::json!({
             "numStartups": 3,
-            "projects": {"/h/u/p": {"allowedTools": [], "lastCost": 1, "hasTrustDialogAccepted": true}},
+            "projects": {"/h/u/repo": {"allowedTools": [], "lastCost": 1}},
         });
+        // The user trusts the folder and approves the project's servers in
+        // Claude Code's dialogs: its own state, not a plant.
         let after_use = serde_json::json!({
             "numStartups": 4,
-            "projects": {"/h/u/p": {"allowedTools": [], "lastCost": 2, "hasTrustDialogAccepted": true}},
+            "projects": {"/h/u/repo": {"allowedTools": [], "lastCost": 2,
+                                       "hasTrustDialogAccepted": true,
+                                       "enabledMcpjsonServers": ["db"]}},
         });
-        assert_eq!(claude_state_risky(&before), claude_state_risky(&after_use));
+        assert_eq!(
+            claude_state_risky(&before, p),
+            claude_state_risky(&after_use, p)
+        );
         let planted = serde_json::json!({
             "numStartups": 4,
             "mcpServers": {"x": {"command": "sh"}},
-            "projects": {"/h/u/p": {"hasTrustDialogAccepted": true},
-                         "/h/u/other": {"enableAllProjectMcpServers": true}},
+            "projects": {"/h/u/repo": {"hasTrustDialogAccepted": true,
+                                       "mcpServers": {"y": {"command": "sh"}}},
+                         "/h/u/other": {"enableAllProjectMcpServers": true,
+                                        "hasTrustDialogAccepted": true},
+                         "/h/u": {"hasTrustDialogAccepted": true}},
         });
         assert_eq!(
-            claude_state_risky(&planted),
+            claude_state_risky(&planted, p),
             serde_json::json!({
                 "mcpServers": {"x": {"command": "sh"}},
-                "projects": {"/h/u/p": {"hasTrustDialogAccepted": true},
-                             "/h/u/other": {"enableAllProjectMcpServers": true}},
+                "projects": {"/h/u/repo": {"mcpServers": {"y": {"command": "sh"}}},
+                             "/h/u/other": {"enableAllProjectMcpServers": true,
+                                            "hasTrustDialogAccepted": true},
+                             "/h/u": {"hasTrustDialogAccepted": true}},
             })
         );
-        assert_ne!(claude_state_risky(&before), claude_state_risky(&planted));
     }
 
     #[test]

@@ -120,6 +120,9 @@ pub struct Workspace {
     pub project: PathBuf,
     pub extra_hooks: Vec<(&'static str, Value)>,
     pub env: Vec<(String, String)>,
+    /// Arguments for Claude Code after the usual ones (a later
+    /// `--permission-mode` wins).
+    pub args: Vec<String>,
     /// Set by [`Workspace::sandboxed`]: run Claude Code under `nd7 run`.
     pub sandbox: Option<Sandboxed>,
 }
@@ -141,6 +144,7 @@ impl Workspace {
             project,
             extra_hooks: Vec::new(),
             env: Vec::new(),
+            args: Vec::new(),
             sandbox: None,
         }
     }
@@ -160,6 +164,7 @@ impl Workspace {
             project: world.proj(),
             extra_hooks: Vec::new(),
             env: Vec::new(),
+            args: Vec::new(),
             sandbox: Some(Sandboxed { world }),
         }
     }
@@ -182,6 +187,7 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         project,
         extra_hooks,
         env,
+        args,
         sandbox,
     } = workspace;
     let state = home_path.join(".local/state");
@@ -248,6 +254,7 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
             "--allowedTools",
             "Bash Read Write Edit",
         ])
+        .args(args)
         .current_dir(&project)
         .env_clear()
         .env("PATH", SYSTEM_PATH)

@@ -7,6 +7,7 @@
 //! [`session`], and assert on what it returns.
 
 mod claude;
+mod deferred;
 #[cfg(target_os = "linux")]
 mod interactive;
 mod mock_api;
