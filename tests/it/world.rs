@@ -194,6 +194,7 @@ impl World {
                 r#"mount --bind "$0" "$1" && cd "$2" && shift 2 && exec setpriv --reuid={} --regid={} --clear-groups -- "$@""#,
                 acct.uid, acct.gid
             ));
+            #[cfg(target_os = "linux")]
             if self.no_user_namespaces {
                 refuse_user_namespaces(&mut cmd);
             }
@@ -291,6 +292,7 @@ impl World {
 /// fails every `unshare` and `clone` asking for a new user namespace with
 /// EPERM, and `clone3` with ENOSYS (its flags are behind a pointer; libc
 /// then falls back to `clone`). Inherited by everything the process starts.
+#[cfg(target_os = "linux")]
 fn refuse_user_namespaces(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     #[cfg(target_arch = "x86_64")]
