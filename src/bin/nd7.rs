@@ -2,7 +2,8 @@
 //! the exit status, in this file and nowhere else.
 //!
 //! Exit status: 0 success; 1 a log failed verification; 2 bad usage or a log
-//! that could not be read. `nd7 record` always exits 0.
+//! that could not be read. `nd7 record` always exits 0. `nd7 run` exits with
+//! the program's status, or 3 when files that run later changed.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -72,7 +73,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// `nd7 run`: exits with the program's status, or 2 when it never started.
+/// `nd7 run`: exits with the program's status, 2 when it never started, or 3
+/// when files that run later outside the sandbox changed during the session
+/// (`run::CHANGED_STATUS`; the warning names the program's own status).
 fn run_run(mut command: Vec<std::ffi::OsString>) -> ExitCode {
     let program = command.remove(0);
     let options = run::Options {
