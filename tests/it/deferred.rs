@@ -442,3 +442,142 @@ echo '{}' > "$HOME_DIR/.claude/settings.json"
         assert!(err.contains(&line), "missing {line:?} in\n{err}");
     }
 }
+
+/// Guards: the planner's submodule and `.git`-file handling
+/// (`policy::deferred::plan`: `work_tree` follows `.gitmodules`, locks each
+/// pointer file and follows it into `.git/modules/…`; `git_dir` walks
+/// `modules/` for repositories no checkout points at), so neither the
+/// user's plain `git status` at the top, which looks into the submodule, nor
+/// a later `git submodule update` runs anything planted there.
+#[test]
+fn a_submodules_pointer_config_and_hooks_cannot_be_changed() {
+    let w = World::new();
+    repo(&w);
+    let origin = w.root.join("origin");
+    std::fs::create_dir_all(&origin).expect("mkdir");
+    let git = |dir: &Path, args: &[&str]| {
+        let mut all = vec!["-C", dir.to_str().expect("utf-8")];
+        all.extend_from_slice(args);
+        let out = w.command("git", &all).output().expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+    };
+    git(&origin, &["init", "-q", "-b", "main"]);
+    git(
+        &origin,
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@e",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "o",
+        ],
+    );
+    git(
+        &w.proj(),
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            origin.to_str().expect("utf-8"),
+            "sub",
+        ],
+    );
+    // A second one, checked out no more: its repository stays under
+    // .git/modules, and `git submodule update` will use it again.
+    git(
+        &w.proj(),
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            origin.to_str().expect("utf-8"),
+            "gone",
+        ],
+    );
+    git(
+        &w.proj(),
+        &[
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@e",
+            "commit",
+            "-qm",
+            "sub",
+        ],
+    );
+    git(&w.proj(), &["submodule", "deinit", "-q", "-f", "gone"]);
+    for mode in ["direct", "exec"] {
+        let mut script = String::new();
+        for plant in [
+            "printf 'gitdir: ../evil\\n' > sub/.git",
+            "printf '#!/bin/sh\\ntouch $OUT/sub-hook\\n' > .git/modules/sub/hooks/pre-commit && chmod +x .git/modules/sub/hooks/pre-commit",
+            "git -C sub config core.fsmonitor 'touch $OUT/sub-fsmonitor; false'",
+            "mv .git/modules/sub .git/modules/sub-moved",
+            "echo '[submodule \"sub\"]' >> .gitmodules",
+            "printf '#!/bin/sh\ntouch $OUT/gone-hook\n' > .git/modules/gone/hooks/post-checkout && chmod +x .git/modules/gone/hooks/post-checkout",
+        ] {
+            script.push_str(&planting(mode, plant));
+            script.push('\n');
+        }
+        let out = w.run_agent(&script);
+        assert_eq!(
+            lines(&out),
+            ["refused"; 6],
+            "({mode}) {}",
+            text(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(0), "({mode}) {}", text(&out.stderr));
+    }
+    std::fs::write(w.proj().join("sub/new.txt"), "x\n").expect("write");
+    let _ = w.command("git", &["status"]).output().expect("status");
+    let _ = w
+        .command("git", &["-C", "sub", "add", "new.txt"])
+        .output()
+        .expect("add");
+    let _ = w
+        .command(
+            "git",
+            &[
+                "-C",
+                "sub",
+                "-c",
+                "user.name=u",
+                "-c",
+                "user.email=u@e",
+                "commit",
+                "-qm",
+                "x",
+            ],
+        )
+        .output()
+        .expect("commit");
+    let _ = w
+        .command(
+            "git",
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "update",
+                "-q",
+                "--init",
+                "gone",
+            ],
+        )
+        .output()
+        .expect("submodule update");
+    assert!(
+        w.proj().join("gone/.git").exists(),
+        "the submodule came back"
+    );
+    assert_eq!(ran(&w), Vec::<String>::new());
+}
