@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The cost of a change to the sandbox, before and after in the same run:
-# `nd7 run true` (a whole session's start and end) for both builds
-# round-robin in one procbench, then the per-command exit (`nd7-exec true`
+# `nd7 run`'s start (until its program runs) and whole run, for both builds
+# round-robin in one startbench, then the per-command exit (`nd7-exec true`
 # and `git status` through it) inside a session of each build, alternating
 # builds for several rounds so noise lands on both alike.
 # usage: bench/compare.sh BASE_COMMIT [WORKDIR] [RUNS]
@@ -40,8 +40,9 @@ if [ ! -d "$REPO/.git" ]; then
 fi
 echo "base $BASE_COMMIT, new $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes'); repository: $(git -C "$REPO" ls-files | wc -l) files"
 
-echo "== nd7 run true: base against new (ratio to base)"
-(cd "$REPO" && "$PB" "$RUNS" "$W/empty" "$OLD/nd7" run true :: "$NEW/nd7" run true)
+echo "== nd7 run: start and whole run, base against new (ratio to base)"
+STAMP=$NEW/examples/stamp
+(cd "$REPO" && "$NEW/examples/startbench" "$RUNS" "$OLD/nd7" run "$STAMP" :: "$NEW/nd7" run "$STAMP")
 
 echo "== inside a session of each build, alternating (ratio to bash -c true in the same session)"
 for round in 1 2 3; do

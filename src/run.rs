@@ -117,7 +117,6 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         },
         grants: Vec::new(),
     };
-    let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
     // Files that run later outside the floor: held read-only where the
     // system allows, and watched in every case.
     let plan = crate::policy::deferred::plan(&policy, &deferred::FsTree);
@@ -125,11 +124,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         Ok(held) => (held, None),
         Err(why) => (sandbox::Held::default(), Some(why)),
     };
-    let watch = std::sync::Arc::new(deferred::Watch::start(
-        plan,
-        held.locks(),
-        &policy.roots.project,
-    ));
+    let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
 
     let sessions = Sessions::under(&home);
     sessions.clean_stale();
@@ -148,6 +143,11 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy: policy.clone(),
     };
     let session = Removed(sessions.create(&record)?);
+    let watch = std::sync::Arc::new(deferred::Watch::start(
+        plan,
+        held.locks(),
+        &policy.roots.project,
+    ));
     let after: sandbox::AfterCommand = {
         let watch = watch.clone();
         std::sync::Arc::new(move |command: &str| {
@@ -216,6 +216,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         source,
     })?;
     let agent = child.id();
+    watch.program_started();
     let handle = signals.handle();
     let forwarder = std::thread::spawn(move || {
         for sig in signals.forever() {

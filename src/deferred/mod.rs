@@ -271,7 +271,16 @@ pub struct Watch {
     /// What is checked after each command: everything, or (when locks
     /// hold) what no lock covers.
     quick: Vec<PathBuf>,
+    /// The start snapshot of `quick`, taken before the program starts.
     start: Snapshot,
+    /// The start snapshot of what the locks hold, which nothing inside can
+    /// change: read beside the program ([`Watch::program_started`]), so it
+    /// does not delay its start.
+    held: Vec<PathBuf>,
+    locked: Background<Snapshot>,
+    /// The project's directories and the listed names in them, indexed
+    /// beside the program for the end-of-session search.
+    index: Background<Index>,
     claude: Vec<(PathBuf, Option<serde_json::Value>)>,
     own: Vec<PathBuf>,
     project: PathBuf,
@@ -279,6 +288,90 @@ pub struct Watch {
     /// session (the start, less the file system's timestamp granularity).
     since: SystemTime,
     seen: Mutex<Seen>,
+}
+
+/// A value computed on a thread of its own once started, waited for when
+/// first needed (or computed then, if it was never started).
+struct Background<T>(
+    Mutex<Option<std::thread::JoinHandle<T>>>,
+    std::sync::OnceLock<T>,
+);
+
+impl<T: Send + 'static> Background<T> {
+    fn new() -> Background<T> {
+        Background(Mutex::new(None), std::sync::OnceLock::new())
+    }
+
+    fn start(&self, f: impl FnOnce() -> T + Send + 'static) {
+        if let Ok(mut handle) = self.0.lock()
+            && handle.is_none()
+            && self.1.get().is_none()
+        {
+            *handle = Some(std::thread::spawn(f));
+        }
+    }
+
+    fn get(&self, fallback: impl FnOnce() -> T) -> &T {
+        self.1.get_or_init(|| {
+            let handle = self.0.lock().ok().and_then(|mut h| h.take());
+            match handle.map(std::thread::JoinHandle::join) {
+                Some(Ok(value)) => value,
+                _ => fallback(),
+            }
+        })
+    }
+}
+
+/// The project's directories down to [`SEARCH_DEPTH`] (inode and change
+/// time each, taken before its entries are read, so an entry added while
+/// it is read shows as a change), and the listed names found in them.
+#[derive(Default)]
+struct Index {
+    dirs: Vec<(PathBuf, u64, (i64, i64))>,
+    named: Vec<PathBuf>,
+    truncated: bool,
+}
+
+fn dir_stamp(path: &Path) -> Option<(u64, (i64, i64))> {
+    let m = std::fs::symlink_metadata(path).ok()?;
+    m.is_dir().then(|| (m.ino(), (m.mtime(), m.mtime_nsec())))
+}
+
+/// Indexes `root`: every directory down to [`SEARCH_DEPTH`] below it (not
+/// into `.git` directories), and the listed names found.
+fn index(root: &Path) -> Index {
+    let mut out = Index::default();
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    let mut visited = 0usize;
+    while let Some((dir, depth)) = stack.pop() {
+        let Some((ino, mtime)) = dir_stamp(&dir) else {
+            continue;
+        };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        out.dirs.push((dir.clone(), ino, mtime));
+        for entry in entries.filter_map(Result::ok) {
+            visited += 1;
+            if visited > MAX_SEARCH {
+                out.truncated = true;
+                return out;
+            }
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let path = entry.path();
+            if searched_name(&name) {
+                out.named.push(path.clone());
+            }
+            if name != ".git"
+                && depth + 1 < SEARCH_DEPTH
+                && entry.file_type().is_ok_and(|t| t.is_dir())
+            {
+                stack.push((path, depth + 1));
+            }
+        }
+    }
+    out
 }
 
 #[derive(Default)]
@@ -293,27 +386,29 @@ impl Watch {
     /// checked after each command).
     pub fn start(plan: Plan, locked: bool, project: &Path) -> Watch {
         let since = SystemTime::now() - Duration::from_secs(2);
-        let start = snapshot(&plan.watched, true);
-        let quick: Vec<PathBuf> = plan
+        let (held, quick): (Vec<PathBuf>, Vec<PathBuf>) = plan
             .watched
             .iter()
-            .filter(|p| !(locked && plan.locked(p)))
             .cloned()
-            .collect();
+            .partition(|p| locked && plan.locked(p));
+        let start = snapshot(&quick, true);
         let own = own_project_keys(project);
         let claude = plan
             .claude_state
             .iter()
             .map(|p| (p.clone(), claude_state(p, &own)))
             .collect();
-        let last = snapshot(&quick, false)
-            .into_iter()
-            .map(|(p, e)| (p, e.meta))
+        let last = start
+            .iter()
+            .map(|(p, e)| (p.clone(), e.meta.clone()))
             .collect();
         Watch {
             plan,
             quick,
             start,
+            held,
+            locked: Background::new(),
+            index: Background::new(),
             claude,
             own,
             project: project.to_path_buf(),
@@ -323,6 +418,19 @@ impl Watch {
                 first_after: BTreeMap::new(),
             }),
         }
+    }
+
+    /// Starts, once the program runs, what can be done beside it: the
+    /// snapshot of the locked files (nothing inside can change them) and the
+    /// project's index. Reading each directory's time before its entries, the
+    /// index misses nothing the program adds meanwhile: an entry added before
+    /// a directory is read is found by its change time, one added after by
+    /// the directory's.
+    pub fn program_started(&self) {
+        let held = self.held.clone();
+        self.locked.start(move || snapshot(&held, true));
+        let root = self.project.clone();
+        self.index.start(move || index(&root));
     }
 
     /// The paths whose changes are reported.
@@ -369,7 +477,14 @@ impl Watch {
     /// changed below it.
     pub fn finish(&self) -> Vec<Finding> {
         let end = snapshot(&self.plan.watched, true);
-        let mut findings = compare(&self.start, &end);
+        let mut start = self.start.clone();
+        start.extend(
+            self.locked
+                .get(|| snapshot(&self.held, true))
+                .iter()
+                .map(|(p, e)| (p.clone(), e.clone())),
+        );
+        let mut findings = compare(&start, &end);
         for (path, before) in &self.claude {
             let after = claude_state(path, &self.own);
             if &after != before {
@@ -413,12 +528,35 @@ impl Watch {
     /// Repositories and listed names below the project, and git
     /// directories under the known ones' `modules` and `worktrees`, that
     /// appeared or changed during the session and the snapshot does not
-    /// cover.
+    /// cover. Only directories whose inode or modification time changed
+    /// since the index are read again; listed names the index found are
+    /// looked at by their change time.
     fn search(&self) -> Vec<Finding> {
         let mut out = Vec::new();
-        let mut visited = 0usize;
-        let mut stack = vec![(self.project.clone(), 0usize)];
+        let index = self.index.get(|| index(&self.project));
+        if index.truncated {
+            out.push(Finding {
+                path: self.project.clone(),
+                what: What::Found(format!(
+                    "the search for new repositories stopped after {MAX_SEARCH} entries; deeper ones were not checked"
+                )),
+                before: None,
+                after: None,
+                after_command: None,
+            });
+        }
+        let known: BTreeSet<&Path> = index.dirs.iter().map(|(p, _, _)| p.as_path()).collect();
         let mut git_dirs: Vec<PathBuf> = self.plan.git_dirs.clone();
+        let mut named: BTreeSet<PathBuf> = index.named.iter().cloned().collect();
+        // Directories changed since the index: their entries, and every new
+        // directory below them, whole.
+        let mut stack: Vec<(PathBuf, usize)> = index
+            .dirs
+            .iter()
+            .filter(|(p, ino, mtime)| dir_stamp(p) != Some((*ino, *mtime)))
+            .map(|(p, _, _)| (p.clone(), 0))
+            .collect();
+        let mut visited = 0usize;
         while let Some((dir, depth)) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
@@ -426,67 +564,64 @@ impl Watch {
             for entry in entries.filter_map(Result::ok) {
                 visited += 1;
                 if visited > MAX_SEARCH {
-                    out.push(Finding {
-                        path: self.project.clone(),
-                        what: What::Found(format!(
-                            "the search for new repositories stopped after {MAX_SEARCH} entries; deeper ones were not checked"
-                        )),
-                        before: None,
-                        after: None,
-                        after_command: None,
-                    });
-                    return out;
+                    break;
                 }
                 let path = entry.path();
                 let name = entry.file_name();
                 let name = name.to_string_lossy();
-                let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-                if searched_name(&name) && !self.covered(&path) {
-                    if name == ".git" {
-                        if is_dir {
-                            git_dirs.push(path.clone());
-                            out.extend(self.repository(&path));
-                        } else if self.changed_since(&path) {
-                            let m = meta(&path);
-                            out.push(Finding {
-                                path: path.clone(),
-                                what: What::Found(
-                                    "a repository link that appeared or changed during the session"
-                                        .into(),
-                                ),
-                                before: None,
-                                after: m.as_ref().map(|m| body(&path, m)),
-                                after_command: None,
-                            });
-                            let target = std::fs::read_to_string(&path)
-                                .ok()
-                                .and_then(|t| gitdir_of(&t).map(|d| dir.join(d)));
-                            if let Some(target) = target {
-                                out.extend(self.repository(&target));
-                            }
-                        }
-                    } else {
-                        for (p, e) in snapshot(std::slice::from_ref(&path), true) {
-                            if e.meta.kind != Kind::Dir
-                                && !self.covered(&p)
-                                && self.changed_since(&p)
-                            {
-                                out.push(Finding {
-                                    path: p,
-                                    what: What::Found(
-                                        "on the list, in a subdirectory, changed during the session"
-                                            .into(),
-                                    ),
-                                    before: None,
-                                    after: e.body,
-                                    after_command: None,
-                                });
-                            }
-                        }
+                if searched_name(&name) {
+                    named.insert(path.clone());
+                }
+                if name != ".git"
+                    && !known.contains(path.as_path())
+                    && depth < MAX_DEPTH
+                    && entry.file_type().is_ok_and(|t| t.is_dir())
+                {
+                    stack.push((path, depth + 1));
+                }
+            }
+        }
+        for path in named {
+            if self.covered(&path) {
+                continue;
+            }
+            let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+            if path.file_name() == Some(std::ffi::OsStr::new(".git")) {
+                if is_dir {
+                    git_dirs.push(path.clone());
+                    out.extend(self.repository(&path));
+                } else if self.changed_since(&path) {
+                    let m = meta(&path);
+                    out.push(Finding {
+                        path: path.clone(),
+                        what: What::Found(
+                            "a repository link that appeared or changed during the session".into(),
+                        ),
+                        before: None,
+                        after: m.as_ref().map(|m| body(&path, m)),
+                        after_command: None,
+                    });
+                    let dir = path.parent().unwrap_or(&path).to_path_buf();
+                    let target = std::fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|t| gitdir_of(&t).map(|d| dir.join(d)));
+                    if let Some(target) = target {
+                        out.extend(self.repository(&target));
                     }
                 }
-                if is_dir && name != ".git" && depth + 1 < SEARCH_DEPTH {
-                    stack.push((path, depth + 1));
+            } else {
+                for (p, e) in snapshot(std::slice::from_ref(&path), true) {
+                    if e.meta.kind != Kind::Dir && !self.covered(&p) && self.changed_since(&p) {
+                        out.push(Finding {
+                            path: p,
+                            what: What::Found(
+                                "on the list, in a subdirectory, changed during the session".into(),
+                            ),
+                            before: None,
+                            after: e.body,
+                            after_command: None,
+                        });
+                    }
                 }
             }
         }

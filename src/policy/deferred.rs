@@ -195,16 +195,46 @@ const MAX_LINKS: usize = 8;
 const MAX_GIT_DIRS: usize = 256;
 
 struct Planner<'a> {
-    tree: &'a dyn Tree,
+    tree: Cached<'a>,
     plan: Plan,
     git_dirs: Vec<PathBuf>,
+}
+
+/// A [`Tree`] whose `kind` answers are remembered: the lists share
+/// parents (`.claude` above eight of them), each looked at once.
+struct Cached<'a> {
+    tree: &'a dyn Tree,
+    kinds: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<Kind>>>,
+}
+
+impl Tree for Cached<'_> {
+    fn kind(&self, path: &Path) -> Option<Kind> {
+        if let Some(k) = self.kinds.borrow().get(path) {
+            return *k;
+        }
+        let k = self.tree.kind(path);
+        self.kinds.borrow_mut().insert(path.to_path_buf(), k);
+        k
+    }
+    fn read(&self, path: &Path) -> Option<String> {
+        self.tree.read(path)
+    }
+    fn list(&self, path: &Path) -> Vec<PathBuf> {
+        self.tree.list(path)
+    }
+    fn resolve(&self, path: &Path) -> Option<PathBuf> {
+        self.tree.resolve(path)
+    }
 }
 
 /// The mounts and watch list for `policy`'s project and home, as `tree`
 /// stands now.
 pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
     let mut p = Planner {
-        tree,
+        tree: Cached {
+            tree,
+            kinds: Default::default(),
+        },
         plan: Plan::default(),
         git_dirs: Vec::new(),
     };
@@ -225,13 +255,13 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
     // under `~/.claude` on Linux (ADR-0013): the link is held, the state
     // watched. Where it is the file itself, it is Claude Code's to write.
     let link = home.join(".claude.json");
-    if tree.kind(&link) == Some(Kind::Link) {
+    if p.tree.kind(&link) == Some(Kind::Link) {
         p.guard(&link, Guard::Lock);
         p.plan.watched.push(link.clone());
     }
     for state in [home.join(CLAUDE_STATE_FILE), link] {
-        let state = match tree.kind(&state) {
-            Some(Kind::Link) => tree.resolve(&state),
+        let state = match p.tree.kind(&state) {
+            Some(Kind::Link) => p.tree.resolve(&state),
             _ => Some(state),
         };
         if let Some(state) = state.filter(|s| !p.plan.claude_state.contains(s)) {
@@ -239,7 +269,8 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
         }
     }
     for config in [home.join(".gitconfig"), home.join(".config/git/config")] {
-        if let Some(dir) = tree
+        if let Some(dir) = p
+            .tree
             .read(&config)
             .and_then(|t| hooks_path(&t))
             .and_then(|h| expand_home(&h, home))

@@ -4,13 +4,14 @@
 //!
 //! Landlock cannot deny beneath an allowed directory; a read-only bind mount
 //! can. `nd7 run` builds one user namespace and one mount namespace per
-//! session, once, in a short-lived child: the child leaves for a new user
-//! namespace in which the account is mapped to itself and to nothing else
-//! (no one is root there), binds each guarded path onto itself (read-only
-//! for [`Guard::Lock`], as it was for [`Guard::Pin`]), says it is done and
-//! waits. `nd7 run` opens both namespaces by descriptor, lets the child go,
-//! and keeps the descriptors for the session's life. The agent and every
-//! command the exit starts then join them between fork and exec
+//! session, once, in a short-lived child made the way `posix_spawn` makes
+//! one (sharing memory and descriptors, the parent suspended until it ends):
+//! the child starts in the new namespaces, maps the account to itself and to
+//! nothing else (no one is root there), binds each guarded path onto itself
+//! (read-only for [`Guard::Lock`], as it was for [`Guard::Pin`]), opens both
+//! namespaces into the shared descriptor table, and ends. `nd7 run` keeps
+//! the descriptors for the session's life. The agent and every command the
+//! exit starts then join them between fork and exec
 //! ([`Namespaces::join`]), move to their working directory again (a path
 //! looked up inside the namespace, so it crosses the new mounts), and drop
 //! every capability the join gave them before Landlock is applied. So
@@ -85,6 +86,7 @@ const STEPS: &[&str] = &[
     "clone a mount of a guarded path",
     "make a guarded path read-only",
     "mount a guarded path onto itself",
+    "open the new namespaces",
 ];
 
 /// The session's user and mount namespaces, held open by descriptor.
@@ -96,52 +98,20 @@ pub struct Namespaces {
     last_cap: libc::c_ulong,
 }
 
-fn os_err(step: &'static str) -> NsError {
-    NsError::Step {
-        step,
-        source: io::Error::last_os_error(),
-    }
-}
-
-fn pipe() -> Result<(OwnedFd, OwnedFd), NsError> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: `fds` is a valid array of two descriptors for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(os_err("make a pipe"));
-    }
-    // SAFETY: pipe2 succeeded, so both are open descriptors owned by no one else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// Writes all of `bytes` to `fd`, with raw system calls only (the building
-/// child must not allocate). Returns false on error.
-fn write_all_raw(fd: RawFd, bytes: &[u8]) -> bool {
-    let mut done = 0;
-    while done < bytes.len() {
-        // SAFETY: the pointer and length stay within `bytes`.
-        let n = unsafe { libc::write(fd, bytes[done..].as_ptr().cast(), bytes.len() - done) };
-        if n < 0 {
-            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return false;
-        }
-        done += n as usize;
-    }
-    true
-}
-
-/// Opens `path` for writing and writes `text` into it, raw.
+/// Opens `path` for writing and writes `text` into it, with raw system
+/// calls only (the building child must not allocate). Returns false on
+/// error, errno set.
 fn write_file_raw(path: &std::ffi::CStr, text: &[u8]) -> bool {
     // SAFETY: `path` is a NUL-terminated string that outlives the call.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
     if fd < 0 {
         return false;
     }
-    let ok = write_all_raw(fd, text);
+    // SAFETY: the pointer and length are `text`'s own.
+    let n = unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
     // SAFETY: `fd` was opened above and is closed once.
     unsafe { libc::close(fd) };
-    ok
+    n == text.len() as isize
 }
 
 /// One guarded path, ready for the building child.
@@ -150,25 +120,41 @@ struct Prepared {
     read_only: bool,
 }
 
-/// What the building child does, with raw system calls only. Returns the
-/// index of the failed step and its errno, or `None` when every guarded
-/// path is mounted.
-fn build_in_child(guarded: &[Prepared], uid_map: &[u8], gid_map: &[u8]) -> Option<(u32, i32)> {
+/// What the building child is given, and what it leaves behind.
+struct Job<'a> {
+    guarded: &'a [Prepared],
+    uid_map: &'a [u8],
+    gid_map: &'a [u8],
+    /// The failed step and its errno, or (0, 0).
+    failed: (u32, i32),
+    /// The namespaces, opened into the parent's descriptor table.
+    user: RawFd,
+    mnt: RawFd,
+}
+
+/// The building child: it starts in the new namespaces (clone's flags),
+/// maps the account, mounts each guarded path, opens both namespaces into
+/// the descriptor table it shares with the parent, and returns, which ends
+/// it. Raw system calls only, on memory the suspended parent prepared.
+extern "C" fn build_in_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Job` the parent passed to clone, alive and not
+    // touched by the parent until this child has ended (CLONE_VFORK).
+    let job = unsafe { &mut *arg.cast::<Job<'_>>() };
     let errno = || io::Error::last_os_error().raw_os_error().unwrap_or(0);
-    // SAFETY: unshare takes no pointer.
-    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
-        return Some((0, errno()));
-    }
+    let mut fail = |step: u32| {
+        job.failed = (step, errno());
+        0
+    };
     if !write_file_raw(c"/proc/self/setgroups", b"deny") {
-        return Some((1, errno()));
+        return fail(1);
     }
-    if !write_file_raw(c"/proc/self/uid_map", uid_map) {
-        return Some((2, errno()));
+    if !write_file_raw(c"/proc/self/uid_map", job.uid_map) {
+        return fail(2);
     }
-    if !write_file_raw(c"/proc/self/gid_map", gid_map) {
-        return Some((3, errno()));
+    if !write_file_raw(c"/proc/self/gid_map", job.gid_map) {
+        return fail(3);
     }
-    for g in guarded {
+    for g in job.guarded {
         // SAFETY: `g.path` is a NUL-terminated string that outlives the call.
         let tree = unsafe {
             libc::syscall(
@@ -187,7 +173,7 @@ fn build_in_child(guarded: &[Prepared], uid_map: &[u8], gid_map: &[u8]) -> Optio
             if errno() == libc::ENOENT {
                 continue;
             }
-            return Some((4, errno()));
+            return fail(4);
         }
         let tree = tree as RawFd;
         if g.read_only {
@@ -210,7 +196,7 @@ fn build_in_child(guarded: &[Prepared], uid_map: &[u8], gid_map: &[u8]) -> Optio
                 )
             };
             if r != 0 {
-                return Some((5, errno()));
+                return fail(5);
             }
         }
         // SAFETY: both strings are NUL-terminated and outlive the call.
@@ -224,17 +210,46 @@ fn build_in_child(guarded: &[Prepared], uid_map: &[u8], gid_map: &[u8]) -> Optio
                 MOVE_MOUNT_F_EMPTY_PATH,
             )
         };
-        if r != 0 {
-            return Some((6, errno()));
-        }
         // SAFETY: `tree` was opened above and is closed once.
         unsafe { libc::close(tree) };
+        if r != 0 {
+            return fail(6);
+        }
     }
-    None
+    // SAFETY: NUL-terminated paths; the descriptors land in the table this
+    // child shares with the parent (CLONE_FILES), close-on-exec.
+    job.user = unsafe {
+        libc::open(
+            c"/proc/self/ns/user".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if job.user < 0 {
+        return fail(7);
+    }
+    // SAFETY: as above.
+    job.mnt = unsafe {
+        libc::open(
+            c"/proc/self/ns/mnt".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if job.mnt < 0 {
+        return fail(7);
+    }
+    0
 }
 
+/// The building child's stack. It runs a few system calls and no deeper
+/// Rust than [`build_in_child`], far below this.
+const CHILD_STACK: usize = 64 * 1024;
+
 impl Namespaces {
-    /// Builds the session's namespaces with `guarded` mounted, in order.
+    /// Builds the session's namespaces with `guarded` mounted, in order: in
+    /// a child made the way `posix_spawn` makes one (CLONE_VM|CLONE_VFORK,
+    /// with all signals blocked), so nothing is copied and this thread waits,
+    /// suspended, until the child has ended; the child shares the descriptor
+    /// table and leaves both namespaces open in it.
     pub fn build(guarded: &[Guarded]) -> Result<Namespaces, NsError> {
         let prepared: Vec<Prepared> = guarded
             .iter()
@@ -255,107 +270,77 @@ impl Namespaces {
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(63);
-        let (report_r, report_w) = pipe()?;
-        let (hold_r, hold_w) = pipe()?;
-        // SAFETY: fork in a process that may have other threads. The child
-        // runs only `build_in_child` and the raw calls below: system calls on
-        // memory prepared before the fork, no allocation, no lock, and it
-        // leaves with _exit, never returning into Rust code.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(os_err("start the child that builds the namespaces"));
-        }
-        if pid == 0 {
-            // The child's copies of the parent's ends: with its own copy of
-            // the holding pipe's write end open, it would never see EOF.
-            // SAFETY: closes descriptors this process copied at fork; the
-            // OwnedFds in its copy of memory are never dropped (it _exits).
-            unsafe {
-                libc::close(hold_w.as_raw_fd());
-                libc::close(report_r.as_raw_fd());
-            }
-            let failed = build_in_child(&prepared, &uid_map, &gid_map);
-            let mut report = [0u8; 9];
-            if let Some((step, errno)) = failed {
-                report[0] = 1;
-                report[1..5].copy_from_slice(&step.to_ne_bytes());
-                report[5..9].copy_from_slice(&errno.to_ne_bytes());
-            }
-            write_all_raw(report_w.as_raw_fd(), &report);
-            if failed.is_none() {
-                // Wait for the parent to have opened the namespaces: it
-                // closes its end of the pipe, and read returns 0.
-                let mut byte = 0u8;
-                loop {
-                    // SAFETY: reads one byte into a local.
-                    let n =
-                        unsafe { libc::read(hold_r.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) };
-                    if n >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                        break;
-                    }
-                }
-            }
-            // SAFETY: ends the child without running any Rust destructor.
-            unsafe { libc::_exit(0) };
-        }
-        drop(report_w);
-        drop(hold_r);
-        let mut child = Reaped {
-            pid,
-            hold: Some(hold_w),
+        let mut job = Job {
+            guarded: &prepared,
+            uid_map: &uid_map,
+            gid_map: &gid_map,
+            failed: (0, 0),
+            user: -1,
+            mnt: -1,
         };
-        let mut report = [0u8; 9];
-        let mut got = 0;
-        while got < report.len() {
-            // SAFETY: reads into `report` within its bounds.
-            let n = unsafe {
-                libc::read(
-                    report_r.as_raw_fd(),
-                    report[got..].as_mut_ptr().cast(),
-                    report.len() - got,
-                )
-            };
-            if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            if n <= 0 {
-                return Err(NsError::Step {
-                    step: "hear from the child that builds the namespaces",
-                    source: io::Error::new(io::ErrorKind::UnexpectedEof, "it ended without a word"),
-                });
-            }
-            got += n as usize;
+        let mut stack = vec![0u8; CHILD_STACK];
+        // The stack grows down from its 16-byte aligned top.
+        let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
+        // SAFETY: sigset_t values are plain data, filled by sigfillset and
+        // pthread_sigmask before they are read.
+        let (mut all, mut old) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: both point at the locals above.
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         }
-        if report[0] != 0 {
-            let step = u32::from_ne_bytes([report[1], report[2], report[3], report[4]]);
-            let errno = i32::from_ne_bytes([report[5], report[6], report[7], report[8]]);
+        // SAFETY: the child runs `build_in_child` on `stack`, which lives
+        // until after clone returns; with CLONE_VFORK this thread is
+        // suspended until the child has ended, so the child's use of `job`
+        // and of this thread's errno races with nothing, and with every
+        // signal blocked no handler runs in it. Other threads share the
+        // memory but touch neither `job` nor `stack`.
+        let pid = unsafe {
+            libc::clone(
+                build_in_child,
+                top as *mut libc::c_void,
+                libc::CLONE_VM
+                    | libc::CLONE_VFORK
+                    | libc::CLONE_FILES
+                    | libc::CLONE_NEWUSER
+                    | libc::CLONE_NEWNS
+                    | libc::SIGCHLD,
+                (&mut job as *mut Job<'_>).cast(),
+            )
+        };
+        let clone_error = (pid < 0).then(io::Error::last_os_error);
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        if let Some(source) = clone_error {
             return Err(NsError::Step {
-                step: STEPS
-                    .get(step as usize)
-                    .copied()
-                    .unwrap_or("build the namespaces"),
-                source: io::Error::from_raw_os_error(errno),
+                step: STEPS[0],
+                source,
             });
         }
-        let open = |name: &str| {
-            std::fs::File::open(format!("/proc/{pid}/ns/{name}"))
-                .map(OwnedFd::from)
-                .map_err(|source| NsError::Step {
-                    step: "open the new namespaces",
-                    source,
-                })
-        };
-        let user = open("user")?;
-        let mnt = open("mnt")?;
-        child.hold = None;
-        drop(child);
-        Ok(Namespaces {
-            user,
-            mnt,
-            last_cap,
-        })
+        let mut status = 0;
+        // SAFETY: reaps our own child, writing its status to a local.
+        while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+        {}
+        drop(stack);
+        // SAFETY: each descriptor the child opened is ours now, owned once.
+        let owned = |fd: RawFd| (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
+        let (user, mnt) = (owned(job.user), owned(job.mnt));
+        match (job.failed, user, mnt) {
+            ((0, 0), Some(user), Some(mnt)) => Ok(Namespaces {
+                user,
+                mnt,
+                last_cap,
+            }),
+            ((step, errno), _, _) => Err(NsError::Step {
+                step: STEPS.get(step as usize).copied().unwrap_or(STEPS[0]),
+                source: io::Error::from_raw_os_error(errno),
+            }),
+        }
     }
+}
 
+impl Namespaces {
     /// Arranges for `command`'s process to join the namespaces, move to
     /// `cwd` as seen inside them, and drop every capability, just before it
     /// execs (and before any later `pre_exec`, such as Landlock's). If any
@@ -422,23 +407,5 @@ impl Namespaces {
             });
         }
         Ok(())
-    }
-}
-
-/// The building child, let go (its end of the pipe closed) and waited for
-/// when this goes out of scope.
-struct Reaped {
-    pid: libc::pid_t,
-    hold: Option<OwnedFd>,
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        self.hold = None;
-        let mut status = 0;
-        // SAFETY: waits for our own child, writing its status to a local.
-        while unsafe { libc::waitpid(self.pid, &mut status, 0) } < 0
-            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-        {}
     }
 }
