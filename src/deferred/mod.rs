@@ -291,30 +291,46 @@ pub struct Watch {
 }
 
 /// A value computed on a thread of its own once started, waited for when
-/// first needed (or computed then, if it was never started).
-struct Background<T>(
-    Mutex<Option<std::thread::JoinHandle<T>>>,
-    std::sync::OnceLock<T>,
-);
+/// first needed (or computed then, if it was never started). The thread
+/// waits [`BACKGROUND_DELAY`] first, so that it does not compete with the
+/// program's own start, unless the value is wanted sooner.
+struct Background<T> {
+    handle: Mutex<Option<(std::thread::JoinHandle<T>, std::sync::mpsc::Sender<()>)>>,
+    value: std::sync::OnceLock<T>,
+}
+
+/// How long background work waits after the program has started.
+const BACKGROUND_DELAY: Duration = Duration::from_secs(1);
 
 impl<T: Send + 'static> Background<T> {
     fn new() -> Background<T> {
-        Background(Mutex::new(None), std::sync::OnceLock::new())
+        Background {
+            handle: Mutex::new(None),
+            value: std::sync::OnceLock::new(),
+        }
     }
 
     fn start(&self, f: impl FnOnce() -> T + Send + 'static) {
-        if let Ok(mut handle) = self.0.lock()
+        if let Ok(mut handle) = self.handle.lock()
             && handle.is_none()
-            && self.1.get().is_none()
+            && self.value.get().is_none()
         {
-            *handle = Some(std::thread::spawn(f));
+            let (go, wait) = std::sync::mpsc::channel::<()>();
+            let thread = std::thread::spawn(move || {
+                let _ = wait.recv_timeout(BACKGROUND_DELAY);
+                f()
+            });
+            *handle = Some((thread, go));
         }
     }
 
     fn get(&self, fallback: impl FnOnce() -> T) -> &T {
-        self.1.get_or_init(|| {
-            let handle = self.0.lock().ok().and_then(|mut h| h.take());
-            match handle.map(std::thread::JoinHandle::join) {
+        self.value.get_or_init(|| {
+            let handle = self.handle.lock().ok().and_then(|mut h| h.take());
+            match handle.map(|(thread, go)| {
+                let _ = go.send(());
+                thread.join()
+            }) {
                 Some(Ok(value)) => value,
                 _ => fallback(),
             }
