@@ -117,14 +117,27 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         },
         grants: Vec::new(),
     };
-    // Files that run later outside the floor: held read-only where the
-    // system allows, and watched in every case.
+    // The floor's ruleset is built on a thread while this one holds the
+    // files that run later outside the floor (read-only where the system
+    // allows) and takes the watch's snapshot of them (in every case).
+    let building = {
+        let (policy, nd7_exec) = (policy.clone(), nd7_exec.clone());
+        std::thread::spawn(move || sandbox::floor(&policy, &nd7_exec))
+    };
     let plan = crate::policy::deferred::plan(&policy, &deferred::FsTree);
     let (held, not_held) = match sandbox::hold(&plan) {
         Ok(held) => (held, None),
         Err(why) => (sandbox::Held::default(), Some(why)),
     };
-    let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
+    let watch = std::sync::Arc::new(deferred::Watch::start(
+        plan,
+        held.locks(),
+        &policy.roots.project,
+    ));
+    let floor = building
+        .join()
+        .map_err(|_| RunError::Sandbox("building the floor's rules failed".into()))?
+        .map_err(RunError::Sandbox)?;
 
     let sessions = Sessions::under(&home);
     sessions.clean_stale();
@@ -143,11 +156,6 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy: policy.clone(),
     };
     let session = Removed(sessions.create(&record)?);
-    let watch = std::sync::Arc::new(deferred::Watch::start(
-        plan,
-        held.locks(),
-        &policy.roots.project,
-    ));
     let after: sandbox::AfterCommand = {
         let watch = watch.clone();
         std::sync::Arc::new(move |command: &str| {
