@@ -1,30 +1,22 @@
 #!/usr/bin/env bash
-# The cost of a change to the sandbox, before and after in the same run:
-# `nd7 run`'s start (until its program runs) and whole run, for both builds
-# round-robin in one startbench, then the per-command exit (`nd7-exec true`
-# and `git status` through it) inside a session of each build, alternating
-# builds for several rounds so noise lands on both alike.
-# usage: bench/compare.sh BASE_COMMIT [WORKDIR] [RUNS]
+# Two builds of nd7 side by side, round-robin in one run so that noise on a
+# shared machine lands on both alike: `nd7 run` start (a session running
+# `true`), and the per-command cost of the exit (a session running 20
+# `nd7-exec true`, or 5 `git status` through nd7-exec, minus the start).
+# usage: bench/compare.sh OLD_DIR NEW_DIR [WORKDIR] [RUNS]
+#   OLD_DIR, NEW_DIR: directories each holding nd7 and nd7-exec (release builds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BASE_COMMIT=${1:?usage: bench/compare.sh BASE_COMMIT [WORKDIR] [RUNS]}
-W=${2:-$(mktemp -d)}
-RUNS=${3:-300}
+OLD=$(realpath "$1")
+NEW=$(realpath "$2")
+cargo build --quiet --release --example procbench
+PB=$PWD/target/release/examples/procbench
+W=${3:-$(mktemp -d)}
+RUNS=${4:-40}
 mkdir -p "$W"
 : > "$W/empty"
 
-cargo build --quiet --release --bins --examples
-NEW=$PWD/target/release
-PB=$NEW/examples/procbench
-if [ ! -x "$W/base/target/release/nd7" ] || [ "$(cat "$W/base/commit" 2>/dev/null)" != "$BASE_COMMIT" ]; then
-  rm -rf "$W/base" && mkdir -p "$W/base"
-  git archive "$BASE_COMMIT" | tar -x -C "$W/base"
-  (cd "$W/base" && cargo build --quiet --release --bins)
-  echo "$BASE_COMMIT" > "$W/base/commit"
-fi
-OLD=$W/base/target/release
-
-# The repository bench/exit.sh uses: about 5,000 files, twenty changed.
+# The same mid-sized repository as bench/exit.sh.
 REPO=$W/repo
 if [ ! -d "$REPO/.git" ]; then
   mkdir -p "$REPO"
@@ -38,18 +30,16 @@ if [ ! -d "$REPO/.git" ]; then
   git -C "$REPO" -c user.name=bench -c user.email=bench@localhost commit -qm repo
   git -C "$REPO" ls-files '*.rs' | head -20 | while read -r f; do echo "// changed" >> "$REPO/$f"; done
 fi
-echo "base $BASE_COMMIT, new $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes'); repository: $(git -C "$REPO" ls-files | wc -l) files"
 
-echo "== nd7 run: start and whole run, base against new (ratio to base)"
-STAMP=$NEW/examples/stamp
-(cd "$REPO" && "$NEW/examples/startbench" "$RUNS" "$OLD/nd7" run "$STAMP" :: "$NEW/nd7" run "$STAMP")
-
-echo "== inside a session of each build, alternating (ratio to bash -c true in the same session)"
-for round in 1 2 3; do
-  for build in base new; do
-    dir=$OLD; [ $build = new ] && dir=$NEW
-    echo "-- round $round, $build"
-    (cd "$REPO" && "$dir/nd7" run "$PB" "$RUNS" "$W/empty" bash -c true :: "$dir/nd7-exec" true :: \
-      "$dir/nd7-exec" 'git status --porcelain' 2>/dev/null)
-  done
-done
+loop() { echo "for i in \$(seq $2); do $1 >/dev/null; done"; }
+cd "$REPO"
+echo "== nd7 run true (start and end of a session)"
+"$PB" "$RUNS" "$W/empty" "$OLD/nd7" run true :: "$NEW/nd7" run true
+echo "== nd7 run with 20 x nd7-exec true"
+"$PB" "$RUNS" "$W/empty" \
+  "$OLD/nd7" run sh -c "$(loop "$OLD/nd7-exec true" 20)" :: \
+  "$NEW/nd7" run sh -c "$(loop "$NEW/nd7-exec true" 20)"
+echo "== nd7 run with 5 x git status through nd7-exec"
+"$PB" "$((RUNS / 2))" "$W/empty" \
+  "$OLD/nd7" run sh -c "$(loop "$OLD/nd7-exec 'git status --porcelain'" 5)" :: \
+  "$NEW/nd7" run sh -c "$(loop "$NEW/nd7-exec 'git status --porcelain'" 5)"

@@ -23,7 +23,10 @@ for _ in $(seq 20); do cat "$W/text.1"; done > "$W/text"
 now() { date +%s.%N; }
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a - b }'; }
 
-start_vault() { # $1 = database; sets VPID, URL
+start_vault() { # $1 = database; sets VPID, URL, VKEY
+  rm -f "$1.key"
+  VKEY=$("$BIN/nd7-vault" key --db "$1")
+  : > "$W/listen"   # the last server's line must not be read as this one's
   "$BIN/nd7-vault" serve --db "$1" --listen 127.0.0.1:0 --workers "${2:-4}" > "$W/listen" 2> "$1.log" &
   VPID=$!
   while ! grep -q listening "$W/listen" 2>/dev/null; do sleep 0.05; done
@@ -33,18 +36,18 @@ org_setup() { # $1 = database
   rm -rf "$W/org"; mkdir -p "$W/org"
   FP=$("$BIN/nd7" admin org-key --out "$W/org/org.key")
   REC=$("$BIN/nd7" admin age-key --out "$W/org/admin.age")
-  "$BIN/nd7" admin sign-recipients --org-key "$W/org/org.key" "$REC" > "$W/org/recipients"
+  "$BIN/nd7" admin sign-recipients --org-key "$W/org/org.key" --version 1 --vault-key "$VKEY" "$REC" > "$W/org/recipients"
   "$BIN/nd7-vault" recipients --db "$1" "$W/org/recipients" > /dev/null
 }
-enroll() { # $1 = state dir, $2 = database
-  XDG_STATE_HOME=$1 "$BIN/nd7" enroll "$URL" --token "$("$BIN/nd7-vault" token --db "$2")" --fingerprint "$FP" > /dev/null
+enroll() { # $1 = state dir
+  XDG_STATE_HOME=$1 "$BIN/nd7" enroll "$URL" --token "$("$BIN/nd7" admin enrol-token --org-key "$W/org/org.key")" --fingerprint "$FP" > /dev/null
 }
 
 echo "== machine"
 echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"
 echo "$(cargo --version); $(zstd --version)"
 
-echo "== 1. nd7 ship, ~100 MB backlog, against zstd -3 on the same file"
+echo "== 1. nd7 ship (signing each batch), ~100 MB backlog, against zstd -3 on the same file"
 S=$W/one/nd7/sessions
 mkdir -p "$S"
 sed -n 4p "$FIXTURE" | sed "s/4dc8a87d-d386-4e43-a1ee-15a0429dcdee/backlog/g" > "$W/payload.json"
@@ -58,7 +61,8 @@ for round in 1 2 3; do
   db=$W/one-$round.db; rm -f "$db"*
   start_vault "$db"; org_setup "$db"
   rm -rf "$W/one/nd7/vault" "$S/backlog/shipped" "$S/backlog/chain.key"
-  enroll "$W/one" "$db"
+  rm -f "$S/backlog/receipt"
+  enroll "$W/one"
   t2=$(now); XDG_STATE_HOME=$W/one "$BIN/nd7" ship > /dev/null 2>&1; t3=$(now)
   kill "$VPID"; wait "$VPID" 2>/dev/null || true
   awk -v z="$(sub "$t1" "$t0")" -v s="$(sub "$t3" "$t2")" -v b="$bytes" -v r="$round" \
@@ -72,7 +76,7 @@ for m in $(seq 50); do
   mkdir -p "$W/m$m/nd7/sessions"
   sed -n 4p "$FIXTURE" | sed "s/4dc8a87d-d386-4e43-a1ee-15a0429dcdee/s$m/g" > "$W/payload-$m.json"
   "$BIN/examples/make_log" "$W/m$m/nd7/sessions" "s$m" 1000 "$W/payload-$m.json" "$W/text.1"
-  enroll "$W/m$m" "$db"
+  enroll "$W/m$m"
 done
 : > "$db.log"
 rm -f "$W"/rc.*

@@ -46,17 +46,29 @@ _nd7() {
             nd7,run)
                 cmd="nd7__subcmd__run"
                 ;;
+            nd7,search)
+                cmd="nd7__subcmd__search"
+                ;;
+            nd7,sessions)
+                cmd="nd7__subcmd__sessions"
+                ;;
             nd7,setup)
                 cmd="nd7__subcmd__setup"
                 ;;
             nd7,ship)
                 cmd="nd7__subcmd__ship"
                 ;;
+            nd7,show)
+                cmd="nd7__subcmd__show"
+                ;;
             nd7,verify)
                 cmd="nd7__subcmd__verify"
                 ;;
             nd7__subcmd__admin,age-key)
                 cmd="nd7__subcmd__admin__subcmd__age__subcmd__key"
+                ;;
+            nd7__subcmd__admin,enrol-token)
+                cmd="nd7__subcmd__admin__subcmd__enrol__subcmd__token"
                 ;;
             nd7__subcmd__admin,help)
                 cmd="nd7__subcmd__admin__subcmd__help"
@@ -75,6 +87,9 @@ _nd7() {
                 ;;
             nd7__subcmd__admin__subcmd__help,age-key)
                 cmd="nd7__subcmd__admin__subcmd__help__subcmd__age__subcmd__key"
+                ;;
+            nd7__subcmd__admin__subcmd__help,enrol-token)
+                cmd="nd7__subcmd__admin__subcmd__help__subcmd__enrol__subcmd__token"
                 ;;
             nd7__subcmd__admin__subcmd__help,help)
                 cmd="nd7__subcmd__admin__subcmd__help__subcmd__help"
@@ -121,17 +136,29 @@ _nd7() {
             nd7__subcmd__help,run)
                 cmd="nd7__subcmd__help__subcmd__run"
                 ;;
+            nd7__subcmd__help,search)
+                cmd="nd7__subcmd__help__subcmd__search"
+                ;;
+            nd7__subcmd__help,sessions)
+                cmd="nd7__subcmd__help__subcmd__sessions"
+                ;;
             nd7__subcmd__help,setup)
                 cmd="nd7__subcmd__help__subcmd__setup"
                 ;;
             nd7__subcmd__help,ship)
                 cmd="nd7__subcmd__help__subcmd__ship"
                 ;;
+            nd7__subcmd__help,show)
+                cmd="nd7__subcmd__help__subcmd__show"
+                ;;
             nd7__subcmd__help,verify)
                 cmd="nd7__subcmd__help__subcmd__verify"
                 ;;
             nd7__subcmd__help__subcmd__admin,age-key)
                 cmd="nd7__subcmd__help__subcmd__admin__subcmd__age__subcmd__key"
+                ;;
+            nd7__subcmd__help__subcmd__admin,enrol-token)
+                cmd="nd7__subcmd__help__subcmd__admin__subcmd__enrol__subcmd__token"
                 ;;
             nd7__subcmd__help__subcmd__admin,org-key)
                 cmd="nd7__subcmd__help__subcmd__admin__subcmd__org__subcmd__key"
@@ -152,7 +179,7 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify setup run allow deny hook-prefix doctor enroll ship admin completions help"
+            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -166,7 +193,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin)
-            opts="-h --help org-key age-key sign-recipients sessions pull help"
+            opts="-h --help org-key age-key sign-recipients enrol-token sessions pull help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -197,8 +224,30 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__admin__subcmd__enrol__subcmd__token)
+            opts="-h --org-key --hours --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --org-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hours)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__admin__subcmd__help)
-            opts="org-key age-key sign-recipients sessions pull help"
+            opts="org-key age-key sign-recipients enrol-token sessions pull help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -212,6 +261,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__help__subcmd__age__subcmd__key)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__help__subcmd__enrol__subcmd__token)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -314,7 +377,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__pull)
-            opts="-h --read-token --identity --machine --session --out --compare --help"
+            opts="-h --read-token --identity --fingerprint --machine --session --out --compare --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -325,6 +388,10 @@ _nd7() {
                     return 0
                     ;;
                 --identity)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fingerprint)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -370,13 +437,21 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__sign__subcmd__recipients)
-            opts="-h --org-key --help"
+            opts="-h --org-key --version --vault-key --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --org-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --vault-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -470,7 +545,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help)
-            opts="record verify setup run allow deny hook-prefix doctor enroll ship admin completions help"
+            opts="record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -484,7 +559,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help__subcmd__admin)
-            opts="org-key age-key sign-recipients sessions pull"
+            opts="org-key age-key sign-recipients enrol-token sessions pull"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -498,6 +573,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help__subcmd__admin__subcmd__age__subcmd__key)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__admin__subcmd__enrol__subcmd__token)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -693,6 +782,34 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__search)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__sessions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__setup)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -708,6 +825,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help__subcmd__ship)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__show)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -750,7 +881,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__record)
-            opts="-h --help"
+            opts="-h --run-hook --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -770,6 +901,70 @@ _nd7() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__search)
+            opts="-i -F -h --tool --project --since --until --ignore-case --fixed-strings --json --color --no-pager --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --tool)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --project)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__sessions)
+            opts="-h --project --since --until --failed --verify --json --color --no-pager --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --project)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -804,6 +999,24 @@ _nd7() {
             case "${prev}" in
                 --every)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__show)
+            opts="-h --full --json --html --color --no-pager --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)

@@ -28,6 +28,9 @@ complete -c nd7 -n "__fish_nd7_needs_command" -s h -l help -d 'Print help'
 complete -c nd7 -n "__fish_nd7_needs_command" -s V -l version -d 'Print version'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "record" -d 'Append one Claude Code hook payload (read on stdin) to its session\'s log'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "verify" -d 'Walk a session\'s hash chain and say what a clean chain does and does not prove'
+complete -c nd7 -n "__fish_nd7_needs_command" -f -a "sessions" -d 'List the recorded sessions, newest first: when, how long, how many tool calls and failures, whether under `nd7 run`, the chain, shipped'
+complete -c nd7 -n "__fish_nd7_needs_command" -f -a "show" -d 'Show a session as a timeline: prompts, each tool call with its result, failures and refusals marked, subagents nested, the end, the chain'
+complete -c nd7 -n "__fish_nd7_needs_command" -f -a "search" -d 'Search what sessions say: commands, file paths, prompts, outputs and messages (never the JSON around them), with each hit\'s session and time'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "setup" -d 'Register `nd7 record` in Claude Code\'s user settings, and install completions'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "run" -d 'Run PROGRAM and everything it starts under the sandbox floor'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "allow" -d 'Let a running session\'s Bash commands write under PATH, from the next command'
@@ -39,10 +42,42 @@ complete -c nd7 -n "__fish_nd7_needs_command" -f -a "ship" -d 'Ship every sessio
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "admin" -d 'Admin tools: keys, the recipients document, and reading a vault back'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c nd7 -n "__fish_nd7_using_subcommand record" -l run-hook -d 'Set on the hooks `nd7 run` registers itself; under such a run, copies from hooks registered elsewhere are not recorded twice'
 complete -c nd7 -n "__fish_nd7_using_subcommand record" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand verify" -l threads -d 'Threads used to check a large log (default: available cores, at most 2)' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand verify" -l all -d 'Verify every session under the state directory'
 complete -c nd7 -n "__fish_nd7_using_subcommand verify" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l project -d 'Only sessions whose project (working directory) is DIR or under it' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l since -d 'Only sessions that started at or after WHEN (2026-11-30, "2026-11-30 14:00", 2h, 3d, yesterday)' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l until -d 'Only sessions that started at or before WHEN' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l color -d 'Colour: auto (on a terminal, unless NO_COLOR is set), always, never' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l failed -d 'Only sessions with a failed tool call'
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l verify -d 'Verify every listed session whose chain is unchecked first'
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l json -d 'One JSON object per session (NDJSON)'
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l no-pager -d 'Never page (by default a terminal gets $ND7_PAGER, $PAGER or `less -FRX`)'
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c nd7 -n "__fish_nd7_using_subcommand show" -l color -d 'Colour: auto (on a terminal, unless NO_COLOR is set), always, never' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c nd7 -n "__fish_nd7_using_subcommand show" -l full -d 'Every line of every output and prompt'
+complete -c nd7 -n "__fish_nd7_using_subcommand show" -l json -d 'The same timeline as NDJSON: a session object, one object per item, then the chain\'s verdict'
+complete -c nd7 -n "__fish_nd7_using_subcommand show" -l html -d 'One self-contained HTML file (no scripts, nothing loaded) on stdout'
+complete -c nd7 -n "__fish_nd7_using_subcommand show" -l no-pager -d 'Never page (by default a terminal gets $ND7_PAGER, $PAGER or `less -FRX`)'
+complete -c nd7 -n "__fish_nd7_using_subcommand show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c nd7 -n "__fish_nd7_using_subcommand search" -l tool -d 'Only entries about this tool (Bash, Write, Read, ...), any case' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand search" -l project -d 'Only sessions whose project (working directory) is DIR or under it' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand search" -l since -d 'Only entries recorded at or after WHEN (2026-11-30, 2h, 3d, yesterday)' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand search" -l until -d 'Only entries recorded at or before WHEN' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand search" -l color -d 'Colour: auto (on a terminal, unless NO_COLOR is set), always, never' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c nd7 -n "__fish_nd7_using_subcommand search" -s i -l ignore-case -d 'Match case-insensitively'
+complete -c nd7 -n "__fish_nd7_using_subcommand search" -s F -l fixed-strings -d 'PATTERN is a literal string, not a regular expression'
+complete -c nd7 -n "__fish_nd7_using_subcommand search" -l json -d 'One JSON object per hit (NDJSON)'
+complete -c nd7 -n "__fish_nd7_using_subcommand search" -l no-pager -d 'Never page (by default a terminal gets $ND7_PAGER, $PAGER or `less -FRX`)'
+complete -c nd7 -n "__fish_nd7_using_subcommand search" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand setup" -l settings -d 'Settings file to change [default: ~/.claude/settings.json]' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand setup" -l dry-run -d 'Print what would change and write nothing'
 complete -c nd7 -n "__fish_nd7_using_subcommand setup" -l uninstall -d 'Remove nd7\'s entries (and only those) and the completions setup installed'
@@ -53,28 +88,35 @@ complete -c nd7 -n "__fish_nd7_using_subcommand deny" -s h -l help -d 'Print hel
 complete -c nd7 -n "__fish_nd7_using_subcommand hook-prefix" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand doctor" -l settings -d 'Settings file to check [default: ~/.claude/settings.json]' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l token -d 'The enrolment token from `nd7-vault token`' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l token -d 'The enrolment token from `nd7 admin enrol-token`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l fingerprint -d 'The organisation key\'s fingerprint (64 hex digits), from `nd7 admin org-key`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand ship" -l every -d 'Ship again every DURATION (e.g. 30s, 5m, 1h) until killed' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand ship" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -s h -l help -d 'Print help'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients sessions pull help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -s h -l help -d 'Print help'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "enrol-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token sessions pull help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from org-key" -l out -d 'Where to write the key (0600; refuses to overwrite)' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from org-key" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from age-key" -l out -d 'Where to write the identity (0600; refuses to overwrite)' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from age-key" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -l org-key -d 'The organisation key from `nd7 admin org-key`' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -l version -d 'The document\'s version: machines take only a higher one than they hold' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -l vault-key -d 'The vault\'s public key, as `nd7-vault key` printed it' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -s h -l help -d 'Print help'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -l org-key -d 'The organisation key from `nd7 admin org-key`' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -l hours -d 'Hours until it expires' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -s h -l help -d 'Print help'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -l read-token -d 'A read token from `nd7-vault read-token`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -s h -l help -d 'Print help'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l read-token -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l identity -d 'An age identity file (`nd7 admin age-key`, or age-keygen\'s)' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l fingerprint -d 'The organisation key\'s fingerprint, from `nd7 admin org-key`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l machine -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l session -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l out -d 'Directory to write the decrypted session into' -r -F
@@ -83,25 +125,30 @@ complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcomman
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "enrol-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c nd7 -n "__fish_nd7_using_subcommand completions" -s h -l help -d 'Print help'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "record" -d 'Append one Claude Code hook payload (read on stdin) to its session\'s log'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "verify" -d 'Walk a session\'s hash chain and say what a clean chain does and does not prove'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "setup" -d 'Register `nd7 record` in Claude Code\'s user settings, and install completions'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "run" -d 'Run PROGRAM and everything it starts under the sandbox floor'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "allow" -d 'Let a running session\'s Bash commands write under PATH, from the next command'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "deny" -d 'Take back a grant of `nd7 allow`, from the next command'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "hook-prefix" -d 'Reply to a PreToolUse hook so that a Bash command runs through nd7-exec'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "doctor" -d 'Say what is installed and working, and the command that fixes what is not'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "enroll" -d 'Enrol this machine with a vault: make its key, register it, pin the admins'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "ship" -d 'Ship every session\'s unshipped entries to the vault, encrypted'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "admin" -d 'Admin tools: keys, the recipients document, and reading a vault back'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "record" -d 'Append one Claude Code hook payload (read on stdin) to its session\'s log'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "verify" -d 'Walk a session\'s hash chain and say what a clean chain does and does not prove'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "sessions" -d 'List the recorded sessions, newest first: when, how long, how many tool calls and failures, whether under `nd7 run`, the chain, shipped'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "show" -d 'Show a session as a timeline: prompts, each tool call with its result, failures and refusals marked, subagents nested, the end, the chain'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "search" -d 'Search what sessions say: commands, file paths, prompts, outputs and messages (never the JSON around them), with each hit\'s session and time'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "setup" -d 'Register `nd7 record` in Claude Code\'s user settings, and install completions'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "run" -d 'Run PROGRAM and everything it starts under the sandbox floor'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "allow" -d 'Let a running session\'s Bash commands write under PATH, from the next command'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "deny" -d 'Take back a grant of `nd7 allow`, from the next command'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "hook-prefix" -d 'Reply to a PreToolUse hook so that a Bash command runs through nd7-exec'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "doctor" -d 'Say what is installed and working, and the command that fixes what is not'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "enroll" -d 'Enrol this machine with a vault: make its key, register it, pin the admins'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "ship" -d 'Ship every session\'s unshipped entries to the vault, encrypted'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "admin" -d 'Admin tools: keys, the recipients document, and reading a vault back'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "enrol-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'

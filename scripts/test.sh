@@ -3,19 +3,25 @@
 # npm (the end-to-end tests install the real Claude Code), zsh and fish
 # (completions), ruby (the Homebrew formula), nix-instantiate (the flake),
 # systemd-analyze (the timer units), python3 (the LaunchAgent plist), tmux
-# (an interactive Claude Code under nd7 run), unshare (the sandbox tests mount a
-# scratch home over the account's) and age (an admin recovers a chain key with
-# the stock age CLI). The vault server's tests need the vault-server feature,
-# so the suite runs with it.
+# (an interactive Claude Code under nd7 run, and a tmux server the agent must
+# not reach), ssh-agent (an agent holding a key the agent must not use), perl
+# (the agent's socket and ioctl attempts), unshare (the sandbox tests mount a
+# scratch home over the account's), prlimit (nd7 record under a memory limit),
+# age (an admin recovers a chain key with the stock age CLI), chromium (nd7 show
+# --html is rendered in headless Chromium) and script (nd7's pager and colour on
+# a pseudo-terminal). The vault server's tests need the vault-server feature, so
+# the suite runs with it.
 # As root on Debian or Ubuntu it installs what is missing; elsewhere it says
 # what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A package=([npm]="nodejs npm" [zsh]=zsh [fish]=fish [ruby]=ruby
   [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3 [tmux]=tmux
-  [unshare]=util-linux [git]=git [age]=age [age-keygen]=age [zstd]=zstd)
+  [unshare]=util-linux [prlimit]=util-linux [git]=git [age]=age [age-keygen]=age [zstd]=zstd
+  [chromium]=chromium [script]=bsdutils [ssh-agent]=openssh-client [perl]=perl)
 missing=()
-for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3 tmux unshare git age age-keygen zstd; do
+for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3 tmux unshare prlimit git age age-keygen zstd \
+  chromium script ssh-agent perl; do
   command -v "$tool" >/dev/null || missing+=("${package[$tool]}")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -369,6 +369,9 @@ pub struct Walker {
     expect: Option<(u64, [u8; HEX_LEN])>,
     /// What the first line stated (detached walkers only).
     first: Option<Stated>,
+    /// The first line's seq, when its prev could not be read (detached
+    /// walkers only), so that [`join`] can report what one walk would.
+    first_seq: Option<u64>,
     last: Option<Stated>,
     detached: bool,
 }
@@ -379,6 +382,7 @@ pub struct Walker {
 pub struct Stretch {
     lines: u64,
     first: Option<Stated>,
+    first_seq: Option<u64>,
     last: Option<Stated>,
     end: Option<Cursor>,
     detached: bool,
@@ -391,6 +395,7 @@ impl Walker {
             lines: 0,
             expect: Some((cursor.next_seq, cursor.prev.hex_bytes())),
             first: None,
+            first_seq: None,
             last: None,
             detached: false,
         }
@@ -401,6 +406,7 @@ impl Walker {
             lines: 0,
             expect: None,
             first: None,
+            first_seq: None,
             last: None,
             detached: true,
         }
@@ -420,7 +426,15 @@ impl Walker {
                 None => {
                     // A detached walker's first line: its own seq and prev
                     // are taken as given and checked by `join`.
-                    let stated = read_checked(line).map_err(fail)?;
+                    let stated = match read_checked(line) {
+                        Ok(stated) => stated,
+                        Err(fault) => {
+                            if matches!(fault, Fault::Prev { .. }) {
+                                self.first_seq = unseal(line).ok().and_then(|(u, _)| stated_seq(u));
+                            }
+                            return Err(fail(fault));
+                        }
+                    };
                     self.first = Some(stated);
                     (stated.seq, stated.prev.hex_bytes())
                 }
@@ -460,6 +474,7 @@ impl Walker {
         Stretch {
             lines: self.lines,
             first: self.first,
+            first_seq: self.first_seq,
             last: self.last,
             end,
             detached: self.detached,
@@ -486,6 +501,26 @@ pub fn join(start: Cursor, stretches: Vec<Stretch>) -> Result<WalkEnd, Broken> {
             // The stretch's first line must continue the chain so far. Its
             // own sealed and hash checks come first.
             let first_failed_first = stretch.failure.as_ref().is_some_and(|f| f.entry == 0);
+            // Its first line's prev could not be read, so the stretch could
+            // not say what it expected there; one walk would have checked
+            // seq first, then prev against the chain so far.
+            if let (true, Some(seq)) = (first_failed_first, stretch.first_seq) {
+                let fault = if seq != cursor.next_seq {
+                    Fault::Seq {
+                        found: seq.to_string(),
+                        expected: cursor.next_seq,
+                    }
+                } else {
+                    Fault::Prev {
+                        stated: "missing or malformed".into(),
+                        expected: cursor.prev.to_hex(),
+                    }
+                };
+                return Err(Broken {
+                    entry: cursor.next_seq,
+                    fault,
+                });
+            }
             if let (Some(first), false) = (stretch.first, first_failed_first) {
                 if first.seq != cursor.next_seq {
                     return Err(Broken {
@@ -725,6 +760,62 @@ mod tests {
         out
     }
 
+    /// The committed known-answer log (tests/vectors/log): rendering its
+    /// payloads again gives it back byte for byte. Fails when the envelope's
+    /// members, their order or their encoding change (`Envelope`,
+    /// `render_entry`), or the session fingerprint does (`SESSION_CONTEXT`).
+    #[test]
+    fn the_committed_vector_renders_byte_for_byte() {
+        use crate::hook::{Event, Invocation, Payload};
+        const SESSION: &str = "4dc8a87d-d386-4e43-a1ee-15a0429dcdee";
+        let payloads = include_str!("../tests/vectors/log/payloads.ndjson");
+        let log: &[u8] = include_bytes!(
+            "../tests/vectors/log/4dc8a87d-d386-4e43-a1ee-15a0429dcdee/events.ndjson"
+        );
+        // The session fingerprint: the first entry's prev.
+        assert_eq!(
+            Hash::session_fingerprint(SESSION).to_hex(),
+            "fbbd843238a69ee4f25d296f40b71f186ccf05d3d15198e11f56362dac34d07e"
+        );
+        let first = log.split_inclusive(|&b| b == b'\n').next().expect("a line");
+        assert_eq!(
+            std::str::from_utf8(first).expect("UTF-8"),
+            concat!(
+                r#"{"seq":0,"ts":1795995450000000000,"host":"vm","hook_ppid":3327,"#,
+                r#""cwd":"/home/dev/proj","session":"4dc8a87d-d386-4e43-a1ee-15a0429dcdee","#,
+                r#""source":"intent:claude-code","kind":"session_start","body":{"#,
+                r#""session_id":"4dc8a87d-d386-4e43-a1ee-15a0429dcdee","#,
+                r#""transcript_path":"/home/dev/.claude/projects/-home-dev-proj/4dc8a87d-d386-4e43-a1ee-15a0429dcdee.jsonl","#,
+                r#""cwd":"/home/dev/proj","hook_event_name":"SessionStart","source":"startup"},"#,
+                r#""prev":"fbbd843238a69ee4f25d296f40b71f186ccf05d3d15198e11f56362dac34d07e","#,
+                r#""hash":"42840d28a1ed90b0e71d0bbdb63ebee802541d2b8b36da0adfbf05566d9241eb"}"#,
+                "\n"
+            )
+        );
+        let mut cursor = Cursor::start(SESSION);
+        let mut rendered = Vec::new();
+        for (i, payload) in payloads.lines().enumerate() {
+            let invocation = Invocation {
+                ts: 1_795_995_450_000_000_000 + i as u64 * 1_000_000_000,
+                host: "vm".into(),
+                hook_ppid: Some(3327),
+                cwd: Some("/home/dev/proj".into()),
+            };
+            let payload = Payload::parse(payload.as_bytes()).expect("a fixture payload");
+            let line = render_entry(&Event::new(&invocation, payload), &cursor);
+            let stated = read_checked(&line[..line.len() - 1]).expect("sealed");
+            cursor = Cursor {
+                next_seq: stated.seq + 1,
+                prev: stated.hash,
+            };
+            rendered.extend_from_slice(&line);
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&rendered),
+            String::from_utf8_lossy(log)
+        );
+    }
+
     #[test]
     fn hex_round_trips_and_rejects_uppercase() {
         let h = Hash::of(b"abc");
@@ -813,6 +904,15 @@ mod tests {
             let mut torn = lines[..=k].to_vec();
             torn[k].pop();
             cases.push(torn);
+            // Re-sealed without its prev, with and without a wrong seq.
+            for seq in [k as u64, k as u64 + 1] {
+                let text = String::from_utf8(lines[k].clone()).expect("UTF-8");
+                let rest =
+                    &text[text.find(',').expect("a comma")..text.find(",\"prev\"").expect("prev")];
+                let mut resealed = lines.clone();
+                resealed[k] = seal(format!("{{\"seq\":{seq}{rest}}}").as_bytes());
+                cases.push(resealed);
+            }
         }
         for case in cases {
             let log: Vec<u8> = case.concat();

@@ -18,8 +18,14 @@ pub enum Command {
     /// Append one Claude Code hook payload (read on stdin) to its session's log.
     ///
     /// Always exits 0 and never writes to stdout, so it cannot change what
-    /// the agent does. Problems are reported in one line on stderr.
-    Record,
+    /// the agent does. Problems are reported in one line on stderr. Under
+    /// `nd7 run` the entry is handed to the run, which alone writes the log.
+    Record {
+        /// Set on the hooks `nd7 run` registers itself; under such a run,
+        /// copies from hooks registered elsewhere are not recorded twice.
+        #[arg(long, hide = true)]
+        run_hook: bool,
+    },
     /// Walk a session's hash chain and say what a clean chain does and does not prove.
     ///
     /// TARGET is a session id (looked up under $XDG_STATE_HOME/nd7/sessions,
@@ -36,6 +42,95 @@ pub enum Command {
         /// Threads used to check a large log (default: available cores, at most 2).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
+    },
+    /// List the recorded sessions, newest first: when, how long, how many
+    /// tool calls and failures, whether under `nd7 run`, the chain, shipped.
+    ///
+    /// Reads no whole log: per-session summaries are kept in
+    /// $XDG_STATE_HOME/nd7/index, checked against each log's file facts and
+    /// brought up to date from what was appended. CHAIN is what the last
+    /// `nd7 verify` (or `nd7 show`, or --verify here) found while the log was
+    /// as it is now; "unchecked" otherwise. Exits 0, or 2 when the state
+    /// directory cannot be read or an argument is wrong.
+    Sessions {
+        /// Only sessions whose project (working directory) is DIR or under it.
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+        /// Only sessions that started at or after WHEN (2026-11-30, "2026-11-30 14:00", 2h, 3d, yesterday).
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        /// Only sessions that started at or before WHEN.
+        #[arg(long, value_name = "WHEN")]
+        until: Option<String>,
+        /// Only sessions with a failed tool call.
+        #[arg(long)]
+        failed: bool,
+        /// Verify every listed session whose chain is unchecked first.
+        #[arg(long)]
+        verify: bool,
+        /// One JSON object per session (NDJSON).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        view: View,
+    },
+    /// Show a session as a timeline: prompts, each tool call with its result,
+    /// failures and refusals marked, subagents nested, the end, the chain.
+    ///
+    /// SESSION is an id, an unambiguous prefix of one, `last` (the session
+    /// that started last), or a path to a session directory or its
+    /// events.ndjson (such as one written by `nd7 admin pull --out`). The
+    /// chain is verified as `nd7 verify` does while the timeline is read.
+    /// Exits 0 when the chain is clean, 1 when it is broken (the timeline is
+    /// still shown), 2 when the session cannot be found or read.
+    Show {
+        /// Session id, prefix, `last`, or a path.
+        session: String,
+        /// Every line of every output and prompt.
+        #[arg(long)]
+        full: bool,
+        /// The same timeline as NDJSON: a session object, one object per
+        /// item, then the chain's verdict.
+        #[arg(long, conflicts_with = "html")]
+        json: bool,
+        /// One self-contained HTML file (no scripts, nothing loaded) on stdout.
+        #[arg(long)]
+        html: bool,
+        #[command(flatten)]
+        view: View,
+    },
+    /// Search what sessions say: commands, file paths, prompts, outputs and
+    /// messages (never the JSON around them), with each hit's session and time.
+    ///
+    /// PATTERN is a regular expression (Rust regex syntax, as ripgrep's),
+    /// matched within one line of a field. Hits are printed oldest first.
+    /// Exits 0 when something matched, 1 when nothing did, 2 on a bad pattern
+    /// or a log that could not be read.
+    Search {
+        pattern: String,
+        /// Only entries about this tool (Bash, Write, Read, ...), any case.
+        #[arg(long, value_name = "NAME")]
+        tool: Option<String>,
+        /// Only sessions whose project (working directory) is DIR or under it.
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+        /// Only entries recorded at or after WHEN (2026-11-30, 2h, 3d, yesterday).
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        /// Only entries recorded at or before WHEN.
+        #[arg(long, value_name = "WHEN")]
+        until: Option<String>,
+        /// Match case-insensitively.
+        #[arg(short = 'i', long)]
+        ignore_case: bool,
+        /// PATTERN is a literal string, not a regular expression.
+        #[arg(short = 'F', long)]
+        fixed_strings: bool,
+        /// One JSON object per hit (NDJSON).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        view: View,
     },
     /// Register `nd7 record` in Claude Code's user settings, and install completions.
     ///
@@ -119,15 +214,15 @@ pub enum Command {
     /// Enrol this machine with a vault: make its key, register it, pin the admins.
     ///
     /// Fetches the vault's recipients document and refuses it unless the
-    /// organisation key with fingerprint FP signed it, then registers a new
-    /// Ed25519 machine key with the one-time TOKEN. Writes
+    /// organisation key with fingerprint FP signed it, then makes an Ed25519
+    /// machine key and has the one-time TOKEN endorse it. Writes
     /// $XDG_STATE_HOME/nd7/vault/ (machine.key, machine.id, server,
     /// recipients; every file 0600). Exits 0 when enrolled, 1 when the vault
     /// or its document was refused or refused us, 2 on other errors.
     Enroll {
         /// The vault's base URL, e.g. https://vault.example.org.
         url: String,
-        /// The enrolment token from `nd7-vault token`.
+        /// The enrolment token from `nd7 admin enrol-token`.
         #[arg(long, value_name = "T")]
         token: String,
         /// The organisation key's fingerprint (64 hex digits), from `nd7 admin org-key`.
@@ -140,7 +235,8 @@ pub enum Command {
     /// batches of at most 8 MiB, and moves the mark after each acknowledgement.
     /// A run that is interrupted resumes where the vault's copy ends. Exits 0
     /// when everything was shipped, 1 when some session was not (each is
-    /// named on stderr), 2 when the machine is not enrolled or on other errors.
+    /// named on stderr), 2 when the machine is not enrolled or on other
+    /// errors, 3 when the vault broke a receipt for some session.
     Ship {
         /// Ship again every DURATION (e.g. 30s, 5m, 1h) until killed.
         #[arg(long, value_name = "DURATION")]
@@ -154,6 +250,24 @@ pub enum Command {
         #[arg(value_enum)]
         shell: Shell,
     },
+}
+
+/// How the reading commands show what they print.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct View {
+    /// Colour: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = Color::Auto)]
+    pub color: Color,
+    /// Never page (by default a terminal gets $ND7_PAGER, $PAGER or `less -FRX`).
+    #[arg(long)]
+    pub no_pager: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Color {
+    Auto,
+    Always,
+    Never,
 }
 
 /// The arguments of `nd7 allow` and `nd7 deny`, which parse them themselves
@@ -206,8 +320,8 @@ pub fn parse_grant_args(args: &[OsString]) -> Result<GrantArgs, String> {
     Ok(GrantArgs { session, path })
 }
 
-/// `nd7 admin ...`. Exit status: 0 success; 1 a pulled log failed
-/// verification or differs from the local copy; 2 bad usage or errors.
+/// `nd7 admin ...`. Exit status: 0 success; 1 the machine rewrote its log;
+/// 2 bad usage or errors; 3 the vault's copy is forged or incomplete.
 #[derive(Subcommand)]
 pub enum Admin {
     /// Make the organisation's Ed25519 key; prints its fingerprint.
@@ -232,9 +346,24 @@ pub enum Admin {
         /// The organisation key from `nd7 admin org-key`.
         #[arg(long, value_name = "FILE")]
         org_key: PathBuf,
+        /// The document's version: machines take only a higher one than they hold.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        version: u64,
+        /// The vault's public key, as `nd7-vault key` printed it.
+        #[arg(long, value_name = "HEX")]
+        vault_key: String,
         /// age1... recipients, one per admin.
         #[arg(required = true)]
         recipients: Vec<String>,
+    },
+    /// Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key.
+    EnrolToken {
+        /// The organisation key from `nd7 admin org-key`.
+        #[arg(long, value_name = "FILE")]
+        org_key: PathBuf,
+        /// Hours until it expires.
+        #[arg(long, default_value_t = 24)]
+        hours: u64,
     },
     /// List the sessions a vault holds: machine, session, last entry.
     Sessions {
@@ -245,10 +374,13 @@ pub enum Admin {
     },
     /// Fetch a session from the vault, decrypt it, verify it, and compare it.
     ///
-    /// Writes the decrypted log to OUT/<session>/events.ndjson, verifies its
-    /// chain as `nd7 verify` does, and, given --compare, says whether that
-    /// local log still matches the vault's copy, naming the first entry that
-    /// differs.
+    /// Checks that the machine was enrolled with a token the organisation
+    /// signed and that it signed every batch, writes the decrypted log to
+    /// OUT/<session>/events.ndjson and verifies its chain as `nd7 verify`
+    /// does. Given --compare, checks the machine's session directory (its log
+    /// and the vault's receipts it kept) against the vault's copy, and says
+    /// whether the vault dropped or rewrote what it acknowledged or the
+    /// machine rewrote its log, naming the entry.
     Pull {
         url: String,
         #[arg(long, value_name = "T")]
@@ -256,6 +388,9 @@ pub enum Admin {
         /// An age identity file (`nd7 admin age-key`, or age-keygen's).
         #[arg(long, value_name = "FILE")]
         identity: PathBuf,
+        /// The organisation key's fingerprint, from `nd7 admin org-key`.
+        #[arg(long, value_name = "FP")]
+        fingerprint: String,
         #[arg(long, value_name = "ID")]
         machine: String,
         #[arg(long, value_name = "ID")]

@@ -325,6 +325,9 @@ pub enum Kind {
     TurnEnd,
     SessionEnd,
     Hook,
+    /// One of the entries nd7 writes from outside the sandbox floor
+    /// ([`crate::run_entry`]), never made from a hook payload.
+    Exit(&'static str),
 }
 
 impl Kind {
@@ -337,6 +340,7 @@ impl Kind {
             Kind::TurnEnd => "turn_end",
             Kind::SessionEnd => "session_end",
             Kind::Hook => "hook",
+            Kind::Exit(kind) => kind,
         }
     }
 
@@ -533,7 +537,11 @@ impl Event {
                 body.insert("ok".into(), Value::Bool(ok));
                 body
             }
-            Kind::SessionStart | Kind::Prompt | Kind::TurnEnd | Kind::SessionEnd => payload.members,
+            Kind::SessionStart
+            | Kind::Prompt
+            | Kind::TurnEnd
+            | Kind::SessionEnd
+            | Kind::Exit(_) => payload.members,
         };
         Event {
             ts: invocation.ts,
@@ -574,7 +582,7 @@ impl Event {
 }
 
 /// The members of an oversized payload that are read without keeping the rest.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 pub struct Glimpse {
     pub session_id: String,
     #[serde(default)]
@@ -585,7 +593,7 @@ pub struct Glimpse {
     pub tool_use_id: Option<String>,
 }
 
-fn to_raw(value: &Value) -> Box<RawValue> {
+pub(crate) fn to_raw(value: &Value) -> Box<RawValue> {
     // Serializing a Value built from parsed JSON cannot fail: its keys are
     // strings and its numbers finite.
     serde_json::value::to_raw_value(value).expect("a parsed JSON value serializes")

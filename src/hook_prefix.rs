@@ -37,29 +37,50 @@ pub fn routed_command(nd7_exec: &str, command: &str) -> String {
     format!("{} {}", shell_quote(nd7_exec), shell_quote(command))
 }
 
-/// The settings `nd7 run` passes to Claude Code with `--settings`: the
-/// PreToolUse entry that runs `nd7 hook-prefix` (exec form) for Bash, and
-/// Claude Code's own sandbox off, since a sandbox inside the floor cannot
-/// start and nd7's exit already confines every command.
+/// The arguments of the record hooks `nd7 run` registers: under the run,
+/// copies from hooks registered elsewhere (`nd7 setup`'s, which Claude Code
+/// runs as well, since it merges only hooks whose command and arguments are
+/// identical) are then not recorded twice.
+pub const RUN_RECORD_ARGS: [&str; 2] = ["record", "--run-hook"];
+
+/// The settings `nd7 run` passes to Claude Code with `--settings`: one
+/// `nd7 record --run-hook` entry (exec form) for each event in `recorded`,
+/// so recording never depends on a file the agent can edit; the PreToolUse
+/// entry that runs `nd7 hook-prefix` for Bash; and Claude Code's own sandbox
+/// off, since a sandbox inside the floor cannot start and nd7's exit already
+/// confines every command.
 ///
 /// Claude Code takes one `--settings`; when the user gave their own, it is
-/// `theirs`, and nd7's hook is added to it (after the user's PreToolUse
-/// hooks) with the sandbox key overridden. `None` when `theirs` is not a
-/// JSON object or its hooks are not shaped as Claude Code's are.
-pub fn run_settings(nd7: &str, theirs: Option<Value>) -> Option<Value> {
-    let ours = json!({
+/// `theirs`, and nd7's hooks are added to it (after the user's hooks for the
+/// same events) with the sandbox key overridden. `None` when `theirs` is not
+/// a JSON object or its hooks are not shaped as Claude Code's are.
+pub fn run_settings(nd7: &str, theirs: Option<Value>, recorded: &[&str]) -> Option<Value> {
+    let prefix = json!({
         "matcher": "Bash",
         "hooks": [{"type": "command", "command": nd7, "args": ["hook-prefix"]}]
     });
     let mut settings = theirs.unwrap_or_else(|| json!({}));
     let object = settings.as_object_mut()?;
-    let hooks = object.entry("hooks").or_insert_with(|| json!({}));
+    let hooks = object
+        .entry("hooks")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()?;
+    for event in recorded {
+        let mut record = json!({"type": "command", "command": nd7, "args": RUN_RECORD_ARGS});
+        if *event == "SessionEnd" {
+            record["timeout"] = json!(crate::setup::merge::SESSION_END_TIMEOUT_SECS);
+        }
+        hooks
+            .entry(*event)
+            .or_insert_with(|| json!([]))
+            .as_array_mut()?
+            .push(json!({ "hooks": [record] }));
+    }
     hooks
-        .as_object_mut()?
         .entry("PreToolUse")
         .or_insert_with(|| json!([]))
         .as_array_mut()?
-        .push(ours);
+        .push(prefix);
     let sandbox = object.entry("sandbox").or_insert_with(|| json!({}));
     sandbox
         .as_object_mut()?
@@ -182,8 +203,8 @@ mod tests {
     }
 
     #[test]
-    fn run_settings_add_the_hook_and_keep_the_users_own() {
-        let alone = run_settings("/b/nd7", None).expect("settings");
+    fn run_settings_add_the_hooks_and_keep_the_users_own() {
+        let alone = run_settings("/b/nd7", None, &[]).expect("settings");
         assert_eq!(
             alone,
             json!({
@@ -193,18 +214,36 @@ mod tests {
                 "sandbox": {"enabled": false}
             })
         );
+        let recording =
+            run_settings("/b/nd7", None, &["PreToolUse", "SessionEnd"]).expect("settings");
+        let record =
+            json!({"type": "command", "command": "/b/nd7", "args": ["record", "--run-hook"]});
+        let mut end = record.clone();
+        end["timeout"] = json!(10);
+        assert_eq!(
+            recording["hooks"],
+            json!({
+                "PreToolUse": [{"hooks": [record]}, {"matcher": "Bash", "hooks": [
+                    {"type": "command", "command": "/b/nd7", "args": ["hook-prefix"]}
+                ]}],
+                "SessionEnd": [{"hooks": [end]}]
+            })
+        );
         let theirs = json!({
             "model": "x",
             "hooks": {"PreToolUse": [{"matcher": "Write", "hooks": []}], "Stop": []},
             "sandbox": {"enabled": true, "network": {}}
         });
-        let merged = run_settings("/b/nd7", Some(theirs)).expect("settings");
+        let merged = run_settings("/b/nd7", Some(theirs), &[]).expect("settings");
         assert_eq!(merged["model"], "x");
         assert_eq!(merged["hooks"]["PreToolUse"][0]["matcher"], "Write");
         assert_eq!(merged["hooks"]["PreToolUse"][1]["matcher"], "Bash");
         assert_eq!(merged["hooks"]["Stop"], json!([]));
         assert_eq!(merged["sandbox"], json!({"enabled": false, "network": {}}));
-        assert_eq!(run_settings("/b/nd7", Some(json!([1]))), None);
-        assert_eq!(run_settings("/b/nd7", Some(json!({"hooks": []}))), None);
+        assert_eq!(run_settings("/b/nd7", Some(json!([1])), &[]), None);
+        assert_eq!(
+            run_settings("/b/nd7", Some(json!({"hooks": []})), &[]),
+            None
+        );
     }
 }

@@ -7,11 +7,15 @@
 //! - [`hook`]: Claude Code's payloads, typed, and the event each becomes. Pure.
 //! - [`chain`]: the sealed-line format, the chain walk and the head rules. Pure.
 //! - [`session_log`]: the log on disk: lock, head, append, verify.
-//! - [`record`]: what `nd7 record` does with one payload.
+//! - [`record`]: what `nd7 record` does with one payload: append it, or hand it to `nd7 run`.
+//! - [`run_entry`]: the entries nd7 writes from outside the floor, and a run's reconciliation. Pure.
+//! - [`run_log`]: a run's chain on disk: the door's appends and nd7's own entries.
 //! - [`hook_prefix`]: the PreToolUse reply that routes Bash through `nd7-exec`. Pure.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
-//! - [`ship`]: `nd7 enroll`, `nd7 ship` and the admin read-back: files and network.
+//! - [`ship`]: `nd7 enroll` and `nd7 ship`: files and network.
+//! - [`vault_admin`]: `nd7 admin`: keys, tokens, and reading a session back, trusting the vault for nothing.
 //! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
+//! - [`read`]: `nd7 sessions`, `nd7 show` and `nd7 search`: the record read back.
 //! - [`cli`], [`setup`]: the command line's definition; `nd7 setup` and `nd7 doctor`.
 //!
 //! What a clean chain proves is limited, and nd7 says so wherever it reports
@@ -24,9 +28,14 @@ pub mod cli;
 pub mod deferred;
 pub mod hook;
 pub mod hook_prefix;
+pub mod passwd;
 pub mod policy;
+pub mod read;
 pub mod record;
 pub mod run;
+pub mod run_entry;
+pub mod run_log;
+pub mod running;
 pub mod sandbox;
 #[cfg(feature = "self-update")]
 pub mod self_update;
@@ -35,5 +44,18 @@ pub mod session_log;
 pub mod setup;
 pub mod ship;
 pub mod vault;
+pub mod vault_admin;
 #[cfg(feature = "vault-server")]
 pub mod vault_server;
+
+/// `cargo test` without these features cannot build `vault_server`'s and
+/// `self_update`'s tests: fail, saying how to run them, rather than pass
+/// with them silently left out.
+#[cfg(all(test, not(all(feature = "vault-server", feature = "self-update"))))]
+#[test]
+fn feature_gated_tests_need_their_features() {
+    panic!(
+        "the tests of vault_server (feature vault-server) and self_update (feature self-update) did not run: \
+         use `bash scripts/test.sh`, or `cargo test --features vault-server,self-update`"
+    );
+}

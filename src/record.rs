@@ -11,7 +11,15 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::hook::{Event, Glimpse, Invocation, Payload, PayloadError};
+use crate::sandbox::{self, HookAnswer, wire::HookRequest};
 use crate::session_log::{self, Appended, SessionLog};
+
+/// Set by `nd7 run` for the program it runs, and so for its hooks, to its
+/// session directory: the entry must go through the run's door, since the
+/// log is read-only inside the floor. Only a hint: the door is used only if
+/// the kernel places that session's `nd7 run` among the recorder's
+/// ancestors (and, on Linux, says it is the process serving the door).
+pub const RUN_VARIABLE: &str = "ND7_RUN";
 
 /// Payloads above this size are recorded by size and fingerprint only. The
 /// rest of the entry needs room under [`crate::chain::MAX_ENTRY_BYTES`].
@@ -53,6 +61,103 @@ pub enum RecordError {
     Payload(#[from] PayloadError),
     #[error(transparent)]
     Log(#[from] session_log::Error),
+    #[error(
+        "{0}; inside nd7 run's sandbox the logs are read-only and only nd7 run writes them, and no running nd7 run was found among this hook's ancestors"
+    )]
+    ReadOnly(Box<RecordError>),
+    #[error(
+        "this hook runs under nd7 run ({RUN_VARIABLE} is set), but no running nd7 run was found among its ancestors; the logs are read-only inside the sandbox, so nothing could be written"
+    )]
+    RunGone,
+    #[error("{0}")]
+    Door(String),
+}
+
+impl RecordError {
+    /// Whether the log refused the write for want of permission, as the
+    /// floor refuses every write to the logs.
+    fn is_permission(&self) -> bool {
+        let RecordError::Log(session_log::Error::Io { source, .. }) = self else {
+            return false;
+        };
+        source.kind() == std::io::ErrorKind::PermissionDenied
+            || source.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error())
+            || source.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error())
+    }
+}
+
+/// Where an entry went.
+#[derive(Clone, Debug)]
+pub enum Delivered {
+    /// Appended here, to the session's own log.
+    Direct(Recorded),
+    /// Handed to the `nd7 run` of session `pid`, which appended it (or
+    /// skipped it, recording the same event through its own hook).
+    Door {
+        pid: u32,
+        answer: HookAnswer,
+        omitted: Option<usize>,
+    },
+}
+
+/// What `nd7 record` does with one payload: under `nd7 run`, hands it to the
+/// run's door; otherwise appends it to its session's log, and turns to a
+/// door only if that log cannot be written. `run_hook` says the hook is the
+/// one `nd7 run` registered (`record --run-hook`).
+pub fn deliver(
+    invocation: &Invocation,
+    input: &[u8],
+    run_hook: bool,
+) -> Result<Delivered, RecordError> {
+    let hint = std::env::var_os(RUN_VARIABLE).filter(|v| !v.is_empty());
+    let Some(hint) = hint else {
+        let state = session_log::state_dir()?;
+        match record(invocation, input, &session_log::sessions_dir(&state)) {
+            Ok(recorded) => return Ok(Delivered::Direct(recorded)),
+            Err(e) if e.is_permission() => match sandbox::hook_door() {
+                Some(session) => return through_door(&session, invocation, input, run_hook),
+                None => return Err(RecordError::ReadOnly(Box::new(e))),
+            },
+            Err(e) => return Err(e),
+        }
+    };
+    let session =
+        sandbox::hook_door_near(std::path::Path::new(&hint)).ok_or(RecordError::RunGone)?;
+    through_door(&session, invocation, input, run_hook)
+}
+
+/// Hands the payload to `session`'s door and waits for the append.
+fn through_door(
+    session: &crate::session::Session,
+    invocation: &Invocation,
+    input: &[u8],
+    run_hook: bool,
+) -> Result<Delivered, RecordError> {
+    let (body, glimpsed) = if input.len() > MAX_STORED_PAYLOAD {
+        let (glimpse, bytes, blake3) = glimpse(input)?;
+        let wire = crate::run_log::GlimpseWire {
+            glimpse,
+            bytes,
+            blake3,
+        };
+        let body = serde_json::to_vec(&wire).map_err(|e| RecordError::Door(e.to_string()))?;
+        (body, Some(input.len()))
+    } else {
+        (input.to_vec(), None)
+    };
+    let request = HookRequest {
+        ts: invocation.ts,
+        cwd: invocation.cwd.as_ref().map(|c| c.as_bytes().to_vec()),
+        run_hook,
+        glimpse: glimpsed.is_some(),
+        body,
+    };
+    let answer = sandbox::send_hook(session, &request).map_err(RecordError::Door)?;
+    Ok(Delivered::Door {
+        pid: session.pid,
+        answer,
+        omitted: glimpsed,
+    })
 }
 
 /// What was recorded.
@@ -84,18 +189,7 @@ pub fn record(
     input: &[u8],
     sessions_dir: &Path,
 ) -> Result<Recorded, RecordError> {
-    let (event, omitted) = if input.len() > MAX_STORED_PAYLOAD {
-        (oversized(invocation, input)?, Some(input.len()))
-    } else {
-        let event = Event::new(invocation, Payload::parse(input)?);
-        if event.body.get().len() > MAX_STORED_PAYLOAD {
-            // Derived members (a long command split into argv) can push a
-            // payload that fit over the limit.
-            (oversized(invocation, input)?, Some(input.len()))
-        } else {
-            (event, None)
-        }
-    };
+    let (event, omitted) = event_for(invocation, input)?;
     let log = SessionLog::new(sessions_dir, &event.session)?;
     let appended = log.append(&event)?;
     Ok(Recorded {
@@ -105,7 +199,27 @@ pub fn record(
     })
 }
 
-fn oversized(invocation: &Invocation, input: &[u8]) -> Result<Event, RecordError> {
+/// The event a payload becomes, and `Some(bytes)` when it was too large to
+/// store and only its size and fingerprint were kept.
+pub fn event_for(
+    invocation: &Invocation,
+    input: &[u8],
+) -> Result<(Event, Option<usize>), RecordError> {
+    if input.len() > MAX_STORED_PAYLOAD {
+        return Ok((oversized(invocation, input)?, Some(input.len())));
+    }
+    let event = Event::new(invocation, Payload::parse(input)?);
+    if event.body.get().len() > MAX_STORED_PAYLOAD {
+        // Derived members (a long command split into argv) can push a
+        // payload that fit over the limit.
+        return Ok((oversized(invocation, input)?, Some(input.len())));
+    }
+    Ok((event, None))
+}
+
+/// What is kept of a payload too large to store: its few placing members,
+/// its size and its BLAKE3.
+pub fn glimpse(input: &[u8]) -> Result<(Glimpse, u64, String), RecordError> {
     if input.iter().all(u8::is_ascii_whitespace) {
         return Err(PayloadError::Empty.into());
     }
@@ -116,11 +230,11 @@ fn oversized(invocation: &Invocation, input: &[u8]) -> Result<Event, RecordError
             PayloadError::Json(e)
         }
     })?;
-    let fingerprint = blake3::hash(input).to_hex();
-    Ok(Event::omitted(
-        invocation,
-        &glimpse,
-        input.len() as u64,
-        fingerprint.as_str(),
-    ))
+    let fingerprint = blake3::hash(input).to_hex().to_string();
+    Ok((glimpse, input.len() as u64, fingerprint))
+}
+
+fn oversized(invocation: &Invocation, input: &[u8]) -> Result<Event, RecordError> {
+    let (glimpse, bytes, fingerprint) = glimpse(input)?;
+    Ok(Event::omitted(invocation, &glimpse, bytes, &fingerprint))
 }

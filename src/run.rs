@@ -8,7 +8,10 @@
 //! confined — for Claude Code with the hook that routes Bash through
 //! `nd7-exec` and its own sandbox off; `nd7 run` waits, passing on SIGTERM
 //! and SIGHUP, then ends the session's remaining commands and removes the
-//! session directory, whatever way the program ended.
+//! session directory, whatever way the program ended. On Linux the session
+//! runs in a child of `nd7 run`; `nd7 run` itself stays outside as its
+//! keeper, which ends every process the session left behind
+//! ([`sandbox::keep_session`]).
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -16,9 +19,13 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use std::sync::Arc;
+
 use crate::policy::{Policy, Roots};
+use crate::run_entry::{self, Ended, RunFacts};
+use crate::run_log::{RunLog, RunLogError};
 use crate::session::{self, Record, Session, SessionError, Sessions};
-use crate::{deferred, hook_prefix, sandbox, session_log, setup};
+use crate::{deferred, hook_prefix, record, sandbox, session_log, setup};
 
 /// The status `nd7 run` exits with when files that run outside the floor
 /// changed during the session, whatever the program's own status (which the
@@ -46,6 +53,65 @@ pub enum RunError {
     Settings(String),
     #[error("cannot start {program}: {source}")]
     Start { program: String, source: io::Error },
+    #[error(
+        "cannot read nd7 run's own start time from the kernel; without it another nd7 run could take this session for a dead one and remove it, so nothing was started"
+    )]
+    NoStartTime,
+    #[error("cannot keep the session's log, so nothing was started: {0}")]
+    Log(#[from] RunLogError),
+    #[error(
+        "the project would be / ({0}): every command could write the whole machine; start nd7 run in the project's own directory"
+    )]
+    Project(String),
+}
+
+/// How the working directory was named: `$PWD` (the shell's name for it,
+/// links and all) when it names it, else its real path.
+fn project_named(cwd: &Path) -> String {
+    match std::env::var_os("PWD").map(PathBuf::from) {
+        Some(pwd) if pwd != cwd && std::fs::canonicalize(&pwd).ok().as_deref() == Some(cwd) => {
+            format!("you are in {}, a link to it", pwd.display())
+        }
+        _ => format!("you are in {}", cwd.display()),
+    }
+}
+
+/// Pins every floor write root to the directory its path leads to now,
+/// following no link (ADR-0028); returns what the user should be told.
+/// nd7 never follows a link to find a write root of its own: a link an
+/// earlier command re-pointed (`~/.cache/claude -> /`) would otherwise open
+/// whatever it points at to every later session. A root reached through a
+/// link is left out, and said so; one that does not exist is left out
+/// silently (nothing inside can make it). The project is the working
+/// directory, which the kernel names by its real path; when the shell
+/// reached it through a link, the banner says where it really is.
+fn pin_roots(policy: &mut Policy, cwd: &Path) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Some(pwd) = std::env::var_os("PWD").map(PathBuf::from)
+        && pwd != cwd
+        && std::fs::canonicalize(&pwd).ok().as_deref() == Some(cwd)
+    {
+        warnings.push(format!(
+            "{} is a link: the project is {}, where it leads now",
+            pwd.display(),
+            cwd.display()
+        ));
+    }
+    for root in policy.floor_writes() {
+        match sandbox::pin(&root) {
+            Ok(id) => policy.pin(&root, id),
+            Err(sandbox::PinError::Missing) => {}
+            Err(sandbox::PinError::Link) => warnings.push(format!(
+                "{} is reached through a symbolic link, and nd7 follows no link to a write root (one re-pointed by an earlier command would open whatever it points at): nothing there is writable this session; make it a real directory (move what the link points at there, and link the other way if you need the old place)",
+                root.display()
+            )),
+            Err(sandbox::PinError::Io(e)) => warnings.push(format!(
+                "{} cannot be checked ({e}), so it is not writable this session",
+                root.display()
+            )),
+        }
+    }
+    warnings
 }
 
 /// What `nd7 run` was asked to run.
@@ -107,19 +173,24 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         action: "create",
         source,
     })?;
-    let policy = Policy {
-        roots: Roots {
-            project: resolved(&cwd, "resolve the project directory")?,
-            temp: resolved(&std::env::temp_dir(), "resolve the temp directory")?,
-            home: home.clone(),
-            state: resolved(&state, "resolve nd7's state directory")?,
-            exit: nd7_exec.clone(),
-        },
-        grants: Vec::new(),
-    };
+    let mut policy = Policy::new(Roots {
+        project: resolved(&cwd, "resolve the project directory")?,
+        temp: resolved(&std::env::temp_dir(), "resolve the temp directory")?,
+        home: home.clone(),
+        state: resolved(&state, "resolve nd7's state directory")?,
+        exit: nd7_exec.clone(),
+    });
+    if policy.roots.project == Path::new("/") {
+        return Err(RunError::Project(project_named(&cwd)));
+    }
+    policy.secrets = session::secrets(&home)?;
+    let warnings = pin_roots(&mut policy, &cwd);
     // The floor's ruleset is built on a thread while this one holds the
     // files that run later outside the floor (read-only where the system
-    // allows) and takes the watch's snapshot of them (in every case).
+    // allows) and takes the watch's snapshot of them (in every case). The
+    // namespaces are made here, before the keeper splits off and the session
+    // puts itself under Landlock (which refuses mounts); the thread has ended
+    // before the split, which needs a single thread.
     let building = {
         let (policy, nd7_exec) = (policy.clone(), nd7_exec.clone());
         std::thread::spawn(move || sandbox::floor(&policy, &nd7_exec))
@@ -129,7 +200,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         Ok(held) => (held, None),
         Err(why) => (sandbox::Held::default(), Some(why)),
     };
-    let watch = std::sync::Arc::new(deferred::Watch::start(
+    let watch = Arc::new(deferred::Watch::start(
         plan,
         held.locks(),
         &policy.roots.project,
@@ -138,8 +209,23 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         .join()
         .map_err(|_| RunError::Sandbox("building the floor's rules failed".into()))?
         .map_err(RunError::Sandbox)?;
+    let claude = is_claude(&options.program);
+    // Asked before any other thread starts: on macOS confining a child is
+    // only sound while this process has one thread.
+    let recorded = if claude {
+        claude_events(&options.program, &floor, &held, &policy.roots.project)
+    } else {
+        Vec::new()
+    };
 
     let sessions = Sessions::under(&home);
+    // Before any thread exists: from here on this is the session, and the
+    // process the user started waits outside as its keeper.
+    if let sandbox::Kept::Done(code) =
+        sandbox::keep_session(&sessions).map_err(RunError::Sandbox)?
+    {
+        return Ok(code);
+    }
     sessions.clean_stale();
     let pid = std::process::id();
     let mut program: Vec<String> = vec![options.program.to_string_lossy().into_owned()];
@@ -149,25 +235,52 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             .iter()
             .map(|a| a.to_string_lossy().into_owned()),
     );
+    let started = sandbox::start_time(pid).ok_or(RunError::NoStartTime)?;
+    let (kernel_sandbox, landlock_abi) = sandbox::kernel_sandbox();
+    let log = Arc::new(RunLog::start(
+        &policy.logs_dir(),
+        &RunFacts {
+            pid,
+            program: &program,
+            rules: serde_json::to_value(&policy).unwrap_or_default(),
+            nd7_version: env!("CARGO_PKG_VERSION"),
+            sandbox: kernel_sandbox,
+            landlock_abi,
+            hooks: claude,
+        },
+    )?);
+    // From here on the chain has its start; every way out writes its end.
+    let end_early = |e: RunError| {
+        let _ = log.end(&Ended::NotStarted(e.to_string()));
+        e
+    };
     let record = Record {
         pid,
-        started: sandbox::start_time(pid).unwrap_or(0),
+        started,
         program,
         policy: policy.clone(),
+        log: Some(log.reference()),
     };
-    let session = Removed(sessions.create(&record)?);
+    let session = Removed(sessions.create(&record).map_err(|e| end_early(e.into()))?);
     let after: sandbox::AfterCommand = {
-        let watch = watch.clone();
-        std::sync::Arc::new(move |command: &str| {
-            // TODO(record): each path is a change to a file that runs later,
-            // first seen after `command`; write it into the session's log
-            // through the exit's own entries when they exist. Until then the
-            // watch keeps it for the warning at the end.
-            let _changed = watch.after_command(command);
+        let (watch, log) = (watch.clone(), log.clone());
+        Arc::new(move |command: &str| {
+            // Each path is a change to a file that runs later, first seen
+            // after `command`; the watch also keeps it for the warning at
+            // the end.
+            let paths = watch.after_command(command);
+            if !paths.is_empty() {
+                let _ = log.note(
+                    run_entry::DEFERRED_CHANGED,
+                    None,
+                    None,
+                    &serde_json::json!({ "command": command, "paths": paths }),
+                );
+            }
         })
     };
-    let exit =
-        sandbox::serve_exit_held(&session.0, &held, Some(after)).map_err(RunError::Sandbox)?;
+    let exit = sandbox::serve_exit_held(&session.0, &log, &held, Some(after))
+        .map_err(|e| end_early(RunError::Sandbox(e)))?;
 
     let mut command = Command::new(&options.program);
     let claude_json = setup::claude_json::state(&home);
@@ -180,10 +293,10 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             home.display()
         ));
     }
-    if is_claude(&options.program) {
-        let (theirs, rest) = users_settings(&options.args)?;
-        let settings = hook_prefix::run_settings(&nd7.to_string_lossy(), theirs)
-            .ok_or_else(|| RunError::Settings("not a settings object".into()))?;
+    if claude {
+        let (theirs, rest) = users_settings(&options.args).map_err(end_early)?;
+        let settings = hook_prefix::run_settings(&nd7.to_string_lossy(), theirs, &recorded)
+            .ok_or_else(|| end_early(RunError::Settings("not a settings object".into())))?;
         command
             .arg("--settings")
             .arg(settings.to_string())
@@ -191,9 +304,14 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     } else {
         command.args(&options.args);
     }
+    command.env(record::RUN_VARIABLE, &session.0.dir);
+    // The namespaces are joined before the floor's own steps (Landlock and
+    // seccomp would refuse the join).
     held.join(&mut command, &policy.roots.project)
-        .map_err(RunError::Sandbox)?;
-    floor.confine(&mut command).map_err(RunError::Sandbox)?;
+        .map_err(|e| end_early(RunError::Sandbox(e)))?;
+    floor
+        .confine(&mut command)
+        .map_err(|e| end_early(RunError::Sandbox(e)))?;
     // Registered before the program starts, so that no SIGTERM can end nd7
     // run without the session being cleaned up. SIGINT and SIGQUIT come from
     // the terminal, which sends them to the program too: here they are
@@ -204,24 +322,35 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGQUIT,
     ])
-    .map_err(|source| RunError::Io {
-        path: "signals".into(),
-        action: "handle",
-        source,
+    .map_err(|source| {
+        end_early(RunError::Io {
+            path: "signals".into(),
+            action: "handle",
+            source,
+        })
     })?;
     announce(&format!(
-        "nd7 run: session {pid} under nd7's policy: writes only to {} and {} (and Claude Code's own state); `nd7 allow DIR` lets commands write DIR",
+        "nd7 run: session {pid} under nd7's policy: writes only to {} and {} (and Claude Code's own state); `nd7 allow DIR` lets commands write DIR; log {}",
         policy.roots.project.display(),
         policy.roots.temp.display(),
+        log.id(),
     ));
+    if let Some(line) = sandbox::unenforced_line() {
+        announce(&line);
+    }
+    for warning in &warnings {
+        announce_warning(warning);
+    }
     if let Some(why) = &not_held {
         announce_warning(&format!(
             "files that run outside the sandbox later (git hooks and configuration, .envrc, editor and Claude Code settings) cannot be made read-only on this system ({why}); nd7 run watches them instead and reports every change when the session ends"
         ));
     }
-    let mut child = command.spawn().map_err(|source| RunError::Start {
-        program: options.program.to_string_lossy().into_owned(),
-        source,
+    let mut child = command.spawn().map_err(|source| {
+        end_early(RunError::Start {
+            program: options.program.to_string_lossy().into_owned(),
+            source,
+        })
     })?;
     let agent = child.id();
     watch.program_started();
@@ -237,27 +366,122 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             }
         }
     });
-    let status = child.wait().map_err(|source| RunError::Io {
-        path: options.program.clone().into(),
-        action: "wait for",
-        source,
+    let status = child.wait().map_err(|source| {
+        end_early(RunError::Io {
+            path: options.program.clone().into(),
+            action: "wait for",
+            source,
+        })
     })?;
     handle.close();
     let _ = forwarder.join();
     exit.kill_commands();
-    drop(session);
-    let (code, ended) = match (status.code(), status.signal()) {
-        (Some(code), _) => (code, format!("the program exited with status {code}")),
-        (None, Some(sig)) => (128 + sig, format!("the program was ended by signal {sig}")),
-        (None, None) => (255, "the program ended in an unknown way".to_string()),
+    // What the session left running ends now, and the log says so before
+    // its last entry (the keeper ends anything later once this process is
+    // gone, and says so on stderr).
+    if let Some(left) = sandbox::end_leftovers().filter(|l| l.count > 0) {
+        let _ = log.note(
+            run_entry::PROCESSES_ENDED,
+            None,
+            None,
+            &run_entry::processes_ended_body(left.count, &left.processes),
+        );
+        let named: Vec<String> = left
+            .processes
+            .iter()
+            .map(|(pid, name)| format!("{pid} ({name})"))
+            .collect();
+        announce(&format!(
+            "nd7 run: ended {} process{} the session left running: {}{}",
+            left.count,
+            if left.count == 1 { "" } else { "es" },
+            named.join(", "),
+            if left.count > named.len() {
+                ", …"
+            } else {
+                ""
+            }
+        ));
+    }
+    let ended = match (status.code(), status.signal()) {
+        (Some(code), _) => Ended::Exited(code),
+        (None, Some(sig)) => Ended::Signaled(sig),
+        (None, None) => Ended::Exited(255),
     };
+    // Every change to a file that runs later goes into the log before its
+    // last entry, and is shown once the session is gone.
     let findings = watch.finish();
+    if !findings.is_empty() {
+        let _ = log.note(
+            run_entry::DEFERRED_CHANGED,
+            None,
+            None,
+            &deferred::report::log_body(&findings),
+        );
+    }
+    match log.end(&ended) {
+        Ok(tally) if claude && !tally.unmatched_execs.is_empty() => announce_warning(&format!(
+            "{} of {} Bash commands ran through the exit without a matching hook entry (Claude Code's hooks did not announce them); nd7's own entries in log {} show each one",
+            tally.unmatched_execs.len(),
+            tally.execs,
+            log.id()
+        )),
+        Ok(_) => {}
+        Err(e) => announce_warning(&format!("cannot write the end of log {}: {e}", log.id())),
+    }
+    drop(session);
+    let (code, how) = match ended {
+        Ended::Exited(code) => (code, format!("the program exited with status {code}")),
+        Ended::Signaled(sig) => (128 + sig, format!("the program was ended by signal {sig}")),
+        Ended::CallerGone | Ended::NotStarted(_) => {
+            (255, "the program ended in an unknown way".to_string())
+        }
+    };
     if findings.is_empty() {
         return Ok(code);
     }
-    // TODO(record): the findings belong in the session's log as well.
-    announce(deferred::report::render(&findings, &ended).trim_end());
+    announce(deferred::report::render(&findings, &how).trim_end());
     Ok(CHANGED_STATUS)
+}
+
+/// The events to register `nd7 record` for with this Claude Code: those its
+/// version knows (an unknown event opens a warning at every interactive
+/// start, ADR-0015). The version is asked under the floor, like everything
+/// the program runs; if it cannot be read, the events every supported
+/// version knows.
+fn claude_events(
+    program: &OsStr,
+    floor: &sandbox::Floor,
+    held: &sandbox::Held,
+    project: &Path,
+) -> Vec<&'static str> {
+    let mut probe = Command::new(program);
+    probe
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let version = held
+        .join(&mut probe, project)
+        .and_then(|()| floor.confine(&mut probe))
+        .ok()
+        .and_then(|()| probe.spawn().ok())
+        .and_then(|mut child| {
+            // A program that does not answer within seconds is not asked again.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while child.try_wait().ok()?.is_none() {
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            child.wait_with_output().ok()
+        })
+        .filter(|out| out.status.success())
+        .and_then(|out| setup::parse_claude_version(&String::from_utf8_lossy(&out.stdout)));
+    setup::merge::recorded_events(Some(version.unwrap_or(setup::MIN_CLAUDE))).collect()
 }
 
 /// Takes the user's own `--settings` (a file or a JSON text) out of Claude

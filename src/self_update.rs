@@ -25,12 +25,16 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use semver::Version;
 
 /// Where releases are published.
 pub const DEFAULT_SOURCE: &str = "https://github.com/nd7-dev/nd7/releases/latest/download";
 
 /// The key releases are signed with, when this build was given one.
 pub const RELEASE_KEY: Option<&str> = option_env!("ND7_RELEASE_KEY");
+
+/// The version of the running nd7, which a release must be newer than.
+pub const RUNNING: &str = env!("CARGO_PKG_VERSION");
 
 /// The target this binary was built for; a release for another is refused.
 pub const TARGET: &str = env!("ND7_TARGET");
@@ -61,6 +65,10 @@ pub enum UpdateError {
     Manifest { line: usize, what: String },
     #[error("the release is for {0}, this nd7 for {TARGET}; nothing was replaced")]
     Target(String),
+    #[error(
+        "the release is {offered}, not newer than this nd7 ({running}); nothing was replaced (--allow-downgrade installs it anyway)"
+    )]
+    NotNewer { offered: Version, running: Version },
     #[error("{name}: its BLAKE3 is {got}, the signed manifest says {want}; nothing was replaced")]
     Hash {
         name: String,
@@ -80,7 +88,7 @@ pub enum UpdateError {
 /// A verified manifest.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Manifest {
-    pub version: String,
+    pub version: Version,
     pub target: String,
     /// (binary, BLAKE3 hex, file to fetch), for every binary in [`BINARIES`].
     pub files: Vec<(String, String, String)>,
@@ -130,7 +138,12 @@ fn parse(manifest: &[u8]) -> Result<Manifest, UpdateError> {
     for (n, line) in lines {
         let words: Vec<&str> = line.split(' ').collect();
         match words.as_slice() {
-            ["version", v] => version = Some(v.to_string()),
+            ["version", v] => {
+                let v = Version::parse(v).map_err(|e| {
+                    bad(n, &format!("version {v:?} is not a semantic version: {e}"))
+                })?;
+                version = Some(v);
+            }
             ["target", t] => target = Some(t.to_string()),
             ["file", name, hash, file]
                 if BINARIES.contains(name)
@@ -158,9 +171,47 @@ fn parse(manifest: &[u8]) -> Result<Manifest, UpdateError> {
     })
 }
 
-/// Fetches the release at `base`, checks it with `key`, and replaces the
-/// binaries in `dir`. Returns the version installed.
-pub fn update(dir: &Path, base: &str, key: &[u8; 32]) -> Result<String, UpdateError> {
+/// Which releases an update may install.
+#[derive(Clone, Debug)]
+pub struct Accept {
+    /// The running nd7's version.
+    pub running: Version,
+    /// Install a release that is not newer than `running` too.
+    pub downgrade: bool,
+}
+
+impl Accept {
+    /// Releases newer than this nd7, or any release with `downgrade`.
+    pub fn running(downgrade: bool) -> Accept {
+        Accept {
+            running: Version::parse(RUNNING)
+                .expect("Cargo requires a package's version to be a semantic version"),
+            downgrade,
+        }
+    }
+
+    /// Refuses a release that is not newer than the running nd7, unless
+    /// downgrades were asked for. Pure.
+    pub fn check(&self, offered: &Version) -> Result<(), UpdateError> {
+        if offered > &self.running || self.downgrade {
+            Ok(())
+        } else {
+            Err(UpdateError::NotNewer {
+                offered: offered.clone(),
+                running: self.running.clone(),
+            })
+        }
+    }
+}
+
+/// Fetches the release at `base`, checks it with `key` and `accept`, and
+/// replaces the binaries in `dir`. Returns the version installed.
+pub fn update(
+    dir: &Path,
+    base: &str,
+    key: &[u8; 32],
+    accept: &Accept,
+) -> Result<Version, UpdateError> {
     let client = crate::ship::Client::new(base);
     let fetch = |file: &str| -> Result<Vec<u8>, UpdateError> {
         let url = format!("{}/{file}", base.trim_end_matches('/'));
@@ -182,6 +233,7 @@ pub fn update(dir: &Path, base: &str, key: &[u8; 32]) -> Result<String, UpdateEr
     if manifest.target != TARGET {
         return Err(UpdateError::Target(manifest.target));
     }
+    accept.check(&manifest.version)?;
     // Everything fetched and checked before anything is written.
     let mut staged = Vec::new();
     for name in BINARIES {
@@ -248,11 +300,31 @@ mod tests {
     }
 
     fn manifest(target: &str, nd7: &[u8], exec: &[u8]) -> String {
+        manifest_of("9.9.9", target, nd7, exec)
+    }
+
+    fn manifest_of(version: &str, target: &str, nd7: &[u8], exec: &[u8]) -> String {
         format!(
-            "nd7-release v1\nversion 9.9.9\ntarget {target}\nfile nd7 {} nd7-bin\nfile nd7-exec {} nd7-exec-bin\n",
+            "nd7-release v1\nversion {version}\ntarget {target}\nfile nd7 {} nd7-bin\nfile nd7-exec {} nd7-exec-bin\n",
             blake3::hash(nd7).to_hex(),
             blake3::hash(exec).to_hex()
         )
+    }
+
+    /// What `nd7 self-update` accepts by default.
+    fn newer_only() -> Accept {
+        Accept::running(false)
+    }
+
+    /// A release of `version`, signed with the release key, on loopback.
+    fn serve_release(version: &str) -> String {
+        let m = manifest_of(version, TARGET, b"new nd7", b"new exec");
+        serve(vec![
+            ("manifest", m.clone().into_bytes()),
+            ("manifest.sig", sign(&m, &key()).into_bytes()),
+            ("nd7-bin", b"new nd7".to_vec()),
+            ("nd7-exec-bin", b"new exec".to_vec()),
+        ])
     }
 
     /// Serves `files` on loopback until the test ends.
@@ -303,18 +375,17 @@ mod tests {
         )
     }
 
+    /// [`update`] with the test release key.
+    fn update_from(dir: &Path, url: &str, accept: &Accept) -> Result<Version, UpdateError> {
+        update(dir, url, &key().verifying_key().to_bytes(), accept)
+    }
+
     #[test]
     fn a_signed_release_replaces_both_binaries() {
-        let m = manifest(TARGET, b"new nd7", b"new exec");
-        let url = serve(vec![
-            ("manifest", m.clone().into_bytes()),
-            ("manifest.sig", sign(&m, &key()).into_bytes()),
-            ("nd7-bin", b"new nd7".to_vec()),
-            ("nd7-exec-bin", b"new exec".to_vec()),
-        ]);
+        let url = serve_release("9.9.9");
         let dir = installed();
-        let version = update(dir.path(), &url, &key().verifying_key().to_bytes()).expect("update");
-        assert_eq!(version, "9.9.9");
+        let version = update_from(dir.path(), &url, &newer_only()).expect("update");
+        assert_eq!(version.to_string(), "9.9.9");
         assert_eq!(
             contents(dir.path()),
             (b"new nd7".to_vec(), b"new exec".to_vec())
@@ -362,8 +433,7 @@ mod tests {
                 ("nd7-exec-bin", b"new exec".to_vec()),
             ]);
             let dir = installed();
-            let err =
-                update(dir.path(), &url, &key().verifying_key().to_bytes()).expect_err("refused");
+            let err = update_from(dir.path(), &url, &newer_only()).expect_err("refused");
             assert!(expected(&err), "{err}");
             assert_eq!(
                 contents(dir.path()),
@@ -380,11 +450,11 @@ mod tests {
         for bad in [
             "nd7-release v2\n".to_string(),
             format!(
-                "nd7-release v1\nversion 1\ntarget t\nfile nd7 {h} ../x\nfile nd7-exec {h} y\n"
+                "nd7-release v1\nversion 1.0.0\ntarget t\nfile nd7 {h} ../x\nfile nd7-exec {h} y\n"
             ),
-            format!("nd7-release v1\nversion 1\ntarget t\nfile nd7 {h} x\n"),
+            format!("nd7-release v1\nversion 1.0.0\ntarget t\nfile nd7 {h} x\n"),
             format!(
-                "nd7-release v1\nversion 1\ntarget t\nfile sh {h} x\nfile nd7 {h} x\nfile nd7-exec {h} y\n"
+                "nd7-release v1\nversion 1.0.0\ntarget t\nfile sh {h} x\nfile nd7 {h} x\nfile nd7-exec {h} y\n"
             ),
         ] {
             assert!(
@@ -395,6 +465,58 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// A downgrade attack: an older release, properly signed (say, one with
+    /// a flaw fixed since), offered to a newer nd7. Guards `accept.check` in
+    /// `update`.
+    #[test]
+    fn an_older_or_same_release_is_refused_unless_downgrades_are_asked_for() {
+        let running = Version::parse(RUNNING).expect("semver");
+        let older = if running.patch > 0 {
+            Version::new(running.major, running.minor, running.patch - 1)
+        } else {
+            Version::parse(&format!("{running}-rc.1")).expect("semver")
+        };
+        for offered in [older.to_string(), RUNNING.to_string(), "0.0.1".into()] {
+            let url = serve_release(&offered);
+            let dir = installed();
+            let err =
+                update_from(dir.path(), &url, &newer_only()).expect_err("a downgrade is refused");
+            assert!(matches!(err, UpdateError::NotNewer { .. }), "{err}");
+            let text = err.to_string();
+            assert!(text.contains(&offered), "{text}");
+            assert!(text.contains("--allow-downgrade"), "{text}");
+            assert_eq!(
+                contents(dir.path()),
+                (b"old nd7".to_vec(), b"old exec".to_vec()),
+                "nothing replaced"
+            );
+            let allowed = Accept {
+                downgrade: true,
+                ..newer_only()
+            };
+            let version = update_from(dir.path(), &url, &allowed)
+                .expect("an explicit downgrade goes through");
+            assert_eq!(version.to_string(), offered);
+            assert_eq!(contents(dir.path()).0, b"new nd7".to_vec());
+        }
+    }
+
+    #[test]
+    fn versions_are_ordered_as_semantic_versions() {
+        let accept = |running: &str| Accept {
+            running: Version::parse(running).expect("semver"),
+            downgrade: false,
+        };
+        let v = |s: &str| Version::parse(s).expect("semver");
+        // Not text order: 0.10.0 is newer than 0.9.0.
+        assert!(accept("0.9.0").check(&v("0.10.0")).is_ok());
+        assert!(accept("0.10.0").check(&v("0.9.0")).is_err());
+        // A release candidate comes before its release.
+        assert!(accept("1.0.0-rc.1").check(&v("1.0.0")).is_ok());
+        assert!(accept("1.0.0").check(&v("1.0.0-rc.2")).is_err());
+        assert!(accept("1.0.0").check(&v("1.0.0")).is_err());
     }
 
     #[test]

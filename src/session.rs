@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{GrantError, Policy};
+use crate::policy::{GrantError, Policy, secrets};
 
 /// The session's record, read fresh by every command it runs.
 pub const RECORD: &str = "record.json";
@@ -22,6 +22,9 @@ pub const RECORD: &str = "record.json";
 pub const PROFILE: &str = "policy.sb";
 /// The socket `nd7-exec` reaches `nd7 run` through (Linux).
 pub const EXIT_SOCKET: &str = "exit.sock";
+/// The socket the hooks reach the session log through (Linux): the log is
+/// read-only inside the floor, so `nd7 run` appends for them.
+pub const DOOR_SOCKET: &str = "record.sock";
 /// Serialises changes to the record (`nd7 allow` and `nd7 deny`).
 const LOCK: &str = "lock";
 
@@ -38,6 +41,20 @@ pub struct Record {
     pub program: Vec<String>,
     #[serde(flatten)]
     pub policy: Policy,
+    /// The run's chain, where the hooks' entries and nd7's own go
+    /// ([`crate::run_log`]). Absent in records of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogRef>,
+}
+
+/// Which chain a run writes, under the policy's logs directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRef {
+    /// The chain's session id (`run-…`).
+    pub id: String,
+    /// Whether `nd7 run` registered the record hooks itself (Claude Code), so
+    /// that hooks registered elsewhere are not recorded twice.
+    pub hooks: bool,
 }
 
 /// Why a session could not be found, made or changed.
@@ -66,6 +83,13 @@ pub enum SessionError {
         path: PathBuf,
         source: serde_json::Error,
     },
+    #[error("{path} {source}")]
+    Secrets {
+        path: PathBuf,
+        source: secrets::SecretsError,
+    },
+    #[error("{path} changed while it was being granted ({why}); nothing was granted")]
+    Moved { path: PathBuf, why: String },
 }
 
 fn io_err(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> SessionError {
@@ -84,22 +108,74 @@ pub enum Change {
     Deny,
 }
 
-/// What came of it, with the path as the record holds it.
+/// What came of it, with the paths as the record holds them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Changed {
     Allowed(PathBuf),
     AlreadyAllowed(PathBuf),
-    Denied(PathBuf),
+    /// The grants taken back: every one the path names (usually one).
+    Denied(Vec<PathBuf>),
     NotAGrant(PathBuf),
 }
 
 /// The calling user's home directory from the account database, resolved.
 pub fn account_home() -> Result<PathBuf, SessionError> {
     let uid = nix::unistd::getuid();
-    let user = nix::unistd::User::from_uid(uid)
-        .map_err(|e| SessionError::NoHome(e.to_string()))?
-        .ok_or_else(|| SessionError::NoHome(format!("uid {uid} has no entry")))?;
-    fs::canonicalize(&user.dir).map_err(io_err(&user.dir, "resolve"))
+    let dir = match crate::passwd::home_from_files(uid.as_raw()) {
+        Some(dir) => dir,
+        None => {
+            nix::unistd::User::from_uid(uid)
+                .map_err(|e| SessionError::NoHome(e.to_string()))?
+                .ok_or_else(|| SessionError::NoHome(format!("uid {uid} has no entry")))?
+                .dir
+        }
+    };
+    fs::canonicalize(&dir).map_err(io_err(&dir, "resolve"))
+}
+
+/// The credential stores a session starting now keeps unreadable: nd7's
+/// list with the changes in `~/.nd7/secrets` (a file nothing inside a
+/// session can write), each followed by the real place it leads to when a
+/// link is on its way ([`with_real_places`]).
+pub fn secrets(home: &Path) -> Result<Vec<PathBuf>, SessionError> {
+    let file = home.join(secrets::FILE);
+    let defaults = secrets::defaults(home);
+    let list = match fs::read_to_string(&file) {
+        Ok(text) => secrets::apply(&defaults, &text, home)
+            .map_err(|source| SessionError::Secrets { path: file, source })?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => defaults,
+        Err(e) => return Err(io_err(&file, "read")(e)),
+    };
+    Ok(with_real_places(&list))
+}
+
+/// Each of `paths`, and after it the place it really is when links lie on
+/// its way (`~/.ssh -> dotfiles/ssh`): Seatbelt matches real paths, and
+/// Landlock rules are placed on real directories, so a secret is kept out by
+/// both names. A path that does not exist is resolved as far as it does.
+pub fn with_real_places(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for path in paths {
+        for p in [Some(path.clone()), real_place(path)].into_iter().flatten() {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Where `path` really is: its nearest existing ancestor resolved, and the
+/// rest appended.
+fn real_place(path: &Path) -> Option<PathBuf> {
+    let existing = path.ancestors().find(|a| fs::symlink_metadata(a).is_ok())?;
+    let rest = path.strip_prefix(existing).ok()?;
+    let real = fs::canonicalize(existing).ok()?;
+    Some(if rest.as_os_str().is_empty() {
+        real
+    } else {
+        real.join(rest)
+    })
 }
 
 /// The directory that holds every session: `<home>/.nd7/sessions`.
@@ -305,33 +381,63 @@ impl Session {
         Ok(out)
     }
 
-    /// Adds or removes the grant of `path`: resolved to its real path first;
-    /// for a deny, a path that no longer resolves is taken as written, so a
-    /// grant of a directory since removed can still be taken back. Nothing
-    /// under `~/.nd7` is accepted either way.
+    /// Adds or removes the grant of `path`.
+    ///
+    /// A grant is of the real path `path` resolves to now, pinned to the
+    /// directory found there (no link followed after resolving), with the
+    /// name as typed kept beside it: re-pointing a link later moves nothing.
+    /// A deny takes back every grant `path` names: as typed, as granted
+    /// through (a link since re-pointed), as it resolves now, or as the
+    /// directory it leads to (a grant since renamed). Nothing under `~/.nd7`
+    /// is accepted either way.
     pub fn change_grant(&self, change: Change, path: &Path) -> Result<Changed, SessionError> {
-        let resolved = match (fs::canonicalize(path), change) {
-            (Ok(resolved), _) => resolved,
-            (Err(_), Change::Deny) => path.to_path_buf(),
-            (Err(source), Change::Allow) => {
-                return Err(SessionError::Unresolvable {
-                    path: path.to_path_buf(),
-                    source,
-                });
-            }
+        let unresolvable = |source| SessionError::Unresolvable {
+            path: path.to_path_buf(),
+            source,
         };
-        self.change_policy(|policy| match change {
-            Change::Allow => match policy.allow(&resolved) {
-                Ok(true) => (true, Ok(Changed::Allowed(resolved))),
-                Ok(false) => (false, Ok(Changed::AlreadyAllowed(resolved))),
-                Err(e) => (false, Err(e.into())),
-            },
-            Change::Deny if resolved.starts_with(policy.nd7_dir()) => {
-                (false, Err(GrantError::OwnRecords.into()))
+        let named = std::path::absolute(path).map_err(unresolvable)?;
+        match change {
+            Change::Allow => {
+                let resolved = fs::canonicalize(path).map_err(unresolvable)?;
+                let id = crate::sandbox::pin(&resolved).map_err(|e| SessionError::Moved {
+                    path: resolved.clone(),
+                    why: e.to_string(),
+                })?;
+                self.change_policy(|policy| match policy.allow(&resolved) {
+                    Ok(new) => {
+                        policy.pin(&resolved, id);
+                        policy.alias(&named, &resolved);
+                        let changed = if new {
+                            Changed::Allowed(resolved.clone())
+                        } else {
+                            Changed::AlreadyAllowed(resolved.clone())
+                        };
+                        (true, Ok(changed))
+                    }
+                    Err(e) => (false, Err(e.into())),
+                })?
             }
-            Change::Deny if policy.deny(&resolved) => (true, Ok(Changed::Denied(resolved))),
-            Change::Deny => (false, Ok(Changed::NotAGrant(resolved))),
-        })?
+            Change::Deny => {
+                let now = fs::canonicalize(path).ok();
+                let id = now.as_deref().and_then(|p| crate::sandbox::pin(p).ok());
+                let mut names = vec![named.clone()];
+                names.extend(now.clone());
+                self.change_policy(|policy| {
+                    if names.iter().any(|n| n.starts_with(policy.nd7_dir())) {
+                        return (false, Err(GrantError::OwnRecords.into()));
+                    }
+                    let found = policy.grants_named(&names, id);
+                    for grant in &found {
+                        policy.deny(grant);
+                    }
+                    if found.is_empty() {
+                        (false, Ok(Changed::NotAGrant(now.unwrap_or(named))))
+                    } else {
+                        (true, Ok(Changed::Denied(found)))
+                    }
+                })?
+            }
+        }
     }
 
     /// Removes the directory and everything in it.
@@ -370,16 +476,14 @@ mod tests {
             pid,
             started,
             program: vec!["agent".into()],
-            policy: Policy {
-                roots: Roots {
-                    project: "/p".into(),
-                    temp: "/tmp".into(),
-                    home: "/h".into(),
-                    state: "/h/.local/state/nd7".into(),
-                    exit: "/usr/bin/nd7-exec".into(),
-                },
-                grants: vec![],
-            },
+            log: None,
+            policy: Policy::new(Roots {
+                project: "/p".into(),
+                temp: "/tmp".into(),
+                home: "/h".into(),
+                state: "/h/.local/state/nd7".into(),
+                exit: "/usr/bin/nd7-exec".into(),
+            }),
         }
     }
 

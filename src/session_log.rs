@@ -102,6 +102,25 @@ pub enum VerifyError {
     },
     #[error("{}: head is not \"<seq> <hash>\\n\"", path.display())]
     HeadUnreadable { path: PathBuf },
+    /// Nothing is at the session's path: a mistyped id or path, or a
+    /// session that was never recorded. Nothing was checked.
+    #[error("{}: no such session: the directory does not exist", path.display())]
+    NoSession { path: PathBuf },
+    /// Something is at the path, but not a session nd7 wrote. Nothing was
+    /// checked.
+    #[error("{}: not a session: {why}", path.display())]
+    NotASession { path: PathBuf, why: &'static str },
+}
+
+impl VerifyError {
+    /// Whether nothing could be checked (the log could not be read, or there
+    /// is no log), as opposed to a chain that was checked and is broken.
+    pub fn is_unchecked(&self) -> bool {
+        matches!(
+            self,
+            VerifyError::Io(_) | VerifyError::NoSession { .. } | VerifyError::NotASession { .. }
+        )
+    }
 }
 
 /// What a clean verify found.
@@ -110,8 +129,6 @@ pub struct Verified {
     pub entries: u64,
     /// The last entry's hash; `None` for an empty log.
     pub head: Option<Hash>,
-    /// `false` when there is no log file at all.
-    pub exists: bool,
     /// [`HeadState::Current`], or one of the two states an interrupted append
     /// leaves, which the next append repairs.
     pub head_state: HeadState,
@@ -234,6 +251,7 @@ impl SessionLog {
             .mode(0o700)
             .create(&self.dir)
             .map_err(Error::io(&self.dir, "create the session directory"))?;
+        self.check_dir()?;
         let lock_path = self.lock_path();
         let lock = create_0600(&lock_path, OpenOptions::new().write(true))?;
         lock.lock()
@@ -306,6 +324,75 @@ impl SessionLog {
         })
     }
 
+    /// Makes the directory of a new session, refusing one that already
+    /// exists: a chain nd7 starts must hold nothing it did not write.
+    pub fn create_new(sessions_dir: &Path, session_id: &str) -> Result<SessionLog, Error> {
+        let log = SessionLog::new(sessions_dir, session_id)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(sessions_dir)
+            .map_err(Error::io(sessions_dir, "create"))?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&log.dir)
+            .map_err(Error::io(&log.dir, "create the session directory"))?;
+        Ok(log)
+    }
+
+    /// The session directory must be a directory, not a link to one: files
+    /// are created in it by processes that may run outside any sandbox.
+    fn check_dir(&self) -> Result<(), Error> {
+        let meta = fs::symlink_metadata(&self.dir).map_err(Error::io(&self.dir, "stat"))?;
+        if meta.is_dir() {
+            Ok(())
+        } else {
+            Err(Error::Io {
+                path: self.dir.clone(),
+                action: "use as the session directory",
+                source: io::Error::other("it is a symbolic link or not a directory"),
+            })
+        }
+    }
+
+    /// The lines of the log in order (without their newline), read under the
+    /// shared lock, until `f` returns `false`. For readers that need the
+    /// entries' contents, such as a run's reconciliation; the chain itself
+    /// is [`SessionLog::verify`]'s.
+    pub fn for_each_line(&self, mut f: impl FnMut(&[u8]) -> bool) -> Result<(), Error> {
+        let _lock = match File::open(self.lock_path()) {
+            Ok(lock) => {
+                lock.lock_shared()
+                    .map_err(Error::io(&self.lock_path(), "lock (shared)"))?;
+                Some(lock)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(&self.lock_path(), "open")(e)),
+        };
+        let path = self.events_path();
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(&path, "open")(e)),
+        };
+        let mut reader = io::BufReader::with_capacity(VERIFY_BLOCK, file);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = io::BufRead::read_until(&mut reader, b'\n', &mut line)
+                .map_err(Error::io(&path, "read"))?;
+            if n == 0 {
+                return Ok(());
+            }
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            }
+            if !f(&line) {
+                return Ok(());
+            }
+        }
+    }
+
     /// Rewrites `head` atomically: the new text goes into `head.tmp`, which
     /// is then swapped with `head` in one rename. Swapping (RENAME_EXCHANGE)
     /// rather than renaming over `head` frees no inode, and `head.tmp` is
@@ -359,6 +446,21 @@ impl SessionLog {
     }
 
     fn verify_split(&self, parts: impl Fn(u64) -> usize) -> Result<Verified, VerifyError> {
+        match fs::metadata(&self.dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(VerifyError::NotASession {
+                    path: self.dir.clone(),
+                    why: "it is not a directory",
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(VerifyError::NoSession {
+                    path: self.dir.clone(),
+                });
+            }
+            Err(e) => return Err(Error::io(&self.dir, "stat")(e).into()),
+        }
         let events_path = self.events_path();
         // A shared lock keeps writers out between reading the log and head.
         // Verify never creates anything, so a log without a lock file (a copy,
@@ -374,8 +476,17 @@ impl SessionLog {
         };
         let file = match File::open(&events_path) {
             Ok(f) => f,
+            // Without a log, head decides: present, it names entries that
+            // are gone (a failure); absent too, this is no session at all.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return self.finish_verify(None, false);
+                let head_path = self.head_path();
+                if !fs::exists(&head_path).map_err(Error::io(&head_path, "stat"))? {
+                    return Err(VerifyError::NotASession {
+                        path: self.dir.clone(),
+                        why: "it holds neither events.ndjson nor head",
+                    });
+                }
+                return self.finish_verify(None);
             }
             Err(e) => return Err(Error::io(&events_path, "open")(e).into()),
         };
@@ -396,10 +507,10 @@ impl SessionLog {
             path: events_path.clone(),
             broken,
         })?;
-        self.finish_verify(end.last, true)
+        self.finish_verify(end.last)
     }
 
-    fn finish_verify(&self, last: Option<Stated>, exists: bool) -> Result<Verified, VerifyError> {
+    fn finish_verify(&self, last: Option<Stated>) -> Result<Verified, VerifyError> {
         let head_path = self.head_path();
         let head = match read_head(&head_path)? {
             HeadFile::Absent => None,
@@ -416,7 +527,6 @@ impl SessionLog {
         Ok(Verified {
             entries: last.map_or(0, |l| l.seq + 1),
             head: last.map(|l| l.hash),
-            exists,
             head_state,
         })
     }
@@ -436,10 +546,14 @@ fn read_head(path: &Path) -> Result<HeadFile, Error> {
     }
 }
 
+/// Opens (creating, 0600) a file of the session, never through a symbolic
+/// link: an append may run outside the sandbox, in a directory whose
+/// contents it did not make.
 fn create_0600(path: &Path, options: &mut OpenOptions) -> Result<File, Error> {
     options
         .create(true)
         .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(path)
         .map_err(Error::io(path, "open"))
 }

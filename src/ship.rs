@@ -1,26 +1,31 @@
-//! The machine's side of the vault, and the admin's read-back: `nd7 enroll`,
-//! `nd7 ship`, `nd7 admin pull`. The only part of nd7 that uses the network;
-//! the format and every cryptographic step are [`crate::vault`]'s.
+//! The machine's side of the vault: `nd7 enroll` and `nd7 ship`. The only
+//! part of nd7 that uses the network on the machine; the format and every
+//! cryptographic step are [`crate::vault`]'s, the admin's read-back is
+//! [`crate::vault_admin`]'s.
 //!
 //! ```text
 //! $XDG_STATE_HOME/nd7/
 //!   vault/                     0700, written by enroll, every file 0600
 //!     machine.key              the machine's Ed25519 seed (hex)
-//!     machine.id               the id the vault assigned
+//!     machine.id               its id, derived from its public key
 //!     server                   the vault's base URL
-//!     recipients               the signed recipients document last accepted
+//!     recipients               the signed recipients document last taken
 //!   sessions/<id>/
 //!     shipped                  "<seq> <hash>\n": the last entry the vault acknowledged
-//!     chain.key                0600: the session's chain key, until it has ended and is all shipped
+//!     receipt                  the vault's receipt for it
+//!     chain.key                0600: "# recipients version N" and the chain key, until ended and shipped
+//!     vault.alarm              while the vault breaks a receipt: what, and the receipt
+//!     receipts.lost            receipts a vault's declared restore lost, with its notice
 //! ```
 //!
-//! Shipping a session: ask the vault how far it has the chain, read the
-//! entries after that under the log's shared lock (writers wait), verify
-//! them with the same walker `nd7 verify` uses, and send them in batches of
-//! at most 8 MiB. `shipped` moves forward only after the vault acknowledges a
-//! batch, under the log's exclusive lock. A run killed anywhere resumes from
-//! what the vault holds: nothing is lost, and nothing is stored twice (the
-//! vault acknowledges a resend without storing it again).
+//! Shipping a session: ask the vault for its receipt of the last batch it
+//! holds and check it against the receipt kept here and against the local
+//! log; read the entries after that under the log's shared lock (writers
+//! wait), verify them with the same walker `nd7 verify` uses, and send them
+//! in signed batches of at most 8 MiB. `receipt` and `shipped` move forward
+//! only after the vault's receipt for a batch checks, under the log's
+//! exclusive lock. A run killed anywhere resumes from what the vault holds:
+//! nothing is lost, and nothing is stored twice.
 
 #![forbid(unsafe_code)]
 
@@ -33,8 +38,8 @@ use std::time::Duration;
 use crate::chain::{Cursor, Hash, Head, Walker};
 use crate::session_log::{self, SessionLog};
 use crate::vault::{
-    self, AgeIdentity, AgeRecipient, BatchHeader, ChainKey, PublicKey, Recipients, RequestAuth,
-    Secret32, SigningKey,
+    self, BatchHeader, ChainKey, Checkpoint, EnrolToken, IndexKey, KeyId, Receipt, Recipients,
+    RequestAuth, RestoreNotice, Secret32, SigningKey, Update,
 };
 
 pub const VAULT_DIR: &str = "vault";
@@ -43,7 +48,10 @@ pub const MACHINE_ID_FILE: &str = "machine.id";
 pub const SERVER_FILE: &str = "server";
 pub const RECIPIENTS_FILE: &str = "recipients";
 pub const SHIPPED_FILE: &str = "shipped";
+pub const RECEIPT_FILE: &str = "receipt";
 pub const CHAIN_KEY_FILE: &str = "chain.key";
+pub const ALARM_FILE: &str = "vault.alarm";
+pub const LOST_FILE: &str = "receipts.lost";
 
 /// A backlog above this prints progress on stderr.
 const PROGRESS_ABOVE: u64 = 32 * 1024 * 1024;
@@ -86,6 +94,14 @@ pub enum ShipError {
     },
     #[error("session {session}: the local log no longer matches what was shipped: {detail}")]
     Rewritten { session: String, detail: String },
+    /// The vault holds less or other than it acknowledged, or shows what this
+    /// machine never signed: evidence against the vault, kept in `vault.alarm`.
+    #[error("machine {machine}, session {session}: the vault broke its receipt: {detail}")]
+    VaultBroke {
+        machine: String,
+        session: String,
+        detail: String,
+    },
     #[error("no randomness from the operating system: {0}")]
     Random(String),
 }
@@ -98,7 +114,7 @@ fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) ->
     }
 }
 
-fn random<const N: usize>() -> Result<[u8; N], ShipError> {
+pub fn random<const N: usize>() -> Result<[u8; N], ShipError> {
     let mut out = [0u8; N];
     getrandom::getrandom(&mut out).map_err(|e| ShipError::Random(e.to_string()))?;
     Ok(out)
@@ -121,7 +137,12 @@ pub fn unix_now() -> u64 {
 
 /// Writes `bytes` to `path` with mode 0600, through a temporary file and a
 /// rename, so a reader sees the old or the new text and never half of one.
-fn write_0600(path: &Path, bytes: &[u8]) -> Result<(), ShipError> {
+pub fn write_0600(path: &Path, bytes: &[u8]) -> Result<(), ShipError> {
+    write_file(path, bytes, true)
+}
+
+/// [`write_0600`], syncing the data before the rename only when `sync`.
+fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), ShipError> {
     let tmp = path.with_extension("tmp");
     let _ = fs::remove_file(&tmp);
     let mut f = OpenOptions::new()
@@ -131,7 +152,9 @@ fn write_0600(path: &Path, bytes: &[u8]) -> Result<(), ShipError> {
         .open(&tmp)
         .map_err(io_err(&tmp, "create"))?;
     f.write_all(bytes).map_err(io_err(&tmp, "write"))?;
-    f.sync_all().map_err(io_err(&tmp, "sync"))?;
+    if sync {
+        f.sync_all().map_err(io_err(&tmp, "sync"))?;
+    }
     drop(f);
     fs::rename(&tmp, path).map_err(io_err(path, "replace"))
 }
@@ -150,6 +173,23 @@ fn read_text(path: &Path) -> Result<String, ShipError> {
             }
         }
     })
+}
+
+/// A file's text, `None` when it does not exist.
+fn read_optional(path: &Path) -> Result<Option<String>, ShipError> {
+    match fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(path, "read")(e)),
+    }
+}
+
+fn remove_optional(path: &Path) -> Result<(), ShipError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err(path, "remove")(e)),
+    }
 }
 
 // ---------------------------------------------------------------- HTTP
@@ -265,7 +305,9 @@ impl Client {
 #[derive(Debug)]
 pub struct Enrolled {
     pub machine_id: String,
+    pub public_key: String,
     pub recipients: usize,
+    pub version: u64,
     pub dir: PathBuf,
 }
 
@@ -274,8 +316,9 @@ pub fn vault_dir(state_dir: &Path) -> PathBuf {
 }
 
 /// `nd7 enroll`: fetch and check the recipients document against the pinned
-/// fingerprint, make the machine's key, register it with the token, and
-/// write the vault directory. Nothing is written unless all of that worked.
+/// fingerprint, check the token against the organisation key, make the
+/// machine's key, have the token endorse it, register it, and write the
+/// vault directory. Nothing is written unless all of that worked.
 pub fn enroll(
     state_dir: &Path,
     url: &str,
@@ -285,6 +328,7 @@ pub fn enroll(
     if vault::unhex::<32>(fingerprint).is_none() {
         return Err(ShipError::BadFingerprint(fingerprint.to_string()));
     }
+    let token = EnrolToken::parse(token)?;
     let dir = vault_dir(state_dir);
     let id_path = dir.join(MACHINE_ID_FILE);
     if id_path.exists() {
@@ -297,23 +341,23 @@ pub fn enroll(
         expected: "UTF-8 text",
     })?;
     let recipients = Recipients::verify(&doc, fingerprint)?;
+    token.check(&recipients.org)?;
     let seed = Secret32::from_bytes(random()?);
     let key = SigningKey::from_seed(&seed);
-    let body = vault::enroll_body(token, &key.public());
+    let public = key.public();
+    let machine_id = vault::machine_id(&public);
+    let body = token.enrolment(&public).render();
     let signer = Signer {
         key: &key,
-        machine: "new",
+        machine: &machine_id,
     };
     let reply = client.ok("POST", "/v1/enroll", body.as_bytes(), Some(&signer), None)?;
-    let machine_id = String::from_utf8_lossy(&reply)
-        .trim_end()
-        .strip_prefix("machine ")
-        .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()))
-        .map(str::to_string)
-        .ok_or_else(|| ShipError::Http {
+    if String::from_utf8_lossy(&reply).trim_end() != format!("machine {machine_id}") {
+        return Err(ShipError::Http {
             url: format!("{url}/v1/enroll"),
-            detail: "the vault's reply is not `machine <id>`".into(),
-        })?;
+            detail: format!("the vault's reply is not `machine {machine_id}`"),
+        });
+    }
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -332,7 +376,9 @@ pub fn enroll(
     write_0600(&id_path, format!("{machine_id}\n").as_bytes())?;
     Ok(Enrolled {
         machine_id,
+        public_key: public.to_hex(),
         recipients: recipients.recipients.len(),
+        version: recipients.version,
         dir,
     })
 }
@@ -358,6 +404,13 @@ impl Machine {
                     what: e.to_string(),
                 }
             })?;
+        let key = SigningKey::from_seed(&seed);
+        if vault::machine_id(&key.public()) != id {
+            return Err(ShipError::BadFile {
+                path: dir.join(MACHINE_ID_FILE),
+                what: "is not the id of the key in machine.key".into(),
+            });
+        }
         let server = read_text(&dir.join(SERVER_FILE))?.trim().to_string();
         let rec_path = dir.join(RECIPIENTS_FILE);
         let recipients =
@@ -367,7 +420,7 @@ impl Machine {
             })?;
         Ok(Machine {
             id,
-            key: SigningKey::from_seed(&seed),
+            key,
             client: Client::new(&server),
             recipients,
             dir,
@@ -382,28 +435,54 @@ impl Machine {
     }
 
     /// Takes the vault's current recipients document if the pinned
-    /// organisation key signed it (how admins rotate recipients). If the
-    /// vault cannot be asked, or serves a document the pinned key did not
-    /// sign, the last accepted one stays and the reason is returned.
+    /// organisation key signed it and its version is higher (how admins
+    /// rotate recipients). If the vault cannot be asked, or serves anything
+    /// else, the held one stays and the reason is returned.
     pub fn refresh_recipients(&mut self) -> Option<String> {
         let pinned = self.recipients.org.fingerprint();
+        let held = self.recipients.version;
         let doc = match self.client.ok("GET", "/v1/recipients", b"", None, None) {
             Ok(doc) => String::from_utf8_lossy(&doc).into_owned(),
-            Err(e) => return Some(format!("kept the pinned recipients: {e}")),
+            Err(e) => return Some(format!("kept the recipients of version {held}: {e}")),
         };
-        match Recipients::verify(&doc, &pinned) {
-            Ok(fresh) if fresh != self.recipients => {
+        let fresh = match Recipients::verify(&doc, &pinned) {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                return Some(format!(
+                    "kept the recipients of version {held}: the vault's document is refused: {e}"
+                ));
+            }
+        };
+        match self.recipients.update_to(&fresh) {
+            Update::Newer => {
                 if let Err(e) = write_0600(&self.dir.join(RECIPIENTS_FILE), doc.as_bytes()) {
-                    return Some(format!("kept the pinned recipients: {e}"));
+                    return Some(format!("kept the recipients of version {held}: {e}"));
                 }
                 self.recipients = fresh;
                 None
             }
-            Ok(_) => None,
-            Err(e) => Some(format!(
-                "kept the pinned recipients: the vault's document is refused: {e}"
+            Update::Same => None,
+            Update::Refused(why) => Some(format!(
+                "kept the recipients of version {held}: refused: {why}"
             )),
         }
+    }
+
+    /// Checks a receipt from the vault: countersigned by the vault key the
+    /// recipients document names, over a checkpoint this machine signed,
+    /// for this session.
+    fn check_receipt(&self, receipt: &Receipt, session: &str) -> Result<(), String> {
+        receipt
+            .verify(&self.recipients.vault, &self.key.public())
+            .map_err(|e| e.to_string())?;
+        let c = &receipt.checkpoint;
+        if c.machine != self.id || c.session != session {
+            return Err(format!(
+                "it is for machine {}, session {}",
+                c.machine, c.session
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -417,6 +496,8 @@ pub struct Shipped {
     pub bytes: u64,
     /// The session ended and everything is shipped: chain.key was removed.
     pub closed: bool,
+    /// What the run found and acted on (receipts lost in a declared restore).
+    pub notes: Vec<String>,
 }
 
 /// The outcome of `nd7 ship` over every session.
@@ -429,6 +510,13 @@ pub struct Report {
 impl Report {
     pub fn all_shipped(&self) -> bool {
         self.sessions.iter().all(|(_, r)| r.is_ok())
+    }
+
+    /// Whether the vault broke a receipt for some session.
+    pub fn vault_broke(&self) -> bool {
+        self.sessions
+            .iter()
+            .any(|(_, r)| matches!(r, Err(ShipError::VaultBroke { .. })))
     }
 }
 
@@ -454,23 +542,54 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
     for id in ids {
         let result = SessionLog::new(&sessions, &id)
             .map_err(ShipError::from)
-            .and_then(|log| ship_session(&machine, &log, progress));
+            .and_then(|log| ship_and_alarm(&machine, &log, progress));
         report.sessions.push((id, result));
     }
     Ok(report)
 }
 
-fn read_shipped(path: &Path) -> Result<Option<Head>, ShipError> {
-    match fs::read(path) {
-        Ok(text) => Head::parse(&text)
-            .map(Some)
-            .ok_or_else(|| ShipError::BadFile {
-                path: path.to_path_buf(),
-                what: "not \"<seq> <hash>\\n\"".into(),
-            }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_err(path, "read")(e)),
+/// [`ship_session`], keeping `vault.alarm` in step: written when the vault
+/// broke a receipt, removed once the session ships cleanly again.
+fn ship_and_alarm(
+    machine: &Machine,
+    log: &SessionLog,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Shipped, ShipError> {
+    let result = ship_session(machine, log, progress);
+    let alarm = log.dir().join(ALARM_FILE);
+    match &result {
+        Err(e @ ShipError::VaultBroke { .. }) => {
+            let text = format!("{e}\nfound at {} (Unix time)\n", unix_now());
+            if let Err(w) = write_0600(&alarm, text.as_bytes()) {
+                return Err(ShipError::VaultBroke {
+                    machine: machine.id.clone(),
+                    session: log.session_id().into(),
+                    detail: format!("{e}; and {w}"),
+                });
+            }
+        }
+        Ok(_) => remove_optional(&alarm)?,
+        Err(_) => {}
     }
+    result
+}
+
+/// `shipped`, a cache of the receipt's entry with its real hash: written
+/// without a sync, so after a power loss it may be empty, which reads as
+/// absent (the receipt and the vault's head say the same).
+fn read_shipped(path: &Path) -> Result<Option<Head>, ShipError> {
+    Ok(read_optional(path)?.and_then(|text| Head::parse(text.as_bytes())))
+}
+
+fn read_receipt(path: &Path) -> Result<Option<Receipt>, ShipError> {
+    read_optional(path)?
+        .map(|text| {
+            Receipt::parse(&text).map_err(|e| ShipError::BadFile {
+                path: path.to_path_buf(),
+                what: e.to_string(),
+            })
+        })
+        .transpose()
 }
 
 /// Holds the log's lock file locked, shared or exclusive, until dropped.
@@ -481,6 +600,7 @@ fn lock_log(log: &SessionLog, exclusive: bool) -> Result<File, ShipError> {
         .create(true)
         .truncate(false)
         .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&path)
         .map_err(io_err(&path, "open"))?;
     if exclusive {
@@ -491,93 +611,124 @@ fn lock_log(log: &SessionLog, exclusive: bool) -> Result<File, ShipError> {
     Ok(lock)
 }
 
-/// Moves `shipped` forward to `head`, under the writer's lock; never back.
-fn advance_shipped(log: &SessionLog, head: &Head) -> Result<(), ShipError> {
+/// Keeps the vault's receipt for the entry `head` (synced: it is evidence)
+/// and moves `shipped` to it, under the writer's lock; never back to a
+/// receipt before the one kept.
+fn record_ack(log: &SessionLog, receipt: &Receipt, head: &Head) -> Result<(), ShipError> {
     let _lock = lock_log(log, true)?;
-    let path = log.dir().join(SHIPPED_FILE);
-    if read_shipped(&path)?.is_some_and(|s| s.seq >= head.seq) {
+    let receipt_path = log.dir().join(RECEIPT_FILE);
+    if read_receipt(&receipt_path)?.is_some_and(|r| r.checkpoint.last > head.seq) {
         return Ok(());
     }
-    write_0600(&path, head.render().as_bytes())
+    write_0600(&receipt_path, receipt.render().as_bytes())?;
+    write_file(
+        &log.dir().join(SHIPPED_FILE),
+        head.render().as_bytes(),
+        false,
+    )
 }
 
-/// The session's chain key, made (0600, never overwritten) on first use.
-fn chain_key(log: &SessionLog) -> Result<ChainKey, ShipError> {
+/// `chain.key`: the key, and the recipients version it was made under
+/// (a `# recipients version N` line; 0 when there is none).
+fn read_chain_key(log: &SessionLog) -> Result<Option<(ChainKey, u64)>, ShipError> {
     let path = log.dir().join(CHAIN_KEY_FILE);
-    match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-    {
-        Ok(mut f) => {
-            let key = Secret32::from_bytes(random()?);
-            f.write_all(format!("{}\n", vault::hex(key.expose_secret())).as_bytes())
-                .and_then(|()| f.sync_all())
-                .map_err(io_err(&path, "write"))?;
-            Ok(key)
-        }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let text = fs::read_to_string(&path).map_err(io_err(&path, "read"))?;
-            vault::parse_secret_text(&text, "chain.key").map_err(|e| ShipError::BadFile {
-                path,
-                what: e.to_string(),
-            })
-        }
-        Err(e) => Err(io_err(&path, "create")(e)),
-    }
+    let Some(text) = read_optional(&path)? else {
+        return Ok(None);
+    };
+    let version = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# recipients version "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let key = vault::parse_secret_text(&text, "chain.key").map_err(|e| ShipError::BadFile {
+        path,
+        what: e.to_string(),
+    })?;
+    Ok(Some((key, version)))
 }
 
-/// Where entry `seq + 1` starts in the log, checking on the way that entry
-/// `seq` is still the one with `hash` (a log rewritten after shipping fails
-/// here, naming the entry).
-fn offset_after(log: &SessionLog, file: &File, head: &Head) -> Result<u64, ShipError> {
+/// The session's chain key for recipients of `version`: the one in
+/// `chain.key` if it was made under that version or a later one, otherwise
+/// a new one (0600), so that recipients removed since never get it.
+fn chain_key(log: &SessionLog, version: u64) -> Result<ChainKey, ShipError> {
+    if let Some((key, made_under)) = read_chain_key(log)?
+        && made_under >= version
+    {
+        return Ok(key);
+    }
+    let key = Secret32::from_bytes(random()?);
+    let text = format!(
+        "# recipients version {version}\n{}\n",
+        vault::hex(key.expose_secret())
+    );
+    write_0600(&log.dir().join(CHAIN_KEY_FILE), text.as_bytes())?;
+    Ok(key)
+}
+
+/// Where entry `seq + 1` starts in the log, and entry `seq`'s hash (checked
+/// against its own bytes).
+fn entry_end(log: &SessionLog, file: &File, seq: u64) -> Result<(u64, Hash), ShipError> {
     let path = log.events_path();
+    let rewritten = |detail: String| ShipError::Rewritten {
+        session: log.session_id().into(),
+        detail,
+    };
     let mut buf = vec![0u8; 1 << 20];
-    let (mut at, mut seq) = (0u64, 0u64);
+    let (mut at, mut n_seq) = (0u64, 0u64);
     let mut line: Vec<u8> = Vec::new();
     loop {
         let n = file.read_at(&mut buf, at).map_err(io_err(&path, "read"))?;
         if n == 0 {
-            return Err(ShipError::Rewritten {
-                session: log.session_id().into(),
-                detail: format!(
-                    "the vault acknowledged entry {}, but the log has only {seq} entries",
-                    head.seq
-                ),
-            });
+            return Err(rewritten(format!(
+                "the vault acknowledged entry {seq}, but the log has only {n_seq} entries"
+            )));
         }
         let mut from = 0;
         for nl in memchr::memchr_iter(b'\n', &buf[..n]) {
-            if seq == head.seq {
+            if n_seq == seq {
                 line.extend_from_slice(&buf[from..nl]);
-                let found = crate::chain::read_checked(&line).ok();
-                if found.map(|s| (s.seq, s.hash)) != Some((head.seq, head.hash)) {
-                    return Err(ShipError::Rewritten {
-                        session: log.session_id().into(),
-                        detail: format!(
-                            "entry {} was shipped with hash {}, but the local entry {} is {}",
-                            head.seq,
-                            head.hash.short(),
-                            head.seq,
-                            found.map_or_else(|| "not a sealed entry".into(), |s| s.hash.short())
-                        ),
-                    });
-                }
-                return Ok(at + nl as u64 + 1);
+                return match crate::chain::read_checked(&line) {
+                    Ok(s) if s.seq == seq => Ok((at + nl as u64 + 1, s.hash)),
+                    _ => Err(rewritten(format!(
+                        "entry {seq} was shipped, but the local entry {seq} is not a sealed entry"
+                    ))),
+                };
             }
-            seq += 1;
+            n_seq += 1;
             from = nl + 1;
         }
-        if seq == head.seq {
+        if n_seq == seq {
             line.extend_from_slice(&buf[from..n]);
         }
         at += n as u64;
     }
 }
 
-/// What the vault holds of this session: its last entry, if any.
-fn vault_head(machine: &Machine, session: &str) -> Result<Option<Head>, ShipError> {
+/// Whether the log still holds, unchanged, the entry `shipped` names: `None`
+/// when it does (or nothing was shipped), else what differs. What `nd7
+/// doctor` asks to tell a machine that rewrote its log from a vault that
+/// broke its receipt.
+pub fn rewritten_since_shipped(log: &SessionLog) -> Option<String> {
+    let shipped = read_shipped(&log.dir().join(SHIPPED_FILE)).ok()??;
+    let file = File::open(log.events_path()).ok()?;
+    match entry_end(log, &file, shipped.seq) {
+        Ok((_, hash)) if hash == shipped.hash => None,
+        Ok((_, hash)) => Some(format!(
+            "entry {} was shipped with hash {}, but the local entry {} has hash {}",
+            shipped.seq,
+            shipped.hash.short(),
+            shipped.seq,
+            hash.short()
+        )),
+        Err(ShipError::Rewritten { detail, .. }) => Some(detail),
+        Err(_) => None,
+    }
+}
+
+/// The vault's receipt for the last batch it holds of this session, checked:
+/// countersigned by the pinned vault key, over a checkpoint this machine
+/// signed. Anything else is the vault showing what the machine never signed.
+fn vault_head(machine: &Machine, session: &str) -> Result<Option<Receipt>, ShipError> {
     let path = format!("/v1/head/{}", vault::hex(session.as_bytes()));
     let reply = machine
         .client
@@ -586,12 +737,76 @@ fn vault_head(machine: &Machine, session: &str) -> Result<Option<Head>, ShipErro
     if text.trim_end() == "none" {
         return Ok(None);
     }
-    Head::parse(text.as_bytes())
-        .map(Some)
-        .ok_or_else(|| ShipError::Http {
-            url: path,
-            detail: "the vault's head is not \"<seq> <hash>\"".into(),
-        })
+    let broke = |detail: String| ShipError::VaultBroke {
+        machine: machine.id.clone(),
+        session: session.into(),
+        detail,
+    };
+    let receipt = Receipt::parse(&text)
+        .map_err(|e| broke(format!("its head for this session is not a receipt: {e}")))?;
+    machine
+        .check_receipt(&receipt, session)
+        .map_err(|e| broke(format!("its head for this session does not check: {e}")))?;
+    Ok(Some(receipt))
+}
+
+/// A restore notice of the vault's, signed by its pinned key, that explains
+/// losing what `kept` acknowledged.
+fn restore_explaining(
+    machine: &Machine,
+    kept: &Receipt,
+) -> Result<Option<RestoreNotice>, ShipError> {
+    let text = machine.client.ok("GET", "/v1/restores", b"", None, None)?;
+    let notices = RestoreNotice::parse_all(&String::from_utf8_lossy(&text)).unwrap_or_default();
+    Ok(notices
+        .into_iter()
+        .find(|n| n.verify(&machine.recipients.vault).is_ok() && n.explains(kept)))
+}
+
+/// Moves a receipt a declared restore lost to `receipts.lost`, with the
+/// notice, and takes `receipt` and `shipped` back to what the vault holds.
+fn keep_lost(
+    log: &SessionLog,
+    kept: &Receipt,
+    notice: &RestoreNotice,
+    holds: Option<u64>,
+) -> Result<String, ShipError> {
+    let _lock = lock_log(log, true)?;
+    let c = &kept.checkpoint;
+    let what = format!(
+        "the vault lost entries {}..{} it had acknowledged (receipt stored at {}): it was restored at {} from a backup of {}; shipping them again",
+        holds.map_or(0, |h| h + 1),
+        c.last,
+        kept.stored,
+        notice.restored,
+        notice.backup
+    );
+    let path = log.dir().join(LOST_FILE);
+    let mut f = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_err(&path, "open"))?;
+    let record = format!("# {what}\n{}{}", kept.render(), notice.render());
+    f.write_all(record.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(io_err(&path, "append to"))?;
+    remove_optional(&log.dir().join(RECEIPT_FILE))?;
+    if holds.is_none() {
+        remove_optional(&log.dir().join(SHIPPED_FILE))?;
+    }
+    Ok(what)
+}
+
+/// One sealed batch on its way to the vault.
+struct Sealed {
+    body: Vec<u8>,
+    checkpoint: Checkpoint,
+    /// The batch's last entry, with its real hash.
+    head: Head,
+    entries: u64,
+    bytes: u64,
 }
 
 /// Ships one session's unshipped entries.
@@ -601,70 +816,117 @@ pub fn ship_session(
     progress: &mut dyn FnMut(&str),
 ) -> Result<Shipped, ShipError> {
     let session = log.session_id().to_string();
-    let shipped_path = log.dir().join(SHIPPED_FILE);
     let events_path = log.events_path();
-    let mut done = Shipped::default();
-    // Start from what the vault holds: after a run killed between the
-    // vault's acknowledgement and the `shipped` rewrite, it is ahead.
-    let local = read_shipped(&shipped_path)?;
-    let remote = vault_head(machine, &session)?;
-    let start = match (local, remote) {
-        (_, None) => None,
-        (Some(l), Some(r)) if l.seq > r.seq => {
-            return Err(ShipError::Rewritten {
-                session,
-                detail: format!(
-                    "`shipped` says entry {} was acknowledged, but the vault holds only up to {}",
-                    l.seq, r.seq
-                ),
-            });
-        }
-        (_, Some(r)) => Some(r),
+    let broke = |detail: String| ShipError::VaultBroke {
+        machine: machine.id.clone(),
+        session: session.clone(),
+        detail,
     };
+    let mut done = Shipped::default();
+    // Start from what the vault holds, after holding it to its word.
+    let kept = read_receipt(&log.dir().join(RECEIPT_FILE))?;
+    let head = vault_head(machine, &session)?;
+    if let Some(kept) = &kept {
+        let k = &kept.checkpoint;
+        let holds = head.as_ref().map(|h| h.checkpoint.last);
+        if holds.is_none_or(|h| h < k.last) {
+            let Some(notice) = restore_explaining(machine, kept)? else {
+                return Err(broke(format!(
+                    "it acknowledged entries up to {} (receipt stored at {}), but holds {}, and no restore notice of the vault explains it",
+                    k.last,
+                    kept.stored,
+                    holds.map_or("none of them".into(), |h| format!("only entries up to {h}")),
+                )));
+            };
+            done.notes.push(keep_lost(log, kept, &notice, holds)?);
+        } else if let Some(h) = &head
+            && h.checkpoint.last == k.last
+            && !h.checkpoint.same_head(k)
+        {
+            return Err(broke(format!(
+                "it acknowledged entry {} with digest {} under chain key {} (receipt stored at {}), but now shows digest {} under chain key {} there",
+                k.last,
+                k.head.short(),
+                k.key,
+                kept.stored,
+                h.checkpoint.head.short(),
+                h.checkpoint.key
+            )));
+        }
+    }
     let file = match File::open(&events_path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(done),
         Err(e) => return Err(io_err(&events_path, "open")(e)),
     };
-    let (mut offset, cursor) = match start {
+    let (mut offset, cursor) = match &head {
         None => (0, Cursor::start(&session)),
-        Some(head) => {
-            let _lock = lock_log(log, false)?;
-            let offset = offset_after(log, &file, &head)?;
-            drop(_lock);
-            if local != Some(head) {
-                advance_shipped(log, &head)?;
+        Some(h) => {
+            let c = &h.checkpoint;
+            let lock = lock_log(log, false)?;
+            let (offset, hash) = entry_end(log, &file, c.last)?;
+            drop(lock);
+            let shipped = read_shipped(&log.dir().join(SHIPPED_FILE))?;
+            let same = match read_chain_key(log)? {
+                Some((k, _)) if KeyId::of(&k) == c.key => IndexKey::of(&k).digest(&hash) == c.head,
+                _ => match shipped {
+                    Some(s) if s.seq == c.last => s.hash == hash,
+                    _ => {
+                        return Err(ShipError::Rewritten {
+                            session,
+                            detail: format!(
+                                "entry {} cannot be checked against the vault's receipt: chain.key no longer holds chain key {}, and `shipped` does not name the entry",
+                                c.last, c.key
+                            ),
+                        });
+                    }
+                },
+            };
+            if !same {
+                return Err(ShipError::Rewritten {
+                    session,
+                    detail: format!(
+                        "entry {} was shipped with digest {} under chain key {}, but the local entry {} (hash {}) is another",
+                        c.last,
+                        c.head.short(),
+                        c.key,
+                        c.last,
+                        hash.short()
+                    ),
+                });
+            }
+            let at = Head { seq: c.last, hash };
+            if kept.as_ref() != Some(h) || shipped != Some(at) {
+                record_ack(log, h, &at)?;
             }
             (
                 offset,
                 Cursor {
-                    next_seq: head.seq + 1,
-                    prev: head.hash,
+                    next_seq: c.last + 1,
+                    prev: hash,
                 },
             )
         }
     };
     let size = file.metadata().map_err(io_err(&events_path, "stat"))?.len();
     let backlog = size.saturating_sub(offset);
-    // Sealing batch k+1 (read, verify, compress, encrypt) overlaps sending
-    // batch k: one thread sends, in order, and moves `shipped` after each
-    // acknowledgement; a refusal stops it, and what was queued behind is
-    // dropped, to be sent by the next run.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, Head, u64, u64)>(1);
+    // Sealing batch k+1 (read, verify, compress, encrypt, sign) overlaps
+    // sending batch k: one thread sends, in order, and keeps each receipt;
+    // a refusal stops it, and what was queued behind is dropped, to be sent
+    // by the next run.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Sealed>(1);
     let (produced, sent) = std::thread::scope(|scope| {
         let sender = scope.spawn(move || -> (Shipped, Result<(), ShipError>) {
             let mut acked = Shipped::default();
-            for (body, head, entries, bytes) in rx {
-                let result = machine
-                    .client
-                    .ok("POST", "/v1/batches", &body, Some(&machine.signer()), None)
-                    .and_then(|_| advance_shipped(log, &head));
-                if let Err(e) = result {
-                    return (acked, Err(e));
+            for sealed in rx {
+                match send_batch(machine, log, &sealed) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => return (acked, Err(e)),
                 }
-                acked.entries += entries;
+                acked.entries += sealed.entries;
                 acked.batches += 1;
-                acked.bytes += bytes;
+                acked.bytes += sealed.bytes;
             }
             (acked, Ok(()))
         });
@@ -685,15 +947,70 @@ pub fn ship_session(
         (produced, sent)
     });
     let (acked, sent) = sent;
+    let notes = std::mem::take(&mut done.notes);
     done = acked;
+    done.notes = notes;
     sent?;
     produced?;
     done.closed = close_if_ended(log, &file, offset)?;
     Ok(done)
 }
 
-/// Reads, verifies and seals the batches after `offset`, handing each to
-/// `tx`; `offset` ends after the last batch handed over.
+/// Sends one batch and keeps the vault's receipt for it. `Ok(false)`: the
+/// vault already holds more than this run sent (another run got there
+/// first); the next run continues from its head.
+fn send_batch(machine: &Machine, log: &SessionLog, sealed: &Sealed) -> Result<bool, ShipError> {
+    let session = log.session_id();
+    let reply = machine.client.ok(
+        "POST",
+        "/v1/batches",
+        &sealed.body,
+        Some(&machine.signer()),
+        None,
+    )?;
+    let text = String::from_utf8_lossy(&reply);
+    let sent = &sealed.checkpoint;
+    let broke = |detail: String| ShipError::VaultBroke {
+        machine: machine.id.clone(),
+        session: session.into(),
+        detail,
+    };
+    let receipt = text
+        .split_once('\n')
+        .map(|(_, rest)| rest)
+        .ok_or(vault::Error::Malformed {
+            what: "the vault's reply",
+            expected: "a status line and a receipt",
+        })
+        .and_then(Receipt::parse)
+        .map_err(|e| {
+            broke(format!(
+                "its reply to entries {}..{} is not a receipt: {e}",
+                sent.first, sent.last
+            ))
+        })?;
+    machine.check_receipt(&receipt, session).map_err(|e| {
+        broke(format!(
+            "its receipt for entries {}..{} does not check: {e}",
+            sent.first, sent.last
+        ))
+    })?;
+    let got = &receipt.checkpoint;
+    if got.same_head(sent) {
+        record_ack(log, &receipt, &sealed.head)?;
+        return Ok(true);
+    }
+    if got.last > sent.last {
+        return Ok(false);
+    }
+    Err(broke(format!(
+        "it acknowledged entries {}..{} with a receipt for entries {}..{}",
+        sent.first, sent.last, got.first, got.last
+    )))
+}
+
+/// Reads, verifies, seals and signs the batches after `offset`, handing
+/// each to `tx`; `offset` ends after the last batch handed over.
 #[allow(clippy::too_many_arguments)]
 fn seal_batches(
     machine: &Machine,
@@ -702,12 +1019,12 @@ fn seal_batches(
     offset: &mut u64,
     mut cursor: Cursor,
     backlog: u64,
-    tx: &std::sync::mpsc::SyncSender<(Vec<u8>, Head, u64, u64)>,
+    tx: &std::sync::mpsc::SyncSender<Sealed>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(), ShipError> {
     let session = log.session_id().to_string();
     let events_path = log.events_path();
-    let mut key: Option<(ChainKey, Vec<u8>)> = None;
+    let mut key: Option<(ChainKey, IndexKey, KeyId, Vec<u8>)> = None;
     let mut buf = vec![0u8; vault::MAX_BATCH_ENTRIES_BYTES];
     let mut sealed = 0u64;
     loop {
@@ -740,41 +1057,56 @@ fn seal_batches(
             entry: cursor.next_seq + b.entry,
             fault: b.fault.to_string(),
         })?;
-        let index = vault::index_lines(entries)?;
-        let Some(last) = index.last().copied() else {
+        // The walker checked every line, the last one included.
+        let last_line = entries[..entries.len() - 1]
+            .rsplit(|&b| b == b'\n')
+            .next()
+            .unwrap_or_default();
+        let Ok(last) = crate::chain::read_stated(last_line) else {
             return Ok(());
+        };
+        let end = Cursor {
+            next_seq: last.seq + 1,
+            prev: last.hash,
         };
         if key.is_none() {
-            let k = chain_key(log)?;
+            let k = chain_key(log, machine.recipients.version)?;
             let wrapped = vault::wrap_chain_key(&k, &machine.recipients.recipients, &mut os_fill);
-            key = Some((k, wrapped));
+            let (ik, id) = (IndexKey::of(&k), KeyId::of(&k));
+            key = Some((k, ik, id, wrapped));
         }
-        let Some((k, wrapped)) = &key else {
+        let Some((k, ik, id, wrapped)) = &key else {
             return Ok(());
         };
+        let index = vault::index_lines(entries, ik)?;
         let count = index.len() as u64;
         let header = BatchHeader {
             machine: machine.id.clone(),
             session: session.clone(),
+            key: *id,
             first: cursor.next_seq,
-            prev: cursor.prev,
+            prev: ik.digest(&cursor.prev),
             index,
         };
-        let body = vault::seal_batch(&header, entries, k, wrapped, random()?);
-        let head = Head {
-            seq: last.seq,
-            hash: last.hash,
+        let (body, checkpoint) =
+            vault::seal_batch(&header, entries, k, wrapped, random()?, &machine.key);
+        let batch = Sealed {
+            body,
+            checkpoint,
+            head: Head {
+                seq: end.next_seq - 1,
+                hash: end.prev,
+            },
+            entries: count,
+            bytes: entries.len() as u64,
         };
-        if tx.send((body, head, count, entries.len() as u64)).is_err() {
-            // The sender stopped on an error, which it reports.
+        if tx.send(batch).is_err() {
+            // The sender stopped (on an error, which it reports).
             return Ok(());
         }
         *offset += entries.len() as u64;
         sealed += entries.len() as u64;
-        cursor = Cursor {
-            next_seq: last.seq + 1,
-            prev: last.hash,
-        };
+        cursor = end;
         if backlog > PROGRESS_ABOVE {
             progress(&format!(
                 "{session}: {} of {} MiB sealed and sent",
@@ -798,8 +1130,8 @@ fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     Ok(n)
 }
 
-/// Removes chain.key once the log ends in a `session_end` entry and
-/// everything up to it is shipped. Returns whether it did.
+/// Removes chain.key once the log ends in a `session_end` entry (a run's
+/// chain: `run_end`) and everything up to it is shipped. Returns whether it did.
 fn close_if_ended(log: &SessionLog, file: &File, shipped_to: u64) -> Result<bool, ShipError> {
     let key_path = log.dir().join(CHAIN_KEY_FILE);
     if !key_path.exists() {
@@ -823,7 +1155,7 @@ fn close_if_ended(log: &SessionLog, file: &File, shipped_to: u64) -> Result<bool
         .and_then(|v| {
             v.get("kind")
                 .and_then(|k| k.as_str())
-                .map(|k| k == "session_end")
+                .map(|k| k == "session_end" || k == crate::run_entry::RUN_END)
         })
         .unwrap_or(false);
     if ended {
@@ -848,197 +1180,6 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     (secs > 0).then(|| Duration::from_secs(secs))
 }
 
-// ---------------------------------------------------------------- admin
-
-/// An organisation key: its seed as a file's text, and its fingerprint.
-pub fn new_org_key() -> Result<(String, String), ShipError> {
-    let seed = Secret32::from_bytes(random()?);
-    let fp = SigningKey::from_seed(&seed).public().fingerprint();
-    let text = format!(
-        "# nd7 organisation key (Ed25519 seed); keep it offline\n# fingerprint: {fp}\n{}\n",
-        vault::hex(seed.expose_secret())
-    );
-    Ok((text, fp))
-}
-
-/// An admin's age identity, as age-keygen writes one, and its recipient.
-pub fn new_age_identity() -> Result<(String, String), ShipError> {
-    let id = AgeIdentity::from_secret(&Secret32::from_bytes(random()?));
-    let recipient = id.recipient().to_string();
-    let text = format!(
-        "# created by nd7 admin age-key\n# public key: {recipient}\n{}\n",
-        id.to_bech32()
-    );
-    Ok((text, recipient))
-}
-
-/// Signs a recipients document with the organisation key in `org_key_text`.
-pub fn sign_recipients(org_key_text: &str, recipients: &[String]) -> Result<String, ShipError> {
-    let seed = vault::parse_secret_text(org_key_text, "the organisation key")?;
-    let parsed = recipients
-        .iter()
-        .map(|r| AgeRecipient::parse(r))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Recipients::sign(&SigningKey::from_seed(&seed), &parsed))
-}
-
-/// A session as the vault holds it, decrypted and checked.
-#[derive(Debug)]
-pub struct Pulled {
-    pub log: Vec<u8>,
-    pub entries: u64,
-    pub batches: usize,
-}
-
-/// Fetches every batch of one session, opens each with `identity`, and
-/// checks that they join into one chain from entry 0.
-pub fn pull(
-    url: &str,
-    read_token: &str,
-    identity: &AgeIdentity,
-    machine: &str,
-    session: &str,
-) -> Result<Pulled, ShipError> {
-    session_log::check_session_id(session)?;
-    let client = Client::new(url);
-    let path = format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes()));
-    let framed = client.ok("GET", &path, b"", None, Some(read_token))?;
-    let bad = |detail: String| ShipError::Http {
-        url: format!("{url}{path}"),
-        detail,
-    };
-    let mut rest = framed.as_slice();
-    let mut log = Vec::new();
-    let mut cursor = Cursor::start(session);
-    let mut batches = 0;
-    let mut last_wrapped: Option<(Vec<u8>, ChainKey)> = None;
-    while !rest.is_empty() {
-        let len: [u8; 4] = rest
-            .get(..4)
-            .and_then(|l| l.try_into().ok())
-            .ok_or_else(|| bad("a batch's length is cut short".into()))?;
-        let len = u32::from_be_bytes(len) as usize;
-        let body = rest
-            .get(4..4 + len)
-            .ok_or_else(|| bad("a batch is cut short".into()))?;
-        rest = &rest[4 + len..];
-        let batch = vault::parse_batch(body)?;
-        if batch.header.session != session || batch.header.machine != machine {
-            return Err(bad(format!(
-                "batch {} belongs to another session or machine",
-                batch.header.first
-            )));
-        }
-        if batch.header.first != cursor.next_seq || batch.header.prev != cursor.prev {
-            return Err(ShipError::Rewritten {
-                session: session.into(),
-                detail: format!(
-                    "the vault's batches do not join: batch at {} after entry {}",
-                    batch.header.first,
-                    cursor.next_seq.wrapping_sub(1)
-                ),
-            });
-        }
-        let reuse = matches!(&last_wrapped, Some((w, _)) if *w == batch.wrapped_key);
-        if !reuse {
-            let key = vault::unwrap_chain_key(&batch.wrapped_key, identity)?;
-            last_wrapped = Some((batch.wrapped_key.clone(), key));
-        }
-        let Some((_, key)) = &last_wrapped else {
-            continue;
-        };
-        let entries = vault::open_batch(&batch, key)?;
-        log.extend_from_slice(&entries);
-        let last = batch.header.last();
-        cursor = Cursor {
-            next_seq: last.seq + 1,
-            prev: last.hash,
-        };
-        batches += 1;
-    }
-    Ok(Pulled {
-        log,
-        entries: cursor.next_seq,
-        batches,
-    })
-}
-
-/// How a local log stands against the vault's copy.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Comparison {
-    /// The same entries; `unshipped` more locally, not yet shipped.
-    Matches { entries: u64, unshipped: u64 },
-    /// The first entry whose bytes differ: a rewrite after shipping.
-    Differs {
-        entry: u64,
-        vault_hash: Hash,
-        local: String,
-    },
-    /// The local log stops before the vault's copy does: entries were removed.
-    Truncated {
-        local_entries: u64,
-        vault_entries: u64,
-    },
-}
-
-/// Compares the vault's copy with a local log, line by line.
-pub fn compare(vault_copy: &[u8], local: &[u8]) -> Comparison {
-    let mut ours = local.split_inclusive(|&b| b == b'\n');
-    let mut n = 0u64;
-    for theirs in vault_copy.split_inclusive(|&b| b == b'\n') {
-        let stated = crate::chain::read_stated(&theirs[..theirs.len() - 1]).ok();
-        let vault_hash = stated.map_or_else(|| Hash::of(theirs), |s| s.hash);
-        match ours.next() {
-            None => {
-                return Comparison::Truncated {
-                    local_entries: n,
-                    vault_entries: vault_copy.iter().filter(|&&b| b == b'\n').count() as u64,
-                };
-            }
-            Some(line) if line == theirs => {}
-            Some(line) => {
-                let local = crate::chain::read_stated(line.strip_suffix(b"\n").unwrap_or(line))
-                    .map_or_else(
-                        |_| "not a sealed entry".into(),
-                        |s| format!("hash {}", s.hash.short()),
-                    );
-                return Comparison::Differs {
-                    entry: n,
-                    vault_hash,
-                    local,
-                };
-            }
-        }
-        n += 1;
-    }
-    Comparison::Matches {
-        entries: n,
-        unshipped: ours.count() as u64,
-    }
-}
-
-/// Lists the chains a vault holds: (machine, session, last seq).
-pub fn list_sessions(url: &str, read_token: &str) -> Result<Vec<(String, String, u64)>, ShipError> {
-    let client = Client::new(url);
-    let text = client.ok("GET", "/v1/sessions", b"", None, Some(read_token))?;
-    let text = String::from_utf8_lossy(&text);
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let mut p = l.split(' ');
-            let machine = p.next()?.to_string();
-            let session = String::from_utf8(vault::unhex_vec(p.next()?)?).ok()?;
-            let last = p.next()?.parse().ok()?;
-            Some((machine, session, last))
-        })
-        .collect())
-}
-
-/// Checks that a public key parses, for the CLI.
-pub fn public_key_ok(hex: &str) -> bool {
-    PublicKey::from_hex(hex).is_some()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1052,50 +1193,5 @@ mod tests {
         for bad in ["", "0", "0s", "5d", "m", "-1s", "1.5m"] {
             assert_eq!(parse_duration(bad), None, "{bad:?}");
         }
-    }
-
-    fn chain(lines: &[&str]) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut prev = Hash::session_fingerprint("s");
-        for (seq, body) in lines.iter().enumerate() {
-            let line = crate::chain::seal(
-                format!("{{\"seq\":{seq},\"b\":\"{body}\",\"prev\":\"{prev}\"}}").as_bytes(),
-            );
-            prev = crate::chain::read_stated(&line[..line.len() - 1])
-                .expect("sealed")
-                .hash;
-            out.extend_from_slice(&line);
-        }
-        out
-    }
-
-    #[test]
-    fn compare_names_the_first_rewritten_or_missing_entry() {
-        let vault = chain(&["a", "b", "c"]);
-        assert_eq!(
-            compare(&vault, &vault),
-            Comparison::Matches {
-                entries: 3,
-                unshipped: 0
-            }
-        );
-        assert_eq!(
-            compare(&vault, &chain(&["a", "b", "c", "d"])),
-            Comparison::Matches {
-                entries: 3,
-                unshipped: 1
-            }
-        );
-        assert!(matches!(
-            compare(&vault, &chain(&["a", "x", "c"])),
-            Comparison::Differs { entry: 1, .. }
-        ));
-        assert_eq!(
-            compare(&vault, &chain(&["a"])),
-            Comparison::Truncated {
-                local_entries: 1,
-                vault_entries: 3
-            }
-        );
     }
 }

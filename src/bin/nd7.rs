@@ -1,11 +1,12 @@
 //! The `nd7` command line. Parses arguments, calls the library, and decides
 //! the exit status, in this file and nowhere else.
 //!
-//! Exit status: 0 success; 1 a log failed verification; 2 bad usage or a log
-//! that could not be read. `nd7 record` always exits 0. `nd7 run` exits with
-//! the program's status, or 3 when files that run later changed.
+//! Exit status: 0 success; 1 a log failed verification (or a run's chain did
+//! not reconcile); 2 bad usage or a log that could not be read. `nd7 record`
+//! always exits 0. `nd7 run` exits with the program's status, or 3 when files
+//! that run later changed. A reader that closes standard output early ends
+//! any command with 0 (see `out`).
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -18,12 +19,26 @@ use nd7_core::session::{Change, Changed, Sessions};
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
 
+// First: its print macros shadow the standard ones in everything below.
+#[macro_use]
+#[path = "nd7/out.rs"]
+mod out;
+#[path = "nd7/hooks.rs"]
+mod hooks;
+#[path = "nd7/read_cmds.rs"]
+mod read_cmds;
 #[path = "nd7/vault_cmds.rs"]
 mod vault_cmds;
 
 fn main() -> ExitCode {
     // Take the time before anything else, so `ts` marks when the hook fired.
     let early = Invocation::now();
+    // Before clap, which would exit 2 on a stray argument (a block, to a
+    // hook) or print help on standard output.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("record")) {
+        let args: Vec<_> = std::env::args_os().skip(2).collect();
+        return hooks::record(early, &args);
+    }
     // Release builds only, and outside clap, so that the command line and its
     // committed completions are the same for every build.
     #[cfg(feature = "self-update")]
@@ -32,7 +47,14 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Record => run_record(early),
+        Command::Record { run_hook } => {
+            let args: Vec<std::ffi::OsString> = if run_hook {
+                vec!["--run-hook".into()]
+            } else {
+                Vec::new()
+            };
+            hooks::record(early, &args)
+        }
         Command::Verify {
             target,
             all,
@@ -66,8 +88,59 @@ fn main() -> ExitCode {
         } => vault_cmds::enroll(&url, &token, &fingerprint),
         Command::Ship { every } => vault_cmds::ship(every.as_deref()),
         Command::Admin(admin) => vault_cmds::admin(admin),
+        Command::Sessions {
+            project,
+            since,
+            until,
+            failed,
+            verify,
+            json,
+            view,
+        } => read_cmds::sessions(read_cmds::SessionsArgs {
+            project,
+            since,
+            until,
+            failed,
+            verify,
+            json,
+            view,
+        }),
+        Command::Show {
+            session,
+            full,
+            json,
+            html,
+            view,
+        } => read_cmds::show(read_cmds::ShowArgs {
+            session,
+            full,
+            json,
+            html,
+            view,
+        }),
+        Command::Search {
+            pattern,
+            tool,
+            project,
+            since,
+            until,
+            ignore_case,
+            fixed_strings,
+            json,
+            view,
+        } => read_cmds::search(read_cmds::SearchArgs {
+            pattern,
+            tool,
+            project,
+            since,
+            until,
+            ignore_case,
+            fixed_strings,
+            json,
+            view,
+        }),
         Command::Completions { shell } => {
-            let _ = std::io::stdout().write_all(&shell.completions());
+            out::stdout_bytes(&shell.completions());
             ExitCode::SUCCESS
         }
     }
@@ -112,18 +185,59 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
         Err(e) => return fail(&e),
     };
     let pid = session.pid;
+    let typed = std::path::absolute(&args.path).unwrap_or_else(|_| args.path.clone());
+    // Every change is written into the run's log, from outside the floor.
+    let logged = |path: &std::path::Path| {
+        if let Err(e) = nd7_core::run_log::grant_changed(&session, verb, path) {
+            eprintln!(
+                "nd7 {verb}: warning: the change is in force, but it could not be written into the session's log: {e}"
+            );
+        }
+    };
+    // The name goes through a link: say what is granted.
+    let note = |grant: &std::path::Path| {
+        if typed != grant {
+            eprintln!(
+                "nd7 allow: note: {} leads to {}, which is what is granted; a link re-pointed later does not move the grant",
+                typed.display(),
+                grant.display(),
+            );
+        }
+    };
     match session.change_grant(change, &args.path) {
-        Ok(Changed::Allowed(path)) => println!(
-            "session {pid}: writes under {} allowed from the next command",
-            path.display()
-        ),
+        Ok(Changed::Allowed(path)) => {
+            logged(&path);
+            note(&path);
+            println!(
+                "session {pid}: writes under {} allowed from the next command",
+                path.display()
+            )
+        }
         Ok(Changed::AlreadyAllowed(path)) => {
             println!("session {pid}: {} was already allowed", path.display())
         }
-        Ok(Changed::Denied(path)) => println!(
-            "session {pid}: writes under {} denied from the next command",
-            path.display()
-        ),
+        Ok(Changed::Denied(paths)) => {
+            for path in paths {
+                logged(&path);
+                if typed != path
+                    && std::fs::canonicalize(&typed).ok().as_deref() != Some(path.as_path())
+                {
+                    eprintln!(
+                        "nd7 deny: note: {} no longer leads to {}; the grant it named is taken back all the same",
+                        typed.display(),
+                        path.display()
+                    );
+                }
+                println!(
+                    "session {pid}: writes under {} denied from the next command",
+                    path.display()
+                );
+                let running = nd7_core::running::read(&session.dir);
+                for line in nd7_core::running::deny_report(pid, &path, &running) {
+                    println!("{line}");
+                }
+            }
+        }
         Ok(Changed::NotAGrant(path)) => {
             println!("session {pid}: {} was not a grant", path.display())
         }
@@ -132,19 +246,27 @@ fn run_grant(change: Change, args: &[std::ffi::OsString]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `nd7 self-update [--from URL]`: 0 when both binaries were replaced, 2
-/// otherwise.
+/// `nd7 self-update [--from URL] [--allow-downgrade]`: 0 when both binaries
+/// were replaced, 2 otherwise.
 #[cfg(feature = "self-update")]
 fn run_self_update(args: Vec<String>) -> ExitCode {
-    use nd7_core::self_update::{self, UpdateError};
-    let from = match args.as_slice() {
-        [] => self_update::DEFAULT_SOURCE.to_string(),
-        [flag, url] if flag == "--from" => url.clone(),
-        _ => {
-            eprintln!("usage: nd7 self-update [--from URL]");
-            return ExitCode::from(2);
-        }
+    use nd7_core::self_update::{self, Accept, UpdateError};
+    let usage = || {
+        eprintln!("usage: nd7 self-update [--from URL] [--allow-downgrade]");
+        ExitCode::from(2)
     };
+    let (mut from, mut downgrade) = (self_update::DEFAULT_SOURCE.to_string(), false);
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--allow-downgrade" => downgrade = true,
+            "--from" => match args.next() {
+                Some(url) => from = url,
+                None => return usage(),
+            },
+            _ => return usage(),
+        }
+    }
     let from = from.as_str();
     let result = (|| {
         let exe = std::env::current_exe()
@@ -158,7 +280,7 @@ fn run_self_update(args: Vec<String>) -> ExitCode {
         let key = self_update::RELEASE_KEY.ok_or(UpdateError::NoKey)?;
         let key = nd7_core::vault::unhex::<32>(key).ok_or(UpdateError::BadKey)?;
         let dir = exe.parent().unwrap_or(std::path::Path::new("/"));
-        self_update::update(dir, from, &key)
+        self_update::update(dir, from, &key, &Accept::running(downgrade))
     })();
     match result {
         Ok(version) => {
@@ -175,6 +297,8 @@ fn run_self_update(args: Vec<String>) -> ExitCode {
 /// `nd7 hook-prefix`: like record, it exits 0 whatever happens; a failure
 /// means no reply, so the command runs under the floor as it is.
 fn run_hook_prefix() -> ExitCode {
+    hooks::guard(hooks::Hook::HookPrefix);
+    hooks::inject_fault();
     let input = match record::read_payload(std::io::stdin().lock()) {
         Ok(input) => input,
         Err(e) => {
@@ -195,7 +319,9 @@ fn run_hook_prefix() -> ExitCode {
         }
     };
     if let Some(reply) = nd7_core::hook_prefix::reply(&input, &exec.to_string_lossy()) {
-        println!("{reply}");
+        use std::io::Write;
+        // Not println!: a failed write must not change the exit status.
+        let _ = writeln!(std::io::stdout(), "{reply}");
     }
     ExitCode::SUCCESS
 }
@@ -250,45 +376,9 @@ fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
 }
 
-/// `nd7 record`: exit 0 whatever happens, one line on stderr if it failed.
-fn run_record(invocation: Invocation) -> ExitCode {
-    std::panic::set_hook(Box::new(|info| {
-        let msg = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        let at = info.location().map(|l| l.to_string()).unwrap_or_default();
-        let _ = writeln!(
-            std::io::stderr(),
-            "nd7 record: internal error ({msg} at {at}); nothing recorded"
-        );
-    }));
-    let outcome = std::panic::catch_unwind(|| {
-        let input = record::read_payload(std::io::stdin().lock())?;
-        let state = session_log::state_dir()?;
-        record::record(&invocation, &input, &session_log::sessions_dir(&state))
-    });
-    match outcome {
-        Ok(Ok(recorded)) => {
-            if let Some(bytes) = recorded.omitted {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (session {}, entry {})",
-                    record::MAX_STORED_PAYLOAD,
-                    recorded.session_id,
-                    recorded.appended.seq
-                );
-            }
-        }
-        Ok(Err(e)) => {
-            let _ = writeln!(std::io::stderr(), "nd7 record: {e}; nothing recorded");
-        }
-        Err(_) => {} // the panic hook has said it
-    }
-    ExitCode::SUCCESS
-}
+const RUN_CAVEAT: &str = "\
+note: this log is an nd7 run's: it was read-only inside the sandbox, so nothing there could change or remove an entry once written.
+note: entries with source exit:nd7 were written by nd7 from outside the sandbox; intent:claude-code entries are the agent's word, and it can add false ones.";
 
 const CAVEAT: &str = "\
 note: the chain checks itself; it is not third-party evidence. Anyone who can write the session's directory can rewrite the whole chain, head included.
@@ -302,11 +392,63 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let code = report(&log, log.verify(threads), None);
+    let mut verdicts = read_cmds::Verdicts::new();
+    let keys = read_cmds::Verdicts::before(&log);
+    let result = log.verify(threads);
+    verdicts.note(&log, keys, &result);
+    verdicts.save();
+    let code = report(&log, result, None);
     if code == ExitCode::SUCCESS {
+        if log.session_id().starts_with("run-") {
+            println!("{RUN_CAVEAT}");
+        }
         println!("{CAVEAT}");
     }
     code
+}
+
+/// For a run's chain that verified: the two accounts held against each
+/// other. Returns whether they agree.
+fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session_log::Error> {
+    let r = nd7_core::run_log::reconcile(log)?;
+    if !r.is_run {
+        return Ok(true);
+    }
+    if !r.hooks {
+        println!(
+            "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
+            r.execs
+        );
+        return Ok(true);
+    }
+    println!(
+        "{prefix}run: nd7 run's own log: {} commands through the exit, {} Bash calls in the hooks' entries",
+        r.execs, r.calls
+    );
+    for call in &r.unmatched_calls {
+        println!(
+            "{prefix}NOT RECONCILED: entry {}: Bash call {} ({}) has no command through the exit",
+            call.seq,
+            call.tool_use_id
+                .as_deref()
+                .unwrap_or("without a tool_use_id"),
+            call.command
+                .as_deref()
+                .map_or("no command text".to_string(), |c| format!("`{c}`")),
+        );
+    }
+    for exec in &r.unmatched_execs {
+        println!(
+            "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit with no Bash call announcing it",
+            exec.seq, exec.command
+        );
+    }
+    if r.agrees() {
+        println!(
+            "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
+        );
+    }
+    Ok(r.agrees())
 }
 
 /// A target with a path separator, or one that exists as a path while no
@@ -339,11 +481,7 @@ fn report(
                     v.entries,
                     head.short()
                 ),
-                None if v.exists => println!("{prefix}verified: 0 entries (the log is empty)"),
-                None => println!(
-                    "{prefix}verified: 0 entries (no log at {})",
-                    log.events_path().display()
-                ),
+                None => println!("{prefix}verified: 0 entries (the log is empty)"),
             }
             match v.head_state {
                 HeadState::Missing => println!(
@@ -354,9 +492,16 @@ fn report(
                 ),
                 HeadState::Current | HeadState::Disagrees(_) => {}
             }
-            ExitCode::SUCCESS
+            match report_reconciliation(log, &prefix) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("nd7 verify: {prefix}{e}");
+                    ExitCode::from(2)
+                }
+            }
         }
-        Err(VerifyError::Io(e)) => {
+        Err(e) if e.is_unchecked() => {
             eprintln!("nd7 verify: {prefix}{e}");
             ExitCode::from(2)
         }
@@ -378,8 +523,11 @@ fn verify_all(threads: usize) -> ExitCode {
     let entries = match std::fs::read_dir(&sessions) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            println!("verified: no sessions under {}", sessions.display());
-            return ExitCode::SUCCESS;
+            eprintln!(
+                "nd7 verify: {} does not exist: no session was ever recorded there; nothing was verified",
+                sessions.display()
+            );
+            return ExitCode::from(2);
         }
         Err(e) => {
             eprintln!("nd7 verify: {}: cannot list: {e}", sessions.display());
@@ -405,10 +553,23 @@ fn verify_all(threads: usize) -> ExitCode {
         }
     }
     ids.sort();
+    if ids.is_empty() && foreign == 0 {
+        println!(
+            "no sessions under {}: nothing was verified",
+            sessions.display()
+        );
+        return ExitCode::SUCCESS;
+    }
     unreadable += foreign;
+    let mut verdicts = read_cmds::Verdicts::new();
     for id in &ids {
         let code = match SessionLog::new(&sessions, id) {
-            Ok(log) => report(&log, log.verify(threads), Some(id)),
+            Ok(log) => {
+                let keys = read_cmds::Verdicts::before(&log);
+                let result = log.verify(threads);
+                verdicts.note(&log, keys, &result);
+                report(&log, result, Some(id))
+            }
             Err(e) => {
                 eprintln!("nd7 verify: {e}");
                 ExitCode::from(2)
@@ -420,12 +581,16 @@ fn verify_all(threads: usize) -> ExitCode {
             unreadable += 1;
         }
     }
+    verdicts.save();
     // Every directory counted once: the UTF-8 ones checked, the others unreadable.
     let total = ids.len() + foreign;
     println!(
         "{total} sessions: {} verified, {failed} failed, {unreadable} unreadable",
         total - failed - unreadable
     );
+    if ids.iter().any(|id| id.starts_with("run-")) {
+        println!("{RUN_CAVEAT}");
+    }
     println!("{CAVEAT}");
     if failed > 0 {
         ExitCode::from(1)

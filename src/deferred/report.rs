@@ -64,15 +64,7 @@ pub fn render(findings: &[Finding], status: &str) -> String {
         findings.len()
     );
     for f in findings {
-        let label = match &f.what {
-            What::Added => "added".to_string(),
-            What::Removed => "removed".to_string(),
-            What::Changed => "changed".to_string(),
-            What::Mode { before, after } => {
-                format!("mode {:o} -> {:o}", before & 0o7777, after & 0o7777)
-            }
-            What::Found(why) => format!("found: {why}"),
-        };
+        let label = label(&f.what);
         let _ = write!(out, "\n  {label}: {}", f.path.display());
         if let Some(cmd) = &f.after_command {
             let _ = write!(out, "  (first seen when the command {cmd:?} ended)");
@@ -83,6 +75,36 @@ pub fn render(findings: &[Finding], status: &str) -> String {
         }
     }
     out
+}
+
+/// One change in a word or a few: `added`, `changed`, `mode 644 -> 755`.
+pub fn label(what: &What) -> String {
+    match what {
+        What::Added => "added".to_string(),
+        What::Removed => "removed".to_string(),
+        What::Changed => "changed".to_string(),
+        What::Mode { before, after } => {
+            format!("mode {:o} -> {:o}", before & 0o7777, after & 0o7777)
+        }
+        What::Found(why) => format!("found: {why}"),
+    }
+}
+
+/// The body of the run log's `deferred_changed` entry at the end of a
+/// session: each change, and the diff the warning shows.
+pub fn log_body(findings: &[Finding]) -> serde_json::Value {
+    let changes: Vec<serde_json::Value> = findings
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "path": f.path,
+                "change": label(&f.what),
+                "after_command": f.after_command,
+                "diff": body_diff(f.before.as_ref(), f.after.as_ref()),
+            })
+        })
+        .collect();
+    serde_json::json!({ "changes": changes })
 }
 
 fn describe(body: &Body) -> String {

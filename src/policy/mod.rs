@@ -2,11 +2,19 @@
 //! that only knows allow-rules. Pure: the file system is consulted only
 //! through the directory lister the caller passes in.
 //!
-//! A session reads everywhere except `~/.ssh`, `~/.aws` and `~/.nd7`, and
-//! writes only to its write roots: the project, the temp directory, `~/.claude`,
-//! Claude Code's caches, the terminal and `/dev/null` (the floor), plus the
-//! session's grants for single commands. Nothing under `~/.nd7` is ever
-//! writable, whatever is granted, the whole home included.
+//! A session reads everywhere except the credential stores ([`secrets`]),
+//! `~/.nd7` and nd7's vault keys, and writes only to its write roots: the
+//! project, the temp directory, `~/.claude`, Claude Code's caches, the
+//! terminal and `/dev/null` (the floor), plus the session's grants for single
+//! commands. Nothing under `~/.nd7` is ever writable, whatever is granted,
+//! the whole home included.
+//!
+//! Paths are data here; what a path leads to on disk is the platform code's
+//! business. Two facts from it are kept in the policy: the real places the
+//! secrets' links lead to (resolved once, when the session starts, and
+//! listed beside the names), and the identity ([`Identity`]) of each write
+//! root and grant when it was pinned, so that a path re-pointed later is
+//! noticed and left out rather than followed (ADR-0028).
 //!
 //! Landlock allows; it cannot deny beneath an allowed directory. "Everything
 //! except D" is therefore rendered as its complement: along the path from the
@@ -21,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod deferred;
 pub mod seatbelt;
+pub mod secrets;
 
 /// The directories a session's rules are built around, each already
 /// resolved to its real path (no symlinks), home from the account database.
@@ -29,23 +38,61 @@ pub struct Roots {
     pub project: PathBuf,
     pub temp: PathBuf,
     pub home: PathBuf,
-    /// nd7's state directory (`$XDG_STATE_HOME/nd7`). Claude Code's hooks,
-    /// `nd7 record` among them, run inside the floor, so the session logs
-    /// under it must be writable there (ADR-0014); the vault keys beside
-    /// them must not even be readable.
+    /// nd7's state directory (`$XDG_STATE_HOME/nd7`): the session logs,
+    /// read-only inside (`nd7 run` appends for the hooks; ADR-0031), and the
+    /// vault keys beside them, not even readable.
     pub state: PathBuf,
     /// `nd7-exec`, the floor's one exit. On macOS it starts outside the
     /// sandbox, so no profile may let it be replaced.
     pub exit: PathBuf,
 }
 
-/// A session's rules: its roots and the grants `nd7 allow` added.
+/// A session's rules: its roots, the credential stores, the grants `nd7
+/// allow` added, and what each write root and grant was when it was pinned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     #[serde(flatten)]
     pub roots: Roots,
     #[serde(default)]
     pub grants: Vec<PathBuf>,
+    /// What no sandboxed process may read besides nd7's own records: the
+    /// credential stores, each as named and, where links lead elsewhere,
+    /// also where it really is.
+    #[serde(default)]
+    pub secrets: Vec<PathBuf>,
+    /// The identity each write root and grant had when it was pinned (roots
+    /// when the session started, grants when they were made). On Linux a
+    /// write root or grant without a pin is not opened.
+    #[serde(default)]
+    pub pins: Vec<Pin>,
+    /// The names grants were asked for by, when they differ from the
+    /// resolved path (a link the user typed), so `nd7 deny` finds a grant
+    /// by any of them.
+    #[serde(default)]
+    pub aliases: Vec<Alias>,
+}
+
+/// What a path led to, without following links: the file's device and
+/// inode. The same pair later means the same directory, at the same path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// A write root or grant and its identity when pinned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    pub path: PathBuf,
+    #[serde(flatten)]
+    pub id: Identity,
+}
+
+/// A name a grant was asked for by, and the grant (resolved path).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Alias {
+    pub name: PathBuf,
+    pub grant: PathBuf,
 }
 
 /// Why a grant was refused.
@@ -53,10 +100,11 @@ pub struct Policy {
 pub enum GrantError {
     #[error("nd7's own records can never be made writable")]
     OwnRecords,
+    #[error(
+        "{0} is kept unreadable by nd7 (a credential store); take it off the list in ~/.nd7/secrets and start a new session to grant it"
+    )]
+    Secret(PathBuf),
 }
-
-/// Home-relative directories no sandboxed process may read (or write).
-pub const UNREADABLE: &[&str] = &[".ssh", ".aws", ".nd7"];
 
 /// Home-relative directories Claude Code writes to keep its state, beside
 /// `~/.claude` (which holds `claude.json` too: ADR-0013).
@@ -71,20 +119,36 @@ pub const CLAUDE_STATE: &[&str] = &[
 pub const DEVICES: &[&str] = &["/dev/null", "/dev/tty", "/dev/zero", "/dev/full"];
 
 impl Policy {
+    /// A policy with no grants and nd7's own list of credential stores, not
+    /// yet resolved or changed by the user's file.
+    pub fn new(roots: Roots) -> Policy {
+        Policy {
+            secrets: secrets::defaults(&roots.home),
+            roots,
+            grants: Vec::new(),
+            pins: Vec::new(),
+            aliases: Vec::new(),
+        }
+    }
+
     /// nd7's own records: never writable from inside.
     pub fn nd7_dir(&self) -> PathBuf {
         self.roots.home.join(".nd7")
     }
 
-    /// What no sandboxed process may read: `~/.ssh`, `~/.aws`, `~/.nd7`, and
-    /// the machine's vault keys.
+    /// What no sandboxed process may read: the credential stores, `~/.nd7`,
+    /// and the machine's vault keys.
     pub fn unreadable(&self) -> Vec<PathBuf> {
-        let mut out: Vec<PathBuf> = UNREADABLE.iter().map(|d| self.roots.home.join(d)).collect();
-        out.push(self.vault_dir());
+        let mut out = self.secrets.clone();
+        for own in [self.nd7_dir(), self.vault_dir()] {
+            if !out.contains(&own) {
+                out.push(own);
+            }
+        }
         out
     }
 
-    /// Where the session logs live, written by `nd7 record` from inside.
+    /// Where the session logs live: readable inside, never writable.
     pub fn logs_dir(&self) -> PathBuf {
         self.roots.state.join("sessions")
     }
@@ -98,7 +162,6 @@ impl Policy {
     pub fn floor_writes(&self) -> Vec<PathBuf> {
         let mut roots = vec![self.roots.project.clone(), self.roots.temp.clone()];
         roots.extend(CLAUDE_STATE.iter().map(|d| self.roots.home.join(d)));
-        roots.push(self.logs_dir());
         roots.extend(DEVICES.iter().map(PathBuf::from));
         roots
     }
@@ -111,12 +174,15 @@ impl Policy {
     }
 
     /// Adds `path` (already resolved) as a write root for single commands.
-    /// Returns whether it was new. Nothing under `~/.nd7` can be granted; a
-    /// grant above it (the home directory, `/`) is kept, and the rendering
-    /// still carves `~/.nd7` out.
+    /// Returns whether it was new. Nothing under `~/.nd7` or a credential
+    /// store can be granted; a grant above one (the home directory, `/`) is
+    /// kept, and the rendering still carves them out.
     pub fn allow(&mut self, path: &Path) -> Result<bool, GrantError> {
         if path.starts_with(self.nd7_dir()) {
             return Err(GrantError::OwnRecords);
+        }
+        if let Some(secret) = self.unreadable().into_iter().find(|s| path.starts_with(s)) {
+            return Err(GrantError::Secret(secret));
         }
         if self.grants.iter().any(|g| g == path) {
             return Ok(false);
@@ -125,18 +191,82 @@ impl Policy {
         Ok(true)
     }
 
-    /// Removes the grant of exactly `path`. Returns whether there was one.
+    /// Records `id` as what `path` (a write root or grant) leads to now,
+    /// replacing an earlier pin of it.
+    pub fn pin(&mut self, path: &Path, id: Identity) {
+        self.pins.retain(|p| p.path != path);
+        self.pins.push(Pin {
+            path: path.to_path_buf(),
+            id,
+        });
+    }
+
+    /// What `path` was pinned as, if it was.
+    pub fn pin_of(&self, path: &Path) -> Option<Identity> {
+        self.pins.iter().find(|p| p.path == path).map(|p| p.id)
+    }
+
+    /// Records that `name` (as typed, made absolute, links unresolved) asked
+    /// for the grant `grant`.
+    pub fn alias(&mut self, name: &Path, grant: &Path) {
+        if name == grant
+            || self
+                .aliases
+                .iter()
+                .any(|a| a.name == name && a.grant == grant)
+        {
+            return;
+        }
+        self.aliases.push(Alias {
+            name: name.to_path_buf(),
+            grant: grant.to_path_buf(),
+        });
+    }
+
+    /// Removes the grant of exactly `path`, with its pin and aliases.
+    /// Returns whether there was one.
     pub fn deny(&mut self, path: &Path) -> bool {
         let before = self.grants.len();
         self.grants.retain(|g| g != path);
-        self.grants.len() != before
+        if self.grants.len() == before {
+            return false;
+        }
+        // A grant of a floor write root keeps the root's own pin.
+        if !self.floor_writes().iter().any(|w| w == path) {
+            self.pins.retain(|p| p.path != path);
+        }
+        self.aliases.retain(|a| a.grant != path);
+        true
     }
 
-    /// What must never be written, whatever the write roots say.
+    /// The grants a user means by any of `names` (the path typed, a link it
+    /// was granted through, the path it resolves to now) or by `id` (what the
+    /// name leads to now, when it is the directory granted, however it has
+    /// been renamed since).
+    pub fn grants_named(&self, names: &[PathBuf], id: Option<Identity>) -> Vec<PathBuf> {
+        self.grants
+            .iter()
+            .filter(|g| {
+                names.contains(g)
+                    || self
+                        .aliases
+                        .iter()
+                        .any(|a| a.grant == **g && names.contains(&a.name))
+                    || id.is_some() && self.pin_of(g) == id
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// What must never be written, whatever the write roots say: the
+    /// unreadable, `~/.nd7`, and all of nd7's state, the session logs
+    /// included (ADR-0031).
     pub fn unwritable(&self) -> Vec<PathBuf> {
         let mut out = self.unreadable();
-        if !out.contains(&self.nd7_dir()) {
-            out.push(self.nd7_dir());
+        for dir in [self.nd7_dir(), self.roots.state.clone()] {
+            if !out.contains(&dir) {
+                out.push(dir);
+            }
         }
         out
     }
@@ -180,7 +310,19 @@ pub fn landlock_rules(
     writes: &[PathBuf],
     list: &dyn Fn(&Path) -> Vec<PathBuf>,
 ) -> LandlockRules {
-    let read = complement(Path::new("/"), &policy.unreadable(), list);
+    LandlockRules {
+        read: complement(Path::new("/"), &policy.unreadable(), list),
+        write: write_rules(policy, writes, list),
+    }
+}
+
+/// The write half of [`landlock_rules`] alone: what a command's grants add
+/// to rules already placed for the floor.
+pub fn write_rules(
+    policy: &Policy,
+    writes: &[PathBuf],
+    list: &dyn Fn(&Path) -> Vec<PathBuf>,
+) -> Vec<PathBuf> {
     let unwritable = policy.unwritable();
     let mut write = Vec::new();
     for root in writes {
@@ -190,7 +332,7 @@ pub fn landlock_rules(
             }
         }
     }
-    LandlockRules { read, write }
+    write
 }
 
 #[cfg(test)]
@@ -215,16 +357,15 @@ mod tests {
     }
 
     fn policy(grants: &[&str]) -> Policy {
-        Policy {
-            roots: Roots {
-                project: "/home/u/proj".into(),
-                temp: "/tmp".into(),
-                home: "/home/u".into(),
-                state: "/home/u/.local/state/nd7".into(),
-                exit: "/usr/bin/nd7-exec".into(),
-            },
-            grants: grants.iter().map(PathBuf::from).collect(),
-        }
+        let mut p = Policy::new(Roots {
+            project: "/home/u/proj".into(),
+            temp: "/tmp".into(),
+            home: "/home/u".into(),
+            state: "/home/u/.local/state/nd7".into(),
+            exit: "/usr/bin/nd7-exec".into(),
+        });
+        p.grants = grants.iter().map(PathBuf::from).collect();
+        p
     }
 
     const FS: &[&str] = &[
@@ -293,6 +434,9 @@ mod tests {
             "/home/u/.nd7/sessions/1/record.json",
             "/home/u/.nd7/new",
             "/home/u/.ssh/id",
+            "/home/u/.local/state/nd7/sessions/s1/events.ndjson",
+            "/home/u/.local/state/nd7/sessions/new",
+            "/home/u/.local/state/nd7/new",
         ] {
             assert!(
                 !rules.write.iter().any(|w| Path::new(never).starts_with(w)),
@@ -322,11 +466,6 @@ mod tests {
         assert!(floor.write.contains(&PathBuf::from("/home/u/proj")));
         assert!(floor.write.contains(&PathBuf::from("/home/u/.claude")));
         assert!(floor.write.contains(&PathBuf::from("/dev/null")));
-        assert!(
-            floor
-                .write
-                .contains(&PathBuf::from("/home/u/.local/state/nd7/sessions"))
-        );
         assert!(
             !floor
                 .write
@@ -369,5 +508,123 @@ mod tests {
             )
         );
         assert_eq!(serde_json::from_str::<Policy>(&text).expect("parses"), p);
+    }
+
+    #[test]
+    fn credential_files_in_the_home_are_left_out_one_by_one() {
+        let t = tree(&[
+            "/home/u/.netrc",
+            "/home/u/.npmrc",
+            "/home/u/.bashrc",
+            "/home/u/.config/gh/hosts.yml",
+            "/home/u/.config/git/config",
+            "/home/u/.docker/config.json",
+            "/home/u/.docker/buildx/current",
+            "/home/u/.cargo/registry/x",
+            "/home/u/.cargo/credentials.toml",
+            "/home/u/proj/a",
+        ]);
+        let list = |p: &Path| t.get(p).cloned().unwrap_or_default();
+        let p = policy(&["/home/u"]);
+        let rules = landlock_rules(&p, &p.command_writes(), &list);
+        let covered = |set: &[PathBuf], f: &str| set.iter().any(|r| Path::new(f).starts_with(r));
+        for secret in [
+            "/home/u/.netrc",
+            "/home/u/.npmrc",
+            "/home/u/.config/gh/hosts.yml",
+            "/home/u/.docker/config.json",
+            "/home/u/.cargo/credentials.toml",
+        ] {
+            assert!(!covered(&rules.read, secret), "{secret} readable");
+            assert!(!covered(&rules.write, secret), "{secret} writable");
+        }
+        for fine in [
+            "/home/u/.bashrc",
+            "/home/u/.config/git/config",
+            "/home/u/.docker/buildx/current",
+            "/home/u/.cargo/registry/x",
+        ] {
+            assert!(covered(&rules.read, fine), "{fine} unreadable");
+            assert!(
+                covered(&rules.write, fine),
+                "{fine} unwritable under a home grant"
+            );
+        }
+        // An entry made later directly in the home, or in a directory that
+        // was split, is in no rule: it fails closed.
+        assert!(!covered(&rules.read, "/home/u/.new-token"));
+        assert!(!covered(&rules.read, "/home/u/.config/new"));
+    }
+
+    #[test]
+    fn a_secret_reached_through_a_link_is_left_out_where_it_really_is() {
+        let t = tree(&[
+            "/home/u/dotfiles/ssh/id",
+            "/home/u/dotfiles/vimrc",
+            "/home/u/proj/a",
+        ]);
+        let list = |p: &Path| t.get(p).cloned().unwrap_or_default();
+        let mut p = policy(&[]);
+        // As nd7 run records it: ~/.ssh (a link) and where it leads.
+        p.secrets.push("/home/u/dotfiles/ssh".into());
+        let rules = landlock_rules(&p, &p.floor_writes(), &list);
+        assert!(
+            !rules
+                .read
+                .iter()
+                .any(|r| Path::new("/home/u/dotfiles/ssh/id").starts_with(r))
+        );
+        assert!(
+            rules
+                .read
+                .contains(&PathBuf::from("/home/u/dotfiles/vimrc"))
+        );
+    }
+
+    #[test]
+    fn no_grant_reaches_into_a_credential_store() {
+        let mut p = policy(&[]);
+        assert_eq!(
+            p.allow(Path::new("/home/u/.gnupg/private-keys-v1.d")),
+            Err(GrantError::Secret("/home/u/.gnupg".into()))
+        );
+        assert_eq!(
+            p.allow(Path::new("/home/u/.netrc")),
+            Err(GrantError::Secret("/home/u/.netrc".into()))
+        );
+        assert_eq!(
+            p.allow(Path::new("/home/u/.local/state/nd7/vault")),
+            Err(GrantError::Secret("/home/u/.local/state/nd7/vault".into()))
+        );
+        assert_eq!(p.allow(Path::new("/home/u/.config")), Ok(true));
+    }
+
+    #[test]
+    fn deny_finds_a_grant_by_any_name_it_had() {
+        let mut p = policy(&[]);
+        let id = Identity { dev: 1, ino: 42 };
+        assert_eq!(p.allow(Path::new("/data/out")), Ok(true));
+        p.pin(Path::new("/data/out"), id);
+        p.alias(Path::new("/home/u/proj/out"), Path::new("/data/out"));
+        // Typed name, resolved path, or the same directory under a new name.
+        let by = |names: &[&str], id| {
+            p.grants_named(&names.iter().map(PathBuf::from).collect::<Vec<_>>(), id)
+        };
+        assert_eq!(by(&["/home/u/proj/out"], None), paths(&["/data/out"]));
+        assert_eq!(by(&["/data/out"], None), paths(&["/data/out"]));
+        assert_eq!(by(&["/data/renamed"], Some(id)), paths(&["/data/out"]));
+        assert!(by(&["/data/other"], Some(Identity { dev: 1, ino: 7 })).is_empty());
+        assert!(p.deny(Path::new("/data/out")));
+        assert!(p.aliases.is_empty() && p.pins.is_empty());
+    }
+
+    #[test]
+    fn denying_a_grant_of_a_floor_root_keeps_the_roots_pin() {
+        let mut p = policy(&[]);
+        let id = Identity { dev: 1, ino: 2 };
+        p.pin(Path::new("/home/u/proj"), id);
+        assert_eq!(p.allow(Path::new("/home/u/proj")), Ok(true));
+        assert!(p.deny(Path::new("/home/u/proj")));
+        assert_eq!(p.pin_of(Path::new("/home/u/proj")), Some(id));
     }
 }

@@ -6,8 +6,8 @@
 //! # Allow by default, take writes away
 //!
 //! Both profiles start from `(allow default)` and deny what nd7 confines:
-//! every file write outside the write roots, and any access to `~/.ssh`,
-//! `~/.aws` and `~/.nd7`. nd7 confines the file system only; the network,
+//! every file write outside the write roots, and any access to the
+//! credential stores ([`super::secrets`]), nd7's vault keys and `~/.nd7`. nd7 confines the file system only; the network,
 //! mach services, signals and sysctls stay as open as outside (ADR-0007 gives
 //! up host filtering). A `(deny default)` profile would instead have to list
 //! every mach service, sysctl and device that node, git, compilers and Claude
@@ -18,8 +18,17 @@
 //!
 //! Seatbelt lets the last rule that matches an operation decide. Each profile
 //! therefore goes from broad to narrow: the blanket write deny, the allows of
-//! the write roots, the denies of the secret directories, the exit (floor
-//! only), and last the deny of `~/.nd7`, which nothing after it can undo.
+//! the write roots, the denies of the secrets, the exit (floor only), and
+//! last the deny of `~/.nd7`, which nothing after it can undo.
+//!
+//! # Links
+//!
+//! Seatbelt matches the real path of every access, whatever name was used.
+//! An allow therefore never follows a link: a write root re-pointed to `/`
+//! allows nothing under `/`, since no real path lies beneath a link. A deny
+//! of a name that is a link (`~/.ssh -> dotfiles/ssh`) would miss the real
+//! files, so the policy lists each secret both as named and where it really
+//! is (resolved by `nd7 run` at the start), and both are denied.
 //!
 //! # Links and clones
 //!
@@ -188,8 +197,12 @@ impl Profile {
         }
     }
 
-    /// The last form: nothing under `~/.nd7` is readable or writable.
+    /// The last forms: nd7's state (the session logs) is never written from
+    /// inside, whatever is granted (ADR-0031), and nothing under `~/.nd7` is
+    /// readable or writable.
     fn finish(mut self, policy: &Policy) -> String {
+        let state = deny_filter("subpath", &policy.roots.state);
+        self.form(&format!("(deny {WRITE} {state})"));
         let nd7 = deny_filter("subpath", &policy.nd7_dir());
         self.form(&format!("(deny {SECRET} {nd7})"));
         self.text
@@ -425,16 +438,15 @@ mod tests {
     }
 
     fn policy(project: &str, temp: &str, home: &str, grants: &[&str]) -> Policy {
-        Policy {
-            roots: Roots {
-                project: project.into(),
-                temp: temp.into(),
-                home: home.into(),
-                state: format!("{home}/.local/state/nd7").into(),
-                exit: "/usr/local/bin/nd7-exec".into(),
-            },
-            grants: grants.iter().map(PathBuf::from).collect(),
-        }
+        let mut p = Policy::new(Roots {
+            project: project.into(),
+            temp: temp.into(),
+            home: home.into(),
+            state: format!("{home}/.local/state/nd7").into(),
+            exit: "/usr/local/bin/nd7-exec".into(),
+        });
+        p.grants = grants.iter().map(PathBuf::from).collect();
+        p
     }
 
     /// Undoes [`regex_literal`], refusing a metacharacter left unescaped.
@@ -513,16 +525,22 @@ mod tests {
             ],
         ));
         out.push(rule("allow", "file-link", subpaths(writes)));
+        let mut secrets = p.secrets.clone();
+        secrets.push(p.roots.state.join("vault"));
         out.push(rule(
             "deny",
             "file-read* file-write* file-link file-clone",
-            subpaths(&[
-                home.join(".ssh"),
-                home.join(".aws"),
-                p.roots.state.join("vault"),
-            ]),
+            subpaths(&secrets),
         ));
         out
+    }
+
+    fn state_deny(p: &Policy) -> Sx {
+        rule(
+            "deny",
+            "file-write* file-link",
+            vec![path_filter("subpath", &p.roots.state)],
+        )
     }
 
     fn nd7_deny(p: &Policy) -> Sx {
@@ -570,6 +588,7 @@ mod tests {
             path_filter("literal", exit),
             Sx::List(vec![sym("with"), sym("no-sandbox")]),
         ]));
+        want.push(state_deny(&p));
         want.push(nd7_deny(&p));
         assert_eq!(got, want);
 
@@ -584,6 +603,7 @@ mod tests {
                 .map(|a| path_filter("literal", a))
                 .collect(),
         ));
+        want.push(state_deny(&p));
         want.push(nd7_deny(&p));
         assert_eq!(got, want);
     }
@@ -844,6 +864,9 @@ mod tests {
             "/Users/u/.nd7/sessions/1/policy.sb",
             "/Users/u/.ssh/id",
             "/Users/u/.aws/credentials",
+            // The session logs: read-only inside, whatever is granted.
+            "/Users/u/.local/state/nd7/sessions/s/events.ndjson",
+            "/Users/u/.local/state/nd7/sessions/new",
         ] {
             assert!(!writable(&command, no), "{no}");
             assert!(!writable(&floor, no), "{no}");
@@ -939,15 +962,17 @@ mod tests {
         let home = PathBuf::from(OsStr::from_bytes(b"/Users/\xffu"));
         let mut p = policy("/Users/u/p", "/private/tmp", "/", &[]);
         p.roots.state = home.join(".local/state/nd7");
+        p.secrets = crate::policy::secrets::defaults(&home);
         p.roots.home = home;
         for profile in [command(&p), floor(&p, Path::new("/opt/nd7-exec"))] {
             let got = forms(&profile);
             let users = vec![Sx::List(vec![sym("subpath"), st("/Users")])];
             let secret = "file-read* file-write* file-link file-clone";
-            let mut thrice = users.clone();
-            thrice.extend(users.clone());
-            thrice.extend(users.clone());
-            assert!(got.contains(&rule("deny", secret, thrice)), "{profile}");
+            // Every secret and the vault keys: each widened to /Users.
+            let every: Vec<Sx> = (0..p.secrets.len() + 1)
+                .flat_map(|_| users.clone())
+                .collect();
+            assert!(got.contains(&rule("deny", secret, every)), "{profile}");
             assert_eq!(got.last(), Some(&rule("deny", secret, users)), "{profile}");
             assert!(!profile.contains(CLAUDE_JSON_SAVES), "{profile}");
         }
@@ -962,5 +987,33 @@ mod tests {
             read("; c\n(a \"b\\\"c\\\\\" d) ; e"),
             Ok(vec![Sx::List(vec![sym("a"), st("b\"c\\"), sym("d")])])
         );
+    }
+
+    #[test]
+    fn credential_stores_and_where_their_links_lead_are_denied_even_under_a_grant() {
+        let mut p = policy("/Users/u/p", "/private/tmp", "/Users/u", &["/Users/u", "/"]);
+        // As nd7 run records a linked ~/.ssh: the name, then the real place.
+        p.secrets.push("/Users/u/dotfiles/ssh".into());
+        for profile in [command(&p), floor(&p, Path::new("/opt/nd7-exec"))] {
+            let got = forms(&profile);
+            for no in [
+                "/Users/u/dotfiles/ssh/id_ed25519",
+                "/Users/u/.netrc",
+                "/Users/u/.gnupg/private-keys-v1.d/k.key",
+                "/Users/u/.config/gh/hosts.yml",
+                "/Users/u/.docker/config.json",
+            ] {
+                assert!(!writable(&got, no), "{no}");
+            }
+            let deny = got
+                .iter()
+                .find(|f| {
+                    matches!(f, Sx::List(v) if v.get(1) == Some(&sym("file-read*"))
+                        && v.contains(&path_filter("subpath", Path::new("/Users/u/dotfiles/ssh"))))
+                })
+                .cloned();
+            assert!(deny.is_some(), "{profile}");
+        }
+        assert!(writable(&forms(&command(&p)), "/Users/u/dotfiles/vimrc"));
     }
 }

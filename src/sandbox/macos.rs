@@ -233,6 +233,43 @@ pub fn exec_shell(command: &str, profile: &str) -> io::Error {
     shell.exec()
 }
 
+/// `/bin/zsh -c <command>` confined by `profile`, as a child this process
+/// waits for, passing on SIGINT, SIGTERM, SIGHUP and SIGQUIT: so that
+/// `nd7-exec` can write down how the command ended. Every `DYLD_*` variable
+/// is left out of the shell's environment. Call it before this process
+/// starts any thread: the profile is applied between fork and exec.
+pub fn run_shell(command: &str, profile: &str) -> io::Result<std::process::ExitStatus> {
+    let mut shell = Command::new("/bin/zsh");
+    shell.arg("-c").arg("--").arg(command);
+    for (name, _) in std::env::vars_os() {
+        if is_dyld(&name) {
+            shell.env_remove(name);
+        }
+    }
+    confine(&mut shell, profile).map_err(io::Error::other)?;
+    let mut child = shell.spawn()?;
+    let pid = child.id() as i32;
+    let forwarded = [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGQUIT,
+    ];
+    if let Ok(mut signals) = signal_hook::iterator::Signals::new(forwarded) {
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                if let (Some(pid), Some(sig)) = (
+                    rustix::process::Pid::from_raw(pid),
+                    rustix::process::Signal::from_named_raw(sig),
+                ) {
+                    let _ = rustix::process::kill_process(pid, sig);
+                }
+            }
+        });
+    }
+    child.wait()
+}
+
 /// Whether `name` is one of dyld's variables, which can load code into a
 /// program (`DYLD_INSERT_LIBRARIES`, `DYLD_LIBRARY_PATH`, …).
 fn is_dyld(name: &OsStr) -> bool {
@@ -284,16 +321,13 @@ mod tests {
         for d in [&project, &home, &home.join(".nd7")] {
             std::fs::create_dir_all(d).expect("mkdir");
         }
-        let policy = Policy {
-            roots: Roots {
-                project: project.clone(),
-                temp: project.join("tmp"),
-                home: home.clone(),
-                state: home.join(".local/state/nd7"),
-                exit: root.join("nd7-exec"),
-            },
-            grants: Vec::new(),
-        };
+        let policy = Policy::new(Roots {
+            project: project.clone(),
+            temp: project.join("tmp"),
+            home: home.clone(),
+            state: home.join(".local/state/nd7"),
+            exit: root.join("nd7-exec"),
+        });
         let mut sh = Command::new("/bin/sh");
         sh.arg("-c")
             .arg("echo a > \"$1/ok\"; echo b > /dev/null; echo c > \"$2/no\"; echo d > \"$2/.nd7/no\"")

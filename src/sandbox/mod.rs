@@ -15,11 +15,13 @@ pub mod macos;
 pub mod wire;
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
-use crate::policy::Policy;
 use crate::policy::deferred::Plan;
+use crate::policy::{Identity, Policy};
+use crate::run_log::RunLog;
 use crate::session::{Session, Sessions};
 
 #[cfg(target_os = "linux")]
@@ -55,12 +57,88 @@ pub fn available() -> Result<&'static str, String> {
     }
 }
 
+/// Why a path could not be pinned.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    #[error("it does not exist")]
+    Missing,
+    #[error("its path goes through a symbolic link")]
+    Link,
+    #[error("{0}")]
+    Io(std::io::Error),
+}
+
+/// A write root or grant left out of a ruleset, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dropped {
+    pub path: PathBuf,
+    /// Whether it was a grant (then it is also taken off the record).
+    pub grant: bool,
+    pub why: String,
+}
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.grant {
+            write!(
+                f,
+                "the grant of {} is taken back: {}; `nd7 allow` it again if it is still what you mean",
+                self.path.display(),
+                self.why
+            )
+        } else {
+            write!(
+                f,
+                "{} is left out of the commands' write roots: {}",
+                self.path.display(),
+                self.why
+            )
+        }
+    }
+}
+
+/// What `path` (absolute, resolved) leads to now, following no symbolic
+/// link in any component: the identity a write root or grant is pinned with.
+/// On Linux one `openat2(RESOLVE_NO_SYMLINKS)`; elsewhere each component is
+/// checked with `lstat` (macOS uses pins only to warn: Seatbelt matches the
+/// real path of every access, so a re-pointed link never widens a rule).
+pub fn pin(path: &Path) -> Result<Identity, PinError> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::pin(path)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let mut last = None;
+        for prefix in path.ancestors().collect::<Vec<_>>().into_iter().rev() {
+            match std::fs::symlink_metadata(prefix) {
+                Ok(m) if m.file_type().is_symlink() => return Err(PinError::Link),
+                Ok(m) => last = Some(m),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(PinError::Missing);
+                }
+                Err(e) => return Err(PinError::Io(e)),
+            }
+        }
+        let m = last.ok_or(PinError::Missing)?;
+        Ok(Identity {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+}
+
 /// When process `pid` started, in the kernel's units; `None` when there is
-/// no such process. With the pid it names one process for good.
+/// no such process, or only its zombie (dead, not yet reaped: where no init
+/// reaps, a killed `nd7 run` can stay one). With the pid it names one
+/// process for good.
 pub fn start_time(pid: u32) -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
-        linux::proc::stat(pid).map(|s| s.started)
+        linux::proc::stat(pid)
+            .filter(|s| s.state != 'Z')
+            .map(|s| s.started)
     }
     #[cfg(target_os = "macos")]
     {
@@ -99,6 +177,128 @@ pub const SESSION_MARKER: &str = if cfg!(target_os = "macos") {
     crate::session::EXIT_SOCKET
 };
 
+/// The file in a session's directory whose presence marks the door the
+/// hooks reach the log through: the door's socket on Linux; on macOS the
+/// profile, since `nd7-exec --record` is the door there.
+pub const DOOR_MARKER: &str = if cfg!(target_os = "macos") {
+    crate::session::PROFILE
+} else {
+    crate::session::DOOR_SOCKET
+};
+
+/// What the kernel's sandbox is called in nd7's own entries, and the Landlock
+/// ABI it offers (Linux).
+pub fn kernel_sandbox() -> (&'static str, Option<u32>) {
+    #[cfg(target_os = "linux")]
+    {
+        ("landlock", linux::abi())
+    }
+    #[cfg(target_os = "macos")]
+    {
+        ("seatbelt", None)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        ("none", None)
+    }
+}
+
+/// The session whose door this process's hooks go through: the first of
+/// its ancestors, as the kernel reports them, that owns a session with a
+/// door. `None` outside any session.
+pub fn hook_door() -> Option<Session> {
+    let sessions = Sessions::for_user().ok()?;
+    sessions.find_by_ancestors(ancestors(), DOOR_MARKER)
+}
+
+/// [`hook_door`], starting from the session directory `nd7 run` named in the
+/// hook's environment (`ND7_RUN`), which spares the account-database lookup
+/// on every hook: taken only if that session's pid is one of this process's
+/// ancestors as the kernel reports them, and on Linux the door's listener
+/// must prove to be that process ([`send_hook`]). Otherwise the ancestors
+/// are searched as [`hook_door`] does.
+pub fn hook_door_near(dir: &Path) -> Option<Session> {
+    let pid: u32 = dir.file_name()?.to_str()?.parse().ok()?;
+    let named = Session {
+        pid,
+        dir: dir.to_path_buf(),
+    };
+    if named.dir.join(DOOR_MARKER).exists() && ancestors().any(|a| a == pid) {
+        Some(named)
+    } else {
+        hook_door()
+    }
+}
+
+/// How `nd7 run` answered a hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookAnswer {
+    /// The entry is in the log.
+    Recorded,
+    /// The run records this event through its own hook instead.
+    Skipped,
+}
+
+/// What `nd7-exec --record` exits with when the run skipped the payload.
+pub const RECORD_SKIPPED: u8 = 10;
+
+/// Hands a hook's request to `session`'s door and waits until the entry is
+/// in the log: on Linux through the door's socket; on macOS through
+/// `nd7-exec --record`, the one program that leaves the floor, which appends
+/// itself. The error says why nothing was recorded.
+pub fn send_hook(session: &Session, request: &wire::HookRequest) -> Result<HookAnswer, String> {
+    #[cfg(target_os = "linux")]
+    {
+        let socket = session.dir.join(crate::session::DOOR_SOCKET);
+        linux::door::send(&socket, session.pid, request).map(|a| match a {
+            linux::door::Answer::Recorded => HookAnswer::Recorded,
+            linux::door::Answer::Skipped => HookAnswer::Skipped,
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = session;
+        send_through_exec(request)
+    }
+}
+
+/// `nd7-exec --record` beside this program, fed the request on stdin.
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> {
+    use std::io::Write;
+    let exec = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .map(|exe| exe.with_file_name("nd7-exec"))
+        .map_err(|e| format!("cannot find nd7-exec beside nd7: {e}"))?;
+    let mut child = Command::new(&exec)
+        .arg("--record")
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exec.display()))?;
+    let sent = child
+        .stdin
+        .take()
+        .map(|mut stdin| stdin.write_all(&request.encode()));
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{}: {e}", exec.display()))?;
+    match out.status.code() {
+        Some(0) => Ok(HookAnswer::Recorded),
+        Some(c) if c == i32::from(RECORD_SKIPPED) => Ok(HookAnswer::Skipped),
+        _ => {
+            let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            Err(match sent {
+                Some(Err(e)) => format!("cannot hand the payload to nd7-exec: {e}"),
+                _ if why.is_empty() => format!("nd7-exec ended with {}", out.status),
+                _ => why,
+            })
+        }
+    }
+}
+
 /// The per-command profile written beside the record, on systems whose
 /// `nd7-exec` applies one itself (macOS). Linux has none: `nd7 run` builds
 /// the ruleset for each command from the record.
@@ -124,8 +324,7 @@ pub fn floor(policy: &Policy, nd7_exec: &Path) -> Result<Floor, String> {
     let _ = nd7_exec;
     #[cfg(target_os = "linux")]
     {
-        let rules = crate::policy::landlock_rules(policy, &policy.floor_writes(), &linux::list_dir);
-        linux::prepare(&rules)
+        linux::prepare_floor(policy)
             .map(|confinement| Floor { confinement })
             .map_err(|e| e.to_string())
     }
@@ -147,7 +346,7 @@ impl Floor {
     pub fn confine(&self, command: &mut Command) -> Result<(), String> {
         #[cfg(target_os = "linux")]
         {
-            self.confinement.confine(command);
+            self.confinement.confine(command, linux::Started::Floor);
             Ok(())
         }
         #[cfg(target_os = "macos")]
@@ -240,17 +439,140 @@ impl Held {
 /// Called after each command through the exit ends, with the command's text.
 pub type AfterCommand = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Which process [`keep_session`] returned in.
+pub enum Kept {
+    /// The keeper: the session is over, nothing it started is left, and
+    /// `nd7 run` exits with this code.
+    Done(i32),
+    /// The session itself, to carry on.
+    Session,
+}
+
+/// Splits `nd7 run` into the keeper, which outlives everything the session
+/// starts and ends it all, and the session (see `linux::keeper`). Must be
+/// called while the process has a single thread. Where there is no keeper
+/// (macOS), the caller simply carries on as the session.
+pub fn keep_session(sessions: &Sessions) -> Result<Kept, String> {
+    #[cfg(target_os = "linux")]
+    {
+        match linux::keeper::split(sessions)? {
+            linux::keeper::Side::Keeper(code) => Ok(Kept::Done(code)),
+            linux::keeper::Side::Session => Ok(Kept::Session),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = sessions;
+        Ok(Kept::Session)
+    }
+}
+
+/// What the keeper ended when the session asked it to, once the agent had
+/// ended ([`end_leftovers`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Leftovers {
+    /// How many processes were ended.
+    pub count: usize,
+    /// The first of them (up to 256), pid and command name.
+    pub processes: Vec<(u32, String)>,
+}
+
+/// Ends every process the session started that is still running, the
+/// session process itself aside, and says which: called by `nd7 run` once
+/// the agent has ended, so the run's log can say so before its last entry.
+/// `None` where no keeper answers (macOS, or a keeper without its event
+/// loop); the keeper still ends everything once the session has gone.
+pub fn end_leftovers() -> Option<Leftovers> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::keeper::end_leftovers()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// One protection beyond the file rules, and whether this system enforces it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Protection {
+    /// A short name, for `nd7 doctor`.
+    pub name: &'static str,
+    pub enforced: bool,
+    /// What is protected, or what is not and why.
+    pub detail: String,
+    /// What would make it enforced; `None` when nothing the user can do
+    /// today would (then `nd7 doctor` notes it without failing).
+    pub needs: Option<&'static str>,
+}
+
+/// The protections beyond the file rules and whether the running system
+/// enforces each; in a session, as that session applies them.
+pub fn protections() -> Vec<Protection> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::protections()
+    }
+    #[cfg(target_os = "macos")]
+    {
+        // The Seatbelt floor takes writes and secret reads away from an
+        // allow-by-default profile (ADR-0018); none of these is in it yet.
+        let not = |name, detail: &str| Protection {
+            name,
+            enforced: false,
+            detail: detail.to_string(),
+            needs: None,
+        };
+        vec![
+            not(
+                "signals",
+                "signals to your other processes (the Seatbelt floor allows them)",
+            ),
+            not(
+                "tty",
+                "terminal input injection (TIOCSTI) on the terminal nd7 run was started on",
+            ),
+            not(
+                "sockets",
+                "other programs' unix sockets: ssh-agent, tmux, docker",
+            ),
+            not("orphans", "processes the session started that outlive it"),
+        ]
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        Vec::new()
+    }
+}
+
+/// The banner's line naming what this system cannot enforce, if anything.
+pub fn unenforced_line() -> Option<String> {
+    let missing: Vec<String> = protections()
+        .into_iter()
+        .filter(|p| !p.enforced)
+        .map(|p| p.detail)
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "nd7 run: not enforced on this system: {}",
+            missing.join("; ")
+        )
+    })
+}
+
 /// The exit, open for the session's life.
 pub struct ExitService {
     #[cfg(target_os = "linux")]
     serving: linux::exit::Serving,
 }
 
-/// Opens the session's exit: on Linux `nd7 run` itself starts each command,
-/// so it listens on the session's socket; on macOS `nd7-exec` leaves the
-/// floor through Seatbelt's one no-sandbox exec, and there is nothing to serve.
-pub fn serve_exit(session: &Session) -> Result<ExitService, String> {
-    serve_exit_held(session, &Held::default(), None)
+/// Opens the session's exit and the hooks' door: on Linux `nd7 run` itself
+/// starts each command and appends each hook's entry, so it listens on the
+/// session's two sockets; on macOS `nd7-exec` leaves the floor through
+/// Seatbelt's one no-sandbox exec and writes `log` itself, and there is
+/// nothing to serve.
+pub fn serve_exit(session: &Session, log: &Arc<RunLog>) -> Result<ExitService, String> {
+    serve_exit_held(session, log, &Held::default(), None)
 }
 
 /// [`serve_exit`], with every command joining `held`'s namespaces and
@@ -258,12 +580,16 @@ pub fn serve_exit(session: &Session) -> Result<ExitService, String> {
 /// served; on macOS `nd7-exec` runs the command itself).
 pub fn serve_exit_held(
     session: &Session,
+    log: &Arc<RunLog>,
     held: &Held,
     after: Option<AfterCommand>,
 ) -> Result<ExitService, String> {
     #[cfg(target_os = "linux")]
     {
-        linux::exit::Exit::open(session)
+        linux::door::Door::open(session, log.clone())
+            .map(linux::door::Door::serve)
+            .map_err(|e| e.to_string())?;
+        linux::exit::Exit::open(session, log.clone())
             .map(|exit| ExitService {
                 serving: exit
                     .joining(held.namespaces.clone())
@@ -274,7 +600,7 @@ pub fn serve_exit_held(
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (session, held, after);
+        let _ = (session, log, held, after);
         Ok(ExitService {})
     }
 }
@@ -323,21 +649,117 @@ pub fn exec_command(command: OsString) -> Result<Outcome, String> {
     #[cfg(target_os = "macos")]
     {
         // The profile is read fresh for every command: `nd7 allow` rewrote it
-        // through a rename, so it is whole. On success this never returns.
+        // through a rename, so it is whole. nd7-exec is outside the floor
+        // here, and keeps the exit's account itself: the command goes into
+        // the run's log before it starts, and how it ended after.
         let path = session.dir.join(crate::session::PROFILE);
         let profile = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read the session's rules at {}: {e}", path.display()))?;
+        let record = session
+            .record()
+            .map_err(|e| format!("cannot read the session's record: {e}"))?;
         let command = command
             .into_string()
             .map_err(|_| "the command is not valid UTF-8".to_string())?;
-        Err(format!(
-            "cannot run the command under the session's rules: {}",
-            macos::exec_shell(&command, &profile)
-        ))
+        let log = RunLog::open(&record).map_err(|e| e.to_string())?;
+        let cwd = std::env::current_dir()
+            .map_err(|e| format!("cannot find the working directory: {e}"))?;
+        let exec = log
+            .exec_started(
+                command.as_bytes(),
+                &cwd,
+                std::process::id(),
+                &record.policy.grants,
+            )
+            .map_err(|e| {
+                format!("cannot write the command into the session's log ({e}); it was not run")
+            })?;
+        let ended = match macos::run_shell(&command, &profile) {
+            Ok(status) => {
+                use std::os::unix::process::ExitStatusExt;
+                match (status.code(), status.signal()) {
+                    (Some(code), _) => crate::run_entry::Ended::Exited(code),
+                    (None, Some(sig)) => crate::run_entry::Ended::Signaled(sig),
+                    (None, None) => crate::run_entry::Ended::Exited(255),
+                }
+            }
+            Err(e) => {
+                let why = format!("cannot run the command under the session's rules: {e}");
+                let _ = log.exec_ended(
+                    exec,
+                    &crate::run_entry::Ended::NotStarted(why.clone()),
+                    None,
+                );
+                return Err(why);
+            }
+        };
+        let _ = log.exec_ended(exec, &ended, None);
+        Ok(match ended {
+            crate::run_entry::Ended::Signaled(sig) => Outcome::Signaled(sig),
+            crate::run_entry::Ended::Exited(code) => Outcome::Exited(code),
+            _ => Outcome::Exited(255),
+        })
     }
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
         let _ = (session, command);
         Err("nd7-exec has no sandbox for this operating system".to_string())
+    }
+}
+
+/// `nd7-exec --record -`, the hooks' door on macOS: reads a hook request on
+/// stdin (the bytes of [`wire::HookRequest::encode`]) and appends it to the
+/// run's log. `nd7 record` starts it from inside the floor; it runs outside,
+/// through the floor's one no-sandbox exec, and finds its session as a
+/// command does, from the kernel's view of its ancestors. On Linux the door
+/// is `nd7 run`'s socket, and this refuses.
+pub fn record_from_stdin() -> Result<HookAnswer, String> {
+    #[cfg(target_os = "macos")]
+    {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .lock()
+            .take(wire::MAX_REQUEST as u64 + 4)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("cannot read the request: {e}"))?;
+        let (prefix, body) = bytes
+            .split_first_chunk::<4>()
+            .ok_or("the request ended before its length")?;
+        let len = wire::Request::announced_len(*prefix).map_err(|e| e.to_string())?;
+        if body.len() != len {
+            return Err(format!(
+                "the request announced {len} bytes and carried {}",
+                body.len()
+            ));
+        }
+        let request = wire::HookRequest::decode(body).map_err(|e| e.to_string())?;
+        // [nd7 record, Claude Code, …, nd7 run, …]
+        let chain = macos::parent_chain().map_err(|e| e.to_string())?;
+        let sessions = Sessions::for_user().map_err(|e| e.to_string())?;
+        let session = sessions
+            .find_by_ancestors(chain.iter().map(|&(pid, _)| pid), DOOR_MARKER)
+            .ok_or("not inside an nd7 run session")?;
+        let record = session.record().map_err(|e| e.to_string())?;
+        let started = chain
+            .iter()
+            .find(|&&(pid, _)| pid == session.pid)
+            .map(|c| c.1);
+        if record.pid != session.pid || started != Some(record.started) {
+            return Err(format!(
+                "session {} is not the nd7 run that made it",
+                session.pid
+            ));
+        }
+        let log = RunLog::open(&record).map_err(|e| e.to_string())?;
+        match log.hook(&request, chain.get(1).map(|c| c.0)) {
+            Ok(crate::run_log::HookOutcome::Recorded(_)) => Ok(HookAnswer::Recorded),
+            Ok(crate::run_log::HookOutcome::Skipped) => Ok(HookAnswer::Skipped),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+    #[cfg(not(target_os = "macos"))]
+    {
+        Err("nd7-exec --record is the hooks' door on macOS only; on this system nd7 record reaches nd7 run through its socket".to_string())
     }
 }

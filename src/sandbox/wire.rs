@@ -14,9 +14,20 @@
 //! ```
 //!
 //! Then frames of five bytes: from `nd7-exec`, `k` and a signal number to
-//! pass on to the command; from `nd7 run`, `x` and the command's exit code,
-//! `s` and the signal that ended it, or `r` and the length of a refusal
-//! whose UTF-8 text follows.
+//! pass on to the command; from `nd7 run`, the same `k` frame back once it
+//! has passed the signal on, then `x` and the command's exit code, `s` and
+//! the signal that ended it, or `r` and the length of a refusal whose UTF-8
+//! text follows.
+//!
+//! The hooks' door (`record.sock`) takes one [`HookRequest`] from `nd7 record`
+//! and answers with one frame: `a` once the entry is appended, `d` when the
+//! run records that event through its own hook instead, or a refusal.
+//!
+//! ```text
+//! hook request = u32 length of the rest, then u8 flags, u64 ts, field(cwd), field(body)
+//! flags        = 1: sent by the hook nd7 run registered; 2: body is a glimpse
+//!                (the payload was too large); 4: cwd present
+//! ```
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -45,6 +56,79 @@ pub enum Frame {
     Signaled(i32),
     /// To `nd7-exec`: nothing was run, for this reason.
     Refused(String),
+    /// To `nd7 record`: the entry is in the log.
+    Recorded,
+    /// To `nd7 record`: not recorded, because the run records this event
+    /// through the hook it registered itself (the same event, once).
+    Skipped,
+}
+
+/// What `nd7 record` hands `nd7 run` through the hooks' door: what the hook
+/// received, and the facts it took. All of it is the agent's word.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookRequest {
+    /// When the hook fired: nanoseconds since the Unix epoch.
+    pub ts: u64,
+    /// The recorder's working directory, used when the payload has none.
+    pub cwd: Option<Vec<u8>>,
+    /// Whether it came from the hook `nd7 run` registered (`record --run-hook`).
+    pub run_hook: bool,
+    /// Whether `body` is a glimpse of an oversized payload (its placing
+    /// members, `bytes` and `blake3`) rather than the payload itself.
+    pub glimpse: bool,
+    pub body: Vec<u8>,
+}
+
+const RUN_HOOK: u8 = 1;
+const GLIMPSE: u8 = 2;
+const CWD: u8 = 4;
+
+impl HookRequest {
+    /// The request's bytes, its length prefix first.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut flags = 0;
+        if self.run_hook {
+            flags |= RUN_HOOK;
+        }
+        if self.glimpse {
+            flags |= GLIMPSE;
+        }
+        if self.cwd.is_some() {
+            flags |= CWD;
+        }
+        let mut body = vec![flags];
+        body.extend_from_slice(&self.ts.to_le_bytes());
+        field(&mut body, self.cwd.as_deref().unwrap_or_default());
+        field(&mut body, &self.body);
+        let mut out = (body.len() as u32).to_le_bytes().to_vec();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// A request from its body (the bytes after the length prefix, which
+    /// [`Request::announced_len`] checks).
+    pub fn decode(body: &[u8]) -> Result<HookRequest, WireError> {
+        let (&flags, mut rest) = body.split_first().ok_or(WireError::Truncated("flags"))?;
+        if flags & !(RUN_HOOK | GLIMPSE | CWD) != 0 {
+            return Err(WireError::UnknownFlags(flags));
+        }
+        let (ts, tail) = rest
+            .split_first_chunk::<8>()
+            .ok_or(WireError::Truncated("time"))?;
+        rest = tail;
+        let cwd = take_field(&mut rest, "working directory")?;
+        let payload = take_field(&mut rest, "payload")?;
+        if !rest.is_empty() {
+            return Err(WireError::Trailing(rest.len()));
+        }
+        Ok(HookRequest {
+            ts: u64::from_le_bytes(*ts),
+            cwd: (flags & CWD != 0).then(|| cwd.to_vec()),
+            run_hook: flags & RUN_HOOK != 0,
+            glimpse: flags & GLIMPSE != 0,
+            body: payload.to_vec(),
+        })
+    }
 }
 
 /// Why bytes are not a request or a frame.
@@ -58,6 +142,8 @@ pub enum WireError {
     Trailing(usize),
     #[error("unknown frame tag {0:#04x}")]
     UnknownFrame(u8),
+    #[error("unknown request flags {0:#04x}")]
+    UnknownFlags(u8),
 }
 
 impl Request {
@@ -122,6 +208,8 @@ impl Frame {
             Frame::Kill(n) => (b'k', *n),
             Frame::Exited(n) => (b'x', *n),
             Frame::Signaled(n) => (b's', *n),
+            Frame::Recorded => (b'a', 0),
+            Frame::Skipped => (b'd', 0),
             Frame::Refused(text) => {
                 let mut out = vec![b'r'];
                 out.extend_from_slice(&(text.len() as u32).to_le_bytes());
@@ -142,6 +230,8 @@ impl Frame {
             b'k' => Frame::Kill(n),
             b'x' => Frame::Exited(n),
             b's' => Frame::Signaled(n),
+            b'a' => Frame::Recorded,
+            b'd' => Frame::Skipped,
             b'r' => return Ok(Err((n as u32 as usize).min(64 << 10))),
             other => return Err(WireError::UnknownFrame(other)),
         }))
@@ -227,12 +317,59 @@ mod tests {
     }
 
     #[test]
+    fn a_hook_request_reads_back_and_a_cut_one_never_does() {
+        for request in [
+            HookRequest {
+                ts: u64::MAX - 3,
+                cwd: Some(b"/home/u/proj \xff".to_vec()),
+                run_hook: true,
+                glimpse: false,
+                body: br#"{"session_id":"s"}"#.to_vec(),
+            },
+            HookRequest {
+                ts: 0,
+                cwd: None,
+                run_hook: false,
+                glimpse: true,
+                body: Vec::new(),
+            },
+        ] {
+            let bytes = request.encode();
+            let len =
+                Request::announced_len(bytes[..4].try_into().expect("4 bytes")).expect("fits");
+            assert_eq!(len, bytes.len() - 4);
+            assert_eq!(HookRequest::decode(&bytes[4..]), Ok(request));
+            for cut in 0..bytes.len() - 4 {
+                assert!(
+                    HookRequest::decode(&bytes[4..4 + cut]).is_err(),
+                    "cut at {cut}"
+                );
+            }
+        }
+        let mut odd = HookRequest {
+            ts: 1,
+            cwd: None,
+            run_hook: false,
+            glimpse: false,
+            body: vec![],
+        }
+        .encode();
+        odd[4] = 8;
+        assert_eq!(
+            HookRequest::decode(&odd[4..]),
+            Err(WireError::UnknownFlags(8))
+        );
+    }
+
+    #[test]
     fn frames_read_back() {
         for frame in [
             Frame::Kill(15),
             Frame::Exited(0),
             Frame::Exited(255),
             Frame::Signaled(9),
+            Frame::Recorded,
+            Frame::Skipped,
         ] {
             let bytes = frame.encode();
             let head: [u8; 5] = bytes[..].try_into().expect("5 bytes");

@@ -539,6 +539,23 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
             ),
         },
     });
+    // The credential stores nd7 run keeps unreadable, and the user's file.
+    if let Some(home) = home.as_deref() {
+        checks.push(secrets_check(home));
+    }
+
+    // What the kernel enforces beyond the file rules, one line each.
+    checks.extend(crate::sandbox::protections().into_iter().map(|p| Check {
+        name: p.name,
+        // A limit nothing can lift today is said, not failed.
+        ok: p.enforced || p.needs.is_none(),
+        detail: if p.enforced {
+            p.detail
+        } else {
+            format!("not enforced: {}", p.detail)
+        },
+        fix: p.needs.filter(|_| !p.enforced).map(str::to_string),
+    }));
 
     // Where the logs go.
     checks.push(match crate::session_log::state_dir() {
@@ -574,6 +591,52 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         checks.extend(vault_checks(&state, home, SystemTime::now()));
     }
     checks
+}
+
+/// The credential stores a session would keep unreadable: how many, which
+/// of them exist here, and whether `~/.nd7/secrets` reads.
+fn secrets_check(home: &Path) -> Check {
+    let file = home.join(crate::policy::secrets::FILE);
+    match crate::session::secrets(home) {
+        Ok(list) => {
+            let here: Vec<String> = list
+                .iter()
+                .filter(|p| fs::symlink_metadata(p).is_ok())
+                .map(|p| match p.strip_prefix(home) {
+                    Ok(rel) => format!("~/{}", rel.display()),
+                    Err(_) => p.display().to_string(),
+                })
+                .collect();
+            Check {
+                name: "secrets",
+                ok: true,
+                detail: format!(
+                    "{} paths unreadable under nd7 run ({}){}",
+                    list.len(),
+                    if file.exists() {
+                        format!("nd7's list changed by {}", file.display())
+                    } else {
+                        format!("nd7's list; change it in {}", file.display())
+                    },
+                    if here.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; here: {}", here.join(", "))
+                    }
+                ),
+                fix: None,
+            }
+        }
+        Err(e) => Check {
+            name: "secrets",
+            ok: false,
+            detail: e.to_string(),
+            fix: Some(format!(
+                "correct {} (docs/sandbox.md, \"Credential stores\")",
+                file.display()
+            )),
+        },
+    }
 }
 
 /// Enrolment, the last ship and the timer. A machine that is not enrolled
@@ -618,6 +681,7 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
         ),
         fix: (backlog.unshipped > 0 && stale).then(|| "nd7 ship".into()),
     });
+    checks.push(receipts_check(&backlog));
     checks.push(match timer::active(home) {
         Ok(what) => Check {
             name: "timer",
@@ -635,11 +699,61 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
     checks
 }
 
-/// What the session logs hold that the vault does not.
+/// What the session logs hold that the vault does not, and what the last
+/// ships found about the vault.
 struct Backlog {
     sessions: usize,
     unshipped: usize,
     last_ship: Option<SystemTime>,
+    /// (session, first line of its `vault.alarm`): the vault broke a receipt.
+    alarms: Vec<(String, String)>,
+    /// Sessions keeping receipts a declared restore lost.
+    lost: usize,
+    /// (session, what differs): the local log no longer holds what was shipped.
+    rewritten: Vec<(String, String)>,
+}
+
+/// Fails while `nd7 ship` finds the vault breaking a receipt for some
+/// session, or a local log no longer holds what was shipped: the vault's
+/// doing and the machine's, told apart.
+fn receipts_check(backlog: &Backlog) -> Check {
+    let mut problems = Vec::new();
+    if let Some((session, first)) = backlog.alarms.first() {
+        problems.push(format!(
+            "the vault broke its receipt for {} session(s); {session}: {first}",
+            backlog.alarms.len()
+        ));
+    }
+    if let Some((session, what)) = backlog.rewritten.first() {
+        problems.push(format!(
+            "the local log of {} session(s) no longer holds what was shipped (this machine's doing, not the vault's); {session}: {what}",
+            backlog.rewritten.len()
+        ));
+    }
+    if !problems.is_empty() {
+        return Check {
+            name: "receipts",
+            ok: false,
+            detail: problems.join("; and "),
+            fix: Some(
+                "docs/vault.md (\"Restoring a vault from a backup\" when the vault lost entries); `nd7 admin pull --compare` names what differs"
+                    .into(),
+            ),
+        };
+    }
+    Check {
+        name: "receipts",
+        ok: true,
+        detail: if backlog.lost > 0 {
+            format!(
+                "the vault honours every receipt; {} session(s) keep receipts a declared restore lost (receipts.lost)",
+                backlog.lost
+            )
+        } else {
+            "the vault honoured every receipt at the last ship".into()
+        },
+        fix: None,
+    }
 }
 
 /// Compares each session's `head` with its `shipped` (both "<seq> <hash>").
@@ -648,6 +762,9 @@ fn ship_backlog(sessions: &Path) -> Backlog {
         sessions: 0,
         unshipped: 0,
         last_ship: None,
+        alarms: Vec::new(),
+        lost: 0,
+        rewritten: Vec::new(),
     };
     let Ok(entries) = fs::read_dir(sessions) else {
         return backlog;
@@ -663,6 +780,24 @@ fn ship_backlog(sessions: &Path) -> Backlog {
         }
         if let Ok(modified) = fs::metadata(&shipped).and_then(|m| m.modified()) {
             backlog.last_ship = backlog.last_ship.max(Some(modified));
+        }
+        let session = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Ok(alarm) = fs::read_to_string(dir.join(crate::ship::ALARM_FILE)) {
+            let first = alarm.lines().next().unwrap_or_default().to_string();
+            backlog.alarms.push((session.clone(), first));
+        }
+        if let Some(log) = dir
+            .parent()
+            .and_then(|parent| crate::session_log::SessionLog::new(parent, &session).ok())
+            && let Some(what) = crate::ship::rewritten_since_shipped(&log)
+        {
+            backlog.rewritten.push((session, what));
+        }
+        if dir.join(crate::ship::LOST_FILE).exists() {
+            backlog.lost += 1;
         }
     }
     backlog
@@ -861,6 +996,32 @@ mod tests {
                 || stale.detail.starts_with("last ship 119 min ago"),
             "{}",
             stale.detail
+        );
+        // Receipts: fine until a ship leaves an alarm, then failing and naming it.
+        assert!(
+            checks[2].ok && checks[2].name == "receipts",
+            "{:?}",
+            checks[2]
+        );
+        std::fs::write(sessions.join("b").join(crate::ship::LOST_FILE), "# lost\n").expect("write");
+        let noted = &vault_checks(&state, &home, now)[2];
+        assert!(
+            noted.ok && noted.detail.contains("1 session(s) keep receipts"),
+            "{noted:?}"
+        );
+        std::fs::write(
+            sessions.join("b").join(crate::ship::ALARM_FILE),
+            "machine m-1, session b: the vault broke its receipt: it dropped\nfound at 1\n",
+        )
+        .expect("write");
+        let alarm = &vault_checks(&state, &home, now)[2];
+        assert!(!alarm.ok, "{alarm:?}");
+        assert!(
+            alarm
+                .detail
+                .contains("for 1 session(s); b: machine m-1, session b"),
+            "{}",
+            alarm.detail
         );
     }
 }

@@ -1,25 +1,26 @@
-//! What a machine and the vault server say to each other, and the
-//! cryptography behind it. Pure: bytes, keys, randomness and the time come in
-//! as arguments; nothing here opens a file or a socket or reads a clock.
-//! `nd7 ship`, `nd7 enroll`, the admin commands and `nd7-vault` all use this
-//! module for the format, and nothing else (docs/vault.md, ADR-0020).
+//! What a machine, the vault server and the admins say to each other, and
+//! the cryptography behind it (format v2, docs/vault.md). Pure: bytes, keys,
+//! randomness and the time come in as arguments; nothing here opens a file or
+//! a socket or reads a clock. `nd7 ship`, `nd7 enroll`, the admin commands
+//! and `nd7-vault` all use this module for the format, and nothing else.
 //!
-//! Four things travel:
+//! What travels:
 //!
-//! - **Enrolment**: a machine registers its Ed25519 public key with a
-//!   one-time token ([`enroll_body`]) and receives its id.
-//! - **Recipients**: a text document listing the admins' age X25519
-//!   recipients, signed by the organisation's Ed25519 key. A machine pins
-//!   that key's fingerprint at enrolment ([`Recipients::verify`]).
-//! - **Signed requests**: every request from a machine carries its id, the
-//!   time, a random nonce and an Ed25519 signature over method, path, time,
-//!   nonce and the body's BLAKE3 ([`request_message`]).
-//! - **Batches**: a run of whole log lines, compressed (zstd) and encrypted
-//!   with XChaCha20-Poly1305 under the session's chain key, with the batch
-//!   header — machine, session, seq range, prev, and the clear index of
-//!   (seq, hash, ts) — as associated data. The chain key travels beside it,
-//!   wrapped to the admins as a standard age v1 file ([`wrap_chain_key`]), so
-//!   `age -d -i identity` recovers it.
+//! - **Recipients** ([`Recipients`]): a versioned text document listing the
+//!   admins' age recipients and the vault's key, signed by the organisation's
+//!   Ed25519 key, whose fingerprint machines and admins pin.
+//! - **Enrolment** ([`EnrolToken`], [`Enrolment`]): a token the organisation
+//!   signed, whose secret derives a key that signs the machine's key.
+//! - **Signed requests** ([`RequestAuth`]): every request from a machine
+//!   carries its id, the time, a random nonce and an Ed25519 signature over
+//!   method, path, time, nonce and the body's BLAKE3.
+//! - **Batches** ([`seal_batch`], [`open_batch`]): a run of whole log lines,
+//!   compressed and encrypted under the session's chain key, with a header of
+//!   keyed digests as associated data and the machine's signature over the
+//!   whole ([`Checkpoint`]). The chain key travels beside it, wrapped to the
+//!   admins as a standard age v1 file ([`wrap_chain_key`]).
+//! - **Receipts** ([`Receipt`]) and **restore notices** ([`RestoreNotice`]):
+//!   what the vault signs about what it stored, and about losing some of it.
 //!
 //! Every byte that is signed, hashed or authenticated is rendered by one
 //! function here and pinned by a test; change none of them.
@@ -35,7 +36,7 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, XChaCha20Poly1305};
 use ed25519_dalek::Signer;
 use hmac::Mac;
-use sha2::Digest;
+use sha2::Digest as _;
 use zeroize::Zeroize;
 
 use crate::chain::{self, Cursor, Hash, Walker};
@@ -56,12 +57,21 @@ pub const HEADER_SIGNATURE: &str = "x-nd7-signature";
 
 const AGE_MAGIC: &str = "age-encryption.org/v1";
 const AGE_X25519_INFO: &[u8] = b"age-encryption.org/v1/X25519";
-const RECIPIENTS_MAGIC: &str = "nd7-recipients v1";
-const BATCH_HEADER_MAGIC: &str = "nd7-batch v1";
-const BATCH_BODY_MAGIC: &[u8] = b"ND7B\x01";
-const ENROLL_MAGIC: &str = "nd7-enroll v1";
+const RECIPIENTS_MAGIC: &str = "nd7-recipients v2";
+const BATCH_HEADER_MAGIC: &str = "nd7-batch v2";
+const BATCH_BODY_MAGIC: &[u8] = b"ND7B\x02";
+const CHECKPOINT_MAGIC: &str = "nd7-checkpoint v2";
+const RECEIPT_MAGIC: &str = "nd7-receipt v2";
+const RESTORE_MAGIC: &str = "nd7-restore v2";
+const TOKEN_MAGIC: &str = "nd7-token v2";
+const ENDORSE_MAGIC: &str = "nd7-endorse v2";
+const ENROLL_MAGIC: &str = "nd7-enroll v2";
 const REQUEST_MAGIC: &str = "nd7-request v1";
 const FINGERPRINT_CONTEXT: &[u8] = b"nd7 organisation key v1\n";
+const TOKEN_KEY_CONTEXT: &str = "nd7 2026-12 vault enrolment token v2";
+const MACHINE_ID_CONTEXT: &str = "nd7 2026-12 vault machine id v2";
+const CHAIN_KEY_ID_CONTEXT: &str = "nd7 2026-12 vault chain key id v2";
+const INDEX_KEY_CONTEXT: &str = "nd7 2026-12 vault index key v2";
 
 /// Everything the format can refuse. Messages name what was wrong; none of
 /// them carries secret material.
@@ -80,6 +90,18 @@ pub enum Error {
     BadDocumentSignature,
     #[error("the recipients document lists no recipient")]
     NoRecipients,
+    #[error("the enrolment token is not signed by the organisation key with fingerprint {0}")]
+    BadTokenSignature(String),
+    #[error("the enrolment token expired at {expires} (Unix time), before {now}")]
+    TokenExpired { expires: u64, now: u64 },
+    #[error("the machine's key is not endorsed by the enrolment token's key")]
+    BadEndorsement,
+    #[error("the batch's checkpoint is not signed by the machine's key")]
+    BadCheckpointSignature,
+    #[error("the receipt is not signed by the vault key {0}")]
+    BadReceiptSignature(String),
+    #[error("the restore notice is not signed by the vault key {0}")]
+    BadNoticeSignature(String),
     #[error("the request's signature does not verify")]
     BadSignature,
     #[error(
@@ -253,13 +275,120 @@ impl PublicKey {
     }
 }
 
+/// A machine's id: derived from its public key, so the vault cannot pair an
+/// id with another key.
+pub fn machine_id(key: &PublicKey) -> String {
+    hex(&blake3::derive_key(MACHINE_ID_CONTEXT, &key.0)[..16])
+}
+
+// ---------------------------------------------------------------- digests
+
+/// A keyed digest of an entry's hash: what the vault's clear index holds in
+/// place of the hash itself, so it cannot test a guessed entry.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Digest(pub [u8; 32]);
+
+impl Digest {
+    pub fn from_hex(text: &str) -> Option<Digest> {
+        unhex::<32>(text).map(Digest)
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+
+    pub fn short(&self) -> String {
+        hex(&self.0[..8])
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Digest({})", self.short())
+    }
+}
+
+/// A chain key's public name: which batches share a key (and so whose
+/// digests compare).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct KeyId(pub [u8; 16]);
+
+impl KeyId {
+    pub fn of(key: &ChainKey) -> KeyId {
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&blake3::derive_key(CHAIN_KEY_ID_CONTEXT, key.expose_secret())[..16]);
+        KeyId(id)
+    }
+
+    pub fn from_hex(text: &str) -> Option<KeyId> {
+        unhex::<16>(text).map(KeyId)
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+}
+
+impl fmt::Display for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+/// The key of a session's clear index, derived from its chain key.
+pub struct IndexKey([u8; 32]);
+
+impl IndexKey {
+    pub fn of(key: &ChainKey) -> IndexKey {
+        IndexKey(blake3::derive_key(INDEX_KEY_CONTEXT, key.expose_secret()))
+    }
+
+    pub fn digest(&self, hash: &Hash) -> Digest {
+        Digest(*blake3::keyed_hash(&self.0, hash.as_bytes()).as_bytes())
+    }
+}
+
+impl Drop for IndexKey {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
+
+/// Reads a `name value` line: the value, or `None`.
+fn field<'a>(line: Option<&'a str>, name: &str) -> Option<&'a str> {
+    line?.strip_prefix(name)?.strip_prefix(' ')
+}
+
+fn sig_hex(text: &str) -> Option<[u8; 64]> {
+    unhex::<64>(text)
+}
+
+/// Splits a signed text into (the signed part, the signature), the signature
+/// being its last line, `<name> <128 hex>`.
+fn split_signed<'a>(text: &'a str, name: &str) -> Option<(&'a str, [u8; 64])> {
+    let body = text.strip_suffix('\n')?;
+    let at = body.rfind('\n').map_or(0, |i| i + 1);
+    let signature = field(Some(&body[at..]), name).and_then(sig_hex)?;
+    Some((&text[..at], signature))
+}
+
 mod age;
 mod batch;
+mod enrol;
+mod receipt;
 mod recipients;
 mod request;
 
 pub use age::*;
 pub use batch::*;
+pub use enrol::*;
+pub use receipt::*;
 pub use recipients::*;
 pub use request::*;
 

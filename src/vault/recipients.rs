@@ -1,35 +1,67 @@
-//! The recipients document: the admins' age recipients, signed by the
-//! organisation key whose fingerprint machines pin at enrolment.
+//! The recipients document: the admins' age recipients and the vault's key,
+//! versioned and signed by the organisation key whose fingerprint machines
+//! and admins pin.
 
 use super::*;
 
-/// A recipients document: who chain keys are wrapped to, signed by the
-/// organisation key.
+/// A recipients document: who chain keys are wrapped to, and which vault key
+/// countersigns, signed by the organisation key.
 ///
 /// ```text
-/// nd7-recipients v1
+/// nd7-recipients v2
 /// org <64 hex: the organisation's Ed25519 public key>
+/// version <n ≥ 1: machines take only a higher one>
+/// vault <64 hex: the vault's Ed25519 public key>
 /// recipient age1…            (one line each, at least one)
 /// signature <128 hex: Ed25519 over every byte above this line>
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recipients {
     pub org: PublicKey,
+    pub version: u64,
+    pub vault: PublicKey,
     pub recipients: Vec<AgeRecipient>,
 }
 
+/// Whether a machine holding one document takes another.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Update {
+    /// A higher version: take it.
+    Newer,
+    /// The same document: nothing to do.
+    Same,
+    /// A lower version, or the same version with other contents: refuse.
+    Refused(String),
+}
+
 impl Recipients {
-    fn signed_part(org: &PublicKey, recipients: &[AgeRecipient]) -> String {
-        let mut text = format!("{RECIPIENTS_MAGIC}\norg {}\n", org.to_hex());
-        for r in recipients {
+    fn signed_part(&self) -> String {
+        let mut text = format!(
+            "{RECIPIENTS_MAGIC}\norg {}\nversion {}\nvault {}\n",
+            self.org.to_hex(),
+            self.version,
+            self.vault.to_hex()
+        );
+        for r in &self.recipients {
             text.push_str(&format!("recipient {r}\n"));
         }
         text
     }
 
     /// The signed document.
-    pub fn sign(org_key: &SigningKey, recipients: &[AgeRecipient]) -> String {
-        let mut text = Recipients::signed_part(&org_key.public(), recipients);
+    pub fn sign(
+        org_key: &SigningKey,
+        version: u64,
+        vault: &PublicKey,
+        recipients: &[AgeRecipient],
+    ) -> String {
+        let doc = Recipients {
+            org: org_key.public(),
+            version,
+            vault: *vault,
+            recipients: recipients.to_vec(),
+        };
+        let mut text = doc.signed_part();
         let signature = org_key.sign(text.as_bytes());
         text.push_str(&format!("signature {}\n", hex(&signature)));
         text
@@ -37,44 +69,49 @@ impl Recipients {
 
     /// Reads a document and checks its own signature, whoever signed it.
     pub fn parse(text: &str) -> Result<Recipients, Error> {
-        let bad = || malformed("the recipients document", "an nd7-recipients v1 document");
-        let sig_at = text.rfind("signature ").ok_or_else(bad)?;
-        let (signed, sig_line) = text.split_at(sig_at);
-        let signature = sig_line
-            .strip_prefix("signature ")
-            .and_then(|s| s.strip_suffix('\n'))
-            .and_then(unhex::<64>)
-            .ok_or_else(bad)?;
+        let bad = || malformed("the recipients document", "an nd7-recipients v2 document");
+        let (signed, signature) = split_signed(text, "signature").ok_or_else(bad)?;
         let mut lines = signed.lines();
         if lines.next() != Some(RECIPIENTS_MAGIC) {
             return Err(bad());
         }
-        let org = lines
-            .next()
-            .and_then(|l| l.strip_prefix("org "))
+        let org = field(lines.next(), "org")
+            .and_then(PublicKey::from_hex)
+            .ok_or_else(bad)?;
+        let version = field(lines.next(), "version")
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&v| v >= 1)
+            .ok_or_else(bad)?;
+        let vault = field(lines.next(), "vault")
             .and_then(PublicKey::from_hex)
             .ok_or_else(bad)?;
         let recipients = lines
             .map(|l| {
-                l.strip_prefix("recipient ")
+                field(Some(l), "recipient")
                     .ok_or_else(bad)
                     .and_then(AgeRecipient::parse)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if Recipients::signed_part(&org, &recipients) != signed {
+        let doc = Recipients {
+            org,
+            version,
+            vault,
+            recipients,
+        };
+        if doc.signed_part() != signed {
             return Err(bad());
         }
         if !org.verify(signed.as_bytes(), &signature) {
             return Err(Error::BadDocumentSignature);
         }
-        if recipients.is_empty() {
+        if doc.recipients.is_empty() {
             return Err(Error::NoRecipients);
         }
-        Ok(Recipients { org, recipients })
+        Ok(doc)
     }
 
     /// [`Recipients::parse`], then refuses a document signed by any key but
-    /// the one whose fingerprint the machine pinned.
+    /// the one whose fingerprint was pinned.
     pub fn verify(text: &str, pinned_fingerprint: &str) -> Result<Recipients, Error> {
         let doc = Recipients::parse(text)?;
         let found = doc.org.fingerprint();
@@ -85,5 +122,23 @@ impl Recipients {
             });
         }
         Ok(doc)
+    }
+
+    /// Whether a holder of `self` takes `offered` (both verified against the
+    /// same organisation key): only a higher version, never a rollback.
+    pub fn update_to(&self, offered: &Recipients) -> Update {
+        use std::cmp::Ordering;
+        match offered.version.cmp(&self.version) {
+            Ordering::Greater => Update::Newer,
+            Ordering::Equal if offered == self => Update::Same,
+            Ordering::Equal => Update::Refused(format!(
+                "the vault serves a different document with the same version {}",
+                offered.version
+            )),
+            Ordering::Less => Update::Refused(format!(
+                "the vault serves version {}, older than the held version {}: a rollback",
+                offered.version, self.version
+            )),
+        }
     }
 }

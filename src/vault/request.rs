@@ -1,36 +1,7 @@
-//! Enrolment bodies, and the Ed25519 signature every machine request carries
-//! (method, path, time, nonce, body hash).
+//! The Ed25519 signature every machine request carries (method, path, time,
+//! nonce, body hash).
 
 use super::*;
-
-/// The body of an enrolment request; the request is signed with the key it
-/// registers, which proves the machine holds it.
-pub fn enroll_body(token: &str, key: &PublicKey) -> String {
-    format!("{ENROLL_MAGIC}\ntoken {token}\nkey {}\n", key.to_hex())
-}
-
-pub fn parse_enroll_body(body: &[u8]) -> Result<(String, PublicKey), Error> {
-    let bad = || malformed("the enrolment request", "an nd7-enroll v1 body");
-    let text = std::str::from_utf8(body).map_err(|_| bad())?;
-    let mut lines = text.lines();
-    if lines.next() != Some(ENROLL_MAGIC) {
-        return Err(bad());
-    }
-    let token = lines
-        .next()
-        .and_then(|l| l.strip_prefix("token "))
-        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric()))
-        .ok_or_else(bad)?;
-    let key = lines
-        .next()
-        .and_then(|l| l.strip_prefix("key "))
-        .and_then(PublicKey::from_hex)
-        .ok_or_else(bad)?;
-    if lines.next().is_some() || enroll_body(token, &key) != text {
-        return Err(bad());
-    }
-    Ok((token.to_string(), key))
-}
 
 // ---------------------------------------------------------------- requests
 

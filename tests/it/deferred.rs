@@ -398,6 +398,46 @@ mkdir -p .claude && echo '{{"hooks":{{}}}}' > .claude/settings.json
         1,
         "{report}"
     );
+    // The run's log has each change as nd7's own entry: after the command
+    // that made it, and all of them before `run_end` (guards `run.rs`'s
+    // `DEFERRED_CHANGED` notes).
+    let chains = crate::floor_process::run_chains(&w);
+    let changed: Vec<&serde_json::Value> = chains[0]
+        .iter()
+        .filter(|e| e["source"] == "exit:nd7" && e["kind"] == "deferred_changed")
+        .collect();
+    let after_command = changed
+        .iter()
+        .find(|e| {
+            e["body"]["command"]
+                .as_str()
+                .is_some_and(|c| c.contains("x.md"))
+        })
+        .unwrap_or_else(|| panic!("no entry after the command: {changed:?}"));
+    assert!(
+        after_command["body"]["paths"].as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p.as_str() == Some(&format!("{cmds}/x.md")))),
+        "{after_command}"
+    );
+    let kinds: Vec<&str> = chains[0]
+        .iter()
+        .filter(|e| e["source"] == "exit:nd7")
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds.iter().rev().take(2).collect::<Vec<_>>(),
+        [&"run_end", &"deferred_changed"],
+        "{kinds:?}"
+    );
+    let last = changed.last().expect("the end's entry");
+    let envrc = format!("{proj}/.envrc");
+    assert!(
+        last["body"]["changes"].as_array().is_some_and(|c| c
+            .iter()
+            .any(|c| c["path"] == envrc.as_str() && c["change"] == "added")),
+        "{last}"
+    );
 }
 
 /// Guards: the fallback where the kernel refuses user namespaces: the

@@ -42,16 +42,15 @@ impl World {
     }
 
     fn policy(&self, grants: &[&str]) -> Policy {
-        Policy {
-            roots: Roots {
-                project: self.root.join("home/proj"),
-                temp: self.root.join("tmp"),
-                home: self.root.join("home"),
-                state: self.root.join("home/.local/state/nd7"),
-                exit: self.root.join("bin/nd7-exec"),
-            },
-            grants: grants.iter().map(|g| self.root.join(g)).collect(),
-        }
+        let mut policy = Policy::new(Roots {
+            project: self.root.join("home/proj"),
+            temp: self.root.join("tmp"),
+            home: self.root.join("home"),
+            state: self.root.join("home/.local/state/nd7"),
+            exit: self.root.join("bin/nd7-exec"),
+        });
+        policy.grants = grants.iter().map(|g| self.root.join(g)).collect();
+        policy
     }
 
     /// Runs `probe` in a child confined by `policy`'s command rules; returns

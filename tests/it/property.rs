@@ -173,8 +173,20 @@ proptest! {
                 }
                 Op::Verify(s) => {
                     let log = state.log(&format!("sess-{s}"));
-                    let v = log.verify(1).expect("verifies at any point");
-                    prop_assert_eq!(v.entries as usize, expected.get(s).map_or(0, Vec::len));
+                    match expected.get(s) {
+                        // Never written: no session, not an empty chain.
+                        None => {
+                            let refused = matches!(
+                                log.verify(1),
+                                Err(nd7_core::session_log::VerifyError::NoSession { .. })
+                            );
+                            prop_assert!(refused, "no session, not an empty chain");
+                        }
+                        Some(payloads) => {
+                            let v = log.verify(1).expect("verifies at any point");
+                            prop_assert_eq!(v.entries as usize, payloads.len());
+                        }
+                    }
                 }
             }
         }

@@ -35,7 +35,7 @@ cat "$OUT/readme"; echo "agent-read-outside:$?"
 "$EXEC" "cat '$HOME_DIR/.ssh/id_ed25519'" 2>/dev/null; echo "exec-ssh:$?"
 "$EXEC" "mkdir -p '$HOME_DIR/.nd7/x'" 2>/dev/null; echo "exec-nd7:$?"
 echo '{"session_id":"s1","hook_event_name":"Stop","cwd":"/"}' | "$ND7" record; echo "record:$?"
-cat "$HOME_DIR/.local/state/nd7/sessions/s1/events.ndjson" | wc -l
+grep -c '"session":"s1"' "$HOME_DIR"/.local/state/nd7/sessions/run-*/events.ndjson
 cat "$HOME_DIR/.local/state/nd7/vault/machine.key" 2>/dev/null; echo "vault-key:$?"
 "#,
     );
@@ -504,7 +504,8 @@ fn claude_gets_the_hook_and_one_settings_merged_with_the_users_own() {
     assert_eq!(&got[2..], ["-p", "hi"]);
     let settings: serde_json::Value = serde_json::from_str(&got[1]).expect("json");
     assert_eq!(settings["sandbox"]["enabled"], false);
-    let hook = &settings["hooks"]["PreToolUse"][0];
+    // nd7's record hook for the event first, then the Bash rewrite.
+    let hook = &settings["hooks"]["PreToolUse"][1];
     assert_eq!(hook["matcher"], "Bash");
     assert_eq!(hook["hooks"][0]["command"], ND7);
     assert_eq!(hook["hooks"][0]["args"], serde_json::json!(["hook-prefix"]));
@@ -529,7 +530,7 @@ fn claude_gets_the_hook_and_one_settings_merged_with_the_users_own() {
     let settings: serde_json::Value = serde_json::from_str(&got[1]).expect("json");
     assert_eq!(settings["model"], "m");
     assert_eq!(settings["sandbox"]["enabled"], false);
-    assert_eq!(settings["hooks"]["PreToolUse"][0]["matcher"], "Bash");
+    assert_eq!(settings["hooks"]["PreToolUse"][1]["matcher"], "Bash");
 
     let out = w
         .nd7(&["run", &claude, "--settings=/no/such.json"])

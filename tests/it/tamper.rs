@@ -30,15 +30,21 @@ fn verify_fails(state: &State, target: &str, needle: &str) {
     if let Ok(log) = nd7_core::session_log::SessionLog::new(&state.sessions(), target) {
         assert_split_agrees(&log);
     }
-    let out = state
-        .nd7()
-        .args(["verify", target])
-        .output()
-        .expect("verify");
+    let out = verify(state, &[target]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(text.contains(needle), "{text:?} should contain {needle:?}");
     assert!(!text.contains("verified:"), "{text}");
+}
+
+/// `nd7 verify ARGS` against the state.
+fn verify(state: &State, args: &[&str]) -> std::process::Output {
+    state
+        .nd7()
+        .arg("verify")
+        .args(args)
+        .output()
+        .expect("run nd7 verify")
 }
 
 fn rewrite_lines(log: &nd7_core::session_log::SessionLog, f: impl FnOnce(&mut Vec<String>)) {
@@ -57,11 +63,7 @@ fn a_clean_log_verifies_by_id_by_directory_and_by_file() {
         log.dir().display().to_string(),
         log.events_path().display().to_string(),
     ] {
-        let out = state
-            .nd7()
-            .args(["verify", &target])
-            .output()
-            .expect("verify");
+        let out = verify(&state, &[&target]);
         assert_eq!(out.status.code(), Some(0), "{target}: {}", stdout(&out));
         assert!(stdout(&out).starts_with(&format!("verified: {N} entries, head ")));
     }
@@ -149,21 +151,97 @@ fn a_torn_last_line_is_caught() {
     verify_fails(&state, "s", "entry 11 (line 12): not a sealed entry");
 }
 
+/// A typo must never look like assurance: a target that names no session
+/// exits 2, naming what it looked at, and checks nothing. Guards the
+/// `NoSession` and `NotASession` checks in `SessionLog::verify_split`.
 #[test]
-fn a_missing_log_verifies_with_zero_entries() {
+fn a_target_that_is_not_a_session_exits_2_naming_it() {
     let state = State::new();
-    let out = state
-        .nd7()
-        .args(["verify", "never-recorded"])
-        .output()
-        .expect("verify");
-    assert_eq!(out.status.code(), Some(0));
+    recorded(&state);
+    let not_a_session = state.dir.path().join("just-a-directory");
+    std::fs::create_dir_all(&not_a_session).expect("mkdir");
+    let a_file = state.dir.path().join("notes.txt");
+    std::fs::write(&a_file, "hello\n").expect("write");
+    let emptied = state.sessions().join("emptied");
+    std::fs::create_dir_all(&emptied).expect("mkdir");
+    std::fs::write(emptied.join("lock"), "").expect("write");
+    let cases = [
+        (
+            "never-recorded".to_string(),
+            "never-recorded: no such session",
+        ),
+        (
+            "/nonexistent/x".to_string(),
+            "/nonexistent/x: no such session",
+        ),
+        (
+            "/nonexistent/x/events.ndjson".to_string(),
+            "/nonexistent/x: no such session",
+        ),
+        (
+            not_a_session.display().to_string(),
+            "just-a-directory: not a session: it holds neither events.ndjson nor head",
+        ),
+        ("emptied".to_string(), "emptied: not a session"),
+        (
+            a_file.display().to_string(),
+            "notes.txt: not a session: it is not a directory",
+        ),
+    ];
+    for (target, needle) in cases {
+        let out = verify(&state, &[&target]);
+        assert_eq!(out.status.code(), Some(2), "{target}: {}", stdout(&out));
+        assert_eq!(
+            stdout(&out),
+            "",
+            "{target}: nothing that reads as a verdict"
+        );
+        let err = stderr(&out);
+        assert!(err.starts_with("nd7 verify: "), "{err}");
+        assert!(err.contains(needle), "{target}: {err:?} lacks {needle:?}");
+    }
     assert!(
-        stdout(&out).starts_with("verified: 0 entries (no log at "),
+        !state.sessions().join("never-recorded").exists(),
+        "verify creates nothing"
+    );
+    let out = verify(&state, &["--all"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("2 sessions: 1 verified, 0 failed, 1 unreadable"),
         "{}",
         stdout(&out)
     );
-    assert!(!state.sessions().exists(), "verify creates nothing");
+}
+
+/// A log deleted with its head kept is a broken chain (1), not "no session".
+#[test]
+fn a_deleted_log_with_its_head_left_fails() {
+    let state = State::new();
+    let log = recorded(&state);
+    std::fs::remove_file(log.events_path()).expect("rm");
+    verify_fails(&state, "s", "head names entry 11 but the log is empty");
+}
+
+#[test]
+fn verify_all_says_when_there_is_nothing_to_verify() {
+    let state = State::new();
+    let out = verify(&state, &["--all"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert_eq!(stdout(&out), "");
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{} does not exist", state.sessions().display())),
+        "{err}"
+    );
+    assert!(err.contains("nothing was verified"), "{err}");
+
+    std::fs::create_dir_all(state.sessions()).expect("mkdir");
+    let out = verify(&state, &["--all"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("no sessions under "), "{text}");
+    assert!(text.contains("nothing was verified"), "{text}");
+    assert!(!text.contains("verified:"), "{text}");
 }
 
 #[test]
@@ -173,19 +251,11 @@ fn verify_all_reports_each_session_and_fails_if_one_does() {
     for i in 0..3 {
         state.record(payload("t", i).as_bytes());
     }
-    let out = state
-        .nd7()
-        .args(["verify", "--all"])
-        .output()
-        .expect("verify");
+    let out = verify(&state, &["--all"]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert!(stdout(&out).contains("2 sessions: 2 verified, 0 failed"));
     rewrite_lines(&log, |l| l.swap(0, 1));
-    let out = state
-        .nd7()
-        .args(["verify", "--all"])
-        .output()
-        .expect("verify");
+    let out = verify(&state, &["--all"]);
     assert_eq!(out.status.code(), Some(1));
     let text = stdout(&out);
     assert!(text.contains("s: FAILED: "), "{text}");
@@ -205,13 +275,6 @@ fn usage_errors_exit_2() {
         "{}",
         stderr(&out)
     );
-    // A path that exists nowhere is an empty log: nothing to check.
-    let out = state
-        .nd7()
-        .args(["verify", "/nonexistent/x"])
-        .output()
-        .expect("verify");
-    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }
 
 #[test]
@@ -223,11 +286,7 @@ fn verify_all_counts_a_directory_nd7_could_not_have_written_as_unreadable() {
         .sessions()
         .join(std::ffi::OsStr::from_bytes(b"not-\xffutf8"));
     std::fs::create_dir_all(&foreign).expect("mkdir");
-    let out = state
-        .nd7()
-        .args(["verify", "--all"])
-        .output()
-        .expect("verify");
+    let out = verify(&state, &["--all"]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(
         stdout(&out).contains("2 sessions: 1 verified, 0 failed, 1 unreadable"),

@@ -8,18 +8,20 @@ use std::process::{Child, Command, Output, Stdio};
 
 use nd7_core::chain::{self, Hash};
 use nd7_core::ship::{self, Client, Machine};
-use nd7_core::vault::{self, BatchHeader, RequestAuth, SigningKey};
+use nd7_core::vault::{self, BatchHeader, IndexKey, KeyId, RequestAuth, SigningKey};
 
 use crate::common::{State, event, stderr, stdout};
 
 const MARKER: &str = "PLAINTEXT-MARKER-7f3a9c";
 
-/// A running `nd7-vault serve` on 127.0.0.1, its database in a temp dir.
+/// A running `nd7-vault serve` on 127.0.0.1, its database and key in a temp dir.
 pub struct Vault {
     pub dir: tempfile::TempDir,
     child: Option<Child>,
     pub url: String,
     pub addr: String,
+    /// The vault key's public half, as `nd7-vault key` printed it.
+    pub key: String,
 }
 
 impl Vault {
@@ -30,7 +32,11 @@ impl Vault {
             child: None,
             url: String::new(),
             addr: "127.0.0.1:0".into(),
+            key: String::new(),
         };
+        let out = v.admin(&["key"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        v.key = stdout(&out).trim().to_string();
         v.spawn();
         v
     }
@@ -87,12 +93,6 @@ impl Vault {
         cmd.output().expect("run nd7-vault")
     }
 
-    pub fn token(&self) -> String {
-        let out = self.admin(&["token"]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        stdout(&out).trim().to_string()
-    }
-
     pub fn read_token(&self) -> String {
         let out = self.admin(&["read-token"]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -119,13 +119,15 @@ pub struct Org {
     pub dir: tempfile::TempDir,
     pub fingerprint: String,
     pub identity: PathBuf,
+    /// The version of the last document signed.
+    pub version: std::cell::Cell<u64>,
 }
 
-fn nd7() -> Command {
+pub fn nd7() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nd7"))
 }
 
-fn ok(out: Output) -> String {
+pub fn ok(out: Output) -> String {
     assert!(
         out.status.success(),
         "exit {:?}\nstdout: {}\nstderr: {}",
@@ -143,7 +145,7 @@ impl Org {
         org
     }
 
-    fn keys() -> Org {
+    pub fn keys() -> Org {
         let dir = tempfile::tempdir().expect("tempdir");
         let key = dir.path().join("org.key");
         let fingerprint = ok(nd7()
@@ -163,10 +165,22 @@ impl Org {
             dir,
             fingerprint,
             identity,
+            version: std::cell::Cell::new(0),
         }
     }
 
-    fn recipient(&self) -> String {
+    /// A one-time enrolment token, signed by the organisation key.
+    pub fn token(&self) -> String {
+        ok(nd7()
+            .args(["admin", "enrol-token", "--org-key"])
+            .arg(self.dir.path().join("org.key"))
+            .output()
+            .expect("run"))
+        .trim()
+        .to_string()
+    }
+
+    pub fn recipient(&self) -> String {
         let text = std::fs::read_to_string(&self.identity).expect("identity");
         vault::AgeIdentity::parse(&text)
             .expect("identity parses")
@@ -174,27 +188,41 @@ impl Org {
             .to_string()
     }
 
-    fn install(&self, vault: &Vault) {
-        let doc = ok(nd7()
-            .args(["admin", "sign-recipients", "--org-key"])
-            .arg(self.dir.path().join("org.key"))
-            .arg(self.recipient())
-            .output()
-            .expect("run"));
+    pub fn install(&self, vault: &Vault) {
+        self.install_for(vault, &[self.recipient()]);
+    }
+
+    /// Signs a document listing `recipients`, at the next version, and
+    /// installs it on the vault.
+    pub fn install_for(&self, vault: &Vault, recipients: &[String]) {
+        let doc = self.sign(vault, recipients);
         let path = self.dir.path().join("recipients");
         std::fs::write(&path, doc).expect("write doc");
         ok(vault.admin(&["recipients", path.to_str().expect("utf8")]));
     }
+
+    /// A recipients document listing `recipients` and `vault`'s key, at the next version.
+    pub fn sign(&self, vault: &Vault, recipients: &[String]) -> String {
+        self.version.set(self.version.get() + 1);
+        ok(nd7()
+            .args(["admin", "sign-recipients", "--org-key"])
+            .arg(self.dir.path().join("org.key"))
+            .args(["--version", &self.version.get().to_string()])
+            .args(["--vault-key", &vault.key])
+            .args(recipients)
+            .output()
+            .expect("run"))
+    }
 }
 
-fn enroll(state: &State, vault: &Vault, org: &Org) -> Output {
+pub fn enroll(state: &State, vault: &Vault, org: &Org) -> Output {
     state
         .nd7()
         .args([
             "enroll",
             &vault.url,
             "--token",
-            &vault.token(),
+            &org.token(),
             "--fingerprint",
             &org.fingerprint,
         ])
@@ -202,11 +230,11 @@ fn enroll(state: &State, vault: &Vault, org: &Org) -> Output {
         .expect("run nd7 enroll")
 }
 
-fn ship(state: &State) -> Output {
+pub fn ship(state: &State) -> Output {
     state.nd7().arg("ship").output().expect("run nd7 ship")
 }
 
-fn pull(
+pub fn pull(
     state: &State,
     vault: &Vault,
     org: &Org,
@@ -225,6 +253,7 @@ fn pull(
     ])
     .arg("--identity")
     .arg(&org.identity)
+    .args(["--fingerprint", &org.fingerprint])
     .args(["--machine", machine.trim(), "--session", session, "--out"])
     .arg(&out_dir);
     if compare {
@@ -236,8 +265,41 @@ fn pull(
     )
 }
 
+/// The batches the vault serves for a session, parsed.
+pub fn stored_batches(vault: &Vault, machine: &str, session: &str) -> Vec<vault::Batch> {
+    let framed = Client::new(&vault.url)
+        .ok(
+            "GET",
+            &format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes())),
+            b"",
+            None,
+            Some(&vault.read_token()),
+        )
+        .expect("read batches");
+    let mut rest = framed.as_slice();
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let len = u32::from_be_bytes(rest[..4].try_into().expect("len")) as usize;
+        out.push(vault::parse_batch(&rest[4..4 + len]).expect("batch"));
+        rest = &rest[4 + len..];
+    }
+    out
+}
+
+/// `nd7 doctor`'s lines, run with a scratch home.
+pub fn doctor_lines(state: &State) -> Vec<String> {
+    let home = tempfile::tempdir().expect("home");
+    let out = state
+        .nd7()
+        .arg("doctor")
+        .env("HOME", home.path())
+        .output()
+        .expect("doctor");
+    stdout(&out).lines().map(str::to_string).collect()
+}
+
 /// Every byte of the vault's database files.
-fn db_bytes(vault: &Vault) -> Vec<u8> {
+pub fn db_bytes(vault: &Vault) -> Vec<u8> {
     let mut all = Vec::new();
     for suffix in ["", "-wal", "-shm"] {
         let path = PathBuf::from(format!("{}{suffix}", vault.db().display()));
@@ -246,7 +308,7 @@ fn db_bytes(vault: &Vault) -> Vec<u8> {
     all
 }
 
-fn record_payload(state: &State, payload: serde_json::Value) {
+pub fn record_payload(state: &State, payload: serde_json::Value) {
     let out = state.record(payload.to_string().as_bytes());
     assert!(
         out.status.success() && out.stderr.is_empty(),
@@ -319,7 +381,10 @@ fn enrol_record_ship_pull_decrypt_verify_byte_for_byte() {
         .output()
         .expect("run age (apt-get install age)");
     assert!(age.status.success(), "{}", stderr(&age));
-    assert_eq!(vault::hex(&age.stdout), chain_key.trim());
+    assert_eq!(
+        Some(vault::hex(&age.stdout).as_str()),
+        chain_key.lines().last()
+    );
 
     // The session ends; the next ship takes the rest and drops chain.key.
     let mut end = base.clone();
@@ -343,6 +408,43 @@ fn enrol_record_ship_pull_decrypt_verify_byte_for_byte() {
         text.contains("local copy matches the vault's 22 entries"),
         "{text}"
     );
+    // `nd7 show` reads the pulled copy as it reads the local log, and the
+    // local list says every entry is shipped.
+    let show = state
+        .nd7()
+        .args(["show", "--json"])
+        .arg(pulled.parent().expect("the session directory"))
+        .output()
+        .expect("nd7 show");
+    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+    let text = String::from_utf8_lossy(&show.stdout);
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().next().unwrap_or("")).expect("json");
+    assert_eq!(
+        (
+            first["entries"].as_u64(),
+            first["shipped"]["state"].as_str()
+        ),
+        (Some(22), Some("not_here"))
+    );
+    assert!(
+        text.lines()
+            .last()
+            .is_some_and(|l| l.contains(r#""state":"clean""#)),
+        "{text}"
+    );
+    let list = state
+        .nd7()
+        .args(["sessions", "--json"])
+        .output()
+        .expect("nd7 sessions");
+    let row: serde_json::Value =
+        serde_json::from_slice(list.stdout.split(|&b| b == b'\n').next().unwrap_or(b""))
+            .expect("json");
+    assert_eq!(
+        row["shipped"],
+        serde_json::json!({"state": "enrolled", "entries": 22})
+    );
     assert_eq!(
         std::fs::read(pulled).expect("pulled log"),
         std::fs::read(state.log(s).events_path()).expect("local log")
@@ -362,7 +464,7 @@ fn enrol_record_ship_pull_decrypt_verify_byte_for_byte() {
 
 /// Rewrites the log from entry `from` on with `edit` applied to that entry,
 /// re-sealing every later entry and head, so the local chain verifies clean.
-fn rewrite(state: &State, session: &str, from: usize, edit: impl Fn(&str) -> String) {
+pub fn rewrite(state: &State, session: &str, from: usize, edit: impl Fn(&str) -> String) {
     let log = state.log(session);
     let text = std::fs::read_to_string(log.events_path()).expect("log");
     let mut out = String::new();
@@ -394,7 +496,7 @@ fn rewrite(state: &State, session: &str, from: usize, edit: impl Fn(&str) -> Str
     std::fs::write(log.head_path(), format!("{n} {last}\n")).expect("head");
 }
 
-fn append(state: &State, session: &str, n: usize) {
+pub fn append(state: &State, session: &str, n: usize) {
     let log = state.log(session);
     for i in 0..n {
         log.append(&event(session, i)).expect("append");
@@ -416,13 +518,27 @@ fn a_rewrite_after_shipping_is_named_by_pull_and_refused_by_ship() {
 
     let (out, _) = pull(&state, &vault, &org, "s1", true);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert!(stdout(&out).contains("entry 4 differs"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("FAILED (the machine): machine ")
+            && stdout(&out).contains(
+                "session s1: the local copy was rewritten after shipping: entry 4 differs"
+            ),
+        "{}",
+        stdout(&out)
+    );
+    // `nd7 doctor` says whose doing it is.
+    let doctor = doctor_lines(&state);
+    assert!(
+        doctor.iter().any(|l| l.starts_with("FAIL receipts the local log of 1 session(s) no longer holds what was shipped (this machine's doing, not the vault's); s1: entry 9 was shipped with hash")),
+        "{doctor:?}"
+    );
 
     append(&state, "s1", 2);
     let out = ship(&state);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("no longer matches what was shipped: entry 9 was shipped with hash"),
+        stderr(&out)
+            .contains("no longer matches what was shipped: entry 9 was shipped with digest"),
         "{}",
         stderr(&out)
     );
@@ -431,23 +547,37 @@ fn a_rewrite_after_shipping_is_named_by_pull_and_refused_by_ship() {
 
 /// A machine's signed batch of entries `first..` of a log, ready to send.
 fn batch_body(machine: &Machine, state: &State, session: &str, first: u64, prev: Hash) -> Vec<u8> {
+    batch_signed_by(machine, &machine.key, state, session, first, prev)
+}
+
+/// The same, its checkpoint signed by `signer`.
+fn batch_signed_by(
+    machine: &Machine,
+    signer: &SigningKey,
+    state: &State,
+    session: &str,
+    first: u64,
+    prev: Hash,
+) -> Vec<u8> {
     let text = std::fs::read(state.log(session).events_path()).expect("log");
     let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
     let entries: Vec<u8> = lines[first as usize..].concat();
+    let key = vault::Secret32::from_bytes([1; 32]);
+    let index_key = IndexKey::of(&key);
     let header = BatchHeader {
         machine: machine.id.clone(),
         session: session.into(),
+        key: KeyId::of(&key),
         first,
-        prev,
-        index: vault::index_lines(&entries).expect("index"),
+        prev: index_key.digest(&prev),
+        index: vault::index_lines(&entries, &index_key).expect("index"),
     };
-    let key = vault::Secret32::from_bytes([1; 32]);
     let wrapped = vault::wrap_chain_key(
         &key,
         &machine.recipients.recipients,
         &mut |b: &mut [u8]| b.fill(7),
     );
-    vault::seal_batch(&header, &entries, &key, &wrapped, [9; 24])
+    vault::seal_batch(&header, &entries, &key, &wrapped, [9; 24], signer).0
 }
 
 fn signed(
@@ -527,6 +657,20 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
         413,
         "over the vault's",
     );
+    // A request the machine signed, carrying a batch whose checkpoint it did not.
+    let alien = batch_signed_by(
+        &machine,
+        &other,
+        &state,
+        "s1",
+        0,
+        Hash::session_fingerprint("s1"),
+    );
+    expect(
+        send(&alien, signed(&machine.key, &machine.id, p, &alien, now, 9)),
+        400,
+        "the batch's checkpoint is not signed by the machine's key",
+    );
     assert_eq!(stored(&vault), (0, 0));
 
     // A good batch is stored; the same request again is a replay.
@@ -560,7 +704,7 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
         .request("GET", "/v1/forks", b"", None, Some(&vault.read_token()))
         .expect("forks");
     assert!(
-        String::from_utf8_lossy(&forks).contains("3..5: entry 3 has hash"),
+        String::from_utf8_lossy(&forks).contains("3..5: entry 3 has digest"),
         "{}",
         String::from_utf8_lossy(&forks)
     );
@@ -579,7 +723,7 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
 #[test]
 fn a_recipients_document_signed_by_another_key_is_refused_at_enrolment() {
     let vault = Vault::start();
-    let org = Org::new(&vault);
+    let org = Org::keys();
     let impostor = Org::keys();
     impostor.install(&vault);
     let state = State::new();
@@ -780,4 +924,130 @@ fn shipping_while_the_agent_records_ships_every_entry_once() {
     writer.join().expect("writer");
     ok(ship(&state));
     assert_all_stored_once(&vault, &state, &org, "live");
+}
+
+#[test]
+fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let enroll_with = |state: &State, token: &str| {
+        state
+            .nd7()
+            .args([
+                "enroll",
+                &vault.url,
+                "--token",
+                token,
+                "--fingerprint",
+                &org.fingerprint,
+            ])
+            .output()
+            .expect("run nd7 enroll")
+    };
+    // A token is used once.
+    let token = org.token();
+    let (a, b) = (State::new(), State::new());
+    ok(enroll_with(&a, &token));
+    let out = enroll_with(&b, &token);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refused with 403: refused: machine")
+            && stderr(&out).contains("the enrolment token was used already"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!b.xdg().join("nd7/vault").exists(), "nothing written");
+    // An expired token.
+    let org_key = SigningKey::from_seed(
+        &vault::parse_secret_text(
+            &std::fs::read_to_string(org.dir.path().join("org.key")).expect("org key"),
+            "org",
+        )
+        .expect("seed"),
+    );
+    let old = vault::EnrolToken::mint(&org_key, &[3; 16], ship::unix_now() - 10);
+    let out = enroll_with(&State::new(), &old);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the enrolment token expired at"),
+        "{}",
+        stderr(&out)
+    );
+    // A token of another organisation: nd7 enroll refuses it before asking,
+    // and the vault refuses it too.
+    let impostor = Org::keys();
+    let out = enroll_with(&State::new(), &impostor.token());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "the enrolment token is not signed by the organisation key with fingerprint {}",
+            org.fingerprint
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let key = SigningKey::from_seed(&vault::Secret32::from_bytes([8; 32]));
+    let token = vault::EnrolToken::parse(&impostor.token()).expect("token");
+    let body = token.enrolment(&key.public()).render();
+    let id = vault::machine_id(&key.public());
+    let (status, text) = Client::new(&vault.url)
+        .request(
+            "POST",
+            "/v1/enroll",
+            body.as_bytes(),
+            Some(&ship::Signer {
+                key: &key,
+                machine: &id,
+            }),
+            None,
+        )
+        .expect("http");
+    assert_eq!(status, 403, "{}", String::from_utf8_lossy(&text));
+    assert_eq!(vault.count("machines"), 1);
+
+    // The vault installs no document naming another vault's key.
+    let elsewhere = SigningKey::from_seed(&vault::Secret32::from_bytes([9; 32])).public();
+    let doc = vault::Recipients::sign(
+        &org_key,
+        99,
+        &elsewhere,
+        &[vault::AgeRecipient::parse(&org.recipient()).expect("recipient")],
+    );
+    let path = org.dir.path().join("elsewhere");
+    std::fs::write(&path, doc).expect("write");
+    let out = vault.admin(&["recipients", path.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("it names vault key {}", elsewhere.to_hex())),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_database_of_format_v1_is_refused_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("v1.db");
+    rusqlite::Connection::open(&db)
+        .expect("db")
+        .execute_batch(
+            "CREATE TABLE entries (machine TEXT, session TEXT, seq INTEGER, hash TEXT, ts INTEGER);",
+        )
+        .expect("v1 table");
+    let before = std::fs::read(&db).expect("read");
+    let out = Command::new(env!("CARGO_BIN_EXE_nd7-vault"))
+        .args(["read-token", "--db"])
+        .arg(&db)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("it holds vault format 1, and this nd7-vault serves format 2 only"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        std::fs::read(&db).expect("read") == before,
+        "the file changed"
+    );
 }

@@ -186,6 +186,12 @@ impl World {
     /// `program args…` in the project directory, with the scratch home
     /// mounted over the account's home.
     pub fn command(&self, program: &str, args: &[&str]) -> Command {
+        self.command_in(&self.proj(), program, args)
+    }
+
+    /// `program args…` in `cwd` (a path as seen inside, e.g. [`World::acct`]
+    /// for a session whose project is the home), otherwise as [`World::command`].
+    pub fn command_in(&self, cwd: &Path, program: &str, args: &[&str]) -> Command {
         self.own();
         let acct = account();
         let mut cmd = Command::new("unshare");
@@ -212,7 +218,7 @@ impl World {
         }
         cmd.arg(self.home())
             .arg(&acct.home)
-            .arg(self.proj())
+            .arg(cwd)
             .arg(program)
             .args(args)
             .env("TMPDIR", self.root.join("tmp"))

@@ -1,5 +1,5 @@
 //! `nd7 enroll`, `nd7 ship` and `nd7 admin`: argument handling and exit
-//! statuses; the work is `nd7_core::ship`'s.
+//! statuses; the work is `nd7_core::ship`'s and `nd7_core::vault_admin`'s.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -8,8 +8,9 @@ use std::process::ExitCode;
 
 use nd7_core::cli::Admin;
 use nd7_core::session_log::{self, SessionLog};
-use nd7_core::ship::{self, Comparison, ShipError};
+use nd7_core::ship::{self, ShipError};
 use nd7_core::vault::AgeIdentity;
+use nd7_core::vault_admin::{self, Fault, PullError};
 
 fn state_dir(cmd: &str) -> Result<std::path::PathBuf, ExitCode> {
     session_log::state_dir().map_err(|e| {
@@ -34,9 +35,11 @@ pub fn enroll(url: &str, token: &str, fingerprint: &str) -> ExitCode {
     match ship::enroll(&state, url, token, fingerprint) {
         Ok(done) => {
             println!(
-                "enrolled as machine {} with {url}; chain keys will be wrapped to {} admin recipient(s); files in {}",
+                "enrolled as machine {} (key {}) with {url}; chain keys will be wrapped to {} admin recipient(s) of version {}; files in {}",
                 done.machine_id,
+                done.public_key,
                 done.recipients,
+                done.version,
                 done.dir.display()
             );
             ExitCode::SUCCESS
@@ -65,6 +68,9 @@ fn ship_once(state: &Path) -> ExitCode {
             Ok(done) => {
                 entries += done.entries;
                 batches += done.batches;
+                for note in &done.notes {
+                    eprintln!("nd7 ship: {session}: warning: {note}");
+                }
             }
             Err(e) => {
                 failed += 1;
@@ -76,7 +82,9 @@ fn ship_once(state: &Path) -> ExitCode {
         "shipped {entries} entries in {batches} batches; {} sessions, {failed} not fully shipped",
         report.sessions.len()
     );
-    if report.all_shipped() {
+    if report.vault_broke() {
+        ExitCode::from(3)
+    } else if report.all_shipped() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -133,30 +141,50 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+fn fault_code(fault: Fault) -> ExitCode {
+    match fault {
+        Fault::Vault => ExitCode::from(3),
+        Fault::Machine => ExitCode::from(1),
+    }
+}
+
 fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
     match command {
         Admin::OrgKey { out } => {
-            let (text, fp) = ship::new_org_key().map_err(fail)?;
+            let (text, fp) = vault_admin::new_org_key().map_err(fail)?;
             write_new_0600(&out, &text).map_err(fail)?;
             println!("{fp}");
             Ok(ExitCode::SUCCESS)
         }
         Admin::AgeKey { out } => {
-            let (text, recipient) = ship::new_age_identity().map_err(fail)?;
+            let (text, recipient) = vault_admin::new_age_identity().map_err(fail)?;
             write_new_0600(&out, &text).map_err(fail)?;
             println!("{recipient}");
             Ok(ExitCode::SUCCESS)
         }
         Admin::SignRecipients {
             org_key,
+            version,
+            vault_key,
             recipients,
         } => {
-            let doc = ship::sign_recipients(&read(&org_key)?, &recipients).map_err(fail)?;
+            let doc =
+                vault_admin::sign_recipients(&read(&org_key)?, version, &vault_key, &recipients)
+                    .map_err(fail)?;
             print!("{doc}");
             Ok(ExitCode::SUCCESS)
         }
+        Admin::EnrolToken { org_key, hours } => {
+            println!(
+                "{}",
+                vault_admin::enrol_token(&read(&org_key)?, hours).map_err(fail)?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Admin::Sessions { url, read_token } => {
-            for (machine, session, last) in ship::list_sessions(&url, &read_token).map_err(fail)? {
+            for (machine, session, last) in
+                vault_admin::list_sessions(&url, &read_token).map_err(fail)?
+            {
                 println!("{machine} {session} {last}");
             }
             Ok(ExitCode::SUCCESS)
@@ -165,20 +193,28 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             url,
             read_token,
             identity,
+            fingerprint,
             machine,
             session,
             out,
             compare,
         } => {
             let identity = AgeIdentity::parse(&read(&identity)?).map_err(fail)?;
-            let pulled =
-                ship::pull(&url, &read_token, &identity, &machine, &session).map_err(|e| {
-                    eprintln!("nd7 admin pull: {e}");
-                    match e {
-                        ShipError::Rewritten { .. } | ShipError::Vault(_) => ExitCode::from(1),
-                        _ => ExitCode::from(2),
-                    }
-                })?;
+            let pulled = vault_admin::pull(
+                &url,
+                &read_token,
+                &identity,
+                &fingerprint,
+                &machine,
+                &session,
+            )
+            .map_err(|e| match e {
+                PullError::Finding(f) => {
+                    println!("{f}");
+                    fault_code(f.fault)
+                }
+                PullError::Other(e) => fail(format!("pull: {e}")),
+            })?;
             let dir = out.join(&session);
             std::fs::create_dir_all(&dir)
                 .map_err(|e| fail(format!("{}: cannot create: {e}", dir.display())))?;
@@ -188,55 +224,36 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             let log = SessionLog::at_path(&dir).map_err(fail)?;
             match log.verify(1) {
                 Ok(v) => println!(
-                    "pulled {} entries in {} batches into {}; chain verified, head {}",
+                    "pulled {} entries in {} batches into {}, every batch signed by machine {machine}; chain verified, head {}",
                     v.entries,
-                    pulled.batches,
+                    pulled.batches.len(),
                     events.display(),
                     v.head.map_or_else(|| "(empty)".into(), |h| h.short())
                 ),
                 Err(e) => {
-                    println!("FAILED: the vault's copy does not verify: {e}");
+                    println!(
+                        "FAILED (the machine): machine {machine}, session {session}: the signed copy does not verify: {e}"
+                    );
                     return Ok(ExitCode::from(1));
                 }
             }
             let Some(local) = compare else {
+                if !pulled.ended() {
+                    println!(
+                        "note: the vault's copy ends at entry {} without session_end; only the machine's receipt (--compare) can tell a dropped tail from a session still running",
+                        pulled.entries.saturating_sub(1)
+                    );
+                }
                 return Ok(ExitCode::SUCCESS);
             };
-            let local_log = SessionLog::at_path(&local).map_err(fail)?;
-            let bytes = std::fs::read(local_log.events_path()).map_err(|e| {
-                fail(format!(
-                    "{}: cannot read: {e}",
-                    local_log.events_path().display()
-                ))
-            })?;
-            match ship::compare(&pulled.log, &bytes) {
-                Comparison::Matches { entries, unshipped } => {
-                    println!(
-                        "local copy matches the vault's {entries} entries ({unshipped} more locally, not shipped yet)"
-                    );
-                    Ok(ExitCode::SUCCESS)
-                }
-                Comparison::Differs {
-                    entry,
-                    vault_hash,
-                    local,
-                } => {
-                    println!(
-                        "FAILED: the local copy was rewritten after shipping: entry {entry} differs (vault: hash {}, local: {local})",
-                        vault_hash.short()
-                    );
-                    Ok(ExitCode::from(1))
-                }
-                Comparison::Truncated {
-                    local_entries,
-                    vault_entries,
-                } => {
-                    println!(
-                        "FAILED: the local copy was cut short after shipping: it has {local_entries} entries, the vault {vault_entries}; entry {local_entries} is missing"
-                    );
-                    Ok(ExitCode::from(1))
-                }
+            let compared = vault_admin::compare(&pulled, &local).map_err(fail)?;
+            for note in &compared.notes {
+                println!("{note}");
             }
+            for finding in &compared.findings {
+                println!("{finding}");
+            }
+            Ok(ExitCode::from(compared.exit_code()))
         }
     }
 }

@@ -3,19 +3,23 @@
 //! from outside it: by `nd7 run`, which stays unconfined for the life of the
 //! agent and listens on `~/.nd7/sessions/<pid>/exit.sock` (0600).
 //!
-//! [`Exit::serve`] is that side. For each connection it asks the kernel who
-//! is calling (`SO_PEERCRED`) and walks that process's ancestors through
-//! `/proc`: only a descendant of this `nd7 run`, of the same user, is served.
-//! It then reads the session's record afresh, starts the shell under the
-//! floor plus the session's current grants, in its own process group, with
-//! the caller's descriptors as stdio, and relays signals and the exit status.
-//! If the caller goes away first, the command's process group is killed.
+//! [`Exit::serve`] is that side. For each connection it reads the request
+//! and the credentials the kernel attached to it (`SCM_CREDENTIALS`, and a
+//! pidfd of the sender, `SCM_PIDFD`, where the kernel has it): not the
+//! connection's peer, which is nd7 run's keeper, since it connects for
+//! every process of the session (`super::supervise`). Only a descendant of
+//! this `nd7 run`, of the same user, is served, each link of its ancestry
+//! pinned with a pidfd. It then reads the session's record afresh, starts
+//! the shell under the floor plus the session's current grants, in its own
+//! process group, with the caller's descriptors as stdio, and relays signals
+//! (acknowledging each) and the exit status. If the caller goes away first,
+//! the command's process group is killed.
 //!
 //! [`run`] is the `nd7-exec` side.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
@@ -26,16 +30,64 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use rustix::event::{PollFd, PollFlags, poll};
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
-};
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process_group, pidfd_open};
 
+use super::Confinement;
 use super::proc;
-use crate::policy::landlock_rules;
+use crate::run_entry::Ended;
+use crate::run_log::RunLog;
+use crate::running;
 use crate::sandbox::wire::{Frame, Request};
 use crate::session::Session;
+
+/// At most this many commands run through the exit at once; a caller beyond
+/// them is refused at once rather than given a thread of the unconfined
+/// `nd7 run` (a confined agent could otherwise start threads without bound).
+pub const MAX_COMMANDS: usize = 128;
+
+/// Threads of the exit and the door do little but wait and relay.
+pub(super) const STACK: usize = 256 * 1024;
+
+/// A bound on the connections served at once: a slot is taken before a
+/// connection is served and given back when its thread ends.
+#[derive(Debug, Default)]
+pub(super) struct Slots {
+    taken: Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+/// A taken slot, given back when dropped.
+pub(super) struct Slot(Arc<Slots>);
+
+impl Slots {
+    /// A slot if one of `max` is free now.
+    pub(super) fn try_take(slots: &Arc<Slots>, max: usize) -> Option<Slot> {
+        let mut taken = slots.taken.lock().unwrap_or_else(|e| e.into_inner());
+        (*taken < max).then(|| {
+            *taken += 1;
+            Slot(slots.clone())
+        })
+    }
+
+    /// A slot of `max`, waiting until one is free.
+    pub(super) fn take(slots: &Arc<Slots>, max: usize) -> Slot {
+        let mut taken = slots.taken.lock().unwrap_or_else(|e| e.into_inner());
+        while *taken >= max {
+            taken = slots.freed.wait(taken).unwrap_or_else(|e| e.into_inner());
+        }
+        *taken += 1;
+        Slot(slots.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut taken = self.0.taken.lock().unwrap_or_else(|e| e.into_inner());
+        *taken -= 1;
+        self.0.freed.notify_one();
+    }
+}
 
 /// The shell commands run under: the Bash tool's commands are bash.
 pub fn shell() -> &'static str {
@@ -65,6 +117,7 @@ pub enum ExitError {
 pub struct Exit {
     listener: UnixListener,
     session: Session,
+    log: Arc<RunLog>,
     groups: Arc<Mutex<HashSet<u32>>>,
     /// The session's namespaces, which every command joins (`ns`).
     namespaces: Option<Arc<super::ns::Namespaces>>,
@@ -79,7 +132,8 @@ pub struct Serving {
 
 impl Exit {
     /// Binds the session's socket, readable and writable by the user alone.
-    pub fn open(session: &Session) -> Result<Exit, ExitError> {
+    /// Every command and every refused caller goes into `log`.
+    pub fn open(session: &Session, log: Arc<RunLog>) -> Result<Exit, ExitError> {
         let path = session.socket_path();
         let io_err = |action| {
             let path = path.clone();
@@ -93,9 +147,18 @@ impl Exit {
         // The directory is already 0700; the socket's own mode says the same.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(io_err("restrict"))?;
+        // Every message then carries its sender's credentials, and a pidfd
+        // where the kernel can (Linux 6.5); accepted connections inherit both.
+        rustix::net::sockopt::set_socket_passcred(&listener, true)
+            .map_err(|e| io_err("set up")(e.into()))?;
+        let _ = set_pass_pidfd(&listener);
+        // The keeper connects for the session's processes, and only to
+        // sockets it knows to be the session's.
+        super::keeper::allow_own(listener.as_fd()).map_err(io_err("register"))?;
         Ok(Exit {
             listener,
             session: session.clone(),
+            log,
             groups: Arc::default(),
             namespaces: None,
             after: None,
@@ -115,20 +178,45 @@ impl Exit {
     }
 
     /// Serves connections on a thread of their own, each on its own thread,
-    /// for as long as the process lives.
+    /// at most [`MAX_COMMANDS`] at once, for as long as the process lives.
     pub fn serve(self) -> Serving {
         let groups = self.groups.clone();
         std::thread::spawn(move || {
             let me = std::process::id();
+            let slots = Arc::new(Slots::default());
             for conn in self.listener.incoming() {
                 let Ok(conn) = conn else { continue };
+                let Some(slot) = Slots::try_take(&slots, MAX_COMMANDS) else {
+                    let why = format!(
+                        "this session already runs {MAX_COMMANDS} commands through its exit; wait for one to end"
+                    );
+                    // Refused before its request is read, so named by the
+                    // connection's peer, where that is not the keeper.
+                    refuse(&conn, &self.log, "exit", peer(&conn), why);
+                    continue;
+                };
                 let session = self.session.clone();
                 let groups = self.groups.clone();
+                let log = self.log.clone();
                 let namespaces = self.namespaces.clone();
                 let after = self.after.clone();
-                std::thread::spawn(move || {
-                    serve_one(conn, me, &session, &groups, namespaces.as_deref(), after)
-                });
+                let spawned = std::thread::Builder::new()
+                    .stack_size(STACK)
+                    .spawn(move || {
+                        let _slot = slot;
+                        serve_one(
+                            conn,
+                            me,
+                            &session,
+                            &log,
+                            &groups,
+                            namespaces.as_deref(),
+                            after,
+                        );
+                    });
+                // Out of threads: the connection was dropped with the closure
+                // and its caller sees the exit close; nothing ran.
+                drop(spawned);
             }
         });
         Serving { groups }
@@ -147,66 +235,237 @@ impl Serving {
     }
 }
 
+/// `SO_PASSPIDFD`: the kernel attaches a pidfd of the sender to every
+/// message (Linux 6.5).
+pub fn set_pass_pidfd(socket: &impl AsFd) -> io::Result<()> {
+    const SO_PASSPIDFD: libc::c_int = 76;
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one c_int from a live local.
+    let r = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&socket.as_fd()),
+            libc::SOL_SOCKET,
+            SO_PASSPIDFD,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Whether `pidfd`'s process is still alive (signal 0 through the pidfd).
+fn alive(pidfd: &OwnedFd) -> bool {
+    // SAFETY: pidfd_send_signal with signal 0 and no info only checks.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            std::os::fd::AsRawFd::as_raw_fd(pidfd),
+            0,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        ) == 0
+    }
+}
+
+/// Whether process `pid`, pinned by `pinned`, descends from `ancestor`.
+/// Each parent is pinned with a pidfd as it is reached, and the link to it
+/// read again once it is pinned; at the end every pinned process must still
+/// be alive. A pid reused anywhere along the way therefore fails the check.
+fn descends_pinned(pid: u32, pinned: OwnedFd, ancestor: u32) -> bool {
+    let mut held = vec![pinned];
+    let mut at = pid;
+    // A tree deeper than this is not one the kernel builds.
+    for _ in 0..(1 << 16) {
+        let Some(parent) = proc::stat(at).map(|s| s.ppid) else {
+            return false;
+        };
+        if parent == 0 {
+            return false;
+        }
+        if parent == ancestor {
+            return held.iter().all(alive);
+        }
+        let Some(id) = Pid::from_raw(parent as i32) else {
+            return false;
+        };
+        let Ok(pidfd) = pidfd_open(id, PidfdFlags::empty()) else {
+            return false;
+        };
+        if proc::stat(at).map(|s| s.ppid) != Some(parent) {
+            return false;
+        }
+        held.push(pidfd);
+        at = parent;
+    }
+    false
+}
+
 /// Whether the kernel places the caller in this session's process tree.
-fn admit(conn: &UnixStream, session_pid: u32) -> Result<u32, String> {
-    let cred = rustix::net::sockopt::socket_peercred(conn)
-        .map_err(|e| format!("cannot tell who is calling: {e}"))?;
-    let me = rustix::process::getuid();
-    if cred.uid != me {
+pub(super) fn admit(caller: Caller, session_pid: u32) -> Result<u32, String> {
+    let (Some(pid), Some(uid)) = (caller.pid, caller.uid) else {
+        return Err("cannot tell who is calling: the request came without credentials".into());
+    };
+    let me = rustix::process::getuid().as_raw();
+    if uid != me {
         return Err(format!(
-            "the caller runs as uid {}, the session as uid {}",
-            cred.uid.as_raw(),
-            me.as_raw()
+            "the caller runs as uid {uid}, the session as uid {me}"
         ));
     }
-    let pid = cred.pid.as_raw_nonzero().get() as u32;
-    let before = proc::stat(pid).map(|s| s.started);
-    let inside = proc::ancestors(pid).any(|p| p == session_pid);
-    // The same process, still: a pid reused during the walk would have
-    // another start time.
-    let after = proc::stat(pid).map(|s| s.started);
-    if !inside || before.is_none() || before != after {
-        return Err(format!(
+    let refused = || {
+        format!(
             "process {pid} is not part of session {session_pid}; only the session's own processes may use its exit"
-        ));
+        )
+    };
+    let pinned = match caller.pidfd {
+        Some(pidfd) => pidfd,
+        // Before Linux 6.5: pinned now, which a pid reused between the
+        // message and this line could fool (said by `nd7 doctor`).
+        None => Pid::from_raw(pid as i32)
+            .and_then(|id| pidfd_open(id, PidfdFlags::empty()).ok())
+            .ok_or_else(refused)?,
+    };
+    if descends_pinned(pid, pinned, session_pid) {
+        Ok(pid)
+    } else {
+        Err(refused())
     }
-    Ok(pid)
+}
+
+/// Who is on the other end of `conn`, as far as its peer credentials tell:
+/// nobody known when the peer is nd7 run's keeper, which connects for every
+/// process of the session (only a request's own credentials name its sender).
+pub(super) fn peer(conn: &UnixStream) -> (Option<u32>, Option<u32>) {
+    match rustix::net::sockopt::socket_peercred(conn) {
+        Ok(c) if Some(c.pid.as_raw_nonzero().get() as u32) != super::keeper::keeper_pid() => (
+            Some(c.pid.as_raw_nonzero().get() as u32),
+            Some(c.uid.as_raw()),
+        ),
+        _ => (None, None),
+    }
+}
+
+/// Refuses a caller (pid and uid as the kernel gave them, where it did),
+/// writing it down in the session's log.
+pub(super) fn refuse(
+    conn: &UnixStream,
+    log: &RunLog,
+    door: &str,
+    (pid, uid): (Option<u32>, Option<u32>),
+    why: String,
+) {
+    log.refused(door, pid, uid, &why);
+    let _ = (&*conn).write_all(&Frame::Refused(why).encode());
 }
 
 fn serve_one(
     conn: UnixStream,
     me: u32,
     session: &Session,
+    log: &RunLog,
     groups: &Mutex<HashSet<u32>>,
     namespaces: Option<&super::ns::Namespaces>,
     after: Option<crate::sandbox::AfterCommand>,
 ) {
-    let refuse = |conn: &UnixStream, why: String| {
-        let _ = (&*conn).write_all(&Frame::Refused(why).encode());
-    };
-    if let Err(why) = admit(&conn, me) {
-        return refuse(&conn, why);
-    }
     // nd7-exec sends its request at once; a caller that stalls is dropped
     // rather than holding a thread for the rest of the session.
     let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(10)));
-    let (request, stdio) = match receive(&conn) {
-        Ok(got) => got,
-        Err(why) => return refuse(&conn, why),
-    };
+    // The request is read first: the credentials that name its sender come
+    // with it (the connection's peer is the keeper).
+    let (caller, received) = receive(&conn);
     let _ = conn.set_read_timeout(None);
-    let mut child = match start(&request, stdio, session, namespaces) {
+    let who = (caller.pid, caller.uid);
+    let (request, stdio) = match received {
+        Ok(got) => got,
+        Err(why) => return refuse(&conn, log, "exit", who, why),
+    };
+    let caller = match admit(caller, me) {
+        Ok(pid) => pid,
+        Err(why) => return refuse(&conn, log, "exit", who, why),
+    };
+    let say = |why: String| {
+        let _ = (&conn).write_all(&Frame::Refused(why).encode());
+    };
+    // The rules are read once, and the grants that go into the log are the
+    // ones the command runs under.
+    let policy = match session.record() {
+        Ok(record) => record.policy,
+        Err(e) => return say(format!("cannot read the session's rules: {e}")),
+    };
+    // The rules are built before the command is written down, so the grants
+    // logged are those it runs under: a grant whose path changed since it was
+    // made is dropped here (ADR-0028), and that is written down too.
+    let (confinement, dropped) = match super::prepare_command(session, &policy) {
+        Ok(prepared) => prepared,
+        Err(e) => return say(e.to_string()),
+    };
+    for d in &dropped {
+        let _ = log.note(
+            crate::run_entry::GRANT_DROPPED,
+            None,
+            None,
+            &serde_json::json!({"path": d.path, "grant": d.grant, "why": d.why}),
+        );
+    }
+    let grants: Vec<std::path::PathBuf> = policy
+        .grants
+        .iter()
+        .filter(|g| !dropped.iter().any(|d| d.grant && &d.path == *g))
+        .cloned()
+        .collect();
+    // The command is written down before it starts: one the log cannot hold
+    // is not run.
+    use std::os::unix::ffi::OsStrExt;
+    let exec = match log.exec_started(request.command.as_bytes(), &request.cwd, caller, &grants) {
+        Ok(seq) => seq,
+        Err(e) => {
+            return say(format!(
+                "cannot write the command into the session's log ({e}); it was not run"
+            ));
+        }
+    };
+    // What the keeper lists for `nd7 deny`: the grants it actually runs with.
+    let started = running::Command::new(&request.command.to_string_lossy(), &request.cwd, &grants);
+    let child = match start(&request, stdio, confinement, started, namespaces) {
         Ok(child) => child,
-        Err(why) => return refuse(&conn, why),
+        Err(why) => {
+            let _ = log.exec_ended(exec, &Ended::NotStarted(why.clone()), None);
+            return say(why);
+        }
     };
     let pgid = child.id();
     if let Ok(mut g) = groups.lock() {
         g.insert(pgid);
     }
-    let frame = relay(&conn, &mut child);
+    let (exited, watch) = relay(&conn, &child);
+    // The group's leader is not reaped yet, so its id cannot belong to
+    // another group: it leaves the set before `wait` frees it.
+    if !exited && let Some(pid) = Pid::from_raw(pgid as i32) {
+        // The caller died or hung up: its command goes with it.
+        let _ = kill_process_group(pid, Signal::KILL);
+    }
     if let Ok(mut g) = groups.lock() {
         g.remove(&pgid);
     }
+    let mut child = child;
+    let status = child.wait();
+    let frame = match (exited, status) {
+        (true, Ok(status)) => Some(match (status.code(), status.signal()) {
+            (Some(code), _) => Frame::Exited(code),
+            (None, Some(sig)) => Frame::Signaled(sig),
+            (None, None) => Frame::Exited(255),
+        }),
+        _ => None,
+    };
+    let ended = match &frame {
+        Some(Frame::Exited(code)) => Ended::Exited(*code),
+        Some(Frame::Signaled(sig)) => Ended::Signaled(*sig),
+        _ => Ended::CallerGone,
+    };
+    let _ = log.exec_ended(exec, &ended, watch.as_deref());
     // Checked before the status is reported, so the next command starts
     // after the check of this one.
     if let Some(after) = after {
@@ -217,52 +476,125 @@ fn serve_one(
     }
 }
 
-/// Reads the request and the three descriptors sent with it.
-fn receive(conn: &UnixStream) -> Result<(Request, [OwnedFd; 3]), String> {
-    let mut prefix = [0u8; 4];
-    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(3))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let got = recvmsg(
-        conn,
-        &mut [IoSliceMut::new(&mut prefix)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC | RecvFlags::WAITALL,
-    )
-    .map_err(|e| format!("cannot read the request: {e}"))?;
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    for message in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(rights) = message {
-            fds.extend(rights);
-        }
-    }
-    if got.bytes != 4 {
-        return Err("the request ended before its length".into());
-    }
-    let stdio: [OwnedFd; 3] = fds
-        .try_into()
-        .map_err(|fds: Vec<_>| format!("the request carried {} descriptors, not 3", fds.len()))?;
-    let len = Request::announced_len(prefix).map_err(|e| e.to_string())?;
-    let mut body = vec![0u8; len];
-    (&*conn)
-        .read_exact(&mut body)
-        .map_err(|e| format!("cannot read the request: {e}"))?;
-    let request = Request::decode(&body).map_err(|e| e.to_string())?;
-    Ok((request, stdio))
+/// Who sent a request, as the kernel attached it to the message.
+#[derive(Debug, Default)]
+pub(super) struct Caller {
+    pub(super) pid: Option<u32>,
+    pub(super) uid: Option<u32>,
+    /// A pidfd of the sender (`SCM_PIDFD`), where the kernel gives one.
+    pub(super) pidfd: Option<OwnedFd>,
 }
 
-/// Starts the command under the session's current rules.
+/// A request's length prefix and the descriptors that came with it.
+pub(super) type Prefix = ([u8; 4], Vec<OwnedFd>);
+
+/// Reads a request's four-byte length prefix with the descriptors and the
+/// credentials the kernel attached to it (the socket must have
+/// `SO_PASSCRED`, and `SO_PASSPIDFD` where the kernel has it). The
+/// credentials are returned whatever else went wrong, so a refusal can name
+/// its caller. At most three descriptors are taken.
+pub(super) fn receive_prefix(conn: &UnixStream) -> (Caller, Result<Prefix, String>) {
+    const SCM_PIDFD: libc::c_int = 4;
+    let mut prefix = [0u8; 4];
+    // Room for three descriptors, a ucred and a pidfd, aligned for cmsghdr.
+    let mut space = [0u64; 32];
+    let mut iov = libc::iovec {
+        iov_base: prefix.as_mut_ptr().cast(),
+        iov_len: prefix.len(),
+    };
+    // SAFETY: msghdr is plain data; every field used is set below.
+    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+    header.msg_iov = &mut iov;
+    header.msg_iovlen = 1;
+    header.msg_control = space.as_mut_ptr().cast();
+    header.msg_controllen = std::mem::size_of_val(&space) as _;
+    // SAFETY: `header` points at `iov` and `space`, both live and writable
+    // for their whole lengths for the duration of the call.
+    let got = unsafe {
+        libc::recvmsg(
+            std::os::fd::AsRawFd::as_raw_fd(conn),
+            &mut header,
+            libc::MSG_CMSG_CLOEXEC | libc::MSG_WAITALL,
+        )
+    };
+    let mut caller = Caller::default();
+    if got < 0 {
+        let e = io::Error::last_os_error();
+        return (caller, Err(format!("cannot read the request: {e}")));
+    }
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    // SAFETY: the kernel filled `header.msg_control` with well-formed
+    // control messages up to `msg_controllen`; each descriptor in them is
+    // new in this process and owned by nothing else, so each is wrapped
+    // exactly once.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&header);
+        while !cmsg.is_null() {
+            let data = libc::CMSG_DATA(cmsg);
+            let len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+            match ((*cmsg).cmsg_level, (*cmsg).cmsg_type) {
+                (libc::SOL_SOCKET, libc::SCM_RIGHTS) => {
+                    for i in 0..len / 4 {
+                        let fd = std::ptr::read_unaligned(data.cast::<libc::c_int>().add(i));
+                        fds.push(std::os::fd::FromRawFd::from_raw_fd(fd));
+                    }
+                }
+                (libc::SOL_SOCKET, libc::SCM_CREDENTIALS) if len >= 12 => {
+                    let cred = std::ptr::read_unaligned(data.cast::<libc::ucred>());
+                    caller.pid = u32::try_from(cred.pid).ok().filter(|&p| p != 0);
+                    caller.uid = Some(cred.uid);
+                }
+                (libc::SOL_SOCKET, SCM_PIDFD) if len >= 4 => {
+                    let fd = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                    caller.pidfd = Some(std::os::fd::FromRawFd::from_raw_fd(fd));
+                }
+                _ => {}
+            }
+            cmsg = libc::CMSG_NXTHDR(&header, cmsg);
+        }
+    }
+    if header.msg_flags & libc::MSG_CTRUNC != 0 {
+        return (
+            caller,
+            Err("the request carried more than three descriptors".into()),
+        );
+    }
+    if got != 4 {
+        return (caller, Err("the request ended before its length".into()));
+    }
+    (caller, Ok((prefix, fds)))
+}
+
+/// Reads the request, the three descriptors sent with it and the
+/// credentials the kernel attached.
+fn receive(conn: &UnixStream) -> (Caller, Result<(Request, [OwnedFd; 3]), String>) {
+    let (caller, got) = receive_prefix(conn);
+    let read = || {
+        let (prefix, fds) = got?;
+        let stdio: [OwnedFd; 3] = fds.try_into().map_err(|fds: Vec<_>| {
+            format!("the request carried {} descriptors, not 3", fds.len())
+        })?;
+        let len = Request::announced_len(prefix).map_err(|e| e.to_string())?;
+        let mut body = vec![0u8; len];
+        (&*conn)
+            .read_exact(&mut body)
+            .map_err(|e| format!("cannot read the request: {e}"))?;
+        let request = Request::decode(&body).map_err(|e| e.to_string())?;
+        Ok((request, stdio))
+    };
+    let read = read();
+    (caller, read)
+}
+
+/// Starts the command under the confinement prepared for it, reported to
+/// the keeper as `started`.
 fn start(
     request: &Request,
     stdio: [OwnedFd; 3],
-    session: &Session,
+    confinement: Confinement,
+    started: running::Command,
     namespaces: Option<&super::ns::Namespaces>,
 ) -> Result<Child, String> {
-    let record = session
-        .record()
-        .map_err(|e| format!("cannot read the session's rules: {e}"))?;
-    let policy = record.policy;
-    let rules = landlock_rules(&policy, &policy.command_writes(), &super::list_dir);
-    let confinement = super::prepare(&rules).map_err(|e| e.to_string())?;
     let [stdin, stdout, stderr] = stdio;
     let shell = shell();
     let mut command = Command::new(shell);
@@ -276,39 +608,62 @@ fn start(
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr))
         .process_group(0);
+    // The session's namespaces are joined first: Landlock and the seccomp
+    // filter, applied after, would refuse the join.
     if let Some(ns) = namespaces {
         ns.join(&mut command, &request.cwd)
             .map_err(|e| e.to_string())?;
     }
-    confinement.confine(&mut command);
+    confinement.confine(&mut command, super::Started::Command(started));
     command
         .spawn()
         .map_err(|e| format!("cannot start {shell} in {}: {e}", request.cwd.display()))
 }
 
-/// Waits for the command while passing on the caller's signals. Returns the
-/// frame that reports how it ended, or `None` when the caller is gone (and
-/// the command's process group has been killed).
-fn relay(conn: &UnixStream, child: &mut Child) -> Option<Frame> {
-    let pgid = Pid::from_raw(child.id() as i32)?;
-    let pidfd = pidfd_open(pgid, PidfdFlags::empty()).ok();
+/// How often the command is checked on when no pidfd can watch it.
+const POLL_WITHOUT_PIDFD: rustix::event::Timespec = rustix::event::Timespec {
+    tv_sec: 0,
+    tv_nsec: 50_000_000,
+};
+
+/// Waits for the command while passing on the caller's signals, each
+/// acknowledged by echoing its frame. Returns `true` when the command has
+/// exited (not yet reaped, so its process group's id stays its own), `false`
+/// when the caller is gone first; and, when no pidfd could watch the
+/// command, why, for the log: the command is then checked on every 50 ms
+/// instead, so signals and a hang-up are still passed on.
+fn relay(conn: &UnixStream, child: &Child) -> (bool, Option<String>) {
+    let Some(pgid) = Pid::from_raw(child.id() as i32) else {
+        return (false, None);
+    };
+    let (pidfd, watch) = match pidfd_open(pgid, PidfdFlags::empty()) {
+        Ok(fd) => (Some(fd), None),
+        Err(e) => (
+            None,
+            Some(format!(
+                "pidfd_open failed ({e}); the command was checked on every 50 ms instead"
+            )),
+        ),
+    };
+    // Whether the command has exited, asked without reaping it.
+    let ended = || {
+        use rustix::process::{WaitId, WaitIdOptions, waitid};
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        matches!(waitid(WaitId::Pid(pgid), options), Ok(Some(_)))
+    };
     loop {
         let mut fds = vec![PollFd::new(conn, PollFlags::IN)];
         if let Some(pidfd) = &pidfd {
             fds.push(PollFd::new(pidfd, PollFlags::IN));
         }
-        if poll(&mut fds, None).is_err() {
+        let timeout = pidfd.is_none().then_some(&POLL_WITHOUT_PIDFD);
+        if poll(&mut fds, timeout).is_err() {
             continue;
         }
         let exited = fds.get(1).is_some_and(|f| !f.revents().is_empty());
         let caller = !fds[0].revents().is_empty();
-        if exited || pidfd.is_none() {
-            let status = child.wait().ok()?;
-            return Some(match (status.code(), status.signal()) {
-                (Some(code), _) => Frame::Exited(code),
-                (None, Some(sig)) => Frame::Signaled(sig),
-                (None, None) => Frame::Exited(255),
-            });
+        if exited || (pidfd.is_none() && ended()) {
+            return (true, watch);
         }
         if caller {
             let mut head = [0u8; 5];
@@ -318,17 +673,15 @@ fn relay(conn: &UnixStream, child: &mut Child) -> Option<Frame> {
                 .map(|()| Frame::decode(head))
             {
                 Some(Ok(Ok(Frame::Kill(sig)))) => {
-                    if let Some(sig) = forwardable(sig) {
-                        let _ = kill_process_group(pgid, sig);
+                    if let Some(signal) = forwardable(sig) {
+                        let _ = kill_process_group(pgid, signal);
                     }
+                    // nd7-exec gives up on a session that does not answer
+                    // (a stopped nd7 run); this says it was heard.
+                    let _ = (&*conn).write_all(&Frame::Kill(sig).encode());
                 }
                 Some(_) => {}
-                None => {
-                    // The caller died or hung up: its command goes with it.
-                    let _ = kill_process_group(pgid, Signal::KILL);
-                    let _ = child.wait();
-                    return None;
-                }
+                None => return (false, watch),
             }
         }
     }
@@ -356,9 +709,17 @@ pub enum Outcome {
     Signaled(i32),
 }
 
+/// How long `nd7-exec` waits for `nd7 run` to acknowledge a signal it passed
+/// on before it gives up on the command: a stopped or hung `nd7 run` must not
+/// make `nd7-exec` deaf to SIGTERM. When `nd7 run` runs again it sees the
+/// connection gone and kills the command.
+pub const ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The `nd7-exec` side: sends `command` (with this process's stdio, working
 /// directory and environment) to the session listening on `socket`, passes
 /// on SIGINT, SIGTERM, SIGHUP and SIGQUIT, and returns how the command ended.
+/// A signal `nd7 run` does not acknowledge within [`ACK_WAIT`] ends this
+/// process as the signal would have (128+N).
 pub fn run(socket: &Path, command: OsString) -> Result<Outcome, ExitError> {
     let io_err = |action| {
         let path = socket.to_path_buf();
@@ -377,27 +738,49 @@ pub fn run(socket: &Path, command: OsString) -> Result<Outcome, ExitError> {
     if let Err(e) = send(&conn, &request.encode()) {
         // A refusal comes before the request is read, and the socket may be
         // closed under a long request: the refusal is the answer to report.
-        return match read_outcome(&conn) {
+        return match read_outcome(&conn, None) {
             Err(refused @ ExitError::Refused(_)) => Err(refused),
             _ => Err(io_err("send the command to")(e)),
         };
     }
     let signals = conn.try_clone().map_err(io_err("use"))?;
+    let (acked, acks) = std::sync::mpsc::channel::<()>();
     if let Ok(mut incoming) = signal_hook::iterator::Signals::new(FORWARDED) {
         std::thread::spawn(move || {
             for sig in incoming.forever() {
                 let _ = (&signals).write_all(&Frame::Kill(sig).encode());
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = acks.recv_timeout(ACK_WAIT)
+                {
+                    eprintln!(
+                        "nd7-exec: nd7 run did not answer within {} s (stopped?); leaving the command to it",
+                        ACK_WAIT.as_secs()
+                    );
+                    std::process::exit(128 + sig);
+                }
             }
         });
     }
-    read_outcome(&conn)
+    read_outcome(&conn, Some(&acked))
 }
 
 /// Reads the frame that ends an exchange: how the command ended, or why it
-/// was refused.
-fn read_outcome(mut conn: &UnixStream) -> Result<Outcome, ExitError> {
+/// was refused. Acknowledgements of passed-on signals on the way are
+/// reported on `acked`.
+fn read_outcome(
+    mut conn: &UnixStream,
+    acked: Option<&std::sync::mpsc::Sender<()>>,
+) -> Result<Outcome, ExitError> {
     let mut head = [0u8; 5];
-    conn.read_exact(&mut head).map_err(|_| ExitError::Lost)?;
+    loop {
+        conn.read_exact(&mut head).map_err(|_| ExitError::Lost)?;
+        if let Ok(Ok(Frame::Kill(_))) = Frame::decode(head) {
+            if let Some(acked) = acked {
+                let _ = acked.send(());
+            }
+        } else {
+            break;
+        }
+    }
     match Frame::decode(head).map_err(|_| ExitError::Lost)? {
         Ok(Frame::Exited(code)) => Ok(Outcome::Exited(code)),
         Ok(Frame::Signaled(sig)) => Ok(Outcome::Signaled(sig)),
@@ -434,4 +817,48 @@ fn send(conn: &UnixStream, bytes: &[u8]) -> io::Result<()> {
         SendFlags::empty(),
     )?;
     (&*conn).write_all(&bytes[sent..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pidfd_of(pid: u32) -> OwnedFd {
+        pidfd_open(Pid::from_raw(pid as i32).expect("pid"), PidfdFlags::empty()).expect("pidfd")
+    }
+
+    /// A child of this process descends from it while the process pinned
+    /// for it is alive. When the pinned process is dead, the same number
+    /// naming a descendant (as a reused pid would) does not pass: this is
+    /// what the final liveness check in `descends_pinned` guards.
+    #[test]
+    fn a_pid_whose_pinned_process_died_does_not_pass() {
+        let me = std::process::id();
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        assert!(descends_pinned(child.id(), pidfd_of(child.id()), me));
+
+        let mut gone = Command::new("true").spawn().expect("true");
+        let dead = pidfd_of(gone.id());
+        gone.wait().expect("reaped");
+        assert!(!alive(&dead));
+        assert!(!descends_pinned(child.id(), dead, me));
+
+        // Not a descendant at all.
+        assert!(!descends_pinned(me, pidfd_of(me), child.id()));
+        child.kill().expect("kill");
+        child.wait().expect("reaped");
+    }
+
+    #[test]
+    fn a_caller_without_credentials_or_of_another_user_is_refused() {
+        let none = admit(Caller::default(), 1).expect_err("no credentials");
+        assert!(none.contains("without credentials"), "{none}");
+        let other = Caller {
+            pid: Some(std::process::id()),
+            uid: Some(rustix::process::getuid().as_raw() + 1),
+            pidfd: None,
+        };
+        let why = admit(other, 1).expect_err("another uid");
+        assert!(why.contains("runs as uid"), "{why}");
+    }
 }

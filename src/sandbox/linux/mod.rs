@@ -6,22 +6,51 @@
 //! include `Truncate`; without it a confined process could still truncate
 //! files it may not write. A kernel that cannot enforce all of them is refused:
 //! the rules are applied completely or not at all.
+//!
+//! # No rule follows a link (ADR-0028)
+//!
+//! A Landlock rule is a file descriptor, and a descriptor opened by name
+//! follows every symbolic link on the way: a link anywhere the agent can
+//! write, re-pointed between two commands, would turn the next ruleset's
+//! rule into a rule for whatever it points at (`~/.ssh`, `~/.nd7`, `/`).
+//! So every rule path is opened with `openat2(RESOLVE_NO_SYMLINKS)`: a link
+//! in any component makes the open fail, and that rule is left out (which
+//! allows less, never more). Directories are listed the same way, and links
+//! found in a listing are skipped: what a link points at is reached, and
+//! judged, by its real path. The floor's rules are opened once, when `nd7
+//! run` builds the floor, and the same descriptors serve every command
+//! through the exit ([`prepare_floor`], [`prepare_command`]); grants are
+//! opened per command and checked against the identity they were pinned
+//! with: one whose path now leads to another directory is left out and
+//! reported.
 
+pub mod door;
 pub mod exit;
+pub mod keeper;
 pub mod ns;
 pub mod proc;
+pub mod seccomp;
+pub mod supervise;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::collections::BTreeSet;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, OnceLock};
 
 use landlock::{
-    ABI, Access, AccessFs, CompatLevel, Compatible, RestrictionStatus, Ruleset, RulesetAttr,
-    RulesetCreated, RulesetCreatedAttr, RulesetStatus, path_beneath_rules,
+    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, RestrictionStatus,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
-use crate::policy::LandlockRules;
+use crate::policy::{Identity, LandlockRules, Policy, landlock_rules, write_rules};
+use crate::running;
+use crate::sandbox::{Dropped, PinError};
+use crate::session::Session;
 
 /// The Landlock ABI whose file-system rights nd7 requires.
 pub const REQUIRED_ABI: ABI = ABI::V3;
@@ -39,32 +68,210 @@ pub enum SandboxError {
     Partial(RulesetStatus),
 }
 
-/// A directory's entries, for [`crate::policy::complement`]; an unreadable
-/// directory has none, so nothing beneath it is allowed.
-pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
-        .unwrap_or_default()
+/// Opens `path` (absolute) as a rule descriptor, following no symbolic link
+/// in any component: a link anywhere on the way fails with `ELOOP`.
+pub fn open_nofollow(path: &Path, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        flags | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    )
 }
 
-/// The ruleset for `rules`, every right required: with HardRequirement each
-/// step fails rather than drop a right the kernel lacks. Paths that cannot be
-/// opened (gone since the rules were computed) are skipped: an allow that
-/// cannot be placed allows nothing.
-fn build(rules: &LandlockRules) -> Result<RulesetCreated, SandboxError> {
-    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
+/// What `path` leads to now, without following links.
+pub fn pin(path: &Path) -> Result<Identity, PinError> {
+    let fd = open_nofollow(path, OFlags::PATH).map_err(pin_error)?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?;
+    Ok(Identity {
+        dev: stat.st_dev,
+        ino: stat.st_ino,
+    })
+}
+
+fn pin_error(e: Errno) -> PinError {
+    match e {
+        Errno::LOOP => PinError::Link,
+        Errno::NOENT | Errno::NOTDIR => PinError::Missing,
+        other => PinError::Io(other.into()),
+    }
+}
+
+/// A directory's entries, for [`crate::policy::complement`], listed without
+/// following links to the directory, and without the entries that are
+/// links themselves: what a link points at gets a rule, or none, by its
+/// real path. An unreadable directory has no entries, so nothing beneath it
+/// is allowed.
+pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
+    let Ok(fd) = open_nofollow(dir, OFlags::RDONLY | OFlags::DIRECTORY) else {
+        return Vec::new();
+    };
+    let Ok(mut entries) = rustix::fs::Dir::new(fd) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    while let Some(Ok(entry)) = entries.read() {
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." || entry.file_type() == FileType::Symlink {
+            continue;
+        }
+        out.push(dir.join(std::ffi::OsStr::from_bytes(name)));
+    }
+    out
+}
+
+/// Checks each of `writes` (write roots or grants) against its pin. One
+/// that is missing, reached through a link, or another directory than the
+/// one pinned is left out and returned in the second list; one that was
+/// never pinned (a root that did not exist when the session started) is left
+/// out silently, unless it is a grant.
+fn pinned(policy: &Policy, writes: &[PathBuf]) -> (Vec<PathBuf>, Vec<Dropped>) {
+    let mut kept = Vec::new();
+    let mut dropped = Vec::new();
+    for path in writes {
+        let grant = policy.grants.contains(path);
+        let why = match (policy.pin_of(path), pin(path)) {
+            (Some(pinned), Ok(now)) if pinned == now => {
+                kept.push(path.clone());
+                continue;
+            }
+            (None, _) if !grant => continue,
+            (None, _) => "it was never pinned".to_string(),
+            (Some(_), Ok(_)) => {
+                "its path now leads to another directory than the one pinned".to_string()
+            }
+            (Some(_), Err(e)) => e.to_string(),
+        };
+        dropped.push(Dropped {
+            path: path.clone(),
+            grant,
+            why,
+        });
+    }
+    (kept, dropped)
+}
+
+/// The rules for the floor plus `writes`, each write root or grant checked
+/// against its pin first ([`pinned`]).
+pub fn command_rules(policy: &Policy, writes: &[PathBuf]) -> (LandlockRules, Vec<Dropped>) {
+    let (kept, dropped) = pinned(policy, writes);
+    (landlock_rules(policy, &kept, &list_dir), dropped)
+}
+
+/// Rules opened and ready to be added to a ruleset: a descriptor (opened
+/// without links) and the rights it carries.
+type Opened = Vec<(OwnedFd, BitFlags<AccessFs>)>;
+
+/// The floor's rules, opened once when `nd7 run` builds the floor and
+/// reused for every command through the exit: the descriptors hold the
+/// directories the session started with, whatever is renamed or re-pointed
+/// later, and no command pays for listing and opening them again.
+static FLOOR: OnceLock<Opened> = OnceLock::new();
+
+/// Opens every path of `rules` without following links; one that cannot be
+/// opened is skipped: an allow that cannot be placed allows nothing.
+fn open_rules(rules: &LandlockRules) -> Opened {
     let all = AccessFs::from_all(REQUIRED_ABI);
     let read = AccessFs::from_read(REQUIRED_ABI);
-    Ruleset::default()
+    let mut out = Vec::new();
+    for (paths, access) in [(&rules.read, read), (&rules.write, all)] {
+        for path in paths {
+            out.extend(rule(path, access));
+        }
+    }
+    out
+}
+
+/// The ruleset holding `rules`, every right required: with
+/// HardRequirement each step fails rather than drop a right the kernel lacks.
+fn ruleset(rules: &[&Opened]) -> Result<RulesetCreated, SandboxError> {
+    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
+    let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(all)
+        .handle_access(AccessFs::from_all(REQUIRED_ABI))
         .map_err(|e| unsupported(&e))?
         .create()
-        .map_err(|e| unsupported(&e))?
-        .add_rules(path_beneath_rules(&rules.read, read))
-        .map_err(|e| unsupported(&e))?
-        .add_rules(path_beneath_rules(&rules.write, all))
-        .map_err(|e| unsupported(&e))
+        .map_err(|e| unsupported(&e))?;
+    for (fd, access) in rules.iter().flat_map(|r| r.iter()) {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd.as_fd(), *access))
+            .map_err(|e| unsupported(&e))?;
+    }
+    Ok(ruleset)
+}
+
+/// The floor for `policy`: its rules checked, opened, kept for the exit's
+/// commands, and built into a ruleset enforced in full.
+pub fn prepare_floor(policy: &Policy) -> Result<Confinement, SandboxError> {
+    // The roots were pinned a moment ago; one changed since is left out.
+    let (rules, _dropped) = command_rules(policy, &policy.floor_writes());
+    let opened = open_rules(&rules);
+    let confinement = confinement(ruleset(&[&opened])?)?;
+    let _ = FLOOR.set(opened);
+    Ok(confinement)
+}
+
+/// Write roots and grants already reported as left out, so each is said once.
+static REPORTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+/// The confinement for one command through the exit: the floor's rules (as
+/// opened when the session started) plus the grants, each checked against
+/// its pin and opened now. A grant left out is also taken off the session's
+/// record (it fails closed, and `nd7 allow` can make it again) and reported
+/// on `nd7 run`'s standard error; the caller writes each one into the run's log.
+pub fn prepare_command(
+    session: &Session,
+    policy: &Policy,
+) -> Result<(Confinement, Vec<Dropped>), SandboxError> {
+    let (ruleset, dropped) = match FLOOR.get() {
+        Some(floor) => {
+            let (grants, dropped) = pinned(policy, &policy.grants);
+            let write = write_rules(policy, &grants, &list_dir);
+            let opened = open_rules(&LandlockRules {
+                read: Vec::new(),
+                write,
+            });
+            (ruleset(&[floor, &opened])?, dropped)
+        }
+        None => {
+            let (rules, dropped) = command_rules(policy, &policy.command_writes());
+            (ruleset(&[&open_rules(&rules)])?, dropped)
+        }
+    };
+    for d in &dropped {
+        if d.grant {
+            let _ = session.change_policy(|p| (p.deny(&d.path), ()));
+        }
+        let new = REPORTED
+            .lock()
+            .map(|mut r| r.insert(d.path.clone()))
+            .unwrap_or(true);
+        if new || d.grant {
+            eprintln!("nd7 run: {d}");
+        }
+    }
+    Ok((confinement(ruleset)?, dropped))
+}
+
+/// The ruleset for `rules`, opened without following links ([`open_nofollow`]).
+fn build(rules: &LandlockRules) -> Result<RulesetCreated, SandboxError> {
+    ruleset(&[&open_rules(rules)])
+}
+
+/// One rule: `path` opened without links, with `access` narrowed to what a
+/// file can have when it is not a directory (Landlock refuses the rest).
+fn rule(path: &Path, access: BitFlags<AccessFs>) -> Option<(OwnedFd, BitFlags<AccessFs>)> {
+    let fd = open_nofollow(path, OFlags::PATH).ok()?;
+    let dir = rustix::fs::fstat(&fd)
+        .map(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory)
+        .unwrap_or(false);
+    let access = if dir {
+        access
+    } else {
+        access & AccessFs::from_file(REQUIRED_ABI)
+    };
+    Some((fd, access))
 }
 
 /// Applies `rules` to the calling process (and so to everything it starts),
@@ -89,24 +296,68 @@ pub struct Confinement {
 
 /// Builds the ruleset for `rules`, failing unless the kernel enforces all of it.
 pub fn prepare(rules: &LandlockRules) -> Result<Confinement, SandboxError> {
-    // A ruleset that `build` returns is enforced in full.
-    let ruleset: Option<OwnedFd> = build(rules)?.into();
+    confinement(build(rules)?)
+}
+
+/// A ruleset [`ruleset`] built (so enforced in full), kept for a child.
+fn confinement(ruleset: RulesetCreated) -> Result<Confinement, SandboxError> {
+    let ruleset: Option<OwnedFd> = ruleset.into();
     ruleset
         .map(|ruleset| Confinement { ruleset })
         .ok_or_else(|| SandboxError::Unsupported("Landlock is not enabled".into()))
 }
 
+/// What a confined process is, for the keeper ([`keeper`]): the agent's
+/// floor, or one command through the exit.
+pub enum Started {
+    Floor,
+    Command(running::Command),
+}
+
 impl Confinement {
-    /// Arranges for the process `command` starts to apply the ruleset to
-    /// itself, with `no_new_privs`, just before it execs; if either call
-    /// fails the exec does not happen.
-    pub fn confine(&self, command: &mut Command) {
+    /// Arranges for the process `command` starts to confine itself just
+    /// before it execs: `no_new_privs`, the Landlock ruleset, then the seccomp
+    /// filter ([`seccomp`]); in a session, the filter's listener goes to the
+    /// keeper with what `started` says. If any step fails the exec does not
+    /// happen.
+    pub fn confine(&self, command: &mut Command, started: Started) {
         let fd = self.ruleset.as_raw_fd();
+        let channel = keeper::channel();
+        let sockets = channel.map_or(seccomp::Sockets::Open, |c| c.sockets);
+        let filter: Option<&'static [seccomp::Insn]> = seccomp::available()
+            .then(|| seccomp::full_program(sockets))
+            .flatten();
+        let report = channel.filter(|_| filter.is_some()).map(|channel| {
+            let mut message = vec![match started {
+                Started::Floor => keeper::FLOOR_LISTENER,
+                Started::Command(_) => keeper::COMMAND_LISTENER,
+            }];
+            // Only a command holding a grant is listed for `nd7 deny`.
+            if let Started::Command(info) = &started
+                && !info.grants.is_empty()
+            {
+                message.extend(serde_json::to_vec(info).unwrap_or_default());
+            }
+            Report {
+                channel: channel.fd,
+                message,
+                // SAFETY: CMSG_SPACE only computes a size.
+                control: vec![0u8; unsafe { libc::CMSG_SPACE(4) } as usize],
+            }
+        });
+        let mut report = report;
+        // The agent dies with the session process (which dies with the
+        // keeper); a command is started from a thread that ends before it
+        // does, so it cannot have this.
+        let floor = matches!(started, Started::Floor);
         // SAFETY: the closure runs in the child between fork and exec, where
-        // only async-signal-safe calls are sound. It makes two raw system
-        // calls and reads errno, allocating nothing and taking no lock. `fd`
-        // stays open in the parent for as long as `self` lives, which is
-        // until `spawn` returns, and fork copies it into the child.
+        // only async-signal-safe calls are sound. It makes raw system calls
+        // (prctl, landlock_restrict_self, prctl, close_range, seccomp,
+        // sendmsg, close), reads errno and writes into buffers allocated here, in the parent,
+        // allocating nothing and taking no lock. `fd` stays open in the
+        // parent for as long as `self` lives, which is until `spawn`
+        // returns, and fork copies it into the child; the channel is open for
+        // the session's life.
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
@@ -115,9 +366,102 @@ impl Confinement {
                 if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                if floor && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Nothing but stdin, stdout and stderr crosses the exec: a
+                // descriptor nd7 run inherited (a socket to another program,
+                // leaked by whatever started it) would be a way out.
+                if libc::syscall(
+                    libc::SYS_close_range,
+                    3u32,
+                    u32::MAX,
+                    libc::CLOSE_RANGE_CLOEXEC,
+                ) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some(filter) = filter {
+                    let listener = seccomp::install(filter, report.is_some())?;
+                    if let Some(report) = &mut report {
+                        let sent = report.send(listener);
+                        libc::close(listener);
+                        sent?;
+                    }
+                }
                 Ok(())
             });
         }
+    }
+}
+
+/// The message a confined child sends the keeper with its listener,
+/// prepared in the parent.
+struct Report {
+    channel: libc::c_int,
+    message: Vec<u8>,
+    control: Vec<u8>,
+}
+
+impl Report {
+    /// Sends the message with `listener` attached. Makes one system call on
+    /// memory this value owns and allocates nothing, so it is sound between
+    /// fork and exec.
+    fn send(&mut self, listener: libc::c_int) -> std::io::Result<()> {
+        let mut iov = libc::iovec {
+            iov_base: self.message.as_mut_ptr().cast(),
+            iov_len: self.message.len(),
+        };
+        // SAFETY: msghdr is plain data; every field used is set below.
+        let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+        header.msg_iov = &mut iov;
+        header.msg_iovlen = 1;
+        header.msg_control = self.control.as_mut_ptr().cast();
+        header.msg_controllen = self.control.len() as _;
+        // SAFETY: the control buffer is CMSG_SPACE(4) bytes, room for one
+        // header and one descriptor, and `header` points at it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&header);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), listener);
+            if libc::sendmsg(self.channel, &header, libc::MSG_NOSIGNAL) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Puts the calling process under a Landlock layer that scopes signals and
+/// abstract unix sockets (ABI 6): from then on it and everything it starts
+/// can signal, or connect to an abstract socket of, only processes beneath
+/// this layer. Returns `false`, changing nothing, on a kernel without
+/// scopes.
+///
+/// The layer restricts no file access, but it must say so for `Refer`:
+/// Landlock treats moving a file between directories as denied in every
+/// layer unless that layer allows it, so a layer silent about it would make
+/// every cross-directory `rename` and `link` below it fail with `EXDEV` once
+/// the floor's rules are stacked on top. It allows it beneath `/`.
+pub fn scope_self() -> Result<bool, SandboxError> {
+    if abi().unwrap_or(0) < 6 {
+        return Ok(false);
+    }
+    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
+    let root = landlock::PathFd::new("/").map_err(|e| unsupported(&e))?;
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::Refer)
+        .and_then(|r| r.scope(Scope::from_all(ABI::V6)))
+        .and_then(|r| r.create())
+        .and_then(|r| r.add_rule(landlock::PathBeneath::new(root, AccessFs::Refer)))
+        .and_then(|r| r.restrict_self())
+        .map_err(|e| unsupported(&e))?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(true),
+        other => Err(SandboxError::Partial(other)),
     }
 }
 
@@ -130,4 +474,114 @@ pub fn probe() -> Result<(), SandboxError> {
         .and_then(|r| r.create())
         .map(drop)
         .map_err(|e| SandboxError::Unsupported(e.to_string()))
+}
+
+/// The Landlock ABI the running kernel offers, `None` when it has none.
+pub fn abi() -> Option<u32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with this flag the kernel reads no attribute (a null pointer
+    // and size 0 are what it requires) and returns the ABI version, or -1
+    // with errno set; nothing in this process is touched.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(v).ok().filter(|&v| v > 0)
+}
+
+/// `kernel.yama.ptrace_scope`, 0 where Yama is absent.
+fn ptrace_scope() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether a unix socket can carry its sender's pidfd (`SO_PASSPIDFD`,
+/// Linux 6.5), which the exit identifies its callers by.
+pub fn callers_by_pidfd() -> bool {
+    rustix::net::socket(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        None,
+    )
+    .is_ok_and(|s| exit::set_pass_pidfd(&s).is_ok())
+}
+
+/// The protections beyond the file rules, as this kernel (and, in a
+/// session, this session) enforces them.
+pub fn protections() -> Vec<crate::sandbox::Protection> {
+    use crate::sandbox::Protection;
+    let abi = abi().unwrap_or(0);
+    let session = keeper::channel();
+    let scoped = session.map_or(abi >= 6, |c| c.scoped);
+    let filter = seccomp::available() && seccomp::native().is_some();
+    let scope = ptrace_scope();
+    let sockets =
+        filter && session.map_or(scope < 2, |c| c.sockets == seccomp::Sockets::Supervised);
+    let pidfd = callers_by_pidfd();
+    vec![
+        Protection {
+            name: "signals",
+            enforced: scoped,
+            detail: if scoped {
+                "the agent can signal, and reach abstract unix sockets of, only the session's own processes (Landlock ABI 6 scopes)".into()
+            } else {
+                format!(
+                    "signals to your other processes, and their abstract unix sockets (Landlock ABI {abi}; scopes need ABI 6)"
+                )
+            },
+            needs: Some("Linux 6.12 or newer"),
+        },
+        Protection {
+            name: "tty",
+            enforced: filter,
+            detail: if filter {
+                "TIOCSTI, TIOCLINUX and the other ioctls that inject input or act on the console fail (seccomp)".into()
+            } else {
+                "terminal input injection (TIOCSTI) and console ioctls (no seccomp filter for this system)".into()
+            },
+            needs: Some(
+                "a kernel with seccomp filters (CONFIG_SECCOMP_FILTER), on x86-64, arm64 or riscv64",
+            ),
+        },
+        Protection {
+            name: "sockets",
+            enforced: sockets,
+            detail: if sockets {
+                "connect() reaches only the session's own unix sockets, never ssh-agent, tmux, D-Bus or docker (seccomp, with nd7 run connecting for the session)".into()
+            } else if filter {
+                format!(
+                    "other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (nd7 run cannot act for the session's processes: kernel.yama.ptrace_scope is {scope})"
+                )
+            } else {
+                "other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (no seccomp filter)"
+                    .into()
+            },
+            needs: Some("kernel.yama.ptrace_scope of 0 or 1 (sysctl), and seccomp filters"),
+        },
+        Protection {
+            name: "dgram",
+            enforced: false,
+            detail: format!(
+                "datagrams sent by path (sendto, sendmsg) to other programs' unix sockets, such as the journal's (only Landlock ABI 9 checks those; this kernel has ABI {abi}, and nd7 does not use ABI 9 yet)"
+            ),
+            needs: None,
+        },
+        Protection {
+            name: "callers",
+            enforced: pidfd,
+            detail: if pidfd {
+                "the exit pins each caller with a pidfd, so a reused pid cannot pass (SO_PASSPIDFD)"
+                    .into()
+            } else {
+                "the exit's callers by pidfd: they are identified by pid and start time instead (SO_PASSPIDFD needs Linux 6.5)".into()
+            },
+            needs: Some("Linux 6.5 or newer"),
+        },
+    ]
 }

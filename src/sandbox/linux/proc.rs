@@ -2,9 +2,11 @@
 
 use std::fs;
 
-/// A process's parent and start time (clock ticks since boot).
+/// A process's state letter (`R`, `S`, `T`, `Z`…), parent and start time
+/// (clock ticks since boot).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
+    pub state: char,
     pub ppid: u32,
     pub started: u64,
 }
@@ -22,6 +24,7 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
     let fields: Vec<&str> = after.split_ascii_whitespace().collect();
     // fields[0] is field 3 (state): ppid is field 4, starttime field 22.
     Some(Stat {
+        state: fields.first()?.chars().next()?,
         ppid: fields.get(1)?.parse().ok()?,
         started: fields.get(19)?.parse().ok()?,
     })
@@ -41,6 +44,92 @@ pub fn ancestors(pid: u32) -> impl Iterator<Item = u32> {
     .take(1 << 16)
 }
 
+/// The process (thread group) thread `tid` belongs to.
+pub fn tgid(tid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The short command name of `pid` (`comm`), for messages.
+pub fn name(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Every process on the system with its stat, as one pass over `/proc` finds them.
+pub fn all() -> Vec<(u32, Stat)> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, stat(pid)?)))
+        .collect()
+}
+
+/// The children of `pid` (of every thread of it), from
+/// `/proc/<pid>/task/<tid>/children`; `None` where the kernel has no such
+/// file (built without `CONFIG_PROC_CHILDREN`).
+pub fn children(pid: u32) -> Option<Vec<u32>> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut found = Vec::new();
+    for task in tasks.filter_map(Result::ok) {
+        let text = fs::read_to_string(task.path().join("children")).ok()?;
+        found.extend(
+            text.split_ascii_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    Some(found)
+}
+
+/// The descendants of `root` (not `root` itself), parents before their
+/// children: walked down through each process's children where the kernel
+/// lists them, else found in one pass over all of `/proc`.
+pub fn descendants(root: u32) -> Vec<(u32, Stat)> {
+    let mut found: Vec<(u32, Stat)> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        let Some(kids) = children(parent) else {
+            return descendants_by_scan(root);
+        };
+        for pid in kids {
+            if let Some(st) = stat(pid).filter(|st| st.ppid == parent) {
+                found.push((pid, st));
+                frontier.push(pid);
+            }
+        }
+    }
+    found
+}
+
+fn descendants_by_scan(root: u32) -> Vec<(u32, Stat)> {
+    let everyone = all();
+    let mut found: Vec<(u32, Stat)> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for &(pid, st) in &everyone {
+            if st.ppid == parent && pid != root {
+                found.push((pid, st));
+                frontier.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// Whether `ancestor` is among `pid`'s ancestors now.
+pub fn descends_from(pid: u32, ancestor: u32) -> bool {
+    ancestors(pid).any(|p| p == ancestor)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,6 +140,7 @@ mod tests {
         assert_eq!(
             parse_stat(line),
             Some(Stat {
+                state: 'S',
                 ppid: 17,
                 started: 987654
             })
@@ -67,6 +157,28 @@ mod tests {
             Some(std::os::unix::process::parent_id())
         );
         assert_eq!(chain.last().copied(), Some(1));
-        assert!(stat(me).is_some_and(|s| s.started > 0));
+        assert!(stat(me).is_some_and(|s| s.started > 0 && s.state != 'Z'));
+        assert_eq!(tgid(me), Some(me));
+    }
+
+    #[test]
+    fn a_child_is_among_the_descendants() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let found = descendants(std::process::id());
+        assert!(found.iter().any(|&(pid, _)| pid == child.id()));
+        let scanned = descendants_by_scan(std::process::id());
+        assert!(scanned.iter().any(|&(pid, _)| pid == child.id()));
+        assert!(
+            children(std::process::id())
+                .expect("children")
+                .contains(&child.id())
+        );
+        assert!(descends_from(child.id(), std::process::id()));
+        assert_eq!(name(child.id()), "sleep");
+        child.kill().expect("kill");
+        child.wait().expect("wait");
     }
 }

@@ -125,6 +125,9 @@ pub struct Workspace {
     pub args: Vec<String>,
     /// Set by [`Workspace::sandboxed`]: run Claude Code under `nd7 run`.
     pub sandbox: Option<Sandboxed>,
+    /// Run Claude Code with no nd7 at all (no `nd7 setup`, no hooks): the
+    /// baseline of the whole-session benchmark.
+    pub bare: bool,
 }
 
 /// What a run under `nd7 run` needs beyond a home: the home mounted over
@@ -146,6 +149,7 @@ impl Workspace {
             env: Vec::new(),
             args: Vec::new(),
             sandbox: None,
+            bare: false,
         }
     }
 
@@ -166,6 +170,7 @@ impl Workspace {
             env: Vec::new(),
             args: Vec::new(),
             sandbox: Some(Sandboxed { world }),
+            bare: false,
         }
     }
 
@@ -189,6 +194,7 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         env,
         args,
         sandbox,
+        bare,
     } = workspace;
     let state = home_path.join(".local/state");
     // The hooks are the ones `nd7 setup` writes, written by it: into a file
@@ -211,6 +217,9 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         "nd7 setup: {}",
         String::from_utf8_lossy(&setup.stderr)
     );
+    if bare {
+        std::fs::write(&settings, "{}").expect("no hooks");
+    }
     if !extra_hooks.is_empty() {
         let mut value: Value =
             serde_json::from_slice(&std::fs::read(&settings).expect("read settings"))

@@ -281,7 +281,8 @@ fn an_interactive_session_under_nd7_run_runs_commands_and_keeps_its_state() {
             .count(),
         0
     );
-    // Both sessions were recorded from inside the floor, and verify.
+    // Both runs were recorded through nd7 run's door, each in a chain of its
+    // own, and verify.
     let verify = Command::new(ND7)
         .args(["verify", "--all"])
         .env("XDG_STATE_HOME", world.home().join(".local/state"))

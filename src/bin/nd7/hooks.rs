@@ -1,0 +1,185 @@
+//! The commands Claude Code runs as hooks, `nd7 record` and `nd7 hook-prefix`:
+//! they exit 0 whatever happens, because Claude Code takes a hook's status 2
+//! as "block" and any other failure as an error to show. `nd7 record` also
+//! never writes to standard output, which Claude Code reads as instructions.
+//! A failure is one line on standard error.
+//!
+//! "Whatever happens" includes the ways a Rust process ends without returning
+//! from `main`. Release builds have `panic = "abort"`, so a panic cannot be
+//! caught; running out of memory and overflowing the stack abort too.
+//! [`guard`] sets two things before anything is read (ADR-0025):
+//!
+//! - a panic hook that reports the panic and ends the process with 0 (in every
+//!   build, before any unwinding or abort);
+//! - a SIGABRT handler that ends it with 0: every abort (an allocation that
+//!   failed, a stack overflow, a panic inside the panic hook, an abort in C
+//!   code) raises SIGABRT first.
+//!
+//! What no process can catch (SIGKILL from the OOM killer, a hook timeout)
+//! still ends it by that signal. An interrupted append leaves the log as a
+//! crash does: docs/log-format.md says how the next append repairs it.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use nd7_core::hook::Invocation;
+use nd7_core::record;
+
+/// A command run as a hook.
+#[derive(Clone, Copy)]
+pub enum Hook {
+    Record = 0,
+    HookPrefix = 1,
+}
+
+impl Hook {
+    fn name(self) -> &'static str {
+        match self {
+            Hook::Record => "record",
+            Hook::HookPrefix => "hook-prefix",
+        }
+    }
+
+    /// What a failure means for this hook's work.
+    fn consequence(self) -> &'static str {
+        match self {
+            Hook::Record => "the event may not be recorded",
+            Hook::HookPrefix => "command not rewritten",
+        }
+    }
+}
+
+/// The line the SIGABRT handler writes, by [`Hook`]: fixed bytes, since a
+/// signal handler may not format or allocate.
+const ABORTED: [&[u8]; 2] = [
+    b"nd7 record: aborted (out of memory, stack overflow or an internal error); the event may not be recorded\n",
+    b"nd7 hook-prefix: aborted (out of memory, stack overflow or an internal error); command not rewritten\n",
+];
+
+/// The hook this process runs, as an index into [`ABORTED`].
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Set once a failure has been reported, so an abort after a reported panic
+/// adds no second line.
+static REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// `nd7 record`, with the arguments after `record`: none, or `--run-hook`
+/// alone (the copy of the hook `nd7 run claude` passes in its own settings).
+pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
+    guard(Hook::Record);
+    let run_hook = match args {
+        [] => false,
+        [flag] if flag == "--run-hook" => true,
+        _ => {
+            say(format_args!(
+                "nd7 record: takes no arguments, got {args:?}; nothing recorded (the hook payload comes on standard input)"
+            ));
+            return ExitCode::SUCCESS;
+        }
+    };
+    inject_fault();
+    let outcome = record::read_payload(std::io::stdin().lock())
+        .and_then(|input| record::deliver(&invocation, &input, run_hook));
+    match outcome {
+        Ok(record::Delivered::Direct(recorded)) => {
+            if let Some(bytes) = recorded.omitted {
+                say(format_args!(
+                    "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (session {}, entry {})",
+                    record::MAX_STORED_PAYLOAD,
+                    recorded.session_id,
+                    recorded.appended.seq
+                ));
+            }
+        }
+        Ok(record::Delivered::Door {
+            pid,
+            answer: nd7_core::sandbox::HookAnswer::Recorded,
+            omitted: Some(bytes),
+        }) => say(format_args!(
+            "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (nd7 run session {pid})",
+            record::MAX_STORED_PAYLOAD,
+        )),
+        Ok(record::Delivered::Door { .. }) => {}
+        Err(e) => say(format_args!("nd7 record: {e}; nothing recorded")),
+    }
+    ExitCode::SUCCESS
+}
+
+/// One line on standard error; a closed or broken standard error is ignored.
+fn say(line: std::fmt::Arguments<'_>) {
+    REPORTED.store(true, Ordering::SeqCst);
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// Installs the panic hook and the SIGABRT handler described above, for
+/// `hook`. Call it first.
+pub fn guard(hook: Hook) {
+    RUNNING.store(hook as usize, Ordering::SeqCst);
+    std::panic::set_hook(Box::new(move |info| {
+        if !REPORTED.swap(true, Ordering::SeqCst) {
+            let msg = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let at = info.location().map(|l| l.to_string()).unwrap_or_default();
+            let _ = writeln!(
+                std::io::stderr(),
+                "nd7 {}: internal error ({msg} at {at}); {}",
+                hook.name(),
+                hook.consequence()
+            );
+        }
+        signal_hook::low_level::exit(0);
+    }));
+    // SAFETY: the action runs inside a signal handler, so it may only do
+    // async-signal-safe things: atomic loads and a swap, write(2) on file
+    // descriptor 2 and _exit(2). It allocates nothing and takes no lock.
+    // Descriptor 2 is never closed by nd7; had the caller closed it, the
+    // write fails with EBADF and nothing else happens.
+    let registered = unsafe {
+        signal_hook::low_level::register(signal_hook::consts::SIGABRT, || {
+            if !REPORTED.swap(true, Ordering::SeqCst) {
+                let line = ABORTED[RUNNING.load(Ordering::SeqCst) % ABORTED.len()];
+                let stderr = std::os::fd::BorrowedFd::borrow_raw(2);
+                let _ = rustix::io::write(stderr, line);
+            }
+            signal_hook::low_level::exit(0);
+        })
+    };
+    if let Err(e) = registered {
+        say(format_args!(
+            "nd7 {}: warning: cannot handle SIGABRT ({e}); an abort would end this hook with status 134",
+            hook.name()
+        ));
+        REPORTED.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Test builds only (debug builds, or the `fault-injection` feature, which
+/// shipped builds never enable): `ND7_FAULT` makes a hook fail in one of the
+/// ways the guards must survive. Compiled out of release builds.
+#[cfg(any(debug_assertions, feature = "fault-injection"))]
+pub fn inject_fault() {
+    #[allow(unconditional_recursion)]
+    fn overflow(depth: u64) -> u64 {
+        let frame = std::hint::black_box([depth; 512]);
+        overflow(depth + 1) + frame[(depth % 512) as usize]
+    }
+    match std::env::var("ND7_FAULT").as_deref() {
+        Ok("panic") => panic!("injected fault"),
+        Ok("stack-overflow") => {
+            std::hint::black_box(overflow(0));
+        }
+        Ok("out-of-memory") => {
+            std::alloc::handle_alloc_error(std::alloc::Layout::new::<[u8; 1 << 20]>())
+        }
+        _ => {}
+    }
+}
+
+#[cfg(not(any(debug_assertions, feature = "fault-injection")))]
+pub fn inject_fault() {}

@@ -1,0 +1,501 @@
+//! `nd7 sessions`, `nd7 show` and `nd7 search`: arguments in, the library's
+//! views out, and every exit status.
+//!
+//! - sessions: 0 listed (none is fine); 2 the state directory or an argument is wrong.
+//! - show: 0 shown and the chain is clean; 1 shown and the chain is broken;
+//!   2 not found, ambiguous, unreadable, or a bad argument.
+//! - search: 0 something matched; 1 nothing did; 2 a bad pattern or argument,
+//!   or a log that could not be read.
+//!
+//! A reader that goes away (a pager quit, `| head`) ends the output quietly,
+//! with the status the command had reached.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use jiff::tz::TimeZone;
+use nd7_core::cli::{Color, View};
+use nd7_core::read::index::{Index, LogKeys};
+use nd7_core::read::output::{ColourChoice, Output, Stopped};
+use nd7_core::read::report::Chain;
+use nd7_core::read::safe::Lines;
+use nd7_core::read::search::{Filter, Options, Pattern};
+use nd7_core::read::store::{self, Store};
+use nd7_core::read::text::{self, Style};
+use nd7_core::read::{html, when};
+use nd7_core::session_log::{SessionLog, Verified, VerifyError};
+
+const USAGE_ERROR: u8 = 2;
+
+fn choice(view: &View) -> ColourChoice {
+    match view.color {
+        Color::Auto => ColourChoice::Auto,
+        Color::Always => ColourChoice::Always,
+        Color::Never => ColourChoice::Never,
+    }
+}
+
+/// Prints a problem on stderr. Messages can quote session ids and paths,
+/// which come from payloads, so they are made inert like everything else.
+fn warn(cmd: &str, e: impl std::fmt::Display) {
+    eprintln!(
+        "nd7 {cmd}: {}",
+        nd7_core::read::safe::term(&e.to_string(), Lines::One)
+    );
+}
+
+fn fail(cmd: &str, e: impl std::fmt::Display) -> ExitCode {
+    warn(cmd, e);
+    ExitCode::from(USAGE_ERROR)
+}
+
+fn home() -> Option<String> {
+    std::env::home_dir().map(|h| h.display().to_string())
+}
+
+/// Writes `lines`; a reader gone is not an error.
+fn finish(cmd: &str, out: Output, code: ExitCode) -> ExitCode {
+    match out.finish() {
+        Ok(()) | Err(Stopped::Gone) => code,
+        Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
+    }
+}
+
+/// `--since`/`--until` as nanoseconds.
+fn when_arg(
+    cmd: &str,
+    flag: &str,
+    text: Option<&str>,
+    tz: &TimeZone,
+) -> Result<Option<u64>, ExitCode> {
+    text.map(|t| when::parse(t, jiff::Timestamp::now(), tz))
+        .transpose()
+        .map_err(|e| fail(cmd, format!("{flag}: {e}")))
+}
+
+/// DIR as an absolute path, resolved when it exists.
+fn project_arg(dir: &Path) -> Vec<PathBuf> {
+    let mut forms = Vec::new();
+    if let Ok(abs) = std::path::absolute(dir) {
+        forms.push(abs);
+    }
+    if let Ok(real) = std::fs::canonicalize(dir)
+        && !forms.contains(&real)
+    {
+        forms.push(real);
+    }
+    forms
+}
+
+fn in_project(project: Option<&str>, dirs: &[PathBuf]) -> bool {
+    project.is_some_and(|p| dirs.iter().any(|d| Path::new(p).starts_with(d)))
+}
+
+pub struct SessionsArgs {
+    pub project: Option<PathBuf>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub failed: bool,
+    pub verify: bool,
+    pub json: bool,
+    pub view: View,
+}
+
+pub fn sessions(a: SessionsArgs) -> ExitCode {
+    let cmd = "sessions";
+    let tz = TimeZone::system();
+    let (since, until) = match (
+        when_arg(cmd, "--since", a.since.as_deref(), &tz),
+        when_arg(cmd, "--until", a.until.as_deref(), &tz),
+    ) {
+        (Ok(s), Ok(u)) => (s, u),
+        (Err(code), _) | (_, Err(code)) => return code,
+    };
+    let store = match Store::open() {
+        Ok(s) => s,
+        Err(e) => return fail(cmd, e),
+    };
+    let mut index = Index::load(&store.state);
+    let (mut rows, problems) = match store.list(&mut index) {
+        Ok(r) => r,
+        Err(e) => return fail(cmd, e),
+    };
+    for p in &problems {
+        warn(cmd, p);
+    }
+    let dirs = a.project.as_deref().map(project_arg);
+    rows.retain(|r| {
+        let s = &r.summary;
+        dirs.as_ref()
+            .is_none_or(|d| in_project(s.project.as_deref(), d))
+            && since.is_none_or(|t| s.first_ts.is_some_and(|f| f >= t))
+            && until.is_none_or(|t| s.first_ts.is_some_and(|f| f <= t))
+            && (!a.failed || s.failures > 0)
+    });
+    rows.sort_by(|x, y| (y.summary.first_ts, &y.id).cmp(&(x.summary.first_ts, &x.id)));
+    if a.verify {
+        for row in rows.iter_mut().filter(|r| r.chain == Chain::NotChecked) {
+            if let Ok(log) = store.log(&row.id) {
+                row.chain = store::verify(&log, default_threads(), Some(&mut index));
+            }
+        }
+    }
+    if let Err(e) = index.save() {
+        warn(cmd, format!("warning: cannot keep the session index: {e}"));
+    }
+    let mut out = Output::open(!a.json && !a.view.no_pager, choice(&a.view));
+    let style = Style {
+        colour: out.colour && !a.json,
+    };
+    let written = if a.json {
+        rows.iter()
+            .try_for_each(|r| out.line(&r.json().to_string()))
+    } else if rows.is_empty() {
+        out.line(&format!("no sessions under {}", store.sessions.display()))
+    } else {
+        text::sessions_table(&rows, &tz, home().as_deref(), style)
+            .iter()
+            .try_for_each(|l| out.line(l))
+    };
+    let code = if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(USAGE_ERROR)
+    };
+    match written {
+        Ok(()) => finish(cmd, out, code),
+        Err(Stopped::Gone) => code,
+        Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
+    }
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+}
+
+pub struct ShowArgs {
+    pub session: String,
+    pub full: bool,
+    pub json: bool,
+    pub html: bool,
+    pub view: View,
+}
+
+pub fn show(a: ShowArgs) -> ExitCode {
+    let cmd = "show";
+    let tz = TimeZone::system();
+    let store = match Store::open() {
+        Ok(s) => s,
+        Err(e) => return fail(cmd, e),
+    };
+    let mut index = Index::load(&store.state);
+    let at = match store.resolve(&a.session, &mut index) {
+        Ok(at) => at,
+        Err(e) => return fail(cmd, e),
+    };
+    let mut info = match store.info(&at, &mut index) {
+        Ok(i) => i,
+        Err(e) => return fail(cmd, e),
+    };
+    let page = !a.json && !a.html && !a.view.no_pager;
+    let mut out = Output::open(page, choice(&a.view));
+    let style = Style {
+        colour: out.colour && !a.json && !a.html,
+    };
+    let home = home();
+    let result = if a.html {
+        let mut items = Vec::new();
+        let read = store::read_timeline(&at.log, |item| {
+            items.push(item);
+            true
+        });
+        read.map(|done| {
+            done.map(|(chain, keys)| {
+                info.chain = chain.clone();
+                let page = html::report(
+                    &info,
+                    &items,
+                    &tz,
+                    u64::try_from(jiff::Timestamp::now().as_nanosecond()).unwrap_or(0),
+                    env!("CARGO_PKG_VERSION"),
+                );
+                let written = out.bytes(page.as_bytes());
+                (chain, keys, written)
+            })
+        })
+    } else if a.json {
+        let mut head = info.json();
+        if let Some(o) = head.as_object_mut() {
+            o.remove("chain");
+        }
+        let mut written = out.line(&head.to_string());
+        let read = store::read_timeline(&at.log, |item| {
+            written = written
+                .take_ok()
+                .and_then(|()| match serde_json::to_string(&item) {
+                    Ok(line) => out.line(&line),
+                    Err(e) => Err(Stopped::Failed(std::io::Error::other(e))),
+                });
+            written.is_ok()
+        });
+        read.map(|done| match done {
+            Some((chain, keys)) => {
+                let mut verdict = chain.json();
+                if let Some(o) = verdict.as_object_mut() {
+                    o.insert("type".into(), "chain".into());
+                }
+                let written = written.and_then(|()| out.line(&verdict.to_string()));
+                Some((chain, keys, written))
+            }
+            // Writing stopped: `written` says why.
+            None => Some((Chain::NotChecked, None, written)),
+        })
+    } else {
+        let mut written = text::header(&info, &tz, home.as_deref(), style)
+            .iter()
+            .try_for_each(|l| out.line(l))
+            .and_then(|()| out.line(""));
+        let mut view = text::Timeline::new(&tz, style, a.full);
+        let read = store::read_timeline(&at.log, |item| {
+            written = written
+                .take_ok()
+                .and_then(|()| view.item(&item).iter().try_for_each(|l| out.line(l)));
+            written.is_ok()
+        });
+        read.map(|done| match done {
+            Some((chain, keys)) => {
+                let written = written.and_then(|()| {
+                    out.line("")?;
+                    text::verdict(&chain, style)
+                        .iter()
+                        .try_for_each(|l| out.line(l))
+                });
+                Some((chain, keys, written))
+            }
+            None => Some((Chain::NotChecked, None, written)),
+        })
+    };
+    let (chain, keys, written) = match result {
+        Err(e) => return fail(cmd, e),
+        Ok(None) => return ExitCode::SUCCESS,
+        Ok(Some(done)) => done,
+    };
+    if at.in_state
+        && let Some(keys) = keys
+    {
+        index.remember(&at.log, keys, &chain);
+    }
+    let _ = index.save();
+    let code = match &chain {
+        Chain::Clean { .. } | Chain::NotChecked => ExitCode::SUCCESS,
+        Chain::Broken { .. } => ExitCode::from(1),
+        Chain::Unreadable { detail } => {
+            warn(cmd, format!("the chain could not be checked: {detail}"));
+            ExitCode::from(USAGE_ERROR)
+        }
+    };
+    match written {
+        Ok(()) => finish(cmd, out, code),
+        Err(Stopped::Gone) => code,
+        Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
+    }
+}
+
+/// `Result::take` for the write status carried through a closure.
+trait TakeOk {
+    fn take_ok(&mut self) -> Result<(), Stopped>;
+}
+
+impl TakeOk for Result<(), Stopped> {
+    fn take_ok(&mut self) -> Result<(), Stopped> {
+        std::mem::replace(self, Ok(()))
+    }
+}
+
+pub struct SearchArgs {
+    pub pattern: String,
+    pub tool: Option<String>,
+    pub project: Option<PathBuf>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    pub ignore_case: bool,
+    pub fixed_strings: bool,
+    pub json: bool,
+    pub view: View,
+}
+
+pub fn search(a: SearchArgs) -> ExitCode {
+    let cmd = "search";
+    let tz = TimeZone::system();
+    let (since, until) = match (
+        when_arg(cmd, "--since", a.since.as_deref(), &tz),
+        when_arg(cmd, "--until", a.until.as_deref(), &tz),
+    ) {
+        (Ok(s), Ok(u)) => (s, u),
+        (Err(code), _) | (_, Err(code)) => return code,
+    };
+    let pattern = match Pattern::new(
+        &a.pattern,
+        Options {
+            ignore_case: a.ignore_case,
+            fixed: a.fixed_strings,
+        },
+    ) {
+        Ok(p) => p,
+        Err(e) => return fail(cmd, format!("bad pattern: {e}")),
+    };
+    let store = match Store::open() {
+        Ok(s) => s,
+        Err(e) => return fail(cmd, e),
+    };
+    let (ids, _) = match store.ids() {
+        Ok(ids) => ids,
+        Err(e) => return fail(cmd, e),
+    };
+    let mut logs: Vec<SessionLog> = ids.iter().filter_map(|id| store.log(id).ok()).collect();
+    let mut errors = 0usize;
+    if let Some(dir) = &a.project {
+        let dirs = project_arg(dir);
+        let mut index = Index::load(&store.state);
+        let summaries = index.refresh_all(&logs, store::threads());
+        let _ = index.save();
+        let mut kept = Vec::new();
+        for (log, s) in logs.into_iter().zip(summaries) {
+            match s {
+                Ok((summary, _)) if in_project(summary.project.as_deref(), &dirs) => kept.push(log),
+                Ok(_) => {}
+                Err(e) => {
+                    warn(cmd, e);
+                    errors += 1;
+                }
+            }
+        }
+        logs = kept;
+    }
+    let filter = Filter {
+        tool: a.tool.clone(),
+        since,
+        until,
+    };
+    let results = store::search(&logs, &pattern, &filter, store::threads());
+    let mut hits = Vec::new();
+    for (log, result) in logs.iter().zip(results) {
+        match result {
+            Ok(found) => hits.extend(found.into_iter().map(|h| (log.session_id().to_string(), h))),
+            Err(e) => {
+                warn(cmd, e);
+                errors += 1;
+            }
+        }
+    }
+    hits.sort_by(|(s1, h1), (s2, h2)| (h1.ts, s1, h1.seq).cmp(&(h2.ts, s2, h2.seq)));
+    let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let short: std::collections::HashMap<&str, String> = id_refs
+        .iter()
+        .copied()
+        .zip(text::short_ids(&id_refs, 8))
+        .collect();
+    let mut out = Output::open(!a.json && !a.view.no_pager, choice(&a.view));
+    let style = Style {
+        colour: out.colour && !a.json,
+    };
+    let written = hits.iter().try_for_each(|(session, hit)| {
+        if a.json {
+            let mut v = serde_json::to_value(hit).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("session".into(), session.clone().into());
+                o.insert("time".into(), when::rfc3339(hit.ts).into());
+            }
+            return out.line(&v.to_string());
+        }
+        let what = match (&hit.tool, hit.field.as_str()) {
+            (Some(tool), field) => format!("{tool} {field}"),
+            (None, field) => field.to_string(),
+        };
+        let line_no = if hit.line > 1 {
+            format!(":{}", hit.line)
+        } else {
+            String::new()
+        };
+        let text = format!(
+            "{}{}{}",
+            style.safe(&hit.text[..hit.start], Lines::One),
+            style.red(&style.safe(&hit.text[hit.start..hit.end], Lines::One)),
+            style.safe(&hit.text[hit.end..], Lines::One)
+        );
+        out.line(&format!(
+            "{}  {}  {}  {}  {text}",
+            style.dim(&when::date_time(hit.ts, &tz)),
+            style.cyan(
+                &style.safe(
+                    short
+                        .get(session.as_str())
+                        .map_or(session.as_str(), String::as_str),
+                    Lines::One
+                )
+            ),
+            style.dim(&format!("#{}", hit.seq)),
+            style.dim(&format!("{}{line_no}", style.safe(&what, Lines::One))),
+        ))
+    });
+    let code = if errors > 0 {
+        ExitCode::from(USAGE_ERROR)
+    } else if hits.is_empty() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    };
+    match written {
+        Ok(()) => finish(cmd, out, code),
+        Err(Stopped::Gone) => code,
+        Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
+    }
+}
+
+/// Keeps the verdicts `nd7 verify` reaches for sessions in the user's state
+/// directory, so `nd7 sessions` can show them.
+pub struct Verdicts {
+    sessions: Option<PathBuf>,
+    index: Option<Index>,
+}
+
+impl Verdicts {
+    pub fn new() -> Verdicts {
+        match Store::open() {
+            Ok(store) => Verdicts {
+                sessions: std::fs::canonicalize(&store.sessions).ok(),
+                index: Some(Index::load(&store.state)),
+            },
+            Err(_) => Verdicts {
+                sessions: None,
+                index: None,
+            },
+        }
+    }
+
+    /// The facts of `log` to take before verifying it.
+    pub fn before(log: &SessionLog) -> Option<LogKeys> {
+        LogKeys::of(log).ok()
+    }
+
+    pub fn note(
+        &mut self,
+        log: &SessionLog,
+        keys: Option<LogKeys>,
+        result: &Result<Verified, VerifyError>,
+    ) {
+        let in_state = std::fs::canonicalize(log.dir())
+            .ok()
+            .and_then(|d| d.parent().map(Path::to_path_buf))
+            == self.sessions;
+        if let (true, Some(keys), Some(index)) = (in_state, keys, self.index.as_mut()) {
+            index.remember(log, keys, &store::chain_of(result));
+        }
+    }
+
+    pub fn save(mut self) {
+        if let Some(index) = self.index.as_mut() {
+            let _ = index.save();
+        }
+    }
+}

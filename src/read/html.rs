@@ -1,0 +1,510 @@
+//! `nd7 show --html`: one self-contained HTML file an incident review can
+//! attach. Pure: the session, its timeline and the verdict in, a page out.
+//!
+//! The page loads nothing (no script, font, image or style sheet from
+//! anywhere) and runs nothing: outputs collapse with `<details>`, which needs
+//! no script. Two independent walls keep a log's content inert: every string
+//! from the log is escaped ([`super::safe::html`]), and the page's first
+//! element is a Content-Security-Policy that forbids scripts, connections and
+//! every external resource, so even a mistake in escaping could not run
+//! anything or reach the network.
+
+use std::fmt::Write;
+
+use jiff::tz::TimeZone;
+
+use super::report::{CAVEAT, Chain, SessionInfo, Shipped};
+use super::safe::{self, Lines};
+use super::summary::Confinement;
+use super::text::{self, OUTPUT_LINES};
+use super::timeline::{Item, ObservedClass, Status, SubagentEvent, Tool};
+use super::when;
+
+/// The policy the page carries: nothing but its own inline styles.
+pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; \
+                       form-action 'none'; base-uri 'none'; frame-ancestors 'none'";
+
+const STYLE: &str = "
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;padding:0 1em;color:#1d1d1f;background:#fff}
+h1{font-size:1.5em;margin:0 0 .2em}h2{font-size:1.15em;margin:1.6em 0 .5em;border-bottom:1px solid #ddd}
+code,pre,.mono{font:13px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
+table.facts td{padding:.1em 1em .1em 0;vertical-align:top}table.facts td:first-child{color:#666}
+.clean{color:#176a2a;font-weight:600}.broken{color:#b00020;font-weight:700}.caveat{color:#555}
+ol.timeline{list-style:none;padding:0;margin:0}
+ol.timeline li{padding:.3em .4em;border-bottom:1px solid #f0f0f0}
+ol.timeline li.sub{margin-left:2em;border-left:3px solid #c9d7f0}
+.time,.seq{color:#777;font-variant-numeric:tabular-nums}.seq{margin:0 .6em}
+.status{display:inline-block;min-width:5.5em;font-weight:600}
+.ok .status{color:#176a2a}.failed .status,.bad .status{color:#b00020}.refused .status,.pending .status{color:#9a6700}
+li.failed{background:#fff4f4}li.refused{background:#fffaf0}
+.facts-inline{color:#666}.desc{color:#666;margin:.1em 0 0 2em}
+pre.prompt{font-weight:600;background:#eef3fb}
+pre{background:#f6f8fa;padding:.5em;overflow-x:auto;white-space:pre-wrap;word-break:break-word;margin:.3em 0 0 2em}
+details{margin:.2em 0 0 2em}details pre{margin-left:0}summary{cursor:pointer;color:#444}
+.day{font-weight:700;padding-top:.8em}
+";
+
+/// The whole page.
+pub fn report(
+    info: &SessionInfo,
+    items: &[Item],
+    tz: &TimeZone,
+    generated: u64,
+    version: &str,
+) -> String {
+    let h = |t: &str| safe::html(t, Lines::One);
+    let mut o = String::with_capacity(64 * 1024 + items.len() * 256);
+    let _ = write!(
+        o,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\
+         <meta name=\"referrer\" content=\"no-referrer\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>nd7 session {}</title><style>{STYLE}</style></head>\n<body>\n",
+        h(&info.id)
+    );
+    let _ = writeln!(
+        o,
+        "<header><h1>nd7 session report</h1><p class=\"mono\" id=\"session-id\">{}</p></header>",
+        h(&info.id)
+    );
+    facts(&mut o, info, tz);
+    verdict(&mut o, &info.chain);
+    sandbox(&mut o, info, items);
+    let _ = write!(
+        o,
+        "<section id=\"timeline\"><h2>Timeline</h2>\n<ol class=\"timeline\">\n"
+    );
+    let mut day = None;
+    for item in items {
+        if let Some(at) = item.at() {
+            let d = when::date(at.ts, tz);
+            if day.as_ref() != Some(&d) {
+                let _ = writeln!(o, "<li class=\"day\">{}</li>", h(&d));
+                day = Some(d);
+            }
+        }
+        timeline_item(&mut o, item, tz);
+    }
+    o.push_str("</ol></section>\n");
+    let _ = write!(
+        o,
+        "<footer><p class=\"caveat\">Made by nd7 {} at {} from the log named above. Times are {}.</p></footer>\n</body></html>\n",
+        h(version),
+        h(&when::date_time(generated, tz)),
+        h(&when::zone_label(generated, tz)),
+    );
+    o
+}
+
+fn facts(o: &mut String, info: &SessionInfo, tz: &TimeZone) {
+    let h = |t: &str| safe::html(t, Lines::One);
+    let s = &info.summary;
+    let mut rows: Vec<(&str, String)> = vec![("Log", h(&info.log))];
+    if let Some(p) = &s.project {
+        rows.push(("Project", format!("<code>{}</code>", h(p))));
+    }
+    if let Some(host) = &s.host {
+        rows.push(("Host", h(host)));
+    }
+    let mut agent = h(&info.agent());
+    if let Some(m) = &s.model {
+        agent.push_str(&format!(", model {}", h(m)));
+    }
+    rows.push(("Agent", agent));
+    if let Some(t) = s.first_ts {
+        rows.push((
+            "Started",
+            format!(
+                "{} ({})",
+                h(&when::date_time(t, tz)),
+                h(&when::zone_label(t, tz))
+            ),
+        ));
+    }
+    if let Some(d) = s.duration_ns() {
+        rows.push(("Duration", h(&when::duration(d))));
+    }
+    rows.push((
+        "Ended",
+        match &s.ended {
+            Some(e) => format!(
+                "{} (entry #{})",
+                h(e.reason.as_deref().unwrap_or("no reason given")),
+                e.seq
+            ),
+            None => "no session end in the log".into(),
+        },
+    ));
+    rows.push((
+        "Activity",
+        format!(
+            "{}, {}, {}, {} failed, {} refused",
+            text::count(s.entries, "entry"),
+            text::count(s.prompts, "prompt"),
+            text::count(s.tool_calls, "tool call"),
+            s.failures,
+            s.refusals
+        ),
+    ));
+    rows.push(("Sandbox", h(info.confinement_words())));
+    rows.push((
+        "Shipped",
+        match info.shipped {
+            Shipped::NotHere => "a copy outside the state directory it was recorded in".into(),
+            ref other => h(&other.words(s.entries)),
+        },
+    ));
+    o.push_str("<table class=\"facts\" id=\"facts\">\n");
+    for (k, v) in rows {
+        let _ = writeln!(o, "<tr><td>{k}</td><td>{v}</td></tr>");
+    }
+    o.push_str("</table>\n");
+}
+
+fn verdict(o: &mut String, chain: &Chain) {
+    let h = |t: &str| safe::html(t, Lines::One);
+    o.push_str("<section id=\"verify\"><h2>Chain verification</h2>\n");
+    match chain {
+        Chain::Clean {
+            entries,
+            head,
+            note,
+        } => {
+            let _ = write!(
+                o,
+                "<p><span class=\"clean\">Clean</span>: {entries} entries{}.</p>",
+                head.as_deref()
+                    .map(|hd| format!(", head <code>{}</code>", h(hd)))
+                    .unwrap_or_default()
+            );
+            if let Some(n) = note {
+                let _ = write!(o, "<p>Note: {}.</p>", h(n));
+            }
+        }
+        Chain::Broken { detail } => {
+            let _ = write!(
+                o,
+                "<p><span class=\"broken\">BROKEN</span>: {}</p>\
+                 <p>Entries after the break are shown as the log holds them; nothing vouches for them.</p>",
+                h(detail)
+            );
+        }
+        Chain::Unreadable { detail } => {
+            let _ = write!(
+                o,
+                "<p><span class=\"broken\">Not checked</span>: {}</p>",
+                h(detail)
+            );
+        }
+        Chain::NotChecked => o.push_str("<p>Not checked.</p>"),
+    }
+    o.push_str("<ul class=\"caveat\">");
+    for c in CAVEAT {
+        let _ = write!(o, "<li>{}.</li>", h(c));
+    }
+    o.push_str("</ul></section>\n");
+}
+
+fn sandbox(o: &mut String, info: &SessionInfo, items: &[Item]) {
+    let h = |t: &str| safe::html(t, Lines::One);
+    o.push_str("<section id=\"sandbox\"><h2>Sandbox rules and grants</h2>\n");
+    let observed: Vec<_> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Observed(ob) => Some(ob),
+            _ => None,
+        })
+        .filter(|ob| matches!(ob.class, ObservedClass::Session | ObservedClass::Grant))
+        .collect();
+    let _ = write!(o, "<p>{}.</p>", h(info.confinement_words()));
+    if observed.is_empty() {
+        o.push_str(match info.summary.confinement {
+            Confinement::NotSeen => {
+                "<p>The log holds no rules: as far as it shows, the session was recorded without <code>nd7 run</code>.</p>"
+            }
+            _ => {
+                "<p>The log holds no copy of the rules or grants: this session was recorded by an nd7 whose sandbox exit did not write its own entries.</p>"
+            }
+        });
+    }
+    for ob in observed {
+        let body = serde_json::to_string_pretty(&ob.body).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "<h3 class=\"mono\">#{} {} ({})</h3><pre>{}</pre>",
+            ob.at.seq,
+            h(&ob.kind),
+            h(&ob.source),
+            safe::html(&body, Lines::Keep)
+        );
+    }
+    o.push_str("</section>\n");
+}
+
+/// A block of output, collapsed when longer than the terminal view shows.
+fn output(o: &mut String, label: &str, text: &str) {
+    let lines = text.trim_end_matches('\n').split('\n').count();
+    let open = if lines <= OUTPUT_LINES { " open" } else { "" };
+    let _ = write!(
+        o,
+        "<details{open}><summary>{label} ({lines} line{})</summary><pre>{}</pre></details>",
+        if lines == 1 { "" } else { "s" },
+        safe::html(text, Lines::Keep)
+    );
+}
+
+fn timeline_item(o: &mut String, item: &Item, tz: &TimeZone) {
+    let h = |t: &str| safe::html(t, Lines::One);
+    let (class, status, body): (&str, String, String) = match item {
+        Item::SessionStart(s) => (
+            "start",
+            "start".into(),
+            format!(
+                "session started ({}){}{}",
+                h(s.how.as_deref().unwrap_or("?")),
+                s.model
+                    .as_deref()
+                    .map(|m| format!(", model {}", h(m)))
+                    .unwrap_or_default(),
+                s.cwd
+                    .as_deref()
+                    .map(|c| format!(" in <code>{}</code>", h(c)))
+                    .unwrap_or_default()
+            ),
+        ),
+        Item::Prompt(p) => (
+            "prompt",
+            "prompt".into(),
+            format!(
+                "<pre class=\"prompt\">{}</pre>",
+                safe::html(&p.text, Lines::Keep)
+            ),
+        ),
+        Item::Tool(t) => tool(t),
+        Item::TurnEnd(t) => {
+            let mut b = String::from("turn end");
+            if let Some(m) = &t.message {
+                output(&mut b, "message", m);
+            }
+            ("turn", "turn".into(), b)
+        }
+        Item::SessionEnd(e) => (
+            "end",
+            "end".into(),
+            format!(
+                "session ended ({})",
+                h(e.reason.as_deref().unwrap_or("no reason given"))
+            ),
+        ),
+        Item::Subagent(s) => {
+            let ty = h(s.agent_type.as_deref().unwrap_or("?"));
+            let id = h(s.id.as_deref().unwrap_or("?"));
+            let mut b = match (s.event, &s.parent) {
+                (SubagentEvent::Start, Some(p)) => {
+                    format!(
+                        "subagent {ty} (<code>{id}</code>) started by call <code>{}</code>",
+                        h(p)
+                    )
+                }
+                (SubagentEvent::Start, None) => {
+                    format!("subagent {ty} (<code>{id}</code>) started")
+                }
+                (SubagentEvent::Stop, _) => format!("subagent {ty} (<code>{id}</code>) stopped"),
+            };
+            if let Some(m) = &s.message {
+                output(&mut b, "message", m);
+            }
+            ("agent", "agent".into(), b)
+        }
+        Item::Refusal(r) => (
+            "refused",
+            "REFUSED".into(),
+            format!(
+                "{} <code>{}</code>: {}",
+                h(r.tool.as_deref().unwrap_or("?")),
+                h(r.tool_use_id.as_deref().unwrap_or("")),
+                h(r.reason.as_deref().unwrap_or("no reason given"))
+            ),
+        ),
+        Item::Observed(ob) => {
+            let (class, word) = match ob.class {
+                ObservedClass::Grant => ("grant", "grant"),
+                ObservedClass::Refusal => ("refused", "REFUSED"),
+                ObservedClass::Command => ("observed", "exec"),
+                ObservedClass::Session | ObservedClass::Other => ("observed", "nd7"),
+            };
+            (
+                class,
+                word.into(),
+                format!(
+                    "<code>[{} {}]</code> {}",
+                    h(&ob.source),
+                    h(&ob.kind),
+                    h(&ob.summary)
+                ),
+            )
+        }
+        Item::Event(e) => (
+            "event",
+            if e.kind == "hook" { "hook" } else { "entry" }.into(),
+            format!(
+                "{}{}",
+                h(e.event.as_deref().unwrap_or(&e.kind)),
+                if e.summary.is_empty() {
+                    String::new()
+                } else {
+                    format!(": <span class=\"facts-inline\">{}</span>", h(&e.summary))
+                }
+            ),
+        ),
+        Item::Unreadable(u) => (
+            "bad",
+            "BAD".into(),
+            format!(
+                "line {} is not an entry ({}): <code>{}</code>",
+                u.line,
+                h(&u.error),
+                h(&u.start)
+            ),
+        ),
+    };
+    let (time, seq, sub, id) = match item.at() {
+        Some(at) => (
+            when::time(at.ts, tz),
+            format!("#{}", at.seq),
+            if at.agent.is_some() { " sub" } else { "" },
+            format!(" id=\"e{}\"", at.seq),
+        ),
+        None => (String::new(), String::new(), "", String::new()),
+    };
+    let _ = writeln!(
+        o,
+        "<li class=\"{class}{sub}\"{id}><span class=\"time\">{time}</span><span class=\"seq\">{seq}</span>\
+         <span class=\"status\">{}</span> {body}</li>",
+        h(&status)
+    );
+}
+
+fn tool(t: &Tool) -> (&'static str, String, String) {
+    let h = |s: &str| safe::html(s, Lines::One);
+    let (class, status) = match t.status {
+        Status::Ok => ("ok", "ok"),
+        Status::Failed => ("failed", "FAILED"),
+        Status::Refused => ("refused", "REFUSED"),
+        Status::Interrupted => ("refused", "STOPPED"),
+        Status::NoResult => ("pending", "NO END"),
+    };
+    let mut b = format!("<strong>{}</strong> ", h(&t.tool));
+    match (&t.command, t.paths.is_empty(), &t.input) {
+        (Some(c), _, _) => {
+            let _ = write!(b, "<code class=\"command\">$ {}</code>", h(c));
+        }
+        (None, false, _) => {
+            let _ = write!(b, "<code>{}</code>", h(&t.paths.join(" ")));
+        }
+        (None, true, Some(i)) => {
+            let _ = write!(b, "<span class=\"facts-inline\">{}</span>", h(i));
+        }
+        (None, true, None) => {}
+    }
+    let mut facts = Vec::new();
+    if let Some(code) = t.exit_code
+        && (code != 0 || t.status != Status::Ok)
+    {
+        facts.push(format!("exit {code}"));
+    }
+    if let Some(ms) = t.duration_ms {
+        facts.push(when::duration((ms.max(0.0) * 1e6) as u64));
+    }
+    if t.routed {
+        facts.push("via nd7-exec".into());
+    }
+    if let Some(of) = t.result_of {
+        facts.push(format!("result of #{of}"));
+    }
+    if t.status == Status::NoResult {
+        facts.push("no result in the log".into());
+    }
+    if !facts.is_empty() {
+        let _ = write!(
+            b,
+            " <span class=\"facts-inline\">({})</span>",
+            h(&facts.join(", "))
+        );
+    }
+    if let Some(d) = &t.description {
+        let _ = write!(b, "<div class=\"desc\"># {}</div>", h(d));
+    }
+    if let Some(ran) = &t.ran {
+        let _ = write!(
+            b,
+            "<div class=\"desc\">ran as: <code>{}</code></div>",
+            h(ran)
+        );
+    }
+    if let Some(r) = &t.reason {
+        let _ = write!(b, "<div class=\"desc\">{}</div>", h(r));
+    }
+    if let Some(out) = &t.output {
+        output(&mut b, "output", out);
+    }
+    (class, status.into(), b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::read::report::{Chain, SessionInfo, Shipped};
+    use crate::read::summary::Summary;
+    use crate::read::timeline;
+
+    fn page(lines: &[Vec<u8>]) -> String {
+        let items = timeline::build(lines.iter().map(Vec::as_slice));
+        let info = SessionInfo {
+            id: "<script>alert(1)</script>".into(),
+            log: "/l".into(),
+            summary: Summary::default(),
+            chain: Chain::Clean {
+                entries: 1,
+                head: Some("abcd".into()),
+                note: None,
+            },
+            shipped: Shipped::NotEnrolled,
+        };
+        report(&info, &items, &TimeZone::UTC, 0, "0.1.0")
+    }
+
+    fn line(kind: &str, body: serde_json::Value) -> Vec<u8> {
+        serde_json::json!({"seq": 0, "ts": 1, "source": "intent:claude-code", "kind": kind,
+                           "tool_use_id": "t", "body": body})
+        .to_string()
+        .into_bytes()
+    }
+
+    #[test]
+    fn no_markup_from_the_log_survives() {
+        let hostile = "</pre></details><script>document.title='PWNED'</script><img src=x onerror=alert(1)>\"'";
+        let html = page(&[
+            line("prompt", serde_json::json!({"prompt": hostile})),
+            line(
+                "tool_call",
+                serde_json::json!({"tool_name": "Bash", "tool_input": {"command": hostile}}),
+            ),
+        ]);
+        assert!(!html.to_lowercase().contains("<script"), "{html}");
+        assert!(!html.contains("<img"), "{html}");
+        assert!(html.contains("&lt;script&gt;document.title=&#39;PWNED&#39;&lt;/script&gt;"));
+    }
+
+    #[test]
+    fn the_policy_comes_first_and_nothing_is_loaded() {
+        let html = page(&[]);
+        let head = &html[..html.find("<title>").expect("a title")];
+        assert!(head.contains(&format!("content=\"{CSP}\"")), "{head}");
+        assert!(CSP.starts_with("default-src 'none'"));
+        for external in ["src=", "href=", "url(", "@import", "<link", "<script"] {
+            assert!(!html.contains(external), "{external} in the page");
+        }
+    }
+}

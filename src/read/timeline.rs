@@ -1,0 +1,1030 @@
+//! A session's entries turned into the timeline a person reads: prompts, each
+//! tool call paired with its result, subagents placed under the call that
+//! started them, the turns' and the session's ends, and every other entry
+//! kept as it is. Pure: entries in, items out.
+//!
+//! The builder streams: an item leaves as soon as nothing before it can still
+//! change. A tool call waits for its result, and holds back the items after
+//! it, up to [`HOLD_BACK`] items; past that the oldest waiting call leaves as
+//! it stands, and a result that arrives later is an item of its own that
+//! names the call. So memory stays bounded on any log, and no entry is ever
+//! dropped: each one is an item, or part of exactly one.
+//!
+//! Entries whose `source` is not `intent:…` were written by nd7 itself from
+//! outside the agent (the sandbox's exit, under `nd7 run`); they are
+//! [`Item::Observed`], classified by [`observed_class`], and never paired
+//! with the agent's own claims here: the two kinds of evidence stay apart.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::entry::{self, Entry, Unreadable};
+
+/// How many items may wait behind a tool call that has no result yet.
+pub const HOLD_BACK: usize = 4096;
+
+/// Where an item sits in the log.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct At {
+    pub seq: u64,
+    /// Nanoseconds since the Unix epoch, as the entry states.
+    pub ts: u64,
+    /// The subagent the entry was recorded in; absent in the main agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+impl At {
+    fn of(entry: &Entry) -> At {
+        At {
+            seq: entry.seq,
+            ts: entry.ts,
+            agent: entry.agent_id().map(str::to_string),
+        }
+    }
+}
+
+/// One thing that happened, in the order the log holds them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Item {
+    SessionStart(SessionStart),
+    Prompt(Prompt),
+    Tool(Tool),
+    TurnEnd(TurnEnd),
+    SessionEnd(SessionEnd),
+    Subagent(Subagent),
+    Refusal(Refusal),
+    Observed(Observed),
+    Event(Event),
+    Unreadable(UnreadableLine),
+}
+
+impl Item {
+    /// The entry the item starts at; `None` for a line that is not an entry.
+    pub fn at(&self) -> Option<&At> {
+        Some(match self {
+            Item::SessionStart(i) => &i.at,
+            Item::Prompt(i) => &i.at,
+            Item::Tool(i) => &i.at,
+            Item::TurnEnd(i) => &i.at,
+            Item::SessionEnd(i) => &i.at,
+            Item::Subagent(i) => &i.at,
+            Item::Refusal(i) => &i.at,
+            Item::Observed(i) => &i.at,
+            Item::Event(i) => &i.at,
+            Item::Unreadable(_) => return None,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionStart {
+    #[serde(flatten)]
+    pub at: At,
+    /// startup, resume, clear, compact, fork.
+    pub how: Option<String>,
+    pub model: Option<String>,
+    pub cwd: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Prompt {
+    #[serde(flatten)]
+    pub at: At,
+    pub text: String,
+}
+
+/// What became of a tool call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    Failed,
+    /// Refused by a permission check (a `PermissionDenied` entry).
+    Refused,
+    Interrupted,
+    /// No result in the log: still running, killed, or never reported.
+    NoResult,
+}
+
+/// A tool call and its result, paired by `tool_use_id`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Tool {
+    /// The call's entry; the result's when the call is not in the log.
+    #[serde(flatten)]
+    pub at: At,
+    pub tool: String,
+    pub tool_use_id: Option<String>,
+    pub status: Status,
+    /// A Bash call's command, as the model gave it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// The other inputs, in one line, for tools with no command or path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// The command as it ran, when a hook rewrote it into something other
+    /// than the `nd7-exec` routing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ran: Option<String>,
+    /// The command ran through `nd7-exec`, the sandbox's exit.
+    pub routed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// Why it failed or was refused, in a line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal_seq: Option<u64>,
+    /// When the result was recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_ts: Option<u64>,
+    /// For a result whose call left the timeline before it arrived: the
+    /// call's entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_of: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TurnEnd {
+    #[serde(flatten)]
+    pub at: At,
+    pub message: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionEnd {
+    #[serde(flatten)]
+    pub at: At,
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubagentEvent {
+    Start,
+    Stop,
+}
+
+/// A subagent starting or stopping. Entries recorded inside it carry its id
+/// in their `agent`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Subagent {
+    #[serde(flatten)]
+    pub at: At,
+    pub event: SubagentEvent,
+    pub id: Option<String>,
+    pub agent_type: Option<String>,
+    /// The `tool_use_id` of the call that started it, when one call can have.
+    pub parent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A permission refusal whose call is not waiting in the timeline.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Refusal {
+    #[serde(flatten)]
+    pub at: At,
+    pub tool: Option<String>,
+    pub tool_use_id: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// What an entry nd7 wrote itself is about, as far as its kind tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObservedClass {
+    /// `nd7 allow` or `nd7 deny`.
+    Grant,
+    Refusal,
+    Command,
+    Session,
+    Other,
+}
+
+/// An entry whose `source` is not the agent's: nd7's own account, written
+/// from outside the agent's reach. Kept whole.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Observed {
+    #[serde(flatten)]
+    pub at: At,
+    pub source: String,
+    pub kind: String,
+    pub class: ObservedClass,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    /// Its scalar members, in one line.
+    pub summary: String,
+    pub body: Value,
+}
+
+/// Any other entry: a hook event this view has no shape for, kept whole.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Event {
+    #[serde(flatten)]
+    pub at: At,
+    pub source: String,
+    pub kind: String,
+    pub event: Option<String>,
+    pub summary: String,
+    pub body: Value,
+}
+
+/// A line that is not an entry.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct UnreadableLine {
+    pub line: u64,
+    pub error: String,
+    pub start: String,
+}
+
+/// Length of the one-line summaries of bodies.
+const SUMMARY_LEN: usize = 160;
+
+/// Tool-input members shown elsewhere, or too long for a one-line summary.
+const INPUT_SHOWN_ELSEWHERE: &[&str] = &[
+    "command",
+    "description",
+    "file_path",
+    "notebook_path",
+    "path",
+    "filePath",
+    "content",
+    "old_string",
+    "new_string",
+    "new_source",
+    "edits",
+    "prompt",
+];
+
+/// The class of an entry nd7 wrote from outside the agent, read off its
+/// kind. Extend here when the exit writes kinds this does not know; an
+/// unknown kind is `Other`, and shown whole all the same.
+pub fn observed_class(kind: &str) -> ObservedClass {
+    let k = kind.to_ascii_lowercase();
+    if k.contains("allow") || k.contains("deny") || k.contains("grant") {
+        ObservedClass::Grant
+    } else if k.contains("refus") {
+        ObservedClass::Refusal
+    } else if k.contains("command") || k.contains("exec") {
+        ObservedClass::Command
+    } else if k.contains("session") || k.starts_with("run_") {
+        ObservedClass::Session
+    } else {
+        ObservedClass::Other
+    }
+}
+
+/// An item in the queue; `waiting` while it is a call expecting its result.
+struct Slot {
+    item: Item,
+    waiting: bool,
+}
+
+/// The streaming builder: feed it entries in log order, take the items that
+/// are ready, and finish it at the end of the log.
+pub struct Builder {
+    queue: VecDeque<Slot>,
+    /// The item number of `queue[0]`.
+    first: u64,
+    /// Calls waiting for their result: tool_use_id → item number.
+    waiting: HashMap<String, u64>,
+    /// Calls that left without a result: tool_use_id → the call's seq.
+    left: HashMap<String, u64>,
+    hold_back: usize,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder {
+    pub fn new() -> Builder {
+        Builder::with_hold_back(HOLD_BACK)
+    }
+
+    /// A builder that lets at most `hold_back` items wait behind a call.
+    pub fn with_hold_back(hold_back: usize) -> Builder {
+        Builder {
+            queue: VecDeque::new(),
+            first: 0,
+            waiting: HashMap::new(),
+            left: HashMap::new(),
+            hold_back: hold_back.max(1),
+        }
+    }
+
+    /// A line that could not be read as an entry.
+    pub fn push_unreadable(&mut self, u: Unreadable) {
+        self.ready(Item::Unreadable(UnreadableLine {
+            line: u.line,
+            error: u.error,
+            start: u.start,
+        }));
+    }
+
+    /// The next entry of the log.
+    pub fn push(&mut self, entry: Entry) {
+        if !entry.is_intent() {
+            let item = Item::Observed(Observed {
+                at: At::of(&entry),
+                class: observed_class(&entry.kind),
+                tool_use_id: entry.tool_use_id.clone(),
+                summary: entry::scalars(&entry.body, SUMMARY_LEN),
+                source: entry.source,
+                kind: entry.kind,
+                body: entry.body,
+            });
+            self.ready(item);
+            return;
+        }
+        match entry.kind.as_str() {
+            "session_start" => self.ready(Item::SessionStart(SessionStart {
+                at: At::of(&entry),
+                how: entry.str("source").map(str::to_string),
+                model: entry.str("model").map(str::to_string),
+                cwd: entry.cwd.clone(),
+            })),
+            "prompt" => match entry.str("prompt") {
+                Some(text) => self.ready(Item::Prompt(Prompt {
+                    at: At::of(&entry),
+                    text: text.to_string(),
+                })),
+                None => self.event(entry),
+            },
+            "tool_call" => self.call(entry),
+            "tool_result" => self.result(entry),
+            "turn_end" => self.ready(Item::TurnEnd(TurnEnd {
+                at: At::of(&entry),
+                message: entry.str("last_assistant_message").map(str::to_string),
+            })),
+            "session_end" => self.ready(Item::SessionEnd(SessionEnd {
+                at: At::of(&entry),
+                reason: entry.str("reason").map(str::to_string),
+            })),
+            _ => match entry.event_name() {
+                Some("SubagentStart") => self.subagent(entry, SubagentEvent::Start),
+                Some("SubagentStop") => self.subagent(entry, SubagentEvent::Stop),
+                Some("PermissionDenied") => self.refusal(entry),
+                _ => self.event(entry),
+            },
+        }
+    }
+
+    /// Items ready to show, in order.
+    pub fn take_ready(&mut self) -> impl Iterator<Item = Item> + '_ {
+        std::iter::from_fn(move || {
+            if self.queue.front()?.waiting {
+                return None;
+            }
+            self.first += 1;
+            self.queue.pop_front().map(|slot| slot.item)
+        })
+    }
+
+    /// Everything left, at the end of the log: calls still waiting have no
+    /// result.
+    pub fn finish(mut self) -> Vec<Item> {
+        self.queue.drain(..).map(|slot| slot.item).collect()
+    }
+
+    fn ready(&mut self, item: Item) {
+        self.queue.push_back(Slot {
+            item,
+            waiting: false,
+        });
+        self.bound();
+    }
+
+    /// Lets the oldest waiting call leave once too much waits behind it.
+    fn bound(&mut self) {
+        if self.queue.len() <= self.hold_back {
+            return;
+        }
+        if let Some(slot) = self.queue.front_mut()
+            && slot.waiting
+            && let Item::Tool(tool) = &slot.item
+        {
+            slot.waiting = false;
+            if let Some(id) = &tool.tool_use_id {
+                self.waiting.remove(id);
+                self.left.insert(id.clone(), tool.at.seq);
+            }
+        }
+    }
+
+    fn event(&mut self, entry: Entry) {
+        let item = Item::Event(Event {
+            at: At::of(&entry),
+            event: entry.event_name().map(str::to_string),
+            summary: entry::scalars(entry.payload(), SUMMARY_LEN),
+            source: entry.source,
+            kind: entry.kind,
+            body: entry.body,
+        });
+        self.ready(item);
+    }
+
+    fn waiting_mut(&mut self, id: &str) -> Option<&mut Tool> {
+        let n = *self.waiting.get(id)?;
+        match self.queue.get_mut((n - self.first) as usize)? {
+            Slot {
+                item: Item::Tool(tool),
+                waiting: true,
+            } => Some(tool),
+            _ => None,
+        }
+    }
+
+    fn call(&mut self, entry: Entry) {
+        let input = entry.payload().get("tool_input").unwrap_or(&Value::Null);
+        let command = input
+            .get("command")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let paths: Vec<String> = match entry.payload().get("paths") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+            _ => crate::hook::tool_paths(input),
+        };
+        let tool = Tool {
+            at: At::of(&entry),
+            tool: entry.str("tool_name").unwrap_or("?").to_string(),
+            tool_use_id: entry.tool_use().map(str::to_string),
+            status: Status::NoResult,
+            description: input
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            input: other_inputs(input),
+            command,
+            paths,
+            ran: None,
+            routed: false,
+            exit_code: None,
+            duration_ms: None,
+            output: None,
+            reason: None,
+            call_seq: Some(entry.seq),
+            result_seq: None,
+            refusal_seq: None,
+            end_ts: None,
+            result_of: None,
+        };
+        match tool.tool_use_id.clone() {
+            Some(id) => {
+                let n = self.first + self.queue.len() as u64;
+                self.waiting.insert(id, n);
+                self.queue.push_back(Slot {
+                    item: Item::Tool(tool),
+                    waiting: true,
+                });
+                self.bound();
+            }
+            None => self.ready(Item::Tool(tool)),
+        }
+    }
+
+    fn result(&mut self, entry: Entry) {
+        let id = entry.tool_use().map(str::to_string);
+        if let Some(id) = &id
+            && self.waiting.contains_key(id)
+        {
+            let n = self.waiting.remove(id).unwrap_or_default();
+            if let Some(slot) = self.queue.get_mut((n - self.first) as usize)
+                && let Item::Tool(tool) = &mut slot.item
+            {
+                complete(tool, &entry);
+                slot.waiting = false;
+            }
+            return;
+        }
+        // No call waiting: the result stands alone.
+        let input = entry.payload().get("tool_input").unwrap_or(&Value::Null);
+        let mut tool = Tool {
+            at: At::of(&entry),
+            tool: entry.str("tool_name").unwrap_or("?").to_string(),
+            tool_use_id: id.clone(),
+            status: Status::NoResult,
+            command: None,
+            description: input
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            paths: crate::hook::tool_paths(input),
+            input: other_inputs(input),
+            ran: None,
+            routed: false,
+            exit_code: None,
+            duration_ms: None,
+            output: None,
+            reason: None,
+            call_seq: None,
+            result_seq: None,
+            refusal_seq: None,
+            end_ts: None,
+            result_of: id.as_ref().and_then(|id| self.left.remove(id)),
+        };
+        complete(&mut tool, &entry);
+        self.ready(Item::Tool(tool));
+    }
+
+    fn refusal(&mut self, entry: Entry) {
+        let reason = entry.str("reason").map(str::to_string);
+        if let Some(id) = entry.tool_use().map(str::to_string)
+            && let Some(tool) = self.waiting_mut(&id)
+        {
+            tool.status = Status::Refused;
+            tool.refusal_seq = Some(entry.seq);
+            tool.reason = reason.or(tool.reason.take());
+            return;
+        }
+        let item = Item::Refusal(Refusal {
+            at: At::of(&entry),
+            tool: entry.str("tool_name").map(str::to_string),
+            tool_use_id: entry.tool_use().map(str::to_string),
+            reason,
+        });
+        self.ready(item);
+    }
+
+    fn subagent(&mut self, entry: Entry, event: SubagentEvent) {
+        let agent_type = entry.str("agent_type").map(str::to_string);
+        let parent = match event {
+            SubagentEvent::Start => self.spawning_call(agent_type.as_deref()),
+            SubagentEvent::Stop => None,
+        };
+        let item = Item::Subagent(Subagent {
+            at: At::of(&entry),
+            event,
+            id: entry.str("agent_id").map(str::to_string),
+            agent_type,
+            parent,
+            message: entry.str("last_assistant_message").map(str::to_string),
+        });
+        self.ready(item);
+    }
+
+    /// The waiting Task/Agent call of the main agent that a subagent of
+    /// `agent_type` was started by: the only one, or the only one asking for
+    /// that type. `None` when it cannot be told.
+    fn spawning_call(&self, agent_type: Option<&str>) -> Option<String> {
+        let spawning: Vec<&Tool> = self
+            .queue
+            .iter()
+            .filter_map(|s| match &s.item {
+                Item::Tool(t)
+                    if s.waiting
+                        && t.at.agent.is_none()
+                        && matches!(t.tool.as_str(), "Task" | "Agent") =>
+                {
+                    Some(t)
+                }
+                _ => None,
+            })
+            .collect();
+        let pick = |ts: Vec<&Tool>| match ts.as_slice() {
+            [one] => one.tool_use_id.clone(),
+            _ => None,
+        };
+        if spawning.len() == 1 {
+            return pick(spawning);
+        }
+        let of_type = spawning
+            .into_iter()
+            .filter(|t| {
+                t.input
+                    .as_deref()
+                    .zip(agent_type)
+                    .is_some_and(|(i, ty)| i.contains(&format!("subagent_type={ty}")))
+            })
+            .collect();
+        pick(of_type)
+    }
+}
+
+/// Fills a tool item from its result entry.
+fn complete(tool: &mut Tool, result: &Entry) {
+    let payload = result.payload();
+    tool.result_seq = Some(result.seq);
+    tool.end_ts = Some(result.ts);
+    if tool.tool == "?"
+        && let Some(name) = result.str("tool_name")
+    {
+        tool.tool = name.to_string();
+    }
+    tool.duration_ms = payload
+        .get("duration_ms")
+        .and_then(Value::as_f64)
+        .or_else(|| {
+            let call = tool.call_seq.map(|_| tool.at.ts)?;
+            Some(result.ts.checked_sub(call)? as f64 / 1e6)
+        });
+    let ran = payload
+        .get("tool_input")
+        .and_then(|i| i.get("command"))
+        .and_then(Value::as_str);
+    if let Some(ran) = ran {
+        match entry::routed_original(ran) {
+            Some(original) => {
+                tool.routed = true;
+                if tool.command.is_none() {
+                    tool.command = Some(original);
+                }
+            }
+            None if tool.command.is_none() => tool.command = Some(ran.to_string()),
+            None if tool.command.as_deref() != Some(ran) => tool.ran = Some(ran.to_string()),
+            None => {}
+        }
+    }
+    let ok = payload.get("ok").and_then(Value::as_bool);
+    let interrupted = payload.get("is_interrupt").and_then(Value::as_bool) == Some(true);
+    if ok == Some(true) {
+        if tool.status != Status::Refused {
+            tool.status = Status::Ok;
+        }
+        if tool.tool == "Bash" {
+            tool.exit_code = Some(0);
+        }
+        tool.output = payload.get("tool_response").and_then(output_of);
+        return;
+    }
+    if tool.status != Status::Refused {
+        tool.status = if interrupted {
+            Status::Interrupted
+        } else {
+            Status::Failed
+        };
+    }
+    let error = payload.get("error").and_then(Value::as_str).unwrap_or("");
+    match entry::exit_code_of(error) {
+        Some((code, rest)) => {
+            tool.exit_code = Some(code);
+            tool.output = (!rest.is_empty()).then(|| rest.to_string());
+        }
+        None => {
+            let (first, rest) = error.split_once('\n').unwrap_or((error, ""));
+            if tool.reason.is_none() && !first.is_empty() {
+                tool.reason = Some(first.to_string());
+            }
+            tool.output = (!rest.is_empty()).then(|| rest.to_string());
+        }
+    }
+    if tool.output.is_none() {
+        tool.output = payload.get("tool_response").and_then(output_of);
+    }
+}
+
+/// A response as text; an edit's patch as its diff lines.
+fn output_of(response: &Value) -> Option<String> {
+    if let Some(Value::Array(hunks)) = response.get("structuredPatch")
+        && !hunks.is_empty()
+    {
+        let mut out = String::new();
+        for hunk in hunks {
+            if let (Some(o), Some(n)) = (hunk.get("oldStart"), hunk.get("newStart")) {
+                out.push_str(&format!("@@ -{o} +{n} @@\n"));
+            }
+            for line in hunk
+                .get("lines")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                out.push_str(line.as_str().unwrap_or(""));
+                out.push('\n');
+            }
+        }
+        return Some(out.trim_end_matches('\n').to_string());
+    }
+    entry::response_text(response).filter(|t| !t.is_empty())
+}
+
+/// A tool input's members not shown as command, description or paths, in
+/// one line; `None` when there are none.
+fn other_inputs(input: &Value) -> Option<String> {
+    let Value::Object(o) = input else {
+        return None;
+    };
+    let rest: serde_json::Map<String, Value> = o
+        .iter()
+        .filter(|(k, _)| !INPUT_SHOWN_ELSEWHERE.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let line = entry::scalars(&Value::Object(rest), SUMMARY_LEN);
+    (!line.is_empty()).then_some(line)
+}
+
+/// Builds the whole timeline of `lines` at once (tests, and small logs).
+pub fn build<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Vec<Item> {
+    let mut builder = Builder::new();
+    let mut out = Vec::new();
+    for (i, line) in lines.into_iter().enumerate() {
+        match Entry::parse(line, i as u64 + 1) {
+            Ok(entry) => builder.push(entry),
+            Err(u) => builder.push_unreadable(u),
+        }
+        out.extend(builder.take_ready());
+    }
+    out.extend(builder.finish());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn line(seq: u64, kind: &str, tool_use_id: Option<&str>, body: Value) -> Vec<u8> {
+        line_from(seq, "intent:claude-code", kind, tool_use_id, body)
+    }
+
+    fn line_from(
+        seq: u64,
+        source: &str,
+        kind: &str,
+        tool_use_id: Option<&str>,
+        body: Value,
+    ) -> Vec<u8> {
+        let mut v = json!({"seq": seq, "ts": 1_000_000_000 * (seq + 1), "host": "h", "cwd": "/p",
+                           "session": "s", "source": source, "kind": kind, "body": body});
+        if let Some(id) = tool_use_id {
+            v["tool_use_id"] = json!(id);
+        }
+        v.to_string().into_bytes()
+    }
+
+    fn bash_call(seq: u64, id: &str, command: &str) -> Vec<u8> {
+        line(
+            seq,
+            "tool_call",
+            Some(id),
+            json!({"hook_event_name": "PreToolUse", "tool_name": "Bash",
+                   "tool_input": {"command": command, "description": "d"}, "tool_use_id": id,
+                   "argv": [], "paths": []}),
+        )
+    }
+
+    fn bash_ok(seq: u64, id: &str, command: &str, stdout: &str) -> Vec<u8> {
+        line(
+            seq,
+            "tool_result",
+            Some(id),
+            json!({"hook_event_name": "PostToolUse", "tool_name": "Bash",
+                   "tool_input": {"command": command}, "tool_use_id": id,
+                   "tool_response": {"stdout": stdout, "stderr": ""}, "duration_ms": 12, "ok": true}),
+        )
+    }
+
+    fn bash_failed(seq: u64, id: &str, error: &str) -> Vec<u8> {
+        line(
+            seq,
+            "tool_result",
+            Some(id),
+            json!({"hook_event_name": "PostToolUseFailure", "tool_name": "Bash",
+                   "tool_input": {"command": "x"}, "tool_use_id": id, "error": error, "ok": false}),
+        )
+    }
+
+    fn run(lines: &[Vec<u8>]) -> Vec<Item> {
+        build(lines.iter().map(Vec::as_slice))
+    }
+
+    fn tools(items: &[Item]) -> Vec<&Tool> {
+        items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Tool(t) => Some(t),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn calls_pair_with_results_in_call_order_even_when_results_cross() {
+        let items = run(&[
+            bash_call(0, "a", "echo a"),
+            bash_call(1, "b", "false"),
+            bash_failed(2, "b", "Exit code 1\nno"),
+            bash_ok(3, "a", "echo a", "a"),
+        ]);
+        let t = tools(&items);
+        assert_eq!(t.len(), 2, "{items:?}");
+        assert_eq!(t[0].command.as_deref(), Some("echo a"));
+        assert_eq!(t[0].status, Status::Ok);
+        assert_eq!(t[0].exit_code, Some(0));
+        assert_eq!(t[0].output.as_deref(), Some("a"));
+        assert_eq!(t[0].result_seq, Some(3));
+        assert_eq!(t[0].duration_ms, Some(12.0));
+        assert_eq!(t[1].status, Status::Failed);
+        assert_eq!(t[1].exit_code, Some(1));
+        assert_eq!(t[1].output.as_deref(), Some("no"));
+        // Duration from the timestamps when the result does not say.
+        assert_eq!(t[1].duration_ms, Some(1000.0));
+    }
+
+    #[test]
+    fn a_call_without_result_holds_back_what_follows_until_the_end() {
+        let mut b = Builder::new();
+        b.push(Entry::parse(&bash_call(0, "a", "sleep 9"), 1).expect("entry"));
+        b.push(
+            Entry::parse(&line(1, "prompt", None, json!({"prompt": "next"})), 2).expect("entry"),
+        );
+        assert_eq!(b.take_ready().count(), 0);
+        let rest = b.finish();
+        assert_eq!(rest.len(), 2);
+        assert!(matches!(&rest[0], Item::Tool(t) if t.status == Status::NoResult));
+    }
+
+    #[test]
+    fn hold_back_is_bounded_and_a_late_result_names_its_call() {
+        let mut lines = vec![bash_call(0, "slow", "sleep 100")];
+        for i in 1..=5 {
+            lines.push(line(i, "prompt", None, json!({"prompt": format!("p{i}")})));
+        }
+        lines.push(bash_ok(6, "slow", "sleep 100", "done"));
+        let mut b = Builder::with_hold_back(3);
+        let mut items = Vec::new();
+        for (i, l) in lines.iter().enumerate() {
+            b.push(Entry::parse(l, i as u64 + 1).expect("entry"));
+            items.extend(b.take_ready());
+        }
+        items.extend(b.finish());
+        assert_eq!(items.len(), 7, "nothing lost: {items:?}");
+        let t = tools(&items);
+        assert_eq!(t[0].status, Status::NoResult);
+        assert_eq!(t[1].result_of, Some(0));
+        assert_eq!(t[1].status, Status::Ok);
+    }
+
+    #[test]
+    fn routed_commands_show_the_original_and_say_so() {
+        let routed = crate::hook_prefix::routed_command("/x/nd7-exec", "ls -la");
+        let items = run(&[bash_call(0, "a", "ls -la"), bash_ok(1, "a", &routed, "")]);
+        let t = tools(&items);
+        assert!(t[0].routed);
+        assert_eq!(t[0].command.as_deref(), Some("ls -la"));
+        assert_eq!(t[0].ran, None);
+        assert_eq!(t[0].output, None);
+        // Another hook's rewrite is shown as what ran.
+        let items = run(&[bash_call(0, "a", "ls"), bash_ok(1, "a", "ls; id", "")]);
+        assert_eq!(tools(&items)[0].ran.as_deref(), Some("ls; id"));
+        assert!(!tools(&items)[0].routed);
+    }
+
+    #[test]
+    fn refusals_mark_their_call_or_stand_alone() {
+        let denied = |seq, id: &str| {
+            line(
+                seq,
+                "hook",
+                Some(id),
+                json!({"hook_event_name": "PermissionDenied",
+                       "raw": {"hook_event_name": "PermissionDenied", "tool_name": "Bash",
+                               "tool_use_id": id, "reason": "not allowed"}}),
+            )
+        };
+        let items = run(&[
+            bash_call(0, "a", "rm -rf /"),
+            denied(1, "a"),
+            denied(2, "zz"),
+        ]);
+        let t = tools(&items);
+        assert_eq!(t[0].status, Status::Refused);
+        assert_eq!(t[0].reason.as_deref(), Some("not allowed"));
+        assert_eq!(t[0].refusal_seq, Some(1));
+        assert!(matches!(&items[1], Item::Refusal(r) if r.tool_use_id.as_deref() == Some("zz")));
+    }
+
+    #[test]
+    fn subagents_are_placed_under_the_call_that_started_them() {
+        let items = run(&[
+            line(
+                0,
+                "tool_call",
+                Some("task"),
+                json!({"hook_event_name": "PreToolUse", "tool_name": "Task", "tool_use_id": "task",
+                       "tool_input": {"description": "look", "prompt": "p", "subagent_type": "Explore"}}),
+            ),
+            line(
+                1,
+                "hook",
+                None,
+                json!({"hook_event_name": "SubagentStart",
+                       "raw": {"hook_event_name": "SubagentStart", "agent_id": "ag1", "agent_type": "Explore"}}),
+            ),
+            line(
+                2,
+                "tool_call",
+                Some("in"),
+                json!({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_use_id": "in",
+                       "agent_id": "ag1", "tool_input": {"command": "ls"}}),
+            ),
+            line(
+                3,
+                "tool_result",
+                Some("in"),
+                json!({"hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_use_id": "in",
+                       "agent_id": "ag1", "tool_input": {"command": "ls"}, "tool_response": {"stdout": "f"}, "ok": true}),
+            ),
+        ]);
+        let Item::Subagent(s) = &items[1] else {
+            panic!("{items:?}")
+        };
+        assert_eq!(s.parent.as_deref(), Some("task"));
+        assert_eq!(s.id.as_deref(), Some("ag1"));
+        assert_eq!(s.at.agent, None);
+        let inner = tools(&items)[1];
+        assert_eq!(inner.at.agent.as_deref(), Some("ag1"));
+        assert_eq!(inner.status, Status::Ok);
+    }
+
+    #[test]
+    fn unknown_kinds_sources_and_lines_are_all_kept() {
+        let items = run(&[
+            line(0, "brand_new_kind", None, json!({"x": 1})),
+            line_from(1, "nd7:exit", "allow", None, json!({"path": "/data"})),
+            line_from(
+                2,
+                "nd7:exit",
+                "command_end",
+                Some("t"),
+                json!({"status": 0}),
+            ),
+            line_from(
+                3,
+                "effect:kernel",
+                "file_open",
+                None,
+                json!({"path": "/etc"}),
+            ),
+            line(
+                4,
+                "hook",
+                None,
+                json!({"hook_event_name": "Notification", "raw": {"message": "hi"}}),
+            ),
+            b"garbage".to_vec(),
+        ]);
+        assert_eq!(items.len(), 6, "{items:?}");
+        assert!(matches!(&items[0], Item::Event(e) if e.kind == "brand_new_kind"));
+        assert!(
+            matches!(&items[1], Item::Observed(o) if o.class == ObservedClass::Grant && o.summary == "path=/data")
+        );
+        assert!(
+            matches!(&items[2], Item::Observed(o) if o.class == ObservedClass::Command && o.tool_use_id.as_deref() == Some("t"))
+        );
+        assert!(matches!(&items[3], Item::Observed(o) if o.class == ObservedClass::Other));
+        assert!(
+            matches!(&items[4], Item::Event(e) if e.event.as_deref() == Some("Notification") && e.summary == "message=hi")
+        );
+        assert!(matches!(&items[5], Item::Unreadable(u) if u.line == 6));
+    }
+
+    #[test]
+    fn edits_show_their_patch() {
+        let items = run(&[
+            line(
+                0,
+                "tool_call",
+                Some("e"),
+                json!({"hook_event_name": "PreToolUse", "tool_name": "Edit", "tool_use_id": "e",
+                       "tool_input": {"file_path": "/p/a.rs", "old_string": "a", "new_string": "b"},
+                       "paths": ["/p/a.rs"]}),
+            ),
+            line(
+                1,
+                "tool_result",
+                Some("e"),
+                json!({"hook_event_name": "PostToolUse", "tool_name": "Edit", "tool_use_id": "e",
+                       "tool_response": {"filePath": "/p/a.rs", "originalFile": "a\n",
+                          "structuredPatch": [{"oldStart": 1, "newStart": 1, "lines": ["-a", "+b"]}]},
+                       "ok": true}),
+            ),
+        ]);
+        let t = tools(&items);
+        assert_eq!(t[0].paths, vec!["/p/a.rs".to_string()]);
+        assert_eq!(t[0].input, None);
+        assert_eq!(t[0].output.as_deref(), Some("@@ -1 +1 @@\n-a\n+b"));
+    }
+}

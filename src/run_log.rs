@@ -1,0 +1,304 @@
+//! A run's chain on disk: the one log an `nd7 run` session writes, from
+//! outside the sandbox floor (ADR-0031, docs/log-format.md "A run's chain").
+//!
+//! Inside the floor the logs are read-only. The hooks' payloads reach this
+//! chain through `nd7 run` (the door, [`RunLog::hook`]), which stamps them
+//! `intent:claude-code`: the agent's word. Everything else here is nd7's own
+//! account, [`crate::run_entry::SOURCE`]: the run's start and end, each command
+//! the exit runs, each grant changed, each caller refused, and whatever else
+//! the sandbox has to report ([`note`]).
+//!
+//! Appends go through [`SessionLog::append`] and so take its lock: the door,
+//! the exit's threads, `nd7 allow` and any other writer queue on it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::hook::{Glimpse, Invocation, Kind};
+use crate::record::{self, RecordError};
+use crate::run_entry::{self, Announced, Ended, Reconciler, Reconciliation, RunFacts, Stamp};
+use crate::session::{LogRef, Record, Session, SessionError};
+use crate::session_log::{self, Appended, SessionLog};
+
+/// Why one of nd7's own entries could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum RunLogError {
+    #[error("{0}")]
+    Log(#[from] session_log::Error),
+    #[error("{0}")]
+    Session(#[from] SessionError),
+    #[error("session {0} keeps no log of its own (started by an older nd7)")]
+    NoChain(u32),
+}
+
+/// How many refused callers are written down; the rest are only counted,
+/// so a caller refused in a loop cannot fill the disk.
+pub const REFUSALS_WRITTEN: u64 = 100;
+
+/// Wall-clock nanoseconds since the Unix epoch.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// What became of a hook's payload at the door.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HookOutcome {
+    Recorded(Appended),
+    /// The run registered its own hook for this event; this copy (from a
+    /// hook registered elsewhere, such as `nd7 setup`'s) was not recorded.
+    Skipped,
+}
+
+/// A run's chain, open for appending.
+#[derive(Debug)]
+pub struct RunLog {
+    log: SessionLog,
+    host: String,
+    hooks: bool,
+    announced: Mutex<Announced>,
+    refused: AtomicU64,
+}
+
+impl RunLog {
+    /// Starts a new chain under `logs_dir` whose first entry is `run_start`
+    /// with `facts`. The directory must not exist yet, so the chain holds
+    /// only what this run writes.
+    pub fn start(logs_dir: &Path, facts: &RunFacts<'_>) -> Result<RunLog, RunLogError> {
+        let ts = now_ns();
+        let mut salt = [0u8; 2];
+        let mut attempt = 0;
+        let log = loop {
+            let _ = getrandom::getrandom(&mut salt);
+            let id = run_entry::run_id(ts / 1_000_000_000, facts.pid, u16::from_le_bytes(salt));
+            match SessionLog::create_new(logs_dir, &id) {
+                Ok(log) => break log,
+                Err(session_log::Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 =>
+                {
+                    attempt += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let run = RunLog::new(log, facts.hooks);
+        run.note(
+            run_entry::RUN_START,
+            None,
+            None,
+            &run_entry::run_start_body(facts),
+        )?;
+        Ok(run)
+    }
+
+    fn new(log: SessionLog, hooks: bool) -> RunLog {
+        RunLog {
+            log,
+            host: hostname(),
+            hooks,
+            announced: Mutex::default(),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// The chain a running session's record names, for writers other than
+    /// `nd7 run` itself (`nd7 allow`, `nd7-exec` on macOS).
+    pub fn open(record: &Record) -> Result<RunLog, RunLogError> {
+        let LogRef { id, hooks } = record.log.clone().ok_or(RunLogError::NoChain(record.pid))?;
+        let log = SessionLog::new(&record.policy.logs_dir(), &id)?;
+        Ok(RunLog::new(log, hooks))
+    }
+
+    /// How the session's record names this chain.
+    pub fn reference(&self) -> LogRef {
+        LogRef {
+            id: self.log.session_id().to_string(),
+            hooks: self.hooks,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        self.log.session_id()
+    }
+
+    pub fn log(&self) -> &SessionLog {
+        &self.log
+    }
+
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            ts: now_ns(),
+            host: self.host.clone(),
+            session: self.id().to_string(),
+        }
+    }
+
+    /// Appends one of nd7's own entries, stamped now.
+    pub fn note(
+        &self,
+        kind: &'static str,
+        cwd: Option<&str>,
+        tool_use_id: Option<&str>,
+        body: &Value,
+    ) -> Result<Appended, RunLogError> {
+        let event = run_entry::event(&self.stamp(), kind, cwd, tool_use_id, body);
+        Ok(self.log.append(&event)?)
+    }
+
+    /// Appends a hook's payload for the agent, as the direct path would
+    /// (same kinds, same bodies, `intent:claude-code`), into this chain.
+    /// `hook_ppid` is the recorder's parent as the kernel reports it.
+    pub fn hook(
+        &self,
+        request: &crate::sandbox::wire::HookRequest,
+        hook_ppid: Option<u32>,
+    ) -> Result<HookOutcome, RecordError> {
+        if self.hooks && !request.run_hook {
+            return Ok(HookOutcome::Skipped);
+        }
+        let invocation = Invocation {
+            ts: request.ts,
+            host: self.host.clone(),
+            hook_ppid,
+            cwd: request
+                .cwd
+                .as_ref()
+                .map(|c| String::from_utf8_lossy(c).into_owned()),
+        };
+        let event = if request.glimpse {
+            let glimpse: GlimpseWire = serde_json::from_slice(&request.body)
+                .map_err(|e| RecordError::Payload(crate::hook::PayloadError::Json(e)))?;
+            crate::hook::Event::omitted(
+                &invocation,
+                &glimpse.glimpse,
+                glimpse.bytes,
+                &glimpse.blake3,
+            )
+        } else {
+            let (event, _) = record::event_for(&invocation, &request.body)?;
+            if event.kind == Kind::ToolCall
+                && let Ok(payload) = serde_json::from_str::<Value>(event.body.get())
+                && let Ok(mut announced) = self.announced.lock()
+            {
+                announced.note(&payload);
+            }
+            event
+        };
+        Ok(HookOutcome::Recorded(self.log.append(&event)?))
+    }
+
+    /// Writes the `exec` entry for a command about to start, naming the Bash
+    /// call that announced it when one did. Returns the entry's seq.
+    pub fn exec_started(
+        &self,
+        command: &[u8],
+        cwd: &Path,
+        caller: u32,
+        grants: &[PathBuf],
+    ) -> Result<u64, RunLogError> {
+        let tool_use_id = self
+            .announced
+            .lock()
+            .ok()
+            .and_then(|mut a| a.claim(command));
+        let body = run_entry::exec_body(command, caller, grants);
+        let cwd = cwd.to_string_lossy();
+        self.note(run_entry::EXEC, Some(&cwd), tool_use_id.as_deref(), &body)
+            .map(|a| a.seq)
+    }
+
+    /// Writes the `exec_end` entry of the command whose `exec` entry is `exec`.
+    pub fn exec_ended(
+        &self,
+        exec: u64,
+        ended: &Ended,
+        watch: Option<&str>,
+    ) -> Result<Appended, RunLogError> {
+        let body = run_entry::exec_end_body(exec, ended, watch);
+        self.note(run_entry::EXEC_END, None, None, &body)
+    }
+
+    /// Writes down a refused caller: the first [`REFUSALS_WRITTEN`], then
+    /// only counts them (the count is in `run_end`).
+    pub fn refused(&self, door: &str, pid: Option<u32>, uid: Option<u32>, why: &str) {
+        let n = self.refused.fetch_add(1, Ordering::Relaxed);
+        if n < REFUSALS_WRITTEN {
+            let body = run_entry::refused_body(door, pid, uid, why);
+            let _ = self.note(run_entry::REFUSED, None, None, &body);
+        }
+    }
+
+    /// Holds the chain against itself: see [`Reconciler`].
+    pub fn reconcile(&self) -> Result<Reconciliation, RunLogError> {
+        reconcile(&self.log).map_err(RunLogError::from)
+    }
+
+    /// Writes `run_end`, with how the program ended and the run's tally.
+    /// Returns the tally.
+    pub fn end(&self, ended: &Ended) -> Result<Reconciliation, RunLogError> {
+        let tally = self.reconcile()?;
+        let refused = self.refused.load(Ordering::Relaxed);
+        self.note(
+            run_entry::RUN_END,
+            None,
+            None,
+            &run_entry::run_end_body(ended, &tally, refused),
+        )?;
+        Ok(tally)
+    }
+}
+
+/// Reads any log through the [`Reconciler`]; `is_run` in the result says
+/// whether it is a run's chain at all.
+pub fn reconcile(log: &SessionLog) -> Result<Reconciliation, session_log::Error> {
+    let mut reconciler = Reconciler::new();
+    log.for_each_line(|line| reconciler.feed(line))?;
+    Ok(reconciler.finish())
+}
+
+/// The body `nd7 record` sends through the door for a payload too large to
+/// store.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct GlimpseWire {
+    #[serde(flatten)]
+    pub glimpse: Glimpse,
+    pub bytes: u64,
+    pub blake3: String,
+}
+
+/// Writes the `grant` entry for a change `nd7 allow` or `nd7 deny` just made
+/// to `session`: the change, the path, and the grants now in force.
+pub fn grant_changed(session: &Session, change: &str, path: &Path) -> Result<u64, RunLogError> {
+    let record = session.record()?;
+    let body = run_entry::grant_body(change, path, &record.policy.grants);
+    RunLog::open(&record)?
+        .note(run_entry::GRANT, None, None, &body)
+        .map(|a| a.seq)
+}
+
+/// Puts one of nd7's own entries (`source: exit:nd7`) into the log of the
+/// running session `session`, for code outside the floor that has something
+/// to report: processes ended with the session, a dangerous file changed, a
+/// grant dropped. `kind` is a new entry kind, documented in
+/// docs/log-format.md; `body` is its JSON object. Returns the entry's seq.
+///
+/// Each call opens the chain and takes its lock: fine for the occasional
+/// report; the exit's per-command entries use a [`RunLog`] kept open.
+pub fn note(session: &Session, kind: &'static str, body: &Value) -> Result<u64, RunLogError> {
+    let record = session.record()?;
+    RunLog::open(&record)?
+        .note(kind, None, None, body)
+        .map(|a| a.seq)
+}

@@ -1,0 +1,151 @@
+//! The commands the exit started with a grant that still have a process
+//! running: `running.json` in the session directory, kept by `nd7 run` (its keeper,
+//! which learns when a command's last process is gone) and read by
+//! `nd7 deny`, which names those still running under the grant it takes
+//! back. A command keeps the rules it started with, so a grant taken back
+//! stays in force for them until they end.
+//!
+//! The file lives under `~/.nd7`, which nothing inside the session can
+//! write; it is replaced through a temporary file and a rename.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The file's name in the session directory.
+pub const FILE: &str = "running.json";
+
+/// Command texts are kept to this many bytes in the list.
+const TEXT_LIMIT: usize = 2048;
+
+/// One command started through the exit, as the exit saw it start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    /// The shell the exit started for it; also its process group.
+    #[serde(default)]
+    pub pid: u32,
+    /// The command text (cut to 2 KiB, on a character boundary).
+    pub command: String,
+    pub cwd: PathBuf,
+    /// The grants in force when it started, which it keeps.
+    pub grants: Vec<PathBuf>,
+    /// Seconds since the epoch.
+    pub started: u64,
+}
+
+impl Command {
+    pub fn new(command: &str, cwd: &Path, grants: &[PathBuf]) -> Command {
+        let mut end = command.len().min(TEXT_LIMIT);
+        while !command.is_char_boundary(end) {
+            end -= 1;
+        }
+        Command {
+            pid: 0,
+            command: command[..end].to_string(),
+            cwd: cwd.to_path_buf(),
+            grants: grants.to_vec(),
+            started: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    /// One line for people: its process group and its text, newlines shown
+    /// as `⏎`.
+    pub fn describe(&self) -> String {
+        format!(
+            "process group {}: {}",
+            self.pid,
+            self.command.trim().replace('\n', " ⏎ ")
+        )
+    }
+
+    /// Whether it was started with writes under `grant` allowed.
+    pub fn holds(&self, grant: &Path) -> bool {
+        self.grants.iter().any(|g| g == grant)
+    }
+}
+
+/// The lines `nd7 deny` adds after taking back `grant` in session `pid`:
+/// the commands still running that started with it. Empty when there are none.
+pub fn deny_report(pid: u32, grant: &Path, commands: &[Command]) -> Vec<String> {
+    let holding: Vec<&Command> = commands.iter().filter(|c| c.holds(grant)).collect();
+    if holding.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "session {pid}: {} command{} started with writes under {} allowed {} still running and keep{} that until {} end{} (nd7 run ends {} with the session):",
+        holding.len(),
+        if holding.len() == 1 { "" } else { "s" },
+        grant.display(),
+        if holding.len() == 1 { "is" } else { "are" },
+        if holding.len() == 1 { "s" } else { "" },
+        if holding.len() == 1 { "it" } else { "they" },
+        if holding.len() == 1 { "s" } else { "" },
+        if holding.len() == 1 { "it" } else { "them" },
+    )];
+    lines.extend(holding.iter().map(|c| format!("  {}", c.describe())));
+    lines
+}
+
+/// The list in `dir`; empty when there is none (no command has run, or the
+/// platform's exit starts nothing itself).
+pub fn read(dir: &Path) -> Vec<Command> {
+    std::fs::read(dir.join(FILE))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// Replaces the list in `dir`.
+pub fn write(dir: &Path, commands: &[Command]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(FILE);
+    let tmp = dir.join(format!("{FILE}.tmp"));
+    let mut json = serde_json::to_vec_pretty(commands).map_err(std::io::Error::other)?;
+    json.push(b'\n');
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(&json)?;
+    drop(file);
+    std::fs::rename(&tmp, &path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_reads_back_and_a_long_text_is_cut_on_a_character() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(read(dir.path()).is_empty());
+        let long = "é".repeat(TEXT_LIMIT);
+        let mut c = Command::new(&long, Path::new("/p"), &[PathBuf::from("/data")]);
+        c.pid = 42;
+        assert!(c.command.len() <= TEXT_LIMIT && c.command.chars().all(|ch| ch == 'é'));
+        write(dir.path(), std::slice::from_ref(&c)).expect("write");
+        assert_eq!(read(dir.path()), vec![c.clone()]);
+        assert!(c.holds(Path::new("/data")) && !c.holds(Path::new("/")));
+    }
+
+    #[test]
+    fn deny_names_only_the_commands_holding_the_grant() {
+        let mut a = Command::new("npm run dev\n", Path::new("/p"), &[PathBuf::from("/data")]);
+        a.pid = 7;
+        let b = Command::new("ls", Path::new("/p"), &[]);
+        let lines = deny_report(1, Path::new("/data"), &[a, b]);
+        assert_eq!(
+            lines,
+            [
+                "session 1: 1 command started with writes under /data allowed is still running and keeps that until it ends (nd7 run ends it with the session):",
+                "  process group 7: npm run dev",
+            ]
+        );
+        assert!(deny_report(1, Path::new("/other"), &[]).is_empty());
+    }
+}

@@ -1,0 +1,676 @@
+//! `nd7 run` as two processes, so that nothing a session starts outlives it
+//! and nothing inside can stop the one that ends it.
+//!
+//! [`split`] forks `nd7 run` once, before it has a second thread:
+//!
+//! - **The keeper** (the parent, the process the user's shell waits for)
+//!   stays outside every sandbox. It is the child subreaper
+//!   (`PR_SET_CHILD_SUBREAPER`), so every process of the session whose
+//!   parent dies, a `setsid` daemon included, becomes its child, however
+//!   far down it was started. It serves the session's seccomp listeners
+//!   ([`super::supervise`]): it performs every `connect`, and it learns when
+//!   the last process of a command is gone, which is how `running.json`
+//!   (`crate::running`) stays true for `nd7 deny`. When the session process
+//!   exits, however it ends, the keeper kills every process still below it
+//!   and reaps them, removes the session directory, and exits with the
+//!   session's status. It passes SIGTERM and SIGHUP on to the session.
+//! - **The session** (the child) is what `nd7 run` always was: it makes the
+//!   session directory, serves the exit, starts the agent. It first puts
+//!   itself under a Landlock layer that only scopes signals and abstract
+//!   unix sockets (ABI 6); the agent and every command are nested beneath
+//!   it, so they can signal each other and it, but nothing outside: not the
+//!   keeper, not the user's other processes. It dies with the keeper
+//!   (`PR_SET_PDEATHSIG`).
+//!
+//! The agent can kill the session process (it is inside the same scope);
+//! then the keeper ends everything at once. It cannot signal, trace or
+//! outlive the keeper.
+//!
+//! The two talk over one `SOCK_SEQPACKET` pair: the keeper says once whether
+//! it can act for the session's processes and whether it serves the channel;
+//! the session (or, between fork and exec, each process it confines) sends
+//! the seccomp listeners and nd7's own listening sockets, each message one
+//! letter and a descriptor. Once the agent has ended, the session asks the
+//! keeper to end what is left ([`end_leftovers`]), so that the run's log says
+//! so before its last entry; the keeper's own sweep after the session has
+//! gone is the backstop.
+//!
+//! Which process is "nd7 run" to the rest of nd7: the session. Its pid names
+//! `~/.nd7/sessions/<pid>`, the run's chain and the banner; it serves the
+//! exit and the hooks' door, and callers must descend from it. The keeper is
+//! only the parent the user's shell waits for.
+
+use std::collections::BTreeMap;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, OnceLock};
+
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
+};
+use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
+
+use super::proc;
+use super::seccomp::{self, Sockets};
+use super::supervise::{self, Supervisor};
+use crate::running;
+use crate::sandbox::Leftovers;
+use crate::session::Sessions;
+
+/// Message kinds on the channel, from the session to the keeper.
+pub const OWN_SOCKET: u8 = b'O';
+pub const FLOOR_LISTENER: u8 = b'F';
+pub const COMMAND_LISTENER: u8 = b'C';
+/// From the session alone, with no descriptor: end every process below the
+/// keeper but the session; answered with [`ENDED`].
+pub const END_LEFTOVERS: u8 = b'E';
+/// The keeper's answer to [`END_LEFTOVERS`]: a JSON list of `[pid, name]`.
+pub const ENDED: u8 = b'e';
+
+/// Bits of the keeper's first byte on the channel.
+const GO_SUPERVISED: u8 = 1;
+const GO_SERVED: u8 = 2;
+
+/// The session's end of the channel, and what the keeper said it can do.
+#[derive(Debug)]
+pub struct Channel {
+    pub fd: RawFd,
+    pub sockets: Sockets,
+    /// Whether the session runs under the signal and abstract-socket scope.
+    pub scoped: bool,
+    /// The keeper's pid: the peer of every connection it makes for the
+    /// session's processes.
+    pub keeper: u32,
+    /// Whether the keeper reads the channel (its event loop runs), so that
+    /// a question on it gets an answer.
+    pub served: bool,
+}
+
+static CHANNEL: OnceLock<Channel> = OnceLock::new();
+
+/// The channel to the keeper, in the session process; `None` elsewhere.
+pub fn channel() -> Option<&'static Channel> {
+    CHANNEL.get()
+}
+
+/// The keeper's pid, in the session process; `None` elsewhere.
+pub fn keeper_pid() -> Option<u32> {
+    channel().map(|c| c.keeper)
+}
+
+/// Which process [`split`] returned in.
+pub enum Side {
+    /// The keeper, done: the session ended with this exit code and nothing
+    /// it started is left.
+    Keeper(i32),
+    /// The session, to carry on as `nd7 run`.
+    Session,
+}
+
+const KEEPER_SIGNALS: [i32; 5] = [
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGCHLD,
+];
+
+fn sigset(signals: &[i32]) -> libc::sigset_t {
+    // SAFETY: sigemptyset and sigaddset only write the local set.
+    unsafe {
+        let mut set = MaybeUninit::<libc::sigset_t>::zeroed().assume_init();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+fn set_mask(how: libc::c_int, set: &libc::sigset_t) {
+    // SAFETY: changes this thread's signal mask from a valid set.
+    unsafe { libc::pthread_sigmask(how, set, std::ptr::null_mut()) };
+}
+
+fn os(what: &str) -> impl FnOnce(io::Error) -> String + '_ {
+    move |e| format!("cannot {what}: {e}")
+}
+
+/// Forks the keeper from the session. Must be called while this process has
+/// one thread. `sessions` is where the session's directory will be.
+pub fn split(sessions: &Sessions) -> Result<Side, String> {
+    let (keeper_end, session_end) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| os("open the keeper's channel")(e.into()))?;
+    rustix::net::sockopt::set_socket_passcred(&keeper_end, true)
+        .map_err(|e| os("set up the keeper's channel")(e.into()))?;
+    let signals = sigset(&KEEPER_SIGNALS);
+    // Held until each side has its handlers, so none is lost in between.
+    set_mask(libc::SIG_BLOCK, &signals);
+    let keeper = std::process::id();
+    // SAFETY: this process has a single thread (the caller's promise), so
+    // the child may go on running ordinary Rust code.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        set_mask(libc::SIG_UNBLOCK, &signals);
+        return Err(os("start nd7 run's keeper")(io::Error::last_os_error()));
+    }
+    if child == 0 {
+        drop(keeper_end);
+        return session_side(keeper, session_end, &signals);
+    }
+    // The descriptor number the session keeps its end under, which the
+    // keeper fetches once to learn whether it may act for the session.
+    let probe = session_end.as_raw_fd();
+    drop(session_end);
+    Ok(Side::Keeper(keep(
+        child as u32,
+        keeper_end,
+        probe,
+        sessions,
+        &signals,
+    )))
+}
+
+fn session_side(keeper: u32, channel: OwnedFd, signals: &libc::sigset_t) -> Result<Side, String> {
+    set_mask(libc::SIG_UNBLOCK, signals);
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    if std::os::unix::process::parent_id() != keeper {
+        return Err("nd7 run's keeper ended before the session started".into());
+    }
+    let mut go = [0u8; 1];
+    match rustix::io::read(&channel, &mut go) {
+        Ok(1) => {}
+        _ => return Err("nd7 run's keeper did not answer".into()),
+    }
+    let sockets = if go[0] & GO_SUPERVISED != 0 {
+        Sockets::Supervised
+    } else {
+        Sockets::Open
+    };
+    let scoped = super::scope_self().map_err(|e| e.to_string())?;
+    let _ = CHANNEL.set(Channel {
+        fd: channel.into_raw_fd(),
+        sockets,
+        scoped,
+        keeper,
+        served: go[0] & GO_SERVED != 0,
+    });
+    Ok(Side::Session)
+}
+
+/// Sends one message with one descriptor to the keeper (the session side).
+pub fn send(kind: u8, body: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+    let Some(channel) = channel() else {
+        return Ok(());
+    };
+    let mut message = Vec::with_capacity(body.len() + 1);
+    message.push(kind);
+    message.extend_from_slice(body);
+    // SAFETY: the channel's descriptor stays open for the process's life.
+    let conn = unsafe { BorrowedFd::borrow_raw(channel.fd) };
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    control.push(SendAncillaryMessage::ScmRights(&fds));
+    rustix::net::sendmsg(
+        conn,
+        &[IoSlice::new(&message)],
+        &mut control,
+        SendFlags::empty(),
+    )?;
+    Ok(())
+}
+
+/// Tells the keeper that connections to `socket`, one of nd7's own
+/// listening sockets, are allowed.
+pub fn allow_own(socket: BorrowedFd<'_>) -> io::Result<()> {
+    send(OWN_SOCKET, &[], socket)
+}
+
+/// The commands the keeper knows to be running with a grant, written to
+/// `running.json` while the session lives.
+struct Tracker {
+    dir: std::path::PathBuf,
+    commands: BTreeMap<u64, running::Command>,
+    open: bool,
+}
+
+impl Tracker {
+    fn save(&self) {
+        if self.open {
+            let list: Vec<_> = self.commands.values().cloned().collect();
+            let _ = running::write(&self.dir, &list);
+        }
+    }
+}
+
+/// What an epoll event is about.
+const SIGNALS: u64 = 0;
+const CHANNEL_IN: u64 = 1;
+/// Listeners are numbered from here.
+const FIRST_LISTENER: u64 = 2;
+
+/// The keeper's life: returns the session's exit code once it and every
+/// process below the keeper are gone. One thread, one epoll loop over the
+/// signals (a signalfd), the channel and every seccomp listener; only a
+/// `connect` that may block for long gets a thread of its own.
+fn keep(
+    session: u32,
+    channel: OwnedFd,
+    probe: RawFd,
+    sessions: &Sessions,
+    signals: &libc::sigset_t,
+) -> i32 {
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let me = std::process::id();
+    let pid = Pid::from_raw(session as i32).expect("fork returned a positive pid");
+    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok();
+    let reply = channel.try_clone();
+    let event_loop = Loop::new(session, channel, sessions, signals);
+    // Whether this process may act for the session's: fetch a descriptor
+    // from the session process, as it will for every connect. Without the
+    // loop nothing would answer, so the session must then not ask.
+    let supervised = event_loop.is_ok()
+        && seccomp::available()
+        && seccomp::native().is_some()
+        && supervise::can_act_for(pid, probe);
+    let go =
+        if supervised { GO_SUPERVISED } else { 0 } | if event_loop.is_ok() { GO_SERVED } else { 0 };
+    if let Ok(reply) = reply {
+        let _ = rustix::io::write(&reply, &[go]);
+    }
+
+    let status = match event_loop {
+        Ok(mut l) => l.run(pidfd.as_ref()),
+        // Without epoll or a signalfd: wait for the session alone; the sweep
+        // below still ends everything it left.
+        Err(_) => wait_plainly(session, signals),
+    };
+    let ended = sweep(me);
+    if let Ended::Signaled(sig) = status {
+        eprintln!("nd7 run: the session process {session} was killed by signal {sig}");
+    }
+    if !ended.is_empty() {
+        let list: Vec<String> = ended
+            .iter()
+            .map(|(pid, name)| format!("{pid} ({name})"))
+            .collect();
+        // Those the session left after asking for the end of the rest
+        // (`end_leftovers`), or all of them when it could not ask: its log is
+        // closed by now, so they are said here only.
+        eprintln!(
+            "nd7 run: ended {} process{} the session left running: {}",
+            ended.len(),
+            if ended.len() == 1 { "" } else { "es" },
+            list.join(", ")
+        );
+    }
+    let _ = sessions.session(session).remove();
+    match status {
+        Ended::Exited(code) => code,
+        Ended::Signaled(sig) => 128 + sig,
+        Ended::Unknown => 255,
+    }
+}
+
+/// How the session process ended.
+#[derive(Clone, Copy)]
+enum Ended {
+    Exited(i32),
+    Signaled(i32),
+    Unknown,
+}
+
+impl From<rustix::process::WaitStatus> for Ended {
+    fn from(status: rustix::process::WaitStatus) -> Ended {
+        match (status.exit_status(), status.terminating_signal()) {
+            (Some(code), _) => Ended::Exited(code),
+            (None, Some(sig)) => Ended::Signaled(sig),
+            (None, None) => Ended::Unknown,
+        }
+    }
+}
+
+fn wait_plainly(session: u32, blocked: &libc::sigset_t) -> Ended {
+    set_mask(libc::SIG_UNBLOCK, blocked);
+    loop {
+        match rustix::process::waitpid(Pid::from_raw(session as i32), WaitOptions::empty()) {
+            Ok(Some((_, status))) => return status.into(),
+            Err(rustix::io::Errno::INTR) => continue,
+            _ => return Ended::Unknown,
+        }
+    }
+}
+
+/// The keeper's event loop while the session lives.
+struct Loop {
+    session: u32,
+    epoll: OwnedFd,
+    signals: OwnedFd,
+    channel: OwnedFd,
+    supervisor: Arc<Supervisor>,
+    /// Each listener, and the command it belongs to if it is listed.
+    listeners: BTreeMap<u64, (Arc<OwnedFd>, Option<u64>)>,
+    next: u64,
+    tracker: Tracker,
+    /// Room for one message from the session.
+    buffer: Vec<u8>,
+}
+
+impl Loop {
+    fn new(
+        session: u32,
+        channel: OwnedFd,
+        sessions: &Sessions,
+        blocked: &libc::sigset_t,
+    ) -> io::Result<Loop> {
+        use rustix::event::epoll;
+        // SAFETY: signalfd reads the set and returns a new descriptor or -1.
+        let fd = unsafe { libc::signalfd(-1, blocked, libc::SFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let signals = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let flags = epoll::EventFlags::IN;
+        epoll::add(&epoll, &signals, epoll::EventData::new_u64(SIGNALS), flags)?;
+        epoll::add(
+            &epoll,
+            &channel,
+            epoll::EventData::new_u64(CHANNEL_IN),
+            flags,
+        )?;
+        Ok(Loop {
+            session,
+            epoll,
+            signals,
+            channel,
+            supervisor: Supervisor::new(),
+            listeners: BTreeMap::new(),
+            next: FIRST_LISTENER,
+            tracker: Tracker {
+                dir: sessions.session(session).dir,
+                commands: BTreeMap::new(),
+                open: true,
+            },
+            buffer: vec![0u8; 64 * 1024],
+        })
+    }
+
+    /// Runs until the session process has ended; returns how it did.
+    fn run(&mut self, pidfd: Option<&OwnedFd>) -> Ended {
+        use rustix::event::epoll;
+        let mut events = Vec::with_capacity(16);
+        loop {
+            events.clear();
+            match epoll::wait(
+                &self.epoll,
+                rustix::buffer::spare_capacity(&mut events),
+                None,
+            ) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return wait_plainly(self.session, &sigset(&[])),
+            }
+            for event in &events {
+                match event.data.u64() {
+                    SIGNALS => {
+                        if let Some(ended) = self.signal(pidfd) {
+                            self.tracker.open = false;
+                            return ended;
+                        }
+                    }
+                    CHANNEL_IN => self.message(),
+                    id => self.listener(id, event.flags),
+                }
+            }
+        }
+    }
+
+    /// Handles the signals that arrived: SIGTERM and SIGHUP go on to the
+    /// session; SIGCHLD reaps (the session's orphans as they end, and the
+    /// session itself, which ends the loop); SIGINT and SIGQUIT come from the
+    /// terminal, which sends them to the session too.
+    fn signal(&mut self, pidfd: Option<&OwnedFd>) -> Option<Ended> {
+        // SAFETY: signalfd_siginfo is plain data.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // One record per wake-up; epoll wakes again while more are pending.
+        // SAFETY: reads at most one record into `info`, which is writable.
+        let got = unsafe {
+            libc::read(
+                self.signals.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        };
+        if got != size as isize {
+            return None;
+        }
+        let sig = info.ssi_signo as i32;
+        if matches!(sig, libc::SIGTERM | libc::SIGHUP)
+            && let (Some(pidfd), Some(sig)) = (pidfd, Signal::from_named_raw(sig))
+        {
+            let _ = rustix::process::pidfd_send_signal(pidfd, sig);
+        }
+        if sig == libc::SIGCHLD {
+            while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
+                if pid.as_raw_nonzero().get() as u32 == self.session {
+                    return Some(status.into());
+                }
+            }
+        }
+        None
+    }
+
+    /// Reads one message from the session (or a process it confines).
+    fn message(&mut self) {
+        use rustix::event::epoll;
+        let body = &mut self.buffer;
+        let mut space =
+            [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1), ScmCredentials(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = match rustix::net::recvmsg(
+            &self.channel,
+            &mut [IoSliceMut::new(body)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+        ) {
+            Ok(got) => got,
+            Err(_) => return,
+        };
+        let mut fd: Option<OwnedFd> = None;
+        let mut sender = 0u32;
+        for message in control.drain() {
+            match message {
+                RecvAncillaryMessage::ScmRights(fds) => {
+                    for f in fds {
+                        fd.get_or_insert(f);
+                    }
+                }
+                RecvAncillaryMessage::ScmCredentials(cred) => {
+                    sender = cred.pid.as_raw_nonzero().get() as u32;
+                }
+                _ => {}
+            }
+        }
+        if got.bytes == 0 && fd.is_none() {
+            // The session and everything it confined closed the channel.
+            let _ = epoll::delete(&self.epoll, &self.channel);
+            return;
+        }
+        if got.bytes == 1 && body[0] == END_LEFTOVERS && fd.is_none() && sender == self.session {
+            let ended = end_below(std::process::id(), self.session);
+            let answer = Leftovers {
+                count: ended.len(),
+                processes: ended.into_iter().take(NAMED).collect(),
+            };
+            let mut message = vec![ENDED];
+            message.extend(serde_json::to_vec(&answer).unwrap_or_default());
+            let _ = rustix::net::send(&self.channel, &message, SendFlags::DONTWAIT);
+            return;
+        }
+        let (Some(&kind), Some(fd)) = (body.first(), fd) else {
+            return;
+        };
+        let text = body[1..got.bytes.min(body.len())].to_vec();
+        let command = match kind {
+            OWN_SOCKET => return self.supervisor.allow_own(fd.as_fd()),
+            FLOOR_LISTENER => None,
+            // Only commands holding a grant matter to `nd7 deny`; the rest
+            // are served but not listed, which spares a write.
+            COMMAND_LISTENER if text.is_empty() => None,
+            COMMAND_LISTENER => serde_json::from_slice::<running::Command>(&text)
+                .ok()
+                .filter(|c| !c.grants.is_empty()),
+            _ => return,
+        };
+        let id = self.next;
+        self.next += 1;
+        let listed = command.map(|mut command| {
+            command.pid = sender;
+            self.tracker.commands.insert(id, command);
+            self.tracker.save();
+            id
+        });
+        supervise::wake_on_one_cpu(fd.as_fd());
+        let flags = epoll::EventFlags::IN;
+        if epoll::add(&self.epoll, &fd, epoll::EventData::new_u64(id), flags).is_ok() {
+            self.listeners.insert(id, (Arc::new(fd), listed));
+        }
+    }
+
+    /// A listener is ready: a notification to answer, or no process uses its
+    /// filter any more.
+    fn listener(&mut self, id: u64, flags: rustix::event::epoll::EventFlags) {
+        use rustix::event::epoll::EventFlags;
+        let Some((listener, listed)) = self.listeners.get(&id) else {
+            return;
+        };
+        if flags.contains(EventFlags::IN) {
+            self.supervisor.answer(listener);
+        } else if flags.intersects(EventFlags::HUP | EventFlags::ERR) {
+            let _ = rustix::event::epoll::delete(&self.epoll, &**listener);
+            if let Some(command) = listed {
+                self.tracker.commands.remove(command);
+                self.tracker.save();
+            }
+            self.listeners.remove(&id);
+        }
+    }
+}
+
+/// One pass over the processes below the keeper (`me`) but `spare` (and,
+/// with `new_only`, those already in `ended`): each still running is pinned
+/// with a pidfd, checked to still descend from the keeper, killed, and
+/// added to `ended` with its name. Returns whether it killed one not in
+/// `ended` before.
+fn kill_pass(
+    me: u32,
+    spare: Option<u32>,
+    new_only: bool,
+    ended: &mut BTreeMap<u32, String>,
+) -> bool {
+    let mut killed = false;
+    for (pid, st) in proc::descendants(me) {
+        if st.state == 'Z' || Some(pid) == spare || (new_only && ended.contains_key(&pid)) {
+            continue;
+        }
+        let name = proc::name(pid);
+        let Some(id) = Pid::from_raw(pid as i32) else {
+            continue;
+        };
+        // Pinned first, then checked: a pid reused since the scan
+        // fails the check or gets nothing.
+        let Ok(pidfd) = rustix::process::pidfd_open(id, PidfdFlags::empty()) else {
+            continue;
+        };
+        if proc::descends_from(pid, me)
+            && rustix::process::pidfd_send_signal(&pidfd, Signal::KILL).is_ok()
+        {
+            killed |= ended.insert(pid, name).is_none();
+        }
+    }
+    killed
+}
+
+/// Kills every process below the keeper but the session process `spare`,
+/// pass after pass until one finds nothing new (a process forked between a
+/// scan and its kill is found by the next), without waiting for them: the
+/// keeper reaps those that come to it as they go. For [`END_LEFTOVERS`].
+fn end_below(me: u32, spare: u32) -> BTreeMap<u32, String> {
+    let mut ended = BTreeMap::new();
+    for _ in 0..1024 {
+        if !kill_pass(me, Some(spare), true, &mut ended) {
+            break;
+        }
+    }
+    ended
+}
+
+/// Kills every process below the keeper and reaps them all. Returns those
+/// that were still running, with their names.
+fn sweep(me: u32) -> BTreeMap<u32, String> {
+    let mut ended = BTreeMap::new();
+    loop {
+        kill_pass(me, None, false, &mut ended);
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(Some(_)) | Err(rustix::io::Errno::INTR) => {
+                while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
+            }
+            // ECHILD: no child left, so nothing below the keeper at all.
+            _ => break,
+        }
+    }
+    ended
+}
+
+/// At most this many processes are named in [`Leftovers`]; the rest are
+/// counted.
+const NAMED: usize = 256;
+
+/// Asks the keeper to end every process the session left running but the
+/// session process itself, and waits for the answer: called once the agent
+/// has ended, before the run's last entry. `None` outside a session, when
+/// the keeper does not serve the channel, or does not answer.
+pub fn end_leftovers() -> Option<Leftovers> {
+    let channel = channel().filter(|c| c.served)?;
+    // SAFETY: the channel's descriptor stays open for the process's life.
+    let conn = unsafe { BorrowedFd::borrow_raw(channel.fd) };
+    rustix::net::send(conn, &[END_LEFTOVERS], SendFlags::empty()).ok()?;
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let mut ready = [rustix::event::PollFd::new(
+            &conn,
+            rustix::event::PollFlags::IN,
+        )];
+        let wait = rustix::event::Timespec {
+            tv_sec: 10,
+            tv_nsec: 0,
+        };
+        match rustix::event::poll(&mut ready, Some(&wait)) {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return None,
+        }
+        let got = rustix::net::recv(conn, &mut buffer, RecvFlags::DONTWAIT)
+            .ok()?
+            .0;
+        if got == 0 {
+            return None;
+        }
+        if buffer[0] == ENDED {
+            return serde_json::from_slice(&buffer[1..got]).ok();
+        }
+    }
+}

@@ -1,0 +1,651 @@
+//! The seccomp filter every process of a session runs under, beside
+//! Landlock: the floor (the agent and all it starts) and each command the
+//! exit starts get one, installed between fork and exec.
+//!
+//! It does three things Landlock cannot:
+//!
+//! - **Terminal injection.** `ioctl` requests that push input into a
+//!   terminal or act on the console outside the session (`TIOCSTI`,
+//!   `TIOCLINUX`, `TIOCCONS`, `TIOCSETD`, the keyboard-map and VT-switching
+//!   requests) fail with `EPERM`. Everything else a terminal needs (sizes,
+//!   modes, job control) is untouched, which Landlock's all-or-nothing
+//!   `IOCTL_DEV` right could not offer.
+//! - **Sockets.** `connect` and `bind` are handed to nd7 run's keeper
+//!   (`SECCOMP_RET_USER_NOTIF`), which performs each connect itself against
+//!   an allow-list (`super::supervise`); `io_uring_setup`, which could
+//!   connect without a system call the filter sees, fails with `EPERM`.
+//! - **The filter itself.** A process inside may add filters of its own, but
+//!   not one with a listener: a newer listener would receive the session's
+//!   `connect` notifications first and could let them through.
+//!
+//! The program is rendered by pure code ([`program`]) from a table of system
+//! call numbers per architecture, and checked by a small interpreter in the
+//! tests. Only the low 32 bits of an `ioctl` request are compared, as the
+//! kernel itself reads only those. Calls of the compatibility ABI (32-bit
+//! x86 on x86-64, 32-bit Arm on arm64) are filtered with their own numbers;
+//! x32 calls and any other architecture are refused outright.
+
+use std::io;
+
+/// The `ioctl` requests refused with `EPERM`, with why each is there. The
+/// values are the asm-generic ones, shared by x86, Arm and RISC-V.
+pub const DENIED_IOCTLS: [(&str, u32, &str); 15] = [
+    ("TIOCSTI", 0x5412, "pushes bytes into the terminal's input"),
+    (
+        "TIOCLINUX",
+        0x541C,
+        "pastes the console selection as input, among others",
+    ),
+    ("TIOCCONS", 0x541D, "redirects the console's output"),
+    ("TIOCSETD", 0x5423, "changes the terminal's line discipline"),
+    (
+        "KDSIGACCEPT",
+        0x4B4E,
+        "makes the console send a signal on a key",
+    ),
+    ("KDSKBENT", 0x4B47, "rewrites the console's keymap"),
+    (
+        "KDSKBSENT",
+        0x4B49,
+        "binds a string to a console function key",
+    ),
+    ("KDSKBDIACR", 0x4B4B, "rewrites the console's accent table"),
+    (
+        "KDSKBDIACRUC",
+        0x4BFB,
+        "rewrites the console's accent table",
+    ),
+    ("KDSETKEYCODE", 0x4B4D, "remaps console scancodes"),
+    ("KDSKBMODE", 0x4B45, "switches the console keyboard's mode"),
+    ("KDSETMODE", 0x4B3A, "switches the console to graphics"),
+    ("VT_ACTIVATE", 0x5606, "switches the visible console"),
+    ("VT_SETMODE", 0x5602, "takes over console switching"),
+    ("VT_LOCKSWITCH", 0x560B, "locks console switching"),
+];
+
+/// What the filter does with `connect` and `bind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sockets {
+    /// Hand them to the keeper, which decides (`SECCOMP_RET_USER_NOTIF`).
+    Supervised,
+    /// Let them through: the kernel cannot let the keeper act for the
+    /// session (say, `kernel.yama.ptrace_scope` of 2 or more).
+    Open,
+}
+
+/// Which parts a filter has. Every process nd7 confines gets all three;
+/// the parts are separate so the tests can tell them apart.
+///
+/// The filter cannot be installed once, on the session process, for
+/// everything it starts to inherit: the kernel allows one listener per chain
+/// of filters, and each command needs a listener of its own, whose hang-up
+/// tells the keeper that the command's last process is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Filter {
+    /// Refuse [`DENIED_IOCTLS`] and `io_uring_setup`.
+    pub terminal: bool,
+    /// Refuse a seccomp filter with a listener.
+    pub no_listeners: bool,
+    pub sockets: Sockets,
+}
+
+impl Filter {
+    /// The filter of the floor and of every command.
+    pub const fn full(sockets: Sockets) -> Filter {
+        Filter {
+            terminal: true,
+            no_listeners: true,
+            sockets,
+        }
+    }
+}
+
+/// One classic-BPF instruction, as the kernel reads it.
+pub type Insn = libc::sock_filter;
+
+// Classic BPF opcodes used here.
+const LD_W_ABS: u16 = 0x20;
+const JEQ_K: u16 = 0x15;
+const JGE_K: u16 = 0x35;
+const JSET_K: u16 = 0x45;
+const RET_K: u16 = 0x06;
+
+// seccomp_data offsets: nr, arch, then the arguments (little-endian, so an
+// argument's low half comes first).
+const NR: u32 = 0;
+const ARCH: u32 = 4;
+const fn arg_low(i: u32) -> u32 {
+    16 + 8 * i
+}
+
+pub const RET_ALLOW: u32 = 0x7fff_0000;
+pub const RET_NOTIFY: u32 = 0x7fc0_0000;
+pub const RET_KILL_PROCESS: u32 = 0x8000_0000;
+pub const RET_EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
+
+const SECCOMP_SET_MODE_FILTER: u32 = 1;
+const FLAG_NEW_LISTENER: u32 = 1 << 3;
+const X32_BIT: u32 = 0x4000_0000;
+const SOCKETCALL_BIND: u32 = 2;
+const SOCKETCALL_CONNECT: u32 = 3;
+
+/// The system-call numbers the filter looks at, for one architecture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arch {
+    pub audit: u32,
+    pub ioctl: u32,
+    pub connect: u32,
+    pub bind: u32,
+    pub seccomp: u32,
+    pub io_uring_setup: u32,
+    /// `socketcall`, where the ABI multiplexes sockets through it.
+    pub socketcall: Option<u32>,
+    /// Whether numbers with the x32 bit are this architecture's too.
+    pub x32_bit: bool,
+}
+
+/// The architecture nd7 is built for, with the native numbers.
+pub fn native() -> Option<Arch> {
+    #[cfg(target_arch = "x86_64")]
+    let audit = Some(0xC000_003E);
+    #[cfg(target_arch = "aarch64")]
+    let audit = Some(0xC000_00B7);
+    #[cfg(target_arch = "riscv64")]
+    let audit = Some(0xC000_00F3);
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    )))]
+    let audit: Option<u32> = None;
+    Some(Arch {
+        audit: audit?,
+        ioctl: libc::SYS_ioctl as u32,
+        connect: libc::SYS_connect as u32,
+        bind: libc::SYS_bind as u32,
+        seccomp: libc::SYS_seccomp as u32,
+        io_uring_setup: libc::SYS_io_uring_setup as u32,
+        socketcall: None,
+        x32_bit: cfg!(target_arch = "x86_64"),
+    })
+}
+
+/// The 32-bit ABI the kernel also accepts from a process of this
+/// architecture, if any.
+pub fn compat() -> Option<Arch> {
+    if cfg!(target_arch = "x86_64") {
+        Some(Arch {
+            audit: 0x4000_0003, // i386
+            ioctl: 54,
+            connect: 362,
+            bind: 361,
+            seccomp: 354,
+            io_uring_setup: 425,
+            socketcall: Some(102),
+            x32_bit: false,
+        })
+    } else if cfg!(target_arch = "aarch64") {
+        Some(Arch {
+            audit: 0x4000_0028, // arm
+            ioctl: 54,
+            connect: 283,
+            bind: 282,
+            seccomp: 383,
+            io_uring_setup: 425,
+            socketcall: Some(102),
+            x32_bit: false,
+        })
+    } else {
+        None
+    }
+}
+
+/// A jump target while the program is assembled.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Label(usize);
+
+enum Item {
+    Stmt(u16, u32),
+    Jump(u16, u32, Label, Label),
+    Ret(u32),
+    Here(Label),
+}
+
+/// Assembles a program from straight-line items and labels, resolving
+/// jumps to the classic-BPF relative offsets.
+#[derive(Default)]
+struct Asm {
+    items: Vec<Item>,
+    labels: usize,
+}
+
+impl Asm {
+    fn label(&mut self) -> Label {
+        self.labels += 1;
+        Label(self.labels - 1)
+    }
+    fn here(&mut self, l: Label) {
+        self.items.push(Item::Here(l));
+    }
+    fn load(&mut self, offset: u32) {
+        self.items.push(Item::Stmt(LD_W_ABS, offset));
+    }
+    fn jump(&mut self, op: u16, k: u32, yes: Label, no: Label) {
+        self.items.push(Item::Jump(op, k, yes, no));
+    }
+    fn ret(&mut self, value: u32) {
+        self.items.push(Item::Ret(value));
+    }
+    fn finish(self) -> Vec<Insn> {
+        let mut at = vec![usize::MAX; self.labels];
+        let mut pc = 0;
+        for item in &self.items {
+            match item {
+                Item::Here(Label(l)) => at[*l] = pc,
+                _ => pc += 1,
+            }
+        }
+        let mut out = Vec::with_capacity(pc);
+        for item in &self.items {
+            let insn = |code, jt, jf, k| Insn { code, jt, jf, k };
+            match *item {
+                Item::Here(_) => continue,
+                Item::Stmt(code, k) => out.push(insn(code, 0, 0, k)),
+                Item::Ret(k) => out.push(insn(RET_K, 0, 0, k)),
+                Item::Jump(code, k, Label(yes), Label(no)) => {
+                    let next = out.len() + 1;
+                    let rel = |target: usize| {
+                        u8::try_from(target - next).expect("a jump within 255 instructions")
+                    };
+                    out.push(insn(code, rel(at[yes]), rel(at[no]), k));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Emits the checks for one architecture's calls, with the call number
+/// already loaded.
+fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
+    let on_socket = match f.sockets {
+        Sockets::Supervised => a.label(),
+        Sockets::Open => allow,
+    };
+    let [ioctl, seccomp, socketcall] = [a.label(), a.label(), a.label()];
+    let mut checks = Vec::new();
+    if f.terminal {
+        checks.extend([(arch.ioctl, ioctl), (arch.io_uring_setup, eperm)]);
+    }
+    if f.no_listeners {
+        checks.push((arch.seccomp, seccomp));
+    }
+    if f.sockets == Sockets::Supervised {
+        checks.extend([(arch.connect, on_socket), (arch.bind, on_socket)]);
+    }
+    if arch.x32_bit {
+        let next = a.label();
+        a.jump(JGE_K, X32_BIT, eperm, next);
+        a.here(next);
+    }
+    for (nr, target) in checks {
+        let next = a.label();
+        a.jump(JEQ_K, nr, target, next);
+        a.here(next);
+    }
+    if let (Some(nr), Sockets::Supervised) = (arch.socketcall, f.sockets) {
+        let next = a.label();
+        a.jump(JEQ_K, nr, socketcall, next);
+        a.here(next);
+    }
+    a.ret(RET_ALLOW);
+
+    if f.terminal {
+        a.here(ioctl);
+        a.load(arg_low(1));
+        for (_, request, _) in DENIED_IOCTLS {
+            let next = a.label();
+            a.jump(JEQ_K, request, eperm, next);
+            a.here(next);
+        }
+        a.ret(RET_ALLOW);
+    }
+
+    if f.no_listeners {
+        a.here(seccomp);
+        a.load(arg_low(0));
+        let flags = a.label();
+        a.jump(JEQ_K, SECCOMP_SET_MODE_FILTER, flags, allow);
+        a.here(flags);
+        a.load(arg_low(1));
+        a.jump(JSET_K, FLAG_NEW_LISTENER, eperm, allow);
+    }
+
+    if f.sockets == Sockets::Supervised {
+        a.here(socketcall);
+        a.load(arg_low(0));
+        for call in [SOCKETCALL_BIND, SOCKETCALL_CONNECT] {
+            let next = a.label();
+            a.jump(JEQ_K, call, on_socket, next);
+            a.here(next);
+        }
+        a.ret(RET_ALLOW);
+        a.here(on_socket);
+        a.ret(RET_NOTIFY);
+    }
+}
+
+/// The filter for the given architectures: the native one and, where the
+/// kernel has one, its compatibility ABI. Anything else is killed.
+pub fn program_for(native: &Arch, compat: Option<&Arch>, f: Filter) -> Vec<Insn> {
+    let mut a = Asm::default();
+    let [is_native, is_compat, eperm, allow] = [a.label(), a.label(), a.label(), a.label()];
+    a.load(ARCH);
+    let not_native = a.label();
+    a.jump(JEQ_K, native.audit, is_native, not_native);
+    a.here(not_native);
+    if let Some(compat) = compat {
+        let neither = a.label();
+        a.jump(JEQ_K, compat.audit, is_compat, neither);
+        a.here(neither);
+    }
+    a.ret(RET_KILL_PROCESS);
+    for (label, arch) in [(is_native, Some(native)), (is_compat, compat)] {
+        if let Some(arch) = arch {
+            a.here(label);
+            a.load(NR);
+            arch_body(&mut a, arch, f, eperm, allow);
+        }
+    }
+    a.here(eperm);
+    a.ret(RET_EPERM);
+    a.here(allow);
+    a.ret(RET_ALLOW);
+    a.finish()
+}
+
+/// The filter for this build's architecture; `None` where nd7 has no table
+/// of its system calls (then the session runs without the filter, and says so).
+pub fn program(f: Filter) -> Option<Vec<Insn>> {
+    Some(program_for(&native()?, compat().as_ref(), f))
+}
+
+/// [`Filter::full`]'s program, rendered once per process.
+pub fn full_program(sockets: Sockets) -> Option<&'static [Insn]> {
+    static SUPERVISED: std::sync::OnceLock<Option<Vec<Insn>>> = std::sync::OnceLock::new();
+    static OPEN: std::sync::OnceLock<Option<Vec<Insn>>> = std::sync::OnceLock::new();
+    let cell = match sockets {
+        Sockets::Supervised => &SUPERVISED,
+        Sockets::Open => &OPEN,
+    };
+    cell.get_or_init(|| program(Filter::full(sockets)))
+        .as_deref()
+}
+
+/// Whether this kernel runs seccomp filters at all.
+pub fn available() -> bool {
+    // SAFETY: PR_GET_SECCOMP takes no pointer and changes nothing.
+    let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+    mode >= 0
+}
+
+/// Installs `filter` on the calling thread, asking for a listener when it
+/// hands calls to the keeper. Returns the listener's descriptor (or -1).
+/// Makes one system call and allocates nothing, so that it can run between
+/// fork and exec; `no_new_privs` must already be set.
+///
+/// # Safety
+/// `filter` must outlive the call (it does: the kernel copies it).
+pub fn install(filter: &[Insn], listener: bool) -> io::Result<libc::c_int> {
+    let prog = libc::sock_fprog {
+        len: filter.len() as libc::c_ushort,
+        filter: filter.as_ptr() as *mut Insn,
+    };
+    // SPEC_ALLOW: without it the kernel would turn on speculative-execution
+    // mitigations (SSBD, and STIBP where so configured) for every process
+    // under the filter, slowing the agent and every command; they protect a
+    // process from itself, which is not what the filter is for.
+    const SPEC_ALLOW: libc::c_ulong = 1 << 2;
+    let flags: libc::c_ulong = if listener {
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | SPEC_ALLOW
+    } else {
+        SPEC_ALLOW
+    };
+    // SAFETY: `prog` points at `filter`, which is borrowed for the call, and
+    // its length is the slice's; the kernel copies the program.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(if listener { fd as libc::c_int } else { -1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a classic-BPF program of the opcodes above over a seccomp_data
+    /// image: the kernel's verdict, without a kernel.
+    fn run(prog: &[Insn], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+        let mut data = [0u8; 64];
+        data[0..4].copy_from_slice(&nr.to_le_bytes());
+        data[4..8].copy_from_slice(&arch.to_le_bytes());
+        for (i, arg) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&arg.to_le_bytes());
+        }
+        let mut acc = 0u32;
+        let mut pc = 0usize;
+        loop {
+            let insn = prog[pc];
+            pc += 1;
+            match insn.code {
+                LD_W_ABS => {
+                    let k = insn.k as usize;
+                    acc = u32::from_le_bytes(data[k..k + 4].try_into().expect("4 bytes"));
+                }
+                RET_K => return insn.k,
+                JEQ_K | JGE_K | JSET_K => {
+                    let taken = match insn.code {
+                        JEQ_K => acc == insn.k,
+                        JGE_K => acc >= insn.k,
+                        _ => acc & insn.k != 0,
+                    };
+                    pc += usize::from(if taken { insn.jt } else { insn.jf });
+                }
+                other => panic!("unexpected opcode {other:#x}"),
+            }
+        }
+    }
+
+    fn x86() -> (Arch, Arch) {
+        let native = Arch {
+            audit: 0xC000_003E,
+            ioctl: 16,
+            connect: 42,
+            bind: 49,
+            seccomp: 317,
+            io_uring_setup: 425,
+            socketcall: None,
+            x32_bit: true,
+        };
+        let compat = Arch {
+            audit: 0x4000_0003,
+            ioctl: 54,
+            connect: 362,
+            bind: 361,
+            seccomp: 354,
+            io_uring_setup: 425,
+            socketcall: Some(102),
+            x32_bit: false,
+        };
+        (native, compat)
+    }
+
+    #[test]
+    fn terminal_injection_is_refused_and_other_ioctls_pass() {
+        let (n, c) = x86();
+        let p = program_for(&n, Some(&c), Filter::full(Sockets::Supervised));
+        for (name, request, _) in DENIED_IOCTLS {
+            let args = [0, u64::from(request), 0, 0, 0, 0];
+            assert_eq!(run(&p, n.ioctl, n.audit, args), RET_EPERM, "{name}");
+            assert_eq!(run(&p, c.ioctl, c.audit, args), RET_EPERM, "{name} (i386)");
+            // The kernel reads only the low 32 bits of the request.
+            let high = [0, u64::from(request) | 0xdead_0000_0000, 0, 0, 0, 0];
+            assert_eq!(run(&p, n.ioctl, n.audit, high), RET_EPERM, "{name} high");
+        }
+        for ok in [0x5401u64, 0x5413, 0x540F, 0x5410, 0x541B] {
+            assert_eq!(run(&p, n.ioctl, n.audit, [1, ok, 0, 0, 0, 0]), RET_ALLOW);
+        }
+        // Without its terminal part, the same request passes.
+        let without = Filter {
+            terminal: false,
+            ..Filter::full(Sockets::Supervised)
+        };
+        let without = program_for(&n, Some(&c), without);
+        assert_eq!(
+            run(&without, n.ioctl, n.audit, [0, 0x5412, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+    }
+
+    #[test]
+    fn sockets_go_to_the_keeper_only_when_supervised() {
+        let (n, c) = x86();
+        let sup = program_for(&n, Some(&c), Filter::full(Sockets::Supervised));
+        let open = program_for(&n, Some(&c), Filter::full(Sockets::Open));
+        for nr in [n.connect, n.bind] {
+            assert_eq!(run(&sup, nr, n.audit, [0; 6]), RET_NOTIFY);
+            assert_eq!(run(&open, nr, n.audit, [0; 6]), RET_ALLOW);
+        }
+        for nr in [c.connect, c.bind] {
+            assert_eq!(run(&sup, nr, c.audit, [0; 6]), RET_NOTIFY);
+        }
+        let socketcall = |call| run(&sup, 102, c.audit, [call, 0, 0, 0, 0, 0]);
+        assert_eq!(socketcall(3), RET_NOTIFY);
+        assert_eq!(socketcall(2), RET_NOTIFY);
+        assert_eq!(socketcall(1), RET_ALLOW); // socket()
+        assert_eq!(socketcall(9), RET_ALLOW); // send()
+        // sendto is left alone: it is every write to a socket.
+        assert_eq!(run(&sup, 44, n.audit, [0; 6]), RET_ALLOW);
+    }
+
+    #[test]
+    fn no_listener_can_be_added_and_io_uring_is_refused() {
+        let (n, c) = x86();
+        let p = program_for(&n, Some(&c), Filter::full(Sockets::Supervised));
+        let seccomp = |flags| run(&p, n.seccomp, n.audit, [1, flags, 0, 0, 0, 0]);
+        assert_eq!(seccomp(u64::from(FLAG_NEW_LISTENER)), RET_EPERM);
+        assert_eq!(seccomp(u64::from(FLAG_NEW_LISTENER) | 1), RET_EPERM);
+        assert_eq!(seccomp(0), RET_ALLOW);
+        assert_eq!(run(&p, n.seccomp, n.audit, [0, 8, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&p, c.seccomp, c.audit, [1, 8, 0, 0, 0, 0]), RET_EPERM);
+        assert_eq!(run(&p, 425, n.audit, [0; 6]), RET_EPERM);
+        assert_eq!(run(&p, 425, c.audit, [0; 6]), RET_EPERM);
+        let listener = [1, u64::from(FLAG_NEW_LISTENER), 0, 0, 0, 0];
+        let without = Filter {
+            no_listeners: false,
+            ..Filter::full(Sockets::Supervised)
+        };
+        let without = program_for(&n, Some(&c), without);
+        assert_eq!(run(&without, n.seccomp, n.audit, listener), RET_ALLOW);
+    }
+
+    #[test]
+    fn x32_and_foreign_architectures_are_refused() {
+        let (n, c) = x86();
+        let p = program_for(&n, Some(&c), Filter::full(Sockets::Open));
+        assert_eq!(run(&p, X32_BIT | 16, n.audit, [0; 6]), RET_EPERM);
+        assert_eq!(run(&p, 0, 0xC000_00B7, [0; 6]), RET_KILL_PROCESS);
+        assert_eq!(run(&p, 0, n.audit, [0; 6]), RET_ALLOW); // read
+        assert_eq!(run(&p, 3, c.audit, [0; 6]), RET_ALLOW); // read (i386)
+    }
+
+    #[test]
+    fn this_builds_program_fits_the_kernels_limits() {
+        let p = program(Filter::full(Sockets::Supervised)).expect("a table for this architecture");
+        assert!(p.len() < 4096);
+        let n = native().expect("native");
+        assert_eq!(
+            run(&p, n.ioctl, n.audit, [0, 0x5412, 0, 0, 0, 0]),
+            RET_EPERM
+        );
+    }
+
+    /// The filter, installed for real in a child process: TIOCSTI on
+    /// /dev/null fails with EPERM instead of ENOTTY, and on x86-64 the same
+    /// request through the i386 entry (`int 0x80`) and the x32 numbering is
+    /// refused too.
+    #[test]
+    fn the_kernel_applies_it() {
+        let filter = program(Filter::full(Sockets::Open)).expect("program");
+        let null = std::fs::File::open("/dev/null").expect("/dev/null");
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&null);
+        // SAFETY: the child only makes system calls and exits with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = (|| {
+                // SAFETY: plain prctl with integer arguments.
+                if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+                    return 10;
+                }
+                if install(&filter, false).is_err() {
+                    return 11;
+                }
+                let c = 0u8;
+                // SAFETY: ioctl on an open descriptor with a pointer to a
+                // live byte.
+                let r = unsafe { libc::ioctl(fd, 0x5412, &c as *const u8) };
+                let errno = io::Error::last_os_error().raw_os_error();
+                if r != -1 || errno != Some(libc::EPERM) {
+                    return 12;
+                }
+                #[cfg(target_arch = "x86_64")]
+                {
+                    let ret: i64;
+                    // SAFETY: the i386 entry with eax=54 (ioctl), ebx=fd,
+                    // ecx=TIOCSTI, edx=0: the filter answers before the
+                    // kernel would read the (null) pointer.
+                    unsafe {
+                        // rbx is LLVM's: swapped in and back out around the call.
+                        std::arch::asm!(
+                            "xchg rbx, {fd}",
+                            "int 0x80",
+                            "xchg rbx, {fd}",
+                            fd = inout(reg) i64::from(fd) => _,
+                            inlateout("rax") 54i64 => ret,
+                            in("rcx") 0x5412i64,
+                            in("rdx") 0i64,
+                        );
+                    }
+                    // ENOSYS: a kernel without the i386 entry, so nothing to refuse.
+                    if ret != -i64::from(libc::EPERM) && ret != -i64::from(libc::ENOSYS) {
+                        return 13;
+                    }
+                    // SAFETY: a numbered syscall with integer arguments.
+                    let r = unsafe { libc::syscall(0x4000_0000 | 16, fd, 0x5412, 0) };
+                    let errno = io::Error::last_os_error().raw_os_error();
+                    if r != -1 || errno != Some(libc::EPERM) {
+                        return 14;
+                    }
+                }
+                0
+            })();
+            // SAFETY: ends the forked child without running the parent's
+            // destructors or test harness.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child died: {status}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "step that failed");
+    }
+}

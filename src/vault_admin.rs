@@ -1,0 +1,681 @@
+//! The admins' side of the vault: keys, the recipients document, enrolment
+//! tokens, and reading a session back (`nd7 admin`). Reading back trusts
+//! the vault for nothing: every batch must carry the signature of a machine
+//! key the organisation let in, and a machine's own copy (its log and the
+//! receipts it kept) tells what the vault dropped from what the machine
+//! rewrote.
+
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::path::Path;
+
+use crate::chain::{Cursor, Hash};
+use crate::session_log::{self, SessionLog};
+use crate::ship::{self, Client, LOST_FILE, RECEIPT_FILE, ShipError};
+use crate::vault::{
+    self, AgeIdentity, AgeRecipient, ChainKey, Checkpoint, EnrolToken, Enrolment, IndexKey, KeyId,
+    PublicKey, Receipt, Recipients, RestoreNotice, Secret32, SigningKey,
+};
+
+// ---------------------------------------------------------------- keys
+
+/// An organisation key: its seed as a file's text, and its fingerprint.
+pub fn new_org_key() -> Result<(String, String), ShipError> {
+    let seed = Secret32::from_bytes(ship::random()?);
+    let fp = SigningKey::from_seed(&seed).public().fingerprint();
+    let text = format!(
+        "# nd7 organisation key (Ed25519 seed); keep it offline\n# fingerprint: {fp}\n{}\n",
+        vault::hex(seed.expose_secret())
+    );
+    Ok((text, fp))
+}
+
+/// An admin's age identity, as age-keygen writes one, and its recipient.
+pub fn new_age_identity() -> Result<(String, String), ShipError> {
+    let id = AgeIdentity::from_secret(&Secret32::from_bytes(ship::random()?));
+    let recipient = id.recipient().to_string();
+    let text = format!(
+        "# created by nd7 admin age-key\n# public key: {recipient}\n{}\n",
+        id.to_bech32()
+    );
+    Ok((text, recipient))
+}
+
+fn org_key(text: &str) -> Result<SigningKey, ShipError> {
+    Ok(SigningKey::from_seed(&vault::parse_secret_text(
+        text,
+        "the organisation key",
+    )?))
+}
+
+/// Signs a recipients document of `version`, naming the vault's key, with
+/// the organisation key in `org_key_text`.
+pub fn sign_recipients(
+    org_key_text: &str,
+    version: u64,
+    vault_key: &str,
+    recipients: &[String],
+) -> Result<String, ShipError> {
+    let vault_key = PublicKey::from_hex(vault_key).ok_or(vault::Error::Malformed {
+        what: "--vault-key",
+        expected: "the 64 hex digits `nd7-vault key` printed",
+    })?;
+    let parsed = recipients
+        .iter()
+        .map(|r| AgeRecipient::parse(r))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Recipients::sign(
+        &org_key(org_key_text)?,
+        version,
+        &vault_key,
+        &parsed,
+    ))
+}
+
+/// An enrolment token valid for `hours`, signed with the organisation key.
+pub fn enrol_token(org_key_text: &str, hours: u64) -> Result<String, ShipError> {
+    let expires = ship::unix_now().saturating_add(hours.saturating_mul(3600));
+    Ok(EnrolToken::mint(
+        &org_key(org_key_text)?,
+        &ship::random()?,
+        expires,
+    ))
+}
+
+/// Lists the chains a vault holds: (machine, session, last seq).
+pub fn list_sessions(url: &str, read_token: &str) -> Result<Vec<(String, String, u64)>, ShipError> {
+    let client = Client::new(url);
+    let text = client.ok("GET", "/v1/sessions", b"", None, Some(read_token))?;
+    let text = String::from_utf8_lossy(&text);
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut p = l.split(' ');
+            let machine = p.next()?.to_string();
+            let session = String::from_utf8(vault::unhex_vec(p.next()?)?).ok()?;
+            let last = p.next()?.parse().ok()?;
+            Some((machine, session, last))
+        })
+        .collect())
+}
+
+// ---------------------------------------------------------------- findings
+
+/// Whose doing a finding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The vault's copy is forged, or holds less or other than it
+    /// acknowledged.
+    Vault,
+    /// The machine rewrote its log: its copy, or its own signed batches,
+    /// disagree with what it signed.
+    Machine,
+}
+
+/// Something `pull` or `compare` found, naming machine, session and entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub fault: Fault,
+    pub text: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.fault {
+            Fault::Vault => write!(f, "FAILED (the vault): {}", self.text),
+            Fault::Machine => write!(f, "FAILED (the machine): {}", self.text),
+        }
+    }
+}
+
+fn vault_fault(text: String) -> PullError {
+    PullError::Finding(Finding {
+        fault: Fault::Vault,
+        text,
+    })
+}
+
+fn machine_fault(text: String) -> PullError {
+    PullError::Finding(Finding {
+        fault: Fault::Machine,
+        text,
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error("{0}")]
+    Finding(Finding),
+    #[error(transparent)]
+    Other(#[from] ShipError),
+}
+
+impl From<vault::Error> for PullError {
+    fn from(e: vault::Error) -> PullError {
+        PullError::Other(e.into())
+    }
+}
+
+// ---------------------------------------------------------------- pull
+
+/// One batch as pulled: what it covers and under which key.
+#[derive(Debug)]
+pub struct PulledBatch {
+    pub checkpoint: Checkpoint,
+    /// The real hash of each entry, for comparing with receipts.
+    hashes: Vec<Hash>,
+}
+
+/// A session as the vault holds it, decrypted and checked.
+pub struct Pulled {
+    pub machine: String,
+    pub session: String,
+    pub log: Vec<u8>,
+    pub entries: u64,
+    pub batches: Vec<PulledBatch>,
+    /// The vault's key, from the recipients document the organisation signed.
+    pub vault_key: PublicKey,
+    pub machine_key: PublicKey,
+    keys: Vec<(KeyId, ChainKey)>,
+}
+
+impl fmt::Debug for Pulled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Pulled(machine {}, session {}, {} entries)",
+            self.machine, self.session, self.entries
+        )
+    }
+}
+
+impl Pulled {
+    /// Whether the copy ends in a `session_end` entry.
+    pub fn ended(&self) -> bool {
+        let body = self.log.strip_suffix(b"\n").unwrap_or(&self.log);
+        let last = memchr::memrchr(b'\n', body).map_or(body, |nl| &body[nl + 1..]);
+        serde_json::from_slice::<serde_json::Value>(last)
+            .ok()
+            .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_string))
+            .is_some_and(|k| k == "session_end")
+    }
+
+    /// The digest of entry `seq` as the vault holds it, under chain key `key`
+    /// if the pull saw that key.
+    fn digest_at(&self, seq: u64, key: KeyId) -> Option<vault::Digest> {
+        let chain_key = self
+            .keys
+            .iter()
+            .find(|(id, _)| *id == key)
+            .map(|(_, k)| k)?;
+        let batch = self
+            .batches
+            .iter()
+            .find(|b| b.checkpoint.first <= seq && seq <= b.checkpoint.last)?;
+        let hash = batch.hashes.get((seq - batch.checkpoint.first) as usize)?;
+        Some(IndexKey::of(chain_key).digest(hash))
+    }
+}
+
+/// Fetches one session's batches and checks each against the machine's
+/// enrolment, its signature, its own contents and the batch before.
+pub fn pull(
+    url: &str,
+    read_token: &str,
+    identity: &AgeIdentity,
+    fingerprint: &str,
+    machine: &str,
+    session: &str,
+) -> Result<Pulled, PullError> {
+    session_log::check_session_id(session).map_err(ShipError::from)?;
+    let client = Client::new(url);
+    let doc = client.ok("GET", "/v1/recipients", b"", None, None)?;
+    let doc = Recipients::verify(&String::from_utf8_lossy(&doc), fingerprint)?;
+    let names = format!("machine {machine}, session {session}");
+
+    // The machine: enrolled with a token the organisation signed.
+    let record = match client.request(
+        "GET",
+        &format!("/v1/machines/{machine}"),
+        b"",
+        None,
+        Some(read_token),
+    )? {
+        (200, body) => body,
+        (404, _) => {
+            return Err(vault_fault(format!(
+                "machine {machine}: the vault has no enrolment record for it, so nothing it holds of that machine can be checked"
+            )));
+        }
+        (status, body) => {
+            return Err(PullError::Other(ShipError::Refused {
+                url: format!("{url}/v1/machines/{machine}"),
+                status,
+                message: String::from_utf8_lossy(&body).trim_end().to_string(),
+            }));
+        }
+    };
+    let enrolment = Enrolment::parse(&record)
+        .and_then(|e| e.verify(&doc.org, None).map(|()| e))
+        .map_err(|e| {
+            vault_fault(format!(
+                "machine {machine}: its enrolment record is forged: {e}; the organisation never let this key in"
+            ))
+        })?;
+    if enrolment.machine_id() != machine {
+        return Err(vault_fault(format!(
+            "machine {machine}: the vault's enrolment record is for machine {}",
+            enrolment.machine_id()
+        )));
+    }
+
+    let path = format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes()));
+    let framed = client.ok("GET", &path, b"", None, Some(read_token))?;
+    let mut pulled = Pulled {
+        machine: machine.into(),
+        session: session.into(),
+        log: Vec::new(),
+        entries: 0,
+        batches: Vec::new(),
+        vault_key: doc.vault,
+        machine_key: enrolment.key,
+        keys: Vec::new(),
+    };
+    let mut rest = framed.as_slice();
+    let mut cursor = Cursor::start(session);
+    while !rest.is_empty() {
+        let n = pulled.batches.len();
+        let cut = || {
+            vault_fault(format!(
+                "{names}: the vault's reply is cut short at batch {n}"
+            ))
+        };
+        let len: [u8; 4] = rest
+            .get(..4)
+            .and_then(|l| l.try_into().ok())
+            .ok_or_else(cut)?;
+        let len = u32::from_be_bytes(len) as usize;
+        let body = rest.get(4..4 + len).ok_or_else(cut)?;
+        rest = &rest[4 + len..];
+        let batch = vault::parse_batch(body).map_err(|e| {
+            vault_fault(format!(
+                "{names}: batch {n} is forged: it is not a batch: {e}"
+            ))
+        })?;
+        let c = &batch.checkpoint;
+        if !batch.signed_by(&enrolment.key) {
+            return Err(vault_fault(format!(
+                "{}: the batch is forged: it is not signed by the machine's enrolled key",
+                c.names()
+            )));
+        }
+        if c.machine != machine || c.session != session {
+            return Err(vault_fault(format!(
+                "{names}: the vault serves the machine's batch of {} among them",
+                c.names()
+            )));
+        }
+        if c.first != cursor.next_seq {
+            let detail = if c.first > cursor.next_seq {
+                format!(
+                    "entries {}..{} are missing: the vault holds no batch of them",
+                    cursor.next_seq,
+                    c.first - 1
+                )
+            } else {
+                format!("batches overlap at entry {}", c.first)
+            };
+            return Err(vault_fault(format!("{names}: {detail}")));
+        }
+        let known = pulled.keys.iter().position(|(id, _)| *id == c.key);
+        let key_at = match known {
+            Some(i) => i,
+            None => {
+                let key =
+                    vault::unwrap_chain_key(&batch.wrapped_key, identity).map_err(|e| match e {
+                        vault::Error::NoMatchingStanza => PullError::Other(ShipError::Vault(e)),
+                        e => machine_fault(format!(
+                            "{}: the machine signed a wrapped chain key that does not open: {e}",
+                            c.names()
+                        )),
+                    })?;
+                pulled.keys.push((KeyId::of(&key), key));
+                pulled.keys.len() - 1
+            }
+        };
+        let opened = vault::open_batch(&batch, &pulled.keys[key_at].1).map_err(|e| {
+            machine_fault(format!(
+                "{}: the machine signed a batch that does not check: {e}",
+                c.names()
+            ))
+        })?;
+        if opened.prev != cursor.prev {
+            let detail = if c.first == 0 {
+                "entry 0 does not start this session's chain".to_string()
+            } else {
+                format!(
+                    "its signed batch of entries {}..{} does not continue its signed entries up to {}: it rewrote its log after shipping entry {}",
+                    c.first,
+                    c.last,
+                    c.first - 1,
+                    c.first - 1
+                )
+            };
+            return Err(machine_fault(format!("{names}: {detail}")));
+        }
+        let hashes = opened
+            .entries
+            .split_inclusive(|&b| b == b'\n')
+            .filter_map(|l| crate::chain::read_stated(&l[..l.len() - 1]).ok())
+            .map(|s| s.hash)
+            .collect();
+        pulled.log.extend_from_slice(&opened.entries);
+        cursor = Cursor {
+            next_seq: c.last + 1,
+            prev: opened.last,
+        };
+        pulled.batches.push(PulledBatch {
+            checkpoint: batch.checkpoint,
+            hashes,
+        });
+    }
+    if pulled.batches.is_empty() {
+        return Err(PullError::Other(ShipError::Http {
+            url: format!("{url}{path}"),
+            detail: format!("the vault holds no batch of {names}"),
+        }));
+    }
+    pulled.entries = cursor.next_seq;
+    Ok(pulled)
+}
+
+// ---------------------------------------------------------------- compare
+
+/// How a local log stands against the vault's copy, line by line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Comparison {
+    /// The same entries; `unshipped` more locally, not yet shipped.
+    Matches { entries: u64, unshipped: u64 },
+    /// The first entry whose bytes differ: a rewrite after shipping.
+    Differs {
+        entry: u64,
+        vault_hash: Hash,
+        local: String,
+    },
+    /// The local log stops before the vault's copy does: entries were removed.
+    Truncated {
+        local_entries: u64,
+        vault_entries: u64,
+    },
+}
+
+/// Compares the vault's copy with a local log, line by line.
+pub fn compare_logs(vault_copy: &[u8], local: &[u8]) -> Comparison {
+    let mut ours = local.split_inclusive(|&b| b == b'\n');
+    let mut n = 0u64;
+    for theirs in vault_copy.split_inclusive(|&b| b == b'\n') {
+        let stated = crate::chain::read_stated(&theirs[..theirs.len() - 1]).ok();
+        let vault_hash = stated.map_or_else(|| Hash::of(theirs), |s| s.hash);
+        match ours.next() {
+            None => {
+                return Comparison::Truncated {
+                    local_entries: n,
+                    vault_entries: vault_copy.iter().filter(|&&b| b == b'\n').count() as u64,
+                };
+            }
+            Some(line) if line == theirs => {}
+            Some(line) => {
+                let local = crate::chain::read_stated(line.strip_suffix(b"\n").unwrap_or(line))
+                    .map_or_else(
+                        |_| "not a sealed entry".into(),
+                        |s| format!("hash {}", s.hash.short()),
+                    );
+                return Comparison::Differs {
+                    entry: n,
+                    vault_hash,
+                    local,
+                };
+            }
+        }
+        n += 1;
+    }
+    Comparison::Matches {
+        entries: n,
+        unshipped: ours.count() as u64,
+    }
+}
+
+/// What comparing a machine's copy with the vault's found.
+#[derive(Debug, Default)]
+pub struct Compared {
+    pub findings: Vec<Finding>,
+    pub notes: Vec<String>,
+}
+
+impl Compared {
+    /// 3 when the vault is at fault, else 1 when the machine is, else 0.
+    pub fn exit_code(&self) -> u8 {
+        if self.findings.iter().any(|f| f.fault == Fault::Vault) {
+            3
+        } else if self.findings.is_empty() {
+            0
+        } else {
+            1
+        }
+    }
+}
+
+/// Reads the receipts kept in `receipts.lost`: each after its `#` line.
+fn lost_receipts(text: &str) -> Vec<(String, Option<Receipt>, Option<RestoreNotice>)> {
+    let mut out = Vec::new();
+    for block in text.split("\n# ").map(|b| b.trim_start_matches("# ")) {
+        let Some((what, rest)) = block.split_once('\n') else {
+            continue;
+        };
+        let receipt_end = rest.find("nd7-restore v2").unwrap_or(rest.len());
+        let receipt = Receipt::parse(&rest[..receipt_end]).ok();
+        let notice = RestoreNotice::parse_all(&rest[receipt_end..])
+            .ok()
+            .and_then(|n| n.into_iter().next());
+        out.push((what.to_string(), receipt, notice));
+    }
+    out
+}
+
+/// Compares the vault's copy with a machine's session directory (or its
+/// `events.ndjson`): the receipt the machine kept, any it lost in a vault's
+/// restore, and the log.
+pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
+    let log = SessionLog::at_path(local)?;
+    let names = format!("machine {}, session {}", pulled.machine, pulled.session);
+    let mut out = Compared::default();
+    let vault_last = pulled.entries.checked_sub(1);
+
+    // The receipt the machine kept: the vault must still hold that batch.
+    let receipt_path = log.dir().join(RECEIPT_FILE);
+    if let Ok(text) = std::fs::read_to_string(&receipt_path) {
+        match Receipt::parse(&text)
+            .and_then(|r| r.verify(&pulled.vault_key, &pulled.machine_key).map(|()| r))
+        {
+            Err(e) => out.findings.push(Finding {
+                fault: Fault::Machine,
+                text: format!(
+                    "{names}: {}: the machine's receipt does not check: {e}",
+                    receipt_path.display()
+                ),
+            }),
+            Ok(r) => {
+                let k = &r.checkpoint;
+                let held = pulled.batches.iter().any(|b| b.checkpoint.same_head(k));
+                if !held {
+                    let text = if vault_last.is_none_or(|l| l < k.last) {
+                        format!(
+                            "{names}: the vault acknowledged entries up to {} (its receipt of {} is on the machine), but holds only up to {}: it dropped entries {}..{}",
+                            k.last,
+                            r.stored,
+                            vault_last.map_or("none".into(), |l| l.to_string()),
+                            vault_last.map_or(0, |l| l + 1),
+                            k.last
+                        )
+                    } else {
+                        format!(
+                            "{names}: the vault acknowledged entry {} with digest {} (its receipt of {} is on the machine), but no longer holds that batch: it replaced what it acknowledged",
+                            k.last,
+                            k.head.short(),
+                            r.stored
+                        )
+                    };
+                    out.findings.push(Finding {
+                        fault: Fault::Vault,
+                        text,
+                    });
+                }
+            }
+        }
+    }
+
+    // Receipts a declared restore lost: evidence, kept by the machine.
+    if let Ok(text) = std::fs::read_to_string(log.dir().join(LOST_FILE)) {
+        for (what, receipt, notice) in lost_receipts(&text) {
+            let signed = receipt
+                .as_ref()
+                .is_some_and(|r| r.verify(&pulled.vault_key, &pulled.machine_key).is_ok())
+                && notice
+                    .as_ref()
+                    .is_some_and(|n| n.verify(&pulled.vault_key).is_ok());
+            let Some(r) = receipt.filter(|_| signed) else {
+                out.findings.push(Finding {
+                    fault: Fault::Machine,
+                    text: format!(
+                        "{names}: receipts.lost holds a record that does not check ({what})"
+                    ),
+                });
+                continue;
+            };
+            let k = &r.checkpoint;
+            let now = match pulled.digest_at(k.last, k.key) {
+                Some(d) if d == k.head => "the vault holds those entries again, unchanged",
+                Some(_) => {
+                    out.findings.push(Finding {
+                        fault: Fault::Machine,
+                        text: format!(
+                            "{names}: entry {} was shipped again with other contents than the machine first signed: it rewrote its log",
+                            k.last
+                        ),
+                    });
+                    continue;
+                }
+                None if vault_last.is_some_and(|l| l >= k.last) => {
+                    "the vault holds those entries again (under a later chain key, so not compared with the lost receipt)"
+                }
+                None => "the vault does not hold them again yet",
+            };
+            out.notes.push(format!("{names}: {what}; {now}"));
+        }
+    }
+    if let Ok(alarm) = std::fs::read_to_string(log.dir().join(ship::ALARM_FILE)) {
+        out.notes.push(format!(
+            "the machine's vault.alarm says: {}",
+            alarm.lines().next().unwrap_or_default()
+        ));
+    }
+
+    // The log itself.
+    let events = log.events_path();
+    let bytes = std::fs::read(&events).map_err(|e| ShipError::Io {
+        path: events.clone(),
+        action: "read",
+        source: e,
+    })?;
+    match compare_logs(&pulled.log, &bytes) {
+        Comparison::Matches { entries, unshipped } => out.notes.push(format!(
+            "local copy matches the vault's {entries} entries ({unshipped} more locally, not shipped yet)"
+        )),
+        Comparison::Differs {
+            entry,
+            vault_hash,
+            local,
+        } => out.findings.push(Finding {
+            fault: Fault::Machine,
+            text: format!(
+                "{names}: the local copy was rewritten after shipping: entry {entry} differs (the vault's, signed by the machine: hash {}; local: {local})",
+                vault_hash.short()
+            ),
+        }),
+        Comparison::Truncated {
+            local_entries,
+            vault_entries,
+        } => out.findings.push(Finding {
+            fault: Fault::Machine,
+            text: format!(
+                "{names}: the local copy was cut short after shipping: it has {local_entries} entries, the vault's signed copy {vault_entries}; entry {local_entries} is missing"
+            ),
+        }),
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(lines: &[&str]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut prev = Hash::session_fingerprint("s");
+        for (seq, body) in lines.iter().enumerate() {
+            let line = crate::chain::seal(
+                format!("{{\"seq\":{seq},\"b\":\"{body}\",\"prev\":\"{prev}\"}}").as_bytes(),
+            );
+            prev = crate::chain::read_stated(&line[..line.len() - 1])
+                .expect("sealed")
+                .hash;
+            out.extend_from_slice(&line);
+        }
+        out
+    }
+
+    #[test]
+    fn compare_names_the_first_rewritten_or_missing_entry() {
+        let vault = chain(&["a", "b", "c"]);
+        assert_eq!(
+            compare_logs(&vault, &vault),
+            Comparison::Matches {
+                entries: 3,
+                unshipped: 0
+            }
+        );
+        assert_eq!(
+            compare_logs(&vault, &chain(&["a", "b", "c", "d"])),
+            Comparison::Matches {
+                entries: 3,
+                unshipped: 1
+            }
+        );
+        assert!(matches!(
+            compare_logs(&vault, &chain(&["a", "x", "c"])),
+            Comparison::Differs { entry: 1, .. }
+        ));
+        assert_eq!(
+            compare_logs(&vault, &chain(&["a"])),
+            Comparison::Truncated {
+                local_entries: 1,
+                vault_entries: 3
+            }
+        );
+    }
+
+    #[test]
+    fn findings_against_the_vault_win_the_exit_code() {
+        let f = |fault| Finding {
+            fault,
+            text: String::new(),
+        };
+        let mut c = Compared::default();
+        assert_eq!(c.exit_code(), 0);
+        c.findings.push(f(Fault::Machine));
+        assert_eq!(c.exit_code(), 1);
+        c.findings.push(f(Fault::Vault));
+        assert_eq!(c.exit_code(), 3);
+    }
+}

@@ -1,0 +1,885 @@
+//! Under `nd7 run` the session logs are read-only inside the floor: the
+//! hooks' entries reach the log through `nd7 run` (the door), and nd7 keeps
+//! its own account of the run beside them (ADR-0031). Every attack here is
+//! tried as the ordinary account, by a shell script standing in for the
+//! agent, directly and through the exit (`$EXEC`, as `nd7 hook-prefix`
+//! rewrites Bash commands).
+#![cfg(target_os = "linux")]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::world::*;
+
+fn lines(out: &Output) -> Vec<String> {
+    text(&out.stdout).lines().map(str::to_string).collect()
+}
+
+/// The logs' directory as the test sees it.
+fn logs(w: &World) -> PathBuf {
+    w.home().join(".local/state/nd7/sessions")
+}
+
+/// The one run chain the world's sessions wrote.
+fn run_chain(w: &World) -> PathBuf {
+    let runs: Vec<PathBuf> = std::fs::read_dir(logs(w))
+        .expect("the logs' directory")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("run-"))
+        })
+        .collect();
+    assert_eq!(runs.len(), 1, "one run chain: {runs:?}");
+    runs[0].clone()
+}
+
+fn entries(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("events.ndjson"))
+        .expect("the run's log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an entry"))
+        .collect()
+}
+
+fn of_kind<'a>(entries: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    entries.iter().filter(|e| e["kind"] == kind).collect()
+}
+
+/// `nd7 verify` of a run chain, as the account.
+fn verify(w: &World, dir: &Path) -> Output {
+    let inner = w.in_home(&format!(
+        ".local/state/nd7/sessions/{}",
+        dir.file_name().expect("name").to_string_lossy()
+    ));
+    w.nd7(&["verify", &inner]).output().expect("nd7 verify")
+}
+
+/// The attacks on the log, each printing `name:status`: from the agent
+/// itself, then the same through the exit. `$LOG` is the run's chain,
+/// `$LOGS` the directory of every session's log.
+const ATTACKS: &[(&str, &str)] = &[
+    ("append", r#"echo '{"seq":99}' >> "$LOG/events.ndjson""#),
+    ("truncate-s", r#"truncate -s 10 "$LOG/events.ndjson""#),
+    ("rewrite-head", r#"echo '0 00' > "$LOG/head""#),
+    (
+        "replace-log",
+        r#"cp "$LOG/events.ndjson" forged && mv -f forged "$LOG/events.ndjson""#,
+    ),
+    (
+        "link-log",
+        r#"ln -sf /dev/null "$LOG/events.ndjson.new" && mv -f "$LOG/events.ndjson.new" "$LOG/events.ndjson""#,
+    ),
+    (
+        "replace-lock",
+        r#"ln -sf "$LOG/events.ndjson" "$LOG/lock2""#,
+    ),
+    ("new-session", r#"mkdir "$LOGS/forged-session""#),
+    (
+        "rewrite-other",
+        r#"echo x >> "$LOGS/earlier/events.ndjson""#,
+    ),
+    // The rest destroy what they reach: last, so that without the fix the
+    // attacks before them still find their targets.
+    ("rm-other", r#"rm -rf "$LOGS/earlier""#),
+    ("rm-lock", r#"rm -f "$LOG/lock""#),
+    ("truncate", r#": > "$LOG/events.ndjson""#),
+    ("rm-log", r#"rm -f "$LOG/events.ndjson""#),
+    ("mv-dir", r#"mv "$LOG" "$LOG.gone""#),
+    ("rm-dir", r#"rm -rf "$LOG""#),
+];
+
+/// The agent's script: find the run's chain, record one entry through the
+/// door, then try every attack, directly and through the exit.
+fn attack_script(wait_first: bool) -> String {
+    let mut body = String::from(
+        r#"LOGS="$HOME_DIR/.local/state/nd7/sessions"
+LOG=$(ls -d "$LOGS"/run-*)
+echo '{"session_id":"s1","hook_event_name":"Stop","cwd":"/"}' | "$ND7" record; echo "record:$?"
+"#,
+    );
+    if wait_first {
+        body.push_str("touch stage1; wait_for go1\n");
+    }
+    // Through the exit first: a command the log cannot hold is not run, so
+    // without the fix an agent that had destroyed the log first would hide
+    // whether the exit refuses.
+    for (name, attack) in ATTACKS {
+        let quoted = attack.replace('\'', r"'\''");
+        body.push_str(&format!(
+            "\"$EXEC\" 'LOG=\"'\"$LOG\"'\" LOGS=\"'\"$LOGS\"'\"; {quoted}' 2>/dev/null; echo \"exec-{name}:$?\"\n"
+        ));
+    }
+    for (name, attack) in ATTACKS {
+        body.push_str(&format!(
+            "( {attack} ) 2>/dev/null; echo \"agent-{name}:$?\"\n"
+        ));
+    }
+    body.push_str(
+        "echo '{\"session_id\":\"s1\",\"hook_event_name\":\"Stop\",\"cwd\":\"/\"}' | \"$ND7\" record; echo \"record-after:$?\"\n",
+    );
+    body
+}
+
+/// An earlier session's log, made by `nd7 record` outside any sandbox.
+fn earlier_session(w: &World) {
+    let out = w
+        .nd7(&["record"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(br#"{"session_id":"earlier","hook_event_name":"Stop"}"#)?;
+            child.wait_with_output()
+        })
+        .expect("nd7 record outside");
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    assert!(logs(w).join("earlier/events.ndjson").exists());
+}
+
+/// Every attack was refused, the log verifies and holds exactly the two
+/// entries recorded through the door besides nd7's own.
+fn assert_refused_and_intact(w: &World, out: &[String], before_earlier: &[u8]) {
+    assert_eq!(out.first().map(String::as_str), Some("record:0"), "{out:?}");
+    assert_eq!(
+        out.last().map(String::as_str),
+        Some("record-after:0"),
+        "{out:?}"
+    );
+    for (name, _) in ATTACKS {
+        for side in ["agent", "exec"] {
+            let line = out
+                .iter()
+                .find(|l| l.starts_with(&format!("{side}-{name}:")))
+                .unwrap_or_else(|| panic!("{side}-{name} did not run: {out:?}"));
+            assert_ne!(line, &format!("{side}-{name}:0"), "{out:?}");
+        }
+    }
+    let dir = run_chain(w);
+    let e = entries(&dir);
+    assert_eq!(
+        e.iter()
+            .filter(|e| e["source"] == "intent:claude-code")
+            .count(),
+        2,
+        "{e:?}"
+    );
+    let v = verify(w, &dir);
+    assert_eq!(v.status.code(), Some(0), "{}", text(&v.stdout));
+    assert!(!logs(w).join("forged-session").exists());
+    assert_eq!(
+        std::fs::read(logs(w).join("earlier/events.ndjson")).expect("earlier log"),
+        before_earlier
+    );
+    let files: BTreeSet<String> = std::fs::read_dir(&dir)
+        .expect("list")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        files,
+        ["events.ndjson", "head", "head.tmp", "lock"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    );
+}
+
+// Guards `Policy::floor_writes` (no logs among them) and the state
+// directory in `Policy::unwritable`: with the logs back among the floor's
+// write roots (ADR-0014's floor), the appends, rewrites and removals succeed
+// from the agent and through the exit, and this fails.
+#[test]
+fn the_log_cannot_be_changed_from_the_floor_nor_through_the_exit() {
+    let w = World::new();
+    earlier_session(&w);
+    let earlier = std::fs::read(logs(&w).join("earlier/events.ndjson")).expect("earlier");
+    let out = w.run_agent(&attack_script(false));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_refused_and_intact(&w, &lines(&out), &earlier);
+}
+
+// Guards the state directory in `Policy::unwritable`: a grant of the whole
+// home (which contains the logs) is carved around it.
+#[test]
+fn the_log_stays_read_only_with_the_whole_home_granted() {
+    let w = World::new();
+    earlier_session(&w);
+    let earlier = std::fs::read(logs(&w).join("earlier/events.ndjson")).expect("earlier");
+    let (child, _pid) = w.start_agent(&attack_script(true));
+    w.wait_for("stage1");
+    let home = w.in_home("");
+    let allow = w
+        .nd7(&["allow", home.trim_end_matches('/')])
+        .output()
+        .expect("allow");
+    assert!(allow.status.success(), "{allow:?}");
+    w.signal("go1");
+    let out = child.wait_with_output().expect("agent ends");
+    assert_refused_and_intact(&w, &lines(&out), &earlier);
+    let grants = of_kind(&entries(&run_chain(&w)), "grant")
+        .into_iter()
+        .cloned()
+        .collect::<Vec<_>>();
+    assert_eq!(grants.len(), 1, "{grants:?}");
+    assert_eq!(grants[0]["source"], "exit:nd7");
+    assert_eq!(grants[0]["body"]["change"], "allow");
+    assert_eq!(grants[0]["body"]["path"], home.trim_end_matches('/'));
+}
+
+// Guards the same carve-out when the project, a floor write root, is the home.
+#[test]
+fn the_log_stays_read_only_when_the_project_is_the_home() {
+    let w = World::new();
+    earlier_session(&w);
+    let earlier = std::fs::read(logs(&w).join("earlier/events.ndjson")).expect("earlier");
+    let agent = w.agent(&attack_script(false).replace("wait_for", "true"));
+    let out = w
+        .command(
+            "/bin/sh",
+            &[
+                "-c",
+                &format!("cd '{}' && exec '{ND7}' run '{agent}'", w.acct.display()),
+            ],
+        )
+        .output()
+        .expect("nd7 run in the home");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!("writes only to {} ", w.acct.display())),
+        "the project is the home: {}",
+        text(&out.stderr)
+    );
+    assert_refused_and_intact(&w, &lines(&out), &earlier);
+}
+
+/// The first line of `nd7 run`'s own entries of `kind`.
+fn ours<'a>(entries: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    entries
+        .iter()
+        .filter(|e| e["kind"] == kind && e["source"] == "exit:nd7")
+        .collect()
+}
+
+// What nd7 writes of its own: the run's start with its rules, version and
+// kernel; each command with its text as received, cwd, grants and how it
+// ended; each grant changed; each refused caller; the run's end.
+#[test]
+fn nd7_keeps_its_own_account_of_the_run() {
+    let w = World::new();
+    let (child, pid) = w.start_agent(
+        r#"
+"$EXEC" 'echo hi' > /dev/null; echo "ok:$?"
+"$EXEC" "printf '%s' \"it's\"; exit 3" > /dev/null; echo "fails:$?"
+"$EXEC" 'kill -TERM $$'; echo "signal:$?"
+touch stage1; wait_for go1
+"$EXEC" "touch '$OUT/granted'"; echo "granted:$?"
+touch stage2; wait_for go2
+"#,
+    );
+    w.wait_for("stage1");
+    let outside = w.outside().display().to_string();
+    assert!(
+        w.nd7(&["allow", &outside])
+            .output()
+            .expect("allow")
+            .status
+            .success()
+    );
+    w.signal("go1");
+    w.wait_for("stage2");
+    assert!(
+        w.nd7(&["deny", &outside])
+            .output()
+            .expect("deny")
+            .status
+            .success()
+    );
+    // Callers of the same account that were never in the session, at both doors.
+    let session = w.sessions().join(pid.to_string());
+    let exit = as_account(
+        EXIT_SOCKET_VAR,
+        &session.join("exit.sock").display().to_string(),
+    );
+    assert!(
+        exit.contains("refused: ") && exit.contains("is not part of session"),
+        "{exit}"
+    );
+    let door = as_account(
+        DOOR_SOCKET_VAR,
+        &session.join("record.sock").display().to_string(),
+    );
+    assert!(
+        door.contains("refused: ") && door.contains("is not part of session"),
+        "{door}"
+    );
+    w.signal("go2");
+    let out = child.wait_with_output().expect("agent ends");
+    assert_eq!(lines(&out), ["ok:0", "fails:3", "signal:143", "granted:0"]);
+
+    let dir = run_chain(&w);
+    let e = entries(&dir);
+    let start = &e[0];
+    assert_eq!(
+        (start["kind"].as_str(), start["source"].as_str()),
+        (Some("run_start"), Some("exit:nd7"))
+    );
+    assert_eq!(
+        start["session"],
+        dir.file_name().expect("name").to_string_lossy().as_ref()
+    );
+    assert_eq!(start["body"]["pid"], pid);
+    assert_eq!(start["body"]["nd7_version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(start["body"]["sandbox"], "landlock");
+    assert!(
+        start["body"]["landlock_abi"]
+            .as_u64()
+            .is_some_and(|v| v >= 3),
+        "{start}"
+    );
+    assert_eq!(start["body"]["hooks"], false);
+    assert_eq!(
+        start["body"]["rules"]["project"],
+        w.proj().display().to_string()
+    );
+    assert_eq!(start["body"]["rules"]["grants"], serde_json::json!([]));
+
+    let execs = ours(&e, "exec");
+    let ends = ours(&e, "exec_end");
+    let commands: Vec<&str> = execs
+        .iter()
+        .map(|x| x["body"]["command"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "echo hi",
+            "printf '%s' \"it's\"; exit 3",
+            "kill -TERM $$",
+            &format!("touch '{outside}/granted'")
+        ]
+    );
+    for x in &execs {
+        assert_eq!(x["cwd"], w.proj().display().to_string());
+        assert!(x["body"]["caller"].as_u64().is_some());
+    }
+    assert_eq!(execs[0]["body"]["grants"], serde_json::json!([]));
+    assert_eq!(execs[3]["body"]["grants"], serde_json::json!([outside]));
+    let how: Vec<(u64, Value)> = ends
+        .iter()
+        .map(|x| {
+            let b = x["body"].as_object().expect("body");
+            let (k, v) = b.iter().find(|(k, _)| *k != "exec").expect("how");
+            (
+                b["exec"].as_u64().expect("seq"),
+                serde_json::json!({ k: v }),
+            )
+        })
+        .collect();
+    let seqs: Vec<u64> = execs
+        .iter()
+        .map(|x| x["seq"].as_u64().expect("seq"))
+        .collect();
+    assert_eq!(
+        how,
+        [
+            (seqs[0], serde_json::json!({"exited": 0})),
+            (seqs[1], serde_json::json!({"exited": 3})),
+            (seqs[2], serde_json::json!({"signaled": 15})),
+            (seqs[3], serde_json::json!({"exited": 0})),
+        ]
+    );
+    let grants: Vec<(String, Value)> = ours(&e, "grant")
+        .iter()
+        .map(|g| {
+            (
+                g["body"]["change"].as_str().unwrap_or("").to_string(),
+                g["body"]["grants"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        grants,
+        [
+            ("allow".to_string(), serde_json::json!([outside])),
+            ("deny".to_string(), serde_json::json!([])),
+        ]
+    );
+    let refused: Vec<&str> = ours(&e, "refused")
+        .iter()
+        .map(|r| r["body"]["door"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(refused, ["exit", "record"]);
+    for r in ours(&e, "refused") {
+        assert_eq!(r["body"]["uid"], account().uid);
+        assert!(
+            r["body"]["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("is not part of session")
+        );
+    }
+    let end = e.last().expect("entries");
+    assert_eq!(
+        (end["kind"].as_str(), end["source"].as_str()),
+        (Some("run_end"), Some("exit:nd7"))
+    );
+    assert_eq!(end["body"]["exited"], 0);
+    assert_eq!(end["body"]["commands"], 4);
+    assert_eq!(end["body"]["refused"], 2);
+    assert!(
+        e.iter().all(|x| x["source"] == "exit:nd7"),
+        "only nd7 wrote this run's log"
+    );
+    let v = verify(&w, &dir);
+    assert_eq!(v.status.code(), Some(0), "{}", text(&v.stdout));
+    assert!(
+        text(&v.stdout).contains(
+            "the run registered no hooks (the program was not Claude Code), so its 4 commands"
+        ),
+        "{}",
+        text(&v.stdout)
+    );
+}
+
+const EXIT_SOCKET_VAR: &str = "ND7_TEST_EXIT_SOCKET";
+const DOOR_SOCKET_VAR: &str = "ND7_TEST_DOOR_SOCKET";
+
+/// Runs this test binary's [`outsider`] as the world's account, and returns
+/// what it printed.
+fn as_account(var: &str, value: &str) -> String {
+    let acct = account();
+    let me = std::env::current_exe().expect("test binary");
+    let mut cmd = if acct.drop_from_root {
+        let mut c = std::process::Command::new("setpriv");
+        c.arg(format!("--reuid={}", acct.uid))
+            .arg(format!("--regid={}", acct.gid))
+            .args(["--clear-groups", "--"])
+            .arg(me);
+        c
+    } else {
+        std::process::Command::new(me)
+    };
+    let out = cmd
+        .args([
+            "--exact",
+            "record_door::outsider",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(var, value)
+        .output()
+        .expect("run the child");
+    text(&out.stdout)
+}
+
+/// A caller that was never in the session, for the test above. Does
+/// nothing unless started by it.
+#[test]
+fn outsider() {
+    if let Ok(socket) = std::env::var(EXIT_SOCKET_VAR) {
+        match nd7_core::sandbox::linux::exit::run(Path::new(&socket), "true".into()) {
+            Err(nd7_core::sandbox::linux::exit::ExitError::Refused(why)) => {
+                println!("refused: {why}")
+            }
+            other => println!("not refused: {other:?}"),
+        }
+    }
+    if let Ok(socket) = std::env::var(DOOR_SOCKET_VAR) {
+        let request = nd7_core::sandbox::wire::HookRequest {
+            ts: 1,
+            cwd: None,
+            run_hook: false,
+            glimpse: false,
+            body: br#"{"session_id":"x","hook_event_name":"Stop"}"#.to_vec(),
+        };
+        let server: u32 = Path::new(&socket)
+            .parent()
+            .and_then(|d| d.file_name())
+            .and_then(|n| n.to_str()?.parse().ok())
+            .expect("the session's pid");
+        match nd7_core::sandbox::linux::door::send(Path::new(&socket), server, &request) {
+            Err(why) => println!("refused: {why}"),
+            Ok(answer) => println!("not refused: {answer:?}"),
+        }
+    }
+}
+
+// A forged entry goes in as the agent's word, whatever it claims, and
+// nothing written before it changes. Guards `RunLog::hook`, which builds
+// every door entry with `Event::new` (source intent:claude-code).
+#[test]
+fn a_forged_entry_is_the_agents_word_and_changes_nothing_before_it() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"
+LOG=$(ls -d "$HOME_DIR"/.local/state/nd7/sessions/run-*)
+echo '{"session_id":"c","hook_event_name":"UserPromptSubmit","prompt":"hi"}' | "$ND7" record
+"$EXEC" 'echo one' > /dev/null
+cp "$LOG/events.ndjson" before.ndjson
+forged='{"seq":0,"session_id":"c","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"rm -rf /"},"source":"exit:nd7","kind":"exec","body":{"command":"rm -rf /"},"prev":"00","hash":"11"}'
+printf '%s' "$forged" | "$ND7" record > out1 2> err1; echo "forged:$?"
+"$EXEC" "printf '%s' '{\"session_id\":\"c\",\"hook_event_name\":\"SessionEnd\",\"source\":\"exit:nd7\"}' | '$ND7' record"; echo "through-exit:$?"
+printf 'not json' | "$ND7" record 2> err2; echo "garbage:$?"
+head -c 8000000 /dev/zero | tr '\0' 'a' | sed 's/^/{"session_id":"c","hook_event_name":"Notification","message":"/; s/$/"}/' | "$ND7" record 2> err3; echo "huge:$?"
+cat out1 err1; cat err2; cat err3
+"#,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got = lines(&out);
+    assert_eq!(
+        got[..4],
+        ["forged:0", "through-exit:0", "garbage:0", "huge:0"],
+        "{got:?}"
+    );
+    assert!(
+        got[4].starts_with("nd7 record: nd7 run refused the entry: the payload is not valid JSON"),
+        "{got:?}"
+    );
+    assert!(
+        got[5].contains(
+            "over the 7274496 byte limit; recorded its size and BLAKE3 only (nd7 run session"
+        ),
+        "{got:?}"
+    );
+    assert_eq!(
+        got.len(),
+        6,
+        "nothing on stdout, and the forged entry said nothing: {got:?}"
+    );
+
+    let dir = run_chain(&w);
+    let now = std::fs::read(dir.join("events.ndjson")).expect("log");
+    let before = std::fs::read(w.proj().join("before.ndjson")).expect("copy");
+    assert!(
+        now.starts_with(&before),
+        "the entries written before are unchanged"
+    );
+    let e = entries(&dir);
+    let before_count = before.iter().filter(|&&b| b == b'\n').count();
+    let added: Vec<&Value> = e[before_count..]
+        .iter()
+        .filter(|x| x["source"] != "exit:nd7")
+        .collect();
+    assert_eq!(added.len(), 3, "{added:?}");
+    for x in &added {
+        assert_eq!(x["source"], "intent:claude-code", "{x}");
+        assert_eq!(x["session"], "c");
+    }
+    // What it claims stays inside the body, where it is only what it said.
+    assert_eq!(added[0]["kind"], "tool_call");
+    assert_eq!(added[0]["body"]["source"], "exit:nd7");
+    assert_eq!(added[0]["body"]["kind"], "exec");
+    assert_eq!(added[1]["kind"], "session_end");
+    assert_eq!(added[2]["body"]["omitted"]["bytes"], 8_000_000 + 64);
+    // The forged exec is no command: the exit's own entries name one command.
+    assert_eq!(
+        ours(&e, "exec").len(),
+        2,
+        "echo one, and the forging command itself"
+    );
+    let v = verify(&w, &dir);
+    assert_eq!(v.status.code(), Some(0), "{}", text(&v.stdout));
+}
+
+// Two hundred hooks at once through the door: each entry lands exactly
+// once, every recorder exits 0 and prints nothing. Guards the lock in
+// `SessionLog::append`, which the door's threads share with every writer:
+// without it appends collide and entries are lost or refused.
+#[test]
+fn two_hundred_hooks_at_once_through_the_door_lose_nothing() {
+    const HOOKS: usize = 200;
+    let w = World::new();
+    let out = w.run_agent(&format!(
+        r#"
+mkdir -p p
+for i in $(seq {HOOKS}); do
+  printf '{{"session_id":"c","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{{"command":"echo %d"}},"tool_use_id":"toolu_%d"}}' $i $i > p/$i.json
+done
+for i in $(seq {HOOKS}); do ( "$ND7" record < p/$i.json > p/$i.out 2> p/$i.err; echo $? > p/$i.rc ) & done
+wait
+cat p/*.out p/*.err | wc -c
+cat p/*.rc | sort | uniq -c | tr -s ' '
+"#
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(lines(&out), ["0", &format!(" {HOOKS} 0")]);
+    let dir = run_chain(&w);
+    let e = entries(&dir);
+    let ids: BTreeSet<String> = e
+        .iter()
+        .filter(|x| x["source"] == "intent:claude-code")
+        .map(|x| x["tool_use_id"].as_str().expect("id").to_string())
+        .collect();
+    assert_eq!(ids.len(), HOOKS);
+    assert_eq!(
+        e.len(),
+        HOOKS + ours(&e, "exec").len() * 2 + 2,
+        "no entry twice"
+    );
+    let v = verify(&w, &dir);
+    assert_eq!(v.status.code(), Some(0), "{}", text(&v.stdout));
+}
+
+// When nd7 run is gone, a hook inside the floor records nothing and says
+// why on stderr, exiting 0 with nothing on stdout; the log stays as it was.
+//
+// nd7 run is two processes (ADR-0035): killing the session process (the pid
+// the banner names, which serves the door) makes the keeper end everything
+// below it, the hook's shell included, so no hook outlives the door that
+// way. The one way left is the keeper itself killed with SIGKILL from
+// outside: the session and the agent die with it, and a process that left
+// the agent's tree runs on under init, still under the floor. That is what
+// this does: the door is gone, with `ND7_RUN` still naming its directory.
+#[test]
+fn with_nd7_run_gone_a_hook_fails_closed_and_says_so() {
+    let w = World::new();
+    let (mut child, session) = w.start_agent(
+        r#"
+( wait_for go
+  echo '{"session_id":"c","hook_event_name":"Stop"}' | "$ND7" record > gone.out 2> gone.err; echo $? > gone.rc
+  echo '{"session_id":"c","hook_event_name":"Stop"}' | env -u ND7_RUN "$ND7" record > direct.out 2> direct.err; echo $? > direct.rc
+  touch finished ) &
+touch started; wait_for finished
+"#,
+    );
+    w.wait_for("started");
+    let dir = run_chain(&w);
+    let before = std::fs::read(dir.join("events.ndjson")).expect("log");
+    // The keeper: the process the user's shell started and waits for.
+    let keeper = child.id();
+    assert_ne!(keeper, session);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(keeper as i32).expect("pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill nd7 run");
+    let _ = child.wait();
+    // Gone, or a zombie nothing reaps (where no init does).
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{session}/stat")).map_or(true, |stat| {
+            stat.rsplit(") ")
+                .next()
+                .is_some_and(|rest| rest.starts_with('Z'))
+        })
+    };
+    let start = std::time::Instant::now();
+    while !gone() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the session process outlived its keeper"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    w.signal("go");
+    w.wait_for("finished");
+    for (name, says) in [
+        (
+            "gone",
+            "this hook runs under nd7 run (ND7_RUN is set), but no running nd7 run was found among its ancestors; the logs are read-only inside the sandbox, so nothing could be written",
+        ),
+        (
+            "direct",
+            "Permission denied (os error 13); inside nd7 run's sandbox the logs are read-only and only nd7 run writes them",
+        ),
+    ] {
+        let read =
+            |ext: &str| std::fs::read_to_string(w.proj().join(format!("{name}.{ext}"))).expect(ext);
+        assert_eq!(read("rc").trim(), "0", "{name}");
+        assert_eq!(read("out"), "", "{name}");
+        let err = read("err");
+        assert!(
+            err.starts_with("nd7 record: ") && err.contains(says),
+            "{name}: {err}"
+        );
+        assert!(err.ends_with("; nothing recorded\n"), "{name}: {err}");
+    }
+    assert_eq!(
+        std::fs::read(dir.join("events.ndjson")).expect("log"),
+        before
+    );
+}
+
+/// A stand-in for Claude Code, named `claude` so that `nd7 run` registers
+/// its record hooks: `--version` answers as 2.1.197 does; otherwise it runs
+/// `body` as the agent.
+fn fake_claude(w: &World, body: &str) -> String {
+    let script = std::fs::read_to_string(w.agent(body)).expect("agent");
+    let script = script.replacen(
+        "#!/bin/bash\n",
+        "#!/bin/bash\n[ \"$1\" = --version ] && { echo '2.1.197 (Claude Code)'; exit 0; }\n",
+        1,
+    );
+    let bin = w.root.join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let claude = bin.join("claude");
+    std::fs::write(&claude, script).expect("write");
+    std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    claude.display().to_string()
+}
+
+// A Bash call with no command through the exit, and a command no call
+// announced, are each named by `nd7 verify` and counted by `nd7 run` at its
+// end; a hook registered elsewhere does not record an event a second time.
+#[test]
+fn verify_names_a_call_without_its_command_and_a_command_without_its_call() {
+    let w = World::new();
+    let claude = fake_claude(
+        &w,
+        r#"
+pre() { printf '{"session_id":"c1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_use_id":"%s"}' "$2" "$1" | "$ND7" record --run-hook; }
+pre t1 'echo one'; "$EXEC" 'echo one' > /dev/null
+pre t2 'exit 3'; "$EXEC" 'exit 3'
+pre t3 'echo never'
+"$EXEC" 'echo unannounced' > /dev/null
+echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record; echo "plain:$?"
+echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record --run-hook; echo "ours:$?"
+"#,
+    );
+    let out = w
+        .nd7(&["run", &claude, "-p", "x"])
+        .output()
+        .expect("nd7 run");
+    assert_eq!(lines(&out), ["plain:0", "ours:0"]);
+    assert!(
+        text(&out.stderr).contains("nd7 run: warning: 1 of 3 Bash commands ran through the exit without a matching hook entry"),
+        "{}",
+        text(&out.stderr)
+    );
+    let dir = run_chain(&w);
+    let e = entries(&dir);
+    assert_eq!(e[0]["body"]["hooks"], true);
+    let named: Vec<Option<&str>> = ours(&e, "exec")
+        .iter()
+        .map(|x| x["tool_use_id"].as_str())
+        .collect();
+    assert_eq!(named, [Some("t1"), Some("t2"), None]);
+    assert_eq!(of_kind(&e, "turn_end").len(), 1, "the Stop event once");
+    let v = verify(&w, &dir);
+    assert_eq!(v.status.code(), Some(1), "{}", text(&v.stdout));
+    let report = text(&v.stdout);
+    let call = e.iter().find(|x| x["tool_use_id"] == "t3").expect("t3");
+    let exec = ours(&e, "exec")[2];
+    assert!(
+        report.contains(&format!(
+            "NOT RECONCILED: entry {}: Bash call t3 (`echo never`) has no command through the exit",
+            call["seq"]
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("NOT RECONCILED: entry {}: command `echo unannounced` ran through the exit with no Bash call announcing it", exec["seq"])),
+        "{report}"
+    );
+    assert!(
+        report.starts_with(&format!("verified: {} entries", e.len())),
+        "{report}"
+    );
+}
+
+// The unconfined nd7 run gives the exit at most 128 commands at once; one
+// more is refused at once, said on stderr and written down, and the exit
+// serves again once one ends. Guards the `Slots::try_take` check in
+// `Exit::serve`: without it the 129th command runs (one thread each, no bound).
+#[test]
+fn the_exit_runs_at_most_128_commands_at_once() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"
+for i in $(seq 128); do "$EXEC" "touch started.$i; while [ ! -e release ]; do sleep 0.2; done" & done
+for _ in $(seq 1200); do [ "$(ls started.* 2>/dev/null | wc -l)" -ge 128 ] && break; sleep 0.05; done
+"$EXEC" 'echo one-too-many' 2> over.err; echo "over:$?"
+cat over.err
+touch release; wait
+"$EXEC" 'echo again'; echo "again:$?"
+"#,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got = lines(&out);
+    assert_eq!(got[0], "over:126", "{got:?}");
+    assert!(
+        got[1].contains("this session already runs 128 commands through its exit; wait for one to end; the command was not run"),
+        "{got:?}"
+    );
+    assert_eq!(got[2..], ["again", "again:0"]);
+    let e = entries(&run_chain(&w));
+    let refused = ours(&e, "refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["body"]["door"], "exit");
+    assert_eq!(ours(&e, "exec").len(), 129);
+}
+
+const FAKE_DOOR_VAR: &str = "ND7_TEST_FAKE_DOOR";
+
+/// A socket of the agent's own, standing in for nd7 run's door, for the
+/// test below: takes one connection, keeps what it was sent in `<socket>.got`
+/// and answers "recorded". Does nothing unless started by it.
+#[test]
+fn fake_door() {
+    use std::io::{Read, Write};
+    let Ok(socket) = std::env::var(FAKE_DOOR_VAR) else {
+        return;
+    };
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let (mut conn, _) = listener.accept().expect("accept");
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = conn.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        let _ = conn.write_all(b"a\0\0\0\0");
+    }
+    std::fs::write(format!("{socket}.got"), got).expect("write what came");
+}
+
+// `ND7_RUN` is only a hint: a door named there is used only if the kernel
+// reports nd7 run as the process listening on it. Guards the SO_PEERCRED
+// check in `door::send`: without it the payload goes to the agent's own
+// socket, which answers "recorded", and the entry is lost without a word.
+#[test]
+fn a_door_the_agent_made_gets_no_payload() {
+    let w = World::new();
+    let test_binary = std::env::current_exe().expect("test binary");
+    let out = w.run_agent(&format!(
+        r#"
+mkdir -p "fake/$$"
+{FAKE_DOOR_VAR}="$PWD/fake/$$/record.sock" '{}' --exact record_door::fake_door --nocapture --test-threads=1 > /dev/null 2>&1 &
+wait_for "fake/$$/record.sock"
+echo '{{"session_id":"c","hook_event_name":"Stop"}}' | ND7_RUN="$PWD/fake/$$" "$ND7" record > fake.out 2> fake.err; echo "rc:$?"
+wait
+cat fake.out fake.err
+wc -c < "fake/$$/record.sock.got"
+"#,
+        test_binary.display()
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got = lines(&out);
+    assert_eq!(got[0], "rc:0", "{got:?}");
+    assert!(
+        got[1].starts_with("nd7 record: ")
+            && got[1].contains("/record.sock is served by process ")
+            && got[1].ends_with("; nothing recorded"),
+        "{got:?}"
+    );
+    assert_eq!(
+        got[2].trim(),
+        "0",
+        "the agent's socket was sent nothing: {got:?}"
+    );
+    assert!(
+        !entries(&run_chain(&w)).iter().any(|e| e["session"] == "c"),
+        "nothing was recorded either"
+    );
+}
