@@ -187,28 +187,34 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     let warnings = pin_roots(&mut policy, &cwd);
     // The floor's ruleset is built on a thread while this one holds the
     // files that run later outside the floor (read-only where the system
-    // allows) and takes the watch's snapshot of them (in every case). The
-    // namespaces are made here, before the keeper splits off and the session
+    // allows) and a third takes the watch's snapshot of them (in every
+    // case). The namespaces are made here, before the keeper splits off and the session
     // puts itself under Landlock (which refuses mounts); the thread has ended
-    // before the split, which needs a single thread.
+    // before the split, which needs a single thread (so have both others).
     let building = {
         let (policy, nd7_exec) = (policy.clone(), nd7_exec.clone());
         std::thread::spawn(move || sandbox::floor(&policy, &nd7_exec))
     };
     let plan = crate::policy::deferred::plan(&policy, &deferred::FsTree);
+    // The watch's snapshot is taken on a third thread as if the locks will
+    // hold (they are nearly always there), and again here if they do not.
+    let snapshot = {
+        let (plan, project) = (plan.clone(), policy.roots.project.clone());
+        std::thread::spawn(move || deferred::Watch::start(plan, true, &project))
+    };
     let (held, not_held) = match sandbox::hold(&plan) {
         Ok(held) => (held, None),
         Err(why) => (sandbox::Held::default(), Some(why)),
     };
-    let watch = Arc::new(deferred::Watch::start(
-        plan,
-        held.locks(),
-        &policy.roots.project,
-    ));
-    let floor = building
-        .join()
+    let floor = building.join();
+    let snapshot = snapshot.join();
+    let floor = floor
         .map_err(|_| RunError::Sandbox("building the floor's rules failed".into()))?
         .map_err(RunError::Sandbox)?;
+    let watch = Arc::new(match snapshot {
+        Ok(watch) if held.locks() => watch,
+        _ => deferred::Watch::start(plan, held.locks(), &policy.roots.project),
+    });
     let claude = is_claude(&options.program);
     // Asked before any other thread starts: on macOS confining a child is
     // only sound while this process has one thread.
