@@ -881,12 +881,16 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__record)
-            opts="-h --run-hook --help"
+            opts="-h --agent --run-hook --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --agent)
+                    COMPREPLY=($(compgen -W "claude-code codex" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -973,12 +977,16 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__setup)
-            opts="-h --settings --dry-run --uninstall --help"
+            opts="-h --agent --settings --dry-run --uninstall --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --agent)
+                    COMPREPLY=($(compgen -W "claude-code codex" -- "${cur}"))
+                    return 0
+                    ;;
                 --settings)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

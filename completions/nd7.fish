@@ -26,12 +26,12 @@ end
 
 complete -c nd7 -n "__fish_nd7_needs_command" -s h -l help -d 'Print help'
 complete -c nd7 -n "__fish_nd7_needs_command" -s V -l version -d 'Print version'
-complete -c nd7 -n "__fish_nd7_needs_command" -f -a "record" -d 'Append one Claude Code hook payload (read on stdin) to its session\'s log'
+complete -c nd7 -n "__fish_nd7_needs_command" -f -a "record" -d 'Append one hook payload (read on stdin) to its session\'s log'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "verify" -d 'Walk a session\'s hash chain and say what a clean chain does and does not prove'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "sessions" -d 'List the recorded sessions, newest first: when, how long, how many tool calls and failures, whether under `nd7 run`, the chain, shipped'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "show" -d 'Show a session as a timeline: prompts, each tool call with its result, failures and refusals marked, subagents nested, the end, the chain'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "search" -d 'Search what sessions say: commands, file paths, prompts, outputs and messages (never the JSON around them), with each hit\'s session and time'
-complete -c nd7 -n "__fish_nd7_needs_command" -f -a "setup" -d 'Register `nd7 record` in Claude Code\'s user settings, and install completions'
+complete -c nd7 -n "__fish_nd7_needs_command" -f -a "setup" -d 'Register `nd7 record` with the agents found here, and install completions'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "run" -d 'Run PROGRAM and everything it starts under the sandbox floor'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "allow" -d 'Let a running session\'s Bash commands write under PATH, from the next command'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "deny" -d 'Take back a grant of `nd7 allow`, from the next command'
@@ -42,6 +42,8 @@ complete -c nd7 -n "__fish_nd7_needs_command" -f -a "ship" -d 'Ship every sessio
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "admin" -d 'Admin tools: keys, the recipients document, and reading a vault back'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c nd7 -n "__fish_nd7_using_subcommand record" -l agent -d 'The agent whose hook this is [default: claude-code]' -r -f -a "claude-code\t''
+codex\t''"
 complete -c nd7 -n "__fish_nd7_using_subcommand record" -l run-hook -d 'Set on the hooks `nd7 run` registers itself; under such a run, copies from hooks registered elsewhere are not recorded twice'
 complete -c nd7 -n "__fish_nd7_using_subcommand record" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand verify" -l threads -d 'Threads used to check a large log (default: available cores, at most 2)' -r
@@ -78,7 +80,9 @@ complete -c nd7 -n "__fish_nd7_using_subcommand search" -s F -l fixed-strings -d
 complete -c nd7 -n "__fish_nd7_using_subcommand search" -l json -d 'One JSON object per hit (NDJSON)'
 complete -c nd7 -n "__fish_nd7_using_subcommand search" -l no-pager -d 'Never page (by default a terminal gets $ND7_PAGER, $PAGER or `less -FRX`)'
 complete -c nd7 -n "__fish_nd7_using_subcommand search" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c nd7 -n "__fish_nd7_using_subcommand setup" -l settings -d 'Settings file to change [default: ~/.claude/settings.json]' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand setup" -l agent -d 'Set up this agent only [default: every agent found; Claude Code always]' -r -f -a "claude-code\t''
+codex\t''"
+complete -c nd7 -n "__fish_nd7_using_subcommand setup" -l settings -d 'Claude Code settings file to change [default: ~/.claude/settings.json]' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand setup" -l dry-run -d 'Print what would change and write nothing'
 complete -c nd7 -n "__fish_nd7_using_subcommand setup" -l uninstall -d 'Remove nd7\'s entries (and only those) and the completions setup installed'
 complete -c nd7 -n "__fish_nd7_using_subcommand setup" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -130,12 +134,12 @@ complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcomman
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c nd7 -n "__fish_nd7_using_subcommand completions" -s h -l help -d 'Print help'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "record" -d 'Append one Claude Code hook payload (read on stdin) to its session\'s log'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "record" -d 'Append one hook payload (read on stdin) to its session\'s log'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "verify" -d 'Walk a session\'s hash chain and say what a clean chain does and does not prove'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "sessions" -d 'List the recorded sessions, newest first: when, how long, how many tool calls and failures, whether under `nd7 run`, the chain, shipped'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "show" -d 'Show a session as a timeline: prompts, each tool call with its result, failures and refusals marked, subagents nested, the end, the chain'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "search" -d 'Search what sessions say: commands, file paths, prompts, outputs and messages (never the JSON around them), with each hit\'s session and time'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "setup" -d 'Register `nd7 record` in Claude Code\'s user settings, and install completions'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "setup" -d 'Register `nd7 record` with the agents found here, and install completions'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "run" -d 'Run PROGRAM and everything it starts under the sandbox floor'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "allow" -d 'Let a running session\'s Bash commands write under PATH, from the next command'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-prefix doctor enroll ship admin completions help" -f -a "deny" -d 'Take back a grant of `nd7 allow`, from the next command'

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs nd7's whole test suite, after making sure the tools it drives are here:
-# npm (the end-to-end tests install the real Claude Code), zsh and fish
+# npm (the end-to-end tests install the real Claude Code and Codex), zsh and fish
 # (completions), ruby (the Homebrew formula), nix-instantiate (the flake),
 # systemd-analyze (the timer units), python3 (the LaunchAgent plist), tmux
 # (an interactive Claude Code under nd7 run, and a tmux server the agent must

@@ -15,12 +15,16 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Append one Claude Code hook payload (read on stdin) to its session's log.
+    /// Append one hook payload (read on stdin) to its session's log.
     ///
-    /// Always exits 0 and never writes to stdout, so it cannot change what
-    /// the agent does. Problems are reported in one line on stderr. Under
+    /// Claude Code's hooks run it with no option, Codex's with `--agent
+    /// codex`. Always exits 0 and never writes to stdout, so it cannot change
+    /// what the agent does. Problems are reported in one line on stderr. Under
     /// `nd7 run` the entry is handed to the run, which alone writes the log.
     Record {
+        /// The agent whose hook this is [default: claude-code].
+        #[arg(long, value_enum)]
+        agent: Option<AgentName>,
         /// Set on the hooks `nd7 run` registers itself; under such a run,
         /// copies from hooks registered elsewhere are not recorded twice.
         #[arg(long, hide = true)]
@@ -132,14 +136,21 @@ pub enum Command {
         #[command(flatten)]
         view: View,
     },
-    /// Register `nd7 record` in Claude Code's user settings, and install completions.
+    /// Register `nd7 record` with the agents found here, and install completions.
     ///
-    /// Adds one exec-form hook entry per recorded event (all but MessageDisplay
-    /// and PostToolBatch), keeping every other key and hook. Running it again
-    /// changes nothing. Exits 0 when done, 1 when the settings file is not
-    /// valid JSON (it is left untouched), 2 on other errors.
+    /// Claude Code: one exec-form hook entry per recorded event (all but
+    /// MessageDisplay and PostToolBatch) in its user settings. Codex, when
+    /// `codex` is on PATH or $CODEX_HOME (~/.codex) exists: one command hook
+    /// per event in $CODEX_HOME/hooks.json, or in config.toml's [hooks] where
+    /// the user keeps them there; Codex runs them once trusted in /hooks.
+    /// Every other key and hook is kept; running it again changes nothing.
+    /// Exits 0 when done, 1 when a settings file is not valid JSON or TOML
+    /// (it is left untouched), 2 on other errors.
     Setup {
-        /// Settings file to change [default: ~/.claude/settings.json].
+        /// Set up this agent only [default: every agent found; Claude Code always].
+        #[arg(long, value_enum)]
+        agent: Option<AgentName>,
+        /// Claude Code settings file to change [default: ~/.claude/settings.json].
         #[arg(long, value_name = "FILE")]
         settings: Option<PathBuf>,
         /// Print what would change and write nothing.
@@ -205,7 +216,9 @@ pub enum Command {
     HookPrefix,
     /// Say what is installed and working, and the command that fixes what is not.
     ///
-    /// Exits 0 when every check passes, 1 otherwise. Changes nothing.
+    /// Checks each agent's hooks (for Codex, also whether they are trusted),
+    /// the sandbox, the logs and the vault. Exits 0 when every check passes,
+    /// 1 otherwise. Changes nothing.
     Doctor {
         /// Settings file to check [default: ~/.claude/settings.json].
         #[arg(long, value_name = "FILE")]
@@ -402,6 +415,22 @@ pub enum Admin {
         #[arg(long, value_name = "PATH")]
         compare: Option<PathBuf>,
     },
+}
+
+/// The agents nd7 records, as `--agent` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentName {
+    ClaudeCode,
+    Codex,
+}
+
+impl AgentName {
+    pub fn agent(self) -> crate::hook::Agent {
+        match self {
+            AgentName::ClaudeCode => crate::hook::Agent::ClaudeCode,
+            AgentName::Codex => crate::hook::Agent::Codex,
+        }
+    }
 }
 
 /// Shells nd7 ships completions for.

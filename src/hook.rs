@@ -18,6 +18,40 @@ use serde_json::{Map, Value};
 /// agent said it would do, and what it reported back. Not what the kernel saw.
 pub const SOURCE: &str = "intent:claude-code";
 
+/// The agent whose hook called `nd7 record`. Claude Code runs its hooks in
+/// exec form and is the default; Codex's hooks are shell strings that end in
+/// `record --agent codex` (docs/agents/codex.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Agent {
+    ClaudeCode,
+    Codex,
+}
+
+impl Agent {
+    pub const ALL: [Agent; 2] = [Agent::ClaudeCode, Agent::Codex];
+
+    /// The name `--agent` takes and entries carry: `claude-code`, `codex`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Agent::ClaudeCode => "claude-code",
+            Agent::Codex => "codex",
+        }
+    }
+
+    /// The `source` of the entries recorded from this agent's hooks.
+    pub fn source(self) -> &'static str {
+        match self {
+            Agent::ClaudeCode => SOURCE,
+            Agent::Codex => crate::codex::hook::SOURCE,
+        }
+    }
+
+    /// The agent named `name`, as `--agent` spells it.
+    pub fn from_name(name: &str) -> Option<Agent> {
+        Agent::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
 /// Facts about the recorder process, taken before standard input is read so
 /// that `ts` marks when the hook fired.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -454,7 +488,7 @@ impl Payload {
         }
     }
 
-    fn str_member(&self, name: &str) -> Option<&str> {
+    pub(crate) fn str_member(&self, name: &str) -> Option<&str> {
         self.members.get(name).and_then(Value::as_str)
     }
 }

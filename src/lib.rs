@@ -1,10 +1,12 @@
-//! nd7 makes an AI coding agent's work accountable: Claude Code's hooks call
-//! `nd7 record`, and every event becomes one entry of an append-only,
-//! BLAKE3 hash-chained log per session, which `nd7 verify` walks.
+//! nd7 makes an AI coding agent's work accountable: Claude Code's and Codex's
+//! hooks call `nd7 record`, and every event becomes one entry of an
+//! append-only, BLAKE3 hash-chained log per session, which `nd7 verify` walks.
 //!
 //! The library holds everything; the binaries parse arguments and call it.
 //!
 //! - [`hook`]: Claude Code's payloads, typed, and the event each becomes. Pure.
+//! - [`codex`]: Codex's payloads (pure) and its rollout file, read for what
+//!   the payloads leave out: the CLI's version and how each call ended.
 //! - [`chain`]: the sealed-line format, the chain walk and the head rules. Pure.
 //! - [`session_log`]: the log on disk: lock, head, append, verify.
 //! - [`record`]: what `nd7 record` does with one payload: append it, or hand it to `nd7 run`.
@@ -25,6 +27,7 @@
 
 pub mod chain;
 pub mod cli;
+pub mod codex;
 pub mod deferred;
 pub mod hook;
 pub mod hook_prefix;

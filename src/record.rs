@@ -10,7 +10,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::hook::{Event, Glimpse, Invocation, Payload, PayloadError};
+use crate::hook::{Agent, Event, Glimpse, Invocation, Payload, PayloadError};
 use crate::sandbox::{self, HookAnswer, wire::HookRequest};
 use crate::session_log::{self, Appended, SessionLog};
 
@@ -105,6 +105,7 @@ pub enum Delivered {
 /// door only if that log cannot be written. `run_hook` says the hook is the
 /// one `nd7 run` registered (`record --run-hook`).
 pub fn deliver(
+    agent: Agent,
     invocation: &Invocation,
     input: &[u8],
     run_hook: bool,
@@ -112,10 +113,12 @@ pub fn deliver(
     let hint = std::env::var_os(RUN_VARIABLE).filter(|v| !v.is_empty());
     let Some(hint) = hint else {
         let state = session_log::state_dir()?;
-        match record(invocation, input, &session_log::sessions_dir(&state)) {
+        match record_as(agent, invocation, input, &session_log::sessions_dir(&state)) {
             Ok(recorded) => return Ok(Delivered::Direct(recorded)),
             Err(e) if e.is_permission() => match sandbox::hook_door() {
-                Some(session) => return through_door(&session, invocation, input, run_hook),
+                Some(session) => {
+                    return through_door(&session, agent, invocation, input, run_hook);
+                }
                 None => return Err(RecordError::ReadOnly(Box::new(e))),
             },
             Err(e) => return Err(e),
@@ -123,12 +126,13 @@ pub fn deliver(
     };
     let session =
         sandbox::hook_door_near(std::path::Path::new(&hint)).ok_or(RecordError::RunGone)?;
-    through_door(&session, invocation, input, run_hook)
+    through_door(&session, agent, invocation, input, run_hook)
 }
 
 /// Hands the payload to `session`'s door and waits for the append.
 fn through_door(
     session: &crate::session::Session,
+    agent: Agent,
     invocation: &Invocation,
     input: &[u8],
     run_hook: bool,
@@ -146,6 +150,7 @@ fn through_door(
         (input.to_vec(), None)
     };
     let request = HookRequest {
+        agent,
         ts: invocation.ts,
         cwd: invocation.cwd.as_ref().map(|c| c.as_bytes().to_vec()),
         run_hook,
@@ -183,13 +188,24 @@ pub fn read_payload(input: impl Read) -> Result<Vec<u8>, RecordError> {
     Ok(buf)
 }
 
-/// Records one payload into its session's log under `sessions_dir`.
+/// Records one Claude Code payload into its session's log under `sessions_dir`.
 pub fn record(
     invocation: &Invocation,
     input: &[u8],
     sessions_dir: &Path,
 ) -> Result<Recorded, RecordError> {
-    let (event, omitted) = event_for(invocation, input)?;
+    record_as(Agent::ClaudeCode, invocation, input, sessions_dir)
+}
+
+/// Records one payload from `agent`'s hooks into its session's log under
+/// `sessions_dir`.
+pub fn record_as(
+    agent: Agent,
+    invocation: &Invocation,
+    input: &[u8],
+    sessions_dir: &Path,
+) -> Result<Recorded, RecordError> {
+    let (event, omitted) = event_for(agent, invocation, input, Some(sessions_dir))?;
     let log = SessionLog::new(sessions_dir, &event.session)?;
     let appended = log.append(&event)?;
     Ok(Recorded {
@@ -199,22 +215,44 @@ pub fn record(
     })
 }
 
-/// The event a payload becomes, and `Some(bytes)` when it was too large to
-/// store and only its size and fingerprint were kept.
+/// The event a payload from `agent`'s hooks becomes, and `Some(bytes)` when
+/// it was too large to store and only its size and fingerprint were kept.
+/// `sessions_dir` is where the recorder appends it when it does so itself;
+/// `None` when `nd7 run` builds it for a hook inside its sandbox, which then
+/// opens no file the payload names.
 pub fn event_for(
+    agent: Agent,
     invocation: &Invocation,
     input: &[u8],
+    sessions_dir: Option<&Path>,
 ) -> Result<(Event, Option<usize>), RecordError> {
-    if input.len() > MAX_STORED_PAYLOAD {
-        return Ok((oversized(invocation, input)?, Some(input.len())));
-    }
-    let event = Event::new(invocation, Payload::parse(input)?);
-    if event.body.get().len() > MAX_STORED_PAYLOAD {
-        // Derived members (a long command split into argv) can push a
-        // payload that fit over the limit.
-        return Ok((oversized(invocation, input)?, Some(input.len())));
-    }
-    Ok((event, None))
+    let (mut event, omitted) = if input.len() > MAX_STORED_PAYLOAD {
+        (oversized(invocation, input)?, Some(input.len()))
+    } else {
+        let payload = Payload::parse(input)?;
+        let event = match (agent, sessions_dir) {
+            (Agent::ClaudeCode, _) => Event::new(invocation, payload),
+            (Agent::Codex, Some(dir)) => {
+                // No log yet: this entry opens it, and names the agent.
+                let log = SessionLog::new(dir, &payload.session_id)?;
+                let first = std::fs::metadata(log.events_path()).map_or(true, |m| m.len() == 0);
+                crate::codex::event(invocation, payload, first)
+            }
+            // Built by `nd7 run`, outside the sandbox, for a hook inside it:
+            // the rollout the payload names is not opened from out here,
+            // where it could be any file the agent cannot read itself.
+            (Agent::Codex, None) => crate::codex::event_unread(invocation, payload),
+        };
+        if event.body.get().len() > MAX_STORED_PAYLOAD {
+            // Derived members (a long command split into argv) can push a
+            // payload that fit over the limit.
+            (oversized(invocation, input)?, Some(input.len()))
+        } else {
+            (event, None)
+        }
+    };
+    event.source = agent.source();
+    Ok((event, omitted))
 }
 
 /// What is kept of a payload too large to store: its few placing members,

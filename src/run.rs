@@ -184,6 +184,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         return Err(RunError::Project(project_named(&cwd)));
     }
     policy.secrets = session::secrets(&home)?;
+    policy.terminal = sandbox::own_terminal();
     let warnings = pin_roots(&mut policy, &cwd);
     // The floor's ruleset is built on a thread while this one holds the
     // files that run later outside the floor (read-only where the system

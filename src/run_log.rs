@@ -187,7 +187,7 @@ impl RunLog {
                 &glimpse.blake3,
             )
         } else {
-            let (event, _) = record::event_for(&invocation, &request.body)?;
+            let (event, _) = record::event_for(request.agent, &invocation, &request.body, None)?;
             if event.kind == Kind::ToolCall
                 && let Ok(payload) = serde_json::from_str::<Value>(event.body.get())
                 && let Ok(mut announced) = self.announced.lock()

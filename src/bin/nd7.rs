@@ -47,12 +47,15 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Record { run_hook } => {
-            let args: Vec<std::ffi::OsString> = if run_hook {
-                vec!["--run-hook".into()]
-            } else {
-                Vec::new()
-            };
+        // Reached only as `nd7 -- record` and the like: `record` is taken above.
+        Command::Record { run_hook, agent } => {
+            let mut args: Vec<std::ffi::OsString> = agent
+                .map(|a| format!("--agent={}", a.agent().name()).into())
+                .into_iter()
+                .collect();
+            if run_hook {
+                args.push("--run-hook".into());
+            }
             hooks::record(early, &args)
         }
         Command::Verify {
@@ -68,10 +71,12 @@ fn main() -> ExitCode {
             }
         }
         Command::Setup {
+            agent,
             settings,
             dry_run,
             uninstall,
         } => run_setup(&setup::Options {
+            agent: agent.map(|a| a.agent()),
             settings,
             dry_run,
             uninstall,
@@ -361,7 +366,7 @@ fn run_setup(options: &setup::Options) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e @ setup::SetupError::Settings { .. }) => {
+        Err(e @ (setup::SetupError::Settings { .. } | setup::SetupError::CodexConfig { .. })) => {
             eprintln!("nd7 setup: {e}");
             ExitCode::from(1)
         }

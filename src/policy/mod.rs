@@ -70,6 +70,10 @@ pub struct Policy {
     /// by any of them.
     #[serde(default)]
     pub aliases: Vec<Alias>,
+    /// The terminal `nd7 run` was started on (Linux: a device under
+    /// [`TERMINALS`]), the one terminal device that stays readable by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal: Option<PathBuf>,
 }
 
 /// What a path led to, without following links: the file's device and
@@ -118,6 +122,14 @@ pub const CLAUDE_STATE: &[&str] = &[
 /// Device files every process expects to write.
 pub const DEVICES: &[&str] = &["/dev/null", "/dev/tty", "/dev/zero", "/dev/full"];
 
+/// Where Linux keeps the terminal side of every pseudo-terminal: the user's
+/// other terminals are devices here, owned by the user, and what is typed
+/// into one (a password at a prompt) can be read from its device. No
+/// Landlock rule covers this directory but the session's own terminal
+/// ([`Policy::terminal`]), readable only; a process keeps the terminals it
+/// was given open (stdin, `/dev/tty`).
+pub const TERMINALS: &str = "/dev/pts";
+
 impl Policy {
     /// A policy with no grants and nd7's own list of credential stores, not
     /// yet resolved or changed by the user's file.
@@ -128,6 +140,7 @@ impl Policy {
             grants: Vec::new(),
             pins: Vec::new(),
             aliases: Vec::new(),
+            terminal: None,
         }
     }
 
@@ -310,8 +323,18 @@ pub fn landlock_rules(
     writes: &[PathBuf],
     list: &dyn Fn(&Path) -> Vec<PathBuf>,
 ) -> LandlockRules {
+    let mut hidden = policy.unreadable();
+    hidden.push(PathBuf::from(TERMINALS));
+    let mut read = complement(Path::new("/"), &hidden, list);
+    if let Some(own) = policy
+        .terminal
+        .as_ref()
+        .filter(|t| t.starts_with(TERMINALS) && t.as_path() != Path::new(TERMINALS))
+    {
+        read.push(own.clone());
+    }
     LandlockRules {
-        read: complement(Path::new("/"), &policy.unreadable(), list),
+        read,
         write: write_rules(policy, writes, list),
     }
 }
@@ -323,7 +346,9 @@ pub fn write_rules(
     writes: &[PathBuf],
     list: &dyn Fn(&Path) -> Vec<PathBuf>,
 ) -> Vec<PathBuf> {
-    let unwritable = policy.unwritable();
+    let mut unwritable = policy.unwritable();
+    // Not even a grant of `/` or `/dev` reaches another terminal.
+    unwritable.push(PathBuf::from(TERMINALS));
     let mut write = Vec::new();
     for root in writes {
         for path in complement(root, &unwritable, list) {
@@ -387,6 +412,42 @@ mod tests {
 
     fn paths(v: &[&str]) -> Vec<PathBuf> {
         v.iter().map(PathBuf::from).collect()
+    }
+
+    #[test]
+    fn no_terminal_device_is_covered_but_the_sessions_own() {
+        let t = tree(&[
+            "/dev/null",
+            "/dev/pts/0",
+            "/dev/pts/7",
+            "/dev/pts/ptmx",
+            "/home/u/a",
+        ]);
+        let list = |p: &Path| t.get(p).cloned().unwrap_or_default();
+        let mut p = policy(&["/"]);
+        p.terminal = Some("/dev/pts/7".into());
+        let rules = landlock_rules(&p, &p.command_writes(), &list);
+        let covers =
+            |rules: &[PathBuf], path: &str| rules.iter().any(|r| Path::new(path).starts_with(r));
+        assert!(covers(&rules.read, "/dev/null") && covers(&rules.write, "/dev/null"));
+        assert!(covers(&rules.read, "/dev/pts/7") && !covers(&rules.write, "/dev/pts/7"));
+        for other in ["/dev/pts", "/dev/pts/0", "/dev/pts/ptmx"] {
+            assert!(!covers(&rules.read, other), "{other} readable");
+            assert!(
+                !covers(&rules.write, other),
+                "{other} writable under a grant of /"
+            );
+        }
+        // A terminal elsewhere, or none: nothing under /dev/pts at all.
+        for terminal in [Some("/dev/tty1".into()), Some("/dev/pts".into()), None] {
+            p.terminal = terminal;
+            let rules = landlock_rules(&p, &[], &list);
+            assert!(
+                !rules.read.iter().any(|r| r.starts_with(TERMINALS)),
+                "{:?}",
+                p.terminal
+            );
+        }
     }
 
     #[test]

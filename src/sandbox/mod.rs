@@ -129,6 +129,22 @@ pub fn pin(path: &Path) -> Result<Identity, PinError> {
     }
 }
 
+/// The terminal `nd7 run` was started on: the device its standard input,
+/// output or error is, if one of them is a pseudo-terminal (Linux only;
+/// elsewhere `None`, as the rule it feeds is Linux's).
+pub fn own_terminal() -> Option<std::path::PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        (0..3)
+            .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+            .find(|p| p.starts_with(crate::policy::TERMINALS))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
 /// When process `pid` started, in the kernel's units; `None` when there is
 /// no such process, or only its zombie (dead, not yet reaped: where no init
 /// reaps, a killed `nd7 run` can stay one). With the pid it names one
@@ -537,6 +553,10 @@ pub fn protections() -> Vec<Protection> {
                 "other programs' unix sockets: ssh-agent, tmux, docker",
             ),
             not("orphans", "processes the session started that outlive it"),
+            not(
+                "terminals",
+                "your other terminals (/dev/ttysN), which the agent can read and write",
+            ),
         ]
     }
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]

@@ -67,6 +67,8 @@ pub enum Frame {
 /// received, and the facts it took. All of it is the agent's word.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HookRequest {
+    /// Whose hook it is: Claude Code's, or another agent's (`--agent`).
+    pub agent: crate::hook::Agent,
     /// When the hook fired: nanoseconds since the Unix epoch.
     pub ts: u64,
     /// The recorder's working directory, used when the payload has none.
@@ -82,6 +84,7 @@ pub struct HookRequest {
 const RUN_HOOK: u8 = 1;
 const GLIMPSE: u8 = 2;
 const CWD: u8 = 4;
+const CODEX: u8 = 8;
 
 impl HookRequest {
     /// The request's bytes, its length prefix first.
@@ -96,6 +99,9 @@ impl HookRequest {
         if self.cwd.is_some() {
             flags |= CWD;
         }
+        if self.agent == crate::hook::Agent::Codex {
+            flags |= CODEX;
+        }
         let mut body = vec![flags];
         body.extend_from_slice(&self.ts.to_le_bytes());
         field(&mut body, self.cwd.as_deref().unwrap_or_default());
@@ -109,7 +115,7 @@ impl HookRequest {
     /// [`Request::announced_len`] checks).
     pub fn decode(body: &[u8]) -> Result<HookRequest, WireError> {
         let (&flags, mut rest) = body.split_first().ok_or(WireError::Truncated("flags"))?;
-        if flags & !(RUN_HOOK | GLIMPSE | CWD) != 0 {
+        if flags & !(RUN_HOOK | GLIMPSE | CWD | CODEX) != 0 {
             return Err(WireError::UnknownFlags(flags));
         }
         let (ts, tail) = rest
@@ -122,6 +128,11 @@ impl HookRequest {
             return Err(WireError::Trailing(rest.len()));
         }
         Ok(HookRequest {
+            agent: if flags & CODEX != 0 {
+                crate::hook::Agent::Codex
+            } else {
+                crate::hook::Agent::ClaudeCode
+            },
             ts: u64::from_le_bytes(*ts),
             cwd: (flags & CWD != 0).then(|| cwd.to_vec()),
             run_hook: flags & RUN_HOOK != 0,
@@ -320,6 +331,7 @@ mod tests {
     fn a_hook_request_reads_back_and_a_cut_one_never_does() {
         for request in [
             HookRequest {
+                agent: crate::hook::Agent::ClaudeCode,
                 ts: u64::MAX - 3,
                 cwd: Some(b"/home/u/proj \xff".to_vec()),
                 run_hook: true,
@@ -327,6 +339,7 @@ mod tests {
                 body: br#"{"session_id":"s"}"#.to_vec(),
             },
             HookRequest {
+                agent: crate::hook::Agent::Codex,
                 ts: 0,
                 cwd: None,
                 run_hook: false,
@@ -347,6 +360,7 @@ mod tests {
             }
         }
         let mut odd = HookRequest {
+            agent: crate::hook::Agent::ClaudeCode,
             ts: 1,
             cwd: None,
             run_hook: false,
@@ -354,10 +368,10 @@ mod tests {
             body: vec![],
         }
         .encode();
-        odd[4] = 8;
+        odd[4] = 16;
         assert_eq!(
             HookRequest::decode(&odd[4..]),
-            Err(WireError::UnknownFlags(8))
+            Err(WireError::UnknownFlags(16))
         );
     }
 

@@ -6,6 +6,8 @@
 //! this module reads and writes the files around them.
 
 pub mod claude_json;
+pub mod codex;
+pub mod codex_merge;
 pub mod merge;
 pub mod timer;
 
@@ -16,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::cli::Shell;
+use crate::hook::Agent;
 use merge::{MergeError, Merged};
 
 /// The first Claude Code with exec-form hooks (`args`), which nd7 registers.
@@ -27,6 +30,11 @@ pub enum SetupError {
     NoHome,
     #[error("{}: {source}; the file was left as it was", path.display())]
     Settings { path: PathBuf, source: MergeError },
+    #[error("{}: {source}; the file was left as it was", path.display())]
+    CodexConfig {
+        path: PathBuf,
+        source: codex_merge::CodexConfigError,
+    },
     #[error("{}: cannot {action}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -51,6 +59,8 @@ fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) ->
 /// What `nd7 setup` was asked to do.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
+    /// One agent only; `None`: Claude Code, and every other agent found.
+    pub agent: Option<crate::hook::Agent>,
     pub settings: Option<PathBuf>,
     pub dry_run: bool,
     pub uninstall: bool,
@@ -187,12 +197,62 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
         .filter(|h| h.is_absolute())
         .ok_or(SetupError::NoHome)?;
     let mut report = Report::default();
+    let nd7 = stable_path(exe, &home, Path::exists)?;
+    let claude_wanted = options.agent.is_none_or(|a| a == Agent::ClaudeCode);
+    let claude = if claude_wanted {
+        let claude = claude_version();
+        claude_settings(options, &home, &nd7, claude.as_ref(), &mut report)?;
+        claude
+    } else {
+        None
+    };
+
+    // Codex: when asked for, or found here.
+    match options.agent {
+        Some(Agent::Codex) => codex::setup(&home, &nd7, options.dry_run, options.uninstall, &mut report)?,
+        Some(Agent::ClaudeCode) => {}
+        None if codex::found(&home) => {
+            codex::setup(&home, &nd7, options.dry_run, options.uninstall, &mut report)?
+        }
+        None if options.uninstall => {}
+        None => report.done.push(
+            "codex: not found (no `codex` on PATH, no ~/.codex or $CODEX_HOME); `nd7 setup --agent codex` wires it anyway".into(),
+        ),
+    }
+
+    completions_and_timer(options, &home, &nd7, &mut report)?;
+
+    if options.uninstall {
+        return Ok(report);
+    }
+    // Checks that change nothing.
+    if claude_wanted {
+        claude_warnings(claude, &mut report);
+    }
+    for (path, problem) in binary_problems(&nd7) {
+        report.warnings.push(format!(
+            "{} {problem}: nd7 run will refuse to start until only you (or root) can change it (chmod go-w {})",
+            path.display(),
+            path.display()
+        ));
+    }
+    Ok(report)
+}
+
+/// Claude Code's settings and, where the floor needs it, its state file.
+#[allow(clippy::type_complexity)]
+fn claude_settings(
+    options: &Options,
+    home: &Path,
+    nd7: &Path,
+    claude: Option<&(String, Option<(u32, u32, u32)>)>,
+    report: &mut Report,
+) -> Result<(), SetupError> {
     let verb = if options.dry_run {
         "would write"
     } else {
         "wrote"
     };
-
     // Settings. A symlinked settings file (dotfile managers) is changed where
     // it points, so the link survives.
     let settings = options
@@ -205,15 +265,13 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_err(&settings, "read")(e)),
     };
-    let nd7 = stable_path(exe, &home, Path::exists)?;
-    let claude = claude_version();
     let merged = if options.uninstall {
         merge::uninstall(text.as_deref())
     } else {
         merge::install(
             text.as_deref(),
             &nd7.to_string_lossy(),
-            claude.as_ref().and_then(|(_, v)| *v),
+            claude.and_then(|(_, v)| *v),
         )
     }
     .map_err(|source| SetupError::Settings {
@@ -252,16 +310,30 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
     // Claude Code's own state file, where nd7 run's floor needs it.
     if claude_json_applies() {
         let line = if options.uninstall {
-            claude_json::uninstall(&home, options.dry_run)?
+            claude_json::uninstall(home, options.dry_run)?
         } else {
-            claude_json::install(&home, options.dry_run)?
+            claude_json::install(home, options.dry_run)?
         };
         report.done.extend(line);
     }
+    Ok(())
+}
 
+/// Shell completions and the ship timer, whatever the agent.
+fn completions_and_timer(
+    options: &Options,
+    home: &Path,
+    nd7: &Path,
+    report: &mut Report,
+) -> Result<(), SetupError> {
+    let verb = if options.dry_run {
+        "would write"
+    } else {
+        "wrote"
+    };
     // Completions.
     for shell in Shell::ALL {
-        let path = completion_path(shell, &home);
+        let path = completion_path(shell, home);
         if options.uninstall {
             if path.exists() {
                 if !options.dry_run {
@@ -294,10 +366,8 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
     // The ship timer: only on an enrolled machine, and only if nothing else
     // (brew services, a home-manager module) already runs nd7 ship.
     if options.uninstall {
-        report
-            .done
-            .extend(timer::uninstall(&home, options.dry_run)?);
-        return Ok(report);
+        report.done.extend(timer::uninstall(home, options.dry_run)?);
+        return Ok(());
     }
     let enrolled =
         crate::session_log::state_dir().is_ok_and(|state| state.join("vault/machine.id").exists());
@@ -305,15 +375,19 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
         report.done.push(
             "ship timer: not installed: this machine is not enrolled with a vault, so there is nothing to ship yet".into(),
         );
-    } else if let Some(who) = timer::managed_elsewhere(&home) {
+    } else if let Some(who) = timer::managed_elsewhere(home) {
         report.done.push(format!("ship timer: left to {who}"));
     } else {
-        let (done, warning) = timer::install(&home, &nd7, options.dry_run)?;
+        let (done, warning) = timer::install(home, nd7, options.dry_run)?;
         report.done.extend(done);
         report.warnings.extend(warning);
     }
+    Ok(())
+}
 
-    // Checks that change nothing.
+/// What setup says about the installed Claude Code.
+#[allow(clippy::type_complexity)]
+fn claude_warnings(claude: Option<(String, Option<(u32, u32, u32)>)>, report: &mut Report) {
     match claude {
         None => report.warnings.push(
             "Claude Code (`claude`) is not on PATH: the hooks take effect once it is installed".into(),
@@ -325,14 +399,6 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
         )),
         Some(_) => {}
     }
-    for (path, problem) in binary_problems(&nd7) {
-        report.warnings.push(format!(
-            "{} {problem}: nd7 run will refuse to start until only you (or root) can change it (chmod go-w {})",
-            path.display(),
-            path.display()
-        ));
-    }
-    Ok(report)
 }
 
 /// `claude --version`'s text and the version read from it, or `None` when
@@ -405,28 +471,45 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         .and_then(|h| stable_path(exe, h, Path::exists).ok())
         .unwrap_or_else(|| exe.to_path_buf());
 
+    // Where only Codex is installed, Claude Code's absence is no failure.
+    let codex_here = home.as_deref().is_some_and(codex::found);
+    let claude_absent = settings.is_none()
+        && claude_version().is_none()
+        && home.as_deref().is_none_or(|h| !h.join(".claude").exists());
+    if codex_here && claude_absent {
+        checks.push(Check {
+            name: "claude",
+            ok: true,
+            detail: "Claude Code is not installed here (no `claude` on PATH, no ~/.claude): nothing to record".into(),
+            fix: None,
+        });
+    }
+
     // The hooks: present for every recorded event and pointing at this nd7.
     let settings = settings
         .map(Path::to_path_buf)
         .or_else(|| home.as_deref().map(|h| h.join(".claude/settings.json")));
-    checks.push(match settings.as_deref().map(fs::read_to_string) {
-        None => Check {
-            name: "hooks",
-            ok: false,
-            detail: "cannot find the home directory".into(),
-            fix: Some("set HOME".into()),
-        },
-        Some(Err(e)) => Check {
-            name: "hooks",
-            ok: false,
-            detail: format!(
-                "{}: {e}",
-                settings.as_deref().unwrap_or(Path::new("?")).display()
-            ),
-            fix: Some("nd7 setup".into()),
-        },
-        Some(Ok(text)) => hooks_check(&text, &nd7.to_string_lossy()),
-    });
+    let claude_checks = !(codex_here && claude_absent);
+    checks.extend(
+        claude_checks.then(|| match settings.as_deref().map(fs::read_to_string) {
+            None => Check {
+                name: "hooks",
+                ok: false,
+                detail: "cannot find the home directory".into(),
+                fix: Some("set HOME".into()),
+            },
+            Some(Err(e)) => Check {
+                name: "hooks",
+                ok: false,
+                detail: format!(
+                    "{}: {e}",
+                    settings.as_deref().unwrap_or(Path::new("?")).display()
+                ),
+                fix: Some("nd7 setup".into()),
+            },
+            Some(Ok(text)) => hooks_check(&text, &nd7.to_string_lossy()),
+        }),
+    );
 
     // The binary and its directory: nd7 run trusts both.
     let problems: Vec<String> = binary_problems(&nd7)
@@ -456,7 +539,7 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
     });
 
     // Claude Code itself.
-    checks.push(match claude_version() {
+    checks.extend(claude_checks.then(|| match claude_version() {
         None => Check {
             name: "claude",
             ok: false,
@@ -478,7 +561,12 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
             ),
             fix: Some("claude update".into()),
         },
-    });
+    }));
+
+    // Codex, where it is installed.
+    if let Some(home) = home.as_deref().filter(|_| codex_here) {
+        checks.extend(codex::doctor(home, &nd7.to_string_lossy()));
+    }
 
     // Claude Code's state file, where the floor needs it moved.
     if let Some(home) = home.as_deref().filter(|_| claude_json_applies()) {

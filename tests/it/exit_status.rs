@@ -159,14 +159,21 @@ fn hooks_survive_without_a_trigger(bin: &Path) {
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
 
     // Stray arguments: clap would exit 2 (a block, to a hook) or print help
-    // on standard output.
-    for args in [&["--verbose"][..], &["--help"], &["x", "y"]] {
+    // on standard output. `--agent` names Claude Code or Codex, nothing else.
+    for args in [
+        &["--verbose"][..],
+        &["--help"],
+        &["x", "y"],
+        &["--agent"],
+        &["--agent", "gemini"],
+        &["--agent", "codex", "--help"],
+    ] {
         let state = State::new();
         let out = run_with_stdin(
             nd7(bin, &state).arg("record").args(args),
             HOOKS[0].1.as_bytes(),
         );
-        assert_survived(&out, &state, "record", "takes no arguments");
+        assert_survived(&out, &state, "record", &format!("arguments {args:?}: "));
     }
 
     // A refusal reported on a closed standard error.

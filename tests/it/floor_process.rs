@@ -281,6 +281,102 @@ perl inject.pl agent "touch $OUT/injected-agent
     assert!(!w.outside().join("injected-exec").exists());
 }
 
+/// The system's Python, which the account can run (a `python3` found first
+/// on the tests' own PATH may live where it cannot, as pyenv's shims do).
+const PYTHON: &str = "/usr/bin/python3";
+
+/// The user's other terminal, held by a process of the account outside
+/// any session (as a terminal emulator holds one): it opens a pty, prints
+/// the name of the terminal's side, and "types" `typed-secret` into it
+/// every tenth of a second, as a user typing a password there would.
+const OTHER_TERMINAL: &str = r#"
+import os, sys, time
+master, slave = os.openpty()
+print(os.ttyname(slave), flush=True)
+while True:
+    os.write(master, b"typed-secret\n")
+    time.sleep(0.1)
+"#;
+
+/// A terminal the agent opens and reads a line from (only opens, given a
+/// third argument), and what it got: `read:LINE`, `opened` or
+/// `refused:ERRNO`.
+const READ_TERMINAL: &str = r#"
+my ($how, $tty, $open_only) = @ARGV;
+open(my $r, ">>", "results");
+if (!open(my $t, "<", $tty)) { print $r "$how:refused:", $!+0, "\n" }
+elsif ($open_only) { print $r "$how:opened\n" }
+else { my $line = <$t>; print $r "$how:read:$line" }
+"#;
+
+/// Another terminal of the user's (`/dev/pts/N`, the account's own, so
+/// readable by it) is read by the agent and by a command through the exit:
+/// what the user types there (a password at a prompt) would reach the agent.
+/// Neither can open it. The terminal `nd7 run` was itself started on stays
+/// readable by name.
+///
+/// Guards the `/dev/pts` exclusion in `policy::landlock_rules` (with
+/// `Policy::terminal`): without it both read `typed-secret`; without the
+/// exception for the session's own terminal the last line is refused.
+#[test]
+fn the_agent_cannot_read_the_users_other_terminals() {
+    let w = World::new();
+    std::fs::write(w.outside().join("terminal.py"), OTHER_TERMINAL).expect("terminal.py");
+    std::fs::write(w.proj().join("read.pl"), READ_TERMINAL).expect("read.pl");
+    let script = w.outside().join("terminal.py").display().to_string();
+    let mut other = w
+        .command(PYTHON, &[&script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the other terminal");
+    let mut name = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(other.stdout.take().expect("stdout")),
+        &mut name,
+    )
+    .expect("its name");
+    let tty = name.trim().to_string();
+    if !tty.starts_with("/dev/pts/") {
+        let out = other.wait_with_output().expect("ended");
+        panic!("no terminal: {tty:?} {out:?}");
+    }
+    // nd7 run itself on a terminal of the account's: python's pty.spawn,
+    // as the account, runs it on a fresh pty (stdin: nothing to copy).
+    let agent = w.agent(&format!(
+        r#"
+perl read.pl agent {tty}
+"$EXEC" "perl read.pl exec {tty}"
+perl read.pl own "$(readlink /proc/self/fd/0)" open
+"#
+    ));
+    let nd7 = w.proj().join("nd7-run.py");
+    std::fs::write(
+        &nd7,
+        "import pty, sys\nsys.exit(pty.spawn(sys.argv[1:]) >> 8)\n",
+    )
+    .expect("nd7-run.py");
+    let out = w
+        .command(PYTHON, &[&nd7.display().to_string(), ND7, "run", &agent])
+        .stdin(Stdio::null())
+        .output()
+        .expect("nd7 run on a pty");
+    let _ = other.kill();
+    let _ = other.wait();
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let eacces = libc::EACCES.to_string();
+    assert_eq!(
+        read(&w.proj().join("results")).lines().collect::<Vec<_>>(),
+        [
+            format!("agent:refused:{eacces}"),
+            format!("exec:refused:{eacces}"),
+            "own:opened".to_string(),
+        ],
+        "{}",
+        text(&out.stdout)
+    );
+}
+
 // ---------------------------------------------------------------- item 5
 
 /// A server of the account's, started outside the floor, which notes every
@@ -510,7 +606,7 @@ kill -STOP {victim_pid} 2>/dev/null; echo "stop-outside:$?"
 "$EXEC" "kill -KILL {victim_pid}" 2>/dev/null; echo "kill-outside-exec:$?"
 keeper=$(awk '{{print $4}}' /proc/$PPID/stat)
 kill -0 "$keeper" 2>/dev/null; echo "signal-keeper:$?"
-"$EXEC" 'echo $$ > cmd.pid; exec sleep 600' &
+"$EXEC" 'echo $$ > cmd.new && mv cmd.new cmd.pid; exec sleep 600' &
 wait_for cmd.pid
 kill -TERM "$(cat cmd.pid)"; echo "agent-kills-command:$?"
 wait
@@ -674,8 +770,8 @@ fn nd7_exec_ends_on_sigterm_while_nd7_run_is_stopped() {
     let (child, session, _) = start(
         &w,
         r#"
-"$EXEC" 'echo $$ > cmd.pid; exec sleep 600' &
-echo $! > exec.pid
+"$EXEC" 'echo $$ > cmd.new && mv cmd.new cmd.pid; exec sleep 600' &
+echo $! > exec.new && mv exec.new exec.pid
 wait_for cmd.pid
 wait_for done
 wait

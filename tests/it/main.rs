@@ -2,6 +2,7 @@
 //! docs promise, through the library or through the real `nd7` binary.
 
 mod append;
+mod codex_record;
 mod common;
 mod concurrency;
 mod deferred;
@@ -20,6 +21,7 @@ mod record_door;
 mod report_html;
 mod sandbox;
 mod setup;
+mod setup_codex;
 mod tamper;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.

@@ -236,3 +236,97 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+/// A Codex payload: its twelve event names or another, its tools, and
+/// members that collide with what nd7 adds.
+fn codex_payload() -> impl Strategy<Value = Map<String, Value>> {
+    (
+        prop_oneof![
+            4 => prop::sample::select(nd7_core::codex::hook::CodexEvent::NAMES).prop_map(str::to_string),
+            1 => "[A-Za-z]{1,12}",
+        ],
+        prop::option::of(prop::sample::select(vec!["Bash", "apply_patch", "mcp__x__y"])),
+        prop::option::of(tool_input()),
+        prop::collection::vec(
+            (
+                prop_oneof![
+                    member_name(),
+                    prop::sample::select(vec!["agent", "outcome", "turn_id", "model"]).prop_map(str::to_string),
+                ],
+                json_value(),
+            ),
+            0..4,
+        ),
+    )
+        .prop_map(|(name, tool, input, extra)| {
+            let mut m = Map::new();
+            m.insert("session_id".into(), Value::String("codex-sess".into()));
+            m.insert("hook_event_name".into(), Value::String(name));
+            if let Some(tool) = tool {
+                m.insert("tool_name".into(), Value::String(tool.into()));
+            }
+            if let Some(input) = input {
+                m.insert("tool_input".into(), input);
+            }
+            for (k, v) in extra {
+                if k != "session_id" {
+                    m.insert(k, v);
+                }
+            }
+            m
+        })
+}
+
+proptest! {
+    /// Codex's bodies follow ADR-0009 too: taking out what nd7 added gives
+    /// the payload back, whatever the rollout said.
+    #[test]
+    fn every_codex_body_gives_its_payload_back(
+        p in codex_payload(),
+        first in any::<bool>(),
+        exit in prop::option::of(any::<i64>()),
+    ) {
+        use nd7_core::codex::hook::{self as codex, AgentInfo, Facts, Outcome};
+        let payload = Payload::parse(&serde_json::to_vec(&p).expect("json")).expect("parses");
+        let facts = Facts {
+            agent: first.then(|| AgentInfo {
+                version: Some("0.171.0".into()),
+                originator: None,
+                why: None,
+            }),
+            outcome: Some(match exit {
+                Some(code) => Outcome::Known { status: "completed".into(), exit_code: Some(code) },
+                None => Outcome::Unknown("gone".into()),
+            }),
+        };
+        let ev = codex::event(&invocation(), payload, facts);
+        prop_assert_eq!(ev.source, "intent:codex");
+        let body: Value = serde_json::from_str(ev.body.get()).expect("body");
+        let mut body = body.as_object().cloned().expect("object");
+        // Never over a member of the payload: beside `raw`, or where the
+        // payload has no `agent` of its own.
+        let added_agent = first && (ev.kind.as_str() == "hook" || !p.contains_key("agent"));
+        if ev.kind.as_str() == "hook" {
+            if added_agent {
+                body.shift_remove("agent");
+            }
+            prop_assert_eq!(body.len(), 2);
+            prop_assert_eq!(&body["raw"], &Value::Object(p));
+            return Ok(());
+        }
+        let derived: &[&str] = match ev.kind.as_str() {
+            "tool_call" => &["argv", "paths"],
+            "tool_result" => &["ok", "outcome"],
+            "session_start" => &["agent"],
+            _ => &[],
+        };
+        for m in derived {
+            prop_assert!(!p.contains_key(*m), "a colliding payload is recorded as hook");
+            body.shift_remove(*m);
+        }
+        if added_agent {
+            body.shift_remove("agent");
+        }
+        prop_assert_eq!(Value::Object(body), Value::Object(p));
+    }
+}

@@ -303,7 +303,10 @@ touch stage2; wait_for go2
             .status
             .success()
     );
-    // Callers of the same account that were never in the session, at both doors.
+    // Callers of the same account that were never in the session, at both
+    // doors. Guards `admit` in the exit's and the door's `serve_one` (the
+    // credentials on the request, pinned by pidfd): without it at the door
+    // the outsider's hook is recorded.
     let session = w.sessions().join(pid.to_string());
     let exit = as_account(
         EXIT_SOCKET_VAR,
@@ -495,6 +498,7 @@ fn outsider() {
     }
     if let Ok(socket) = std::env::var(DOOR_SOCKET_VAR) {
         let request = nd7_core::sandbox::wire::HookRequest {
+            agent: nd7_core::hook::Agent::ClaudeCode,
             ts: 1,
             cwd: None,
             run_hook: false,
@@ -593,7 +597,9 @@ cat out1 err1; cat err2; cat err3
 // Two hundred hooks at once through the door: each entry lands exactly
 // once, every recorder exits 0 and prints nothing. Guards the lock in
 // `SessionLog::append`, which the door's threads share with every writer:
-// without it appends collide and entries are lost or refused.
+// without it appends collide and entries are lost or refused. Also guards
+// `keeper::allow_own` in `Door::open`: without it the keeper refuses the
+// hooks' connects to the session's own `record.sock` and none records.
 #[test]
 fn two_hundred_hooks_at_once_through_the_door_lose_nothing() {
     const HOOKS: usize = 200;

@@ -310,18 +310,30 @@ fn a_terminated_run_cleans_up_and_a_killed_one_is_cleaned_next_time() {
     assert!(!w.sessions().join(pid.to_string()).exists());
 }
 
+/// `nd7-exec` killed with SIGKILL (it cannot pass that on): `nd7 run` sees
+/// its caller hang up and kills the command's process group. Guards the
+/// `kill_process_group` after `relay` in the exit's `serve_one`: without it
+/// the command sleeps on and the guard below runs out.
+///
+/// The command holds the write end of a FIFO, whose only reader is the
+/// agent: end of file there is the event "the command has ended", waited
+/// for rather than guessed at with a polling deadline (under load the
+/// earlier version, which polled `/proc/PID` for 20 s after reading a PID
+/// file that could still be empty, once saw "still-running"). The `timeout`
+/// only keeps a regression from hanging the suite; the command itself
+/// would sleep for a day.
 #[test]
 fn killing_nd7_exec_kills_its_command() {
     let w = World::new();
     let out = w.run_agent(
         r#"
-"$EXEC" 'echo $$ > cmd.pid; exec sleep 60' &
-wait_for cmd.pid
+mkfifo alive
+"$EXEC" 'exec 3> alive; exec sleep 86400' &
+# Returns once the command has opened the FIFO: it is running.
+exec 4< alive
 kill -KILL $!
 wait $! 2>/dev/null
-pid=$(cat cmd.pid)
-for _ in $(seq 400); do [ -e /proc/$pid ] || break; sleep 0.05; done
-[ -e /proc/$pid ] && echo "still-running" || echo "gone"
+if timeout 300 cat <&4 > /dev/null; then echo "gone"; else echo "still-running"; fi
 "#,
     );
     assert_eq!(lines(&out), ["gone"], "{}", text(&out.stderr));

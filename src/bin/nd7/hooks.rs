@@ -1,7 +1,8 @@
-//! The commands Claude Code runs as hooks, `nd7 record` and `nd7 hook-prefix`:
-//! they exit 0 whatever happens, because Claude Code takes a hook's status 2
-//! as "block" and any other failure as an error to show. `nd7 record` also
-//! never writes to standard output, which Claude Code reads as instructions.
+//! The commands agents run as hooks, `nd7 record` (Claude Code's and Codex's)
+//! and `nd7 hook-prefix`: they exit 0 whatever happens, because Claude Code
+//! takes a hook's status 2 as "block" and any other failure as an error to
+//! show (Codex, likewise, a non-zero status as a failed hook). `nd7 record`
+//! also never writes to standard output, which both read as instructions.
 //! A failure is one line on standard error.
 //!
 //! "Whatever happens" includes the ways a Rust process ends without returning
@@ -24,7 +25,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use nd7_core::hook::Invocation;
+use nd7_core::hook::{Agent, Invocation};
 use nd7_core::record;
 
 /// A command run as a hook.
@@ -65,23 +66,30 @@ static RUNNING: AtomicUsize = AtomicUsize::new(0);
 /// adds no second line.
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
-/// `nd7 record`, with the arguments after `record`: none, or `--run-hook`
-/// alone (the copy of the hook `nd7 run claude` passes in its own settings).
+/// `nd7 record`, with the arguments after `record`: none (Claude Code), or
+/// `--agent NAME` for another agent's hooks (Codex's are shell strings
+/// ending in `record --agent codex`), and `--run-hook` on the copy of the
+/// hook `nd7 run claude` passes in its own settings.
 pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
     guard(Hook::Record);
-    let run_hook = match args {
-        [] => false,
-        [flag] if flag == "--run-hook" => true,
-        _ => {
+    let run_hook = args.iter().any(|a| a == "--run-hook");
+    let rest: Vec<OsString> = args
+        .iter()
+        .filter(|a| *a != "--run-hook")
+        .cloned()
+        .collect();
+    let agent = match record_agent(&rest) {
+        Ok(agent) => agent,
+        Err(why) => {
             say(format_args!(
-                "nd7 record: takes no arguments, got {args:?}; nothing recorded (the hook payload comes on standard input)"
+                "nd7 record: arguments {args:?}: {why}; nothing recorded (usage: nd7 record [--agent claude-code|codex], the hook payload on standard input)"
             ));
             return ExitCode::SUCCESS;
         }
     };
     inject_fault();
     let outcome = record::read_payload(std::io::stdin().lock())
-        .and_then(|input| record::deliver(&invocation, &input, run_hook));
+        .and_then(|input| record::deliver(agent, &invocation, &input, run_hook));
     match outcome {
         Ok(record::Delivered::Direct(recorded)) => {
             if let Some(bytes) = recorded.omitted {
@@ -105,6 +113,20 @@ pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
         Err(e) => say(format_args!("nd7 record: {e}; nothing recorded")),
     }
     ExitCode::SUCCESS
+}
+
+/// The agent `nd7 record`'s arguments name: none is Claude Code;
+/// `--agent NAME` or `--agent=NAME` another. Anything else is refused.
+fn record_agent(args: &[OsString]) -> Result<Agent, String> {
+    let text: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
+    let unexpected = || "expected none, or --agent NAME".to_string();
+    let name = match text.as_slice() {
+        [] => return Ok(Agent::ClaudeCode),
+        [flag, name] if flag == "--agent" => name.as_ref(),
+        [one] => one.strip_prefix("--agent=").ok_or_else(unexpected)?,
+        _ => return Err(unexpected()),
+    };
+    Agent::from_name(name).ok_or_else(|| format!("unknown agent {name:?}"))
 }
 
 /// One line on standard error; a closed or broken standard error is ignored.

@@ -317,7 +317,7 @@ pub(super) fn admit(caller: Caller, session_pid: u32) -> Result<u32, String> {
     }
     let refused = || {
         format!(
-            "process {pid} is not part of session {session_pid}; only the session's own processes may use its exit"
+            "process {pid} is not part of session {session_pid}; only the session's own processes are let in"
         )
     };
     let pinned = match caller.pidfd {

@@ -7,10 +7,13 @@
 //! [`session`], and assert on what it returns.
 
 mod claude;
+mod codex;
+mod codex_session;
 mod deferred;
 #[cfg(target_os = "linux")]
 mod interactive;
 mod mock_api;
+mod mock_responses;
 
 use mock_api::{Block, MockApi, bash};
 use serde_json::{Value, json};

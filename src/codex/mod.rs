@@ -1,0 +1,109 @@
+//! OpenAI's Codex CLI as a second agent: its hook payloads ([`hook`], pure)
+//! and its rollout file ([`rollout`]), from which `nd7 record --agent codex`
+//! takes what the payloads leave out: the CLI's version, and how each tool
+//! call ended (Codex has no failure event, and PostToolUse carries no exit
+//! status). docs/agents/codex.md says what is recorded and what is not.
+
+pub mod hook;
+pub mod rollout;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::hook::{Event, Invocation, Payload};
+use hook::{AgentInfo, CodexEvent, Facts, Outcome, Typed};
+use rollout::Rollout;
+
+/// How long a PostToolUse record waits, in all, for the call's completed
+/// item to reach the rollout. Codex 0.171.0 writes it before it runs the
+/// hook; this covers a write still on its way.
+pub const OUTCOME_WAIT: Duration = Duration::from_millis(200);
+
+/// Pause between two looks at the rollout while waiting.
+const OUTCOME_POLL: Duration = Duration::from_millis(25);
+
+/// The event a Codex payload becomes, with what the rollout adds.
+/// `first_entry` says the session's log has no entry yet.
+pub fn event(invocation: &Invocation, payload: Payload, first_entry: bool) -> Event {
+    let facts = facts(&payload, first_entry);
+    hook::event(invocation, payload, facts)
+}
+
+/// The event a Codex payload becomes when `nd7 run` builds it, outside the
+/// sandbox, for a hook inside it: the rollout the payload names is not
+/// opened (from out there it could be any file the agent cannot read), so
+/// the version and a call's outcome are recorded as unknown, saying why.
+pub fn event_unread(invocation: &Invocation, payload: Payload) -> Event {
+    const WHY: &str = "recorded through nd7 run's door, which opens no file a payload names";
+    let typed = Typed::of(&payload);
+    let event = typed.known();
+    let mut facts = Facts::default();
+    if matches!(event, Some(CodexEvent::SessionStart(_))) {
+        facts.agent = Some(AgentInfo {
+            version: None,
+            originator: None,
+            why: Some(WHY.into()),
+        });
+    }
+    if let Some(CodexEvent::PostToolUse(_)) = event {
+        facts.outcome = Some(Outcome::Unknown(WHY.into()));
+    }
+    hook::event(invocation, payload, facts)
+}
+
+/// Reads from the rollout what `payload` needs: the agent's version for
+/// SessionStart and for the first entry of a log, a call's outcome for
+/// PostToolUse. Every failure becomes a reason in the entry, never an error.
+pub fn facts(payload: &Payload, first_entry: bool) -> Facts {
+    let typed = Typed::of(payload);
+    let rollout_path = payload.str_member("transcript_path").map(Path::new);
+    let event = typed.known();
+    let mut facts = Facts::default();
+    if first_entry || matches!(event, Some(CodexEvent::SessionStart(_))) {
+        facts.agent = Some(agent(rollout_path, &payload.session_id));
+    }
+    if let Some(CodexEvent::PostToolUse(post)) = event {
+        facts.outcome = Some(match (&post.tool_use_id, rollout_path) {
+            (None, _) => Outcome::Unknown("the payload has no tool_use_id".into()),
+            (Some(_), None) => Outcome::Unknown("the payload names no rollout".into()),
+            (Some(id), Some(path)) => outcome(path, id, OUTCOME_WAIT),
+        });
+    }
+    facts
+}
+
+fn agent(path: Option<&Path>, session_id: &str) -> AgentInfo {
+    let unknown = |why: String| AgentInfo {
+        version: None,
+        originator: None,
+        why: Some(why),
+    };
+    let Some(path) = path else {
+        return unknown("the payload names no rollout".into());
+    };
+    match Rollout::open(path).and_then(|r| r.first_line()) {
+        Ok(line) => rollout::session_meta(&line, session_id),
+        Err(e) => unknown(e.to_string()),
+    }
+}
+
+/// The outcome of call `call_id`, looking again every [`OUTCOME_POLL`]
+/// until `wait` has passed while the rollout has no completed item for it
+/// (yet). A rollout that cannot be read, or whose item lies beyond the
+/// bound, is not looked at again.
+pub fn outcome(path: &Path, call_id: &str, wait: Duration) -> Outcome {
+    let deadline = Instant::now() + wait;
+    loop {
+        let found = match Rollout::open(path) {
+            Ok(r) => rollout::outcome(&r, call_id),
+            Err(e) => return Outcome::Unknown(e.to_string()),
+        };
+        match found {
+            Some(outcome) => return outcome,
+            None if Instant::now() >= deadline => {
+                return Outcome::Unknown(rollout::NO_COMPLETED_ITEM.into());
+            }
+            None => std::thread::sleep(OUTCOME_POLL),
+        }
+    }
+}
