@@ -729,16 +729,13 @@ mod tests {
     use crate::policy::{Policy, Roots};
 
     fn policy(root: &Path) -> Policy {
-        Policy {
-            roots: Roots {
-                project: root.join("p"),
-                temp: root.join("t"),
-                home: root.to_path_buf(),
-                state: root.join(".local/state/nd7"),
-                exit: "/usr/bin/nd7-exec".into(),
-            },
-            grants: Vec::new(),
-        }
+        Policy::new(Roots {
+            project: root.join("p"),
+            temp: root.join("t"),
+            home: root.to_path_buf(),
+            state: root.join(".local/state/nd7"),
+            exit: "/usr/bin/nd7-exec".into(),
+        })
     }
 
     #[test]

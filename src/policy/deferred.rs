@@ -744,16 +744,13 @@ mod tests {
     }
 
     fn policy() -> Policy {
-        Policy {
-            roots: Roots {
-                project: "/h/u/p".into(),
-                temp: "/tmp".into(),
-                home: "/h/u".into(),
-                state: "/h/u/.local/state/nd7".into(),
-                exit: "/usr/bin/nd7-exec".into(),
-            },
-            grants: Vec::new(),
-        }
+        Policy::new(Roots {
+            project: "/h/u/p".into(),
+            temp: "/tmp".into(),
+            home: "/h/u".into(),
+            state: "/h/u/.local/state/nd7".into(),
+            exit: "/usr/bin/nd7-exec".into(),
+        })
     }
 
     fn held(plan: &Plan, guard: Guard) -> Vec<String> {
