@@ -32,6 +32,7 @@
 pub mod chain;
 pub mod cli;
 pub mod codex;
+pub mod deferred;
 pub mod hook;
 pub mod http_client;
 pub mod passwd;

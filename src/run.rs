@@ -25,7 +25,12 @@ use crate::policy::{Policy, Roots};
 use crate::run_entry::{self, Ended, RunFacts};
 use crate::run_log::{RunLog, RunLogError};
 use crate::session::{self, Record, Session, SessionError, Sessions};
-use crate::{record, run_grants, sandbox, session_log, setup, shell_prefix};
+use crate::{deferred, record, run_grants, sandbox, session_log, setup, shell_prefix};
+
+/// The status `nd7 run` exits with when files that run outside the floor
+/// changed during the session, whatever the program's own status (which the
+/// warning names).
+pub const CHANGED_STATUS: i32 = 3;
 
 /// Why the program was not started.
 #[derive(Debug, thiserror::Error)]
@@ -218,12 +223,41 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     let planned = run_grants::planned(&home, &policy.roots.project.clone(), options)?;
     let (started_grants, mut warnings) = run_grants::grant_at_start(&mut policy, &planned)?;
     warnings.extend(pin_roots(&mut policy, &cwd));
-    let floor = sandbox::floor(&policy, &nd7_exec).map_err(RunError::Sandbox)?;
+    // The floor's ruleset is built on a thread while this one holds the
+    // files that run later outside the floor (read-only where the system
+    // allows) and a third takes the watch's snapshot of them (in every
+    // case). The namespaces are made here, before the keeper splits off and the session
+    // puts itself under Landlock (which refuses mounts); the thread has ended
+    // before the split, which needs a single thread (so have both others).
+    let building = {
+        let (policy, nd7_exec) = (policy.clone(), nd7_exec.clone());
+        std::thread::spawn(move || sandbox::floor(&policy, &nd7_exec))
+    };
+    let plan = crate::policy::deferred::plan(&policy, &deferred::FsTree);
+    // The watch's snapshot is taken on a third thread as if the locks will
+    // hold (they are nearly always there), and again here if they do not.
+    let snapshot = {
+        let (plan, project) = (plan.clone(), policy.roots.project.clone());
+        std::thread::spawn(move || deferred::Watch::start(plan, true, &project))
+    };
+    let (held, not_held) = match sandbox::hold(&plan) {
+        Ok(held) => (held, None),
+        Err(why) => (sandbox::Held::default(), Some(why)),
+    };
+    let floor = building.join();
+    let snapshot = snapshot.join();
+    let floor = floor
+        .map_err(|_| RunError::Sandbox("building the floor's rules failed".into()))?
+        .map_err(RunError::Sandbox)?;
+    let watch = Arc::new(match snapshot {
+        Ok(watch) if held.locks() => watch,
+        _ => deferred::Watch::start(plan, held.locks(), &policy.roots.project),
+    });
     let claude = is_claude(&options.program);
-    // Asked before any thread starts: on macOS confining a child is only
-    // sound while this process has one thread.
+    // Asked before any other thread starts: on macOS confining a child is
+    // only sound while this process has one thread.
     let recorded = if claude {
-        claude_events(&options.program, &floor)
+        claude_events(&options.program, &floor, &held, &policy.roots.project)
     } else {
         Vec::new()
     };
@@ -274,8 +308,25 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         log: Some(log.reference()),
     };
     let session = Removed(sessions.create(&record).map_err(|e| end_early(e.into()))?);
-    let exit =
-        sandbox::serve_exit(&session.0, &log).map_err(|e| end_early(RunError::Sandbox(e)))?;
+    let after: sandbox::AfterCommand = {
+        let (watch, log) = (watch.clone(), log.clone());
+        Arc::new(move |command: &str| {
+            // Each path is a change to a file that runs later, first seen
+            // after `command`; the watch also keeps it for the warning at
+            // the end.
+            let paths = watch.after_command(command);
+            if !paths.is_empty() {
+                let _ = log.note(
+                    run_entry::DEFERRED_CHANGED,
+                    None,
+                    None,
+                    &serde_json::json!({ "command": command, "paths": paths }),
+                );
+            }
+        })
+    };
+    let exit = sandbox::serve_exit_held(&session.0, &log, &held, Some(after))
+        .map_err(|e| end_early(RunError::Sandbox(e)))?;
 
     let mut command = Command::new(&options.program);
     let claude_json = setup::claude_json::state(&home);
@@ -315,6 +366,10 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         command.args(&options.args);
     }
     command.env(record::RUN_VARIABLE, &session.0.dir);
+    // The namespaces are joined before the floor's own steps (Landlock and
+    // seccomp would refuse the join).
+    held.join(&mut command, &policy.roots.project)
+        .map_err(|e| end_early(RunError::Sandbox(e)))?;
     floor
         .confine(&mut command)
         .map_err(|e| end_early(RunError::Sandbox(e)))?;
@@ -354,6 +409,11 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     {
         announce_warning(warning);
     }
+    if let Some(why) = &not_held {
+        announce_warning(&format!(
+            "files that run outside the sandbox later (git hooks and configuration, .envrc, editor and Claude Code settings) cannot be made read-only on this system ({why}); nd7 run watches them instead and reports every change when the session ends"
+        ));
+    }
     let mut child = command.spawn().map_err(|source| {
         end_early(RunError::Start {
             program: options.program.to_string_lossy().into_owned(),
@@ -361,6 +421,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         })
     })?;
     let agent = child.id();
+    watch.program_started();
     let handle = signals.handle();
     let forwarder = std::thread::spawn(move || {
         for sig in signals.forever() {
@@ -415,6 +476,17 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         (None, Some(sig)) => Ended::Signaled(sig),
         (None, None) => Ended::Exited(255),
     };
+    // Every change to a file that runs later goes into the log before its
+    // last entry, and is shown once the session is gone.
+    let findings = watch.finish();
+    if !findings.is_empty() {
+        let _ = log.note(
+            run_entry::DEFERRED_CHANGED,
+            None,
+            None,
+            &deferred::report::log_body(&findings),
+        );
+    }
     match log.end(&ended) {
         Ok(tally) if claude && !tally.unmatched_execs.is_empty() => announce_warning(&format!(
             "{} of {} Bash commands ran through the exit without a matching hook entry (Claude Code's hooks did not announce them); nd7's own entries in log {} show each one",
@@ -429,11 +501,18 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         announce(&format!("nd7 run: {line}"));
     }
     drop(session);
-    Ok(match ended {
-        Ended::Exited(code) => code,
-        Ended::Signaled(sig) => 128 + sig,
-        Ended::CallerGone | Ended::NotStarted(_) => 255,
-    })
+    let (code, how) = match ended {
+        Ended::Exited(code) => (code, format!("the program exited with status {code}")),
+        Ended::Signaled(sig) => (128 + sig, format!("the program was ended by signal {sig}")),
+        Ended::CallerGone | Ended::NotStarted(_) => {
+            (255, "the program ended in an unknown way".to_string())
+        }
+    };
+    if findings.is_empty() {
+        return Ok(code);
+    }
+    announce(deferred::report::render(&findings, &how).trim_end());
+    Ok(CHANGED_STATUS)
 }
 
 /// The events to register `nd7 record` for with this Claude Code: those its
@@ -441,15 +520,21 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
 /// start, ADR-0015). The version is asked under the floor, like everything
 /// the program runs; if it cannot be read, the events every supported
 /// version knows.
-fn claude_events(program: &OsStr, floor: &sandbox::Floor) -> Vec<&'static str> {
+fn claude_events(
+    program: &OsStr,
+    floor: &sandbox::Floor,
+    held: &sandbox::Held,
+    project: &Path,
+) -> Vec<&'static str> {
     let mut probe = Command::new(program);
     probe
         .arg("--version")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
-    let version = floor
-        .confine(&mut probe)
+    let version = held
+        .join(&mut probe, project)
+        .and_then(|()| floor.confine(&mut probe))
         .ok()
         .and_then(|()| probe.spawn().ok())
         .and_then(|mut child| {

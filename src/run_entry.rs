@@ -41,6 +41,10 @@ pub const GRANT_DROPPED: &str = "grant_dropped";
 /// Processes the session left running once the agent had ended, which nd7
 /// run's keeper ended (ADR-0035).
 pub const PROCESSES_ENDED: &str = "processes_ended";
+/// A file that runs later outside the floor (`policy::deferred`) was seen
+/// changed, after a command through the exit (`command`, `paths`) or when
+/// the program had ended (`changes`, ADR-0050).
+pub const DEFERRED_CHANGED: &str = "deferred_changed";
 
 /// The body of a [`PROCESSES_ENDED`] entry: how many, and the first of them
 /// by pid and command name.

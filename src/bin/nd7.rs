@@ -3,8 +3,9 @@
 //!
 //! Exit status: 0 success; 1 a log failed verification (or a run's chain did
 //! not reconcile); 2 bad usage or a log that could not be read. `nd7 record`
-//! always exits 0. A reader that closes standard output early ends any command
-//! with 0 (see `out`).
+//! always exits 0. `nd7 run` exits with the program's status, or 3 when files
+//! that run later changed. A reader that closes standard output early ends
+//! any command with 0 (see `out`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -168,7 +169,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// `nd7 run`: exits with the program's status, or 2 when it never started.
+/// `nd7 run`: exits with the program's status, 2 when it never started, or 3
+/// when files that run later outside the sandbox changed during the session
+/// (`run::CHANGED_STATUS`; the warning names the program's own status).
 fn run_run(
     mut command: Vec<std::ffi::OsString>,
     allow: Vec<PathBuf>,

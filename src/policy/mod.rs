@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod deferred;
 pub mod grants;
 pub mod refusal;
 pub mod seatbelt;

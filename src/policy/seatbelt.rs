@@ -53,6 +53,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::Policy;
+use super::deferred::{GIT_DIR_LOCKED, HOME_LOCKED, PROJECT_LOCKED};
 
 /// What Claude Code writes to save `~/.claude.json`, which on macOS stays in
 /// the home directory (Linux moves it under `~/.claude`: ADR-0013): the file,
@@ -83,6 +84,7 @@ const SECRET: &str = "file-read* file-write* file-link file-clone";
 /// paths: Seatbelt matches the path a file really has.
 pub fn floor(policy: &Policy, nd7_exec: &Path) -> String {
     let mut profile = Profile::new("floor", policy, &policy.floor_writes());
+    profile.deferred(policy);
     profile.protect(nd7_exec);
     profile.exit(nd7_exec);
     profile.finish(policy)
@@ -93,6 +95,7 @@ pub fn floor(policy: &Policy, nd7_exec: &Path) -> String {
 /// the exit itself (the policy's) stays unwritable, whatever is granted.
 pub fn command(policy: &Policy) -> String {
     let mut profile = Profile::new("command", policy, &policy.command_writes());
+    profile.deferred(policy);
     profile.protect(&policy.roots.exit);
     profile.finish(policy)
 }
@@ -150,6 +153,32 @@ impl Profile {
         profile
     }
 
+    /// Files that run later outside the sandbox ([`super::deferred`]) are
+    /// never written, created, removed, renamed or linked, whatever the
+    /// write roots and grants say, and whether or not they exist yet. By
+    /// regex, so new ones are covered: in the project at any depth (a nested
+    /// repository is as dangerous as the top one), in the home directory at
+    /// its top. Names are matched in either case (APFS ignores case). Nor
+    /// can the project, or any directory above it, be renamed or removed, so
+    /// it cannot be swapped for a prepared one.
+    fn deferred(&mut self, policy: &Policy) {
+        for regex in deferred_regexes(policy) {
+            self.form(&format!("(deny {WRITE} (regex {}))", string(&regex)));
+        }
+        let mut keep: Vec<String> = policy
+            .roots
+            .project
+            .ancestors()
+            .map(|p| deny_filter("literal", p))
+            .collect();
+        keep.extend(
+            HOME_PARENTS
+                .iter()
+                .map(|d| deny_filter("literal", &policy.roots.home.join(d))),
+        );
+        self.form(&format!("(deny file-write-unlink {})", keep.join(" ")));
+    }
+
     /// Neither `nd7_exec` nor any directory on its path can be written,
     /// removed or renamed, so nothing inside can put another program at that
     /// path, even when it lies in a write root or a grant.
@@ -182,6 +211,76 @@ impl Profile {
     fn form(&mut self, form: &str) {
         let _ = writeln!(self.text, "{form}");
     }
+}
+
+/// Home-relative directories holding files on the list, which Claude Code
+/// writes into and so cannot be denied whole: they can be neither removed
+/// nor renamed (a grant of the home could otherwise swap one for another).
+const HOME_PARENTS: &[&str] = &[".claude", ".claude/plugins", ".config"];
+
+/// `name` as a regex matching it in either case (`.git` becomes
+/// `\.[gG][iI][tT]`), every other metacharacter escaped.
+pub fn any_case(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphabetic() {
+            out.push('[');
+            out.push(c.to_ascii_lowercase());
+            out.push(c.to_ascii_uppercase());
+            out.push(']');
+        } else {
+            if r"\.^$|?*+()[]{}".contains(c) {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The regexes of files that run later, for `policy`'s project and home
+/// (none for a root Seatbelt cannot be given, whose own write allow is
+/// dropped too).
+pub fn deferred_regexes(policy: &Policy) -> Vec<String> {
+    let alternatives = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| any_case(n))
+            .collect::<Vec<_>>()
+            .join("|")
+    };
+    let mut out = Vec::new();
+    if let Some(p) = regex_literal(&policy.roots.project) {
+        let git = any_case(".git");
+        let mut parents: Vec<&str> = PROJECT_LOCKED
+            .iter()
+            .filter_map(|n| n.rsplit_once('/').map(|(parent, _)| parent))
+            .collect();
+        parents.sort_unstable();
+        parents.dedup();
+        // A repository anywhere in the project: its name, then what makes
+        // plain git run something in it, its submodules' and worktrees'.
+        out.push(format!("^{p}/(.*/)?{git}$"));
+        let mut inside: Vec<&str> = GIT_DIR_LOCKED.to_vec();
+        inside.push("info");
+        out.push(format!(
+            "^{p}/(.*/)?{git}/(({}|{})/.+/)?({})(/.*)?$",
+            any_case("modules"),
+            any_case("worktrees"),
+            alternatives(&inside)
+        ));
+        out.push(format!(
+            "^{p}/(.*/)?({})(/.*)?$",
+            alternatives(PROJECT_LOCKED)
+        ));
+        // Directories holding names on the list: not created, removed or
+        // renamed (a prepared one moved into place would bring its contents).
+        out.push(format!("^{p}/(.*/)?({})$", alternatives(&parents)));
+    }
+    if let Some(h) = regex_literal(&policy.roots.home) {
+        out.push(format!("^{h}/({})(/.*)?$", alternatives(HOME_LOCKED)));
+    }
+    out
 }
 
 /// `(kind "path")`, or `None` when Seatbelt cannot be given `path`.
@@ -477,6 +576,7 @@ mod tests {
             .map(|a| path_filter("literal", a))
             .collect();
         assert_eq!(path.len(), 5, "{path:?}");
+        want.extend(deferred_forms(&p));
         want.push(rule(
             "deny",
             "file-write* file-link",
@@ -495,6 +595,7 @@ mod tests {
         // The command profile has no exit, but the exit stays unwritable.
         let got = forms(&command(&p));
         let mut want = expected_head(&p, &p.command_writes(), regex);
+        want.extend(deferred_forms(&p));
         want.push(rule(
             "deny",
             "file-write* file-link",
@@ -505,6 +606,176 @@ mod tests {
         want.push(state_deny(&p));
         want.push(nd7_deny(&p));
         assert_eq!(got, want);
+    }
+
+    /// The forms that deny files that run later: one per regex, then the
+    /// project and its ancestors, and the home's parents of listed files,
+    /// kept from being removed or renamed.
+    fn deferred_forms(p: &Policy) -> Vec<Sx> {
+        let mut out: Vec<Sx> = deferred_regexes(p)
+            .into_iter()
+            .map(|r| {
+                rule(
+                    "deny",
+                    "file-write* file-link",
+                    vec![Sx::List(vec![sym("regex"), Sx::Str(r)])],
+                )
+            })
+            .collect();
+        let mut keep: Vec<Sx> = p
+            .roots
+            .project
+            .ancestors()
+            .map(|a| path_filter("literal", a))
+            .collect();
+        keep.extend(
+            [".claude", ".claude/plugins", ".config"]
+                .iter()
+                .map(|d| path_filter("literal", &p.roots.home.join(d))),
+        );
+        out.push(rule("deny", "file-write-unlink", keep));
+        out
+    }
+
+    /// Every `(regex "…")` the profile denies writing through, compiled.
+    fn deny_regexes(forms: &[Sx]) -> Vec<regex::Regex> {
+        forms
+            .iter()
+            .filter_map(|f| match f {
+                Sx::List(v) if v.first() == Some(&sym("deny")) => v.last(),
+                _ => None,
+            })
+            .filter_map(|f| match f {
+                Sx::List(v) if v.first() == Some(&sym("regex")) => match v.get(1) {
+                    Some(Sx::Str(r)) => Some(regex::Regex::new(r).expect("a regex Seatbelt reads")),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn files_that_run_later_are_denied_in_both_profiles_before_they_exist() {
+        let p = policy("/Users/u/p", "/private/tmp", "/Users/u", &["/Users/u", "/"]);
+        for profile in [command(&p), floor(&p, Path::new("/opt/nd7/nd7-exec"))] {
+            let got = forms(&profile);
+            let denies = deny_regexes(&got);
+            assert_eq!(denies.len(), 5, "{profile}");
+            let denied = |path: &str| denies.iter().any(|r| r.is_match(path));
+            for no in [
+                "/Users/u/p/.git",
+                "/Users/u/p/.git/config",
+                "/Users/u/p/.git/hooks",
+                "/Users/u/p/.git/hooks/pre-commit",
+                "/Users/u/p/.git/info",
+                "/Users/u/p/.git/info/attributes",
+                "/Users/u/p/.git/commondir",
+                "/Users/u/p/.git/config.worktree",
+                "/Users/u/p/.git/modules/libs/lib/config",
+                "/Users/u/p/.git/modules/lib/hooks/post-checkout",
+                "/Users/u/p/.git/worktrees/w/commondir",
+                "/Users/u/p/sub/dir/.git/config",
+                "/Users/u/p/sub/.git",
+                "/Users/u/p/.GIT/Config",
+                "/Users/u/p/.gitattributes",
+                "/Users/u/p/.gitmodules",
+                "/Users/u/p/.envrc",
+                "/Users/u/p/deep/er/.envrc",
+                "/Users/u/p/.mcp.json",
+                "/Users/u/p/.vscode",
+                "/Users/u/p/.vscode/tasks.json",
+                "/Users/u/p/.idea/workspace.xml",
+                "/Users/u/p/.claude",
+                "/Users/u/p/.claude/settings.json",
+                "/Users/u/p/.claude/Settings.Local.json",
+                "/Users/u/p/.claude/commands/x.md",
+                "/Users/u/p/.claude/agents/a.md",
+                "/Users/u/p/.claude/skills/s/SKILL.md",
+                "/Users/u/p/.claude/hooks/h.sh",
+                "/Users/u/.claude/settings.json",
+                "/Users/u/.claude/commands/x.md",
+                "/Users/u/.claude/plugins/cache/m/p/hooks/hooks.json",
+                "/Users/u/.bashrc",
+                "/Users/u/.zshenv",
+                "/Users/u/.gitconfig",
+                "/Users/u/.config/git/config",
+            ] {
+                assert!(denied(no), "{no} is writable");
+            }
+            for yes in [
+                "/Users/u/p/src/main.rs",
+                "/Users/u/p/.gitignore",
+                "/Users/u/p/.envrc.example",
+                "/Users/u/p/.git/index",
+                "/Users/u/p/.git/index.lock",
+                "/Users/u/p/.git/HEAD",
+                "/Users/u/p/.git/objects/ab/cdef",
+                "/Users/u/p/.git/objects/info/packs",
+                "/Users/u/p/.git/refs/heads/main",
+                "/Users/u/p/.git/COMMIT_EDITMSG",
+                "/Users/u/p/.git/modules/lib/objects/ab/cd",
+                "/Users/u/p/.git-credentials-helper",
+                "/Users/u/p/.claude/todos.json",
+                "/Users/u/p/.claude/worktrees/w/x",
+                "/Users/u/.claude/claude.json",
+                "/Users/u/.claude/projects/p/s.jsonl",
+                "/Users/u/.claude/plugins/store/x.json",
+                "/Users/u/.claude/todos/t.json",
+                "/Users/u/.claude.json",
+                "/Users/u/other/.bashrc",
+            ] {
+                assert!(!denied(yes), "{yes} is denied");
+            }
+            // The denies come after every write allow, so they decide.
+            let last_allow = got
+                .iter()
+                .rposition(|f| matches!(f, Sx::List(v) if v.first() == Some(&sym("allow")) && v.get(1) == Some(&sym("file-write*"))))
+                .expect("an allow");
+            let first_deny = got
+                .iter()
+                .position(|f| matches!(f, Sx::List(v) if v.last().is_some_and(|l| matches!(l, Sx::List(r) if r.first() == Some(&sym("regex")))) && v.first() == Some(&sym("deny"))))
+                .expect("a deny");
+            assert!(last_allow < first_deny, "{profile}");
+            let unlink = rule(
+                "deny",
+                "file-write-unlink",
+                deferred_forms(&p)
+                    .last()
+                    .and_then(|f| match f {
+                        Sx::List(v) => Some(v[2..].to_vec()),
+                        _ => None,
+                    })
+                    .expect("filters"),
+            );
+            assert!(got.contains(&unlink), "{profile}");
+            for kept in ["/Users/u/p", "/Users/u", "/", "/Users/u/.claude"] {
+                assert!(
+                    strings(std::slice::from_ref(&unlink)).contains(&kept),
+                    "{kept}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_hostile_project_path_is_matched_literally_by_the_deferred_regexes() {
+        let p = nasty();
+        let denies: Vec<regex::Regex> = deferred_regexes(&p)
+            .iter()
+            .map(|r| regex::Regex::new(r).expect("compiles"))
+            .collect();
+        let denied = |path: &str| denies.iter().any(|r| r.is_match(path));
+        assert!(denied(&format!("{PROJECT}/.git/config")));
+        assert!(denied(&format!("{PROJECT}/a/.envrc")));
+        assert!(denied(&format!("{HOME}/.bashrc")));
+        assert!(!denied(&format!("{PROJECT}/src")));
+        // The metacharacters of the path are literal: a look-alike does not match.
+        assert!(!denied(
+            "/Users/u/pX)(allow file-write* (subpath X/X))(x X/.git/config"
+        ));
+        assert_eq!(any_case(".git"), r"\.[gG][iI][tT]");
+        assert_eq!(any_case("a.b-c"), r"[aA]\.[bB]-[cC]");
     }
 
     #[test]

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use crate::policy::deferred::Plan;
 use crate::policy::{Identity, Policy};
 use crate::run_log::RunLog;
 use crate::session::{Session, Sessions};
@@ -436,6 +437,84 @@ impl Floor {
     }
 }
 
+/// How the files that run later outside the floor (`policy::deferred`)
+/// are held for one session. On Linux, the session's namespaces with those
+/// files read-only, which the agent and every command through the exit
+/// join; on macOS the profiles deny them, and there is nothing to hold.
+#[derive(Clone, Default)]
+pub struct Held {
+    #[cfg(target_os = "linux")]
+    namespaces: Option<std::sync::Arc<linux::ns::Namespaces>>,
+}
+
+/// Holds `plan`'s files for the session, or says why they cannot be held
+/// here (on Linux, when user namespaces are refused); the caller then has
+/// them watched instead.
+pub fn hold(plan: &Plan) -> Result<Held, String> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::ns::Namespaces::build(&plan.guarded)
+            .map(|ns| Held {
+                namespaces: Some(std::sync::Arc::new(ns)),
+            })
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = plan;
+        Ok(Held::default())
+    }
+}
+
+/// What holds the files that run later on this system, for `nd7 doctor`:
+/// on Linux a trial namespace is built and dropped.
+pub fn hold_available() -> Result<&'static str, String> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::ns::Namespaces::build(&[])
+            .map(|_| "a mount namespace makes them read-only (user namespaces work here)")
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(target_os = "macos")]
+    {
+        Ok("the Seatbelt profiles deny writing them")
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        Err("nd7 has no sandbox for this operating system".to_string())
+    }
+}
+
+impl Held {
+    /// Whether the plan's locks are in force: false on Linux when the
+    /// namespaces could not be built.
+    pub fn locks(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            self.namespaces.is_some()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            true
+        }
+    }
+
+    /// Arranges for `command`'s process to join the session's namespaces
+    /// (and work in `cwd` inside them) before it is confined: call it before
+    /// [`Floor::confine`].
+    pub fn join(&self, command: &mut Command, cwd: &Path) -> Result<(), String> {
+        #[cfg(target_os = "linux")]
+        if let Some(ns) = &self.namespaces {
+            return ns.join(command, cwd).map_err(|e| e.to_string());
+        }
+        let _ = (command, cwd);
+        Ok(())
+    }
+}
+
+/// Called after each command through the exit ends, with the command's text.
+pub type AfterCommand = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Which process [`keep_session`] returned in.
 pub enum Kept {
     /// The keeper: the session is over, nothing it started is left, and
@@ -573,6 +652,18 @@ pub struct ExitService {
 /// Seatbelt's one no-sandbox exec and writes `log` itself, and there is
 /// nothing to serve.
 pub fn serve_exit(session: &Session, log: &Arc<RunLog>) -> Result<ExitService, String> {
+    serve_exit_held(session, log, &Held::default(), None)
+}
+
+/// [`serve_exit`], with every command joining `held`'s namespaces and
+/// `after` called when each command ends (on Linux, where the exit is
+/// served; on macOS `nd7-exec` runs the command itself).
+pub fn serve_exit_held(
+    session: &Session,
+    log: &Arc<RunLog>,
+    held: &Held,
+    after: Option<AfterCommand>,
+) -> Result<ExitService, String> {
     #[cfg(target_os = "linux")]
     {
         linux::door::Door::open(session, log.clone())
@@ -580,13 +671,16 @@ pub fn serve_exit(session: &Session, log: &Arc<RunLog>) -> Result<ExitService, S
             .map_err(|e| e.to_string())?;
         linux::exit::Exit::open(session, log.clone())
             .map(|exit| ExitService {
-                serving: exit.serve(),
+                serving: exit
+                    .joining(held.namespaces.clone())
+                    .after_each(after)
+                    .serve(),
             })
             .map_err(|e| e.to_string())
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (session, log);
+        let _ = (session, log, held, after);
         Ok(ExitService {})
     }
 }

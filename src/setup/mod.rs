@@ -678,6 +678,27 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
     // The home nd7 run builds the floor around must be the one Claude Code uses.
     checks.push(home_check(home.as_deref()));
 
+    // What keeps the agent from planting files that run later outside the
+    // sandbox (git hooks and configuration, .envrc, editor and Claude Code
+    // settings): refused, or only watched and reported.
+    checks.push(match crate::sandbox::hold_available() {
+        Ok(what) => Check {
+            name: "locks",
+            ok: true,
+            detail: format!("files that run later outside the sandbox: {what}"),
+            fix: None,
+        },
+        Err(why) => Check {
+            name: "locks",
+            ok: false,
+            detail: format!(
+                "files that run later outside the sandbox cannot be made read-only ({why}); nd7 run only reports their changes when a session ends"
+            ),
+            fix: Some(
+                "allow unprivileged user namespaces (sysctl user.max_user_namespaces above 0; on Ubuntu, kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for nd7)".into(),
+            ),
+        },
+    });
     // The credential stores nd7 run keeps unreadable, and the user's file.
     if let Some(home) = home.as_deref() {
         checks.push(secrets_check(home));

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::world::*;
 
 /// The entries of every run chain the world's sessions wrote, oldest first.
-fn run_chains(w: &World) -> Vec<Vec<serde_json::Value>> {
+pub(crate) fn run_chains(w: &World) -> Vec<Vec<serde_json::Value>> {
     let logs = w.home().join(".local/state/nd7/sessions");
     let mut runs: Vec<_> = std::fs::read_dir(&logs)
         .expect("the logs' directory")

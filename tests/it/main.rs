@@ -7,6 +7,7 @@ mod common;
 mod concurrency;
 #[cfg(target_os = "linux")]
 mod daily;
+mod deferred;
 mod distribution;
 mod e2e;
 mod exit_status;

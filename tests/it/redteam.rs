@@ -1,7 +1,7 @@
 //! The red team's attacks on the floor and the record, each tried as the
 //! ordinary account with a home outside /tmp, by a shell script standing in
-//! for the agent under `nd7 run` (and, where it matters, through the exit as
-//! `nd7 hook-prefix` routes Bash). Attacks that broke through name the line
+//! for the agent under `nd7 run` (and, where it matters, through the exit,
+//! as Claude Code's shell prefix sends Bash). Attacks that broke through name the line
 //! that now closes them; those that held are kept so they keep holding.
 #![cfg(target_os = "linux")]
 

@@ -315,6 +315,11 @@ fn doctor_reports_the_hooks_setup_wrote() {
     );
     // This kernel has Landlock (the landlock tests need it too).
     assert!(text.contains("ok   sandbox Landlock"), "{text}");
+    // And user namespaces, for the files that run later.
+    assert!(
+        text.contains("ok   locks   files that run later outside the sandbox: a mount namespace makes them read-only"),
+        "{text}"
+    );
     // No claude on this PATH: still a failure, with its fix.
     assert!(text.contains("FAIL claude"), "{text}");
     assert_eq!(after.status.code(), Some(1));

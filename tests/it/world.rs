@@ -32,6 +32,9 @@ pub struct World {
     pub acct: PathBuf,
     /// More directories mounted into the namespace: (what, where).
     binds: std::sync::Mutex<Vec<(PathBuf, PathBuf)>>,
+    /// Whether the kernel refuses nd7 new user namespaces, as on systems
+    /// that disable them ([`World::without_user_namespaces`]).
+    no_user_namespaces: bool,
 }
 
 /// The ordinary account the world runs nd7 as.
@@ -142,9 +145,20 @@ impl World {
             root,
             acct,
             binds: std::sync::Mutex::default(),
+            no_user_namespaces: false,
         };
         world.own();
         world
+    }
+
+    /// From now on, every command this world starts runs where the kernel
+    /// refuses to create user namespaces: as root, under a seccomp filter
+    /// that fails `unshare` and `clone` with `CLONE_NEWUSER` (EPERM, as
+    /// container runtimes do); otherwise with `user.max_user_namespaces` set
+    /// to 0 in the world's own user namespace (ENOSPC, as the sysctl does).
+    pub fn without_user_namespaces(mut self) -> World {
+        self.no_user_namespaces = true;
+        self
     }
 
     /// Gives the whole world to the account, so files a test made (as root)
@@ -216,11 +230,20 @@ impl World {
                 r#"mount --bind "$0" "$1" && {binds}cd "$2" && shift 2 && exec setpriv --reuid={} --regid={} --clear-groups -- "$@""#,
                 acct.uid, acct.gid
             ));
+            #[cfg(target_os = "linux")]
+            if self.no_user_namespaces {
+                refuse_user_namespaces(&mut cmd);
+            }
         } else {
+            let limit = if self.no_user_namespaces {
+                "echo 0 > /proc/sys/user/max_user_namespaces && "
+            } else {
+                ""
+            };
             cmd.args(["--user", "--map-current-user", "--mount", "--keep-caps"])
                 .args(["sh", "-c"])
                 .arg(format!(
-                    r#"mount --bind "$0" "$1" && {binds}cd "$2" && shift 2 && exec setpriv --inh-caps=-all --ambient-caps=-all -- "$@""#,
+                    r#"mount --bind "$0" "$1" && {binds}{limit}cd "$2" && shift 2 && exec setpriv --inh-caps=-all --ambient-caps=-all -- "$@""#,
                 ));
         }
         cmd.arg(self.home())
@@ -298,6 +321,61 @@ impl World {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+/// Installs, in `cmd`'s process before it execs, a seccomp filter that
+/// fails every `unshare` and `clone` asking for a new user namespace with
+/// EPERM, and `clone3` with ENOSYS (its flags are behind a pointer; libc
+/// then falls back to `clone`). Inherited by everything the process starts.
+#[cfg(target_os = "linux")]
+fn refuse_user_namespaces(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    #[cfg(target_arch = "x86_64")]
+    const ARCH: u32 = 0xc000_003e; // AUDIT_ARCH_X86_64
+    #[cfg(target_arch = "aarch64")]
+    const ARCH: u32 = 0xc000_00b7; // AUDIT_ARCH_AARCH64
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const JSET_K: u16 = 0x45;
+    const RET_K: u16 = 0x06;
+    const ALLOW: u32 = 0x7fff_0000;
+    const ERRNO: u32 = 0x0005_0000;
+    let f = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let filter = [
+        f(LD_W_ABS, 0, 0, 4),
+        f(JEQ_K, 1, 0, ARCH),
+        f(RET_K, 0, 0, ALLOW),
+        f(LD_W_ABS, 0, 0, 0),
+        f(JEQ_K, 3, 0, libc::SYS_unshare as u32),
+        f(JEQ_K, 2, 0, libc::SYS_clone as u32),
+        f(JEQ_K, 5, 0, libc::SYS_clone3 as u32),
+        f(RET_K, 0, 0, ALLOW),
+        f(LD_W_ABS, 0, 0, 16),
+        f(JSET_K, 0, 1, libc::CLONE_NEWUSER as u32),
+        f(RET_K, 0, 0, ERRNO | libc::EPERM as u32),
+        f(RET_K, 0, 0, ALLOW),
+        f(RET_K, 0, 0, ERRNO | libc::ENOSYS as u32),
+    ];
+    // SAFETY: runs in the child between fork and exec: one prctl with a
+    // pointer to the filter, which the closure owns and which outlives the
+    // call (the kernel copies it). No allocation, no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 

@@ -137,6 +137,10 @@ pub struct Exit {
     session: Session,
     log: Arc<RunLog>,
     groups: Arc<Mutex<HashSet<u32>>>,
+    /// The session's namespaces, which every command joins (`ns`).
+    namespaces: Option<Arc<super::ns::Namespaces>>,
+    /// Called with the command's text when it ends.
+    after: Option<crate::sandbox::AfterCommand>,
 }
 
 /// The running exit, to stop the commands still running when the session ends.
@@ -174,7 +178,21 @@ impl Exit {
             session: session.clone(),
             log,
             groups: Arc::default(),
+            namespaces: None,
+            after: None,
         })
+    }
+
+    /// Every command will join `namespaces` (when there are any).
+    pub fn joining(mut self, namespaces: Option<Arc<super::ns::Namespaces>>) -> Exit {
+        self.namespaces = namespaces;
+        self
+    }
+
+    /// `after` is called with each command's text when it ends.
+    pub fn after_each(mut self, after: Option<crate::sandbox::AfterCommand>) -> Exit {
+        self.after = after;
+        self
     }
 
     /// Serves connections on a thread of their own, each on its own thread,
@@ -198,11 +216,21 @@ impl Exit {
                 let session = self.session.clone();
                 let groups = self.groups.clone();
                 let log = self.log.clone();
+                let namespaces = self.namespaces.clone();
+                let after = self.after.clone();
                 let spawned = std::thread::Builder::new()
                     .stack_size(STACK)
                     .spawn(move || {
                         let _slot = slot;
-                        serve_one(conn, me, &session, &log, &groups);
+                        serve_one(
+                            conn,
+                            me,
+                            &session,
+                            &log,
+                            &groups,
+                            namespaces.as_deref(),
+                            after,
+                        );
                     });
                 // Out of threads: the connection was dropped with the closure
                 // and its caller sees the exit close; nothing ran.
@@ -357,6 +385,8 @@ fn serve_one(
     session: &Session,
     log: &RunLog,
     groups: &Mutex<HashSet<u32>>,
+    namespaces: Option<&super::ns::Namespaces>,
+    after: Option<crate::sandbox::AfterCommand>,
 ) {
     // nd7-exec sends its request at once; a caller that stalls is dropped
     // rather than holding a thread for the rest of the session.
@@ -417,7 +447,7 @@ fn serve_one(
     };
     // What the keeper lists for `nd7 deny`: the grants it actually runs with.
     let started = running::Command::new(&request.command.to_string_lossy(), &request.cwd, &grants);
-    let child = match start(&request, stdio, confinement, started) {
+    let child = match start(&request, stdio, confinement, started, namespaces) {
         Ok(child) => child,
         Err(why) => {
             let _ = log.exec_ended(exec, &Ended::NotStarted(why.clone()), None);
@@ -454,6 +484,11 @@ fn serve_one(
         _ => Ended::CallerGone,
     };
     let _ = log.exec_ended(exec, &ended, watch.as_deref());
+    // Checked before the status is reported, so the next command starts
+    // after the check of this one.
+    if let Some(after) = after {
+        after(&request.command.to_string_lossy());
+    }
     if let Some(frame) = frame {
         let _ = (&conn).write_all(&frame.encode());
     }
@@ -576,6 +611,7 @@ fn start(
     stdio: [OwnedFd; 3],
     confinement: Confinement,
     started: running::Command,
+    namespaces: Option<&super::ns::Namespaces>,
 ) -> Result<Child, String> {
     let [stdin, stdout, stderr] = stdio;
     let shell = shell_for(&request.command);
@@ -590,6 +626,12 @@ fn start(
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr))
         .process_group(0);
+    // The session's namespaces are joined first: Landlock and the seccomp
+    // filter, applied after, would refuse the join.
+    if let Some(ns) = namespaces {
+        ns.join(&mut command, &request.cwd)
+            .map_err(|e| e.to_string())?;
+    }
     confinement.confine(&mut command, super::Started::Command(started));
     command
         .spawn()

@@ -27,6 +27,7 @@
 pub mod door;
 pub mod exit;
 pub mod keeper;
+pub mod ns;
 pub mod proc;
 pub mod seccomp;
 pub mod supervise;

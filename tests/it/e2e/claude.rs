@@ -123,6 +123,9 @@ pub struct Workspace {
     pub project: PathBuf,
     pub extra_hooks: Vec<(&'static str, Value)>,
     pub env: Vec<(String, String)>,
+    /// Arguments for Claude Code after the usual ones (a later
+    /// `--permission-mode` wins).
+    pub args: Vec<String>,
     /// Set by [`Workspace::sandboxed`]: run Claude Code under `nd7 run`.
     pub sandbox: Option<Sandboxed>,
     /// Run Claude Code with no nd7 at all (no `nd7 setup`, no hooks): the
@@ -155,6 +158,7 @@ impl Workspace {
             project,
             extra_hooks: Vec::new(),
             env: Vec::new(),
+            args: Vec::new(),
             sandbox: None,
             bare: false,
             permissions: None,
@@ -178,6 +182,7 @@ impl Workspace {
             project: world.proj(),
             extra_hooks: Vec::new(),
             env: Vec::new(),
+            args: Vec::new(),
             sandbox: Some(Sandboxed { world }),
             bare: false,
             permissions: None,
@@ -204,6 +209,7 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         project,
         extra_hooks,
         env,
+        args,
         sandbox,
         bare,
         permissions,
@@ -291,6 +297,7 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
                 .into_iter()
                 .flat_map(|t| ["--allowedTools", t]),
         )
+        .args(args)
         .current_dir(&project)
         .env_clear()
         .env("PATH", SYSTEM_PATH)

@@ -11,6 +11,7 @@ mod codex;
 mod codex_session;
 #[cfg(target_os = "linux")]
 mod daily;
+mod deferred;
 #[cfg(target_os = "linux")]
 mod interactive;
 pub(crate) mod mock_api;

@@ -1,0 +1,984 @@
+//! Deferred escape: files an agent could write inside the floor that run
+//! later, outside it, without anyone choosing to run them — under the
+//! user's own plain `git`, login shell, editor or next Claude Code session.
+//! Pure: the file system is consulted through [`Tree`], which the caller
+//! implements.
+//!
+//! # What is on the list, and why
+//!
+//! In the project (and, at any depth, in its subdirectories on macOS):
+//!
+//! - `.git` itself, and in every git directory (the project's, its
+//!   submodules' under `modules/`, its worktrees' under `worktrees/`):
+//!   `config` (fsmonitor, hooksPath, aliases, pagers, filter and diff
+//!   drivers, `sshCommand`, credential helpers: all run by plain `git`),
+//!   `config.worktree`, `hooks/`, `info/attributes` (names filter drivers)
+//!   and `commondir` (points git at another directory's config and hooks).
+//!   Both are untracked, so nothing shows them in `git diff`.
+//! - `.gitattributes` and `.gitmodules`: which drivers run on which files,
+//!   and where submodules come from.
+//! - `.envrc` (direnv), `.vscode/` and `.idea/` (tasks and run
+//!   configurations editors start on their own).
+//! - `.mcp.json`, `.claude/settings.json`, `.claude/settings.local.json`,
+//!   `.claude/commands`, `.claude/agents`, `.claude/skills`,
+//!   `.claude/hooks`: servers, hooks and commands the next Claude Code
+//!   session starts, which is not necessarily under nd7.
+//! - The directory `core.hooksPath` names, when it lies in the project
+//!   (husky and friends).
+//!
+//! In the home directory: Claude Code's user settings (which hold nd7's own
+//! record hooks), commands, agents, skills, hook scripts and installed
+//! plugins; the shell start-up files and git's user configuration, which a
+//! grant of the home directory would otherwise hand over.
+//!
+//! Not on the list: the project's build files (`package.json`, `Makefile`,
+//! `build.rs`, `.npmrc`, `.cargo/config.toml`). They run only when the user
+//! runs the project's own build, which the agent may change in any case:
+//! the protection there is reading the diff before running it, and they
+//! show in `git status`. Hook managers' configurations
+//! ([`PROJECT_REPORTED`]) are ordinary tracked files an agent is often asked
+//! to edit; changes to them are reported, not refused.
+//!
+//! # How the list is enforced
+//!
+//! macOS: Seatbelt denies beneath allows, so each profile denies writing
+//! these names by regex, existing or not ([`super::seatbelt`]). Linux:
+//! Landlock cannot deny beneath an allowed directory, so [`plan`] turns the
+//! list into read-only bind mounts of what exists when the session starts
+//! ([`Guard::Lock`]) and mounts of their parents onto themselves so that
+//! nothing can rename them away ([`Guard::Pin`]); everything on the list,
+//! existing or not, is also watched, and a change is reported when the
+//! session ends.
+
+use std::path::{Path, PathBuf};
+
+use super::Policy;
+
+/// Project-relative paths that run later. Each is refused (Seatbelt, and
+/// Linux when it exists at the start) and watched.
+pub const PROJECT_LOCKED: &[&str] = &[
+    ".gitattributes",
+    ".gitmodules",
+    ".envrc",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".claude/commands",
+    ".claude/agents",
+    ".claude/skills",
+    ".claude/hooks",
+];
+
+/// Project-relative paths whose changes are reported but not refused: hook
+/// managers' configurations, tracked files that decide what runs at the
+/// user's next commit.
+pub const PROJECT_REPORTED: &[&str] = &[
+    ".pre-commit-config.yaml",
+    ".lefthook.yml",
+    "lefthook.yml",
+    ".husky",
+];
+
+/// Paths inside a git directory that make plain `git` run something.
+pub const GIT_DIR_LOCKED: &[&str] = &[
+    "config",
+    "config.worktree",
+    "commondir",
+    "hooks",
+    "info/attributes",
+];
+
+/// Home-relative paths that run later.
+pub const HOME_LOCKED: &[&str] = &[
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".claude/commands",
+    ".claude/agents",
+    ".claude/skills",
+    ".claude/hooks",
+    ".claude/plugins/cache",
+    ".claude/plugins/marketplaces",
+    ".claude/plugins/installed_plugins.json",
+    ".claude/plugins/known_marketplaces.json",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".zlogout",
+    ".gitconfig",
+    ".config/git",
+    ".ripgreprc",
+];
+
+/// Claude Code's own state file, which it rewrites all the time and so can
+/// be neither refused nor compared whole; only the parts of it that start
+/// programs are watched ([`claude_state_risky`]).
+pub const CLAUDE_STATE_FILE: &str = ".claude/claude.json";
+
+/// Where a directory sits under the project or home, for the watch: how
+/// deep below the project the end-of-session search for new repositories
+/// and files on the list goes.
+pub const SEARCH_DEPTH: usize = 4;
+
+/// What a path is, as `lstat` sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Link,
+}
+
+/// The file system, as the planner needs it.
+pub trait Tree {
+    /// What `path` is, without following a final symbolic link.
+    fn kind(&self, path: &Path) -> Option<Kind>;
+    /// A small text file's content, following links.
+    fn read(&self, path: &Path) -> Option<String>;
+    /// A directory's entries, as full paths.
+    fn list(&self, path: &Path) -> Vec<PathBuf>;
+    /// Where a symbolic link leads, resolved to a real path.
+    fn resolve(&self, path: &Path) -> Option<PathBuf>;
+}
+
+/// How a path on the list is held on Linux.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Guard {
+    /// Stays writable, but is a mount point: it cannot be renamed or
+    /// removed, so what lies beneath it cannot be swapped for another.
+    Pin,
+    /// Read-only, and a mount point.
+    Lock,
+}
+
+/// One path held by a mount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Guarded {
+    pub path: PathBuf,
+    pub guard: Guard,
+}
+
+/// What a session holds and watches on Linux.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The mounts, parents before what lies beneath them (a mount made
+    /// later on a parent would hide the ones beneath).
+    pub guarded: Vec<Guarded>,
+    /// Every path on the list, existing or not, whose changes are reported.
+    pub watched: Vec<PathBuf>,
+    /// Claude Code's state files, of which only the risky parts are watched.
+    pub claude_state: Vec<PathBuf>,
+    /// The git directories found (the project's, its submodules' and
+    /// worktrees'), below which new ones are searched for at the end.
+    pub git_dirs: Vec<PathBuf>,
+}
+
+impl Plan {
+    /// Whether `path` is held read-only.
+    pub fn locked(&self, path: &Path) -> bool {
+        self.guarded
+            .iter()
+            .any(|g| g.guard == Guard::Lock && path.starts_with(&g.path))
+    }
+}
+
+/// How many symbolic links the planner follows from one name.
+const MAX_LINKS: usize = 8;
+
+/// How many git directories (submodules, worktrees) one project may add.
+const MAX_GIT_DIRS: usize = 256;
+
+struct Planner<'a> {
+    tree: Cached<'a>,
+    plan: Plan,
+    git_dirs: Vec<PathBuf>,
+}
+
+/// A [`Tree`] whose `kind` answers are remembered: the lists share
+/// parents (`.claude` above eight of them), each looked at once.
+struct Cached<'a> {
+    tree: &'a dyn Tree,
+    kinds: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<Kind>>>,
+}
+
+impl Tree for Cached<'_> {
+    fn kind(&self, path: &Path) -> Option<Kind> {
+        if let Some(k) = self.kinds.borrow().get(path) {
+            return *k;
+        }
+        let k = self.tree.kind(path);
+        self.kinds.borrow_mut().insert(path.to_path_buf(), k);
+        k
+    }
+    fn read(&self, path: &Path) -> Option<String> {
+        self.tree.read(path)
+    }
+    fn list(&self, path: &Path) -> Vec<PathBuf> {
+        self.tree.list(path)
+    }
+    fn resolve(&self, path: &Path) -> Option<PathBuf> {
+        self.tree.resolve(path)
+    }
+}
+
+/// The mounts and watch list for `policy`'s project and home, as `tree`
+/// stands now.
+pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
+    let mut p = Planner {
+        tree: Cached {
+            tree,
+            kinds: Default::default(),
+        },
+        plan: Plan::default(),
+        git_dirs: Vec::new(),
+    };
+    let project = &policy.roots.project;
+    let home = &policy.roots.home;
+    p.pin(project);
+    p.work_tree(project, project, 0);
+    for name in PROJECT_LOCKED {
+        p.lock(project, &project.join(name), 0);
+    }
+    for name in PROJECT_REPORTED {
+        p.watch(&project.join(name));
+    }
+    for name in HOME_LOCKED {
+        p.lock(home, &home.join(name), 0);
+    }
+    // The home directory's `.claude.json` is a link to Claude Code's state
+    // under `~/.claude` on Linux (ADR-0013): the link is held, the state
+    // watched. Where it is the file itself, it is Claude Code's to write.
+    let link = home.join(".claude.json");
+    if p.tree.kind(&link) == Some(Kind::Link) {
+        p.guard(&link, Guard::Lock);
+        p.plan.watched.push(link.clone());
+    }
+    for state in [home.join(CLAUDE_STATE_FILE), link] {
+        let state = match p.tree.kind(&state) {
+            Some(Kind::Link) => p.tree.resolve(&state),
+            _ => Some(state),
+        };
+        if let Some(state) = state.filter(|s| !p.plan.claude_state.contains(s)) {
+            p.plan.claude_state.push(state);
+        }
+    }
+    for config in [home.join(".gitconfig"), home.join(".config/git/config")] {
+        if let Some(dir) = p
+            .tree
+            .read(&config)
+            .and_then(|t| hooks_path(&t))
+            .and_then(|h| expand_home(&h, home))
+            .filter(|d| d.is_absolute())
+        {
+            p.lock(home, &dir, 0);
+        }
+    }
+    let mut plan = p.plan;
+    plan.git_dirs = p.git_dirs;
+    plan.guarded.sort_by(|a, b| {
+        let depth = |p: &Path| p.components().count();
+        depth(&a.path)
+            .cmp(&depth(&b.path))
+            .then(a.path.cmp(&b.path))
+    });
+    plan.guarded.dedup_by(|later, earlier| {
+        if later.path == earlier.path {
+            earlier.guard = earlier.guard.max(later.guard);
+            true
+        } else {
+            false
+        }
+    });
+    plan.watched.sort();
+    plan.watched.dedup();
+    plan
+}
+
+impl Planner<'_> {
+    fn watch(&mut self, path: &Path) {
+        self.plan.watched.push(path.to_path_buf());
+    }
+
+    fn guard(&mut self, path: &Path, guard: Guard) {
+        self.plan.guarded.push(Guarded {
+            path: path.to_path_buf(),
+            guard,
+        });
+    }
+
+    fn pin(&mut self, dir: &Path) {
+        if self.tree.kind(dir) == Some(Kind::Dir) {
+            self.guard(dir, Guard::Pin);
+        }
+    }
+
+    /// `path` (under `root`) is watched and, when it exists, locked, with
+    /// every directory between `root` and it pinned. A symbolic link on the
+    /// way is locked as itself and followed to where it leads.
+    fn lock(&mut self, root: &Path, path: &Path, links: usize) {
+        self.watch(path);
+        let Ok(rel) = path.strip_prefix(root) else {
+            // Outside the root (a hooks directory named elsewhere): held
+            // on its own.
+            if self.tree.kind(path).is_some() {
+                self.guard(path, Guard::Lock);
+            }
+            return;
+        };
+        let mut at = root.to_path_buf();
+        let parts: Vec<_> = rel.components().collect();
+        for (i, part) in parts.iter().enumerate() {
+            at.push(part);
+            let last = i + 1 == parts.len();
+            match self.tree.kind(&at) {
+                None => return,
+                Some(Kind::Link) => {
+                    self.guard(&at, Guard::Lock);
+                    if links < MAX_LINKS
+                        && let Some(target) = self.tree.resolve(&at)
+                    {
+                        let rest: PathBuf = parts[i + 1..].iter().collect();
+                        let beyond = target.join(rest);
+                        let parent = target.parent().unwrap_or(&target).to_path_buf();
+                        self.lock(&parent, &beyond, links + 1);
+                    }
+                    return;
+                }
+                Some(Kind::Dir) if !last => self.guard(&at, Guard::Pin),
+                Some(_) if !last => return,
+                Some(_) => self.guard(&at, Guard::Lock),
+            }
+        }
+    }
+
+    /// A working tree's `.git` (a directory, a `gitdir:` file, or a link),
+    /// and the submodules `.gitmodules` names.
+    fn work_tree(&mut self, root: &Path, tree_root: &Path, depth: usize) {
+        let dot_git = tree_root.join(".git");
+        match self.tree.kind(&dot_git) {
+            Some(Kind::Dir) => {
+                self.watch(&dot_git);
+                self.pin_down(root, &dot_git);
+                self.git_dir(root, &dot_git, tree_root);
+            }
+            Some(Kind::File) => {
+                self.lock(root, &dot_git, MAX_LINKS);
+                if let Some(dir) = self
+                    .tree
+                    .read(&dot_git)
+                    .and_then(|t| gitdir_of(&t).and_then(|d| self.tree.resolve(&tree_root.join(d))))
+                {
+                    self.git_dir(&dir, &dir, tree_root);
+                }
+            }
+            Some(Kind::Link) => {
+                self.lock(root, &dot_git, MAX_LINKS);
+                if let Some(dir) = self.tree.resolve(&dot_git) {
+                    self.git_dir(&dir, &dir, tree_root);
+                }
+            }
+            None => self.watch(&dot_git),
+        }
+        if depth < 4
+            && let Some(modules) = self.tree.read(&tree_root.join(".gitmodules"))
+        {
+            for path in submodule_paths(&modules) {
+                let sub = tree_root.join(path);
+                if sub.starts_with(tree_root) && self.tree.kind(&sub) == Some(Kind::Dir) {
+                    self.work_tree(root, &sub, depth + 1);
+                }
+            }
+        }
+    }
+
+    /// Every directory from `root` down to `dir`, both included, pinned.
+    fn pin_down(&mut self, root: &Path, dir: &Path) {
+        let Ok(rel) = dir.strip_prefix(root) else {
+            return self.pin(dir);
+        };
+        let mut at = root.to_path_buf();
+        self.pin(&at);
+        for part in rel.components() {
+            at.push(part);
+            if self.tree.kind(&at) != Some(Kind::Dir) {
+                return;
+            }
+            self.guard(&at, Guard::Pin);
+        }
+    }
+
+    /// A git directory: its dangerous entries locked, itself and the
+    /// directories above it up to `root` pinned, and the git directories it
+    /// leads to (common directory, submodules, worktrees) treated the same.
+    fn git_dir(&mut self, root: &Path, dir: &Path, work_tree: &Path) {
+        if self.git_dirs.len() >= MAX_GIT_DIRS
+            || self.git_dirs.iter().any(|d| d == dir)
+            || self.tree.kind(dir) != Some(Kind::Dir)
+        {
+            return;
+        }
+        self.git_dirs.push(dir.to_path_buf());
+        self.pin_down(root, dir);
+        for name in GIT_DIR_LOCKED {
+            self.lock(dir, &dir.join(name), 0);
+        }
+        if let Some(hooks) = self
+            .tree
+            .read(&dir.join("config"))
+            .and_then(|t| hooks_path(&t))
+        {
+            let hooks = PathBuf::from(hooks);
+            let hooks = if hooks.is_absolute() {
+                hooks
+            } else {
+                work_tree.join(hooks)
+            };
+            self.lock(work_tree, &hooks, 0);
+        }
+        if let Some(common) = self
+            .tree
+            .read(&dir.join("commondir"))
+            .and_then(|t| self.tree.resolve(&dir.join(t.trim())))
+        {
+            self.git_dir(&common, &common, work_tree);
+        }
+        for sub in ["modules", "worktrees"] {
+            let mut stack = vec![(dir.join(sub), 0usize)];
+            while let Some((at, depth)) = stack.pop() {
+                for entry in self.tree.list(&at) {
+                    if self.tree.kind(&entry) != Some(Kind::Dir) {
+                        continue;
+                    }
+                    if self.tree.kind(&entry.join("HEAD")).is_some() {
+                        self.git_dir(dir, &entry, work_tree);
+                    } else if depth < 8 {
+                        stack.push((entry, depth + 1));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The directory a `.git` file points at (`gitdir: <path>`).
+pub fn gitdir_of(text: &str) -> Option<&str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("gitdir:"))
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+}
+
+/// The `path = …` of every submodule in a `.gitmodules`.
+pub fn submodule_paths(text: &str) -> Vec<&str> {
+    config_entries(text)
+        .filter(|(section, key, _)| section.starts_with("submodule") && key == "path")
+        .map(|(_, _, value)| value)
+        .collect()
+}
+
+/// `core.hooksPath` from a git configuration file, if it sets one.
+pub fn hooks_path(text: &str) -> Option<String> {
+    config_entries(text)
+        .filter(|(section, key, _)| section == "core" && key == "hookspath")
+        .map(|(_, _, value)| value.trim_matches('"').to_string())
+        .last()
+}
+
+fn expand_home(path: &str, home: &Path) -> Option<PathBuf> {
+    match path.strip_prefix("~/") {
+        Some(rest) => Some(home.join(rest)),
+        None if path == "~" => Some(home.to_path_buf()),
+        None => Some(PathBuf::from(path)),
+    }
+}
+
+/// A git configuration file's `(section, key, value)` entries, section and
+/// key lower-cased, the subsection kept (`remote "origin"` becomes
+/// `remote.origin`). Enough of git's format to read what this module needs;
+/// a line it cannot read is skipped.
+pub fn config_entries(text: &str) -> impl Iterator<Item = (String, String, &str)> {
+    let mut section = String::new();
+    text.lines().filter_map(move |line| {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            return None;
+        }
+        if let Some(rest) = line.strip_prefix('[') {
+            let (head, _) = rest.split_once(']')?;
+            section = match head.split_once(char::is_whitespace) {
+                Some((name, sub)) => {
+                    format!("{}.{}", name.to_lowercase(), sub.trim().trim_matches('"'))
+                }
+                None => head.to_lowercase(),
+            };
+            return None;
+        }
+        let (key, value) = match line.split_once('=') {
+            Some((k, v)) => (k.trim(), v.trim()),
+            None => (line, "true"),
+        };
+        Some((section.clone(), key.to_lowercase(), value))
+    })
+}
+
+/// What in a git configuration makes plain `git` run something or fetch
+/// from somewhere the user did not choose: every entry outside a short list
+/// of ones `git init`, `git clone` and everyday use write. For repositories
+/// that appear during a session (a `git clone` into the project is fine; a
+/// clone with an fsmonitor is not).
+pub fn git_config_risky(text: &str) -> Vec<String> {
+    const PLAIN: &[(&str, &str)] = &[
+        ("core", "repositoryformatversion"),
+        ("core", "filemode"),
+        ("core", "bare"),
+        ("core", "logallrefupdates"),
+        ("core", "ignorecase"),
+        ("core", "precomposeunicode"),
+        ("core", "symlinks"),
+        ("core", "autocrlf"),
+        ("core", "safecrlf"),
+        ("core", "eol"),
+        ("core", "sparsecheckout"),
+        ("core", "worktree"),
+        ("init", "defaultbranch"),
+        ("user", "name"),
+        ("user", "email"),
+        ("extensions", "objectformat"),
+        ("extensions", "refstorage"),
+        ("extensions", "worktreeconfig"),
+        ("submodule", "active"),
+        ("pull", "rebase"),
+        ("pull", "ff"),
+        ("push", "default"),
+        ("push", "autosetupremote"),
+        ("fetch", "prune"),
+        ("gc", "auto"),
+        ("maintenance", "auto"),
+    ];
+    const SUBSECTIONS: &[(&str, &[&str])] = &[
+        (
+            "remote",
+            &[
+                "url",
+                "fetch",
+                "pushurl",
+                "tagopt",
+                "prune",
+                "promisor",
+                "partialclonefilter",
+            ],
+        ),
+        (
+            "branch",
+            &["remote", "merge", "rebase", "pushremote", "description"],
+        ),
+        ("submodule", &["url", "active", "path", "branch", "update"]),
+        ("lfs", &["repositoryformatversion"]),
+    ];
+    config_entries(text)
+        .filter(|(section, key, value)| {
+            if PLAIN.contains(&(section.as_str(), key.as_str())) {
+                return false;
+            }
+            let (name, sub) = match section.split_once('.') {
+                Some((n, s)) => (n, Some(s)),
+                None => (section.as_str(), None),
+            };
+            let allowed = sub.is_some()
+                && SUBSECTIONS
+                    .iter()
+                    .any(|(n, keys)| *n == name && keys.contains(&key.as_str()));
+            // A submodule's `update = !command` runs a command.
+            let runs = key == "update" && value.trim_start().starts_with('!');
+            !allowed || runs
+        })
+        .map(|(section, key, value)| format!("{section}.{key} = {value}"))
+        .collect()
+}
+
+/// The parts of Claude Code's state file that start programs in a later
+/// session: the user's MCP servers, and per project its MCP servers, which
+/// of the project's `.mcp.json` servers are enabled, allowed tools, and the
+/// folder trust that lets a project's own settings run. Returned as one
+/// JSON value, so two can be compared and shown.
+///
+/// For the session's own project (`own`: the project and the repository
+/// enclosing it, which is how Claude Code keys it), only its MCP servers
+/// count: the rest is what the user answers in Claude Code's own dialogs
+/// during the session (trusting the folder, approving the project's
+/// `.mcp.json` servers), and what those answers act on is on the list.
+/// Any other entry counts whole, a parent directory's above all (trust may
+/// be inherited by what lies below it).
+pub fn claude_state_risky(state: &serde_json::Value, own: &[PathBuf]) -> serde_json::Value {
+    use serde_json::{Map, Value};
+    const TOP: &[&str] = &["mcpServers"];
+    const PER_PROJECT: &[&str] = &[
+        "mcpServers",
+        "enabledMcpjsonServers",
+        "disabledMcpjsonServers",
+        "enableAllProjectMcpServers",
+        "allowedTools",
+        "hasTrustDialogAccepted",
+    ];
+    let mut out = Map::new();
+    for key in TOP {
+        if let Some(v) = state.get(*key) {
+            out.insert((*key).to_string(), v.clone());
+        }
+    }
+    if let Some(projects) = state.get("projects").and_then(Value::as_object) {
+        let mut kept = Map::new();
+        for (path, entry) in projects {
+            let own = own.iter().any(|o| o.as_os_str() == path.as_str());
+            let mut risky = Map::new();
+            for key in PER_PROJECT {
+                if own && *key != "mcpServers" {
+                    continue;
+                }
+                match entry.get(*key) {
+                    None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+                    Some(Value::Array(a)) if a.is_empty() => {}
+                    Some(Value::Object(o)) if o.is_empty() => {}
+                    Some(v) => {
+                        risky.insert((*key).to_string(), v.clone());
+                    }
+                }
+            }
+            if !risky.is_empty() {
+                kept.insert(path.clone(), Value::Object(risky));
+            }
+        }
+        if !kept.is_empty() {
+            out.insert("projects".into(), Value::Object(kept));
+        }
+    }
+    Value::Object(out)
+}
+
+/// Whether a file name (the last component) is one the end-of-session
+/// search looks at anywhere below the project: a repository, or a name on
+/// the project list.
+pub fn searched_name(name: &str) -> bool {
+    name == ".git"
+        || PROJECT_LOCKED
+            .iter()
+            .chain(PROJECT_REPORTED)
+            .any(|p| p.split('/').next() == Some(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Roots;
+    use std::collections::BTreeMap;
+
+    /// A file tree in memory: path -> (kind, content or link target).
+    #[derive(Default)]
+    struct Mem(BTreeMap<PathBuf, (Kind, String)>);
+
+    impl Mem {
+        fn file(mut self, path: &str, content: &str) -> Mem {
+            self.parents(path);
+            self.0.insert(path.into(), (Kind::File, content.into()));
+            self
+        }
+        fn dir(mut self, path: &str) -> Mem {
+            self.parents(path);
+            self.0.insert(path.into(), (Kind::Dir, String::new()));
+            self
+        }
+        fn link(mut self, path: &str, to: &str) -> Mem {
+            self.parents(path);
+            self.0.insert(path.into(), (Kind::Link, to.into()));
+            self
+        }
+        fn parents(&mut self, path: &str) {
+            for a in Path::new(path).ancestors().skip(1) {
+                self.0
+                    .entry(a.to_path_buf())
+                    .or_insert((Kind::Dir, String::new()));
+            }
+        }
+    }
+
+    impl Tree for Mem {
+        fn kind(&self, path: &Path) -> Option<Kind> {
+            self.0.get(path).map(|(k, _)| *k)
+        }
+        fn read(&self, path: &Path) -> Option<String> {
+            match self.0.get(path)? {
+                (Kind::File, c) => Some(c.clone()),
+                (Kind::Link, _) => self.read(&self.resolve(path)?),
+                _ => None,
+            }
+        }
+        fn list(&self, path: &Path) -> Vec<PathBuf> {
+            self.0
+                .keys()
+                .filter(|p| p.parent() == Some(path))
+                .cloned()
+                .collect()
+        }
+        fn resolve(&self, path: &Path) -> Option<PathBuf> {
+            let mut clean = PathBuf::new();
+            for part in path.components() {
+                match part {
+                    std::path::Component::ParentDir => {
+                        clean.pop();
+                    }
+                    std::path::Component::CurDir => {}
+                    other => clean.push(other),
+                }
+            }
+            match self.0.get(&clean)? {
+                (Kind::Link, to) => self.resolve(&clean.parent()?.join(to)),
+                _ => Some(clean),
+            }
+        }
+    }
+
+    fn policy() -> Policy {
+        Policy::new(Roots {
+            project: "/h/u/p".into(),
+            temp: "/tmp".into(),
+            home: "/h/u".into(),
+            state: "/h/u/.local/state/nd7".into(),
+            exit: "/usr/bin/nd7-exec".into(),
+        })
+    }
+
+    fn held(plan: &Plan, guard: Guard) -> Vec<String> {
+        plan.guarded
+            .iter()
+            .filter(|g| g.guard == guard)
+            .map(|g| g.path.display().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn an_ordinary_repository_is_locked_where_it_runs_things_and_pinned_above() {
+        let tree = Mem::default()
+            .file("/h/u/p/.git/config", "[core]\n\tbare = false\n")
+            .file("/h/u/p/.git/HEAD", "ref: refs/heads/main\n")
+            .file("/h/u/p/.git/hooks/pre-commit.sample", "")
+            .file("/h/u/p/.git/info/exclude", "")
+            .file("/h/u/p/.gitattributes", "")
+            .file("/h/u/p/.claude/settings.json", "{}")
+            .file("/h/u/p/src/main.rs", "")
+            .file("/h/u/.claude/settings.json", "{}")
+            .file("/h/u/.claude/claude.json", "{}")
+            .link("/h/u/.claude.json", ".claude/claude.json")
+            .file("/h/u/.bashrc", "");
+        let plan = plan(&policy(), &tree);
+        assert_eq!(
+            held(&plan, Guard::Lock),
+            [
+                "/h/u/.bashrc",
+                "/h/u/.claude.json",
+                "/h/u/.claude/settings.json",
+                "/h/u/p/.gitattributes",
+                "/h/u/p/.claude/settings.json",
+                "/h/u/p/.git/config",
+                "/h/u/p/.git/hooks",
+            ]
+        );
+        assert_eq!(
+            held(&plan, Guard::Pin),
+            [
+                "/h/u/.claude",
+                "/h/u/p",
+                "/h/u/p/.claude",
+                "/h/u/p/.git",
+                "/h/u/p/.git/info"
+            ]
+        );
+        // Parents come before what lies beneath them.
+        let pos = |p: &str| plan.guarded.iter().position(|g| g.path == Path::new(p));
+        assert!(pos("/h/u/p/.git") < pos("/h/u/p/.git/config"));
+        assert!(pos("/h/u/p") < pos("/h/u/p/.git"));
+        for missing in [
+            "/h/u/p/.envrc",
+            "/h/u/p/.mcp.json",
+            "/h/u/p/.git/commondir",
+            "/h/u/p/.git/info/attributes",
+            "/h/u/.claude/commands",
+            "/h/u/.zshrc",
+        ] {
+            assert!(plan.watched.contains(&missing.into()), "{missing}");
+            assert!(!plan.locked(Path::new(missing)), "{missing}");
+        }
+        assert!(plan.locked(Path::new("/h/u/p/.git/hooks/post-checkout")));
+        assert!(!plan.locked(Path::new("/h/u/p/src/main.rs")));
+        assert_eq!(
+            plan.claude_state,
+            [PathBuf::from("/h/u/.claude/claude.json")]
+        );
+    }
+
+    #[test]
+    fn submodules_worktrees_and_a_common_dir_are_followed() {
+        let tree = Mem::default()
+            .file("/h/u/p/.git/config", "")
+            .file("/h/u/p/.git/HEAD", "")
+            .file(
+                "/h/u/p/.gitmodules",
+                "[submodule \"lib\"]\n\tpath = libs/lib\n\turl = ../lib\n",
+            )
+            .file(
+                "/h/u/p/libs/lib/.git",
+                "gitdir: ../../.git/modules/libs/lib\n",
+            )
+            .file("/h/u/p/.git/modules/libs/lib/HEAD", "")
+            .file("/h/u/p/.git/modules/libs/lib/config", "")
+            .dir("/h/u/p/.git/modules/libs/lib/hooks")
+            .file("/h/u/p/.git/worktrees/wt/HEAD", "")
+            .file("/h/u/p/.git/worktrees/wt/commondir", "../..\n");
+        let plan = plan(&policy(), &tree);
+        let locks = held(&plan, Guard::Lock);
+        for want in [
+            "/h/u/p/.gitmodules",
+            "/h/u/p/libs/lib/.git",
+            "/h/u/p/.git/config",
+            "/h/u/p/.git/modules/libs/lib/config",
+            "/h/u/p/.git/modules/libs/lib/hooks",
+            "/h/u/p/.git/worktrees/wt/commondir",
+        ] {
+            assert!(locks.contains(&want.to_string()), "{want}: {locks:?}");
+        }
+        let pins = held(&plan, Guard::Pin);
+        for want in [
+            "/h/u/p/.git/modules/libs/lib",
+            "/h/u/p/.git/worktrees/wt",
+            "/h/u/p/libs",
+            "/h/u/p/libs/lib",
+        ] {
+            assert!(pins.contains(&want.to_string()), "{want}: {pins:?}");
+        }
+    }
+
+    #[test]
+    fn a_worktree_file_and_links_are_held_as_themselves_and_followed() {
+        let tree = Mem::default()
+            .file("/h/u/p/.git", "gitdir: /h/u/main/.git/worktrees/p\n")
+            .file("/h/u/main/.git/worktrees/p/HEAD", "")
+            .file("/h/u/main/.git/worktrees/p/commondir", "../..")
+            .file("/h/u/main/.git/HEAD", "")
+            .file("/h/u/main/.git/config", "[core]\n\thooksPath = .husky/_\n")
+            .link("/h/u/p/.claude", "../shared/claude")
+            .file("/h/u/shared/claude/settings.json", "{}")
+            .dir("/h/u/p/.husky/_");
+        let plan = plan(&policy(), &tree);
+        let locks = held(&plan, Guard::Lock);
+        for want in [
+            "/h/u/p/.git",
+            "/h/u/main/.git/worktrees/p/commondir",
+            "/h/u/main/.git/config",
+            "/h/u/p/.claude",
+            "/h/u/shared/claude/settings.json",
+            "/h/u/p/.husky/_",
+        ] {
+            assert!(locks.contains(&want.to_string()), "{want}: {locks:?}");
+        }
+    }
+
+    #[test]
+    fn hooks_path_and_submodule_paths_are_read_as_git_reads_them() {
+        let config = "[core]\n\trepositoryformatversion = 0\n\thooksPath = \"one\"\n[Core]\n  HOOKSPATH=two\n[remote \"o\"]\n\turl = x\n";
+        assert_eq!(hooks_path(config).as_deref(), Some("two"));
+        assert_eq!(hooks_path("[core]\nbare = true\n"), None);
+        assert_eq!(
+            submodule_paths("[submodule \"a\"]\n path = x/y\n[submodule \"b\"]\n\tpath=z\n"),
+            ["x/y", "z"]
+        );
+        assert_eq!(
+            gitdir_of("gitdir: ../.git/modules/a\n"),
+            Some("../.git/modules/a")
+        );
+        assert_eq!(gitdir_of("nothing"), None);
+    }
+
+    #[test]
+    fn a_fresh_clones_configuration_is_plain_and_an_fsmonitor_is_not() {
+        let clone = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n[remote \"origin\"]\n\turl = https://example.org/x.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n";
+        assert!(
+            git_config_risky(clone).is_empty(),
+            "{:?}",
+            git_config_risky(clone)
+        );
+        let planted = format!(
+            "{clone}[core]\n\tfsmonitor = touch /tmp/x\n[alias]\n\tst = !sh\n[remote \"origin\"]\n\tuploadpack = sh -c x\n[submodule \"s\"]\n\tupdate = !rm -rf /\n"
+        );
+        assert_eq!(
+            git_config_risky(&planted),
+            [
+                "core.fsmonitor = touch /tmp/x",
+                "alias.st = !sh",
+                "remote.origin.uploadpack = sh -c x",
+                "submodule.s.update = !rm -rf /",
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_parts_of_claude_state_that_start_programs_are_compared() {
+        let p = &[PathBuf::from("/h/u/repo/p"), PathBuf::from("/h/u/repo")];
+        let before = serde_json::json!({
+            "numStartups": 3,
+            "projects": {"/h/u/repo": {"allowedTools": [], "lastCost": 1}},
+        });
+        // The user trusts the folder and approves the project's servers in
+        // Claude Code's dialogs: its own state, not a plant.
+        let after_use = serde_json::json!({
+            "numStartups": 4,
+            "projects": {"/h/u/repo": {"allowedTools": [], "lastCost": 2,
+                                       "hasTrustDialogAccepted": true,
+                                       "enabledMcpjsonServers": ["db"]}},
+        });
+        assert_eq!(
+            claude_state_risky(&before, p),
+            claude_state_risky(&after_use, p)
+        );
+        let planted = serde_json::json!({
+            "numStartups": 4,
+            "mcpServers": {"x": {"command": "sh"}},
+            "projects": {"/h/u/repo": {"hasTrustDialogAccepted": true,
+                                       "mcpServers": {"y": {"command": "sh"}}},
+                         "/h/u/other": {"enableAllProjectMcpServers": true,
+                                        "hasTrustDialogAccepted": true},
+                         "/h/u": {"hasTrustDialogAccepted": true}},
+        });
+        assert_eq!(
+            claude_state_risky(&planted, p),
+            serde_json::json!({
+                "mcpServers": {"x": {"command": "sh"}},
+                "projects": {"/h/u/repo": {"mcpServers": {"y": {"command": "sh"}}},
+                             "/h/u/other": {"enableAllProjectMcpServers": true,
+                                            "hasTrustDialogAccepted": true},
+                             "/h/u": {"hasTrustDialogAccepted": true}},
+            })
+        );
+    }
+
+    #[test]
+    fn the_search_looks_for_repositories_and_listed_names() {
+        for yes in [
+            ".git",
+            ".envrc",
+            ".claude",
+            ".vscode",
+            ".husky",
+            ".mcp.json",
+        ] {
+            assert!(searched_name(yes), "{yes}");
+        }
+        for no in ["src", "settings.json", "claude", ".gitignore"] {
+            assert!(!searched_name(no), "{no}");
+        }
+    }
+}
