@@ -314,14 +314,16 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             // Each path is a change to a file that runs later, first seen
             // after `command`; the watch also keeps it for the warning at
             // the end.
-            let paths = watch.after_command(command);
+            // The warning names the model's command, read back from
+            // Claude Code's Bash tool line when it is one (ADR-0040).
+            let call = run_entry::bash_command(command.as_bytes());
+            let paths = watch.after_command(call.as_deref().unwrap_or(command));
             if !paths.is_empty() {
-                let _ = log.note(
-                    run_entry::DEFERRED_CHANGED,
-                    None,
-                    None,
-                    &serde_json::json!({ "command": command, "paths": paths }),
-                );
+                let mut body = serde_json::json!({ "command": command, "paths": paths });
+                if let Some(call) = call {
+                    body["bash_command"] = call.into();
+                }
+                let _ = log.note(run_entry::DEFERRED_CHANGED, None, None, &body);
             }
         })
     };

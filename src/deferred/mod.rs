@@ -242,9 +242,18 @@ fn compare(before: &Snapshot, after: &Snapshot) -> Vec<Finding> {
 }
 
 /// Claude Code's state file's risky parts ([`claude_state_risky`]), or
-/// `None` when it cannot be read as JSON.
+/// `None` when it cannot be read as JSON. A state not made yet (the first
+/// run, through the link `nd7 setup` leaves for it) starts nothing: it
+/// reads as an empty one, so Claude Code creating it is no finding, while
+/// creating it with an MCP server is.
 fn claude_state(path: &Path, own: &[PathBuf]) -> Option<serde_json::Value> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Some(claude_state_risky(&serde_json::json!({}), own));
+        }
+        Err(_) => return None,
+    };
     let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     Some(claude_state_risky(&value, own))
 }
@@ -736,6 +745,21 @@ mod tests {
             state: root.join(".local/state/nd7"),
             exit: "/usr/bin/nd7-exec".into(),
         })
+    }
+
+    /// Claude Code making its state on a first run (through the link setup
+    /// left) is no finding; making it with an MCP server is.
+    #[test]
+    fn a_state_made_during_the_session_counts_only_for_what_it_starts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("claude.json");
+        let before = claude_state(&state, &[]);
+        std::fs::write(&state, "{\"numStartups\": 1}").expect("w");
+        assert_eq!(claude_state(&state, &[]), before);
+        std::fs::write(&state, r#"{"mcpServers": {"x": {"command": "sh"}}}"#).expect("w");
+        assert_ne!(claude_state(&state, &[]), before);
+        std::fs::write(&state, "not json").expect("w");
+        assert_eq!(claude_state(&state, &[]), None);
     }
 
     #[test]
