@@ -506,8 +506,16 @@ fn write_settings(
     Ok(backup)
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it, then a rename.
+/// Writes `bytes` to `path` atomically: a temporary file beside it, made
+/// new with `mode` (never readable by others for a moment, as a chmod after
+/// the write would leave it) and without following a link, synced, then
+/// renamed over `path`. The directory (`~/.claude`) is writable inside
+/// `nd7 run`'s floor, so whatever already has the temporary name (a link to
+/// one of the user's files, planted by an agent) is removed, never written
+/// through.
 fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SetupError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io_err(dir, "create"))?;
     let tmp = path.with_file_name(format!(
@@ -515,8 +523,24 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SetupError> {
         path.file_name()
             .map_or_else(|| "file".into(), |n| n.to_string_lossy())
     ));
-    fs::write(&tmp, bytes).map_err(io_err(&tmp, "write"))?;
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).map_err(io_err(&tmp, "chmod"))?;
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io_err(&tmp, "remove")(e));
+        }
+        _ => {}
+    }
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&tmp)
+        .map_err(io_err(&tmp, "create"))?;
+    // The umask may have taken bits away; the file keeps the mode it replaces.
+    file.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(io_err(&tmp, "chmod"))?;
+    file.write_all(bytes).map_err(io_err(&tmp, "write"))?;
+    file.sync_all().map_err(io_err(&tmp, "sync"))?;
     fs::rename(&tmp, path).map_err(io_err(path, "replace"))
 }
 
@@ -1147,6 +1171,36 @@ fn hooks_check(text: &str, nd7: &str) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A link planted at the temporary name (the directory is writable
+    /// inside the floor) is replaced, never written through: the file it
+    /// points at keeps its bytes and its mode.
+    #[test]
+    fn a_planted_link_at_the_temporary_name_is_not_written_through() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let victim = dir.path().join("bashrc");
+        fs::write(&victim, "mine\n").expect("write");
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).expect("chmod");
+        let settings = dir.path().join("claude/settings.json");
+        fs::create_dir_all(settings.parent().expect("parent")).expect("mkdir");
+        std::os::unix::fs::symlink(&victim, dir.path().join("claude/.settings.json.nd7-tmp"))
+            .expect("link");
+        write_file(&settings, b"{}\n", 0o600).expect("written");
+        assert_eq!(fs::read_to_string(&victim).expect("victim"), "mine\n");
+        assert_eq!(
+            fs::metadata(&victim).expect("victim").permissions().mode() & 0o777,
+            0o644
+        );
+        assert_eq!(fs::read_to_string(&settings).expect("settings"), "{}\n");
+        assert_eq!(
+            fs::symlink_metadata(&settings)
+                .expect("settings")
+                .permissions()
+                .mode()
+                & 0o777,
+            0o600
+        );
+    }
 
     #[test]
     fn stable_paths_survive_upgrades() {
