@@ -275,3 +275,68 @@ fn a_trusted_mise_config_cannot_be_changed() {
         }
     }
 }
+
+// --- the record: the Bash tool line read back ---------------------------------------
+
+fn run_entries(w: &World) -> Vec<serde_json::Value> {
+    let logs = w.home().join(".local/state/nd7/sessions");
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(logs).expect("logs").flatten() {
+        if dir.file_name().to_string_lossy().starts_with("run-") {
+            let text = std::fs::read_to_string(dir.path().join("events.ndjson")).expect("log");
+            out.extend(
+                text.lines()
+                    .map(|l| serde_json::from_str(l).expect("an entry")),
+            );
+        }
+    }
+    out
+}
+
+/// The exit names a command's `bash_command` (the model's command, by which
+/// `nd7 verify` holds it against its Bash call) by reading Claude Code's
+/// tool line back: the first `eval WORD` from which the line's tail
+/// (`&& pwd -P >| FILE`) runs to its end. Everything before that `eval` is
+/// taken to be Claude Code's set-up and is not checked, so a line sent by
+/// the agent itself, `touch pwned && eval 'echo hi' && pwd -P >| FILE`, runs
+/// both commands and goes into the log as `bash_command: "echo hi"`: a
+/// reconciliation or a reader that trusts `bash_command` sees the harmless
+/// one. The full line is in the same entry's `command`, so the record is not
+/// lost, only misnamed.
+///
+/// Open: closing it in `shell_prefix::unwrap` means accepting before the
+/// `eval` only Claude Code's own set-up steps (sourcing its snapshot, the
+/// `shopt`/`setopt`/`unalias`/`unset` groups), which ties nd7 to each Claude
+/// Code version's exact line; and the snapshot it sources lies in
+/// `~/.claude/shell-snapshots`, which the agent can write, so a function or
+/// alias planted there changes what a faithfully read-back command does in
+/// any case. Deciding between a strict grammar (with a `bash_command` left
+/// out when the set-up is not recognised) and saying in docs/log-format.md
+/// that `bash_command` is a reading of the agent's word is the lead's call.
+#[test]
+#[ignore = "open: shell_prefix::unwrap takes any text before the eval as Claude Code's set-up, so bash_command can name less than what ran (and the sourced snapshot is agent-writable)"]
+fn a_crafted_tool_line_is_not_logged_as_a_harmless_command() {
+    let w = World::new();
+    let out = w.run_agent(&format!(
+        r#"export CLAUDE_CODE_SHELL_PREFIX="$EXEC"
+"$EXEC" "touch pwned.txt && eval 'echo hi' && pwd -P >| $TMPDIR/cwd-file"
+echo status:$?
+"#
+    ));
+    let said = text(&out.stdout);
+    assert!(said.contains("status:0"), "{said} {}", text(&out.stderr));
+    let ran_more = w.proj().join("pwned.txt").exists();
+    let execs: Vec<serde_json::Value> = run_entries(&w)
+        .into_iter()
+        .filter(|e| e["source"] == "exit:nd7" && e["kind"] == "exec")
+        .collect();
+    assert_eq!(execs.len(), 1, "{execs:?}");
+    let named = execs[0]["body"]["bash_command"]
+        .as_str()
+        .map(str::to_string);
+    assert!(
+        !(ran_more && named.as_deref() == Some("echo hi")),
+        "the log names `echo hi` while `touch pwned.txt` ran too: {}",
+        execs[0]
+    );
+}
