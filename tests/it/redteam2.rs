@@ -12,18 +12,9 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::world::*;
-
-/// Waits (at most a minute) for `done`; panics with `what` otherwise.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// A process's state letter, `None` once it is gone (or reaped).
 fn state(pid: u32) -> Option<char> {
@@ -317,12 +308,12 @@ fn run_entries(w: &World) -> Vec<serde_json::Value> {
 #[ignore = "open: shell_prefix::unwrap takes any text before the eval as Claude Code's set-up, so bash_command can name less than what ran (and the sourced snapshot is agent-writable)"]
 fn a_crafted_tool_line_is_not_logged_as_a_harmless_command() {
     let w = World::new();
-    let out = w.run_agent(&format!(
+    let out = w.run_agent(
         r#"export CLAUDE_CODE_SHELL_PREFIX="$EXEC"
 "$EXEC" "touch pwned.txt && eval 'echo hi' && pwd -P >| $TMPDIR/cwd-file"
 echo status:$?
-"#
-    ));
+"#,
+    );
     let said = text(&out.stdout);
     assert!(said.contains("status:0"), "{said} {}", text(&out.stderr));
     let ran_more = w.proj().join("pwned.txt").exists();
