@@ -17,8 +17,10 @@
 //!   Both are untracked, so nothing shows them in `git diff`.
 //! - `.gitattributes` and `.gitmodules`: which drivers run on which files,
 //!   and where submodules come from.
-//! - `.envrc` (direnv), `.vscode/` and `.idea/` (tasks and run
-//!   configurations editors start on their own).
+//! - `.envrc` (direnv), mise's configurations (`mise.toml`, `.mise.toml`,
+//!   `.mise/`, which mise trusts by path, not contents),
+//!   `.vscode/` and `.idea/` (tasks and run configurations editors start
+//!   on their own).
 //! - `.mcp.json`, `.claude/settings.json`, `.claude/settings.local.json`,
 //!   `.claude/commands`, `.claude/agents`, `.claude/skills`,
 //!   `.claude/hooks`: servers, hooks and commands the next Claude Code
@@ -60,6 +62,16 @@ pub const PROJECT_LOCKED: &[&str] = &[
     ".gitattributes",
     ".gitmodules",
     ".envrc",
+    // mise, run on `cd` like direnv but trusting a config by its path, not
+    // its contents: an edited trusted file runs its `[env]` and `[hooks]`.
+    // (Its `.config/mise*` and `mise/config.toml` places are left out: on
+    // macOS every `.config` or `mise` directory in the project would then
+    // be refused to be made.)
+    "mise.toml",
+    ".mise.toml",
+    "mise.local.toml",
+    ".mise.local.toml",
+    ".mise",
     ".mcp.json",
     ".vscode",
     ".idea",

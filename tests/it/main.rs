@@ -21,6 +21,8 @@ mod read;
 mod record;
 mod record_door;
 mod redteam;
+#[cfg(target_os = "linux")]
+mod redteam2;
 mod report_html;
 mod sandbox;
 mod setup;

@@ -286,10 +286,17 @@ impl Supervisor {
                 // full backlog, a stopped server, a slow TCP peer), so it is
                 // made on a worker thread: the keeper's loop, which must
                 // always be free to end the session, never waits on it.
+                // Should no thread be had (the account's task limit, which
+                // the session itself can fill), the job is dropped unrun and
+                // `Pending` answers `EAGAIN`: the keeper never dies of it.
                 let me = self.clone();
+                let pending = Pending(Some(n));
                 self.workers.run(Box::new(move || {
-                    let reply = me.connect(&n, fd, addr, len);
-                    n.answer(reply);
+                    let mut pending = pending;
+                    if let Some(n) = pending.0.take() {
+                        let reply = me.connect(&n, fd, addr, len);
+                        n.answer(reply);
+                    }
                 }));
             }
             // The filter hands over nothing else; let it through unchanged.
@@ -424,6 +431,19 @@ impl Supervisor {
     }
 }
 
+/// A notification a worker is to answer: answered `EAGAIN` if it is dropped
+/// unanswered (no worker could be started for it), so its caller never
+/// waits for an answer that will not come.
+struct Pending(Option<Notice>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(n) = self.0.take() {
+            n.answer(Reply::Result(Err(libc::EAGAIN)));
+        }
+    }
+}
+
 /// A job for a worker.
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -478,7 +498,11 @@ impl Workers {
             *jobs = Some(rx);
         }
         let (idle, jobs) = (self.idle.clone(), self.jobs.clone());
-        std::thread::spawn(move || {
+        // Not `std::thread::spawn`, which panics when the kernel has no
+        // thread to give (a task limit the session can fill): that would end
+        // the keeper, and with it the sweep. On failure the job is dropped
+        // unrun, which answers its caller (`Pending`).
+        let _ = std::thread::Builder::new().spawn(move || {
             job();
             loop {
                 idle.fetch_add(1, Ordering::AcqRel);
