@@ -106,6 +106,7 @@ fn session_on(
 
 /// Plays the script in `workspace` to its end, whatever Claude Code itself
 /// refuses along the way ([`Session::denials`]).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn play(
     workspace: claude::Workspace,
     script: impl FnOnce(&std::path::Path) -> Vec<Vec<Block>>,
