@@ -401,7 +401,7 @@ mkdir -p .claude && echo '{{"hooks":{{}}}}' > .claude/settings.json
     // The run's log has each change as nd7's own entry: after the command
     // that made it, and all of them before `run_end` (guards `run.rs`'s
     // `DEFERRED_CHANGED` notes).
-    let chains = crate::floor_process::run_chains(&w);
+    let chains = crate::runs::run_chains(&w);
     let changed: Vec<&serde_json::Value> = chains[0]
         .iter()
         .filter(|e| e["source"] == "exit:nd7" && e["kind"] == "deferred_changed")

@@ -13,31 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::runs::*;
 use crate::world::*;
-
-/// The entries of every run chain the world's sessions wrote, oldest first.
-pub(crate) fn run_chains(w: &World) -> Vec<Vec<serde_json::Value>> {
-    let logs = w.home().join(".local/state/nd7/sessions");
-    let mut runs: Vec<_> = std::fs::read_dir(&logs)
-        .expect("the logs' directory")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("run-"))
-        })
-        .collect();
-    runs.sort();
-    runs.iter()
-        .map(|dir| {
-            std::fs::read_to_string(dir.join("events.ndjson"))
-                .expect("the run's log")
-                .lines()
-                .map(|l| serde_json::from_str(l).expect("an entry"))
-                .collect()
-        })
-        .collect()
-}
 
 /// Waits (at most a minute) for `done`; panics with `what` otherwise.
 fn eventually(what: &str, mut done: impl FnMut() -> bool) {

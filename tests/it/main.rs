@@ -24,6 +24,8 @@ mod redteam;
 #[cfg(target_os = "linux")]
 mod redteam2;
 mod report_html;
+#[cfg(target_os = "linux")]
+mod runs;
 mod sandbox;
 mod setup;
 mod setup_codex;

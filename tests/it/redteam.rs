@@ -5,72 +5,15 @@
 //! that now closes them; those that held are kept so they keep holding.
 #![cfg(target_os = "linux")]
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::PathBuf;
 
 use serde_json::Value;
 
+use crate::runs::*;
 use crate::world::*;
-
-fn lines(out: &Output) -> Vec<String> {
-    text(&out.stdout).lines().map(str::to_string).collect()
-}
 
 /// `x NAME CMD ARGS…` prints `NAME:yes` when CMD succeeds, `NAME:no` when not.
 const X: &str = r#"x() { local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name:yes"; else echo "$name:no"; fi; }"#;
-
-fn logs(w: &World) -> PathBuf {
-    w.home().join(".local/state/nd7/sessions")
-}
-
-/// The one run chain the world's sessions wrote.
-fn run_chain(w: &World) -> PathBuf {
-    let runs: Vec<PathBuf> = std::fs::read_dir(logs(w))
-        .expect("the logs' directory")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("run-"))
-        })
-        .collect();
-    assert_eq!(runs.len(), 1, "one run chain: {runs:?}");
-    runs[0].clone()
-}
-
-fn entries(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("events.ndjson"))
-        .expect("the run's log")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("an entry"))
-        .collect()
-}
-
-fn verify(w: &World, dir: &Path) -> Output {
-    let inner = w.in_home(&format!(
-        ".local/state/nd7/sessions/{}",
-        dir.file_name().expect("name").to_string_lossy()
-    ));
-    w.nd7(&["verify", &inner]).output().expect("nd7 verify")
-}
-
-/// A stand-in for Claude Code, named `claude` so that `nd7 run` registers
-/// its record hooks (and so reconciles): `--version` answers as 2.1.197.
-fn fake_claude(w: &World, body: &str) -> String {
-    let script = std::fs::read_to_string(w.agent(body)).expect("agent");
-    let script = script.replacen(
-        "#!/bin/bash\n",
-        "#!/bin/bash\n[ \"$1\" = --version ] && { echo '2.1.197 (Claude Code)'; exit 0; }\n",
-        1,
-    );
-    let bin = w.root.join("bin");
-    std::fs::create_dir_all(&bin).expect("mkdir");
-    let claude = bin.join("claude");
-    std::fs::write(&claude, script).expect("write");
-    std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
-    claude.display().to_string()
-}
 
 // --- descriptors and /proc -------------------------------------------------
 

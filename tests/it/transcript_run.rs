@@ -7,36 +7,12 @@
 //! the anchored prefix, a link to a secret in the transcript's place.
 #![cfg(target_os = "linux")]
 
-use std::path::{Path, PathBuf};
-
 use serde_json::Value;
 
+use crate::runs::*;
 use crate::world::*;
 
 const SID: &str = "0b7f4f7e-5d1c-4a55-9d8e-2a7b1c9e0f11";
-
-fn run_chain(w: &World) -> PathBuf {
-    let logs = w.home().join(".local/state/nd7/sessions");
-    let runs: Vec<PathBuf> = std::fs::read_dir(&logs)
-        .expect("logs")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("run-"))
-        })
-        .collect();
-    assert_eq!(runs.len(), 1, "{runs:?}");
-    runs[0].clone()
-}
-
-fn entries(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("events.ndjson"))
-        .expect("the run's log")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("an entry"))
-        .collect()
-}
 
 /// Writes `proj/claude`: answers `--version` as Claude Code does, and
 /// otherwise runs `body` with `hook EVENT [JSON members]` at hand.
