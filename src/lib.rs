@@ -22,7 +22,14 @@
 //! - [`vault_admin`]: `nd7 admin`: keys, tokens, and reading a session back, trusting the vault for nothing.
 //! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
 //! - [`read`]: `nd7 sessions`, `nd7 show` and `nd7 search`: the record read back.
+//! - [`policy`]: a session's rules and their rendering for Landlock and Seatbelt. Pure.
+//! - [`session`]: a sandboxed session's directory under `~/.nd7/sessions`, its record and grants.
+//! - [`sandbox`]: the platform floors, the exit and the door; all `cfg(target_os)` is here.
+//! - [`run`]: `nd7 run`; [`run_grants`]: the grants a run starts with; [`running`]: commands still running under a grant.
+//! - [`deferred`]: the watch over files that run later outside the floor.
+//! - [`passwd`]: an account's home from `/etc/passwd`.
 //! - [`cli`], [`setup`]: the command line's definition; `nd7 setup` and `nd7 doctor`.
+//! - `self_update` (feature `self-update`): `nd7 self-update`.
 //!
 //! What a clean chain proves is limited, and nd7 says so wherever it reports
 //! one: the log records what the agent said it did (intent), not what ran
