@@ -17,16 +17,20 @@ while IFS= read -r payload; do
 done < "$FIXTURE"
 LOG=$XDG_STATE_HOME/nd7/sessions/$SESSION/events.ndjson
 
-echo "# the log: seq, kind and event of each entry"
-sed -E 's/^\{"seq":([0-9]+),.*"kind":"([a-z_]+)".*"hook_event_name":"([A-Za-z]+)".*/  \1  \2  \3/' "$LOG"
+echo "# the log: seq, kind and event of each entry (nd7's own entries name their source)"
+sed -E -e 's/^\{"seq":([0-9]+),.*"kind":"([a-z_]+)".*"hook_event_name":"([A-Za-z]+)".*/  \1  \2  \3/' \
+  -e 's/^\{"seq":([0-9]+),.*"source":"([a-z]+:[a-z0-9-]+)","kind":"([a-z_]+)".*/  \1  \3  (\2)/' "$LOG"
+echo "# (the fixture's transcript was written on another machine, so nd7 notes a transcript_gap: nothing to anchor)"
 
 echo "# nd7 verify $SESSION"
 "$ND7" verify "$SESSION"
 
-echo "# change one byte of entry 2 in a copy, and verify the copy"
+echo "# change one byte of the model's output in a copy, and verify the copy"
 COPY=$XDG_STATE_HOME/tampered-copy
 mkdir -p "$COPY/$SESSION" && cp "$LOG" "$XDG_STATE_HOME/nd7/sessions/$SESSION/head" "$COPY/$SESSION/"
-sed -i '3s/hello-from-model/hello-from-MODEL/' "$COPY/$SESSION/events.ndjson"
+# The first entry that holds the model's output, wherever it falls in the log.
+sed -i '0,/hello-from-model/s//hello-from-MODEL/' "$COPY/$SESSION/events.ndjson"
+cmp -s "$LOG" "$COPY/$SESSION/events.ndjson" && { echo "demo: the copy was not changed" >&2; exit 1; }
 if "$ND7" verify "$COPY/$SESSION"; then
   echo "demo: verify missed the change" >&2; exit 1
 fi
