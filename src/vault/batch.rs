@@ -240,13 +240,28 @@ pub(super) fn compress(entries: &[u8]) -> Vec<u8> {
     ruzstd::encoding::compress_to_vec(entries, ruzstd::encoding::CompressionLevel::Fastest)
 }
 
-/// Splits a batch into its parts, parses its header and renders the
-/// checkpoint it claims. Checks the framing only: whether the signature
-/// holds is [`Batch::signed_by`]'s question, whether it decrypts
-/// [`open_batch`]'s.
-pub fn parse_batch(body: &[u8]) -> Result<Batch, Error> {
-    let bad = || malformed("the batch", "an ND7B v2 batch");
-    let rest = body.strip_prefix(BATCH_BODY_MAGIC).ok_or_else(bad)?;
+/// The parts every sealed body (a batch, a transcript piece) has, in order
+/// after its magic: a length-prefixed header, a length-prefixed wrapped key,
+/// a 24-byte nonce, a length-prefixed ciphertext and a 64-byte signature.
+pub(super) struct Sealed {
+    pub header_bytes: Vec<u8>,
+    pub wrapped_key: Vec<u8>,
+    pub nonce: [u8; 24],
+    pub ciphertext: Vec<u8>,
+    pub signature: [u8; 64],
+}
+
+/// Splits `body` into a sealed body's parts, after `magic`; `what` and
+/// `shape` name it in the error. Checks the framing only (and that the
+/// ciphertext can hold the AEAD tag).
+pub(super) fn split_sealed(
+    body: &[u8],
+    magic: &[u8],
+    what: &'static str,
+    shape: &'static str,
+) -> Result<Sealed, Error> {
+    let bad = || malformed(what, shape);
+    let rest = body.strip_prefix(magic).ok_or_else(bad)?;
     let take = |rest: &[u8]| -> Result<(Vec<u8>, usize), Error> {
         let len: [u8; 4] = rest
             .get(..4)
@@ -270,6 +285,27 @@ pub fn parse_batch(body: &[u8]) -> Result<Batch, Error> {
     if ciphertext.len() < 16 {
         return Err(bad());
     }
+    Ok(Sealed {
+        header_bytes,
+        wrapped_key,
+        nonce,
+        ciphertext,
+        signature,
+    })
+}
+
+/// Splits a batch into its parts, parses its header and renders the
+/// checkpoint it claims. Checks the framing only: whether the signature
+/// holds is [`Batch::signed_by`]'s question, whether it decrypts
+/// [`open_batch`]'s.
+pub fn parse_batch(body: &[u8]) -> Result<Batch, Error> {
+    let Sealed {
+        header_bytes,
+        wrapped_key,
+        nonce,
+        ciphertext,
+        signature,
+    } = split_sealed(body, BATCH_BODY_MAGIC, "the batch", "an ND7B v2 batch")?;
     let header = BatchHeader::parse(&header_bytes)?;
     if ciphertext.len() < header.index.len() * MIN_CIPHERTEXT_PER_ENTRY {
         return Err(malformed(

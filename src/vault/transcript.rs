@@ -196,31 +196,18 @@ pub fn seal_piece(
 /// only: the signature is [`Piece::signed_by`]'s question, the contents
 /// [`open_piece`]'s.
 pub fn parse_piece(body: &[u8]) -> Result<Piece, Error> {
-    let bad = || malformed("the transcript piece", "an ND7T v2 piece");
-    let rest = body.strip_prefix(PIECE_BODY_MAGIC).ok_or_else(bad)?;
-    let take = |rest: &[u8]| -> Result<(Vec<u8>, usize), Error> {
-        let len: [u8; 4] = rest
-            .get(..4)
-            .and_then(|l| l.try_into().ok())
-            .ok_or_else(bad)?;
-        let len = u32::from_be_bytes(len) as usize;
-        let part = rest.get(4..4 + len).ok_or_else(bad)?;
-        Ok((part.to_vec(), 4 + len))
-    };
-    let (header_bytes, used) = take(rest)?;
-    let rest = &rest[used..];
-    let (wrapped_key, used) = take(rest)?;
-    let rest = &rest[used..];
-    let nonce: [u8; 24] = rest
-        .get(..24)
-        .and_then(|n| n.try_into().ok())
-        .ok_or_else(bad)?;
-    let rest = &rest[24..];
-    let (ciphertext, used) = take(rest)?;
-    let signature: [u8; 64] = rest[used..].try_into().map_err(|_| bad())?;
-    if ciphertext.len() < 16 {
-        return Err(bad());
-    }
+    let Sealed {
+        header_bytes,
+        wrapped_key,
+        nonce,
+        ciphertext,
+        signature,
+    } = split_sealed(
+        body,
+        PIECE_BODY_MAGIC,
+        "the transcript piece",
+        "an ND7T v2 piece",
+    )?;
     let header = PieceHeader::parse(&header_bytes)?;
     let bytes = header.to - header.from;
     let most = most_ciphertext(bytes);
