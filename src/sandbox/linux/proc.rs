@@ -78,14 +78,24 @@ pub fn all() -> Vec<(u32, Stat)> {
 /// `/proc/<pid>/task/<tid>/children`; `None` where the kernel has no such
 /// file (built without `CONFIG_PROC_CHILDREN`).
 pub fn children(pid: u32) -> Option<Vec<u32>> {
+    let parse = |text: String| -> Vec<u32> {
+        text.split_ascii_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+            .collect()
+    };
+    // The main thread's list first: where it cannot be read (a kernel
+    // without the children files, or the process gone) the caller falls back
+    // to a scan. Another thread may end between being listed and being read,
+    // taking its file with it; its children then have a parent still here.
+    let mut found = parse(fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?);
     let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut found = Vec::new();
     for task in tasks.filter_map(Result::ok) {
-        let text = fs::read_to_string(task.path().join("children")).ok()?;
-        found.extend(
-            text.split_ascii_whitespace()
-                .filter_map(|c| c.parse::<u32>().ok()),
-        );
+        if task.file_name().to_str() == Some(pid.to_string().as_str()) {
+            continue;
+        }
+        if let Ok(text) = fs::read_to_string(task.path().join("children")) {
+            found.extend(parse(text));
+        }
     }
     Some(found)
 }
