@@ -90,11 +90,20 @@ pub struct Common {
     pub effort: Option<Value>,
 }
 
-macro_rules! hook_events {
-    ($(
-        $(#[$doc:meta])*
-        $name:ident { $($(#[$fdoc:meta])* $field:ident : $ty:ty),* $(,)? }
-    )*) => {
+/// Types an agent's hook events: a struct per event (from the fields
+/// given), and an enum of them with `NAMES`, `parse` and `name`. Claude
+/// Code's events here and Codex's (`codex::hook`) are made by this one macro.
+macro_rules! typed_events {
+    (
+        $(#[$enum_doc:meta])*
+        enum $enum:ident;
+        #[doc = $names_doc:literal]
+        #[doc = $spelled_doc:literal]
+        $(
+            $(#[$doc:meta])*
+            $name:ident { $($(#[$fdoc:meta])* $field:ident : $ty:ty),* $(,)? }
+        )*
+    ) => {
         $(
             $(#[$doc])*
             #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -102,38 +111,43 @@ macro_rules! hook_events {
             pub struct $name { $($(#[$fdoc])* pub $field: $ty,)* }
         )*
 
-        /// One hook event, typed by its `hook_event_name`.
+        $(#[$enum_doc])*
         #[derive(Clone, Debug, PartialEq)]
-        pub enum HookEvent {
+        pub enum $enum {
             $($name($name),)*
             /// A name this build does not know.
             Unknown(String),
         }
 
-        impl HookEvent {
-            /// Every event name this build knows, in Claude Code's own order.
+        impl $enum {
+            #[doc = $names_doc]
             pub const NAMES: &'static [&'static str] = &[$(stringify!($name)),*];
 
             /// Types `payload` as the event `name` says it is.
-            pub fn parse(name: &str, payload: &Value) -> Result<HookEvent, serde_json::Error> {
+            pub fn parse(name: &str, payload: &Value) -> Result<$enum, serde_json::Error> {
                 Ok(match name {
-                    $(stringify!($name) => HookEvent::$name($name::deserialize(payload)?),)*
-                    other => HookEvent::Unknown(other.to_string()),
+                    $(stringify!($name) => $enum::$name($name::deserialize(payload)?),)*
+                    other => $enum::Unknown(other.to_string()),
                 })
             }
 
-            /// The event's name as Claude Code spells it.
+            #[doc = $spelled_doc]
             pub fn name(&self) -> &str {
                 match self {
-                    $(HookEvent::$name(_) => stringify!($name),)*
-                    HookEvent::Unknown(name) => name,
+                    $($enum::$name(_) => stringify!($name),)*
+                    $enum::Unknown(name) => name,
                 }
             }
         }
     };
 }
+pub(crate) use typed_events;
 
-hook_events! {
+typed_events! {
+    /// One hook event, typed by its `hook_event_name`.
+    enum HookEvent;
+    #[doc = "Every event name this build knows, in Claude Code's own order."]
+    #[doc = "The event's name as Claude Code spells it."]
     /// Before a tool runs. Recorded as `tool_call`.
     PreToolUse {
         tool_name: String,

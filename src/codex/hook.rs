@@ -12,7 +12,9 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::hook::{Event, Invocation, Kind, Payload, shell_words, to_raw, tool_paths};
+use crate::hook::{
+    Event, Invocation, Kind, Payload, shell_words, to_raw, tool_paths, typed_events,
+};
 
 /// The `source` of every entry recorded from Codex's hooks: what the agent
 /// said it would do and reported back, as for Claude Code.
@@ -44,50 +46,11 @@ pub struct Common {
     pub turn_id: Option<String>,
 }
 
-macro_rules! codex_events {
-    ($(
-        $(#[$doc:meta])*
-        $name:ident { $($(#[$fdoc:meta])* $field:ident : $ty:ty),* $(,)? }
-    )*) => {
-        $(
-            $(#[$doc])*
-            #[derive(Clone, Debug, Deserialize, PartialEq)]
-            #[allow(missing_docs)]
-            pub struct $name { $($(#[$fdoc])* pub $field: $ty,)* }
-        )*
-
-        /// One Codex hook event, typed by its `hook_event_name`.
-        #[derive(Clone, Debug, PartialEq)]
-        pub enum CodexEvent {
-            $($name($name),)*
-            /// A name this build does not know.
-            Unknown(String),
-        }
-
-        impl CodexEvent {
-            /// Every event name Codex 0.171.0 accepts, in its own order.
-            pub const NAMES: &'static [&'static str] = &[$(stringify!($name)),*];
-
-            /// Types `payload` as the event `name` says it is.
-            pub fn parse(name: &str, payload: &Value) -> Result<CodexEvent, serde_json::Error> {
-                Ok(match name {
-                    $(stringify!($name) => CodexEvent::$name($name::deserialize(payload)?),)*
-                    other => CodexEvent::Unknown(other.to_string()),
-                })
-            }
-
-            /// The event's name as Codex spells it.
-            pub fn name(&self) -> &str {
-                match self {
-                    $(CodexEvent::$name(_) => stringify!($name),)*
-                    CodexEvent::Unknown(name) => name,
-                }
-            }
-        }
-    };
-}
-
-codex_events! {
+typed_events! {
+    /// One Codex hook event, typed by its `hook_event_name`.
+    enum CodexEvent;
+    #[doc = "Every event name Codex 0.171.0 accepts, in its own order."]
+    #[doc = "The event's name as Codex spells it."]
     /// Recorded as `session_start`. `source`: startup, resume, clear, and
     /// compact (it fires again after every compaction).
     SessionStart {
