@@ -170,7 +170,7 @@ fn a_task_limit_cannot_make_the_keeper_die() {
     let marker = format!("nd7-rt2-keeper-{}", std::process::id());
     let body = format!(
         r#"
-setsid sh -c 'while :; do sleep 0.2; done # {marker}-daemon' </dev/null >/dev/null 2>&1 &
+setsid sh -c 'sleep 300; : {marker}-daemon' </dev/null >/dev/null 2>&1 &
 /usr/bin/python3 -c '
 import os, socket, time
 path = os.environ["TMPDIR"] + "/rt2.sock"
@@ -178,15 +178,21 @@ l = socket.socket(socket.AF_UNIX)
 l.bind(path)
 l.listen(8)
 kids = []
-while True:
-    try:
-        pid = os.fork()
-    except OSError:
-        break
-    if pid == 0:
-        time.sleep(120)
-        os._exit(0)
-    kids.append(pid)
+def fill():
+    while True:
+        try:
+            pid = os.fork()
+        except OSError:
+            return
+        if pid == 0:
+            time.sleep(120)
+            os._exit(0)
+        kids.append(pid)
+fill()
+# Threads of nd7 run that end after the start free their tasks: wait,
+# then take those too, so the connect meets a full limit.
+time.sleep(0.5)
+fill()
 c = socket.socket(socket.AF_UNIX)
 try:
     c.connect(path)
