@@ -242,6 +242,14 @@ pub enum Command {
     /// registers it.
     #[command(hide = true)]
     HookExplain,
+    /// Send a Codex shell call through nd7's exit (a Codex hook).
+    ///
+    /// Reads a PreToolUse payload on stdin; under `nd7 run codex`, for a shell
+    /// call, prints the reply that runs the command as `nd7-exec '<command>'`,
+    /// under the session's current grants. Always exits 0. `nd7 run` registers
+    /// it.
+    #[command(hide = true)]
+    HookRoute,
     /// Say what is installed and working, and the command that fixes what is not.
     ///
     /// Checks each agent's hooks (for Codex, also whether they are trusted),

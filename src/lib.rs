@@ -48,6 +48,7 @@ pub mod read;
 pub mod record;
 pub mod refusals;
 pub mod run;
+pub mod run_codex;
 pub mod run_entry;
 pub mod run_grants;
 pub mod run_log;

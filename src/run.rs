@@ -69,6 +69,8 @@ pub enum RunError {
     Home { env: PathBuf, account: PathBuf },
     #[error(transparent)]
     Grants(#[from] run_grants::StartGrantError),
+    #[error(transparent)]
+    Codex(#[from] crate::run_codex::CodexRunError),
 }
 
 /// How the working directory was named: `$PWD` (the shell's name for it,
@@ -213,6 +215,16 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     if policy.roots.project == Path::new("/") {
         return Err(RunError::Project(project_named(&cwd)));
     }
+    let codex = crate::run_codex::is_codex(&options.program);
+    // Codex's home, its hooks' trust and its arguments, before the floor
+    // is built around them (ADR-0057).
+    let codex_args = if codex {
+        crate::run_codex::check_args(&options.args)?;
+        policy.agent = crate::policy::AgentState::Codex;
+        crate::run_codex::prepare(&home, &nd7)?
+    } else {
+        Vec::new()
+    };
     policy.secrets = session::secrets(&home)?;
     policy.terminal = sandbox::own_terminal();
     policy
@@ -290,7 +302,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             nd7_version: env!("CARGO_PKG_VERSION"),
             sandbox: kernel_sandbox,
             landlock_abi,
-            hooks: claude,
+            hooks: claude || codex,
             grants: run_grants::entry(&started_grants),
         },
     )?);
@@ -364,6 +376,8 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             .arg(settings.to_string())
             .args(rest)
             .env(shell_prefix::PREFIX_VARIABLE, &nd7_exec);
+    } else if codex {
+        command.args(&codex_args).args(&options.args);
     } else {
         command.args(&options.args);
     }
@@ -393,11 +407,17 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         })
     })?;
     announce(&format!(
-        "nd7 run: session {pid} under nd7's policy: writes only to {} and {} (and Claude Code's own state); `nd7 allow DIR` lets commands write DIR; log {}",
+        "nd7 run: session {pid} under nd7's policy: writes only to {} and {} (and {}'s own state); `nd7 allow DIR` lets commands write DIR; log {}",
         policy.roots.project.display(),
         policy.roots.temp.display(),
+        if codex { "Codex" } else { "Claude Code" },
         log.id(),
     ));
+    if codex {
+        announce(
+            "nd7 run: Codex's own sandbox is off (it cannot start inside nd7's floor); its shell calls leave the floor through nd7's exit, under this session's grants",
+        );
+    }
     if let Some(line) = run_grants::banner(&started_grants, &home) {
         announce(&line);
     }
@@ -490,12 +510,15 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         );
     }
     match log.end(&ended) {
-        Ok(tally) if claude && !tally.unmatched_execs.is_empty() => announce_warning(&format!(
-            "{} of {} Bash commands ran through the exit without a matching hook entry (Claude Code's hooks did not announce them); nd7's own entries in log {} show each one",
-            tally.unmatched_execs.len(),
-            tally.execs,
-            log.id()
-        )),
+        Ok(tally) if (claude || codex) && !tally.unmatched_execs.is_empty() => {
+            announce_warning(&format!(
+                "{} of {} Bash commands ran through the exit without a matching hook entry ({}'s hooks did not announce them); nd7's own entries in log {} show each one",
+                tally.unmatched_execs.len(),
+                tally.execs,
+                if codex { "Codex" } else { "Claude Code" },
+                log.id()
+            ))
+        }
         Ok(_) => {}
         Err(e) => announce_warning(&format!("cannot write the end of log {}: {e}", log.id())),
     }

@@ -102,6 +102,7 @@ fn main() -> ExitCode {
             path,
         } => run_grant(Change::Deny, session, preset, path),
         Command::HookExplain => hooks::explain(early),
+        Command::HookRoute => hooks::route(),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
         Command::Enroll {
             url,

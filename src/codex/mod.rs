@@ -6,6 +6,7 @@
 
 pub mod hook;
 pub mod rollout;
+pub mod run;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

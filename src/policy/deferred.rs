@@ -81,6 +81,11 @@ pub const PROJECT_LOCKED: &[&str] = &[
     ".claude/agents",
     ".claude/skills",
     ".claude/hooks",
+    // Codex's project layer, read once the project is trusted: settings,
+    // hooks, rules.
+    ".codex/config.toml",
+    ".codex/hooks.json",
+    ".codex/rules",
 ];
 
 /// Project-relative paths whose changes are reported but not refused: hook
@@ -114,6 +119,17 @@ pub const HOME_LOCKED: &[&str] = &[
     ".claude/plugins/marketplaces",
     ".claude/plugins/installed_plugins.json",
     ".claude/plugins/known_marketplaces.json",
+    // Codex's home: its settings (hooks, `notify`, MCP servers, the trust
+    // of every hook, nd7 run's included), its hooks, the environment it
+    // loads at every start (`.env`: `LD_PRELOAD`, `PATH`), the rules that
+    // let commands skip its approval, its prompts and plugins. (Not its
+    // skills: Codex writes its own system skills there at start.)
+    ".codex/config.toml",
+    ".codex/hooks.json",
+    ".codex/.env",
+    ".codex/rules",
+    ".codex/prompts",
+    ".codex/plugins",
     ".bashrc",
     ".bash_profile",
     ".bash_login",

@@ -76,6 +76,9 @@ pub struct Policy {
     /// [`TERMINALS`]), the one terminal device that stays readable by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminal: Option<PathBuf>,
+    /// Whose state directories are write roots of the floor.
+    #[serde(default)]
+    pub agent: AgentState,
 }
 
 /// What a path led to, without following links: the file's device and
@@ -121,6 +124,33 @@ pub const CLAUDE_STATE: &[&str] = &[
     ".local/state/claude",
 ];
 
+/// Home-relative directories Codex writes to keep its state: its home,
+/// `~/.codex` (sessions, rollouts, its databases, the helper links it puts on
+/// PATH). The files in it that run later are held like Claude Code's
+/// settings ([`deferred::HOME_LOCKED`]).
+pub const CODEX_STATE: &[&str] = &[".codex"];
+
+/// Whose state the floor keeps writable: Claude Code's (every program but
+/// Codex, as before there was a second agent) or Codex's. Recorded in the
+/// session, so the exit builds each command's rules from the same roots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentState {
+    #[default]
+    ClaudeCode,
+    Codex,
+}
+
+impl AgentState {
+    /// The home-relative write roots of this agent's state.
+    pub fn dirs(self) -> &'static [&'static str] {
+        match self {
+            AgentState::ClaudeCode => CLAUDE_STATE,
+            AgentState::Codex => CODEX_STATE,
+        }
+    }
+}
+
 /// Device files every process expects to write.
 pub const DEVICES: &[&str] = &["/dev/null", "/dev/tty", "/dev/zero", "/dev/full"];
 
@@ -143,6 +173,7 @@ impl Policy {
             pins: Vec::new(),
             aliases: Vec::new(),
             terminal: None,
+            agent: AgentState::default(),
         }
     }
 
@@ -176,7 +207,7 @@ impl Policy {
     /// The floor's write roots, before anything is taken out of them.
     pub fn floor_writes(&self) -> Vec<PathBuf> {
         let mut roots = vec![self.roots.project.clone(), self.roots.temp.clone()];
-        roots.extend(CLAUDE_STATE.iter().map(|d| self.roots.home.join(d)));
+        roots.extend(self.agent.dirs().iter().map(|d| self.roots.home.join(d)));
         roots.extend(DEVICES.iter().map(PathBuf::from));
         roots
     }

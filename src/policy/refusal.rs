@@ -82,6 +82,10 @@ fn text_of(payload: &Value) -> Option<String> {
         "PostToolUseFailure" => payload.get("error")?.as_str().map(str::to_string),
         "PostToolUse" => {
             let response = payload.get("tool_response")?;
+            // Codex's result is the output text itself.
+            if let Some(text) = response.as_str() {
+                return Some(text.to_string());
+            }
             let part = |k: &str| response.get(k).and_then(Value::as_str).unwrap_or("");
             Some(format!("{}\n{}", part("stdout"), part("stderr")))
         }

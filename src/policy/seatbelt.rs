@@ -117,11 +117,14 @@ impl Profile {
             profile.form(&format!("(allow file-write* {root})"));
         }
         let home = &policy.roots.home;
+        // Claude Code's places on macOS; a Codex session has only its home.
+        let claude = policy.agent == super::AgentState::ClaudeCode;
         let mut state: Vec<String> = CLAUDE_STATE_MACOS
             .iter()
+            .filter(|_| claude)
             .filter_map(|d| filter("subpath", &home.join(d)))
             .collect();
-        if let Some(home) = regex_literal(home) {
+        if claude && let Some(home) = regex_literal(home) {
             state.push(format!(
                 "(regex {})",
                 string(&format!("^{home}{CLAUDE_JSON_SAVES}"))

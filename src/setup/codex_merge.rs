@@ -373,7 +373,9 @@ pub fn uninstall_json(text: Option<&str>) -> Result<Merged, CodexConfigError> {
 
 // ---- config.toml ------------------------------------------------------
 
-fn parse_toml(text: Option<&str>) -> Result<DocumentMut, CodexConfigError> {
+/// config.toml's text as a document that keeps its comments; a broken one
+/// is named by line and column.
+pub fn parse_toml(text: Option<&str>) -> Result<DocumentMut, CodexConfigError> {
     let text = text.unwrap_or_default();
     text.parse::<DocumentMut>().map_err(|e| {
         let at = e.span().map_or(0, |s| s.start).min(text.len());

@@ -34,6 +34,7 @@ use nd7_core::record;
 pub enum Hook {
     Record = 0,
     Explain = 1,
+    Route = 2,
 }
 
 impl Hook {
@@ -41,6 +42,7 @@ impl Hook {
         match self {
             Hook::Record => "record",
             Hook::Explain => "hook-explain",
+            Hook::Route => "hook-route",
         }
     }
 
@@ -49,15 +51,17 @@ impl Hook {
         match self {
             Hook::Record => "the event may not be recorded",
             Hook::Explain => "the model is not told what the sandbox refused",
+            Hook::Route => "the command runs under the floor alone, without the session's grants",
         }
     }
 }
 
 /// The line the SIGABRT handler writes, by [`Hook`]: fixed bytes, since a
 /// signal handler may not format or allocate.
-const ABORTED: [&[u8]; 2] = [
+const ABORTED: [&[u8]; 3] = [
     b"nd7 record: aborted (out of memory, stack overflow or an internal error); the event may not be recorded\n",
     b"nd7 hook-explain: aborted (out of memory, stack overflow or an internal error); the model is not told what the sandbox refused\n",
+    b"nd7 hook-route: aborted (out of memory, stack overflow or an internal error); the command runs under the floor alone, without the session's grants\n",
 ];
 
 /// The hook this process runs, as an index into [`ABORTED`].
@@ -148,6 +152,50 @@ pub fn explain(invocation: Invocation) -> ExitCode {
         (Err(e), _) => say(format_args!(
             "nd7 hook-explain: {e}; the model is not told what the sandbox refused"
         )),
+    }
+    ExitCode::SUCCESS
+}
+
+/// `nd7 hook-route`: a Codex PreToolUse payload in; under `nd7 run`, for a
+/// shell call, the reply that makes the command `'<nd7-exec>' '<command>'`
+/// out, so it leaves the floor through the exit and runs under the
+/// session's current grants. `nd7-exec` is the one beside this nd7, the
+/// binary `nd7 run` checked. Nothing is printed otherwise, and then the
+/// command runs as it is, under the floor alone, which is never wider.
+pub fn route() -> ExitCode {
+    guard(Hook::Route);
+    inject_fault();
+    if std::env::var_os(record::RUN_VARIABLE).is_none() {
+        say(format_args!(
+            "nd7 hook-route: not under nd7 run ({} is not set); the command is not routed",
+            record::RUN_VARIABLE
+        ));
+        return ExitCode::SUCCESS;
+    }
+    let input = match record::read_payload(std::io::stdin().lock()) {
+        Ok(input) => input,
+        Err(e) => {
+            say(format_args!(
+                "nd7 hook-route: {e}; the command is not routed"
+            ));
+            return ExitCode::SUCCESS;
+        }
+    };
+    let exec = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .map(|nd7| nd7.with_file_name("nd7-exec"));
+    let exec = match exec {
+        Ok(exec) => exec,
+        Err(e) => {
+            say(format_args!(
+                "nd7 hook-route: cannot find nd7-exec beside nd7 ({e}); the command is not routed"
+            ));
+            return ExitCode::SUCCESS;
+        }
+    };
+    if let Some(reply) = nd7_core::codex::run::route_reply(&input, &exec.to_string_lossy()) {
+        // Not println!: a failed write must not change the exit status.
+        let _ = writeln!(std::io::stdout(), "{reply}");
     }
     ExitCode::SUCCESS
 }
