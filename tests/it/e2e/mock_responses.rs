@@ -26,6 +26,9 @@ pub enum Item {
     ShellEscalated(String),
     /// An `apply_patch` call (a freeform tool: the patch is the input).
     Patch(String),
+    /// Not an item: the turn is answered only once this file exists (at most
+    /// two minutes), so a test can act between two calls.
+    Gate(std::path::PathBuf),
 }
 
 #[derive(Default)]
@@ -98,6 +101,16 @@ impl MockResponses {
         out
     }
 
+    /// Every request body Codex sent, as one text.
+    pub fn requests_text(&self) -> String {
+        self.lock()
+            .requests
+            .iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
         self.shared.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -138,9 +151,25 @@ fn serve(stream: TcpStream, shared: &Mutex<Shared>) -> std::io::Result<()> {
         return respond(&mut stream, "application/json", b"{}");
     }
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let (turn_no, items) = {
+    // Kept before any gate, so a test waiting at one sees what led to it.
+    let gate = {
         let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
         s.requests.push(request);
+        s.turns.get(s.next_turn).and_then(|turn| {
+            turn.iter().find_map(|item| match item {
+                Item::Gate(path) => Some(path.clone()),
+                _ => None,
+            })
+        })
+    };
+    if let Some(gate) = gate {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while !gate.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    let (turn_no, items) = {
+        let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
         let turn_no = s.next_turn;
         let turn = s.turns.get(turn_no).cloned();
         if turn.is_some() {
@@ -149,6 +178,7 @@ fn serve(stream: TcpStream, shared: &Mutex<Shared>) -> std::io::Result<()> {
         let turn = turn.unwrap_or_else(|| vec![Item::Message("done".into())]);
         let items: Vec<Value> = turn
             .into_iter()
+            .filter(|item| !matches!(item, Item::Gate(_)))
             .enumerate()
             .map(|(j, item)| {
                 let mut call_id = || {
@@ -179,6 +209,7 @@ fn serve(stream: TcpStream, shared: &Mutex<Shared>) -> std::io::Result<()> {
                         "type": "custom_tool_call", "id": format!("ctc_{turn_no}_{j}"),
                         "call_id": call_id(), "name": "apply_patch", "input": patch
                     }),
+                    Item::Gate(_) => unreachable!("gates are filtered out above"),
                 }
             })
             .collect();

@@ -10,6 +10,8 @@ pub(crate) mod claude;
 mod codex;
 mod codex_session;
 #[cfg(target_os = "linux")]
+mod codex_run;
+#[cfg(target_os = "linux")]
 mod daily;
 mod deferred;
 #[cfg(target_os = "linux")]

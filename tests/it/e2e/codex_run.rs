@@ -1,0 +1,181 @@
+//! `nd7 run codex` with the real Codex CLI against the local Responses API
+//! mock, as an ordinary account in the sandbox tests' scratch world: Codex's
+//! own sandbox is off, its shell calls leave the floor through the exit
+//! (`nd7 hook-route`), and the floor's refusals are explained to the model
+//! and written down (ADR-0056, ADR-0057).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::codex::{install, path_with, version};
+use super::mock_responses::{Item, MockResponses};
+use crate::world::{World, text};
+
+/// Codex's settings in the world's home: the mock as its model provider.
+fn configure(world: &World, api: &str) {
+    let dir = world.home().join(".codex");
+    std::fs::create_dir_all(&dir).expect("mkdir .codex");
+    std::fs::write(
+        dir.join("config.toml"),
+        format!(
+            "# the test's settings\nmodel = \"gpt-5.5\"\nmodel_provider = \"mock\"\n\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"{api}\"\nwire_api = \"responses\"\n"
+        ),
+    )
+    .expect("write config.toml");
+    world.own();
+}
+
+/// `nd7 run codex exec …` in the world, with Codex's directory on PATH.
+fn run_codex(world: &World, codex: &Path, args: &[&str]) -> Command {
+    let codex_s = codex.display().to_string();
+    let mut all = vec!["run", codex_s.as_str(), "exec", "--json", "--skip-git-repo-check"];
+    all.extend(args);
+    let mut command = world.nd7(&all);
+    command.env("PATH", path_with(codex)).stdin(Stdio::null());
+    command
+}
+
+/// Waits for `child` at most three minutes; a hang is a failure.
+fn finish(mut child: std::process::Child) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// The run's chain in the world's state directory.
+fn run_entries(world: &World) -> (PathBuf, Vec<Value>) {
+    let sessions = world.home().join(".local/state/nd7/sessions");
+    let dir = std::fs::read_dir(&sessions)
+        .expect("sessions")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("run-")))
+        .expect("a run's log");
+    let entries = std::fs::read_to_string(dir.join("events.ndjson"))
+        .expect("events")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an entry"))
+        .collect();
+    (dir, entries)
+}
+
+fn of_kind<'a>(entries: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    entries.iter().filter(|e| e["kind"] == kind).collect()
+}
+
+#[test]
+fn codex_shell_calls_go_through_the_exit_under_the_sessions_grants() {
+    let codex = install(&version());
+    let world = World::new();
+    let outside = world.outside().display().to_string();
+    let gate = world.root.join("granted");
+    let api = MockResponses::start(vec![
+        vec![Item::Shell("echo made > made.txt && cat made.txt".into())],
+        vec![Item::Shell("echo pwned >> \"$HOME/.bashrc\"".into())],
+        vec![Item::Shell("cat \"$HOME/.ssh/id_ed25519\"".into())],
+        vec![Item::Shell(format!("echo one > '{outside}/granted.txt'"))],
+        vec![
+            Item::Gate(gate.clone()),
+            Item::Shell(format!("echo two > '{outside}/granted.txt'")),
+        ],
+        vec![Item::Message("finished".into())],
+    ]);
+    std::fs::write(world.home().join(".bashrc"), "# mine\n").expect("write .bashrc");
+    configure(&world, &api.url);
+    let child = run_codex(&world, &codex, &["do the work"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start nd7 run codex");
+    // The fourth call was refused; grant the directory before the fifth.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while api.outputs().len() < 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let allowed = world.nd7(&["allow", &outside]).output().expect("nd7 allow");
+    std::fs::write(&gate, "").expect("open the gate");
+    let out = finish(child);
+    let stderr = text(&out.stderr);
+    assert!(allowed.status.success(), "nd7 allow: {}", text(&allowed.stderr));
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}\nstdout:\n{}", text(&out.stdout));
+    assert!(stderr.contains("Codex's own sandbox is off"), "{stderr}");
+
+    // What ran, and what the floor refused, as the model saw it.
+    let outputs = api.outputs();
+    assert_eq!(outputs.len(), 5, "{outputs:?}");
+    assert!(outputs[0].1.contains("made"), "{outputs:?}");
+    assert!(outputs[1].1.contains("Read-only file system"), "{}", outputs[1].1);
+    assert!(outputs[2].1.contains("Permission denied") && !outputs[2].1.contains("SECRET"));
+    assert!(outputs[3].1.contains("Permission denied"), "{}", outputs[3].1);
+    assert_eq!(
+        std::fs::read_to_string(world.proj().join("made.txt")).expect("made.txt"),
+        "made\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(world.home().join(".bashrc")).expect(".bashrc"),
+        "# mine\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(world.outside().join("granted.txt")).expect("granted.txt"),
+        "two\n"
+    );
+    // The explanation reached the model (Codex adds the hook's context).
+    let sent = api.requests_text();
+    assert!(sent.contains("nd7 allow"), "no explanation reached the model");
+
+    // The chain: every call's command through the exit, paired by call id,
+    // how each ended, the refusals, the grant, and a clean verify.
+    let (dir, entries) = run_entries(&world);
+    let ids = api.call_ids();
+    let execs = of_kind(&entries, "exec");
+    assert_eq!(execs.len(), 5, "{execs:?}");
+    for (exec, id) in execs.iter().zip(&ids) {
+        assert_eq!(exec["tool_use_id"], id.as_str(), "{exec}");
+        assert_eq!(exec["source"], "exit:nd7");
+    }
+    let ends: Vec<i64> = of_kind(&entries, "exec_end")
+        .iter()
+        .map(|e| e["body"]["exited"].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(ends[0], 0);
+    assert!(ends[1] != 0 && ends[2] != 0 && ends[3] != 0, "{ends:?}");
+    assert_eq!(ends[4], 0);
+    assert!(execs[3]["body"]["grants"].as_array().unwrap().is_empty());
+    assert_eq!(execs[4]["body"]["grants"][0], outside.as_str(), "{}", execs[4]);
+    let refused: Vec<(&str, &str)> = of_kind(&entries, "floor_refused")
+        .iter()
+        .map(|e| {
+            (
+                e["tool_use_id"].as_str().unwrap_or_default(),
+                e["body"]["paths"][0]["why"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            (ids[1].as_str(), "outside"),
+            (ids[2].as_str(), "secret"),
+            (ids[3].as_str(), "outside")
+        ]
+    );
+    assert_eq!(of_kind(&entries, "grant").len(), 1);
+    let end = of_kind(&entries, "run_end")[0];
+    assert_eq!(end["body"]["commands_without_call"], 0, "{end}");
+    assert!(entries.iter().any(|e| e["source"] == "intent:codex" && e["kind"] == "tool_call"));
+    let verify = Command::new(env!("CARGO_BIN_EXE_nd7"))
+        .arg("verify")
+        .arg(&dir)
+        .output()
+        .expect("nd7 verify");
+    assert!(verify.status.success(), "{}", text(&verify.stdout));
+}
