@@ -31,7 +31,13 @@ fn configure(world: &World, api: &str) {
 /// `nd7 run codex exec …` in the world, with Codex's directory on PATH.
 fn run_codex(world: &World, codex: &Path, args: &[&str]) -> Command {
     let codex_s = codex.display().to_string();
-    let mut all = vec!["run", codex_s.as_str(), "exec", "--json", "--skip-git-repo-check"];
+    let mut all = vec![
+        "run",
+        codex_s.as_str(),
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+    ];
     all.extend(args);
     let mut command = world.nd7(&all);
     command.env("PATH", path_with(codex)).stdin(Stdio::null());
@@ -58,7 +64,10 @@ fn run_entries(world: &World) -> (PathBuf, Vec<Value>) {
         .expect("sessions")
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("run-")))
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("run-"))
+        })
         .expect("a run's log");
     let entries = std::fs::read_to_string(dir.join("events.ndjson"))
         .expect("events")
@@ -105,17 +114,34 @@ fn codex_shell_calls_go_through_the_exit_under_the_sessions_grants() {
     std::fs::write(&gate, "").expect("open the gate");
     let out = finish(child);
     let stderr = text(&out.stderr);
-    assert!(allowed.status.success(), "nd7 allow: {}", text(&allowed.stderr));
-    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}\nstdout:\n{}", text(&out.stdout));
+    assert!(
+        allowed.status.success(),
+        "nd7 allow: {}",
+        text(&allowed.stderr)
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr:\n{stderr}\nstdout:\n{}",
+        text(&out.stdout)
+    );
     assert!(stderr.contains("Codex's own sandbox is off"), "{stderr}");
 
     // What ran, and what the floor refused, as the model saw it.
     let outputs = api.outputs();
     assert_eq!(outputs.len(), 5, "{outputs:?}");
     assert!(outputs[0].1.contains("made"), "{outputs:?}");
-    assert!(outputs[1].1.contains("Read-only file system"), "{}", outputs[1].1);
+    assert!(
+        outputs[1].1.contains("Read-only file system"),
+        "{}",
+        outputs[1].1
+    );
     assert!(outputs[2].1.contains("Permission denied") && !outputs[2].1.contains("SECRET"));
-    assert!(outputs[3].1.contains("Permission denied"), "{}", outputs[3].1);
+    assert!(
+        outputs[3].1.contains("Permission denied"),
+        "{}",
+        outputs[3].1
+    );
     assert_eq!(
         std::fs::read_to_string(world.proj().join("made.txt")).expect("made.txt"),
         "made\n"
@@ -130,7 +156,10 @@ fn codex_shell_calls_go_through_the_exit_under_the_sessions_grants() {
     );
     // The explanation reached the model (Codex adds the hook's context).
     let sent = api.requests_text();
-    assert!(sent.contains("nd7 allow"), "no explanation reached the model");
+    assert!(
+        sent.contains("nd7 allow"),
+        "no explanation reached the model"
+    );
 
     // The chain: every call's command through the exit, paired by call id,
     // how each ended, the refusals, the grant, and a clean verify.
@@ -150,7 +179,12 @@ fn codex_shell_calls_go_through_the_exit_under_the_sessions_grants() {
     assert!(ends[1] != 0 && ends[2] != 0 && ends[3] != 0, "{ends:?}");
     assert_eq!(ends[4], 0);
     assert!(execs[3]["body"]["grants"].as_array().unwrap().is_empty());
-    assert_eq!(execs[4]["body"]["grants"][0], outside.as_str(), "{}", execs[4]);
+    assert_eq!(
+        execs[4]["body"]["grants"][0],
+        outside.as_str(),
+        "{}",
+        execs[4]
+    );
     let refused: Vec<(&str, &str)> = of_kind(&entries, "floor_refused")
         .iter()
         .map(|e| {
@@ -171,11 +205,57 @@ fn codex_shell_calls_go_through_the_exit_under_the_sessions_grants() {
     assert_eq!(of_kind(&entries, "grant").len(), 1);
     let end = of_kind(&entries, "run_end")[0];
     assert_eq!(end["body"]["commands_without_call"], 0, "{end}");
-    assert!(entries.iter().any(|e| e["source"] == "intent:codex" && e["kind"] == "tool_call"));
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["source"] == "intent:codex" && e["kind"] == "tool_call")
+    );
     let verify = Command::new(env!("CARGO_BIN_EXE_nd7"))
         .arg("verify")
         .arg(&dir)
         .output()
         .expect("nd7 verify");
     assert!(verify.status.success(), "{}", text(&verify.stdout));
+}
+
+/// A trusted project's `.codex/config.toml` (planted by an earlier session
+/// outside nd7, or written by the user) turning hooks off and Codex's
+/// sandbox on: under `nd7 run` the command line wins, so every event is
+/// still recorded and the shell call still goes through the exit.
+#[test]
+fn a_projects_codex_settings_cannot_turn_off_recording_or_the_exit() {
+    let codex = install(&version());
+    let world = World::new();
+    let api = MockResponses::start(vec![
+        vec![Item::Shell("echo made > made.txt".into())],
+        vec![Item::Message("finished".into())],
+    ]);
+    configure(&world, &api.url);
+    let project = world.proj().display().to_string();
+    let mut config =
+        std::fs::read_to_string(world.home().join(".codex/config.toml")).expect("read");
+    config.push_str(&format!(
+        "\n[projects.\"{project}\"]\ntrust_level = \"trusted\"\n"
+    ));
+    std::fs::write(world.home().join(".codex/config.toml"), config).expect("write");
+    std::fs::create_dir_all(world.proj().join(".codex")).expect("mkdir");
+    std::fs::write(
+        world.proj().join(".codex/config.toml"),
+        "sandbox_mode = \"workspace-write\"\n[features]\nhooks = false\n",
+    )
+    .expect("write the project's settings");
+    world.own();
+    let child = run_codex(&world, &codex, &["do the work"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start nd7 run codex");
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(world.proj().join("made.txt").exists());
+    let (_, entries) = run_entries(&world);
+    let exec = of_kind(&entries, "exec");
+    assert_eq!(exec.len(), 1, "{entries:?}");
+    assert_eq!(exec[0]["tool_use_id"], api.call_ids()[0].as_str());
+    assert_eq!(of_kind(&entries, "tool_call").len(), 1);
 }

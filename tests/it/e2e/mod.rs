@@ -8,9 +8,9 @@
 
 pub(crate) mod claude;
 mod codex;
-mod codex_session;
 #[cfg(target_os = "linux")]
 mod codex_run;
+mod codex_session;
 #[cfg(target_os = "linux")]
 mod daily;
 mod deferred;
