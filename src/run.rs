@@ -7,7 +7,8 @@
 //! dead `nd7 run`s removed first); the grants it starts with are made
 //! (`run_grants`); the exit is opened; the program starts confined — for
 //! Claude Code with `nd7-exec` as its shell prefix (ADR-0040) and its own
-//! sandbox off; `nd7 run` waits, passing on SIGTERM and SIGHUP, then ends
+//! sandbox off, for Codex with its shell calls routed to `nd7-exec` by a
+//! hook and its own sandbox off (`run_codex`, ADR-0056, ADR-0057); `nd7 run` waits, passing on SIGTERM and SIGHUP, then ends
 //! the session's remaining commands and removes the session directory,
 //! whatever way the program ended. On Linux the session runs in a child of
 //! `nd7 run`; `nd7 run` itself stays outside as its keeper, which ends every

@@ -222,7 +222,7 @@ mod tests {
         let route = hooks
             .iter()
             .find(|h| h.command.ends_with("hook-route"))
-            .unwrap();
+            .expect("test data");
         assert_eq!(
             (route.event, route.group, route.matcher),
             ("PreToolUse", 1, Some(SHELL_MATCHER))
@@ -231,7 +231,10 @@ mod tests {
             route.trust_key(),
             "/<session-flags>/config.toml:pre_tool_use:1:0"
         );
-        let end = hooks.iter().find(|h| h.event == "SessionEnd").unwrap();
+        let end = hooks
+            .iter()
+            .find(|h| h.event == "SessionEnd")
+            .expect("test data");
         assert_eq!(end.timeout, Some(3));
     }
 
@@ -243,27 +246,34 @@ mod tests {
         let pre = values
             .iter()
             .find(|v| v.starts_with("hooks.PreToolUse="))
-            .unwrap();
+            .expect("test data");
         let doc: toml_edit::DocumentMut = format!("x={}", &pre["hooks.PreToolUse=".len()..])
             .parse()
-            .unwrap();
-        let list = doc["x"].as_array().unwrap();
+            .expect("test data");
+        let list = doc["x"].as_array().expect("test data");
         assert_eq!(list.len(), 2);
-        let second = list.get(1).unwrap().as_inline_table().unwrap();
-        assert_eq!(second.get("matcher").unwrap().as_str(), Some("^Bash$"));
+        let second = list
+            .get(1)
+            .expect("test data")
+            .as_inline_table()
+            .expect("test data");
+        assert_eq!(
+            second.get("matcher").expect("test data").as_str(),
+            Some("^Bash$")
+        );
         let handler = second
             .get("hooks")
-            .unwrap()
+            .expect("test data")
             .as_array()
-            .unwrap()
+            .expect("test data")
             .get(0)
-            .unwrap();
+            .expect("test data");
         assert_eq!(
             handler
                 .as_inline_table()
-                .unwrap()
+                .expect("test data")
                 .get("command")
-                .unwrap()
+                .expect("test data")
                 .as_str(),
             Some("'/b/n\"d7' hook-route")
         );
@@ -273,22 +283,26 @@ mod tests {
     fn trust_is_written_beside_the_users_settings_and_only_once() {
         let hooks = run_hooks("/b/nd7");
         let theirs = "# mine\nmodel = \"gpt-5.5\" # keep\n\n[hooks.state.\"/h/.codex/hooks.json:stop:0:0\"]\ntrusted_hash = \"sha256:00\"\n";
-        let text = trusted(Some(theirs), &hooks).unwrap().unwrap();
+        let text = trusted(Some(theirs), &hooks)
+            .expect("test data")
+            .expect("test data");
         assert!(
             text.starts_with("# mine\nmodel = \"gpt-5.5\" # keep\n"),
             "{text}"
         );
         assert!(text.contains("trusted_hash = \"sha256:00\""));
-        let states = codex_merge::trust_states(Some(&text)).unwrap();
+        let states = codex_merge::trust_states(Some(&text)).expect("test data");
         for hook in &hooks {
             assert_eq!(
                 states[&hook.trust_key()].trusted_hash.as_deref(),
                 Some(hook.trust_hash().as_str())
             );
         }
-        assert_eq!(trusted(Some(&text), &hooks).unwrap(), None);
-        assert!(trusted(None, &hooks).unwrap().is_some());
-        let broken = trusted(Some("a = \n"), &hooks).unwrap_err().to_string();
+        assert_eq!(trusted(Some(&text), &hooks).expect("test data"), None);
+        assert!(trusted(None, &hooks).expect("test data").is_some());
+        let broken = trusted(Some("a = \n"), &hooks)
+            .expect_err("a broken file")
+            .to_string();
         assert!(broken.starts_with("line 1, column"), "{broken}");
     }
 
@@ -296,14 +310,15 @@ mod tests {
     fn only_shell_calls_are_routed_and_the_text_is_one_word() {
         let payload = json!({"hook_event_name": "PreToolUse", "tool_name": "Bash",
             "tool_input": {"command": "echo 'a' $HOME"}, "tool_use_id": "c1"});
-        let reply = route_reply(payload.to_string().as_bytes(), "/x/nd7-exec").unwrap();
+        let reply = route_reply(payload.to_string().as_bytes(), "/x/nd7-exec").expect("test data");
         let out = &reply["hookSpecificOutput"];
         assert_eq!(out["permissionDecision"], "allow");
         assert_eq!(
             out["updatedInput"]["command"],
             r"'/x/nd7-exec' 'echo '\''a'\'' $HOME'"
         );
-        let words = shlex::split(out["updatedInput"]["command"].as_str().unwrap()).unwrap();
+        let words = shlex::split(out["updatedInput"]["command"].as_str().expect("test data"))
+            .expect("test data");
         assert_eq!(words, ["/x/nd7-exec", "echo 'a' $HOME"]);
         for other in [
             json!({"hook_event_name": "PreToolUse", "tool_name": "apply_patch", "tool_input": {"command": "x"}}),

@@ -4,7 +4,8 @@
 //!
 //! A session reads everywhere except the credential stores ([`secrets`]),
 //! `~/.nd7` and nd7's vault keys, and writes only to its write roots: the
-//! project, the temp directory, `~/.claude`, Claude Code's caches, the
+//! project, the temp directory, the agent's state (`~/.claude` and Claude
+//! Code's caches, or `~/.codex` for Codex), the
 //! terminal and `/dev/null` (the floor), plus the session's grants for single
 //! commands. Nothing under `~/.nd7` is ever writable, whatever is granted,
 //! the whole home included.
@@ -575,6 +576,29 @@ mod tests {
         );
         let command = landlock_rules(&p, &p.command_writes(), &list);
         assert!(command.write.contains(&PathBuf::from("/home/u/docs")));
+    }
+
+    #[test]
+    fn a_codex_session_writes_codexs_home_instead_of_claude_codes_state() {
+        let mut p = policy(&[]);
+        p.agent = AgentState::Codex;
+        let writes = p.floor_writes();
+        assert!(writes.contains(&PathBuf::from("/home/u/.codex")));
+        assert!(!writes.iter().any(|w| w.starts_with("/home/u/.claude")));
+        assert!(
+            !writes
+                .iter()
+                .any(|w| w.to_string_lossy().contains("claude"))
+        );
+        // A record written before there was a second agent reads as Claude Code's.
+        let mut old = serde_json::to_value(policy(&[])).expect("test data");
+        old.as_object_mut().expect("test data").remove("agent");
+        let back: Policy = serde_json::from_value(old).expect("test data");
+        assert_eq!(back.agent, AgentState::ClaudeCode);
+        assert!(
+            back.floor_writes()
+                .contains(&PathBuf::from("/home/u/.claude"))
+        );
     }
 
     #[test]

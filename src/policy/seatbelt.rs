@@ -440,6 +440,25 @@ mod tests {
         paths.iter().map(|p| path_filter("subpath", p)).collect()
     }
 
+    #[test]
+    fn a_codex_floor_has_none_of_claude_codes_places_on_macos() {
+        let mut p = policy("/Users/u/proj", "/private/tmp", "/Users/u", &[]);
+        p.agent = crate::policy::AgentState::Codex;
+        let text = floor(&p, Path::new("/opt/nd7/nd7-exec"));
+        assert!(text.contains("(subpath \"/Users/u/.codex\")"), "{text}");
+        // Denials of Claude Code's files that run later stay; no allow does.
+        for allow in [
+            "claude-cli-nodejs",
+            "claude\\.json",
+            "(subpath \"/Users/u/.claude\")",
+        ] {
+            assert!(!text.contains(allow), "{allow} in {text}");
+        }
+        p.agent = crate::policy::AgentState::ClaudeCode;
+        let text = floor(&p, Path::new("/opt/nd7/nd7-exec"));
+        assert!(text.contains("claude-cli-nodejs") && !text.contains("/Users/u/.codex\")"));
+    }
+
     fn policy(project: &str, temp: &str, home: &str, grants: &[&str]) -> Policy {
         let mut p = Policy::new(Roots {
             project: project.into(),

@@ -178,7 +178,12 @@ fn codex_shell_calls_go_through_the_exit_under_the_sessions_grants() {
     assert_eq!(ends[0], 0);
     assert!(ends[1] != 0 && ends[2] != 0 && ends[3] != 0, "{ends:?}");
     assert_eq!(ends[4], 0);
-    assert!(execs[3]["body"]["grants"].as_array().unwrap().is_empty());
+    assert!(
+        execs[3]["body"]["grants"]
+            .as_array()
+            .expect("grants")
+            .is_empty()
+    );
     assert_eq!(
         execs[4]["body"]["grants"][0],
         outside.as_str(),
