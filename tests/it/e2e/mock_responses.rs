@@ -28,6 +28,7 @@ pub enum Item {
     Patch(String),
     /// Not an item: the turn is answered only once this file exists (at most
     /// two minutes), so a test can act between two calls.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     Gate(std::path::PathBuf),
 }
 
@@ -102,6 +103,7 @@ impl MockResponses {
     }
 
     /// Every request body Codex sent, as one text.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub fn requests_text(&self) -> String {
         self.lock()
             .requests
