@@ -40,6 +40,9 @@ _nd7() {
             nd7,hook-explain)
                 cmd="nd7__subcmd__hook__subcmd__explain"
                 ;;
+            nd7,hook-route)
+                cmd="nd7__subcmd__hook__subcmd__route"
+                ;;
             nd7,record)
                 cmd="nd7__subcmd__record"
                 ;;
@@ -130,6 +133,9 @@ _nd7() {
             nd7__subcmd__help,hook-explain)
                 cmd="nd7__subcmd__help__subcmd__hook__subcmd__explain"
                 ;;
+            nd7__subcmd__help,hook-route)
+                cmd="nd7__subcmd__help__subcmd__hook__subcmd__route"
+                ;;
             nd7__subcmd__help,record)
                 cmd="nd7__subcmd__help__subcmd__record"
                 ;;
@@ -179,7 +185,7 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-explain doctor enroll ship admin completions help"
+            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -573,7 +579,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help)
-            opts="record verify sessions show search setup run allow deny hook-explain doctor enroll ship admin completions help"
+            opts="record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -782,6 +788,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__hook__subcmd__route)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__record)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -895,6 +915,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__hook__subcmd__explain)
+            opts="-h --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__hook__subcmd__route)
             opts="-h --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
