@@ -16,6 +16,9 @@
 //! - [`shell_prefix`]: how Bash leaves the floor under `nd7 run claude`: the Bash tool's line read back, the settings. Pure.
 //! - [`transcript`]: Claude Code's own transcript anchored in the chain, and checked against it.
 //! - [`safe_file`]: reading a file the agent can change: no links, one name, bounded.
+//! - [`files`]: writing a file whole (one atomic replace, its mode and durability said),
+//!   and [`files::IoContext`], what every I/O failure names.
+//! - [`home`]: the home directory and the XDG base directories.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
 //! - [`http_client`]: nd7's one HTTP client (ureq), and whom its TLS trusts.
 //! - [`ship`]: `nd7 enroll` and `nd7 ship`: the vault's requests (`client`), enrolment
@@ -43,6 +46,8 @@ pub mod chain;
 pub mod cli;
 pub mod codex;
 pub mod deferred;
+pub mod files;
+pub mod home;
 pub mod hook;
 pub mod http_client;
 pub mod passwd;

@@ -5,15 +5,16 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{Options, Report, SetupError, display_path, io_err, write_file, xdg_dir};
+use super::{Options, Report, SetupError, display_path, io_err, write_file};
 use crate::cli::Shell;
+use crate::home::Base;
 
 /// Where setup puts each shell's completions, under the user's home. bash
 /// (bash-completion ≥ 2.2) and fish look there by themselves; zsh needs the
 /// directory in `fpath`, which setup says.
 pub fn completion_path(shell: Shell, home: &Path) -> PathBuf {
-    let data = xdg_dir("XDG_DATA_HOME", home, ".local/share");
-    let config = xdg_dir("XDG_CONFIG_HOME", home, ".config");
+    let data = Base::Data.under(home);
+    let config = Base::Config.under(home);
     match shell {
         Shell::Bash => data.join("bash-completion/completions/nd7"),
         Shell::Zsh => data.join("zsh/site-functions/_nd7"),
@@ -81,8 +82,8 @@ pub(super) fn setup(options: &Options, home: &Path, report: &mut Report) -> Resu
 /// XDG base directory they are in (`~/.local/share`, `~/.config`) or the home.
 fn remove_empty_parents(removed: &Path, home: &Path) {
     let stops = [
-        xdg_dir("XDG_DATA_HOME", home, ".local/share"),
-        xdg_dir("XDG_CONFIG_HOME", home, ".config"),
+        Base::Data.under(home),
+        Base::Config.under(home),
         home.to_path_buf(),
     ];
     for dir in removed.ancestors().skip(1) {

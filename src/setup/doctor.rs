@@ -24,7 +24,7 @@ pub struct Check {
 /// What `nd7 doctor` reports for the binary at `exe`. Changes nothing.
 pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
     let mut checks = Vec::new();
-    let home = std::env::home_dir().filter(|h| h.is_absolute());
+    let home = crate::home::env_home();
     let nd7 = home
         .as_deref()
         .and_then(|h| stable_path(exe, h, Path::exists).ok())

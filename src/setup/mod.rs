@@ -56,13 +56,7 @@ pub enum SetupError {
     NixStoreOnly { exe: PathBuf },
 }
 
-fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> SetupError + 'a {
-    move |source| SetupError::Io {
-        path: path.to_path_buf(),
-        action,
-        source,
-    }
-}
+crate::files::io_context_into!(SetupError);
 
 /// What `nd7 setup` was asked to do.
 #[derive(Clone, Debug, Default)]
@@ -131,20 +125,9 @@ pub fn parse_claude_version(text: &str) -> Option<(u32, u32, u32)> {
     Some((parts.next()??, parts.next()??, parts.next()??))
 }
 
-/// An XDG base directory: the variable's value if it is an absolute path (the
-/// specification says to ignore any other), else `home/default`.
-fn xdg_dir(variable: &str, home: &Path, default: &str) -> PathBuf {
-    std::env::var_os(variable)
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| home.join(default))
-}
-
 /// Runs setup for the binary at `exe`.
 pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
-    let home = std::env::home_dir()
-        .filter(|h| h.is_absolute())
-        .ok_or(SetupError::NoHome)?;
+    let home = crate::home::env_home().ok_or(SetupError::NoHome)?;
     let mut report = Report::default();
     let nd7 = stable_path(exe, &home, Path::exists)?;
     let claude_wanted = options.agent.is_none_or(|a| a == Agent::ClaudeCode);
@@ -389,77 +372,24 @@ fn write_settings(
     Ok(backup)
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it, made
-/// new with `mode` (never readable by others for a moment, as a chmod after
-/// the write would leave it) and without following a link, synced, then
-/// renamed over `path`. The directory (`~/.claude`) is writable inside
-/// `nd7 run`'s floor, so whatever already has the temporary name (a link to
-/// one of the user's files, planted by an agent) is removed, never written
-/// through.
+/// Writes `bytes` to `path` whole, at `mode` from the start, synced
+/// ([`crate::files::replace`]), making its directory first. The directories
+/// setup writes (`~/.claude`) are writable inside `nd7 run`'s floor: the
+/// helper never writes through a link planted at its temporary's name.
 fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SetupError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io_err(dir, "create"))?;
-    let tmp = path.with_file_name(format!(
-        ".{}.nd7-tmp",
-        path.file_name()
-            .map_or_else(|| "file".into(), |n| n.to_string_lossy())
-    ));
-    match fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(io_err(&tmp, "remove")(e));
-        }
-        _ => {}
-    }
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(&tmp)
-        .map_err(io_err(&tmp, "create"))?;
-    // The umask may have taken bits away; the file keeps the mode it replaces.
-    file.set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(io_err(&tmp, "chmod"))?;
-    file.write_all(bytes).map_err(io_err(&tmp, "write"))?;
-    file.sync_all().map_err(io_err(&tmp, "sync"))?;
-    fs::rename(&tmp, path).map_err(io_err(path, "replace"))
+    Ok(crate::files::replace(
+        path,
+        bytes,
+        mode,
+        crate::files::Durability::Durable,
+    )?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A link planted at the temporary name (the directory is writable
-    /// inside the floor) is replaced, never written through: the file it
-    /// points at keeps its bytes and its mode.
-    #[test]
-    fn a_planted_link_at_the_temporary_name_is_not_written_through() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let victim = dir.path().join("bashrc");
-        fs::write(&victim, "mine\n").expect("write");
-        fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).expect("chmod");
-        let settings = dir.path().join("claude/settings.json");
-        fs::create_dir_all(settings.parent().expect("parent")).expect("mkdir");
-        std::os::unix::fs::symlink(&victim, dir.path().join("claude/.settings.json.nd7-tmp"))
-            .expect("link");
-        write_file(&settings, b"{}\n", 0o600).expect("written");
-        assert_eq!(fs::read_to_string(&victim).expect("victim"), "mine\n");
-        assert_eq!(
-            fs::metadata(&victim).expect("victim").permissions().mode() & 0o777,
-            0o644
-        );
-        assert_eq!(fs::read_to_string(&settings).expect("settings"), "{}\n");
-        assert_eq!(
-            fs::symlink_metadata(&settings)
-                .expect("settings")
-                .permissions()
-                .mode()
-                & 0o777,
-            0o600
-        );
-    }
 
     #[test]
     fn stable_paths_survive_upgrades() {

@@ -41,12 +41,12 @@
 
 #![forbid(unsafe_code)]
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::files::{self, Durability};
 use crate::session_log;
 use crate::vault;
 
@@ -145,13 +145,7 @@ pub enum ShipError {
     TranscriptGone { session: String, detail: String },
 }
 
-fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> ShipError + 'a {
-    move |source| ShipError::Io {
-        path: path.to_path_buf(),
-        action,
-        source,
-    }
-}
+crate::files::io_context_into!(ShipError);
 
 pub fn random<const N: usize>() -> Result<[u8; N], ShipError> {
     let mut out = [0u8; N];
@@ -174,28 +168,11 @@ pub fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Writes `bytes` to `path` with mode 0600, through a temporary file and a
-/// rename, so a reader sees the old or the new text and never half of one.
+/// Writes `bytes` to `path` with mode 0600, whole and synced
+/// ([`files::replace`]): a reader sees the old or the new text, never half
+/// of one, and the new survives a power loss.
 pub fn write_0600(path: &Path, bytes: &[u8]) -> Result<(), ShipError> {
-    write_file(path, bytes, true)
-}
-
-/// [`write_0600`], syncing the data before the rename only when `sync`.
-fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), ShipError> {
-    let tmp = path.with_extension("tmp");
-    let _ = fs::remove_file(&tmp);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err(&tmp, "create"))?;
-    f.write_all(bytes).map_err(io_err(&tmp, "write"))?;
-    if sync {
-        f.sync_all().map_err(io_err(&tmp, "sync"))?;
-    }
-    drop(f);
-    fs::rename(&tmp, path).map_err(io_err(path, "replace"))
+    Ok(files::replace(path, bytes, 0o600, Durability::Durable)?)
 }
 
 fn read_text(path: &Path) -> Result<String, ShipError> {

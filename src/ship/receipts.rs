@@ -65,11 +65,13 @@ pub(super) fn record_ack(
         return Ok(());
     }
     write_0600(&receipt_path, receipt.render().as_bytes())?;
-    write_file(
-        &log.dir().join(SHIPPED_FILE),
+    let shipped = log.dir().join(SHIPPED_FILE);
+    Ok(files::replace(
+        &shipped,
         head.render().as_bytes(),
-        false,
-    )
+        0o600,
+        Durability::Atomic,
+    )?)
 }
 
 /// `chain.key`: the key, and the recipients version it was made under
