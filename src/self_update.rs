@@ -199,9 +199,12 @@ impl Accept {
     }
 
     /// Refuses a release that is not newer than the running nd7, unless
-    /// downgrades were asked for. Pure.
+    /// downgrades were asked for. Pure. Newer by SemVer precedence: build
+    /// metadata is ignored (`1.0.0+b` is not newer than `1.0.0`), where
+    /// `Version`'s `Ord`, which the `self_update` crate compares with,
+    /// would order it.
     pub fn check(&self, offered: &Version) -> Result<(), UpdateError> {
-        if offered > &self.running || self.downgrade {
+        if offered.cmp_precedence(&self.running).is_gt() || self.downgrade {
             Ok(())
         } else {
             Err(UpdateError::NotNewer {
@@ -523,6 +526,30 @@ mod tests {
         assert!(accept("1.0.0-rc.1").check(&v("1.0.0")).is_ok());
         assert!(accept("1.0.0").check(&v("1.0.0-rc.2")).is_err());
         assert!(accept("1.0.0").check(&v("1.0.0")).is_err());
+        // SemVer 2.0.0's own example of precedence, each newer than the last.
+        let chain = [
+            "1.0.0-alpha",
+            "1.0.0-alpha.1",
+            "1.0.0-alpha.beta",
+            "1.0.0-beta",
+            "1.0.0-beta.2",
+            "1.0.0-beta.11",
+            "1.0.0-rc.1",
+            "1.0.0",
+            "1.0.1-0",
+            "1.0.1",
+        ];
+        for pair in chain.windows(2) {
+            assert!(accept(pair[0]).check(&v(pair[1])).is_ok(), "{pair:?}");
+            assert!(accept(pair[1]).check(&v(pair[0])).is_err(), "{pair:?}");
+        }
+        // Build metadata does not count: the same release rebuilt, or any
+        // signed build of it, is not an update. Guards `cmp_precedence`.
+        for same in ["1.0.0+build.2", "1.0.0+zzz", "1.0.0+0"] {
+            assert!(accept("1.0.0").check(&v(same)).is_err(), "{same}");
+            assert!(accept("1.0.0+build.1").check(&v(same)).is_err(), "{same}");
+        }
+        assert!(accept("1.0.0+build.9").check(&v("1.0.1+build.1")).is_ok());
     }
 
     #[test]
