@@ -681,3 +681,51 @@ fn a_crash_while_replacing_the_settings_leaves_each_file_whole_and_private() {
         }
     }
 }
+
+/// The XDG variables count only as absolute paths (home::Base): an
+/// absolute `XDG_DATA_HOME` takes bash's and zsh's completions, a relative
+/// `XDG_CONFIG_HOME` is ignored for `~/.config`, and a relative
+/// `XDG_STATE_HOME` leaves the logs under `~/.local/state`. Guards the
+/// `is_absolute` filter in `home::Base::set_in_env`.
+#[test]
+fn xdg_variables_count_only_as_absolute_paths() {
+    let home = Home::new();
+    let data = home.dir.path().join("data");
+    let cwd = tempfile::tempdir().expect("cwd");
+    let out = Command::new(env!("CARGO_BIN_EXE_nd7"))
+        .arg("setup")
+        .current_dir(cwd.path())
+        .env("HOME", home.dir.path())
+        .env("XDG_DATA_HOME", &data)
+        .env("XDG_CONFIG_HOME", "relative/config")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .expect("run nd7 setup");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(data.join("bash-completion/completions/nd7").is_file());
+    assert!(
+        home.dir
+            .path()
+            .join(".config/fish/completions/nd7.fish")
+            .is_file()
+    );
+    let doctor = Command::new(env!("CARGO_BIN_EXE_nd7"))
+        .arg("doctor")
+        .current_dir(cwd.path())
+        .env("HOME", home.dir.path())
+        .env("XDG_STATE_HOME", "relative/state")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .expect("run nd7 doctor");
+    let logs = home.dir.path().join(".local/state/nd7/sessions");
+    assert!(
+        stdout(&doctor).contains(&logs.display().to_string()),
+        "{}",
+        stdout(&doctor)
+    );
+    assert_eq!(
+        std::fs::read_dir(cwd.path()).expect("list").count(),
+        0,
+        "nothing under the working directory"
+    );
+}
