@@ -16,9 +16,13 @@
 //! - [`shell_prefix`]: how Bash leaves the floor under `nd7 run claude`: the Bash tool's line read back, the settings. Pure.
 //! - [`transcript`]: Claude Code's own transcript anchored in the chain, and checked against it.
 //! - [`safe_file`]: reading a file the agent can change: no links, one name, bounded.
+//! - [`files`]: writing a file whole (one atomic replace, its mode and durability said),
+//!   and [`files::IoContext`], what every I/O failure names.
+//! - [`home`]: the home directory and the XDG base directories.
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
 //! - [`http_client`]: nd7's one HTTP client (ureq), and whom its TLS trusts.
-//! - [`ship`]: `nd7 enroll` and `nd7 ship`: files and network.
+//! - [`ship`]: `nd7 enroll` and `nd7 ship`: the vault's requests (`client`), enrolment
+//!   (`enrol`), the shipping pipeline (`pipeline`), the receipts kept (`receipts`).
 //! - [`vault_admin`]: `nd7 admin`: keys, tokens, and reading a session back, trusting the vault for nothing.
 //! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
 //! - [`read`]: `nd7 sessions`, `nd7 show` and `nd7 search`: the record read back.
@@ -28,7 +32,9 @@
 //! - [`run`]: `nd7 run`; [`run_grants`]: the grants a run starts with; [`running`]: commands still running under a grant.
 //! - [`deferred`]: the watch over files that run later outside the floor.
 //! - [`passwd`]: an account's home from `/etc/passwd`.
-//! - [`cli`], [`setup`]: the command line's definition; `nd7 setup` and `nd7 doctor`.
+//! - [`cli`]: the command line's definition.
+//! - [`setup`]: `nd7 setup` (settings, completions, the ship timer, Codex), `nd7 doctor`,
+//!   and the trust checks of nd7's own binaries that `nd7 run` makes.
 //! - `self_update` (feature `self-update`): `nd7 self-update`.
 //!
 //! What a clean chain proves is limited, and nd7 says so wherever it reports
@@ -40,6 +46,8 @@ pub mod chain;
 pub mod cli;
 pub mod codex;
 pub mod deferred;
+pub mod files;
+pub mod home;
 pub mod hook;
 pub mod http_client;
 pub mod passwd;

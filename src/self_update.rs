@@ -7,7 +7,8 @@
 //! manifest, by the release key compiled into release builds
 //! (`ND7_RELEASE_KEY`, 64 hex digits). Nothing is replaced unless the
 //! signature, the target and every hash check out; then each binary is
-//! written beside the one it replaces and renamed over it, `nd7-exec` first.
+//! written beside the one it replaces at its mode and renamed over it, synced
+//! ([`crate::files::replace`]), `nd7-exec` first.
 //! A copy installed by Homebrew or Nix is never touched: their package
 //! manager owns it.
 //!
@@ -20,12 +21,12 @@
 //! ```
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 
+use crate::files::{self, Durability};
 use crate::http_client;
 use semver::Version;
 
@@ -89,6 +90,8 @@ pub enum UpdateError {
         source: std::io::Error,
     },
 }
+
+crate::files::io_context_into!(UpdateError);
 
 /// A verified manifest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -196,9 +199,12 @@ impl Accept {
     }
 
     /// Refuses a release that is not newer than the running nd7, unless
-    /// downgrades were asked for. Pure.
+    /// downgrades were asked for. Pure. Newer by SemVer precedence: build
+    /// metadata is ignored (`1.0.0+b` is not newer than `1.0.0`), where
+    /// `Version`'s `Ord`, which the `self_update` crate compares with,
+    /// would order it.
     pub fn check(&self, offered: &Version) -> Result<(), UpdateError> {
-        if offered > &self.running || self.downgrade {
+        if offered.cmp_precedence(&self.running).is_gt() || self.downgrade {
             Ok(())
         } else {
             Err(UpdateError::NotNewer {
@@ -265,29 +271,10 @@ pub fn update(
     }
     for (name, bytes) in staged {
         let target = dir.join(name);
-        let tmp = dir.join(format!(".{name}.nd7-update"));
-        let io = |action| {
-            let path = tmp.clone();
-            move |source| UpdateError::Io {
-                path,
-                action,
-                source,
-            }
-        };
-        let mut out = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o755)
-            .open(&tmp)
-            .map_err(io("create"))?;
-        out.write_all(&bytes).map_err(io("write"))?;
-        out.sync_all().map_err(io("sync"))?;
-        fs::rename(&tmp, &target).map_err(|source| UpdateError::Io {
-            path: target.clone(),
-            action: "replace",
-            source,
-        })?;
+        // The binary keeps the mode it had (as a package's replace would),
+        // without set-id bits; a new one gets 0755.
+        let mode = fs::metadata(&target).map_or(0o755, |m| m.permissions().mode() & 0o777);
+        files::replace(&target, &bytes, mode, Durability::Durable)?;
     }
     Ok(manifest.version)
 }
@@ -296,7 +283,7 @@ pub fn update(
 mod tests {
     use super::*;
     use ed25519_dalek::Signer;
-    use std::io::{BufRead, BufReader};
+    use std::io::{BufRead, BufReader, Write};
     use std::net::TcpListener;
 
     fn key() -> ed25519_dalek::SigningKey {
@@ -375,6 +362,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         fs::write(dir.path().join("nd7"), b"old nd7").expect("write");
         fs::write(dir.path().join("nd7-exec"), b"old exec").expect("write");
+        for (name, mode) in [("nd7", 0o755), ("nd7-exec", 0o700)] {
+            fs::set_permissions(dir.path().join(name), fs::Permissions::from_mode(mode))
+                .expect("chmod");
+        }
         dir
     }
 
@@ -406,12 +397,14 @@ mod tests {
             contents(dir.path()),
             (b"new nd7".to_vec(), b"new exec".to_vec())
         );
-        use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(dir.path().join("nd7"))
-            .expect("stat")
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o755);
+        // Each keeps its mode, as the binary it replaced had it.
+        for (name, mode) in [("nd7", 0o755), ("nd7-exec", 0o700)] {
+            let got = fs::metadata(dir.path().join(name))
+                .expect("stat")
+                .permissions()
+                .mode();
+            assert_eq!(got & 0o777, mode, "{name}");
+        }
     }
 
     #[test]
@@ -533,6 +526,30 @@ mod tests {
         assert!(accept("1.0.0-rc.1").check(&v("1.0.0")).is_ok());
         assert!(accept("1.0.0").check(&v("1.0.0-rc.2")).is_err());
         assert!(accept("1.0.0").check(&v("1.0.0")).is_err());
+        // SemVer 2.0.0's own example of precedence, each newer than the last.
+        let chain = [
+            "1.0.0-alpha",
+            "1.0.0-alpha.1",
+            "1.0.0-alpha.beta",
+            "1.0.0-beta",
+            "1.0.0-beta.2",
+            "1.0.0-beta.11",
+            "1.0.0-rc.1",
+            "1.0.0",
+            "1.0.1-0",
+            "1.0.1",
+        ];
+        for pair in chain.windows(2) {
+            assert!(accept(pair[0]).check(&v(pair[1])).is_ok(), "{pair:?}");
+            assert!(accept(pair[1]).check(&v(pair[0])).is_err(), "{pair:?}");
+        }
+        // Build metadata does not count: the same release rebuilt, or any
+        // signed build of it, is not an update. Guards `cmp_precedence`.
+        for same in ["1.0.0+build.2", "1.0.0+zzz", "1.0.0+0"] {
+            assert!(accept("1.0.0").check(&v(same)).is_err(), "{same}");
+            assert!(accept("1.0.0+build.1").check(&v(same)).is_err(), "{same}");
+        }
+        assert!(accept("1.0.0+build.9").check(&v("1.0.1+build.1")).is_ok());
     }
 
     #[test]

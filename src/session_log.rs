@@ -77,6 +77,8 @@ pub enum Error {
     },
 }
 
+crate::files::io_context_into!(Error);
+
 impl Error {
     fn io<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> Error + 'a {
         move |source| Error::Io {
@@ -145,15 +147,10 @@ pub struct Appended {
 
 /// `$XDG_STATE_HOME/nd7` if that is an absolute path, else `~/.local/state/nd7`.
 pub fn state_dir() -> Result<PathBuf, Error> {
-    if let Some(xdg) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from)
-        && xdg.is_absolute()
-    {
-        return Ok(xdg.join("nd7"));
-    }
-    match std::env::home_dir() {
-        Some(home) if home.is_absolute() => Ok(home.join(".local/state/nd7")),
-        _ => Err(Error::NoStateDir),
-    }
+    crate::home::Base::State
+        .resolve()
+        .map(|state| state.join("nd7"))
+        .ok_or(Error::NoStateDir)
 }
 
 /// Where the sessions live under a state directory.
@@ -428,28 +425,11 @@ impl SessionLog {
     /// which nothing reads. Filesystems without the swap get a plain rename.
     fn write_head(&self, head: &Head) -> Result<(), Error> {
         let tmp = self.dir.join(HEAD_TMP_FILE);
-        let text = head.render();
-        let file = create_0600(&tmp, OpenOptions::new().write(true))?;
-        file.write_all_at(text.as_bytes(), 0)
-            .map_err(Error::io(&tmp, "write"))?;
-        if file.metadata().map_err(Error::io(&tmp, "stat"))?.len() > text.len() as u64 {
-            file.set_len(text.len() as u64)
-                .map_err(Error::io(&tmp, "truncate"))?;
-        }
-        drop(file);
-        let head_path = self.head_path();
-        let swapped = rustix::fs::renameat_with(
-            rustix::fs::CWD,
+        Ok(crate::files::swap_in(
+            &self.head_path(),
             &tmp,
-            rustix::fs::CWD,
-            &head_path,
-            rustix::fs::RenameFlags::EXCHANGE,
-        );
-        match swapped {
-            Ok(()) => Ok(()),
-            // No head yet, or no swap on this filesystem: rename over it.
-            Err(_) => fs::rename(&tmp, &head_path).map_err(Error::io(&head_path, "replace")),
-        }
+            head.render().as_bytes(),
+        )?)
     }
 
     /// Walks the whole chain under a shared lock, then compares `head`.

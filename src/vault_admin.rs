@@ -8,8 +8,7 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
-use std::io::{self, BufRead, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 
 use crate::chain::{Cursor, Hash};
@@ -256,8 +255,8 @@ fn read_frame_part(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<bool> {
 /// Fetches one session's batches, one at a time as the vault streams them,
 /// checks each against the machine's enrolment, its signature, its own
 /// contents and the batch before, and writes the decrypted log to
-/// `OUT/<session>/events.ndjson` (through a `.partial` file, renamed once
-/// every batch checked).
+/// `OUT/<session>/events.ndjson` (written whole by [`crate::files::Staged`]:
+/// it appears once every batch checked).
 #[allow(clippy::too_many_arguments)]
 pub fn pull(
     url: &str,
@@ -318,27 +317,10 @@ pub fn pull(
         source: e,
     })?;
     let path = dir.join(session_log::EVENTS_FILE);
-    let partial = dir.join(format!("{}.partial", session_log::EVENTS_FILE));
-    let io_err = |p: &Path, action: &'static str| {
-        let p = p.to_path_buf();
-        move |e: io::Error| {
-            PullError::Other(ShipError::Io {
-                path: p,
-                action,
-                source: e,
-            })
-        }
-    };
-    let _ = std::fs::remove_file(&partial);
-    let mut file = std::io::BufWriter::with_capacity(
-        1 << 20,
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&partial)
-            .map_err(io_err(&partial, "create"))?,
-    );
+    // Written whole: the log appears once every batch checked, synced,
+    // and a pull that fails leaves nothing behind.
+    let mut file =
+        crate::files::Staged::create(&path, 0o600).map_err(|e| PullError::Other(e.into()))?;
 
     let batches_path = format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes()));
     let mut stream = client.get_stream(&batches_path, Some(read_token))?;
@@ -444,8 +426,8 @@ pub fn pull(
             };
             return Err(machine_fault(format!("{names}: {detail}")));
         }
-        file.write_all(&opened.entries)
-            .map_err(io_err(&partial, "write"))?;
+        file.write(&opened.entries)
+            .map_err(|e| PullError::Other(e.into()))?;
         let last_line = opened.entries[..opened.entries.len() - 1]
             .rsplit(|&b| b == b'\n')
             .next()
@@ -463,17 +445,13 @@ pub fn pull(
         offset += opened.entries.len() as u64;
     }
     if pulled.batches.is_empty() {
-        let _ = std::fs::remove_file(&partial);
         return Err(PullError::Other(ShipError::Http {
             url: format!("{url}{batches_path}"),
             detail: format!("the vault holds no batch of {names}"),
         }));
     }
-    file.into_inner()
-        .map_err(|e| e.into_error())
-        .and_then(|f| f.sync_all())
-        .map_err(io_err(&partial, "write"))?;
-    std::fs::rename(&partial, &path).map_err(io_err(&path, "replace"))?;
+    file.commit(crate::files::Durability::Durable)
+        .map_err(|e| PullError::Other(e.into()))?;
     pulled.entries = cursor.next_seq;
     Ok(pulled)
 }

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -277,7 +277,6 @@ impl Index {
             .recursive(true)
             .mode(0o700)
             .create(dir)?;
-        let tmp = dir.join(format!("{INDEX_FILE}.{}.tmp", std::process::id()));
         let mut ids: Vec<&String> = self.records.keys().collect();
         ids.sort();
         let mut text = Vec::with_capacity(ids.len() * 512);
@@ -285,20 +284,10 @@ impl Index {
             serde_json::to_writer(&mut text, &self.records[id]).map_err(io::Error::other)?;
             text.push(b'\n');
         }
-        let written = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&text)?;
-            drop(f);
-            fs::rename(&tmp, path)
-        })();
-        if written.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
+        // A cache: atomic, never synced (the next reader rebuilds what a
+        // power loss took).
+        let written = crate::files::replace(path, &text, 0o600, crate::files::Durability::Atomic)
+            .map_err(|e| io::Error::new(e.source.kind(), e.to_string()));
         self.dirty = false;
         written
     }
@@ -480,6 +469,7 @@ fn peek_version(path: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn line(seq: u64, kind: &str, ok: bool) -> String {
         format!(

@@ -61,7 +61,7 @@ pub fn unit_paths(home: &Path) -> Vec<PathBuf> {
     if cfg!(target_os = "macos") {
         vec![home.join(format!("Library/LaunchAgents/{LAUNCHD_LABEL}.plist"))]
     } else {
-        let dir = super::xdg_dir("XDG_CONFIG_HOME", home, ".config").join("systemd/user");
+        let dir = crate::home::Base::Config.under(home).join("systemd/user");
         vec![dir.join(SYSTEMD_SERVICE), dir.join(SYSTEMD_TIMER)]
     }
 }

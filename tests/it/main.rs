@@ -15,6 +15,7 @@ mod exit_status;
 mod floor_paths;
 mod floor_process;
 mod landlock;
+mod layout;
 mod macos_floor;
 mod parsers;
 mod property;

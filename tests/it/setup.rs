@@ -614,3 +614,118 @@ fn uninstall_leaves_nothing_of_nd7_behind() {
             .exists()
     );
 }
+
+/// A crash at any step of replacing the settings or their backup leaves
+/// each file whole: the old bytes or the new, never a mix, at its mode from
+/// the first moment. The crash is injected (`ND7_FAULT=replace-<step>:<name>`,
+/// test builds only) and the process aborts there; setup runs under umask
+/// 022, so a temporary made at the default mode and chmodded after would be
+/// caught world-readable at `created`. Guards `files::replace` (the
+/// temporary and the rename) and the mode in `Staged::create`.
+#[test]
+fn a_crash_while_replacing_the_settings_leaves_each_file_whole_and_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let mine = "{\n  \"model\": \"opus\"\n}\n";
+    for name in ["settings.json.nd7-backup", "settings.json"] {
+        for step in ["created", "half", "written", "renamed"] {
+            let home = Home::new();
+            home.write_settings(mine);
+            std::fs::set_permissions(home.settings(), std::fs::Permissions::from_mode(0o600))
+                .expect("chmod");
+            let out = Command::new("sh")
+                .args([
+                    "-c",
+                    "umask 022; exec \"$0\" setup",
+                    env!("CARGO_BIN_EXE_nd7"),
+                ])
+                .env("HOME", home.dir.path())
+                .env_remove("XDG_DATA_HOME")
+                .env_remove("XDG_CONFIG_HOME")
+                .env("PATH", "/usr/bin:/bin")
+                .env("ND7_FAULT", format!("replace-{step}:{name}"))
+                .output()
+                .expect("run nd7 setup");
+            assert_eq!(out.status.code(), None, "{name} {step}: the crash happened");
+            let dir = home.settings().parent().expect("dir").to_path_buf();
+            let settings = std::fs::read_to_string(home.settings()).expect("settings");
+            let new = settings != mine;
+            assert!(
+                !new || (name == "settings.json" && step == "renamed"),
+                "{name} {step}: settings replaced before their rename"
+            );
+            if new {
+                let v: Value = serde_json::from_str(&settings).expect("the new settings, whole");
+                assert!(v["hooks"].is_object(), "{settings}");
+            }
+            let backup = dir.join("settings.json.nd7-backup");
+            match std::fs::read_to_string(&backup) {
+                Ok(text) => assert_eq!(text, mine, "{name} {step}: the backup is whole"),
+                Err(_) => assert!(
+                    name == "settings.json.nd7-backup" && step != "renamed",
+                    "{name} {step}: the backup is missing"
+                ),
+            }
+            for entry in std::fs::read_dir(&dir).expect("list") {
+                let path = entry.expect("entry").path();
+                let mode = std::fs::symlink_metadata(&path)
+                    .expect("stat")
+                    .permissions()
+                    .mode();
+                assert_eq!(
+                    mode & 0o077,
+                    0,
+                    "{name} {step}: {} is mode {mode:o}",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+/// The XDG variables count only as absolute paths (home::Base): an
+/// absolute `XDG_DATA_HOME` takes bash's and zsh's completions, a relative
+/// `XDG_CONFIG_HOME` is ignored for `~/.config`, and a relative
+/// `XDG_STATE_HOME` leaves the logs under `~/.local/state`. Guards the
+/// `is_absolute` filter in `home::Base::set_in_env`.
+#[test]
+fn xdg_variables_count_only_as_absolute_paths() {
+    let home = Home::new();
+    let data = home.dir.path().join("data");
+    let cwd = tempfile::tempdir().expect("cwd");
+    let out = Command::new(env!("CARGO_BIN_EXE_nd7"))
+        .arg("setup")
+        .current_dir(cwd.path())
+        .env("HOME", home.dir.path())
+        .env("XDG_DATA_HOME", &data)
+        .env("XDG_CONFIG_HOME", "relative/config")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .expect("run nd7 setup");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(data.join("bash-completion/completions/nd7").is_file());
+    assert!(
+        home.dir
+            .path()
+            .join(".config/fish/completions/nd7.fish")
+            .is_file()
+    );
+    let doctor = Command::new(env!("CARGO_BIN_EXE_nd7"))
+        .arg("doctor")
+        .current_dir(cwd.path())
+        .env("HOME", home.dir.path())
+        .env("XDG_STATE_HOME", "relative/state")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .expect("run nd7 doctor");
+    let logs = home.dir.path().join(".local/state/nd7/sessions");
+    assert!(
+        stdout(&doctor).contains(&logs.display().to_string()),
+        "{}",
+        stdout(&doctor)
+    );
+    assert_eq!(
+        std::fs::read_dir(cwd.path()).expect("list").count(),
+        0,
+        "nothing under the working directory"
+    );
+}

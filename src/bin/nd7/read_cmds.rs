@@ -50,7 +50,7 @@ fn fail(cmd: &str, e: impl std::fmt::Display) -> ExitCode {
 }
 
 fn home() -> Option<String> {
-    std::env::home_dir().map(|h| h.display().to_string())
+    nd7_core::home::env_home().map(|h| h.display().to_string())
 }
 
 /// Writes `lines`; a reader gone is not an error.

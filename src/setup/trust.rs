@@ -1,0 +1,80 @@
+//! The binary trust checks `nd7 run` makes before it starts (and setup and
+//! doctor report): nd7, the nd7-exec beside it and their directory must be
+//! changeable by no one but the user and root, since a process inside the
+//! floor that could replace one could replace the floor's exit.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Why a file or directory that nd7's sandbox will trust is not private to
+/// its owner: writable by group or others, or owned by someone other than the
+/// user and root. `None` when it is fine.
+pub fn private_problem(mode: u32, owner: u32, me: u32) -> Option<String> {
+    if owner != me && owner != 0 {
+        return Some(format!(
+            "is owned by uid {owner}, neither you (uid {me}) nor root"
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Some(format!(
+            "is writable by {} (mode {:o})",
+            if mode & 0o002 != 0 {
+                "anyone"
+            } else {
+                "its group"
+            },
+            mode & 0o7777
+        ));
+    }
+    None
+}
+
+/// nd7, the nd7-exec beside it and the directory holding both, each with why
+/// it is not private to the user, if it is not (or cannot be read). `nd7 run`
+/// trusts all three: a process inside the sandbox that could replace one
+/// could replace the exit.
+pub fn binary_problems(nd7: &Path) -> Vec<(PathBuf, String)> {
+    let me = rustix::process::getuid().as_raw();
+    [
+        Some(nd7.to_path_buf()),
+        Some(nd7.with_file_name("nd7-exec")),
+        nd7.parent().map(Path::to_path_buf),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|path| {
+        let problem = match fs::metadata(&path) {
+            Ok(meta) => private_problem(meta.permissions().mode(), meta.uid(), me)?,
+            Err(e) => format!("cannot be read: {e}"),
+        };
+        Some((path, problem))
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_private_paths_pass() {
+        assert_eq!(private_problem(0o755, 1000, 1000), None);
+        assert_eq!(private_problem(0o755, 0, 1000), None);
+        assert!(
+            private_problem(0o775, 1000, 1000)
+                .expect("group")
+                .contains("its group")
+        );
+        assert!(
+            private_problem(0o777, 0, 1000)
+                .expect("anyone")
+                .contains("anyone")
+        );
+        assert!(
+            private_problem(0o755, 1001, 1000)
+                .expect("owner")
+                .contains("uid 1001")
+        );
+    }
+}

@@ -1,0 +1,511 @@
+//! `nd7 ship`: every session's unshipped entries read under the log's
+//! lock, verified, sealed and signed into batches, and sent in order by a
+//! second thread while the next batch is sealed; each receipt checked and
+//! kept before `shipped` moves.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use super::receipts::{
+    chain_key, entry_end, keep_lost, lock_log, read_chain_key, read_receipt, read_shipped,
+    record_ack, restore_explaining, vault_head,
+};
+use super::*;
+use crate::chain::{Cursor, Head, Walker};
+use crate::session_log::{self, SessionLog};
+use crate::vault::{self, BatchHeader, ChainKey, Checkpoint, IndexKey, KeyId, Receipt};
+
+/// What shipping one session did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Shipped {
+    pub entries: u64,
+    pub batches: u64,
+    pub bytes: u64,
+    /// Transcript pieces sent, and the transcript bytes in them.
+    pub transcript_pieces: u64,
+    pub transcript_bytes: u64,
+    /// The session ended and everything is shipped: chain.key was removed.
+    pub closed: bool,
+    /// What the run found and acted on (receipts lost in a declared restore).
+    pub notes: Vec<String>,
+}
+
+/// The outcome of `nd7 ship` over every session.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub sessions: Vec<(String, Result<Shipped, ShipError>)>,
+    pub warnings: Vec<String>,
+    /// Sessions not tried, because the vault said this machine is over its
+    /// quota (the reason is that session's error).
+    pub not_tried: Vec<String>,
+}
+
+impl Report {
+    pub fn all_shipped(&self) -> bool {
+        self.not_tried.is_empty() && self.sessions.iter().all(|(_, r)| r.is_ok())
+    }
+
+    /// Whether the vault broke a receipt for some session.
+    pub fn vault_broke(&self) -> bool {
+        self.sessions
+            .iter()
+            .any(|(_, r)| matches!(r, Err(ShipError::VaultBroke { .. })))
+    }
+}
+
+/// `nd7 ship`, once: every session under the state directory. Runs one at
+/// a time on a machine (the timer's and one by hand wait for each other
+/// on `vault/ship.lock`): two at once would each make a session's first
+/// chain key, and one would be refused.
+pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Report, ShipError> {
+    let mut machine = Machine::load(state_dir)?;
+    let lock_path = machine.dir.join(SHIP_LOCK_FILE);
+    let _one_at_a_time = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .and_then(|f| f.lock().map(|()| f))
+        .map_err(io_err(&lock_path, "lock"))?;
+    let mut report = Report::default();
+    if let Some(w) = machine.refresh_recipients() {
+        report.warnings.push(w);
+    }
+    let sessions = session_log::sessions_dir(state_dir);
+    let entries = match fs::read_dir(&sessions) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(report),
+        Err(e) => return Err(io_err(&sessions, "list")(e)),
+    };
+    let mut ids: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    ids.sort();
+    let mut ids = ids.into_iter();
+    for id in ids.by_ref() {
+        let result = SessionLog::new(&sessions, &id)
+            .map_err(ShipError::from)
+            .and_then(|log| ship_and_alarm(&machine, &log, progress));
+        let over = matches!(result, Err(ShipError::OverQuota { .. }));
+        report.sessions.push((id, result));
+        if over {
+            // Every other session would be refused the same way.
+            break;
+        }
+    }
+    report.not_tried = ids.collect();
+    Ok(report)
+}
+
+/// [`ship_session`], keeping `vault.alarm` in step: written when the vault
+/// broke a receipt, removed once the session ships cleanly again.
+fn ship_and_alarm(
+    machine: &Machine,
+    log: &SessionLog,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Shipped, ShipError> {
+    let result = ship_session(machine, log, progress);
+    let alarm = log.dir().join(ALARM_FILE);
+    match &result {
+        Err(e @ ShipError::VaultBroke { .. }) => {
+            let text = format!("{e}\nfound at {} (Unix time)\n", unix_now());
+            if let Err(w) = write_0600(&alarm, text.as_bytes()) {
+                return Err(ShipError::VaultBroke {
+                    machine: machine.id.clone(),
+                    session: log.session_id().into(),
+                    detail: format!("{e}; and {w}"),
+                });
+            }
+        }
+        Ok(_) => remove_optional(&alarm)?,
+        Err(_) => {}
+    }
+    result
+}
+
+/// One sealed batch on its way to the vault.
+struct Sealed {
+    body: Vec<u8>,
+    checkpoint: Checkpoint,
+    /// The batch's last entry, with its real hash.
+    head: Head,
+    entries: u64,
+    bytes: u64,
+}
+
+/// Ships one session's unshipped entries.
+pub fn ship_session(
+    machine: &Machine,
+    log: &SessionLog,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Shipped, ShipError> {
+    let session = log.session_id().to_string();
+    let events_path = log.events_path();
+    let broke = |detail: String| ShipError::VaultBroke {
+        machine: machine.id.clone(),
+        session: session.clone(),
+        detail,
+    };
+    let mut done = Shipped::default();
+    // Start from what the vault holds, after holding it to its word.
+    let kept = read_receipt(&log.dir().join(RECEIPT_FILE))?;
+    let head = vault_head(machine, &session)?;
+    if let Some(kept) = &kept {
+        let k = &kept.checkpoint;
+        let holds = head.as_ref().map(|h| h.checkpoint.last);
+        if holds.is_none_or(|h| h < k.last) {
+            let Some(notice) = restore_explaining(machine, kept)? else {
+                return Err(broke(format!(
+                    "it acknowledged entries up to {} (receipt stored at {}), but holds {}, and no restore notice of the vault explains it",
+                    k.last,
+                    kept.stored,
+                    holds.map_or("none of them".into(), |h| format!("only entries up to {h}")),
+                )));
+            };
+            done.notes.push(keep_lost(log, kept, &notice, holds)?);
+        } else if let Some(h) = &head
+            && h.checkpoint.last == k.last
+            && !h.checkpoint.same_head(k)
+        {
+            return Err(broke(format!(
+                "it acknowledged entry {} with digest {} under chain key {} (receipt stored at {}), but now shows digest {} under chain key {} there",
+                k.last,
+                k.head.short(),
+                k.key,
+                kept.stored,
+                h.checkpoint.head.short(),
+                h.checkpoint.key
+            )));
+        }
+    }
+    let file = match File::open(&events_path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(done),
+        Err(e) => return Err(io_err(&events_path, "open")(e)),
+    };
+    let (mut offset, cursor) = match &head {
+        None => (0, Cursor::start(&session)),
+        Some(h) => {
+            let c = &h.checkpoint;
+            let lock = lock_log(log, false)?;
+            let (offset, hash) = entry_end(log, &file, c.last)?;
+            drop(lock);
+            let shipped = read_shipped(&log.dir().join(SHIPPED_FILE))?;
+            let same = match read_chain_key(log)? {
+                Some((k, _)) if KeyId::of(&k) == c.key => IndexKey::of(&k).digest(&hash) == c.head,
+                _ => match shipped {
+                    Some(s) if s.seq == c.last => s.hash == hash,
+                    _ => {
+                        return Err(ShipError::Rewritten {
+                            session,
+                            detail: format!(
+                                "entry {} cannot be checked against the vault's receipt: chain.key no longer holds chain key {}, and `shipped` does not name the entry",
+                                c.last, c.key
+                            ),
+                        });
+                    }
+                },
+            };
+            if !same {
+                return Err(ShipError::Rewritten {
+                    session,
+                    detail: format!(
+                        "entry {} was shipped with digest {} under chain key {}, but the local entry {} (hash {}) is another",
+                        c.last,
+                        c.head.short(),
+                        c.key,
+                        c.last,
+                        hash.short()
+                    ),
+                });
+            }
+            let at = Head { seq: c.last, hash };
+            if kept.as_ref() != Some(h) || shipped != Some(at) {
+                record_ack(log, h, &at)?;
+            }
+            (
+                offset,
+                Cursor {
+                    next_seq: c.last + 1,
+                    prev: hash,
+                },
+            )
+        }
+    };
+    let size = file.metadata().map_err(io_err(&events_path, "stat"))?.len();
+    let backlog = size.saturating_sub(offset);
+    // Sealing batch k+1 (read, verify, compress, encrypt, sign) overlaps
+    // sending batch k: one thread sends, in order, and keeps each receipt;
+    // a refusal stops it, and what was queued behind is dropped, to be sent
+    // by the next run.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Sealed>(1);
+    let (produced, sent) = std::thread::scope(|scope| {
+        let sender = scope.spawn(move || -> (Shipped, Result<(), ShipError>) {
+            let mut acked = Shipped::default();
+            for sealed in rx {
+                match send_batch(machine, log, &sealed) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => return (acked, Err(e)),
+                }
+                acked.entries += sealed.entries;
+                acked.batches += 1;
+                acked.bytes += sealed.bytes;
+            }
+            (acked, Ok(()))
+        });
+        let produced = seal_batches(
+            machine,
+            log,
+            &file,
+            &mut offset,
+            cursor,
+            backlog,
+            &tx,
+            progress,
+        );
+        drop(tx);
+        let sent = sender
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (produced, sent)
+    });
+    let (acked, sent) = sent;
+    let notes = std::mem::take(&mut done.notes);
+    done = acked;
+    done.notes = notes;
+    sent?;
+    produced?;
+    // The transcripts' bytes, once the anchors that cover them are in the
+    // vault; before chain.key can go.
+    if let Some(holds) = read_shipped(&log.dir().join(SHIPPED_FILE))? {
+        let t = crate::transcript::ship::ship(machine, log, holds.seq)?;
+        done.transcript_pieces = t.pieces;
+        done.transcript_bytes = t.bytes;
+        if !t.gone.is_empty() {
+            return Err(ShipError::TranscriptGone {
+                session,
+                detail: t.gone.join("; "),
+            });
+        }
+    }
+    done.closed = close_if_ended(log, &file, offset)?;
+    Ok(done)
+}
+
+/// Sends one batch and keeps the vault's receipt for it. `Ok(false)`: the
+/// vault already holds more than this run sent (another run got there
+/// first); the next run continues from its head.
+fn send_batch(machine: &Machine, log: &SessionLog, sealed: &Sealed) -> Result<bool, ShipError> {
+    let session = log.session_id();
+    let reply = machine.client.ok(
+        "POST",
+        "/v1/batches",
+        &sealed.body,
+        Some(&machine.signer()),
+        None,
+    )?;
+    let text = String::from_utf8_lossy(&reply);
+    let sent = &sealed.checkpoint;
+    let broke = |detail: String| ShipError::VaultBroke {
+        machine: machine.id.clone(),
+        session: session.into(),
+        detail,
+    };
+    let receipt = text
+        .split_once('\n')
+        .map(|(_, rest)| rest)
+        .ok_or(vault::Error::Malformed {
+            what: "the vault's reply",
+            expected: "a status line and a receipt",
+        })
+        .and_then(Receipt::parse)
+        .map_err(|e| {
+            broke(format!(
+                "its reply to entries {}..{} is not a receipt: {e}",
+                sent.first, sent.last
+            ))
+        })?;
+    machine.check_receipt(&receipt, session).map_err(|e| {
+        broke(format!(
+            "its receipt for entries {}..{} does not check: {e}",
+            sent.first, sent.last
+        ))
+    })?;
+    let got = &receipt.checkpoint;
+    if got.same_head(sent) {
+        record_ack(log, &receipt, &sealed.head)?;
+        return Ok(true);
+    }
+    if got.last > sent.last {
+        return Ok(false);
+    }
+    Err(broke(format!(
+        "it acknowledged entries {}..{} with a receipt for entries {}..{}",
+        sent.first, sent.last, got.first, got.last
+    )))
+}
+
+/// Reads, verifies, seals and signs the batches after `offset`, handing
+/// each to `tx`; `offset` ends after the last batch handed over.
+#[allow(clippy::too_many_arguments)]
+fn seal_batches(
+    machine: &Machine,
+    log: &SessionLog,
+    file: &File,
+    offset: &mut u64,
+    mut cursor: Cursor,
+    backlog: u64,
+    tx: &std::sync::mpsc::SyncSender<Sealed>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), ShipError> {
+    let session = log.session_id().to_string();
+    let events_path = log.events_path();
+    let mut key: Option<(ChainKey, IndexKey, KeyId, Vec<u8>)> = None;
+    let mut buf = vec![0u8; vault::MAX_BATCH_ENTRIES_BYTES];
+    let mut sealed = 0u64;
+    loop {
+        // Read a batch's worth under the shared lock: an append in progress
+        // is never seen half-written.
+        let n = {
+            let _lock = lock_log(log, false)?;
+            read_full_at(file, &mut buf, *offset).map_err(io_err(&events_path, "read"))?
+        };
+        let Some(nl) = memchr::memrchr(b'\n', &buf[..n]) else {
+            if n == 0 {
+                return Ok(());
+            }
+            // Under the lock no append is in progress, so bytes without a
+            // newline are a torn write (or a line longer than any entry):
+            // `nd7 verify` reports the same, and this session is not shipped.
+            return Err(ShipError::Unverified {
+                session,
+                path: events_path,
+                entry: cursor.next_seq,
+                fault: "not a sealed entry: the line has no newline (an append was cut short)"
+                    .into(),
+            });
+        };
+        // At most MAX_BATCH_ENTRIES whole lines.
+        let nl = memchr::memchr_iter(b'\n', &buf[..=nl])
+            .nth(vault::MAX_BATCH_ENTRIES - 1)
+            .unwrap_or(nl);
+        let entries = &buf[..=nl];
+        let mut walker = Walker::new(cursor);
+        walker.feed(entries).map_err(|b| ShipError::Unverified {
+            session: session.clone(),
+            path: events_path.clone(),
+            entry: cursor.next_seq + b.entry,
+            fault: b.fault.to_string(),
+        })?;
+        // The walker checked every line, the last one included.
+        let last_line = entries[..entries.len() - 1]
+            .rsplit(|&b| b == b'\n')
+            .next()
+            .unwrap_or_default();
+        let Ok(last) = crate::chain::read_stated(last_line) else {
+            return Ok(());
+        };
+        let end = Cursor {
+            next_seq: last.seq + 1,
+            prev: last.hash,
+        };
+        if key.is_none() {
+            let k = chain_key(log, machine.recipients.version)?;
+            let wrapped = vault::wrap_chain_key(&k, &machine.recipients.recipients, &mut os_fill);
+            let (ik, id) = (IndexKey::of(&k), KeyId::of(&k));
+            key = Some((k, ik, id, wrapped));
+        }
+        let Some((k, ik, id, wrapped)) = &key else {
+            return Ok(());
+        };
+        let index = vault::index_lines(entries, ik)?;
+        let count = index.len() as u64;
+        let header = BatchHeader {
+            machine: machine.id.clone(),
+            session: session.clone(),
+            key: *id,
+            first: cursor.next_seq,
+            prev: ik.digest(&cursor.prev),
+            index,
+        };
+        let (body, checkpoint) =
+            vault::seal_batch(&header, entries, k, wrapped, random()?, &machine.key);
+        let batch = Sealed {
+            body,
+            checkpoint,
+            head: Head {
+                seq: end.next_seq - 1,
+                hash: end.prev,
+            },
+            entries: count,
+            bytes: entries.len() as u64,
+        };
+        if tx.send(batch).is_err() {
+            // The sender stopped (on an error, which it reports).
+            return Ok(());
+        }
+        *offset += entries.len() as u64;
+        sealed += entries.len() as u64;
+        cursor = end;
+        if backlog > PROGRESS_ABOVE {
+            progress(&format!(
+                "{session}: {} of {} MiB sealed and sent",
+                sealed >> 20,
+                backlog >> 20
+            ));
+        }
+    }
+}
+
+/// Reads until `buf` is full or the file ends.
+fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        let got = file.read_at(&mut buf[n..], offset + n as u64)?;
+        if got == 0 {
+            break;
+        }
+        n += got;
+    }
+    Ok(n)
+}
+
+/// Removes chain.key once the log ends in a `session_end` entry (a run's
+/// chain: `run_end`) and everything up to it is shipped. Returns whether it did.
+fn close_if_ended(log: &SessionLog, file: &File, shipped_to: u64) -> Result<bool, ShipError> {
+    let key_path = log.dir().join(CHAIN_KEY_FILE);
+    if !key_path.exists() {
+        return Ok(false);
+    }
+    let _lock = lock_log(log, true)?;
+    let path = log.events_path();
+    let size = file.metadata().map_err(io_err(&path, "stat"))?.len();
+    if size != shipped_to || size == 0 {
+        return Ok(false);
+    }
+    // The last line: at most one entry's length back from the end.
+    let from = size.saturating_sub(crate::chain::MAX_ENTRY_BYTES as u64 + 1);
+    let mut tail = vec![0u8; (size - from) as usize];
+    file.read_exact_at(&mut tail, from)
+        .map_err(io_err(&path, "read"))?;
+    let body = &tail[..tail.len() - 1];
+    let last = memchr::memrchr(b'\n', body).map_or(body, |nl| &body[nl + 1..]);
+    let ended = serde_json::from_slice::<serde_json::Value>(last)
+        .ok()
+        .and_then(|v| {
+            v.get("kind")
+                .and_then(|k| k.as_str())
+                .map(|k| k == "session_end" || k == crate::run_entry::RUN_END)
+        })
+        .unwrap_or(false);
+    if ended {
+        fs::remove_file(&key_path).map_err(io_err(&key_path, "remove"))?;
+    }
+    Ok(ended)
+}
