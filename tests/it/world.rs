@@ -271,9 +271,14 @@ impl World {
             self.outside().display(),
             self.acct.display(),
         );
-        std::fs::write(&path, script).expect("write agent");
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        // Written beside and renamed into place: a test that starts a second
+        // agent while the first is being exec'd would otherwise meet
+        // ETXTBSY, as the kernel denies writes to a file during its exec.
+        let staged = self.proj().join(".agent.sh.new");
+        std::fs::write(&staged, script).expect("write agent");
+        std::fs::set_permissions(&staged, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod");
+        std::fs::rename(&staged, &path).expect("rename agent");
         path.display().to_string()
     }
 
