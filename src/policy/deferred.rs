@@ -130,6 +130,11 @@ pub const HOME_LOCKED: &[&str] = &[
     ".codex/rules",
     ".codex/prompts",
     ".codex/plugins",
+    // Where Codex's standalone installer keeps Codex itself (`packages/
+    // standalone/current/bin/codex`, which `~/.local/bin/codex` leads to)
+    // and the app-server daemon it starts: written, the user's next plain
+    // `codex` runs the agent's program outside any floor (ADR-0062).
+    ".codex/packages",
     ".bashrc",
     ".bash_profile",
     ".bash_login",
