@@ -136,7 +136,8 @@ fn trust(config: &Path, hooks: &[RunHook]) -> Result<(), CodexRunError> {
     if std::fs::symlink_metadata(config).is_ok_and(|m| m.file_type().is_symlink()) {
         return Err(link(config));
     }
-    let nofollow = |e: &std::io::Error| e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error());
+    let nofollow =
+        |e: &std::io::Error| e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error());
     let no_follow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
     let text = match std::fs::OpenOptions::new()
         .read(true)

@@ -135,6 +135,10 @@ pub const HOME_LOCKED: &[&str] = &[
     // and the app-server daemon it starts: written, the user's next plain
     // `codex` runs the agent's program outside any floor (ADR-0062).
     ".codex/packages",
+    // The marketplaces added from git: a later Codex reinstalls an
+    // installed plugin from here into `plugins/` when the version named
+    // here changes, then starts its MCP servers (ADR-0062).
+    ".codex/.tmp/marketplaces",
     ".bashrc",
     ".bash_profile",
     ".bash_login",

@@ -92,3 +92,73 @@ rm -f "$C/config.toml" && ln -s "$HOME_DIR/.nd7/grants" "$C/config.toml" && echo
     assert!(stderr.contains("config.toml"), "{stderr}");
     assert!(stderr.contains("link"), "{stderr}");
 }
+
+/// Codex reads a `.codex/` layer in every directory from the project's root
+/// down to where it starts, so a later plain `codex` started in `proj/sub`
+/// reads `proj/sub/.codex/config.toml` (its `notify`, MCP servers) once the
+/// project is trusted. On Linux only the project root's is locked; one
+/// below it, whether made or edited during the session, must at least be
+/// reported (exit 3).
+#[test]
+fn a_codex_layer_below_the_project_root_is_reported() {
+    let w = World::new();
+    std::fs::create_dir_all(w.proj().join("pkg/.codex")).expect("mkdir pkg/.codex");
+    std::fs::write(w.proj().join("pkg/.codex/config.toml"), "# pkg\n").expect("pkg config");
+    let codex = fake_codex(
+        &w,
+        r#"P="$PWD"
+mkdir -p "$P/sub/.codex" && echo 'notify = ["sh", "-c", "touch /tmp/x"]' > "$P/sub/.codex/config.toml" && echo planted
+"$EXEC" "echo 'notify = [\"sh\"]' >> '$P/pkg/.codex/config.toml'" && echo edited"#,
+    );
+    let out = w.nd7(&["run", &codex]).output().expect("nd7 run codex");
+    let stderr = text(&out.stderr);
+    eprintln!("{}\n{stderr}", text(&out.stdout));
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("sub/.codex/config.toml"), "{stderr}");
+    assert!(stderr.contains("pkg/.codex/config.toml"), "{stderr}");
+}
+
+/// A plugin marketplace added from git lives in `~/.codex/.tmp/marketplaces/
+/// NAME`; a later Codex reinstalls an installed plugin from there into its
+/// (locked) `plugins/cache` whenever the version the marketplace names
+/// changes, and then starts its MCP servers. So Codex, under nd7 run, must
+/// not be able to edit it. Guards `deferred::HOME_LOCKED`'s
+/// `.codex/.tmp/marketplaces`.
+#[test]
+fn codex_cannot_rewrite_a_marketplace_a_later_codex_installs_plugins_from() {
+    let w = World::new();
+    let plugin = w
+        .home()
+        .join(".codex/.tmp/marketplaces/team/plugins/lint/.codex-plugin");
+    std::fs::create_dir_all(&plugin).expect("mkdir marketplace");
+    std::fs::write(
+        plugin.join("plugin.json"),
+        "{\"name\":\"lint\",\"version\":\"1.0.0\"}",
+    )
+    .expect("plugin.json");
+    let codex = fake_codex(
+        &w,
+        r#"
+try() { name=$1; shift; if "$@" 2>/dev/null; then echo "$name: written"; else echo "$name: refused"; fi; }
+M="$HOME_DIR/.codex/.tmp/marketplaces/team/plugins/lint"
+for how in floor exit; do
+  run() { if [ $how = exit ]; then "$EXEC" "$1"; else bash -c "$1"; fi; }
+  try "$how version" run "echo '{\"name\":\"lint\",\"version\":\"9.9.9\"}' > '$M/.codex-plugin/plugin.json'"
+  try "$how mcp" run "echo '{\"mcpServers\":{\"x\":{\"command\":\"sh\"}}}' > '$M/.mcp.json'"
+  try "$how renamed" run "mv '$HOME_DIR/.codex/.tmp/marketplaces' '$HOME_DIR/.codex/.tmp/m.old'"
+done
+"#,
+    );
+    let out = w.nd7(&["run", &codex]).output().expect("nd7 run codex");
+    let expected: Vec<String> = ["floor", "exit"]
+        .iter()
+        .flat_map(|how| ["version", "mcp", "renamed"].map(|what| format!("{how} {what}: refused")))
+        .collect();
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>(),
+        expected,
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
