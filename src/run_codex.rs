@@ -30,6 +30,10 @@ pub enum CodexRunError {
         action: &'static str,
         source: std::io::Error,
     },
+    #[error(
+        "{0} is a symbolic link; nd7 run writes the trust of its hooks there and follows no link to do it (a session where nothing could be locked may have left it); look at where it leads, make it a real file and run again; nothing was started"
+    )]
+    ConfigLink(PathBuf),
     #[error("{0}: {1}; fix it (or move it away) and run again; nothing was started")]
     Config(PathBuf, crate::setup::codex_merge::CodexConfigError),
     #[error(
@@ -118,10 +122,40 @@ fn placeholders(codex_home: &Path) -> Result<(), CodexRunError> {
 }
 
 /// Writes the hooks' trust into `config`, keeping everything else.
+///
+/// `nd7 run` does this unconfined, in a directory the last session could
+/// write, so `config` is opened without following a final link, to read and
+/// to write: where nothing could be locked (no user namespaces) Codex can
+/// leave `config.toml` as a link to any file of the account's (`~/.nd7/grants`,
+/// a dotfile), and following it would have nd7 run rewrite that file, or make
+/// it, with TOML of its own. A link is refused, nothing written (ADR-0062).
 fn trust(config: &Path, hooks: &[RunHook]) -> Result<(), CodexRunError> {
-    let text = match std::fs::read_to_string(config) {
-        Ok(text) => Some(text),
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let link = |path: &Path| CodexRunError::ConfigLink(path.to_path_buf());
+    if std::fs::symlink_metadata(config).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(link(config));
+    }
+    let nofollow =
+        |e: &std::io::Error| e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error());
+    let no_follow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+    let text = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(no_follow)
+        .open(config)
+    {
+        Ok(mut file) => {
+            let mut text = String::new();
+            file.read_to_string(&mut text)
+                .map_err(|source| CodexRunError::Io {
+                    path: config.to_path_buf(),
+                    action: "read",
+                    source,
+                })?;
+            Some(text)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) if nofollow(&e) => return Err(link(config)),
         Err(source) => {
             return Err(CodexRunError::Io {
                 path: config.to_path_buf(),
@@ -133,11 +167,20 @@ fn trust(config: &Path, hooks: &[RunHook]) -> Result<(), CodexRunError> {
     let updated = run::trusted(text.as_deref(), hooks)
         .map_err(|e| CodexRunError::Config(config.to_path_buf(), e))?;
     if let Some(updated) = updated {
-        std::fs::write(config, updated).map_err(|source| CodexRunError::Io {
+        let io = |source| CodexRunError::Io {
             path: config.to_path_buf(),
             action: "write the trust of nd7 run's hooks into",
             source,
-        })?;
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(no_follow)
+            .open(config)
+            .map_err(|e| if nofollow(&e) { link(config) } else { io(e) })?;
+        file.write_all(updated.as_bytes()).map_err(io)?;
     }
     Ok(())
 }

@@ -130,6 +130,15 @@ pub const HOME_LOCKED: &[&str] = &[
     ".codex/rules",
     ".codex/prompts",
     ".codex/plugins",
+    // Where Codex's standalone installer keeps Codex itself (`packages/
+    // standalone/current/bin/codex`, which `~/.local/bin/codex` leads to)
+    // and the app-server daemon it starts: written, the user's next plain
+    // `codex` runs the agent's program outside any floor (ADR-0062).
+    ".codex/packages",
+    // The marketplaces added from git: a later Codex reinstalls an
+    // installed plugin from here into `plugins/` when the version named
+    // here changes, then starts its MCP servers (ADR-0062).
+    ".codex/.tmp/marketplaces",
     ".bashrc",
     ".bash_profile",
     ".bash_login",

@@ -13,7 +13,7 @@ use crate::world::*;
 
 /// Installs `body` as a program named `codex` (outside the project) and
 /// returns its path.
-fn fake_codex(w: &World, body: &str) -> String {
+pub(crate) fn fake_codex(w: &World, body: &str) -> String {
     let script = w.agent(body);
     let dir = w.root.join("bin");
     std::fs::create_dir_all(&dir).expect("mkdir bin");

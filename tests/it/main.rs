@@ -25,6 +25,8 @@ mod record_door;
 mod redteam;
 #[cfg(target_os = "linux")]
 mod redteam2;
+#[cfg(target_os = "linux")]
+mod redteam_codex;
 mod report_html;
 #[cfg(target_os = "linux")]
 mod runs;

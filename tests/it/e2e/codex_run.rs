@@ -15,7 +15,7 @@ use super::mock_responses::{Item, MockResponses};
 use crate::world::{World, text};
 
 /// Codex's settings in the world's home: the mock as its model provider.
-fn configure(world: &World, api: &str) {
+pub(super) fn configure(world: &World, api: &str) {
     let dir = world.home().join(".codex");
     std::fs::create_dir_all(&dir).expect("mkdir .codex");
     std::fs::write(
@@ -29,7 +29,7 @@ fn configure(world: &World, api: &str) {
 }
 
 /// `nd7 run codex exec …` in the world, with Codex's directory on PATH.
-fn run_codex(world: &World, codex: &Path, args: &[&str]) -> Command {
+pub(super) fn run_codex(world: &World, codex: &Path, args: &[&str]) -> Command {
     let codex_s = codex.display().to_string();
     let mut all = vec![
         "run",
@@ -45,7 +45,7 @@ fn run_codex(world: &World, codex: &Path, args: &[&str]) -> Command {
 }
 
 /// Waits for `child` at most three minutes; a hang is a failure.
-fn finish(mut child: std::process::Child) -> Output {
+pub(super) fn finish(mut child: std::process::Child) -> Output {
     let deadline = Instant::now() + Duration::from_secs(180);
     while child.try_wait().expect("wait").is_none() {
         if Instant::now() > deadline {
@@ -58,7 +58,7 @@ fn finish(mut child: std::process::Child) -> Output {
 }
 
 /// The run's chain in the world's state directory.
-fn run_entries(world: &World) -> (PathBuf, Vec<Value>) {
+pub(super) fn run_entries(world: &World) -> (PathBuf, Vec<Value>) {
     let sessions = world.home().join(".local/state/nd7/sessions");
     let dir = std::fs::read_dir(&sessions)
         .expect("sessions")
@@ -77,7 +77,7 @@ fn run_entries(world: &World) -> (PathBuf, Vec<Value>) {
     (dir, entries)
 }
 
-fn of_kind<'a>(entries: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub(super) fn of_kind<'a>(entries: &'a [Value], kind: &str) -> Vec<&'a Value> {
     entries.iter().filter(|e| e["kind"] == kind).collect()
 }
 

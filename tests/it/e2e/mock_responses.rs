@@ -26,6 +26,14 @@ pub enum Item {
     ShellEscalated(String),
     /// An `apply_patch` call (a freeform tool: the patch is the input).
     Patch(String),
+    /// Any function call: the tool's name and its arguments. `{SESSION}` in
+    /// the arguments becomes the last unified-exec session id a tool output
+    /// named ("session ID N"), so a script can write to a process it started.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    Call(String, Value),
+    /// An output item as it is, with `call_id` set to the next call id.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    Raw(Value),
     /// Not an item: the turn is answered only once this file exists (at most
     /// two minutes), so a test can act between two calls.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
@@ -178,6 +186,7 @@ fn serve(stream: TcpStream, shared: &Mutex<Shared>) -> std::io::Result<()> {
             s.next_turn += 1;
         }
         let turn = turn.unwrap_or_else(|| vec![Item::Message("done".into())]);
+        let session = last_session(&s.requests);
         let items: Vec<Value> = turn
             .into_iter()
             .filter(|item| !matches!(item, Item::Gate(_)))
@@ -207,6 +216,15 @@ fn serve(stream: TcpStream, shared: &Mutex<Shared>) -> std::io::Result<()> {
                             "justification": "scripted"
                         }).to_string()
                     }),
+                    Item::Call(name, arguments) => json!({
+                        "type": "function_call", "id": format!("fc_{turn_no}_{j}"),
+                        "call_id": call_id(), "name": name,
+                        "arguments": arguments.to_string().replace("\"{SESSION}\"", &session),
+                    }),
+                    Item::Raw(mut item) => {
+                        item["call_id"] = call_id().into();
+                        item
+                    }
                     Item::Patch(patch) => json!({
                         "type": "custom_tool_call", "id": format!("ctc_{turn_no}_{j}"),
                         "call_id": call_id(), "name": "apply_patch", "input": patch
@@ -239,6 +257,21 @@ fn serve(stream: TcpStream, shared: &Mutex<Shared>) -> std::io::Result<()> {
             "output_tokens_details": null, "total_tokens": 15}}}),
     );
     respond(&mut stream, "text/event-stream", out.as_bytes())
+}
+
+/// The last "session ID N" a tool output holds, or "0".
+fn last_session(requests: &[Value]) -> String {
+    let text = requests.last().map(Value::to_string).unwrap_or_default();
+    text.rmatch_indices("session ID ")
+        .next()
+        .map(|(at, m)| {
+            text[at + m.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "0".into())
 }
 
 fn read_chunked(reader: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
