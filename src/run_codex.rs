@@ -186,8 +186,8 @@ fn trust(config: &Path, hooks: &[RunHook]) -> Result<(), CodexRunError> {
 }
 
 /// Refuses what would undo the run's settings: a sandbox of Codex's own
-/// (`-s`, `--sandbox`, `--full-auto`, `-c sandbox_mode=…`) and hooks given
-/// with `-c`. Arguments after `--` are the prompt's.
+/// (`-s`, `--sandbox`, `--full-auto`, `-c sandbox_mode=…`), hooks given
+/// with `-c`, and hooks switched off (`--disable hooks`, `-c features.hooks=…`). Arguments after `--` are the prompt's.
 pub fn check_args(args: &[OsString]) -> Result<(), CodexRunError> {
     let mut iter = args.iter().map(|a| a.to_string_lossy());
     while let Some(arg) = iter.next() {
@@ -208,6 +208,13 @@ pub fn check_args(args: &[OsString]) -> Result<(), CodexRunError> {
             }
             continue;
         }
+        let disabled = match arg.as_ref() {
+            "--disable" => iter.next().map(|v| v.into_owned()),
+            a => a.strip_prefix("--disable=").map(str::to_string),
+        };
+        if disabled.as_deref().map(str::trim) == Some("hooks") {
+            return Err(CodexRunError::Hooks(format!("--disable hooks")));
+        }
         let config = match arg.as_ref() {
             "-c" | "--config" => iter.next().map(|v| v.into_owned()),
             a => a.strip_prefix("--config=").map(str::to_string),
@@ -219,7 +226,13 @@ pub fn check_args(args: &[OsString]) -> Result<(), CodexRunError> {
                 .unwrap_or_default()
                 .trim()
                 .to_string();
-            if key == "hooks" || key.starts_with("hooks.") {
+            // `features.hooks=false` (or a whole `features` table) would
+            // switch the run's hooks off as surely as replacing them.
+            if key == "hooks"
+                || key.starts_with("hooks.")
+                || key == "features"
+                || key == "features.hooks"
+            {
                 return Err(CodexRunError::Hooks(format!("-c {value}")));
             }
             if key == "sandbox_mode"
@@ -259,7 +272,13 @@ mod tests {
                 "{bad:?}"
             );
         }
-        for bad in [&["-c", "hooks.Stop=[]"][..], &["--config=hooks={}"]] {
+        for bad in [
+            &["-c", "hooks.Stop=[]"][..],
+            &["--config=hooks={}"],
+            &["-c", "features.hooks=false"],
+            &["--disable", "hooks"],
+            &["exec", "--disable=hooks", "x"],
+        ] {
             assert!(
                 matches!(check_args(&args(bad)), Err(CodexRunError::Hooks(_))),
                 "{bad:?}"

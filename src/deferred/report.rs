@@ -59,7 +59,7 @@ pub fn render(findings: &[Finding], status: &str) -> String {
         out,
         "nd7 run: WARNING: {} file(s) that run outside the sandbox changed during this session.\n\
          They may run the next time you use git here, open the project in an editor, enter it\n\
-         with direnv, or start Claude Code. Read each change below before you do any of that.\n\
+         with direnv, or start Claude Code or Codex. Read each change below before you do any of that.\n\
          ({status}; nd7 run exits with status 3 because of this warning.)",
         findings.len()
     );
