@@ -202,6 +202,57 @@ fn a_link_among_the_rollouts_directories_is_not_followed() {
     assert!(why(&result).contains("symbolic link"), "{result}");
 }
 
+/// A rollout that says the failing call succeeded, with the session's
+/// rollout name, outside the day's directory: the payload naming it is the
+/// agent's word, so the outcome is unknown rather than forged. Guards the
+/// layout check in `rollout::Rollout::open`.
+#[test]
+fn a_rollout_named_outside_the_sessions_directory_is_not_read() {
+    let c = Captured::new();
+    for p in &c.payloads[..5] {
+        c.record(p);
+    }
+    let name = c.rollout.file_name().expect("name");
+    let forged = c.home.path().join(name);
+    let text = std::fs::read_to_string(&c.rollout).expect("read").replace(
+        r#""status":"failed","aggregated_output":"failing\n","exit_code":3"#,
+        r#""status":"completed","aggregated_output":"failing\n","exit_code":0"#,
+    );
+    assert!(text.contains(r#""exit_code":0"#));
+    std::fs::write(&forged, text).expect("write");
+    let payload = c.post("call_mock_1_0").replace(
+        &c.rollout.display().to_string(),
+        &forged.display().to_string(),
+    );
+    assert!(payload.contains(&forged.display().to_string()));
+    c.record(&payload);
+    let result = c.result_for("call_mock_1_0").expect("a result is recorded");
+    assert_eq!(result["body"]["ok"], Value::Null, "{result}");
+    assert!(
+        why(&result).contains("not where Codex keeps this session's rollout"),
+        "{result}"
+    );
+}
+
+/// The rollout given a second name that is a forged file: refused as the
+/// transcript is (guards the link-count check in `safe_file::open_beneath`,
+/// which the rollout read now shares).
+#[test]
+fn a_rollout_with_a_second_name_is_not_read() {
+    let result = failing_result_after(|c| {
+        let forged = c.home.path().join("forged.jsonl");
+        let text = std::fs::read_to_string(&c.rollout).expect("read").replace(
+            r#""status":"failed","aggregated_output":"failing\n","exit_code":3"#,
+            r#""status":"completed","aggregated_output":"failing\n","exit_code":0"#,
+        );
+        std::fs::write(&forged, text).expect("write");
+        std::fs::remove_file(&c.rollout).expect("rm");
+        std::fs::hard_link(&forged, &c.rollout).expect("link");
+    });
+    assert_eq!(result["body"]["ok"], Value::Null, "{result}");
+    assert!(why(&result).contains("2 names"), "{result}");
+}
+
 #[test]
 fn a_fifo_in_place_of_the_rollout_stalls_nothing() {
     // Without O_NONBLOCK (safe_file::open_beneath) opening a FIFO waits for
