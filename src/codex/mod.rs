@@ -44,8 +44,9 @@ pub fn event_in(
 
 /// The event a Codex payload becomes when `nd7 run` builds it, outside the
 /// sandbox, for a hook inside it: the rollout the payload names is not
-/// opened (from out there it could be any file the agent cannot read), so
-/// the version and a call's outcome are recorded as unknown, saying why.
+/// opened for the entry, so the version and a call's outcome are recorded
+/// as unknown, saying why. (The door anchors the rollout afterwards, only
+/// where Codex's layout puts the session's: [`crate::transcript::anchor`].)
 pub fn event_unread(invocation: &Invocation, payload: Payload) -> Event {
     const WHY: &str = "recorded through nd7 run's door, which opens no file a payload names";
     let typed = Typed::of(&payload);

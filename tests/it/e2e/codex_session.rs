@@ -228,7 +228,10 @@ fn a_codex_session_is_recorded_whole_with_failures_marked_and_verifies() {
         .expect("the rollout's path")
         .to_string();
     let sessions_dir = std::fs::canonicalize(w.codex_home().join("sessions")).expect("sessions");
-    assert!(rollout.starts_with(&sessions_dir.display().to_string()), "{rollout}");
+    assert!(
+        rollout.starts_with(&sessions_dir.display().to_string()),
+        "{rollout}"
+    );
     for a in &anchors {
         assert_eq!(a["source"], "record:nd7", "{a}");
         assert_eq!(a["kind"], "transcript_anchor", "{a}");
