@@ -184,7 +184,7 @@ fn anchors_follow_the_rollout_and_verify_holds_it_against_them() {
         stdout(&out)
     );
     // And the next hook records it as a break and anchors afresh.
-    std::fs::write(s.rollout(), &rollout_lines(0..5)).expect("write");
+    std::fs::write(s.rollout(), rollout_lines(0..5)).expect("write");
     s.hook("Stop");
     let t = s.transcript_entries();
     assert_eq!(t[3]["kind"], "transcript_break", "{t:#?}");
