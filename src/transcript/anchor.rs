@@ -207,23 +207,36 @@ struct FileState {
 /// bounds from the environment.
 pub fn for_record(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pending, AnchorError> {
     let root = match facts.agent {
-        Agent::ClaudeCode => {
-            // As Claude Code finds its home: $HOME, else the account database.
-            let home = std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .filter(|h| h.is_absolute())
-                .or_else(|| crate::session::account_home().ok());
-            layout::config_dir(
-                std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
-                home.as_deref(),
-            )
-            .map(|c| safe_file::real_dir(&c))
-            .ok_or(AnchorError::NoConfigDir)?
-        }
-        Agent::Codex => codex_layout::codex_home_from_env().ok_or(AnchorError::NoCodexHome)?,
+        Agent::ClaudeCode => layout::config_dir(
+            std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
+            env_home().as_deref(),
+        )
+        .map(|c| safe_file::real_dir(&c))
+        .ok_or(AnchorError::NoConfigDir)?,
+        Agent::Codex => codex_home_from_env().ok_or(AnchorError::NoCodexHome)?,
     };
     let mut ctx = Ctx::new(log_dir, facts.agent, root, None, Limits::from_env());
     ctx.anchor(facts, started)
+}
+
+/// The home the agents find from the hook's environment: `$HOME`, else the
+/// account database's.
+fn env_home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .or_else(|| crate::session::account_home().ok())
+}
+
+/// Codex's home as the environment names it ([`codex_layout::codex_home`]
+/// of `$CODEX_HOME` and the home), every link in it resolved once, here, so
+/// that no link on the way to a rollout is followed later.
+pub fn codex_home_from_env() -> Option<PathBuf> {
+    codex_layout::codex_home(
+        std::env::var_os("CODEX_HOME").as_deref(),
+        env_home().as_deref(),
+    )
+    .map(|d| safe_file::real_dir(&d))
 }
 
 /// Fixes, at the start of a run, where the agent will keep the session's

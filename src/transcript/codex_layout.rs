@@ -34,18 +34,6 @@ pub fn codex_home(codex_home: Option<&std::ffi::OsStr>, home: Option<&Path>) -> 
     home.filter(|h| h.is_absolute()).map(|h| h.join(".codex"))
 }
 
-/// [`codex_home`] from the environment: `$CODEX_HOME`, else `$HOME` (or the
-/// account's home) with `.codex`, every link in it resolved once, here, so
-/// that no link on the way to a rollout is followed later.
-pub fn codex_home_from_env() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|h| h.is_absolute())
-        .or_else(|| crate::session::account_home().ok());
-    codex_home(std::env::var_os("CODEX_HOME").as_deref(), home.as_deref())
-        .map(|d| crate::safe_file::real_dir(&d))
-}
-
 /// Whether `s` is `n` ASCII digits.
 fn digits(s: &str, n: usize) -> bool {
     s.len() == n && s.bytes().all(|b| b.is_ascii_digit())
