@@ -259,12 +259,11 @@ pub fn record_as(
 ) -> Result<Recorded, RecordError> {
     let (event, omitted) = event_for(agent, invocation, input, Some(sessions_dir))?;
     let log = SessionLog::new(sessions_dir, &event.session)?;
-    // The transcript's anchors go in with the hook's entry, in one append.
-    // Claude Code's transcript only: Codex's payload names its rollout,
-    // which is not anchored (yet).
-    let anchoring = match (omitted, agent) {
-        (None, Agent::ClaudeCode) => crate::transcript::anchor::for_payload(input, &log),
-        _ => None,
+    // The transcript's anchors (Claude Code's transcript, Codex's rollout)
+    // go in with the hook's entry, in one append.
+    let anchoring = match omitted {
+        None => crate::transcript::anchor::for_payload(input, agent, &log),
+        Some(_) => None,
     };
     let session_id = event.session.clone();
     let mut events = vec![event];

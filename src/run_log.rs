@@ -235,14 +235,17 @@ impl RunLog {
             }
             event
         };
-        // The transcript is read here, outside the floor, never by the hook
-        // inside it; its anchors go in with the hook's entry. Claude Code's
-        // only: a Codex payload's `transcript_path` is its rollout.
-        let anchoring = match (request.glimpse, request.agent) {
-            (false, crate::hook::Agent::ClaudeCode) => {
-                crate::transcript::anchor::at_door(self.log.dir(), &request.body, started)
-            }
-            _ => None,
+        // The transcript (Codex's rollout) is read here, outside the floor,
+        // never by the hook inside it, and only where the agent's layout
+        // puts the session's file; its anchors go in with the hook's entry.
+        let anchoring = match request.glimpse {
+            false => crate::transcript::anchor::at_door(
+                self.log.dir(),
+                request.agent,
+                &request.body,
+                started,
+            ),
+            true => None,
         };
         let mut events = vec![event];
         if let Some(pending) = &anchoring {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::hook::{Event, Invocation, Payload};
 use hook::{AgentInfo, CodexEvent, Facts, Outcome, Typed};
-use rollout::Rollout;
+use rollout::{Rollout, RolloutError};
 
 /// How long a PostToolUse record waits, in all, for the call's completed
 /// item to reach the rollout. Codex 0.171.0 writes it before it runs the
@@ -23,17 +23,31 @@ pub const OUTCOME_WAIT: Duration = Duration::from_millis(200);
 /// Pause between two looks at the rollout while waiting.
 const OUTCOME_POLL: Duration = Duration::from_millis(25);
 
-/// The event a Codex payload becomes, with what the rollout adds.
+/// The event a Codex payload becomes, with what the rollout adds: the
+/// rollout under Codex's home as the hook's environment names it.
 /// `first_entry` says the session's log has no entry yet.
 pub fn event(invocation: &Invocation, payload: Payload, first_entry: bool) -> Event {
-    let facts = facts(&payload, first_entry);
+    let home = crate::transcript::anchor::codex_home_from_env();
+    event_in(home.as_deref(), invocation, payload, first_entry)
+}
+
+/// [`event`] with Codex's home given: `None` when it cannot be told (then
+/// no rollout is opened, and the entry says so).
+pub fn event_in(
+    home: Option<&Path>,
+    invocation: &Invocation,
+    payload: Payload,
+    first_entry: bool,
+) -> Event {
+    let facts = facts(home, &payload, first_entry);
     hook::event(invocation, payload, facts)
 }
 
 /// The event a Codex payload becomes when `nd7 run` builds it, outside the
 /// sandbox, for a hook inside it: the rollout the payload names is not
-/// opened (from out there it could be any file the agent cannot read), so
-/// the version and a call's outcome are recorded as unknown, saying why.
+/// opened for the entry, so the version and a call's outcome are recorded
+/// as unknown, saying why. (The door anchors the rollout afterwards, only
+/// where Codex's layout puts the session's: [`crate::transcript::anchor`].)
 pub fn event_unread(invocation: &Invocation, payload: Payload) -> Event {
     const WHY: &str = "recorded through nd7 run's door, which opens no file a payload names";
     let typed = Typed::of(&payload);
@@ -55,25 +69,31 @@ pub fn event_unread(invocation: &Invocation, payload: Payload) -> Event {
 /// Reads from the rollout what `payload` needs: the agent's version for
 /// SessionStart and for the first entry of a log, a call's outcome for
 /// PostToolUse. Every failure becomes a reason in the entry, never an error.
-pub fn facts(payload: &Payload, first_entry: bool) -> Facts {
+pub fn facts(home: Option<&Path>, payload: &Payload, first_entry: bool) -> Facts {
     let typed = Typed::of(payload);
-    let rollout_path = payload.str_member("transcript_path").map(Path::new);
+    let rollout_path = payload.str_member("transcript_path");
     let event = typed.known();
     let mut facts = Facts::default();
     if first_entry || matches!(event, Some(CodexEvent::SessionStart(_))) {
-        facts.agent = Some(agent(rollout_path, &payload.session_id));
+        facts.agent = Some(agent(home, rollout_path, &payload.session_id));
     }
     if let Some(CodexEvent::PostToolUse(post)) = event {
         facts.outcome = Some(match (&post.tool_use_id, rollout_path) {
             (None, _) => Outcome::Unknown("the payload has no tool_use_id".into()),
             (Some(_), None) => Outcome::Unknown("the payload names no rollout".into()),
-            (Some(id), Some(path)) => outcome(path, id, OUTCOME_WAIT),
+            (Some(id), Some(path)) => outcome(home, &payload.session_id, path, id, OUTCOME_WAIT),
         });
     }
     facts
 }
 
-fn agent(path: Option<&Path>, session_id: &str) -> AgentInfo {
+/// Session `session_id`'s rollout at `path` (the payload's word) below
+/// Codex's `home`, as [`Rollout::open`] takes it.
+fn open(home: Option<&Path>, session_id: &str, path: &str) -> Result<Rollout, RolloutError> {
+    Rollout::open(home.ok_or(RolloutError::NoHome)?, session_id, path)
+}
+
+fn agent(home: Option<&Path>, path: Option<&str>, session_id: &str) -> AgentInfo {
     let unknown = |why: String| AgentInfo {
         version: None,
         originator: None,
@@ -82,20 +102,27 @@ fn agent(path: Option<&Path>, session_id: &str) -> AgentInfo {
     let Some(path) = path else {
         return unknown("the payload names no rollout".into());
     };
-    match Rollout::open(path).and_then(|r| r.first_line()) {
+    match open(home, session_id, path).and_then(|r| r.first_line()) {
         Ok(line) => rollout::session_meta(&line, session_id),
         Err(e) => unknown(e.to_string()),
     }
 }
 
-/// The outcome of call `call_id`, looking again every [`OUTCOME_POLL`]
-/// until `wait` has passed while the rollout has no completed item for it
-/// (yet). A rollout that cannot be read, or whose item lies beyond the
-/// bound, is not looked at again.
-pub fn outcome(path: &Path, call_id: &str, wait: Duration) -> Outcome {
+/// The outcome of call `call_id` in session `session_id`'s rollout (at
+/// `path`, the payload's word, checked by [`Rollout::open`]), looking again
+/// every [`OUTCOME_POLL`] until `wait` has passed while the rollout has no
+/// completed item for it (yet). A rollout that cannot be read, or whose
+/// item lies beyond the bound, is not looked at again.
+pub fn outcome(
+    home: Option<&Path>,
+    session_id: &str,
+    path: &str,
+    call_id: &str,
+    wait: Duration,
+) -> Outcome {
     let deadline = Instant::now() + wait;
     loop {
-        let found = match Rollout::open(path) {
+        let found = match open(home, session_id, path) {
             Ok(r) => rollout::outcome(&r, call_id),
             Err(e) => return Outcome::Unknown(e.to_string()),
         };

@@ -1,31 +1,32 @@
 //! Codex's rollout file (`transcript_path`: `$CODEX_HOME/sessions/YYYY/MM/DD/
 //! rollout-…-<id>.jsonl`), read the careful way: the recorder runs inside a
-//! hook that Codex waits for, and the file sits where the agent's own
-//! commands may be able to write.
+//! hook that Codex waits for, the path is the payload's (the agent's word),
+//! and the file sits where the agent's own commands may be able to write.
 //!
-//! - It is opened without following a symbolic link in any component (each
-//!   directory is opened with `O_NOFOLLOW` from the one before), and
-//!   non-blocking, so a link or a FIFO put in its place opens nothing and
-//!   stalls nothing.
-//! - Only a regular file is read.
+//! - The path is taken only where Codex's layout puts a rollout of the
+//!   payload's own session, below Codex's home
+//!   ([`crate::transcript::codex_layout::locate`]): no other file of the
+//!   user's is opened.
+//! - It is opened as every transcript is ([`crate::safe_file::open_beneath`]):
+//!   no symbolic link followed in any component, non-blocking (a FIFO in its
+//!   place stalls nothing), a regular file with one name only.
 //! - Reads are bounded: the first line up to [`HEAD_LIMIT`] bytes, and from the
 //!   end back at most [`TAIL_LIMIT`] bytes, in 64 KiB steps, so the cost does
 //!   not grow with the session.
 //!
 //! The parsing of a line ([`session_meta`], [`completed_item`]) is pure and
-//! tested on its own. [`Rollout`] and [`Rollout::lines_from_end`] are the
-//! seam for anchoring the rollout in the chain later.
+//! tested on its own. The same file is anchored in the chain by
+//! [`crate::transcript::anchor`].
 
-use std::ffi::OsStr;
 use std::fs::File;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags};
 use serde_json::Value;
 
 use super::hook::{AgentInfo, Outcome};
+use crate::safe_file::{self, OpenError};
+use crate::transcript::codex_layout;
 
 /// The first line (the session's metadata) is read up to this many bytes.
 pub const HEAD_LIMIT: u64 = 1 << 20;
@@ -40,12 +41,16 @@ const STEP: u64 = 64 * 1024;
 /// Why the rollout could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum RolloutError {
-    #[error("{}: not an absolute path without `..`", .0.display())]
-    NotAbsolute(PathBuf),
-    #[error("{}: a symbolic link on the way; nd7 follows none", .0.display())]
-    Link(PathBuf),
-    #[error("{}: not a regular file", .0.display())]
-    NotRegular(PathBuf),
+    #[error(
+        "cannot tell where Codex keeps its rollouts: CODEX_HOME and HOME are not absolute paths, and the account has no home"
+    )]
+    NoHome,
+    #[error(
+        "{named}: not where Codex keeps this session's rollout ({expected}); nd7 opens no other file"
+    )]
+    Misplaced { named: String, expected: String },
+    #[error(transparent)]
+    Open(#[from] OpenError),
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -55,7 +60,8 @@ pub enum RolloutError {
     HeadTooLong(PathBuf),
 }
 
-/// An open rollout file: a regular file reached through no link.
+/// An open rollout file: a regular file with one name, where Codex's layout
+/// puts the session's rollout, reached through no link.
 #[derive(Debug)]
 pub struct Rollout {
     file: File,
@@ -64,21 +70,23 @@ pub struct Rollout {
 }
 
 impl Rollout {
-    /// Opens `path` for reading, following no symbolic link and refusing
-    /// anything but a regular file.
-    pub fn open(path: &Path) -> Result<Rollout, RolloutError> {
-        let file = open_nofollow(path)?;
-        let meta = file.metadata().map_err(|source| RolloutError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        if !meta.file_type().is_file() {
-            return Err(RolloutError::NotRegular(path.to_path_buf()));
-        }
+    /// Opens session `session_id`'s rollout below Codex's home `home`,
+    /// where `named` (the payload's `transcript_path`) says it is: refused
+    /// unless the layout puts one of this session's rollouts there, and
+    /// opened as [`safe_file::open_beneath`] opens a file.
+    pub fn open(home: &Path, session_id: &str, named: &str) -> Result<Rollout, RolloutError> {
+        let (place, mismatch) = codex_layout::locate(home, session_id, Some(named));
+        let Some(place) = place else {
+            return Err(RolloutError::Misplaced {
+                named: named.to_string(),
+                expected: mismatch.map(|m| m.expected).unwrap_or_default(),
+            });
+        };
+        let opened = safe_file::open_beneath(home, &place.components)?;
         Ok(Rollout {
-            file,
-            len: meta.len(),
-            path: path.to_path_buf(),
+            file: opened.file,
+            len: opened.len,
+            path: place.under(home),
         })
     }
 
@@ -225,44 +233,6 @@ impl Iterator for TailLines<'_> {
     }
 }
 
-/// Opens `path` read-only and non-blocking, each directory from `/` opened
-/// with `O_NOFOLLOW` relative to the one before and the file itself with
-/// `O_NOFOLLOW`: a link anywhere fails with `ELOOP` (or `ENOTDIR`).
-fn open_nofollow(path: &Path) -> Result<File, RolloutError> {
-    let not_absolute = || RolloutError::NotAbsolute(path.to_path_buf());
-    let mut components = path.components();
-    if components.next() != Some(Component::RootDir) {
-        return Err(not_absolute());
-    }
-    let names: Vec<&OsStr> = components
-        .map(|c| match c {
-            Component::Normal(name) => Ok(name),
-            _ => Err(not_absolute()),
-        })
-        .collect::<Result<_, _>>()?;
-    let Some((last, dirs)) = names.split_last() else {
-        return Err(RolloutError::NotRegular(path.to_path_buf()));
-    };
-    let fail = |e: rustix::io::Errno| match e {
-        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => {
-            RolloutError::Link(path.to_path_buf())
-        }
-        other => RolloutError::Io {
-            path: path.to_path_buf(),
-            source: other.into(),
-        },
-    };
-    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let mut dir = rustix::fs::open("/", dir_flags, Mode::empty()).map_err(fail)?;
-    for name in dirs {
-        dir = rustix::fs::openat(&dir, name.as_bytes(), dir_flags, Mode::empty()).map_err(fail)?;
-    }
-    let file_flags =
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat(&dir, last.as_bytes(), file_flags, Mode::empty()).map_err(fail)?;
-    Ok(File::from(fd))
-}
-
 /// What a rollout's first line says: the CLI's version and originator, if it
 /// is the `session_meta` line of session `session_id`.
 pub fn session_meta(line: &[u8], session_id: &str) -> AgentInfo {
@@ -366,13 +336,29 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn rollout_with(text: &[u8]) -> (tempfile::TempDir, Rollout) {
+    const SID: &str = "01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c";
+    const DAY: &str = "sessions/2026/12/01";
+
+    fn rollout_name() -> String {
+        format!("rollout-2026-12-01T00-11-41-{SID}.jsonl")
+    }
+
+    /// A Codex home holding this session's rollout, and the rollout's path.
+    fn home_with(text: &[u8]) -> (tempfile::TempDir, PathBuf, String) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("r.jsonl");
+        let home = safe_file::real_dir(dir.path());
+        std::fs::create_dir_all(home.join(DAY)).expect("mkdir");
+        let path = home.join(DAY).join(rollout_name());
         std::fs::File::create(&path)
             .and_then(|mut f| f.write_all(text))
             .expect("write");
-        let r = Rollout::open(&path).expect("open");
+        let named = path.to_string_lossy().into_owned();
+        (dir, home, named)
+    }
+
+    fn rollout_with(text: &[u8]) -> (tempfile::TempDir, Rollout) {
+        let (dir, home, named) = home_with(text);
+        let r = Rollout::open(&home, SID, &named).expect("open");
         (dir, r)
     }
 
@@ -484,38 +470,56 @@ mod tests {
         assert_eq!(outcome(&r, "c3"), None);
     }
 
+    /// The attacks a forged `transcript_path` or a rewritten Codex home
+    /// can make on the read, each refused: guards the layout check in
+    /// [`Rollout::open`] and `O_NOFOLLOW`, the type and the link-count checks
+    /// of [`safe_file::open_beneath`].
     #[test]
-    fn links_fifos_and_relative_paths_are_refused() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let real = dir.path().join("real.jsonl");
-        std::fs::write(&real, "x\n").expect("write");
-        let link = dir.path().join("link.jsonl");
-        std::os::unix::fs::symlink(&real, &link).expect("symlink");
-        assert!(matches!(Rollout::open(&link), Err(RolloutError::Link(_))));
-        let linked_dir = dir.path().join("d");
-        std::os::unix::fs::symlink(dir.path(), &linked_dir).expect("symlink");
+    fn misplaced_files_links_fifos_and_second_names_are_refused() {
+        let (_d, home, named) = home_with(b"x\n");
+        assert!(Rollout::open(&home, SID, &named).is_ok());
+        let open = |named: &Path| Rollout::open(&home, SID, &named.to_string_lossy());
+        // A file outside the sessions directory, however it is named.
+        let secret = home.join("auth.json");
+        std::fs::write(&secret, "{}\n").expect("write");
+        assert!(matches!(open(&secret), Err(RolloutError::Misplaced { .. })));
+        let other = home
+            .join(DAY)
+            .join(rollout_name().replace("01a22ef1", "01a22ef2"));
+        std::fs::write(&other, "x\n").expect("write");
+        assert!(matches!(open(&other), Err(RolloutError::Misplaced { .. })));
         assert!(matches!(
-            Rollout::open(&linked_dir.join("real.jsonl")),
-            Err(RolloutError::Link(_))
+            open(Path::new("rel/r.jsonl")),
+            Err(RolloutError::Misplaced { .. })
         ));
-        let fifo = dir.path().join("fifo");
+        let day = home.join(DAY);
+        let reason = |r: Result<Rollout, RolloutError>| match r {
+            Err(RolloutError::Open(e)) => e.reason(),
+            other => panic!("{other:?}"),
+        };
+        // The rollout replaced by a link, a FIFO, a second name.
+        let path = day.join(rollout_name());
+        std::fs::remove_file(&path).expect("rm");
+        std::os::unix::fs::symlink(&secret, &path).expect("symlink");
+        assert_eq!(reason(open(&path)), "symbolic link");
+        std::fs::remove_file(&path).expect("rm");
         let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
+            .arg(&path)
             .status()
             .expect("run mkfifo");
         assert!(made.success());
-        assert!(matches!(
-            Rollout::open(&fifo),
-            Err(RolloutError::NotRegular(_))
-        ));
-        assert!(matches!(
-            Rollout::open(Path::new("rel/r.jsonl")),
-            Err(RolloutError::NotAbsolute(_))
-        ));
-        assert!(matches!(
-            Rollout::open(&dir.path().join("../x")),
-            Err(RolloutError::NotAbsolute(_))
-        ));
-        assert!(Rollout::open(&real).is_ok());
+        assert_eq!(reason(open(&path)), "not a regular file");
+        std::fs::remove_file(&path).expect("rm");
+        std::fs::hard_link(&secret, &path).expect("link");
+        assert_eq!(reason(open(&path)), "hard link");
+        // A link among the directories.
+        std::fs::remove_file(&path).expect("rm");
+        std::fs::write(home.join("elsewhere.jsonl"), "x\n").expect("write");
+        let real_day = home.join("real-day");
+        std::fs::create_dir(&real_day).expect("mkdir");
+        std::fs::write(real_day.join(rollout_name()), "x\n").expect("write");
+        std::fs::remove_dir_all(&day).expect("rmdir");
+        std::os::unix::fs::symlink(&real_day, &day).expect("symlink");
+        assert_eq!(reason(open(&path)), "symbolic link");
     }
 }

@@ -2,13 +2,17 @@
 //! transcripts, read what each has grown by, and write the entries.
 //!
 //! Two callers. Outside `nd7 run`, `nd7 record` anchors after appending the
-//! hook's entry ([`for_record`]): Claude Code's configuration directory comes
-//! from the hook's environment, the project from the payload (checked
-//! against the layout). Under `nd7 run`, `nd7 run` anchors from outside the
-//! sandbox when it appends a hook's entry at its door ([`for_run`]): where
-//! Claude Code keeps its files was fixed by `nd7 run` when it started the
-//! program ([`start_run`]), and the files are read by the process the agent
-//! cannot reach.
+//! hook's entry ([`for_record`]): the agent's own directory (Claude Code's
+//! configuration directory, Codex's home) comes from the hook's
+//! environment, the file from the payload, checked against the agent's
+//! layout ([`layout`], [`codex_layout`]). Under `nd7 run`, `nd7 run` anchors
+//! from outside the sandbox when it appends a hook's entry at its door
+//! ([`for_run`]): where the agents keep their files was fixed by `nd7 run`
+//! when it started the program ([`start_run`]), and the files are read by
+//! the process the agent cannot reach.
+//!
+//! Which agent a payload is from decides only where its file may lie; the
+//! entries, the state, the bounds and every refusal of a file are the same.
 //!
 //! The state that makes the work incremental lives beside the log, in the
 //! log's directory (read-only inside the sandbox under `nd7 run`):
@@ -16,7 +20,7 @@
 //! ```text
 //! <session dir>/transcript/
 //!   lock          flock'd for the whole of one hook's anchoring
-//!   log.json      where Claude Code's files are (nd7 run), the bounds (nd7 run),
+//!   log.json      where the agents' files are (nd7 run), the bounds (nd7 run),
 //!                 bytes read so far, the files known, the notes written once
 //!   file-<n>.json one per file: its identity, the BLAKE3 prefix state, the last anchor
 //! ```
@@ -36,9 +40,11 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::codex_layout;
 use super::layout::{self, Place};
 use super::prefix::{Prefix, Saved};
 use super::{Facts, Found, GapReason, Limits, Which};
+use crate::hook::Agent;
 use crate::safe_file::{self, Budget, Identity, OpenError, Stop};
 
 /// The state's directory inside a session's directory.
@@ -64,6 +70,10 @@ pub enum AnchorError {
         "cannot tell where Claude Code keeps its transcripts: CLAUDE_CONFIG_DIR and HOME are not absolute paths, and the account has no home"
     )]
     NoConfigDir,
+    #[error(
+        "cannot tell where Codex keeps its rollouts: CODEX_HOME and HOME are not absolute paths, and the account has no home"
+    )]
+    NoCodexHome,
     #[error(
         "this run's chain was started without transcript anchoring (no {STATE_DIR}/{LOG_STATE})"
     )]
@@ -138,11 +148,15 @@ impl Pending {
     }
 }
 
-/// Where Claude Code keeps a run's files, fixed when the run started.
+/// Where the agents keep a run's files, fixed when the run started.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct RunPlace {
+    /// Claude Code's configuration directory.
     config: PathBuf,
     project_key: String,
+    /// Codex's home (absent in a state written before Codex was anchored).
+    #[serde(default)]
+    codex_home: Option<PathBuf>,
 }
 
 /// `log.json`.
@@ -168,7 +182,7 @@ struct Known {
     session_id: String,
     #[serde(default)]
     agent_id: Option<String>,
-    /// Below the configuration directory.
+    /// Below the agent's own directory.
     place: Vec<String>,
 }
 
@@ -188,27 +202,47 @@ struct FileState {
     last_gap: Option<String>,
 }
 
-/// Anchors for `nd7 record`, outside `nd7 run`: the configuration directory
-/// from `CLAUDE_CONFIG_DIR` or `HOME`, the bounds from the environment.
+/// Anchors for `nd7 record`, outside `nd7 run`: the agent's directory from
+/// the environment (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`, else `HOME`), the
+/// bounds from the environment.
 pub fn for_record(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pending, AnchorError> {
-    // As Claude Code finds its home: $HOME, else the account database.
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|h| h.is_absolute())
-        .or_else(|| crate::session::account_home().ok());
-    let config = layout::config_dir(
-        std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
-        home.as_deref(),
-    )
-    .map(|c| safe_file::real_dir(&c))
-    .ok_or(AnchorError::NoConfigDir)?;
-    let mut ctx = Ctx::new(log_dir, config, None, Limits::from_env());
+    let root = match facts.agent {
+        Agent::ClaudeCode => layout::config_dir(
+            std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
+            env_home().as_deref(),
+        )
+        .map(|c| safe_file::real_dir(&c))
+        .ok_or(AnchorError::NoConfigDir)?,
+        Agent::Codex => codex_home_from_env().ok_or(AnchorError::NoCodexHome)?,
+    };
+    let mut ctx = Ctx::new(log_dir, facts.agent, root, None, Limits::from_env());
     ctx.anchor(facts, started)
 }
 
-/// Fixes, at the start of a run, where Claude Code will keep the session's
+/// The home the agents find from the hook's environment: `$HOME`, else the
+/// account database's.
+fn env_home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .or_else(|| crate::session::account_home().ok())
+}
+
+/// Codex's home as the environment names it ([`codex_layout::codex_home`]
+/// of `$CODEX_HOME` and the home), every link in it resolved once, here, so
+/// that no link on the way to a rollout is followed later.
+pub fn codex_home_from_env() -> Option<PathBuf> {
+    codex_layout::codex_home(
+        std::env::var_os("CODEX_HOME").as_deref(),
+        env_home().as_deref(),
+    )
+    .map(|d| safe_file::real_dir(&d))
+}
+
+/// Fixes, at the start of a run, where the agent will keep the session's
 /// files and the bounds (from `nd7 run`'s environment): the program starts
-/// in `project`, with `home` (or `$CLAUDE_CONFIG_DIR`) as its own.
+/// in `project`, with `home` (or `$CLAUDE_CONFIG_DIR`, `$CODEX_HOME`) as its
+/// own.
 pub fn start_run(log_dir: &Path, project: &Path, home: &Path) -> Result<(), AnchorError> {
     let env_home = std::env::var_os("HOME")
         .map(PathBuf::from)
@@ -221,11 +255,17 @@ pub fn start_run(log_dir: &Path, project: &Path, home: &Path) -> Result<(), Anch
     // on no link on the way to a transcript is followed.
     .map(|c| safe_file::real_dir(&c))
     .ok_or(AnchorError::NoConfigDir)?;
+    let codex_home = codex_layout::codex_home(
+        std::env::var_os("CODEX_HOME").as_deref(),
+        Some(env_home.as_deref().unwrap_or(home)),
+    )
+    .map(|c| safe_file::real_dir(&c));
     let dir = state_dir(log_dir)?;
     let state = LogState {
         run: Some(RunPlace {
             config,
             project_key: layout::project_key(&project.to_string_lossy()),
+            codex_home,
         }),
         limits: Some(Limits::from_env()),
         ..LogState::default()
@@ -239,9 +279,14 @@ pub fn for_run(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pendin
     let dir = log_dir.join(STATE_DIR);
     let state: LogState = load_json(&dir.join(LOG_STATE))?.ok_or(AnchorError::NotStarted)?;
     let run = state.run.ok_or(AnchorError::NotStarted)?;
+    let root = match facts.agent {
+        Agent::ClaudeCode => run.config,
+        Agent::Codex => run.codex_home.ok_or(AnchorError::NoCodexHome)?,
+    };
     let mut ctx = Ctx::new(
         log_dir,
-        run.config,
+        facts.agent,
+        root,
         Some(run.project_key),
         state.limits.unwrap_or_default(),
     );
@@ -250,7 +295,10 @@ pub fn for_run(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pendin
 
 struct Ctx<'a> {
     log_dir: &'a Path,
-    config: PathBuf,
+    /// Whose files: where they may lie below `root`.
+    agent: Agent,
+    /// The agent's own directory, every file's path below it.
+    root: PathBuf,
     started_in: Option<String>,
     limits: Limits,
     /// Entries worked out so far, in order.
@@ -268,13 +316,15 @@ struct Target {
 impl<'a> Ctx<'a> {
     fn new(
         log_dir: &'a Path,
-        config: PathBuf,
+        agent: Agent,
+        root: PathBuf,
         started_in: Option<String>,
         limits: Limits,
     ) -> Ctx<'a> {
         Ctx {
             log_dir,
-            config,
+            agent,
+            root,
             started_in,
             limits,
             entries: Vec::new(),
@@ -337,24 +387,28 @@ impl<'a> Ctx<'a> {
         Which {
             session_id: session_id.to_string(),
             agent_id: agent_id.map(str::to_string),
-            root: self.config.display().to_string(),
+            root: self.root.display().to_string(),
             path: path.display().to_string(),
         }
     }
 
-    /// The files this hook anchors: the session's own, the subagent's a
-    /// payload names or runs in, and at the session's end every subagent
-    /// file the log knows or the session's `subagents` directory holds.
+    /// The files this hook anchors: for Codex, the session's rollout; for
+    /// Claude Code, the session's own, the subagent's a payload names or
+    /// runs in, and at the session's end every subagent file the log knows
+    /// or the session's `subagents` directory holds.
     fn targets(
         &mut self,
         facts: &Facts,
         state: &mut LogState,
         report: &mut Report,
     ) -> Result<Vec<Target>, AnchorError> {
+        if self.agent == Agent::Codex {
+            return self.rollout_targets(facts, state, report);
+        }
         let sid = facts.session_id.as_str();
         let mut out: Vec<Target> = Vec::new();
         let (main, mismatch) = layout::locate_main(
-            &self.config,
+            &self.root,
             self.started_in.as_deref(),
             facts.cwd.as_deref(),
             sid,
@@ -368,12 +422,12 @@ impl<'a> Ctx<'a> {
         };
         let key = main.project_key().to_string();
         out.push(Target {
-            which: self.which(sid, None, &main.under(&self.config)),
+            which: self.which(sid, None, &main.under(&self.root)),
             place: main,
         });
         if let Some(agent) = facts.agent_id.as_deref() {
             let (place, mismatch) = layout::locate_agent(
-                &self.config,
+                &self.root,
                 Some(&key),
                 None,
                 sid,
@@ -385,18 +439,22 @@ impl<'a> Ctx<'a> {
             }
             if let Some(place) = place {
                 out.push(Target {
-                    which: self.which(sid, Some(agent), &place.under(&self.config)),
+                    which: self.which(sid, Some(agent), &place.under(&self.root)),
                     place,
                 });
             }
         }
         if facts.ends_session() {
-            for known in state.files.iter().filter(|k| k.session_id == sid) {
+            for known in state
+                .files
+                .iter()
+                .filter(|k| k.session_id == sid && !codex_layout::is_rollout(&k.place))
+            {
                 let place = Place {
                     components: known.place.clone(),
                 };
                 out.push(Target {
-                    which: self.which(sid, known.agent_id.as_deref(), &place.under(&self.config)),
+                    which: self.which(sid, known.agent_id.as_deref(), &place.under(&self.root)),
                     place,
                 });
             }
@@ -405,7 +463,7 @@ impl<'a> Ctx<'a> {
                 .map(|s| s.to_string())
                 .collect();
             let found =
-                safe_file::list_beneath(&self.config, &dir, self.limits.files as usize, |n| {
+                safe_file::list_beneath(&self.root, &dir, self.limits.files as usize, |n| {
                     n.starts_with("agent-")
                         && n.ends_with(".jsonl")
                         && layout::is_name(&n["agent-".len()..n.len() - ".jsonl".len()])
@@ -415,7 +473,7 @@ impl<'a> Ctx<'a> {
                 let agent = &name["agent-".len()..name.len() - ".jsonl".len()];
                 if let Some(place) = layout::agent_place(&key, sid, agent) {
                     out.push(Target {
-                        which: self.which(sid, Some(agent), &place.under(&self.config)),
+                        which: self.which(sid, Some(agent), &place.under(&self.root)),
                         place,
                     });
                 }
@@ -424,6 +482,44 @@ impl<'a> Ctx<'a> {
         let mut seen = std::collections::HashSet::new();
         out.retain(|t| seen.insert(t.place.clone()));
         Ok(out)
+    }
+
+    /// Codex's session rollout, only where its layout puts one of this
+    /// session's (the payload names it; its date cannot be worked out).
+    fn rollout_targets(
+        &mut self,
+        facts: &Facts,
+        state: &mut LogState,
+        report: &mut Report,
+    ) -> Result<Vec<Target>, AnchorError> {
+        let sid = facts.session_id.as_str();
+        let (place, mismatch) =
+            codex_layout::locate(&self.root, sid, facts.transcript_path.as_deref());
+        if let Some(m) = mismatch {
+            self.path_gap(sid, None, &m, state, report)?;
+        }
+        let mut places: Vec<Place> = place.into_iter().collect();
+        if facts.ends_session() {
+            // The rollout anchored before, whatever the last payload names.
+            places.extend(
+                state
+                    .files
+                    .iter()
+                    .filter(|k| k.session_id == sid && codex_layout::is_rollout(&k.place))
+                    .map(|k| Place {
+                        components: k.place.clone(),
+                    }),
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        places.retain(|p| seen.insert(p.clone()));
+        Ok(places
+            .into_iter()
+            .map(|place| Target {
+                which: self.which(sid, None, &place.under(&self.root)),
+                place,
+            })
+            .collect())
     }
 
     /// A payload named a transcript where the layout puts none of this
@@ -441,11 +537,15 @@ impl<'a> Ctx<'a> {
             return Ok(());
         }
         let which = self.which(sid, agent, Path::new(&m.named));
+        let agent = match self.agent {
+            Agent::ClaudeCode => "Claude Code",
+            Agent::Codex => "Codex",
+        };
         let detail = if m.expected.is_empty() {
-            "the payload names a transcript nd7 cannot place in Claude Code's layout".to_string()
+            format!("the payload names a transcript nd7 cannot place in {agent}'s layout")
         } else {
             format!(
-                "the payload names a transcript that is not where Claude Code's layout puts this session's ({})",
+                "the payload names a transcript that is not where {agent}'s layout puts this session's ({})",
                 m.expected
             )
         };
@@ -510,7 +610,7 @@ impl<'a> Ctx<'a> {
             return Ok(());
         }
         let anchored = prefix.len();
-        let opened = match safe_file::open_beneath(&self.config, &target.place.components) {
+        let opened = match safe_file::open_beneath(&self.root, &target.place.components) {
             Ok(opened) => opened,
             // Not written yet: nothing to anchor, nothing to say.
             Err(OpenError::Missing { .. }) if anchored == 0 => return Ok(()),
@@ -885,9 +985,10 @@ pub(crate) fn write_state_file(dir: &Path, name: &str, text: &[u8]) -> Result<()
 /// event. The entries are [`super::SOURCE`]'s, for [`record_events`].
 pub fn for_payload(
     input: &[u8],
+    agent: Agent,
     log: &crate::session_log::SessionLog,
 ) -> Option<Result<Pending, AnchorError>> {
-    let facts = Facts::of(input)?;
+    let facts = Facts::of(input, agent)?;
     if facts.session_id != log.session_id() {
         return None;
     }
@@ -924,8 +1025,8 @@ pub fn record_events(
 /// anchors nothing, or a chain started without anchoring (by an older nd7).
 /// A failure that stops anchoring altogether comes back as one gap entry,
 /// so it is not lost.
-pub fn at_door(log_dir: &Path, payload: &[u8], started: Instant) -> Option<Pending> {
-    let facts = Facts::of(payload)?;
+pub fn at_door(log_dir: &Path, agent: Agent, payload: &[u8], started: Instant) -> Option<Pending> {
+    let facts = Facts::of(payload, agent)?;
     match for_run(log_dir, &facts, started) {
         Ok(pending) => Some(pending),
         Err(AnchorError::NotStarted) => None,

@@ -174,7 +174,7 @@ impl std::fmt::Display for Contradiction {
 pub fn check_file(root: &str, path: &str, anchors: &[Anchor]) -> Verdict {
     let Some(place) = super::layout::place_of(Path::new(root), Path::new(path)) else {
         return Verdict::Unreadable(format!(
-            "{path}: the anchor names a file that is not where Claude Code keeps transcripts under {root}"
+            "{path}: the anchor names a file that is not where Claude Code keeps transcripts or Codex its rollouts under {root}"
         ));
     };
     let opened = match safe_file::open_beneath(&PathBuf::from(root), &place.components) {

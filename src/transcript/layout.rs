@@ -172,10 +172,15 @@ fn below(config: &Path, named: &Path) -> Option<Vec<String>> {
 
 /// The place of a transcript nd7 anchored, read back from an anchor's `root`
 /// and `path`: only where Claude Code keeps a session's or a subagent's
-/// transcript, so a reader that trusts the log no further than its shape
-/// (`nd7 ship`, `nd7 verify --transcript`) opens nothing else.
+/// transcript, or where Codex keeps a rollout ([`super::codex_layout`]), so
+/// a reader that trusts the log no further than its shape (`nd7 ship`,
+/// `nd7 verify --transcript`, `nd7 admin pull --compare`) opens nothing
+/// else.
 pub fn place_of(config: &Path, path: &Path) -> Option<Place> {
     let c = below(config, path)?;
+    if super::codex_layout::is_rollout(&c) {
+        return Some(Place { components: c });
+    }
     let is_main = c.len() == 3 && c[2].ends_with(".jsonl");
     let is_agent = c.len() >= 5
         && c.len() <= 5 + MAX_AGENT_SUBDIRS

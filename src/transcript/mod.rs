@@ -1,16 +1,22 @@
-//! Claude Code's own transcript, anchored in the session's chain.
+//! An agent's own transcript, anchored in the session's chain.
 //!
 //! Claude Code writes the whole conversation to a plain JSONL file
 //! (`~/.claude/projects/<project key>/<session>.jsonl`, and one per subagent
-//! beside it) that anyone, the agent included, can rewrite. At the hooks that
-//! end a stretch of work nd7 reads what the file has grown by and appends a
+//! beside it), Codex to its rollout file
+//! (`~/.codex/sessions/YYYY/MM/DD/rollout-…-<session>.jsonl`); anyone, the
+//! agent included, can rewrite either. At the hooks that end a stretch of
+//! work nd7 reads what the file has grown by and appends a
 //! `transcript_anchor` entry: how long the file was and the BLAKE3 of its
 //! bytes up to there. `nd7 verify --transcript` later holds the file against
-//! every anchor (docs/log-format.md, "Transcript anchors").
+//! every anchor (docs/log-format.md, "Transcript anchors"). Both agents'
+//! files go through the same entries, state, checks and shipping; only
+//! where a file may lie differs ([`layout`], [`codex_layout`]).
 //!
 //! - [`prefix`]: the BLAKE3 state of a prefix, saved between hooks, so each
 //!   byte is hashed once. Pure.
-//! - [`layout`]: where Claude Code puts a session's files. Pure.
+//! - [`layout`]: where Claude Code puts a session's files, and which places
+//!   a reader of anchors may open. Pure.
+//! - [`codex_layout`]: where Codex puts a session's rollout. Pure.
 //! - this module: the entries' kinds and bodies, the bounds, what a payload
 //!   says about its transcript, the state's shape. Pure.
 //! - [`anchor`]: the anchoring itself, on real files, for `nd7 record` and
@@ -21,6 +27,7 @@
 
 pub mod anchor;
 pub mod check;
+pub mod codex_layout;
 pub mod layout;
 pub mod prefix;
 pub mod pull;
@@ -29,6 +36,7 @@ pub mod ship;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::hook::Agent;
 use crate::safe_file::Identity;
 
 /// An anchor: the transcript's first `bytes` bytes have BLAKE3 `blake3`.
@@ -59,6 +67,8 @@ pub const EVENTS: &[&str] = &[
     "PreCompact",
     "PostCompact",
     "SessionEnd",
+    // Codex's, at an interrupted turn.
+    "Interrupt",
 ];
 
 /// The bounds on anchoring. Set with `ND7_TRANSCRIPT_LIMITS`
@@ -121,8 +131,11 @@ impl Limits {
 
 /// What a hook's payload says about its transcript: all of it the agent's
 /// word, checked against the layout before anything is read.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct Facts {
+    /// Whose payload it is: where its transcript may lie follows from it.
+    #[serde(skip, default = "claude_code")]
+    pub agent: Agent,
     pub session_id: String,
     #[serde(default)]
     pub hook_event_name: Option<String>,
@@ -136,11 +149,16 @@ pub struct Facts {
     pub agent_transcript_path: Option<String>,
 }
 
+fn claude_code() -> Agent {
+    Agent::ClaudeCode
+}
+
 impl Facts {
-    /// The facts of a payload at which nd7 anchors; `None` for any other
-    /// event, or a payload that does not carry them as strings.
-    pub fn of(payload: &[u8]) -> Option<Facts> {
-        let facts: Facts = serde_json::from_slice(payload).ok()?;
+    /// The facts of `agent`'s payload at which nd7 anchors; `None` for any
+    /// other event, or a payload that does not carry them as strings.
+    pub fn of(payload: &[u8], agent: Agent) -> Option<Facts> {
+        let mut facts: Facts = serde_json::from_slice(payload).ok()?;
+        facts.agent = agent;
         let event = facts.hook_event_name.as_deref()?;
         EVENTS.contains(&event).then_some(facts)
     }
@@ -154,12 +172,13 @@ impl Facts {
 /// Which transcript an entry is about.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Which {
-    /// Claude Code's session.
+    /// The agent's session.
     pub session_id: String,
     /// The subagent, for a subagent's file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
-    /// Claude Code's configuration directory, followed as configured.
+    /// The agent's own directory (Claude Code's configuration directory,
+    /// Codex's home), followed as configured.
     pub root: String,
     /// The file, below `root`, reached without following any link.
     pub path: String,
@@ -320,11 +339,11 @@ mod tests {
     #[test]
     fn facts_are_taken_only_at_anchoring_events() {
         let stop = br#"{"session_id":"s","transcript_path":"/t","cwd":"/p","hook_event_name":"Stop","x":{"deep":[1,2]}}"#;
-        let facts = Facts::of(stop).expect("Stop anchors");
+        let facts = Facts::of(stop, Agent::ClaudeCode).expect("Stop anchors");
         assert_eq!(facts.transcript_path.as_deref(), Some("/t"));
         let pre = br#"{"session_id":"s","hook_event_name":"PreToolUse"}"#;
-        assert_eq!(Facts::of(pre), None);
+        assert_eq!(Facts::of(pre, Agent::Codex), None);
         let odd = br#"{"session_id":"s","hook_event_name":"Stop","cwd":5}"#;
-        assert_eq!(Facts::of(odd), None);
+        assert_eq!(Facts::of(odd, Agent::ClaudeCode), None);
     }
 }

@@ -162,7 +162,7 @@ enum Checked {
 fn bytes_of(a: &InOrder, prefix: &mut Prefix) -> Result<Checked, String> {
     let root = PathBuf::from(&a.root);
     let place = layout::place_of(&root, Path::new(&a.path))
-        .ok_or("it is not where Claude Code keeps transcripts")?;
+        .ok_or("it is not where Claude Code keeps transcripts or Codex its rollouts")?;
     let opened = safe_file::open_beneath(&root, &place.components).map_err(|e| e.to_string())?;
     let mut unlimited = Budget {
         bytes: u64::MAX,

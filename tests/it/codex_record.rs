@@ -46,9 +46,16 @@ impl Captured {
         }
     }
 
+    /// `nd7` with this capture's Codex home.
+    fn nd7(&self) -> Command {
+        let mut cmd = self.state.nd7();
+        cmd.env("CODEX_HOME", self.home.path().join(".codex"));
+        cmd
+    }
+
     fn record(&self, payload: &str) -> std::process::Output {
         let out = run_with_stdin(
-            self.state.nd7().args(["record", "--agent", "codex"]),
+            self.nd7().args(["record", "--agent", "codex"]),
             payload.as_bytes(),
         );
         assert_eq!(out.status.code(), Some(0));
@@ -63,8 +70,12 @@ impl Captured {
         }
     }
 
+    /// The entries made from Codex's hooks (not nd7's anchors).
     fn entries(&self) -> Vec<Value> {
         entries(&self.state.log(&self.session))
+            .into_iter()
+            .filter(|e| e["source"] == "intent:codex")
+            .collect()
     }
 
     fn result_for(&self, id: &str) -> Option<Value> {
@@ -133,7 +144,6 @@ fn a_real_codex_session_is_recorded_with_outcomes_from_the_rollout() {
     );
     assert!(c.result_for("call_mock_4_0").is_none());
     let out = c
-        .state
         .nd7()
         .args(["verify", &c.session])
         .output()
@@ -163,7 +173,7 @@ fn why(result: &Value) -> String {
 #[test]
 fn a_rollout_replaced_by_a_link_is_not_followed() {
     // The attack: point the rollout at a file that says the call succeeded.
-    // Guarded by O_NOFOLLOW in rollout::open_nofollow.
+    // Guarded by O_NOFOLLOW on the file in safe_file::open_beneath.
     let result = failing_result_after(|c| {
         let forged = c.home.path().join("forged.jsonl");
         let text = std::fs::read_to_string(&c.rollout).expect("read").replace(
@@ -181,7 +191,7 @@ fn a_rollout_replaced_by_a_link_is_not_followed() {
 
 #[test]
 fn a_link_among_the_rollouts_directories_is_not_followed() {
-    // Guarded by O_NOFOLLOW on every directory in rollout::open_nofollow.
+    // Guarded by O_NOFOLLOW on every directory in safe_file::open_beneath.
     let result = failing_result_after(|c| {
         let day = c.rollout.parent().expect("day dir").to_path_buf();
         let elsewhere = c.home.path().join("elsewhere");
@@ -192,11 +202,62 @@ fn a_link_among_the_rollouts_directories_is_not_followed() {
     assert!(why(&result).contains("symbolic link"), "{result}");
 }
 
+/// A rollout that says the failing call succeeded, with the session's
+/// rollout name, outside the day's directory: the payload naming it is the
+/// agent's word, so the outcome is unknown rather than forged. Guards the
+/// layout check in `rollout::Rollout::open`.
+#[test]
+fn a_rollout_named_outside_the_sessions_directory_is_not_read() {
+    let c = Captured::new();
+    for p in &c.payloads[..5] {
+        c.record(p);
+    }
+    let name = c.rollout.file_name().expect("name");
+    let forged = c.home.path().join(name);
+    let text = std::fs::read_to_string(&c.rollout).expect("read").replace(
+        r#""status":"failed","aggregated_output":"failing\n","exit_code":3"#,
+        r#""status":"completed","aggregated_output":"failing\n","exit_code":0"#,
+    );
+    assert!(text.contains(r#""exit_code":0"#));
+    std::fs::write(&forged, text).expect("write");
+    let payload = c.post("call_mock_1_0").replace(
+        &c.rollout.display().to_string(),
+        &forged.display().to_string(),
+    );
+    assert!(payload.contains(&forged.display().to_string()));
+    c.record(&payload);
+    let result = c.result_for("call_mock_1_0").expect("a result is recorded");
+    assert_eq!(result["body"]["ok"], Value::Null, "{result}");
+    assert!(
+        why(&result).contains("not where Codex keeps this session's rollout"),
+        "{result}"
+    );
+}
+
+/// The rollout given a second name that is a forged file: refused as the
+/// transcript is (guards the link-count check in `safe_file::open_beneath`,
+/// which the rollout read now shares).
+#[test]
+fn a_rollout_with_a_second_name_is_not_read() {
+    let result = failing_result_after(|c| {
+        let forged = c.home.path().join("forged.jsonl");
+        let text = std::fs::read_to_string(&c.rollout).expect("read").replace(
+            r#""status":"failed","aggregated_output":"failing\n","exit_code":3"#,
+            r#""status":"completed","aggregated_output":"failing\n","exit_code":0"#,
+        );
+        std::fs::write(&forged, text).expect("write");
+        std::fs::remove_file(&c.rollout).expect("rm");
+        std::fs::hard_link(&forged, &c.rollout).expect("link");
+    });
+    assert_eq!(result["body"]["ok"], Value::Null, "{result}");
+    assert!(why(&result).contains("2 names"), "{result}");
+}
+
 #[test]
 fn a_fifo_in_place_of_the_rollout_stalls_nothing() {
-    // Without O_NONBLOCK (rollout::open_nofollow) opening a FIFO waits for a
-    // writer that never comes, and Codex waits on its hook for 10 minutes;
-    // without the regular-file check in Rollout::open it is read as empty.
+    // Without O_NONBLOCK (safe_file::open_beneath) opening a FIFO waits for
+    // a writer that never comes, and Codex waits on its hook for 10 minutes;
+    // without its regular-file check it is read as empty.
     let c = Captured::new();
     for p in &c.payloads[..5] {
         c.record(p);
@@ -208,7 +269,6 @@ fn a_fifo_in_place_of_the_rollout_stalls_nothing() {
         .expect("mkfifo");
     assert!(status.success());
     let mut child = c
-        .state
         .nd7()
         .args(["record", "--agent", "codex"])
         .stdin(Stdio::piped())
@@ -304,7 +364,7 @@ fn bad_agent_arguments_record_nothing_and_exit_0() {
     assert!(!c.state.log(&c.session).events_path().exists());
     // `--agent=codex` and `--agent claude-code` are fine.
     let out = run_with_stdin(
-        c.state.nd7().args(["record", "--agent=codex"]),
+        c.nd7().args(["record", "--agent=codex"]),
         c.payloads[0].as_bytes(),
     );
     assert!(out.stderr.is_empty(), "{}", stderr(&out));
@@ -362,10 +422,9 @@ fn built_for_the_door_a_codex_entry_opens_no_file_the_payload_names() {
             .to_string();
         // Read directly (the recorder runs as the agent does): the rollout
         // gives the version and each call's outcome.
-        let dir = c.state.sessions();
-        let (direct, _) =
-            nd7_core::record::event_for(agent, &invocation, payload.as_bytes(), Some(&dir))
-                .expect("event");
+        let home = c.home.path().join(".codex");
+        let parsed = nd7_core::hook::Payload::parse(payload.as_bytes()).expect("payload");
+        let direct = nd7_core::codex::event_in(Some(&home), &invocation, parsed, true);
         let (door, _) = nd7_core::record::event_for(agent, &invocation, payload.as_bytes(), None)
             .expect("event");
         let direct = direct.body.get().to_string();
@@ -381,21 +440,42 @@ fn built_for_the_door_a_codex_entry_opens_no_file_the_payload_names() {
     }
 }
 
-/// Codex's payloads name its rollout as `transcript_path`: nd7 anchors
-/// Claude Code's transcripts only, so a Codex session gets no
-/// `transcript_*` entry (guards the agent check in `record::record_as`;
-/// without it every Codex Stop and PostToolUse wrote a gap naming the
-/// rollout as a misplaced Claude Code transcript).
+/// Codex's payloads name its rollout as `transcript_path`: nd7 anchors it
+/// as it anchors Claude Code's transcript, and `nd7 verify --transcript`
+/// holds the rollout against the anchors (the refusals are in
+/// codex_rollout.rs).
 #[test]
-fn a_codex_session_anchors_no_claude_code_transcript() {
+fn a_codex_sessions_rollout_is_anchored_and_verified() {
     let c = Captured::new();
     c.record_all();
-    let entries = c.entries();
-    assert!(entries.len() > 5, "{entries:#?}");
-    let kinds: Vec<&str> = entries
-        .iter()
-        .filter_map(|e| e["kind"].as_str())
-        .filter(|k| k.starts_with("transcript_"))
+    let anchors: Vec<Value> = entries(&c.state.log(&c.session))
+        .into_iter()
+        .filter(|e| {
+            e["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("transcript_"))
+        })
         .collect();
-    assert!(kinds.is_empty(), "{kinds:?}");
+    assert!(!anchors.is_empty());
+    let rollout = c.rollout.display().to_string();
+    for a in &anchors {
+        assert_eq!(a["kind"], "transcript_anchor", "{a}");
+        assert_eq!(a["source"], "record:nd7", "{a}");
+        assert_eq!(a["body"]["path"], rollout, "{a}");
+    }
+    let size = std::fs::metadata(&c.rollout).expect("stat").len();
+    assert_eq!(anchors.last().expect("anchor")["body"]["bytes"], size);
+    let out = c
+        .nd7()
+        .args(["verify", "--transcript", &c.session])
+        .output()
+        .expect("verify");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains(&format!("transcript {rollout}: holds all")));
 }

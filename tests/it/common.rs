@@ -84,12 +84,14 @@ impl State {
 
     pub fn nd7(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_nd7"));
-        // The fixtures' payloads name transcripts under /home/dev/.claude:
-        // there they are where Claude Code's layout puts them (and absent),
-        // so no transcript entry joins these logs.
+        // The fixtures' payloads name transcripts under /home/dev/.claude
+        // and rollouts under /home/dev/.codex: there they are where the
+        // agents' layouts put them (and absent), so no transcript entry
+        // joins these logs.
         cmd.env("XDG_STATE_HOME", self.xdg())
             .env_remove("HOME")
-            .env("CLAUDE_CONFIG_DIR", "/home/dev/.claude");
+            .env("CLAUDE_CONFIG_DIR", "/home/dev/.claude")
+            .env("CODEX_HOME", "/home/dev/.codex");
         cmd
     }
 

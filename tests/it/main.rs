@@ -4,6 +4,7 @@
 mod append;
 mod codex_floor;
 mod codex_record;
+mod codex_rollout;
 mod common;
 mod concurrency;
 #[cfg(target_os = "linux")]

@@ -271,3 +271,151 @@ hook SessionEnd '"reason":"other"'
         assert!(!log_text.contains(&hash), "a secret was read: {log_text}");
     }
 }
+
+const CODEX_SID: &str = "01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c";
+
+/// `nd7 run` of a stand-in that sends Codex's hooks (`codex_hook EVENT`,
+/// naming `$TP` or the rollout) as `nd7 record --agent codex --run-hook`.
+/// The floor does not let it write ~/.codex, so the test arranges the
+/// files between runs, as the agent's commands could with a grant.
+fn codex_run(w: &World, rollout_inside: &str, body: &str) {
+    let claude = fake_claude(
+        w,
+        rollout_inside,
+        &format!(
+            r#"codex_hook() {{
+  printf '{{"session_id":"{CODEX_SID}","transcript_path":"%s","cwd":"%s","hook_event_name":"%s","model":"gpt-5.5"}}' \
+    "${{TP:-$T}}" "$PWD" "$1" | "$ND7" record --agent codex --run-hook
+}}
+{body}
+"#
+        ),
+    );
+    let out = w.nd7(&["run", &claude]).output().expect("nd7 run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// The `transcript_*` entries of a run chain, as (kind, reason or found).
+fn transcript_summary(chain: &[Value]) -> Vec<(String, String)> {
+    chain
+        .iter()
+        .filter(|e| {
+            e["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("transcript_"))
+        })
+        .map(|e| {
+            assert_eq!(e["source"], "exit:nd7", "written by nd7 run: {e}");
+            let b = &e["body"];
+            (
+                e["kind"].as_str().unwrap_or("?").to_string(),
+                b["reason"]
+                    .as_str()
+                    .or(b["found"].as_str())
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+// Codex's hooks under `nd7 run`: the unconfined `nd7 run` anchors the
+// rollout at its door, from the Codex home its own environment names
+// (`start_run`), only where Codex's layout puts this session's rollout.
+// The agent names a secret as its rollout; the rollout becomes a link to
+// the secret, a second name of it, a file behind a linked day directory:
+// a path gap, then refusals, and the secret is never read. Guards
+// `codex_layout::locate` in the door's anchoring, and `NOFOLLOW` and the
+// link count in `safe_file::open_beneath` for the rollout.
+#[test]
+fn nd7_run_anchors_a_codex_rollout_from_outside_and_reads_no_secret() {
+    let w = World::new();
+    let rel = format!(".codex/sessions/2026/12/01/rollout-2026-12-01T00-11-41-{CODEX_SID}.jsonl");
+    let inside = w.in_home(&rel);
+    let outside = w.home().join(&rel);
+    let day = outside.parent().expect("day").to_path_buf();
+    let secret_out = w.home().join(".ssh/id_ed25519");
+    let secret = w.in_home(".ssh/id_ed25519");
+    std::fs::create_dir_all(&day).expect("mkdir");
+    let first = b"{\"type\":\"session_meta\"}\n{\"n\":2}\n".to_vec();
+    std::fs::write(&outside, &first).expect("write");
+    // Codex's credentials, inside its home.
+    std::fs::write(w.home().join(".codex/auth.json"), "CODEX-AUTH\n").expect("write");
+    let auth = w.in_home(".codex/auth.json");
+    codex_run(
+        &w,
+        &inside,
+        &format!(
+            "codex_hook SessionStart\nTP='{secret}' codex_hook Stop\nTP='{auth}' codex_hook Stop\n"
+        ),
+    );
+    // The rollout a link to the secret.
+    std::fs::remove_file(&outside).expect("rm");
+    std::os::unix::fs::symlink(&secret, &outside).expect("symlink");
+    codex_run(&w, &inside, "codex_hook Stop\n");
+    // A second name of the secret.
+    std::fs::remove_file(&outside).expect("rm");
+    std::fs::hard_link(&secret_out, &outside).expect("ln");
+    codex_run(&w, &inside, "codex_hook Stop\n");
+    // The day's directory a link to one holding a file of the right name.
+    let hidden = w.home().join(".hidden");
+    std::fs::create_dir_all(&hidden).expect("mkdir");
+    std::fs::write(
+        hidden.join(outside.file_name().expect("name")),
+        "HIDDEN-ONE\n",
+    )
+    .expect("write");
+    std::fs::remove_dir_all(&day).expect("rm");
+    std::os::unix::fs::symlink(w.in_home(".hidden"), &day).expect("symlink");
+    codex_run(&w, &inside, "codex_hook SessionEnd\n");
+
+    let chains = run_chains(&w);
+    assert_eq!(chains.len(), 4);
+    for chain in &chains {
+        let hooks = chain.iter().filter(|e| e["source"] == "intent:codex");
+        assert!(hooks.count() >= 1, "the Codex hooks recorded at the door");
+    }
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        transcript_summary(&chains[0]),
+        [
+            pair("transcript_anchor", ""),
+            pair("transcript_gap", "path"),
+            pair("transcript_gap", "path")
+        ]
+    );
+    for chain in &chains[1..] {
+        assert_eq!(
+            transcript_summary(chain),
+            [pair("transcript_gap", "refused")]
+        );
+    }
+    let body = |chain: &[Value], kind: &str| -> Value {
+        chain
+            .iter()
+            .find(|e| e["kind"] == kind)
+            .map(|e| e["body"].clone())
+            .expect("entry")
+    };
+    let anchor = body(&chains[0], "transcript_anchor");
+    assert_eq!(anchor["path"], inside.as_str());
+    assert_eq!(anchor["bytes"], first.len());
+    assert_eq!(anchor["blake3"], blake3::hash(&first).to_hex().as_str());
+    assert_eq!(body(&chains[0], "transcript_gap")["path"], secret.as_str());
+    let detail = |n: usize| body(&chains[n], "transcript_gap")["detail"].to_string();
+    assert!(detail(1).contains("symbolic link"), "{}", detail(1));
+    assert!(detail(2).contains("2 names"), "{}", detail(2));
+    assert!(detail(3).contains("symbolic link"), "{}", detail(3));
+    for secret in [
+        &b"SECRET-KEY"[..],
+        b"SECRET-KEY\n",
+        b"HIDDEN-ONE\n",
+        b"CODEX-AUTH\n",
+    ] {
+        let hash = blake3::hash(secret).to_hex().to_string();
+        for chain in &chains {
+            let text = serde_json::to_string(chain).expect("json");
+            assert!(!text.contains(&hash), "a secret was read: {text}");
+        }
+    }
+}

@@ -447,3 +447,111 @@ fn the_vault_takes_only_the_machines_own_pieces_of_anchors_it_holds() {
     assert_eq!((status, text.trim()), (200, "already stored 1 100..104"));
     assert_eq!(vault.count("pieces"), pieces_before + 1);
 }
+
+/// Codex's rollout ships and comes back as Claude Code's transcript does:
+/// the same pieces, restored, held against the same anchors, compared with
+/// the machine's copy; a file the agent named outside Codex's sessions
+/// directory is neither anchored nor shipped.
+#[test]
+fn a_codex_rollout_ships_with_its_session_and_pull_restores_and_compares_it() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    assert!(enroll(&state, &vault, &org).status.success());
+    let session = "01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c";
+    let home = tempfile::tempdir().expect("tempdir");
+    let codex_home = home.path().join(".codex");
+    let rollout = codex_home
+        .join("sessions/2026/12/01")
+        .join(format!("rollout-2026-12-01T00-11-41-{session}.jsonl"));
+    let secret = codex_home.join("auth.json");
+    std::fs::create_dir_all(&codex_home).expect("mkdir");
+    std::fs::write(&secret, "CODEX-AUTH-SECRET-77c1\n").expect("write");
+    let hook = |event: &str, named: &Path| {
+        let p = json!({
+            "session_id": session, "transcript_path": named,
+            "cwd": "/home/dev/proj", "hook_event_name": event,
+        });
+        let out = run_with_stdin(
+            state
+                .nd7()
+                .env("CODEX_HOME", &codex_home)
+                .args(["record", "--agent", "codex"]),
+            p.to_string().as_bytes(),
+        );
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "{}",
+            stderr(&out)
+        );
+    };
+    grow(&rollout, 0..40);
+    hook("SessionStart", &rollout);
+    grow(&rollout, 40..400);
+    hook("PostToolUse", &rollout);
+    // The agent names its credentials as the rollout: a gap, nothing read.
+    hook("Stop", &secret);
+    grow(&rollout, 400..410);
+    hook("SessionEnd", &rollout);
+    let bytes = std::fs::read(&rollout).expect("read");
+
+    let out = ship(&state);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains(&format!("{} transcript bytes in 3 pieces", bytes.len())),
+        "{}",
+        stdout(&out)
+    );
+    let db = db_bytes(&vault);
+    let root = codex_home.to_string_lossy().into_owned();
+    for secret in [MARKER, "rollout-", root.as_str(), "CODEX-AUTH-SECRET"] {
+        assert!(
+            !db.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{secret} is in the vault's database"
+        );
+    }
+
+    let (out, dir) = pull(&state, &vault, &org, session, true);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(restored(&dir, &format!("-{session}.jsonl")), bytes);
+    assert!(
+        stdout(&out).contains("holding 3 of its 3 anchors"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("the machine's copy extends"),
+        "{}",
+        stdout(&out)
+    );
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("restored")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+
+    // The rollout rewritten on the machine after shipping: --compare says so.
+    let mut changed = bytes.clone();
+    changed[200] ^= 1;
+    std::fs::write(&rollout, &changed).expect("write");
+    let (out, _) = pull(&state, &vault, &org, session, true);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("differs from what was shipped, from byte 200"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -12,7 +12,7 @@ use nd7_core::transcript::check::{self, Verdict};
 
 /// What a clean result does and does not show, for a log `nd7 record`
 /// anchored itself.
-const CAVEAT: &str = "transcript: each file is, byte for byte, what it was when each anchor was taken (bytes after the last anchor are not covered); the anchors were taken by nd7 record in the hooks' own processes, so anyone who can write this log could have written them too, and nothing shows the file held what Claude Code wrote before an anchor was taken";
+const CAVEAT: &str = "transcript: each file is, byte for byte, what it was when each anchor was taken (bytes after the last anchor are not covered); the anchors were taken by nd7 record in the hooks' own processes, so anyone who can write this log could have written them too, and nothing shows the file held what the agent (Claude Code, Codex) wrote before an anchor was taken";
 /// The same for a run's chain, anchored by `nd7 run`.
 const RUN_CAVEAT: &str = "transcript: each file is, byte for byte, what it was when each anchor was taken (bytes after the last anchor are not covered); nd7 run took the anchors outside the sandbox, where the agent cannot forge them, but the agent could write the transcript itself before an anchor was taken";
 

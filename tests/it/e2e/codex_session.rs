@@ -2,7 +2,8 @@
 //! step, a scripted session played by a local Responses API, real hooks
 //! calling the real `nd7 record --agent codex`, real tools touching a
 //! scratch project; then nd7's log against what Codex fired, the outcomes
-//! against what the tools did, and `nd7 verify`.
+//! against what the tools did, the rollout anchored in the chain, and
+//! `nd7 verify` (with `--transcript`, the rollout held against its anchors).
 
 use std::collections::BTreeMap;
 
@@ -109,8 +110,13 @@ fn a_codex_session_is_recorded_whole_with_failures_marked_and_verifies() {
     assert_eq!(ids.len(), 1, "one session recorded: {ids:?}");
     let log = nd7_core::session_log::SessionLog::new(&w.state().join("nd7/sessions"), &ids[0])
         .expect("session id");
-    let entries = entries(&log);
-    assert!(entries.iter().all(|e| e["source"] == "intent:codex"));
+    let all = entries(&log);
+    // The hooks' entries, and nd7's own: the rollout's anchors.
+    let (entries, anchors): (Vec<Value>, Vec<Value>) = all
+        .iter()
+        .cloned()
+        .partition(|e| e["source"] == "intent:codex");
+    assert!(!anchors.is_empty());
 
     // Every event Codex fired is in the log, once, and nothing else.
     let mut witnessed: Vec<(String, String)> = w.witnessed().iter().map(fired).collect();
@@ -215,11 +221,56 @@ fn a_codex_session_is_recorded_whole_with_failures_marked_and_verifies() {
         serde_json::json!(["echo", "hello", ">", "note.txt"])
     );
 
+    // The rollout Codex named is anchored, by nd7 and no one else, where
+    // Codex keeps it, and nothing was refused or found changed.
+    let rollout = w.witnessed()[0]["transcript_path"]
+        .as_str()
+        .expect("the rollout's path")
+        .to_string();
+    let sessions_dir = std::fs::canonicalize(w.codex_home().join("sessions")).expect("sessions");
+    assert!(
+        rollout.starts_with(&sessions_dir.display().to_string()),
+        "{rollout}"
+    );
+    for a in &anchors {
+        assert_eq!(a["source"], "record:nd7", "{a}");
+        assert_eq!(a["kind"], "transcript_anchor", "{a}");
+        assert_eq!(a["body"]["path"], rollout.as_str(), "{a}");
+        assert_eq!(a["body"]["session_id"], ids[0].as_str(), "{a}");
+    }
+    // An anchor at the session's end covers every completed item.
+    let last = anchors.last().expect("an anchor");
+    let anchored = last["body"]["bytes"].as_u64().expect("bytes") as usize;
+    let text = std::fs::read(&rollout).expect("read the rollout");
+    let covered = String::from_utf8_lossy(&text[..anchored]);
+    for id in &handed_out[..5] {
+        assert!(
+            covered.contains(&format!("\"id\":\"{id}\"")),
+            "{id} is anchored"
+        );
+    }
+
     let verify = w.nd7(&["verify", &ids[0]]);
     assert_eq!(verify.status.code(), Some(0), "{}", stdout(&verify));
-    let expected = format!("verified: {} entries, head ", entries.len());
+    let expected = format!("verified: {} entries, head ", all.len());
     assert!(
         stdout(&verify).starts_with(&expected),
+        "{}",
+        stdout(&verify)
+    );
+    let verify = w.nd7(&["verify", "--transcript", &ids[0]]);
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&verify),
+        stderr(&verify)
+    );
+    assert!(
+        stdout(&verify).contains(&format!(
+            "transcript {rollout}: holds all {} anchors",
+            anchors.len()
+        )),
         "{}",
         stdout(&verify)
     );
