@@ -215,12 +215,25 @@ fn codex_shell_calls_go_through_the_exit_under_the_sessions_grants() {
             .iter()
             .any(|e| e["source"] == "intent:codex" && e["kind"] == "tool_call")
     );
-    let verify = Command::new(env!("CARGO_BIN_EXE_nd7"))
-        .arg("verify")
-        .arg(&dir)
+    // The rollout is anchored from outside the floor, at the door, and
+    // holds against every anchor.
+    let anchors = of_kind(&entries, "transcript_anchor");
+    assert!(!anchors.is_empty(), "no anchor in the run's chain");
+    assert!(
+        anchors.iter().all(|a| a["source"] == "exit:nd7"),
+        "{anchors:?}"
+    );
+    assert_eq!(of_kind(&entries, "transcript_gap"), Vec::<&Value>::new());
+    let verify = world
+        .nd7(&["verify", "--transcript", &dir.display().to_string()])
         .output()
         .expect("nd7 verify");
-    assert!(verify.status.success(), "{}", text(&verify.stdout));
+    assert!(
+        verify.status.success(),
+        "{}{}",
+        text(&verify.stdout),
+        text(&verify.stderr)
+    );
 }
 
 /// A trusted project's `.codex/config.toml` (planted by an earlier session
