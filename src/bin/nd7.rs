@@ -411,7 +411,7 @@ fn default_threads() -> usize {
 
 const RUN_CAVEAT: &str = "\
 note: this log is an nd7 run's: it was read-only inside the sandbox, so nothing there could change or remove an entry once written.
-note: entries with source exit:nd7 were written by nd7 from outside the sandbox; intent:claude-code entries are the agent's word, and it can add false ones.";
+note: entries with source exit:nd7 were written by nd7 from outside the sandbox; intent: entries (intent:claude-code, intent:codex) are the agent's word, and it can add false ones.";
 
 const CAVEAT: &str = "\
 note: the chain checks itself; it is not third-party evidence. Anyone who can write the session's directory can rewrite the whole chain, head included.
