@@ -193,6 +193,17 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     let nd7_exec = binary_checks(&nd7)?;
     let home = session::account_home()?;
     check_home(&home)?;
+    let sessions = Sessions::under(&home);
+    // First, while the process is small and has one thread: from here on
+    // this is the session, and the process the user started waits outside
+    // as its keeper, setting itself up while the session builds its side.
+    // Whatever fails from here on ends the session, and the keeper exits
+    // with its status.
+    if let sandbox::Kept::Done(code) =
+        sandbox::keep_session(&sessions).map_err(RunError::Sandbox)?
+    {
+        return Ok(code);
+    }
     let cwd = std::env::current_dir().map_err(|source| RunError::Io {
         path: ".".into(),
         action: "find the working directory",
@@ -238,17 +249,18 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     warnings.extend(pin_roots(&mut policy, &cwd));
     // The floor's ruleset is built on a thread while this one holds the
     // files that run later outside the floor (read-only where the system
-    // allows) and a third takes the watch's snapshot of them (in every
-    // case). The namespaces are made here, before the keeper splits off and the session
-    // puts itself under Landlock (which refuses mounts); the thread has ended
-    // before the split, which needs a single thread (so have both others).
+    // allows), scopes the session and starts its log and record, and a
+    // third takes the watch's snapshot of those files (in every case). The
+    // namespaces are made before the session puts itself under Landlock
+    // (which refuses mounts). Neither thread starts a process or sends a
+    // signal, and both have ended before anything is started.
     let building = {
         let (policy, nd7_exec) = (policy.clone(), nd7_exec.clone());
         std::thread::spawn(move || sandbox::floor(&policy, &nd7_exec))
     };
     let plan = crate::policy::deferred::plan(&policy, &deferred::FsTree);
-    // The watch's snapshot is taken on a third thread as if the locks will
-    // hold (they are nearly always there), and again here if they do not.
+    // The snapshot is taken as if the locks will hold (they nearly always
+    // do), and again below if they do not.
     let snapshot = {
         let (plan, project) = (plan.clone(), policy.roots.project.clone());
         std::thread::spawn(move || deferred::Watch::start(plan, true, &project))
@@ -257,32 +269,8 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         Ok(held) => (held, None),
         Err(why) => (sandbox::Held::default(), Some(why)),
     };
-    let floor = building.join();
-    let snapshot = snapshot.join();
-    let floor = floor
-        .map_err(|_| RunError::Sandbox("building the floor's rules failed".into()))?
-        .map_err(RunError::Sandbox)?;
-    let watch = Arc::new(match snapshot {
-        Ok(watch) if held.locks() => watch,
-        _ => deferred::Watch::start(plan, held.locks(), &policy.roots.project),
-    });
+    sandbox::scope_session().map_err(RunError::Sandbox)?;
     let claude = is_claude(&options.program);
-    // Asked before any other thread starts: on macOS confining a child is
-    // only sound while this process has one thread.
-    let recorded = if claude {
-        claude_events(&options.program, &floor, &held, &policy.roots.project)
-    } else {
-        Vec::new()
-    };
-
-    let sessions = Sessions::under(&home);
-    // Before any thread exists: from here on this is the session, and the
-    // process the user started waits outside as its keeper.
-    if let sandbox::Kept::Done(code) =
-        sandbox::keep_session(&sessions).map_err(RunError::Sandbox)?
-    {
-        return Ok(code);
-    }
     sessions.clean_stale();
     let pid = std::process::id();
     let mut program: Vec<String> = vec![options.program.to_string_lossy().into_owned()];
@@ -321,6 +309,26 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         log: Some(log.reference()),
     };
     let session = Removed(sessions.create(&record).map_err(|e| end_early(e.into()))?);
+    let floor = building.join();
+    let snapshot = snapshot.join();
+    let floor = floor
+        .map_err(|_| RunError::Sandbox("building the floor's rules failed".into()))
+        .and_then(|f| f.map_err(RunError::Sandbox))
+        .map_err(end_early)?;
+    let watch = Arc::new(match snapshot {
+        Ok(watch) if held.locks() => watch,
+        _ => deferred::Watch::start(plan, held.locks(), &policy.roots.project),
+    });
+    // Nothing is started under the floor before the keeper has said what it
+    // can do: the seccomp filter depends on it.
+    sandbox::keeper_ready().map_err(|e| end_early(RunError::Sandbox(e)))?;
+    // On macOS confining a child is only sound while this process has one
+    // thread, which it has here (the exit's threads start below).
+    let recorded = if claude {
+        claude_events(&options.program, &floor, &held, &policy.roots.project)
+    } else {
+        Vec::new()
+    };
     let after: sandbox::AfterCommand = {
         let (watch, log) = (watch.clone(), log.clone());
         Arc::new(move |command: &str| {

@@ -336,17 +336,38 @@ pub fn complement(
     excluded: &[PathBuf],
     list: &dyn Fn(&Path) -> Vec<PathBuf>,
 ) -> Vec<PathBuf> {
-    if excluded.iter().any(|e| root.starts_with(e)) {
-        return Vec::new();
-    }
-    if !excluded.iter().any(|e| e.starts_with(root)) {
-        return vec![root.to_path_buf()];
-    }
+    let excluded: Vec<&Path> = excluded.iter().map(PathBuf::as_path).collect();
     let mut out = Vec::new();
-    for child in list(root) {
-        out.extend(complement(&child, excluded, list));
-    }
+    complement_into(root, &excluded, list, &mut out);
     out
+}
+
+/// [`complement`], with `excluded` narrowed at each level to the paths
+/// that lie under `root`: an excluded path that holds a child of `root`
+/// either lies under `root` too, or holds `root` itself (which ends the
+/// walk before its children are listed). So each entry is compared only
+/// with what lies in its own directory, not with every excluded path.
+fn complement_into(
+    root: &Path,
+    excluded: &[&Path],
+    list: &dyn Fn(&Path) -> Vec<PathBuf>,
+    out: &mut Vec<PathBuf>,
+) {
+    if excluded.iter().any(|e| root.starts_with(e)) {
+        return;
+    }
+    let inside: Vec<&Path> = excluded
+        .iter()
+        .copied()
+        .filter(|e| e.starts_with(root))
+        .collect();
+    if inside.is_empty() {
+        out.push(root.to_path_buf());
+        return;
+    }
+    for child in list(root) {
+        complement_into(&child, &inside, list, out);
+    }
 }
 
 /// The rules for Landlock: paths readable beneath, and paths writable (and

@@ -543,6 +543,33 @@ pub fn keep_session(sessions: &Sessions) -> Result<Kept, String> {
     }
 }
 
+/// Puts the session under its own scope where the system has one (on
+/// Linux, the Landlock layer that keeps signals and abstract sockets inside
+/// the session, `linux::keeper::scope`). Called once the session's
+/// namespaces are built and before it starts anything.
+pub fn scope_session() -> Result<(), String> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::keeper::scope()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Ok(())
+    }
+}
+
+/// Waits until the keeper has said what it can do for the session (on
+/// Linux; elsewhere there is no keeper): called before anything is started
+/// under the floor, whose seccomp filter depends on the answer. An error
+/// means the keeper is gone, and nothing may be started.
+pub fn keeper_ready() -> Result<(), String> {
+    #[cfg(target_os = "linux")]
+    if let Some(channel) = linux::keeper::channel() {
+        return channel.ready();
+    }
+    Ok(())
+}
+
 /// What the keeper ended when the session asked it to, once the agent had
 /// ended ([`end_leftovers`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

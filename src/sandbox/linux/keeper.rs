@@ -1,7 +1,8 @@
 //! `nd7 run` as two processes, so that nothing a session starts outlives it
 //! and nothing inside can stop the one that ends it.
 //!
-//! [`split`] forks `nd7 run` once, before it has a second thread:
+//! [`split`] forks `nd7 run` once, first thing, while it is small and has
+//! one thread (a fork copies less then):
 //!
 //! - **The keeper** (the parent, the process the user's shell waits for)
 //!   stays outside every sandbox. It is the child subreaper
@@ -15,10 +16,11 @@
 //!   and reaps them, removes the session directory, and exits with the
 //!   session's status. It passes SIGTERM and SIGHUP on to the session.
 //! - **The session** (the child) is what `nd7 run` always was: it makes the
-//!   session directory, serves the exit, starts the agent. It first puts
-//!   itself under a Landlock layer that only scopes signals and abstract
-//!   unix sockets (ABI 6); the agent and every command are nested beneath
-//!   it, so they can signal each other and it, but nothing outside: not the
+//!   session directory, serves the exit, starts the agent. Once it has
+//!   built its namespaces (Landlock refuses mounts) and before it starts
+//!   anything, it puts itself under a Landlock layer that only scopes
+//!   signals and abstract unix sockets (ABI 6, [`scope`]); the agent and
+//!   every command are nested beneath it, so they can signal each other and it, but nothing outside: not the
 //!   keeper, not the user's other processes. It dies with the keeper
 //!   (`PR_SET_PDEATHSIG`).
 //!
@@ -27,7 +29,9 @@
 //! outlive the keeper.
 //!
 //! The two talk over one `SOCK_SEQPACKET` pair: the keeper says once whether
-//! it can act for the session's processes and whether it serves the channel;
+//! it can act for the session's processes and whether it serves the channel
+//! (read by the session only before it first starts anything, so the two
+//! set up side by side, [`Channel::ready`]);
 //! the session (or, between fork and exec, each process it confines) sends
 //! the seccomp listeners and nd7's own listening sockets, each message one
 //! letter and a descriptor. Once the agent has ended, the session asks the
@@ -74,18 +78,71 @@ const GO_SUPERVISED: u8 = 1;
 const GO_SERVED: u8 = 2;
 
 /// The session's end of the channel, and what the keeper said it can do.
+///
+/// The keeper answers once, after setting itself up; the session reads the
+/// answer only when it first needs it ([`Channel::ready`], just before it
+/// starts anything under the floor), so both set up side by side and the
+/// session never waits for the keeper while it builds its own side.
 #[derive(Debug)]
 pub struct Channel {
     pub fd: RawFd,
-    pub sockets: Sockets,
-    /// Whether the session runs under the signal and abstract-socket scope.
-    pub scoped: bool,
     /// The keeper's pid: the peer of every connection it makes for the
     /// session's processes.
     pub keeper: u32,
+    /// The keeper's answer (its first byte on the channel), once read;
+    /// `None` inside when it never came.
+    answer: OnceLock<Option<u8>>,
+    /// Whether the session runs under the signal and abstract-socket scope
+    /// ([`scope`]).
+    scoped: OnceLock<bool>,
+}
+
+impl Channel {
+    /// The keeper's answer, read from the channel the first time it is
+    /// asked for (every later call returns the same).
+    fn answer(&self) -> Option<u8> {
+        *self.answer.get_or_init(|| {
+            // SAFETY: the channel's descriptor stays open for the process's life.
+            let conn = unsafe { BorrowedFd::borrow_raw(self.fd) };
+            let mut go = [0u8; 1];
+            loop {
+                match rustix::io::read(conn, &mut go) {
+                    Ok(1) => return Some(go[0]),
+                    Err(rustix::io::Errno::INTR) => continue,
+                    _ => return None,
+                }
+            }
+        })
+    }
+
+    /// Waits for the keeper's answer: an error when the keeper ended or
+    /// closed the channel without one (nothing may then be started).
+    pub fn ready(&self) -> Result<(), String> {
+        self.answer()
+            .map(drop)
+            .ok_or_else(|| "nd7 run's keeper did not answer".to_string())
+    }
+
+    /// What the filter does with `connect` and `bind`: handed to the keeper
+    /// when it said it can act for the session's processes.
+    pub fn sockets(&self) -> Sockets {
+        match self.answer() {
+            Some(go) if go & GO_SUPERVISED != 0 => Sockets::Supervised,
+            _ => Sockets::Open,
+        }
+    }
+
     /// Whether the keeper reads the channel (its event loop runs), so that
     /// a question on it gets an answer.
-    pub served: bool,
+    pub fn served(&self) -> bool {
+        self.answer().is_some_and(|go| go & GO_SERVED != 0)
+    }
+
+    /// Whether the session put itself under the signal and abstract-socket
+    /// scope ([`scope`]).
+    pub fn scoped(&self) -> bool {
+        self.scoped.get().copied().unwrap_or(false)
+    }
 }
 
 static CHANNEL: OnceLock<Channel> = OnceLock::new();
@@ -185,25 +242,27 @@ fn session_side(keeper: u32, channel: OwnedFd, signals: &libc::sigset_t) -> Resu
     if std::os::unix::process::parent_id() != keeper {
         return Err("nd7 run's keeper ended before the session started".into());
     }
-    let mut go = [0u8; 1];
-    match rustix::io::read(&channel, &mut go) {
-        Ok(1) => {}
-        _ => return Err("nd7 run's keeper did not answer".into()),
-    }
-    let sockets = if go[0] & GO_SUPERVISED != 0 {
-        Sockets::Supervised
-    } else {
-        Sockets::Open
-    };
-    let scoped = super::scope_self().map_err(|e| e.to_string())?;
     let _ = CHANNEL.set(Channel {
         fd: channel.into_raw_fd(),
-        sockets,
-        scoped,
         keeper,
-        served: go[0] & GO_SERVED != 0,
+        answer: OnceLock::new(),
+        scoped: OnceLock::new(),
     });
     Ok(Side::Session)
+}
+
+/// Puts the session process under the Landlock layer that scopes signals
+/// and abstract unix sockets ([`super::scope_self`]), where the kernel has
+/// it. Called by the session once it has built its namespaces (Landlock
+/// refuses mounts) and before it starts anything: the agent and every
+/// command are nested beneath it. Outside a session, does nothing.
+pub fn scope() -> Result<(), String> {
+    let Some(channel) = channel() else {
+        return Ok(());
+    };
+    let scoped = super::scope_self().map_err(|e| e.to_string())?;
+    let _ = channel.scoped.set(scoped);
+    Ok(())
 }
 
 /// Sends one message with one descriptor to the keeper (the session side).
@@ -660,7 +719,7 @@ const NAMED: usize = 256;
 /// has ended, before the run's last entry. `None` outside a session, when
 /// the keeper does not serve the channel, or does not answer.
 pub fn end_leftovers() -> Option<Leftovers> {
-    let channel = channel().filter(|c| c.served)?;
+    let channel = channel().filter(|c| c.served())?;
     // SAFETY: the channel's descriptor stays open for the process's life.
     let conn = unsafe { BorrowedFd::borrow_raw(channel.fd) };
     rustix::net::send(conn, &[END_LEFTOVERS], SendFlags::empty()).ok()?;

@@ -209,8 +209,17 @@ pub fn prepare_floor(policy: &Policy) -> Result<Confinement, SandboxError> {
     let opened = open_rules(&rules);
     let confinement = confinement(ruleset(&[&opened])?)?;
     let _ = FLOOR.set(opened);
+    if let Ok(ruleset) = confinement.ruleset.try_clone() {
+        let _ = FLOOR_RULESET.set(ruleset);
+    }
     Ok(confinement)
 }
+
+/// The floor's ruleset, as [`prepare_floor`] built it from [`FLOOR`]. A
+/// command through the exit that holds no grant runs under exactly the
+/// floor's rules, so it is confined by this same ruleset (a duplicate of
+/// its descriptor) instead of one rebuilt rule by rule for every command.
+static FLOOR_RULESET: OnceLock<OwnedFd> = OnceLock::new();
 
 /// Write roots and grants already reported as left out, so each is said once.
 static REPORTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
@@ -224,19 +233,30 @@ pub fn prepare_command(
     session: &Session,
     policy: &Policy,
 ) -> Result<(Confinement, Vec<Dropped>), SandboxError> {
-    let (ruleset, dropped) = match FLOOR.get() {
+    let (confined, dropped) = match FLOOR.get() {
         Some(floor) => {
             let (grants, dropped) = pinned(policy, &policy.grants);
-            let write = write_rules(policy, &grants, &list_dir);
-            let opened = open_rules(&LandlockRules {
-                read: Vec::new(),
-                write,
-            });
-            (ruleset(&[floor, &opened])?, dropped)
+            // No grant kept: the floor's own rules, whose ruleset is built.
+            let built = grants
+                .is_empty()
+                .then(|| FLOOR_RULESET.get().and_then(|r| r.try_clone().ok()))
+                .flatten();
+            let confined = match built {
+                Some(ruleset) => Confinement { ruleset },
+                None => {
+                    let write = write_rules(policy, &grants, &list_dir);
+                    let opened = open_rules(&LandlockRules {
+                        read: Vec::new(),
+                        write,
+                    });
+                    confinement(ruleset(&[floor, &opened])?)?
+                }
+            };
+            (confined, dropped)
         }
         None => {
             let (rules, dropped) = command_rules(policy, &policy.command_writes());
-            (ruleset(&[&open_rules(&rules)])?, dropped)
+            (confinement(ruleset(&[&open_rules(&rules)])?)?, dropped)
         }
     };
     for d in &dropped {
@@ -251,7 +271,7 @@ pub fn prepare_command(
             eprintln!("nd7 run: {d}");
         }
     }
-    Ok((confinement(ruleset)?, dropped))
+    Ok((confined, dropped))
 }
 
 /// The ruleset for `rules`, opened without following links ([`open_nofollow`]).
@@ -323,7 +343,7 @@ impl Confinement {
     pub fn confine(&self, command: &mut Command, started: Started) {
         let fd = self.ruleset.as_raw_fd();
         let channel = keeper::channel();
-        let sockets = channel.map_or(seccomp::Sockets::Open, |c| c.sockets);
+        let sockets = channel.map_or(seccomp::Sockets::Open, |c| c.sockets());
         let filter: Option<&'static [seccomp::Insn]> = seccomp::available()
             .then(|| seccomp::full_program(sockets))
             .flatten();
@@ -518,11 +538,11 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
     use crate::sandbox::Protection;
     let abi = abi().unwrap_or(0);
     let session = keeper::channel();
-    let scoped = session.map_or(abi >= 6, |c| c.scoped);
+    let scoped = session.map_or(abi >= 6, |c| c.scoped());
     let filter = seccomp::available() && seccomp::native().is_some();
     let scope = ptrace_scope();
     let sockets =
-        filter && session.map_or(scope < 2, |c| c.sockets == seccomp::Sockets::Supervised);
+        filter && session.map_or(scope < 2, |c| c.sockets() == seccomp::Sockets::Supervised);
     let pidfd = callers_by_pidfd();
     vec![
         Protection {
