@@ -75,6 +75,11 @@ pub enum AnchorError {
     )]
     NoCodexHome,
     #[error(
+        "{}: held by another process past this hook's time for anchoring; nothing was read",
+        path.display()
+    )]
+    Locked { path: PathBuf },
+    #[error(
         "this run's chain was started without transcript anchoring (no {STATE_DIR}/{LOG_STATE})"
     )]
     NotStarted,
@@ -349,8 +354,8 @@ impl<'a> Ctx<'a> {
         let dir = state_dir(self.log_dir)?;
         let lock_path = dir.join(LOCK);
         let lock = create_0600(&lock_path, OpenOptions::new().write(true))?;
-        lock.lock()
-            .map_err(io_err(&lock_path, "lock (exclusive)"))?;
+        let deadline = started + Duration::from_millis(self.limits.hook_ms);
+        lock_by(&lock, &lock_path, deadline)?;
 
         let mut report = Report::default();
         let mut state = match load_json::<LogState>(&dir.join(LOG_STATE)) {
@@ -363,7 +368,6 @@ impl<'a> Ctx<'a> {
             Err(e) => return Err(e),
         };
         let loaded = serde_json::to_vec(&state).unwrap_or_default();
-        let deadline = started + Duration::from_millis(self.limits.hook_ms);
         let mut budget = Budget {
             bytes: self.limits.hook_bytes,
             deadline: Some(deadline),
@@ -913,6 +917,30 @@ fn state_dir(log_dir: &Path) -> Result<PathBuf, AnchorError> {
         }
     }
     Ok(dir)
+}
+
+/// Takes `lock` exclusively, waiting no later than `deadline`. The lock
+/// file lies in the log's directory, which the agent can read under `nd7
+/// run` (read-only, not hidden), and `flock` needs no more than a
+/// descriptor open for reading: a wait without end would let the agent
+/// hold every anchoring hook, and its entry, for as long as it liked.
+fn lock_by(lock: &File, path: &Path, deadline: Instant) -> Result<(), AnchorError> {
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(AnchorError::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(io_err(path, "lock (exclusive)")(e));
+            }
+        }
+    }
 }
 
 fn create_0600(path: &Path, options: &mut OpenOptions) -> Result<File, AnchorError> {
