@@ -99,3 +99,33 @@ exec 9<&-
         "the held lock is written down: {gap:?}"
     );
 }
+
+// The chain's own append lock (`<log>/lock`) is as readable inside as the
+// anchoring state's. An agent holding it stalls every append the run
+// makes: hook entries, `exec`, `exec_end`. Not closed here (see the
+// report): the lock must move where the floor hides it.
+#[test]
+#[ignore = "open: the chain's append lock can be held from inside the floor"]
+fn an_agent_holding_the_chains_lock_cannot_stall_the_door() {
+    let w = World::new();
+    let rel = format!(".codex/sessions/2026/12/01/rollout-2026-12-01T00-11-41-{SID}.jsonl");
+    let inside = w.in_home(&rel);
+    let seen = w.proj().join("held.rc");
+    codex_run(
+        &w,
+        &inside,
+        r#"codex_hook SessionStart
+exec 9<"$LOG/lock" || exit 3
+flock -x 9 || exit 4
+codex_hook Stop
+grep -c '"hook_event_name":"Stop"' "$LOG"/events.ndjson > held.rc
+exec 9<&-
+"#,
+    );
+    let seen = std::fs::read_to_string(&seen).expect("the script ran to the held hook");
+    assert_eq!(
+        seen.trim(),
+        "1",
+        "the hook's entry was in when it came back, the lock still held"
+    );
+}
