@@ -55,6 +55,9 @@ const LOCK: &str = "lock";
 const SESSION_NOTE: &str = "session_bytes";
 /// The note kept once the log anchors as many files as it may.
 const FILES_NOTE: &str = "files";
+/// How many refused names a log's state remembers (so as to write each
+/// down once); the names past them are written down at every hook.
+const PATH_NOTES: usize = 256;
 
 /// Why anchoring could not run at all (a file it could not read is a
 /// `transcript_gap` entry instead).
@@ -536,7 +539,11 @@ impl<'a> Ctx<'a> {
         state: &mut LogState,
         report: &mut Report,
     ) -> Result<(), AnchorError> {
-        let note = format!("path:{}", m.named);
+        // A digest, not the name, and at most PATH_NOTES of them: the state
+        // is read and rewritten whole at every anchoring hook, and the
+        // agent picks the names. Past the cap every such payload is
+        // written down again.
+        let note = format!("path:{}", blake3::hash(m.named.as_bytes()).to_hex());
         if state.notes.contains(&note) {
             return Ok(());
         }
@@ -554,7 +561,15 @@ impl<'a> Ctx<'a> {
             )
         };
         self.gap(&which, GapReason::Path, &detail, 0, None, report)?;
-        state.notes.push(note);
+        if state
+            .notes
+            .iter()
+            .filter(|n| n.starts_with("path:"))
+            .count()
+            < PATH_NOTES
+        {
+            state.notes.push(note);
+        }
         Ok(())
     }
 

@@ -129,3 +129,46 @@ exec 9<&-
         "the hook's entry was in when it came back, the lock still held"
     );
 }
+
+// A payload naming a rollout nd7 will not open is written down once per
+// name, and the names were kept in the anchoring state (`log.json`),
+// which every anchoring hook reads and rewrites whole: an agent naming a
+// new long path at each hook made that file, and the work of every hook
+// after, grow without bound (each hook rewriting all the names before
+// it). Guards the digest and the cap of `path_gap`'s notes
+// (`PATH_NOTES`): without them `log.json` holds every name.
+#[test]
+fn bogus_rollout_names_do_not_grow_the_anchoring_state() {
+    let state = crate::common::State::new();
+    let home = tempfile::tempdir().expect("tempdir");
+    let long = "x".repeat(2000);
+    let hooks = 600;
+    for n in 0..hooks {
+        let payload = serde_json::json!({
+            "session_id": SID,
+            "transcript_path": format!("/nowhere/{n}/{long}.jsonl"),
+            "cwd": "/tmp",
+            "hook_event_name": "Stop",
+            "model": "gpt-5.5",
+        })
+        .to_string();
+        let out = crate::common::run_with_stdin(
+            state
+                .nd7()
+                .env("CODEX_HOME", home.path())
+                .args(["record", "--agent", "codex"]),
+            payload.as_bytes(),
+        );
+        assert_eq!(out.status.code(), Some(0));
+    }
+    let log = state.log(SID);
+    let gaps = crate::common::entries(&log)
+        .into_iter()
+        .filter(|e| e["kind"] == "transcript_gap" && e["body"]["reason"] == "path")
+        .count();
+    assert_eq!(gaps, hooks, "every refused name is still written down");
+    let kept = std::fs::metadata(log.dir().join("transcript/log.json"))
+        .expect("the anchoring state")
+        .len();
+    assert!(kept < 32 * 1024, "log.json is {kept} bytes");
+}
