@@ -25,8 +25,8 @@ HOME_DIR='{home}'
 T='{rollout_inside}'
 LOG=$(ls -d "$HOME_DIR"/.local/state/nd7/sessions/run-*)
 codex_hook() {{
-  printf '{{"session_id":"{SID}","transcript_path":"%s","cwd":"%s","hook_event_name":"%s","model":"gpt-5.5"}}' \
-    "${{TP:-$T}}" "$PWD" "$1" | "$ND7" record --agent codex --run-hook
+  printf '{{"session_id":"%s","transcript_path":"%s","cwd":"%s","hook_event_name":"%s","model":"gpt-5.5"}}' \
+    "${{S:-{SID}}}" "${{TP:-$T}}" "$PWD" "$1" | "$ND7" record --agent codex --run-hook
 }}
 export -f codex_hook; export ND7 T
 {body}
@@ -171,4 +171,47 @@ fn bogus_rollout_names_do_not_grow_the_anchoring_state() {
         .expect("the anchoring state")
         .len();
     assert!(kept < 32 * 1024, "log.json is {kept} bytes");
+}
+
+// Under `nd7 run` (the door anchors whatever session the payload names,
+// into the run's chain): a session id that would walk out of the layout
+// once put in the rollout's name (`/` and `..`, `..` alone, a NUL), with a
+// file where that walk ends and the path built from it as the payload's
+// `transcript_path`. Nothing is read: guards `is_name` on the session id
+// in `codex_layout::locate` and `session_of` (with both gone, the `..`
+// one is read: its name is a plain one).
+#[test]
+fn a_session_id_that_walks_out_of_the_layout_reads_nothing() {
+    let w = World::new();
+    let rel = format!(".codex/sessions/2026/12/01/rollout-2026-12-01T00-11-41-{SID}.jsonl");
+    let inside = w.in_home(&rel);
+    let day = w.home().join(".codex/sessions/2026/12/01");
+    std::fs::create_dir_all(day.join("rollout-2026-12-01T00-11-41-x")).expect("mkdir");
+    let secret = b"SECRET-KEY-MATERIAL\n";
+    std::fs::write(w.home().join(".codex/s.jsonl"), secret).expect("write");
+    std::fs::write(day.join("rollout-2026-12-01T00-11-41-...jsonl"), secret).expect("write");
+    let day_inside = w.in_home(".codex/sessions/2026/12/01");
+    let mut body = String::new();
+    for sid in ["x/../../../../../s", "..", "x\\u0000y", "x/y"] {
+        let named = format!("{day_inside}/rollout-2026-12-01T00-11-41-{sid}.jsonl");
+        body.push_str(&format!(
+            "S='{sid}' TP='{named}' codex_hook SessionStart\nS='{sid}' TP='{named}' codex_hook Stop\n"
+        ));
+    }
+    codex_run(&w, &inside, &body);
+    let chains = run_chains(&w);
+    assert_eq!(chains.len(), 1);
+    assert_eq!(hook_events(&chains[0]).len(), 8, "every hook recorded");
+    let gaps = chains[0]
+        .iter()
+        .filter(|e| e["kind"] == "transcript_gap" && e["body"]["reason"] == "path")
+        .count();
+    assert_eq!(gaps, 4, "each name refused, once");
+    let text = serde_json::to_string(&chains[0]).expect("json");
+    let hash = blake3::hash(secret).to_hex().to_string();
+    assert!(!text.contains(&hash), "a file was read: {text}");
+    assert!(
+        !chains[0].iter().any(|e| e["kind"] == "transcript_anchor"),
+        "nothing anchored: {text}"
+    );
 }
