@@ -213,7 +213,7 @@ pub fn check_args(args: &[OsString]) -> Result<(), CodexRunError> {
             a => a.strip_prefix("--disable=").map(str::to_string),
         };
         if disabled.as_deref().map(str::trim) == Some("hooks") {
-            return Err(CodexRunError::Hooks(format!("--disable hooks")));
+            return Err(CodexRunError::Hooks("--disable hooks".to_string()));
         }
         let config = match arg.as_ref() {
             "-c" | "--config" => iter.next().map(|v| v.into_owned()),

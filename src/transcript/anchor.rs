@@ -55,6 +55,9 @@ const LOCK: &str = "lock";
 const SESSION_NOTE: &str = "session_bytes";
 /// The note kept once the log anchors as many files as it may.
 const FILES_NOTE: &str = "files";
+/// How many refused names a log's state remembers (so as to write each
+/// down once); the names past them are written down at every hook.
+const PATH_NOTES: usize = 256;
 
 /// Why anchoring could not run at all (a file it could not read is a
 /// `transcript_gap` entry instead).
@@ -74,6 +77,11 @@ pub enum AnchorError {
         "cannot tell where Codex keeps its rollouts: CODEX_HOME and HOME are not absolute paths, and the account has no home"
     )]
     NoCodexHome,
+    #[error(
+        "{}: held by another process past this hook's time for anchoring; nothing was read",
+        path.display()
+    )]
+    Locked { path: PathBuf },
     #[error(
         "this run's chain was started without transcript anchoring (no {STATE_DIR}/{LOG_STATE})"
     )]
@@ -349,8 +357,8 @@ impl<'a> Ctx<'a> {
         let dir = state_dir(self.log_dir)?;
         let lock_path = dir.join(LOCK);
         let lock = create_0600(&lock_path, OpenOptions::new().write(true))?;
-        lock.lock()
-            .map_err(io_err(&lock_path, "lock (exclusive)"))?;
+        let deadline = started + Duration::from_millis(self.limits.hook_ms);
+        lock_by(&lock, &lock_path, deadline)?;
 
         let mut report = Report::default();
         let mut state = match load_json::<LogState>(&dir.join(LOG_STATE)) {
@@ -363,7 +371,6 @@ impl<'a> Ctx<'a> {
             Err(e) => return Err(e),
         };
         let loaded = serde_json::to_vec(&state).unwrap_or_default();
-        let deadline = started + Duration::from_millis(self.limits.hook_ms);
         let mut budget = Budget {
             bytes: self.limits.hook_bytes,
             deadline: Some(deadline),
@@ -532,7 +539,11 @@ impl<'a> Ctx<'a> {
         state: &mut LogState,
         report: &mut Report,
     ) -> Result<(), AnchorError> {
-        let note = format!("path:{}", m.named);
+        // A digest, not the name, and at most PATH_NOTES of them: the state
+        // is read and rewritten whole at every anchoring hook, and the
+        // agent picks the names. Past the cap every such payload is
+        // written down again.
+        let note = format!("path:{}", blake3::hash(m.named.as_bytes()).to_hex());
         if state.notes.contains(&note) {
             return Ok(());
         }
@@ -550,7 +561,15 @@ impl<'a> Ctx<'a> {
             )
         };
         self.gap(&which, GapReason::Path, &detail, 0, None, report)?;
-        state.notes.push(note);
+        if state
+            .notes
+            .iter()
+            .filter(|n| n.starts_with("path:"))
+            .count()
+            < PATH_NOTES
+        {
+            state.notes.push(note);
+        }
         Ok(())
     }
 
@@ -913,6 +932,30 @@ fn state_dir(log_dir: &Path) -> Result<PathBuf, AnchorError> {
         }
     }
     Ok(dir)
+}
+
+/// Takes `lock` exclusively, waiting no later than `deadline`. The lock
+/// file lies in the log's directory, which the agent can read under `nd7
+/// run` (read-only, not hidden), and `flock` needs no more than a
+/// descriptor open for reading: a wait without end would let the agent
+/// hold every anchoring hook, and its entry, for as long as it liked.
+fn lock_by(lock: &File, path: &Path, deadline: Instant) -> Result<(), AnchorError> {
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(AnchorError::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(io_err(path, "lock (exclusive)")(e));
+            }
+        }
+    }
 }
 
 fn create_0600(path: &Path, options: &mut OpenOptions) -> Result<File, AnchorError> {
