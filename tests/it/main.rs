@@ -28,6 +28,8 @@ mod redteam;
 mod redteam2;
 #[cfg(target_os = "linux")]
 mod redteam_codex;
+#[cfg(target_os = "linux")]
+mod redteam_cost;
 mod report_html;
 #[cfg(target_os = "linux")]
 mod runs;
