@@ -840,9 +840,7 @@ mod tests {
         }
 
         /// A tree of directories under `/`: each path's ancestors hold it.
-        fn tree_of(
-            files: &[Vec<String>],
-        ) -> std::collections::BTreeMap<PathBuf, Vec<PathBuf>> {
+        fn tree_of(files: &[Vec<String>]) -> std::collections::BTreeMap<PathBuf, Vec<PathBuf>> {
             let mut t: std::collections::BTreeMap<PathBuf, Vec<PathBuf>> = Default::default();
             for names in files {
                 let mut dir = PathBuf::from("/");
