@@ -125,3 +125,81 @@ probe after
     assert_eq!(lines(&out), want, "{}", text(&out.stderr));
     assert!(!w.outside().join("w-before").exists() && !w.outside().join("w-after").exists());
 }
+
+/// Commands started back to back while the test grants `$OUT/g` and denies
+/// it again, over and over: each command either reuses the floor's ruleset
+/// or builds one with the grant, decided from one reading of the session's
+/// rules. A command that wrote into `$OUT/g` must have the grant in its
+/// `exec` entry (the log says what it ran under), one logged with it must
+/// have been able to write, and the command after the last deny writes
+/// nothing. Held: the choice and the grants logged come from the same
+/// reading (`prepare_command` and `serve_one` in `src/sandbox/linux/exit.rs`).
+/// The two commands run between each allow and deny pin both kinds down
+/// whatever the timing. Seen failing with the reuse made unconditional
+/// (`with-1:no`) and with the `exec` entry's grants left empty (a command
+/// wrote into `$OUT/g` with no grant logged).
+#[test]
+fn a_command_started_while_a_grant_comes_and_goes_runs_under_what_its_entry_says() {
+    let w = World::new();
+    let g = w.outside().join("g");
+    std::fs::create_dir_all(&g).expect("mkdir");
+    const ROUNDS: usize = 6;
+    let (child, _pid) = w.start_agent(&format!(
+        r#"{X}
+( i=0; while [ ! -e stop ]; do i=$((i+1)); "$EXEC" "touch '$OUT/g/bg-$i'" >/dev/null 2>&1; done ) &
+for k in $(seq {ROUNDS}); do
+  touch ask-allow-$k; wait_for allowed-$k
+  x with-$k "$EXEC" "touch '$OUT/g/with-$k'"
+  touch ask-deny-$k; wait_for denied-$k
+  x without-$k "$EXEC" "touch '$OUT/g/without-$k'"
+done
+touch stop; wait
+x final "$EXEC" "touch '$OUT/g/final'"
+"#
+    ));
+    let target = g.display().to_string();
+    for k in 1..=ROUNDS {
+        w.wait_for(&format!("ask-allow-{k}"));
+        let allow = w.nd7(&["allow", &target]).output().expect("allow");
+        assert!(allow.status.success(), "{}", text(&allow.stderr));
+        w.signal(&format!("allowed-{k}"));
+        w.wait_for(&format!("ask-deny-{k}"));
+        let deny = w.nd7(&["deny", &target]).output().expect("deny");
+        assert!(deny.status.success(), "{}", text(&deny.stderr));
+        w.signal(&format!("denied-{k}"));
+    }
+    let out = child.wait_with_output().expect("agent ends");
+    let mut want = Vec::new();
+    for k in 1..=ROUNDS {
+        want.push(format!("with-{k}:yes"));
+        want.push(format!("without-{k}:no"));
+    }
+    want.push("final:no".into());
+    assert_eq!(lines(&out), want, "{}", text(&out.stderr));
+    let chain = crate::runs::run_chain(&w);
+    let mut checked = 0;
+    for entry in crate::runs::entries(&chain) {
+        if entry["kind"] != "exec" {
+            continue;
+        }
+        let command = entry["body"]["command"].as_str().unwrap_or_default();
+        let Some(name) = command
+            .strip_prefix(&format!("touch '{target}/"))
+            .and_then(|rest| rest.strip_suffix('\''))
+        else {
+            continue;
+        };
+        let granted = entry["body"]["grants"]
+            .as_array()
+            .is_some_and(|grants| grants.iter().any(|x| x == target.as_str()));
+        assert_eq!(
+            g.join(name).exists(),
+            granted,
+            "{name}: written {} but its entry says grants {}",
+            g.join(name).exists(),
+            entry["body"]["grants"]
+        );
+        checked += 1;
+    }
+    assert!(checked > 2 * ROUNDS, "only {checked} commands checked");
+}
