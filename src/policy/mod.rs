@@ -773,4 +773,127 @@ mod tests {
         assert!(p.deny(Path::new("/home/u/proj")));
         assert_eq!(p.pin_of(Path::new("/home/u/proj")), Some(id));
     }
+
+    /// `complement` as it was before it narrowed the excluded paths at each
+    /// level (fa7d68c): every entry compared with every excluded path. The
+    /// reference the rewrite must match.
+    fn complement_before(
+        root: &Path,
+        excluded: &[PathBuf],
+        list: &dyn Fn(&Path) -> Vec<PathBuf>,
+    ) -> Vec<PathBuf> {
+        if excluded.iter().any(|e| root.starts_with(e)) {
+            return Vec::new();
+        }
+        if !excluded.iter().any(|e| e.starts_with(root)) {
+            return vec![root.to_path_buf()];
+        }
+        let mut out = Vec::new();
+        for child in list(root) {
+            out.extend(complement_before(&child, excluded, list));
+        }
+        out
+    }
+
+    mod complement_matches_before {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A name a directory can hold (`readdir` never gives `.`, `..` or
+        /// one with a slash, but `..` is kept: `Path` compares it as text).
+        fn name() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("a".to_string()),
+                Just("b".to_string()),
+                Just("ab".to_string()),
+                Just("a b".to_string()),
+                Just(".a".to_string()),
+                Just("..".to_string()),
+                Just("...".to_string()),
+                Just("ä".to_string()),
+                Just("日本".to_string()),
+                Just("a\\b".to_string()),
+            ]
+        }
+
+        /// A path spelt as one may be: absolute or not, with `.`, `..`,
+        /// doubled and trailing slashes between the names.
+        fn spelt() -> impl Strategy<Value = PathBuf> {
+            let part = prop_oneof![
+                4 => name(),
+                1 => Just(".".to_string()),
+                1 => Just("..".to_string()),
+                1 => Just(String::new()),
+            ];
+            (
+                prop_oneof![4 => Just("/"), 1 => Just("")],
+                proptest::collection::vec(part, 0..5),
+                any::<bool>(),
+            )
+                .prop_map(|(lead, parts, trailing)| {
+                    let mut s = format!("{lead}{}", parts.join("/"));
+                    if trailing {
+                        s.push('/');
+                    }
+                    PathBuf::from(s)
+                })
+        }
+
+        /// A tree of directories under `/`: each path's ancestors hold it.
+        fn tree_of(files: &[Vec<String>]) -> std::collections::BTreeMap<PathBuf, Vec<PathBuf>> {
+            let mut t: std::collections::BTreeMap<PathBuf, Vec<PathBuf>> = Default::default();
+            for names in files {
+                let mut dir = PathBuf::from("/");
+                for n in names {
+                    let child = dir.join(n);
+                    let entries = t.entry(dir.clone()).or_default();
+                    if !entries.contains(&child) {
+                        entries.push(child.clone());
+                    }
+                    dir = child;
+                }
+            }
+            t
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4096))]
+
+            /// The same paths, in the same order, as the version that
+            /// compared every entry with every excluded path: roots and
+            /// excluded paths taken from the tree (so one equals, holds or
+            /// lies under another) or spelt freely.
+            #[test]
+            fn on_generated_trees(
+                files in proptest::collection::vec(proptest::collection::vec(name(), 1..5), 0..12),
+                picks in proptest::collection::vec((any::<prop::sample::Index>(), 0usize..6), 0..6),
+                spelt_excluded in proptest::collection::vec(spelt(), 0..3),
+                root_pick in (any::<prop::sample::Index>(), 0usize..6),
+                spelt_root in spelt(),
+                root_spelt in any::<bool>(),
+            ) {
+                let t = tree_of(&files);
+                let list = |p: &Path| t.get(p).cloned().unwrap_or_default();
+                // A prefix of one of the tree's paths: `/`, a directory or a leaf.
+                let known = |(i, depth): (prop::sample::Index, usize)| -> PathBuf {
+                    if files.is_empty() {
+                        return PathBuf::from("/");
+                    }
+                    let names = &files[i.index(files.len())];
+                    let mut p = PathBuf::from("/");
+                    for n in names.iter().take(depth) {
+                        p.push(n);
+                    }
+                    p
+                };
+                let mut excluded: Vec<PathBuf> = picks.into_iter().map(known).collect();
+                excluded.extend(spelt_excluded);
+                let root = if root_spelt { spelt_root } else { known(root_pick) };
+                prop_assert_eq!(
+                    complement(&root, &excluded, &list),
+                    complement_before(&root, &excluded, &list)
+                );
+            }
+        }
+    }
 }

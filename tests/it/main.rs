@@ -29,6 +29,7 @@ mod redteam2;
 #[cfg(target_os = "linux")]
 mod redteam_codex;
 #[cfg(target_os = "linux")]
+mod redteam_cost;
 mod redteam_rollout;
 mod report_html;
 #[cfg(target_os = "linux")]
