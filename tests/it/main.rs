@@ -30,6 +30,7 @@ mod redteam2;
 mod redteam_codex;
 #[cfg(target_os = "linux")]
 mod redteam_cost;
+#[cfg(target_os = "linux")]
 mod redteam_rollout;
 mod report_html;
 #[cfg(target_os = "linux")]
