@@ -6,7 +6,7 @@
 //! stays in force for them until they end.
 //!
 //! The file lives under `~/.nd7`, which nothing inside the session can
-//! write; it is replaced through a temporary file and a rename.
+//! write; it is replaced whole through [`crate::files::replace`].
 
 use std::path::{Path, PathBuf};
 
@@ -97,23 +97,19 @@ pub fn read(dir: &Path) -> Vec<Command> {
         .unwrap_or_default()
 }
 
-/// Replaces the list in `dir`.
+/// Replaces the list in `dir`, private to the user. Atomic, not durable
+/// ([`crate::files::Durability::Atomic`]): the list is about processes, which
+/// a power loss ends along with the `nd7 run` that keeps it.
 pub fn write(dir: &Path, commands: &[Command]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(FILE);
-    let tmp = dir.join(format!("{FILE}.tmp"));
     let mut json = serde_json::to_vec_pretty(commands).map_err(std::io::Error::other)?;
     json.push(b'\n');
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(&json)?;
-    drop(file);
-    std::fs::rename(&tmp, &path)
+    crate::files::replace(
+        &dir.join(FILE),
+        &json,
+        0o600,
+        crate::files::Durability::Atomic,
+    )
+    .map_err(|c| std::io::Error::new(c.source.kind(), c))
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 //! through a temporary file and a rename, so a reader never sees half a
 //! record. Nothing under `~/.nd7` is writable from inside a session.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{self, OpenOptions};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -136,14 +136,7 @@ fn listing(sessions: &[Running]) -> String {
         .collect()
 }
 
-fn io_err(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> SessionError {
-    let path = path.to_path_buf();
-    move |source| SessionError::Io {
-        path,
-        action,
-        source,
-    }
-}
+crate::files::io_context_into!(SessionError);
 
 /// What `nd7 allow` and `nd7 deny` do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -589,21 +582,16 @@ pub fn create(path: &Path, dir: bool) -> io::Result<()> {
         .map(drop)
 }
 
-/// Replaces `path` with `bytes`: a private temporary file beside it, then a rename.
+/// Replaces `path` with `bytes`, private to the user ([`crate::files::replace`]).
+/// Atomic, not durable: the directory lives only as long as its `nd7 run`,
+/// which a power loss ends, so a synced record would outlive its only reader.
 fn replace(path: &Path, bytes: &[u8]) -> Result<(), SessionError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let mut file: File = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err(&tmp, "create"))?;
-    file.write_all(bytes).map_err(io_err(&tmp, "write"))?;
-    drop(file);
-    fs::rename(&tmp, path).map_err(io_err(path, "replace"))
+    Ok(crate::files::replace(
+        path,
+        bytes,
+        0o600,
+        crate::files::Durability::Atomic,
+    )?)
 }
 
 #[cfg(test)]

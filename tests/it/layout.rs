@@ -90,14 +90,6 @@ fn every_atomic_replace_goes_through_files() {
             "moves Claude Code's own state file and puts a link in its place: no bytes are written",
         ),
         (
-            "src/session.rs",
-            "to move: `replace` (record.json, grants), left while sessions are restructured (issue 13, items 8-9)",
-        ),
-        (
-            "src/running.rs",
-            "to move: `write` (running.json), left while sessions are restructured (issue 13, items 8-9)",
-        ),
-        (
             "src/transcript/anchor.rs",
             "to move: `write_state_file` is `files::swap_in` line for line, left while transcript is changed elsewhere",
         ),
