@@ -320,7 +320,11 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy: policy.clone(),
         log: Some(log.reference()),
     };
-    let session = Removed(sessions.create(&record).map_err(|e| end_early(e.into()))?);
+    let session = Removed(
+        sessions
+            .create(&record, sandbox::files_beside_record)
+            .map_err(|e| end_early(e.into()))?,
+    );
     let after: sandbox::AfterCommand = {
         let (watch, log) = (watch.clone(), log.clone());
         Arc::new(move |command: &str| {

@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::policy::{Policy, grants};
-use crate::{sandbox, session};
+use crate::{kernel, session};
 
 /// Why the start grants stop `nd7 run` before anything starts.
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +130,7 @@ pub fn grant_at_start(
             }
         };
         policy.check_grant(&resolved).map_err(fail)?;
-        match sandbox::pin(&resolved) {
+        match kernel::pin(&resolved) {
             Ok(id) => {
                 policy.allow(&resolved).map_err(fail)?;
                 policy.pin(&resolved, id);

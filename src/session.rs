@@ -32,6 +32,12 @@ pub const DOOR_SOCKET: &str = "record.sock";
 /// Serialises changes to the record (`nd7 allow` and `nd7 deny`).
 const LOCK: &str = "lock";
 
+/// The files the platform keeps beside the record, each name with its
+/// text, rendered from the policy: `sandbox::files_beside_record` (the
+/// Seatbelt profiles on macOS, none on Linux). Every write of the record
+/// writes them first, so they never describe other rules than the record.
+pub type Beside = fn(&Policy) -> Vec<(&'static str, String)>;
+
 /// What `nd7 run` writes when the session starts; `nd7 allow` and `nd7 deny`
 /// change only the policy's grants.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -254,7 +260,7 @@ pub struct Session {
 
 /// Whether the process `pid` still is the one that started at `started`.
 fn alive(pid: u32, started: u64) -> bool {
-    crate::sandbox::start_time(pid) == Some(started)
+    crate::kernel::start_time(pid) == Some(started)
 }
 
 impl Sessions {
@@ -322,7 +328,7 @@ impl Sessions {
                 .is_ok_and(|r| r.pid == pid && alive(pid, r.started));
             // A record that cannot be read may be one being written right
             // now; only a dead pid makes it stale then.
-            let owner_alive = crate::sandbox::start_time(pid).is_some();
+            let owner_alive = crate::kernel::start_time(pid).is_some();
             let unreadable = session.record().is_err();
             let in_the_making = unreadable && owner_alive;
             if !live && !in_the_making && fs::remove_dir_all(&session.dir).is_ok() {
@@ -380,9 +386,9 @@ impl Sessions {
     }
 
     /// Makes the session directory for `record` (its pid's), private to the
-    /// user, with the record written. A directory left by an earlier process
-    /// with the same pid is replaced.
-    pub fn create(&self, record: &Record) -> Result<Session, SessionError> {
+    /// user, with the record written (and `beside`). A directory left by an
+    /// earlier process with the same pid is replaced.
+    pub fn create(&self, record: &Record, beside: Beside) -> Result<Session, SessionError> {
         let nd7 = self.root.parent().unwrap_or(&self.root);
         for dir in [nd7, &self.root] {
             match fs::DirBuilder::new().mode(0o700).create(dir) {
@@ -401,7 +407,7 @@ impl Sessions {
             .mode(0o700)
             .create(&session.dir)
             .map_err(io_err(&session.dir, "create"))?;
-        session.write_record(record)?;
+        session.write_record(record, beside)?;
         Ok(session)
     }
 }
@@ -421,29 +427,27 @@ impl Session {
         serde_json::from_slice(&bytes).map_err(|source| SessionError::BadRecord { path, source })
     }
 
-    /// Writes the record, and the per-command profile where the platform
-    /// has one, each through a temporary file and a rename.
-    pub fn write_record(&self, record: &Record) -> Result<(), SessionError> {
+    /// Writes the platform's files `beside` the record, then the record,
+    /// each replaced whole.
+    pub fn write_record(&self, record: &Record, beside: Beside) -> Result<(), SessionError> {
         let mut json =
             serde_json::to_vec_pretty(record).map_err(|source| SessionError::BadRecord {
                 path: self.record_path(),
                 source,
             })?;
         json.push(b'\n');
-        if let Some(profile) = crate::sandbox::command_profile(&record.policy) {
-            replace(&self.dir.join(PROFILE), profile.as_bytes())?;
-        }
-        if let Some(profile) = crate::sandbox::floor_profile(&record.policy) {
-            replace(&self.dir.join(FLOOR_PROFILE), profile.as_bytes())?;
+        for (name, text) in beside(&record.policy) {
+            replace(&self.dir.join(name), text.as_bytes())?;
         }
         replace(&self.record_path(), &json)
     }
 
     /// Changes the session's grants under its lock, so that two `nd7 allow`
     /// at once both land. `change` says whether anything changed; nothing is
-    /// written when it did not.
+    /// written when it did not; when it did, `beside` with the record.
     pub fn change_policy<T>(
         &self,
+        beside: Beside,
         change: impl FnOnce(&mut Policy) -> (bool, T),
     ) -> Result<T, SessionError> {
         let lock_path = self.dir.join(LOCK);
@@ -458,16 +462,21 @@ impl Session {
         let mut record = self.record()?;
         let (changed, out) = change(&mut record.policy);
         if changed {
-            self.write_record(&record)?;
+            self.write_record(&record, beside)?;
         }
         Ok(out)
     }
 
     /// Adds or removes the grant of `path` (a directory).
-    pub fn change_grant(&self, change: Change, path: &Path) -> Result<Changed, SessionError> {
+    pub fn change_grant(
+        &self,
+        change: Change,
+        path: &Path,
+        beside: Beside,
+    ) -> Result<Changed, SessionError> {
         match change {
-            Change::Allow => self.allow(path, true),
-            Change::Deny => self.deny(path),
+            Change::Allow => self.allow(path, true, beside),
+            Change::Deny => self.deny(path, beside),
         }
     }
 
@@ -481,7 +490,7 @@ impl Session {
     /// resolving), with the name as typed kept beside it: re-pointing a link
     /// later moves nothing. Nothing under `~/.nd7`, in a credential store or
     /// among the vault keys is accepted.
-    pub fn allow(&self, typed: &Path, dir: bool) -> Result<Changed, SessionError> {
+    pub fn allow(&self, typed: &Path, dir: bool, beside: Beside) -> Result<Changed, SessionError> {
         // The record first: from inside the floor it cannot even be read, so
         // nothing is created there either.
         let policy = self.record()?.policy;
@@ -503,11 +512,11 @@ impl Session {
             false
         };
         let resolved = fs::canonicalize(&named).map_err(unresolvable)?;
-        let id = crate::sandbox::pin(&resolved).map_err(|e| SessionError::Moved {
+        let id = crate::kernel::pin(&resolved).map_err(|e| SessionError::Moved {
             path: resolved.clone(),
             why: e.to_string(),
         })?;
-        self.change_policy(|policy| match policy.allow(&resolved) {
+        self.change_policy(beside, |policy| match policy.allow(&resolved) {
             Ok(new) => {
                 policy.pin(&resolved, id);
                 policy.alias(&named, &resolved);
@@ -528,7 +537,7 @@ impl Session {
     /// Takes back every grant `typed` names: as typed, as granted through
     /// (a link since re-pointed), as it resolves now, or as the directory it
     /// leads to (a grant since renamed). Nothing under `~/.nd7` is accepted.
-    pub fn deny(&self, typed: &Path) -> Result<Changed, SessionError> {
+    pub fn deny(&self, typed: &Path, beside: Beside) -> Result<Changed, SessionError> {
         let home = self.record()?.policy.roots.home;
         let expanded = crate::policy::grants::expand_tilde(typed, &home);
         let named =
@@ -537,10 +546,10 @@ impl Session {
                 source,
             })?;
         let now = fs::canonicalize(&named).ok();
-        let id = now.as_deref().and_then(|p| crate::sandbox::pin(p).ok());
+        let id = now.as_deref().and_then(|p| crate::kernel::pin(p).ok());
         let mut names = vec![named.clone()];
         names.extend(now.clone());
-        self.change_policy(|policy| {
+        self.change_policy(beside, |policy| {
             if names.iter().any(|n| n.starts_with(policy.nd7_dir())) {
                 return (false, Err(GrantError::OwnRecords.into()));
             }
@@ -616,12 +625,19 @@ mod tests {
         }
     }
 
+    fn none(_: &Policy) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    impl Sessions {
+        fn create_plain(&self, record: &Record) -> Result<Session, SessionError> {
+            self.create(record, none)
+        }
+    }
+
     fn me() -> (u32, u64) {
         let pid = std::process::id();
-        (
-            pid,
-            crate::sandbox::start_time(pid).expect("own start time"),
-        )
+        (pid, crate::kernel::start_time(pid).expect("own start time"))
     }
 
     #[test]
@@ -630,7 +646,9 @@ mod tests {
         let home = tempfile::tempdir().expect("tempdir");
         let sessions = Sessions::under(home.path());
         let (pid, started) = me();
-        let session = sessions.create(&record(pid, started)).expect("create");
+        let session = sessions
+            .create_plain(&record(pid, started))
+            .expect("create");
         assert_eq!(session.record().expect("read"), record(pid, started));
         for path in [
             home.path().join(".nd7"),
@@ -656,15 +674,17 @@ mod tests {
         let home = tempfile::tempdir().expect("tempdir");
         let sessions = Sessions::under(home.path());
         let (pid, started) = me();
-        sessions.create(&record(pid, started)).expect("mine");
+        sessions.create_plain(&record(pid, started)).expect("mine");
         // Same pid, another start time: a process that has since died.
         let reused = sessions.session(pid);
         // A pid that cannot exist (above pid_max), and one whose process
         // started at another time.
-        sessions.create(&record(u32::MAX - 1, 1)).expect("dead");
+        sessions
+            .create_plain(&record(u32::MAX - 1, 1))
+            .expect("dead");
         let mut other = record(1, 1);
         other.pid = 1;
-        sessions.create(&other).expect("reused pid");
+        sessions.create_plain(&other).expect("reused pid");
         fs::create_dir_all(sessions.root().join("not-a-pid")).expect("mkdir");
         assert_eq!(sessions.pids().expect("pids"), vec![1, pid, u32::MAX - 1]);
         assert_eq!(sessions.running().expect("running"), vec![pid]);
@@ -680,11 +700,11 @@ mod tests {
         let home = tempfile::tempdir().expect("tempdir");
         let sessions = Sessions::under(home.path());
         let (pid, started) = me();
-        sessions.create(&record(pid, started)).expect("mine");
+        sessions.create_plain(&record(pid, started)).expect("mine");
         let parent = rustix::process::getppid().expect("parent").as_raw_pid() as u32;
-        let parent_started = crate::sandbox::start_time(parent).expect("parent start");
+        let parent_started = crate::kernel::start_time(parent).expect("parent start");
         sessions
-            .create(&record(parent, parent_started))
+            .create_plain(&record(parent, parent_started))
             .expect("parent's");
         let mut both = vec![pid, parent];
         both.sort_unstable();
@@ -719,13 +739,13 @@ mod tests {
         let home = tempfile::tempdir().expect("tempdir");
         let sessions = Sessions::under(home.path());
         let (pid, started) = me();
-        let session = sessions.create(&record(pid, started)).expect("mine");
+        let session = sessions.create_plain(&record(pid, started)).expect("mine");
         std::thread::scope(|s| {
             for i in 0..8 {
                 let session = session.clone();
                 s.spawn(move || {
                     session
-                        .change_policy(|p| {
+                        .change_policy(none, |p| {
                             let added = p.allow(Path::new(&format!("/g{i}"))).expect("grant");
                             (added, ())
                         })
@@ -736,5 +756,28 @@ mod tests {
         let mut grants = session.record().expect("read").policy.grants;
         grants.sort();
         assert_eq!(grants.len(), 8, "{grants:?}");
+    }
+
+    #[test]
+    fn the_files_beside_the_record_are_written_with_it_and_follow_its_changes() {
+        fn profile(policy: &Policy) -> Vec<(&'static str, String)> {
+            vec![(PROFILE, format!("{:?}\n", policy.grants))]
+        }
+        let home = tempfile::tempdir().expect("tempdir");
+        let sessions = Sessions::under(home.path());
+        let (pid, started) = me();
+        let session = sessions
+            .create(&record(pid, started), profile)
+            .expect("mine");
+        let beside = session.dir.join(PROFILE);
+        assert_eq!(fs::read_to_string(&beside).expect("written"), "[]\n");
+        session
+            .change_policy(profile, |p| (p.allow(Path::new("/g")).expect("grant"), ()))
+            .expect("change");
+        assert_eq!(
+            fs::read_to_string(&beside).expect("rewritten"),
+            "[\"/g\"]\n"
+        );
+        assert!(!session.dir.join(FLOOR_PROFILE).exists());
     }
 }

@@ -246,8 +246,8 @@ fn run_grant(
         let typed = grants::expand_tilde(&target, &home);
         let typed = std::path::absolute(&typed).unwrap_or(typed);
         let changed = match change {
-            Change::Allow => session.allow(&target, dir),
-            Change::Deny => session.deny(&target),
+            Change::Allow => session.allow(&target, dir, nd7_core::sandbox::files_beside_record),
+            Change::Deny => session.deny(&target, nd7_core::sandbox::files_beside_record),
         };
         match changed {
             Ok(Changed::Allowed { path, created }) => {

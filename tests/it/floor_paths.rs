@@ -4,7 +4,7 @@
 //!
 //! Every refusal here was seen to fail with its mechanism taken out; each
 //! test names the line it guards:
-//! - `open_nofollow` in `src/sandbox/linux/mod.rs` (rules are opened with
+//! - `open_nofollow` in `src/kernel/linux.rs` (rules are opened with
 //!   `RESOLVE_NO_SYMLINKS`; with a plain `open` the links are followed);
 //! - `with_real_places` in `src/session.rs` (secrets denied where links
 //!   lead, too);
@@ -36,7 +36,7 @@ fn with_claude_json_link(w: &World) {
     symlink(".claude/claude.json", w.home().join(".claude.json")).expect("symlink");
 }
 
-/// Guards `open_nofollow` (`src/sandbox/linux/mod.rs`): the home's entry
+/// Guards `open_nofollow` (`src/kernel/linux.rs`): the home's entry
 /// `.claude.json` is a link into the writable `~/.claude`; followed when the
 /// rules are built, the agent chooses what it opens.
 #[test]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use std::os::fd::AsFd;
 
 use super::exit::{ExitError, STACK, Slots, admit, receive_prefix, refuse, set_pass_pidfd};
-use super::proc;
+use crate::kernel::linux as proc;
 use crate::run_log::{HookOutcome, RunLog};
 use crate::sandbox::wire::{Frame, HookRequest, Request};
 use crate::session::Session;

@@ -34,7 +34,7 @@ use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg}
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process_group, pidfd_open};
 
 use super::Confinement;
-use super::proc;
+use crate::kernel::linux as proc;
 use crate::run_entry::Ended;
 use crate::run_log::RunLog;
 use crate::running;

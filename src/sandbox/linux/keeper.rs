@@ -52,9 +52,9 @@ use rustix::net::{
 };
 use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 
-use super::proc;
 use super::seccomp::{self, Sockets};
 use super::supervise::{self, Supervisor};
+use crate::kernel::linux as proc;
 use crate::running;
 use crate::sandbox::Leftovers;
 use crate::session::Sessions;
