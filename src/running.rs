@@ -74,7 +74,7 @@ pub fn deny_report(pid: u32, grant: &Path, commands: &[Command]) -> Vec<String> 
         return Vec::new();
     }
     let mut lines = vec![format!(
-        "session {pid}: {} command{} started with writes under {} allowed {} still running and keep{} that until {} end{} (nd7 run ends {} with the session):",
+        "run {pid}: {} command{} started with writes under {} allowed {} still running and keep{} that until {} end{} (nd7 run ends {} when it exits):",
         holding.len(),
         if holding.len() == 1 { "" } else { "s" },
         grant.display(),
@@ -138,7 +138,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "session 1: 1 command started with writes under /data allowed is still running and keeps that until it ends (nd7 run ends it with the session):",
+                "session 1: 1 command started with writes under /data allowed is still running and keeps that until it ends (nd7 run ends it when it exits):",
                 "  process group 7: npm run dev",
             ]
         );

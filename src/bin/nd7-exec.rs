@@ -26,8 +26,8 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use nd7_core::kernel;
+use nd7_core::run_dir::{RunDir, RunDirs};
 use nd7_core::sandbox::{self, Outcome, wire};
-use nd7_core::session::{Session, Sessions};
 
 /// What nd7-exec exits with when it ran nothing.
 const REFUSED: u8 = 126;
@@ -100,17 +100,17 @@ fn is_shell_prefix() -> bool {
 /// The session this process runs in: the first of its ancestors, as the
 /// kernel reports them, that owns a session directory with an exit. Never
 /// taken from the arguments, the working directory or the environment.
-fn own_session() -> Result<Session, String> {
-    let sessions = Sessions::for_user().map_err(|e| e.to_string())?;
+fn own_session() -> Result<RunDir, String> {
+    let sessions = RunDirs::for_user().map_err(|e| e.to_string())?;
     let mut seen = Vec::new();
     sessions
         .find_by_ancestors(
             kernel::ancestors().inspect(|&pid| seen.push(pid)),
-            sandbox::SESSION_MARKER,
+            sandbox::RUN_MARKER,
         )
         .ok_or_else(|| {
             format!(
-                "not inside an nd7 session: no ancestor of this process ({}) has a session under {}",
+                "not inside an nd7 run: no ancestor of this process ({}) has a run directory under {}",
                 seen.iter()
                     .map(u32::to_string)
                     .collect::<Vec<_>>()

@@ -14,7 +14,7 @@ use clap::Parser;
 use nd7_core::chain::HeadState;
 use nd7_core::cli::{Cli, Command};
 use nd7_core::hook::Invocation;
-use nd7_core::session::{Change, Changed, Sessions};
+use nd7_core::run_dir::{Change, Changed, RunDirs};
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
 
@@ -211,7 +211,7 @@ fn run_grant(
         eprintln!("nd7 {verb}: {why}");
         ExitCode::from(2)
     };
-    let session = match Sessions::for_user().and_then(|s| s.pick(session)) {
+    let session = match RunDirs::for_user().and_then(|s| s.pick(session)) {
         Ok(session) => session,
         Err(e) => return fail(&e),
     };
@@ -267,12 +267,12 @@ fn run_grant(
                     );
                 }
                 println!(
-                    "session {pid}: writes under {} allowed from the next command",
+                    "run {pid}: writes under {} allowed from the next command",
                     path.display()
                 );
             }
             Ok(Changed::AlreadyAllowed(path)) => {
-                println!("session {pid}: {} was already allowed", path.display())
+                println!("run {pid}: {} was already allowed", path.display())
             }
             Ok(Changed::Denied(paths)) => {
                 for path in paths {
@@ -287,7 +287,7 @@ fn run_grant(
                         );
                     }
                     println!(
-                        "session {pid}: writes under {} denied from the next command",
+                        "run {pid}: writes under {} denied from the next command",
                         path.display()
                     );
                     let running = nd7_core::running::read(&session.dir);
@@ -297,7 +297,7 @@ fn run_grant(
                 }
             }
             Ok(Changed::NotAGrant(path)) => {
-                println!("session {pid}: {} was not a grant", path.display())
+                println!("run {pid}: {} was not a grant", path.display())
             }
             Err(e) => return fail(&e),
         }
@@ -522,12 +522,12 @@ fn run_is_live(id: &str) -> bool {
     let Some(pid) = id.split('-').nth(2).and_then(|p| p.parse::<u32>().ok()) else {
         return false;
     };
-    let Ok(sessions) = nd7_core::session::Sessions::for_user() else {
+    let Ok(sessions) = nd7_core::run_dir::RunDirs::for_user() else {
         return false;
     };
     sessions.running().is_ok_and(|r| r.contains(&pid))
         && sessions
-            .session(pid)
+            .run(pid)
             .record()
             .is_ok_and(|r| r.log.is_some_and(|l| l.id == id))
 }

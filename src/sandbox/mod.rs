@@ -27,8 +27,8 @@ use crate::kernel::ancestors;
 pub use crate::kernel::{PinError, pin, start_time};
 use crate::policy::Policy;
 use crate::policy::deferred::Plan;
+use crate::run_dir::{RunDir, RunDirs};
 use crate::run_log::RunLog;
-use crate::session::{Session, Sessions};
 
 #[cfg(target_os = "linux")]
 pub use linux::SandboxError;
@@ -110,19 +110,19 @@ pub fn own_terminal() -> Option<std::path::PathBuf> {
 
 /// The file in a session's directory whose presence marks it as one
 /// `nd7-exec` can use: the exit socket on Linux, the profile on macOS.
-pub const SESSION_MARKER: &str = if cfg!(target_os = "macos") {
-    crate::session::PROFILE
+pub const RUN_MARKER: &str = if cfg!(target_os = "macos") {
+    crate::run_dir::PROFILE
 } else {
-    crate::session::EXIT_SOCKET
+    crate::run_dir::EXIT_SOCKET
 };
 
 /// The file in a session's directory whose presence marks the door the
 /// hooks reach the log through: the door's socket on Linux; on macOS the
 /// profile, since `nd7-exec --record` is the door there.
 pub const DOOR_MARKER: &str = if cfg!(target_os = "macos") {
-    crate::session::PROFILE
+    crate::run_dir::PROFILE
 } else {
-    crate::session::DOOR_SOCKET
+    crate::run_dir::DOOR_SOCKET
 };
 
 /// What the kernel's sandbox is called in nd7's own entries, and the Landlock
@@ -145,8 +145,8 @@ pub fn kernel_sandbox() -> (&'static str, Option<u32>) {
 /// The session whose door this process's hooks go through: the first of
 /// its ancestors, as the kernel reports them, that owns a session with a
 /// door. `None` outside any session.
-pub fn hook_door() -> Option<Session> {
-    let sessions = Sessions::for_user().ok()?;
+pub fn hook_door() -> Option<RunDir> {
+    let sessions = RunDirs::for_user().ok()?;
     sessions.find_by_ancestors(ancestors(), DOOR_MARKER)
 }
 
@@ -156,9 +156,9 @@ pub fn hook_door() -> Option<Session> {
 /// ancestors as the kernel reports them, and on Linux the door's listener
 /// must prove to be that process ([`send_hook`]). Otherwise the ancestors
 /// are searched as [`hook_door`] does.
-pub fn hook_door_near(dir: &Path) -> Option<Session> {
+pub fn hook_door_near(dir: &Path) -> Option<RunDir> {
     let pid: u32 = dir.file_name()?.to_str()?.parse().ok()?;
-    let named = Session {
+    let named = RunDir {
         pid,
         dir: dir.to_path_buf(),
     };
@@ -188,10 +188,10 @@ pub const RECORD_SKIPPED: u8 = 10;
 /// in the log: on Linux through the door's socket; on macOS through
 /// `nd7-exec --record`, the one program that leaves the floor, which appends
 /// itself. The error says why nothing was recorded.
-pub fn send_hook(session: &Session, request: &wire::HookRequest) -> Result<HookAnswer, String> {
+pub fn send_hook(session: &RunDir, request: &wire::HookRequest) -> Result<HookAnswer, String> {
     #[cfg(target_os = "linux")]
     {
-        let socket = session.dir.join(crate::session::DOOR_SOCKET);
+        let socket = session.dir.join(crate::run_dir::DOOR_SOCKET);
         linux::door::send(&socket, session.pid, request).map(|a| match a {
             linux::door::Answer::Recorded => HookAnswer::Recorded,
             linux::door::Answer::Skipped => HookAnswer::Skipped,
@@ -251,18 +251,18 @@ fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> 
 /// its text: on macOS, where `nd7-exec` applies the rules itself, the
 /// per-command profile and the floor's profile (for what it runs in place);
 /// on Linux none, as `nd7 run` builds each command's ruleset from the
-/// record. Passed to [`Session::write_record`] and the changes that call it,
+/// record. Passed to [`RunDir::write_record`] and the changes that call it,
 /// so that the session's directory is written whole without `session`
 /// asking the platform.
 pub fn files_beside_record(policy: &Policy) -> Vec<(&'static str, String)> {
     if cfg!(target_os = "macos") {
         vec![
             (
-                crate::session::PROFILE,
+                crate::run_dir::PROFILE,
                 crate::policy::seatbelt::command(policy),
             ),
             (
-                crate::session::FLOOR_PROFILE,
+                crate::run_dir::FLOOR_PROFILE,
                 crate::policy::seatbelt::floor(policy, &policy.roots.exit),
             ),
         ]
@@ -280,14 +280,14 @@ pub fn run_in_place(command: OsString) -> String {
     use std::os::unix::process::CommandExt;
     #[cfg(target_os = "macos")]
     {
-        let sessions = match Sessions::for_user() {
+        let sessions = match RunDirs::for_user() {
             Ok(s) => s,
             Err(e) => return e.to_string(),
         };
-        let Some(session) = sessions.find_by_ancestors(ancestors(), SESSION_MARKER) else {
-            return "not inside an nd7 session".to_string();
+        let Some(session) = sessions.find_by_ancestors(ancestors(), RUN_MARKER) else {
+            return "not inside an nd7 run".to_string();
         };
-        let path = session.dir.join(crate::session::FLOOR_PROFILE);
+        let path = session.dir.join(crate::run_dir::FLOOR_PROFILE);
         let profile = match std::fs::read_to_string(&path) {
             Ok(p) => p,
             Err(e) => return format!("cannot read the floor's rules at {}: {e}", path.display()),
@@ -442,7 +442,7 @@ pub enum Kept {
 /// starts and ends it all, and the session (see `linux::keeper`). Must be
 /// called while the process has a single thread. Where there is no keeper
 /// (macOS), the caller simply carries on as the session.
-pub fn keep_session(sessions: &Sessions) -> Result<Kept, String> {
+pub fn keep_session(sessions: &RunDirs) -> Result<Kept, String> {
     #[cfg(target_os = "linux")]
     {
         match linux::keeper::split(sessions)? {
@@ -565,7 +565,7 @@ pub struct ExitService {
 /// session's two sockets; on macOS `nd7-exec` leaves the floor through
 /// Seatbelt's one no-sandbox exec and writes `log` itself, and there is
 /// nothing to serve.
-pub fn serve_exit(session: &Session, log: &Arc<RunLog>) -> Result<ExitService, String> {
+pub fn serve_exit(session: &RunDir, log: &Arc<RunLog>) -> Result<ExitService, String> {
     serve_exit_held(session, log, &Held::default(), None)
 }
 
@@ -573,7 +573,7 @@ pub fn serve_exit(session: &Session, log: &Arc<RunLog>) -> Result<ExitService, S
 /// `after` called when each command ends (on Linux, where the exit is
 /// served; on macOS `nd7-exec` runs the command itself).
 pub fn serve_exit_held(
-    session: &Session,
+    session: &RunDir,
     log: &Arc<RunLog>,
     held: &Held,
     after: Option<AfterCommand>,
@@ -619,7 +619,7 @@ pub enum Outcome {
 /// through the session's exit socket; on macOS `nd7-exec`, outside the
 /// floor, applies the session's per-command profile to the shell itself and
 /// keeps the exit's account in the run's log. An error means nothing ran.
-pub fn run_command(session: &Session, command: OsString) -> Result<Outcome, String> {
+pub fn run_command(session: &RunDir, command: OsString) -> Result<Outcome, String> {
     #[cfg(target_os = "linux")]
     {
         match linux::exit::run(&session.socket_path(), command) {
@@ -634,7 +634,7 @@ pub fn run_command(session: &Session, command: OsString) -> Result<Outcome, Stri
         // through a rename, so it is whole. nd7-exec is outside the floor
         // here, and keeps the exit's account itself: the command goes into
         // the run's log before it starts, and how it ended after.
-        let path = session.dir.join(crate::session::PROFILE);
+        let path = session.dir.join(crate::run_dir::PROFILE);
         let profile = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read the session's rules at {}: {e}", path.display()))?;
         let record = session
@@ -712,10 +712,10 @@ pub fn record_hook(request: &wire::HookRequest) -> Result<HookAnswer, String> {
     {
         // [nd7 record, Claude Code, …, nd7 run, …]
         let chain = crate::kernel::macos::parent_chain().map_err(|e| e.to_string())?;
-        let sessions = Sessions::for_user().map_err(|e| e.to_string())?;
+        let sessions = RunDirs::for_user().map_err(|e| e.to_string())?;
         let session = sessions
             .find_by_ancestors(chain.iter().map(|&(pid, _)| pid), DOOR_MARKER)
-            .ok_or("not inside an nd7 run session")?;
+            .ok_or("not inside an nd7 run")?;
         let record = session.record().map_err(|e| e.to_string())?;
         let started = chain
             .iter()
@@ -723,7 +723,7 @@ pub fn record_hook(request: &wire::HookRequest) -> Result<HookAnswer, String> {
             .map(|c| c.1);
         if record.pid != session.pid || started != Some(record.started) {
             return Err(format!(
-                "session {} is not the nd7 run that made it",
+                "run {} is not the nd7 run that made its directory",
                 session.pid
             ));
         }

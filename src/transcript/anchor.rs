@@ -195,7 +195,7 @@ pub fn for_record(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pen
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute())
-        .or_else(|| crate::session::account_home().ok());
+        .or_else(|| crate::run_dir::account_home().ok());
     let config = layout::config_dir(
         std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
         home.as_deref(),

@@ -279,7 +279,7 @@ touch ready; wait_for denied
     let help = w.command(ND7_EXEC, &["--help"]).output().expect("nd7-exec");
     assert_eq!(help.status.code(), Some(0));
     assert!(text(&help.stdout).contains("Usage: nd7-exec <COMMAND>"));
-    assert!(!text(&help.stderr).contains("not inside an nd7 session"));
+    assert!(!text(&help.stderr).contains("not inside an nd7 run"));
 }
 
 /// `$HOME` other than the account's home (`sudo -E`, containers, CI): nd7

@@ -126,8 +126,8 @@ fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
 }
 
 /// `kernel` stands below `session` and `sandbox`, and `session` below
-/// `sandbox` (ADR-0064): a `crate::sandbox` in session.rs or kernel/, or a
-/// `crate::session` in kernel/, brings the cycle back.
+/// `sandbox` (ADR-0064): a `crate::sandbox` in run_dir.rs or kernel/, or a
+/// `crate::run_dir` in kernel/, brings the cycle back.
 #[test]
 fn the_session_and_the_kernel_never_reach_up_into_the_sandbox() {
     let mut found = Vec::new();
@@ -135,7 +135,7 @@ fn the_session_and_the_kernel_never_reach_up_into_the_sandbox() {
         let kernel = path.starts_with("src/kernel/");
         let above: &[&str] = if kernel {
             &["sandbox", "session"]
-        } else if path == "src/session.rs" {
+        } else if path == "src/run_dir.rs" {
             &["sandbox"]
         } else {
             continue;

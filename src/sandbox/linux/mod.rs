@@ -47,9 +47,9 @@ use rustix::fs::{FileType, OFlags};
 
 use crate::kernel::linux::{open_nofollow, pin};
 use crate::policy::{LandlockRules, Policy, landlock_rules, write_rules};
+use crate::run_dir::RunDir;
 use crate::running;
 use crate::sandbox::Dropped;
-use crate::session::Session;
 
 /// The Landlock ABI whose file-system rights nd7 requires.
 pub const REQUIRED_ABI: ABI = ABI::V3;
@@ -190,7 +190,7 @@ static REPORTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 /// record (it fails closed, and `nd7 allow` can make it again) and reported
 /// on `nd7 run`'s standard error; the caller writes each one into the run's log.
 pub fn prepare_command(
-    session: &Session,
+    session: &RunDir,
     policy: &Policy,
 ) -> Result<(Confinement, Vec<Dropped>), SandboxError> {
     let (ruleset, dropped) = match FLOOR.get() {

@@ -1,4 +1,4 @@
-//! A sandboxed session on disk: `~/.nd7/sessions/<pid>/`, named after the
+//! A sandboxed session on disk: `~/.nd7/runs/<pid>/`, named after the
 //! `nd7 run` that owns it, holding its record (`record.json`: the rules and
 //! what is running) and, on macOS, the per-command profile (`policy.sb`).
 //!
@@ -73,14 +73,14 @@ pub struct LogRef {
 
 /// Why a session could not be found, made or changed.
 #[derive(Debug, thiserror::Error)]
-pub enum SessionError {
+pub enum RunDirError {
     #[error("cannot find your home directory in the account database: {0}")]
     NoHome(String),
-    #[error("no running nd7 session")]
+    #[error("no nd7 run is running")]
     NoneRunning,
-    #[error("several sessions are running; name one with --session PID:{}", listing(.0))]
+    #[error("several nd7 runs are running; name one with --run PID:{}", listing(.0))]
     Several(Vec<Running>),
-    #[error("no running nd7 session has pid {0}")]
+    #[error("no running nd7 run has pid {0}")]
     NotRunning(u32),
     #[error("cannot resolve {path}: {source}")]
     Unresolvable { path: PathBuf, source: io::Error },
@@ -92,7 +92,7 @@ pub enum SessionError {
         action: &'static str,
         source: io::Error,
     },
-    #[error("{path}: not a session record: {source}")]
+    #[error("{path}: not a run record: {source}")]
     BadRecord {
         path: PathBuf,
         source: serde_json::Error,
@@ -133,7 +133,7 @@ fn listing(sessions: &[Running]) -> String {
                 })
                 .unwrap_or_else(|| "?".into());
             format!(
-                "\n  --session {}  {}  since {since}  ({})",
+                "\n  --run {}  {}  since {since}  ({})",
                 s.pid,
                 s.project.display(),
                 s.program
@@ -142,7 +142,7 @@ fn listing(sessions: &[Running]) -> String {
         .collect()
 }
 
-crate::files::io_context_into!(SessionError);
+crate::files::io_context_into!(RunDirError);
 
 /// What `nd7 allow` and `nd7 deny` do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,14 +166,14 @@ pub enum Changed {
 }
 
 /// The calling user's home directory from the account database, resolved.
-pub fn account_home() -> Result<PathBuf, SessionError> {
+pub fn account_home() -> Result<PathBuf, RunDirError> {
     let uid = nix::unistd::getuid();
     let dir = match crate::passwd::home_from_files(uid.as_raw()) {
         Some(dir) => dir,
         None => {
             nix::unistd::User::from_uid(uid)
-                .map_err(|e| SessionError::NoHome(e.to_string()))?
-                .ok_or_else(|| SessionError::NoHome(format!("uid {uid} has no entry")))?
+                .map_err(|e| RunDirError::NoHome(e.to_string()))?
+                .ok_or_else(|| RunDirError::NoHome(format!("uid {uid} has no entry")))?
                 .dir
         }
     };
@@ -184,12 +184,12 @@ pub fn account_home() -> Result<PathBuf, SessionError> {
 /// list with the changes in `~/.nd7/secrets` (a file nothing inside a
 /// session can write), each followed by the real place it leads to when a
 /// link is on its way ([`with_real_places`]).
-pub fn secrets(home: &Path) -> Result<Vec<PathBuf>, SessionError> {
+pub fn secrets(home: &Path) -> Result<Vec<PathBuf>, RunDirError> {
     let file = home.join(secrets::FILE);
     let defaults = secrets::defaults(home);
     let list = match fs::read_to_string(&file) {
         Ok(text) => secrets::apply(&defaults, &text, home)
-            .map_err(|source| SessionError::Secrets { path: file, source })?,
+            .map_err(|source| RunDirError::Secrets { path: file, source })?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => defaults,
         Err(e) => return Err(io_err(&file, "read")(e)),
     };
@@ -245,15 +245,15 @@ fn real_place(path: &Path) -> Option<PathBuf> {
     })
 }
 
-/// The directory that holds every session: `<home>/.nd7/sessions`.
+/// The directory that holds every session: `<home>/.nd7/runs`.
 #[derive(Clone, Debug)]
-pub struct Sessions {
+pub struct RunDirs {
     root: PathBuf,
 }
 
 /// One session's directory.
 #[derive(Clone, Debug)]
-pub struct Session {
+pub struct RunDir {
     pub pid: u32,
     pub dir: PathBuf,
 }
@@ -263,31 +263,31 @@ fn alive(pid: u32, started: u64) -> bool {
     crate::kernel::start_time(pid) == Some(started)
 }
 
-impl Sessions {
-    pub fn under(home: &Path) -> Sessions {
-        Sessions {
-            root: home.join(".nd7").join("sessions"),
+impl RunDirs {
+    pub fn under(home: &Path) -> RunDirs {
+        RunDirs {
+            root: home.join(".nd7").join("runs"),
         }
     }
 
     /// The sessions of the user running this process.
-    pub fn for_user() -> Result<Sessions, SessionError> {
-        Ok(Sessions::under(&account_home()?))
+    pub fn for_user() -> Result<RunDirs, RunDirError> {
+        Ok(RunDirs::under(&account_home()?))
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn session(&self, pid: u32) -> Session {
-        Session {
+    pub fn run(&self, pid: u32) -> RunDir {
+        RunDir {
             pid,
             dir: self.root.join(pid.to_string()),
         }
     }
 
     /// The numeric entries, in order; anything else there is not a session.
-    pub fn pids(&self) -> Result<Vec<u32>, SessionError> {
+    pub fn pids(&self) -> Result<Vec<u32>, RunDirError> {
         let entries = match fs::read_dir(&self.root) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -302,12 +302,12 @@ impl Sessions {
     }
 
     /// The sessions whose `nd7 run` is still the process that made them.
-    pub fn running(&self) -> Result<Vec<u32>, SessionError> {
+    pub fn running(&self) -> Result<Vec<u32>, RunDirError> {
         Ok(self
             .pids()?
             .into_iter()
             .filter(|&pid| {
-                self.session(pid)
+                self.run(pid)
                     .record()
                     .is_ok_and(|r| r.pid == pid && alive(pid, r.started))
             })
@@ -322,7 +322,7 @@ impl Sessions {
         };
         let mut removed = Vec::new();
         for pid in pids {
-            let session = self.session(pid);
+            let session = self.run(pid);
             let live = session
                 .record()
                 .is_ok_and(|r| r.pid == pid && alive(pid, r.started));
@@ -340,19 +340,19 @@ impl Sessions {
 
     /// The session `nd7 allow` and `nd7 deny` act on: the one given, or the
     /// only one running.
-    pub fn pick(&self, requested: Option<u32>) -> Result<Session, SessionError> {
+    pub fn pick(&self, requested: Option<u32>) -> Result<RunDir, RunDirError> {
         let running = self.running()?;
         match requested {
-            Some(pid) if running.contains(&pid) => Ok(self.session(pid)),
-            Some(pid) => Err(SessionError::NotRunning(pid)),
+            Some(pid) if running.contains(&pid) => Ok(self.run(pid)),
+            Some(pid) => Err(RunDirError::NotRunning(pid)),
             None => match running.as_slice() {
-                [] => Err(SessionError::NoneRunning),
-                [pid] => Ok(self.session(*pid)),
-                several => Err(SessionError::Several(
+                [] => Err(RunDirError::NoneRunning),
+                [pid] => Ok(self.run(*pid)),
+                several => Err(RunDirError::Several(
                     several
                         .iter()
                         .map(|&pid| {
-                            let record = self.session(pid).record().ok();
+                            let record = self.run(pid).record().ok();
                             Running {
                                 pid,
                                 project: record
@@ -378,17 +378,17 @@ impl Sessions {
         &self,
         ancestors: impl IntoIterator<Item = u32>,
         marker: &str,
-    ) -> Option<Session> {
+    ) -> Option<RunDir> {
         ancestors
             .into_iter()
-            .map(|pid| self.session(pid))
+            .map(|pid| self.run(pid))
             .find(|s| s.dir.join(marker).exists())
     }
 
     /// Makes the session directory for `record` (its pid's), private to the
     /// user, with the record written (and `beside`). A directory left by an
     /// earlier process with the same pid is replaced.
-    pub fn create(&self, record: &Record, beside: Beside) -> Result<Session, SessionError> {
+    pub fn create(&self, record: &Record, beside: Beside) -> Result<RunDir, RunDirError> {
         let nd7 = self.root.parent().unwrap_or(&self.root);
         for dir in [nd7, &self.root] {
             match fs::DirBuilder::new().mode(0o700).create(dir) {
@@ -397,11 +397,11 @@ impl Sessions {
                 Err(e) => return Err(io_err(dir, "create")(e)),
             }
         }
-        let session = self.session(record.pid);
+        let session = self.run(record.pid);
         match fs::remove_dir_all(&session.dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(&session.dir, "remove the stale session")(e)),
+            Err(e) => return Err(io_err(&session.dir, "remove the stale run directory")(e)),
         }
         fs::DirBuilder::new()
             .mode(0o700)
@@ -412,7 +412,7 @@ impl Sessions {
     }
 }
 
-impl Session {
+impl RunDir {
     pub fn record_path(&self) -> PathBuf {
         self.dir.join(RECORD)
     }
@@ -421,17 +421,17 @@ impl Session {
         self.dir.join(EXIT_SOCKET)
     }
 
-    pub fn record(&self) -> Result<Record, SessionError> {
+    pub fn record(&self) -> Result<Record, RunDirError> {
         let path = self.record_path();
         let bytes = fs::read(&path).map_err(io_err(&path, "read"))?;
-        serde_json::from_slice(&bytes).map_err(|source| SessionError::BadRecord { path, source })
+        serde_json::from_slice(&bytes).map_err(|source| RunDirError::BadRecord { path, source })
     }
 
     /// Writes the platform's files `beside` the record, then the record,
     /// each replaced whole.
-    pub fn write_record(&self, record: &Record, beside: Beside) -> Result<(), SessionError> {
+    pub fn write_record(&self, record: &Record, beside: Beside) -> Result<(), RunDirError> {
         let mut json =
-            serde_json::to_vec_pretty(record).map_err(|source| SessionError::BadRecord {
+            serde_json::to_vec_pretty(record).map_err(|source| RunDirError::BadRecord {
                 path: self.record_path(),
                 source,
             })?;
@@ -449,7 +449,7 @@ impl Session {
         &self,
         beside: Beside,
         change: impl FnOnce(&mut Policy) -> (bool, T),
-    ) -> Result<T, SessionError> {
+    ) -> Result<T, RunDirError> {
         let lock_path = self.dir.join(LOCK);
         let lock = OpenOptions::new()
             .create(true)
@@ -473,7 +473,7 @@ impl Session {
         change: Change,
         path: &Path,
         beside: Beside,
-    ) -> Result<Changed, SessionError> {
+    ) -> Result<Changed, RunDirError> {
         match change {
             Change::Allow => self.allow(path, true, beside),
             Change::Deny => self.deny(path, beside),
@@ -490,12 +490,12 @@ impl Session {
     /// resolving), with the name as typed kept beside it: re-pointing a link
     /// later moves nothing. Nothing under `~/.nd7`, in a credential store or
     /// among the vault keys is accepted.
-    pub fn allow(&self, typed: &Path, dir: bool, beside: Beside) -> Result<Changed, SessionError> {
+    pub fn allow(&self, typed: &Path, dir: bool, beside: Beside) -> Result<Changed, RunDirError> {
         // The record first: from inside the floor it cannot even be read, so
         // nothing is created there either.
         let policy = self.record()?.policy;
         let expanded = crate::policy::grants::expand_tilde(typed, &policy.roots.home);
-        let unresolvable = |source| SessionError::Unresolvable {
+        let unresolvable = |source| RunDirError::Unresolvable {
             path: expanded.clone(),
             source,
         };
@@ -503,7 +503,7 @@ impl Session {
         let created = if fs::symlink_metadata(&named).is_err() {
             let would_be = real_place(&named).unwrap_or_else(|| named.clone());
             policy.check_grant(&would_be)?;
-            create(&named, dir).map_err(|source| SessionError::Create {
+            create(&named, dir).map_err(|source| RunDirError::Create {
                 path: named.clone(),
                 source,
             })?;
@@ -512,7 +512,7 @@ impl Session {
             false
         };
         let resolved = fs::canonicalize(&named).map_err(unresolvable)?;
-        let id = crate::kernel::pin(&resolved).map_err(|e| SessionError::Moved {
+        let id = crate::kernel::pin(&resolved).map_err(|e| RunDirError::Moved {
             path: resolved.clone(),
             why: e.to_string(),
         })?;
@@ -537,14 +537,13 @@ impl Session {
     /// Takes back every grant `typed` names: as typed, as granted through
     /// (a link since re-pointed), as it resolves now, or as the directory it
     /// leads to (a grant since renamed). Nothing under `~/.nd7` is accepted.
-    pub fn deny(&self, typed: &Path, beside: Beside) -> Result<Changed, SessionError> {
+    pub fn deny(&self, typed: &Path, beside: Beside) -> Result<Changed, RunDirError> {
         let home = self.record()?.policy.roots.home;
         let expanded = crate::policy::grants::expand_tilde(typed, &home);
-        let named =
-            std::path::absolute(&expanded).map_err(|source| SessionError::Unresolvable {
-                path: expanded.clone(),
-                source,
-            })?;
+        let named = std::path::absolute(&expanded).map_err(|source| RunDirError::Unresolvable {
+            path: expanded.clone(),
+            source,
+        })?;
         let now = fs::canonicalize(&named).ok();
         let id = now.as_deref().and_then(|p| crate::kernel::pin(p).ok());
         let mut names = vec![named.clone()];
@@ -566,7 +565,7 @@ impl Session {
     }
 
     /// Removes the directory and everything in it.
-    pub fn remove(&self) -> Result<(), SessionError> {
+    pub fn remove(&self) -> Result<(), RunDirError> {
         match fs::remove_dir_all(&self.dir) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err(&self.dir, "remove")(e)),
             _ => Ok(()),
@@ -594,7 +593,7 @@ pub fn create(path: &Path, dir: bool) -> io::Result<()> {
 /// Replaces `path` with `bytes`, private to the user ([`crate::files::replace`]).
 /// Atomic, not durable: the directory lives only as long as its `nd7 run`,
 /// which a power loss ends, so a synced record would outlive its only reader.
-fn replace(path: &Path, bytes: &[u8]) -> Result<(), SessionError> {
+fn replace(path: &Path, bytes: &[u8]) -> Result<(), RunDirError> {
     Ok(crate::files::replace(
         path,
         bytes,
@@ -629,8 +628,8 @@ mod tests {
         Vec::new()
     }
 
-    impl Sessions {
-        fn create_plain(&self, record: &Record) -> Result<Session, SessionError> {
+    impl RunDirs {
+        fn create_plain(&self, record: &Record) -> Result<RunDir, RunDirError> {
             self.create(record, none)
         }
     }
@@ -644,7 +643,7 @@ mod tests {
     fn a_session_is_private_and_reads_back() {
         use std::os::unix::fs::PermissionsExt;
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = Sessions::under(home.path());
+        let sessions = RunDirs::under(home.path());
         let (pid, started) = me();
         let session = sessions
             .create_plain(&record(pid, started))
@@ -663,20 +662,17 @@ mod tests {
         assert_eq!(sessions.pick(None).expect("one").pid, pid);
         session.remove().expect("remove");
         assert!(!session.dir.exists());
-        assert!(matches!(
-            sessions.pick(None),
-            Err(SessionError::NoneRunning)
-        ));
+        assert!(matches!(sessions.pick(None), Err(RunDirError::NoneRunning)));
     }
 
     #[test]
     fn stale_sessions_are_told_apart_from_running_ones() {
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = Sessions::under(home.path());
+        let sessions = RunDirs::under(home.path());
         let (pid, started) = me();
         sessions.create_plain(&record(pid, started)).expect("mine");
         // Same pid, another start time: a process that has since died.
-        let reused = sessions.session(pid);
+        let reused = sessions.run(pid);
         // A pid that cannot exist (above pid_max), and one whose process
         // started at another time.
         sessions
@@ -698,7 +694,7 @@ mod tests {
     #[test]
     fn picking_says_which_sessions_there_are() {
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = Sessions::under(home.path());
+        let sessions = RunDirs::under(home.path());
         let (pid, started) = me();
         sessions.create_plain(&record(pid, started)).expect("mine");
         let parent = rustix::process::getppid().expect("parent").as_raw_pid() as u32;
@@ -709,11 +705,11 @@ mod tests {
         let mut both = vec![pid, parent];
         both.sort_unstable();
         match sessions.pick(None) {
-            Err(e @ SessionError::Several(_)) => {
+            Err(e @ RunDirError::Several(_)) => {
                 let text = e.to_string();
                 assert!(
                     text.starts_with(
-                        "several sessions are running; name one with --session PID:\n  --session "
+                        "several nd7 runs are running; name one with --run PID:\n  --session "
                     ),
                     "{text}"
                 );
@@ -730,14 +726,14 @@ mod tests {
         assert_eq!(sessions.pick(Some(parent)).expect("given").pid, parent);
         assert!(matches!(
             sessions.pick(Some(7)),
-            Err(SessionError::NotRunning(7))
+            Err(RunDirError::NotRunning(7))
         ));
     }
 
     #[test]
     fn grants_change_under_the_lock_and_survive_rereading() {
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = Sessions::under(home.path());
+        let sessions = RunDirs::under(home.path());
         let (pid, started) = me();
         let session = sessions.create_plain(&record(pid, started)).expect("mine");
         std::thread::scope(|s| {
@@ -764,7 +760,7 @@ mod tests {
             vec![(PROFILE, format!("{:?}\n", policy.grants))]
         }
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = Sessions::under(home.path());
+        let sessions = RunDirs::under(home.path());
         let (pid, started) = me();
         let session = sessions
             .create(&record(pid, started), profile)
