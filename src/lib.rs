@@ -26,9 +26,9 @@
 //! - [`vault_admin`]: `nd7 admin`: keys, tokens, and reading a session back, trusting the vault for nothing.
 //! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
 //! - [`read`]: `nd7 sessions`, `nd7 show` and `nd7 search`: the record read back.
-//! - [`policy`]: a session's rules and their rendering for Landlock and Seatbelt. Pure.
+//! - [`policy`]: a run's rules and their rendering for Landlock and Seatbelt. Pure.
 //! - [`kernel`]: what the kernel says about processes (start time, ancestors) and paths (pins).
-//! - [`session`]: a sandboxed session's directory under `~/.nd7/runs`, its record and grants.
+//! - [`run_dir`]: a run's directory under `~/.nd7/runs` (not a log's session), its record and grants.
 //! - [`sandbox`]: the platform floors, the exit and the door; with [`kernel`], all `cfg(target_os)` is here.
 //! - [`run`]: `nd7 run`; [`run_grants`]: the grants a run starts with; [`running`]: commands still running under a grant.
 //! - [`deferred`]: the watch over files that run later outside the floor.

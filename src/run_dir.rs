@@ -1,11 +1,15 @@
-//! A sandboxed session on disk: `~/.nd7/runs/<pid>/`, named after the
-//! `nd7 run` that owns it, holding its record (`record.json`: the rules and
+//! A run directory: `~/.nd7/runs/<pid>/`, the state of one `nd7 run`,
+//! named after its pid, holding its record (`record.json`: the rules and
 //! what is running) and, on macOS, the per-command profile (`policy.sb`).
 //!
 //! The home directory comes from the account database, never from `$HOME`:
 //! `nd7-exec` runs with an environment the agent chose. Every file is written
 //! through a temporary file and a rename, so a reader never sees half a
-//! record. Nothing under `~/.nd7` is writable from inside a session.
+//! record. Nothing under `~/.nd7` is writable from inside a run.
+//!
+//! "RunDir" in nd7 is the log's word (`sessions/<id>` under the state
+//! directory, `nd7 sessions`); the directory of a run is never called one
+//! (ADR-0065). An `~/.nd7/runs` left by an older nd7 is not read.
 
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -16,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::{GrantError, Policy, secrets};
 
-/// The session's record, read fresh by every command it runs.
+/// The run's record, read fresh by every command it runs.
 pub const RECORD: &str = "record.json";
 /// The per-command Seatbelt profile `nd7-exec` applies (macOS).
 pub const PROFILE: &str = "policy.sb";
@@ -26,7 +30,7 @@ pub const PROFILE: &str = "policy.sb";
 pub const FLOOR_PROFILE: &str = "floor.sb";
 /// The socket `nd7-exec` reaches `nd7 run` through (Linux).
 pub const EXIT_SOCKET: &str = "exit.sock";
-/// The socket the hooks reach the session log through (Linux): the log is
+/// The socket the hooks reach the run's log through (Linux): the log is
 /// read-only inside the floor, so `nd7 run` appends for them.
 pub const DOOR_SOCKET: &str = "record.sock";
 /// Serialises changes to the record (`nd7 allow` and `nd7 deny`).
@@ -38,7 +42,7 @@ const LOCK: &str = "lock";
 /// writes them first, so they never describe other rules than the record.
 pub type Beside = fn(&Policy) -> Vec<(&'static str, String)>;
 
-/// What `nd7 run` writes when the session starts; `nd7 allow` and `nd7 deny`
+/// What `nd7 run` writes when the run starts; `nd7 allow` and `nd7 deny`
 /// change only the policy's grants.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -47,10 +51,10 @@ pub struct Record {
     /// Its start time as the kernel reports it, so that a later process with
     /// the same pid is not taken for it.
     pub started: u64,
-    /// The program and arguments the session runs.
+    /// The program and arguments `nd7 run` runs.
     pub program: Vec<String>,
     /// When it started, in seconds since the Unix epoch (for people: the
-    /// list of sessions `nd7 allow` shows). Absent in older records.
+    /// list of runs `nd7 allow` shows). Absent in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<u64>,
     #[serde(flatten)]
@@ -71,7 +75,7 @@ pub struct LogRef {
     pub hooks: bool,
 }
 
-/// Why a session could not be found, made or changed.
+/// Why a run could not be found, made or changed.
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {
     #[error("cannot find your home directory in the account database: {0}")]
@@ -108,7 +112,7 @@ pub enum RunDirError {
     Create { path: PathBuf, source: io::Error },
 }
 
-/// A running session, as `nd7 allow` lists it for a person to choose from.
+/// An `nd7 run` still running, as `nd7 allow` lists it for a person to choose from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Running {
     pub pid: u32,
@@ -117,7 +121,7 @@ pub struct Running {
     pub program: String,
 }
 
-/// The sessions, one a line: pid, project, start (local time), program.
+/// The runs, one a line: pid, project, start (local time), program.
 fn listing(sessions: &[Running]) -> String {
     let zone = jiff::tz::TimeZone::system();
     sessions
@@ -180,9 +184,9 @@ pub fn account_home() -> Result<PathBuf, RunDirError> {
     fs::canonicalize(&dir).map_err(io_err(&dir, "resolve"))
 }
 
-/// The credential stores a session starting now keeps unreadable: nd7's
+/// The credential stores a run starting now keeps unreadable: nd7's
 /// list with the changes in `~/.nd7/secrets` (a file nothing inside a
-/// session can write), each followed by the real place it leads to when a
+/// run can write), each followed by the real place it leads to when a
 /// link is on its way ([`with_real_places`]).
 pub fn secrets(home: &Path) -> Result<Vec<PathBuf>, RunDirError> {
     let file = home.join(secrets::FILE);
@@ -217,8 +221,8 @@ pub fn with_real_places(paths: &[PathBuf]) -> Vec<PathBuf> {
 /// a dotfile manager leaves them; the logs or vault keys moved elsewhere).
 /// Landlock rules act on real directories, so a carve-out made by the name
 /// alone would leave the real place writable wherever it lies in a write
-/// root or grant: the agent could rewrite its session's record (its grants)
-/// or the next session's list of secrets. Only places that differ from
+/// root or grant: the agent could rewrite its run's record (its grants)
+/// or the next run's list of secrets. Only places that differ from
 /// their names are returned.
 pub fn nd7_real_places(home: &Path, state: &Path) -> Vec<PathBuf> {
     [
@@ -245,13 +249,13 @@ fn real_place(path: &Path) -> Option<PathBuf> {
     })
 }
 
-/// The directory that holds every session: `<home>/.nd7/runs`.
+/// The directory that holds every run: `<home>/.nd7/runs`.
 #[derive(Clone, Debug)]
 pub struct RunDirs {
     root: PathBuf,
 }
 
-/// One session's directory.
+/// One run's directory.
 #[derive(Clone, Debug)]
 pub struct RunDir {
     pub pid: u32,
@@ -270,7 +274,7 @@ impl RunDirs {
         }
     }
 
-    /// The sessions of the user running this process.
+    /// The runs of the user running this process.
     pub fn for_user() -> Result<RunDirs, RunDirError> {
         Ok(RunDirs::under(&account_home()?))
     }
@@ -286,7 +290,7 @@ impl RunDirs {
         }
     }
 
-    /// The numeric entries, in order; anything else there is not a session.
+    /// The numeric entries, in order; anything else there is not a run.
     pub fn pids(&self) -> Result<Vec<u32>, RunDirError> {
         let entries = match fs::read_dir(&self.root) {
             Ok(entries) => entries,
@@ -301,7 +305,7 @@ impl RunDirs {
         Ok(pids)
     }
 
-    /// The sessions whose `nd7 run` is still the process that made them.
+    /// The runs whose `nd7 run` is still the process that made them.
     pub fn running(&self) -> Result<Vec<u32>, RunDirError> {
         Ok(self
             .pids()?
@@ -314,7 +318,7 @@ impl RunDirs {
             .collect())
     }
 
-    /// Removes the directories of sessions whose `nd7 run` is gone (killed
+    /// Removes the directories of runs whose `nd7 run` is gone (killed
     /// before it could clean up). Returns their pids.
     pub fn clean_stale(&self) -> Vec<u32> {
         let Ok(pids) = self.pids() else {
@@ -338,7 +342,7 @@ impl RunDirs {
         removed
     }
 
-    /// The session `nd7 allow` and `nd7 deny` act on: the one given, or the
+    /// The run `nd7 allow` and `nd7 deny` act on: the one given, or the
     /// only one running.
     pub fn pick(&self, requested: Option<u32>) -> Result<RunDir, RunDirError> {
         let running = self.running()?;
@@ -371,8 +375,8 @@ impl RunDirs {
         }
     }
 
-    /// The session a process belongs to, given its ancestors (nearest first):
-    /// the first ancestor that owns a session directory holding `marker`.
+    /// The run a process belongs to, given its ancestors (nearest first):
+    /// the first ancestor that owns a run directory holding `marker`.
     /// Only the kernel's view of the process tree is consulted.
     pub fn find_by_ancestors(
         &self,
@@ -385,7 +389,7 @@ impl RunDirs {
             .find(|s| s.dir.join(marker).exists())
     }
 
-    /// Makes the session directory for `record` (its pid's), private to the
+    /// Makes the run directory for `record` (its pid's), private to the
     /// user, with the record written (and `beside`). A directory left by an
     /// earlier process with the same pid is replaced.
     pub fn create(&self, record: &Record, beside: Beside) -> Result<RunDir, RunDirError> {
@@ -442,7 +446,7 @@ impl RunDir {
         replace(&self.record_path(), &json)
     }
 
-    /// Changes the session's grants under its lock, so that two `nd7 allow`
+    /// Changes the run's grants under its lock, so that two `nd7 allow`
     /// at once both land. `change` says whether anything changed; nothing is
     /// written when it did not; when it did, `beside` with the record.
     pub fn change_policy<T>(
@@ -482,7 +486,7 @@ impl RunDir {
 
     /// Grants `typed`, a directory (`dir`) or a single file.
     ///
-    /// `~` and `~/…` are the session's home, even when the shell left them
+    /// `~` and `~/…` are the run's home, even when the shell left them
     /// alone (quoted). A path that does not exist yet is created (a
     /// directory, or an empty file), once nd7 has checked that what it would
     /// be may be granted. A grant is of the real path `typed` resolves to
@@ -709,13 +713,13 @@ mod tests {
                 let text = e.to_string();
                 assert!(
                     text.starts_with(
-                        "several nd7 runs are running; name one with --run PID:\n  --session "
+                        "several nd7 runs are running; name one with --run PID:\n  --run "
                     ),
                     "{text}"
                 );
                 for pid in both {
                     assert!(
-                        text.contains(&format!("--session {pid}  /p  since 20")),
+                        text.contains(&format!("--run {pid}  /p  since 20")),
                         "{text}"
                     );
                 }

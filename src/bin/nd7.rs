@@ -91,16 +91,8 @@ fn main() -> ExitCode {
             preset,
             command,
         } => run_run(command, allow, preset),
-        Command::Allow {
-            session,
-            preset,
-            path,
-        } => run_grant(Change::Allow, session, preset, path),
-        Command::Deny {
-            session,
-            preset,
-            path,
-        } => run_grant(Change::Deny, session, preset, path),
+        Command::Allow { run, preset, path } => run_grant(Change::Allow, run, preset, path),
+        Command::Deny { run, preset, path } => run_grant(Change::Deny, run, preset, path),
         Command::HookExplain => hooks::explain(early),
         Command::HookRoute => hooks::route(),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
@@ -195,10 +187,10 @@ fn run_run(
 }
 
 /// `nd7 allow` and `nd7 deny`: one line on stdout per path and 0 when the
-/// session ends up as asked; the reason on stderr and 2 otherwise.
+/// run ends up as asked; the reason on stderr and 2 otherwise.
 fn run_grant(
     change: Change,
-    session: Option<u32>,
+    run: Option<u32>,
     preset: Option<String>,
     path: Option<PathBuf>,
 ) -> ExitCode {
@@ -211,7 +203,7 @@ fn run_grant(
         eprintln!("nd7 {verb}: {why}");
         ExitCode::from(2)
     };
-    let session = match RunDirs::for_user().and_then(|s| s.pick(session)) {
+    let session = match RunDirs::for_user().and_then(|s| s.pick(run)) {
         Ok(session) => session,
         Err(e) => return fail(&e),
     };
@@ -238,7 +230,7 @@ fn run_grant(
     let logged = |path: &std::path::Path| {
         if let Err(e) = nd7_core::run_log::grant_changed(&session, verb, path) {
             eprintln!(
-                "nd7 {verb}: warning: the change is in force, but it could not be written into the session's log: {e}"
+                "nd7 {verb}: warning: the change is in force, but it could not be written into the run's log: {e}"
             );
         }
     };

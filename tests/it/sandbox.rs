@@ -112,6 +112,20 @@ touch stage2; wait_for go2
         text(&again.stdout),
         format!("run {pid}: {outside} was already allowed\n")
     );
+    // `--session` was the flag's name before runs were named apart from the
+    // log's sessions (ADR-0065): scripts that use it keep working, and help
+    // no longer shows it.
+    let old_name = w
+        .nd7(&["allow", "--session", &pid.to_string(), &outside])
+        .output()
+        .expect("allow by the old flag");
+    assert_eq!(text(&old_name.stdout), text(&again.stdout));
+    let help = w.nd7(&["allow", "--help"]).output().expect("help");
+    assert!(
+        text(&help.stdout).contains("--run <PID>") && !text(&help.stdout).contains("--session"),
+        "{}",
+        text(&help.stdout)
+    );
     let home = w.in_home("");
     let home = home.trim_end_matches('/');
     assert!(
