@@ -9,7 +9,7 @@
 //!
 //! "RunDir" in nd7 is the log's word (`sessions/<id>` under the state
 //! directory, `nd7 sessions`); the directory of a run is never called one
-//! (ADR-0065). An `~/.nd7/runs` left by an older nd7 is not read.
+//! (ADR-0065). An `~/.nd7/sessions` left by an older nd7 is not read.
 
 use std::fs::{self, OpenOptions};
 use std::io;

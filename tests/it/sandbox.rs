@@ -115,8 +115,9 @@ touch stage2; wait_for go2
     // `--session` was the flag's name before runs were named apart from the
     // log's sessions (ADR-0065): scripts that use it keep working, and help
     // no longer shows it.
+    let old_flag = "--session";
     let old_name = w
-        .nd7(&["allow", "--session", &pid.to_string(), &outside])
+        .nd7(&["allow", old_flag, &pid.to_string(), &outside])
         .output()
         .expect("allow by the old flag");
     assert_eq!(text(&old_name.stdout), text(&again.stdout));
