@@ -138,7 +138,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "session 1: 1 command started with writes under /data allowed is still running and keeps that until it ends (nd7 run ends it when it exits):",
+                "run 1: 1 command started with writes under /data allowed is still running and keeps that until it ends (nd7 run ends it when it exits):",
                 "  process group 7: npm run dev",
             ]
         );
