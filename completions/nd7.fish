@@ -91,10 +91,10 @@ complete -c nd7 -n "__fish_nd7_using_subcommand setup" -s h -l help -d 'Print he
 complete -c nd7 -n "__fish_nd7_using_subcommand run" -l allow -d 'Let commands write DIR (created if it does not exist), as `nd7 allow DIR` would' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand run" -l preset -d 'Let commands write a toolchain\'s caches (npm, pnpm, yarn, cargo, pip, uv, python-user, go, maven, gradle; docs/sandbox.md says what each risks)' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c nd7 -n "__fish_nd7_using_subcommand allow" -l run -d 'The run: the pid `nd7 run` announced. Needed only when several run; they are listed then. (`--session` is its old name.)' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand allow" -l run -d 'The run: the pid `nd7 run` announced. Needed only when several run; they are listed then' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand allow" -l preset -d 'Allow a toolchain\'s caches instead of PATH (npm, pnpm, yarn, cargo, pip, uv, python-user, go, maven, gradle)' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand allow" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c nd7 -n "__fish_nd7_using_subcommand deny" -l run -d 'The run: the pid `nd7 run` announced. Needed only when several run; they are listed then. (`--session` is its old name.)' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand deny" -l run -d 'The run: the pid `nd7 run` announced. Needed only when several run; they are listed then' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand deny" -l preset -d 'Take back every path of a preset instead of PATH' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand deny" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand hook-explain" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -270,7 +270,7 @@ touch ready; wait_for denied
         let help = text(&help.stdout);
         assert_eq!(help.matches("Usage:").count(), 1, "{help}");
         assert!(
-            help.contains("The session: the pid `nd7 run` announced"),
+            help.contains("The run: the pid `nd7 run` announced"),
             "{help}"
         );
         assert!(help.contains("<PATH>") || help.contains("[PATH]"), "{help}");
