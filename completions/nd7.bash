@@ -477,13 +477,13 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__allow)
-            opts="-h --session --preset --help"
+            opts="-h --run --preset --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --session)
+                --run)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -513,13 +513,13 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__deny)
-            opts="-h --session --preset --help"
+            opts="-h --run --preset --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --session)
+                --run)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -33,7 +33,7 @@ complete -c nd7 -n "__fish_nd7_needs_command" -f -a "show" -d 'Show a session as
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "search" -d 'Search what sessions say: commands, file paths, prompts, outputs and messages (never the JSON around them), with each hit\'s session and time'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "setup" -d 'Register `nd7 record` with the agents found here, and install completions'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "run" -d 'Run PROGRAM and everything it starts under the sandbox floor'
-complete -c nd7 -n "__fish_nd7_needs_command" -f -a "allow" -d 'Let a running session\'s Bash commands write under PATH, from the next command'
+complete -c nd7 -n "__fish_nd7_needs_command" -f -a "allow" -d 'Let a running nd7 run\'s Bash commands write under PATH, from the next command'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "deny" -d 'Take back a grant of `nd7 allow` (or of ~/.nd7/grants), from the next command'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "hook-explain" -d 'Tell the model when nd7\'s sandbox refused a tool call (a Claude Code hook)'
 complete -c nd7 -n "__fish_nd7_needs_command" -f -a "hook-route" -d 'Send a Codex shell call through nd7\'s exit (a Codex hook)'
@@ -91,10 +91,10 @@ complete -c nd7 -n "__fish_nd7_using_subcommand setup" -s h -l help -d 'Print he
 complete -c nd7 -n "__fish_nd7_using_subcommand run" -l allow -d 'Let commands write DIR (created if it does not exist), as `nd7 allow DIR` would' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand run" -l preset -d 'Let commands write a toolchain\'s caches (npm, pnpm, yarn, cargo, pip, uv, python-user, go, maven, gradle; docs/sandbox.md says what each risks)' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c nd7 -n "__fish_nd7_using_subcommand allow" -l session -d 'The session: the pid `nd7 run` announced. Needed only when several run; they are listed then' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand allow" -l run -d 'The run: the pid `nd7 run` announced. Needed only when several run; they are listed then' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand allow" -l preset -d 'Allow a toolchain\'s caches instead of PATH (npm, pnpm, yarn, cargo, pip, uv, python-user, go, maven, gradle)' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand allow" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c nd7 -n "__fish_nd7_using_subcommand deny" -l session -d 'The session: the pid `nd7 run` announced. Needed only when several run; they are listed then' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand deny" -l run -d 'The run: the pid `nd7 run` announced. Needed only when several run; they are listed then' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand deny" -l preset -d 'Take back every path of a preset instead of PATH' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand deny" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand hook-explain" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -153,7 +153,7 @@ complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcom
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help" -f -a "search" -d 'Search what sessions say: commands, file paths, prompts, outputs and messages (never the JSON around them), with each hit\'s session and time'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help" -f -a "setup" -d 'Register `nd7 record` with the agents found here, and install completions'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help" -f -a "run" -d 'Run PROGRAM and everything it starts under the sandbox floor'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help" -f -a "allow" -d 'Let a running session\'s Bash commands write under PATH, from the next command'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help" -f -a "allow" -d 'Let a running nd7 run\'s Bash commands write under PATH, from the next command'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help" -f -a "deny" -d 'Take back a grant of `nd7 allow` (or of ~/.nd7/grants), from the next command'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help" -f -a "hook-explain" -d 'Tell the model when nd7\'s sandbox refused a tool call (a Claude Code hook)'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcommand_from record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help" -f -a "hook-route" -d 'Send a Codex shell call through nd7\'s exit (a Codex hook)'

@@ -195,18 +195,18 @@ pub enum Command {
         )]
         command: Vec<OsString>,
     },
-    /// Let a running session's Bash commands write under PATH, from the next command.
+    /// Let a running nd7 run's Bash commands write under PATH, from the next command.
     ///
     /// PATH is resolved to its real form when it is granted; `~` stands for
     /// your home even when quoted, and a directory that does not exist yet is
     /// created. Nothing under ~/.nd7 or in a credential store can be allowed.
-    /// For every session, name it in ~/.nd7/grants instead. Exits 0 when PATH
+    /// For every run, name it in ~/.nd7/grants instead. Exits 0 when PATH
     /// is allowed (newly or already), 2 otherwise.
     Allow {
-        /// The session: the pid `nd7 run` announced. Needed only when several
+        /// The run: the pid `nd7 run` announced. Needed only when several
         /// run; they are listed then.
-        #[arg(long, value_name = "PID")]
-        session: Option<u32>,
+        #[arg(long, value_name = "PID", alias = "session")]
+        run: Option<u32>,
         /// Allow a toolchain's caches instead of PATH (npm, pnpm, yarn, cargo, pip,
         /// uv, python-user, go, maven, gradle).
         #[arg(long, value_name = "NAME", conflicts_with = "path")]
@@ -222,10 +222,10 @@ pub enum Command {
     /// resolves is taken as written. Exits 0 when PATH is not (or no longer)
     /// a grant, 2 otherwise.
     Deny {
-        /// The session: the pid `nd7 run` announced. Needed only when several
+        /// The run: the pid `nd7 run` announced. Needed only when several
         /// run; they are listed then.
-        #[arg(long, value_name = "PID")]
-        session: Option<u32>,
+        #[arg(long, value_name = "PID", alias = "session")]
+        run: Option<u32>,
         /// Take back every path of a preset instead of PATH.
         #[arg(long, value_name = "NAME", conflicts_with = "path")]
         preset: Option<String>,

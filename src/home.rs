@@ -4,7 +4,7 @@
 //! completions from it there too, and one layout keeps the docs true on both.
 //!
 //! `nd7 run` confines by another home, the account database's
-//! (`session::account_home`), and refuses a `$HOME` that differs from it
+//! (`run_dir::account_home`), and refuses a `$HOME` that differs from it
 //! (ADR-0043): a variable the agent's parent could set must not move the
 //! floor. Everything else (setup, doctor, the logs, the read commands) uses
 //! the one here.

@@ -26,9 +26,10 @@
 //! - [`vault_admin`]: `nd7 admin`: keys, tokens, and reading a session back, trusting the vault for nothing.
 //! - `vault_server` (feature `vault-server`): the `nd7-vault` server and its storage.
 //! - [`read`]: `nd7 sessions`, `nd7 show` and `nd7 search`: the record read back.
-//! - [`policy`]: a session's rules and their rendering for Landlock and Seatbelt. Pure.
-//! - [`session`]: a sandboxed session's directory under `~/.nd7/sessions`, its record and grants.
-//! - [`sandbox`]: the platform floors, the exit and the door; all `cfg(target_os)` is here.
+//! - [`policy`]: a run's rules and their rendering for Landlock and Seatbelt. Pure.
+//! - [`kernel`]: what the kernel says about processes (start time, ancestors) and paths (pins).
+//! - [`run_dir`]: a run's directory under `~/.nd7/runs` (not a log's session), its record and grants.
+//! - [`sandbox`]: the platform floors, the exit and the door; with [`kernel`], all `cfg(target_os)` is here.
 //! - [`run`]: `nd7 run`; [`run_grants`]: the grants a run starts with; [`running`]: commands still running under a grant.
 //! - [`deferred`]: the watch over files that run later outside the floor.
 //! - [`passwd`]: an account's home from `/etc/passwd`.
@@ -50,6 +51,7 @@ pub mod files;
 pub mod home;
 pub mod hook;
 pub mod http_client;
+pub mod kernel;
 pub mod passwd;
 pub mod policy;
 pub mod read;
@@ -57,6 +59,7 @@ pub mod record;
 pub mod refusals;
 pub mod run;
 pub mod run_codex;
+pub mod run_dir;
 pub mod run_entry;
 pub mod run_grants;
 pub mod run_log;
@@ -65,7 +68,6 @@ pub mod safe_file;
 pub mod sandbox;
 #[cfg(feature = "self-update")]
 pub mod self_update;
-pub mod session;
 pub mod session_log;
 pub mod setup;
 pub mod shell_prefix;

@@ -149,7 +149,7 @@ pub fn deliver(
 
 /// Hands the payload to `session`'s door and waits for the append.
 fn through_door(
-    session: &crate::session::Session,
+    session: &crate::run_dir::RunDir,
     agent: Agent,
     invocation: &Invocation,
     input: &[u8],

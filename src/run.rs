@@ -23,9 +23,9 @@ use std::process::Command;
 use std::sync::Arc;
 
 use crate::policy::{Policy, Roots};
+use crate::run_dir::{self, Record, RunDir, RunDirError, RunDirs};
 use crate::run_entry::{self, Ended, RunFacts};
 use crate::run_log::{RunLog, RunLogError};
-use crate::session::{self, Record, Session, SessionError, Sessions};
 use crate::{deferred, record, run_grants, sandbox, session_log, setup, shell_prefix};
 
 /// The status `nd7 run` exits with when files that run outside the floor
@@ -43,7 +43,7 @@ pub enum RunError {
     #[error("cannot confine the program, so it was not started: {0}")]
     Sandbox(String),
     #[error("{0}")]
-    Session(#[from] SessionError),
+    RunDir(#[from] RunDirError),
     #[error("{path}: {action}: {source}")]
     Io {
         path: PathBuf,
@@ -191,9 +191,9 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         "resolve",
     )?;
     let nd7_exec = binary_checks(&nd7)?;
-    let home = session::account_home()?;
+    let home = run_dir::account_home()?;
     check_home(&home)?;
-    let sessions = Sessions::under(&home);
+    let sessions = RunDirs::under(&home);
     // First, while the process is small and has one thread: from here on
     // this is the session, and the process the user started waits outside
     // as its keeper, setting itself up while the session builds its side.
@@ -237,11 +237,11 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     } else {
         Vec::new()
     };
-    policy.secrets = session::secrets(&home)?;
+    policy.secrets = run_dir::secrets(&home)?;
     policy.terminal = sandbox::own_terminal();
     policy
         .secrets
-        .extend(session::nd7_real_places(&home, &policy.roots.state));
+        .extend(run_dir::nd7_real_places(&home, &policy.roots.state));
     // Made (where missing) before the floor is built: the floor's rules
     // cover what exists when it is built.
     let planned = run_grants::planned(&home, &policy.roots.project.clone(), options)?;
@@ -308,7 +308,11 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         policy: policy.clone(),
         log: Some(log.reference()),
     };
-    let session = Removed(sessions.create(&record).map_err(|e| end_early(e.into()))?);
+    let session = Removed(
+        sessions
+            .create(&record, sandbox::files_beside_record)
+            .map_err(|e| end_early(e.into()))?,
+    );
     let floor = building.join();
     let snapshot = snapshot.join();
     let floor = floor
@@ -416,7 +420,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         })
     })?;
     announce(&format!(
-        "nd7 run: session {pid} under nd7's policy: writes only to {} and {} (and {}'s own state); `nd7 allow DIR` lets commands write DIR; log {}",
+        "nd7 run: run {pid} under nd7's policy: writes only to {} and {} (and {}'s own state); `nd7 allow DIR` lets commands write DIR; log {}",
         policy.roots.project.display(),
         policy.roots.temp.display(),
         if codex { "Codex" } else { "Claude Code" },
@@ -630,7 +634,7 @@ fn users_settings(
 
 /// A session directory removed when this goes out of scope, however the
 /// function returns.
-struct Removed(Session);
+struct Removed(RunDir);
 
 impl Drop for Removed {
     fn drop(&mut self) {

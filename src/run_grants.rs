@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::policy::{Policy, grants};
-use crate::{sandbox, session};
+use crate::{kernel, run_dir};
 
 /// Why the start grants stop `nd7 run` before anything starts.
 #[derive(Debug, thiserror::Error)]
@@ -105,11 +105,11 @@ pub fn grant_at_start(
             source,
         };
         if std::fs::symlink_metadata(&p.path).is_err() {
-            let would_be = session::with_real_places(std::slice::from_ref(&p.path))
+            let would_be = run_dir::with_real_places(std::slice::from_ref(&p.path))
                 .pop()
                 .unwrap_or_else(|| p.path.clone());
             policy.check_grant(&would_be).map_err(fail)?;
-            if let Err(e) = session::create(&p.path, p.dir) {
+            if let Err(e) = run_dir::create(&p.path, p.dir) {
                 warnings.push(format!(
                     "{} ({}) cannot be created ({e}), so it is not granted",
                     p.path.display(),
@@ -130,7 +130,7 @@ pub fn grant_at_start(
             }
         };
         policy.check_grant(&resolved).map_err(fail)?;
-        match sandbox::pin(&resolved) {
+        match kernel::pin(&resolved) {
             Ok(id) => {
                 policy.allow(&resolved).map_err(fail)?;
                 policy.pin(&resolved, id);

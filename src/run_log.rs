@@ -20,8 +20,8 @@ use serde_json::Value;
 
 use crate::hook::{Glimpse, Invocation, Kind};
 use crate::record::{self, RecordError};
+use crate::run_dir::{LogRef, Record, RunDir, RunDirError};
 use crate::run_entry::{self, Announced, Ended, Reconciler, Reconciliation, RunFacts, Stamp};
-use crate::session::{LogRef, Record, Session, SessionError};
 use crate::session_log::{self, Appended, SessionLog};
 
 /// Why one of nd7's own entries could not be written.
@@ -30,7 +30,7 @@ pub enum RunLogError {
     #[error("{0}")]
     Log(#[from] session_log::Error),
     #[error("{0}")]
-    Session(#[from] SessionError),
+    RunDir(#[from] RunDirError),
     #[error("session {0} keeps no log of its own (started by an older nd7)")]
     NoChain(u32),
 }
@@ -381,7 +381,7 @@ pub struct GlimpseWire {
 
 /// Writes the `grant` entry for a change `nd7 allow` or `nd7 deny` just made
 /// to `session`: the change, the path, and the grants now in force.
-pub fn grant_changed(session: &Session, change: &str, path: &Path) -> Result<u64, RunLogError> {
+pub fn grant_changed(session: &RunDir, change: &str, path: &Path) -> Result<u64, RunLogError> {
     let record = session.record()?;
     let body = run_entry::grant_body(change, path, &record.policy.grants);
     RunLog::open(&record)?
@@ -397,7 +397,7 @@ pub fn grant_changed(session: &Session, change: &str, path: &Path) -> Result<u64
 ///
 /// Each call opens the chain and takes its lock: fine for the occasional
 /// report; the exit's per-command entries use a [`RunLog`] kept open.
-pub fn note(session: &Session, kind: &'static str, body: &Value) -> Result<u64, RunLogError> {
+pub fn note(session: &RunDir, kind: &'static str, body: &Value) -> Result<u64, RunLogError> {
     let record = session.record()?;
     RunLog::open(&record)?
         .note(kind, None, None, body)

@@ -6,7 +6,7 @@
 //! stays in force for them until they end.
 //!
 //! The file lives under `~/.nd7`, which nothing inside the session can
-//! write; it is replaced through a temporary file and a rename.
+//! write; it is replaced whole through [`crate::files::replace`].
 
 use std::path::{Path, PathBuf};
 
@@ -74,7 +74,7 @@ pub fn deny_report(pid: u32, grant: &Path, commands: &[Command]) -> Vec<String> 
         return Vec::new();
     }
     let mut lines = vec![format!(
-        "session {pid}: {} command{} started with writes under {} allowed {} still running and keep{} that until {} end{} (nd7 run ends {} with the session):",
+        "run {pid}: {} command{} started with writes under {} allowed {} still running and keep{} that until {} end{} (nd7 run ends {} when it exits):",
         holding.len(),
         if holding.len() == 1 { "" } else { "s" },
         grant.display(),
@@ -97,23 +97,19 @@ pub fn read(dir: &Path) -> Vec<Command> {
         .unwrap_or_default()
 }
 
-/// Replaces the list in `dir`.
+/// Replaces the list in `dir`, private to the user. Atomic, not durable
+/// ([`crate::files::Durability::Atomic`]): the list is about processes, which
+/// a power loss ends along with the `nd7 run` that keeps it.
 pub fn write(dir: &Path, commands: &[Command]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(FILE);
-    let tmp = dir.join(format!("{FILE}.tmp"));
     let mut json = serde_json::to_vec_pretty(commands).map_err(std::io::Error::other)?;
     json.push(b'\n');
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(&json)?;
-    drop(file);
-    std::fs::rename(&tmp, &path)
+    crate::files::replace(
+        &dir.join(FILE),
+        &json,
+        0o600,
+        crate::files::Durability::Atomic,
+    )
+    .map_err(|c| std::io::Error::new(c.source.kind(), c))
 }
 
 #[cfg(test)]
@@ -142,7 +138,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "session 1: 1 command started with writes under /data allowed is still running and keeps that until it ends (nd7 run ends it with the session):",
+                "run 1: 1 command started with writes under /data allowed is still running and keeps that until it ends (nd7 run ends it when it exits):",
                 "  process group 7: npm run dev",
             ]
         );

@@ -13,12 +13,21 @@
 //! nothing ran (no session, unreadable rules, a refusal), said on stderr.
 //!
 //! `nd7-exec --record -` is the hooks' door on macOS (see
-//! [`sandbox::record_from_stdin`]): 0 when the entry is in the log, 10 when
-//! the run records that event through its own hook instead, 126 otherwise.
+//! [`sandbox::record_hook`]): 0 when the entry is in the log, 10 when the run
+//! records that event through its own hook instead, 126 otherwise.
+//!
+//! What is decided here: which way a command goes (a Bash tool line, or
+//! something run in place), which session it belongs to (the kernel's view
+//! of the ancestors, nothing else), and what a hook request on stdin is.
+//! How a command is then run under the session's rules, and how a hook's
+//! entry reaches the log, is the platform's, in `sandbox`.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
-use nd7_core::sandbox::{self, Outcome};
+use nd7_core::kernel;
+use nd7_core::run_dir::{RunDir, RunDirs};
+use nd7_core::sandbox::{self, Outcome, wire};
 
 /// What nd7-exec exits with when it ran nothing.
 const REFUSED: u8 = 126;
@@ -42,7 +51,7 @@ ran (no session, a refusal), with the reason on standard error.
 ";
 
 fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let command = match <[_; 1]>::try_from(args) {
         Ok([flag]) if flag == "--help" || flag == "-h" => {
             print!("{HELP}");
@@ -56,7 +65,7 @@ fn main() -> ExitCode {
             return ExitCode::from(REFUSED);
         }
     };
-    if sandbox::is_shell_prefix()
+    if is_shell_prefix()
         && command
             .to_str()
             .and_then(nd7_core::shell_prefix::unwrap)
@@ -66,7 +75,7 @@ fn main() -> ExitCode {
         eprintln!("nd7-exec: {why}; the command was not run");
         return ExitCode::from(REFUSED);
     }
-    match sandbox::exec_command(command) {
+    match own_session().and_then(|session| sandbox::run_command(&session, command)) {
         Ok(Outcome::Exited(code)) => ExitCode::from(code.clamp(0, 255) as u8),
         Ok(Outcome::Signaled(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
         Err(why) => {
@@ -76,9 +85,72 @@ fn main() -> ExitCode {
     }
 }
 
-/// `nd7-exec --record -`: one hook's entry into the run's log (macOS).
+/// Whether this `nd7-exec` is Claude Code's shell prefix (ADR-0040):
+/// `CLAUDE_CODE_SHELL_PREFIX` names this very program. Only a choice of
+/// where a command runs, never of its rules: what is not a Bash tool call
+/// is then run in place under the floor ([`sandbox::run_in_place`]).
+fn is_shell_prefix() -> bool {
+    let named = std::env::var_os(nd7_core::shell_prefix::PREFIX_VARIABLE)
+        .filter(|v| !v.is_empty())
+        .and_then(|v| std::fs::canonicalize(v).ok());
+    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+    named.is_some() && named == me
+}
+
+/// The session this process runs in: the first of its ancestors, as the
+/// kernel reports them, that owns a session directory with an exit. Never
+/// taken from the arguments, the working directory or the environment.
+fn own_session() -> Result<RunDir, String> {
+    let sessions = RunDirs::for_user().map_err(|e| e.to_string())?;
+    let mut seen = Vec::new();
+    sessions
+        .find_by_ancestors(
+            kernel::ancestors().inspect(|&pid| seen.push(pid)),
+            sandbox::RUN_MARKER,
+        )
+        .ok_or_else(|| {
+            format!(
+                "not inside an nd7 run: no ancestor of this process ({}) has a run directory under {}",
+                seen.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                sessions.root().display()
+            )
+        })
+}
+
+/// A hook request on stdin, as `nd7 record` sends it: the bytes of
+/// [`wire::HookRequest::encode`], read up to the largest request and no
+/// further, with the length it announces checked.
+fn read_request() -> Result<wire::HookRequest, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(wire::MAX_REQUEST as u64 + 4)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read the request: {e}"))?;
+    let (prefix, body) = bytes
+        .split_first_chunk::<4>()
+        .ok_or("the request ended before its length")?;
+    let len = wire::Request::announced_len(*prefix).map_err(|e| e.to_string())?;
+    if body.len() != len {
+        return Err(format!(
+            "the request announced {len} bytes and carried {}",
+            body.len()
+        ));
+    }
+    wire::HookRequest::decode(body).map_err(|e| e.to_string())
+}
+
+/// `nd7-exec --record -`: one hook's entry into the run's log (macOS; on
+/// Linux it refuses before reading anything).
 fn record() -> ExitCode {
-    match sandbox::record_from_stdin() {
+    let answer = sandbox::exec_is_door()
+        .and_then(|()| read_request())
+        .and_then(|request| sandbox::record_hook(&request));
+    match answer {
         Ok(sandbox::HookAnswer::Recorded) => ExitCode::SUCCESS,
         Ok(sandbox::HookAnswer::Skipped) => ExitCode::from(sandbox::RECORD_SKIPPED),
         Ok(sandbox::HookAnswer::Explained(text)) => {

@@ -14,7 +14,7 @@ use clap::Parser;
 use nd7_core::chain::HeadState;
 use nd7_core::cli::{Cli, Command};
 use nd7_core::hook::Invocation;
-use nd7_core::session::{Change, Changed, Sessions};
+use nd7_core::run_dir::{Change, Changed, RunDirs};
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
 
@@ -91,16 +91,8 @@ fn main() -> ExitCode {
             preset,
             command,
         } => run_run(command, allow, preset),
-        Command::Allow {
-            session,
-            preset,
-            path,
-        } => run_grant(Change::Allow, session, preset, path),
-        Command::Deny {
-            session,
-            preset,
-            path,
-        } => run_grant(Change::Deny, session, preset, path),
+        Command::Allow { run, preset, path } => run_grant(Change::Allow, run, preset, path),
+        Command::Deny { run, preset, path } => run_grant(Change::Deny, run, preset, path),
         Command::HookExplain => hooks::explain(early),
         Command::HookRoute => hooks::route(),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
@@ -195,10 +187,10 @@ fn run_run(
 }
 
 /// `nd7 allow` and `nd7 deny`: one line on stdout per path and 0 when the
-/// session ends up as asked; the reason on stderr and 2 otherwise.
+/// run ends up as asked; the reason on stderr and 2 otherwise.
 fn run_grant(
     change: Change,
-    session: Option<u32>,
+    run: Option<u32>,
     preset: Option<String>,
     path: Option<PathBuf>,
 ) -> ExitCode {
@@ -211,7 +203,7 @@ fn run_grant(
         eprintln!("nd7 {verb}: {why}");
         ExitCode::from(2)
     };
-    let session = match Sessions::for_user().and_then(|s| s.pick(session)) {
+    let session = match RunDirs::for_user().and_then(|s| s.pick(run)) {
         Ok(session) => session,
         Err(e) => return fail(&e),
     };
@@ -238,7 +230,7 @@ fn run_grant(
     let logged = |path: &std::path::Path| {
         if let Err(e) = nd7_core::run_log::grant_changed(&session, verb, path) {
             eprintln!(
-                "nd7 {verb}: warning: the change is in force, but it could not be written into the session's log: {e}"
+                "nd7 {verb}: warning: the change is in force, but it could not be written into the run's log: {e}"
             );
         }
     };
@@ -246,8 +238,8 @@ fn run_grant(
         let typed = grants::expand_tilde(&target, &home);
         let typed = std::path::absolute(&typed).unwrap_or(typed);
         let changed = match change {
-            Change::Allow => session.allow(&target, dir),
-            Change::Deny => session.deny(&target),
+            Change::Allow => session.allow(&target, dir, nd7_core::sandbox::files_beside_record),
+            Change::Deny => session.deny(&target, nd7_core::sandbox::files_beside_record),
         };
         match changed {
             Ok(Changed::Allowed { path, created }) => {
@@ -267,12 +259,12 @@ fn run_grant(
                     );
                 }
                 println!(
-                    "session {pid}: writes under {} allowed from the next command",
+                    "run {pid}: writes under {} allowed from the next command",
                     path.display()
                 );
             }
             Ok(Changed::AlreadyAllowed(path)) => {
-                println!("session {pid}: {} was already allowed", path.display())
+                println!("run {pid}: {} was already allowed", path.display())
             }
             Ok(Changed::Denied(paths)) => {
                 for path in paths {
@@ -287,7 +279,7 @@ fn run_grant(
                         );
                     }
                     println!(
-                        "session {pid}: writes under {} denied from the next command",
+                        "run {pid}: writes under {} denied from the next command",
                         path.display()
                     );
                     let running = nd7_core::running::read(&session.dir);
@@ -297,7 +289,7 @@ fn run_grant(
                 }
             }
             Ok(Changed::NotAGrant(path)) => {
-                println!("session {pid}: {} was not a grant", path.display())
+                println!("run {pid}: {} was not a grant", path.display())
             }
             Err(e) => return fail(&e),
         }
@@ -522,12 +514,12 @@ fn run_is_live(id: &str) -> bool {
     let Some(pid) = id.split('-').nth(2).and_then(|p| p.parse::<u32>().ok()) else {
         return false;
     };
-    let Ok(sessions) = nd7_core::session::Sessions::for_user() else {
+    let Ok(sessions) = nd7_core::run_dir::RunDirs::for_user() else {
         return false;
     };
     sessions.running().is_ok_and(|r| r.contains(&pid))
         && sessions
-            .session(pid)
+            .run(pid)
             .record()
             .is_ok_and(|r| r.log.is_some_and(|l| l.id == id))
 }

@@ -462,7 +462,7 @@ mod tests {
         "/home/other/f",
         "/home/u/.ssh/id",
         "/home/u/.aws/creds",
-        "/home/u/.nd7/sessions/1/record.json",
+        "/home/u/.nd7/runs/1/record.json",
         "/home/u/.bashrc",
         "/home/u/proj/src/main.rs",
         "/home/u/.claude/settings.json",
@@ -537,7 +537,7 @@ mod tests {
         for secret in [
             "/home/u/.ssh/id",
             "/home/u/.aws/creds",
-            "/home/u/.nd7/sessions/1/record.json",
+            "/home/u/.nd7/runs/1/record.json",
             "/home/u/.local/state/nd7/vault/machine.key",
         ] {
             assert!(
@@ -551,10 +551,10 @@ mod tests {
     fn no_grant_reaches_under_nd7_not_even_the_whole_home() {
         let t = tree(FS);
         let list = |p: &Path| t.get(p).cloned().unwrap_or_default();
-        let p = policy(&["/home/u", "/home/u/.nd7/sessions", "/"]);
+        let p = policy(&["/home/u", "/home/u/.nd7/runs", "/"]);
         let rules = landlock_rules(&p, &p.command_writes(), &list);
         for never in [
-            "/home/u/.nd7/sessions/1/record.json",
+            "/home/u/.nd7/runs/1/record.json",
             "/home/u/.nd7/new",
             "/home/u/.ssh/id",
             "/home/u/.local/state/nd7/sessions/s1/events.ndjson",
@@ -632,7 +632,7 @@ mod tests {
             Err(GrantError::OwnRecords)
         );
         assert_eq!(
-            p.allow(Path::new("/home/u/.nd7/sessions/1")),
+            p.allow(Path::new("/home/u/.nd7/runs/1")),
             Err(GrantError::OwnRecords)
         );
         // A sibling whose name merely starts the same way is not nd7's.

@@ -533,7 +533,7 @@ mod tests {
         let r = judge(
             &failed(
                 "Bash",
-                "cat: /home/u/.ssh/id_ed25519: Permission denied\nsh: /home/u/.nd7/sessions/1/x: Permission denied\ncp: cannot create '/home/u/.local/state/nd7/sessions/s/events.ndjson': Permission denied",
+                "cat: /home/u/.ssh/id_ed25519: Permission denied\nsh: /home/u/.nd7/runs/1/x: Permission denied\ncp: cannot create '/home/u/.local/state/nd7/sessions/s/events.ndjson': Permission denied",
             ),
             &p,
             &Fs,

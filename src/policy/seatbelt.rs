@@ -883,7 +883,7 @@ mod tests {
         }
         for no in [
             "/Users/u/.nd7",
-            "/Users/u/.nd7/sessions/1/policy.sb",
+            "/Users/u/.nd7/runs/1/policy.sb",
             "/Users/u/.ssh/id",
             "/Users/u/.aws/credentials",
             // The session logs: read-only inside, whatever is granted.

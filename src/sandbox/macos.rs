@@ -1,20 +1,21 @@
 //! Seatbelt: applying a profile to the calling process or to a child between
-//! fork and exec, walking the chain of parent processes with libproc, and
-//! `nd7-exec`'s last step, becoming the shell under the session's profile.
+//! fork and exec, and `nd7-exec`'s last step, becoming the shell under the
+//! session's profile. (The chain of parent processes is read with libproc in
+//! [`crate::kernel`].)
 //!
 //! A Seatbelt profile, once applied, holds for the process and everything it
 //! starts, and the kernel refuses any other profile after it (ADR-0007). The
 //! profiles themselves are rendered by [`crate::policy::seatbelt`]. All of
-//! nd7's `unsafe` for macOS is in this file: three functions of libSystem,
+//! nd7's `unsafe` for Seatbelt is in this file: two functions of libSystem,
 //! declared here rather than through a crate.
 
-use std::ffi::{CStr, CString, OsStr, c_char, c_int, c_void};
+use std::ffi::{CStr, CString, OsStr, c_char, c_int};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-/// Why a profile was not applied, or the parent chain not read.
+/// Why a profile was not applied.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     #[error(
@@ -25,49 +26,10 @@ pub enum SandboxError {
         "macOS refused nd7's sandbox profile: {0} (a process that is already sandboxed cannot take another profile: start nd7 from a terminal outside any sandbox)"
     )]
     Refused(String),
-    #[error("the kernel would not describe process {pid}: {source}")]
-    ProcInfo { pid: u32, source: io::Error },
 }
 
-/// `PROC_PIDTBSDINFO` in <sys/proc_info.h>: fills a [`ProcBsdInfo`].
-const PROC_PIDTBSDINFO: c_int = 3;
-/// `MAXCOMLEN` in <sys/param.h>.
-const MAXCOMLEN: usize = 16;
 /// `EPERM` in <sys/errno.h>.
 const EPERM: i32 = 1;
-
-/// `struct proc_bsdinfo` of <sys/proc_info.h>, field for field.
-#[repr(C)]
-#[allow(dead_code, reason = "the kernel's layout; nd7 reads three fields")]
-struct ProcBsdInfo {
-    pbi_flags: u32,
-    pbi_status: u32,
-    pbi_xstatus: u32,
-    pbi_pid: u32,
-    pbi_ppid: u32,
-    pbi_uid: u32,
-    pbi_gid: u32,
-    pbi_ruid: u32,
-    pbi_rgid: u32,
-    pbi_svuid: u32,
-    pbi_svgid: u32,
-    rfu_1: u32,
-    pbi_comm: [c_char; MAXCOMLEN],
-    pbi_name: [c_char; 2 * MAXCOMLEN],
-    pbi_nfiles: u32,
-    pbi_pgid: u32,
-    pbi_pjobc: u32,
-    e_tdev: u32,
-    e_tpgid: u32,
-    pbi_nice: i32,
-    pbi_start_tvsec: u64,
-    pbi_start_tvusec: u64,
-}
-
-// `PROC_PIDTBSDINFO_SIZE` is `sizeof(struct proc_bsdinfo)`: 136 bytes on both
-// arm64 and x86_64. A field of the wrong size or place would change it.
-const _: () = assert!(std::mem::size_of::<ProcBsdInfo>() == 136);
-const _: () = assert!(std::mem::align_of::<ProcBsdInfo>() == 8);
 
 unsafe extern "C" {
     /// <sandbox.h>: compiles `profile` (SBPL when `flags` is 0) and applies it
@@ -75,15 +37,6 @@ unsafe extern "C" {
     /// a message to release with `sandbox_free_error`.
     fn sandbox_init(profile: *const c_char, flags: u64, errorbuf: *mut *mut c_char) -> c_int;
     fn sandbox_free_error(errorbuf: *mut c_char);
-    /// <libproc.h>: fills `buffer` with `flavor`'s record of `pid`; returns the
-    /// bytes written, 0 or less on failure (with errno set).
-    fn proc_pidinfo(
-        pid: c_int,
-        flavor: c_int,
-        arg: u64,
-        buffer: *mut c_void,
-        buffersize: c_int,
-    ) -> c_int;
 }
 
 /// Applies `profile` (SBPL) to the calling process and everything it starts
@@ -139,77 +92,6 @@ pub fn confine(cmd: &mut Command, profile: &str) -> Result<(), SandboxError> {
     // touches nothing else of the parent's state: the profile is its own copy.
     unsafe { cmd.pre_exec(hook) };
     Ok(())
-}
-
-/// The calling process's ancestors, nearest first, each as (pid, start time
-/// in microseconds since the epoch), up to pid 1.
-///
-/// The kernel describes only processes of the caller's own user (or all of
-/// them to root), so the walk stops early at the first ancestor it will not
-/// describe, typically `login` or launchd. Everything between `nd7 run` and
-/// `nd7-exec` runs as the same user, so the session is found before that.
-/// When `pid` started (microseconds since the epoch), or `None` when the
-/// kernel describes no such process to this user.
-pub fn start_time(pid: u32) -> Option<u64> {
-    let info = bsd_info(pid).ok()?;
-    Some(
-        (info.pbi_start_tvsec)
-            .saturating_mul(1_000_000)
-            .saturating_add(info.pbi_start_tvusec),
-    )
-}
-
-pub fn parent_chain() -> Result<Vec<(u32, u64)>, SandboxError> {
-    let mut chain = Vec::new();
-    let mut pid = bsd_info(std::process::id())?.pbi_ppid;
-    while pid != 0 {
-        let info = match bsd_info(pid) {
-            Ok(info) => info,
-            Err(_) if !chain.is_empty() || pid == 1 => break,
-            Err(e) => return Err(e),
-        };
-        let start = (info.pbi_start_tvsec)
-            .saturating_mul(1_000_000)
-            .saturating_add(info.pbi_start_tvusec);
-        chain.push((pid, start));
-        if pid == 1 || info.pbi_ppid == pid {
-            break;
-        }
-        pid = info.pbi_ppid;
-    }
-    Ok(chain)
-}
-
-/// The kernel's `proc_bsdinfo` record of `pid`.
-fn bsd_info(pid: u32) -> Result<ProcBsdInfo, SandboxError> {
-    let size = std::mem::size_of::<ProcBsdInfo>();
-    let mut info = std::mem::MaybeUninit::<ProcBsdInfo>::zeroed();
-    let c_pid = c_int::try_from(pid).map_err(|_| SandboxError::ProcInfo {
-        pid,
-        source: io::Error::from(io::ErrorKind::InvalidInput),
-    })?;
-    // SAFETY: `info` is writable for `size` bytes, which is what the call is
-    // told; the kernel writes at most that many.
-    let written = unsafe {
-        proc_pidinfo(
-            c_pid,
-            PROC_PIDTBSDINFO,
-            0,
-            info.as_mut_ptr().cast::<c_void>(),
-            size as c_int,
-        )
-    };
-    if written <= 0 || written as usize != size {
-        let source = if written <= 0 {
-            io::Error::last_os_error()
-        } else {
-            io::Error::other(format!("{written} of {size} bytes"))
-        };
-        return Err(SandboxError::ProcInfo { pid, source });
-    }
-    // SAFETY: the struct was zeroed (a valid value for its integer and byte
-    // fields) and the kernel filled all of it.
-    Ok(unsafe { info.assume_init() })
 }
 
 /// What `nd7-exec` does last: becomes `/bin/zsh -c <command>` confined by
@@ -288,16 +170,6 @@ mod tests {
         assert!(is_dyld(OsStr::new("DYLD_")));
         assert!(!is_dyld(OsStr::new("LD_PRELOAD")));
         assert!(!is_dyld(OsStr::new("MY_DYLD_X")));
-    }
-
-    #[test]
-    fn the_chain_starts_at_the_parent_with_start_times() {
-        let chain = parent_chain().expect("the kernel describes our parent");
-        assert_eq!(
-            chain.first().map(|c| c.0),
-            Some(std::os::unix::process::parent_id())
-        );
-        assert!(chain.iter().all(|&(_, start)| start > 0), "{chain:?}");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The platform sandboxes: Seatbelt on macOS, Landlock on Linux. All
-//! `#[cfg(target_os)]` for the sandbox lives under this module; what is above
-//! it (`nd7 run`, `nd7-exec`, the session) sees the few functions here.
+//! `#[cfg(target_os)]` for the sandbox lives under this module (the
+//! kernel's facts about processes and paths, which `session` needs too, are
+//! in [`crate::kernel`], ADR-0064); what is above it (`nd7 run`, `nd7-exec`)
+//! sees the few functions here. It stands on `session`, never the reverse.
 //!
 //! Both backends keep the same promises: one floor for the agent and all it
 //! starts, applied before the agent runs and never loosened; one exit,
@@ -19,10 +21,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use crate::kernel::ancestors;
+/// Kept here for `nd7 run`, which names them through `sandbox`; they are
+/// the kernel's facts ([`crate::kernel`]).
+pub use crate::kernel::{PinError, pin, start_time};
+use crate::policy::Policy;
 use crate::policy::deferred::Plan;
-use crate::policy::{Identity, Policy};
+use crate::run_dir::{RunDir, RunDirs};
 use crate::run_log::RunLog;
-use crate::session::{Session, Sessions};
 
 #[cfg(target_os = "linux")]
 pub use linux::SandboxError;
@@ -57,17 +63,6 @@ pub fn available() -> Result<&'static str, String> {
     }
 }
 
-/// Why a path could not be pinned.
-#[derive(Debug, thiserror::Error)]
-pub enum PinError {
-    #[error("it does not exist")]
-    Missing,
-    #[error("its path goes through a symbolic link")]
-    Link,
-    #[error("{0}")]
-    Io(std::io::Error),
-}
-
 /// A write root or grant left out of a ruleset, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dropped {
@@ -97,38 +92,6 @@ impl std::fmt::Display for Dropped {
     }
 }
 
-/// What `path` (absolute, resolved) leads to now, following no symbolic
-/// link in any component: the identity a write root or grant is pinned with.
-/// On Linux one `openat2(RESOLVE_NO_SYMLINKS)`; elsewhere each component is
-/// checked with `lstat` (macOS uses pins only to warn: Seatbelt matches the
-/// real path of every access, so a re-pointed link never widens a rule).
-pub fn pin(path: &Path) -> Result<Identity, PinError> {
-    #[cfg(target_os = "linux")]
-    {
-        linux::pin(path)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let mut last = None;
-        for prefix in path.ancestors().collect::<Vec<_>>().into_iter().rev() {
-            match std::fs::symlink_metadata(prefix) {
-                Ok(m) if m.file_type().is_symlink() => return Err(PinError::Link),
-                Ok(m) => last = Some(m),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(PinError::Missing);
-                }
-                Err(e) => return Err(PinError::Io(e)),
-            }
-        }
-        let m = last.ok_or(PinError::Missing)?;
-        Ok(Identity {
-            dev: m.dev(),
-            ino: m.ino(),
-        })
-    }
-}
-
 /// The terminal `nd7 run` was started on: the device its standard input,
 /// output or error is, if one of them is a pseudo-terminal (Linux only;
 /// elsewhere `None`, as the rule it feeds is Linux's).
@@ -145,61 +108,21 @@ pub fn own_terminal() -> Option<std::path::PathBuf> {
     }
 }
 
-/// When process `pid` started, in the kernel's units; `None` when there is
-/// no such process, or only its zombie (dead, not yet reaped: where no init
-/// reaps, a killed `nd7 run` can stay one). With the pid it names one
-/// process for good.
-pub fn start_time(pid: u32) -> Option<u64> {
-    #[cfg(target_os = "linux")]
-    {
-        linux::proc::stat(pid)
-            .filter(|s| s.state != 'Z')
-            .map(|s| s.started)
-    }
-    #[cfg(target_os = "macos")]
-    {
-        macos::start_time(pid)
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-    {
-        let _ = pid;
-        None
-    }
-}
-
-/// The calling process's ancestors as the kernel reports them, nearest
-/// first, each read only when asked for.
-pub fn ancestors() -> Box<dyn Iterator<Item = u32>> {
-    #[cfg(target_os = "linux")]
-    {
-        Box::new(linux::proc::ancestors(std::process::id()))
-    }
-    #[cfg(target_os = "macos")]
-    {
-        let chain = macos::parent_chain().unwrap_or_default();
-        Box::new(chain.into_iter().map(|(pid, _)| pid))
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-    {
-        Box::new(std::iter::empty())
-    }
-}
-
 /// The file in a session's directory whose presence marks it as one
 /// `nd7-exec` can use: the exit socket on Linux, the profile on macOS.
-pub const SESSION_MARKER: &str = if cfg!(target_os = "macos") {
-    crate::session::PROFILE
+pub const RUN_MARKER: &str = if cfg!(target_os = "macos") {
+    crate::run_dir::PROFILE
 } else {
-    crate::session::EXIT_SOCKET
+    crate::run_dir::EXIT_SOCKET
 };
 
 /// The file in a session's directory whose presence marks the door the
 /// hooks reach the log through: the door's socket on Linux; on macOS the
 /// profile, since `nd7-exec --record` is the door there.
 pub const DOOR_MARKER: &str = if cfg!(target_os = "macos") {
-    crate::session::PROFILE
+    crate::run_dir::PROFILE
 } else {
-    crate::session::DOOR_SOCKET
+    crate::run_dir::DOOR_SOCKET
 };
 
 /// What the kernel's sandbox is called in nd7's own entries, and the Landlock
@@ -222,8 +145,8 @@ pub fn kernel_sandbox() -> (&'static str, Option<u32>) {
 /// The session whose door this process's hooks go through: the first of
 /// its ancestors, as the kernel reports them, that owns a session with a
 /// door. `None` outside any session.
-pub fn hook_door() -> Option<Session> {
-    let sessions = Sessions::for_user().ok()?;
+pub fn hook_door() -> Option<RunDir> {
+    let sessions = RunDirs::for_user().ok()?;
     sessions.find_by_ancestors(ancestors(), DOOR_MARKER)
 }
 
@@ -233,9 +156,9 @@ pub fn hook_door() -> Option<Session> {
 /// ancestors as the kernel reports them, and on Linux the door's listener
 /// must prove to be that process ([`send_hook`]). Otherwise the ancestors
 /// are searched as [`hook_door`] does.
-pub fn hook_door_near(dir: &Path) -> Option<Session> {
+pub fn hook_door_near(dir: &Path) -> Option<RunDir> {
     let pid: u32 = dir.file_name()?.to_str()?.parse().ok()?;
-    let named = Session {
+    let named = RunDir {
         pid,
         dir: dir.to_path_buf(),
     };
@@ -265,10 +188,10 @@ pub const RECORD_SKIPPED: u8 = 10;
 /// in the log: on Linux through the door's socket; on macOS through
 /// `nd7-exec --record`, the one program that leaves the floor, which appends
 /// itself. The error says why nothing was recorded.
-pub fn send_hook(session: &Session, request: &wire::HookRequest) -> Result<HookAnswer, String> {
+pub fn send_hook(session: &RunDir, request: &wire::HookRequest) -> Result<HookAnswer, String> {
     #[cfg(target_os = "linux")]
     {
-        let socket = session.dir.join(crate::session::DOOR_SOCKET);
+        let socket = session.dir.join(crate::run_dir::DOOR_SOCKET);
         linux::door::send(&socket, session.pid, request).map(|a| match a {
             linux::door::Answer::Recorded => HookAnswer::Recorded,
             linux::door::Answer::Skipped => HookAnswer::Skipped,
@@ -324,37 +247,28 @@ fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> 
     }
 }
 
-/// The per-command profile written beside the record, on systems whose
-/// `nd7-exec` applies one itself (macOS). Linux has none: `nd7 run` builds
-/// the ruleset for each command from the record.
-pub fn command_profile(policy: &Policy) -> Option<String> {
+/// The files a session's record has beside it on this system, each with
+/// its text: on macOS, where `nd7-exec` applies the rules itself, the
+/// per-command profile and the floor's profile (for what it runs in place);
+/// on Linux none, as `nd7 run` builds each command's ruleset from the
+/// record. Passed to [`RunDir::write_record`] and the changes that call it,
+/// so that the session's directory is written whole without `session`
+/// asking the platform.
+pub fn files_beside_record(policy: &Policy) -> Vec<(&'static str, String)> {
     if cfg!(target_os = "macos") {
-        Some(crate::policy::seatbelt::command(policy))
+        vec![
+            (
+                crate::run_dir::PROFILE,
+                crate::policy::seatbelt::command(policy),
+            ),
+            (
+                crate::run_dir::FLOOR_PROFILE,
+                crate::policy::seatbelt::floor(policy, &policy.roots.exit),
+            ),
+        ]
     } else {
-        None
+        Vec::new()
     }
-}
-
-/// The floor's profile, written beside the record on systems whose
-/// `nd7-exec` starts outside the floor (macOS), for what it runs in place.
-pub fn floor_profile(policy: &Policy) -> Option<String> {
-    if cfg!(target_os = "macos") {
-        Some(crate::policy::seatbelt::floor(policy, &policy.roots.exit))
-    } else {
-        None
-    }
-}
-
-/// Whether this `nd7-exec` is Claude Code's shell prefix (ADR-0040):
-/// `CLAUDE_CODE_SHELL_PREFIX` names this very program. Only a choice of
-/// where a command runs, never of its rules: what is not a Bash tool call
-/// is then run in place under the floor ([`run_in_place`]).
-pub fn is_shell_prefix() -> bool {
-    let named = std::env::var_os(crate::shell_prefix::PREFIX_VARIABLE)
-        .filter(|v| !v.is_empty())
-        .and_then(|v| std::fs::canonicalize(v).ok());
-    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
-    named.is_some() && named == me
 }
 
 /// Runs `command` as Claude Code would have without its shell prefix,
@@ -366,14 +280,14 @@ pub fn run_in_place(command: OsString) -> String {
     use std::os::unix::process::CommandExt;
     #[cfg(target_os = "macos")]
     {
-        let sessions = match Sessions::for_user() {
+        let sessions = match RunDirs::for_user() {
             Ok(s) => s,
             Err(e) => return e.to_string(),
         };
-        let Some(session) = sessions.find_by_ancestors(ancestors(), SESSION_MARKER) else {
-            return "not inside an nd7 session".to_string();
+        let Some(session) = sessions.find_by_ancestors(ancestors(), RUN_MARKER) else {
+            return "not inside an nd7 run".to_string();
         };
-        let path = session.dir.join(crate::session::FLOOR_PROFILE);
+        let path = session.dir.join(crate::run_dir::FLOOR_PROFILE);
         let profile = match std::fs::read_to_string(&path) {
             Ok(p) => p,
             Err(e) => return format!("cannot read the floor's rules at {}: {e}", path.display()),
@@ -528,7 +442,7 @@ pub enum Kept {
 /// starts and ends it all, and the session (see `linux::keeper`). Must be
 /// called while the process has a single thread. Where there is no keeper
 /// (macOS), the caller simply carries on as the session.
-pub fn keep_session(sessions: &Sessions) -> Result<Kept, String> {
+pub fn keep_session(sessions: &RunDirs) -> Result<Kept, String> {
     #[cfg(target_os = "linux")]
     {
         match linux::keeper::split(sessions)? {
@@ -678,7 +592,7 @@ pub struct ExitService {
 /// session's two sockets; on macOS `nd7-exec` leaves the floor through
 /// Seatbelt's one no-sandbox exec and writes `log` itself, and there is
 /// nothing to serve.
-pub fn serve_exit(session: &Session, log: &Arc<RunLog>) -> Result<ExitService, String> {
+pub fn serve_exit(session: &RunDir, log: &Arc<RunLog>) -> Result<ExitService, String> {
     serve_exit_held(session, log, &Held::default(), None)
 }
 
@@ -686,7 +600,7 @@ pub fn serve_exit(session: &Session, log: &Arc<RunLog>) -> Result<ExitService, S
 /// `after` called when each command ends (on Linux, where the exit is
 /// served; on macOS `nd7-exec` runs the command itself).
 pub fn serve_exit_held(
-    session: &Session,
+    session: &RunDir,
     log: &Arc<RunLog>,
     held: &Held,
     after: Option<AfterCommand>,
@@ -727,24 +641,12 @@ pub enum Outcome {
     Signaled(i32),
 }
 
-/// What `nd7-exec` does with its one argument: finds the session from the
-/// kernel's view of its ancestors and runs `command` under that session's
-/// current rules. Never runs it any other way; an error means nothing ran.
-pub fn exec_command(command: OsString) -> Result<Outcome, String> {
-    let sessions = Sessions::for_user().map_err(|e| e.to_string())?;
-    let mut seen = Vec::new();
-    let session = sessions
-        .find_by_ancestors(ancestors().inspect(|&pid| seen.push(pid)), SESSION_MARKER)
-        .ok_or_else(|| {
-            format!(
-                "not inside an nd7 session: no ancestor of this process ({}) has a session under {}",
-                seen.iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                sessions.root().display()
-            )
-        })?;
+/// Runs `command` under `session`'s current rules, the last step of
+/// `nd7-exec` once it has found its session: on Linux `nd7 run` starts it,
+/// through the session's exit socket; on macOS `nd7-exec`, outside the
+/// floor, applies the session's per-command profile to the shell itself and
+/// keeps the exit's account in the run's log. An error means nothing ran.
+pub fn run_command(session: &RunDir, command: OsString) -> Result<Outcome, String> {
     #[cfg(target_os = "linux")]
     {
         match linux::exit::run(&session.socket_path(), command) {
@@ -759,7 +661,7 @@ pub fn exec_command(command: OsString) -> Result<Outcome, String> {
         // through a rename, so it is whole. nd7-exec is outside the floor
         // here, and keeps the exit's account itself: the command goes into
         // the run's log before it starts, and how it ended after.
-        let path = session.dir.join(crate::session::PROFILE);
+        let path = session.dir.join(crate::run_dir::PROFILE);
         let profile = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read the session's rules at {}: {e}", path.display()))?;
         let record = session
@@ -814,39 +716,33 @@ pub fn exec_command(command: OsString) -> Result<Outcome, String> {
     }
 }
 
-/// `nd7-exec --record -`, the hooks' door on macOS: reads a hook request on
-/// stdin (the bytes of [`wire::HookRequest::encode`]) and appends it to the
-/// run's log. `nd7 record` starts it from inside the floor; it runs outside,
-/// through the floor's one no-sandbox exec, and finds its session as a
-/// command does, from the kernel's view of its ancestors. On Linux the door
-/// is `nd7 run`'s socket, and this refuses.
-pub fn record_from_stdin() -> Result<HookAnswer, String> {
+/// Whether `nd7-exec --record -` is the hooks' door on this system: on
+/// macOS it is, as `nd7 record` inside the floor cannot write the run's log
+/// and `nd7-exec` is the one program that leaves the floor; on Linux the
+/// door is `nd7 run`'s socket, and the error says so.
+pub fn exec_is_door() -> Result<(), String> {
+    if cfg!(target_os = "macos") {
+        Ok(())
+    } else {
+        Err(NOT_THE_DOOR.to_string())
+    }
+}
+
+const NOT_THE_DOOR: &str = "nd7-exec --record is the hooks' door on macOS only; on this system nd7 record reaches nd7 run through its socket";
+
+/// Appends a hook's `request` to the run's log, as `nd7-exec --record -`
+/// (the hooks' door on macOS, [`exec_is_door`]): the session is found as a
+/// command's is, from the kernel's view of this process's ancestors, and
+/// must be the `nd7 run` that made it (its start time). On Linux this refuses.
+pub fn record_hook(request: &wire::HookRequest) -> Result<HookAnswer, String> {
     #[cfg(target_os = "macos")]
     {
-        use std::io::Read;
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .lock()
-            .take(wire::MAX_REQUEST as u64 + 4)
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot read the request: {e}"))?;
-        let (prefix, body) = bytes
-            .split_first_chunk::<4>()
-            .ok_or("the request ended before its length")?;
-        let len = wire::Request::announced_len(*prefix).map_err(|e| e.to_string())?;
-        if body.len() != len {
-            return Err(format!(
-                "the request announced {len} bytes and carried {}",
-                body.len()
-            ));
-        }
-        let request = wire::HookRequest::decode(body).map_err(|e| e.to_string())?;
         // [nd7 record, Claude Code, …, nd7 run, …]
-        let chain = macos::parent_chain().map_err(|e| e.to_string())?;
-        let sessions = Sessions::for_user().map_err(|e| e.to_string())?;
+        let chain = crate::kernel::macos::parent_chain().map_err(|e| e.to_string())?;
+        let sessions = RunDirs::for_user().map_err(|e| e.to_string())?;
         let session = sessions
             .find_by_ancestors(chain.iter().map(|&(pid, _)| pid), DOOR_MARKER)
-            .ok_or("not inside an nd7 run session")?;
+            .ok_or("not inside an nd7 run")?;
         let record = session.record().map_err(|e| e.to_string())?;
         let started = chain
             .iter()
@@ -854,7 +750,7 @@ pub fn record_from_stdin() -> Result<HookAnswer, String> {
             .map(|c| c.1);
         if record.pid != session.pid || started != Some(record.started) {
             return Err(format!(
-                "session {} is not the nd7 run that made it",
+                "run {} is not the nd7 run that made its directory",
                 session.pid
             ));
         }
@@ -866,7 +762,7 @@ pub fn record_from_stdin() -> Result<HookAnswer, String> {
                 Err(e) => Err(e.to_string()),
             };
         }
-        match log.hook(&request, chain.get(1).map(|c| c.0)) {
+        match log.hook(request, chain.get(1).map(|c| c.0)) {
             Ok(crate::run_log::HookOutcome::Recorded(_)) => Ok(HookAnswer::Recorded),
             Ok(crate::run_log::HookOutcome::Skipped) => Ok(HookAnswer::Skipped),
             Err(e) => Err(e.to_string()),
@@ -874,6 +770,7 @@ pub fn record_from_stdin() -> Result<HookAnswer, String> {
     }
     #[cfg(not(target_os = "macos"))]
     {
-        Err("nd7-exec --record is the hooks' door on macOS only; on this system nd7 record reaches nd7 run through its socket".to_string())
+        let _ = request;
+        Err(NOT_THE_DOOR.to_string())
     }
 }

@@ -248,7 +248,7 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
 /// `$HOME` against the account database's home, which `nd7 run` confines
 /// by: they must be the same directory, or `nd7 run` refuses to start.
 fn home_check(env: Option<&Path>) -> Check {
-    let account = crate::session::account_home();
+    let account = crate::run_dir::account_home();
     let same = match (&account, env) {
         (Ok(a), Some(e)) => fs::canonicalize(e).ok().as_deref() == Some(a.as_path()),
         (Ok(_), None) => true,
@@ -351,7 +351,7 @@ fn grants_check(home: &Path) -> Check {
 /// of them exist here, and whether `~/.nd7/secrets` reads.
 fn secrets_check(home: &Path) -> Check {
     let file = home.join(crate::policy::secrets::FILE);
-    match crate::session::secrets(home) {
+    match crate::run_dir::secrets(home) {
         Ok(list) => {
             let here: Vec<String> = list
                 .iter()

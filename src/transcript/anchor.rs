@@ -233,7 +233,7 @@ fn env_home() -> Option<PathBuf> {
     std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute())
-        .or_else(|| crate::session::account_home().ok())
+        .or_else(|| crate::run_dir::account_home().ok())
 }
 
 /// Codex's home as the environment names it ([`codex_layout::codex_home`]

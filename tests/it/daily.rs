@@ -270,7 +270,7 @@ touch ready; wait_for denied
         let help = text(&help.stdout);
         assert_eq!(help.matches("Usage:").count(), 1, "{help}");
         assert!(
-            help.contains("The session: the pid `nd7 run` announced"),
+            help.contains("The run: the pid `nd7 run` announced"),
             "{help}"
         );
         assert!(help.contains("<PATH>") || help.contains("[PATH]"), "{help}");
@@ -279,7 +279,7 @@ touch ready; wait_for denied
     let help = w.command(ND7_EXEC, &["--help"]).output().expect("nd7-exec");
     assert_eq!(help.status.code(), Some(0));
     assert!(text(&help.stdout).contains("Usage: nd7-exec <COMMAND>"));
-    assert!(!text(&help.stderr).contains("not inside an nd7 session"));
+    assert!(!text(&help.stderr).contains("not inside an nd7 run"));
 }
 
 /// `$HOME` other than the account's home (`sudo -E`, containers, CI): nd7

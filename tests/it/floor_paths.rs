@@ -4,7 +4,7 @@
 //!
 //! Every refusal here was seen to fail with its mechanism taken out; each
 //! test names the line it guards:
-//! - `open_nofollow` in `src/sandbox/linux/mod.rs` (rules are opened with
+//! - `open_nofollow` in `src/kernel/linux.rs` (rules are opened with
 //!   `RESOLVE_NO_SYMLINKS`; with a plain `open` the links are followed);
 //! - `with_real_places` in `src/session.rs` (secrets denied where links
 //!   lead, too);
@@ -36,7 +36,7 @@ fn with_claude_json_link(w: &World) {
     symlink(".claude/claude.json", w.home().join(".claude.json")).expect("symlink");
 }
 
-/// Guards `open_nofollow` (`src/sandbox/linux/mod.rs`): the home's entry
+/// Guards `open_nofollow` (`src/kernel/linux.rs`): the home's entry
 /// `.claude.json` is a link into the writable `~/.claude`; followed when the
 /// rules are built, the agent chooses what it opens.
 #[test]
@@ -53,7 +53,7 @@ x exec-ssh-by-link "$EXEC" "cat '$HOME_DIR/.claude.json/id_ed25519'"
 repoint "$HOME_DIR/.local/state/nd7/vault"
 x exec-vault "$EXEC" "cat '$HOME_DIR/.local/state/nd7/vault/machine.key'"
 repoint "$HOME_DIR/.nd7"
-x exec-nd7 "$EXEC" "ls '$HOME_DIR/.nd7/sessions'"
+x exec-nd7 "$EXEC" "ls '$HOME_DIR/.nd7/runs'"
 repoint "$HOME_DIR/.ssh"
 "#,
     );
@@ -142,7 +142,7 @@ touch stage2; wait_for go2
     let allow = w.nd7(&["allow", &link]).output().expect("allow");
     assert_eq!(
         text(&allow.stdout),
-        format!("session {pid}: writes under {outside} allowed from the next command\n")
+        format!("run {pid}: writes under {outside} allowed from the next command\n")
     );
     assert!(
         text(&allow.stderr).contains(&format!("{link} leads to {outside}")),
@@ -154,7 +154,7 @@ touch stage2; wait_for go2
     let deny = w.nd7(&["deny", &link]).output().expect("deny");
     assert_eq!(
         text(&deny.stdout),
-        format!("session {pid}: writes under {outside} denied from the next command\n"),
+        format!("run {pid}: writes under {outside} denied from the next command\n"),
         "{}",
         text(&deny.stderr)
     );
@@ -334,7 +334,7 @@ fn nd7_stays_unwritable_through_a_link_whatever_the_project_or_the_grants() {
     };
     // Project = home: every entry of the home is a floor write root. An
     // earlier session left the link pointing at ~/.nd7.
-    std::fs::create_dir_all(w.home().join(".nd7/sessions")).expect("mkdir");
+    std::fs::create_dir_all(w.home().join(".nd7/runs")).expect("mkdir");
     std::fs::remove_file(w.home().join(".claude/claude.json")).expect("rm");
     symlink(w.acct.join(".nd7"), w.home().join(".claude/claude.json")).expect("symlink");
     let agent = w.agent(&format!("{X}\n{ND7_PROBE}"));
@@ -547,7 +547,7 @@ touch stage3; wait_for go3
     let deny = w.nd7(&["deny", &a]).output().expect("deny");
     assert_eq!(
         text(&deny.stdout),
-        format!("session {pid}: {a} was not a grant\n"),
+        format!("run {pid}: {a} was not a grant\n"),
         "{}",
         text(&deny.stderr)
     );

@@ -75,11 +75,11 @@ fn start(w: &World, body: &str) -> (Child, u32, Arc<Mutex<String>>) {
         }
     });
     eventually("the session announces itself", || {
-        seen.lock().expect("stderr").contains("nd7 run: session ")
+        seen.lock().expect("stderr").contains("nd7 run: run ")
     });
     let text = seen.lock().expect("stderr").clone();
     let pid = text
-        .split("nd7 run: session ")
+        .split("nd7 run: run ")
         .nth(1)
         .and_then(|rest| rest.split(' ').next())
         .and_then(|pid| pid.parse().ok())
@@ -606,7 +606,7 @@ wait
             "agent-kills-command:0",
             "command-kills-agents:0",
         ],
-        "session {session}"
+        "run {session}"
     );
     assert!(matches!(alive, Some('S' | 'R')), "{alive:?}");
 }
@@ -658,7 +658,7 @@ touch started; wait_for denied
     assert_eq!(
         lines[1],
         format!(
-            "session {session}: 1 command started with writes under {data_path} allowed is still running and keeps that until it ends (nd7 run ends it with the session):"
+            "run {session}: 1 command started with writes under {data_path} allowed is still running and keeps that until it ends (nd7 run ends it when it exits):"
         )
     );
     assert!(

@@ -24,7 +24,7 @@ impl World {
         let root = std::fs::canonicalize(dir.path()).expect("realpath");
         for d in [
             "home/.ssh",
-            "home/.nd7/sessions",
+            "home/.nd7/runs",
             "home/.claude",
             "home/docs",
             "home/proj",
@@ -124,10 +124,7 @@ fn child() {
         "write bashrc",
         std::fs::write(r("home/.bashrc"), "# changed"),
     );
-    attempt(
-        "write nd7",
-        std::fs::write(r("home/.nd7/sessions/made"), "x"),
-    );
+    attempt("write nd7", std::fs::write(r("home/.nd7/runs/made"), "x"));
     attempt("read outside", std::fs::read(r("outside/readme")).map(drop));
     attempt("read bashrc", std::fs::read(r("home/.bashrc")).map(drop));
     attempt(
@@ -187,7 +184,7 @@ fn a_grant_of_the_whole_home_still_cannot_write_under_nd7() {
     assert_eq!(outcome(&lines, "write home"), "permission denied");
     assert_eq!(outcome(&lines, "write nd7"), "permission denied");
     assert_eq!(outcome(&lines, "read ssh"), "permission denied");
-    assert!(!world.root.join("home/.nd7/sessions/made").exists());
+    assert!(!world.root.join("home/.nd7/runs/made").exists());
 }
 
 #[test]
@@ -197,7 +194,7 @@ fn without_the_rules_every_probe_succeeds() {
     let world = World::new();
     let r = |p: &str| world.root.join(p);
     assert!(std::fs::write(r("outside/made"), "x").is_ok());
-    assert!(std::fs::write(r("home/.nd7/sessions/made"), "x").is_ok());
+    assert!(std::fs::write(r("home/.nd7/runs/made"), "x").is_ok());
     assert!(std::fs::read(r("home/proj/ssh-link/id_ed25519")).is_ok());
     let _ = Path::new("/");
 }

@@ -41,7 +41,7 @@ fn keep(path: PathBuf) -> Restore {
 #[test]
 #[ignore = "writes into the real home directory; the macOS CI job runs it with --ignored"]
 fn the_seatbelt_floor_holds_on_a_real_mac() {
-    let home = nd7_core::session::account_home().expect("home");
+    let home = nd7_core::run_dir::account_home().expect("home");
     let dir = tempfile::Builder::new()
         .prefix("nd7-macos-floor-")
         .tempdir_in(&home)

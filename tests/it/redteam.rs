@@ -307,7 +307,7 @@ x exec-hardlink "$EXEC" "ln '$LOG/events.ndjson' ev2"
 echo "$LOG" > log.path
 touch stage1; wait_for go1
 x exec-append "$EXEC" "echo x >> '$LOG/events.ndjson'"
-x exec-nd7 "$EXEC" "touch '$HOME_DIR/.nd7/sessions/x'"
+x exec-nd7 "$EXEC" "touch '$HOME_DIR/.nd7/runs/x'"
 x exec-secrets "$EXEC" "echo /x >> '$HOME_DIR/.nd7/secrets'"
 "#
     ));
@@ -318,7 +318,7 @@ x exec-secrets "$EXEC" "echo /x >> '$HOME_DIR/.nd7/secrets'"
         log.trim().to_string(),
         w.in_home(".local/state/nd7"),
         w.in_home(".local/state"),
-        w.in_home(".nd7/sessions"),
+        w.in_home(".nd7/runs"),
         w.in_home(".nd7"),
     ] {
         let allow = w.nd7(&["allow", &path]).output().expect("allow");
@@ -414,7 +414,7 @@ PY
 /// named `~/.nd7` only by its link, so its real directory was writable, and
 /// the agent rewrote its own session's record.json to grant itself any
 /// directory, pins included. Broke through; guards the real place of
-/// `~/.nd7` kept out with the secrets (`session::nd7_real_places`, added in
+/// `~/.nd7` kept out with the secrets (`run_dir::nd7_real_places`, added in
 /// `src/run.rs`): without it `forge` succeeds and the command after it
 /// writes outside.
 #[test]
@@ -426,7 +426,7 @@ fn nd7s_own_directory_behind_a_link_is_kept_out_where_it_really_is() {
     let out = w.run_agent(&format!(
         r#"{X}
 {FORGE_GRANT}
-x read-record cat "$PWD"/nd7/sessions/*/record.json
+x read-record cat "$PWD"/nd7/runs/*/record.json
 x forge forge "$PWD/nd7"
 x exec-outside "$EXEC" "touch '$OUT/escaped'"
 x agent-secrets sh -c "echo '-~/.ssh' >> '$PWD/nd7/secrets'"
@@ -450,7 +450,7 @@ x agent-secrets sh -c "echo '-~/.ssh' >> '$PWD/nd7/secrets'"
 /// (`~/.nd7/secrets -> dotfiles/nd7-secrets`, the repository being the
 /// project): the agent appended `-~/.ssh` to the list and so took `~/.ssh`
 /// off the next session's. Broke through; guards the same line as above
-/// (`session::nd7_real_places`, added to the secrets in `src/run.rs`).
+/// (`run_dir::nd7_real_places`, added to the secrets in `src/run.rs`).
 /// (The next session is not run here: in the test world the scratch home
 /// has a second name, and a secret inside the scratch tree splits the
 /// rules around that name, which no real home has.)

@@ -33,7 +33,7 @@ const PROBE: &str = r#"probe() {
   x $p-granted "$EXEC" "touch '$OUT/g/w-$p'"
   x $p-ssh "$EXEC" "cat '$HOME_DIR/.ssh/id_ed25519'"
   x $p-vault "$EXEC" "cat '$HOME_DIR/.local/state/nd7/vault/machine.key'"
-  x $p-nd7 "$EXEC" "ls '$HOME_DIR/.nd7/sessions'"
+  x $p-nd7 "$EXEC" "ls '$HOME_DIR/.nd7/runs'"
   x $p-logs "$EXEC" "touch '$HOME_DIR/.local/state/nd7/sessions/w-$p'"
   x $p-read "$EXEC" "cat /etc/passwd"
   x $p-null "$EXEC" "echo x > /dev/null"

@@ -101,16 +101,31 @@ touch stage2; wait_for go2
     let allow = w.nd7(&["allow", &outside]).output().expect("allow");
     assert_eq!(
         text(&allow.stdout),
-        format!("session {pid}: writes under {outside} allowed from the next command\n")
+        format!("run {pid}: writes under {outside} allowed from the next command\n")
     );
     assert!(allow.status.success() && allow.stderr.is_empty());
     let again = w
-        .nd7(&["allow", "--session", &pid.to_string(), &outside])
+        .nd7(&["allow", "--run", &pid.to_string(), &outside])
         .output()
         .expect("allow again");
     assert_eq!(
         text(&again.stdout),
-        format!("session {pid}: {outside} was already allowed\n")
+        format!("run {pid}: {outside} was already allowed\n")
+    );
+    // `--session` was the flag's name before runs were named apart from the
+    // log's sessions (ADR-0065): scripts that use it keep working, and help
+    // no longer shows it.
+    let old_flag = "--session";
+    let old_name = w
+        .nd7(&["allow", old_flag, &pid.to_string(), &outside])
+        .output()
+        .expect("allow by the old flag");
+    assert_eq!(text(&old_name.stdout), text(&again.stdout));
+    let help = w.nd7(&["allow", "--help"]).output().expect("help");
+    assert!(
+        text(&help.stdout).contains("--run <PID>") && !text(&help.stdout).contains("--session"),
+        "{}",
+        text(&help.stdout)
     );
     let home = w.in_home("");
     let home = home.trim_end_matches('/');
@@ -126,12 +141,12 @@ touch stage2; wait_for go2
     let deny = w.nd7(&["deny", &outside]).output().expect("deny");
     assert_eq!(
         text(&deny.stdout),
-        format!("session {pid}: writes under {outside} denied from the next command\n")
+        format!("run {pid}: writes under {outside} denied from the next command\n")
     );
     let deny_again = w.nd7(&["deny", &outside]).output().expect("deny again");
     assert_eq!(
         text(&deny_again.stdout),
-        format!("session {pid}: {outside} was not a grant\n")
+        format!("run {pid}: {outside} was not a grant\n")
     );
     assert!(deny_again.status.success());
     w.signal("go2");
@@ -158,7 +173,7 @@ fn allow_and_deny_say_what_is_wrong_and_exit_2() {
     let w = World::new();
     let none = w.nd7(&["allow", "/tmp"]).output().expect("allow");
     assert_eq!(none.status.code(), Some(2));
-    assert_eq!(text(&none.stderr), "nd7 allow: no running nd7 session\n");
+    assert_eq!(text(&none.stderr), "nd7 allow: no nd7 run is running\n");
     assert!(none.stdout.is_empty());
 
     let (child, pid) = w.start_agent("wait_for done");
@@ -168,13 +183,12 @@ fn allow_and_deny_say_what_is_wrong_and_exit_2() {
     // Each session is listed with its project and start, not as a bare pid.
     let listed = text(&several.stderr);
     assert!(
-        listed
-            .starts_with("nd7 allow: several sessions are running; name one with --session PID:\n"),
+        listed.starts_with("nd7 allow: several nd7 runs are running; name one with --run PID:\n"),
         "{listed}"
     );
     for p in [pid, pid2] {
         assert!(
-            listed.contains(&format!("  --session {p}  {}  since ", w.proj().display())),
+            listed.contains(&format!("  --run {p}  {}  since ", w.proj().display())),
             "{listed}"
         );
     }
@@ -182,8 +196,8 @@ fn allow_and_deny_say_what_is_wrong_and_exit_2() {
     // Mistakes in the arguments: clap's message, never two usage lines.
     for args in [
         &["allow"][..],
-        &["allow", "--session"],
-        &["allow", "--session", &session, "/a", "/b"],
+        &["allow", "--run"],
+        &["allow", "--run", &session, "/a", "/b"],
         &["allow", "--preset", "cargo", "/a"],
     ] {
         let out = w.nd7(args).output().expect("allow");
@@ -197,25 +211,25 @@ fn allow_and_deny_say_what_is_wrong_and_exit_2() {
     }
     let cases: &[(&[&str], String)] = &[
         (
-            &["allow", "--session", &session, "/no/such/dir"],
+            &["allow", "--run", &session, "/no/such/dir"],
             "nd7 allow: cannot create /no/such/dir to grant it: Permission denied (os error 13)\n"
                 .into(),
         ),
         (
-            &["allow", "--session", &session, "--preset", "nope"],
+            &["allow", "--run", &session, "--preset", "nope"],
             "nd7 allow: --preset nope: no such preset; the presets are npm, pnpm, yarn, cargo, pip, uv, python-user, go, maven, gradle\n"
                 .into(),
         ),
         (
-            &["allow", "--session", &session, &w.in_home(".nd7")],
+            &["allow", "--run", &session, &w.in_home(".nd7")],
             "nd7 allow: nd7's own records can never be made writable\n".into(),
         ),
         (
-            &["allow", "--session", &session, &w.in_home(".nd7/sessions")],
+            &["allow", "--run", &session, &w.in_home(".nd7/runs")],
             "nd7 allow: nd7's own records can never be made writable\n".into(),
         ),
         (
-            &["allow", "--session", &session, "~/.nd7/new"],
+            &["allow", "--run", &session, "~/.nd7/new"],
             "nd7 allow: nd7's own records can never be made writable\n".into(),
         ),
     ];
@@ -234,7 +248,7 @@ fn allow_and_deny_say_what_is_wrong_and_exit_2() {
     std::fs::create_dir(&gone).expect("mkdir");
     let gone_text = gone.display().to_string();
     assert!(
-        w.nd7(&["allow", "--session", &session, &gone_text])
+        w.nd7(&["allow", "--run", &session, &gone_text])
             .output()
             .expect("allow")
             .status
@@ -242,12 +256,12 @@ fn allow_and_deny_say_what_is_wrong_and_exit_2() {
     );
     std::fs::remove_dir(&gone).expect("rmdir");
     let deny = w
-        .nd7(&["deny", "--session", &session, &gone_text])
+        .nd7(&["deny", "--run", &session, &gone_text])
         .output()
         .expect("deny");
     assert_eq!(
         text(&deny.stdout),
-        format!("session {pid}: writes under {gone_text} denied from the next command\n")
+        format!("run {pid}: writes under {gone_text} denied from the next command\n")
     );
     let record: serde_json::Value = serde_json::from_slice(
         &std::fs::read(w.sessions().join(&session).join("record.json")).expect("record"),
@@ -394,7 +408,7 @@ touch started; wait_for orphan.rc; wait_for done
     // It cannot find the session from where it now is, so nd7-exec
     // refuses before asking.
     assert_eq!(rc.trim(), "126", "{err}");
-    assert!(err.contains("not inside an nd7 session"), "{err}");
+    assert!(err.contains("not inside an nd7 run"), "{err}");
     assert!(!w.proj().join("escaped").exists());
 
     // A process of the same account that was never in the session connects
@@ -465,7 +479,7 @@ fn nd7_exec_outside_any_session_runs_nothing() {
         .expect("nd7-exec");
     assert_eq!(out.status.code(), Some(126));
     let err = text(&out.stderr);
-    assert!(err.contains("not inside an nd7 session"), "{err}");
+    assert!(err.contains("not inside an nd7 run"), "{err}");
     assert!(err.contains("the command was not run"), "{err}");
     assert!(!marker.exists());
     let out = w.command(ND7_EXEC, &["a", "b"]).output().expect("nd7-exec");

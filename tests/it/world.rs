@@ -197,7 +197,7 @@ impl World {
         self.root.join("outside")
     }
     pub fn sessions(&self) -> PathBuf {
-        self.home().join(".nd7/sessions")
+        self.home().join(".nd7/runs")
     }
 
     /// `program args…` in the project directory, with the scratch home
@@ -302,7 +302,7 @@ impl World {
         let mut line = String::new();
         stderr.read_line(&mut line).expect("announcement");
         let pid = line
-            .strip_prefix("nd7 run: session ")
+            .strip_prefix("nd7 run: run ")
             .and_then(|rest| rest.split(' ').next())
             .and_then(|pid| pid.parse().ok())
             .unwrap_or_else(|| panic!("no session announced: {line:?}"));

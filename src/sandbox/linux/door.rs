@@ -1,6 +1,6 @@
 //! The hooks' door on Linux: how a hook's payload reaches the session log,
 //! which is read-only inside the floor. `nd7 run` listens on
-//! `~/.nd7/sessions/<pid>/record.sock` (0600); `nd7 record`, run by Claude
+//! `~/.nd7/runs/<pid>/record.sock` (0600); `nd7 record`, run by Claude
 //! Code inside the floor, sends its payload there ([`send`]), and `nd7 run`
 //! admits the caller as the exit does (the credentials the kernel attached
 //! to the request, a descendant of this `nd7 run`, each link pinned with a
@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 use std::os::fd::AsFd;
 
 use super::exit::{ExitError, STACK, Slots, admit, receive_prefix, refuse, set_pass_pidfd};
-use super::proc;
+use crate::kernel::linux as proc;
+use crate::run_dir::RunDir;
 use crate::run_log::{HookOutcome, RunLog};
 use crate::sandbox::wire::{Frame, HookRequest, Request};
-use crate::session::Session;
 
 /// Hooks served at once. Each append takes the log's lock in turn anyway;
 /// this bounds the threads, not the throughput.
@@ -37,14 +37,14 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The session side: `nd7 run`'s door for the hooks.
 pub struct Door {
     listener: UnixListener,
-    session: Session,
+    session: RunDir,
     log: Arc<RunLog>,
 }
 
 impl Door {
     /// Binds the session's door, readable and writable by the user alone.
-    pub fn open(session: &Session, log: Arc<RunLog>) -> Result<Door, ExitError> {
-        let path = session.dir.join(crate::session::DOOR_SOCKET);
+    pub fn open(session: &RunDir, log: Arc<RunLog>) -> Result<Door, ExitError> {
+        let path = session.dir.join(crate::run_dir::DOOR_SOCKET);
         let io_err = |action| {
             let path = path.clone();
             move |source| ExitError::Io {
@@ -98,7 +98,7 @@ impl Door {
     }
 }
 
-fn serve_one(conn: &UnixStream, me: u32, session: &Session, log: &RunLog) {
+fn serve_one(conn: &UnixStream, me: u32, session: &RunDir, log: &RunLog) {
     // One deadline for the whole request, not a timeout per read: a peer
     // trickling a byte at a time would otherwise hold its thread for as long
     // as it liked, and MAX_HOOKS of them would stall every hook behind them.

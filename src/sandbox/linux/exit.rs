@@ -1,7 +1,7 @@
 //! The floor's one exit on Linux. Landlock can never be loosened inside a
 //! process tree, so a command that needs more than the floor must be started
 //! from outside it: by `nd7 run`, which stays unconfined for the life of the
-//! agent and listens on `~/.nd7/sessions/<pid>/exit.sock` (0600).
+//! agent and listens on `~/.nd7/runs/<pid>/exit.sock` (0600).
 //!
 //! [`Exit::serve`] is that side. For each connection it reads the request
 //! and the credentials the kernel attached to it (`SCM_CREDENTIALS`, and a
@@ -34,12 +34,12 @@ use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg}
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process_group, pidfd_open};
 
 use super::Confinement;
-use super::proc;
+use crate::kernel::linux as proc;
+use crate::run_dir::RunDir;
 use crate::run_entry::Ended;
 use crate::run_log::RunLog;
 use crate::running;
 use crate::sandbox::wire::{Frame, Request};
-use crate::session::Session;
 
 /// At most this many commands run through the exit at once; a caller beyond
 /// them is refused at once rather than given a thread of the unconfined
@@ -134,7 +134,7 @@ pub enum ExitError {
 /// The session side: `nd7 run`'s listening socket.
 pub struct Exit {
     listener: UnixListener,
-    session: Session,
+    session: RunDir,
     log: Arc<RunLog>,
     groups: Arc<Mutex<HashSet<u32>>>,
     /// The session's namespaces, which every command joins (`ns`).
@@ -151,7 +151,7 @@ pub struct Serving {
 impl Exit {
     /// Binds the session's socket, readable and writable by the user alone.
     /// Every command and every refused caller goes into `log`.
-    pub fn open(session: &Session, log: Arc<RunLog>) -> Result<Exit, ExitError> {
+    pub fn open(session: &RunDir, log: Arc<RunLog>) -> Result<Exit, ExitError> {
         let path = session.socket_path();
         let io_err = |action| {
             let path = path.clone();
@@ -382,7 +382,7 @@ pub(super) fn refuse(
 fn serve_one(
     conn: UnixStream,
     me: u32,
-    session: &Session,
+    session: &RunDir,
     log: &RunLog,
     groups: &Mutex<HashSet<u32>>,
     namespaces: Option<&super::ns::Namespaces>,

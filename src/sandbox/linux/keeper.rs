@@ -40,7 +40,7 @@
 //! gone is the backstop.
 //!
 //! Which process is "nd7 run" to the rest of nd7: the session. Its pid names
-//! `~/.nd7/sessions/<pid>`, the run's chain and the banner; it serves the
+//! `~/.nd7/runs/<pid>`, the run's chain and the banner; it serves the
 //! exit and the hooks' door, and callers must descend from it. The keeper is
 //! only the parent the user's shell waits for.
 
@@ -56,12 +56,12 @@ use rustix::net::{
 };
 use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 
-use super::proc;
 use super::seccomp::{self, Sockets};
 use super::supervise::{self, Supervisor};
+use crate::kernel::linux as proc;
+use crate::run_dir::RunDirs;
 use crate::running;
 use crate::sandbox::Leftovers;
-use crate::session::Sessions;
 
 /// Message kinds on the channel, from the session to the keeper.
 pub const OWN_SOCKET: u8 = b'O';
@@ -197,7 +197,7 @@ fn os(what: &str) -> impl FnOnce(io::Error) -> String + '_ {
 
 /// Forks the keeper from the session. Must be called while this process has
 /// one thread. `sessions` is where the session's directory will be.
-pub fn split(sessions: &Sessions) -> Result<Side, String> {
+pub fn split(sessions: &RunDirs) -> Result<Side, String> {
     let (keeper_end, session_end) = rustix::net::socketpair(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
@@ -336,7 +336,7 @@ fn keep(
     session: u32,
     channel: OwnedFd,
     probe: RawFd,
-    sessions: &Sessions,
+    sessions: &RunDirs,
     signals: &libc::sigset_t,
 ) -> i32 {
     // SAFETY: prctl with integer arguments.
@@ -384,7 +384,7 @@ fn keep(
             list.join(", ")
         );
     }
-    let _ = sessions.session(session).remove();
+    let _ = sessions.run(session).remove();
     match status {
         Ended::Exited(code) => code,
         Ended::Signaled(sig) => 128 + sig,
@@ -441,7 +441,7 @@ impl Loop {
     fn new(
         session: u32,
         channel: OwnedFd,
-        sessions: &Sessions,
+        sessions: &RunDirs,
         blocked: &libc::sigset_t,
     ) -> io::Result<Loop> {
         use rustix::event::epoll;
@@ -470,7 +470,7 @@ impl Loop {
             listeners: BTreeMap::new(),
             next: FIRST_LISTENER,
             tracker: Tracker {
-                dir: sessions.session(session).dir,
+                dir: sessions.run(session).dir,
                 commands: BTreeMap::new(),
                 open: true,
             },

@@ -28,7 +28,6 @@ pub mod door;
 pub mod exit;
 pub mod keeper;
 pub mod ns;
-pub mod proc;
 pub mod seccomp;
 pub mod supervise;
 
@@ -44,13 +43,13 @@ use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, RestrictionStatus,
     Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
-use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
-use rustix::io::Errno;
+use rustix::fs::{FileType, OFlags};
 
-use crate::policy::{Identity, LandlockRules, Policy, landlock_rules, write_rules};
+use crate::kernel::linux::{open_nofollow, pin};
+use crate::policy::{LandlockRules, Policy, landlock_rules, write_rules};
+use crate::run_dir::RunDir;
 use crate::running;
-use crate::sandbox::{Dropped, PinError};
-use crate::session::Session;
+use crate::sandbox::Dropped;
 
 /// The Landlock ABI whose file-system rights nd7 requires.
 pub const REQUIRED_ABI: ABI = ABI::V3;
@@ -66,36 +65,6 @@ pub enum SandboxError {
         "the kernel would enforce nd7's rules only partly ({0:?}); refusing to run with a weaker sandbox"
     )]
     Partial(RulesetStatus),
-}
-
-/// Opens `path` (absolute) as a rule descriptor, following no symbolic link
-/// in any component: a link anywhere on the way fails with `ELOOP`.
-pub fn open_nofollow(path: &Path, flags: OFlags) -> rustix::io::Result<OwnedFd> {
-    rustix::fs::openat2(
-        rustix::fs::CWD,
-        path,
-        flags | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS,
-    )
-}
-
-/// What `path` leads to now, without following links.
-pub fn pin(path: &Path) -> Result<Identity, PinError> {
-    let fd = open_nofollow(path, OFlags::PATH).map_err(pin_error)?;
-    let stat = rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?;
-    Ok(Identity {
-        dev: stat.st_dev,
-        ino: stat.st_ino,
-    })
-}
-
-fn pin_error(e: Errno) -> PinError {
-    match e {
-        Errno::LOOP => PinError::Link,
-        Errno::NOENT | Errno::NOTDIR => PinError::Missing,
-        other => PinError::Io(other.into()),
-    }
 }
 
 /// A directory's entries, for [`crate::policy::complement`], listed without
@@ -230,7 +199,7 @@ static REPORTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 /// record (it fails closed, and `nd7 allow` can make it again) and reported
 /// on `nd7 run`'s standard error; the caller writes each one into the run's log.
 pub fn prepare_command(
-    session: &Session,
+    session: &RunDir,
     policy: &Policy,
 ) -> Result<(Confinement, Vec<Dropped>), SandboxError> {
     let (confined, dropped) = match FLOOR.get() {
@@ -261,7 +230,9 @@ pub fn prepare_command(
     };
     for d in &dropped {
         if d.grant {
-            let _ = session.change_policy(|p| (p.deny(&d.path), ()));
+            let _ = session.change_policy(crate::sandbox::files_beside_record, |p| {
+                (p.deny(&d.path), ())
+            });
         }
         let new = REPORTED
             .lock()

@@ -198,7 +198,8 @@ impl Notice {
         let pid = Pid::from_raw(self.tid).ok_or(libc::ESRCH)?;
         pidfd_open(pid, PidfdFlags::from_bits_retain(PIDFD_THREAD))
             .or_else(|_| {
-                let tgid = super::proc::tgid(self.tid as u32).ok_or(rustix::io::Errno::SRCH)?;
+                let tgid =
+                    crate::kernel::linux::tgid(self.tid as u32).ok_or(rustix::io::Errno::SRCH)?;
                 pidfd_open(
                     Pid::from_raw(tgid as i32).ok_or(rustix::io::Errno::SRCH)?,
                     PidfdFlags::empty(),

@@ -1,6 +1,16 @@
-//! What the kernel says about a process, read from `/proc/<pid>/stat`.
+//! What the Linux kernel says about processes, read from `/proc`, and what
+//! a path leads to, opened with `openat2(RESOLVE_NO_SYMLINKS)` so that no
+//! link on the way is followed (ADR-0028).
 
 use std::fs;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use super::PinError;
+use crate::policy::Identity;
 
 /// A process's state letter (`R`, `S`, `T`, `Z`…), parent and start time
 /// (clock ticks since boot).
@@ -138,6 +148,36 @@ fn descendants_by_scan(root: u32) -> Vec<(u32, Stat)> {
 /// Whether `ancestor` is among `pid`'s ancestors now.
 pub fn descends_from(pid: u32, ancestor: u32) -> bool {
     ancestors(pid).any(|p| p == ancestor)
+}
+
+/// Opens `path` (absolute) as a rule descriptor, following no symbolic link
+/// in any component: a link anywhere on the way fails with `ELOOP`.
+pub fn open_nofollow(path: &Path, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        flags | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    )
+}
+
+/// What `path` leads to now, without following links.
+pub fn pin(path: &Path) -> Result<Identity, PinError> {
+    let fd = open_nofollow(path, OFlags::PATH).map_err(pin_error)?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?;
+    Ok(Identity {
+        dev: stat.st_dev,
+        ino: stat.st_ino,
+    })
+}
+
+fn pin_error(e: Errno) -> PinError {
+    match e {
+        Errno::LOOP => PinError::Link,
+        Errno::NOENT | Errno::NOTDIR => PinError::Missing,
+        other => PinError::Io(other.into()),
+    }
 }
 
 #[cfg(test)]

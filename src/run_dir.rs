@@ -1,14 +1,18 @@
-//! A sandboxed session on disk: `~/.nd7/sessions/<pid>/`, named after the
-//! `nd7 run` that owns it, holding its record (`record.json`: the rules and
+//! A run directory: `~/.nd7/runs/<pid>/`, the state of one `nd7 run`,
+//! named after its pid, holding its record (`record.json`: the rules and
 //! what is running) and, on macOS, the per-command profile (`policy.sb`).
 //!
 //! The home directory comes from the account database, never from `$HOME`:
 //! `nd7-exec` runs with an environment the agent chose. Every file is written
 //! through a temporary file and a rename, so a reader never sees half a
-//! record. Nothing under `~/.nd7` is writable from inside a session.
+//! record. Nothing under `~/.nd7` is writable from inside a run.
+//!
+//! "RunDir" in nd7 is the log's word (`sessions/<id>` under the state
+//! directory, `nd7 sessions`); the directory of a run is never called one
+//! (ADR-0065). An `~/.nd7/sessions` left by an older nd7 is not read.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{self, OpenOptions};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -16,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::{GrantError, Policy, secrets};
 
-/// The session's record, read fresh by every command it runs.
+/// The run's record, read fresh by every command it runs.
 pub const RECORD: &str = "record.json";
 /// The per-command Seatbelt profile `nd7-exec` applies (macOS).
 pub const PROFILE: &str = "policy.sb";
@@ -26,13 +30,19 @@ pub const PROFILE: &str = "policy.sb";
 pub const FLOOR_PROFILE: &str = "floor.sb";
 /// The socket `nd7-exec` reaches `nd7 run` through (Linux).
 pub const EXIT_SOCKET: &str = "exit.sock";
-/// The socket the hooks reach the session log through (Linux): the log is
+/// The socket the hooks reach the run's log through (Linux): the log is
 /// read-only inside the floor, so `nd7 run` appends for them.
 pub const DOOR_SOCKET: &str = "record.sock";
 /// Serialises changes to the record (`nd7 allow` and `nd7 deny`).
 const LOCK: &str = "lock";
 
-/// What `nd7 run` writes when the session starts; `nd7 allow` and `nd7 deny`
+/// The files the platform keeps beside the record, each name with its
+/// text, rendered from the policy: `sandbox::files_beside_record` (the
+/// Seatbelt profiles on macOS, none on Linux). Every write of the record
+/// writes them first, so they never describe other rules than the record.
+pub type Beside = fn(&Policy) -> Vec<(&'static str, String)>;
+
+/// What `nd7 run` writes when the run starts; `nd7 allow` and `nd7 deny`
 /// change only the policy's grants.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -41,10 +51,10 @@ pub struct Record {
     /// Its start time as the kernel reports it, so that a later process with
     /// the same pid is not taken for it.
     pub started: u64,
-    /// The program and arguments the session runs.
+    /// The program and arguments `nd7 run` runs.
     pub program: Vec<String>,
     /// When it started, in seconds since the Unix epoch (for people: the
-    /// list of sessions `nd7 allow` shows). Absent in older records.
+    /// list of runs `nd7 allow` shows). Absent in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<u64>,
     #[serde(flatten)]
@@ -65,16 +75,16 @@ pub struct LogRef {
     pub hooks: bool,
 }
 
-/// Why a session could not be found, made or changed.
+/// Why a run could not be found, made or changed.
 #[derive(Debug, thiserror::Error)]
-pub enum SessionError {
+pub enum RunDirError {
     #[error("cannot find your home directory in the account database: {0}")]
     NoHome(String),
-    #[error("no running nd7 session")]
+    #[error("no nd7 run is running")]
     NoneRunning,
-    #[error("several sessions are running; name one with --session PID:{}", listing(.0))]
+    #[error("several nd7 runs are running; name one with --run PID:{}", listing(.0))]
     Several(Vec<Running>),
-    #[error("no running nd7 session has pid {0}")]
+    #[error("no running nd7 run has pid {0}")]
     NotRunning(u32),
     #[error("cannot resolve {path}: {source}")]
     Unresolvable { path: PathBuf, source: io::Error },
@@ -86,7 +96,7 @@ pub enum SessionError {
         action: &'static str,
         source: io::Error,
     },
-    #[error("{path}: not a session record: {source}")]
+    #[error("{path}: not a run record: {source}")]
     BadRecord {
         path: PathBuf,
         source: serde_json::Error,
@@ -102,7 +112,7 @@ pub enum SessionError {
     Create { path: PathBuf, source: io::Error },
 }
 
-/// A running session, as `nd7 allow` lists it for a person to choose from.
+/// An `nd7 run` still running, as `nd7 allow` lists it for a person to choose from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Running {
     pub pid: u32,
@@ -111,7 +121,7 @@ pub struct Running {
     pub program: String,
 }
 
-/// The sessions, one a line: pid, project, start (local time), program.
+/// The runs, one a line: pid, project, start (local time), program.
 fn listing(sessions: &[Running]) -> String {
     let zone = jiff::tz::TimeZone::system();
     sessions
@@ -127,7 +137,7 @@ fn listing(sessions: &[Running]) -> String {
                 })
                 .unwrap_or_else(|| "?".into());
             format!(
-                "\n  --session {}  {}  since {since}  ({})",
+                "\n  --run {}  {}  since {since}  ({})",
                 s.pid,
                 s.project.display(),
                 s.program
@@ -136,14 +146,7 @@ fn listing(sessions: &[Running]) -> String {
         .collect()
 }
 
-fn io_err(path: &Path, action: &'static str) -> impl FnOnce(io::Error) -> SessionError {
-    let path = path.to_path_buf();
-    move |source| SessionError::Io {
-        path,
-        action,
-        source,
-    }
-}
+crate::files::io_context_into!(RunDirError);
 
 /// What `nd7 allow` and `nd7 deny` do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,30 +170,30 @@ pub enum Changed {
 }
 
 /// The calling user's home directory from the account database, resolved.
-pub fn account_home() -> Result<PathBuf, SessionError> {
+pub fn account_home() -> Result<PathBuf, RunDirError> {
     let uid = nix::unistd::getuid();
     let dir = match crate::passwd::home_from_files(uid.as_raw()) {
         Some(dir) => dir,
         None => {
             nix::unistd::User::from_uid(uid)
-                .map_err(|e| SessionError::NoHome(e.to_string()))?
-                .ok_or_else(|| SessionError::NoHome(format!("uid {uid} has no entry")))?
+                .map_err(|e| RunDirError::NoHome(e.to_string()))?
+                .ok_or_else(|| RunDirError::NoHome(format!("uid {uid} has no entry")))?
                 .dir
         }
     };
     fs::canonicalize(&dir).map_err(io_err(&dir, "resolve"))
 }
 
-/// The credential stores a session starting now keeps unreadable: nd7's
+/// The credential stores a run starting now keeps unreadable: nd7's
 /// list with the changes in `~/.nd7/secrets` (a file nothing inside a
-/// session can write), each followed by the real place it leads to when a
+/// run can write), each followed by the real place it leads to when a
 /// link is on its way ([`with_real_places`]).
-pub fn secrets(home: &Path) -> Result<Vec<PathBuf>, SessionError> {
+pub fn secrets(home: &Path) -> Result<Vec<PathBuf>, RunDirError> {
     let file = home.join(secrets::FILE);
     let defaults = secrets::defaults(home);
     let list = match fs::read_to_string(&file) {
         Ok(text) => secrets::apply(&defaults, &text, home)
-            .map_err(|source| SessionError::Secrets { path: file, source })?,
+            .map_err(|source| RunDirError::Secrets { path: file, source })?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => defaults,
         Err(e) => return Err(io_err(&file, "read")(e)),
     };
@@ -218,8 +221,8 @@ pub fn with_real_places(paths: &[PathBuf]) -> Vec<PathBuf> {
 /// a dotfile manager leaves them; the logs or vault keys moved elsewhere).
 /// Landlock rules act on real directories, so a carve-out made by the name
 /// alone would leave the real place writable wherever it lies in a write
-/// root or grant: the agent could rewrite its session's record (its grants)
-/// or the next session's list of secrets. Only places that differ from
+/// root or grant: the agent could rewrite its run's record (its grants)
+/// or the next run's list of secrets. Only places that differ from
 /// their names are returned.
 pub fn nd7_real_places(home: &Path, state: &Path) -> Vec<PathBuf> {
     [
@@ -246,49 +249,49 @@ fn real_place(path: &Path) -> Option<PathBuf> {
     })
 }
 
-/// The directory that holds every session: `<home>/.nd7/sessions`.
+/// The directory that holds every run: `<home>/.nd7/runs`.
 #[derive(Clone, Debug)]
-pub struct Sessions {
+pub struct RunDirs {
     root: PathBuf,
 }
 
-/// One session's directory.
+/// One run's directory.
 #[derive(Clone, Debug)]
-pub struct Session {
+pub struct RunDir {
     pub pid: u32,
     pub dir: PathBuf,
 }
 
 /// Whether the process `pid` still is the one that started at `started`.
 fn alive(pid: u32, started: u64) -> bool {
-    crate::sandbox::start_time(pid) == Some(started)
+    crate::kernel::start_time(pid) == Some(started)
 }
 
-impl Sessions {
-    pub fn under(home: &Path) -> Sessions {
-        Sessions {
-            root: home.join(".nd7").join("sessions"),
+impl RunDirs {
+    pub fn under(home: &Path) -> RunDirs {
+        RunDirs {
+            root: home.join(".nd7").join("runs"),
         }
     }
 
-    /// The sessions of the user running this process.
-    pub fn for_user() -> Result<Sessions, SessionError> {
-        Ok(Sessions::under(&account_home()?))
+    /// The runs of the user running this process.
+    pub fn for_user() -> Result<RunDirs, RunDirError> {
+        Ok(RunDirs::under(&account_home()?))
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn session(&self, pid: u32) -> Session {
-        Session {
+    pub fn run(&self, pid: u32) -> RunDir {
+        RunDir {
             pid,
             dir: self.root.join(pid.to_string()),
         }
     }
 
-    /// The numeric entries, in order; anything else there is not a session.
-    pub fn pids(&self) -> Result<Vec<u32>, SessionError> {
+    /// The numeric entries, in order; anything else there is not a run.
+    pub fn pids(&self) -> Result<Vec<u32>, RunDirError> {
         let entries = match fs::read_dir(&self.root) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -302,20 +305,20 @@ impl Sessions {
         Ok(pids)
     }
 
-    /// The sessions whose `nd7 run` is still the process that made them.
-    pub fn running(&self) -> Result<Vec<u32>, SessionError> {
+    /// The runs whose `nd7 run` is still the process that made them.
+    pub fn running(&self) -> Result<Vec<u32>, RunDirError> {
         Ok(self
             .pids()?
             .into_iter()
             .filter(|&pid| {
-                self.session(pid)
+                self.run(pid)
                     .record()
                     .is_ok_and(|r| r.pid == pid && alive(pid, r.started))
             })
             .collect())
     }
 
-    /// Removes the directories of sessions whose `nd7 run` is gone (killed
+    /// Removes the directories of runs whose `nd7 run` is gone (killed
     /// before it could clean up). Returns their pids.
     pub fn clean_stale(&self) -> Vec<u32> {
         let Ok(pids) = self.pids() else {
@@ -323,13 +326,13 @@ impl Sessions {
         };
         let mut removed = Vec::new();
         for pid in pids {
-            let session = self.session(pid);
+            let session = self.run(pid);
             let live = session
                 .record()
                 .is_ok_and(|r| r.pid == pid && alive(pid, r.started));
             // A record that cannot be read may be one being written right
             // now; only a dead pid makes it stale then.
-            let owner_alive = crate::sandbox::start_time(pid).is_some();
+            let owner_alive = crate::kernel::start_time(pid).is_some();
             let unreadable = session.record().is_err();
             let in_the_making = unreadable && owner_alive;
             if !live && !in_the_making && fs::remove_dir_all(&session.dir).is_ok() {
@@ -339,21 +342,21 @@ impl Sessions {
         removed
     }
 
-    /// The session `nd7 allow` and `nd7 deny` act on: the one given, or the
+    /// The run `nd7 allow` and `nd7 deny` act on: the one given, or the
     /// only one running.
-    pub fn pick(&self, requested: Option<u32>) -> Result<Session, SessionError> {
+    pub fn pick(&self, requested: Option<u32>) -> Result<RunDir, RunDirError> {
         let running = self.running()?;
         match requested {
-            Some(pid) if running.contains(&pid) => Ok(self.session(pid)),
-            Some(pid) => Err(SessionError::NotRunning(pid)),
+            Some(pid) if running.contains(&pid) => Ok(self.run(pid)),
+            Some(pid) => Err(RunDirError::NotRunning(pid)),
             None => match running.as_slice() {
-                [] => Err(SessionError::NoneRunning),
-                [pid] => Ok(self.session(*pid)),
-                several => Err(SessionError::Several(
+                [] => Err(RunDirError::NoneRunning),
+                [pid] => Ok(self.run(*pid)),
+                several => Err(RunDirError::Several(
                     several
                         .iter()
                         .map(|&pid| {
-                            let record = self.session(pid).record().ok();
+                            let record = self.run(pid).record().ok();
                             Running {
                                 pid,
                                 project: record
@@ -372,24 +375,24 @@ impl Sessions {
         }
     }
 
-    /// The session a process belongs to, given its ancestors (nearest first):
-    /// the first ancestor that owns a session directory holding `marker`.
+    /// The run a process belongs to, given its ancestors (nearest first):
+    /// the first ancestor that owns a run directory holding `marker`.
     /// Only the kernel's view of the process tree is consulted.
     pub fn find_by_ancestors(
         &self,
         ancestors: impl IntoIterator<Item = u32>,
         marker: &str,
-    ) -> Option<Session> {
+    ) -> Option<RunDir> {
         ancestors
             .into_iter()
-            .map(|pid| self.session(pid))
+            .map(|pid| self.run(pid))
             .find(|s| s.dir.join(marker).exists())
     }
 
-    /// Makes the session directory for `record` (its pid's), private to the
-    /// user, with the record written. A directory left by an earlier process
-    /// with the same pid is replaced.
-    pub fn create(&self, record: &Record) -> Result<Session, SessionError> {
+    /// Makes the run directory for `record` (its pid's), private to the
+    /// user, with the record written (and `beside`). A directory left by an
+    /// earlier process with the same pid is replaced.
+    pub fn create(&self, record: &Record, beside: Beside) -> Result<RunDir, RunDirError> {
         let nd7 = self.root.parent().unwrap_or(&self.root);
         for dir in [nd7, &self.root] {
             match fs::DirBuilder::new().mode(0o700).create(dir) {
@@ -398,22 +401,22 @@ impl Sessions {
                 Err(e) => return Err(io_err(dir, "create")(e)),
             }
         }
-        let session = self.session(record.pid);
+        let session = self.run(record.pid);
         match fs::remove_dir_all(&session.dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(&session.dir, "remove the stale session")(e)),
+            Err(e) => return Err(io_err(&session.dir, "remove the stale run directory")(e)),
         }
         fs::DirBuilder::new()
             .mode(0o700)
             .create(&session.dir)
             .map_err(io_err(&session.dir, "create"))?;
-        session.write_record(record)?;
+        session.write_record(record, beside)?;
         Ok(session)
     }
 }
 
-impl Session {
+impl RunDir {
     pub fn record_path(&self) -> PathBuf {
         self.dir.join(RECORD)
     }
@@ -422,37 +425,35 @@ impl Session {
         self.dir.join(EXIT_SOCKET)
     }
 
-    pub fn record(&self) -> Result<Record, SessionError> {
+    pub fn record(&self) -> Result<Record, RunDirError> {
         let path = self.record_path();
         let bytes = fs::read(&path).map_err(io_err(&path, "read"))?;
-        serde_json::from_slice(&bytes).map_err(|source| SessionError::BadRecord { path, source })
+        serde_json::from_slice(&bytes).map_err(|source| RunDirError::BadRecord { path, source })
     }
 
-    /// Writes the record, and the per-command profile where the platform
-    /// has one, each through a temporary file and a rename.
-    pub fn write_record(&self, record: &Record) -> Result<(), SessionError> {
+    /// Writes the platform's files `beside` the record, then the record,
+    /// each replaced whole.
+    pub fn write_record(&self, record: &Record, beside: Beside) -> Result<(), RunDirError> {
         let mut json =
-            serde_json::to_vec_pretty(record).map_err(|source| SessionError::BadRecord {
+            serde_json::to_vec_pretty(record).map_err(|source| RunDirError::BadRecord {
                 path: self.record_path(),
                 source,
             })?;
         json.push(b'\n');
-        if let Some(profile) = crate::sandbox::command_profile(&record.policy) {
-            replace(&self.dir.join(PROFILE), profile.as_bytes())?;
-        }
-        if let Some(profile) = crate::sandbox::floor_profile(&record.policy) {
-            replace(&self.dir.join(FLOOR_PROFILE), profile.as_bytes())?;
+        for (name, text) in beside(&record.policy) {
+            replace(&self.dir.join(name), text.as_bytes())?;
         }
         replace(&self.record_path(), &json)
     }
 
-    /// Changes the session's grants under its lock, so that two `nd7 allow`
+    /// Changes the run's grants under its lock, so that two `nd7 allow`
     /// at once both land. `change` says whether anything changed; nothing is
-    /// written when it did not.
+    /// written when it did not; when it did, `beside` with the record.
     pub fn change_policy<T>(
         &self,
+        beside: Beside,
         change: impl FnOnce(&mut Policy) -> (bool, T),
-    ) -> Result<T, SessionError> {
+    ) -> Result<T, RunDirError> {
         let lock_path = self.dir.join(LOCK);
         let lock = OpenOptions::new()
             .create(true)
@@ -465,22 +466,27 @@ impl Session {
         let mut record = self.record()?;
         let (changed, out) = change(&mut record.policy);
         if changed {
-            self.write_record(&record)?;
+            self.write_record(&record, beside)?;
         }
         Ok(out)
     }
 
     /// Adds or removes the grant of `path` (a directory).
-    pub fn change_grant(&self, change: Change, path: &Path) -> Result<Changed, SessionError> {
+    pub fn change_grant(
+        &self,
+        change: Change,
+        path: &Path,
+        beside: Beside,
+    ) -> Result<Changed, RunDirError> {
         match change {
-            Change::Allow => self.allow(path, true),
-            Change::Deny => self.deny(path),
+            Change::Allow => self.allow(path, true, beside),
+            Change::Deny => self.deny(path, beside),
         }
     }
 
     /// Grants `typed`, a directory (`dir`) or a single file.
     ///
-    /// `~` and `~/…` are the session's home, even when the shell left them
+    /// `~` and `~/…` are the run's home, even when the shell left them
     /// alone (quoted). A path that does not exist yet is created (a
     /// directory, or an empty file), once nd7 has checked that what it would
     /// be may be granted. A grant is of the real path `typed` resolves to
@@ -488,12 +494,12 @@ impl Session {
     /// resolving), with the name as typed kept beside it: re-pointing a link
     /// later moves nothing. Nothing under `~/.nd7`, in a credential store or
     /// among the vault keys is accepted.
-    pub fn allow(&self, typed: &Path, dir: bool) -> Result<Changed, SessionError> {
+    pub fn allow(&self, typed: &Path, dir: bool, beside: Beside) -> Result<Changed, RunDirError> {
         // The record first: from inside the floor it cannot even be read, so
         // nothing is created there either.
         let policy = self.record()?.policy;
         let expanded = crate::policy::grants::expand_tilde(typed, &policy.roots.home);
-        let unresolvable = |source| SessionError::Unresolvable {
+        let unresolvable = |source| RunDirError::Unresolvable {
             path: expanded.clone(),
             source,
         };
@@ -501,7 +507,7 @@ impl Session {
         let created = if fs::symlink_metadata(&named).is_err() {
             let would_be = real_place(&named).unwrap_or_else(|| named.clone());
             policy.check_grant(&would_be)?;
-            create(&named, dir).map_err(|source| SessionError::Create {
+            create(&named, dir).map_err(|source| RunDirError::Create {
                 path: named.clone(),
                 source,
             })?;
@@ -510,11 +516,11 @@ impl Session {
             false
         };
         let resolved = fs::canonicalize(&named).map_err(unresolvable)?;
-        let id = crate::sandbox::pin(&resolved).map_err(|e| SessionError::Moved {
+        let id = crate::kernel::pin(&resolved).map_err(|e| RunDirError::Moved {
             path: resolved.clone(),
             why: e.to_string(),
         })?;
-        self.change_policy(|policy| match policy.allow(&resolved) {
+        self.change_policy(beside, |policy| match policy.allow(&resolved) {
             Ok(new) => {
                 policy.pin(&resolved, id);
                 policy.alias(&named, &resolved);
@@ -535,19 +541,18 @@ impl Session {
     /// Takes back every grant `typed` names: as typed, as granted through
     /// (a link since re-pointed), as it resolves now, or as the directory it
     /// leads to (a grant since renamed). Nothing under `~/.nd7` is accepted.
-    pub fn deny(&self, typed: &Path) -> Result<Changed, SessionError> {
+    pub fn deny(&self, typed: &Path, beside: Beside) -> Result<Changed, RunDirError> {
         let home = self.record()?.policy.roots.home;
         let expanded = crate::policy::grants::expand_tilde(typed, &home);
-        let named =
-            std::path::absolute(&expanded).map_err(|source| SessionError::Unresolvable {
-                path: expanded.clone(),
-                source,
-            })?;
+        let named = std::path::absolute(&expanded).map_err(|source| RunDirError::Unresolvable {
+            path: expanded.clone(),
+            source,
+        })?;
         let now = fs::canonicalize(&named).ok();
-        let id = now.as_deref().and_then(|p| crate::sandbox::pin(p).ok());
+        let id = now.as_deref().and_then(|p| crate::kernel::pin(p).ok());
         let mut names = vec![named.clone()];
         names.extend(now.clone());
-        self.change_policy(|policy| {
+        self.change_policy(beside, |policy| {
             if names.iter().any(|n| n.starts_with(policy.nd7_dir())) {
                 return (false, Err(GrantError::OwnRecords.into()));
             }
@@ -564,7 +569,7 @@ impl Session {
     }
 
     /// Removes the directory and everything in it.
-    pub fn remove(&self) -> Result<(), SessionError> {
+    pub fn remove(&self) -> Result<(), RunDirError> {
         match fs::remove_dir_all(&self.dir) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err(&self.dir, "remove")(e)),
             _ => Ok(()),
@@ -589,21 +594,16 @@ pub fn create(path: &Path, dir: bool) -> io::Result<()> {
         .map(drop)
 }
 
-/// Replaces `path` with `bytes`: a private temporary file beside it, then a rename.
-fn replace(path: &Path, bytes: &[u8]) -> Result<(), SessionError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let mut file: File = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err(&tmp, "create"))?;
-    file.write_all(bytes).map_err(io_err(&tmp, "write"))?;
-    drop(file);
-    fs::rename(&tmp, path).map_err(io_err(path, "replace"))
+/// Replaces `path` with `bytes`, private to the user ([`crate::files::replace`]).
+/// Atomic, not durable: the directory lives only as long as its `nd7 run`,
+/// which a power loss ends, so a synced record would outlive its only reader.
+fn replace(path: &Path, bytes: &[u8]) -> Result<(), RunDirError> {
+    Ok(crate::files::replace(
+        path,
+        bytes,
+        0o600,
+        crate::files::Durability::Atomic,
+    )?)
 }
 
 #[cfg(test)]
@@ -628,21 +628,30 @@ mod tests {
         }
     }
 
+    fn none(_: &Policy) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    impl RunDirs {
+        fn create_plain(&self, record: &Record) -> Result<RunDir, RunDirError> {
+            self.create(record, none)
+        }
+    }
+
     fn me() -> (u32, u64) {
         let pid = std::process::id();
-        (
-            pid,
-            crate::sandbox::start_time(pid).expect("own start time"),
-        )
+        (pid, crate::kernel::start_time(pid).expect("own start time"))
     }
 
     #[test]
     fn a_session_is_private_and_reads_back() {
         use std::os::unix::fs::PermissionsExt;
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = Sessions::under(home.path());
+        let sessions = RunDirs::under(home.path());
         let (pid, started) = me();
-        let session = sessions.create(&record(pid, started)).expect("create");
+        let session = sessions
+            .create_plain(&record(pid, started))
+            .expect("create");
         assert_eq!(session.record().expect("read"), record(pid, started));
         for path in [
             home.path().join(".nd7"),
@@ -657,26 +666,25 @@ mod tests {
         assert_eq!(sessions.pick(None).expect("one").pid, pid);
         session.remove().expect("remove");
         assert!(!session.dir.exists());
-        assert!(matches!(
-            sessions.pick(None),
-            Err(SessionError::NoneRunning)
-        ));
+        assert!(matches!(sessions.pick(None), Err(RunDirError::NoneRunning)));
     }
 
     #[test]
     fn stale_sessions_are_told_apart_from_running_ones() {
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = Sessions::under(home.path());
+        let sessions = RunDirs::under(home.path());
         let (pid, started) = me();
-        sessions.create(&record(pid, started)).expect("mine");
+        sessions.create_plain(&record(pid, started)).expect("mine");
         // Same pid, another start time: a process that has since died.
-        let reused = sessions.session(pid);
+        let reused = sessions.run(pid);
         // A pid that cannot exist (above pid_max), and one whose process
         // started at another time.
-        sessions.create(&record(u32::MAX - 1, 1)).expect("dead");
+        sessions
+            .create_plain(&record(u32::MAX - 1, 1))
+            .expect("dead");
         let mut other = record(1, 1);
         other.pid = 1;
-        sessions.create(&other).expect("reused pid");
+        sessions.create_plain(&other).expect("reused pid");
         fs::create_dir_all(sessions.root().join("not-a-pid")).expect("mkdir");
         assert_eq!(sessions.pids().expect("pids"), vec![1, pid, u32::MAX - 1]);
         assert_eq!(sessions.running().expect("running"), vec![pid]);
@@ -690,28 +698,28 @@ mod tests {
     #[test]
     fn picking_says_which_sessions_there_are() {
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = Sessions::under(home.path());
+        let sessions = RunDirs::under(home.path());
         let (pid, started) = me();
-        sessions.create(&record(pid, started)).expect("mine");
+        sessions.create_plain(&record(pid, started)).expect("mine");
         let parent = rustix::process::getppid().expect("parent").as_raw_pid() as u32;
-        let parent_started = crate::sandbox::start_time(parent).expect("parent start");
+        let parent_started = crate::kernel::start_time(parent).expect("parent start");
         sessions
-            .create(&record(parent, parent_started))
+            .create_plain(&record(parent, parent_started))
             .expect("parent's");
         let mut both = vec![pid, parent];
         both.sort_unstable();
         match sessions.pick(None) {
-            Err(e @ SessionError::Several(_)) => {
+            Err(e @ RunDirError::Several(_)) => {
                 let text = e.to_string();
                 assert!(
                     text.starts_with(
-                        "several sessions are running; name one with --session PID:\n  --session "
+                        "several nd7 runs are running; name one with --run PID:\n  --run "
                     ),
                     "{text}"
                 );
                 for pid in both {
                     assert!(
-                        text.contains(&format!("--session {pid}  /p  since 20")),
+                        text.contains(&format!("--run {pid}  /p  since 20")),
                         "{text}"
                     );
                 }
@@ -722,22 +730,22 @@ mod tests {
         assert_eq!(sessions.pick(Some(parent)).expect("given").pid, parent);
         assert!(matches!(
             sessions.pick(Some(7)),
-            Err(SessionError::NotRunning(7))
+            Err(RunDirError::NotRunning(7))
         ));
     }
 
     #[test]
     fn grants_change_under_the_lock_and_survive_rereading() {
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = Sessions::under(home.path());
+        let sessions = RunDirs::under(home.path());
         let (pid, started) = me();
-        let session = sessions.create(&record(pid, started)).expect("mine");
+        let session = sessions.create_plain(&record(pid, started)).expect("mine");
         std::thread::scope(|s| {
             for i in 0..8 {
                 let session = session.clone();
                 s.spawn(move || {
                     session
-                        .change_policy(|p| {
+                        .change_policy(none, |p| {
                             let added = p.allow(Path::new(&format!("/g{i}"))).expect("grant");
                             (added, ())
                         })
@@ -748,5 +756,28 @@ mod tests {
         let mut grants = session.record().expect("read").policy.grants;
         grants.sort();
         assert_eq!(grants.len(), 8, "{grants:?}");
+    }
+
+    #[test]
+    fn the_files_beside_the_record_are_written_with_it_and_follow_its_changes() {
+        fn profile(policy: &Policy) -> Vec<(&'static str, String)> {
+            vec![(PROFILE, format!("{:?}\n", policy.grants))]
+        }
+        let home = tempfile::tempdir().expect("tempdir");
+        let sessions = RunDirs::under(home.path());
+        let (pid, started) = me();
+        let session = sessions
+            .create(&record(pid, started), profile)
+            .expect("mine");
+        let beside = session.dir.join(PROFILE);
+        assert_eq!(fs::read_to_string(&beside).expect("written"), "[]\n");
+        session
+            .change_policy(profile, |p| (p.allow(Path::new("/g")).expect("grant"), ()))
+            .expect("change");
+        assert_eq!(
+            fs::read_to_string(&beside).expect("rewritten"),
+            "[\"/g\"]\n"
+        );
+        assert!(!session.dir.join(FLOOR_PROFILE).exists());
     }
 }
