@@ -994,33 +994,18 @@ fn save_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Anch
     write_state_file(dir, name, &text)
 }
 
-/// Writes a state file whole, as `head` is written (ADR-0011): into
-/// `<name>.tmp` in place, then swapped with `<name>` in one
-/// `renameat2(RENAME_EXCHANGE)`, which frees no inode (a rename over the
-/// file cost 0.4 ms here, most of an anchoring hook's own time); a plain
-/// rename where the filesystem cannot swap. A reader sees the old state or
-/// the new, never a mix.
+/// Writes a state file whole, as `head` is written (ADR-0011, through
+/// [`crate::files::swap_in`]): `<name>.tmp` filled in place, then swapped
+/// with `<name>`, which frees no inode (replacing the file cost 0.4 ms here,
+/// most of an anchoring hook's own time). A reader sees the old state or the
+/// new, never a mix.
 pub(crate) fn write_state_file(dir: &Path, name: &str, text: &[u8]) -> Result<(), AnchorError> {
     let tmp = dir.join(format!("{name}.tmp"));
-    let file = create_0600(&tmp, OpenOptions::new().write(true))?;
-    file.write_all_at(text, 0).map_err(io_err(&tmp, "write"))?;
-    if file.metadata().map_err(io_err(&tmp, "stat"))?.len() > text.len() as u64 {
-        file.set_len(text.len() as u64)
-            .map_err(io_err(&tmp, "truncate"))?;
-    }
-    drop(file);
-    let path = dir.join(name);
-    let swapped = rustix::fs::renameat_with(
-        rustix::fs::CWD,
-        &tmp,
-        rustix::fs::CWD,
-        &path,
-        rustix::fs::RenameFlags::EXCHANGE,
-    );
-    match swapped {
-        Ok(()) => Ok(()),
-        Err(_) => fs::rename(&tmp, &path).map_err(io_err(&path, "replace")),
-    }
+    crate::files::swap_in(&dir.join(name), &tmp, text).map_err(|c| AnchorError::Io {
+        path: c.path,
+        action: c.action,
+        source: c.source,
+    })
 }
 
 /// What `nd7 record` anchors for a hook's payload outside `nd7 run`, into
