@@ -204,29 +204,19 @@ pub fn trust_hash(
 // ---- hooks.json -------------------------------------------------------
 
 fn parse_json(text: Option<&str>) -> Result<Map<String, Value>, CodexConfigError> {
-    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
-        return Ok(Map::new());
-    };
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(CodexConfigError::NotObject),
-        Err(e) => Err(CodexConfigError::Json {
-            line: e.line(),
-            column: e.column(),
-            message: e
-                .to_string()
-                .split(" at line ")
-                .next()
-                .unwrap_or_default()
-                .to_string(),
-        }),
-    }
-}
-
-fn render_json(file: &Map<String, Value>) -> String {
-    let mut text = serde_json::to_string_pretty(file).expect("a JSON map serializes");
-    text.push('\n');
-    text
+    use super::merge::JsonProblem;
+    super::merge::parse_object(text).map_err(|p| match p {
+        JsonProblem::NotObject => CodexConfigError::NotObject,
+        JsonProblem::Json {
+            line,
+            column,
+            message,
+        } => CodexConfigError::Json {
+            line,
+            column,
+            message,
+        },
+    })
 }
 
 fn json_is_nd7(handler: &Value) -> bool {
@@ -327,7 +317,7 @@ pub fn install_json(text: Option<&str>, nd7: &str) -> Result<Merged, CodexConfig
             }
         }
     }
-    let text = (file != original).then(|| render_json(&file));
+    let text = (file != original).then(|| super::merge::render_object(&file));
     Ok(Merged { text, changes })
 }
 
@@ -367,7 +357,7 @@ pub fn uninstall_json(text: Option<&str>) -> Result<Merged, CodexConfigError> {
             hooks.shift_remove(event);
         }
     }
-    let text = (file != original).then(|| render_json(&file));
+    let text = (file != original).then(|| super::merge::render_object(&file));
     Ok(Merged { text, changes })
 }
 

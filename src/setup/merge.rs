@@ -187,14 +187,28 @@ pub struct Merged {
     pub changes: Vec<Change>,
 }
 
-fn parse(text: Option<&str>) -> Result<Map<String, Value>, MergeError> {
+/// What is wrong with a JSON settings file nd7 merges into.
+pub(super) enum JsonProblem {
+    /// Not JSON: where serde_json stopped, and why.
+    Json {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// JSON, but not an object at the top.
+    NotObject,
+}
+
+/// A JSON settings file's top-level object; an absent or blank file is an
+/// empty one. Shared by Claude Code's settings and Codex's `hooks.json`.
+pub(super) fn parse_object(text: Option<&str>) -> Result<Map<String, Value>, JsonProblem> {
     let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
         return Ok(Map::new());
     };
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(MergeError::NotObject),
-        Err(e) => Err(MergeError::Json {
+        Ok(_) => Err(JsonProblem::NotObject),
+        Err(e) => Err(JsonProblem::Json {
             line: e.line(),
             column: e.column(),
             message: e
@@ -207,11 +221,27 @@ fn parse(text: Option<&str>) -> Result<Map<String, Value>, MergeError> {
     }
 }
 
-fn render(settings: &Map<String, Value>) -> String {
-    // Claude Code writes its settings with two-space indentation.
-    let mut text = serde_json::to_string_pretty(settings).expect("a JSON map serializes");
+/// `file` as both agents write their JSON settings: two-space indentation,
+/// a final newline.
+pub(super) fn render_object(file: &Map<String, Value>) -> String {
+    let mut text = serde_json::to_string_pretty(file).expect("a JSON map serializes");
     text.push('\n');
     text
+}
+
+fn parse(text: Option<&str>) -> Result<Map<String, Value>, MergeError> {
+    parse_object(text).map_err(|p| match p {
+        JsonProblem::NotObject => MergeError::NotObject,
+        JsonProblem::Json {
+            line,
+            column,
+            message,
+        } => MergeError::Json {
+            line,
+            column,
+            message,
+        },
+    })
 }
 
 /// Removes nd7's hooks from one event's matcher groups; drops groups left
@@ -323,7 +353,7 @@ fn finish(
     original: &Map<String, Value>,
     changes: Vec<Change>,
 ) -> Merged {
-    let text = (settings != *original || !changes.is_empty()).then(|| render(&settings));
+    let text = (settings != *original || !changes.is_empty()).then(|| render_object(&settings));
     Merged { text, changes }
 }
 
