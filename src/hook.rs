@@ -548,25 +548,9 @@ impl Event {
     /// `{"hook_event_name": <name or null>, "raw": <payload>}`.
     pub fn new(invocation: &Invocation, payload: Payload) -> Event {
         let kind = payload.kind();
-        let tool_use_id = payload.str_member("tool_use_id").map(str::to_string);
-        let cwd = payload
-            .str_member("cwd")
-            .map(str::to_string)
-            .or_else(|| invocation.cwd.clone());
-        let session = payload.session_id.clone();
+        let envelope = Envelope::of(invocation, &payload);
         let body = match kind {
-            Kind::Hook => {
-                let mut body = Map::new();
-                body.insert(
-                    "hook_event_name".into(),
-                    payload
-                        .event_name
-                        .clone()
-                        .map_or(Value::Null, Value::String),
-                );
-                body.insert("raw".into(), Value::Object(payload.members));
-                body
-            }
+            Kind::Hook => payload.into_hook_body(),
             Kind::ToolCall => {
                 let mut body = payload.members;
                 let input = body.get("tool_input").cloned().unwrap_or(Value::Null);
@@ -591,17 +575,7 @@ impl Event {
             | Kind::SessionEnd
             | Kind::Exit(_) => payload.members,
         };
-        Event {
-            ts: invocation.ts,
-            host: invocation.host.clone(),
-            hook_ppid: invocation.hook_ppid,
-            cwd,
-            session,
-            tool_use_id,
-            source: SOURCE,
-            kind,
-            body: to_raw(&Value::Object(body)),
-        }
+        envelope.event(invocation, SOURCE, kind, body)
     }
 
     /// The event for a payload too large to store: its size and fingerprint,
@@ -626,6 +600,62 @@ impl Event {
             kind: Kind::Hook,
             body: to_raw(&body),
         }
+    }
+}
+
+/// What every agent's entry takes from its payload besides the body: the
+/// payload's `cwd` (else the hook's), its session and its `tool_use_id`.
+pub(crate) struct Envelope {
+    cwd: Option<String>,
+    session: String,
+    tool_use_id: Option<String>,
+}
+
+impl Envelope {
+    pub(crate) fn of(invocation: &Invocation, payload: &Payload) -> Envelope {
+        Envelope {
+            cwd: payload
+                .str_member("cwd")
+                .map(str::to_string)
+                .or_else(|| invocation.cwd.clone()),
+            session: payload.session_id.clone(),
+            tool_use_id: payload.str_member("tool_use_id").map(str::to_string),
+        }
+    }
+
+    /// The event of `source` and `kind` with `body`, in this envelope.
+    pub(crate) fn event(
+        self,
+        invocation: &Invocation,
+        source: &'static str,
+        kind: Kind,
+        body: Map<String, Value>,
+    ) -> Event {
+        Event {
+            ts: invocation.ts,
+            host: invocation.host.clone(),
+            hook_ppid: invocation.hook_ppid,
+            cwd: self.cwd,
+            session: self.session,
+            tool_use_id: self.tool_use_id,
+            source,
+            kind,
+            body: to_raw(&Value::Object(body)),
+        }
+    }
+}
+
+impl Payload {
+    /// The body of a `hook` entry, for an event nd7 does not type (or one it
+    /// keeps whole): `{"hook_event_name": <name or null>, "raw": <payload>}`.
+    pub(crate) fn into_hook_body(self) -> Map<String, Value> {
+        let mut body = Map::new();
+        body.insert(
+            "hook_event_name".into(),
+            self.event_name.map_or(Value::Null, Value::String),
+        );
+        body.insert("raw".into(), Value::Object(self.members));
+        body
     }
 }
 

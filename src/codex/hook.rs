@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::hook::{
-    Event, Invocation, Kind, Payload, shell_words, to_raw, tool_paths, typed_events,
+    Envelope, Event, Invocation, Kind, Payload, shell_words, tool_paths, typed_events,
 };
 
 /// The `source` of every entry recorded from Codex's hooks: what the agent
@@ -286,26 +286,10 @@ pub fn patch_paths(patch: &str) -> Vec<String> {
 pub fn event(invocation: &Invocation, payload: Payload, facts: Facts) -> Event {
     let typed = Typed::of(&payload);
     let kind = typed.kind(&payload);
-    let tool_use_id = payload.str_member("tool_use_id").map(str::to_string);
-    let cwd = payload
-        .str_member("cwd")
-        .map(str::to_string)
-        .or_else(|| invocation.cwd.clone());
-    let session = payload.session_id.clone();
+    let envelope = Envelope::of(invocation, &payload);
     let tool_name = payload.str_member("tool_name").map(str::to_string);
     let mut body = match kind {
-        Kind::Hook => {
-            let mut body = Map::new();
-            body.insert(
-                "hook_event_name".into(),
-                payload
-                    .event_name
-                    .clone()
-                    .map_or(Value::Null, Value::String),
-            );
-            body.insert("raw".into(), Value::Object(payload.members));
-            body
-        }
+        Kind::Hook => payload.into_hook_body(),
         Kind::ToolCall => {
             let mut body = payload.members;
             let input = body.get("tool_input").cloned().unwrap_or(Value::Null);
@@ -351,17 +335,7 @@ pub fn event(invocation: &Invocation, payload: Payload, facts: Facts) -> Event {
         });
         body.insert(AGENT.into(), agent_value(&info));
     }
-    Event {
-        ts: invocation.ts,
-        host: invocation.host.clone(),
-        hook_ppid: invocation.hook_ppid,
-        cwd,
-        session,
-        tool_use_id,
-        source: SOURCE,
-        kind,
-        body: to_raw(&Value::Object(body)),
-    }
+    envelope.event(invocation, SOURCE, kind, body)
 }
 
 fn agent_value(info: &AgentInfo) -> Value {
