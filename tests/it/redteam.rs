@@ -125,13 +125,21 @@ kill $trickler
         .iter()
         .filter(|x| x["kind"] == "refused" && x["source"] == "exit:nd7")
         .collect();
-    // Sixteen peers held the door's threads; each is dropped at its deadline
-    // and written down (the rest may still be queued when the run ends).
+    // Trickling peers are dropped at their deadline and written down. The
+    // sixteen deadlines fall within a few milliseconds, and the first to
+    // pass frees a thread for the hook, after which the trickler is killed:
+    // the peers whose thread had not yet woken see the end of their stream
+    // first and are written down as ended early (seen: 5 of 16 in time on a
+    // loaded machine). What guards the deadline is the hook's entry above:
+    // without it the hook never gets a thread.
     let late = refused
         .iter()
         .filter(|x| x["body"]["reason"] == "the request was not sent within 10 s")
         .count();
-    assert!(late >= 16, "each trickling peer is dropped: {refused:?}");
+    assert!(
+        late >= 1,
+        "a trickling peer is dropped at its deadline: {refused:?}"
+    );
 }
 
 /// Perl, run through the exit (as an agent's Bash command would be), that
