@@ -7,6 +7,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::codex::run::{self, RunHook};
+use crate::files::Durability;
 
 /// Whether `program` is Codex.
 pub fn is_codex(program: &OsStr) -> bool {
@@ -130,7 +131,7 @@ fn placeholders(codex_home: &Path) -> Result<(), CodexRunError> {
 /// a dotfile), and following it would have nd7 run rewrite that file, or make
 /// it, with TOML of its own. A link is refused, nothing written (ADR-0062).
 fn trust(config: &Path, hooks: &[RunHook]) -> Result<(), CodexRunError> {
-    use std::io::{Read, Write};
+    use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let link = |path: &Path| CodexRunError::ConfigLink(path.to_path_buf());
     if std::fs::symlink_metadata(config).is_ok_and(|m| m.file_type().is_symlink()) {
@@ -139,19 +140,23 @@ fn trust(config: &Path, hooks: &[RunHook]) -> Result<(), CodexRunError> {
     let nofollow =
         |e: &std::io::Error| e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error());
     let no_follow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+    // The file's own mode is kept; a new one is the user's alone.
+    let mut mode = 0o600;
     let text = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(no_follow)
         .open(config)
     {
         Ok(mut file) => {
+            use std::os::unix::fs::PermissionsExt;
+            let read = |source| CodexRunError::Io {
+                path: config.to_path_buf(),
+                action: "read",
+                source,
+            };
+            mode = file.metadata().map_err(read)?.permissions().mode() & 0o777;
             let mut text = String::new();
-            file.read_to_string(&mut text)
-                .map_err(|source| CodexRunError::Io {
-                    path: config.to_path_buf(),
-                    action: "read",
-                    source,
-                })?;
+            file.read_to_string(&mut text).map_err(read)?;
             Some(text)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -167,20 +172,16 @@ fn trust(config: &Path, hooks: &[RunHook]) -> Result<(), CodexRunError> {
     let updated = run::trusted(text.as_deref(), hooks)
         .map_err(|e| CodexRunError::Config(config.to_path_buf(), e))?;
     if let Some(updated) = updated {
-        let io = |source| CodexRunError::Io {
-            path: config.to_path_buf(),
-            action: "write the trust of nd7 run's hooks into",
-            source,
-        };
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(no_follow)
-            .open(config)
-            .map_err(|e| if nofollow(&e) { link(config) } else { io(e) })?;
-        file.write_all(updated.as_bytes()).map_err(io)?;
+        // Whole or not at all, through a temporary renamed over the name: a
+        // run killed mid-write leaves the user's settings as they were, and
+        // the rename replaces the name rather than following it.
+        crate::files::replace(config, updated.as_bytes(), mode, Durability::Durable).map_err(
+            |c| CodexRunError::Io {
+                path: c.path,
+                action: "write the trust of nd7 run's hooks into",
+                source: c.source,
+            },
+        )?;
     }
     Ok(())
 }
