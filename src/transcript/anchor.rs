@@ -227,13 +227,10 @@ pub fn for_record(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pen
     ctx.anchor(facts, started)
 }
 
-/// The home the agents find from the hook's environment: `$HOME`, else the
-/// account database's.
+/// The home the agents find from the hook's environment: `$HOME`
+/// ([`crate::home::env_home`]), else the account database's.
 fn env_home() -> Option<PathBuf> {
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|h| h.is_absolute())
-        .or_else(|| crate::run_dir::account_home().ok())
+    crate::home::env_home().or_else(|| crate::run_dir::account_home().ok())
 }
 
 /// Codex's home as the environment names it ([`codex_layout::codex_home`]
@@ -252,9 +249,7 @@ pub fn codex_home_from_env() -> Option<PathBuf> {
 /// in `project`, with `home` (or `$CLAUDE_CONFIG_DIR`, `$CODEX_HOME`) as its
 /// own.
 pub fn start_run(log_dir: &Path, project: &Path, home: &Path) -> Result<(), AnchorError> {
-    let env_home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|h| h.is_absolute());
+    let env_home = crate::home::env_home();
     let config = layout::config_dir(
         std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
         Some(env_home.as_deref().unwrap_or(home)),
