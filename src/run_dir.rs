@@ -230,6 +230,7 @@ pub fn nd7_real_places(home: &Path, state: &Path) -> Vec<PathBuf> {
         home.join(secrets::FILE),
         state.join("sessions"),
         state.join("vault"),
+        state.join("locks"),
     ]
     .iter()
     .filter_map(|p| real_place(p).filter(|r| r != p))

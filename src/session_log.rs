@@ -7,8 +7,19 @@
 //!   events.ndjson   the log, one sealed entry per line, only ever appended to
 //!   head            "<seq> <hash>\n" of the last entry: a cache, always checked
 //!   head.tmp        the head before the last rewrite; nothing reads it
-//!   lock            empty; flock'd exclusively by writers, shared by readers
+//!
+//! $XDG_STATE_HOME/nd7/locks/                   (unreadable inside the floor)
+//!   chain/<session_id>       empty; flock'd exclusively by writers, shared by readers
+//!   transcript/<session_id>  empty; flock'd for one hook's anchoring
 //! ```
+//!
+//! The locks live apart from the logs (ADR-0066): the logs are readable
+//! inside `nd7 run`'s floor, and `flock` needs no more than a descriptor
+//! open for reading, so a lock beside the log let the agent hold it and
+//! stall every append. A reader that cannot open the lock (inside the
+//! floor) reads without it, and takes a walk as its answer only when the
+//! log and `head` were the same before and after it. A log kept anywhere
+//! else (a copy, a pull) keeps its lock beside it, as `lock`.
 //!
 //! An append holds the exclusive lock across reading `head`, reading the last
 //! line, writing the entry and rewriting `head`, so hooks running at once
@@ -32,6 +43,8 @@ use crate::hook::Event;
 pub const EVENTS_FILE: &str = "events.ndjson";
 pub const HEAD_FILE: &str = "head";
 pub const LOCK_FILE: &str = "lock";
+/// The directory of the locks, beside `sessions` in nd7's state.
+pub const LOCKS_DIR: &str = "locks";
 const HEAD_TMP_FILE: &str = "head.tmp";
 
 /// How much of the log's end an append reads at a time to find the last line.
@@ -41,6 +54,20 @@ const TAIL_CHUNK: u64 = 64 * 1024;
 const VERIFY_BLOCK: usize = 1024 * 1024;
 /// Logs smaller than this are verified on one thread.
 const PARALLEL_MIN_BYTES: u64 = 4 * 1024 * 1024;
+/// How many walks a reader without the lock makes before it says the log
+/// was being appended to throughout.
+const LIVE_TRIES: usize = 50;
+
+/// How a reader holds the chain still.
+enum Reading {
+    /// Under the shared lock, held until the read ends: appends wait.
+    Locked(File),
+    /// No lock: a copy, or a log no append has locked; read as it stands.
+    Still,
+    /// The lock is there but cannot be opened (inside the floor): appends
+    /// may land while the log is read.
+    Live,
+}
 
 /// Everything that can go wrong reading or writing a session log.
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +185,50 @@ pub fn sessions_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("sessions")
 }
 
+/// The two locks a log has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    /// Held by an append; shared by a reader of the whole chain.
+    Chain,
+    /// Held by one hook's anchoring of its transcripts.
+    Transcript,
+}
+
+/// Where the lock `which` of the log in `dir` lies: for a log nd7 keeps
+/// (`<state>/sessions/<id>`), in `<state>/locks/`, which the floor cannot
+/// open; for a log anywhere else, in its own directory.
+pub fn lock_place(dir: &Path, which: Lock) -> PathBuf {
+    let kept = dir
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == "sessions"))
+        .and_then(Path::parent)
+        .zip(dir.file_name());
+    match (kept, which) {
+        (Some((state, id)), Lock::Chain) => state.join(LOCKS_DIR).join("chain").join(id),
+        (Some((state, id)), Lock::Transcript) => state.join(LOCKS_DIR).join("transcript").join(id),
+        (None, Lock::Chain) => dir.join(LOCK_FILE),
+        (None, Lock::Transcript) => dir.join("transcript").join(LOCK_FILE),
+    }
+}
+
+/// Opens (creating, 0600, never through a link) the lock at `path`,
+/// making its directory (0700) first.
+pub fn open_lock(path: &Path) -> io::Result<File> {
+    if let Some(parent) = path.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)?;
+    }
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+}
+
 /// A session id names a directory, so it must be one path component.
 pub fn check_session_id(id: &str) -> Result<(), Error> {
     let why = if id.is_empty() {
@@ -235,8 +306,9 @@ impl SessionLog {
         self.dir.join(HEAD_FILE)
     }
 
+    /// The chain's lock: writers take it exclusively, readers shared.
     pub fn lock_path(&self) -> PathBuf {
-        self.dir.join(LOCK_FILE)
+        lock_place(&self.dir, Lock::Chain)
     }
 
     /// Appends `event` as the chain's next entry. Creates the session's
@@ -263,7 +335,7 @@ impl SessionLog {
             .map_err(Error::io(&self.dir, "create the session directory"))?;
         self.check_dir()?;
         let lock_path = self.lock_path();
-        let lock = create_0600(&lock_path, OpenOptions::new().write(true))?;
+        let lock = open_lock(&lock_path).map_err(Error::io(&lock_path, "open"))?;
         lock.lock()
             .map_err(Error::io(&lock_path, "lock (exclusive)"))?;
 
@@ -382,16 +454,10 @@ impl SessionLog {
     /// shared lock, until `f` returns `false`. For readers that need the
     /// entries' contents, such as a run's reconciliation; the chain itself
     /// is [`SessionLog::verify`]'s.
+    /// Read without the lock (inside the floor), a line an append is still
+    /// writing is not passed on.
     pub fn for_each_line(&self, mut f: impl FnMut(&[u8]) -> bool) -> Result<(), Error> {
-        let _lock = match File::open(self.lock_path()) {
-            Ok(lock) => {
-                lock.lock_shared()
-                    .map_err(Error::io(&self.lock_path(), "lock (shared)"))?;
-                Some(lock)
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(&self.lock_path(), "open")(e)),
-        };
+        let reading = self.reading()?;
         let path = self.events_path();
         let file = match File::open(&path) {
             Ok(file) => file,
@@ -409,6 +475,8 @@ impl SessionLog {
             }
             if line.last() == Some(&b'\n') {
                 line.pop();
+            } else if matches!(reading, Reading::Live) {
+                return Ok(());
             }
             if !f(&line) {
                 return Ok(());
@@ -467,19 +535,70 @@ impl SessionLog {
             }
             Err(e) => return Err(Error::io(&self.dir, "stat")(e).into()),
         }
-        let events_path = self.events_path();
         // A shared lock keeps writers out between reading the log and head.
         // Verify never creates anything, so a log without a lock file (a copy,
         // a read-only mount) is read unlocked.
-        let _lock = match File::open(self.lock_path()) {
+        match self.reading()? {
+            Reading::Locked(_lock) => self.walk(&parts),
+            Reading::Still => self.walk(&parts),
+            Reading::Live => self.walk_live(&parts),
+        }
+    }
+
+    /// Walks a log that appends may land in during the walk: its answer
+    /// stands only when nothing moved while it ran.
+    fn walk_live(&self, parts: &impl Fn(u64) -> usize) -> Result<Verified, VerifyError> {
+        for attempt in 0..LIVE_TRIES {
+            let before = self.snapshot()?;
+            let verdict = self.walk(parts);
+            if self.snapshot()? == before {
+                return verdict;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1 + attempt as u64));
+        }
+        Err(Error::Io {
+            path: self.events_path(),
+            action: "read: it was appended to during every one of the tries",
+            source: io::Error::other(format!("{LIVE_TRIES} walks, each overtaken by an append")),
+        }
+        .into())
+    }
+
+    /// How this reader holds the chain still while it reads.
+    fn reading(&self) -> Result<Reading, Error> {
+        let path = self.lock_path();
+        match File::open(&path) {
             Ok(lock) => {
                 lock.lock_shared()
-                    .map_err(Error::io(&self.lock_path(), "lock (shared)"))?;
-                Some(lock)
+                    .map_err(Error::io(&path, "lock (shared)"))?;
+                Ok(Reading::Locked(lock))
             }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Reading::Still),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(Reading::Live),
+            Err(e) => Err(Error::io(&path, "open")(e)),
+        }
+    }
+
+    /// What an append changes: the log's length and `head`'s bytes.
+    fn snapshot(&self) -> Result<(Option<u64>, Option<Vec<u8>>), Error> {
+        let events = self.events_path();
+        let len = match fs::metadata(&events) {
+            Ok(meta) => Some(meta.len()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(&self.lock_path(), "open")(e).into()),
+            Err(e) => return Err(Error::io(&events, "stat")(e)),
         };
+        let head = self.head_path();
+        let bytes = match fs::read(&head) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(&head, "read")(e)),
+        };
+        Ok((len, bytes))
+    }
+
+    /// Walks the log as it stands and compares `head`.
+    fn walk(&self, parts: &impl Fn(u64) -> usize) -> Result<Verified, VerifyError> {
+        let events_path = self.events_path();
         let file = match File::open(&events_path) {
             Ok(f) => f,
             // Without a log, head decides: present, it names entries that
@@ -670,4 +789,99 @@ fn walk_range(file: &File, start: u64, end: u64, mut walker: Walker) -> io::Resu
         walker.feed(&buf[..held]).err()
     };
     Ok(walker.finish(failure))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::value::RawValue;
+
+    fn event(n: usize) -> Event {
+        // Bodies of different lengths, some over a page, so that a walk can
+        // meet an entry half written.
+        let body = format!("{{\"n\":{n},\"pad\":\"{}\"}}", "x".repeat((n % 7) * 1500));
+        Event {
+            ts: n as u64,
+            host: "h".into(),
+            hook_ppid: None,
+            cwd: None,
+            session: "s".into(),
+            tool_use_id: None,
+            source: "intent:claude",
+            kind: crate::hook::Kind::Hook,
+            body: RawValue::from_string(body).expect("json"),
+        }
+    }
+
+    #[test]
+    fn a_log_is_kept_with_its_locks_apart_and_a_copy_with_its_own() {
+        let kept = Path::new("/s/nd7/sessions/abc");
+        assert_eq!(
+            lock_place(kept, Lock::Chain),
+            Path::new("/s/nd7/locks/chain/abc")
+        );
+        assert_eq!(
+            lock_place(kept, Lock::Transcript),
+            Path::new("/s/nd7/locks/transcript/abc")
+        );
+        let copy = Path::new("/home/u/pulled/abc");
+        assert_eq!(lock_place(copy, Lock::Chain), copy.join("lock"));
+        assert_eq!(
+            lock_place(copy, Lock::Transcript),
+            copy.join("transcript/lock")
+        );
+    }
+
+    #[test]
+    fn the_floor_hides_the_locks_where_the_log_keeps_them() {
+        let roots = crate::policy::Roots {
+            home: "/home/u".into(),
+            state: "/home/u/.local/state/nd7".into(),
+            project: "/home/u/p".into(),
+            temp: "/tmp/x".into(),
+            exit: "/usr/bin/nd7-exec".into(),
+        };
+        let policy = crate::policy::Policy::new(roots);
+        let log = SessionLog::new(&policy.logs_dir(), "abc").expect("id");
+        let hidden = policy.unreadable();
+        for lock in [log.lock_path(), lock_place(log.dir(), Lock::Transcript)] {
+            assert!(
+                hidden.iter().any(|h| lock.starts_with(h)),
+                "{} is readable inside",
+                lock.display()
+            );
+        }
+    }
+
+    /// A reader without the lock (inside the floor) walks while appends
+    /// land: every answer it gives is a clean chain. Guards the before and
+    /// after comparison in `walk_live`: with a single walk taken as the
+    /// answer, a walk that meets an entry half written, or `head` moved
+    /// past the log it read, reports a broken chain that is not.
+    #[test]
+    fn a_reader_without_the_lock_never_reports_an_append_in_flight_as_a_break() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = SessionLog::new(&dir.path().join("sessions"), "s").expect("id");
+        log.append(&event(0)).expect("first append");
+        let writer = {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for n in 1..3000 {
+                    log.append(&event(n)).expect("append");
+                }
+            })
+        };
+        let mut walks = 0;
+        while !writer.is_finished() {
+            match log.walk_live(&|_| 1) {
+                Ok(_) => walks += 1,
+                Err(VerifyError::Io(e)) if e.to_string().contains("every one of the tries") => {}
+                Err(e) => panic!("after {walks} clean walks: {e}"),
+            }
+        }
+        writer.join().expect("writer");
+        let verified = log.walk_live(&|_| 1).expect("a still log");
+        assert_eq!(verified.entries, 3000);
+        assert!(walks > 0, "no walk finished while the writer ran");
+    }
 }

@@ -184,10 +184,11 @@ impl Policy {
     }
 
     /// What no sandboxed process may read: the credential stores, `~/.nd7`,
-    /// and the machine's vault keys.
+    /// the machine's vault keys, and the logs' locks (which a reader could
+    /// hold to stall every append: ADR-0066).
     pub fn unreadable(&self) -> Vec<PathBuf> {
         let mut out = self.secrets.clone();
-        for own in [self.nd7_dir(), self.vault_dir()] {
+        for own in [self.nd7_dir(), self.vault_dir(), self.locks_dir()] {
             if !out.contains(&own) {
                 out.push(own);
             }
@@ -198,6 +199,12 @@ impl Policy {
     /// Where the session logs live: readable inside, never writable.
     pub fn logs_dir(&self) -> PathBuf {
         self.roots.state.join("sessions")
+    }
+
+    /// Where the logs' locks live, beside the logs
+    /// (`session_log::lock_place`).
+    pub fn locks_dir(&self) -> PathBuf {
+        self.roots.state.join("locks")
     }
 
     /// Where the machine's vault key and enrolment live.

@@ -149,7 +149,7 @@ pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused
                 .cloned()
         };
         let refused = if let Some(store) = lexical.or_else(|| held(&unreadable)) {
-            let own = store == policy.nd7_dir() || store == policy.vault_dir();
+            let own = [policy.nd7_dir(), policy.vault_dir(), policy.locks_dir()].contains(&store);
             Refused {
                 path: real.clone(),
                 why: if own { Why::Own } else { Why::Secret(store) },

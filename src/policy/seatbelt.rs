@@ -7,7 +7,8 @@
 //!
 //! Both profiles start from `(allow default)` and deny what nd7 confines:
 //! every file write outside the write roots, and any access to the
-//! credential stores ([`super::secrets`]), nd7's vault keys and `~/.nd7`. nd7 confines the file system only; the network,
+//! credential stores ([`super::secrets`]), nd7's vault keys, the logs'
+//! locks and `~/.nd7`. nd7 confines the file system only; the network,
 //! mach services, signals and sysctls stay as open as outside (ADR-0007 gives
 //! up host filtering). A `(deny default)` profile would instead have to list
 //! every mach service, sysctl and device that node, git, compilers and Claude
@@ -549,6 +550,7 @@ mod tests {
         out.push(rule("allow", "file-link", subpaths(writes)));
         let mut secrets = p.secrets.clone();
         secrets.push(p.roots.state.join("vault"));
+        secrets.push(p.roots.state.join("locks"));
         out.push(rule(
             "deny",
             "file-read* file-write* file-link file-clone",
@@ -990,8 +992,8 @@ mod tests {
             let got = forms(&profile);
             let users = vec![Sx::List(vec![sym("subpath"), st("/Users")])];
             let secret = "file-read* file-write* file-link file-clone";
-            // Every secret and the vault keys: each widened to /Users.
-            let every: Vec<Sx> = (0..p.secrets.len() + 1)
+            // Every secret, the vault keys and the locks: each widened to /Users.
+            let every: Vec<Sx> = (0..p.secrets.len() + 2)
                 .flat_map(|_| users.clone())
                 .collect();
             assert!(got.contains(&rule("deny", secret, every)), "{profile}");

@@ -35,14 +35,7 @@ pub(super) fn read_receipt(path: &Path) -> Result<Option<Receipt>, ShipError> {
 /// Holds the log's lock file locked, shared or exclusive, until dropped.
 pub(super) fn lock_log(log: &SessionLog, exclusive: bool) -> Result<File, ShipError> {
     let path = log.lock_path();
-    let lock = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(&path)
-        .map_err(io_err(&path, "open"))?;
+    let lock = crate::session_log::open_lock(&path).map_err(io_err(&path, "open"))?;
     if exclusive {
         lock.lock().map_err(io_err(&path, "lock (exclusive)"))?;
     } else {

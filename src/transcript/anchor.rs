@@ -19,7 +19,6 @@
 //!
 //! ```text
 //! <session dir>/transcript/
-//!   lock          flock'd for the whole of one hook's anchoring
 //!   log.json      where the agents' files are (nd7 run), the bounds (nd7 run),
 //!                 bytes read so far, the files known, the notes written once
 //!   file-<n>.json one per file: its identity, the BLAKE3 prefix state, the last anchor
@@ -46,11 +45,11 @@ use super::prefix::{Prefix, Saved};
 use super::{Facts, Found, GapReason, Limits, Which};
 use crate::hook::Agent;
 use crate::safe_file::{self, Budget, Identity, OpenError, Stop};
+use crate::session_log;
 
 /// The state's directory inside a session's directory.
 pub const STATE_DIR: &str = "transcript";
 const LOG_STATE: &str = "log.json";
-const LOCK: &str = "lock";
 /// The note kept once the log's byte budget is spent.
 const SESSION_NOTE: &str = "session_bytes";
 /// The note kept once the log anchors as many files as it may.
@@ -350,8 +349,8 @@ impl<'a> Ctx<'a> {
 
     fn anchor(&mut self, facts: &Facts, started: Instant) -> Result<Pending, AnchorError> {
         let dir = state_dir(self.log_dir)?;
-        let lock_path = dir.join(LOCK);
-        let lock = create_0600(&lock_path, OpenOptions::new().write(true))?;
+        let lock_path = session_log::lock_place(self.log_dir, session_log::Lock::Transcript);
+        let lock = session_log::open_lock(&lock_path).map_err(io_err(&lock_path, "open"))?;
         let deadline = started + Duration::from_millis(self.limits.hook_ms);
         lock_by(&lock, &lock_path, deadline)?;
 
@@ -930,10 +929,10 @@ fn state_dir(log_dir: &Path) -> Result<PathBuf, AnchorError> {
 }
 
 /// Takes `lock` exclusively, waiting no later than `deadline`. The lock
-/// file lies in the log's directory, which the agent can read under `nd7
-/// run` (read-only, not hidden), and `flock` needs no more than a
-/// descriptor open for reading: a wait without end would let the agent
-/// hold every anchoring hook, and its entry, for as long as it liked.
+/// lies where the floor cannot open it ([`session_log::lock_place`]), but
+/// a log outside nd7's state keeps it beside the log, which whoever can
+/// read the log can hold: the wait stays bounded, so no holder keeps a
+/// hook, and its entry, for as long as it likes.
 fn lock_by(lock: &File, path: &Path, deadline: Instant) -> Result<(), AnchorError> {
     loop {
         match lock.try_lock() {
@@ -951,15 +950,6 @@ fn lock_by(lock: &File, path: &Path, deadline: Instant) -> Result<(), AnchorErro
             }
         }
     }
-}
-
-fn create_0600(path: &Path, options: &mut OpenOptions) -> Result<File, AnchorError> {
-    options
-        .create(true)
-        .mode(0o600)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path)
-        .map_err(io_err(path, "open"))
 }
 
 /// Reads a state file: `None` when there is none; an `InvalidData` error

@@ -45,7 +45,7 @@ const ATTACKS: &[(&str, &str)] = &[
     // The rest destroy what they reach: last, so that without the fix the
     // attacks before them still find their targets.
     ("rm-other", r#"rm -rf "$LOGS/earlier""#),
-    ("rm-lock", r#"rm -f "$LOG/lock""#),
+    ("rm-lock", r#"rm -f "$LOGS/../locks/chain/${LOG##*/}""#),
     ("truncate", r#": > "$LOG/events.ndjson""#),
     ("rm-log", r#"rm -f "$LOG/events.ndjson""#),
     ("mv-dir", r#"mv "$LOG" "$LOG.gone""#),
@@ -145,10 +145,18 @@ fn assert_refused_and_intact(w: &World, out: &[String], before_earlier: &[u8]) {
         .collect();
     assert_eq!(
         files,
-        ["events.ndjson", "head", "head.tmp", "lock"]
+        ["events.ndjson", "head", "head.tmp"]
             .into_iter()
             .map(String::from)
             .collect()
+    );
+    let lock = logs(w)
+        .join("../locks/chain")
+        .join(dir.file_name().expect("the chain's name"));
+    assert!(
+        lock.is_file(),
+        "the chain's lock lies apart: {}",
+        lock.display()
     );
 }
 
@@ -842,4 +850,41 @@ wc -c < "fake/$$/record.sock.got"
         entries(&run_chain(&w)).iter().any(|e| e["session"] == "c"),
         "recorded through nd7 run's door"
     );
+}
+
+// Inside the floor the chain's lock cannot be opened (ADR-0066), so `nd7
+// verify` there walks without it while the door appends. Each walk must
+// give a true verdict: the chain verifies every time. Guards
+// `Reading::Live` and `walk_live` in `session_log`: without the first,
+// verify inside stops at the lock it cannot open; without the second, a
+// walk that meets an append in flight reports `head` ahead of the log.
+#[test]
+fn verify_inside_the_floor_reads_its_chain_while_the_door_appends() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"LOGS="$HOME_DIR/.local/state/nd7/sessions"
+LOG=$(ls -d "$LOGS"/run-*)
+( for i in $(seq 1 150); do
+    echo '{"session_id":"s1","hook_event_name":"Stop","cwd":"/","pad":"'"$(head -c 3000 /dev/zero | tr '\0' x)"'"}' | "$ND7" record
+  done; touch appended ) &
+ok=0; failed=0
+while [ ! -e appended ]; do
+  if "$ND7" verify "$LOG" > verify.out 2>&1; then ok=$((ok+1)); else failed=$((failed+1)); cp verify.out verify.failed; fi
+done
+wait
+echo "$ok $failed" > verify.counts
+"#,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let counts = std::fs::read_to_string(w.proj().join("verify.counts")).expect("the agent ran");
+    let failed = std::fs::read_to_string(w.proj().join("verify.failed")).unwrap_or_default();
+    let (ok, bad) = counts.trim().split_once(' ').expect("two counts");
+    assert_eq!(bad, "0", "verify inside failed: {failed}");
+    assert_ne!(ok, "0", "no verify finished while the door appended");
+    let dir = run_chain(&w);
+    let stops = entries(&dir)
+        .iter()
+        .filter(|e| e["source"] == "intent:claude-code")
+        .count();
+    assert_eq!(stops, 150);
 }

@@ -51,36 +51,114 @@ fn hook_events(chain: &[Value]) -> Vec<String> {
         .collect()
 }
 
-// The anchoring state's lock (`<log>/transcript/lock`) is readable inside
-// the floor (the log directory is read-only, not hidden), and `flock` needs
-// no more than a descriptor open for reading. The agent takes it and holds
-// it: `nd7 run`'s door, anchoring at a hook, waited for it without end, so
-// the hook's entry was never written and its recorder hung until Codex
-// killed it (and, MAX_HOOKS of those later, every hook). Guards the bounded
-// wait in `Ctx::anchor` (`lock_by`): with `lock.lock()` back, the recorder
-// gives up on the door's answer (after its own 30 s) with the entry not yet
-// in the log, and the entry goes in only once the agent lets go.
+// The chain's append lock and the anchoring state's lock lay in the log's
+// directory (`<log>/lock`, `<log>/transcript/lock`), readable inside the
+// floor (read-only, not hidden), and `flock` needs no more than a
+// descriptor open for reading. The agent took the chain's lock and held
+// it: every append the run makes waited (hook entries, `exec`,
+// `exec_end`), the hook's recorder gave up after its 30 s, and what
+// happened meanwhile went unrecorded. Guards `session_log::lock_place`
+// and `locks_dir` in the floor's unreadable set (ADR-0066): with the locks
+// back beside the log, the agent holds one and the list it leaves names it.
 #[test]
-fn an_agent_holding_the_anchoring_lock_cannot_stall_the_door() {
+fn an_agent_cannot_hold_a_lock_of_its_chain() {
     let w = World::new();
     let rel = format!(".codex/sessions/2026/12/01/rollout-2026-12-01T00-11-41-{SID}.jsonl");
     let inside = w.in_home(&rel);
     let outside = w.home().join(&rel);
     std::fs::create_dir_all(outside.parent().expect("day")).expect("mkdir");
     std::fs::write(&outside, b"{\"type\":\"session_meta\"}\n").expect("write");
-    let seen = w.proj().join("held.rc");
+    // As an earlier session (a hook outside `nd7 run`) leaves them: the
+    // floor's rules cover what exists when it is built.
+    for which in ["chain", "transcript"] {
+        let dir = w.home().join(".local/state/nd7/locks").join(which);
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    codex_run(
+        &w,
+        &inside,
+        &r#"codex_hook SessionStart
+STATE="$HOME_DIR/.local/state/nd7"
+ID=$(basename "$LOG")
+held=""
+n=10
+for l in "$LOG/lock" "$LOG/transcript/lock" "$STATE/locks/chain/$ID" "$STATE/locks/transcript/$ID" \
+         "$STATE/locks/chain/$SID" "$STATE/locks/transcript/$SID"; do
+  n=$((n+1))
+  if eval "exec $n<\"\$l\"" 2>/dev/null && flock -x -n $n; then held="$held $l"; fi
+done
+echo "$held" > held.list
+codex_hook Stop
+grep -c '"hook_event_name":"Stop"' "$LOG"/events.ndjson > held.rc
+"#
+        .replace("$SID", SID),
+    );
+    let held = std::fs::read_to_string(w.proj().join("held.list")).expect("the script ran");
+    assert_eq!(held.trim(), "", "the agent holds a lock of its chain");
+    let seen = std::fs::read_to_string(w.proj().join("held.rc")).expect("the script ran");
+    assert_eq!(
+        seen.trim(),
+        "1",
+        "the hook's entry was in when it came back"
+    );
+    let chains = run_chains(&w);
+    assert_eq!(chains.len(), 1);
+    assert_eq!(hook_events(&chains[0]), ["SessionStart", "Stop"]);
+}
+
+// A lock held outside the floor (another hook stuck, a reader paused)
+// does not hold an anchoring hook for longer than its budget: the hook's
+// entry goes in with a gap naming the lock. Guards the bounded wait in
+// `Ctx::anchor` (`lock_by`, ADR-0055): with `lock.lock()` back, the
+// recorder gives up on the door's answer (after its own 30 s) with the
+// entry not yet in the log.
+#[test]
+fn a_held_anchoring_lock_costs_a_gap_not_the_hooks_entry() {
+    let w = World::new();
+    let rel = format!(".codex/sessions/2026/12/01/rollout-2026-12-01T00-11-41-{SID}.jsonl");
+    let inside = w.in_home(&rel);
+    let outside = w.home().join(&rel);
+    std::fs::create_dir_all(outside.parent().expect("day")).expect("mkdir");
+    std::fs::write(&outside, b"{\"type\":\"session_meta\"}\n").expect("write");
+    let locks = w.home().join(".local/state/nd7/locks/transcript");
+    let locked = w.proj().join("locked");
+    let release = w.proj().join("released");
+    let holder = {
+        let (locks, locked, release) = (locks.clone(), locked.clone(), release.clone());
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let lock = loop {
+                let found = std::fs::read_dir(&locks)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .find(|e| e.file_name().to_string_lossy().starts_with("run-"));
+                if let Some(e) = found {
+                    break std::fs::File::open(e.path()).expect("open the lock");
+                }
+                assert!(std::time::Instant::now() < deadline, "no run lock appeared");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            };
+            lock.lock().expect("flock");
+            std::fs::write(&locked, b"").expect("say so");
+            while !release.exists() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        })
+    };
     codex_run(
         &w,
         &inside,
         r#"codex_hook SessionStart
-exec 9<"$LOG/transcript/lock" || exit 3
-flock -x 9 || exit 4
+for i in $(seq 1 500); do [ -e locked ] && break; sleep 0.02; done
 codex_hook Stop
 grep -c '"hook_event_name":"Stop"' "$LOG"/events.ndjson > held.rc
-exec 9<&-
+: > released
 "#,
     );
-    let seen = std::fs::read_to_string(&seen).expect("the script ran to the held hook");
+    std::fs::write(&release, b"").expect("release");
+    holder.join().expect("the holder");
+    let seen = std::fs::read_to_string(w.proj().join("held.rc")).expect("the script ran");
     assert_eq!(
         seen.trim(),
         "1",
@@ -97,36 +175,6 @@ exec 9<&-
     assert!(
         gap.iter().any(|d| d.contains("lock")),
         "the held lock is written down: {gap:?}"
-    );
-}
-
-// The chain's own append lock (`<log>/lock`) is as readable inside as the
-// anchoring state's. An agent holding it stalls every append the run
-// makes: hook entries, `exec`, `exec_end`. Not closed here (see the
-// report): the lock must move where the floor hides it.
-#[test]
-#[ignore = "open: the chain's append lock can be held from inside the floor"]
-fn an_agent_holding_the_chains_lock_cannot_stall_the_door() {
-    let w = World::new();
-    let rel = format!(".codex/sessions/2026/12/01/rollout-2026-12-01T00-11-41-{SID}.jsonl");
-    let inside = w.in_home(&rel);
-    let seen = w.proj().join("held.rc");
-    codex_run(
-        &w,
-        &inside,
-        r#"codex_hook SessionStart
-exec 9<"$LOG/lock" || exit 3
-flock -x 9 || exit 4
-codex_hook Stop
-grep -c '"hook_event_name":"Stop"' "$LOG"/events.ndjson > held.rc
-exec 9<&-
-"#,
-    );
-    let seen = std::fs::read_to_string(&seen).expect("the script ran to the held hook");
-    assert_eq!(
-        seen.trim(),
-        "1",
-        "the hook's entry was in when it came back, the lock still held"
     );
 }
 
