@@ -161,10 +161,15 @@ pub fn exec_body(command: &[u8], caller: u32, grants: &[std::path::PathBuf]) -> 
     Value::Object(body)
 }
 
-/// The model's command inside a Bash tool line the exit received, if it is one.
+/// The model's command inside a Bash tool line the exit received, if it is
+/// one and nothing but Claude Code's own set-up ran before it: a line with
+/// other steps before its `eval` ran more than the command it names, so it
+/// has none, and `nd7 verify` shows it as a command no Bash call announced.
 pub fn bash_command(command: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(command).ok()?;
-    crate::shell_prefix::unwrap(text).map(|call| call.command)
+    crate::shell_prefix::unwrap(text)
+        .filter(|call| call.setup_known)
+        .map(|call| call.command)
 }
 
 /// How a command ended, as `exec_end` states it.

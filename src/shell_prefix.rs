@@ -56,6 +56,10 @@ pub struct BashCall {
     pub command: String,
     /// The shell whose snapshot the line sources (bash when there is none).
     pub shell: Shell,
+    /// Whether everything before the `eval` is Claude Code's own set-up
+    /// ([`known_setup`]). When it is not, the line ran more than the
+    /// `eval`'s command, and `command` names only part of what ran.
+    pub setup_known: bool,
 }
 
 /// What follows the `eval`: the working directory written for Claude Code.
@@ -95,12 +99,87 @@ pub fn unwrap(line: &str) -> Option<BashCall> {
                 } else {
                     Shell::Bash
                 };
-                return Some(BashCall { command, shell });
+                let setup_known = known_setup(&line[..at]);
+                return Some(BashCall {
+                    command,
+                    shell,
+                    setup_known,
+                });
             }
             _ => continue,
         }
     }
     None
+}
+
+/// The builtins Claude Code's set-up groups call: its shell options and the
+/// aliases and functions it takes away before the command.
+const SETUP_BUILTINS: &[&str] = &["shopt", "setopt", "unalias", "unset"];
+
+/// Whether `setup` (the line before its `eval`) is only the steps Claude
+/// Code puts there: `source <snapshot> [2>/dev/null] [|| true]`, and groups
+/// `{ … } [>/dev/null 2>&1] [|| true]` whose commands are the builtins of
+/// [`SETUP_BUILTINS`] (each maybe as `\builtin NAME`) with plain words,
+/// each step followed by ` && `. Anything else before the `eval` runs as
+/// well as the model's command, which a line the agent wrote itself can
+/// use to have the log name only its harmless half. The snapshot's own
+/// contents are not checked: Claude Code writes it where the agent can.
+pub fn known_setup(setup: &str) -> bool {
+    let mut rest = setup.strip_suffix("{ ").unwrap_or(setup);
+    while !rest.is_empty() {
+        let Some(after) = setup_step(rest).and_then(|r| r.strip_prefix(" && ")) else {
+            return false;
+        };
+        rest = after;
+    }
+    true
+}
+
+/// One step of Claude Code's set-up at the start of `text`: what follows it.
+fn setup_step(text: &str) -> Option<&str> {
+    let rest = if let Some(path) = text.strip_prefix("source ") {
+        let (_, end) = word(path, 0)?;
+        let rest = &path[end..];
+        rest.strip_prefix(" 2>/dev/null").unwrap_or(rest)
+    } else {
+        let group = text.strip_prefix("{ ")?;
+        let close = group.find("; }")?;
+        if !builtin_commands(&group[..close]) {
+            return None;
+        }
+        let rest = &group[close + "; }".len()..];
+        rest.strip_prefix(" >/dev/null 2>&1").unwrap_or(rest)
+    };
+    Some(rest.strip_prefix(" || true").unwrap_or(rest))
+}
+
+/// Whether `inner` (a group's body without its closing `; }`) is simple
+/// commands joined by `; ` or ` || `, each a builtin of [`SETUP_BUILTINS`]
+/// (maybe as `\builtin NAME`) followed by plain words.
+fn builtin_commands(inner: &str) -> bool {
+    inner
+        .split("; ")
+        .flat_map(|part| part.split(" || "))
+        .all(|command| {
+            let mut words = Vec::new();
+            let mut at = 0;
+            while at < command.len() {
+                let Some((w, end)) = word(command, at) else {
+                    return false;
+                };
+                words.push(w);
+                at = match command[end..].strip_prefix(' ') {
+                    Some(_) => end + 1,
+                    None if end == command.len() => end,
+                    None => return false,
+                };
+            }
+            let name = match words.first().map(String::as_str) {
+                Some("builtin") => words.get(1),
+                _ => words.first(),
+            };
+            name.is_some_and(|n| SETUP_BUILTINS.contains(&n.as_str()))
+        })
 }
 
 /// One shell word starting at byte `at` of `line`: its value and where it
@@ -326,6 +405,39 @@ mod tests {
             unwrap("eval ls && pwd -P >| /tmp/c").map(|c| c.command),
             Some("ls".to_string())
         );
+        for line in [
+            line_197("echo hi"),
+            line_332("echo hi"),
+            "{ eval 'ls -la'; } && pwd -P >| /tmp/c".to_string(),
+        ] {
+            assert!(unwrap(&line).expect("recognised").setup_known, "{line}");
+        }
+    }
+
+    /// A line the agent writes itself can put any command before the
+    /// `eval`: it runs too, so the line is still the Bash tool's shape (and
+    /// goes through the exit), but its set-up is not Claude Code's.
+    #[test]
+    fn anything_but_claude_codes_setup_before_the_eval_is_told_apart() {
+        let tail = "eval 'echo hi' && pwd -P >| /tmp/c";
+        for setup in [
+            "touch pwned && ",
+            "source x; touch pwned && ",
+            "source x 2>/dev/null || true && touch pwned && ",
+            "{ touch pwned; } >/dev/null 2>&1 || true && ",
+            "{ shopt -u extglob; touch pwned; } && ",
+            "{ shopt -u extglob || rm -rf x; } && ",
+            "{ unset $(touch pwned); } && ",
+            "{ \\builtin eval touch; } && ",
+            "source `touch pwned` && ",
+            "source x || touch pwned && ",
+            "source x 2>/dev/null || true && { shopt -u extglob; } >/dev/null 2>&1 || true; touch y && ",
+        ] {
+            let line = format!("{setup}{tail}");
+            let call = unwrap(&line).expect("the Bash tool's shape");
+            assert_eq!(call.command, "echo hi");
+            assert!(!call.setup_known, "taken as Claude Code's: {line}");
+        }
     }
 
     #[test]

@@ -307,17 +307,10 @@ fn run_entries(w: &World) -> Vec<serde_json::Value> {
 /// one. The full line is in the same entry's `command`, so the record is not
 /// lost, only misnamed.
 ///
-/// Open: closing it in `shell_prefix::unwrap` means accepting before the
-/// `eval` only Claude Code's own set-up steps (sourcing its snapshot, the
-/// `shopt`/`setopt`/`unalias`/`unset` groups), which ties nd7 to each Claude
-/// Code version's exact line; and the snapshot it sources lies in
-/// `~/.claude/shell-snapshots`, which the agent can write, so a function or
-/// alias planted there changes what a faithfully read-back command does in
-/// any case. Deciding between a strict grammar (with a `bash_command` left
-/// out when the set-up is not recognised) and saying in docs/log-format.md
-/// that `bash_command` is a reading of the agent's word is the lead's call.
+/// Guards `shell_prefix::known_setup` as `run_entry::bash_command` uses it
+/// (ADR-0067): with any set-up taken as Claude Code's, the entry names
+/// `echo hi` again.
 #[test]
-#[ignore = "open: shell_prefix::unwrap takes any text before the eval as Claude Code's set-up, so bash_command can name less than what ran (and the sourced snapshot is agent-writable)"]
 fn a_crafted_tool_line_is_not_logged_as_a_harmless_command() {
     let w = World::new();
     let out = w.run_agent(
