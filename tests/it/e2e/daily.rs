@@ -186,3 +186,83 @@ fn the_first_run_under_nd7_run_saves_claude_codes_state() {
     let err = stderr(&s.run.output);
     assert!(!err.contains(".claude.json"), "{err}");
 }
+
+/// What a headless run under `--permission-mode MODE` let through, played
+/// bare (no nd7 at all) or under `nd7 run`: the commands Claude Code
+/// refused, and which of the files the script would make exist.
+fn under_mode(mode: &str, sandboxed: bool) -> (Vec<String>, Vec<&'static str>) {
+    const MADE: [&str; 6] = [
+        "touched.txt",
+        "dir-made",
+        "echoed.txt",
+        "py.txt",
+        "repo",
+        "written.txt",
+    ];
+    let claude = claude::install(&claude::version());
+    let world = Arc::new(World::new());
+    let mut workspace = if sandboxed {
+        claude::Workspace::sandboxed(world.clone())
+    } else {
+        let mut w = claude::Workspace::new();
+        w.bare = true;
+        w
+    };
+    workspace.allowed_tools = None;
+    workspace.args = vec!["--permission-mode".into(), mode.into()];
+    let project = workspace.project.clone();
+    let api = super::mock_api::MockApi::start(vec![
+        vec![bash("touch touched.txt")],
+        vec![bash("mkdir dir-made")],
+        vec![bash("echo hi > echoed.txt")],
+        vec![bash("python3 -c 'open(\"py.txt\", \"w\").write(\"x\")'")],
+        vec![bash("git init -q repo")],
+        vec![Block::Tool(
+            "Write",
+            json!({"file_path": project.join("written.txt"), "content": "w\n"}),
+        )],
+        vec![Block::Text("Done.".into())],
+    ]);
+    let run = claude::run(&claude, &api.url, "run the scripted session", workspace);
+    assert!(run.output.status.success(), "{}", run.describe());
+    assert_eq!(api.turns_played(), 7, "{}", run.describe());
+    let denied: Vec<String> = run
+        .stream()
+        .into_iter()
+        .rfind(|l| l["type"] == "result")
+        .and_then(|r| r["permission_denials"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|d| {
+            d["tool_input"]["command"]
+                .as_str()
+                .or_else(|| d["tool_name"].as_str())
+                .unwrap_or("?")
+                .to_string()
+        })
+        .collect();
+    let made = MADE
+        .into_iter()
+        .filter(|f| project.join(f).exists())
+        .collect();
+    (denied, made)
+}
+
+/// `--permission-mode acceptEdits` means under `nd7 run` what it means
+/// without nd7: the same commands and edits go through, the same are refused
+/// (in `-p` there is nobody to ask). Before ADR-0040 nd7's PreToolUse answer
+/// allowed every Bash call whatever the mode; with it restored, the commands
+/// the mode refuses run under `nd7 run` and the two runs differ.
+#[test]
+fn a_permission_mode_means_under_nd7_run_what_it_means_without_nd7() {
+    let bare = under_mode("acceptEdits", false);
+    let under = under_mode("acceptEdits", true);
+    assert_eq!(under, bare, "under nd7 run, then bare");
+    // Not a comparison of two empty runs: the mode let something through
+    // and refused something.
+    let (denied, made) = bare;
+    assert!(
+        !denied.is_empty() && !made.is_empty(),
+        "{denied:?} {made:?}"
+    );
+}
