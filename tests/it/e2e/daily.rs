@@ -21,26 +21,36 @@ fn ours<'a>(s: &'a Session, kind: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-/// A command the floor refuses: the next request the model gets says it was
-/// nd7's sandbox, which path, and the `nd7 allow` the user could run; the
-/// run's log has the refusal; `nd7 run` names it at its end. Guards
+/// A command the floor refuses, and a Write outside what Claude Code's own
+/// tools may write: the next request the model gets says it was nd7's
+/// sandbox, which path, and the `nd7 allow` the user could run; the run's
+/// log has each refusal; `nd7 run` names them at its end. Guards
 /// `refusals::explain` (the judgment and the entry), the door's explain
 /// request (`sandbox/linux/door.rs`) and `nd7 hook-explain`'s registration in
-/// `shell_prefix::run_settings`: without any of them the request holds only
-/// the tool's own "Permission denied".
+/// `shell_prefix::run_settings` (for the Write: its `PostToolUseFailure`
+/// matcher): without any of them the request holds only the tool's own
+/// "Permission denied" (EACCES).
 #[test]
 fn a_refusal_is_explained_to_the_model_logged_and_summed_up() {
     let world = Arc::new(World::new());
     let outside = world.outside();
     let target = outside.join("made-by-agent");
+    let written = world.root.join("beside/written-by-write.txt");
+    std::fs::create_dir_all(written.parent().expect("a parent")).expect("mkdir beside");
+    world.own();
     let s = sandboxed_session(&world, |_| {
         vec![
             vec![bash(&format!("mkdir -p '{}'", target.display()))],
             vec![bash("echo fine > fine.txt")],
+            vec![Block::Tool(
+                "Write",
+                json!({"file_path": written, "content": "by Write\n"}),
+            )],
             vec![Block::Text("I will ask the user.".into())],
         ]
     });
     assert!(!target.exists());
+    assert!(!written.exists());
     let requests = s.api.requests();
     // What the model read after each call: the newest user message.
     let newest = |r: &Value| {
@@ -62,9 +72,31 @@ fn a_refusal_is_explained_to_the_model_logged_and_summed_up() {
         after.matches("nd7's sandbox").count(),
         "{later}"
     );
-    // The run's log holds the refusal, with the call it belongs to.
+    // The Write's failure is explained too, naming its directory.
+    let beside = written.parent().expect("a parent").display().to_string();
+    let after_write = newest(&requests[3]);
+    assert!(
+        after_write.contains(&format!("- {}: outside", written.display())),
+        "{after_write}"
+    );
+    assert!(
+        after_write.contains(&format!("nd7 allow {beside}")),
+        "{after_write}"
+    );
+    assert!(
+        after_write.contains("Claude Code's own Write and Edit tools stay within the project"),
+        "{after_write}"
+    );
+    // The run's log holds each refusal, with the call it belongs to.
     let refused = ours(&s, "floor_refused");
-    assert_eq!(refused.len(), 1, "{:?}", s.kinds());
+    assert_eq!(refused.len(), 2, "{:?}", s.kinds());
+    assert_eq!(refused[1]["tool_use_id"], s.api.tool_ids()[2].as_str());
+    assert_eq!(refused[1]["body"]["tool"], "Write");
+    assert_eq!(refused[1]["body"]["paths"][0]["why"], "outside");
+    assert_eq!(
+        refused[1]["body"]["paths"][0]["path"],
+        written.display().to_string().as_str()
+    );
     assert_eq!(refused[0]["tool_use_id"], s.api.tool_ids()[0].as_str());
     let path = &refused[0]["body"]["paths"][0];
     assert_eq!(path["why"], "outside");
@@ -78,10 +110,11 @@ fn a_refusal_is_explained_to_the_model_logged_and_summed_up() {
     // And nd7 run tells the user at its end.
     let err = stderr(&s.run.output);
     assert!(
-        err.contains("nd7 run: the sandbox refused 1 path this session"),
+        err.contains("nd7 run: the sandbox refused 2 paths this session"),
         "{err}"
     );
     assert!(err.contains(&format!("`{allow}`")), "{err}");
+    assert!(err.contains(&format!("`nd7 allow {beside}`")), "{err}");
     super::assert_clean(&s);
 }
 
