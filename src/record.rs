@@ -257,7 +257,7 @@ pub fn record_as(
     input: &[u8],
     sessions_dir: &Path,
 ) -> Result<Recorded, RecordError> {
-    let (event, omitted) = event_for(agent, invocation, input, Some(sessions_dir))?;
+    let (event, omitted) = event_for(agent, invocation, input, Builder::Recorder(sessions_dir))?;
     let log = SessionLog::new(sessions_dir, &event.session)?;
     // The transcript's anchors (Claude Code's transcript, Codex's rollout)
     // go in with the hook's entry, in one append.
@@ -293,33 +293,49 @@ pub fn record_as(
     })
 }
 
+/// Who builds a hook's entry, which decides where the agent's files are
+/// looked for.
+#[derive(Clone, Copy, Debug)]
+pub enum Builder<'a> {
+    /// `nd7 record` itself, appending to the log under this sessions
+    /// directory: Codex's home from the hook's environment.
+    Recorder(&'a Path),
+    /// `nd7 run`'s door, outside the floor, for a hook inside it: Codex's
+    /// rollout is read only below the Codex home `nd7 run` fixed when it
+    /// started (the one the door anchors), never where the hook's
+    /// environment says; `None` (none was fixed) reads nothing.
+    Door { codex_home: Option<&'a Path> },
+}
+
 /// The event a payload from `agent`'s hooks becomes, and `Some(bytes)` when
 /// it was too large to store and only its size and fingerprint were kept.
-/// `sessions_dir` is where the recorder appends it when it does so itself;
-/// `None` when `nd7 run` builds it for a hook inside its sandbox, which then
-/// opens no file the payload names.
+/// Either way a Codex rollout is opened only where Codex's layout puts the
+/// payload's session's, through `safe_file` and bounded
+/// ([`crate::codex::rollout::Rollout::open`]).
 pub fn event_for(
     agent: Agent,
     invocation: &Invocation,
     input: &[u8],
-    sessions_dir: Option<&Path>,
+    builder: Builder<'_>,
 ) -> Result<(Event, Option<usize>), RecordError> {
     let (mut event, omitted) = if input.len() > MAX_STORED_PAYLOAD {
         (oversized(invocation, input)?, Some(input.len()))
     } else {
         let payload = Payload::parse(input)?;
-        let event = match (agent, sessions_dir) {
+        let event = match (agent, builder) {
             (Agent::ClaudeCode, _) => Event::new(invocation, payload),
-            (Agent::Codex, Some(dir)) => {
+            (Agent::Codex, Builder::Recorder(dir)) => {
                 // No log yet: this entry opens it, and names the agent.
                 let log = SessionLog::new(dir, &payload.session_id)?;
                 let first = std::fs::metadata(log.events_path()).map_or(true, |m| m.len() == 0);
                 crate::codex::event(invocation, payload, first)
             }
             // Built by `nd7 run`, outside the sandbox, for a hook inside it:
-            // the rollout the payload names is not opened from out here,
-            // where it could be any file the agent cannot read itself.
-            (Agent::Codex, None) => crate::codex::event_unread(invocation, payload),
+            // the run's chain opens with `run_start`, and SessionStart names
+            // the agent.
+            (Agent::Codex, Builder::Door { codex_home }) => {
+                crate::codex::event_in(codex_home, invocation, payload, false)
+            }
         };
         if event.body.get().len() > MAX_STORED_PAYLOAD {
             // Derived members (a long command split into argv) can push a

@@ -226,7 +226,18 @@ impl RunLog {
                 &glimpse.blake3,
             )
         } else {
-            let (event, _) = record::event_for(request.agent, &invocation, &request.body, None)?;
+            // Codex's rollout is read below the home fixed at the start,
+            // as the anchoring below reads it.
+            let codex_home = match request.agent {
+                crate::hook::Agent::Codex => {
+                    crate::transcript::anchor::run_codex_home(self.log.dir())
+                }
+                crate::hook::Agent::ClaudeCode => None,
+            };
+            let builder = record::Builder::Door {
+                codex_home: codex_home.as_deref(),
+            };
+            let (event, _) = record::event_for(request.agent, &invocation, &request.body, builder)?;
             if event.kind == Kind::ToolCall
                 && let Ok(payload) = serde_json::from_str::<Value>(event.body.get())
                 && let Ok(mut announced) = self.announced.lock()

@@ -3,7 +3,7 @@
 //! (the CLI's version, how a tool call ended) comes in as [`Facts`], read by
 //! [`super::facts`].
 //!
-//! Codex 0.171.0 fires twelve events. Their payloads are shaped like Claude
+//! Codex 0.171.0 fires fourteen events. Their payloads are shaped like Claude
 //! Code's (snake_case, `session_id`, `hook_event_name`, `tool_use_id`), with
 //! `turn_id` on turn-scoped events. As for Claude Code, the structs here are a
 //! shape check, never a filter: the body is built from the whole payload, and
@@ -49,7 +49,7 @@ pub struct Common {
 typed_events! {
     /// One Codex hook event, typed by its `hook_event_name`.
     enum CodexEvent;
-    #[doc = "Every event name Codex 0.171.0 accepts, in its own order."]
+    #[doc = "Every event name Codex 0.171.0 accepts: the twelve it first had, in its order, then the two of a model request."]
     #[doc = "The event's name as Codex spells it."]
     /// Recorded as `session_start`. `source`: startup, resume, clear, and
     /// compact (it fires again after every compaction).
@@ -111,6 +111,21 @@ typed_events! {
     }
     /// The user interrupted a turn. At most 3 s, like SessionEnd.
     Interrupt {}
+    /// Before each request to the model (and each retry, `attempt_number`):
+    /// which request, not its input.
+    PreModelRequest {
+        #[serde(default)] request_id: Option<String>,
+        #[serde(default)] attempt_number: Option<u64>,
+    }
+    /// After each request to the model: how it ended (`status`, `error`)
+    /// and its `token_usage`, not its output.
+    PostModelRequest {
+        #[serde(default)] request_id: Option<String>,
+        #[serde(default)] attempt_number: Option<u64>,
+        #[serde(default)] status: Option<String>,
+        #[serde(default)] error: Value,
+        #[serde(default)] token_usage: Value,
+    }
 }
 
 impl Kind {
@@ -378,8 +393,8 @@ mod tests {
     }
 
     #[test]
-    fn twelve_names_each_typed() {
-        assert_eq!(CodexEvent::NAMES.len(), 12);
+    fn fourteen_names_each_typed() {
+        assert_eq!(CodexEvent::NAMES.len(), 14);
         let minimal = serde_json::json!({
             "session_id": "s", "hook_event_name": "x", "tool_name": "Bash",
             "tool_input": {}, "prompt": "p"

@@ -43,29 +43,6 @@ pub fn event_in(
     hook::event(invocation, payload, facts)
 }
 
-/// The event a Codex payload becomes when `nd7 run` builds it, outside the
-/// sandbox, for a hook inside it: the rollout the payload names is not
-/// opened for the entry, so the version and a call's outcome are recorded
-/// as unknown, saying why. (The door anchors the rollout afterwards, only
-/// where Codex's layout puts the session's: [`crate::transcript::anchor`].)
-pub fn event_unread(invocation: &Invocation, payload: Payload) -> Event {
-    const WHY: &str = "recorded through nd7 run's door, which opens no file a payload names";
-    let typed = Typed::of(&payload);
-    let event = typed.known();
-    let mut facts = Facts::default();
-    if matches!(event, Some(CodexEvent::SessionStart(_))) {
-        facts.agent = Some(AgentInfo {
-            version: None,
-            originator: None,
-            why: Some(WHY.into()),
-        });
-    }
-    if let Some(CodexEvent::PostToolUse(_)) = event {
-        facts.outcome = Some(Outcome::Unknown(WHY.into()));
-    }
-    hook::event(invocation, payload, facts)
-}
-
 /// Reads from the rollout what `payload` needs: the agent's version for
 /// SessionStart and for the first entry of a log, a call's outcome for
 /// PostToolUse. Every failure becomes a reason in the entry, never an error.

@@ -47,6 +47,67 @@ pub fn codex_version() -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The hook events the installed `codex` says it knows, as its files spell
+/// them: the `HookEventName` of its app server's protocol, which
+/// `codex app-server generate-json-schema` writes out (the names
+/// `hooks/list` reports). `None` when `codex` cannot be run or gives no
+/// answer nd7 can read (a Codex without that command); then only the events
+/// nd7 knows are registered.
+pub fn known_events() -> Option<Vec<String>> {
+    let dir = Scratch::new()?;
+    let ran = std::process::Command::new("codex")
+        .args(["app-server", "generate-json-schema", "--out"])
+        .arg(&dir.0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?;
+    if !ran.success() {
+        return None;
+    }
+    // The hooks/list response's own schema, else the whole bundle.
+    [
+        "v2/HooksListResponse.json",
+        "codex_app_server_protocol.v2.schemas.json",
+    ]
+    .iter()
+    .find_map(|name| {
+        let file = fs::File::open(dir.0.join(name)).ok()?;
+        let mut text = String::new();
+        io::Read::read_to_string(&mut io::Read::take(file, SCHEMA_LIMIT), &mut text).ok()?;
+        codex_merge::schema_events(&text)
+    })
+}
+
+/// At most this much of a schema file is read.
+const SCHEMA_LIMIT: u64 = 16 << 20;
+
+/// A private directory of nd7's under the temporary directory, removed when
+/// dropped: made new (never one that was there, nor a link), mode 0700.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Option<Scratch> {
+        use std::os::unix::fs::DirBuilderExt;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "nd7-codex-events-{}-{nanos:08x}",
+            std::process::id()
+        ));
+        fs::DirBuilder::new().mode(0o700).create(&dir).ok()?;
+        Some(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Whether Codex is here: `codex` on PATH, or its settings directory.
 pub fn found(home: &Path) -> bool {
     codex_version().is_some() || codex_home(home).is_ok_and(|d| d.is_dir())
@@ -248,12 +309,14 @@ pub fn setup(
         return Ok(());
     }
     let nd7 = nd7.to_string_lossy();
+    let known = known_events();
+    let events = codex_merge::with_known(known.as_deref());
     let (path, original, merged) = if files.inline()? {
-        let merged = codex_merge::install_toml(files.toml.as_deref(), &nd7)
+        let merged = codex_merge::install_toml(files.toml.as_deref(), &nd7, &events)
             .map_err(Files::refused(&files.config_toml))?;
         (&files.config_toml, files.toml.as_deref(), merged)
     } else {
-        let merged = codex_merge::install_json(files.json.as_deref(), &nd7)
+        let merged = codex_merge::install_json(files.json.as_deref(), &nd7, &events)
             .map_err(Files::refused(&files.hooks_json))?;
         (&files.hooks_json, files.json.as_deref(), merged)
     };
@@ -356,6 +419,7 @@ pub fn doctor(home: &Path, nd7: &str) -> Vec<Check> {
             fix: None,
         }];
     }
+    let installed = version.is_some();
     let mut checks = vec![Check {
         name: "codex",
         ok: true,
@@ -407,8 +471,11 @@ pub fn doctor(home: &Path, nd7: &str) -> Vec<Check> {
     let managed = codex_merge::found_toml(requirements.as_deref()).unwrap_or_default();
     let managed_only = codex_merge::managed_only(requirements.as_deref()).unwrap_or(false);
     let disabled = codex_merge::hooks_disabled(files.toml.as_deref()).unwrap_or(false);
+    let known = installed.then(known_events).flatten();
+    let version_text = checks[0].detail.clone();
     checks.extend(assess(&Seen {
         nd7,
+        known: known.as_deref().map(|k| (version_text.as_str(), k)),
         user: &registered,
         states: &states,
         managed: &managed,
@@ -426,6 +493,9 @@ pub const SYSTEM_REQUIREMENTS: &str = "/etc/codex/requirements.toml";
 /// What doctor found about Codex's hooks.
 pub struct Seen<'a> {
     pub nd7: &'a str,
+    /// The installed Codex (`codex --version`'s text) and the events it
+    /// says it knows, when it could be asked.
+    pub known: Option<(&'a str, &'a [String])>,
     /// nd7's handlers in the user's files, with their trust keys.
     pub user: &'a [(String, Found)],
     pub states: &'a std::collections::BTreeMap<String, TrustState>,
@@ -440,13 +510,14 @@ pub struct Seen<'a> {
 
 /// The `codex-hooks` and `codex-trust` lines for what was found. Pure.
 pub fn assess(seen: &Seen<'_>) -> Vec<Check> {
-    let events = codex_merge::events();
+    let events = codex_merge::with_known(seen.known.map(|(_, k)| k));
     let wanted = codex_merge::command(seen.nd7);
     let user: Vec<&(String, Found)> = seen.user.iter().filter(|_| !seen.managed_only).collect();
     let mut missing = Vec::new();
     let mut elsewhere = Vec::new();
     let mut managed_events = 0;
-    for event in events {
+    let mut unknown_to_nd7 = Vec::new();
+    for event in &events {
         if seen.managed.iter().any(|f| f.event == *event) {
             managed_events += 1;
             continue;
@@ -456,19 +527,28 @@ pub fn assess(seen: &Seen<'_>) -> Vec<Check> {
             .map(|(_, f)| f)
             .filter(|f| f.event == *event)
             .collect();
-        if ours.is_empty() {
+        if ours.is_empty() && !codex_merge::events().contains(event) {
+            unknown_to_nd7.push(*event);
+        } else if ours.is_empty() {
             missing.push(*event);
         } else if !ours.iter().any(|f| f.command == wanted) {
             elsewhere.push(*event);
         }
     }
-    let ok = missing.is_empty() && elsewhere.is_empty() && !seen.disabled;
+    let ok =
+        missing.is_empty() && elsewhere.is_empty() && unknown_to_nd7.is_empty() && !seen.disabled;
     let mut detail = format!(
         "{} of {} events record with {}",
-        events.len() - missing.len() - elsewhere.len(),
+        events.len() - missing.len() - elsewhere.len() - unknown_to_nd7.len(),
         events.len(),
         seen.nd7
     );
+    if let (false, Some((version, _))) = (unknown_to_nd7.is_empty(), seen.known) {
+        detail.push_str(&format!(
+            "; {version} knows events nd7 does not register: {}",
+            unknown_to_nd7.join(", ")
+        ));
+    }
     if managed_events > 0 {
         detail.push_str(&format!(
             " ({managed_events} as managed hooks from {SYSTEM_REQUIREMENTS})"
@@ -587,6 +667,7 @@ mod tests {
     ) -> Seen<'a> {
         Seen {
             nd7: ND7,
+            known: None,
             user,
             states,
             managed,
@@ -627,7 +708,7 @@ mod tests {
         let checks = assess(&seen(&[], &none, &managed, true));
         assert_eq!(checks.len(), 1, "no trust line: {checks:?}");
         assert!(
-            checks[0].ok && checks[0].detail.contains("12 as managed hooks"),
+            checks[0].ok && checks[0].detail.contains("14 as managed hooks"),
             "{checks:?}"
         );
         // Managed only, and nd7's hooks are the user's: they will not run.
@@ -656,5 +737,27 @@ mod tests {
         }
         let checks = assess(&seen(&mine, &states, &[], false));
         assert!(checks[1].detail.contains("(turned off)"), "{checks:?}");
+    }
+
+    #[test]
+    fn events_the_installed_codex_knows_and_nd7_does_not_register_fail() {
+        let states = BTreeMap::new();
+        let ours = user(ND7);
+        let newer = vec!["StopFailure".to_string()];
+        let checks = assess(&Seen {
+            known: Some(("codex-cli 0.180.0", &newer)),
+            ..seen(&ours, &states, &[], false)
+        });
+        assert!(!checks[0].ok, "{checks:?}");
+        assert!(
+            checks[0].detail.starts_with("14 of 15 events record with")
+                && checks[0].detail.contains(
+                    "; codex-cli 0.180.0 knows events nd7 does not register: StopFailure"
+                ),
+            "{checks:?}"
+        );
+        assert_eq!(checks[0].fix.as_deref(), Some("nd7 setup --agent codex"));
+        // Asked nothing, nothing is missed.
+        assert!(assess(&seen(&ours, &states, &[], false))[0].ok);
     }
 }

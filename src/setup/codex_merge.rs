@@ -20,10 +20,58 @@ use toml_edit::{Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, Tab
 use super::merge::{Change, Merged};
 use crate::codex::hook::CodexEvent;
 
-/// The events Codex 0.171.0 accepts, all recorded. Codex ignores names it
-/// does not know, so an older Codex is given them too.
+/// The events nd7 knows (Codex 0.171.0's), all recorded. Codex ignores
+/// names it does not know, so an older Codex is given them too; setup adds
+/// whatever else the installed Codex says it knows ([`with_known`]).
 pub fn events() -> &'static [&'static str] {
     CodexEvent::NAMES
+}
+
+/// Whether `name` can be an event name in Codex's files: a plain
+/// PascalCase word, as every one so far is. Guards what setup takes from
+/// the installed Codex's answer.
+pub fn is_event_name(name: &str) -> bool {
+    name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_uppercase())
+        && name.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+/// The event names a JSON Schema of Codex's app-server protocol lists in
+/// its `HookEventName` (camelCase there, `preToolUse`), as Codex's files
+/// spell them (`PreToolUse`). `None` when the text holds no such list, or a
+/// name that cannot be an event name.
+pub fn schema_events(text: &str) -> Option<Vec<String>> {
+    let schema: Value = serde_json::from_str(text).ok()?;
+    let names = ["definitions", "$defs"].iter().find_map(|d| {
+        schema
+            .get(*d)?
+            .get("HookEventName")?
+            .get("enum")?
+            .as_array()
+    })?;
+    names
+        .iter()
+        .map(|n| {
+            let n = n.as_str()?;
+            let mut chars = n.chars();
+            let first = chars.next()?.to_ascii_uppercase();
+            let name: String = std::iter::once(first).chain(chars).collect();
+            is_event_name(&name).then_some(name)
+        })
+        .collect()
+}
+
+/// The events to register: nd7's own, then those of `known` (the installed
+/// Codex's, when it could be asked) that nd7 does not know, in Codex's
+/// order. Names that cannot be event names are left out.
+pub fn with_known<'a>(known: Option<&'a [String]>) -> Vec<&'a str> {
+    let mut out: Vec<&'a str> = events().to_vec();
+    for name in known.into_iter().flatten() {
+        if is_event_name(name) && !out.contains(&name.as_str()) {
+            out.push(name);
+        }
+    }
+    out
 }
 
 /// Events whose hooks Codex cuts off after at most 3 s (1 s unless told).
@@ -272,7 +320,11 @@ pub fn found_json(text: Option<&str>) -> Result<Vec<Found>, CodexConfigError> {
 
 /// Adds nd7's handler for every Codex event to a hooks.json (`None`: the
 /// file does not exist), or brings an older one up to date where it stands.
-pub fn install_json(text: Option<&str>, nd7: &str) -> Result<Merged, CodexConfigError> {
+pub fn install_json(
+    text: Option<&str>,
+    nd7: &str,
+    events: &[&str],
+) -> Result<Merged, CodexConfigError> {
     let mut file = parse_json(text)?;
     let original = file.clone();
     let hooks = file
@@ -281,7 +333,7 @@ pub fn install_json(text: Option<&str>, nd7: &str) -> Result<Merged, CodexConfig
         .as_object_mut()
         .ok_or(CodexConfigError::HooksNotObject)?;
     let mut changes = Vec::new();
-    for event in events() {
+    for event in events {
         let wanted = handler_json(nd7, event);
         let groups = hooks
             .entry(*event)
@@ -640,12 +692,16 @@ fn hooks_table_mut(doc: &mut DocumentMut) -> Result<&mut dyn TableLike, CodexCon
 /// Adds nd7's handler for every Codex event under config.toml's `[hooks]`,
 /// or brings an older one up to date where it stands. Comments, layout and
 /// every other key stay as they were.
-pub fn install_toml(text: Option<&str>, nd7: &str) -> Result<Merged, CodexConfigError> {
+pub fn install_toml(
+    text: Option<&str>,
+    nd7: &str,
+    events: &[&str],
+) -> Result<Merged, CodexConfigError> {
     let mut doc = parse_toml(text)?;
     let original = doc.to_string();
     let hooks = hooks_table_mut(&mut doc)?;
     let mut changes = Vec::new();
-    for event in events() {
+    for event in events {
         if hooks.get(event).is_none() {
             hooks.insert(event, Item::ArrayOfTables(ArrayOfTables::new()));
         }
@@ -922,7 +978,7 @@ mod tests {
     #[test]
     fn json_install_appends_once_replaces_in_place_and_uninstalls() {
         let theirs = r#"{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"mine"}]}]},"other":1}"#;
-        let merged = install_json(Some(theirs), ND7).expect("merges");
+        let merged = install_json(Some(theirs), ND7, events()).expect("merges");
         assert_eq!(merged.changes.len(), events().len());
         let text = merged.text.expect("changed");
         let v: Value = serde_json::from_str(&text).expect("json");
@@ -934,14 +990,19 @@ mod tests {
         );
         assert_eq!(v["hooks"]["SessionEnd"][0]["hooks"][0]["timeout"], 3);
         assert!(v["hooks"]["Stop"][0]["hooks"][0].get("timeout").is_none());
-        assert_eq!(install_json(Some(&text), ND7).expect("again").text, None);
+        assert_eq!(
+            install_json(Some(&text), ND7, events())
+                .expect("again")
+                .text,
+            None
+        );
         // A user's group added after nd7's keeps its place when nd7 moves.
         let mut v2 = v.clone();
         v2["hooks"]["PreToolUse"]
             .as_array_mut()
             .expect("list")
             .push(json!({"hooks": [{"type": "command", "command": "later"}]}));
-        let moved = install_json(Some(&v2.to_string()), "/new/nd7").expect("merges");
+        let moved = install_json(Some(&v2.to_string()), "/new/nd7", events()).expect("merges");
         let moved: Value = serde_json::from_str(&moved.text.expect("changed")).expect("json");
         assert_eq!(
             moved["hooks"]["PreToolUse"][1]["hooks"][0]["command"],
@@ -961,9 +1022,9 @@ mod tests {
 
     #[test]
     fn broken_files_are_refused_with_line_and_column() {
-        let e = install_json(Some("{\n  \"hooks\": [,\n}"), ND7).expect_err("broken");
+        let e = install_json(Some("{\n  \"hooks\": [,\n}"), ND7, events()).expect_err("broken");
         assert!(matches!(e, CodexConfigError::Json { line: 2, .. }), "{e}");
-        let e = install_toml(Some("model = \"x\"\n[hooks\n"), ND7).expect_err("broken");
+        let e = install_toml(Some("model = \"x\"\n[hooks\n"), ND7, events()).expect_err("broken");
         assert!(
             matches!(
                 e,
@@ -976,11 +1037,11 @@ mod tests {
             "{e}"
         );
         assert!(matches!(
-            install_json(Some(r#"{"hooks":{"Stop":{}}}"#), ND7),
+            install_json(Some(r#"{"hooks":{"Stop":{}}}"#), ND7, events()),
             Err(CodexConfigError::EventNotList(_))
         ));
         assert!(matches!(
-            install_toml(Some("hooks = 3\n"), ND7),
+            install_toml(Some("hooks = 3\n"), ND7, events()),
             Err(CodexConfigError::HooksNotTable)
         ));
     }
@@ -988,7 +1049,7 @@ mod tests {
     #[test]
     fn toml_install_keeps_comments_and_both_spellings() {
         let theirs = "# my settings\nmodel = \"gpt-5.5\" # keep me\n\n[[hooks.PreToolUse]]\nmatcher = \"Bash\" # mine\n[[hooks.PreToolUse.hooks]]\ntype = \"command\"\ncommand = \"mine\"\n\n[hooks]\nStop = [{ hooks = [{ type = \"command\", command = \"s\" }] }]\n\n[hooks.state.\"/h/.codex/config.toml:pre_tool_use:0:0\"]\ntrusted_hash = \"sha256:00\"\n";
-        let merged = install_toml(Some(theirs), ND7).expect("merges");
+        let merged = install_toml(Some(theirs), ND7, events()).expect("merges");
         let text = merged.text.expect("changed");
         assert!(
             text.contains("# my settings") && text.contains("# keep me") && text.contains("# mine"),
@@ -1004,7 +1065,12 @@ mod tests {
         // Codex reads what was written.
         let doc: DocumentMut = text.parse().expect("valid TOML");
         assert!(doc["hooks"]["SessionEnd"].is_array_of_tables());
-        assert_eq!(install_toml(Some(&text), ND7).expect("again").text, None);
+        assert_eq!(
+            install_toml(Some(&text), ND7, events())
+                .expect("again")
+                .text,
+            None
+        );
         let back = uninstall_toml(Some(&text)).expect("uninstalls");
         let back = back.text.expect("changed");
         assert!(found_toml(Some(&back)).expect("parses").is_empty());
@@ -1041,5 +1107,41 @@ mod tests {
         assert!(hooks_disabled(Some("[features]\ncodex_hooks = false\n")).expect("ok"));
         assert!(!hooks_disabled(Some("[features]\nhooks = true\n")).expect("ok"));
         assert!(!hooks_disabled(None).expect("ok"));
+    }
+
+    #[test]
+    fn the_installed_codexs_events_are_read_from_its_schema_and_checked() {
+        // The shape Codex 0.171.0 writes (v2/HooksListResponse.json).
+        let schema = r#"{"definitions":{"HookEventName":{"enum":["preModelRequest","postModelRequest","preToolUse","permissionRequest","postToolUse","preCompact","postCompact","sessionStart","sessionEnd","userPromptSubmit","subagentStart","subagentStop","stop","interrupt"],"type":"string"}}}"#;
+        let known = schema_events(schema).expect("names");
+        assert_eq!(known.len(), 14);
+        assert_eq!(known[0], "PreModelRequest");
+        let mut sorted = known.clone();
+        sorted.sort();
+        let mut ours: Vec<String> = events().iter().map(|e| e.to_string()).collect();
+        ours.sort();
+        assert_eq!(sorted, ours, "nd7 knows exactly 0.171.0's events");
+        // One name that cannot be an event spoils the answer.
+        for bad in [
+            r#"["stop","x y"]"#,
+            r#"["stop",""]"#,
+            r#"["stop",3]"#,
+            r#"["../x"]"#,
+        ] {
+            let text = format!(r#"{{"definitions":{{"HookEventName":{{"enum":{bad}}}}}}}"#);
+            assert_eq!(schema_events(&text), None, "{bad}");
+        }
+        assert_eq!(schema_events(r#"{"definitions":{}}"#), None);
+        assert_eq!(schema_events("not json"), None);
+        // What nd7 registers: its own, then the new ones in Codex's order.
+        let newer = vec![
+            "StopFailure".to_string(),
+            "Stop".to_string(),
+            "PreShell".to_string(),
+        ];
+        let all = with_known(Some(&newer));
+        assert_eq!(&all[..events().len()], events());
+        assert_eq!(&all[events().len()..], ["StopFailure", "PreShell"]);
+        assert_eq!(with_known(None), events());
     }
 }

@@ -275,6 +275,15 @@ pub fn start_run(log_dir: &Path, project: &Path, home: &Path) -> Result<(), Anch
     save_json(&dir, LOG_STATE, &state)
 }
 
+/// The Codex home [`start_run`] fixed for the run whose chain is at
+/// `log_dir`: where the door reads a Codex session's rollout. `None` when
+/// the run fixed none (anchoring did not start, or the home could not be
+/// told).
+pub fn run_codex_home(log_dir: &Path) -> Option<PathBuf> {
+    let state: LogState = load_json(&log_dir.join(STATE_DIR).join(LOG_STATE)).ok()??;
+    state.run?.codex_home
+}
+
 /// Anchors for `nd7 run` at its door: where the files are and the bounds
 /// come from what [`start_run`] fixed, never from the hook.
 pub fn for_run(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pending, AnchorError> {

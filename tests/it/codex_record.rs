@@ -3,7 +3,7 @@
 //! (tests/fixtures/codex-0.171.0/), and the attacks on the rollout read: a
 //! link, a FIFO, a file grown past the bound, a forged line out of place.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -405,39 +405,87 @@ fn every_captured_payload_records_as_codex() {
 }
 
 /// Under `nd7 run`, `nd7 run` itself builds a hook's entry, outside the
-/// sandbox: it must open no file the payload names, or an agent could point
-/// `transcript_path` at a file only the unconfined `nd7 run` can read and
-/// have what it holds land in the log. The same payloads built the door's
-/// way read nothing (guards the `None` arm of `record::event_for`).
+/// sandbox. It reads the version and each call's outcome from the rollout as
+/// `nd7 record` does, but only below the Codex home the run fixed when it
+/// started, where the door anchors the rollout too: an agent that points
+/// `transcript_path` at a file only the unconfined `nd7 run` can read gets
+/// nothing of it into the log. Guards the `Door` arm of `record::event_for`
+/// (and `Rollout::open`'s layout check behind it): built the recorder's way
+/// from the environment, or without the check, the planted version lands.
 #[test]
-fn built_for_the_door_a_codex_entry_opens_no_file_the_payload_names() {
+fn built_for_the_door_a_codex_entry_reads_the_rollout_only_where_codex_keeps_it() {
+    use nd7_core::record::{Builder, event_for};
     let c = Captured::new();
     let invocation = nd7_core::hook::Invocation::now();
     let agent = nd7_core::hook::Agent::Codex;
+    let home = c.home.path().join(".codex");
+    // A file in Codex's home that is no rollout (its credentials live
+    // beside the sessions), dressed as this session's rollout.
+    let secret = home.join("auth.json");
+    std::fs::write(
+        &secret,
+        format!(
+            "{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"{}\",\"cli_version\":\"LEAKED-9.9.9\"}}}}\n",
+            c.session
+        ),
+    )
+    .expect("write the secret");
+    let mut results = 0;
     for payload in &c.payloads {
         let kind: Value = serde_json::from_str(payload).expect("json");
         let name = kind["hook_event_name"]
             .as_str()
             .unwrap_or_default()
             .to_string();
-        // Read directly (the recorder runs as the agent does): the rollout
-        // gives the version and each call's outcome.
-        let home = c.home.path().join(".codex");
-        let parsed = nd7_core::hook::Payload::parse(payload.as_bytes()).expect("payload");
-        let direct = nd7_core::codex::event_in(Some(&home), &invocation, parsed, true);
-        let (door, _) = nd7_core::record::event_for(agent, &invocation, payload.as_bytes(), None)
+        let direct = nd7_core::codex::event_in(
+            Some(&home),
+            &invocation,
+            nd7_core::hook::Payload::parse(payload.as_bytes()).expect("payload"),
+            false,
+        );
+        let door = |codex_home: Option<&Path>, payload: &str| {
+            let (event, _) = event_for(
+                agent,
+                &invocation,
+                payload.as_bytes(),
+                Builder::Door { codex_home },
+            )
             .expect("event");
-        let direct = direct.body.get().to_string();
-        let door = door.body.get().to_string();
+            event.body.get().to_string()
+        };
+        // With the run's Codex home, the same entry as the recorder's.
+        assert_eq!(door(Some(&home), payload), direct.body.get(), "{name}");
         if name == "SessionStart" {
-            assert!(direct.contains("0.171.0"), "{direct}");
+            assert!(
+                direct.body.get().contains(r#""version":"0.171.0""#),
+                "{direct:?}"
+            );
         }
-        assert!(!door.contains("0.171.0"), "{name}: {door}");
         if name == "PostToolUse" {
-            assert!(direct.contains(r#""from":"rollout""#), "{direct}");
-            assert!(door.contains("opens no file a payload names"), "{door}");
+            assert!(
+                direct.body.get().contains(r#""from":"rollout""#),
+                "{direct:?}"
+            );
+            results += 1;
+        }
+        // With none fixed, nothing is read.
+        let unread = door(None, payload);
+        assert!(!unread.contains("0.171.0"), "{unread}");
+        if name == "PostToolUse" {
+            assert!(unread.contains(r#""ok":null"#), "{unread}");
+        }
+        // Pointed elsewhere, nothing of that file is recorded.
+        let mut planted = kind.clone();
+        if planted.get("transcript_path").is_some() {
+            planted["transcript_path"] = Value::String(secret.display().to_string());
+            let built = door(Some(&home), &planted.to_string());
+            assert!(!built.contains("LEAKED"), "{name}: {built}");
+            if name == "SessionStart" || name == "PostToolUse" {
+                assert!(built.contains("not where Codex keeps"), "{name}: {built}");
+            }
         }
     }
+    assert!(results > 0, "the capture has results");
 }
 
 /// Codex's payloads name its rollout as `transcript_path`: nd7 anchors it

@@ -729,3 +729,80 @@ fn xdg_variables_count_only_as_absolute_paths() {
         "nothing under the working directory"
     );
 }
+
+/// The first run, before `nd7 setup` and before Claude Code ever made
+/// `~/.claude.json`: `nd7 doctor` fails its `state` check with the fix, and
+/// `nd7 run claude` warns that Claude Code cannot save its state this
+/// session; after `nd7 setup` (which leaves a link for the file under
+/// `~/.claude`) doctor is content and the warning is gone. Guards the
+/// `State::Absent` arms of doctor's `state` check (src/setup/doctor.rs) and of
+/// `nd7 run`'s warning (src/run.rs): once doctor said ok here while every
+/// save was refused.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_first_run_without_claude_json_is_named_by_doctor_and_nd7_run() {
+    use crate::world::World;
+    let world = World::new();
+    let home = world.home();
+    assert!(std::fs::symlink_metadata(home.join(".claude.json")).is_err());
+    let doctor = |home: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_nd7"))
+            .arg("doctor")
+            .env("HOME", home)
+            .env("PATH", "/usr/bin:/bin")
+            .env_remove("XDG_STATE_HOME")
+            .env_remove("CLAUDE_CONFIG_DIR")
+            .output()
+            .expect("run nd7 doctor")
+    };
+    let text = stdout(&doctor(&home));
+    let state = text
+        .lines()
+        .position(|l| l.starts_with("FAIL state"))
+        .unwrap_or_else(|| panic!("no failed state check:\n{text}"));
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[state].contains("~/.claude.json does not exist yet, and Claude Code would create it in your home directory"),
+        "{text}"
+    );
+    assert_eq!(lines[state + 1].trim(), "fix: nd7 setup", "{text}");
+    // A stand-in claude under nd7 run: what it prints shows it ran.
+    let bin = world.proj().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir bin");
+    let claude = bin.join("claude");
+    std::fs::write(&claude, "#!/bin/sh\necho claude-ran\n").expect("write claude");
+    std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let run = |world: &World| {
+        world
+            .nd7(&["run", &claude.display().to_string()])
+            .output()
+            .expect("nd7 run")
+    };
+    let out = run(&world);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("claude-ran"), "{}", stdout(&out));
+    let warning = format!(
+        "{}/.claude.json does not exist yet, and Claude Code would create it in your home directory, where the floor lets nothing be written, so it cannot save its state this session; `nd7 setup` leaves a link for it under ~/.claude",
+        world.acct.display()
+    );
+    assert!(stderr(&out).contains(&warning), "{}", stderr(&out));
+
+    let setup = Command::new(env!("CARGO_BIN_EXE_nd7"))
+        .arg("setup")
+        .env("HOME", &home)
+        .env("PATH", "/usr/bin:/bin")
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("XDG_CONFIG_HOME")
+        .output()
+        .expect("nd7 setup");
+    assert!(setup.status.success(), "{}", stderr(&setup));
+    let text = stdout(&doctor(&home));
+    assert!(
+        text.contains("ok   state   ~/.claude.json links to ~/.claude/claude.json"),
+        "{text}"
+    );
+    let out = run(&world);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(".claude.json"), "{}", stderr(&out));
+}

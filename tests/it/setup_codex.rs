@@ -90,7 +90,7 @@ fn command() -> String {
     )
 }
 
-const EVENTS: [&str; 12] = [
+const EVENTS: [&str; 14] = [
     "SessionStart",
     "UserPromptSubmit",
     "PreToolUse",
@@ -103,6 +103,8 @@ const EVENTS: [&str; 12] = [
     "Stop",
     "SessionEnd",
     "Interrupt",
+    "PreModelRequest",
+    "PostModelRequest",
 ];
 
 #[test]
@@ -320,7 +322,7 @@ fn doctor_reports_codex_hooks_and_their_trust() {
     let doctor = |home: &Home| stdout(&home.nd7(&["doctor"]));
     let before = doctor(&home);
     assert!(
-        before.contains("FAIL codex-hooks 0 of 12 events"),
+        before.contains("FAIL codex-hooks 0 of 14 events"),
         "{before}"
     );
     assert!(before.contains("fix: nd7 setup --agent codex"), "{before}");
@@ -333,12 +335,12 @@ fn doctor_reports_codex_hooks_and_their_trust() {
     home.nd7(&["setup", "--agent", "codex"]);
     let untrusted = doctor(&home);
     assert!(
-        untrusted.contains("ok   codex-hooks 12 of 12 events"),
+        untrusted.contains("ok   codex-hooks 14 of 14 events"),
         "{untrusted}"
     );
     assert!(
         untrusted.contains(
-            "FAIL codex-trust 12 of nd7's 12 hooks will not run: SessionStart (untrusted)"
+            "FAIL codex-trust 14 of nd7's 14 hooks will not run: SessionStart (untrusted)"
         ),
         "{untrusted}"
     );
@@ -365,4 +367,118 @@ fn doctor_reports_codex_hooks_and_their_trust() {
         "{}",
         doctor(&home)
     );
+}
+
+/// A stand-in `codex` in a directory of its own: `--version` says
+/// `version`, and `app-server generate-json-schema --out DIR` writes the
+/// hooks/list schema with the event names in `events.json` beside it (as
+/// the real one does, camelCase), so a test can upgrade it.
+fn codex_stand_in(home: &Home, version: &str) -> PathBuf {
+    let bin = home.dir.path().join("codex-bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let script = format!(
+        "#!/bin/sh\ncase \"$1\" in\n--version) echo 'codex-cli {version}' ;;\napp-server) [ \"$2 $3\" = 'generate-json-schema --out' ] || exit 2; mkdir -p \"$4/v2\" && printf '{{\"definitions\":{{\"HookEventName\":{{\"type\":\"string\",\"enum\":%s}}}}}}' \"$(cat '{}')\" > \"$4/v2/HooksListResponse.json\" ;;\n*) exit 2 ;;\nesac\n",
+        bin.join("events.json").display()
+    );
+    std::fs::write(bin.join("codex"), script).expect("write codex");
+    std::fs::set_permissions(
+        bin.join("codex"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    bin
+}
+
+/// The installed Codex's events, camelCase as its schema has them.
+fn knows(bin: &Path, extra: &[&str]) {
+    let mut names: Vec<String> = EVENTS
+        .iter()
+        .chain(extra)
+        .map(|e| format!("{}{}", e[..1].to_ascii_lowercase(), &e[1..]))
+        .collect();
+    names.rotate_left(2);
+    std::fs::write(
+        bin.join("events.json"),
+        serde_json::json!(names).to_string(),
+    )
+    .expect("write events.json");
+}
+
+fn nd7_with(home: &Home, bin: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nd7"))
+        .args(args)
+        .env("HOME", home.dir.path())
+        .env_remove("CODEX_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_STATE_HOME")
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .output()
+        .expect("run nd7")
+}
+
+/// Setup asks the installed Codex which events it knows and registers
+/// those nd7 does not know too (they are recorded whole, as `hook`
+/// entries); after an upgrade that adds one, doctor names it with the fix,
+/// and setup brings it in. Guards `codex_merge::with_known` in setup and the
+/// events-nd7-does-not-register part of `setup::codex::assess`.
+#[test]
+fn setup_and_doctor_keep_in_step_with_the_events_the_installed_codex_knows() {
+    let home = Home::new();
+    let bin = codex_stand_in(&home, "0.999.0");
+    knows(&bin, &["StopFailure"]);
+    let out = nd7_with(&home, &bin, &["setup", "--agent", "codex"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let hooks = home.hooks();
+    assert_eq!(
+        hooks["hooks"]["StopFailure"][0]["hooks"][0]["command"],
+        command(),
+        "{hooks}"
+    );
+    let text = stdout(&nd7_with(&home, &bin, &["doctor"]));
+    assert!(text.contains("ok   codex-hooks 15 of 15 events"), "{text}");
+    // An upgrade adds an event.
+    knows(&bin, &["StopFailure", "PreShellCommand"]);
+    let text = stdout(&nd7_with(&home, &bin, &["doctor"]));
+    assert!(
+        text.contains("FAIL codex-hooks 15 of 16 events record with")
+            && text.contains(
+                "; codex-cli 0.999.0 knows events nd7 does not register: PreShellCommand"
+            ),
+        "{text}"
+    );
+    let fix = text
+        .lines()
+        .skip_while(|l| !l.contains("codex-hooks"))
+        .nth(1)
+        .unwrap_or_default();
+    assert_eq!(fix.trim(), "fix: nd7 setup --agent codex", "{text}");
+    assert!(
+        nd7_with(&home, &bin, &["setup", "--agent", "codex"])
+            .status
+            .success()
+    );
+    let text = stdout(&nd7_with(&home, &bin, &["doctor"]));
+    assert!(text.contains("ok   codex-hooks 16 of 16 events"), "{text}");
+    // An answer holding something that cannot be an event name is not
+    // taken at all: nd7's own events only.
+    let other = Home::new();
+    let bin = codex_stand_in(&other, "0.999.1");
+    std::fs::write(
+        bin.join("events.json"),
+        r#"["sessionStart", "x\"; rm -rf ~"]"#,
+    )
+    .expect("write events.json");
+    assert!(
+        nd7_with(&other, &bin, &["setup", "--agent", "codex"])
+            .status
+            .success()
+    );
+    let names: Vec<String> = other.hooks()["hooks"]
+        .as_object()
+        .expect("hooks")
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(names.len(), EVENTS.len(), "{names:?}");
 }

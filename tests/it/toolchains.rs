@@ -7,10 +7,13 @@
 //! With the presets in `~/.nd7/grants` every step works. Without them each
 //! is refused by the floor, and nd7's explanation, with the `nd7 allow` that
 //! would have allowed it, reaches the model (the next request) and the user
-//! (`nd7 run`'s summary at its end). pip in a venv installs without the
-//! preset, only without its cache, and silently (pip checks the cache with
-//! access(2), which Landlock does not answer, and swallows failed writes):
-//! the step writes into the cache directory pip names to show it.
+//! (`nd7 run`'s summary at its end). pip in a venv fails without its preset
+//! when it builds a wheel: it checks its cache with access(2), which Landlock
+//! does not answer, so it goes on to build into the cache and stops at the
+//! refused directory, naming it ("Building wheel for docopt failed: [Errno
+//! 13] Permission denied: '~/.cache'"). What it only downloads as wheels it
+//! installs without the preset, caching nothing (it swallows the HTTP cache's
+//! failed writes).
 //!
 //! Runs once, with the default Claude Code (it does not depend on the
 //! version, and downloads from three registries). The account reaches the
@@ -28,31 +31,74 @@ use crate::e2e::{Session, claude, play};
 use crate::world::World;
 
 /// The steps, each a Bash call, with the preset it needs.
-const STEPS: [(&str, &str); 5] = [
-    (
-        "npm install --no-audit --no-fund --loglevel=error is-number@7.0.0",
-        "npm",
-    ),
-    (
-        "cargo new -q --vcs none demo && cd demo && cargo add -q cfg-if@1.0.0 && cargo build -q && echo built",
-        "cargo",
-    ),
-    // pip caches nothing here (the registry's proxy marks files uncacheable),
-    // and would swallow a failed cache write anyway: the cache directory pip
-    // names is written to directly.
-    (
-        "python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check iniconfig==2.0.0 && echo venv-ok && mkdir -p \"$(.venv/bin/pip cache dir)\" && touch \"$(.venv/bin/pip cache dir)/nd7-probe\" && echo cache-ok",
-        "pip",
-    ),
-    (
-        "python3 -m pip install -q --disable-pip-version-check --user --break-system-packages iniconfig==2.0.0 && echo user-ok",
-        "python-user",
-    ),
-    (
-        "mkdir -p ~/go/pkg/mod/cache ~/.cache/go-build/00 && echo go-ok",
-        "go",
-    ),
-];
+fn steps() -> Vec<(String, &'static str)> {
+    // Debian marks its Python as the distribution's (PEP 668), and pip
+    // installs into the user site only when told to break that.
+    let user_flag = if externally_managed() {
+        " --break-system-packages"
+    } else {
+        ""
+    };
+    vec![
+        (
+            "npm install --no-audit --no-fund --loglevel=error is-number@7.0.0".into(),
+            "npm",
+        ),
+        (
+            "cargo new -q --vcs none demo && cd demo && cargo add -q cfg-if@1.0.0 && cargo build -q && echo built".into(),
+            "cargo",
+        ),
+        // docopt 0.6.2 is on PyPI as an sdist alone (pure Python), so pip
+        // builds its wheel, into its wheel cache (~/.cache/pip/wheels).
+        // `--use-pep517`: pip 23.1 and later build every sdist that way;
+        // Debian 12's pip 23.0.1 would run the project's `setup.py install`
+        // instead, which uses no cache.
+        (
+            "python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check --use-pep517 docopt==0.6.2 && .venv/bin/python -c 'import docopt' && echo venv-ok".into(),
+            "pip",
+        ),
+        (
+            format!("python3 -m pip install -q --disable-pip-version-check --user{user_flag} iniconfig==2.0.0 && echo user-ok"),
+            "python-user",
+        ),
+        (
+            "mkdir -p ~/go/pkg/mod/cache ~/.cache/go-build/00 && echo go-ok".into(),
+            "go",
+        ),
+    ]
+}
+
+/// Whether the system's python3 is marked as the distribution's
+/// (`EXTERNALLY-MANAGED` beside its standard library, PEP 668).
+fn externally_managed() -> bool {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import os, sysconfig; print(os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')))",
+        ])
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{out:?}");
+    stdout(&out).trim() == "True"
+}
+
+/// The files below `dir` whose names start with `prefix`.
+fn found_below(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if entry.file_name().to_string_lossy().starts_with(prefix) {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
 
 /// A world whose account can run the tests' Rust toolchain, and the PATH
 /// that finds it.
@@ -80,7 +126,7 @@ fn session(world: &Arc<World>, path: &str) -> Session {
     // pip's and npm's own notices stay out of the way.
     workspace.env.push(("PIP_NO_INPUT".into(), "1".into()));
     let s = play(workspace, |_| {
-        let mut turns: Vec<Vec<Block>> = STEPS.iter().map(|(c, _)| vec![bash(c)]).collect();
+        let mut turns: Vec<Vec<Block>> = steps().iter().map(|(c, _)| vec![bash(c)]).collect();
         turns.push(vec![Block::Text("Done.".into())]);
         turns
     });
@@ -122,13 +168,10 @@ fn npm_cargo_pip_and_go_work_with_the_presets_and_explain_themselves_without() {
     let results = s.api.tool_results();
     let told = after_each_call(&s);
     let err = stderr(&s.run.output);
-    for (i, (command, preset)) in STEPS.iter().enumerate() {
+    let steps = steps();
+    for (i, (command, preset)) in steps.iter().enumerate() {
         let allow = format!("nd7 allow --preset {preset}");
         let (_, output, failed) = &results[i];
-        if *preset == "pip" {
-            // The install itself needs no preset.
-            assert!(output.contains("venv-ok"), "{command}: {output}");
-        }
         assert!(failed, "{command} was not refused: {output}");
         assert!(told[i].contains("nd7's sandbox"), "{command}: {}", told[i]);
         assert!(told[i].contains(&allow), "{command}: {}", told[i]);
@@ -139,18 +182,25 @@ fn npm_cargo_pip_and_go_work_with_the_presets_and_explain_themselves_without() {
         .iter()
         .filter(|e| e["kind"] == "floor_refused")
         .collect();
-    assert_eq!(refused.len(), STEPS.len(), "{:?}", s.kinds());
+    assert_eq!(refused.len(), steps.len(), "{:?}", s.kinds());
+    // pip said which directory it could not make, and stopped there.
+    assert!(
+        results[2].1.contains("Building wheel for docopt failed")
+            && results[2].1.contains("Permission denied"),
+        "{:?}",
+        results[2]
+    );
     assert!(!exists(&world.proj().join("demo/target")));
     assert!(!exists(&world.home().join(".local/lib")));
 
     // With them, in ~/.nd7/grants (which nothing inside a session can write).
     let (world, path) = world_with_rust();
     std::fs::create_dir_all(world.home().join(".nd7")).expect("mkdir ~/.nd7");
-    let presets: String = STEPS.iter().map(|(_, p)| format!("preset {p}\n")).collect();
+    let presets: String = steps.iter().map(|(_, p)| format!("preset {p}\n")).collect();
     std::fs::write(world.home().join(".nd7/grants"), presets).expect("write grants");
     let s = session(&world, &path);
     let results = s.api.tool_results();
-    for (i, (command, _)) in STEPS.iter().enumerate() {
+    for (i, (command, _)) in steps.iter().enumerate() {
         let (_, output, failed) = &results[i];
         assert!(!failed, "{command}: {output}\n{}", s.run.describe());
     }
@@ -161,9 +211,9 @@ fn npm_cargo_pip_and_go_work_with_the_presets_and_explain_themselves_without() {
     ));
     assert!(exists(&world.proj().join("demo/target/debug")));
     assert!(exists(&world.home().join(".cargo/registry/cache")));
-    // pip's cache filled this time.
-    assert!(results[2].1.contains("cache-ok"), "{:?}", results[2]);
-    assert!(exists(&world.home().join(".cache/pip/nd7-probe")));
+    // The wheel pip built went into its cache this time.
+    let wheels = found_below(&world.home().join(".cache/pip/wheels"), "docopt-0.6.2-");
+    assert_eq!(wheels.len(), 1, "{wheels:?}");
     let user_site = std::fs::read_dir(world.home().join(".local/lib"))
         .expect("~/.local/lib")
         .filter_map(Result::ok)

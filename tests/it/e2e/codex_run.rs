@@ -277,3 +277,105 @@ fn a_projects_codex_settings_cannot_turn_off_recording_or_the_exit() {
     assert_eq!(exec[0]["tool_use_id"], api.call_ids()[0].as_str());
     assert_eq!(of_kind(&entries, "tool_call").len(), 1);
 }
+
+/// Under `nd7 run codex` the door reads what the payloads leave out from the
+/// rollout, as `nd7 record` does without `nd7 run`: the Codex version in
+/// `session_start`, and how each reported call ended, shell calls and
+/// `apply_patch` alike (the exit's `exec_end` covers shell calls only).
+/// Guards the `Door` arm of `record::event_for`: before, every version was
+/// null and every outcome unknown. A patch Codex did not apply (one that
+/// fails its check, one the floor refuses to write) gets no PostToolUse from
+/// Codex 0.171.0 at all: its `tool_call` stands alone, and its failure is in
+/// the rollout only (a completed item, `failed`, for the refused write).
+#[test]
+fn under_nd7_run_codex_entries_name_the_version_and_each_calls_outcome() {
+    let codex = install(&version());
+    let world = World::new();
+    std::fs::write(world.proj().join("note.txt"), "hello\n").expect("write note.txt");
+    let refused = world.outside().join("patched.txt");
+    let api = MockResponses::start(vec![
+        vec![Item::Shell("echo fine".into())],
+        vec![Item::Shell("echo failing; exit 3".into())],
+        vec![Item::Patch(
+            "*** Begin Patch\n*** Update File: missing.txt\n@@\n-nothing\n+here\n*** End Patch\n"
+                .into(),
+        )],
+        vec![Item::Patch(
+            "*** Begin Patch\n*** Update File: note.txt\n@@\n-hello\n+hello, patched\n*** End Patch\n"
+                .into(),
+        )],
+        vec![Item::Patch(format!(
+            "*** Begin Patch\n*** Add File: {}\n+refused\n*** End Patch\n",
+            refused.display()
+        ))],
+        vec![Item::Message("finished".into())],
+    ]);
+    configure(&world, &api.url);
+    let child = run_codex(&world, &codex, &["do the work"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start nd7 run codex");
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(world.proj().join("note.txt")).expect("note.txt"),
+        "hello, patched\n"
+    );
+    assert!(!refused.exists());
+    let (_, entries) = run_entries(&world);
+    let start = of_kind(&entries, "session_start");
+    assert_eq!(start.len(), 1, "{entries:?}");
+    assert_eq!(
+        start[0]["body"]["agent"],
+        serde_json::json!({"name": "codex", "version": version(), "originator": "codex_exec"})
+    );
+    let ids = api.call_ids();
+    assert_eq!(ids.len(), 5, "{ids:?}");
+    let result = |id: &str| -> Option<&Value> {
+        entries
+            .iter()
+            .find(|e| e["kind"] == "tool_result" && e["tool_use_id"] == id)
+    };
+    let outcome = |id: &str| {
+        let r = result(id).unwrap_or_else(|| panic!("no result for {id}: {entries:?}"));
+        (r["body"]["ok"].clone(), r["body"]["outcome"].clone())
+    };
+    use serde_json::json;
+    assert_eq!(
+        outcome(&ids[0]),
+        (
+            json!(true),
+            json!({"status": "completed", "exit_code": 0, "from": "rollout"})
+        )
+    );
+    assert_eq!(
+        outcome(&ids[1]),
+        (
+            json!(false),
+            json!({"status": "failed", "exit_code": 3, "from": "rollout"})
+        )
+    );
+    assert_eq!(
+        outcome(&ids[3]),
+        (
+            json!(true),
+            json!({"status": "completed", "from": "rollout"})
+        )
+    );
+    for unapplied in [&ids[2], &ids[4]] {
+        assert!(result(unapplied).is_none(), "{unapplied}: {entries:?}");
+        assert!(
+            entries
+                .iter()
+                .any(|e| e["kind"] == "tool_call" && e["tool_use_id"] == unapplied.as_str()),
+            "{unapplied}"
+        );
+    }
+    // The exit's own account of the shell calls agrees.
+    let ends: Vec<i64> = of_kind(&entries, "exec_end")
+        .iter()
+        .map(|e| e["body"]["exited"].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(ends, [0, 3]);
+}

@@ -72,7 +72,7 @@ fn a_codex_session_is_recorded_whole_with_failures_marked_and_verifies() {
     // Untrusted, Codex runs none of nd7's hooks, and doctor says so.
     let doctor = stdout(&w.nd7(&["doctor"]));
     assert!(
-        doctor.contains("FAIL codex-trust 12 of nd7's 12 hooks will not run"),
+        doctor.contains("FAIL codex-trust 14 of nd7's 14 hooks will not run"),
         "{doctor}"
     );
     let first = w.exec("say nothing");
@@ -92,14 +92,19 @@ fn a_codex_session_is_recorded_whole_with_failures_marked_and_verifies() {
                 .is_some_and(|c| c.ends_with("record --agent codex"))
         })
         .count();
-    assert_eq!(ours, 12, "{listed:?}");
+    assert_eq!(ours, 14, "{listed:?}");
     let doctor = stdout(&w.nd7(&["doctor"]));
     assert!(
-        doctor.contains("ok   codex-trust Codex trusts all 12 of nd7's hooks"),
+        doctor.contains("ok   codex-trust Codex trusts all 14 of nd7's hooks"),
         "{doctor}"
     );
     assert!(
         doctor.contains("ok   codex   codex-cli 0.171.0"),
+        "{doctor}"
+    );
+    // Asked, the installed Codex knows no event nd7 does not register.
+    assert!(
+        doctor.contains("ok   codex-hooks 14 of 14 events"),
         "{doctor}"
     );
 
@@ -134,6 +139,15 @@ fn a_codex_session_is_recorded_whole_with_failures_marked_and_verifies() {
     witnessed.sort();
     recorded.sort();
     assert_eq!(recorded, witnessed);
+    // The model requests' two events among them, kept whole.
+    for event in ["PreModelRequest", "PostModelRequest"] {
+        assert!(
+            entries
+                .iter()
+                .any(|e| e["kind"] == "hook" && e["body"]["raw"]["hook_event_name"] == event),
+            "{event}"
+        );
+    }
     let kinds: Vec<&str> = entries.iter().filter_map(|e| e["kind"].as_str()).collect();
     assert_eq!(kinds.first(), Some(&"session_start"), "{kinds:?}");
     assert_eq!(kinds.get(1), Some(&"prompt"), "{kinds:?}");

@@ -21,26 +21,36 @@ fn ours<'a>(s: &'a Session, kind: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-/// A command the floor refuses: the next request the model gets says it was
-/// nd7's sandbox, which path, and the `nd7 allow` the user could run; the
-/// run's log has the refusal; `nd7 run` names it at its end. Guards
+/// A command the floor refuses, and a Write outside what Claude Code's own
+/// tools may write: the next request the model gets says it was nd7's
+/// sandbox, which path, and the `nd7 allow` the user could run; the run's
+/// log has each refusal; `nd7 run` names them at its end. Guards
 /// `refusals::explain` (the judgment and the entry), the door's explain
 /// request (`sandbox/linux/door.rs`) and `nd7 hook-explain`'s registration in
-/// `shell_prefix::run_settings`: without any of them the request holds only
-/// the tool's own "Permission denied".
+/// `shell_prefix::run_settings` (for the Write: its `PostToolUseFailure`
+/// matcher): without any of them the request holds only the tool's own
+/// "Permission denied" (EACCES).
 #[test]
 fn a_refusal_is_explained_to_the_model_logged_and_summed_up() {
     let world = Arc::new(World::new());
     let outside = world.outside();
     let target = outside.join("made-by-agent");
+    let written = world.root.join("beside/written-by-write.txt");
+    std::fs::create_dir_all(written.parent().expect("a parent")).expect("mkdir beside");
+    world.own();
     let s = sandboxed_session(&world, |_| {
         vec![
             vec![bash(&format!("mkdir -p '{}'", target.display()))],
             vec![bash("echo fine > fine.txt")],
+            vec![Block::Tool(
+                "Write",
+                json!({"file_path": written, "content": "by Write\n"}),
+            )],
             vec![Block::Text("I will ask the user.".into())],
         ]
     });
     assert!(!target.exists());
+    assert!(!written.exists());
     let requests = s.api.requests();
     // What the model read after each call: the newest user message.
     let newest = |r: &Value| {
@@ -62,9 +72,31 @@ fn a_refusal_is_explained_to_the_model_logged_and_summed_up() {
         after.matches("nd7's sandbox").count(),
         "{later}"
     );
-    // The run's log holds the refusal, with the call it belongs to.
+    // The Write's failure is explained too, naming its directory.
+    let beside = written.parent().expect("a parent").display().to_string();
+    let after_write = newest(&requests[3]);
+    assert!(
+        after_write.contains(&format!("- {}: outside", written.display())),
+        "{after_write}"
+    );
+    assert!(
+        after_write.contains(&format!("nd7 allow {beside}")),
+        "{after_write}"
+    );
+    assert!(
+        after_write.contains("Claude Code's own Write and Edit tools stay within the project"),
+        "{after_write}"
+    );
+    // The run's log holds each refusal, with the call it belongs to.
     let refused = ours(&s, "floor_refused");
-    assert_eq!(refused.len(), 1, "{:?}", s.kinds());
+    assert_eq!(refused.len(), 2, "{:?}", s.kinds());
+    assert_eq!(refused[1]["tool_use_id"], s.api.tool_ids()[2].as_str());
+    assert_eq!(refused[1]["body"]["tool"], "Write");
+    assert_eq!(refused[1]["body"]["paths"][0]["why"], "outside");
+    assert_eq!(
+        refused[1]["body"]["paths"][0]["path"],
+        written.display().to_string().as_str()
+    );
     assert_eq!(refused[0]["tool_use_id"], s.api.tool_ids()[0].as_str());
     let path = &refused[0]["body"]["paths"][0];
     assert_eq!(path["why"], "outside");
@@ -78,10 +110,11 @@ fn a_refusal_is_explained_to_the_model_logged_and_summed_up() {
     // And nd7 run tells the user at its end.
     let err = stderr(&s.run.output);
     assert!(
-        err.contains("nd7 run: the sandbox refused 1 path this session"),
+        err.contains("nd7 run: the sandbox refused 2 paths this session"),
         "{err}"
     );
     assert!(err.contains(&format!("`{allow}`")), "{err}");
+    assert!(err.contains(&format!("`nd7 allow {beside}`")), "{err}");
     super::assert_clean(&s);
 }
 
@@ -185,4 +218,84 @@ fn the_first_run_under_nd7_run_saves_claude_codes_state() {
     assert!(stray.is_empty(), "{stray:?}");
     let err = stderr(&s.run.output);
     assert!(!err.contains(".claude.json"), "{err}");
+}
+
+/// What a headless run under `--permission-mode MODE` let through, played
+/// bare (no nd7 at all) or under `nd7 run`: the commands Claude Code
+/// refused, and which of the files the script would make exist.
+fn under_mode(mode: &str, sandboxed: bool) -> (Vec<String>, Vec<&'static str>) {
+    const MADE: [&str; 6] = [
+        "touched.txt",
+        "dir-made",
+        "echoed.txt",
+        "py.txt",
+        "repo",
+        "written.txt",
+    ];
+    let claude = claude::install(&claude::version());
+    let world = Arc::new(World::new());
+    let mut workspace = if sandboxed {
+        claude::Workspace::sandboxed(world.clone())
+    } else {
+        let mut w = claude::Workspace::new();
+        w.bare = true;
+        w
+    };
+    workspace.allowed_tools = None;
+    workspace.args = vec!["--permission-mode".into(), mode.into()];
+    let project = workspace.project.clone();
+    let api = super::mock_api::MockApi::start(vec![
+        vec![bash("touch touched.txt")],
+        vec![bash("mkdir dir-made")],
+        vec![bash("echo hi > echoed.txt")],
+        vec![bash("python3 -c 'open(\"py.txt\", \"w\").write(\"x\")'")],
+        vec![bash("git init -q repo")],
+        vec![Block::Tool(
+            "Write",
+            json!({"file_path": project.join("written.txt"), "content": "w\n"}),
+        )],
+        vec![Block::Text("Done.".into())],
+    ]);
+    let run = claude::run(&claude, &api.url, "run the scripted session", workspace);
+    assert!(run.output.status.success(), "{}", run.describe());
+    assert_eq!(api.turns_played(), 7, "{}", run.describe());
+    let denied: Vec<String> = run
+        .stream()
+        .into_iter()
+        .rfind(|l| l["type"] == "result")
+        .and_then(|r| r["permission_denials"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|d| {
+            d["tool_input"]["command"]
+                .as_str()
+                .or_else(|| d["tool_name"].as_str())
+                .unwrap_or("?")
+                .to_string()
+        })
+        .collect();
+    let made = MADE
+        .into_iter()
+        .filter(|f| project.join(f).exists())
+        .collect();
+    (denied, made)
+}
+
+/// `--permission-mode acceptEdits` means under `nd7 run` what it means
+/// without nd7: the same commands and edits go through, the same are refused
+/// (in `-p` there is nobody to ask). Before ADR-0040 nd7's PreToolUse answer
+/// allowed every Bash call whatever the mode; with it restored, the commands
+/// the mode refuses run under `nd7 run` and the two runs differ.
+#[test]
+fn a_permission_mode_means_under_nd7_run_what_it_means_without_nd7() {
+    let bare = under_mode("acceptEdits", false);
+    let under = under_mode("acceptEdits", true);
+    assert_eq!(under, bare, "under nd7 run, then bare");
+    // Not a comparison of two empty runs: the mode let something through
+    // and refused something.
+    let (denied, made) = bare;
+    assert!(
+        !denied.is_empty() && !made.is_empty(),
+        "{denied:?} {made:?}"
+    );
 }

@@ -113,20 +113,7 @@ fn start(tmux: &Tmux, world: &World, claude: &Path, api: &MockApi, status: &Path
 /// Types a prompt whose turn runs a Bash command, waits for the command and
 /// the turn, then leaves Claude Code and waits for `nd7 run` to end.
 fn prompt_and_exit(tmux: &Tmux, world: &World, api: &MockApi, status: &Path, marker: &str) {
-    tmux.wait_for("the prompt box", prompt_box);
-    // Keys sent while the box is still being drawn can be lost: type until
-    // the prompt shows, then send it.
-    let typed = (0..20).any(|_| {
-        tmux.keys(&["-l", "please run the command"]);
-        std::thread::sleep(Duration::from_millis(500));
-        if tmux.screen().contains("please run the command") {
-            return true;
-        }
-        tmux.keys(&["C-u"]);
-        false
-    });
-    assert!(typed, "the prompt never took the text:\n{}", tmux.screen());
-    tmux.keys(&["Enter"]);
+    type_prompt(tmux);
     let start = Instant::now();
     let mut approved = false;
     while !world.proj().join(marker).exists() {
@@ -145,6 +132,29 @@ fn prompt_and_exit(tmux: &Tmux, world: &World, api: &MockApi, status: &Path, mar
     }
     tmux.wait_for("the end of the turn", |s| s.contains("all done"));
     let _ = api;
+    exit_claude(tmux, status);
+}
+
+/// Waits for the prompt box, types a prompt and sends it.
+fn type_prompt(tmux: &Tmux) {
+    tmux.wait_for("the prompt box", prompt_box);
+    // Keys sent while the box is still being drawn can be lost: type until
+    // the prompt shows, then send it.
+    let typed = (0..20).any(|_| {
+        tmux.keys(&["-l", "please run the command"]);
+        std::thread::sleep(Duration::from_millis(500));
+        if tmux.screen().contains("please run the command") {
+            return true;
+        }
+        tmux.keys(&["C-u"]);
+        false
+    });
+    assert!(typed, "the prompt never took the text:\n{}", tmux.screen());
+    tmux.keys(&["Enter"]);
+}
+
+/// Leaves Claude Code and waits (at most a minute) for `nd7 run` to end.
+fn exit_claude(tmux: &Tmux, status: &Path) {
     tmux.keys(&["-l", "/exit"]);
     std::thread::sleep(Duration::from_millis(300));
     tmux.keys(&["Enter"]);
@@ -303,10 +313,17 @@ fn an_interactive_session_under_nd7_run_runs_commands_and_keeps_its_state() {
     assert_eq!(report.matches("verified:").count(), 2, "{report}");
 }
 
-/// An ask rule under `nd7 run claude`: Claude Code asks the person before
-/// the command runs, showing the command as the model wrote it, and runs it
-/// through nd7's exit once approved. Before ADR-0040 nd7's PreToolUse hook
-/// allowed every Bash call, so this question was never asked.
+/// An ask rule under `nd7 run claude`, beside an allow rule that covers the
+/// same command: Claude Code asks the person before the command runs (ask
+/// beats allow), showing the command as the model wrote it, and runs it
+/// through nd7's exit once approved; a control command the allow rule alone
+/// matches runs without a question. In the default mode Claude Code would
+/// ask before either (both write a file), so it is the allow rule that lets
+/// the control through and the ask rule that stops the other. Guards
+/// ADR-0040's routing (`shell_prefix::run_settings` registers no PreToolUse
+/// answer): with the old allow-everything rewrite (`nd7 hook-route`'s reply
+/// on PreToolUse) restored, or the ask rule taken out of the settings, the
+/// asked command runs unasked and this test fails.
 #[test]
 fn an_ask_rule_under_nd7_run_asks_before_the_command_runs() {
     let claude = claude::install(&claude::version());
@@ -317,8 +334,8 @@ fn an_ask_rule_under_nd7_run_asks_before_the_command_runs() {
         .status()
         .expect("git init");
     assert!(init.success());
-    // Onboarded, the key approved and the folder trusted: the only question
-    // left is the rule's.
+    // Onboarded, the key approved and the folder trusted: the only questions
+    // left are the rules'.
     let approved = &KEY[KEY.len() - 20..];
     let mut projects = serde_json::Map::new();
     projects.insert(
@@ -346,29 +363,32 @@ fn an_ask_rule_under_nd7_run_asks_before_the_command_runs() {
     let settings_path = world.home().join(".claude/settings.json");
     let mut settings: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&settings_path).expect("settings")).expect("json");
-    settings["permissions"] = serde_json::json!({"ask": ["Bash(touch:*)"]});
+    settings["permissions"] = serde_json::json!({
+        "allow": ["Bash(touch:*)"],
+        "ask": ["Bash(touch asked.txt)"],
+    });
     std::fs::write(&settings_path, settings.to_string()).expect("write settings");
 
     let api = MockApi::start(vec![
+        vec![bash("touch control.txt")],
         vec![bash("touch asked.txt")],
         vec![Block::Text("all done".into())],
     ]);
     let tmux = Tmux::new();
     let status: PathBuf = world.root.join("status-ask");
     start(&tmux, &world, &claude, &api, &status);
-    tmux.wait_for("the prompt box", prompt_box);
-    let typed = (0..20).any(|_| {
-        tmux.keys(&["-l", "please run the command"]);
-        std::thread::sleep(Duration::from_millis(500));
-        if tmux.screen().contains("please run the command") {
-            return true;
-        }
-        tmux.keys(&["C-u"]);
-        false
-    });
-    assert!(typed, "the prompt never took the text:\n{}", tmux.screen());
-    tmux.keys(&["Enter"]);
-    // Claude Code asks, about the command as the model wrote it.
+    type_prompt(&tmux);
+    // The control runs with no question: nobody answers one before it ran.
+    let start = Instant::now();
+    while !world.proj().join("control.txt").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the allowed command never ran (was it asked about?):\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Claude Code asks about the other, as the model wrote it.
     let screen = tmux.wait_for("the permission question", |s| {
         s.contains("touch asked.txt") && s.contains("proceed")
     });
@@ -389,24 +409,8 @@ fn an_ask_rule_under_nd7_run_asks_before_the_command_runs() {
         std::thread::sleep(Duration::from_millis(200));
     }
     tmux.wait_for("the end of the turn", |s| s.contains("all done"));
-    tmux.keys(&["-l", "/exit"]);
-    std::thread::sleep(Duration::from_millis(300));
-    tmux.keys(&["Enter"]);
-    let start = Instant::now();
-    while !status.exists() {
-        if start.elapsed() > Duration::from_secs(10) {
-            tmux.keys(&["C-c"]);
-            std::thread::sleep(Duration::from_millis(300));
-            tmux.keys(&["C-c"]);
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "claude did not exit:\n{}",
-            tmux.screen()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    // It ran through nd7's exit, named by its call.
+    exit_claude(&tmux, &status);
+    // Both ran through nd7's exit, each named by its call.
     let sessions = world.home().join(".local/state/nd7/sessions");
     let chain = std::fs::read_dir(&sessions)
         .expect("sessions")
@@ -415,11 +419,14 @@ fn an_ask_rule_under_nd7_run_asks_before_the_command_runs() {
         .expect("a run's chain");
     let log = std::fs::read_to_string(chain.path().join("events.ndjson")).expect("log");
     let ids = api.tool_ids();
-    assert!(
-        log.lines().any(|l| {
-            let e: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
-            e["kind"] == "exec" && e["source"] == "exit:nd7" && e["tool_use_id"] == ids[0].as_str()
-        }),
-        "{log}"
-    );
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    for id in &ids {
+        assert!(
+            log.lines().any(|l| {
+                let e: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
+                e["kind"] == "exec" && e["source"] == "exit:nd7" && e["tool_use_id"] == id.as_str()
+            }),
+            "{id}: {log}"
+        );
+    }
 }
