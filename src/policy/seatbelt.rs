@@ -233,7 +233,12 @@ impl Profile {
     ///   launchd, LaunchServices or another application, none of which is
     ///   in the sandbox; and, whatever program asks, LaunchServices' opening
     ///   of applications and documents (`lsopen`) and the sending of Apple
-    ///   events, which script other applications.
+    ///   events, which script other applications (operations Apple's own
+    ///   profiles in `/System/Library/Sandbox/Profiles` name). A copy of
+    ///   `launchctl` still reaches launchd: not closed (ADR-0074);
+    /// - and last the session's mark ([`Policy::mark`]), a path that exists
+    ///   nowhere, unreadable here only, by which `nd7 run` finds the
+    ///   processes still in this session's sandboxes when it ends.
     fn outside(&mut self, policy: &Policy) {
         self.form("(deny signal)");
         self.form("(allow signal (target same-sandbox) (target children))");
@@ -263,6 +268,9 @@ impl Profile {
         self.form(&format!("(deny process-exec* {})", handoffs.join(" ")));
         self.form("(deny lsopen)");
         self.form("(deny appleevent-send)");
+        if let Some(mark) = policy.mark.as_deref().and_then(|m| filter("literal", m)) {
+            self.form(&format!("(deny file-read* {mark})"));
+        }
     }
 
     /// The last forms: nd7's state (the session logs) is never written from
@@ -283,7 +291,8 @@ impl Profile {
 
 /// What a directory that must stay where it is is denied: being removed or
 /// renamed (`file-write-unlink` is both), and, like every path never
-/// written, a hard link.
+/// written, a hard link. sandbox-runtime keeps what it protects in place the
+/// same way (`file-write-unlink` on every ancestor).
 const KEEP: &str = "file-write-unlink file-link";
 
 /// The unix sockets of the system's own services that any program needs:
@@ -416,6 +425,17 @@ pub fn deferred_regexes(policy: &Policy) -> Vec<String> {
         out.push(format!("^{h}/({})(/.*)?$", alternatives(HOME_LOCKED)));
     }
     out
+}
+
+/// The path beside a session's mark ([`Policy::mark`]) that no profile
+/// names: readable in every sandbox that allows by default (nd7's, and
+/// none), refused by one that denies by default. A process is in the
+/// session's sandboxes when its sandbox refuses to read the mark and lets
+/// it read this (ADR-0075).
+pub fn unmarked(mark: &Path) -> PathBuf {
+    let mut path = mark.as_os_str().to_owned();
+    path.push("-unmarked");
+    PathBuf::from(path)
 }
 
 /// `(kind "path")`, or `None` when Seatbelt cannot be given `path`.
@@ -1202,6 +1222,31 @@ mod tests {
         for free in ["/Users/u/src/p/a.rs", "/Users/u/src/q", "/Users/u/.local/x"] {
             assert!(renamable(&got, free), "{free}");
         }
+    }
+
+    #[test]
+    fn the_sessions_mark_is_unreadable_in_its_profiles_and_its_neighbour_is_not() {
+        // How nd7 run finds the session's processes at its end (ADR-0075): a
+        // process whose sandbox refuses the mark and allows `unmarked`.
+        // Guards the mark's form in `Profile::outside`.
+        let mut p = policy("/Users/u/p", "/private/tmp", "/Users/u", &["/Users/u", "/"]);
+        let mark = PathBuf::from("/.nd7-run-41287-00ff00ff00ff00ff");
+        assert!(!command(&p).contains("nd7-run-"), "no mark, no form");
+        p.mark = Some(mark.clone());
+        let read = |forms: &[Sx], path: &Path| {
+            let path = path.to_str().expect("utf-8");
+            decides(forms, "file-read-data", |f| covers(f, path))
+        };
+        for profile in [command(&p), floor(&p, Path::new("/opt/nd7/nd7-exec"))] {
+            let got = forms(&profile);
+            assert!(!read(&got, &mark), "{profile}");
+            assert!(read(&got, &unmarked(&mark)), "{profile}");
+            assert!(read(&got, Path::new("/.nd7-run-41287-00ff00ff00ff00fe")));
+        }
+        assert_eq!(
+            unmarked(&mark),
+            Path::new("/.nd7-run-41287-00ff00ff00ff00ff-unmarked")
+        );
     }
 
     #[test]
