@@ -503,8 +503,13 @@ fn under_nd7_run_bash_goes_through_nd7_exec_and_stays_inside_the_floor() {
         .filter(|l| l["type"] == "tool" && l["tool"] == "Bash")
         .collect();
     assert_eq!(bash_calls.len(), 3);
+    // A call is shown as routed by the `exec` entry that names it, which on
+    // macOS none does (docs/sandbox.md, macOS: each nd7-exec opens the chain
+    // afresh and knows no call's id).
     assert!(
-        bash_calls.iter().all(|t| t["routed"] == true),
+        bash_calls
+            .iter()
+            .all(|t| t["routed"] == !cfg!(target_os = "macos")),
         "{bash_calls:#?}"
     );
     assert_eq!(
