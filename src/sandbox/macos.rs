@@ -33,7 +33,7 @@ pub enum SandboxError {
     )]
     Nul,
     #[error(
-        "macOS refused nd7's sandbox profile: {0} (a process that is already sandboxed cannot take another profile: start nd7 from a terminal outside any sandbox)"
+        "macOS refused nd7's sandbox profile: {0} (nd7 run needs macOS 13 or newer, and a process that is already sandboxed cannot take another profile: start nd7 from a terminal outside any sandbox)"
     )]
     Refused(String),
 }
