@@ -227,6 +227,8 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     if policy.roots.project == Path::new("/") {
         return Err(RunError::Project(project_named(&cwd)));
     }
+    // macOS: the mark by which the session's processes are found at its end.
+    policy.mark = sandbox::run_mark();
     let codex = crate::run_codex::is_codex(&options.program);
     // Codex's home, its hooks' trust and its arguments, before the floor
     // is built around them (ADR-0057).
@@ -482,7 +484,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     // What the session left running ends now, and the log says so before
     // its last entry (the keeper ends anything later once this process is
     // gone, and says so on stderr).
-    if let Some(left) = sandbox::end_leftovers().filter(|l| l.count > 0) {
+    if let Some(left) = sandbox::end_leftovers(&session.0, &policy).filter(|l| l.count > 0) {
         let _ = log.note(
             run_entry::PROCESSES_ENDED,
             None,

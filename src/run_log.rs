@@ -159,6 +159,15 @@ impl RunLog {
         Ok(RunLog::new(log, hooks))
     }
 
+    /// [`RunLog::open`], every append waiting at most `wait` for the chain's
+    /// lock ([`SessionLog::waiting_at_most`]): for the writers on macOS,
+    /// which are `nd7-exec` processes rather than `nd7 run` (ADR-0075).
+    pub fn open_within(record: &Record, wait: std::time::Duration) -> Result<RunLog, RunLogError> {
+        let LogRef { id, hooks } = record.log.clone().ok_or(RunLogError::NoChain(record.pid))?;
+        let log = SessionLog::new(&record.policy.logs_dir(), &id)?.waiting_at_most(wait);
+        Ok(RunLog::new(log, hooks))
+    }
+
     /// How the session's record names this chain.
     pub fn reference(&self) -> LogRef {
         LogRef {

@@ -102,6 +102,13 @@ pub enum Error {
         bytes: usize,
         limit: usize,
     },
+    /// The bound of [`SessionLog::waiting_at_most`] passed with the lock
+    /// still taken; nothing was appended.
+    #[error(
+        "{}: nothing was appended: the chain's lock stayed taken for {secs} s (another nd7 process holds it, stopped or stuck)",
+        path.display()
+    )]
+    Locked { path: PathBuf, secs: u64 },
 }
 
 crate::files::io_context_into!(Error);
@@ -253,6 +260,9 @@ pub fn check_session_id(id: &str) -> Result<(), Error> {
 pub struct SessionLog {
     dir: PathBuf,
     session_id: String,
+    /// How long an append waits for the chain's lock; `None`: as long as it
+    /// takes (the holder is an append, which ends).
+    lock_wait: Option<std::time::Duration>,
 }
 
 impl SessionLog {
@@ -262,7 +272,18 @@ impl SessionLog {
         Ok(SessionLog {
             dir: sessions_dir.join(session_id),
             session_id: session_id.to_string(),
+            lock_wait: None,
         })
+    }
+
+    /// This log, its appends waiting at most `wait` for the chain's lock and
+    /// then failing with [`Error::Locked`]: for a writer whose fellow
+    /// writers could be stopped while they hold it (on macOS the exit's
+    /// writers are `nd7-exec` processes, not `nd7 run`, ADR-0075), so that
+    /// one stopped holder costs the others an error, never a wait for good.
+    pub fn waiting_at_most(mut self, wait: std::time::Duration) -> SessionLog {
+        self.lock_wait = Some(wait);
+        self
     }
 
     /// The log at `path`: a session directory, or the `events.ndjson` in one.
@@ -287,6 +308,7 @@ impl SessionLog {
         Ok(SessionLog {
             dir: absolute,
             session_id: id,
+            lock_wait: None,
         })
     }
 
@@ -336,8 +358,12 @@ impl SessionLog {
         self.check_dir()?;
         let lock_path = self.lock_path();
         let lock = open_lock(&lock_path).map_err(Error::io(&lock_path, "open"))?;
-        lock.lock()
-            .map_err(Error::io(&lock_path, "lock (exclusive)"))?;
+        match self.lock_wait {
+            None => lock
+                .lock()
+                .map_err(Error::io(&lock_path, "lock (exclusive)"))?,
+            Some(wait) => lock_within(&lock, &lock_path, wait)?,
+        }
 
         let head_path = self.head_path();
         let head = match read_head(&head_path)? {
@@ -663,6 +689,28 @@ enum HeadFile {
     Unreadable,
 }
 
+/// Takes `lock` exclusively, trying until `wait` has passed.
+fn lock_within(lock: &File, path: &Path, wait: std::time::Duration) -> Result<(), Error> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(Error::Locked {
+                    path: path.to_path_buf(),
+                    secs: wait.as_secs(),
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(Error::io(path, "lock (exclusive)")(e));
+            }
+        }
+    }
+}
+
 fn read_head(path: &Path) -> Result<HeadFile, Error> {
     match fs::read(path) {
         Ok(text) => Ok(Head::parse(&text).map_or(HeadFile::Unreadable, HeadFile::Present)),
@@ -830,6 +878,32 @@ mod tests {
             lock_place(copy, Lock::Transcript),
             copy.join("transcript/lock")
         );
+    }
+
+    #[test]
+    fn a_bounded_writer_gives_up_on_a_held_lock_and_appends_nothing() {
+        // The attack (issue 11, macOS): the agent stops an nd7-exec while it
+        // holds the chain's lock, and every later append of the run waits for
+        // good. Guards `lock_within`: with the bound ignored, this append
+        // blocks on the held lock and the test never ends.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = SessionLog::new(&dir.path().join("sessions"), "held")
+            .expect("id")
+            .waiting_at_most(std::time::Duration::from_millis(50));
+        log.append(&event(0)).expect("first append");
+        let holder = open_lock(&log.lock_path()).expect("open the lock");
+        holder.lock().expect("hold it");
+        match log.append(&event(1)) {
+            Err(Error::Locked { path, .. }) => assert_eq!(path, log.lock_path()),
+            other => panic!("{other:?}"),
+        }
+        drop(holder);
+        assert_eq!(
+            log.verify(1).expect("still a chain").entries,
+            1,
+            "nothing was appended"
+        );
+        assert_eq!(log.append(&event(1)).expect("lock free again").seq, 1);
     }
 
     #[test]

@@ -145,21 +145,40 @@ fn read_request() -> Result<wire::HookRequest, String> {
 }
 
 /// `nd7-exec --record -`: one hook's entry into the run's log (macOS; on
-/// Linux it refuses before reading anything).
+/// Linux it refuses before reading anything). The entry is appended by a
+/// writer no confined process can signal ([`sandbox::out_of_reach`]), which
+/// this process waits for.
 fn record() -> ExitCode {
-    let answer = sandbox::exec_is_door()
-        .and_then(|()| read_request())
-        .and_then(|request| sandbox::record_hook(&request));
-    match answer {
-        Ok(sandbox::HookAnswer::Recorded) => ExitCode::SUCCESS,
-        Ok(sandbox::HookAnswer::Skipped) => ExitCode::from(sandbox::RECORD_SKIPPED),
-        Ok(sandbox::HookAnswer::Explained(text)) => {
-            print!("{text}");
-            ExitCode::SUCCESS
+    let request = match sandbox::exec_is_door().and_then(|()| read_request()) {
+        Ok(request) => request,
+        Err(why) => {
+            eprintln!("nd7-exec: {why}; nothing was recorded");
+            return ExitCode::from(REFUSED);
         }
+    };
+    match sandbox::out_of_reach(|| answer(&request)) {
+        Ok(code) => ExitCode::from(code),
         Err(why) => {
             eprintln!("nd7-exec: {why}; nothing was recorded");
             ExitCode::from(REFUSED)
+        }
+    }
+}
+
+/// Appends `request` to the run's log, says on stdout what to tell the
+/// model (an explain request) or on stderr why nothing was recorded, and
+/// returns the exit code for it.
+fn answer(request: &wire::HookRequest) -> u8 {
+    match sandbox::record_hook(request) {
+        Ok(sandbox::HookAnswer::Recorded) => 0,
+        Ok(sandbox::HookAnswer::Skipped) => sandbox::RECORD_SKIPPED,
+        Ok(sandbox::HookAnswer::Explained(text)) => {
+            print!("{text}");
+            0
+        }
+        Err(why) => {
+            eprintln!("nd7-exec: {why}; nothing was recorded");
+            REFUSED
         }
     }
 }

@@ -1,7 +1,8 @@
 //! What the macOS kernel says about processes, through libproc's
-//! `proc_pidinfo`: a process's parent and start time. All of nd7's `unsafe`
-//! for this is in this file: one function of libSystem, declared here
-//! rather than through a crate.
+//! `proc_pidinfo` and `proc_listallpids`: a process's parent, start time,
+//! owner and name, and every process there is. All of nd7's `unsafe` for
+//! this is in this file: two functions of libSystem, declared here rather
+//! than through a crate.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::io;
@@ -21,7 +22,7 @@ const MAXCOMLEN: usize = 16;
 
 /// `struct proc_bsdinfo` of <sys/proc_info.h>, field for field.
 #[repr(C)]
-#[allow(dead_code, reason = "the kernel's layout; nd7 reads three fields")]
+#[allow(dead_code, reason = "the kernel's layout; nd7 reads a few fields")]
 struct ProcBsdInfo {
     pbi_flags: u32,
     pbi_status: u32,
@@ -62,6 +63,52 @@ unsafe extern "C" {
         buffer: *mut c_void,
         buffersize: c_int,
     ) -> c_int;
+    /// <libproc.h>: fills `buffer` (`buffersize` bytes) with the pids of
+    /// every process; returns how many it wrote, or with a null buffer how
+    /// many there are; -1 on failure.
+    fn proc_listallpids(buffer: *mut c_void, buffersize: c_int) -> c_int;
+}
+
+/// Every process of the calling user (or of everyone, to root) that the
+/// kernel describes now, as (pid, start time in microseconds, command name),
+/// this process left out. A process that ends meanwhile is simply missing.
+pub fn own_processes() -> Vec<(u32, u64, String)> {
+    let me = std::process::id();
+    let uid = rustix::process::getuid().as_raw();
+    // SAFETY: a null buffer of size 0 asks only for the count; nothing is
+    // written.
+    let count = unsafe { proc_listallpids(std::ptr::null_mut(), 0) };
+    let Ok(count) = usize::try_from(count) else {
+        return Vec::new();
+    };
+    // Room for processes started since the count.
+    let mut pids: Vec<c_int> = vec![0; count + 64];
+    let bytes = c_int::try_from(pids.len() * std::mem::size_of::<c_int>()).unwrap_or(c_int::MAX);
+    // SAFETY: `pids` is writable for `bytes` bytes, which is what the call
+    // is told; it writes at most that many and returns how many pids.
+    let written = unsafe { proc_listallpids(pids.as_mut_ptr().cast::<c_void>(), bytes) };
+    let Ok(written) = usize::try_from(written) else {
+        return Vec::new();
+    };
+    pids.truncate(written.min(pids.len()));
+    pids.into_iter()
+        .filter_map(|pid| u32::try_from(pid).ok())
+        .filter(|&pid| pid != me && pid != 0)
+        .filter_map(|pid| bsd_info(pid).ok().map(|info| (pid, info)))
+        .filter(|(_, info)| uid == 0 || info.pbi_uid == uid)
+        .map(|(pid, info)| {
+            let start = (info.pbi_start_tvsec)
+                .saturating_mul(1_000_000)
+                .saturating_add(info.pbi_start_tvusec);
+            let name: Vec<u8> = info
+                .pbi_comm
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            (pid, start, String::from_utf8_lossy(&name).into_owned())
+        })
+        .collect()
 }
 
 /// When `pid` started (microseconds since the epoch), or `None` when the

@@ -80,6 +80,13 @@ pub struct Policy {
     /// Whose state directories are write roots of the floor.
     #[serde(default)]
     pub agent: AgentState,
+    /// A path that exists nowhere, which this session's Seatbelt profiles
+    /// alone deny reading (macOS): by it `nd7 run` tells the processes in
+    /// this session's sandboxes from every other process of the user when
+    /// the session ends, however they left its tree (ADR-0075). `None` on
+    /// Linux, whose keeper knows the session's processes without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<PathBuf>,
 }
 
 /// What a path led to, without following links: the file's device and
@@ -175,6 +182,7 @@ impl Policy {
             aliases: Vec::new(),
             terminal: None,
             agent: AgentState::default(),
+            mark: None,
         }
     }
 

@@ -3,24 +3,29 @@
 //! per-command profile `nd7-exec` applies to itself before it becomes the
 //! shell. Pure: a policy in, SBPL text out.
 //!
-//! # Allow by default, take writes away
+//! # Allow by default, take away what reaches outside
 //!
 //! Both profiles start from `(allow default)` and deny what nd7 confines:
 //! every file write outside the write roots, and any access to the
 //! credential stores ([`super::secrets`]), nd7's vault keys, the logs'
-//! locks and `~/.nd7`. nd7 confines the file system only; the network,
-//! mach services, signals and sysctls stay as open as outside (ADR-0007 gives
-//! up host filtering). A `(deny default)` profile would instead have to list
-//! every mach service, sysctl and device that node, git, compilers and Claude
-//! Code touch, a list no Linux test can check, and whose gaps show up as
-//! mysterious failures of other tools (ADR-0018).
+//! locks and `~/.nd7`; then the ways a process acts outside the sandbox
+//! without writing a file ([`Profile::outside`], ADR-0074): signals to
+//! processes of another sandbox, connections to other programs' unix
+//! sockets, typing into a terminal (`TIOCSTI`), and handing a program to
+//! launchd, LaunchServices or Apple events. The network, mach services and
+//! sysctls stay as open as outside (ADR-0007 gives up host filtering). A
+//! `(deny default)` profile would instead have to list every mach service,
+//! sysctl and device that node, git, compilers and Claude Code touch, a list
+//! no Linux test can check, and whose gaps show up as mysterious failures of
+//! other tools (ADR-0018).
 //!
 //! # Order
 //!
 //! Seatbelt lets the last rule that matches an operation decide. Each profile
 //! therefore goes from broad to narrow: the blanket write deny, the allows of
-//! the write roots, the denies of the secrets, the exit (floor only), and
-//! last the deny of `~/.nd7`, which nothing after it can undo.
+//! the write roots, the denies of the secrets, of the files that run later
+//! and of renaming what holds them, the exit (floor only), what reaches
+//! outside, and last the deny of `~/.nd7`, which nothing after it can undo.
 //!
 //! # Links
 //!
@@ -31,13 +36,18 @@
 //! files, so the policy lists each secret both as named and where it really
 //! is (resolved by `nd7 run` at the start), and both are denied.
 //!
-//! # Links and clones
+//! # Links, clones and renames
 //!
 //! A hard link is a second name for a file, and Seatbelt judges a file by the
 //! name it is reached through. A link from the project to `~/.bashrc` would
 //! make `~/.bashrc` writable through the project, so `file-link` is denied
 //! like a write and allowed only within the write roots; links and
 //! copy-on-write clones out of the secret directories are denied outright.
+//! A rename is judged by the names too: a directory above a path that is
+//! never written, renamed away (under a grant of the home), would take that
+//! path's files to a name no deny covers, to be changed and moved back. So
+//! no directory on the way to anything never written can be renamed or
+//! removed ([`keep_in_place`]).
 //!
 //! # Paths cannot inject rules
 //!
@@ -88,6 +98,7 @@ pub fn floor(policy: &Policy, nd7_exec: &Path) -> String {
     profile.deferred(policy);
     profile.protect(nd7_exec);
     profile.exit(nd7_exec);
+    profile.outside(policy);
     profile.finish(policy)
 }
 
@@ -98,6 +109,7 @@ pub fn command(policy: &Policy) -> String {
     let mut profile = Profile::new("command", policy, &policy.command_writes());
     profile.deferred(policy);
     profile.protect(&policy.roots.exit);
+    profile.outside(policy);
     profile.finish(policy)
 }
 
@@ -162,25 +174,17 @@ impl Profile {
     /// write roots and grants say, and whether or not they exist yet. By
     /// regex, so new ones are covered: in the project at any depth (a nested
     /// repository is as dangerous as the top one), in the home directory at
-    /// its top. Names are matched in either case (APFS ignores case). Nor
-    /// can the project, or any directory above it, be renamed or removed, so
-    /// it cannot be swapped for a prepared one.
+    /// its top. Names are matched in either case (APFS ignores case). Then
+    /// every directory that must stay where it is ([`keep_in_place`]).
     fn deferred(&mut self, policy: &Policy) {
         for regex in deferred_regexes(policy) {
             self.form(&format!("(deny {WRITE} (regex {}))", string(&regex)));
         }
-        let mut keep: Vec<String> = policy
-            .roots
-            .project
-            .ancestors()
+        let keep: Vec<String> = keep_in_place(policy)
+            .iter()
             .map(|p| deny_filter("literal", p))
             .collect();
-        keep.extend(
-            HOME_PARENTS
-                .iter()
-                .map(|d| deny_filter("literal", &policy.roots.home.join(d))),
-        );
-        self.form(&format!("(deny file-write-unlink {})", keep.join(" ")));
+        self.form(&format!("(deny {KEEP} {})", keep.join(" ")));
     }
 
     /// Neither `nd7_exec` nor any directory on its path can be written,
@@ -201,6 +205,74 @@ impl Profile {
         }
     }
 
+    /// What lets a process act outside the sandbox without writing a file
+    /// (ADR-0074), in both profiles:
+    ///
+    /// - signals only to processes of the same sandbox (the agent and what
+    ///   it starts, or one command and its children) and to the sender's own
+    ///   children: Claude Code can end the `nd7-exec` it started, and no
+    ///   process can stop, kill or wake one of the user's others, or the
+    ///   part of `nd7-exec` that writes the log (a child of the `nd7-exec`
+    ///   the agent started, never of a confined process). As in
+    ///   sandbox-runtime's profile (`(allow signal (target same-sandbox))`
+    ///   under a deny of every other signal);
+    /// - connections to unix sockets only in the project and the agent's
+    ///   state (a socket the session's own programs made: git's fsmonitor,
+    ///   a test server), and to the system's DNS resolver and syslog; never
+    ///   to a socket inside what is never read or written (a gpg-agent's in
+    ///   `~/.gnupg`, with the project being the home). Other programs'
+    ///   sockets run code outside: tmux, docker, ssh-agent, an editor's
+    ///   (VS Code keeps its in `$TMPDIR`, which is therefore left out), other
+    ///   Claude Code sessions'. Codex's profile allows unix sockets the same
+    ///   way, `(remote unix-socket (subpath …))`;
+    /// - `TIOCSTI`, which types into a terminal: the line would run in the
+    ///   user's shell when `nd7 run` returns. Codex denies it the same way
+    ///   (`(deny file-ioctl (ioctl-command TIOCSTI))`, which macOS 13 and
+    ///   later compile);
+    /// - `launchctl`, `open` and `osascript`, which hand a program to
+    ///   launchd, LaunchServices or another application, none of which is
+    ///   in the sandbox; and, whatever program asks, LaunchServices' opening
+    ///   of applications and documents (`lsopen`) and the sending of Apple
+    ///   events, which script other applications (operations Apple's own
+    ///   profiles in `/System/Library/Sandbox/Profiles` name). A copy of
+    ///   `launchctl` still reaches launchd: not closed (ADR-0074);
+    /// - and last the session's mark ([`Policy::mark`]), a path that exists
+    ///   nowhere, unreadable here only, by which `nd7 run` finds the
+    ///   processes still in this session's sandboxes when it ends.
+    fn outside(&mut self, policy: &Policy) {
+        self.form("(deny signal)");
+        self.form("(allow signal (target same-sandbox) (target children))");
+        self.form("(deny network-outbound (remote unix-socket))");
+        let mut sockets: Vec<String> = SYSTEM_SOCKETS
+            .iter()
+            .map(|s| format!("(remote unix-socket (subpath {}))", string(s)))
+            .collect();
+        sockets.extend(
+            socket_roots(policy)
+                .iter()
+                .filter_map(|p| filter("subpath", p))
+                .map(|f| format!("(remote unix-socket {f})")),
+        );
+        self.form(&format!("(allow network-outbound {})", sockets.join(" ")));
+        let kept: Vec<String> = policy
+            .unwritable()
+            .iter()
+            .map(|p| format!("(remote unix-socket {})", deny_filter("subpath", p)))
+            .collect();
+        self.form(&format!("(deny network-outbound {})", kept.join(" ")));
+        self.form("(deny file-ioctl (ioctl-command TIOCSTI))");
+        let handoffs: Vec<String> = HANDOFF_PROGRAMS
+            .iter()
+            .map(|p| format!("(literal {})", string(p)))
+            .collect();
+        self.form(&format!("(deny process-exec* {})", handoffs.join(" ")));
+        self.form("(deny lsopen)");
+        self.form("(deny appleevent-send)");
+        if let Some(mark) = policy.mark.as_deref().and_then(|m| filter("literal", m)) {
+            self.form(&format!("(deny file-read* {mark})"));
+        }
+    }
+
     /// The last forms: nd7's state (the session logs) is never written from
     /// inside, whatever is granted (ADR-0031), and nothing under `~/.nd7` is
     /// readable or writable.
@@ -217,10 +289,78 @@ impl Profile {
     }
 }
 
-/// Home-relative directories holding files on the list, which Claude Code
-/// writes into and so cannot be denied whole: they can be neither removed
-/// nor renamed (a grant of the home could otherwise swap one for another).
-const HOME_PARENTS: &[&str] = &[".claude", ".claude/plugins", ".config"];
+/// What a directory that must stay where it is is denied: being removed or
+/// renamed (`file-write-unlink` is both), and, like every path never
+/// written, a hard link. sandbox-runtime keeps what it protects in place the
+/// same way (`file-write-unlink` on every ancestor).
+const KEEP: &str = "file-write-unlink file-link";
+
+/// The unix sockets of the system's own services that any program needs:
+/// the DNS resolver (`getaddrinfo` asks mDNSResponder through it) and
+/// syslog. Both spellings, as `/var` is a link to `/private/var` and which
+/// one Seatbelt matches for a socket is not documented.
+pub const SYSTEM_SOCKETS: &[&str] = &[
+    "/private/var/run/mDNSResponder",
+    "/var/run/mDNSResponder",
+    "/private/var/run/syslog",
+    "/var/run/syslog",
+];
+
+/// Programs that hand a program to a process outside the sandbox: launchd
+/// (`launchctl submit`, `bootstrap`, `asuser`), LaunchServices (`open`, an
+/// application or a document's) and Apple events (`osascript`, another
+/// application's scripting).
+pub const HANDOFF_PROGRAMS: &[&str] = &["/bin/launchctl", "/usr/bin/open", "/usr/bin/osascript"];
+
+/// Where a process inside may connect to a unix socket: the project and the
+/// agent's state directories, where the session's own programs make theirs.
+/// Not the temp directory, which the user's other programs share (VS Code's
+/// IPC sockets are there), nor any grant.
+pub fn socket_roots(policy: &Policy) -> Vec<PathBuf> {
+    let mut roots = vec![policy.roots.project.clone()];
+    roots.extend(
+        policy
+            .agent
+            .dirs()
+            .iter()
+            .map(|d| policy.roots.home.join(d)),
+    );
+    roots
+}
+
+/// The directories that can be neither removed nor renamed, in either
+/// profile, whatever is granted: every directory above something never
+/// written ([`Policy::unwritable`]: nd7's state and logs, `~/.nd7`, the
+/// credential stores), above the project, and above the files that run
+/// later in the home ([`HOME_LOCKED`]: `~/.claude`, `~/.codex`, `~/.config`
+/// and the directories between), up to `/`. Renamed away, any of them
+/// would take what it holds to a name no deny covers, to be changed there
+/// and moved back (`mv ~/.local/state ~/.local/s2` under a grant of the
+/// home); the project swapped for a prepared one would bring its files
+/// that run later. Removing or renaming what is inside them is not
+/// affected: a literal names one directory, not what is beneath it.
+pub fn keep_in_place(policy: &Policy) -> Vec<PathBuf> {
+    let home = &policy.roots.home;
+    let mut above: Vec<PathBuf> = policy
+        .roots
+        .project
+        .ancestors()
+        .map(Path::to_path_buf)
+        .collect();
+    for locked in HOME_LOCKED {
+        above.extend(home.join(locked).ancestors().skip(1).map(Path::to_path_buf));
+    }
+    for never in policy.unwritable() {
+        above.extend(never.ancestors().skip(1).map(Path::to_path_buf));
+    }
+    let mut out: Vec<PathBuf> = Vec::with_capacity(above.len());
+    for path in above {
+        if !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
 
 /// `name` as a regex matching it in either case (`.git` becomes
 /// `\.[gG][iI][tT]`), every other metacharacter escaped.
@@ -285,6 +425,17 @@ pub fn deferred_regexes(policy: &Policy) -> Vec<String> {
         out.push(format!("^{h}/({})(/.*)?$", alternatives(HOME_LOCKED)));
     }
     out
+}
+
+/// The path beside a session's mark ([`Policy::mark`]) that no profile
+/// names: readable in every sandbox that allows by default (nd7's, and
+/// none), refused by one that denies by default. A process is in the
+/// session's sandboxes when its sandbox refuses to read the mark and lets
+/// it read this (ADR-0075).
+pub fn unmarked(mark: &Path) -> PathBuf {
+    let mut path = mark.as_os_str().to_owned();
+    path.push("-unmarked");
+    PathBuf::from(path)
 }
 
 /// `(kind "path")`, or `None` when Seatbelt cannot be given `path`.
@@ -457,7 +608,9 @@ mod tests {
         }
         p.agent = crate::policy::AgentState::ClaudeCode;
         let text = floor(&p, Path::new("/opt/nd7/nd7-exec"));
-        assert!(text.contains("claude-cli-nodejs") && !text.contains("/Users/u/.codex\")"));
+        assert!(
+            text.contains("claude-cli-nodejs") && !text.contains("(subpath \"/Users/u/.codex\")")
+        );
     }
 
     fn policy(project: &str, temp: &str, home: &str, grants: &[&str]) -> Policy {
@@ -612,6 +765,7 @@ mod tests {
             path_filter("literal", exit),
             Sx::List(vec![sym("with"), sym("no-sandbox")]),
         ]));
+        want.extend(outside_forms(&p));
         want.push(state_deny(&p));
         want.push(nd7_deny(&p));
         assert_eq!(got, want);
@@ -627,14 +781,82 @@ mod tests {
                 .map(|a| path_filter("literal", a))
                 .collect(),
         ));
+        want.extend(outside_forms(&p));
         want.push(state_deny(&p));
         want.push(nd7_deny(&p));
         assert_eq!(got, want);
     }
 
-    /// The forms that deny files that run later: one per regex, then the
-    /// project and its ancestors, and the home's parents of listed files,
-    /// kept from being removed or renamed.
+    /// The forms that keep a process from acting outside the sandbox, as
+    /// both profiles end with them before nd7's own denies.
+    fn outside_forms(p: &Policy) -> Vec<Sx> {
+        let socket = |f: Sx| Sx::List(vec![sym("remote"), sym("unix-socket"), f]);
+        let mut allowed: Vec<Sx> = [
+            "/private/var/run/mDNSResponder",
+            "/var/run/mDNSResponder",
+            "/private/var/run/syslog",
+            "/var/run/syslog",
+        ]
+        .iter()
+        .map(|s| socket(path_filter("subpath", Path::new(s))))
+        .collect();
+        allowed.push(socket(path_filter("subpath", &p.roots.project)));
+        allowed.extend(
+            [
+                ".claude",
+                ".cache/claude",
+                ".cache/claude-cli-nodejs",
+                ".local/state/claude",
+            ]
+            .iter()
+            .map(|d| socket(path_filter("subpath", &p.roots.home.join(d)))),
+        );
+        let kept: Vec<Sx> = p
+            .unwritable()
+            .iter()
+            .map(|d| socket(path_filter("subpath", d)))
+            .collect();
+        let mut ops = vec![sym("allow"), sym("network-outbound")];
+        ops.extend(allowed);
+        let mut deny_kept = vec![sym("deny"), sym("network-outbound")];
+        deny_kept.extend(kept);
+        vec![
+            rule("deny", "signal", vec![]),
+            Sx::List(vec![
+                sym("allow"),
+                sym("signal"),
+                Sx::List(vec![sym("target"), sym("same-sandbox")]),
+                Sx::List(vec![sym("target"), sym("children")]),
+            ]),
+            Sx::List(vec![
+                sym("deny"),
+                sym("network-outbound"),
+                Sx::List(vec![sym("remote"), sym("unix-socket")]),
+            ]),
+            Sx::List(ops),
+            Sx::List(deny_kept),
+            Sx::List(vec![
+                sym("deny"),
+                sym("file-ioctl"),
+                Sx::List(vec![sym("ioctl-command"), sym("TIOCSTI")]),
+            ]),
+            rule(
+                "deny",
+                "process-exec*",
+                ["/bin/launchctl", "/usr/bin/open", "/usr/bin/osascript"]
+                    .iter()
+                    .map(|p| path_filter("literal", Path::new(p)))
+                    .collect(),
+            ),
+            rule("deny", "lsopen", vec![]),
+            rule("deny", "appleevent-send", vec![]),
+        ]
+    }
+
+    /// The forms that deny files that run later: one per regex, then every
+    /// directory kept from being removed or renamed ([`keep_in_place`],
+    /// whose contents `every_directory_above_what_is_never_written_stays_in_place`
+    /// checks).
     fn deferred_forms(p: &Policy) -> Vec<Sx> {
         let mut out: Vec<Sx> = deferred_regexes(p)
             .into_iter()
@@ -646,18 +868,11 @@ mod tests {
                 )
             })
             .collect();
-        let mut keep: Vec<Sx> = p
-            .roots
-            .project
-            .ancestors()
+        let keep: Vec<Sx> = keep_in_place(p)
+            .iter()
             .map(|a| path_filter("literal", a))
             .collect();
-        keep.extend(
-            [".claude", ".claude/plugins", ".config"]
-                .iter()
-                .map(|d| path_filter("literal", &p.roots.home.join(d))),
-        );
-        out.push(rule("deny", "file-write-unlink", keep));
+        out.push(rule("deny", "file-write-unlink file-link", keep));
         out
     }
 
@@ -763,17 +978,23 @@ mod tests {
             assert!(last_allow < first_deny, "{profile}");
             let unlink = rule(
                 "deny",
-                "file-write-unlink",
+                "file-write-unlink file-link",
                 deferred_forms(&p)
                     .last()
                     .and_then(|f| match f {
-                        Sx::List(v) => Some(v[2..].to_vec()),
+                        Sx::List(v) => Some(v[3..].to_vec()),
                         _ => None,
                     })
                     .expect("filters"),
             );
             assert!(got.contains(&unlink), "{profile}");
-            for kept in ["/Users/u/p", "/Users/u", "/", "/Users/u/.claude"] {
+            for kept in [
+                "/Users/u/p",
+                "/Users/u",
+                "/",
+                "/Users/u/.claude",
+                "/Users/u/.codex",
+            ] {
                 assert!(
                     strings(std::slice::from_ref(&unlink)).contains(&kept),
                     "{kept}"
@@ -872,6 +1093,245 @@ mod tests {
             }
         }
         allowed
+    }
+
+    /// Whether `forms` let `op` happen to what `target` describes, by
+    /// Seatbelt's rule that the last matching rule decides: a rule is about
+    /// `op` when it names it, a wildcard over it (`file-write*`,
+    /// `process-exec*`) or `default`, and matches when it has no filter or
+    /// one of its filters matches (`matches`, given each filter form).
+    fn decides(forms: &[Sx], op: &str, matches: impl Fn(&[Sx]) -> bool) -> bool {
+        let mut allowed = false;
+        for form in forms {
+            let Sx::List(items) = form else { continue };
+            let action = match items.first() {
+                Some(s) if *s == sym("allow") => true,
+                Some(s) if *s == sym("deny") => false,
+                _ => continue,
+            };
+            let about = items[1..].iter().any(|i| match i {
+                Sx::Sym(o) => {
+                    o == op
+                        || o == "default"
+                        || o.strip_suffix('*').is_some_and(|w| op.starts_with(w))
+                }
+                _ => false,
+            });
+            if !about {
+                continue;
+            }
+            let filters: Vec<&Sx> = items[1..]
+                .iter()
+                .filter(|i| matches!(i, Sx::List(_)))
+                .collect();
+            let hit = filters.is_empty()
+                || filters.iter().any(|f| match f {
+                    Sx::List(v) => matches(v),
+                    _ => false,
+                });
+            if hit {
+                allowed = action;
+            }
+        }
+        allowed
+    }
+
+    /// Whether a path filter (`subpath`, `literal`, `regex`) covers `path`.
+    fn covers(filter: &[Sx], path: &str) -> bool {
+        match (filter.first(), filter.get(1)) {
+            (Some(k), Some(Sx::Str(p))) if *k == sym("subpath") => {
+                path == p
+                    || path
+                        .strip_prefix(p.as_str())
+                        .is_some_and(|r| r.starts_with('/') || p.ends_with('/'))
+            }
+            (Some(k), Some(Sx::Str(p))) if *k == sym("literal") => path == p,
+            (Some(k), Some(Sx::Str(r))) if *k == sym("regex") => regex::Regex::new(r)
+                .expect("a regex Seatbelt reads")
+                .is_match(path),
+            _ => false,
+        }
+    }
+
+    /// Whether `path` may be removed or renamed (`file-write-unlink`, which
+    /// Seatbelt asks of a rename's source), regexes included.
+    fn renamable(forms: &[Sx], path: &str) -> bool {
+        decides(forms, "file-write-unlink", |f| covers(f, path))
+    }
+
+    #[test]
+    fn every_directory_above_what_is_never_written_stays_in_place() {
+        // The attack (issue 11): with the home writable, `mv ~/.local/state
+        // ~/.local/s2`, rewrite the log, move it back. Guards the ancestors
+        // of `Policy::unwritable` and of the home's files that run later in
+        // `keep_in_place`: without them, the first paths below are renamable.
+        let mut p = policy("/Users/u", "/private/tmp", "/Users/u", &["/Users/u", "/"]);
+        p.secrets.push("/Users/u/dotfiles/ssh".into());
+        let exit = Path::new("/opt/nd7/nd7-exec");
+        for profile in [command(&p), floor(&p, exit)] {
+            let got = forms(&profile);
+            for kept in [
+                "/Users/u/.local/state",
+                "/Users/u/.local",
+                "/Users/u/.local/state/nd7",
+                "/Users/u/.local/state/nd7/sessions",
+                "/Users/u/.nd7",
+                "/Users/u",
+                "/Users",
+                "/",
+                "/Users/u/.config",
+                "/Users/u/.docker",
+                "/Users/u/.cargo",
+                "/Users/u/.local/share",
+                "/Users/u/Library/Application Support",
+                "/Users/u/Library/Application Support/Google",
+                "/Users/u/Library",
+                "/Users/u/dotfiles",
+                "/Users/u/.claude",
+                "/Users/u/.claude/plugins",
+                "/Users/u/.codex",
+                "/Users/u/.codex/.tmp",
+            ] {
+                assert!(!renamable(&got, kept), "{kept} can be renamed:\n{profile}");
+            }
+            // What lies inside them, or beside them, still moves.
+            for free in [
+                "/Users/u/src/main.rs",
+                "/Users/u/build",
+                "/Users/u/.local/share/fonts",
+                "/Users/u/.local/state/other",
+                "/Users/u/.config/nvim",
+                "/Users/u/.cargo/registry",
+                "/Users/u/Library/Application Support/Code",
+                "/Users/u/dotfiles/vimrc",
+                "/Users/u/.claude/projects",
+            ] {
+                assert!(
+                    renamable(&got, free),
+                    "{free} cannot be renamed:\n{profile}"
+                );
+            }
+        }
+        // A project elsewhere: the same directories stay, and the project's
+        // files still move.
+        let p = policy("/Users/u/src/p", "/private/tmp", "/Users/u", &["/Users/u"]);
+        let got = forms(&command(&p));
+        for kept in ["/Users/u/.local/state", "/Users/u/src/p", "/Users/u/src"] {
+            assert!(!renamable(&got, kept), "{kept}");
+        }
+        for free in ["/Users/u/src/p/a.rs", "/Users/u/src/q", "/Users/u/.local/x"] {
+            assert!(renamable(&got, free), "{free}");
+        }
+    }
+
+    #[test]
+    fn the_sessions_mark_is_unreadable_in_its_profiles_and_its_neighbour_is_not() {
+        // How nd7 run finds the session's processes at its end (ADR-0075): a
+        // process whose sandbox refuses the mark and allows `unmarked`.
+        // Guards the mark's form in `Profile::outside`.
+        let mut p = policy("/Users/u/p", "/private/tmp", "/Users/u", &["/Users/u", "/"]);
+        let mark = PathBuf::from("/.nd7-run-41287-00ff00ff00ff00ff");
+        assert!(!command(&p).contains("nd7-run-"), "no mark, no form");
+        p.mark = Some(mark.clone());
+        let read = |forms: &[Sx], path: &Path| {
+            let path = path.to_str().expect("utf-8");
+            decides(forms, "file-read-data", |f| covers(f, path))
+        };
+        for profile in [command(&p), floor(&p, Path::new("/opt/nd7/nd7-exec"))] {
+            let got = forms(&profile);
+            assert!(!read(&got, &mark), "{profile}");
+            assert!(read(&got, &unmarked(&mark)), "{profile}");
+            assert!(read(&got, Path::new("/.nd7-run-41287-00ff00ff00ff00fe")));
+        }
+        assert_eq!(
+            unmarked(&mark),
+            Path::new("/.nd7-run-41287-00ff00ff00ff00ff-unmarked")
+        );
+    }
+
+    #[test]
+    fn signals_sockets_terminal_input_and_handoffs_stay_inside_in_both_profiles() {
+        // Guards `Profile::outside`: without its forms every check of a
+        // refusal below fails, as `(allow default)` lets all of it through.
+        let p = policy(
+            "/Users/u/p",
+            "/private/var/folders/x/T",
+            "/Users/u",
+            &["/Users/u"],
+        );
+        let exit = Path::new("/opt/nd7/nd7-exec");
+        for profile in [command(&p), floor(&p, exit)] {
+            let got = forms(&profile);
+            let signal = |target: &str| {
+                decides(&got, "signal", |f| {
+                    f.first() == Some(&sym("target")) && f.get(1) == Some(&sym(target))
+                })
+            };
+            assert!(signal("same-sandbox") && signal("children"), "{profile}");
+            assert!(!signal("others") && !signal("pgrp"), "{profile}");
+            let connect = |path: &str| {
+                decides(&got, "network-outbound", |f| {
+                    f.first() == Some(&sym("remote"))
+                        && f.get(1) == Some(&sym("unix-socket"))
+                        && match f.get(2) {
+                            None => true,
+                            Some(Sx::List(inner)) => covers(inner, path),
+                            Some(_) => false,
+                        }
+                })
+            };
+            for no in [
+                "/private/tmp/tmux-501/default",
+                "/private/var/folders/x/T/vscode-ipc-1.sock",
+                "/Users/u/.docker/run/docker.sock",
+                "/Users/u/.gnupg/S.gpg-agent",
+                "/Users/u/Library/Containers/com.docker.docker/Data/docker.raw.sock",
+            ] {
+                assert!(!connect(no), "{no} reachable:\n{profile}");
+            }
+            for yes in [
+                "/private/var/run/mDNSResponder",
+                "/var/run/syslog",
+                "/Users/u/p/.git/fsmonitor--daemon.ipc",
+                "/Users/u/p/tmp/test.sock",
+                "/Users/u/.claude/x.sock",
+            ] {
+                assert!(connect(yes), "{yes} unreachable:\n{profile}");
+            }
+            let ioctl = rule("deny", "file-ioctl", vec![]);
+            let Sx::List(mut tiocsti) = ioctl else {
+                unreachable!()
+            };
+            tiocsti.push(Sx::List(vec![sym("ioctl-command"), sym("TIOCSTI")]));
+            assert!(got.contains(&Sx::List(tiocsti)), "{profile}");
+            let exec = |path: &str| decides(&got, "process-exec", |f| covers(f, path));
+            for no in ["/bin/launchctl", "/usr/bin/open", "/usr/bin/osascript"] {
+                assert!(!exec(no), "{no}");
+            }
+            assert!(exec("/usr/bin/git"));
+            for op in ["lsopen", "appleevent-send"] {
+                assert!(!decides(&got, op, |_| true), "{op}");
+            }
+        }
+        // The project being the home opens no socket in what is never read.
+        let p = policy("/Users/u", "/private/tmp", "/Users/u", &[]);
+        let got = forms(&floor(&p, exit));
+        let connect = |path: &str| {
+            decides(&got, "network-outbound", |f| match f.get(2) {
+                None => f.get(1) == Some(&sym("unix-socket")),
+                Some(Sx::List(inner)) => covers(inner, path),
+                Some(_) => false,
+            })
+        };
+        assert!(connect("/Users/u/work/app.sock"));
+        for no in [
+            "/Users/u/.gnupg/S.gpg-agent",
+            "/Users/u/.ssh/agent.sock",
+            "/Users/u/.nd7/runs/1/x.sock",
+            "/Users/u/.local/state/nd7/x.sock",
+        ] {
+            assert!(!connect(no), "{no}");
+        }
     }
 
     #[test]

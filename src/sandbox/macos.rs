@@ -5,9 +5,19 @@
 //!
 //! A Seatbelt profile, once applied, holds for the process and everything it
 //! starts, and the kernel refuses any other profile after it (ADR-0007). The
-//! profiles themselves are rendered by [`crate::policy::seatbelt`]. All of
-//! nd7's `unsafe` for Seatbelt is in this file: two functions of libSystem,
-//! declared here rather than through a crate.
+//! profiles themselves are rendered by [`crate::policy::seatbelt`].
+//!
+//! `nd7-exec` writes the run's log itself here, outside the floor, so the
+//! process that writes must be one no confined process can signal: the
+//! profiles let a process signal its own sandbox and its own children only,
+//! and `nd7-exec`, the child of a confined process, splits in two ([`split`],
+//! ADR-0075): the front stays the caller's child, passes signals on and
+//! waits; the writer, its child, writes the entries and runs the command.
+//! When the session ends, what is still in its sandboxes is found by the
+//! session's mark ([`in_sessions_sandbox`]) and ended.
+//!
+//! All of nd7's `unsafe` for Seatbelt is in this file: four functions of
+//! libSystem, declared here rather than through a crate.
 
 use std::ffi::{CStr, CString, OsStr, c_char, c_int};
 use std::io;
@@ -23,7 +33,7 @@ pub enum SandboxError {
     )]
     Nul,
     #[error(
-        "macOS refused nd7's sandbox profile: {0} (a process that is already sandboxed cannot take another profile: start nd7 from a terminal outside any sandbox)"
+        "macOS refused nd7's sandbox profile: {0} (nd7 run needs macOS 13 or newer, and a process that is already sandboxed cannot take another profile: start nd7 from a terminal outside any sandbox)"
     )]
     Refused(String),
 }
@@ -37,7 +47,17 @@ unsafe extern "C" {
     /// a message to release with `sandbox_free_error`.
     fn sandbox_init(profile: *const c_char, flags: u64, errorbuf: *mut *mut c_char) -> c_int;
     fn sandbox_free_error(errorbuf: *mut c_char);
+    /// libsystem_sandbox (declared as Chromium and WebKit declare it): whether
+    /// the sandbox of process `pid` would refuse `operation` on the argument
+    /// that follows, of kind `filter_type` (1: a path, as a C string): 1 if
+    /// it would, 0 if not (or `pid` is not sandboxed), -1 on failure.
+    fn sandbox_check(pid: c_int, operation: *const c_char, filter_type: c_int, ...) -> c_int;
+    /// <unistd.h>.
+    fn fork() -> c_int;
 }
+
+/// `SANDBOX_FILTER_PATH` of libsystem_sandbox's `enum sandbox_filter_type`.
+const SANDBOX_FILTER_PATH: c_int = 1;
 
 /// Applies `profile` (SBPL) to the calling process and everything it starts
 /// from now on. The error carries the kernel's own explanation.
@@ -94,62 +114,319 @@ pub fn confine(cmd: &mut Command, profile: &str) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// What `nd7-exec` does last: becomes `/bin/zsh -c <command>` confined by
-/// `profile`, with every `DYLD_*` variable left out of the shell's
-/// environment so no library can be injected into it. Returns only on
-/// failure, with nothing run.
-///
-/// The command is one argument after `--`, so a command starting with `-` or
-/// `+` is run, not taken as the shell's options.
-pub fn exec_shell(command: &str, profile: &str) -> io::Error {
-    let mut shell = Command::new("/bin/zsh");
-    shell.arg("-c").arg("--").arg(command);
-    for (name, _) in std::env::vars_os() {
-        if is_dyld(&name) {
-            shell.env_remove(name);
-        }
-    }
-    if let Err(e) = restrict_self(profile) {
-        return io::Error::other(e);
-    }
-    shell.exec()
+/// The file in a run's directory on which every writer holds a shared lock
+/// for as long as it lives, so that `nd7 run` can wait for the last
+/// `exec_end` before it writes `run_end` ([`wait_for_writers`]).
+pub const WRITERS_LOCK: &str = "writers.lock";
+
+/// The half of `nd7-exec` this process is, after [`split`].
+pub enum Half {
+    /// The caller's child: passes signals on, waits for the writer.
+    Front(Front),
+    /// The writer: a child of the front, so of no confined process, which
+    /// therefore cannot signal it (the profiles allow a signal only within
+    /// the sender's sandbox and to its own children). It knows when the
+    /// front is gone by its lifeline.
+    Writer(Lifeline),
 }
 
-/// `/bin/zsh -c <command>` confined by `profile`, as a child this process
-/// waits for, passing on SIGINT, SIGTERM, SIGHUP and SIGQUIT: so that
-/// `nd7-exec` can write down how the command ended. Every `DYLD_*` variable
-/// is left out of the shell's environment. Call it before this process
-/// starts any thread: the profile is applied between fork and exec.
-pub fn run_shell(command: &str, profile: &str) -> io::Result<std::process::ExitStatus> {
-    let mut shell = Command::new("/bin/zsh");
-    shell.arg("-c").arg("--").arg(command);
-    for (name, _) in std::env::vars_os() {
-        if is_dyld(&name) {
-            shell.env_remove(name);
+/// The front's side: the writer's pid, and the lifeline's writing end,
+/// which closes when the front ends however it ends.
+pub struct Front {
+    writer: u32,
+    _lifeline: std::io::PipeWriter,
+}
+
+/// The writer's side of the lifeline: reading it ends when the front is
+/// gone.
+pub struct Lifeline(std::io::PipeReader);
+
+/// Splits this process in two ([`Half`]). Call it while the process has
+/// one thread, before anything is confined or started.
+pub fn split() -> io::Result<Half> {
+    // Both ends are closed at exec, so no command inherits the lifeline.
+    let (reader, writer) = std::io::pipe()?;
+    // SAFETY: `fork` has no arguments and no memory of ours to misuse. The
+    // process has one thread (nd7-exec forks before it starts any), so the
+    // child is a whole copy, with no lock held by a thread it lacks, and may
+    // do anything its parent could.
+    let pid = unsafe { fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            drop(writer);
+            Ok(Half::Writer(Lifeline(reader)))
+        }
+        pid => {
+            drop(reader);
+            Ok(Half::Front(Front {
+                writer: pid as u32,
+                _lifeline: writer,
+            }))
         }
     }
-    confine(&mut shell, profile).map_err(io::Error::other)?;
-    let mut child = shell.spawn()?;
-    let pid = child.id() as i32;
-    let forwarded = [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-        signal_hook::consts::SIGQUIT,
-    ];
-    if let Ok(mut signals) = signal_hook::iterator::Signals::new(forwarded) {
+}
+
+/// The signals a caller sends to end or interrupt a command: passed from
+/// the front to the writer and from the writer to the command's group.
+const PASSED_ON: [c_int; 4] = [
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+    signal_hook::consts::SIGQUIT,
+];
+
+impl Front {
+    /// Waits for the writer and returns its exit code (the command's, or
+    /// 128+N for signal N). For a command (`command`), also passes SIGINT,
+    /// SIGTERM, SIGHUP and SIGQUIT on to the writer, and ends this process
+    /// as soon as its parent is gone (a caller that killed the shell that
+    /// started it): the lifeline closes, and the writer ends the command. A
+    /// hook's writer gets no signal: it finishes its append whatever happens
+    /// to the front.
+    pub fn wait(self, command: bool) -> io::Result<i32> {
+        let writer = rustix::process::Pid::from_raw(self.writer as i32)
+            .ok_or_else(|| io::Error::other("the writer has no pid"))?;
+        if command {
+            if let Ok(mut signals) = signal_hook::iterator::Signals::new(PASSED_ON) {
+                std::thread::spawn(move || {
+                    for sig in signals.forever() {
+                        if let Some(sig) = rustix::process::Signal::from_named_raw(sig) {
+                            let _ = rustix::process::kill_process(writer, sig);
+                        }
+                    }
+                });
+            }
+            let parent = rustix::process::getppid();
+            std::thread::spawn(move || {
+                loop {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    if rustix::process::getppid() != parent {
+                        std::process::exit(128 + signal_hook::consts::SIGHUP);
+                    }
+                }
+            });
+        }
+        loop {
+            match rustix::process::waitpid(Some(writer), rustix::process::WaitOptions::empty()) {
+                Ok(Some((_, status))) => {
+                    if let Some(code) = status.exit_status() {
+                        return Ok(code);
+                    }
+                    if let Some(sig) = status.terminating_signal() {
+                        return Ok(128 + sig);
+                    }
+                }
+                Ok(None) => {}
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+impl Lifeline {
+    /// Blocks until the front is gone.
+    pub fn wait(mut self) {
+        use std::io::Read;
+        let mut byte = [0u8; 1];
+        loop {
+            match self.0.read(&mut byte) {
+                Ok(0) => return,
+                Err(e) if e.kind() != io::ErrorKind::Interrupted => return,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The writer's running command: `/bin/zsh -c <command>` confined by the
+/// session's per-command profile, in a process group of its own.
+pub struct Shell {
+    child: std::process::Child,
+}
+
+impl Shell {
+    /// Starts it, with every `DYLD_*` variable left out of the shell's
+    /// environment. Call it before this process starts any thread: the
+    /// profile is applied between fork and exec.
+    pub fn start(command: &str, profile: &str) -> io::Result<Shell> {
+        let mut shell = Command::new("/bin/zsh");
+        shell.arg("-c").arg("--").arg(command).process_group(0);
+        for (name, _) in std::env::vars_os() {
+            if is_dyld(&name) {
+                shell.env_remove(name);
+            }
+        }
+        confine(&mut shell, profile).map_err(io::Error::other)?;
+        Ok(Shell {
+            child: shell.spawn()?,
+        })
+    }
+
+    /// Passes SIGINT, SIGTERM, SIGHUP and SIGQUIT that this process gets on
+    /// to the command's group (registered before the command started, so
+    /// none is lost), and kills the group once `lifeline` says the front is
+    /// gone; returns whether that happened, and the shell's status.
+    ///
+    /// Nothing is sent to the group once its leader has ended: the shell is
+    /// waited for without being reaped first, and only then marked ended
+    /// and reaped, so no signal can reach a group that took its id later.
+    pub fn wait(
+        mut self,
+        signals: Option<signal_hook::iterator::Signals>,
+        lifeline: Lifeline,
+    ) -> (bool, io::Result<std::process::ExitStatus>) {
+        use std::sync::{Arc, Mutex};
+        let group = rustix::process::Pid::from_raw(self.child.id() as i32);
+        // Whether the front was gone first; and, behind the lock, whether
+        // the shell has ended (then nothing is sent any more).
+        let state = Arc::new(Mutex::new((false, false)));
+        let send = {
+            let state = state.clone();
+            move |sig: rustix::process::Signal, from_lifeline: bool| {
+                let Ok(mut state) = state.lock() else { return };
+                if state.1 {
+                    return;
+                }
+                if let Some(group) = group {
+                    let _ = rustix::process::kill_process_group(group, sig);
+                }
+                state.0 |= from_lifeline;
+            }
+        };
+        if let Some(mut signals) = signals {
+            let send = send.clone();
+            std::thread::spawn(move || {
+                for sig in signals.forever() {
+                    if let Some(sig) = rustix::process::Signal::from_named_raw(sig) {
+                        send(sig, false);
+                    }
+                }
+            });
+        }
         std::thread::spawn(move || {
-            for sig in signals.forever() {
-                if let (Some(pid), Some(sig)) = (
-                    rustix::process::Pid::from_raw(pid),
-                    rustix::process::Signal::from_named_raw(sig),
-                ) {
-                    let _ = rustix::process::kill_process(pid, sig);
+            lifeline.wait();
+            send(rustix::process::Signal::KILL, true);
+        });
+        if let Some(pid) = group {
+            let exited =
+                rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT;
+            while let Err(rustix::io::Errno::INTR) =
+                rustix::process::waitid(rustix::process::WaitId::Pid(pid), exited)
+            {}
+        }
+        let gone = match state.lock() {
+            Ok(mut state) => {
+                state.1 = true;
+                state.0
+            }
+            Err(_) => false,
+        };
+        (gone, self.child.wait())
+    }
+}
+
+/// The signals the writer passes on, registered at once (before the command
+/// starts, so that one the front passes on meanwhile is kept, not lost).
+pub fn passed_on() -> Option<signal_hook::iterator::Signals> {
+    signal_hook::iterator::Signals::new(PASSED_ON).ok()
+}
+
+/// A shared lock on the run's [`WRITERS_LOCK`], held while the returned
+/// file is open. `None` when it cannot be taken: the writer goes on, and
+/// `nd7 run` then does not wait for it.
+pub fn writing(run_dir: &std::path::Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(run_dir.join(WRITERS_LOCK))
+        .ok()?;
+    file.lock_shared().ok()?;
+    Some(file)
+}
+
+/// Waits, at most `wait`, until no writer of the run in `run_dir` is left.
+pub fn wait_for_writers(run_dir: &std::path::Path, wait: std::time::Duration) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(run_dir.join(WRITERS_LOCK))
+    else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + wait;
+    while matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Whether process `pid` is in one of the session's sandboxes: its sandbox
+/// refuses to read `mark` (which only the session's profiles deny) and lets
+/// it read `unmarked` (which no profile names, so only a sandbox that denies
+/// by default refuses it). Unsandboxed processes, other sessions' and other
+/// programs' sandboxes answer otherwise.
+pub fn in_sessions_sandbox(pid: u32, mark: &std::path::Path, unmarked: &std::path::Path) -> bool {
+    let (Ok(pid), Ok(mark), Ok(unmarked)) = (
+        c_int::try_from(pid),
+        CString::new(mark.as_os_str().as_bytes()),
+        CString::new(unmarked.as_os_str().as_bytes()),
+    ) else {
+        return false;
+    };
+    let refuses = |path: &CStr| {
+        // SAFETY: the operation and the path are NUL-terminated strings
+        // that outlive the call, the path passed as the one variadic
+        // argument a path filter takes.
+        unsafe {
+            sandbox_check(
+                pid,
+                c"file-read-data".as_ptr(),
+                SANDBOX_FILTER_PATH,
+                path.as_ptr(),
+            )
+        }
+    };
+    refuses(&mark) == 1 && refuses(&unmarked) == 0
+}
+
+/// Ends every process of the user still in the session's sandboxes (by
+/// `mark`, [`in_sessions_sandbox`]), looking again until none is found (a
+/// fork can race a kill), at most ten times; returns what was ended.
+pub fn end_marked(mark: &std::path::Path, unmarked: &std::path::Path) -> super::Leftovers {
+    let mut ended = super::Leftovers::default();
+    let mut killed: std::collections::BTreeSet<(u32, u64)> = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        let found: Vec<(u32, u64, String)> = crate::kernel::macos::own_processes()
+            .into_iter()
+            .filter(|(pid, start, _)| !killed.contains(&(*pid, *start)))
+            .filter(|(pid, _, _)| in_sessions_sandbox(*pid, mark, unmarked))
+            .collect();
+        if found.is_empty() {
+            break;
+        }
+        for (pid, start, name) in found {
+            let Some(target) = rustix::process::Pid::from_raw(pid as i32) else {
+                continue;
+            };
+            killed.insert((pid, start));
+            if rustix::process::kill_process(target, rustix::process::Signal::KILL).is_ok() {
+                ended.count += 1;
+                if ended.processes.len() < 256 {
+                    ended.processes.push((pid, name));
                 }
             }
-        });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    child.wait()
+    ended
 }
 
 /// Whether `name` is one of dyld's variables, which can load code into a
@@ -183,6 +460,49 @@ mod tests {
             restrict_self("(version 1)\0"),
             Err(SandboxError::Nul)
         ));
+    }
+
+    /// The assumption ADR-0075's sweep stands on: the kernel says of
+    /// another process whether its sandbox refuses the session's mark.
+    #[test]
+    fn a_process_in_the_sessions_sandbox_is_known_by_its_mark_and_no_other_is() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("resolved");
+        let mut policy = Policy::new(Roots {
+            project: root.join("project"),
+            temp: root.join("tmp"),
+            home: root.join("home"),
+            state: root.join("home/.local/state/nd7"),
+            exit: root.join("nd7-exec"),
+        });
+        let mark = std::path::PathBuf::from(format!("/.nd7-run-test-{}", std::process::id()));
+        let unmarked = seatbelt::unmarked(&mark);
+        let start = |policy: &Policy| {
+            let mut sleep = Command::new("/bin/sleep");
+            sleep.arg("30");
+            confine(&mut sleep, &seatbelt::command(policy)).expect("profile prepared");
+            sleep.spawn().expect("spawned")
+        };
+        policy.mark = Some(mark.clone());
+        let mut ours = start(&policy);
+        policy.mark = Some(std::path::PathBuf::from("/.nd7-run-another"));
+        let mut theirs = start(&policy);
+        let found = |child: &std::process::Child| in_sessions_sandbox(child.id(), &mark, &unmarked);
+        let (in_ours, in_theirs) = (found(&ours), found(&theirs));
+        let me = in_sessions_sandbox(std::process::id(), &mark, &unmarked);
+        for child in [&mut ours, &mut theirs] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert!(
+            in_ours,
+            "a process under the session's profile is not found"
+        );
+        assert!(
+            !in_theirs,
+            "another session's process is taken for this one's"
+        );
+        assert!(!me, "an unsandboxed process is taken for the session's");
     }
 
     #[test]

@@ -205,8 +205,17 @@ pub fn send_hook(session: &RunDir, request: &wire::HookRequest) -> Result<HookAn
     }
 }
 
+/// How long a hook waits for `nd7-exec --record` (macOS) to append its
+/// entry and answer, as a hook waits for `nd7 run`'s door on Linux: an
+/// `nd7-exec` stopped or stuck would otherwise keep the hook, and Claude Code
+/// with it, waiting for good. Below Claude Code's own hook timeout (60 s),
+/// so the hook says why.
+pub const HOOK_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// `nd7-exec --record -` beside this program, fed the request on stdin; for
-/// an explain request, its standard output is the explanation.
+/// an explain request, its standard output is the explanation. Waits at
+/// most [`HOOK_ANSWER_TIMEOUT`], then kills it and says so (its writer may
+/// still append the entry later).
 #[cfg_attr(target_os = "linux", allow(dead_code))]
 fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> {
     use std::io::Write;
@@ -222,13 +231,33 @@ fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> 
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", exec.display()))?;
-    let sent = child
-        .stdin
-        .take()
-        .map(|mut stdin| stdin.write_all(&request.encode()));
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("{}: {e}", exec.display()))?;
+    let pid = child.id();
+    let mut stdin = child.stdin.take();
+    let bytes = request.encode();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Written here, not before the wait: a stopped nd7-exec would block
+        // a large request's write as surely as its answer.
+        let sent = stdin.as_mut().map(|s| s.write_all(&bytes));
+        drop(stdin);
+        let _ = tx.send((sent, child.wait_with_output()));
+    });
+    let (sent, out) = match rx.recv_timeout(HOOK_ANSWER_TIMEOUT) {
+        Ok(answer) => answer,
+        Err(_) => {
+            // Not reaped yet (the thread still waits for it), so the pid is
+            // still this child's.
+            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+            return Err(format!(
+                "{} did not answer within {} s (stopped or stuck); the entry may be missing",
+                exec.display(),
+                HOOK_ANSWER_TIMEOUT.as_secs()
+            ));
+        }
+    };
+    let out = out.map_err(|e| format!("{}: {e}", exec.display()))?;
     match out.status.code() {
         Some(0) if request.explain && !out.stdout.is_empty() => Ok(HookAnswer::Explained(
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -497,14 +526,48 @@ pub struct Leftovers {
 /// Ends every process the session started that is still running, the
 /// session process itself aside, and says which: called by `nd7 run` once
 /// the agent has ended, so the run's log can say so before its last entry.
-/// `None` where no keeper answers (macOS, or a keeper without its event
-/// loop); the keeper still ends everything once the session has gone.
-pub fn end_leftovers() -> Option<Leftovers> {
+/// On Linux the keeper does it (`None` when no keeper answers; it still ends
+/// everything once the session has gone). On macOS this process does: every
+/// process of the user still in the session's sandboxes, found by the
+/// session's mark ([`Policy::mark`]) however it left the session's tree,
+/// and then it waits (at most 5 s) for the exit's writers to write how their
+/// commands ended (`None` without a mark).
+pub fn end_leftovers(session: &RunDir, policy: &Policy) -> Option<Leftovers> {
     #[cfg(target_os = "linux")]
     {
+        let _ = (session, policy);
         linux::keeper::end_leftovers()
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_os = "macos")]
+    {
+        let mark = policy.mark.as_deref()?;
+        let ended = macos::end_marked(mark, &crate::policy::seatbelt::unmarked(mark));
+        macos::wait_for_writers(&session.dir, std::time::Duration::from_secs(5));
+        Some(ended)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        let _ = (session, policy);
+        None
+    }
+}
+
+/// A new mark for the session's profiles ([`Policy::mark`]) on macOS: a path
+/// directly under `/` that exists nowhere, unique to this run (its pid and
+/// 64 random bits). `None` elsewhere, and when no randomness is to be had
+/// (then nothing outside the session's tree is ended at its end).
+pub fn run_mark() -> Option<PathBuf> {
+    #[cfg(target_os = "macos")]
+    {
+        let mut bytes = [0u8; 8];
+        getrandom::getrandom(&mut bytes).ok()?;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        Some(PathBuf::from(format!(
+            "/.nd7-run-{}-{hex}",
+            std::process::id()
+        )))
+    }
+    #[cfg(not(target_os = "macos"))]
     {
         None
     }
@@ -532,30 +595,49 @@ pub fn protections() -> Vec<Protection> {
     }
     #[cfg(target_os = "macos")]
     {
-        // The Seatbelt floor takes writes and secret reads away from an
-        // allow-by-default profile (ADR-0018); none of these is in it yet.
-        let not = |name, detail: &str| Protection {
+        // What the Seatbelt profiles deny beyond files (ADR-0074) and what
+        // nd7 run ends when the session ends (ADR-0075); not yet run on a
+        // Mac by this project, only in CI where the repository is published.
+        let with = |name, enforced, detail: &str| Protection {
             name,
-            enforced: false,
+            enforced,
             detail: detail.to_string(),
             needs: None,
         };
         vec![
-            not(
+            with(
                 "signals",
-                "signals to your other processes (the Seatbelt floor allows them)",
+                true,
+                "the agent and its commands can signal only processes of their own sandbox and their own children: not your other processes, nor the part of nd7-exec that writes the log (Seatbelt)",
             ),
-            not(
+            with(
                 "tty",
-                "terminal input injection (TIOCSTI) on the terminal nd7 run was started on",
+                true,
+                "TIOCSTI, which types into a terminal, fails (Seatbelt, macOS 13 or newer)",
             ),
-            not(
+            with(
                 "sockets",
-                "other programs' unix sockets: ssh-agent, tmux, docker",
+                true,
+                "connect() reaches unix sockets only in the project and the agent's state, and the system's DNS resolver and syslog: never tmux, ssh-agent, docker or an editor's (Seatbelt)",
             ),
-            not("orphans", "processes the session started that outlive it"),
-            not(
+            with(
+                "handoff",
+                true,
+                "open and osascript cannot run, nor can any program open applications through LaunchServices or send Apple events to another application (Seatbelt)",
+            ),
+            with(
+                "launchd",
+                false,
+                "a program handed to launchd: /bin/launchctl is refused, but a copy of it, or a program of the agent's own, can still ask launchd to start one outside the sandbox",
+            ),
+            with(
+                "orphans",
+                true,
+                "when the session ends, every process still in its sandboxes is ended, however it left the session's tree (nd7 run asks the kernel which sandbox each of your processes is in)",
+            ),
+            with(
                 "terminals",
+                false,
                 "your other terminals (/dev/ttysN), which the agent can read and write",
             ),
         ]
@@ -660,7 +742,9 @@ pub fn run_command(session: &RunDir, command: OsString) -> Result<Outcome, Strin
         // The profile is read fresh for every command: `nd7 allow` rewrote it
         // through a rename, so it is whole. nd7-exec is outside the floor
         // here, and keeps the exit's account itself: the command goes into
-        // the run's log before it starts, and how it ended after.
+        // the run's log before it starts, and how it ended after. It splits
+        // first (ADR-0075): this process, the caller's child, waits; its
+        // child, which no confined process can signal, writes and runs.
         let path = session.dir.join(crate::run_dir::PROFILE);
         let profile = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read the session's rules at {}: {e}", path.display()))?;
@@ -670,49 +754,117 @@ pub fn run_command(session: &RunDir, command: OsString) -> Result<Outcome, Strin
         let command = command
             .into_string()
             .map_err(|_| "the command is not valid UTF-8".to_string())?;
-        let log = RunLog::open(&record).map_err(|e| e.to_string())?;
         let cwd = std::env::current_dir()
             .map_err(|e| format!("cannot find the working directory: {e}"))?;
-        let exec = log
-            .exec_started(
-                command.as_bytes(),
-                &cwd,
-                std::process::id(),
-                &record.policy.grants,
-            )
-            .map_err(|e| {
-                format!("cannot write the command into the session's log ({e}); it was not run")
-            })?;
-        let ended = match macos::run_shell(&command, &profile) {
-            Ok(status) => {
-                use std::os::unix::process::ExitStatusExt;
-                match (status.code(), status.signal()) {
-                    (Some(code), _) => crate::run_entry::Ended::Exited(code),
-                    (None, Some(sig)) => crate::run_entry::Ended::Signaled(sig),
-                    (None, None) => crate::run_entry::Ended::Exited(255),
-                }
+        match macos::split().map_err(|e| format!("cannot start nd7-exec's writer: {e}"))? {
+            macos::Half::Front(front) => front
+                .wait(true)
+                .map(Outcome::Exited)
+                .map_err(|e| format!("cannot wait for nd7-exec's writer: {e}")),
+            macos::Half::Writer(lifeline) => {
+                let code = match write_and_run(session, &record, &command, &cwd, &profile, lifeline)
+                {
+                    Ok(code) => code,
+                    Err(why) => {
+                        eprintln!("nd7-exec: {why}; the command was not run");
+                        126
+                    }
+                };
+                std::process::exit(code)
             }
-            Err(e) => {
-                let why = format!("cannot run the command under the session's rules: {e}");
-                let _ = log.exec_ended(
-                    exec,
-                    &crate::run_entry::Ended::NotStarted(why.clone()),
-                    None,
-                );
-                return Err(why);
-            }
-        };
-        let _ = log.exec_ended(exec, &ended, None);
-        Ok(match ended {
-            crate::run_entry::Ended::Signaled(sig) => Outcome::Signaled(sig),
-            crate::run_entry::Ended::Exited(code) => Outcome::Exited(code),
-            _ => Outcome::Exited(255),
-        })
+        }
     }
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
         let _ = (session, command);
         Err("nd7-exec has no sandbox for this operating system".to_string())
+    }
+}
+
+/// How long a writer on macOS waits for the chain's lock before it gives
+/// up (a command is then not run, a hook's entry not written): the other
+/// holders are nd7's own processes, none of which the agent can stop
+/// (ADR-0075), so the bound is for what nothing else covers. Below the 30 s
+/// a hook waits for its answer.
+pub const WRITER_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The writer's part of a command through the exit on macOS: `exec`, the
+/// shell under the per-command profile, `exec_end`; the exit code to leave
+/// with (the command's, 128+N for signal N). An error means nothing ran.
+#[cfg(target_os = "macos")]
+fn write_and_run(
+    session: &RunDir,
+    record: &crate::run_dir::Record,
+    command: &str,
+    cwd: &Path,
+    profile: &str,
+    lifeline: macos::Lifeline,
+) -> Result<i32, String> {
+    use crate::run_entry::Ended;
+    use std::os::unix::process::ExitStatusExt;
+    let signals = macos::passed_on();
+    let _writing = macos::writing(&session.dir);
+    let log = RunLog::open_within(record, WRITER_LOCK_WAIT).map_err(|e| e.to_string())?;
+    let exec = log
+        .exec_started(
+            command.as_bytes(),
+            cwd,
+            std::os::unix::process::parent_id(),
+            &record.policy.grants,
+        )
+        .map_err(|e| {
+            format!("cannot write the command into the session's log ({e}); it was not run")
+        })?;
+    let shell = match macos::Shell::start(command, profile) {
+        Ok(shell) => shell,
+        Err(e) => {
+            let why = format!("cannot run the command under the session's rules: {e}");
+            let _ = log.exec_ended(exec, &Ended::NotStarted(why.clone()), None);
+            return Err(why);
+        }
+    };
+    let (gone, status) = shell.wait(signals, lifeline);
+    let ended = match status {
+        _ if gone => Ended::CallerGone,
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => Ended::Exited(code),
+            (None, Some(sig)) => Ended::Signaled(sig),
+            (None, None) => Ended::Exited(255),
+        },
+        Err(_) => Ended::Exited(255),
+    };
+    let _ = log.exec_ended(exec, &ended, None);
+    Ok(match ended {
+        Ended::Exited(code) => code,
+        Ended::Signaled(sig) => 128 + sig,
+        _ => 128 + signal_hook::consts::SIGKILL,
+    })
+}
+
+/// Runs `work` where no confined process can signal it, and returns the
+/// exit code it ended with: on macOS in the writer half of `nd7-exec`
+/// ([`macos::split`]), which this process, the front, waits for; elsewhere
+/// here. For the hooks' door, whose writer would otherwise be the child of
+/// whatever confined process started it, which could stop it while it holds
+/// the chain's lock (ADR-0075).
+pub fn out_of_reach(work: impl FnOnce() -> u8) -> Result<u8, String> {
+    #[cfg(target_os = "macos")]
+    {
+        match macos::split().map_err(|e| format!("cannot start nd7-exec's writer: {e}"))? {
+            macos::Half::Front(front) => front
+                .wait(false)
+                .map(|code| u8::try_from(code.clamp(0, 255)).unwrap_or(u8::MAX))
+                .map_err(|e| format!("cannot wait for nd7-exec's writer: {e}")),
+            macos::Half::Writer(_) => {
+                let code = work();
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+                std::process::exit(i32::from(code))
+            }
+        }
+    }
+    #[cfg(not(target_os = "macos"))]
+    {
+        Ok(work())
     }
 }
 
@@ -737,7 +889,8 @@ const NOT_THE_DOOR: &str = "nd7-exec --record is the hooks' door on macOS only; 
 pub fn record_hook(request: &wire::HookRequest) -> Result<HookAnswer, String> {
     #[cfg(target_os = "macos")]
     {
-        // [nd7 record, Claude Code, …, nd7 run, …]
+        // [the front nd7-exec, nd7 record, Claude Code, …, nd7 run, …]: this
+        // is the writer ([`out_of_reach`]).
         let chain = crate::kernel::macos::parent_chain().map_err(|e| e.to_string())?;
         let sessions = RunDirs::for_user().map_err(|e| e.to_string())?;
         let session = sessions
@@ -754,7 +907,7 @@ pub fn record_hook(request: &wire::HookRequest) -> Result<HookAnswer, String> {
                 session.pid
             ));
         }
-        let log = RunLog::open(&record).map_err(|e| e.to_string())?;
+        let log = RunLog::open_within(&record, WRITER_LOCK_WAIT).map_err(|e| e.to_string())?;
         if request.explain {
             return match crate::refusals::explain(&request.body, &record.policy, &log) {
                 Ok(Some(text)) => Ok(HookAnswer::Explained(text)),
@@ -762,7 +915,7 @@ pub fn record_hook(request: &wire::HookRequest) -> Result<HookAnswer, String> {
                 Err(e) => Err(e.to_string()),
             };
         }
-        match log.hook(request, chain.get(1).map(|c| c.0)) {
+        match log.hook(request, chain.get(2).map(|c| c.0)) {
             Ok(crate::run_log::HookOutcome::Recorded(_)) => Ok(HookAnswer::Recorded),
             Ok(crate::run_log::HookOutcome::Skipped) => Ok(HookAnswer::Skipped),
             Err(e) => Err(e.to_string()),

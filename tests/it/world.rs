@@ -12,6 +12,14 @@
 //! else, the world uses that account, binding the home from a user namespace
 //! that maps the account to itself, and drops the namespace's capabilities
 //! before nd7 starts. Either way nd7 runs with no capabilities at all.
+//!
+//! On macOS there is no mount namespace: the world's home is the account's
+//! real home, into which it writes what the Linux world puts in its scratch
+//! home (and puts it back when dropped), and nd7's state is the world's own
+//! (`XDG_STATE_HOME`). So it refuses to be made unless
+//! `ND7_TEST_REAL_HOME` is 1, as the macOS CI job sets it on a runner
+//! whose home is thrown away, and the tests that use it are ignored there
+//! unless asked for.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -21,6 +29,10 @@ use std::time::{Duration, Instant};
 
 pub const ND7: &str = env!("CARGO_BIN_EXE_nd7");
 pub const ND7_EXEC: &str = env!("CARGO_BIN_EXE_nd7-exec");
+
+/// On macOS, the variable that lets a world write into the real home.
+#[cfg(target_os = "macos")]
+pub const REAL_HOME_VARIABLE: &str = "ND7_TEST_REAL_HOME";
 
 /// A scratch home, project, temp directory and outside, and ways to run nd7
 /// with that home as the account's.
@@ -35,6 +47,22 @@ pub struct World {
     /// Whether the kernel refuses nd7 new user namespaces, as on systems
     /// that disable them ([`World::without_user_namespaces`]).
     no_user_namespaces: bool,
+    /// On macOS, what the world changed in the real home, put back when it
+    /// is dropped: each path and what it held (`None`: nothing).
+    #[cfg(target_os = "macos")]
+    restores: Vec<(PathBuf, Option<Vec<u8>>)>,
+}
+
+#[cfg(target_os = "macos")]
+impl Drop for World {
+    fn drop(&mut self) {
+        for (path, before) in self.restores.iter().rev() {
+            match before {
+                Some(bytes) => drop(std::fs::write(path, bytes)),
+                None => drop(std::fs::remove_file(path)),
+            }
+        }
+    }
 }
 
 /// The ordinary account the world runs nd7 as.
@@ -119,6 +147,44 @@ fn give(path: &Path, to: &Account) {
 }
 
 impl World {
+    #[cfg(target_os = "macos")]
+    pub fn new() -> World {
+        assert!(
+            std::env::var_os(REAL_HOME_VARIABLE).is_some_and(|v| v == "1"),
+            "this test writes into your real home directory on macOS; it runs only with {REAL_HOME_VARIABLE}=1 (the macOS CI job sets it)"
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("realpath");
+        for d in ["proj", "tmp", "outside", "state/nd7/vault"] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        std::fs::write(root.join("state/nd7/vault/machine.key"), "KEY").expect("write");
+        std::fs::write(root.join("outside/readme"), "hello\n").expect("write");
+        let acct = nd7_core::run_dir::account_home().expect("the account's home");
+        for d in [".ssh", ".claude", "docs"] {
+            std::fs::create_dir_all(acct.join(d)).expect("mkdir in the home");
+        }
+        let key = acct.join(".ssh/id_ed25519");
+        let settings = acct.join(".claude/settings.json");
+        let restores = vec![
+            (key.clone(), std::fs::read(&key).ok()),
+            (settings.clone(), std::fs::read(&settings).ok()),
+        ];
+        std::fs::write(&key, "SECRET-KEY").expect("write");
+        World {
+            _dir: dir,
+            root,
+            acct,
+            binds: std::sync::Mutex::default(),
+            no_user_namespaces: false,
+            restores,
+        }
+    }
+
+    #[cfg(not(target_os = "macos"))]
     pub fn new() -> World {
         let dir = tempfile::Builder::new()
             .prefix("sandbox-")
@@ -163,9 +229,29 @@ impl World {
 
     /// Gives the whole world to the account, so files a test made (as root)
     /// are the account's like everything else in its home. Every command the
-    /// world starts does this first.
+    /// world starts does this first. (On macOS the tests run as the account.)
     pub fn own(&self) {
+        #[cfg(not(target_os = "macos"))]
         give(&self.root, account());
+    }
+
+    /// nd7's state as seen from outside (`XDG_STATE_HOME`): in the home on
+    /// Linux, the world's own on macOS.
+    pub fn state(&self) -> PathBuf {
+        if cfg!(target_os = "macos") {
+            self.root.join("state")
+        } else {
+            self.home().join(".local/state")
+        }
+    }
+
+    /// nd7's state as nd7 sees it inside (the path `XDG_STATE_HOME` names).
+    pub fn inner_state(&self) -> PathBuf {
+        if cfg!(target_os = "macos") {
+            self.root.join("state")
+        } else {
+            self.acct.join(".local/state")
+        }
     }
 
     /// Shows `what` (a directory the tests can read, such as a Rust
@@ -173,6 +259,10 @@ impl World {
     /// command's namespace from now on: the account can use it, read only,
     /// without the tests copying it. Returns where it is seen.
     pub fn bind(&self, what: &Path, rel: &str) -> PathBuf {
+        if cfg!(target_os = "macos") {
+            // No mount: the account reads it where it is.
+            return what.to_path_buf();
+        }
         let at = self.root.join(rel);
         std::fs::create_dir_all(&at).expect("mkdir for a bind mount");
         self.binds
@@ -188,7 +278,11 @@ impl World {
     }
 
     pub fn home(&self) -> PathBuf {
-        self.root.join("home")
+        if cfg!(target_os = "macos") {
+            self.acct.clone()
+        } else {
+            self.root.join("home")
+        }
     }
     pub fn proj(&self) -> PathBuf {
         self.root.join("proj")
@@ -209,6 +303,15 @@ impl World {
     /// `program args…` in `cwd` (a path as seen inside, e.g. [`World::acct`]
     /// for a session whose project is the home), otherwise as [`World::command`].
     pub fn command_in(&self, cwd: &Path, program: &str, args: &[&str]) -> Command {
+        if cfg!(target_os = "macos") {
+            let mut cmd = Command::new(program);
+            cmd.args(args)
+                .current_dir(cwd)
+                .env("TMPDIR", self.root.join("tmp"))
+                .env("HOME", &self.acct)
+                .env("XDG_STATE_HOME", self.inner_state());
+            return cmd;
+        }
         self.own();
         let acct = account();
         let binds: String = self

@@ -216,7 +216,10 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         allowed_tools,
         run_options,
     } = workspace;
-    let state = home_path.join(".local/state");
+    let state = match &sandbox {
+        Some(s) => s.world.state(),
+        None => home_path.join(".local/state"),
+    };
     // The hooks are the ones `nd7 setup` writes, written by it: into a file
     // passed with --settings, or, under `nd7 run` (which passes its own
     // --settings), into the user settings, as on a real machine.
@@ -302,7 +305,13 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         .env_clear()
         .env("PATH", SYSTEM_PATH)
         .env("HOME", &inner_home)
-        .env("XDG_STATE_HOME", inner_home.join(".local/state"))
+        .env(
+            "XDG_STATE_HOME",
+            match &sandbox {
+                Some(s) => s.world.inner_state(),
+                None => inner_home.join(".local/state"),
+            },
+        )
         .env("ANTHROPIC_BASE_URL", api_url)
         .env("ANTHROPIC_API_KEY", "sk-ant-e2e-dummy")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
