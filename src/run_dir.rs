@@ -230,17 +230,19 @@ pub fn with_real_places(paths: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// Where nd7's own files really are, when a link lies on the way to them
-/// (`~/.nd7 -> dotfiles/nd7` or `~/.nd7/secrets -> dotfiles/nd7-secrets`, as
-/// a dotfile manager leaves them; the logs or vault keys moved elsewhere).
-/// Landlock rules act on real directories, so a carve-out made by the name
-/// alone would leave the real place writable wherever it lies in a write
-/// root or grant: the agent could rewrite its run's record (its grants)
-/// or the next run's list of secrets. Only places that differ from
-/// their names are returned.
+/// (`~/.nd7 -> dotfiles/nd7`, `~/.nd7/secrets -> dotfiles/nd7-secrets` or
+/// `~/.nd7/grants -> dotfiles/nd7-grants`, as a dotfile manager leaves
+/// them; the logs or vault keys moved elsewhere). Landlock rules act on
+/// real directories, so a carve-out made by the name alone would leave the
+/// real place writable wherever it lies in a write root or grant: the agent
+/// could rewrite its run's record (its grants), the next run's list of
+/// secrets or its start grants. Only places that differ from their names
+/// are returned.
 pub fn nd7_real_places(home: &Path, state: &Path) -> Vec<PathBuf> {
     [
         home.join(".nd7"),
         home.join(secrets::FILE),
+        home.join(crate::policy::grants::FILE),
         state.join("sessions"),
         state.join("vault"),
         state.join("locks"),

@@ -487,6 +487,38 @@ x exec-edit "$EXEC" "echo '-~/.ssh' >> '$PWD/nd7-secrets'"
     );
 }
 
+/// The same with the lasting grants kept elsewhere (`~/.nd7/grants ->
+/// nd7-grants` in the project, a dotfiles repository): the real file was
+/// writable, so the agent could add any directory to the next session's
+/// start grants. Guards `grants::FILE` among `run_dir::nd7_real_places`:
+/// without it `edit:yes`, `exec-edit:yes`.
+#[test]
+fn the_grants_file_behind_a_link_cannot_be_edited_from_inside() {
+    let w = World::new();
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    std::fs::write(w.proj().join("nd7-grants"), "~/data\n").expect("write");
+    std::os::unix::fs::symlink(w.proj().join("nd7-grants"), w.home().join(".nd7/grants"))
+        .expect("symlink");
+    let out = w.run_agent(&format!(
+        r#"{X}
+x edit sh -c "echo '$OUT' >> '$PWD/nd7-grants'"
+x exec-edit "$EXEC" "echo '$OUT' >> '$PWD/nd7-grants'"
+x exec-replace "$EXEC" "cp '$PWD/nd7-grants' x && echo '$OUT' >> x && mv x '$PWD/nd7-grants'"
+x granted "$EXEC" "touch ~/data/ok"
+"#
+    ));
+    assert_eq!(
+        lines(&out),
+        ["edit:no", "exec-edit:no", "exec-replace:no", "granted:yes"],
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.proj().join("nd7-grants")).expect("grants"),
+        "~/data\n"
+    );
+}
+
 // --- what nd7 verify prints --------------------------------------------------
 
 /// The agent names a Bash call and runs a command whose text carries
