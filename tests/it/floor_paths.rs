@@ -4,12 +4,27 @@
 //!
 //! Every refusal here was seen to fail with its mechanism taken out; each
 //! test names the line it guards:
-//! - `open_nofollow` in `src/kernel/linux.rs` (rules are opened with
-//!   `RESOLVE_NO_SYMLINKS`; with a plain `open` the links are followed);
-//! - `with_real_places` in `src/session.rs` (secrets denied where links
+//! - "no rule follows a link" (ADR-0028) is four mechanisms that back each
+//!   other up, each taken out alone and in pairs: `open_nofollow` in `rule`
+//!   (`src/sandbox/linux/mod.rs`) and the link skip in `list_dir` cover each
+//!   other for a directory's entries (the re-pointed `~/.claude.json` and the
+//!   `~/.nd7` probe fail only with both out); `open_nofollow` and the pins
+//!   (`pin_roots` in `src/run.rs`, `pinned` in `src/sandbox/linux/mod.rs`)
+//!   for a write root swapped for a link (`~/.cache/claude` fails only with
+//!   both out); the floor's descriptors kept from the start (`FLOOR`), the
+//!   pins and `open_nofollow` for the project swapped (its escape needs all
+//!   three out; `kept:0` there fails with `FLOOR` alone out). The pins alone
+//!   hold a granted directory replaced by another, and
+//!   `tests/it/landlock.rs` holds the opening and the skip one by one;
+//! - `kernel::real_path` (`src/kernel/mod.rs`) wherever a path the user
+//!   named is resolved: start grants (`run_grants::grant_at_start`), `nd7
+//!   allow` and `nd7 deny` (`RunDir::allow`, `RunDir::deny` in
+//!   `src/run_dir.rs`), project sections, the project and the temp
+//!   directory (`check_project`, `temp_root` in `src/run.rs`), ADR-0068;
+//! - `Policy::check_grant`'s refusal of `/` and what lies above the home;
+//! - `with_real_places` in `src/run_dir.rs` (secrets denied where links
 //!   lead, too);
 //! - `grants_named` in `src/policy/mod.rs` (deny by any name);
-//! - `pin_roots` in `src/run.rs` and the pin check in `command_rules`;
 //! - `policy::secrets` (the credential-store list and `~/.nd7/secrets`).
 #![cfg(target_os = "linux")]
 
@@ -36,9 +51,10 @@ fn with_claude_json_link(w: &World) {
     symlink(".claude/claude.json", w.home().join(".claude.json")).expect("symlink");
 }
 
-/// Guards `open_nofollow` (`src/kernel/linux.rs`): the home's entry
-/// `.claude.json` is a link into the writable `~/.claude`; followed when the
-/// rules are built, the agent chooses what it opens.
+/// Guards `open_nofollow` in `rule` and the link skip in `list_dir`
+/// (`src/sandbox/linux/mod.rs`; fails with both taken out, not with one):
+/// the home's entry `.claude.json` is a link into the writable `~/.claude`;
+/// followed when the rules are built, the agent chooses what it opens.
 #[test]
 fn a_re_pointed_claude_json_link_opens_nothing_to_later_commands_or_sessions() {
     let w = World::new();
@@ -86,7 +102,7 @@ x claude-state touch "$HOME_DIR/.claude/state"
     );
 }
 
-/// Guards `with_real_places` (`src/session.rs`): a dotfile manager's
+/// Guards `with_real_places` (`src/run_dir.rs`): a dotfile manager's
 /// `~/.ssh -> dotfiles/ssh` must not leave the real directory readable.
 #[test]
 fn a_symlinked_ssh_directory_is_unreadable_where_it_really_is() {
@@ -293,8 +309,9 @@ x after-deny "$EXEC" "touch '$OUT/after-deny'"
     assert!(!marker.exists());
 }
 
-/// Guards `open_nofollow` (the exit's rules) and `pin_roots` in
-/// `src/run.rs` (the next session's floor): under a grant of `~/.cache`, a
+/// Guards `open_nofollow` in `rule` (the exit's rules) together with the
+/// pins, `pin_roots` in `src/run.rs` (the next session's floor) and `pinned`
+/// (fails with both taken out, not with one): under a grant of `~/.cache`, a
 /// command swaps the floor's write root `~/.cache/claude` for a link to `/`.
 #[test]
 fn a_write_root_swapped_for_a_link_to_the_root_opens_nothing() {
@@ -369,11 +386,17 @@ x exec "$EXEC" "touch '$OUT/next-session-exec'"
 }
 
 /// The same with the project's parent granted: the project itself is
-/// swapped for a link to `/`. Guards `open_nofollow` for the exit, and the
-/// refusal of a project that is `/` (`RunError::Project` in `src/run.rs`)
-/// for a session started in the link. Run without user namespaces: with
-/// them the project is pinned by a mount of its own (ADR-0049) and cannot be
-/// renamed at all, which would leave these two mechanisms untried.
+/// swapped for a link to `/`, and the grant taken back. Guards, for the
+/// exit, the floor's descriptors kept from the start (`FLOOR` in
+/// `src/sandbox/linux/mod.rs`: commands keep writing the project the
+/// session started with, by its new name, `kept:0`; rebuilt per command,
+/// its path fails its pin and `kept:1`), behind them the pins and
+/// `open_nofollow` (this attack succeeds only with all three taken out);
+/// and the refusal of a project that is `/` (`RunError::Project` in
+/// `src/run.rs`) for a session started in the link. Run without user
+/// namespaces: with them the project is pinned by a mount of its own
+/// (ADR-0049) and cannot be renamed at all, which would leave these
+/// mechanisms untried.
 #[test]
 fn a_project_swapped_for_a_link_to_the_root_opens_nothing() {
     let w = World::new().without_user_namespaces();
@@ -383,7 +406,9 @@ fn a_project_swapped_for_a_link_to_the_root_opens_nothing() {
         r#"
 touch stage1; while [ ! -e go1 ]; do sleep 0.05; done
 cd .. && "$EXEC" "mv p p.old && ln -s / p"; echo "swapped:$?"
+touch p.old/stage2; while [ ! -e p.old/go2 ]; do sleep 0.05; done
 "$EXEC" "touch '$OUT/after-swap'" 2>/dev/null; echo "after-swap:$?"
+"$EXEC" "touch p.old/kept" 2>/dev/null; echo "kept:$?"
 "#,
     );
     let mut child = w
@@ -405,13 +430,27 @@ cd .. && "$EXEC" "mv p p.old && ln -s / p"; echo "swapped:$?"
         .expect("allow");
     assert!(grant.status.success(), "{}", text(&grant.stderr));
     std::fs::write(work.join("p/go1"), "").expect("go");
+    let stage = work.join("p.old/stage2");
+    while !stage.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("nd7 run ended early: {status}");
+        }
+    }
+    let deny = w
+        .nd7(&["deny", &work.display().to_string()])
+        .output()
+        .expect("deny");
+    assert!(deny.status.success(), "{}", text(&deny.stderr));
+    std::fs::write(work.join("p.old/go2"), "").expect("go");
     let out = child.wait_with_output().expect("agent ends");
     assert_eq!(
         lines(&out),
-        ["swapped:0", "after-swap:1"],
+        ["swapped:0", "after-swap:1", "kept:0"],
         "{}",
         text(&out.stderr)
     );
+    assert!(work.join("p.old/kept").exists());
     assert!(!w.outside().join("after-swap").exists());
     // A session started in the link would have / as its project.
     let marker = w.outside().join("ran");
@@ -429,13 +468,19 @@ cd .. && "$EXEC" "mv p p.old && ln -s / p"; echo "swapped:$?"
     assert!(!marker.exists());
 }
 
-/// The probe for `~/.nd7`: re-point `~/.claude/claude.json` (which
-/// `~/.claude.json` leads through) to `~/.nd7`, then try to rewrite the
-/// session's record to grant `/`, to write through the link and directly,
-/// and to write outside (which succeeds if the record was rewritten).
+/// The probe for `~/.nd7`: once the test has seen the run's record exist
+/// (`$OUT/go`), re-point `~/.claude/claude.json` (which `~/.claude.json`
+/// leads through) to `~/.nd7`, then try to rewrite the run's record, named
+/// exactly (a glob would match nothing once a layout changed, and the
+/// refusal would prove nothing: ADR-0065 moved the records from
+/// `sessions/` to `runs/`), to write through the link and directly, and to
+/// write outside.
 const ND7_PROBE: &str = r#"
+wait_for "$OUT/go"
 rm -f "$HOME_DIR/.claude/claude.json" && ln -s "$HOME_DIR/.nd7" "$HOME_DIR/.claude/claude.json"
-x record "$EXEC" "sed -i -e 's#\"grants\": \[\]#\"grants\": [\"/\"]#' -e 's#\"grants\": \[\$#\"grants\": [\"/\",#' '$HOME_DIR'/.claude.json/sessions/*/record.json"
+record="$HOME_DIR/.claude.json/runs/${ND7_RUN##*/}/record.json"
+echo "target:$record"
+x record "$EXEC" "sed -i -e 's#\"grants\": \[\]#\"grants\": [\"/\"]#' '$record'"
 x through-link "$EXEC" "touch '$HOME_DIR/.claude.json/pwn'"
 x direct "$EXEC" "mkdir '$HOME_DIR/.nd7/x'"
 x outside "$EXEC" "touch '$OUT/escaped'"
@@ -443,8 +488,49 @@ x outside "$EXEC" "touch '$OUT/escaped'"
 
 const ND7_REFUSED: [&str; 4] = ["record:no", "through-link:no", "direct:no", "outside:no"];
 
-/// Guards `open_nofollow`: "nothing under `~/.nd7` is ever writable" with the
-/// project = the home, the home granted, and `/` granted.
+/// `nd7 run AGENT` started in `cwd`, returned once it has said its pid
+/// (as `World::start_agent`, which starts in the project).
+fn start_in(w: &World, cwd: &std::path::Path, agent: &str) -> (std::process::Child, u32) {
+    use std::io::BufRead;
+    let mut child = w
+        .command_in(cwd, ND7, &["run", agent])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("nd7 run");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("announcement");
+    let pid = line
+        .strip_prefix("nd7 run: run ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no run announced: {line:?}"));
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (child, pid)
+}
+
+/// Checks that run `pid`'s record exists (the probe's target), lets the
+/// probe go, and returns its lines without the target's.
+fn probe_its_record(w: &World, child: std::process::Child, pid: u32) -> Vec<String> {
+    let record = w.sessions().join(pid.to_string()).join("record.json");
+    assert!(record.is_file(), "{} is not there", record.display());
+    std::fs::write(w.outside().join("go"), "").expect("go");
+    let out = child.wait_with_output().expect("agent ends");
+    std::fs::remove_file(w.outside().join("go")).expect("rm go");
+    let mut lines = lines(&out);
+    let target = format!(
+        "target:{}",
+        w.in_home(&format!(".claude.json/runs/{pid}/record.json"))
+    );
+    assert_eq!(lines.first(), Some(&target), "{lines:?}");
+    lines.remove(0);
+    lines
+}
+
+/// Guards `open_nofollow` in `rule` and the link skip in `list_dir`
+/// together (fails with both taken out): "nothing under `~/.nd7` is ever
+/// writable" with the project = the home and the home granted.
 #[test]
 fn nd7_stays_unwritable_through_a_link_whatever_the_project_or_the_grants() {
     let w = World::new();
@@ -454,21 +540,13 @@ fn nd7_stays_unwritable_through_a_link_whatever_the_project_or_the_grants() {
         assert!(!w.home().join(".nd7/pwn").exists(), "{what}");
         assert!(!w.home().join(".nd7/x").exists(), "{what}");
     };
-    // Project = home: every entry of the home is a floor write root. An
-    // earlier session left the link pointing at ~/.nd7.
-    std::fs::create_dir_all(w.home().join(".nd7/runs")).expect("mkdir");
-    std::fs::remove_file(w.home().join(".claude/claude.json")).expect("rm");
-    symlink(w.acct.join(".nd7"), w.home().join(".claude/claude.json")).expect("symlink");
     let agent = w.agent(&format!("{X}\n{ND7_PROBE}"));
-    let out = w
-        .command_in(&w.acct, ND7, &["run", &agent])
-        .output()
-        .expect("nd7 run");
+    // Project = home: every entry of the home is a floor write root.
+    let (child, pid) = start_in(&w, &w.acct, &agent);
     assert_eq!(
-        lines(&out),
+        probe_its_record(&w, child, pid),
         ND7_REFUSED,
-        "project = home: {}",
-        text(&out.stderr)
+        "project = home"
     );
     unchanged("project = home");
 
@@ -477,17 +555,15 @@ fn nd7_stays_unwritable_through_a_link_whatever_the_project_or_the_grants() {
     // under a grant of `/` is `policy`'s unit test).
     let home = w.in_home("");
     let grant = home.trim_end_matches('/');
-    let (child, _pid) = w.start_agent(&format!("{X}\ntouch stage1; wait_for go1\n{ND7_PROBE}"));
+    let (child, pid) = w.start_agent(&format!("{X}\ntouch stage1; wait_for go1\n{ND7_PROBE}"));
     w.wait_for("stage1");
     let allow = w.nd7(&["allow", grant]).output().expect("allow");
     assert!(allow.status.success(), "{}", text(&allow.stderr));
     w.signal("go1");
-    let out = child.wait_with_output().expect("agent ends");
     assert_eq!(
-        lines(&out),
+        probe_its_record(&w, child, pid),
         ND7_REFUSED,
-        "{grant} granted: {}",
-        text(&out.stderr)
+        "{grant} granted"
     );
     unchanged(grant);
 }

@@ -9,7 +9,7 @@
 //! What it checks is what the Linux tests check through `World`: writes
 //! outside the project are refused, by the agent and through the exit; a
 //! secret listed in `~/.nd7/secrets` is unreadable both by its name, a link,
-//! and where the link leads (`with_real_places` in `src/session.rs`, rendered
+//! and where the link leads (`with_real_places` in `src/run_dir.rs`, rendered
 //! by `policy::seatbelt`); a credential file of nd7's own list directly in the
 //! home is unreadable; and a link in the project to a place outside opens
 //! nothing (Seatbelt matches real paths).
