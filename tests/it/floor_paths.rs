@@ -634,14 +634,29 @@ const STORES: &[&str] = &[
     ".config/gcloud/credentials.db",
     ".azure/msal_token_cache.json",
     ".cargo/credentials.toml",
+    ".config/git/credentials",
+    ".pgpass",
+    ".my.cnf",
+    ".config/containers/auth.json",
+    ".m2/settings-security.xml",
+    ".config/rclone/rclone.conf",
+    ".local/share/kwalletd/kdewallet.kwl",
     "docs/private/key",
 ];
+/// Beside them, what stays readable: shell and tool configuration, and
+/// Maven's `settings.xml` and Gradle's `gradle.properties`, which hold
+/// passwords at times but are read at every build (Maven stops on an
+/// unreadable `settings.xml`: "Non-readable settings"), so they are yours
+/// to add to `~/.nd7/secrets`.
 const NEIGHBOURS: &[&str] = &[
     ".bashrc",
     ".config/git/config",
     ".docker/contexts/meta.json",
+    ".config/containers/registries.conf",
     ".local/share/applications/x.desktop",
     ".cargo/config.toml",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
     ".claude/.credentials.json",
 ];
 
