@@ -1,9 +1,10 @@
 //! What the kernel says about processes and paths: when a process started
-//! (with its pid, that names it for good), a process's ancestors, and what
-//! a path leads to without following links. `session` and `sandbox` both
-//! stand on these facts, so they live below both; this module and
-//! `sandbox` are the only places with `#[cfg(target_os)]` (ADR-0064).
-//! It uses neither `session` nor `sandbox`.
+//! (with its pid, that names it for good), a process's ancestors, what a
+//! path leads to without following links, and the real path of one a user
+//! named, through no link the account could have placed. `run_dir` and
+//! `sandbox` both stand on these facts, so they live below both; this
+//! module and `sandbox` are the only places with `#[cfg(target_os)]`
+//! (ADR-0064). It uses neither `run_dir` nor `sandbox`.
 
 #[cfg(target_os = "linux")]
 pub mod linux;
