@@ -852,13 +852,21 @@ x cache "$EXEC" "touch '$HOME_DIR/.cache/pip/x'"
     for target in ["/", w.acct.to_str().expect("utf-8")] {
         // An earlier session, with ~/.cache granted for good.
         std::fs::write(w.home().join(".nd7/grants"), "~/.cache\npreset pip\n").expect("grants");
+        // The same session's next command already finds its grant of
+        // `~/.cache/pip` led elsewhere (its pin, ADR-0028).
         let out = session(
             &w,
             &format!(
-                r#"x swap "$EXEC" "rm -rf '$HOME_DIR/.cache/pip' && ln -s '{target}' '$HOME_DIR/.cache/pip'""#
+                r#"x swap "$EXEC" "rm -rf '$HOME_DIR/.cache/pip' && ln -s '{target}' '$HOME_DIR/.cache/pip'"
+x same-session "$EXEC" "touch '$HOME_DIR/docs/same-session' '$OUT/same-session'""#
             ),
         );
-        assert_eq!(lines(&out), ["swap:yes"], "{}", text(&out.stderr));
+        assert_eq!(
+            lines(&out),
+            ["swap:yes", "same-session:no"],
+            "{}",
+            text(&out.stderr)
+        );
         assert!(w.home().join(".cache/pip").is_symlink());
         // The next sessions: the link is still there, named by each kind
         // of start grant in turn.
