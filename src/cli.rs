@@ -197,11 +197,13 @@ pub enum Command {
     },
     /// Let a running nd7 run's Bash commands write under PATH, from the next command.
     ///
-    /// PATH is resolved to its real form when it is granted; `~` stands for
-    /// your home even when quoted, and a directory that does not exist yet is
-    /// created. Nothing under ~/.nd7 or in a credential store can be allowed.
-    /// For every run, name it in ~/.nd7/grants instead. Exits 0 when PATH
-    /// is allowed (newly or already), 2 otherwise.
+    /// PATH is resolved to its real form when it is granted, following no
+    /// link in a directory your account can change (an agent could have
+    /// placed it: name the real place instead); `~` stands for your home
+    /// even when quoted, and a directory that does not exist yet is created.
+    /// Nothing under ~/.nd7, in a credential store, / or above your home can
+    /// be allowed. For every run, name it in ~/.nd7/grants instead. Exits 0
+    /// when PATH is allowed (newly or already), 2 otherwise.
     Allow {
         /// The run: the pid `nd7 run` announced. Needed only when several
         /// run; they are listed then.
@@ -218,9 +220,10 @@ pub enum Command {
     /// Take back a grant of `nd7 allow` (or of ~/.nd7/grants), from the next command.
     ///
     /// PATH finds the grant by the name it was made with, the path it
-    /// resolved to, or the directory it leads to now; a path that no longer
-    /// resolves is taken as written. Exits 0 when PATH is not (or no longer)
-    /// a grant, 2 otherwise.
+    /// resolved to, or the directory it leads to now (through no link in a
+    /// directory your account can change); a path that no longer resolves
+    /// is taken as written. When PATH names no grant, the run's grants are
+    /// listed. Exits 0 when PATH is not (or no longer) a grant, 2 otherwise.
     Deny {
         /// The run: the pid `nd7 run` announced. Needed only when several
         /// run; they are listed then.

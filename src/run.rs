@@ -61,9 +61,21 @@ pub enum RunError {
     #[error("cannot keep the session's log, so nothing was started: {0}")]
     Log(#[from] RunLogError),
     #[error(
-        "the project would be / ({0}): every command could write the whole machine; start nd7 run in the project's own directory"
+        "the project would be {project} ({named}), which holds your home directory: every command could write all of it and more; start nd7 run in the project's own directory"
     )]
-    Project(String),
+    Project { project: PathBuf, named: String },
+    #[error(
+        "you are in {pwd}, a link to your home directory {home} ({why}): the whole home would be the project; if that is what you mean, start nd7 run in the home by its own name (cd ~), else in the project's own directory; nothing was started"
+    )]
+    ProjectHomeByLink {
+        pwd: PathBuf,
+        home: PathBuf,
+        why: String,
+    },
+    #[error(
+        "the temp directory {named} cannot be a write root: {why}; set TMPDIR to a directory of its own, by its real path; nothing was started"
+    )]
+    Temp { named: PathBuf, why: String },
     #[error(
         "$HOME is {env}, but your account's home (in the account database) is {account}: nd7 run keeps the floor around your account's home, so Claude Code would keep its state where nothing may be written and every command would fail; run it with HOME={account}, or as the account whose home {env} is (sudo -E and containers change HOME); nothing was started or created"
     )]
@@ -83,6 +95,61 @@ fn project_named(cwd: &Path) -> String {
         }
         _ => format!("you are in {}", cwd.display()),
     }
+}
+
+/// Refuses a project that would give commands more than the user meant
+/// (ADR-0068): `/` or a directory above the home, which hold the home; and
+/// the home itself when the shell reached it through a link the account
+/// could have placed (a project directory an agent swapped for a link to
+/// `~` under a grant of its parent). The home entered by its own name (`cd
+/// ~`) stays a project.
+fn check_project(project: &Path, home: &Path, cwd: &Path) -> Result<(), RunError> {
+    if home.starts_with(project) && project != home {
+        return Err(RunError::Project {
+            project: project.to_path_buf(),
+            named: project_named(cwd),
+        });
+    }
+    if project != home {
+        return Ok(());
+    }
+    let Some(pwd) = std::env::var_os("PWD").map(PathBuf::from) else {
+        return Ok(());
+    };
+    if pwd == project || std::fs::canonicalize(&pwd).ok().as_deref() != Some(project) {
+        return Ok(());
+    }
+    match crate::kernel::real_path(&pwd) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(RunError::ProjectHomeByLink {
+            pwd,
+            home: home.to_path_buf(),
+            why: e.to_string(),
+        }),
+    }
+}
+
+/// The temp directory (`$TMPDIR`, else `/tmp`), a floor write root: found
+/// without following a link the account could have placed (a `$TMPDIR` in
+/// `/tmp` an earlier session replaced with a link to the home would make
+/// the home writable), and never `/`, the home or above it.
+fn temp_root(home: &Path) -> Result<PathBuf, RunError> {
+    let named = std::env::temp_dir();
+    let refused = |why: String| RunError::Temp {
+        named: named.clone(),
+        why,
+    };
+    let real = crate::kernel::real_path(&named).map_err(|e| refused(e.to_string()))?;
+    if !real.exists {
+        return Err(refused("it does not exist".into()));
+    }
+    if home.starts_with(&real.path) {
+        return Err(refused(format!(
+            "it is {}, which holds your home directory",
+            real.path.display()
+        )));
+    }
+    Ok(real.path)
 }
 
 /// Pins every floor write root to the directory its path leads to now,
@@ -217,16 +284,15 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         action: "create",
         source,
     })?;
+    let project = resolved(&cwd, "resolve the project directory")?;
+    check_project(&project, &home, &cwd)?;
     let mut policy = Policy::new(Roots {
-        project: resolved(&cwd, "resolve the project directory")?,
-        temp: resolved(&std::env::temp_dir(), "resolve the temp directory")?,
+        project,
+        temp: temp_root(&home)?,
         home: home.clone(),
         state: resolved(&state, "resolve nd7's state directory")?,
         exit: nd7_exec.clone(),
     });
-    if policy.roots.project == Path::new("/") {
-        return Err(RunError::Project(project_named(&cwd)));
-    }
     // macOS: the mark by which the session's processes are found at its end.
     policy.mark = sandbox::run_mark();
     let codex = crate::run_codex::is_codex(&options.program);
@@ -246,8 +312,10 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         .extend(run_dir::nd7_real_places(&home, &policy.roots.state));
     // Made (where missing) before the floor is built: the floor's rules
     // cover what exists when it is built.
-    let planned = run_grants::planned(&home, &policy.roots.project.clone(), options)?;
-    let (started_grants, mut warnings) = run_grants::grant_at_start(&mut policy, &planned)?;
+    let (planned, mut warnings) =
+        run_grants::planned(&home, &policy.roots.project.clone(), options)?;
+    let (started_grants, grant_warnings) = run_grants::grant_at_start(&mut policy, &planned)?;
+    warnings.extend(grant_warnings);
     warnings.extend(pin_roots(&mut policy, &cwd));
     // The floor's ruleset is built on a thread while this one holds the
     // files that run later outside the floor (read-only where the system

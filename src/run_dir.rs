@@ -106,6 +106,13 @@ pub enum RunDirError {
         path: PathBuf,
         source: secrets::SecretsError,
     },
+    #[error(
+        "{path} is not granted: {source}; if the place it leads to is what you mean, nd7 allow that place by its real path"
+    )]
+    Link {
+        path: PathBuf,
+        source: crate::kernel::RealPathError,
+    },
     #[error("{path} changed while it was being granted ({why}); nothing was granted")]
     Moved { path: PathBuf, why: String },
     #[error("cannot create {path} to grant it: {source}")]
@@ -166,7 +173,13 @@ pub enum Changed {
     AlreadyAllowed(PathBuf),
     /// The grants taken back: every one the path names (usually one).
     Denied(Vec<PathBuf>),
-    NotAGrant(PathBuf),
+    /// Nothing the path names is a grant: the run's grants as they stand,
+    /// and, when the path goes through a link nd7 does not follow, why.
+    NotAGrant {
+        path: PathBuf,
+        grants: Vec<PathBuf>,
+        link: Option<String>,
+    },
 }
 
 /// The calling user's home directory from the account database, resolved.
@@ -217,17 +230,19 @@ pub fn with_real_places(paths: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// Where nd7's own files really are, when a link lies on the way to them
-/// (`~/.nd7 -> dotfiles/nd7` or `~/.nd7/secrets -> dotfiles/nd7-secrets`, as
-/// a dotfile manager leaves them; the logs or vault keys moved elsewhere).
-/// Landlock rules act on real directories, so a carve-out made by the name
-/// alone would leave the real place writable wherever it lies in a write
-/// root or grant: the agent could rewrite its run's record (its grants)
-/// or the next run's list of secrets. Only places that differ from
-/// their names are returned.
+/// (`~/.nd7 -> dotfiles/nd7`, `~/.nd7/secrets -> dotfiles/nd7-secrets` or
+/// `~/.nd7/grants -> dotfiles/nd7-grants`, as a dotfile manager leaves
+/// them; the logs or vault keys moved elsewhere). Landlock rules act on
+/// real directories, so a carve-out made by the name alone would leave the
+/// real place writable wherever it lies in a write root or grant: the agent
+/// could rewrite its run's record (its grants), the next run's list of
+/// secrets or its start grants. Only places that differ from their names
+/// are returned.
 pub fn nd7_real_places(home: &Path, state: &Path) -> Vec<PathBuf> {
     [
         home.join(".nd7"),
         home.join(secrets::FILE),
+        home.join(crate::policy::grants::FILE),
         state.join("sessions"),
         state.join("vault"),
         state.join("locks"),
@@ -490,11 +505,13 @@ impl RunDir {
     /// `~` and `~/…` are the run's home, even when the shell left them
     /// alone (quoted). A path that does not exist yet is created (a
     /// directory, or an empty file), once nd7 has checked that what it would
-    /// be may be granted. A grant is of the real path `typed` resolves to
-    /// then, pinned to what is found there (no link followed after
-    /// resolving), with the name as typed kept beside it: re-pointing a link
-    /// later moves nothing. Nothing under `~/.nd7`, in a credential store or
-    /// among the vault keys is accepted.
+    /// be may be granted. A grant is of the real path `typed` leads to then
+    /// ([`crate::kernel::real_path`]: a link the account could have placed,
+    /// in the project or anywhere it can write, is refused, since the agent
+    /// may have planted or re-pointed it: ADR-0068), pinned to what is found
+    /// there, with the name as typed kept beside it. Nothing under `~/.nd7`,
+    /// in a credential store, among the vault keys, `/` or above the home
+    /// is accepted.
     pub fn allow(&self, typed: &Path, dir: bool, beside: Beside) -> Result<Changed, RunDirError> {
         // The record first: from inside the floor it cannot even be read, so
         // nothing is created there either.
@@ -505,18 +522,29 @@ impl RunDir {
             source,
         };
         let named = std::path::absolute(&expanded).map_err(unresolvable)?;
-        let created = if fs::symlink_metadata(&named).is_err() {
-            let would_be = real_place(&named).unwrap_or_else(|| named.clone());
-            policy.check_grant(&would_be)?;
-            create(&named, dir).map_err(|source| RunDirError::Create {
+        let real = |named: &Path| {
+            crate::kernel::real_path(named).map_err(|source| RunDirError::Link {
+                path: named.to_path_buf(),
+                source,
+            })
+        };
+        let mut found = real(&named)?;
+        let created = !found.exists;
+        if created {
+            policy.check_grant(&found.path)?;
+            create(&found.path, dir).map_err(|source| RunDirError::Create {
                 path: named.clone(),
                 source,
             })?;
-            true
-        } else {
-            false
-        };
-        let resolved = fs::canonicalize(&named).map_err(unresolvable)?;
+            found = real(&named)?;
+            if !found.exists {
+                return Err(RunDirError::Moved {
+                    path: found.path,
+                    why: "it was gone again once created".into(),
+                });
+            }
+        }
+        let resolved = found.path;
         let id = crate::kernel::pin(&resolved).map_err(|e| RunDirError::Moved {
             path: resolved.clone(),
             why: e.to_string(),
@@ -540,8 +568,12 @@ impl RunDir {
     }
 
     /// Takes back every grant `typed` names: as typed, as granted through
-    /// (a link since re-pointed), as it resolves now, or as the directory it
-    /// leads to (a grant since renamed). Nothing under `~/.nd7` is accepted.
+    /// (a link nd7 may follow), as it resolves now, or as the directory it
+    /// leads to (a grant since renamed). A link the account could have
+    /// placed is not followed: one the agent re-pointed would take back
+    /// another grant than the one meant and leave that one standing; the
+    /// answer then says so, with the run's grants. Nothing under `~/.nd7`
+    /// is accepted.
     pub fn deny(&self, typed: &Path, beside: Beside) -> Result<Changed, RunDirError> {
         let home = self.record()?.policy.roots.home;
         let expanded = crate::policy::grants::expand_tilde(typed, &home);
@@ -549,7 +581,10 @@ impl RunDir {
             path: expanded.clone(),
             source,
         })?;
-        let now = fs::canonicalize(&named).ok();
+        let (now, link) = match crate::kernel::real_path(&named) {
+            Ok(real) => (real.exists.then_some(real.path), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
         let id = now.as_deref().and_then(|p| crate::kernel::pin(p).ok());
         let mut names = vec![named.clone()];
         names.extend(now.clone());
@@ -562,7 +597,12 @@ impl RunDir {
                 policy.deny(grant);
             }
             if found.is_empty() {
-                (false, Ok(Changed::NotAGrant(now.unwrap_or(named))))
+                let changed = Changed::NotAGrant {
+                    path: now.unwrap_or(named),
+                    grants: policy.grants.clone(),
+                    link,
+                };
+                (false, Ok(changed))
             } else {
                 (true, Ok(Changed::Denied(found)))
             }

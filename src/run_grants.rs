@@ -26,6 +26,10 @@ pub enum StartGrantError {
     },
     #[error("--preset {0}: no such preset; the presets are {list}", list = grants::preset_names())]
     NoPreset(String),
+    #[error(
+        "{path} ({from}) is your home directory: ~/.nd7/grants never grants the whole home to every session; give it to one session with --allow ~ or nd7 allow ~, or name the directories commands need"
+    )]
+    LastingHome { path: PathBuf, from: String },
     #[error("{path} ({from}): {source}")]
     Grant {
         path: PathBuf,
@@ -35,20 +39,38 @@ pub enum StartGrantError {
 }
 
 /// What a session starts with beyond the floor: `~/.nd7/grants` (nothing
-/// inside a session can write it), then `--preset` and `--allow`.
+/// inside a session can write it), then `--preset` and `--allow`; and what
+/// to tell the user about a project section that matches nothing because
+/// its path goes through a link nd7 does not follow (ADR-0068: the agent
+/// could otherwise make a section of another project's its own).
 pub fn planned(
     home: &Path,
     project: &Path,
     options: &crate::run::Options,
-) -> Result<Vec<grants::Planned>, StartGrantError> {
+) -> Result<(Vec<grants::Planned>, Vec<String>), StartGrantError> {
     let file = home.join(grants::FILE);
+    let warnings = std::cell::RefCell::new(Vec::new());
     let mut planned = match std::fs::read_to_string(&file) {
         Ok(text) => {
             let lines = grants::parse(&text, home).map_err(|source| StartGrantError::File {
                 path: file.clone(),
                 source,
             })?;
-            let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+            let resolve = |p: &Path| match kernel::real_path(p) {
+                Ok(real) => Some(real.path),
+                Err(e) => {
+                    let line = format!(
+                        "the section [{}] of ~/{} is no project's: {e}; write the project's real path in its place",
+                        grants::tilde(p, home),
+                        grants::FILE
+                    );
+                    let mut warnings = warnings.borrow_mut();
+                    if !warnings.contains(&line) {
+                        warnings.push(line);
+                    }
+                    None
+                }
+            };
             grants::plan(&lines, project, home, &resolve)
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
@@ -77,7 +99,7 @@ pub fn planned(
             "--allow",
         ));
     }
-    Ok(planned)
+    Ok((planned, warnings.into_inner()))
 }
 
 /// A grant the session started with: its real path and where it came from.
@@ -87,49 +109,70 @@ pub struct Started {
     pub from: String,
 }
 
-/// Grants what `planned` names, as `nd7 allow` would: a path that does not
-/// exist yet is created (once it is known that it may be granted), each is
-/// resolved and pinned without following links (ADR-0028). One nd7 would
-/// never grant (under `~/.nd7`, in a credential store) stops the run; one
-/// reached through a link is left out, and said so.
+/// Grants what `planned` names, as `nd7 allow` would: each is resolved
+/// without following a link the account could have placed
+/// ([`kernel::real_path`]), so that no earlier session can choose what a
+/// later one starts with (ADR-0068: `~/.cache/pip` swapped for a link to
+/// `/` under a grant of `~/.cache`); a path that does not exist yet is
+/// created (once it is known that it may be granted); each is pinned
+/// (ADR-0028). One nd7 would never grant (under `~/.nd7`, in a credential
+/// store, `/` or above the home, the home from `~/.nd7/grants`) stops the
+/// run; one reached through such a link is left out, and said so.
 pub fn grant_at_start(
     policy: &mut Policy,
     planned: &[grants::Planned],
 ) -> Result<(Vec<Started>, Vec<String>), StartGrantError> {
     let mut started = Vec::new();
     let mut warnings = Vec::new();
+    let home = policy.roots.home.clone();
     for p in planned {
         let fail = |source| StartGrantError::Grant {
             path: p.path.clone(),
             from: p.from.clone(),
             source,
         };
-        if std::fs::symlink_metadata(&p.path).is_err() {
-            let would_be = run_dir::with_real_places(std::slice::from_ref(&p.path))
-                .pop()
-                .unwrap_or_else(|| p.path.clone());
-            policy.check_grant(&would_be).map_err(fail)?;
-            if let Err(e) = run_dir::create(&p.path, p.dir) {
-                warnings.push(format!(
-                    "{} ({}) cannot be created ({e}), so it is not granted",
-                    p.path.display(),
-                    p.from
-                ));
-                continue;
-            }
-        }
-        let resolved = match std::fs::canonicalize(&p.path) {
-            Ok(r) => r,
+        let not_granted = |why: &dyn std::fmt::Display| {
+            format!("{} ({}) is not granted: {why}", p.path.display(), p.from)
+        };
+        let link_refused = |e: &kernel::RealPathError| {
+            not_granted(&format_args!(
+                "{e}; if the place it leads to is what you mean, name that real path in ~/{} (or to --allow)",
+                grants::FILE
+            ))
+        };
+        let mut real = match kernel::real_path(&p.path) {
+            Ok(real) => real,
             Err(e) => {
-                warnings.push(format!(
-                    "{} ({}) cannot be resolved ({e}), so it is not granted",
-                    p.path.display(),
-                    p.from
-                ));
+                warnings.push(link_refused(&e));
                 continue;
             }
         };
+        if !real.exists {
+            policy.check_grant(&real.path).map_err(fail)?;
+            if let Err(e) = run_dir::create(&real.path, p.dir) {
+                warnings.push(not_granted(&format_args!("it cannot be created ({e})")));
+                continue;
+            }
+            real = match kernel::real_path(&p.path) {
+                Ok(real) if real.exists => real,
+                Ok(_) => {
+                    warnings.push(not_granted(&"it is gone again once created"));
+                    continue;
+                }
+                Err(e) => {
+                    warnings.push(link_refused(&e));
+                    continue;
+                }
+            };
+        }
+        let resolved = real.path;
         policy.check_grant(&resolved).map_err(fail)?;
+        if resolved == home && p.from.starts_with("~/") {
+            return Err(StartGrantError::LastingHome {
+                path: p.path.clone(),
+                from: p.from.clone(),
+            });
+        }
         match kernel::pin(&resolved) {
             Ok(id) => {
                 policy.allow(&resolved).map_err(fail)?;

@@ -288,8 +288,25 @@ fn run_grant(
                     }
                 }
             }
-            Ok(Changed::NotAGrant(path)) => {
-                println!("run {pid}: {} was not a grant", path.display())
+            Ok(Changed::NotAGrant { path, grants, link }) => {
+                println!("run {pid}: {} was not a grant", path.display());
+                if let Some(why) = &link {
+                    eprintln!("nd7 deny: note: {why}");
+                }
+                if link.is_some() || !grants.is_empty() {
+                    eprintln!(
+                        "nd7 deny: note: this run's grants are {}",
+                        if grants.is_empty() {
+                            "none".to_string()
+                        } else {
+                            grants
+                                .iter()
+                                .map(|g| g.display().to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        }
+                    );
+                }
             }
             Err(e) => return fail(&e),
         }

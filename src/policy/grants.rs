@@ -302,17 +302,19 @@ pub struct Planned {
 
 /// What the file's `lines` grant a session whose project is `project`
 /// (resolved): the lines for every project, and those of each section that
-/// is the project or holds it. `resolve` gives a section's real path.
+/// is the project or holds it. `resolve` gives a section's real path, or
+/// `None` when it has none nd7 may take (a link an agent could have placed
+/// on the way: ADR-0068); such a section is no project's.
 pub fn plan(
     lines: &[Line],
     project: &Path,
     home: &Path,
-    resolve: &dyn Fn(&Path) -> PathBuf,
+    resolve: &dyn Fn(&Path) -> Option<PathBuf>,
 ) -> Vec<Planned> {
     let mut out = Vec::new();
     for line in lines {
         if let Some(section) = &line.project
-            && !project.starts_with(resolve(section))
+            && !resolve(section).is_some_and(|real| project.starts_with(real))
         {
             continue;
         }
@@ -413,7 +415,7 @@ mod tests {
         let text = "# mine\npreset cargo\n~/data   # outputs\n\n[~/src/web]\npreset npm\n/srv/x\n[/other]\n~/only-other\n";
         let lines = parse(text, &home).expect("parses");
         assert_eq!(lines.len(), 5);
-        let same = |p: &Path| p.to_path_buf();
+        let same = |p: &Path| Some(p.to_path_buf());
         let web = plan(&lines, Path::new("/home/u/src/web/sub"), &home, &same);
         let paths: Vec<String> = web.iter().map(|p| p.path.display().to_string()).collect();
         assert_eq!(
@@ -435,6 +437,11 @@ mod tests {
         assert!(!web[2].dir && web[0].dir);
         let elsewhere = plan(&lines, Path::new("/home/u/src/webby"), &home, &same);
         assert_eq!(elsewhere.len(), 6, "{elsewhere:?}");
+        // A section with no real path nd7 may take is no project's, not
+        // even one it names as written.
+        let none = |_: &Path| None;
+        let web = plan(&lines, Path::new("/home/u/src/web"), &home, &none);
+        assert_eq!(web.len(), 6, "{web:?}");
 
         for (bad, why) in [
             ("preset nope", "no preset called \"nope\""),

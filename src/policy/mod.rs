@@ -121,6 +121,10 @@ pub enum GrantError {
         "{0} is kept unreadable by nd7 (a credential store); take it off the list in ~/.nd7/secrets and start a new session to grant it"
     )]
     Secret(PathBuf),
+    #[error(
+        "{0} holds your home directory: a grant of it would let every command write the whole home and everything else your account can write; nd7 never grants / or a directory above the home (name the directories commands need)"
+    )]
+    AboveHome(PathBuf),
 }
 
 /// Home-relative directories Claude Code writes to keep its state, beside
@@ -249,8 +253,14 @@ impl Policy {
     }
 
     /// Whether `path` (resolved) may be granted at all: nothing under
-    /// `~/.nd7`, in a credential store or among nd7's vault keys.
+    /// `~/.nd7`, in a credential store or among nd7's vault keys, and not
+    /// `/` or a directory above the home, which hold everything
+    /// (ADR-0068). The home itself may be, when it is asked for by name
+    /// (`nd7 allow ~`); `~/.nd7/grants` refuses it ([`grants::parse`]).
     pub fn check_grant(&self, path: &Path) -> Result<(), GrantError> {
+        if self.roots.home.starts_with(path) && path != self.roots.home {
+            return Err(GrantError::AboveHome(path.to_path_buf()));
+        }
         if path.starts_with(self.nd7_dir()) {
             return Err(GrantError::OwnRecords);
         }
@@ -653,6 +663,15 @@ mod tests {
         // A sibling whose name merely starts the same way is not nd7's.
         assert_eq!(p.allow(Path::new("/home/u/.nd7x")), Ok(true));
         assert_eq!(p.allow(Path::new("/home/u")), Ok(true));
+        // `/` and what lies between it and the home hold everything.
+        for above in ["/", "/home"] {
+            assert_eq!(
+                p.allow(Path::new(above)),
+                Err(GrantError::AboveHome(above.into()))
+            );
+        }
+        assert_eq!(p.allow(Path::new("/home/other")), Ok(true));
+        assert!(p.deny(Path::new("/home/other")));
         assert!(!p.deny(Path::new("/home/u/docs/sub")));
         assert!(p.deny(Path::new("/home/u/docs")));
         assert!(!p.deny(Path::new("/home/u/docs")));

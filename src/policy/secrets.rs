@@ -38,6 +38,10 @@ pub const CREDENTIAL_STORES: &[(&str, &str)] = &[
         ".local/share/keyrings",
         "GNOME Keyring's files: saved passwords and application secrets",
     ),
+    (
+        ".local/share/kwalletd",
+        "KDE Wallet's files: saved passwords",
+    ),
     (".config/gh", "the GitHub CLI's OAuth token (hosts.yml)"),
     (".config/hub", "hub's GitHub token"),
     (".config/glab-cli", "the GitLab CLI's token"),
@@ -46,10 +50,18 @@ pub const CREDENTIAL_STORES: &[(&str, &str)] = &[
         "git's credential store: passwords and tokens in plain text",
     ),
     (
+        ".config/git/credentials",
+        "git's credential store in its XDG place, plain text",
+    ),
+    (
         ".netrc",
         "logins for curl, git, ftp and others, in plain text",
     ),
     (".docker/config.json", "Docker registry logins (auths)"),
+    (
+        ".config/containers/auth.json",
+        "Podman, Buildah and Skopeo registry logins",
+    ),
     (".kube", "kubeconfig: cluster certificates and tokens"),
     (
         ".config/gcloud",
@@ -64,6 +76,16 @@ pub const CREDENTIAL_STORES: &[(&str, &str)] = &[
         "the crates.io publishing token (older name)",
     ),
     (".gem/credentials", "the RubyGems API key"),
+    (
+        ".m2/settings-security.xml",
+        "Maven's master password, which decrypts the passwords in settings.xml",
+    ),
+    (".pgpass", "PostgreSQL passwords, plain text"),
+    (".my.cnf", "MySQL and MariaDB client passwords"),
+    (
+        ".config/rclone",
+        "rclone's remotes: cloud storage tokens and keys",
+    ),
     (".vault-token", "a HashiCorp Vault token"),
     (
         ".terraform.d/credentials.tfrc.json",

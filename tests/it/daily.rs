@@ -27,7 +27,7 @@ fn chain(w: &World) -> Vec<serde_json::Value> {
 /// through the exit (and not the agent itself), is said in the banner and
 /// recorded in `run_start`, and `nd7 deny` takes it back like any grant. A
 /// section for another project grants nothing here; nothing inside can
-/// change the file. Guards `run::grant_at_start` (without it every write
+/// change the file. Guards `run_grants::grant_at_start` (without it every write
 /// below is refused).
 #[test]
 fn grants_that_last_reach_commands_are_shown_and_recorded() {
@@ -206,7 +206,8 @@ fn a_grants_file_nd7_cannot_follow_stops_the_run() {
 
 /// `nd7 allow` as a person types it: a path that does not exist yet, a `~`
 /// the shell left alone (quoted), a preset; and `--help` with one usage
-/// line. Guards `Session::allow`'s tilde and creation, and `--preset`.
+/// line. Guards `RunDir::allow`'s tilde and creation (`src/run_dir.rs`),
+/// and `--preset`.
 #[test]
 fn allow_takes_paths_as_a_person_types_them() {
     let w = World::new();

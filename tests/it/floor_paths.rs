@@ -4,12 +4,27 @@
 //!
 //! Every refusal here was seen to fail with its mechanism taken out; each
 //! test names the line it guards:
-//! - `open_nofollow` in `src/kernel/linux.rs` (rules are opened with
-//!   `RESOLVE_NO_SYMLINKS`; with a plain `open` the links are followed);
-//! - `with_real_places` in `src/session.rs` (secrets denied where links
+//! - "no rule follows a link" (ADR-0028) is four mechanisms that back each
+//!   other up, each taken out alone and in pairs: `open_nofollow` in `rule`
+//!   (`src/sandbox/linux/mod.rs`) and the link skip in `list_dir` cover each
+//!   other for a directory's entries (the re-pointed `~/.claude.json` and the
+//!   `~/.nd7` probe fail only with both out); `open_nofollow` and the pins
+//!   (`pin_roots` in `src/run.rs`, `pinned` in `src/sandbox/linux/mod.rs`)
+//!   for a write root swapped for a link (`~/.cache/claude` fails only with
+//!   both out); the floor's descriptors kept from the start (`FLOOR`), the
+//!   pins and `open_nofollow` for the project swapped (its escape needs all
+//!   three out; `kept:0` there fails with `FLOOR` alone out). The pins alone
+//!   hold a granted directory replaced by another, and
+//!   `tests/it/landlock.rs` holds the opening and the skip one by one;
+//! - `kernel::real_path` (`src/kernel/mod.rs`) wherever a path the user
+//!   named is resolved: start grants (`run_grants::grant_at_start`), `nd7
+//!   allow` and `nd7 deny` (`RunDir::allow`, `RunDir::deny` in
+//!   `src/run_dir.rs`), project sections, the project and the temp
+//!   directory (`check_project`, `temp_root` in `src/run.rs`), ADR-0068;
+//! - `Policy::check_grant`'s refusal of `/` and what lies above the home;
+//! - `with_real_places` in `src/run_dir.rs` (secrets denied where links
 //!   lead, too);
 //! - `grants_named` in `src/policy/mod.rs` (deny by any name);
-//! - `pin_roots` in `src/run.rs` and the pin check in `command_rules`;
 //! - `policy::secrets` (the credential-store list and `~/.nd7/secrets`).
 #![cfg(target_os = "linux")]
 
@@ -36,9 +51,10 @@ fn with_claude_json_link(w: &World) {
     symlink(".claude/claude.json", w.home().join(".claude.json")).expect("symlink");
 }
 
-/// Guards `open_nofollow` (`src/kernel/linux.rs`): the home's entry
-/// `.claude.json` is a link into the writable `~/.claude`; followed when the
-/// rules are built, the agent chooses what it opens.
+/// Guards `open_nofollow` in `rule` and the link skip in `list_dir`
+/// (`src/sandbox/linux/mod.rs`; fails with both taken out, not with one):
+/// the home's entry `.claude.json` is a link into the writable `~/.claude`;
+/// followed when the rules are built, the agent chooses what it opens.
 #[test]
 fn a_re_pointed_claude_json_link_opens_nothing_to_later_commands_or_sessions() {
     let w = World::new();
@@ -86,7 +102,7 @@ x claude-state touch "$HOME_DIR/.claude/state"
     );
 }
 
-/// Guards `with_real_places` (`src/session.rs`): a dotfile manager's
+/// Guards `with_real_places` (`src/run_dir.rs`): a dotfile manager's
 /// `~/.ssh -> dotfiles/ssh` must not leave the real directory readable.
 #[test]
 fn a_symlinked_ssh_directory_is_unreadable_where_it_really_is() {
@@ -119,30 +135,137 @@ x other-dotfiles cat "$HOME_DIR/dotfiles/vimrc"
     );
 }
 
-/// Guards `grants_named` (`src/policy/mod.rs`) and the alias `nd7 allow`
-/// records (`change_grant` in `src/session.rs`): the user granted through a
-/// link in the project, the agent re-pointed it, and `nd7 deny` of the same
-/// name must still take the grant back.
+/// Issue 10, item 2: `nd7 allow ./out` where `out` is a link the agent
+/// planted in the project (`out -> ~`) granted the home, with only a note
+/// on stderr. Guards `RunDir::allow` in `src/run_dir.rs`, which resolves
+/// the path with `kernel::real_path` and refuses a link in a directory the
+/// account can change (with `fs::canonicalize` there, the first allow
+/// succeeds and `docs:yes`). Then the user grants the real place, the agent
+/// re-points `out`, and `nd7 deny ./out` must not take back whatever `out`
+/// leads to now while saying nothing: it follows no such link either
+/// (`RunDir::deny`), says so and names the grants that stand; and `deny` of
+/// the real place takes it back (`grants_named`).
 #[test]
-fn deny_takes_back_a_grant_made_through_a_link_since_re_pointed() {
+fn a_link_the_agent_planted_chooses_no_grant() {
     let w = World::new();
-    symlink(w.outside(), w.proj().join("out")).expect("symlink");
-    let (child, pid) = w.start_agent(
-        r#"
+    let (child, pid) = w.start_agent(&format!(
+        r#"{X}
+ln -s "$HOME_DIR" out
 touch stage1; wait_for go1
-"$EXEC" "touch out/granted"; echo "granted:$?"
-rm out && ln -s "$HOME_DIR/docs" out; echo "repointed:$?"
+x docs "$EXEC" "touch out/docs/planted"
+x docs-direct "$EXEC" "touch '$HOME_DIR/docs/planted'"
 touch stage2; wait_for go2
-"$EXEC" "touch '$OUT/after-deny'" 2>/dev/null; echo "after-deny:$?"
-"#,
-    );
+rm out && ln -s "$HOME_DIR/docs" out
+touch stage3; wait_for go3
+x still-granted "$EXEC" "touch '$OUT/still'"
+touch stage4; wait_for go4
+x after-deny "$EXEC" "touch '$OUT/after-deny'"
+"#
+    ));
     w.wait_for("stage1");
     let link = w.proj().join("out").display().to_string();
+    let allow = w.nd7(&["allow", &link]).output().expect("allow");
+    let err = text(&allow.stderr);
+    assert_eq!(allow.status.code(), Some(2), "{err}");
+    assert_eq!(text(&allow.stdout), "");
+    assert!(
+        err.contains(&format!(
+            "nd7 allow: {link} is not granted: {link} is a symbolic link (to {home}) in a directory your account can change",
+            home = w.acct.display()
+        )) && err.contains(&format!("(it leads to {} now)", w.acct.display()))
+            && err.contains("nd7 allow that place by its real path"),
+        "{err}"
+    );
+    w.signal("go1");
+    w.wait_for("stage2");
     let outside = w.outside().display().to_string();
+    let allow = w.nd7(&["allow", &outside]).output().expect("allow");
+    assert!(allow.status.success(), "{}", text(&allow.stderr));
+    w.signal("go2");
+    w.wait_for("stage3");
+    let deny = w.nd7(&["deny", &link]).output().expect("deny");
+    let err = text(&deny.stderr);
+    assert!(deny.status.success(), "{err}");
+    assert_eq!(
+        text(&deny.stdout),
+        format!("run {pid}: {link} was not a grant\n")
+    );
+    assert!(
+        err.contains(&format!(
+            "nd7 deny: note: {link} is a symbolic link (to {})",
+            w.in_home("docs")
+        )) && err.contains(&format!(
+            "nd7 deny: note: this run's grants are {outside}\n"
+        )),
+        "{err}"
+    );
+    w.signal("go3");
+    w.wait_for("stage4");
+    let deny = w.nd7(&["deny", &outside]).output().expect("deny");
+    assert_eq!(
+        text(&deny.stdout),
+        format!("run {pid}: writes under {outside} denied from the next command\n"),
+        "{}",
+        text(&deny.stderr)
+    );
+    w.signal("go4");
+    let out = child.wait_with_output().expect("agent ends");
+    assert_eq!(
+        lines(&out),
+        [
+            "docs:no",
+            "docs-direct:no",
+            "still-granted:yes",
+            "after-deny:no"
+        ],
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!w.home().join("docs/planted").exists());
+    assert!(!w.outside().join("after-deny").exists());
+}
+
+/// A link nd7 does follow: one in a directory the account can neither
+/// write nor owns (root made it, as `/bin -> usr/bin`), which no session
+/// can have placed. `nd7 allow` through it grants where it leads, says so,
+/// and `nd7 deny` by the same name takes it back (the alias `nd7 allow`
+/// records, found by `grants_named` in `src/policy/mod.rs`). Needs root to
+/// make such a directory, so it is tried only when the tests run as root.
+#[test]
+fn a_link_root_made_is_followed_and_denied_by_its_name() {
+    if !account().drop_from_root {
+        eprintln!("skipped: making a directory the account cannot write needs root");
+        return;
+    }
+    let w = World::new();
+    // Outside the world, whose files are all given to the account.
+    let ro = tempfile::Builder::new()
+        .prefix("root-made-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("tempdir");
+    std::fs::set_permissions(
+        ro.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    symlink(w.outside(), ro.path().join("out")).expect("symlink");
+    let link = ro.path().join("out").display().to_string();
+    let outside = w.outside().display().to_string();
+    let (child, pid) = w.start_agent(&format!(
+        r#"{X}
+touch stage1; wait_for go1
+x granted "$EXEC" "touch '$OUT/granted'"
+touch stage2; wait_for go2
+x after-deny "$EXEC" "touch '$OUT/after-deny'"
+"#
+    ));
+    w.wait_for("stage1");
     let allow = w.nd7(&["allow", &link]).output().expect("allow");
     assert_eq!(
         text(&allow.stdout),
-        format!("run {pid}: writes under {outside} allowed from the next command\n")
+        format!("run {pid}: writes under {outside} allowed from the next command\n"),
+        "{}",
+        text(&allow.stderr)
     );
     assert!(
         text(&allow.stderr).contains(&format!("{link} leads to {outside}")),
@@ -158,21 +281,37 @@ touch stage2; wait_for go2
         "{}",
         text(&deny.stderr)
     );
-    assert!(deny.status.success());
     w.signal("go2");
     let out = child.wait_with_output().expect("agent ends");
     assert_eq!(
         lines(&out),
-        ["granted:0", "repointed:0", "after-deny:1"],
+        ["granted:yes", "after-deny:no"],
         "{}",
         text(&out.stderr)
     );
-    assert!(w.outside().join("granted").exists());
-    assert!(!w.outside().join("after-deny").exists());
+    // A line of ~/.nd7/grants that leads to the home through such a link
+    // stops the run: the file never grants the whole home
+    // (`StartGrantError::LastingHome` in `src/run_grants.rs`).
+    symlink(&w.acct, ro.path().join("home")).expect("symlink");
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    let home_link = ro.path().join("home").display().to_string();
+    std::fs::write(w.home().join(".nd7/grants"), format!("{home_link}\n")).expect("grants");
+    let marker = w.outside().join("ran");
+    let out = w.run_agent(&format!("touch '{}'", marker.display()));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "nd7 run: {home_link} (~/.nd7/grants:1) is your home directory: ~/.nd7/grants never grants the whole home"
+        )),
+        "{err}"
+    );
+    assert!(!marker.exists());
 }
 
-/// Guards `open_nofollow` (the exit's rules) and `pin_roots` in
-/// `src/run.rs` (the next session's floor): under a grant of `~/.cache`, a
+/// Guards `open_nofollow` in `rule` (the exit's rules) together with the
+/// pins, `pin_roots` in `src/run.rs` (the next session's floor) and `pinned`
+/// (fails with both taken out, not with one): under a grant of `~/.cache`, a
 /// command swaps the floor's write root `~/.cache/claude` for a link to `/`.
 #[test]
 fn a_write_root_swapped_for_a_link_to_the_root_opens_nothing() {
@@ -247,11 +386,17 @@ x exec "$EXEC" "touch '$OUT/next-session-exec'"
 }
 
 /// The same with the project's parent granted: the project itself is
-/// swapped for a link to `/`. Guards `open_nofollow` for the exit, and the
-/// refusal of a project that is `/` (`RunError::Project` in `src/run.rs`)
-/// for a session started in the link. Run without user namespaces: with
-/// them the project is pinned by a mount of its own (ADR-0049) and cannot be
-/// renamed at all, which would leave these two mechanisms untried.
+/// swapped for a link to `/`, and the grant taken back. Guards, for the
+/// exit, the floor's descriptors kept from the start (`FLOOR` in
+/// `src/sandbox/linux/mod.rs`: commands keep writing the project the
+/// session started with, by its new name, `kept:0`; rebuilt per command,
+/// its path fails its pin and `kept:1`), behind them the pins and
+/// `open_nofollow` (this attack succeeds only with all three taken out);
+/// and the refusal of a project that is `/` (`RunError::Project` in
+/// `src/run.rs`) for a session started in the link. Run without user
+/// namespaces: with them the project is pinned by a mount of its own
+/// (ADR-0049) and cannot be renamed at all, which would leave these
+/// mechanisms untried.
 #[test]
 fn a_project_swapped_for_a_link_to_the_root_opens_nothing() {
     let w = World::new().without_user_namespaces();
@@ -261,7 +406,9 @@ fn a_project_swapped_for_a_link_to_the_root_opens_nothing() {
         r#"
 touch stage1; while [ ! -e go1 ]; do sleep 0.05; done
 cd .. && "$EXEC" "mv p p.old && ln -s / p"; echo "swapped:$?"
+touch p.old/stage2; while [ ! -e p.old/go2 ]; do sleep 0.05; done
 "$EXEC" "touch '$OUT/after-swap'" 2>/dev/null; echo "after-swap:$?"
+"$EXEC" "touch p.old/kept" 2>/dev/null; echo "kept:$?"
 "#,
     );
     let mut child = w
@@ -283,13 +430,27 @@ cd .. && "$EXEC" "mv p p.old && ln -s / p"; echo "swapped:$?"
         .expect("allow");
     assert!(grant.status.success(), "{}", text(&grant.stderr));
     std::fs::write(work.join("p/go1"), "").expect("go");
+    let stage = work.join("p.old/stage2");
+    while !stage.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("nd7 run ended early: {status}");
+        }
+    }
+    let deny = w
+        .nd7(&["deny", &work.display().to_string()])
+        .output()
+        .expect("deny");
+    assert!(deny.status.success(), "{}", text(&deny.stderr));
+    std::fs::write(work.join("p.old/go2"), "").expect("go");
     let out = child.wait_with_output().expect("agent ends");
     assert_eq!(
         lines(&out),
-        ["swapped:0", "after-swap:1"],
+        ["swapped:0", "after-swap:1", "kept:0"],
         "{}",
         text(&out.stderr)
     );
+    assert!(work.join("p.old/kept").exists());
     assert!(!w.outside().join("after-swap").exists());
     // A session started in the link would have / as its project.
     let marker = w.outside().join("ran");
@@ -307,13 +468,19 @@ cd .. && "$EXEC" "mv p p.old && ln -s / p"; echo "swapped:$?"
     assert!(!marker.exists());
 }
 
-/// The probe for `~/.nd7`: re-point `~/.claude/claude.json` (which
-/// `~/.claude.json` leads through) to `~/.nd7`, then try to rewrite the
-/// session's record to grant `/`, to write through the link and directly,
-/// and to write outside (which succeeds if the record was rewritten).
+/// The probe for `~/.nd7`: once the test has seen the run's record exist
+/// (`$OUT/go`), re-point `~/.claude/claude.json` (which `~/.claude.json`
+/// leads through) to `~/.nd7`, then try to rewrite the run's record, named
+/// exactly (a glob would match nothing once a layout changed, and the
+/// refusal would prove nothing: ADR-0065 moved the records from
+/// `sessions/` to `runs/`), to write through the link and directly, and to
+/// write outside.
 const ND7_PROBE: &str = r#"
+wait_for "$OUT/go"
 rm -f "$HOME_DIR/.claude/claude.json" && ln -s "$HOME_DIR/.nd7" "$HOME_DIR/.claude/claude.json"
-x record "$EXEC" "sed -i -e 's#\"grants\": \[\]#\"grants\": [\"/\"]#' -e 's#\"grants\": \[\$#\"grants\": [\"/\",#' '$HOME_DIR'/.claude.json/sessions/*/record.json"
+record="$HOME_DIR/.claude.json/runs/${ND7_RUN##*/}/record.json"
+echo "target:$record"
+x record "$EXEC" "sed -i -e 's#\"grants\": \[\]#\"grants\": [\"/\"]#' '$record'"
 x through-link "$EXEC" "touch '$HOME_DIR/.claude.json/pwn'"
 x direct "$EXEC" "mkdir '$HOME_DIR/.nd7/x'"
 x outside "$EXEC" "touch '$OUT/escaped'"
@@ -321,8 +488,49 @@ x outside "$EXEC" "touch '$OUT/escaped'"
 
 const ND7_REFUSED: [&str; 4] = ["record:no", "through-link:no", "direct:no", "outside:no"];
 
-/// Guards `open_nofollow`: "nothing under `~/.nd7` is ever writable" with the
-/// project = the home, the home granted, and `/` granted.
+/// `nd7 run AGENT` started in `cwd`, returned once it has said its pid
+/// (as `World::start_agent`, which starts in the project).
+fn start_in(w: &World, cwd: &std::path::Path, agent: &str) -> (std::process::Child, u32) {
+    use std::io::BufRead;
+    let mut child = w
+        .command_in(cwd, ND7, &["run", agent])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("nd7 run");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("announcement");
+    let pid = line
+        .strip_prefix("nd7 run: run ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no run announced: {line:?}"));
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (child, pid)
+}
+
+/// Checks that run `pid`'s record exists (the probe's target), lets the
+/// probe go, and returns its lines without the target's.
+fn probe_its_record(w: &World, child: std::process::Child, pid: u32) -> Vec<String> {
+    let record = w.sessions().join(pid.to_string()).join("record.json");
+    assert!(record.is_file(), "{} is not there", record.display());
+    std::fs::write(w.outside().join("go"), "").expect("go");
+    let out = child.wait_with_output().expect("agent ends");
+    std::fs::remove_file(w.outside().join("go")).expect("rm go");
+    let mut lines = lines(&out);
+    let target = format!(
+        "target:{}",
+        w.in_home(&format!(".claude.json/runs/{pid}/record.json"))
+    );
+    assert_eq!(lines.first(), Some(&target), "{lines:?}");
+    lines.remove(0);
+    lines
+}
+
+/// Guards `open_nofollow` in `rule` and the link skip in `list_dir`
+/// together (fails with both taken out): "nothing under `~/.nd7` is ever
+/// writable" with the project = the home and the home granted.
 #[test]
 fn nd7_stays_unwritable_through_a_link_whatever_the_project_or_the_grants() {
     let w = World::new();
@@ -332,44 +540,81 @@ fn nd7_stays_unwritable_through_a_link_whatever_the_project_or_the_grants() {
         assert!(!w.home().join(".nd7/pwn").exists(), "{what}");
         assert!(!w.home().join(".nd7/x").exists(), "{what}");
     };
-    // Project = home: every entry of the home is a floor write root. An
-    // earlier session left the link pointing at ~/.nd7.
-    std::fs::create_dir_all(w.home().join(".nd7/runs")).expect("mkdir");
-    std::fs::remove_file(w.home().join(".claude/claude.json")).expect("rm");
-    symlink(w.acct.join(".nd7"), w.home().join(".claude/claude.json")).expect("symlink");
     let agent = w.agent(&format!("{X}\n{ND7_PROBE}"));
-    let out = w
-        .command_in(&w.acct, ND7, &["run", &agent])
-        .output()
-        .expect("nd7 run");
+    // Project = home: every entry of the home is a floor write root.
+    let (child, pid) = start_in(&w, &w.acct, &agent);
     assert_eq!(
-        lines(&out),
+        probe_its_record(&w, child, pid),
         ND7_REFUSED,
-        "project = home: {}",
-        text(&out.stderr)
+        "project = home"
     );
     unchanged("project = home");
 
-    // The home granted, then `/` granted (where writing outside is granted
-    // too, so only the record and ~/.nd7 are judged).
+    // The home granted (`/` is never granted: see
+    // `nothing_above_the_home_is_ever_granted`; the rendering's carve-out
+    // under a grant of `/` is `policy`'s unit test).
     let home = w.in_home("");
-    for (grant, outside) in [
-        (home.trim_end_matches('/'), "outside:no"),
-        ("/", "outside:yes"),
-    ] {
-        let (child, _pid) = w.start_agent(&format!("{X}\ntouch stage1; wait_for go1\n{ND7_PROBE}"));
-        w.wait_for("stage1");
+    let grant = home.trim_end_matches('/');
+    let (child, pid) = w.start_agent(&format!("{X}\ntouch stage1; wait_for go1\n{ND7_PROBE}"));
+    w.wait_for("stage1");
+    let allow = w.nd7(&["allow", grant]).output().expect("allow");
+    assert!(allow.status.success(), "{}", text(&allow.stderr));
+    w.signal("go1");
+    assert_eq!(
+        probe_its_record(&w, child, pid),
+        ND7_REFUSED,
+        "{grant} granted"
+    );
+    unchanged(grant);
+}
+
+/// ADR-0068: `/` and the directories above the home are never granted, by
+/// `nd7 allow` (typed, or `"$EMPTY/"`), `--allow` or `~/.nd7/grants`: they
+/// hold the home and everything else, and are what a re-pointed link or an
+/// empty variable makes of a grant. The home itself may be given to one
+/// session by name (`nothing…whatever_the_project_or_the_grants` above),
+/// never by the lasting file (`a_link_root_made_is_followed…`). Guards
+/// `GrantError::AboveHome` in `Policy::check_grant` (without it `nd7 allow
+/// /` succeeds and `outside:yes`).
+#[test]
+fn nothing_above_the_home_is_ever_granted() {
+    let w = World::new();
+    let above = w
+        .acct
+        .parent()
+        .expect("the home has a parent")
+        .display()
+        .to_string();
+    let (child, _pid) = w.start_agent(&format!(
+        "{X}\ntouch stage1; wait_for go1\nx outside \"$EXEC\" \"touch '$OUT/escaped'\"\n"
+    ));
+    w.wait_for("stage1");
+    for grant in ["/", "//", above.as_str(), "/tmp/..", "~/.."] {
         let allow = w.nd7(&["allow", grant]).output().expect("allow");
-        assert!(allow.status.success(), "{}", text(&allow.stderr));
-        w.signal("go1");
-        let out = child.wait_with_output().expect("agent ends");
-        let mut want = ND7_REFUSED.to_vec();
-        want[3] = outside;
-        assert_eq!(lines(&out), want, "{grant} granted: {}", text(&out.stderr));
-        std::fs::remove_file(w.outside().join("escaped")).ok();
-        unchanged(grant);
-        std::fs::remove_file(w.proj().join("stage1")).ok();
-        std::fs::remove_file(w.proj().join("go1")).ok();
+        let err = text(&allow.stderr);
+        assert_eq!(allow.status.code(), Some(2), "{grant}: {err}");
+        assert!(
+            err.contains("holds your home directory") && err.contains("nd7 never grants /"),
+            "{grant}: {err}"
+        );
+    }
+    w.signal("go1");
+    let out = child.wait_with_output().expect("agent ends");
+    assert_eq!(lines(&out), ["outside:no"], "{}", text(&out.stderr));
+    assert!(!w.outside().join("escaped").exists());
+    // At the start, --allow stops the run (the file refuses them when it is
+    // read: `grants::parse`).
+    let marker = w.outside().join("ran");
+    let agent = w.agent(&format!("touch '{}'", marker.display()));
+    for grant in ["/", above.as_str()] {
+        let out = w
+            .nd7(&["run", "--allow", grant, &agent])
+            .output()
+            .expect("nd7 run");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{grant}: {err}");
+        assert!(err.contains("holds your home directory"), "{grant}: {err}");
+        assert!(!marker.exists(), "{grant}");
     }
 }
 
@@ -389,14 +634,29 @@ const STORES: &[&str] = &[
     ".config/gcloud/credentials.db",
     ".azure/msal_token_cache.json",
     ".cargo/credentials.toml",
+    ".config/git/credentials",
+    ".pgpass",
+    ".my.cnf",
+    ".config/containers/auth.json",
+    ".m2/settings-security.xml",
+    ".config/rclone/rclone.conf",
+    ".local/share/kwalletd/kdewallet.kwl",
     "docs/private/key",
 ];
+/// Beside them, what stays readable: shell and tool configuration, and
+/// Maven's `settings.xml` and Gradle's `gradle.properties`, which hold
+/// passwords at times but are read at every build (Maven stops on an
+/// unreadable `settings.xml`: "Non-readable settings"), so they are yours
+/// to add to `~/.nd7/secrets`.
 const NEIGHBOURS: &[&str] = &[
     ".bashrc",
     ".config/git/config",
     ".docker/contexts/meta.json",
+    ".config/containers/registries.conf",
     ".local/share/applications/x.desktop",
     ".cargo/config.toml",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
     ".claude/.credentials.json",
 ];
 
@@ -560,4 +820,236 @@ touch stage3; wait_for go3
         text(&out.stderr)
     );
     assert!(!w.outside().join("a/after").exists());
+}
+
+/// Issue 10, item 1 (the start grants): a lasting grant of `~/.cache` lets
+/// one command swap `~/.cache/pip` for a link to `/` (or to the home);
+/// every later session whose start grants name `~/.cache/pip` (`preset pip`
+/// in `~/.nd7/grants`, `--preset pip`, `--allow ~/.cache/pip`) then granted
+/// what the link led to: every command wrote the home and everything
+/// outside it. Guards `grant_at_start` in `src/run_grants.rs`, which
+/// resolves each start grant with `kernel::real_path` (no link followed that
+/// the account could have placed) and leaves one reached through such a
+/// link out: with `std::fs::canonicalize` back in its place, the link to the
+/// home is granted (`docs:yes`) and the one to `/` stops the run (refused by
+/// `check_grant` as above the home, the second guard).
+#[test]
+fn a_start_grant_re_pointed_by_an_earlier_session_grants_nothing() {
+    let w = World::new();
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    std::fs::create_dir_all(w.home().join(".cache/pip")).expect("mkdir");
+    let probe = format!(
+        r#"{X}
+x docs "$EXEC" "touch '$HOME_DIR/docs/planted'"
+x outside "$EXEC" "touch '$OUT/escaped'"
+x dotdot "$EXEC" "touch /tmp/../'{outside}/dotdot'"
+x bashrc "$EXEC" "echo pwned >> '$HOME_DIR/.bashrc'"
+x cache "$EXEC" "touch '$HOME_DIR/.cache/pip/x'"
+"#,
+        outside = w.outside().display()
+    );
+    let pip = w.in_home(".cache/pip");
+    for target in ["/", w.acct.to_str().expect("utf-8")] {
+        // An earlier session, with ~/.cache granted for good.
+        std::fs::write(w.home().join(".nd7/grants"), "~/.cache\npreset pip\n").expect("grants");
+        // The same session's next command already finds its grant of
+        // `~/.cache/pip` led elsewhere (its pin, ADR-0028).
+        let out = session(
+            &w,
+            &format!(
+                r#"x swap "$EXEC" "rm -rf '$HOME_DIR/.cache/pip' && ln -s '{target}' '$HOME_DIR/.cache/pip'"
+x same-session "$EXEC" "touch '$HOME_DIR/docs/same-session' '$OUT/same-session'""#
+            ),
+        );
+        assert_eq!(
+            lines(&out),
+            ["swap:yes", "same-session:no"],
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(w.home().join(".cache/pip").is_symlink());
+        // The next sessions: the link is still there, named by each kind
+        // of start grant in turn.
+        let agent = w.agent(&probe);
+        for args in [
+            vec!["run", &agent],
+            vec!["run", "--preset", "pip", &agent],
+            vec!["run", "--allow", "~/.cache/pip", &agent],
+        ] {
+            if args.len() == 2 {
+                std::fs::write(w.home().join(".nd7/grants"), "preset pip\n").expect("grants");
+            } else {
+                std::fs::remove_file(w.home().join(".nd7/grants")).ok();
+            }
+            let out = w.nd7(&args).output().expect("nd7 run");
+            let err = text(&out.stderr);
+            assert_eq!(
+                lines(&out),
+                [
+                    "docs:no",
+                    "outside:no",
+                    "dotdot:no",
+                    "bashrc:no",
+                    "cache:no"
+                ],
+                "{target} {args:?}: {err}"
+            );
+            assert!(
+                err.contains(&format!("nd7 run: warning: {pip} ("))
+                    && err.contains("is not granted: ")
+                    && err.contains(&format!("{pip} is a symbolic link (to {target})")),
+                "{target} {args:?}: {err}"
+            );
+            assert!(!err.contains("commands may also write"), "{args:?}: {err}");
+            for f in ["docs/planted", ".bashrc"] {
+                assert!(!w.home().join(f).exists(), "{target} {args:?}: {f}");
+            }
+            for f in ["escaped", "dotdot"] {
+                assert!(!w.outside().join(f).exists(), "{target} {args:?}: {f}");
+            }
+        }
+        std::fs::remove_file(w.home().join(".cache/pip")).expect("rm");
+    }
+}
+
+/// Issue 10, item 2 (the project): a project that holds the home, and the
+/// home reached through a link the account could have placed (a project
+/// directory an earlier command swapped for a link to `~` under a grant of
+/// its parent; `$PWD` is the shell's name for it). Both used to start, the
+/// second with only a warning, every command then writing the whole home.
+/// Guards `check_project` in `src/run.rs` (without its link check the last
+/// session starts and `docs:yes`); the home entered by its own name stays a
+/// project (`nd7_stays_unwritable…` runs in it).
+#[test]
+fn a_project_that_would_hold_the_home_is_refused() {
+    let w = World::new();
+    let marker = w.outside().join("ran");
+    let agent = w.agent(&format!(
+        "touch '{}'; touch \"$HOME_DIR/docs/planted\" && echo docs:yes || echo docs:no",
+        marker.display()
+    ));
+    let above = w.acct.parent().expect("a parent").to_path_buf();
+    let out = w
+        .command_in(&above, ND7, &["run", &agent])
+        .output()
+        .expect("nd7 run");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "nd7 run: the project would be {} (you are in {}), which holds your home directory",
+            above.display(),
+            above.display()
+        )),
+        "{err}"
+    );
+    let work = w.root.join("work");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    symlink(&w.acct, work.join("p")).expect("symlink");
+    let out = w
+        .command_in(&work.join("p"), ND7, &["run", &agent])
+        .env("PWD", work.join("p"))
+        .output()
+        .expect("nd7 run");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "nd7 run: you are in {}, a link to your home directory {} (",
+            work.join("p").display(),
+            w.acct.display()
+        )) && err.contains("start nd7 run in the home by its own name (cd ~)"),
+        "{err}"
+    );
+    assert_eq!(lines(&out), Vec::<String>::new());
+    assert!(!marker.exists());
+    assert!(!w.home().join("docs/planted").exists());
+}
+
+/// The temp directory is a floor write root: a `$TMPDIR` that is the home
+/// (or above it), or that an earlier session replaced with a link (in
+/// `/tmp`, which every session writes) to the home, would make the whole
+/// home writable. Guards `temp_root` in `src/run.rs` (with
+/// `fs::canonicalize` in its place both sessions start and `docs:yes`).
+#[test]
+fn a_temp_directory_that_leads_to_the_home_is_refused() {
+    let w = World::new();
+    let marker = w.outside().join("ran");
+    let agent = w.agent(&format!(
+        "touch '{}'; touch \"$HOME_DIR/docs/planted\" && echo docs:yes || echo docs:no",
+        marker.display()
+    ));
+    let link = w.root.join("tmp/mine");
+    symlink(&w.acct, &link).expect("symlink");
+    for (tmpdir, says) in [
+        (
+            w.acct.clone(),
+            "which holds your home directory".to_string(),
+        ),
+        (
+            link.clone(),
+            format!(
+                "{} is a symbolic link (to {})",
+                link.display(),
+                w.acct.display()
+            ),
+        ),
+    ] {
+        let out = w
+            .nd7(&["run", &agent])
+            .env("TMPDIR", &tmpdir)
+            .output()
+            .expect("nd7 run");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", tmpdir.display());
+        assert!(
+            err.contains(&format!(
+                "nd7 run: the temp directory {} cannot be a write root: ",
+                tmpdir.display()
+            )) && err.contains(&says),
+            "{err}"
+        );
+        assert_eq!(lines(&out), Vec::<String>::new());
+        assert!(!marker.exists());
+    }
+}
+
+/// A `[PATH]` section of `~/.nd7/grants` is matched against the project's
+/// real path; one found by following a link the account could have placed
+/// (an agent with a grant of `~/src` makes `~/src/web` a link to its own
+/// project) would hand another project's grants to this one. Guards the
+/// `resolve` of `run_grants::planned` (`kernel::real_path`; with
+/// `fs::canonicalize` there `outside:yes`): the section is no project's, and
+/// `nd7 run` says so.
+#[test]
+fn a_project_section_reached_through_a_link_grants_nothing() {
+    let w = World::new();
+    let web = w.root.join("web");
+    symlink(w.proj(), &web).expect("symlink");
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    std::fs::write(
+        w.home().join(".nd7/grants"),
+        format!("[{}]\n{}\n", web.display(), w.outside().display()),
+    )
+    .expect("grants");
+    let out = session(&w, r#"x outside "$EXEC" "touch '$OUT/escaped'""#);
+    let err = text(&out.stderr);
+    assert_eq!(lines(&out), ["outside:no"], "{err}");
+    assert!(
+        err.contains(&format!(
+            "nd7 run: warning: the section [{}] of ~/.nd7/grants is no project's: {} is a symbolic link",
+            web.display(),
+            web.display()
+        )),
+        "{err}"
+    );
+    assert!(!w.outside().join("escaped").exists());
+    // Written by its real path, the section is this project's.
+    std::fs::write(
+        w.home().join(".nd7/grants"),
+        format!("[{}]\n{}\n", w.proj().display(), w.outside().display()),
+    )
+    .expect("grants");
+    let out = session(&w, r#"x outside "$EXEC" "touch '$OUT/escaped'""#);
+    assert_eq!(lines(&out), ["outside:yes"], "{}", text(&out.stderr));
 }

@@ -106,6 +106,24 @@ fn child() {
         root: root.clone(),
     };
     let grants: Vec<&str> = grants.iter().map(String::as_str).collect();
+    if probe == "links" {
+        // Rules placed straight on a link and through one, as a listed
+        // entry or a root swapped for a link after it was listed or pinned
+        // would be opened.
+        let rules = policy::LandlockRules {
+            read: Vec::new(),
+            write: vec![
+                root.join("home/proj/out-link"),
+                root.join("home/proj/up/outside"),
+            ],
+        };
+        linux::restrict_self(&rules).expect("Landlock applies fully on this kernel");
+        attempt(
+            "write outside",
+            std::fs::write(root.join("outside/made"), "x"),
+        );
+        return;
+    }
     let policy = world.policy(&grants);
     let writes = if probe == "floor" {
         policy.floor_writes()
@@ -197,4 +215,49 @@ fn without_the_rules_every_probe_succeeds() {
     assert!(std::fs::write(r("home/.nd7/runs/made"), "x").is_ok());
     assert!(std::fs::read(r("home/proj/ssh-link/id_ed25519")).is_ok());
     let _ = Path::new("/");
+}
+
+/// The four mechanisms of "no rule follows a link" (ADR-0028) back each
+/// other up, so no attack in `floor_paths.rs` fails with one of the first
+/// two taken out alone: a re-pointed link among a directory's entries is
+/// both skipped by the listing and refused by the opening, a write root or
+/// grant swapped for a link both fails its pin and the opening, and the
+/// floor's descriptors were opened before the agent ran. These two hold
+/// each of the first two on its own.
+///
+/// Guards the link skip in `list_dir` (`src/sandbox/linux/mod.rs`): a
+/// listing leaves links out, so what one points at is judged by its real
+/// path only. Without it `ssh-link` is listed.
+#[test]
+fn a_listing_leaves_links_out() {
+    let world = World::new();
+    let listed = linux::list_dir(&world.root.join("home/proj"));
+    assert!(
+        !listed.iter().any(|p| p.ends_with("ssh-link")),
+        "{listed:?}"
+    );
+    std::fs::create_dir_all(world.root.join("home/proj/real")).expect("mkdir");
+    let listed = linux::list_dir(&world.root.join("home/proj"));
+    assert_eq!(listed, [world.root.join("home/proj/real")]);
+    // Nor is a directory reached through a link listed at all.
+    assert!(linux::list_dir(&world.root.join("home/proj/ssh-link")).is_empty());
+}
+
+/// Guards `open_nofollow` in `rule` (`src/sandbox/linux/mod.rs`): a rule
+/// whose path is a link, or goes through one (an entry listed as a
+/// directory, or a root that passed its pin check, and swapped for a link
+/// before the rule was opened), allows nothing. With a plain `open` there
+/// `write outside` succeeds.
+#[test]
+fn a_rule_on_a_link_allows_nothing() {
+    let world = World::new();
+    std::os::unix::fs::symlink(
+        world.root.join("outside"),
+        world.root.join("home/proj/out-link"),
+    )
+    .expect("symlink");
+    std::os::unix::fs::symlink(&world.root, world.root.join("home/proj/up")).expect("symlink");
+    let lines = world.confined("links", &[]);
+    assert_eq!(outcome(&lines, "write outside"), "permission denied");
+    assert!(!world.root.join("outside/made").exists());
 }

@@ -404,11 +404,13 @@ x exec-cp-dir "$EXEC" "cp -r '{real}' '{real}3'; cat '{real}3/id_ed25519'"
 
 // --- ~/.nd7 kept in a dotfiles repository ------------------------------------------
 
-/// Rewrites the running session's record.json (found under `$1/sessions`) to
-/// grant `$OUT`, pinned as it is now, as only `nd7 allow` may.
+/// Rewrites the running run's record.json (`$1/runs/<its pid>`, named
+/// exactly: a glob that matches nothing proves nothing, as the one of
+/// `sessions/*` did once ADR-0065 renamed the directory) to grant `$OUT`,
+/// pinned as it is now, as only `nd7 allow` may.
 const FORGE_GRANT: &str = r#"forge() { python3 - "$1" "$OUT" <<'PY'
-import glob, json, os, sys
-path = glob.glob(sys.argv[1] + "/sessions/*/record.json")[0]
+import json, os, sys
+path = sys.argv[1] + "/runs/" + os.environ["ND7_RUN"].rsplit("/", 1)[1] + "/record.json"
 record = json.load(open(path))
 st = os.stat(sys.argv[2])
 record["grants"].append(sys.argv[2])
@@ -431,15 +433,24 @@ fn nd7s_own_directory_behind_a_link_is_kept_out_where_it_really_is() {
     let dotfiles = w.proj();
     std::fs::create_dir_all(dotfiles.join("nd7")).expect("mkdir");
     std::os::unix::fs::symlink(dotfiles.join("nd7"), w.home().join(".nd7")).expect("symlink");
-    let out = w.run_agent(&format!(
+    let (child, pid) = w.start_agent(&format!(
         r#"{X}
 {FORGE_GRANT}
-x read-record cat "$PWD"/nd7/runs/*/record.json
+wait_for "$OUT/go1"
+x read-record cat "$PWD/nd7/runs/${{ND7_RUN##*/}}/record.json"
 x forge forge "$PWD/nd7"
 x exec-outside "$EXEC" "touch '$OUT/escaped'"
 x agent-secrets sh -c "echo '-~/.ssh' >> '$PWD/nd7/secrets'"
 "#
     ));
+    // The probes' target is there (the record is written before nd7 run
+    // says its pid): their refusal is the floor's. The agent cannot write
+    // the project's root here (it holds ~/.nd7's real place), so the word
+    // to go is left outside.
+    let record = dotfiles.join(format!("nd7/runs/{pid}/record.json"));
+    assert!(record.is_file(), "{} is not there", record.display());
+    std::fs::write(w.outside().join("go1"), "").expect("go");
+    let out = child.wait_with_output().expect("agent ends");
     assert_eq!(
         lines(&out),
         [
@@ -484,6 +495,38 @@ x exec-edit "$EXEC" "echo '-~/.ssh' >> '$PWD/nd7-secrets'"
     assert_eq!(
         std::fs::read_to_string(w.proj().join("nd7-secrets")).expect("list"),
         "~/.config/mytool\n"
+    );
+}
+
+/// The same with the lasting grants kept elsewhere (`~/.nd7/grants ->
+/// nd7-grants` in the project, a dotfiles repository): the real file was
+/// writable, so the agent could add any directory to the next session's
+/// start grants. Guards `grants::FILE` among `run_dir::nd7_real_places`:
+/// without it `edit:yes`, `exec-edit:yes`.
+#[test]
+fn the_grants_file_behind_a_link_cannot_be_edited_from_inside() {
+    let w = World::new();
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    std::fs::write(w.proj().join("nd7-grants"), "~/data\n").expect("write");
+    std::os::unix::fs::symlink(w.proj().join("nd7-grants"), w.home().join(".nd7/grants"))
+        .expect("symlink");
+    let out = w.run_agent(&format!(
+        r#"{X}
+x edit sh -c "echo '$OUT' >> '$PWD/nd7-grants'"
+x exec-edit "$EXEC" "echo '$OUT' >> '$PWD/nd7-grants'"
+x exec-replace "$EXEC" "cp '$PWD/nd7-grants' x && echo '$OUT' >> x && mv x '$PWD/nd7-grants'"
+x granted "$EXEC" "touch ~/data/ok"
+"#
+    ));
+    assert_eq!(
+        lines(&out),
+        ["edit:no", "exec-edit:no", "exec-replace:no", "granted:yes"],
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.proj().join("nd7-grants")).expect("grants"),
+        "~/data\n"
     );
 }
 
