@@ -292,6 +292,13 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             sandbox: kernel_sandbox,
             landlock_abi,
             hooks: claude || codex,
+            agent: if claude {
+                Some(run_entry::AGENT_CLAUDE)
+            } else if codex {
+                Some(run_entry::AGENT_CODEX)
+            } else {
+                None
+            },
             grants: run_grants::entry(&started_grants),
         },
     )?);
@@ -523,14 +530,24 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         );
     }
     match log.end(&ended) {
-        Ok(tally) if (claude || codex) && !tally.unmatched_execs.is_empty() => {
-            announce_warning(&format!(
-                "{} of {} Bash commands ran through the exit without a matching hook entry ({}'s hooks did not announce them); nd7's own entries in log {} show each one",
-                tally.unmatched_execs.len(),
-                tally.execs,
-                if codex { "Codex" } else { "Claude Code" },
-                log.id()
-            ))
+        Ok(tally) if claude || codex => {
+            let agent = if codex { "Codex" } else { "Claude Code" };
+            if !tally.unmatched_execs.is_empty() {
+                announce_warning(&format!(
+                    "{} of {} Bash commands ran through the exit without a matching hook entry ({agent}'s hooks did not announce them); nd7's own entries in log {} show each one",
+                    tally.unmatched_execs.len(),
+                    tally.execs,
+                    log.id()
+                ));
+            }
+            if !tally.execs_without_result.is_empty() {
+                announce_warning(&format!(
+                    "{} of {} Bash commands ran through the exit for a Bash call {agent} reported no result for (denied, or never run by it); nd7 verify {} names each one",
+                    tally.execs_without_result.len(),
+                    tally.execs,
+                    log.id()
+                ));
+            }
         }
         Ok(_) => {}
         Err(e) => announce_warning(&format!("cannot write the end of log {}: {e}", log.id())),

@@ -21,7 +21,9 @@ use serde_json::Value;
 use crate::hook::{Glimpse, Invocation, Kind};
 use crate::record::{self, RecordError};
 use crate::run_dir::{LogRef, Record, RunDir, RunDirError};
-use crate::run_entry::{self, Announced, Ended, Reconciler, Reconciliation, RunFacts, Stamp};
+use crate::run_entry::{
+    self, Announced, Ended, Pairing, Reconciler, Reconciliation, RunFacts, Stamp,
+};
 use crate::session_log::{self, Appended, SessionLog};
 
 /// Why one of nd7's own entries could not be written.
@@ -68,6 +70,8 @@ pub struct RunLog {
     log: SessionLog,
     host: String,
     hooks: bool,
+    /// How a command is held against the Bash call that announced it.
+    pairing: Pairing,
     announced: Mutex<Announced>,
     refused: AtomicU64,
     /// What the floor refused, as `nd7 hook-explain` reported it (the first
@@ -96,7 +100,8 @@ impl RunLog {
                 Err(e) => return Err(e.into()),
             }
         };
-        let run = RunLog::new(log, facts.hooks);
+        let mut run = RunLog::new(log, facts.hooks);
+        run.pairing = Pairing::of_agent(facts.agent);
         run.note(
             run_entry::RUN_START,
             None,
@@ -114,6 +119,7 @@ impl RunLog {
             log,
             host: hostname(),
             hooks,
+            pairing: Pairing::default(),
             announced: Mutex::default(),
             refused: AtomicU64::new(0),
             floor_refused: Mutex::default(),
@@ -273,10 +279,38 @@ impl RunLog {
         caller: u32,
         grants: &[PathBuf],
     ) -> Result<u64, RunLogError> {
+        self.exec_started_inside(command, cwd, caller, grants, None)
+    }
+
+    /// [`RunLog::exec_started`] for a caller the kernel places `inside` the
+    /// command whose `exec` entry has that seq (a nested `nd7-exec`), or in
+    /// the floor (`None`). Only a command from the floor, in the form the
+    /// run's agent hands Bash calls to the exit ([`Pairing`]), can claim a
+    /// call: one asked for from inside another command is part of that one,
+    /// and a bare command under Claude Code is nobody's Bash call, whatever
+    /// its text (a call the user denied would otherwise be claimed by the
+    /// same text run some other way).
+    pub fn exec_started_inside(
+        &self,
+        command: &[u8],
+        cwd: &Path,
+        caller: u32,
+        grants: &[PathBuf],
+        inside: Option<u64>,
+    ) -> Result<u64, RunLogError> {
         let announced = run_entry::bash_command(command);
-        let text = announced.as_deref().map_or(command, str::as_bytes);
-        let tool_use_id = self.announced.lock().ok().and_then(|mut a| a.claim(text));
-        let body = run_entry::exec_body(command, caller, grants);
+        let text = std::str::from_utf8(command).ok();
+        let key = match inside {
+            None if self.hooks => self.pairing.key(text, announced.as_deref()),
+            _ => None,
+        };
+        let tool_use_id = key.and_then(|key| {
+            self.announced
+                .lock()
+                .ok()
+                .and_then(|mut a| a.claim(key.as_bytes()))
+        });
+        let body = run_entry::exec_body(command, caller, grants, inside);
         let cwd = cwd.to_string_lossy();
         self.note(run_entry::EXEC, Some(&cwd), tool_use_id.as_deref(), &body)
             .map(|a| a.seq)

@@ -500,12 +500,48 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
             inert(&exec.command)
         );
     }
-    if r.agrees() && ended {
+    // A command that has just ended in a run still going may be waiting for
+    // its result; once the run is over (or gone), a missing result is final.
+    let in_flight = !r.ended && ended;
+    for unanswered in &r.execs_without_result {
+        let call = unanswered
+            .call
+            .tool_use_id
+            .as_deref()
+            .map_or("without a tool_use_id".to_string(), inert);
+        if in_flight {
+            println!(
+                "{prefix}note: entry {}: command `{}` for Bash call {call} has no result yet (the run is still going)",
+                unanswered.exec.seq,
+                inert(&unanswered.exec.command)
+            );
+        } else {
+            println!(
+                "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit for Bash call {call}, but Claude Code reported no result for that call (denied, or never run by it)",
+                unanswered.exec.seq,
+                inert(&unanswered.exec.command)
+            );
+        }
+    }
+    for nested in &r.nested_execs {
+        println!(
+            "{prefix}note: entry {}: command `{}` was asked for from inside the command of entry {}, so it is part of that command, not a Bash call of its own",
+            nested.seq,
+            inert(&nested.command),
+            nested.inside.unwrap_or_default()
+        );
+    }
+    let agrees = if in_flight {
+        r.unmatched_calls.is_empty() && r.unmatched_execs.is_empty()
+    } else {
+        r.agrees()
+    };
+    if agrees && ended {
         println!(
             "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
         );
     }
-    Ok(r.agrees() && ended)
+    Ok(agrees && ended)
 }
 
 /// Whether the `nd7 run` that writes the chain `id` (`run-<time>-<pid>-<hex>`)

@@ -693,24 +693,25 @@ touch started; wait_for finished
 // no call announced, are each named by `nd7 verify` and counted by `nd7 run`
 // at its end; a call with neither result nor command (Claude Code denied it)
 // is only noted (ADR-0040); a hook registered elsewhere does not record an
-// event a second time. The stand-in calls the exit directly, as a person
-// would: under `nd7 run claude` the exit is Claude Code's shell prefix, and
-// a prefix running what is not a Bash tool line runs it in place, so the
-// variable is unset here (the tool line's own pairing is in tests/it/e2e).
+// event a second time. The stand-in hands the exit Claude Code's tool line
+// for each call, as Claude Code's shell prefix does; the command it sends
+// bare (the prefix unset, as a person would) is no Bash call's, and the
+// tool line's pairing with the real CLI is in tests/it/e2e.
 #[test]
 fn verify_names_a_call_without_its_command_and_a_command_without_its_call() {
     let w = World::new();
     let claude = fake_claude(
         &w,
         r#"
-unset CLAUDE_CODE_SHELL_PREFIX
+export CLAUDE_CODE_SHELL_PREFIX="$EXEC"
 pre() { printf '{"session_id":"c1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_use_id":"%s"}' "$2" "$1" | "$ND7" record --run-hook; }
 post() { printf '{"session_id":"c1","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_response":{"stdout":""},"tool_use_id":"%s"}' "$2" "$1" | "$ND7" record --run-hook; }
-pre t1 'echo one'; "$EXEC" 'echo one' > /dev/null; post t1 'echo one'
-pre t2 'exit 3'; "$EXEC" 'exit 3'; post t2 'exit 3'
+line() { printf "source /x 2>/dev/null || true && eval '%s' < /dev/null && pwd -P >| %s" "$1" "$TMPDIR/cwd"; }
+pre t1 'echo one'; "$EXEC" "$(line 'echo one')" > /dev/null; post t1 'echo one'
+pre t2 'exit 3'; "$EXEC" "$(line 'exit 3')"; post t2 'exit 3'
 pre t3 'echo never'; post t3 'echo never'
 pre t4 'echo denied'
-"$EXEC" 'echo unannounced' > /dev/null
+(unset CLAUDE_CODE_SHELL_PREFIX; "$EXEC" 'echo unannounced' > /dev/null)
 echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record; echo "plain:$?"
 echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record --run-hook; echo "ours:$?"
 "#,

@@ -112,7 +112,7 @@ fn serve_one(conn: &UnixStream, me: u32, session: &RunDir, log: &RunLog) {
         Err(why) => return refuse(conn, log, "record", who, why),
     };
     let caller = match admit(caller, me) {
-        Ok(pid) => pid,
+        Ok(admitted) => admitted.pid,
         Err(why) => return refuse(conn, log, "record", who, why),
     };
     if request.explain {
