@@ -139,6 +139,9 @@ pub struct Workspace {
     pub allowed_tools: Option<&'static str>,
     /// `nd7 run`'s own options (`--preset`, `--allow`), before the program.
     pub run_options: Vec<String>,
+    /// The exit status the run must end with: 0, or 3 under `nd7 run` when
+    /// the session changes a file that runs later.
+    pub status: i32,
 }
 
 /// What a run under `nd7 run` needs beyond a home: the home mounted over
@@ -164,6 +167,7 @@ impl Workspace {
             permissions: None,
             allowed_tools: Some(ALLOWED_TOOLS),
             run_options: Vec::new(),
+            status: 0,
         }
     }
 
@@ -188,6 +192,7 @@ impl Workspace {
             permissions: None,
             allowed_tools: Some(ALLOWED_TOOLS),
             run_options: Vec::new(),
+            status: 0,
         }
     }
 
@@ -215,6 +220,7 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         permissions,
         allowed_tools,
         run_options,
+        status: _,
     } = workspace;
     let state = home_path.join(".local/state");
     // The hooks are the ones `nd7 setup` writes, written by it: into a file

@@ -128,8 +128,9 @@ fn play_on(
     let turns = script(&workspace.project);
     let scripted = turns.len();
     let api = serve(turns);
+    let status = workspace.status;
     let run = claude::run(&claude, &api.url, "run the scripted session", workspace);
-    assert!(run.output.status.success(), "{}", run.describe());
+    assert_eq!(run.output.status.code(), Some(status), "{}", run.describe());
     assert_eq!(
         api.turns_played(),
         scripted,
@@ -746,6 +747,89 @@ fn under_nd7_run_the_exits_account_reconciles_with_the_hooks() {
         "{report}"
     );
     assert!(world.proj().join("right.txt").exists() && world.proj().join("left.txt").exists());
+}
+
+/// `disableAllHooks: true` in a settings file switches every hook off,
+/// nd7's and the transcript's anchors with them. Under `nd7 run` the agent
+/// can write the project's `.claude/settings.json` or `settings.local.json`
+/// (they are only watched), so one left by an earlier session, or one a
+/// Bash call writes, would leave the session unrecorded but for the exit's
+/// own entries. Claude Code ranks the `--settings` it is given (its flag
+/// settings) above the project's and the user's files, so `nd7 run`'s own
+/// `"disableAllHooks": false` there keeps them on.
+///
+/// Guards the `disableAllHooks` line in `shell_prefix::run_settings`: without
+/// it, with 2.1.197 and 2.1.332 alike, no hook runs in the session.
+#[cfg(target_os = "linux")]
+#[test]
+fn under_nd7_run_a_project_settings_file_cannot_switch_the_hooks_off() {
+    let world = std::sync::Arc::new(crate::world::World::new());
+    let local = world.proj().join(".claude");
+    std::fs::create_dir_all(&local).expect("mkdir .claude");
+    std::fs::write(local.join("settings.json"), r#"{"disableAllHooks": true}"#)
+        .expect("project settings");
+    let s = sandboxed_session(&world, |_| {
+        vec![
+            vec![bash("echo one")],
+            vec![bash("echo two")],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    assert_hooks_stayed_on(&s, 2);
+}
+
+/// The same switch written mid-session, by a script a Bash call runs
+/// (Claude Code asks before a Bash command that names its settings files
+/// itself, not before one whose script does).
+#[cfg(target_os = "linux")]
+#[test]
+fn under_nd7_run_hooks_switched_off_mid_session_stay_on() {
+    let world = std::sync::Arc::new(crate::world::World::new());
+    std::fs::write(
+        world.proj().join("switch.sh"),
+        "mkdir -p .claude && printf '{\"disableAllHooks\": true}' > .claude/settings.local.json\n",
+    )
+    .expect("switch.sh");
+    let mut workspace = claude::Workspace::sandboxed(world.clone());
+    // The new settings file is a file that runs later: reported, exit 3.
+    workspace.status = 3;
+    let s = session_in(workspace, |_| {
+        vec![
+            vec![bash("sh switch.sh && echo switched")],
+            // Time for Claude Code to see the change (it watches the file).
+            vec![bash("sleep 3; echo after-one")],
+            vec![bash("echo after-two")],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    assert!(world.proj().join(".claude/settings.local.json").exists());
+    assert!(
+        String::from_utf8_lossy(&s.run.output.stderr).contains("/.claude/settings.local.json"),
+        "{}",
+        s.run.describe()
+    );
+    assert_hooks_stayed_on(&s, 3);
+}
+
+/// Every Bash call (`calls` of them) was recorded, with its result, and
+/// verify holds the hooks' account against the exit's.
+fn assert_hooks_stayed_on(s: &Session, calls: usize) {
+    let recorded: Vec<String> = s
+        .of_kind("tool_call")
+        .iter()
+        .map(|c| c["body"]["tool_input"]["command"].as_str().unwrap_or("?").to_string())
+        .collect();
+    assert_eq!(
+        recorded.len(),
+        calls,
+        "every Bash call was recorded: {recorded:?}\n{}",
+        s.run.describe()
+    );
+    assert_calls_paired(s);
+    assert_eq!(s.of_kind("session_end").len(), 1, "{:?}", s.kinds());
+    let out = s.verify();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("\nreconciled: "), "{}", stdout(&out));
 }
 
 /// Not a test but the whole-session benchmark (`bench/session.sh` runs it,
