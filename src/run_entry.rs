@@ -217,7 +217,11 @@ impl Pairing {
     }
 
     /// The text by which an `exec` entry may pair with a Bash call, if any.
-    pub fn key<'a>(self, command: Option<&'a str>, bash_command: Option<&'a str>) -> Option<&'a str> {
+    pub fn key<'a>(
+        self,
+        command: Option<&'a str>,
+        bash_command: Option<&'a str>,
+    ) -> Option<&'a str> {
         match self {
             Pairing::ToolLine => bash_command,
             Pairing::Text => command,
@@ -569,7 +573,10 @@ impl Reconciler {
             self.out.execs += 1;
             let key = self
                 .pairing
-                .key(line.body.command.as_deref(), line.body.bash_command.as_deref())
+                .key(
+                    line.body.command.as_deref(),
+                    line.body.bash_command.as_deref(),
+                )
                 .map(str::to_string);
             let exec = Exec {
                 seq: line.seq,
@@ -622,7 +629,10 @@ impl Reconciler {
             .paired
             .into_iter()
             .filter(|p| {
-                p.call.tool_use_id.as_ref().is_some_and(|id| !results.contains(id))
+                p.call
+                    .tool_use_id
+                    .as_ref()
+                    .is_some_and(|id| !results.contains(id))
                     && (run_ended || ended_execs.contains(&p.exec.seq))
             })
             .collect();
@@ -846,9 +856,21 @@ mod tests {
             exec_end(11, 7),
             result(12, "outer"),
         ]);
-        assert_eq!(r.unmatched_execs.iter().map(|e| e.seq).collect::<Vec<_>>(), [8]);
-        assert_eq!(r.nested_execs.iter().map(|e| (e.seq, e.inside)).collect::<Vec<_>>(), [(9, Some(7))]);
-        assert_eq!(r.calls_not_run.iter().map(|c| c.seq).collect::<Vec<_>>(), [5]);
+        assert_eq!(
+            r.unmatched_execs.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [8]
+        );
+        assert_eq!(
+            r.nested_execs
+                .iter()
+                .map(|e| (e.seq, e.inside))
+                .collect::<Vec<_>>(),
+            [(9, Some(7))]
+        );
+        assert_eq!(
+            r.calls_not_run.iter().map(|c| c.seq).collect::<Vec<_>>(),
+            [5]
+        );
         assert!(r.execs_without_result.is_empty(), "{r:?}");
         assert!(!r.agrees());
 
@@ -866,7 +888,10 @@ mod tests {
         ended.push(exec_end(3, 2));
         let r = reconcile(&ended);
         assert_eq!(r.execs_without_result.len(), 1, "{r:?}");
-        assert_eq!(r.execs_without_result[0].call.tool_use_id.as_deref(), Some("denied"));
+        assert_eq!(
+            r.execs_without_result[0].call.tool_use_id.as_deref(),
+            Some("denied")
+        );
         assert!(!r.agrees());
         let mut run_ended = lines.to_vec();
         run_ended.push(end(3));
@@ -888,9 +913,15 @@ mod tests {
             exec(5, None, &tool_line("cat x")),
         ]);
         assert!(r.unmatched_calls.is_empty());
-        assert_eq!(r.calls_not_run.iter().map(|c| c.seq).collect::<Vec<_>>(), [3]);
+        assert_eq!(
+            r.calls_not_run.iter().map(|c| c.seq).collect::<Vec<_>>(),
+            [3]
+        );
         assert_eq!(r.nested_execs.len(), 1);
-        assert_eq!(r.unmatched_execs.iter().map(|e| e.seq).collect::<Vec<_>>(), [5]);
+        assert_eq!(
+            r.unmatched_execs.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [5]
+        );
     }
 
     #[test]

@@ -382,8 +382,15 @@ post allowed 'sh run.sh'
         .nd7(&["run", &claude, "-p", "x"])
         .output()
         .expect("nd7 run");
-    let said = format!("--- nd7 run said\n{}{}", text(&out.stdout), text(&out.stderr));
-    assert!(w.proj().join("denied-ran").exists(), "the attack ran: {said}");
+    let said = format!(
+        "--- nd7 run said\n{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        w.proj().join("denied-ran").exists(),
+        "the attack ran: {said}"
+    );
     let dir = run_chain(&w);
     let execs = entries(&dir)
         .into_iter()

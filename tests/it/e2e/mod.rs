@@ -817,7 +817,12 @@ fn assert_hooks_stayed_on(s: &Session, calls: usize) {
     let recorded: Vec<String> = s
         .of_kind("tool_call")
         .iter()
-        .map(|c| c["body"]["tool_input"]["command"].as_str().unwrap_or("?").to_string())
+        .map(|c| {
+            c["body"]["tool_input"]["command"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string()
+        })
         .collect();
     assert_eq!(
         recorded.len(),
@@ -830,6 +835,116 @@ fn assert_hooks_stayed_on(s: &Session, calls: usize) {
     let out = s.verify();
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert!(stdout(&out).contains("\nreconciled: "), "{}", stdout(&out));
+}
+
+/// If Claude Code stops calling the hooks mid-session (a mod answering
+/// them, a crash of its hook runner, a binary gone), the exit's entries
+/// still show every Bash command, and `nd7 run` says at its end how many
+/// ran without a hook entry announcing them, and how many for a call whose
+/// result never came. Simulated with the real CLI by taking away the nd7
+/// its hooks name, once the second call has been announced: its result,
+/// and every hook after it, then fails to run.
+///
+/// Guards the end-of-run warnings in `run::run` (the `unmatched_execs` and
+/// `execs_without_result` of `RunLog::end`'s tally).
+#[cfg(target_os = "linux")]
+#[test]
+fn under_nd7_run_hooks_that_stop_mid_session_leave_the_exits_account() {
+    use std::os::unix::fs::PermissionsExt;
+    let world = std::sync::Arc::new(crate::world::World::new());
+    // A copy of nd7 the account cannot change (nd7 run checks), named by
+    // the run's hooks.
+    let copy = tempfile::Builder::new()
+        .prefix("nd7-copy-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("tempdir");
+    std::fs::set_permissions(copy.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    for (from, name) in [
+        (crate::world::ND7, "nd7"),
+        (crate::world::ND7_EXEC, "nd7-exec"),
+    ] {
+        std::fs::copy(from, copy.path().join(name)).expect("copy nd7");
+    }
+    let nd7 = copy.path().join("nd7");
+    let logs = world.home().join(".local/state/nd7/sessions");
+    let proj = world.proj();
+    let taker = {
+        let nd7 = nd7.clone();
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            // The second call's command, through the exit: it was announced.
+            let announced = || {
+                std::fs::read_dir(&logs)
+                    .ok()
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|d| {
+                        std::fs::read_to_string(d.path().join("events.ndjson"))
+                            .is_ok_and(|t| t.contains(r#""bash_command":"while"#))
+                    })
+            };
+            while !announced() {
+                assert!(
+                    start.elapsed() < std::time::Duration::from_secs(120),
+                    "never announced"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            std::fs::rename(&nd7, nd7.with_file_name("nd7.gone")).expect("take nd7 away");
+            std::fs::write(proj.join("hooks-gone"), "").expect("signal");
+        })
+    };
+    let mut workspace = claude::Workspace::sandboxed(world.clone());
+    workspace.nd7 = Some(nd7);
+    let s = play(workspace, |_| {
+        vec![
+            vec![bash("echo one")],
+            vec![bash(
+                "while [ ! -e hooks-gone ]; do sleep 0.05; done; echo two",
+            )],
+            vec![bash("echo three")],
+            vec![bash("echo four")],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    taker.join().expect("nd7 taken away");
+    let execs: Vec<&str> = s
+        .entries
+        .iter()
+        .filter(|e| e["kind"] == "exec" && e["source"] == "exit:nd7")
+        .map(|e| e["body"]["bash_command"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        execs,
+        [
+            "echo one",
+            "while [ ! -e hooks-gone ]; do sleep 0.05; done; echo two",
+            "echo three",
+            "echo four"
+        ],
+        "{}",
+        s.run.describe()
+    );
+    assert_eq!(s.of_kind("tool_call").len(), 2, "{:?}", s.kinds());
+    assert_eq!(s.of_kind("tool_result").len(), 1, "{:?}", s.kinds());
+    let said = String::from_utf8_lossy(&s.run.output.stderr);
+    assert!(
+        said.contains("nd7 run: warning: 2 of 4 Bash commands ran through the exit without a matching hook entry"),
+        "{said}"
+    );
+    assert!(
+        said.contains("nd7 run: warning: 1 of 4 Bash commands ran through the exit for a Bash call Claude Code reported no result for"),
+        "{said}"
+    );
+    let out = s.verify();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let report = stdout(&out);
+    assert!(
+        report
+            .contains("command `echo three` ran through the exit with no Bash call announcing it"),
+        "{report}"
+    );
 }
 
 /// Not a test but the whole-session benchmark (`bench/session.sh` runs it,
