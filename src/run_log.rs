@@ -403,6 +403,19 @@ pub fn reconcile(log: &SessionLog) -> Result<Reconciliation, session_log::Error>
     Ok(reconciler.finish())
 }
 
+/// Whether `log` opens with nd7's own `run_start` (`exit:nd7`): what makes a
+/// chain a run's, whatever its name. Reads the first line only. Only as
+/// strong as the machine: outside the sandbox, anyone who can write the
+/// logs can write such a line too.
+pub fn opens_a_run(log: &SessionLog) -> bool {
+    let mut reconciler = Reconciler::new();
+    let _ = log.for_each_line(|line| {
+        reconciler.feed(line);
+        false
+    });
+    reconciler.finish().is_run
+}
+
 /// The body `nd7 record` sends through the door for a payload too large to
 /// store.
 #[derive(serde::Serialize, serde::Deserialize)]

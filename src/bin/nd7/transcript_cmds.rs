@@ -14,7 +14,7 @@ use nd7_core::transcript::check::{self, Verdict};
 /// anchored itself.
 const CAVEAT: &str = "transcript: each file is, byte for byte, what it was when each anchor was taken (bytes after the last anchor are not covered); the anchors were taken by nd7 record in the hooks' own processes, so anyone who can write this log could have written them too, and nothing shows the file held what the agent (Claude Code, Codex) wrote before an anchor was taken";
 /// The same for a run's chain, anchored by `nd7 run`.
-const RUN_CAVEAT: &str = "transcript: each file is, byte for byte, what it was when each anchor was taken (bytes after the last anchor are not covered); nd7 run took the anchors outside the sandbox, where the agent cannot forge them, but the agent could write the transcript itself before an anchor was taken";
+const RUN_CAVEAT: &str = "transcript: each file is, byte for byte, what it was when each anchor was taken (bytes after the last anchor are not covered); nd7 run took the anchors outside the sandbox, where the agent cannot forge them, but the agent could write the transcript itself before an anchor was taken; and the log is only as strong as the machine: anyone who can write this account's files outside the sandbox could have written it whole";
 
 pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> ExitCode {
     let log = match crate::resolve_target(target) {
@@ -78,7 +78,7 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
     if unreadable {
         return ExitCode::from(2);
     }
-    if log.session_id().starts_with("run-") {
+    if nd7_core::run_log::opens_a_run(&log) {
         println!("{RUN_CAVEAT}");
     } else {
         println!("{CAVEAT}");
