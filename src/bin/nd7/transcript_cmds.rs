@@ -3,11 +3,18 @@
 //!
 //! Exit status: 1 when the chain is broken or a file contradicts an anchor
 //! (the first such anchor is named); otherwise 2 when a file could not be
-//! read or nothing is anchored; 0 when every file extends every anchor.
+//! read, nothing is anchored, or the anchoring stopped because it could not
+//! read a file (a `transcript_gap` of reason `refused` or `unreadable` after
+//! its last anchor: a second name, a link, a file it could not open), since
+//! whatever the file holds past that anchor was never anchored and the check
+//! cannot vouch for it; 0 when every file extends every anchor. The summary
+//! line of each file says how many bytes lie past its last anchor and how
+//! many gaps the log records for it.
 
 use std::process::ExitCode;
 
 use nd7_core::session_log::SessionLog;
+use nd7_core::transcript::GapReason;
 use nd7_core::transcript::check::{self, Verdict};
 
 /// What a clean result does and does not show, for a log `nd7 record`
@@ -54,14 +61,39 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
     }
     let (mut contradicted, mut unreadable) = (false, false);
     for ((root, path), anchors) in &anchored.files {
+        let last = anchors.iter().map(|a| a.seq).max().unwrap_or_default();
+        let gaps: Vec<&check::Note> = anchored
+            .notes
+            .iter()
+            .filter(|n| n.kind == nd7_core::transcript::GAP && &n.path == path)
+            .collect();
+        // The anchoring gave up on the file after its last anchor because
+        // it could not read it: what came after was never anchored.
+        let stopped = gaps.iter().find(|n| {
+            n.seq > last
+                && (n.what == GapReason::Refused.as_str()
+                    || n.what == GapReason::Unreadable.as_str())
+        });
         match check::check_file(root, path, anchors) {
             Verdict::Holds {
                 anchors,
                 anchored,
                 size,
-            } => println!(
-                "transcript {path}: holds all {anchors} anchors (the first {anchored} of its {size} bytes)"
-            ),
+            } => {
+                let tail = size.saturating_sub(anchored);
+                println!(
+                    "transcript {path}: holds all {anchors} anchors (the first {anchored} of its {size} bytes; {tail} after the last anchor, anchored by nothing; {} gap{} recorded)",
+                    gaps.len(),
+                    if gaps.len() == 1 { "" } else { "s" }
+                );
+                if let Some(gap) = stopped {
+                    unreadable = true;
+                    println!(
+                        "TRANSCRIPT NOT COVERED: {path}: the anchoring stopped at entry {} ({}: {}); the {tail} bytes after entry {last}'s anchor were never anchored, so nothing here vouches for them",
+                        gap.seq, gap.what, gap.detail
+                    );
+                }
+            }
             Verdict::Contradicts(c) => {
                 contradicted = true;
                 println!("TRANSCRIPT CHANGED: {path}: {c}");
