@@ -552,6 +552,15 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         Ok(_) => {}
         Err(e) => announce_warning(&format!("cannot write the end of log {}: {e}", log.id())),
     }
+    let over = log.hooks_over_budget();
+    if over > 0 {
+        announce_warning(&format!(
+            "{over} hook entr{} not recorded: this run's hooks sent more through the door than one run takes ({} bytes); the exit's own entries in log {} still show every command",
+            if over == 1 { "y was" } else { "ies were" },
+            log.door_budget(),
+            log.id()
+        ));
+    }
     for line in crate::refusals::summary(&log.floor_refusals(), &home, log.id()) {
         announce(&format!("nd7 run: {line}"));
     }

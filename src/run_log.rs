@@ -41,6 +41,27 @@ pub enum RunLogError {
 /// so a caller refused in a loop cannot fill the disk.
 pub const REFUSALS_WRITTEN: u64 = 100;
 
+/// How many bytes of hook payloads one run's door takes, in all: the agent
+/// can send the door anything, as often as it likes (a hook's bytes are its
+/// word), and each entry may hold up to 7 MiB; unbounded, forged entries
+/// would fill the disk, and then no command could run (one the log cannot
+/// hold is not run). Past it, hooks are refused and counted: one `refused`
+/// entry says so, `run_end` has the count, and `nd7 run` warns.
+pub const DOOR_BUDGET: u64 = 1 << 30;
+
+/// [`DOOR_BUDGET`], or in test builds `ND7_TEST_DOOR_BUDGET` when set, so
+/// the tests can spend it without writing a gigabyte.
+fn door_budget() -> u64 {
+    #[cfg(any(debug_assertions, feature = "fault-injection"))]
+    if let Some(bytes) = std::env::var("ND7_TEST_DOOR_BUDGET")
+        .ok()
+        .and_then(|b| b.parse().ok())
+    {
+        return bytes;
+    }
+    DOOR_BUDGET
+}
+
 /// Wall-clock nanoseconds since the Unix epoch.
 pub fn now_ns() -> u64 {
     SystemTime::now()
@@ -62,6 +83,8 @@ pub enum HookOutcome {
     /// The run registered its own hook for this event; this copy (from a
     /// hook registered elsewhere, such as `nd7 setup`'s) was not recorded.
     Skipped,
+    /// The run's door has taken its [`DOOR_BUDGET`]: not recorded, counted.
+    OverBudget(String),
 }
 
 /// A run's chain, open for appending.
@@ -74,6 +97,11 @@ pub struct RunLog {
     pairing: Pairing,
     announced: Mutex<Announced>,
     refused: AtomicU64,
+    /// Bytes of hook payloads taken through the door, and hooks refused
+    /// once they passed [`DOOR_BUDGET`].
+    door_bytes: AtomicU64,
+    over_budget: AtomicU64,
+    budget: u64,
     /// What the floor refused, as `nd7 hook-explain` reported it (the first
     /// [`REFUSALS_WRITTEN`] written down; the summary at the run's end).
     floor_refused: Mutex<Vec<crate::policy::refusal::Refused>>,
@@ -122,6 +150,9 @@ impl RunLog {
             pairing: Pairing::default(),
             announced: Mutex::default(),
             refused: AtomicU64::new(0),
+            door_bytes: AtomicU64::new(0),
+            over_budget: AtomicU64::new(0),
+            budget: door_budget(),
             floor_refused: Mutex::default(),
         }
     }
@@ -211,6 +242,18 @@ impl RunLog {
     ) -> Result<HookOutcome, RecordError> {
         if self.hooks && !request.run_hook {
             return Ok(HookOutcome::Skipped);
+        }
+        let size = request.body.len() as u64;
+        let before = self.door_bytes.fetch_add(size, Ordering::Relaxed);
+        if before.saturating_add(size) > self.budget {
+            let why = format!(
+                "this run's hooks have sent more than {} bytes through the door, all it takes in one run; this hook and every later one are counted, not recorded (the exit still writes down every command)",
+                self.budget
+            );
+            if self.over_budget.fetch_add(1, Ordering::Relaxed) == 0 {
+                self.refused("record", None, None, &why);
+            }
+            return Ok(HookOutcome::OverBudget(why));
         }
         let started = std::time::Instant::now();
         let invocation = Invocation {
@@ -337,6 +380,22 @@ impl RunLog {
         }
     }
 
+    /// Counts `n` refused callers that are not written down one by one (the
+    /// keeper kept only the first of them).
+    pub fn refused_uncounted(&self, n: u64) {
+        self.refused.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The bytes of hook payloads this run's door takes ([`DOOR_BUDGET`]).
+    pub fn door_budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// How many hooks the door refused past its budget.
+    pub fn hooks_over_budget(&self) -> u64 {
+        self.over_budget.load(Ordering::Relaxed)
+    }
+
     /// Writes the `floor_refused` entry for a tool call the floor refused
     /// (`tool_use_id`'s), and keeps the paths for [`RunLog::floor_refusals`].
     /// Past [`REFUSALS_WRITTEN`] paths, they are only kept: an agent that
@@ -385,12 +444,9 @@ impl RunLog {
     pub fn end(&self, ended: &Ended) -> Result<Reconciliation, RunLogError> {
         let tally = self.reconcile()?;
         let refused = self.refused.load(Ordering::Relaxed);
-        self.note(
-            run_entry::RUN_END,
-            None,
-            None,
-            &run_entry::run_end_body(ended, &tally, refused),
-        )?;
+        let mut body = run_entry::run_end_body(ended, &tally, refused);
+        body["hooks_over_budget"] = self.hooks_over_budget().into();
+        self.note(run_entry::RUN_END, None, None, &body)?;
         Ok(tally)
     }
 }

@@ -765,6 +765,9 @@ pub fn record_hook(request: &wire::HookRequest) -> Result<HookAnswer, String> {
         match log.hook(request, chain.get(1).map(|c| c.0)) {
             Ok(crate::run_log::HookOutcome::Recorded(_)) => Ok(HookAnswer::Recorded),
             Ok(crate::run_log::HookOutcome::Skipped) => Ok(HookAnswer::Skipped),
+            // Each hook is a process of its own here, so the budget counts
+            // one payload at a time: it is Linux's door that keeps a total.
+            Ok(crate::run_log::HookOutcome::OverBudget(why)) => Err(why),
             Err(e) => Err(e.to_string()),
         }
     }

@@ -889,3 +889,56 @@ echo "$ok $failed" > verify.counts
         .count();
     assert_eq!(stops, 150);
 }
+
+// The agent can send the door anything, as often as it likes: 7 MiB entries
+// in a loop would fill the disk, and then no command could run (a command
+// the log cannot hold is not run). The door takes a budget of hook bytes per
+// run (1 GiB; 100 kB here, by the test builds' `ND7_TEST_DOOR_BUDGET`), then
+// refuses and counts: one `refused` entry, the count in `run_end`, a warning
+// at the end, and commands still run and are written down. Guards the
+// budget check at the top of `RunLog::hook`.
+#[test]
+fn the_door_takes_a_budget_of_bytes_per_run_then_counts() {
+    let w = World::new();
+    let out = w
+        .nd7(&["run", &w.agent(
+            r#"
+big=$(head -c 40000 /dev/zero | tr '\0' a)
+for i in 1 2 3 4 5; do
+  printf '{"session_id":"s1","hook_event_name":"UserPromptSubmit","prompt":"%s"}' "$big" | "$ND7" record 2>> record.err
+  echo "record:$?"
+done
+"$EXEC" 'echo still-runs'
+"#,
+        )])
+        .env("ND7_TEST_DOOR_BUDGET", "100000")
+        .output()
+        .expect("nd7 run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        lines(&out),
+        [
+            "record:0",
+            "record:0",
+            "record:0",
+            "record:0",
+            "record:0",
+            "still-runs"
+        ]
+    );
+    let said = std::fs::read_to_string(w.proj().join("record.err")).expect("record.err");
+    assert_eq!(said.matches("counted, not recorded").count(), 3, "{said}");
+    let e = entries(&run_chain(&w));
+    assert_eq!(of_kind(&e, "prompt").len(), 2, "two fit in the budget");
+    let refused = ours(&e, "refused");
+    assert_eq!(refused.len(), 1, "said once: {refused:?}");
+    assert_eq!(refused[0]["body"]["door"], "record");
+    assert_eq!(ours(&e, "exec").len(), 1);
+    let end = ours(&e, "run_end");
+    assert_eq!(end[0]["body"]["hooks_over_budget"], 3, "{}", end[0]);
+    assert!(
+        text(&out.stderr).contains("nd7 run: warning: 3 hook entries were not recorded: this run's hooks sent more through the door than one run takes (100000 bytes)"),
+        "{}",
+        text(&out.stderr)
+    );
+}
