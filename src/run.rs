@@ -489,7 +489,27 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     // What the session left running ends now, and the log says so before
     // its last entry (the keeper ends anything later once this process is
     // gone, and says so on stderr).
-    if let Some(left) = sandbox::end_leftovers().filter(|l| l.count > 0) {
+    let left = sandbox::end_leftovers();
+    // The keeper refuses a command's connects to the hooks' door itself
+    // (ADR-0051), and keeps them until now: each of the first is a
+    // `refused` entry, the rest are counted.
+    if let Some(left) = &left {
+        for (pid, name) in &left.door_refused_first {
+            log.refused(
+                "record",
+                Some(*pid),
+                None,
+                &format!(
+                    "process {pid} ({name}) runs inside a command through the exit, and only the sandbox's own processes may reach the hooks' door; nd7 run's keeper refused its connect (written at the run's end)"
+                ),
+            );
+        }
+        log.refused_uncounted(
+            left.door_refused
+                .saturating_sub(left.door_refused_first.len()) as u64,
+        );
+    }
+    if let Some(left) = left.filter(|l| l.count > 0) {
         let _ = log.note(
             run_entry::PROCESSES_ENDED,
             None,

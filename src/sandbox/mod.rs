@@ -492,6 +492,13 @@ pub struct Leftovers {
     pub count: usize,
     /// The first of them (up to 256), pid and command name.
     pub processes: Vec<(u32, String)>,
+    /// Connects to the hooks' door refused because the caller was not the
+    /// floor's (a command through the exit, ADR-0051): how many in all,
+    /// and the first of them (up to `run_log::REFUSALS_WRITTEN`).
+    #[serde(default)]
+    pub door_refused: usize,
+    #[serde(default)]
+    pub door_refused_first: Vec<(u32, String)>,
 }
 
 /// Ends every process the session started that is still running, the

@@ -942,3 +942,36 @@ done
         text(&out.stderr)
     );
 }
+
+// The keeper turns away a command's connects to the hooks' door (ADR-0051)
+// before they reach nd7 run, so nd7 run never saw those callers and wrote
+// no `refused` entry for them. The keeper now keeps the first 100 and the
+// count, and nd7 run writes them at its end: a flood of refusals grows the
+// log by at most 100 entries. Guards `Allowed::FloorOnly` in
+// `supervise::connect_unix` and the `door_refused_first` loop in `run::run`.
+#[test]
+fn refused_connects_to_the_door_from_a_command_are_written_down_and_bounded() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"
+"$EXEC" 'for i in $(seq 120); do echo "{\"session_id\":\"s\",\"hook_event_name\":\"Stop\"}" | '"'$ND7'"' record 2>/dev/null; done; echo flooded'
+"#,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(lines(&out), ["flooded"]);
+    let e = entries(&run_chain(&w));
+    assert_eq!(of_kind(&e, "turn_end").len(), 0, "nothing recorded: {e:?}");
+    let refused = ours(&e, "refused");
+    assert_eq!(refused.len(), 100, "the first 100: {refused:#?}");
+    assert!(refused.iter().all(|r| r["body"]["door"] == "record"));
+    assert!(
+        refused[0]["body"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("runs inside a command through the exit")),
+        "{}",
+        refused[0]
+    );
+    let end = ours(&e, "run_end");
+    let counted = end[0]["body"]["refused"].as_u64().unwrap_or(0);
+    assert!(counted >= 120, "every refusal counted: {}", end[0]);
+}
