@@ -33,9 +33,16 @@ const ATTACKS: &[(&str, &str)] = &[
         "link-log",
         r#"ln -sf /dev/null "$LOG/events.ndjson.new" && mv -f "$LOG/events.ndjson.new" "$LOG/events.ndjson""#,
     ),
+    // The chain's lock lies apart, where the floor reads nothing (ADR-0066):
+    // taking it would hold every append back, replacing it would let two
+    // writers in at once.
+    (
+        "take-lock",
+        r#"flock -n "$LOGS/../locks/chain/${LOG##*/}" true"#,
+    ),
     (
         "replace-lock",
-        r#"ln -sf "$LOG/events.ndjson" "$LOG/lock2""#,
+        r#"ln -sf "$LOG/events.ndjson" "$LOGS/../locks/chain/new" && mv -f "$LOGS/../locks/chain/new" "$LOGS/../locks/chain/${LOG##*/}""#,
     ),
     ("new-session", r#"mkdir "$LOGS/forged-session""#),
     (
@@ -50,6 +57,15 @@ const ATTACKS: &[(&str, &str)] = &[
     ("rm-log", r#"rm -f "$LOG/events.ndjson""#),
     ("mv-dir", r#"mv "$LOG" "$LOG.gone""#),
     ("rm-dir", r#"rm -rf "$LOG""#),
+    // Moving a directory above the log away would let the agent put one of
+    // its own where nd7 run appends: none may move, the home granted or not.
+    ("mv-logs", r#"mv "$LOGS" "$LOGS.gone""#),
+    ("mv-nd7-state", r#"mv "$LOGS/.." "$LOGS/../../nd7.gone""#),
+    (
+        "mv-xdg-state",
+        r#"mv "$HOME/.local/state" "$HOME/.local/state.gone""#,
+    ),
+    ("mv-local", r#"mv "$HOME/.local" "$HOME/.local.gone""#),
 ];
 
 /// The agent's script: find the run's chain, record one entry through the

@@ -369,6 +369,85 @@ rm -f "$T.second"
     );
 }
 
+/// 200 anchoring hooks at once through the door, each after a line of its
+/// own was appended to the transcript: every hook's entry is in the chain,
+/// once; the anchors, taken in turn under the transcript's lock, each pick
+/// up where the one before ended, none is a break; and the file holds them
+/// all. A hook that waited past its 400 ms for the lock may leave a
+/// `hook_time` gap (the next one goes on), never a wrong anchor. Guards the
+/// transcript lock in `anchor::at_door` (without it two hooks resume from
+/// the same state and the second anchor's `from` repeats the first's).
+#[test]
+fn two_hundred_anchoring_hooks_at_once_lose_nothing_and_agree() {
+    let w = World::new();
+    let key = nd7_core::transcript::layout::project_key(&w.proj().display().to_string());
+    let rel = format!(".claude/projects/{key}/{SID}.jsonl");
+    let inside = w.in_home(&rel);
+    let claude = fake_claude(
+        &w,
+        &inside,
+        r#"mkdir -p "$(dirname "$T")"
+: > "$T"
+for i in $(seq 200); do
+  ( printf '{"n":%d}\n' "$i" >> "$T"; hook Stop ) &
+done
+wait
+hook SessionEnd '"reason":"other"'
+"#,
+    );
+    let out = w.nd7(&["run", &claude]).output().expect("nd7 run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dir = run_chain(&w);
+    let e = entries(&dir);
+    assert_eq!(
+        e.iter().filter(|x| x["kind"] == "turn_end").count(),
+        200,
+        "every hook once"
+    );
+    let size = std::fs::metadata(w.home().join(&rel))
+        .expect("transcript")
+        .len();
+    let anchors: Vec<&Value> = e
+        .iter()
+        .filter(|x| x["kind"] == "transcript_anchor")
+        .collect();
+    let mut at = 0;
+    for a in &anchors {
+        assert_eq!(
+            a["body"]["from"], at,
+            "each anchor goes on from the last: {a}"
+        );
+        assert_eq!(a["body"]["generation"], 0, "{a}");
+        at = a["body"]["bytes"].as_u64().expect("bytes");
+    }
+    assert_eq!(at, size, "SessionEnd anchored the whole file");
+    let others: Vec<&Value> = e
+        .iter()
+        .filter(|x| {
+            x["kind"] == "transcript_break"
+                || x["kind"] == "transcript_gap" && x["body"]["reason"] != "hook_time"
+        })
+        .collect();
+    assert!(others.is_empty(), "{others:#?}");
+    let v = w
+        .nd7(&[
+            "verify",
+            "--transcript",
+            &w.in_home(&format!(
+                ".local/state/nd7/sessions/{}",
+                dir.file_name().expect("name").to_string_lossy()
+            )),
+        ])
+        .output()
+        .expect("verify");
+    assert_eq!(v.status.code(), Some(0), "{}", text(&v.stdout));
+    assert!(
+        text(&v.stdout).contains(&format!("holds all {} anchors", anchors.len())),
+        "{}",
+        text(&v.stdout)
+    );
+}
+
 const CODEX_SID: &str = "01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c";
 
 /// `nd7 run` of a stand-in that sends Codex's hooks (`codex_hook EVENT`,
