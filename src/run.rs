@@ -362,6 +362,13 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             sandbox: kernel_sandbox,
             landlock_abi,
             hooks: claude || codex,
+            agent: if claude {
+                Some(run_entry::AGENT_CLAUDE)
+            } else if codex {
+                Some(run_entry::AGENT_CODEX)
+            } else {
+                None
+            },
             grants: run_grants::entry(&started_grants),
         },
     )?);
@@ -552,7 +559,27 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     // What the session left running ends now, and the log says so before
     // its last entry (the keeper ends anything later once this process is
     // gone, and says so on stderr).
-    if let Some(left) = sandbox::end_leftovers(&session.0, &policy).filter(|l| l.count > 0) {
+    let left = sandbox::end_leftovers(&session.0, &policy);
+    // The keeper refuses a command's connects to the hooks' door itself
+    // (ADR-0051), and keeps them until now: each of the first is a
+    // `refused` entry, the rest are counted.
+    if let Some(left) = &left {
+        for (pid, name) in &left.door_refused_first {
+            log.refused(
+                "record",
+                Some(*pid),
+                None,
+                &format!(
+                    "process {pid} ({name}) runs inside a command through the exit, and only the sandbox's own processes may reach the hooks' door; nd7 run's keeper refused its connect (written at the run's end)"
+                ),
+            );
+        }
+        log.refused_uncounted(
+            left.door_refused
+                .saturating_sub(left.door_refused_first.len()) as u64,
+        );
+    }
+    if let Some(left) = left.filter(|l| l.count > 0) {
         let _ = log.note(
             run_entry::PROCESSES_ENDED,
             None,
@@ -593,17 +620,36 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         );
     }
     match log.end(&ended) {
-        Ok(tally) if (claude || codex) && !tally.unmatched_execs.is_empty() => {
-            announce_warning(&format!(
-                "{} of {} Bash commands ran through the exit without a matching hook entry ({}'s hooks did not announce them); nd7's own entries in log {} show each one",
-                tally.unmatched_execs.len(),
-                tally.execs,
-                if codex { "Codex" } else { "Claude Code" },
-                log.id()
-            ))
+        Ok(tally) if claude || codex => {
+            let agent = if codex { "Codex" } else { "Claude Code" };
+            if !tally.unmatched_execs.is_empty() {
+                announce_warning(&format!(
+                    "{} of {} Bash commands ran through the exit without a matching hook entry ({agent}'s hooks did not announce them); nd7's own entries in log {} show each one",
+                    tally.unmatched_execs.len(),
+                    tally.execs,
+                    log.id()
+                ));
+            }
+            if !tally.execs_without_result.is_empty() {
+                announce_warning(&format!(
+                    "{} of {} Bash commands ran through the exit for a Bash call {agent} reported no result for (denied, or never run by it); nd7 verify {} names each one",
+                    tally.execs_without_result.len(),
+                    tally.execs,
+                    log.id()
+                ));
+            }
         }
         Ok(_) => {}
         Err(e) => announce_warning(&format!("cannot write the end of log {}: {e}", log.id())),
+    }
+    let over = log.hooks_over_budget();
+    if over > 0 {
+        announce_warning(&format!(
+            "{over} hook entr{} not recorded: this run's hooks sent more through the door than one run takes ({} bytes); the exit's own entries in log {} still show every command",
+            if over == 1 { "y was" } else { "ies were" },
+            log.door_budget(),
+            log.id()
+        ));
     }
     for line in crate::refusals::summary(&log.floor_refusals(), &home, log.id()) {
         announce(&format!("nd7 run: {line}"));

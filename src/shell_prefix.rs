@@ -258,7 +258,8 @@ pub const EXPLAIN_ON: [(&str, &str); 2] = [
 /// after the tools nd7's floor can refuse; `nd7_exec` as the shell prefix
 /// (also set in the environment by `nd7 run`); and Claude Code's own sandbox
 /// off, since a sandbox inside the floor cannot start and nd7's exit already
-/// confines every command.
+/// confines every command; and `disableAllHooks` false, so that no settings
+/// file the agent can write switches the hooks off.
 ///
 /// Claude Code takes one `--settings`; when the user gave their own, it is
 /// `theirs`, and nd7's hooks are added to it (after the user's hooks for the
@@ -306,6 +307,11 @@ pub fn run_settings(
     sandbox
         .as_object_mut()?
         .insert("enabled".into(), json!(false));
+    // A project's `.claude/settings.json` or `settings.local.json` (which
+    // the agent can write) saying `true` would switch every hook off, nd7's
+    // too; Claude Code ranks these flag settings above them, at the start
+    // and after a change mid-session (2.1.197, 2.1.332; tests/it/e2e).
+    object.insert("disableAllHooks".into(), json!(false));
     Some(settings)
 }
 
@@ -469,7 +475,8 @@ mod tests {
                     "PostToolUse": [{"matcher": "Bash", "hooks": [explain]}],
                 },
                 "env": {"CLAUDE_CODE_SHELL_PREFIX": "/b/nd7-exec"},
-                "sandbox": {"enabled": false}
+                "sandbox": {"enabled": false},
+                "disableAllHooks": false
             })
         );
         let recording = run_settings("/b/nd7", "/b/nd7-exec", None, &["PreToolUse", "SessionEnd"])
@@ -487,7 +494,8 @@ mod tests {
             "model": "x",
             "env": {"FOO": "1", "CLAUDE_CODE_SHELL_PREFIX": "/their/wrapper"},
             "hooks": {"PostToolUse": [{"matcher": "Write", "hooks": []}], "Stop": []},
-            "sandbox": {"enabled": true, "network": {}}
+            "sandbox": {"enabled": true, "network": {}},
+            "disableAllHooks": true
         });
         let merged = run_settings("/b/nd7", "/b/nd7-exec", Some(theirs), &[]).expect("settings");
         assert_eq!(merged["model"], "x");
@@ -499,6 +507,7 @@ mod tests {
         assert_eq!(merged["hooks"]["PostToolUse"][1]["matcher"], "Bash");
         assert_eq!(merged["hooks"]["Stop"], json!([]));
         assert_eq!(merged["sandbox"], json!({"enabled": false, "network": {}}));
+        assert_eq!(merged["disableAllHooks"], false);
         for bad in [json!([1]), json!({"hooks": []}), json!({"env": "x"})] {
             assert_eq!(run_settings("/b/nd7", "/b/nd7-exec", Some(bad), &[]), None);
         }

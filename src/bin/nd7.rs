@@ -419,8 +419,9 @@ fn default_threads() -> usize {
 }
 
 const RUN_CAVEAT: &str = "\
-note: this log is an nd7 run's: it was read-only inside the sandbox, so nothing there could change or remove an entry once written.
-note: entries with source exit:nd7 were written by nd7 from outside the sandbox; intent: entries (intent:claude-code, intent:codex) are the agent's word, and it can add false ones.";
+note: this log opens with nd7 run's own run_start: while its run lasted, it was read-only inside the sandbox, so nothing there could change or remove an entry once written.
+note: entries with source exit:nd7 were written by nd7 from outside the sandbox; intent: entries (intent:claude-code, intent:codex) are the agent's word, and it can add false ones.
+note: all of this is only as strong as the machine: anyone who can write this account's files outside the sandbox could have written the whole chain, run_start included; a chain shipped to a vault is held against the vault's copy by nd7 admin pull --compare.";
 
 const CAVEAT: &str = "\
 note: the chain checks itself; it is not third-party evidence. Anyone who can write the session's directory can rewrite the whole chain, head included.
@@ -447,7 +448,9 @@ fn verify_log(log: &SessionLog, threads: usize) -> ExitCode {
     verdicts.save();
     let code = report(&log, result, None);
     if code == ExitCode::SUCCESS {
-        if log.session_id().starts_with("run-") {
+        // By what the chain holds, never by its name: anyone who can write
+        // the logs can name a directory `run-…`.
+        if nd7_core::run_log::opens_a_run(&log) {
             println!("{RUN_CAVEAT}");
         }
         println!("{CAVEAT}");
@@ -517,12 +520,48 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
             inert(&exec.command)
         );
     }
-    if r.agrees() && ended {
+    // A command that has just ended in a run still going may be waiting for
+    // its result; once the run is over (or gone), a missing result is final.
+    let in_flight = !r.ended && ended;
+    for unanswered in &r.execs_without_result {
+        let call = unanswered
+            .call
+            .tool_use_id
+            .as_deref()
+            .map_or("without a tool_use_id".to_string(), inert);
+        if in_flight {
+            println!(
+                "{prefix}note: entry {}: command `{}` for Bash call {call} has no result yet (the run is still going)",
+                unanswered.exec.seq,
+                inert(&unanswered.exec.command)
+            );
+        } else {
+            println!(
+                "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit for Bash call {call}, but Claude Code reported no result for that call (denied, or never run by it)",
+                unanswered.exec.seq,
+                inert(&unanswered.exec.command)
+            );
+        }
+    }
+    for nested in &r.nested_execs {
+        println!(
+            "{prefix}note: entry {}: command `{}` was asked for from inside the command of entry {}, so it is part of that command, not a Bash call of its own",
+            nested.seq,
+            inert(&nested.command),
+            nested.inside.unwrap_or_default()
+        );
+    }
+    let agrees = if in_flight {
+        r.unmatched_calls.is_empty() && r.unmatched_execs.is_empty()
+    } else {
+        r.agrees()
+    };
+    if agrees && ended {
         println!(
             "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
         );
     }
-    Ok(r.agrees() && ended)
+    Ok(agrees && ended)
 }
 
 /// Whether the `nd7 run` that writes the chain `id` (`run-<time>-<pid>-<hex>`)
@@ -625,6 +664,7 @@ fn verify_all(threads: usize) -> ExitCode {
         }
     };
     let (mut failed, mut unreadable, mut foreign) = (0, 0, 0);
+    let mut runs = 0;
     let mut ids: Vec<String> = Vec::new();
     for entry in entries.filter_map(Result::ok) {
         if !entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -658,6 +698,9 @@ fn verify_all(threads: usize) -> ExitCode {
                 let keys = read_cmds::Verdicts::before(&log);
                 let result = log.verify(threads);
                 verdicts.note(&log, keys, &result);
+                if result.is_ok() && nd7_core::run_log::opens_a_run(&log) {
+                    runs += 1;
+                }
                 report(&log, result, Some(id))
             }
             Err(e) => {
@@ -678,7 +721,7 @@ fn verify_all(threads: usize) -> ExitCode {
         "{total} sessions: {} verified, {failed} failed, {unreadable} unreadable",
         total - failed - unreadable
     );
-    if ids.iter().any(|id| id.starts_with("run-")) {
+    if runs > 0 {
         println!("{RUN_CAVEAT}");
     }
     println!("{CAVEAT}");

@@ -521,6 +521,13 @@ pub struct Leftovers {
     pub count: usize,
     /// The first of them (up to 256), pid and command name.
     pub processes: Vec<(u32, String)>,
+    /// Connects to the hooks' door refused because the caller was not the
+    /// floor's (a command through the exit, ADR-0051): how many in all,
+    /// and the first of them (up to `run_log::REFUSALS_WRITTEN`).
+    #[serde(default)]
+    pub door_refused: usize,
+    #[serde(default)]
+    pub door_refused_first: Vec<(u32, String)>,
 }
 
 /// Ends every process the session started that is still running, the
@@ -918,6 +925,9 @@ pub fn record_hook(request: &wire::HookRequest) -> Result<HookAnswer, String> {
         match log.hook(request, chain.get(2).map(|c| c.0)) {
             Ok(crate::run_log::HookOutcome::Recorded(_)) => Ok(HookAnswer::Recorded),
             Ok(crate::run_log::HookOutcome::Skipped) => Ok(HookAnswer::Skipped),
+            // Each hook is a process of its own here, so the budget counts
+            // one payload at a time: it is Linux's door that keeps a total.
+            Ok(crate::run_log::HookOutcome::OverBudget(why)) => Err(why),
             Err(e) => Err(e.to_string()),
         }
     }

@@ -33,9 +33,16 @@ const ATTACKS: &[(&str, &str)] = &[
         "link-log",
         r#"ln -sf /dev/null "$LOG/events.ndjson.new" && mv -f "$LOG/events.ndjson.new" "$LOG/events.ndjson""#,
     ),
+    // The chain's lock lies apart, where the floor reads nothing (ADR-0066):
+    // taking it would hold every append back, replacing it would let two
+    // writers in at once.
+    (
+        "take-lock",
+        r#"flock -n "$LOGS/../locks/chain/${LOG##*/}" true"#,
+    ),
     (
         "replace-lock",
-        r#"ln -sf "$LOG/events.ndjson" "$LOG/lock2""#,
+        r#"ln -sf "$LOG/events.ndjson" "$LOGS/../locks/chain/new" && mv -f "$LOGS/../locks/chain/new" "$LOGS/../locks/chain/${LOG##*/}""#,
     ),
     ("new-session", r#"mkdir "$LOGS/forged-session""#),
     (
@@ -50,6 +57,15 @@ const ATTACKS: &[(&str, &str)] = &[
     ("rm-log", r#"rm -f "$LOG/events.ndjson""#),
     ("mv-dir", r#"mv "$LOG" "$LOG.gone""#),
     ("rm-dir", r#"rm -rf "$LOG""#),
+    // Moving a directory above the log away would let the agent put one of
+    // its own where nd7 run appends: none may move, the home granted or not.
+    ("mv-logs", r#"mv "$LOGS" "$LOGS.gone""#),
+    ("mv-nd7-state", r#"mv "$LOGS/.." "$LOGS/../../nd7.gone""#),
+    (
+        "mv-xdg-state",
+        r#"mv "$HOME/.local/state" "$HOME/.local/state.gone""#,
+    ),
+    ("mv-local", r#"mv "$HOME/.local" "$HOME/.local.gone""#),
 ];
 
 /// The agent's script: find the run's chain, record one entry through the
@@ -693,24 +709,25 @@ touch started; wait_for finished
 // no call announced, are each named by `nd7 verify` and counted by `nd7 run`
 // at its end; a call with neither result nor command (Claude Code denied it)
 // is only noted (ADR-0040); a hook registered elsewhere does not record an
-// event a second time. The stand-in calls the exit directly, as a person
-// would: under `nd7 run claude` the exit is Claude Code's shell prefix, and
-// a prefix running what is not a Bash tool line runs it in place, so the
-// variable is unset here (the tool line's own pairing is in tests/it/e2e).
+// event a second time. The stand-in hands the exit Claude Code's tool line
+// for each call, as Claude Code's shell prefix does; the command it sends
+// bare (the prefix unset, as a person would) is no Bash call's, and the
+// tool line's pairing with the real CLI is in tests/it/e2e.
 #[test]
 fn verify_names_a_call_without_its_command_and_a_command_without_its_call() {
     let w = World::new();
     let claude = fake_claude(
         &w,
         r#"
-unset CLAUDE_CODE_SHELL_PREFIX
+export CLAUDE_CODE_SHELL_PREFIX="$EXEC"
 pre() { printf '{"session_id":"c1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_use_id":"%s"}' "$2" "$1" | "$ND7" record --run-hook; }
 post() { printf '{"session_id":"c1","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_response":{"stdout":""},"tool_use_id":"%s"}' "$2" "$1" | "$ND7" record --run-hook; }
-pre t1 'echo one'; "$EXEC" 'echo one' > /dev/null; post t1 'echo one'
-pre t2 'exit 3'; "$EXEC" 'exit 3'; post t2 'exit 3'
+line() { printf "source /x 2>/dev/null || true && eval '%s' < /dev/null && pwd -P >| %s" "$1" "$TMPDIR/cwd"; }
+pre t1 'echo one'; "$EXEC" "$(line 'echo one')" > /dev/null; post t1 'echo one'
+pre t2 'exit 3'; "$EXEC" "$(line 'exit 3')"; post t2 'exit 3'
 pre t3 'echo never'; post t3 'echo never'
 pre t4 'echo denied'
-"$EXEC" 'echo unannounced' > /dev/null
+(unset CLAUDE_CODE_SHELL_PREFIX; "$EXEC" 'echo unannounced' > /dev/null)
 echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record; echo "plain:$?"
 echo '{"session_id":"c1","hook_event_name":"Stop"}' | "$ND7" record --run-hook; echo "ours:$?"
 "#,
@@ -887,4 +904,90 @@ echo "$ok $failed" > verify.counts
         .filter(|e| e["source"] == "intent:claude-code")
         .count();
     assert_eq!(stops, 150);
+}
+
+// The agent can send the door anything, as often as it likes: 7 MiB entries
+// in a loop would fill the disk, and then no command could run (a command
+// the log cannot hold is not run). The door takes a budget of hook bytes per
+// run (1 GiB; 100 kB here, by the test builds' `ND7_TEST_DOOR_BUDGET`), then
+// refuses and counts: one `refused` entry, the count in `run_end`, a warning
+// at the end, and commands still run and are written down. Guards the
+// budget check at the top of `RunLog::hook`.
+#[test]
+fn the_door_takes_a_budget_of_bytes_per_run_then_counts() {
+    let w = World::new();
+    let out = w
+        .nd7(&["run", &w.agent(
+            r#"
+big=$(head -c 40000 /dev/zero | tr '\0' a)
+for i in 1 2 3 4 5; do
+  printf '{"session_id":"s1","hook_event_name":"UserPromptSubmit","prompt":"%s"}' "$big" | "$ND7" record 2>> record.err
+  echo "record:$?"
+done
+"$EXEC" 'echo still-runs'
+"#,
+        )])
+        .env("ND7_TEST_DOOR_BUDGET", "100000")
+        .output()
+        .expect("nd7 run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        lines(&out),
+        [
+            "record:0",
+            "record:0",
+            "record:0",
+            "record:0",
+            "record:0",
+            "still-runs"
+        ]
+    );
+    let said = std::fs::read_to_string(w.proj().join("record.err")).expect("record.err");
+    assert_eq!(said.matches("counted, not recorded").count(), 3, "{said}");
+    let e = entries(&run_chain(&w));
+    assert_eq!(of_kind(&e, "prompt").len(), 2, "two fit in the budget");
+    let refused = ours(&e, "refused");
+    assert_eq!(refused.len(), 1, "said once: {refused:?}");
+    assert_eq!(refused[0]["body"]["door"], "record");
+    assert_eq!(ours(&e, "exec").len(), 1);
+    let end = ours(&e, "run_end");
+    assert_eq!(end[0]["body"]["hooks_over_budget"], 3, "{}", end[0]);
+    assert!(
+        text(&out.stderr).contains("nd7 run: warning: 3 hook entries were not recorded: this run's hooks sent more through the door than one run takes (100000 bytes)"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+// The keeper turns away a command's connects to the hooks' door (ADR-0051)
+// before they reach nd7 run, so nd7 run never saw those callers and wrote
+// no `refused` entry for them. The keeper now keeps the first 100 and the
+// count, and nd7 run writes them at its end: a flood of refusals grows the
+// log by at most 100 entries. Guards `Allowed::FloorOnly` in
+// `supervise::connect_unix` and the `door_refused_first` loop in `run::run`.
+#[test]
+fn refused_connects_to_the_door_from_a_command_are_written_down_and_bounded() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"
+"$EXEC" 'for i in $(seq 120); do echo "{\"session_id\":\"s\",\"hook_event_name\":\"Stop\"}" | '"'$ND7'"' record 2>/dev/null; done; echo flooded'
+"#,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(lines(&out), ["flooded"]);
+    let e = entries(&run_chain(&w));
+    assert_eq!(of_kind(&e, "turn_end").len(), 0, "nothing recorded: {e:?}");
+    let refused = ours(&e, "refused");
+    assert_eq!(refused.len(), 100, "the first 100: {refused:#?}");
+    assert!(refused.iter().all(|r| r["body"]["door"] == "record"));
+    assert!(
+        refused[0]["body"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("runs inside a command through the exit")),
+        "{}",
+        refused[0]
+    );
+    let end = ours(&e, "run_end");
+    let counted = end[0]["body"]["refused"].as_u64().unwrap_or(0);
+    assert!(counted >= 120, "every refusal counted: {}", end[0]);
 }

@@ -336,3 +336,157 @@ echo status:$?
         execs[0]
     );
 }
+
+// --- the record: which command a Bash call announced --------------------------------
+
+/// Claude Code's Bash tool line for `command`, in double quotes for a
+/// script, so that `$TMPDIR` is expanded there.
+fn tool_line(command: &str) -> String {
+    format!(
+        "\"source /nonexistent/snapshot-bash-1-a.sh 2>/dev/null || true && eval '{command}' < /dev/null && pwd -P >| $TMPDIR/cwd-file\""
+    )
+}
+
+/// A stand-in for Claude Code whose user denies the Bash call `touch
+/// denied-ran` (a PreToolUse with no result), then allows `sh run.sh`, sent
+/// to the exit as Claude Code's own tool line. The agent runs the denied
+/// command anyway, from inside the allowed one (`inside`, run.sh's body) or
+/// from the floor (`floor`, after it), and would have the log say the denied
+/// call was the one that ran. Returns `nd7 verify`'s report (with what
+/// `nd7 run` said) and status, and the run's `exec` entries.
+fn denied_then_run(inside: &str, floor: &str) -> (String, Option<i32>, Vec<serde_json::Value>) {
+    use crate::runs::*;
+    let w = World::new();
+    std::fs::write(
+        w.proj().join("run.sh"),
+        format!("ND7_EXEC='{ND7_EXEC}'\n{inside}\n"),
+    )
+    .expect("run.sh");
+    let claude = fake_claude(
+        &w,
+        &format!(
+            r#"
+export CLAUDE_CODE_SHELL_PREFIX="$EXEC"
+pre() {{ printf '{{"session_id":"c1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{{"command":"%s"}},"tool_use_id":"%s"}}' "$2" "$1" | "$ND7" record --run-hook; }}
+post() {{ printf '{{"session_id":"c1","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{{"command":"%s"}},"tool_response":{{"stdout":""}},"tool_use_id":"%s"}}' "$2" "$1" | "$ND7" record --run-hook; }}
+pre denied 'touch denied-ran'
+pre allowed 'sh run.sh'
+"$EXEC" {allowed}
+post allowed 'sh run.sh'
+{floor}
+"#,
+            allowed = tool_line("sh run.sh"),
+        ),
+    );
+    let out = w
+        .nd7(&["run", &claude, "-p", "x"])
+        .output()
+        .expect("nd7 run");
+    let said = format!(
+        "--- nd7 run said\n{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        w.proj().join("denied-ran").exists(),
+        "the attack ran: {said}"
+    );
+    let dir = run_chain(&w);
+    let execs = entries(&dir)
+        .into_iter()
+        .filter(|e| e["source"] == "exit:nd7" && e["kind"] == "exec")
+        .collect();
+    let v = verify(&w, &dir);
+    (
+        format!("{}\n{said}", text(&v.stdout)),
+        v.status.code(),
+        execs,
+    )
+}
+
+/// Claude Code's user denied `touch denied-ran`; the agent sent the same
+/// text to the exit itself (`nd7-exec` with the shell prefix unset runs any
+/// text through the exit). The exit paired a command with a Bash call by its
+/// exact text whatever its form, so the command took the denied call's
+/// `tool_use_id` and `nd7 verify` said "reconciled": the log read as if the
+/// user had allowed it.
+///
+/// Guards `Pairing::ToolLine` (run_entry.rs), by which under Claude Code only
+/// a tool line's `bash_command` can pair, at the exit (`exec_started_inside`)
+/// and in verify's `Reconciler`.
+#[test]
+fn a_denied_call_sent_to_the_exit_bare_is_not_reconciled() {
+    let (report, status, execs) = denied_then_run(
+        "",
+        "(unset CLAUDE_CODE_SHELL_PREFIX; \"$EXEC\" 'touch denied-ran')",
+    );
+    assert_eq!(execs.len(), 2, "{execs:#?} {report}");
+    assert!(execs[1]["tool_use_id"].is_null(), "{}", execs[1]);
+    assert_eq!(status, Some(1), "{report}");
+    assert!(!report.contains("\nreconciled"), "{report}");
+    assert!(
+        report.contains(&format!(
+            "NOT RECONCILED: entry {}: command `touch denied-ran` ran through the exit with no Bash call announcing it",
+            execs[1]["seq"]
+        )),
+        "{report}"
+    );
+}
+
+/// The same from inside the allowed command, bare or dressed as Claude
+/// Code's own tool line (so that it has a `bash_command` naming the denied
+/// call's text): the command is part of the allowed one, which is what the
+/// user allowed, and never the denied call's.
+///
+/// Guards the `inside` look-up in the Linux exit's `serve_one` (the caller's
+/// ancestry through a command the exit runs) and the `Reconciler`'s
+/// `nested_execs`, which never pair: without them the tool line claims the
+/// denied call, whose missing result alone then shows it.
+#[test]
+fn a_denied_call_run_from_inside_another_is_part_of_that_one() {
+    let nested_line = "source /x 2>/dev/null || true && eval 'touch denied-ran' < /dev/null && pwd -P >| $TMPDIR/cwd2";
+    for inside in [
+        "unset CLAUDE_CODE_SHELL_PREFIX; \"$ND7_EXEC\" 'touch denied-ran'".to_string(),
+        format!("unset CLAUDE_CODE_SHELL_PREFIX; \"$ND7_EXEC\" \"{nested_line}\""),
+    ] {
+        let (report, status, execs) = denied_then_run(&inside, "");
+        assert_eq!(execs.len(), 2, "{execs:#?} {report}");
+        assert!(execs[1]["tool_use_id"].is_null(), "{}", execs[1]);
+        assert_eq!(execs[1]["body"]["inside"], execs[0]["seq"], "{}", execs[1]);
+        assert!(
+            report.contains(&format!(
+                "note: entry {}: command `touch denied-ran` was asked for from inside the command of entry {}",
+                execs[1]["seq"], execs[0]["seq"]
+            )),
+            "{report}"
+        );
+        assert!(report.contains("note: 1 Bash call never ran"), "{report}");
+        assert!(!report.contains("NOT RECONCILED"), "{report}");
+        assert_eq!(status, Some(0), "{report}");
+    }
+}
+
+/// The same from the floor as Claude Code's tool line (a hook or MCP server
+/// the agent planted can call the exit so): the line claims the denied
+/// call by its text, but Claude Code never reports a result for it.
+///
+/// Guards `Reconciliation::execs_without_result`, counted in `agrees`.
+#[test]
+fn a_tool_line_for_a_denied_call_is_a_command_without_a_result() {
+    let (report, status, execs) =
+        denied_then_run("", &format!("\"$EXEC\" {}", tool_line("touch denied-ran")));
+    assert_eq!(execs.len(), 2, "{execs:#?} {report}");
+    assert_eq!(execs[1]["tool_use_id"], "denied", "{}", execs[1]);
+    assert_eq!(status, Some(1), "{report}");
+    assert!(
+        report.contains(&format!(
+            "NOT RECONCILED: entry {}: command `touch denied-ran` ran through the exit for Bash call denied, but Claude Code reported no result for that call",
+            execs[1]["seq"]
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains("nd7 run: warning: 1 of 2 Bash commands ran through the exit for a Bash call Claude Code reported no result for"),
+        "{report}"
+    );
+}

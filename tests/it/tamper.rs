@@ -299,3 +299,26 @@ fn verify_all_counts_a_directory_nd7_could_not_have_written_as_unreadable() {
         stderr(&out)
     );
 }
+
+/// `nd7 verify` said of any chain named `run-…` that it "was read-only inside
+/// the sandbox", though a session recorded outside `nd7 run` can take that
+/// name (its id is the hook payload's `session_id`), and so can a directory
+/// anyone who writes the logs makes. Now the wording follows what the chain
+/// holds: nd7 run's own `run_start` as its first entry, and even that is
+/// said to be only as strong as the machine.
+///
+/// Guards `run_log::opens_a_run` in `verify_log` (bin/nd7.rs), where the
+/// name's prefix was the test.
+#[test]
+fn a_chain_named_like_a_run_is_not_called_one() {
+    let state = State::new();
+    let id = "run-20261201T000000Z-1-abcd";
+    let out = state.record(payload(id, 0).as_bytes());
+    assert_eq!(stderr(&out), "");
+    let out = verify(&state, &[id]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(!text.contains("read-only inside the sandbox"), "{text}");
+    assert!(!text.contains("nd7 run"), "{text}");
+    assert!(text.contains("it is not third-party evidence"), "{text}");
+}

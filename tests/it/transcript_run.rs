@@ -272,6 +272,182 @@ hook SessionEnd '"reason":"other"'
     }
 }
 
+/// One `ln` of the transcript (a second name, which the anchoring refuses so
+/// that it never reads a secret through one) turns every later anchor into a
+/// `refused` gap, SessionEnd's too; the agent then rewrites what follows the
+/// last anchor and removes the second name. `nd7 verify --transcript` said
+/// "holds all 1 anchors" and exited 0, with the stopped anchoring only in a
+/// note. Now the file's summary says how much lies past its last anchor and
+/// how many gaps it has, and a refused (or unreadable) gap after the last
+/// anchor is TRANSCRIPT NOT COVERED, exit 2: the file cannot be vouched for.
+///
+/// Guards `stopped` in `transcript_cmds::verify` (bin/nd7).
+#[test]
+fn a_second_name_that_stops_the_anchoring_is_not_a_clean_transcript() {
+    let w = World::new();
+    let key = nd7_core::transcript::layout::project_key(&w.proj().display().to_string());
+    let rel = format!(".claude/projects/{key}/{SID}.jsonl");
+    let inside = w.in_home(&rel);
+    let claude = fake_claude(
+        &w,
+        &inside,
+        r#"mkdir -p "$(dirname "$T")"
+printf '{"n":1}\n' > "$T"
+hook Stop
+ln "$T" "$T.second"; echo "ln:$?"
+printf '{"n":2}\n' >> "$T"
+hook Stop
+printf '{"n":3,"rewritten":true}\n' >> "$T"
+hook SessionEnd '"reason":"other"'
+rm -f "$T.second"
+"#,
+    );
+    let out = w.nd7(&["run", &claude]).output().expect("nd7 run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("ln:0"), "{}", text(&out.stdout));
+    let dir = run_chain(&w);
+    let gaps: Vec<Value> = entries(&dir)
+        .into_iter()
+        .filter(|e| e["kind"] == "transcript_gap")
+        .collect();
+    // The second name is seen at the next Stop as another file in the
+    // transcript's place (a break), and the new generation is refused.
+    let kinds: Vec<String> = entries(&dir)
+        .iter()
+        .filter(|e| {
+            e["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("transcript_"))
+        })
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["kind"],
+                e["body"]["reason"]
+                    .as_str()
+                    .or(e["body"]["found"].as_str())
+                    .unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "\"transcript_anchor\" ",
+            "\"transcript_break\" replaced",
+            "\"transcript_gap\" refused"
+        ],
+        "{gaps:#?}"
+    );
+    let v = w
+        .nd7(&[
+            "verify",
+            "--transcript",
+            &w.in_home(&format!(
+                ".local/state/nd7/sessions/{}",
+                dir.file_name().expect("name").to_string_lossy()
+            )),
+        ])
+        .output()
+        .expect("verify");
+    let report = text(&v.stdout);
+    assert_eq!(v.status.code(), Some(2), "{report}{}", text(&v.stderr));
+    let size = "{\"n\":1}\n{\"n\":2}\n{\"n\":3,\"rewritten\":true}\n".len();
+    let tail = size - "{\"n\":1}\n".len();
+    assert!(
+        report.contains(&format!(
+            "transcript {inside}: holds all 1 anchors (the first 8 of its {size} bytes; {tail} after the last anchor, anchored by nothing; 1 gap recorded)"
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "TRANSCRIPT NOT COVERED: {inside}: the anchoring stopped at entry {} (refused: ",
+            gaps[0]["seq"]
+        )),
+        "{report}"
+    );
+}
+
+/// 200 anchoring hooks at once through the door, each after a line of its
+/// own was appended to the transcript: every hook's entry is in the chain,
+/// once; the anchors, taken in turn under the transcript's lock, each pick
+/// up where the one before ended, none is a break; and the file holds them
+/// all. A hook that waited past its 400 ms for the lock may leave a
+/// `hook_time` gap (the next one goes on), never a wrong anchor. Guards the
+/// transcript lock in `anchor::at_door` (without it two hooks resume from
+/// the same state and the second anchor's `from` repeats the first's).
+#[test]
+fn two_hundred_anchoring_hooks_at_once_lose_nothing_and_agree() {
+    let w = World::new();
+    let key = nd7_core::transcript::layout::project_key(&w.proj().display().to_string());
+    let rel = format!(".claude/projects/{key}/{SID}.jsonl");
+    let inside = w.in_home(&rel);
+    let claude = fake_claude(
+        &w,
+        &inside,
+        r#"mkdir -p "$(dirname "$T")"
+: > "$T"
+for i in $(seq 200); do
+  ( printf '{"n":%d}\n' "$i" >> "$T"; hook Stop ) &
+done
+wait
+hook SessionEnd '"reason":"other"'
+"#,
+    );
+    let out = w.nd7(&["run", &claude]).output().expect("nd7 run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dir = run_chain(&w);
+    let e = entries(&dir);
+    assert_eq!(
+        e.iter().filter(|x| x["kind"] == "turn_end").count(),
+        200,
+        "every hook once"
+    );
+    let size = std::fs::metadata(w.home().join(&rel))
+        .expect("transcript")
+        .len();
+    let anchors: Vec<&Value> = e
+        .iter()
+        .filter(|x| x["kind"] == "transcript_anchor")
+        .collect();
+    let mut at = 0;
+    for a in &anchors {
+        assert_eq!(
+            a["body"]["from"], at,
+            "each anchor goes on from the last: {a}"
+        );
+        assert_eq!(a["body"]["generation"], 0, "{a}");
+        at = a["body"]["bytes"].as_u64().expect("bytes");
+    }
+    assert_eq!(at, size, "SessionEnd anchored the whole file");
+    let others: Vec<&Value> = e
+        .iter()
+        .filter(|x| {
+            x["kind"] == "transcript_break"
+                || x["kind"] == "transcript_gap" && x["body"]["reason"] != "hook_time"
+        })
+        .collect();
+    assert!(others.is_empty(), "{others:#?}");
+    let v = w
+        .nd7(&[
+            "verify",
+            "--transcript",
+            &w.in_home(&format!(
+                ".local/state/nd7/sessions/{}",
+                dir.file_name().expect("name").to_string_lossy()
+            )),
+        ])
+        .output()
+        .expect("verify");
+    assert_eq!(v.status.code(), Some(0), "{}", text(&v.stdout));
+    assert!(
+        text(&v.stdout).contains(&format!("holds all {} anchors", anchors.len())),
+        "{}",
+        text(&v.stdout)
+    );
+}
+
 const CODEX_SID: &str = "01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c";
 
 /// `nd7 run` of a stand-in that sends Codex's hooks (`codex_hook EVENT`,

@@ -3,18 +3,25 @@
 //!
 //! Exit status: 1 when the chain is broken or a file contradicts an anchor
 //! (the first such anchor is named); otherwise 2 when a file could not be
-//! read or nothing is anchored; 0 when every file extends every anchor.
+//! read, nothing is anchored, or the anchoring stopped because it could not
+//! read a file (a `transcript_gap` of reason `refused` or `unreadable` after
+//! its last anchor: a second name, a link, a file it could not open), since
+//! whatever the file holds past that anchor was never anchored and the check
+//! cannot vouch for it; 0 when every file extends every anchor. The summary
+//! line of each file says how many bytes lie past its last anchor and how
+//! many gaps the log records for it.
 
 use std::process::ExitCode;
 
 use nd7_core::session_log::SessionLog;
+use nd7_core::transcript::GapReason;
 use nd7_core::transcript::check::{self, Verdict};
 
 /// What a clean result does and does not show, for a log `nd7 record`
 /// anchored itself.
 const CAVEAT: &str = "transcript: each file is, byte for byte, what it was when each anchor was taken (bytes after the last anchor are not covered); the anchors were taken by nd7 record in the hooks' own processes, so anyone who can write this log could have written them too, and nothing shows the file held what the agent (Claude Code, Codex) wrote before an anchor was taken";
 /// The same for a run's chain, anchored by `nd7 run`.
-const RUN_CAVEAT: &str = "transcript: each file is, byte for byte, what it was when each anchor was taken (bytes after the last anchor are not covered); nd7 run took the anchors outside the sandbox, where the agent cannot forge them, but the agent could write the transcript itself before an anchor was taken";
+const RUN_CAVEAT: &str = "transcript: each file is, byte for byte, what it was when each anchor was taken (bytes after the last anchor are not covered); nd7 run took the anchors outside the sandbox, where the agent cannot forge them, but the agent could write the transcript itself before an anchor was taken; and the log is only as strong as the machine: anyone who can write this account's files outside the sandbox could have written it whole";
 
 pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> ExitCode {
     let log = match crate::resolve_target(target) {
@@ -54,14 +61,39 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
     }
     let (mut contradicted, mut unreadable) = (false, false);
     for ((root, path), anchors) in &anchored.files {
+        let last = anchors.iter().map(|a| a.seq).max().unwrap_or_default();
+        let gaps: Vec<&check::Note> = anchored
+            .notes
+            .iter()
+            .filter(|n| n.kind == nd7_core::transcript::GAP && &n.path == path)
+            .collect();
+        // The anchoring gave up on the file after its last anchor because
+        // it could not read it: what came after was never anchored.
+        let stopped = gaps.iter().find(|n| {
+            n.seq > last
+                && (n.what == GapReason::Refused.as_str()
+                    || n.what == GapReason::Unreadable.as_str())
+        });
         match check::check_file(root, path, anchors) {
             Verdict::Holds {
                 anchors,
                 anchored,
                 size,
-            } => println!(
-                "transcript {path}: holds all {anchors} anchors (the first {anchored} of its {size} bytes)"
-            ),
+            } => {
+                let tail = size.saturating_sub(anchored);
+                println!(
+                    "transcript {path}: holds all {anchors} anchors (the first {anchored} of its {size} bytes; {tail} after the last anchor, anchored by nothing; {} gap{} recorded)",
+                    gaps.len(),
+                    if gaps.len() == 1 { "" } else { "s" }
+                );
+                if let Some(gap) = stopped {
+                    unreadable = true;
+                    println!(
+                        "TRANSCRIPT NOT COVERED: {path}: the anchoring stopped at entry {} ({}: {}); the {tail} bytes after entry {last}'s anchor were never anchored, so nothing here vouches for them",
+                        gap.seq, gap.what, gap.detail
+                    );
+                }
+            }
             Verdict::Contradicts(c) => {
                 contradicted = true;
                 println!("TRANSCRIPT CHANGED: {path}: {c}");
@@ -78,7 +110,7 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
     if unreadable {
         return ExitCode::from(2);
     }
-    if log.session_id().starts_with("run-") {
+    if nd7_core::run_log::opens_a_run(&log) {
         println!("{RUN_CAVEAT}");
     } else {
         println!("{CAVEAT}");

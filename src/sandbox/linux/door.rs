@@ -112,7 +112,7 @@ fn serve_one(conn: &UnixStream, me: u32, session: &RunDir, log: &RunLog) {
         Err(why) => return refuse(conn, log, "record", who, why),
     };
     let caller = match admit(caller, me) {
-        Ok(pid) => pid,
+        Ok(admitted) => admitted.pid,
         Err(why) => return refuse(conn, log, "record", who, why),
     };
     if request.explain {
@@ -133,6 +133,7 @@ fn serve_one(conn: &UnixStream, me: u32, session: &RunDir, log: &RunLog) {
     let frame = match log.hook(&request, hook_ppid) {
         Ok(HookOutcome::Recorded(_)) => Frame::Recorded,
         Ok(HookOutcome::Skipped) => Frame::Skipped,
+        Ok(HookOutcome::OverBudget(why)) => Frame::Refused(why),
         Err(e) => Frame::Refused(e.to_string()),
     };
     let _ = (&*conn).write_all(&frame.encode());

@@ -17,7 +17,7 @@
 //!
 //! [`run`] is the `nd7-exec` side.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{self, IoSlice, Read, Write};
 use std::mem::MaybeUninit;
@@ -136,7 +136,7 @@ pub struct Exit {
     listener: UnixListener,
     session: RunDir,
     log: Arc<RunLog>,
-    groups: Arc<Mutex<HashSet<u32>>>,
+    groups: Arc<Mutex<Running>>,
     /// The session's namespaces, which every command joins (`ns`).
     namespaces: Option<Arc<super::ns::Namespaces>>,
     /// Called with the command's text when it ends.
@@ -145,8 +145,13 @@ pub struct Exit {
 
 /// The running exit, to stop the commands still running when the session ends.
 pub struct Serving {
-    groups: Arc<Mutex<HashSet<u32>>>,
+    groups: Arc<Mutex<Running>>,
 }
+
+/// The commands the exit is running: each one's process group (its leader's
+/// pid) and the seq of its `exec` entry. A caller that descends from one of
+/// them asks from inside that command, not from the floor.
+type Running = HashMap<u32, u64>;
 
 impl Exit {
     /// Binds the session's socket, readable and writable by the user alone.
@@ -245,7 +250,7 @@ impl Serving {
     /// Kills every command still running: a session's commands end with it.
     pub fn kill_commands(&self) {
         let groups = self.groups.lock().map(|g| g.clone()).unwrap_or_default();
-        for pgid in groups {
+        for pgid in groups.into_keys() {
             if let Some(pid) = Pid::from_raw(pgid as i32) {
                 let _ = kill_process_group(pid, Signal::KILL);
             }
@@ -289,41 +294,47 @@ fn alive(pidfd: &OwnedFd) -> bool {
     }
 }
 
-/// Whether process `pid`, pinned by `pinned`, descends from `ancestor`.
+/// Whether process `pid`, pinned by `pinned`, descends from `ancestor`:
+/// the child of `ancestor` it descends through (itself, when it is one).
 /// Each parent is pinned with a pidfd as it is reached, and the link to it
 /// read again once it is pinned; at the end every pinned process must still
 /// be alive. A pid reused anywhere along the way therefore fails the check.
-fn descends_pinned(pid: u32, pinned: OwnedFd, ancestor: u32) -> bool {
+fn descends_pinned(pid: u32, pinned: OwnedFd, ancestor: u32) -> Option<u32> {
     let mut held = vec![pinned];
     let mut at = pid;
     // A tree deeper than this is not one the kernel builds.
     for _ in 0..(1 << 16) {
-        let Some(parent) = proc::stat(at).map(|s| s.ppid) else {
-            return false;
-        };
+        let parent = proc::stat(at)?.ppid;
         if parent == 0 {
-            return false;
+            return None;
         }
         if parent == ancestor {
-            return held.iter().all(alive);
+            return held.iter().all(alive).then_some(at);
         }
-        let Some(id) = Pid::from_raw(parent as i32) else {
-            return false;
-        };
-        let Ok(pidfd) = pidfd_open(id, PidfdFlags::empty()) else {
-            return false;
-        };
+        let id = Pid::from_raw(parent as i32)?;
+        let pidfd = pidfd_open(id, PidfdFlags::empty()).ok()?;
         if proc::stat(at).map(|s| s.ppid) != Some(parent) {
-            return false;
+            return None;
         }
         held.push(pidfd);
         at = parent;
     }
-    false
+    None
+}
+
+/// A caller the kernel places in the session's process tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Admitted {
+    pub(super) pid: u32,
+    /// The session's child it descends through: the program (the floor),
+    /// or a command the exit started, when it asks from inside one. The
+    /// keeper, not the session, adopts orphans, so a process whose parent
+    /// died is no longer below the session at all.
+    pub(super) below: u32,
 }
 
 /// Whether the kernel places the caller in this session's process tree.
-pub(super) fn admit(caller: Caller, session_pid: u32) -> Result<u32, String> {
+pub(super) fn admit(caller: Caller, session_pid: u32) -> Result<Admitted, String> {
     let (Some(pid), Some(uid)) = (caller.pid, caller.uid) else {
         return Err("cannot tell who is calling: the request came without credentials".into());
     };
@@ -346,10 +357,9 @@ pub(super) fn admit(caller: Caller, session_pid: u32) -> Result<u32, String> {
             .and_then(|id| pidfd_open(id, PidfdFlags::empty()).ok())
             .ok_or_else(refused)?,
     };
-    if descends_pinned(pid, pinned, session_pid) {
-        Ok(pid)
-    } else {
-        Err(refused())
+    match descends_pinned(pid, pinned, session_pid) {
+        Some(below) => Ok(Admitted { pid, below }),
+        None => Err(refused()),
     }
 }
 
@@ -384,7 +394,7 @@ fn serve_one(
     me: u32,
     session: &RunDir,
     log: &RunLog,
-    groups: &Mutex<HashSet<u32>>,
+    groups: &Mutex<Running>,
     namespaces: Option<&super::ns::Namespaces>,
     after: Option<crate::sandbox::AfterCommand>,
 ) {
@@ -400,10 +410,11 @@ fn serve_one(
         Ok(got) => got,
         Err(why) => return refuse(&conn, log, "exit", who, why),
     };
-    let caller = match admit(caller, me) {
-        Ok(pid) => pid,
+    let admitted = match admit(caller, me) {
+        Ok(admitted) => admitted,
         Err(why) => return refuse(&conn, log, "exit", who, why),
     };
+    let caller = admitted.pid;
     let say = |why: String| {
         let _ = (&conn).write_all(&Frame::Refused(why).encode());
     };
@@ -437,7 +448,24 @@ fn serve_one(
     // The command is written down before it starts: one the log cannot hold
     // is not run.
     use std::os::unix::ffi::OsStrExt;
-    let exec = match log.exec_started(request.command.as_bytes(), &request.cwd, caller, &grants) {
+    // Asked from inside a command the exit runs (a nested `nd7-exec`), not
+    // from the floor: no Bash call of Claude Code's can have asked for it,
+    // so it names none (its outer command is the one the call announced).
+    // Each command enters `groups` before its lock is let go after the
+    // start, and a caller inside it exists only after the start: looked up
+    // under the same lock, it is always found.
+    let inside = groups
+        .lock()
+        .ok()
+        .and_then(|g| g.get(&admitted.below).copied());
+    let started_exec = log.exec_started_inside(
+        request.command.as_bytes(),
+        &request.cwd,
+        caller,
+        &grants,
+        inside,
+    );
+    let exec = match started_exec {
         Ok(seq) => seq,
         Err(e) => {
             return say(format!(
@@ -447,17 +475,23 @@ fn serve_one(
     };
     // What the keeper lists for `nd7 deny`: the grants it actually runs with.
     let started = running::Command::new(&request.command.to_string_lossy(), &request.cwd, &grants);
-    let child = match start(&request, stdio, confinement, started, namespaces) {
-        Ok(child) => child,
-        Err(why) => {
-            let _ = log.exec_ended(exec, &Ended::NotStarted(why.clone()), None);
-            return say(why);
+    // Started with `groups` held, so a nested caller's look-up above waits
+    // until its command is listed.
+    let child = {
+        let mut running = groups.lock().unwrap_or_else(|e| e.into_inner());
+        match start(&request, stdio, confinement, started, namespaces) {
+            Ok(child) => {
+                running.insert(child.id(), exec);
+                child
+            }
+            Err(why) => {
+                drop(running);
+                let _ = log.exec_ended(exec, &Ended::NotStarted(why.clone()), None);
+                return say(why);
+            }
         }
     };
     let pgid = child.id();
-    if let Ok(mut g) = groups.lock() {
-        g.insert(pgid);
-    }
     let (exited, watch) = relay(&conn, &child);
     // The group's leader is not reaped yet, so its id cannot belong to
     // another group: it leaves the set before `wait` frees it.
@@ -853,16 +887,19 @@ mod tests {
     fn a_pid_whose_pinned_process_died_does_not_pass() {
         let me = std::process::id();
         let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
-        assert!(descends_pinned(child.id(), pidfd_of(child.id()), me));
+        assert_eq!(
+            descends_pinned(child.id(), pidfd_of(child.id()), me),
+            Some(child.id())
+        );
 
         let mut gone = Command::new("true").spawn().expect("true");
         let dead = pidfd_of(gone.id());
         gone.wait().expect("reaped");
         assert!(!alive(&dead));
-        assert!(!descends_pinned(child.id(), dead, me));
+        assert_eq!(descends_pinned(child.id(), dead, me), None);
 
         // Not a descendant at all.
-        assert!(!descends_pinned(me, pidfd_of(me), child.id()));
+        assert_eq!(descends_pinned(me, pidfd_of(me), child.id()), None);
         child.kill().expect("kill");
         child.wait().expect("reaped");
     }

@@ -581,9 +581,12 @@ impl Loop {
         }
         if got.bytes == 1 && body[0] == END_LEFTOVERS && fd.is_none() && sender == self.session {
             let ended = end_below(std::process::id(), self.session);
+            let (door_refused, door_refused_first) = self.supervisor.door_refusals();
             let answer = Leftovers {
                 count: ended.len(),
                 processes: ended.into_iter().take(NAMED).collect(),
+                door_refused,
+                door_refused_first,
             };
             let mut message = vec![ENDED];
             message.extend(serde_json::to_vec(&answer).unwrap_or_default());

@@ -54,6 +54,11 @@ pub struct Supervisor {
     /// `~/.nd7`, which nothing inside can write, so the file, once learnt,
     /// stays theirs for the session.
     own: Mutex<Vec<Own>>,
+    /// Connects to a socket of nd7's that is the floor's alone (the hooks'
+    /// door) from outside the floor, refused: how many, and the first
+    /// [`crate::run_log::REFUSALS_WRITTEN`] callers by pid and name, for
+    /// the run's log ([`Supervisor::door_refusals`]).
+    door_refused: Mutex<(usize, Vec<(u32, String)>)>,
 }
 
 /// One of nd7's own listening sockets: cookie, socket inode, the
@@ -381,8 +386,13 @@ impl Supervisor {
         if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
             return Err(libc::ECONNREFUSED);
         }
-        if !self.allows_file(st.st_dev, st.st_ino, floor) {
-            return Err(libc::EACCES);
+        match self.allows_file(st.st_dev, st.st_ino, floor) {
+            Allowed::Yes => {}
+            Allowed::FloorOnly => {
+                self.door_refused(tid);
+                return Err(libc::EACCES);
+            }
+            Allowed::No => return Err(libc::EACCES),
         }
         let via = format!("/proc/self/fd/{}", pinned.as_raw_fd());
         let mut target = Vec::with_capacity(PATH + via.len() + 1);
@@ -410,7 +420,7 @@ impl Supervisor {
         found
     }
 
-    fn allows_file(&self, dev: u64, ino: u64, floor: bool) -> bool {
+    fn allows_file(&self, dev: u64, ino: u64, floor: bool) -> Allowed {
         let file = (kernel_dev(dev), ino as u32);
         if let Ok(mut own) = self.own.lock() {
             for (cookie, sino, vfs, floor_only) in own.iter_mut() {
@@ -418,11 +428,38 @@ impl Supervisor {
                     *vfs = describe(*sino, *cookie).ok().flatten().and_then(|d| d.vfs);
                 }
                 if *vfs == Some(file) {
-                    return floor || !*floor_only;
+                    return match floor || !*floor_only {
+                        true => Allowed::Yes,
+                        false => Allowed::FloorOnly,
+                    };
                 }
             }
         }
-        self.described().iter().any(|d| d.vfs == Some(file))
+        match self.described().iter().any(|d| d.vfs == Some(file)) {
+            true => Allowed::Yes,
+            false => Allowed::No,
+        }
+    }
+
+    /// Counts a refused connect to the hooks' door by thread `tid`, and
+    /// keeps the first callers' pid and name.
+    fn door_refused(&self, tid: i32) {
+        let pid = crate::kernel::linux::tgid(tid as u32).unwrap_or(tid as u32);
+        if let Ok(mut refused) = self.door_refused.lock() {
+            refused.0 += 1;
+            if refused.1.len() < crate::run_log::REFUSALS_WRITTEN as usize {
+                refused.1.push((pid, crate::kernel::linux::name(pid)));
+            }
+        }
+    }
+
+    /// The connects to the hooks' door refused so far: how many, and the
+    /// first callers.
+    pub fn door_refusals(&self) -> (usize, Vec<(u32, String)>) {
+        self.door_refused
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
     }
 
     fn allows_name(&self, name: &[u8]) -> bool {
@@ -430,6 +467,15 @@ impl Supervisor {
             .iter()
             .any(|d| d.name.as_deref() == Some(name))
     }
+}
+
+/// Whether a connect to a socket file may go on.
+enum Allowed {
+    Yes,
+    /// One of nd7's sockets that only the floor's processes may reach, and
+    /// the caller is not one of them.
+    FloorOnly,
+    No,
 }
 
 /// A notification a worker is to answer: answered `EAGAIN` if it is dropped

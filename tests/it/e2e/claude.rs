@@ -139,6 +139,12 @@ pub struct Workspace {
     pub allowed_tools: Option<&'static str>,
     /// `nd7 run`'s own options (`--preset`, `--allow`), before the program.
     pub run_options: Vec<String>,
+    /// The exit status the run must end with: 0, or 3 under `nd7 run` when
+    /// the session changes a file that runs later.
+    pub status: i32,
+    /// Under `nd7 run`: the nd7 to run it with (`nd7-exec` beside it), so
+    /// that its hooks name that copy; the build's by default.
+    pub nd7: Option<PathBuf>,
 }
 
 /// What a run under `nd7 run` needs beyond a home: the home mounted over
@@ -164,6 +170,8 @@ impl Workspace {
             permissions: None,
             allowed_tools: Some(ALLOWED_TOOLS),
             run_options: Vec::new(),
+            status: 0,
+            nd7: None,
         }
     }
 
@@ -188,6 +196,8 @@ impl Workspace {
             permissions: None,
             allowed_tools: Some(ALLOWED_TOOLS),
             run_options: Vec::new(),
+            status: 0,
+            nd7: None,
         }
     }
 
@@ -215,6 +225,8 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
         permissions,
         allowed_tools,
         run_options,
+        status: _,
+        nd7,
     } = workspace;
     let state = match &sandbox {
         Some(s) => s.world.state(),
@@ -268,7 +280,10 @@ pub fn run(claude: &Path, api_url: &str, prompt: &str, workspace: Workspace) -> 
             let mut args: Vec<&str> = vec!["run"];
             args.extend(run_options.iter().map(String::as_str));
             args.extend([claude.as_str(), "-p", prompt]);
-            s.world.nd7(&args)
+            match &nd7 {
+                Some(nd7) => s.world.command(&nd7.to_string_lossy(), &args),
+                None => s.world.nd7(&args),
+            }
         }
         None => {
             let mut command = Command::new(claude);

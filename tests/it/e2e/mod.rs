@@ -128,8 +128,9 @@ fn play_on(
     let turns = script(&workspace.project);
     let scripted = turns.len();
     let api = serve(turns);
+    let status = workspace.status;
     let run = claude::run(&claude, &api.url, "run the scripted session", workspace);
-    assert!(run.output.status.success(), "{}", run.describe());
+    assert_eq!(run.output.status.code(), Some(status), "{}", run.describe());
     assert_eq!(
         api.turns_played(),
         scripted,
@@ -797,6 +798,205 @@ fn under_nd7_run_the_exits_account_reconciles_with_the_hooks() {
         "{report}"
     );
     assert!(world.proj().join("right.txt").exists() && world.proj().join("left.txt").exists());
+}
+
+/// `disableAllHooks: true` in a settings file switches every hook off,
+/// nd7's and the transcript's anchors with them. Under `nd7 run` the agent
+/// can write the project's `.claude/settings.json` or `settings.local.json`
+/// (they are only watched), so one left by an earlier session, or one a
+/// Bash call writes, would leave the session unrecorded but for the exit's
+/// own entries. Claude Code ranks the `--settings` it is given (its flag
+/// settings) above the project's and the user's files, so `nd7 run`'s own
+/// `"disableAllHooks": false` there keeps them on.
+///
+/// Guards the `disableAllHooks` line in `shell_prefix::run_settings`: without
+/// it, with 2.1.197 and 2.1.332 alike, no hook runs in the session.
+#[cfg(target_os = "linux")]
+#[test]
+fn under_nd7_run_a_project_settings_file_cannot_switch_the_hooks_off() {
+    let world = std::sync::Arc::new(crate::world::World::new());
+    let local = world.proj().join(".claude");
+    std::fs::create_dir_all(&local).expect("mkdir .claude");
+    std::fs::write(local.join("settings.json"), r#"{"disableAllHooks": true}"#)
+        .expect("project settings");
+    let s = sandboxed_session(&world, |_| {
+        vec![
+            vec![bash("echo one")],
+            vec![bash("echo two")],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    assert_hooks_stayed_on(&s, 2);
+}
+
+/// The same switch written mid-session, by a script a Bash call runs
+/// (Claude Code asks before a Bash command that names its settings files
+/// itself, not before one whose script does).
+#[cfg(target_os = "linux")]
+#[test]
+fn under_nd7_run_hooks_switched_off_mid_session_stay_on() {
+    let world = std::sync::Arc::new(crate::world::World::new());
+    std::fs::write(
+        world.proj().join("switch.sh"),
+        "mkdir -p .claude && printf '{\"disableAllHooks\": true}' > .claude/settings.local.json\n",
+    )
+    .expect("switch.sh");
+    let mut workspace = claude::Workspace::sandboxed(world.clone());
+    // The new settings file is a file that runs later: reported, exit 3.
+    workspace.status = 3;
+    let s = session_in(workspace, |_| {
+        vec![
+            vec![bash("sh switch.sh && echo switched")],
+            // Time for Claude Code to see the change (it watches the file).
+            vec![bash("sleep 3; echo after-one")],
+            vec![bash("echo after-two")],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    assert!(world.proj().join(".claude/settings.local.json").exists());
+    assert!(
+        String::from_utf8_lossy(&s.run.output.stderr).contains("/.claude/settings.local.json"),
+        "{}",
+        s.run.describe()
+    );
+    assert_hooks_stayed_on(&s, 3);
+}
+
+/// Every Bash call (`calls` of them) was recorded, with its result, and
+/// verify holds the hooks' account against the exit's.
+#[cfg(target_os = "linux")]
+fn assert_hooks_stayed_on(s: &Session, calls: usize) {
+    let recorded: Vec<String> = s
+        .of_kind("tool_call")
+        .iter()
+        .map(|c| {
+            c["body"]["tool_input"]["command"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        recorded.len(),
+        calls,
+        "every Bash call was recorded: {recorded:?}\n{}",
+        s.run.describe()
+    );
+    assert_calls_paired(s);
+    assert_eq!(s.of_kind("session_end").len(), 1, "{:?}", s.kinds());
+    let out = s.verify();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("\nreconciled: "), "{}", stdout(&out));
+}
+
+/// If Claude Code stops calling the hooks mid-session (a mod answering
+/// them, a crash of its hook runner, a binary gone), the exit's entries
+/// still show every Bash command, and `nd7 run` says at its end how many
+/// ran without a hook entry announcing them, and how many for a call whose
+/// result never came. Simulated with the real CLI by taking away the nd7
+/// its hooks name, once the second call has been announced: its result,
+/// and every hook after it, then fails to run.
+///
+/// Guards the end-of-run warnings in `run::run` (the `unmatched_execs` and
+/// `execs_without_result` of `RunLog::end`'s tally).
+#[cfg(target_os = "linux")]
+#[test]
+fn under_nd7_run_hooks_that_stop_mid_session_leave_the_exits_account() {
+    use std::os::unix::fs::PermissionsExt;
+    let world = std::sync::Arc::new(crate::world::World::new());
+    // A copy of nd7 the account cannot change (nd7 run checks), named by
+    // the run's hooks.
+    let copy = tempfile::Builder::new()
+        .prefix("nd7-copy-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("tempdir");
+    std::fs::set_permissions(copy.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    for (from, name) in [
+        (crate::world::ND7, "nd7"),
+        (crate::world::ND7_EXEC, "nd7-exec"),
+    ] {
+        std::fs::copy(from, copy.path().join(name)).expect("copy nd7");
+    }
+    let nd7 = copy.path().join("nd7");
+    let logs = world.home().join(".local/state/nd7/sessions");
+    let proj = world.proj();
+    let taker = {
+        let nd7 = nd7.clone();
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            // The second call's command, through the exit: it was announced.
+            let announced = || {
+                std::fs::read_dir(&logs)
+                    .ok()
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|d| {
+                        std::fs::read_to_string(d.path().join("events.ndjson"))
+                            .is_ok_and(|t| t.contains(r#""bash_command":"while"#))
+                    })
+            };
+            while !announced() {
+                assert!(
+                    start.elapsed() < std::time::Duration::from_secs(120),
+                    "never announced"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            std::fs::rename(&nd7, nd7.with_file_name("nd7.gone")).expect("take nd7 away");
+            std::fs::write(proj.join("hooks-gone"), "").expect("signal");
+        })
+    };
+    let mut workspace = claude::Workspace::sandboxed(world.clone());
+    workspace.nd7 = Some(nd7);
+    let s = play(workspace, |_| {
+        vec![
+            vec![bash("echo one")],
+            vec![bash(
+                "while [ ! -e hooks-gone ]; do sleep 0.05; done; echo two",
+            )],
+            vec![bash("echo three")],
+            vec![bash("echo four")],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    taker.join().expect("nd7 taken away");
+    let execs: Vec<&str> = s
+        .entries
+        .iter()
+        .filter(|e| e["kind"] == "exec" && e["source"] == "exit:nd7")
+        .map(|e| e["body"]["bash_command"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        execs,
+        [
+            "echo one",
+            "while [ ! -e hooks-gone ]; do sleep 0.05; done; echo two",
+            "echo three",
+            "echo four"
+        ],
+        "{}",
+        s.run.describe()
+    );
+    assert_eq!(s.of_kind("tool_call").len(), 2, "{:?}", s.kinds());
+    assert_eq!(s.of_kind("tool_result").len(), 1, "{:?}", s.kinds());
+    let said = String::from_utf8_lossy(&s.run.output.stderr);
+    assert!(
+        said.contains("nd7 run: warning: 2 of 4 Bash commands ran through the exit without a matching hook entry"),
+        "{said}"
+    );
+    assert!(
+        said.contains("nd7 run: warning: 1 of 4 Bash commands ran through the exit for a Bash call Claude Code reported no result for"),
+        "{said}"
+    );
+    let out = s.verify();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let report = stdout(&out);
+    assert!(
+        report
+            .contains("command `echo three` ran through the exit with no Bash call announcing it"),
+        "{report}"
+    );
 }
 
 /// Not a test but the whole-session benchmark (`bench/session.sh` runs it,
