@@ -159,25 +159,32 @@ pub const HOME_LOCKED: &[&str] = &[
 /// programs are watched ([`claude_state_risky`]).
 pub const CLAUDE_STATE_FILE: &str = ".claude/claude.json";
 
-/// Where a directory sits under the project or home, for the watch: how
-/// deep below the project the end-of-session search for new repositories
-/// and files on the list goes.
-pub const SEARCH_DEPTH: usize = 4;
-
 /// What a path is, as `lstat` sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     File,
     Dir,
     Link,
+    /// A FIFO, socket or device: nothing on the list is one, and opening
+    /// one can block or never end, so it is never read, only reported.
+    Special,
 }
+
+/// The most the planner reads of one configuration (`.gitmodules`, a git
+/// config, a `.git` file, Claude Code's settings).
+pub const MAX_CONFIG: u64 = 256 * 1024;
+
+/// The most the planner and the watch read of Claude Code's state file,
+/// which grows with every project it remembers.
+pub const MAX_STATE: u64 = 64 * 1024 * 1024;
 
 /// The file system, as the planner needs it.
 pub trait Tree {
     /// What `path` is, without following a final symbolic link.
     fn kind(&self, path: &Path) -> Option<Kind>;
-    /// A small text file's content, following links.
-    fn read(&self, path: &Path) -> Option<String>;
+    /// A regular file's text, following links, if it is at most `limit`
+    /// bytes; `None` for anything else (missing, a FIFO or device, larger).
+    fn read(&self, path: &Path, limit: u64) -> Option<String>;
     /// A directory's entries, as full paths.
     fn list(&self, path: &Path) -> Vec<PathBuf>;
     /// Where a symbolic link leads, resolved to a real path.
@@ -214,6 +221,10 @@ pub struct Plan {
     /// The git directories found (the project's, its submodules' and
     /// worktrees'), below which new ones are searched for at the end.
     pub git_dirs: Vec<PathBuf>,
+    /// The directories searched at the end for repositories and listed
+    /// names that appeared: the project, then each grant covered
+    /// ([`grant_roots`]).
+    pub roots: Vec<PathBuf>,
 }
 
 impl Plan {
@@ -253,8 +264,8 @@ impl Tree for Cached<'_> {
         self.kinds.borrow_mut().insert(path.to_path_buf(), k);
         k
     }
-    fn read(&self, path: &Path) -> Option<String> {
-        self.tree.read(path)
+    fn read(&self, path: &Path, limit: u64) -> Option<String> {
+        self.tree.read(path, limit)
     }
     fn list(&self, path: &Path) -> Vec<PathBuf> {
         self.tree.list(path)
@@ -264,8 +275,29 @@ impl Tree for Cached<'_> {
     }
 }
 
-/// The mounts and watch list for `policy`'s project and home, as `tree`
-/// stands now.
+/// The grants among `grants` that the list covers as it covers the
+/// project: each directory granted by path (`nd7 allow DIR`, `--allow`, a
+/// path line in `~/.nd7/grants`) that the project does not already hold.
+/// Not the places a preset names: they are tools' caches (cargo's git
+/// checkouts are repositories, unpacked packages carry `.gitattributes` and
+/// `.vscode`), which no one runs git or an editor in, and what a poisoned
+/// cache can do later is each preset's own, stated risk.
+pub fn grant_roots(policy: &Policy, grants: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for g in grants {
+        if g.starts_with(&policy.roots.project)
+            || super::grants::Preset::covering(g, &policy.roots.home).is_some()
+            || out.contains(g)
+        {
+            continue;
+        }
+        out.push(g.clone());
+    }
+    out
+}
+
+/// The mounts and watch list for `policy`'s project, home and the grants
+/// it starts with, as `tree` stands now.
 pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
     let mut p = Planner {
         tree: Cached {
@@ -277,13 +309,9 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
     };
     let project = &policy.roots.project;
     let home = &policy.roots.home;
-    p.pin(project);
-    p.work_tree(project, project, 0);
-    for name in PROJECT_LOCKED {
-        p.lock(project, &project.join(name), 0);
-    }
-    for name in PROJECT_REPORTED {
-        p.watch(&project.join(name));
+    p.root(project);
+    for grant in grant_roots(policy, &policy.grants) {
+        p.root(&grant);
     }
     for name in HOME_LOCKED {
         p.lock(home, &home.join(name), 0);
@@ -296,19 +324,23 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
         p.guard(&link, Guard::Lock);
         p.plan.watched.push(link.clone());
     }
-    for state in [home.join(CLAUDE_STATE_FILE), link] {
-        let state = match p.tree.kind(&state) {
-            Some(Kind::Link) => p.tree.resolve(&state),
-            _ => Some(state),
-        };
-        if let Some(state) = state.filter(|s| !p.plan.claude_state.contains(s)) {
-            p.plan.claude_state.push(state);
-        }
+    // Claude Code's state by the name it has under `~/.claude`, whatever
+    // it is now (the watch reads it following a link, but only ever a
+    // regular file); `~/.claude.json` too when it leads elsewhere.
+    let own = home.join(CLAUDE_STATE_FILE);
+    let at_home = match p.tree.kind(&link) {
+        Some(Kind::Link) => p.tree.resolve(&link),
+        _ => Some(link),
+    };
+    let own_real = p.tree.resolve(&own);
+    p.plan.claude_state.push(own.clone());
+    if let Some(state) = at_home.filter(|s| *s != own && Some(s) != own_real.as_ref()) {
+        p.plan.claude_state.push(state);
     }
     for config in [home.join(".gitconfig"), home.join(".config/git/config")] {
         if let Some(dir) = p
             .tree
-            .read(&config)
+            .read(&config, MAX_CONFIG)
             .and_then(|t| hooks_path(&t))
             .and_then(|h| expand_home(&h, home))
             .filter(|d| d.is_absolute())
@@ -316,28 +348,78 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
             p.lock(home, &dir, 0);
         }
     }
-    let mut plan = p.plan;
-    plan.git_dirs = p.git_dirs;
-    plan.guarded.sort_by(|a, b| {
-        let depth = |p: &Path| p.components().count();
-        depth(&a.path)
-            .cmp(&depth(&b.path))
-            .then(a.path.cmp(&b.path))
-    });
-    plan.guarded.dedup_by(|later, earlier| {
-        if later.path == earlier.path {
-            earlier.guard = earlier.guard.max(later.guard);
-            true
-        } else {
-            false
-        }
-    });
-    plan.watched.sort();
-    plan.watched.dedup();
-    plan
+    p.finish()
+}
+
+/// What a grant made during the session (`nd7 allow DIR`, learned when a
+/// command first runs with it) adds to the watch: its directory planned as
+/// the project is. The plan's mounts are not made: the session's
+/// namespaces were built before the session put itself under Landlock,
+/// which refuses mounts from then on; the watch reports instead.
+pub fn plan_grant(grant: &Path, tree: &dyn Tree) -> Plan {
+    let mut p = Planner {
+        tree: Cached {
+            tree,
+            kinds: Default::default(),
+        },
+        plan: Plan::default(),
+        git_dirs: Vec::new(),
+    };
+    p.root(grant);
+    p.finish()
 }
 
 impl Planner<'_> {
+    /// A directory the agent can write as a whole (the project, a grant):
+    /// the repository it is the work tree of, the project list's names in
+    /// it, and, when it lies inside a git directory (a grant of
+    /// `.git/hooks`), that directory's own entries.
+    fn root(&mut self, root: &Path) {
+        if self.tree.kind(root) != Some(Kind::Dir) {
+            return;
+        }
+        self.plan.roots.push(root.to_path_buf());
+        self.pin(root);
+        self.work_tree(root, root, 0);
+        for name in PROJECT_LOCKED {
+            self.lock(root, &root.join(name), 0);
+        }
+        for name in PROJECT_REPORTED {
+            self.watch(&root.join(name));
+        }
+        if let Some(git) = root
+            .ancestors()
+            .skip(1)
+            .find(|a| a.file_name() == Some(std::ffi::OsStr::new(".git")))
+            .filter(|g| self.tree.kind(g) == Some(Kind::Dir))
+        {
+            let (git, work) = (git.to_path_buf(), git.parent().unwrap_or(git).to_path_buf());
+            self.git_dir(&git, &git, &work);
+        }
+    }
+
+    fn finish(self) -> Plan {
+        let mut plan = self.plan;
+        plan.git_dirs = self.git_dirs;
+        plan.guarded.sort_by(|a, b| {
+            let depth = |p: &Path| p.components().count();
+            depth(&a.path)
+                .cmp(&depth(&b.path))
+                .then(a.path.cmp(&b.path))
+        });
+        plan.guarded.dedup_by(|later, earlier| {
+            if later.path == earlier.path {
+                earlier.guard = earlier.guard.max(later.guard);
+                true
+            } else {
+                false
+            }
+        });
+        plan.watched.sort();
+        plan.watched.dedup();
+        plan
+    }
+
     fn watch(&mut self, path: &Path) {
         self.plan.watched.push(path.to_path_buf());
     }
@@ -363,7 +445,7 @@ impl Planner<'_> {
         let Ok(rel) = path.strip_prefix(root) else {
             // Outside the root (a hooks directory named elsewhere): held
             // on its own.
-            if self.tree.kind(path).is_some() {
+            if self.tree.kind(path).is_some_and(|k| k != Kind::Special) {
                 self.guard(path, Guard::Lock);
             }
             return;
@@ -389,6 +471,8 @@ impl Planner<'_> {
                 }
                 Some(Kind::Dir) if !last => self.guard(&at, Guard::Pin),
                 Some(_) if !last => return,
+                // Nothing to hold: the watch reports it.
+                Some(Kind::Special) => return,
                 Some(_) => self.guard(&at, Guard::Lock),
             }
         }
@@ -408,7 +492,7 @@ impl Planner<'_> {
                 self.lock(root, &dot_git, MAX_LINKS);
                 if let Some(dir) = self
                     .tree
-                    .read(&dot_git)
+                    .read(&dot_git, MAX_CONFIG)
                     .and_then(|t| gitdir_of(&t).and_then(|d| self.tree.resolve(&tree_root.join(d))))
                 {
                     self.git_dir(&dir, &dir, tree_root);
@@ -420,10 +504,11 @@ impl Planner<'_> {
                     self.git_dir(&dir, &dir, tree_root);
                 }
             }
-            None => self.watch(&dot_git),
+            // Not a repository git would use, but reported.
+            None | Some(Kind::Special) => self.watch(&dot_git),
         }
         if depth < 4
-            && let Some(modules) = self.tree.read(&tree_root.join(".gitmodules"))
+            && let Some(modules) = self.tree.read(&tree_root.join(".gitmodules"), MAX_CONFIG)
         {
             for path in submodule_paths(&modules) {
                 let sub = tree_root.join(path);
@@ -467,7 +552,7 @@ impl Planner<'_> {
         }
         if let Some(hooks) = self
             .tree
-            .read(&dir.join("config"))
+            .read(&dir.join("config"), MAX_CONFIG)
             .and_then(|t| hooks_path(&t))
         {
             let hooks = PathBuf::from(hooks);
@@ -480,7 +565,7 @@ impl Planner<'_> {
         }
         if let Some(common) = self
             .tree
-            .read(&dir.join("commondir"))
+            .read(&dir.join("commondir"), MAX_CONFIG)
             .and_then(|t| self.tree.resolve(&dir.join(t.trim())))
         {
             self.git_dir(&common, &common, work_tree);
@@ -709,6 +794,19 @@ pub fn searched_name(name: &str) -> bool {
             .any(|p| p.split('/').next() == Some(name))
 }
 
+/// The paths on the project list that a name found below a root (one for
+/// which [`searched_name`] holds, other than `.git`) stands for, in `dir`:
+/// for `.claude`, its settings, commands, agents, skills and hooks, not
+/// the rest of it.
+pub fn listed_beneath(dir: &Path, name: &str) -> Vec<PathBuf> {
+    PROJECT_LOCKED
+        .iter()
+        .chain(PROJECT_REPORTED)
+        .filter(|p| p.split('/').next() == Some(name))
+        .map(|p| dir.join(p))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -748,10 +846,10 @@ mod tests {
         fn kind(&self, path: &Path) -> Option<Kind> {
             self.0.get(path).map(|(k, _)| *k)
         }
-        fn read(&self, path: &Path) -> Option<String> {
+        fn read(&self, path: &Path, limit: u64) -> Option<String> {
             match self.0.get(path)? {
-                (Kind::File, c) => Some(c.clone()),
-                (Kind::Link, _) => self.read(&self.resolve(path)?),
+                (Kind::File, c) if c.len() as u64 <= limit => Some(c.clone()),
+                (Kind::Link, _) => self.read(&self.resolve(path)?, limit),
                 _ => None,
             }
         }
