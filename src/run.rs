@@ -247,6 +247,12 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     let planned = run_grants::planned(&home, &policy.roots.project.clone(), options)?;
     let (started_grants, mut warnings) = run_grants::grant_at_start(&mut policy, &planned)?;
     warnings.extend(pin_roots(&mut policy, &cwd));
+    // Named in the policy for Seatbelt, which holds files by name; on Linux
+    // the plan below holds them (the same list).
+    policy.named_programs = crate::policy::deferred::settings_programs(&policy, &deferred::FsTree)
+        .into_iter()
+        .filter(|p| !p.starts_with(&policy.roots.project))
+        .collect();
     // The floor's ruleset is built on a thread while this one holds the
     // files that run later outside the floor (read-only where the system
     // allows), scopes the session and starts its log and record, and a

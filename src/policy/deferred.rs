@@ -152,7 +152,67 @@ pub const HOME_LOCKED: &[&str] = &[
     ".gitconfig",
     ".config/git",
     ".ripgreprc",
+    // Claude Code itself where its local installer keeps it
+    // (`~/.claude/local/claude`, which the user's `claude` alias runs),
+    // inside the `~/.claude` the floor lets the agent write: as with
+    // `.codex/packages`, the user's next `claude` would run the agent's
+    // program.
+    ".claude/local",
+    // Directories of programs that come before the system's on a usual
+    // PATH: a `git` or `claude` put there runs at the user's next use.
+    ".local/bin",
+    "bin",
+    ".cargo/bin",
+    // Sourced by the shell start-up files rustup writes.
+    ".cargo/env",
+    // Cargo's user configuration: `build.rustc-wrapper`, `target.*.runner`
+    // and aliases run in every later build. (The cargo preset grants
+    // `registry` and `git` beside it, never these.)
+    ".cargo/config.toml",
+    ".cargo/config",
+    // What the user's login starts, and with which environment.
+    ".config/systemd/user",
+    ".config/autostart",
+    ".config/environment.d",
+    ".xprofile",
+    ".xinitrc",
+    ".xsession",
+    ".xsessionrc",
+    ".pam_environment",
+    // direnv's allowed `.envrc` files (a hash of each path), its own rc and
+    // configuration (`whitelist` allows whole trees).
+    ".local/share/direnv/allow",
+    ".config/direnv",
+    ".direnvrc",
+    // mise's global configuration (its `[env]` and `[hooks]` run on every
+    // `cd`) and the configurations it trusts.
+    ".config/mise",
+    ".local/state/mise/trusted-configs",
+    // Shells, terminals and editors, at their next start. (Not editors'
+    // plugin trees, `.vim/pack` or `.emacs.d/elpa`: thousands of files.)
+    ".bash_aliases",
+    ".inputrc",
+    ".config/fish",
+    ".tmux.conf",
+    ".config/tmux",
+    ".screenrc",
+    ".vimrc",
+    ".gvimrc",
+    ".exrc",
+    ".vim/vimrc",
+    ".vim/plugin",
+    ".config/nvim",
+    ".emacs",
+    ".emacs.d/init.el",
+    ".emacs.d/early-init.el",
+    ".config/emacs/init.el",
+    ".config/emacs/early-init.el",
 ];
+
+/// Claude Code's settings files whose programs (hooks, `statusLine`,
+/// `apiKeyHelper` and the other helpers) are read for the files they name
+/// ([`named_programs`]): home-relative and project-relative.
+pub const CLAUDE_SETTINGS: &[&str] = &[".claude/settings.json", ".claude/settings.local.json"];
 
 /// Claude Code's own state file, which it rewrites all the time and so can
 /// be neither refused nor compared whole; only the parts of it that start
@@ -316,6 +376,17 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
     for name in HOME_LOCKED {
         p.lock(home, &home.join(name), 0);
     }
+    // The files Claude Code's settings run (a status line, a hook's script,
+    // a helper), and those its user MCP servers start. One in the home is
+    // held like the list; one in the project, an ordinary file the agent
+    // may be asked to edit, is reported.
+    for path in settings_programs(policy, &p.tree) {
+        if path.starts_with(project) {
+            p.watch(&path);
+        } else {
+            p.lock(home, &path, 0);
+        }
+    }
     // The home directory's `.claude.json` is a link to Claude Code's state
     // under `~/.claude` on Linux (ADR-0013): the link is held, the state
     // watched. Where it is the file itself, it is Claude Code's to write.
@@ -349,6 +420,32 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
         }
     }
     p.finish()
+}
+
+/// The files that Claude Code's settings (the user's and the project's)
+/// and the user's MCP servers in its state run, as far as their commands
+/// name them ([`named_programs`], [`mcp_programs`]): those in the home
+/// directory or the project, and not directories (an MCP server's whole
+/// project is its own).
+pub fn settings_programs(policy: &Policy, tree: &dyn Tree) -> Vec<PathBuf> {
+    let (home, project) = (&policy.roots.home, &policy.roots.project);
+    let mut named = Vec::new();
+    for settings in CLAUDE_SETTINGS {
+        for base in [home, project] {
+            if let Some(text) = tree.read(&base.join(settings), MAX_CONFIG) {
+                named.extend(named_programs(&text, home, project));
+            }
+        }
+    }
+    if let Some(text) = tree.read(&home.join(CLAUDE_STATE_FILE), MAX_STATE) {
+        named.extend(mcp_programs(&text, home, project));
+    }
+    named.retain(|p| {
+        (p.starts_with(home) || p.starts_with(project)) && tree.kind(p) != Some(Kind::Dir)
+    });
+    named.sort();
+    named.dedup();
+    named
 }
 
 /// What a grant made during the session (`nd7 allow DIR`, learned when a
@@ -586,6 +683,133 @@ impl Planner<'_> {
             }
         }
     }
+}
+
+/// Settings members whose string value is a command Claude Code runs, at
+/// any depth: a hook's `command`, `statusLine.command`, and the helpers.
+const COMMAND_MEMBERS: &[&str] = &[
+    "command",
+    "apiKeyHelper",
+    "awsAuthRefresh",
+    "awsCredentialExport",
+    "otelHeadersHelper",
+];
+
+/// The files that the commands in a Claude Code settings file name (a
+/// status line's script, a hook's, a helper's), as absolute paths: each
+/// word of a command that is a path from `/`, `~`, `$HOME` or
+/// `$CLAUDE_PROJECT_DIR`, and each string of a hook's `args` that is one.
+/// A settings file that is not JSON names none.
+pub fn named_programs(text: &str, home: &Path, project: &Path) -> Vec<PathBuf> {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    commands_in(&value, home, project, &mut out);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The files the user's MCP servers in Claude Code's state start: each
+/// server's `command` and `args` (at the top and under every project), read
+/// as [`named_programs`] reads commands.
+pub fn mcp_programs(text: &str, home: &Path, project: &Path) -> Vec<PathBuf> {
+    use serde_json::Value;
+    let Ok(state) = serde_json::from_str::<Value>(text) else {
+        return Vec::new();
+    };
+    let mut servers: Vec<&Value> = state.get("mcpServers").into_iter().collect();
+    if let Some(projects) = state.get("projects").and_then(Value::as_object) {
+        servers.extend(projects.values().filter_map(|p| p.get("mcpServers")));
+    }
+    let mut out = Vec::new();
+    for s in servers {
+        commands_in(s, home, project, &mut out);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn commands_in(value: &serde_json::Value, home: &Path, project: &Path, out: &mut Vec<PathBuf>) {
+    use serde_json::Value;
+    match value {
+        Value::Object(members) => {
+            for (key, v) in members {
+                match v {
+                    Value::String(command) if COMMAND_MEMBERS.contains(&key.as_str()) => {
+                        out.extend(command_paths(command, home, project));
+                    }
+                    Value::Array(args) if key == "args" => {
+                        for a in args.iter().filter_map(Value::as_str) {
+                            out.extend(word_path(a, home, project));
+                        }
+                    }
+                    _ => commands_in(v, home, project, out),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                commands_in(v, home, project, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The paths a shell command's words name (split at blanks and the shell's
+/// operators, quotes taken out, `NAME=` in front of a word dropped).
+pub fn command_paths(command: &str, home: &Path, project: &Path) -> Vec<PathBuf> {
+    command
+        .split(|c: char| c.is_whitespace() || ";&|()<>`".contains(c))
+        .filter_map(|w| {
+            let w = w.replace(['"', '\''], "");
+            let w = match w.split_once('=') {
+                Some((name, rest)) if !name.contains('/') => rest,
+                _ => &w,
+            };
+            word_path(w, home, project)
+        })
+        .collect()
+}
+
+/// One word as an absolute path, when it is one: from `/`, or from `~`,
+/// `$HOME` or `$CLAUDE_PROJECT_DIR` (with or without braces), `.` and `..`
+/// taken out as written.
+fn word_path(word: &str, home: &Path, project: &Path) -> Option<PathBuf> {
+    let (base, rest) = if let Some(rest) = word.strip_prefix("~/") {
+        (home, rest)
+    } else if let Some(rest) = ["$HOME/", "${HOME}/"]
+        .iter()
+        .find_map(|p| word.strip_prefix(p))
+    {
+        (home, rest)
+    } else if let Some(rest) = ["$CLAUDE_PROJECT_DIR/", "${CLAUDE_PROJECT_DIR}/"]
+        .iter()
+        .find_map(|p| word.strip_prefix(p))
+    {
+        (project, rest)
+    } else if word.starts_with('/') {
+        (Path::new("/"), word.trim_start_matches('/'))
+    } else {
+        return None;
+    };
+    if rest.contains('$') || rest.is_empty() {
+        return None;
+    }
+    let mut path = base.to_path_buf();
+    for part in Path::new(rest).components() {
+        match part {
+            std::path::Component::ParentDir => {
+                path.pop();
+            }
+            std::path::Component::Normal(n) => path.push(n),
+            _ => {}
+        }
+    }
+    Some(path)
 }
 
 /// The directory a `.git` file points at (`gitdir: <path>`).
@@ -1097,6 +1321,97 @@ mod tests {
                                             "hasTrustDialogAccepted": true},
                              "/h/u": {"hasTrustDialogAccepted": true}},
             })
+        );
+    }
+
+    #[test]
+    fn the_files_claude_codes_settings_run_are_read_from_its_commands() {
+        let (home, project) = (Path::new("/h/u"), Path::new("/h/u/p"));
+        let settings = r#"{
+            "statusLine": {"type": "command", "command": "bash ~/.claude/statusline.sh --x"},
+            "apiKeyHelper": "$HOME/bin/key",
+            "hooks": {"PostToolUse": [{"matcher": "Edit", "hooks": [
+                {"type": "command", "command": "FOO=1 \"$CLAUDE_PROJECT_DIR\"/scripts/fmt.sh && /usr/bin/true; ${HOME}/.claude/../x/y"},
+                {"type": "command", "command": "nd7", "args": ["record", "/h/u/.local/bin/hook"]}
+            ]}]},
+            "model": "/not/a/command"
+        }"#;
+        let found: Vec<String> = named_programs(settings, home, project)
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "/h/u/.claude/statusline.sh",
+                "/h/u/.local/bin/hook",
+                "/h/u/bin/key",
+                "/h/u/p/scripts/fmt.sh",
+                "/h/u/x/y",
+                "/usr/bin/true",
+            ]
+        );
+        assert!(named_programs("not json", home, project).is_empty());
+        let state = r#"{"mcpServers": {"a": {"command": "node", "args": ["/h/u/mcp/a.js"]}},
+                        "projects": {"/h/u/p": {"mcpServers": {"b": {"command": "~/mcp/b"}}}}}"#;
+        assert_eq!(
+            mcp_programs(state, home, project),
+            [PathBuf::from("/h/u/mcp/a.js"), PathBuf::from("/h/u/mcp/b")]
+        );
+    }
+
+    #[test]
+    fn grants_by_path_are_planned_as_the_project_and_presets_are_not() {
+        let tree = Mem::default()
+            .file("/h/u/lib/.git/config", "")
+            .file("/h/u/lib/.git/HEAD", "")
+            .dir("/h/u/lib/.git/hooks")
+            .file("/h/u/lib/.envrc", "")
+            .file("/h/u/other/.git/HEAD", "")
+            .dir("/h/u/other/.git/hooks")
+            .dir("/h/u/.cargo/registry/src/x/.vscode")
+            .file("/h/u/.claude/statusline.sh", "")
+            .file(
+                "/h/u/.claude/settings.json",
+                r#"{"statusLine": {"command": "~/.claude/statusline.sh"}}"#,
+            )
+            .dir("/h/u/p");
+        let mut policy = policy();
+        policy.grants = vec![
+            "/h/u/lib".into(),
+            "/h/u/.cargo/registry".into(),
+            "/h/u/p/sub".into(),
+        ];
+        assert_eq!(
+            grant_roots(&policy, &policy.grants),
+            [PathBuf::from("/h/u/lib")]
+        );
+        let plan = plan(&policy, &tree);
+        assert_eq!(
+            plan.roots,
+            [PathBuf::from("/h/u/p"), PathBuf::from("/h/u/lib")]
+        );
+        let locks = held(&plan, Guard::Lock);
+        for want in [
+            "/h/u/lib/.git/config",
+            "/h/u/lib/.git/hooks",
+            "/h/u/lib/.envrc",
+            "/h/u/.claude/statusline.sh",
+        ] {
+            assert!(locks.contains(&want.to_string()), "{want}: {locks:?}");
+        }
+        assert!(
+            !locks.iter().any(|l| l.contains(".cargo/registry")),
+            "{locks:?}"
+        );
+        // A grant made later: planned alone, inside a git directory too.
+        let later = plan_grant(Path::new("/h/u/other/.git/hooks"), &tree);
+        assert_eq!(later.roots, [PathBuf::from("/h/u/other/.git/hooks")]);
+        assert!(later.locked(Path::new("/h/u/other/.git/hooks/pre-commit")));
+        assert!(
+            later
+                .watched
+                .contains(&PathBuf::from("/h/u/other/.git/config"))
         );
     }
 

@@ -80,6 +80,12 @@ pub struct Policy {
     /// Whose state directories are write roots of the floor.
     #[serde(default)]
     pub agent: AgentState,
+    /// The files Claude Code's settings run (a status line's script, a
+    /// hook's, a helper's) in the home directory, found when the session
+    /// starts ([`deferred::settings_programs`]): held like the list, which
+    /// Seatbelt can only do by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub named_programs: Vec<PathBuf>,
 }
 
 /// What a path led to, without following links: the file's device and
@@ -175,6 +181,7 @@ impl Policy {
             aliases: Vec::new(),
             terminal: None,
             agent: AgentState::default(),
+            named_programs: Vec::new(),
         }
     }
 
