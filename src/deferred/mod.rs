@@ -14,7 +14,7 @@
 //!
 //! This runs in the unconfined `nd7 run`, on files the agent can replace
 //! with anything: every read opens without blocking and without following a
-//! final link ([`read_bounded`]), takes only a regular file, and reads at
+//! final link (`read_bounded`), takes only a regular file, and reads at
 //! most a bound. What it cannot read whole (a FIFO, a device, a directory it
 //! cannot list, a file larger than the bound, a search cut off) is a finding
 //! itself, never a silent pass.
@@ -225,6 +225,9 @@ const MAX_ENTRIES: usize = 100_000;
 const MAX_TEXT: u64 = 256 * 1024;
 /// Files up to this size are hashed.
 const MAX_HASH: u64 = 64 * 1024 * 1024;
+/// The most entries of a grant made during the session that are checked
+/// after each command.
+const MAX_QUICK: usize = 5_000;
 /// How many directory entries the search for new repositories reads at
 /// most below one root, when the session starts and again at its end.
 const MAX_SEARCH: usize = 1_000_000;
@@ -562,6 +565,10 @@ struct Granted {
 struct GrantWatch {
     plan: Plan,
     start: Snapshot,
+    /// Whether it is checked after each command too: not when its list
+    /// holds more than [`MAX_QUICK`] entries (a granted home's
+    /// `~/.vscode`, VS Code's extensions), which the end compares alone.
+    quick: bool,
     /// `None` for a grant beneath a root already indexed.
     index: Option<Background<Index>>,
 }
@@ -795,7 +802,8 @@ impl Watch {
                 continue;
             }
             let start = snapshot(&plan.watched, true, None).entries;
-            if let Ok(mut seen) = self.seen.lock() {
+            let quick = start.len() <= MAX_QUICK;
+            if quick && let Ok(mut seen) = self.seen.lock() {
                 for (p, e) in &start {
                     seen.last.entry(p.clone()).or_insert_with(|| e.meta.clone());
                 }
@@ -807,7 +815,12 @@ impl Watch {
                 bg
             });
             indexed.push(root.clone());
-            granted.watched.push(GrantWatch { plan, start, index });
+            granted.watched.push(GrantWatch {
+                plan,
+                start,
+                quick,
+                index,
+            });
             added.push(root);
         }
         added
@@ -817,7 +830,7 @@ impl Watch {
     fn quick_paths(&self) -> Vec<PathBuf> {
         let mut paths = self.quick.clone();
         if let Ok(granted) = self.granted.lock() {
-            for g in &granted.watched {
+            for g in granted.watched.iter().filter(|g| g.quick) {
                 paths.extend(g.plan.watched.iter().cloned());
             }
         }
@@ -1248,6 +1261,45 @@ mod tests {
         assert_eq!(
             snapshot(&[root.join("p/.vscode")], false, None).cut_off,
             None
+        );
+    }
+
+    /// A grant made during the session is read before its first command
+    /// and compared at the end; one whose list is too large to check after
+    /// every command is still compared at the end.
+    #[test]
+    fn a_grant_made_during_the_session_is_read_before_its_first_command() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        for d in ["p", "small/.git/hooks", "big/.idea"] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        std::fs::write(root.join("small/.git/HEAD"), "ref: refs/heads/main\n").expect("w");
+        std::fs::write(root.join("small/.git/config"), "[core]\n").expect("w");
+        for i in 0..=MAX_QUICK {
+            std::fs::write(root.join(format!("big/.idea/{i}")), "").expect("w");
+        }
+        let p = policy(root);
+        let watch = Watch::start(plan(&p, &FsTree), false, &p);
+        let grants = [root.join("small"), root.join("big")];
+        assert_eq!(watch.before_command(&grants), grants);
+        assert!(watch.before_command(&grants).is_empty(), "once each");
+        let quick = watch.quick_paths();
+        assert!(quick.contains(&root.join("small/.git/hooks")), "{quick:?}");
+        assert!(!quick.contains(&root.join("big/.idea")), "{quick:?}");
+        std::fs::write(root.join("small/.git/hooks/pre-commit"), "evil\n").expect("w");
+        std::fs::write(root.join("big/.idea/0"), "evil\n").expect("w");
+        assert_eq!(
+            watch.after_command("plant"),
+            [root.join("small/.git/hooks/pre-commit")]
+        );
+        let found: Vec<PathBuf> = watch.finish().into_iter().map(|f| f.path).collect();
+        assert_eq!(
+            found,
+            [
+                root.join("big/.idea/0"),
+                root.join("small/.git/hooks/pre-commit")
+            ]
         );
     }
 

@@ -28,10 +28,19 @@
 //! - The directory `core.hooksPath` names, when it lies in the project
 //!   (husky and friends).
 //!
+//! The same, in each directory granted by path ([`grant_roots`]): another
+//! repository the agent's commands may write is as dangerous as the
+//! project. Not the places presets name: tools' caches, where the list's
+//! names occur as data.
+//!
 //! In the home directory: Claude Code's user settings (which hold nd7's own
-//! record hooks), commands, agents, skills, hook scripts and installed
-//! plugins; the shell start-up files and git's user configuration, which a
-//! grant of the home directory would otherwise hand over.
+//! record hooks), commands, agents, skills, hook scripts, installed plugins
+//! and local install, and the files its settings run ([`settings_programs`]);
+//! Codex's settings, hooks, environment, rules, prompts, plugins and
+//! standalone install; and what a grant of the home directory would
+//! otherwise hand over: the shell, login, git, cargo, direnv, mise,
+//! terminal and editor start-up files and the directories of programs
+//! early on PATH ([`HOME_LOCKED`] says why each).
 //!
 //! Not on the list: the project's build files (`package.json`, `Makefile`,
 //! `build.rs`, `.npmrc`, `.cargo/config.toml`). They run only when the user
@@ -50,7 +59,8 @@
 //! ([`Guard::Lock`]) and mounts of their parents onto themselves so that
 //! nothing can rename them away ([`Guard::Pin`]); everything on the list,
 //! existing or not, is also watched, and a change is reported when the
-//! session ends.
+//! session ends. A grant made during the session is planned then
+//! ([`plan_grant`]) and only watched: the namespaces cannot change by then.
 
 use std::path::{Path, PathBuf};
 
