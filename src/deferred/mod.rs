@@ -30,8 +30,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::policy::Policy;
 use crate::policy::deferred::{
-    Kind, MAX_CONFIG, MAX_STATE, Plan, Tree, claude_state_risky, git_config_risky, gitdir_of,
-    grant_roots, listed_beneath, plan_grant, searched_name,
+    Kind, MAX_CONFIG, MAX_STATE, Plan, Tree, caches, claude_state_risky, git_config_risky,
+    gitdir_of, grant_roots, listed_beneath, plan_grant, searched_name,
 };
 use report::{Body, Finding, What};
 
@@ -543,6 +543,8 @@ pub struct Watch {
     claude: Vec<(PathBuf, Result<serde_json::Value, String>)>,
     own: Vec<PathBuf>,
     policy: Policy,
+    /// Presets' places, which the search does not enter.
+    caches: Vec<PathBuf>,
     /// Anything changed at or after this time counts as changed during the
     /// session (the start, less the file system's timestamp granularity).
     since: SystemTime,
@@ -643,10 +645,11 @@ fn dir_stamp(path: &Path) -> Option<(u64, (i64, i64))> {
 }
 
 /// Indexes `root`: every directory below it, at any depth (not into `.git`
-/// directories, nor through links), and the listed names found, reading at
-/// most `budget` entries. A directory that cannot be listed is still
-/// stamped: if it changes, the end's search tries it again.
-fn index(root: &Path, budget: usize) -> Index {
+/// directories, nor through links, nor into `skip` below it), and the
+/// listed names found, reading at most `budget` entries. A directory that
+/// cannot be listed is still stamped: if it changes, the end's search tries
+/// it again.
+fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
     let mut out = Index {
         root: root.to_path_buf(),
         budget,
@@ -676,6 +679,9 @@ fn index(root: &Path, budget: usize) -> Index {
             let name = entry.file_name();
             let name = name.to_string_lossy();
             let path = entry.path();
+            if skipped(&path, root, skip) {
+                continue;
+            }
             if searched_name(&name) {
                 out.named.push(path.clone());
             }
@@ -685,6 +691,13 @@ fn index(root: &Path, budget: usize) -> Index {
         }
     }
     out
+}
+
+/// Whether `path`, below `root`, lies in one of `skip` that `root` is not
+/// itself in.
+fn skipped(path: &Path, root: &Path, skip: &[PathBuf]) -> bool {
+    skip.iter()
+        .any(|s| path.starts_with(s) && !root.starts_with(s))
 }
 
 fn unlisted_why(why: &str) -> String {
@@ -745,6 +758,7 @@ impl Watch {
             index: Background::new(),
             claude,
             own,
+            caches: caches(&policy.roots.home),
             policy: policy.clone(),
             since,
             seen: Mutex::new(Seen {
@@ -766,8 +780,9 @@ impl Watch {
         self.locked
             .start(move || snapshot(&held, true, None).entries);
         let roots = outermost(&self.plan.roots);
+        let skip = self.caches.clone();
         self.index
-            .start(move || roots.iter().map(|r| index(r, MAX_SEARCH)).collect());
+            .start(move || roots.iter().map(|r| index(r, MAX_SEARCH, &skip)).collect());
     }
 
     /// The paths whose changes are reported.
@@ -810,8 +825,8 @@ impl Watch {
             }
             let index = (!indexed.iter().any(|r| root.starts_with(r))).then(|| {
                 let bg = Background::new();
-                let at = root.clone();
-                bg.start(move || index(&at, MAX_SEARCH));
+                let (at, skip) = (root.clone(), self.caches.clone());
+                bg.start(move || index(&at, MAX_SEARCH, &skip));
                 bg
             });
             indexed.push(root.clone());
@@ -930,14 +945,14 @@ impl Watch {
             .get(|| {
                 outermost(&self.plan.roots)
                     .iter()
-                    .map(|r| index(r, MAX_SEARCH))
+                    .map(|r| index(r, MAX_SEARCH, &self.caches))
                     .collect()
             })
             .iter()
             .collect();
         for g in grants {
             if let (Some(bg), Some(root)) = (&g.index, g.plan.roots.first()) {
-                indexes.push(bg.get(|| index(root, MAX_SEARCH)));
+                indexes.push(bg.get(|| index(root, MAX_SEARCH, &self.caches)));
             }
         }
         let mut git_dirs = self.plan.git_dirs.clone();
@@ -1035,6 +1050,9 @@ impl Watch {
                         break;
                     }
                     let path = entry.path();
+                    if skipped(&path, &index.root, &self.caches) {
+                        continue;
+                    }
                     let name = entry.file_name();
                     let name = name.to_string_lossy();
                     if searched_name(&name) {
@@ -1243,10 +1261,10 @@ mod tests {
         }
         let p = policy(root);
         let watch = Watch::start(plan(&p, &FsTree), false, &p);
-        let whole = index(&root.join("p"), MAX_SEARCH);
+        let whole = index(&root.join("p"), MAX_SEARCH, &[]);
         assert!(!whole.truncated);
         assert!(watch.search(&[&whole], watch.watched(), &[]).is_empty());
-        let cut = index(&root.join("p"), 10);
+        let cut = index(&root.join("p"), 10, &[]);
         assert!(cut.truncated);
         let found = watch.search(&[&cut], watch.watched(), &[]);
         assert_eq!(found.len(), 1, "{found:?}");

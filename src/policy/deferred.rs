@@ -366,6 +366,17 @@ pub fn grant_roots(policy: &Policy, grants: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
+/// The places presets name under `home` (tools' caches, see
+/// [`grant_roots`]), which the end-of-session search does not enter either
+/// when they lie below a root: a granted home's cargo registry unpacks
+/// crates with `.gitattributes` in every session.
+pub fn caches(home: &Path) -> Vec<PathBuf> {
+    super::grants::PRESETS
+        .iter()
+        .flat_map(|p| p.dirs.iter().map(|d| home.join(d)))
+        .collect()
+}
+
 /// The mounts and watch list for `policy`'s project, home and the grants
 /// it starts with, as `tree` stands now.
 pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {

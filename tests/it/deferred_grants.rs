@@ -194,3 +194,47 @@ fn a_grant_the_session_starts_with_is_held_like_the_project() {
     assert_eq!(users_git_in_lib(&w), Vec::<String>::new());
     assert!(!Path::new(&w.home().join("lib/.git/hooks/pre-commit")).exists());
 }
+
+/// A home granted whole (with `nd7 allow ~`: the grants file refuses it)
+/// is searched like the project: a repository planted anywhere in it is
+/// reported. The places presets name are not entered
+/// (`deferred::skipped`, `policy::deferred::caches`): a crate unpacked with
+/// a `.gitattributes` and a `.vscode`, as cargo does, is no finding.
+/// Without the skip, the run reports the cache too.
+#[test]
+fn a_granted_home_is_searched_but_not_its_tools_caches() {
+    let w = World::new();
+    // A grant of the home gives what is in it, not the home itself (nd7's
+    // own places are carved out): new top-level names cannot be made.
+    for d in [".cargo/registry/src", "src"] {
+        std::fs::create_dir_all(w.home().join(d)).expect("mkdir");
+    }
+    let home = w.in_home("");
+    let home = home.trim_end_matches('/').to_string();
+    let (child, _pid) = w.start_agent(&format!(
+        r#"wait_for go
+"$EXEC" "mkdir -p '{home}/.cargo/registry/src/x/.vscode' && echo '* text=auto' > '{home}/.cargo/registry/src/x/.gitattributes' && echo '{{}}' > '{home}/.cargo/registry/src/x/.vscode/settings.json'"
+"$EXEC" "git init -q '{home}/src/r' && git -C '{home}/src/r' config core.fsmonitor 'touch {out}/r; false'"
+echo planted
+"#,
+        out = w.outside().display()
+    ));
+    let allow = w.nd7(&["allow", &home]).output().expect("allow");
+    assert!(allow.status.success(), "{}", text(&allow.stderr));
+    w.signal("go");
+    let out = child.wait_with_output().expect("agent ends");
+    assert_eq!(text(&out.stdout), "planted\n", "{}", text(&out.stderr));
+    let chains = crate::runs::run_chains(&w);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let changes = chains[0]
+        .iter()
+        .rev()
+        .find(|e| e["source"] == "exit:nd7" && e["kind"] == "deferred_changed")
+        .map(|e| e["body"]["changes"].clone())
+        .unwrap_or_else(|| panic!("no deferred_changed entry: {:?}", chains[0]));
+    let paths: Vec<&str> = changes
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["path"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(paths, [format!("{home}/src/r/.git/config")], "{changes:#}");
+}
