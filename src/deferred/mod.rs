@@ -225,6 +225,8 @@ const MAX_ENTRIES: usize = 100_000;
 const MAX_TEXT: u64 = 256 * 1024;
 /// Files up to this size are hashed.
 const MAX_HASH: u64 = 64 * 1024 * 1024;
+/// The stack a grant made during the session is planned on.
+const PLAN_STACK: usize = 8 * 1024 * 1024;
 /// The most entries of a grant made during the session that are checked
 /// after each command.
 const MAX_QUICK: usize = 5_000;
@@ -812,7 +814,17 @@ impl Watch {
         indexed.extend(granted.watched.iter().flat_map(|g| g.plan.roots.clone()));
         let mut added = Vec::new();
         for root in grant_roots(&self.policy, &new) {
-            let plan = plan_grant(&root, &FsTree);
+            // The planner recurses once per nested git directory (a
+            // grant's `.git/modules/a/modules/a/…`, up to 256), more than
+            // the exit's small thread stacks hold: it gets a thread of its
+            // own with the main thread's usual stack.
+            let at = root.clone();
+            let plan = std::thread::Builder::new()
+                .stack_size(PLAN_STACK)
+                .spawn(move || plan_grant(&at, &FsTree))
+                .ok()
+                .and_then(|t| t.join().ok())
+                .unwrap_or_else(|| plan_grant(&root, &FsTree));
             if plan.roots.is_empty() {
                 continue;
             }

@@ -238,3 +238,35 @@ echo planted
         .unwrap_or_default();
     assert_eq!(paths, [format!("{home}/src/r/.git/config")], "{changes:#}");
 }
+
+/// A grant made during the session whose repository nests 200 submodule
+/// git directories (`.git/modules/a/modules/a/…`, as the agent could leave
+/// in any directory it is later granted): the planner recurses once per
+/// level, deeper than the exit's 256 KiB thread stacks hold. Guards
+/// `Watch::before_command`'s planning thread: without it the stack
+/// overflows and the whole `nd7 run` dies with no warning and no `run_end`.
+#[test]
+fn a_deeply_nested_grant_is_planned_without_ending_the_session() {
+    let w = World::new();
+    let mut git = w.home().join("deep/.git");
+    std::fs::create_dir_all(&git).expect("mkdir");
+    std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").expect("write");
+    for _ in 0..200 {
+        git = git.join("modules/a");
+        std::fs::create_dir_all(&git).expect("mkdir");
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").expect("write");
+    }
+    let at = w.in_home("deep");
+    let (child, _pid) = w.start_agent(&format!(
+        "wait_for go\n\"$EXEC\" \"echo '[core]' > '{at}/.git/modules/a/config'\" && echo planted\n"
+    ));
+    let allow = w.nd7(&["allow", &at]).output().expect("allow");
+    assert!(allow.status.success(), "{}", text(&allow.stderr));
+    w.signal("go");
+    let out = child.wait_with_output().expect("agent ends");
+    assert_eq!(text(&out.stdout), "planted\n", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let chains = crate::runs::run_chains(&w);
+    let last = chains[0].last().expect("entries");
+    assert_eq!(last["kind"], "run_end", "{last}");
+}
