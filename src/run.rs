@@ -317,6 +317,12 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     let (started_grants, grant_warnings) = run_grants::grant_at_start(&mut policy, &planned)?;
     warnings.extend(grant_warnings);
     warnings.extend(pin_roots(&mut policy, &cwd));
+    // Named in the policy for Seatbelt, which holds files by name; on Linux
+    // the plan below holds them (the same list).
+    policy.named_programs = crate::policy::deferred::settings_programs(&policy, &deferred::FsTree)
+        .into_iter()
+        .filter(|p| !p.starts_with(&policy.roots.project))
+        .collect();
     // The floor's ruleset is built on a thread while this one holds the
     // files that run later outside the floor (read-only where the system
     // allows), scopes the session and starts its log and record, and a
@@ -332,8 +338,8 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     // The snapshot is taken as if the locks will hold (they nearly always
     // do), and again below if they do not.
     let snapshot = {
-        let (plan, project) = (plan.clone(), policy.roots.project.clone());
-        std::thread::spawn(move || deferred::Watch::start(plan, true, &project))
+        let (plan, policy) = (plan.clone(), policy.clone());
+        std::thread::spawn(move || deferred::Watch::start(plan, true, &policy))
     };
     let (held, not_held) = match sandbox::hold(&plan) {
         Ok(held) => (held, None),
@@ -398,7 +404,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         .map_err(end_early)?;
     let watch = Arc::new(match snapshot {
         Ok(watch) if held.locks() => watch,
-        _ => deferred::Watch::start(plan, held.locks(), &policy.roots.project),
+        _ => deferred::Watch::start(plan, held.locks(), &policy),
     });
     // Nothing is started under the floor before the keeper has said what it
     // can do: the seccomp filter depends on it.
@@ -429,7 +435,13 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             }
         })
     };
-    let exit = sandbox::serve_exit_held(&session.0, &log, &held, Some(after))
+    let before: sandbox::BeforeCommand = {
+        let watch = watch.clone();
+        Arc::new(move |grants: &[PathBuf]| {
+            watch.before_command(grants);
+        })
+    };
+    let exit = sandbox::serve_exit_held(&session.0, &log, &held, Some(before), Some(after))
         .map_err(|e| end_early(RunError::Sandbox(e)))?;
 
     let mut command = Command::new(&options.program);

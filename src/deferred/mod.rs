@@ -6,49 +6,45 @@
 //! Where the session's namespaces lock these files (Linux with user
 //! namespaces), the watch covers what no mount can: names that did not exist
 //! when the session started (a new `.envrc`, a `git init` in a
-//! subdirectory), and Claude Code's state file, which it must keep writing.
-//! Where they cannot be locked, it covers everything on the list. Each check
-//! compares `lstat` results (type, mode, size, inode, change time, link
-//! target); only the start and the end read contents, to show a diff.
+//! subdirectory), grants made during the session, and Claude Code's state
+//! file, which it must keep writing. Where they cannot be locked, it covers
+//! everything on the list. Each check compares `lstat` results (type, mode,
+//! size, inode, change time, link target); only the start and the end read
+//! contents, to show a diff.
+//!
+//! This runs in the unconfined `nd7 run`, on files the agent can replace
+//! with anything: every read opens without blocking and without following a
+//! final link (`read_bounded`), takes only a regular file, and reads at
+//! most a bound. What it cannot read whole (a FIFO, a device, a directory it
+//! cannot list, a file larger than the bound, a search cut off) is a finding
+//! itself, never a silent pass.
 
 pub mod report;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use crate::policy::Policy;
 use crate::policy::deferred::{
-    Kind, Plan, SEARCH_DEPTH, Tree, claude_state_risky, git_config_risky, gitdir_of, searched_name,
+    Kind, MAX_CONFIG, MAX_STATE, Plan, Tree, caches, claude_state_risky, git_config_risky,
+    gitdir_of, grant_roots, listed_beneath, plan_grant, searched_name,
 };
 use report::{Body, Finding, What};
 
 /// The real file system, for [`crate::policy::deferred::plan`].
 pub struct FsTree;
 
-/// The largest file whose text the planner reads (configurations, `.git`
-/// files, `.gitmodules`).
-const MAX_READ: u64 = 256 * 1024;
-
 impl Tree for FsTree {
     fn kind(&self, path: &Path) -> Option<Kind> {
-        let t = std::fs::symlink_metadata(path).ok()?.file_type();
-        Some(if t.is_symlink() {
-            Kind::Link
-        } else if t.is_dir() {
-            Kind::Dir
-        } else {
-            Kind::File
-        })
+        Some(kind_of(std::fs::symlink_metadata(path).ok()?.file_type()))
     }
 
-    fn read(&self, path: &Path) -> Option<String> {
-        let file = std::fs::File::open(path).ok()?;
-        let mut text = String::new();
-        file.take(MAX_READ).read_to_string(&mut text).ok()?;
-        Some(text)
+    fn read(&self, path: &Path, limit: u64) -> Option<String> {
+        String::from_utf8(read_bounded(path, Follow::Yes, limit).ok()?).ok()
     }
 
     fn list(&self, path: &Path) -> Vec<PathBuf> {
@@ -62,7 +58,148 @@ impl Tree for FsTree {
     }
 }
 
-/// What `lstat` says about a path: enough to tell that it changed.
+fn kind_of(t: std::fs::FileType) -> Kind {
+    if t.is_symlink() {
+        Kind::Link
+    } else if t.is_dir() {
+        Kind::Dir
+    } else if t.is_file() {
+        Kind::File
+    } else {
+        Kind::Special
+    }
+}
+
+/// What a file that is neither regular, a directory nor a link is, in words.
+fn special_name(t: std::fs::FileType) -> &'static str {
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Whether a read follows a final symbolic link.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Follow {
+    Yes,
+    No,
+}
+
+/// Why a file was not read whole.
+#[derive(Debug)]
+enum Unread {
+    Missing,
+    /// A symbolic link, where none is followed.
+    Link,
+    /// A FIFO, socket or device (what it is, in words).
+    Special(&'static str),
+    /// Larger than the bound: its length (or what was read of it).
+    TooLarge(u64, u64),
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unread::Missing => write!(f, "it does not exist"),
+            Unread::Link => write!(f, "it is a symbolic link"),
+            Unread::Special(what) => write!(f, "it is {what}, not a regular file"),
+            Unread::TooLarge(len, limit) => {
+                write!(f, "it has {len} bytes, more than the {limit} nd7 reads")
+            }
+            Unread::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A regular file's contents, at most `limit` bytes. Opened without
+/// blocking (a FIFO cannot stall the open), without a controlling terminal
+/// and, unless `follow`, without following a final link; checked again on
+/// the open descriptor, so what is read is a regular file even if the name
+/// was swapped between the checks, and read to at most one byte past the
+/// bound, so a file that grows cannot keep it reading.
+fn read_bounded(path: &Path, follow: Follow, limit: u64) -> Result<Vec<u8>, Unread> {
+    use rustix::fs::{Mode, OFlags};
+    let checked = |m: &std::fs::Metadata| -> Result<(), Unread> {
+        let t = m.file_type();
+        if t.is_symlink() {
+            Err(Unread::Link)
+        } else if !t.is_file() {
+            Err(Unread::Special(if t.is_dir() {
+                "a directory"
+            } else {
+                special_name(t)
+            }))
+        } else if m.len() > limit {
+            Err(Unread::TooLarge(m.len(), limit))
+        } else {
+            Ok(())
+        }
+    };
+    let named = match follow {
+        Follow::Yes => std::fs::metadata(path),
+        Follow::No => std::fs::symlink_metadata(path),
+    };
+    let named = named.map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Unread::Missing,
+        _ => Unread::Io(e),
+    })?;
+    checked(&named)?;
+    let mut flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    if follow == Follow::No {
+        flags |= OFlags::NOFOLLOW;
+    }
+    let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|e| match e {
+        rustix::io::Errno::LOOP => Unread::Link,
+        rustix::io::Errno::NOENT => Unread::Missing,
+        e => Unread::Io(e.into()),
+    })?;
+    let file = std::fs::File::from(fd);
+    checked(&file.metadata().map_err(Unread::Io)?)?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(Unread::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(Unread::TooLarge(bytes.len() as u64, limit));
+    }
+    Ok(bytes)
+}
+
+/// A regular file's BLAKE3 hash, read as [`read_bounded`] reads, in
+/// blocks, at most `limit` bytes.
+fn hash_bounded(path: &Path, limit: u64) -> Result<String, Unread> {
+    use rustix::fs::{Mode, OFlags};
+    let flags =
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let m = std::fs::symlink_metadata(path).map_err(Unread::Io)?;
+    if !m.file_type().is_file() {
+        return Err(Unread::Special(special_name(m.file_type())));
+    }
+    let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|e| Unread::Io(e.into()))?;
+    let file = std::fs::File::from(fd);
+    let m = file.metadata().map_err(Unread::Io)?;
+    if !m.file_type().is_file() {
+        return Err(Unread::Special(special_name(m.file_type())));
+    }
+    let mut hasher = blake3::Hasher::new();
+    let n = std::io::copy(&mut file.take(limit + 1), &mut hasher).map_err(Unread::Io)?;
+    if n > limit {
+        return Err(Unread::TooLarge(n, limit));
+    }
+    Ok(hasher.finalize().to_hex().to_string())
+}
+
+/// What `lstat` says about a path: enough to tell that it changed. The
+/// change time cannot be set back from inside (only the clock moves it),
+/// so a file whose contents cannot be compared is compared by it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Meta {
     kind: Kind,
@@ -82,26 +219,24 @@ struct Entry {
 
 type Snapshot = BTreeMap<PathBuf, Entry>;
 
-/// How many entries one snapshot reads at most, and how deep.
-const MAX_ENTRIES: usize = 20_000;
-const MAX_DEPTH: usize = 16;
+/// How many entries one snapshot reads at most.
+const MAX_ENTRIES: usize = 100_000;
 /// Files up to this size are kept whole when they are text.
 const MAX_TEXT: u64 = 256 * 1024;
 /// Files up to this size are hashed.
 const MAX_HASH: u64 = 64 * 1024 * 1024;
-/// How many directory entries the end-of-session search reads at most.
-const MAX_SEARCH: usize = 100_000;
+/// The stack a grant made during the session is planned on.
+const PLAN_STACK: usize = 8 * 1024 * 1024;
+/// The most entries of a grant made during the session that are checked
+/// after each command.
+const MAX_QUICK: usize = 5_000;
+/// How many directory entries the search for new repositories reads at
+/// most below one root, when the session starts and again at its end.
+const MAX_SEARCH: usize = 1_000_000;
 
 fn meta(path: &Path) -> Option<Meta> {
     let m = std::fs::symlink_metadata(path).ok()?;
-    let t = m.file_type();
-    let kind = if t.is_symlink() {
-        Kind::Link
-    } else if t.is_dir() {
-        Kind::Dir
-    } else {
-        Kind::File
-    };
+    let kind = kind_of(m.file_type());
     Some(Meta {
         kind,
         mode: m.mode(),
@@ -115,63 +250,130 @@ fn meta(path: &Path) -> Option<Meta> {
     })
 }
 
+/// What a file on the list holds now. A directory's entries are read by
+/// [`snapshot`], which replaces `Body::Dir` when it cannot list them.
 fn body(path: &Path, meta: &Meta) -> Body {
     match meta.kind {
         Kind::Dir => Body::Dir,
         Kind::Link => Body::Link(meta.target.clone().unwrap_or_default()),
+        Kind::Special => Body::Special(
+            std::fs::symlink_metadata(path)
+                .map(|m| special_name(m.file_type()))
+                .unwrap_or("not a regular file")
+                .to_string(),
+        ),
         Kind::File => {
-            if meta.len <= MAX_TEXT
-                && let Ok(bytes) = std::fs::read(path)
-            {
-                return match String::from_utf8(bytes) {
-                    Ok(text) => Body::Text(text),
-                    Err(e) => Body::Data {
-                        len: meta.len,
-                        hash: Some(blake3::hash(e.as_bytes()).to_hex().to_string()),
-                    },
-                };
+            if meta.len <= MAX_TEXT {
+                match read_bounded(path, Follow::No, MAX_TEXT) {
+                    Ok(bytes) => {
+                        return match String::from_utf8(bytes) {
+                            Ok(text) => Body::Text(text),
+                            Err(e) => Body::Data {
+                                len: e.as_bytes().len() as u64,
+                                hash: Some(blake3::hash(e.as_bytes()).to_hex().to_string()),
+                            },
+                        };
+                    }
+                    // Grown since `lstat`: hashed below, or too large.
+                    Err(Unread::TooLarge(..)) => {}
+                    Err(Unread::Special(what)) => return Body::Special(what.to_string()),
+                    Err(e) => return Body::Unread(e.to_string()),
+                }
             }
-            let hash = (meta.len <= MAX_HASH)
-                .then(|| {
-                    let mut hasher = blake3::Hasher::new();
-                    std::fs::File::open(path)
-                        .and_then(|mut f| std::io::copy(&mut f, &mut hasher))
-                        .ok()
-                        .map(|_| hasher.finalize().to_hex().to_string())
-                })
-                .flatten();
-            Body::Data {
-                len: meta.len,
-                hash,
+            match hash_bounded(path, MAX_HASH) {
+                Ok(hash) => Body::Data {
+                    len: meta.len,
+                    hash: Some(hash),
+                },
+                Err(Unread::TooLarge(..)) => Body::Data {
+                    len: meta.len,
+                    hash: None,
+                },
+                Err(Unread::Special(what)) => Body::Special(what.to_string()),
+                Err(e) => Body::Unread(e.to_string()),
             }
         }
     }
 }
 
+/// Whether a body holds everything needed to tell the file changed; for
+/// one that does not, `lstat` is compared instead.
+fn exact(body: &Option<Body>) -> bool {
+    matches!(
+        body,
+        Some(Body::Text(_) | Body::Dir | Body::Link(_) | Body::Data { hash: Some(_), .. })
+    )
+}
+
+/// A snapshot, and the watched path below which it stopped at
+/// [`MAX_ENTRIES`], if it did.
+struct Taken {
+    entries: Snapshot,
+    cut_off: Option<PathBuf>,
+}
+
 /// Reads `paths` (a directory with everything beneath it, except a `.git`
 /// directory, whose own entries are watched on their own), with contents
-/// when `bodies`.
-fn snapshot(paths: &[PathBuf], bodies: bool) -> Snapshot {
+/// when `bodies`. A file whose `lstat` is what `earlier` holds keeps the
+/// body read then: the change time says it was not written since.
+fn snapshot(paths: &[PathBuf], bodies: bool, earlier: Option<&Snapshot>) -> Taken {
+    snapshot_within(paths, bodies, earlier, MAX_ENTRIES)
+}
+
+/// [`snapshot`], reading at most `max` entries.
+fn snapshot_within(
+    paths: &[PathBuf],
+    bodies: bool,
+    earlier: Option<&Snapshot>,
+    max: usize,
+) -> Taken {
     let mut out = Snapshot::new();
-    let mut stack: Vec<(PathBuf, usize)> = paths.iter().rev().map(|p| (p.clone(), 0)).collect();
-    while let Some((path, depth)) = stack.pop() {
-        if out.len() >= MAX_ENTRIES || out.contains_key(&path) {
+    let mut cut_off = None;
+    let mut stack: Vec<(PathBuf, usize)> = paths
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, p)| (p.clone(), i))
+        .collect();
+    while let Some((path, top)) = stack.pop() {
+        if out.contains_key(&path) {
+            continue;
+        }
+        if out.len() >= max {
+            cut_off.get_or_insert_with(|| paths[top].clone());
             continue;
         }
         let Some(m) = meta(&path) else { continue };
-        let walk = m.kind == Kind::Dir
-            && depth < MAX_DEPTH
-            && path.file_name() != Some(std::ffi::OsStr::new(".git"));
-        let body = bodies.then(|| body(&path, &m));
-        out.insert(path.clone(), Entry { meta: m, body });
-        if walk && let Ok(entries) = std::fs::read_dir(&path) {
-            let mut children: Vec<PathBuf> =
-                entries.filter_map(Result::ok).map(|e| e.path()).collect();
-            children.sort();
-            stack.extend(children.into_iter().rev().map(|c| (c, depth + 1)));
+        let walk = m.kind == Kind::Dir && path.file_name() != Some(std::ffi::OsStr::new(".git"));
+        let mut body = bodies.then(|| {
+            earlier
+                .and_then(|e| e.get(&path))
+                .filter(|e| e.meta == m && m.kind != Kind::Dir)
+                .and_then(|e| e.body.clone())
+                .unwrap_or_else(|| body(&path, &m))
+        });
+        if walk {
+            match std::fs::read_dir(&path) {
+                Ok(entries) => {
+                    let mut children: Vec<PathBuf> =
+                        entries.filter_map(Result::ok).map(|e| e.path()).collect();
+                    children.sort();
+                    stack.extend(children.into_iter().rev().map(|c| (c, top)));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    if bodies {
+                        body = Some(Body::Unlisted(e.to_string()));
+                    }
+                }
+            }
         }
+        out.insert(path.clone(), Entry { meta: m, body });
     }
-    out
+    Taken {
+        entries: out,
+        cut_off,
+    }
 }
 
 /// The differences between two snapshots. Directories are reported when
@@ -186,18 +388,28 @@ fn compare(before: &Snapshot, after: &Snapshot) -> Vec<Finding> {
             (None, None) => continue,
             // A new directory says nothing by itself (Claude Code makes
             // empty ones); whatever is put in it is reported on its own.
-            (None, Some(a)) if a.meta.kind == Kind::Dir => continue,
+            (None, Some(a))
+                if matches!(a.body, None | Some(Body::Dir)) && a.meta.kind == Kind::Dir =>
+            {
+                continue;
+            }
             (None, Some(_)) => What::Added,
             (Some(_), None) => What::Removed,
             (Some(b), Some(a)) => {
                 let (bm, am) = (&b.meta, &a.meta);
                 let replaced = bm.kind != am.kind || bm.ino != am.ino || bm.dev != am.dev;
-                let content = match (&b.body, &a.body) {
-                    (Some(x), Some(y)) => x != y,
-                    _ => bm.len != am.len || bm.ctime != am.ctime || bm.target != am.target,
+                let content = if exact(&b.body) && exact(&a.body) {
+                    b.body != a.body
+                } else {
+                    // Either side not read whole (too large, not listed,
+                    // not read at all): what `lstat` says decides.
+                    b.body != a.body
+                        || bm.len != am.len
+                        || bm.ctime != am.ctime
+                        || bm.target != am.target
                 };
                 if am.kind == Kind::Dir && bm.kind == Kind::Dir {
-                    if replaced {
+                    if replaced || b.body != a.body {
                         What::Changed
                     } else if bm.mode != am.mode {
                         What::Mode {
@@ -241,21 +453,60 @@ fn compare(before: &Snapshot, after: &Snapshot) -> Vec<Finding> {
     out
 }
 
-/// Claude Code's state file's risky parts ([`claude_state_risky`]), or
-/// `None` when it cannot be read as JSON. A state not made yet (the first
-/// run, through the link `nd7 setup` leaves for it) starts nothing: it
-/// reads as an empty one, so Claude Code creating it is no finding, while
-/// creating it with an MCP server is.
-fn claude_state(path: &Path, own: &[PathBuf]) -> Option<serde_json::Value> {
-    let bytes = match std::fs::read(path) {
+/// What on the list is, at the end, something nd7 could not read whole:
+/// reported whether or not it changed, since what it holds is unknown.
+fn unreadable_at_the_end(end: &Snapshot, already: &[Finding]) -> Vec<Finding> {
+    end.iter()
+        .filter_map(|(path, e)| {
+            let why = match e.body.as_ref()? {
+                Body::Special(what) => format!(
+                    "{what} where a file on the list belongs: nd7 does not read it, and what reads it later may block or run"
+                ),
+                Body::Unlisted(why) => format!(
+                    "a directory on the list that cannot be listed ({why}): what is in it was not checked"
+                ),
+                Body::Unread(why) => {
+                    format!("a file on the list that cannot be read ({why}): it was not compared")
+                }
+                _ => return None,
+            };
+            (!already.iter().any(|f| f.path == *path)).then(|| Finding {
+                path: path.clone(),
+                what: What::Found(why),
+                before: None,
+                after: e.body.clone(),
+                after_command: None,
+            })
+        })
+        .collect()
+}
+
+/// A finding that is only a reason.
+fn found(path: &Path, why: String) -> Finding {
+    Finding {
+        path: path.to_path_buf(),
+        what: What::Found(why),
+        before: None,
+        after: None,
+        after_command: None,
+    }
+}
+
+/// Claude Code's state file's risky parts ([`claude_state_risky`]), or why
+/// they cannot be read. A state not made yet (the first run, through the
+/// link `nd7 setup` leaves for it) starts nothing: it reads as an empty
+/// one, so Claude Code creating it is no finding, while creating it with an
+/// MCP server is. Read following a link (`~/.claude.json` is one), but only
+/// ever a regular file, and at most [`MAX_STATE`].
+fn claude_state(path: &Path, own: &[PathBuf]) -> Result<serde_json::Value, String> {
+    let bytes = match read_bounded(path, Follow::Yes, MAX_STATE) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Some(claude_state_risky(&serde_json::json!({}), own));
-        }
-        Err(_) => return None,
+        Err(Unread::Missing) => return Ok(claude_state_risky(&serde_json::json!({}), own)),
+        Err(e) => return Err(e.to_string()),
     };
-    let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    Some(claude_state_risky(&value, own))
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("it is not JSON: {e}"))?;
+    Ok(claude_state_risky(&value, own))
 }
 
 /// How Claude Code names the session's project in its state: the project
@@ -268,9 +519,10 @@ fn own_project_keys(project: &Path) -> Vec<PathBuf> {
     own
 }
 
-fn pretty(value: &Option<serde_json::Value>) -> Option<Body> {
+fn pretty(value: &Result<serde_json::Value, String>) -> Option<Body> {
     value
         .as_ref()
+        .ok()
         .map(|v| Body::Text(serde_json::to_string_pretty(v).unwrap_or_default() + "\n"))
 }
 
@@ -287,16 +539,42 @@ pub struct Watch {
     /// does not delay its start.
     held: Vec<PathBuf>,
     locked: Background<Snapshot>,
-    /// The project's directories and the listed names in them, indexed
-    /// beside the program for the end-of-session search.
-    index: Background<Index>,
-    claude: Vec<(PathBuf, Option<serde_json::Value>)>,
+    /// The roots' directories and the listed names in them, indexed beside
+    /// the program for the end-of-session search.
+    index: Background<Vec<Index>>,
+    claude: Vec<(PathBuf, Result<serde_json::Value, String>)>,
     own: Vec<PathBuf>,
-    project: PathBuf,
+    policy: Policy,
+    /// Presets' places, which the search does not enter.
+    caches: Vec<PathBuf>,
     /// Anything changed at or after this time counts as changed during the
     /// session (the start, less the file system's timestamp granularity).
     since: SystemTime,
     seen: Mutex<Seen>,
+    /// Grants made during the session, watched from the first command that
+    /// ran with them.
+    granted: Mutex<Granted>,
+}
+
+/// What the watch learned of grants made during the session.
+#[derive(Default)]
+struct Granted {
+    /// Every grant a command has run with, covered or not.
+    seen: BTreeSet<PathBuf>,
+    /// The grants the list covers ([`grant_roots`]), each with its plan,
+    /// its start snapshot and its index.
+    watched: Vec<GrantWatch>,
+}
+
+struct GrantWatch {
+    plan: Plan,
+    start: Snapshot,
+    /// Whether it is checked after each command too: not when its list
+    /// holds more than [`MAX_QUICK`] entries (a granted home's
+    /// `~/.vscode`, VS Code's extensions), which the end compares alone.
+    quick: bool,
+    /// `None` for a grant beneath a root already indexed.
+    index: Option<Background<Index>>,
 }
 
 /// A value computed on a thread of its own once started, waited for when
@@ -347,56 +625,97 @@ impl<T: Send + 'static> Background<T> {
     }
 }
 
-/// The project's directories down to [`SEARCH_DEPTH`] (inode and change
-/// time each, taken before its entries are read, so an entry added while
-/// it is read shows as a change), and the listed names found in them.
+/// A root's directories (inode and change time each, taken before its
+/// entries are read, so an entry added while it is read shows as a change;
+/// the change time, which nothing inside can set back, unlike the
+/// modification time), and the listed names found in them.
 #[derive(Default)]
 struct Index {
+    root: PathBuf,
     dirs: Vec<(PathBuf, u64, (i64, i64))>,
     named: Vec<PathBuf>,
+    /// Directories that could not be listed, and why.
+    unlisted: Vec<(PathBuf, String)>,
+    /// How many entries it was allowed, and whether it stopped there.
+    budget: usize,
     truncated: bool,
 }
 
 fn dir_stamp(path: &Path) -> Option<(u64, (i64, i64))> {
     let m = std::fs::symlink_metadata(path).ok()?;
-    m.is_dir().then(|| (m.ino(), (m.mtime(), m.mtime_nsec())))
+    m.is_dir().then(|| (m.ino(), (m.ctime(), m.ctime_nsec())))
 }
 
-/// Indexes `root`: every directory down to [`SEARCH_DEPTH`] below it (not
-/// into `.git` directories), and the listed names found.
-fn index(root: &Path) -> Index {
-    let mut out = Index::default();
-    let mut stack = vec![(root.to_path_buf(), 0usize)];
+/// Indexes `root`: every directory below it, at any depth (not into `.git`
+/// directories, nor through links, nor into `skip` below it), and the
+/// listed names found, reading at most `budget` entries. A directory that
+/// cannot be listed is still stamped: if it changes, the end's search tries
+/// it again.
+fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
+    let mut out = Index {
+        root: root.to_path_buf(),
+        budget,
+        ..Index::default()
+    };
+    let mut stack = vec![root.to_path_buf()];
     let mut visited = 0usize;
-    while let Some((dir, depth)) = stack.pop() {
-        let Some((ino, mtime)) = dir_stamp(&dir) else {
+    while let Some(dir) = stack.pop() {
+        let Some((ino, ctime)) = dir_stamp(&dir) else {
             continue;
         };
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
+        out.dirs.push((dir.clone(), ino, ctime));
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                out.unlisted.push((dir, e.to_string()));
+                continue;
+            }
         };
-        out.dirs.push((dir.clone(), ino, mtime));
         for entry in entries.filter_map(Result::ok) {
             visited += 1;
-            if visited > MAX_SEARCH {
+            if visited > budget {
                 out.truncated = true;
                 return out;
             }
             let name = entry.file_name();
             let name = name.to_string_lossy();
             let path = entry.path();
+            if skipped(&path, root, skip) {
+                continue;
+            }
             if searched_name(&name) {
                 out.named.push(path.clone());
             }
-            if name != ".git"
-                && depth + 1 < SEARCH_DEPTH
-                && entry.file_type().is_ok_and(|t| t.is_dir())
-            {
-                stack.push((path, depth + 1));
+            if name != ".git" && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
             }
         }
     }
     out
+}
+
+/// Whether `path`, below `root`, lies in one of `skip` that `root` is not
+/// itself in.
+fn skipped(path: &Path, root: &Path, skip: &[PathBuf]) -> bool {
+    skip.iter()
+        .any(|s| path.starts_with(s) && !root.starts_with(s))
+}
+
+fn unlisted_why(why: &str) -> String {
+    format!(
+        "a directory that changed during the session and cannot be listed ({why}): repositories or files on the list in it were not checked"
+    )
+}
+
+/// `roots` without those beneath another (indexing the outer one covers
+/// them).
+fn outermost(roots: &[PathBuf]) -> Vec<PathBuf> {
+    roots
+        .iter()
+        .filter(|r| !roots.iter().any(|o| o != *r && r.starts_with(o)))
+        .cloned()
+        .collect()
 }
 
 #[derive(Default)]
@@ -408,16 +727,17 @@ struct Seen {
 impl Watch {
     /// Takes the start snapshot of `plan`'s files. `locked` says whether
     /// the plan's locks are in force (then only what they do not cover is
-    /// checked after each command).
-    pub fn start(plan: Plan, locked: bool, project: &Path) -> Watch {
+    /// checked after each command). `policy` is the session's: its project
+    /// and home say which grants the list covers.
+    pub fn start(plan: Plan, locked: bool, policy: &Policy) -> Watch {
         let since = SystemTime::now() - Duration::from_secs(2);
         let (held, quick): (Vec<PathBuf>, Vec<PathBuf>) = plan
             .watched
             .iter()
             .cloned()
             .partition(|p| locked && plan.locked(p));
-        let start = snapshot(&quick, true);
-        let own = own_project_keys(project);
+        let start = snapshot(&quick, true, None).entries;
+        let own = own_project_keys(&policy.roots.project);
         let claude = plan
             .claude_state
             .iter()
@@ -427,6 +747,10 @@ impl Watch {
             .iter()
             .map(|(p, e)| (p.clone(), e.meta.clone()))
             .collect();
+        let granted = Granted {
+            seen: policy.grants.iter().cloned().collect(),
+            watched: Vec::new(),
+        };
         Watch {
             plan,
             quick,
@@ -436,26 +760,31 @@ impl Watch {
             index: Background::new(),
             claude,
             own,
-            project: project.to_path_buf(),
+            caches: caches(&policy.roots.home),
+            policy: policy.clone(),
             since,
             seen: Mutex::new(Seen {
                 last,
                 first_after: BTreeMap::new(),
             }),
+            granted: Mutex::new(granted),
         }
     }
 
     /// Starts, once the program runs, what can be done beside it: the
     /// snapshot of the locked files (nothing inside can change them) and the
-    /// project's index. Reading each directory's time before its entries, the
+    /// roots' index. Reading each directory's time before its entries, the
     /// index misses nothing the program adds meanwhile: an entry added before
     /// a directory is read is found by its change time, one added after by
     /// the directory's.
     pub fn program_started(&self) {
         let held = self.held.clone();
-        self.locked.start(move || snapshot(&held, true));
-        let root = self.project.clone();
-        self.index.start(move || index(&root));
+        self.locked
+            .start(move || snapshot(&held, true, None).entries);
+        let roots = outermost(&self.plan.roots);
+        let skip = self.caches.clone();
+        self.index
+            .start(move || roots.iter().map(|r| index(r, MAX_SEARCH, &skip)).collect());
     }
 
     /// The paths whose changes are reported.
@@ -463,10 +792,83 @@ impl Watch {
         &self.plan.watched
     }
 
+    /// Called before a command through the exit starts, with the grants it
+    /// runs under: each one no command had before that the list covers
+    /// ([`grant_roots`]) is planned and its files read now, before anything
+    /// could write them (only commands get grants), and its directory
+    /// indexed beside the command. Returns the grants newly watched.
+    pub fn before_command(&self, grants: &[PathBuf]) -> Vec<PathBuf> {
+        let Ok(mut granted) = self.granted.lock() else {
+            return Vec::new();
+        };
+        let new: Vec<PathBuf> = grants
+            .iter()
+            .filter(|g| !granted.seen.contains(*g))
+            .cloned()
+            .collect();
+        if new.is_empty() {
+            return Vec::new();
+        }
+        granted.seen.extend(new.iter().cloned());
+        let mut indexed: Vec<PathBuf> = self.plan.roots.clone();
+        indexed.extend(granted.watched.iter().flat_map(|g| g.plan.roots.clone()));
+        let mut added = Vec::new();
+        for root in grant_roots(&self.policy, &new) {
+            // The planner recurses once per nested git directory (a
+            // grant's `.git/modules/a/modules/a/…`, up to 256), more than
+            // the exit's small thread stacks hold: it gets a thread of its
+            // own with the main thread's usual stack.
+            let at = root.clone();
+            let plan = std::thread::Builder::new()
+                .stack_size(PLAN_STACK)
+                .spawn(move || plan_grant(&at, &FsTree))
+                .ok()
+                .and_then(|t| t.join().ok())
+                .unwrap_or_else(|| plan_grant(&root, &FsTree));
+            if plan.roots.is_empty() {
+                continue;
+            }
+            let start = snapshot(&plan.watched, true, None).entries;
+            let quick = start.len() <= MAX_QUICK;
+            if quick && let Ok(mut seen) = self.seen.lock() {
+                for (p, e) in &start {
+                    seen.last.entry(p.clone()).or_insert_with(|| e.meta.clone());
+                }
+            }
+            let index = (!indexed.iter().any(|r| root.starts_with(r))).then(|| {
+                let bg = Background::new();
+                let (at, skip) = (root.clone(), self.caches.clone());
+                bg.start(move || index(&at, MAX_SEARCH, &skip));
+                bg
+            });
+            indexed.push(root.clone());
+            granted.watched.push(GrantWatch {
+                plan,
+                start,
+                quick,
+                index,
+            });
+            added.push(root);
+        }
+        added
+    }
+
+    /// What is checked after each command: `quick`, and every grant's list.
+    fn quick_paths(&self) -> Vec<PathBuf> {
+        let mut paths = self.quick.clone();
+        if let Ok(granted) = self.granted.lock() {
+            for g in granted.watched.iter().filter(|g| g.quick) {
+                paths.extend(g.plan.watched.iter().cloned());
+            }
+        }
+        paths
+    }
+
     /// Checks, after one command through the exit, what no lock covers,
     /// and returns what changed since the last check (each change once).
     pub fn after_command(&self, command: &str) -> Vec<PathBuf> {
-        let now: BTreeMap<PathBuf, Meta> = snapshot(&self.quick, false)
+        let now: BTreeMap<PathBuf, Meta> = snapshot(&self.quick_paths(), false, None)
+            .entries
             .into_iter()
             .map(|(p, e)| (p, e.meta))
             .collect();
@@ -498,33 +900,78 @@ impl Watch {
 
     /// Everything that changed since the start: the list's files compared
     /// whole, Claude Code's state compared in its risky parts, and the
-    /// project searched for repositories and listed names that appeared or
-    /// changed below it.
+    /// roots searched for repositories and listed names that appeared or
+    /// changed below them.
     pub fn finish(&self) -> Vec<Finding> {
-        let end = snapshot(&self.plan.watched, true);
+        let granted = self.granted.lock().ok();
+        let grants: &[GrantWatch] = granted.as_deref().map_or(&[], |g| &g.watched);
         let mut start = self.start.clone();
         start.extend(
             self.locked
-                .get(|| snapshot(&self.held, true))
+                .get(|| snapshot(&self.held, true, None).entries)
                 .iter()
                 .map(|(p, e)| (p.clone(), e.clone())),
         );
-        let mut findings = compare(&start, &end);
+        let mut watched = self.plan.watched.clone();
+        for g in grants {
+            start.extend(g.start.iter().map(|(p, e)| (p.clone(), e.clone())));
+            watched.extend(g.plan.watched.iter().cloned());
+        }
+        watched.sort();
+        watched.dedup();
+        let end = snapshot(&watched, true, Some(&start));
+        let mut findings = compare(&start, &end.entries);
+        findings.extend(unreadable_at_the_end(&end.entries, &findings));
+        if let Some(top) = &end.cut_off {
+            findings.push(found(
+                top,
+                format!(
+                    "more than {MAX_ENTRIES} entries on the list lie beneath it: those after the first {MAX_ENTRIES} were not compared"
+                ),
+            ));
+        }
         for (path, before) in &self.claude {
             let after = claude_state(path, &self.own);
-            if &after != before {
-                findings.push(Finding {
-                    path: path.clone(),
-                    what: What::Found(
-                        "Claude Code's MCP servers, allowed tools or folder trust changed".into(),
-                    ),
-                    before: pretty(before),
-                    after: pretty(&after),
-                    after_command: None,
-                });
+            let why = match (&after, before) {
+                (Err(why), _) => format!(
+                    "Claude Code's state cannot be read ({why}), so what it starts (MCP servers, allowed tools, folder trust) was not checked"
+                ),
+                (Ok(_), Err(why)) => format!(
+                    "Claude Code's state could not be read when the session started ({why}); what it starts now is shown"
+                ),
+                (Ok(a), Ok(b)) if a != b => {
+                    "Claude Code's MCP servers, allowed tools or folder trust changed".into()
+                }
+                _ => continue,
+            };
+            findings.push(Finding {
+                path: path.clone(),
+                what: What::Found(why),
+                before: pretty(before),
+                after: pretty(&after),
+                after_command: None,
+            });
+        }
+        let mut indexes: Vec<&Index> = self
+            .index
+            .get(|| {
+                outermost(&self.plan.roots)
+                    .iter()
+                    .map(|r| index(r, MAX_SEARCH, &self.caches))
+                    .collect()
+            })
+            .iter()
+            .collect();
+        for g in grants {
+            if let (Some(bg), Some(root)) = (&g.index, g.plan.roots.first()) {
+                indexes.push(bg.get(|| index(root, MAX_SEARCH, &self.caches)));
             }
         }
-        findings.extend(self.search());
+        let mut git_dirs = self.plan.git_dirs.clone();
+        for g in grants {
+            git_dirs.extend(g.plan.git_dirs.iter().cloned());
+        }
+        findings.extend(self.search(&indexes, &watched, &git_dirs));
         if let Ok(seen) = self.seen.lock() {
             for f in &mut findings {
                 f.after_command = seen.first_after.get(&f.path).cloned();
@@ -545,69 +992,95 @@ impl Watch {
             .is_some_and(|t| t >= self.since)
     }
 
-    /// Whether `path` lies at or beneath a path the snapshot covers.
-    fn covered(&self, path: &Path) -> bool {
-        self.plan.watched.iter().any(|w| path.starts_with(w))
-    }
-
-    /// Repositories and listed names below the project, and git
-    /// directories under the known ones' `modules` and `worktrees`, that
-    /// appeared or changed during the session and the snapshot does not
-    /// cover. Only directories whose inode or modification time changed
-    /// since the index are read again; listed names the index found are
-    /// looked at by their change time.
-    fn search(&self) -> Vec<Finding> {
+    /// Repositories and listed names below the roots, and git directories
+    /// under the known ones' `modules` and `worktrees`, that appeared or
+    /// changed during the session and `watched` does not cover. Only
+    /// directories whose inode or change time changed since the index are
+    /// read again (and every new directory below them, whole); listed names
+    /// the index found are looked at by their change time. A search cut
+    /// off, or a directory that cannot be listed, is a finding.
+    fn search(
+        &self,
+        indexes: &[&Index],
+        watched: &[PathBuf],
+        known_git_dirs: &[PathBuf],
+    ) -> Vec<Finding> {
+        let covered = |path: &Path| watched.iter().any(|w| path.starts_with(w));
         let mut out = Vec::new();
-        let index = self.index.get(|| index(&self.project));
-        if index.truncated {
-            out.push(Finding {
-                path: self.project.clone(),
-                what: What::Found(format!(
-                    "the search for new repositories stopped after {MAX_SEARCH} entries; deeper ones were not checked"
-                )),
-                before: None,
-                after: None,
-                after_command: None,
-            });
-        }
-        let known: BTreeSet<&Path> = index.dirs.iter().map(|(p, _, _)| p.as_path()).collect();
-        let mut git_dirs: Vec<PathBuf> = self.plan.git_dirs.clone();
-        let mut named: BTreeSet<PathBuf> = index.named.iter().cloned().collect();
-        // Directories changed since the index: their entries, and every new
-        // directory below them, whole.
-        let mut stack: Vec<(PathBuf, usize)> = index
-            .dirs
-            .iter()
-            .filter(|(p, ino, mtime)| dir_stamp(p) != Some((*ino, *mtime)))
-            .map(|(p, _, _)| (p.clone(), 0))
-            .collect();
-        let mut visited = 0usize;
-        while let Some((dir, depth)) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for entry in entries.filter_map(Result::ok) {
-                visited += 1;
-                if visited > MAX_SEARCH {
-                    break;
+        let mut git_dirs: Vec<PathBuf> = known_git_dirs.to_vec();
+        let mut named: BTreeSet<PathBuf> = BTreeSet::new();
+        for index in indexes {
+            if index.truncated {
+                out.push(found(
+                    &index.root,
+                    format!(
+                        "the search below it for repositories and files on the list was cut off at {} entries when the session started: what lies beyond was not checked",
+                        index.budget
+                    ),
+                ));
+            }
+            // One the index could not list is reported when it changed
+            // during the session (the index may have been taken after).
+            for (dir, why) in &index.unlisted {
+                if self.changed_since(dir) {
+                    out.push(found(dir, unlisted_why(why)));
                 }
-                let path = entry.path();
-                let name = entry.file_name();
-                let name = name.to_string_lossy();
-                if searched_name(&name) {
-                    named.insert(path.clone());
-                }
-                if name != ".git"
-                    && !known.contains(path.as_path())
-                    && depth < MAX_DEPTH
-                    && entry.file_type().is_ok_and(|t| t.is_dir())
-                {
-                    stack.push((path, depth + 1));
+            }
+            let known: BTreeSet<&Path> = index.dirs.iter().map(|(p, _, _)| p.as_path()).collect();
+            named.extend(index.named.iter().cloned());
+            // Directories changed since the index: their entries, and every
+            // new directory below them, whole.
+            let mut stack: Vec<PathBuf> = index
+                .dirs
+                .iter()
+                .filter(|(p, ino, ctime)| dir_stamp(p) != Some((*ino, *ctime)))
+                .map(|(p, _, _)| p.clone())
+                .collect();
+            let mut visited = 0usize;
+            while let Some(dir) = stack.pop() {
+                let entries = match std::fs::read_dir(&dir) {
+                    Ok(entries) => entries,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => {
+                        if !index.unlisted.iter().any(|(d, _)| *d == dir) {
+                            out.push(found(&dir, unlisted_why(&e.to_string())));
+                        }
+                        continue;
+                    }
+                };
+                for entry in entries.filter_map(Result::ok) {
+                    visited += 1;
+                    if visited > index.budget {
+                        out.push(found(
+                            &index.root,
+                            format!(
+                                "the search below it for repositories and files on the list was cut off at {} entries when the session ended: what lies beyond was not checked",
+                                index.budget
+                            ),
+                        ));
+                        stack.clear();
+                        break;
+                    }
+                    let path = entry.path();
+                    if skipped(&path, &index.root, &self.caches) {
+                        continue;
+                    }
+                    let name = entry.file_name();
+                    let name = name.to_string_lossy();
+                    if searched_name(&name) {
+                        named.insert(path.clone());
+                    }
+                    if name != ".git"
+                        && !known.contains(path.as_path())
+                        && entry.file_type().is_ok_and(|t| t.is_dir())
+                    {
+                        stack.push(path);
+                    }
                 }
             }
         }
         for path in named {
-            if self.covered(&path) {
+            if covered(&path) {
                 continue;
             }
             let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
@@ -627,16 +1100,29 @@ impl Watch {
                         after_command: None,
                     });
                     let dir = path.parent().unwrap_or(&path).to_path_buf();
-                    let target = std::fs::read_to_string(&path)
+                    let target = read_bounded(&path, Follow::No, MAX_CONFIG)
                         .ok()
+                        .and_then(|t| String::from_utf8(t).ok())
                         .and_then(|t| gitdir_of(&t).map(|d| dir.join(d)));
                     if let Some(target) = target {
                         out.extend(self.repository(&target));
                     }
                 }
             } else {
-                for (p, e) in snapshot(std::slice::from_ref(&path), true) {
-                    if e.meta.kind != Kind::Dir && !self.covered(&p) && self.changed_since(&p) {
+                let parent = path.parent().unwrap_or(&path);
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                let listed: Vec<PathBuf> = listed_beneath(parent, &name)
+                    .into_iter()
+                    .filter(|p| !covered(p))
+                    .collect();
+                let taken = snapshot(&listed, true, None);
+                for (p, e) in taken.entries {
+                    let unreadable = matches!(
+                        e.body,
+                        Some(Body::Special(_) | Body::Unlisted(_) | Body::Unread(_))
+                    );
+                    let new_dir = e.meta.kind == Kind::Dir && !unreadable;
+                    if !new_dir && !covered(&p) && self.changed_since(&p) {
                         out.push(Finding {
                             path: p,
                             what: What::Found(
@@ -648,10 +1134,18 @@ impl Watch {
                         });
                     }
                 }
+                if let Some(top) = taken.cut_off {
+                    out.push(found(
+                        &top,
+                        format!(
+                            "more than {MAX_ENTRIES} entries on the list lie beneath it: those after the first {MAX_ENTRIES} were not compared"
+                        ),
+                    ));
+                }
             }
         }
         // Submodules and worktrees added during the session.
-        let known: BTreeSet<PathBuf> = self.plan.git_dirs.iter().cloned().collect();
+        let known: BTreeSet<&PathBuf> = known_git_dirs.iter().collect();
         for g in git_dirs {
             for sub in ["modules", "worktrees"] {
                 let mut stack = vec![(g.join(sub), 0usize)];
@@ -664,7 +1158,7 @@ impl Watch {
                         if !e.file_type().is_ok_and(|t| t.is_dir()) {
                             continue;
                         }
-                        if p.join("HEAD").exists() {
+                        if std::fs::symlink_metadata(p.join("HEAD")).is_ok() {
                             if !known.contains(&p) {
                                 out.extend(self.repository(&p));
                             }
@@ -685,19 +1179,30 @@ impl Watch {
         let mut out = Vec::new();
         let config = git_dir.join("config");
         if self.changed_since(&config) {
-            let text = std::fs::read_to_string(&config).unwrap_or_default();
-            let risky = git_config_risky(&text);
-            if !risky.is_empty() {
-                out.push(Finding {
-                    path: config.clone(),
-                    what: What::Found(format!(
-                        "a repository whose configuration runs or fetches something: {}",
-                        risky.join("; ")
-                    )),
-                    before: None,
-                    after: Some(Body::Text(text)),
-                    after_command: None,
-                });
+            match read_bounded(&config, Follow::No, MAX_CONFIG) {
+                Ok(bytes) => {
+                    let text = String::from_utf8_lossy(&bytes).into_owned();
+                    let risky = git_config_risky(&text);
+                    if !risky.is_empty() {
+                        out.push(Finding {
+                            path: config.clone(),
+                            what: What::Found(format!(
+                                "a repository whose configuration runs or fetches something: {}",
+                                risky.join("; ")
+                            )),
+                            before: None,
+                            after: Some(Body::Text(text)),
+                            after_command: None,
+                        });
+                    }
+                }
+                Err(Unread::Missing) => {}
+                Err(why) => out.push(found(
+                    &config,
+                    format!(
+                        "a repository whose configuration cannot be read ({why}): what it makes git run was not checked"
+                    ),
+                )),
             }
         }
         for name in ["commondir", "config.worktree", "info/attributes"] {
@@ -712,20 +1217,29 @@ impl Watch {
                 });
             }
         }
-        if let Ok(hooks) = std::fs::read_dir(git_dir.join("hooks")) {
-            for h in hooks.filter_map(Result::ok) {
-                let p = h.path();
-                let sample = p.extension().is_some_and(|e| e == "sample");
-                if !sample && let Some(m) = meta(&p).filter(|_| self.changed_since(&p)) {
-                    out.push(Finding {
-                        path: p.clone(),
-                        what: What::Found("a git hook".into()),
-                        before: None,
-                        after: Some(body(&p, &m)),
-                        after_command: None,
-                    });
+        let hooks = git_dir.join("hooks");
+        match std::fs::read_dir(&hooks) {
+            Ok(entries) => {
+                for h in entries.filter_map(Result::ok) {
+                    let p = h.path();
+                    let sample = p.extension().is_some_and(|e| e == "sample");
+                    if !sample && let Some(m) = meta(&p).filter(|_| self.changed_since(&p)) {
+                        out.push(Finding {
+                            path: p.clone(),
+                            what: What::Found("a git hook".into()),
+                            before: None,
+                            after: Some(body(&p, &m)),
+                            after_command: None,
+                        });
+                    }
                 }
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if self.changed_since(&hooks) => out.push(found(
+                &hooks,
+                format!("a repository's hooks that cannot be listed ({e}): they were not checked"),
+            )),
+            Err(_) => {}
         }
         out
     }
@@ -747,6 +1261,78 @@ mod tests {
         })
     }
 
+    /// Guards the bounds of the search and the snapshot: stopping at one is
+    /// a finding that names where, never a silent pass.
+    #[test]
+    fn a_search_or_snapshot_cut_off_is_a_finding() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("p/.vscode")).expect("mkdir");
+        for i in 0..20 {
+            std::fs::write(root.join(format!("p/.vscode/f{i:02}")), "{}\n").expect("w");
+        }
+        let p = policy(root);
+        let watch = Watch::start(plan(&p, &FsTree), false, &p);
+        let whole = index(&root.join("p"), MAX_SEARCH, &[]);
+        assert!(!whole.truncated);
+        assert!(watch.search(&[&whole], watch.watched(), &[]).is_empty());
+        let cut = index(&root.join("p"), 10, &[]);
+        assert!(cut.truncated);
+        let found = watch.search(&[&cut], watch.watched(), &[]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].path, root.join("p"));
+        assert!(
+            report::label(&found[0].what).contains("cut off at 10 entries"),
+            "{found:?}"
+        );
+        let taken = snapshot_within(&[root.join("p/.vscode")], false, None, 5);
+        assert_eq!(taken.entries.len(), 5);
+        assert_eq!(taken.cut_off, Some(root.join("p/.vscode")));
+        assert_eq!(
+            snapshot(&[root.join("p/.vscode")], false, None).cut_off,
+            None
+        );
+    }
+
+    /// A grant made during the session is read before its first command
+    /// and compared at the end; one whose list is too large to check after
+    /// every command is still compared at the end.
+    #[test]
+    fn a_grant_made_during_the_session_is_read_before_its_first_command() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        for d in ["p", "small/.git/hooks", "big/.idea"] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        std::fs::write(root.join("small/.git/HEAD"), "ref: refs/heads/main\n").expect("w");
+        std::fs::write(root.join("small/.git/config"), "[core]\n").expect("w");
+        for i in 0..=MAX_QUICK {
+            std::fs::write(root.join(format!("big/.idea/{i}")), "").expect("w");
+        }
+        let p = policy(root);
+        let watch = Watch::start(plan(&p, &FsTree), false, &p);
+        let grants = [root.join("small"), root.join("big")];
+        assert_eq!(watch.before_command(&grants), grants);
+        assert!(watch.before_command(&grants).is_empty(), "once each");
+        let quick = watch.quick_paths();
+        assert!(quick.contains(&root.join("small/.git/hooks")), "{quick:?}");
+        assert!(!quick.contains(&root.join("big/.idea")), "{quick:?}");
+        std::fs::write(root.join("small/.git/hooks/pre-commit"), "evil\n").expect("w");
+        std::fs::write(root.join("big/.idea/0"), "evil\n").expect("w");
+        assert_eq!(
+            watch.after_command("plant"),
+            [root.join("small/.git/hooks/pre-commit")]
+        );
+        let found: Vec<PathBuf> = watch.finish().into_iter().map(|f| f.path).collect();
+        assert_eq!(
+            found,
+            [
+                root.join("big/.idea/0"),
+                root.join("small/.git/hooks/pre-commit")
+            ]
+        );
+    }
+
     /// Claude Code making its state on a first run (through the link setup
     /// left) is no finding; making it with an MCP server is.
     #[test]
@@ -759,7 +1345,7 @@ mod tests {
         std::fs::write(&state, r#"{"mcpServers": {"x": {"command": "sh"}}}"#).expect("w");
         assert_ne!(claude_state(&state, &[]), before);
         std::fs::write(&state, "not json").expect("w");
-        assert_eq!(claude_state(&state, &[]), None);
+        assert!(claude_state(&state, &[]).is_err_and(|e| e.contains("not JSON")));
     }
 
     #[test]
@@ -775,7 +1361,7 @@ mod tests {
         std::fs::write(root.join("p/.vscode/tasks.json"), "{}\n").expect("w");
         std::fs::write(root.join(".claude/claude.json"), r#"{"numStartups":1}"#).expect("w");
         let p = policy(root);
-        let watch = Watch::start(plan(&p, &FsTree), false, &p.roots.project);
+        let watch = Watch::start(plan(&p, &FsTree), false, &p);
 
         // Ordinary work: none of it is on the list.
         std::fs::write(root.join("p/src/main.rs"), "fn main() {}\n").expect("w");

@@ -17,6 +17,12 @@ pub enum Body {
     },
     Dir,
     Link(PathBuf),
+    /// A FIFO, socket or device, never opened (what it is, in words).
+    Special(String),
+    /// A directory whose entries cannot be listed, and why.
+    Unlisted(String),
+    /// A file that cannot be read, and why.
+    Unread(String),
 }
 
 /// How a path changed.
@@ -116,6 +122,9 @@ fn describe(body: &Body) -> String {
         },
         Body::Dir => "a directory".into(),
         Body::Link(to) => format!("a link to {}", to.display()),
+        Body::Special(what) => what.clone(),
+        Body::Unlisted(why) => format!("a directory that cannot be listed ({why})"),
+        Body::Unread(why) => format!("a file that cannot be read ({why})"),
     }
 }
 
@@ -125,6 +134,19 @@ pub fn body_diff(before: Option<&Body>, after: Option<&Body>) -> Vec<String> {
         (Some(Body::Text(a)), Some(Body::Text(b))) => line_diff(a, b),
         (None, Some(Body::Text(b))) => line_diff("", b),
         (Some(Body::Text(a)), None) => line_diff(a, ""),
+        // Changed, yet read the same: too large to hash, so compared by
+        // its change time.
+        (
+            Some(Body::Data { len, hash: None }),
+            Some(Body::Data {
+                len: now,
+                hash: None,
+            }),
+        ) if len == now => {
+            vec![format!(
+                "{len} bytes before and after, too large to compare: written in place during the session"
+            )]
+        }
         (a, b) if a == b => Vec::new(),
         (Some(Body::Dir), None) => {
             vec!["was a directory; it is gone, with everything in it".into()]

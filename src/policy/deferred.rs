@@ -28,10 +28,19 @@
 //! - The directory `core.hooksPath` names, when it lies in the project
 //!   (husky and friends).
 //!
+//! The same, in each directory granted by path ([`grant_roots`]): another
+//! repository the agent's commands may write is as dangerous as the
+//! project. Not the places presets name: tools' caches, where the list's
+//! names occur as data.
+//!
 //! In the home directory: Claude Code's user settings (which hold nd7's own
-//! record hooks), commands, agents, skills, hook scripts and installed
-//! plugins; the shell start-up files and git's user configuration, which a
-//! grant of the home directory would otherwise hand over.
+//! record hooks), commands, agents, skills, hook scripts, installed plugins
+//! and local install, and the files its settings run ([`settings_programs`]);
+//! Codex's settings, hooks, environment, rules, prompts, plugins and
+//! standalone install; and what a grant of the home directory would
+//! otherwise hand over: the shell, login, git, cargo, direnv, mise,
+//! terminal and editor start-up files and the directories of programs
+//! early on PATH ([`HOME_LOCKED`] says why each).
 //!
 //! Not on the list: the project's build files (`package.json`, `Makefile`,
 //! `build.rs`, `.npmrc`, `.cargo/config.toml`). They run only when the user
@@ -50,7 +59,8 @@
 //! ([`Guard::Lock`]) and mounts of their parents onto themselves so that
 //! nothing can rename them away ([`Guard::Pin`]); everything on the list,
 //! existing or not, is also watched, and a change is reported when the
-//! session ends.
+//! session ends. A grant made during the session is planned then
+//! ([`plan_grant`]) and only watched: the namespaces cannot change by then.
 
 use std::path::{Path, PathBuf};
 
@@ -152,17 +162,72 @@ pub const HOME_LOCKED: &[&str] = &[
     ".gitconfig",
     ".config/git",
     ".ripgreprc",
+    // Claude Code itself where its local installer keeps it
+    // (`~/.claude/local/claude`, which the user's `claude` alias runs),
+    // inside the `~/.claude` the floor lets the agent write: as with
+    // `.codex/packages`, the user's next `claude` would run the agent's
+    // program.
+    ".claude/local",
+    // Directories of programs that come before the system's on a usual
+    // PATH: a `git` or `claude` put there runs at the user's next use.
+    ".local/bin",
+    "bin",
+    ".cargo/bin",
+    // Sourced by the shell start-up files rustup writes.
+    ".cargo/env",
+    // Cargo's user configuration: `build.rustc-wrapper`, `target.*.runner`
+    // and aliases run in every later build. (The cargo preset grants
+    // `registry` and `git` beside it, never these.)
+    ".cargo/config.toml",
+    ".cargo/config",
+    // What the user's login starts, and with which environment.
+    ".config/systemd/user",
+    ".config/autostart",
+    ".config/environment.d",
+    ".xprofile",
+    ".xinitrc",
+    ".xsession",
+    ".xsessionrc",
+    ".pam_environment",
+    // direnv's allowed `.envrc` files (a hash of each path), its own rc and
+    // configuration (`whitelist` allows whole trees).
+    ".local/share/direnv/allow",
+    ".config/direnv",
+    ".direnvrc",
+    // mise's global configuration (its `[env]` and `[hooks]` run on every
+    // `cd`) and the configurations it trusts.
+    ".config/mise",
+    ".local/state/mise/trusted-configs",
+    // Shells, terminals and editors, at their next start. (Not editors'
+    // plugin trees, `.vim/pack` or `.emacs.d/elpa`: thousands of files.)
+    ".bash_aliases",
+    ".inputrc",
+    ".config/fish",
+    ".tmux.conf",
+    ".config/tmux",
+    ".screenrc",
+    ".vimrc",
+    ".gvimrc",
+    ".exrc",
+    ".vim/vimrc",
+    ".vim/plugin",
+    ".config/nvim",
+    ".emacs",
+    ".emacs.d/init.el",
+    ".emacs.d/early-init.el",
+    ".config/emacs/init.el",
+    ".config/emacs/early-init.el",
 ];
+
+/// Claude Code's settings files whose programs (hooks, `statusLine`,
+/// `apiKeyHelper` and the other helpers) are read for the files they name
+/// ([`named_programs`]): home-relative and project-relative.
+pub const CLAUDE_SETTINGS: &[&str] = &[".claude/settings.json", ".claude/settings.local.json"];
 
 /// Claude Code's own state file, which it rewrites all the time and so can
 /// be neither refused nor compared whole; only the parts of it that start
 /// programs are watched ([`claude_state_risky`]).
 pub const CLAUDE_STATE_FILE: &str = ".claude/claude.json";
-
-/// Where a directory sits under the project or home, for the watch: how
-/// deep below the project the end-of-session search for new repositories
-/// and files on the list goes.
-pub const SEARCH_DEPTH: usize = 4;
 
 /// What a path is, as `lstat` sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,14 +235,26 @@ pub enum Kind {
     File,
     Dir,
     Link,
+    /// A FIFO, socket or device: nothing on the list is one, and opening
+    /// one can block or never end, so it is never read, only reported.
+    Special,
 }
+
+/// The most the planner reads of one configuration (`.gitmodules`, a git
+/// config, a `.git` file, Claude Code's settings).
+pub const MAX_CONFIG: u64 = 256 * 1024;
+
+/// The most the planner and the watch read of Claude Code's state file,
+/// which grows with every project it remembers.
+pub const MAX_STATE: u64 = 64 * 1024 * 1024;
 
 /// The file system, as the planner needs it.
 pub trait Tree {
     /// What `path` is, without following a final symbolic link.
     fn kind(&self, path: &Path) -> Option<Kind>;
-    /// A small text file's content, following links.
-    fn read(&self, path: &Path) -> Option<String>;
+    /// A regular file's text, following links, if it is at most `limit`
+    /// bytes; `None` for anything else (missing, a FIFO or device, larger).
+    fn read(&self, path: &Path, limit: u64) -> Option<String>;
     /// A directory's entries, as full paths.
     fn list(&self, path: &Path) -> Vec<PathBuf>;
     /// Where a symbolic link leads, resolved to a real path.
@@ -214,6 +291,10 @@ pub struct Plan {
     /// The git directories found (the project's, its submodules' and
     /// worktrees'), below which new ones are searched for at the end.
     pub git_dirs: Vec<PathBuf>,
+    /// The directories searched at the end for repositories and listed
+    /// names that appeared: the project, then each grant covered
+    /// ([`grant_roots`]).
+    pub roots: Vec<PathBuf>,
 }
 
 impl Plan {
@@ -253,8 +334,8 @@ impl Tree for Cached<'_> {
         self.kinds.borrow_mut().insert(path.to_path_buf(), k);
         k
     }
-    fn read(&self, path: &Path) -> Option<String> {
-        self.tree.read(path)
+    fn read(&self, path: &Path, limit: u64) -> Option<String> {
+        self.tree.read(path, limit)
     }
     fn list(&self, path: &Path) -> Vec<PathBuf> {
         self.tree.list(path)
@@ -264,8 +345,40 @@ impl Tree for Cached<'_> {
     }
 }
 
-/// The mounts and watch list for `policy`'s project and home, as `tree`
-/// stands now.
+/// The grants among `grants` that the list covers as it covers the
+/// project: each directory granted by path (`nd7 allow DIR`, `--allow`, a
+/// path line in `~/.nd7/grants`) that the project does not already hold.
+/// Not the places a preset names: they are tools' caches (cargo's git
+/// checkouts are repositories, unpacked packages carry `.gitattributes` and
+/// `.vscode`), which no one runs git or an editor in, and what a poisoned
+/// cache can do later is each preset's own, stated risk.
+pub fn grant_roots(policy: &Policy, grants: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for g in grants {
+        if g.starts_with(&policy.roots.project)
+            || super::grants::Preset::covering(g, &policy.roots.home).is_some()
+            || out.contains(g)
+        {
+            continue;
+        }
+        out.push(g.clone());
+    }
+    out
+}
+
+/// The places presets name under `home` (tools' caches, see
+/// [`grant_roots`]), which the end-of-session search does not enter either
+/// when they lie below a root: a granted home's cargo registry unpacks
+/// crates with `.gitattributes` in every session.
+pub fn caches(home: &Path) -> Vec<PathBuf> {
+    super::grants::PRESETS
+        .iter()
+        .flat_map(|p| p.dirs.iter().map(|d| home.join(d)))
+        .collect()
+}
+
+/// The mounts and watch list for `policy`'s project, home and the grants
+/// it starts with, as `tree` stands now.
 pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
     let mut p = Planner {
         tree: Cached {
@@ -277,16 +390,23 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
     };
     let project = &policy.roots.project;
     let home = &policy.roots.home;
-    p.pin(project);
-    p.work_tree(project, project, 0);
-    for name in PROJECT_LOCKED {
-        p.lock(project, &project.join(name), 0);
-    }
-    for name in PROJECT_REPORTED {
-        p.watch(&project.join(name));
+    p.root(project);
+    for grant in grant_roots(policy, &policy.grants) {
+        p.root(&grant);
     }
     for name in HOME_LOCKED {
         p.lock(home, &home.join(name), 0);
+    }
+    // The files Claude Code's settings run (a status line, a hook's script,
+    // a helper), and those its user MCP servers start. One in the home is
+    // held like the list; one in the project, an ordinary file the agent
+    // may be asked to edit, is reported.
+    for path in settings_programs(policy, &p.tree) {
+        if path.starts_with(project) {
+            p.watch(&path);
+        } else {
+            p.lock(home, &path, 0);
+        }
     }
     // The home directory's `.claude.json` is a link to Claude Code's state
     // under `~/.claude` on Linux (ADR-0013): the link is held, the state
@@ -296,19 +416,23 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
         p.guard(&link, Guard::Lock);
         p.plan.watched.push(link.clone());
     }
-    for state in [home.join(CLAUDE_STATE_FILE), link] {
-        let state = match p.tree.kind(&state) {
-            Some(Kind::Link) => p.tree.resolve(&state),
-            _ => Some(state),
-        };
-        if let Some(state) = state.filter(|s| !p.plan.claude_state.contains(s)) {
-            p.plan.claude_state.push(state);
-        }
+    // Claude Code's state by the name it has under `~/.claude`, whatever
+    // it is now (the watch reads it following a link, but only ever a
+    // regular file); `~/.claude.json` too when it leads elsewhere.
+    let own = home.join(CLAUDE_STATE_FILE);
+    let at_home = match p.tree.kind(&link) {
+        Some(Kind::Link) => p.tree.resolve(&link),
+        _ => Some(link),
+    };
+    let own_real = p.tree.resolve(&own);
+    p.plan.claude_state.push(own.clone());
+    if let Some(state) = at_home.filter(|s| *s != own && Some(s) != own_real.as_ref()) {
+        p.plan.claude_state.push(state);
     }
     for config in [home.join(".gitconfig"), home.join(".config/git/config")] {
         if let Some(dir) = p
             .tree
-            .read(&config)
+            .read(&config, MAX_CONFIG)
             .and_then(|t| hooks_path(&t))
             .and_then(|h| expand_home(&h, home))
             .filter(|d| d.is_absolute())
@@ -316,28 +440,104 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
             p.lock(home, &dir, 0);
         }
     }
-    let mut plan = p.plan;
-    plan.git_dirs = p.git_dirs;
-    plan.guarded.sort_by(|a, b| {
-        let depth = |p: &Path| p.components().count();
-        depth(&a.path)
-            .cmp(&depth(&b.path))
-            .then(a.path.cmp(&b.path))
-    });
-    plan.guarded.dedup_by(|later, earlier| {
-        if later.path == earlier.path {
-            earlier.guard = earlier.guard.max(later.guard);
-            true
-        } else {
-            false
+    p.finish()
+}
+
+/// The files that Claude Code's settings (the user's and the project's)
+/// and the user's MCP servers in its state run, as far as their commands
+/// name them ([`named_programs`], [`mcp_programs`]): those in the home
+/// directory or the project, and not directories (an MCP server's whole
+/// project is its own).
+pub fn settings_programs(policy: &Policy, tree: &dyn Tree) -> Vec<PathBuf> {
+    let (home, project) = (&policy.roots.home, &policy.roots.project);
+    let mut named = Vec::new();
+    for settings in CLAUDE_SETTINGS {
+        for base in [home, project] {
+            if let Some(text) = tree.read(&base.join(settings), MAX_CONFIG) {
+                named.extend(named_programs(&text, home, project));
+            }
         }
+    }
+    if let Some(text) = tree.read(&home.join(CLAUDE_STATE_FILE), MAX_STATE) {
+        named.extend(mcp_programs(&text, home, project));
+    }
+    named.retain(|p| {
+        (p.starts_with(home) || p.starts_with(project)) && tree.kind(p) != Some(Kind::Dir)
     });
-    plan.watched.sort();
-    plan.watched.dedup();
-    plan
+    named.sort();
+    named.dedup();
+    named
+}
+
+/// What a grant made during the session (`nd7 allow DIR`, learned when a
+/// command first runs with it) adds to the watch: its directory planned as
+/// the project is. The plan's mounts are not made: the session's
+/// namespaces were built before the session put itself under Landlock,
+/// which refuses mounts from then on; the watch reports instead.
+pub fn plan_grant(grant: &Path, tree: &dyn Tree) -> Plan {
+    let mut p = Planner {
+        tree: Cached {
+            tree,
+            kinds: Default::default(),
+        },
+        plan: Plan::default(),
+        git_dirs: Vec::new(),
+    };
+    p.root(grant);
+    p.finish()
 }
 
 impl Planner<'_> {
+    /// A directory the agent can write as a whole (the project, a grant):
+    /// the repository it is the work tree of, the project list's names in
+    /// it, and, when it lies inside a git directory (a grant of
+    /// `.git/hooks`), that directory's own entries.
+    fn root(&mut self, root: &Path) {
+        if self.tree.kind(root) != Some(Kind::Dir) {
+            return;
+        }
+        self.plan.roots.push(root.to_path_buf());
+        self.pin(root);
+        self.work_tree(root, root, 0);
+        for name in PROJECT_LOCKED {
+            self.lock(root, &root.join(name), 0);
+        }
+        for name in PROJECT_REPORTED {
+            self.watch(&root.join(name));
+        }
+        if let Some(git) = root
+            .ancestors()
+            .skip(1)
+            .find(|a| a.file_name() == Some(std::ffi::OsStr::new(".git")))
+            .filter(|g| self.tree.kind(g) == Some(Kind::Dir))
+        {
+            let (git, work) = (git.to_path_buf(), git.parent().unwrap_or(git).to_path_buf());
+            self.git_dir(&git, &git, &work);
+        }
+    }
+
+    fn finish(self) -> Plan {
+        let mut plan = self.plan;
+        plan.git_dirs = self.git_dirs;
+        plan.guarded.sort_by(|a, b| {
+            let depth = |p: &Path| p.components().count();
+            depth(&a.path)
+                .cmp(&depth(&b.path))
+                .then(a.path.cmp(&b.path))
+        });
+        plan.guarded.dedup_by(|later, earlier| {
+            if later.path == earlier.path {
+                earlier.guard = earlier.guard.max(later.guard);
+                true
+            } else {
+                false
+            }
+        });
+        plan.watched.sort();
+        plan.watched.dedup();
+        plan
+    }
+
     fn watch(&mut self, path: &Path) {
         self.plan.watched.push(path.to_path_buf());
     }
@@ -363,7 +563,7 @@ impl Planner<'_> {
         let Ok(rel) = path.strip_prefix(root) else {
             // Outside the root (a hooks directory named elsewhere): held
             // on its own.
-            if self.tree.kind(path).is_some() {
+            if self.tree.kind(path).is_some_and(|k| k != Kind::Special) {
                 self.guard(path, Guard::Lock);
             }
             return;
@@ -389,6 +589,8 @@ impl Planner<'_> {
                 }
                 Some(Kind::Dir) if !last => self.guard(&at, Guard::Pin),
                 Some(_) if !last => return,
+                // Nothing to hold: the watch reports it.
+                Some(Kind::Special) => return,
                 Some(_) => self.guard(&at, Guard::Lock),
             }
         }
@@ -408,7 +610,7 @@ impl Planner<'_> {
                 self.lock(root, &dot_git, MAX_LINKS);
                 if let Some(dir) = self
                     .tree
-                    .read(&dot_git)
+                    .read(&dot_git, MAX_CONFIG)
                     .and_then(|t| gitdir_of(&t).and_then(|d| self.tree.resolve(&tree_root.join(d))))
                 {
                     self.git_dir(&dir, &dir, tree_root);
@@ -420,10 +622,11 @@ impl Planner<'_> {
                     self.git_dir(&dir, &dir, tree_root);
                 }
             }
-            None => self.watch(&dot_git),
+            // Not a repository git would use, but reported.
+            None | Some(Kind::Special) => self.watch(&dot_git),
         }
         if depth < 4
-            && let Some(modules) = self.tree.read(&tree_root.join(".gitmodules"))
+            && let Some(modules) = self.tree.read(&tree_root.join(".gitmodules"), MAX_CONFIG)
         {
             for path in submodule_paths(&modules) {
                 let sub = tree_root.join(path);
@@ -467,7 +670,7 @@ impl Planner<'_> {
         }
         if let Some(hooks) = self
             .tree
-            .read(&dir.join("config"))
+            .read(&dir.join("config"), MAX_CONFIG)
             .and_then(|t| hooks_path(&t))
         {
             let hooks = PathBuf::from(hooks);
@@ -480,7 +683,7 @@ impl Planner<'_> {
         }
         if let Some(common) = self
             .tree
-            .read(&dir.join("commondir"))
+            .read(&dir.join("commondir"), MAX_CONFIG)
             .and_then(|t| self.tree.resolve(&dir.join(t.trim())))
         {
             self.git_dir(&common, &common, work_tree);
@@ -501,6 +704,133 @@ impl Planner<'_> {
             }
         }
     }
+}
+
+/// Settings members whose string value is a command Claude Code runs, at
+/// any depth: a hook's `command`, `statusLine.command`, and the helpers.
+const COMMAND_MEMBERS: &[&str] = &[
+    "command",
+    "apiKeyHelper",
+    "awsAuthRefresh",
+    "awsCredentialExport",
+    "otelHeadersHelper",
+];
+
+/// The files that the commands in a Claude Code settings file name (a
+/// status line's script, a hook's, a helper's), as absolute paths: each
+/// word of a command that is a path from `/`, `~`, `$HOME` or
+/// `$CLAUDE_PROJECT_DIR`, and each string of a hook's `args` that is one.
+/// A settings file that is not JSON names none.
+pub fn named_programs(text: &str, home: &Path, project: &Path) -> Vec<PathBuf> {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    commands_in(&value, home, project, &mut out);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The files the user's MCP servers in Claude Code's state start: each
+/// server's `command` and `args` (at the top and under every project), read
+/// as [`named_programs`] reads commands.
+pub fn mcp_programs(text: &str, home: &Path, project: &Path) -> Vec<PathBuf> {
+    use serde_json::Value;
+    let Ok(state) = serde_json::from_str::<Value>(text) else {
+        return Vec::new();
+    };
+    let mut servers: Vec<&Value> = state.get("mcpServers").into_iter().collect();
+    if let Some(projects) = state.get("projects").and_then(Value::as_object) {
+        servers.extend(projects.values().filter_map(|p| p.get("mcpServers")));
+    }
+    let mut out = Vec::new();
+    for s in servers {
+        commands_in(s, home, project, &mut out);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn commands_in(value: &serde_json::Value, home: &Path, project: &Path, out: &mut Vec<PathBuf>) {
+    use serde_json::Value;
+    match value {
+        Value::Object(members) => {
+            for (key, v) in members {
+                match v {
+                    Value::String(command) if COMMAND_MEMBERS.contains(&key.as_str()) => {
+                        out.extend(command_paths(command, home, project));
+                    }
+                    Value::Array(args) if key == "args" => {
+                        for a in args.iter().filter_map(Value::as_str) {
+                            out.extend(word_path(a, home, project));
+                        }
+                    }
+                    _ => commands_in(v, home, project, out),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                commands_in(v, home, project, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The paths a shell command's words name (split at blanks and the shell's
+/// operators, quotes taken out, `NAME=` in front of a word dropped).
+pub fn command_paths(command: &str, home: &Path, project: &Path) -> Vec<PathBuf> {
+    command
+        .split(|c: char| c.is_whitespace() || ";&|()<>`".contains(c))
+        .filter_map(|w| {
+            let w = w.replace(['"', '\''], "");
+            let w = match w.split_once('=') {
+                Some((name, rest)) if !name.contains('/') => rest,
+                _ => &w,
+            };
+            word_path(w, home, project)
+        })
+        .collect()
+}
+
+/// One word as an absolute path, when it is one: from `/`, or from `~`,
+/// `$HOME` or `$CLAUDE_PROJECT_DIR` (with or without braces), `.` and `..`
+/// taken out as written.
+fn word_path(word: &str, home: &Path, project: &Path) -> Option<PathBuf> {
+    let (base, rest) = if let Some(rest) = word.strip_prefix("~/") {
+        (home, rest)
+    } else if let Some(rest) = ["$HOME/", "${HOME}/"]
+        .iter()
+        .find_map(|p| word.strip_prefix(p))
+    {
+        (home, rest)
+    } else if let Some(rest) = ["$CLAUDE_PROJECT_DIR/", "${CLAUDE_PROJECT_DIR}/"]
+        .iter()
+        .find_map(|p| word.strip_prefix(p))
+    {
+        (project, rest)
+    } else if word.starts_with('/') {
+        (Path::new("/"), word.trim_start_matches('/'))
+    } else {
+        return None;
+    };
+    if rest.contains('$') || rest.is_empty() {
+        return None;
+    }
+    let mut path = base.to_path_buf();
+    for part in Path::new(rest).components() {
+        match part {
+            std::path::Component::ParentDir => {
+                path.pop();
+            }
+            std::path::Component::Normal(n) => path.push(n),
+            _ => {}
+        }
+    }
+    Some(path)
 }
 
 /// The directory a `.git` file points at (`gitdir: <path>`).
@@ -709,6 +1039,19 @@ pub fn searched_name(name: &str) -> bool {
             .any(|p| p.split('/').next() == Some(name))
 }
 
+/// The paths on the project list that a name found below a root (one for
+/// which [`searched_name`] holds, other than `.git`) stands for, in `dir`:
+/// for `.claude`, its settings, commands, agents, skills and hooks, not
+/// the rest of it.
+pub fn listed_beneath(dir: &Path, name: &str) -> Vec<PathBuf> {
+    PROJECT_LOCKED
+        .iter()
+        .chain(PROJECT_REPORTED)
+        .filter(|p| p.split('/').next() == Some(name))
+        .map(|p| dir.join(p))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -748,10 +1091,10 @@ mod tests {
         fn kind(&self, path: &Path) -> Option<Kind> {
             self.0.get(path).map(|(k, _)| *k)
         }
-        fn read(&self, path: &Path) -> Option<String> {
+        fn read(&self, path: &Path, limit: u64) -> Option<String> {
             match self.0.get(path)? {
-                (Kind::File, c) => Some(c.clone()),
-                (Kind::Link, _) => self.read(&self.resolve(path)?),
+                (Kind::File, c) if c.len() as u64 <= limit => Some(c.clone()),
+                (Kind::Link, _) => self.read(&self.resolve(path)?, limit),
                 _ => None,
             }
         }
@@ -999,6 +1342,97 @@ mod tests {
                                             "hasTrustDialogAccepted": true},
                              "/h/u": {"hasTrustDialogAccepted": true}},
             })
+        );
+    }
+
+    #[test]
+    fn the_files_claude_codes_settings_run_are_read_from_its_commands() {
+        let (home, project) = (Path::new("/h/u"), Path::new("/h/u/p"));
+        let settings = r#"{
+            "statusLine": {"type": "command", "command": "bash ~/.claude/statusline.sh --x"},
+            "apiKeyHelper": "$HOME/bin/key",
+            "hooks": {"PostToolUse": [{"matcher": "Edit", "hooks": [
+                {"type": "command", "command": "FOO=1 \"$CLAUDE_PROJECT_DIR\"/scripts/fmt.sh && /usr/bin/true; ${HOME}/.claude/../x/y"},
+                {"type": "command", "command": "nd7", "args": ["record", "/h/u/.local/bin/hook"]}
+            ]}]},
+            "model": "/not/a/command"
+        }"#;
+        let found: Vec<String> = named_programs(settings, home, project)
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "/h/u/.claude/statusline.sh",
+                "/h/u/.local/bin/hook",
+                "/h/u/bin/key",
+                "/h/u/p/scripts/fmt.sh",
+                "/h/u/x/y",
+                "/usr/bin/true",
+            ]
+        );
+        assert!(named_programs("not json", home, project).is_empty());
+        let state = r#"{"mcpServers": {"a": {"command": "node", "args": ["/h/u/mcp/a.js"]}},
+                        "projects": {"/h/u/p": {"mcpServers": {"b": {"command": "~/mcp/b"}}}}}"#;
+        assert_eq!(
+            mcp_programs(state, home, project),
+            [PathBuf::from("/h/u/mcp/a.js"), PathBuf::from("/h/u/mcp/b")]
+        );
+    }
+
+    #[test]
+    fn grants_by_path_are_planned_as_the_project_and_presets_are_not() {
+        let tree = Mem::default()
+            .file("/h/u/lib/.git/config", "")
+            .file("/h/u/lib/.git/HEAD", "")
+            .dir("/h/u/lib/.git/hooks")
+            .file("/h/u/lib/.envrc", "")
+            .file("/h/u/other/.git/HEAD", "")
+            .dir("/h/u/other/.git/hooks")
+            .dir("/h/u/.cargo/registry/src/x/.vscode")
+            .file("/h/u/.claude/statusline.sh", "")
+            .file(
+                "/h/u/.claude/settings.json",
+                r#"{"statusLine": {"command": "~/.claude/statusline.sh"}}"#,
+            )
+            .dir("/h/u/p");
+        let mut policy = policy();
+        policy.grants = vec![
+            "/h/u/lib".into(),
+            "/h/u/.cargo/registry".into(),
+            "/h/u/p/sub".into(),
+        ];
+        assert_eq!(
+            grant_roots(&policy, &policy.grants),
+            [PathBuf::from("/h/u/lib")]
+        );
+        let plan = plan(&policy, &tree);
+        assert_eq!(
+            plan.roots,
+            [PathBuf::from("/h/u/p"), PathBuf::from("/h/u/lib")]
+        );
+        let locks = held(&plan, Guard::Lock);
+        for want in [
+            "/h/u/lib/.git/config",
+            "/h/u/lib/.git/hooks",
+            "/h/u/lib/.envrc",
+            "/h/u/.claude/statusline.sh",
+        ] {
+            assert!(locks.contains(&want.to_string()), "{want}: {locks:?}");
+        }
+        assert!(
+            !locks.iter().any(|l| l.contains(".cargo/registry")),
+            "{locks:?}"
+        );
+        // A grant made later: planned alone, inside a git directory too.
+        let later = plan_grant(Path::new("/h/u/other/.git/hooks"), &tree);
+        assert_eq!(later.roots, [PathBuf::from("/h/u/other/.git/hooks")]);
+        assert!(later.locked(Path::new("/h/u/other/.git/hooks/pre-commit")));
+        assert!(
+            later
+                .watched
+                .contains(&PathBuf::from("/h/u/other/.git/config"))
         );
     }
 

@@ -87,6 +87,12 @@ pub struct Policy {
     /// Linux, whose keeper knows the session's processes without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mark: Option<PathBuf>,
+    /// The files Claude Code's settings run (a status line's script, a
+    /// hook's, a helper's) in the home directory, found when the session
+    /// starts ([`deferred::settings_programs`]): held like the list, which
+    /// Seatbelt can only do by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub named_programs: Vec<PathBuf>,
 }
 
 /// What a path led to, without following links: the file's device and
@@ -187,6 +193,7 @@ impl Policy {
             terminal: None,
             agent: AgentState::default(),
             mark: None,
+            named_programs: Vec::new(),
         }
     }
 

@@ -185,6 +185,16 @@ impl Profile {
             .map(|p| deny_filter("literal", p))
             .collect();
         self.form(&format!("(deny {KEEP} {})", keep.join(" ")));
+        // The files Claude Code's settings run, by name (found when the
+        // session started; `super::deferred::settings_programs`).
+        let named: Vec<String> = policy
+            .named_programs
+            .iter()
+            .map(|p| deny_filter("literal", p))
+            .collect();
+        if !named.is_empty() {
+            self.form(&format!("(deny {WRITE} {})", named.join(" ")));
+        }
     }
 
     /// Neither `nd7_exec` nor any directory on its path can be written,
@@ -382,9 +392,11 @@ pub fn any_case(name: &str) -> String {
     out
 }
 
-/// The regexes of files that run later, for `policy`'s project and home
-/// (none for a root Seatbelt cannot be given, whose own write allow is
-/// dropped too).
+/// The regexes of files that run later, for `policy`'s project, each grant
+/// the list covers as it covers the project (`super::deferred::grant_roots`:
+/// a grant made with `nd7 allow` reaches the next command's profile, which
+/// is built from the record), and the home (none for a root Seatbelt cannot
+/// be given, whose own write allow is dropped too).
 pub fn deferred_regexes(policy: &Policy) -> Vec<String> {
     let alternatives = |names: &[&str]| {
         names
@@ -394,7 +406,9 @@ pub fn deferred_regexes(policy: &Policy) -> Vec<String> {
             .join("|")
     };
     let mut out = Vec::new();
-    if let Some(p) = regex_literal(&policy.roots.project) {
+    let mut roots = vec![policy.roots.project.clone()];
+    roots.extend(super::deferred::grant_roots(policy, &policy.grants));
+    for p in roots.iter().filter_map(|r| regex_literal(r)) {
         let git = any_case(".git");
         let mut parents: Vec<&str> = PROJECT_LOCKED
             .iter()
@@ -873,6 +887,16 @@ mod tests {
             .map(|a| path_filter("literal", a))
             .collect();
         out.push(rule("deny", "file-write-unlink file-link", keep));
+        if !p.named_programs.is_empty() {
+            out.push(rule(
+                "deny",
+                "file-write* file-link",
+                p.named_programs
+                    .iter()
+                    .map(|n| path_filter("literal", n))
+                    .collect(),
+            ));
+        }
         out
     }
 
@@ -900,7 +924,9 @@ mod tests {
         for profile in [command(&p), floor(&p, Path::new("/opt/nd7/nd7-exec"))] {
             let got = forms(&profile);
             let denies = deny_regexes(&got);
-            assert_eq!(denies.len(), 5, "{profile}");
+            // The project's four, the same four for each of the two grants
+            // (covered as the project is), and the home's.
+            assert_eq!(denies.len(), 13, "{profile}");
             let denied = |path: &str| denies.iter().any(|r| r.is_match(path));
             for no in [
                 "/Users/u/p/.git",
@@ -1021,6 +1047,54 @@ mod tests {
         ));
         assert_eq!(any_case(".git"), r"\.[gG][iI][tT]");
         assert_eq!(any_case("a.b-c"), r"[aA]\.[bB]-[cC]");
+    }
+
+    /// A repository granted by path is denied as the project is, at any
+    /// depth; a preset's cache is not; the scripts Claude Code's settings
+    /// name are denied by name, in both profiles.
+    #[test]
+    fn a_granted_repository_and_the_scripts_settings_name_are_denied() {
+        let mut p = policy(
+            "/Users/u/p",
+            "/private/tmp",
+            "/Users/u",
+            &["/Users/u/src/lib", "/Users/u/.cargo/registry"],
+        );
+        p.named_programs = vec!["/Users/u/.claude/statusline.sh".into()];
+        let denies: Vec<regex::Regex> = deferred_regexes(&p)
+            .iter()
+            .map(|r| regex::Regex::new(r).expect("compiles"))
+            .collect();
+        let denied = |path: &str| denies.iter().any(|r| r.is_match(path));
+        for path in [
+            "/Users/u/src/lib/.git/hooks/pre-commit",
+            "/Users/u/src/lib/.git/config",
+            "/Users/u/src/lib/.envrc",
+            "/Users/u/src/lib/deep/er/.git/config",
+            "/Users/u/src/lib/.claude/settings.json",
+            "/Users/u/.local/bin/git",
+            "/Users/u/.cargo/config.toml",
+            "/Users/u/.claude/local/claude",
+        ] {
+            assert!(denied(path), "{path}");
+        }
+        for path in [
+            "/Users/u/src/lib/src/main.rs",
+            "/Users/u/.cargo/registry/src/x/.gitattributes",
+            "/Users/u/.cargo/registry/src/x/.vscode/settings.json",
+            "/Users/u/src/other/.git/config",
+        ] {
+            assert!(!denied(path), "{path}");
+        }
+        let statusline =
+            r#"(deny file-write* file-link (literal "/Users/u/.claude/statusline.sh"))"#;
+        for profile in [command(&p), floor(&p, Path::new("/opt/nd7/nd7-exec"))] {
+            assert!(profile.contains(statusline), "{profile}");
+            assert!(
+                profile.contains(r#"(literal "/Users/u/.local/share")"#),
+                "{profile}"
+            );
+        }
     }
 
     #[test]

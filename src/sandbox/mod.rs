@@ -458,6 +458,10 @@ impl Held {
 /// Called after each command through the exit ends, with the command's text.
 pub type AfterCommand = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Called before each command through the exit starts, with the grants it
+/// runs under (each a resolved path).
+pub type BeforeCommand = std::sync::Arc<dyn Fn(&[PathBuf]) + Send + Sync>;
+
 /// Which process [`keep_session`] returned in.
 pub enum Kept {
     /// The keeper: the session is over, nothing it started is left, and
@@ -682,16 +686,18 @@ pub struct ExitService {
 /// Seatbelt's one no-sandbox exec and writes `log` itself, and there is
 /// nothing to serve.
 pub fn serve_exit(session: &RunDir, log: &Arc<RunLog>) -> Result<ExitService, String> {
-    serve_exit_held(session, log, &Held::default(), None)
+    serve_exit_held(session, log, &Held::default(), None, None)
 }
 
-/// [`serve_exit`], with every command joining `held`'s namespaces and
-/// `after` called when each command ends (on Linux, where the exit is
-/// served; on macOS `nd7-exec` runs the command itself).
+/// [`serve_exit`], with every command joining `held`'s namespaces,
+/// `before` called before each command starts and `after` when it ends (on
+/// Linux, where the exit is served; on macOS `nd7-exec` runs the command
+/// itself).
 pub fn serve_exit_held(
     session: &RunDir,
     log: &Arc<RunLog>,
     held: &Held,
+    before: Option<BeforeCommand>,
     after: Option<AfterCommand>,
 ) -> Result<ExitService, String> {
     #[cfg(target_os = "linux")]
@@ -703,6 +709,7 @@ pub fn serve_exit_held(
             .map(|exit| ExitService {
                 serving: exit
                     .joining(held.namespaces.clone())
+                    .before_each(before)
                     .after_each(after)
                     .serve(),
             })
@@ -710,7 +717,7 @@ pub fn serve_exit_held(
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (session, log, held, after);
+        let _ = (session, log, held, before, after);
         Ok(ExitService {})
     }
 }

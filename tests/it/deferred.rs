@@ -179,14 +179,47 @@ const EXISTING: &[(&str, &str, bool)] = &[
     (".claude/skills/s/SKILL.md", "A skill.\n", true),
     (
         "~/.claude/settings.json",
-        "{\"hooks\":{\"Stop\":[{\"hooks\":[{\"type\":\"command\",\"command\":\"nd7\",\"args\":[\"record\"]}]}]}}\n",
+        "{\"hooks\":{\"Stop\":[{\"hooks\":[{\"type\":\"command\",\"command\":\"nd7\",\"args\":[\"record\"]}]}]},\"statusLine\":{\"type\":\"command\",\"command\":\"bash ~/.claude/statusline.sh\"}}\n",
         false,
     ),
     ("~/.claude/commands/c.md", "A command.\n", true),
     ("~/.claude/agents/a.md", "An agent.\n", true),
     ("~/.claude/skills/s/SKILL.md", "A skill.\n", true),
+    // Named by the settings above, in the `~/.claude` the floor lets the
+    // agent write (`policy::deferred::named_programs`).
+    ("~/.claude/statusline.sh", "echo ok\n", false),
+    // Claude Code's local install, also in `~/.claude`.
+    (
+        "~/.claude/local/claude",
+        "#!/bin/sh\nexec node cli.js\n",
+        true,
+    ),
     ("~/.bashrc", "# mine\n", false),
+    ("~/.profile", "# mine\n", false),
+    ("~/.zshenv", "# mine\n", false),
+    ("~/.inputrc", "set bell-style none\n", false),
     ("~/.gitconfig", "[user]\n\tname = u\n", false),
+    // Reachable only through the grant of the home below.
+    (
+        "~/.local/bin/git",
+        "#!/bin/sh\nexec /usr/bin/git \"$@\"\n",
+        true,
+    ),
+    ("~/bin/claude", "#!/bin/sh\n", true),
+    ("~/.cargo/bin/cargo", "#!/bin/sh\n", true),
+    ("~/.cargo/config.toml", "[build]\n", false),
+    ("~/.config/systemd/user/a.service", "[Service]\n", true),
+    ("~/.config/autostart/a.desktop", "[Desktop Entry]\n", true),
+    ("~/.config/environment.d/a.conf", "A=1\n", true),
+    ("~/.local/share/direnv/allow/0123", "/p/.envrc\n", true),
+    ("~/.config/direnv/direnvrc", "# mine\n", true),
+    ("~/.config/mise/config.toml", "[tools]\n", true),
+    ("~/.local/state/mise/trusted-configs/a", "", true),
+    ("~/.tmux.conf", "set -g mouse on\n", false),
+    ("~/.vimrc", "set nu\n", false),
+    ("~/.config/nvim/init.lua", "-- mine\n", true),
+    ("~/.config/fish/config.fish", "# mine\n", true),
+    ("~/.emacs.d/init.el", ";; mine\n", false),
 ];
 
 fn place(w: &World, rel: &str) -> std::path::PathBuf {
@@ -205,8 +238,12 @@ fn inside(w: &World, rel: &str) -> String {
 }
 
 /// Guards: the locks and pins of `policy::deferred::plan` (the project's
-/// and home lists), made by `sandbox::linux::ns`; the home directory's files
-/// are reachable only through a grant, which the exit's commands get.
+/// and home lists, and the files Claude Code's settings name), made by
+/// `sandbox::linux::ns`; the home directory's files are reachable only
+/// through a grant, which the exit's commands get, but for those in
+/// `~/.claude`, which the floor lets the agent write. Without the home
+/// list's PATH directories, cargo's, login's, direnv's, mise's, shells' and
+/// editors' files, `.claude/local` and `named_programs`, each is written.
 #[test]
 fn what_editors_direnv_shells_and_claude_code_run_later_cannot_be_changed() {
     for mode in ["direct", "exec"] {

@@ -10,6 +10,8 @@ mod concurrency;
 #[cfg(target_os = "linux")]
 mod daily;
 mod deferred;
+mod deferred_grants;
+mod deferred_reads;
 mod distribution;
 mod e2e;
 mod exit_status;

@@ -139,6 +139,8 @@ pub struct Exit {
     groups: Arc<Mutex<Running>>,
     /// The session's namespaces, which every command joins (`ns`).
     namespaces: Option<Arc<super::ns::Namespaces>>,
+    /// Called with the command's grants before it starts.
+    before: Option<crate::sandbox::BeforeCommand>,
     /// Called with the command's text when it ends.
     after: Option<crate::sandbox::AfterCommand>,
 }
@@ -184,6 +186,7 @@ impl Exit {
             log,
             groups: Arc::default(),
             namespaces: None,
+            before: None,
             after: None,
         })
     }
@@ -191,6 +194,12 @@ impl Exit {
     /// Every command will join `namespaces` (when there are any).
     pub fn joining(mut self, namespaces: Option<Arc<super::ns::Namespaces>>) -> Exit {
         self.namespaces = namespaces;
+        self
+    }
+
+    /// `before` is called with each command's grants before it starts.
+    pub fn before_each(mut self, before: Option<crate::sandbox::BeforeCommand>) -> Exit {
+        self.before = before;
         self
     }
 
@@ -222,6 +231,7 @@ impl Exit {
                 let groups = self.groups.clone();
                 let log = self.log.clone();
                 let namespaces = self.namespaces.clone();
+                let before = self.before.clone();
                 let after = self.after.clone();
                 let spawned = std::thread::Builder::new()
                     .stack_size(STACK)
@@ -234,7 +244,7 @@ impl Exit {
                             &log,
                             &groups,
                             namespaces.as_deref(),
-                            after,
+                            (before, after),
                         );
                     });
                 // Out of threads: the connection was dropped with the closure
@@ -396,7 +406,10 @@ fn serve_one(
     log: &RunLog,
     groups: &Mutex<Running>,
     namespaces: Option<&super::ns::Namespaces>,
-    after: Option<crate::sandbox::AfterCommand>,
+    (before, after): (
+        Option<crate::sandbox::BeforeCommand>,
+        Option<crate::sandbox::AfterCommand>,
+    ),
 ) {
     // nd7-exec sends its request at once; a caller that stalls is dropped
     // rather than holding a thread for the rest of the session.
@@ -445,6 +458,11 @@ fn serve_one(
         .filter(|g| !dropped.iter().any(|d| d.grant && &d.path == *g))
         .cloned()
         .collect();
+    // What the grants let it write is read before it can (the files that
+    // run later in a grant made since the last command).
+    if let Some(before) = before {
+        before(&grants);
+    }
     // The command is written down before it starts: one the log cannot hold
     // is not run.
     use std::os::unix::ffi::OsStrExt;
