@@ -19,6 +19,7 @@
 //! - [`files`]: writing a file whole (one atomic replace, its mode and durability said),
 //!   and [`files::IoContext`], what every I/O failure names.
 //! - [`home`]: the home directory and the XDG base directories.
+//! - [`fault`]: the kernel refusals a test can ask for (`ND7_FAULT`; test builds only).
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
 //! - [`http_client`]: nd7's one HTTP client (ureq), and whom its TLS trusts.
 //! - [`ship`]: `nd7 enroll` and `nd7 ship`: the vault's requests (`client`), enrolment
@@ -47,6 +48,7 @@ pub mod chain;
 pub mod cli;
 pub mod codex;
 pub mod deferred;
+pub mod fault;
 pub mod files;
 pub mod home;
 pub mod hook;

@@ -280,7 +280,9 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             .iter()
             .map(|a| a.to_string_lossy().into_owned()),
     );
-    let started = sandbox::start_time(pid).ok_or(RunError::NoStartTime)?;
+    let started = sandbox::start_time(pid)
+        .filter(|_| !crate::fault::injected("no-start-time"))
+        .ok_or(RunError::NoStartTime)?;
     let (kernel_sandbox, landlock_abi) = sandbox::kernel_sandbox();
     let log = Arc::new(RunLog::start(
         &policy.logs_dir(),

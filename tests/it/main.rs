@@ -34,6 +34,8 @@ mod redteam_cost;
 mod redteam_rollout;
 mod report_html;
 #[cfg(target_os = "linux")]
+mod run_faults;
+#[cfg(target_os = "linux")]
 mod runs;
 mod sandbox;
 mod setup;
