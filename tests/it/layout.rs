@@ -37,7 +37,7 @@ fn sources() -> Vec<(String, String)> {
 
 /// The source without its `#[cfg(test)] mod tests { … }` (tests may serve
 /// HTTP or rename files as they like); braces counted, so code after the
-/// tests is kept.
+/// tests is kept, and their lines left empty, so line numbers hold.
 fn without_tests(text: &str) -> String {
     let Some(start) = text.find("#[cfg(test)]\nmod tests {") else {
         return text.to_string();
@@ -50,7 +50,10 @@ fn without_tests(text: &str) -> String {
             '}' => {
                 depth -= 1;
                 if depth == 0 {
-                    return format!("{}{}", &text[..start], &text[open + i + 1..]);
+                    // Its lines kept as empty ones, so line numbers hold.
+                    let end = open + i + 1;
+                    let lines = "\n".repeat(text[start..end].matches('\n').count());
+                    return format!("{}{lines}{}", &text[..start], &text[end..]);
                 }
             }
             _ => {}
