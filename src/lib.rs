@@ -30,7 +30,8 @@
 //! - [`policy`]: a run's rules and their rendering for Landlock and Seatbelt. Pure.
 //! - [`kernel`]: what the kernel says about processes (start time, ancestors) and paths (pins).
 //! - [`run_dir`]: a run's directory under `~/.nd7/runs` (not a log's session), its record and grants.
-//! - [`sandbox`]: the platform floors, the exit and the door; with [`kernel`], all `cfg(target_os)` is here.
+//! - [`sandbox`]: the platform floors, the exit and the door; with [`kernel`] (and setup's timer
+//!   code), all `cfg(target_os)` is here.
 //! - [`run`]: `nd7 run`; [`run_grants`]: the grants a run starts with; [`run_codex`]: its Codex part
 //!   (`~/.codex` made and checked, the run's hooks trusted); [`running`]: commands still running under a grant.
 //! - [`deferred`]: the watch over files that run later outside the floor.

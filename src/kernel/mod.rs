@@ -1,9 +1,9 @@
 //! What the kernel says about processes and paths: when a process started
 //! (with its pid, that names it for good), a process's ancestors, and what
-//! a path leads to without following links. `session` and `sandbox` both
-//! stand on these facts, so they live below both; this module and
-//! `sandbox` are the only places with `#[cfg(target_os)]` (ADR-0064).
-//! It uses neither `session` nor `sandbox`.
+//! a path leads to without following links. `run_dir` and `sandbox` both
+//! stand on these facts, so they live below both; this module, `sandbox`
+//! and setup's timer code (`setup::timer`) are the only places with
+//! `#[cfg(target_os)]` (ADR-0064). It uses neither `run_dir` nor `sandbox`.
 
 #[cfg(target_os = "linux")]
 pub mod linux;

@@ -472,3 +472,41 @@ fn every_unsafe_block_says_why_it_is_sound() {
         "unsafe without a SAFETY comment: {found:#?}"
     );
 }
+
+/// Every feature a test is gated on is one the suite's guard refuses to run
+/// without (`SUITE_FEATURES` in tests/it/main.rs): a test gated on a new
+/// feature must not be dropped silently by a build without it.
+#[test]
+fn the_suites_guard_covers_every_feature_its_tests_need() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in fs::read_dir(dir).expect("read tests/it") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it"),
+        &mut files,
+    );
+    let mut gated = Vec::new();
+    for file in files {
+        let text = fs::read_to_string(&file).expect("read a test");
+        for (n, line) in code_lines(&text) {
+            for part in line.split("feature = \"").skip(1) {
+                let feature = part.split('"').next().unwrap_or("");
+                if !crate::SUITE_FEATURES.contains(&feature) {
+                    gated.push(format!("{}:{n}: {feature}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        gated.is_empty(),
+        "gated on features the guard does not name: {gated:#?}"
+    );
+}
