@@ -10,7 +10,7 @@ pub mod linux;
 #[cfg(target_os = "macos")]
 pub mod macos;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::policy::Identity;
 
@@ -21,9 +21,15 @@ pub enum PinError {
     Missing,
     #[error("its path goes through a symbolic link")]
     Link,
-    #[error("{0}")]
-    Io(std::io::Error),
+    #[error("{}: cannot {action}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: std::io::Error,
+    },
 }
+
+crate::files::io_context_into!(PinError);
 
 /// What `path` (absolute, resolved) leads to now, following no symbolic
 /// link in any component: the identity a write root or grant is pinned with.
@@ -46,7 +52,7 @@ pub fn pin(path: &Path) -> Result<Identity, PinError> {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     return Err(PinError::Missing);
                 }
-                Err(e) => return Err(PinError::Io(e)),
+                Err(e) => return Err(io_err(prefix, "lstat")(e)),
             }
         }
         let m = last.ok_or(PinError::Missing)?;
