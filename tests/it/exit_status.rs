@@ -569,6 +569,27 @@ fn release_hooks_exit_0_however_they_fail() {
     hooks_survive_injected_faults(&probe);
 }
 
+/// The shipped build (`cargo install`, no `self-update` feature) still has
+/// the subcommand: it says how to update this nd7 and exits 2, changing
+/// nothing. Guards the `cfg(not(feature = "self-update"))` `run_self_update`
+/// in src/bin/nd7.rs.
+#[test]
+#[ignore = "needs ND7_RELEASE_BIN, a release build without self-update (.ci/run runs it)"]
+fn release_self_update_says_how_to_update() {
+    let shipped = release_bin("ND7_RELEASE_BIN");
+    let state = State::new();
+    let out = nd7(&shipped, &state)
+        .args(["self-update", "--allow-downgrade"])
+        .output()
+        .expect("run nd7 self-update");
+    assert_eq!(out.status.code(), Some(2), "{:?}", out.status);
+    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stderr(&out),
+        format!("nd7 self-update: {}\n", nd7_core::cli::NO_SELF_UPDATE)
+    );
+}
+
 #[test]
 #[ignore = "needs ND7_RELEASE_BIN, a release build (.ci/run runs it)"]
 fn release_printing_commands_exit_0_when_the_reader_goes_away() {

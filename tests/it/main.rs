@@ -40,6 +40,8 @@ mod run_faults;
 #[cfg(target_os = "linux")]
 mod runs;
 mod sandbox;
+#[cfg(feature = "self-update")]
+mod self_update;
 mod setup;
 mod setup_codex;
 mod tamper;
@@ -75,7 +77,8 @@ pub const SUITE_FEATURES: [&str; 2] = ["vault-server", "self-update"];
 /// Without one of [`SUITE_FEATURES`] some tests cannot even build: the
 /// vault server's (pg, vault, vault_attacks, vault_limits, vault_scale,
 /// vault_service, vault_store, vault_tls, transcript_vault, and the vault's
-/// closed-pipe test in exit_status), and self-update's (in vault_tls). Fail,
+/// closed-pipe test in exit_status), and self-update's (self_update, and one
+/// in vault_tls). Fail,
 /// naming what is missing, rather than pass with them silently left out.
 #[cfg(not(all(feature = "vault-server", feature = "self-update")))]
 #[test]
