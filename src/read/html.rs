@@ -408,24 +408,7 @@ fn tool(t: &Tool) -> (&'static str, String, String) {
         }
         (None, true, None) => {}
     }
-    let mut facts = Vec::new();
-    if let Some(code) = t.exit_code
-        && (code != 0 || t.status != Status::Ok)
-    {
-        facts.push(format!("exit {code}"));
-    }
-    if let Some(ms) = t.duration_ms {
-        facts.push(when::duration((ms.max(0.0) * 1e6) as u64));
-    }
-    if t.routed {
-        facts.push("via nd7-exec".into());
-    }
-    if let Some(of) = t.result_of {
-        facts.push(format!("result of #{of}"));
-    }
-    if t.status == Status::NoResult {
-        facts.push("no result in the log".into());
-    }
+    let facts = super::text::tool_facts(t);
     if !facts.is_empty() {
         let _ = write!(
             b,
