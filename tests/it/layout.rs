@@ -5,10 +5,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Every `.rs` file under `src/`, with its path relative to the crate.
-fn sources() -> Vec<(String, String)> {
+/// Every `.rs` file under `dir`, sorted.
+fn rs_files(dir: &Path) -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in fs::read_dir(dir).expect("read src") {
+        for entry in fs::read_dir(dir).expect("read a source directory") {
             let path = entry.expect("entry").path();
             if path.is_dir() {
                 walk(&path, out);
@@ -17,11 +17,16 @@ fn sources() -> Vec<(String, String)> {
             }
         }
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    walk(&root.join("src"), &mut files);
+    walk(dir, &mut files);
     files.sort();
     files
+}
+
+/// Every `.rs` file under `src/`, with its path relative to the crate.
+fn sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    rs_files(&root.join("src"))
         .into_iter()
         .map(|p| {
             let text = fs::read_to_string(&p).expect("read source");
@@ -488,21 +493,7 @@ fn every_unsafe_block_says_why_it_is_sound() {
 /// feature must not be dropped silently by a build without it.
 #[test]
 fn the_suites_guard_covers_every_feature_its_tests_need() {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in fs::read_dir(dir).expect("read tests/it") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it"),
-        &mut files,
-    );
+    let files = rs_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it"));
     let mut gated = Vec::new();
     for file in files {
         let text = fs::read_to_string(&file).expect("read a test");
