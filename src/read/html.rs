@@ -232,10 +232,11 @@ fn sandbox(o: &mut String, info: &SessionInfo, items: &[Item]) {
         let body = serde_json::to_string_pretty(&ob.body).unwrap_or_default();
         let _ = writeln!(
             o,
-            "<h3 class=\"mono\">#{} {} ({})</h3><pre>{}</pre>",
+            "<h3 class=\"mono\">#{} {} ({})</h3><p class=\"mono\">{}</p><pre>{}</pre>",
             ob.at.seq,
             h(&ob.kind),
             h(&ob.source),
+            h(&ob.summary),
             safe::html(&body, Lines::Keep)
         );
     }
