@@ -52,6 +52,30 @@ fn chromium(page: &Path, args: &[&str]) -> Output {
     child.wait_with_output().expect("chromium output")
 }
 
+/// Keeps a screenshot of `page`, `height` pixels tall, as the test artefact
+/// `name` in `target/tmp/artefacts/`.
+fn screenshot(page: &Path, name: &str, height: u32) {
+    let artefacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("artefacts");
+    std::fs::create_dir_all(&artefacts).expect("artefacts dir");
+    let shot = artefacts.join(name);
+    let _ = std::fs::remove_file(&shot);
+    let out = chromium(
+        page,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            &format!("--window-size=1280,{height}"),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let png = std::fs::read(&shot).expect("the screenshot was written");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000,
+        "{} bytes",
+        png.len()
+    );
+    eprintln!("screenshot kept at {}", shot.display());
+}
+
 /// Guards the escaping in `read::safe::html` as a browser sees it: with `<`
 /// passed through, Chromium's DOM holds the payload's `<script>` element and
 /// this test fails (seen). The page's Content-Security-Policy, the second
@@ -130,25 +154,7 @@ fn the_report_renders_in_headless_chromium_with_the_log_inert() {
     );
     assert!(dom.contains("\\x1b]0;owned\\x07"), "{dom}");
 
-    let artefacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("artefacts");
-    std::fs::create_dir_all(&artefacts).expect("artefacts dir");
-    let shot = artefacts.join("nd7-show-html.png");
-    let _ = std::fs::remove_file(&shot);
-    let out = chromium(
-        &page,
-        &[
-            &format!("--screenshot={}", shot.display()),
-            "--window-size=1280,1600",
-        ],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let png = std::fs::read(&shot).expect("the screenshot was written");
-    assert!(
-        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000,
-        "{} bytes",
-        png.len()
-    );
-    eprintln!("screenshot kept at {}", shot.display());
+    screenshot(&page, "nd7-show-html.png", 1600);
 }
 
 /// A real run's chain, built as `nd7 run` writes it: the fixture payloads
@@ -351,23 +357,5 @@ fn a_run_chain_shows_its_rules_and_grants_in_every_view() {
             "{text:?} is not in the rendered page:\n{dom}"
         );
     }
-    let artefacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("artefacts");
-    std::fs::create_dir_all(&artefacts).expect("artefacts dir");
-    let shot = artefacts.join("nd7-show-html-run.png");
-    let _ = std::fs::remove_file(&shot);
-    let out = chromium(
-        &page,
-        &[
-            &format!("--screenshot={}", shot.display()),
-            "--window-size=1280,2400",
-        ],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let png = std::fs::read(&shot).expect("the screenshot was written");
-    assert!(
-        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000,
-        "{} bytes",
-        png.len()
-    );
-    eprintln!("screenshot kept at {}", shot.display());
+    screenshot(&page, "nd7-show-html-run.png", 2400);
 }
