@@ -52,6 +52,9 @@ _nd7() {
             nd7,search)
                 cmd="nd7__subcmd__search"
                 ;;
+            nd7,self-update)
+                cmd="nd7__subcmd__self__subcmd__update"
+                ;;
             nd7,sessions)
                 cmd="nd7__subcmd__sessions"
                 ;;
@@ -145,6 +148,9 @@ _nd7() {
             nd7__subcmd__help,search)
                 cmd="nd7__subcmd__help__subcmd__search"
                 ;;
+            nd7__subcmd__help,self-update)
+                cmd="nd7__subcmd__help__subcmd__self__subcmd__update"
+                ;;
             nd7__subcmd__help,sessions)
                 cmd="nd7__subcmd__help__subcmd__sessions"
                 ;;
@@ -185,7 +191,7 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help"
+            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -579,7 +585,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help)
-            opts="record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship admin completions help"
+            opts="record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -844,6 +850,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__self__subcmd__update)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__sessions)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1007,6 +1027,24 @@ _nd7() {
                     ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__self__subcmd__update)
+            opts="-h --from --allow-downgrade --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --from)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

@@ -816,6 +816,207 @@ mod tests {
         );
     }
 
+    /// `events` rendered one after another into the chain of `session`, as
+    /// appends would write them.
+    fn render_chain(session: &str, events: &[crate::hook::Event]) -> Vec<u8> {
+        let mut cursor = Cursor::start(session);
+        let mut rendered = Vec::new();
+        for event in events {
+            let line = render_entry(event, &cursor);
+            let stated = read_checked(&line[..line.len() - 1]).expect("sealed");
+            cursor = Cursor {
+                next_seq: stated.seq + 1,
+                prev: stated.hash,
+            };
+            rendered.extend_from_slice(&line);
+        }
+        rendered
+    }
+
+    /// The invocation of the vectors' line `i`: one second apart from `t0`.
+    fn vector_invocation(t0: u64, i: usize) -> crate::hook::Invocation {
+        crate::hook::Invocation {
+            ts: t0 + i as u64 * 1_000_000_000,
+            host: "vm".into(),
+            hook_ppid: Some(3327),
+            cwd: Some("/home/dev/proj".into()),
+        }
+    }
+
+    /// The committed Codex vector (tests/vectors/codex): Codex 0.171.0's
+    /// payloads of one session, with what its rollout (the fixture's) tells
+    /// `nd7 record --agent codex`, rendered again byte for byte. Fails when
+    /// a Codex entry's kind, body or derived members change
+    /// (`codex::hook::event`), or the envelope does.
+    #[test]
+    fn the_committed_codex_vector_renders_byte_for_byte() {
+        use crate::codex::hook::{Facts, Outcome};
+        use crate::codex::rollout::{self, Seen};
+        use crate::hook::Payload;
+        const SESSION: &str = "01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c";
+        let payloads = include_str!("../tests/vectors/codex/payloads.ndjson");
+        let rollout_lines: Vec<&str> =
+            include_str!("../tests/fixtures/codex-0.171.0/rollout.jsonl")
+                .lines()
+                .collect();
+        let log: &[u8] = include_bytes!(
+            "../tests/vectors/codex/01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c/events.ndjson"
+        );
+        // What `codex::facts` reads from the rollout, from its lines here.
+        let outcome = |call: &str| {
+            for line in rollout_lines.iter().rev() {
+                match rollout::completed_item(line.as_bytes(), call) {
+                    Seen::Completed(o) => return o,
+                    Seen::Call => break,
+                    Seen::Nothing => {}
+                }
+            }
+            Outcome::Unknown(rollout::NO_COMPLETED_ITEM.into())
+        };
+        let events: Vec<_> = payloads
+            .lines()
+            .enumerate()
+            .map(|(i, text)| {
+                let payload = Payload::parse(text.as_bytes()).expect("a fixture payload");
+                let event = payload.str_member("hook_event_name").unwrap_or("");
+                let mut facts = Facts::default();
+                if i == 0 || event == "SessionStart" {
+                    facts.agent = Some(rollout::session_meta(rollout_lines[0].as_bytes(), SESSION));
+                }
+                if event == "PostToolUse" {
+                    let call = payload.str_member("tool_use_id").expect("a call id");
+                    facts.outcome = Some(outcome(call));
+                }
+                crate::codex::hook::event(
+                    &vector_invocation(1_796_000_000_000_000_000, i),
+                    payload,
+                    facts,
+                )
+            })
+            .collect();
+        assert_eq!(
+            Hash::session_fingerprint(SESSION).to_hex(),
+            "0c3f7d0355077c7b8d318112d64dbf9544bab4d1d31fe8f6c9f33f22709bc500"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&render_chain(SESSION, &events)),
+            String::from_utf8_lossy(log)
+        );
+    }
+
+    /// The committed run vector (tests/vectors/run): a run's chain as `nd7
+    /// run` writes it, nd7's own entries (`run_start`, `exec`, `exec_end`,
+    /// `grant`, `run_end`, source `exit:nd7`) around a Bash call's hook
+    /// entries, rendered again byte for byte. Fails when the body of one of
+    /// nd7's own kinds changes (`run_entry`'s `*_body`), their envelope
+    /// (`run_entry::event`), or the run's id (`run_entry::run_id`).
+    #[test]
+    fn the_committed_run_vector_renders_byte_for_byte() {
+        use crate::hook::{Event, Payload};
+        use crate::run_entry::{self, Ended, RunFacts, Stamp};
+        use std::path::PathBuf;
+        let run = run_entry::run_id(1_796_126_400, 4242, 0xab);
+        assert_eq!(run, "run-20261201T120000Z-4242-00ab");
+        let payloads: Vec<&str> = include_str!("../tests/vectors/run/payloads.ndjson")
+            .lines()
+            .collect();
+        let log: &[u8] =
+            include_bytes!("../tests/vectors/run/run-20261201T120000Z-4242-00ab/events.ndjson");
+        let t0 = 1_796_126_400_000_000_000;
+        let stamp = |i: usize| Stamp {
+            ts: t0 + i as u64 * 1_000_000_000,
+            host: "vm".into(),
+            session: run.clone(),
+        };
+        let ours =
+            |i: usize, kind: &'static str, tool_use_id: Option<&str>, body: serde_json::Value| {
+                run_entry::event(
+                    &stamp(i),
+                    kind,
+                    Some("/home/dev/proj").filter(|_| kind == run_entry::EXEC),
+                    tool_use_id,
+                    &body,
+                )
+            };
+        let hook = |i: usize, text: &str| {
+            Event::new(
+                &vector_invocation(t0, i),
+                Payload::parse(text.as_bytes()).expect("a fixture payload"),
+            )
+        };
+        let (cargo, data) = (
+            PathBuf::from("/home/dev/.cargo"),
+            PathBuf::from("/home/dev/data"),
+        );
+        let program = ["claude".to_string(), "-p".into(), "run the command".into()];
+        let rules = serde_json::json!({
+            "project": "/home/dev/proj", "temp": "/tmp", "home": "/home/dev",
+            "state": "/home/dev/.local/state/nd7", "exit": "/usr/local/bin/nd7-exec",
+            "grants": [cargo], "secrets": ["/home/dev/.ssh"],
+            "pins": [{"path": "/home/dev/proj", "dev": 2049, "ino": 131_073}, {"path": cargo, "dev": 2049, "ino": 131_074}],
+            "aliases": [], "agent": "claude-code",
+        });
+        let line = "source /home/dev/.claude/shell-snapshots/snapshot-bash-1796126400-ab12.sh 2>/dev/null || true && eval 'echo hello-from-model' < /dev/null && pwd -P >| /tmp/claude-5e1f-cwd";
+        let mut events = vec![
+            ours(
+                0,
+                run_entry::RUN_START,
+                None,
+                run_entry::run_start_body(&RunFacts {
+                    pid: 4242,
+                    program: &program,
+                    rules,
+                    nd7_version: "0.1.0",
+                    sandbox: "landlock",
+                    landlock_abi: Some(6),
+                    hooks: true,
+                    grants: serde_json::json!([{"path": cargo, "from": "--preset cargo"}]),
+                }),
+            ),
+            hook(1, payloads[0]),
+            ours(
+                2,
+                run_entry::EXEC,
+                Some("toolu_mock_0001"),
+                run_entry::exec_body(line.as_bytes(), 4300, std::slice::from_ref(&cargo)),
+            ),
+            ours(
+                3,
+                run_entry::EXEC_END,
+                None,
+                run_entry::exec_end_body(2, &Ended::Exited(0), None),
+            ),
+            hook(4, payloads[1]),
+            ours(
+                5,
+                run_entry::GRANT,
+                None,
+                run_entry::grant_body("allow", &data, &[cargo.clone(), data.clone()]),
+            ),
+        ];
+        // run_end carries the run's own reconciliation of what is above.
+        let mut reconciler = run_entry::Reconciler::new();
+        for line in render_chain(&run, &events).split_inclusive(|&b| b == b'\n') {
+            reconciler.feed(&line[..line.len() - 1]);
+        }
+        let tally = reconciler.finish();
+        assert!(tally.agrees(), "{tally:?}");
+        events.push(ours(
+            6,
+            run_entry::RUN_END,
+            None,
+            run_entry::run_end_body(&Ended::Exited(0), &tally, 0),
+        ));
+        assert_eq!(
+            Hash::session_fingerprint(&run).to_hex(),
+            "1b4befd61bd441a9a7d4190515cd52e9e92d7409b4865a86fcc57b8c15b82f37"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&render_chain(&run, &events)),
+            String::from_utf8_lossy(log)
+        );
+    }
+
     #[test]
     fn hex_round_trips_and_rejects_uppercase() {
         let h = Hash::of(b"abc");

@@ -6,6 +6,11 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+/// What `nd7 self-update` says in a build without the `self-update` feature.
+pub const NO_SELF_UPDATE: &str = "this nd7 was built without self-update (Homebrew, Nix and cargo install leave it \
+     off); update it the way it was installed: `brew upgrade nd7`, the flake input (or `nix profile upgrade nd7`), \
+     or `cargo install --locked nd7` (install/install.sh from a checkout); nothing was changed";
+
 #[derive(Parser)]
 #[command(name = "nd7", version, about = "Accountable, bounded AI coding agents")]
 pub struct Cli {
@@ -298,6 +303,24 @@ pub enum Command {
         /// Ship again every DURATION (e.g. 30s, 5m, 1h) until killed.
         #[arg(long, value_name = "DURATION")]
         every: Option<String>,
+    },
+    /// Replace nd7 and nd7-exec with a newer signed release (release builds).
+    ///
+    /// Fetches the release's manifest and signature, checks them against the
+    /// release key built into nd7, the target and each binary's BLAKE3, and
+    /// only then replaces nd7-exec and nd7 beside the running one. A release
+    /// that is not newer than this nd7 replaces nothing unless
+    /// --allow-downgrade is given. A build without self-update (Homebrew,
+    /// Nix, cargo install) says how to update it instead. Exits 0 when both
+    /// binaries were replaced, 2 otherwise.
+    SelfUpdate {
+        /// Where the release is published [default: nd7's GitHub releases].
+        #[arg(long, value_name = "URL")]
+        from: Option<String>,
+        /// Install the release even when it is not newer than this nd7 (an
+        /// older signed release may bring back a fixed flaw).
+        #[arg(long)]
+        allow_downgrade: bool,
     },
     /// Admin tools: keys, the recipients document, and reading a vault back.
     #[command(subcommand)]

@@ -10,6 +10,8 @@
 //! Six events get a kind of their own; everything else, including names this
 //! build has never seen, becomes `kind: "hook"` with the payload under `raw`.
 
+#![forbid(unsafe_code)]
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};

@@ -19,6 +19,7 @@
 //! - [`files`]: writing a file whole (one atomic replace, its mode and durability said),
 //!   and [`files::IoContext`], what every I/O failure names.
 //! - [`home`]: the home directory and the XDG base directories.
+//! - [`fault`]: the kernel refusals a test can ask for (`ND7_FAULT`; test builds only).
 //! - [`vault`]: the wire format and cryptography a machine and the vault share. Pure.
 //! - [`http_client`]: nd7's one HTTP client (ureq), and whom its TLS trusts.
 //! - [`ship`]: `nd7 enroll` and `nd7 ship`: the vault's requests (`client`), enrolment
@@ -29,8 +30,10 @@
 //! - [`policy`]: a run's rules and their rendering for Landlock and Seatbelt. Pure.
 //! - [`kernel`]: what the kernel says about processes (start time, ancestors) and paths (pins).
 //! - [`run_dir`]: a run's directory under `~/.nd7/runs` (not a log's session), its record and grants.
-//! - [`sandbox`]: the platform floors, the exit and the door; with [`kernel`], all `cfg(target_os)` is here.
-//! - [`run`]: `nd7 run`; [`run_grants`]: the grants a run starts with; [`running`]: commands still running under a grant.
+//! - [`sandbox`]: the platform floors, the exit and the door; with [`kernel`] (and setup's timer
+//!   code), all `cfg(target_os)` is here.
+//! - [`run`]: `nd7 run`; [`run_grants`]: the grants a run starts with; [`run_codex`]: its Codex part
+//!   (`~/.codex` made and checked, the run's hooks trusted); [`running`]: commands still running under a grant.
 //! - [`deferred`]: the watch over files that run later outside the floor.
 //! - [`passwd`]: an account's home from `/etc/passwd`.
 //! - [`cli`]: the command line's definition.
@@ -47,6 +50,7 @@ pub mod chain;
 pub mod cli;
 pub mod codex;
 pub mod deferred;
+pub mod fault;
 pub mod files;
 pub mod home;
 pub mod hook;

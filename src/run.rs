@@ -181,9 +181,8 @@ fn pin_roots(policy: &mut Policy, cwd: &Path) -> Vec<String> {
                 "{} is reached through a symbolic link, and nd7 follows no link to a write root (one re-pointed by an earlier command would open whatever it points at): nothing there is writable this session; make it a real directory (move what the link points at there, and link the other way if you need the old place)",
                 root.display()
             )),
-            Err(sandbox::PinError::Io(e)) => warnings.push(format!(
-                "{} cannot be checked ({e}), so it is not writable this session",
-                root.display()
+            Err(e @ sandbox::PinError::Io { .. }) => warnings.push(format!(
+                "{e}: it cannot be checked, so it is not writable this session"
             )),
         }
     }
@@ -356,7 +355,9 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             .iter()
             .map(|a| a.to_string_lossy().into_owned()),
     );
-    let started = sandbox::start_time(pid).ok_or(RunError::NoStartTime)?;
+    let started = sandbox::start_time(pid)
+        .filter(|_| !crate::fault::injected("no-start-time"))
+        .ok_or(RunError::NoStartTime)?;
     let (kernel_sandbox, landlock_abi) = sandbox::kernel_sandbox();
     let log = Arc::new(RunLog::start(
         &policy.logs_dir(),

@@ -36,6 +36,19 @@ pub const DEFAULT_SOURCE: &str = "https://github.com/nd7-dev/nd7/releases/latest
 /// The key releases are signed with, when this build was given one.
 pub const RELEASE_KEY: Option<&str> = option_env!("ND7_RELEASE_KEY");
 
+/// The release key this nd7 trusts: [`RELEASE_KEY`]. In test builds only
+/// (debug builds, or the `fault-injection` feature, which shipped builds
+/// never enable), a build given no key takes `$ND7_TEST_RELEASE_KEY`, so a
+/// test can sign a release for the real binary; a key built in is never
+/// replaced.
+pub fn release_key() -> Option<String> {
+    #[cfg(any(debug_assertions, feature = "fault-injection"))]
+    if RELEASE_KEY.is_none() {
+        return std::env::var("ND7_TEST_RELEASE_KEY").ok();
+    }
+    RELEASE_KEY.map(str::to_string)
+}
+
 /// The version of the running nd7, which a release must be newer than.
 pub const RUNNING: &str = env!("CARGO_PKG_VERSION");
 

@@ -15,6 +15,8 @@
 //! line ([`unwrap`]): only that goes through the exit; anything else is run
 //! where it is, under the floor, as Claude Code would have run it.
 
+#![forbid(unsafe_code)]
+
 use serde_json::{Value, json};
 
 /// The variable Claude Code takes its shell prefix from.

@@ -29,6 +29,13 @@ use nd7_core::kernel;
 use nd7_core::run_dir::{RunDir, RunDirs};
 use nd7_core::sandbox::{self, Outcome, wire};
 
+// First: its print macros shadow the standard ones in everything below, so
+// a closed pipe on standard output ends `nd7-exec --help | head -0` with 0
+// and a refusal on a closed standard error still exits 126 (ADR-0026).
+#[macro_use]
+#[path = "nd7/out.rs"]
+mod out;
+
 /// What nd7-exec exits with when it ran nothing.
 const REFUSED: u8 = 126;
 

@@ -40,12 +40,6 @@ fn main() -> ExitCode {
         let args: Vec<_> = std::env::args_os().skip(2).collect();
         return hooks::record(early, &args);
     }
-    // Release builds only, and outside clap, so that the command line and its
-    // committed completions are the same for every build.
-    #[cfg(feature = "self-update")]
-    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("self-update")) {
-        return run_self_update(std::env::args().skip(2).collect());
-    }
     let cli = Cli::parse();
     match cli.command {
         // Reached only as `nd7 -- record` and the like: `record` is taken above.
@@ -96,6 +90,10 @@ fn main() -> ExitCode {
         Command::HookExplain => hooks::explain(early),
         Command::HookRoute => hooks::route(),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
+        Command::SelfUpdate {
+            from,
+            allow_downgrade,
+        } => run_self_update(from, allow_downgrade),
         Command::Enroll {
             url,
             token,
@@ -317,25 +315,9 @@ fn run_grant(
 /// `nd7 self-update [--from URL] [--allow-downgrade]`: 0 when both binaries
 /// were replaced, 2 otherwise.
 #[cfg(feature = "self-update")]
-fn run_self_update(args: Vec<String>) -> ExitCode {
+fn run_self_update(from: Option<String>, downgrade: bool) -> ExitCode {
     use nd7_core::self_update::{self, Accept, UpdateError};
-    let usage = || {
-        eprintln!("usage: nd7 self-update [--from URL] [--allow-downgrade]");
-        ExitCode::from(2)
-    };
-    let (mut from, mut downgrade) = (self_update::DEFAULT_SOURCE.to_string(), false);
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--allow-downgrade" => downgrade = true,
-            "--from" => match args.next() {
-                Some(url) => from = url,
-                None => return usage(),
-            },
-            _ => return usage(),
-        }
-    }
-    let from = from.as_str();
+    let from = from.as_deref().unwrap_or(self_update::DEFAULT_SOURCE);
     let result = (|| {
         let exe = std::env::current_exe()
             .and_then(std::fs::canonicalize)
@@ -345,8 +327,8 @@ fn run_self_update(args: Vec<String>) -> ExitCode {
                 source,
             })?;
         self_update::refuse_managed(&exe)?;
-        let key = self_update::RELEASE_KEY.ok_or(UpdateError::NoKey)?;
-        let key = nd7_core::vault::unhex::<32>(key).ok_or(UpdateError::BadKey)?;
+        let key = self_update::release_key().ok_or(UpdateError::NoKey)?;
+        let key = nd7_core::vault::unhex::<32>(&key).ok_or(UpdateError::BadKey)?;
         let dir = exe.parent().unwrap_or(std::path::Path::new("/"));
         self_update::update(
             dir,
@@ -366,6 +348,13 @@ fn run_self_update(args: Vec<String>) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `nd7 self-update` in a build without it: what updates this nd7, and 2.
+#[cfg(not(feature = "self-update"))]
+fn run_self_update(_from: Option<String>, _downgrade: bool) -> ExitCode {
+    eprintln!("nd7 self-update: {}", nd7_core::cli::NO_SELF_UPDATE);
+    ExitCode::from(2)
 }
 
 fn run_doctor(settings: Option<&std::path::Path>) -> ExitCode {

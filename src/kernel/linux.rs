@@ -164,19 +164,19 @@ pub fn open_nofollow(path: &Path, flags: OFlags) -> rustix::io::Result<OwnedFd> 
 
 /// What `path` leads to now, without following links.
 pub fn pin(path: &Path) -> Result<Identity, PinError> {
-    let fd = open_nofollow(path, OFlags::PATH).map_err(pin_error)?;
-    let stat = rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?;
+    let fd = open_nofollow(path, OFlags::PATH).map_err(|e| pin_error(path, e))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| super::io_err(path, "stat")(e.into()))?;
     Ok(Identity {
         dev: stat.st_dev,
         ino: stat.st_ino,
     })
 }
 
-fn pin_error(e: Errno) -> PinError {
+fn pin_error(path: &Path, e: Errno) -> PinError {
     match e {
         Errno::LOOP => PinError::Link,
         Errno::NOENT | Errno::NOTDIR => PinError::Missing,
-        other => PinError::Io(other.into()),
+        other => super::io_err(path, "open (following no link)")(other.into()),
     }
 }
 
@@ -230,5 +230,25 @@ mod tests {
         assert_eq!(name(child.id()), "sleep");
         child.kill().expect("kill");
         child.wait().expect("wait");
+    }
+
+    /// A pin that fails for another reason than a link or a missing name
+    /// says which path, doing what (ADR-0060).
+    #[test]
+    fn a_pin_that_fails_names_its_path_and_action() {
+        let long = std::path::PathBuf::from(format!("/{}", "x".repeat(300)));
+        let e = pin(&long).expect_err("a name over NAME_MAX");
+        assert!(
+            matches!(&e, PinError::Io { path, action: "open (following no link)", .. } if *path == long),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "{}: cannot open (following no link): ",
+                long.display()
+            )),
+            "{text}"
+        );
     }
 }

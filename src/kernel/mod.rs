@@ -3,8 +3,9 @@
 //! path leads to without following links, and the real path of one a user
 //! named, through no link the account could have placed. `run_dir` and
 //! `sandbox` both stand on these facts, so they live below both; this
-//! module and `sandbox` are the only places with `#[cfg(target_os)]`
-//! (ADR-0064). It uses neither `run_dir` nor `sandbox`.
+//! module, `sandbox` and setup's timer code (`setup::timer`) are the only
+//! places with `#[cfg(target_os)]` (ADR-0064). It uses neither `run_dir`
+//! nor `sandbox`.
 
 #[cfg(target_os = "linux")]
 pub mod linux;
@@ -22,9 +23,15 @@ pub enum PinError {
     Missing,
     #[error("its path goes through a symbolic link")]
     Link,
-    #[error("{0}")]
-    Io(std::io::Error),
+    #[error("{}: cannot {action}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: std::io::Error,
+    },
 }
+
+crate::files::io_context_into!(PinError);
 
 /// What `path` (absolute, resolved) leads to now, following no symbolic
 /// link in any component: the identity a write root or grant is pinned with.
@@ -47,7 +54,7 @@ pub fn pin(path: &Path) -> Result<Identity, PinError> {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     return Err(PinError::Missing);
                 }
-                Err(e) => return Err(PinError::Io(e)),
+                Err(e) => return Err(io_err(prefix, "lstat")(e)),
             }
         }
         let m = last.ok_or(PinError::Missing)?;

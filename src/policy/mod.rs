@@ -24,6 +24,8 @@
 //! entries created later next to those paths (in `/`, in the home directory)
 //! are neither readable nor writable, which fails closed.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};

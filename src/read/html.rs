@@ -232,10 +232,11 @@ fn sandbox(o: &mut String, info: &SessionInfo, items: &[Item]) {
         let body = serde_json::to_string_pretty(&ob.body).unwrap_or_default();
         let _ = writeln!(
             o,
-            "<h3 class=\"mono\">#{} {} ({})</h3><pre>{}</pre>",
+            "<h3 class=\"mono\">#{} {} ({})</h3><p class=\"mono\">{}</p><pre>{}</pre>",
             ob.at.seq,
             h(&ob.kind),
             h(&ob.source),
+            h(&ob.summary),
             safe::html(&body, Lines::Keep)
         );
     }
@@ -408,24 +409,7 @@ fn tool(t: &Tool) -> (&'static str, String, String) {
         }
         (None, true, None) => {}
     }
-    let mut facts = Vec::new();
-    if let Some(code) = t.exit_code
-        && (code != 0 || t.status != Status::Ok)
-    {
-        facts.push(format!("exit {code}"));
-    }
-    if let Some(ms) = t.duration_ms {
-        facts.push(when::duration((ms.max(0.0) * 1e6) as u64));
-    }
-    if t.routed {
-        facts.push("via nd7-exec".into());
-    }
-    if let Some(of) = t.result_of {
-        facts.push(format!("result of #{of}"));
-    }
-    if t.status == Status::NoResult {
-        facts.push("no result in the log".into());
-    }
+    let facts = super::text::tool_facts(t);
     if !facts.is_empty() {
         let _ = write!(
             b,

@@ -33,7 +33,6 @@ pub const INDEX_DIR: &str = "index";
 pub const INDEX_FILE: &str = "summaries.ndjson";
 /// How much of a transcript is read to find the agent's version.
 const TRANSCRIPT_PEEK: u64 = 256 * 1024;
-const READ_BLOCK: usize = 1 << 20;
 
 /// What identifies a file's contents without reading them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,35 +182,16 @@ impl Index {
                 std::sync::Mutex::new(Some(r))
             })
             .collect();
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let mut done: Vec<(usize, Record, RefreshResult)> = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads.clamp(1, logs.len().max(1)))
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut out = Vec::new();
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(log) = logs.get(i) else { break };
-                            let record = records[i]
-                                .lock()
-                                .ok()
-                                .and_then(|mut r| r.take())
-                                .unwrap_or_else(|| Record::empty(log.session_id()));
-                            let (record, result) = refresh_record(record, log);
-                            out.push((i, record, result));
-                        }
-                        out
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
+        let done = super::store::in_parallel(logs, threads, |i, log| {
+            let record = records[i]
+                .lock()
+                .ok()
+                .and_then(|mut r| r.take())
+                .unwrap_or_else(|| Record::empty(log.session_id()));
+            refresh_record(record, log)
         });
-        done.sort_by_key(|(i, _, _)| *i);
         done.into_iter()
-            .map(|(_, record, result)| {
+            .map(|(record, result)| {
                 self.records.insert(record.session.clone(), record);
                 result.map(|(summary, chain, changed)| {
                     self.dirty |= changed;
@@ -393,43 +373,23 @@ fn update(
             ..Record::empty(&record.session)
         };
     }
-    let mut at = record.offset;
-    let mut buf = vec![0u8; READ_BLOCK];
-    let mut held = 0usize;
-    loop {
-        if held == buf.len() {
-            buf.resize(buf.len() * 2, 0);
-        }
-        let n = file
-            .read_at(&mut buf[held..], at + held as u64)
-            .map_err(super::ReadError::io(&path, "read"))?;
-        if n == 0 {
-            break;
-        }
-        let filled = held + n;
-        let Some(last_nl) = memchr::memrchr(b'\n', &buf[..filled]) else {
-            held = filled;
-            continue;
-        };
+    let tail = super::store::whole_lines(&file, &path, record.offset, |block| {
         let mut start = 0;
-        for nl in memchr::memchr_iter(b'\n', &buf[..=last_nl]) {
-            let line = &buf[start..nl];
+        for nl in memchr::memchr_iter(b'\n', block) {
             record.lines += 1;
-            match Entry::parse(line, record.lines) {
+            match Entry::parse(&block[start..nl], record.lines) {
                 Ok(e) => record.summary.feed(&e),
                 Err(_) => record.summary.feed_unreadable(),
             }
             record.last_line = Some((
                 (nl + 1 - start) as u64,
-                blake3::hash(&buf[start..=nl]).to_hex().to_string(),
+                blake3::hash(&block[start..=nl]).to_hex().to_string(),
             ));
             start = nl + 1;
         }
-        at += (last_nl + 1) as u64;
-        buf.copy_within(last_nl + 1..filled, 0);
-        held = filled - (last_nl + 1);
-    }
-    record.offset = at;
+        true
+    })?;
+    record.offset = tail.map_or(record.offset, |t| t.end);
     record.events = Some(now);
     // A transcript may name the version only once the session is under way.
     if record.summary.version.is_none() {

@@ -101,17 +101,12 @@ impl Filter {
 /// How much of a long line is kept around a match, before and after.
 const WINDOW: usize = 80;
 
-/// Payload members that say where or when, not what: never searched.
-const NOT_SEARCHED: &[&str] = &[
-    "session_id",
-    "transcript_path",
-    "cwd",
-    "hook_event_name",
-    "permission_mode",
-    "prompt_id",
-    "tool_use_id",
-    "agent_id",
-];
+/// Payload members that say where or when, not what: never searched. The
+/// [`COMMON_MEMBERS`](super::entry::COMMON_MEMBERS), and the ids a call
+/// or a subagent carries.
+fn not_searched(member: &str) -> bool {
+    super::entry::COMMON_MEMBERS.contains(&member) || ["tool_use_id", "agent_id"].contains(&member)
+}
 
 impl Pattern {
     pub fn new(pattern: &str, options: Options) -> Result<Pattern, String> {
@@ -243,7 +238,7 @@ impl Pattern {
             _ => {
                 if let Value::Object(o) = payload {
                     for (k, v) in o {
-                        if !NOT_SEARCHED.contains(&k.as_str()) {
+                        if !not_searched(k) {
                             strings(v, k, &mut fields);
                         }
                     }

@@ -17,7 +17,54 @@ use super::timeline::{Builder, Item};
 use crate::chain::{Head, HeadState};
 use crate::session_log::{self, SessionLog, VerifyError};
 
+/// How much of a log is read at once (more for a longer line).
 const READ_BLOCK: usize = 1 << 20;
+
+/// What [`whole_lines`] leaves after the last whole line: where that line
+/// ends, and the bytes after it (a last line with no newline yet).
+pub(crate) struct Tail {
+    pub end: u64,
+    pub rest: Vec<u8>,
+}
+
+/// Reads `file` (`path`, for errors) from offset `from` in blocks, and
+/// hands `each` every run of whole lines as it is read, each line with its
+/// newline. A line longer than a block grows the block. `each` returns
+/// `false` to stop the reading: then `Ok(None)`.
+pub(crate) fn whole_lines(
+    file: &File,
+    path: &Path,
+    from: u64,
+    mut each: impl FnMut(&[u8]) -> bool,
+) -> Result<Option<Tail>, ReadError> {
+    let mut at = from;
+    let mut buf = vec![0u8; READ_BLOCK];
+    let mut held = 0usize;
+    loop {
+        if held == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = file
+            .read_at(&mut buf[held..], at + held as u64)
+            .map_err(ReadError::io(path, "read"))?;
+        if n == 0 {
+            break;
+        }
+        let filled = held + n;
+        let Some(last_nl) = memchr::memrchr(b'\n', &buf[..filled]) else {
+            held = filled;
+            continue;
+        };
+        if !each(&buf[..=last_nl]) {
+            return Ok(None);
+        }
+        at += (last_nl + 1) as u64;
+        buf.copy_within(last_nl + 1..filled, 0);
+        held = filled - (last_nl + 1);
+    }
+    buf.truncate(held);
+    Ok(Some(Tail { end: at, rest: buf }))
+}
 
 /// A state directory and its sessions.
 pub struct Store {
@@ -267,49 +314,33 @@ pub fn read_timeline(
     let path = log.events_path();
     let file = File::open(&path).map_err(ReadError::io(&path, "open"))?;
     let mut builder = Builder::new();
-    let mut at = 0u64;
     let mut lines = 0u64;
-    let mut buf = vec![0u8; READ_BLOCK];
-    let mut held = 0usize;
-    loop {
-        if held == buf.len() {
-            buf.resize(buf.len() * 2, 0);
-        }
-        let n = file
-            .read_at(&mut buf[held..], at + held as u64)
-            .map_err(ReadError::io(&path, "read"))?;
-        if n == 0 {
-            break;
-        }
-        let filled = held + n;
-        let Some(last_nl) = memchr::memrchr(b'\n', &buf[..filled]) else {
-            held = filled;
-            continue;
-        };
+    let tail = whole_lines(&file, &path, 0, |block| {
         let mut start = 0;
-        for nl in memchr::memchr_iter(b'\n', &buf[..=last_nl]) {
+        for nl in memchr::memchr_iter(b'\n', block) {
             lines += 1;
-            match Entry::parse(&buf[start..nl], lines) {
+            match Entry::parse(&block[start..nl], lines) {
                 Ok(e) => builder.push(e),
                 Err(u) => builder.push_unreadable(u),
             }
             start = nl + 1;
             for item in builder.take_ready() {
                 if !emit(item) {
-                    return Ok(None);
+                    return false;
                 }
             }
         }
-        at += (last_nl + 1) as u64;
-        buf.copy_within(last_nl + 1..filled, 0);
-        held = filled - (last_nl + 1);
-    }
-    if held > 0 {
+        true
+    })?;
+    let Some(tail) = tail else {
+        return Ok(None);
+    };
+    if !tail.rest.is_empty() {
         lines += 1;
         builder.push_unreadable(super::entry::Unreadable {
             line: lines,
             error: "the line has no newline: an append in progress, or one cut short".into(),
-            start: String::from_utf8_lossy(&buf[..held.min(200)]).into_owned(),
+            start: String::from_utf8_lossy(&tail.rest[..tail.rest.len().min(200)]).into_owned(),
         });
     }
     for item in builder.finish() {
@@ -331,16 +362,27 @@ pub fn search(
     filter: &Filter,
     threads: usize,
 ) -> Vec<Result<Vec<Hit>, ReadError>> {
+    in_parallel(logs, threads, |_, log| search_one(log, pattern, filter))
+}
+
+/// `each` over `items` on up to `threads` threads, each thread taking the
+/// next item when it is free (logs differ widely in size); the results in
+/// the items' order.
+pub(crate) fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    each: impl Fn(usize, &T) -> R + Sync,
+) -> Vec<R> {
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut done: Vec<(usize, Result<Vec<Hit>, ReadError>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads.clamp(1, logs.len().max(1)))
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.clamp(1, items.len().max(1)))
             .map(|_| {
                 scope.spawn(|| {
                     let mut out = Vec::new();
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(log) = logs.get(i) else { break };
-                        out.push((i, search_one(log, pattern, filter)));
+                        let Some(item) = items.get(i) else { break };
+                        out.push((i, each(i, item)));
                     }
                     out
                 })
@@ -372,30 +414,11 @@ fn search_one(log: &SessionLog, pattern: &Pattern, filter: &Filter) -> Result<Ve
         return Ok(Vec::new());
     }
     let mut hits = Vec::new();
-    let mut at = 0u64;
-    let mut buf = vec![0u8; READ_BLOCK];
-    let mut held = 0usize;
-    loop {
-        if held == buf.len() {
-            buf.resize(buf.len() * 2, 0);
-        }
-        let n = file
-            .read_at(&mut buf[held..], at + held as u64)
-            .map_err(ReadError::io(&path, "read"))?;
-        if n == 0 {
-            break;
-        }
-        let filled = held + n;
-        let Some(last_nl) = memchr::memrchr(b'\n', &buf[..filled]) else {
-            held = filled;
-            continue;
-        };
-        pattern.candidates(&buf[..=last_nl], |line| {
+    whole_lines(&file, &path, 0, |block| {
+        pattern.candidates(block, |line| {
             hits.extend(pattern.line_hits(line, filter));
         });
-        at += (last_nl + 1) as u64;
-        buf.copy_within(last_nl + 1..filled, 0);
-        held = filled - (last_nl + 1);
-    }
+        true
+    })?;
     Ok(hits)
 }

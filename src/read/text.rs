@@ -65,6 +65,34 @@ fn single_line(text: &str) -> Option<&str> {
 }
 
 /// `n thing` or `n things` (`entry`, `entries`).
+/// What a tool call's line says after its command or paths, in every view:
+/// a failing exit code, the duration, the way it ran, what it is the result
+/// of, and a call or result the log does not hold.
+pub fn tool_facts(t: &Tool) -> Vec<String> {
+    let mut facts = Vec::new();
+    if let Some(code) = t.exit_code
+        && (code != 0 || t.status != Status::Ok)
+    {
+        facts.push(format!("exit {code}"));
+    }
+    if let Some(ms) = t.duration_ms {
+        facts.push(when::duration((ms.max(0.0) * 1e6) as u64));
+    }
+    if t.routed {
+        facts.push("via nd7-exec".into());
+    }
+    if let Some(of) = t.result_of {
+        facts.push(format!("result of #{of}"));
+    }
+    if t.call_seq.is_none() {
+        facts.push("no call in the log".into());
+    }
+    if t.status == Status::NoResult {
+        facts.push("no result in the log".into());
+    }
+    facts
+}
+
 pub fn count(n: u64, thing: &str) -> String {
     match (n, thing.strip_suffix('y')) {
         (1, _) => format!("1 {thing}"),
@@ -491,27 +519,7 @@ impl<'a> Timeline<'a> {
             (None, true, Some(i)) => st.dim(&one(i)),
             (None, true, None) => String::new(),
         };
-        let mut facts = Vec::new();
-        if let Some(code) = t.exit_code
-            && (code != 0 || t.status != Status::Ok)
-        {
-            facts.push(format!("exit {code}"));
-        }
-        if let Some(ms) = t.duration_ms {
-            facts.push(when::duration((ms.max(0.0) * 1e6) as u64));
-        }
-        if t.routed {
-            facts.push("via nd7-exec".into());
-        }
-        if let Some(of) = t.result_of {
-            facts.push(format!("result of #{of}"));
-        }
-        if t.call_seq.is_none() {
-            facts.push("no call in the log".into());
-        }
-        if t.status == Status::NoResult {
-            facts.push("no result in the log".into());
-        }
+        let facts = tool_facts(t);
         let facts = if facts.is_empty() {
             String::new()
         } else {

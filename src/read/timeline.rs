@@ -272,6 +272,31 @@ const INPUT_SHOWN_ELSEWHERE: &[&str] = &[
     "prompt",
 ];
 
+/// The one line an entry nd7 wrote shows: its scalar members, after, for
+/// a run's start, the rules it began with that a person looks for first
+/// (the project and the grants), which are not scalars.
+fn observed_summary(entry: &Entry) -> String {
+    let scalars = entry::scalars(&entry.body, SUMMARY_LEN);
+    if entry.kind != crate::run_entry::RUN_START {
+        return scalars;
+    }
+    let rules = &entry.body["rules"];
+    let grants: Vec<&str> = rules["grants"]
+        .as_array()
+        .map(|g| g.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let grants = if grants.is_empty() {
+        "none".to_string()
+    } else {
+        grants.join(",")
+    };
+    let line = format!(
+        "project={} grants={grants} {scalars}",
+        rules["project"].as_str().unwrap_or("?")
+    );
+    entry::cut(&line, SUMMARY_LEN).to_string()
+}
+
 /// The class of an entry nd7 wrote from outside the agent, read off its
 /// kind. Extend here when the exit writes kinds this does not know; an
 /// unknown kind is `Other`, and shown whole all the same.
@@ -358,7 +383,7 @@ impl Builder {
                 at: At::of(&entry),
                 class: observed_class(&entry.kind),
                 tool_use_id: entry.tool_use_id.clone(),
-                summary: entry::scalars(&entry.body, SUMMARY_LEN),
+                summary: observed_summary(&entry),
                 source: entry.source,
                 kind: entry.kind,
                 body: entry.body,
@@ -1024,6 +1049,25 @@ mod tests {
             matches!(&items[4], Item::Event(e) if e.event.as_deref() == Some("Notification") && e.summary == "message=hi")
         );
         assert!(matches!(&items[5], Item::Unreadable(u) if u.line == 6));
+    }
+
+    /// A run's start shows the project and grants it began with, which
+    /// the body's scalars leave out.
+    #[test]
+    fn a_run_start_shows_its_project_and_grants() {
+        let rules = |grants: Value| json!({"pid": 7, "rules": {"project": "/p", "grants": grants}, "hooks": true});
+        let items = run(&[
+            line_from(0, "exit:nd7", "run_start", None, rules(json!(["/a", "/b"]))),
+            line_from(1, "exit:nd7", "run_start", None, rules(json!([]))),
+        ]);
+        assert!(
+            matches!(&items[0], Item::Observed(o) if o.class == ObservedClass::Session && o.summary == "project=/p grants=/a,/b pid=7 hooks=true"),
+            "{items:?}"
+        );
+        assert!(
+            matches!(&items[1], Item::Observed(o) if o.summary == "project=/p grants=none pid=7 hooks=true"),
+            "{items:?}"
+        );
     }
 
     #[test]

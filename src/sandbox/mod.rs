@@ -1,8 +1,8 @@
 //! The platform sandboxes: Seatbelt on macOS, Landlock on Linux. All
 //! `#[cfg(target_os)]` for the sandbox lives under this module (the
-//! kernel's facts about processes and paths, which `session` needs too, are
+//! kernel's facts about processes and paths, which `run_dir` needs too, are
 //! in [`crate::kernel`], ADR-0064); what is above it (`nd7 run`, `nd7-exec`)
-//! sees the few functions here. It stands on `session`, never the reverse.
+//! sees the few functions here. It stands on `run_dir`, never the reverse.
 //!
 //! Both backends keep the same promises: one floor for the agent and all it
 //! starts, applied before the agent runs and never loosened; one exit,

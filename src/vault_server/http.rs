@@ -111,8 +111,18 @@ pub enum ServeError {
     Store(#[from] super::StoreError),
     #[error("{}: {what}", path.display())]
     Tls { path: PathBuf, what: String },
-    #[error("cannot start: {0}")]
-    Io(#[from] io::Error),
+    /// A step of the start that is on no path (the listener, a thread,
+    /// the runtime, a signal handler), with what it was.
+    #[error("cannot start: cannot {action}: {source}")]
+    Start {
+        action: &'static str,
+        source: io::Error,
+    },
+}
+
+/// `map_err(starting("…"))`: a failed start step, with what it was.
+fn starting(action: &'static str) -> impl FnOnce(io::Error) -> ServeError {
+    move |source| ServeError::Start { action, source }
 }
 
 /// Loads a certificate chain and its key into an acceptor.
@@ -223,7 +233,9 @@ pub fn serve(
         Some(files) => Some(Arc::new(RwLock::new(load_tls(files)?))),
         None => None,
     };
-    listener.set_nonblocking(true)?;
+    listener
+        .set_nonblocking(true)
+        .map_err(starting("make the listener non-blocking"))?;
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
     let jobs_rx = Arc::new(Mutex::new(jobs_rx));
     let mut workers = Vec::new();
@@ -251,7 +263,8 @@ pub fn serve(
                             }
                         }
                     }
-                })?,
+                })
+                .map_err(starting("start a storage thread"))?,
         );
     }
     let shared = Arc::new(Shared {
@@ -268,16 +281,18 @@ pub fn serve(
         .thread_name("nd7-vault-io")
         .enable_io()
         .enable_time()
-        .build()?;
+        .build()
+        .map_err(starting("build the I/O runtime"))?;
     // Signals are caught from here on, before anyone is told the vault is up.
     let signals = {
         use tokio::signal::unix::{SignalKind, signal};
         let _inside = runtime.enter();
         Signals {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            hup: signal(SignalKind::hangup())?,
-            listener: tokio::net::TcpListener::from_std(listener)?,
+            term: signal(SignalKind::terminate()).map_err(starting("handle SIGTERM"))?,
+            int: signal(SignalKind::interrupt()).map_err(starting("handle SIGINT"))?,
+            hup: signal(SignalKind::hangup()).map_err(starting("handle SIGHUP"))?,
+            listener: tokio::net::TcpListener::from_std(listener)
+                .map_err(starting("hand the listener to the runtime"))?,
         }
     };
     ready();

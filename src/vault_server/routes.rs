@@ -81,6 +81,33 @@ pub fn reply(status: u16, text: impl Into<String>) -> Reply {
     }
 }
 
+/// That what a machine sent (a batch, a piece) is its own: it names the
+/// machine whose request signature carried it (else 403) and is signed by
+/// that machine's key (else 400). `what` names the thing and its signed
+/// part in the refusal.
+fn sent_by(
+    machine: &str,
+    named: &str,
+    signed: impl FnOnce() -> bool,
+    what: (&str, &str),
+    names: &str,
+) -> Result<(), Reply> {
+    let (thing, part) = what;
+    if named != machine {
+        return Err(refuse(
+            403,
+            format!("{names}: the {thing} names machine {named:?} but was signed by {machine:?}"),
+        ));
+    }
+    if !signed() {
+        return Err(refuse(
+            400,
+            format!("{names}: the {part} is not signed by the machine's key"),
+        ));
+    }
+    Ok(())
+}
+
 /// A refusal: its text is also the log's note.
 pub fn refuse(status: u16, text: impl Into<String>) -> Reply {
     let text = text.into();
@@ -564,21 +591,13 @@ impl Vault {
             "machine {machine}, session {}, entries {range}",
             header.session
         );
-        if header.machine != machine {
-            return Err(refuse(
-                403,
-                format!(
-                    "{names}: the batch names machine {:?} but was signed by {machine:?}",
-                    header.machine
-                ),
-            ));
-        }
-        if !batch.signed_by(key) {
-            return Err(refuse(
-                400,
-                format!("{names}: the batch's checkpoint is not signed by the machine's key"),
-            ));
-        }
+        sent_by(
+            machine,
+            &header.machine,
+            || batch.signed_by(key),
+            ("batch", "batch's checkpoint"),
+            &names,
+        )?;
         let now = (self.now)();
         match store
             .store_batch(&batch, body, now, &self.limits.quota)
@@ -635,21 +654,13 @@ impl Vault {
             vault::parse_piece(body).map_err(|e| refuse(400, format!("machine {machine}: {e}")))?;
         let header = &piece.header;
         let names = header.names();
-        if header.machine != machine {
-            return Err(refuse(
-                403,
-                format!(
-                    "{names}: the piece names machine {:?} but was signed by {machine:?}",
-                    header.machine
-                ),
-            ));
-        }
-        if !piece.signed_by(key) {
-            return Err(refuse(
-                400,
-                format!("{names}: the piece is not signed by the machine's key"),
-            ));
-        }
+        sent_by(
+            machine,
+            &header.machine,
+            || piece.signed_by(key),
+            ("piece", "piece"),
+            &names,
+        )?;
         let range = format!("{}..{}", header.from, header.to);
         let now = (self.now)();
         match store

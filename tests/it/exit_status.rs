@@ -1,8 +1,9 @@
 //! Exit statuses that must hold however a command ends: the commands Claude
-//! Code runs as hooks (`nd7 record`, `nd7 hook-explain`) exit 0, and record
+//! Code and Codex run as hooks (`nd7 record`, `nd7 hook-explain`,
+//! `nd7 hook-route`) exit 0, and record
 //! prints nothing on standard output, even when they panic, run out of memory
 //! or overflow the stack; every printing command exits 0, quietly, when its
-//! reader closes the pipe.
+//! reader closes the pipe, `nd7-exec` included.
 //!
 //! Release builds abort on panic (`panic = "abort"`), so these are checked
 //! against release binaries too. `cargo test` has only its debug build;
@@ -15,17 +16,112 @@ use std::process::{Command, Output, Stdio};
 
 use crate::common::*;
 
-/// The two hook commands, each with a payload it acts on.
-const HOOKS: [(&str, &str); 2] = [
-    (
-        "record",
-        r#"{"session_id":"exit-status","hook_event_name":"Stop"}"#,
-    ),
-    (
-        "hook-explain",
-        r#"{"session_id":"exit-status","hook_event_name":"PostToolUseFailure","tool_name":"Bash","tool_input":{"command":"ls"},"error":"Permission denied"}"#,
-    ),
+/// A command an agent runs as a hook: its arguments after `nd7`, a payload
+/// it acts on, and whether it runs as it does under `nd7 run` (`ND7_RUN`
+/// set, so `hook-route` reads its payload rather than stopping first).
+struct HookCall {
+    args: &'static [&'static str],
+    payload: &'static str,
+    under_run: bool,
+}
+
+impl HookCall {
+    /// The name its messages start with, after `nd7 `.
+    fn name(&self) -> &'static str {
+        self.args[0]
+    }
+}
+
+const STOP: &str = r#"{"session_id":"exit-status","hook_event_name":"Stop"}"#;
+
+/// Every hook command nd7 registers (`hooks_cover_every_registered_hook`
+/// holds this list to the settings): record as `nd7 setup` and `nd7 run`
+/// register it for Claude Code and for Codex, hook-explain, hook-route.
+const HOOKS: [HookCall; 6] = [
+    HookCall {
+        args: &["record"],
+        payload: STOP,
+        under_run: false,
+    },
+    HookCall {
+        args: &["record", "--run-hook"],
+        payload: STOP,
+        under_run: false,
+    },
+    HookCall {
+        args: &["record", "--agent", "codex"],
+        payload: STOP,
+        under_run: false,
+    },
+    HookCall {
+        args: &["record", "--agent", "codex", "--run-hook"],
+        payload: STOP,
+        under_run: false,
+    },
+    HookCall {
+        args: &["hook-explain"],
+        payload: r#"{"session_id":"exit-status","hook_event_name":"PostToolUseFailure","tool_name":"Bash","tool_input":{"command":"ls"},"error":"Permission denied"}"#,
+        under_run: false,
+    },
+    HookCall {
+        args: &["hook-route"],
+        payload: r#"{"session_id":"exit-status","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"}}"#,
+        under_run: true,
+    },
 ];
+
+/// The argument lists of every hook nd7 registers: `nd7 setup`'s for
+/// Claude Code and Codex, and `nd7 run`'s for each.
+fn registered_hooks() -> Vec<Vec<String>> {
+    use nd7_core::{codex, setup, shell_prefix};
+    let nd7 = "/opt/nd7/nd7";
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().expect("an argument").to_string())
+            .collect()
+    };
+    let shell = |command: &str| -> Vec<String> {
+        let words = shlex::split(command).expect("a shell command");
+        assert_eq!(words[0], nd7, "{command}");
+        words[1..].to_vec()
+    };
+    let mut all = vec![strings(&setup::merge::nd7_hook(nd7, "Stop")["args"])];
+    let run = shell_prefix::run_settings(nd7, "/opt/nd7/nd7-exec", None, &["Stop"])
+        .expect("run settings");
+    for groups in run["hooks"].as_object().expect("hooks").values() {
+        for group in groups.as_array().expect("groups") {
+            for hook in group["hooks"].as_array().expect("hooks") {
+                all.push(strings(&hook["args"]));
+            }
+        }
+    }
+    all.push(shell(&setup::codex_merge::command(nd7)));
+    all.extend(codex::run::run_hooks(nd7).iter().map(|h| shell(&h.command)));
+    all.sort();
+    all.dedup();
+    all
+}
+
+/// A hook nd7 registers that these tests do not run would go unchecked:
+/// fails when a settings change adds one (or changes its arguments) without
+/// adding it to [`HOOKS`].
+#[test]
+fn hooks_cover_every_registered_hook() {
+    let covered: Vec<Vec<String>> = HOOKS
+        .iter()
+        .map(|h| h.args.iter().map(|a| a.to_string()).collect())
+        .collect();
+    let registered = registered_hooks();
+    assert!(registered.len() >= 5, "{registered:?}");
+    for args in registered {
+        assert!(
+            covered.contains(&args),
+            "{args:?} is registered as a hook but not in HOOKS"
+        );
+    }
+}
 
 /// A pipe whose reading end is already closed: every write to it fails with
 /// EPIPE at once, so no test depends on when a reader goes away.
@@ -41,7 +137,19 @@ fn nd7(bin: &Path, state: &State) -> Command {
     cmd.env("XDG_STATE_HOME", state.xdg())
         .env("HOME", state.dir.path().join("home"))
         .env_remove("ND7_FAULT")
+        .env_remove("ND7_RUN")
         .env_remove("RUST_BACKTRACE");
+    cmd
+}
+
+/// `bin` running `hook`, with `ND7_RUN` naming a run directory (one that
+/// does not exist: nothing may reach a door) when it runs under `nd7 run`.
+fn hook_cmd(bin: &Path, state: &State, hook: &HookCall) -> Command {
+    let mut cmd = nd7(bin, state);
+    cmd.args(hook.args);
+    if hook.under_run {
+        cmd.env("ND7_RUN", state.dir.path().join("no-run"));
+    }
     cmd
 }
 
@@ -72,7 +180,7 @@ fn assert_survived(out: &Output, state: &State, hook: &str, needle: &str) {
 /// every build). Guards the panic hook and the SIGABRT handler that
 /// src/bin/nd7/hooks.rs's `guard` installs.
 fn hooks_survive_injected_faults(bin: &Path) {
-    for (hook, payload) in HOOKS {
+    for hook in &HOOKS {
         for (fault, needle) in [
             ("panic", "internal error (injected fault"),
             ("stack-overflow", "aborted ("),
@@ -80,13 +188,12 @@ fn hooks_survive_injected_faults(bin: &Path) {
         ] {
             let state = State::new();
             let out = run_with_stdin(
-                nd7(bin, &state).arg(hook).env("ND7_FAULT", fault),
-                payload.as_bytes(),
+                hook_cmd(bin, &state, hook).env("ND7_FAULT", fault),
+                hook.payload.as_bytes(),
             );
-            assert_survived(&out, &state, hook, needle);
+            assert_survived(&out, &state, hook.name(), needle);
             // And with standard error gone too.
-            let out = nd7(bin, &state)
-                .arg(hook)
+            let out = hook_cmd(bin, &state, hook)
                 .env("ND7_FAULT", fault)
                 .stdin(Stdio::null())
                 .stderr(closed_pipe())
@@ -95,7 +202,8 @@ fn hooks_survive_injected_faults(bin: &Path) {
             assert_eq!(
                 out.status.code(),
                 Some(0),
-                "{hook} {fault}: {:?}",
+                "{:?} {fault}: {:?}",
+                hook.args,
                 out.status
             );
         }
@@ -105,13 +213,12 @@ fn hooks_survive_injected_faults(bin: &Path) {
 /// Ways to end a hook that need no trigger inside it, so they run against
 /// the shipped binary as it is.
 fn hooks_survive_without_a_trigger(bin: &Path) {
-    for (hook, payload) in HOOKS {
+    for hook in &HOOKS {
         // SIGABRT is how every abort starts, a panic under panic = "abort"
         // too. Sent once the handler is in place (the process catches
         // SIGABRT) and while the hook waits for its payload.
         let state = State::new();
-        let child = nd7(bin, &state)
-            .arg(hook)
+        let child = hook_cmd(bin, &state, hook)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -121,24 +228,28 @@ fn hooks_survive_without_a_trigger(bin: &Path) {
         let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
         rustix::process::kill_process(pid, rustix::process::Signal::ABORT).expect("kill");
         let out = child.wait_with_output().expect("wait");
-        assert_survived(&out, &state, hook, "aborted (");
+        assert_survived(&out, &state, hook.name(), "aborted (");
 
         // A real allocation failure: a 6 MB payload needs a few hundred MB
         // as a JSON tree, over a 128 MiB address-space limit.
         let state = State::new();
         let big = format!(
             r#"{},"x":[{}0]}}"#,
-            payload.strip_suffix('}').expect("an object"),
+            hook.payload.strip_suffix('}').expect("an object"),
             "0,".repeat(3_000_000)
         );
         let mut cmd = Command::new("prlimit");
         cmd.arg(format!("--as={}", 128 << 20))
             .arg(bin)
-            .arg(hook)
+            .args(hook.args)
             .env("XDG_STATE_HOME", state.xdg())
+            .env_remove("ND7_RUN")
             .env_remove("RUST_BACKTRACE");
+        if hook.under_run {
+            cmd.env("ND7_RUN", state.dir.path().join("no-run"));
+        }
         let out = run_with_stdin(&mut cmd, big.as_bytes());
-        assert_survived(&out, &state, hook, "aborted (");
+        assert_survived(&out, &state, hook.name(), "aborted (");
     }
 
     // Nesting deep enough to overflow a recursive parser is refused by the
@@ -171,7 +282,7 @@ fn hooks_survive_without_a_trigger(bin: &Path) {
         let state = State::new();
         let out = run_with_stdin(
             nd7(bin, &state).arg("record").args(args),
-            HOOKS[0].1.as_bytes(),
+            HOOKS[0].payload.as_bytes(),
         );
         assert_survived(&out, &state, "record", &format!("arguments {args:?}: "));
     }
@@ -324,6 +435,66 @@ fn printing_commands_end_quietly_on_a_closed_pipe(bin: &Path) {
         .output()
         .expect("run nd7");
     assert_eq!(out.status.code(), Some(2), "{:?}", out.status);
+    exec_ends_quietly(&bin.with_file_name("nd7-exec"), &state);
+}
+
+/// `nd7-exec`, the one beside `nd7`, follows the same rule: its help on a
+/// closed pipe ends with 0, and a refusal with standard error closed still
+/// exits 126. Guards the `mod out` line of src/bin/nd7-exec.rs: with std's
+/// print macros, each write panics (101; 134 in a release build).
+fn exec_ends_quietly(exec: &Path, state: &State) {
+    let help = || {
+        let mut cmd = nd7(exec, state);
+        cmd.arg("--help").stdin(Stdio::null());
+        cmd
+    };
+    let out = help().output().expect("run nd7-exec");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("Run one command"),
+        "{}",
+        stdout(&out)
+    );
+    let out = help()
+        .stdout(closed_pipe())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run nd7-exec");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "--help on a closed pipe: {:?}, stderr {}",
+        out.status,
+        stderr(&out)
+    );
+    assert_eq!(stderr(&out), "", "--help ends quietly");
+    // Refusals: no command, and a command outside any run.
+    for args in [&[][..], &["true"]] {
+        let refused = || {
+            let mut cmd = nd7(exec, state);
+            cmd.args(args)
+                .env_remove("CLAUDE_CODE_SHELL_PREFIX")
+                .stdin(Stdio::null());
+            cmd
+        };
+        let out = refused().output().expect("run nd7-exec");
+        assert_eq!(out.status.code(), Some(126), "{args:?}: {:?}", out.status);
+        assert!(
+            stderr(&out).starts_with("nd7-exec: "),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        let out = refused()
+            .stderr(closed_pipe())
+            .output()
+            .expect("run nd7-exec");
+        assert_eq!(
+            out.status.code(),
+            Some(126),
+            "{args:?} with stderr closed: {:?}",
+            out.status
+        );
+    }
 }
 
 #[test]
@@ -388,7 +559,7 @@ fn release_hooks_exit_0_however_they_fail() {
         nd7(&shipped, &state)
             .arg("record")
             .env("ND7_FAULT", "panic"),
-        HOOKS[0].1.as_bytes(),
+        HOOKS[0].payload.as_bytes(),
     );
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(stderr(&out), "");
@@ -396,6 +567,27 @@ fn release_hooks_exit_0_however_they_fail() {
 
     let probe = release_bin("ND7_FAULT_BIN");
     hooks_survive_injected_faults(&probe);
+}
+
+/// The shipped build (`cargo install`, no `self-update` feature) still has
+/// the subcommand: it says how to update this nd7 and exits 2, changing
+/// nothing. Guards the `cfg(not(feature = "self-update"))` `run_self_update`
+/// in src/bin/nd7.rs.
+#[test]
+#[ignore = "needs ND7_RELEASE_BIN, a release build without self-update (.ci/run runs it)"]
+fn release_self_update_says_how_to_update() {
+    let shipped = release_bin("ND7_RELEASE_BIN");
+    let state = State::new();
+    let out = nd7(&shipped, &state)
+        .args(["self-update", "--allow-downgrade"])
+        .output()
+        .expect("run nd7 self-update");
+    assert_eq!(out.status.code(), Some(2), "{:?}", out.status);
+    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stderr(&out),
+        format!("nd7 self-update: {}\n", nd7_core::cli::NO_SELF_UPDATE)
+    );
 }
 
 #[test]

@@ -5,10 +5,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Every `.rs` file under `src/`, with its path relative to the crate.
-fn sources() -> Vec<(String, String)> {
+/// Every `.rs` file under `dir`, sorted.
+fn rs_files(dir: &Path) -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in fs::read_dir(dir).expect("read src") {
+        for entry in fs::read_dir(dir).expect("read a source directory") {
             let path = entry.expect("entry").path();
             if path.is_dir() {
                 walk(&path, out);
@@ -17,11 +17,16 @@ fn sources() -> Vec<(String, String)> {
             }
         }
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    walk(&root.join("src"), &mut files);
+    walk(dir, &mut files);
     files.sort();
     files
+}
+
+/// Every `.rs` file under `src/`, with its path relative to the crate.
+fn sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    rs_files(&root.join("src"))
         .into_iter()
         .map(|p| {
             let text = fs::read_to_string(&p).expect("read source");
@@ -37,7 +42,7 @@ fn sources() -> Vec<(String, String)> {
 
 /// The source without its `#[cfg(test)] mod tests { … }` (tests may serve
 /// HTTP or rename files as they like); braces counted, so code after the
-/// tests is kept.
+/// tests is kept, and their lines left empty, so line numbers hold.
 fn without_tests(text: &str) -> String {
     let Some(start) = text.find("#[cfg(test)]\nmod tests {") else {
         return text.to_string();
@@ -50,7 +55,10 @@ fn without_tests(text: &str) -> String {
             '}' => {
                 depth -= 1;
                 if depth == 0 {
-                    return format!("{}{}", &text[..start], &text[open + i + 1..]);
+                    // Its lines kept as empty ones, so line numbers hold.
+                    let end = open + i + 1;
+                    let lines = "\n".repeat(text[start..end].matches('\n').count());
+                    return format!("{}{lines}{}", &text[..start], &text[end..]);
                 }
             }
             _ => {}
@@ -119,17 +127,17 @@ fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
         .filter(|(_, l)| !l.trim_start().starts_with("//"))
 }
 
-/// `kernel` stands below `session` and `sandbox`, and `session` below
-/// `sandbox` (ADR-0064): a `crate::sandbox` in run_dir.rs or kernel/, or a
-/// `crate::run_dir` in kernel/, brings the cycle back.
+/// `kernel` stands below `run_dir` and `sandbox`, and `run_dir` below
+/// `sandbox` (ADR-0064, ADR-0065): a `crate::sandbox` in run_dir.rs or
+/// kernel/, or a `crate::run_dir` in kernel/, brings the cycle back.
 #[test]
-fn the_session_and_the_kernel_never_reach_up_into_the_sandbox() {
+fn the_run_dir_and_the_kernel_never_reach_up_into_the_sandbox() {
     let mut found = Vec::new();
     let mut checked = 0;
     for (path, text) in sources() {
         let kernel = path.starts_with("src/kernel/");
         let above: &[&str] = if kernel {
-            &["sandbox", "session"]
+            &["sandbox", "run_dir"]
         } else if path == "src/run_dir.rs" {
             &["sandbox"]
         } else {
@@ -168,4 +176,338 @@ fn platform_code_is_fenced_off_in_the_sandbox_and_the_kernel() {
         }
     }
     assert!(found.is_empty(), "{found:#?}");
+}
+
+/// The module a source file is, as docs/ARCHITECTURE.md names it:
+/// `src/read/store.rs` is `read::store`, `src/policy/mod.rs` is `policy`; a
+/// binary's file is named by its path. `None` for the crate root and the
+/// files that hold only a module's unit tests.
+fn module_of(path: &str) -> Option<String> {
+    if path.starts_with("src/bin/") {
+        return Some(path.to_string());
+    }
+    let inner = path.strip_prefix("src/")?.strip_suffix(".rs")?;
+    let mut parts: Vec<&str> = inner.split('/').collect();
+    if parts.last() == Some(&"mod") {
+        parts.pop();
+    }
+    match parts.as_slice() {
+        ["lib"] => None,
+        [.., "tests"] => None,
+        _ => Some(parts.join("::")),
+    }
+}
+
+/// docs/ARCHITECTURE.md's module table: for each row, the modules its first
+/// cell names (in backticks) and what its last cell says they touch.
+fn architecture_rows() -> Vec<(Vec<String>, String)> {
+    let text =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ARCHITECTURE.md"))
+            .expect("docs/ARCHITECTURE.md");
+    text.lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            let first = cells[0].trim_start_matches("| ");
+            let names = first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect();
+            let touches = cells
+                .last()
+                .unwrap_or(&"")
+                .trim_end_matches(" |")
+                .to_string();
+            (names, touches)
+        })
+        .collect()
+}
+
+/// docs/ARCHITECTURE.md shows every module with its one job: a module
+/// added without its row, or renamed, fails here.
+#[test]
+fn the_architecture_shows_every_module() {
+    let rows = architecture_rows();
+    let shown: Vec<&String> = rows.iter().flat_map(|(names, _)| names).collect();
+    let mut missing = Vec::new();
+    let mut modules = Vec::new();
+    for (path, _) in sources() {
+        let Some(module) = module_of(&path) else {
+            continue;
+        };
+        if !shown.contains(&&module) {
+            missing.push(format!("{module} ({path})"));
+        }
+        modules.push(module);
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md has no row for: {missing:#?}"
+    );
+    // And no row for a module that is gone.
+    let gone: Vec<&&String> = shown
+        .iter()
+        .filter(|name| !modules.contains(name))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "docs/ARCHITECTURE.md shows modules that do not exist: {gone:?}"
+    );
+}
+
+/// src/lib.rs's module list names every module the crate declares.
+#[test]
+fn the_crate_doc_lists_every_module() {
+    let lib = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
+        .expect("src/lib.rs");
+    let doc: String = lib
+        .lines()
+        .filter(|l| l.starts_with("//!"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let declared: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';'))
+        .collect();
+    assert!(declared.len() > 20, "{declared:?}");
+    let missing: Vec<&&str> = declared
+        .iter()
+        .filter(|m| !doc.contains(&format!("`{m}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "src/lib.rs's doc does not list: {missing:?}"
+    );
+}
+
+/// What a line of code names that reaches the world: files, sockets, the
+/// clock, processes, the environment, the terminal, the kernel. `None` for
+/// a line that reaches none of it (threads and `OsStr` bytes do not).
+fn reaches_the_world(line: &str) -> Option<&'static str> {
+    const STD: [&str; 5] = ["fs", "net", "time", "process", "env"];
+    for module in STD {
+        if line.contains(&format!("std::{module}::")) || line.contains(&format!("std::{module};")) {
+            return Some(module);
+        }
+    }
+    // `use std::{fs, io};` and the like.
+    if let Some(group) = line.split("std::{").nth(1) {
+        let group = group.split('}').next().unwrap_or("");
+        if let Some(module) = STD.iter().find(|m| {
+            group
+                .split([',', ' '])
+                .any(|w| w == **m || w.starts_with(&format!("{m}::")))
+        }) {
+            return Some(module);
+        }
+    }
+    [
+        "std::os::unix::net",
+        "std::os::unix::fs",
+        "std::os::unix::process",
+        "std::os::fd",
+        "std::io::stdin",
+        "std::io::stdout",
+        "std::io::stderr",
+        "rustix::",
+        "libc::",
+        "nix::",
+        "signal_hook",
+        "getrandom",
+        "ureq::",
+        "Zoned::now",
+        "Timestamp::now",
+    ]
+    .into_iter()
+    .find(|w| names_path(line, w))
+}
+
+/// Whether `line` holds `path` where a path starts (not `unix::` for `nix::`).
+fn names_path(line: &str, path: &str) -> bool {
+    line.match_indices(path).any(|(at, _)| {
+        !line[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// The pure core decides and touches nothing (ARCHITECTURE.md): `hook`,
+/// `shell_prefix`, `policy` and `vault` name no file, socket, clock,
+/// process, environment or system call outside their unit tests, and
+/// forbid `unsafe`.
+#[test]
+fn the_pure_core_touches_nothing() {
+    let pure = |path: &str| {
+        ["src/hook.rs", "src/shell_prefix.rs"].contains(&path)
+            || path.starts_with("src/policy/")
+            || path.starts_with("src/vault/")
+    };
+    let mut found = Vec::new();
+    let mut checked = 0;
+    for (path, text) in sources() {
+        if !pure(&path) || module_of(&path).is_none() {
+            continue;
+        }
+        checked += 1;
+        for (n, line) in code_lines(&without_tests(&text)) {
+            if let Some(what) = reaches_the_world(line) {
+                found.push(format!("{path}:{n}: {what}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(checked >= 14, "the pure modules moved ({checked} files)");
+    for root in [
+        "src/hook.rs",
+        "src/shell_prefix.rs",
+        "src/policy/mod.rs",
+        "src/vault/mod.rs",
+    ] {
+        let text =
+            fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(root)).expect(root);
+        if !text.contains("\n#![forbid(unsafe_code)]\n") {
+            found.push(format!("{root}: no #![forbid(unsafe_code)]"));
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+/// What ARCHITECTURE.md says a module touches is drawn from the code: a
+/// module whose row says "no" names no file, socket, clock, process or
+/// environment outside its unit tests (a system call to install a filter,
+/// said in the row, excepted).
+#[test]
+fn a_module_said_to_touch_nothing_touches_nothing() {
+    let mut found = Vec::new();
+    let mut checked = 0;
+    let sources = sources();
+    for (names, touches) in architecture_rows() {
+        if !(touches == "no" || touches.starts_with("no (")) {
+            continue;
+        }
+        let syscall = touches.contains("system call");
+        for name in names {
+            let base = format!("src/{}", name.replace("::", "/"));
+            for (path, text) in &sources {
+                if *path != format!("{base}.rs") && *path != format!("{base}/mod.rs") {
+                    continue;
+                }
+                checked += 1;
+                for (n, line) in code_lines(&without_tests(text)) {
+                    match reaches_the_world(line) {
+                        Some("rustix::" | "libc::") if syscall => {}
+                        Some(what) => found.push(format!("{path}:{n}: {what}: {}", line.trim())),
+                        None => {}
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 30, "{checked} modules said to touch nothing");
+    assert!(
+        found.is_empty(),
+        "modules ARCHITECTURE.md says touch nothing: {found:#?}"
+    );
+}
+
+/// ADR numbers run without gaps: every number up to the last has its
+/// heading, in order (a number set aside says "Not assigned", as does a
+/// run of them, `## ADR-0068 to ADR-0079: Not assigned`), and none is used
+/// twice.
+#[test]
+fn adr_numbers_run_without_gaps() {
+    let text = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/DECISIONS.md"))
+        .expect("docs/DECISIONS.md");
+    let number = |n: &str, heading: &str| -> u32 {
+        n.parse()
+            .unwrap_or_else(|_| panic!("an ADR heading without its number: ## ADR-{heading}"))
+    };
+    let mut numbers: Vec<u32> = Vec::new();
+    for rest in text.lines().filter_map(|l| l.strip_prefix("## ADR-")) {
+        let (head, title) = rest.split_once(':').unwrap_or((rest, ""));
+        match head.split_once(" to ADR-") {
+            Some((from, to)) => {
+                assert_eq!(
+                    title.trim(),
+                    "Not assigned",
+                    "a run of numbers is only ever unassigned: {rest}"
+                );
+                numbers.extend(number(from, rest)..=number(to, rest));
+            }
+            None => numbers.push(number(head, rest)),
+        }
+    }
+    assert!(numbers.len() > 60, "{numbers:?}");
+    let expected: Vec<u32> = (1..=numbers.len() as u32).collect();
+    assert_eq!(
+        numbers, expected,
+        "ADR headings out of order, missing or twice"
+    );
+}
+
+/// Every `unsafe` block says why it is sound: a `// SAFETY:` comment in the
+/// lines just above it (clippy's `undocumented_unsafe_blocks`, denied in
+/// Cargo.toml, checks the same on Linux; this also covers the macOS code,
+/// which clippy does not see here).
+#[test]
+fn every_unsafe_block_says_why_it_is_sound() {
+    let mut found = Vec::new();
+    let mut blocks = 0;
+    for (path, text) in sources() {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if !(code.contains("unsafe {") || code.contains("unsafe impl")) {
+                continue;
+            }
+            blocks += 1;
+            // The comment ends at most a few lines up (a statement's start,
+            // `let x =`, may sit between), with nothing but comments and the
+            // statement's head between.
+            let said = lines[..i]
+                .iter()
+                .rev()
+                .take(8)
+                .take_while(|l| {
+                    let t = l.trim_start();
+                    t.starts_with("//") || !t.ends_with(';') && !t.ends_with('}') && !t.is_empty()
+                })
+                .any(|l| l.trim_start().starts_with("// SAFETY:"))
+                || line.contains("// SAFETY:");
+            if !said {
+                found.push(format!("{path}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(blocks > 50, "{blocks} unsafe blocks");
+    assert!(
+        found.is_empty(),
+        "unsafe without a SAFETY comment: {found:#?}"
+    );
+}
+
+/// Every feature a test is gated on is one the suite's guard refuses to run
+/// without (`SUITE_FEATURES` in tests/it/main.rs): a test gated on a new
+/// feature must not be dropped silently by a build without it.
+#[test]
+fn the_suites_guard_covers_every_feature_its_tests_need() {
+    let files = rs_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it"));
+    let mut gated = Vec::new();
+    for file in files {
+        let text = fs::read_to_string(&file).expect("read a test");
+        for (n, line) in code_lines(&text) {
+            for part in line.split("feature = \"").skip(1) {
+                let feature = part.split('"').next().unwrap_or("");
+                if !crate::SUITE_FEATURES.contains(&feature) {
+                    gated.push(format!("{}:{n}: {feature}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        gated.is_empty(),
+        "gated on features the guard does not name: {gated:#?}"
+    );
 }

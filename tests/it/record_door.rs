@@ -436,12 +436,12 @@ touch stage2; wait_for go2
     );
 }
 
-const EXIT_SOCKET_VAR: &str = "ND7_TEST_EXIT_SOCKET";
+pub(crate) const EXIT_SOCKET_VAR: &str = "ND7_TEST_EXIT_SOCKET";
 const DOOR_SOCKET_VAR: &str = "ND7_TEST_DOOR_SOCKET";
 
 /// Runs this test binary's [`outsider`] as the world's account, and returns
 /// what it printed.
-fn as_account(var: &str, value: &str) -> String {
+pub(crate) fn as_account(var: &str, value: &str) -> String {
     let acct = account();
     let me = std::env::current_exe().expect("test binary");
     let mut cmd = if acct.drop_from_root {

@@ -52,6 +52,30 @@ fn chromium(page: &Path, args: &[&str]) -> Output {
     child.wait_with_output().expect("chromium output")
 }
 
+/// Keeps a screenshot of `page`, `height` pixels tall, as the test artefact
+/// `name` in `target/tmp/artefacts/`.
+fn screenshot(page: &Path, name: &str, height: u32) {
+    let artefacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("artefacts");
+    std::fs::create_dir_all(&artefacts).expect("artefacts dir");
+    let shot = artefacts.join(name);
+    let _ = std::fs::remove_file(&shot);
+    let out = chromium(
+        page,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            &format!("--window-size=1280,{height}"),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let png = std::fs::read(&shot).expect("the screenshot was written");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000,
+        "{} bytes",
+        png.len()
+    );
+    eprintln!("screenshot kept at {}", shot.display());
+}
+
 /// Guards the escaping in `read::safe::html` as a browser sees it: with `<`
 /// passed through, Chromium's DOM holds the payload's `<script>` element and
 /// this test fails (seen). The page's Content-Security-Policy, the second
@@ -130,23 +154,208 @@ fn the_report_renders_in_headless_chromium_with_the_log_inert() {
     );
     assert!(dom.contains("\\x1b]0;owned\\x07"), "{dom}");
 
-    let artefacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("artefacts");
-    std::fs::create_dir_all(&artefacts).expect("artefacts dir");
-    let shot = artefacts.join("nd7-show-html.png");
-    let _ = std::fs::remove_file(&shot);
-    let out = chromium(
-        &page,
-        &[
-            &format!("--screenshot={}", shot.display()),
-            "--window-size=1280,1600",
-        ],
+    screenshot(&page, "nd7-show-html.png", 1600);
+}
+
+/// A real run's chain, built as `nd7 run` writes it: the fixture payloads
+/// of Claude Code 2.1.197 through the run's door, their Bash call through
+/// the exit, a grant the run started with (`--allow`), one `nd7 allow` gave
+/// mid-run, and that grant dropped when its path came to lead elsewhere.
+/// Returns the world and the chain's id.
+#[cfg(target_os = "linux")]
+fn run_chain_with_grants() -> (crate::world::World, String) {
+    use crate::runs::{fake_claude, lines, run_chain};
+    use crate::world::text;
+    let w = crate::world::World::new();
+    let fixture = fixture_payloads();
+    std::fs::write(
+        w.proj().join("before.ndjson"),
+        fixture[..3].join("\n") + "\n",
+    )
+    .expect("write");
+    std::fs::write(
+        w.proj().join("between.ndjson"),
+        fixture[3..5].join("\n") + "\n",
+    )
+    .expect("write");
+    std::fs::write(
+        w.proj().join("after.ndjson"),
+        fixture[5..].join("\n") + "\n",
+    )
+    .expect("write");
+    let claude = fake_claude(
+        &w,
+        r#"
+unset CLAUDE_CODE_SHELL_PREFIX
+hooks() { while IFS= read -r p; do printf '%s' "$p" | "$ND7" record --run-hook; done < "$1"; }
+hooks before.ndjson
+"$EXEC" 'echo hello-from-model' > /dev/null; echo "first:$?"
+hooks between.ndjson
+touch stage1; wait_for go1
+cmd="touch '$OUT/granted/x'"
+printf '{"session_id":"s","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_use_id":"t2"}' "$cmd" | "$ND7" record --run-hook
+"$EXEC" "$cmd" 2> /dev/null; st=$?; echo "second:$st"
+printf '{"session_id":"s","hook_event_name":"PostToolUseFailure","tool_name":"Bash","tool_input":{"command":"%s"},"tool_use_id":"t2","error":"Exit code %s"}' "$cmd" "$st" | "$ND7" record --run-hook
+hooks after.ndjson
+"#,
     );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let png = std::fs::read(&shot).expect("the screenshot was written");
-    assert!(
-        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000,
-        "{} bytes",
-        png.len()
+    let start = w.outside().join("start");
+    let granted = w.outside().join("granted");
+    std::fs::create_dir_all(&start).expect("mkdir");
+    std::fs::create_dir_all(&granted).expect("mkdir");
+    let child = w
+        .nd7(&["run", "--allow", &start.display().to_string(), &claude])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nd7 run");
+    w.wait_for("stage1");
+    let allow = w
+        .nd7(&["allow", &granted.display().to_string()])
+        .output()
+        .expect("nd7 allow");
+    assert!(allow.status.success(), "{}", text(&allow.stderr));
+    // The granted path now leads to another directory than the one pinned.
+    std::fs::rename(&granted, w.outside().join("granted-before")).expect("move");
+    std::fs::create_dir(&granted).expect("mkdir");
+    w.signal("go1");
+    let out = child.wait_with_output().expect("nd7 run ends");
+    assert_eq!(
+        lines(&out),
+        ["first:0", "second:1"],
+        "{}",
+        text(&out.stderr)
     );
-    eprintln!("screenshot kept at {}", shot.display());
+    let chain = run_chain(&w);
+    let id = chain
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .into_owned();
+    (w, id)
+}
+
+/// A run's chain shows its rules and grants in every view: `nd7 show`'s
+/// timeline, its NDJSON, and the report's "Sandbox rules and grants" as a
+/// headless Chromium renders it (`run_start` with the rules and the grants
+/// it started with, `grant`, `grant_dropped` with why). The fixture's call
+/// is paired with its result and marked as run through the exit.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_run_chain_shows_its_rules_and_grants_in_every_view() {
+    use crate::world::text;
+    let (w, id) = run_chain_with_grants();
+    let project = w.proj().display().to_string();
+    let start = w.outside().join("start").display().to_string();
+    let granted = w.outside().join("granted").display().to_string();
+
+    let show = w.nd7(&["show", &id]).output().expect("nd7 show");
+    assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
+    let timeline = text(&show.stdout);
+    let dropped = "why=its path now leads to another directory than the one pinned";
+    for line in [
+        format!("[exit:nd7 run_start] project={project} grants={start} pid="),
+        format!("[exit:nd7 grant] change=allow path={granted}"),
+        format!("[exit:nd7 grant_dropped] path={granted} grant=true {dropped}"),
+        "ok       Bash $ echo hello-from-model".to_string(),
+        format!("FAILED   Bash $ touch '{granted}/x'  (exit 1, "),
+        "chain     clean: ".to_string(),
+    ] {
+        assert!(timeline.contains(&line), "{line:?} is not in:\n{timeline}");
+    }
+
+    let json = w
+        .nd7(&["show", "--json", &id])
+        .output()
+        .expect("nd7 show --json");
+    assert_eq!(json.status.code(), Some(0), "{}", text(&json.stderr));
+    let items: Vec<serde_json::Value> = text(&json.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an NDJSON line"))
+        .collect();
+    let kind = |k: &str| -> Vec<&serde_json::Value> {
+        items
+            .iter()
+            .filter(|i| i["kind"] == k && i["source"] == "exit:nd7")
+            .collect()
+    };
+    let run_start = kind("run_start");
+    assert_eq!(run_start.len(), 1, "{items:?}");
+    assert_eq!(run_start[0]["body"]["rules"]["project"], project);
+    assert_eq!(run_start[0]["body"]["rules"]["grants"], json!([start]));
+    assert_eq!(
+        run_start[0]["body"]["grants"],
+        json!([{"path": start, "from": "--allow"}])
+    );
+    let grant = kind("grant");
+    assert_eq!(grant.len(), 1, "{items:?}");
+    assert_eq!(grant[0]["body"]["change"], "allow");
+    assert_eq!(grant[0]["body"]["path"], granted);
+    let dropped_entries = kind("grant_dropped");
+    assert_eq!(dropped_entries.len(), 1, "{items:?}");
+    assert_eq!(dropped_entries[0]["body"]["path"], granted);
+    assert_eq!(dropped_entries[0]["class"], "grant");
+    let tools: Vec<_> = items.iter().filter(|i| i["type"] == "tool").collect();
+    assert_eq!(tools.len(), 2, "{items:?}");
+    assert_eq!(
+        (
+            &tools[0]["tool_use_id"],
+            &tools[0]["status"],
+            &tools[0]["routed"]
+        ),
+        (&json!("toolu_mock_0001"), &json!("ok"), &json!(true))
+    );
+    assert_eq!(
+        (&tools[1]["status"], &tools[1]["exit_code"]),
+        (&json!("failed"), &json!(1))
+    );
+    assert_eq!(items.last().expect("the chain")["state"], "clean");
+
+    let html = w
+        .nd7(&["show", "--html", &id])
+        .output()
+        .expect("nd7 show --html");
+    assert_eq!(html.status.code(), Some(0), "{}", text(&html.stderr));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let page = dir.path().join("run-report.html");
+    std::fs::write(&page, &html.stdout).expect("write the report");
+    let dom = chromium(&page, &["--dump-dom"]);
+    assert!(dom.status.success(), "{}", stderr(&dom));
+    let dom = stdout(&dom);
+    let sandbox = dom
+        .split("<section id=\"sandbox\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</section>").next())
+        .unwrap_or_else(|| panic!("no sandbox section in:\n{dom}"));
+    for text in [
+        "Sandbox rules and grants",
+        "ran under nd7 run",
+        &format!(
+            "#0 run_start (exit:nd7)</h3><p class=\"mono\">project={project} grants={start} pid="
+        ),
+        &format!("\"project\": \"{project}\""),
+        &format!("\"path\": \"{start}\",\n      \"from\": \"--allow\""),
+        " grant (exit:nd7)</h3>",
+        "\"change\": \"allow\"",
+        &format!("\"path\": \"{granted}\""),
+        " grant_dropped (exit:nd7)</h3>",
+        "\"why\": \"its path now leads to another directory than the one pinned\"",
+    ] {
+        assert!(
+            sandbox.contains(text),
+            "{text:?} is not in the sandbox section:\n{sandbox}"
+        );
+    }
+    for text in [
+        "$ echo hello-from-model",
+        "via nd7-exec",
+        "Clean</span>: ",
+        &format!("[exit:nd7 grant_dropped]</code> path={granted}"),
+    ] {
+        assert!(
+            dom.contains(text),
+            "{text:?} is not in the rendered page:\n{dom}"
+        );
+    }
+    screenshot(&page, "nd7-show-html-run.png", 2400);
 }

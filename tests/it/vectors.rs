@@ -1,6 +1,8 @@
 //! Known-answer vectors for the log format (tests/vectors, README there).
 //!
-//! `log/` is a session nd7 wrote, committed with the hashes it must have.
+//! `log/`, `codex/` and `run/` are logs nd7 wrote (Claude Code's session,
+//! Codex's, and a run's chain with nd7's own entries), committed with the
+//! hashes they must have.
 //! This file recomputes them with the `blake3` crate alone, from the grammar in
 //! docs/log-format.md, so a change to the hashed bytes, the context string or
 //! the chain's rules fails here as well as in `nd7 verify`. `broken/` holds one
@@ -14,7 +16,14 @@ use nd7_core::session_log::SessionLog;
 use crate::common::*;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors");
-const SESSION: &str = "4dc8a87d-d386-4e43-a1ee-15a0429dcdee";
+/// The committed logs: the directory under tests/vectors, the session (or
+/// run) id its log is named by, and how many entries it has. Claude Code's
+/// session, Codex's, and a run's chain with nd7's own `exit:nd7` entries.
+const LOGS: [(&str, &str, usize); 3] = [
+    ("log", "4dc8a87d-d386-4e43-a1ee-15a0429dcdee", 8),
+    ("codex", "01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c", 15),
+    ("run", "run-20261201T120000Z-4242-00ab", 7),
+];
 /// Written here on purpose rather than taken from src/chain.rs.
 const SESSION_CONTEXT: &str = "nd7 2026-09 session-log v1 session-id";
 
@@ -61,57 +70,110 @@ fn run_verify(dir: &Path) -> std::process::Output {
 }
 
 #[test]
-fn the_committed_log_has_its_known_hashes() {
-    let dir = Path::new(VECTORS).join("log").join(SESSION);
-    let expect = Expect::read(&Path::new(VECTORS).join("log/expect"));
-    let log = std::fs::read(dir.join("events.ndjson")).expect("the vector log");
+fn the_committed_logs_have_their_known_hashes() {
+    for (name, session, count) in LOGS {
+        let dir = Path::new(VECTORS).join(name).join(session);
+        let expect = Expect::read(&Path::new(VECTORS).join(name).join("expect"));
+        let log = std::fs::read(dir.join("events.ndjson")).expect("the vector log");
 
-    let fingerprint = hex(blake3::derive_key(SESSION_CONTEXT, SESSION.as_bytes()).as_slice());
-    assert_eq!(fingerprint, expect.get("fingerprint"));
+        let fingerprint = hex(blake3::derive_key(SESSION_CONTEXT, session.as_bytes()).as_slice());
+        assert_eq!(fingerprint, expect.get("fingerprint"), "{name}");
 
-    let mut prev = fingerprint;
-    let lines: Vec<&[u8]> = log
-        .strip_suffix(b"\n")
-        .expect("ends in a newline")
-        .split(|&b| b == b'\n')
-        .collect();
-    assert_eq!(lines.len(), 8);
-    for (seq, line) in lines.iter().enumerate() {
-        let text = std::str::from_utf8(line).expect("UTF-8");
-        // line = U ",\"hash\":\"" HEX(BLAKE3(U)) "\"}"
-        let (u, sealed) = text.split_at(text.len() - 75);
-        let hash = hex(blake3::hash(u.as_bytes()).as_bytes());
-        assert_eq!(sealed, format!(",\"hash\":\"{hash}\"}}"), "entry {seq}");
-        assert_eq!(hash, expect.get(&format!("entry {seq}")), "entry {seq}");
-        // U = "{\"seq\":" SEQ "," … ",\"prev\":\"" HEX(prev) "\""
-        assert!(u.starts_with(&format!("{{\"seq\":{seq},")), "entry {seq}");
-        assert!(u.ends_with(&format!(",\"prev\":\"{prev}\"")), "entry {seq}");
-        prev = hash;
+        let mut prev = fingerprint;
+        let lines: Vec<&[u8]> = log
+            .strip_suffix(b"\n")
+            .expect("ends in a newline")
+            .split(|&b| b == b'\n')
+            .collect();
+        assert_eq!(lines.len(), count, "{name}");
+        for (seq, line) in lines.iter().enumerate() {
+            let text = std::str::from_utf8(line).expect("UTF-8");
+            // line = U ",\"hash\":\"" HEX(BLAKE3(U)) "\"}"
+            let (u, sealed) = text.split_at(text.len() - 75);
+            let hash = hex(blake3::hash(u.as_bytes()).as_bytes());
+            assert_eq!(
+                sealed,
+                format!(",\"hash\":\"{hash}\"}}"),
+                "{name} entry {seq}"
+            );
+            assert_eq!(
+                hash,
+                expect.get(&format!("entry {seq}")),
+                "{name} entry {seq}"
+            );
+            // U = "{\"seq\":" SEQ "," … ",\"prev\":\"" HEX(prev) "\""
+            assert!(
+                u.starts_with(&format!("{{\"seq\":{seq},")),
+                "{name} entry {seq}"
+            );
+            assert!(
+                u.ends_with(&format!(",\"prev\":\"{prev}\"")),
+                "{name} entry {seq}"
+            );
+            prev = hash;
+        }
+        let head = std::fs::read_to_string(dir.join("head")).expect("head");
+        assert_eq!(head, format!("{} {prev}\n", count - 1), "{name}");
+        assert_eq!(head.trim_end(), expect.get("head"), "{name}");
     }
-    let head = std::fs::read_to_string(dir.join("head")).expect("head");
-    assert_eq!(head, format!("7 {prev}\n"));
-    assert_eq!(head.trim_end(), expect.get("head"));
+}
+
+/// The run vector holds nd7's own kinds, each from outside the floor.
+#[test]
+fn the_run_vector_holds_nd7s_own_entries() {
+    let (name, session, _) = LOGS[2];
+    let log = std::fs::read_to_string(
+        Path::new(VECTORS)
+            .join(name)
+            .join(session)
+            .join("events.ndjson"),
+    )
+    .expect("the run vector");
+    let ours: Vec<(String, String)> = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("an entry"))
+        .filter(|e| e["source"] == "exit:nd7")
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap_or("").to_string(),
+                e["session"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let kinds: Vec<&str> = ours.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["run_start", "exec", "exec_end", "grant", "run_end"]);
+    assert!(ours.iter().all(|(_, s)| s == session), "{ours:?}");
 }
 
 #[test]
-fn nd7_verify_accepts_the_committed_log() {
-    let dir = Path::new(VECTORS).join("log").join(SESSION);
-    let expect = Expect::read(&Path::new(VECTORS).join("log/expect"));
-    let out = run_verify(&dir);
-    assert_eq!(
-        out.status.code(),
-        Some(expect.get("status").parse().expect("a status")),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert_eq!(
-        stdout(&out).lines().next(),
-        Some(expect.get("stdout")),
+fn nd7_verify_accepts_the_committed_logs() {
+    for (name, session, _) in LOGS {
+        let dir = Path::new(VECTORS).join(name).join(session);
+        let expect = Expect::read(&Path::new(VECTORS).join(name).join("expect"));
+        let out = run_verify(&dir);
+        assert_eq!(
+            out.status.code(),
+            Some(expect.get("status").parse().expect("a status")),
+            "{name}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert_eq!(
+            stdout(&out).lines().next(),
+            Some(expect.get("stdout")),
+            "{name}: {}",
+            stdout(&out)
+        );
+        assert!(!dir.join("lock").exists(), "{name}: verify creates nothing");
+    }
+    // The run's chain is reconciled, as every run's that registered the hooks.
+    let (name, session, _) = LOGS[2];
+    let out = run_verify(&Path::new(VECTORS).join(name).join(session));
+    assert!(
+        stdout(&out).contains("reconciled: every Bash call has its command through the exit, and every command its call"),
         "{}",
         stdout(&out)
     );
-    assert!(!dir.join("lock").exists(), "verify creates nothing");
 }
 
 /// The session directory inside a case directory: its one subdirectory.

@@ -1,4 +1,5 @@
-//! Standard output and standard error for nd7's binaries, with one rule for a
+//! Standard output and standard error for nd7's binaries (`nd7`, `nd7-exec`,
+//! `nd7-vault`), with one rule for a
 //! reader that went away: a closed pipe on standard output (`nd7 verify --all
 //! | head -1`) ends the command quietly with status 0, as ripgrep does, rather
 //! than with a panic (which `panic = "abort"` turns into SIGABRT).
@@ -13,10 +14,10 @@
 //! - standard error: errors are ignored, since there is nowhere left to report
 //!   them, and the command goes on to its own exit status.
 //!
-//! `nd7 record` and `nd7 hook-explain` write their few bytes themselves: they
-//! exit 0 whatever happens.
+//! `nd7 record`, `nd7 hook-explain` and `nd7 hook-route` write their few
+//! bytes themselves: they exit 0 whatever happens.
 
-// Shared by nd7 and nd7-vault, which do not each use every piece.
+// Shared by nd7, nd7-exec and nd7-vault, which do not each use every piece.
 #![allow(unused_macros, dead_code)]
 
 use std::io::{self, Write};

@@ -73,6 +73,22 @@ fn when_arg(
         .map_err(|e| fail(cmd, format!("{flag}: {e}")))
 }
 
+/// `--since` and `--until` as [`when_arg`] reads them, each said when bad.
+fn window(
+    cmd: &str,
+    since: Option<&str>,
+    until: Option<&str>,
+    tz: &TimeZone,
+) -> Result<(Option<u64>, Option<u64>), ExitCode> {
+    match (
+        when_arg(cmd, "--since", since, tz),
+        when_arg(cmd, "--until", until, tz),
+    ) {
+        (Ok(s), Ok(u)) => Ok((s, u)),
+        (Err(code), _) | (_, Err(code)) => Err(code),
+    }
+}
+
 /// DIR as an absolute path, resolved when it exists.
 fn project_arg(dir: &Path) -> Vec<PathBuf> {
     let mut forms = Vec::new();
@@ -104,12 +120,9 @@ pub struct SessionsArgs {
 pub fn sessions(a: SessionsArgs) -> ExitCode {
     let cmd = "sessions";
     let tz = TimeZone::system();
-    let (since, until) = match (
-        when_arg(cmd, "--since", a.since.as_deref(), &tz),
-        when_arg(cmd, "--until", a.until.as_deref(), &tz),
-    ) {
-        (Ok(s), Ok(u)) => (s, u),
-        (Err(code), _) | (_, Err(code)) => return code,
+    let (since, until) = match window(cmd, a.since.as_deref(), a.until.as_deref(), &tz) {
+        Ok(w) => w,
+        Err(code) => return code,
     };
     let store = match Store::open() {
         Ok(s) => s,
@@ -327,12 +340,9 @@ pub struct SearchArgs {
 pub fn search(a: SearchArgs) -> ExitCode {
     let cmd = "search";
     let tz = TimeZone::system();
-    let (since, until) = match (
-        when_arg(cmd, "--since", a.since.as_deref(), &tz),
-        when_arg(cmd, "--until", a.until.as_deref(), &tz),
-    ) {
-        (Ok(s), Ok(u)) => (s, u),
-        (Err(code), _) | (_, Err(code)) => return code,
+    let (since, until) = match window(cmd, a.since.as_deref(), a.until.as_deref(), &tz) {
+        Ok(w) => w,
+        Err(code) => return code,
     };
     let pattern = match Pattern::new(
         &a.pattern,

@@ -137,14 +137,7 @@ pub fn ship(every: Option<&str>) -> ExitCode {
 }
 
 fn write_new_0600(path: &Path, text: &str) -> Result<(), String> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("{}: cannot create: {e}", path.display()))?;
-    f.write_all(text.as_bytes())
-        .map_err(|e| format!("{}: cannot write: {e}", path.display()))
+    write_new_bytes_0600(path, text.as_bytes())
 }
 
 fn write_new_bytes_0600(path: &Path, bytes: &[u8]) -> Result<(), String> {
@@ -186,6 +179,18 @@ fn fault_code(fault: Fault) -> ExitCode {
     match fault {
         Fault::Vault => ExitCode::from(3),
         Fault::Machine => ExitCode::from(1),
+    }
+}
+
+/// A pull that found a fault says it on stdout, as a finding, and exits
+/// with whose fault it is; any other failure is an error (2).
+fn pull_failed(e: PullError) -> ExitCode {
+    match e {
+        PullError::Finding(f) => {
+            println!("{}", term(&f.to_string(), Lines::One));
+            fault_code(f.fault)
+        }
+        PullError::Other(e) => fail(format!("pull: {e}")),
     }
 }
 
@@ -262,13 +267,7 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                 &session,
                 &out,
             )
-            .map_err(|e| match e {
-                PullError::Finding(f) => {
-                    println!("{}", term(&f.to_string(), Lines::One));
-                    fault_code(f.fault)
-                }
-                PullError::Other(e) => fail(format!("pull: {e}")),
-            })?;
+            .map_err(pull_failed)?;
             let events = pulled.path.clone();
             let dir = out.join(&session);
             let log = SessionLog::at_path(&dir).map_err(fail)?;
@@ -290,13 +289,7 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             // The transcripts the session anchors, as the vault's pieces give
             // them back, checked against the anchors in the entries above.
             let transcripts = transcript::pull::pull(&url, &trust, &read_token, &identity, &pulled)
-                .map_err(|e| match e {
-                    PullError::Finding(f) => {
-                        println!("{}", term(&f.to_string(), Lines::One));
-                        fault_code(f.fault)
-                    }
-                    PullError::Other(e) => fail(format!("pull: {e}")),
-                })?;
+                .map_err(pull_failed)?;
             if !transcripts.files.is_empty() {
                 let tdir = dir.join("transcripts");
                 std::fs::create_dir_all(&tdir)

@@ -271,6 +271,9 @@ impl Serving {
 /// `SO_PASSPIDFD`: the kernel attaches a pidfd of the sender to every
 /// message (Linux 6.5).
 pub fn set_pass_pidfd(socket: &impl AsFd) -> io::Result<()> {
+    if crate::fault::injected("no-pidfd-passing") {
+        return Err(io::ErrorKind::Unsupported.into());
+    }
     const SO_PASSPIDFD: libc::c_int = 76;
     let one: libc::c_int = 1;
     // SAFETY: setsockopt reads one c_int from a live local.
@@ -706,7 +709,11 @@ fn relay(conn: &UnixStream, child: &Child) -> (bool, Option<String>) {
     let Some(pgid) = Pid::from_raw(child.id() as i32) else {
         return (false, None);
     };
-    let (pidfd, watch) = match pidfd_open(pgid, PidfdFlags::empty()) {
+    let opened = match crate::fault::injected("no-pidfd-watch") {
+        true => Err(rustix::io::Errno::NOSYS),
+        false => pidfd_open(pgid, PidfdFlags::empty()),
+    };
+    let (pidfd, watch) = match opened {
         Ok(fd) => (Some(fd), None),
         Err(e) => (
             None,

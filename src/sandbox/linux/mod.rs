@@ -570,7 +570,7 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
                 "the exit pins each caller with a pidfd, so a reused pid cannot pass (SO_PASSPIDFD)"
                     .into()
             } else {
-                "the exit's callers by pidfd: they are identified by pid and start time instead (SO_PASSPIDFD needs Linux 6.5)".into()
+                "the exit's callers by pidfd: each is pinned by its pid when its request is read, which a pid reused in between could pass (SO_PASSPIDFD needs Linux 6.5)".into()
             },
             needs: Some("Linux 6.5 or newer"),
         },
