@@ -970,6 +970,7 @@ mod tests {
                     sandbox: "landlock",
                     landlock_abi: Some(6),
                     hooks: true,
+                    agent: Some(run_entry::AGENT_CLAUDE),
                     grants: serde_json::json!([{"path": cargo, "from": "--preset cargo"}]),
                 }),
             ),
@@ -978,7 +979,7 @@ mod tests {
                 2,
                 run_entry::EXEC,
                 Some("toolu_mock_0001"),
-                run_entry::exec_body(line.as_bytes(), 4300, std::slice::from_ref(&cargo)),
+                run_entry::exec_body(line.as_bytes(), 4300, std::slice::from_ref(&cargo), None),
             ),
             ours(
                 3,

@@ -986,13 +986,18 @@ mod tests {
                 fs::write(head, head_after).expect("head on");
             })
         };
-        let verified = log.walk_live(&|_| 1).expect("the append in flight is no break");
+        let verified = log
+            .walk_live(&|_| 1)
+            .expect("the append in flight is no break");
         finisher.join().expect("finisher");
         assert_eq!(verified.entries, 4);
         // A writer that never comes back leaves a break the reader reports.
         fs::write(log.events_path(), &torn).expect("torn");
         fs::write(log.head_path(), &head_before).expect("head back");
-        assert!(log.walk_live(&|_| 1).is_err(), "a torn line left that way is a break");
+        assert!(
+            log.walk_live(&|_| 1).is_err(),
+            "a torn line left that way is a break"
+        );
     }
 
     #[test]

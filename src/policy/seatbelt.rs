@@ -1274,7 +1274,7 @@ mod tests {
                 "/Users/u/build",
                 "/Users/u/.local/share/fonts",
                 "/Users/u/.local/state/other",
-                "/Users/u/.config/nvim",
+                "/Users/u/.config/htop",
                 "/Users/u/.cargo/registry",
                 "/Users/u/Library/Application Support/Code",
                 "/Users/u/dotfiles/vimrc",
