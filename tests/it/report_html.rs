@@ -188,8 +188,9 @@ fn run_chain_with_grants() -> (crate::world::World, String) {
         r#"
 unset CLAUDE_CODE_SHELL_PREFIX
 hooks() { while IFS= read -r p; do printf '%s' "$p" | "$ND7" record --run-hook; done < "$1"; }
+line() { printf "source /x 2>/dev/null || true && eval '%s' < /dev/null && pwd -P >| %s" "$1" "$TMPDIR/cwd"; }
 hooks before.ndjson
-"$EXEC" 'echo hello-from-model' > /dev/null; echo "first:$?"
+"$EXEC" "$(line 'echo hello-from-model')" > /dev/null; echo "first:$?"
 hooks between.ndjson
 touch stage1; wait_for go1
 cmd="touch '$OUT/granted/x'"
