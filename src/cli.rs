@@ -353,6 +353,13 @@ pub enum Admin {
         /// The document's version: machines take only a higher one than they hold.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         version: u64,
+        /// Days the document stays valid: after that, machines start no new
+        /// chain key under it, so sign and install a newer version before.
+        #[arg(long, value_name = "DAYS", default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=3660))]
+        valid_days: u64,
+        /// Valid until this Unix time instead of for --valid-days.
+        #[arg(long, value_name = "SECS", conflicts_with = "valid_days")]
+        valid_until: Option<u64>,
         /// The vault's public key, as `nd7-vault key` printed it.
         #[arg(long, value_name = "HEX")]
         vault_key: String,
@@ -361,10 +368,17 @@ pub enum Admin {
         recipients: Vec<String>,
     },
     /// Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key.
+    ///
+    /// The token names the version of the recipients document given, so a
+    /// machine enrolling with it refuses any older one the vault might serve.
     EnrolToken {
         /// The organisation key from `nd7 admin org-key`.
         #[arg(long, value_name = "FILE")]
         org_key: PathBuf,
+        /// The recipients document currently installed on the vault (from
+        /// `nd7 admin sign-recipients`).
+        #[arg(long, value_name = "FILE")]
+        recipients: PathBuf,
         /// Hours until it expires.
         #[arg(long, default_value_t = 24)]
         hours: u64,

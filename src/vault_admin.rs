@@ -51,11 +51,12 @@ fn org_key(text: &str) -> Result<SigningKey, ShipError> {
     )?))
 }
 
-/// Signs a recipients document of `version`, naming the vault's key, with
-/// the organisation key in `org_key_text`.
+/// Signs a recipients document of `version`, valid until `valid_until`,
+/// naming the vault's key, with the organisation key in `org_key_text`.
 pub fn sign_recipients(
     org_key_text: &str,
     version: u64,
+    valid_until: u64,
     vault_key: &str,
     recipients: &[String],
 ) -> Result<String, ShipError> {
@@ -70,18 +71,28 @@ pub fn sign_recipients(
     Ok(Recipients::sign(
         &org_key(org_key_text)?,
         version,
+        valid_until,
         &vault_key,
         &parsed,
     ))
 }
 
-/// An enrolment token valid for `hours`, signed with the organisation key.
-pub fn enrol_token(org_key_text: &str, hours: u64) -> Result<String, ShipError> {
+/// An enrolment token valid for `hours`, signed with the organisation key,
+/// naming the version of `recipients_text` (the document the vault holds,
+/// which that key must have signed) as the lowest a machine may take.
+pub fn enrol_token(
+    org_key_text: &str,
+    recipients_text: &str,
+    hours: u64,
+) -> Result<String, ShipError> {
+    let org = org_key(org_key_text)?;
+    let doc = Recipients::verify(recipients_text, &org.public().fingerprint())?;
     let expires = ship::unix_now().saturating_add(hours.saturating_mul(3600));
     Ok(EnrolToken::mint(
-        &org_key(org_key_text)?,
+        &org,
         &ship::random()?,
         expires,
+        doc.version,
     ))
 }
 

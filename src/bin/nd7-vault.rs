@@ -181,7 +181,7 @@ enum Command {
     /// Install a signed recipients document (from `nd7 admin sign-recipients`).
     ///
     /// Refuses a document that names another vault key than this vault's,
-    /// or whose version is not above the installed one. Machines take it on
+    /// whose version is not above the installed one, or whose validity ran out. Machines take it on
     /// their next ship if the organisation key they pinned signed it.
     Recipients {
         #[command(flatten)]
@@ -471,6 +471,13 @@ fn run(command: Command) -> Result<(), ExitCode> {
                 ExitCode::from(1)
             };
             let doc = Recipients::parse(&text).map_err(|e| refused(e.to_string()))?;
+            if doc.expired(now) {
+                return Err(refused(format!(
+                    "its validity ran out at {} (valid-until {}): sign a new version",
+                    when(doc.valid_until),
+                    doc.valid_until
+                )));
+            }
             let ours = load_key(&db)?.public();
             if doc.vault != ours {
                 return Err(refused(format!(

@@ -436,6 +436,10 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
         fix: (backlog.unshipped > 0 && stale).then(|| "nd7 ship".into()),
     });
     checks.push(receipts_check(&backlog));
+    let unix = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let recipients = recipients_check(&vault.join(crate::ship::RECIPIENTS_FILE), unix);
     checks.push(match timer::active(home) {
         Ok(what) => Check {
             name: "timer",
@@ -450,7 +454,57 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
             fix: Some("nd7 setup".into()),
         },
     });
+    checks.push(recipients);
     checks
+}
+
+/// Fails once the recipients document the machine holds ran out of its
+/// validity: no new chain key is started under it, so new sessions are not
+/// shipped, and a vault that withholds the newer one (a freeze) shows here.
+fn recipients_check(path: &Path, now: u64) -> Check {
+    let doc = match fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))
+        .and_then(|t| {
+            crate::vault::Recipients::parse(&t).map_err(|e| format!("{}: {e}", path.display()))
+        }) {
+        Ok(doc) => doc,
+        Err(why) => {
+            return Check {
+                name: "recipients",
+                ok: false,
+                detail: why,
+                fix: Some("enrol again (docs/vault.md, \"Enrolling a machine\")".into()),
+            };
+        }
+    };
+    let days = |secs: u64| secs / 86_400;
+    if doc.expired(now) {
+        return Check {
+            name: "recipients",
+            ok: false,
+            detail: format!(
+                "the recipients document of version {} ran out {} day(s) ago (valid until {} Unix time), and the vault served no newer one at the last ship: new sessions are not shipped",
+                doc.version,
+                days(now - doc.valid_until),
+                doc.valid_until
+            ),
+            fix: Some(
+                "an admin signs and installs a newer version (docs/vault.md, \"Rotating recipients\"), then nd7 ship"
+                    .into(),
+            ),
+        };
+    }
+    Check {
+        name: "recipients",
+        ok: true,
+        detail: format!(
+            "version {} with {} admin recipient(s), valid for {} more day(s)",
+            doc.version,
+            doc.recipients.len(),
+            days(doc.valid_until - now)
+        ),
+        fix: None,
+    }
 }
 
 /// What the session logs hold that the vault does not, and what the last

@@ -61,16 +61,32 @@ pub fn enroll(
     })?;
     let recipients = Recipients::verify(&doc, fingerprint)?;
     token.check(&recipients.org)?;
+    // The token names the organisation's current version: anything older
+    // is a vault handing a new machine a document the organisation replaced
+    // (an admin it removed, say).
+    if recipients.version < token.recipients {
+        return Err(ShipError::OldRecipients {
+            served: recipients.version,
+            least: token.recipients,
+        });
+    }
+    let now = unix_now();
+    if recipients.expired(now) {
+        return Err(ShipError::RecipientsExpired {
+            version: recipients.version,
+            valid_until: recipients.valid_until,
+        });
+    }
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&dir)
         .map_err(io_err(&dir, "create"))?;
-    let seed = pending_key(&dir, &token.public())?;
+    let (seed, at) = pending_key(&dir, &token.public(), now)?;
     let key = SigningKey::from_seed(&seed);
     let public = key.public();
     let machine_id = vault::machine_id(&public);
-    let body = token.enrolment(&public).render();
+    let body = token.enrolment(&public, at).render();
     let signer = Signer {
         key: &key,
         machine: &machine_id,
@@ -117,24 +133,37 @@ pub fn enroll(
     })
 }
 
-/// The machine key for enrolling with the token whose key is `token`: the
-/// one an earlier try with this token kept in `enrolling`, or a new one,
-/// kept there (synced) before anything is sent.
-fn pending_key(dir: &Path, token: &vault::PublicKey) -> Result<Secret32, ShipError> {
+/// The machine key for enrolling with the token whose key is `token`, and
+/// when the token endorsed it: the ones an earlier try with this token kept
+/// in `enrolling` (so the vault sees the same enrolment again), or a new
+/// key endorsed at `now`, kept there (synced) before anything is sent.
+fn pending_key(
+    dir: &Path,
+    token: &vault::PublicKey,
+    now: u64,
+) -> Result<(Secret32, u64), ShipError> {
     let path = dir.join(ENROLLING_FILE);
     let wanted = format!("# for the enrolment token with key {}", token.to_hex());
     if let Some(text) = read_optional(&path)?
         && text.lines().next() == Some(wanted.as_str())
+        && let Some(at) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# endorsed at "))
+            .and_then(|t| t.trim().parse().ok())
         && let Ok(seed) = vault::parse_secret_text(&text, "enrolling")
     {
-        return Ok(seed);
+        return Ok((seed, at));
     }
     let seed = Secret32::from_bytes(random()?);
     write_0600(
         &path,
-        format!("{wanted}\n{}\n", vault::hex(seed.expose_secret())).as_bytes(),
+        format!(
+            "{wanted}\n# endorsed at {now}\n{}\n",
+            vault::hex(seed.expose_secret())
+        )
+        .as_bytes(),
     )?;
-    Ok(seed)
+    Ok((seed, now))
 }
 
 /// An enrolled machine's vault files, read.

@@ -57,7 +57,7 @@ mod receipts;
 
 pub use client::{Client, Signer};
 pub use enrol::{Enrolled, Machine, enroll};
-pub use pipeline::{Report, Shipped, ship_all, ship_session};
+pub use pipeline::{Report, Shipped, recipients_running_out, ship_all, ship_session};
 pub(crate) use receipts::chain_key;
 pub use receipts::rewritten_since_shipped;
 
@@ -135,6 +135,17 @@ pub enum ShipError {
         session: String,
         detail: String,
     },
+    /// At enrolment: the vault serves an older recipients document than the
+    /// token says the organisation's is.
+    #[error(
+        "the vault serves the recipients document of version {served}, but the enrolment token says the organisation's is at least version {least}: the vault is serving a document the organisation replaced; nothing was written"
+    )]
+    OldRecipients { served: u64, least: u64 },
+    /// The recipients document's validity ran out: no new chain key under it.
+    #[error(
+        "the recipients document of version {version} was valid until {valid_until} (Unix time) and the vault serves no newer one, so no new chain key is started under it: an admin must sign and install a newer version (docs/vault.md, \"Rotating recipients\"); until then this session is not shipped"
+    )]
+    RecipientsExpired { version: u64, valid_until: u64 },
     #[error("no randomness from the operating system: {0}")]
     Random(String),
     /// Anchored transcript bytes the file no longer holds: not shipped, and

@@ -74,6 +74,9 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
     if let Some(w) = machine.refresh_recipients() {
         report.warnings.push(w);
     }
+    if let Some(w) = recipients_running_out(&machine.recipients, unix_now()) {
+        report.warnings.push(w);
+    }
     let sessions = session_log::sessions_dir(state_dir);
     let entries = match fs::read_dir(&sessions) {
         Ok(entries) => entries,
@@ -100,6 +103,30 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
     }
     report.not_tried = ids.collect();
     Ok(report)
+}
+
+/// How long before the recipients document's validity runs out ship starts
+/// saying so.
+const RECIPIENTS_WARN_SECS: u64 = 7 * 86_400;
+
+/// A warning when the held recipients document has run out, or will within
+/// a week: after that, no new chain key is started (a new session is not
+/// shipped) until an admin installs a newer one.
+pub fn recipients_running_out(doc: &vault::Recipients, now: u64) -> Option<String> {
+    if doc.expired(now) {
+        Some(format!(
+            "the recipients document of version {} was valid until {} (Unix time), and the vault serves no newer one: sessions that need a new chain key are not shipped until an admin installs a newer version",
+            doc.version, doc.valid_until
+        ))
+    } else if doc.valid_until - now < RECIPIENTS_WARN_SECS {
+        Some(format!(
+            "the recipients document of version {} is valid for {} more hour(s) only: an admin should sign and install a newer version before then",
+            doc.version,
+            (doc.valid_until - now) / 3600
+        ))
+    } else {
+        None
+    }
 }
 
 /// [`ship_session`], keeping `vault.alarm` in step: written when the vault
@@ -416,7 +443,7 @@ fn seal_batches(
             prev: last.hash,
         };
         if key.is_none() {
-            let k = chain_key(log, machine.recipients.version)?;
+            let k = chain_key(log, &machine.recipients, unix_now())?;
             let wrapped = vault::wrap_chain_key(&k, &machine.recipients.recipients, &mut os_fill);
             let (ik, id) = (IndexKey::of(&k), KeyId::of(&k));
             key = Some((k, ik, id, wrapped));

@@ -86,14 +86,27 @@ pub(super) fn read_chain_key(log: &SessionLog) -> Result<Option<(ChainKey, u64)>
     Ok(Some((key, version)))
 }
 
-/// The session's chain key for recipients of `version`: the one in
-/// `chain.key` if it was made under that version or a later one, otherwise
-/// a new one (0600), so that recipients removed since never get it.
-pub(crate) fn chain_key(log: &SessionLog, version: u64) -> Result<ChainKey, ShipError> {
+/// The session's chain key for `recipients`: the one in `chain.key` if it
+/// was made under that version or a later one, otherwise a new one (0600),
+/// so that recipients removed since never get it. No new one is made under
+/// a document whose validity ran out by `now`: a vault that withholds the
+/// newer document (a freeze) cannot keep a removed admin on new keys.
+pub(crate) fn chain_key(
+    log: &SessionLog,
+    recipients: &vault::Recipients,
+    now: u64,
+) -> Result<ChainKey, ShipError> {
+    let version = recipients.version;
     if let Some((key, made_under)) = read_chain_key(log)?
         && made_under >= version
     {
         return Ok(key);
+    }
+    if recipients.expired(now) {
+        return Err(ShipError::RecipientsExpired {
+            version,
+            valid_until: recipients.valid_until,
+        });
     }
     let key = Secret32::from_bytes(random()?);
     let text = format!(

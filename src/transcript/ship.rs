@@ -99,7 +99,7 @@ pub fn ship(machine: &Machine, log: &SessionLog, holds: u64) -> Result<Report, S
     if due.is_empty() {
         return Ok(report);
     }
-    let key = ship::chain_key(log, machine.recipients.version)?;
+    let key = ship::chain_key(log, &machine.recipients, ship::unix_now())?;
     let wrapped = vault::wrap_chain_key(&key, &machine.recipients.recipients, &mut ship::os_fill);
     for a in due {
         let at = state.files.iter().position(|f| {

@@ -72,15 +72,15 @@ pub const HEADER_SIGNATURE: &str = "x-nd7-signature";
 
 const AGE_MAGIC: &str = "age-encryption.org/v1";
 const AGE_X25519_INFO: &[u8] = b"age-encryption.org/v1/X25519";
-const RECIPIENTS_MAGIC: &str = "nd7-recipients v2";
+const RECIPIENTS_MAGIC: &str = "nd7-recipients v3";
 const BATCH_HEADER_MAGIC: &str = "nd7-batch v2";
 const BATCH_BODY_MAGIC: &[u8] = b"ND7B\x02";
 const CHECKPOINT_MAGIC: &str = "nd7-checkpoint v2";
 const RECEIPT_MAGIC: &str = "nd7-receipt v2";
 const RESTORE_MAGIC: &str = "nd7-restore v2";
-const TOKEN_MAGIC: &str = "nd7-token v2";
-const ENDORSE_MAGIC: &str = "nd7-endorse v2";
-const ENROLL_MAGIC: &str = "nd7-enroll v2";
+const TOKEN_MAGIC: &str = "nd7-token v3";
+const ENDORSE_MAGIC: &str = "nd7-endorse v3";
+const ENROLL_MAGIC: &str = "nd7-enroll v3";
 const REQUEST_MAGIC: &str = "nd7-request v1";
 const FINGERPRINT_CONTEXT: &[u8] = b"nd7 organisation key v1\n";
 const TOKEN_KEY_CONTEXT: &str = "nd7 2026-12 vault enrolment token v2";
@@ -109,6 +109,11 @@ pub enum Error {
     BadTokenSignature(String),
     #[error("the enrolment token expired at {expires} (Unix time), before {now}")]
     TokenExpired { expires: u64, now: u64 },
+    #[error(
+        "the machine's key was endorsed at {endorsed} (Unix time), after its enrolment token expired at {expires}"
+    )]
+    EndorsedLate { expires: u64, endorsed: u64 },
+
     #[error("the machine's key is not endorsed by the enrolment token's key")]
     BadEndorsement,
     #[error("the batch's checkpoint is not signed by the machine's key")]

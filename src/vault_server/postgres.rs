@@ -21,8 +21,9 @@ use super::{
 };
 use crate::vault::{Batch, BatchHeader, Digest, Enrolment, KeyId, PieceHeader};
 
-/// The layout this database holds (the one row of `nd7_vault`).
-const FORMAT: i32 = 3;
+/// The layout this database holds (the one row of `nd7_vault`): 4 holds
+/// format v3's recipients documents and enrolment records (ADR-0082).
+const FORMAT: i32 = 4;
 
 /// Taken while creating the tables, so two servers starting at once on an
 /// empty database do not trip over each other's `CREATE`.

@@ -17,8 +17,9 @@ use crate::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, Pie
 
 /// The layout this file holds (`PRAGMA user_version`). 2 was the first of
 /// format v2 (session ids repeated in every index row, no revocation, no
-/// quotas); 3 keeps each chain once and indexes by its number.
-const FORMAT: i64 = 3;
+/// quotas); 3 keeps each chain once and indexes by its number; 4 holds
+/// format v3's recipients documents and enrolment records (ADR-0082).
+const FORMAT: i64 = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tokens (
@@ -137,6 +138,7 @@ fn check_format(db: &Connection) -> Result<(), StoreError> {
         let what = match version {
             0 | 1 => "vault format 1".to_string(),
             2 => "the first database layout of vault format 2".to_string(),
+            3 => "the database layout of vault format 2".to_string(),
             v => format!("database layout {v}"),
         };
         return Err(StoreError {

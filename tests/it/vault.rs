@@ -253,11 +253,28 @@ impl Org {
         }
     }
 
-    /// A one-time enrolment token, signed by the organisation key.
+    /// A one-time enrolment token, signed by the organisation key, naming
+    /// the version of the last document installed (an organisation that
+    /// installed none names a document of its own, for no vault).
     pub fn token(&self) -> String {
+        let doc = self.dir.path().join("recipients");
+        if !doc.exists() {
+            let nowhere = SigningKey::from_seed(&vault::Secret32::from_bytes([0x5a; 32]))
+                .public()
+                .to_hex();
+            let text = ok(nd7()
+                .args(["admin", "sign-recipients", "--org-key"])
+                .arg(self.dir.path().join("org.key"))
+                .args(["--version", "1", "--vault-key", &nowhere, &self.recipient()])
+                .output()
+                .expect("run"));
+            std::fs::write(&doc, text).expect("write doc");
+        }
         ok(nd7()
             .args(["admin", "enrol-token", "--org-key"])
             .arg(self.dir.path().join("org.key"))
+            .arg("--recipients")
+            .arg(&doc)
             .output()
             .expect("run"))
         .trim()
@@ -279,7 +296,12 @@ impl Org {
     /// Signs a document listing `recipients`, at the next version, and
     /// installs it on the vault.
     pub fn install_for(&self, vault: &Vault, recipients: &[String]) {
-        let doc = self.sign(vault, recipients);
+        self.install_until(vault, recipients, None);
+    }
+
+    /// The same, valid until `valid_until` (Unix s) rather than the default.
+    pub fn install_until(&self, vault: &Vault, recipients: &[String], valid_until: Option<u64>) {
+        let doc = self.sign_until(vault, recipients, valid_until);
         let path = self.dir.path().join("recipients");
         std::fs::write(&path, doc).expect("write doc");
         ok(vault.admin(&["recipients", path.to_str().expect("utf8")]));
@@ -287,15 +309,25 @@ impl Org {
 
     /// A recipients document listing `recipients` and `vault`'s key, at the next version.
     pub fn sign(&self, vault: &Vault, recipients: &[String]) -> String {
+        self.sign_until(vault, recipients, None)
+    }
+
+    pub fn sign_until(
+        &self,
+        vault: &Vault,
+        recipients: &[String],
+        valid_until: Option<u64>,
+    ) -> String {
         self.version.set(self.version.get() + 1);
-        ok(nd7()
-            .args(["admin", "sign-recipients", "--org-key"])
+        let mut cmd = nd7();
+        cmd.args(["admin", "sign-recipients", "--org-key"])
             .arg(self.dir.path().join("org.key"))
             .args(["--version", &self.version.get().to_string()])
-            .args(["--vault-key", &vault.key])
-            .args(recipients)
-            .output()
-            .expect("run"))
+            .args(["--vault-key", &vault.key]);
+        if let Some(t) = valid_until {
+            cmd.args(["--valid-until", &t.to_string()]);
+        }
+        ok(cmd.args(recipients).output().expect("run"))
     }
 }
 
@@ -1055,7 +1087,7 @@ fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
         )
         .expect("seed"),
     );
-    let old = vault::EnrolToken::mint(&org_key, &[3; 16], ship::unix_now() - 10);
+    let old = vault::EnrolToken::mint(&org_key, &[3; 16], ship::unix_now() - 10, 1);
     let out = enroll_with(&State::new(), &old);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
@@ -1078,7 +1110,7 @@ fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
     );
     let key = SigningKey::from_seed(&vault::Secret32::from_bytes([8; 32]));
     let token = vault::EnrolToken::parse(&impostor.token()).expect("token");
-    let body = token.enrolment(&key.public()).render();
+    let body = token.enrolment(&key.public(), ship::unix_now()).render();
     let id = vault::machine_id(&key.public());
     let (status, text) = client(&vault.url)
         .request(
@@ -1100,6 +1132,7 @@ fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
     let doc = vault::Recipients::sign(
         &org_key,
         99,
+        ship::unix_now() + 3600,
         &elsewhere,
         &[vault::AgeRecipient::parse(&org.recipient()).expect("recipient")],
     );
@@ -1133,7 +1166,7 @@ fn a_database_of_format_v1_is_refused_untouched() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out)
-            .contains("it holds vault format 1, and this nd7-vault serves database layout 3 only"),
+            .contains("it holds vault format 1, and this nd7-vault serves database layout 4 only"),
         "{}",
         stderr(&out)
     );

@@ -274,8 +274,9 @@ fn attack_fabricated_session_for_another_machine() {
 
     // A machine of the operator's own: its key, a token of its own "org".
     let fake_org = SigningKey::from_seed(&Secret32::from_bytes([0x77; 32]));
-    let token = EnrolToken::parse(&EnrolToken::mint(&fake_org, &[1; 16], u64::MAX)).expect("token");
-    let enrolment = token.enrolment(&op.key.public());
+    let token =
+        EnrolToken::parse(&EnrolToken::mint(&fake_org, &[1; 16], u64::MAX, 1)).expect("token");
+    let enrolment = token.enrolment(&op.key.public(), 0);
     let fake = enrolment.machine_id();
     op.db
         .execute(
@@ -459,6 +460,152 @@ fn attack_roll_the_recipients_back() {
         "{}",
         stderr(&out)
     );
+}
+
+/// The vault operator hands a machine enrolling now the document the
+/// organisation replaced (version 2, with bob, whom version 3 removed), so
+/// that every chain key the new machine makes is wrapped to bob. Guards the
+/// recipients version the organisation signs into the enrolment token and
+/// `nd7 enroll`'s check of it (`ship::enroll`, `recipients.version <
+/// token.recipients`); seen to enrol, and to ship to bob, without it.
+#[test]
+fn attack_enrol_a_new_machine_with_an_old_recipients_document() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let bob = Org::keys();
+    org.install_for(&vault, &[org.recipient(), bob.recipient()]);
+    org.install_for(&vault, &[org.recipient()]);
+    // The token names version 3, the organisation's current document.
+    let token = org.token();
+    // The operator serves version 2 again (newest row wins).
+    let db = rusqlite::Connection::open(vault.db()).expect("db");
+    db.execute(
+        "INSERT INTO recipients (doc, installed) VALUES (?1, 0)",
+        [org_doc_version(&vault, 2)],
+    )
+    .expect("insert");
+    let state = State::new();
+    let enroll_with = |state: &State| {
+        state
+            .nd7()
+            .args(["enroll", &vault.url, "--token", &token])
+            .args(["--fingerprint", &org.fingerprint])
+            .output()
+            .expect("enroll")
+    };
+    let out = enroll_with(&state);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "the vault serves the recipients document of version 2, but the enrolment token says the organisation's is at least version 3"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!state.xdg().join("nd7/vault/machine.id").exists());
+    // Served the current document, the same token enrols, at version 3,
+    // and nothing it ships opens for bob.
+    db.execute(
+        "DELETE FROM recipients WHERE id = (SELECT MAX(id) FROM recipients)",
+        [],
+    )
+    .expect("delete");
+    assert!(ok(enroll_with(&state)).contains("of version 3"));
+    append(&state, "s1", 2);
+    ok(ship(&state));
+    let bob_id = vault::AgeIdentity::parse(&std::fs::read_to_string(&bob.identity).expect("id"))
+        .expect("identity");
+    let batches = crate::vault::stored_batches(&vault, &machine_id(&state), "s1");
+    assert_eq!(
+        vault::unwrap_chain_key(&batches[0].wrapped_key, &bob_id).map(|_| ()),
+        Err(vault::Error::NoMatchingStanza)
+    );
+}
+
+/// The vault operator never serves the document that removed bob (a
+/// freeze): machines holding the one before keep making chain keys for bob
+/// for as long as it withholds it. Guards the document's `valid-until` and
+/// `ship::chain_key`'s refusal to start a key under a document past it
+/// (`recipients.expired(now)`), and `nd7 doctor`'s recipients check; seen
+/// to ship the new session to bob without it.
+#[test]
+fn attack_freeze_the_recipients_document() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let bob = Org::keys();
+    let until = nd7_core::ship::unix_now() + 8;
+    org.install_until(&vault, &[org.recipient(), bob.recipient()], Some(until));
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 2);
+    ok(ship(&state));
+    // The organisation signs version 3 without bob; the operator withholds it.
+    let withheld = org.dir.path().join("withheld");
+    std::fs::write(&withheld, org.sign(&vault, &[org.recipient()])).expect("write");
+    while nd7_core::ship::unix_now() <= until {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    append(&state, "s1", 2);
+    append(&state, "s2", 2);
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "s2: not shipped: the recipients document of version 2 was valid until {until} (Unix time) and the vault serves no newer one, so no new chain key is started under it"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("warning: the recipients document of version 2 was valid until"),
+        "{}",
+        stderr(&out)
+    );
+    let machine = machine_id(&state);
+    // The running session ships on under the key it has; the new one waits.
+    assert_eq!(
+        op_last(&vault, &machine, "s1"),
+        Some(3),
+        "s1 shipped under its key"
+    );
+    assert_eq!(op_last(&vault, &machine, "s2"), None);
+    let doctor = doctor_lines(&state);
+    assert!(
+        doctor.iter().any(|l| l.starts_with("FAIL recipients")
+            && l.contains("the recipients document of version 2 ran out")),
+        "{doctor:?}"
+    );
+    // Once the organisation's newer document is served, the session ships,
+    // under a key bob never gets.
+    ok(vault.admin(&["recipients", withheld.to_str().expect("utf8")]));
+    ok(ship(&state));
+    let bob_id = vault::AgeIdentity::parse(&std::fs::read_to_string(&bob.identity).expect("id"))
+        .expect("identity");
+    let batches = crate::vault::stored_batches(&vault, &machine, "s2");
+    assert_eq!(batches.len(), 1);
+    assert_eq!(
+        vault::unwrap_chain_key(&batches[0].wrapped_key, &bob_id).map(|_| ()),
+        Err(vault::Error::NoMatchingStanza)
+    );
+    assert!(
+        doctor_lines(&state)
+            .iter()
+            .any(|l| l.starts_with("ok   recipients version 3")),
+        "{:?}",
+        doctor_lines(&state)
+    );
+}
+
+/// The last stored seq of a chain, from the database.
+fn op_last(vault: &Vault, machine: &str, session: &str) -> Option<u64> {
+    let db = rusqlite::Connection::open(vault.db()).expect("db");
+    db.query_row(
+        "SELECT MAX(b.last) FROM batches b JOIN chains c ON b.chain = c.id WHERE c.machine = ?1 AND c.session = ?2",
+        rusqlite::params![machine, session],
+        |r| r.get::<_, Option<i64>>(0),
+    )
+    .expect("query")
+    .map(|l| l as u64)
 }
 
 /// The document the organisation signed at `version`, as the test's `Org`

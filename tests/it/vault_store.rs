@@ -130,10 +130,10 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
     // Machines: one per key and per token; the same pair again is asked
     // again, not refused.
     let org = SigningKey::from_seed(&Secret32::from_bytes([1; 32]));
-    let t1 = EnrolToken::parse(&EnrolToken::mint(&org, &[1; 16], now + 100)).expect("token");
-    let t2 = EnrolToken::parse(&EnrolToken::mint(&org, &[2; 16], now + 100)).expect("token");
+    let t1 = EnrolToken::parse(&EnrolToken::mint(&org, &[1; 16], now + 100, 1)).expect("token");
+    let t2 = EnrolToken::parse(&EnrolToken::mint(&org, &[2; 16], now + 100, 1)).expect("token");
     let (m1, m2) = (Mach::new(11), Mach::new(12));
-    let e11 = t1.enrolment(&m1.key.public());
+    let e11 = t1.enrolment(&m1.key.public(), now);
     assert_eq!(
         s.add_machine(&m1.id, &e11, now).expect("add"),
         Enrolled::New
@@ -142,12 +142,12 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
         s.add_machine(&m1.id, &e11, now).expect("add"),
         Enrolled::Again
     );
-    let e21 = t1.enrolment(&m2.key.public());
+    let e21 = t1.enrolment(&m2.key.public(), now);
     assert_eq!(
         s.add_machine(&m2.id, &e21, now).expect("add"),
         Enrolled::TokenUsed
     );
-    let e12 = t2.enrolment(&m1.key.public());
+    let e12 = t2.enrolment(&m1.key.public(), now);
     assert_eq!(
         s.add_machine(&m1.id, &e12, now).expect("add"),
         Enrolled::KeyEnrolled

@@ -25,7 +25,10 @@ fn state_dir(cmd: &str) -> Result<std::path::PathBuf, ExitCode> {
 /// 1 when a vault or its document was refused (or refused us), 2 otherwise.
 fn refusal_code(e: &ShipError) -> ExitCode {
     match e {
-        ShipError::Refused { .. } | ShipError::Vault(_) => ExitCode::from(1),
+        ShipError::Refused { .. }
+        | ShipError::Vault(_)
+        | ShipError::OldRecipients { .. }
+        | ShipError::RecipientsExpired { .. } => ExitCode::from(1),
         _ => ExitCode::from(2),
     }
 }
@@ -206,19 +209,34 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
         Admin::SignRecipients {
             org_key,
             version,
+            valid_days,
+            valid_until,
             vault_key,
             recipients,
         } => {
-            let doc =
-                vault_admin::sign_recipients(&read(&org_key)?, version, &vault_key, &recipients)
-                    .map_err(fail)?;
+            let valid_until = valid_until.unwrap_or_else(|| {
+                ship::unix_now().saturating_add(valid_days.saturating_mul(86_400))
+            });
+            let doc = vault_admin::sign_recipients(
+                &read(&org_key)?,
+                version,
+                valid_until,
+                &vault_key,
+                &recipients,
+            )
+            .map_err(fail)?;
             print!("{doc}");
             Ok(ExitCode::SUCCESS)
         }
-        Admin::EnrolToken { org_key, hours } => {
+        Admin::EnrolToken {
+            org_key,
+            recipients,
+            hours,
+        } => {
             println!(
                 "{}",
-                vault_admin::enrol_token(&read(&org_key)?, hours).map_err(fail)?
+                vault_admin::enrol_token(&read(&org_key)?, &read(&recipients)?, hours)
+                    .map_err(fail)?
             );
             Ok(ExitCode::SUCCESS)
         }
