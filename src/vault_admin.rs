@@ -202,6 +202,9 @@ pub struct Pulled {
     pub machine_key: PublicKey,
     /// Whether the copy ends in a `session_end` entry.
     pub ended: bool,
+    /// The restores the vault declares (`GET /v1/restores`), as notes: each
+    /// may have lost what machines hold receipts for.
+    pub restores: Vec<String>,
     keys: Vec<(KeyId, ChainKey)>,
 }
 
@@ -237,6 +240,42 @@ impl Pulled {
         let hash = crate::chain::read_stated(line).ok()?.hash;
         Some(IndexKey::of(chain_key).digest(&hash))
     }
+}
+
+/// A Unix time as people read it (UTC).
+fn when(unix: u64) -> String {
+    i64::try_from(unix)
+        .ok()
+        .and_then(|t| jiff::Timestamp::from_second(t).ok())
+        .map_or_else(
+            || unix.to_string(),
+            |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        )
+}
+
+/// The restores the vault declares, one note each: whatever a pull finds,
+/// an admin should know the vault says it lost acknowledged batches then.
+fn restores(client: &Client, vault_key: &PublicKey) -> Result<Vec<String>, PullError> {
+    let text = client.ok("GET", "/v1/restores", b"", None, None)?;
+    let Ok(notices) = RestoreNotice::parse_all(&String::from_utf8_lossy(&text)) else {
+        return Ok(vec![
+            "the vault's list of restore notices (GET /v1/restores) does not parse".into(),
+        ]);
+    };
+    Ok(notices
+        .iter()
+        .map(|n| match n.verify(vault_key) {
+            Ok(()) => format!(
+                "the vault declares it was restored at {} from a backup taken at {}: what it stored in between was lost, and machines ship again what they hold receipts for (receipts.lost)",
+                when(n.restored),
+                when(n.backup)
+            ),
+            Err(e) => format!(
+                "the vault lists a restore notice (backup {}, restored {}) that does not check: {e}",
+                n.backup, n.restored
+            ),
+        })
+        .collect())
 }
 
 /// Whether a log line is a `session_end` entry.
@@ -344,6 +383,7 @@ pub fn pull(
         vault_key: doc.vault,
         machine_key: enrolment.key,
         ended: false,
+        restores: restores(&client, &doc.vault)?,
         keys: Vec::new(),
     };
     let mut cursor = Cursor::start(session);
@@ -564,23 +604,6 @@ impl Compared {
     }
 }
 
-/// Reads the receipts kept in `receipts.lost`: each after its `#` line.
-fn lost_receipts(text: &str) -> Vec<(String, Option<Receipt>, Option<RestoreNotice>)> {
-    let mut out = Vec::new();
-    for block in text.split("\n# ").map(|b| b.trim_start_matches("# ")) {
-        let Some((what, rest)) = block.split_once('\n') else {
-            continue;
-        };
-        let receipt_end = rest.find("nd7-restore v2").unwrap_or(rest.len());
-        let receipt = Receipt::parse(&rest[..receipt_end]).ok();
-        let notice = RestoreNotice::parse_all(&rest[receipt_end..])
-            .ok()
-            .and_then(|n| n.into_iter().next());
-        out.push((what.to_string(), receipt, notice));
-    }
-    out
-}
-
 /// Compares the vault's copy with a machine's session directory (or its
 /// `events.ndjson`): the receipt the machine kept, any it lost in a vault's
 /// restore, and the log.
@@ -635,14 +658,14 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
 
     // Receipts a declared restore lost: evidence, kept by the machine.
     if let Ok(text) = std::fs::read_to_string(log.dir().join(LOST_FILE)) {
-        for (what, receipt, notice) in lost_receipts(&text) {
+        for (what, receipt, notice) in ship::lost_receipts(&text) {
             let signed = receipt
                 .as_ref()
                 .is_some_and(|r| r.verify(&pulled.vault_key, &pulled.machine_key).is_ok())
                 && notice
                     .as_ref()
                     .is_some_and(|n| n.verify(&pulled.vault_key).is_ok());
-            let Some(r) = receipt.filter(|_| signed) else {
+            let (Some(r), Some(n)) = (receipt.filter(|_| signed), notice) else {
                 out.findings.push(Finding {
                     fault: Fault::Machine,
                     text: format!(
@@ -651,6 +674,23 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
                 });
                 continue;
             };
+            // The vault signed both; a notice that cannot excuse this loss
+            // (too wide, in the future, not covering the receipt) is its own
+            // word against it.
+            if let Err(why) = n.credible(ship::unix_now()).and_then(|()| {
+                n.explains(&r)
+                    .then_some(())
+                    .ok_or_else(|| "it does not cover the receipt".to_string())
+            }) {
+                out.findings.push(Finding {
+                    fault: Fault::Vault,
+                    text: format!(
+                        "{names}: {what}; the vault's restore notice for it (backup {}, restored {}) cannot excuse the loss: {why}",
+                        n.backup, n.restored
+                    ),
+                });
+                continue;
+            }
             let k = &r.checkpoint;
             let now = match pulled.digest_at(k.last, k.key) {
                 Some(d) if d == k.head => "the vault holds those entries again, unchanged",
@@ -667,7 +707,16 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
                 None if vault_last.is_some_and(|l| l >= k.last) => {
                     "the vault holds those entries again (under a later chain key, so not compared with the lost receipt)"
                 }
-                None => "the vault does not hold them again yet",
+                None => {
+                    out.findings.push(Finding {
+                        fault: Fault::Vault,
+                        text: format!(
+                            "{names}: {what}; the vault does not hold them again: it holds up to {}, and a declared restore excuses shipping them again, not losing them",
+                            vault_last.map_or("none".into(), |l| l.to_string())
+                        ),
+                    });
+                    continue;
+                }
             };
             out.notes.push(format!("{names}: {what}; {now}"));
         }

@@ -517,6 +517,9 @@ struct Backlog {
     alarms: Vec<(String, String)>,
     /// Sessions keeping receipts a declared restore lost.
     lost: usize,
+    /// (session, what was lost): lost in a declared restore, and not
+    /// acknowledged by the vault again since.
+    lost_not_again: Vec<(String, String)>,
     /// (session, what differs): the local log no longer holds what was shipped.
     rewritten: Vec<(String, String)>,
 }
@@ -530,6 +533,12 @@ fn receipts_check(backlog: &Backlog) -> Check {
         problems.push(format!(
             "the vault broke its receipt for {} session(s); {session}: {first}",
             backlog.alarms.len()
+        ));
+    }
+    if let Some((session, what)) = backlog.lost_not_again.first() {
+        problems.push(format!(
+            "the vault has not acknowledged again what a declared restore lost, for {} session(s); {session}: {what}",
+            backlog.lost_not_again.len()
         ));
     }
     if let Some((session, what)) = backlog.rewritten.first() {
@@ -554,7 +563,7 @@ fn receipts_check(backlog: &Backlog) -> Check {
         ok: true,
         detail: if backlog.lost > 0 {
             format!(
-                "the vault honours every receipt; {} session(s) keep receipts a declared restore lost (receipts.lost)",
+                "the vault honours every receipt; {} session(s) keep receipts a declared restore lost (receipts.lost), each acknowledged again since",
                 backlog.lost
             )
         } else {
@@ -572,6 +581,7 @@ fn ship_backlog(sessions: &Path) -> Backlog {
         last_ship: None,
         alarms: Vec::new(),
         lost: 0,
+        lost_not_again: Vec::new(),
         rewritten: Vec::new(),
     };
     let Ok(entries) = fs::read_dir(sessions) else {
@@ -597,15 +607,21 @@ fn ship_backlog(sessions: &Path) -> Backlog {
             let first = alarm.lines().next().unwrap_or_default().to_string();
             backlog.alarms.push((session.clone(), first));
         }
-        if let Some(log) = dir
+        let log = dir
             .parent()
-            .and_then(|parent| crate::session_log::SessionLog::new(parent, &session).ok())
-            && let Some(what) = crate::ship::rewritten_since_shipped(&log)
-        {
-            backlog.rewritten.push((session, what));
-        }
+            .and_then(|parent| crate::session_log::SessionLog::new(parent, &session).ok());
         if dir.join(crate::ship::LOST_FILE).exists() {
             backlog.lost += 1;
+            if let Some(what) = log.as_ref().and_then(|l| {
+                crate::ship::lost_not_acknowledged_again(l)
+                    .into_iter()
+                    .next()
+            }) {
+                backlog.lost_not_again.push((session.clone(), what));
+            }
+        }
+        if let Some(what) = log.as_ref().and_then(crate::ship::rewritten_since_shipped) {
+            backlog.rewritten.push((session, what));
         }
     }
     backlog

@@ -186,15 +186,22 @@ pub fn ship_session(
         let k = &kept.checkpoint;
         let holds = head.as_ref().map(|h| h.checkpoint.last);
         if holds.is_none_or(|h| h < k.last) {
-            let Some(notice) = restore_explaining(machine, kept)? else {
-                return Err(broke(format!(
-                    "it acknowledged entries up to {} (receipt stored at {}), but holds {}, and no restore notice of the vault explains it",
-                    k.last,
-                    kept.stored,
-                    holds.map_or("none of them".into(), |h| format!("only entries up to {h}")),
-                )));
+            let notice = match restore_explaining(machine, kept, head.as_ref())? {
+                Ok(notice) => notice,
+                Err(why) => {
+                    return Err(broke(format!(
+                        "it acknowledged entries up to {} (receipt stored at {}), but holds {}, and {why}",
+                        k.last,
+                        kept.stored,
+                        holds.map_or("none of them".into(), |h| format!("only entries up to {h}")),
+                    )));
+                }
             };
-            done.notes.push(keep_lost(log, kept, &notice, holds)?);
+            // Said at once: whatever happens to the rest of this run, the
+            // user learns the receipt moved.
+            let note = keep_lost(log, kept, &notice, holds)?;
+            progress(&format!("{session}: warning: {note}"));
+            done.notes.push(note);
         } else if let Some(h) = &head
             && h.checkpoint.last == k.last
             && !h.checkpoint.same_head(k)

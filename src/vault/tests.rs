@@ -547,6 +547,31 @@ fn receipts_check_both_signatures() {
     assert!(RestoreNotice::sign(&vault_key, 77, 100).explains(&receipt));
     assert!(!RestoreNotice::sign(&vault_key, 78, 100).explains(&receipt));
     assert!(!RestoreNotice::sign(&vault_key, 10, 76).explains(&receipt));
+    // A notice a machine can believe: in the past, at most 30 days wide.
+    let day = 86_400;
+    let now = 100 * day;
+    let credible =
+        |backup, restored| RestoreNotice::sign(&vault_key, backup, restored).credible(now);
+    assert_eq!(credible(now - day, now), Ok(()));
+    assert_eq!(credible(now - 30 * day, now), Ok(()));
+    assert_eq!(
+        credible(now - day, now + 300),
+        Ok(()),
+        "within the clock skew"
+    );
+    assert!(credible(now - 31 * day, now).is_err(), "too wide");
+    assert!(credible(0, now).is_err(), "everything since 1970");
+    assert!(credible(now, now + 301).is_err(), "in the future");
+    assert!(credible(now, u64::MAX).is_err(), "forever");
+    assert!(
+        credible(now, now - 1).is_err(),
+        "restored before its backup"
+    );
+    // A batch the vault still holds, stored strictly between backup and
+    // restore, gives the notice the lie.
+    let n = RestoreNotice::sign(&vault_key, 50, 100);
+    assert!(n.contradicted_by(51) && n.contradicted_by(99));
+    assert!(!n.contradicted_by(50) && !n.contradicted_by(100) && !n.contradicted_by(10));
 }
 
 #[test]

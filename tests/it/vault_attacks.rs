@@ -800,6 +800,132 @@ fn a_vault_restored_from_a_backup_gets_machines_shipping_and_keeps_the_evidence(
     );
 }
 
+/// The vault's own signing key, as its operator holds it.
+fn vault_key(vault: &Vault) -> SigningKey {
+    let text = std::fs::read_to_string(vault.key_path()).expect("vault key");
+    SigningKey::from_seed(&vault::parse_secret_text(&text, "vault key").expect("seed"))
+}
+
+/// The operator drops a tail and excuses it with restore notices the vault
+/// signs for itself: one declaring everything since 1970 lost, one whose
+/// restore is dated in the far future (so it would excuse every later loss
+/// too), and refuses the machine's entries from then on (its quota), so
+/// they cannot be shipped again. Guards `RestoreNotice::credible` in
+/// `ship::restore_explaining`; seen to move the receipt to receipts.lost
+/// (exit 1, then `pull --compare` 0 and doctor ok) without it.
+#[test]
+fn attack_excuse_a_dropped_tail_with_a_restore_notice_of_its_own() {
+    let vault = Vault::start_with(&["--entries-per-day", "10"]);
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 5);
+    ok(ship(&state));
+    append(&state, "s1", 5);
+    ok(ship(&state));
+    let machine = machine_id(&state);
+    let kept = std::fs::read_to_string(state.log("s1").dir().join("receipt")).expect("receipt");
+    let stored: u64 = kept
+        .lines()
+        .find_map(|l| l.strip_prefix("stored "))
+        .and_then(|t| t.parse().ok())
+        .expect("stored");
+
+    Operator::new(&vault).drop_from(&machine, "s1", 5);
+    ok(vault.admin(&["restored", "--backup-taken", "0"]));
+    let future = vault::RestoreNotice::sign(&vault_key(&vault), stored, u64::MAX).render();
+    let db = rusqlite::Connection::open(vault.db()).expect("db");
+    db.execute(
+        "INSERT INTO restores (notice, installed) VALUES (?1, 0)",
+        [&future],
+    )
+    .expect("insert");
+
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("its restore notice of a backup at 0 restored at")
+            && stderr(&out).contains("more than the 30 a restore may excuse")
+            && stderr(&out).contains(&format!(
+                "its restore notice of a backup at {stored} restored at {} is refused: its restore is dated",
+                u64::MAX
+            )),
+        "{}",
+        stderr(&out)
+    );
+    let dir = state.log("s1").dir().to_path_buf();
+    assert!(dir.join("vault.alarm").exists());
+    assert!(!dir.join("receipts.lost").exists(), "nothing excused");
+    assert!(
+        doctor_lines(&state)
+            .iter()
+            .any(|l| l.starts_with("FAIL receipts the vault broke its receipt")),
+        "{:?}",
+        doctor_lines(&state)
+    );
+    let (out, _) = pull(&state, &vault, &org, "s1", true);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("it dropped entries 5..9")
+            && stdout(&out).contains("note: the vault declares it was restored at"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// A restore the machine believes, but the vault never takes the lost
+/// entries again (it refuses the machine, here by its quota): the restore
+/// excused shipping on, not the loss. Guards the finding in
+/// `vault_admin::compare` ("does not hold them again", exit 3) and the
+/// doctor's `lost_not_acknowledged_again`; seen to exit 0 with a note, and
+/// doctor ok, without them.
+#[test]
+fn what_a_declared_restore_lost_and_the_vault_never_took_again_is_the_vaults() {
+    let vault = Vault::start_with(&["--entries-per-day", "10"]);
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 5);
+    ok(ship(&state));
+    append(&state, "s1", 5);
+    ok(ship(&state));
+    let machine = machine_id(&state);
+    let kept = std::fs::read_to_string(state.log("s1").dir().join("receipt")).expect("receipt");
+    let stored = kept
+        .lines()
+        .find_map(|l| l.strip_prefix("stored "))
+        .expect("stored")
+        .to_string();
+    Operator::new(&vault).drop_from(&machine, "s1", 5);
+    ok(vault.admin(&["restored", "--backup-taken", &stored]));
+
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning: the vault lost entries 5..9 it had acknowledged")
+            && stderr(&out).contains("over its quota"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(state.log("s1").dir().join("receipts.lost").exists());
+    let (out, _) = pull(&state, &vault, &org, "s1", true);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "FAILED (the vault): machine {machine}, session s1: the vault lost entries 5..9 it had acknowledged"
+        )) && stdout(&out).contains("the vault does not hold them again: it holds up to 4"),
+        "{}",
+        stdout(&out)
+    );
+    let doctor = doctor_lines(&state);
+    assert!(
+        doctor.iter().any(|l| l.starts_with(
+            "FAIL receipts the vault has not acknowledged again what a declared restore lost, for 1 session(s); s1: the vault lost entries 5..9"
+        )),
+        "{doctor:?}"
+    );
+}
+
 /// The vault shows, as a session's head, a checkpoint the machine never
 /// signed (its text altered in the database): guards `vault_head`'s check.
 #[test]

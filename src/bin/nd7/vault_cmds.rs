@@ -58,7 +58,9 @@ pub fn enroll(url: &str, token: &str, fingerprint: &str, ca_cert: Option<&Path>)
 }
 
 fn ship_once(state: &Path) -> ExitCode {
-    let report = match ship::ship_all(state, &mut |line| eprintln!("nd7 ship: {line}")) {
+    let report = match ship::ship_all(state, &mut |line| {
+        eprintln!("nd7 ship: {}", term(line, Lines::One))
+    }) {
         Ok(report) => report,
         Err(e) => {
             eprintln!("nd7 ship: {e}");
@@ -77,12 +79,6 @@ fn ship_once(state: &Path) -> ExitCode {
                 batches += done.batches;
                 pieces += done.transcript_pieces;
                 transcript_bytes += done.transcript_bytes;
-                for note in &done.notes {
-                    eprintln!(
-                        "nd7 ship: {}",
-                        term(&format!("{session}: warning: {note}"), Lines::One)
-                    );
-                }
             }
             Err(e) => {
                 failed += 1;
@@ -304,6 +300,9 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                     );
                     return Ok(ExitCode::from(1));
                 }
+            }
+            for note in &pulled.restores {
+                println!("note: {}", term(note, Lines::One));
             }
             // The transcripts the session anchors, as the vault's pieces give
             // them back, checked against the anchors in the entries above.
