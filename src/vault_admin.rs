@@ -154,13 +154,6 @@ fn vault_fault(text: String) -> PullError {
     })
 }
 
-fn machine_fault(text: String) -> PullError {
-    PullError::Finding(Finding {
-        fault: Fault::Machine,
-        text,
-    })
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum PullError {
     #[error("{0}")]
@@ -189,7 +182,8 @@ pub struct PulledBatch {
 
 /// A session as the vault holds it, decrypted, checked, and written to
 /// `path` as it came: a pull holds one batch at a time, whatever the
-/// session's size.
+/// session's size. A pull that found something, or no batch at all, leaves
+/// nothing behind: `path` is then a temporary, removed with the `Pulled`.
 pub struct Pulled {
     pub machine: String,
     pub session: String,
@@ -205,6 +199,15 @@ pub struct Pulled {
     /// The restores the vault declares (`GET /v1/restores`), as notes: each
     /// may have lost what machines hold receipts for.
     pub restores: Vec<String>,
+    /// The checkpoint of every batch the vault served that the machine
+    /// signed, in order: what the vault holds, whether or not it decrypted
+    /// into the pulled log.
+    pub held: Vec<Checkpoint>,
+    /// What stopped the pull, or was found in it: a batch only the vault
+    /// could have made or dropped, or the machine's own batches disagreeing.
+    /// Then nothing is written out; `compare` still reads what checked.
+    pub findings: Vec<Finding>,
+    staged: Option<crate::files::Staged>,
     keys: Vec<(KeyId, ChainKey)>,
 }
 
@@ -384,85 +387,150 @@ pub fn pull(
         machine_key: enrolment.key,
         ended: false,
         restores: restores(&client, &doc.vault)?,
+        held: Vec::new(),
+        findings: Vec::new(),
+        staged: None,
         keys: Vec::new(),
     };
     let mut cursor = Cursor::start(session);
     let mut offset = 0u64;
     let mut body = Vec::new();
+    let finding = |fault: Fault, text: String| Finding { fault, text };
+    // Once the machine's own batches disagree, the rest is still checked for
+    // what only the vault could have done (a batch the machine did not sign,
+    // a gap), but no longer decrypted into the pulled log.
+    let mut machine_stopped = false;
     loop {
-        let n = pulled.batches.len();
+        let n = pulled.held.len();
+        let next = pulled.held.last().map_or(0, |c| c.last + 1);
         let cut = |e: io::Error| {
-            vault_fault(format!(
-                "{names}: the vault's reply is cut short at batch {n}: {e}"
-            ))
+            finding(
+                Fault::Vault,
+                format!("{names}: the vault's reply is cut short at batch {n}: {e}"),
+            )
         };
         let mut len = [0u8; 4];
-        if !read_frame_part(&mut stream, &mut len).map_err(cut)? {
-            break;
+        match read_frame_part(&mut stream, &mut len) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                pulled.findings.push(cut(e));
+                break;
+            }
         }
         let len = u32::from_be_bytes(len) as usize;
         if len > vault::MAX_BODY_BYTES {
-            return Err(vault_fault(format!(
-                "{names}: batch {n} is forged: it is {len} bytes, over the {} a batch can be",
-                vault::MAX_BODY_BYTES
-            )));
+            pulled.findings.push(finding(
+                Fault::Vault,
+                format!(
+                    "{names}: batch {n} is forged: it is {len} bytes, over the {} a batch can be",
+                    vault::MAX_BODY_BYTES
+                ),
+            ));
+            break;
         }
         body.resize(len, 0);
-        if !read_frame_part(&mut stream, &mut body).map_err(cut)? && len > 0 {
-            return Err(cut(io::ErrorKind::UnexpectedEof.into()));
+        match read_frame_part(&mut stream, &mut body) {
+            Ok(true) => {}
+            Ok(false) if len == 0 => {}
+            Ok(false) => {
+                pulled
+                    .findings
+                    .push(cut(io::ErrorKind::UnexpectedEof.into()));
+                break;
+            }
+            Err(e) => {
+                pulled.findings.push(cut(e));
+                break;
+            }
         }
-        let batch = vault::parse_batch(&body).map_err(|e| {
-            vault_fault(format!(
-                "{names}: batch {n} is forged: it is not a batch: {e}"
-            ))
-        })?;
+        let batch = match vault::parse_batch(&body) {
+            Ok(batch) => batch,
+            Err(e) => {
+                pulled.findings.push(finding(
+                    Fault::Vault,
+                    format!("{names}: batch {n} is forged: it is not a batch: {e}"),
+                ));
+                break;
+            }
+        };
         let c = &batch.checkpoint;
         if !batch.signed_by(&enrolment.key) {
-            return Err(vault_fault(format!(
-                "{}: the batch is forged: it is not signed by the machine's enrolled key",
-                c.names()
-            )));
+            pulled.findings.push(finding(
+                Fault::Vault,
+                format!(
+                    "{}: the batch is forged: it is not signed by the machine's enrolled key",
+                    c.names()
+                ),
+            ));
+            break;
         }
         if c.machine != machine || c.session != session {
-            return Err(vault_fault(format!(
-                "{names}: the vault serves the machine's batch of {} among them",
-                c.names()
-            )));
-        }
-        if c.first != cursor.next_seq {
-            let detail = if c.first > cursor.next_seq {
+            pulled.findings.push(finding(
+                Fault::Vault,
                 format!(
-                    "entries {}..{} are missing: the vault holds no batch of them",
-                    cursor.next_seq,
+                    "{names}: the vault serves the machine's batch of {} among them",
+                    c.names()
+                ),
+            ));
+            break;
+        }
+        if c.first != next {
+            let detail = if c.first > next {
+                format!(
+                    "entries {next}..{} are missing: the vault holds no batch of them",
                     c.first - 1
                 )
             } else {
                 format!("batches overlap at entry {}", c.first)
             };
-            return Err(vault_fault(format!("{names}: {detail}")));
+            pulled
+                .findings
+                .push(finding(Fault::Vault, format!("{names}: {detail}")));
+            break;
+        }
+        pulled.held.push(c.clone());
+        if machine_stopped {
+            continue;
         }
         let known = pulled.keys.iter().position(|(id, _)| *id == c.key);
         let key_at = match known {
             Some(i) => i,
-            None => {
-                let key =
-                    vault::unwrap_chain_key(&batch.wrapped_key, identity).map_err(|e| match e {
-                        vault::Error::NoMatchingStanza => PullError::Other(ShipError::Vault(e)),
-                        e => machine_fault(format!(
+            None => match vault::unwrap_chain_key(&batch.wrapped_key, identity) {
+                Ok(key) => {
+                    pulled.keys.push((KeyId::of(&key), key));
+                    pulled.keys.len() - 1
+                }
+                Err(e @ vault::Error::NoMatchingStanza) => {
+                    return Err(PullError::Other(ShipError::Vault(e)));
+                }
+                Err(e) => {
+                    pulled.findings.push(finding(
+                        Fault::Machine,
+                        format!(
                             "{}: the machine signed a wrapped chain key that does not open: {e}",
                             c.names()
-                        )),
-                    })?;
-                pulled.keys.push((KeyId::of(&key), key));
-                pulled.keys.len() - 1
+                        ),
+                    ));
+                    machine_stopped = true;
+                    continue;
+                }
+            },
+        };
+        let opened = match vault::open_batch(&batch, &pulled.keys[key_at].1) {
+            Ok(opened) => opened,
+            Err(e) => {
+                pulled.findings.push(finding(
+                    Fault::Machine,
+                    format!(
+                        "{}: the machine signed a batch that does not check: {e}",
+                        c.names()
+                    ),
+                ));
+                machine_stopped = true;
+                continue;
             }
         };
-        let opened = vault::open_batch(&batch, &pulled.keys[key_at].1).map_err(|e| {
-            machine_fault(format!(
-                "{}: the machine signed a batch that does not check: {e}",
-                c.names()
-            ))
-        })?;
         if opened.prev != cursor.prev {
             let detail = if c.first == 0 {
                 "entry 0 does not start this session's chain".to_string()
@@ -475,7 +543,11 @@ pub fn pull(
                     c.first - 1
                 )
             };
-            return Err(machine_fault(format!("{names}: {detail}")));
+            pulled
+                .findings
+                .push(finding(Fault::Machine, format!("{names}: {detail}")));
+            machine_stopped = true;
+            continue;
         }
         file.write(&opened.entries)
             .map_err(|e| PullError::Other(e.into()))?;
@@ -495,15 +567,16 @@ pub fn pull(
         });
         offset += opened.entries.len() as u64;
     }
-    if pulled.batches.is_empty() {
-        return Err(PullError::Other(ShipError::Http {
-            url: format!("{url}{batches_path}"),
-            detail: format!("the vault holds no batch of {names}"),
-        }));
-    }
-    file.commit(crate::files::Durability::Durable)
-        .map_err(|e| PullError::Other(e.into()))?;
     pulled.entries = cursor.next_seq;
+    if pulled.findings.is_empty() && !pulled.batches.is_empty() {
+        file.commit(crate::files::Durability::Durable)
+            .map_err(|e| PullError::Other(e.into()))?;
+    } else {
+        // Nothing is written out, but what checked stays readable for
+        // `compare` until the pull is dropped.
+        pulled.path = file.temporary().to_path_buf();
+        pulled.staged = Some(file);
+    }
     Ok(pulled)
 }
 
@@ -611,7 +684,9 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
     let log = SessionLog::at_path(local)?;
     let names = format!("machine {}, session {}", pulled.machine, pulled.session);
     let mut out = Compared::default();
-    let vault_last = pulled.entries.checked_sub(1);
+    // What the vault holds, signed by the machine, whether or not the pull
+    // got as far as decrypting it.
+    let vault_last = pulled.held.last().map(|c| c.last);
 
     // The receipt the machine kept: the vault must still hold that batch.
     let receipt_path = log.dir().join(RECEIPT_FILE);
@@ -628,7 +703,7 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
             }),
             Ok(r) => {
                 let k = &r.checkpoint;
-                let held = pulled.batches.iter().any(|b| b.checkpoint.same_head(k));
+                let held = pulled.held.iter().any(|c| c.same_head(k));
                 if !held {
                     let text = if vault_last.is_none_or(|l| l < k.last) {
                         format!(
@@ -746,8 +821,13 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
             source: e,
         })?;
     match comparison {
+        Comparison::Matches { entries, unshipped } if pulled.findings.is_empty() => {
+            out.notes.push(format!(
+                "local copy matches the vault's {entries} entries ({unshipped} more locally, not shipped yet)"
+            ))
+        }
         Comparison::Matches { entries, unshipped } => out.notes.push(format!(
-            "local copy matches the vault's {entries} entries ({unshipped} more locally, not shipped yet)"
+            "local copy matches the {entries} entries pulled before the pull stopped ({unshipped} more locally)"
         )),
         Comparison::Differs {
             entry,

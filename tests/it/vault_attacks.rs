@@ -141,6 +141,34 @@ impl<'a> Operator<'a> {
         }
     }
 
+    /// Stores `body`, a batch as sent, as the server would.
+    fn insert_body(&self, body: &[u8]) {
+        let batch = vault::parse_batch(body).expect("a batch");
+        let (h, c) = (&batch.header, &batch.checkpoint);
+        let chain = self.chain(&h.machine, &h.session);
+        self.db
+            .execute(
+                "INSERT INTO batches (chain, first, last, checkpoint, signature, body, stored) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0)",
+                rusqlite::params![
+                    chain,
+                    h.first as i64,
+                    c.last as i64,
+                    c.render(),
+                    vault::hex(&batch.signature),
+                    body
+                ],
+            )
+            .expect("insert batch");
+        for e in &h.index {
+            self.db
+                .execute(
+                    "INSERT INTO entries (chain, seq, digest, key_id) VALUES (?1, ?2, ?3, ?4)",
+                    rusqlite::params![chain, e.seq as i64, &e.digest.0[..], &h.key.0[..]],
+                )
+                .expect("insert entry");
+        }
+    }
+
     fn drop_from(&self, machine: &str, session: &str, first: u64) {
         let chain = self.chain(machine, session);
         for (table, column) in [("batches", "first"), ("entries", "seq")] {
@@ -400,6 +428,97 @@ fn attack_drop_a_sessions_tail() {
         "{doctor:?}"
     );
     assert_eq!(vault.count("entries"), 5, "nothing more was shipped");
+}
+
+/// The operator drops a whole session. Guards `pull --compare` going on
+/// to the machine's receipts when the vault serves no batch at all
+/// (`vault_cmds::admin`, `pulled.batches.is_empty()`): seen to exit 2
+/// ("holds no batch") without it, as if nothing had been shipped.
+#[test]
+fn attack_drop_a_whole_session() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 5);
+    ok(ship(&state));
+    let machine = machine_id(&state);
+    Operator::new(&vault).drop_from(&machine, "s1", 0);
+    let (out, pulled) = pull(&state, &vault, &org, "s1", true);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "FAILED (the vault): machine {machine}, session s1: the vault acknowledged entries up to 4"
+        )) && stdout(&out).contains("but holds only up to none: it dropped entries 0..4"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!pulled.exists());
+    // Without the machine's copy, nothing tells it from a session never shipped.
+    let (out, _) = pull(&state, &vault, &org, "s1", false);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("the vault holds no batch of machine"));
+}
+
+/// The machine's own batches disagree (it signed a batch that does not
+/// continue its chain) and the vault replaced the tail it acknowledged,
+/// then appended a batch of its own. Guards `--compare` holding the partial
+/// copy to the receipts (`vault_cmds::admin`, `pulled.findings`), and
+/// `pull` going on past a machine finding to check what only the vault
+/// could have done (`machine_stopped`): "3 wins over 1". Each was seen to
+/// exit 1, naming only the machine, without it.
+#[test]
+fn a_dropped_tail_is_named_even_after_the_machine_signed_a_batch_that_does_not_continue() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 5);
+    ok(ship(&state));
+    append(&state, "s1", 5);
+    ok(ship(&state));
+    let machine = machine_id(&state);
+    let op = Operator::new(&vault);
+    op.drop_from(&machine, "s1", 5);
+    // The machine rewrote entry 4 on, and signed entries 5..9 of the new
+    // log: they name another entry 4 than the one it shipped.
+    crate::vault::rewrite(&state, "s1", 4, |e| e.replace("echo 4", "echo other"));
+    let text = std::fs::read_to_string(state.log("s1").events_path()).expect("log");
+    let four = chain::read_stated(text.lines().nth(4).expect("entry 4").as_bytes())
+        .expect("entry")
+        .hash;
+    let m = Machine::load(&state.xdg().join("nd7")).expect("enrolled");
+    op.insert_body(&crate::vault::batch_body(&m, &state, "s1", 5, four));
+    let (out, _) = pull(&state, &vault, &org, "s1", true);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "FAILED (the machine): machine {machine}, session s1: its signed batch of entries 5..9 does not continue"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains(&format!(
+            "FAILED (the vault): machine {machine}, session s1: the vault acknowledged entry 9 with digest"
+        )) && stdout(&out).contains("no longer holds that batch: it replaced what it acknowledged"),
+        "{}",
+        stdout(&out)
+    );
+    // A batch of the operator's own after the machine's: found without the
+    // machine's copy too.
+    let after = local_end(&state, "s1");
+    op.insert(&machine, "s1", after, &forged_lines("s1", after, &[SCP]));
+    let (out, _) = pull(&state, &vault, &org, "s1", false);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("FAILED (the machine)")
+            && stdout(&out).contains(&format!(
+                "FAILED (the vault): machine {machine}, session s1, entries 10..10: the batch is forged"
+            )),
+        "{}",
+        stdout(&out)
+    );
 }
 
 /// Guards `Recipients::update_to` in `Machine::refresh_recipients` (no

@@ -283,6 +283,46 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                 }
                 PullError::Other(e) => fail(format!("pull: {e}")),
             })?;
+            for note in &pulled.restores {
+                println!("note: {}", term(note, Lines::One));
+            }
+            if !pulled.findings.is_empty() || pulled.batches.is_empty() {
+                // Nothing was written out; what the vault holds is still
+                // held against the machine's receipts, so a vault that
+                // dropped the rest (or the whole session) is named even
+                // when the machine's own batches disagree (3 wins over 1).
+                let Some(local) = compare else {
+                    if pulled.findings.is_empty() {
+                        return Err(fail(format!(
+                            "pull: the vault holds no batch of machine {machine}, session {session} (with --compare, the machine's receipts say whether it should)"
+                        )));
+                    }
+                    for finding in &pulled.findings {
+                        println!("{}", term(&finding.to_string(), Lines::One));
+                    }
+                    return Ok(ExitCode::from(
+                        vault_admin::Compared {
+                            findings: pulled.findings.clone(),
+                            notes: Vec::new(),
+                        }
+                        .exit_code(),
+                    ));
+                };
+                if pulled.batches.is_empty() && pulled.findings.is_empty() {
+                    println!("the vault holds no batch of machine {machine}, session {session}");
+                }
+                let mut compared = vault_admin::compare(&pulled, &local).map_err(fail)?;
+                compared
+                    .findings
+                    .splice(0..0, pulled.findings.iter().cloned());
+                for note in &compared.notes {
+                    println!("{}", term(note, Lines::One));
+                }
+                for finding in &compared.findings {
+                    println!("{}", term(&finding.to_string(), Lines::One));
+                }
+                return Ok(ExitCode::from(compared.exit_code()));
+            }
             let events = pulled.path.clone();
             let dir = out.join(&session);
             let log = SessionLog::at_path(&dir).map_err(fail)?;
@@ -300,9 +340,6 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                     );
                     return Ok(ExitCode::from(1));
                 }
-            }
-            for note in &pulled.restores {
-                println!("note: {}", term(note, Lines::One));
             }
             // The transcripts the session anchors, as the vault's pieces give
             // them back, checked against the anchors in the entries above.
