@@ -12,8 +12,10 @@
 //! - **Enrolment** ([`EnrolToken`], [`Enrolment`]): a token the organisation
 //!   signed, whose secret derives a key that signs the machine's key.
 //! - **Signed requests** ([`RequestAuth`]): every request from a machine
-//!   carries its id, the time, a random nonce and an Ed25519 signature over
-//!   method, path, time, nonce and the body's BLAKE3.
+//!   carries its id, the time, a random nonce, the body's BLAKE3 and an
+//!   Ed25519 signature over method, path, time, nonce, the body's length
+//!   and its BLAKE3: all in the headers, so it is checked before the body
+//!   is read.
 //! - **Batches** ([`seal_batch`], [`open_batch`]): a run of whole log lines,
 //!   compressed and encrypted under the session's chain key, with a header of
 //!   keyed digests as associated data and the machine's signature over the
@@ -68,6 +70,7 @@ pub const MAX_CLOCK_SKEW_SECS: u64 = 300;
 pub const HEADER_MACHINE: &str = "x-nd7-machine";
 pub const HEADER_TIME: &str = "x-nd7-time";
 pub const HEADER_NONCE: &str = "x-nd7-nonce";
+pub const HEADER_BODY: &str = "x-nd7-body";
 pub const HEADER_SIGNATURE: &str = "x-nd7-signature";
 
 const AGE_MAGIC: &str = "age-encryption.org/v1";
@@ -81,7 +84,7 @@ const RESTORE_MAGIC: &str = "nd7-restore v2";
 const TOKEN_MAGIC: &str = "nd7-token v3";
 const ENDORSE_MAGIC: &str = "nd7-endorse v3";
 const ENROLL_MAGIC: &str = "nd7-enroll v3";
-const REQUEST_MAGIC: &str = "nd7-request v1";
+const REQUEST_MAGIC: &str = "nd7-request v2";
 const FINGERPRINT_CONTEXT: &[u8] = b"nd7 organisation key v1\n";
 const TOKEN_KEY_CONTEXT: &str = "nd7 2026-12 vault enrolment token v2";
 const MACHINE_ID_CONTEXT: &str = "nd7 2026-12 vault machine id v2";
@@ -124,6 +127,8 @@ pub enum Error {
     BadNoticeSignature(String),
     #[error("the request's signature does not verify")]
     BadSignature,
+    #[error("the request's body is not the one its signature names (changed in transit)")]
+    BodyMismatch,
     #[error(
         "the request's time is {skew} s away from the vault's clock (at most {MAX_CLOCK_SKEW_SECS} s)"
     )]

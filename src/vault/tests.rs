@@ -221,7 +221,7 @@ fn an_enrolment_needs_a_token_the_organisation_signed() {
 }
 
 #[test]
-fn request_signatures_cover_method_path_time_nonce_and_body() {
+fn request_signatures_cover_method_path_time_nonce_length_and_body() {
     let key = SigningKey::from_seed(&secret(1));
     let auth = RequestAuth::sign(&key, "m1", "POST", "/v1/batches", 1000, [7; 16], b"body");
     let pk = key.public();
@@ -233,16 +233,30 @@ fn request_signatures_cover_method_path_time_nonce_and_body() {
         auth.verify(&pk, "POST", "/v1/batches", b"body", 1290),
         Ok(())
     );
-    for (method, path, body) in [
-        ("GET", "/v1/batches", &b"body"[..]),
-        ("POST", "/v1/other", b"body"),
-        ("POST", "/v1/batches", b"bodY"),
-    ] {
+    // From the headers alone, before the body: the length is signed…
+    assert_eq!(
+        auth.verify_headers(&pk, "POST", "/v1/batches", 4, 1000),
+        Ok(())
+    );
+    assert_eq!(
+        auth.verify_headers(&pk, "POST", "/v1/batches", 5, 1000),
+        Err(Error::BadSignature)
+    );
+    // …and so is the body's hash, which the body read must match.
+    assert_eq!(auth.verify_body(b"body"), Ok(()));
+    assert_eq!(auth.verify_body(b"bodY"), Err(Error::BodyMismatch));
+    for (method, path) in [("GET", "/v1/batches"), ("POST", "/v1/other")] {
         assert_eq!(
-            auth.verify(&pk, method, path, body, 1000),
+            auth.verify(&pk, method, path, b"body", 1000),
             Err(Error::BadSignature)
         );
     }
+    let mut claimed = auth.clone();
+    claimed.body = *blake3::hash(b"bodY").as_bytes();
+    assert_eq!(
+        claimed.verify_headers(&pk, "POST", "/v1/batches", 4, 1000),
+        Err(Error::BadSignature)
+    );
     assert_eq!(
         auth.verify(&pk, "POST", "/v1/batches", b"body", 1301),
         Err(Error::Stale { skew: 301 })
@@ -267,12 +281,19 @@ fn signed_and_authenticated_bytes_are_frozen() {
     // These bytes are signed or authenticated; changing them breaks every
     // vault and every machine in the field.
     assert_eq!(
-        String::from_utf8(request_message("POST", "/v1/batches", 5, &[0xab; 16], b""))
-            .expect("utf8"),
+        String::from_utf8(request_message(
+            "POST",
+            "/v1/batches",
+            5,
+            &[0xab; 16],
+            9,
+            &[0xcd; 32]
+        ))
+        .expect("utf8"),
         format!(
-            "nd7-request v1\nPOST\n/v1/batches\n5\n{}\n{}\n",
+            "nd7-request v2\nPOST\n/v1/batches\n5\n{}\n9\n{}\n",
             "ab".repeat(16),
-            blake3::hash(b"").to_hex()
+            "cd".repeat(32)
         )
     );
     let d = |b: &[u8]| Digest(*blake3::hash(b).as_bytes());

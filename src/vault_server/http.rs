@@ -7,7 +7,8 @@
 //! - **Headers** must arrive within a deadline and fit a size; a
 //!   connection idle between requests is closed at the same deadline.
 //! - **Bodies** are read only after [`routes::Vault::admit`] said yes from
-//!   the headers (route, size, machine, freshness, quota), only up to the
+//!   the headers (route, size, the machine's signature over them, freshness,
+//!   nonce, quota), only up to the
 //!   stated `Content-Length`, and only while bytes keep coming and within a
 //!   total deadline. Bytes of bodies held at once are bounded, overall and
 //!   per machine.
@@ -706,10 +707,11 @@ async fn answer(
             .on_store(move |vault, store| vault.admit(store, &head, length))
             .await
             .and_then(|r| r);
-        let machine = match admitted {
-            Ok(machine) => machine,
+        let admitted = match admitted {
+            Ok(admitted) => admitted,
             Err(r) => return (r, false),
         };
+        let machine = admitted.machine().map(str::to_string);
         let _held = match hold(shared, machine, length).await {
             Ok(h) => h,
             Err(r) => return (r, false),
@@ -719,13 +721,13 @@ async fn answer(
             Err(r) => return (r, false),
         };
         let reply = shared
-            .on_store(move |vault, store| vault.handle(store, &request))
+            .on_store(move |vault, store| vault.handle(store, &request, Some(&admitted)))
             .await
             .unwrap_or_else(|r| r);
         return (reply, true);
     }
     let reply = shared
-        .on_store(move |vault, store| vault.handle(store, &request))
+        .on_store(move |vault, store| vault.handle(store, &request, None))
         .await
         .unwrap_or_else(|r| r);
     (reply, true)

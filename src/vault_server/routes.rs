@@ -3,10 +3,14 @@
 //! [`Store`] come in, a [`Reply`] goes out.
 //!
 //! A request with a body is seen twice: [`Vault::admit`] with its headers
-//! only, before the transport reads the body (who is sending, whether they
-//! may, and how much), then [`Vault::handle`] with the body read. A body is
-//! never read for a route that takes none, a machine the vault does not
-//! know or revoked, a stale request, or a machine over its quota.
+//! only, before the transport reads the body (who is sending, proven by the
+//! signature over the headers, whether they may, and how much), then
+//! [`Vault::handle`] with the body read and held to the hash the signature
+//! names. A body is never read for a route that takes none, a machine the
+//! vault does not know or revoked, a signature that does not verify, a
+//! stale or replayed request, or a machine over its quota: knowing a
+//! machine's id is not enough to make the vault read, or hold room for, a
+//! byte.
 
 use super::{
     Enrolled, NonceUse, PieceStored, Quota, Store, StoreError, Stored, StoredBatch, TokenCheck,
@@ -207,6 +211,22 @@ pub fn max_body(method: &str, path: &str) -> Result<usize, Reply> {
         .ok_or_else(|| reply(404, format!("no such route: {method} {path}")))
 }
 
+/// What [`Vault::admit`] established from a request's headers: for a
+/// machine's request, the machine (its id and key), whose signature over
+/// the headers verified and whose nonce is now spent.
+#[derive(Clone, Debug)]
+pub struct Admitted {
+    machine: Option<(String, PublicKey)>,
+}
+
+impl Admitted {
+    /// The machine whose body this is, for the transport's per-machine
+    /// budget; `None` for an enrolment.
+    pub fn machine(&self) -> Option<&str> {
+        self.machine.as_ref().map(|(id, _)| id.as_str())
+    }
+}
+
 /// The vault's request handling: its key, its clock and its limits. Each
 /// call is given the store to use, so the transport can run several at once,
 /// each on its own connection.
@@ -222,14 +242,15 @@ impl Vault {
     }
 
     /// Before a body of `length` bytes is read: whether it may be, and
-    /// whose it is (the machine's id for a batch; `None` for an enrolment,
-    /// which nobody can be authenticated for yet and is small).
+    /// whose it is (a machine, for a batch or a piece: its signature over
+    /// the headers verified and its nonce spent; nobody for an enrolment,
+    /// which no one can be authenticated for yet and is small).
     pub fn admit(
         &self,
         store: &mut dyn Store,
         request: &Request,
         length: usize,
-    ) -> Result<Option<String>, Reply> {
+    ) -> Result<Admitted, Reply> {
         let route = Route::parse(&request.method, &request.path).ok_or_else(|| {
             reply(
                 404,
@@ -246,23 +267,18 @@ impl Vault {
                 ),
             ));
         }
-        // A machine's body is admitted only from a known, unrevoked machine,
-        // with a fresh request and room in its quota; the signature over the
-        // body is checked once it is read. Other routes take no body but an
-        // enrolment's, which is small and carries its own proof.
+        // A machine's body is admitted only from a known, unrevoked machine
+        // whose signature over the headers (this length, the body's hash)
+        // verifies, with a fresh nonce and room in its quota; the body is
+        // held to that hash once it is read. Other routes take no body but
+        // an enrolment's, which is small and carries its own proof.
         if route.access() != Access::Machine || max == 0 {
-            return Ok(None);
+            return Ok(Admitted { machine: None });
         }
         let auth = auth_headers(request)?;
-        let machine = self.known_machine(store, &auth.machine)?;
+        let (id, key) = self.known_machine(store, &auth.machine)?;
+        self.check_fresh(store, &auth, &key, &id, request, length as u64)?;
         let now = (self.now)();
-        let skew = now.abs_diff(auth.time);
-        if skew > vault::MAX_CLOCK_SKEW_SECS {
-            return Err(refuse(
-                401,
-                format!("machine {}: {}", auth.machine, vault::Error::Stale { skew }),
-            ));
-        }
         let used = store.usage(&auth.machine, day_of(now)).map_err(internal)?;
         if !used.fits(
             Usage {
@@ -273,10 +289,20 @@ impl Vault {
         ) {
             return Err(self.over_quota(&auth.machine, used, now));
         }
-        Ok(Some(machine.0))
+        Ok(Admitted {
+            machine: Some((id, key)),
+        })
     }
 
-    pub fn handle(&self, store: &mut dyn Store, request: &Request) -> Reply {
+    /// Answers a request whose body (if any) was read, given what
+    /// [`Vault::admit`] established from its headers; a request without a
+    /// body is authenticated here, whole.
+    pub fn handle(
+        &self,
+        store: &mut dyn Store,
+        request: &Request,
+        admitted: Option<&Admitted>,
+    ) -> Reply {
         let method = request.method.as_str();
         let path = request.path.as_str();
         let Some(route) = Route::parse(method, path) else {
@@ -287,10 +313,10 @@ impl Vault {
             Route::Restores => self.restores(store),
             Route::Enroll => self.enroll(store, request),
             Route::Head(session) => self
-                .authenticate(store, request)
+                .authenticate(store, request, admitted)
                 .and_then(|(machine, _)| self.head(store, &machine, session)),
             Route::Batch => self
-                .authenticate(store, request)
+                .authenticate(store, request, admitted)
                 .and_then(|(machine, key)| self.batch(store, &machine, &key, &request.body)),
             Route::Sessions => self
                 .reader(store, request)
@@ -303,7 +329,7 @@ impl Vault {
                 .and_then(|()| pull(machine, session, PullOf::Batches)),
             Route::Forks => self.reader(store, request).and_then(|()| self.forks(store)),
             Route::Piece => self
-                .authenticate(store, request)
+                .authenticate(store, request, admitted)
                 .and_then(|(machine, key)| self.piece(store, &machine, &key, &request.body)),
             Route::Pieces(machine, session) => self
                 .reader(store, request)
@@ -388,19 +414,34 @@ impl Vault {
         Ok((row.id, row.enrolment.key))
     }
 
-    /// Checks a machine's signature and the request's freshness, and notes
-    /// its nonce; returns the machine's id and key.
+    /// The machine a request is from: the one [`Vault::admit`] established
+    /// (then the body read must be the one its signature names), or, for a
+    /// request without a body, checked here: its signature, its freshness,
+    /// its nonce. Returns the machine's id and key.
     fn authenticate(
         &self,
         store: &mut dyn Store,
         request: &Request,
+        admitted: Option<&Admitted>,
     ) -> Result<(String, PublicKey), Reply> {
         let auth = auth_headers(request)?;
+        if let Some(Admitted {
+            machine: Some((id, key)),
+        }) = admitted
+        {
+            auth.verify_body(&request.body)
+                .map_err(|e| refuse(401, format!("machine {id}: {e}")))?;
+            return Ok((id.clone(), *key));
+        }
         let (id, key) = self.known_machine(store, &auth.machine)?;
-        self.check_fresh(store, &auth, &key, &id, request)?;
+        self.check_fresh(store, &auth, &key, &id, request, request.body.len() as u64)?;
+        auth.verify_body(&request.body)
+            .map_err(|e| refuse(401, format!("machine {id}: {e}")))?;
         Ok((id, key))
     }
 
+    /// Checks a request's signature over its headers (for a body of
+    /// `length` bytes) and its freshness, and spends its nonce.
     fn check_fresh(
         &self,
         store: &mut dyn Store,
@@ -408,9 +449,10 @@ impl Vault {
         key: &PublicKey,
         nonce_owner: &str,
         request: &Request,
+        length: u64,
     ) -> Result<(), Reply> {
         let now = (self.now)();
-        auth.verify(key, &request.method, &request.path, &request.body, now)
+        auth.verify_headers(key, &request.method, &request.path, length, now)
             .map_err(|e| refuse(401, format!("machine {}: {e}", auth.machine)))?;
         let window = 2 * vault::MAX_CLOCK_SKEW_SECS;
         match store
@@ -493,6 +535,7 @@ impl Vault {
             &enrolment.key,
             &enrolment.key.to_hex(),
             request,
+            request.body.len() as u64,
         )?;
         match store.add_machine(&id, &enrolment, now).map_err(internal)? {
             Enrolled::New | Enrolled::Again => Ok(reply(200, format!("machine {id}"))),

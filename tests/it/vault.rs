@@ -738,7 +738,8 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
         assert!(text.contains(says), "{text:?} should say {says:?}");
     };
 
-    // Ciphertext altered after it was signed.
+    // Ciphertext altered after it was signed: the headers check, the body
+    // read is not the one they name.
     let mut tampered = body.clone();
     let at = tampered.len() - 30;
     tampered[at] ^= 1;
@@ -748,7 +749,7 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
             signed(&machine.key, &machine.id, p, &body, now, 1),
         ),
         401,
-        "signature does not verify",
+        "is not the one its signature names",
     );
     // Signed by a key that is not the machine's.
     let other = SigningKey::from_seed(&vault::Secret32::from_bytes([5; 32]));

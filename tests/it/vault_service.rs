@@ -390,14 +390,15 @@ fn sigterm_finishes_the_request_in_progress_and_keeps_what_it_acknowledged() {
 /// The head of a `POST /v1/batches` that says it carries `length` bytes,
 /// signed by `key` in the name of machine `id`, dated `time`.
 fn head_as(key: &vault::SigningKey, id: &str, time: u64, length: usize) -> String {
-    let auth = RequestAuth::sign(
+    let auth = RequestAuth::sign_claiming(
         key,
         id,
         "POST",
         "/v1/batches",
         time,
         ship::random().expect("random"),
-        b"",
+        length as u64,
+        [0x42; 32],
     );
     let mut head =
         format!("POST /v1/batches HTTP/1.1\r\nHost: vault\r\nContent-Length: {length}\r\n");
@@ -459,6 +460,12 @@ fn a_body_is_refused_unread_from_a_peer_the_vault_would_not_admit() {
             "was revoked at",
         ),
         (
+            "the machine's id with a signature of another key",
+            head_as(&stranger, &machine.id, now, big),
+            "401",
+            "signature does not verify",
+        ),
+        (
             "a request dated an hour ago",
             head_as(&machine.key, &machine.id, now - 3600, big),
             "401",
@@ -482,4 +489,49 @@ fn a_body_is_refused_unread_from_a_peer_the_vault_would_not_admit() {
     // And the vault still serves the honest machine.
     append(&state, "s1", 3);
     ok(run_ship(&state));
+}
+
+/// Someone who knows a machine's id (it travels in clear over plain HTTP,
+/// and admins see it) but not its key sends four signed-looking 16 MiB
+/// bodies in its name and stalls them: before the signature over the headers
+/// was checked in `Vault::admit`, the vault read them and held the machine's
+/// whole 64 MiB body budget, so the real machine's ship got 429. Guards the
+/// `check_fresh` call in `admit` (routes.rs); seen to fail, the ship refused
+/// with "sending … bytes of bodies at once already", without it.
+#[test]
+fn a_peer_that_knows_only_a_machine_id_cannot_hold_its_body_budget() {
+    let vault = Vault::start_with(&["--header-timeout", "300", "--body-timeout", "300"]);
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let machine = Machine::load(&state.xdg().join("nd7")).expect("enrolled");
+    let stranger = vault::SigningKey::from_seed(&vault::Secret32::from_bytes([9; 32]));
+    let held: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut s = connect(&vault);
+            let head = head_as(
+                &stranger,
+                &machine.id,
+                ship::unix_now(),
+                vault::MAX_BODY_BYTES,
+            );
+            s.write_all(head.as_bytes()).expect("head");
+            s.write_all(&[b'x'; 10]).expect("some body");
+            s
+        })
+        .collect();
+    append(&state, "s1", 5);
+    let out = run_ship(&state);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for mut s in held {
+        s.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        let mut reply = Vec::new();
+        let _ = s.read_to_end(&mut reply);
+        let reply = String::from_utf8_lossy(&reply);
+        assert!(
+            reply.starts_with("HTTP/1.1 401") && reply.contains("signature does not verify"),
+            "{reply}"
+        );
+    }
 }
