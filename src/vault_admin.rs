@@ -17,7 +17,7 @@ use crate::session_log::{self, SessionLog};
 use crate::ship::{self, Client, LOST_FILE, RECEIPT_FILE, ShipError};
 use crate::vault::{
     self, AgeIdentity, AgeRecipient, ChainKey, Checkpoint, EnrolToken, Enrolment, IndexKey, KeyId,
-    PublicKey, Receipt, Recipients, RestoreNotice, Secret32, SigningKey,
+    PublicKey, PullEnd, PullOf, Receipt, Recipients, RestoreNotice, Secret32, SigningKey,
 };
 
 // ---------------------------------------------------------------- keys
@@ -193,6 +193,8 @@ pub struct Pulled {
     pub batches: Vec<PulledBatch>,
     /// The vault's key, from the recipients document the organisation signed.
     pub vault_key: PublicKey,
+    /// The organisation's key that signed it (the pinned fingerprint's).
+    pub org: PublicKey,
     pub machine_key: PublicKey,
     /// Whether the copy ends in a `session_end` entry.
     pub ended: bool,
@@ -259,7 +261,7 @@ fn when(unix: u64) -> String {
 /// The restores the vault declares, one note each: whatever a pull finds,
 /// an admin should know the vault says it lost acknowledged batches then.
 fn restores(client: &Client, vault_key: &PublicKey) -> Result<Vec<String>, PullError> {
-    let text = client.ok("GET", "/v1/restores", b"", None, None)?;
+    let text = client.ok_bound("GET", "/v1/restores", b"", None, None, vault_key)?;
     let Ok(notices) = RestoreNotice::parse_all(&String::from_utf8_lossy(&text)) else {
         return Ok(vec![
             "the vault's list of restore notices (GET /v1/restores) does not parse".into(),
@@ -323,17 +325,20 @@ pub fn pull(
 ) -> Result<Pulled, PullError> {
     session_log::check_session_id(session).map_err(ShipError::from)?;
     let client = Client::new(url, trust)?;
-    let doc = client.ok("GET", "/v1/recipients", b"", None, None)?;
-    let doc = Recipients::verify(&String::from_utf8_lossy(&doc), fingerprint)?;
+    let (doc, _) = client.ok_bound_by("GET", "/v1/recipients", |body| {
+        let doc = Recipients::verify(&String::from_utf8_lossy(body), fingerprint)?;
+        let key = doc.vault;
+        Ok((doc, key))
+    })?;
     let names = format!("machine {machine}, session {session}");
 
     // The machine: enrolled with a token the organisation signed.
-    let record = match client.request(
+    let record = match client.request_bound(
         "GET",
         &format!("/v1/machines/{machine}"),
         b"",
-        None,
         Some(read_token),
+        &doc.vault,
     )? {
         (200, body) => body,
         (404, _) => {
@@ -376,7 +381,10 @@ pub fn pull(
         crate::files::Staged::create(&path, 0o600).map_err(|e| PullError::Other(e.into()))?;
 
     let batches_path = format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes()));
-    let mut stream = client.get_stream(&batches_path, Some(read_token))?;
+    let crate::ship::Stream {
+        body: mut stream,
+        nonce,
+    } = client.get_stream(&batches_path, Some(read_token))?;
     let mut pulled = Pulled {
         machine: machine.into(),
         session: session.into(),
@@ -384,6 +392,7 @@ pub fn pull(
         entries: 0,
         batches: Vec::new(),
         vault_key: doc.vault,
+        org: doc.org,
         machine_key: enrolment.key,
         ended: false,
         restores: restores(&client, &doc.vault)?,
@@ -400,6 +409,9 @@ pub fn pull(
     // what only the vault could have done (a batch the machine did not sign,
     // a gap), but no longer decrypted into the pulled log.
     let mut machine_stopped = false;
+    // Every frame before the vault's signed last one, as it came.
+    let (mut frames, mut digest) = (0u64, blake3::Hasher::new());
+    let mut ended = false;
     loop {
         let n = pulled.held.len();
         let next = pulled.held.last().map_or(0, |c| c.last + 1);
@@ -411,8 +423,26 @@ pub fn pull(
         };
         let mut len = [0u8; 4];
         match read_frame_part(&mut stream, &mut len) {
+            Ok(true) if ended => {
+                pulled.findings.push(finding(
+                    Fault::Vault,
+                    format!("{names}: the vault's reply goes on after its signed last frame"),
+                ));
+                break;
+            }
             Ok(true) => {}
-            Ok(false) => break,
+            Ok(false) if ended => break,
+            Ok(false) => {
+                // The network can end a reply cleanly at any frame; only the
+                // vault's signed last frame says it is all there is.
+                pulled.findings.push(finding(
+                    Fault::Vault,
+                    format!(
+                        "{names}: the vault's reply ends after batch {n} without its signed last frame: it is incomplete, cut short"
+                    ),
+                ));
+                break;
+            }
             Err(e) => {
                 pulled.findings.push(cut(e));
                 break;
@@ -444,6 +474,33 @@ pub fn pull(
                 break;
             }
         }
+        if PullEnd::is_end(&body) {
+            let checked = PullEnd::parse(&body)
+                .map_err(|e| e.to_string())
+                .and_then(|end| {
+                    end.verify(
+                        &doc.vault,
+                        &nonce,
+                        machine,
+                        session,
+                        PullOf::Batches,
+                        frames,
+                        digest.finalize().as_bytes(),
+                    )
+                });
+            if let Err(why) = checked {
+                pulled.findings.push(finding(
+                    Fault::Vault,
+                    format!("{names}: the vault's reply is not its whole answer: {why}"),
+                ));
+                break;
+            }
+            ended = true;
+            continue;
+        }
+        frames += 1;
+        digest.update(&(len as u32).to_be_bytes());
+        digest.update(&body);
         let batch = match vault::parse_batch(&body) {
             Ok(batch) => batch,
             Err(e) => {
@@ -677,6 +734,52 @@ impl Compared {
     }
 }
 
+/// The vault keys the organisation vouched for, as far as this machine
+/// knows: the one in the document the vault serves now, and every one
+/// named by a document the machine held (its `vault/recipients` and
+/// `recipients.old`, beside the sessions directory `dir` is in) that the
+/// organisation's key signed. A receipt signed before the vault's key
+/// changed is checked against the key it was signed with.
+fn vouched_vault_keys(pulled: &Pulled, dir: &Path) -> Vec<PublicKey> {
+    let mut keys = vec![pulled.vault_key];
+    let Some(vault_dir) = dir.parent().and_then(Path::parent).map(ship::vault_dir) else {
+        return keys;
+    };
+    for name in [ship::RECIPIENTS_FILE, ship::RECIPIENTS_OLD_FILE] {
+        let Ok(text) = std::fs::read_to_string(vault_dir.join(name)) else {
+            continue;
+        };
+        let mut starts: Vec<usize> = text
+            .match_indices("nd7-recipients ")
+            .map(|(i, _)| i)
+            .collect();
+        starts.push(text.len());
+        for w in starts.windows(2) {
+            if let Ok(doc) = Recipients::parse(&text[w[0]..w[1]])
+                && doc.org == pulled.org
+                && !keys.contains(&doc.vault)
+            {
+                keys.push(doc.vault);
+            }
+        }
+    }
+    keys
+}
+
+/// Checks a receipt's two signatures: the vault's, by one of the `vouched`
+/// vault keys (the one it names), and the machine's.
+fn check_receipt(
+    r: &Receipt,
+    vouched: &[PublicKey],
+    machine: &PublicKey,
+) -> Result<(), vault::Error> {
+    let key = vouched
+        .iter()
+        .find(|k| **k == r.vault)
+        .unwrap_or(&vouched[0]);
+    r.verify(key, machine)
+}
+
 /// Compares the vault's copy with a machine's session directory (or its
 /// `events.ndjson`): the receipt the machine kept, any it lost in a vault's
 /// restore, and the log.
@@ -684,6 +787,7 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
     let log = SessionLog::at_path(local)?;
     let names = format!("machine {}, session {}", pulled.machine, pulled.session);
     let mut out = Compared::default();
+    let vouched = vouched_vault_keys(pulled, log.dir());
     // What the vault holds, signed by the machine, whether or not the pull
     // got as far as decrypting it.
     let vault_last = pulled.held.last().map(|c| c.last);
@@ -692,7 +796,7 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
     let receipt_path = log.dir().join(RECEIPT_FILE);
     if let Ok(text) = std::fs::read_to_string(&receipt_path) {
         match Receipt::parse(&text)
-            .and_then(|r| r.verify(&pulled.vault_key, &pulled.machine_key).map(|()| r))
+            .and_then(|r| check_receipt(&r, &vouched, &pulled.machine_key).map(|()| r))
         {
             Err(e) => out.findings.push(Finding {
                 fault: Fault::Machine,
@@ -736,10 +840,10 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
         for (what, receipt, notice) in ship::lost_receipts(&text) {
             let signed = receipt
                 .as_ref()
-                .is_some_and(|r| r.verify(&pulled.vault_key, &pulled.machine_key).is_ok())
+                .is_some_and(|r| check_receipt(r, &vouched, &pulled.machine_key).is_ok())
                 && notice
                     .as_ref()
-                    .is_some_and(|n| n.verify(&pulled.vault_key).is_ok());
+                    .is_some_and(|n| vouched.iter().any(|k| n.verify(k).is_ok()));
             let (Some(r), Some(n)) = (receipt.filter(|_| signed), notice) else {
                 out.findings.push(Finding {
                     fault: Fault::Machine,

@@ -18,6 +18,7 @@
 //!     machine.id               its id, derived from its public key
 //!     server                   the vault's base URL
 //!     recipients               the signed recipients document last taken
+//!     recipients.old           the documents held before it, oldest first
 //!     ca.pem                   the vault's CA certificate, if pinned at enrolment
 //!     enrolling                a key made for an enrolment not yet confirmed
 //!     ship.lock                held by the running `nd7 ship`
@@ -55,7 +56,7 @@ mod enrol;
 mod pipeline;
 mod receipts;
 
-pub use client::{Client, Signer};
+pub use client::{Client, Signer, Stream};
 pub use enrol::{Enrolled, Machine, enroll};
 pub use pipeline::{Report, Shipped, recipients_running_out, ship_all, ship_session};
 pub(crate) use receipts::chain_key;
@@ -66,6 +67,10 @@ pub const MACHINE_KEY_FILE: &str = "machine.key";
 pub const MACHINE_ID_FILE: &str = "machine.id";
 pub const SERVER_FILE: &str = "server";
 pub const RECIPIENTS_FILE: &str = "recipients";
+/// Every recipients document the machine held before the current one,
+/// oldest first: which vault keys the organisation vouched for, so receipts
+/// signed before a vault key changed still check.
+pub const RECIPIENTS_OLD_FILE: &str = "recipients.old";
 pub const SHIPPED_FILE: &str = "shipped";
 pub const RECEIPT_FILE: &str = "receipt";
 pub const CHAIN_KEY_FILE: &str = "chain.key";
@@ -99,6 +104,10 @@ pub enum ShipError {
     BadFile { path: PathBuf, what: String },
     #[error("{url}: {detail}")]
     Http { url: String, detail: String },
+    /// A 200 reply without the vault's signature for this request: the
+    /// network's doing (or a vault that does not sign), never the vault's word.
+    #[error("{url}: {detail}")]
+    Unbound { url: String, detail: String },
     #[error("{url}: the vault refused with {status}: {message}")]
     Refused {
         url: String,

@@ -337,12 +337,13 @@ pub fn ship_session(
 /// first); the next run continues from its head.
 fn send_batch(machine: &Machine, log: &SessionLog, sealed: &Sealed) -> Result<bool, ShipError> {
     let session = log.session_id();
-    let reply = machine.client.ok(
+    let reply = machine.client.ok_bound(
         "POST",
         "/v1/batches",
         &sealed.body,
         Some(&machine.signer()),
         None,
+        &machine.recipients.vault,
     )?;
     let text = String::from_utf8_lossy(&reply);
     let sent = &sealed.checkpoint;

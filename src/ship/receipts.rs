@@ -182,9 +182,14 @@ pub fn rewritten_since_shipped(log: &SessionLog) -> Option<String> {
 /// signed. Anything else is the vault showing what the machine never signed.
 pub(super) fn vault_head(machine: &Machine, session: &str) -> Result<Option<Receipt>, ShipError> {
     let path = format!("/v1/head/{}", vault::hex(session.as_bytes()));
-    let reply = machine
-        .client
-        .ok("GET", &path, b"", Some(&machine.signer()), None)?;
+    let reply = machine.client.ok_bound(
+        "GET",
+        &path,
+        b"",
+        Some(&machine.signer()),
+        None,
+        &machine.recipients.vault,
+    )?;
     let text = String::from_utf8_lossy(&reply);
     if text.trim_end() == "none" {
         return Ok(None);
@@ -213,7 +218,14 @@ pub(super) fn restore_explaining(
     kept: &Receipt,
     head: Option<&Receipt>,
 ) -> Result<Result<RestoreNotice, String>, ShipError> {
-    let text = machine.client.ok("GET", "/v1/restores", b"", None, None)?;
+    let text = machine.client.ok_bound(
+        "GET",
+        "/v1/restores",
+        b"",
+        None,
+        None,
+        &machine.recipients.vault,
+    )?;
     let notices = RestoreNotice::parse_all(&String::from_utf8_lossy(&text)).unwrap_or_default();
     let now = unix_now();
     let mut refused = Vec::new();

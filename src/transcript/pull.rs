@@ -62,13 +62,32 @@ pub fn pull(
         "/v1/transcripts/{machine}/{}",
         vault::hex(session.as_bytes())
     );
-    let framed = client.ok("GET", &path, b"", None, Some(read_token))?;
+    let stream = client.get_stream(&path, Some(read_token))?;
+    let mut framed = Vec::new();
+    let read = std::io::Read::read_to_end(&mut { stream.body }, &mut framed);
     let mut out = Transcripts::default();
+    let whole = read.is_ok();
+    if let Err(e) = read {
+        out.findings.push(finding(
+            Fault::Vault,
+            format!("{names}: the vault's transcript pieces are cut short: {e}"),
+        ));
+    }
+    let nonce = stream.nonce;
+    let (mut frames, mut digest) = (0u64, blake3::Hasher::new());
+    let mut ended = false;
     let mut keys: Vec<(KeyId, ChainKey)> = Vec::new();
     // anchor seq -> (from, to, bytes)
     let mut pieces: BTreeMap<u64, Vec<(u64, u64, Vec<u8>)>> = BTreeMap::new();
     let mut rest = framed.as_slice();
     while !rest.is_empty() {
+        if ended {
+            out.findings.push(finding(
+                Fault::Vault,
+                format!("{names}: the vault's transcript pieces go on after its signed last frame"),
+            ));
+            break;
+        }
         let Some(len) = rest.get(..4).and_then(|l| <[u8; 4]>::try_from(l).ok()) else {
             out.findings.push(finding(
                 Fault::Vault,
@@ -85,6 +104,35 @@ pub fn pull(
             break;
         };
         rest = &rest[4 + len..];
+        if vault::PullEnd::is_end(body) {
+            let checked = vault::PullEnd::parse(body)
+                .map_err(|e| e.to_string())
+                .and_then(|end| {
+                    end.verify(
+                        &pulled.vault_key,
+                        &nonce,
+                        machine,
+                        session,
+                        vault::PullOf::Transcripts,
+                        frames,
+                        digest.finalize().as_bytes(),
+                    )
+                });
+            if let Err(why) = checked {
+                out.findings.push(finding(
+                    Fault::Vault,
+                    format!(
+                        "{names}: the vault's transcript pieces are not its whole answer: {why}"
+                    ),
+                ));
+                break;
+            }
+            ended = true;
+            continue;
+        }
+        frames += 1;
+        digest.update(&(len as u32).to_be_bytes());
+        digest.update(body);
         let piece = match vault::parse_piece(body) {
             Ok(p) => p,
             Err(e) => {
@@ -143,6 +191,14 @@ pub fn pull(
                 ),
             )),
         }
+    }
+    if whole && rest.is_empty() && !ended {
+        out.findings.push(finding(
+            Fault::Vault,
+            format!(
+                "{names}: the vault's transcript pieces end without its signed last frame: they are incomplete, cut short"
+            ),
+        ));
     }
     for list in pieces.values_mut() {
         list.sort_by_key(|p| p.0);

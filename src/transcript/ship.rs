@@ -251,12 +251,13 @@ fn send(
             to,
         };
         let body = vault::seal_piece(&header, &buf, key, wrapped, ship::random()?, &machine.key);
-        machine.client.ok(
+        machine.client.ok_bound(
             "POST",
             "/v1/transcripts",
             &body,
             Some(&machine.signer()),
             None,
+            &machine.recipients.vault,
         )?;
         pieces += 1;
         bytes += to - from;

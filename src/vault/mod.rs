@@ -27,6 +27,10 @@
 //!   their place in the file.
 //! - **Receipts** ([`Receipt`]) and **restore notices** ([`RestoreNotice`]):
 //!   what the vault signs about what it stored, and about losing some of it.
+//! - **Signed replies** ([`sign_reply`], [`PullEnd`]): the vault's signature
+//!   over each reply, naming the request's nonce, and over the end of each
+//!   streamed pull, so the network can neither replay an old answer nor end
+//!   a pull early unnoticed.
 //!
 //! Every byte that is signed, hashed or authenticated is rendered by one
 //! function here and pinned by a test; change none of them.
@@ -129,6 +133,10 @@ pub enum Error {
     BadSignature,
     #[error("the request's body is not the one its signature names (changed in transit)")]
     BodyMismatch,
+    #[error(
+        "the reply is not the vault's answer to this request: {0} (the network altered or replayed it)"
+    )]
+    UnboundReply(&'static str),
     #[error(
         "the request's time is {skew} s away from the vault's clock (at most {MAX_CLOCK_SKEW_SECS} s)"
     )]
@@ -416,6 +424,7 @@ mod batch;
 mod enrol;
 mod receipt;
 mod recipients;
+mod reply;
 mod request;
 mod transcript;
 
@@ -424,6 +433,7 @@ pub use batch::*;
 pub use enrol::*;
 pub use receipt::*;
 pub use recipients::*;
+pub use reply::*;
 pub use request::*;
 pub use transcript::*;
 

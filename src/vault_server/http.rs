@@ -655,6 +655,9 @@ async fn respond(shared: Arc<Shared>, request: hyper::Request<Incoming>) -> hype
     if let Some(secs) = reply.retry_after {
         response = response.header("retry-after", secs.to_string());
     }
+    if let Some(signature) = reply.signature {
+        response = response.header(crate::vault::HEADER_REPLY, crate::vault::hex(&signature));
+    }
     if !body_read {
         // The body was refused unread: the connection cannot carry another
         // request, and must not wait for the rest of this one.
@@ -734,8 +737,9 @@ async fn answer(
 }
 
 /// Streams a pull's batches or pieces, one storage round trip per frame,
-/// one frame ahead of the peer at most. A storage error cuts the stream short, which
-/// the client sees as a body that ended early.
+/// one frame ahead of the peer at most, then the signed last frame over
+/// them all. A storage error cuts the stream short, which the client sees
+/// as a body that ended early, without its last frame.
 fn stream_pull(
     shared: Arc<Shared>,
     pull: routes::Pull,
@@ -743,6 +747,7 @@ fn stream_pull(
     let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {
         let mut after = None;
+        let (mut frames, mut digest) = (0u64, blake3::Hasher::new());
         loop {
             let p = pull.clone();
             let next = shared
@@ -751,9 +756,17 @@ fn stream_pull(
             let frame = match next {
                 Ok(Ok(Some((at, frame)))) => {
                     after = Some(at);
+                    frames += 1;
+                    digest.update(&frame);
                     frame
                 }
-                Ok(Ok(None)) => return,
+                Ok(Ok(None)) => {
+                    let end = shared
+                        .vault
+                        .end_frame(&pull, frames, *digest.finalize().as_bytes());
+                    let _ = tx.send(Ok(Bytes::from(end))).await;
+                    return;
+                }
                 Ok(Err(e)) => {
                     shared.log(&format!(
                         "pull of machine {}, session {}: {e}; the reply was cut short",

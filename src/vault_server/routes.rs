@@ -17,7 +17,8 @@ use super::{
     Usage, day_of,
 };
 use crate::vault::{
-    self, Enrolment, PublicKey, Receipt, Recipients, RequestAuth, RestoreNotice, SigningKey,
+    self, Enrolment, PublicKey, PullEnd, PullOf, Receipt, Recipients, RequestAuth, RestoreNotice,
+    SigningKey,
 };
 
 /// The largest enrolment body: a few hundred bytes of text, with room.
@@ -43,19 +44,14 @@ impl Request {
 }
 
 /// A chain to stream back, one batch or transcript piece at a time
-/// ([`Vault::next_frame`]).
+/// ([`Vault::next_frame`]), then a signed last frame ([`Vault::end_frame`])
+/// answering the request's nonce.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pull {
     pub machine: String,
     pub session: String,
     pub of: PullOf,
-}
-
-/// What a pull streams.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PullOf {
-    Batches,
-    Pieces,
+    pub nonce: [u8; 16],
 }
 
 /// A reply: status, body, and for the log line what a refusal concerned.
@@ -69,6 +65,9 @@ pub struct Reply {
     pub retry_after: Option<u64>,
     /// The body is this chain's batches or pieces, framed, after `body`.
     pub pull: Option<Box<Pull>>,
+    /// The vault's signature over this reply to the request's nonce
+    /// (`x-nd7-reply`), when the request carried one and the body is whole.
+    pub signature: Option<[u8; 64]>,
 }
 
 pub fn reply(status: u16, text: impl Into<String>) -> Reply {
@@ -82,6 +81,7 @@ pub fn reply(status: u16, text: impl Into<String>) -> Reply {
         note: None,
         retry_after: None,
         pull: None,
+        signature: None,
     }
 }
 
@@ -106,6 +106,7 @@ fn bytes(status: u16, body: Vec<u8>) -> Reply {
         note: None,
         retry_after: None,
         pull: None,
+        signature: None,
     }
 }
 
@@ -326,16 +327,49 @@ impl Vault {
                 .and_then(|()| self.machine(store, id)),
             Route::Batches(machine, session) => self
                 .reader(store, request)
-                .and_then(|()| pull(machine, session, PullOf::Batches)),
+                .and_then(|()| pull(request, machine, session, PullOf::Batches)),
             Route::Forks => self.reader(store, request).and_then(|()| self.forks(store)),
             Route::Piece => self
                 .authenticate(store, request, admitted)
                 .and_then(|(machine, key)| self.piece(store, &machine, &key, &request.body)),
             Route::Pieces(machine, session) => self
                 .reader(store, request)
-                .and_then(|()| pull(machine, session, PullOf::Pieces)),
+                .and_then(|()| pull(request, machine, session, PullOf::Transcripts)),
         };
-        result.unwrap_or_else(|r| r)
+        let mut reply = result.unwrap_or_else(|r| r);
+        if reply.pull.is_none()
+            && let Some(nonce) = request_nonce(request)
+        {
+            reply.signature = Some(vault::sign_reply(
+                &self.key,
+                &nonce,
+                method,
+                path,
+                reply.status,
+                &reply.body,
+            ));
+        }
+        reply
+    }
+
+    /// A pull's last frame, as `u32 BE length, bytes`: the vault's signature
+    /// over the `frames` frames sent before it, whose BLAKE3 (length
+    /// prefixes included) is `digest`, answering the request's nonce.
+    pub fn end_frame(&self, pull: &Pull, frames: u64, digest: [u8; 32]) -> Vec<u8> {
+        let end = PullEnd::sign(
+            &self.key,
+            pull.nonce,
+            &pull.machine,
+            &pull.session,
+            pull.of,
+            frames,
+            digest,
+        )
+        .render();
+        let mut frame = Vec::with_capacity(4 + end.len());
+        frame.extend_from_slice(&(end.len() as u32).to_be_bytes());
+        frame.extend_from_slice(end.as_bytes());
+        frame
     }
 
     /// The next frame of a pull, as `u32 BE length, bytes`: the chain's
@@ -353,7 +387,7 @@ impl Vault {
             PullOf::Batches => store
                 .batch_after(&pull.machine, &pull.session, after.map(|(first, _)| first))?
                 .map(|(first, body)| ((first, 0), body)),
-            PullOf::Pieces => store.piece_after(&pull.machine, &pull.session, after)?,
+            PullOf::Transcripts => store.piece_after(&pull.machine, &pull.session, after)?,
         };
         Ok(next.map(|(at, body)| {
             let mut frame = Vec::with_capacity(4 + body.len());
@@ -756,16 +790,31 @@ impl Vault {
 }
 
 /// A pull: the reply's body is streamed by the transport, one batch or
-/// piece at a time ([`Vault::next_frame`]).
-fn pull(machine: &str, session: &str, of: PullOf) -> Result<Reply, Reply> {
+/// piece at a time ([`Vault::next_frame`]), ended by a frame signed for the
+/// request's nonce, which a pull must carry.
+fn pull(request: &Request, machine: &str, session: &str, of: PullOf) -> Result<Reply, Reply> {
     let session = session_from_hex(session)?;
+    let nonce = request_nonce(request).ok_or_else(|| {
+        refuse(
+            400,
+            "a pull needs an x-nd7-nonce header (32 hex): its last frame is signed for it",
+        )
+    })?;
     let mut r = bytes(200, Vec::new());
     r.pull = Some(Box::new(Pull {
         machine: machine.to_string(),
         session,
         of,
+        nonce,
     }));
     Ok(r)
+}
+
+/// The request's `x-nd7-nonce`, which the reply is signed for.
+fn request_nonce(request: &Request) -> Option<[u8; 16]> {
+    request
+        .header(vault::HEADER_NONCE)
+        .and_then(|n| vault::unhex::<16>(&n))
 }
 
 fn session_from_hex(hex: &str) -> Result<String, Reply> {

@@ -396,7 +396,10 @@ pub fn stored_batches(vault: &Vault, machine: &str, session: &str) -> Vec<vault:
     let mut out = Vec::new();
     while !rest.is_empty() {
         let len = u32::from_be_bytes(rest[..4].try_into().expect("len")) as usize;
-        out.push(vault::parse_batch(&rest[4..4 + len]).expect("batch"));
+        let frame = &rest[4..4 + len];
+        if !vault::PullEnd::is_end(frame) {
+            out.push(vault::parse_batch(frame).expect("batch"));
+        }
         rest = &rest[4 + len..];
     }
     out
@@ -1175,4 +1178,40 @@ fn a_database_of_format_v1_is_refused_untouched() {
         std::fs::read(&db).expect("read") == before,
         "the file changed"
     );
+}
+
+/// The vault's key changes (a new key, named by a new recipients document)
+/// while a machine holds receipts the old one signed. Guards
+/// `vault_admin::vouched_vault_keys` (receipts checked against the key the
+/// organisation vouched for when they were signed, from the machine's own
+/// `recipients` and `recipients.old`); seen to report the machine's receipt
+/// as not checking (exit 1, the machine blamed) without it.
+#[test]
+fn receipts_the_vault_signed_before_its_key_changed_still_check() {
+    let mut vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 3);
+    ok(ship(&state));
+
+    vault.kill();
+    std::fs::rename(vault.key_path(), vault.dir.path().join("vault.key.old")).expect("move");
+    let out = vault.admin(&["key"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    vault.key = stdout(&out).trim().to_string();
+    org.install(&vault);
+    vault.spawn();
+
+    // The machine has not shipped since: its receipt is the old key's.
+    let (out, _) = pull(&state, &vault, &org, "s1", true);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    // It ships, takes the new document and keeps the old one; a lost
+    // receipt of the old key's would check the same way.
+    append(&state, "s1", 2);
+    ok(ship(&state));
+    let old = std::fs::read_to_string(state.xdg().join("nd7/vault/recipients.old")).expect("kept");
+    assert!(old.contains("\nversion 1\n"), "{old}");
+    let (out, _) = pull(&state, &vault, &org, "s1", true);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }

@@ -302,9 +302,10 @@ fn stalled_peers_are_cut_off_at_each_deadline() {
     reader
         .write_all(
             format!(
-                "GET /v1/batches/{}/{} HTTP/1.1\r\nHost: vault\r\nAuthorization: Bearer {token}\r\n\r\n",
+                "GET /v1/batches/{}/{} HTTP/1.1\r\nHost: vault\r\nAuthorization: Bearer {token}\r\nX-Nd7-Nonce: {}\r\n\r\n",
                 machine.id,
-                vault::hex(s.as_bytes())
+                vault::hex(s.as_bytes()),
+                "00".repeat(16)
             )
             .as_bytes(),
         )
