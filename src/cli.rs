@@ -382,6 +382,35 @@ pub enum Admin {
         /// Hours until it expires.
         #[arg(long, default_value_t = 24)]
         hours: u64,
+        /// Whom the token is for (a host, a person): kept in the register.
+        #[arg(long, value_name = "TEXT", default_value = "")]
+        label: String,
+        /// The organisation's register of tokens, which this one is added to
+        /// (`nd7 admin machines --register` holds the vault's machines to it)
+        /// [default: the organisation key's file with `.tokens` added].
+        #[arg(long, value_name = "FILE")]
+        register: Option<PathBuf>,
+    },
+    /// List the machines a vault enrolled, by the token each used, held to
+    /// the organisation's register of tokens.
+    ///
+    /// Each machine's enrolment record must verify against the organisation
+    /// key, its token must be one the register lists (the label says whom
+    /// it was for), and no token may have let in two machines. Exits 0 when
+    /// every machine is accounted for, 3 when one is not.
+    Machines {
+        url: String,
+        #[arg(long, value_name = "T")]
+        read_token: String,
+        /// Trust only the CA certificate(s) in FILE (PEM) for the vault's HTTPS.
+        #[arg(long, value_name = "FILE")]
+        ca_cert: Option<PathBuf>,
+        /// The organisation key's fingerprint, from `nd7 admin org-key`.
+        #[arg(long, value_name = "FP")]
+        fingerprint: String,
+        /// The register `nd7 admin enrol-token` wrote.
+        #[arg(long, value_name = "FILE")]
+        register: PathBuf,
     },
     /// List the sessions a vault holds: machine, session, last entry.
     Sessions {

@@ -96,6 +96,211 @@ pub fn enrol_token(
     ))
 }
 
+/// One token of the organisation's register: its public key, when it
+/// expires, and whom it was for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registered {
+    pub token_key: PublicKey,
+    pub expires: u64,
+    pub label: String,
+}
+
+const REGISTER_HEAD: &str =
+    "# nd7 enrolment tokens (nd7 admin enrol-token): token key, expires (Unix s), label\n";
+
+/// The register's lines: `<token key hex> <expires> <label>`, `#` lines
+/// aside. A line that does not read is an error naming it.
+pub fn read_register(path: &Path) -> Result<Vec<Registered>, ShipError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ShipError::Io {
+        path: path.to_path_buf(),
+        action: "read",
+        source: e,
+    })?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut parts = line.splitn(3, ' ');
+        let parsed = (|| {
+            Some(Registered {
+                token_key: PublicKey::from_hex(parts.next()?)?,
+                expires: parts.next()?.parse().ok()?,
+                label: parts.next().unwrap_or_default().to_string(),
+            })
+        })();
+        out.push(parsed.ok_or_else(|| ShipError::BadFile {
+            path: path.to_path_buf(),
+            what: format!(
+                "line {} is not `<token key> <expires> <label>` as `nd7 admin enrol-token` writes it",
+                n + 1
+            ),
+        })?);
+    }
+    Ok(out)
+}
+
+/// Adds a token to the organisation's register (0600, created with its
+/// header line if missing, synced): what `nd7 admin machines` holds the
+/// vault's machines to.
+pub fn register_token(path: &Path, token: &str, label: &str) -> Result<(), ShipError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if label.chars().any(char::is_control) {
+        return Err(ShipError::BadFile {
+            path: path.to_path_buf(),
+            what: "--label must be one line of text, without control characters".into(),
+        });
+    }
+    let parsed = EnrolToken::parse(token)?;
+    let io = |action| {
+        let path = path.to_path_buf();
+        move |source| ShipError::Io {
+            path,
+            action,
+            source,
+        }
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io("open"))?;
+    let fresh = f.metadata().map_err(io("stat"))?.len() == 0;
+    let line = format!(
+        "{}{} {} {label}\n",
+        if fresh { REGISTER_HEAD } else { "" },
+        parsed.public().to_hex(),
+        parsed.expires
+    );
+    f.write_all(line.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(io("append to"))
+}
+
+/// What `nd7 admin machines` found: a line per machine and per token, and
+/// what the register does not account for.
+#[derive(Debug, Default)]
+pub struct Machines {
+    pub lines: Vec<String>,
+    pub findings: Vec<Finding>,
+}
+
+/// Every machine the vault enrolled, held to the organisation key and to
+/// the register: each record must verify, its token be one the register
+/// lists, and no token have let in two machines. Both ids and labels come
+/// from outside: show them through [`crate::read::safe::term`].
+pub fn list_machines(
+    url: &str,
+    trust: &Trust,
+    read_token: &str,
+    fingerprint: &str,
+    register: &[Registered],
+) -> Result<Machines, PullError> {
+    let client = Client::new(url, trust)?;
+    let (doc, _) = client.ok_bound_by("GET", "/v1/recipients", |body| {
+        let doc = Recipients::verify(&String::from_utf8_lossy(body), fingerprint)?;
+        let key = doc.vault;
+        Ok((doc, key))
+    })?;
+    let text = client.ok_bound(
+        "GET",
+        "/v1/machines",
+        b"",
+        None,
+        Some(read_token),
+        &doc.vault,
+    )?;
+    let text = String::from_utf8_lossy(&text);
+    let mut out = Machines::default();
+    let mut by_token: Vec<(PublicKey, Vec<String>)> = Vec::new();
+    let magic = "nd7-enroll ";
+    let mut starts: Vec<usize> = text.match_indices(magic).map(|(i, _)| i).collect();
+    starts.push(text.len());
+    for w in starts.windows(2) {
+        let record = &text[w[0]..w[1]];
+        let enrolment = match Enrolment::parse(record.as_bytes()) {
+            Ok(e) => e,
+            Err(e) => {
+                out.findings.push(Finding {
+                    fault: Fault::Vault,
+                    text: format!("the vault lists an enrolment record that does not read: {e}"),
+                });
+                continue;
+            }
+        };
+        let id = enrolment.machine_id();
+        if let Err(e) = enrolment.verify(&doc.org, None) {
+            out.findings.push(Finding {
+                fault: Fault::Vault,
+                text: format!(
+                    "machine {id}: its enrolment record is forged: {e}; the organisation never let this key in"
+                ),
+            });
+            continue;
+        }
+        let registered = register.iter().find(|r| r.token_key == enrolment.token_key);
+        out.lines.push(format!(
+            "machine {id} enrolled {} with token {} ({})",
+            when(enrolment.endorsed),
+            &enrolment.token_key.to_hex()[..16],
+            registered.map_or("NOT IN THE REGISTER".to_string(), |r| {
+                if r.label.is_empty() {
+                    "no label".to_string()
+                } else {
+                    format!("for {}", r.label)
+                }
+            })
+        ));
+        if registered.is_none() {
+            out.findings.push(Finding {
+                fault: Fault::Vault,
+                text: format!(
+                    "machine {id}: its enrolment token (key {}) is not in the register: the organisation's key signed it, but `nd7 admin enrol-token` did not record it (minted elsewhere, or with another register)",
+                    enrolment.token_key.to_hex()
+                ),
+            });
+        }
+        match by_token.iter_mut().find(|(k, _)| *k == enrolment.token_key) {
+            Some((_, ids)) => ids.push(id),
+            None => by_token.push((enrolment.token_key, vec![id])),
+        }
+    }
+    for (key, ids) in by_token.iter().filter(|(_, ids)| ids.len() > 1) {
+        out.findings.push(Finding {
+            fault: Fault::Vault,
+            text: format!(
+                "the enrolment token with key {} let in {} machines ({}): a token lets in one",
+                key.to_hex(),
+                ids.len(),
+                ids.join(", ")
+            ),
+        });
+    }
+    let now = ship::unix_now();
+    for r in register {
+        if !by_token.iter().any(|(k, _)| *k == r.token_key) {
+            out.lines.push(format!(
+                "token {} ({}) not used; {} {}",
+                &r.token_key.to_hex()[..16],
+                if r.label.is_empty() {
+                    "no label".to_string()
+                } else {
+                    format!("for {}", r.label)
+                },
+                if r.expires < now {
+                    "expired"
+                } else {
+                    "expires"
+                },
+                when(r.expires)
+            ));
+        }
+    }
+    Ok(out)
+}
+
 /// Lists the chains a vault holds: (machine, session, last seq). Both
 /// come from the vault: show them through [`crate::read::safe::term`].
 pub fn list_sessions(

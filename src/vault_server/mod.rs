@@ -26,6 +26,7 @@
 //! GET  /v1/head/<session hex>            the receipt of the last batch     machine
 //! POST /v1/batches                       one batch; replies with a receipt machine
 //! GET  /v1/sessions                      every chain held                  reader token
+//! GET  /v1/machines                      every enrolment record            reader token
 //! GET  /v1/machines/<id>                 a machine's enrolment record      reader token
 //! GET  /v1/batches/<machine>/<session hex>  a chain's batches, framed, streamed  reader token
 //! GET  /v1/forks                         refused forking batches           reader token

@@ -139,6 +139,7 @@ enum Route<'a> {
     Head(&'a str),
     Batch,
     Sessions,
+    Machines,
     Machine(&'a str),
     Batches(&'a str, &'a str),
     Forks,
@@ -156,6 +157,7 @@ impl<'a> Route<'a> {
             ("GET", ["v1", "head", session]) => Route::Head(session),
             ("POST", ["v1", "batches"]) => Route::Batch,
             ("GET", ["v1", "sessions"]) => Route::Sessions,
+            ("GET", ["v1", "machines"]) => Route::Machines,
             ("GET", ["v1", "machines", id]) => Route::Machine(id),
             ("GET", ["v1", "batches", machine, session]) => Route::Batches(machine, session),
             ("GET", ["v1", "forks"]) => Route::Forks,
@@ -182,6 +184,7 @@ impl<'a> Route<'a> {
             Route::Recipients | Route::Restores | Route::Enroll => Access::Anyone,
             Route::Head(_) | Route::Batch | Route::Piece => Access::Machine,
             Route::Sessions
+            | Route::Machines
             | Route::Machine(_)
             | Route::Batches(..)
             | Route::Forks
@@ -322,6 +325,9 @@ impl Vault {
             Route::Sessions => self
                 .reader(store, request)
                 .and_then(|()| self.sessions(store)),
+            Route::Machines => self
+                .reader(store, request)
+                .and_then(|()| self.machines(store)),
             Route::Machine(id) => self
                 .reader(store, request)
                 .and_then(|()| self.machine(store, id)),
@@ -762,6 +768,13 @@ impl Vault {
                 vault::hex(session.as_bytes())
             ));
         }
+        Ok(bytes(200, text.into_bytes()))
+    }
+
+    /// Every machine's enrolment record, one after another.
+    fn machines(&self, store: &mut dyn Store) -> Result<Reply, Reply> {
+        let rows = store.machines().map_err(internal)?;
+        let text: String = rows.iter().map(|m| m.enrolment.render()).collect();
         Ok(bytes(200, text.into_bytes()))
     }
 

@@ -257,6 +257,12 @@ impl Org {
     /// the version of the last document installed (an organisation that
     /// installed none names a document of its own, for no vault).
     pub fn token(&self) -> String {
+        self.token_for("")
+    }
+
+    /// The same, registered for `label` in the organisation's register
+    /// (`org.key.tokens`).
+    pub fn token_for(&self, label: &str) -> String {
         let doc = self.dir.path().join("recipients");
         if !doc.exists() {
             let nowhere = SigningKey::from_seed(&vault::Secret32::from_bytes([0x5a; 32]))
@@ -275,6 +281,7 @@ impl Org {
             .arg(self.dir.path().join("org.key"))
             .arg("--recipients")
             .arg(&doc)
+            .args(["--label", label])
             .output()
             .expect("run"))
         .trim()

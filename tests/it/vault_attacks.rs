@@ -344,6 +344,143 @@ fn attack_fabricated_session_for_another_machine() {
     );
 }
 
+/// The organisation's key, as its holder has it.
+fn org_key(org: &Org) -> SigningKey {
+    let text = std::fs::read_to_string(org.dir.path().join("org.key")).expect("org key");
+    SigningKey::from_seed(&vault::parse_secret_text(&text, "org").expect("seed"))
+}
+
+/// The operator learnt an enrolment token that was never used, and uses it
+/// once it expired (the vault it runs no longer checks): it endorses a key
+/// of its own and makes up that machine's sessions. Guards the check of the
+/// endorsement's date against the token's expiry in `Enrolment::verify`,
+/// which `pull` makes without a clock (`endorsed > expires`); seen to pull
+/// the made-up session as verified without it.
+#[test]
+fn attack_enrol_a_key_of_its_own_with_a_token_that_expired() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let op = Operator::new(&vault);
+    let now = nd7_core::ship::unix_now();
+    let token =
+        EnrolToken::parse(&EnrolToken::mint(&org_key(&org), &[4; 16], now - 60, 1)).expect("token");
+    let enrolment = token.enrolment(&op.key.public(), now);
+    let fake = enrolment.machine_id();
+    op.db
+        .execute(
+            "INSERT INTO machines (id, public_key, token_key, record, enrolled) VALUES (?1, ?2, ?3, ?4, 0)",
+            rusqlite::params![fake, op.key.public().to_hex(), enrolment.token_key.to_hex(), enrolment.render()],
+        )
+        .expect("insert machine");
+    let start = Cursor::start("made-up");
+    op.insert(
+        &fake,
+        "made-up",
+        start,
+        &forged_lines("made-up", start, &[SCP]),
+    );
+    let out = crate::vault::nd7()
+        .args([
+            "admin",
+            "pull",
+            &vault.url,
+            "--read-token",
+            &vault.read_token(),
+        ])
+        .arg("--identity")
+        .arg(&org.identity)
+        .args(["--fingerprint", &org.fingerprint, "--machine", &fake])
+        .args(["--session", "made-up", "--out"])
+        .arg(vault.dir.path().join("fake"))
+        .output()
+        .expect("pull");
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "machine {fake}: its enrolment record is forged: the machine's key was endorsed at {now} (Unix time), after its enrolment token expired at {}",
+            now - 60
+        )),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// The vault lists a machine enrolled with a token the organisation's key
+/// signed but its register never recorded (minted elsewhere: a copy of the
+/// organisation key, another admin's tool), beside machines enrolled with
+/// registered tokens. Guards `vault_admin::list_machines`' register check;
+/// seen to exit 0 without it.
+#[test]
+fn admin_machines_names_each_machine_by_its_token_and_flags_a_token_the_register_lacks() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let (a, b, c) = (State::new(), State::new(), State::new());
+    let enroll_with = |state: &State, token: &str| {
+        ok(state
+            .nd7()
+            .args(["enroll", &vault.url, "--token", token])
+            .args(["--fingerprint", &org.fingerprint])
+            .output()
+            .expect("enroll"))
+    };
+    enroll_with(&a, &org.token_for("alice-laptop"));
+    enroll_with(&b, &org.token_for("build-01"));
+    org.token_for("bob (never came)");
+    let register = org.dir.path().join("org.key.tokens");
+    let machines = || {
+        crate::vault::nd7()
+            .args([
+                "admin",
+                "machines",
+                &vault.url,
+                "--read-token",
+                &vault.read_token(),
+            ])
+            .args(["--fingerprint", &org.fingerprint, "--register"])
+            .arg(&register)
+            .output()
+            .expect("machines")
+    };
+    let out = machines();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    for (state, label) in [(&a, "alice-laptop"), (&b, "build-01")] {
+        let id = machine_id(state);
+        assert!(
+            stdout(&out)
+                .lines()
+                .any(|l| l.starts_with(&format!("machine {id} enrolled "))
+                    && l.ends_with(&format!("(for {label})"))),
+            "{}",
+            stdout(&out)
+        );
+    }
+    assert!(stdout(&out).contains("(for bob (never came)) not used; expires"));
+
+    // A token the organisation's key signed, minted outside the register.
+    let elsewhere = EnrolToken::mint(
+        &org_key(&org),
+        &[6; 16],
+        nd7_core::ship::unix_now() + 600,
+        1,
+    );
+    enroll_with(&c, &elsewhere);
+    let out = machines();
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    let id = machine_id(&c);
+    assert!(
+        stdout(&out).contains(&format!("machine {id} enrolled "))
+            && stdout(&out).contains("(NOT IN THE REGISTER)")
+            && stdout(&out).contains(&format!(
+                "FAILED (the vault): machine {id}: its enrolment token (key"
+            ))
+            && stdout(&out).contains("is not in the register"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// Guards the checkpoint-signature check in `vault_admin::pull` from entry 0:
 /// the vault's rewrite is no longer blamed on the machine.
 #[test]

@@ -228,13 +228,57 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             org_key,
             recipients,
             hours,
+            label,
+            register,
         } => {
-            println!(
-                "{}",
-                vault_admin::enrol_token(&read(&org_key)?, &read(&recipients)?, hours)
-                    .map_err(fail)?
-            );
+            let token = vault_admin::enrol_token(&read(&org_key)?, &read(&recipients)?, hours)
+                .map_err(fail)?;
+            let register = register.unwrap_or_else(|| {
+                let mut name = org_key.clone().into_os_string();
+                name.push(".tokens");
+                name.into()
+            });
+            // Recorded before it is handed out: a token the register does
+            // not know is one `nd7 admin machines` reports.
+            vault_admin::register_token(&register, &token, &label).map_err(fail)?;
+            println!("{token}");
             Ok(ExitCode::SUCCESS)
+        }
+        Admin::Machines {
+            url,
+            read_token,
+            ca_cert,
+            fingerprint,
+            register,
+        } => {
+            let register = vault_admin::read_register(&register).map_err(fail)?;
+            let listed = vault_admin::list_machines(
+                &url,
+                &trust(ca_cert),
+                &read_token,
+                &fingerprint,
+                &register,
+            )
+            .map_err(|e| match e {
+                PullError::Finding(f) => {
+                    println!("{}", term(&f.to_string(), Lines::One));
+                    fault_code(f.fault)
+                }
+                PullError::Other(e) => fail(format!("machines: {e}")),
+            })?;
+            for line in &listed.lines {
+                println!("{}", term(line, Lines::One));
+            }
+            for finding in &listed.findings {
+                println!("{}", term(&finding.to_string(), Lines::One));
+            }
+            Ok(ExitCode::from(
+                vault_admin::Compared {
+                    findings: listed.findings,
+                    notes: Vec::new(),
+                }
+                .exit_code(),
+            ))
         }
         Admin::Sessions {
             url,
