@@ -94,7 +94,18 @@ fn a_real_ship_completes_while_1000_idle_200_stalled_and_1_endless_header_connec
     raise_file_limit();
     // Deadlines longer than the test, so every attacking connection is
     // held throughout, not timed out.
-    let vault = Vault::start_with(&["--header-timeout", "300", "--body-timeout", "300"]);
+    // Every connection is from loopback, the honest ones too: no bound
+    // per peer here (`one_peer_cannot_hold_every_connection` tests it).
+    let vault = Vault::start_with(&[
+        "--header-timeout",
+        "300",
+        "--first-byte-timeout",
+        "300",
+        "--body-timeout",
+        "300",
+        "--max-connections-per-peer",
+        "0",
+    ]);
     let org = Org::new(&vault);
     let (state, attacker) = (State::new(), State::new());
     ok(enroll(&state, &vault, &org));
@@ -189,9 +200,16 @@ fn a_vault_at_its_file_descriptor_limit_serves_again_once_connections_close() {
     raise_file_limit();
     let mut vault = Vault::new(None);
     vault.wrapper = vec!["prlimit".into(), "--nofile=64:64".into()];
-    vault.serve_args = ["--max-connections", "1000", "--header-timeout", "300"]
-        .map(String::from)
-        .to_vec();
+    vault.serve_args = [
+        "--max-connections",
+        "1000",
+        "--header-timeout",
+        "300",
+        "--first-byte-timeout",
+        "300",
+    ]
+    .map(String::from)
+    .to_vec();
     vault.spawn();
     let org = Org::new(&vault);
     let state = State::new();
@@ -535,4 +553,79 @@ fn a_peer_that_knows_only_a_machine_id_cannot_hold_its_body_budget() {
             "{reply}"
         );
     }
+}
+
+/// A connection to the vault from the loopback address `from` (any of
+/// 127.0.0.0/8 is this host), as another host's would be.
+fn connect_from(vault: &Vault, from: [u8; 4]) -> TcpStream {
+    use rustix::net::{AddressFamily, SocketType, bind, connect, socket};
+    let to: std::net::SocketAddr = vault.addr.parse().expect("the vault's address");
+    let fd = socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
+    bind(&fd, &std::net::SocketAddr::from((from, 0))).expect("bind");
+    connect(&fd, &to).expect("connect");
+    TcpStream::from(fd)
+}
+
+/// One host opens more connections than the vault serves at once and
+/// holds them, sending nothing: without a bound per peer it held every
+/// slot, and the machine's ship waited in the kernel's queue until its
+/// reads timed out. Guards `PeerSlot::take` (`--max-connections-per-peer`)
+/// in the accept loop; seen to fail (the ship refused after a minute)
+/// without it.
+#[test]
+fn one_peer_cannot_hold_every_connection() {
+    let vault = Vault::start_with(&[
+        "--max-connections",
+        "40",
+        "--max-connections-per-peer",
+        "20",
+        "--header-timeout",
+        "300",
+        "--first-byte-timeout",
+        "300",
+    ]);
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let held: Vec<TcpStream> = (0..60)
+        .map(|_| connect_from(&vault, [127, 0, 0, 2]))
+        .collect();
+    append(&state, "s1", 5);
+    let out = run_ship(&state);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        vault
+            .log()
+            .contains("connection(s) from 127.0.0.2 over its 20 at once"),
+        "{}",
+        vault.log()
+    );
+    drop(held);
+}
+
+/// A connection that sends nothing is closed at the first-byte deadline,
+/// long before the header deadline. Guards the `first_byte_timeout` wait in
+/// `connection` (http.rs); seen to hold the connection for the header
+/// deadline (300 s here) without it.
+#[test]
+fn a_connection_that_sends_nothing_is_closed_at_the_first_byte_deadline() {
+    let vault = Vault::start_with(&["--header-timeout", "300", "--first-byte-timeout", "2"]);
+    let mut silent = connect(&vault);
+    silent
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .expect("timeout");
+    let t = Instant::now();
+    let mut got = Vec::new();
+    let closed = silent.read_to_end(&mut got).is_ok();
+    assert!(closed && got.is_empty(), "read {got:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(100),
+        "held for {:?}",
+        t.elapsed()
+    );
+    // One that speaks at once is served as before.
+    let (status, _) = client(&vault.url)
+        .request("GET", "/v1/restores", b"", None, None)
+        .expect("restores");
+    assert_eq!(status, 200);
 }
