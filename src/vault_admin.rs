@@ -945,7 +945,7 @@ impl Compared {
 /// `recipients.old`, beside the sessions directory `dir` is in) that the
 /// organisation's key signed. A receipt signed before the vault's key
 /// changed is checked against the key it was signed with.
-fn vouched_vault_keys(pulled: &Pulled, dir: &Path) -> Vec<PublicKey> {
+pub(crate) fn vouched_vault_keys(pulled: &Pulled, dir: &Path) -> Vec<PublicKey> {
     let mut keys = vec![pulled.vault_key];
     let Some(vault_dir) = dir.parent().and_then(Path::parent).map(ship::vault_dir) else {
         return keys;

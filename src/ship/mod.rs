@@ -29,6 +29,7 @@
 //!     vault.alarm              while the vault breaks a receipt: what, and the receipt
 //!     receipts.lost            receipts a vault's declared restore lost, with its notice
 //!     transcript/shipped.json  how far the transcripts' anchored bytes were shipped
+//!     transcript/receipt       the vault's receipt for the last transcript piece
 //! ```
 //!
 //! Shipping a session: ask the vault for its receipt of the last batch it

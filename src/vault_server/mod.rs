@@ -294,8 +294,9 @@ pub trait ChainTx {
     -> Result<Option<Usage>, StoreError>;
     /// Stores the batch as sent, its checkpoint and every index entry.
     fn insert(&mut self, batch: &Batch, body: &[u8], now: u64) -> Result<(), StoreError>;
-    /// Whether the chain holds a transcript piece of `anchor` from `from`.
-    fn has_piece(&mut self, anchor: u64, from: u64) -> Result<bool, StoreError>;
+    /// The chain's transcript piece of `anchor` from `from`, if it holds
+    /// one: when it was stored, and its bytes as sent.
+    fn piece_at(&mut self, anchor: u64, from: u64) -> Result<Option<(u64, Vec<u8>)>, StoreError>;
     /// Stores a transcript piece as sent.
     fn insert_piece(
         &mut self,
@@ -371,12 +372,13 @@ pub fn link_and_store(
 pub type Placed = ((u64, u64), Vec<u8>);
 
 /// What storing a transcript piece came to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PieceStored {
-    Stored,
+    /// Stored at this time.
+    Stored(u64),
     /// The chain holds a piece of this anchor from this byte already; the
-    /// first is kept.
-    AlreadyStored,
+    /// first is kept: when it was stored, and its bytes, to acknowledge it by.
+    AlreadyStored(u64, Vec<u8>),
     /// The chain does not hold the anchoring entry (yet).
     NotAnchored,
     /// Storing it would take the machine over its quota for the day.
@@ -397,8 +399,8 @@ pub fn store_piece(
     if tx.head()?.is_none_or(|h| h.checkpoint.last < header.anchor) {
         return Ok(PieceStored::NotAnchored);
     }
-    if tx.has_piece(header.anchor, header.from)? {
-        return Ok(PieceStored::AlreadyStored);
+    if let Some((stored, body)) = tx.piece_at(header.anchor, header.from)? {
+        return Ok(PieceStored::AlreadyStored(stored, body));
     }
     let more = Usage {
         entries: 0,
@@ -408,7 +410,7 @@ pub fn store_piece(
         return Ok(PieceStored::OverQuota(used));
     }
     tx.insert_piece(header, body, now)?;
-    Ok(PieceStored::Stored)
+    Ok(PieceStored::Stored(now))
 }
 
 /// How a batch stands against the chain the vault holds.

@@ -17,8 +17,8 @@ use super::{
     Usage, day_of,
 };
 use crate::vault::{
-    self, Enrolment, PublicKey, PullEnd, PullOf, Receipt, Recipients, RequestAuth, RestoreNotice,
-    SigningKey,
+    self, Enrolment, PieceReceipt, PublicKey, PullEnd, PullOf, Receipt, Recipients, RequestAuth,
+    RestoreNotice, SigningKey,
 };
 
 /// The largest enrolment body: a few hundred bytes of text, with room.
@@ -739,11 +739,29 @@ impl Vault {
             .store_piece(header, body, now, &self.limits.quota)
             .map_err(internal)?
         {
-            PieceStored::Stored => Ok(reply(200, format!("stored {} {range}", header.anchor))),
-            PieceStored::AlreadyStored => Ok(reply(
+            PieceStored::Stored(stored) => Ok(reply(
                 200,
-                format!("already stored {} {range}", header.anchor),
+                format!(
+                    "stored {} {range}\n{}",
+                    header.anchor,
+                    PieceReceipt::sign(&self.key, stored, &piece).render()
+                ),
             )),
+            // The first piece of this anchor and first byte is kept, and is
+            // what the receipt names.
+            PieceStored::AlreadyStored(stored, kept) => {
+                let kept = vault::parse_piece(&kept).map_err(|e| {
+                    internal(super::StoreError::new("read a stored transcript piece", e))
+                })?;
+                Ok(reply(
+                    200,
+                    format!(
+                        "already stored {} {range}\n{}",
+                        header.anchor,
+                        PieceReceipt::sign(&self.key, stored, &kept).render()
+                    ),
+                ))
+            }
             PieceStored::NotAnchored => {
                 let mut r = reply(
                     409,

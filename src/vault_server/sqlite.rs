@@ -300,15 +300,14 @@ impl ChainTx for Tx<'_> {
         Ok(())
     }
 
-    fn has_piece(&mut self, anchor: u64, from: u64) -> Result<bool, StoreError> {
+    fn piece_at(&mut self, anchor: u64, from: u64) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
         self.tx
             .query_row(
-                "SELECT 1 FROM pieces WHERE chain = ?1 AND anchor = ?2 AND from_byte = ?3",
+                "SELECT stored, body FROM pieces WHERE chain = ?1 AND anchor = ?2 AND from_byte = ?3",
                 params![self.chain, anchor as i64, from as i64],
-                |_| Ok(()),
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, Vec<u8>>(1)?)),
             )
             .optional()
-            .map(|r| r.is_some())
             .map_err(err("look up a transcript piece"))
     }
 

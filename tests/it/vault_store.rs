@@ -88,6 +88,7 @@ impl Mach {
             anchor,
             from,
             to: from + bytes.len() as u64,
+            after: None,
         };
         let body = vault::seal_piece(&header, bytes, key, b"wrapped", [8; 24], &self.key);
         (header, body)
@@ -300,7 +301,7 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
     let (p3, body3) = m.piece("s1", &key, 3, 0, b"abcd");
     assert_eq!(
         s.store_piece(&p3, &body3, now, &Q).expect("store"),
-        PieceStored::Stored
+        PieceStored::Stored(now)
     );
     let charged = Usage {
         entries: used.entries,
@@ -309,9 +310,10 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
     assert_eq!(s.usage(&m.id, day).expect("usage"), charged);
     let (again, again_body) = m.piece("s1", &key, 3, 0, b"abce");
     assert_eq!(
-        s.store_piece(&again, &again_body, now, &Q).expect("store"),
-        PieceStored::AlreadyStored,
-        "the first piece of an anchor and first byte is kept"
+        s.store_piece(&again, &again_body, now + 1, &Q)
+            .expect("store"),
+        PieceStored::AlreadyStored(now, body3.clone()),
+        "the first piece of an anchor and first byte is kept, and named"
     );
     assert_eq!(
         s.usage(&m.id, day).expect("usage"),
@@ -347,12 +349,12 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
     assert_eq!(s.usage(&m.id, day).expect("usage"), charged);
     assert_eq!(
         s.store_piece(&p3b, &body3b, now, &Q).expect("store"),
-        PieceStored::Stored
+        PieceStored::Stored(now)
     );
     let (p1, body1p) = m.piece("s1", &key, 1, 0, b"ab");
     assert_eq!(
         s.store_piece(&p1, &body1p, now, &Q).expect("store"),
-        PieceStored::Stored
+        PieceStored::Stored(now)
     );
     let mut read = Vec::new();
     let mut after = None;

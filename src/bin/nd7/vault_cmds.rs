@@ -438,7 +438,7 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             };
             let mut compared = vault_admin::compare(&pulled, &local).map_err(fail)?;
-            transcript::pull::compare(&transcripts, &pulled, &mut compared);
+            transcript::pull::compare(&transcripts, &pulled, &local, &mut compared);
             compared
                 .findings
                 .extend(transcripts.findings.iter().cloned());
