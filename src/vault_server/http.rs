@@ -807,13 +807,13 @@ async fn answer(
             Err(r) => return (r, false),
         };
         let reply = shared
-            .on_store(move |vault, store| vault.handle(store, &request, Some(&admitted)))
+            .on_store(move |vault, store| vault.handle(store, &request))
             .await
             .unwrap_or_else(|r| r);
         return (reply, true);
     }
     let reply = shared
-        .on_store(move |vault, store| vault.handle(store, &request, None))
+        .on_store(move |vault, store| vault.handle(store, &request))
         .await
         .unwrap_or_else(|r| r);
     (reply, true)

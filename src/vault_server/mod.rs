@@ -220,6 +220,10 @@ pub trait Store: Send {
         forget_before: u64,
         cap: u64,
     ) -> Result<NonceUse, StoreError>;
+    /// Whether `owner` used this nonce already (a read only: what admission
+    /// asks before a body is read; [`Store::note_nonce`] spends it once the
+    /// request is whole).
+    fn nonce_seen(&mut self, owner: &str, nonce: &str) -> Result<bool, StoreError>;
     fn recipients(&mut self) -> Result<Option<String>, StoreError>;
     fn set_recipients(&mut self, doc: &str, now: u64) -> Result<(), StoreError>;
     /// The last batch stored of a chain.

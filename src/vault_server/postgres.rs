@@ -518,6 +518,17 @@ impl Store for PgStore {
         Ok(used)
     }
 
+    fn nonce_seen(&mut self, owner: &str, nonce: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .db
+            .query_opt(
+                "SELECT 1 FROM nonces WHERE machine = $1 AND nonce = $2",
+                &[&owner, &nonce],
+            )
+            .map_err(err("look up a nonce"))?
+            .is_some())
+    }
+
     fn recipients(&mut self) -> Result<Option<String>, StoreError> {
         Ok(self
             .db

@@ -216,18 +216,18 @@ pub fn max_body(method: &str, path: &str) -> Result<usize, Reply> {
 }
 
 /// What [`Vault::admit`] established from a request's headers: for a
-/// machine's request, the machine (its id and key), whose signature over
-/// the headers verified and whose nonce is now spent.
+/// machine's request, the machine whose signature over the headers
+/// verified, with a nonce not used yet.
 #[derive(Clone, Debug)]
 pub struct Admitted {
-    machine: Option<(String, PublicKey)>,
+    machine: Option<String>,
 }
 
 impl Admitted {
     /// The machine whose body this is, for the transport's per-machine
     /// budget; `None` for an enrolment.
     pub fn machine(&self) -> Option<&str> {
-        self.machine.as_ref().map(|(id, _)| id.as_str())
+        self.machine.as_deref()
     }
 }
 
@@ -247,8 +247,10 @@ impl Vault {
 
     /// Before a body of `length` bytes is read: whether it may be, and
     /// whose it is (a machine, for a batch or a piece: its signature over
-    /// the headers verified and its nonce spent; nobody for an enrolment,
-    /// which no one can be authenticated for yet and is small).
+    /// the headers verified, its nonce not used; nobody for an enrolment,
+    /// which no one can be authenticated for yet and is small). Only reads
+    /// the store: a held body costs the vault no write, and the nonce is
+    /// spent once the request is whole ([`Vault::handle`]).
     pub fn admit(
         &self,
         store: &mut dyn Store,
@@ -281,8 +283,18 @@ impl Vault {
         }
         let auth = auth_headers(request)?;
         let (id, key) = self.known_machine(store, &auth.machine)?;
-        self.check_fresh(store, &auth, &key, &id, request, length as u64)?;
         let now = (self.now)();
+        auth.verify_headers(&key, &request.method, &request.path, length as u64, now)
+            .map_err(|e| refuse(401, format!("machine {id}: {e}")))?;
+        if store
+            .nonce_seen(&id, &vault::hex(&auth.nonce))
+            .map_err(internal)?
+        {
+            return Err(refuse(
+                401,
+                format!("machine {id}: replayed request: this nonce was already used"),
+            ));
+        }
         let used = store.usage(&auth.machine, day_of(now)).map_err(internal)?;
         if !used.fits(
             Usage {
@@ -293,20 +305,12 @@ impl Vault {
         ) {
             return Err(self.over_quota(&auth.machine, used, now));
         }
-        Ok(Admitted {
-            machine: Some((id, key)),
-        })
+        Ok(Admitted { machine: Some(id) })
     }
 
-    /// Answers a request whose body (if any) was read, given what
-    /// [`Vault::admit`] established from its headers; a request without a
-    /// body is authenticated here, whole.
-    pub fn handle(
-        &self,
-        store: &mut dyn Store,
-        request: &Request,
-        admitted: Option<&Admitted>,
-    ) -> Reply {
+    /// Answers a request whose body (if any) was read: a machine's is
+    /// authenticated whole here (signature, freshness, nonce spent, body).
+    pub fn handle(&self, store: &mut dyn Store, request: &Request) -> Reply {
         let method = request.method.as_str();
         let path = request.path.as_str();
         let Some(route) = Route::parse(method, path) else {
@@ -317,10 +321,10 @@ impl Vault {
             Route::Restores => self.restores(store),
             Route::Enroll => self.enroll(store, request),
             Route::Head(session) => self
-                .authenticate(store, request, admitted)
+                .authenticate(store, request)
                 .and_then(|(machine, _)| self.head(store, &machine, session)),
             Route::Batch => self
-                .authenticate(store, request, admitted)
+                .authenticate(store, request)
                 .and_then(|(machine, key)| self.batch(store, &machine, &key, &request.body)),
             Route::Sessions => self
                 .reader(store, request)
@@ -336,7 +340,7 @@ impl Vault {
                 .and_then(|()| pull(request, machine, session, PullOf::Batches)),
             Route::Forks => self.reader(store, request).and_then(|()| self.forks(store)),
             Route::Piece => self
-                .authenticate(store, request, admitted)
+                .authenticate(store, request)
                 .and_then(|(machine, key)| self.piece(store, &machine, &key, &request.body)),
             Route::Pieces(machine, session) => self
                 .reader(store, request)
@@ -454,25 +458,15 @@ impl Vault {
         Ok((row.id, row.enrolment.key))
     }
 
-    /// The machine a request is from: the one [`Vault::admit`] established
-    /// (then the body read must be the one its signature names), or, for a
-    /// request without a body, checked here: its signature, its freshness,
-    /// its nonce. Returns the machine's id and key.
+    /// The machine a request is from: its signature, its freshness, its
+    /// nonce (spent here), and the body read against the hash the signature
+    /// names. Returns the machine's id and key.
     fn authenticate(
         &self,
         store: &mut dyn Store,
         request: &Request,
-        admitted: Option<&Admitted>,
     ) -> Result<(String, PublicKey), Reply> {
         let auth = auth_headers(request)?;
-        if let Some(Admitted {
-            machine: Some((id, key)),
-        }) = admitted
-        {
-            auth.verify_body(&request.body)
-                .map_err(|e| refuse(401, format!("machine {id}: {e}")))?;
-            return Ok((id.clone(), *key));
-        }
         let (id, key) = self.known_machine(store, &auth.machine)?;
         self.check_fresh(store, &auth, &key, &id, request, request.body.len() as u64)?;
         auth.verify_body(&request.body)

@@ -499,6 +499,18 @@ impl Store for SqliteStore {
         Ok(n == 1)
     }
 
+    fn nonce_seen(&mut self, owner: &str, nonce: &str) -> Result<bool, StoreError> {
+        self.db
+            .query_row(
+                "SELECT 1 FROM nonces WHERE machine = ?1 AND nonce = ?2",
+                params![owner, nonce],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(err("look up a nonce"))
+    }
+
     fn note_nonce(
         &mut self,
         owner: &str,

@@ -172,7 +172,13 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
         s.note_nonce("m", n, t, t.saturating_sub(600), 3)
             .expect("nonce")
     };
+    assert!(!s.nonce_seen("m", "n1").expect("seen"));
     assert_eq!(nonce(&mut s, "n1", now), NonceUse::First);
+    assert!(
+        s.nonce_seen("m", "n1").expect("seen"),
+        "admission sees it used"
+    );
+    assert!(!s.nonce_seen("other", "n1").expect("seen"), "per owner");
     assert_eq!(nonce(&mut s, "n1", now), NonceUse::Replayed);
     assert_eq!(nonce(&mut s, "n2", now), NonceUse::First);
     assert_eq!(nonce(&mut s, "n3", now), NonceUse::First);
