@@ -36,6 +36,9 @@ impl From<http_client::HttpError> for ShipError {
     }
 }
 
+/// A request's headers, names lowercase.
+type Headers = Vec<(&'static str, String)>;
+
 /// A reply streamed as it comes, and the nonce its request carried (which
 /// its signed end must name).
 pub struct Stream {
@@ -63,8 +66,8 @@ impl Client {
         body: &[u8],
         signer: Option<&Signer<'_>>,
         bearer: Option<&str>,
-    ) -> Result<(Vec<(&'static str, String)>, [u8; 16]), ShipError> {
-        let mut headers: Vec<(&str, String)> = Vec::new();
+    ) -> Result<(Headers, [u8; 16]), ShipError> {
+        let mut headers: Headers = Vec::new();
         let nonce = random()?;
         match signer {
             Some(s) => {

@@ -739,7 +739,7 @@ async fn respond(shared: Arc<Shared>, request: hyper::Request<Incoming>) -> hype
         response = response.header("retry-after", secs.to_string());
     }
     if let Some(signature) = reply.signature {
-        response = response.header(crate::vault::HEADER_REPLY, crate::vault::hex(&signature));
+        response = response.header(crate::vault::HEADER_REPLY, crate::vault::hex(&*signature));
     }
     if !body_read {
         // The body was refused unread: the connection cannot carry another

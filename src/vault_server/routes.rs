@@ -67,7 +67,7 @@ pub struct Reply {
     pub pull: Option<Box<Pull>>,
     /// The vault's signature over this reply to the request's nonce
     /// (`x-nd7-reply`), when the request carried one and the body is whole.
-    pub signature: Option<[u8; 64]>,
+    pub signature: Option<Box<[u8; 64]>>,
 }
 
 pub fn reply(status: u16, text: impl Into<String>) -> Reply {
@@ -350,14 +350,14 @@ impl Vault {
         if reply.pull.is_none()
             && let Some(nonce) = request_nonce(request)
         {
-            reply.signature = Some(vault::sign_reply(
+            reply.signature = Some(Box::new(vault::sign_reply(
                 &self.key,
                 &nonce,
                 method,
                 path,
                 reply.status,
                 &reply.body,
-            ));
+            )));
         }
         reply
     }

@@ -652,7 +652,7 @@ fn attack_drop_a_transcript_piece() {
     let (out, _) = pull(&state, &vault, &org, &c.session, true);
     assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     assert!(
-        stdout(&out).contains(&format!("the transcript bytes"))
+        stdout(&out).contains("the transcript bytes")
             && stdout(&out).contains(&format!(
                 "entry {} anchors: the vault acknowledged that piece",
                 anchors[2]

@@ -26,12 +26,15 @@ enum Rule {
     Cut(usize),
 }
 
+/// The replies relayed, by "METHOD path", oldest first.
+type Seen = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// A man in the middle on loopback: every request is relayed to the vault
 /// on a connection of its own, and every reply kept, by "METHOD path".
 struct Mitm {
     url: String,
     rule: Arc<Mutex<Rule>>,
-    seen: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    seen: Seen,
 }
 
 impl Mitm {
@@ -74,12 +77,7 @@ fn head_end(bytes: &[u8]) -> Option<usize> {
         .map(|i| i + 4)
 }
 
-fn relay(
-    mut client: TcpStream,
-    to: &str,
-    rule: &Mutex<Rule>,
-    seen: &Mutex<Vec<(String, Vec<u8>)>>,
-) {
+fn relay(mut client: TcpStream, to: &str, rule: &Mutex<Rule>, seen: &Seen) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 65536];
     let end = loop {
