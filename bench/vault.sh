@@ -50,7 +50,7 @@ org_setup() { # $1 = database, $2 = its key
   "$BIN/nd7-vault" recipients --db "$1" --key "$2" "$W/org/recipients" > /dev/null
 }
 enroll() { # $1 = state dir, $2 = the server
-  XDG_STATE_HOME=$1 "$BIN/nd7" enroll "${2:-$URL}" --token "$("$BIN/nd7" admin enrol-token --org-key "$W/org/org.key")" --fingerprint "$FP" > /dev/null
+  XDG_STATE_HOME=$1 "$BIN/nd7" enroll "${2:-$URL}" --token "$("$BIN/nd7" admin enrol-token --org-key "$W/org/org.key" --recipients "$W/org/recipients")" --fingerprint "$FP" > /dev/null
 }
 
 echo "== machine"

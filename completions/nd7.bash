@@ -79,6 +79,9 @@ _nd7() {
             nd7__subcmd__admin,help)
                 cmd="nd7__subcmd__admin__subcmd__help"
                 ;;
+            nd7__subcmd__admin,machines)
+                cmd="nd7__subcmd__admin__subcmd__machines"
+                ;;
             nd7__subcmd__admin,org-key)
                 cmd="nd7__subcmd__admin__subcmd__org__subcmd__key"
                 ;;
@@ -99,6 +102,9 @@ _nd7() {
                 ;;
             nd7__subcmd__admin__subcmd__help,help)
                 cmd="nd7__subcmd__admin__subcmd__help__subcmd__help"
+                ;;
+            nd7__subcmd__admin__subcmd__help,machines)
+                cmd="nd7__subcmd__admin__subcmd__help__subcmd__machines"
                 ;;
             nd7__subcmd__admin__subcmd__help,org-key)
                 cmd="nd7__subcmd__admin__subcmd__help__subcmd__org__subcmd__key"
@@ -172,6 +178,9 @@ _nd7() {
             nd7__subcmd__help__subcmd__admin,enrol-token)
                 cmd="nd7__subcmd__help__subcmd__admin__subcmd__enrol__subcmd__token"
                 ;;
+            nd7__subcmd__help__subcmd__admin,machines)
+                cmd="nd7__subcmd__help__subcmd__admin__subcmd__machines"
+                ;;
             nd7__subcmd__help__subcmd__admin,org-key)
                 cmd="nd7__subcmd__help__subcmd__admin__subcmd__org__subcmd__key"
                 ;;
@@ -205,7 +214,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin)
-            opts="-h --help org-key age-key sign-recipients enrol-token sessions pull help"
+            opts="-h --help org-key age-key sign-recipients enrol-token machines sessions pull help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -237,7 +246,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__enrol__subcmd__token)
-            opts="-h --org-key --hours --help"
+            opts="-h --org-key --recipients --hours --label --register --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -247,7 +256,19 @@ _nd7() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --recipients)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --hours)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --label)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --register)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -259,7 +280,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__help)
-            opts="org-key age-key sign-recipients enrol-token sessions pull help"
+            opts="org-key age-key sign-recipients enrol-token machines sessions pull help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -301,6 +322,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__help__subcmd__machines)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -363,6 +398,36 @@ _nd7() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__admin__subcmd__machines)
+            opts="-h --read-token --ca-cert --fingerprint --register --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --read-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fingerprint)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --register)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -457,7 +522,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__sign__subcmd__recipients)
-            opts="-h --org-key --version --vault-key --help"
+            opts="-h --org-key --version --valid-days --valid-until --vault-key --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -468,6 +533,14 @@ _nd7() {
                     return 0
                     ;;
                 --version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --valid-days)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --valid-until)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -599,7 +672,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help__subcmd__admin)
-            opts="org-key age-key sign-recipients enrol-token sessions pull"
+            opts="org-key age-key sign-recipients enrol-token machines sessions pull"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -627,6 +700,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help__subcmd__admin__subcmd__enrol__subcmd__token)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__help__subcmd__admin__subcmd__machines)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -379,6 +379,13 @@ pub enum Admin {
         /// The document's version: machines take only a higher one than they hold.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         version: u64,
+        /// Days the document stays valid: after that, machines start no new
+        /// chain key under it, so sign and install a newer version before.
+        #[arg(long, value_name = "DAYS", default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=3660))]
+        valid_days: u64,
+        /// Valid until this Unix time instead of for --valid-days.
+        #[arg(long, value_name = "SECS", conflicts_with = "valid_days")]
+        valid_until: Option<u64>,
         /// The vault's public key, as `nd7-vault key` printed it.
         #[arg(long, value_name = "HEX")]
         vault_key: String,
@@ -387,13 +394,49 @@ pub enum Admin {
         recipients: Vec<String>,
     },
     /// Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key.
+    ///
+    /// The token names the version of the recipients document given, so a
+    /// machine enrolling with it refuses any older one the vault might serve.
     EnrolToken {
         /// The organisation key from `nd7 admin org-key`.
         #[arg(long, value_name = "FILE")]
         org_key: PathBuf,
+        /// The recipients document currently installed on the vault (from
+        /// `nd7 admin sign-recipients`).
+        #[arg(long, value_name = "FILE")]
+        recipients: PathBuf,
         /// Hours until it expires.
         #[arg(long, default_value_t = 24)]
         hours: u64,
+        /// Whom the token is for (a host, a person): kept in the register.
+        #[arg(long, value_name = "TEXT", default_value = "")]
+        label: String,
+        /// The organisation's register of tokens, which this one is added to
+        /// (`nd7 admin machines --register` holds the vault's machines to it)
+        /// [default: the organisation key's file with `.tokens` added].
+        #[arg(long, value_name = "FILE")]
+        register: Option<PathBuf>,
+    },
+    /// List the machines a vault enrolled, by the token each used, held to
+    /// the organisation's register of tokens.
+    ///
+    /// Each machine's enrolment record must verify against the organisation
+    /// key, its token must be one the register lists (the label says whom
+    /// it was for), and no token may have let in two machines. Exits 0 when
+    /// every machine is accounted for, 3 when one is not.
+    Machines {
+        url: String,
+        #[arg(long, value_name = "T")]
+        read_token: String,
+        /// Trust only the CA certificate(s) in FILE (PEM) for the vault's HTTPS.
+        #[arg(long, value_name = "FILE")]
+        ca_cert: Option<PathBuf>,
+        /// The organisation key's fingerprint, from `nd7 admin org-key`.
+        #[arg(long, value_name = "FP")]
+        fingerprint: String,
+        /// The register `nd7 admin enrol-token` wrote.
+        #[arg(long, value_name = "FILE")]
+        register: PathBuf,
     },
     /// List the sessions a vault holds: machine, session, last entry.
     Sessions {

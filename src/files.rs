@@ -144,6 +144,11 @@ impl Staged {
         })
     }
 
+    /// Where the replacement is being written (readable before the commit).
+    pub fn temporary(&self) -> &Path {
+        &self.tmp
+    }
+
     /// Appends `bytes` to the replacement.
     pub fn write(&mut self, bytes: &[u8]) -> Result<(), IoContext> {
         match &mut self.file {

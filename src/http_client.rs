@@ -105,7 +105,27 @@ pub struct Streamed {
     pub status: u16,
     /// `Retry-After`, in seconds, when the server sent one.
     pub retry_after: Option<u64>,
+    /// Every header whose value is text, names lowercase.
+    pub headers: Vec<(String, String)>,
     pub body: Box<dyn Read + Send>,
+}
+
+/// A response read whole.
+pub struct Fetched {
+    pub status: u16,
+    pub retry_after: Option<u64>,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Fetched {
+    /// A header's value, by lowercase name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 impl Client {
@@ -173,6 +193,11 @@ impl Client {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse().ok());
+        let reply_headers = response
+            .headers()
+            .iter()
+            .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect();
         let reader = response
             .into_body()
             .into_with_config()
@@ -181,6 +206,7 @@ impl Client {
         Ok(Streamed {
             status,
             retry_after,
+            headers: reply_headers,
             body: Box::new(reader),
         })
     }
@@ -195,6 +221,19 @@ impl Client {
         headers: &[(&str, String)],
         limit: u64,
     ) -> Result<(u16, Option<u64>, Vec<u8>), HttpError> {
+        let f = self.fetch(method, path, body, headers, limit)?;
+        Ok((f.status, f.retry_after, f.body))
+    }
+
+    /// [`Client::send`], with the reply's headers.
+    pub fn fetch(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        headers: &[(&str, String)],
+        limit: u64,
+    ) -> Result<Fetched, HttpError> {
         let url = self.url(path);
         let mut r = self.open(method, path, body, headers)?;
         let mut out = Vec::new();
@@ -211,7 +250,12 @@ impl Client {
                 detail: format!("the reply is over {limit} bytes"),
             });
         }
-        Ok((r.status, r.retry_after, out))
+        Ok(Fetched {
+            status: r.status,
+            retry_after: r.retry_after,
+            headers: r.headers,
+            body: out,
+        })
     }
 }
 

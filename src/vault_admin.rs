@@ -17,7 +17,7 @@ use crate::session_log::{self, SessionLog};
 use crate::ship::{self, Client, LOST_FILE, RECEIPT_FILE, ShipError};
 use crate::vault::{
     self, AgeIdentity, AgeRecipient, ChainKey, Checkpoint, EnrolToken, Enrolment, IndexKey, KeyId,
-    PublicKey, Receipt, Recipients, RestoreNotice, Secret32, SigningKey,
+    PublicKey, PullEnd, PullOf, Receipt, Recipients, RestoreNotice, Secret32, SigningKey,
 };
 
 // ---------------------------------------------------------------- keys
@@ -51,11 +51,12 @@ fn org_key(text: &str) -> Result<SigningKey, ShipError> {
     )?))
 }
 
-/// Signs a recipients document of `version`, naming the vault's key, with
-/// the organisation key in `org_key_text`.
+/// Signs a recipients document of `version`, valid until `valid_until`,
+/// naming the vault's key, with the organisation key in `org_key_text`.
 pub fn sign_recipients(
     org_key_text: &str,
     version: u64,
+    valid_until: u64,
     vault_key: &str,
     recipients: &[String],
 ) -> Result<String, ShipError> {
@@ -70,19 +71,234 @@ pub fn sign_recipients(
     Ok(Recipients::sign(
         &org_key(org_key_text)?,
         version,
+        valid_until,
         &vault_key,
         &parsed,
     ))
 }
 
-/// An enrolment token valid for `hours`, signed with the organisation key.
-pub fn enrol_token(org_key_text: &str, hours: u64) -> Result<String, ShipError> {
+/// An enrolment token valid for `hours`, signed with the organisation key,
+/// naming the version of `recipients_text` (the document the vault holds,
+/// which that key must have signed) as the lowest a machine may take.
+pub fn enrol_token(
+    org_key_text: &str,
+    recipients_text: &str,
+    hours: u64,
+) -> Result<String, ShipError> {
+    let org = org_key(org_key_text)?;
+    let doc = Recipients::verify(recipients_text, &org.public().fingerprint())?;
     let expires = ship::unix_now().saturating_add(hours.saturating_mul(3600));
     Ok(EnrolToken::mint(
-        &org_key(org_key_text)?,
+        &org,
         &ship::random()?,
         expires,
+        doc.version,
     ))
+}
+
+/// One token of the organisation's register: its public key, when it
+/// expires, and whom it was for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registered {
+    pub token_key: PublicKey,
+    pub expires: u64,
+    pub label: String,
+}
+
+const REGISTER_HEAD: &str =
+    "# nd7 enrolment tokens (nd7 admin enrol-token): token key, expires (Unix s), label\n";
+
+/// The register's lines: `<token key hex> <expires> <label>`, `#` lines
+/// aside. A line that does not read is an error naming it.
+pub fn read_register(path: &Path) -> Result<Vec<Registered>, ShipError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ShipError::Io {
+        path: path.to_path_buf(),
+        action: "read",
+        source: e,
+    })?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut parts = line.splitn(3, ' ');
+        let parsed = (|| {
+            Some(Registered {
+                token_key: PublicKey::from_hex(parts.next()?)?,
+                expires: parts.next()?.parse().ok()?,
+                label: parts.next().unwrap_or_default().to_string(),
+            })
+        })();
+        out.push(parsed.ok_or_else(|| ShipError::BadFile {
+            path: path.to_path_buf(),
+            what: format!(
+                "line {} is not `<token key> <expires> <label>` as `nd7 admin enrol-token` writes it",
+                n + 1
+            ),
+        })?);
+    }
+    Ok(out)
+}
+
+/// Adds a token to the organisation's register (0600, created with its
+/// header line if missing, synced): what `nd7 admin machines` holds the
+/// vault's machines to.
+pub fn register_token(path: &Path, token: &str, label: &str) -> Result<(), ShipError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if label.chars().any(char::is_control) {
+        return Err(ShipError::BadFile {
+            path: path.to_path_buf(),
+            what: "--label must be one line of text, without control characters".into(),
+        });
+    }
+    let parsed = EnrolToken::parse(token)?;
+    let io = |action| {
+        let path = path.to_path_buf();
+        move |source| ShipError::Io {
+            path,
+            action,
+            source,
+        }
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io("open"))?;
+    let fresh = f.metadata().map_err(io("stat"))?.len() == 0;
+    let line = format!(
+        "{}{} {} {label}\n",
+        if fresh { REGISTER_HEAD } else { "" },
+        parsed.public().to_hex(),
+        parsed.expires
+    );
+    f.write_all(line.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(io("append to"))
+}
+
+/// What `nd7 admin machines` found: a line per machine and per token, and
+/// what the register does not account for.
+#[derive(Debug, Default)]
+pub struct Machines {
+    pub lines: Vec<String>,
+    pub findings: Vec<Finding>,
+}
+
+/// Every machine the vault enrolled, held to the organisation key and to
+/// the register: each record must verify, its token be one the register
+/// lists, and no token have let in two machines. Both ids and labels come
+/// from outside: show them through [`crate::read::safe::term`].
+pub fn list_machines(
+    url: &str,
+    trust: &Trust,
+    read_token: &str,
+    fingerprint: &str,
+    register: &[Registered],
+) -> Result<Machines, PullError> {
+    let client = Client::new(url, trust)?;
+    let (doc, _) = client.ok_bound_by("GET", "/v1/recipients", |body| {
+        let doc = Recipients::verify(&String::from_utf8_lossy(body), fingerprint)?;
+        let key = doc.vault;
+        Ok((doc, key))
+    })?;
+    let text = client.ok_bound(
+        "GET",
+        "/v1/machines",
+        b"",
+        None,
+        Some(read_token),
+        &doc.vault,
+    )?;
+    let text = String::from_utf8_lossy(&text);
+    let mut out = Machines::default();
+    let mut by_token: Vec<(PublicKey, Vec<String>)> = Vec::new();
+    let magic = "nd7-enroll ";
+    let mut starts: Vec<usize> = text.match_indices(magic).map(|(i, _)| i).collect();
+    starts.push(text.len());
+    for w in starts.windows(2) {
+        let record = &text[w[0]..w[1]];
+        let enrolment = match Enrolment::parse(record.as_bytes()) {
+            Ok(e) => e,
+            Err(e) => {
+                out.findings.push(Finding {
+                    fault: Fault::Vault,
+                    text: format!("the vault lists an enrolment record that does not read: {e}"),
+                });
+                continue;
+            }
+        };
+        let id = enrolment.machine_id();
+        if let Err(e) = enrolment.verify(&doc.org, None) {
+            out.findings.push(Finding {
+                fault: Fault::Vault,
+                text: format!(
+                    "machine {id}: its enrolment record is forged: {e}; the organisation never let this key in"
+                ),
+            });
+            continue;
+        }
+        let registered = register.iter().find(|r| r.token_key == enrolment.token_key);
+        out.lines.push(format!(
+            "machine {id} enrolled {} with token {} ({})",
+            when(enrolment.endorsed),
+            &enrolment.token_key.to_hex()[..16],
+            registered.map_or("NOT IN THE REGISTER".to_string(), |r| {
+                if r.label.is_empty() {
+                    "no label".to_string()
+                } else {
+                    format!("for {}", r.label)
+                }
+            })
+        ));
+        if registered.is_none() {
+            out.findings.push(Finding {
+                fault: Fault::Vault,
+                text: format!(
+                    "machine {id}: its enrolment token (key {}) is not in the register: the organisation's key signed it, but `nd7 admin enrol-token` did not record it (minted elsewhere, or with another register)",
+                    enrolment.token_key.to_hex()
+                ),
+            });
+        }
+        match by_token.iter_mut().find(|(k, _)| *k == enrolment.token_key) {
+            Some((_, ids)) => ids.push(id),
+            None => by_token.push((enrolment.token_key, vec![id])),
+        }
+    }
+    for (key, ids) in by_token.iter().filter(|(_, ids)| ids.len() > 1) {
+        out.findings.push(Finding {
+            fault: Fault::Vault,
+            text: format!(
+                "the enrolment token with key {} let in {} machines ({}): a token lets in one",
+                key.to_hex(),
+                ids.len(),
+                ids.join(", ")
+            ),
+        });
+    }
+    let now = ship::unix_now();
+    for r in register {
+        if !by_token.iter().any(|(k, _)| *k == r.token_key) {
+            out.lines.push(format!(
+                "token {} ({}) not used; {} {}",
+                &r.token_key.to_hex()[..16],
+                if r.label.is_empty() {
+                    "no label".to_string()
+                } else {
+                    format!("for {}", r.label)
+                },
+                if r.expires < now {
+                    "expired"
+                } else {
+                    "expires"
+                },
+                when(r.expires)
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// Lists the chains a vault holds: (machine, session, last seq). Both
@@ -143,13 +359,6 @@ fn vault_fault(text: String) -> PullError {
     })
 }
 
-fn machine_fault(text: String) -> PullError {
-    PullError::Finding(Finding {
-        fault: Fault::Machine,
-        text,
-    })
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum PullError {
     #[error("{0}")]
@@ -178,7 +387,8 @@ pub struct PulledBatch {
 
 /// A session as the vault holds it, decrypted, checked, and written to
 /// `path` as it came: a pull holds one batch at a time, whatever the
-/// session's size.
+/// session's size. A pull that found something, or no batch at all, leaves
+/// nothing behind: `path` is then a temporary, removed with the `Pulled`.
 pub struct Pulled {
     pub machine: String,
     pub session: String,
@@ -188,9 +398,23 @@ pub struct Pulled {
     pub batches: Vec<PulledBatch>,
     /// The vault's key, from the recipients document the organisation signed.
     pub vault_key: PublicKey,
+    /// The organisation's key that signed it (the pinned fingerprint's).
+    pub org: PublicKey,
     pub machine_key: PublicKey,
     /// Whether the copy ends in a `session_end` entry.
     pub ended: bool,
+    /// The restores the vault declares (`GET /v1/restores`), as notes: each
+    /// may have lost what machines hold receipts for.
+    pub restores: Vec<String>,
+    /// The checkpoint of every batch the vault served that the machine
+    /// signed, in order: what the vault holds, whether or not it decrypted
+    /// into the pulled log.
+    pub held: Vec<Checkpoint>,
+    /// What stopped the pull, or was found in it: a batch only the vault
+    /// could have made or dropped, or the machine's own batches disagreeing.
+    /// Then nothing is written out; `compare` still reads what checked.
+    pub findings: Vec<Finding>,
+    staged: Option<crate::files::Staged>,
     keys: Vec<(KeyId, ChainKey)>,
 }
 
@@ -226,6 +450,42 @@ impl Pulled {
         let hash = crate::chain::read_stated(line).ok()?.hash;
         Some(IndexKey::of(chain_key).digest(&hash))
     }
+}
+
+/// A Unix time as people read it (UTC).
+fn when(unix: u64) -> String {
+    i64::try_from(unix)
+        .ok()
+        .and_then(|t| jiff::Timestamp::from_second(t).ok())
+        .map_or_else(
+            || unix.to_string(),
+            |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        )
+}
+
+/// The restores the vault declares, one note each: whatever a pull finds,
+/// an admin should know the vault says it lost acknowledged batches then.
+fn restores(client: &Client, vault_key: &PublicKey) -> Result<Vec<String>, PullError> {
+    let text = client.ok_bound("GET", "/v1/restores", b"", None, None, vault_key)?;
+    let Ok(notices) = RestoreNotice::parse_all(&String::from_utf8_lossy(&text)) else {
+        return Ok(vec![
+            "the vault's list of restore notices (GET /v1/restores) does not parse".into(),
+        ]);
+    };
+    Ok(notices
+        .iter()
+        .map(|n| match n.verify(vault_key) {
+            Ok(()) => format!(
+                "the vault declares it was restored at {} from a backup taken at {}: what it stored in between was lost, and machines ship again what they hold receipts for (receipts.lost)",
+                when(n.restored),
+                when(n.backup)
+            ),
+            Err(e) => format!(
+                "the vault lists a restore notice (backup {}, restored {}) that does not check: {e}",
+                n.backup, n.restored
+            ),
+        })
+        .collect())
 }
 
 /// Whether a log line is a `session_end` entry.
@@ -270,17 +530,20 @@ pub fn pull(
 ) -> Result<Pulled, PullError> {
     session_log::check_session_id(session).map_err(ShipError::from)?;
     let client = Client::new(url, trust)?;
-    let doc = client.ok("GET", "/v1/recipients", b"", None, None)?;
-    let doc = Recipients::verify(&String::from_utf8_lossy(&doc), fingerprint)?;
+    let (doc, _) = client.ok_bound_by("GET", "/v1/recipients", |body| {
+        let doc = Recipients::verify(&String::from_utf8_lossy(body), fingerprint)?;
+        let key = doc.vault;
+        Ok((doc, key))
+    })?;
     let names = format!("machine {machine}, session {session}");
 
     // The machine: enrolled with a token the organisation signed.
-    let record = match client.request(
+    let record = match client.request_bound(
         "GET",
         &format!("/v1/machines/{machine}"),
         b"",
-        None,
         Some(read_token),
+        &doc.vault,
     )? {
         (200, body) => body,
         (404, _) => {
@@ -323,7 +586,10 @@ pub fn pull(
         crate::files::Staged::create(&path, 0o600).map_err(|e| PullError::Other(e.into()))?;
 
     let batches_path = format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes()));
-    let mut stream = client.get_stream(&batches_path, Some(read_token))?;
+    let crate::ship::Stream {
+        body: mut stream,
+        nonce,
+    } = client.get_stream(&batches_path, Some(read_token))?;
     let mut pulled = Pulled {
         machine: machine.into(),
         session: session.into(),
@@ -331,87 +597,202 @@ pub fn pull(
         entries: 0,
         batches: Vec::new(),
         vault_key: doc.vault,
+        org: doc.org,
         machine_key: enrolment.key,
         ended: false,
+        restores: restores(&client, &doc.vault)?,
+        held: Vec::new(),
+        findings: Vec::new(),
+        staged: None,
         keys: Vec::new(),
     };
     let mut cursor = Cursor::start(session);
     let mut offset = 0u64;
     let mut body = Vec::new();
+    let finding = |fault: Fault, text: String| Finding { fault, text };
+    // Once the machine's own batches disagree, the rest is still checked for
+    // what only the vault could have done (a batch the machine did not sign,
+    // a gap), but no longer decrypted into the pulled log.
+    let mut machine_stopped = false;
+    // Every frame before the vault's signed last one, as it came.
+    let (mut frames, mut digest) = (0u64, blake3::Hasher::new());
+    let mut ended = false;
     loop {
-        let n = pulled.batches.len();
+        let n = pulled.held.len();
+        let next = pulled.held.last().map_or(0, |c| c.last + 1);
         let cut = |e: io::Error| {
-            vault_fault(format!(
-                "{names}: the vault's reply is cut short at batch {n}: {e}"
-            ))
+            finding(
+                Fault::Vault,
+                format!("{names}: the vault's reply is cut short at batch {n}: {e}"),
+            )
         };
         let mut len = [0u8; 4];
-        if !read_frame_part(&mut stream, &mut len).map_err(cut)? {
-            break;
+        match read_frame_part(&mut stream, &mut len) {
+            Ok(true) if ended => {
+                pulled.findings.push(finding(
+                    Fault::Vault,
+                    format!("{names}: the vault's reply goes on after its signed last frame"),
+                ));
+                break;
+            }
+            Ok(true) => {}
+            Ok(false) if ended => break,
+            Ok(false) => {
+                // The network can end a reply cleanly at any frame; only the
+                // vault's signed last frame says it is all there is.
+                pulled.findings.push(finding(
+                    Fault::Vault,
+                    format!(
+                        "{names}: the vault's reply ends after batch {n} without its signed last frame: it is incomplete, cut short"
+                    ),
+                ));
+                break;
+            }
+            Err(e) => {
+                pulled.findings.push(cut(e));
+                break;
+            }
         }
         let len = u32::from_be_bytes(len) as usize;
         if len > vault::MAX_BODY_BYTES {
-            return Err(vault_fault(format!(
-                "{names}: batch {n} is forged: it is {len} bytes, over the {} a batch can be",
-                vault::MAX_BODY_BYTES
-            )));
+            pulled.findings.push(finding(
+                Fault::Vault,
+                format!(
+                    "{names}: batch {n} is forged: it is {len} bytes, over the {} a batch can be",
+                    vault::MAX_BODY_BYTES
+                ),
+            ));
+            break;
         }
         body.resize(len, 0);
-        if !read_frame_part(&mut stream, &mut body).map_err(cut)? && len > 0 {
-            return Err(cut(io::ErrorKind::UnexpectedEof.into()));
+        match read_frame_part(&mut stream, &mut body) {
+            Ok(true) => {}
+            Ok(false) if len == 0 => {}
+            Ok(false) => {
+                pulled
+                    .findings
+                    .push(cut(io::ErrorKind::UnexpectedEof.into()));
+                break;
+            }
+            Err(e) => {
+                pulled.findings.push(cut(e));
+                break;
+            }
         }
-        let batch = vault::parse_batch(&body).map_err(|e| {
-            vault_fault(format!(
-                "{names}: batch {n} is forged: it is not a batch: {e}"
-            ))
-        })?;
+        if PullEnd::is_end(&body) {
+            let checked = PullEnd::parse(&body)
+                .map_err(|e| e.to_string())
+                .and_then(|end| {
+                    end.verify(
+                        &doc.vault,
+                        &nonce,
+                        machine,
+                        session,
+                        PullOf::Batches,
+                        frames,
+                        digest.finalize().as_bytes(),
+                    )
+                });
+            if let Err(why) = checked {
+                pulled.findings.push(finding(
+                    Fault::Vault,
+                    format!("{names}: the vault's reply is not its whole answer: {why}"),
+                ));
+                break;
+            }
+            ended = true;
+            continue;
+        }
+        frames += 1;
+        digest.update(&(len as u32).to_be_bytes());
+        digest.update(&body);
+        let batch = match vault::parse_batch(&body) {
+            Ok(batch) => batch,
+            Err(e) => {
+                pulled.findings.push(finding(
+                    Fault::Vault,
+                    format!("{names}: batch {n} is forged: it is not a batch: {e}"),
+                ));
+                break;
+            }
+        };
         let c = &batch.checkpoint;
         if !batch.signed_by(&enrolment.key) {
-            return Err(vault_fault(format!(
-                "{}: the batch is forged: it is not signed by the machine's enrolled key",
-                c.names()
-            )));
+            pulled.findings.push(finding(
+                Fault::Vault,
+                format!(
+                    "{}: the batch is forged: it is not signed by the machine's enrolled key",
+                    c.names()
+                ),
+            ));
+            break;
         }
         if c.machine != machine || c.session != session {
-            return Err(vault_fault(format!(
-                "{names}: the vault serves the machine's batch of {} among them",
-                c.names()
-            )));
-        }
-        if c.first != cursor.next_seq {
-            let detail = if c.first > cursor.next_seq {
+            pulled.findings.push(finding(
+                Fault::Vault,
                 format!(
-                    "entries {}..{} are missing: the vault holds no batch of them",
-                    cursor.next_seq,
+                    "{names}: the vault serves the machine's batch of {} among them",
+                    c.names()
+                ),
+            ));
+            break;
+        }
+        if c.first != next {
+            let detail = if c.first > next {
+                format!(
+                    "entries {next}..{} are missing: the vault holds no batch of them",
                     c.first - 1
                 )
             } else {
                 format!("batches overlap at entry {}", c.first)
             };
-            return Err(vault_fault(format!("{names}: {detail}")));
+            pulled
+                .findings
+                .push(finding(Fault::Vault, format!("{names}: {detail}")));
+            break;
+        }
+        pulled.held.push(c.clone());
+        if machine_stopped {
+            continue;
         }
         let known = pulled.keys.iter().position(|(id, _)| *id == c.key);
         let key_at = match known {
             Some(i) => i,
-            None => {
-                let key =
-                    vault::unwrap_chain_key(&batch.wrapped_key, identity).map_err(|e| match e {
-                        vault::Error::NoMatchingStanza => PullError::Other(ShipError::Vault(e)),
-                        e => machine_fault(format!(
+            None => match vault::unwrap_chain_key(&batch.wrapped_key, identity) {
+                Ok(key) => {
+                    pulled.keys.push((KeyId::of(&key), key));
+                    pulled.keys.len() - 1
+                }
+                Err(e @ vault::Error::NoMatchingStanza) => {
+                    return Err(PullError::Other(ShipError::Vault(e)));
+                }
+                Err(e) => {
+                    pulled.findings.push(finding(
+                        Fault::Machine,
+                        format!(
                             "{}: the machine signed a wrapped chain key that does not open: {e}",
                             c.names()
-                        )),
-                    })?;
-                pulled.keys.push((KeyId::of(&key), key));
-                pulled.keys.len() - 1
+                        ),
+                    ));
+                    machine_stopped = true;
+                    continue;
+                }
+            },
+        };
+        let opened = match vault::open_batch(&batch, &pulled.keys[key_at].1) {
+            Ok(opened) => opened,
+            Err(e) => {
+                pulled.findings.push(finding(
+                    Fault::Machine,
+                    format!(
+                        "{}: the machine signed a batch that does not check: {e}",
+                        c.names()
+                    ),
+                ));
+                machine_stopped = true;
+                continue;
             }
         };
-        let opened = vault::open_batch(&batch, &pulled.keys[key_at].1).map_err(|e| {
-            machine_fault(format!(
-                "{}: the machine signed a batch that does not check: {e}",
-                c.names()
-            ))
-        })?;
         if opened.prev != cursor.prev {
             let detail = if c.first == 0 {
                 "entry 0 does not start this session's chain".to_string()
@@ -424,7 +805,11 @@ pub fn pull(
                     c.first - 1
                 )
             };
-            return Err(machine_fault(format!("{names}: {detail}")));
+            pulled
+                .findings
+                .push(finding(Fault::Machine, format!("{names}: {detail}")));
+            machine_stopped = true;
+            continue;
         }
         file.write(&opened.entries)
             .map_err(|e| PullError::Other(e.into()))?;
@@ -444,15 +829,16 @@ pub fn pull(
         });
         offset += opened.entries.len() as u64;
     }
-    if pulled.batches.is_empty() {
-        return Err(PullError::Other(ShipError::Http {
-            url: format!("{url}{batches_path}"),
-            detail: format!("the vault holds no batch of {names}"),
-        }));
-    }
-    file.commit(crate::files::Durability::Durable)
-        .map_err(|e| PullError::Other(e.into()))?;
     pulled.entries = cursor.next_seq;
+    if pulled.findings.is_empty() && !pulled.batches.is_empty() {
+        file.commit(crate::files::Durability::Durable)
+            .map_err(|e| PullError::Other(e.into()))?;
+    } else {
+        // Nothing is written out, but what checked stays readable for
+        // `compare` until the pull is dropped.
+        pulled.path = file.temporary().to_path_buf();
+        pulled.staged = Some(file);
+    }
     Ok(pulled)
 }
 
@@ -553,21 +939,50 @@ impl Compared {
     }
 }
 
-/// Reads the receipts kept in `receipts.lost`: each after its `#` line.
-fn lost_receipts(text: &str) -> Vec<(String, Option<Receipt>, Option<RestoreNotice>)> {
-    let mut out = Vec::new();
-    for block in text.split("\n# ").map(|b| b.trim_start_matches("# ")) {
-        let Some((what, rest)) = block.split_once('\n') else {
+/// The vault keys the organisation vouched for, as far as this machine
+/// knows: the one in the document the vault serves now, and every one
+/// named by a document the machine held (its `vault/recipients` and
+/// `recipients.old`, beside the sessions directory `dir` is in) that the
+/// organisation's key signed. A receipt signed before the vault's key
+/// changed is checked against the key it was signed with.
+pub(crate) fn vouched_vault_keys(pulled: &Pulled, dir: &Path) -> Vec<PublicKey> {
+    let mut keys = vec![pulled.vault_key];
+    let Some(vault_dir) = dir.parent().and_then(Path::parent).map(ship::vault_dir) else {
+        return keys;
+    };
+    for name in [ship::RECIPIENTS_FILE, ship::RECIPIENTS_OLD_FILE] {
+        let Ok(text) = std::fs::read_to_string(vault_dir.join(name)) else {
             continue;
         };
-        let receipt_end = rest.find("nd7-restore v2").unwrap_or(rest.len());
-        let receipt = Receipt::parse(&rest[..receipt_end]).ok();
-        let notice = RestoreNotice::parse_all(&rest[receipt_end..])
-            .ok()
-            .and_then(|n| n.into_iter().next());
-        out.push((what.to_string(), receipt, notice));
+        let mut starts: Vec<usize> = text
+            .match_indices("nd7-recipients ")
+            .map(|(i, _)| i)
+            .collect();
+        starts.push(text.len());
+        for w in starts.windows(2) {
+            if let Ok(doc) = Recipients::parse(&text[w[0]..w[1]])
+                && doc.org == pulled.org
+                && !keys.contains(&doc.vault)
+            {
+                keys.push(doc.vault);
+            }
+        }
     }
-    out
+    keys
+}
+
+/// Checks a receipt's two signatures: the vault's, by one of the `vouched`
+/// vault keys (the one it names), and the machine's.
+fn check_receipt(
+    r: &Receipt,
+    vouched: &[PublicKey],
+    machine: &PublicKey,
+) -> Result<(), vault::Error> {
+    let key = vouched
+        .iter()
+        .find(|k| **k == r.vault)
+        .unwrap_or(&vouched[0]);
+    r.verify(key, machine)
 }
 
 /// Compares the vault's copy with a machine's session directory (or its
@@ -577,13 +992,16 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
     let log = SessionLog::at_path(local)?;
     let names = format!("machine {}, session {}", pulled.machine, pulled.session);
     let mut out = Compared::default();
-    let vault_last = pulled.entries.checked_sub(1);
+    let vouched = vouched_vault_keys(pulled, log.dir());
+    // What the vault holds, signed by the machine, whether or not the pull
+    // got as far as decrypting it.
+    let vault_last = pulled.held.last().map(|c| c.last);
 
     // The receipt the machine kept: the vault must still hold that batch.
     let receipt_path = log.dir().join(RECEIPT_FILE);
     if let Ok(text) = std::fs::read_to_string(&receipt_path) {
         match Receipt::parse(&text)
-            .and_then(|r| r.verify(&pulled.vault_key, &pulled.machine_key).map(|()| r))
+            .and_then(|r| check_receipt(&r, &vouched, &pulled.machine_key).map(|()| r))
         {
             Err(e) => out.findings.push(Finding {
                 fault: Fault::Machine,
@@ -594,7 +1012,7 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
             }),
             Ok(r) => {
                 let k = &r.checkpoint;
-                let held = pulled.batches.iter().any(|b| b.checkpoint.same_head(k));
+                let held = pulled.held.iter().any(|c| c.same_head(k));
                 if !held {
                     let text = if vault_last.is_none_or(|l| l < k.last) {
                         format!(
@@ -624,14 +1042,14 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
 
     // Receipts a declared restore lost: evidence, kept by the machine.
     if let Ok(text) = std::fs::read_to_string(log.dir().join(LOST_FILE)) {
-        for (what, receipt, notice) in lost_receipts(&text) {
+        for (what, receipt, notice) in ship::lost_receipts(&text) {
             let signed = receipt
                 .as_ref()
-                .is_some_and(|r| r.verify(&pulled.vault_key, &pulled.machine_key).is_ok())
+                .is_some_and(|r| check_receipt(r, &vouched, &pulled.machine_key).is_ok())
                 && notice
                     .as_ref()
-                    .is_some_and(|n| n.verify(&pulled.vault_key).is_ok());
-            let Some(r) = receipt.filter(|_| signed) else {
+                    .is_some_and(|n| vouched.iter().any(|k| n.verify(k).is_ok()));
+            let (Some(r), Some(n)) = (receipt.filter(|_| signed), notice) else {
                 out.findings.push(Finding {
                     fault: Fault::Machine,
                     text: format!(
@@ -640,6 +1058,23 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
                 });
                 continue;
             };
+            // The vault signed both; a notice that cannot excuse this loss
+            // (too wide, in the future, not covering the receipt) is its own
+            // word against it.
+            if let Err(why) = n.credible(ship::unix_now()).and_then(|()| {
+                n.explains(&r)
+                    .then_some(())
+                    .ok_or_else(|| "it does not cover the receipt".to_string())
+            }) {
+                out.findings.push(Finding {
+                    fault: Fault::Vault,
+                    text: format!(
+                        "{names}: {what}; the vault's restore notice for it (backup {}, restored {}) cannot excuse the loss: {why}",
+                        n.backup, n.restored
+                    ),
+                });
+                continue;
+            }
             let k = &r.checkpoint;
             let now = match pulled.digest_at(k.last, k.key) {
                 Some(d) if d == k.head => "the vault holds those entries again, unchanged",
@@ -656,7 +1091,16 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
                 None if vault_last.is_some_and(|l| l >= k.last) => {
                     "the vault holds those entries again (under a later chain key, so not compared with the lost receipt)"
                 }
-                None => "the vault does not hold them again yet",
+                None => {
+                    out.findings.push(Finding {
+                        fault: Fault::Vault,
+                        text: format!(
+                            "{names}: {what}; the vault does not hold them again: it holds up to {}, and a declared restore excuses shipping them again, not losing them",
+                            vault_last.map_or("none".into(), |l| l.to_string())
+                        ),
+                    });
+                    continue;
+                }
             };
             out.notes.push(format!("{names}: {what}; {now}"));
         }
@@ -686,8 +1130,13 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
             source: e,
         })?;
     match comparison {
+        Comparison::Matches { entries, unshipped } if pulled.findings.is_empty() => {
+            out.notes.push(format!(
+                "local copy matches the vault's {entries} entries ({unshipped} more locally, not shipped yet)"
+            ))
+        }
         Comparison::Matches { entries, unshipped } => out.notes.push(format!(
-            "local copy matches the vault's {entries} entries ({unshipped} more locally, not shipped yet)"
+            "local copy matches the {entries} entries pulled before the pull stopped ({unshipped} more locally)"
         )),
         Comparison::Differs {
             entry,

@@ -110,15 +110,44 @@ enum Command {
         /// descriptor limit is lower].
         #[arg(long, value_name = "N")]
         max_connections: Option<usize>,
+        /// Connections one peer address may hold at once; more are closed
+        /// (0: no bound, for a vault behind a proxy, whose address every
+        /// connection has).
+        #[arg(long, value_name = "N", default_value_t = http::Config::default().max_connections_per_peer)]
+        max_connections_per_peer: usize,
+        /// Seconds a new connection may go before its first byte.
+        #[arg(long, value_name = "SECS", default_value_t = 5)]
+        first_byte_timeout: u64,
         /// Seconds a request's headers may take (and a connection may sit idle).
         #[arg(long, value_name = "SECS", default_value_t = 10)]
         header_timeout: u64,
+        /// Bytes of request line and headers.
+        #[arg(long, value_name = "BYTES", default_value_t = http::Config::default().max_header_bytes)]
+        max_header_bytes: usize,
         /// Seconds a request body may go without a byte arriving.
         #[arg(long, value_name = "SECS", default_value_t = 10)]
         body_timeout: u64,
+        /// Seconds a whole request body may take.
+        #[arg(long, value_name = "SECS", default_value_t = 120)]
+        body_deadline: u64,
+        /// Bytes of request bodies held at once, over all requests.
+        #[arg(long, value_name = "BYTES", default_value_t = http::Config::default().body_budget)]
+        body_budget: usize,
+        /// Bytes of request bodies held at once for one machine.
+        #[arg(long, value_name = "BYTES", default_value_t = http::Config::default().machine_budget)]
+        machine_body_budget: usize,
+        /// Requests handed to storage and not answered yet.
+        #[arg(long, value_name = "N", default_value_t = http::Config::default().max_in_flight)]
+        max_in_flight: usize,
+        /// Seconds a request waits for a storage thread or body room before 503.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        queue_wait: u64,
         /// Seconds a write to a peer that stopped reading may wait.
         #[arg(long, value_name = "SECS", default_value_t = 30)]
         write_timeout: u64,
+        /// Seconds SIGTERM waits for requests in progress.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        shutdown_grace: u64,
         /// Entries one machine may store a day (UTC).
         #[arg(long, value_name = "N", default_value_t = Quota::default().entries_per_day)]
         entries_per_day: u64,
@@ -181,7 +210,7 @@ enum Command {
     /// Install a signed recipients document (from `nd7 admin sign-recipients`).
     ///
     /// Refuses a document that names another vault key than this vault's,
-    /// or whose version is not above the installed one. Machines take it on
+    /// whose version is not above the installed one, or whose validity ran out. Machines take it on
     /// their next ship if the organisation key they pinned signed it.
     Recipients {
         #[command(flatten)]
@@ -285,9 +314,18 @@ fn run(command: Command) -> Result<(), ExitCode> {
             tls_key,
             workers,
             max_connections,
+            max_connections_per_peer,
+            first_byte_timeout,
             header_timeout,
+            max_header_bytes,
             body_timeout,
+            body_deadline,
+            body_budget,
+            machine_body_budget,
+            max_in_flight,
+            queue_wait,
             write_timeout,
+            shutdown_grace,
             entries_per_day,
             bytes_per_day,
             requests_per_10min,
@@ -308,14 +346,23 @@ fn run(command: Command) -> Result<(), ExitCode> {
             let addr = listener
                 .local_addr()
                 .map_or(listen.clone(), |a| a.to_string());
+            let secs = |s: u64| Duration::from_secs(s.max(1));
             let config = http::Config {
                 workers: workers.max(1),
                 max_connections: max_connections
                     .unwrap_or_else(|| 4096.min(nofile.saturating_sub(64).max(16) as usize)),
-                header_timeout: Duration::from_secs(header_timeout.max(1)),
-                body_stall: Duration::from_secs(body_timeout.max(1)),
-                write_stall: Duration::from_secs(write_timeout.max(1)),
-                ..http::Config::default()
+                max_connections_per_peer,
+                first_byte_timeout: secs(first_byte_timeout),
+                header_timeout: secs(header_timeout),
+                max_header_bytes: max_header_bytes.max(1024),
+                body_stall: secs(body_timeout),
+                body_deadline: secs(body_deadline),
+                body_budget: body_budget.max(vault::MAX_BODY_BYTES),
+                machine_budget: machine_body_budget.max(vault::MAX_BODY_BYTES),
+                max_in_flight: max_in_flight.max(1),
+                queue_wait: secs(queue_wait),
+                write_stall: secs(write_timeout),
+                shutdown_grace: secs(shutdown_grace),
             };
             let limits = Limits {
                 quota: Quota {
@@ -471,6 +518,13 @@ fn run(command: Command) -> Result<(), ExitCode> {
                 ExitCode::from(1)
             };
             let doc = Recipients::parse(&text).map_err(|e| refused(e.to_string()))?;
+            if doc.expired(now) {
+                return Err(refused(format!(
+                    "its validity ran out at {} (valid-until {}): sign a new version",
+                    when(doc.valid_until),
+                    doc.valid_until
+                )));
+            }
             let ours = load_key(&db)?.public();
             if doc.vault != ours {
                 return Err(refused(format!(

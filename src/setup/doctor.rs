@@ -436,6 +436,10 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
         fix: (backlog.unshipped > 0 && stale).then(|| "nd7 ship".into()),
     });
     checks.push(receipts_check(&backlog));
+    let unix = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let recipients = recipients_check(&vault.join(crate::ship::RECIPIENTS_FILE), unix);
     checks.push(match timer::active(home) {
         Ok(what) => Check {
             name: "timer",
@@ -450,7 +454,57 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
             fix: Some("nd7 setup".into()),
         },
     });
+    checks.push(recipients);
     checks
+}
+
+/// Fails once the recipients document the machine holds ran out of its
+/// validity: no new chain key is started under it, so new sessions are not
+/// shipped, and a vault that withholds the newer one (a freeze) shows here.
+fn recipients_check(path: &Path, now: u64) -> Check {
+    let doc = match fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))
+        .and_then(|t| {
+            crate::vault::Recipients::parse(&t).map_err(|e| format!("{}: {e}", path.display()))
+        }) {
+        Ok(doc) => doc,
+        Err(why) => {
+            return Check {
+                name: "recipients",
+                ok: false,
+                detail: why,
+                fix: Some("enrol again (docs/vault.md, \"Enrolling a machine\")".into()),
+            };
+        }
+    };
+    let days = |secs: u64| secs / 86_400;
+    if doc.expired(now) {
+        return Check {
+            name: "recipients",
+            ok: false,
+            detail: format!(
+                "the recipients document of version {} ran out {} day(s) ago (valid until {} Unix time), and the vault served no newer one at the last ship: new sessions are not shipped",
+                doc.version,
+                days(now - doc.valid_until),
+                doc.valid_until
+            ),
+            fix: Some(
+                "an admin signs and installs a newer version (docs/vault.md, \"Rotating recipients\"), then nd7 ship"
+                    .into(),
+            ),
+        };
+    }
+    Check {
+        name: "recipients",
+        ok: true,
+        detail: format!(
+            "version {} with {} admin recipient(s), valid for {} more day(s)",
+            doc.version,
+            doc.recipients.len(),
+            days(doc.valid_until - now)
+        ),
+        fix: None,
+    }
 }
 
 /// What the session logs hold that the vault does not, and what the last
@@ -463,6 +517,9 @@ struct Backlog {
     alarms: Vec<(String, String)>,
     /// Sessions keeping receipts a declared restore lost.
     lost: usize,
+    /// (session, what was lost): lost in a declared restore, and not
+    /// acknowledged by the vault again since.
+    lost_not_again: Vec<(String, String)>,
     /// (session, what differs): the local log no longer holds what was shipped.
     rewritten: Vec<(String, String)>,
 }
@@ -476,6 +533,12 @@ fn receipts_check(backlog: &Backlog) -> Check {
         problems.push(format!(
             "the vault broke its receipt for {} session(s); {session}: {first}",
             backlog.alarms.len()
+        ));
+    }
+    if let Some((session, what)) = backlog.lost_not_again.first() {
+        problems.push(format!(
+            "the vault has not acknowledged again what a declared restore lost, for {} session(s); {session}: {what}",
+            backlog.lost_not_again.len()
         ));
     }
     if let Some((session, what)) = backlog.rewritten.first() {
@@ -500,7 +563,7 @@ fn receipts_check(backlog: &Backlog) -> Check {
         ok: true,
         detail: if backlog.lost > 0 {
             format!(
-                "the vault honours every receipt; {} session(s) keep receipts a declared restore lost (receipts.lost)",
+                "the vault honours every receipt; {} session(s) keep receipts a declared restore lost (receipts.lost), each acknowledged again since",
                 backlog.lost
             )
         } else {
@@ -518,6 +581,7 @@ fn ship_backlog(sessions: &Path) -> Backlog {
         last_ship: None,
         alarms: Vec::new(),
         lost: 0,
+        lost_not_again: Vec::new(),
         rewritten: Vec::new(),
     };
     let Ok(entries) = fs::read_dir(sessions) else {
@@ -543,15 +607,21 @@ fn ship_backlog(sessions: &Path) -> Backlog {
             let first = alarm.lines().next().unwrap_or_default().to_string();
             backlog.alarms.push((session.clone(), first));
         }
-        if let Some(log) = dir
+        let log = dir
             .parent()
-            .and_then(|parent| crate::session_log::SessionLog::new(parent, &session).ok())
-            && let Some(what) = crate::ship::rewritten_since_shipped(&log)
-        {
-            backlog.rewritten.push((session, what));
-        }
+            .and_then(|parent| crate::session_log::SessionLog::new(parent, &session).ok());
         if dir.join(crate::ship::LOST_FILE).exists() {
             backlog.lost += 1;
+            if let Some(what) = log.as_ref().and_then(|l| {
+                crate::ship::lost_not_acknowledged_again(l)
+                    .into_iter()
+                    .next()
+            }) {
+                backlog.lost_not_again.push((session.clone(), what));
+            }
+        }
+        if let Some(what) = log.as_ref().and_then(crate::ship::rewritten_since_shipped) {
+            backlog.rewritten.push((session, what));
         }
     }
     backlog

@@ -2,7 +2,7 @@
 //! ([`Machine`]): its key, id, vault and recipients.
 
 use std::fs;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::*;
@@ -54,28 +54,55 @@ pub fn enroll(
         None => (Trust::Default, None),
     };
     let client = Client::new(url, &trust)?;
-    let doc = client.ok("GET", "/v1/recipients", b"", None, None)?;
-    let doc = String::from_utf8(doc).map_err(|_| vault::Error::Malformed {
-        what: "the recipients document",
-        expected: "UTF-8 text",
+    let (recipients, doc) = client.ok_bound_by("GET", "/v1/recipients", |body| {
+        let text = std::str::from_utf8(body).map_err(|_| vault::Error::Malformed {
+            what: "the recipients document",
+            expected: "UTF-8 text",
+        })?;
+        let doc = Recipients::verify(text, fingerprint)?;
+        let key = doc.vault;
+        Ok((doc, key))
     })?;
-    let recipients = Recipients::verify(&doc, fingerprint)?;
+    let doc = String::from_utf8_lossy(&doc).into_owned();
     token.check(&recipients.org)?;
+    // The token names the organisation's current version: anything older
+    // is a vault handing a new machine a document the organisation replaced
+    // (an admin it removed, say).
+    if recipients.version < token.recipients {
+        return Err(ShipError::OldRecipients {
+            served: recipients.version,
+            least: token.recipients,
+        });
+    }
+    let now = unix_now();
+    if recipients.expired(now) {
+        return Err(ShipError::RecipientsExpired {
+            version: recipients.version,
+            valid_until: recipients.valid_until,
+        });
+    }
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&dir)
         .map_err(io_err(&dir, "create"))?;
-    let seed = pending_key(&dir, &token.public())?;
+    let (seed, at) = pending_key(&dir, &token.public(), now)?;
     let key = SigningKey::from_seed(&seed);
     let public = key.public();
     let machine_id = vault::machine_id(&public);
-    let body = token.enrolment(&public).render();
+    let body = token.enrolment(&public, at).render();
     let signer = Signer {
         key: &key,
         machine: &machine_id,
     };
-    let reply = match client.ok("POST", "/v1/enroll", body.as_bytes(), Some(&signer), None) {
+    let reply = match client.ok_bound(
+        "POST",
+        "/v1/enroll",
+        body.as_bytes(),
+        Some(&signer),
+        None,
+        &recipients.vault,
+    ) {
         Ok(reply) => reply,
         Err(e @ (ShipError::Refused { .. } | ShipError::OverQuota { .. })) => {
             // The vault answered no: this key will never be enrolled, so
@@ -117,24 +144,37 @@ pub fn enroll(
     })
 }
 
-/// The machine key for enrolling with the token whose key is `token`: the
-/// one an earlier try with this token kept in `enrolling`, or a new one,
-/// kept there (synced) before anything is sent.
-fn pending_key(dir: &Path, token: &vault::PublicKey) -> Result<Secret32, ShipError> {
+/// The machine key for enrolling with the token whose key is `token`, and
+/// when the token endorsed it: the ones an earlier try with this token kept
+/// in `enrolling` (so the vault sees the same enrolment again), or a new
+/// key endorsed at `now`, kept there (synced) before anything is sent.
+fn pending_key(
+    dir: &Path,
+    token: &vault::PublicKey,
+    now: u64,
+) -> Result<(Secret32, u64), ShipError> {
     let path = dir.join(ENROLLING_FILE);
     let wanted = format!("# for the enrolment token with key {}", token.to_hex());
     if let Some(text) = read_optional(&path)?
         && text.lines().next() == Some(wanted.as_str())
+        && let Some(at) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# endorsed at "))
+            .and_then(|t| t.trim().parse().ok())
         && let Ok(seed) = vault::parse_secret_text(&text, "enrolling")
     {
-        return Ok(seed);
+        return Ok((seed, at));
     }
     let seed = Secret32::from_bytes(random()?);
     write_0600(
         &path,
-        format!("{wanted}\n{}\n", vault::hex(seed.expose_secret())).as_bytes(),
+        format!(
+            "{wanted}\n# endorsed at {now}\n{}\n",
+            vault::hex(seed.expose_secret())
+        )
+        .as_bytes(),
     )?;
-    Ok(seed)
+    Ok((seed, now))
 }
 
 /// An enrolled machine's vault files, read.
@@ -201,20 +241,28 @@ impl Machine {
     pub fn refresh_recipients(&mut self) -> Option<String> {
         let pinned = self.recipients.org.fingerprint();
         let held = self.recipients.version;
-        let doc = match self.client.ok("GET", "/v1/recipients", b"", None, None) {
-            Ok(doc) => String::from_utf8_lossy(&doc).into_owned(),
-            Err(e) => return Some(format!("kept the recipients of version {held}: {e}")),
-        };
-        let fresh = match Recipients::verify(&doc, &pinned) {
-            Ok(fresh) => fresh,
-            Err(e) => {
+        // The reply is held to the vault key the document names: an old
+        // document replayed by the network is refused like one the vault
+        // serves.
+        let fetched = self.client.ok_bound_by("GET", "/v1/recipients", |body| {
+            let doc = Recipients::verify(&String::from_utf8_lossy(body), &pinned)?;
+            let key = doc.vault;
+            Ok((doc, key))
+        });
+        let (fresh, doc) = match fetched {
+            Ok((fresh, doc)) => (fresh, String::from_utf8_lossy(&doc).into_owned()),
+            Err(e @ ShipError::Vault(_)) => {
                 return Some(format!(
                     "kept the recipients of version {held}: the vault's document is refused: {e}"
                 ));
             }
+            Err(e) => return Some(format!("kept the recipients of version {held}: {e}")),
         };
         match self.recipients.update_to(&fresh) {
             Update::Newer => {
+                if let Err(e) = self.keep_old_recipients() {
+                    return Some(format!("kept the recipients of version {held}: {e}"));
+                }
                 if let Err(e) = write_0600(&self.dir.join(RECIPIENTS_FILE), doc.as_bytes()) {
                     return Some(format!("kept the recipients of version {held}: {e}"));
                 }
@@ -226,6 +274,25 @@ impl Machine {
                 "kept the recipients of version {held}: refused: {why}"
             )),
         }
+    }
+
+    /// Appends the document held now to `recipients.old` (synced) before a
+    /// newer one replaces it: receipts the vault signed under the key it
+    /// names stay checkable after the vault's key changes.
+    fn keep_old_recipients(&self) -> Result<(), ShipError> {
+        use std::io::Write;
+        let held = fs::read(self.dir.join(RECIPIENTS_FILE))
+            .map_err(io_err(&self.dir.join(RECIPIENTS_FILE), "read"))?;
+        let path = self.dir.join(RECIPIENTS_OLD_FILE);
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_err(&path, "open"))?;
+        f.write_all(&held)
+            .and_then(|()| f.sync_all())
+            .map_err(io_err(&path, "append to"))
     }
 
     /// Checks a receipt from the vault: countersigned by the vault key the

@@ -18,6 +18,7 @@
 //!     machine.id               its id, derived from its public key
 //!     server                   the vault's base URL
 //!     recipients               the signed recipients document last taken
+//!     recipients.old           the documents held before it, oldest first
 //!     ca.pem                   the vault's CA certificate, if pinned at enrolment
 //!     enrolling                a key made for an enrolment not yet confirmed
 //!     ship.lock                held by the running `nd7 ship`
@@ -28,6 +29,7 @@
 //!     vault.alarm              while the vault breaks a receipt: what, and the receipt
 //!     receipts.lost            receipts a vault's declared restore lost, with its notice
 //!     transcript/shipped.json  how far the transcripts' anchored bytes were shipped
+//!     transcript/receipt       the vault's receipt for the last transcript piece
 //! ```
 //!
 //! Shipping a session: ask the vault for its receipt of the last batch it
@@ -55,17 +57,21 @@ mod enrol;
 mod pipeline;
 mod receipts;
 
-pub use client::{Client, Signer};
+pub use client::{Client, Signer, Stream};
 pub use enrol::{Enrolled, Machine, enroll};
-pub use pipeline::{Report, Shipped, ship_all, ship_session};
+pub use pipeline::{Report, Shipped, recipients_running_out, ship_all, ship_session};
 pub(crate) use receipts::chain_key;
-pub use receipts::rewritten_since_shipped;
+pub use receipts::{lost_not_acknowledged_again, lost_receipts, rewritten_since_shipped};
 
 pub const VAULT_DIR: &str = "vault";
 pub const MACHINE_KEY_FILE: &str = "machine.key";
 pub const MACHINE_ID_FILE: &str = "machine.id";
 pub const SERVER_FILE: &str = "server";
 pub const RECIPIENTS_FILE: &str = "recipients";
+/// Every recipients document the machine held before the current one,
+/// oldest first: which vault keys the organisation vouched for, so receipts
+/// signed before a vault key changed still check.
+pub const RECIPIENTS_OLD_FILE: &str = "recipients.old";
 pub const SHIPPED_FILE: &str = "shipped";
 pub const RECEIPT_FILE: &str = "receipt";
 pub const CHAIN_KEY_FILE: &str = "chain.key";
@@ -99,6 +105,10 @@ pub enum ShipError {
     BadFile { path: PathBuf, what: String },
     #[error("{url}: {detail}")]
     Http { url: String, detail: String },
+    /// A 200 reply without the vault's signature for this request: the
+    /// network's doing (or a vault that does not sign), never the vault's word.
+    #[error("{url}: {detail}")]
+    Unbound { url: String, detail: String },
     #[error("{url}: the vault refused with {status}: {message}")]
     Refused {
         url: String,
@@ -135,6 +145,17 @@ pub enum ShipError {
         session: String,
         detail: String,
     },
+    /// At enrolment: the vault serves an older recipients document than the
+    /// token says the organisation's is.
+    #[error(
+        "the vault serves the recipients document of version {served}, but the enrolment token says the organisation's is at least version {least}: the vault is serving a document the organisation replaced; nothing was written"
+    )]
+    OldRecipients { served: u64, least: u64 },
+    /// The recipients document's validity ran out: no new chain key under it.
+    #[error(
+        "the recipients document of version {version} was valid until {valid_until} (Unix time) and the vault serves no newer one, so no new chain key is started under it: an admin must sign and install a newer version (docs/vault.md, \"Rotating recipients\"); until then this session is not shipped"
+    )]
+    RecipientsExpired { version: u64, valid_until: u64 },
     #[error("no randomness from the operating system: {0}")]
     Random(String),
     /// Anchored transcript bytes the file no longer holds: not shipped, and

@@ -74,6 +74,9 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
     if let Some(w) = machine.refresh_recipients() {
         report.warnings.push(w);
     }
+    if let Some(w) = recipients_running_out(&machine.recipients, unix_now()) {
+        report.warnings.push(w);
+    }
     let sessions = session_log::sessions_dir(state_dir);
     let entries = match fs::read_dir(&sessions) {
         Ok(entries) => entries,
@@ -100,6 +103,30 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
     }
     report.not_tried = ids.collect();
     Ok(report)
+}
+
+/// How long before the recipients document's validity runs out ship starts
+/// saying so.
+const RECIPIENTS_WARN_SECS: u64 = 7 * 86_400;
+
+/// A warning when the held recipients document has run out, or will within
+/// a week: after that, no new chain key is started (a new session is not
+/// shipped) until an admin installs a newer one.
+pub fn recipients_running_out(doc: &vault::Recipients, now: u64) -> Option<String> {
+    if doc.expired(now) {
+        Some(format!(
+            "the recipients document of version {} was valid until {} (Unix time), and the vault serves no newer one: sessions that need a new chain key are not shipped until an admin installs a newer version",
+            doc.version, doc.valid_until
+        ))
+    } else if doc.valid_until - now < RECIPIENTS_WARN_SECS {
+        Some(format!(
+            "the recipients document of version {} is valid for {} more hour(s) only: an admin should sign and install a newer version before then",
+            doc.version,
+            (doc.valid_until - now) / 3600
+        ))
+    } else {
+        None
+    }
 }
 
 /// [`ship_session`], keeping `vault.alarm` in step: written when the vault
@@ -159,15 +186,22 @@ pub fn ship_session(
         let k = &kept.checkpoint;
         let holds = head.as_ref().map(|h| h.checkpoint.last);
         if holds.is_none_or(|h| h < k.last) {
-            let Some(notice) = restore_explaining(machine, kept)? else {
-                return Err(broke(format!(
-                    "it acknowledged entries up to {} (receipt stored at {}), but holds {}, and no restore notice of the vault explains it",
-                    k.last,
-                    kept.stored,
-                    holds.map_or("none of them".into(), |h| format!("only entries up to {h}")),
-                )));
+            let notice = match restore_explaining(machine, kept, head.as_ref())? {
+                Ok(notice) => notice,
+                Err(why) => {
+                    return Err(broke(format!(
+                        "it acknowledged entries up to {} (receipt stored at {}), but holds {}, and {why}",
+                        k.last,
+                        kept.stored,
+                        holds.map_or("none of them".into(), |h| format!("only entries up to {h}")),
+                    )));
+                }
             };
-            done.notes.push(keep_lost(log, kept, &notice, holds)?);
+            // Said at once: whatever happens to the rest of this run, the
+            // user learns the receipt moved.
+            let note = keep_lost(log, kept, &notice, holds)?;
+            progress(&format!("{session}: warning: {note}"));
+            done.notes.push(note);
         } else if let Some(h) = &head
             && h.checkpoint.last == k.last
             && !h.checkpoint.same_head(k)
@@ -303,12 +337,13 @@ pub fn ship_session(
 /// first); the next run continues from its head.
 fn send_batch(machine: &Machine, log: &SessionLog, sealed: &Sealed) -> Result<bool, ShipError> {
     let session = log.session_id();
-    let reply = machine.client.ok(
+    let reply = machine.client.ok_bound(
         "POST",
         "/v1/batches",
         &sealed.body,
         Some(&machine.signer()),
         None,
+        &machine.recipients.vault,
     )?;
     let text = String::from_utf8_lossy(&reply);
     let sent = &sealed.checkpoint;
@@ -416,7 +451,7 @@ fn seal_batches(
             prev: last.hash,
         };
         if key.is_none() {
-            let k = chain_key(log, machine.recipients.version)?;
+            let k = chain_key(log, &machine.recipients, unix_now())?;
             let wrapped = vault::wrap_chain_key(&k, &machine.recipients.recipients, &mut os_fill);
             let (ik, id) = (IndexKey::of(&k), KeyId::of(&k));
             key = Some((k, ik, id, wrapped));

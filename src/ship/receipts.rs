@@ -86,14 +86,27 @@ pub(super) fn read_chain_key(log: &SessionLog) -> Result<Option<(ChainKey, u64)>
     Ok(Some((key, version)))
 }
 
-/// The session's chain key for recipients of `version`: the one in
-/// `chain.key` if it was made under that version or a later one, otherwise
-/// a new one (0600), so that recipients removed since never get it.
-pub(crate) fn chain_key(log: &SessionLog, version: u64) -> Result<ChainKey, ShipError> {
+/// The session's chain key for `recipients`: the one in `chain.key` if it
+/// was made under that version or a later one, otherwise a new one (0600),
+/// so that recipients removed since never get it. No new one is made under
+/// a document whose validity ran out by `now`: a vault that withholds the
+/// newer document (a freeze) cannot keep a removed admin on new keys.
+pub(crate) fn chain_key(
+    log: &SessionLog,
+    recipients: &vault::Recipients,
+    now: u64,
+) -> Result<ChainKey, ShipError> {
+    let version = recipients.version;
     if let Some((key, made_under)) = read_chain_key(log)?
         && made_under >= version
     {
         return Ok(key);
+    }
+    if recipients.expired(now) {
+        return Err(ShipError::RecipientsExpired {
+            version,
+            valid_until: recipients.valid_until,
+        });
     }
     let key = Secret32::from_bytes(random()?);
     let text = format!(
@@ -169,9 +182,14 @@ pub fn rewritten_since_shipped(log: &SessionLog) -> Option<String> {
 /// signed. Anything else is the vault showing what the machine never signed.
 pub(super) fn vault_head(machine: &Machine, session: &str) -> Result<Option<Receipt>, ShipError> {
     let path = format!("/v1/head/{}", vault::hex(session.as_bytes()));
-    let reply = machine
-        .client
-        .ok("GET", &path, b"", Some(&machine.signer()), None)?;
+    let reply = machine.client.ok_bound(
+        "GET",
+        &path,
+        b"",
+        Some(&machine.signer()),
+        None,
+        &machine.recipients.vault,
+    )?;
     let text = String::from_utf8_lossy(&reply);
     if text.trim_end() == "none" {
         return Ok(None);
@@ -190,16 +208,89 @@ pub(super) fn vault_head(machine: &Machine, session: &str) -> Result<Option<Rece
 }
 
 /// A restore notice of the vault's, signed by its pinned key, that explains
-/// losing what `kept` acknowledged.
+/// losing what `kept` acknowledged, and that this machine can believe: dated
+/// in the past, over a window of at most 30 days ([`RestoreNotice::credible`]),
+/// and not given the lie by `head`, the batch the vault still holds (stored
+/// between the backup and the restore, it would have been lost too). Else
+/// why none does.
 pub(super) fn restore_explaining(
     machine: &Machine,
     kept: &Receipt,
-) -> Result<Option<RestoreNotice>, ShipError> {
-    let text = machine.client.ok("GET", "/v1/restores", b"", None, None)?;
+    head: Option<&Receipt>,
+) -> Result<Result<RestoreNotice, String>, ShipError> {
+    let text = machine.client.ok_bound(
+        "GET",
+        "/v1/restores",
+        b"",
+        None,
+        None,
+        &machine.recipients.vault,
+    )?;
     let notices = RestoreNotice::parse_all(&String::from_utf8_lossy(&text)).unwrap_or_default();
-    Ok(notices
+    let now = unix_now();
+    let mut refused = Vec::new();
+    for n in notices {
+        if n.verify(&machine.recipients.vault).is_err() || !n.explains(kept) {
+            continue;
+        }
+        let why = match (n.credible(now), head) {
+            (Err(why), _) => why,
+            (Ok(()), Some(h)) if n.contradicted_by(h.stored) => format!(
+                "the vault still holds entries up to {} stored at {}, between that backup and the restore",
+                h.checkpoint.last, h.stored
+            ),
+            (Ok(()), _) => return Ok(Ok(n)),
+        };
+        refused.push(format!(
+            "its restore notice of a backup at {} restored at {} is refused: {why}",
+            n.backup, n.restored
+        ));
+    }
+    Ok(Err(if refused.is_empty() {
+        "no restore notice of the vault explains it".into()
+    } else {
+        refused.join("; ")
+    }))
+}
+
+/// The records of `receipts.lost`, each its `#` line (what was lost), the
+/// receipt and the notice (either `None` when it does not parse).
+pub fn lost_receipts(text: &str) -> Vec<(String, Option<Receipt>, Option<RestoreNotice>)> {
+    let mut out = Vec::new();
+    for block in text.split("\n# ").map(|b| b.trim_start_matches("# ")) {
+        let Some((what, rest)) = block.split_once('\n') else {
+            continue;
+        };
+        let receipt_end = rest.find("nd7-restore v2").unwrap_or(rest.len());
+        let receipt = Receipt::parse(&rest[..receipt_end]).ok();
+        let notice = RestoreNotice::parse_all(&rest[receipt_end..])
+            .ok()
+            .and_then(|n| n.into_iter().next());
+        out.push((what.to_string(), receipt, notice));
+    }
+    out
+}
+
+/// What `receipts.lost` holds that the vault has not acknowledged again
+/// since (the receipt kept now ends before it): each such record's `#`
+/// line. What `nd7 doctor` fails on: a declared restore excuses the loss
+/// for shipping to go on, not for the entries to stay lost.
+pub fn lost_not_acknowledged_again(log: &SessionLog) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(log.dir().join(LOST_FILE)) else {
+        return Vec::new();
+    };
+    let now = read_receipt(&log.dir().join(RECEIPT_FILE))
+        .ok()
+        .flatten()
+        .map(|r| r.checkpoint.last);
+    lost_receipts(&text)
         .into_iter()
-        .find(|n| n.verify(&machine.recipients.vault).is_ok() && n.explains(kept)))
+        .filter(|(_, r, _)| {
+            r.as_ref()
+                .is_some_and(|r| now.is_none_or(|n| n < r.checkpoint.last))
+        })
+        .map(|(what, _, _)| what)
+        .collect()
 }
 
 /// Moves a receipt a declared restore lost to `receipts.lost`, with the

@@ -8,7 +8,9 @@
 //! Whose doing a finding is: a piece the machine did not sign, or signed for
 //! another session, is the vault's; bytes the machine signed that do not
 //! match the machine's own anchor are the machine's; bytes that are missing
-//! may be either (pieces carry no receipt of their own), and are said so.
+//! may be either, and are said so, unless a later piece names a missing one
+//! as the one it came after (the vault's), or, with `--compare`, the
+//! machine's receipt for its last piece names one the vault no longer has.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -41,6 +43,9 @@ pub struct Transcripts {
     pub files: Vec<Restored>,
     pub findings: Vec<Finding>,
     pub notes: Vec<String>,
+    /// Every piece the vault served that the machine signed for this
+    /// session: its anchor, first byte and BLAKE3 (what a receipt names).
+    pub served: Vec<(u64, u64, [u8; 32])>,
 }
 
 fn finding(fault: Fault, text: String) -> Finding {
@@ -62,13 +67,32 @@ pub fn pull(
         "/v1/transcripts/{machine}/{}",
         vault::hex(session.as_bytes())
     );
-    let framed = client.ok("GET", &path, b"", None, Some(read_token))?;
+    let stream = client.get_stream(&path, Some(read_token))?;
+    let mut framed = Vec::new();
+    let read = std::io::Read::read_to_end(&mut { stream.body }, &mut framed);
     let mut out = Transcripts::default();
+    let whole = read.is_ok();
+    if let Err(e) = read {
+        out.findings.push(finding(
+            Fault::Vault,
+            format!("{names}: the vault's transcript pieces are cut short: {e}"),
+        ));
+    }
+    let nonce = stream.nonce;
+    let (mut frames, mut digest) = (0u64, blake3::Hasher::new());
+    let mut ended = false;
     let mut keys: Vec<(KeyId, ChainKey)> = Vec::new();
     // anchor seq -> (from, to, bytes)
     let mut pieces: BTreeMap<u64, Vec<(u64, u64, Vec<u8>)>> = BTreeMap::new();
     let mut rest = framed.as_slice();
     while !rest.is_empty() {
+        if ended {
+            out.findings.push(finding(
+                Fault::Vault,
+                format!("{names}: the vault's transcript pieces go on after its signed last frame"),
+            ));
+            break;
+        }
         let Some(len) = rest.get(..4).and_then(|l| <[u8; 4]>::try_from(l).ok()) else {
             out.findings.push(finding(
                 Fault::Vault,
@@ -85,6 +109,35 @@ pub fn pull(
             break;
         };
         rest = &rest[4 + len..];
+        if vault::PullEnd::is_end(body) {
+            let checked = vault::PullEnd::parse(body)
+                .map_err(|e| e.to_string())
+                .and_then(|end| {
+                    end.verify(
+                        &pulled.vault_key,
+                        &nonce,
+                        machine,
+                        session,
+                        vault::PullOf::Transcripts,
+                        frames,
+                        digest.finalize().as_bytes(),
+                    )
+                });
+            if let Err(why) = checked {
+                out.findings.push(finding(
+                    Fault::Vault,
+                    format!(
+                        "{names}: the vault's transcript pieces are not its whole answer: {why}"
+                    ),
+                ));
+                break;
+            }
+            ended = true;
+            continue;
+        }
+        frames += 1;
+        digest.update(&(len as u32).to_be_bytes());
+        digest.update(body);
         let piece = match vault::parse_piece(body) {
             Ok(p) => p,
             Err(e) => {
@@ -116,6 +169,28 @@ pub fn pull(
             ));
             continue;
         }
+        // Each piece names the one the machine shipped before it: a piece
+        // the vault no longer serves shows as a link that does not hold.
+        let before = out.served.last().map(|&(a, f, _)| (a, f));
+        if h.after != before {
+            out.findings.push(finding(
+                Fault::Vault,
+                match h.after {
+                    Some((a, f)) => format!(
+                        "{}: the machine shipped it after its piece of entry {a} from byte {f}, which the vault does not serve{}: it dropped it",
+                        h.names(),
+                        before.map_or(String::new(), |(a, f)| format!(
+                            " (the piece before it is entry {a}'s from byte {f})"
+                        ))
+                    ),
+                    None => format!(
+                        "{}: the machine shipped it as the session's first piece, but the vault serves others before it",
+                        h.names()
+                    ),
+                },
+            ));
+        }
+        out.served.push((h.anchor, h.from, piece.batch));
         let key = match keys.iter().find(|(id, _)| *id == h.key) {
             Some((_, k)) => k,
             None => {
@@ -143,6 +218,14 @@ pub fn pull(
                 ),
             )),
         }
+    }
+    if whole && rest.is_empty() && !ended {
+        out.findings.push(finding(
+            Fault::Vault,
+            format!(
+                "{names}: the vault's transcript pieces end without its signed last frame: they are incomplete, cut short"
+            ),
+        ));
     }
     for list in pieces.values_mut() {
         list.sort_by_key(|p| p.0);
@@ -182,7 +265,7 @@ pub fn pull(
                     && got.last().is_some_and(|p| p.1 == a.bytes);
                 if !tiles {
                     out.notes.push(format!(
-                        "{names}: {path}: the vault holds no complete bytes {}..{} for entry {}'s anchor, so this file is restored up to byte {at} only (not shipped yet, gone from the machine before it was, or not kept by the vault: transcript pieces carry no receipt)",
+                        "{names}: {path}: the vault holds no complete bytes {}..{} for entry {}'s anchor, so this file is restored up to byte {at} only (not shipped yet, or gone from the machine before it was; with --compare, the machine's receipt says whether the vault took it)",
                         a.from, a.bytes, a.seq
                     ));
                     break;
@@ -218,9 +301,74 @@ pub fn restored_name(n: usize, r: &Restored) -> String {
     format!("{n}-g{}-{base}", r.generation)
 }
 
+/// Holds the vault's pieces to the receipt the machine kept for the last
+/// piece it shipped (`transcript/receipt` in the session directory at
+/// `local`): the vault must still serve that piece. The links between
+/// pieces answer for the ones before it ([`pull`]).
+fn compare_receipt(transcripts: &Transcripts, pulled: &Pulled, local: &Path, out: &mut Compared) {
+    let names = format!("machine {}, session {}", pulled.machine, pulled.session);
+    let Ok(log) = crate::session_log::SessionLog::at_path(local) else {
+        return;
+    };
+    let path = log
+        .dir()
+        .join(super::anchor::STATE_DIR)
+        .join(super::ship::PIECE_RECEIPT);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return;
+    };
+    let vouched = crate::vault_admin::vouched_vault_keys(pulled, log.dir());
+    let checked = vault::PieceReceipt::parse(&text).and_then(|r| {
+        let key = vouched
+            .iter()
+            .find(|k| **k == r.vault)
+            .unwrap_or(&vouched[0]);
+        r.verify(key, &pulled.machine_key).map(|()| r)
+    });
+    let r = match checked {
+        Ok(r) => r,
+        Err(e) => {
+            out.findings.push(finding(
+                Fault::Machine,
+                format!(
+                    "{names}: {}: the machine's transcript receipt does not check: {e}",
+                    path.display()
+                ),
+            ));
+            return;
+        }
+    };
+    let h = &r.header;
+    let held = transcripts
+        .served
+        .iter()
+        .find(|&&(a, f, _)| (a, f) == (h.anchor, h.from));
+    match held {
+        Some(&(_, _, piece)) if piece == r.piece => {}
+        Some(_) => out.findings.push(finding(
+            Fault::Vault,
+            format!(
+                "{}: the vault acknowledged that piece (its receipt of {} is on the machine), but serves another in its place: it replaced what it acknowledged",
+                h.names(),
+                r.stored
+            ),
+        )),
+        None => out.findings.push(finding(
+            Fault::Vault,
+            format!(
+                "{}: the vault acknowledged that piece (its receipt of {} is on the machine), but no longer serves it: it dropped it",
+                h.names(),
+                r.stored
+            ),
+        )),
+    }
+}
+
 /// Holds the machine's own copy of each restored file (its last generation)
-/// against what was shipped: it must extend it byte for byte.
-pub fn compare(transcripts: &Transcripts, pulled: &Pulled, out: &mut Compared) {
+/// against what was shipped: it must extend it byte for byte; and the
+/// vault's pieces to the machine's receipt for the last one it shipped.
+pub fn compare(transcripts: &Transcripts, pulled: &Pulled, local: &Path, out: &mut Compared) {
+    compare_receipt(transcripts, pulled, local, out);
     let names = format!("machine {}, session {}", pulled.machine, pulled.session);
     let mut last: BTreeMap<(&str, &str), &Restored> = BTreeMap::new();
     for r in &transcripts.files {

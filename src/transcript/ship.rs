@@ -27,6 +27,9 @@ use crate::vault::{self, KeyId, PieceHeader};
 
 /// What ship keeps about the transcripts it shipped: `transcript/shipped.json`.
 pub const SHIPPED_STATE: &str = "shipped.json";
+/// The vault's receipt for the last transcript piece shipped of the session:
+/// `transcript/receipt`.
+pub const PIECE_RECEIPT: &str = "receipt";
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Shipped {
@@ -35,6 +38,10 @@ struct Shipped {
     anchor: Option<u64>,
     #[serde(default)]
     files: Vec<ShippedFile>,
+    /// The last piece shipped (its anchor and first byte): what the next
+    /// piece names as the one it comes after.
+    #[serde(default)]
+    after: Option<(u64, u64)>,
 }
 
 /// How far one file's generation was read and shipped, and its BLAKE3 state there.
@@ -99,7 +106,7 @@ pub fn ship(machine: &Machine, log: &SessionLog, holds: u64) -> Result<Report, S
     if due.is_empty() {
         return Ok(report);
     }
-    let key = ship::chain_key(log, machine.recipients.version)?;
+    let key = ship::chain_key(log, &machine.recipients, ship::unix_now())?;
     let wrapped = vault::wrap_chain_key(&key, &machine.recipients.recipients, &mut ship::os_fill);
     for a in due {
         let at = state.files.iter().position(|f| {
@@ -110,7 +117,8 @@ pub fn ship(machine: &Machine, log: &SessionLog, holds: u64) -> Result<Report, S
             .unwrap_or_default();
         match bytes_of(a, &mut prefix) {
             Ok(checked) => {
-                let (pieces, bytes) = send(machine, log, a, &checked, &key, &wrapped)?;
+                let (pieces, bytes) =
+                    send(machine, log, a, &checked, &key, &wrapped, &mut state.after)?;
                 report.pieces += pieces;
                 report.bytes += bytes;
             }
@@ -209,8 +217,66 @@ fn bytes_of(a: &InOrder, prefix: &mut Prefix) -> Result<Checked, String> {
     })
 }
 
-/// Sends the anchor's bytes in pieces of at most 8 MiB. Returns the pieces
-/// and bytes sent.
+/// The vault's receipt in `reply` for the piece `sent`, checked: signed by
+/// the pinned vault key, over a piece this machine signed, of this session,
+/// anchor and bytes. Anything else is the vault breaking its word.
+fn piece_receipt(
+    machine: &Machine,
+    log: &SessionLog,
+    sent: &PieceHeader,
+    reply: &[u8],
+) -> Result<vault::PieceReceipt, ShipError> {
+    let broke = |detail: String| ShipError::VaultBroke {
+        machine: machine.id.clone(),
+        session: log.session_id().into(),
+        detail,
+    };
+    let text = String::from_utf8_lossy(reply);
+    let receipt = text
+        .split_once('\n')
+        .map(|(_, rest)| rest)
+        .ok_or(vault::Error::Malformed {
+            what: "the vault's reply",
+            expected: "a status line and a piece receipt",
+        })
+        .and_then(vault::PieceReceipt::parse)
+        .map_err(|e| {
+            broke(format!(
+                "its reply to {} is not a receipt: {e}",
+                sent.names()
+            ))
+        })?;
+    receipt
+        .verify(&machine.recipients.vault, &machine.key.public())
+        .map_err(|e| {
+            broke(format!(
+                "its receipt for {} does not check: {e}",
+                sent.names()
+            ))
+        })?;
+    let got = &receipt.header;
+    if (&got.machine, &got.session, got.anchor, got.from, got.to)
+        != (
+            &sent.machine,
+            &sent.session,
+            sent.anchor,
+            sent.from,
+            sent.to,
+        )
+    {
+        return Err(broke(format!(
+            "it acknowledged {} with a receipt for {}",
+            sent.names(),
+            got.names()
+        )));
+    }
+    Ok(receipt)
+}
+
+/// Sends the anchor's bytes in pieces of at most 8 MiB, each naming the one
+/// before (`after`, moved on as each is acknowledged), and keeps the vault's
+/// receipt for each in `transcript/receipt` once it checks. Returns the
+/// pieces and bytes sent.
 fn send(
     machine: &Machine,
     log: &SessionLog,
@@ -218,6 +284,7 @@ fn send(
     checked: &Checked,
     key: &vault::ChainKey,
     wrapped: &[u8],
+    after: &mut Option<(u64, u64)>,
 ) -> Result<(u64, u64), ShipError> {
     let (mut pieces, mut bytes) = (0, 0);
     let mut from = a.anchor.from;
@@ -249,15 +316,26 @@ fn send(
             anchor: a.anchor.seq,
             from,
             to,
+            after: *after,
         };
         let body = vault::seal_piece(&header, &buf, key, wrapped, ship::random()?, &machine.key);
-        machine.client.ok(
+        let reply = machine.client.ok_bound(
             "POST",
             "/v1/transcripts",
             &body,
             Some(&machine.signer()),
             None,
+            &machine.recipients.vault,
         )?;
+        let receipt = piece_receipt(machine, log, &header, &reply)?;
+        let dir = log.dir().join(STATE_DIR);
+        super::anchor::write_state_file(&dir, PIECE_RECEIPT, receipt.render().as_bytes()).map_err(
+            |e| ShipError::BadFile {
+                path: dir.join(PIECE_RECEIPT),
+                what: e.to_string(),
+            },
+        )?;
+        *after = Some((header.anchor, header.from));
         pieces += 1;
         bytes += to - from;
         from = to;

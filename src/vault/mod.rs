@@ -12,8 +12,10 @@
 //! - **Enrolment** ([`EnrolToken`], [`Enrolment`]): a token the organisation
 //!   signed, whose secret derives a key that signs the machine's key.
 //! - **Signed requests** ([`RequestAuth`]): every request from a machine
-//!   carries its id, the time, a random nonce and an Ed25519 signature over
-//!   method, path, time, nonce and the body's BLAKE3.
+//!   carries its id, the time, a random nonce, the body's BLAKE3 and an
+//!   Ed25519 signature over method, path, time, nonce, the body's length
+//!   and its BLAKE3: all in the headers, so it is checked before the body
+//!   is read.
 //! - **Batches** ([`seal_batch`], [`open_batch`]): a run of whole log lines,
 //!   compressed and encrypted under the session's chain key, with a header of
 //!   keyed digests as associated data and the machine's signature over the
@@ -25,6 +27,10 @@
 //!   their place in the file.
 //! - **Receipts** ([`Receipt`]) and **restore notices** ([`RestoreNotice`]):
 //!   what the vault signs about what it stored, and about losing some of it.
+//! - **Signed replies** ([`sign_reply`], [`PullEnd`]): the vault's signature
+//!   over each reply, naming the request's nonce, and over the end of each
+//!   streamed pull, so the network can neither replay an old answer nor end
+//!   a pull early unnoticed.
 //!
 //! Every byte that is signed, hashed or authenticated is rendered by one
 //! function here and pinned by a test; change none of them.
@@ -68,20 +74,21 @@ pub const MAX_CLOCK_SKEW_SECS: u64 = 300;
 pub const HEADER_MACHINE: &str = "x-nd7-machine";
 pub const HEADER_TIME: &str = "x-nd7-time";
 pub const HEADER_NONCE: &str = "x-nd7-nonce";
+pub const HEADER_BODY: &str = "x-nd7-body";
 pub const HEADER_SIGNATURE: &str = "x-nd7-signature";
 
 const AGE_MAGIC: &str = "age-encryption.org/v1";
 const AGE_X25519_INFO: &[u8] = b"age-encryption.org/v1/X25519";
-const RECIPIENTS_MAGIC: &str = "nd7-recipients v2";
+const RECIPIENTS_MAGIC: &str = "nd7-recipients v3";
 const BATCH_HEADER_MAGIC: &str = "nd7-batch v2";
 const BATCH_BODY_MAGIC: &[u8] = b"ND7B\x02";
 const CHECKPOINT_MAGIC: &str = "nd7-checkpoint v2";
 const RECEIPT_MAGIC: &str = "nd7-receipt v2";
 const RESTORE_MAGIC: &str = "nd7-restore v2";
-const TOKEN_MAGIC: &str = "nd7-token v2";
-const ENDORSE_MAGIC: &str = "nd7-endorse v2";
-const ENROLL_MAGIC: &str = "nd7-enroll v2";
-const REQUEST_MAGIC: &str = "nd7-request v1";
+const TOKEN_MAGIC: &str = "nd7-token v3";
+const ENDORSE_MAGIC: &str = "nd7-endorse v3";
+const ENROLL_MAGIC: &str = "nd7-enroll v3";
+const REQUEST_MAGIC: &str = "nd7-request v2";
 const FINGERPRINT_CONTEXT: &[u8] = b"nd7 organisation key v1\n";
 const TOKEN_KEY_CONTEXT: &str = "nd7 2026-12 vault enrolment token v2";
 const MACHINE_ID_CONTEXT: &str = "nd7 2026-12 vault machine id v2";
@@ -109,6 +116,11 @@ pub enum Error {
     BadTokenSignature(String),
     #[error("the enrolment token expired at {expires} (Unix time), before {now}")]
     TokenExpired { expires: u64, now: u64 },
+    #[error(
+        "the machine's key was endorsed at {endorsed} (Unix time), after its enrolment token expired at {expires}"
+    )]
+    EndorsedLate { expires: u64, endorsed: u64 },
+
     #[error("the machine's key is not endorsed by the enrolment token's key")]
     BadEndorsement,
     #[error("the batch's checkpoint is not signed by the machine's key")]
@@ -119,6 +131,12 @@ pub enum Error {
     BadNoticeSignature(String),
     #[error("the request's signature does not verify")]
     BadSignature,
+    #[error("the request's body is not the one its signature names (changed in transit)")]
+    BodyMismatch,
+    #[error(
+        "the reply is not the vault's answer to this request: {0} (the network altered or replayed it)"
+    )]
+    UnboundReply(&'static str),
     #[error(
         "the request's time is {skew} s away from the vault's clock (at most {MAX_CLOCK_SKEW_SECS} s)"
     )]
@@ -406,6 +424,7 @@ mod batch;
 mod enrol;
 mod receipt;
 mod recipients;
+mod reply;
 mod request;
 mod transcript;
 
@@ -414,6 +433,7 @@ pub use batch::*;
 pub use enrol::*;
 pub use receipt::*;
 pub use recipients::*;
+pub use reply::*;
 pub use request::*;
 pub use transcript::*;
 

@@ -4,6 +4,11 @@
 
 use super::*;
 
+/// The longest a restore notice may declare between the backup and the
+/// restore (30 days): older backups leave machines alarmed, for an admin to
+/// deal with by hand.
+pub const MAX_RESTORE_WINDOW_SECS: u64 = 30 * 86_400;
+
 /// What the machine signs for each batch. Not sent as text: both sides
 /// render it from the batch.
 ///
@@ -307,6 +312,44 @@ impl RestoreNotice {
             return Err(Error::BadNoticeSignature(vault.to_hex()));
         }
         Ok(())
+    }
+
+    /// Whether a machine can take this notice at all, at `now` (its clock):
+    /// the backup no later than the restore, the restore in the past (within
+    /// the clock skew requests are allowed), and no more than
+    /// [`MAX_RESTORE_WINDOW_SECS`] between them. A vault that drops a tail
+    /// and signs `backup 0` or a restore far in the future would otherwise
+    /// excuse any loss, past and to come.
+    pub fn credible(&self, now: u64) -> Result<(), String> {
+        if self.backup > self.restored {
+            return Err(format!(
+                "its backup ({}) is dated after its restore ({})",
+                self.backup, self.restored
+            ));
+        }
+        if self.restored > now.saturating_add(MAX_CLOCK_SKEW_SECS) {
+            return Err(format!(
+                "its restore is dated {} s ahead of this machine's clock",
+                self.restored - now
+            ));
+        }
+        let window = self.restored - self.backup;
+        if window > MAX_RESTORE_WINDOW_SECS {
+            return Err(format!(
+                "it declares {} day(s) between backup and restore, more than the {} a restore may excuse",
+                window / 86_400,
+                MAX_RESTORE_WINDOW_SECS / 86_400
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a batch the vault still holds, stored at `stored`, gives this
+    /// notice the lie: a restore from a backup taken at `backup` keeps
+    /// nothing stored after it and before the restore (the seconds at either
+    /// end may fall on either side).
+    pub fn contradicted_by(&self, stored: u64) -> bool {
+        self.backup < stored && stored < self.restored
     }
 
     /// Whether this restore explains losing what `receipt` acknowledged:

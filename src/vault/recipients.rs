@@ -8,9 +8,10 @@ use super::*;
 /// countersigns, signed by the organisation key.
 ///
 /// ```text
-/// nd7-recipients v2
+/// nd7-recipients v3
 /// org <64 hex: the organisation's Ed25519 public key>
 /// version <n ≥ 1: machines take only a higher one>
+/// valid-until <Unix s: after this, machines start no new chain key under it>
 /// vault <64 hex: the vault's Ed25519 public key>
 /// recipient age1…            (one line each, at least one)
 /// signature <128 hex: Ed25519 over every byte above this line>
@@ -19,6 +20,9 @@ use super::*;
 pub struct Recipients {
     pub org: PublicKey,
     pub version: u64,
+    /// The organisation's promise to sign a newer document before then: a
+    /// vault that keeps serving this one after it (a freeze) is noticed.
+    pub valid_until: u64,
     pub vault: PublicKey,
     pub recipients: Vec<AgeRecipient>,
 }
@@ -37,9 +41,10 @@ pub enum Update {
 impl Recipients {
     fn signed_part(&self) -> String {
         let mut text = format!(
-            "{RECIPIENTS_MAGIC}\norg {}\nversion {}\nvault {}\n",
+            "{RECIPIENTS_MAGIC}\norg {}\nversion {}\nvalid-until {}\nvault {}\n",
             self.org.to_hex(),
             self.version,
+            self.valid_until,
             self.vault.to_hex()
         );
         for r in &self.recipients {
@@ -52,12 +57,14 @@ impl Recipients {
     pub fn sign(
         org_key: &SigningKey,
         version: u64,
+        valid_until: u64,
         vault: &PublicKey,
         recipients: &[AgeRecipient],
     ) -> String {
         let doc = Recipients {
             org: org_key.public(),
             version,
+            valid_until,
             vault: *vault,
             recipients: recipients.to_vec(),
         };
@@ -69,7 +76,7 @@ impl Recipients {
 
     /// Reads a document and checks its own signature, whoever signed it.
     pub fn parse(text: &str) -> Result<Recipients, Error> {
-        let bad = || malformed("the recipients document", "an nd7-recipients v2 document");
+        let bad = || malformed("the recipients document", "an nd7-recipients v3 document");
         let (signed, signature) = split_signed(text, "signature").ok_or_else(bad)?;
         let mut lines = signed.lines();
         if lines.next() != Some(RECIPIENTS_MAGIC) {
@@ -81,6 +88,9 @@ impl Recipients {
         let version = field(lines.next(), "version")
             .and_then(|v| v.parse::<u64>().ok())
             .filter(|&v| v >= 1)
+            .ok_or_else(bad)?;
+        let valid_until = field(lines.next(), "valid-until")
+            .and_then(|v| v.parse::<u64>().ok())
             .ok_or_else(bad)?;
         let vault = field(lines.next(), "vault")
             .and_then(PublicKey::from_hex)
@@ -95,6 +105,7 @@ impl Recipients {
         let doc = Recipients {
             org,
             version,
+            valid_until,
             vault,
             recipients,
         };
@@ -122,6 +133,14 @@ impl Recipients {
             });
         }
         Ok(doc)
+    }
+
+    /// Whether the document's validity ran out by `now`: the organisation
+    /// promised a newer one before then, so a vault still serving this one
+    /// withholds it (or the organisation is late), and no new chain key is
+    /// started under it.
+    pub fn expired(&self, now: u64) -> bool {
+        now > self.valid_until
     }
 
     /// Whether a holder of `self` takes `offered` (both verified against the

@@ -86,13 +86,17 @@ fn recipients_document_is_pinned_to_the_org_key() {
     let other = SigningKey::from_seed(&secret(2));
     let vault_key = SigningKey::from_seed(&secret(8)).public();
     let admins = [AgeIdentity::from_secret(&secret(3)).recipient()];
-    let doc = Recipients::sign(&org, 1, &vault_key, &admins);
+    let doc = Recipients::sign(&org, 1, 9000, &vault_key, &admins);
     let fp = org.public().fingerprint();
     let parsed = Recipients::verify(&doc, &fp).expect("verifies");
     assert_eq!(parsed.recipients, admins);
-    assert_eq!((parsed.version, parsed.vault), (1, vault_key));
+    assert_eq!(
+        (parsed.version, parsed.valid_until, parsed.vault),
+        (1, 9000, vault_key)
+    );
+    assert!(!parsed.expired(9000) && parsed.expired(9001));
     // Signed by another key: refused with both fingerprints named.
-    let forged = Recipients::sign(&other, 1, &vault_key, &admins);
+    let forged = Recipients::sign(&other, 1, 9000, &vault_key, &admins);
     assert!(matches!(
         Recipients::verify(&forged, &fp),
         Err(Error::WrongOrgKey { .. })
@@ -109,6 +113,7 @@ fn recipients_document_is_pinned_to_the_org_key() {
     for altered in [
         doc.replacen("signature", &format!("recipient {extra}\nsignature"), 1),
         doc.replacen("version 1", "version 9", 1),
+        doc.replacen("valid-until 9000", "valid-until 9999", 1),
         doc.replacen(&vault_key.to_hex(), &other.public().to_hex(), 1),
     ] {
         assert_eq!(
@@ -127,7 +132,10 @@ fn recipients_are_taken_only_at_a_higher_version() {
         AgeIdentity::from_secret(&secret(4)).recipient(),
     );
     let doc = |version, recipients: &[AgeRecipient]| {
-        Recipients::parse(&Recipients::sign(&org, version, &vault_key, recipients)).expect("doc")
+        Recipients::parse(&Recipients::sign(
+            &org, version, 9000, &vault_key, recipients,
+        ))
+        .expect("doc")
     };
     let held = doc(2, &[a]);
     assert_eq!(held.update_to(&doc(3, &[a, b])), Update::Newer);
@@ -145,10 +153,11 @@ fn recipients_are_taken_only_at_a_higher_version() {
 fn an_enrolment_needs_a_token_the_organisation_signed() {
     let org = SigningKey::from_seed(&secret(1));
     let machine = SigningKey::from_seed(&secret(2)).public();
-    let token = EnrolToken::mint(&org, &[9; 16], 5000);
+    let token = EnrolToken::mint(&org, &[9; 16], 5000, 3);
     let parsed = EnrolToken::parse(&token).expect("parses");
+    assert_eq!((parsed.expires, parsed.recipients), (5000, 3));
     assert_eq!(parsed.check(&org.public()), Ok(()));
-    let enrolment = parsed.enrolment(&machine);
+    let enrolment = parsed.enrolment(&machine, 4000);
     let back = Enrolment::parse(enrolment.render().as_bytes()).expect("round trip");
     assert_eq!(back, enrolment);
     assert_eq!(back.verify(&org.public(), Some(5000)), Ok(()));
@@ -157,6 +166,33 @@ fn an_enrolment_needs_a_token_the_organisation_signed() {
         back.verify(&org.public(), Some(5001)),
         Err(Error::TokenExpired { .. })
     ));
+    // Endorsed after the token expired: refused even without a clock (what
+    // `nd7 admin pull` checks), and the date cannot be moved back.
+    let late = parsed.enrolment(&machine, 5001);
+    assert_eq!(
+        late.verify(&org.public(), None),
+        Err(Error::EndorsedLate {
+            expires: 5000,
+            endorsed: 5001
+        })
+    );
+    let mut backdated = late.clone();
+    backdated.endorsed = 4000;
+    assert_eq!(
+        backdated.verify(&org.public(), None),
+        Err(Error::BadEndorsement)
+    );
+    // The recipients version is the organisation's: lowering it breaks its signature.
+    let mut lowered = back.clone();
+    lowered.recipients = 1;
+    assert!(matches!(
+        lowered.verify(&org.public(), None),
+        Err(Error::BadTokenSignature(_))
+    ));
+    let mut lowered_token = EnrolToken::parse(&token.replacen(".3.", ".1.", 1)).expect("parses");
+    assert!(lowered_token.check(&org.public()).is_err());
+    lowered_token.recipients = 3;
+    assert_eq!(lowered_token.check(&org.public()), Ok(()));
     // The secret never travels: the enrolment holds only the token's public key.
     assert!(!enrolment.render().contains(&hex(&[9; 16])));
     // Another organisation's key does not vouch for it.
@@ -180,11 +216,12 @@ fn an_enrolment_needs_a_token_the_organisation_signed() {
         Err(Error::BadTokenSignature(_))
     ));
     assert!(EnrolToken::parse("abc.1.2").is_err());
+    assert!(EnrolToken::parse(&format!("{}.1.{}", hex(&[9; 16]), "00".repeat(64))).is_err());
     assert_eq!(machine_id(&machine).len(), 32);
 }
 
 #[test]
-fn request_signatures_cover_method_path_time_nonce_and_body() {
+fn request_signatures_cover_method_path_time_nonce_length_and_body() {
     let key = SigningKey::from_seed(&secret(1));
     let auth = RequestAuth::sign(&key, "m1", "POST", "/v1/batches", 1000, [7; 16], b"body");
     let pk = key.public();
@@ -196,16 +233,30 @@ fn request_signatures_cover_method_path_time_nonce_and_body() {
         auth.verify(&pk, "POST", "/v1/batches", b"body", 1290),
         Ok(())
     );
-    for (method, path, body) in [
-        ("GET", "/v1/batches", &b"body"[..]),
-        ("POST", "/v1/other", b"body"),
-        ("POST", "/v1/batches", b"bodY"),
-    ] {
+    // From the headers alone, before the body: the length is signed…
+    assert_eq!(
+        auth.verify_headers(&pk, "POST", "/v1/batches", 4, 1000),
+        Ok(())
+    );
+    assert_eq!(
+        auth.verify_headers(&pk, "POST", "/v1/batches", 5, 1000),
+        Err(Error::BadSignature)
+    );
+    // …and so is the body's hash, which the body read must match.
+    assert_eq!(auth.verify_body(b"body"), Ok(()));
+    assert_eq!(auth.verify_body(b"bodY"), Err(Error::BodyMismatch));
+    for (method, path) in [("GET", "/v1/batches"), ("POST", "/v1/other")] {
         assert_eq!(
-            auth.verify(&pk, method, path, body, 1000),
+            auth.verify(&pk, method, path, b"body", 1000),
             Err(Error::BadSignature)
         );
     }
+    let mut claimed = auth.clone();
+    claimed.body = *blake3::hash(b"bodY").as_bytes();
+    assert_eq!(
+        claimed.verify_headers(&pk, "POST", "/v1/batches", 4, 1000),
+        Err(Error::BadSignature)
+    );
     assert_eq!(
         auth.verify(&pk, "POST", "/v1/batches", b"body", 1301),
         Err(Error::Stale { skew: 301 })
@@ -230,12 +281,19 @@ fn signed_and_authenticated_bytes_are_frozen() {
     // These bytes are signed or authenticated; changing them breaks every
     // vault and every machine in the field.
     assert_eq!(
-        String::from_utf8(request_message("POST", "/v1/batches", 5, &[0xab; 16], b""))
-            .expect("utf8"),
+        String::from_utf8(request_message(
+            "POST",
+            "/v1/batches",
+            5,
+            &[0xab; 16],
+            9,
+            &[0xcd; 32]
+        ))
+        .expect("utf8"),
         format!(
-            "nd7-request v1\nPOST\n/v1/batches\n5\n{}\n{}\n",
+            "nd7-request v2\nPOST\n/v1/batches\n5\n{}\n9\n{}\n",
             "ab".repeat(16),
-            blake3::hash(b"").to_hex()
+            "cd".repeat(32)
         )
     );
     let d = |b: &[u8]| Digest(*blake3::hash(b).as_bytes());
@@ -276,18 +334,47 @@ fn signed_and_authenticated_bytes_are_frozen() {
         key: pk,
         token_key: pk,
         expires: 7,
+        recipients: 2,
+        endorsed: 6,
         token_signature: [1; 64],
         endorsement: [2; 64],
     };
     assert_eq!(
         enrolment.render(),
         format!(
-            "nd7-enroll v2\nkey {k}\ntoken-key {k}\nexpires 7\ntoken-signature {}\nendorsement {}\n",
+            "nd7-enroll v3\nkey {k}\ntoken-key {k}\nexpires 7\nrecipients 2\nendorsed 6\ntoken-signature {}\nendorsement {}\n",
             "01".repeat(64),
             "02".repeat(64),
             k = pk.to_hex()
         )
     );
+    let admin = AgeIdentity::from_secret(&secret(3)).recipient();
+    let doc = Recipients::sign(&org, 2, 99, &pk, &[admin]);
+    assert_eq!(
+        doc.rsplit_once("signature ").expect("signed").0,
+        format!(
+            "nd7-recipients v3\norg {k}\nversion 2\nvalid-until 99\nvault {k}\nrecipient {admin}\n",
+            k = pk.to_hex()
+        )
+    );
+    let token = EnrolToken::parse(&EnrolToken::mint(&org, &[4; 16], 7, 2)).expect("token");
+    let token_key = token.public();
+    assert!(
+        pk.verify(
+            format!(
+                "nd7-token v3\norg {}\nkey {}\nexpires 7\nrecipients 2\n",
+                pk.to_hex(),
+                token_key.to_hex()
+            )
+            .as_bytes(),
+            &token.signature
+        )
+    );
+    let endorsed = token.enrolment(&pk, 6);
+    assert!(token_key.verify(
+        format!("nd7-endorse v3\nkey {}\nat 6\n", pk.to_hex()).as_bytes(),
+        &endorsed.endorsement
+    ));
     // Derivations: contexts and lengths are part of the format.
     let key = Secret32::from_bytes([5; 32]);
     assert_eq!(
@@ -481,6 +568,31 @@ fn receipts_check_both_signatures() {
     assert!(RestoreNotice::sign(&vault_key, 77, 100).explains(&receipt));
     assert!(!RestoreNotice::sign(&vault_key, 78, 100).explains(&receipt));
     assert!(!RestoreNotice::sign(&vault_key, 10, 76).explains(&receipt));
+    // A notice a machine can believe: in the past, at most 30 days wide.
+    let day = 86_400;
+    let now = 100 * day;
+    let credible =
+        |backup, restored| RestoreNotice::sign(&vault_key, backup, restored).credible(now);
+    assert_eq!(credible(now - day, now), Ok(()));
+    assert_eq!(credible(now - 30 * day, now), Ok(()));
+    assert_eq!(
+        credible(now - day, now + 300),
+        Ok(()),
+        "within the clock skew"
+    );
+    assert!(credible(now - 31 * day, now).is_err(), "too wide");
+    assert!(credible(0, now).is_err(), "everything since 1970");
+    assert!(credible(now, now + 301).is_err(), "in the future");
+    assert!(credible(now, u64::MAX).is_err(), "forever");
+    assert!(
+        credible(now, now - 1).is_err(),
+        "restored before its backup"
+    );
+    // A batch the vault still holds, stored strictly between backup and
+    // restore, gives the notice the lie.
+    let n = RestoreNotice::sign(&vault_key, 50, 100);
+    assert!(n.contradicted_by(51) && n.contradicted_by(99));
+    assert!(!n.contradicted_by(50) && !n.contradicted_by(100) && !n.contradicted_by(10));
 }
 
 #[test]

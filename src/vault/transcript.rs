@@ -16,21 +16,23 @@ use super::*;
 /// that covers more is one of several.
 pub const MAX_PIECE_BYTES: usize = MAX_BATCH_ENTRIES_BYTES;
 
-const PIECE_HEADER_MAGIC: &str = "nd7-transcript v2";
-const PIECE_BODY_MAGIC: &[u8] = b"ND7T\x02";
-const PIECE_SIGNED_MAGIC: &str = "nd7-transcript-signed v2";
+const PIECE_HEADER_MAGIC: &str = "nd7-transcript v3";
+const PIECE_BODY_MAGIC: &[u8] = b"ND7T\x03";
+const PIECE_SIGNED_MAGIC: &str = "nd7-transcript-signed v3";
+const PIECE_RECEIPT_MAGIC: &str = "nd7-piece-receipt v1";
 
 /// What the vault sees of a piece in clear, and what the AEAD binds its
 /// ciphertext to.
 ///
 /// ```text
-/// nd7-transcript v2
+/// nd7-transcript v3
 /// machine <id>
 /// session <hex of the session id's bytes>
 /// key <32 hex: the chain key's id>
 /// anchor <seq of the transcript_anchor entry whose bytes these are>
 /// from <byte offset in the file>
 /// to <byte offset, from < to ≤ from + 8 MiB>
+/// after <anchor> <from> of the session's piece the machine shipped before, or "after -"
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PieceHeader {
@@ -40,6 +42,10 @@ pub struct PieceHeader {
     pub anchor: u64,
     pub from: u64,
     pub to: u64,
+    /// The session's piece the machine shipped just before this one (its
+    /// anchor and first byte), so the pieces form a chain the vault cannot
+    /// drop a link of unnoticed; `None` for the first.
+    pub after: Option<(u64, u64)>,
 }
 
 impl PieceHeader {
@@ -53,13 +59,15 @@ impl PieceHeader {
 
     pub fn render(&self) -> Vec<u8> {
         format!(
-            "{PIECE_HEADER_MAGIC}\nmachine {}\nsession {}\nkey {}\nanchor {}\nfrom {}\nto {}\n",
+            "{PIECE_HEADER_MAGIC}\nmachine {}\nsession {}\nkey {}\nanchor {}\nfrom {}\nto {}\nafter {}\n",
             self.machine,
             hex(self.session.as_bytes()),
             self.key,
             self.anchor,
             self.from,
-            self.to
+            self.to,
+            self.after
+                .map_or_else(|| "-".to_string(), |(a, f)| format!("{a} {f}"))
         )
         .into_bytes()
     }
@@ -68,7 +76,7 @@ impl PieceHeader {
         let bad = || {
             malformed(
                 "the transcript piece's header",
-                "an nd7-transcript v2 header",
+                "an nd7-transcript v3 header",
             )
         };
         let text = std::str::from_utf8(bytes).map_err(|_| bad())?;
@@ -96,6 +104,13 @@ impl PieceHeader {
         let anchor = number(lines.next(), "anchor")?;
         let from = number(lines.next(), "from")?;
         let to = number(lines.next(), "to")?;
+        let after = match field(lines.next(), "after").ok_or_else(bad)? {
+            "-" => None,
+            pair => {
+                let (a, f) = pair.split_once(' ').ok_or_else(bad)?;
+                Some((a.parse().map_err(|_| bad())?, f.parse().map_err(|_| bad())?))
+            }
+        };
         if to <= from || to - from > MAX_PIECE_BYTES as u64 || lines.next().is_some() {
             return Err(bad());
         }
@@ -106,6 +121,7 @@ impl PieceHeader {
             anchor,
             from,
             to,
+            after,
         };
         // One spelling only: what was authenticated is what is stored.
         if header.render() != bytes {
@@ -118,13 +134,13 @@ impl PieceHeader {
 /// A piece as it travels and is stored:
 ///
 /// ```text
-/// "ND7T" 0x02
+/// "ND7T" 0x03
 /// u32 BE length, the header        (associated data)
 /// u32 BE length, the wrapped chain key (an age v1 file)
 /// 24 bytes nonce
 /// u32 BE length, XChaCha20-Poly1305(chain key, nonce, zstd(bytes), header)
 /// 64 bytes: the machine's Ed25519 signature over
-///           "nd7-transcript-signed v2\nbatch <64 hex: BLAKE3 of every byte before it>\n"
+///           "nd7-transcript-signed v3\nbatch <64 hex: BLAKE3 of every byte before it>\n"
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Piece {
@@ -146,6 +162,135 @@ impl Piece {
     /// Whether `machine` signed this piece, exactly as it is.
     pub fn signed_by(&self, machine: &PublicKey) -> bool {
         machine.verify(piece_signed(&self.batch).as_bytes(), &self.signature)
+    }
+}
+
+/// The vault's countersignature over a stored transcript piece: what the
+/// machine keeps of the last piece it shipped of a session
+/// (`transcript/receipt`), so the vault cannot drop it unnoticed; the
+/// pieces' `after` links answer for the ones before.
+///
+/// ```text
+/// nd7-piece-receipt v1
+/// vault <64 hex: the vault's public key>
+/// stored <Unix s>
+/// <the piece's header, 8 lines>
+/// piece <64 hex: BLAKE3 of the piece's bytes before its signature>
+/// piece-signature <128 hex: the machine's>
+/// signature <128 hex: the vault's, over every byte above this line>
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PieceReceipt {
+    pub vault: PublicKey,
+    pub stored: u64,
+    pub header: PieceHeader,
+    pub piece: [u8; 32],
+    pub piece_signature: [u8; 64],
+    pub signature: [u8; 64],
+}
+
+impl PieceReceipt {
+    fn signed_part(
+        vault: &PublicKey,
+        stored: u64,
+        header: &PieceHeader,
+        piece: &[u8; 32],
+        piece_signature: &[u8; 64],
+    ) -> String {
+        format!(
+            "{PIECE_RECEIPT_MAGIC}\nvault {}\nstored {stored}\n{}piece {}\npiece-signature {}\n",
+            vault.to_hex(),
+            String::from_utf8_lossy(&header.render()),
+            hex(piece),
+            hex(piece_signature)
+        )
+    }
+
+    /// The vault's receipt for `piece`, stored at `stored`.
+    pub fn sign(vault: &SigningKey, stored: u64, piece: &Piece) -> PieceReceipt {
+        let public = vault.public();
+        let signed = PieceReceipt::signed_part(
+            &public,
+            stored,
+            &piece.header,
+            &piece.batch,
+            &piece.signature,
+        );
+        PieceReceipt {
+            vault: public,
+            stored,
+            header: piece.header.clone(),
+            piece: piece.batch,
+            piece_signature: piece.signature,
+            signature: vault.sign(signed.as_bytes()),
+        }
+    }
+
+    pub fn render(&self) -> String {
+        format!(
+            "{}signature {}\n",
+            PieceReceipt::signed_part(
+                &self.vault,
+                self.stored,
+                &self.header,
+                &self.piece,
+                &self.piece_signature
+            ),
+            hex(&self.signature)
+        )
+    }
+
+    /// Reads a receipt's text (no signature is checked here).
+    pub fn parse(text: &str) -> Result<PieceReceipt, Error> {
+        let bad = || malformed("the transcript piece's receipt", "an nd7-piece-receipt v1");
+        let (signed, signature) = split_signed(text, "signature").ok_or_else(bad)?;
+        let mut lines = signed.lines();
+        if lines.next() != Some(PIECE_RECEIPT_MAGIC) {
+            return Err(bad());
+        }
+        let vault = field(lines.next(), "vault")
+            .and_then(PublicKey::from_hex)
+            .ok_or_else(bad)?;
+        let stored = field(lines.next(), "stored")
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(bad)?;
+        let header: String = lines.by_ref().take(8).map(|l| format!("{l}\n")).collect();
+        let header = PieceHeader::parse(header.as_bytes()).map_err(|_| bad())?;
+        let receipt = PieceReceipt {
+            vault,
+            stored,
+            header,
+            piece: field(lines.next(), "piece")
+                .and_then(unhex::<32>)
+                .ok_or_else(bad)?,
+            piece_signature: field(lines.next(), "piece-signature")
+                .and_then(sig_hex)
+                .ok_or_else(bad)?,
+            signature,
+        };
+        if lines.next().is_some() || receipt.render() != text {
+            return Err(bad());
+        }
+        Ok(receipt)
+    }
+
+    /// Checks both signatures: `vault`'s over the receipt, `machine`'s over
+    /// the piece it names.
+    pub fn verify(&self, vault: &PublicKey, machine: &PublicKey) -> Result<(), Error> {
+        let signed = PieceReceipt::signed_part(
+            &self.vault,
+            self.stored,
+            &self.header,
+            &self.piece,
+            &self.piece_signature,
+        );
+        if self.vault != *vault || !vault.verify(signed.as_bytes(), &self.signature) {
+            return Err(Error::BadReceiptSignature(vault.to_hex()));
+        }
+        if !machine.verify(piece_signed(&self.piece).as_bytes(), &self.piece_signature) {
+            return Err(Error::BadCheckpointSignature);
+        }
+        Ok(())
     }
 }
 
@@ -206,7 +351,7 @@ pub fn parse_piece(body: &[u8]) -> Result<Piece, Error> {
         body,
         PIECE_BODY_MAGIC,
         "the transcript piece",
-        "an ND7T v2 piece",
+        "an ND7T v3 piece",
     )?;
     let header = PieceHeader::parse(&header_bytes)?;
     let bytes = header.to - header.from;
@@ -293,6 +438,7 @@ mod tests {
             anchor: 12,
             from: 100,
             to: 130,
+            after: Some((11, 40)),
         }
     }
 
@@ -304,12 +450,19 @@ mod tests {
         assert_eq!(
             text,
             format!(
-                "nd7-transcript v2\nmachine m1\nsession 732d31\nkey {}\nanchor 12\nfrom 100\nto 130\n",
+                "nd7-transcript v3\nmachine m1\nsession 732d31\nkey {}\nanchor 12\nfrom 100\nto 130\nafter 11 40\n",
                 KeyId::of(&key())
             )
         );
-        assert_eq!(PieceHeader::parse(text.as_bytes()), Ok(h));
+        assert_eq!(PieceHeader::parse(text.as_bytes()), Ok(h.clone()));
+        let first = text.replace("after 11 40", "after -");
+        assert_eq!(
+            PieceHeader::parse(first.as_bytes()).map(|p| p.after),
+            Ok(None)
+        );
         for bad in [
+            text.replace("after 11 40", "after 11"),
+            text.replace("after 11 40\n", ""),
             text.replace("from 100", "from 130"),
             text.replace("to 130", &format!("to {}", 100 + MAX_PIECE_BYTES + 1)),
             text.replace("anchor 12", "anchor 012"),
@@ -364,5 +517,33 @@ mod tests {
         lying.to += 1;
         let body = seal_piece(&lying, &bytes, &key(), b"wrapped", [3; 24], &machine());
         assert!(open_piece(&parse_piece(&body).expect("parses"), &key()).is_err());
+    }
+
+    #[test]
+    fn a_piece_receipt_names_the_piece_and_checks_both_signatures() {
+        let bytes = b"{}\n".to_vec();
+        let mut h = header();
+        h.to = h.from + bytes.len() as u64;
+        let piece = parse_piece(&seal_piece(&h, &bytes, &key(), b"w", [3; 24], &machine()))
+            .expect("parses");
+        let vault = SigningKey::from_seed(&Secret32::from_bytes([4; 32]));
+        let receipt = PieceReceipt::sign(&vault, 77, &piece);
+        let text = receipt.render();
+        assert!(text.starts_with(&format!(
+            "nd7-piece-receipt v1\nvault {}\nstored 77\nnd7-transcript v3\n",
+            vault.public().to_hex()
+        )));
+        let back = PieceReceipt::parse(&text).expect("round trip");
+        assert_eq!(back, receipt);
+        assert_eq!(back.verify(&vault.public(), &machine().public()), Ok(()));
+        let other = SigningKey::from_seed(&Secret32::from_bytes([5; 32])).public();
+        assert!(back.verify(&other, &machine().public()).is_err());
+        assert!(back.verify(&vault.public(), &other).is_err());
+        let moved = text.replace("from 100", "from 101");
+        assert!(
+            PieceReceipt::parse(&moved)
+                .map(|r| r.verify(&vault.public(), &machine().public()).is_err())
+                .unwrap_or(true)
+        );
     }
 }

@@ -2,12 +2,15 @@
 //! with TLS by rustls when it is given a certificate. Built to stay up
 //! against any peer that can reach it (ADR-0046):
 //!
-//! - **Connections** are bounded; an `accept` that fails (no file
-//!   descriptors left) is retried after a pause, never fatal.
+//! - **Connections** are bounded, overall and per peer address; one that
+//!   sends no byte is closed at a deadline shorter than the headers'; an
+//!   `accept` that fails (no file descriptors left) is retried after a
+//!   pause, never fatal.
 //! - **Headers** must arrive within a deadline and fit a size; a
 //!   connection idle between requests is closed at the same deadline.
 //! - **Bodies** are read only after [`routes::Vault::admit`] said yes from
-//!   the headers (route, size, machine, freshness, quota), only up to the
+//!   the headers (route, size, the machine's signature over them, freshness,
+//!   nonce, quota), only up to the
 //!   stated `Content-Length`, and only while bytes keep coming and within a
 //!   total deadline. Bytes of bodies held at once are bounded, overall and
 //!   per machine.
@@ -58,6 +61,12 @@ pub struct Config {
     pub write_stall: Duration,
     /// Connections open at once; more wait in the kernel's queue.
     pub max_connections: usize,
+    /// Connections one peer address may hold at once (0: no bound; behind a
+    /// proxy every connection is the proxy's); more are closed at once.
+    pub max_connections_per_peer: usize,
+    /// The longest a new connection may go before its first byte (shorter
+    /// than `header_timeout`: an idle peer costs a slot for less).
+    pub first_byte_timeout: Duration,
     /// The largest request line and headers, in bytes.
     pub max_header_bytes: usize,
     /// Bytes of request bodies held at once, over all requests.
@@ -83,6 +92,8 @@ impl Default for Config {
             body_deadline: Duration::from_secs(120),
             write_stall: Duration::from_secs(30),
             max_connections: 4096,
+            max_connections_per_peer: 256,
+            first_byte_timeout: Duration::from_secs(5),
             max_header_bytes: 16 * 1024,
             body_budget: 512 << 20,
             machine_budget: 64 << 20,
@@ -167,6 +178,8 @@ struct Shared {
     bodies: Arc<Semaphore>,
     /// Body bytes held per machine.
     per_machine: Mutex<HashMap<String, usize>>,
+    /// Connections open per peer address.
+    per_peer: Mutex<HashMap<std::net::IpAddr, usize>>,
     log: Log,
 }
 
@@ -272,6 +285,7 @@ pub fn serve(
         in_flight: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
         bodies: Arc::new(Semaphore::new((config.body_budget >> 10).max(1))),
         per_machine: Mutex::new(HashMap::new()),
+        per_peer: Mutex::new(HashMap::new()),
         jobs: Mutex::new(Some(jobs_tx)),
         config,
         log,
@@ -377,6 +391,7 @@ async fn accept_loop(
 ) {
     let mut last_complaint: Option<Instant> = None;
     let mut quiet = 0u64;
+    let (mut last_refusal, mut refused) = (None::<Instant>, 0u64);
     loop {
         let permit = tokio::select! {
             p = connections.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
@@ -387,7 +402,23 @@ async fn accept_loop(
             _ = stopped(&mut stop) => return,
         };
         match accepted {
-            Ok((stream, _peer)) => {
+            Ok((stream, peer)) => {
+                let Some(slot) = PeerSlot::take(&shared, peer.ip()) else {
+                    // Over its share: closed at once, so one host cannot
+                    // hold every connection.
+                    drop((stream, permit));
+                    refused += 1;
+                    if last_refusal.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1)) {
+                        shared.log(&format!(
+                            "closed {refused} connection(s) from {} over its {} at once",
+                            peer.ip(),
+                            shared.config.max_connections_per_peer
+                        ));
+                        last_refusal = Some(Instant::now());
+                        refused = 0;
+                    }
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let tls = acceptor
                     .as_ref()
@@ -396,7 +427,7 @@ async fn accept_loop(
                     shared.clone(),
                     stream,
                     tls,
-                    permit,
+                    (permit, slot),
                     stop.clone(),
                 ));
             }
@@ -424,13 +455,66 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|&s| s).await;
 }
 
+/// One of a peer address's connections, given back when dropped.
+struct PeerSlot {
+    shared: Arc<Shared>,
+    ip: std::net::IpAddr,
+}
+
+impl PeerSlot {
+    /// A slot for `ip`, unless it holds its share already.
+    fn take(shared: &Arc<Shared>, ip: std::net::IpAddr) -> Option<PeerSlot> {
+        let cap = shared.config.max_connections_per_peer;
+        let mut per = shared.per_peer.lock().unwrap_or_else(|p| p.into_inner());
+        let held = per.entry(ip).or_default();
+        if cap > 0 && *held >= cap {
+            return None;
+        }
+        *held += 1;
+        Some(PeerSlot {
+            shared: shared.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut per = self
+            .shared
+            .per_peer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(held) = per.get_mut(&self.ip) {
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                per.remove(&self.ip);
+            }
+        }
+    }
+}
+
 async fn connection(
     shared: Arc<Shared>,
     stream: tokio::net::TcpStream,
     tls: Option<TlsAcceptor>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
-    stop: watch::Receiver<bool>,
+    _held: (tokio::sync::OwnedSemaphorePermit, PeerSlot),
+    mut stop: watch::Receiver<bool>,
 ) {
+    // A peer that connects and says nothing holds a slot only this long
+    // (and none once shutdown begins).
+    let mut first_byte = [0u8; 1];
+    tokio::select! {
+        first = tokio::time::timeout(
+            shared.config.first_byte_timeout.min(shared.config.header_timeout),
+            stream.peek(&mut first_byte),
+        ) => {
+            if !matches!(first, Ok(Ok(1..))) {
+                return;
+            }
+        }
+        _ = stopped(&mut stop) => return,
+    }
     let io = WriteStall::new(stream, shared.config.write_stall);
     match tls {
         None => serve_http(shared, io, stop).await,
@@ -669,6 +753,9 @@ async fn respond(shared: Arc<Shared>, request: hyper::Request<Incoming>) -> hype
     if let Some(secs) = reply.retry_after {
         response = response.header("retry-after", secs.to_string());
     }
+    if let Some(signature) = reply.signature {
+        response = response.header(crate::vault::HEADER_REPLY, crate::vault::hex(&*signature));
+    }
     if !body_read {
         // The body was refused unread: the connection cannot carry another
         // request, and must not wait for the rest of this one.
@@ -721,10 +808,11 @@ async fn answer(
             .on_store(move |vault, store| vault.admit(store, &head, length))
             .await
             .and_then(|r| r);
-        let machine = match admitted {
-            Ok(machine) => machine,
+        let admitted = match admitted {
+            Ok(admitted) => admitted,
             Err(r) => return (r, false),
         };
+        let machine = admitted.machine().map(str::to_string);
         let _held = match hold(shared, machine, length).await {
             Ok(h) => h,
             Err(r) => return (r, false),
@@ -747,8 +835,9 @@ async fn answer(
 }
 
 /// Streams a pull's batches or pieces, one storage round trip per frame,
-/// one frame ahead of the peer at most. A storage error cuts the stream short, which
-/// the client sees as a body that ended early.
+/// one frame ahead of the peer at most, then the signed last frame over
+/// them all. A storage error cuts the stream short, which the client sees
+/// as a body that ended early, without its last frame.
 fn stream_pull(
     shared: Arc<Shared>,
     pull: routes::Pull,
@@ -756,6 +845,7 @@ fn stream_pull(
     let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {
         let mut after = None;
+        let (mut frames, mut digest) = (0u64, blake3::Hasher::new());
         loop {
             let p = pull.clone();
             let next = shared
@@ -764,9 +854,17 @@ fn stream_pull(
             let frame = match next {
                 Ok(Ok(Some((at, frame)))) => {
                     after = Some(at);
+                    frames += 1;
+                    digest.update(&frame);
                     frame
                 }
-                Ok(Ok(None)) => return,
+                Ok(Ok(None)) => {
+                    let end = shared
+                        .vault
+                        .end_frame(&pull, frames, *digest.finalize().as_bytes());
+                    let _ = tx.send(Ok(Bytes::from(end))).await;
+                    return;
+                }
                 Ok(Err(e)) => {
                     shared.log(&format!(
                         "pull of machine {}, session {}: {e}; the reply was cut short",

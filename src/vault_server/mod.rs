@@ -26,6 +26,7 @@
 //! GET  /v1/head/<session hex>            the receipt of the last batch     machine
 //! POST /v1/batches                       one batch; replies with a receipt machine
 //! GET  /v1/sessions                      every chain held                  reader token
+//! GET  /v1/machines                      every enrolment record            reader token
 //! GET  /v1/machines/<id>                 a machine's enrolment record      reader token
 //! GET  /v1/batches/<machine>/<session hex>  a chain's batches, framed, streamed  reader token
 //! GET  /v1/forks                         refused forking batches           reader token
@@ -219,6 +220,10 @@ pub trait Store: Send {
         forget_before: u64,
         cap: u64,
     ) -> Result<NonceUse, StoreError>;
+    /// Whether `owner` used this nonce already (a read only: what admission
+    /// asks before a body is read; [`Store::note_nonce`] spends it once the
+    /// request is whole).
+    fn nonce_seen(&mut self, owner: &str, nonce: &str) -> Result<bool, StoreError>;
     fn recipients(&mut self) -> Result<Option<String>, StoreError>;
     fn set_recipients(&mut self, doc: &str, now: u64) -> Result<(), StoreError>;
     /// The last batch stored of a chain.
@@ -293,8 +298,9 @@ pub trait ChainTx {
     -> Result<Option<Usage>, StoreError>;
     /// Stores the batch as sent, its checkpoint and every index entry.
     fn insert(&mut self, batch: &Batch, body: &[u8], now: u64) -> Result<(), StoreError>;
-    /// Whether the chain holds a transcript piece of `anchor` from `from`.
-    fn has_piece(&mut self, anchor: u64, from: u64) -> Result<bool, StoreError>;
+    /// The chain's transcript piece of `anchor` from `from`, if it holds
+    /// one: when it was stored, and its bytes as sent.
+    fn piece_at(&mut self, anchor: u64, from: u64) -> Result<Option<(u64, Vec<u8>)>, StoreError>;
     /// Stores a transcript piece as sent.
     fn insert_piece(
         &mut self,
@@ -370,12 +376,13 @@ pub fn link_and_store(
 pub type Placed = ((u64, u64), Vec<u8>);
 
 /// What storing a transcript piece came to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PieceStored {
-    Stored,
+    /// Stored at this time.
+    Stored(u64),
     /// The chain holds a piece of this anchor from this byte already; the
-    /// first is kept.
-    AlreadyStored,
+    /// first is kept: when it was stored, and its bytes, to acknowledge it by.
+    AlreadyStored(u64, Vec<u8>),
     /// The chain does not hold the anchoring entry (yet).
     NotAnchored,
     /// Storing it would take the machine over its quota for the day.
@@ -396,8 +403,8 @@ pub fn store_piece(
     if tx.head()?.is_none_or(|h| h.checkpoint.last < header.anchor) {
         return Ok(PieceStored::NotAnchored);
     }
-    if tx.has_piece(header.anchor, header.from)? {
-        return Ok(PieceStored::AlreadyStored);
+    if let Some((stored, body)) = tx.piece_at(header.anchor, header.from)? {
+        return Ok(PieceStored::AlreadyStored(stored, body));
     }
     let more = Usage {
         entries: 0,
@@ -407,7 +414,7 @@ pub fn store_piece(
         return Ok(PieceStored::OverQuota(used));
     }
     tx.insert_piece(header, body, now)?;
-    Ok(PieceStored::Stored)
+    Ok(PieceStored::Stored(now))
 }
 
 /// How a batch stands against the chain the vault holds.

@@ -21,8 +21,9 @@ use super::{
 };
 use crate::vault::{Batch, BatchHeader, Digest, Enrolment, KeyId, PieceHeader};
 
-/// The layout this database holds (the one row of `nd7_vault`).
-const FORMAT: i32 = 3;
+/// The layout this database holds (the one row of `nd7_vault`): 4 holds
+/// format v3's recipients documents and enrolment records (ADR-0082).
+const FORMAT: i32 = 4;
 
 /// Taken while creating the tables, so two servers starting at once on an
 /// empty database do not trip over each other's `CREATE`.
@@ -293,15 +294,15 @@ impl ChainTx for Tx<'_, '_> {
         Ok(())
     }
 
-    fn has_piece(&mut self, anchor: u64, from: u64) -> Result<bool, StoreError> {
+    fn piece_at(&mut self, anchor: u64, from: u64) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
         Ok(self
             .tx
             .query_opt(
-                "SELECT 1 FROM pieces WHERE chain = $1 AND anchor = $2 AND from_byte = $3",
+                "SELECT stored, body FROM pieces WHERE chain = $1 AND anchor = $2 AND from_byte = $3",
                 &[&self.chain, &(anchor as i64), &(from as i64)],
             )
             .map_err(err("look up a transcript piece"))?
-            .is_some())
+            .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<u8>>(1))))
     }
 
     fn insert_piece(
@@ -515,6 +516,17 @@ impl Store for PgStore {
         };
         tx.commit().map_err(err("note a nonce"))?;
         Ok(used)
+    }
+
+    fn nonce_seen(&mut self, owner: &str, nonce: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .db
+            .query_opt(
+                "SELECT 1 FROM nonces WHERE machine = $1 AND nonce = $2",
+                &[&owner, &nonce],
+            )
+            .map_err(err("look up a nonce"))?
+            .is_some())
     }
 
     fn recipients(&mut self) -> Result<Option<String>, StoreError> {

@@ -3,17 +3,22 @@
 //! [`Store`] come in, a [`Reply`] goes out.
 //!
 //! A request with a body is seen twice: [`Vault::admit`] with its headers
-//! only, before the transport reads the body (who is sending, whether they
-//! may, and how much), then [`Vault::handle`] with the body read. A body is
-//! never read for a route that takes none, a machine the vault does not
-//! know or revoked, a stale request, or a machine over its quota.
+//! only, before the transport reads the body (who is sending, proven by the
+//! signature over the headers, whether they may, and how much), then
+//! [`Vault::handle`] with the body read and held to the hash the signature
+//! names. A body is never read for a route that takes none, a machine the
+//! vault does not know or revoked, a signature that does not verify, a
+//! stale or replayed request, or a machine over its quota: knowing a
+//! machine's id is not enough to make the vault read, or hold room for, a
+//! byte.
 
 use super::{
     Enrolled, NonceUse, PieceStored, Quota, Store, StoreError, Stored, StoredBatch, TokenCheck,
     Usage, day_of,
 };
 use crate::vault::{
-    self, Enrolment, PublicKey, Receipt, Recipients, RequestAuth, RestoreNotice, SigningKey,
+    self, Enrolment, PieceReceipt, PublicKey, PullEnd, PullOf, Receipt, Recipients, RequestAuth,
+    RestoreNotice, SigningKey,
 };
 
 /// The largest enrolment body: a few hundred bytes of text, with room.
@@ -39,19 +44,14 @@ impl Request {
 }
 
 /// A chain to stream back, one batch or transcript piece at a time
-/// ([`Vault::next_frame`]).
+/// ([`Vault::next_frame`]), then a signed last frame ([`Vault::end_frame`])
+/// answering the request's nonce.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pull {
     pub machine: String,
     pub session: String,
     pub of: PullOf,
-}
-
-/// What a pull streams.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PullOf {
-    Batches,
-    Pieces,
+    pub nonce: [u8; 16],
 }
 
 /// A reply: status, body, and for the log line what a refusal concerned.
@@ -65,6 +65,9 @@ pub struct Reply {
     pub retry_after: Option<u64>,
     /// The body is this chain's batches or pieces, framed, after `body`.
     pub pull: Option<Box<Pull>>,
+    /// The vault's signature over this reply to the request's nonce
+    /// (`x-nd7-reply`), when the request carried one and the body is whole.
+    pub signature: Option<Box<[u8; 64]>>,
 }
 
 pub fn reply(status: u16, text: impl Into<String>) -> Reply {
@@ -78,6 +81,7 @@ pub fn reply(status: u16, text: impl Into<String>) -> Reply {
         note: None,
         retry_after: None,
         pull: None,
+        signature: None,
     }
 }
 
@@ -129,6 +133,7 @@ fn bytes(status: u16, body: Vec<u8>) -> Reply {
         note: None,
         retry_after: None,
         pull: None,
+        signature: None,
     }
 }
 
@@ -161,6 +166,7 @@ enum Route<'a> {
     Head(&'a str),
     Batch,
     Sessions,
+    Machines,
     Machine(&'a str),
     Batches(&'a str, &'a str),
     Forks,
@@ -178,6 +184,7 @@ impl<'a> Route<'a> {
             ("GET", ["v1", "head", session]) => Route::Head(session),
             ("POST", ["v1", "batches"]) => Route::Batch,
             ("GET", ["v1", "sessions"]) => Route::Sessions,
+            ("GET", ["v1", "machines"]) => Route::Machines,
             ("GET", ["v1", "machines", id]) => Route::Machine(id),
             ("GET", ["v1", "batches", machine, session]) => Route::Batches(machine, session),
             ("GET", ["v1", "forks"]) => Route::Forks,
@@ -204,6 +211,7 @@ impl<'a> Route<'a> {
             Route::Recipients | Route::Restores | Route::Enroll => Access::Anyone,
             Route::Head(_) | Route::Batch | Route::Piece => Access::Machine,
             Route::Sessions
+            | Route::Machines
             | Route::Machine(_)
             | Route::Batches(..)
             | Route::Forks
@@ -234,6 +242,22 @@ pub fn max_body(method: &str, path: &str) -> Result<usize, Reply> {
         .ok_or_else(|| reply(404, format!("no such route: {method} {path}")))
 }
 
+/// What [`Vault::admit`] established from a request's headers: for a
+/// machine's request, the machine whose signature over the headers
+/// verified, with a nonce not used yet.
+#[derive(Clone, Debug)]
+pub struct Admitted {
+    machine: Option<String>,
+}
+
+impl Admitted {
+    /// The machine whose body this is, for the transport's per-machine
+    /// budget; `None` for an enrolment.
+    pub fn machine(&self) -> Option<&str> {
+        self.machine.as_deref()
+    }
+}
+
 /// The vault's request handling: its key, its clock and its limits. Each
 /// call is given the store to use, so the transport can run several at once,
 /// each on its own connection.
@@ -249,14 +273,17 @@ impl Vault {
     }
 
     /// Before a body of `length` bytes is read: whether it may be, and
-    /// whose it is (the machine's id for a batch; `None` for an enrolment,
-    /// which nobody can be authenticated for yet and is small).
+    /// whose it is (a machine, for a batch or a piece: its signature over
+    /// the headers verified, its nonce not used; nobody for an enrolment,
+    /// which no one can be authenticated for yet and is small). Only reads
+    /// the store: a held body costs the vault no write, and the nonce is
+    /// spent once the request is whole ([`Vault::handle`]).
     pub fn admit(
         &self,
         store: &mut dyn Store,
         request: &Request,
         length: usize,
-    ) -> Result<Option<String>, Reply> {
+    ) -> Result<Admitted, Reply> {
         let route = Route::parse(&request.method, &request.path).ok_or_else(|| {
             reply(
                 404,
@@ -273,21 +300,26 @@ impl Vault {
                 ),
             ));
         }
-        // A machine's body is admitted only from a known, unrevoked machine,
-        // with a fresh request and room in its quota; the signature over the
-        // body is checked once it is read. Other routes take no body but an
-        // enrolment's, which is small and carries its own proof.
+        // A machine's body is admitted only from a known, unrevoked machine
+        // whose signature over the headers (this length, the body's hash)
+        // verifies, with a fresh nonce and room in its quota; the body is
+        // held to that hash once it is read. Other routes take no body but
+        // an enrolment's, which is small and carries its own proof.
         if route.access() != Access::Machine || max == 0 {
-            return Ok(None);
+            return Ok(Admitted { machine: None });
         }
         let auth = auth_headers(request)?;
-        let machine = self.known_machine(store, &auth.machine)?;
+        let (id, key) = self.known_machine(store, &auth.machine)?;
         let now = (self.now)();
-        let skew = now.abs_diff(auth.time);
-        if skew > vault::MAX_CLOCK_SKEW_SECS {
+        auth.verify_headers(&key, &request.method, &request.path, length as u64, now)
+            .map_err(|e| refuse(401, format!("machine {id}: {e}")))?;
+        if store
+            .nonce_seen(&id, &vault::hex(&auth.nonce))
+            .map_err(internal)?
+        {
             return Err(refuse(
                 401,
-                format!("machine {}: {}", auth.machine, vault::Error::Stale { skew }),
+                format!("machine {id}: replayed request: this nonce was already used"),
             ));
         }
         let used = store.usage(&auth.machine, day_of(now)).map_err(internal)?;
@@ -300,9 +332,11 @@ impl Vault {
         ) {
             return Err(self.over_quota(&auth.machine, used, now));
         }
-        Ok(Some(machine.0))
+        Ok(Admitted { machine: Some(id) })
     }
 
+    /// Answers a request whose body (if any) was read: a machine's is
+    /// authenticated whole here (signature, freshness, nonce spent, body).
     pub fn handle(&self, store: &mut dyn Store, request: &Request) -> Reply {
         let method = request.method.as_str();
         let path = request.path.as_str();
@@ -322,21 +356,57 @@ impl Vault {
             Route::Sessions => self
                 .reader(store, request)
                 .and_then(|()| self.sessions(store)),
+            Route::Machines => self
+                .reader(store, request)
+                .and_then(|()| self.machines(store)),
             Route::Machine(id) => self
                 .reader(store, request)
                 .and_then(|()| self.machine(store, id)),
             Route::Batches(machine, session) => self
                 .reader(store, request)
-                .and_then(|()| pull(machine, session, PullOf::Batches)),
+                .and_then(|()| pull(request, machine, session, PullOf::Batches)),
             Route::Forks => self.reader(store, request).and_then(|()| self.forks(store)),
             Route::Piece => self
                 .authenticate(store, request)
                 .and_then(|(machine, key)| self.piece(store, &machine, &key, &request.body)),
             Route::Pieces(machine, session) => self
                 .reader(store, request)
-                .and_then(|()| pull(machine, session, PullOf::Pieces)),
+                .and_then(|()| pull(request, machine, session, PullOf::Transcripts)),
         };
-        result.unwrap_or_else(|r| r)
+        let mut reply = result.unwrap_or_else(|r| r);
+        if reply.pull.is_none()
+            && let Some(nonce) = request_nonce(request)
+        {
+            reply.signature = Some(Box::new(vault::sign_reply(
+                &self.key,
+                &nonce,
+                method,
+                path,
+                reply.status,
+                &reply.body,
+            )));
+        }
+        reply
+    }
+
+    /// A pull's last frame, as `u32 BE length, bytes`: the vault's signature
+    /// over the `frames` frames sent before it, whose BLAKE3 (length
+    /// prefixes included) is `digest`, answering the request's nonce.
+    pub fn end_frame(&self, pull: &Pull, frames: u64, digest: [u8; 32]) -> Vec<u8> {
+        let end = PullEnd::sign(
+            &self.key,
+            pull.nonce,
+            &pull.machine,
+            &pull.session,
+            pull.of,
+            frames,
+            digest,
+        )
+        .render();
+        let mut frame = Vec::with_capacity(4 + end.len());
+        frame.extend_from_slice(&(end.len() as u32).to_be_bytes());
+        frame.extend_from_slice(end.as_bytes());
+        frame
     }
 
     /// The next frame of a pull, as `u32 BE length, bytes`: the chain's
@@ -354,7 +424,7 @@ impl Vault {
             PullOf::Batches => store
                 .batch_after(&pull.machine, &pull.session, after.map(|(first, _)| first))?
                 .map(|(first, body)| ((first, 0), body)),
-            PullOf::Pieces => store.piece_after(&pull.machine, &pull.session, after)?,
+            PullOf::Transcripts => store.piece_after(&pull.machine, &pull.session, after)?,
         };
         Ok(next.map(|(at, body)| {
             let mut frame = Vec::with_capacity(4 + body.len());
@@ -415,8 +485,9 @@ impl Vault {
         Ok((row.id, row.enrolment.key))
     }
 
-    /// Checks a machine's signature and the request's freshness, and notes
-    /// its nonce; returns the machine's id and key.
+    /// The machine a request is from: its signature, its freshness, its
+    /// nonce (spent here), and the body read against the hash the signature
+    /// names. Returns the machine's id and key.
     fn authenticate(
         &self,
         store: &mut dyn Store,
@@ -424,10 +495,14 @@ impl Vault {
     ) -> Result<(String, PublicKey), Reply> {
         let auth = auth_headers(request)?;
         let (id, key) = self.known_machine(store, &auth.machine)?;
-        self.check_fresh(store, &auth, &key, &id, request)?;
+        self.check_fresh(store, &auth, &key, &id, request, request.body.len() as u64)?;
+        auth.verify_body(&request.body)
+            .map_err(|e| refuse(401, format!("machine {id}: {e}")))?;
         Ok((id, key))
     }
 
+    /// Checks a request's signature over its headers (for a body of
+    /// `length` bytes) and its freshness, and spends its nonce.
     fn check_fresh(
         &self,
         store: &mut dyn Store,
@@ -435,9 +510,10 @@ impl Vault {
         key: &PublicKey,
         nonce_owner: &str,
         request: &Request,
+        length: u64,
     ) -> Result<(), Reply> {
         let now = (self.now)();
-        auth.verify(key, &request.method, &request.path, &request.body, now)
+        auth.verify_headers(key, &request.method, &request.path, length, now)
             .map_err(|e| refuse(401, format!("machine {}: {e}", auth.machine)))?;
         let window = 2 * vault::MAX_CLOCK_SKEW_SECS;
         match store
@@ -520,6 +596,7 @@ impl Vault {
             &enrolment.key,
             &enrolment.key.to_hex(),
             request,
+            request.body.len() as u64,
         )?;
         match store.add_machine(&id, &enrolment, now).map_err(internal)? {
             Enrolled::New | Enrolled::Again => Ok(reply(200, format!("machine {id}"))),
@@ -667,11 +744,29 @@ impl Vault {
             .store_piece(header, body, now, &self.limits.quota)
             .map_err(internal)?
         {
-            PieceStored::Stored => Ok(reply(200, format!("stored {} {range}", header.anchor))),
-            PieceStored::AlreadyStored => Ok(reply(
+            PieceStored::Stored(stored) => Ok(reply(
                 200,
-                format!("already stored {} {range}", header.anchor),
+                format!(
+                    "stored {} {range}\n{}",
+                    header.anchor,
+                    PieceReceipt::sign(&self.key, stored, &piece).render()
+                ),
             )),
+            // The first piece of this anchor and first byte is kept, and is
+            // what the receipt names.
+            PieceStored::AlreadyStored(stored, kept) => {
+                let kept = vault::parse_piece(&kept).map_err(|e| {
+                    internal(super::StoreError::new("read a stored transcript piece", e))
+                })?;
+                Ok(reply(
+                    200,
+                    format!(
+                        "already stored {} {range}\n{}",
+                        header.anchor,
+                        PieceReceipt::sign(&self.key, stored, &kept).render()
+                    ),
+                ))
+            }
             PieceStored::NotAnchored => {
                 let mut r = reply(
                     409,
@@ -696,6 +791,13 @@ impl Vault {
                 vault::hex(session.as_bytes())
             ));
         }
+        Ok(bytes(200, text.into_bytes()))
+    }
+
+    /// Every machine's enrolment record, one after another.
+    fn machines(&self, store: &mut dyn Store) -> Result<Reply, Reply> {
+        let rows = store.machines().map_err(internal)?;
+        let text: String = rows.iter().map(|m| m.enrolment.render()).collect();
         Ok(bytes(200, text.into_bytes()))
     }
 
@@ -724,16 +826,31 @@ impl Vault {
 }
 
 /// A pull: the reply's body is streamed by the transport, one batch or
-/// piece at a time ([`Vault::next_frame`]).
-fn pull(machine: &str, session: &str, of: PullOf) -> Result<Reply, Reply> {
+/// piece at a time ([`Vault::next_frame`]), ended by a frame signed for the
+/// request's nonce, which a pull must carry.
+fn pull(request: &Request, machine: &str, session: &str, of: PullOf) -> Result<Reply, Reply> {
     let session = session_from_hex(session)?;
+    let nonce = request_nonce(request).ok_or_else(|| {
+        refuse(
+            400,
+            "a pull needs an x-nd7-nonce header (32 hex): its last frame is signed for it",
+        )
+    })?;
     let mut r = bytes(200, Vec::new());
     r.pull = Some(Box::new(Pull {
         machine: machine.to_string(),
         session,
         of,
+        nonce,
     }));
     Ok(r)
+}
+
+/// The request's `x-nd7-nonce`, which the reply is signed for.
+fn request_nonce(request: &Request) -> Option<[u8; 16]> {
+    request
+        .header(vault::HEADER_NONCE)
+        .and_then(|n| vault::unhex::<16>(&n))
 }
 
 fn session_from_hex(hex: &str) -> Result<String, Reply> {

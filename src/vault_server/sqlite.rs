@@ -17,8 +17,9 @@ use crate::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, Pie
 
 /// The layout this file holds (`PRAGMA user_version`). 2 was the first of
 /// format v2 (session ids repeated in every index row, no revocation, no
-/// quotas); 3 keeps each chain once and indexes by its number.
-const FORMAT: i64 = 3;
+/// quotas); 3 keeps each chain once and indexes by its number; 4 holds
+/// format v3's recipients documents and enrolment records (ADR-0082).
+const FORMAT: i64 = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tokens (
@@ -137,6 +138,7 @@ fn check_format(db: &Connection) -> Result<(), StoreError> {
         let what = match version {
             0 | 1 => "vault format 1".to_string(),
             2 => "the first database layout of vault format 2".to_string(),
+            3 => "the database layout of vault format 2".to_string(),
             v => format!("database layout {v}"),
         };
         return Err(StoreError {
@@ -298,15 +300,14 @@ impl ChainTx for Tx<'_> {
         Ok(())
     }
 
-    fn has_piece(&mut self, anchor: u64, from: u64) -> Result<bool, StoreError> {
+    fn piece_at(&mut self, anchor: u64, from: u64) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
         self.tx
             .query_row(
-                "SELECT 1 FROM pieces WHERE chain = ?1 AND anchor = ?2 AND from_byte = ?3",
+                "SELECT stored, body FROM pieces WHERE chain = ?1 AND anchor = ?2 AND from_byte = ?3",
                 params![self.chain, anchor as i64, from as i64],
-                |_| Ok(()),
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, Vec<u8>>(1)?)),
             )
             .optional()
-            .map(|r| r.is_some())
             .map_err(err("look up a transcript piece"))
     }
 
@@ -496,6 +497,18 @@ impl Store for SqliteStore {
             )
             .map_err(err("revoke a machine"))?;
         Ok(n == 1)
+    }
+
+    fn nonce_seen(&mut self, owner: &str, nonce: &str) -> Result<bool, StoreError> {
+        self.db
+            .query_row(
+                "SELECT 1 FROM nonces WHERE machine = ?1 AND nonce = ?2",
+                params![owner, nonce],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(err("look up a nonce"))
     }
 
     fn note_nonce(

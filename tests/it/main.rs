@@ -60,6 +60,8 @@ mod vault_attacks;
 #[cfg(feature = "vault-server")]
 mod vault_limits;
 #[cfg(feature = "vault-server")]
+mod vault_network;
+#[cfg(feature = "vault-server")]
 mod vault_scale;
 #[cfg(feature = "vault-server")]
 mod vault_service;

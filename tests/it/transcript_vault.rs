@@ -371,6 +371,7 @@ fn the_vault_takes_only_the_machines_own_pieces_of_anchors_it_holds() {
             anchor,
             from,
             to: from + 4,
+            after: None,
         };
         v::seal_piece(&header, bytes, &key, b"wrapped", [2; 24], signer)
     };
@@ -441,10 +442,28 @@ fn the_vault_takes_only_the_machines_own_pieces_of_anchors_it_holds() {
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("bytes of ciphertext"), "{text}");
     assert_eq!(vault.count("pieces"), pieces_before);
+    let first = piece(1, 100, &machine.id, &machine.key);
+    let (status, text) = send(first.clone());
+    assert_eq!(
+        (status, text.lines().next()),
+        (200, Some("stored 1 100..104"))
+    );
+    // The receipt names the piece stored, signed by the vault.
+    let receipt =
+        v::PieceReceipt::parse(text.split_once('\n').expect("receipt").1).expect("a piece receipt");
+    let vault_key = v::PublicKey::from_hex(&vault.key).expect("vault key");
+    assert_eq!(receipt.verify(&vault_key, &machine.key.public()), Ok(()));
+    assert_eq!(receipt.piece, v::parse_piece(&first).expect("piece").batch);
+    // Sent again (other bytes: another nonce), it is acknowledged with the
+    // receipt of the first, which is kept.
     let (status, text) = send(piece(1, 100, &machine.id, &machine.key));
-    assert_eq!((status, text.trim()), (200, "stored 1 100..104"));
-    let (status, text) = send(piece(1, 100, &machine.id, &machine.key));
-    assert_eq!((status, text.trim()), (200, "already stored 1 100..104"));
+    assert_eq!(
+        (status, text.lines().next()),
+        (200, Some("already stored 1 100..104"))
+    );
+    let again =
+        v::PieceReceipt::parse(text.split_once('\n').expect("receipt").1).expect("a piece receipt");
+    assert_eq!(again.piece, receipt.piece);
     assert_eq!(vault.count("pieces"), pieces_before + 1);
 }
 
@@ -551,6 +570,94 @@ fn a_codex_rollout_ships_with_its_session_and_pull_restores_and_compares_it() {
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(
         stdout(&out).contains("differs from what was shipped, from byte 200"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// The vault drops a transcript piece it took: one in the middle, then the
+/// last. Guards the pieces' `after` links, checked in
+/// `transcript::pull::pull` (a dropped piece in the middle is the vault's,
+/// without the machine's copy), and the piece receipt the machine keeps
+/// (`transcript/receipt`), checked by `compare_receipt` (a dropped last
+/// piece, with `--compare`). Each was seen to pass as a note, exit 0,
+/// without its check.
+#[test]
+fn attack_drop_a_transcript_piece() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    assert!(enroll(&state, &vault, &org).status.success());
+    let c = Claude::new("7a1e2c3d-0000-4000-8000-000000000009");
+    for n in 0..3 {
+        grow(&c.transcript(), n * 40..(n + 1) * 40);
+        c.hook(&state, "Stop", json!({}));
+    }
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(vault.count("pieces"), 3);
+    let receipt = state.log(&c.session).dir().join("transcript/receipt");
+    assert!(
+        std::fs::read_to_string(&receipt)
+            .expect("the last piece's receipt")
+            .starts_with("nd7-piece-receipt v1\n")
+    );
+
+    let db = rusqlite::Connection::open(vault.db()).expect("db");
+    let anchors: Vec<i64> = db
+        .prepare("SELECT anchor FROM pieces ORDER BY anchor")
+        .expect("q")
+        .query_map([], |r| r.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("anchors");
+    let take = |anchor: i64| -> Vec<u8> {
+        let body: Vec<u8> = db
+            .query_row("SELECT body FROM pieces WHERE anchor = ?1", [anchor], |r| {
+                r.get(0)
+            })
+            .expect("piece");
+        db.execute("DELETE FROM pieces WHERE anchor = ?1", [anchor])
+            .expect("drop");
+        body
+    };
+    let put = |anchor: i64, body: Vec<u8>| {
+        db.execute(
+            "INSERT INTO pieces (chain, anchor, from_byte, to_byte, body, stored) SELECT chain, ?1, 0, 0, ?2, 0 FROM pieces LIMIT 1",
+            rusqlite::params![anchor, body],
+        )
+        .expect("put back");
+    };
+    let middle = take(anchors[1]);
+    let (out, _) = pull(&state, &vault, &org, &c.session, false);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "the machine shipped it after its piece of entry {} from byte",
+            anchors[1]
+        )) && stdout(&out).contains("which the vault does not serve"),
+        "{}",
+        stdout(&out)
+    );
+    put(anchors[1], middle);
+
+    take(anchors[2]);
+    let (out, _) = pull(&state, &vault, &org, &c.session, false);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "without the machine's copy, a dropped last piece is a note: {}",
+        stdout(&out)
+    );
+    let (out, _) = pull(&state, &vault, &org, &c.session, true);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("the transcript bytes")
+            && stdout(&out).contains(&format!(
+                "entry {} anchors: the vault acknowledged that piece",
+                anchors[2]
+            ))
+            && stdout(&out).contains("but no longer serves it: it dropped it"),
         "{}",
         stdout(&out)
     );

@@ -253,11 +253,35 @@ impl Org {
         }
     }
 
-    /// A one-time enrolment token, signed by the organisation key.
+    /// A one-time enrolment token, signed by the organisation key, naming
+    /// the version of the last document installed (an organisation that
+    /// installed none names a document of its own, for no vault).
     pub fn token(&self) -> String {
+        self.token_for("")
+    }
+
+    /// The same, registered for `label` in the organisation's register
+    /// (`org.key.tokens`).
+    pub fn token_for(&self, label: &str) -> String {
+        let doc = self.dir.path().join("recipients");
+        if !doc.exists() {
+            let nowhere = SigningKey::from_seed(&vault::Secret32::from_bytes([0x5a; 32]))
+                .public()
+                .to_hex();
+            let text = ok(nd7()
+                .args(["admin", "sign-recipients", "--org-key"])
+                .arg(self.dir.path().join("org.key"))
+                .args(["--version", "1", "--vault-key", &nowhere, &self.recipient()])
+                .output()
+                .expect("run"));
+            std::fs::write(&doc, text).expect("write doc");
+        }
         ok(nd7()
             .args(["admin", "enrol-token", "--org-key"])
             .arg(self.dir.path().join("org.key"))
+            .arg("--recipients")
+            .arg(&doc)
+            .args(["--label", label])
             .output()
             .expect("run"))
         .trim()
@@ -279,7 +303,12 @@ impl Org {
     /// Signs a document listing `recipients`, at the next version, and
     /// installs it on the vault.
     pub fn install_for(&self, vault: &Vault, recipients: &[String]) {
-        let doc = self.sign(vault, recipients);
+        self.install_until(vault, recipients, None);
+    }
+
+    /// The same, valid until `valid_until` (Unix s) rather than the default.
+    pub fn install_until(&self, vault: &Vault, recipients: &[String], valid_until: Option<u64>) {
+        let doc = self.sign_until(vault, recipients, valid_until);
         let path = self.dir.path().join("recipients");
         std::fs::write(&path, doc).expect("write doc");
         ok(vault.admin(&["recipients", path.to_str().expect("utf8")]));
@@ -287,15 +316,25 @@ impl Org {
 
     /// A recipients document listing `recipients` and `vault`'s key, at the next version.
     pub fn sign(&self, vault: &Vault, recipients: &[String]) -> String {
+        self.sign_until(vault, recipients, None)
+    }
+
+    pub fn sign_until(
+        &self,
+        vault: &Vault,
+        recipients: &[String],
+        valid_until: Option<u64>,
+    ) -> String {
         self.version.set(self.version.get() + 1);
-        ok(nd7()
-            .args(["admin", "sign-recipients", "--org-key"])
+        let mut cmd = nd7();
+        cmd.args(["admin", "sign-recipients", "--org-key"])
             .arg(self.dir.path().join("org.key"))
             .args(["--version", &self.version.get().to_string()])
-            .args(["--vault-key", &vault.key])
-            .args(recipients)
-            .output()
-            .expect("run"))
+            .args(["--vault-key", &vault.key]);
+        if let Some(t) = valid_until {
+            cmd.args(["--valid-until", &t.to_string()]);
+        }
+        ok(cmd.args(recipients).output().expect("run"))
     }
 }
 
@@ -364,7 +403,10 @@ pub fn stored_batches(vault: &Vault, machine: &str, session: &str) -> Vec<vault:
     let mut out = Vec::new();
     while !rest.is_empty() {
         let len = u32::from_be_bytes(rest[..4].try_into().expect("len")) as usize;
-        out.push(vault::parse_batch(&rest[4..4 + len]).expect("batch"));
+        let frame = &rest[4..4 + len];
+        if !vault::PullEnd::is_end(frame) {
+            out.push(vault::parse_batch(frame).expect("batch"));
+        }
         rest = &rest[4 + len..];
     }
     out
@@ -706,7 +748,8 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
         assert!(text.contains(says), "{text:?} should say {says:?}");
     };
 
-    // Ciphertext altered after it was signed.
+    // Ciphertext altered after it was signed: the headers check, the body
+    // read is not the one they name.
     let mut tampered = body.clone();
     let at = tampered.len() - 30;
     tampered[at] ^= 1;
@@ -716,7 +759,7 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
             signed(&machine.key, &machine.id, p, &body, now, 1),
         ),
         401,
-        "signature does not verify",
+        "is not the one its signature names",
     );
     // Signed by a key that is not the machine's.
     let other = SigningKey::from_seed(&vault::Secret32::from_bytes([5; 32]));
@@ -1055,7 +1098,7 @@ fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
         )
         .expect("seed"),
     );
-    let old = vault::EnrolToken::mint(&org_key, &[3; 16], ship::unix_now() - 10);
+    let old = vault::EnrolToken::mint(&org_key, &[3; 16], ship::unix_now() - 10, 1);
     let out = enroll_with(&State::new(), &old);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
@@ -1078,7 +1121,7 @@ fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
     );
     let key = SigningKey::from_seed(&vault::Secret32::from_bytes([8; 32]));
     let token = vault::EnrolToken::parse(&impostor.token()).expect("token");
-    let body = token.enrolment(&key.public()).render();
+    let body = token.enrolment(&key.public(), ship::unix_now()).render();
     let id = vault::machine_id(&key.public());
     let (status, text) = client(&vault.url)
         .request(
@@ -1100,6 +1143,7 @@ fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
     let doc = vault::Recipients::sign(
         &org_key,
         99,
+        ship::unix_now() + 3600,
         &elsewhere,
         &[vault::AgeRecipient::parse(&org.recipient()).expect("recipient")],
     );
@@ -1133,7 +1177,7 @@ fn a_database_of_format_v1_is_refused_untouched() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out)
-            .contains("it holds vault format 1, and this nd7-vault serves database layout 3 only"),
+            .contains("it holds vault format 1, and this nd7-vault serves database layout 4 only"),
         "{}",
         stderr(&out)
     );
@@ -1141,4 +1185,40 @@ fn a_database_of_format_v1_is_refused_untouched() {
         std::fs::read(&db).expect("read") == before,
         "the file changed"
     );
+}
+
+/// The vault's key changes (a new key, named by a new recipients document)
+/// while a machine holds receipts the old one signed. Guards
+/// `vault_admin::vouched_vault_keys` (receipts checked against the key the
+/// organisation vouched for when they were signed, from the machine's own
+/// `recipients` and `recipients.old`); seen to report the machine's receipt
+/// as not checking (exit 1, the machine blamed) without it.
+#[test]
+fn receipts_the_vault_signed_before_its_key_changed_still_check() {
+    let mut vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 3);
+    ok(ship(&state));
+
+    vault.kill();
+    std::fs::rename(vault.key_path(), vault.dir.path().join("vault.key.old")).expect("move");
+    let out = vault.admin(&["key"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    vault.key = stdout(&out).trim().to_string();
+    org.install(&vault);
+    vault.spawn();
+
+    // The machine has not shipped since: its receipt is the old key's.
+    let (out, _) = pull(&state, &vault, &org, "s1", true);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    // It ships, takes the new document and keeps the old one; a lost
+    // receipt of the old key's would check the same way.
+    append(&state, "s1", 2);
+    ok(ship(&state));
+    let old = std::fs::read_to_string(state.xdg().join("nd7/vault/recipients.old")).expect("kept");
+    assert!(old.contains("\nversion 1\n"), "{old}");
+    let (out, _) = pull(&state, &vault, &org, "s1", true);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }

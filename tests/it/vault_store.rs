@@ -88,6 +88,7 @@ impl Mach {
             anchor,
             from,
             to: from + bytes.len() as u64,
+            after: None,
         };
         let body = vault::seal_piece(&header, bytes, key, b"wrapped", [8; 24], &self.key);
         (header, body)
@@ -130,10 +131,10 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
     // Machines: one per key and per token; the same pair again is asked
     // again, not refused.
     let org = SigningKey::from_seed(&Secret32::from_bytes([1; 32]));
-    let t1 = EnrolToken::parse(&EnrolToken::mint(&org, &[1; 16], now + 100)).expect("token");
-    let t2 = EnrolToken::parse(&EnrolToken::mint(&org, &[2; 16], now + 100)).expect("token");
+    let t1 = EnrolToken::parse(&EnrolToken::mint(&org, &[1; 16], now + 100, 1)).expect("token");
+    let t2 = EnrolToken::parse(&EnrolToken::mint(&org, &[2; 16], now + 100, 1)).expect("token");
     let (m1, m2) = (Mach::new(11), Mach::new(12));
-    let e11 = t1.enrolment(&m1.key.public());
+    let e11 = t1.enrolment(&m1.key.public(), now);
     assert_eq!(
         s.add_machine(&m1.id, &e11, now).expect("add"),
         Enrolled::New
@@ -142,12 +143,12 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
         s.add_machine(&m1.id, &e11, now).expect("add"),
         Enrolled::Again
     );
-    let e21 = t1.enrolment(&m2.key.public());
+    let e21 = t1.enrolment(&m2.key.public(), now);
     assert_eq!(
         s.add_machine(&m2.id, &e21, now).expect("add"),
         Enrolled::TokenUsed
     );
-    let e12 = t2.enrolment(&m1.key.public());
+    let e12 = t2.enrolment(&m1.key.public(), now);
     assert_eq!(
         s.add_machine(&m1.id, &e12, now).expect("add"),
         Enrolled::KeyEnrolled
@@ -171,7 +172,13 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
         s.note_nonce("m", n, t, t.saturating_sub(600), 3)
             .expect("nonce")
     };
+    assert!(!s.nonce_seen("m", "n1").expect("seen"));
     assert_eq!(nonce(&mut s, "n1", now), NonceUse::First);
+    assert!(
+        s.nonce_seen("m", "n1").expect("seen"),
+        "admission sees it used"
+    );
+    assert!(!s.nonce_seen("other", "n1").expect("seen"), "per owner");
     assert_eq!(nonce(&mut s, "n1", now), NonceUse::Replayed);
     assert_eq!(nonce(&mut s, "n2", now), NonceUse::First);
     assert_eq!(nonce(&mut s, "n3", now), NonceUse::First);
@@ -300,7 +307,7 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
     let (p3, body3) = m.piece("s1", &key, 3, 0, b"abcd");
     assert_eq!(
         s.store_piece(&p3, &body3, now, &Q).expect("store"),
-        PieceStored::Stored
+        PieceStored::Stored(now)
     );
     let charged = Usage {
         entries: used.entries,
@@ -309,9 +316,10 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
     assert_eq!(s.usage(&m.id, day).expect("usage"), charged);
     let (again, again_body) = m.piece("s1", &key, 3, 0, b"abce");
     assert_eq!(
-        s.store_piece(&again, &again_body, now, &Q).expect("store"),
-        PieceStored::AlreadyStored,
-        "the first piece of an anchor and first byte is kept"
+        s.store_piece(&again, &again_body, now + 1, &Q)
+            .expect("store"),
+        PieceStored::AlreadyStored(now, body3.clone()),
+        "the first piece of an anchor and first byte is kept, and named"
     );
     assert_eq!(
         s.usage(&m.id, day).expect("usage"),
@@ -347,12 +355,12 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
     assert_eq!(s.usage(&m.id, day).expect("usage"), charged);
     assert_eq!(
         s.store_piece(&p3b, &body3b, now, &Q).expect("store"),
-        PieceStored::Stored
+        PieceStored::Stored(now)
     );
     let (p1, body1p) = m.piece("s1", &key, 1, 0, b"ab");
     assert_eq!(
         s.store_piece(&p1, &body1p, now, &Q).expect("store"),
-        PieceStored::Stored
+        PieceStored::Stored(now)
     );
     let mut read = Vec::new();
     let mut after = None;

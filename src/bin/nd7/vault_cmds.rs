@@ -25,7 +25,10 @@ fn state_dir(cmd: &str) -> Result<std::path::PathBuf, ExitCode> {
 /// 1 when a vault or its document was refused (or refused us), 2 otherwise.
 fn refusal_code(e: &ShipError) -> ExitCode {
     match e {
-        ShipError::Refused { .. } | ShipError::Vault(_) => ExitCode::from(1),
+        ShipError::Refused { .. }
+        | ShipError::Vault(_)
+        | ShipError::OldRecipients { .. }
+        | ShipError::RecipientsExpired { .. } => ExitCode::from(1),
         _ => ExitCode::from(2),
     }
 }
@@ -55,7 +58,9 @@ pub fn enroll(url: &str, token: &str, fingerprint: &str, ca_cert: Option<&Path>)
 }
 
 fn ship_once(state: &Path) -> ExitCode {
-    let report = match ship::ship_all(state, &mut |line| eprintln!("nd7 ship: {line}")) {
+    let report = match ship::ship_all(state, &mut |line| {
+        eprintln!("nd7 ship: {}", term(line, Lines::One))
+    }) {
         Ok(report) => report,
         Err(e) => {
             eprintln!("nd7 ship: {e}");
@@ -74,12 +79,6 @@ fn ship_once(state: &Path) -> ExitCode {
                 batches += done.batches;
                 pieces += done.transcript_pieces;
                 transcript_bytes += done.transcript_bytes;
-                for note in &done.notes {
-                    eprintln!(
-                        "nd7 ship: {}",
-                        term(&format!("{session}: warning: {note}"), Lines::One)
-                    );
-                }
             }
             Err(e) => {
                 failed += 1;
@@ -211,21 +210,80 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
         Admin::SignRecipients {
             org_key,
             version,
+            valid_days,
+            valid_until,
             vault_key,
             recipients,
         } => {
-            let doc =
-                vault_admin::sign_recipients(&read(&org_key)?, version, &vault_key, &recipients)
-                    .map_err(fail)?;
+            let valid_until = valid_until.unwrap_or_else(|| {
+                ship::unix_now().saturating_add(valid_days.saturating_mul(86_400))
+            });
+            let doc = vault_admin::sign_recipients(
+                &read(&org_key)?,
+                version,
+                valid_until,
+                &vault_key,
+                &recipients,
+            )
+            .map_err(fail)?;
             print!("{doc}");
             Ok(ExitCode::SUCCESS)
         }
-        Admin::EnrolToken { org_key, hours } => {
-            println!(
-                "{}",
-                vault_admin::enrol_token(&read(&org_key)?, hours).map_err(fail)?
-            );
+        Admin::EnrolToken {
+            org_key,
+            recipients,
+            hours,
+            label,
+            register,
+        } => {
+            let token = vault_admin::enrol_token(&read(&org_key)?, &read(&recipients)?, hours)
+                .map_err(fail)?;
+            let register = register.unwrap_or_else(|| {
+                let mut name = org_key.clone().into_os_string();
+                name.push(".tokens");
+                name.into()
+            });
+            // Recorded before it is handed out: a token the register does
+            // not know is one `nd7 admin machines` reports.
+            vault_admin::register_token(&register, &token, &label).map_err(fail)?;
+            println!("{token}");
             Ok(ExitCode::SUCCESS)
+        }
+        Admin::Machines {
+            url,
+            read_token,
+            ca_cert,
+            fingerprint,
+            register,
+        } => {
+            let register = vault_admin::read_register(&register).map_err(fail)?;
+            let listed = vault_admin::list_machines(
+                &url,
+                &trust(ca_cert),
+                &read_token,
+                &fingerprint,
+                &register,
+            )
+            .map_err(|e| match e {
+                PullError::Finding(f) => {
+                    println!("{}", term(&f.to_string(), Lines::One));
+                    fault_code(f.fault)
+                }
+                PullError::Other(e) => fail(format!("machines: {e}")),
+            })?;
+            for line in &listed.lines {
+                println!("{}", term(line, Lines::One));
+            }
+            for finding in &listed.findings {
+                println!("{}", term(&finding.to_string(), Lines::One));
+            }
+            Ok(ExitCode::from(
+                vault_admin::Compared {
+                    findings: listed.findings,
+                    notes: Vec::new(),
+                }
+                .exit_code(),
+            ))
         }
         Admin::Sessions {
             url,
@@ -268,6 +326,46 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                 &out,
             )
             .map_err(pull_failed)?;
+            for note in &pulled.restores {
+                println!("note: {}", term(note, Lines::One));
+            }
+            if !pulled.findings.is_empty() || pulled.batches.is_empty() {
+                // Nothing was written out; what the vault holds is still
+                // held against the machine's receipts, so a vault that
+                // dropped the rest (or the whole session) is named even
+                // when the machine's own batches disagree (3 wins over 1).
+                let Some(local) = compare else {
+                    if pulled.findings.is_empty() {
+                        return Err(fail(format!(
+                            "pull: the vault holds no batch of machine {machine}, session {session} (with --compare, the machine's receipts say whether it should)"
+                        )));
+                    }
+                    for finding in &pulled.findings {
+                        println!("{}", term(&finding.to_string(), Lines::One));
+                    }
+                    return Ok(ExitCode::from(
+                        vault_admin::Compared {
+                            findings: pulled.findings.clone(),
+                            notes: Vec::new(),
+                        }
+                        .exit_code(),
+                    ));
+                };
+                if pulled.batches.is_empty() && pulled.findings.is_empty() {
+                    println!("the vault holds no batch of machine {machine}, session {session}");
+                }
+                let mut compared = vault_admin::compare(&pulled, &local).map_err(fail)?;
+                compared
+                    .findings
+                    .splice(0..0, pulled.findings.iter().cloned());
+                for note in &compared.notes {
+                    println!("{}", term(note, Lines::One));
+                }
+                for finding in &compared.findings {
+                    println!("{}", term(&finding.to_string(), Lines::One));
+                }
+                return Ok(ExitCode::from(compared.exit_code()));
+            }
             let events = pulled.path.clone();
             let dir = out.join(&session);
             let log = SessionLog::at_path(&dir).map_err(fail)?;
@@ -333,7 +431,7 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             };
             let mut compared = vault_admin::compare(&pulled, &local).map_err(fail)?;
-            transcript::pull::compare(&transcripts, &pulled, &mut compared);
+            transcript::pull::compare(&transcripts, &pulled, &local, &mut compared);
             compared
                 .findings
                 .extend(transcripts.findings.iter().cloned());
