@@ -188,9 +188,10 @@ def fill():
             time.sleep(120)
             os._exit(0)
         kids.append(pid)
-# Threads of nd7 run (and the keeper worker for a connect that got
-# through) end after a while and free their tasks: take those too and try
-# again, so a connect meets a full limit.
+# Threads of nd7 run end after a while and free their tasks, and a connect
+# made in that moment gets its worker, which then waits (2 s, IDLE_FOR in
+# supervise.rs) for the next: take the tasks freed, wait the worker out, and
+# try again, so a connect meets a full limit with no worker to reuse.
 r = "never tried"
 for attempt in range(40):
     fill()
@@ -202,6 +203,7 @@ for attempt in range(40):
         r = "connected"
         l.accept()[0].close()
         c.close()
+        time.sleep(3)
     except OSError as e:
         r = "error %d" % e.errno
         break

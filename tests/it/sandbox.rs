@@ -393,10 +393,11 @@ cd "$OUT" && "$EXEC" 'touch here' 2>/dev/null; echo "cwd-outside:$?"
 fn a_process_outside_the_session_is_refused_at_the_exit() {
     let w = World::new();
     // A process that has left the session's tree (its parent exited, so it
-    // now belongs to init) asks the exit to run a command.
+    // now belongs to init) asks the exit to run a command. Its status is
+    // renamed into place, so the file is never seen before it is written.
     let (child, pid) = w.start_agent(
         r#"
-( ( wait_for go; "$EXEC" "touch '$PWD/escaped'" 2> orphan.err; echo $? > orphan.rc ) & )
+( ( wait_for go; "$EXEC" "touch '$PWD/escaped'" 2> orphan.err; echo $? > orphan.tmp; mv orphan.tmp orphan.rc ) & )
 touch started; wait_for orphan.rc; wait_for done
 "#,
     );

@@ -494,13 +494,37 @@ impl Drop for Pending {
 /// A job for a worker.
 type Job = Box<dyn FnOnce() + Send>;
 
+/// How long a worker with nothing to do waits for a job before it ends. A
+/// burst of blocked connects leaves no threads behind for the rest of the
+/// session, and a task limit the session filled gets its tasks back; a
+/// thread's start (tens of microseconds) is small beside any command's.
+const IDLE_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What a worker thread is called (its `comm`, in `ps -L` and /proc).
+const WORKER_NAME: &str = "nd7-keeper-work";
+
 /// A pool of threads that grows whenever every thread is busy, so a job
-/// never waits behind one that blocks; idle threads wait for the next.
-#[derive(Default)]
+/// never waits behind one that blocks; idle threads wait for the next, for
+/// at most `idle_for`.
 struct Workers {
+    /// Threads waiting for a job and not yet promised one: a job is only
+    /// queued after claiming one of them, and a thread only leaves after
+    /// taking itself off this count, so a queued job always has a thread.
     idle: Arc<std::sync::atomic::AtomicUsize>,
     queue: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
     jobs: Arc<Mutex<Option<std::sync::mpsc::Receiver<Job>>>>,
+    idle_for: std::time::Duration,
+}
+
+impl Default for Workers {
+    fn default() -> Workers {
+        Workers {
+            idle: Arc::default(),
+            queue: Mutex::default(),
+            jobs: Arc::default(),
+            idle_for: IDLE_FOR,
+        }
+    }
 }
 
 impl Workers {
@@ -544,23 +568,45 @@ impl Workers {
             *queue = Some(tx);
             *jobs = Some(rx);
         }
-        let (idle, jobs) = (self.idle.clone(), self.jobs.clone());
+        let (idle, jobs, idle_for) = (self.idle.clone(), self.jobs.clone(), self.idle_for);
         // Not `std::thread::spawn`, which panics when the kernel has no
         // thread to give (a task limit the session can fill): that would end
         // the keeper, and with it the sweep. On failure the job is dropped
         // unrun, which answers its caller (`Pending`).
-        let _ = std::thread::Builder::new().spawn(move || {
+        let worker = std::thread::Builder::new().name(WORKER_NAME.into());
+        let _ = worker.spawn(move || {
+            use std::sync::mpsc::RecvTimeoutError;
             job();
-            loop {
+            'idle: loop {
                 idle.fetch_add(1, Ordering::AcqRel);
-                // Idle threads take turns waiting on the queue.
-                let next = match jobs.lock() {
-                    Ok(jobs) => jobs.as_ref().and_then(|rx| rx.recv().ok()),
-                    Err(_) => None,
-                };
-                match next {
-                    Some(job) => job(),
-                    None => return,
+                loop {
+                    // Idle threads take turns waiting on the queue.
+                    let next = match jobs.lock() {
+                        Ok(jobs) => match jobs.as_ref() {
+                            Some(rx) => rx.recv_timeout(idle_for),
+                            None => return,
+                        },
+                        Err(_) => return,
+                    };
+                    match next {
+                        Ok(job) => {
+                            job();
+                            continue 'idle;
+                        }
+                        // Leave only if no job was promised to the idle
+                        // meanwhile; one that was is on its way: wait on.
+                        Err(RecvTimeoutError::Timeout) => {
+                            if idle
+                                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                                    n.checked_sub(1)
+                                })
+                                .is_ok()
+                            {
+                                return;
+                            }
+                        }
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    }
                 }
             }
         });
@@ -821,6 +867,53 @@ pub fn can_act_for(pid: Pid, fd: RawFd) -> bool {
 mod tests {
     use super::*;
     use std::os::unix::net::{UnixDatagram, UnixListener};
+
+    /// The live worker threads of this process, by their name in /proc.
+    fn threads() -> usize {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return 0;
+        };
+        tasks
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|comm| comm.trim_end() == WORKER_NAME)
+            })
+            .count()
+    }
+
+    /// Every job runs, however the idle threads come and go around it, and
+    /// a pool left alone gives its threads back. Without the idle timeout
+    /// the last assertion fails (the threads wait for ever); without the
+    /// claim on `idle` before leaving, a job queued as its thread timed out
+    /// is never run and the count of finished jobs falls short.
+    #[test]
+    fn workers_run_every_job_and_idle_ones_end() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let workers = Workers {
+            idle_for: std::time::Duration::from_millis(1),
+            ..Workers::default()
+        };
+        let done = Arc::new(AtomicUsize::new(0));
+        for round in 0..200 {
+            for _ in 0..(round % 4 + 1) {
+                let done = done.clone();
+                workers.run(Box::new(move || {
+                    done.fetch_add(1, Ordering::SeqCst);
+                }));
+            }
+            // Around the idle timeout, so some jobs meet a leaving thread.
+            std::thread::sleep(std::time::Duration::from_micros(500 + 300 * (round % 5)));
+        }
+        let expected: usize = (0..200).map(|round| round % 4 + 1).sum();
+        let mut waited = 0;
+        while (done.load(Ordering::SeqCst) < expected || threads() > 0) && waited < 500 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            waited += 1;
+        }
+        assert_eq!(done.load(Ordering::SeqCst), expected, "a job was lost");
+        assert_eq!(threads(), 0, "idle workers stayed");
+    }
 
     #[test]
     fn sock_diag_names_a_bound_socket_and_its_file() {
