@@ -579,11 +579,17 @@ impl Workers {
             job();
             'idle: loop {
                 idle.fetch_add(1, Ordering::AcqRel);
+                // Each thread's wait is its own: one that queued for the
+                // lock has been waiting all along, so a pool of many idle
+                // threads empties in about `idle_for`, not one per turn.
+                let mut until = std::time::Instant::now() + idle_for;
                 loop {
                     // Idle threads take turns waiting on the queue.
                     let next = match jobs.lock() {
                         Ok(jobs) => match jobs.as_ref() {
-                            Some(rx) => rx.recv_timeout(idle_for),
+                            Some(rx) => rx.recv_timeout(
+                                until.saturating_duration_since(std::time::Instant::now()),
+                            ),
                             None => return,
                         },
                         Err(_) => return,
@@ -604,6 +610,7 @@ impl Workers {
                             {
                                 return;
                             }
+                            until = std::time::Instant::now() + idle_for;
                         }
                         Err(RecvTimeoutError::Disconnected) => return,
                     }
