@@ -657,6 +657,14 @@ fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
         budget,
         ..Index::default()
     };
+    // Only the skipped places strictly below `root` can hold an entry
+    // found below it (see `skipped`); most walks have none, and then no
+    // entry is compared with any.
+    let skip: Vec<PathBuf> = skip
+        .iter()
+        .filter(|s| s.starts_with(root) && !root.starts_with(s))
+        .cloned()
+        .collect();
     let mut stack = vec![root.to_path_buf()];
     let mut visited = 0usize;
     while let Some(dir) = stack.pop() {
@@ -681,7 +689,7 @@ fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
             let name = entry.file_name();
             let name = name.to_string_lossy();
             let path = entry.path();
-            if skipped(&path, root, skip) {
+            if !skip.is_empty() && skipped(&path, root, &skip) {
                 continue;
             }
             if searched_name(&name) {
