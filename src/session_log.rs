@@ -1006,29 +1006,31 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = SessionLog::new(&dir.path().join("sessions"), "s").expect("id");
         log.append(&event(0)).expect("first append");
-        let walks = std::sync::Arc::new(AtomicUsize::new(0));
-        // The writer goes on until the reader has walked a few times beside
-        // it, however the scheduler shares the cores between the two.
+        let tries = std::sync::Arc::new(AtomicUsize::new(0));
+        // The writer goes on until the reader has tried a few walks beside
+        // it, however the scheduler shares the cores between the two. A
+        // try ends in bounded time, clean or overtaken by appends every time
+        // (a log growing without pause can outrun every walk of it: on a
+        // loaded machine, clean walks beside the writer may never come).
         let writer = {
-            let (log, walks) = (log.clone(), walks.clone());
+            let (log, tries) = (log.clone(), tries.clone());
             std::thread::spawn(move || {
                 let mut n = 1;
-                while n < 3000 || walks.load(Ordering::Relaxed) < 5 {
+                while n < 3000 || tries.load(Ordering::Relaxed) < 5 {
                     log.append(&event(n)).expect("append");
                     n += 1;
-                    assert!(n < 1_000_000, "the reader never finished a walk");
                 }
                 n
             })
         };
+        let mut clean = 0;
         while !writer.is_finished() {
             match log.walk_live(&|_| 1) {
-                Ok(_) => {
-                    walks.fetch_add(1, Ordering::Relaxed);
-                }
+                Ok(_) => clean += 1,
                 Err(VerifyError::Io(e)) if e.to_string().contains("every one of the tries") => {}
-                Err(e) => panic!("after {} clean walks: {e}", walks.load(Ordering::Relaxed)),
+                Err(e) => panic!("after {clean} clean walks: {e}"),
             }
+            tries.fetch_add(1, Ordering::Relaxed);
         }
         let appended = writer.join().expect("writer");
         let verified = log.walk_live(&|_| 1).expect("a still log");
