@@ -657,13 +657,12 @@ fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
         budget,
         ..Index::default()
     };
-    // Only the skipped places strictly below `root` can hold an entry
-    // found below it (see `skipped`); most walks have none, and then no
-    // entry is compared with any.
-    let skip: Vec<PathBuf> = skip
+    // What `skipped` decides, worked out once for the walk: only the
+    // skipped places strictly below `root` can hold an entry found below
+    // it. Most walks have none, and then no entry is compared with any.
+    let skip: Vec<&PathBuf> = skip
         .iter()
         .filter(|s| s.starts_with(root) && !root.starts_with(s))
-        .cloned()
         .collect();
     let mut stack = vec![root.to_path_buf()];
     let mut visited = 0usize;
@@ -689,7 +688,7 @@ fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
             let name = entry.file_name();
             let name = name.to_string_lossy();
             let path = entry.path();
-            if !skip.is_empty() && skipped(&path, root, &skip) {
+            if skip.iter().any(|s| path.starts_with(s)) {
                 continue;
             }
             if searched_name(&name) {
