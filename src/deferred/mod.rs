@@ -657,13 +657,7 @@ fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
         budget,
         ..Index::default()
     };
-    // What `skipped` decides, worked out once for the walk: only the
-    // skipped places strictly below `root` can hold an entry found below
-    // it. Most walks have none, and then no entry is compared with any.
-    let skip: Vec<&PathBuf> = skip
-        .iter()
-        .filter(|s| s.starts_with(root) && !root.starts_with(s))
-        .collect();
+    let skip = skipped_below(root, skip);
     let mut stack = vec![root.to_path_buf()];
     let mut visited = 0usize;
     while let Some(dir) = stack.pop() {
@@ -702,11 +696,14 @@ fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
     out
 }
 
-/// Whether `path`, below `root`, lies in one of `skip` that `root` is not
-/// itself in.
-fn skipped(path: &Path, root: &Path, skip: &[PathBuf]) -> bool {
+/// The places of `skip` that can hold an entry found below `root`: those
+/// strictly below it (one that holds `root` is not skipped). Worked out once
+/// for a walk, so each entry is compared only with these; most walks have
+/// none, and then no entry is compared with any.
+fn skipped_below<'a>(root: &Path, skip: &'a [PathBuf]) -> Vec<&'a PathBuf> {
     skip.iter()
-        .any(|s| path.starts_with(s) && !root.starts_with(s))
+        .filter(|s| s.starts_with(root) && !root.starts_with(s))
+        .collect()
 }
 
 fn unlisted_why(why: &str) -> String {
@@ -1043,6 +1040,7 @@ impl Watch {
                 .filter(|(p, ino, ctime)| dir_stamp(p) != Some((*ino, *ctime)))
                 .map(|(p, _, _)| p.clone())
                 .collect();
+            let skip = skipped_below(&index.root, &self.caches);
             let mut visited = 0usize;
             while let Some(dir) = stack.pop() {
                 let entries = match std::fs::read_dir(&dir) {
@@ -1069,7 +1067,7 @@ impl Watch {
                         break;
                     }
                     let path = entry.path();
-                    if skipped(&path, &index.root, &self.caches) {
+                    if skip.iter().any(|s| path.starts_with(s)) {
                         continue;
                     }
                     let name = entry.file_name();
