@@ -174,6 +174,17 @@ impl AgentState {
 /// Device files every process expects to write.
 pub const DEVICES: &[&str] = &["/dev/null", "/dev/tty", "/dev/zero", "/dev/full"];
 
+/// Where the devices live. Of it the floor covers only [`DEVICES`],
+/// [`DEVICE_READS`] and the session's own terminal (ADR-0085): the rest is
+/// hardware (a camera, a microphone, the kernel's log, FUSE, TUN) and the
+/// other consoles, which no tool an agent runs opens to read, and each
+/// entry listed here was a Landlock rule of its own on every start.
+pub const DEV: &str = "/dev";
+
+/// Devices readable, not writable, besides [`DEVICES`]: the kernel's
+/// random sources (bubblewrap's `--dev` holds the same set).
+pub const DEVICE_READS: &[&str] = &["/dev/random", "/dev/urandom"];
+
 /// Where Linux keeps the terminal side of every pseudo-terminal: the user's
 /// other terminals are devices here, owned by the user, and what is typed
 /// into one (a password at a prompt) can be read from its device. No
@@ -413,15 +424,18 @@ pub struct LandlockRules {
 }
 
 /// The Landlock rules for `writes` (the floor's or one command's), with the
-/// unreadable and unwritable subtrees carved out.
+/// unreadable and unwritable subtrees carved out. Reads reach everything
+/// but the unreadable and `/dev`, of which only the named devices and the
+/// session's terminal are readable ([`DEV`]).
 pub fn landlock_rules(
     policy: &Policy,
     writes: &[PathBuf],
     list: &dyn Fn(&Path) -> Vec<PathBuf>,
 ) -> LandlockRules {
     let mut hidden = policy.unreadable();
-    hidden.push(PathBuf::from(TERMINALS));
+    hidden.push(PathBuf::from(DEV));
     let mut read = complement(Path::new("/"), &hidden, list);
+    read.extend(DEVICE_READS.iter().map(PathBuf::from));
     if let Some(own) = policy
         .terminal
         .as_ref()
@@ -525,7 +539,7 @@ mod tests {
         let rules = landlock_rules(&p, &p.command_writes(), &list);
         let covers =
             |rules: &[PathBuf], path: &str| rules.iter().any(|r| Path::new(path).starts_with(r));
-        assert!(covers(&rules.read, "/dev/null") && covers(&rules.write, "/dev/null"));
+        assert!(covers(&rules.write, "/dev/null"));
         assert!(covers(&rules.read, "/dev/pts/7") && !covers(&rules.write, "/dev/pts/7"));
         for other in ["/dev/pts", "/dev/pts/0", "/dev/pts/ptmx"] {
             assert!(!covers(&rules.read, other), "{other} readable");
@@ -546,6 +560,60 @@ mod tests {
         }
     }
 
+    /// Guards ADR-0085: of `/dev` the floor covers the named devices and
+    /// the session's terminal, however many other devices there are; a
+    /// grant of `/dev` itself writes to the rest, but still to no terminal.
+    #[test]
+    fn of_dev_only_the_named_devices_are_covered() {
+        let t = tree(&[
+            "/dev/null",
+            "/dev/tty",
+            "/dev/zero",
+            "/dev/full",
+            "/dev/random",
+            "/dev/urandom",
+            "/dev/kmsg",
+            "/dev/fuse",
+            "/dev/video0",
+            "/dev/snd/pcmC0D0c",
+            "/dev/input/event0",
+            "/dev/shm/other",
+            "/dev/tty1",
+            "/dev/pts/3",
+            "/dev/pts/7",
+            "/home/u/a",
+        ]);
+        let list = |p: &Path| t.get(p).cloned().unwrap_or_default();
+        let mut p = policy(&[]);
+        p.terminal = Some("/dev/pts/7".into());
+        let rules = landlock_rules(&p, &p.floor_writes(), &list);
+        let mut under: Vec<&Path> = rules
+            .read
+            .iter()
+            .chain(&rules.write)
+            .map(PathBuf::as_path)
+            .filter(|r| r.starts_with(DEV))
+            .collect();
+        under.sort();
+        assert_eq!(
+            under,
+            [
+                "/dev/full",
+                "/dev/null",
+                "/dev/pts/7",
+                "/dev/random",
+                "/dev/tty",
+                "/dev/urandom",
+                "/dev/zero"
+            ]
+            .map(Path::new)
+        );
+        let p = policy(&["/dev"]);
+        let rules = landlock_rules(&p, &p.command_writes(), &list);
+        assert!(rules.write.iter().any(|w| w == Path::new("/dev/kmsg")));
+        assert!(!rules.write.iter().any(|w| w.starts_with(TERMINALS)));
+    }
+
     #[test]
     fn reads_are_everything_but_the_three_directories() {
         let t = tree(FS);
@@ -556,6 +624,8 @@ mod tests {
         assert_eq!(
             read,
             paths(&[
+                "/dev/random",
+                "/dev/urandom",
                 "/etc",
                 "/home/other",
                 "/home/u/.bashrc",

@@ -354,6 +354,67 @@ perl read.pl own "$(readlink /proc/self/fd/0)" open
     );
 }
 
+/// Devices the account can open, tried in turn: FUSE, TUN, the kernel's
+/// log, the hardware random source, the first console.
+const OTHER_DEVICES: &[&str] = &[
+    "/dev/fuse",
+    "/dev/net/tun",
+    "/dev/kmsg",
+    "/dev/hwrng",
+    "/dev/tty0",
+];
+
+/// A device the account can open outside (here FUSE, TUN or the kernel's
+/// log; on a desktop a camera, a microphone, input devices) cannot be
+/// opened by the agent nor by a command through the exit; the named
+/// devices still work: `/dev/urandom` read, `/dev/null` written.
+///
+/// Guards the `DEV` exclusion in `policy::landlock_rules` (ADR-0085):
+/// with `/dev` carved only around `/dev/pts`, as before, both open every
+/// device on the list.
+#[test]
+fn the_agent_opens_no_device_but_the_named_ones() {
+    let w = World::new();
+    let try_open = r#"for d in "$@"; do if (exec 3<"$d") 2>/dev/null; then echo "$d"; fi; done"#;
+    let outside = w
+        .command(
+            "bash",
+            &[
+                "-c",
+                try_open,
+                "try",
+                OTHER_DEVICES[0],
+                OTHER_DEVICES[1],
+                OTHER_DEVICES[2],
+                OTHER_DEVICES[3],
+                OTHER_DEVICES[4],
+            ],
+        )
+        .output()
+        .expect("bash");
+    let openable: Vec<String> = text(&outside.stdout).lines().map(str::to_string).collect();
+    assert!(
+        !openable.is_empty(),
+        "the account opens none of {OTHER_DEVICES:?} outside: nothing to test on this machine"
+    );
+    let list = openable.join(" ");
+    let out = w.run_agent(&format!(
+        r#"
+try() {{ {try_open}; }}
+try {list} | sed 's/^/agent:/'
+"$EXEC" 'for d in {list}; do if (exec 3<"$d") 2>/dev/null; then echo "exec:$d"; fi; done'
+head -c 4 /dev/urandom | wc -c | sed 's/^/urandom:/'
+"$EXEC" 'echo x > /dev/null && echo null:ok'
+"#
+    ));
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>(),
+        ["urandom:4", "null:ok"],
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 // ---------------------------------------------------------------- item 5
 
 /// A server of the account's, started outside the floor, which notes every
