@@ -218,10 +218,15 @@ pub fn secrets(home: &Path) -> Result<Vec<PathBuf>, RunDirError> {
 /// Landlock rules are placed on real directories, so a secret is kept out by
 /// both names. A path that does not exist is resolved as far as it does.
 pub fn with_real_places(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut places = Places::default();
+    let mut seen = std::collections::HashSet::new();
     let mut out: Vec<PathBuf> = Vec::new();
     for path in paths {
-        for p in [Some(path.clone()), real_place(path)].into_iter().flatten() {
-            if !out.contains(&p) {
+        for p in [Some(path.clone()), places.real(path)]
+            .into_iter()
+            .flatten()
+        {
+            if seen.insert(p.clone()) {
                 out.push(p);
             }
         }
@@ -239,6 +244,7 @@ pub fn with_real_places(paths: &[PathBuf]) -> Vec<PathBuf> {
 /// secrets or its start grants. Only places that differ from their names
 /// are returned.
 pub fn nd7_real_places(home: &Path, state: &Path) -> Vec<PathBuf> {
+    let mut places = Places::default();
     [
         home.join(".nd7"),
         home.join(secrets::FILE),
@@ -248,21 +254,45 @@ pub fn nd7_real_places(home: &Path, state: &Path) -> Vec<PathBuf> {
         state.join("locks"),
     ]
     .iter()
-    .filter_map(|p| real_place(p).filter(|r| r != p))
+    .filter_map(|p| places.real(p).filter(|r| r != p))
     .collect()
 }
 
-/// Where `path` really is: its nearest existing ancestor resolved, and the
-/// rest appended.
-fn real_place(path: &Path) -> Option<PathBuf> {
-    let existing = path.ancestors().find(|a| fs::symlink_metadata(a).is_ok())?;
-    let rest = path.strip_prefix(existing).ok()?;
-    let real = fs::canonicalize(existing).ok()?;
-    Some(if rest.as_os_str().is_empty() {
+/// Where paths really are, each directory on the way looked at once for
+/// all of them: the start resolves some forty paths, most under the same
+/// few ancestors (`~`, `~/.config`, `~/.local`), and resolving each alone
+/// (`fs::canonicalize`, a `readlink` per component) cost a few hundred
+/// system calls on every `nd7 run`.
+#[derive(Default)]
+struct Places {
+    /// A path (absolute, as named) and where it really is; `None` when it
+    /// cannot be resolved (a link that leads nowhere, a loop).
+    known: std::collections::HashMap<PathBuf, Option<PathBuf>>,
+}
+
+impl Places {
+    /// Where `path` really is: its nearest existing ancestor resolved, and
+    /// the rest appended. A component that exists and is no link is where
+    /// its parent really is, plus its name; a link is resolved whole.
+    fn real(&mut self, path: &Path) -> Option<PathBuf> {
+        if let Some(known) = self.known.get(path) {
+            return known.clone();
+        }
+        let real = match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) => {
+                let link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+                if link {
+                    fs::canonicalize(path).ok()
+                } else {
+                    self.real(parent).map(|p| p.join(name))
+                }
+            }
+            // `/`, or a path with `..` at its end, resolved as it stands.
+            _ => fs::canonicalize(path).ok(),
+        };
+        self.known.insert(path.to_path_buf(), real.clone());
         real
-    } else {
-        real.join(rest)
-    })
+    }
 }
 
 /// The directory that holds every run: `<home>/.nd7/runs`.
@@ -667,6 +697,76 @@ mod tests {
                 exit: "/usr/bin/nd7-exec".into(),
             }),
         }
+    }
+
+    /// How a path was resolved before [`Places`]: alone, its nearest
+    /// existing ancestor canonicalized and the rest appended.
+    fn resolved_alone(path: &Path) -> Option<PathBuf> {
+        let existing = path.ancestors().find(|a| fs::symlink_metadata(a).is_ok())?;
+        let rest = path.strip_prefix(existing).ok()?;
+        let real = fs::canonicalize(existing).ok()?;
+        Some(if rest.as_os_str().is_empty() {
+            real
+        } else {
+            real.join(rest)
+        })
+    }
+
+    /// Guards [`Places`]: resolving many paths through one memo gives, for
+    /// each, what resolving it alone gives, through links to directories,
+    /// links to links, a link that leads nowhere, a loop, a file used as a
+    /// directory and paths that do not exist, in any order.
+    #[test]
+    fn places_resolve_as_each_path_alone() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir().expect("tempdir");
+        let r = fs::canonicalize(t.path()).expect("real tempdir");
+        fs::create_dir_all(r.join("dotfiles/ssh/keys")).expect("dirs");
+        fs::create_dir_all(r.join("home/.config")).expect("dirs");
+        fs::write(r.join("home/file"), "").expect("file");
+        symlink(r.join("dotfiles/ssh"), r.join("home/.ssh")).expect("ln");
+        symlink("../dotfiles", r.join("home/.config/df")).expect("ln");
+        symlink(r.join("home/.config/df/ssh"), r.join("home/twice")).expect("ln");
+        symlink(r.join("nowhere"), r.join("home/dangling")).expect("ln");
+        symlink(r.join("home/loop"), r.join("home/loop")).expect("ln");
+        symlink(r.join("home"), r.join("h")).expect("ln");
+        let names = [
+            "h/.ssh/keys",
+            "home/.ssh",
+            "home/.ssh/keys/id",
+            "home/.ssh/missing/deeper",
+            "home/.config",
+            "home/.config/df/ssh/keys",
+            "home/.config/gh",
+            "home/twice/keys",
+            "home/dangling",
+            "home/dangling/x",
+            "home/loop/x",
+            "home/file/x",
+            "home/missing/a/b",
+            "h",
+            "",
+        ];
+        let paths: Vec<PathBuf> = names.iter().map(|n| r.join(n)).collect();
+        for order in [paths.clone(), paths.iter().rev().cloned().collect()] {
+            let mut places = Places::default();
+            for path in &order {
+                assert_eq!(
+                    places.real(path),
+                    resolved_alone(path),
+                    "{}",
+                    path.display()
+                );
+            }
+        }
+        assert_eq!(
+            with_real_places(&[r.join("h/.ssh"), r.join("home/.ssh")]),
+            [
+                r.join("h/.ssh"),
+                r.join("dotfiles/ssh"),
+                r.join("home/.ssh")
+            ]
+        );
     }
 
     fn none(_: &Policy) -> Vec<(&'static str, String)> {
