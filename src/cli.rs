@@ -170,36 +170,7 @@ pub enum Command {
         #[arg(long)]
         uninstall: bool,
     },
-    /// Run PROGRAM and everything it starts under the sandbox floor.
-    ///
-    /// Reads everywhere but the credential stores and ~/.nd7; writes only to
-    /// the working directory (the project), the temp directory and Claude
-    /// Code's own state. Bash commands may also write what ~/.nd7/grants,
-    /// --allow and --preset grant, and what `nd7 allow` adds. For `claude`,
-    /// nd7-exec is Claude Code's shell prefix, so every Bash command runs under
-    /// the session's current rules while Claude Code's own permissions still
-    /// judge it, and Claude Code's own sandbox is turned off. Refuses to start
-    /// when the kernel cannot enforce the floor in full, when nd7's binaries
-    /// are writable by others, or when $HOME is not your account's home.
-    /// Exits with the program's status (128+N for signal N), or 2 when it did
-    /// not start the program.
-    Run {
-        /// Let commands write DIR (created if it does not exist), as `nd7 allow DIR` would.
-        #[arg(long = "allow", value_name = "DIR")]
-        allow: Vec<PathBuf>,
-        /// Let commands write a toolchain's caches (npm, pnpm, yarn, cargo, pip, uv,
-        /// python-user, go, maven, gradle; docs/sandbox.md says what each risks).
-        #[arg(long = "preset", value_name = "NAME")]
-        preset: Vec<String>,
-        /// The program, then its arguments.
-        #[arg(
-            required = true,
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "PROGRAM [ARGS]"
-        )]
-        command: Vec<OsString>,
-    },
+    Run(RunArgs),
     /// Let a running nd7 run's Bash commands write under PATH, from the next command.
     ///
     /// PATH is resolved to its real form when it is granted, following no
@@ -536,6 +507,115 @@ impl Shell {
             Shell::Bash => "nd7.bash",
             Shell::Zsh => "_nd7",
             Shell::Fish => "nd7.fish",
+        }
+    }
+}
+
+/// Run PROGRAM and everything it starts under the sandbox floor.
+///
+/// Reads everywhere but the credential stores and ~/.nd7; writes only to
+/// the working directory (the project), the temp directory and Claude
+/// Code's own state. Bash commands may also write what ~/.nd7/grants,
+/// --allow and --preset grant, and what `nd7 allow` adds. For `claude`,
+/// nd7-exec is Claude Code's shell prefix, so every Bash command runs under
+/// the session's current rules while Claude Code's own permissions still
+/// judge it, and Claude Code's own sandbox is turned off. Refuses to start
+/// when the kernel cannot enforce the floor in full, when nd7's binaries
+/// are writable by others, or when $HOME is not your account's home.
+/// Exits with the program's status (128+N for signal N), or 2 when it did
+/// not start the program.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Let commands write DIR (created if it does not exist), as `nd7 allow DIR` would.
+    #[arg(long = "allow", value_name = "DIR")]
+    pub allow: Vec<PathBuf>,
+    /// Let commands write a toolchain's caches (npm, pnpm, yarn, cargo, pip, uv,
+    /// python-user, go, maven, gradle; docs/sandbox.md says what each risks).
+    #[arg(long = "preset", value_name = "NAME")]
+    pub preset: Vec<String>,
+    /// The program, then its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM [ARGS]"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// The command line when its first word is `run`: the same program name,
+/// version and `run` subcommand as [`Cli`], without the twenty other
+/// subcommands clap would build before parsing (a few hundred microseconds
+/// of every `nd7 run`'s start). `nd7` parses it instead of [`Cli`] then.
+#[derive(Parser)]
+#[command(name = "nd7", version, about = "Accountable, bounded AI coding agents")]
+pub struct RunLine {
+    #[command(subcommand)]
+    pub command: RunOnly,
+}
+
+/// [`RunLine`]'s one subcommand.
+#[derive(Subcommand)]
+pub enum RunOnly {
+    Run(RunArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Guards `nd7`'s parsing of a `run` line by [`RunLine`]: its `run` is
+    /// [`Cli`]'s, in help (short and long), usage and version, and every
+    /// line parses, or fails with the same message, alike.
+    #[test]
+    fn the_run_line_alone_is_the_full_lines_run() {
+        let mut full = Cli::command();
+        let mut alone = RunLine::command();
+        full.build();
+        alone.build();
+        let run = |c: &mut clap::Command| c.find_subcommand_mut("run").expect("run").clone();
+        let (mut f, mut a) = (run(&mut full), run(&mut alone));
+        assert!(
+            f.get_about()
+                .is_some_and(|t| t.to_string().starts_with("Run PROGRAM"))
+        );
+        assert_eq!(
+            f.render_long_help().to_string(),
+            a.render_long_help().to_string()
+        );
+        assert_eq!(f.render_help().to_string(), a.render_help().to_string());
+        assert_eq!(f.render_usage().to_string(), a.render_usage().to_string());
+        assert_eq!(full.render_version(), alone.render_version());
+        let lines: &[&[&str]] = &[
+            &["nd7", "run", "claude"],
+            &[
+                "nd7", "run", "--allow", "/d", "--preset", "npm", "claude", "--allow", "-x",
+            ],
+            &["nd7", "run", "--", "--allow"],
+            &["nd7", "run"],
+            &["nd7", "run", "--allow"],
+            &["nd7", "run", "--bogus", "x"],
+            &["nd7", "run", "--help"],
+            &["nd7", "run", "-h"],
+        ];
+        for line in lines {
+            let f = Cli::try_parse_from(*line).map(|c| match c.command {
+                Command::Run(r) => format!("{:?} {:?} {:?}", r.allow, r.preset, r.command),
+                _ => "another subcommand".to_string(),
+            });
+            let a = RunLine::try_parse_from(*line).map(|c| {
+                let RunOnly::Run(r) = c.command;
+                format!("{:?} {:?} {:?}", r.allow, r.preset, r.command)
+            });
+            match (f, a) {
+                (Ok(f), Ok(a)) => assert_eq!(f, a, "{line:?}"),
+                (Err(f), Err(a)) => {
+                    assert_eq!(f.kind(), a.kind(), "{line:?}");
+                    assert_eq!(f.render().to_string(), a.render().to_string(), "{line:?}");
+                }
+                (f, a) => panic!("{line:?}: {:?} against {:?}", f.is_ok(), a.is_ok()),
+            }
         }
     }
 }
