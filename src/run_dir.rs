@@ -275,6 +275,10 @@ impl Places {
     /// the rest appended. A component that exists and is no link is where
     /// its parent really is, plus its name; a link is resolved whole.
     fn real(&mut self, path: &Path) -> Option<PathBuf> {
+        // `link/` and `link/.` name the link's target, which `lstat`
+        // follows: taken by their components, they are `link`.
+        let path: PathBuf = path.components().collect();
+        let path = path.as_path();
         if let Some(known) = self.known.get(path) {
             return known.clone();
         }
@@ -745,6 +749,9 @@ mod tests {
             "home/file/x",
             "home/missing/a/b",
             "h",
+            "h/",
+            "home/.ssh/.",
+            "home/.ssh/./keys/",
             "",
         ];
         let paths: Vec<PathBuf> = names.iter().map(|n| r.join(n)).collect();

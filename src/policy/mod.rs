@@ -76,7 +76,8 @@ pub struct Policy {
     #[serde(default)]
     pub aliases: Vec<Alias>,
     /// The terminal `nd7 run` was started on (Linux: a device under
-    /// [`TERMINALS`]), the one terminal device that stays readable by name.
+    /// [`TERMINALS`], or a console: [`own_terminal_device`]), the one
+    /// terminal device that stays readable by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminal: Option<PathBuf>,
     /// Whose state directories are write roots of the floor.
@@ -192,6 +193,35 @@ pub const DEVICE_READS: &[&str] = &["/dev/random", "/dev/urandom"];
 /// ([`Policy::terminal`]), readable only; a process keeps the terminals it
 /// was given open (stdin, `/dev/tty`).
 pub const TERMINALS: &str = "/dev/pts";
+
+/// Whether `path` may be the session's own terminal ([`Policy::terminal`]),
+/// the one terminal the floor lets be read by name: a pseudo-terminal under
+/// [`TERMINALS`], or a console or serial line (`/dev/tty1`, `/dev/ttyS0`,
+/// `/dev/ttyUSB0`) for a session started on one. Never `/dev/tty0` nor
+/// `/dev/console`, which are whichever console is in front, nor `/dev/tty`
+/// (already writable) or `/dev/ptmx`.
+pub fn own_terminal_device(path: &Path) -> bool {
+    if path.starts_with(TERMINALS) {
+        return path != Path::new(TERMINALS) && path.parent() == Some(Path::new(TERMINALS));
+    }
+    let Some(name) = path
+        .strip_prefix(DEV)
+        .ok()
+        .filter(|rest| rest.components().count() == 1)
+        .and_then(|rest| rest.to_str())
+    else {
+        return false;
+    };
+    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    let Some(rest) = name.strip_prefix("tty") else {
+        return false;
+    };
+    // A virtual console by its number (tty1..tty63, not tty0), or a serial line.
+    number(rest) && !rest.starts_with('0')
+        || ["S", "USB", "ACM", "AMA"]
+            .iter()
+            .any(|kind| rest.strip_prefix(kind).is_some_and(number))
+}
 
 impl Policy {
     /// A policy with no grants and nd7's own list of credential stores, not
@@ -436,11 +466,7 @@ pub fn landlock_rules(
     hidden.push(PathBuf::from(DEV));
     let mut read = complement(Path::new("/"), &hidden, list);
     read.extend(DEVICE_READS.iter().map(PathBuf::from));
-    if let Some(own) = policy
-        .terminal
-        .as_ref()
-        .filter(|t| t.starts_with(TERMINALS) && t.as_path() != Path::new(TERMINALS))
-    {
+    if let Some(own) = policy.terminal.as_ref().filter(|t| own_terminal_device(t)) {
         read.push(own.clone());
     }
     LandlockRules {
@@ -546,6 +572,29 @@ mod tests {
             assert!(
                 !covers(&rules.write, other),
                 "{other} writable under a grant of /"
+            );
+        }
+        // A console or serial line of the session's own: that one alone.
+        for (terminal, own) in [
+            ("/dev/tty1", true),
+            ("/dev/tty12", true),
+            ("/dev/ttyS0", true),
+            ("/dev/ttyUSB1", true),
+            ("/dev/tty0", false),
+            ("/dev/tty", false),
+            ("/dev/console", false),
+            ("/dev/ptmx", false),
+            ("/dev/pts/ptmx/x", false),
+            ("/dev/ttyS", false),
+            ("/dev/shm/tty1", false),
+            ("/home/u/tty1", false),
+        ] {
+            p.terminal = Some(terminal.into());
+            let rules = landlock_rules(&p, &[], &list);
+            assert_eq!(
+                rules.read.iter().any(|r| r == Path::new(terminal)),
+                own,
+                "{terminal}"
             );
         }
         // A terminal elsewhere, or none: nothing under /dev/pts at all.

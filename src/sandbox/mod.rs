@@ -93,14 +93,15 @@ impl std::fmt::Display for Dropped {
 }
 
 /// The terminal `nd7 run` was started on: the device its standard input,
-/// output or error is, if one of them is a pseudo-terminal (Linux only;
+/// output or error is, if one of them is a pseudo-terminal, a console or a
+/// serial line ([`crate::policy::own_terminal_device`]; Linux only,
 /// elsewhere `None`, as the rule it feeds is Linux's).
 pub fn own_terminal() -> Option<std::path::PathBuf> {
     #[cfg(target_os = "linux")]
     {
         (0..3)
             .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
-            .find(|p| p.starts_with(crate::policy::TERMINALS))
+            .find(|p| crate::policy::own_terminal_device(p))
     }
     #[cfg(not(target_os = "linux"))]
     {
