@@ -109,6 +109,20 @@ pub fn own_terminal() -> Option<std::path::PathBuf> {
     }
 }
 
+/// Where devices can be reached outside `/dev` (Linux: binds of `/dev`'s
+/// filesystem, device filesystems mounted elsewhere), which `nd7 run`
+/// keeps unreadable as it keeps the credential stores; elsewhere none.
+pub fn device_mounts() -> Vec<std::path::PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::device_mounts()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Vec::new()
+    }
+}
+
 /// The file in a session's directory whose presence marks it as one
 /// `nd7-exec` can use: the exit socket on Linux, the profile on macOS.
 pub const RUN_MARKER: &str = if cfg!(target_os = "macos") {

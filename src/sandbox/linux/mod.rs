@@ -90,6 +90,77 @@ pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Where devices can be reached outside `/dev`: every mount of the
+/// filesystem `/dev` is (a chroot's `mount --bind /dev /srv/root/dev`, a
+/// bind of one of its directories) and every devtmpfs or devpts mounted
+/// elsewhere. Landlock judges the path a file is reached by, so the floor
+/// covering only named devices under `/dev` (ADR-0085) would still let
+/// them be opened there; `nd7 run` keeps these places unreadable with the
+/// credential stores.
+pub fn device_mounts() -> Vec<PathBuf> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|text| device_mounts_in(&text))
+        .unwrap_or_default()
+}
+
+/// [`device_mounts`] over the text of a `mountinfo` file.
+fn device_mounts_in(mountinfo: &str) -> Vec<PathBuf> {
+    // id parent major:minor root mount-point options [optional...] - type source super-options
+    let mounts: Vec<(&str, PathBuf, &str)> = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let dash = fields.iter().position(|f| *f == "-")?;
+            Some((
+                *fields.get(2)?,
+                unescape(fields.get(4)?),
+                *fields.get(dash + 1)?,
+            ))
+        })
+        .collect();
+    let dev = Path::new(crate::policy::DEV);
+    let devices: BTreeSet<&str> = mounts
+        .iter()
+        .filter(|(_, at, _)| at == dev)
+        .map(|(id, _, _)| *id)
+        .collect();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (id, at, kind) in &mounts {
+        let device = devices.contains(id) || *kind == "devtmpfs" || *kind == "devpts";
+        if device && !at.starts_with(dev) && !out.contains(at) {
+            out.push(at.clone());
+        }
+    }
+    out
+}
+
+/// A mount point as `mountinfo` writes it: space, tab, newline and
+/// backslash as three octal digits after a backslash.
+fn unescape(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match octal {
+            Some(d) => {
+                out.push(
+                    d.iter()
+                        .fold(0u8, |n, b| n.wrapping_mul(8).wrapping_add(b - b'0')),
+                );
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsStr::from_bytes(&out))
+}
+
 /// Checks each of `writes` (write roots or grants) against its pin. One
 /// that is missing, reached through a link, or another directory than the
 /// one pinned is left out and returned in the second list; one that was
@@ -575,4 +646,51 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
             needs: Some("Linux 6.5 or newer"),
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards [`device_mounts_in`]: the binds of `/dev`'s filesystem and any
+    /// devtmpfs or devpts outside `/dev` are found (escaped names read
+    /// back); `/dev` itself, what is mounted beneath it, and other
+    /// filesystems are not, nor the root when `/dev` is no mount of its own.
+    #[test]
+    fn device_mounts_are_the_binds_of_dev_and_device_filesystems_elsewhere() {
+        let mountinfo = "\
+22 1 252:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw
+23 22 0:5 / /dev rw,nosuid shared:2 - devtmpfs udev rw,size=4096k
+24 23 0:21 / /dev/pts rw,nosuid shared:3 - devpts devpts rw,mode=600
+25 23 0:22 / /dev/shm rw,nosuid shared:4 - tmpfs tmpfs rw
+26 22 0:5 / /srv/chroot/dev rw,nosuid shared:2 - devtmpfs udev rw
+27 22 0:5 /input /home/u/my\\040input rw,nosuid shared:2 - devtmpfs udev rw
+28 22 0:21 / /srv/chroot/dev/pts rw - devpts devpts rw
+29 22 0:23 / /mnt/other rw - devtmpfs none rw
+30 22 0:22 / /srv/shm rw - tmpfs tmpfs rw
+31 22 252:1 /home /home rw - ext4 /dev/vda1 rw
+";
+        assert_eq!(
+            device_mounts_in(mountinfo),
+            [
+                "/srv/chroot/dev",
+                "/home/u/my input",
+                "/srv/chroot/dev/pts",
+                "/mnt/other"
+            ]
+            .map(PathBuf::from)
+        );
+        // A container's /dev as a tmpfs: its binds are found by its id.
+        let container = "\
+1 0 0:40 / / rw - overlay overlay rw
+2 1 0:41 / /dev rw - tmpfs tmpfs rw
+3 1 0:41 / /work/dev rw - tmpfs tmpfs rw
+4 1 0:42 / /tmp rw - tmpfs tmpfs rw
+";
+        assert_eq!(device_mounts_in(container), [PathBuf::from("/work/dev")]);
+        // No mount at /dev: nothing, the root least of all.
+        let flat = "1 0 252:1 / / rw - ext4 /dev/vda1 rw\n";
+        assert!(device_mounts_in(flat).is_empty());
+        assert!(device_mounts_in("garbage\n\n1 2 3\n").is_empty());
+    }
 }
