@@ -98,35 +98,43 @@ pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
 /// them be opened there; `nd7 run` keeps these places unreadable with the
 /// credential stores.
 pub fn device_mounts() -> Vec<PathBuf> {
-    std::fs::read_to_string("/proc/self/mountinfo")
+    std::fs::read("/proc/self/mountinfo")
         .map(|text| device_mounts_in(&text))
         .unwrap_or_default()
 }
 
-/// [`device_mounts`] over the text of a `mountinfo` file.
-fn device_mounts_in(mountinfo: &str) -> Vec<PathBuf> {
+/// [`device_mounts`] over the bytes of a `mountinfo` file (mount points
+/// need not be UTF-8). A mount counts when it is of the filesystem mounted
+/// at `/dev` and shows a part of what `/dev` shows (its root lies within
+/// the root of `/dev`'s mount: a `/dev` that is itself a bind of a
+/// directory on the root filesystem makes no other mount of that
+/// filesystem a device mount), or when it is a devtmpfs or devpts.
+fn device_mounts_in(mountinfo: &[u8]) -> Vec<PathBuf> {
     // id parent major:minor root mount-point options [optional...] - type source super-options
-    let mounts: Vec<(&str, PathBuf, &str)> = mountinfo
-        .lines()
+    let mounts: Vec<(&[u8], PathBuf, PathBuf, &[u8])> = mountinfo
+        .split(|b| *b == b'\n')
         .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let dash = fields.iter().position(|f| *f == "-")?;
+            let fields: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+            let dash = fields.iter().position(|f| *f == b"-")?;
             Some((
                 *fields.get(2)?,
+                unescape(fields.get(3)?),
                 unescape(fields.get(4)?),
                 *fields.get(dash + 1)?,
             ))
         })
         .collect();
     let dev = Path::new(crate::policy::DEV);
-    let devices: BTreeSet<&str> = mounts
+    let shown: Vec<(&[u8], &Path)> = mounts
         .iter()
-        .filter(|(_, at, _)| at == dev)
-        .map(|(id, _, _)| *id)
+        .filter(|(_, _, at, _)| at == dev)
+        .map(|(id, root, _, _)| (*id, root.as_path()))
         .collect();
     let mut out: Vec<PathBuf> = Vec::new();
-    for (id, at, kind) in &mounts {
-        let device = devices.contains(id) || *kind == "devtmpfs" || *kind == "devpts";
+    for (id, root, at, kind) in &mounts {
+        let device = shown.iter().any(|(d, r)| d == id && root.starts_with(r))
+            || *kind == b"devtmpfs"
+            || *kind == b"devpts";
         if device && !at.starts_with(dev) && !out.contains(at) {
             out.push(at.clone());
         }
@@ -134,16 +142,15 @@ fn device_mounts_in(mountinfo: &str) -> Vec<PathBuf> {
     out
 }
 
-/// A mount point as `mountinfo` writes it: space, tab, newline and
-/// backslash as three octal digits after a backslash.
-fn unescape(field: &str) -> PathBuf {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
+/// A field as `mountinfo` writes it: space, tab, newline and backslash as
+/// three octal digits after a backslash.
+fn unescape(field: &[u8]) -> PathBuf {
+    let mut out = Vec::with_capacity(field.len());
     let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
+    while i < field.len() {
+        let octal = field
             .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+            .filter(|d| field[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
         match octal {
             Some(d) => {
                 out.push(
@@ -153,7 +160,7 @@ fn unescape(field: &str) -> PathBuf {
                 i += 4;
             }
             None => {
-                out.push(bytes[i]);
+                out.push(field[i]);
                 i += 1;
             }
         }
@@ -671,7 +678,7 @@ mod tests {
 31 22 252:1 /home /home rw - ext4 /dev/vda1 rw
 ";
         assert_eq!(
-            device_mounts_in(mountinfo),
+            device_mounts_in(mountinfo.as_bytes()),
             [
                 "/srv/chroot/dev",
                 "/home/u/my input",
@@ -687,10 +694,37 @@ mod tests {
 3 1 0:41 / /work/dev rw - tmpfs tmpfs rw
 4 1 0:42 / /tmp rw - tmpfs tmpfs rw
 ";
-        assert_eq!(device_mounts_in(container), [PathBuf::from("/work/dev")]);
+        assert_eq!(
+            device_mounts_in(container.as_bytes()),
+            [PathBuf::from("/work/dev")]
+        );
+        // A /dev bound from a directory of the root filesystem: only binds
+        // of that directory, never the root filesystem's other mounts.
+        let bound = "\
+1 0 252:1 / / rw - ext4 /dev/vda1 rw
+2 1 252:1 /var/ctr/dev /dev rw - ext4 /dev/vda1 rw
+3 1 252:1 /home /home rw - ext4 /dev/vda1 rw
+4 1 252:1 /var/ctr/dev/input /srv/input rw - ext4 /dev/vda1 rw
+5 1 252:1 /var/ctr/devices /srv/devices rw - ext4 /dev/vda1 rw
+";
+        assert_eq!(
+            device_mounts_in(bound.as_bytes()),
+            [PathBuf::from("/srv/input")]
+        );
+        // A mount point that is not UTF-8 is read, not the file dropped.
+        let mut latin =
+            b"1 0 252:1 / / rw - ext4 /dev/vda1 rw\n2 1 0:5 / /dev rw - devtmpfs udev rw\n"
+                .to_vec();
+        latin.extend(b"3 1 0:5 / /media/caf\xe9 rw - devtmpfs udev rw\n");
+        assert_eq!(
+            device_mounts_in(&latin),
+            [PathBuf::from(std::ffi::OsStr::from_bytes(
+                b"/media/caf\xe9"
+            ))]
+        );
         // No mount at /dev: nothing, the root least of all.
         let flat = "1 0 252:1 / / rw - ext4 /dev/vda1 rw\n";
-        assert!(device_mounts_in(flat).is_empty());
-        assert!(device_mounts_in("garbage\n\n1 2 3\n").is_empty());
+        assert!(device_mounts_in(flat.as_bytes()).is_empty());
+        assert!(device_mounts_in(b"garbage\n\n1 2 3\n").is_empty());
     }
 }
