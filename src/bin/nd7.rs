@@ -34,17 +34,20 @@ mod vault_cmds;
 fn main() -> ExitCode {
     // Take the time before anything else, so `ts` marks when the hook fired.
     let early = Invocation::now();
-    // Before clap, which would exit 2 on a stray argument (a block, to a
-    // hook) or print help on standard output.
-    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("record")) {
-        let args: Vec<_> = std::env::args_os().skip(2).collect();
-        return hooks::record(early, &args);
-    }
-    // `nd7 run`'s start is timed (docs/benchmarks.md): its line is parsed
-    // by a parser that knows only `run`, with the same help and errors.
-    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("run")) {
-        let nd7_core::cli::RunOnly::Run(run) = nd7_core::cli::RunLine::parse().command;
-        return run_run(run.command, run.allow, run.preset);
+    match std::env::args_os().nth(1).as_ref().and_then(|a| a.to_str()) {
+        // Before clap, which would exit 2 on a stray argument (a block, to a
+        // hook) or print help on standard output.
+        Some("record") => {
+            let args: Vec<_> = std::env::args_os().skip(2).collect();
+            return hooks::record(early, &args);
+        }
+        // `nd7 run`'s start is timed (docs/benchmarks.md): its line is parsed
+        // by a parser that knows only `run`, with the same help and errors.
+        Some("run") => {
+            let nd7_core::cli::RunOnly::Run(run) = nd7_core::cli::RunLine::parse().command;
+            return run_run(run.command, run.allow, run.preset);
+        }
+        _ => {}
     }
     let cli = Cli::parse();
     match cli.command {
