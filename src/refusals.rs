@@ -96,6 +96,10 @@ pub fn summary(refused: &[Refused], home: &Path, log_id: &str) -> Vec<String> {
                 inert(tilde(store, home))
             ),
             (Why::Own, _) => format!("  {path}: nd7's own records, never writable"),
+            (Why::Device(mount), _) => format!(
+                "  {path}: devices mounted outside /dev ({}), kept unreadable; no grant opens them",
+                inert(tilde(mount, home))
+            ),
             (Why::Outside, Some(allow)) => {
                 let lasting = match r.preset {
                     Some(p) => format!("preset {p}"),

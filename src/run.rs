@@ -309,7 +309,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     policy
         .secrets
         .extend(run_dir::nd7_real_places(&home, &policy.roots.state));
-    policy.secrets.extend(sandbox::device_mounts());
+    policy.devices = sandbox::device_mounts();
     // Made (where missing) before the floor is built: the floor's rules
     // cover what exists when it is built.
     let (planned, mut warnings) =

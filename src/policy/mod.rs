@@ -65,6 +65,12 @@ pub struct Policy {
     /// also where it really is.
     #[serde(default)]
     pub secrets: Vec<PathBuf>,
+    /// Where devices can be reached outside `/dev` (a bind of `/dev`'s
+    /// filesystem, a devtmpfs or devpts mounted elsewhere), found in the
+    /// mount table when the session starts: unreadable like the credential
+    /// stores, but not one of them, so refusals and grants say what they are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<PathBuf>,
     /// The identity each write root and grant had when it was pinned (roots
     /// when the session started, grants when they were made). On Linux a
     /// write root or grant without a pin is not opened.
@@ -130,6 +136,10 @@ pub enum GrantError {
         "{0} is kept unreadable by nd7 (a credential store); take it off the list in ~/.nd7/secrets and start a new session to grant it"
     )]
     Secret(PathBuf),
+    #[error(
+        "{0} reaches devices (a mount of /dev's filesystem or of a device filesystem outside /dev); nd7 keeps it unreadable and never grants it"
+    )]
+    Device(PathBuf),
     #[error(
         "{0} holds your home directory: a grant of it would let every command write the whole home and everything else your account can write; nd7 never grants / or a directory above the home (name the directories commands need)"
     )]
@@ -229,6 +239,7 @@ impl Policy {
     pub fn new(roots: Roots) -> Policy {
         Policy {
             secrets: secrets::defaults(&roots.home),
+            devices: Vec::new(),
             roots,
             grants: Vec::new(),
             pins: Vec::new(),
@@ -246,13 +257,14 @@ impl Policy {
     }
 
     /// What no sandboxed process may read: the credential stores, `~/.nd7`,
-    /// the machine's vault keys, and the logs' locks (which a reader could
-    /// hold to stall every append: ADR-0066).
+    /// the machine's vault keys, the logs' locks (which a reader could hold
+    /// to stall every append: ADR-0066), and device mounts outside `/dev`.
     pub fn unreadable(&self) -> Vec<PathBuf> {
         let mut out = self.secrets.clone();
-        for own in [self.nd7_dir(), self.vault_dir(), self.locks_dir()] {
-            if !out.contains(&own) {
-                out.push(own);
+        let own = [self.nd7_dir(), self.vault_dir(), self.locks_dir()];
+        for place in own.into_iter().chain(self.devices.iter().cloned()) {
+            if !out.contains(&place) {
+                out.push(place);
             }
         }
         out
@@ -313,6 +325,9 @@ impl Policy {
         }
         if path.starts_with(self.nd7_dir()) {
             return Err(GrantError::OwnRecords);
+        }
+        if let Some(device) = self.devices.iter().find(|d| path.starts_with(d)) {
+            return Err(GrantError::Device(device.clone()));
         }
         if let Some(secret) = self.unreadable().into_iter().find(|s| path.starts_with(s)) {
             return Err(GrantError::Secret(secret));

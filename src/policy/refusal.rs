@@ -39,6 +39,8 @@ pub enum Why {
     Secret(PathBuf),
     /// nd7's own records and keys.
     Own,
+    /// Where devices are reached outside `/dev` (`Policy::devices`): the mount.
+    Device(PathBuf),
 }
 
 /// One path the floor refused, and the grant that would have allowed it.
@@ -150,9 +152,16 @@ pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused
         };
         let refused = if let Some(store) = lexical.or_else(|| held(&unreadable)) {
             let own = [policy.nd7_dir(), policy.vault_dir(), policy.locks_dir()].contains(&store);
+            let why = if own {
+                Why::Own
+            } else if policy.devices.contains(&store) {
+                Why::Device(store)
+            } else {
+                Why::Secret(store)
+            };
             Refused {
                 path: real.clone(),
-                why: if own { Why::Own } else { Why::Secret(store) },
+                why,
                 grant: None,
                 preset: None,
             }
@@ -342,6 +351,10 @@ pub fn explain(refused: &[Refused], tool: &str, home: &Path) -> String {
             Why::Own => out.push_str(&format!(
                 "- {path}: nd7's own records and keys, which nothing under nd7 run may change.\n"
             )),
+            Why::Device(mount) => out.push_str(&format!(
+                "- {path}: under {}, where devices are mounted outside /dev; nd7 keeps it unreadable and no grant opens it.\n",
+                tilde(mount, home)
+            )),
             Why::Outside => match allow_command(r, home) {
                 Some(allow) => {
                     let lasting = match r.preset {
@@ -388,6 +401,7 @@ pub fn entry_body(refused: &[Refused], tool: &str, home: &Path) -> Value {
                 Why::Outside => ("outside", None),
                 Why::Secret(s) => ("secret", Some(s.to_string_lossy().into_owned())),
                 Why::Own => ("nd7", None),
+                Why::Device(m) => ("device", Some(m.to_string_lossy().into_owned())),
             };
             json!({
                 "path": r.path.to_string_lossy(),
@@ -553,6 +567,46 @@ mod tests {
         let text = explain(&r, "Bash", &p.roots.home);
         assert!(text.contains("~/.ssh, a credential store"), "{text}");
         assert!(!text.contains("nd7 allow"), "{text}");
+    }
+
+    /// Guards `Why::Device` in `judge`: a device reached through a mount
+    /// outside `/dev` is told as that, not as a credential store to take
+    /// off `~/.nd7/secrets`, and neither it nor the mount can be granted.
+    #[test]
+    fn a_device_mount_is_told_as_devices_and_never_granted() {
+        let mut p = policy();
+        p.devices.push("/srv/chroot/dev".into());
+        let r = judge(
+            &failed(
+                "Bash",
+                "head: cannot open '/srv/chroot/dev/sda' for reading: Permission denied",
+            ),
+            &p,
+            &Fs,
+        );
+        assert_eq!(
+            r.iter().map(|r| r.why.clone()).collect::<Vec<_>>(),
+            [Why::Device("/srv/chroot/dev".into())]
+        );
+        let text = explain(&r, "Bash", &p.roots.home);
+        assert!(text.contains("devices are mounted outside /dev"), "{text}");
+        assert!(
+            !text.contains("credential") && !text.contains("nd7 allow"),
+            "{text}"
+        );
+        let body = entry_body(&r, "Bash", &p.roots.home);
+        assert_eq!(body["paths"][0]["why"], "device");
+        assert_eq!(body["paths"][0]["store"], "/srv/chroot/dev");
+        for grant in ["/srv/chroot/dev", "/srv/chroot/dev/pts"] {
+            assert!(
+                matches!(
+                    p.check_grant(Path::new(grant)),
+                    Err(crate::policy::GrantError::Device(_))
+                ),
+                "{grant}"
+            );
+        }
+        assert!(p.unreadable().contains(&PathBuf::from("/srv/chroot/dev")));
     }
 
     #[test]

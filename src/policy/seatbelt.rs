@@ -716,6 +716,7 @@ mod tests {
         ));
         out.push(rule("allow", "file-link", subpaths(writes)));
         let mut secrets = p.secrets.clone();
+        secrets.extend(p.devices.iter().cloned());
         secrets.push(p.roots.state.join("vault"));
         secrets.push(p.roots.state.join("locks"));
         out.push(rule(
