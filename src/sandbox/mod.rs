@@ -99,9 +99,7 @@ impl std::fmt::Display for Dropped {
 pub fn own_terminal() -> Option<std::path::PathBuf> {
     #[cfg(target_os = "linux")]
     {
-        (0..3)
-            .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
-            .find(|p| crate::policy::own_terminal_device(p))
+        linux::own_terminal()
     }
     #[cfg(not(target_os = "linux"))]
     {

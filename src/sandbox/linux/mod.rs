@@ -90,6 +90,31 @@ pub fn list_dir(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The terminal `nd7 run` was started on (`super::own_terminal`). Only a
+/// descriptor that is a character device other than a memory device
+/// (`/dev/null` and its kind, major 1) is looked up by name, in `/proc`: a
+/// pipe, a file or `/dev/null` costs one `fstat`, not a walk of `/proc`.
+pub fn own_terminal() -> Option<PathBuf> {
+    (0..3)
+        .filter(|fd| maybe_terminal(*fd))
+        .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+        .find(|p| crate::policy::own_terminal_device(p))
+}
+
+/// Whether descriptor `fd` could be a terminal: an open character device
+/// that is not one of the memory devices.
+fn maybe_terminal(fd: libc::c_int) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat fills the buffer when it returns 0, and only then is it
+    // read; a descriptor that is not open makes it fail with EBADF.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: fstat succeeded, so the buffer is initialised.
+    let st = unsafe { st.assume_init() };
+    st.st_mode & libc::S_IFMT == libc::S_IFCHR && libc::major(st.st_rdev) != 1
+}
+
 /// Where devices can be reached outside `/dev`: every mount of the
 /// filesystem `/dev` is (a chroot's `mount --bind /dev /srv/root/dev`, a
 /// bind of one of its directories) and every devtmpfs or devpts mounted
@@ -658,6 +683,26 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards [`maybe_terminal`]: a pseudo-terminal is one, a pipe, a file,
+    /// `/dev/null` and a closed descriptor are not.
+    #[test]
+    fn only_a_character_device_other_than_memory_may_be_the_terminal() {
+        use std::os::fd::AsRawFd;
+        let ptmx = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/ptmx")
+            .expect("open /dev/ptmx");
+        assert!(maybe_terminal(ptmx.as_raw_fd()));
+        let null = std::fs::File::open("/dev/null").expect("open /dev/null");
+        assert!(!maybe_terminal(null.as_raw_fd()));
+        let file = tempfile::tempfile().expect("tempfile");
+        assert!(!maybe_terminal(file.as_raw_fd()));
+        let (r, _w) = std::io::pipe().expect("pipe");
+        assert!(!maybe_terminal(r.as_raw_fd()));
+        assert!(!maybe_terminal(1 << 20));
+    }
 
     /// Guards [`device_mounts_in`]: the binds of `/dev`'s filesystem and any
     /// devtmpfs or devpts outside `/dev` are found (escaped names read
