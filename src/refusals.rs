@@ -34,10 +34,33 @@ impl Probe for Outside {
         }
     }
 
+    /// Asked of the mounts outside the session's namespaces where it has
+    /// them: inside, a file nd7 locked is read-only to the session too, and
+    /// a write the lock refused would not read as the floor's.
     fn writable(&self, path: &Path) -> bool {
-        path.ancestors()
+        let Some(existing) = path
+            .ancestors()
             .find(|a| std::fs::symlink_metadata(a).is_ok())
-            .is_some_and(|a| rustix::fs::access(a, rustix::fs::Access::WRITE_OK).is_ok())
+        else {
+            return false;
+        };
+        match (crate::sandbox::outside_root(), existing.strip_prefix("/")) {
+            (Some(root), Ok(rel)) => {
+                let rel = if rel.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    rel
+                };
+                rustix::fs::accessat(
+                    root,
+                    rel,
+                    rustix::fs::Access::WRITE_OK,
+                    rustix::fs::AtFlags::empty(),
+                )
+                .is_ok()
+            }
+            _ => rustix::fs::access(existing, rustix::fs::Access::WRITE_OK).is_ok(),
+        }
     }
 
     fn is_dir(&self, path: &Path) -> bool {

@@ -323,13 +323,16 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         .into_iter()
         .filter(|p| !p.starts_with(&policy.roots.project))
         .collect();
-    // The floor's ruleset is built on a thread while this one holds the
-    // files that run later outside the floor (read-only where the system
-    // allows), scopes the session and starts its log and record, and a
-    // third takes the watch's snapshot of those files (in every case). The
-    // namespaces are made before the session puts itself under Landlock
-    // (which refuses mounts). Neither thread starts a process or sends a
-    // signal, and both have ended before anything is started.
+    // While it has one thread, the session moves into the namespaces the
+    // files that run later will be held in (ADR-0086). Then the floor's
+    // ruleset is built on a thread while this one holds those files
+    // (read-only where the system allows) and gives up the capability that
+    // took, scopes the session and starts its log and record, and a third
+    // takes the watch's snapshot of those files (in every case). The binds
+    // are made before the session puts itself under Landlock (which refuses
+    // mounts). Neither thread starts a process or sends a signal, and both
+    // have ended before anything is started.
+    let holding = sandbox::enter_hold();
     let building = {
         let (policy, nd7_exec) = (policy.clone(), nd7_exec.clone());
         std::thread::spawn(move || sandbox::floor(&policy, &nd7_exec))
@@ -341,10 +344,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         let (plan, policy) = (plan.clone(), policy.clone());
         std::thread::spawn(move || deferred::Watch::start(plan, true, &policy))
     };
-    let (held, not_held) = match sandbox::hold(&plan) {
-        Ok(held) => (held, None),
-        Err(why) => (sandbox::Held::default(), Some(why)),
-    };
+    let (held, not_held) = sandbox::hold(holding, &plan).map_err(RunError::Sandbox)?;
     sandbox::scope_session().map_err(RunError::Sandbox)?;
     let claude = is_claude(&options.program);
     sessions.clean_stale();
@@ -443,7 +443,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             watch.before_command(grants);
         })
     };
-    let exit = sandbox::serve_exit_held(&session.0, &log, &held, Some(before), Some(after))
+    let mut exit = sandbox::serve_exit_held(&session.0, &log, &held, Some(before), Some(after))
         .map_err(|e| end_early(RunError::Sandbox(e)))?;
 
     let mut command = Command::new(&options.program);
@@ -486,13 +486,6 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         command.args(&options.args);
     }
     command.env(record::RUN_VARIABLE, &session.0.dir);
-    // The namespaces are joined before the floor's own steps (Landlock and
-    // seccomp would refuse the join).
-    held.join(&mut command, &policy.roots.project)
-        .map_err(|e| end_early(RunError::Sandbox(e)))?;
-    floor
-        .confine(&mut command)
-        .map_err(|e| end_early(RunError::Sandbox(e)))?;
     // Registered before the program starts, so that no SIGTERM can end nd7
     // run without the session being cleaned up. SIGINT and SIGQUIT come from
     // the terminal, which sends them to the program too: here they are
@@ -540,13 +533,17 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             "files that run outside the sandbox later (git hooks and configuration, .envrc, editor and Claude Code settings) cannot be made read-only on this system ({why}); nd7 run watches them instead and reports every change when the session ends"
         ));
     }
-    let mut child = command.spawn().map_err(|source| {
-        end_early(RunError::Start {
-            program: options.program.to_string_lossy().into_owned(),
-            source,
-        })
-    })?;
+    // Inside the namespaces, the working directory is found again and the
+    // capabilities cleared before the floor's own steps.
+    let mut child =
+        sandbox::start_agent(command, &held, &floor, &policy.roots.project).map_err(|source| {
+            end_early(RunError::Start {
+                program: options.program.to_string_lossy().into_owned(),
+                source,
+            })
+        })?;
     let agent = child.id();
+    exit.answer();
     watch.program_started();
     let handle = signals.handle();
     let forwarder = std::thread::spawn(move || {
@@ -701,7 +698,7 @@ fn claude_events(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
     let version = held
-        .join(&mut probe, project)
+        .prepare(&mut probe, project)
         .and_then(|()| floor.confine(&mut probe))
         .ok()
         .and_then(|()| probe.spawn().ok())

@@ -393,42 +393,98 @@ impl Floor {
     }
 }
 
+/// Where the files that run later outside the floor (`policy::deferred`)
+/// will be held, made before the plan is: on Linux, the session's own user
+/// and mount namespaces, which the session process enters while it has one
+/// thread ([`enter_hold`]), or why it could not; elsewhere nothing.
+pub struct Holding {
+    #[cfg(target_os = "linux")]
+    entered: Result<linux::ns::Namespaces, linux::ns::NsError>,
+}
+
+/// Moves the session into the namespaces its files will be held in (on
+/// Linux; elsewhere does nothing). Must be called while the process has
+/// one thread, before the floor's thread starts. A refusal here is not an
+/// error: [`hold`] then says why the files cannot be held, and the caller
+/// has them watched.
+pub fn enter_hold() -> Holding {
+    Holding {
+        #[cfg(target_os = "linux")]
+        entered: linux::ns::enter(),
+    }
+}
+
+/// The root directory as the account sees it outside the session's
+/// namespaces, where the files that run later are not locked: on Linux once
+/// the session has entered them ([`enter_hold`]); `None` elsewhere.
+pub fn outside_root() -> Option<std::os::fd::BorrowedFd<'static>> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::ns::outside_root()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
 /// How the files that run later outside the floor (`policy::deferred`)
 /// are held for one session. On Linux, the session's namespaces with those
-/// files read-only, which the agent and every command through the exit
-/// join; on macOS the profiles deny them, and there is nothing to hold.
+/// files read-only, inside which the agent and every command through the
+/// exit start; on macOS the profiles deny them, and there is nothing to
+/// hold.
 #[derive(Clone, Default)]
 pub struct Held {
     #[cfg(target_os = "linux")]
     namespaces: Option<std::sync::Arc<linux::ns::Namespaces>>,
+    /// Whether every one of the plan's locks was made.
+    #[cfg(target_os = "linux")]
+    locked: bool,
 }
 
-/// Holds `plan`'s files for the session, or says why they cannot be held
-/// here (on Linux, when user namespaces are refused); the caller then has
-/// them watched instead.
-pub fn hold(plan: &Plan) -> Result<Held, String> {
+/// Holds `plan`'s files for the session in `holding`, and, on Linux, gives
+/// up the capability that took (nothing the session starts from here on
+/// holds one). `Ok(Err(why))` when the files cannot be held here (on Linux,
+/// when user namespaces are refused): the caller then has them watched
+/// instead. `Err` when the session could not give its capabilities up,
+/// and must start nothing.
+pub fn hold(holding: Holding, plan: &Plan) -> Result<(Held, Option<String>), String> {
     #[cfg(target_os = "linux")]
     {
-        linux::ns::Namespaces::build(&plan.guarded)
-            .map(|ns| Held {
+        let ns = match holding.entered {
+            Ok(ns) => ns,
+            Err(e) if e.half_entered() => {
+                return Err(format!(
+                    "the session's user namespace could not be set up ({e}), and the session cannot go on in it"
+                ));
+            }
+            Err(e) => return Ok((Held::default(), Some(e.to_string()))),
+        };
+        let bound = ns.hold(&plan.guarded);
+        ns.drop_capabilities().map_err(|e| e.to_string())?;
+        let not_held = bound.err().map(|e| e.to_string());
+        Ok((
+            Held {
+                locked: not_held.is_none(),
                 namespaces: Some(std::sync::Arc::new(ns)),
-            })
-            .map_err(|e| e.to_string())
+            },
+            not_held,
+        ))
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = plan;
-        Ok(Held::default())
+        let _ = (holding, plan);
+        Ok((Held::default(), None))
     }
 }
 
 /// What holds the files that run later on this system, for `nd7 doctor`:
-/// on Linux a trial namespace is built and dropped.
+/// on Linux a short-lived child tries to enter namespaces as a session does.
 pub fn hold_available() -> Result<&'static str, String> {
     #[cfg(target_os = "linux")]
     {
-        linux::ns::Namespaces::build(&[])
-            .map(|_| "a mount namespace makes them read-only (user namespaces work here)")
+        linux::ns::trial()
+            .map(|()| "a mount namespace makes them read-only (user namespaces work here)")
             .map_err(|e| e.to_string())
     }
     #[cfg(target_os = "macos")]
@@ -443,11 +499,11 @@ pub fn hold_available() -> Result<&'static str, String> {
 
 impl Held {
     /// Whether the plan's locks are in force: false on Linux when the
-    /// namespaces could not be built.
+    /// namespaces could not be entered or a bind failed.
     pub fn locks(&self) -> bool {
         #[cfg(target_os = "linux")]
         {
-            self.namespaces.is_some()
+            self.locked
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -455,16 +511,86 @@ impl Held {
         }
     }
 
-    /// Arranges for `command`'s process to join the session's namespaces
-    /// (and work in `cwd` inside them) before it is confined: call it before
-    /// [`Floor::confine`].
-    pub fn join(&self, command: &mut Command, cwd: &Path) -> Result<(), String> {
+    /// Arranges for `command`'s process, started inside the session's
+    /// namespaces, to work in `cwd` as seen there and to hold no capability,
+    /// before it is confined: call it before [`Floor::confine`].
+    pub fn prepare(&self, command: &mut Command, cwd: &Path) -> Result<(), String> {
         #[cfg(target_os = "linux")]
         if let Some(ns) = &self.namespaces {
-            return ns.join(command, cwd).map_err(|e| e.to_string());
+            return ns.prepare(command, cwd).map_err(|e| e.to_string());
         }
         let _ = (command, cwd);
         Ok(())
+    }
+}
+
+/// A program the session started under the floor: the agent.
+pub struct Agent {
+    #[cfg(target_os = "linux")]
+    launched: linux::launch::Launched,
+    #[cfg(not(target_os = "linux"))]
+    child: std::process::Child,
+}
+
+impl Agent {
+    /// The program's pid.
+    pub fn id(&self) -> u32 {
+        #[cfg(target_os = "linux")]
+        {
+            self.launched.id()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            self.child.id()
+        }
+    }
+
+    /// Waits for the program to end.
+    pub fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        #[cfg(target_os = "linux")]
+        {
+            self.launched.wait()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            self.child.wait()
+        }
+    }
+}
+
+/// Starts what `command` describes (program, arguments, variables; its
+/// standard descriptors are the session's) under `floor`, inside `held`,
+/// working in `cwd`. On Linux the child shares the session's memory until
+/// it execs (`linux::launch`, ADR-0087) instead of being a copy of it.
+pub fn start_agent(
+    command: Command,
+    held: &Held,
+    floor: &Floor,
+    cwd: &Path,
+) -> std::io::Result<Agent> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut launch = linux::launch::Launch::from_command(&command);
+        if let Some(ns) = &held.namespaces {
+            ns.prepare(&mut launch, cwd)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
+        floor
+            .confinement
+            .confine(&mut launch, linux::Started::Floor);
+        Ok(Agent {
+            launched: launch.spawn()?,
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let mut command = command;
+        held.prepare(&mut command, cwd)
+            .map_err(std::io::Error::other)?;
+        floor.confine(&mut command).map_err(std::io::Error::other)?;
+        Ok(Agent {
+            child: command.spawn()?,
+        })
     }
 }
 
@@ -691,18 +817,23 @@ pub fn unenforced_line() -> Option<String> {
 pub struct ExitService {
     #[cfg(target_os = "linux")]
     serving: linux::exit::Serving,
+    /// The door and the exit, listening, until [`ExitService::answer`]
+    /// starts the threads that accept their connections.
+    #[cfg(target_os = "linux")]
+    waiting: Option<(linux::door::Door, linux::exit::Exit)>,
 }
 
 /// Opens the session's exit and the hooks' door: on Linux `nd7 run` itself
 /// starts each command and appends each hook's entry, so it listens on the
 /// session's two sockets; on macOS `nd7-exec` leaves the floor through
 /// Seatbelt's one no-sandbox exec and writes `log` itself, and there is
-/// nothing to serve.
+/// nothing to serve. Connections are accepted once
+/// [`ExitService::answer`] is called.
 pub fn serve_exit(session: &RunDir, log: &Arc<RunLog>) -> Result<ExitService, String> {
     serve_exit_held(session, log, &Held::default(), None, None)
 }
 
-/// [`serve_exit`], with every command joining `held`'s namespaces,
+/// [`serve_exit`], with every command started inside `held`'s namespaces,
 /// `before` called before each command starts and `after` when it ends (on
 /// Linux, where the exit is served; on macOS `nd7-exec` runs the command
 /// itself).
@@ -715,18 +846,16 @@ pub fn serve_exit_held(
 ) -> Result<ExitService, String> {
     #[cfg(target_os = "linux")]
     {
-        linux::door::Door::open(session, log.clone())
-            .map(linux::door::Door::serve)
-            .map_err(|e| e.to_string())?;
-        linux::exit::Exit::open(session, log.clone())
-            .map(|exit| ExitService {
-                serving: exit
-                    .joining(held.namespaces.clone())
-                    .before_each(before)
-                    .after_each(after)
-                    .serve(),
-            })
-            .map_err(|e| e.to_string())
+        let door = linux::door::Door::open(session, log.clone()).map_err(|e| e.to_string())?;
+        let exit = linux::exit::Exit::open(session, log.clone())
+            .map_err(|e| e.to_string())?
+            .inside(held.namespaces.clone())
+            .before_each(before)
+            .after_each(after);
+        Ok(ExitService {
+            serving: exit.serving(),
+            waiting: Some((door, exit)),
+        })
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -736,6 +865,19 @@ pub fn serve_exit_held(
 }
 
 impl ExitService {
+    /// Starts accepting the door's and the exit's connections, each socket
+    /// on a thread of its own. `nd7 run` calls it just after it has
+    /// started the agent: the agent's start then waits for no thread to
+    /// be made, and a connection the agent makes first waits in its
+    /// socket's queue until then.
+    pub fn answer(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Some((door, exit)) = self.waiting.take() {
+            door.serve();
+            exit.serve();
+        }
+    }
+
     /// Ends every command the exit started that is still running.
     pub fn kill_commands(&self) {
         #[cfg(target_os = "linux")]

@@ -307,9 +307,13 @@ fn what_editors_direnv_shells_and_claude_code_run_later_cannot_be_changed() {
     }
 }
 
-/// Guards: that the namespaces are joined with nothing but the account's
-/// own identity (`ns.rs`, `build_in_child` maps one id; `join` drops every
-/// capability), and that Landlock keeps mounts from being changed.
+/// Guards: that the session's namespaces hold nothing but the account's own
+/// identity (`ns.rs`: `Maps` maps one id), that the session gives up every
+/// capability the namespace gave it once its binds are made
+/// (`Namespaces::drop_capabilities`: without it the session, the parent of
+/// the agent and of every command, keeps CAP_SYS_ADMIN and CAP_SETPCAP),
+/// that what it starts holds none either (`Namespaces::prepare`), and that
+/// Landlock keeps mounts from being changed.
 #[test]
 fn inside_the_namespace_the_agent_is_itself_with_no_capability_and_no_mount() {
     let w = World::new();
@@ -317,6 +321,7 @@ fn inside_the_namespace_the_agent_is_itself_with_no_capability_and_no_mount() {
     let probe = r#"
 echo "uid:$(id -u) map:$(tr -s ' ' < /proc/self/uid_map | sed 's/^ //')"
 grep -E 'Cap(Eff|Prm|Bnd|Amb)' /proc/self/status | tr -d '\t' | tr '\n' ' '; echo
+grep -E 'Cap(Eff|Prm|Bnd|Amb)' /proc/$PPID/status | tr -d '\t' | tr '\n' ' ' | sed 's/^/session:/'; echo
 unshare -Urm sh -c 'umount .git/config' 2>/dev/null; echo "umount:$?"
 unshare -Urm sh -c 'mount -o remount,rw,bind .git/config' 2>/dev/null; echo "remount:$?"
 unshare -Um sh -c 'mount -t tmpfs none .git/hooks' 2>/dev/null; echo "mount:$?"
@@ -330,6 +335,7 @@ grep -c ' ro,' /proc/self/mountinfo | sed 's/^/read-only-mounts-seen:/' | sed 's
     let once = [
         format!("uid:{uid} map:{uid} {uid} 1"),
         "CapPrm:0000000000000000 CapEff:0000000000000000 CapBnd:0000000000000000 CapAmb:0000000000000000 ".into(),
+        "session:CapPrm:0000000000000000 CapEff:0000000000000000 CapBnd:0000000000000000 CapAmb:0000000000000000 ".into(),
         "umount:1".into(),
         "remount:1".into(),
         "mount:1".into(),

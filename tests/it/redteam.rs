@@ -41,6 +41,7 @@ x ppid-cwd ls /proc/$PPID/cwd/
 x ppid-environ cat /proc/$PPID/environ
 x ppid-mem head -c1 /proc/$PPID/mem
 x ppid-map-files ls /proc/$PPID/map_files/
+x ppid-fd-dir sh -c 'for f in /proc/'$PPID'/fd/*; do ls "$f/" >/dev/null 2>&1 && exit 0; done; exit 1'
 "#
     );
     let quoted = probe.replace('\'', r"'\''");
@@ -62,7 +63,10 @@ x ppid-map-files ls /proc/$PPID/map_files/
                 || target.starts_with("socket:")
                 || target.starts_with("anon_inode:")
                 || target.contains("/.claude")
-                || target.contains("/proj");
+                || target.contains("/proj")
+                // The root outside the session's namespaces, which nd7 run
+                // keeps to judge refusals (`ns::outside_root`).
+                || target == "/";
             if nd7s {
                 leaked.push(line.clone());
             }

@@ -24,9 +24,8 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use rustix::event::{PollFd, PollFlags, poll};
@@ -34,6 +33,7 @@ use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg}
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process_group, pidfd_open};
 
 use super::Confinement;
+use super::launch::{Launch, Launched};
 use crate::kernel::linux as proc;
 use crate::run_dir::RunDir;
 use crate::run_entry::Ended;
@@ -137,7 +137,7 @@ pub struct Exit {
     session: RunDir,
     log: Arc<RunLog>,
     groups: Arc<Mutex<Running>>,
-    /// The session's namespaces, which every command joins (`ns`).
+    /// The session's namespaces, inside which every command starts (`ns`).
     namespaces: Option<Arc<super::ns::Namespaces>>,
     /// Called with the command's grants before it starts.
     before: Option<crate::sandbox::BeforeCommand>,
@@ -191,8 +191,8 @@ impl Exit {
         })
     }
 
-    /// Every command will join `namespaces` (when there are any).
-    pub fn joining(mut self, namespaces: Option<Arc<super::ns::Namespaces>>) -> Exit {
+    /// Every command will start inside `namespaces` (when there are any).
+    pub fn inside(mut self, namespaces: Option<Arc<super::ns::Namespaces>>) -> Exit {
         self.namespaces = namespaces;
         self
     }
@@ -209,10 +209,17 @@ impl Exit {
         self
     }
 
+    /// What ends the commands this exit starts, once it serves.
+    pub fn serving(&self) -> Serving {
+        Serving {
+            groups: self.groups.clone(),
+        }
+    }
+
     /// Serves connections on a thread of their own, each on its own thread,
     /// at most [`MAX_COMMANDS`] at once, for as long as the process lives.
-    pub fn serve(self) -> Serving {
-        let groups = self.groups.clone();
+    /// Connections made before it is called wait in the socket's queue.
+    pub fn serve(self) {
         std::thread::spawn(move || {
             let me = std::process::id();
             let slots = Arc::new(Slots::default());
@@ -252,7 +259,6 @@ impl Exit {
                 drop(spawned);
             }
         });
-        Serving { groups }
     }
 }
 
@@ -660,31 +666,32 @@ fn receive(conn: &UnixStream) -> (Caller, Result<(Request, [OwnedFd; 3]), String
 }
 
 /// Starts the command under the confinement prepared for it, reported to
-/// the keeper as `started`.
+/// the keeper as `started`, in a child that shares the session's memory
+/// until it execs (`launch`).
 fn start(
     request: &Request,
     stdio: [OwnedFd; 3],
     confinement: Confinement,
     started: running::Command,
     namespaces: Option<&super::ns::Namespaces>,
-) -> Result<Child, String> {
-    let [stdin, stdout, stderr] = stdio;
+) -> Result<Launched, String> {
     let shell = shell_for(&request.command);
-    let mut command = Command::new(shell);
+    let mut command = Launch::new(shell);
     command
         .arg("-c")
         .arg(&request.command)
         .env_clear()
-        .envs(request.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&request.cwd)
-        .stdin(Stdio::from(stdin))
-        .stdout(Stdio::from(stdout))
-        .stderr(Stdio::from(stderr))
-        .process_group(0);
-    // The session's namespaces are joined first: Landlock and the seccomp
-    // filter, applied after, would refuse the join.
+        .stdio(stdio)
+        .new_process_group();
+    for (k, v) in &request.env {
+        command.env(k, v);
+    }
+    // The working directory is found again inside the session's namespaces
+    // and the capabilities dropped first, before Landlock and the seccomp
+    // filter.
     if let Some(ns) = namespaces {
-        ns.join(&mut command, &request.cwd)
+        ns.prepare(&mut command, &request.cwd)
             .map_err(|e| e.to_string())?;
     }
     confinement.confine(&mut command, super::Started::Command(started));
@@ -705,7 +712,7 @@ const POLL_WITHOUT_PIDFD: rustix::event::Timespec = rustix::event::Timespec {
 /// when the caller is gone first; and, when no pidfd could watch the
 /// command, why, for the log: the command is then checked on every 50 ms
 /// instead, so signals and a hang-up are still passed on.
-fn relay(conn: &UnixStream, child: &Child) -> (bool, Option<String>) {
+fn relay(conn: &UnixStream, child: &Launched) -> (bool, Option<String>) {
     let Some(pgid) = Pid::from_raw(child.id() as i32) else {
         return (false, None);
     };
@@ -899,6 +906,7 @@ fn send(conn: &UnixStream, bytes: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     fn pidfd_of(pid: u32) -> OwnedFd {
         pidfd_open(Pid::from_raw(pid as i32).expect("pid"), PidfdFlags::empty()).expect("pidfd")

@@ -27,6 +27,7 @@
 pub mod door;
 pub mod exit;
 pub mod keeper;
+pub mod launch;
 pub mod ns;
 pub mod seccomp;
 pub mod supervise;
@@ -34,9 +35,7 @@ pub mod supervise;
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 use landlock::{
@@ -414,7 +413,7 @@ impl Confinement {
     /// filter ([`seccomp`]); in a session, the filter's listener goes to the
     /// keeper with what `started` says. If any step fails the exec does not
     /// happen.
-    pub fn confine(&self, command: &mut Command, started: Started) {
+    pub fn confine(&self, command: &mut impl launch::PreExec, started: Started) {
         let fd = self.ruleset.as_raw_fd();
         let channel = keeper::channel();
         let sockets = channel.map_or(seccomp::Sockets::Open, |c| c.sockets());
@@ -444,16 +443,15 @@ impl Confinement {
         // keeper); a command is started from a thread that ends before it
         // does, so it cannot have this.
         let floor = matches!(started, Started::Floor);
-        // SAFETY: the closure runs in the child between fork and exec, where
-        // only async-signal-safe calls are sound. It makes raw system calls
-        // (prctl, landlock_restrict_self, prctl, close_range, seccomp,
-        // sendmsg, close), reads errno and writes into buffers allocated here, in the parent,
-        // allocating nothing and taking no lock. `fd` stays open in the
-        // parent for as long as `self` lives, which is until `spawn`
-        // returns, and fork copies it into the child; the channel is open for
-        // the session's life.
+        // SAFETY: the closure runs in the child before exec (forked, or a
+        // `launch` child sharing memory), where only async-signal-safe calls
+        // are sound: raw system calls (prctl, landlock_restrict_self,
+        // close_range, seccomp, sendmsg, close), errno, and writes only into
+        // the buffers of the report it owns; no allocation, no lock. `fd`
+        // and the channel stay open in the parent until `spawn` returns, and
+        // the child has a copy of the descriptor table.
         unsafe {
-            command.pre_exec(move || {
+            command.add_step(Box::new(move || {
                 if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -484,7 +482,7 @@ impl Confinement {
                     }
                 }
                 Ok(())
-            });
+            }));
         }
     }
 }

@@ -3,35 +3,37 @@
 //! directories the floor lets the agent write.
 //!
 //! Landlock cannot deny beneath an allowed directory; a read-only bind mount
-//! can. `nd7 run` builds one user namespace and one mount namespace per
-//! session, once, in a short-lived child made the way `posix_spawn` makes
-//! one (sharing memory and descriptors, the parent suspended until it ends):
-//! the child starts in the new namespaces, maps the account to itself and to
-//! nothing else (no one is root there), binds each guarded path onto itself
-//! (read-only for [`Guard::Lock`], as it was for [`Guard::Pin`]), opens both
-//! namespaces into the shared descriptor table, and ends. `nd7 run` keeps
-//! the descriptors for the session's life. The agent and every command the
-//! exit starts then join them between fork and exec
-//! ([`Namespaces::join`]), move to their working directory again (a path
-//! looked up inside the namespace, so it crosses the new mounts), and drop
-//! every capability the join gave them before Landlock is applied. So
-//! everything in the session sees the same mounts, and no process in it can
-//! change them: it holds no capability, a mount point cannot be renamed or
-//! removed (`EBUSY`), a hard link cannot cross one (`EXDEV`), and Landlock
-//! refuses mount, umount and remount to every confined process, in this
-//! namespace or any it could make.
+//! can. The session process of `nd7 run` (the keeper's child) moves itself
+//! into a user namespace and a mount namespace of its own ([`enter`]),
+//! while it still has one thread (`unshare` refuses a threaded process):
+//! it maps the account to itself and to nothing else (no one is root
+//! there), and keeps of the capabilities the new namespace gives it only
+//! the one that mounts. Once the plan is known it binds each guarded path
+//! onto itself ([`Namespaces::hold`]: read-only for [`Guard::Lock`], as it
+//! was for [`Guard::Pin`]) and drops every capability for good
+//! ([`Namespaces::drop_capabilities`]), before it starts anything. The
+//! agent and every command the exit starts are then born inside the
+//! namespaces, with nothing to join and no capability to inherit; each
+//! moves to its working directory again by path just before exec (so it
+//! stands on the new mounts) and clears its capability sets once more
+//! ([`Namespaces::prepare`]). So everything in the session sees the same
+//! mounts, and no process in it can change them: it holds no capability, a
+//! mount point cannot be renamed or removed (`EBUSY`), a hard link cannot
+//! cross one (`EXDEV`), and Landlock refuses mount, umount and remount to
+//! every confined process, in this namespace or any it could make.
+//!
+//! The keeper, forked before, stays outside: it sees the files as they are
+//! and, as the namespace's owner, may still act for every process in it.
 //!
 //! Where user namespaces are refused (a distribution's sysctl, AppArmor's
-//! restriction, a container's seccomp profile), [`Namespaces::build`] says
-//! which step failed; `nd7 run` then watches the same files instead.
+//! restriction, a container's seccomp profile), [`enter`] says which step
+//! failed; `nd7 run` then watches the same files instead.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
 
 use crate::policy::deferred::{Guard, Guarded};
 
@@ -63,8 +65,12 @@ struct CapData {
     permitted: u32,
     inheritable: u32,
 }
+/// `CAP_SYS_ADMIN`, the capability the bind mounts need, and
+/// `CAP_SETPCAP`, the one that empties the bounding set afterwards.
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_SETPCAP: u32 = 8;
 
-/// Why the session's namespaces could not be built or joined.
+/// Why the session's namespaces could not be entered, held or left behind.
 #[derive(Debug, thiserror::Error)]
 pub enum NsError {
     #[error("{step}: {source}")]
@@ -76,8 +82,8 @@ pub enum NsError {
     Path(String),
 }
 
-/// The steps of building, in the order the child takes them; the child
-/// reports the index of the one that failed.
+/// The steps, each named for the error it gives; the trial child reports
+/// the index of the one that failed.
 const STEPS: &[&str] = &[
     "create a user and mount namespace (unprivileged user namespaces may be disabled here)",
     "refuse setgroups in the new user namespace",
@@ -86,22 +92,45 @@ const STEPS: &[&str] = &[
     "clone a mount of a guarded path",
     "make a guarded path read-only",
     "mount a guarded path onto itself",
-    "open the new namespaces",
+    "keep only the capabilities to mount and to drop capabilities in the new user namespace",
+    "drop the capabilities of the new user namespace",
 ];
+const UNSHARE: usize = 0;
+const CLONE_MOUNT: usize = 4;
+const READ_ONLY: usize = 5;
+const MOVE_MOUNT: usize = 6;
+const KEEP_MOUNT: usize = 7;
+const DROP: usize = 8;
 
-/// The session's user and mount namespaces, held open by descriptor.
+impl NsError {
+    /// Whether [`enter`] failed after the process had left its namespaces:
+    /// it then sits in a user namespace it could not finish setting up
+    /// (unmapped, or with every capability), and must start nothing.
+    pub fn half_entered(&self) -> bool {
+        matches!(self, NsError::Step { step, .. } if STEPS[1..=3].contains(step) || *step == STEPS[KEEP_MOUNT])
+    }
+}
+
+fn step(index: usize, source: io::Error) -> NsError {
+    NsError::Step {
+        step: STEPS[index],
+        source,
+    }
+}
+
+/// The session's user and mount namespaces, which the calling process
+/// entered ([`enter`]): what it needs to bind paths in them and to start
+/// processes inside them as the account alone.
 #[derive(Debug)]
 pub struct Namespaces {
-    user: OwnedFd,
-    mnt: OwnedFd,
     /// The highest capability number this kernel knows, for dropping them.
     last_cap: libc::c_ulong,
 }
 
 /// Opens `path` for writing and writes `text` into it, with raw system
-/// calls only (the building child must not allocate). Returns false on
+/// calls only (the trial child must not allocate). Returns false on
 /// error, errno set.
-fn write_file_raw(path: &std::ffi::CStr, text: &[u8]) -> bool {
+fn write_file_raw(path: &CStr, text: &[u8]) -> bool {
     // SAFETY: `path` is a NUL-terminated string that outlives the call.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -114,264 +143,205 @@ fn write_file_raw(path: &std::ffi::CStr, text: &[u8]) -> bool {
     n == text.len() as isize
 }
 
-/// One guarded path, ready for the building child.
-struct Prepared {
-    path: CString,
-    read_only: bool,
+/// The one-line uid and gid maps that map the account to itself.
+struct Maps {
+    uid: Vec<u8>,
+    gid: Vec<u8>,
 }
 
-/// What the building child is given, and what it leaves behind.
-struct Job<'a> {
-    guarded: &'a [Prepared],
-    uid_map: &'a [u8],
-    gid_map: &'a [u8],
-    /// The failed step and its errno, or (0, 0).
-    failed: (u32, i32),
-    /// The namespaces, opened into the parent's descriptor table.
-    user: RawFd,
-    mnt: RawFd,
-}
-
-/// The building child: it starts in the new namespaces (clone's flags),
-/// maps the account, mounts each guarded path, opens both namespaces into
-/// the descriptor table it shares with the parent, and returns, which ends
-/// it. Raw system calls only, on memory the suspended parent prepared.
-extern "C" fn build_in_child(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the `Job` the parent passed to clone, alive and not
-    // touched by the parent until this child has ended (CLONE_VFORK).
-    let job = unsafe { &mut *arg.cast::<Job<'_>>() };
-    let errno = || io::Error::last_os_error().raw_os_error().unwrap_or(0);
-    let mut fail = |step: u32| {
-        job.failed = (step, errno());
-        0
-    };
-    if !write_file_raw(c"/proc/self/setgroups", b"deny") {
-        return fail(1);
-    }
-    if !write_file_raw(c"/proc/self/uid_map", job.uid_map) {
-        return fail(2);
-    }
-    if !write_file_raw(c"/proc/self/gid_map", job.gid_map) {
-        return fail(3);
-    }
-    for g in job.guarded {
-        // SAFETY: `g.path` is a NUL-terminated string that outlives the call.
-        let tree = unsafe {
-            libc::syscall(
-                libc::SYS_open_tree,
-                libc::AT_FDCWD,
-                g.path.as_ptr(),
-                OPEN_TREE_CLONE
-                    | libc::O_CLOEXEC as libc::c_uint
-                    | AT_RECURSIVE
-                    | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
-            )
-        };
-        if tree < 0 {
-            // Gone since the plan was made: there is nothing to hold, and
-            // the watch still sees whatever takes its place.
-            if errno() == libc::ENOENT {
-                continue;
-            }
-            return fail(4);
-        }
-        let tree = tree as RawFd;
-        if g.read_only {
-            let attr = MountAttr {
-                attr_set: MOUNT_ATTR_RDONLY,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
-            };
-            // SAFETY: `attr` is a valid mount_attr of the size passed, and
-            // the empty path is a NUL-terminated string.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_mount_setattr,
-                    tree,
-                    c"".as_ptr(),
-                    libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
-                    &attr as *const MountAttr,
-                    std::mem::size_of::<MountAttr>(),
-                )
-            };
-            if r != 0 {
-                return fail(5);
-            }
-        }
-        // SAFETY: both strings are NUL-terminated and outlive the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_move_mount,
-                tree,
-                c"".as_ptr(),
-                libc::AT_FDCWD,
-                g.path.as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH,
-            )
-        };
-        // SAFETY: `tree` was opened above and is closed once.
-        unsafe { libc::close(tree) };
-        if r != 0 {
-            return fail(6);
-        }
-    }
-    // SAFETY: NUL-terminated paths; the descriptors land in the table this
-    // child shares with the parent (CLONE_FILES), close-on-exec.
-    job.user = unsafe {
-        libc::open(
-            c"/proc/self/ns/user".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    if job.user < 0 {
-        return fail(7);
-    }
-    // SAFETY: as above.
-    job.mnt = unsafe {
-        libc::open(
-            c"/proc/self/ns/mnt".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    if job.mnt < 0 {
-        return fail(7);
-    }
-    0
-}
-
-/// The building child's stack. It runs a few system calls and no deeper
-/// Rust than [`build_in_child`], far below this.
-const CHILD_STACK: usize = 64 * 1024;
-
-impl Namespaces {
-    /// Builds the session's namespaces with `guarded` mounted, in order: in
-    /// a child made the way `posix_spawn` makes one (CLONE_VM|CLONE_VFORK,
-    /// with all signals blocked), so nothing is copied and this thread waits,
-    /// suspended, until the child has ended; the child shares the descriptor
-    /// table and leaves both namespaces open in it.
-    pub fn build(guarded: &[Guarded]) -> Result<Namespaces, NsError> {
-        let prepared: Vec<Prepared> = guarded
-            .iter()
-            .map(|g| {
-                CString::new(g.path.as_os_str().as_bytes())
-                    .map(|path| Prepared {
-                        path,
-                        read_only: g.guard == Guard::Lock,
-                    })
-                    .map_err(|_| NsError::Path(g.path.display().to_string()))
-            })
-            .collect::<Result<_, _>>()?;
+impl Maps {
+    fn of_account() -> Maps {
         let uid = rustix::process::getuid().as_raw();
         let gid = rustix::process::getgid().as_raw();
-        let uid_map = format!("{uid} {uid} 1\n").into_bytes();
-        let gid_map = format!("{gid} {gid} 1\n").into_bytes();
-        let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(63);
-        let mut job = Job {
-            guarded: &prepared,
-            uid_map: &uid_map,
-            gid_map: &gid_map,
-            failed: (0, 0),
-            user: -1,
-            mnt: -1,
-        };
-        let mut stack = vec![0u8; CHILD_STACK];
-        // The stack grows down from its 16-byte aligned top.
-        let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
-        // SAFETY: sigset_t values are plain data, filled by sigfillset and
-        // pthread_sigmask before they are read.
-        let (mut all, mut old) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-        // SAFETY: both point at the locals above.
-        unsafe {
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        Maps {
+            uid: format!("{uid} {uid} 1\n").into_bytes(),
+            gid: format!("{gid} {gid} 1\n").into_bytes(),
         }
-        // SAFETY: the child runs `build_in_child` on `stack`, which lives
-        // until after clone returns; with CLONE_VFORK this thread is
-        // suspended until the child has ended, so the child's use of `job`
-        // and of this thread's errno races with nothing, and with every
-        // signal blocked no handler runs in it. Other threads share the
-        // memory but touch neither `job` nor `stack`.
-        let pid = unsafe {
-            libc::clone(
-                build_in_child,
-                top as *mut libc::c_void,
-                libc::CLONE_VM
-                    | libc::CLONE_VFORK
-                    | libc::CLONE_FILES
-                    | libc::CLONE_NEWUSER
-                    | libc::CLONE_NEWNS
-                    | libc::SIGCHLD,
-                (&mut job as *mut Job<'_>).cast(),
-            )
-        };
-        let clone_error = (pid < 0).then(io::Error::last_os_error);
-        // SAFETY: restores the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-        if let Some(source) = clone_error {
-            return Err(NsError::Step {
-                step: STEPS[0],
-                source,
-            });
+    }
+
+    /// Writes the maps of the calling process, just made in a new user
+    /// namespace, with raw system calls only. Returns the failed step.
+    fn write(&self) -> Result<(), usize> {
+        if !write_file_raw(c"/proc/self/setgroups", b"deny") {
+            return Err(1);
         }
-        let mut status = 0;
-        // SAFETY: reaps our own child, writing its status to a local.
-        while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
-            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-        {}
-        drop(stack);
-        // SAFETY: each descriptor the child opened is ours now, owned once.
-        let owned = |fd: RawFd| (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
-        let (user, mnt) = (owned(job.user), owned(job.mnt));
-        match (job.failed, user, mnt) {
-            ((0, 0), Some(user), Some(mnt)) => Ok(Namespaces {
-                user,
-                mnt,
-                last_cap,
-            }),
-            ((step, errno), _, _) => Err(NsError::Step {
-                step: STEPS.get(step as usize).copied().unwrap_or(STEPS[0]),
-                source: io::Error::from_raw_os_error(errno),
-            }),
+        if !write_file_raw(c"/proc/self/uid_map", &self.uid) {
+            return Err(2);
         }
+        if !write_file_raw(c"/proc/self/gid_map", &self.gid) {
+            return Err(3);
+        }
+        Ok(())
     }
 }
 
+/// Sets the calling thread's effective and permitted capabilities to
+/// `keep` (a mask of the first 32) and its inheritable ones to none.
+fn set_capabilities(keep: u32) -> io::Result<()> {
+    let header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [
+        CapData {
+            effective: keep,
+            permitted: keep,
+            inheritable: 0,
+        },
+        CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+    ];
+    // SAFETY: capset reads a header and two data structs of the kernel's
+    // layout for version 3, both locals that outlive the call.
+    match unsafe { libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Clears the calling thread's ambient and bounding sets and then its
+/// other capabilities, with raw system calls only (it also runs between
+/// fork and exec).
+fn drop_all(last_cap: libc::c_ulong) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    for cap in 0..=last_cap {
+        // SAFETY: prctl with integer arguments; EINVAL names a capability
+        // this kernel does not have.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0
+            && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    set_capabilities(0)
+}
+
+static OUTSIDE_ROOT: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
+
+/// The root directory as the account sees it outside the session's
+/// namespaces, opened (`O_PATH`, close-on-exec) just before the session left
+/// them: a path looked up from it walks the mounts outside, where no lock
+/// is, so the session can still tell what the account may write there (why
+/// a write was refused, `refusals`). `None` outside a session that entered
+/// its namespaces. Nothing the session starts keeps it: every descriptor
+/// but the standard three is closed at exec.
+pub fn outside_root() -> Option<std::os::fd::BorrowedFd<'static>> {
+    use std::os::fd::AsFd;
+    OUTSIDE_ROOT.get().map(|fd| fd.as_fd())
+}
+
+/// Moves the calling process into a new user namespace and a new mount
+/// namespace, maps the account to itself there, and keeps, of the
+/// capabilities the new user namespace gives, only the one to mount and
+/// the one to empty the bounding set (so
+/// that until [`Namespaces::drop_capabilities`] the process reads and
+/// writes files as it did before). The mounts are the same as outside
+/// until [`Namespaces::hold`] adds its binds; the working directory and
+/// root move to the new namespace's copies.
+///
+/// Must be called while the process has one thread: the kernel refuses to
+/// move a threaded process to another user namespace.
+pub fn enter() -> Result<Namespaces, NsError> {
+    let maps = Maps::of_account();
+    // The root as it is outside, kept before leaving (`outside_root`).
+    if let Ok(root) = rustix::fs::open(
+        "/",
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) {
+        let _ = OUTSIDE_ROOT.set(root);
+    }
+    let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63);
+    // SAFETY: unshare with flags only; it changes this process's own
+    // namespaces and credentials, which no other thread shares (the
+    // caller's promise, which the kernel checks: EINVAL otherwise).
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
+        return Err(step(UNSHARE, io::Error::last_os_error()));
+    }
+    maps.write()
+        .map_err(|i| step(i, io::Error::last_os_error()))?;
+    set_capabilities(1 << CAP_SYS_ADMIN | 1 << CAP_SETPCAP).map_err(|e| step(KEEP_MOUNT, e))?;
+    Ok(Namespaces { last_cap })
+}
+
 impl Namespaces {
-    /// Arranges for `command`'s process to join the namespaces, move to
-    /// `cwd` as seen inside them, and drop every capability, just before it
-    /// execs (and before any later `pre_exec`, such as Landlock's). If any
-    /// step fails, the exec does not happen.
-    pub fn join(&self, command: &mut Command, cwd: &Path) -> Result<(), NsError> {
+    /// Binds each of `guarded` onto itself in the session's mount
+    /// namespace, in order (shallow first), read-only for the locked ones.
+    /// A path gone since the plan was made is skipped: there is nothing to
+    /// hold, and the watch still sees whatever takes its place. Nothing is
+    /// followed through a link: a link in a guarded path fails its clone.
+    pub fn hold(&self, guarded: &[Guarded]) -> Result<(), NsError> {
+        for g in guarded {
+            let path = CString::new(g.path.as_os_str().as_bytes())
+                .map_err(|_| NsError::Path(g.path.display().to_string()))?;
+            bind(&path, g.guard == Guard::Lock)?;
+        }
+        Ok(())
+    }
+
+    /// Drops every capability of the calling thread for good (ambient,
+    /// bounding, effective, permitted, inheritable): called once the binds
+    /// are made and before anything is started, so every process and
+    /// thread it starts from then on has none. Threads started before keep
+    /// what they had; none of them starts a process.
+    pub fn drop_capabilities(&self) -> Result<(), NsError> {
+        drop_all(self.last_cap).map_err(|e| step(DROP, e))
+    }
+
+    /// Arranges for `command`'s process, born inside the namespaces, to move
+    /// to `cwd` again by path (the session's own working directory was
+    /// taken before the binds, and may lie under one) and to hold no
+    /// capability, just before it execs (and before any later `pre_exec`,
+    /// such as Landlock's). A process started from a thread that still
+    /// held the bounding set drops it too. If any step fails, the exec does
+    /// not happen.
+    pub fn prepare(
+        &self,
+        command: &mut impl super::launch::PreExec,
+        cwd: &Path,
+    ) -> Result<(), NsError> {
         let cwd = CString::new(cwd.as_os_str().as_bytes())
             .map_err(|_| NsError::Path(cwd.display().to_string()))?;
-        let user = self.user.as_raw_fd();
-        let mnt = self.mnt.as_raw_fd();
         let last_cap = self.last_cap;
-        // SAFETY: the closure runs in the child between fork and exec, where
-        // only async-signal-safe calls are sound. It makes raw system calls
-        // on a string and descriptors prepared before the fork, allocating
-        // nothing and taking no lock. The descriptors stay open in the parent
-        // for as long as `self` lives, which outlasts `spawn`; fork copies
-        // them into the child, and they close at exec.
+        // SAFETY: the closure runs in the child before exec, where only
+        // async-signal-safe calls are sound. It makes raw system calls on a
+        // string prepared before the child was made, allocating nothing and
+        // taking no lock.
         unsafe {
-            command.pre_exec(move || {
-                let fail = || Err(io::Error::last_os_error());
-                // A fresh child of a single thread, sharing no fs_struct:
-                // setns into a user namespace requires both.
-                if libc::setns(user, libc::CLONE_NEWUSER) != 0 {
-                    return fail();
-                }
-                if libc::setns(mnt, libc::CLONE_NEWNS) != 0 {
-                    return fail();
-                }
-                // setns moved the root and working directory to the
-                // namespace's root; the path is looked up again inside it.
+            command.add_step(Box::new(move || {
                 if libc::chdir(cwd.as_ptr()) != 0 {
-                    return fail();
+                    return Err(io::Error::last_os_error());
+                }
+                // The session's threads that start processes hold no
+                // bounding set; one that did is caught by its mounting
+                // capability, the last the session gives up.
+                if libc::prctl(
+                    libc::PR_CAPBSET_READ,
+                    CAP_SYS_ADMIN as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
+                    return drop_all(last_cap);
                 }
                 if libc::prctl(
                     libc::PR_CAP_AMBIENT,
@@ -381,31 +351,157 @@ impl Namespaces {
                     0,
                 ) != 0
                 {
-                    return fail();
+                    return Err(io::Error::last_os_error());
                 }
-                for cap in 0..=last_cap {
-                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
-                        && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
-                    {
-                        return fail();
-                    }
-                }
-                let header = CapHeader {
-                    version: CAPABILITY_VERSION_3,
-                    pid: 0,
-                };
-                let data = [CapData {
-                    effective: 0,
-                    permitted: 0,
-                    inheritable: 0,
-                }; 2];
-                if libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) != 0
-                {
-                    return fail();
-                }
-                Ok(())
-            });
+                set_capabilities(0)
+            }));
         }
         Ok(())
+    }
+}
+
+/// Binds `path` onto itself in the calling process's mount namespace,
+/// read-only when asked.
+fn bind(path: &CStr, read_only: bool) -> Result<(), NsError> {
+    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE
+                | libc::O_CLOEXEC as libc::c_uint
+                | AT_RECURSIVE
+                | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
+        )
+    };
+    if tree < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(()),
+            _ => Err(step(CLONE_MOUNT, e)),
+        };
+    }
+    // SAFETY: the kernel just returned this descriptor; it is owned here
+    // and closed once, when `tree` drops.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree as RawFd) };
+    if read_only {
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        // SAFETY: `attr` is a valid mount_attr of the size passed, and the
+        // empty path is a NUL-terminated string.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                tree.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            )
+        };
+        if r != 0 {
+            return Err(step(READ_ONLY, io::Error::last_os_error()));
+        }
+    }
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if r != 0 {
+        return Err(step(MOVE_MOUNT, io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// What the trial child is given, and what it leaves behind.
+struct Trial<'a> {
+    maps: &'a Maps,
+    /// The failed step and its errno, or (0, 0).
+    failed: (usize, i32),
+}
+
+/// The trial child: it starts in new namespaces (clone's flags), maps the
+/// account, and returns, which ends it. Raw system calls only, on memory
+/// the suspended parent prepared.
+extern "C" fn trial_in_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Trial` the parent passed to clone, alive and not
+    // touched by the parent until this child has ended (CLONE_VFORK).
+    let trial = unsafe { &mut *arg.cast::<Trial<'_>>() };
+    if let Err(i) = trial.maps.write() {
+        trial.failed = (i, io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    0
+}
+
+/// The trial child's stack. It runs a few system calls and no deeper Rust
+/// than [`trial_in_child`], far below this.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// Whether this process could enter namespaces as [`enter`] does, for
+/// `nd7 doctor`, without entering them: a short-lived child made the way
+/// `posix_spawn` makes one (CLONE_VM|CLONE_VFORK, all signals blocked)
+/// starts in new ones, maps the account, and ends.
+pub fn trial() -> Result<(), NsError> {
+    let maps = Maps::of_account();
+    let mut trial = Trial {
+        maps: &maps,
+        failed: (0, 0),
+    };
+    let mut stack = vec![0u8; CHILD_STACK];
+    // The stack grows down from its 16-byte aligned top.
+    let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
+    // SAFETY: sigset_t values are plain data, filled by sigfillset and
+    // pthread_sigmask before they are read.
+    let (mut all, mut old) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: both point at the locals above.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: the child runs `trial_in_child` on `stack`, which lives until
+    // after clone returns; with CLONE_VFORK this thread is suspended until
+    // the child has ended, so the child's use of `trial` and of this
+    // thread's errno races with nothing, and with every signal blocked no
+    // handler runs in it. Other threads share the memory but touch neither
+    // `trial` nor `stack`.
+    let pid = unsafe {
+        libc::clone(
+            trial_in_child,
+            top as *mut libc::c_void,
+            libc::CLONE_VM
+                | libc::CLONE_VFORK
+                | libc::CLONE_NEWUSER
+                | libc::CLONE_NEWNS
+                | libc::SIGCHLD,
+            (&mut trial as *mut Trial<'_>).cast(),
+        )
+    };
+    let clone_error = (pid < 0).then(io::Error::last_os_error);
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    if let Some(source) = clone_error {
+        return Err(step(UNSHARE, source));
+    }
+    let mut status = 0;
+    // SAFETY: reaps our own child, writing its status to a local.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
+    drop(stack);
+    match trial.failed {
+        (0, 0) => Ok(()),
+        (i, errno) => Err(step(i, io::Error::from_raw_os_error(errno))),
     }
 }

@@ -1,0 +1,671 @@
+//! Starting a confined program the way `posix_spawn` starts one: in a child
+//! that shares the session's memory and suspends the calling thread until
+//! it has exec'd (`clone` with `CLONE_VM|CLONE_VFORK`), rather than in a
+//! copy of the whole session (`fork`, which `std::process::Command` uses as
+//! soon as a step must run before exec).
+//!
+//! A fork copies the page tables of a process that by then has several
+//! threads and megabytes of heap, every page the two touch next is copied
+//! again, and the child's exec tears the copy down; that was a third of the
+//! agent's start and most of a command's overhead through the exit
+//! (ADR-0087). Sharing memory is only sound because the child does nothing
+//! a copy would have protected the parent from: it runs on a stack of its
+//! own, makes raw system calls on data the suspended thread prepared,
+//! allocates nothing, takes no lock, and writes only its own stack, the
+//! launch's error slot and the buffers its steps own. Every signal is
+//! blocked around the clone, and the child sets each caught signal back to
+//! its default before it unblocks them for the program, so no handler of
+//! the session ever runs in it.
+//!
+//! What the child does, in order: signal dispositions, its standard
+//! descriptors, its process group, its working directory, then each step
+//! (`pre_exec`: the session's namespaces' and the floor's own, which were
+//! written for a child between fork and exec and hold to the same rules),
+//! an empty signal mask, and `execve` of a path resolved beforehand.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+
+/// One step run in the child just before exec. It runs where only
+/// async-signal-safe calls are sound and must not allocate.
+pub type Step = Box<dyn FnMut() -> io::Result<()> + Send + Sync>;
+
+/// Something a confined program is started from, to which the sandbox adds
+/// the steps the child takes before exec: [`Launch`], or a
+/// `std::process::Command` where a fork is wanted (its output piped, say).
+pub trait PreExec {
+    /// Adds `step`, run after the ones added before it.
+    ///
+    /// # Safety
+    /// `step` runs in the child before exec, as `CommandExt::pre_exec`'s
+    /// closures do, and must keep to the same rules.
+    unsafe fn add_step(&mut self, step: Step);
+}
+
+impl PreExec for Command {
+    unsafe fn add_step(&mut self, step: Step) {
+        // SAFETY: the caller's promise is `pre_exec`'s.
+        unsafe { self.pre_exec(step) };
+    }
+}
+
+/// Why a program could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("{0}: not found (searched the PATH it would run with)")]
+    NotFound(String),
+    #[error("{0}: a NUL byte in a program, argument, variable or directory")]
+    Nul(String),
+    #[error("{what}: {source}")]
+    Os {
+        what: &'static str,
+        source: io::Error,
+    },
+}
+
+impl From<LaunchError> for io::Error {
+    fn from(e: LaunchError) -> io::Error {
+        match e {
+            LaunchError::Os { source, .. } => source,
+            LaunchError::NotFound(_) => io::Error::new(io::ErrorKind::NotFound, e.to_string()),
+            LaunchError::Nul(_) => io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+        }
+    }
+}
+
+/// A program to start, described the way `std::process::Command` describes
+/// one (the subset nd7 uses), and started by [`Launch::spawn`].
+pub struct Launch {
+    program: OsString,
+    args: Vec<OsString>,
+    /// Variables set (`Some`) or removed (`None`) over the inherited ones.
+    env: Vec<(OsString, Option<OsString>)>,
+    env_clear: bool,
+    cwd: Option<PathBuf>,
+    /// Descriptors for the child's standard input, output and error;
+    /// `None` inherits the session's.
+    stdio: [Option<OwnedFd>; 3],
+    new_group: bool,
+    steps: Vec<Step>,
+}
+
+impl PreExec for Launch {
+    unsafe fn add_step(&mut self, step: Step) {
+        self.steps.push(step);
+    }
+}
+
+/// A started program: its pid, to wait for.
+#[derive(Debug)]
+pub struct Launched {
+    pid: libc::pid_t,
+}
+
+impl Launched {
+    /// The program's pid.
+    pub fn id(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Waits for the program to end and reaps it.
+    pub fn wait(&mut self) -> io::Result<ExitStatus> {
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for our own child, writing its status to a local.
+            if unsafe { libc::waitpid(self.pid, &mut status, 0) } >= 0 {
+                return Ok(ExitStatus::from_raw(status));
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// What the child reports when it fails before exec: the step (an index
+/// into [`FAILED_AT`]) and errno. Written by the child alone, read by the
+/// parent once the child has exec'd or ended.
+#[derive(Clone, Copy)]
+struct Failure {
+    at: usize,
+    errno: i32,
+}
+
+const FAILED_AT: &[&str] = &[
+    "set the child's signal dispositions",
+    "give the child its standard descriptors",
+    "put the child in a process group of its own",
+    "move the child to its working directory",
+    "confine the child",
+    "clear the child's signal mask",
+    "execute the program",
+];
+
+/// Everything the child reads, prepared by the parent before the clone.
+struct Prepared<'a> {
+    path: &'a CString,
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    cwd: Option<&'a CString>,
+    stdio: [RawFd; 3],
+    new_group: bool,
+    steps: &'a mut [Step],
+    failed: Option<Failure>,
+}
+
+/// The child's stack: the steps run Rust code (the floor's), so it is far
+/// larger than they need, with a guard page below it.
+const STACK: usize = 256 * 1024;
+
+/// The highest signal number, plus one.
+const NSIG: libc::c_int = 65;
+
+impl Launch {
+    /// A launch of `program` (a path, or a name looked up in the `PATH`
+    /// the program will run with), with no arguments, the session's
+    /// environment and standard descriptors, and its working directory.
+    pub fn new(program: impl AsRef<OsStr>) -> Launch {
+        Launch {
+            program: program.as_ref().to_os_string(),
+            args: Vec::new(),
+            env: Vec::new(),
+            env_clear: false,
+            cwd: None,
+            stdio: [None, None, None],
+            new_group: false,
+            steps: Vec::new(),
+        }
+    }
+
+    /// A launch of what `command` describes: its program, arguments,
+    /// variables and directory (its standard descriptors and steps are not
+    /// readable, and not taken: give the former with [`Launch::stdio`]).
+    pub fn from_command(command: &Command) -> Launch {
+        let mut launch = Launch::new(command.get_program());
+        launch.args = command.get_args().map(OsStr::to_os_string).collect();
+        launch.env = command
+            .get_envs()
+            .map(|(k, v)| (k.to_os_string(), v.map(OsStr::to_os_string)))
+            .collect();
+        launch.cwd = command.get_current_dir().map(Path::to_path_buf);
+        launch
+    }
+
+    pub fn arg(&mut self, arg: impl AsRef<OsStr>) -> &mut Launch {
+        self.args.push(arg.as_ref().to_os_string());
+        self
+    }
+
+    /// Starts from an empty environment rather than the session's.
+    pub fn env_clear(&mut self) -> &mut Launch {
+        self.env_clear = true;
+        self.env.clear();
+        self
+    }
+
+    pub fn env(&mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> &mut Launch {
+        self.env.push((
+            key.as_ref().to_os_string(),
+            Some(value.as_ref().to_os_string()),
+        ));
+        self
+    }
+
+    pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Launch {
+        self.cwd = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// The child's standard input, output and error.
+    pub fn stdio(&mut self, fds: [OwnedFd; 3]) -> &mut Launch {
+        self.stdio = fds.map(Some);
+        self
+    }
+
+    /// Puts the child in a new process group of its own.
+    pub fn new_process_group(&mut self) -> &mut Launch {
+        self.new_group = true;
+        self
+    }
+
+    /// The environment the program gets, in order, later settings winning.
+    fn environment(&self) -> Vec<(OsString, OsString)> {
+        let mut vars: Vec<(OsString, OsString)> = if self.env_clear {
+            Vec::new()
+        } else {
+            std::env::vars_os().collect()
+        };
+        for (key, value) in &self.env {
+            vars.retain(|(k, _)| k != key);
+            if let Some(value) = value {
+                vars.push((key.clone(), value.clone()));
+            }
+        }
+        vars
+    }
+
+    /// The path to execute: `program` itself when it holds a slash, else
+    /// the first executable file of that name in `path` (the `PATH` the
+    /// program runs with; the default search path when it has none), as
+    /// `execvp` would find it.
+    fn resolve(program: &OsStr, path: Option<&OsStr>) -> Result<PathBuf, LaunchError> {
+        if program.as_bytes().contains(&b'/') {
+            return Ok(PathBuf::from(program));
+        }
+        let path = path.unwrap_or(OsStr::new("/bin:/usr/bin"));
+        std::env::split_paths(path)
+            .map(|dir| {
+                if dir.as_os_str().is_empty() {
+                    PathBuf::from(".").join(program)
+                } else {
+                    dir.join(program)
+                }
+            })
+            .find(|candidate| {
+                rustix::fs::access(candidate, rustix::fs::Access::EXEC_OK).is_ok()
+                    && std::fs::metadata(candidate).is_ok_and(|m| m.is_file())
+            })
+            .ok_or_else(|| LaunchError::NotFound(program.to_string_lossy().into_owned()))
+    }
+
+    /// Starts the program. Returns once it has exec'd; if the child failed
+    /// before (a step refused, the program could not be executed), the
+    /// child is reaped and the error says which part failed.
+    pub fn spawn(mut self) -> Result<Launched, LaunchError> {
+        let nul = |what: &OsStr| LaunchError::Nul(what.to_string_lossy().into_owned());
+        let cstring = |s: &OsStr| CString::new(s.as_bytes()).map_err(|_| nul(s));
+        let vars = self.environment();
+        let search = vars
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_os_str());
+        let path = cstring(Self::resolve(&self.program, search)?.as_os_str())?;
+        let argv_owned: Vec<CString> = std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|a| cstring(a))
+            .collect::<Result<_, _>>()?;
+        let envp_owned: Vec<CString> = vars
+            .into_iter()
+            .map(|(k, v)| {
+                let mut entry = k.into_vec();
+                entry.push(b'=');
+                entry.extend(v.into_vec());
+                CString::new(entry).map_err(|e| nul(OsStr::from_bytes(&e.into_vec())))
+            })
+            .collect::<Result<_, _>>()?;
+        let argv: Vec<*const libc::c_char> = argv_owned
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let envp: Vec<*const libc::c_char> = envp_owned
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let cwd = self
+            .cwd
+            .as_ref()
+            .map(|c| cstring(c.as_os_str()))
+            .transpose()?;
+        // A descriptor meant for 0, 1 or 2 is moved above them first, so
+        // that placing one cannot close another not yet placed.
+        let mut stdio = [-1; 3];
+        for (i, fd) in self.stdio.iter_mut().enumerate() {
+            if let Some(owned) = fd.take() {
+                let raised = if owned.as_raw_fd() < 3 {
+                    rustix::io::fcntl_dupfd_cloexec(&owned, 3).map_err(|e| LaunchError::Os {
+                        what: FAILED_AT[1],
+                        source: e.into(),
+                    })?
+                } else {
+                    owned
+                };
+                stdio[i] = raised.as_raw_fd();
+                *fd = Some(raised);
+            }
+        }
+        let mut prepared = Prepared {
+            path: &path,
+            argv: &argv,
+            envp: &envp,
+            cwd: cwd.as_ref(),
+            stdio,
+            new_group: self.new_group,
+            steps: &mut self.steps,
+            failed: None,
+        };
+        let stack = Stack::new().map_err(|source| LaunchError::Os {
+            what: "make the child's stack",
+            source,
+        })?;
+        // SAFETY: sigset_t values are plain data, filled by sigfillset and
+        // pthread_sigmask before they are read.
+        let (mut all, mut old) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: both point at the locals above.
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        }
+        // SAFETY: the child runs `child` on `stack`, which lives until after
+        // clone returns; with CLONE_VFORK this thread is suspended until the
+        // child has exec'd or ended, so the child's use of `prepared` (and
+        // of this thread's errno) races with nothing, and with every signal
+        // blocked no handler can run in it before it resets them. Other
+        // threads share the memory but touch neither `prepared`, what it
+        // points at, nor `stack`.
+        let pid = unsafe {
+            libc::clone(
+                child,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                (&mut prepared as *mut Prepared<'_>).cast(),
+            )
+        };
+        let clone_error = (pid < 0).then(io::Error::last_os_error);
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        drop(stack);
+        if let Some(source) = clone_error {
+            return Err(LaunchError::Os {
+                what: "start a child",
+                source,
+            });
+        }
+        let mut launched = Launched { pid };
+        if let Some(failure) = prepared.failed {
+            let _ = launched.wait();
+            return Err(LaunchError::Os {
+                what: FAILED_AT[failure.at],
+                source: io::Error::from_raw_os_error(failure.errno),
+            });
+        }
+        Ok(launched)
+    }
+}
+
+/// The child's stack, mapped with a guard page below it.
+struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Stack {
+    fn new() -> io::Result<Stack> {
+        // SAFETY: sysconf with a constant name reads no memory of ours.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let len = STACK + page;
+        // SAFETY: an anonymous private mapping at an address the kernel
+        // chooses; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Stack { base, len };
+        // SAFETY: the lowest page of the mapping just made.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The top of the stack, 16-byte aligned (it grows down).
+    fn top(&self) -> *mut libc::c_void {
+        ((self.base as usize + self.len) & !15) as *mut libc::c_void
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the mapping made in `new`, once; the child that
+        // ran on it has exec'd or ended.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// The child. Raw system calls only, on memory the suspended parent
+/// prepared; it returns (and so ends, with status 127) only when something
+/// failed before exec, after writing what into `failed`.
+extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Prepared` the parent passed to clone, alive and
+    // not touched by the parent until this child has exec'd or ended.
+    let p = unsafe { &mut *arg.cast::<Prepared<'_>>() };
+    let errno = || io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    let mut fail = |at: usize, errno: i32| {
+        p.failed = Some(Failure { at, errno });
+        127
+    };
+    // No handler of the session may run here: each caught signal goes back
+    // to its default (an ignored one stays ignored, as exec keeps it), and
+    // SIGPIPE, which Rust's runtime ignores, to its default as well.
+    for sig in 1..NSIG {
+        // SAFETY: sigaction reads and writes a local struct; a signal number
+        // the kernel refuses (SIGKILL, SIGSTOP, glibc's own) only fails.
+        unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut current) != 0 {
+                continue;
+            }
+            let handled =
+                current.sa_sigaction != libc::SIG_DFL && current.sa_sigaction != libc::SIG_IGN;
+            if handled || sig == libc::SIGPIPE {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                if libc::sigaction(sig, &default, std::ptr::null_mut()) != 0 {
+                    return fail(0, errno());
+                }
+            }
+        }
+    }
+    for (target, &fd) in p.stdio.iter().enumerate() {
+        if fd >= 0 {
+            // SAFETY: dup2 on descriptors the parent keeps open until the
+            // child has exec'd; the copy at 0, 1 or 2 is not close-on-exec.
+            if unsafe { libc::dup2(fd, target as libc::c_int) } < 0 {
+                return fail(1, errno());
+            }
+        }
+    }
+    // SAFETY: setpgid on this process only.
+    if p.new_group && unsafe { libc::setpgid(0, 0) } != 0 {
+        return fail(2, errno());
+    }
+    if let Some(cwd) = p.cwd {
+        // SAFETY: a NUL-terminated string the parent keeps alive.
+        if unsafe { libc::chdir(cwd.as_ptr()) } != 0 {
+            return fail(3, errno());
+        }
+    }
+    for step in p.steps.iter_mut() {
+        if let Err(e) = step() {
+            return fail(4, e.raw_os_error().unwrap_or(0));
+        }
+    }
+    // SAFETY: sigset_t is plain data, emptied before it is used; the mask
+    // is this child's own (CLONE_VFORK without CLONE_THREAD).
+    unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
+            return fail(5, errno());
+        }
+    }
+    // SAFETY: the path and the NULL-terminated argument and environment
+    // arrays point at strings the parent keeps alive; on success nothing
+    // returns.
+    unsafe { libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr()) };
+    fail(6, errno())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A pipe: what the child writes to the second end, read from the first.
+    fn pipe() -> (std::fs::File, OwnedFd) {
+        let (r, w) = std::io::pipe().expect("pipe");
+        (std::fs::File::from(OwnedFd::from(r)), OwnedFd::from(w))
+    }
+
+    fn null() -> OwnedFd {
+        std::fs::File::open("/dev/null").expect("/dev/null").into()
+    }
+
+    /// Runs `sh -c script` with its output piped back, and returns it.
+    fn output(mut launch: Launch) -> String {
+        let (mut out, w) = pipe();
+        launch.stdio([null(), w, null()]);
+        let mut child = launch.spawn().expect("spawn");
+        let mut text = String::new();
+        out.read_to_string(&mut text).expect("read");
+        assert!(child.wait().expect("wait").success(), "{text}");
+        text
+    }
+
+    #[test]
+    fn a_program_gets_its_arguments_environment_directory_and_descriptors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut launch = Launch::new("sh");
+        launch
+            .arg("-c")
+            .arg("echo \"$0|$1|$X|${HOME-unset}|$(pwd)\"")
+            .arg("one")
+            .arg("two")
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("X", "x y")
+            .current_dir(dir.path());
+        let real = std::fs::canonicalize(dir.path()).expect("real");
+        assert_eq!(
+            output(launch),
+            format!("one|two|x y|unset|{}\n", real.display())
+        );
+    }
+
+    #[test]
+    fn the_programs_environment_is_the_sessions_with_what_was_set() {
+        let mut launch = Launch::new("/bin/sh");
+        launch
+            .arg("-c")
+            .arg("echo \"${ND7_LAUNCH_TEST}|${PATH:+path}\"")
+            .env("ND7_LAUNCH_TEST", "set");
+        assert_eq!(output(launch), "set|path\n");
+    }
+
+    #[test]
+    fn a_program_not_on_the_path_is_named_and_nothing_runs() {
+        match Launch::new("nd7-no-such-program").spawn() {
+            Err(LaunchError::NotFound(name)) => assert_eq!(name, "nd7-no-such-program"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_executed_fails_at_exec() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("plain");
+        std::fs::write(&file, "not a program").expect("write");
+        match Launch::new(&file).spawn() {
+            Err(LaunchError::Os { what, source }) => {
+                assert_eq!(what, "execute the program");
+                assert_eq!(source.raw_os_error(), Some(libc::EACCES));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A step that fails keeps the program from running, and the error says
+    /// so with the step's errno.
+    #[test]
+    fn a_failing_step_stops_the_exec_and_says_where() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let marker = dir.path().join("ran");
+        let mut launch = Launch::new("/bin/sh");
+        launch.arg("-c").arg(format!("touch {}", marker.display()));
+        // SAFETY: the step makes no call at all.
+        unsafe {
+            launch.add_step(Box::new(|| Err(io::Error::from_raw_os_error(libc::EPERM))));
+        }
+        match launch.spawn() {
+            Err(LaunchError::Os { what, source }) => {
+                assert_eq!(what, "confine the child");
+                assert_eq!(source.raw_os_error(), Some(libc::EPERM));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!marker.exists());
+    }
+
+    static HANDLED: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn note_winch(_: libc::c_int) {
+        HANDLED.store(true, Ordering::SeqCst);
+    }
+
+    /// Guards the reset of caught signals in `child`: a signal that reaches
+    /// the child before exec is handled by default there, never by one of
+    /// the session's handlers, which would run on memory the child shares
+    /// with the session. Without the reset, the SIGWINCH raised below (held
+    /// pending until the child unblocks signals) runs `note_winch` in the
+    /// child and sets `HANDLED` in the session's memory.
+    #[test]
+    fn no_handler_of_the_session_runs_in_the_child() {
+        // SAFETY: installs a handler that only stores to an atomic.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = note_winch as *const () as libc::sighandler_t;
+            assert_eq!(
+                libc::sigaction(libc::SIGWINCH, &action, std::ptr::null_mut()),
+                0
+            );
+        }
+        let mut launch = Launch::new("/bin/true");
+        // SAFETY: raise is async-signal-safe; SIGWINCH is blocked in the
+        // child until just before exec.
+        unsafe {
+            launch.add_step(Box::new(|| {
+                libc::raise(libc::SIGWINCH);
+                Ok(())
+            }));
+        }
+        let status = launch.spawn().expect("spawn").wait().expect("wait");
+        assert!(status.success());
+        assert!(
+            !HANDLED.load(Ordering::SeqCst),
+            "the session's handler ran in the child"
+        );
+    }
+
+    /// Guards SIGPIPE's reset: Rust's runtime ignores SIGPIPE, and an
+    /// ignored signal stays ignored across exec, so without the reset every
+    /// program nd7 starts would ignore it (`yes | head` would never end).
+    #[test]
+    fn the_program_does_not_inherit_an_ignored_sigpipe() {
+        // SAFETY: sets SIGPIPE to ignored in this test process, as Rust's
+        // runtime does for a binary.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+        let mut launch = Launch::new("/bin/sh");
+        launch.arg("-c").arg("grep SigIgn /proc/self/status");
+        let line = output(launch);
+        let mask = u64::from_str_radix(line.trim().trim_start_matches("SigIgn:").trim(), 16)
+            .expect("a mask");
+        assert_eq!(mask & (1 << (libc::SIGPIPE - 1)), 0, "{line}");
+    }
+}
