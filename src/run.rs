@@ -16,6 +16,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -265,8 +266,17 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     // as its keeper, setting itself up while the session builds its side.
     // Whatever fails from here on ends the session, and the keeper exits
     // with its status.
+    // The keeper works out the credential stores' real places and the
+    // device mounts meanwhile (ADR-0088).
+    let head_start = || {
+        HeadStart {
+            secrets: run_dir::secrets(&home).ok(),
+            devices: sandbox::device_mounts(),
+        }
+        .encode()
+    };
     if let sandbox::Kept::Done(code) =
-        sandbox::keep_session(&sessions).map_err(RunError::Sandbox)?
+        sandbox::keep_session(&sessions, head_start).map_err(RunError::Sandbox)?
     {
         return Ok(code);
     }
@@ -304,12 +314,20 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     } else {
         Vec::new()
     };
-    policy.secrets = run_dir::secrets(&home)?;
     policy.terminal = sandbox::own_terminal();
-    policy
-        .secrets
-        .extend(run_dir::nd7_real_places(&home, &policy.roots.state));
-    policy.devices = sandbox::device_mounts();
+    let own_places = run_dir::nd7_real_places(&home, &policy.roots.state);
+    // What the keeper worked out, or, without it (or for the error a bad
+    // secrets list gives), the same worked out here.
+    let head = sandbox::head_start().and_then(|bytes| HeadStart::decode(&bytes));
+    policy.secrets = match head.as_ref().and_then(|h| h.secrets.clone()) {
+        Some(secrets) => secrets,
+        None => run_dir::secrets(&home)?,
+    };
+    policy.secrets.extend(own_places);
+    policy.devices = match head {
+        Some(h) => h.devices,
+        None => sandbox::device_mounts(),
+    };
     // Made (where missing) before the floor is built: the floor's rules
     // cover what exists when it is built.
     let (planned, mut warnings) =
@@ -759,6 +777,66 @@ fn users_settings(
     Ok((theirs, rest))
 }
 
+/// What the keeper works out for the session while the session sets up
+/// its own side: the credential stores with their real places
+/// (`run_dir::secrets`; `None` when the list cannot be read, which the
+/// session then reads itself to say why) and the device mounts. Sent over
+/// the keeper's channel as bytes: paths need not be UTF-8.
+#[derive(Debug, PartialEq)]
+struct HeadStart {
+    secrets: Option<Vec<PathBuf>>,
+    devices: Vec<PathBuf>,
+}
+
+impl HeadStart {
+    fn encode(&self) -> Vec<u8> {
+        fn put(out: &mut Vec<u8>, paths: &[PathBuf]) {
+            out.extend((paths.len() as u32).to_le_bytes());
+            for path in paths {
+                let bytes = path.as_os_str().as_bytes();
+                out.extend((bytes.len() as u32).to_le_bytes());
+                out.extend(bytes);
+            }
+        }
+        let mut out = vec![u8::from(self.secrets.is_some())];
+        put(&mut out, self.secrets.as_deref().unwrap_or_default());
+        put(&mut out, &self.devices);
+        out
+    }
+
+    /// The head start in `bytes`, or `None` when they are not one whole.
+    fn decode(bytes: &[u8]) -> Option<HeadStart> {
+        fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+            let (head, rest) = bytes.split_at_checked(n)?;
+            *bytes = rest;
+            Some(head)
+        }
+        fn number(bytes: &mut &[u8]) -> Option<usize> {
+            let raw: [u8; 4] = take(bytes, 4)?.try_into().ok()?;
+            usize::try_from(u32::from_le_bytes(raw)).ok()
+        }
+        fn paths(bytes: &mut &[u8]) -> Option<Vec<PathBuf>> {
+            let count = number(bytes)?;
+            let mut out = Vec::with_capacity(count.min(bytes.len()));
+            for _ in 0..count {
+                let len = number(bytes)?;
+                out.push(PathBuf::from(std::ffi::OsStr::from_bytes(take(
+                    bytes, len,
+                )?)));
+            }
+            Some(out)
+        }
+        let mut bytes = bytes;
+        let has_secrets = *take(&mut bytes, 1)?.first()? == 1;
+        let secrets = paths(&mut bytes)?;
+        let devices = paths(&mut bytes)?;
+        bytes.is_empty().then_some(HeadStart {
+            secrets: has_secrets.then_some(secrets),
+            devices,
+        })
+    }
+}
+
 /// A session directory removed when this goes out of scope, however the
 /// function returns.
 struct Removed(RunDir);
@@ -766,5 +844,47 @@ struct Removed(RunDir);
 impl Drop for Removed {
     fn drop(&mut self) {
         let _ = self.0.remove();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_start_reads_back_whole_with_paths_that_are_not_utf8() {
+        let odd = PathBuf::from(std::ffi::OsStr::from_bytes(b"/home/a/\xff\xfe"));
+        for secrets in [
+            Some(vec![PathBuf::from("/home/a/.ssh"), odd.clone()]),
+            Some(Vec::new()),
+            None,
+        ] {
+            let start = HeadStart {
+                secrets,
+                devices: vec![odd.clone(), PathBuf::from("/srv/chroot/dev")],
+            };
+            assert_eq!(HeadStart::decode(&start.encode()), Some(start));
+        }
+    }
+
+    /// A head start cut short or with bytes after it is none at all: the
+    /// session then works everything out itself.
+    #[test]
+    fn a_cut_or_padded_head_start_is_refused() {
+        let start = HeadStart {
+            secrets: Some(vec![PathBuf::from("/home/a/.aws")]),
+            devices: vec![PathBuf::from("/mnt/dev")],
+        };
+        let bytes = start.encode();
+        for cut in 0..bytes.len() {
+            assert_eq!(HeadStart::decode(&bytes[..cut]), None, "cut at {cut}");
+        }
+        let mut padded = bytes.clone();
+        padded.push(0);
+        assert_eq!(HeadStart::decode(&padded), None);
+        // A count far beyond what follows is refused, not allocated.
+        let mut huge = vec![1u8];
+        huge.extend(u32::MAX.to_le_bytes());
+        assert_eq!(HeadStart::decode(&huge), None);
     }
 }

@@ -613,19 +613,38 @@ pub enum Kept {
 /// Splits `nd7 run` into the keeper, which outlives everything the session
 /// starts and ends it all, and the session (see `linux::keeper`). Must be
 /// called while the process has a single thread. Where there is no keeper
-/// (macOS), the caller simply carries on as the session.
-pub fn keep_session(sessions: &RunDirs) -> Result<Kept, String> {
+/// (macOS), the caller simply carries on as the session. The keeper runs
+/// `head_start` while the session sets up and hands the session its bytes
+/// ([`head_start`]).
+pub fn keep_session(
+    sessions: &RunDirs,
+    head_start: impl FnOnce() -> Vec<u8>,
+) -> Result<Kept, String> {
     #[cfg(target_os = "linux")]
     {
-        match linux::keeper::split(sessions)? {
+        match linux::keeper::split(sessions, head_start)? {
             linux::keeper::Side::Keeper(code) => Ok(Kept::Done(code)),
             linux::keeper::Side::Session => Ok(Kept::Session),
         }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = sessions;
+        let _ = (sessions, head_start);
         Ok(Kept::Session)
+    }
+}
+
+/// What the keeper worked out for the session ([`keep_session`]'s
+/// `head_start`), waiting for it if need be; `None` where there is no keeper
+/// or it sent nothing, and the session works it out itself.
+pub fn head_start() -> Option<Vec<u8>> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::keeper::channel().and_then(|c| c.head_start())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
     }
 }
 

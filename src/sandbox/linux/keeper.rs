@@ -73,6 +73,13 @@ pub const END_LEFTOVERS: u8 = b'E';
 /// The keeper's answer to [`END_LEFTOVERS`]: a JSON list of `[pid, name]`.
 pub const ENDED: u8 = b'e';
 
+/// The keeper's first message: what it worked out for the session while
+/// the session set up its own side ([`split`]'s `head_start`).
+const HEAD_START: u8 = b'H';
+/// The largest head start sent; a larger one is sent empty, and the session
+/// works it out itself.
+const MAX_HEAD_START: usize = 128 * 1024;
+
 /// Bits of the keeper's first byte on the channel.
 const GO_SUPERVISED: u8 = 1;
 const GO_SERVED: u8 = 2;
@@ -92,15 +99,47 @@ pub struct Channel {
     /// The keeper's answer (its first byte on the channel), once read;
     /// `None` inside when it never came.
     answer: OnceLock<Option<u8>>,
+    /// The keeper's head start, once read; `None` inside when it never came
+    /// or came empty.
+    head_start: OnceLock<Option<Vec<u8>>>,
     /// Whether the session runs under the signal and abstract-socket scope
     /// ([`scope`]).
     scoped: OnceLock<bool>,
 }
 
 impl Channel {
+    /// What the keeper worked out for the session (`split`'s `head_start`),
+    /// read from the channel the first time it is asked for: its first
+    /// message, so this waits for the keeper to have sent it.
+    pub fn head_start(&self) -> Option<Vec<u8>> {
+        self.head_start
+            .get_or_init(|| {
+                // SAFETY: the channel's descriptor stays open for the process's life.
+                let conn = unsafe { BorrowedFd::borrow_raw(self.fd) };
+                let mut message = Vec::with_capacity(MAX_HEAD_START + 1);
+                loop {
+                    match rustix::net::recv(
+                        conn,
+                        rustix::buffer::spare_capacity(&mut message),
+                        RecvFlags::empty(),
+                    ) {
+                        Ok(_) => break,
+                        Err(rustix::io::Errno::INTR) => continue,
+                        Err(_) => return None,
+                    }
+                }
+                match message.split_first() {
+                    Some((&HEAD_START, rest)) if !rest.is_empty() => Some(rest.to_vec()),
+                    _ => None,
+                }
+            })
+            .clone()
+    }
+
     /// The keeper's answer, read from the channel the first time it is
-    /// asked for (every later call returns the same).
+    /// asked for (every later call returns the same), after its head start.
     fn answer(&self) -> Option<u8> {
+        let _ = self.head_start();
         *self.answer.get_or_init(|| {
             // SAFETY: the channel's descriptor stays open for the process's life.
             let conn = unsafe { BorrowedFd::borrow_raw(self.fd) };
@@ -196,8 +235,11 @@ fn os(what: &str) -> impl FnOnce(io::Error) -> String + '_ {
 }
 
 /// Forks the keeper from the session. Must be called while this process has
-/// one thread. `sessions` is where the session's directory will be.
-pub fn split(sessions: &RunDirs) -> Result<Side, String> {
+/// one thread. `sessions` is where the session's directory will be. The
+/// keeper runs `head_start` first thing, while the session sets up, and
+/// sends the session what it returns ([`Channel::head_start`]): work the
+/// session would otherwise do itself before it can build its floor.
+pub fn split(sessions: &RunDirs, head_start: impl FnOnce() -> Vec<u8>) -> Result<Side, String> {
     let (keeper_end, session_end) = rustix::net::socketpair(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
@@ -232,6 +274,7 @@ pub fn split(sessions: &RunDirs) -> Result<Side, String> {
         probe,
         sessions,
         &signals,
+        head_start,
     )))
 }
 
@@ -246,6 +289,7 @@ fn session_side(keeper: u32, channel: OwnedFd, signals: &libc::sigset_t) -> Resu
         fd: channel.into_raw_fd(),
         keeper,
         answer: OnceLock::new(),
+        head_start: OnceLock::new(),
         scoped: OnceLock::new(),
     });
     Ok(Side::Session)
@@ -338,9 +382,18 @@ fn keep(
     probe: RawFd,
     sessions: &RunDirs,
     signals: &libc::sigset_t,
+    head_start: impl FnOnce() -> Vec<u8>,
 ) -> i32 {
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    // The session waits for this before it builds its floor, and for the
+    // answer below only before it starts anything: this goes first.
+    let mut message = vec![HEAD_START];
+    let worked_out = head_start();
+    if worked_out.len() <= MAX_HEAD_START {
+        message.extend(worked_out);
+    }
+    let _ = rustix::io::write(&channel, &message);
     let me = std::process::id();
     let pid = Pid::from_raw(session as i32).expect("fork returned a positive pid");
     let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok();
