@@ -21,7 +21,8 @@
 //! descriptors, its process group, its working directory, then each step
 //! (`pre_exec`: the session's namespaces' and the floor's own, which were
 //! written for a child between fork and exec and hold to the same rules),
-//! an empty signal mask, and `execve` of a path resolved beforehand.
+//! an empty signal mask, and `execve` of a path resolved beforehand (or of
+//! `/bin/sh` with it, for a script with no `#!` line, as `execvp` does).
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
@@ -151,6 +152,9 @@ const FAILED_AT: &[&str] = &[
 struct Prepared<'a> {
     path: &'a CString,
     argv: &'a [*const libc::c_char],
+    /// `/bin/sh`, the path, and the arguments after argv[0]: what `execvp`
+    /// runs for a file with no `#!` line that the kernel will not execute.
+    sh_argv: &'a [*const libc::c_char],
     envp: &'a [*const libc::c_char],
     cwd: Option<&'a CString>,
     stdio: [RawFd; 3],
@@ -304,6 +308,11 @@ impl Launch {
             .map(|a| a.as_ptr())
             .chain(std::iter::once(std::ptr::null()))
             .collect();
+        let sh_argv: Vec<*const libc::c_char> = [c"/bin/sh".as_ptr(), path.as_ptr()]
+            .into_iter()
+            .chain(argv_owned.iter().skip(1).map(|a| a.as_ptr()))
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
         let envp: Vec<*const libc::c_char> = envp_owned
             .iter()
             .map(|a| a.as_ptr())
@@ -334,6 +343,7 @@ impl Launch {
         let mut prepared = Prepared {
             path: &path,
             argv: &argv,
+            sh_argv: &sh_argv,
             envp: &envp,
             cwd: cwd.as_ref(),
             stdio,
@@ -509,6 +519,12 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
     // arrays point at strings the parent keeps alive; on success nothing
     // returns.
     unsafe { libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr()) };
+    // A script without `#!` is run by the shell, as `execvp` (and so
+    // `std::process::Command`) does.
+    if errno() == libc::ENOEXEC {
+        // SAFETY: as above, with the arguments prepared for the shell.
+        unsafe { libc::execve(c"/bin/sh".as_ptr(), p.sh_argv.as_ptr(), p.envp.as_ptr()) };
+    }
     fail(6, errno())
 }
 
@@ -589,6 +605,18 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_script_without_an_interpreter_line_runs_in_the_shell() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = dir.path().join("plain-script");
+        std::fs::write(&script, "echo \"ran $1\"\n").expect("write");
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let mut launch = Launch::new(&script);
+        launch.arg("with-arg");
+        assert_eq!(output(launch), "ran with-arg\n");
     }
 
     /// A step that fails keeps the program from running, and the error says
