@@ -351,43 +351,15 @@ impl Launch {
             steps: &mut self.steps,
             failed: None,
         };
-        let stack = Stack::new().map_err(|source| LaunchError::Os {
-            what: "make the child's stack",
-            source,
-        })?;
-        // SAFETY: sigset_t values are plain data, filled by sigfillset and
-        // pthread_sigmask before they are read.
-        let (mut all, mut old) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-        // SAFETY: both point at the locals above.
-        unsafe {
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        }
-        // SAFETY: the child runs `child` on `stack`, which lives until after
-        // clone returns; with CLONE_VFORK this thread is suspended until the
-        // child has exec'd or ended, so the child's use of `prepared` (and
-        // of this thread's errno) races with nothing, and with every signal
-        // blocked no handler can run in it before it resets them. Other
-        // threads share the memory but touch neither `prepared`, what it
-        // points at, nor `stack`.
-        let pid = unsafe {
-            libc::clone(
-                child,
-                stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-                (&mut prepared as *mut Prepared<'_>).cast(),
-            )
-        };
-        let clone_error = (pid < 0).then(io::Error::last_os_error);
-        // SAFETY: restores the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-        drop(stack);
-        if let Some(source) = clone_error {
-            return Err(LaunchError::Os {
+        // SAFETY: `child` reads only `prepared`, which lives on this frame
+        // until `vfork` returns, and keeps to a shared-memory child's rules
+        // (this module's doc).
+        let pid = unsafe { vfork(child, (&mut prepared as *mut Prepared<'_>).cast(), 0) }.map_err(
+            |source| LaunchError::Os {
                 what: "start a child",
                 source,
-            });
-        }
+            },
+        )?;
         let mut launched = Launched { pid };
         if let Some(failure) = prepared.failed {
             let _ = launched.wait();
@@ -397,6 +369,54 @@ impl Launch {
             });
         }
         Ok(launched)
+    }
+}
+
+/// Runs `run(arg)` in a child that shares this process's memory (and, with
+/// `flags`, starts in new namespaces), on a stack of its own, with every
+/// signal blocked in this thread meanwhile; returns once the child has
+/// exec'd or ended, with its pid (to reap).
+///
+/// # Safety
+/// `run` must keep to what a child sharing memory may do: raw system calls,
+/// no allocation, no lock, writes only through `arg` and to its own stack,
+/// and no handler of the session may run in it before it resets them;
+/// `arg` must stay valid until this returns.
+pub(super) unsafe fn vfork(
+    run: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *mut libc::c_void,
+    flags: libc::c_int,
+) -> io::Result<libc::pid_t> {
+    let stack = Stack::new()?;
+    // SAFETY: sigset_t values are plain data, filled by sigfillset and
+    // pthread_sigmask before they are read.
+    let (mut all, mut old) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: both point at the locals above.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: the child runs `run` on `stack`, which lives until after clone
+    // returns; with CLONE_VFORK this thread is suspended until the child has
+    // exec'd or ended, so the child's use of `arg` (and of this thread's
+    // errno) races with nothing, and with every signal blocked no handler
+    // can run in it (the caller's promise covers the rest). Other threads
+    // share the memory but touch neither `arg` nor `stack`.
+    let pid = unsafe {
+        libc::clone(
+            run,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD | flags,
+            arg,
+        )
+    };
+    let clone_error = (pid < 0).then(io::Error::last_os_error);
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    drop(stack);
+    match clone_error {
+        Some(e) => Err(e),
+        None => Ok(pid),
     }
 }
 

@@ -445,10 +445,6 @@ extern "C" fn trial_in_child(arg: *mut libc::c_void) -> libc::c_int {
     0
 }
 
-/// The trial child's stack. It runs a few system calls and no deeper Rust
-/// than [`trial_in_child`], far below this.
-const CHILD_STACK: usize = 64 * 1024;
-
 /// Whether this process could enter namespaces as [`enter`] does, for
 /// `nd7 doctor`, without entering them: a short-lived child made the way
 /// `posix_spawn` makes one (CLONE_VM|CLONE_VFORK, all signals blocked)
@@ -459,47 +455,22 @@ pub fn trial() -> Result<(), NsError> {
         maps: &maps,
         failed: (0, 0),
     };
-    let mut stack = vec![0u8; CHILD_STACK];
-    // The stack grows down from its 16-byte aligned top.
-    let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
-    // SAFETY: sigset_t values are plain data, filled by sigfillset and
-    // pthread_sigmask before they are read.
-    let (mut all, mut old) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-    // SAFETY: both point at the locals above.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
-    // SAFETY: the child runs `trial_in_child` on `stack`, which lives until
-    // after clone returns; with CLONE_VFORK this thread is suspended until
-    // the child has ended, so the child's use of `trial` and of this
-    // thread's errno races with nothing, and with every signal blocked no
-    // handler runs in it. Other threads share the memory but touch neither
-    // `trial` nor `stack`.
+    // SAFETY: `trial_in_child` makes raw system calls on `trial`, which
+    // lives on this frame until `vfork` returns, writes only into it, and
+    // returns (no signal is unblocked in it, so no handler can run).
     let pid = unsafe {
-        libc::clone(
+        super::launch::vfork(
             trial_in_child,
-            top as *mut libc::c_void,
-            libc::CLONE_VM
-                | libc::CLONE_VFORK
-                | libc::CLONE_NEWUSER
-                | libc::CLONE_NEWNS
-                | libc::SIGCHLD,
             (&mut trial as *mut Trial<'_>).cast(),
+            libc::CLONE_NEWUSER | libc::CLONE_NEWNS,
         )
-    };
-    let clone_error = (pid < 0).then(io::Error::last_os_error);
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    if let Some(source) = clone_error {
-        return Err(step(UNSHARE, source));
     }
+    .map_err(|e| step(UNSHARE, e))?;
     let mut status = 0;
     // SAFETY: reaps our own child, writing its status to a local.
     while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
         && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
     {}
-    drop(stack);
     match trial.failed {
         (0, 0) => Ok(()),
         (i, errno) => Err(step(i, io::Error::from_raw_os_error(errno))),
