@@ -363,6 +363,14 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         std::thread::spawn(move || deferred::Watch::start(plan, true, &policy))
     };
     let (held, not_held) = sandbox::hold(holding, &plan).map_err(RunError::Sandbox)?;
+    // The working directory was taken before the binds, beneath the
+    // project's pin: found again by path, on top of them, so that nothing
+    // that inherits it reaches past the locks.
+    std::env::set_current_dir(&policy.roots.project).map_err(|source| RunError::Io {
+        path: policy.roots.project.clone(),
+        action: "move to",
+        source,
+    })?;
     sandbox::scope_session().map_err(RunError::Sandbox)?;
     let claude = is_claude(&options.program);
     sessions.clean_stale();

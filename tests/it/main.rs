@@ -35,6 +35,8 @@ mod redteam_codex;
 #[cfg(target_os = "linux")]
 mod redteam_cost;
 #[cfg(target_os = "linux")]
+mod redteam_ns;
+#[cfg(target_os = "linux")]
 mod redteam_rollout;
 mod report_html;
 #[cfg(target_os = "linux")]

@@ -676,12 +676,28 @@ fn start(
     namespaces: Option<&super::ns::Namespaces>,
 ) -> Result<Launched, String> {
     let shell = shell_for(&request.command);
+    // The directory is the caller's word: opened here, from the session's
+    // root (on top of the binds), absolute, and through no magic link
+    // (`/proc/self/cwd`, `/proc/self/fd/N` in the child before exec lead to
+    // the session's directory taken before the binds, or to the root
+    // outside), and the child moves to it by descriptor.
+    if !request.cwd.is_absolute() {
+        return Err(format!("{}: not an absolute directory", request.cwd.display()));
+    }
+    let dir = rustix::fs::openat2(
+        rustix::fs::CWD,
+        &request.cwd,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+        rustix::fs::ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| format!("cannot work in {}: {e}", request.cwd.display()))?;
     let mut command = Launch::new(shell);
     command
         .arg("-c")
         .arg(&request.command)
         .env_clear()
-        .current_dir(&request.cwd)
+        .current_dir_fd(dir)
         .stdio(stdio)
         .new_process_group();
     for (k, v) in &request.env {
@@ -691,7 +707,7 @@ fn start(
     // and the capabilities dropped first, before Landlock and the seccomp
     // filter.
     if let Some(ns) = namespaces {
-        ns.prepare(&mut command, &request.cwd)
+        ns.prepare_in(&mut command, None)
             .map_err(|e| e.to_string())?;
     }
     confinement.confine(&mut command, super::Started::Command(started));

@@ -88,6 +88,9 @@ pub struct Launch {
     env: Vec<(OsString, Option<OsString>)>,
     env_clear: bool,
     cwd: Option<PathBuf>,
+    /// A directory opened beforehand, moved to by descriptor (`fchdir`)
+    /// instead of `cwd`'s path.
+    cwd_fd: Option<OwnedFd>,
     /// Descriptors for the child's standard input, output and error;
     /// `None` inherits the session's.
     stdio: [Option<OwnedFd>; 3],
@@ -157,6 +160,7 @@ struct Prepared<'a> {
     sh_argv: &'a [*const libc::c_char],
     envp: &'a [*const libc::c_char],
     cwd: Option<&'a CString>,
+    cwd_fd: RawFd,
     stdio: [RawFd; 3],
     new_group: bool,
     steps: &'a mut [Step],
@@ -181,6 +185,7 @@ impl Launch {
             env: Vec::new(),
             env_clear: false,
             cwd: None,
+            cwd_fd: None,
             stdio: [None, None, None],
             new_group: false,
             steps: Vec::new(),
@@ -223,6 +228,12 @@ impl Launch {
 
     pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Launch {
         self.cwd = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Works in the directory `dir` is open on (`fchdir`), not by path.
+    pub fn current_dir_fd(&mut self, dir: OwnedFd) -> &mut Launch {
+        self.cwd_fd = Some(dir);
         self
     }
 
@@ -346,6 +357,7 @@ impl Launch {
             sh_argv: &sh_argv,
             envp: &envp,
             cwd: cwd.as_ref(),
+            cwd_fd: self.cwd_fd.as_ref().map_or(-1, |f| f.as_raw_fd()),
             stdio,
             new_group: self.new_group,
             steps: &mut self.steps,
@@ -514,6 +526,10 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: setpgid on this process only.
     if p.new_group && unsafe { libc::setpgid(0, 0) } != 0 {
         return fail(2, errno());
+    }
+    // SAFETY: fchdir on a descriptor the parent keeps open until exec.
+    if p.cwd_fd >= 0 && unsafe { libc::fchdir(p.cwd_fd) } != 0 {
+        return fail(3, errno());
     }
     if let Some(cwd) = p.cwd {
         // SAFETY: a NUL-terminated string the parent keeps alive.

@@ -258,14 +258,13 @@ pub fn outside_root() -> Option<std::os::fd::BorrowedFd<'static>> {
 /// move a threaded process to another user namespace.
 pub fn enter() -> Result<Namespaces, NsError> {
     let maps = Maps::of_account();
-    // The root as it is outside, kept before leaving (`outside_root`).
-    if let Ok(root) = rustix::fs::open(
+    // The root as it is outside, opened before leaving and kept once left
+    // (`outside_root`).
+    let outside = rustix::fs::open(
         "/",
         rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
-    ) {
-        let _ = OUTSIDE_ROOT.set(root);
-    }
+    );
     let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -279,6 +278,9 @@ pub fn enter() -> Result<Namespaces, NsError> {
     maps.write()
         .map_err(|i| step(i, io::Error::last_os_error()))?;
     set_capabilities(1 << CAP_SYS_ADMIN | 1 << CAP_SETPCAP).map_err(|e| step(KEEP_MOUNT, e))?;
+    if let Ok(root) = outside {
+        let _ = OUTSIDE_ROOT.set(root);
+    }
     Ok(Namespaces { last_cap })
 }
 
@@ -318,8 +320,22 @@ impl Namespaces {
         command: &mut impl super::launch::PreExec,
         cwd: &Path,
     ) -> Result<(), NsError> {
-        let cwd = CString::new(cwd.as_os_str().as_bytes())
-            .map_err(|_| NsError::Path(cwd.display().to_string()))?;
+        self.prepare_in(command, Some(cwd))
+    }
+
+    /// [`Namespaces::prepare`], leaving the working directory alone when
+    /// `cwd` is `None` (the caller moved the child there by descriptor).
+    pub fn prepare_in(
+        &self,
+        command: &mut impl super::launch::PreExec,
+        cwd: Option<&Path>,
+    ) -> Result<(), NsError> {
+        let cwd = cwd
+            .map(|cwd| {
+                CString::new(cwd.as_os_str().as_bytes())
+                    .map_err(|_| NsError::Path(cwd.display().to_string()))
+            })
+            .transpose()?;
         let last_cap = self.last_cap;
         // SAFETY: the closure runs in the child before exec, where only
         // async-signal-safe calls are sound. It makes raw system calls on a
@@ -327,7 +343,9 @@ impl Namespaces {
         // taking no lock.
         unsafe {
             command.add_step(Box::new(move || {
-                if libc::chdir(cwd.as_ptr()) != 0 {
+                if let Some(cwd) = &cwd
+                    && libc::chdir(cwd.as_ptr()) != 0
+                {
                     return Err(io::Error::last_os_error());
                 }
                 // The session's threads that start processes hold no
