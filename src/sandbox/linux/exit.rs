@@ -682,7 +682,10 @@ fn start(
     // the session's directory taken before the binds, or to the root
     // outside), and the child moves to it by descriptor.
     if !request.cwd.is_absolute() {
-        return Err(format!("{}: not an absolute directory", request.cwd.display()));
+        return Err(format!(
+            "{}: not an absolute directory",
+            request.cwd.display()
+        ));
     }
     let dir = rustix::fs::openat2(
         rustix::fs::CWD,
