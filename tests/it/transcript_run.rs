@@ -373,12 +373,22 @@ rm -f "$T.second"
 /// own was appended to the transcript: every hook's entry is in the chain,
 /// once; the anchors, taken in turn under the transcript's lock, each pick
 /// up where the one before ended, none is a break; and the file holds them
-/// all. A hook that waited past its 400 ms for the lock may leave a
-/// `hook_time` gap (the next one goes on), never a wrong anchor. Guards the
+/// all. A hook whose 400 ms ran out while it read, or while it waited for
+/// the lock (a loaded machine: 200 processes on two cores), may leave a gap
+/// that says so (the next one goes on), never a wrong anchor. Guards the
 /// transcript lock in `anchor::at_door` (without it two hooks resume from
 /// the same state and the second anchor's `from` repeats the first's).
 #[test]
 fn two_hundred_anchoring_hooks_at_once_lose_nothing_and_agree() {
+    // The gap of a hook that gave up waiting for the transcript's lock: it
+    // read nothing, so it cannot have anchored wrongly.
+    fn waited_past_its_time(gap: &Value) -> bool {
+        gap["body"]["reason"] == "unreadable"
+            && gap["body"]["anchored"] == 0
+            && gap["body"]["detail"].as_str().is_some_and(|d| {
+                d.ends_with("past this hook's time for anchoring; nothing was read")
+            })
+    }
     let w = World::new();
     let key = nd7_core::transcript::layout::project_key(&w.proj().display().to_string());
     let rel = format!(".claude/projects/{key}/{SID}.jsonl");
@@ -425,7 +435,9 @@ hook SessionEnd '"reason":"other"'
         .iter()
         .filter(|x| {
             x["kind"] == "transcript_break"
-                || x["kind"] == "transcript_gap" && x["body"]["reason"] != "hook_time"
+                || x["kind"] == "transcript_gap"
+                    && x["body"]["reason"] != "hook_time"
+                    && !waited_past_its_time(x)
         })
         .collect();
     assert!(others.is_empty(), "{others:#?}");
