@@ -129,7 +129,14 @@ impl Channel {
                     }
                 }
                 match message.split_first() {
-                    Some((&HEAD_START, rest)) if !rest.is_empty() => Some(rest.to_vec()),
+                    Some((&HEAD_START, rest)) => (!rest.is_empty()).then(|| rest.to_vec()),
+                    // No head start came (the keeper could not send it):
+                    // this is the answer, kept for `answer`, which would
+                    // otherwise wait for a second message that never comes.
+                    Some((&go, [])) => {
+                        let _ = self.answer.set(Some(go));
+                        None
+                    }
                     _ => None,
                 }
             })
@@ -309,6 +316,19 @@ pub fn scope() -> Result<(), String> {
     Ok(())
 }
 
+/// Sends the session what the keeper worked out: empty when it is larger
+/// than [`MAX_HEAD_START`] or the socket will not take it in one message
+/// (a send buffer set small), so the session works it out itself.
+fn send_head_start(channel: BorrowedFd<'_>, worked_out: Vec<u8>) {
+    let mut message = vec![HEAD_START];
+    if worked_out.len() <= MAX_HEAD_START {
+        message.extend(worked_out);
+    }
+    if rustix::io::write(channel, &message).is_err() && message.len() > 1 {
+        let _ = rustix::io::write(channel, &[HEAD_START]);
+    }
+}
+
 /// Sends one message with one descriptor to the keeper (the session side).
 pub fn send(kind: u8, body: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
     let Some(channel) = channel() else {
@@ -388,12 +408,7 @@ fn keep(
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     // The session waits for this before it builds its floor, and for the
     // answer below only before it starts anything: this goes first.
-    let mut message = vec![HEAD_START];
-    let worked_out = head_start();
-    if worked_out.len() <= MAX_HEAD_START {
-        message.extend(worked_out);
-    }
-    let _ = rustix::io::write(&channel, &message);
+    send_head_start(channel.as_fd(), head_start());
     let me = std::process::id();
     let pid = Pid::from_raw(session as i32).expect("fork returned a positive pid");
     let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok();
@@ -804,5 +819,83 @@ pub fn end_leftovers() -> Option<Leftovers> {
         if buffer[0] == ENDED {
             return serde_json::from_slice(&buffer[1..got]).ok();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .expect("socketpair")
+    }
+
+    fn channel(fd: OwnedFd) -> Channel {
+        Channel {
+            fd: fd.into_raw_fd(),
+            keeper: 0,
+            answer: OnceLock::new(),
+            head_start: OnceLock::new(),
+            scoped: OnceLock::new(),
+        }
+    }
+
+    /// A head start the socket refuses (its send buffer is smaller) still
+    /// reaches the session, empty. Guards the second write in
+    /// `send_head_start`: without it nothing is sent.
+    #[test]
+    fn a_head_start_the_socket_refuses_goes_empty() {
+        let (keeper, session) = pair();
+        rustix::net::sockopt::set_socket_send_buffer_size(&keeper, 4096).expect("SO_SNDBUF");
+        send_head_start(keeper.as_fd(), vec![b'x'; 64 * 1024]);
+        let mut message = [0u8; 16];
+        let n = rustix::net::recv(&session, &mut message, RecvFlags::DONTWAIT)
+            .expect("a message came")
+            .0;
+        assert_eq!(&message[..n], &[HEAD_START]);
+
+        // One that fits goes whole.
+        send_head_start(keeper.as_fd(), b"places".to_vec());
+        let n = rustix::net::recv(&session, &mut message, RecvFlags::DONTWAIT)
+            .expect("a message came")
+            .0;
+        assert_eq!(&message[..n], b"Hplaces");
+    }
+
+    /// The session reads the head start, then the answer.
+    #[test]
+    fn the_session_reads_the_head_start_then_the_answer() {
+        let (keeper, session) = pair();
+        let channel = channel(session);
+        send_head_start(keeper.as_fd(), b"places".to_vec());
+        rustix::io::write(&keeper, &[GO_SERVED]).expect("write");
+        drop(keeper);
+        assert_eq!(channel.head_start().as_deref(), Some(&b"places"[..]));
+        assert!(channel.served());
+        assert_eq!(channel.sockets(), Sockets::Open);
+    }
+
+    /// When the keeper's answer comes with no head start before it, the
+    /// session takes it as the answer instead of waiting for another message.
+    /// Guards the `Some((&go, []))` arm of `Channel::head_start`: without
+    /// it the answer is lost (here the channel is then closed, so the
+    /// session would say the keeper did not answer; with a live keeper it
+    /// would wait for ever).
+    #[test]
+    fn an_answer_with_no_head_start_before_it_is_the_answer() {
+        let (keeper, session) = pair();
+        let channel = channel(session);
+        rustix::io::write(&keeper, &[GO_SERVED | GO_SUPERVISED]).expect("write");
+        drop(keeper);
+        assert_eq!(channel.head_start(), None);
+        assert!(channel.ready().is_ok());
+        assert!(channel.served());
+        assert_eq!(channel.sockets(), Sockets::Supervised);
     }
 }
