@@ -226,13 +226,7 @@ fn the_log_stays_read_only_when_the_project_is_the_home() {
     let earlier = std::fs::read(logs(&w).join("earlier/events.ndjson")).expect("earlier");
     let agent = w.agent(&attack_script(false).replace("wait_for", "true"));
     let out = w
-        .command(
-            "/bin/sh",
-            &[
-                "-c",
-                &format!("cd '{}' && exec '{ND7}' run '{agent}'", w.acct.display()),
-            ],
-        )
+        .command_in(&w.acct, ND7, &["run", &agent])
         .output()
         .expect("nd7 run in the home");
     assert!(out.status.success(), "{}", text(&out.stderr));

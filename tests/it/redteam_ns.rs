@@ -89,13 +89,7 @@ fn a_relative_working_directory_does_not_reach_past_the_homes_locks() {
         "/usr/bin/python3 exitc.py \"echo 'touch $OUT/bashrc' >> .bashrc; echo wrote\" . 2>&1\n",
     );
     let out = w
-        .command(
-            "/bin/sh",
-            &[
-                "-c",
-                &format!("cd '{}' && exec '{ND7}' run '{agent}'", w.acct.display()),
-            ],
-        )
+        .command_in(&w.acct, ND7, &["run", &agent])
         .output()
         .expect("nd7 run in the home");
     let bashrc = std::fs::read_to_string(w.home().join(".bashrc")).expect("bashrc");
