@@ -6,6 +6,12 @@
 //!
 //! usage: startbench RUNS CMD [ARGS...] [:: CMD [ARGS...]]...
 //! (each CMD ends with the stamp program, e.g. `nd7 run target/release/examples/stamp`)
+//!
+//! `STARTBENCH_GAP_MS` pauses that long before each run, so that what one
+//! run leaves behind (a process still ending, dirty caches) does not fall
+//! on the next. Listing the base twice around the new build (`base :: new
+//! :: base`) puts each new run between two of the base's, so that neither
+//! build always follows the other.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -27,8 +33,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut starts: Vec<Vec<u128>> = vec![Vec::new(); commands.len()];
     let mut totals: Vec<Vec<u128>> = vec![Vec::new(); commands.len()];
     let warmup = runs / 10 + 1;
+    let gap = match std::env::var("STARTBENCH_GAP_MS") {
+        Ok(ms) => Duration::from_millis(ms.parse()?),
+        Err(_) => Duration::ZERO,
+    };
     for round in 0..warmup + runs {
         for (i, cmd) in commands.iter().enumerate() {
+            std::thread::sleep(gap);
             let t0 = now();
             let out = Command::new(&cmd[0])
                 .args(&cmd[1..])

@@ -40,9 +40,12 @@ if [ ! -d "$REPO/.git" ]; then
 fi
 echo "base $BASE_COMMIT, new $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes'); repository: $(git -C "$REPO" ls-files | wc -l) files"
 
-echo "== nd7 run: start and whole run, base against new (ratio to base)"
+echo "== nd7 run: start and whole run, base, new, base again (ratio to the first)"
 STAMP=$NEW/examples/stamp
-(cd "$REPO" && "$NEW/examples/startbench" "$RUNS" "$OLD/nd7" run "$STAMP" :: "$NEW/nd7" run "$STAMP")
+# The base twice, around the new build: the third line's ratio is the run's
+# own noise (it should be 1.00), and each new run sits between two of the base's.
+(cd "$REPO" && "$NEW/examples/startbench" "$RUNS" "$OLD/nd7" run "$STAMP" :: "$NEW/nd7" run "$STAMP" \
+  :: "$OLD/nd7" run "$STAMP")
 
 echo "== inside a session of each build, alternating (ratio to bash -c true in the same session)"
 for round in 1 2 3; do
