@@ -42,8 +42,10 @@ echo "base $BASE_COMMIT, new $(git rev-parse --short HEAD)$(git diff --quiet || 
 
 echo "== nd7 run: start and whole run, base, new, base again (ratio to the first)"
 STAMP=$NEW/examples/stamp
-# The base twice, around the new build: the third line's ratio is the run's
-# own noise (it should be 1.00), and each new run sits between two of the base's.
+# The base twice, around the new build. Each run of the first line follows a
+# run of the same binary, as does no run of the other two: a start after the
+# same binary is faster (its pages are warm), so compare the new build with
+# the third line, or with the mean of the two.
 (cd "$REPO" && "$NEW/examples/startbench" "$RUNS" "$OLD/nd7" run "$STAMP" :: "$NEW/nd7" run "$STAMP" \
   :: "$OLD/nd7" run "$STAMP")
 
