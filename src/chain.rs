@@ -643,9 +643,11 @@ pub enum HeadState {
     /// The log has entries and head is missing: an append died before its
     /// first head write. Recoverable.
     Missing,
-    /// head names the entry before the last, and the last entry links to it:
-    /// an append died between its write and its head rewrite. Recoverable.
-    OneBehind,
+    /// head names an entry before the last, and every entry after it links
+    /// back to it: appends died between their write and their head rewrite
+    /// (one append writes a hook's entry and its anchors, so one death can
+    /// leave head more than one behind). Recoverable.
+    Behind { entries: u64 },
     /// Anything else. The log and its cache disagree in a way no interrupted
     /// append explains.
     Disagrees(Disagreement),
@@ -696,7 +698,7 @@ pub fn compare_head(head: Option<&Head>, last: Option<&Stated>) -> HeadState {
         }),
         (Some(h), Some(l)) if h.seq + 1 == l.seq => {
             if h.hash == l.prev {
-                HeadState::OneBehind
+                HeadState::Behind { entries: 1 }
             } else {
                 HeadState::Disagrees(Disagreement::HeadHashDiffers {
                     seq: h.seq,
@@ -710,6 +712,26 @@ pub fn compare_head(head: Option<&Head>, last: Option<&Stated>) -> HeadState {
             last_seq: l.seq,
         }),
     }
+}
+
+/// How far back past the log's last entry an append or verify looks for the
+/// entry `head` names before it calls head far behind: far more entries than
+/// any run of interrupted appends leaves, few enough that the look stays
+/// cheap.
+pub const MAX_BEHIND: u64 = 256;
+
+/// Whether `from_last`, entries read from the log's end back (the last
+/// first), are the whole stretch after `head`'s entry, each linking to the
+/// one before and the first of them to `head`. What turns a head that
+/// [`compare_head`] found far behind into one appends left behind.
+pub fn links_back_to(head: &Head, from_last: &[Stated]) -> bool {
+    let Some(first) = from_last.last() else {
+        return false;
+    };
+    let ordered = from_last
+        .windows(2)
+        .all(|pair| pair[0].seq == pair[1].seq + 1 && pair[0].prev == pair[1].hash);
+    ordered && first.seq == head.seq + 1 && first.prev == head.hash
 }
 
 #[cfg(test)]
@@ -1178,6 +1200,34 @@ mod tests {
     }
 
     #[test]
+    fn links_back_to_needs_every_link_down_to_head() {
+        let entry = |seq: u64| Stated {
+            seq,
+            prev: Hash::of(&(seq.wrapping_sub(1)).to_le_bytes()),
+            hash: Hash::of(&seq.to_le_bytes()),
+        };
+        let head = Head {
+            seq: 2,
+            hash: Hash::of(&2u64.to_le_bytes()),
+        };
+        let from_last = [entry(5), entry(4), entry(3)];
+        assert!(links_back_to(&head, &from_last));
+        assert!(!links_back_to(&head, &from_last[..2]), "entry 3 not read");
+        assert!(!links_back_to(&head, &[]));
+        let mut forged = from_last;
+        forged[1].hash = Hash::of(b"other");
+        assert!(!links_back_to(&head, &forged), "4 does not link 5");
+        let mut skipped = [entry(5), entry(3)];
+        skipped[0].prev = skipped[1].hash;
+        assert!(!links_back_to(&head, &skipped), "a seq is missing");
+        let other_head = Head {
+            seq: 2,
+            hash: Hash::of(b"other"),
+        };
+        assert!(!links_back_to(&other_head, &from_last));
+    }
+
+    #[test]
     fn head_states_cover_every_case() {
         let h = |seq, hash: &[u8]| Head {
             seq,
@@ -1196,7 +1246,7 @@ mod tests {
         );
         assert_eq!(
             compare_head(Some(&h(4, b"4")), Some(&last)),
-            HeadState::OneBehind
+            HeadState::Behind { entries: 1 }
         );
         assert!(matches!(
             compare_head(Some(&h(0, b"0")), None),

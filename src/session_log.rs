@@ -25,9 +25,9 @@
 //! line, writing the entry and rewriting `head`, so hooks running at once
 //! queue rather than collide. The entry goes first, in one `write` on a file
 //! opened for append; `head` follows, written into `head.tmp` and swapped with
-//! `head` in one atomic rename (ADR-0011). A crash
-//! between the two leaves `head` one entry behind, which the next append
-//! repairs. Directories are made 0700 and files 0600: entries hold whatever
+//! `head` in one atomic rename (ADR-0011). A writer killed inside the
+//! `write` leaves the start of a line, and one killed between the two leaves
+//! `head` behind; the next append repairs both (ADR-0089). Directories are made 0700 and files 0600: entries hold whatever
 //! the agent saw.
 
 use std::fs::{self, File, OpenOptions};
@@ -173,8 +173,8 @@ pub struct Verified {
     pub entries: u64,
     /// The last entry's hash; `None` for an empty log.
     pub head: Option<Hash>,
-    /// [`HeadState::Current`], or one of the two states an interrupted append
-    /// leaves, which the next append repairs.
+    /// [`HeadState::Current`], or one of the states interrupted appends
+    /// leave, which the next append repairs.
     pub head_state: HeadState,
 }
 
@@ -185,6 +185,9 @@ pub struct Appended {
     pub hash: Hash,
     /// The head state found and repaired before appending, if it needed it.
     pub repaired: Option<HeadState>,
+    /// Bytes of an unfinished line an interrupted append left at the log's
+    /// end, cut off before this append (0 when the log ended whole).
+    pub cut: u64,
 }
 
 /// `$XDG_STATE_HOME/nd7` if that is an absolute path, else `~/.local/state/nd7`.
@@ -386,12 +389,12 @@ impl SessionLog {
             .metadata()
             .map_err(Error::io(&events_path, "stat"))?
             .len();
-        let last = read_last_entry(&log, len, &events_path)?;
+        let Tail { end, last } = read_tail(&log, len, &events_path)?;
 
-        let state = chain::compare_head(head.as_ref(), last.as_ref());
+        let state = head_state(&log, end, head.as_ref(), last.as_ref(), &events_path)?;
         let repaired = match state {
             HeadState::Current => None,
-            HeadState::Missing | HeadState::OneBehind => Some(state),
+            HeadState::Missing | HeadState::Behind { .. } => Some(state),
             HeadState::Disagrees(disagreement) => {
                 return Err(Error::Disagrees {
                     path: self.dir.clone(),
@@ -424,10 +427,12 @@ impl SessionLog {
                 next_seq: stated.seq + 1,
                 prev: stated.hash,
             };
+            let first = appended.is_empty();
             appended.push(Appended {
                 seq: stated.seq,
                 hash: stated.hash,
-                repaired: if appended.is_empty() { repaired } else { None },
+                repaired: if first { repaired } else { None },
+                cut: if first { len - end } else { 0 },
             });
             lines.extend_from_slice(&line);
         }
@@ -435,10 +440,20 @@ impl SessionLog {
             return Ok(appended);
         };
 
+        // A writer killed inside its `write` (the kernel ends a write to a
+        // file at a page when the writer has a fatal signal) leaves part of
+        // a line, never sealed and never named by head: it was no entry, and
+        // nothing after it could be one.
+        if end < len {
+            log.set_len(end).map_err(Error::io(
+                &events_path,
+                "cut off the part of a line an interrupted append left",
+            ))?;
+        }
         if let Err(source) = log.write_all(&lines) {
             // Take back a partial line so the log stays a chain; we hold the
             // lock, so no reader has seen it.
-            let _ = log.set_len(len);
+            let _ = log.set_len(end);
             return Err(Error::Io {
                 path: events_path,
                 action: "append",
@@ -661,7 +676,7 @@ impl SessionLog {
                         why: "it holds neither events.ndjson nor head",
                     });
                 }
-                return self.finish_verify(None);
+                return self.finish_verify(None, None);
             }
             Err(e) => return Err(Error::io(&events_path, "open")(e).into()),
         };
@@ -682,17 +697,32 @@ impl SessionLog {
             path: events_path.clone(),
             broken,
         })?;
-        self.finish_verify(end.last)
+        self.finish_verify(Some((&file, size)), end.last)
     }
 
-    fn finish_verify(&self, last: Option<Stated>) -> Result<Verified, VerifyError> {
+    /// Compares `head` with the walked log (its file and length, when there
+    /// is one) whose last entry is `last`.
+    fn finish_verify(
+        &self,
+        log: Option<(&File, u64)>,
+        last: Option<Stated>,
+    ) -> Result<Verified, VerifyError> {
         let head_path = self.head_path();
         let head = match read_head(&head_path)? {
             HeadFile::Absent => None,
             HeadFile::Present(h) => Some(h),
             HeadFile::Unreadable => return Err(VerifyError::HeadUnreadable { path: head_path }),
         };
-        let head_state = chain::compare_head(head.as_ref(), last.as_ref());
+        let head_state = match log {
+            Some((file, size)) => head_state(
+                file,
+                size,
+                head.as_ref(),
+                last.as_ref(),
+                &self.events_path(),
+            )?,
+            None => chain::compare_head(head.as_ref(), last.as_ref()),
+        };
         if let HeadState::Disagrees(disagreement) = head_state {
             return Err(VerifyError::Head {
                 path: head_path,
@@ -755,16 +785,67 @@ fn create_0600(path: &Path, options: &mut OpenOptions) -> Result<File, Error> {
         .map_err(Error::io(path, "open"))
 }
 
-/// Reads the log's last entry from its end, in chunks, so the cost does not
-/// grow with the log. Checks the entry against its own bytes; its link to the
-/// entry before is verify's job.
-fn read_last_entry(log: &File, len: u64, path: &Path) -> Result<Option<Stated>, Error> {
-    if len == 0 {
+/// The log's end as an append finds it.
+struct Tail {
+    /// Where the last whole line ends: the log's length, unless a writer
+    /// died inside its `write` and left the start of a line after it.
+    end: u64,
+    /// The last whole line's entry, checked against its own bytes; its link
+    /// to the entry before is verify's job.
+    last: Option<Stated>,
+}
+
+/// Reads the log's end, in chunks, so the cost does not grow with the log.
+fn read_tail(log: &File, len: u64, path: &Path) -> Result<Tail, Error> {
+    let end = whole_lines_end(log, len, path)?;
+    let last = match line_before(log, end, path)? {
+        None => None,
+        Some((offset, line)) => {
+            Some(chain::read_checked(&line).map_err(|fault| Error::LastLine {
+                path: path.to_path_buf(),
+                offset,
+                fault,
+            })?)
+        }
+    };
+    Ok(Tail { end, last })
+}
+
+/// Where the log's last whole line ends: `len` when the log ends in a
+/// newline, else just past its last newline (0 when it has none). What lies
+/// beyond is part of one line, so no more than an entry's size of it is read.
+fn whole_lines_end(log: &File, len: u64, path: &Path) -> Result<u64, Error> {
+    let mut chunk = vec![0u8; TAIL_CHUNK as usize];
+    let mut start = len;
+    while start > 0 {
+        let from = start.saturating_sub(TAIL_CHUNK);
+        let chunk = &mut chunk[..(start - from) as usize];
+        log.read_exact_at(chunk, from)
+            .map_err(Error::io(path, "read the last entry"))?;
+        if let Some(nl) = memchr::memrchr(b'\n', chunk) {
+            return Ok(from + nl as u64 + 1);
+        }
+        if len - from > chain::MAX_ENTRY_BYTES as u64 {
+            return Err(Error::LastLine {
+                path: path.to_path_buf(),
+                offset: from,
+                fault: Fault::Unsealed("the line is longer than any entry can be"),
+            });
+        }
+        start = from;
+    }
+    Ok(0)
+}
+
+/// The line that ends at `end` (0, or just past a newline): where it starts
+/// and its bytes without the newline. `None` at the log's start.
+fn line_before(log: &File, end: u64, path: &Path) -> Result<Option<(u64, Vec<u8>)>, Error> {
+    if end == 0 {
         return Ok(None);
     }
     let mut tail: Vec<u8> = Vec::new();
-    let mut start = len;
-    let (line_start, terminated) = loop {
+    let mut start = end;
+    loop {
         let from = start.saturating_sub(TAIL_CHUNK);
         let mut chunk = vec![0u8; (start - from) as usize];
         log.read_exact_at(&mut chunk, from)
@@ -772,17 +853,13 @@ fn read_last_entry(log: &File, len: u64, path: &Path) -> Result<Option<Stated>, 
         chunk.extend_from_slice(&tail);
         tail = chunk;
         start = from;
-        let terminated = tail.last() == Some(&b'\n');
-        let body = if terminated {
-            &tail[..tail.len() - 1]
-        } else {
-            &tail[..]
-        };
+        // `end` is just past a newline: the body is the line before it.
+        let body = &tail[..tail.len() - 1];
         if let Some(nl) = memchr::memrchr(b'\n', body) {
-            break (nl + 1, terminated);
+            return Ok(Some((start + nl as u64 + 1, body[nl + 1..].to_vec())));
         }
         if start == 0 {
-            break (0, terminated);
+            return Ok(Some((0, body.to_vec())));
         }
         if tail.len() > chain::MAX_ENTRY_BYTES + 1 {
             return Err(Error::LastLine {
@@ -791,20 +868,50 @@ fn read_last_entry(log: &File, len: u64, path: &Path) -> Result<Option<Stated>, 
                 fault: Fault::Unsealed("the line is longer than any entry can be"),
             });
         }
-    };
-    let offset = start + line_start as u64;
-    let last_line_error = |fault| Error::LastLine {
-        path: path.to_path_buf(),
-        offset,
-        fault,
-    };
-    if !terminated {
-        return Err(last_line_error(Fault::Unsealed(
-            "the line has no newline: an append was cut short",
-        )));
     }
-    let line = &tail[line_start..tail.len() - 1];
-    chain::read_checked(line).map(Some).map_err(last_line_error)
+}
+
+/// How `head` stands against the log whose whole lines end at `end`, the
+/// last of them `last`. A head more than one entry behind is one appends
+/// left when the entries after it, read back from the end, link down to it
+/// ([`chain::links_back_to`]); anything that stops that reading (a line that
+/// is not an entry, more than [`chain::MAX_BEHIND`] of them) leaves the
+/// disagreement as it was.
+fn head_state(
+    log: &File,
+    end: u64,
+    head: Option<&Head>,
+    last: Option<&Stated>,
+    path: &Path,
+) -> Result<HeadState, Error> {
+    let state = chain::compare_head(head, last);
+    let (HeadState::Disagrees(Disagreement::HeadFarBehind { head_seq, last_seq }), Some(head)) =
+        (state, head)
+    else {
+        return Ok(state);
+    };
+    let entries = last_seq - head_seq;
+    if entries > chain::MAX_BEHIND {
+        return Ok(state);
+    }
+    let mut from_last = Vec::with_capacity(entries as usize);
+    let mut at = end;
+    for _ in 0..entries {
+        let line = match line_before(log, at, path) {
+            Ok(Some(line)) => line,
+            Ok(None) | Err(Error::LastLine { .. }) => return Ok(state),
+            Err(e) => return Err(e),
+        };
+        match chain::read_checked(&line.1) {
+            Ok(stated) => from_last.push(stated),
+            Err(_) => return Ok(state),
+        }
+        at = line.0;
+    }
+    Ok(match chain::links_back_to(head, &from_last) {
+        true => HeadState::Behind { entries },
+        false => state,
+    })
 }
 
 /// Offsets that split the file into `parts` stretches of whole lines

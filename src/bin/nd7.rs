@@ -610,8 +610,9 @@ fn report(
                 HeadState::Missing => println!(
                     "{prefix}note: head is missing: an append was interrupted before writing it; the next append repairs it"
                 ),
-                HeadState::OneBehind => println!(
-                    "{prefix}note: head is one entry behind: an append was interrupted before rewriting it; the next append repairs it"
+                HeadState::Behind { entries } => println!(
+                    "{prefix}note: head is {entries} {} behind: an append was interrupted before rewriting it; the next append repairs it",
+                    if entries == 1 { "entry" } else { "entries" }
                 ),
                 HeadState::Current | HeadState::Disagrees(_) => {}
             }

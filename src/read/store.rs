@@ -272,9 +272,10 @@ pub fn chain_of(result: &Result<session_log::Verified, VerifyError>) -> Chain {
                 HeadState::Missing => Some(
                     "there is no head file beside the log: a copy (nd7 admin pull writes none), or an append interrupted before writing it".into(),
                 ),
-                HeadState::OneBehind => Some(
-                    "head is one entry behind: an append was interrupted; the next append repairs it".into(),
-                ),
+                HeadState::Behind { entries } => Some(format!(
+                    "head is {entries} {} behind: an append was interrupted; the next append repairs it",
+                    if entries == 1 { "entry" } else { "entries" }
+                )),
                 HeadState::Current | HeadState::Disagrees(_) => None,
             },
         },
