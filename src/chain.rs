@@ -665,6 +665,18 @@ pub enum Disagreement {
         .last_seq - .head_seq
     )]
     HeadFarBehind { head_seq: u64, last_seq: u64 },
+    /// head is behind, and following the entries after it down from the
+    /// last stops at `seq`: not a sealed entry, or not linked to the one
+    /// after it (or, at head's successor, to head).
+    #[error(
+        "head names entry {head_seq}, {} entries behind the log's last entry {last_seq}, but the entries after it do not link down to it (the chain breaks at entry {seq})",
+        .last_seq - .head_seq
+    )]
+    Unlinked {
+        head_seq: u64,
+        last_seq: u64,
+        seq: u64,
+    },
     #[error(
         "head names entry {seq} with hash {head_hash:?}, but that entry's hash is {log_hash:?}"
     )]
@@ -714,24 +726,16 @@ pub fn compare_head(head: Option<&Head>, last: Option<&Stated>) -> HeadState {
     }
 }
 
-/// How far back past the log's last entry an append or verify looks for the
-/// entry `head` names before it calls head far behind: far more entries than
-/// any run of interrupted appends leaves, few enough that the look stays
-/// cheap.
-pub const MAX_BEHIND: u64 = 256;
+/// Whether `below` is the entry `above` follows: numbered one before it, and
+/// `above`'s `prev` its hash. How the entries after a `head` that
+/// [`compare_head`] found far behind are followed down to it, one at a time.
+pub fn links_down(above: &Stated, below: &Stated) -> bool {
+    below.seq.checked_add(1) == Some(above.seq) && above.prev == below.hash
+}
 
-/// Whether `from_last`, entries read from the log's end back (the last
-/// first), are the whole stretch after `head`'s entry, each linking to the
-/// one before and the first of them to `head`. What turns a head that
-/// [`compare_head`] found far behind into one appends left behind.
-pub fn links_back_to(head: &Head, from_last: &[Stated]) -> bool {
-    let Some(first) = from_last.last() else {
-        return false;
-    };
-    let ordered = from_last
-        .windows(2)
-        .all(|pair| pair[0].seq == pair[1].seq + 1 && pair[0].prev == pair[1].hash);
-    ordered && first.seq == head.seq + 1 && first.prev == head.hash
+/// Whether `above` is the entry right after `head`'s, linking to it.
+pub fn follows_head(above: &Stated, head: &Head) -> bool {
+    head.seq.checked_add(1) == Some(above.seq) && above.prev == head.hash
 }
 
 #[cfg(test)]
@@ -1200,31 +1204,33 @@ mod tests {
     }
 
     #[test]
-    fn links_back_to_needs_every_link_down_to_head() {
+    fn links_down_needs_the_number_and_the_hash() {
         let entry = |seq: u64| Stated {
             seq,
             prev: Hash::of(&(seq.wrapping_sub(1)).to_le_bytes()),
             hash: Hash::of(&seq.to_le_bytes()),
         };
-        let head = Head {
-            seq: 2,
-            hash: Hash::of(&2u64.to_le_bytes()),
+        assert!(links_down(&entry(5), &entry(4)));
+        assert!(!links_down(&entry(5), &entry(3)), "a number skipped");
+        assert!(!links_down(&entry(4), &entry(5)), "upwards");
+        let mut other = entry(4);
+        other.hash = Hash::of(b"other");
+        assert!(!links_down(&entry(5), &other), "another entry 4");
+        let top = Stated {
+            seq: 0,
+            prev: Hash::of(b"x"),
+            hash: Hash::of(b"y"),
         };
-        let from_last = [entry(5), entry(4), entry(3)];
-        assert!(links_back_to(&head, &from_last));
-        assert!(!links_back_to(&head, &from_last[..2]), "entry 3 not read");
-        assert!(!links_back_to(&head, &[]));
-        let mut forged = from_last;
-        forged[1].hash = Hash::of(b"other");
-        assert!(!links_back_to(&head, &forged), "4 does not link 5");
-        let mut skipped = [entry(5), entry(3)];
-        skipped[0].prev = skipped[1].hash;
-        assert!(!links_back_to(&head, &skipped), "a seq is missing");
-        let other_head = Head {
-            seq: 2,
-            hash: Hash::of(b"other"),
-        };
-        assert!(!links_back_to(&other_head, &from_last));
+        assert!(!links_down(&top, &entry(u64::MAX)), "no overflow");
+
+        let head = |seq: u64, hash: Hash| Head { seq, hash };
+        assert!(follows_head(&entry(3), &head(2, entry(2).hash)));
+        assert!(!follows_head(&entry(3), &head(2, Hash::of(b"other"))));
+        assert!(!follows_head(&entry(3), &head(1, entry(2).hash)));
+        assert!(
+            !follows_head(&top, &head(u64::MAX, top.prev)),
+            "no overflow"
+        );
     }
 
     #[test]

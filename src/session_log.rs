@@ -95,6 +95,17 @@ pub enum Error {
         path: PathBuf,
         disagreement: Disagreement,
     },
+    /// The log ends in part of a line, which only an append cut short
+    /// leaves, but what comes before it is not what such an append leaves.
+    #[error(
+        "{}: refusing to append: the last line (at byte {offset}) has no newline, and {disagreement}: not what an append cut short leaves",
+        path.display()
+    )]
+    Unfinished {
+        path: PathBuf,
+        offset: u64,
+        disagreement: Disagreement,
+    },
     #[error("{}: refusing to append: head is not \"<seq> <hash>\\n\"", path.display())]
     HeadUnreadable { path: PathBuf },
     #[error("{}: refusing to append: the last line (at byte {offset}) {fault}", path.display())]
@@ -395,6 +406,13 @@ impl SessionLog {
         let repaired = match state {
             HeadState::Current => None,
             HeadState::Missing | HeadState::Behind { .. } => Some(state),
+            HeadState::Disagrees(disagreement) if end < len => {
+                return Err(Error::Unfinished {
+                    path: events_path,
+                    offset: end,
+                    disagreement,
+                });
+            }
             HeadState::Disagrees(disagreement) => {
                 return Err(Error::Disagrees {
                     path: self.dir.clone(),
@@ -822,15 +840,21 @@ fn whole_lines_end(log: &File, len: u64, path: &Path) -> Result<u64, Error> {
         let chunk = &mut chunk[..(start - from) as usize];
         log.read_exact_at(chunk, from)
             .map_err(Error::io(path, "read the last entry"))?;
-        if let Some(nl) = memchr::memrchr(b'\n', chunk) {
-            return Ok(from + nl as u64 + 1);
-        }
-        if len - from > chain::MAX_ENTRY_BYTES as u64 {
+        let found = memchr::memrchr(b'\n', chunk).map(|nl| from + nl as u64 + 1);
+        let end = found.unwrap_or(from);
+        // A line is at most MAX_ENTRY_BYTES with its newline, so a writer
+        // cut short leaves less than that.
+        if len - end >= chain::MAX_ENTRY_BYTES as u64 {
             return Err(Error::LastLine {
                 path: path.to_path_buf(),
-                offset: from,
-                fault: Fault::Unsealed("the line is longer than any entry can be"),
+                offset: end,
+                fault: Fault::Unsealed(
+                    "has no newline in more bytes than any entry can be: no append left it",
+                ),
             });
+        }
+        if found.is_some() {
+            return Ok(end);
         }
         start = from;
     }
@@ -873,10 +897,10 @@ fn line_before(log: &File, end: u64, path: &Path) -> Result<Option<(u64, Vec<u8>
 
 /// How `head` stands against the log whose whole lines end at `end`, the
 /// last of them `last`. A head more than one entry behind is one appends
-/// left when the entries after it, read back from the end, link down to it
-/// ([`chain::links_back_to`]); anything that stops that reading (a line that
-/// is not an entry, more than [`chain::MAX_BEHIND`] of them) leaves the
-/// disagreement as it was.
+/// left when the entries after it, followed down from the last one line at a
+/// time, are sealed and each linked to the one before, the first to head;
+/// anything else is [`Disagreement::Unlinked`], naming where it stopped. It
+/// reads back as far as head, which only a head set back by hand puts far.
 fn head_state(
     log: &File,
     end: u64,
@@ -885,33 +909,48 @@ fn head_state(
     path: &Path,
 ) -> Result<HeadState, Error> {
     let state = chain::compare_head(head, last);
-    let (HeadState::Disagrees(Disagreement::HeadFarBehind { head_seq, last_seq }), Some(head)) =
-        (state, head)
+    let (
+        HeadState::Disagrees(Disagreement::HeadFarBehind { head_seq, last_seq }),
+        Some(head),
+        Some(last),
+    ) = (state, head, last)
     else {
         return Ok(state);
     };
-    let entries = last_seq - head_seq;
-    if entries > chain::MAX_BEHIND {
-        return Ok(state);
-    }
-    let mut from_last = Vec::with_capacity(entries as usize);
-    let mut at = end;
-    for _ in 0..entries {
-        let line = match line_before(log, at, path) {
-            Ok(Some(line)) => line,
-            Ok(None) | Err(Error::LastLine { .. }) => return Ok(state),
+    let unlinked = |seq| {
+        HeadState::Disagrees(Disagreement::Unlinked {
+            head_seq,
+            last_seq,
+            seq,
+        })
+    };
+    let mut above = *last;
+    // Where `above`'s line starts.
+    let Some((mut at, _)) = line_before(log, end, path)? else {
+        return Ok(unlinked(last_seq));
+    };
+    loop {
+        if above.seq == head_seq + 1 {
+            return Ok(match chain::follows_head(&above, head) {
+                true => HeadState::Behind {
+                    entries: last_seq - head_seq,
+                },
+                false => unlinked(above.seq),
+            });
+        }
+        let below = match line_before(log, at, path) {
+            Ok(Some((start, line))) => chain::read_checked(&line).ok().map(|b| (start, b)),
+            Ok(None) | Err(Error::LastLine { .. }) => None,
             Err(e) => return Err(e),
         };
-        match chain::read_checked(&line.1) {
-            Ok(stated) => from_last.push(stated),
-            Err(_) => return Ok(state),
+        match below {
+            Some((start, below)) if chain::links_down(&above, &below) => {
+                above = below;
+                at = start;
+            }
+            _ => return Ok(unlinked(above.seq)),
         }
-        at = line.0;
     }
-    Ok(match chain::links_back_to(head, &from_last) {
-        true => HeadState::Behind { entries },
-        false => state,
-    })
 }
 
 /// Offsets that split the file into `parts` stretches of whole lines

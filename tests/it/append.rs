@@ -121,22 +121,35 @@ fn head_ahead_of_the_log_is_refused() {
 }
 
 #[test]
-fn head_far_behind_is_refused() {
-    // More entries after head than appends leave behind: refused even though
-    // each links to the one before.
+fn a_head_behind_one_append_of_hundreds_of_anchors_is_repaired() {
+    // A session's last hook anchors every transcript file it knows (256 by
+    // default, more where the limits say so): one append, hundreds of lines.
     let state = State::new();
-    let behind = nd7_core::chain::MAX_BEHIND as usize + 1;
-    let log = log_with(&state, behind + 1);
-    set_head(&log, 0, &stated_hash(&log, 0));
-    assert_refused(&log, |e| {
-        matches!(
-            e,
-            Error::Disagrees {
-                disagreement: Disagreement::HeadFarBehind { head_seq: 0, last_seq },
-                ..
-            } if *last_seq == behind as u64
-        )
-    });
+    let log = log_with(&state, 2);
+    let old_head = std::fs::read(log.head_path()).expect("head");
+    let batch: Vec<_> = (0..300).map(|i| event("s", i)).collect();
+    log.append_all(&batch).expect("batch");
+    std::fs::write(log.head_path(), &old_head).expect("restore head");
+    let next = log.append(&event("s", 9)).expect("repairs");
+    assert_eq!(next.repaired, Some(HeadState::Behind { entries: 300 }));
+    assert_eq!(log.verify(1).expect("clean").entries, 303);
+}
+
+#[test]
+fn an_unfinished_line_longer_than_any_entry_is_refused() {
+    let state = State::new();
+    let log = log_with(&state, 2);
+    let whole = std::fs::metadata(log.events_path()).expect("stat").len();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log.events_path())
+        .expect("open");
+    let long = vec![b'x'; nd7_core::chain::MAX_ENTRY_BYTES];
+    std::io::Write::write_all(&mut file, &long).expect("write");
+    assert_refused(
+        &log,
+        |e| matches!(e, Error::LastLine { offset, fault: Fault::Unsealed(_), .. } if *offset == whole),
+    );
 }
 
 #[test]
@@ -202,18 +215,20 @@ fn an_entry_cut_short_that_head_names_is_refused() {
     let state = State::new();
     let log = log_with(&state, 2);
     let mut bytes = std::fs::read(log.events_path()).expect("read");
+    let first_len = bytes.iter().position(|&b| b == b'\n').expect("nl") + 1;
     bytes.truncate(bytes.len() - 10);
     std::fs::write(log.events_path(), &bytes).expect("write");
     assert_refused(&log, |e| {
         matches!(
             e,
-            Error::Disagrees {
+            Error::Unfinished {
                 disagreement: Disagreement::HeadAhead {
                     head_seq: 1,
                     last_seq: 0
                 },
+                offset,
                 ..
-            }
+            } if *offset == first_len as u64
         )
     });
 }
@@ -227,8 +242,9 @@ fn a_line_without_an_entry_before_it_under_a_head_is_refused() {
     assert_refused(&log, |e| {
         matches!(
             e,
-            Error::Disagrees {
+            Error::Unfinished {
                 disagreement: Disagreement::HeadWithoutLog { head_seq: 0 },
+                offset: 0,
                 ..
             }
         )
@@ -345,7 +361,23 @@ fn head_behind_past_an_entry_that_does_not_link_is_refused() {
         matches!(
             e,
             Error::Disagrees {
-                disagreement: Disagreement::HeadFarBehind { .. },
+                disagreement: Disagreement::Unlinked {
+                    head_seq: 1,
+                    last_seq: 3,
+                    seq: 3
+                },
+                ..
+            }
+        )
+    });
+    // And a head that does not name the entry the stretch links down to.
+    let log = log_with(&other_state, 0);
+    set_head(&log, 0, &stated_hash(&log, 1));
+    assert_refused(&log, |e| {
+        matches!(
+            e,
+            Error::Disagrees {
+                disagreement: Disagreement::Unlinked { seq: 1, .. },
                 ..
             }
         )
