@@ -666,8 +666,8 @@ pub enum Disagreement {
     )]
     HeadFarBehind { head_seq: u64, last_seq: u64 },
     /// head is behind, and following the entries after it down from the
-    /// last stops at `seq`: not a sealed entry, or not linked to the one
-    /// after it (or, at head's successor, to head).
+    /// last stops at entry `seq`: its line is not a sealed entry, or it does
+    /// not link to the entry below it (for head's successor, to head).
     #[error(
         "head names entry {head_seq}, {} entries behind the log's last entry {last_seq}, but the entries after it do not link down to it (the chain breaks at entry {seq})",
         .last_seq - .head_seq

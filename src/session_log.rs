@@ -95,6 +95,17 @@ pub enum Error {
         path: PathBuf,
         disagreement: Disagreement,
     },
+    /// More of the log's end than any entry holds has no newline: not what
+    /// an append cut short leaves.
+    #[error(
+        "{}: refusing to append: no newline in its last {bytes} bytes (from byte {from}), more than any entry can be",
+        path.display()
+    )]
+    NoNewline {
+        path: PathBuf,
+        from: u64,
+        bytes: u64,
+    },
     /// The log ends in part of a line, which only an append cut short
     /// leaves, but what comes before it is not what such an append leaves.
     #[error(
@@ -816,7 +827,7 @@ struct Tail {
 /// Reads the log's end, in chunks, so the cost does not grow with the log.
 fn read_tail(log: &File, len: u64, path: &Path) -> Result<Tail, Error> {
     let end = whole_lines_end(log, len, path)?;
-    let last = match line_before(log, end, path)? {
+    let last = match LinesBack::new(log, end, path).next()? {
         None => None,
         Some((offset, line)) => {
             Some(chain::read_checked(&line).map_err(|fault| Error::LastLine {
@@ -841,19 +852,17 @@ fn whole_lines_end(log: &File, len: u64, path: &Path) -> Result<u64, Error> {
         log.read_exact_at(chunk, from)
             .map_err(Error::io(path, "read the last entry"))?;
         let found = memchr::memrchr(b'\n', chunk).map(|nl| from + nl as u64 + 1);
-        let end = found.unwrap_or(from);
-        // A line is at most MAX_ENTRY_BYTES with its newline, so a writer
-        // cut short leaves less than that.
-        if len - end >= chain::MAX_ENTRY_BYTES as u64 {
-            return Err(Error::LastLine {
+        // No newline from here to the end. A line is at most MAX_ENTRY_BYTES
+        // with its newline, so a writer cut short leaves less than that.
+        let since = found.unwrap_or(from);
+        if len - since >= chain::MAX_ENTRY_BYTES as u64 {
+            return Err(Error::NoNewline {
                 path: path.to_path_buf(),
-                offset: end,
-                fault: Fault::Unsealed(
-                    "has no newline in more bytes than any entry can be: no append left it",
-                ),
+                from: since,
+                bytes: len - since,
             });
         }
-        if found.is_some() {
+        if let Some(end) = found {
             return Ok(end);
         }
         start = from;
@@ -861,36 +870,71 @@ fn whole_lines_end(log: &File, len: u64, path: &Path) -> Result<u64, Error> {
     Ok(0)
 }
 
-/// The line that ends at `end` (0, or just past a newline): where it starts
-/// and its bytes without the newline. `None` at the log's start.
-fn line_before(log: &File, end: u64, path: &Path) -> Result<Option<(u64, Vec<u8>)>, Error> {
-    if end == 0 {
-        return Ok(None);
+/// Reads a log's whole lines from an offset back towards its start, the
+/// last first. It keeps only the bytes of the line it is in, and reads at
+/// least as much again each time it needs more, so a stretch of lines costs
+/// about its own bytes, however long they are.
+struct LinesBack<'a> {
+    log: &'a File,
+    path: &'a Path,
+    /// The file's bytes from `from` up to where the next line ends.
+    buf: Vec<u8>,
+    from: u64,
+}
+
+impl<'a> LinesBack<'a> {
+    /// Lines ending at or before `end`: 0, or just past a newline.
+    fn new(log: &'a File, end: u64, path: &'a Path) -> LinesBack<'a> {
+        LinesBack {
+            log,
+            path,
+            buf: Vec::new(),
+            from: end,
+        }
     }
-    let mut tail: Vec<u8> = Vec::new();
-    let mut start = end;
-    loop {
-        let from = start.saturating_sub(TAIL_CHUNK);
-        let mut chunk = vec![0u8; (start - from) as usize];
-        log.read_exact_at(&mut chunk, from)
-            .map_err(Error::io(path, "read the last entry"))?;
-        chunk.extend_from_slice(&tail);
-        tail = chunk;
-        start = from;
-        // `end` is just past a newline: the body is the line before it.
-        let body = &tail[..tail.len() - 1];
-        if let Some(nl) = memchr::memrchr(b'\n', body) {
-            return Ok(Some((start + nl as u64 + 1, body[nl + 1..].to_vec())));
+
+    /// The next line back: where it starts and its bytes without the
+    /// newline; `None` at the log's start. A line longer than any entry is
+    /// an error ([`Error::LastLine`]).
+    fn next(&mut self) -> Result<Option<(u64, Vec<u8>)>, Error> {
+        loop {
+            if let Some((&newline, body)) = self.buf.split_last() {
+                debug_assert_eq!(newline, b'\n');
+                let found = memchr::memrchr(b'\n', body);
+                if found.is_some() || self.from == 0 {
+                    let begins = found.map_or(0, |nl| nl + 1);
+                    let start = self.from + begins as u64;
+                    if self.buf.len() - begins > chain::MAX_ENTRY_BYTES {
+                        return Err(self.too_long(start));
+                    }
+                    let line = body[begins..].to_vec();
+                    self.buf.truncate(begins);
+                    return Ok(Some((start, line)));
+                }
+                if self.buf.len() > chain::MAX_ENTRY_BYTES {
+                    return Err(self.too_long(self.from));
+                }
+            } else if self.from == 0 {
+                return Ok(None);
+            }
+            let want = (self.buf.len() as u64).max(TAIL_CHUNK).min(self.from);
+            let from = self.from - want;
+            let mut chunk = vec![0u8; want as usize];
+            self.log
+                .read_exact_at(&mut chunk, from)
+                .map_err(Error::io(self.path, "read back from the end"))?;
+            chunk.extend_from_slice(&self.buf);
+            self.buf = chunk;
+            self.from = from;
         }
-        if start == 0 {
-            return Ok(Some((0, body.to_vec())));
-        }
-        if tail.len() > chain::MAX_ENTRY_BYTES + 1 {
-            return Err(Error::LastLine {
-                path: path.to_path_buf(),
-                offset: start,
-                fault: Fault::Unsealed("the line is longer than any entry can be"),
-            });
+    }
+
+    /// A line longer than any entry can be, which starts at or before `at`.
+    fn too_long(&self, at: u64) -> Error {
+        Error::LastLine {
+            path: self.path.to_path_buf(),
+            offset: at,
+            fault: Fault::Unsealed("the line is longer than any entry can be"),
         }
     }
 }
@@ -899,8 +943,9 @@ fn line_before(log: &File, end: u64, path: &Path) -> Result<Option<(u64, Vec<u8>
 /// last of them `last`. A head more than one entry behind is one appends
 /// left when the entries after it, followed down from the last one line at a
 /// time, are sealed and each linked to the one before, the first to head;
-/// anything else is [`Disagreement::Unlinked`], naming where it stopped. It
-/// reads back as far as head, which only a head set back by hand puts far.
+/// anything else is [`Disagreement::Unlinked`], naming the entry where the
+/// following stopped. It reads back as far as head (only a head set back by
+/// hand puts that far), about the bytes it passes.
 fn head_state(
     log: &File,
     end: u64,
@@ -924,11 +969,14 @@ fn head_state(
             seq,
         })
     };
+    let mut lines = LinesBack::new(log, end, path);
+    // The last line, which is `last`.
+    match lines.next() {
+        Ok(Some(_)) => {}
+        Ok(None) | Err(Error::LastLine { .. }) => return Ok(unlinked(last_seq)),
+        Err(e) => return Err(e),
+    }
     let mut above = *last;
-    // Where `above`'s line starts.
-    let Some((mut at, _)) = line_before(log, end, path)? else {
-        return Ok(unlinked(last_seq));
-    };
     loop {
         if above.seq == head_seq + 1 {
             return Ok(match chain::follows_head(&above, head) {
@@ -938,17 +986,17 @@ fn head_state(
                 false => unlinked(above.seq),
             });
         }
-        let below = match line_before(log, at, path) {
-            Ok(Some((start, line))) => chain::read_checked(&line).ok().map(|b| (start, b)),
+        // The line below `above` is entry `above.seq - 1` if it is sealed;
+        // if it is not, that is where the chain breaks.
+        let below = match lines.next() {
+            Ok(Some((_, line))) => chain::read_checked(&line).ok(),
             Ok(None) | Err(Error::LastLine { .. }) => None,
             Err(e) => return Err(e),
         };
         match below {
-            Some((start, below)) if chain::links_down(&above, &below) => {
-                above = below;
-                at = start;
-            }
-            _ => return Ok(unlinked(above.seq)),
+            Some(below) if chain::links_down(&above, &below) => above = below,
+            Some(_) => return Ok(unlinked(above.seq)),
+            None => return Ok(unlinked(above.seq - 1)),
         }
     }
 }

@@ -146,6 +146,34 @@ fn an_unfinished_line_longer_than_any_entry_is_refused() {
         .expect("open");
     let long = vec![b'x'; nd7_core::chain::MAX_ENTRY_BYTES];
     std::io::Write::write_all(&mut file, &long).expect("write");
+    assert_refused(&log, |e| {
+        matches!(e, Error::NoNewline { from, bytes, .. }
+            if *from == whole && *bytes == nd7_core::chain::MAX_ENTRY_BYTES as u64)
+    });
+}
+
+#[test]
+fn a_long_line_is_refused_where_it_starts() {
+    // A sealed line one byte longer than an entry may be, which nd7 never
+    // writes: refused, and the error names the byte it starts at.
+    let state = State::new();
+    let log = log_with(&state, 2);
+    let whole = std::fs::metadata(log.events_path()).expect("stat").len();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log.events_path())
+        .expect("open");
+    // Sealed, linked and numbered: only its length is wrong.
+    let prev = stated_hash(&log, 1);
+    let seal = ",\"hash\":\"\"}\n".len() + 64;
+    let frame = format!("{{\"seq\":2,\"pad\":\"\",\"prev\":\"{prev}\"").len();
+    let pad = "x".repeat(nd7_core::chain::MAX_ENTRY_BYTES + 1 - seal - frame);
+    let covered = format!("{{\"seq\":2,\"pad\":\"{pad}\",\"prev\":\"{prev}\"");
+    let hash = nd7_core::chain::Hash::of(covered.as_bytes()).to_hex();
+    let long = format!("{covered},\"hash\":\"{hash}\"}}\n");
+    assert_eq!(long.len(), nd7_core::chain::MAX_ENTRY_BYTES + 1);
+    assert!(nd7_core::chain::read_checked(long.trim_end().as_bytes()).is_ok());
+    std::io::Write::write_all(&mut file, long.as_bytes()).expect("write");
     assert_refused(
         &log,
         |e| matches!(e, Error::LastLine { offset, fault: Fault::Unsealed(_), .. } if *offset == whole),
@@ -364,6 +392,33 @@ fn head_behind_past_an_entry_that_does_not_link_is_refused() {
                 disagreement: Disagreement::Unlinked {
                     head_seq: 1,
                     last_seq: 3,
+                    seq: 3
+                },
+                ..
+            }
+        )
+    });
+    // An entry in the stretch whose bytes were changed is where it breaks.
+    let changed_state = State::new();
+    let changed = log_with(&changed_state, 6);
+    let head_hash = stated_hash(&changed, 1);
+    let mut bytes = std::fs::read(changed.events_path()).expect("read");
+    let mut starts = vec![0];
+    starts.extend(
+        (0..bytes.len())
+            .filter(|&i| bytes[i] == b'\n')
+            .map(|i| i + 1),
+    );
+    bytes[starts[3] + 30] ^= 1;
+    std::fs::write(changed.events_path(), &bytes).expect("write");
+    set_head(&changed, 1, &head_hash);
+    assert_refused(&changed, |e| {
+        matches!(
+            e,
+            Error::Disagrees {
+                disagreement: Disagreement::Unlinked {
+                    head_seq: 1,
+                    last_seq: 5,
                     seq: 3
                 },
                 ..
