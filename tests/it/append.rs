@@ -1,10 +1,11 @@
 //! `SessionLog::append` against every state head and log can be found in:
-//! the two an interrupted append leaves are repaired, every other one is
-//! refused without writing a byte.
+//! the ones interrupted appends leave (an unfinished last line, head missing
+//! or behind) are repaired, every other one is refused without writing a byte.
 
 use std::os::unix::process::CommandExt;
 
 use nd7_core::chain::{Disagreement, Fault, HeadState};
+use nd7_core::hook::Event;
 use nd7_core::session_log::{Error, SessionLog};
 
 use crate::common::*;
@@ -17,15 +18,32 @@ fn log_with(state: &State, n: usize) -> SessionLog {
     log
 }
 
+/// Writes `bytes` at the log's end as a writer outside nd7 would.
+fn add_to_log(log: &SessionLog, bytes: &[u8]) {
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log.events_path())
+        .expect("open");
+    std::io::Write::write_all(&mut file, bytes).expect("write");
+}
+
+/// Appends `events` in one batch and puts `head` back as it was: what a
+/// writer killed between the batch's write and head's rewrite leaves.
+/// Returns the head it put back.
+fn batch_left_behind(log: &SessionLog, events: &[Event]) -> Vec<u8> {
+    let old_head = std::fs::read(log.head_path()).expect("head");
+    log.append_all(events).expect("batch");
+    std::fs::write(log.head_path(), &old_head).expect("restore head");
+    old_head
+}
+
 #[test]
 fn a_crash_between_append_and_head_rewrite_is_repaired() {
     let state = State::new();
     let log = log_with(&state, 3);
     // The state a crash right after the entry's write leaves: the line is
     // there, head still names the entry before.
-    let old_head = std::fs::read(log.head_path()).expect("head");
-    log.append(&event("s", 3)).expect("append");
-    std::fs::write(log.head_path(), &old_head).expect("restore head");
+    batch_left_behind(&log, &[event("s", 3)]);
     let v = log.verify(1).expect("a head one behind still verifies");
     assert_eq!(v.head_state, HeadState::Behind { entries: 1 });
 
@@ -126,10 +144,8 @@ fn a_head_behind_one_append_of_hundreds_of_anchors_is_repaired() {
     // default, more where the limits say so): one append, hundreds of lines.
     let state = State::new();
     let log = log_with(&state, 2);
-    let old_head = std::fs::read(log.head_path()).expect("head");
     let batch: Vec<_> = (0..300).map(|i| event("s", i)).collect();
-    log.append_all(&batch).expect("batch");
-    std::fs::write(log.head_path(), &old_head).expect("restore head");
+    batch_left_behind(&log, &batch);
     let next = log.append(&event("s", 9)).expect("repairs");
     assert_eq!(next.repaired, Some(HeadState::Behind { entries: 300 }));
     assert_eq!(log.verify(1).expect("clean").entries, 303);
@@ -140,12 +156,7 @@ fn an_unfinished_line_longer_than_any_entry_is_refused() {
     let state = State::new();
     let log = log_with(&state, 2);
     let whole = std::fs::metadata(log.events_path()).expect("stat").len();
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(log.events_path())
-        .expect("open");
-    let long = vec![b'x'; nd7_core::chain::MAX_ENTRY_BYTES];
-    std::io::Write::write_all(&mut file, &long).expect("write");
+    add_to_log(&log, &vec![b'x'; nd7_core::chain::MAX_ENTRY_BYTES]);
     assert_refused(&log, |e| {
         matches!(e, Error::NoNewline { from, bytes, .. }
             if *from == whole && *bytes == nd7_core::chain::MAX_ENTRY_BYTES as u64)
@@ -159,10 +170,6 @@ fn a_long_line_is_refused_where_it_starts() {
     let state = State::new();
     let log = log_with(&state, 2);
     let whole = std::fs::metadata(log.events_path()).expect("stat").len();
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(log.events_path())
-        .expect("open");
     // Sealed, linked and numbered: only its length is wrong.
     let prev = stated_hash(&log, 1);
     let seal = ",\"hash\":\"\"}\n".len() + 64;
@@ -173,7 +180,7 @@ fn a_long_line_is_refused_where_it_starts() {
     let long = format!("{covered},\"hash\":\"{hash}\"}}\n");
     assert_eq!(long.len(), nd7_core::chain::MAX_ENTRY_BYTES + 1);
     assert!(nd7_core::chain::read_checked(long.trim_end().as_bytes()).is_ok());
-    std::io::Write::write_all(&mut file, long.as_bytes()).expect("write");
+    add_to_log(&log, long.as_bytes());
     assert_refused(
         &log,
         |e| matches!(e, Error::LastLine { offset, fault: Fault::Unsealed(_), .. } if *offset == whole),
@@ -294,12 +301,8 @@ fn the_start_of_a_line_a_killed_append_left_is_cut_off() {
     let fourth = std::fs::read(next.events_path()).expect("read");
     let fourth = &fourth[whole.len()..];
     for torn in [1, 57, fourth.len() - 1] {
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(log.events_path())
-            .expect("open");
         let before = entries(&log).len();
-        std::io::Write::write_all(&mut file, &fourth[..torn]).expect("tear");
+        add_to_log(&log, &fourth[..torn]);
         let appended = log.append(&event("s", 9)).expect("the next append repairs");
         assert_eq!((appended.seq, appended.cut), (before as u64, torn as u64));
         assert_eq!(appended.repaired, None, "head was current");
@@ -334,10 +337,8 @@ fn a_batch_whose_head_rewrite_died_is_repaired() {
     // between that write and head's leaves head several entries behind.
     let state = State::new();
     let log = log_with(&state, 2);
-    let old_head = std::fs::read(log.head_path()).expect("head");
     let batch: Vec<_> = (2..5).map(|i| event("s", i)).collect();
-    log.append_all(&batch).expect("batch");
-    std::fs::write(log.head_path(), &old_head).expect("restore head");
+    let old_head = batch_left_behind(&log, &batch);
     let v = log.verify(1).expect("a head appends left behind verifies");
     assert_eq!(v.head_state, HeadState::Behind { entries: 3 });
 
