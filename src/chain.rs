@@ -664,6 +664,10 @@ pub enum Disagreement {
         "head names entry {head_seq}, {} entries behind the log's last entry {last_seq}",
         .last_seq - .head_seq
     )]
+    /// head is more than one entry behind: from the last entry alone,
+    /// [`compare_head`] cannot tell whether the entries between link down to
+    /// it. `session_log` reads them and answers [`HeadState::Behind`] or
+    /// [`Disagreement::Unlinked`] instead, so a user never sees this one.
     HeadFarBehind { head_seq: u64, last_seq: u64 },
     /// head is behind, and following the entries after it down from the
     /// last stops at entry `seq`: its line is not a sealed entry, or it does

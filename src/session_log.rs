@@ -27,8 +27,8 @@
 //! opened for append; `head` follows, written into `head.tmp` and swapped with
 //! `head` in one atomic rename (ADR-0011). A writer killed inside the
 //! `write` leaves the start of a line, and one killed between the two leaves
-//! `head` behind; the next append repairs both (ADR-0089). Directories are made 0700 and files 0600: entries hold whatever
-//! the agent saw.
+//! `head` behind; the next append repairs both (ADR-0089). Directories are
+//! made 0700 and files 0600: entries hold whatever the agent saw.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
