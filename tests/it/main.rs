@@ -12,6 +12,7 @@ mod daily;
 mod deferred;
 mod deferred_grants;
 mod deferred_reads;
+mod deferred_secrets;
 mod distribution;
 mod e2e;
 mod exit_status;

@@ -1,0 +1,132 @@
+//! What the watch reads for the agent: the end-of-session watch runs outside
+//! the floor, and it follows what the agent planted (a `.git` file's
+//! `gitdir:`, Claude Code's state re-pointed by a link, a hard link put on
+//! the list). None of that may make it read a credential store the floor
+//! keeps unreadable and copy it into the warning or the run's log, which the
+//! next session can read (ADR-0092).
+//!
+//! Each attack leaves a secret the agent cannot `cat` in a store on the
+//! deny list, makes the watch look at it, and then looks for the secret's
+//! bytes in everything nd7 printed and in every file under nd7's state
+//! directory (the logs a later session reads).
+#![cfg(target_os = "linux")]
+
+use std::process::Output;
+
+use crate::world::*;
+
+/// Everything nd7 wrote where a later session can read it: the run's
+/// output, and every file under its state directory.
+fn everything_written(w: &World, out: &Output) -> String {
+    let mut all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let mut stack = vec![w.home().join(".local/state/nd7")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                all.push_str(&String::from_utf8_lossy(&bytes));
+            }
+        }
+    }
+    all
+}
+
+fn secret(w: &World, rel: &str, content: &str) {
+    let path = w.home().join(rel);
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&path, content).expect("write secret");
+    w.own();
+}
+
+/// Guards `Unreadable::check` in the watch's reads (`deferred::read_bounded`)
+/// and the search's refusal to follow a `gitdir:` into a credential store:
+/// the agent touches `~/.kube/config` and `~/.ssh/config` (a new change
+/// time, which Landlock does not mediate), points a new repository's `.git`
+/// file at each store, and re-points Claude Code's state at Docker's
+/// logins. Without the guard the kube token, the ssh host's key path and
+/// the Docker login are in the warning and the log.
+#[test]
+fn the_watch_never_reads_a_credential_store_for_the_agent() {
+    let w = World::new();
+    crate::deferred_reads::repo(&w);
+    secret(
+        &w,
+        ".kube/config",
+        "apiVersion: v1\nusers:\n- name: u\n  user:\n    token: KUBE-SECRET-TOKEN\n",
+    );
+    secret(
+        &w,
+        ".ssh/config",
+        "Host prod\n  IdentityFile ~/.ssh/SSH-SECRET-KEY\n",
+    );
+    secret(
+        &w,
+        ".docker/config.json",
+        r#"{"mcpServers": {"x": {"command": "sh", "env": {"T": "DOCKER-SECRET-LOGIN"}}}, "projects": {"/": {"mcpServers": {"y": {"command": "DOCKER-SECRET-TWO"}}}}}"#,
+    );
+    let out = w.run_agent(
+        r#"
+cat "$HOME_DIR/.kube/config" >/dev/null 2>&1 && echo read-kube
+touch "$HOME_DIR/.kube/config" "$HOME_DIR/.ssh/config" 2>/dev/null
+mkdir -p k s && echo "gitdir: $HOME_DIR/.kube" > k/.git && echo "gitdir: $HOME_DIR/.ssh" > s/.git
+ln -sf "$HOME_DIR/.docker/config.json" "$HOME_DIR/.claude/claude.json.new" && mv -f "$HOME_DIR/.claude/claude.json.new" "$HOME_DIR/.claude/claude.json"
+echo done
+"#,
+    );
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+    let all = everything_written(&w, &out);
+    for s in [
+        "KUBE-SECRET-TOKEN",
+        "SSH-SECRET-KEY",
+        "DOCKER-SECRET-LOGIN",
+        "DOCKER-SECRET-TWO",
+    ] {
+        assert!(!all.contains(s), "{s} was copied out:\n{}", text(&out.stderr));
+    }
+    // Each pointer is named, in words, and fails the run.
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let report = crate::deferred_reads::report(&out);
+    let kube = w.in_home(".kube");
+    assert!(
+        report.contains(&format!("which the floor keeps unreadable: {kube}"))
+            || report.contains(&format!("keeps unreadable ({kube})")),
+        "{report}"
+    );
+    assert!(
+        report.contains(&w.in_home(".claude/claude.json")),
+        "{report}"
+    );
+}
+
+/// Guards the identity check (`Unreadable::check`'s link count and inode):
+/// a hard link to a secret that already lay in the project (made before the
+/// session, where the floor cannot see it) moved onto the list as `.envrc`.
+/// The agent could read that file anyway; the watch still never copies a
+/// credential store's bytes into the log, which outlives the session.
+#[test]
+fn a_hard_link_to_a_secret_put_on_the_list_is_named_not_copied() {
+    let w = World::new();
+    crate::deferred_reads::repo(&w);
+    secret(&w, ".pgpass", "db:5432:*:u:PG-SECRET-PASSWORD\n");
+    std::fs::hard_link(w.home().join(".pgpass"), w.proj().join("old-link")).expect("ln");
+    w.own();
+    let out = w.run_agent("mv old-link .envrc && echo done");
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+    let all = everything_written(&w, &out);
+    assert!(
+        !all.contains("PG-SECRET-PASSWORD"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let report = crate::deferred_reads::report(&out);
+    let envrc = format!("{}/.envrc", w.proj().display());
+    let b = crate::deferred_reads::block(&report, &envrc)
+        .unwrap_or_else(|| panic!("no {envrc} in\n{report}"));
+    assert!(b.contains("keeps unreadable"), "{b}");
+}
