@@ -337,7 +337,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     warnings.extend(pin_roots(&mut policy, &cwd));
     // Named in the policy for Seatbelt, which holds files by name; on Linux
     // the plan below holds them (the same list).
-    policy.named_programs = crate::policy::deferred::settings_programs(&policy, &deferred::FsTree)
+    policy.named_programs = crate::policy::deferred::settings_programs(&policy, &deferred::FsTree::of(&policy))
         .into_iter()
         .filter(|p| !p.starts_with(&policy.roots.project))
         .collect();
@@ -355,7 +355,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         let (policy, nd7_exec) = (policy.clone(), nd7_exec.clone());
         std::thread::spawn(move || sandbox::floor(&policy, &nd7_exec))
     };
-    let plan = crate::policy::deferred::plan(&policy, &deferred::FsTree);
+    let plan = crate::policy::deferred::plan(&policy, &deferred::FsTree::of(&policy));
     // The snapshot is taken as if the locks will hold (they nearly always
     // do), and again below if they do not.
     let snapshot = {

@@ -20,6 +20,7 @@
 //! itself, never a silent pass.
 
 pub mod report;
+pub mod unreadable;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -34,9 +35,22 @@ use crate::policy::deferred::{
     gitdir_of, grant_roots, listed_beneath, plan_grant, searched_name,
 };
 use report::{Body, Finding, What};
+use unreadable::{Refused, Unreadable};
 
-/// The real file system, for [`crate::policy::deferred::plan`].
-pub struct FsTree;
+/// The real file system, for [`crate::policy::deferred::plan`]: what it
+/// reads never comes from a place the floor keeps unreadable.
+pub struct FsTree {
+    unreadable: Unreadable,
+}
+
+impl FsTree {
+    /// The file system as `policy`'s session may have the planner read it.
+    pub fn of(policy: &Policy) -> FsTree {
+        FsTree {
+            unreadable: Unreadable::of(policy),
+        }
+    }
+}
 
 impl Tree for FsTree {
     fn kind(&self, path: &Path) -> Option<Kind> {
@@ -44,7 +58,7 @@ impl Tree for FsTree {
     }
 
     fn read(&self, path: &Path, limit: u64) -> Option<String> {
-        String::from_utf8(read_bounded(path, Follow::Yes, limit).ok()?).ok()
+        String::from_utf8(read_bounded(path, Follow::Yes, limit, &self.unreadable).ok()?).ok()
     }
 
     fn list(&self, path: &Path) -> Vec<PathBuf> {
@@ -103,6 +117,8 @@ enum Unread {
     /// Larger than the bound: its length (or what was read of it).
     TooLarge(u64, u64),
     Io(std::io::Error),
+    /// In a place the floor keeps unreadable (ADR-0092).
+    Secret(Refused),
 }
 
 impl std::fmt::Display for Unread {
@@ -115,6 +131,7 @@ impl std::fmt::Display for Unread {
                 write!(f, "it has {len} bytes, more than the {limit} nd7 reads")
             }
             Unread::Io(e) => write!(f, "{e}"),
+            Unread::Secret(r) => write!(f, "{r}"),
         }
     }
 }
@@ -124,8 +141,14 @@ impl std::fmt::Display for Unread {
 /// and, unless `follow`, without following a final link; checked again on
 /// the open descriptor, so what is read is a regular file even if the name
 /// was swapped between the checks, and read to at most one byte past the
-/// bound, so a file that grows cannot keep it reading.
-fn read_bounded(path: &Path, follow: Follow, limit: u64) -> Result<Vec<u8>, Unread> {
+/// bound, so a file that grows cannot keep it reading. Nothing is read
+/// from a place the floor keeps unreadable (`unreadable`).
+fn read_bounded(
+    path: &Path,
+    follow: Follow,
+    limit: u64,
+    unreadable: &Unreadable,
+) -> Result<Vec<u8>, Unread> {
     use rustix::fs::{Mode, OFlags};
     let checked = |m: &std::fs::Metadata| -> Result<(), Unread> {
         let t = m.file_type();
@@ -163,6 +186,7 @@ fn read_bounded(path: &Path, follow: Follow, limit: u64) -> Result<Vec<u8>, Unre
     })?;
     let file = std::fs::File::from(fd);
     checked(&file.metadata().map_err(Unread::Io)?)?;
+    unreadable.check(path, &file).map_err(Unread::Secret)?;
     let mut bytes = Vec::new();
     file.take(limit + 1)
         .read_to_end(&mut bytes)
@@ -174,8 +198,8 @@ fn read_bounded(path: &Path, follow: Follow, limit: u64) -> Result<Vec<u8>, Unre
 }
 
 /// A regular file's BLAKE3 hash, read as [`read_bounded`] reads, in
-/// blocks, at most `limit` bytes.
-fn hash_bounded(path: &Path, limit: u64) -> Result<String, Unread> {
+/// blocks, at most `limit` bytes, and never from where `unreadable` says.
+fn hash_bounded(path: &Path, limit: u64, unreadable: &Unreadable) -> Result<String, Unread> {
     use rustix::fs::{Mode, OFlags};
     let flags =
         OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
@@ -189,6 +213,7 @@ fn hash_bounded(path: &Path, limit: u64) -> Result<String, Unread> {
     if !m.file_type().is_file() {
         return Err(Unread::Special(special_name(m.file_type())));
     }
+    unreadable.check(path, &file).map_err(Unread::Secret)?;
     let mut hasher = blake3::Hasher::new();
     let n = std::io::copy(&mut file.take(limit + 1), &mut hasher).map_err(Unread::Io)?;
     if n > limit {
@@ -252,7 +277,7 @@ fn meta(path: &Path) -> Option<Meta> {
 
 /// What a file on the list holds now. A directory's entries are read by
 /// [`snapshot`], which replaces `Body::Dir` when it cannot list them.
-fn body(path: &Path, meta: &Meta) -> Body {
+fn body(path: &Path, meta: &Meta, unreadable: &Unreadable) -> Body {
     match meta.kind {
         Kind::Dir => Body::Dir,
         Kind::Link => Body::Link(meta.target.clone().unwrap_or_default()),
@@ -264,7 +289,7 @@ fn body(path: &Path, meta: &Meta) -> Body {
         ),
         Kind::File => {
             if meta.len <= MAX_TEXT {
-                match read_bounded(path, Follow::No, MAX_TEXT) {
+                match read_bounded(path, Follow::No, MAX_TEXT, unreadable) {
                     Ok(bytes) => {
                         return match String::from_utf8(bytes) {
                             Ok(text) => Body::Text(text),
@@ -280,7 +305,7 @@ fn body(path: &Path, meta: &Meta) -> Body {
                     Err(e) => return Body::Unread(e.to_string()),
                 }
             }
-            match hash_bounded(path, MAX_HASH) {
+            match hash_bounded(path, MAX_HASH, unreadable) {
                 Ok(hash) => Body::Data {
                     len: meta.len,
                     hash: Some(hash),
@@ -316,8 +341,13 @@ struct Taken {
 /// directory, whose own entries are watched on their own), with contents
 /// when `bodies`. A file whose `lstat` is what `earlier` holds keeps the
 /// body read then: the change time says it was not written since.
-fn snapshot(paths: &[PathBuf], bodies: bool, earlier: Option<&Snapshot>) -> Taken {
-    snapshot_within(paths, bodies, earlier, MAX_ENTRIES)
+fn snapshot(
+    paths: &[PathBuf],
+    bodies: bool,
+    earlier: Option<&Snapshot>,
+    unreadable: &Unreadable,
+) -> Taken {
+    snapshot_within(paths, bodies, earlier, MAX_ENTRIES, unreadable)
 }
 
 /// [`snapshot`], reading at most `max` entries.
@@ -326,6 +356,7 @@ fn snapshot_within(
     bodies: bool,
     earlier: Option<&Snapshot>,
     max: usize,
+    unreadable: &Unreadable,
 ) -> Taken {
     let mut out = Snapshot::new();
     let mut cut_off = None;
@@ -344,14 +375,27 @@ fn snapshot_within(
             continue;
         }
         let Some(m) = meta(&path) else { continue };
-        let walk = m.kind == Kind::Dir && path.file_name() != Some(std::ffi::OsStr::new(".git"));
+        let mut walk =
+            m.kind == Kind::Dir && path.file_name() != Some(std::ffi::OsStr::new(".git"));
         let mut body = bodies.then(|| {
             earlier
                 .and_then(|e| e.get(&path))
                 .filter(|e| e.meta == m && m.kind != Kind::Dir)
                 .and_then(|e| e.body.clone())
-                .unwrap_or_else(|| body(&path, &m))
+                .unwrap_or_else(|| body(&path, &m, unreadable))
         });
+        // A directory on the list that leads into a credential store (a
+        // link on the way the planner followed, or one planted since) is
+        // not listed: its names are the store's (ADR-0092). Below a listed
+        // directory nothing leads elsewhere, as links are not followed.
+        if walk
+            && bodies
+            && path == paths[top]
+            && let Some(refused) = unreadable.place_of(&path)
+        {
+            walk = false;
+            body = Some(Body::Unread(refused.to_string()));
+        }
         if walk {
             match std::fs::read_dir(&path) {
                 Ok(entries) => {
@@ -498,8 +542,12 @@ fn found(path: &Path, why: String) -> Finding {
 /// one, so Claude Code creating it is no finding, while creating it with an
 /// MCP server is. Read following a link (`~/.claude.json` is one), but only
 /// ever a regular file, and at most [`MAX_STATE`].
-fn claude_state(path: &Path, own: &[PathBuf]) -> Result<serde_json::Value, String> {
-    let bytes = match read_bounded(path, Follow::Yes, MAX_STATE) {
+fn claude_state(
+    path: &Path,
+    own: &[PathBuf],
+    unreadable: &Unreadable,
+) -> Result<serde_json::Value, String> {
+    let bytes = match read_bounded(path, Follow::Yes, MAX_STATE, unreadable) {
         Ok(bytes) => bytes,
         Err(Unread::Missing) => return Ok(claude_state_risky(&serde_json::json!({}), own)),
         Err(e) => return Err(e.to_string()),
@@ -545,6 +593,8 @@ pub struct Watch {
     claude: Vec<(PathBuf, Result<serde_json::Value, String>)>,
     own: Vec<PathBuf>,
     policy: Policy,
+    /// Where nothing is read for the agent (ADR-0092).
+    unreadable: std::sync::Arc<Unreadable>,
     /// Presets' places, which the search does not enter.
     caches: Vec<PathBuf>,
     /// Anything changed at or after this time counts as changed during the
@@ -740,12 +790,13 @@ impl Watch {
             .iter()
             .cloned()
             .partition(|p| locked && plan.locked(p));
-        let start = snapshot(&quick, true, None).entries;
+        let unreadable = std::sync::Arc::new(Unreadable::of(policy));
+        let start = snapshot(&quick, true, None, &unreadable).entries;
         let own = own_project_keys(&policy.roots.project);
         let claude = plan
             .claude_state
             .iter()
-            .map(|p| (p.clone(), claude_state(p, &own)))
+            .map(|p| (p.clone(), claude_state(p, &own, &unreadable)))
             .collect();
         let last = start
             .iter()
@@ -766,6 +817,7 @@ impl Watch {
             own,
             caches: caches(&policy.roots.home),
             policy: policy.clone(),
+            unreadable,
             since,
             seen: Mutex::new(Seen {
                 last,
@@ -782,9 +834,9 @@ impl Watch {
     /// a directory is read is found by its change time, one added after by
     /// the directory's.
     pub fn program_started(&self) {
-        let held = self.held.clone();
+        let (held, unreadable) = (self.held.clone(), self.unreadable.clone());
         self.locked
-            .start(move || snapshot(&held, true, None).entries);
+            .start(move || snapshot(&held, true, None, &unreadable).entries);
         let roots = outermost(&self.plan.roots);
         let skip = self.caches.clone();
         self.index
@@ -822,17 +874,17 @@ impl Watch {
             // grant's `.git/modules/a/modules/a/…`, up to 256), more than
             // the exit's small thread stacks hold: it gets a thread of its
             // own with the main thread's usual stack.
-            let at = root.clone();
+            let (at, policy) = (root.clone(), self.policy.clone());
             let plan = std::thread::Builder::new()
                 .stack_size(PLAN_STACK)
-                .spawn(move || plan_grant(&at, &FsTree))
+                .spawn(move || plan_grant(&at, &policy, &FsTree::of(&policy)))
                 .ok()
                 .and_then(|t| t.join().ok())
-                .unwrap_or_else(|| plan_grant(&root, &FsTree));
+                .unwrap_or_else(|| plan_grant(&root, &self.policy, &FsTree::of(&self.policy)));
             if plan.roots.is_empty() {
                 continue;
             }
-            let start = snapshot(&plan.watched, true, None).entries;
+            let start = snapshot(&plan.watched, true, None, &self.unreadable).entries;
             let quick = start.len() <= MAX_QUICK;
             if quick && let Ok(mut seen) = self.seen.lock() {
                 for (p, e) in &start {
@@ -871,7 +923,7 @@ impl Watch {
     /// Checks, after one command through the exit, what no lock covers,
     /// and returns what changed since the last check (each change once).
     pub fn after_command(&self, command: &str) -> Vec<PathBuf> {
-        let now: BTreeMap<PathBuf, Meta> = snapshot(&self.quick_paths(), false, None)
+        let now: BTreeMap<PathBuf, Meta> = snapshot(&self.quick_paths(), false, None, &self.unreadable)
             .entries
             .into_iter()
             .map(|(p, e)| (p, e.meta))
@@ -912,7 +964,7 @@ impl Watch {
         let mut start = self.start.clone();
         start.extend(
             self.locked
-                .get(|| snapshot(&self.held, true, None).entries)
+                .get(|| snapshot(&self.held, true, None, &self.unreadable).entries)
                 .iter()
                 .map(|(p, e)| (p.clone(), e.clone())),
         );
@@ -923,7 +975,7 @@ impl Watch {
         }
         watched.sort();
         watched.dedup();
-        let end = snapshot(&watched, true, Some(&start));
+        let end = snapshot(&watched, true, Some(&start), &self.unreadable);
         let mut findings = compare(&start, &end.entries);
         findings.extend(unreadable_at_the_end(&end.entries, &findings));
         if let Some(top) = &end.cut_off {
@@ -935,7 +987,7 @@ impl Watch {
             ));
         }
         for (path, before) in &self.claude {
-            let after = claude_state(path, &self.own);
+            let after = claude_state(path, &self.own, &self.unreadable);
             let why = match (&after, before) {
                 (Err(why), _) => format!(
                     "Claude Code's state cannot be read ({why}), so what it starts (MCP servers, allowed tools, folder trust) was not checked"
@@ -1101,16 +1153,26 @@ impl Watch {
                             "a repository link that appeared or changed during the session".into(),
                         ),
                         before: None,
-                        after: m.as_ref().map(|m| body(&path, m)),
+                        after: m.as_ref().map(|m| body(&path, m, &self.unreadable)),
                         after_command: None,
                     });
                     let dir = path.parent().unwrap_or(&path).to_path_buf();
-                    let target = read_bounded(&path, Follow::No, MAX_CONFIG)
+                    let target = read_bounded(&path, Follow::No, MAX_CONFIG, &self.unreadable)
                         .ok()
                         .and_then(|t| String::from_utf8(t).ok())
                         .and_then(|t| gitdir_of(&t).map(|d| dir.join(d)));
-                    if let Some(target) = target {
-                        out.extend(self.repository(&target));
+                    // Followed only where the floor lets the agent read:
+                    // a `gitdir:` into a credential store is named, and
+                    // nothing there is read (ADR-0092).
+                    match target.as_ref().map(|t| (t, self.unreadable.place_of(t))) {
+                        Some((_, Some(refused))) => out.push(found(
+                            &path,
+                            format!(
+                                "a repository link that leads where the floor keeps the agent from reading: {refused}"
+                            ),
+                        )),
+                        Some((target, None)) => out.extend(self.repository(target)),
+                        None => {}
                     }
                 }
             } else {
@@ -1120,7 +1182,7 @@ impl Watch {
                     .into_iter()
                     .filter(|p| !covered(p))
                     .collect();
-                let taken = snapshot(&listed, true, None);
+                let taken = snapshot(&listed, true, None, &self.unreadable);
                 for (p, e) in taken.entries {
                     let unreadable = matches!(
                         e.body,
@@ -1184,7 +1246,7 @@ impl Watch {
         let mut out = Vec::new();
         let config = git_dir.join("config");
         if self.changed_since(&config) {
-            match read_bounded(&config, Follow::No, MAX_CONFIG) {
+            match read_bounded(&config, Follow::No, MAX_CONFIG, &self.unreadable) {
                 Ok(bytes) => {
                     let text = String::from_utf8_lossy(&bytes).into_owned();
                     let risky = git_config_risky(&text);
@@ -1217,7 +1279,7 @@ impl Watch {
                     path: p.clone(),
                     what: What::Found("a repository file that changes what git runs".into()),
                     before: None,
-                    after: Some(body(&p, &m)),
+                    after: Some(body(&p, &m, &self.unreadable)),
                     after_command: None,
                 });
             }
@@ -1233,7 +1295,7 @@ impl Watch {
                             path: p.clone(),
                             what: What::Found("a git hook".into()),
                             before: None,
-                            after: Some(body(&p, &m)),
+                            after: Some(body(&p, &m, &self.unreadable)),
                             after_command: None,
                         });
                     }
@@ -1277,7 +1339,7 @@ mod tests {
             std::fs::write(root.join(format!("p/.vscode/f{i:02}")), "{}\n").expect("w");
         }
         let p = policy(root);
-        let watch = Watch::start(plan(&p, &FsTree), false, &p);
+        let watch = Watch::start(plan(&p, &FsTree::of(&p)), false, &p);
         let whole = index(&root.join("p"), MAX_SEARCH, &[]);
         assert!(!whole.truncated);
         assert!(watch.search(&[&whole], watch.watched(), &[]).is_empty());
@@ -1290,11 +1352,11 @@ mod tests {
             report::label(&found[0].what).contains("cut off at 10 entries"),
             "{found:?}"
         );
-        let taken = snapshot_within(&[root.join("p/.vscode")], false, None, 5);
+        let taken = snapshot_within(&[root.join("p/.vscode")], false, None, 5, &Unreadable::default());
         assert_eq!(taken.entries.len(), 5);
         assert_eq!(taken.cut_off, Some(root.join("p/.vscode")));
         assert_eq!(
-            snapshot(&[root.join("p/.vscode")], false, None).cut_off,
+            snapshot(&[root.join("p/.vscode")], false, None, &Unreadable::default()).cut_off,
             None
         );
     }
@@ -1315,7 +1377,7 @@ mod tests {
             std::fs::write(root.join(format!("big/.idea/{i}")), "").expect("w");
         }
         let p = policy(root);
-        let watch = Watch::start(plan(&p, &FsTree), false, &p);
+        let watch = Watch::start(plan(&p, &FsTree::of(&p)), false, &p);
         let grants = [root.join("small"), root.join("big")];
         assert_eq!(watch.before_command(&grants), grants);
         assert!(watch.before_command(&grants).is_empty(), "once each");
@@ -1344,13 +1406,13 @@ mod tests {
     fn a_state_made_during_the_session_counts_only_for_what_it_starts() {
         let dir = tempfile::tempdir().expect("tempdir");
         let state = dir.path().join("claude.json");
-        let before = claude_state(&state, &[]);
+        let before = claude_state(&state, &[], &Unreadable::default());
         std::fs::write(&state, "{\"numStartups\": 1}").expect("w");
-        assert_eq!(claude_state(&state, &[]), before);
+        assert_eq!(claude_state(&state, &[], &Unreadable::default()), before);
         std::fs::write(&state, r#"{"mcpServers": {"x": {"command": "sh"}}}"#).expect("w");
-        assert_ne!(claude_state(&state, &[]), before);
+        assert_ne!(claude_state(&state, &[], &Unreadable::default()), before);
         std::fs::write(&state, "not json").expect("w");
-        assert!(claude_state(&state, &[]).is_err_and(|e| e.contains("not JSON")));
+        assert!(claude_state(&state, &[], &Unreadable::default()).is_err_and(|e| e.contains("not JSON")));
     }
 
     #[test]
@@ -1366,7 +1428,7 @@ mod tests {
         std::fs::write(root.join("p/.vscode/tasks.json"), "{}\n").expect("w");
         std::fs::write(root.join(".claude/claude.json"), r#"{"numStartups":1}"#).expect("w");
         let p = policy(root);
-        let watch = Watch::start(plan(&p, &FsTree), false, &p);
+        let watch = Watch::start(plan(&p, &FsTree::of(&p)), false, &p);
 
         // Ordinary work: none of it is on the list.
         std::fs::write(root.join("p/src/main.rs"), "fn main() {}\n").expect("w");

@@ -478,7 +478,7 @@ pub fn settings_programs(policy: &Policy, tree: &dyn Tree) -> Vec<PathBuf> {
 /// the project is. The plan's mounts are not made: the session's
 /// namespaces were built before the session put itself under Landlock,
 /// which refuses mounts from then on; the watch reports instead.
-pub fn plan_grant(grant: &Path, tree: &dyn Tree) -> Plan {
+pub fn plan_grant(grant: &Path, policy: &Policy, tree: &dyn Tree) -> Plan {
     let mut p = Planner {
         tree: Cached {
             tree,
@@ -1435,7 +1435,7 @@ mod tests {
             "{locks:?}"
         );
         // A grant made later: planned alone, inside a git directory too.
-        let later = plan_grant(Path::new("/h/u/other/.git/hooks"), &tree);
+        let later = plan_grant(Path::new("/h/u/other/.git/hooks"), &policy, &tree);
         assert_eq!(later.roots, [PathBuf::from("/h/u/other/.git/hooks")]);
         assert!(later.locked(Path::new("/h/u/other/.git/hooks/pre-commit")));
         assert!(
