@@ -11,6 +11,7 @@ mod concurrency;
 mod daily;
 mod deferred;
 mod deferred_grants;
+mod deferred_includes;
 mod deferred_reads;
 mod deferred_secrets;
 mod distribution;
