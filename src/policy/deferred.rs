@@ -316,7 +316,21 @@ struct Planner<'a> {
     tree: Cached<'a>,
     plan: Plan,
     git_dirs: Vec<PathBuf>,
+    /// Where the agent can write (the floor's and the commands' write
+    /// roots): a file another names (an include, a sourced file) is held
+    /// only there.
+    writable: Vec<PathBuf>,
+    home: PathBuf,
+    /// How many named files have been followed, against [`MAX_NAMED`].
+    named: usize,
 }
+
+/// How deep git follows includes (its own bound).
+const MAX_INCLUDE_DEPTH: usize = 10;
+
+/// How many files named by others (includes, sourced files) one plan
+/// follows at most.
+const MAX_NAMED: usize = 1024;
 
 /// A [`Tree`] whose `kind` answers are remembered: the lists share
 /// parents (`.claude` above eight of them), each looked at once.
@@ -391,6 +405,9 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
         },
         plan: Plan::default(),
         git_dirs: Vec::new(),
+        writable: policy.command_writes(),
+        home: policy.roots.home.clone(),
+        named: 0,
     };
     let project = &policy.roots.project;
     let home = &policy.roots.home;
@@ -433,11 +450,17 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
     if let Some(state) = at_home.filter(|s| *s != own && Some(s) != own_real.as_ref()) {
         p.plan.claude_state.push(state);
     }
-    for config in [home.join(".gitconfig"), home.join(".config/git/config")] {
-        if let Some(dir) = p
-            .tree
-            .read(&config, MAX_CONFIG)
-            .and_then(|t| hooks_path(&t))
+    for config in [
+        home.join(".gitconfig"),
+        home.join(".config/git/config"),
+        PathBuf::from("/etc/gitconfig"),
+    ] {
+        let mut texts = Vec::new();
+        p.git_config(&config, 0, &mut texts);
+        if let Some(dir) = texts
+            .iter()
+            .filter_map(|t| hooks_path(t))
+            .last()
             .and_then(|h| expand_home(&h, home))
             .filter(|d| d.is_absolute())
         {
@@ -486,7 +509,11 @@ pub fn plan_grant(grant: &Path, policy: &Policy, tree: &dyn Tree) -> Plan {
         },
         plan: Plan::default(),
         git_dirs: Vec::new(),
+        writable: policy.command_writes(),
+        home: policy.roots.home.clone(),
+        named: 0,
     };
+    p.writable.push(grant.to_path_buf());
     p.root(grant);
     p.finish()
 }
@@ -508,6 +535,10 @@ impl Planner<'_> {
         }
         for name in PROJECT_REPORTED {
             self.watch(&root.join(name));
+        }
+        self.envrc(&root.join(".envrc"), 0);
+        for name in MISE_CONFIGS {
+            self.mise(root, &root.join(name));
         }
         if let Some(git) = root
             .ancestors()
@@ -605,6 +636,136 @@ impl Planner<'_> {
         }
     }
 
+    /// A file another one names as part of itself (a git include, a file
+    /// `.envrc` or mise sources): held like the list where the agent can
+    /// write it, and watched.
+    fn hold_named(&mut self, path: &Path) {
+        if let Some(root) = self.writable.iter().find(|w| path.starts_with(w)).cloned() {
+            self.lock(&root, path, 0);
+        }
+    }
+
+    /// A file another one names for what it holds (an environment file
+    /// `dotenv` or mise loads): watched where the agent can write it.
+    fn watch_named(&mut self, path: &Path) {
+        if self.writable.iter().any(|w| path.starts_with(w)) {
+            self.watch(path);
+        }
+    }
+
+    /// A git configuration file, followed through the files it includes
+    /// as git follows them (every `include.path` and `includeIf.*.path`,
+    /// whatever the condition, to git's depth), each held where the agent
+    /// can write it; the texts read are added to `texts`, the including
+    /// file before what it includes (ADR-0093).
+    fn git_config(&mut self, file: &Path, depth: usize, texts: &mut Vec<String>) {
+        if depth > MAX_INCLUDE_DEPTH || self.named >= MAX_NAMED {
+            return;
+        }
+        let Some(text) = self.tree.read(file, MAX_CONFIG) else {
+            return;
+        };
+        let includes = include_paths(&text);
+        texts.push(text);
+        for value in includes {
+            let Some(target) = include_target(&value, file, &self.home) else {
+                continue;
+            };
+            let target = self.real(&target);
+            self.named += 1;
+            self.hold_named(&target);
+            self.git_config(&target, depth + 1, texts);
+        }
+    }
+
+    /// `path` with `.` and `..` taken out as the system would: its parent
+    /// resolved where it exists, lexically where it does not.
+    fn real(&self, path: &Path) -> PathBuf {
+        if let (Some(parent), Some(name)) = (path.parent(), path.file_name())
+            && let Some(parent) = self.tree.resolve(parent)
+        {
+            return parent.join(name);
+        }
+        lexical(path)
+    }
+
+    /// An `.envrc` and what it sources, as direnv runs it: the files it
+    /// sources (`source_env`, `source_env_if_exists`, `source_up`, bash's
+    /// `source` and `.`) run with no new `direnv allow`, so each is held
+    /// like `.envrc` and read for what it sources in turn; the environment
+    /// files it loads (`dotenv`, `dotenv_if_exists`) are reported
+    /// (ADR-0093).
+    fn envrc(&mut self, file: &Path, depth: usize) {
+        if depth > 4 || self.named >= MAX_NAMED {
+            return;
+        }
+        let Some(text) = self.tree.read(file, MAX_CONFIG) else {
+            return;
+        };
+        let dir = file.parent().unwrap_or(file).to_path_buf();
+        for (command, arg) in envrc_commands(&text) {
+            self.named += 1;
+            match command {
+                EnvrcCommand::Source => {
+                    let Some(path) = arg.and_then(|a| shell_path(&a, &dir, &self.home)) else {
+                        continue;
+                    };
+                    let path = self.real(&path);
+                    let path = if self.tree.kind(&path) == Some(Kind::Dir) {
+                        path.join(".envrc")
+                    } else {
+                        path
+                    };
+                    self.hold_named(&path);
+                    self.envrc(&path, depth + 1);
+                }
+                EnvrcCommand::SourceUp => {
+                    let name = arg.unwrap_or_else(|| ".envrc".into());
+                    let found = dir
+                        .ancestors()
+                        .skip(1)
+                        .map(|a| a.join(&name))
+                        .find(|p| self.tree.kind(p).is_some());
+                    if let Some(path) = found {
+                        self.hold_named(&path);
+                        self.envrc(&path, depth + 1);
+                    }
+                }
+                EnvrcCommand::Dotenv => {
+                    let arg = arg.unwrap_or_else(|| ".env".into());
+                    if let Some(path) = shell_path(&arg, &dir, &self.home) {
+                        let path = self.real(&path);
+                        self.watch_named(&path);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A mise configuration's `[env]` directives: the scripts `_.source`
+    /// names run in the user's shell with no new `mise trust`, so each is
+    /// held; the files `_.file` loads are reported (ADR-0093).
+    fn mise(&mut self, root: &Path, file: &Path) {
+        let Some(text) = self.tree.read(file, MAX_CONFIG) else {
+            return;
+        };
+        let (sources, files) = mise_env_files(&text);
+        for s in sources {
+            self.named += 1;
+            if let Some(p) = mise_path(&s, root, &self.home) {
+                let p = self.real(&p);
+                self.hold_named(&p);
+            }
+        }
+        for f in files {
+            self.named += 1;
+            if let Some(p) = mise_path(&f, root, &self.home) {
+                let p = self.real(&p);
+                self.watch_named(&p);
+            }
+        }
+    }
+
     /// A working tree's `.git` (a directory, a `gitdir:` file, or a link),
     /// and the submodules `.gitmodules` names.
     fn work_tree(&mut self, root: &Path, tree_root: &Path, depth: usize) {
@@ -677,11 +838,11 @@ impl Planner<'_> {
         for name in GIT_DIR_LOCKED {
             self.lock(dir, &dir.join(name), 0);
         }
-        if let Some(hooks) = self
-            .tree
-            .read(&dir.join("config"), MAX_CONFIG)
-            .and_then(|t| hooks_path(&t))
-        {
+        let mut texts = Vec::new();
+        for name in ["config", "config.worktree"] {
+            self.git_config(&dir.join(name), 0, &mut texts);
+        }
+        if let Some(hooks) = texts.iter().filter_map(|t| hooks_path(t)).last() {
             let hooks = PathBuf::from(hooks);
             let hooks = if hooks.is_absolute() {
                 hooks
@@ -842,6 +1003,225 @@ fn word_path(word: &str, home: &Path, project: &Path) -> Option<PathBuf> {
     Some(path)
 }
 
+/// Where mise reads a project's configuration, relative to the project
+/// (its `config_root`, against which the paths in them are taken).
+pub const MISE_CONFIGS: &[&str] = &[
+    "mise.toml",
+    ".mise.toml",
+    "mise.local.toml",
+    ".mise.local.toml",
+    ".mise/config.toml",
+    ".mise/config.local.toml",
+    ".config/mise.toml",
+    ".config/mise/config.toml",
+    "mise/config.toml",
+];
+
+/// The values of every `include.path` and `includeIf.<condition>.path` in
+/// a git configuration.
+pub fn include_paths(text: &str) -> Vec<String> {
+    config_entries(text)
+        .filter(|(section, key, _)| {
+            key == "path" && (section == "include" || section.starts_with("includeif."))
+        })
+        .map(|(_, _, value)| value)
+        .collect()
+}
+
+/// Where git finds an included file: `~/` from the home directory, a
+/// relative path from the including file's directory. (`~user/` and
+/// `%(prefix)/` are not followed.)
+pub fn include_target(value: &str, including: &Path, home: &Path) -> Option<PathBuf> {
+    if value.is_empty() || value.starts_with("%(") {
+        return None;
+    }
+    if value == "~" {
+        return Some(home.to_path_buf());
+    }
+    if let Some(rest) = value.strip_prefix("~/") {
+        return Some(home.join(rest));
+    }
+    if value.starts_with('~') {
+        return None;
+    }
+    let path = Path::new(value);
+    if path.is_absolute() {
+        return Some(path.to_path_buf());
+    }
+    Some(including.parent()?.join(path))
+}
+
+/// `path` with `.` and `..` taken out as written.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// What an `.envrc` line does with the file it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnvrcCommand {
+    /// Runs it: `source_env`, `source_env_if_exists`, `source`, `.`.
+    Source,
+    /// Runs the first one found above: `source_up`, `source_up_if_exists`.
+    SourceUp,
+    /// Loads its variables: `dotenv`, `dotenv_if_exists`.
+    Dotenv,
+}
+
+/// The files an `.envrc` sources or loads, as its commands name them
+/// (the word after the command, quotes taken out; `None` when the command
+/// is given none). Read a command at a time (split at `;`, `&&`, `||`,
+/// `|`), from the first word that is one of direnv's, so `[ -f x ] &&
+/// source_env x` and `if …; then dotenv y; fi` are found too.
+pub fn envrc_commands(text: &str) -> Vec<(EnvrcCommand, Option<String>)> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.split(" #").next().unwrap_or(line);
+        if line.trim_start().starts_with('#') {
+            continue;
+        }
+        for part in line.split([';', '&', '|']) {
+            let words: Vec<String> = part
+                .split_whitespace()
+                .map(|w| w.replace(['"', '\''], ""))
+                .collect();
+            let Some(at) = words.iter().position(|w| envrc_command(w).is_some()) else {
+                continue;
+            };
+            let command = envrc_command(&words[at]).unwrap_or(EnvrcCommand::Source);
+            let arg = words
+                .get(at + 1)
+                .filter(|w| !w.starts_with('-') && !w.is_empty())
+                .cloned();
+            out.push((command, arg));
+        }
+    }
+    out
+}
+
+fn envrc_command(word: &str) -> Option<EnvrcCommand> {
+    match word {
+        "source_env" | "source_env_if_exists" | "source" | "." => Some(EnvrcCommand::Source),
+        "source_up" | "source_up_if_exists" => Some(EnvrcCommand::SourceUp),
+        "dotenv" | "dotenv_if_exists" => Some(EnvrcCommand::Dotenv),
+        _ => None,
+    }
+}
+
+/// A word of a shell script as a path: from `/`, from the home (`~/`,
+/// `$HOME/`, `${HOME}/`), or from `dir` (relative, `$PWD/`, `${PWD}/`); a
+/// word with another variable in it names nothing nd7 can know.
+pub fn shell_path(word: &str, dir: &Path, home: &Path) -> Option<PathBuf> {
+    let (base, rest) = if let Some(rest) = word.strip_prefix("~/") {
+        (home, rest)
+    } else if let Some(rest) = ["$HOME/", "${HOME}/"].iter().find_map(|p| word.strip_prefix(p)) {
+        (home, rest)
+    } else if let Some(rest) = ["$PWD/", "${PWD}/"].iter().find_map(|p| word.strip_prefix(p)) {
+        (dir, rest)
+    } else if word.starts_with('/') {
+        (Path::new("/"), word)
+    } else {
+        (dir, word)
+    };
+    if rest.contains('$') || rest.contains('`') || rest.is_empty() {
+        return None;
+    }
+    Some(lexical(&base.join(rest)))
+}
+
+/// The scripts (`_.source`) and environment files (`_.file`) a mise
+/// configuration's `[env]` names, in each form mise takes: a string, an
+/// array of strings or of tables with `path`, a table with `path`, under
+/// `[env]` or each `[[env]]`.
+pub fn mise_env_files(text: &str) -> (Vec<String>, Vec<String>) {
+    use toml_edit::{DocumentMut, Item, Value};
+    let Ok(doc) = text.parse::<DocumentMut>() else {
+        return (Vec::new(), Vec::new());
+    };
+    fn paths(item: Option<&Item>, out: &mut Vec<String>) {
+        let value = |v: &Value, out: &mut Vec<String>| match v {
+            Value::String(s) => out.push(s.value().clone()),
+            Value::InlineTable(t) => {
+                if let Some(p) = t.get("path").and_then(Value::as_str) {
+                    out.push(p.to_string());
+                }
+            }
+            Value::Array(a) => {
+                for v in a.iter() {
+                    match v {
+                        Value::String(s) => out.push(s.value().clone()),
+                        Value::InlineTable(t) => {
+                            if let Some(p) = t.get("path").and_then(Value::as_str) {
+                                out.push(p.to_string());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        };
+        match item {
+            Some(Item::Value(v)) => value(v, out),
+            Some(Item::Table(t)) => {
+                if let Some(p) = t.get("path").and_then(Item::as_str) {
+                    out.push(p.to_string());
+                }
+            }
+            Some(Item::ArrayOfTables(a)) => {
+                for t in a.iter() {
+                    if let Some(p) = t.get("path").and_then(Item::as_str) {
+                        out.push(p.to_string());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut envs: Vec<&dyn toml_edit::TableLike> = Vec::new();
+    match doc.get("env") {
+        Some(Item::Table(t)) => envs.push(t),
+        Some(Item::ArrayOfTables(a)) => envs.extend(a.iter().map(|t| t as &dyn toml_edit::TableLike)),
+        Some(Item::Value(Value::InlineTable(t))) => envs.push(t),
+        _ => {}
+    }
+    let (mut sources, mut files) = (Vec::new(), Vec::new());
+    for env in envs {
+        let Some(directives) = env.get("_").and_then(Item::as_table_like) else {
+            continue;
+        };
+        paths(directives.get("source"), &mut sources);
+        paths(directives.get("file"), &mut files);
+    }
+    (sources, files)
+}
+
+/// A path in a mise configuration: `{{config_root}}` and `{{env.HOME}}`
+/// put in, `~/` from the home, relative from the project (`root`); any
+/// other template names nothing nd7 can know.
+pub fn mise_path(value: &str, root: &Path, home: &Path) -> Option<PathBuf> {
+    let home_text = home.to_string_lossy();
+    let root_text = root.to_string_lossy();
+    let value = value
+        .replace("{{config_root}}", &root_text)
+        .replace("{{ config_root }}", &root_text)
+        .replace("{{env.HOME}}", &home_text)
+        .replace("{{ env.HOME }}", &home_text);
+    if value.contains("{{") || value.contains('$') {
+        return None;
+    }
+    shell_path(&value, root, home)
+}
+
 /// The directory a `.git` file points at (`gitdir: <path>`).
 pub fn gitdir_of(text: &str) -> Option<&str> {
     text.lines()
@@ -851,7 +1231,7 @@ pub fn gitdir_of(text: &str) -> Option<&str> {
 }
 
 /// The `path = …` of every submodule in a `.gitmodules`.
-pub fn submodule_paths(text: &str) -> Vec<&str> {
+pub fn submodule_paths(text: &str) -> Vec<String> {
     config_entries(text)
         .filter(|(section, key, _)| section.starts_with("submodule") && key == "path")
         .map(|(_, _, value)| value)
@@ -862,7 +1242,7 @@ pub fn submodule_paths(text: &str) -> Vec<&str> {
 pub fn hooks_path(text: &str) -> Option<String> {
     config_entries(text)
         .filter(|(section, key, _)| section == "core" && key == "hookspath")
-        .map(|(_, _, value)| value.trim_matches('"').to_string())
+        .map(|(_, _, value)| value)
         .last()
 }
 
@@ -876,31 +1256,180 @@ fn expand_home(path: &str, home: &Path) -> Option<PathBuf> {
 
 /// A git configuration file's `(section, key, value)` entries, section and
 /// key lower-cased, the subsection kept (`remote "origin"` becomes
-/// `remote.origin`). Enough of git's format to read what this module needs;
-/// a line it cannot read is skipped.
-pub fn config_entries(text: &str) -> impl Iterator<Item = (String, String, &str)> {
-    let mut section = String::new();
-    text.lines().filter_map(move |line| {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-            return None;
-        }
-        if let Some(rest) = line.strip_prefix('[') {
-            let (head, _) = rest.split_once(']')?;
-            section = match head.split_once(char::is_whitespace) {
-                Some((name, sub)) => {
-                    format!("{}.{}", name.to_lowercase(), sub.trim().trim_matches('"'))
+/// `remote.origin`), read as git reads them ([`parse_config`]); a key
+/// without a value is `true`.
+pub fn config_entries(text: &str) -> impl Iterator<Item = (String, String, String)> {
+    parse_config(text).entries.into_iter()
+}
+
+/// A git configuration file as git reads it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    pub entries: Vec<(String, String, String)>,
+    /// The line at which git would refuse the file, if it would: entries
+    /// are read up to it.
+    pub refused_at: Option<usize>,
+}
+
+/// Reads `text` with git's own rules (its `config.c`), which are looser
+/// than one entry a line: a key may follow its section's `]` on the same
+/// line (`[core] fsmonitor = x`), values may be quoted in parts with
+/// escapes and continued with a backslash at the end of a line, comments
+/// start anywhere outside quotes, and section and key names are compared
+/// without case.
+pub fn parse_config(text: &str) -> Config {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let text = text.replace("\r\n", "\n");
+    let mut p = ConfigReader {
+        chars: text.chars().collect(),
+        at: 0,
+        line: 1,
+    };
+    let mut out = Config::default();
+    let mut section: Option<String> = None;
+    loop {
+        let Some(c) = p.next() else { break };
+        let ok = match c {
+            '\n' => true,
+            c if c.is_ascii_whitespace() => true,
+            '#' | ';' => {
+                p.skip_line();
+                true
+            }
+            '[' => p.section().map(|s| section = Some(s)).is_some(),
+            c if c.is_ascii_alphabetic() => match (&section, p.entry(c)) {
+                (Some(s), Some((key, value))) => {
+                    out.entries.push((s.clone(), key, value));
+                    true
                 }
-                None => head.to_lowercase(),
-            };
+                _ => false,
+            },
+            _ => false,
+        };
+        if !ok {
+            out.refused_at = Some(p.line);
+            break;
+        }
+    }
+    out
+}
+
+struct ConfigReader {
+    chars: Vec<char>,
+    at: usize,
+    line: usize,
+}
+
+impl ConfigReader {
+    fn next(&mut self) -> Option<char> {
+        let c = *self.chars.get(self.at)?;
+        self.at += 1;
+        if c == '\n' {
+            self.line += 1;
+        }
+        Some(c)
+    }
+
+    /// The next character, the end of the text reading as a line's end.
+    fn next_or_end(&mut self) -> char {
+        self.next().unwrap_or('\n')
+    }
+
+    fn skip_line(&mut self) {
+        while !matches!(self.next(), None | Some('\n')) {}
+    }
+
+    /// After `[`: `name]`, `name "sub"]` or the old `name.sub]`.
+    fn section(&mut self) -> Option<String> {
+        let mut name = String::new();
+        loop {
+            match self.next()? {
+                ']' => return Some(name),
+                c if c.is_ascii_whitespace() && c != '\n' => break,
+                c if c.is_ascii_alphanumeric() || c == '-' || c == '.' => {
+                    name.push(c.to_ascii_lowercase())
+                }
+                _ => return None,
+            }
+        }
+        let mut c = self.next()?;
+        while c.is_ascii_whitespace() && c != '\n' {
+            c = self.next()?;
+        }
+        if c != '"' {
             return None;
         }
-        let (key, value) = match line.split_once('=') {
-            Some((k, v)) => (k.trim(), v.trim()),
-            None => (line, "true"),
-        };
-        Some((section.clone(), key.to_lowercase(), value))
-    })
+        let mut sub = String::new();
+        loop {
+            match self.next()? {
+                '\n' => return None,
+                '"' => break,
+                '\\' => match self.next()? {
+                    '\n' => return None,
+                    c => sub.push(c),
+                },
+                c => sub.push(c),
+            }
+        }
+        (self.next()? == ']').then(|| format!("{name}.{sub}"))
+    }
+
+    /// A key starting with `first`, and its value.
+    fn entry(&mut self, first: char) -> Option<(String, String)> {
+        let mut key = String::from(first.to_ascii_lowercase());
+        let mut c = self.next_or_end();
+        while c.is_ascii_alphanumeric() || c == '-' {
+            key.push(c.to_ascii_lowercase());
+            c = self.next_or_end();
+        }
+        while c == ' ' || c == '\t' {
+            c = self.next_or_end();
+        }
+        match c {
+            '\n' => Some((key, "true".to_string())),
+            '=' => Some((key, self.value()?)),
+            _ => None,
+        }
+    }
+
+    /// A value, to the end of its line (or of its last continued line).
+    fn value(&mut self) -> Option<String> {
+        let (mut quote, mut comment, mut space) = (false, false, 0usize);
+        let mut out = String::new();
+        loop {
+            let c = self.next_or_end();
+            if c == '\n' {
+                return (!quote).then_some(out);
+            }
+            if comment {
+                continue;
+            }
+            if c.is_ascii_whitespace() && !quote {
+                if !out.is_empty() {
+                    space += 1;
+                }
+                continue;
+            }
+            if !quote && (c == ';' || c == '#') {
+                comment = true;
+                continue;
+            }
+            out.extend(std::iter::repeat_n(' ', space));
+            space = 0;
+            match c {
+                '\\' => match self.next_or_end() {
+                    '\n' => {}
+                    't' => out.push('\t'),
+                    'b' => out.push('\u{8}'),
+                    'n' => out.push('\n'),
+                    c @ ('\\' | '"') => out.push(c),
+                    _ => return None,
+                },
+                '"' => quote = !quote,
+                c => out.push(c),
+            }
+        }
+    }
 }
 
 /// What in a git configuration makes plain `git` run something or fetch
@@ -957,7 +1486,10 @@ pub fn git_config_risky(text: &str) -> Vec<String> {
         ("submodule", &["url", "active", "path", "branch", "update"]),
         ("lfs", &["repositoryformatversion"]),
     ];
-    config_entries(text)
+    let config = parse_config(text);
+    let mut risky: Vec<String> = config
+        .entries
+        .into_iter()
         .filter(|(section, key, value)| {
             if PLAIN.contains(&(section.as_str(), key.as_str())) {
                 return false;
@@ -975,7 +1507,15 @@ pub fn git_config_risky(text: &str) -> Vec<String> {
             !allowed || runs
         })
         .map(|(section, key, value)| format!("{section}.{key} = {value}"))
-        .collect()
+        .collect();
+    // Where git itself would refuse the file nothing runs, but a reader
+    // that parts from git there must not pass what follows unread.
+    if let Some(line) = config.refused_at {
+        risky.push(format!(
+            "line {line} and what follows, which nd7 cannot read as git configuration"
+        ));
+    }
+    risky
 }
 
 /// The parts of Claude Code's state file that start programs in a later
