@@ -183,6 +183,12 @@ const EXISTING: &[(&str, &str, bool)] = &[
         false,
     ),
     ("~/.claude/commands/c.md", "A command.\n", true),
+    // Keybindings can make the key that answers "no" to a permission
+    // prompt answer "yes"; output styles are instructions every session
+    // loads (ADR-0093).
+    ("~/.claude/keybindings.json", "{\"bindings\": []}\n", false),
+    ("~/.claude/output-styles/s.md", "A style.\n", true),
+    (".claude/output-styles/s.md", "A style.\n", true),
     ("~/.claude/agents/a.md", "An agent.\n", true),
     ("~/.claude/skills/s/SKILL.md", "A skill.\n", true),
     // Named by the settings above, in the `~/.claude` the floor lets the
