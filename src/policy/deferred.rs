@@ -91,6 +91,8 @@ pub const PROJECT_LOCKED: &[&str] = &[
     ".claude/agents",
     ".claude/skills",
     ".claude/hooks",
+    // Instructions every session in the project loads (ADR-0093).
+    ".claude/output-styles",
     // Codex's project layer, read once the project is trusted: settings,
     // hooks, rules.
     ".codex/config.toml",
@@ -129,6 +131,14 @@ pub const HOME_LOCKED: &[&str] = &[
     ".claude/plugins/marketplaces",
     ".claude/plugins/installed_plugins.json",
     ".claude/plugins/known_marketplaces.json",
+    // The newer name of the installed plugins' list, which Claude Code
+    // 2.1.332 reads beside the older one.
+    ".claude/plugins/installed_plugins_v2.json",
+    // Instructions every session loads, like commands and agents; and the
+    // key bindings, which can make the key that answers "no" to a
+    // permission prompt answer "yes" (ADR-0093).
+    ".claude/output-styles",
+    ".claude/keybindings.json",
     // Codex's home: its settings (hooks, `notify`, MCP servers, the trust
     // of every hook, nd7 run's included), its hooks, the environment it
     // loads at every start (`.env`: `LD_PRELOAD`, `PATH`), the rules that
