@@ -337,10 +337,11 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     warnings.extend(pin_roots(&mut policy, &cwd));
     // Named in the policy for Seatbelt, which holds files by name; on Linux
     // the plan below holds them (the same list).
-    policy.named_programs = crate::policy::deferred::settings_programs(&policy, &deferred::FsTree::of(&policy))
-        .into_iter()
-        .filter(|p| !p.starts_with(&policy.roots.project))
-        .collect();
+    policy.named_programs =
+        crate::policy::deferred::settings_programs(&policy, &deferred::FsTree::of(&policy))
+            .into_iter()
+            .filter(|p| !p.starts_with(&policy.roots.project))
+            .collect();
     // While it has one thread, the session moves into the namespaces the
     // files that run later will be held in (ADR-0086). Then the floor's
     // ruleset is built on a thread while this one holds those files

@@ -923,11 +923,12 @@ impl Watch {
     /// Checks, after one command through the exit, what no lock covers,
     /// and returns what changed since the last check (each change once).
     pub fn after_command(&self, command: &str) -> Vec<PathBuf> {
-        let now: BTreeMap<PathBuf, Meta> = snapshot(&self.quick_paths(), false, None, &self.unreadable)
-            .entries
-            .into_iter()
-            .map(|(p, e)| (p, e.meta))
-            .collect();
+        let now: BTreeMap<PathBuf, Meta> =
+            snapshot(&self.quick_paths(), false, None, &self.unreadable)
+                .entries
+                .into_iter()
+                .map(|(p, e)| (p, e.meta))
+                .collect();
         let Ok(mut seen) = self.seen.lock() else {
             return Vec::new();
         };
@@ -1352,11 +1353,23 @@ mod tests {
             report::label(&found[0].what).contains("cut off at 10 entries"),
             "{found:?}"
         );
-        let taken = snapshot_within(&[root.join("p/.vscode")], false, None, 5, &Unreadable::default());
+        let taken = snapshot_within(
+            &[root.join("p/.vscode")],
+            false,
+            None,
+            5,
+            &Unreadable::default(),
+        );
         assert_eq!(taken.entries.len(), 5);
         assert_eq!(taken.cut_off, Some(root.join("p/.vscode")));
         assert_eq!(
-            snapshot(&[root.join("p/.vscode")], false, None, &Unreadable::default()).cut_off,
+            snapshot(
+                &[root.join("p/.vscode")],
+                false,
+                None,
+                &Unreadable::default()
+            )
+            .cut_off,
             None
         );
     }
@@ -1412,7 +1425,10 @@ mod tests {
         std::fs::write(&state, r#"{"mcpServers": {"x": {"command": "sh"}}}"#).expect("w");
         assert_ne!(claude_state(&state, &[], &Unreadable::default()), before);
         std::fs::write(&state, "not json").expect("w");
-        assert!(claude_state(&state, &[], &Unreadable::default()).is_err_and(|e| e.contains("not JSON")));
+        assert!(
+            claude_state(&state, &[], &Unreadable::default())
+                .is_err_and(|e| e.contains("not JSON"))
+        );
     }
 
     #[test]

@@ -131,9 +131,9 @@ impl Unreadable {
         }
         let linked = self.linked.get_or_init(|| self.walk());
         if linked.incomplete || linked.ids.contains(&(m.dev(), m.ino())) {
-            let place = self.owner(m.dev(), m.ino()).unwrap_or_else(|| {
-                PathBuf::from("one of them, which nd7 could not read through")
-            });
+            let place = self
+                .owner(m.dev(), m.ino())
+                .unwrap_or_else(|| PathBuf::from("one of them, which nd7 could not read through"));
             return Err(Refused {
                 place,
                 linked: true,

@@ -1133,9 +1133,15 @@ fn envrc_command(word: &str) -> Option<EnvrcCommand> {
 pub fn shell_path(word: &str, dir: &Path, home: &Path) -> Option<PathBuf> {
     let (base, rest) = if let Some(rest) = word.strip_prefix("~/") {
         (home, rest)
-    } else if let Some(rest) = ["$HOME/", "${HOME}/"].iter().find_map(|p| word.strip_prefix(p)) {
+    } else if let Some(rest) = ["$HOME/", "${HOME}/"]
+        .iter()
+        .find_map(|p| word.strip_prefix(p))
+    {
         (home, rest)
-    } else if let Some(rest) = ["$PWD/", "${PWD}/"].iter().find_map(|p| word.strip_prefix(p)) {
+    } else if let Some(rest) = ["$PWD/", "${PWD}/"]
+        .iter()
+        .find_map(|p| word.strip_prefix(p))
+    {
         (dir, rest)
     } else if word.starts_with('/') {
         (Path::new("/"), word)
@@ -1200,7 +1206,9 @@ pub fn mise_env_files(text: &str) -> (Vec<String>, Vec<String>) {
     let mut envs: Vec<&dyn toml_edit::TableLike> = Vec::new();
     match doc.get("env") {
         Some(Item::Table(t)) => envs.push(t),
-        Some(Item::ArrayOfTables(a)) => envs.extend(a.iter().map(|t| t as &dyn toml_edit::TableLike)),
+        Some(Item::ArrayOfTables(a)) => {
+            envs.extend(a.iter().map(|t| t as &dyn toml_edit::TableLike))
+        }
         Some(Item::Value(Value::InlineTable(t))) => envs.push(t),
         _ => {}
     }
@@ -1840,6 +1848,98 @@ mod tests {
             Some("../.git/modules/a")
         );
         assert_eq!(gitdir_of("nothing"), None);
+    }
+
+    #[test]
+    fn git_configuration_is_read_with_gits_own_syntax() {
+        let entries = |t: &str| -> Vec<String> {
+            config_entries(t)
+                .map(|(s, k, v)| format!("{s}.{k}={v}"))
+                .collect()
+        };
+        assert_eq!(entries("[core] fsmonitor = a b"), ["core.fsmonitor=a b"]);
+        assert_eq!(entries("[core]fsmonitor=x"), ["core.fsmonitor=x"]);
+        assert_eq!(entries("[CoRe]\n\tFsMonitor = x"), ["core.fsmonitor=x"]);
+        assert_eq!(
+            entries("[core]\n x = \"a ; b\" ; c\n y = one\\\n two\n z\n"),
+            ["core.x=a ; b", "core.y=one two", "core.z=true"]
+        );
+        assert_eq!(
+            entries("[remote \"O \\\"x\\\"\"]\nurl = \"a\\tb\"\n"),
+            ["remote.O \"x\".url=a\tb"]
+        );
+        assert_eq!(
+            entries("[includeIf \"gitdir:~/w/\"] path = ../x\n[include]\npath=~/y"),
+            ["includeif.gitdir:~/w/.path=../x", "include.path=~/y"]
+        );
+        let bad = parse_config("[core]\n x = ok\n y = \"open\n[alias] z = !sh\n");
+        assert_eq!(bad.entries.len(), 1);
+        assert_eq!(bad.refused_at, Some(4));
+        assert!(
+            git_config_risky("[core]\n y = \"open\n[alias] z = !sh\n")
+                .iter()
+                .any(|r| r.contains("cannot read")),
+        );
+    }
+
+    #[test]
+    fn includes_sourced_files_and_mises_env_are_found_where_their_tools_look() {
+        let (home, cfg) = (Path::new("/h/u"), Path::new("/h/u/p/.git/config"));
+        assert_eq!(
+            include_target("../.gitshared", cfg, home),
+            Some(PathBuf::from("/h/u/p/.git/../.gitshared"))
+        );
+        assert_eq!(
+            include_target("~/d/x", cfg, home),
+            Some(PathBuf::from("/h/u/d/x"))
+        );
+        assert_eq!(include_target("~other/x", cfg, home), None);
+        assert_eq!(include_target("%(prefix)/x", cfg, home), None);
+        let envrc = "source_env_if_exists .envrc.local\n[ -f x ] && source ./x.sh # hi\nif true; then dotenv; fi\nsource_up\nPATH_add bin\n";
+        assert_eq!(
+            envrc_commands(envrc),
+            [
+                (EnvrcCommand::Source, Some(".envrc.local".into())),
+                (EnvrcCommand::Source, Some("./x.sh".into())),
+                (EnvrcCommand::Dotenv, None),
+                (EnvrcCommand::SourceUp, None),
+            ]
+        );
+        assert_eq!(
+            shell_path("$HOME/a", Path::new("/h/u/p"), home),
+            Some(PathBuf::from("/h/u/a"))
+        );
+        assert_eq!(shell_path("$X/a", Path::new("/h/u/p"), home), None);
+        let mise = "[env]\n_.source = \"./s.sh\"\n_.file = [\".env\", {path = \"{{config_root}}/b.env\"}]\n";
+        assert_eq!(
+            mise_env_files(mise),
+            (
+                vec!["./s.sh".to_string()],
+                vec![".env".to_string(), "{{config_root}}/b.env".to_string()]
+            )
+        );
+        assert_eq!(
+            mise_path("{{config_root}}/b.env", Path::new("/h/u/p"), home),
+            Some(PathBuf::from("/h/u/p/b.env"))
+        );
+        let planned = plan(
+            &policy(),
+            &Mem::default()
+                .file("/h/u/p/.git/config", "[include]\n\tpath = ../.gitshared\n")
+                .file("/h/u/p/.git/HEAD", "")
+                .file("/h/u/p/.gitshared", "[include] path = /etc/outside\n")
+                .file("/h/u/p/.envrc", "source_env .envrc.local\ndotenv\n")
+                .file("/h/u/p/.envrc.local", "")
+                .file("/h/u/p/mise.toml", "[env]\n_.source = \"s.sh\"\n")
+                .file("/h/u/p/s.sh", ""),
+        );
+        let locks = held(&planned, Guard::Lock);
+        for want in ["/h/u/p/.gitshared", "/h/u/p/.envrc.local", "/h/u/p/s.sh"] {
+            assert!(locks.contains(&want.to_string()), "{want}: {locks:?}");
+        }
+        assert!(!locks.iter().any(|l| l == "/etc/outside"), "{locks:?}");
+        assert!(planned.watched.contains(&PathBuf::from("/h/u/p/.env")));
+        assert!(!planned.locked(Path::new("/h/u/p/.env")));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! plain `git`, and what ran is a marker in the world's outside directory.
 #![cfg(target_os = "linux")]
 
-use crate::deferred_reads::{block, report, repo};
+use crate::deferred_reads::{block, repo, report};
 use crate::world::*;
 
 fn ran(w: &World) -> Vec<String> {
@@ -148,9 +148,6 @@ echo done
     let proj = w.proj().display().to_string();
     for f in ["config/dev.env", ".env.mise"] {
         let path = format!("{proj}/{f}");
-        assert!(
-            block(&report, &path).is_some(),
-            "no {path} in\n{report}"
-        );
+        assert!(block(&report, &path).is_some(), "no {path} in\n{report}");
     }
 }

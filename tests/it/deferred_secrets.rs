@@ -86,7 +86,11 @@ echo done
         "DOCKER-SECRET-LOGIN",
         "DOCKER-SECRET-TWO",
     ] {
-        assert!(!all.contains(s), "{s} was copied out:\n{}", text(&out.stderr));
+        assert!(
+            !all.contains(s),
+            "{s} was copied out:\n{}",
+            text(&out.stderr)
+        );
     }
     // Each pointer is named, in words, and fails the run.
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
@@ -118,11 +122,7 @@ fn a_hard_link_to_a_secret_put_on_the_list_is_named_not_copied() {
     let out = w.run_agent("mv old-link .envrc && echo done");
     assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
     let all = everything_written(&w, &out);
-    assert!(
-        !all.contains("PG-SECRET-PASSWORD"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert!(!all.contains("PG-SECRET-PASSWORD"), "{}", text(&out.stderr));
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     let report = crate::deferred_reads::report(&out);
     let envrc = format!("{}/.envrc", w.proj().display());
