@@ -17,7 +17,10 @@
 //! final link (`read_bounded`), takes only a regular file, and reads at
 //! most a bound. What it cannot read whole (a FIFO, a device, a directory it
 //! cannot list, a file larger than the bound, a search cut off) is a finding
-//! itself, never a silent pass.
+//! itself, never a silent pass. Much of it is read where the agent pointed
+//! (a `gitdir:`, a link): nothing is read from a place the floor keeps
+//! unreadable ([`unreadable`], ADR-0092), and such a pointer is reported in
+//! words, never with contents.
 
 pub mod report;
 pub mod unreadable;

@@ -26,7 +26,8 @@ const MAX_WALK: usize = 100_000;
 /// The floor's unreadable places, as the watch checks its reads against them.
 #[derive(Debug, Default)]
 pub struct Unreadable {
-    /// Each place as named and, where links lead elsewhere, where it is.
+    /// Each place as named and, where links lead elsewhere, where it is
+    /// (as the policy lists them).
     places: Vec<PathBuf>,
     /// The identities of the places' files that have more than one name,
     /// found when first needed.
@@ -67,23 +68,16 @@ impl std::fmt::Display for Refused {
 }
 
 impl Unreadable {
-    /// `policy`'s unreadable places, each also resolved.
+    /// `policy`'s unreadable places.
     pub fn of(policy: &Policy) -> Unreadable {
         Unreadable::new(&policy.unreadable())
     }
 
-    /// `places`, each also resolved where it exists.
+    /// `places`, already resolved (the policy's list holds each credential
+    /// store both as named and where its links lead).
     pub fn new(places: &[PathBuf]) -> Unreadable {
-        let mut all: Vec<PathBuf> = places.to_vec();
-        for p in places {
-            if let Ok(real) = std::fs::canonicalize(p)
-                && !all.contains(&real)
-            {
-                all.push(real);
-            }
-        }
         Unreadable {
-            places: all,
+            places: places.to_vec(),
             linked: OnceLock::new(),
         }
     }

@@ -27,6 +27,12 @@
 //!   session starts, which is not necessarily under nd7.
 //! - The directory `core.hooksPath` names, when it lies in the project
 //!   (husky and friends).
+//! - The files the above make their tools read with no new trust, where
+//!   the agent can write them (ADR-0093): what git includes
+//!   (`include.path`, `includeIf.*.path`, followed from every git
+//!   configuration, the user's and the system's too), what an `.envrc`
+//!   sources and the scripts mise's `[env]` sources; the environment files
+//!   `dotenv` and mise's `_.file` load are reported.
 //!
 //! The same, in each directory granted by path ([`grant_roots`]): another
 //! repository the agent's commands may write is as dangerous as the
@@ -42,7 +48,10 @@
 //! terminal and editor start-up files and the directories of programs
 //! early on PATH ([`HOME_LOCKED`] says why each).
 //!
-//! Not on the list: the project's build files (`package.json`, `Makefile`,
+//! Not on the list: the start-up files of the project's own environments
+//! (a virtual environment's `*.pth`, `sitecustomize.py`): the interpreter
+//! and every module beside them are as writable (ADR-0093). Nor the
+//! project's build files (`package.json`, `Makefile`,
 //! `build.rs`, `.npmrc`, `.cargo/config.toml`). They run only when the user
 //! runs the project's own build, which the agent may change in any case:
 //! the protection there is reading the diff before running it, and they
@@ -469,8 +478,8 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
         p.git_config(&config, 0, &mut texts);
         if let Some(dir) = texts
             .iter()
-            .filter_map(|t| hooks_path(t))
-            .last()
+            .rev()
+            .find_map(|t| hooks_path(t))
             .and_then(|h| expand_home(&h, home))
             .filter(|d| d.is_absolute())
         {
@@ -852,7 +861,7 @@ impl Planner<'_> {
         for name in ["config", "config.worktree"] {
             self.git_config(&dir.join(name), 0, &mut texts);
         }
-        if let Some(hooks) = texts.iter().filter_map(|t| hooks_path(t)).last() {
+        if let Some(hooks) = texts.iter().rev().find_map(|t| hooks_path(t)) {
             let hooks = PathBuf::from(hooks);
             let hooks = if hooks.is_absolute() {
                 hooks
@@ -1305,8 +1314,7 @@ pub fn parse_config(text: &str) -> Config {
     };
     let mut out = Config::default();
     let mut section: Option<String> = None;
-    loop {
-        let Some(c) = p.next() else { break };
+    while let Some(c) = p.next() {
         let ok = match c {
             '\n' => true,
             c if c.is_ascii_whitespace() => true,
