@@ -1438,7 +1438,7 @@ mod tests {
             Some("git config core.fsmonitor evil")
         );
         assert_eq!(found[2].after_command, None);
-        let text = report::render(&found, "the program exited with status 0");
-        assert!(text.contains("+\tfsmonitor = evil"), "{text}");
+        let text = report::render(&found, "the program exited with status 0", None).changes;
+        assert!(text.contains("+    fsmonitor = evil"), "{text}");
     }
 }
