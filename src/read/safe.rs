@@ -131,10 +131,14 @@ pub fn fit(line: &str, width: Option<usize>) -> String {
 ///
 /// - `ESC \` ends a string (OSC, DCS, APC, PM, SOS) left open, which would
 ///   swallow everything after it; `CAN` abandons a sequence half written.
-/// - `ESC 7` then `?1049` off: back to the normal screen from the alternate
-///   one, where nothing printed stays once the program leaves it. The save
-///   first, because some terminals restore a saved cursor on `?1049` off
-///   even on the normal screen; `?1047` and `?47` off for the older forms.
+/// - `?1047` and `?47` off: back to the normal screen from the alternate
+///   one, where nothing printed stays once the program leaves it. Not
+///   `?1049` off, which also restores a cursor saved when a program last
+///   entered the alternate screen, even on the normal screen (tmux does):
+///   a stale place, where nd7's lines would overwrite what is shown.
+///   Leaving without it, the cursor stays where the program left it on the
+///   alternate screen, so after a program that never left it nd7's lines
+///   may overwrite part of the normal screen, never the reverse.
 /// - `?1000`, `?1002`, `?1003`, `?1005`, `?1006`, `?1015` off: no mouse
 ///   reporting, which would type escape sequences into the shell.
 /// - `?2026` off: synchronized output ended (a terminal holding it shows nothing).
@@ -153,7 +157,7 @@ pub fn fit(line: &str, width: Option<usize>) -> String {
 /// program did to the window (its title, the clipboard): docs/sandbox.md.
 pub const RESET: &str = concat!(
     "\x1b\\\x18",
-    "\x1b7\x1b[?1049l\x1b[?1047l\x1b[?47l",
+    "\x1b[?1047l\x1b[?47l",
     "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l",
     "\x1b[?2026l",
     "\x1b[?25h\x1b[?7h\x1b[?5l\x1b[4l",
