@@ -221,10 +221,11 @@ printf '{HOSTILE}' > .envrc
 d=$(printf 'x\033]2;t\a\342\200\256')
 mkdir -p "$d" && git -C "$d" init -q && git -C "$d" config core.fsmonitor "$(printf 'touch x\033[2J')"
 "$EXEC" "$(printf 'true # \033]52;c;eA==\a')"
-# A process's name is its program's file name: a copy of sleep named so.
+# A process's name is the last part of the name it was started by: a link
+# to sleep named so.
 p="$TMPDIR/$(printf '\033]2;P\a\033[2J')"
-cp "$(command -v sleep)" "$p" && "$p" 600 </dev/null >/dev/null 2>&1 &
-until grep -q '^Name:.*P' /proc/$!/status 2>/dev/null; do sleep 0.05; done
+ln -s "$(command -v sleep)" "$p" && "$p" 600 </dev/null >/dev/null 2>&1 &
+for _ in $(seq 400); do grep -q '^Name:.*P' /proc/$!/status 2>/dev/null && break; sleep 0.05; done
 "#
     ));
     let err = text(&out.stderr);
