@@ -121,8 +121,8 @@ fn inert(text: &str) -> String {
 /// The most paths the closing lines name for one program.
 const CLOSING_PATHS: usize = 8;
 
-/// nd7's closing lines: the count, the files by what runs them (git and
-/// direnv first), and the exit status.
+/// nd7's closing lines: the count, the files git, direnv and mise run
+/// (named) and the count of the others, and the exit status.
 fn closing(findings: &[Finding], status: &str, width: Option<usize>) -> String {
     let mut out = format!(
         "nd7 run: END OF WARNING: {} change(s) above, in files that run outside the sandbox. Read them before you run git here, enter this directory with direnv or mise, or start Claude Code or Codex.\n",
@@ -133,12 +133,19 @@ fn closing(findings: &[Finding], status: &str, width: Option<usize>) -> String {
         if paths.is_empty() {
             continue;
         }
+        // The others are named once, above: what matters here is what
+        // runs at a plain `git` or `cd`.
+        let named = runner != Runner::Other;
         let _ = writeln!(
             out,
-            "nd7 run: {} of them {}:",
+            "nd7 run: {} of them {}{}",
             paths.len(),
-            runner.words()
+            runner.words(),
+            if named { ":" } else { " (each named above)." }
         );
+        if !named {
+            continue;
+        }
         for f in paths.iter().take(CLOSING_PATHS) {
             out.push_str(&safe::fit(&format!("  {}", safe::path(&f.path)), width));
             out.push('\n');
