@@ -31,7 +31,7 @@ use std::time::{Duration, SystemTime};
 use crate::policy::Policy;
 use crate::policy::deferred::{
     Kind, MAX_CONFIG, MAX_STATE, Plan, Tree, caches, claude_state_risky, git_config_risky,
-    gitdir_of, grant_roots, listed_beneath, plan_grant, searched_name,
+    gitdir_of, grant_roots, is_bare_repository, listed_beneath, plan_grant, searched_name,
 };
 use report::{Body, Finding, What};
 
@@ -1112,6 +1112,14 @@ impl Watch {
                     if let Some(target) = target {
                         out.extend(self.repository(&target));
                     }
+                }
+            } else if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
+                // A bare repository's: its config and hooks are what a
+                // `.git`'s would be (the project itself, once its `.git/HEAD`
+                // is garbage).
+                if let Some(dir) = path.parent().filter(|d| is_bare_repository(d)) {
+                    git_dirs.push(dir.to_path_buf());
+                    out.extend(self.repository(dir));
                 }
             } else {
                 let parent = path.parent().unwrap_or(&path);

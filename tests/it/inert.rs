@@ -273,3 +273,62 @@ kill %1
         "{said}"
     );
 }
+
+/// Repositories git finds that are not a plain `.git` directory: the
+/// project itself turned bare by a garbage `.git/HEAD` (git then takes the
+/// project's own `HEAD`, `objects/`, `refs/` and `config`, whose pager runs
+/// at the user's next `git log`), a bare repository in a subdirectory, a
+/// `.git` that is a link to a repository outside, and a config whose last
+/// line ends in a backslash. Each is named in the warning and in the closing
+/// lines among what lets git run code.
+///
+/// Guards the search's bare repositories (`HEAD` in `searched_name`, and
+/// `is_bare_repository` in `Watch::search`): without them the first two are
+/// not reported at all.
+#[test]
+fn odd_repositories_are_named_as_letting_git_run_code() {
+    let w = World::new();
+    repo(&w);
+    let out = w.run_agent(
+        r#"
+printf 'garbage\n' > .git/HEAD
+cp -r .git/objects .git/refs . && printf 'ref: refs/heads/main\n' > HEAD
+printf "[core]\n\tbare = true\n\tpager = touch $OUT/bare-pager; cat\n" > config
+git init -q --bare b.git && git -C b.git config core.pager "touch $OUT/sub-bare; cat"
+mkdir -p "$TMPDIR/r" && git init -q "$TMPDIR/r" && git -C "$TMPDIR/r" config core.fsmonitor "touch $OUT/linked"
+mkdir -p l && ln -s "$TMPDIR/r/.git" l/.git
+git init -q s && printf "[core]\n\tfsmonitor = touch $OUT/backslash; false \\" >> s/.git/config
+"#,
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    // The attack is real: git now takes the project for a bare repository
+    // and its `config` for the repository's (its pager runs at the next
+    // `git log` on a terminal).
+    let pager = w
+        .command("git", &["config", "core.pager"])
+        .output()
+        .expect("git config");
+    assert_eq!(
+        text(&pager.stdout).trim(),
+        format!("touch {}/bare-pager", w.outside().display())
+    );
+    let proj = w.proj().display().to_string();
+    let (_, close) = err
+        .split_once("nd7 run: END OF WARNING: ")
+        .unwrap_or_else(|| panic!("no closing lines:\n{err}"));
+    assert!(close.contains("let git run code"), "{close}");
+    for path in ["config", "b.git/config", "l/.git", "s/.git/config"] {
+        assert!(
+            close.contains(&format!("\n  {proj}/{path}\n")),
+            "{path} not named among what git runs:\n{err}"
+        );
+    }
+    assert!(
+        err.contains(&format!(
+            "  found: a repository whose configuration runs or fetches something: core.pager = touch {}/bare-pager; cat: {proj}/config\n",
+            w.outside().display()
+        )),
+        "{err}"
+    );
+}
