@@ -24,10 +24,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use crate::policy::{Policy, Roots};
+use crate::read::safe;
 use crate::run_dir::{self, Record, RunDir, RunDirError, RunDirs};
 use crate::run_entry::{self, Ended, RunFacts};
 use crate::run_log::{RunLog, RunLogError};
-use crate::read::safe;
 use crate::{deferred, record, run_grants, sandbox, session_log, setup, shell_prefix};
 
 /// The status `nd7 run` exits with when files that run outside the floor

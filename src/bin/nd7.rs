@@ -313,7 +313,7 @@ fn run_grant(
                         } else {
                             grants
                                 .iter()
-                                .map(|g| shown(&g).to_string())
+                                .map(|g| shown(g))
                                 .collect::<Vec<_>>()
                                 .join(", ")
                         }
@@ -374,11 +374,14 @@ fn run_self_update(_from: Option<String>, _downgrade: bool) -> ExitCode {
 fn run_doctor(settings: Option<&std::path::Path>) -> ExitCode {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("nd7"));
     let checks = setup::doctor(&exe, settings);
+    // Details name paths and link targets an agent may have chosen (a
+    // re-pointed `~/.claude.json`): shown inert (ADR-0090).
+    let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::Keep);
     for check in &checks {
         let mark = if check.ok { "ok  " } else { "FAIL" };
-        println!("{mark} {:<7} {}", check.name, check.detail);
+        println!("{mark} {:<7} {}", check.name, inert(&check.detail));
         if let Some(fix) = &check.fix {
-            println!("             fix: {fix}");
+            println!("             fix: {}", inert(fix));
         }
     }
     if checks.iter().all(|c| c.ok) {

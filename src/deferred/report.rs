@@ -86,7 +86,11 @@ pub fn render(findings: &[Finding], status: &str, width: Option<usize>) -> Warni
     for f in findings {
         let mut head = format!("  {}: {}", inert(&label(&f.what)), safe::path(&f.path));
         if let Some(cmd) = &f.after_command {
-            let _ = write!(head, "  (first seen when the command \"{}\" ended)", inert(cmd));
+            let _ = write!(
+                head,
+                "  (first seen when the command \"{}\" ended)",
+                inert(cmd)
+            );
         }
         out.push('\n');
         out.push_str(&safe::fit(&head, width));
@@ -175,7 +179,9 @@ impl Runner {
 
     fn words(self) -> &'static str {
         match self {
-            Runner::Git => "let git run code (hooks, fsmonitor, commondir, a repository's configuration) at your next plain git command",
+            Runner::Git => {
+                "let git run code (hooks, fsmonitor, commondir, a repository's configuration) at your next plain git command"
+            }
             Runner::Direnv => "let direnv run code when you enter the directory",
             Runner::Mise => "let mise run code when you enter the directory",
             Runner::Other => "run in editors, shells, Claude Code or Codex later",
@@ -416,6 +422,11 @@ mod tests {
         );
         let close = text.close;
         let text = text.changes;
+        assert!(
+            close.starts_with("nd7 run: END OF WARNING: 2 change(s) above")
+                && close.ends_with("exits with status 3 because of this warning."),
+            "{close}"
+        );
         assert!(text.starts_with("nd7 run: WARNING: 2 file(s)"), "{text}");
         assert!(text.contains("exits with status 3"), "{text}");
         assert!(text.contains("\n  added: /p/.git/hooks/pre-commit  (first seen when the command \"echo x\" ended)\n    +#!/bin/sh\n    +evil\n"), "{text}");
@@ -466,7 +477,11 @@ mod tests {
     /// them the escapes reach the text as they are.
     #[test]
     fn nothing_the_agent_wrote_acts_on_a_terminal() {
-        let w = render(&hostile_findings(), "the program exited with status 0", None);
+        let w = render(
+            &hostile_findings(),
+            "the program exited with status 0",
+            None,
+        );
         for part in [&w.changes, &w.close] {
             let bad: Vec<char> = part
                 .chars()
@@ -480,7 +495,13 @@ mod tests {
         for line in w.changes.lines().skip(4).filter(|l| !l.is_empty()) {
             assert!(line.starts_with("  "), "{line:?}");
         }
-        assert!(w.close.lines().all(|l| l.starts_with("nd7 run: ") || l.starts_with("  ")), "{}", w.close);
+        assert!(
+            w.close
+                .lines()
+                .all(|l| l.starts_with("nd7 run: ") || l.starts_with("  ")),
+            "{}",
+            w.close
+        );
     }
 
     /// Guards `safe::fit` in `render` and `closing`: without it the long
@@ -496,7 +517,12 @@ mod tests {
             after_command: Some(fake.clone()),
         };
         let w = render(&[f], "the program exited with status 0", Some(80));
-        for line in w.changes.lines().skip(4).chain(w.close.lines().filter(|l| l.starts_with("  "))) {
+        for line in w
+            .changes
+            .lines()
+            .skip(4)
+            .chain(w.close.lines().filter(|l| l.starts_with("  ")))
+        {
             assert!(line.chars().count() <= 80, "{line:?}");
             assert!(!line.contains("nd7 run"), "{line:?}");
         }
@@ -506,16 +532,34 @@ mod tests {
     /// come after every change, git's and direnv's named.
     #[test]
     fn the_closing_lines_say_the_count_and_what_runs_each_file() {
-        let w = render(&hostile_findings(), "the program exited with status 0", None);
+        let w = render(
+            &hostile_findings(),
+            "the program exited with status 0",
+            None,
+        );
         let lines: Vec<&str> = w.close.lines().collect();
-        assert!(lines[0].starts_with("nd7 run: END OF WARNING: 3 change(s) above"), "{}", w.close);
-        assert!(w.close.contains("nd7 run: 2 of them let git run code"), "{}", w.close);
+        assert!(
+            lines[0].starts_with("nd7 run: END OF WARNING: 3 change(s) above"),
+            "{}",
+            w.close
+        );
+        assert!(
+            w.close.contains("nd7 run: 2 of them let git run code"),
+            "{}",
+            w.close
+        );
         assert!(w.close.contains("\n  /p/.git/commondir\n"), "{}", w.close);
-        assert!(w.close.contains("nd7 run: 1 of them let direnv run code"), "{}", w.close);
+        assert!(
+            w.close.contains("nd7 run: 1 of them let direnv run code"),
+            "{}",
+            w.close
+        );
         assert!(w.close.contains("\n  /p/.envrc\n"), "{}", w.close);
         assert_eq!(
             lines.last().copied(),
-            Some("nd7 run: the program exited with status 0; nd7 run exits with status 3 because of this warning.")
+            Some(
+                "nd7 run: the program exited with status 0; nd7 run exits with status 3 because of this warning."
+            )
         );
     }
 }

@@ -220,7 +220,10 @@ mod tests {
     fn a_line_is_cut_to_the_width_with_the_cut_said() {
         assert_eq!(fit("short", Some(10)), "short");
         assert_eq!(fit(&"x".repeat(50), None), "x".repeat(50));
-        let cut = fit(&format!("{}nd7 run: nothing changed", "x".repeat(75)), Some(80));
+        let cut = fit(
+            &format!("{}nd7 run: nothing changed", "x".repeat(75)),
+            Some(80),
+        );
         assert!(cut.chars().count() <= 80, "{cut}");
         assert!(cut.ends_with("…(+26)"), "{cut}");
         assert!(!cut.contains("nd7 run"), "{cut}");

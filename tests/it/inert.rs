@@ -177,11 +177,16 @@ printf '\033[?1049h\033[?1000h\033[?1006h\033P unterminated DCS'
         "nd7 run exits with status 3 because of this warning.".to_string(),
         "the shell's next line: 3".to_string(),
     ] {
-        assert!(shown.contains(&want), "missing {want:?} in the pane:\n{shown}");
+        assert!(
+            shown.contains(&want),
+            "missing {want:?} in the pane:\n{shown}"
+        );
     }
     // The fake line stays inside the diff line that holds it.
     assert!(
-        !shown.lines().any(|l| l.starts_with("nd7 run: nothing changed")),
+        !shown
+            .lines()
+            .any(|l| l.starts_with("nd7 run: nothing changed")),
         "{shown}"
     );
     assert!(
@@ -199,7 +204,11 @@ printf '\033[?1049h\033[?1000h\033[?1006h\033P unterminated DCS'
     assert_eq!(state.next(), Some("0"), "still on the alternate screen");
     assert_eq!(state.next(), Some("0"), "mouse reporting still on");
     assert_ne!(state.next(), Some("pwned-title"));
-    assert_eq!(tmux.ask(&["list-buffers"]), "", "OSC 52 reached the clipboard");
+    assert_eq!(
+        tmux.ask(&["list-buffers"]),
+        "",
+        "OSC 52 reached the clipboard"
+    );
 }
 
 /// Without a terminal: every byte nd7 run writes that the agent chose is
@@ -231,8 +240,14 @@ for _ in $(seq 400); do grep -q '^Name:.*P' /proc/$!/status 2>/dev/null && break
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert_eq!(acting(&err), Vec::<char>::new(), "{err}");
-    assert!(err.contains("\\x1b]2;P\\x07\\x1b[2J"), "the process is not named:\n{err}");
-    assert!(err.contains("x\\x1b]2;t\\x07\\u{202e}/.git/config"), "{err}");
+    assert!(
+        err.contains("\\x1b]2;P\\x07\\x1b[2J"),
+        "the process is not named:\n{err}"
+    );
+    assert!(
+        err.contains("x\\x1b]2;t\\x07\\u{202e}/.git/config"),
+        "{err}"
+    );
     assert!(err.contains("core.fsmonitor = touch x\\x1b[2J"), "{err}");
     assert!(err.contains("true # \\x1b]52;c;eA==\\x07"), "{err}");
 }
