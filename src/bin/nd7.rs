@@ -608,6 +608,10 @@ fn report(
     label: Option<&str>,
 ) -> ExitCode {
     let prefix = label.map(|l| format!("{l}: ")).unwrap_or_default();
+    // A verify error may quote what it found in the log: shown inert (ADR-0090).
+    let inert = |e: &dyn std::fmt::Display| {
+        nd7_core::read::safe::term(&e.to_string(), nd7_core::read::safe::Lines::One)
+    };
     match result {
         Ok(v) => {
             match v.head {
@@ -632,17 +636,17 @@ fn report(
                 Ok(true) => ExitCode::SUCCESS,
                 Ok(false) => ExitCode::from(1),
                 Err(e) => {
-                    eprintln!("nd7 verify: {prefix}{e}");
+                    eprintln!("nd7 verify: {prefix}{}", inert(&e));
                     ExitCode::from(2)
                 }
             }
         }
         Err(e) if e.is_unchecked() => {
-            eprintln!("nd7 verify: {prefix}{e}");
+            eprintln!("nd7 verify: {prefix}{}", inert(&e));
             ExitCode::from(2)
         }
         Err(e) => {
-            println!("{prefix}FAILED: {e}");
+            println!("{prefix}FAILED: {}", inert(&e));
             ExitCode::from(1)
         }
     }
