@@ -146,15 +146,17 @@ pub fn fit(line: &str, width: Option<usize>) -> String {
 ///   rather than overwrite their end, normal video, no insert mode.
 /// - `ESC 7`, `ESC [ r`, `ESC 8`: the scrolling region the whole screen,
 ///   the cursor left where it was (setting the region moves it home).
-/// - `OSC 104`, `110`, `111`: the palette and the default colours back (the
-///   agent can make the foreground the background's colour).
 /// - last, as a cursor restore brings back attributes: `SI` and `ESC ( B`,
 ///   the ordinary character set (line drawing garbles text), and `ESC [ 0 m`,
 ///   no hidden, blinking, reversed or coloured text.
 ///
 /// It does not clear the screen or reset the terminal whole (`ESC c`): what
-/// the program showed stays for you to read. It cannot take back what the
-/// program did to the window (its title, the clipboard): docs/sandbox.md.
+/// the program showed stays for you to read. Nor does it set the default
+/// colours back (`OSC 110`, `111`, `104`): that would undo a colour theme
+/// your shell set the same way (base16-shell does) after every run, and
+/// text made the background's colour is blank, not forged. It cannot take
+/// back what the program did to the window (its title, the clipboard):
+/// docs/sandbox.md.
 pub const RESET: &str = concat!(
     "\x1b\\\x18",
     "\x1b[?1047l\x1b[?47l",
@@ -162,7 +164,6 @@ pub const RESET: &str = concat!(
     "\x1b[?2026l",
     "\x1b[?25h\x1b[?7h\x1b[?5l\x1b[4l",
     "\x1b7\x1b[r\x1b8",
-    "\x1b]104\x1b\\\x1b]110\x1b\\\x1b]111\x1b\\",
     "\x0f\x1b(B\x1b[0m",
 );
 
