@@ -24,6 +24,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use crate::policy::{Policy, Roots};
+use crate::read::safe;
 use crate::run_dir::{self, Record, RunDir, RunDirError, RunDirs};
 use crate::run_entry::{self, Ended, RunFacts};
 use crate::run_log::{RunLog, RunLogError};
@@ -617,6 +618,9 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
                 .saturating_sub(left.door_refused_first.len()) as u64,
         );
     }
+    // The agent's program has had the terminal until now: whatever it left
+    // the terminal in must not hide or garble nd7's own last lines.
+    reset_terminal();
     if let Some(left) = left.filter(|l| l.count > 0) {
         let _ = log.note(
             run_entry::PROCESSES_ENDED,
@@ -627,7 +631,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         let named: Vec<String> = left
             .processes
             .iter()
-            .map(|(pid, name)| format!("{pid} ({name})"))
+            .map(|(pid, name)| format!("{pid} ({})", safe::term(name, safe::Lines::One)))
             .collect();
         announce(&format!(
             "nd7 run: ended {} process{} the session left running: {}{}",
@@ -703,8 +707,33 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     if findings.is_empty() {
         return Ok(code);
     }
-    announce(deferred::report::render(&findings, &how).trim_end());
+    // The changes, then nd7's own closing lines after a reset (ADR-0090):
+    // nothing in a file's content can clear or cut short what follows it.
+    let warning = deferred::report::render(&findings, &how, terminal_width());
+    announce(warning.changes.trim_end());
+    reset_terminal();
+    announce(&warning.close);
     Ok(CHANGED_STATUS)
+}
+
+/// Writes [`safe::RESET`] to stderr when it is a terminal, so that nothing
+/// the agent's program left it in hides what nd7 prints next (ADR-0090).
+fn reset_terminal() {
+    let err = io::stderr();
+    if rustix::termios::isatty(&err) {
+        let _ = io::Write::write_all(&mut err.lock(), safe::RESET.as_bytes());
+    }
+}
+
+/// The width of the terminal stderr is, in columns; `None` when it is not
+/// one (nothing wraps there). A terminal that does not say is taken as 80.
+fn terminal_width() -> Option<usize> {
+    let err = io::stderr();
+    if !rustix::termios::isatty(&err) {
+        return None;
+    }
+    let cols = rustix::termios::tcgetwinsize(&err).map_or(0, |w| w.ws_col);
+    Some(if cols == 0 { 80 } else { usize::from(cols) })
 }
 
 /// The events to register `nd7 record` for with this Claude Code: those its

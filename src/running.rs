@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::read::safe;
+
 /// The file's name in the session directory.
 pub const FILE: &str = "running.json";
 
@@ -51,12 +53,12 @@ impl Command {
     }
 
     /// One line for people: its process group and its text, newlines shown
-    /// as `⏎`.
+    /// as `⏎`, the rest of the agent's text inert (ADR-0090).
     pub fn describe(&self) -> String {
         format!(
             "process group {}: {}",
             self.pid,
-            self.command.trim().replace('\n', " ⏎ ")
+            safe::term(&self.command.trim().replace('\n', " ⏎ "), safe::Lines::One)
         )
     }
 
@@ -77,7 +79,7 @@ pub fn deny_report(pid: u32, grant: &Path, commands: &[Command]) -> Vec<String> 
         "run {pid}: {} command{} started with writes under {} allowed {} still running and keep{} that until {} end{} (nd7 run ends {} when it exits):",
         holding.len(),
         if holding.len() == 1 { "" } else { "s" },
-        grant.display(),
+        safe::path(grant),
         if holding.len() == 1 { "is" } else { "are" },
         if holding.len() == 1 { "s" } else { "" },
         if holding.len() == 1 { "it" } else { "they" },
@@ -143,5 +145,23 @@ mod tests {
             ]
         );
         assert!(deny_report(1, Path::new("/other"), &[]).is_empty());
+    }
+
+    /// Guards `safe::term` in `describe`: without it the command's escapes
+    /// (clear the screen, OSC 52, CSI as U+009B, a bidi override) reach
+    /// `nd7 deny`'s output as they are.
+    #[test]
+    fn a_running_command_is_shown_inert() {
+        let mut a = Command::new(
+            "sleep 9 #\x1b[2J\x1b]52;c;eA==\x07\u{9b}H\u{202e}\rdone\nnext",
+            Path::new("/p"),
+            &[PathBuf::from("/d")],
+        );
+        a.pid = 3;
+        let lines = deny_report(1, Path::new("/d"), &[a]);
+        assert_eq!(
+            lines[1],
+            "  process group 3: sleep 9 #\\x1b[2J\\x1b]52;c;eA==\\x07\\x9bH\\u{202e}\\rdone ⏎ next"
+        );
     }
 }

@@ -180,10 +180,14 @@ fn run_run(
         allow,
         presets,
     };
-    match run::run(&options, |line| eprintln!("{line}")) {
+    // Every line passes through the one escaping function once more, as a
+    // last guard: the parts the agent chose are already inert on one line
+    // each (ADR-0090), and nd7's own text holds nothing it would change.
+    let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::Keep);
+    match run::run(&options, |line| eprintln!("{}", inert(line))) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("nd7 run: {e}");
+            eprintln!("nd7 run: {}", inert(&e.to_string()));
             ExitCode::from(2)
         }
     }
@@ -202,8 +206,12 @@ fn run_grant(
         Change::Allow => "allow",
         Change::Deny => "deny",
     };
+    // Paths here may lead through links the agent made, and a run's list
+    // holds its commands' text: all shown inert (ADR-0090).
+    use nd7_core::read::safe::path as shown;
+    let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::One);
     let fail = |why: &dyn std::fmt::Display| {
-        eprintln!("nd7 {verb}: {why}");
+        eprintln!("nd7 {verb}: {}", inert(&why.to_string()));
         ExitCode::from(2)
     };
     let session = match RunDirs::for_user().and_then(|s| s.pick(run)) {
@@ -233,7 +241,8 @@ fn run_grant(
     let logged = |path: &std::path::Path| {
         if let Err(e) = nd7_core::run_log::grant_changed(&session, verb, path) {
             eprintln!(
-                "nd7 {verb}: warning: the change is in force, but it could not be written into the run's log: {e}"
+                "nd7 {verb}: warning: the change is in force, but it could not be written into the run's log: {}",
+                inert(&e.to_string())
             );
         }
     };
@@ -250,24 +259,24 @@ fn run_grant(
                 if created {
                     eprintln!(
                         "nd7 allow: note: {} did not exist; created it",
-                        typed.display()
+                        shown(&typed)
                     );
                 }
                 // The name goes through a link: say what is granted.
                 if typed != path {
                     eprintln!(
                         "nd7 allow: note: {} leads to {}, which is what is granted; a link re-pointed later does not move the grant",
-                        typed.display(),
-                        path.display(),
+                        shown(&typed),
+                        shown(&path),
                     );
                 }
                 println!(
                     "run {pid}: writes under {} allowed from the next command",
-                    path.display()
+                    shown(&path)
                 );
             }
             Ok(Changed::AlreadyAllowed(path)) => {
-                println!("run {pid}: {} was already allowed", path.display())
+                println!("run {pid}: {} was already allowed", shown(&path))
             }
             Ok(Changed::Denied(paths)) => {
                 for path in paths {
@@ -277,13 +286,13 @@ fn run_grant(
                     {
                         eprintln!(
                             "nd7 deny: note: {} no longer leads to {}; the grant it named is taken back all the same",
-                            typed.display(),
-                            path.display()
+                            shown(&typed),
+                            shown(&path)
                         );
                     }
                     println!(
                         "run {pid}: writes under {} denied from the next command",
-                        path.display()
+                        shown(&path)
                     );
                     let running = nd7_core::running::read(&session.dir);
                     for line in nd7_core::running::deny_report(pid, &path, &running) {
@@ -292,9 +301,9 @@ fn run_grant(
                 }
             }
             Ok(Changed::NotAGrant { path, grants, link }) => {
-                println!("run {pid}: {} was not a grant", path.display());
+                println!("run {pid}: {} was not a grant", shown(&path));
                 if let Some(why) = &link {
-                    eprintln!("nd7 deny: note: {why}");
+                    eprintln!("nd7 deny: note: {}", inert(why));
                 }
                 if link.is_some() || !grants.is_empty() {
                     eprintln!(
@@ -304,7 +313,7 @@ fn run_grant(
                         } else {
                             grants
                                 .iter()
-                                .map(|g| g.display().to_string())
+                                .map(|g| shown(g))
                                 .collect::<Vec<_>>()
                                 .join(", ")
                         }
@@ -365,11 +374,14 @@ fn run_self_update(_from: Option<String>, _downgrade: bool) -> ExitCode {
 fn run_doctor(settings: Option<&std::path::Path>) -> ExitCode {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("nd7"));
     let checks = setup::doctor(&exe, settings);
+    // Details name paths and link targets an agent may have chosen (a
+    // re-pointed `~/.claude.json`): shown inert (ADR-0090).
+    let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::Keep);
     for check in &checks {
         let mark = if check.ok { "ok  " } else { "FAIL" };
-        println!("{mark} {:<7} {}", check.name, check.detail);
+        println!("{mark} {:<7} {}", check.name, inert(&check.detail));
         if let Some(fix) = &check.fix {
-            println!("             fix: {fix}");
+            println!("             fix: {}", inert(fix));
         }
     }
     if checks.iter().all(|c| c.ok) {
@@ -596,6 +608,10 @@ fn report(
     label: Option<&str>,
 ) -> ExitCode {
     let prefix = label.map(|l| format!("{l}: ")).unwrap_or_default();
+    // A verify error may quote what it found in the log: shown inert (ADR-0090).
+    let inert = |e: &dyn std::fmt::Display| {
+        nd7_core::read::safe::term(&e.to_string(), nd7_core::read::safe::Lines::One)
+    };
     match result {
         Ok(v) => {
             match v.head {
@@ -620,17 +636,17 @@ fn report(
                 Ok(true) => ExitCode::SUCCESS,
                 Ok(false) => ExitCode::from(1),
                 Err(e) => {
-                    eprintln!("nd7 verify: {prefix}{e}");
+                    eprintln!("nd7 verify: {prefix}{}", inert(&e));
                     ExitCode::from(2)
                 }
             }
         }
         Err(e) if e.is_unchecked() => {
-            eprintln!("nd7 verify: {prefix}{e}");
+            eprintln!("nd7 verify: {prefix}{}", inert(&e));
             ExitCode::from(2)
         }
         Err(e) => {
-            println!("{prefix}FAILED: {e}");
+            println!("{prefix}FAILED: {}", inert(&e));
             ExitCode::from(1)
         }
     }

@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 use crate::policy::Policy;
 use crate::policy::deferred::{
     Kind, MAX_CONFIG, MAX_STATE, Plan, Tree, caches, claude_state_risky, git_config_risky,
-    gitdir_of, grant_roots, listed_beneath, plan_grant, searched_name,
+    gitdir_of, grant_roots, is_bare_repository, listed_beneath, plan_grant, searched_name,
 };
 use report::{Body, Finding, What};
 use unreadable::{Refused, Unreadable};
@@ -1179,6 +1179,14 @@ impl Watch {
                         None => {}
                     }
                 }
+            } else if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
+                // A bare repository's: its config and hooks are what a
+                // `.git`'s would be (the project itself, once its `.git/HEAD`
+                // is garbage).
+                if let Some(dir) = path.parent().filter(|d| is_bare_repository(d)) {
+                    git_dirs.push(dir.to_path_buf());
+                    out.extend(self.repository(dir));
+                }
             } else {
                 let parent = path.parent().unwrap_or(&path);
                 let name = path.file_name().unwrap_or_default().to_string_lossy();
@@ -1519,7 +1527,7 @@ mod tests {
             Some("git config core.fsmonitor evil")
         );
         assert_eq!(found[2].after_command, None);
-        let text = report::render(&found, "the program exited with status 0");
-        assert!(text.contains("+\tfsmonitor = evil"), "{text}");
+        let text = report::render(&found, "the program exited with status 0", None).changes;
+        assert!(text.contains("+    fsmonitor = evil"), "{text}");
     }
 }

@@ -1604,14 +1604,30 @@ pub fn claude_state_risky(state: &serde_json::Value, own: &[PathBuf]) -> serde_j
 }
 
 /// Whether a file name (the last component) is one the end-of-session
-/// search looks at anywhere below the project: a repository, or a name on
-/// the project list.
+/// search looks at anywhere below the project: a repository (`.git`, or the
+/// `HEAD` of a bare one: [`is_bare_repository`]), or a name on the project
+/// list.
 pub fn searched_name(name: &str) -> bool {
     name == ".git"
+        || name == "HEAD"
         || PROJECT_LOCKED
             .iter()
             .chain(PROJECT_REPORTED)
             .any(|p| p.split('/').next() == Some(name))
+}
+
+/// Whether git takes `dir` for a bare repository when it looks for one
+/// there: it holds `HEAD`, `objects/` and `refs/` (git also reads `HEAD`;
+/// this is looser, so reports more). Git looks for this where a `.git` is
+/// missing or not a repository, so a garbage `.git/HEAD` and these three
+/// names at the project's top turn the project itself into a repository
+/// whose `config` and `hooks/` are ordinary files of the project.
+pub fn is_bare_repository(dir: &Path) -> bool {
+    let is = |name: &str, dir_wanted: bool| {
+        std::fs::symlink_metadata(dir.join(name))
+            .is_ok_and(|m| if dir_wanted { m.is_dir() } else { m.is_file() })
+    };
+    is("HEAD", false) && is("objects", true) && is("refs", true)
 }
 
 /// The paths on the project list that a name found below a root (one for
@@ -2115,6 +2131,7 @@ mod tests {
         ] {
             assert!(searched_name(yes), "{yes}");
         }
+        assert!(searched_name("HEAD"));
         for no in ["src", "settings.json", "claude", ".gitignore"] {
             assert!(!searched_name(no), "{no}");
         }

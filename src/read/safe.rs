@@ -9,8 +9,20 @@
 //! characters, C1 controls, DEL, and the invisible characters that reorder
 //! or hide text are written as visible escapes (`\x1b`, `\r`, `\u{202e}`),
 //! so what is shown is what the log holds, and nothing in it acts.
+//!
+//! The same function serves everything else nd7 prints that the agent could
+//! have chosen (ADR-0090): `nd7 run`'s end-of-session warning (file names,
+//! contents, diffs, commands), the processes it ended, `nd7 deny`'s list of
+//! running commands, `nd7 verify --transcript`'s paths. Two more tools sit
+//! beside it for a terminal: [`fit`] cuts a line of such text to the
+//! terminal's width, so that no part of it wraps to the start of a line and
+//! passes for one of nd7's own, and [`RESET`] is what `nd7 run` writes
+//! before its own closing lines, so that nothing the agent's program left
+//! the terminal in (a string never terminated, the alternate screen, hidden
+//! text) hides them.
 
 use std::fmt::Write;
+use std::path::Path;
 
 /// Whether `c` must not reach a terminal or a page as itself. Newline and
 /// tab are decided by the caller.
@@ -74,6 +86,87 @@ pub fn term(text: &str, lines: Lines) -> String {
     term_marked(text, lines, None)
 }
 
+/// A path safe to print on one line of a terminal.
+pub fn path(path: &Path) -> String {
+    term(&path.to_string_lossy(), Lines::One)
+}
+
+/// How many columns `c` may take on a terminal, counted high: two for
+/// anything from the Hangul Jamo block up (where wide scripts start), so a
+/// line cut by [`fit`] never takes more than it was given.
+fn columns(c: char) -> usize {
+    if (c as u32) < 0x1100 { 1 } else { 2 }
+}
+
+/// `line` (already inert) cut to at most `width` columns, the cut said by a
+/// trailing `…(+N)` with the count of characters left out. A line that
+/// fits comes back as it is. With `None` (no terminal to wrap it) nothing
+/// is cut.
+pub fn fit(line: &str, width: Option<usize>) -> String {
+    let Some(width) = width else {
+        return line.to_string();
+    };
+    if line.chars().map(columns).sum::<usize>() <= width {
+        return line.to_string();
+    }
+    let total = line.chars().count();
+    // Room for the mark at its longest.
+    let mark_room: usize = format!("…(+{total})").chars().map(columns).sum();
+    let room = width.saturating_sub(mark_room);
+    let (mut used, mut kept) = (0, 0);
+    for c in line.chars() {
+        if used + columns(c) > room {
+            break;
+        }
+        used += columns(c);
+        kept += 1;
+    }
+    let head: String = line.chars().take(kept).collect();
+    format!("{head}…(+{})", total - kept)
+}
+
+/// What `nd7 run` writes to a terminal before its own closing lines, after
+/// the agent's program has had the terminal: each part undoes one thing
+/// that program could have left behind to hide or fake what follows.
+///
+/// - `ESC \` ends a string (OSC, DCS, APC, PM, SOS) left open, which would
+///   swallow everything after it; `CAN` abandons a sequence half written.
+/// - `?1047` and `?47` off: back to the normal screen from the alternate
+///   one, where nothing printed stays once the program leaves it. Not
+///   `?1049` off, which also restores a cursor saved when a program last
+///   entered the alternate screen, even on the normal screen (tmux does):
+///   a stale place, where nd7's lines would overwrite what is shown.
+///   Leaving without it, the cursor stays where the program left it on the
+///   alternate screen, so after a program that never left it nd7's lines
+///   may overwrite part of the normal screen, never the reverse.
+/// - `?1000`, `?1002`, `?1003`, `?1005`, `?1006`, `?1015` off: no mouse
+///   reporting, which would type escape sequences into the shell.
+/// - `?2026` off: synchronized output ended (a terminal holding it shows nothing).
+/// - `?25` on, `?7` on, `?5` off, `4 l`: a visible cursor, lines that wrap
+///   rather than overwrite their end, normal video, no insert mode.
+/// - `ESC 7`, `ESC [ r`, `ESC 8`: the scrolling region the whole screen,
+///   the cursor left where it was (setting the region moves it home).
+/// - last, as a cursor restore brings back attributes: `SI` and `ESC ( B`,
+///   the ordinary character set (line drawing garbles text), and `ESC [ 0 m`,
+///   no hidden, blinking, reversed or coloured text.
+///
+/// It does not clear the screen or reset the terminal whole (`ESC c`): what
+/// the program showed stays for you to read. Nor does it set the default
+/// colours back (`OSC 110`, `111`, `104`): that would undo a colour theme
+/// your shell set the same way (base16-shell does) after every run, and
+/// text made the background's colour is blank, not forged. It cannot take
+/// back what the program did to the window (its title, the clipboard):
+/// docs/sandbox.md.
+pub const RESET: &str = concat!(
+    "\x1b\\\x18",
+    "\x1b[?1047l\x1b[?47l",
+    "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l",
+    "\x1b[?2026l",
+    "\x1b[?25h\x1b[?7h\x1b[?5l\x1b[4l",
+    "\x1b7\x1b[r\x1b8",
+    "\x0f\x1b(B\x1b[0m",
+);
+
 /// `text` safe as HTML character data or a quoted attribute value: the
 /// terminal hazards made visible, then `& < > " '` escaped.
 pub fn html(text: &str, lines: Lines) -> String {
@@ -122,6 +215,22 @@ mod tests {
                 "{c:?} -> {shown:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_line_is_cut_to_the_width_with_the_cut_said() {
+        assert_eq!(fit("short", Some(10)), "short");
+        assert_eq!(fit(&"x".repeat(50), None), "x".repeat(50));
+        let cut = fit(
+            &format!("{}nd7 run: nothing changed", "x".repeat(75)),
+            Some(80),
+        );
+        assert!(cut.chars().count() <= 80, "{cut}");
+        assert!(cut.ends_with("…(+26)"), "{cut}");
+        assert!(!cut.contains("nd7 run"), "{cut}");
+        // Wide characters count twice.
+        let wide = fit(&"漢".repeat(50), Some(20));
+        assert!(wide.chars().map(columns).sum::<usize>() <= 20, "{wide}");
     }
 
     #[test]

@@ -522,7 +522,7 @@ echo '{}' > "$HOME_DIR/.claude/settings.json"
         format!(
             "  changed: {proj}/.git/config  (first seen when the command \"git config core.fsmonitor '{fsmonitor}'\" ended)\n"
         ),
-        format!("\n    +\tfsmonitor = \"{fsmonitor}\"\n"),
+        format!("\n    +    fsmonitor = \"{fsmonitor}\"\n"),
         format!(
             "  changed: {}\n    -{{\"hooks\":{{\"Stop\":[]}}}}\n    +{{}}\n",
             w.in_home(".claude/settings.json")

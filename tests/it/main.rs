@@ -19,6 +19,8 @@ mod e2e;
 mod exit_status;
 mod floor_paths;
 mod floor_process;
+#[cfg(target_os = "linux")]
+mod inert;
 mod landlock;
 mod layout;
 mod macos_floor;

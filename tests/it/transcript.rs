@@ -362,6 +362,38 @@ fn a_transcript_path_outside_the_layout_is_not_read() {
     assert_eq!(entries[0]["body"]["path"], decoy.display().to_string());
 }
 
+/// The transcript's path comes from the hooks' payloads, which the agent
+/// can write: `nd7 verify --transcript` shows it inert (ADR-0090), with the
+/// gap the refusal to read it left.
+///
+/// Guards the escaping in `transcript_cmds::verify`: without it the path's
+/// OSC and CSI sequences reach stdout as they are.
+#[test]
+fn verify_shows_a_hostile_transcript_path_inert() {
+    let s = Scene::new();
+    let hostile = s
+        .home()
+        .join("x\x1b]2;title\x07\x1b[2J\u{9b}H\u{202e}")
+        .join(format!("{SID}.jsonl"));
+    let payload = json!({
+        "session_id": SID, "transcript_path": hostile, "cwd": s.cwd(), "hook_event_name": "Stop",
+    });
+    let out = run_with_stdin(s.nd7().arg("record"), payload.to_string().as_bytes());
+    assert!(out.status.success());
+    let out = s.verify();
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        !said
+            .chars()
+            .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+        "{said:?}"
+    );
+    assert!(
+        said.contains("x\\x1b]2;title\\x07\\x1b[2J\\x9bH\\u{202e}/"),
+        "{said}"
+    );
+}
+
 /// A file replaced, truncated, or rewritten at its anchored end is found at
 /// the next hook and recorded as such; anchoring starts again from byte 0
 /// (a new generation), and verify still fails on the old anchors.

@@ -27,7 +27,10 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
     let log = match crate::resolve_target(target) {
         Ok(log) => log,
         Err(e) => {
-            eprintln!("nd7 verify: {e}");
+            eprintln!(
+                "nd7 verify: {}",
+                nd7_core::read::safe::term(&e.to_string(), nd7_core::read::safe::Lines::One)
+            );
             return ExitCode::from(2);
         }
     };
@@ -38,14 +41,24 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
     let anchored = match check::collect(&log) {
         Ok(anchored) => anchored,
         Err(e) => {
-            eprintln!("nd7 verify: {e}");
+            eprintln!(
+                "nd7 verify: {}",
+                nd7_core::read::safe::term(&e.to_string(), nd7_core::read::safe::Lines::One)
+            );
             return ExitCode::from(2);
         }
     };
+    // The transcript's path and what is said of it come from the hooks'
+    // payloads, which the agent can write: shown inert (ADR-0090).
+    let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::One);
     for note in &anchored.notes {
         println!(
             "transcript note: entry {}: {} ({}): {}: {}",
-            note.seq, note.kind, note.what, note.path, note.detail
+            note.seq,
+            inert(&note.kind),
+            inert(&note.what),
+            inert(&note.path),
+            inert(&note.detail)
         );
     }
     if anchored.files.is_empty() {
@@ -60,12 +73,13 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
         };
     }
     let (mut contradicted, mut unreadable) = (false, false);
-    for ((root, path), anchors) in &anchored.files {
+    for ((root, raw_path), anchors) in &anchored.files {
+        let path = &inert(raw_path);
         let last = anchors.iter().map(|a| a.seq).max().unwrap_or_default();
         let gaps: Vec<&check::Note> = anchored
             .notes
             .iter()
-            .filter(|n| n.kind == nd7_core::transcript::GAP && &n.path == path)
+            .filter(|n| n.kind == nd7_core::transcript::GAP && &n.path == raw_path)
             .collect();
         // The anchoring gave up on the file after its last anchor because
         // it could not read it: what came after was never anchored.
@@ -74,7 +88,7 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
                 && (n.what == GapReason::Refused.as_str()
                     || n.what == GapReason::Unreadable.as_str())
         });
-        match check::check_file(root, path, anchors) {
+        match check::check_file(root, raw_path, anchors) {
             Verdict::Holds {
                 anchors,
                 anchored,
@@ -90,17 +104,22 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
                     unreadable = true;
                     println!(
                         "TRANSCRIPT NOT COVERED: {path}: the anchoring stopped at entry {} ({}: {}); the {tail} bytes after entry {last}'s anchor were never anchored, so nothing here vouches for them",
-                        gap.seq, gap.what, gap.detail
+                        gap.seq,
+                        inert(&gap.what),
+                        inert(&gap.detail)
                     );
                 }
             }
             Verdict::Contradicts(c) => {
                 contradicted = true;
-                println!("TRANSCRIPT CHANGED: {path}: {c}");
+                println!("TRANSCRIPT CHANGED: {path}: {}", inert(&c.to_string()));
             }
             Verdict::Unreadable(why) => {
                 unreadable = true;
-                eprintln!("nd7 verify: transcript {why}; nothing was checked against it");
+                eprintln!(
+                    "nd7 verify: transcript {}; nothing was checked against it",
+                    inert(&why.to_string())
+                );
             }
         }
     }

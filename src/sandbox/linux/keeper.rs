@@ -440,7 +440,12 @@ fn keep(
     if !ended.is_empty() {
         let list: Vec<String> = ended
             .iter()
-            .map(|(pid, name)| format!("{pid} ({name})"))
+            .map(|(pid, name)| {
+                format!(
+                    "{pid} ({})",
+                    crate::read::safe::term(name, crate::read::safe::Lines::One)
+                )
+            })
             .collect();
         // Those the session left after asking for the end of the rest
         // (`end_leftovers`), or all of them when it could not ask: its log is

@@ -363,18 +363,18 @@ fn without_user_namespaces_claude_codes_plants_are_reported() {
         format!("  changed: {proj}/.gitattributes"),
         format!("  changed: {proj}/.git/config"),
         // The Edit's fsmonitor, then replaced by `git config`'s.
-        format!("    +\tfsmonitor = \"touch {out}/bash-fsmonitor; false\"\n"),
+        format!("    +    fsmonitor = \"touch {out}/bash-fsmonitor; false\"\n"),
         format!("  added: {proj}/.git/hooks/post-commit"),
         format!("    +touch {out}/bash-hook\n"),
         format!(
             "  added: {proj}/.vscode/tasks.json  (first seen when the command \"mkdir -p .vscode"
         ),
         // git's other vectors, in the same config's diff.
-        "    +\thooksPath = .githooks\n".to_string(),
-        format!("    +\tst = !touch {out}/alias\n"),
-        format!("    +\tpager = \"touch {out}/pager; cat\"\n"),
+        "    +    hooksPath = .githooks\n".to_string(),
+        format!("    +    st = !touch {out}/alias\n"),
+        format!("    +    pager = \"touch {out}/pager; cat\"\n"),
         format!("  changed: {proj}/.gitmodules"),
-        format!("    +\tupdate = !touch {out}/gitmodules\n"),
+        format!("    +    update = !touch {out}/gitmodules\n"),
         // MCP servers and the project's settings: written by Write or Edit,
         // then by Bash, whose version the diff shows.
         format!("  changed: {proj}/.mcp.json"),
