@@ -15,6 +15,7 @@ mod deferred_reads;
 mod distribution;
 mod e2e;
 mod exit_status;
+mod floor_attrs;
 mod floor_paths;
 mod floor_process;
 mod landlock;

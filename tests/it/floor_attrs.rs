@@ -1,0 +1,182 @@
+//! Attacks on the floor through what Landlock does not mediate: a file's
+//! mode, owner, times and extended attributes (issue 29, item 4), each tried
+//! as the ordinary account, by an agent script under `nd7 run` and by a
+//! command through the exit, with every system call that changes them
+//! (`floor_attrs/attrs.py`, by number). Outside the write roots each must
+//! fail and change nothing; inside the project each must still work, and so
+//! must the tools that use them (`chmod +x`, `touch`, `tar x`, `cp -p`, a
+//! `git checkout` of an executable file).
+//!
+//! Guards the keeper's mediation (`src/sandbox/linux/attrs.rs`, handed over
+//! by the filter's `attrs` part in `src/sandbox/linux/seccomp.rs`): without
+//! the filter's part every outside call succeeds; without the write-root
+//! check in `attrs::inside` likewise; without the keeper performing the call
+//! (answering `Continue`), every outside call succeeds.
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Output;
+
+use crate::world::*;
+
+const ATTRS: &str = include_str!("floor_attrs/attrs.py");
+const PYTHON: &str = "/usr/bin/python3";
+
+/// Writes the probe into the project, where the agent can run it.
+fn probe(w: &World) -> String {
+    let path = w.proj().join("attrs.py");
+    std::fs::write(&path, ATTRS).expect("write probe");
+    path.display().to_string()
+}
+
+/// Sets `user.keep` on `path`, which the removals try to take off.
+fn keep(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: both strings are NUL-terminated and live for the call; the
+    // value is one readable byte.
+    let r = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            c"user.keep".as_ptr(),
+            b"k".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
+    assert_eq!(r, 0, "setxattr {}", path.display());
+}
+
+fn has_keep(path: &Path) -> bool {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    let mut buf = [0u8; 4];
+    // SAFETY: reads at most `buf.len()` bytes into `buf`.
+    let r = unsafe {
+        libc::getxattr(
+            c.as_ptr(),
+            c"user.keep".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    r == 1
+}
+
+/// Mode, owner, modification time of `path`, not following a link.
+fn attrs(path: &Path) -> (u32, u32, u32, i64) {
+    let m = std::fs::symlink_metadata(path).expect("stat");
+    (m.mode(), m.uid(), m.gid(), m.mtime())
+}
+
+fn results(out: &Output) -> Vec<String> {
+    text(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(':'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The agent, then a command through the exit, each try every call on
+/// files and directories outside the write roots: the key, `~/.ssh`, the
+/// home, nd7's own directory and a readable file. Every call fails, and
+/// nothing changed.
+#[test]
+fn modes_owners_times_and_xattrs_outside_the_write_roots_are_refused() {
+    let w = World::new();
+    let probe = probe(&w);
+    let home = w.home();
+    std::fs::create_dir_all(home.join(".nd7")).expect("mkdir ~/.nd7");
+    std::fs::write(home.join(".nd7/grants"), "").expect("grants");
+    let targets = [
+        home.join(".ssh/id_ed25519"),
+        home.join(".ssh"),
+        home.clone(),
+        home.join(".nd7/grants"),
+        w.outside().join("readme"),
+    ];
+    w.own();
+    for t in &targets {
+        std::fs::set_permissions(t, std::fs::Permissions::from_mode(if t.is_dir() {
+            0o700
+        } else {
+            0o600
+        }))
+        .expect("chmod");
+        keep(t);
+    }
+    let before: Vec<_> = targets.iter().map(|t| attrs(t)).collect();
+    let mut body = String::new();
+    for (i, t) in targets.iter().enumerate() {
+        let t = t.display();
+        body.push_str(&format!("{PYTHON} {probe} '{t}' agent{i}-\n"));
+        body.push_str(&format!("\"$EXEC\" \"{PYTHON} {probe} '{t}' exec{i}-\"\n"));
+    }
+    let out = w.run_agent(&body);
+    let lines = results(&out);
+    // 21 path calls each, 5 more on a descriptor for the readable file (as
+    // the agent: the key is unreadable to it).
+    assert!(lines.len() >= 2 * 5 * 21, "{lines:?}\n{}", text(&out.stderr));
+    let succeeded: Vec<_> = lines.iter().filter(|l| l.ends_with(":yes")).collect();
+    assert!(
+        succeeded.is_empty(),
+        "succeeded: {succeeded:?}\n{}",
+        text(&out.stderr)
+    );
+    for (t, before) in targets.iter().zip(before) {
+        assert_eq!(attrs(t), before, "{} changed", t.display());
+        assert!(has_keep(t), "{}: user.keep removed", t.display());
+    }
+}
+
+/// The same calls on a file and a directory in the project all work, from
+/// the agent and through the exit, and so do the tools that make them.
+#[test]
+fn the_same_calls_inside_the_project_still_work() {
+    let w = World::new();
+    let probe = probe(&w);
+    let proj = w.proj();
+    std::fs::create_dir_all(proj.join("d")).expect("mkdir");
+    std::fs::write(proj.join("f"), "f\n").expect("write");
+    std::fs::write(proj.join("tools.sh"), TOOLS).expect("write tools");
+    w.own();
+    keep(&proj.join("f"));
+    keep(&proj.join("d"));
+    let out = w.run_agent(&format!(
+        "cd '{p}'\n\
+         {PYTHON} {probe} '{p}/f' agent-f-\n{PYTHON} {probe} '{p}/d' agent-d-\n\
+         \"$EXEC\" \"{PYTHON} {probe} '{p}/f' exec-f-\"\n\
+         \"$EXEC\" \"{PYTHON} {probe} '{p}/d' exec-d-\"\n\
+         bash tools.sh agent\n\"$EXEC\" 'bash tools.sh exec'\n",
+        p = proj.display()
+    ));
+    let lines = results(&out);
+    // fchmod on an O_PATH descriptor is EBADF in the kernel itself.
+    let failed: Vec<_> = lines
+        .iter()
+        .filter(|l| !l.ends_with(":yes") && !l.ends_with("fchmod-opath:no"))
+        .collect();
+    assert!(failed.is_empty(), "failed: {failed:?}\n{}", text(&out.stderr));
+    for who in ["agent", "exec"] {
+        for tool in ["chmodx", "touch", "tar", "cp-p", "git"] {
+            let line = format!("{who}-{tool}:yes");
+            assert!(lines.contains(&line), "no {line}: {lines:?}\n{}", text(&out.stderr));
+        }
+    }
+    // The probe made the project's file 0777 and dated it 1970.
+    assert_eq!(attrs(&proj.join("f")).0 & 0o7777, 0o777);
+    assert_eq!(attrs(&proj.join("f")).3, 0);
+}
+
+/// The tools a project uses that set modes and times, each as `WHO-NAME:yes|no`.
+const TOOLS: &str = r#"
+who=$1
+x() { local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$who-$name:yes"; else echo "$who-$name:no"; fi; }
+dir=$(mktemp -d "$PWD/tools.XXXXXX") && cd "$dir" || exit 1
+printf 'echo ok\n' > s.sh
+x chmodx sh -c 'chmod +x s.sh && ./s.sh'
+x touch sh -c 'touch -d 2001-02-03 a && [ "$(stat -c %Y a)" = "$(date -d 2001-02-03 +%s)" ]'
+mkdir src && echo 1 > src/f && chmod 751 src/f && touch -d 2002-01-01 src/f
+x tar sh -c 'tar cf a.tar src && rm -r src && tar xpf a.tar && [ "$(stat -c %a src/f)" = 751 ] && [ "$(stat -c %Y src/f)" = "$(date -d 2002-01-01 +%s)" ]'
+x cp-p sh -c 'cp -p src/f g && [ "$(stat -c %a g)" = 751 ] && [ "$(stat -c %Y g)" = "$(date -d 2002-01-01 +%s)" ]'
+x git bash -c 'g() { git -c user.name=t -c user.email=t@t "$@"; }; g init -q r && cd r && printf "echo x\n" > run.sh && chmod +x run.sh && g add run.sh && g commit -qm m && rm run.sh && g checkout -q run.sh && [ -x run.sh ]'
+"#;
