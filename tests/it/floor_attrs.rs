@@ -96,11 +96,10 @@ fn modes_owners_times_and_xattrs_outside_the_write_roots_are_refused() {
     ];
     w.own();
     for t in &targets {
-        std::fs::set_permissions(t, std::fs::Permissions::from_mode(if t.is_dir() {
-            0o700
-        } else {
-            0o600
-        }))
+        std::fs::set_permissions(
+            t,
+            std::fs::Permissions::from_mode(if t.is_dir() { 0o700 } else { 0o600 }),
+        )
         .expect("chmod");
         keep(t);
     }
@@ -123,7 +122,11 @@ fn modes_owners_times_and_xattrs_outside_the_write_roots_are_refused() {
     let lines = results(&out);
     // 21 path calls each, 5 more on a descriptor for the readable file (as
     // the agent: the key is unreadable to it).
-    assert!(lines.len() >= 2 * 5 * 21, "{lines:?}\n{}", text(&out.stderr));
+    assert!(
+        lines.len() >= 2 * 5 * 21,
+        "{lines:?}\n{}",
+        text(&out.stderr)
+    );
     let succeeded: Vec<_> = lines.iter().filter(|l| l.ends_with(":yes")).collect();
     assert!(
         succeeded.is_empty(),
@@ -163,11 +166,19 @@ fn the_same_calls_inside_the_project_still_work() {
         .iter()
         .filter(|l| !l.ends_with(":yes") && !l.ends_with("fchmod-opath:no"))
         .collect();
-    assert!(failed.is_empty(), "failed: {failed:?}\n{}", text(&out.stderr));
+    assert!(
+        failed.is_empty(),
+        "failed: {failed:?}\n{}",
+        text(&out.stderr)
+    );
     for who in ["agent", "exec"] {
         for tool in ["chmodx", "touch", "tar", "cp-p", "git"] {
             let line = format!("{who}-{tool}:yes");
-            assert!(lines.contains(&line), "no {line}: {lines:?}\n{}", text(&out.stderr));
+            assert!(
+                lines.contains(&line),
+                "no {line}: {lines:?}\n{}",
+                text(&out.stderr)
+            );
         }
     }
     // The probe made the project's file 0777 and dated it 1970.
@@ -178,7 +189,7 @@ fn the_same_calls_inside_the_project_still_work() {
 /// The tools a project uses that set modes and times, each as `WHO-NAME:yes|no`.
 const TOOLS: &str = r#"
 who=$1
-x() { local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$who-$name:yes"; else echo "$who-$name:no"; fi; }
+x() { local name=$1; shift; if "$@" >/dev/null; then echo "$who-$name:yes"; else echo "$who-$name:no"; fi; }
 dir=$(mktemp -d "$PWD/tools.XXXXXX") && cd "$dir" || exit 1
 printf 'echo ok\n' > s.sh
 x chmodx sh -c 'chmod +x s.sh && ./s.sh'
