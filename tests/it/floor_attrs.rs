@@ -199,3 +199,34 @@ x tar sh -c 'tar cf a.tar src && rm -r src && tar xpf a.tar && [ "$(stat -c %a s
 x cp-p sh -c 'cp -p src/f g && [ "$(stat -c %a g)" = 751 ] && [ "$(stat -c %Y g)" = "$(date -d 2002-01-01 +%s)" ]'
 x git bash -c 'g() { git -c user.name=t -c user.email=t@t "$@"; }; g init -q r && cd r && printf "echo x\n" > run.sh && chmod +x run.sh && g add run.sh && g commit -qm m && rm run.sh && g checkout -q run.sh && [ -x run.sh ]'
 "#;
+
+/// A grant made with `nd7 allow` during the session counts for the commands
+/// started after it, as their Landlock rules do, and not for the agent.
+/// Guards the roots sent with each command's listener (`Confinement::roots`
+/// in `src/sandbox/linux/mod.rs`): with the floor's sent instead, the last
+/// command is refused.
+#[test]
+fn a_grant_made_during_the_session_counts_for_later_commands() {
+    let w = World::new();
+    std::fs::create_dir_all(w.home().join("data")).expect("mkdir");
+    std::fs::write(w.home().join("data/f"), "").expect("write");
+    let f = w.in_home("data/f");
+    let (child, _pid) = w.start_agent(&format!(
+        r#"x() {{ local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name:yes"; else echo "$name:no"; fi; }}
+x before "$EXEC" "chmod 640 '{f}'"
+touch ready; wait_for go
+x agent chmod 641 '{f}'
+x exec "$EXEC" "chmod 642 '{f}'"
+"#
+    ));
+    w.wait_for("ready");
+    let allow = w.nd7(&["allow", "~/data"]).output().expect("allow");
+    assert!(allow.status.success(), "{}", text(&allow.stderr));
+    w.signal("go");
+    let out = child.wait_with_output().expect("nd7 run");
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>(),
+        ["before:no", "agent:no", "exec:yes"]
+    );
+    assert_eq!(attrs(&w.home().join("data/f")).0 & 0o777, 0o642);
+}
