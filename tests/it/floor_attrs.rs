@@ -230,3 +230,36 @@ x exec "$EXEC" "chmod 642 '{f}'"
     );
     assert_eq!(attrs(&w.home().join("data/f")).0 & 0o777, 0o642);
 }
+
+/// A file the session holds read-only though it lies in the project (a
+/// `.envrc`, bound read-only in the session's mount namespace) keeps its
+/// mode and times: the keeper resolves the agent's path in the agent's
+/// mount namespace, by a relative path, an absolute one and a link.
+/// Guards `open_beneath` from the caller's root in `attrs::open_target`
+/// (`src/sandbox/linux/attrs.rs`): resolved from the keeper's own root, the
+/// file is writable there and every call succeeds.
+#[test]
+fn a_file_held_read_only_in_the_project_stays_so() {
+    let w = World::new();
+    std::fs::write(w.proj().join(".envrc"), "export A=1\n").expect("write");
+    w.own();
+    let before = attrs(&w.proj().join(".envrc"));
+    let out = w.run_agent(
+        r#"x() { local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name:yes"; else echo "$name:no"; fi; }
+ln -s "$PWD/.envrc" link
+for how in .envrc "$PWD/.envrc" link; do
+  x "chmod $how" chmod 777 "$how"
+  x "touch $how" touch -d 2000-01-01 "$how"
+  x "exec chmod $how" "$EXEC" "chmod 777 '$how'"
+done
+"#,
+    );
+    let lines = results(&out);
+    assert_eq!(lines.len(), 9, "{lines:?}\n{}", text(&out.stderr));
+    assert!(
+        lines.iter().all(|l| l.ends_with(":no")),
+        "{lines:?}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(attrs(&w.proj().join(".envrc")), before);
+}
