@@ -32,7 +32,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             times.push(start.elapsed().as_secs_f64() * 1e6 / 1000.0);
         }
         times.sort_by(f64::total_cmp);
-        println!("{name}: {:.2} us per call (median of {batches} batches of 1000)", times[batches / 2]);
+        println!(
+            "{name}: {:.2} us per call (median of {batches} batches of 1000)",
+            times[batches / 2]
+        );
     }
     Ok(())
 }

@@ -56,6 +56,7 @@ pub mod home;
 pub mod hook;
 pub mod http_client;
 pub mod kernel;
+pub mod modes;
 pub mod passwd;
 pub mod policy;
 pub mod read;

@@ -263,3 +263,49 @@ done
     );
     assert_eq!(attrs(&w.proj().join(".envrc")), before);
 }
+
+/// Modes left unsafe before the session (by an earlier session on an older
+/// nd7, a tool, a mistake): a grants file another account can write stops
+/// `nd7 run` before it starts anything, naming the file and the fix; a key
+/// others can read is warned of, and the session runs. `nd7 doctor` shows
+/// both. Guards `check_modes` in `src/run.rs` and `modes::check`.
+#[test]
+fn unsafe_modes_on_nd7s_files_refuse_or_warn() {
+    let w = World::new();
+    let grants = w.home().join(".nd7/grants");
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    std::fs::write(&grants, "").expect("grants");
+    w.own();
+    let mode = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
+    };
+    mode(&grants, 0o666);
+    let out = w.run_agent("echo started");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!text(&out.stdout).contains("started"));
+    let named = w.in_home(".nd7/grants");
+    assert!(
+        err.contains(&format!(
+            "{named} is writable by its group and every other account"
+        )) && err.contains(&format!("chmod go-w '{named}'"))
+            && err.contains("nothing was started"),
+        "{err}"
+    );
+    mode(&grants, 0o644);
+    mode(&w.home().join(".ssh/id_ed25519"), 0o644);
+    let out = w.run_agent("echo started");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(text(&out.stdout).contains("started"));
+    let key = w.in_home(".ssh/id_ed25519");
+    assert!(
+        err.contains(&format!(
+            "nd7 run: warning: {key} can be read or written by others"
+        )) && err.contains(&format!("chmod 600 '{key}'")),
+        "{err}"
+    );
+    let doctor = w.nd7(&["doctor"]).output().expect("doctor");
+    let said = text(&doctor.stdout) + &text(&doctor.stderr);
+    assert!(said.contains("modes") && said.contains(&key), "{said}");
+}
