@@ -71,6 +71,7 @@ pub mod run_log;
 pub mod running;
 pub mod safe_file;
 pub mod sandbox;
+pub mod secret_links;
 #[cfg(feature = "self-update")]
 pub mod self_update;
 pub mod session_log;

@@ -85,6 +85,8 @@ pub enum RunError {
         "another account could choose what this session may write or read: {0}; nothing was started"
     )]
     Modes(String),
+    #[error("{0}; nothing was started")]
+    SecretLinks(String),
     #[error(transparent)]
     Grants(#[from] run_grants::StartGrantError),
     #[error(transparent)]
@@ -347,6 +349,13 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         None => run_dir::secrets(&home)?,
     };
     policy.secrets.extend(own_places);
+    // Before the devices join the list: a second name for a credential
+    // store's file would be read through it.
+    let strays = crate::secret_links::strays(&policy.unreadable());
+    if !strays.is_empty() {
+        let list: Vec<String> = strays.iter().map(|s| s.to_string()).collect();
+        return Err(RunError::SecretLinks(list.join("; ")));
+    }
     policy.devices = match head {
         Some(h) => h.devices,
         None => sandbox::device_mounts(),

@@ -309,3 +309,30 @@ fn unsafe_modes_on_nd7s_files_refuse_or_warn() {
     let said = text(&doctor.stdout) + &text(&doctor.stderr);
     assert!(said.contains("modes") && said.contains(&key), "{said}");
 }
+
+/// A hard link to the key made in the project before the session (issue 29,
+/// item 7) would be read through the project's rules: `nd7 run` starts
+/// nothing and names the key with how to find the other name. A second name
+/// inside `~/.ssh` is no reason to refuse. Guards the check of
+/// `secret_links::strays` in `src/run.rs`: without it the agent reads the key.
+#[test]
+fn a_hard_link_to_a_key_in_the_project_stops_the_session() {
+    let w = World::new();
+    std::fs::hard_link(w.home().join(".ssh/id_ed25519"), w.proj().join("k")).expect("link");
+    let out = w.run_agent("cat k; echo started");
+    let err = text(&out.stderr);
+    assert!(!text(&out.stdout).contains("SECRET-KEY"), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let key = w.in_home(".ssh/id_ed25519");
+    assert!(
+        err.contains(&format!("{key} has 1 more name (hard link)"))
+            && err.contains(&format!("find / -xdev -samefile '{key}'"))
+            && err.contains("nothing was started"),
+        "{err}"
+    );
+    std::fs::remove_file(w.proj().join("k")).expect("rm");
+    std::fs::hard_link(w.home().join(".ssh/id_ed25519"), w.home().join(".ssh/backup")).expect("link");
+    let out = w.run_agent("echo started");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("started"));
+}
