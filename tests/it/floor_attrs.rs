@@ -331,7 +331,11 @@ fn a_hard_link_to_a_key_in_the_project_stops_the_session() {
         "{err}"
     );
     std::fs::remove_file(w.proj().join("k")).expect("rm");
-    std::fs::hard_link(w.home().join(".ssh/id_ed25519"), w.home().join(".ssh/backup")).expect("link");
+    std::fs::hard_link(
+        w.home().join(".ssh/id_ed25519"),
+        w.home().join(".ssh/backup"),
+    )
+    .expect("link");
     let out = w.run_agent("echo started");
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("started"));

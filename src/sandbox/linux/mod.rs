@@ -690,6 +690,23 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
             needs: Some("kernel.yama.ptrace_scope of 0 or 1 (sysctl), and seccomp filters"),
         },
         Protection {
+            name: "attrs",
+            enforced: sockets,
+            detail: if sockets {
+                "chmod, chown, utimensat and setxattr reach only the write roots (seccomp, with nd7 run making each call for the session)".into()
+            } else {
+                format!(
+                    "modes, owners, times and extended attributes of files outside the write roots, such as ~/.ssh and ~/.nd7 (nd7 run cannot act for the session's processes{})",
+                    if filter {
+                        format!(": kernel.yama.ptrace_scope is {scope}")
+                    } else {
+                        ": no seccomp filter".into()
+                    }
+                )
+            },
+            needs: Some("kernel.yama.ptrace_scope of 0 or 1 (sysctl), and seccomp filters"),
+        },
+        Protection {
             name: "dgram",
             enforced: false,
             detail: format!(
