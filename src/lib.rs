@@ -29,6 +29,8 @@
 //! - [`read`]: `nd7 sessions`, `nd7 show` and `nd7 search`: the record read back.
 //! - [`policy`]: a run's rules and their rendering for Landlock and Seatbelt. Pure.
 //! - [`kernel`]: what the kernel says about processes (start time, ancestors) and paths (pins).
+//! - [`modes`]: unsafe modes on `~/.nd7`, nd7's state and the credential stores (refused or warned).
+//! - [`secret_links`]: hard links to a credential store's file from outside, which stop `nd7 run`.
 //! - [`run_dir`]: a run's directory under `~/.nd7/runs` (not a log's session), its record and grants.
 //! - [`sandbox`]: the platform floors, the exit and the door; with [`kernel`] (and setup's timer
 //!   code), all `cfg(target_os)` is here.
