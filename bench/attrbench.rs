@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn chmod(path: &CString, i: usize) -> i32 {
-    let mode = if i % 2 == 0 { 0o644 } else { 0o600 };
+    let mode = if i.is_multiple_of(2) { 0o644 } else { 0o600 };
     // SAFETY: a NUL-terminated path that lives for the call.
     unsafe { libc::chmod(path.as_ptr(), mode) }
 }

@@ -556,8 +556,8 @@ fn perform(object: &OwnedFd, st: &rustix::fs::Stat, change: &Change) -> Result<(
         Change::Owner(uid, gid) => rustix::fs::chownat(
             object,
             "",
-            uid.map(|u| rustix::fs::Uid::from_raw(u)),
-            gid.map(|g| rustix::fs::Gid::from_raw(g)),
+            uid.map(rustix::fs::Uid::from_raw),
+            gid.map(rustix::fs::Gid::from_raw),
             AtFlags::EMPTY_PATH,
         )
         .map_err(errno),
