@@ -113,7 +113,13 @@ fn modes_owners_times_and_xattrs_outside_the_write_roots_are_refused() {
         w.outside().join("readme").display().to_string(),
     ];
     let key = &named[0];
-    let mut body = format!("cat '{key}' >/dev/null 2>&1 && echo read-key:yes\n");
+    let mut body = format!(
+        "cat '{key}' >/dev/null 2>&1 && echo read-key:yes\n\
+         ln -s '{key}' keylink\n\
+         chmod 777 keylink 2>/dev/null && echo link-chmod:yes\n\
+         touch keylink 2>/dev/null && echo link-touch:yes\n\
+         \"$EXEC\" 'chmod 777 keylink' 2>/dev/null && echo exec-link-chmod:yes\n"
+    );
     for (i, t) in named.iter().enumerate() {
         body.push_str(&format!("{PYTHON} {probe} '{t}' agent{i}-\n"));
         body.push_str(&format!("\"$EXEC\" \"{PYTHON} {probe} '{t}' exec{i}-\"\n"));
@@ -172,7 +178,7 @@ fn the_same_calls_inside_the_project_still_work() {
         text(&out.stderr)
     );
     for who in ["agent", "exec"] {
-        for tool in ["chmodx", "touch", "tar", "cp-p", "git"] {
+        for tool in ["chmodx", "touch", "tar", "cp-p", "unlinked", "git"] {
             let line = format!("{who}-{tool}:yes");
             assert!(
                 lines.contains(&line),
@@ -197,6 +203,7 @@ x touch sh -c 'touch -d 2001-02-03 a && [ "$(stat -c %Y a)" = "$(date -d 2001-02
 mkdir src && echo 1 > src/f && chmod 751 src/f && touch -d 2002-01-01 src/f
 x tar sh -c 'tar cf a.tar src && rm -r src && tar xpf a.tar && [ "$(stat -c %a src/f)" = 751 ] && [ "$(stat -c %Y src/f)" = "$(date -d 2002-01-01 +%s)" ]'
 x cp-p sh -c 'cp -p src/f g && [ "$(stat -c %a g)" = 751 ] && [ "$(stat -c %Y g)" = "$(date -d 2002-01-01 +%s)" ]'
+x unlinked /usr/bin/python3 -c 'import os; fd = os.open("u", os.O_CREAT | os.O_WRONLY); os.unlink("u"); os.fchmod(fd, 0o700); os.utime(fd)'
 x git bash -c 'g() { git -c user.name=t -c user.email=t@t "$@"; }; g init -q r && cd r && printf "echo x\n" > run.sh && chmod +x run.sh && g add run.sh && g commit -qm m && rm run.sh && g checkout -q run.sh && [ -x run.sh ]'
 "#;
 

@@ -163,6 +163,7 @@ pub fn change(
     if !allowed {
         return Err(libc::EPERM);
     }
+    without_capabilities()?;
     perform(&object, &st, &change).map(|()| 0)
 }
 
@@ -468,16 +469,62 @@ fn is_dir(st: &rustix::fs::Stat) -> bool {
     FileType::from_raw_mode(st.st_mode) == FileType::Directory
 }
 
+/// Clears this thread's effective capabilities (credentials are a
+/// thread's own), so that a keeper started by root acts for the session
+/// with only what the account's own files allow, as the session's processes
+/// (in a user namespace, with none) would: never `CAP_CHOWN` or
+/// `CAP_FOWNER` on another account's file. Fails closed.
+fn without_capabilities() -> Result<(), i32> {
+    /// `_LINUX_CAPABILITY_VERSION_3` and its header and data.
+    const VERSION_3: u32 = 0x2008_0522;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget writes two `Data` into `data`, a live array of two,
+    // and reads the header.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
+        return Err(libc::EPERM);
+    }
+    if data.iter().all(|d| d.effective == 0) {
+        return Ok(());
+    }
+    for d in &mut data {
+        d.effective = 0;
+    }
+    // SAFETY: capset reads the header and two `Data`; with pid 0 it changes
+    // the calling thread alone.
+    if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
+        return Err(libc::EPERM);
+    }
+    Ok(())
+}
+
 /// Whether `object` (whose status is `st`) lies in `roots`: it is one, or a
 /// directory above it is, walking `..` from it (from the directory it is
-/// an entry of, for anything not a directory).
+/// an entry of, for anything not a directory). A file with no name left
+/// (removed, or made `O_TMPFILE`) is: only its holders can reach it, and
+/// a name it is given later is Landlock's to allow.
 fn inside(
     roots: &Roots,
     root: &OwnedFd,
     object: &OwnedFd,
     st: &rustix::fs::Stat,
 ) -> Result<bool, i32> {
-    if roots.holds(st) {
+    if roots.holds(st) || (!is_dir(st) && st.st_nlink == 0) {
         return Ok(true);
     }
     let mut dir = if is_dir(st) {
@@ -605,6 +652,29 @@ fn perform(object: &OwnedFd, st: &rustix::fs::Stat, change: &Change) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Run as root (the tests are), a thread that clears its effective
+    /// capabilities can no longer change another account's file; the test
+    /// process's other threads keep theirs.
+    #[test]
+    fn a_thread_without_capabilities_changes_only_its_own_files() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("theirs");
+        std::fs::write(&file, "").expect("write");
+        rustix::fs::chown(&file, Some(rustix::fs::Uid::from_raw(65534)), None).expect("chown");
+        let path = file.clone();
+        let outcome = std::thread::spawn(move || {
+            without_capabilities().expect("dropped");
+            rustix::fs::chmod(&path, Mode::from_raw_mode(0o777))
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(outcome, Err(rustix::io::Errno::PERM));
+        rustix::fs::chmod(&file, Mode::from_raw_mode(0o640)).expect("this thread keeps its own");
+    }
 
     #[test]
     fn roots_travel_whole_and_a_short_message_carries_none() {
