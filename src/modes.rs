@@ -70,9 +70,39 @@ enum Place {
     Private,
 }
 
-/// Every finding for the account `uid` with home `home` and nd7's state
-/// directory `state`, refusals first.
-pub fn check(home: &Path, state: Option<&Path>, uid: u32) -> Vec<Finding> {
+/// The account's own group, if it is a private one: the account's primary
+/// group, with no other member and no other account's primary group (as
+/// `useradd` makes them where `USERGROUPS_ENAB` is on, with umask 002).
+/// A file writable by that group is writable by the account alone. Read
+/// from `/etc/group` and `/etc/passwd`; a group found elsewhere is not
+/// taken as private.
+pub fn private_group(uid: u32) -> Option<u32> {
+    let group = std::fs::read_to_string("/etc/group").ok()?;
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    private_group_in(&group, &passwd, uid)
+}
+
+/// [`private_group`] for the files' texts.
+pub fn private_group_in(group: &str, passwd: &str, uid: u32) -> Option<u32> {
+    let fields = |line: &'_ str| line.split(':').map(str::to_string).collect::<Vec<_>>();
+    let accounts: Vec<Vec<String>> = passwd.lines().map(fields).filter(|f| f.len() > 3).collect();
+    let me = accounts.iter().find(|f| f[2].parse() == Ok(uid))?;
+    let (name, gid) = (&me[0], me[3].parse::<u32>().ok()?);
+    let shared = accounts
+        .iter()
+        .any(|f| f[3].parse() == Ok(gid) && f[2].parse() != Ok(uid));
+    let entry = group
+        .lines()
+        .map(fields)
+        .find(|f| f.len() > 3 && f[2].parse() == Ok(gid))?;
+    let others = entry[3].split(',').any(|m| !m.is_empty() && m != name);
+    (!shared && !others).then_some(gid)
+}
+
+/// Every finding for the account `uid` (whose private group, if it has one,
+/// is `private`) with home `home` and nd7's state directory `state`,
+/// refusals first.
+pub fn check(home: &Path, state: Option<&Path>, uid: u32, private: Option<u32>) -> Vec<Finding> {
     let nd7 = home.join(".nd7");
     let mut places: Vec<(PathBuf, Place)> = vec![(home.to_path_buf(), Place::Home)];
     places.push((nd7.clone(), Place::Own));
@@ -105,7 +135,7 @@ pub fn check(home: &Path, state: Option<&Path>, uid: u32) -> Vec<Finding> {
     );
     let mut out: Vec<Finding> = places
         .iter()
-        .filter_map(|(path, place)| judge(path, *place, uid))
+        .filter_map(|(path, place)| judge(path, *place, uid, private))
         .collect();
     out.sort_by_key(|f| f.verdict != Verdict::Refuse);
     out
@@ -127,9 +157,17 @@ fn private_keys(ssh: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn judge(path: &Path, place: Place, uid: u32) -> Option<Finding> {
+fn judge(path: &Path, place: Place, uid: u32, private: Option<u32>) -> Option<Finding> {
     let meta = std::fs::metadata(path).ok()?;
     let mode = meta.mode() & 0o7777;
+    // What others may write: the group's bit counts unless the group is
+    // the account's private one.
+    let group_write = if Some(meta.gid()) == private {
+        0
+    } else {
+        GROUP_WRITE
+    };
+    let others_write = mode & (group_write | OTHER_WRITE);
     let theirs = meta.uid() != uid;
     let finding = |problem: String, fix: String, verdict| Finding {
         path: path.to_path_buf(),
@@ -146,12 +184,15 @@ fn judge(path: &Path, place: Place, uid: u32) -> Option<Finding> {
             (true, false) => "its group",
             _ => "every other account",
         };
-        format!("is writable by {who} (mode {mode:04o})")
+        format!(
+            "is writable by {who} (mode {mode:04o}, group {})",
+            meta.gid()
+        )
     };
     match place {
         Place::Own if theirs => Some(finding(owner(), chown(), Verdict::Refuse)),
-        Place::Own if mode & (GROUP_WRITE | OTHER_WRITE) != 0 => {
-            Some(finding(writable(mode), go_w(), Verdict::Refuse))
+        Place::Own if others_write != 0 => {
+            Some(finding(writable(others_write), go_w(), Verdict::Refuse))
         }
         Place::Home if mode & OTHER_WRITE != 0 => {
             Some(finding(writable(mode), go_w(), Verdict::Refuse))
@@ -214,13 +255,13 @@ mod tests {
         }
         let uid = rustix::process::geteuid().as_raw();
         let st = Some(state.as_path());
-        assert_eq!(check(&home, st, uid), Vec::new());
+        assert_eq!(check(&home, st, uid, None), Vec::new());
 
         chmod(&home.join(".nd7/grants"), 0o666);
         chmod(&home.join(".ssh/id_ed25519"), 0o644);
         chmod(&home.join(".ssh"), 0o777);
         chmod(&home, 0o775);
-        let found = check(&home, st, uid);
+        let found = check(&home, st, uid, None);
         let verdict = |p: PathBuf| found.iter().find(|f| f.path == p).map(|f| f.verdict);
         assert_eq!(verdict(home.join(".nd7/grants")), Some(Verdict::Refuse));
         assert_eq!(verdict(home.join(".ssh/id_ed25519")), Some(Verdict::Warn));
@@ -236,10 +277,45 @@ mod tests {
             Some(Verdict::Refuse)
         );
         assert!(found[0].to_string().contains("chmod go-w"));
+        // The account's private group writing its grants is the account.
+        chmod(&home, 0o755);
+        chmod(&home.join(".nd7/grants"), 0o664);
+        let gid = std::fs::metadata(&home).expect("stat").gid();
+        assert_eq!(
+            verdict_of_in(&home, st, uid, Some(gid), &home.join(".nd7/grants")),
+            None
+        );
+        assert_eq!(
+            verdict_of_in(&home, st, uid, None, &home.join(".nd7/grants")),
+            Some(Verdict::Refuse)
+        );
+    }
+
+    #[test]
+    fn a_private_group_has_the_account_alone() {
+        let passwd = "root:x:0:0::/root:/bin/sh\nann:x:1000:1000::/home/ann:/bin/sh\nbob:x:1001:100::/home/bob:/bin/sh\ncat:x:1002:100::/home/cat:/bin/sh\n";
+        let group = "root:x:0:\nann:x:1000:\nusers:x:100:\nwheel:x:10:ann\n";
+        assert_eq!(private_group_in(group, passwd, 1000), Some(1000));
+        // Shared as a primary group.
+        assert_eq!(private_group_in(group, passwd, 1001), None);
+        // With another member.
+        let group = "ann:x:1000:dan\n";
+        assert_eq!(private_group_in(group, passwd, 1000), None);
+        assert_eq!(private_group_in("", passwd, 1000), None);
     }
 
     fn verdict_of(home: &Path, st: Option<&Path>, uid: u32, p: &Path) -> Option<Verdict> {
-        check(home, st, uid)
+        verdict_of_in(home, st, uid, None, p)
+    }
+
+    fn verdict_of_in(
+        home: &Path,
+        st: Option<&Path>,
+        uid: u32,
+        private: Option<u32>,
+        p: &Path,
+    ) -> Option<Verdict> {
+        check(home, st, uid, private)
             .into_iter()
             .find(|f| f.path == p)
             .map(|f| f.verdict)

@@ -233,9 +233,14 @@ fn check_home(account: &Path) -> Result<(), RunError> {
 fn check_modes(home: &Path) -> Result<Vec<String>, RunError> {
     let state = session_log::state_dir().ok();
     let uid = rustix::process::geteuid().as_raw();
-    let (refused, warned): (Vec<_>, Vec<_>) = crate::modes::check(home, state.as_deref(), uid)
-        .into_iter()
-        .partition(|f| f.verdict == crate::modes::Verdict::Refuse);
+    let (refused, warned): (Vec<_>, Vec<_>) = crate::modes::check(
+        home,
+        state.as_deref(),
+        uid,
+        crate::modes::private_group(uid),
+    )
+    .into_iter()
+    .partition(|f| f.verdict == crate::modes::Verdict::Refuse);
     if refused.is_empty() {
         return Ok(warned.iter().map(|f| f.to_string()).collect());
     }

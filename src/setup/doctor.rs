@@ -25,7 +25,12 @@ pub struct Check {
 fn modes_check(home: &Path) -> Check {
     let state = crate::session_log::state_dir().ok();
     let uid = rustix::process::geteuid().as_raw();
-    let found = crate::modes::check(home, state.as_deref(), uid);
+    let found = crate::modes::check(
+        home,
+        state.as_deref(),
+        uid,
+        crate::modes::private_group(uid),
+    );
     let detail = if found.is_empty() {
         "nd7's own files and the credential stores are yours alone to change".into()
     } else {
