@@ -1,5 +1,6 @@
 //! Attacks on the floor through what Landlock does not mediate: a file's
-//! mode, owner, times and extended attributes (issue 29, item 4), each tried
+//! mode, owner, times and extended attributes (issue 29, item 4), and a
+//! hard link to a key made before the session (item 7), each tried
 //! as the ordinary account, by an agent script under `nd7 run` and by a
 //! command through the exit, with every system call that changes them
 //! (`floor_attrs/attrs.py`, by number). Outside the write roots each must
@@ -7,11 +8,14 @@
 //! must the tools that use them (`chmod +x`, `touch`, `tar x`, `cp -p`, a
 //! `git checkout` of an executable file).
 //!
-//! Guards the keeper's mediation (`src/sandbox/linux/attrs.rs`, handed over
-//! by the filter's `attrs` part in `src/sandbox/linux/seccomp.rs`): without
-//! the filter's part every outside call succeeds; without the write-root
-//! check in `attrs::inside` likewise; without the keeper performing the call
-//! (answering `Continue`), every outside call succeeds.
+//! Guards, each seen to fail with its mechanism taken out: the filter's
+//! `attrs` part (`Filter::full` in `src/sandbox/linux/seccomp.rs`; without
+//! it every outside call succeeds); the write-root check in `attrs::change`
+//! (`src/sandbox/linux/attrs.rs`; likewise); each command's own roots
+//! (`Confinement::roots`, `src/sandbox/linux/mod.rs`); resolution beneath
+//! the caller's root (`attrs::open_target`); the modes checked at the start
+//! (`check_modes`, `src/run.rs`); the hard-link check (`secret_links`); the
+//! allowance for a file with no name left (`attrs::inside`).
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
