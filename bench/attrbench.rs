@@ -1,5 +1,5 @@
 //! Times the calls the keeper makes for a session (issue 29, item 4):
-//! `chmod` and `utimensat` on one file, N of each, in batches of 1,000; the
+//! `chmod` and `utimensat` (to a given time) on one file, N of each, in batches of 1,000; the
 //! report is the median batch per call, in microseconds. Run unconfined and
 //! under `nd7 run` (`bench/attrs.sh`) to see what the keeper's round trip
 //! costs each call.
@@ -8,6 +8,8 @@
 
 use std::ffi::CString;
 use std::time::Instant;
+
+use rustix::fs::{AtFlags, CWD, Mode, Timespec, Timestamps};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -42,11 +44,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 fn chmod(path: &CString, i: usize) -> i32 {
     let mode = if i.is_multiple_of(2) { 0o644 } else { 0o600 };
-    // SAFETY: a NUL-terminated path that lives for the call.
-    unsafe { libc::chmod(path.as_ptr(), mode) }
+    rustix::fs::chmod(path.as_c_str(), Mode::from_raw_mode(mode)).map_or(-1, |()| 0)
 }
 
-fn touch(path: &CString, _: usize) -> i32 {
-    // SAFETY: a NUL-terminated path; a null times pointer means "now".
-    unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), std::ptr::null(), 0) }
+fn touch(path: &CString, i: usize) -> i32 {
+    let at = Timespec {
+        tv_sec: 1_000_000_000 + i as i64,
+        tv_nsec: 0,
+    };
+    let times = Timestamps {
+        last_access: at,
+        last_modification: at,
+    };
+    rustix::fs::utimensat(CWD, path.as_c_str(), &times, AtFlags::empty()).map_or(-1, |()| 0)
 }
