@@ -29,6 +29,8 @@
 //! - [`read`]: `nd7 sessions`, `nd7 show` and `nd7 search`: the record read back.
 //! - [`policy`]: a run's rules and their rendering for Landlock and Seatbelt. Pure.
 //! - [`kernel`]: what the kernel says about processes (start time, ancestors) and paths (pins).
+//! - [`modes`]: unsafe modes on `~/.nd7`, nd7's state and the credential stores (refused or warned).
+//! - [`secret_links`]: hard links to a credential store's file from outside, which stop `nd7 run`.
 //! - [`run_dir`]: a run's directory under `~/.nd7/runs` (not a log's session), its record and grants.
 //! - [`sandbox`]: the platform floors, the exit and the door; with [`kernel`] (and setup's timer
 //!   code), all `cfg(target_os)` is here.
@@ -56,6 +58,7 @@ pub mod home;
 pub mod hook;
 pub mod http_client;
 pub mod kernel;
+pub mod modes;
 pub mod passwd;
 pub mod policy;
 pub mod read;
@@ -70,6 +73,7 @@ pub mod run_log;
 pub mod running;
 pub mod safe_file;
 pub mod sandbox;
+pub mod secret_links;
 #[cfg(feature = "self-update")]
 pub mod self_update;
 pub mod session_log;

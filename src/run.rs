@@ -82,6 +82,12 @@ pub enum RunError {
         "$HOME is {env}, but your account's home (in the account database) is {account}: nd7 run keeps the floor around your account's home, so Claude Code would keep its state where nothing may be written and every command would fail; run it with HOME={account}, or as the account whose home {env} is (sudo -E and containers change HOME); nothing was started or created"
     )]
     Home { env: PathBuf, account: PathBuf },
+    #[error(
+        "another account could choose what this session may write or read: {0}; nothing was started"
+    )]
+    Modes(String),
+    #[error("{0}; nothing was started")]
+    SecretLinks(String),
     #[error(transparent)]
     Grants(#[from] run_grants::StartGrantError),
     #[error(transparent)]
@@ -220,6 +226,29 @@ fn check_home(account: &Path) -> Result<(), RunError> {
     })
 }
 
+/// Refuses to start when another account could choose the session's grants
+/// or credential stores through a mode (`~/.nd7/grants` writable by
+/// others); returns the warnings of the modes that only harm the account,
+/// said with the banner ([`crate::modes`], ADR-0095). Before anything is
+/// created.
+fn check_modes(home: &Path) -> Result<Vec<String>, RunError> {
+    let state = session_log::state_dir().ok();
+    let uid = rustix::process::geteuid().as_raw();
+    let (refused, warned): (Vec<_>, Vec<_>) = crate::modes::check(
+        home,
+        state.as_deref(),
+        uid,
+        crate::modes::private_group(uid),
+    )
+    .into_iter()
+    .partition(|f| f.verdict == crate::modes::Verdict::Refuse);
+    if refused.is_empty() {
+        return Ok(warned.iter().map(|f| f.to_string()).collect());
+    }
+    let list: Vec<String> = refused.iter().map(|f| f.to_string()).collect();
+    Err(RunError::Modes(list.join("; ")))
+}
+
 /// Whether `program` is Claude Code, which gets the hook and settings.
 pub fn is_claude(program: &OsStr) -> bool {
     Path::new(program).file_name() == Some(OsStr::new("claude"))
@@ -261,6 +290,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     let nd7_exec = binary_checks(&nd7)?;
     let home = run_dir::account_home()?;
     check_home(&home)?;
+    let mode_warnings = check_modes(&home)?;
     let sessions = RunDirs::under(&home);
     // First, while the process is small and has one thread: from here on
     // this is the session, and the process the user started waits outside
@@ -325,6 +355,13 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         None => run_dir::secrets(&home)?,
     };
     policy.secrets.extend(own_places);
+    // Before the devices join the list: a second name for a credential
+    // store's file would be read through it.
+    let strays = crate::secret_links::strays(&policy.unreadable());
+    if !strays.is_empty() {
+        let list: Vec<String> = strays.iter().map(|s| s.to_string()).collect();
+        return Err(RunError::SecretLinks(list.join("; ")));
+    }
     policy.devices = match head {
         Some(h) => h.devices,
         None => sandbox::device_mounts(),
@@ -553,6 +590,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         .iter()
         .chain(&claude_json_warning)
         .chain(&prefix_warning)
+        .chain(&mode_warnings)
     {
         announce_warning(warning);
     }

@@ -21,6 +21,42 @@ pub struct Check {
     pub fix: Option<String>,
 }
 
+/// The modes `nd7 run` refuses or warns of ([`crate::modes`]).
+fn modes_check(home: &Path) -> Check {
+    let state = crate::session_log::state_dir().ok();
+    let uid = rustix::process::geteuid().as_raw();
+    let found = crate::modes::check(
+        home,
+        state.as_deref(),
+        uid,
+        crate::modes::private_group(uid),
+    );
+    let detail = if found.is_empty() {
+        "nd7's own files and the credential stores are yours alone to change".into()
+    } else {
+        found
+            .iter()
+            .map(|f| match f.verdict {
+                crate::modes::Verdict::Refuse => format!("nd7 run refuses: {f}"),
+                crate::modes::Verdict::Warn => f.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    Check {
+        name: "modes",
+        ok: found.is_empty(),
+        detail,
+        fix: (!found.is_empty()).then(|| {
+            found
+                .iter()
+                .map(|f| f.fix.as_str())
+                .collect::<Vec<_>>()
+                .join(" && ")
+        }),
+    }
+}
+
 /// What `nd7 doctor` reports for the binary at `exe`. Changes nothing.
 pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
     let mut checks = Vec::new();
@@ -96,6 +132,9 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
             )
         }),
     });
+
+    // Modes on nd7's own files and the credential stores (ADR-0095).
+    checks.extend(home.as_deref().map(modes_check));
 
     // Claude Code itself.
     checks.extend(claude_checks.then(|| match claude_version() {

@@ -17,6 +17,7 @@ mod deferred_secrets;
 mod distribution;
 mod e2e;
 mod exit_status;
+mod floor_attrs;
 mod floor_paths;
 mod floor_process;
 #[cfg(target_os = "linux")]

@@ -204,6 +204,14 @@ impl World {
         }
         std::fs::write(root.join("home/.ssh/id_ed25519"), "SECRET-KEY").expect("write");
         std::fs::write(root.join("home/.local/state/nd7/vault/machine.key"), "KEY").expect("write");
+        // As ssh-keygen and the vault leave them (nd7 run warns of others).
+        for key in [
+            "home/.ssh/id_ed25519",
+            "home/.local/state/nd7/vault/machine.key",
+        ] {
+            let private = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+            std::fs::set_permissions(root.join(key), private).expect("chmod");
+        }
         std::fs::write(root.join("outside/readme"), "hello\n").expect("write");
         let acct = account().home.clone();
         let world = World {

@@ -671,6 +671,14 @@ impl Loop {
         };
         let text = body[1..got.bytes.min(body.len())].to_vec();
         let floor = kind == FLOOR_LISTENER;
+        // A listener's message starts with its processes' write roots.
+        let (roots, text) = match kind {
+            FLOOR_LISTENER | COMMAND_LISTENER => {
+                let (roots, rest) = super::attrs::Roots::decode(&text);
+                (roots, rest.to_vec())
+            }
+            _ => (Default::default(), text),
+        };
         let command = match kind {
             OWN_SOCKET => {
                 return self
@@ -697,6 +705,7 @@ impl Loop {
         supervise::wake_on_one_cpu(fd.as_fd());
         let flags = epoll::EventFlags::IN;
         if epoll::add(&self.epoll, &fd, epoll::EventData::new_u64(id), flags).is_ok() {
+            self.supervisor.set_roots(fd.as_raw_fd(), roots);
             self.listeners.insert(id, (Arc::new(fd), listed, floor));
         }
     }
@@ -712,6 +721,7 @@ impl Loop {
             self.supervisor.answer(listener, *floor);
         } else if flags.intersects(EventFlags::HUP | EventFlags::ERR) {
             let _ = rustix::event::epoll::delete(&self.epoll, &**listener);
+            self.supervisor.forget_roots(listener.as_raw_fd());
             if let Some(command) = listed {
                 self.tracker.commands.remove(command);
                 self.tracker.save();

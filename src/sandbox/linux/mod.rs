@@ -24,6 +24,7 @@
 //! with: one whose path now leads to another directory is left out and
 //! reported.
 
+pub mod attrs;
 pub mod door;
 pub mod exit;
 pub mod keeper;
@@ -240,6 +241,22 @@ type Opened = Vec<(OwnedFd, BitFlags<AccessFs>)>;
 /// later, and no command pays for listing and opening them again.
 static FLOOR: OnceLock<Opened> = OnceLock::new();
 
+/// The write roots of opened rules, by identity (device, inode): what the
+/// keeper lets a change of a file's mode, owner, times or extended
+/// attributes reach ([`attrs`]), exactly what the rules let be written.
+fn write_roots(opened: &[&Opened]) -> Vec<(u64, u64)> {
+    opened
+        .iter()
+        .flat_map(|o| o.iter())
+        .filter(|(_, access)| access.contains(AccessFs::WriteFile))
+        .filter_map(|(fd, _)| rustix::fs::fstat(fd).ok())
+        .map(|st| (st.st_dev, st.st_ino))
+        .collect()
+}
+
+/// The floor's write roots ([`write_roots`] of [`FLOOR`]).
+static FLOOR_ROOTS: OnceLock<Vec<(u64, u64)>> = OnceLock::new();
+
 /// Opens every path of `rules` without following links; one that cannot be
 /// opened is skipped: an allow that cannot be placed allows nothing.
 fn open_rules(rules: &LandlockRules) -> Opened {
@@ -278,7 +295,9 @@ pub fn prepare_floor(policy: &Policy) -> Result<Confinement, SandboxError> {
     // The roots were pinned a moment ago; one changed since is left out.
     let (rules, _dropped) = command_rules(policy, &policy.floor_writes());
     let opened = open_rules(&rules);
-    let confinement = confinement(ruleset(&[&opened])?)?;
+    let roots = write_roots(&[&opened]);
+    let confinement = confinement(ruleset(&[&opened])?, roots.clone())?;
+    let _ = FLOOR_ROOTS.set(roots);
     let _ = FLOOR.set(opened);
     if let Ok(ruleset) = confinement.ruleset.try_clone() {
         let _ = FLOOR_RULESET.set(ruleset);
@@ -313,21 +332,27 @@ pub fn prepare_command(
                 .then(|| FLOOR_RULESET.get().and_then(|r| r.try_clone().ok()))
                 .flatten();
             let confined = match built {
-                Some(ruleset) => Confinement { ruleset },
+                Some(ruleset) => Confinement {
+                    ruleset,
+                    roots: FLOOR_ROOTS.get().cloned().unwrap_or_default(),
+                },
                 None => {
                     let write = write_rules(policy, &grants, &list_dir);
                     let opened = open_rules(&LandlockRules {
                         read: Vec::new(),
                         write,
                     });
-                    confinement(ruleset(&[floor, &opened])?)?
+                    let roots = write_roots(&[floor, &opened]);
+                    confinement(ruleset(&[floor, &opened])?, roots)?
                 }
             };
             (confined, dropped)
         }
         None => {
             let (rules, dropped) = command_rules(policy, &policy.command_writes());
-            (confinement(ruleset(&[&open_rules(&rules)])?)?, dropped)
+            let opened = open_rules(&rules);
+            let roots = write_roots(&[&opened]);
+            (confinement(ruleset(&[&opened])?, roots)?, dropped)
         }
     };
     for d in &dropped {
@@ -385,18 +410,25 @@ pub fn restrict_self(rules: &LandlockRules) -> Result<RestrictionStatus, Sandbox
 #[derive(Debug)]
 pub struct Confinement {
     ruleset: OwnedFd,
+    /// The rules' write roots, for the keeper ([`write_roots`]).
+    roots: Vec<(u64, u64)>,
 }
 
 /// Builds the ruleset for `rules`, failing unless the kernel enforces all of it.
 pub fn prepare(rules: &LandlockRules) -> Result<Confinement, SandboxError> {
-    confinement(build(rules)?)
+    let opened = open_rules(rules);
+    let roots = write_roots(&[&opened]);
+    confinement(ruleset(&[&opened])?, roots)
 }
 
 /// A ruleset [`ruleset`] built (so enforced in full), kept for a child.
-fn confinement(ruleset: RulesetCreated) -> Result<Confinement, SandboxError> {
+fn confinement(
+    ruleset: RulesetCreated,
+    roots: Vec<(u64, u64)>,
+) -> Result<Confinement, SandboxError> {
     let ruleset: Option<OwnedFd> = ruleset.into();
     ruleset
-        .map(|ruleset| Confinement { ruleset })
+        .map(|ruleset| Confinement { ruleset, roots })
         .ok_or_else(|| SandboxError::Unsupported("Landlock is not enabled".into()))
 }
 
@@ -425,6 +457,7 @@ impl Confinement {
                 Started::Floor => keeper::FLOOR_LISTENER,
                 Started::Command(_) => keeper::COMMAND_LISTENER,
             }];
+            message.extend(attrs::Roots::encode(&self.roots));
             // Only a command holding a grant is listed for `nd7 deny`.
             if let Started::Command(info) = &started
                 && !info.grants.is_empty()
@@ -653,6 +686,23 @@ pub fn protections() -> Vec<crate::sandbox::Protection> {
             } else {
                 "other programs' unix sockets: ssh-agent, tmux, D-Bus, docker (no seccomp filter)"
                     .into()
+            },
+            needs: Some("kernel.yama.ptrace_scope of 0 or 1 (sysctl), and seccomp filters"),
+        },
+        Protection {
+            name: "attrs",
+            enforced: sockets,
+            detail: if sockets {
+                "chmod, chown, utimensat and setxattr reach only the write roots (seccomp, with nd7 run making each call for the session)".into()
+            } else {
+                format!(
+                    "modes, owners, times and extended attributes of files outside the write roots, such as ~/.ssh and ~/.nd7 (nd7 run cannot act for the session's processes{})",
+                    if filter {
+                        format!(": kernel.yama.ptrace_scope is {scope}")
+                    } else {
+                        ": no seccomp filter".into()
+                    }
+                )
             },
             needs: Some("kernel.yama.ptrace_scope of 0 or 1 (sysctl), and seccomp filters"),
         },

@@ -87,6 +87,10 @@ pub struct Filter {
     /// Refuse a seccomp filter with a listener.
     pub no_listeners: bool,
     pub sockets: Sockets,
+    /// Hand the calls that change a file's mode, owner, times or extended
+    /// attributes ([`attr_calls`]) to the keeper where sockets are, too;
+    /// refuse the 32-bit ones and `file_setattr` ([`refused_attr_calls`]).
+    pub attrs: bool,
 }
 
 impl Filter {
@@ -96,6 +100,7 @@ impl Filter {
             terminal: true,
             no_listeners: true,
             sockets,
+            attrs: true,
         }
     }
 }
@@ -200,6 +205,161 @@ pub fn compat() -> Option<Arch> {
     }
 }
 
+/// A call that changes a file's mode, owner, times or extended attributes.
+/// Landlock has no right for any of them, so the filter hands each to the
+/// keeper ([`super::attrs`]), which makes it itself inside the write roots
+/// and refuses it elsewhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttrCall {
+    Chmod,
+    Fchmod,
+    Fchmodat,
+    Fchmodat2,
+    Chown,
+    Fchown,
+    Lchown,
+    Fchownat,
+    Utime,
+    Utimes,
+    Futimesat,
+    Utimensat,
+    Setxattr,
+    Lsetxattr,
+    Fsetxattr,
+    Removexattr,
+    Lremovexattr,
+    Fremovexattr,
+    Setxattrat,
+    Removexattrat,
+}
+
+/// The audit values of the native architectures nd7 has tables for.
+const AUDIT_X86_64: u32 = 0xC000_003E;
+const AUDIT_AARCH64: u32 = 0xC000_00B7;
+const AUDIT_RISCV64: u32 = 0xC000_00F3;
+const AUDIT_I386: u32 = 0x4000_0003;
+const AUDIT_ARM: u32 = 0x4000_0028;
+
+/// `file_setattr` (Linux 6.17), the same number everywhere: it sets a
+/// file's inode flags, which nothing nd7 serves needs; refused.
+const FILE_SETATTR: u32 = 469;
+
+/// The [`AttrCall`]s of the architecture with audit value `audit`, by
+/// number: handed to the keeper. The generic table (arm64, RISC-V) has no
+/// path-only or `utime` forms.
+pub fn attr_calls(audit: u32) -> &'static [(u32, AttrCall)] {
+    use AttrCall::*;
+    const X86_64: [(u32, AttrCall); 20] = [
+        (90, Chmod),
+        (91, Fchmod),
+        (92, Chown),
+        (93, Fchown),
+        (94, Lchown),
+        (132, Utime),
+        (188, Setxattr),
+        (189, Lsetxattr),
+        (190, Fsetxattr),
+        (197, Removexattr),
+        (198, Lremovexattr),
+        (199, Fremovexattr),
+        (235, Utimes),
+        (260, Fchownat),
+        (261, Futimesat),
+        (268, Fchmodat),
+        (280, Utimensat),
+        (452, Fchmodat2),
+        (463, Setxattrat),
+        (466, Removexattrat),
+    ];
+    const GENERIC: [(u32, AttrCall); 14] = [
+        (5, Setxattr),
+        (6, Lsetxattr),
+        (7, Fsetxattr),
+        (14, Removexattr),
+        (15, Lremovexattr),
+        (16, Fremovexattr),
+        (52, Fchmod),
+        (53, Fchmodat),
+        (54, Fchownat),
+        (55, Fchown),
+        (88, Utimensat),
+        (452, Fchmodat2),
+        (463, Setxattrat),
+        (466, Removexattrat),
+    ];
+    match audit {
+        AUDIT_X86_64 => &X86_64,
+        AUDIT_AARCH64 | AUDIT_RISCV64 => &GENERIC,
+        _ => &[],
+    }
+}
+
+/// The calls of the same kind refused outright with `EPERM`: every one of
+/// the 32-bit ABIs (their structures and 16-bit owners are not read by the
+/// keeper; a 32-bit program cannot change modes, owners, times or
+/// extended attributes under nd7), and `file_setattr` everywhere.
+pub fn refused_attr_calls(audit: u32) -> &'static [u32] {
+    const I386: [u32; 25] = [
+        15,
+        16,
+        30,
+        94,
+        95,
+        182,
+        198,
+        207,
+        212,
+        226,
+        227,
+        228,
+        235,
+        236,
+        237,
+        271,
+        298,
+        299,
+        306,
+        320,
+        412,
+        452,
+        463,
+        466,
+        FILE_SETATTR,
+    ];
+    const ARM: [u32; 25] = [
+        15,
+        16,
+        30,
+        94,
+        95,
+        182,
+        198,
+        207,
+        212,
+        226,
+        227,
+        228,
+        235,
+        236,
+        237,
+        269,
+        325,
+        326,
+        333,
+        348,
+        412,
+        452,
+        463,
+        466,
+        FILE_SETATTR,
+    ];
+    match audit {
+        AUDIT_I386 => &I386,
+        AUDIT_ARM => &ARM,
+        _ => &[FILE_SETATTR],
+    }
+}
+
 /// A jump target while the program is assembled.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct Label(usize);
@@ -283,6 +443,15 @@ fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
     if f.sockets == Sockets::Supervised {
         checks.extend([(arch.connect, on_socket), (arch.bind, on_socket)]);
     }
+    let on_attr = a.label();
+    if f.attrs {
+        let handed = match f.sockets {
+            Sockets::Supervised => on_attr,
+            Sockets::Open => allow,
+        };
+        checks.extend(attr_calls(arch.audit).iter().map(|&(nr, _)| (nr, handed)));
+        checks.extend(refused_attr_calls(arch.audit).iter().map(|&nr| (nr, eperm)));
+    }
     if arch.x32_bit {
         let next = a.label();
         a.jump(JGE_K, X32_BIT, eperm, next);
@@ -331,6 +500,10 @@ fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
         }
         a.ret(RET_ALLOW);
         a.here(on_socket);
+        a.ret(RET_NOTIFY);
+    }
+    if f.attrs && f.sockets == Sockets::Supervised {
+        a.here(on_attr);
         a.ret(RET_NOTIFY);
     }
 }
@@ -555,6 +728,49 @@ mod tests {
         };
         let without = program_for(&n, Some(&c), without);
         assert_eq!(run(&without, n.seccomp, n.audit, listener), RET_ALLOW);
+    }
+
+    #[test]
+    fn attribute_calls_go_to_the_keeper_and_32_bit_ones_are_refused() {
+        let (n, c) = x86();
+        let sup = program_for(&n, Some(&c), Filter::full(Sockets::Supervised));
+        let open = program_for(&n, Some(&c), Filter::full(Sockets::Open));
+        let without = Filter {
+            attrs: false,
+            ..Filter::full(Sockets::Supervised)
+        };
+        let without = program_for(&n, Some(&c), without);
+        assert_eq!(attr_calls(n.audit).len(), 20);
+        for &(nr, call) in attr_calls(n.audit) {
+            assert_eq!(run(&sup, nr, n.audit, [0; 6]), RET_NOTIFY, "{call:?}");
+            // Where the keeper cannot act for the session: unmediated.
+            assert_eq!(run(&open, nr, n.audit, [0; 6]), RET_ALLOW, "{call:?}");
+            assert_eq!(run(&without, nr, n.audit, [0; 6]), RET_ALLOW, "{call:?}");
+        }
+        for &nr in refused_attr_calls(c.audit) {
+            assert_eq!(run(&sup, nr, c.audit, [0; 6]), RET_EPERM, "i386 {nr}");
+            assert_eq!(run(&open, nr, c.audit, [0; 6]), RET_EPERM, "i386 {nr}");
+        }
+        assert_eq!(run(&sup, FILE_SETATTR, n.audit, [0; 6]), RET_EPERM);
+        // Neighbours pass: fstat (5), getxattr (191), i386 read (3).
+        assert_eq!(run(&sup, 5, n.audit, [0; 6]), RET_ALLOW);
+        assert_eq!(run(&sup, 191, n.audit, [0; 6]), RET_ALLOW);
+        assert_eq!(run(&sup, 3, c.audit, [0; 6]), RET_ALLOW);
+        // The generic table (arm64) is handed over too.
+        let arm64 = Arch {
+            audit: AUDIT_AARCH64,
+            ioctl: 29,
+            connect: 203,
+            bind: 200,
+            seccomp: 277,
+            io_uring_setup: 425,
+            socketcall: None,
+            x32_bit: false,
+        };
+        let p = program_for(&arm64, None, Filter::full(Sockets::Supervised));
+        for &(nr, call) in attr_calls(AUDIT_AARCH64) {
+            assert_eq!(run(&p, nr, AUDIT_AARCH64, [0; 6]), RET_NOTIFY, "{call:?}");
+        }
     }
 
     #[test]

@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex};
 use rustix::net::AddressFamily;
 use rustix::process::{Pid, PidfdFlags, pidfd_getfd, pidfd_open};
 
+use super::attrs;
 use super::seccomp;
 
 /// The sockets the session may connect to.
@@ -59,6 +60,10 @@ pub struct Supervisor {
     /// [`crate::run_log::REFUSALS_WRITTEN`] callers by pid and name, for
     /// the run's log ([`Supervisor::door_refusals`]).
     door_refused: Mutex<(usize, Vec<(u32, String)>)>,
+    /// Each listener's write roots, by its descriptor number
+    /// ([`Supervisor::set_roots`]); a listener without any has every
+    /// change of a file's attributes refused.
+    roots: Mutex<HashMap<RawFd, Arc<attrs::Roots>>>,
 }
 
 /// One of nd7's own listening sockets: cookie, socket inode, the
@@ -81,6 +86,12 @@ enum Call {
     Multiplexed {
         call: u32,
         args: u64,
+    },
+    /// A change of a file's mode, owner, times or extended attributes
+    /// ([`super::attrs`]).
+    Attr {
+        call: seccomp::AttrCall,
+        args: [u64; 6],
     },
     Other,
 }
@@ -115,6 +126,8 @@ fn classify(data: &libc::seccomp_data) -> Call {
             call: args[0] as u32,
             args: args[1],
         }
+    } else if let Some(&(_, call)) = seccomp::attr_calls(a.audit).iter().find(|c| c.0 == nr) {
+        Call::Attr { call, args }
     } else {
         Call::Other
     }
@@ -125,7 +138,7 @@ fn errno(e: io::Error) -> i32 {
 }
 
 /// Reads `buf.len()` bytes at `addr` in process `pid`.
-fn read_memory(pid: i32, addr: u64, buf: &mut [u8]) -> Result<(), i32> {
+pub(super) fn read_memory(pid: i32, addr: u64, buf: &mut [u8]) -> Result<(), i32> {
     if buf.is_empty() {
         return Ok(());
     }
@@ -246,6 +259,42 @@ impl Supervisor {
         }
     }
 
+    /// Sets the write roots of the processes under `listener`'s filter.
+    pub fn set_roots(&self, listener: RawFd, roots: attrs::Roots) {
+        if let Ok(mut all) = self.roots.lock() {
+            all.insert(listener, Arc::new(roots));
+        }
+    }
+
+    /// Forgets `listener`'s roots: no process uses its filter any more.
+    pub fn forget_roots(&self, listener: RawFd) {
+        if let Ok(mut all) = self.roots.lock() {
+            all.remove(&listener);
+        }
+    }
+
+    /// Makes a change of a file's attributes for the caller, within its
+    /// listener's roots ([`attrs::change`]).
+    fn attr(&self, n: &Notice, call: seccomp::AttrCall, args: [u64; 6]) -> Reply {
+        let roots = self
+            .roots
+            .lock()
+            .ok()
+            .and_then(|all| all.get(&n.listener.as_raw_fd()).cloned())
+            .unwrap_or_default();
+        let fetch = |fd: i32| n.socket(fd);
+        let valid = || n.valid();
+        let caller = attrs::Caller {
+            tid: n.tid,
+            fd: &fetch,
+            valid: &valid,
+        };
+        match attrs::change(&caller, call, args, &roots) {
+            Err(libc::ESRCH) => Reply::Nothing,
+            result => Reply::Result(result),
+        }
+    }
+
     /// Remembers a unix socket as one of the session's.
     fn remember(&self, socket: BorrowedFd<'_>) {
         if let (Some((cookie, ino)), Ok(mut bound)) = (identify(socket), self.bound.lock()) {
@@ -301,6 +350,19 @@ impl Supervisor {
                     let mut pending = pending;
                     if let Some(n) = pending.0.take() {
                         let reply = me.connect(&n, fd, addr, len);
+                        n.answer(reply);
+                    }
+                }));
+            }
+            // A file system call may block (a stalled network or FUSE
+            // mount): on a worker, as a connect is.
+            Call::Attr { call, args } => {
+                let me = self.clone();
+                let pending = Pending(Some(n));
+                self.workers.run(Box::new(move || {
+                    let mut pending = pending;
+                    if let Some(n) = pending.0.take() {
+                        let reply = me.attr(&n, call, args);
                         n.answer(reply);
                     }
                 }));
