@@ -341,7 +341,7 @@ git init -q s && printf "[core]\n\tfsmonitor = touch $OUT/backslash; false \\" >
     }
     assert!(
         err.contains(&format!(
-            "  found: a repository whose configuration runs or fetches something: core.pager = touch {}/bare-pager; cat: {proj}/config\n",
+            "  found: a repository whose configuration runs or fetches something: core.pager = touch {}/bare-pager: {proj}/config\n",
             w.outside().display()
         )),
         "{err}"
