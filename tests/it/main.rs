@@ -17,6 +17,8 @@ mod e2e;
 mod exit_status;
 mod floor_paths;
 mod floor_process;
+#[cfg(target_os = "linux")]
+mod floor_signals;
 mod landlock;
 mod layout;
 mod macos_floor;
