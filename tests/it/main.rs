@@ -13,6 +13,8 @@ mod deferred;
 mod deferred_grants;
 mod deferred_reads;
 mod distribution;
+#[cfg(target_os = "linux")]
+mod door_load;
 mod e2e;
 mod exit_status;
 mod floor_paths;
