@@ -12,7 +12,7 @@ use crate::world::*;
 
 /// Perl that opens `$N` connections to the run's door, announces a request
 /// of 1,000 bytes on each, then sends one byte on each every second,
-/// forever.
+/// forever; once the door has dropped them all, it makes `dropped`.
 const TRICKLE: &str = r#"perl -MSocket -MIO::Socket::UNIX -e '
 $SIG{PIPE} = "IGNORE";
 my @s;
@@ -22,7 +22,11 @@ for (1..$ARGV[0]) {
   push @s, $c;
 }
 open(my $f, ">", "trickling"); close $f;
-while (1) { syswrite($_, "a") for @s; sleep 1 }' "#;
+while (1) {
+  my $dropped = grep { !defined syswrite($_, "a") } @s;
+  if ($dropped == @s) { open(my $d, ">", "dropped"); close $d; }
+  sleep 1;
+}' "#;
 
 /// Perl that keeps `$N` silent connections to the door open from the floor
 /// itself, opening new ones as fast as the door drops the old.
@@ -61,7 +65,7 @@ fn refused_by_door(e: &[Value]) -> Vec<&Value> {
 fn a_hundred_trickling_connections_do_not_cost_a_hook_its_entry() {
     let w = World::new();
     let out = w.run_agent(&format!(
-        "{TRICKLE} 100 &\ntrickler=$!\nwait_for trickling\n{}\nkill $trickler",
+        "{TRICKLE} 100 &\ntrickler=$!\nwait_for trickling\n{}\nwait_for dropped\nkill $trickler",
         HOOK.replace("SESSION", "after-trickle")
     ));
     assert_eq!(lines(&out), ["rc:0"], "{}", text(&out.stderr));

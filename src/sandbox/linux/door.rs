@@ -236,11 +236,22 @@ fn triage(
             let Some((conn, _)) = waiting.conns.get(&id) else {
                 continue;
             };
-            if let Some(is_whole) = sent(conn) {
-                let (conn, _) = waiting.conns.remove(&id).expect("looked up above");
-                let _ = epoll::delete(&poll, &conn);
-                let _ = conn.set_nonblocking(false);
-                let _ = if is_whole { whole.send(conn) } else { large.send(conn) };
+            let sent = sent(conn);
+            let flags = event.flags;
+            let ended = flags.intersects(EventFlags::RDHUP | EventFlags::HUP);
+            if sent.is_none() && !ended {
+                continue;
+            }
+            let (conn, _) = waiting.conns.remove(&id).expect("looked up above");
+            let _ = epoll::delete(&poll, &conn);
+            match sent {
+                Some(is_whole) => {
+                    let _ = conn.set_nonblocking(false);
+                    let _ = if is_whole { whole.send(conn) } else { large.send(conn) };
+                }
+                None => log.door_dropped(
+                    "the connection ended before its request was sent; it was dropped unread",
+                ),
             }
         }
         while let Some(late) = waiting.pop_late(false) {
