@@ -143,8 +143,8 @@ impl Door {
 
 /// Whether `conn` has sent enough to get a thread: its whole request, or
 /// [`WHOLE_ENOUGH`] of it, or something that will be refused at once (a
-/// length over the limit, the end of the stream). `Some(true)` when the
-/// request is whole there.
+/// length over the limit, the end of the stream). `Some(true)` when it is
+/// whole there, or refused at once: nothing its thread reads can wait.
 fn sent(conn: &UnixStream) -> Option<bool> {
     let mut prefix = [0u8; 4];
     let peeked = rustix::net::recv(
@@ -156,11 +156,11 @@ fn sent(conn: &UnixStream) -> Option<bool> {
         Ok((4, _)) => {}
         Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => return None,
         // The end, or an error: the thread writes it down as it reads.
-        Ok((0, _)) | Err(_) => return Some(false),
+        Ok((0, _)) | Err(_) => return Some(true),
         Ok(_) => return None,
     }
     let Ok(len) = Request::announced_len(prefix) else {
-        return Some(false);
+        return Some(true);
     };
     let queued = rustix::io::ioctl_fionread(conn).unwrap_or(0);
     if queued >= 4 + len as u64 {
@@ -244,15 +244,13 @@ fn triage(
             }
             let (conn, _) = waiting.conns.remove(&id).expect("looked up above");
             let _ = epoll::delete(&poll, &conn);
-            match sent {
-                Some(is_whole) => {
-                    let _ = conn.set_nonblocking(false);
-                    let _ = if is_whole { whole.send(conn) } else { large.send(conn) };
-                }
-                None => log.door_dropped(
-                    "the connection ended before its request was sent; it was dropped unread",
-                ),
-            }
+            let _ = conn.set_nonblocking(false);
+            // One that ended short is read to its end at once and refused
+            // (its caller hears why): never a wait.
+            let _ = match sent {
+                Some(false) => large.send(conn),
+                Some(true) | None => whole.send(conn),
+            };
         }
         while let Some(late) = waiting.pop_late(false) {
             let _ = epoll::delete(&poll, &late);
