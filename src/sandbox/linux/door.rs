@@ -33,6 +33,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::collections::BTreeMap;
 use std::sync::mpsc::Sender;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -111,33 +112,67 @@ impl Door {
     /// lives: [`triage`], and the hooks' threads it hands requests to.
     pub fn serve(self) {
         let me = std::process::id();
-        let whole = self.workers(me, WHOLE_HOOKS);
-        let large = self.workers(me, LARGE_HOOKS);
-        let log = self.log.clone();
         let _ = std::thread::Builder::new()
             .stack_size(STACK)
-            .spawn(move || triage(&self.listener, &log, &whole, &large));
+            .spawn(move || {
+                let mut whole = Pool::new(me, &self, WHOLE_HOOKS);
+                let mut large = Pool::new(me, &self, LARGE_HOOKS);
+                triage(&self.listener, &self.log, &mut whole, &mut large);
+            });
+    }
+}
+
+/// Up to `max` threads serving the connections handed to them, started as
+/// they are needed (a run whose hooks come one at a time has one).
+struct Pool {
+    queue: Sender<UnixStream>,
+    taken: Arc<Mutex<std::sync::mpsc::Receiver<UnixStream>>>,
+    /// Threads waiting for a connection.
+    idle: Arc<AtomicUsize>,
+    started: usize,
+    max: usize,
+    me: u32,
+    session: RunDir,
+    log: Arc<RunLog>,
+}
+
+impl Pool {
+    fn new(me: u32, door: &Door, max: usize) -> Pool {
+        let (queue, taken) = std::sync::mpsc::channel::<UnixStream>();
+        Pool {
+            queue,
+            taken: Arc::new(Mutex::new(taken)),
+            idle: Arc::new(AtomicUsize::new(0)),
+            started: 0,
+            max,
+            me,
+            session: door.session.clone(),
+            log: door.log.clone(),
+        }
     }
 
-    /// `n` threads serving the connections sent to the returned queue.
-    fn workers(&self, me: u32, n: usize) -> Sender<UnixStream> {
-        let (queue, taken) = std::sync::mpsc::channel::<UnixStream>();
-        let taken = Arc::new(Mutex::new(taken));
-        for _ in 0..n {
-            let (taken, log, session) = (taken.clone(), self.log.clone(), self.session.clone());
-            let _ = std::thread::Builder::new()
+    /// Hands `conn` to a thread: an idle one, or a new one while fewer
+    /// than `max` run; else it waits in the queue for the next free.
+    fn send(&mut self, conn: UnixStream) {
+        if self.idle.load(Ordering::Acquire) == 0 && self.started < self.max {
+            let (taken, idle) = (self.taken.clone(), self.idle.clone());
+            let (me, session, log) = (self.me, self.session.clone(), self.log.clone());
+            let spawned = std::thread::Builder::new()
                 .stack_size(STACK)
                 .spawn(move || {
                     loop {
+                        idle.fetch_add(1, Ordering::AcqRel);
                         let next = taken.lock().map(|q| q.recv());
+                        idle.fetch_sub(1, Ordering::AcqRel);
                         let Ok(Ok(conn)) = next else {
                             return;
                         };
                         serve_one(&conn, me, &session, &log);
                     }
                 });
+            self.started += usize::from(spawned.is_ok());
         }
-        queue
+        let _ = self.queue.send(conn);
     }
 }
 
@@ -198,8 +233,8 @@ const LISTENER: u64 = 0;
 fn triage(
     listener: &UnixListener,
     log: &RunLog,
-    whole: &Sender<UnixStream>,
-    large: &Sender<UnixStream>,
+    whole: &mut Pool,
+    large: &mut Pool,
 ) {
     use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
     let Ok(poll) = epoll::create(CreateFlags::CLOEXEC) else {
