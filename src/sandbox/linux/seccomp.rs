@@ -673,6 +673,11 @@ mod tests {
                     assert_eq!(run(&p, nr, arch.audit, with_signal(sig)), RET_ALLOW, "{nr} {sig}");
                 }
             }
+            // Not even the caller's own job (`kill(0, SIGTSTP)`, Claude
+            // Code's Ctrl-Z): the Landlock scope keeps `nd7 run`'s front and
+            // keeper out of it, so it would stop only the session.
+            let kill = calls[0].0;
+            assert_eq!(run(&p, kill, arch.audit, [0, 20, 0, 0, 0, 0]), RET_EPERM);
             for &nr in fcntl_calls(arch.audit) {
                 let setsig = |sig| [3, u64::from(F_SETSIG), sig, 0, 0, 0];
                 assert_eq!(run(&p, nr, arch.audit, setsig(19)), RET_EPERM);
