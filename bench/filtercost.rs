@@ -9,7 +9,10 @@
 #[cfg(target_os = "linux")]
 fn main() {
     use nd7_core::sandbox::linux::seccomp::{self, Filter, Sockets};
-    let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let calls = args.first().copied().unwrap_or(2_000_000);
     let rounds = args.get(1).copied().unwrap_or(15);
     let full = Filter::full(Sockets::Open);
@@ -30,7 +33,10 @@ fn main() {
     }
     for ((name, _), mut t) in programs.iter().zip(times) {
         t.sort_by(f64::total_cmp);
-        println!("{name}: {:.1} ns per call (median of {rounds})", t[t.len() / 2]);
+        println!(
+            "{name}: {:.1} ns per call (median of {rounds})",
+            t[t.len() / 2]
+        );
     }
 }
 

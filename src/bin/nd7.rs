@@ -483,7 +483,11 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
         println!(
             "{prefix}INCOMPLETE: {} hook event{} counted but not recorded: the run's hooks sent more through the door than one run takes",
             r.hooks_over_budget,
-            if r.hooks_over_budget == 1 { " was" } else { "s were" }
+            if r.hooks_over_budget == 1 {
+                " was"
+            } else {
+                "s were"
+            }
         );
     }
     if !r.hooks {

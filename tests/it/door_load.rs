@@ -48,7 +48,9 @@ const HOOK: &str = r#"echo '{"session_id":"SESSION","hook_event_name":"Stop"}' |
 
 fn refused_by_door(e: &[Value]) -> Vec<&Value> {
     e.iter()
-        .filter(|x| x["kind"] == "refused" && x["source"] == "exit:nd7" && x["body"]["door"] == "record")
+        .filter(|x| {
+            x["kind"] == "refused" && x["source"] == "exit:nd7" && x["body"]["door"] == "record"
+        })
         .collect()
 }
 

@@ -145,7 +145,9 @@ fn ended_cleanly(w: &World, marker: u32) {
     // After `kill -9` of the front nothing waits for the keeper: the chain
     // is polled until it ends.
     let last = || entries(&run_chain(w)).last().map(|x| x["kind"].clone());
-    within(Duration::from_secs(60), || last() == Some(Value::from("run_end")));
+    within(Duration::from_secs(60), || {
+        last() == Some(Value::from("run_end"))
+    });
     assert_eq!(last(), Some(Value::from("run_end")));
 }
 

@@ -652,7 +652,10 @@ touch started; wait_for finished
     let ppid = |pid: u32| -> u32 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
         let rest = stat.rsplit(") ").next().expect("stat fields");
-        rest.split(' ').nth(1).and_then(|p| p.parse().ok()).expect("ppid")
+        rest.split(' ')
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .expect("ppid")
     };
     let keeper = ppid(session);
     assert_eq!(ppid(keeper), child.id(), "the keeper is the front's child");

@@ -210,7 +210,11 @@ cat inside.out rc hook.out hook.err
     w.signal("go-on");
     let out = child.wait_with_output().expect("nd7 run");
     let got = lines(&out);
-    assert_eq!(got.first().map(String::as_str), Some("stop-from-inside:1"), "{got:?}");
+    assert_eq!(
+        got.first().map(String::as_str),
+        Some("stop-from-inside:1"),
+        "{got:?}"
+    );
     assert_eq!(got.get(1).map(String::as_str), Some("rc:0"), "{got:?}");
     assert!(
         got.get(2).is_some_and(|l| l.starts_with("nd7 record: ")

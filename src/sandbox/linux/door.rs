@@ -27,13 +27,13 @@
 //! process of the session), and the floor can start new callers at will: so
 //! the bound is on what a connection has sent, not on who sent it.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::collections::BTreeMap;
-use std::sync::mpsc::Sender;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -230,18 +230,19 @@ const LISTENER: u64 = 0;
 /// that has not sent it within [`TRIAGE_BUDGET`], and the oldest waiting
 /// when more than [`MAX_WAITING`] wait. Edge-triggered: a connection is
 /// looked at again only when more of its request has come.
-fn triage(
-    listener: &UnixListener,
-    log: &RunLog,
-    whole: &mut Pool,
-    large: &mut Pool,
-) {
+fn triage(listener: &UnixListener, log: &RunLog, whole: &mut Pool, large: &mut Pool) {
     use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
     let Ok(poll) = epoll::create(CreateFlags::CLOEXEC) else {
         return;
     };
     if listener.set_nonblocking(true).is_err()
-        || epoll::add(&poll, listener, EventData::new_u64(LISTENER), EventFlags::IN).is_err()
+        || epoll::add(
+            &poll,
+            listener,
+            EventData::new_u64(LISTENER),
+            EventFlags::IN,
+        )
+        .is_err()
     {
         return;
     }
@@ -259,7 +260,11 @@ fn triage(
             }
         });
         events.clear();
-        match epoll::wait(&poll, rustix::buffer::spare_capacity(&mut events), timeout.as_ref()) {
+        match epoll::wait(
+            &poll,
+            rustix::buffer::spare_capacity(&mut events),
+            timeout.as_ref(),
+        ) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => return,
         }
@@ -306,7 +311,11 @@ fn triage(
             if let Some(is_whole) = sent(&conn) {
                 let _ = epoll::delete(&poll, &conn);
                 let _ = conn.set_nonblocking(false);
-                let _ = if is_whole { whole.send(conn) } else { large.send(conn) };
+                let _ = if is_whole {
+                    whole.send(conn)
+                } else {
+                    large.send(conn)
+                };
                 continue;
             }
             waiting.conns.insert(id, (conn, Instant::now()));

@@ -72,11 +72,8 @@ pub const DENIED_IOCTLS: [(&str, u32, &str); 15] = [
 
 /// `ioctl` requests refused with `EPERM` beside [`DENIED_IOCTLS`], because
 /// they stop something the user needs (ADR-0096).
-pub const STOPPING_IOCTLS: [(&str, u32, &str); 1] = [(
-    "TCXONC",
-    0x540A,
-    "suspends the terminal's output (tcflow)",
-)];
+pub const STOPPING_IOCTLS: [(&str, u32, &str); 1] =
+    [("TCXONC", 0x540A, "suspends the terminal's output (tcflow)")];
 
 /// The stop signals, `SIGSTOP` to `SIGTTOU` (19 to 22 on every architecture
 /// nd7 has a table for): refused to every call that sends a signal.
@@ -666,11 +663,19 @@ mod tests {
                     args
                 };
                 for sig in 19..=22 {
-                    assert_eq!(run(&p, nr, arch.audit, with_signal(sig)), RET_EPERM, "{nr} {sig}");
+                    assert_eq!(
+                        run(&p, nr, arch.audit, with_signal(sig)),
+                        RET_EPERM,
+                        "{nr} {sig}"
+                    );
                     assert_eq!(run(&without, nr, arch.audit, with_signal(sig)), RET_ALLOW);
                 }
                 for sig in [0, 1, 2, 9, 15, 17, 18, 23, 34, 64] {
-                    assert_eq!(run(&p, nr, arch.audit, with_signal(sig)), RET_ALLOW, "{nr} {sig}");
+                    assert_eq!(
+                        run(&p, nr, arch.audit, with_signal(sig)),
+                        RET_ALLOW,
+                        "{nr} {sig}"
+                    );
                 }
             }
             // Not even the caller's own job (`kill(0, SIGTSTP)`, Claude
@@ -697,8 +702,14 @@ mod tests {
             ..Filter::full(Sockets::Open)
         };
         let stops_only = program_for(&n, Some(&c), stops_only);
-        assert_eq!(run(&stops_only, n.ioctl, n.audit, [0, 0x540A, 0, 0, 0, 0]), RET_EPERM);
-        assert_eq!(run(&stops_only, n.ioctl, n.audit, [0, 0x5412, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(
+            run(&stops_only, n.ioctl, n.audit, [0, 0x540A, 0, 0, 0, 0]),
+            RET_EPERM
+        );
+        assert_eq!(
+            run(&stops_only, n.ioctl, n.audit, [0, 0x5412, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
     }
 
     /// This build's table agrees with libc's numbers for the native calls.
