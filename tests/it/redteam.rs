@@ -7,8 +7,6 @@
 
 use std::path::PathBuf;
 
-use serde_json::Value;
-
 use crate::runs::*;
 use crate::world::*;
 

@@ -287,10 +287,10 @@ fn triage(listener: &UnixListener, log: &RunLog, whole: &mut Pool, large: &mut P
             let _ = conn.set_nonblocking(false);
             // One that ended short is read to its end at once and refused
             // (its caller hears why): never a wait.
-            let _ = match sent {
+            match sent {
                 Some(false) => large.send(conn),
                 Some(true) | None => whole.send(conn),
-            };
+            }
         }
         while let Some(late) = waiting.pop_late(false) {
             let _ = epoll::delete(&poll, &late);
@@ -311,11 +311,11 @@ fn triage(listener: &UnixListener, log: &RunLog, whole: &mut Pool, large: &mut P
             if let Some(is_whole) = sent(&conn) {
                 let _ = epoll::delete(&poll, &conn);
                 let _ = conn.set_nonblocking(false);
-                let _ = if is_whole {
+                if is_whole {
                     whole.send(conn)
                 } else {
                     large.send(conn)
-                };
+                }
                 continue;
             }
             waiting.conns.insert(id, (conn, Instant::now()));
