@@ -441,6 +441,12 @@ pub struct Reconciliation {
     pub ended: bool,
     /// The seq of the chain's last entry.
     pub last_seq: u64,
+    /// Connections to the hooks' door dropped unread, as `run_end` counts
+    /// them (`door_dropped`, ADR-0097): hooks' events that may be missing.
+    pub door_dropped: u64,
+    /// Hooks counted but not recorded past the door's budget (`run_end`'s
+    /// `hooks_over_budget`).
+    pub hooks_over_budget: u64,
 }
 
 impl Reconciliation {
@@ -486,6 +492,10 @@ struct Body {
     inside: Option<u64>,
     #[serde(default)]
     exec: Option<u64>,
+    #[serde(default)]
+    door_dropped: Option<u64>,
+    #[serde(default)]
+    hooks_over_budget: Option<u64>,
 }
 
 #[derive(Default, Deserialize)]
@@ -565,6 +575,8 @@ impl Reconciler {
             });
         } else if ours && line.kind == RUN_END {
             self.out.ended = true;
+            self.out.door_dropped = line.body.door_dropped.unwrap_or(0);
+            self.out.hooks_over_budget = line.body.hooks_over_budget.unwrap_or(0);
         } else if ours && line.kind == EXEC_END {
             if let Some(exec) = line.body.exec {
                 self.ended_execs.insert(exec);

@@ -102,6 +102,9 @@ pub struct RunLog {
     door_bytes: AtomicU64,
     over_budget: AtomicU64,
     budget: u64,
+    /// Connections to the hooks' door dropped unread (ADR-0097): each may
+    /// have been a hook whose event is then missing.
+    door_dropped: AtomicU64,
     /// What the floor refused, as `nd7 hook-explain` reported it (the first
     /// [`REFUSALS_WRITTEN`] written down; the summary at the run's end).
     floor_refused: Mutex<Vec<crate::policy::refusal::Refused>>,
@@ -152,6 +155,7 @@ impl RunLog {
             refused: AtomicU64::new(0),
             door_bytes: AtomicU64::new(0),
             over_budget: AtomicU64::new(0),
+            door_dropped: AtomicU64::new(0),
             budget: door_budget(),
             floor_refused: Mutex::default(),
         }
@@ -411,6 +415,20 @@ impl RunLog {
         self.budget
     }
 
+    /// Writes down a connection to the hooks' door dropped unread: a
+    /// `refused` entry (the first [`REFUSALS_WRITTEN`]), and the count in
+    /// `run_end` (`door_dropped`), which `nd7 verify` reports as events
+    /// that may be missing (ADR-0097).
+    pub fn door_dropped(&self, why: &str) {
+        self.door_dropped.fetch_add(1, Ordering::Relaxed);
+        self.refused("record", None, None, why);
+    }
+
+    /// How many connections to the hooks' door were dropped unread.
+    pub fn doors_dropped(&self) -> u64 {
+        self.door_dropped.load(Ordering::Relaxed)
+    }
+
     /// How many hooks the door refused past its budget.
     pub fn hooks_over_budget(&self) -> u64 {
         self.over_budget.load(Ordering::Relaxed)
@@ -466,6 +484,7 @@ impl RunLog {
         let refused = self.refused.load(Ordering::Relaxed);
         let mut body = run_entry::run_end_body(ended, &tally, refused);
         body["hooks_over_budget"] = self.hooks_over_budget().into();
+        body["door_dropped"] = self.doors_dropped().into();
         self.note(run_entry::RUN_END, None, None, &body)?;
         Ok(tally)
     }

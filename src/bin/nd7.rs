@@ -481,12 +481,33 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
             r.last_seq
         );
     }
+    // Events a hook sent that the chain does not hold (ADR-0097): whatever
+    // the rest says, the chain is not the whole account.
+    let whole = r.door_dropped == 0 && r.hooks_over_budget == 0;
+    if r.door_dropped > 0 {
+        println!(
+            "{prefix}INCOMPLETE: the hooks' door dropped {} connection{} unread (each may have been a hook whose event is missing; the `refused` entries of door `record` say why)",
+            r.door_dropped,
+            if r.door_dropped == 1 { "" } else { "s" }
+        );
+    }
+    if r.hooks_over_budget > 0 {
+        println!(
+            "{prefix}INCOMPLETE: {} hook event{} counted but not recorded: the run's hooks sent more through the door than one run takes",
+            r.hooks_over_budget,
+            if r.hooks_over_budget == 1 {
+                " was"
+            } else {
+                "s were"
+            }
+        );
+    }
     if !r.hooks {
         println!(
             "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
             r.execs
         );
-        return Ok(true);
+        return Ok(whole);
     }
     println!(
         "{prefix}run: nd7 run's own log: {} commands through the exit, {} Bash calls in the hooks' entries",
@@ -562,12 +583,12 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
     } else {
         r.agrees()
     };
-    if agrees && ended {
+    if agrees && ended && whole {
         println!(
             "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
         );
     }
-    Ok(agrees && ended)
+    Ok(agrees && ended && whole)
 }
 
 /// Whether the `nd7 run` that writes the chain `id` (`run-<time>-<pid>-<hex>`)

@@ -15,11 +15,15 @@ mod deferred_includes;
 mod deferred_reads;
 mod deferred_secrets;
 mod distribution;
+#[cfg(target_os = "linux")]
+mod door_load;
 mod e2e;
 mod exit_status;
 mod floor_attrs;
 mod floor_paths;
 mod floor_process;
+#[cfg(target_os = "linux")]
+mod floor_signals;
 #[cfg(target_os = "linux")]
 mod inert;
 mod landlock;

@@ -626,10 +626,12 @@ cat p/*.rc | sort | uniq -c | tr -s ' '
 // nd7 run is two processes (ADR-0035): killing the session process (the pid
 // the banner names, which serves the door) makes the keeper end everything
 // below it, the hook's shell included, so no hook outlives the door that
-// way. The one way left is the keeper itself killed with SIGKILL from
-// outside: the session and the agent die with it, and a process that left
-// the agent's tree runs on under init, still under the floor. That is what
-// this does: the door is gone, with `ND7_RUN` still naming its directory.
+// way, and since ADR-0096 neither does `kill -9` of `nd7 run` (the front:
+// its keeper then ends the run as on SIGTERM). The one way left is the
+// keeper itself, the front's child, killed with SIGKILL from outside: the
+// session and the agent die with it, and a process that left the agent's
+// tree runs on under init, still under the floor. That is what this does:
+// the door is gone, with `ND7_RUN` still naming its directory.
 #[test]
 fn with_nd7_run_gone_a_hook_fails_closed_and_says_so() {
     let w = World::new();
@@ -645,9 +647,18 @@ touch started; wait_for finished
     w.wait_for("started");
     let dir = run_chain(&w);
     let before = std::fs::read(dir.join("events.ndjson")).expect("log");
-    // The keeper: the process the user's shell started and waits for.
-    let keeper = child.id();
-    assert_ne!(keeper, session);
+    // The keeper: the session's parent, below the front (the process the
+    // user's shell started and waits for).
+    let ppid = |pid: u32| -> u32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        let rest = stat.rsplit(") ").next().expect("stat fields");
+        rest.split(' ')
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .expect("ppid")
+    };
+    let keeper = ppid(session);
+    assert_eq!(ppid(keeper), child.id(), "the keeper is the front's child");
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(keeper as i32).expect("pid"),
         rustix::process::Signal::KILL,

@@ -7,8 +7,6 @@
 
 use std::path::PathBuf;
 
-use serde_json::Value;
-
 use crate::runs::*;
 use crate::world::*;
 
@@ -103,10 +101,10 @@ while (1) { syswrite($_, "a") for @s; sleep 2 }' "#;
 /// as long as it liked (the door's timeout was per read), and sixteen of
 /// them stalled every later hook: the hook blocked until Claude Code's own
 /// hook timeout killed it, and the event was never recorded. An agent could
-/// so switch recording off from inside. Broke through; guards the overall
-/// deadline in `door::receive` (`src/sandbox/linux/door.rs`): with the
-/// per-read timeout back, the hook below is still waiting when `timeout`
-/// ends it (rc 124) and nothing is recorded.
+/// so switch recording off from inside. Broke through; closed first by an
+/// overall deadline per request, now by the door's triage (a connection
+/// gets a thread only once its request is in, ADR-0097; `door_load.rs`
+/// has the hundred-connection form of this attack).
 #[test]
 fn a_door_peer_trickling_its_request_does_not_stall_later_hooks() {
     let w = World::new();
@@ -125,25 +123,8 @@ kill $trickler
         e.iter().any(|x| x["session"] == "after-stall"),
         "the hook's entry is in the log"
     );
-    let refused: Vec<&Value> = e
-        .iter()
-        .filter(|x| x["kind"] == "refused" && x["source"] == "exit:nd7")
-        .collect();
-    // Trickling peers are dropped at their deadline and written down. The
-    // sixteen deadlines fall within a few milliseconds, and the first to
-    // pass frees a thread for the hook, after which the trickler is killed:
-    // the peers whose thread had not yet woken see the end of their stream
-    // first and are written down as ended early (seen: 5 of 16 in time on a
-    // loaded machine). What guards the deadline is the hook's entry above:
-    // without it the hook never gets a thread.
-    let late = refused
-        .iter()
-        .filter(|x| x["body"]["reason"] == "the request was not sent within 10 s")
-        .count();
-    assert!(
-        late >= 1,
-        "a trickling peer is dropped at its deadline: {refused:?}"
-    );
+    // How the tricklers are dropped and written down: `door_load.rs`
+    // (ADR-0097).
 }
 
 /// Perl, run through the exit (as an agent's Bash command would be), that
@@ -192,28 +173,49 @@ kill %1
     );
 }
 
-/// The agent stops its own `nd7 run` (same account; nothing scopes signals
-/// on this kernel's ABI as nd7 asks for it) and the next hook waited for the
-/// door's answer forever: the recorder never returned to Claude Code.
-/// Broke through; guards the deadline on the hook's side of the door
-/// (`DOOR_ANSWER_TIMEOUT` in `src/sandbox/linux/door.rs`): without it the
-/// hook is still waiting when `timeout` ends it (rc 124). Stopping or
-/// killing `nd7 run` itself is issue 10 item 5 (signals), not closed here.
+/// The agent stopped its own `nd7 run` (same account) and the next hook
+/// waited for the door's answer forever: the recorder never returned to
+/// Claude Code. The agent can no longer stop it (ADR-0096,
+/// `floor_signals.rs`), but a session stopped from outside (a debugger, the
+/// user) must not hang the hook either: here the test stops it. Guards the
+/// deadline on the hook's side of the door (`DOOR_ANSWER_TIMEOUT` in
+/// `src/sandbox/linux/door.rs`): without it the hook is still waiting when
+/// `timeout` ends it (rc 124).
 #[test]
 fn a_stopped_nd7_run_does_not_hang_the_hook() {
     let w = World::new();
-    let out = w.run_agent(
+    let (child, session) = w.start_agent(
         r#"
-kill -STOP $PPID
-echo '{"session_id":"stopped","hook_event_name":"Stop"}' | timeout 100 "$ND7" record > hook.out 2> hook.err; echo "rc:$?"
-kill -CONT $PPID
-cat hook.out hook.err
+kill -STOP $PPID; echo "stop-from-inside:$?" > inside.out
+touch ready
+wait_for stopped
+echo '{"session_id":"stopped","hook_event_name":"Stop"}' | timeout 100 "$ND7" record > hook.out 2> hook.err; echo "rc:$?" > rc.new; mv rc.new rc
+wait_for go-on
+cat inside.out rc hook.out hook.err
 "#,
     );
+    w.wait_for("ready");
+    let kill = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &session.to_string()])
+            .status()
+            .expect("kill")
+    };
+    assert!(kill("-STOP").success());
+    w.signal("stopped");
+    w.wait_for("rc");
+    assert!(kill("-CONT").success());
+    w.signal("go-on");
+    let out = child.wait_with_output().expect("nd7 run");
     let got = lines(&out);
-    assert_eq!(got.first().map(String::as_str), Some("rc:0"), "{got:?}");
+    assert_eq!(
+        got.first().map(String::as_str),
+        Some("stop-from-inside:1"),
+        "{got:?}"
+    );
+    assert_eq!(got.get(1).map(String::as_str), Some("rc:0"), "{got:?}");
     assert!(
-        got.get(1).is_some_and(|l| l.starts_with("nd7 record: ")
+        got.get(2).is_some_and(|l| l.starts_with("nd7 record: ")
             && l.contains("did not answer")
             && l.ends_with("; nothing recorded")),
         "{got:?}"

@@ -8,30 +8,64 @@
 //! connects for every process of the session), appends the entry and only
 //! then answers, so the hook returns after the entry is in the log.
 //!
-//! Connections are served at most [`MAX_HOOKS`] at a time; more wait in the
-//! socket's backlog, so a burst of parallel hooks is queued, never dropped.
+//! # Other callers' load cannot cost a hook its entry (ADR-0097)
+//!
+//! A hook (`nd7 record`) connects and writes its whole request at once.
+//! One thread ([`triage`]) accepts every connection as it comes and waits,
+//! for all of them together, until a connection's request is in the socket
+//! whole (or its first [`WHOLE_ENOUGH`] bytes are: the socket holds no
+//! more); only then does a connection get a thread. Whole requests go to
+//! threads of their own ([`WHOLE_HOOKS`]), which never wait on a caller, so
+//! a caller that trickles its request, or sends nothing, holds no thread a
+//! hook needs: it waits among the others for at most [`TRIAGE_BUDGET`], and
+//! [`MAX_WAITING`] wait at most (past that the oldest goes). A connection
+//! dropped unread is written down ([`RunLog::door_dropped`]: a `refused`
+//! entry and `run_end`'s `door_dropped`, which `nd7 verify` reports as
+//! events that may be missing), and `nd7 record` tries again when the door
+//! closed on it unanswered. A caller's identity only comes with its first
+//! bytes (the connection's peer is the keeper, which connects for every
+//! process of the session), and the floor can start new callers at will: so
+//! the bound is on what a connection has sent, not on who sent it.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use std::os::fd::AsFd;
 
-use super::exit::{ExitError, STACK, Slots, admit, receive_prefix, refuse, set_pass_pidfd};
+use super::exit::{ExitError, STACK, admit, receive_prefix, refuse, set_pass_pidfd};
 use crate::kernel::linux as proc;
 use crate::run_dir::RunDir;
 use crate::run_log::{HookOutcome, RunLog};
 use crate::sandbox::wire::{Frame, HookRequest, Request};
 
-/// Hooks served at once. Each append takes the log's lock in turn anyway;
-/// this bounds the threads, not the throughput.
-pub const MAX_HOOKS: usize = 16;
+/// Hooks served at once whose request was whole when they got a thread.
+/// Each append takes the log's lock in turn anyway; this bounds the
+/// threads, not the throughput.
+pub const WHOLE_HOOKS: usize = 12;
+/// Hooks served at once whose request was larger than the socket holds.
+pub const LARGE_HOOKS: usize = 4;
+/// Hooks served at once, in all.
+pub const MAX_HOOKS: usize = WHOLE_HOOKS + LARGE_HOOKS;
 
-/// How long a caller may take to send its whole request (one deadline, not
-/// a timeout per read).
+/// How long a connection may take to put its request in the socket (whole,
+/// or [`WHOLE_ENOUGH`] of it) before it is dropped unread.
+pub const TRIAGE_BUDGET: Duration = Duration::from_secs(2);
+/// Connections waiting for their request at once; past this the oldest is
+/// dropped unread.
+pub const MAX_WAITING: usize = 256;
+/// A request counts as sent once this much of it is in the socket (a
+/// larger one cannot be whole there: the socket's buffer is smaller).
+const WHOLE_ENOUGH: u64 = 32 * 1024;
+
+/// How long a caller with a thread may take to send the rest of its
+/// request (one deadline, not a timeout per read).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The session side: `nd7 run`'s door for the hooks.
@@ -74,27 +108,226 @@ impl Door {
         })
     }
 
-    /// Serves the door on a thread of its own for as long as the process lives.
+    /// Serves the door on threads of its own for as long as the process
+    /// lives: [`triage`], and the hooks' threads it hands requests to.
     pub fn serve(self) {
-        std::thread::spawn(move || {
-            let me = std::process::id();
-            let slots = Arc::new(Slots::default());
-            loop {
-                let slot = Slots::take(&slots, MAX_HOOKS);
-                let Ok((conn, _)) = self.listener.accept() else {
-                    continue;
-                };
-                let log = self.log.clone();
-                let session = self.session.clone();
-                let spawned = std::thread::Builder::new()
-                    .stack_size(STACK)
-                    .spawn(move || {
-                        let _slot = slot;
+        let me = std::process::id();
+        let _ = std::thread::Builder::new()
+            .stack_size(STACK)
+            .spawn(move || {
+                let mut whole = Pool::new(me, &self, WHOLE_HOOKS);
+                let mut large = Pool::new(me, &self, LARGE_HOOKS);
+                triage(&self.listener, &self.log, &mut whole, &mut large);
+            });
+    }
+}
+
+/// Up to `max` threads serving the connections handed to them, started as
+/// they are needed (a run whose hooks come one at a time has one).
+struct Pool {
+    queue: Sender<UnixStream>,
+    taken: Arc<Mutex<std::sync::mpsc::Receiver<UnixStream>>>,
+    /// Threads waiting for a connection.
+    idle: Arc<AtomicUsize>,
+    started: usize,
+    max: usize,
+    me: u32,
+    session: RunDir,
+    log: Arc<RunLog>,
+}
+
+impl Pool {
+    fn new(me: u32, door: &Door, max: usize) -> Pool {
+        let (queue, taken) = std::sync::mpsc::channel::<UnixStream>();
+        Pool {
+            queue,
+            taken: Arc::new(Mutex::new(taken)),
+            idle: Arc::new(AtomicUsize::new(0)),
+            started: 0,
+            max,
+            me,
+            session: door.session.clone(),
+            log: door.log.clone(),
+        }
+    }
+
+    /// Hands `conn` to a thread: an idle one, or a new one while fewer
+    /// than `max` run; else it waits in the queue for the next free.
+    fn send(&mut self, conn: UnixStream) {
+        if self.idle.load(Ordering::Acquire) == 0 && self.started < self.max {
+            let (taken, idle) = (self.taken.clone(), self.idle.clone());
+            let (me, session, log) = (self.me, self.session.clone(), self.log.clone());
+            let spawned = std::thread::Builder::new()
+                .stack_size(STACK)
+                .spawn(move || {
+                    loop {
+                        idle.fetch_add(1, Ordering::AcqRel);
+                        let next = taken.lock().map(|q| q.recv());
+                        idle.fetch_sub(1, Ordering::AcqRel);
+                        let Ok(Ok(conn)) = next else {
+                            return;
+                        };
                         serve_one(&conn, me, &session, &log);
-                    });
-                drop(spawned);
+                    }
+                });
+            self.started += usize::from(spawned.is_ok());
+        }
+        let _ = self.queue.send(conn);
+    }
+}
+
+/// Whether `conn` has sent enough to get a thread: its whole request, or
+/// [`WHOLE_ENOUGH`] of it, or something that will be refused at once (a
+/// length over the limit, the end of the stream). `Some(true)` when it is
+/// whole there, or refused at once: nothing its thread reads can wait.
+fn sent(conn: &UnixStream) -> Option<bool> {
+    let mut prefix = [0u8; 4];
+    let peeked = rustix::net::recv(
+        conn,
+        &mut prefix,
+        rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
+    );
+    match peeked {
+        Ok((4, _)) => {}
+        Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => return None,
+        // The end, or an error: the thread writes it down as it reads.
+        Ok((0, _)) | Err(_) => return Some(true),
+        Ok(_) => return None,
+    }
+    let Ok(len) = Request::announced_len(prefix) else {
+        return Some(true);
+    };
+    let queued = rustix::io::ioctl_fionread(conn).unwrap_or(0);
+    if queued >= 4 + len as u64 {
+        Some(true)
+    } else {
+        (queued >= WHOLE_ENOUGH).then_some(false)
+    }
+}
+
+/// The connections waiting for their request, by number, oldest first.
+#[derive(Default)]
+struct Waiting {
+    conns: BTreeMap<u64, (UnixStream, Instant)>,
+    next: u64,
+}
+
+impl Waiting {
+    /// The oldest, if it has waited [`TRIAGE_BUDGET`] (or `all`).
+    fn pop_late(&mut self, all: bool) -> Option<UnixStream> {
+        let (&id, (_, since)) = self.conns.iter().next()?;
+        (all || since.elapsed() >= TRIAGE_BUDGET).then(|| self.conns.remove(&id).map(|c| c.0))?
+    }
+}
+
+/// The listener's number in the triage's epoll; connections are numbered
+/// from 1.
+const LISTENER: u64 = 0;
+
+/// Accepts every connection to the door as it comes, and hands each to a
+/// hook's thread once it has sent its request ([`sent`]): whole ones to
+/// `whole`, the rest to `large`. Drops (and writes down) a connection
+/// that has not sent it within [`TRIAGE_BUDGET`], and the oldest waiting
+/// when more than [`MAX_WAITING`] wait. Edge-triggered: a connection is
+/// looked at again only when more of its request has come.
+fn triage(listener: &UnixListener, log: &RunLog, whole: &mut Pool, large: &mut Pool) {
+    use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
+    let Ok(poll) = epoll::create(CreateFlags::CLOEXEC) else {
+        return;
+    };
+    if listener.set_nonblocking(true).is_err()
+        || epoll::add(
+            &poll,
+            listener,
+            EventData::new_u64(LISTENER),
+            EventFlags::IN,
+        )
+        .is_err()
+    {
+        return;
+    }
+    let mut waiting = Waiting {
+        next: LISTENER + 1,
+        ..Waiting::default()
+    };
+    let mut events = Vec::with_capacity(64);
+    loop {
+        let timeout = waiting.conns.values().next().map(|(_, since)| {
+            let left = (*since + TRIAGE_BUDGET).saturating_duration_since(Instant::now());
+            rustix::event::Timespec {
+                tv_sec: left.as_secs() as _,
+                tv_nsec: left.subsec_nanos() as _,
             }
         });
+        events.clear();
+        match epoll::wait(
+            &poll,
+            rustix::buffer::spare_capacity(&mut events),
+            timeout.as_ref(),
+        ) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return,
+        }
+        for event in &events {
+            let id = event.data.u64();
+            if id == LISTENER {
+                continue;
+            }
+            let Some((conn, _)) = waiting.conns.get(&id) else {
+                continue;
+            };
+            let sent = sent(conn);
+            let flags = event.flags;
+            let ended = flags.intersects(EventFlags::RDHUP | EventFlags::HUP);
+            if sent.is_none() && !ended {
+                continue;
+            }
+            let (conn, _) = waiting.conns.remove(&id).expect("looked up above");
+            let _ = epoll::delete(&poll, &conn);
+            let _ = conn.set_nonblocking(false);
+            // One that ended short is read to its end at once and refused
+            // (its caller hears why): never a wait.
+            match sent {
+                Some(false) => large.send(conn),
+                Some(true) | None => whole.send(conn),
+            }
+        }
+        while let Some(late) = waiting.pop_late(false) {
+            let _ = epoll::delete(&poll, &late);
+            log.door_dropped(&format!(
+                "the request was not sent within {} s; the connection was dropped unread",
+                TRIAGE_BUDGET.as_secs()
+            ));
+        }
+        while let Ok((conn, _)) = listener.accept() {
+            let id = waiting.next;
+            waiting.next += 1;
+            let _ = conn.set_nonblocking(true);
+            let flags = EventFlags::IN | EventFlags::RDHUP | EventFlags::ET;
+            if epoll::add(&poll, &conn, EventData::new_u64(id), flags).is_err() {
+                continue;
+            }
+            // Its request may be in already; the edge came before `add`.
+            if let Some(is_whole) = sent(&conn) {
+                let _ = epoll::delete(&poll, &conn);
+                let _ = conn.set_nonblocking(false);
+                if is_whole {
+                    whole.send(conn)
+                } else {
+                    large.send(conn)
+                }
+                continue;
+            }
+            waiting.conns.insert(id, (conn, Instant::now()));
+            if waiting.conns.len() > MAX_WAITING
+                && let Some(oldest) = waiting.pop_late(true)
+            {
+                let _ = epoll::delete(&poll, &oldest);
+                log.door_dropped(&format!(
+                    "more than {MAX_WAITING} connections waited for their request at once; the oldest was dropped unread"
+                ));
+            }
+        }
     }
 }
 
@@ -211,16 +444,41 @@ pub enum Answer {
 /// must be served by process `server` (the kernel says who listens on it),
 /// and waits for the answer, which comes once the entry is in the log.
 pub fn send(socket: &Path, server: u32, request: &HookRequest) -> Result<Answer, String> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match send_once(socket, server, request) {
+            Err(Sent::Unanswered(_)) if tries < SEND_TRIES => continue,
+            Err(Sent::Unanswered(why) | Sent::Failed(why)) => return Err(why),
+            Ok(answer) => return Ok(answer),
+        }
+    }
+}
+
+/// How often `nd7 record` sends its request when the door closes on it
+/// unanswered (it dropped the connection unread, ADR-0097).
+const SEND_TRIES: usize = 3;
+
+/// Why one try of [`send`] failed.
+enum Sent {
+    /// The door closed the connection without answering: nothing of the
+    /// request was taken, so it may be sent again.
+    Unanswered(String),
+    Failed(String),
+}
+
+fn send_once(socket: &Path, server: u32, request: &HookRequest) -> Result<Answer, Sent> {
+    let fail = Sent::Failed;
     let mut conn = UnixStream::connect(socket)
-        .map_err(|e| format!("cannot reach nd7 run at {}: {e}", socket.display()))?;
+        .map_err(|e| fail(format!("cannot reach nd7 run at {}: {e}", socket.display())))?;
     let listener = rustix::net::sockopt::socket_peercred(&conn)
         .map(|c| c.pid.as_raw_nonzero().get() as u32)
-        .map_err(|e| format!("cannot tell who serves {}: {e}", socket.display()))?;
+        .map_err(|e| fail(format!("cannot tell who serves {}: {e}", socket.display())))?;
     if listener != server {
-        return Err(format!(
+        return Err(fail(format!(
             "{} is served by process {listener}, not by nd7 run {server}",
             socket.display()
-        ));
+        )));
     }
     let _ = conn.set_write_timeout(Some(DOOR_ANSWER_TIMEOUT));
     let _ = conn.set_read_timeout(Some(DOOR_ANSWER_TIMEOUT));
@@ -238,14 +496,14 @@ pub fn send(socket: &Path, server: u32, request: &HookRequest) -> Result<Answer,
     };
     let sent = conn.write_all(&request.encode());
     if sent.as_ref().is_err_and(timed_out) {
-        return Err(silent());
+        return Err(fail(silent()));
     }
     let mut head = [0u8; 5];
     if let Err(e) = conn.read_exact(&mut head) {
         return Err(match sent {
-            Err(s) => format!("cannot send the payload to nd7 run: {s}"),
-            Ok(()) if timed_out(&e) => silent(),
-            Ok(()) => format!("nd7 run closed the door before answering: {e}"),
+            Err(s) => Sent::Unanswered(format!("cannot send the payload to nd7 run: {s}")),
+            Ok(()) if timed_out(&e) => fail(silent()),
+            Ok(()) => Sent::Unanswered(format!("nd7 run closed the door before answering: {e}")),
         });
     }
     match Frame::decode(head) {
@@ -255,11 +513,11 @@ pub fn send(socket: &Path, server: u32, request: &HookRequest) -> Result<Answer,
             let mut text = vec![0u8; len];
             let _ = conn.read_exact(&mut text);
             match Frame::text(head[0], &text) {
-                Frame::Refused(why) => Err(format!("nd7 run refused the entry: {why}")),
+                Frame::Refused(why) => Err(fail(format!("nd7 run refused the entry: {why}"))),
                 Frame::Explained(text) => Ok(Answer::Explained(text)),
-                _ => Err("nd7 run answered with an unknown frame".into()),
+                _ => Err(fail("nd7 run answered with an unknown frame".into())),
             }
         }
-        _ => Err("nd7 run answered with an unknown frame".into()),
+        _ => Err(fail("nd7 run answered with an unknown frame".into())),
     }
 }

@@ -54,7 +54,6 @@ pub(super) const STACK: usize = 256 * 1024;
 #[derive(Debug, Default)]
 pub(super) struct Slots {
     taken: Mutex<usize>,
-    freed: std::sync::Condvar,
 }
 
 /// A taken slot, given back when dropped.
@@ -69,23 +68,12 @@ impl Slots {
             Slot(slots.clone())
         })
     }
-
-    /// A slot of `max`, waiting until one is free.
-    pub(super) fn take(slots: &Arc<Slots>, max: usize) -> Slot {
-        let mut taken = slots.taken.lock().unwrap_or_else(|e| e.into_inner());
-        while *taken >= max {
-            taken = slots.freed.wait(taken).unwrap_or_else(|e| e.into_inner());
-        }
-        *taken += 1;
-        Slot(slots.clone())
-    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut taken = self.0.taken.lock().unwrap_or_else(|e| e.into_inner());
         *taken -= 1;
-        self.0.freed.notify_one();
     }
 }
 

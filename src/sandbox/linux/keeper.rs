@@ -26,7 +26,24 @@
 //!
 //! The agent can kill the session process (it is inside the same scope);
 //! then the keeper ends everything at once. It cannot signal, trace or
-//! outlive the keeper.
+//! outlive the keeper, and it cannot stop the session: the seccomp filter
+//! refuses every stop signal (ADR-0096).
+//!
+//! # The user's signals always end the run (ADR-0096)
+//!
+//! Above the keeper sits **the front** ([`front`]): `nd7 run`'s first
+//! process, which the user's shell waits for. It does nothing but wait for
+//! the keeper, pass on the signals a process sent it, and exit with the
+//! keeper's status; the keeper dies with it (`PR_SET_PDEATHSIG`, SIGTERM),
+//! so a `kill -9` of `nd7 run` ends the run as SIGTERM does, `run_end` and
+//! all, instead of leaving the keeper's charges to init. On SIGTERM or
+//! SIGHUP the keeper wakes the session (SIGCONT) and passes the signal on;
+//! if the program has not ended [`GRACE`] later, the keeper ends every
+//! process below it but the session, which then writes `run_end` and
+//! exits; if the session itself has not ended [`SESSION_GRACE`] after that,
+//! the keeper kills it too. A typed Ctrl-C or Ctrl-\ is the program's (the
+//! terminal sends it to the program as well); the third of them within
+//! [`INTERRUPT_WINDOW`] ends the run as SIGTERM does.
 //!
 //! The two talk over one `SOCK_SEQPACKET` pair: the keeper says once whether
 //! it can act for the session's processes and whether it serves the channel
@@ -212,6 +229,20 @@ pub enum Side {
     Session,
 }
 
+/// How long the program has to end after SIGTERM or SIGHUP before the
+/// keeper ends every process of the session but the session process.
+pub const GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long the session process then has to write `run_end` and exit
+/// before the keeper kills it.
+pub const SESSION_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+/// The third Ctrl-C (or Ctrl-\\) within this ends the run as SIGTERM does.
+pub const INTERRUPT_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+/// How many interrupts within [`INTERRUPT_WINDOW`] end the run.
+pub const INTERRUPTS_TO_END: usize = 3;
+
+/// `si_code` of a signal the kernel sent (the terminal's Ctrl-C among them).
+const SI_KERNEL: i32 = 0x80;
+
 const KEEPER_SIGNALS: [i32; 5] = [
     libc::SIGTERM,
     libc::SIGHUP,
@@ -247,6 +278,9 @@ fn os(what: &str) -> impl FnOnce(io::Error) -> String + '_ {
 /// sends the session what it returns ([`Channel::head_start`]): work the
 /// session would otherwise do itself before it can build its floor.
 pub fn split(sessions: &RunDirs, head_start: impl FnOnce() -> Vec<u8>) -> Result<Side, String> {
+    if let Some(code) = front()? {
+        return Ok(Side::Keeper(code));
+    }
     let (keeper_end, session_end) = rustix::net::socketpair(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
@@ -285,8 +319,87 @@ pub fn split(sessions: &RunDirs, head_start: impl FnOnce() -> Vec<u8>) -> Result
     )))
 }
 
+/// Sets `sig`'s disposition to `handler` (`SIG_IGN` or `SIG_DFL`).
+fn dispose(sig: i32, handler: libc::sighandler_t) {
+    // SAFETY: installs no function, only the ignore or default disposition.
+    unsafe { libc::signal(sig, handler) };
+}
+
+/// The background terminal signals: the front and the keeper ignore them, so
+/// a program that moves the terminal's foreground away from them (and sets
+/// `TOSTOP`) cannot stop them by making them write to it.
+const TERMINAL_STOPS: [i32; 2] = [libc::SIGTTIN, libc::SIGTTOU];
+
+/// Forks the keeper off `nd7 run`'s first process, which stays as the front
+/// (see the module's doc). Returns, in the front, the keeper's exit status
+/// once it has ended; `None` in the keeper, which carries on.
+fn front() -> Result<Option<i32>, String> {
+    let signals = sigset(&KEEPER_SIGNALS);
+    set_mask(libc::SIG_BLOCK, &signals);
+    for sig in TERMINAL_STOPS {
+        dispose(sig, libc::SIG_IGN);
+    }
+    let front = std::process::id();
+    // SAFETY: this process has a single thread ([`split`]'s caller's
+    // promise), so the child may go on running ordinary Rust code.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        set_mask(libc::SIG_UNBLOCK, &signals);
+        return Err(os("start nd7 run's keeper")(io::Error::last_os_error()));
+    }
+    if child == 0 {
+        // The signals stay blocked: [`split`] blocks them again and the
+        // keeper reads them from a signalfd. SIGTERM when the front dies,
+        // however it dies: the keeper then ends the run as on SIGTERM.
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) };
+        if std::os::unix::process::parent_id() != front {
+            return Err("nd7 run ended before its keeper started".into());
+        }
+        return Ok(None);
+    }
+    Ok(Some(wait_in_front(child, &signals)))
+}
+
+/// The front's life: passes on to the keeper each signal a process sent
+/// (one the terminal sent reached the keeper too), and returns the keeper's
+/// status once it has ended.
+fn wait_in_front(keeper: libc::pid_t, signals: &libc::sigset_t) -> i32 {
+    loop {
+        // SAFETY: siginfo_t is plain data, filled by sigwaitinfo.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for one of `signals`, which are blocked, into `info`.
+        let sig = unsafe { libc::sigwaitinfo(signals, &mut info) };
+        if sig == libc::SIGCHLD || sig < 0 {
+            let mut status = 0;
+            // SAFETY: waits for the keeper, this process's only child.
+            let got = unsafe { libc::waitpid(keeper, &mut status, libc::WNOHANG) };
+            if got == keeper {
+                return if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    128 + libc::WTERMSIG(status)
+                };
+            }
+            if got < 0 {
+                return 255;
+            }
+            continue;
+        }
+        if info.si_code != SI_KERNEL {
+            // SAFETY: kill with the keeper's pid, this process's own child
+            // (not reaped yet, so the pid is still its).
+            unsafe { libc::kill(keeper, sig) };
+        }
+    }
+}
+
 fn session_side(keeper: u32, channel: OwnedFd, signals: &libc::sigset_t) -> Result<Side, String> {
     set_mask(libc::SIG_UNBLOCK, signals);
+    // The program inherits dispositions: these are its own to choose.
+    for sig in TERMINAL_STOPS {
+        dispose(sig, libc::SIG_DFL);
+    }
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
     if std::os::unix::process::parent_id() != keeper {
@@ -508,6 +621,21 @@ struct Loop {
     tracker: Tracker,
     /// Room for one message from the session.
     buffer: Vec<u8>,
+    /// Once the user asked for the end: what the keeper does next, and when.
+    ending: Option<(std::time::Instant, Ending)>,
+    /// When the last interrupts (Ctrl-C, Ctrl-\\) came.
+    interrupts: std::collections::VecDeque<std::time::Instant>,
+}
+
+/// The keeper's next step once the user asked for the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// End every process but the session, which then writes `run_end`.
+    Program,
+    /// Kill the session process.
+    Session,
+    /// Nothing left to do but wait for the session to be reaped.
+    Waiting,
 }
 
 impl Loop {
@@ -548,6 +676,8 @@ impl Loop {
                 open: true,
             },
             buffer: vec![0u8; 64 * 1024],
+            ending: None,
+            interrupts: std::collections::VecDeque::new(),
         })
     }
 
@@ -557,10 +687,17 @@ impl Loop {
         let mut events = Vec::with_capacity(16);
         loop {
             events.clear();
+            let timeout = self.ending.map(|(at, _)| {
+                let left = at.saturating_duration_since(std::time::Instant::now());
+                rustix::event::Timespec {
+                    tv_sec: left.as_secs() as _,
+                    tv_nsec: left.subsec_nanos() as _,
+                }
+            });
             match epoll::wait(
                 &self.epoll,
                 rustix::buffer::spare_capacity(&mut events),
-                None,
+                timeout.as_ref(),
             ) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(_) => return wait_plainly(self.session, &sigset(&[])),
@@ -577,13 +714,69 @@ impl Loop {
                     id => self.listener(id, event.flags),
                 }
             }
+            self.next_step(pidfd);
+        }
+    }
+
+    /// The user asked for the end (SIGTERM, SIGHUP, or the third
+    /// interrupt): the session is woken and sent `sig`, and the grace
+    /// starts, once.
+    fn end(&mut self, pidfd: Option<&OwnedFd>, sig: Signal) {
+        if let Some(pidfd) = pidfd {
+            let _ = rustix::process::pidfd_send_signal(pidfd, Signal::CONT);
+            let _ = rustix::process::pidfd_send_signal(pidfd, sig);
+        }
+        if self.ending.is_none() {
+            self.ending = Some((std::time::Instant::now() + GRACE, Ending::Program));
+        }
+    }
+
+    /// Takes the ending's next step once its time has come.
+    fn next_step(&mut self, pidfd: Option<&OwnedFd>) {
+        let Some((at, step)) = self.ending else {
+            return;
+        };
+        if std::time::Instant::now() < at {
+            return;
+        }
+        let later = |step| Some((std::time::Instant::now() + SESSION_GRACE, step));
+        self.ending = match step {
+            Ending::Program => {
+                end_below(std::process::id(), self.session);
+                later(Ending::Session)
+            }
+            Ending::Session => {
+                if let Some(pidfd) = pidfd {
+                    let _ = rustix::process::pidfd_send_signal(pidfd, Signal::KILL);
+                }
+                later(Ending::Waiting)
+            }
+            Ending::Waiting => later(Ending::Waiting),
+        };
+    }
+
+    /// Counts an interrupt; the third within [`INTERRUPT_WINDOW`] ends the
+    /// run as SIGTERM does.
+    fn interrupted(&mut self, pidfd: Option<&OwnedFd>) {
+        let now = std::time::Instant::now();
+        self.interrupts.push_back(now);
+        while self
+            .interrupts
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > INTERRUPT_WINDOW)
+        {
+            self.interrupts.pop_front();
+        }
+        if self.interrupts.len() >= INTERRUPTS_TO_END {
+            self.end(pidfd, Signal::TERM);
         }
     }
 
     /// Handles the signals that arrived: SIGTERM and SIGHUP go on to the
-    /// session; SIGCHLD reaps (the session's orphans as they end, and the
-    /// session itself, which ends the loop); SIGINT and SIGQUIT come from the
-    /// terminal, which sends them to the session too.
+    /// session and start the ending ([`Loop::end`]); SIGCHLD reaps (the
+    /// session's orphans as they end, and the session itself, which ends the
+    /// loop); SIGINT and SIGQUIT come from the terminal, which sends them to
+    /// the program too: they are only counted ([`Loop::interrupted`]).
     fn signal(&mut self, pidfd: Option<&OwnedFd>) -> Option<Ended> {
         // SAFETY: signalfd_siginfo is plain data.
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
@@ -602,9 +795,12 @@ impl Loop {
         }
         let sig = info.ssi_signo as i32;
         if matches!(sig, libc::SIGTERM | libc::SIGHUP)
-            && let (Some(pidfd), Some(sig)) = (pidfd, Signal::from_named_raw(sig))
+            && let Some(sig) = Signal::from_named_raw(sig)
         {
-            let _ = rustix::process::pidfd_send_signal(pidfd, sig);
+            self.end(pidfd, sig);
+        }
+        if matches!(sig, libc::SIGINT | libc::SIGQUIT) {
+            self.interrupted(pidfd);
         }
         if sig == libc::SIGCHLD {
             while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {

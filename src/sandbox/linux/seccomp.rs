@@ -14,6 +14,13 @@
 //!   (`SECCOMP_RET_USER_NOTIF`), which performs each connect itself against
 //!   an allow-list (`super::supervise`); `io_uring_setup`, which could
 //!   connect without a system call the filter sees, fails with `EPERM`.
+//! - **Stopping.** A stop signal (`SIGSTOP`, `SIGTSTP`, `SIGTTIN`,
+//!   `SIGTTOU`) sent by any call that names a signal (`kill`, `tkill`,
+//!   `tgkill`, `rt_sigqueueinfo`, `rt_tgsigqueueinfo`, `pidfd_send_signal`,
+//!   `fcntl(F_SETSIG)`), and `TCXONC` (`tcflow`, which suspends the user's
+//!   terminal output), fail with `EPERM`: nothing inside may stop the
+//!   session process, the program, or the user's terminal (ADR-0096). The
+//!   terminal's own Ctrl-Z is the kernel's, not a call, and still works.
 //! - **The filter itself.** A process inside may add filters of its own, but
 //!   not one with a listener: a newer listener would receive the session's
 //!   `connect` notifications first and could let them through.
@@ -63,6 +70,47 @@ pub const DENIED_IOCTLS: [(&str, u32, &str); 15] = [
     ("VT_LOCKSWITCH", 0x560B, "locks console switching"),
 ];
 
+/// `ioctl` requests refused with `EPERM` beside [`DENIED_IOCTLS`], because
+/// they stop something the user needs (ADR-0096).
+pub const STOPPING_IOCTLS: [(&str, u32, &str); 1] =
+    [("TCXONC", 0x540A, "suspends the terminal's output (tcflow)")];
+
+/// The stop signals, `SIGSTOP` to `SIGTTOU` (19 to 22 on every architecture
+/// nd7 has a table for): refused to every call that sends a signal.
+const FIRST_STOP: u32 = 19;
+const PAST_STOPS: u32 = 23;
+/// `fcntl`'s `F_SETSIG`: the signal the kernel sends a descriptor's owner.
+const F_SETSIG: u32 = 10;
+
+/// The calls that send a signal, for the architecture with audit value
+/// `audit`: each call's number and which argument is the signal. Looked up
+/// by the audit value, so a new architecture without a row sends signals
+/// unfiltered (as before), which its test says.
+pub fn signal_calls(audit: u32) -> &'static [(u32, u32)] {
+    match audit {
+        // x86-64: kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo,
+        // pidfd_send_signal.
+        0xC000_003E => &[(62, 1), (200, 1), (234, 2), (129, 1), (297, 2), (424, 1)],
+        // i386.
+        0x4000_0003 => &[(37, 1), (238, 1), (270, 2), (178, 1), (335, 2), (424, 1)],
+        // arm64 and riscv64 (the generic table).
+        0xC000_00B7 | 0xC000_00F3 => &[(129, 1), (130, 1), (131, 2), (138, 1), (240, 2), (424, 1)],
+        // 32-bit Arm.
+        0x4000_0028 => &[(37, 1), (238, 1), (268, 2), (178, 1), (363, 2), (424, 1)],
+        _ => &[],
+    }
+}
+
+/// `fcntl` (and `fcntl64`) for the architecture with audit value `audit`.
+pub fn fcntl_calls(audit: u32) -> &'static [u32] {
+    match audit {
+        0xC000_003E => &[72],
+        0x4000_0003 | 0x4000_0028 => &[55, 221],
+        0xC000_00B7 | 0xC000_00F3 => &[25],
+        _ => &[],
+    }
+}
+
 /// What the filter does with `connect` and `bind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sockets {
@@ -91,6 +139,8 @@ pub struct Filter {
     /// attributes ([`attr_calls`]) to the keeper where sockets are, too;
     /// refuse the 32-bit ones and `file_setattr` ([`refused_attr_calls`]).
     pub attrs: bool,
+    /// Refuse stop signals and [`STOPPING_IOCTLS`].
+    pub no_stops: bool,
 }
 
 impl Filter {
@@ -101,6 +151,7 @@ impl Filter {
             no_listeners: true,
             sockets,
             attrs: true,
+            no_stops: true,
         }
     }
 }
@@ -452,6 +503,19 @@ fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
         checks.extend(attr_calls(arch.audit).iter().map(|&(nr, _)| (nr, handed)));
         checks.extend(refused_attr_calls(arch.audit).iter().map(|&nr| (nr, eperm)));
     }
+    let [signal_at_1, signal_at_2, fcntl] = [a.label(), a.label(), a.label()];
+    if f.no_stops {
+        for &(nr, arg) in signal_calls(arch.audit) {
+            checks.push((nr, if arg == 1 { signal_at_1 } else { signal_at_2 }));
+        }
+        for &nr in fcntl_calls(arch.audit) {
+            checks.push((nr, fcntl));
+        }
+        if !f.terminal {
+            // The stopping ioctls are checked with the terminal's.
+            checks.push((arch.ioctl, ioctl));
+        }
+    }
     if arch.x32_bit {
         let next = a.label();
         a.jump(JGE_K, X32_BIT, eperm, next);
@@ -469,15 +533,34 @@ fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
     }
     a.ret(RET_ALLOW);
 
-    if f.terminal {
+    if f.terminal || f.no_stops {
         a.here(ioctl);
         a.load(arg_low(1));
-        for (_, request, _) in DENIED_IOCTLS {
+        let terminal = DENIED_IOCTLS.iter().filter(|_| f.terminal);
+        let stopping = STOPPING_IOCTLS.iter().filter(|_| f.no_stops);
+        for (_, request, _) in terminal.chain(stopping) {
             let next = a.label();
-            a.jump(JEQ_K, request, eperm, next);
+            a.jump(JEQ_K, *request, eperm, next);
             a.here(next);
         }
         a.ret(RET_ALLOW);
+    }
+
+    if f.no_stops {
+        // A stop signal is refused whichever call sends it; `F_SETSIG`
+        // names its signal in the third argument, as `tgkill` does. (Jumps
+        // only go forward: `fcntl` comes first.)
+        a.here(fcntl);
+        a.load(arg_low(1));
+        a.jump(JEQ_K, F_SETSIG, signal_at_2, allow);
+        let stop = a.label();
+        for (label, arg) in [(signal_at_1, 1), (signal_at_2, 2)] {
+            a.here(label);
+            a.load(arg_low(arg));
+            a.jump(JGE_K, FIRST_STOP, stop, allow);
+        }
+        a.here(stop);
+        a.jump(JGE_K, PAST_STOPS, allow, eperm);
     }
 
     if f.no_listeners {
@@ -728,6 +811,96 @@ mod tests {
         };
         let without = program_for(&n, Some(&c), without);
         assert_eq!(run(&without, n.seccomp, n.audit, listener), RET_ALLOW);
+    }
+
+    /// Every call that sends a signal refuses the four stop signals and
+    /// lets every other through, on both ABIs; `fcntl(F_SETSIG)` too, and
+    /// `tcflow`'s `TCXONC`. Without `no_stops` they all pass.
+    #[test]
+    fn stop_signals_and_tcxonc_are_refused() {
+        let (n, c) = x86();
+        let p = program_for(&n, Some(&c), Filter::full(Sockets::Supervised));
+        let without = Filter {
+            no_stops: false,
+            ..Filter::full(Sockets::Supervised)
+        };
+        let without = program_for(&n, Some(&c), without);
+        for arch in [&n, &c] {
+            let calls = signal_calls(arch.audit);
+            assert_eq!(calls.len(), 6);
+            for &(nr, arg) in calls {
+                let with_signal = |sig: u64| {
+                    let mut args = [0u64; 6];
+                    args[0] = u64::MAX; // -1: every process
+                    args[arg as usize] = sig;
+                    args
+                };
+                for sig in 19..=22 {
+                    assert_eq!(
+                        run(&p, nr, arch.audit, with_signal(sig)),
+                        RET_EPERM,
+                        "{nr} {sig}"
+                    );
+                    assert_eq!(run(&without, nr, arch.audit, with_signal(sig)), RET_ALLOW);
+                }
+                for sig in [0, 1, 2, 9, 15, 17, 18, 23, 34, 64] {
+                    assert_eq!(
+                        run(&p, nr, arch.audit, with_signal(sig)),
+                        RET_ALLOW,
+                        "{nr} {sig}"
+                    );
+                }
+            }
+            // Not even the caller's own job (`kill(0, SIGTSTP)`, Claude
+            // Code's Ctrl-Z): the Landlock scope keeps `nd7 run`'s front and
+            // keeper out of it, so it would stop only the session.
+            let kill = calls[0].0;
+            assert_eq!(run(&p, kill, arch.audit, [0, 20, 0, 0, 0, 0]), RET_EPERM);
+            for &nr in fcntl_calls(arch.audit) {
+                let setsig = |sig| [3, u64::from(F_SETSIG), sig, 0, 0, 0];
+                assert_eq!(run(&p, nr, arch.audit, setsig(19)), RET_EPERM);
+                assert_eq!(run(&p, nr, arch.audit, setsig(20)), RET_EPERM);
+                assert_eq!(run(&p, nr, arch.audit, setsig(29)), RET_ALLOW);
+                // F_SETFL with a value of 19 is not a signal.
+                assert_eq!(run(&p, nr, arch.audit, [3, 4, 19, 0, 0, 0]), RET_ALLOW);
+                assert_eq!(run(&without, nr, arch.audit, setsig(19)), RET_ALLOW);
+            }
+            let tcxonc = [0, 0x540A, 0, 0, 0, 0];
+            assert_eq!(run(&p, arch.ioctl, arch.audit, tcxonc), RET_EPERM);
+            assert_eq!(run(&without, arch.ioctl, arch.audit, tcxonc), RET_ALLOW);
+        }
+        // Without the terminal part, TCXONC is still refused.
+        let stops_only = Filter {
+            terminal: false,
+            ..Filter::full(Sockets::Open)
+        };
+        let stops_only = program_for(&n, Some(&c), stops_only);
+        assert_eq!(
+            run(&stops_only, n.ioctl, n.audit, [0, 0x540A, 0, 0, 0, 0]),
+            RET_EPERM
+        );
+        assert_eq!(
+            run(&stops_only, n.ioctl, n.audit, [0, 0x5412, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+    }
+
+    /// This build's table agrees with libc's numbers for the native calls.
+    #[test]
+    fn the_native_signal_table_is_libcs() {
+        let n = native().expect("native");
+        let nrs: Vec<u32> = signal_calls(n.audit).iter().map(|c| c.0).collect();
+        let libc_nrs = [
+            libc::SYS_kill,
+            libc::SYS_tkill,
+            libc::SYS_tgkill,
+            libc::SYS_rt_sigqueueinfo,
+            libc::SYS_rt_tgsigqueueinfo,
+            libc::SYS_pidfd_send_signal,
+        ]
+        .map(|n| n as u32);
+        assert_eq!(nrs, libc_nrs);
+        assert_eq!(fcntl_calls(n.audit), [libc::SYS_fcntl as u32]);
     }
 
     #[test]
