@@ -60,8 +60,12 @@ impl Tree for FsTree {
         Some(kind_of(std::fs::symlink_metadata(path).ok()?.file_type()))
     }
 
+    /// Read as bytes, as git and the shell read: a file that is not UTF-8
+    /// (a name in Latin-1 in `~/.gitconfig`) is still read for what it
+    /// names, each bad byte replaced.
     fn read(&self, path: &Path, limit: u64) -> Option<String> {
-        String::from_utf8(read_bounded(path, Follow::Yes, limit, &self.unreadable).ok()?).ok()
+        let bytes = read_bounded(path, Follow::Yes, limit, &self.unreadable).ok()?;
+        Some(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     fn list(&self, path: &Path) -> Vec<PathBuf> {
@@ -738,7 +742,7 @@ fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
             if skip.iter().any(|s| path.starts_with(s)) {
                 continue;
             }
-            if searched_name(&name) {
+            if searched(&name) {
                 out.named.push(path.clone());
             }
             if name != ".git" && entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -747,6 +751,16 @@ fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
         }
     }
     out
+}
+
+/// Whether a name found by the search is one it looks at: a name on the
+/// list, a repository's `.git`, or a `HEAD`, which makes its directory a
+/// git directory of its own to git when the user stands in it, whatever
+/// the directory's name (git's `is_git_directory` also wants `objects/`
+/// and `refs/` or a `commondir`; [`Watch::repository`] reports only what
+/// makes git run something, so `HEAD` alone is enough to look).
+fn searched(name: &str) -> bool {
+    name == "HEAD" || searched_name(name)
 }
 
 /// The places of `skip` that can hold an entry found below `root`: those
@@ -1128,7 +1142,7 @@ impl Watch {
                     }
                     let name = entry.file_name();
                     let name = name.to_string_lossy();
-                    if searched_name(&name) {
+                    if searched(&name) {
                         named.insert(path.clone());
                     }
                     if name != ".git"
@@ -1145,7 +1159,13 @@ impl Watch {
                 continue;
             }
             let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-            if path.file_name() == Some(std::ffi::OsStr::new(".git")) {
+            if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
+                let dir = path.parent().unwrap_or(&path).to_path_buf();
+                if !git_dirs.contains(&dir) && !covered(&dir) {
+                    out.extend(self.repository(&dir));
+                    git_dirs.push(dir);
+                }
+            } else if path.file_name() == Some(std::ffi::OsStr::new(".git")) {
                 if is_dir {
                     git_dirs.push(path.clone());
                     out.extend(self.repository(&path));

@@ -750,6 +750,16 @@ impl Planner<'_> {
                         self.envrc(&path, depth + 1);
                     }
                 }
+                EnvrcCommand::Nix => {
+                    let files: &[&str] = if arg.as_deref() == Some("flake") {
+                        &["flake.nix", "flake.lock"]
+                    } else {
+                        &["shell.nix", "default.nix"]
+                    };
+                    for f in files {
+                        self.watch_named(&dir.join(f));
+                    }
+                }
                 EnvrcCommand::Dotenv => {
                     let arg = arg.unwrap_or_else(|| ".env".into());
                     if let Some(path) = shell_path(&arg, &dir, &self.home) {
@@ -1094,6 +1104,10 @@ pub enum EnvrcCommand {
     SourceUp,
     /// Loads its variables: `dotenv`, `dotenv_if_exists`.
     Dotenv,
+    /// Has nix evaluate the directory's `flake.nix` (`use flake`,
+    /// `use_flake`) or `shell.nix` and `default.nix` (`use nix`,
+    /// `use_nix`), `shellHook` included; the word is `flake` or `nix`.
+    Nix,
 }
 
 /// The files an `.envrc` sources or loads, as its commands name them
@@ -1103,20 +1117,44 @@ pub enum EnvrcCommand {
 /// source_env x` and `if …; then dotenv y; fi` are found too.
 pub fn envrc_commands(text: &str) -> Vec<(EnvrcCommand, Option<String>)> {
     let mut out = Vec::new();
+    // A line continued with a backslash is one command to bash.
+    let text = text.replace("\r\n", "\n").replace("\\\n", " ");
     for line in text.lines() {
         let line = line.split(" #").next().unwrap_or(line);
         if line.trim_start().starts_with('#') {
             continue;
         }
         for part in line.split([';', '&', '|']) {
+            // Quotes and backslashes out (`\\source` is `source` to bash),
+            // and a subshell's or group's brackets off the word.
             let words: Vec<String> = part
                 .split_whitespace()
-                .map(|w| w.replace(['"', '\''], ""))
+                .map(|w| {
+                    w.replace(['"', '\'', '\\'], "")
+                        .trim_start_matches("$(")
+                        .trim_start_matches(['(', '{', '`'])
+                        .trim_end_matches([')', '}', '`'])
+                        .to_string()
+                })
                 .collect();
             let Some(at) = words.iter().position(|w| envrc_command(w).is_some()) else {
                 continue;
             };
             let command = envrc_command(&words[at]).unwrap_or(EnvrcCommand::Source);
+            if command == EnvrcCommand::Nix {
+                let kind = match words[at].as_str() {
+                    "use_flake" => Some("flake"),
+                    "use_nix" => Some("nix"),
+                    _ => words
+                        .get(at + 1)
+                        .map(String::as_str)
+                        .filter(|w| ["flake", "nix"].contains(w)),
+                };
+                if let Some(kind) = kind {
+                    out.push((command, Some(kind.to_string())));
+                }
+                continue;
+            }
             let arg = words
                 .get(at + 1)
                 .filter(|w| !w.starts_with('-') && !w.is_empty())
@@ -1132,6 +1170,7 @@ fn envrc_command(word: &str) -> Option<EnvrcCommand> {
         "source_env" | "source_env_if_exists" | "source" | "." => Some(EnvrcCommand::Source),
         "source_up" | "source_up_if_exists" => Some(EnvrcCommand::SourceUp),
         "dotenv" | "dotenv_if_exists" => Some(EnvrcCommand::Dotenv),
+        "use" | "use_flake" | "use_nix" => Some(EnvrcCommand::Nix),
         _ => None,
     }
 }
@@ -1911,6 +1950,18 @@ mod tests {
                 (EnvrcCommand::Source, Some("./x.sh".into())),
                 (EnvrcCommand::Dotenv, None),
                 (EnvrcCommand::SourceUp, None),
+            ]
+        );
+        let bash = "\\source .a\n(source_env .b)\nsource_env \\\n  .c\nuse flake\nuse node\nuse_nix\nsource $HOME/d\n";
+        assert_eq!(
+            envrc_commands(bash),
+            [
+                (EnvrcCommand::Source, Some(".a".into())),
+                (EnvrcCommand::Source, Some(".b".into())),
+                (EnvrcCommand::Source, Some(".c".into())),
+                (EnvrcCommand::Nix, Some("flake".into())),
+                (EnvrcCommand::Nix, Some("nix".into())),
+                (EnvrcCommand::Source, Some("$HOME/d".into())),
             ]
         );
         assert_eq!(
