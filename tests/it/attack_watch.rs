@@ -206,3 +206,79 @@ echo done
         "the secret was written:\n{all}"
     );
 }
+
+/// Guards the watch's refusal to read what is not a file on a disk
+/// (`Unreadable::check`, `/proc`): a new repository whose `hooks` is a
+/// link to `/proc/<pid>` of another of the user's programs, outside the
+/// floor (the agent cannot see it, but the watch, unconfined, can). Its
+/// `environ` and `cmdline` are regular files to `stat`, new by their change
+/// time; without the guard their bytes (the program's command line, and
+/// for a program of the user's own that can be traced, its environment)
+/// are copied into the warning and the log.
+#[test]
+fn the_watch_does_not_read_another_programs_proc_files_for_the_agent() {
+    let w = World::new();
+    repo(&w);
+    let mut victim = w
+        .command("cat", &["-", "PROC-CMDLINE-SECRET"])
+        .env("VICTIM_TOKEN", "PROC-ENV-SECRET")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("victim");
+    let pid = victim.id();
+    let out = w.run_agent(&format!(
+        r#"
+cat /proc/{pid}/cmdline 2>/dev/null | grep -q PROC-CMDLINE-SECRET && echo read-it
+mkdir -p x/.git && ln -s /proc/{pid} x/.git/hooks
+mkdir -p y && echo "gitdir: /proc/{pid}/cwd/../../../../../../../../../proc/{pid}" > y/.git
+echo done
+"#
+    ));
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+    let all = everything_written(&w, &out);
+    for secret in ["PROC-ENV-SECRET", "PROC-CMDLINE-SECRET"] {
+        assert!(!all.contains(secret), "{secret} was written:\n{all}");
+    }
+}
+
+/// Guards the planner holding every place mise reads a project's
+/// configuration from (`MISE_CONFIGS`) where one exists: mise trusts a
+/// configuration by its path, so an edited, trusted `.config/mise.toml`
+/// or `mise/config.toml` runs its `[hooks]` and `[env]` on the user's next
+/// `cd`. Without it the agent's hook is written and the session ends with
+/// no word.
+#[test]
+fn mises_other_configuration_places_are_held() {
+    let w = World::new();
+    repo(&w);
+    for f in [
+        ".config/mise.toml",
+        ".config/mise/config.toml",
+        "mise/config.toml",
+    ] {
+        let p = w.proj().join(f);
+        std::fs::create_dir_all(p.parent().expect("p")).expect("mkdir");
+        std::fs::write(p, "[tools]\nnode = \"22\"\n").expect("w");
+    }
+    w.own();
+    let out = w.run_agent(
+        r#"for f in .config/mise.toml .config/mise/config.toml mise/config.toml; do printf '[hooks]\nenter = "touch %s/mise"\n' "$OUT" >> $f 2>/dev/null && echo "wrote $f"; done; echo done"#,
+    );
+    let written = text(&out.stdout);
+    if written != "done\n" {
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+        let report = report(&out);
+        for f in [
+            ".config/mise.toml",
+            ".config/mise/config.toml",
+            "mise/config.toml",
+        ] {
+            if written.contains(&format!("wrote {f}\n")) {
+                let path = format!("{}/{f}", w.proj().display());
+                assert!(block(&report, &path).is_some(), "no {path} in\n{report}");
+            }
+        }
+    }
+}
