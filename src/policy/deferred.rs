@@ -556,7 +556,11 @@ impl Planner<'_> {
             self.watch(&root.join(name));
         }
         self.envrc(&root.join(".envrc"), 0);
+        // Each place mise reads a configuration from, held where one
+        // exists (mise trusts it by path): `PROJECT_LOCKED` leaves out
+        // the ones under `.config` and `mise/` for Seatbelt's sake only.
         for name in MISE_CONFIGS {
+            self.lock(root, &root.join(name), 0);
             self.mise(root, &root.join(name));
         }
         if let Some(git) = root

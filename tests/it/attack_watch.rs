@@ -212,29 +212,43 @@ echo done
 /// link to `/proc/<pid>` of another of the user's programs, outside the
 /// floor (the agent cannot see it, but the watch, unconfined, can). Its
 /// `environ` and `cmdline` are regular files to `stat`, new by their change
-/// time; without the guard their bytes (the program's command line, and
-/// for a program of the user's own that can be traced, its environment)
-/// are copied into the warning and the log.
+/// time; without the guard the program's command line (and whatever else
+/// of `/proc` the unconfined watch may read, an environment where the
+/// kernel lets it) is copied into the warning and the log.
 #[test]
 fn the_watch_does_not_read_another_programs_proc_files_for_the_agent() {
     let w = World::new();
     repo(&w);
+    // A program of the user's own, started as the user's shell starts it.
     let mut victim = w
-        .command("cat", &["-", "PROC-CMDLINE-SECRET"])
-        .env("VICTIM_TOKEN", "PROC-ENV-SECRET")
-        .stdin(std::process::Stdio::piped())
+        .command(
+            "bash",
+            &[
+                "-c",
+                "VICTIM_TOKEN=PROC-ENV-SECRET exec -a PROC-CMDLINE-SECRET sleep 600 & echo $!; wait",
+            ],
+        )
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("victim");
-    let pid = victim.id();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(victim.stdout.as_mut().expect("stdout")),
+        &mut line,
+    )
+    .expect("pid");
+    let pid: u32 = line.trim().parse().expect("pid");
     let out = w.run_agent(&format!(
         r#"
-cat /proc/{pid}/cmdline 2>/dev/null | grep -q PROC-CMDLINE-SECRET && echo read-it
+tr "\\0" "\\n" < /proc/{pid}/environ 2>/dev/null | grep -q PROC-ENV-SECRET && echo read-it
 mkdir -p x/.git && ln -s /proc/{pid} x/.git/hooks
 mkdir -p y && echo "gitdir: /proc/{pid}/cwd/../../../../../../../../../proc/{pid}" > y/.git
 echo done
 "#
     ));
-    let _ = victim.kill();
+    let _ = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status();
     let _ = victim.wait();
     assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
     let all = everything_written(&w, &out);
