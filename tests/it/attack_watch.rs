@@ -296,3 +296,48 @@ fn mises_other_configuration_places_are_held() {
         }
     }
 }
+
+/// Guards `gitdir_of` reading a `.git` file as git does (its
+/// `read_gitfile_gently`: `gitdir: ` with its space, the whole file less
+/// its trailing line ends, up to the first NUL): a `gitdir:` whose
+/// directory ends in a space, one cut by a NUL, and one whose path goes on
+/// past a line end lead git to a repository the agent made in its
+/// temporary directory (outside the search), while a reader that trims or
+/// stops at the line follows another path. Without it the warning names
+/// only a "repository link", not the fsmonitor that git then runs.
+#[test]
+fn a_gitdir_file_is_followed_where_git_follows_it() {
+    let w = World::new();
+    repo(&w);
+    let out = w.run_agent(
+        r#"
+T="${TMPDIR:-/tmp}"
+bare() { git init -q --bare "$1" && git -C "$1" config core.bare false && git -C "$1" config core.worktree "$2" && git -C "$1" config core.fsmonitor "touch $OUT/$3; false"; }
+mkdir -p w1 w2 w3 "$T/nl
+"
+bare "$T/ev " "$PWD/w1" space && printf 'gitdir: %s \n' "$T/ev" > w1/.git
+bare "$T/ev2" "$PWD/w2" nul && printf 'gitdir: %s\0junk\n' "$T/ev2" > w2/.git
+bare "$T/nl
+/ev3" "$PWD/w3" newline && printf 'gitdir: %s\n/ev3\n' "$T/nl" > w3/.git
+echo done
+"#,
+    );
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+    for d in ["w1", "w2", "w3"] {
+        let _ = w
+            .command_in(&w.proj().join(d), "git", &["status", "--porcelain"])
+            .output()
+            .expect("git");
+    }
+    assert_eq!(
+        ran(&w),
+        ["newline", "nul", "space"],
+        "git did not follow them"
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let report = report(&out);
+    for what in ["space", "nul", "newline"] {
+        let says = format!("core.fsmonitor = touch {}/{what}", w.outside().display());
+        assert!(report.contains(&says), "{says:?} not in\n{report}");
+    }
+}
