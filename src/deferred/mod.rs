@@ -1183,7 +1183,6 @@ impl Watch {
                     let dir = path.parent().unwrap_or(&path).to_path_buf();
                     let target = read_bounded(&path, Follow::No, MAX_CONFIG, &self.unreadable)
                         .ok()
-                        .and_then(|t| String::from_utf8(t).ok())
                         .and_then(|t| gitdir_of(&t).map(|d| dir.join(d)));
                     // Followed only where the floor lets the agent read:
                     // a `gitdir:` into a credential store is named, and

@@ -811,11 +811,9 @@ impl Planner<'_> {
             }
             Some(Kind::File) => {
                 self.lock(root, &dot_git, MAX_LINKS);
-                if let Some(dir) = self
-                    .tree
-                    .read(&dot_git, MAX_CONFIG)
-                    .and_then(|t| gitdir_of(&t).and_then(|d| self.tree.resolve(&tree_root.join(d))))
-                {
+                if let Some(dir) = self.tree.read(&dot_git, MAX_CONFIG).and_then(|t| {
+                    gitdir_of(t.as_bytes()).and_then(|d| self.tree.resolve(&tree_root.join(d)))
+                }) {
                     self.git_dir(&dir, &dir, tree_root);
                 }
             }
@@ -1292,12 +1290,21 @@ pub fn mise_path(value: &str, root: &Path, home: &Path) -> Option<PathBuf> {
     shell_path(&value, root, home)
 }
 
-/// The directory a `.git` file points at (`gitdir: <path>`).
-pub fn gitdir_of(text: &str) -> Option<&str> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("gitdir:"))
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
+/// The directory a `.git` file points at, read as git reads it (its
+/// `read_gitfile_gently`): the file must start with `gitdir: ` (the space
+/// included); the path is the rest, less the line ends at the very end of
+/// the file, up to the first NUL. Spaces are part of it, and so are line
+/// ends before the last: trimming or stopping at the first line would
+/// follow a path git does not.
+pub fn gitdir_of(bytes: &[u8]) -> Option<&Path> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut end = bytes.len();
+    while end > 0 && matches!(bytes[end - 1], b'\n' | b'\r') {
+        end -= 1;
+    }
+    let dir = bytes[..end].strip_prefix(b"gitdir: ")?;
+    let dir = dir.split(|b| *b == 0).next().unwrap_or(dir);
+    (!dir.is_empty()).then(|| Path::new(std::ffi::OsStr::from_bytes(dir)))
 }
 
 /// The `path = …` of every submodule in a `.gitmodules`.
@@ -1675,6 +1682,7 @@ mod tests {
     use super::*;
     use crate::policy::Roots;
     use std::collections::BTreeMap;
+    use std::os::unix::ffi::OsStrExt;
 
     /// A file tree in memory: path -> (kind, content or link target).
     #[derive(Default)]
@@ -1895,10 +1903,18 @@ mod tests {
             ["x/y", "z"]
         );
         assert_eq!(
-            gitdir_of("gitdir: ../.git/modules/a\n"),
-            Some("../.git/modules/a")
+            gitdir_of(b"gitdir: ../.git/modules/a\n"),
+            Some(Path::new("../.git/modules/a"))
         );
-        assert_eq!(gitdir_of("nothing"), None);
+        assert_eq!(gitdir_of(b"nothing"), None);
+        assert_eq!(gitdir_of(b"gitdir: /a \r\n"), Some(Path::new("/a ")));
+        assert_eq!(gitdir_of(b"gitdir: /a\0/b\n"), Some(Path::new("/a")));
+        assert_eq!(gitdir_of(b"gitdir: /a\n/b\n"), Some(Path::new("/a\n/b")));
+        assert_eq!(
+            gitdir_of(b"gitdir: /\xe9\n"),
+            Some(std::ffi::OsStr::from_bytes(b"/\xe9").as_ref())
+        );
+        assert_eq!(gitdir_of(b"gitdir:/a\n"), None);
     }
 
     #[test]
