@@ -341,3 +341,31 @@ echo done
         assert!(report.contains(&says), "{says:?} not in\n{report}");
     }
 }
+
+/// Guards the search following a `.git` that is a link to a directory
+/// (git follows it like any path): the repository the agent made in its
+/// temporary directory and linked into the project has its fsmonitor
+/// named in the warning, not only "a repository link".
+#[test]
+fn a_git_link_is_followed_to_the_repository() {
+    let w = World::new();
+    repo(&w);
+    let out = w.run_agent(
+        r#"
+T="${TMPDIR:-/tmp}"
+git init -q --bare "$T/ev4" && git -C "$T/ev4" config core.bare false && git -C "$T/ev4" config core.worktree "$PWD/w4" \
+  && git -C "$T/ev4" config core.fsmonitor "touch $OUT/link; false" && mkdir -p w4 && ln -s "$T/ev4" w4/.git
+echo done
+"#,
+    );
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+    let _ = w
+        .command_in(&w.proj().join("w4"), "git", &["status", "--porcelain"])
+        .output()
+        .expect("git");
+    assert_eq!(ran(&w), ["link"], "git did not follow it");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let report = report(&out);
+    let says = format!("core.fsmonitor = touch {}/link", w.outside().display());
+    assert!(report.contains(&says), "{says:?} not in\n{report}");
+}
