@@ -1181,9 +1181,14 @@ impl Watch {
                         after_command: None,
                     });
                     let dir = path.parent().unwrap_or(&path).to_path_buf();
-                    let target = read_bounded(&path, Follow::No, MAX_CONFIG, &self.unreadable)
-                        .ok()
-                        .and_then(|t| gitdir_of(&t).map(|d| dir.join(d)));
+                    // Git follows a link as any path, and reads a file
+                    // for its `gitdir:`.
+                    let target = match m.as_ref().map(|m| m.kind) {
+                        Some(Kind::Link) => std::fs::read_link(&path).ok().map(|t| dir.join(t)),
+                        _ => read_bounded(&path, Follow::No, MAX_CONFIG, &self.unreadable)
+                            .ok()
+                            .and_then(|t| gitdir_of(&t).map(|d| dir.join(d))),
+                    };
                     // Followed only where the floor lets the agent read:
                     // a `gitdir:` into a credential store is named, and
                     // nothing there is read (ADR-0092).
