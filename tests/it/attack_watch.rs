@@ -369,3 +369,34 @@ echo done
     let says = format!("core.fsmonitor = touch {}/link", w.outside().display());
     assert!(report.contains(&says), "{says:?} not in\n{report}");
 }
+
+/// Guards the search following a new link to a directory outside the
+/// roots: git looks for its repository from the physical directory, so a
+/// user who enters `lnk` in the project and runs `git status` uses the
+/// repository the agent made in its temporary directory, and its fsmonitor
+/// runs. Without the guard the session ends with exit 0 and no word.
+#[test]
+fn a_link_to_a_repository_outside_the_project_is_followed() {
+    let w = World::new();
+    repo(&w);
+    let out = w.run_agent(
+        r#"
+T="${TMPDIR:-/tmp}"
+git init -q "$T/ev5/in" && git -C "$T/ev5/in" config core.fsmonitor "touch $OUT/outside-link; false" && ln -s "$T/ev5/in" lnk
+echo done
+"#,
+    );
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+    let _ = w
+        .command_in(&w.proj().join("lnk"), "git", &["status", "--porcelain"])
+        .output()
+        .expect("git");
+    assert_eq!(ran(&w), ["outside-link"], "git did not use it");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let report = report(&out);
+    let says = format!(
+        "core.fsmonitor = touch {}/outside-link",
+        w.outside().display()
+    );
+    assert!(report.contains(&says), "{says:?} not in\n{report}");
+}
