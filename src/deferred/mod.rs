@@ -742,7 +742,7 @@ fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
             if skip.iter().any(|s| path.starts_with(s)) {
                 continue;
             }
-            if searched(&name) {
+            if searched(&name) || entry.file_type().is_ok_and(|t| t.is_symlink()) {
                 out.named.push(path.clone());
             }
             if name != ".git" && entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -1080,6 +1080,7 @@ impl Watch {
         known_git_dirs: &[PathBuf],
     ) -> Vec<Finding> {
         let covered = |path: &Path| watched.iter().any(|w| path.starts_with(w));
+        let roots: Vec<PathBuf> = indexes.iter().map(|i| i.root.clone()).collect();
         let mut out = Vec::new();
         let mut git_dirs: Vec<PathBuf> = known_git_dirs.to_vec();
         let mut named: BTreeSet<PathBuf> = BTreeSet::new();
@@ -1142,7 +1143,7 @@ impl Watch {
                     }
                     let name = entry.file_name();
                     let name = name.to_string_lossy();
-                    if searched(&name) {
+                    if searched(&name) || entry.file_type().is_ok_and(|t| t.is_symlink()) {
                         named.insert(path.clone());
                     }
                     if name != ".git"
@@ -1159,7 +1160,13 @@ impl Watch {
                 continue;
             }
             let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-            if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if !searched(&name) {
+                // A link (the index and search note every one).
+                if self.changed_since(&path) {
+                    out.extend(self.beyond_link(&path, &roots, &mut git_dirs));
+                }
+            } else if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
                 let dir = path.parent().unwrap_or(&path).to_path_buf();
                 if !git_dirs.contains(&dir) && !covered(&dir) {
                     out.extend(self.repository(&dir));
@@ -1265,6 +1272,63 @@ impl Watch {
             }
         }
         out
+    }
+
+    /// The repository git would use in the directory a new link in a
+    /// root leads to, when that lies outside every root (within one, the
+    /// search finds it): git starts from the physical directory, so a user
+    /// who enters the link uses the first `.git` or directory with a `HEAD`
+    /// at or above where it leads. Reported as [`Watch::repository`]
+    /// reports, so only what changed during the session and makes git run
+    /// something; a `.git` file or link there is followed as git follows
+    /// it, never into a place the floor keeps unreadable.
+    fn beyond_link(
+        &self,
+        link: &Path,
+        roots: &[PathBuf],
+        git_dirs: &mut Vec<PathBuf>,
+    ) -> Vec<Finding> {
+        let Ok(target) = std::fs::canonicalize(link) else {
+            return Vec::new();
+        };
+        if !target.is_dir() || roots.iter().any(|r| target.starts_with(r)) {
+            return Vec::new();
+        }
+        for at in target.ancestors() {
+            let dot_git = at.join(".git");
+            let (git_dir, kind) = match std::fs::symlink_metadata(&dot_git) {
+                Ok(m) if m.is_dir() => (Some(dot_git.clone()), Kind::Dir),
+                Ok(m) => (None, kind_of(m.file_type())),
+                Err(_) if std::fs::symlink_metadata(at.join("HEAD")).is_ok() => {
+                    (Some(at.to_path_buf()), Kind::Dir)
+                }
+                Err(_) => continue,
+            };
+            let git_dir = match (git_dir, kind) {
+                (Some(d), _) => Some(d),
+                (None, Kind::Link) => std::fs::canonicalize(&dot_git).ok(),
+                (None, _) => read_bounded(&dot_git, Follow::No, MAX_CONFIG, &self.unreadable)
+                    .ok()
+                    .and_then(|t| gitdir_of(&t).map(|d| at.join(d))),
+            };
+            let Some(git_dir) = git_dir else {
+                return Vec::new();
+            };
+            if let Some(refused) = self.unreadable.place_of(&git_dir) {
+                return vec![found(
+                    link,
+                    format!(
+                        "a link to a directory whose repository lies where the floor keeps the agent from reading: {refused}"
+                    ),
+                )];
+            }
+            if git_dirs.contains(&git_dir) {
+                return Vec::new();
+            }
+            git_dirs.push(git_dir.clone());
+            return self.repository(&git_dir);
+        }
+        Vec::new()
     }
 
     /// A git directory not held or watched from the start: reported when
