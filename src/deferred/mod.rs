@@ -60,8 +60,12 @@ impl Tree for FsTree {
         Some(kind_of(std::fs::symlink_metadata(path).ok()?.file_type()))
     }
 
+    /// Read as bytes, as git and the shell read: a file that is not UTF-8
+    /// (a name in Latin-1 in `~/.gitconfig`) is still read for what it
+    /// names, each bad byte replaced.
     fn read(&self, path: &Path, limit: u64) -> Option<String> {
-        String::from_utf8(read_bounded(path, Follow::Yes, limit, &self.unreadable).ok()?).ok()
+        let bytes = read_bounded(path, Follow::Yes, limit, &self.unreadable).ok()?;
+        Some(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     fn list(&self, path: &Path) -> Vec<PathBuf> {
@@ -738,7 +742,7 @@ fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
             if skip.iter().any(|s| path.starts_with(s)) {
                 continue;
             }
-            if searched_name(&name) {
+            if searched(&name) || entry.file_type().is_ok_and(|t| t.is_symlink()) {
                 out.named.push(path.clone());
             }
             if name != ".git" && entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -747,6 +751,16 @@ fn index(root: &Path, budget: usize, skip: &[PathBuf]) -> Index {
         }
     }
     out
+}
+
+/// Whether a name found by the search is one it looks at: a name on the
+/// list, a repository's `.git`, or a `HEAD`, which makes its directory a
+/// git directory of its own to git when the user stands in it, whatever
+/// the directory's name (git's `is_git_directory` also wants `objects/`
+/// and `refs/` or a `commondir`; [`Watch::repository`] reports only what
+/// makes git run something, so `HEAD` alone is enough to look).
+fn searched(name: &str) -> bool {
+    name == "HEAD" || searched_name(name)
 }
 
 /// The places of `skip` that can hold an entry found below `root`: those
@@ -1066,6 +1080,7 @@ impl Watch {
         known_git_dirs: &[PathBuf],
     ) -> Vec<Finding> {
         let covered = |path: &Path| watched.iter().any(|w| path.starts_with(w));
+        let roots: Vec<PathBuf> = indexes.iter().map(|i| i.root.clone()).collect();
         let mut out = Vec::new();
         let mut git_dirs: Vec<PathBuf> = known_git_dirs.to_vec();
         let mut named: BTreeSet<PathBuf> = BTreeSet::new();
@@ -1128,7 +1143,7 @@ impl Watch {
                     }
                     let name = entry.file_name();
                     let name = name.to_string_lossy();
-                    if searched_name(&name) {
+                    if searched(&name) || entry.file_type().is_ok_and(|t| t.is_symlink()) {
                         named.insert(path.clone());
                     }
                     if name != ".git"
@@ -1145,7 +1160,19 @@ impl Watch {
                 continue;
             }
             let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-            if path.file_name() == Some(std::ffi::OsStr::new(".git")) {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if !searched(&name) {
+                // A link (the index and search note every one).
+                if self.changed_since(&path) {
+                    out.extend(self.beyond_link(&path, &roots, &mut git_dirs));
+                }
+            } else if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
+                let dir = path.parent().unwrap_or(&path).to_path_buf();
+                if !git_dirs.contains(&dir) && !covered(&dir) {
+                    out.extend(self.repository(&dir));
+                    git_dirs.push(dir);
+                }
+            } else if path.file_name() == Some(std::ffi::OsStr::new(".git")) {
                 if is_dir {
                     git_dirs.push(path.clone());
                     out.extend(self.repository(&path));
@@ -1161,10 +1188,14 @@ impl Watch {
                         after_command: None,
                     });
                     let dir = path.parent().unwrap_or(&path).to_path_buf();
-                    let target = read_bounded(&path, Follow::No, MAX_CONFIG, &self.unreadable)
-                        .ok()
-                        .and_then(|t| String::from_utf8(t).ok())
-                        .and_then(|t| gitdir_of(&t).map(|d| dir.join(d)));
+                    // Git follows a link as any path, and reads a file
+                    // for its `gitdir:`.
+                    let target = match m.as_ref().map(|m| m.kind) {
+                        Some(Kind::Link) => std::fs::read_link(&path).ok().map(|t| dir.join(t)),
+                        _ => read_bounded(&path, Follow::No, MAX_CONFIG, &self.unreadable)
+                            .ok()
+                            .and_then(|t| gitdir_of(&t).map(|d| dir.join(d))),
+                    };
                     // Followed only where the floor lets the agent read:
                     // a `gitdir:` into a credential store is named, and
                     // nothing there is read (ADR-0092).
@@ -1249,6 +1280,63 @@ impl Watch {
             }
         }
         out
+    }
+
+    /// The repository git would use in the directory a new link in a
+    /// root leads to, when that lies outside every root (within one, the
+    /// search finds it): git starts from the physical directory, so a user
+    /// who enters the link uses the first `.git` or directory with a `HEAD`
+    /// at or above where it leads. Reported as [`Watch::repository`]
+    /// reports, so only what changed during the session and makes git run
+    /// something; a `.git` file or link there is followed as git follows
+    /// it, never into a place the floor keeps unreadable.
+    fn beyond_link(
+        &self,
+        link: &Path,
+        roots: &[PathBuf],
+        git_dirs: &mut Vec<PathBuf>,
+    ) -> Vec<Finding> {
+        let Ok(target) = std::fs::canonicalize(link) else {
+            return Vec::new();
+        };
+        if !target.is_dir() || roots.iter().any(|r| target.starts_with(r)) {
+            return Vec::new();
+        }
+        for at in target.ancestors() {
+            let dot_git = at.join(".git");
+            let (git_dir, kind) = match std::fs::symlink_metadata(&dot_git) {
+                Ok(m) if m.is_dir() => (Some(dot_git.clone()), Kind::Dir),
+                Ok(m) => (None, kind_of(m.file_type())),
+                Err(_) if std::fs::symlink_metadata(at.join("HEAD")).is_ok() => {
+                    (Some(at.to_path_buf()), Kind::Dir)
+                }
+                Err(_) => continue,
+            };
+            let git_dir = match (git_dir, kind) {
+                (Some(d), _) => Some(d),
+                (None, Kind::Link) => std::fs::canonicalize(&dot_git).ok(),
+                (None, _) => read_bounded(&dot_git, Follow::No, MAX_CONFIG, &self.unreadable)
+                    .ok()
+                    .and_then(|t| gitdir_of(&t).map(|d| at.join(d))),
+            };
+            let Some(git_dir) = git_dir else {
+                return Vec::new();
+            };
+            if let Some(refused) = self.unreadable.place_of(&git_dir) {
+                return vec![found(
+                    link,
+                    format!(
+                        "a link to a directory whose repository lies where the floor keeps the agent from reading: {refused}"
+                    ),
+                )];
+            }
+            if git_dirs.contains(&git_dir) {
+                return Vec::new();
+            }
+            git_dirs.push(git_dir.clone());
+            return self.repository(&git_dir);
+        }
+        Vec::new()
     }
 
     /// A git directory not held or watched from the start: reported when

@@ -556,7 +556,11 @@ impl Planner<'_> {
             self.watch(&root.join(name));
         }
         self.envrc(&root.join(".envrc"), 0);
+        // Each place mise reads a configuration from, held where one
+        // exists (mise trusts it by path): `PROJECT_LOCKED` leaves out
+        // the ones under `.config` and `mise/` for Seatbelt's sake only.
         for name in MISE_CONFIGS {
+            self.lock(root, &root.join(name), 0);
             self.mise(root, &root.join(name));
         }
         if let Some(git) = root
@@ -750,6 +754,16 @@ impl Planner<'_> {
                         self.envrc(&path, depth + 1);
                     }
                 }
+                EnvrcCommand::Nix => {
+                    let files: &[&str] = if arg.as_deref() == Some("flake") {
+                        &["flake.nix", "flake.lock"]
+                    } else {
+                        &["shell.nix", "default.nix"]
+                    };
+                    for f in files {
+                        self.watch_named(&dir.join(f));
+                    }
+                }
                 EnvrcCommand::Dotenv => {
                     let arg = arg.unwrap_or_else(|| ".env".into());
                     if let Some(path) = shell_path(&arg, &dir, &self.home) {
@@ -797,11 +811,9 @@ impl Planner<'_> {
             }
             Some(Kind::File) => {
                 self.lock(root, &dot_git, MAX_LINKS);
-                if let Some(dir) = self
-                    .tree
-                    .read(&dot_git, MAX_CONFIG)
-                    .and_then(|t| gitdir_of(&t).and_then(|d| self.tree.resolve(&tree_root.join(d))))
-                {
+                if let Some(dir) = self.tree.read(&dot_git, MAX_CONFIG).and_then(|t| {
+                    gitdir_of(t.as_bytes()).and_then(|d| self.tree.resolve(&tree_root.join(d)))
+                }) {
                     self.git_dir(&dir, &dir, tree_root);
                 }
             }
@@ -1094,6 +1106,10 @@ pub enum EnvrcCommand {
     SourceUp,
     /// Loads its variables: `dotenv`, `dotenv_if_exists`.
     Dotenv,
+    /// Has nix evaluate the directory's `flake.nix` (`use flake`,
+    /// `use_flake`) or `shell.nix` and `default.nix` (`use nix`,
+    /// `use_nix`), `shellHook` included; the word is `flake` or `nix`.
+    Nix,
 }
 
 /// The files an `.envrc` sources or loads, as its commands name them
@@ -1103,20 +1119,44 @@ pub enum EnvrcCommand {
 /// source_env x` and `if …; then dotenv y; fi` are found too.
 pub fn envrc_commands(text: &str) -> Vec<(EnvrcCommand, Option<String>)> {
     let mut out = Vec::new();
+    // A line continued with a backslash is one command to bash.
+    let text = text.replace("\r\n", "\n").replace("\\\n", " ");
     for line in text.lines() {
         let line = line.split(" #").next().unwrap_or(line);
         if line.trim_start().starts_with('#') {
             continue;
         }
         for part in line.split([';', '&', '|']) {
+            // Quotes and backslashes out (`\\source` is `source` to bash),
+            // and a subshell's or group's brackets off the word.
             let words: Vec<String> = part
                 .split_whitespace()
-                .map(|w| w.replace(['"', '\''], ""))
+                .map(|w| {
+                    w.replace(['"', '\'', '\\'], "")
+                        .trim_start_matches("$(")
+                        .trim_start_matches(['(', '{', '`'])
+                        .trim_end_matches([')', '}', '`'])
+                        .to_string()
+                })
                 .collect();
             let Some(at) = words.iter().position(|w| envrc_command(w).is_some()) else {
                 continue;
             };
             let command = envrc_command(&words[at]).unwrap_or(EnvrcCommand::Source);
+            if command == EnvrcCommand::Nix {
+                let kind = match words[at].as_str() {
+                    "use_flake" => Some("flake"),
+                    "use_nix" => Some("nix"),
+                    _ => words
+                        .get(at + 1)
+                        .map(String::as_str)
+                        .filter(|w| ["flake", "nix"].contains(w)),
+                };
+                if let Some(kind) = kind {
+                    out.push((command, Some(kind.to_string())));
+                }
+                continue;
+            }
             let arg = words
                 .get(at + 1)
                 .filter(|w| !w.starts_with('-') && !w.is_empty())
@@ -1132,6 +1172,7 @@ fn envrc_command(word: &str) -> Option<EnvrcCommand> {
         "source_env" | "source_env_if_exists" | "source" | "." => Some(EnvrcCommand::Source),
         "source_up" | "source_up_if_exists" => Some(EnvrcCommand::SourceUp),
         "dotenv" | "dotenv_if_exists" => Some(EnvrcCommand::Dotenv),
+        "use" | "use_flake" | "use_nix" => Some(EnvrcCommand::Nix),
         _ => None,
     }
 }
@@ -1249,12 +1290,21 @@ pub fn mise_path(value: &str, root: &Path, home: &Path) -> Option<PathBuf> {
     shell_path(&value, root, home)
 }
 
-/// The directory a `.git` file points at (`gitdir: <path>`).
-pub fn gitdir_of(text: &str) -> Option<&str> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("gitdir:"))
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
+/// The directory a `.git` file points at, read as git reads it (its
+/// `read_gitfile_gently`): the file must start with `gitdir: ` (the space
+/// included); the path is the rest, less the line ends at the very end of
+/// the file, up to the first NUL. Spaces are part of it, and so are line
+/// ends before the last: trimming or stopping at the first line would
+/// follow a path git does not.
+pub fn gitdir_of(bytes: &[u8]) -> Option<&Path> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut end = bytes.len();
+    while end > 0 && matches!(bytes[end - 1], b'\n' | b'\r') {
+        end -= 1;
+    }
+    let dir = bytes[..end].strip_prefix(b"gitdir: ")?;
+    let dir = dir.split(|b| *b == 0).next().unwrap_or(dir);
+    (!dir.is_empty()).then(|| Path::new(std::ffi::OsStr::from_bytes(dir)))
 }
 
 /// The `path = …` of every submodule in a `.gitmodules`.
@@ -1648,6 +1698,7 @@ mod tests {
     use super::*;
     use crate::policy::Roots;
     use std::collections::BTreeMap;
+    use std::os::unix::ffi::OsStrExt;
 
     /// A file tree in memory: path -> (kind, content or link target).
     #[derive(Default)]
@@ -1868,10 +1919,18 @@ mod tests {
             ["x/y", "z"]
         );
         assert_eq!(
-            gitdir_of("gitdir: ../.git/modules/a\n"),
-            Some("../.git/modules/a")
+            gitdir_of(b"gitdir: ../.git/modules/a\n"),
+            Some(Path::new("../.git/modules/a"))
         );
-        assert_eq!(gitdir_of("nothing"), None);
+        assert_eq!(gitdir_of(b"nothing"), None);
+        assert_eq!(gitdir_of(b"gitdir: /a \r\n"), Some(Path::new("/a ")));
+        assert_eq!(gitdir_of(b"gitdir: /a\0/b\n"), Some(Path::new("/a")));
+        assert_eq!(gitdir_of(b"gitdir: /a\n/b\n"), Some(Path::new("/a\n/b")));
+        assert_eq!(
+            gitdir_of(b"gitdir: /\xe9\n"),
+            Some(std::ffi::OsStr::from_bytes(b"/\xe9").as_ref())
+        );
+        assert_eq!(gitdir_of(b"gitdir:/a\n"), None);
     }
 
     #[test]
@@ -1927,6 +1986,18 @@ mod tests {
                 (EnvrcCommand::Source, Some("./x.sh".into())),
                 (EnvrcCommand::Dotenv, None),
                 (EnvrcCommand::SourceUp, None),
+            ]
+        );
+        let bash = "\\source .a\n(source_env .b)\nsource_env \\\n  .c\nuse flake\nuse node\nuse_nix\nsource $HOME/d\n";
+        assert_eq!(
+            envrc_commands(bash),
+            [
+                (EnvrcCommand::Source, Some(".a".into())),
+                (EnvrcCommand::Source, Some(".b".into())),
+                (EnvrcCommand::Source, Some(".c".into())),
+                (EnvrcCommand::Nix, Some("flake".into())),
+                (EnvrcCommand::Nix, Some("nix".into())),
+                (EnvrcCommand::Source, Some("$HOME/d".into())),
             ]
         );
         assert_eq!(
