@@ -143,11 +143,14 @@ fn listing(sessions: &[Running]) -> String {
                         .to_string()
                 })
                 .unwrap_or_else(|| "?".into());
+            // Each field on its own line's part, inert (ADR-0090): a project
+            // or program name cannot start a line of its own.
+            let one = |t: &str| crate::read::safe::term(t, crate::read::safe::Lines::One);
             format!(
                 "\n  --run {}  {}  since {since}  ({})",
                 s.pid,
-                s.project.display(),
-                s.program
+                one(&s.project.display().to_string()),
+                one(&s.program)
             )
         })
         .collect()

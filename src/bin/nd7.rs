@@ -210,8 +210,11 @@ fn run_grant(
     // holds its commands' text: all shown inert (ADR-0090).
     use nd7_core::read::safe::path as shown;
     let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::One);
+    // The reason keeps its own line ends (a list of runs); what the agent
+    // chose in it is already inert on one line each.
     let fail = |why: &dyn std::fmt::Display| {
-        eprintln!("nd7 {verb}: {}", inert(&why.to_string()));
+        let why = nd7_core::read::safe::term(&why.to_string(), nd7_core::read::safe::Lines::Keep);
+        eprintln!("nd7 {verb}: {why}");
         ExitCode::from(2)
     };
     let session = match RunDirs::for_user().and_then(|s| s.pick(run)) {

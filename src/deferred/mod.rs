@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 use crate::policy::Policy;
 use crate::policy::deferred::{
     Kind, MAX_CONFIG, MAX_STATE, Plan, Tree, caches, claude_state_risky, git_config_risky,
-    gitdir_of, grant_roots, is_bare_repository, listed_beneath, plan_grant, searched_name,
+    gitdir_of, grant_roots, listed_beneath, plan_grant, searched_name,
 };
 use report::{Body, Finding, What};
 use unreadable::{Refused, Unreadable};
@@ -1410,6 +1410,20 @@ impl Watch {
         }
         out
     }
+}
+
+/// Whether git takes `dir` for a bare repository when it looks for one
+/// there: it holds `HEAD`, `objects/` and `refs/` (git also reads `HEAD`;
+/// this is looser, so reports more). Git looks for this where a `.git` is
+/// missing or not a repository, so a garbage `.git/HEAD` and these three
+/// names at the project's top turn the project itself into a repository
+/// whose `config` and `hooks/` are ordinary files of the project.
+pub fn is_bare_repository(dir: &Path) -> bool {
+    let is = |name: &str, dir_wanted: bool| {
+        std::fs::symlink_metadata(dir.join(name))
+            .is_ok_and(|m| if dir_wanted { m.is_dir() } else { m.is_file() })
+    };
+    is("HEAD", false) && is("objects", true) && is("refs", true)
 }
 
 #[cfg(test)]

@@ -1655,7 +1655,7 @@ pub fn claude_state_risky(state: &serde_json::Value, own: &[PathBuf]) -> serde_j
 
 /// Whether a file name (the last component) is one the end-of-session
 /// search looks at anywhere below the project: a repository (`.git`, or the
-/// `HEAD` of a bare one: [`is_bare_repository`]), or a name on the project
+/// `HEAD` of a bare one: `deferred::is_bare_repository`), or a name on the project
 /// list.
 pub fn searched_name(name: &str) -> bool {
     name == ".git"
@@ -1664,20 +1664,6 @@ pub fn searched_name(name: &str) -> bool {
             .iter()
             .chain(PROJECT_REPORTED)
             .any(|p| p.split('/').next() == Some(name))
-}
-
-/// Whether git takes `dir` for a bare repository when it looks for one
-/// there: it holds `HEAD`, `objects/` and `refs/` (git also reads `HEAD`;
-/// this is looser, so reports more). Git looks for this where a `.git` is
-/// missing or not a repository, so a garbage `.git/HEAD` and these three
-/// names at the project's top turn the project itself into a repository
-/// whose `config` and `hooks/` are ordinary files of the project.
-pub fn is_bare_repository(dir: &Path) -> bool {
-    let is = |name: &str, dir_wanted: bool| {
-        std::fs::symlink_metadata(dir.join(name))
-            .is_ok_and(|m| if dir_wanted { m.is_dir() } else { m.is_file() })
-    };
-    is("HEAD", false) && is("objects", true) && is("refs", true)
 }
 
 /// The paths on the project list that a name found below a root (one for
