@@ -1,0 +1,154 @@
+//! Fresh-eyes attacks on the keeper's mediation of modes, owners, times and
+//! extended attributes (issue 29 item 4, ADR-0094) and on the start-up
+//! checks (ADR-0095): what `floor_attrs` does not try. Each is made as the
+//! ordinary account, by the agent under `nd7 run` and by a command through
+//! the exit, and each says what it would change outside the write roots.
+//!
+//! - inode flags through `ioctl` (`FS_IOC_SETFLAGS`, `FS_IOC_FSSETXATTR`)
+//!   on a file or directory the session may only read: the ioctl form of
+//!   `file_setattr`, which the filter refuses;
+//! - `chmod` through the 32-bit entry (`int $0x80`) of a 64-bit process;
+//! - `io_uring`, whose `SETXATTR` and `FSETXATTR` operations no filter sees;
+//! - a hard link made during the session in the project to a file outside,
+//!   then changed through the link;
+//! - a hard link to a file of `~/.nd7` or a credential store, made in the
+//!   session, to stop every later `nd7 run` (denial of service).
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use crate::world::*;
+
+const PROBE: &str = include_str!("attack_attrs/probe.py");
+const PYTHON: &str = "/usr/bin/python3";
+
+fn probe(w: &World) -> String {
+    let path = w.proj().join("probe.py");
+    std::fs::write(&path, PROBE).expect("write probe");
+    path.display().to_string()
+}
+
+/// The inode flags of `path` (`FS_IOC_GETFLAGS`), read from outside.
+fn inode_flags(path: &Path) -> libc::c_long {
+    let f = std::fs::File::open(path).expect("open");
+    let mut flags: libc::c_long = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one long into `flags`, which lives for the call.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), 0x8008_6601, &mut flags) };
+    assert_eq!(r, 0, "getflags {}", path.display());
+    flags
+}
+
+fn lines(out: &std::process::Output) -> Vec<String> {
+    text(&out.stdout)
+        .lines()
+        .filter(|l| l.ends_with(":yes") || l.ends_with(":no"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Inode flags (`NODUMP`, `NOATIME`) of a readable directory and file
+/// outside the write roots, set through `ioctl` by the agent and through the exit. The
+/// flags' own call (`file_setattr`) is refused; its ioctl forms must be
+/// too. Also the 32-bit `chmod` and `io_uring`.
+#[test]
+fn inode_flags_32_bit_calls_and_io_uring_outside_the_write_roots_are_refused() {
+    let w = World::new();
+    let probe = probe(&w);
+    let readme = w.outside().join("readme");
+    std::fs::write(&readme, "r").expect("write");
+    w.own();
+    std::fs::set_permissions(&readme, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let home = w.outside();
+    let before = [inode_flags(&home), inode_flags(&readme)];
+    let mode = std::fs::metadata(&readme).expect("stat").mode();
+    let named = [home.display().to_string(), readme.display().to_string()];
+    let mut body = String::new();
+    for (i, t) in named.iter().enumerate() {
+        body.push_str(&format!("{PYTHON} {probe} '{t}' agent{i}-\n"));
+        body.push_str(&format!("\"$EXEC\" \"{PYTHON} {probe} '{t}' exec{i}-\"\n"));
+    }
+    let out = w.run_agent(&body);
+    let got = lines(&out);
+    assert_eq!(got.len(), 2 * 2 * 4, "{got:?}\n{}", text(&out.stderr));
+    let broke: Vec<_> = got.iter().filter(|l| l.ends_with(":yes")).collect();
+    assert!(broke.is_empty(), "{broke:?}\n{}", text(&out.stderr));
+    assert_eq!([inode_flags(&home), inode_flags(&readme)], before);
+    assert_eq!(std::fs::metadata(&readme).expect("stat").mode(), mode);
+}
+
+/// A hard link made in the project, during the session, to a file outside
+/// that the session may read, then changed through the link: the keeper
+/// judges the file by the directory it was named in, which is the project.
+/// Landlock must refuse the link (it would gain the project's rights).
+#[test]
+fn a_hard_link_made_in_the_session_to_a_file_outside_is_refused() {
+    let w = World::new();
+    let readme = w.outside().join("readme");
+    std::fs::write(&readme, "r").expect("write");
+    w.own();
+    std::fs::set_permissions(&readme, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let before = std::fs::metadata(&readme).expect("stat");
+    let r = readme.display().to_string();
+    let out = w.run_agent(&format!(
+        r#"x() {{ local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name:yes"; else echo "$name:no"; fi; }}
+x link ln '{r}' hl
+x chmod chmod 777 hl
+x exec-link "$EXEC" "ln '{r}' hl2"
+x exec-chmod "$EXEC" "chmod 777 hl2"
+x rc-link ln '{r}' "$TMPDIR/hl3"
+"#
+    ));
+    let got = lines(&out);
+    assert_eq!(got.len(), 5, "{got:?}\n{}", text(&out.stderr));
+    assert!(
+        got.iter().all(|l| l.ends_with(":no")),
+        "{got:?}\n{}",
+        text(&out.stderr)
+    );
+    let after = std::fs::metadata(&readme).expect("stat");
+    assert_eq!(
+        (after.mode(), after.nlink()),
+        (before.mode(), before.nlink())
+    );
+}
+
+/// The start-up check refuses a credential store's file with a name
+/// elsewhere. A session that could give such a file a second name would
+/// stop every later `nd7 run` (a denial of service the user must hunt
+/// down): it tries, in the project, in its temp directory and in the
+/// agent's state, for the key, `~/.nd7/grants` and a log. The next run
+/// must start.
+#[test]
+fn a_session_cannot_plant_a_link_that_stops_the_next_run() {
+    let w = World::new();
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    std::fs::write(w.home().join(".nd7/grants"), "").expect("grants");
+    w.own();
+    let first = w.run_agent("echo first");
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let key = w.in_home(".ssh/id_ed25519");
+    let grants = w.in_home(".nd7/grants");
+    let logs = w.inner_state().join("nd7/sessions").display().to_string();
+    let claude = w.in_home(".claude");
+    let out = w.run_agent(&format!(
+        r#"n=0
+for f in '{key}' '{grants}' $(find '{logs}' -type f 2>/dev/null | head -3); do
+  for d in . "$TMPDIR" '{claude}'; do
+    n=$((n+1))
+    ln "$f" "$d/planted$n" 2>/dev/null && echo "link $f $d:yes"
+    "$EXEC" "ln '$f' '$d/xplanted$n'" 2>/dev/null && echo "exec-link $f $d:yes"
+  done
+done
+echo tried:$n
+"#
+    ));
+    let said = text(&out.stdout);
+    assert!(said.contains("tried:"), "{said}\n{}", text(&out.stderr));
+    let broke: Vec<_> = said.lines().filter(|l| l.ends_with(":yes")).collect();
+    assert!(broke.is_empty(), "{broke:?}");
+    let next = w.run_agent("echo next");
+    assert!(next.status.success(), "{}", text(&next.stderr));
+    assert!(text(&next.stdout).contains("next"));
+}
