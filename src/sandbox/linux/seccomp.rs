@@ -67,7 +67,7 @@ pub const DENIED_IOCTLS: [(&str, u32, &str); 15] = [
 /// `EPERM` with the `attrs` part: the `ioctl` forms of `file_setattr`, which
 /// act on any file the session may merely open for reading (`NODUMP`,
 /// `NOATIME`, `SYNC` on `~/.bashrc`), where Landlock gives no right and the
-/// keeper sees no call (ADR-0096). Nothing nd7 serves sets inode flags.
+/// keeper sees no call. Nothing nd7 serves sets inode flags.
 pub const ATTR_IOCTLS: [(&str, u32); 8] = [
     ("FS_IOC_SETFLAGS", 0x4008_6602),
     ("FS_IOC32_SETFLAGS", 0x4004_6602),
