@@ -152,3 +152,35 @@ echo tried:$n
     assert!(next.status.success(), "{}", text(&next.stderr));
     assert!(text(&next.stdout).contains("next"));
 }
+
+/// Inside its write roots the keeper makes any mode the agent asks for, the
+/// roots themselves included: `~/.claude` (whose `settings.json` hooks run
+/// as the account, inside nd7 or not) and the project (whose `.git/config`
+/// runs `core.fsmonitor`) made writable by every other account, and a file
+/// made set-user-ID (any account running it runs as this one). Another
+/// local account then plants what the account runs next, after the session
+/// and its watch have ended: the grants attack of issue 29 item 4, moved
+/// to places the session may write. The next `nd7 run` must at least warn.
+#[test]
+#[ignore = "open: modes inside the write roots are the agent's (ADR-0094); modes::check does not look at the agent's state or the project, and a chmod-only refusal is undone by umask 0 and a re-made directory"]
+fn a_write_root_made_writable_by_others_is_warned_of_at_the_next_start() {
+    let w = World::new();
+    std::fs::create_dir_all(w.home().join(".claude")).expect("mkdir");
+    w.own();
+    let claude = w.in_home(".claude");
+    let out = w.run_agent(&format!(
+        "chmod 777 '{claude}' && echo claude:yes\n\
+         chmod 777 . && echo proj:yes\n\
+         cp /bin/true suid && chmod 4755 suid && echo suid:yes\n"
+    ));
+    let said = text(&out.stdout);
+    assert!(said.contains("claude:yes"), "{said}\n{}", text(&out.stderr));
+    let mode = std::fs::metadata(w.home().join(".claude")).expect("stat").mode();
+    assert_eq!(mode & 0o777, 0o777, "the attack landed");
+    let next = w.run_agent("echo next");
+    let err = text(&next.stderr);
+    assert!(
+        err.contains(&claude) && err.contains(&w.proj().display().to_string()),
+        "no warning of the write roots others can write: {err}"
+    );
+}
