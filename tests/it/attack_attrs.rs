@@ -22,6 +22,7 @@ use std::path::Path;
 use crate::world::*;
 
 const PROBE: &str = include_str!("attack_attrs/probe.py");
+const RACE: &str = include_str!("attack_attrs/race.py");
 const PYTHON: &str = "/usr/bin/python3";
 
 fn probe(w: &World) -> String {
@@ -183,4 +184,33 @@ fn a_write_root_made_writable_by_others_is_warned_of_at_the_next_start() {
         err.contains(&claude) && err.contains(&w.proj().display().to_string()),
         "no warning of the write roots others can write: {err}"
     );
+}
+
+/// The path's bytes changed by another thread while the keeper reads them,
+/// and the file swapped for a link to the target between the keeper's open
+/// and its walk, thousands of times, by the agent and through the exit: the
+/// keeper acts only on what it read once and on the file it opened, so the
+/// file outside keeps its mode, times and attributes.
+#[test]
+fn racing_the_keeper_changes_nothing_outside() {
+    let w = World::new();
+    let race = w.proj().join("race.py");
+    std::fs::write(&race, RACE).expect("write race");
+    let readme = w.outside().join("readme");
+    std::fs::write(&readme, "r").expect("write");
+    w.own();
+    std::fs::set_permissions(&readme, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    crate::floor_attrs::keep(&readme);
+    let m = std::fs::metadata(&readme).expect("stat");
+    let before = (m.mode(), m.mtime(), m.mtime_nsec());
+    let r = readme.display().to_string();
+    let race = race.display().to_string();
+    let out = w.run_agent(&format!(
+        "{PYTHON} {race} '{r}' 3000\n\"$EXEC\" \"{PYTHON} {race} '{r}' 1000\"\n"
+    ));
+    let said = text(&out.stdout);
+    assert_eq!(said.matches("race:done").count(), 2, "{said}\n{}", text(&out.stderr));
+    let m = std::fs::metadata(&readme).expect("stat");
+    assert_eq!((m.mode(), m.mtime(), m.mtime_nsec()), before);
+    assert!(crate::floor_attrs::has_keep(&readme), "user.keep removed");
 }
