@@ -176,7 +176,9 @@ fn a_write_root_made_writable_by_others_is_warned_of_at_the_next_start() {
     ));
     let said = text(&out.stdout);
     assert!(said.contains("claude:yes"), "{said}\n{}", text(&out.stderr));
-    let mode = std::fs::metadata(w.home().join(".claude")).expect("stat").mode();
+    let mode = std::fs::metadata(w.home().join(".claude"))
+        .expect("stat")
+        .mode();
     assert_eq!(mode & 0o777, 0o777, "the attack landed");
     let next = w.run_agent("echo next");
     let err = text(&next.stderr);
@@ -209,8 +211,83 @@ fn racing_the_keeper_changes_nothing_outside() {
         "{PYTHON} {race} '{r}' 3000\n\"$EXEC\" \"{PYTHON} {race} '{r}' 1000\"\n"
     ));
     let said = text(&out.stdout);
-    assert_eq!(said.matches("race:done").count(), 2, "{said}\n{}", text(&out.stderr));
+    assert_eq!(
+        said.matches("race:done").count(),
+        2,
+        "{said}\n{}",
+        text(&out.stderr)
+    );
     let m = std::fs::metadata(&readme).expect("stat");
     assert_eq!((m.mode(), m.mtime(), m.mtime_nsec()), before);
     assert!(crate::floor_attrs::has_keep(&readme), "user.keep removed");
+}
+
+/// The neighbours of the attribute calls that change a file without writing
+/// to it through a descriptor: `truncate(2)` by path (Landlock's `TRUNCATE`
+/// right must be handled), a FIFO, a socket and a device node made outside
+/// (`mknod`), by the agent and through the exit. The file outside keeps
+/// its size, and nothing is made.
+#[test]
+fn truncate_and_mknod_outside_the_write_roots_are_refused() {
+    let w = World::new();
+    let readme = w.outside().join("readme");
+    std::fs::write(&readme, "content").expect("write");
+    w.own();
+    let r = readme.display().to_string();
+    let o = w.outside().display().to_string();
+    let script = format!(
+        r#"x() {{ local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name:yes"; else echo "$name:no"; fi; }}
+x truncate {PYTHON} -c "import os; os.truncate('{r}', 0)"
+x mkfifo {PYTHON} -c "import os; os.mkfifo('{o}/fifo')"
+x mknod-sock {PYTHON} -c "import os, stat; os.mknod('{o}/sock', stat.S_IFSOCK | 0o600)"
+x mknod-reg {PYTHON} -c "import os, stat; os.mknod('{o}/reg', stat.S_IFREG | 0o600)"
+"#
+    );
+    std::fs::write(w.proj().join("t.sh"), &script).expect("write");
+    let t = w.proj().join("t.sh").display().to_string();
+    let out = w.run_agent(&format!(
+        "bash '{t}' | sed s/^/agent-/\n\"$EXEC\" \"bash '{t}'\" | sed s/^/exec-/\n"
+    ));
+    let got = lines(&out);
+    assert_eq!(got.len(), 8, "{got:?}\n{}", text(&out.stderr));
+    assert!(got.iter().all(|l| l.ends_with(":no")), "{got:?}");
+    assert_eq!(std::fs::read(&readme).expect("read"), b"content");
+    for made in ["fifo", "sock", "reg"] {
+        assert!(!w.outside().join(made).exists(), "{made} made outside");
+    }
+}
+
+/// The session's user namespace maps the account's own user and group
+/// only: natively, `chown` to one of its supplementary groups fails there
+/// (`EINVAL`, the group is unmapped). The keeper, outside that namespace,
+/// took the number as its own and made the change: a file in the project
+/// given to the group (`docker`, `adm` on a real machine), then made
+/// set-group-ID, runs with that group for every other account. The owner
+/// numbers a caller passes are its namespace's; the keeper maps them as the
+/// kernel would, and refuses what is unmapped. Also a nested namespace
+/// mapping 0 to the account: its `chown(f, 0, 0)` is the account's own.
+#[test]
+fn owner_numbers_are_the_callers_namespace() {
+    let group = 100; // `users`; any group the account is made a member of
+    let w = World::new().with_groups(&[group]);
+    w.own();
+    let out = w.run_agent(&format!(
+        r#"x() {{ local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name:yes"; else echo "$name:no"; fi; }}
+cp /bin/true g && cp /bin/true n
+x chgrp {PYTHON} -c "import os; os.chown('g', -1, {group})"
+x exec-chgrp "$EXEC" "{PYTHON} -c \"import os; os.chown('g', -1, {group})\""
+x nested {PYTHON} -c "import os, ctypes; assert ctypes.CDLL(None).unshare(0x10000000) == 0; open('/proc/self/setgroups','w').write('deny'); open('/proc/self/uid_map','w').write('0 %d 1' % {uid}); open('/proc/self/gid_map','w').write('0 %d 1' % {gid}); os.chown('n', 0, 0)"
+"#,
+        uid = account().uid,
+        gid = account().gid,
+    ));
+    let got = lines(&out);
+    assert_eq!(
+        got,
+        ["chgrp:no", "exec-chgrp:no", "nested:yes"],
+        "{}",
+        text(&out.stderr)
+    );
+    let g = std::fs::metadata(w.proj().join("g")).expect("stat");
+    assert_ne!(g.gid(), group, "given to the supplementary group");
 }
