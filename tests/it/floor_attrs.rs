@@ -35,7 +35,7 @@ fn probe(w: &World) -> String {
 }
 
 /// Sets `user.keep` on `path`, which the removals try to take off.
-fn keep(path: &Path) {
+pub(crate) fn keep(path: &Path) {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
     // SAFETY: both strings are NUL-terminated and live for the call; the
     // value is one readable byte.
@@ -51,7 +51,7 @@ fn keep(path: &Path) {
     assert_eq!(r, 0, "setxattr {}", path.display());
 }
 
-fn has_keep(path: &Path) -> bool {
+pub(crate) fn has_keep(path: &Path) -> bool {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
     let mut buf = [0u8; 4];
     // SAFETY: reads at most `buf.len()` bytes into `buf`.

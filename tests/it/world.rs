@@ -47,6 +47,9 @@ pub struct World {
     /// Whether the kernel refuses nd7 new user namespaces, as on systems
     /// that disable them ([`World::without_user_namespaces`]).
     no_user_namespaces: bool,
+    /// Supplementary groups the account runs with (none unless
+    /// [`World::with_groups`]), as an account in `docker` or `adm` does.
+    groups: Vec<u32>,
     /// On macOS, what the world changed in the real home, put back when it
     /// is dropped: each path and what it held (`None`: nothing).
     #[cfg(target_os = "macos")]
@@ -180,6 +183,7 @@ impl World {
             acct,
             binds: std::sync::Mutex::default(),
             no_user_namespaces: false,
+            groups: Vec::new(),
             restores,
         }
     }
@@ -220,9 +224,17 @@ impl World {
             acct,
             binds: std::sync::Mutex::default(),
             no_user_namespaces: false,
+            groups: Vec::new(),
         };
         world.own();
         world
+    }
+
+    /// From now on, the account runs with these supplementary groups
+    /// (Linux, as root only).
+    pub fn with_groups(mut self, groups: &[u32]) -> World {
+        self.groups = groups.to_vec();
+        self
     }
 
     /// From now on, every command this world starts runs where the kernel
@@ -338,8 +350,15 @@ impl World {
         let mut cmd = Command::new("unshare");
         if acct.drop_from_root {
             cmd.args(["--mount", "sh", "-c"]).arg(format!(
-                r#"mount --bind "$0" "$1" && {binds}cd "$2" && shift 2 && exec setpriv --reuid={} --regid={} --clear-groups -- "$@""#,
-                acct.uid, acct.gid
+                r#"mount --bind "$0" "$1" && {binds}cd "$2" && shift 2 && exec setpriv --reuid={} --regid={} {} -- "$@""#,
+                acct.uid,
+                acct.gid,
+                if self.groups.is_empty() {
+                    "--clear-groups".to_string()
+                } else {
+                    let list: Vec<String> = self.groups.iter().map(u32::to_string).collect();
+                    format!("--groups={}", list.join(","))
+                }
             ));
             #[cfg(target_os = "linux")]
             if self.no_user_namespaces {

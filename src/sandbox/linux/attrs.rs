@@ -150,6 +150,7 @@ pub fn change(
     roots: &Roots,
 ) -> Result<i64, i32> {
     let (target, change) = decode(caller.tid, call, args)?;
+    let change = outer_owner(caller.tid, change)?;
     let root = open_proc(caller.tid, "root")?;
     let object = open_target(caller, &root, &target)?;
     if target.opened_only && is_path_only(&object) {
@@ -300,6 +301,38 @@ fn own_descriptor(path: &[u8]) -> Option<(i32, Option<&[u8]>)> {
     let fd: i32 = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
     let tail = rest[end..].strip_prefix(b"/").filter(|t| !t.is_empty());
     Some((fd, tail))
+}
+
+/// An owner change with the caller's numbers, which are its user
+/// namespace's (the session's maps only the account's own user and group),
+/// made the keeper's: each mapped through `/proc/<tid>/uid_map` or
+/// `gid_map`, which the kernel shows relative to the reader. A number the
+/// caller's namespace does not map fails with `EINVAL`, as the kernel's own
+/// `chown` does there; taken as the keeper's own, it gave a file to a
+/// supplementary group (`docker`) the caller cannot name.
+fn outer_owner(tid: i32, change: Change) -> Result<Change, i32> {
+    let Change::Owner(uid, gid) = change else {
+        return Ok(change);
+    };
+    let map = |what: &str, id: Option<u32>| -> Result<Option<u32>, i32> {
+        let Some(id) = id else { return Ok(None) };
+        let text = std::fs::read_to_string(format!("/proc/{tid}/{what}"))
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::ESRCH))?;
+        map_id(&text, id).map(Some).ok_or(libc::EINVAL)
+    };
+    Ok(Change::Owner(map("uid_map", uid)?, map("gid_map", gid)?))
+}
+
+/// `id` through a `uid_map`'s lines (`inside outside count`).
+fn map_id(map: &str, id: u32) -> Option<u32> {
+    map.lines().find_map(|line| {
+        let mut w = line.split_whitespace().map(|w| w.parse::<u64>().ok());
+        let (inside, outside, count) = (w.next()??, w.next()??, w.next()??);
+        let id = u64::from(id);
+        (inside <= id && id < inside + count)
+            .then(|| u32::try_from(outside + (id - inside)).ok())
+            .flatten()
+    })
 }
 
 /// An owner argument: -1 leaves it as it is.
@@ -688,6 +721,18 @@ mod tests {
         assert_eq!(roots, Roots::default());
         assert!(rest.is_empty());
         assert_eq!(Roots::decode(&[]).0, Roots::default());
+    }
+
+    #[test]
+    fn owner_numbers_are_mapped_and_unmapped_ones_refused() {
+        let map = "         0       1001          1\n      1000     200000      65536\n";
+        assert_eq!(map_id(map, 0), Some(1001));
+        assert_eq!(map_id(map, 1000), Some(200_000));
+        assert_eq!(map_id(map, 1001), Some(200_001));
+        assert_eq!(map_id(map, 1), None);
+        assert_eq!(map_id(map, 66536), None);
+        assert_eq!(map_id("0 0 4294967295\n", 100), Some(100));
+        assert_eq!(map_id("", 0), None);
     }
 
     #[test]

@@ -111,6 +111,22 @@ pub fn fcntl_calls(audit: u32) -> &'static [u32] {
     }
 }
 
+/// The `ioctl` requests that change a file's inode flags, refused with
+/// `EPERM` with the `attrs` part: the `ioctl` forms of `file_setattr`, which
+/// act on any file the session may merely open for reading (`NODUMP`,
+/// `NOATIME`, `SYNC` on `~/.bashrc`), where Landlock gives no right and the
+/// keeper sees no call. Nothing nd7 serves sets inode flags.
+pub const ATTR_IOCTLS: [(&str, u32); 8] = [
+    ("FS_IOC_SETFLAGS", 0x4008_6602),
+    ("FS_IOC32_SETFLAGS", 0x4004_6602),
+    ("FS_IOC_FSSETXATTR", 0x401C_5820),
+    ("FS_IOC_SETVERSION", 0x4008_7602),
+    ("FS_IOC32_SETVERSION", 0x4004_7602),
+    ("FS_IOC_ENABLE_VERITY", 0x4080_6685),
+    ("FS_IOC_SET_ENCRYPTION_POLICY", 0x800C_6613),
+    ("BTRFS_IOC_SUBVOL_SETFLAGS", 0x4008_941A),
+];
+
 /// What the filter does with `connect` and `bind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sockets {
@@ -485,8 +501,12 @@ fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
     };
     let [ioctl, seccomp, socketcall] = [a.label(), a.label(), a.label()];
     let mut checks = Vec::new();
+    // One check of `ioctl`, for whichever parts refuse requests.
+    if f.terminal || f.no_stops || f.attrs {
+        checks.push((arch.ioctl, ioctl));
+    }
     if f.terminal {
-        checks.extend([(arch.ioctl, ioctl), (arch.io_uring_setup, eperm)]);
+        checks.push((arch.io_uring_setup, eperm));
     }
     if f.no_listeners {
         checks.push((arch.seccomp, seccomp));
@@ -511,10 +531,6 @@ fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
         for &nr in fcntl_calls(arch.audit) {
             checks.push((nr, fcntl));
         }
-        if !f.terminal {
-            // The stopping ioctls are checked with the terminal's.
-            checks.push((arch.ioctl, ioctl));
-        }
     }
     if arch.x32_bit {
         let next = a.label();
@@ -533,14 +549,15 @@ fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
     }
     a.ret(RET_ALLOW);
 
-    if f.terminal || f.no_stops {
+    if f.terminal || f.no_stops || f.attrs {
         a.here(ioctl);
         a.load(arg_low(1));
-        let terminal = DENIED_IOCTLS.iter().filter(|_| f.terminal);
-        let stopping = STOPPING_IOCTLS.iter().filter(|_| f.no_stops);
-        for (_, request, _) in terminal.chain(stopping) {
+        let terminal = DENIED_IOCTLS.iter().filter(|_| f.terminal).map(|d| d.1);
+        let stopping = STOPPING_IOCTLS.iter().filter(|_| f.no_stops).map(|d| d.1);
+        let attrs = ATTR_IOCTLS.iter().filter(|_| f.attrs).map(|d| d.1);
+        for request in terminal.chain(stopping).chain(attrs) {
             let next = a.label();
-            a.jump(JEQ_K, *request, eperm, next);
+            a.jump(JEQ_K, request, eperm, next);
             a.here(next);
         }
         a.ret(RET_ALLOW);
@@ -925,6 +942,18 @@ mod tests {
             assert_eq!(run(&open, nr, c.audit, [0; 6]), RET_EPERM, "i386 {nr}");
         }
         assert_eq!(run(&sup, FILE_SETATTR, n.audit, [0; 6]), RET_EPERM);
+        // Its ioctl forms, native and i386, whatever the high bits.
+        for (name, request) in ATTR_IOCTLS {
+            let args = [3, u64::from(request) | 0xdead_0000_0000, 0, 0, 0, 0];
+            assert_eq!(run(&sup, n.ioctl, n.audit, args), RET_EPERM, "{name}");
+            assert_eq!(run(&open, n.ioctl, n.audit, args), RET_EPERM, "{name}");
+            assert_eq!(run(&sup, c.ioctl, c.audit, args), RET_EPERM, "{name} i386");
+            assert_eq!(run(&without, n.ioctl, n.audit, args), RET_ALLOW, "{name}");
+        }
+        // Reading the flags (FS_IOC_GETFLAGS, FS_IOC_FSGETXATTR) passes.
+        for get in [0x8008_6601u64, 0x801C_581F] {
+            assert_eq!(run(&sup, n.ioctl, n.audit, [3, get, 0, 0, 0, 0]), RET_ALLOW);
+        }
         // Neighbours pass: fstat (5), getxattr (191), i386 read (3).
         assert_eq!(run(&sup, 5, n.audit, [0; 6]), RET_ALLOW);
         assert_eq!(run(&sup, 191, n.audit, [0; 6]), RET_ALLOW);
