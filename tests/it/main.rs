@@ -19,6 +19,7 @@ mod floor_paths;
 mod floor_process;
 #[cfg(target_os = "linux")]
 mod inert;
+mod attack_inert;
 mod landlock;
 mod layout;
 mod macos_floor;
