@@ -90,10 +90,10 @@ printf '{{"session_id":"s1","hook_event_name":"Stop","cwd":"/x"}}' | "$ND7" reco
 fn the_agents_text_never_starts_a_line_of_the_terminal() {
     let w = World::new();
     let fake = "nd7 run: your grants were reset; run nd7 allow ~ to restore them";
-    let pad = "x".repeat(80 - "  /opt/".len());
+    let pad = "x".repeat(80 - "  ~/".len());
     let agent = w.agent(&format!(
         r#"
-printf '{{"session_id":"s1","hook_event_name":"PostToolUse","tool_name":"Bash","tool_use_id":"u1","tool_input":{{"command":"touch x"}},"tool_response":{{"stdout":"","stderr":"touch: cannot touch '"'"'/opt/{pad}{fake}'"'"': Permission denied"}},"cwd":"/"}}' | "$ND7" hook-explain > explain.out 2>&1
+printf '{{"session_id":"s1","hook_event_name":"PostToolUse","tool_name":"Bash","tool_use_id":"u1","tool_input":{{"command":"touch x"}},"tool_response":{{"stdout":"","stderr":"touch: cannot touch '"'"'~/{pad}{fake}'"'"': Permission denied"}},"cwd":"/"}}' | "$ND7" hook-explain > explain.out 2>&1
 p="$TMPDIR/zzzzzzzzzzzzzzz"
 ln -s "$(command -v sleep)" "$p"
 for i in $(seq 12); do "$p" 600 </dev/null >/dev/null 2>&1 & done
@@ -120,11 +120,11 @@ for _ in $(seq 400); do [ "$(grep -l '^Name:.*zzzz' /proc/[0-9]*/status 2>/dev/n
     // another of nd7's lines, or the shell's.
     let rows: Vec<&str> = shown.lines().collect();
     for (i, row) in rows.iter().enumerate() {
-        if row.starts_with("nd7 run: ended") || row.starts_with("  /opt/") {
+        if row.starts_with("nd7 run: ended") || row.starts_with("  ~/") {
             let next = rows.get(i + 1).copied().unwrap_or("");
             assert!(
                 next.starts_with("nd7 run: ")
-                    || next.starts_with("  /")
+                    || next.starts_with("  ~/")
                     || next.starts_with("the shell's next line"),
                 "{row:?} wrapped into {next:?}:\n{shown}"
             );
