@@ -635,17 +635,20 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             .iter()
             .map(|(pid, name)| format!("{pid} ({})", safe::term(name, safe::Lines::One)))
             .collect();
-        announce(&safe::fit(&format!(
-            "nd7 run: ended {} process{} the session left running: {}{}",
-            left.count,
-            if left.count == 1 { "" } else { "es" },
-            named.join(", "),
-            if left.count > named.len() {
-                ", …"
-            } else {
-                ""
-            }
-        ), terminal.width()));
+        announce(&safe::fit(
+            &format!(
+                "nd7 run: ended {} process{} the session left running: {}{}",
+                left.count,
+                if left.count == 1 { "" } else { "es" },
+                named.join(", "),
+                if left.count > named.len() {
+                    ", …"
+                } else {
+                    ""
+                }
+            ),
+            terminal.width(),
+        ));
     }
     let ended = match (status.code(), status.signal()) {
         (Some(code), _) => Ended::Exited(code),
@@ -707,6 +710,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         }
     };
     if findings.is_empty() {
+        terminal.give_back();
         return Ok(code);
     }
     // The changes, then nd7's own closing lines after a reset (ADR-0090):
@@ -715,6 +719,8 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     announce(warning.changes.trim_end());
     reset_terminal();
     announce(&warning.close);
+    // Again, last: answers that came while nd7 wrote its lines.
+    terminal.give_back();
     Ok(CHANGED_STATUS)
 }
 

@@ -2,6 +2,7 @@
 //! docs promise, through the library or through the real `nd7` binary.
 
 mod append;
+mod attack_inert;
 mod codex_floor;
 mod codex_record;
 mod codex_rollout;
@@ -19,7 +20,6 @@ mod floor_paths;
 mod floor_process;
 #[cfg(target_os = "linux")]
 mod inert;
-mod attack_inert;
 mod landlock;
 mod layout;
 mod macos_floor;
