@@ -33,6 +33,21 @@ pub fn is_hazard(c: char) -> bool {
         | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{61c}'
         // invisible: zero-width space, line and paragraph separators, BOM
         | '\u{200b}' | '\u{2028}' | '\u{2029}' | '\u{feff}')
+        || is_invisible(c)
+}
+
+/// Whether `c` shows as nothing, or as blank, on a terminal: Unicode's
+/// default-ignorable code points (soft hyphen, joiners, word joiner and the
+/// invisible operators, variation selectors, tag characters, the Hangul
+/// fillers, which draw as blank space) and the interlinear annotation
+/// marks. Text holding them is not what it looks like: `.envrc` and
+/// `.envrc` plus a word joiner are two names that show alike.
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{ad}' | '\u{34f}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
+        | '\u{180b}'..='\u{180f}' | '\u{200c}' | '\u{200d}' | '\u{2060}'..='\u{206f}'
+        | '\u{3164}' | '\u{fe00}'..='\u{fe0f}' | '\u{ffa0}' | '\u{fff0}'..='\u{fffb}'
+        | '\u{1bca0}'..='\u{1bca3}' | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}')
 }
 
 /// How one hazardous character is shown.
@@ -213,6 +228,32 @@ mod tests {
             assert!(
                 !shown.chars().any(|s| s.is_control() || is_hazard(s)),
                 "{c:?} -> {shown:?}"
+            );
+        }
+    }
+
+    /// Guards `is_invisible`: without it these pass through as themselves.
+    #[test]
+    fn characters_that_show_as_nothing_are_escaped() {
+        for c in [
+            '\u{ad}',
+            '\u{34f}',
+            '\u{115f}',
+            '\u{180e}',
+            '\u{200d}',
+            '\u{2060}',
+            '\u{2064}',
+            '\u{206a}',
+            '\u{3164}',
+            '\u{fe0f}',
+            '\u{ffa0}',
+            '\u{fff9}',
+            '\u{e0041}',
+        ] {
+            let shown = term(&format!(".envrc{c}"), Lines::One);
+            assert_eq!(
+                shown,
+                format!(".envrc\\u{{{:x}}}", c as u32).replace("\\u{ad}", "\\xad")
             );
         }
     }

@@ -258,3 +258,34 @@ fn logs(dir: &std::path::Path) -> Vec<String> {
     }
     out
 }
+
+/// Characters that show as nothing or as blank (a zero-width joiner, a
+/// Hangul filler, a tag character, a soft hyphen) in a file's content: the
+/// warning shows each as an escape, so what it shows is what the file holds.
+///
+/// Guards `safe::is_invisible`: without it they reach stderr as themselves.
+#[test]
+fn characters_that_show_as_nothing_are_shown_as_escapes() {
+    let w = World::new();
+    let out = w.run_agent(
+        r"
+printf 'echo ok\342\200\215\343\205\244\363\240\201\201\302\255 # hidden\n' > .envrc
+",
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    let hidden: Vec<char> = err
+        .chars()
+        .filter(|c| {
+            matches!(
+                c,
+                '\u{2060}' | '\u{200d}' | '\u{3164}' | '\u{e0041}' | '\u{ad}'
+            )
+        })
+        .collect();
+    assert_eq!(hidden, Vec::<char>::new(), "{err}");
+    assert!(
+        err.contains("echo ok\\u{200d}\\u{3164}\\u{e0041}\\xad # hidden"),
+        "{err}"
+    );
+}
