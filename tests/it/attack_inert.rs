@@ -289,3 +289,39 @@ printf 'echo ok\342\200\215\343\205\244\363\240\201\201\302\255 # hidden\n' > .e
         "{err}"
     );
 }
+
+/// The agent makes its own process group the terminal's foreground one and
+/// sets `tostop`, so that a process of another group that writes to the
+/// terminal is stopped (`SIGTTOU`): `nd7 run` writing its warning. The
+/// warning and the exit status must still show, and `nd7 run` return.
+#[test]
+fn a_foreground_the_agent_took_does_not_stop_the_warning() {
+    let w = World::new();
+    let agent = w.agent(
+        r#"
+printf 'x\n' > .envrc
+stty tostop < /dev/tty
+/usr/bin/python3 -c 'import os, signal
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+os.setpgid(0, 0)
+os.tcsetpgrp(os.open("/dev/tty", os.O_RDWR), os.getpgrp())' 2> py.err; echo "python: $?" >> py.err
+"#,
+    );
+    let status = w.outside().join("status");
+    let tmux = Tmux::start(
+        &w,
+        200,
+        &format!(
+            "'{ND7}' run '{agent}'; s=$?; echo \"the shell's next line: $s\"; echo $s > '{}'; exec sleep 600",
+            status.display()
+        ),
+    );
+    eventually("nd7 run returns in the pane", || {
+        std::fs::read_to_string(&status).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let shown = tmux.visible();
+    let py = std::fs::read_to_string(w.proj().join("py.err")).unwrap_or_default();
+    assert!(shown.contains("nd7 run: END OF WARNING"), "{shown}");
+    assert!(shown.contains("the shell's next line: 3"), "{shown}");
+    assert_eq!(py.trim(), "python: 0", "the attack did not run");
+}
