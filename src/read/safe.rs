@@ -154,8 +154,14 @@ pub fn fit(line: &str, width: Option<usize>) -> String {
 ///   Leaving without it, the cursor stays where the program left it on the
 ///   alternate screen, so after a program that never left it nd7's lines
 ///   may overwrite part of the normal screen, never the reverse.
-/// - `?1000`, `?1002`, `?1003`, `?1005`, `?1006`, `?1015` off: no mouse
-///   reporting, which would type escape sequences into the shell.
+/// - `?9`, `?1000` to `?1003`, `?1005`, `?1006`, `?1015` off: no mouse
+///   reporting, which would type escape sequences into the shell; `?1004`
+///   off: no focus reports, which would too, at each change of window.
+/// - `?1` off and `ESC >`: cursor keys and keypad send what the shell
+///   expects; `?69` off: no left and right margins (xterm), within which
+///   nd7's lines would wrap short of the width they were cut to. Not `?6`
+///   (origin mode): setting or resetting it moves the cursor home, and with
+///   the region the whole screen it changes nothing.
 /// - `?2026` off: synchronized output ended (a terminal holding it shows nothing).
 /// - `?25` on, `?7` on, `?5` off, `4 l`: a visible cursor, lines that wrap
 ///   rather than overwrite their end, normal video, no insert mode.
@@ -175,7 +181,9 @@ pub fn fit(line: &str, width: Option<usize>) -> String {
 pub const RESET: &str = concat!(
     "\x1b\\\x18",
     "\x1b[?1047l\x1b[?47l",
-    "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l",
+    "\x1b[?9l\x1b[?1000l\x1b[?1001l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l",
+    "\x1b[?1004l",
+    "\x1b[?1l\x1b>\x1b[?69l",
     "\x1b[?2026l",
     "\x1b[?25h\x1b[?7h\x1b[?5l\x1b[4l",
     "\x1b7\x1b[r\x1b8",

@@ -325,3 +325,36 @@ os.tcsetpgrp(os.open("/dev/tty", os.O_RDWR), os.getpgrp())' 2> py.err; echo "pyt
     assert!(shown.contains("the shell's next line: 3"), "{shown}");
     assert_eq!(py.trim(), "python: 0", "the attack did not run");
 }
+
+/// The agent leaves keys sending what a shell does not expect (application
+/// cursor keys, keypad mode) and focus reports on, which type escape
+/// sequences into the shell each time the window gains or loses focus.
+/// After `nd7 run` returns, the pane is back to normal.
+///
+/// Guards `?1l` and `ESC >` in `safe::RESET`.
+#[test]
+fn modes_that_change_what_the_terminal_types_are_turned_off() {
+    let w = World::new();
+    let agent = w.agent(r"printf '\033[?1h\033=\033[?1004h' > /dev/tty");
+    let status = w.outside().join("status");
+    let tmux = Tmux::start(
+        &w,
+        120,
+        &format!(
+            "'{ND7}' run '{agent}'; echo $? > '{}'; exec sleep 600",
+            status.display()
+        ),
+    );
+    eventually("nd7 run returns in the pane", || {
+        std::fs::read_to_string(&status).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let flags = tmux.ask(&[
+        "display-message",
+        "-p",
+        "-t",
+        "s",
+        "#{keypad_cursor_flag} #{keypad_flag}",
+    ]);
+    // tmux 3.3 shows no flag for focus reports: `?1004l` is not checked.
+    assert_eq!(flags.trim(), "0 0", "application cursor keys, keypad mode");
+}
