@@ -107,10 +107,13 @@ pub fn path(path: &Path) -> String {
 }
 
 /// How many columns `c` may take on a terminal, counted high: two for
-/// anything from the Hangul Jamo block up (where wide scripts start), so a
-/// line cut by [`fit`] never takes more than it was given.
+/// anything not ASCII, so a line cut by [`fit`] never takes more than it
+/// was given. Wide scripts start at the Hangul Jamo block (U+1100), but a
+/// terminal set to draw East Asian "ambiguous" characters wide (as CJK
+/// users set theirs) draws Greek, Cyrillic, `§` and many more below it in
+/// two columns too.
 fn columns(c: char) -> usize {
-    if (c as u32) < 0x1100 { 1 } else { 2 }
+    if c.is_ascii() { 1 } else { 2 }
 }
 
 /// `line` (already inert) cut to at most `width` columns, the cut said by a
@@ -280,6 +283,11 @@ mod tests {
         // Wide characters count twice.
         let wide = fit(&"漢".repeat(50), Some(20));
         assert!(wide.chars().map(columns).sum::<usize>() <= 20, "{wide}");
+        // So do the ambiguous ones, which some terminals draw wide: 40
+        // Greek letters do not fit in 60 columns there.
+        let greek = fit(&"α".repeat(40), Some(60));
+        assert!(greek.contains("…(+"), "{greek}");
+        assert!(greek.chars().map(columns).sum::<usize>() <= 60, "{greek}");
     }
 
     #[test]
