@@ -174,6 +174,11 @@ pub fn fit(line: &str, width: Option<usize>) -> String {
 ///   the ordinary character set (line drawing garbles text), and `ESC [ 0 m`,
 ///   no hidden, blinking, reversed or coloured text.
 ///
+/// - then `ESC [ J`: the screen below the cursor erased, where nd7's lines
+///   go. The program may have drawn a fake line of nd7's there and moved
+///   the cursor up: nd7's lines would come above it, and it would stay the
+///   last thing shown (ADR-0092).
+///
 /// It does not clear the screen or reset the terminal whole (`ESC c`): what
 /// the program showed stays for you to read. Nor does it set the default
 /// colours back (`OSC 110`, `111`, `104`): that would undo a colour theme
@@ -191,6 +196,7 @@ pub const RESET: &str = concat!(
     "\x1b[?25h\x1b[?7h\x1b[?5l\x1b[4l",
     "\x1b7\x1b[r\x1b8",
     "\x0f\x1b(B\x1b[0m",
+    "\x1b[J",
 );
 
 /// `text` safe as HTML character data or a quoted attribute value: the

@@ -358,3 +358,36 @@ fn modes_that_change_what_the_terminal_types_are_turned_off() {
     // tmux 3.3 shows no flag for focus reports: `?1004l` is not checked.
     assert_eq!(flags.trim(), "0 0", "application cursor keys, keypad mode");
 }
+
+/// The agent draws a fake closing line low on the screen, then moves the
+/// cursor up: nd7's lines go where the cursor is, and the fake stays below
+/// them, the last thing on the screen, unless nd7 erases what is below
+/// the cursor before its lines.
+///
+/// Guards `ESC [ J` at the end of `safe::RESET`.
+#[test]
+fn a_fake_line_drawn_below_the_cursor_does_not_stay() {
+    let w = World::new();
+    let fake = "nd7 run: the program exited with status 0; nothing changed.";
+    let agent = w.agent(&format!(
+        r"
+printf 'x\n' > .envrc
+printf '\033[70;1H{fake}\033[5;1H' > /dev/tty
+"
+    ));
+    let status = w.outside().join("status");
+    let tmux = Tmux::start(
+        &w,
+        200,
+        &format!(
+            "'{ND7}' run '{agent}'; echo $? > '{}'; exec sleep 600",
+            status.display()
+        ),
+    );
+    eventually("nd7 run returns in the pane", || {
+        std::fs::read_to_string(&status).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let shown = tmux.visible();
+    assert!(shown.contains("nd7 run: END OF WARNING"), "{shown}");
+    assert!(!shown.contains(fake), "{shown}");
+}
