@@ -288,6 +288,8 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         "resolve",
     )?;
     let nd7_exec = binary_checks(&nd7)?;
+    // Before the agent's program can touch the terminal (ADR-0098).
+    let terminal = Terminal::before();
     let home = run_dir::account_home()?;
     check_home(&home)?;
     let mode_warnings = check_modes(&home)?;
@@ -658,6 +660,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     }
     // The agent's program has had the terminal until now: whatever it left
     // the terminal in must not hide or garble nd7's own last lines.
+    terminal.give_back();
     reset_terminal();
     if let Some(left) = left.filter(|l| l.count > 0) {
         let _ = log.note(
@@ -671,16 +674,19 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
             .iter()
             .map(|(pid, name)| format!("{pid} ({})", safe::term(name, safe::Lines::One)))
             .collect();
-        announce(&format!(
-            "nd7 run: ended {} process{} the session left running: {}{}",
-            left.count,
-            if left.count == 1 { "" } else { "es" },
-            named.join(", "),
-            if left.count > named.len() {
-                ", …"
-            } else {
-                ""
-            }
+        announce(&safe::fit(
+            &format!(
+                "nd7 run: ended {} process{} the session left running: {}{}",
+                left.count,
+                if left.count == 1 { "" } else { "es" },
+                named.join(", "),
+                if left.count > named.len() {
+                    ", …"
+                } else {
+                    ""
+                }
+            ),
+            terminal.width(),
         ));
     }
     let ended = match (status.code(), status.signal()) {
@@ -732,7 +738,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         ));
     }
     for line in crate::refusals::summary(&log.floor_refusals(), &home, log.id()) {
-        announce(&format!("nd7 run: {line}"));
+        announce(&safe::fit(&format!("nd7 run: {line}"), terminal.width()));
     }
     drop(session);
     let (code, how) = match ended {
@@ -743,14 +749,17 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
         }
     };
     if findings.is_empty() {
+        terminal.give_back();
         return Ok(code);
     }
     // The changes, then nd7's own closing lines after a reset (ADR-0090):
     // nothing in a file's content can clear or cut short what follows it.
-    let warning = deferred::report::render(&findings, &how, terminal_width());
+    let warning = deferred::report::render(&findings, &how, terminal.width());
     announce(warning.changes.trim_end());
     reset_terminal();
     announce(&warning.close);
+    // Again, last: answers that came while nd7 wrote its lines.
+    terminal.give_back();
     Ok(CHANGED_STATUS)
 }
 
@@ -760,6 +769,53 @@ fn reset_terminal() {
     let err = io::stderr();
     if rustix::termios::isatty(&err) {
         let _ = io::Write::write_all(&mut err.lock(), safe::RESET.as_bytes());
+    }
+}
+
+/// The terminal as the user had it before the agent's program had it
+/// (ADR-0098). That program may change the terminal's line settings (`stty
+/// -echo -opost`), leave the terminal's answers to its questions (DA, DSR,
+/// a title report) in the terminal's input, where the user's shell would
+/// read them as typed, and set the size the terminal says it has (`stty cols
+/// 1000`), so that [`safe::fit`] would cut nothing and a line of its text
+/// would wrap to the start of a row and pass for one of nd7's own.
+struct Terminal {
+    /// The line settings, when stdin or stderr is a terminal.
+    settings: Option<rustix::termios::Termios>,
+    /// The width stderr's terminal said it had.
+    width: Option<usize>,
+}
+
+impl Terminal {
+    fn before() -> Terminal {
+        Terminal {
+            settings: rustix::termios::tcgetattr(io::stderr())
+                .or_else(|_| rustix::termios::tcgetattr(io::stdin()))
+                .ok(),
+            width: terminal_width(),
+        }
+    }
+
+    /// Puts the line settings back and throws away what waits in the
+    /// terminal's input (`TCSAFLUSH`): the answers the terminal gave the
+    /// program's questions, and anything typed meanwhile. An answer the
+    /// terminal gives later still reaches the shell (docs/sandbox.md).
+    fn give_back(&self) {
+        let Some(settings) = &self.settings else {
+            return;
+        };
+        let flush = rustix::termios::OptionalActions::Flush;
+        if rustix::termios::tcsetattr(io::stderr(), flush, settings).is_err() {
+            let _ = rustix::termios::tcsetattr(io::stdin(), flush, settings);
+        }
+    }
+
+    /// The width to cut lines to: the smaller of the widths the terminal
+    /// said before and after the program, so a size the program set can
+    /// only make the lines shorter.
+    fn width(&self) -> Option<usize> {
+        let now = terminal_width()?;
+        Some(self.width.map_or(now, |before| before.min(now)))
     }
 }
 

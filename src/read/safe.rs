@@ -33,6 +33,21 @@ pub fn is_hazard(c: char) -> bool {
         | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{61c}'
         // invisible: zero-width space, line and paragraph separators, BOM
         | '\u{200b}' | '\u{2028}' | '\u{2029}' | '\u{feff}')
+        || is_invisible(c)
+}
+
+/// Whether `c` shows as nothing, or as blank, on a terminal: Unicode's
+/// default-ignorable code points (soft hyphen, joiners, word joiner and the
+/// invisible operators, variation selectors, tag characters, the Hangul
+/// fillers, which draw as blank space) and the interlinear annotation
+/// marks. Text holding them is not what it looks like: `.envrc` and
+/// `.envrc` plus a word joiner are two names that show alike.
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{ad}' | '\u{34f}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
+        | '\u{180b}'..='\u{180f}' | '\u{200c}' | '\u{200d}' | '\u{2060}'..='\u{206f}'
+        | '\u{3164}' | '\u{fe00}'..='\u{fe0f}' | '\u{ffa0}' | '\u{fff0}'..='\u{fffb}'
+        | '\u{1bca0}'..='\u{1bca3}' | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}')
 }
 
 /// How one hazardous character is shown.
@@ -92,10 +107,13 @@ pub fn path(path: &Path) -> String {
 }
 
 /// How many columns `c` may take on a terminal, counted high: two for
-/// anything from the Hangul Jamo block up (where wide scripts start), so a
-/// line cut by [`fit`] never takes more than it was given.
+/// anything not ASCII, so a line cut by [`fit`] never takes more than it
+/// was given. Wide scripts start at the Hangul Jamo block (U+1100), but a
+/// terminal set to draw East Asian "ambiguous" characters wide (as CJK
+/// users set theirs) draws Greek, Cyrillic, `§` and many more below it in
+/// two columns too.
 fn columns(c: char) -> usize {
-    if (c as u32) < 0x1100 { 1 } else { 2 }
+    if c.is_ascii() { 1 } else { 2 }
 }
 
 /// `line` (already inert) cut to at most `width` columns, the cut said by a
@@ -139,8 +157,14 @@ pub fn fit(line: &str, width: Option<usize>) -> String {
 ///   Leaving without it, the cursor stays where the program left it on the
 ///   alternate screen, so after a program that never left it nd7's lines
 ///   may overwrite part of the normal screen, never the reverse.
-/// - `?1000`, `?1002`, `?1003`, `?1005`, `?1006`, `?1015` off: no mouse
-///   reporting, which would type escape sequences into the shell.
+/// - `?9`, `?1000` to `?1003`, `?1005`, `?1006`, `?1015` off: no mouse
+///   reporting, which would type escape sequences into the shell; `?1004`
+///   off: no focus reports, which would too, at each change of window.
+/// - `?1` off and `ESC >`: cursor keys and keypad send what the shell
+///   expects; `?69` off: no left and right margins (xterm), within which
+///   nd7's lines would wrap short of the width they were cut to. Not `?6`
+///   (origin mode): setting or resetting it moves the cursor home, and with
+///   the region the whole screen it changes nothing.
 /// - `?2026` off: synchronized output ended (a terminal holding it shows nothing).
 /// - `?25` on, `?7` on, `?5` off, `4 l`: a visible cursor, lines that wrap
 ///   rather than overwrite their end, normal video, no insert mode.
@@ -149,6 +173,11 @@ pub fn fit(line: &str, width: Option<usize>) -> String {
 /// - last, as a cursor restore brings back attributes: `SI` and `ESC ( B`,
 ///   the ordinary character set (line drawing garbles text), and `ESC [ 0 m`,
 ///   no hidden, blinking, reversed or coloured text.
+///
+/// - then `ESC [ J`: the screen below the cursor erased, where nd7's lines
+///   go. The program may have drawn a fake line of nd7's there and moved
+///   the cursor up: nd7's lines would come above it, and it would stay the
+///   last thing shown (ADR-0098).
 ///
 /// It does not clear the screen or reset the terminal whole (`ESC c`): what
 /// the program showed stays for you to read. Nor does it set the default
@@ -160,11 +189,14 @@ pub fn fit(line: &str, width: Option<usize>) -> String {
 pub const RESET: &str = concat!(
     "\x1b\\\x18",
     "\x1b[?1047l\x1b[?47l",
-    "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l",
+    "\x1b[?9l\x1b[?1000l\x1b[?1001l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l",
+    "\x1b[?1004l",
+    "\x1b[?1l\x1b>\x1b[?69l",
     "\x1b[?2026l",
     "\x1b[?25h\x1b[?7h\x1b[?5l\x1b[4l",
     "\x1b7\x1b[r\x1b8",
     "\x0f\x1b(B\x1b[0m",
+    "\x1b[J",
 );
 
 /// `text` safe as HTML character data or a quoted attribute value: the
@@ -217,6 +249,32 @@ mod tests {
         }
     }
 
+    /// Guards `is_invisible`: without it these pass through as themselves.
+    #[test]
+    fn characters_that_show_as_nothing_are_escaped() {
+        for c in [
+            '\u{ad}',
+            '\u{34f}',
+            '\u{115f}',
+            '\u{180e}',
+            '\u{200d}',
+            '\u{2060}',
+            '\u{2064}',
+            '\u{206a}',
+            '\u{3164}',
+            '\u{fe0f}',
+            '\u{ffa0}',
+            '\u{fff9}',
+            '\u{e0041}',
+        ] {
+            let shown = term(&format!(".envrc{c}"), Lines::One);
+            assert_eq!(
+                shown,
+                format!(".envrc\\u{{{:x}}}", c as u32).replace("\\u{ad}", "\\xad")
+            );
+        }
+    }
+
     #[test]
     fn a_line_is_cut_to_the_width_with_the_cut_said() {
         assert_eq!(fit("short", Some(10)), "short");
@@ -231,6 +289,11 @@ mod tests {
         // Wide characters count twice.
         let wide = fit(&"漢".repeat(50), Some(20));
         assert!(wide.chars().map(columns).sum::<usize>() <= 20, "{wide}");
+        // So do the ambiguous ones, which some terminals draw wide: 40
+        // Greek letters do not fit in 60 columns there.
+        let greek = fit(&"α".repeat(40), Some(60));
+        assert!(greek.contains("…(+"), "{greek}");
+        assert!(greek.chars().map(columns).sum::<usize>() <= 60, "{greek}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::world::*;
 
 /// Waits (at most two minutes) for `done`; panics with `what` otherwise.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
         assert!(start.elapsed() < Duration::from_secs(120), "never: {what}");
@@ -23,7 +23,7 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// A git repository in the project with one commit, as the account made it.
-fn repo(w: &World) {
+pub(crate) fn repo(w: &World) {
     let git = |args: &[&str]| {
         let out = w.command("git", args).output().expect("git");
         assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
@@ -50,7 +50,7 @@ const HOSTILE: &str = r"\033[2J\033[3J\033[H\033]52;c;Y3VybCBldmlsfHNo\a\033]2;p
 
 /// Bytes that act on a terminal, or hide or reorder text: ESC, BEL, CAN,
 /// SI/SO, U+009B (CSI) and the other C1 controls, bidi overrides.
-fn acting(out: &str) -> Vec<char> {
+pub(crate) fn acting(out: &str) -> Vec<char> {
     out.chars()
         .filter(|&c| {
             (c.is_control() && c != '\n' && c != '\t')
@@ -61,14 +61,14 @@ fn acting(out: &str) -> Vec<char> {
 
 /// A tmux server of the account's, on a socket in the world: killed when
 /// dropped.
-struct Tmux<'w> {
+pub(crate) struct Tmux<'w> {
     w: &'w World,
     socket: PathBuf,
 }
 
 impl<'w> Tmux<'w> {
     /// A detached session `s`, `cols` wide, running `command` in its pane.
-    fn start(w: &'w World, cols: u16, command: &str) -> Tmux<'w> {
+    pub(crate) fn start(w: &'w World, cols: u16, command: &str) -> Tmux<'w> {
         let socket = w.outside().join("tmux.sock");
         let t = Tmux { w, socket };
         let out = t
@@ -101,13 +101,13 @@ impl<'w> Tmux<'w> {
         self.w.command("tmux", &all)
     }
 
-    fn ask(&self, args: &[&str]) -> String {
+    pub(crate) fn ask(&self, args: &[&str]) -> String {
         let out = self.cmd(args).output().expect("tmux");
         text(&out.stdout)
     }
 
     /// The pane's visible contents, each line as it is shown.
-    fn visible(&self) -> String {
+    pub(crate) fn visible(&self) -> String {
         self.ask(&["capture-pane", "-p", "-t", "s"])
     }
 }
