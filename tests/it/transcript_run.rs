@@ -204,9 +204,13 @@ fn nd7_run_reads_no_secret_through_second_names_or_linked_directories() {
     let inside = w.in_home(&rel);
     let outside = w.home().join(&rel);
     std::fs::create_dir_all(outside.parent().expect("parent")).expect("mkdir");
-    // A second name of the key, made before the session (the floor may
-    // not let the agent make one; nd7 must not rely on that).
-    std::fs::hard_link(w.home().join(".ssh/id_ed25519"), &outside).expect("ln");
+    // A second name of a secret, made before the session (the floor may
+    // not let the agent make one; nd7 must not rely on that). Not a
+    // credential store's file: a second name of one stops `nd7 run` before
+    // anything starts (ADR-0095); the anchoring refuses every second name.
+    let kept = w.home().join("kept-secret");
+    std::fs::write(&kept, "SECRET-KEY").expect("write");
+    std::fs::hard_link(&kept, &outside).expect("ln");
     // A directory the agent cannot read, holding a file named as the
     // session's transcript.
     let hidden = w.home().join(".hidden");
@@ -522,7 +526,7 @@ fn nd7_run_anchors_a_codex_rollout_from_outside_and_reads_no_secret() {
     let inside = w.in_home(&rel);
     let outside = w.home().join(&rel);
     let day = outside.parent().expect("day").to_path_buf();
-    let secret_out = w.home().join(".ssh/id_ed25519");
+    let secret_out = w.home().join("kept-secret");
     let secret = w.in_home(".ssh/id_ed25519");
     std::fs::create_dir_all(&day).expect("mkdir");
     let first = b"{\"type\":\"session_meta\"}\n{\"n\":2}\n".to_vec();
@@ -541,8 +545,10 @@ fn nd7_run_anchors_a_codex_rollout_from_outside_and_reads_no_secret() {
     std::fs::remove_file(&outside).expect("rm");
     std::os::unix::fs::symlink(&secret, &outside).expect("symlink");
     codex_run(&w, &inside, "codex_hook Stop\n");
-    // A second name of the secret.
+    // A second name of a secret (not a credential store's file, whose
+    // second name would stop `nd7 run` at the start: ADR-0095).
     std::fs::remove_file(&outside).expect("rm");
+    std::fs::write(&secret_out, "SECRET-KEY").expect("write");
     std::fs::hard_link(&secret_out, &outside).expect("ln");
     codex_run(&w, &inside, "codex_hook Stop\n");
     // The day's directory a link to one holding a file of the right name.
