@@ -177,10 +177,11 @@ echo done
 }
 
 /// Holds (checks `Unreadable::check` and `place_of`): a `gitdir:` into a
-/// credential store by way of `/proc/self/root` and `/proc/self/cwd`, and
-/// a new repository whose `config` is a hard link, made by the agent
-/// inside the project, to a hard link of `~/.kube/config` the user made
-/// there before the session. Nothing of the secret may be written.
+/// credential store by way of `/proc/self/root` and `/proc/self/cwd`.
+/// Nothing of the secret may be written. (A hard link of `~/.kube/config`
+/// the user made in the project before the session now stops `nd7 run`
+/// at the start, ADR-0095; the watch's identity check for one is held by
+/// `deferred::unreadable`'s unit tests.)
 #[test]
 fn proc_paths_and_hard_links_do_not_lead_the_watch_to_a_secret() {
     let w = World::new();
@@ -188,14 +189,12 @@ fn proc_paths_and_hard_links_do_not_lead_the_watch_to_a_secret() {
     let kube = w.home().join(".kube/config");
     std::fs::create_dir_all(kube.parent().expect("p")).expect("mkdir");
     std::fs::write(&kube, "[core]\n\tfsmonitor = KUBE-SECRET-TOKEN\n").expect("w");
-    std::fs::hard_link(&kube, w.proj().join("kcfg")).expect("ln");
     w.own();
     let out = w.run_agent(
         r#"
 touch "$HOME_DIR/.kube/config" 2>/dev/null
-mkdir -p a b h/.g && echo "gitdir: /proc/self/root$HOME_DIR/.kube" > a/.git
+mkdir -p a b && echo "gitdir: /proc/self/root$HOME_DIR/.kube" > a/.git
 echo "gitdir: /proc/self/cwd/../../../../../../../../..$HOME_DIR/.kube" > b/.git
-ln kcfg h/.g/config 2>/dev/null; mkdir -p h2 && echo "gitdir: ../h/.g" > h2/.git
 echo done
 "#,
     );
