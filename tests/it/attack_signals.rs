@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use crate::runs::*;
 use crate::world::*;
 
+const PYTHON: &str = "/usr/bin/python3";
+
 /// Python (x86-64) trying the routes to a stop the filter does not name, at
 /// the session process `$1`: ptrace's seize and interrupt (a group stop
 /// without a signal call), and a clone whose exit signal is SIGSTOP with
@@ -97,8 +99,7 @@ fn a_hydra_does_not_outlive_the_run() {
     let marker = format!("hydra-{}", std::process::id());
     let start = Instant::now();
     let out = w.run_agent(&format!(
-        "setsid {HYDRA} {marker} </dev/null >/dev/null 2>&1 &\n\
-         setsid {HYDRA} {marker} </dev/null >/dev/null 2>&1 &\n\
+        "for i in $(seq 16); do setsid {HYDRA} {marker} </dev/null >/dev/null 2>&1 & done\n\
          sleep 1\necho started"
     ));
     let took = start.elapsed();
@@ -158,6 +159,13 @@ fn a_flood_of_whole_requests_does_not_lose_a_hook_silently() {
     let flood = e.iter().filter(|x| x["session"] == "flood").count();
     let hook = e.iter().any(|x| x["session"] == "in-flood");
     let end = e.last().cloned().unwrap_or_default();
+    let mut reasons: Vec<String> = e
+        .iter()
+        .filter(|x| x["kind"] == "refused")
+        .map(|x| x["body"]["reason"].to_string())
+        .collect();
+    reasons.dedup();
+    eprintln!("refusals: {reasons:?}");
     let verified = verify(&w, &chain);
     eprintln!(
         "out: {:?} {}\nflood entries: {flood}; hook recorded: {hook}\nrun_end: {end}\nverify: {} {}",
@@ -170,4 +178,111 @@ fn a_flood_of_whole_requests_does_not_lose_a_hook_silently() {
         hook || verified.status.code() != Some(0),
         "the hook's event is lost and nd7 verify passes the chain"
     );
+}
+
+/// Python run by the agent: moves the terminal's foreground to a process
+/// group of its own and sets `TOSTOP`, then ends, leaving a daemon for the
+/// session to report (which it does on the terminal).
+const TAKE_FOREGROUND: &str = r#"/usr/bin/python3 - <<'PY'
+import os, signal, termios
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+os.setpgid(0, 0)
+os.tcsetpgrp(2, os.getpgrp())
+a = termios.tcgetattr(2)
+a[3] |= termios.TOSTOP
+termios.tcsetattr(2, termios.TCSANOW, a)
+print("took", flush=True)
+PY"#;
+
+/// The session process has the default action for SIGTTOU (it resets it
+/// for the program by resetting its own): the agent, in the same terminal
+/// session, makes a group of its own the terminal's foreground
+/// (`TIOCSPGRP`, allowed) with `TOSTOP` set and ends; the session's next
+/// write to the terminal ("ended 1 process …") makes the kernel's tty
+/// driver stop it. No call names a signal, so the filter sees nothing.
+/// `nd7 run` is run as a job of a job-controlling shell on a pty, as a
+/// user's shell runs it.
+#[test]
+fn taking_the_terminal_foreground_does_not_stop_the_session() {
+    let w = World::new();
+    let agent = w.agent(&format!(
+        "echo $PPID > session.pid.new; mv session.pid.new session.pid\n\
+         grep SigIgn /proc/$$/status > sigign\n\
+         setsid sleep 1000 </dev/null >/dev/null 2>&1 &\n\
+         {TAKE_FOREGROUND}\ntouch agent-done"
+    ));
+    let spawn = w.proj().join("nd7-run.py");
+    std::fs::write(
+        &spawn,
+        "import pty, sys\nsys.exit(pty.spawn(sys.argv[1:]) >> 8)\n",
+    )
+    .expect("nd7-run.py");
+    let shell = format!("set -m; '{ND7}' run '{agent}'; echo \"rc:$?\"");
+    let mut child = w
+        .command(
+            PYTHON,
+            &[&spawn.display().to_string(), "/bin/bash", "-c", &shell],
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("nd7 run on a pty");
+    let ended = |child: &mut std::process::Child| child.try_wait().ok().flatten().is_some();
+    let start = Instant::now();
+    let mut stopped = None;
+    while start.elapsed() < Duration::from_secs(60) && !ended(&mut child) {
+        // The agent's script is the program: its parent is the session.
+        if let Ok(pid) = std::fs::read_to_string(w.proj().join("session.pid")) {
+            let session: u32 = pid.trim().parse().unwrap_or(0);
+            let st = std::fs::read_to_string(format!("/proc/{session}/stat")).unwrap_or_default();
+            let state = st.rsplit(')').next().and_then(|r| r.split_whitespace().next());
+            if state == Some("T") && w.proj().join("agent-done").exists() {
+                stopped = Some(session);
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if !ended(&mut child) {
+        let ps = std::process::Command::new("ps")
+            .args(["-eo", "pid,ppid,pgid,tpgid,stat,wchan:20,args", "--forest"])
+            .output()
+            .expect("ps");
+        let ps = text(&ps.stdout);
+        let around: Vec<&str> = ps
+            .lines()
+            .filter(|l| l.contains("nd7") || l.contains("agent") || l.contains("sleep 1000"))
+            .collect();
+        eprintln!("not ended after the bound:\n{}", around.join("\n"));
+    }
+    if stopped.is_none() && !ended(&mut child) {
+        // Whatever it is, the user's SIGTERM to bash's job.
+        let _ = std::process::Command::new("pkill")
+            .args(["-TERM", "-P", &child.id().to_string()])
+            .status();
+    }
+    if let Some(session) = stopped {
+        // The user's SIGTERM to nd7 run (the front, the keeper's parent).
+        let ppid = |pid: u32| -> u32 {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(1))
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0)
+        };
+        let front = ppid(ppid(session));
+        // SAFETY: kill with a pid read just now from /proc.
+        unsafe { libc::kill(front as i32, libc::SIGTERM) };
+    }
+    let out = child.wait_with_output().expect("ended");
+    eprintln!("{}", text(&out.stdout));
+    assert_eq!(stopped, None, "the session was stopped by the terminal");
+    // The program still has SIGTTIN and SIGTTOU at their default.
+    let ignored = std::fs::read_to_string(w.proj().join("sigign")).expect("sigign");
+    let mask = u64::from_str_radix(ignored.trim().trim_start_matches("SigIgn:").trim(), 16)
+        .expect("a mask");
+    assert_eq!(mask & (0b11 << 20), 0, "{ignored}");
+    assert!(text(&out.stdout).contains("rc:0"), "{}", text(&out.stdout));
 }
