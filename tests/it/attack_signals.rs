@@ -60,11 +60,15 @@ fn ptrace_and_clone_exit_signals_do_not_stop_the_session() {
     let got = lines(&out);
     eprintln!("{got:?}");
     assert!(
-        got.iter().any(|l| l.starts_with("seize:") && l != "seize:OK"),
+        got.iter()
+            .any(|l| l.starts_with("seize:") && l != "seize:OK"),
         "{got:?} {}",
         text(&out.stderr)
     );
-    assert!(got.contains(&"after:S".to_string()) || got.contains(&"after:R".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"after:S".to_string()) || got.contains(&"after:R".to_string()),
+        "{got:?}"
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
@@ -72,7 +76,8 @@ fn ptrace_and_clone_exit_signals_do_not_stop_the_session() {
 /// that its pid changes faster than a scan of `/proc` can kill it. Ends on
 /// its own after 60 s (the test's bound), so a broken run leaves nothing
 /// behind for good. Its command line carries `$2` to be found by.
-const HYDRA: &str = r#"perl -e '$end = time + 60; $0 = "hydra-$ARGV[0]"; while (time < $end) { exit if fork; }' "#;
+const HYDRA: &str =
+    r#"perl -e '$end = time + 60; $0 = "hydra-$ARGV[0]"; while (time < $end) { exit if fork; }' "#;
 
 /// Processes of the tester whose command line names `marker`.
 fn alive_with(marker: &str) -> Vec<u32> {
@@ -104,7 +109,10 @@ fn a_hydra_does_not_outlive_the_run() {
     ));
     let took = start.elapsed();
     let left = alive_with(&marker);
-    eprintln!("nd7 run took {took:?}; left: {left:?}; {}", text(&out.stderr));
+    eprintln!(
+        "nd7 run took {took:?}; left: {left:?}; {}",
+        text(&out.stderr)
+    );
     // Let any survivor end on its own before the assertion fails.
     if !left.is_empty() {
         std::thread::sleep(Duration::from_secs(61));
@@ -235,7 +243,10 @@ fn taking_the_terminal_foreground_does_not_stop_the_session() {
         if let Ok(pid) = std::fs::read_to_string(w.proj().join("session.pid")) {
             let session: u32 = pid.trim().parse().unwrap_or(0);
             let st = std::fs::read_to_string(format!("/proc/{session}/stat")).unwrap_or_default();
-            let state = st.rsplit(')').next().and_then(|r| r.split_whitespace().next());
+            let state = st
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next());
             if state == Some("T") && w.proj().join("agent-done").exists() {
                 stopped = Some(session);
                 break;
