@@ -96,8 +96,10 @@ fn alive_with(marker: &str) -> Vec<u32> {
 
 /// A hydra left behind by the agent: `nd7 run`'s end kills what a scan
 /// finds, pass after pass until a pass kills nothing new, but a process
-/// that has already forked and exited is gone by its kill. Does `nd7 run`
-/// return, with the hydra gone, and `run_end` written?
+/// that has already forked and exited is gone by its kill. Held: the
+/// session's `end_below` ends most heads and the keeper's last `sweep`
+/// (which loops until it has no child) the rest; `nd7 run` returns with
+/// the hydra gone and `run_end` written.
 #[test]
 fn a_hydra_does_not_outlive_the_run() {
     let w = World::new();
@@ -154,7 +156,10 @@ const HOOK: &str = r#"echo '{"session_id":"SESSION","hook_event_name":"Stop"}' |
 /// serve) from many processes, with a real hook in the middle of it and
 /// the program ending right after. Whole requests queue without bound for
 /// the door's 12 threads: is the hook's entry in the log, or does
-/// `nd7 verify` say the chain is incomplete?
+/// `nd7 verify` say the chain is incomplete? Held: the door serves whole
+/// requests about as fast as the floor can connect (each connect passes
+/// through the keeper), so the hook waits behind a short queue and is
+/// recorded.
 #[test]
 fn a_flood_of_whole_requests_does_not_lose_a_hook_silently() {
     let w = World::new();
