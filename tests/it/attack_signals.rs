@@ -302,3 +302,55 @@ fn taking_the_terminal_foreground_does_not_stop_the_session() {
     assert_eq!(mask & (0b11 << 20), 0, "{ignored}");
     assert!(text(&out.stdout).contains("rc:0"), "{}", text(&out.stdout));
 }
+
+/// Perl that opens `$1` connections to the door, sends half a request on
+/// each, makes `holding` and sleeps: the run's end kills it, and the door
+/// then finds every connection ended short.
+const HALF_SENT: &str = r#"perl -MSocket -MIO::Socket::UNIX -e '
+my @s;
+for (1..$ARGV[0]) {
+  my $c = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => "$ENV{ND7_RUN}/record.sock") or last;
+  syswrite($c, pack("V", 1000) . "x");
+  push @s, $c;
+}
+open(my $f, ">", "holding"); close $f;
+sleep 1000;' "#;
+
+/// Connections left half-sent when the program ends: the run's end kills
+/// their holder, and the door refuses each as it ends, possibly after
+/// `run_end` is written. Is the chain still one `nd7 verify` passes only
+/// with `run_end` last (no entry after the tally)? Broke: `refused`
+/// entries of door `record` follow `run_end` (the door is never drained
+/// before the tally), and `nd7 verify` passes the chain. These were the
+/// agent's own half-sent requests, but the same path leaves a drop
+/// (`door_dropped`) or a hook's request still queued for the door's
+/// threads outside the tally, or unserved and unwritten when the session
+/// exits. Fix wanted: drain the door (every floor process is dead by then)
+/// before `run_end`, or have `nd7 verify` count what follows it.
+#[test]
+#[ignore = "open: the door is not drained before run_end; entries after run_end and queued requests are outside the tally and nd7 verify passes"]
+fn connections_ended_by_the_runs_end_write_nothing_after_run_end() {
+    let w = World::new();
+    let out = w.run_agent(&format!(
+        "{HALF_SENT} 200 </dev/null >/dev/null 2>&1 &\nwait_for holding\necho held"
+    ));
+    assert_eq!(lines(&out), ["held"], "{}", text(&out.stderr));
+    let chain = run_chain(&w);
+    let e = entries(&chain);
+    let end = e
+        .iter()
+        .position(|x| x["kind"] == "run_end")
+        .expect("run_end");
+    let after: Vec<_> = e[end + 1..].iter().map(|x| x["kind"].clone()).collect();
+    let verified = verify(&w, &chain);
+    eprintln!(
+        "refused in run_end: {}; entries after run_end: {after:?}; verify: {} {}",
+        e[end]["body"]["refused"],
+        verified.status,
+        text(&verified.stdout).lines().next().unwrap_or("")
+    );
+    assert!(
+        after.is_empty() || verified.status.code() != Some(0),
+        "entries after run_end and nd7 verify passes the chain"
+    );
+}
