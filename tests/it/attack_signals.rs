@@ -322,13 +322,12 @@ sleep 1000;' "#;
 /// with `run_end` last (no entry after the tally)? Broke: `refused`
 /// entries of door `record` follow `run_end` (the door is never drained
 /// before the tally), and `nd7 verify` passes the chain. These were the
-/// agent's own half-sent requests, but the same path leaves a drop
+/// agent's own half-sent requests, but the same path left a drop
 /// (`door_dropped`) or a hook's request still queued for the door's
 /// threads outside the tally, or unserved and unwritten when the session
-/// exits. Fix wanted: drain the door (every floor process is dead by then)
-/// before `run_end`, or have `nd7 verify` count what follows it.
+/// exited. Fixed: the session drains the door (`door::drain`; every floor
+/// process is dead by then) before `run_end` (ADR-0098). Guards `drain`.
 #[test]
-#[ignore = "open: the door is not drained before run_end; entries after run_end and queued requests are outside the tally and nd7 verify passes"]
 fn connections_ended_by_the_runs_end_write_nothing_after_run_end() {
     let w = World::new();
     let out = w.run_agent(&format!(
@@ -349,8 +348,11 @@ fn connections_ended_by_the_runs_end_write_nothing_after_run_end() {
         verified.status,
         text(&verified.stdout).lines().next().unwrap_or("")
     );
-    assert!(
-        after.is_empty() || verified.status.code() != Some(0),
-        "entries after run_end and nd7 verify passes the chain"
+    assert!(after.is_empty(), "entries after run_end: {after:?}");
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
     );
 }
