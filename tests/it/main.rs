@@ -4,6 +4,7 @@
 mod append;
 mod attack_attrs;
 mod attack_inert;
+mod attack_signals;
 mod attack_watch;
 mod codex_floor;
 mod codex_record;

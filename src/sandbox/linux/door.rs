@@ -122,6 +122,33 @@ impl Door {
     }
 }
 
+/// Connections the door has accepted and not yet finished with: waiting in
+/// [`triage`], queued for a thread, or being served. [`drain`] waits for it
+/// to come to 0 before the run's tally (ADR-0099).
+static IN_DOOR: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits (at most `bound`) until the door has finished with every
+/// connection it accepted: each is served, refused or dropped, and written
+/// down, before `run_end` counts them. Called once every process of the
+/// floor has ended, so no new one comes and each waiting one ends short or
+/// is dropped within [`TRIAGE_BUDGET`]. Returns whether it did.
+pub fn drain(bound: Duration) -> bool {
+    let start = Instant::now();
+    while IN_DOOR.load(Ordering::Acquire) > 0 {
+        if start.elapsed() >= bound {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+/// How long [`drain`] waits at most. Every caller has ended by then, so a
+/// waiting connection ends short (or is dropped within [`TRIAGE_BUDGET`])
+/// and a thread's read meets the end at once; the bound keeps the run's
+/// end well inside the keeper's 10 s for the session after its grace.
+pub const DRAIN_BOUND: Duration = Duration::from_secs(5);
+
 /// Up to `max` threads serving the connections handed to them, started as
 /// they are needed (a run whose hooks come one at a time has one).
 struct Pool {
@@ -168,6 +195,8 @@ impl Pool {
                             return;
                         };
                         serve_one(&conn, me, &session, &log);
+                        drop(conn);
+                        IN_DOOR.fetch_sub(1, Ordering::AcqRel);
                     }
                 });
             self.started += usize::from(spawned.is_ok());
@@ -298,13 +327,16 @@ fn triage(listener: &UnixListener, log: &RunLog, whole: &mut Pool, large: &mut P
                 "the request was not sent within {} s; the connection was dropped unread",
                 TRIAGE_BUDGET.as_secs()
             ));
+            IN_DOOR.fetch_sub(1, Ordering::AcqRel);
         }
         while let Ok((conn, _)) = listener.accept() {
+            IN_DOOR.fetch_add(1, Ordering::AcqRel);
             let id = waiting.next;
             waiting.next += 1;
             let _ = conn.set_nonblocking(true);
             let flags = EventFlags::IN | EventFlags::RDHUP | EventFlags::ET;
             if epoll::add(&poll, &conn, EventData::new_u64(id), flags).is_err() {
+                IN_DOOR.fetch_sub(1, Ordering::AcqRel);
                 continue;
             }
             // Its request may be in already; the edge came before `add`.
@@ -326,6 +358,7 @@ fn triage(listener: &UnixListener, log: &RunLog, whole: &mut Pool, large: &mut P
                 log.door_dropped(&format!(
                     "more than {MAX_WAITING} connections waited for their request at once; the oldest was dropped unread"
                 ));
+                IN_DOOR.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }

@@ -325,9 +325,9 @@ fn dispose(sig: i32, handler: libc::sighandler_t) {
     unsafe { libc::signal(sig, handler) };
 }
 
-/// The background terminal signals: the front and the keeper ignore them, so
-/// a program that moves the terminal's foreground away from them (and sets
-/// `TOSTOP`) cannot stop them by making them write to it.
+/// The background terminal signals: the front, the keeper and the session
+/// ignore them, so a program that moves the terminal's foreground away from
+/// them (and sets `TOSTOP`) cannot stop them by making them write to it.
 const TERMINAL_STOPS: [i32; 2] = [libc::SIGTTIN, libc::SIGTTOU];
 
 /// Forks the keeper off `nd7 run`'s first process, which stays as the front
@@ -396,10 +396,12 @@ fn wait_in_front(keeper: libc::pid_t, signals: &libc::sigset_t) -> i32 {
 
 fn session_side(keeper: u32, channel: OwnedFd, signals: &libc::sigset_t) -> Result<Side, String> {
     set_mask(libc::SIG_UNBLOCK, signals);
-    // The program inherits dispositions: these are its own to choose.
-    for sig in TERMINAL_STOPS {
-        dispose(sig, libc::SIG_DFL);
-    }
+    // The session keeps ignoring the terminal's stops, as the front and the
+    // keeper do: a program that takes the terminal's foreground (with
+    // `TOSTOP`) would otherwise have the tty driver stop the session at its
+    // next write there, and no call of the program's would name the signal
+    // (ADR-0099). The program gets them back at their default from
+    // `launch`'s child, which resets them before exec.
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
     if std::os::unix::process::parent_id() != keeper {

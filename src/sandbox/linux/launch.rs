@@ -494,7 +494,10 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
     };
     // No handler of the session may run here: each caught signal goes back
     // to its default (an ignored one stays ignored, as exec keeps it), and
-    // SIGPIPE, which Rust's runtime ignores, to its default as well.
+    // SIGPIPE, which Rust's runtime ignores, to its default as well; so do
+    // SIGTTIN and SIGTTOU, which the session ignores so that a program
+    // taking the terminal's foreground cannot have the tty driver stop it
+    // (ADR-0099), and which are the program's own to choose.
     for sig in 1..NSIG {
         // SAFETY: sigaction reads and writes a local struct; a signal number
         // the kernel refuses (SIGKILL, SIGSTOP, glibc's own) only fails.
@@ -505,7 +508,8 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
             }
             let handled =
                 current.sa_sigaction != libc::SIG_DFL && current.sa_sigaction != libc::SIG_IGN;
-            if handled || sig == libc::SIGPIPE {
+            let reset = [libc::SIGPIPE, libc::SIGTTIN, libc::SIGTTOU].contains(&sig);
+            if handled || reset {
                 let mut default: libc::sigaction = std::mem::zeroed();
                 default.sa_sigaction = libc::SIG_DFL;
                 if libc::sigaction(sig, &default, std::ptr::null_mut()) != 0 {
