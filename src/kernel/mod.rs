@@ -239,6 +239,39 @@ pub fn ancestors() -> Box<dyn Iterator<Item = u32>> {
     }
 }
 
+/// The kernel's own file system `file` lies on, if it does: `/proc`
+/// (other programs' command lines, environments and memory maps, most
+/// of which Landlock's ptrace scope keeps from the agent) and `/sys`.
+/// No file git, direnv or Claude Code runs lives there, and the watch,
+/// unconfined, sees every program of the user's: it reads nothing there
+/// for the agent, whichever link led it.
+#[cfg(target_os = "linux")]
+pub fn kernel_view(file: &std::fs::File) -> Option<&'static str> {
+    /// Linux's `SYSFS_MAGIC`, `DEBUGFS_MAGIC`, `TRACEFS_MAGIC`,
+    /// `SECURITYFS_MAGIC`, `CGROUP2_SUPER_MAGIC` and `BPF_FS_MAGIC`.
+    const OTHERS: &[u64] = &[
+        0x6265_6572,
+        0x6462_6720,
+        0x7472_6163,
+        0x7363_6673,
+        0x6367_7270,
+        0xcafe_4a11,
+    ];
+    let kind = rustix::fs::fstatfs(file).ok()?.f_type as u64;
+    if kind == rustix::fs::PROC_SUPER_MAGIC as u64 {
+        Some("/proc (the kernel's view of running programs)")
+    } else if OTHERS.contains(&kind) {
+        Some("/sys (the kernel's own file system)")
+    } else {
+        None
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn kernel_view(_: &std::fs::File) -> Option<&'static str> {
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,37 +345,4 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
-}
-
-/// The kernel's own file system `file` lies on, if it does: `/proc`
-/// (other programs' command lines, environments and memory maps, which
-/// the floor's own process namespace hides from the agent) and `/sys`.
-/// No file git, direnv or Claude Code runs lives there, and the watch,
-/// unconfined, sees every program of the user's: it reads nothing there
-/// for the agent, whichever link led it.
-#[cfg(target_os = "linux")]
-pub fn kernel_view(file: &std::fs::File) -> Option<&'static str> {
-    /// Linux's `SYSFS_MAGIC`, `DEBUGFS_MAGIC`, `TRACEFS_MAGIC`,
-    /// `SECURITYFS_MAGIC`, `CGROUP2_SUPER_MAGIC` and `BPF_FS_MAGIC`.
-    const OTHERS: &[u64] = &[
-        0x6265_6572,
-        0x6462_6720,
-        0x7472_6163,
-        0x7363_6673,
-        0x6367_7270,
-        0xcafe_4a11,
-    ];
-    let kind = rustix::fs::fstatfs(file).ok()?.f_type as u64;
-    if kind == rustix::fs::PROC_SUPER_MAGIC as u64 {
-        Some("/proc (the kernel's view of running programs)")
-    } else if OTHERS.contains(&kind) {
-        Some("/sys (the kernel's own file system)")
-    } else {
-        None
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn kernel_view(_: &std::fs::File) -> Option<&'static str> {
-    None
 }
