@@ -556,12 +556,17 @@ fn the_decisions_index_lists_every_adr_once() {
                 "ADR-{number:04}: the index says {t:?}, the heading {title:?}"
             )),
             [_] => {}
-            _ => problems.push(format!("ADR-{number:04} is in the index {} times", lines.len())),
+            _ => problems.push(format!(
+                "ADR-{number:04} is in the index {} times",
+                lines.len()
+            )),
         }
     }
     for (number, _) in &listed {
         if !headings.iter().any(|(n, _)| n == number) {
-            problems.push(format!("the index lists ADR-{number:04}, which has no heading"));
+            problems.push(format!(
+                "the index lists ADR-{number:04}, which has no heading"
+            ));
         }
     }
     assert!(problems.is_empty(), "{problems:#?}");
