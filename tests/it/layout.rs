@@ -540,7 +540,10 @@ fn the_decisions_index_lists_every_adr_once() {
         let (head, title) = rest.split_once(": ").unwrap_or((rest, ""));
         match head.split_once(" to ADR-") {
             Some((from, to)) => {
-                let (from, to): (u32, u32) = (from.parse().unwrap(), to.parse().unwrap());
+                let (from, to): (u32, u32) = (
+                    from.parse().expect("an ADR number"),
+                    to.parse().expect("an ADR number"),
+                );
                 headings.extend((from..=to).map(|n| (n, title.to_string())));
             }
             None => headings.push((head.parse().expect("an ADR number"), title.to_string())),
