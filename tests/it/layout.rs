@@ -511,3 +511,66 @@ fn the_suites_guard_covers_every_feature_its_tests_need() {
         "gated on features the guard does not name: {gated:#?}"
     );
 }
+
+/// DECISIONS.md's index by topic names every ADR heading exactly once, with
+/// its number and title as the heading has them (a run of unassigned
+/// numbers, `## ADR-0068 to ADR-0079: Not assigned`, counts as each of its
+/// numbers): an ADR added without its line, or retitled, fails here.
+#[test]
+fn the_decisions_index_lists_every_adr_once() {
+    let text = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/DECISIONS.md"))
+        .expect("docs/DECISIONS.md");
+    let (_, index) = text
+        .split_once("\n## Index by topic\n")
+        .expect("DECISIONS.md has an index by topic");
+    let index = index.split("\n## ").next().unwrap_or("");
+    // The index's lines: `- ADR-0001: Title` and, after the title, ` — `
+    // and the markers.
+    let mut listed: Vec<(u32, String)> = Vec::new();
+    for rest in index.lines().filter_map(|l| l.strip_prefix("- ADR-")) {
+        let (number, title) = rest.split_once(": ").unwrap_or((rest, ""));
+        let title = title.split(" — ").next().unwrap_or("");
+        let number = number
+            .parse()
+            .unwrap_or_else(|_| panic!("an index line without its number: - ADR-{rest}"));
+        listed.push((number, title.to_string()));
+    }
+    let mut headings: Vec<(u32, String)> = Vec::new();
+    for rest in text.lines().filter_map(|l| l.strip_prefix("## ADR-")) {
+        let (head, title) = rest.split_once(": ").unwrap_or((rest, ""));
+        match head.split_once(" to ADR-") {
+            Some((from, to)) => {
+                let (from, to): (u32, u32) = (
+                    from.parse().expect("an ADR number"),
+                    to.parse().expect("an ADR number"),
+                );
+                headings.extend((from..=to).map(|n| (n, title.to_string())));
+            }
+            None => headings.push((head.parse().expect("an ADR number"), title.to_string())),
+        }
+    }
+    assert!(headings.len() > 60, "{headings:?}");
+    let mut problems = Vec::new();
+    for (number, title) in &headings {
+        let lines: Vec<&(u32, String)> = listed.iter().filter(|(n, _)| n == number).collect();
+        match lines.as_slice() {
+            [] => problems.push(format!("ADR-{number:04} is not in the index")),
+            [(_, t)] if t != title => problems.push(format!(
+                "ADR-{number:04}: the index says {t:?}, the heading {title:?}"
+            )),
+            [_] => {}
+            _ => problems.push(format!(
+                "ADR-{number:04} is in the index {} times",
+                lines.len()
+            )),
+        }
+    }
+    for (number, _) in &listed {
+        if !headings.iter().any(|(n, _)| n == number) {
+            problems.push(format!(
+                "the index lists ADR-{number:04}, which has no heading"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
