@@ -20,6 +20,10 @@ use serde_json::{Map, Value};
 /// agent said it would do, and what it reported back. Not what the kernel saw.
 pub const SOURCE: &str = "intent:claude-code";
 
+/// The `source` of every entry nd7 records from Codex's hooks, the same
+/// kind of word as [`SOURCE`] (`codex::hook::SOURCE` names it there).
+pub const CODEX_SOURCE: &str = "intent:codex";
+
 /// The agent whose hook called `nd7 record`. Claude Code runs its hooks in
 /// exec form and is the default; Codex's hooks are shell strings that end in
 /// `record --agent codex` (docs/agents/codex.md).
@@ -44,7 +48,7 @@ impl Agent {
     pub fn source(self) -> &'static str {
         match self {
             Agent::ClaudeCode => SOURCE,
-            Agent::Codex => crate::codex::hook::SOURCE,
+            Agent::Codex => CODEX_SOURCE,
         }
     }
 

@@ -370,8 +370,12 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     };
     // Made (where missing) before the floor is built: the floor's rules
     // cover what exists when it is built.
-    let (planned, mut warnings) =
-        run_grants::planned(&home, &policy.roots.project.clone(), options)?;
+    let (planned, mut warnings) = run_grants::planned(
+        &home,
+        &policy.roots.project.clone(),
+        &options.presets,
+        &options.allow,
+    )?;
     let (started_grants, grant_warnings) = run_grants::grant_at_start(&mut policy, &planned)?;
     warnings.extend(grant_warnings);
     warnings.extend(pin_roots(&mut policy, &cwd));

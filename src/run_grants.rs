@@ -46,7 +46,8 @@ pub enum StartGrantError {
 pub fn planned(
     home: &Path,
     project: &Path,
-    options: &crate::run::Options,
+    presets: &[String],
+    allow: &[PathBuf],
 ) -> Result<(Vec<grants::Planned>, Vec<String>), StartGrantError> {
     let file = home.join(grants::FILE);
     let warnings = std::cell::RefCell::new(Vec::new());
@@ -82,7 +83,7 @@ pub fn planned(
             });
         }
     };
-    for name in &options.presets {
+    for name in presets {
         let preset = grants::preset(name).ok_or_else(|| StartGrantError::NoPreset(name.clone()))?;
         planned.extend(grants::entry_paths(
             &grants::Entry::Preset(preset),
@@ -90,7 +91,7 @@ pub fn planned(
             "--preset",
         ));
     }
-    for dir in &options.allow {
+    for dir in allow {
         let path = grants::expand_tilde(dir, home);
         let path = std::path::absolute(&path).unwrap_or(path);
         planned.extend(grants::entry_paths(

@@ -16,9 +16,9 @@ use crate::hook::{
     Envelope, Event, Invocation, Kind, Payload, shell_words, tool_paths, typed_events,
 };
 
-/// The `source` of every entry recorded from Codex's hooks: what the agent
-/// said it would do and reported back, as for Claude Code.
-pub const SOURCE: &str = "intent:codex";
+/// The `source` of every entry recorded from Codex's hooks (kept with
+/// [`crate::hook::Agent`], which names each agent's).
+pub use crate::hook::CODEX_SOURCE as SOURCE;
 
 /// The name Codex gives its shell tool in hook payloads (`exec_command` to
 /// the model).

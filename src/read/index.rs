@@ -182,7 +182,7 @@ impl Index {
                 std::sync::Mutex::new(Some(r))
             })
             .collect();
-        let done = super::store::in_parallel(logs, threads, |i, log| {
+        let done = super::scan::in_parallel(logs, threads, |i, log| {
             let record = records[i]
                 .lock()
                 .ok()
@@ -373,7 +373,7 @@ fn update(
             ..Record::empty(&record.session)
         };
     }
-    let tail = super::store::whole_lines(&file, &path, record.offset, |block| {
+    let tail = super::scan::whole_lines(&file, &path, record.offset, |block| {
         let mut start = 0;
         for nl in memchr::memchr_iter(b'\n', block) {
             record.lines += 1;

@@ -25,6 +25,7 @@ pub mod index;
 pub mod output;
 pub mod report;
 pub mod safe;
+mod scan;
 pub mod search;
 mod skim;
 pub mod store;

@@ -18,7 +18,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::layout::{Mismatch, Place, is_name};
+use super::place::{Mismatch, Place, is_name};
 
 /// The directory under the Codex home that holds the rollouts.
 pub const SESSIONS: &str = "sessions";

@@ -21,6 +21,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+pub use super::place::{Mismatch, Place, is_name};
+
 /// How long a project key may be before Claude Code shortens it.
 const KEY_LIMIT: usize = 200;
 /// How many directories may sit between `subagents` and an agent's file.
@@ -84,40 +86,6 @@ pub fn config_dir(
         return Some(dir.to_path_buf());
     }
     home.filter(|h| h.is_absolute()).map(|h| h.join(".claude"))
-}
-
-/// Whether `name` can be one path component nd7 builds a transcript's path
-/// from (a session id, an agent id, a project key, a workflow directory):
-/// 1 to 128 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`.
-pub fn is_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-}
-
-/// A transcript's place below the configuration directory, one component
-/// each, every one checked with [`is_name`] (and the file's name ending in
-/// `.jsonl`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Place {
-    pub components: Vec<String>,
-}
-
-impl Place {
-    /// The file's path under `config`.
-    pub fn under(&self, config: &Path) -> PathBuf {
-        let mut path = config.to_path_buf();
-        path.extend(&self.components);
-        path
-    }
-
-    /// The project key it sits under.
-    pub fn project_key(&self) -> &str {
-        self.components.get(1).map_or("", String::as_str)
-    }
 }
 
 /// The session's own transcript.
@@ -189,15 +157,6 @@ pub fn place_of(config: &Path, path: &Path) -> Option<Place> {
             .is_some_and(|f| f.starts_with("agent-") && f.ends_with(".jsonl"));
     (c.first().is_some_and(|p| p == "projects") && (is_main || is_agent))
         .then_some(Place { components: c })
-}
-
-/// Why the transcript path a payload names was not taken.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mismatch {
-    /// What the payload named.
-    pub named: String,
-    /// Where the layout puts the session's file.
-    pub expected: String,
 }
 
 /// The session's transcript under `config`. `started_in` is the project

@@ -29,6 +29,7 @@ pub mod anchor;
 pub mod check;
 pub mod codex_layout;
 pub mod layout;
+pub mod place;
 pub mod prefix;
 pub mod pull;
 pub mod ship;
