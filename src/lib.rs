@@ -48,43 +48,43 @@
 //! (effect), and it checks itself, so anyone able to write the log's directory
 //! can rewrite the whole chain.
 
-pub mod chain;
+pub use nd7_format::chain;
 pub mod cli;
 pub mod codex;
 pub mod deferred;
-pub mod fault;
-pub mod files;
-pub mod home;
-pub mod hook;
+pub use nd7_format::hook;
+pub use nd7_platform::fault;
+pub use nd7_platform::files;
+pub use nd7_platform::home;
 pub mod http_client;
-pub mod kernel;
+pub use nd7_platform::kernel;
 pub mod modes;
-pub mod passwd;
-pub mod policy;
+pub use nd7_format::policy;
+pub use nd7_platform::passwd;
 pub mod read;
 pub mod record;
 pub mod refusals;
 pub mod run;
 pub mod run_codex;
 pub mod run_dir;
-pub mod run_entry;
+pub use nd7_format::run_entry;
 pub mod run_grants;
 pub mod run_log;
 pub mod running;
-pub mod safe_file;
+pub use nd7_platform::safe_file;
 pub mod sandbox;
 pub mod secret_links;
 #[cfg(feature = "self-update")]
 pub mod self_update;
-pub mod session_log;
+pub use nd7_platform::session_log;
 pub mod setup;
-pub mod shell_prefix;
+pub use nd7_format::shell_prefix;
 pub mod ship;
 pub mod transcript;
-pub mod vault;
+pub use nd7_format::vault;
 pub mod vault_admin;
 #[cfg(feature = "vault-server")]
-pub mod vault_server;
+pub use nd7_vault_server as vault_server;
 
 /// `cargo test` without these features cannot build `vault_server`'s and
 /// `self_update`'s tests: fail, saying how to run them, rather than pass

@@ -28,25 +28,23 @@ pub const MAX_STORED_PAYLOAD: usize = crate::chain::MAX_ENTRY_BYTES - 64 * 1024;
 /// Standard input beyond this is not read into memory at all.
 pub const MAX_READ: u64 = 1 << 30;
 
-impl Invocation {
-    /// The recorder's facts, taken now: call it before reading the payload.
-    pub fn now() -> Invocation {
-        let ts = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        let host = rustix::system::uname()
-            .nodename()
-            .to_string_lossy()
-            .into_owned();
-        let cwd = std::env::current_dir()
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned());
-        Invocation {
-            ts,
-            host,
-            hook_ppid: Some(std::os::unix::process::parent_id()),
-            cwd,
-        }
+/// The recorder's facts, taken now: call it before reading the payload.
+pub fn invocation_now() -> Invocation {
+    let ts = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let cwd = std::env::current_dir()
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    Invocation {
+        ts,
+        host,
+        hook_ppid: Some(std::os::unix::process::parent_id()),
+        cwd,
     }
 }
 

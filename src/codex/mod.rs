@@ -4,7 +4,7 @@
 //! call ended (Codex has no failure event, and PostToolUse carries no exit
 //! status). docs/agents/codex.md says what is recorded and what is not.
 
-pub mod hook;
+pub use nd7_format::codex_hook as hook;
 pub mod rollout;
 pub mod run;
 

@@ -416,7 +416,7 @@ fn every_captured_payload_records_as_codex() {
 fn built_for_the_door_a_codex_entry_reads_the_rollout_only_where_codex_keeps_it() {
     use nd7_core::record::{Builder, event_for};
     let c = Captured::new();
-    let invocation = nd7_core::hook::Invocation::now();
+    let invocation = nd7_core::record::invocation_now();
     let agent = nd7_core::hook::Agent::Codex;
     let home = c.home.path().join(".codex");
     // A file in Codex's home that is no rollout (its credentials live

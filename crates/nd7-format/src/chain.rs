@@ -742,6 +742,40 @@ pub fn follows_head(above: &Stated, head: &Head) -> bool {
     head.seq.checked_add(1) == Some(above.seq) && above.prev == head.hash
 }
 
+/// `events` rendered one after another into the chain of `session`, as
+/// appends would write them.
+pub fn render_chain(session: &str, events: &[crate::hook::Event]) -> Vec<u8> {
+    let mut cursor = Cursor::start(session);
+    let mut rendered = Vec::new();
+    for event in events {
+        let line = render_entry(event, &cursor);
+        let stated =
+            read_checked(&line[..line.len() - 1]).expect("a line render_entry sealed reads back");
+        cursor = Cursor {
+            next_seq: stated.seq + 1,
+            prev: stated.hash,
+        };
+        rendered.extend_from_slice(&line);
+    }
+    rendered
+}
+
+/// A session id names a directory, so it must be one path component: the
+/// reason it is not, or `Ok`.
+pub fn check_session_id(id: &str) -> Result<(), &'static str> {
+    if id.is_empty() {
+        Err("it is empty")
+    } else if id == "." || id == ".." {
+        Err("it names a directory link")
+    } else if id.contains('/') || id.contains('\\') {
+        Err("it contains a path separator")
+    } else if id.contains('\0') {
+        Err("it contains a NUL byte")
+    } else {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -798,9 +832,9 @@ mod tests {
     fn the_committed_vector_renders_byte_for_byte() {
         use crate::hook::{Event, Invocation, Payload};
         const SESSION: &str = "4dc8a87d-d386-4e43-a1ee-15a0429dcdee";
-        let payloads = include_str!("../tests/vectors/log/payloads.ndjson");
+        let payloads = include_str!("../../../tests/vectors/log/payloads.ndjson");
         let log: &[u8] = include_bytes!(
-            "../tests/vectors/log/4dc8a87d-d386-4e43-a1ee-15a0429dcdee/events.ndjson"
+            "../../../tests/vectors/log/4dc8a87d-d386-4e43-a1ee-15a0429dcdee/events.ndjson"
         );
         // The session fingerprint: the first entry's prev.
         assert_eq!(
@@ -846,23 +880,6 @@ mod tests {
         );
     }
 
-    /// `events` rendered one after another into the chain of `session`, as
-    /// appends would write them.
-    fn render_chain(session: &str, events: &[crate::hook::Event]) -> Vec<u8> {
-        let mut cursor = Cursor::start(session);
-        let mut rendered = Vec::new();
-        for event in events {
-            let line = render_entry(event, &cursor);
-            let stated = read_checked(&line[..line.len() - 1]).expect("sealed");
-            cursor = Cursor {
-                next_seq: stated.seq + 1,
-                prev: stated.hash,
-            };
-            rendered.extend_from_slice(&line);
-        }
-        rendered
-    }
-
     /// The invocation of the vectors' line `i`: one second apart from `t0`.
     fn vector_invocation(t0: u64, i: usize) -> crate::hook::Invocation {
         crate::hook::Invocation {
@@ -871,67 +888,6 @@ mod tests {
             hook_ppid: Some(3327),
             cwd: Some("/home/dev/proj".into()),
         }
-    }
-
-    /// The committed Codex vector (tests/vectors/codex): Codex 0.171.0's
-    /// payloads of one session, with what its rollout (the fixture's) tells
-    /// `nd7 record --agent codex`, rendered again byte for byte. Fails when
-    /// a Codex entry's kind, body or derived members change
-    /// (`codex::hook::event`), or the envelope does.
-    #[test]
-    fn the_committed_codex_vector_renders_byte_for_byte() {
-        use crate::codex::hook::{Facts, Outcome};
-        use crate::codex::rollout::{self, Seen};
-        use crate::hook::Payload;
-        const SESSION: &str = "01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c";
-        let payloads = include_str!("../tests/vectors/codex/payloads.ndjson");
-        let rollout_lines: Vec<&str> =
-            include_str!("../tests/fixtures/codex-0.171.0/rollout.jsonl")
-                .lines()
-                .collect();
-        let log: &[u8] = include_bytes!(
-            "../tests/vectors/codex/01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c/events.ndjson"
-        );
-        // What `codex::facts` reads from the rollout, from its lines here.
-        let outcome = |call: &str| {
-            for line in rollout_lines.iter().rev() {
-                match rollout::completed_item(line.as_bytes(), call) {
-                    Seen::Completed(o) => return o,
-                    Seen::Call => break,
-                    Seen::Nothing => {}
-                }
-            }
-            Outcome::Unknown(rollout::NO_COMPLETED_ITEM.into())
-        };
-        let events: Vec<_> = payloads
-            .lines()
-            .enumerate()
-            .map(|(i, text)| {
-                let payload = Payload::parse(text.as_bytes()).expect("a fixture payload");
-                let event = payload.str_member("hook_event_name").unwrap_or("");
-                let mut facts = Facts::default();
-                if i == 0 || event == "SessionStart" {
-                    facts.agent = Some(rollout::session_meta(rollout_lines[0].as_bytes(), SESSION));
-                }
-                if event == "PostToolUse" {
-                    let call = payload.str_member("tool_use_id").expect("a call id");
-                    facts.outcome = Some(outcome(call));
-                }
-                crate::codex::hook::event(
-                    &vector_invocation(1_796_000_000_000_000_000, i),
-                    payload,
-                    facts,
-                )
-            })
-            .collect();
-        assert_eq!(
-            Hash::session_fingerprint(SESSION).to_hex(),
-            "0c3f7d0355077c7b8d318112d64dbf9544bab4d1d31fe8f6c9f33f22709bc500"
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&render_chain(SESSION, &events)),
-            String::from_utf8_lossy(log)
-        );
     }
 
     /// The committed run vector (tests/vectors/run): a run's chain as `nd7
@@ -947,11 +903,12 @@ mod tests {
         use std::path::PathBuf;
         let run = run_entry::run_id(1_796_126_400, 4242, 0xab);
         assert_eq!(run, "run-20261201T120000Z-4242-00ab");
-        let payloads: Vec<&str> = include_str!("../tests/vectors/run/payloads.ndjson")
+        let payloads: Vec<&str> = include_str!("../../../tests/vectors/run/payloads.ndjson")
             .lines()
             .collect();
-        let log: &[u8] =
-            include_bytes!("../tests/vectors/run/run-20261201T120000Z-4242-00ab/events.ndjson");
+        let log: &[u8] = include_bytes!(
+            "../../../tests/vectors/run/run-20261201T120000Z-4242-00ab/events.ndjson"
+        );
         let t0 = 1_796_126_400_000_000_000;
         let stamp = |i: usize| Stamp {
             ts: t0 + i as u64 * 1_000_000_000,

@@ -373,7 +373,8 @@ fn agent_value(info: &AgentInfo) -> Value {
 mod tests {
     use super::*;
 
-    const FIXTURE: &str = include_str!("../../tests/fixtures/codex-0.171.0/hook-payloads.ndjson");
+    const FIXTURE: &str =
+        include_str!("../../../tests/fixtures/codex-0.171.0/hook-payloads.ndjson");
 
     fn inv() -> Invocation {
         Invocation {

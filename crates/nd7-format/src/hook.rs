@@ -16,6 +16,10 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+/// SessionEnd's hooks get 1.5 s unless they ask for more; a recorder queued
+/// behind a busy lock needs longer.
+pub const SESSION_END_TIMEOUT_SECS: u64 = 10;
+
 /// The `source` of every entry nd7 records from Claude Code's hooks: what the
 /// agent said it would do, and what it reported back. Not what the kernel saw.
 pub const SOURCE: &str = "intent:claude-code";
@@ -508,7 +512,7 @@ impl Payload {
         }
     }
 
-    pub(crate) fn str_member(&self, name: &str) -> Option<&str> {
+    pub fn str_member(&self, name: &str) -> Option<&str> {
         self.members.get(name).and_then(Value::as_str)
     }
 }
@@ -677,7 +681,7 @@ pub struct Glimpse {
     pub tool_use_id: Option<String>,
 }
 
-pub(crate) fn to_raw(value: &Value) -> Box<RawValue> {
+pub fn to_raw(value: &Value) -> Box<RawValue> {
     // Serializing a Value built from parsed JSON cannot fail: its keys are
     // strings and its numbers finite.
     serde_json::value::to_raw_value(value).expect("a parsed JSON value serializes")

@@ -672,7 +672,7 @@ mod tests {
             "run-20261130T221509Z-41287-beef"
         );
         assert_eq!(run_id(951_782_400, 1, 1), "run-20000229T000000Z-1-0001");
-        crate::session_log::check_session_id(&run_id(u64::MAX / 4, u32::MAX, 0xffff))
+        crate::chain::check_session_id(&run_id(u64::MAX / 4, u32::MAX, 0xffff))
             .expect("a valid session id");
     }
 

@@ -283,7 +283,7 @@ pub fn run_settings(
     for event in recorded {
         let mut record = json!({"type": "command", "command": nd7, "args": RUN_RECORD_ARGS});
         if *event == "SessionEnd" {
-            record["timeout"] = json!(crate::setup::merge::SESSION_END_TIMEOUT_SECS);
+            record["timeout"] = json!(crate::hook::SESSION_END_TIMEOUT_SECS);
         }
         hooks
             .entry(*event)

@@ -55,6 +55,7 @@ impl IoContext {
 /// `From<IoContext>` for a module's error whose `Io` variant holds the
 /// same three fields, and the module's `io_err(path, action)` for
 /// `map_err`: `crate::files::io_context_into!(ShipError);`.
+#[macro_export]
 macro_rules! io_context_into {
     ($error:ident) => {
         impl From<$crate::files::IoContext> for $error {
@@ -77,7 +78,7 @@ macro_rules! io_context_into {
         }
     };
 }
-pub(crate) use io_context_into;
+pub use crate::io_context_into;
 
 /// Whether a replace must survive a power loss once it returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! The per-session log on disk: where it lives, the lock, `head`, append and
 //! verify. The only module that knows where entries are stored; the format
-//! itself is [`crate::chain`]'s.
+//! itself is [`nd7_format::chain`]'s.
 //!
 //! ```text
 //! $XDG_STATE_HOME/nd7/sessions/<session_id>/   (default ~/.local/state/nd7)
@@ -35,10 +35,10 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::chain::{
+use nd7_format::chain::{
     self, Broken, Cursor, Disagreement, Fault, Hash, Head, HeadState, Stated, Stretch, Walker,
 };
-use crate::hook::Event;
+use nd7_format::hook::Event;
 
 pub const EVENTS_FILE: &str = "events.ndjson";
 pub const HEAD_FILE: &str = "head";
@@ -269,20 +269,10 @@ pub fn open_lock(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// A session id names a directory, so it must be one path component.
+/// A session id names a directory, so it must be one path component
+/// ([`nd7_format::chain::check_session_id`] says why not).
 pub fn check_session_id(id: &str) -> Result<(), Error> {
-    let why = if id.is_empty() {
-        "it is empty"
-    } else if id == "." || id == ".." {
-        "it names a directory link"
-    } else if id.contains('/') || id.contains('\\') {
-        "it contains a path separator"
-    } else if id.contains('\0') {
-        "it contains a NUL byte"
-    } else {
-        return Ok(());
-    };
-    Err(Error::InvalidSessionId {
+    nd7_format::chain::check_session_id(id).map_err(|why| Error::InvalidSessionId {
         id: id.to_string(),
         why,
     })
@@ -1074,7 +1064,7 @@ mod tests {
             session: "s".into(),
             tool_use_id: None,
             source: "intent:claude",
-            kind: crate::hook::Kind::Hook,
+            kind: nd7_format::hook::Kind::Hook,
             body: RawValue::from_string(body).expect("json"),
         }
     }
@@ -1126,14 +1116,14 @@ mod tests {
 
     #[test]
     fn the_floor_hides_the_locks_where_the_log_keeps_them() {
-        let roots = crate::policy::Roots {
+        let roots = nd7_format::policy::Roots {
             home: "/home/u".into(),
             state: "/home/u/.local/state/nd7".into(),
             project: "/home/u/p".into(),
             temp: "/tmp/x".into(),
             exit: "/usr/bin/nd7-exec".into(),
         };
-        let policy = crate::policy::Policy::new(roots);
+        let policy = nd7_format::policy::Policy::new(roots);
         let log = SessionLog::new(&policy.logs_dir(), "abc").expect("id");
         let hidden = policy.unreadable();
         for lock in [log.lock_path(), lock_place(log.dir(), Lock::Transcript)] {

@@ -22,7 +22,7 @@
 //!   finish (a batch is acknowledged only after its transaction committed),
 //!   then exits; **SIGHUP** reloads the TLS certificate and key.
 //!
-//! Every log line passes through [`crate::read::safe::term`], so nothing a
+//! Every log line passes through [`nd7_format::safe::term`], so nothing a
 //! peer sends (a path, a machine id, a session) reaches the log as a
 //! terminal escape or a line break.
 
@@ -45,7 +45,7 @@ use tokio_rustls::rustls;
 
 use super::routes::{self, Reply, Request, refuse};
 use super::{Database, Store};
-use crate::read::safe;
+use nd7_format::safe;
 
 /// How the transport runs. Every bound has a flag on `nd7-vault serve`.
 #[derive(Clone, Debug)]
@@ -754,7 +754,10 @@ async fn respond(shared: Arc<Shared>, request: hyper::Request<Incoming>) -> hype
         response = response.header("retry-after", secs.to_string());
     }
     if let Some(signature) = reply.signature {
-        response = response.header(crate::vault::HEADER_REPLY, crate::vault::hex(&*signature));
+        response = response.header(
+            nd7_format::vault::HEADER_REPLY,
+            nd7_format::vault::hex(&*signature),
+        );
     }
     if !body_read {
         // The body was refused unread: the connection cannot carry another

@@ -15,7 +15,7 @@
 //! It holds no key that opens anything: it checks who sent a batch, that the
 //! machine signed it, and that it links onto the chain it already has, stores
 //! ciphertext plus the clear index of keyed digests, and countersigns what it
-//! stored with its own key. The format is [`crate::vault`]'s.
+//! stored with its own key. The format is [`nd7_format::vault`]'s.
 //!
 //! Routes (docs/vault.md has the statuses):
 //!
@@ -41,7 +41,7 @@ pub mod postgres;
 pub mod routes;
 pub mod sqlite;
 
-use crate::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, PieceHeader};
+use nd7_format::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, PieceHeader};
 
 /// A storage failure: what the server was doing, and the backend's words.
 #[derive(Debug, thiserror::Error)]

@@ -19,7 +19,7 @@ use super::{
     ChainTx, Enrolled, ForkRow, MachineRow, NonceUse, PieceStored, Quota, Store, StoreError,
     Stored, StoredBatch, TokenCheck, TokenRow, Usage, link_and_store, store_piece, token_id,
 };
-use crate::vault::{Batch, BatchHeader, Digest, Enrolment, KeyId, PieceHeader};
+use nd7_format::vault::{Batch, BatchHeader, Digest, Enrolment, KeyId, PieceHeader};
 
 /// The layout this database holds (the one row of `nd7_vault`): 4 holds
 /// format v3's recipients documents and enrolment records (ADR-0082).
@@ -276,7 +276,7 @@ impl ChainTx for Tx<'_, '_> {
                     &(header.first as i64),
                     &(header.last().seq as i64),
                     &batch.checkpoint.render(),
-                    &crate::vault::hex(&batch.signature),
+                    &nd7_format::vault::hex(&batch.signature),
                     &body,
                     &(now as i64),
                 ],

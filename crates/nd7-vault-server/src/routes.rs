@@ -16,7 +16,7 @@ use super::{
     Enrolled, NonceUse, PieceStored, Quota, Store, StoreError, Stored, StoredBatch, TokenCheck,
     Usage, day_of,
 };
-use crate::vault::{
+use nd7_format::vault::{
     self, Enrolment, PieceReceipt, PublicKey, PullEnd, PullOf, Receipt, Recipients, RequestAuth,
     RestoreNotice, SigningKey,
 };
@@ -857,8 +857,7 @@ fn session_from_hex(hex: &str) -> Result<String, Reply> {
     vault::unhex_vec(hex)
         .and_then(|b| String::from_utf8(b).ok())
         .filter(|s| {
-            crate::session_log::check_session_id(s).is_ok()
-                && s.len() <= vault::MAX_SESSION_ID_BYTES
+            nd7_format::chain::check_session_id(s).is_ok() && s.len() <= vault::MAX_SESSION_ID_BYTES
         })
         .ok_or_else(|| refuse(400, "the session is not a hex-encoded session id"))
 }

@@ -13,7 +13,7 @@ use super::{
     ChainTx, Enrolled, ForkRow, MachineRow, NonceUse, PieceStored, Quota, Store, StoreError,
     Stored, StoredBatch, TokenCheck, TokenRow, Usage, link_and_store, store_piece, token_id,
 };
-use crate::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, PieceHeader};
+use nd7_format::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, PieceHeader};
 
 /// The layout this file holds (`PRAGMA user_version`). 2 was the first of
 /// format v2 (session ids repeated in every index row, no revocation, no
@@ -162,7 +162,7 @@ pub(super) fn stored_batch(
     };
     Ok(StoredBatch {
         checkpoint: Checkpoint::parse(checkpoint).map_err(|_| bad("checkpoint"))?,
-        signature: crate::vault::unhex::<64>(signature).ok_or_else(|| bad("signature"))?,
+        signature: nd7_format::vault::unhex::<64>(signature).ok_or_else(|| bad("signature"))?,
         stored: stored as u64,
     })
 }
@@ -275,7 +275,7 @@ impl ChainTx for Tx<'_> {
                     header.first as i64,
                     header.last().seq as i64,
                     batch.checkpoint.render(),
-                    crate::vault::hex(&batch.signature),
+                    nd7_format::vault::hex(&batch.signature),
                     body,
                     now as i64
                 ],

@@ -1,5 +1,5 @@
 use super::*;
-use crate::vault::IndexEntry;
+use nd7_format::vault::IndexEntry;
 
 const K: KeyId = KeyId([1; 16]);
 const OTHER: KeyId = KeyId([2; 16]);

@@ -79,7 +79,7 @@ impl BatchHeader {
             .and_then(unhex_vec)
             .and_then(|s| String::from_utf8(s).ok())
             .ok_or_else(bad)?;
-        crate::session_log::check_session_id(&session).map_err(|_| bad())?;
+        crate::chain::check_session_id(&session).map_err(|_| bad())?;
         if session.len() > MAX_SESSION_ID_BYTES {
             return Err(malformed(
                 "the batch header",

@@ -92,7 +92,7 @@ impl PieceHeader {
             .and_then(unhex_vec)
             .and_then(|s| String::from_utf8(s).ok())
             .ok_or_else(bad)?;
-        crate::session_log::check_session_id(&session).map_err(|_| bad())?;
+        crate::chain::check_session_id(&session).map_err(|_| bad())?;
         let key = field(lines.next(), "key")
             .and_then(KeyId::from_hex)
             .ok_or_else(bad)?;

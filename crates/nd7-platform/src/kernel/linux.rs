@@ -10,7 +10,7 @@ use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use super::PinError;
-use crate::policy::Identity;
+use nd7_format::policy::Identity;
 
 /// A process's state letter (`R`, `S`, `T`, `Z`…), parent and start time
 /// (clock ticks since boot).

@@ -14,7 +14,7 @@ pub mod macos;
 
 use std::path::{Path, PathBuf};
 
-use crate::policy::Identity;
+use nd7_format::policy::Identity;
 
 /// Why a path could not be pinned.
 #[derive(Debug, thiserror::Error)]
