@@ -2,7 +2,12 @@
 //! hooks call `nd7 record`, and every event becomes one entry of an
 //! append-only, BLAKE3 hash-chained log per session, which `nd7 verify` walks.
 //!
-//! The library holds everything; the binaries parse arguments and call it.
+//! The library holds the commands; the binaries parse arguments and call it.
+//! The modules below marked *Pure* (but `transcript`'s and `read`'s) are the
+//! crate `nd7_format`'s, and `session_log`, `safe_file`, `files`, `home`,
+//! `fault`, `kernel` and `passwd` are `nd7_platform`'s, re-exported here under
+//! their old names so every path holds (ADR-0100); `vault_server` is the crate
+//! `nd7_vault_server`.
 //!
 //! - [`hook`]: Claude Code's payloads, typed, and the event each becomes. Pure.
 //! - [`codex`]: Codex's payloads (pure) and its rollout file, read for what
