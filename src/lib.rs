@@ -9,6 +9,7 @@
 //!   the payloads leave out: the CLI's version and how each call ended.
 //! - [`chain`]: the sealed-line format, the chain walk and the head rules. Pure.
 //! - [`session_log`]: the log on disk: lock, head, append, verify.
+//! - [`floor_wire`]: what `nd7-exec`, `nd7 record` and `nd7 run` say over the exit's and the door's sockets. Pure.
 //! - [`record`]: what `nd7 record` does with one payload: append it, or hand it to `nd7 run`.
 //! - [`run_entry`]: the entries nd7 writes from outside the floor, and a run's reconciliation. Pure.
 //! - [`run_log`]: a run's chain on disk: the door's appends and nd7's own entries.
@@ -54,6 +55,7 @@ pub mod codex;
 pub mod deferred;
 pub mod fault;
 pub mod files;
+pub mod floor_wire;
 pub mod home;
 pub mod hook;
 pub mod http_client;

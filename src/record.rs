@@ -8,10 +8,10 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::hook::{Agent, Event, Glimpse, Invocation, Payload, PayloadError};
-use crate::sandbox::{self, HookAnswer, wire::HookRequest};
+use crate::floor_wire::{self, HookRequest};
+use crate::sandbox::{self, HookAnswer};
 use crate::session_log::{self, Appended, SessionLog};
 
 /// Set by `nd7 run` for the program it runs, and so for its hooks, to its
@@ -31,9 +31,7 @@ pub const MAX_READ: u64 = 1 << 30;
 impl Invocation {
     /// The recorder's facts, taken now: call it before reading the payload.
     pub fn now() -> Invocation {
-        let ts = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let ts = session_log::now_ns();
         let host = rustix::system::uname()
             .nodename()
             .to_string_lossy()
@@ -193,7 +191,7 @@ pub fn explain(invocation: &Invocation, input: &[u8]) -> Result<Option<String>, 
         return Ok(None);
     };
     // A tool's whole output is judged; one too large for the door is not.
-    if input.len() > sandbox::wire::MAX_REQUEST - 4096 {
+    if input.len() > floor_wire::MAX_REQUEST - 4096 {
         return Ok(None);
     }
     let session =

@@ -14,7 +14,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
@@ -24,7 +23,7 @@ use crate::run_dir::{LogRef, Record, RunDir, RunDirError};
 use crate::run_entry::{
     self, Announced, Ended, Pairing, Reconciler, Reconciliation, RunFacts, Stamp,
 };
-use crate::session_log::{self, Appended, SessionLog};
+use crate::session_log::{self, Appended, SessionLog, now_ns};
 
 /// Why one of nd7's own entries could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -60,13 +59,6 @@ fn door_budget() -> u64 {
         return bytes;
     }
     DOOR_BUDGET
-}
-
-/// Wall-clock nanoseconds since the Unix epoch.
-pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 fn hostname() -> String {
@@ -250,7 +242,7 @@ impl RunLog {
     /// `hook_ppid` is the recorder's parent as the kernel reports it.
     pub fn hook(
         &self,
-        request: &crate::sandbox::wire::HookRequest,
+        request: &crate::floor_wire::HookRequest,
         hook_ppid: Option<u32>,
     ) -> Result<HookOutcome, RecordError> {
         if self.hooks && !request.run_hook {

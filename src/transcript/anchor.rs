@@ -1024,7 +1024,7 @@ pub fn record_events(
     session: &str,
     pending: &Pending,
 ) -> Vec<crate::hook::Event> {
-    let ts = crate::run_log::now_ns();
+    let ts = session_log::now_ns();
     pending
         .entries
         .iter()

@@ -43,7 +43,7 @@ use super::exit::{ExitError, STACK, admit, receive_prefix, refuse, set_pass_pidf
 use crate::kernel::linux as proc;
 use crate::run_dir::RunDir;
 use crate::run_log::{HookOutcome, RunLog};
-use crate::sandbox::wire::{Frame, HookRequest, Request};
+use crate::floor_wire::{Frame, HookRequest, Request};
 
 /// Hooks served at once whose request was whole when they got a thread.
 /// Each append takes the log's lock in turn anyway; this bounds the

@@ -39,7 +39,7 @@ use crate::run_dir::RunDir;
 use crate::run_entry::Ended;
 use crate::run_log::RunLog;
 use crate::running;
-use crate::sandbox::wire::{Frame, Request};
+use crate::floor_wire::{Frame, Request};
 
 /// At most this many commands run through the exit at once; a caller beyond
 /// them is refused at once rather than given a thread of the unconfined
