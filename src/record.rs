@@ -9,8 +9,8 @@
 use std::io::Read;
 use std::path::Path;
 
-use crate::hook::{Agent, Event, Glimpse, Invocation, Payload, PayloadError};
 use crate::floor_wire::{self, HookRequest};
+use crate::hook::{Agent, Event, Glimpse, Invocation, Payload, PayloadError};
 use crate::sandbox::{self, HookAnswer};
 use crate::session_log::{self, Appended, SessionLog};
 

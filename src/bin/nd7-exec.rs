@@ -25,9 +25,9 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+use nd7_core::floor_wire;
 use nd7_core::kernel;
 use nd7_core::run_dir::{RunDir, RunDirs};
-use nd7_core::floor_wire;
 use nd7_core::sandbox::{self, Outcome};
 
 // First: its print macros shadow the standard ones in everything below, so

@@ -20,13 +20,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use crate::floor_wire::HookRequest;
 use crate::kernel::ancestors;
 /// Kept here for `nd7 run`, which names them through `sandbox`; they are
 /// the kernel's facts ([`crate::kernel`]).
 pub use crate::kernel::{PinError, pin, start_time};
 use crate::policy::Policy;
 use crate::policy::deferred::Plan;
-use crate::floor_wire::HookRequest;
 use crate::run_dir::{RunDir, RunDirs};
 use crate::run_log::RunLog;
 
@@ -1102,7 +1102,12 @@ pub fn record_hook(request: &HookRequest) -> Result<HookAnswer, String> {
         }
         let log = RunLog::open_within(&record, WRITER_LOCK_WAIT).map_err(|e| e.to_string())?;
         if request.explain {
-            return match crate::refusals::explain(&request.body, &record.policy, &log) {
+            return match crate::refusals::explain(
+                &request.body,
+                &record.policy,
+                &log,
+                outside_root(),
+            ) {
                 Ok(Some(text)) => Ok(HookAnswer::Explained(text)),
                 Ok(None) => Ok(HookAnswer::Skipped),
                 Err(e) => Err(e.to_string()),
