@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::Value;
 
 use crate::hook::{Glimpse, Invocation, Kind};
-use crate::record::{self, RecordError};
+use crate::record::entry::{self, EntryError};
 use crate::run_dir::{LogRef, Record, RunDir, RunDirError};
 use crate::run_entry::{
     self, Announced, Ended, Pairing, Reconciler, Reconciliation, RunFacts, Stamp,
@@ -244,7 +244,7 @@ impl RunLog {
         &self,
         request: &crate::floor_wire::HookRequest,
         hook_ppid: Option<u32>,
-    ) -> Result<HookOutcome, RecordError> {
+    ) -> Result<HookOutcome, EntryError> {
         if self.hooks && !request.run_hook {
             return Ok(HookOutcome::Skipped);
         }
@@ -272,7 +272,7 @@ impl RunLog {
         };
         let event = if request.glimpse {
             let glimpse: GlimpseWire = serde_json::from_slice(&request.body)
-                .map_err(|e| RecordError::Payload(crate::hook::PayloadError::Json(e)))?;
+                .map_err(|e| EntryError::Payload(crate::hook::PayloadError::Json(e)))?;
             crate::hook::Event::omitted(
                 &invocation,
                 &glimpse.glimpse,
@@ -288,10 +288,10 @@ impl RunLog {
                 }
                 crate::hook::Agent::ClaudeCode => None,
             };
-            let builder = record::Builder::Door {
+            let builder = entry::Builder::Door {
                 codex_home: codex_home.as_deref(),
             };
-            let (event, _) = record::event_for(request.agent, &invocation, &request.body, builder)?;
+            let (event, _) = entry::event_for(request.agent, &invocation, &request.body, builder)?;
             if event.kind == Kind::ToolCall
                 && let Ok(payload) = serde_json::from_str::<Value>(event.body.get())
                 && let Ok(mut announced) = self.announced.lock()
