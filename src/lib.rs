@@ -14,6 +14,7 @@
 //!   the payloads leave out: the CLI's version and how each call ended.
 //! - [`chain`]: the sealed-line format, the chain walk and the head rules. Pure.
 //! - [`session_log`]: the log on disk: lock, head, append, verify.
+//! - [`floor_wire`]: what `nd7-exec`, `nd7 record` and `nd7 run` say over the exit's and the door's sockets. Pure.
 //! - [`record`]: what `nd7 record` does with one payload: append it, or hand it to `nd7 run`.
 //! - [`run_entry`]: the entries nd7 writes from outside the floor, and a run's reconciliation. Pure.
 //! - [`run_log`]: a run's chain on disk: the door's appends and nd7's own entries.
@@ -61,6 +62,7 @@ pub use nd7_format::hook;
 pub use nd7_platform::fault;
 pub use nd7_platform::files;
 pub use nd7_platform::home;
+pub use nd7_format::floor_wire;
 pub mod http_client;
 pub use nd7_platform::kernel;
 pub mod modes;

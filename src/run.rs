@@ -459,7 +459,7 @@ pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> 
     let record = Record {
         pid,
         started,
-        started_at: Some(crate::run_log::now_ns() / 1_000_000_000),
+        started_at: Some(crate::session_log::now_ns() / 1_000_000_000),
         program,
         policy: policy.clone(),
         log: Some(log.reference()),

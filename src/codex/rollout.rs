@@ -38,6 +38,19 @@ pub const TAIL_LIMIT: u64 = 16 << 20;
 /// Bytes read per step.
 const STEP: u64 = 64 * 1024;
 
+/// Codex's home as the environment names it ([`codex_layout::codex_home`]
+/// of `$CODEX_HOME` and the home, [`crate::run_dir::env_or_account_home`]),
+/// every link in it resolved once, here, so that no link on the way to a
+/// rollout is followed later. Here, with the rollout, so that the recorder
+/// and the anchoring both find it below them.
+pub fn codex_home_from_env() -> Option<PathBuf> {
+    codex_layout::codex_home(
+        std::env::var_os("CODEX_HOME").as_deref(),
+        crate::run_dir::env_or_account_home().as_deref(),
+    )
+    .map(|d| safe_file::real_dir(&d))
+}
+
 /// Why the rollout could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum RolloutError {

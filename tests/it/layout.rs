@@ -814,19 +814,8 @@ fn import_cycles(
 /// The import cycles of today (issue 30). This list may only shrink: a new
 /// cycle fails the test below, and so does a listed one that is gone, so the
 /// list is kept exact as cycles are broken.
-/// The big knot is the recorder, the door's client and the run log calling
-/// one another (issue 30, item 2).
-const KNOWN_CYCLES: &[&[&str]] = &[
-    &[
-        "codex",
-        "record",
-        "refusals",
-        "run_log",
-        "sandbox",
-        "transcript::anchor",
-    ],
-    &["sandbox::linux::attrs", "sandbox::linux::supervise"],
-];
+/// Empty since issue 30, item 2: keep it so.
+const KNOWN_CYCLES: &[&[&str]] = &[];
 
 /// No import cycle beyond the known ones, and every known one still there.
 #[test]

@@ -474,7 +474,7 @@ fn outsider() {
         }
     }
     if let Ok(socket) = std::env::var(DOOR_SOCKET_VAR) {
-        let request = nd7_core::sandbox::wire::HookRequest {
+        let request = nd7_core::floor_wire::HookRequest {
             agent: nd7_core::hook::Agent::ClaudeCode,
             ts: 1,
             cwd: None,

@@ -585,7 +585,7 @@ printf '{"session_id":"c1","hook_event_name":"PostToolUse","tool_name":"Bash","t
 /// `record.sock`, the hint passed the ancestor check, the connect failed, and
 /// the hook recorded nothing: recording switched off from inside. Broke
 /// through; guards the fall-back to the ancestors' door in `record::deliver`
-/// (`src/record.rs`): without it the hook says "nothing recorded".
+/// (`src/record/mod.rs`): without it the hook says "nothing recorded".
 #[test]
 fn a_forged_nd7_run_hint_does_not_switch_recording_off() {
     let w = World::new();
@@ -610,7 +610,7 @@ cat hook.err
 /// with `XDG_STATE_HOME` pointed into the project, the hook then appended to
 /// a log of the agent's own and reported success, and the run's chain got
 /// nothing. Broke through; guards `or_else(sandbox::hook_door)` and the
-/// empty hint in `record::deliver` (`src/record.rs`).
+/// empty hint in `record::deliver` (`src/record/mod.rs`).
 #[test]
 fn an_empty_or_meaningless_nd7_run_hint_does_not_switch_recording_off() {
     let w = World::new();

@@ -14,6 +14,7 @@
 
 pub mod chain;
 pub mod codex_hook;
+pub mod floor_wire;
 pub mod hook;
 pub mod policy;
 pub mod run_entry;

@@ -212,6 +212,15 @@ pub struct Appended {
     pub cut: u64,
 }
 
+/// Wall-clock nanoseconds since the Unix epoch: the `ts` of every entry
+/// nd7 writes. Here, below every writer (the recorder, the run's log, the
+/// transcript's anchors), so that none reaches up into another for it.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 /// `$XDG_STATE_HOME/nd7` if that is an absolute path, else `~/.local/state/nd7`.
 pub fn state_dir() -> Result<PathBuf, Error> {
     crate::home::Base::State

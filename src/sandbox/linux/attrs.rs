@@ -240,7 +240,7 @@ fn decode(tid: i32, call: AttrCall, a: [u64; 6]) -> Result<(Target, Change), i32
                 return Err(libc::EINVAL);
             }
             let mut x = [0u8; 16];
-            super::supervise::read_memory(tid, a[4], &mut x)?;
+            super::memory::read_memory(tid, a[4], &mut x)?;
             let value = u64::from_le_bytes(x[0..8].try_into().unwrap_or_default());
             let size = u32::from_le_bytes(x[8..12].try_into().unwrap_or_default());
             let flags = u32::from_le_bytes(x[12..16].try_into().unwrap_or_default());
@@ -354,7 +354,7 @@ fn read_value(tid: i32, addr: u64, size: u64) -> Result<Vec<u8>, i32> {
         return Err(libc::E2BIG);
     }
     let mut value = vec![0u8; size];
-    super::supervise::read_memory(tid, addr, &mut value)?;
+    super::memory::read_memory(tid, addr, &mut value)?;
     Ok(value)
 }
 
@@ -371,7 +371,7 @@ fn read_cstr(tid: i32, addr: u64, max: usize) -> Result<Vec<u8>, i32> {
     loop {
         let chunk = (PAGE - at % PAGE) as usize;
         let mut buf = vec![0u8; chunk];
-        super::supervise::read_memory(tid, at, &mut buf)?;
+        super::memory::read_memory(tid, at, &mut buf)?;
         if let Some(end) = memchr::memchr(0, &buf) {
             out.extend_from_slice(&buf[..end]);
             return if out.len() > max {
@@ -420,7 +420,7 @@ fn pairs(tid: i32, addr: u64, len: usize) -> Result<Option<[i64; 4]>, i32> {
         return Ok(None);
     }
     let mut buf = [0u8; 32];
-    super::supervise::read_memory(tid, addr, &mut buf[..len])?;
+    super::memory::read_memory(tid, addr, &mut buf[..len])?;
     let word = |i: usize| i64::from_le_bytes(buf[8 * i..8 * i + 8].try_into().unwrap_or_default());
     Ok(Some([word(0), word(1), word(2), word(3)]))
 }

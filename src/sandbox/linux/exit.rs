@@ -34,12 +34,12 @@ use rustix::process::{Pid, PidfdFlags, Signal, kill_process_group, pidfd_open};
 
 use super::Confinement;
 use super::launch::{Launch, Launched};
+use crate::floor_wire::{Frame, Request};
 use crate::kernel::linux as proc;
 use crate::run_dir::RunDir;
 use crate::run_entry::Ended;
 use crate::run_log::RunLog;
 use crate::running;
-use crate::sandbox::wire::{Frame, Request};
 
 /// At most this many commands run through the exit at once; a caller beyond
 /// them is refused at once rather than given a thread of the unconfined

@@ -29,6 +29,7 @@ pub mod door;
 pub mod exit;
 pub mod keeper;
 pub mod launch;
+pub mod memory;
 pub mod ns;
 pub mod seccomp;
 pub mod supervise;

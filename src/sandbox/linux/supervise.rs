@@ -40,6 +40,7 @@ use rustix::net::AddressFamily;
 use rustix::process::{Pid, PidfdFlags, pidfd_getfd, pidfd_open};
 
 use super::attrs;
+use super::memory::read_memory;
 use super::seccomp;
 
 /// The sockets the session may connect to.
@@ -135,29 +136,6 @@ fn classify(data: &libc::seccomp_data) -> Call {
 
 fn errno(e: io::Error) -> i32 {
     e.raw_os_error().unwrap_or(libc::EIO)
-}
-
-/// Reads `buf.len()` bytes at `addr` in process `pid`.
-pub(super) fn read_memory(pid: i32, addr: u64, buf: &mut [u8]) -> Result<(), i32> {
-    if buf.is_empty() {
-        return Ok(());
-    }
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: `local` covers `buf`, which is writable and borrowed for the
-    // call; `remote` is only read by the kernel, in the other process.
-    let got = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    if got == buf.len() as isize {
-        Ok(())
-    } else {
-        Err(libc::EFAULT)
-    }
 }
 
 /// The listener's notification and the process it came from.

@@ -282,7 +282,7 @@ fn a_projects_codex_settings_cannot_turn_off_recording_or_the_exit() {
 /// rollout, as `nd7 record` does without `nd7 run`: the Codex version in
 /// `session_start`, and how each reported call ended, shell calls and
 /// `apply_patch` alike (the exit's `exec_end` covers shell calls only).
-/// Guards the `Door` arm of `record::event_for`: before, every version was
+/// Guards the `Door` arm of `record::entry::event_for`: before, every version was
 /// null and every outcome unknown. A patch Codex did not apply (one that
 /// fails its check, one the floor refuses to write) gets no PostToolUse from
 /// Codex 0.171.0 at all: its `tool_call` stands alone, and its failure is in

@@ -1,5 +1,8 @@
 //! What `nd7-exec` and `nd7 run` say to each other over the session's exit
-//! socket (Linux). Pure: bytes in, values out.
+//! socket (Linux), and what `nd7 record` hands the door. Pure: bytes in,
+//! values out. A format, not the platform: it sits below the sandbox (which
+//! serves both sockets) and below the run's log (which takes the door's
+//! requests), so neither reaches into the other for it.
 //!
 //! One request from `nd7-exec`, sent with its three stdio descriptors
 //! attached (SCM_RIGHTS): the command text, the working directory and the

@@ -5,14 +5,20 @@
 //! block. So the binary exits 0 whatever happens here and prints nothing to
 //! standard output; this module only reports what went wrong, for one line on
 //! standard error. A failed record leaves the log as it was.
+//!
+//! The entry a payload becomes is built in [`entry`], below this command and
+//! below the run's log, whose door builds the same entries.
+
+pub mod entry;
 
 use std::io::Read;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::hook::{Agent, Event, Glimpse, Invocation, Payload, PayloadError};
-use crate::sandbox::{self, HookAnswer, wire::HookRequest};
+use crate::floor_wire::{self, HookRequest};
+use crate::hook::{Agent, Invocation, PayloadError};
+use crate::sandbox::{self, HookAnswer};
 use crate::session_log::{self, Appended, SessionLog};
+use entry::{Builder, EntryError, MAX_STORED_PAYLOAD, event_for, glimpse};
 
 /// Set by `nd7 run` for the program it runs, and so for its hooks, to its
 /// session directory: the entry must go through the run's door, since the
@@ -21,18 +27,12 @@ use crate::session_log::{self, Appended, SessionLog};
 /// ancestors (and, on Linux, says it is the process serving the door).
 pub const RUN_VARIABLE: &str = "ND7_RUN";
 
-/// Payloads above this size are recorded by size and fingerprint only. The
-/// rest of the entry needs room under [`crate::chain::MAX_ENTRY_BYTES`].
-pub const MAX_STORED_PAYLOAD: usize = crate::chain::MAX_ENTRY_BYTES - 64 * 1024;
-
 /// Standard input beyond this is not read into memory at all.
 pub const MAX_READ: u64 = 1 << 30;
 
 /// The recorder's facts, taken now: call it before reading the payload.
 pub fn invocation_now() -> Invocation {
-    let ts = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let ts = session_log::now_ns();
     let host = rustix::system::uname()
         .nodename()
         .to_string_lossy()
@@ -69,6 +69,15 @@ pub enum RecordError {
     RunGone,
     #[error("{0}")]
     Door(String),
+}
+
+impl From<EntryError> for RecordError {
+    fn from(e: EntryError) -> RecordError {
+        match e {
+            EntryError::Payload(e) => RecordError::Payload(e),
+            EntryError::Log(e) => RecordError::Log(e),
+        }
+    }
 }
 
 impl RecordError {
@@ -191,7 +200,7 @@ pub fn explain(invocation: &Invocation, input: &[u8]) -> Result<Option<String>, 
         return Ok(None);
     };
     // A tool's whole output is judged; one too large for the door is not.
-    if input.len() > sandbox::wire::MAX_REQUEST - 4096 {
+    if input.len() > floor_wire::MAX_REQUEST - 4096 {
         return Ok(None);
     }
     let session =
@@ -289,82 +298,4 @@ pub fn record_as(
         omitted,
         transcript,
     })
-}
-
-/// Who builds a hook's entry, which decides where the agent's files are
-/// looked for.
-#[derive(Clone, Copy, Debug)]
-pub enum Builder<'a> {
-    /// `nd7 record` itself, appending to the log under this sessions
-    /// directory: Codex's home from the hook's environment.
-    Recorder(&'a Path),
-    /// `nd7 run`'s door, outside the floor, for a hook inside it: Codex's
-    /// rollout is read only below the Codex home `nd7 run` fixed when it
-    /// started (the one the door anchors), never where the hook's
-    /// environment says; `None` (none was fixed) reads nothing.
-    Door { codex_home: Option<&'a Path> },
-}
-
-/// The event a payload from `agent`'s hooks becomes, and `Some(bytes)` when
-/// it was too large to store and only its size and fingerprint were kept.
-/// Either way a Codex rollout is opened only where Codex's layout puts the
-/// payload's session's, through `safe_file` and bounded
-/// ([`crate::codex::rollout::Rollout::open`]).
-pub fn event_for(
-    agent: Agent,
-    invocation: &Invocation,
-    input: &[u8],
-    builder: Builder<'_>,
-) -> Result<(Event, Option<usize>), RecordError> {
-    let (mut event, omitted) = if input.len() > MAX_STORED_PAYLOAD {
-        (oversized(invocation, input)?, Some(input.len()))
-    } else {
-        let payload = Payload::parse(input)?;
-        let event = match (agent, builder) {
-            (Agent::ClaudeCode, _) => Event::new(invocation, payload),
-            (Agent::Codex, Builder::Recorder(dir)) => {
-                // No log yet: this entry opens it, and names the agent.
-                let log = SessionLog::new(dir, &payload.session_id)?;
-                let first = std::fs::metadata(log.events_path()).map_or(true, |m| m.len() == 0);
-                crate::codex::event(invocation, payload, first)
-            }
-            // Built by `nd7 run`, outside the sandbox, for a hook inside it:
-            // the run's chain opens with `run_start`, and SessionStart names
-            // the agent.
-            (Agent::Codex, Builder::Door { codex_home }) => {
-                crate::codex::event_in(codex_home, invocation, payload, false)
-            }
-        };
-        if event.body.get().len() > MAX_STORED_PAYLOAD {
-            // Derived members (a long command split into argv) can push a
-            // payload that fit over the limit.
-            (oversized(invocation, input)?, Some(input.len()))
-        } else {
-            (event, None)
-        }
-    };
-    event.source = agent.source();
-    Ok((event, omitted))
-}
-
-/// What is kept of a payload too large to store: its few placing members,
-/// its size and its BLAKE3.
-pub fn glimpse(input: &[u8]) -> Result<(Glimpse, u64, String), RecordError> {
-    if input.iter().all(u8::is_ascii_whitespace) {
-        return Err(PayloadError::Empty.into());
-    }
-    let glimpse: Glimpse = serde_json::from_slice(input).map_err(|e| {
-        if e.is_data() {
-            PayloadError::NoSessionId
-        } else {
-            PayloadError::Json(e)
-        }
-    })?;
-    let fingerprint = blake3::hash(input).to_hex().to_string();
-    Ok((glimpse, input.len() as u64, fingerprint))
-}
-
-fn oversized(invocation: &Invocation, input: &[u8]) -> Result<Event, RecordError> {
-    let (glimpse, bytes, fingerprint) = glimpse(input)?;
-    Ok(Event::omitted(invocation, &glimpse, bytes, &fingerprint))
 }
