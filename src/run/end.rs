@@ -106,12 +106,11 @@ pub(super) fn findings(log: &RunLog, findings: &[deferred::report::Finding]) {
     }
 }
 
-/// Writes the chain's end; with an agent's hooks (`codex`: whether they
-/// are Codex's), warns of what the reconciliation found unmatched.
-pub(super) fn chain_end(log: &RunLog, ended: &Ended, codex: Option<bool>, announce: &dyn Fn(&str)) {
-    match (log.end(ended), codex) {
-        (Ok(tally), Some(codex)) => {
-            let agent = if codex { "Codex" } else { "Claude Code" };
+/// Writes the chain's end; with an agent's hooks (`agent` names it), warns
+/// of what the reconciliation found unmatched.
+pub(super) fn chain_end(log: &RunLog, ended: &Ended, agent: Option<&str>, announce: &dyn Fn(&str)) {
+    match (log.end(ended), agent) {
+        (Ok(tally), Some(agent)) => {
             if !tally.unmatched_execs.is_empty() {
                 warn(
                     announce,

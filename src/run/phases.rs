@@ -746,8 +746,12 @@ impl Finished {
         // its last entry, and is shown once the run directory is gone.
         let findings = watch.finish();
         end::findings(log, &findings);
-        let agent = planned.claude || planned.codex;
-        end::chain_end(log, &ended, agent.then_some(planned.codex), announce);
+        let agent = match (planned.claude, planned.codex) {
+            (_, true) => Some("Codex"),
+            (true, false) => Some("Claude Code"),
+            (false, false) => None,
+        };
+        end::chain_end(log, &ended, agent, announce);
         end::over_budget(log, announce);
         end::refusals(log, &planned.base.home, terminal, announce);
         let Opened { confined, .. } = self.opened;
