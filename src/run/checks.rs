@@ -112,8 +112,8 @@ pub(super) fn pin_roots(policy: &mut Policy, cwd: &Path) -> Vec<String> {
     warnings
 }
 
-/// What `nd7 run` was asked to run.
-
+/// Refuses a `$HOME` that is not the account's home: the floor is built
+/// around the account's (nd7 never takes the home from the environment,
 /// which `nd7-exec`'s caller chooses), while Claude Code keeps its state
 /// under `$HOME`. Checked before anything is created, so a `sudo -E` never
 /// makes `~/.nd7` or a log for the wrong account.

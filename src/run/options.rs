@@ -3,6 +3,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
+/// What `nd7 run` was asked to run.
 pub struct Options {
     pub program: OsString,
     pub args: Vec<OsString>,
@@ -11,8 +12,6 @@ pub struct Options {
     /// `--preset NAME`: toolchain caches commands may write this session.
     pub presets: Vec<String>,
 }
-
-/// Refuses a `$HOME` that is not the account's home: the floor is built
 
 /// Whether `program` is Claude Code, which gets the hook and settings.
 pub fn is_claude(program: &OsStr) -> bool {
