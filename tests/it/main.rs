@@ -2,10 +2,10 @@
 //! docs promise, through the library or through the real `nd7` binary.
 
 mod append;
-mod attack_attrs;
+mod floor_attrs_routes;
 mod attack_inert;
 mod attack_signals;
-mod attack_watch;
+mod deferred_follow;
 mod codex_floor;
 mod codex_record;
 mod codex_rollout;
@@ -40,17 +40,17 @@ mod property;
 mod read;
 mod record;
 mod record_door;
-mod redteam;
+mod door_hooks;
 #[cfg(target_os = "linux")]
-mod redteam2;
+mod reconcile;
 #[cfg(target_os = "linux")]
 mod redteam_codex;
 #[cfg(target_os = "linux")]
-mod redteam_cost;
+mod exit_ruleset;
 #[cfg(target_os = "linux")]
-mod redteam_ns;
+mod exit_working_dir;
 #[cfg(target_os = "linux")]
-mod redteam_rollout;
+mod codex_rollout_run;
 mod report_html;
 #[cfg(target_os = "linux")]
 mod run_faults;

@@ -21,8 +21,8 @@ use std::path::Path;
 
 use crate::world::*;
 
-const PROBE: &str = include_str!("attack_attrs/probe.py");
-const RACE: &str = include_str!("attack_attrs/race.py");
+const PROBE: &str = include_str!("floor_attrs/probe.py");
+const RACE: &str = include_str!("floor_attrs/race.py");
 const PYTHON: &str = "/usr/bin/python3";
 
 fn probe(w: &World) -> String {
