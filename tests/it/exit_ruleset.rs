@@ -5,16 +5,8 @@
 //! for the agent under `nd7 run`, its Bash calls through `$EXEC`.
 #![cfg(target_os = "linux")]
 
-use std::process::Output;
-
+use crate::runs::{X, lines};
 use crate::world::*;
-
-fn lines(out: &Output) -> Vec<String> {
-    text(&out.stdout).lines().map(str::to_string).collect()
-}
-
-/// `x NAME CMD ARGS…` prints `NAME:yes` when CMD succeeds, `NAME:no` when not.
-const X: &str = r#"x() { local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name:yes"; else echo "$name:no"; fi; }"#;
 
 /// What one command through the exit may do, asked of a fresh command each
 /// time, prefixed with the phase: writes in each floor root and outside,

@@ -102,25 +102,6 @@ fn a_relative_working_directory_does_not_reach_past_the_homes_locks() {
     );
 }
 
-/// `std::process::Command` ran the agent with `execvp`, which runs a file
-/// without a `#!` line through `/bin/sh` (POSIX); guards `launch.rs`'s
-/// fallback to `/bin/sh` on ENOEXEC, without which `execve` fails.
-#[test]
-fn a_script_without_a_shebang_still_runs_as_the_agent() {
-    let w = World::new();
-    let script = w.proj().join("plain-agent");
-    std::fs::write(&script, "echo ran-plain\n").expect("write");
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
-    let out = w.nd7(&["run", "./plain-agent"]).output().expect("nd7 run");
-    assert!(
-        text(&out.stdout).contains("ran-plain"),
-        "{:?} {}",
-        out.status,
-        text(&out.stderr)
-    );
-}
-
 /// The same through an absolute directory that is a magic link: the
 /// session's working directory (`/proc/self/cwd` in the child before exec
 /// is the session's), or a descriptor the child still holds before exec

@@ -7,279 +7,12 @@
 //! `#[ignore]`d with why.
 #![cfg(target_os = "linux")]
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
+use crate::runs::{entries, fake_claude, run_chain, verify};
 use crate::world::*;
-
-/// A process's state letter, `None` once it is gone (or reaped).
-fn state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
-}
-
-/// The live processes whose command line contains `marker`.
-fn running_with(marker: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(marker) && state(pid) != Some('Z') {
-            found.push(pid);
-        }
-    }
-    found
-}
-
-fn kill_all(marker: &str) {
-    for pid in running_with(marker) {
-        // SAFETY: kill(2) with a pid and a signal number; no memory involved.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    }
-}
-
-/// `nd7 run` on the agent script, its stderr gathered on a thread.
-fn spawn_run(
-    w: &World,
-    body: &str,
-    tweak: impl FnOnce(&mut std::process::Command),
-) -> (Child, Arc<Mutex<String>>) {
-    let agent = w.agent(body);
-    let mut cmd = w.nd7(&["run", &agent]);
-    tweak(&mut cmd);
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("nd7 run");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let seen = Arc::new(Mutex::new(String::new()));
-    let sink = seen.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stderr.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .expect("stderr")
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    (child, seen)
-}
-
-/// A cgroup (v1 `pids` controller) with a task limit, as systemd's
-/// `TasksMax` on a user's slice or a container's `--pids-limit` gives every
-/// account; removed, with whatever is left in it killed, when dropped.
-struct PidsLimit {
-    dir: PathBuf,
-}
-
-impl PidsLimit {
-    fn new(max: u32) -> Option<PidsLimit> {
-        let base = Path::new("/sys/fs/cgroup/pids");
-        if !account().drop_from_root
-            || !base.join("pids.max").exists() && !base.join("cgroup.procs").exists()
-        {
-            return None;
-        }
-        let dir = base.join(format!("nd7-redteam2-{}", std::process::id()));
-        std::fs::create_dir(&dir).ok()?;
-        std::fs::write(dir.join("pids.max"), max.to_string()).ok()?;
-        Some(PidsLimit { dir })
-    }
-
-    /// Puts `cmd`'s process (and so all it starts) in the cgroup.
-    fn enter(&self, cmd: &mut std::process::Command) {
-        let procs =
-            std::ffi::CString::new(self.dir.join("cgroup.procs").as_os_str().as_encoded_bytes())
-                .expect("path");
-        // SAFETY: between fork and exec: open, write and close on a path
-        // owned by the closure; no allocation, no lock.
-        unsafe {
-            cmd.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
-                libc::close(fd);
-                if ok {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            });
-        }
-    }
-
-    fn tasks(&self) -> Vec<u32> {
-        std::fs::read_to_string(self.dir.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
-    }
-}
-
-impl Drop for PidsLimit {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            let left = self.tasks();
-            if left.is_empty() {
-                break;
-            }
-            for pid in left {
-                // SAFETY: kill(2); no memory involved.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
 
 // --- the keeper --------------------------------------------------------------
 
-/// The agent starts a `setsid` daemon (which the keeper must end with the
-/// session), then fills the account's task limit with sleeping children
-/// and makes one `connect`: the keeper, which makes every connect on a
-/// worker thread, needs a new thread and the kernel has none to give. Were
-/// that a panic, the keeper (the session's subreaper) would die, the
-/// session with it, and the daemon would be left to init, outliving the
-/// session with everything it may write.
-///
-/// Guards `Pending` in `supervise.rs` (a connect the keeper cannot start a
-/// worker for is answered `EAGAIN`, and the keeper goes on): with
-/// `std::thread::spawn` back in `Workers::spawn`, the keeper dies and the
-/// daemon outlives the session.
-#[test]
-fn a_task_limit_cannot_make_the_keeper_die() {
-    let Some(limit) = PidsLimit::new(48) else {
-        eprintln!("skipped: needs root and the cgroup v1 pids controller");
-        return;
-    };
-    let w = World::new();
-    let marker = format!("nd7-rt2-keeper-{}", std::process::id());
-    let body = format!(
-        r#"
-setsid sh -c 'sleep 300; : {marker}-daemon' </dev/null >/dev/null 2>&1 &
-/usr/bin/python3 -c '
-import os, socket, time
-path = os.environ["TMPDIR"] + "/rt2.sock"
-l = socket.socket(socket.AF_UNIX)
-l.bind(path)
-l.listen(8)
-kids = []
-def fill():
-    while True:
-        try:
-            pid = os.fork()
-        except OSError:
-            return
-        if pid == 0:
-            time.sleep(120)
-            os._exit(0)
-        kids.append(pid)
-# Threads of nd7 run end after a while and free their tasks, and a connect
-# made in that moment gets its worker, which then waits (2 s, IDLE_FOR in
-# supervise.rs) for the next: take the tasks freed, wait the worker out, and
-# try again, so a connect meets a full limit with no worker to reuse.
-r = "never tried"
-for attempt in range(40):
-    fill()
-    time.sleep(0.25)
-    fill()
-    c = socket.socket(socket.AF_UNIX)
-    try:
-        c.connect(path)
-        r = "connected"
-        l.accept()[0].close()
-        c.close()
-        time.sleep(3)
-    except OSError as e:
-        r = "error %d" % e.errno
-        break
-for k in kids:
-    os.kill(k, 9)
-for k in kids:
-    os.waitpid(k, 0)
-open("connect.result", "w").write("%s after %d children\n" % (r, len(kids)))
-' {marker}
-echo agent-done
-"#
-    );
-    let (child, stderr) = spawn_run(&w, &body, |cmd| limit.enter(cmd));
-    let out = child.wait_with_output().expect("nd7 run");
-    let survivors = running_with(&format!("{marker}-daemon"));
-    kill_all(&marker);
-    let said = stderr.lock().expect("stderr").clone();
-    let result = std::fs::read_to_string(w.proj().join("connect.result")).unwrap_or_default();
-    assert_eq!(
-        survivors,
-        Vec::<u32>::new(),
-        "outlived the session; connect: {result}; nd7 run: {said}"
-    );
-    assert!(
-        text(&out.stdout).contains("agent-done"),
-        "the agent went on; connect: {result}; {said}"
-    );
-    assert!(out.status.success(), "{:?}: {said}", out.status);
-    // The connect met the limit in the keeper, and was answered EAGAIN.
-    assert!(result.starts_with("error 11 "), "{result}");
-}
-
 // --- files that run later ------------------------------------------------------
-
-/// mise (like direnv, run on `cd` by `mise activate`) loads the project's
-/// `mise.toml` and runs what its `[env]` (`_.source`) and `[hooks]` name.
-/// Unlike direnv, which asks again after any change to `.envrc`, mise ties
-/// its trust to the file's path (content only in its paranoid mode): a
-/// trusted `mise.toml` the agent edits runs, unconfined, at the user's next
-/// `cd` into the project. So it is locked as `.envrc` is.
-///
-/// Guards the mise names in `policy::deferred::PROJECT_LOCKED`: without
-/// them the agent's edit, directly and through the exit, goes through.
-#[test]
-fn a_trusted_mise_config_cannot_be_changed() {
-    const FILES: [&str; 3] = ["mise.toml", ".mise.toml", ".mise/config.toml"];
-    for mode in ["direct", "exec"] {
-        let w = World::new();
-        for rel in FILES {
-            let path = w.proj().join(rel);
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-            std::fs::write(&path, "[tools]\nnode = \"22\"\n").expect("write");
-        }
-        let mut script = format!(
-            "attempt() {{ if [ {mode} = exec ]; then \"$EXEC\" \"$2\"; else bash -c \"$2\"; fi 2>/dev/null && echo \"$1:done\" || echo \"$1:refused\"; }}\n"
-        );
-        for rel in FILES {
-            script.push_str(&format!(
-                "attempt 'write {rel}' \"printf '[hooks]\\nenter = \\\"touch pwned\\\"\\n' >> '{rel}'\"\n"
-            ));
-        }
-        let out = w.run_agent(&script);
-        let said = text(&out.stdout);
-        for rel in FILES {
-            assert!(
-                said.contains(&format!("write {rel}:refused")),
-                "({mode}) {said}"
-            );
-            assert_eq!(
-                std::fs::read_to_string(w.proj().join(rel)).expect("still there"),
-                "[tools]\nnode = \"22\"\n",
-                "({mode}) {rel}"
-            );
-        }
-    }
-}
 
 // --- the record: the Bash tool line read back ---------------------------------------
 
@@ -491,4 +224,48 @@ fn a_tool_line_for_a_denied_call_is_a_command_without_a_result() {
         report.contains("nd7 run: warning: 1 of 2 Bash commands ran through the exit for a Bash call Claude Code reported no result for"),
         "{report}"
     );
+}
+
+/// The agent kills its own `nd7 run` and works on under the floor: every
+/// later hook records nothing, and the chain simply stops. `nd7 verify` said
+/// "verified … reconciled" and exited 0, as for a run that ended. Broke
+/// through; guards the `run_end` check in `report_reconciliation`
+/// (`src/bin/nd7.rs`): without it verify passes this chain.
+#[test]
+fn verify_does_not_pass_a_run_whose_nd7_run_was_killed_from_inside() {
+    let w = World::new();
+    let claude = fake_claude(
+        &w,
+        r#"
+pre() { printf '{"session_id":"c1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"%s"},"tool_use_id":"%s"}' "$2" "$1" | "$ND7" record --run-hook; }
+pre t1 'echo one'; "$EXEC" 'echo one' > /dev/null
+kill -KILL $PPID
+pre t2 'touch unrecorded' 2>/dev/null
+touch unrecorded
+"#,
+    );
+    let out = w
+        .nd7(&["run", &claude, "-p", "x"])
+        .output()
+        .expect("nd7 run");
+    // The session process is killed; the keeper (the `nd7 run` the user
+    // started) ends the rest and exits as the session did: 128 + SIGKILL.
+    assert!(
+        out.status.code().is_none() || out.status.code() == Some(128 + 9),
+        "nd7 run was killed: {:?}",
+        out.status
+    );
+    let dir = run_chain(&w);
+    assert!(
+        !entries(&dir).iter().any(|x| x["kind"] == "run_end"),
+        "the chain stops before run_end"
+    );
+    let v = verify(&w, &dir);
+    let report = text(&v.stdout);
+    assert_eq!(v.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains("NOT ENDED: the run's chain has no run_end"),
+        "{report}"
+    );
+    assert!(!report.contains("\nreconciled"), "{report}");
 }
