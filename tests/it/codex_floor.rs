@@ -1,7 +1,8 @@
 //! What Codex adds to the floor's attack surface under `nd7 run codex`: its
 //! home is writable, and in it lie files a later Codex runs outside any
 //! floor (`config.toml` with nd7 run's own hook trust, `hooks.json`, `.env`,
-//! `rules/`), and the project's `.codex/`. A shell script named `codex`
+//! `rules/`, the standalone installer's `packages/`, a git marketplace's
+//! plugins), and the project's `.codex/` (and any below it). A shell script named `codex`
 //! stands in for the agent (nd7 run knows the agent by the program's name),
 //! attacking directly under the floor and through `$EXEC`, as Codex's shell
 //! calls reach the exit.

@@ -1,10 +1,11 @@
-//! A second attacker's look at the end-of-session watch and the planner
-//! (issue 29 items 2, 3 and 7, ADR-0092/0093): places git, direnv and nix
-//! read that the first round did not think of, git's syntax and encodings
-//! in the user's own configuration, and secrets reached through `/proc`
-//! paths and hard links the agent makes inside the project. Each test is
-//! an attack by the agent as an ordinary user; the ones that are still
-//! open are marked `#[ignore = "open: …"]`.
+//! The end-of-session watch and the planner follow files that run later
+//! wherever git, direnv, mise and nix find them (issue 29 items 2, 3 and 7,
+//! ADR-0092/0093): a repository not named `.git`, a `gitdir:` file, a git
+//! link, a repository outside the project; git configuration that is not
+//! UTF-8 or mixes CRLF, a BOM and case; what an `.envrc` sources in bash's
+//! other spellings, what `use flake` and `use nix` evaluate; mise's other
+//! configuration places. Each test is an attack by the agent as an ordinary
+//! user. (`deferred_secrets.rs` holds the watch away from secrets.)
 #![cfg(target_os = "linux")]
 
 use crate::deferred_reads::{block, repo, report};

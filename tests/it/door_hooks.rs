@@ -1,14 +1,17 @@
-//! The red team's attacks on the floor and the record, each tried as the
-//! ordinary account with a home outside /tmp, by a shell script standing in
-//! for the agent under `nd7 run` (and, where it matters, through the exit,
-//! as Claude Code's shell prefix sends Bash). Attacks that broke through name the line
-//! that now closes them; those that held are kept so they keep holding.
+//! A hook's event reaches the run's chain whatever the agent does to the
+//! hooks' door from inside: peers that trickle a request or flood the door
+//! with connections, a stopped `nd7 run`, malformed and oversized messages,
+//! an `ND7_RUN` hint forged or emptied through Claude Code's settings. The
+//! hook never hangs, and where it cannot deliver it says so. Each attack is
+//! tried as the ordinary account, by a shell script standing in for the
+//! agent under `nd7 run` (and through the exit where that is the way in).
+//! Those that broke through name the line that now closes them; those that
+//! held are kept so they keep holding. `door_load.rs` holds the door under
+//! load in the hundreds (ADR-0097), `record_door.rs` the log behind it.
 #![cfg(target_os = "linux")]
 
 use crate::runs::*;
 use crate::world::*;
-
-// --- the hooks' door: stalled, flooded, malformed ----------------------------
 
 /// Perl that opens `$N` connections to the run's door, announces a request
 /// of 1,000 bytes on each, then sends one byte on each every 2 s, forever:
@@ -187,16 +190,6 @@ echo '{"session_id":"after","hook_event_name":"Stop"}' | "$ND7" record; echo "re
         .count();
     assert_eq!(refused, 5);
 }
-
-// --- the record ---------------------------------------------------------------
-
-// --- secrets --------------------------------------------------------------------
-
-// --- ~/.nd7 kept in a dotfiles repository ------------------------------------------
-
-// --- what nd7 verify prints --------------------------------------------------
-
-// --- the hooks' environment -------------------------------------------------
 
 /// Claude Code applies its settings' `env` (in `~/.claude/settings.json` or
 /// the project's `.claude/settings.json`, both writable inside) to the hooks

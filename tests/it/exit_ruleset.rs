@@ -1,8 +1,9 @@
-//! The red team's attacks on what made the floor cheaper (ADR-0052): a
-//! command through the exit that holds no grant runs under the floor's own
-//! ruleset, built once, and the keeper splits off before the session sets
-//! up. Each is tried as the ordinary account, a shell script standing in
-//! for the agent under `nd7 run`, its Bash calls through `$EXEC`.
+//! The ruleset a command through the exit runs under (ADR-0052): one that
+//! holds no grant reuses the floor's own ruleset, built once; one with a
+//! grant gets a ruleset built with it, and its `exec` entry names the grants
+//! it ran under, while `nd7 allow` and `nd7 deny` come and go. Each is tried
+//! as the ordinary account, a shell script standing in for the agent under
+//! `nd7 run`, its Bash calls through `$EXEC`.
 #![cfg(target_os = "linux")]
 
 use crate::runs::{X, lines};

@@ -1,5 +1,8 @@
-//! Attacks on the session entering its own namespaces (ADR-0086) and on the
-//! launch of confined programs from a child sharing its memory (ADR-0087).
+//! The working directory a command through the exit starts in never leads
+//! past the locks: the session sits in its own namespaces with the project
+//! pinned onto itself (ADR-0086), so a relative directory or a magic link
+//! (`/proc/self/cwd`, `/proc/self/fd/N`) sent by a client the agent wrote
+//! would start the command beneath the pin, or outside the namespaces.
 #![cfg(target_os = "linux")]
 
 use crate::world::*;

@@ -1,7 +1,8 @@
 //! Attacks on the floor through processes rather than paths (issue 10,
 //! items 4, 5 and 8): pushing input into the user's terminal, talking to
 //! other programs' sockets, signalling the user's other processes, and
-//! leaving processes running after the session. Each is tried as an
+//! leaving processes running after the session, and reaching `nd7 run`'s
+//! own descriptors and /proc entries. Each is tried as an
 //! ordinary account, the agent a shell script, Bash calls through `$EXEC`.
 #![cfg(target_os = "linux")]
 

@@ -1,6 +1,8 @@
 //! Issue 29 item 5: nothing inside may stop `nd7 run`, and the user's
 //! signals always end it, taking everything the agent started with it
-//! (ADR-0096). Each attack is a shell script standing in for the agent under
+//! (ADR-0096): not a ptrace stop, a clone's exit signal, the terminal's
+//! foreground, a hydra of setsid children, nor an account's task limit filled
+//! to make the keeper die. Each attack is a shell script standing in for the agent under
 //! `nd7 run`, as the ordinary account; the user's side is this test sending
 //! signals to the process it started (`nd7 run`'s front).
 #![cfg(target_os = "linux")]
@@ -291,7 +293,7 @@ impl PidsLimit {
         {
             return None;
         }
-        let dir = base.join(format!("nd7-redteam2-{}", std::process::id()));
+        let dir = base.join(format!("nd7-pids-limit-{}", std::process::id()));
         std::fs::create_dir(&dir).ok()?;
         std::fs::write(dir.join("pids.max"), max.to_string()).ok()?;
         Some(PidsLimit { dir })

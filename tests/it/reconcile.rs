@@ -1,20 +1,15 @@
-//! The second red team's attacks, on what came after the first: the keeper
-//! (its connect workers, its sweep), the shell prefix's read-back of Claude
-//! Code's tool line, and the files that run later. Each is tried as the
-//! ordinary account, a shell script standing in for the agent under
-//! `nd7 run`. Attacks that broke through name the line that now closes them;
-//! those that held are kept so they keep holding; those left open are
-//! `#[ignore]`d with why.
+//! `nd7 verify`'s reconciliation of a run: which Bash call a command through
+//! the exit is logged under, and what verify says of the two. The agent (a
+//! shell script standing in for Claude Code under `nd7 run`, as the
+//! ordinary account) crafts a tool line that names a harmless command, runs
+//! a call its user denied (bare through the exit, from inside an allowed
+//! command, or dressed as Claude Code's own tool line), or kills its own
+//! `nd7 run`: none of it may read as "reconciled". Each test names the line
+//! that closes it (ADR-0067, `Pairing::ToolLine`, the `run_end` check).
 #![cfg(target_os = "linux")]
 
 use crate::runs::{entries, fake_claude, run_chain, verify};
 use crate::world::*;
-
-// --- the keeper --------------------------------------------------------------
-
-// --- files that run later ------------------------------------------------------
-
-// --- the record: the Bash tool line read back ---------------------------------------
 
 fn run_entries(w: &World) -> Vec<serde_json::Value> {
     let logs = w.home().join(".local/state/nd7/sessions");
@@ -71,8 +66,6 @@ echo status:$?
         execs[0]
     );
 }
-
-// --- the record: which command a Bash call announced --------------------------------
 
 /// Claude Code's Bash tool line for `command`, in double quotes for a
 /// script, so that `$TMPDIR` is expanded there.

@@ -866,7 +866,7 @@ wc -c < "fake/$$/record.sock.got"
     let got = lines(&out);
     // The agent's socket is sent nothing; the entry goes through the run's
     // own door instead (a failed hint falls back to the ancestors' door:
-    // see redteam::a_forged_nd7_run_hint_does_not_switch_recording_off).
+    // see door_hooks::a_forged_nd7_run_hint_does_not_switch_recording_off).
     assert_eq!(got, ["rc:0", "0"], "{got:?}");
     assert!(
         entries(&run_chain(&w)).iter().any(|e| e["session"] == "c"),

@@ -2,7 +2,8 @@
 //! mock, as an ordinary account in the sandbox tests' scratch world: Codex's
 //! own sandbox is off, its shell calls leave the floor through the exit
 //! (`nd7 hook-route`), and the floor's refusals are explained to the model
-//! and written down (ADR-0056, ADR-0057).
+//! and written down (ADR-0056, ADR-0057); every other way a model can ask
+//! Codex for a command still leaves an `exec` entry or runs nothing.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
