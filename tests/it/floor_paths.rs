@@ -25,7 +25,9 @@
 //! - `with_real_places` in `src/run_dir.rs` (secrets denied where links
 //!   lead, too);
 //! - `grants_named` in `src/policy/mod.rs` (deny by any name);
-//! - `policy::secrets` (the credential-store list and `~/.nd7/secrets`).
+//! - `policy::secrets` (the credential-store list and `~/.nd7/secrets`);
+//! - `run_dir::nd7_real_places` (`~/.nd7`, its secrets list and its grants
+//!   kept out where they really are, as in a dotfiles repository).
 #![cfg(target_os = "linux")]
 
 use std::os::unix::fs::symlink;

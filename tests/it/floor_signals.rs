@@ -2,8 +2,8 @@
 //! signals always end it, taking everything the agent started with it
 //! (ADR-0096): not a ptrace stop, a clone's exit signal, the terminal's
 //! foreground, a hydra of setsid children, nor an account's task limit filled
-//! to make the keeper die. Each attack is a shell script standing in for the agent under
-//! `nd7 run`, as the ordinary account; the user's side is this test sending
+//! to make the keeper die. Each attack is a shell script standing in for
+//! the agent under `nd7 run`, as the ordinary account; the user's side is this test sending
 //! signals to the process it started (`nd7 run`'s front).
 #![cfg(target_os = "linux")]
 

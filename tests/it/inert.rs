@@ -1,7 +1,8 @@
 //! Text the agent chose reaches the user's terminal only inert (issue 29
 //! item 1, ADR-0090): the end-of-session warning (file names, contents,
 //! commands), the processes `nd7 run` ends, `nd7 deny`'s list of running
-//! commands. And a terminal the agent's program left hostile (a string never
+//! commands, `nd7 verify`'s report, every other command's output. And a
+//! terminal the agent's program left hostile (a string never
 //! terminated, the alternate screen, mouse reporting) still shows nd7's
 //! closing lines, which name what lets git and direnv run code. The real
 //! terminal is a tmux pane, whose visible contents are read after `nd7 run`
