@@ -1,7 +1,11 @@
-//! Red team on Codex's rollout in the chain (ADR-0054), as a
-//! prompt-injected agent under `nd7 run`: a script named `claude` stands
-//! in for the agent (so the run registers its hooks) and sends Codex's
-//! hooks as `nd7 record --agent codex --run-hook`.
+//! Codex's rollout anchored into the run's chain under `nd7 run`
+//! (ADR-0054), attacked by a prompt-injected agent: the chain's and the
+//! anchoring's locks, the anchoring state's size, a session id that walks
+//! out of the rollouts' layout. A script named `claude` stands in for the
+//! agent (so the run registers its hooks) and sends Codex's hooks as
+//! `nd7 record --agent codex --run-hook`. (`codex_rollout.rs` holds the
+//! rollout outside `nd7 run`, `transcript_run.rs` Claude Code's transcript
+//! under it.)
 #![cfg(target_os = "linux")]
 
 use serde_json::Value;

@@ -1,20 +1,13 @@
-//! The red team's attacks on what made the floor cheaper (ADR-0052): a
-//! command through the exit that holds no grant runs under the floor's own
-//! ruleset, built once, and the keeper splits off before the session sets
-//! up. Each is tried as the ordinary account, a shell script standing in
-//! for the agent under `nd7 run`, its Bash calls through `$EXEC`.
+//! The ruleset a command through the exit runs under (ADR-0052): one that
+//! holds no grant reuses the floor's own ruleset, built once; one with a
+//! grant gets a ruleset built with it, and its `exec` entry names the grants
+//! it ran under, while `nd7 allow` and `nd7 deny` come and go. Each is tried
+//! as the ordinary account, a shell script standing in for the agent under
+//! `nd7 run`, its Bash calls through `$EXEC`.
 #![cfg(target_os = "linux")]
 
-use std::process::Output;
-
+use crate::runs::{X, lines};
 use crate::world::*;
-
-fn lines(out: &Output) -> Vec<String> {
-    text(&out.stdout).lines().map(str::to_string).collect()
-}
-
-/// `x NAME CMD ARGS…` prints `NAME:yes` when CMD succeeds, `NAME:no` when not.
-const X: &str = r#"x() { local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name:yes"; else echo "$name:no"; fi; }"#;
 
 /// What one command through the exit may do, asked of a fresh command each
 /// time, prefixed with the phase: writes in each floor root and outside,

@@ -1,8 +1,9 @@
-//! Fresh-eyes attacks on the keeper's mediation of modes, owners, times and
-//! extended attributes (issue 29 item 4, ADR-0094) and on the start-up
-//! checks (ADR-0095): what `floor_attrs` does not try. Each is made as the
-//! ordinary account, by the agent under `nd7 run` and by a command through
-//! the exit, and each says what it would change outside the write roots.
+//! The keeper's mediation of modes, owners, times and extended attributes
+//! (issue 29 item 4, ADR-0094) and the start-up checks (ADR-0095), tried by
+//! the routes `floor_attrs.rs` does not take. Each is made as the ordinary
+//! account, by the agent under `nd7 run` and by a command through the exit,
+//! and each says what it would change outside the write roots. Its scripts
+//! are `floor_attrs/probe.py` and `floor_attrs/race.py`.
 //!
 //! - inode flags through `ioctl` (`FS_IOC_SETFLAGS`, `FS_IOC_FSSETXATTR`)
 //!   on a file or directory the session may only read: the ioctl form of
@@ -12,7 +13,9 @@
 //! - a hard link made during the session in the project to a file outside,
 //!   then changed through the link;
 //! - a hard link to a file of `~/.nd7` or a credential store, made in the
-//!   session, to stop every later `nd7 run` (denial of service).
+//!   session, to stop every later `nd7 run` (denial of service);
+//! - the keeper raced, `truncate` and `mknod`, and owner numbers as the
+//!   caller's namespace names them.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 use std::os::fd::AsRawFd;
@@ -21,8 +24,8 @@ use std::path::Path;
 
 use crate::world::*;
 
-const PROBE: &str = include_str!("attack_attrs/probe.py");
-const RACE: &str = include_str!("attack_attrs/race.py");
+const PROBE: &str = include_str!("floor_attrs/probe.py");
+const RACE: &str = include_str!("floor_attrs/race.py");
 const PYTHON: &str = "/usr/bin/python3";
 
 fn probe(w: &World) -> String {
