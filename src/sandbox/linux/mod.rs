@@ -465,7 +465,7 @@ impl Confinement {
                 message.extend(serde_json::to_vec(info).unwrap_or_default());
             }
             Report {
-                channel: channel.fd,
+                channel: channel.fd.as_raw_fd(),
                 message,
                 // SAFETY: CMSG_SPACE only computes a size.
                 control: vec![0u8; unsafe { libc::CMSG_SPACE(4) } as usize],
