@@ -1025,7 +1025,7 @@ mod tests {
 
     fn channel(fd: OwnedFd) -> Channel {
         Channel {
-            fd: fd.into_raw_fd(),
+            fd,
             keeper: 0,
             answer: OnceLock::new(),
             head_start: OnceLock::new(),

@@ -657,9 +657,7 @@ pub fn full_program(sockets: Sockets) -> Option<&'static [Insn]> {
 
 /// Whether this kernel runs seccomp filters at all.
 pub fn available() -> bool {
-    // SAFETY: PR_GET_SECCOMP takes no pointer and changes nothing.
-    let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
-    mode >= 0
+    rustix::thread::secure_computing_mode().is_ok()
 }
 
 /// Installs `filter` on the calling thread, asking for a listener when it
