@@ -485,14 +485,13 @@ impl Confinement {
         // the child has a copy of the descriptor table.
         unsafe {
             command.add_step(Box::new(move || {
-                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                rustix::thread::set_no_new_privs(true)?;
                 if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                if floor && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
+                if floor {
+                    let kill = rustix::process::Signal::KILL;
+                    rustix::process::set_parent_process_death_signal(Some(kill))?;
                 }
                 // Nothing but stdin, stdout and stderr crosses the exec: a
                 // descriptor nd7 run inherited (a socket to another program,

@@ -1008,8 +1008,7 @@ mod tests {
         assert!(pid >= 0);
         if pid == 0 {
             let code = (|| {
-                // SAFETY: plain prctl with integer arguments.
-                if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+                if rustix::thread::set_no_new_privs(true).is_err() {
                     return 10;
                 }
                 if install(&filter, false).is_err() {
@@ -1058,10 +1057,10 @@ mod tests {
             // destructors or test harness.
             unsafe { libc::_exit(code) };
         }
-        let mut status = 0;
-        // SAFETY: waits for the child forked above.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(libc::WIFEXITED(status), "child died: {status}");
-        assert_eq!(libc::WEXITSTATUS(status), 0, "step that failed");
+        let pid = rustix::process::Pid::from_raw(pid).expect("a child's pid");
+        let (_, status) = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
+            .expect("waitpid")
+            .expect("the child's status");
+        assert_eq!(status.exit_status(), Some(0), "child died or a step failed: {status:?}");
     }
 }
