@@ -254,7 +254,10 @@ const KEEPER_SIGNALS: [i32; 5] = [
 
 fn sigset(signals: &[i32]) -> SigSet {
     let mut set = SigSet::empty();
-    for sig in signals.iter().filter_map(|&s| nix::sys::signal::Signal::try_from(s).ok()) {
+    for sig in signals
+        .iter()
+        .filter_map(|&s| nix::sys::signal::Signal::try_from(s).ok())
+    {
         set.add(sig);
     }
     set

@@ -399,7 +399,11 @@ pub(super) unsafe fn vfork(
 ) -> io::Result<libc::pid_t> {
     let stack = Stack::new()?;
     let mut old = SigSet::empty();
-    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old));
+    let _ = pthread_sigmask(
+        SigmaskHow::SIG_SETMASK,
+        Some(&SigSet::all()),
+        Some(&mut old),
+    );
     // SAFETY: the child runs `run` on `stack`, which lives until after clone
     // returns; with CLONE_VFORK this thread is suspended until the child has
     // exec'd or ended, so the child's use of `arg` (and of this thread's

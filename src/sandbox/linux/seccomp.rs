@@ -1058,9 +1058,14 @@ mod tests {
             unsafe { libc::_exit(code) };
         }
         let pid = rustix::process::Pid::from_raw(pid).expect("a child's pid");
-        let (_, status) = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
-            .expect("waitpid")
-            .expect("the child's status");
-        assert_eq!(status.exit_status(), Some(0), "child died or a step failed: {status:?}");
+        let (_, status) =
+            rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
+                .expect("waitpid")
+                .expect("the child's status");
+        assert_eq!(
+            status.exit_status(),
+            Some(0),
+            "child died or a step failed: {status:?}"
+        );
     }
 }
