@@ -8,20 +8,17 @@ pub(super) fn read_memory(pid: i32, addr: u64, buf: &mut [u8]) -> Result<(), i32
     if buf.is_empty() {
         return Ok(());
     }
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
+    let len = buf.len();
+    let remote = nix::sys::uio::RemoteIoVec {
+        base: addr as usize,
+        len,
     };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: `local` covers `buf`, which is writable and borrowed for the
-    // call; `remote` is only read by the kernel, in the other process.
-    let got = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    if got == buf.len() as isize {
-        Ok(())
-    } else {
-        Err(libc::EFAULT)
+    match nix::sys::uio::process_vm_readv(
+        nix::unistd::Pid::from_raw(pid),
+        &mut [std::io::IoSliceMut::new(buf)],
+        &[remote],
+    ) {
+        Ok(got) if got == len => Ok(()),
+        _ => Err(libc::EFAULT),
     }
 }
