@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::chain::Hash;
 use crate::session_log::SessionLog;
 use crate::ship::{self, LOST_FILE, RECEIPT_FILE, ShipError};
-use crate::vault::{self, PublicKey, Receipt, Recipients};
+use crate::vault::{self, PublicKey, Receipt, Recipients, RestoreNotice};
 
 use super::{Fault, Finding, Pulled};
 
@@ -122,13 +122,8 @@ pub(crate) fn vouched_vault_keys(pulled: &Pulled, dir: &Path) -> Vec<PublicKey> 
         let Ok(text) = std::fs::read_to_string(vault_dir.join(name)) else {
             continue;
         };
-        let mut starts: Vec<usize> = text
-            .match_indices("nd7-recipients ")
-            .map(|(i, _)| i)
-            .collect();
-        starts.push(text.len());
-        for w in starts.windows(2) {
-            if let Ok(doc) = Recipients::parse(&text[w[0]..w[1]])
+        for record in super::records(&text, "nd7-recipients ") {
+            if let Ok(doc) = Recipients::parse(record)
                 && doc.org == pulled.org
                 && !keys.contains(&doc.vault)
             {
@@ -158,119 +153,27 @@ fn check_receipt(
 /// restore, and the log.
 pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
     let log = SessionLog::at_path(local)?;
-    let names = format!("machine {}, session {}", pulled.machine, pulled.session);
+    let against = Against {
+        pulled,
+        names: format!("machine {}, session {}", pulled.machine, pulled.session),
+        vouched: vouched_vault_keys(pulled, log.dir()),
+        // What the vault holds, signed by the machine, whether or not the
+        // pull got as far as decrypting it.
+        vault_last: pulled.held.last().map(|c| c.last),
+    };
     let mut out = Compared::default();
-    let vouched = vouched_vault_keys(pulled, log.dir());
-    // What the vault holds, signed by the machine, whether or not the pull
-    // got as far as decrypting it.
-    let vault_last = pulled.held.last().map(|c| c.last);
-
-    // The receipt the machine kept: the vault must still hold that batch.
     let receipt_path = log.dir().join(RECEIPT_FILE);
     if let Ok(text) = std::fs::read_to_string(&receipt_path) {
-        match Receipt::parse(&text)
-            .and_then(|r| check_receipt(&r, &vouched, &pulled.machine_key).map(|()| r))
-        {
-            Err(e) => out.findings.push(Finding {
-                fault: Fault::Machine,
-                text: format!(
-                    "{names}: {}: the machine's receipt does not check: {e}",
-                    receipt_path.display()
-                ),
-            }),
-            Ok(r) => {
-                let k = &r.checkpoint;
-                let held = pulled.held.iter().any(|c| c.same_head(k));
-                if !held {
-                    let text = if vault_last.is_none_or(|l| l < k.last) {
-                        format!(
-                            "{names}: the vault acknowledged entries up to {} (its receipt of {} is on the machine), but holds only up to {}: it dropped entries {}..{}",
-                            k.last,
-                            r.stored,
-                            vault_last.map_or("none".into(), |l| l.to_string()),
-                            vault_last.map_or(0, |l| l + 1),
-                            k.last
-                        )
-                    } else {
-                        format!(
-                            "{names}: the vault acknowledged entry {} with digest {} (its receipt of {} is on the machine), but no longer holds that batch: it replaced what it acknowledged",
-                            k.last,
-                            k.head.short(),
-                            r.stored
-                        )
-                    };
-                    out.findings.push(Finding {
-                        fault: Fault::Vault,
-                        text,
-                    });
-                }
-            }
-        }
+        out.findings
+            .extend(against.kept_receipt(&receipt_path, &text));
     }
-
     // Receipts a declared restore lost: evidence, kept by the machine.
     if let Ok(text) = std::fs::read_to_string(log.dir().join(LOST_FILE)) {
         for (what, receipt, notice) in ship::lost_receipts(&text) {
-            let signed = receipt
-                .as_ref()
-                .is_some_and(|r| check_receipt(r, &vouched, &pulled.machine_key).is_ok())
-                && notice
-                    .as_ref()
-                    .is_some_and(|n| vouched.iter().any(|k| n.verify(k).is_ok()));
-            let (Some(r), Some(n)) = (receipt.filter(|_| signed), notice) else {
-                out.findings.push(Finding {
-                    fault: Fault::Machine,
-                    text: format!(
-                        "{names}: receipts.lost holds a record that does not check ({what})"
-                    ),
-                });
-                continue;
-            };
-            // The vault signed both; a notice that cannot excuse this loss
-            // (too wide, in the future, not covering the receipt) is its own
-            // word against it.
-            if let Err(why) = n.credible(ship::unix_now()).and_then(|()| {
-                n.explains(&r)
-                    .then_some(())
-                    .ok_or_else(|| "it does not cover the receipt".to_string())
-            }) {
-                out.findings.push(Finding {
-                    fault: Fault::Vault,
-                    text: format!(
-                        "{names}: {what}; the vault's restore notice for it (backup {}, restored {}) cannot excuse the loss: {why}",
-                        n.backup, n.restored
-                    ),
-                });
-                continue;
+            match against.lost_receipt(&what, receipt, notice) {
+                Ok(note) => out.notes.push(note),
+                Err(finding) => out.findings.push(finding),
             }
-            let k = &r.checkpoint;
-            let now = match pulled.digest_at(k.last, k.key) {
-                Some(d) if d == k.head => "the vault holds those entries again, unchanged",
-                Some(_) => {
-                    out.findings.push(Finding {
-                        fault: Fault::Machine,
-                        text: format!(
-                            "{names}: entry {} was shipped again with other contents than the machine first signed: it rewrote its log",
-                            k.last
-                        ),
-                    });
-                    continue;
-                }
-                None if vault_last.is_some_and(|l| l >= k.last) => {
-                    "the vault holds those entries again (under a later chain key, so not compared with the lost receipt)"
-                }
-                None => {
-                    out.findings.push(Finding {
-                        fault: Fault::Vault,
-                        text: format!(
-                            "{names}: {what}; the vault does not hold them again: it holds up to {}, and a declared restore excuses shipping them again, not losing them",
-                            vault_last.map_or("none".into(), |l| l.to_string())
-                        ),
-                    });
-                    continue;
-                }
-            };
-            out.notes.push(format!("{names}: {what}; {now}"));
         }
     }
     if let Ok(alarm) = std::fs::read_to_string(log.dir().join(ship::ALARM_FILE)) {
@@ -279,9 +182,17 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
             alarm.lines().next().unwrap_or_default()
         ));
     }
-
-    // The log itself.
     let events = log.events_path();
+    let comparison = compare_files(&pulled.path, &events)?;
+    match against.log(comparison) {
+        Ok(note) => out.notes.push(note),
+        Err(finding) => out.findings.push(finding),
+    }
+    Ok(out)
+}
+
+/// [`compare_logs`] of two files.
+fn compare_files(vault_copy: &Path, events: &Path) -> Result<Comparison, ShipError> {
     let open = |path: &Path| {
         std::fs::File::open(path)
             .map(|f| io::BufReader::with_capacity(1 << 20, f))
@@ -291,43 +202,164 @@ pub fn compare(pulled: &Pulled, local: &Path) -> Result<Compared, ShipError> {
                 source: e,
             })
     };
-    let comparison =
-        compare_logs(open(&pulled.path)?, open(&events)?).map_err(|e| ShipError::Io {
-            path: events.clone(),
-            action: "compare",
-            source: e,
-        })?;
-    match comparison {
-        Comparison::Matches { entries, unshipped } if pulled.findings.is_empty() => {
-            out.notes.push(format!(
-                "local copy matches the vault's {entries} entries ({unshipped} more locally, not shipped yet)"
-            ))
-        }
-        Comparison::Matches { entries, unshipped } => out.notes.push(format!(
-            "local copy matches the {entries} entries pulled before the pull stopped ({unshipped} more locally)"
-        )),
-        Comparison::Differs {
-            entry,
-            vault_hash,
-            local,
-        } => out.findings.push(Finding {
+    compare_logs(open(vault_copy)?, open(events)?).map_err(|e| ShipError::Io {
+        path: events.to_path_buf(),
+        action: "compare",
+        source: e,
+    })
+}
+
+/// What a machine's copy is compared against: the pull, and the vault keys
+/// the organisation vouched for.
+struct Against<'a> {
+    pulled: &'a Pulled,
+    names: String,
+    vouched: Vec<PublicKey>,
+    vault_last: Option<u64>,
+}
+
+impl Against<'_> {
+    fn machine(&self, text: String) -> Finding {
+        Finding {
             fault: Fault::Machine,
-            text: format!(
+            text,
+        }
+    }
+
+    fn vault(&self, text: String) -> Finding {
+        Finding {
+            fault: Fault::Vault,
+            text,
+        }
+    }
+
+    fn holds_up_to(&self) -> String {
+        self.vault_last.map_or("none".into(), |l| l.to_string())
+    }
+
+    /// The receipt the machine kept: the vault must still hold that batch.
+    fn kept_receipt(&self, path: &Path, text: &str) -> Option<Finding> {
+        let names = &self.names;
+        let r = match Receipt::parse(text)
+            .and_then(|r| check_receipt(&r, &self.vouched, &self.pulled.machine_key).map(|()| r))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                return Some(self.machine(format!(
+                    "{names}: {}: the machine's receipt does not check: {e}",
+                    path.display()
+                )));
+            }
+        };
+        let k = &r.checkpoint;
+        if self.pulled.held.iter().any(|c| c.same_head(k)) {
+            return None;
+        }
+        let text = if self.vault_last.is_none_or(|l| l < k.last) {
+            format!(
+                "{names}: the vault acknowledged entries up to {} (its receipt of {} is on the machine), but holds only up to {}: it dropped entries {}..{}",
+                k.last,
+                r.stored,
+                self.holds_up_to(),
+                self.vault_last.map_or(0, |l| l + 1),
+                k.last
+            )
+        } else {
+            format!(
+                "{names}: the vault acknowledged entry {} with digest {} (its receipt of {} is on the machine), but no longer holds that batch: it replaced what it acknowledged",
+                k.last,
+                k.head.short(),
+                r.stored
+            )
+        };
+        Some(self.vault(text))
+    }
+
+    /// One record of receipts.lost: a receipt and the restore notice that
+    /// lost it, both signed; a note when the vault holds those entries
+    /// again, else a finding.
+    fn lost_receipt(
+        &self,
+        what: &str,
+        receipt: Option<Receipt>,
+        notice: Option<RestoreNotice>,
+    ) -> Result<String, Finding> {
+        let names = &self.names;
+        let signed = receipt
+            .as_ref()
+            .is_some_and(|r| check_receipt(r, &self.vouched, &self.pulled.machine_key).is_ok())
+            && notice
+                .as_ref()
+                .is_some_and(|n| self.vouched.iter().any(|k| n.verify(k).is_ok()));
+        let (Some(r), Some(n)) = (receipt.filter(|_| signed), notice) else {
+            return Err(self.machine(format!(
+                "{names}: receipts.lost holds a record that does not check ({what})"
+            )));
+        };
+        // The vault signed both; a notice that cannot excuse this loss (too
+        // wide, in the future, not covering the receipt) is its own word
+        // against it.
+        if let Err(why) = n.credible(ship::unix_now()).and_then(|()| {
+            n.explains(&r)
+                .then_some(())
+                .ok_or_else(|| "it does not cover the receipt".to_string())
+        }) {
+            return Err(self.vault(format!(
+                "{names}: {what}; the vault's restore notice for it (backup {}, restored {}) cannot excuse the loss: {why}",
+                n.backup, n.restored
+            )));
+        }
+        let k = &r.checkpoint;
+        let now = match self.pulled.digest_at(k.last, k.key) {
+            Some(d) if d == k.head => "the vault holds those entries again, unchanged",
+            Some(_) => {
+                return Err(self.machine(format!(
+                    "{names}: entry {} was shipped again with other contents than the machine first signed: it rewrote its log",
+                    k.last
+                )));
+            }
+            None if self.vault_last.is_some_and(|l| l >= k.last) => {
+                "the vault holds those entries again (under a later chain key, so not compared with the lost receipt)"
+            }
+            None => {
+                return Err(self.vault(format!(
+                    "{names}: {what}; the vault does not hold them again: it holds up to {}, and a declared restore excuses shipping them again, not losing them",
+                    self.holds_up_to()
+                )));
+            }
+        };
+        Ok(format!("{names}: {what}; {now}"))
+    }
+
+    /// The log itself, line by line: a note when it matches, else a finding
+    /// against the machine.
+    fn log(&self, comparison: Comparison) -> Result<String, Finding> {
+        let names = &self.names;
+        match comparison {
+            Comparison::Matches { entries, unshipped } if self.pulled.findings.is_empty() => {
+                Ok(format!(
+                    "local copy matches the vault's {entries} entries ({unshipped} more locally, not shipped yet)"
+                ))
+            }
+            Comparison::Matches { entries, unshipped } => Ok(format!(
+                "local copy matches the {entries} entries pulled before the pull stopped ({unshipped} more locally)"
+            )),
+            Comparison::Differs {
+                entry,
+                vault_hash,
+                local,
+            } => Err(self.machine(format!(
                 "{names}: the local copy was rewritten after shipping: entry {entry} differs (the vault's, signed by the machine: hash {}; local: {local})",
                 vault_hash.short()
-            ),
-        }),
-        Comparison::Truncated {
-            local_entries,
-            vault_entries,
-        } => out.findings.push(Finding {
-            fault: Fault::Machine,
-            text: format!(
+            ))),
+            Comparison::Truncated {
+                local_entries,
+                vault_entries,
+            } => Err(self.machine(format!(
                 "{names}: the local copy was cut short after shipping: it has {local_entries} entries, the vault's signed copy {vault_entries}; entry {local_entries} is missing"
-            ),
-        }),
+            ))),
+        }
     }
-    Ok(out)
 }
 
 #[cfg(test)]

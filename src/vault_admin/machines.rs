@@ -3,7 +3,7 @@
 
 use crate::http_client::Trust;
 use crate::ship::{self, Client, ShipError};
-use crate::vault::{self, Enrolment, PublicKey, Recipients};
+use crate::vault::{self, Enrolment, PublicKey};
 
 use super::{Fault, Finding, PullError, Registered, when};
 
@@ -27,11 +27,7 @@ pub fn list_machines(
     register: &[Registered],
 ) -> Result<Machines, PullError> {
     let client = Client::new(url, trust)?;
-    let (doc, _) = client.ok_bound_by("GET", "/v1/recipients", |body| {
-        let doc = Recipients::verify(&String::from_utf8_lossy(body), fingerprint)?;
-        let key = doc.vault;
-        Ok((doc, key))
-    })?;
+    let doc = super::recipients(&client, fingerprint)?;
     let text = client.ok_bound(
         "GET",
         "/v1/machines",
@@ -43,53 +39,12 @@ pub fn list_machines(
     let text = String::from_utf8_lossy(&text);
     let mut out = Machines::default();
     let mut by_token: Vec<(PublicKey, Vec<String>)> = Vec::new();
-    let magic = "nd7-enroll ";
-    let mut starts: Vec<usize> = text.match_indices(magic).map(|(i, _)| i).collect();
-    starts.push(text.len());
-    for w in starts.windows(2) {
-        let record = &text[w[0]..w[1]];
-        let enrolment = match Enrolment::parse(record.as_bytes()) {
-            Ok(e) => e,
-            Err(e) => {
-                out.findings.push(Finding {
-                    fault: Fault::Vault,
-                    text: format!("the vault lists an enrolment record that does not read: {e}"),
-                });
-                continue;
-            }
+    for record in super::records(&text, "nd7-enroll ") {
+        let Some(enrolment) = checked_enrolment(record, &doc.org, &mut out.findings) else {
+            continue;
         };
         let id = enrolment.machine_id();
-        if let Err(e) = enrolment.verify(&doc.org, None) {
-            out.findings.push(Finding {
-                fault: Fault::Vault,
-                text: format!(
-                    "machine {id}: its enrolment record is forged: {e}; the organisation never let this key in"
-                ),
-            });
-            continue;
-        }
-        let registered = register.iter().find(|r| r.token_key == enrolment.token_key);
-        out.lines.push(format!(
-            "machine {id} enrolled {} with token {} ({})",
-            when(enrolment.endorsed),
-            &enrolment.token_key.to_hex()[..16],
-            registered.map_or("NOT IN THE REGISTER".to_string(), |r| {
-                if r.label.is_empty() {
-                    "no label".to_string()
-                } else {
-                    format!("for {}", r.label)
-                }
-            })
-        ));
-        if registered.is_none() {
-            out.findings.push(Finding {
-                fault: Fault::Vault,
-                text: format!(
-                    "machine {id}: its enrolment token (key {}) is not in the register: the organisation's key signed it, but `nd7 admin enrol-token` did not record it (minted elsewhere, or with another register)",
-                    enrolment.token_key.to_hex()
-                ),
-            });
-        }
+        held_to_register(&enrolment, &id, register, &mut out);
         match by_token.iter_mut().find(|(k, _)| *k == enrolment.token_key) {
             Some((_, ids)) => ids.push(id),
             None => by_token.push((enrolment.token_key, vec![id])),
@@ -109,24 +64,78 @@ pub fn list_machines(
     let now = ship::unix_now();
     for r in register {
         if !by_token.iter().any(|(k, _)| *k == r.token_key) {
-            out.lines.push(format!(
-                "token {} ({}) not used; {} {}",
-                &r.token_key.to_hex()[..16],
-                if r.label.is_empty() {
-                    "no label".to_string()
-                } else {
-                    format!("for {}", r.label)
-                },
-                if r.expires < now {
-                    "expired"
-                } else {
-                    "expires"
-                },
-                when(r.expires)
-            ));
+            out.lines.push(unused_token(r, now));
         }
     }
     Ok(out)
+}
+
+/// An enrolment record the vault lists, if it reads and the organisation's
+/// key signed it; else a finding against the vault.
+fn checked_enrolment(
+    record: &str,
+    org: &PublicKey,
+    findings: &mut Vec<Finding>,
+) -> Option<Enrolment> {
+    let text = match Enrolment::parse(record.as_bytes()) {
+        Ok(enrolment) => match enrolment.verify(org, None) {
+            Ok(()) => return Some(enrolment),
+            Err(e) => format!(
+                "machine {}: its enrolment record is forged: {e}; the organisation never let this key in",
+                enrolment.machine_id()
+            ),
+        },
+        Err(e) => format!("the vault lists an enrolment record that does not read: {e}"),
+    };
+    findings.push(Finding {
+        fault: Fault::Vault,
+        text,
+    });
+    None
+}
+
+/// A machine's line, and a finding when its token is not in the register.
+fn held_to_register(enrolment: &Enrolment, id: &str, register: &[Registered], out: &mut Machines) {
+    let registered = register.iter().find(|r| r.token_key == enrolment.token_key);
+    out.lines.push(format!(
+        "machine {id} enrolled {} with token {} ({})",
+        when(enrolment.endorsed),
+        &enrolment.token_key.to_hex()[..16],
+        registered.map_or("NOT IN THE REGISTER".to_string(), label)
+    ));
+    if registered.is_none() {
+        out.findings.push(Finding {
+            fault: Fault::Vault,
+            text: format!(
+                "machine {id}: its enrolment token (key {}) is not in the register: the organisation's key signed it, but `nd7 admin enrol-token` did not record it (minted elsewhere, or with another register)",
+                enrolment.token_key.to_hex()
+            ),
+        });
+    }
+}
+
+/// Whom a registered token was for, as a machine's line says it.
+fn label(r: &Registered) -> String {
+    if r.label.is_empty() {
+        "no label".to_string()
+    } else {
+        format!("for {}", r.label)
+    }
+}
+
+/// The line of a registered token no machine used.
+fn unused_token(r: &Registered, now: u64) -> String {
+    format!(
+        "token {} ({}) not used; {} {}",
+        &r.token_key.to_hex()[..16],
+        label(r),
+        if r.expires < now {
+            "expired"
+        } else {
+            "expires"
+        },
+        when(r.expires)
+    )
 }
 
 /// Lists the chains a vault holds: (machine, session, last seq). Both

@@ -14,8 +14,8 @@
 
 use std::fmt;
 
-use crate::ship::ShipError;
-use crate::vault;
+use crate::ship::{Client, ShipError};
+use crate::vault::{self, Recipients};
 
 mod compare;
 mod keys;
@@ -89,4 +89,24 @@ fn when(unix: u64) -> String {
             || unix.to_string(),
             |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
         )
+}
+
+/// The recipients document the vault serves, signed by the organisation
+/// key of the pinned `fingerprint`: it names the vault's key, which every
+/// reply after it must be bound by.
+fn recipients(client: &Client, fingerprint: &str) -> Result<Recipients, ShipError> {
+    let (doc, _) = client.ok_bound_by("GET", "/v1/recipients", |body| {
+        let doc = Recipients::verify(&String::from_utf8_lossy(body), fingerprint)?;
+        let key = doc.vault;
+        Ok((doc, key))
+    })?;
+    Ok(doc)
+}
+
+/// The records in `text` that each start with `magic`, as served or kept
+/// one after the other.
+fn records<'t>(text: &'t str, magic: &str) -> impl Iterator<Item = &'t str> {
+    let mut starts: Vec<usize> = text.match_indices(magic).map(|(i, _)| i).collect();
+    starts.push(text.len());
+    (0..starts.len() - 1).map(move |i| &text[starts[i]..starts[i + 1]])
 }

@@ -5,14 +5,16 @@
 
 use std::fmt;
 use std::io::{self, Read};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::chain::Cursor;
+use crate::files::Staged;
 use crate::http_client::Trust;
 use crate::session_log;
 use crate::ship::{Client, ShipError};
 use crate::vault::{
-    self, AgeIdentity, ChainKey, Checkpoint, Enrolment, IndexKey, KeyId, PublicKey, PullEnd,
+    self, AgeIdentity, Batch, ChainKey, Checkpoint, Enrolment, IndexKey, KeyId, PublicKey, PullEnd,
     PullOf, Recipients, RestoreNotice,
 };
 
@@ -59,7 +61,7 @@ pub struct Pulled {
     /// could have made or dropped, or the machine's own batches disagreeing.
     /// Then nothing is written out; `compare` still reads what checked.
     pub findings: Vec<Finding>,
-    staged: Option<crate::files::Staged>,
+    staged: Option<Staged>,
     keys: Vec<(KeyId, ChainKey)>,
 }
 
@@ -166,14 +168,57 @@ pub fn pull(
 ) -> Result<Pulled, PullError> {
     session_log::check_session_id(session).map_err(ShipError::from)?;
     let client = Client::new(url, trust)?;
-    let (doc, _) = client.ok_bound_by("GET", "/v1/recipients", |body| {
-        let doc = Recipients::verify(&String::from_utf8_lossy(body), fingerprint)?;
-        let key = doc.vault;
-        Ok((doc, key))
-    })?;
-    let names = format!("machine {machine}, session {session}");
+    let doc = super::recipients(&client, fingerprint)?;
+    let enrolment = enrolment(&client, url, read_token, &doc, machine)?;
+    let (path, file) = stage_log(out, session)?;
+    let batches_path = format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes()));
+    let crate::ship::Stream {
+        body: stream,
+        nonce,
+    } = client.get_stream(&batches_path, Some(read_token))?;
+    let pulled = Pulled {
+        machine: machine.into(),
+        session: session.into(),
+        path,
+        entries: 0,
+        batches: Vec::new(),
+        vault_key: doc.vault,
+        org: doc.org,
+        machine_key: enrolment.key,
+        ended: false,
+        restores: restores(&client, &doc.vault)?,
+        held: Vec::new(),
+        findings: Vec::new(),
+        staged: None,
+        keys: Vec::new(),
+    };
+    let mut reading = Reading {
+        names: format!("machine {machine}, session {session}"),
+        identity,
+        stream,
+        nonce,
+        frames: 0,
+        digest: blake3::Hasher::new(),
+        ended: false,
+        machine_stopped: false,
+        cursor: Cursor::start(session),
+        offset: 0,
+        file,
+        pulled,
+    };
+    reading.run()?;
+    reading.finish()
+}
 
-    // The machine: enrolled with a token the organisation signed.
+/// The machine's enrolment record as the vault holds it: the organisation's
+/// key must have signed it, and it must be that machine's.
+fn enrolment(
+    client: &Client,
+    url: &str,
+    read_token: &str,
+    doc: &Recipients,
+    machine: &str,
+) -> Result<Enrolment, PullError> {
     let record = match client.request_bound(
         "GET",
         &format!("/v1/machines/{machine}"),
@@ -208,7 +253,13 @@ pub fn pull(
             enrolment.machine_id()
         )));
     }
+    Ok(enrolment)
+}
 
+/// `OUT/<session>/events.ndjson`, staged: written whole, the log appears
+/// once every batch checked, synced, and a pull that fails leaves nothing
+/// behind.
+fn stage_log(out: &Path, session: &str) -> Result<(PathBuf, Staged), PullError> {
     let dir = out.join(session);
     std::fs::create_dir_all(&dir).map_err(|e| ShipError::Io {
         path: dir.clone(),
@@ -216,220 +267,228 @@ pub fn pull(
         source: e,
     })?;
     let path = dir.join(session_log::EVENTS_FILE);
-    // Written whole: the log appears once every batch checked, synced,
-    // and a pull that fails leaves nothing behind.
-    let mut file =
-        crate::files::Staged::create(&path, 0o600).map_err(|e| PullError::Other(e.into()))?;
+    let file = Staged::create(&path, 0o600).map_err(|e| PullError::Other(e.into()))?;
+    Ok((path, file))
+}
 
-    let batches_path = format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes()));
-    let crate::ship::Stream {
-        body: mut stream,
-        nonce,
-    } = client.get_stream(&batches_path, Some(read_token))?;
-    let mut pulled = Pulled {
-        machine: machine.into(),
-        session: session.into(),
-        path: path.clone(),
-        entries: 0,
-        batches: Vec::new(),
-        vault_key: doc.vault,
-        org: doc.org,
-        machine_key: enrolment.key,
-        ended: false,
-        restores: restores(&client, &doc.vault)?,
-        held: Vec::new(),
-        findings: Vec::new(),
-        staged: None,
-        keys: Vec::new(),
-    };
-    let mut cursor = Cursor::start(session);
-    let mut offset = 0u64;
-    let mut body = Vec::new();
-    let finding = |fault: Fault, text: String| Finding { fault, text };
-    // Once the machine's own batches disagree, the rest is still checked for
-    // what only the vault could have done (a batch the machine did not sign,
-    // a gap), but no longer decrypted into the pulled log.
-    let mut machine_stopped = false;
-    // Every frame before the vault's signed last one, as it came.
-    let (mut frames, mut digest) = (0u64, blake3::Hasher::new());
-    let mut ended = false;
-    loop {
-        let n = pulled.held.len();
-        let next = pulled.held.last().map_or(0, |c| c.last + 1);
-        let cut = |e: io::Error| {
-            finding(
-                Fault::Vault,
-                format!("{names}: the vault's reply is cut short at batch {n}: {e}"),
-            )
-        };
-        let mut len = [0u8; 4];
-        match read_frame_part(&mut stream, &mut len) {
-            Ok(true) if ended => {
-                pulled.findings.push(finding(
-                    Fault::Vault,
-                    format!("{names}: the vault's reply goes on after its signed last frame"),
-                ));
+/// A pull under way: the vault's reply as it streams in, what has been read
+/// of it, and the staged log the batches that check are decrypted into.
+struct Reading<'a> {
+    names: String,
+    identity: &'a AgeIdentity,
+    stream: Box<dyn Read + Send>,
+    /// The request's nonce, which the vault's signed last frame names.
+    nonce: [u8; 16],
+    /// Every frame before the vault's signed last one, as it came.
+    frames: u64,
+    digest: blake3::Hasher,
+    /// Whether the vault's signed last frame came.
+    ended: bool,
+    /// Once the machine's own batches disagree, the rest is still checked
+    /// for what only the vault could have done (a batch the machine did not
+    /// sign, a gap), but no longer decrypted into the pulled log.
+    machine_stopped: bool,
+    cursor: Cursor,
+    /// Where the next batch's entries start in the pulled log.
+    offset: u64,
+    file: Staged,
+    pulled: Pulled,
+}
+
+impl Reading<'_> {
+    /// Reads frames until the reply ends or something is found.
+    fn run(&mut self) -> Result<(), PullError> {
+        let mut body = Vec::new();
+        while self.read_frame(&mut body).is_continue() {
+            let step = if PullEnd::is_end(&body) {
+                self.check_end(&body)
+            } else {
+                self.take_batch(&body)?
+            };
+            if step.is_break() {
                 break;
             }
+        }
+        Ok(())
+    }
+
+    fn vault_finding(&mut self, text: String) {
+        self.pulled.findings.push(Finding {
+            fault: Fault::Vault,
+            text,
+        });
+    }
+
+    /// A finding against the machine: its batches are no longer decrypted.
+    fn machine_finding(&mut self, text: String) {
+        self.pulled.findings.push(Finding {
+            fault: Fault::Machine,
+            text,
+        });
+        self.machine_stopped = true;
+    }
+
+    fn cut(&mut self, e: io::Error) -> ControlFlow<()> {
+        let n = self.pulled.held.len();
+        self.vault_finding(format!(
+            "{}: the vault's reply is cut short at batch {n}: {e}",
+            self.names
+        ));
+        ControlFlow::Break(())
+    }
+
+    /// The next frame into `body`; `Break` at the reply's end, or when
+    /// the reply is cut short, goes on past its last frame, or holds a
+    /// frame too long (each a finding).
+    fn read_frame(&mut self, body: &mut Vec<u8>) -> ControlFlow<()> {
+        let n = self.pulled.held.len();
+        let mut len = [0u8; 4];
+        match read_frame_part(&mut self.stream, &mut len) {
+            Ok(true) if self.ended => {
+                self.vault_finding(format!(
+                    "{}: the vault's reply goes on after its signed last frame",
+                    self.names
+                ));
+                return ControlFlow::Break(());
+            }
             Ok(true) => {}
-            Ok(false) if ended => break,
+            Ok(false) if self.ended => return ControlFlow::Break(()),
             Ok(false) => {
                 // The network can end a reply cleanly at any frame; only the
                 // vault's signed last frame says it is all there is.
-                pulled.findings.push(finding(
-                    Fault::Vault,
-                    format!(
-                        "{names}: the vault's reply ends after batch {n} without its signed last frame: it is incomplete, cut short"
-                    ),
+                self.vault_finding(format!(
+                    "{}: the vault's reply ends after batch {n} without its signed last frame: it is incomplete, cut short",
+                    self.names
                 ));
-                break;
+                return ControlFlow::Break(());
             }
-            Err(e) => {
-                pulled.findings.push(cut(e));
-                break;
-            }
+            Err(e) => return self.cut(e),
         }
         let len = u32::from_be_bytes(len) as usize;
         if len > vault::MAX_BODY_BYTES {
-            pulled.findings.push(finding(
-                Fault::Vault,
-                format!(
-                    "{names}: batch {n} is forged: it is {len} bytes, over the {} a batch can be",
-                    vault::MAX_BODY_BYTES
-                ),
+            self.vault_finding(format!(
+                "{}: batch {n} is forged: it is {len} bytes, over the {} a batch can be",
+                self.names,
+                vault::MAX_BODY_BYTES
             ));
-            break;
+            return ControlFlow::Break(());
         }
         body.resize(len, 0);
-        match read_frame_part(&mut stream, &mut body) {
-            Ok(true) => {}
-            Ok(false) if len == 0 => {}
-            Ok(false) => {
-                pulled
-                    .findings
-                    .push(cut(io::ErrorKind::UnexpectedEof.into()));
-                break;
-            }
-            Err(e) => {
-                pulled.findings.push(cut(e));
-                break;
-            }
+        match read_frame_part(&mut self.stream, body) {
+            Ok(true) => ControlFlow::Continue(()),
+            Ok(false) if len == 0 => ControlFlow::Continue(()),
+            Ok(false) => self.cut(io::ErrorKind::UnexpectedEof.into()),
+            Err(e) => self.cut(e),
         }
-        if PullEnd::is_end(&body) {
-            let checked = PullEnd::parse(&body)
-                .map_err(|e| e.to_string())
-                .and_then(|end| {
-                    end.verify(
-                        &doc.vault,
-                        &nonce,
-                        machine,
-                        session,
-                        PullOf::Batches,
-                        frames,
-                        digest.finalize().as_bytes(),
-                    )
-                });
-            if let Err(why) = checked {
-                pulled.findings.push(finding(
-                    Fault::Vault,
-                    format!("{names}: the vault's reply is not its whole answer: {why}"),
-                ));
-                break;
-            }
-            ended = true;
-            continue;
+    }
+
+    /// The vault's signed last frame: it must sign this request's nonce and
+    /// every frame before it.
+    fn check_end(&mut self, body: &[u8]) -> ControlFlow<()> {
+        let p = &self.pulled;
+        let checked = PullEnd::parse(body)
+            .map_err(|e| e.to_string())
+            .and_then(|end| {
+                end.verify(
+                    &p.vault_key,
+                    &self.nonce,
+                    &p.machine,
+                    &p.session,
+                    PullOf::Batches,
+                    self.frames,
+                    self.digest.finalize().as_bytes(),
+                )
+            });
+        if let Err(why) = checked {
+            self.vault_finding(format!(
+                "{}: the vault's reply is not its whole answer: {why}",
+                self.names
+            ));
+            return ControlFlow::Break(());
         }
-        frames += 1;
-        digest.update(&(len as u32).to_be_bytes());
-        digest.update(&body);
-        let batch = match vault::parse_batch(&body) {
+        self.ended = true;
+        ControlFlow::Continue(())
+    }
+
+    /// One batch frame: counted into what the last frame signs, checked for
+    /// what only the vault could have done, then held, and decrypted unless
+    /// the machine's own batches already disagreed.
+    fn take_batch(&mut self, body: &[u8]) -> Result<ControlFlow<()>, PullError> {
+        self.frames += 1;
+        self.digest.update(&(body.len() as u32).to_be_bytes());
+        self.digest.update(body);
+        let Some(batch) = self.vault_checked(body) else {
+            return Ok(ControlFlow::Break(()));
+        };
+        self.pulled.held.push(batch.checkpoint.clone());
+        if !self.machine_stopped {
+            self.decrypt(batch)?;
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// The batch, if it is one, the machine signed it, it is of this
+    /// session, and it starts where the one before ended: else a finding
+    /// against the vault.
+    fn vault_checked(&mut self, body: &[u8]) -> Option<Batch> {
+        let n = self.pulled.held.len();
+        let next = self.pulled.held.last().map_or(0, |c| c.last + 1);
+        let batch = match vault::parse_batch(body) {
             Ok(batch) => batch,
             Err(e) => {
-                pulled.findings.push(finding(
-                    Fault::Vault,
-                    format!("{names}: batch {n} is forged: it is not a batch: {e}"),
+                self.vault_finding(format!(
+                    "{}: batch {n} is forged: it is not a batch: {e}",
+                    self.names
                 ));
-                break;
+                return None;
             }
         };
         let c = &batch.checkpoint;
-        if !batch.signed_by(&enrolment.key) {
-            pulled.findings.push(finding(
-                Fault::Vault,
-                format!(
-                    "{}: the batch is forged: it is not signed by the machine's enrolled key",
-                    c.names()
-                ),
-            ));
-            break;
-        }
-        if c.machine != machine || c.session != session {
-            pulled.findings.push(finding(
-                Fault::Vault,
-                format!(
-                    "{names}: the vault serves the machine's batch of {} among them",
-                    c.names()
-                ),
-            ));
-            break;
-        }
-        if c.first != next {
-            let detail = if c.first > next {
-                format!(
-                    "entries {next}..{} are missing: the vault holds no batch of them",
-                    c.first - 1
-                )
-            } else {
-                format!("batches overlap at entry {}", c.first)
-            };
-            pulled
-                .findings
-                .push(finding(Fault::Vault, format!("{names}: {detail}")));
-            break;
-        }
-        pulled.held.push(c.clone());
-        if machine_stopped {
-            continue;
-        }
-        let known = pulled.keys.iter().position(|(id, _)| *id == c.key);
-        let key_at = match known {
-            Some(i) => i,
-            None => match vault::unwrap_chain_key(&batch.wrapped_key, identity) {
-                Ok(key) => {
-                    pulled.keys.push((KeyId::of(&key), key));
-                    pulled.keys.len() - 1
-                }
-                Err(e @ vault::Error::NoMatchingStanza) => {
-                    return Err(PullError::Other(ShipError::Vault(e)));
-                }
-                Err(e) => {
-                    pulled.findings.push(finding(
-                        Fault::Machine,
-                        format!(
-                            "{}: the machine signed a wrapped chain key that does not open: {e}",
-                            c.names()
-                        ),
-                    ));
-                    machine_stopped = true;
-                    continue;
-                }
-            },
+        let text = if !batch.signed_by(&self.pulled.machine_key) {
+            format!(
+                "{}: the batch is forged: it is not signed by the machine's enrolled key",
+                c.names()
+            )
+        } else if c.machine != self.pulled.machine || c.session != self.pulled.session {
+            format!(
+                "{}: the vault serves the machine's batch of {} among them",
+                self.names,
+                c.names()
+            )
+        } else if c.first > next {
+            format!(
+                "{}: entries {next}..{} are missing: the vault holds no batch of them",
+                self.names,
+                c.first - 1
+            )
+        } else if c.first < next {
+            format!("{}: batches overlap at entry {}", self.names, c.first)
+        } else {
+            return Some(batch);
         };
-        let opened = match vault::open_batch(&batch, &pulled.keys[key_at].1) {
+        self.vault_finding(text);
+        None
+    }
+
+    /// Opens a batch the vault check passed and appends its entries to the
+    /// log, if the machine's wrapped key opens, the batch checks and it
+    /// continues the entries before; else a finding against the machine.
+    fn decrypt(&mut self, batch: Batch) -> Result<(), PullError> {
+        let Some(key_at) = self.chain_key(&batch)? else {
+            return Ok(());
+        };
+        let c = &batch.checkpoint;
+        let opened = match vault::open_batch(&batch, &self.pulled.keys[key_at].1) {
             Ok(opened) => opened,
             Err(e) => {
-                pulled.findings.push(finding(
-                    Fault::Machine,
-                    format!(
-                        "{}: the machine signed a batch that does not check: {e}",
-                        c.names()
-                    ),
+                self.machine_finding(format!(
+                    "{}: the machine signed a batch that does not check: {e}",
+                    c.names()
                 ));
-                machine_stopped = true;
-                continue;
+                return Ok(());
             }
         };
-        if opened.prev != cursor.prev {
+        if opened.prev != self.cursor.prev {
             let detail = if c.first == 0 {
                 "entry 0 does not start this session's chain".to_string()
             } else {
@@ -441,39 +500,79 @@ pub fn pull(
                     c.first - 1
                 )
             };
-            pulled
-                .findings
-                .push(finding(Fault::Machine, format!("{names}: {detail}")));
-            machine_stopped = true;
-            continue;
+            self.machine_finding(format!("{}: {detail}", self.names));
+            return Ok(());
         }
-        file.write(&opened.entries)
+        self.append(batch.checkpoint, &opened)
+    }
+
+    /// Where in `keys` the batch's chain key is, unwrapping it with the
+    /// admin's identity the first time; `None` (a finding) when the
+    /// machine's wrapped key does not open. An identity the key was not
+    /// wrapped for is an error: nothing of the session can be read.
+    fn chain_key(&mut self, batch: &Batch) -> Result<Option<usize>, PullError> {
+        let c = &batch.checkpoint;
+        if let Some(i) = self.pulled.keys.iter().position(|(id, _)| *id == c.key) {
+            return Ok(Some(i));
+        }
+        match vault::unwrap_chain_key(&batch.wrapped_key, self.identity) {
+            Ok(key) => {
+                self.pulled.keys.push((KeyId::of(&key), key));
+                Ok(Some(self.pulled.keys.len() - 1))
+            }
+            Err(e @ vault::Error::NoMatchingStanza) => Err(PullError::Other(ShipError::Vault(e))),
+            Err(e) => {
+                self.machine_finding(format!(
+                    "{}: the machine signed a wrapped chain key that does not open: {e}",
+                    c.names()
+                ));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Appends an opened batch's entries to the staged log.
+    fn append(&mut self, checkpoint: Checkpoint, opened: &vault::Opened) -> Result<(), PullError> {
+        self.file
+            .write(&opened.entries)
             .map_err(|e| PullError::Other(e.into()))?;
         let last_line = opened.entries[..opened.entries.len() - 1]
             .rsplit(|&b| b == b'\n')
             .next()
             .unwrap_or_default();
-        pulled.ended = is_session_end(last_line);
-        cursor = Cursor {
-            next_seq: c.last + 1,
+        self.pulled.ended = is_session_end(last_line);
+        self.cursor = Cursor {
+            next_seq: checkpoint.last + 1,
             prev: opened.last,
         };
-        pulled.batches.push(PulledBatch {
-            checkpoint: batch.checkpoint,
-            offset,
-            len: opened.entries.len() as u64,
+        let len = opened.entries.len() as u64;
+        self.pulled.batches.push(PulledBatch {
+            checkpoint,
+            offset: self.offset,
+            len,
         });
-        offset += opened.entries.len() as u64;
+        self.offset += len;
+        Ok(())
     }
-    pulled.entries = cursor.next_seq;
-    if pulled.findings.is_empty() && !pulled.batches.is_empty() {
-        file.commit(crate::files::Durability::Durable)
-            .map_err(|e| PullError::Other(e.into()))?;
-    } else {
-        // Nothing is written out, but what checked stays readable for
-        // `compare` until the pull is dropped.
-        pulled.path = file.temporary().to_path_buf();
-        pulled.staged = Some(file);
+
+    /// The log written out if the pull found nothing and got a batch; else
+    /// nothing is, but what checked stays readable for `compare` until the
+    /// pull is dropped.
+    fn finish(self) -> Result<Pulled, PullError> {
+        let Reading {
+            mut pulled,
+            file,
+            cursor,
+            ..
+        } = self;
+        pulled.entries = cursor.next_seq;
+        if pulled.findings.is_empty() && !pulled.batches.is_empty() {
+            file.commit(crate::files::Durability::Durable)
+                .map_err(|e| PullError::Other(e.into()))?;
+        } else {
+            pulled.path = file.temporary().to_path_buf();
+            pulled.staged = Some(file);
+        }
+        Ok(pulled)
     }
-    Ok(pulled)
 }
