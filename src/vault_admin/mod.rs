@@ -18,6 +18,7 @@ use crate::ship::{Client, ShipError};
 use crate::vault::{self, Recipients};
 
 mod compare;
+pub(crate) mod frames;
 mod keys;
 mod machines;
 mod pull;

@@ -14,10 +14,11 @@ use crate::http_client::Trust;
 use crate::session_log;
 use crate::ship::{Client, ShipError};
 use crate::vault::{
-    self, AgeIdentity, Batch, ChainKey, Checkpoint, Enrolment, IndexKey, KeyId, PublicKey, PullEnd,
-    PullOf, Recipients, RestoreNotice,
+    self, AgeIdentity, Batch, Checkpoint, Enrolment, IndexKey, KeyId, PublicKey, PullEnd, PullOf,
+    Recipients, RestoreNotice,
 };
 
+use super::frames::{ChainKeys, Tally};
 use super::{Fault, Finding, PullError, vault_fault, when};
 
 // ---------------------------------------------------------------- pull
@@ -62,7 +63,7 @@ pub struct Pulled {
     /// Then nothing is written out; `compare` still reads what checked.
     pub findings: Vec<Finding>,
     staged: Option<Staged>,
-    keys: Vec<(KeyId, ChainKey)>,
+    keys: ChainKeys,
 }
 
 impl fmt::Debug for Pulled {
@@ -79,11 +80,7 @@ impl Pulled {
     /// The digest of entry `seq` as the vault holds it, under chain key `key`
     /// if the pull saw that key (read back from the pulled log).
     pub(super) fn digest_at(&self, seq: u64, key: KeyId) -> Option<vault::Digest> {
-        let chain_key = self
-            .keys
-            .iter()
-            .find(|(id, _)| *id == key)
-            .map(|(_, k)| k)?;
+        let chain_key = self.keys.find(key)?;
         let batch = self
             .batches
             .iter()
@@ -190,15 +187,14 @@ pub fn pull(
         held: Vec::new(),
         findings: Vec::new(),
         staged: None,
-        keys: Vec::new(),
+        keys: ChainKeys::default(),
     };
     let mut reading = Reading {
         names: format!("machine {machine}, session {session}"),
         identity,
         stream,
         nonce,
-        frames: 0,
-        digest: blake3::Hasher::new(),
+        tally: Tally::new(),
         ended: false,
         machine_stopped: false,
         cursor: Cursor::start(session),
@@ -280,8 +276,7 @@ struct Reading<'a> {
     /// The request's nonce, which the vault's signed last frame names.
     nonce: [u8; 16],
     /// Every frame before the vault's signed last one, as it came.
-    frames: u64,
-    digest: blake3::Hasher,
+    tally: Tally,
     /// Whether the vault's signed last frame came.
     ended: bool,
     /// Once the machine's own batches disagree, the rest is still checked
@@ -386,19 +381,13 @@ impl Reading<'_> {
     /// every frame before it.
     fn check_end(&mut self, body: &[u8]) -> ControlFlow<()> {
         let p = &self.pulled;
-        let checked = PullEnd::parse(body)
-            .map_err(|e| e.to_string())
-            .and_then(|end| {
-                end.verify(
-                    &p.vault_key,
-                    &self.nonce,
-                    &p.machine,
-                    &p.session,
-                    PullOf::Batches,
-                    self.frames,
-                    self.digest.finalize().as_bytes(),
-                )
-            });
+        let checked = self.tally.check_end(
+            body,
+            &p.vault_key,
+            &self.nonce,
+            (&p.machine, &p.session),
+            PullOf::Batches,
+        );
         if let Err(why) = checked {
             self.vault_finding(format!(
                 "{}: the vault's reply is not its whole answer: {why}",
@@ -414,9 +403,7 @@ impl Reading<'_> {
     /// what only the vault could have done, then held, and decrypted unless
     /// the machine's own batches already disagreed.
     fn take_batch(&mut self, body: &[u8]) -> Result<ControlFlow<()>, PullError> {
-        self.frames += 1;
-        self.digest.update(&(body.len() as u32).to_be_bytes());
-        self.digest.update(body);
+        self.tally.count(body);
         let Some(batch) = self.vault_checked(body) else {
             return Ok(ControlFlow::Break(()));
         };
@@ -474,11 +461,27 @@ impl Reading<'_> {
     /// log, if the machine's wrapped key opens, the batch checks and it
     /// continues the entries before; else a finding against the machine.
     fn decrypt(&mut self, batch: Batch) -> Result<(), PullError> {
-        let Some(key_at) = self.chain_key(&batch)? else {
-            return Ok(());
-        };
         let c = &batch.checkpoint;
-        let opened = match vault::open_batch(&batch, &self.pulled.keys[key_at].1) {
+        // An identity the key was not wrapped for is an error: nothing of
+        // the session can be read.
+        let opened = match self
+            .pulled
+            .keys
+            .get(c.key, &batch.wrapped_key, self.identity)
+        {
+            Ok(key) => vault::open_batch(&batch, key),
+            Err(e @ vault::Error::NoMatchingStanza) => {
+                return Err(PullError::Other(ShipError::Vault(e)));
+            }
+            Err(e) => {
+                self.machine_finding(format!(
+                    "{}: the machine signed a wrapped chain key that does not open: {e}",
+                    c.names()
+                ));
+                return Ok(());
+            }
+        };
+        let opened = match opened {
             Ok(opened) => opened,
             Err(e) => {
                 self.machine_finding(format!(
@@ -504,31 +507,6 @@ impl Reading<'_> {
             return Ok(());
         }
         self.append(batch.checkpoint, &opened)
-    }
-
-    /// Where in `keys` the batch's chain key is, unwrapping it with the
-    /// admin's identity the first time; `None` (a finding) when the
-    /// machine's wrapped key does not open. An identity the key was not
-    /// wrapped for is an error: nothing of the session can be read.
-    fn chain_key(&mut self, batch: &Batch) -> Result<Option<usize>, PullError> {
-        let c = &batch.checkpoint;
-        if let Some(i) = self.pulled.keys.iter().position(|(id, _)| *id == c.key) {
-            return Ok(Some(i));
-        }
-        match vault::unwrap_chain_key(&batch.wrapped_key, self.identity) {
-            Ok(key) => {
-                self.pulled.keys.push((KeyId::of(&key), key));
-                Ok(Some(self.pulled.keys.len() - 1))
-            }
-            Err(e @ vault::Error::NoMatchingStanza) => Err(PullError::Other(ShipError::Vault(e))),
-            Err(e) => {
-                self.machine_finding(format!(
-                    "{}: the machine signed a wrapped chain key that does not open: {e}",
-                    c.names()
-                ));
-                Ok(None)
-            }
-        }
     }
 
     /// Appends an opened batch's entries to the staged log.
