@@ -96,8 +96,6 @@ impl Pulled {
     }
 }
 
-/// A Unix time as people read it (UTC).
-
 /// The restores the vault declares, one note each: whatever a pull finds,
 /// an admin should know the vault says it lost acknowledged batches then.
 fn restores(client: &Client, vault_key: &PublicKey) -> Result<Vec<String>, PullError> {
