@@ -15,7 +15,7 @@ mod out;
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,72 +92,7 @@ enum Command {
     /// vault's key (`nd7-vault key`). SIGTERM finishes the requests in
     /// progress and exits; SIGHUP reads the certificate and key again.
     /// Several servers may share one PostgreSQL database.
-    Serve {
-        #[command(flatten)]
-        db: Db,
-        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8407")]
-        listen: String,
-        /// The certificate chain to present (PEM), for TLS built in.
-        #[arg(long, value_name = "FILE", requires = "tls_key")]
-        tls_cert: Option<PathBuf>,
-        /// The certificate's private key (PEM).
-        #[arg(long, value_name = "FILE", requires = "tls_cert")]
-        tls_key: Option<PathBuf>,
-        /// Storage threads, each with its own database connection.
-        #[arg(long, default_value_t = 4)]
-        workers: usize,
-        /// Connections open at once [default: 4096, or fewer if the file
-        /// descriptor limit is lower].
-        #[arg(long, value_name = "N")]
-        max_connections: Option<usize>,
-        /// Connections one peer address may hold at once; more are closed
-        /// (0: no bound, for a vault behind a proxy, whose address every
-        /// connection has).
-        #[arg(long, value_name = "N", default_value_t = http::Config::default().max_connections_per_peer)]
-        max_connections_per_peer: usize,
-        /// Seconds a new connection may go before its first byte.
-        #[arg(long, value_name = "SECS", default_value_t = 5)]
-        first_byte_timeout: u64,
-        /// Seconds a request's headers may take (and a connection may sit idle).
-        #[arg(long, value_name = "SECS", default_value_t = 10)]
-        header_timeout: u64,
-        /// Bytes of request line and headers.
-        #[arg(long, value_name = "BYTES", default_value_t = http::Config::default().max_header_bytes)]
-        max_header_bytes: usize,
-        /// Seconds a request body may go without a byte arriving.
-        #[arg(long, value_name = "SECS", default_value_t = 10)]
-        body_timeout: u64,
-        /// Seconds a whole request body may take.
-        #[arg(long, value_name = "SECS", default_value_t = 120)]
-        body_deadline: u64,
-        /// Bytes of request bodies held at once, over all requests.
-        #[arg(long, value_name = "BYTES", default_value_t = http::Config::default().body_budget)]
-        body_budget: usize,
-        /// Bytes of request bodies held at once for one machine.
-        #[arg(long, value_name = "BYTES", default_value_t = http::Config::default().machine_budget)]
-        machine_body_budget: usize,
-        /// Requests handed to storage and not answered yet.
-        #[arg(long, value_name = "N", default_value_t = http::Config::default().max_in_flight)]
-        max_in_flight: usize,
-        /// Seconds a request waits for a storage thread or body room before 503.
-        #[arg(long, value_name = "SECS", default_value_t = 30)]
-        queue_wait: u64,
-        /// Seconds a write to a peer that stopped reading may wait.
-        #[arg(long, value_name = "SECS", default_value_t = 30)]
-        write_timeout: u64,
-        /// Seconds SIGTERM waits for requests in progress.
-        #[arg(long, value_name = "SECS", default_value_t = 30)]
-        shutdown_grace: u64,
-        /// Entries one machine may store a day (UTC).
-        #[arg(long, value_name = "N", default_value_t = Quota::default().entries_per_day)]
-        entries_per_day: u64,
-        /// Bytes of batches one machine may store a day (UTC).
-        #[arg(long, value_name = "N", default_value_t = Quota::default().bytes_per_day)]
-        bytes_per_day: u64,
-        /// Requests one machine may make in 10 minutes.
-        #[arg(long, value_name = "N", default_value_t = Limits::default().requests_per_window)]
-        requests_per_10min: u64,
-    },
+    Serve(Serve),
     /// Make the vault's signing key (0600, refuses to overwrite); print its public key.
     ///
     /// The key countersigns what the vault stores. Admins name its public
@@ -230,6 +165,75 @@ enum Command {
         #[arg(long, value_name = "SECS")]
         backup_taken: u64,
     },
+}
+
+// `nd7-vault serve`'s arguments (its help is the variant's doc comment).
+#[derive(clap::Args)]
+struct Serve {
+    #[command(flatten)]
+    db: Db,
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8407")]
+    listen: String,
+    /// The certificate chain to present (PEM), for TLS built in.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Storage threads, each with its own database connection.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Connections open at once [default: 4096, or fewer if the file
+    /// descriptor limit is lower].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Connections one peer address may hold at once; more are closed
+    /// (0: no bound, for a vault behind a proxy, whose address every
+    /// connection has).
+    #[arg(long, value_name = "N", default_value_t = http::Config::default().max_connections_per_peer)]
+    max_connections_per_peer: usize,
+    /// Seconds a new connection may go before its first byte.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    first_byte_timeout: u64,
+    /// Seconds a request's headers may take (and a connection may sit idle).
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    header_timeout: u64,
+    /// Bytes of request line and headers.
+    #[arg(long, value_name = "BYTES", default_value_t = http::Config::default().max_header_bytes)]
+    max_header_bytes: usize,
+    /// Seconds a request body may go without a byte arriving.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    body_timeout: u64,
+    /// Seconds a whole request body may take.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    body_deadline: u64,
+    /// Bytes of request bodies held at once, over all requests.
+    #[arg(long, value_name = "BYTES", default_value_t = http::Config::default().body_budget)]
+    body_budget: usize,
+    /// Bytes of request bodies held at once for one machine.
+    #[arg(long, value_name = "BYTES", default_value_t = http::Config::default().machine_budget)]
+    machine_body_budget: usize,
+    /// Requests handed to storage and not answered yet.
+    #[arg(long, value_name = "N", default_value_t = http::Config::default().max_in_flight)]
+    max_in_flight: usize,
+    /// Seconds a request waits for a storage thread or body room before 503.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    queue_wait: u64,
+    /// Seconds a write to a peer that stopped reading may wait.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    write_timeout: u64,
+    /// Seconds SIGTERM waits for requests in progress.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    shutdown_grace: u64,
+    /// Entries one machine may store a day (UTC).
+    #[arg(long, value_name = "N", default_value_t = Quota::default().entries_per_day)]
+    entries_per_day: u64,
+    /// Bytes of batches one machine may store a day (UTC).
+    #[arg(long, value_name = "N", default_value_t = Quota::default().bytes_per_day)]
+    bytes_per_day: u64,
+    /// Requests one machine may make in 10 minutes.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().requests_per_window)]
+    requests_per_10min: u64,
 }
 
 #[derive(Subcommand)]
@@ -307,107 +311,8 @@ fn main() -> ExitCode {
 fn run(command: Command) -> Result<(), ExitCode> {
     let now = vault_server::unix_now();
     match command {
-        Command::Serve {
-            db,
-            listen,
-            tls_cert,
-            tls_key,
-            workers,
-            max_connections,
-            max_connections_per_peer,
-            first_byte_timeout,
-            header_timeout,
-            max_header_bytes,
-            body_timeout,
-            body_deadline,
-            body_budget,
-            machine_body_budget,
-            max_in_flight,
-            queue_wait,
-            write_timeout,
-            shutdown_grace,
-            entries_per_day,
-            bytes_per_day,
-            requests_per_10min,
-        } => {
-            let key = load_key(&db)?;
-            let database = db.database();
-            let files = match (tls_cert, tls_key) {
-                (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
-                _ => None,
-            };
-            let nofile = raise_file_limit();
-            let listener = std::net::TcpListener::bind(&listen).map_err(|e| {
-                eprintln!("nd7-vault: cannot listen on {listen}: {e}");
-                ExitCode::from(2)
-            })?;
-            // A deeper queue for bursts than std's default.
-            let _ = rustix::net::listen(&listener, 4096);
-            let addr = listener
-                .local_addr()
-                .map_or(listen.clone(), |a| a.to_string());
-            let secs = |s: u64| Duration::from_secs(s.max(1));
-            let config = http::Config {
-                workers: workers.max(1),
-                max_connections: max_connections
-                    .unwrap_or_else(|| 4096.min(nofile.saturating_sub(64).max(16) as usize)),
-                max_connections_per_peer,
-                first_byte_timeout: secs(first_byte_timeout),
-                header_timeout: secs(header_timeout),
-                max_header_bytes: max_header_bytes.max(1024),
-                body_stall: secs(body_timeout),
-                body_deadline: secs(body_deadline),
-                body_budget: body_budget.max(vault::MAX_BODY_BYTES),
-                machine_budget: machine_body_budget.max(vault::MAX_BODY_BYTES),
-                max_in_flight: max_in_flight.max(1),
-                queue_wait: secs(queue_wait),
-                write_stall: secs(write_timeout),
-                shutdown_grace: secs(shutdown_grace),
-            };
-            let limits = Limits {
-                quota: Quota {
-                    entries_per_day,
-                    bytes_per_day,
-                },
-                requests_per_window: requests_per_10min,
-            };
-            let vault = routes::Vault::new(key, vault_server::unix_now, limits);
-            let log: http::Log = Arc::new(|line: &str| eprintln!("{line}"));
-            let scheme = if files.is_some() { "https" } else { "http" };
-            // Printed once the database and the certificate are open.
-            let ready = || {
-                println!("listening on {scheme}://{addr}");
-                let _ = std::io::stdout().flush();
-            };
-            http::serve(listener, &database, vault, config, files, log, ready).map_err(|e| {
-                eprintln!("nd7-vault: {}: {e}", term(&database.describe(), Lines::One));
-                ExitCode::from(2)
-            })
-        }
-        Command::Key { db } => {
-            let path = db.key_path()?;
-            let seed = Secret32::from_bytes(random()?);
-            let public = SigningKey::from_seed(&seed).public().to_hex();
-            let text = format!(
-                "# nd7 vault key (Ed25519 seed); public key {public}\n{}\n",
-                vault::hex(seed.expose_secret())
-            );
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)
-                .map_err(|e| {
-                    eprintln!("nd7-vault: {}: cannot create: {e}", path.display());
-                    ExitCode::from(2)
-                })?;
-            f.write_all(text.as_bytes()).map_err(|e| {
-                eprintln!("nd7-vault: {}: cannot write: {e}", path.display());
-                ExitCode::from(2)
-            })?;
-            println!("{public}");
-            Ok(())
-        }
+        Command::Serve(args) => serve(args),
+        Command::Key { db } => key(&db),
         Command::ReadToken { db, days } => {
             let mut store = open(&Database::parse(&db.db))?;
             let token = vault::hex(&random::<20>()?);
@@ -418,154 +323,11 @@ fn run(command: Command) -> Result<(), ExitCode> {
             println!("{token}");
             Ok(())
         }
-        Command::ReadTokens { db } => {
-            let mut store = open(&Database::parse(&db.db))?;
-            for t in store.tokens().map_err(store_err)? {
-                let state = match t.revoked {
-                    Some(at) => format!("revoked {}", when(at)),
-                    None if t.expires < now => "expired".to_string(),
-                    None => "valid".to_string(),
-                };
-                println!(
-                    "{} issued {} expires {} {state}",
-                    t.id,
-                    when(t.created),
-                    when(t.expires)
-                );
-            }
-            Ok(())
-        }
-        Command::Machines { db } => {
-            let mut store = open(&Database::parse(&db.db))?;
-            for m in store.machines().map_err(store_err)? {
-                let state = match m.revoked {
-                    Some(at) => format!("revoked {}", when(at)),
-                    None => "active".to_string(),
-                };
-                println!(
-                    "{} enrolled {} {state} key {}",
-                    term(&m.id, Lines::One),
-                    when(m.enrolled),
-                    m.enrolment.key.to_hex()
-                );
-            }
-            Ok(())
-        }
-        Command::Forks { db } => {
-            let mut store = open(&Database::parse(&db.db))?;
-            for f in store.forks().map_err(store_err)? {
-                println!(
-                    "{}",
-                    term(
-                        &format!(
-                            "machine {} session {} entries {}..{} refused {}: {}",
-                            f.machine,
-                            f.session,
-                            f.first,
-                            f.last,
-                            when(f.seen),
-                            f.reason
-                        ),
-                        Lines::One
-                    )
-                );
-            }
-            Ok(())
-        }
-        Command::Revoke { db, what } => {
-            let mut store = open(&Database::parse(&db.db))?;
-            let (kind, id, done) = match what {
-                Revoke::Machine { id } => {
-                    let done = store.revoke_machine(&id, now).map_err(store_err)?;
-                    ("machine", id, done)
-                }
-                Revoke::ReadToken { id } => {
-                    // The token itself works too: its id is its hash's start.
-                    let key = if id.len() > 16 {
-                        vault_server::token_id(&vault_server::token_hash(&id))
-                    } else {
-                        id.clone()
-                    };
-                    let done = store.revoke_token(&key, now).map_err(store_err)?;
-                    ("read token", key, done)
-                }
-            };
-            if !done {
-                eprintln!(
-                    "nd7-vault: no {kind} {} (see `nd7-vault {}`)",
-                    term(&id, Lines::One),
-                    if kind == "machine" {
-                        "machines"
-                    } else {
-                        "read-tokens"
-                    }
-                );
-                return Err(ExitCode::from(1));
-            }
-            println!(
-                "revoked {kind} {}: refused from its next request on",
-                term(&id, Lines::One)
-            );
-            Ok(())
-        }
-        Command::Recipients { db, document } => {
-            let text = std::fs::read_to_string(&document).map_err(|e| {
-                eprintln!("nd7-vault: {}: cannot read: {e}", document.display());
-                ExitCode::from(2)
-            })?;
-            let refused = |why: String| {
-                eprintln!("nd7-vault: {}: refused: {why}", document.display());
-                ExitCode::from(1)
-            };
-            let doc = Recipients::parse(&text).map_err(|e| refused(e.to_string()))?;
-            if doc.expired(now) {
-                return Err(refused(format!(
-                    "its validity ran out at {} (valid-until {}): sign a new version",
-                    when(doc.valid_until),
-                    doc.valid_until
-                )));
-            }
-            let ours = load_key(&db)?.public();
-            if doc.vault != ours {
-                return Err(refused(format!(
-                    "it names vault key {}, but this vault's key is {}",
-                    doc.vault.to_hex(),
-                    ours.to_hex()
-                )));
-            }
-            let mut store = open(&db.database())?;
-            if let Some(installed) = store.recipients().map_err(store_err)? {
-                let installed = Recipients::parse(&installed).map_err(store_err)?;
-                if installed.org != doc.org {
-                    return Err(refused(format!(
-                        "it is signed by the organisation key {}, the installed one by {}",
-                        doc.org.fingerprint(),
-                        installed.org.fingerprint()
-                    )));
-                }
-                match installed.update_to(&doc) {
-                    Update::Newer => {}
-                    Update::Same => {
-                        println!("already installed: version {}", doc.version);
-                        return Ok(());
-                    }
-                    Update::Refused(_) => {
-                        return Err(refused(format!(
-                            "its version {} is not above the installed version {}",
-                            doc.version, installed.version
-                        )));
-                    }
-                }
-            }
-            store.set_recipients(&text, now).map_err(store_err)?;
-            println!(
-                "installed version {}: {} recipients, signed by the organisation key {}",
-                doc.version,
-                doc.recipients.len(),
-                doc.org.fingerprint()
-            );
-            Ok(())
-        }
+        Command::ReadTokens { db } => read_tokens(&db, now),
+        Command::Machines { db } => machines(&db),
+        Command::Forks { db } => forks(&db),
+        Command::Revoke { db, what } => revoke(&db, what, now),
+        Command::Recipients { db, document } => recipients(&db, &document, now),
         Command::Restored { db, backup_taken } => {
             let key = load_key(&db)?;
             let mut store = open(&db.database())?;
@@ -575,4 +337,252 @@ fn run(command: Command) -> Result<(), ExitCode> {
             Ok(())
         }
     }
+}
+
+/// `nd7-vault serve`: binds, then serves until SIGTERM.
+fn serve(args: Serve) -> Result<(), ExitCode> {
+    let key = load_key(&args.db)?;
+    let database = args.db.database();
+    let files = match (args.tls_cert.clone(), args.tls_key.clone()) {
+        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        _ => None,
+    };
+    let nofile = raise_file_limit();
+    let listen = &args.listen;
+    let listener = std::net::TcpListener::bind(listen).map_err(|e| {
+        eprintln!("nd7-vault: cannot listen on {listen}: {e}");
+        ExitCode::from(2)
+    })?;
+    // A deeper queue for bursts than std's default.
+    let _ = rustix::net::listen(&listener, 4096);
+    let addr = listener
+        .local_addr()
+        .map_or(listen.clone(), |a| a.to_string());
+    let config = http_config(&args, nofile);
+    let limits = Limits {
+        quota: Quota {
+            entries_per_day: args.entries_per_day,
+            bytes_per_day: args.bytes_per_day,
+        },
+        requests_per_window: args.requests_per_10min,
+    };
+    let vault = routes::Vault::new(key, vault_server::unix_now, limits);
+    let log: http::Log = Arc::new(|line: &str| eprintln!("{line}"));
+    let scheme = if files.is_some() { "https" } else { "http" };
+    // Printed once the database and the certificate are open.
+    let ready = || {
+        println!("listening on {scheme}://{addr}");
+        let _ = std::io::stdout().flush();
+    };
+    http::serve(listener, &database, vault, config, files, log, ready).map_err(|e| {
+        eprintln!("nd7-vault: {}: {e}", term(&database.describe(), Lines::One));
+        ExitCode::from(2)
+    })
+}
+
+/// The server's bounds from `serve`'s arguments, each at least its floor;
+/// connections bounded by the open-file limit `nofile` unless given.
+fn http_config(args: &Serve, nofile: u64) -> http::Config {
+    let secs = |s: u64| Duration::from_secs(s.max(1));
+    http::Config {
+        workers: args.workers.max(1),
+        max_connections: args
+            .max_connections
+            .unwrap_or_else(|| 4096.min(nofile.saturating_sub(64).max(16) as usize)),
+        max_connections_per_peer: args.max_connections_per_peer,
+        first_byte_timeout: secs(args.first_byte_timeout),
+        header_timeout: secs(args.header_timeout),
+        max_header_bytes: args.max_header_bytes.max(1024),
+        body_stall: secs(args.body_timeout),
+        body_deadline: secs(args.body_deadline),
+        body_budget: args.body_budget.max(vault::MAX_BODY_BYTES),
+        machine_budget: args.machine_body_budget.max(vault::MAX_BODY_BYTES),
+        max_in_flight: args.max_in_flight.max(1),
+        queue_wait: secs(args.queue_wait),
+        write_stall: secs(args.write_timeout),
+        shutdown_grace: secs(args.shutdown_grace),
+    }
+}
+
+/// `nd7-vault key`: a new signing key, 0600, never over an old one.
+fn key(db: &Db) -> Result<(), ExitCode> {
+    let path = db.key_path()?;
+    let seed = Secret32::from_bytes(random()?);
+    let public = SigningKey::from_seed(&seed).public().to_hex();
+    let text = format!(
+        "# nd7 vault key (Ed25519 seed); public key {public}\n{}\n",
+        vault::hex(seed.expose_secret())
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| {
+            eprintln!("nd7-vault: {}: cannot create: {e}", path.display());
+            ExitCode::from(2)
+        })?;
+    f.write_all(text.as_bytes()).map_err(|e| {
+        eprintln!("nd7-vault: {}: cannot write: {e}", path.display());
+        ExitCode::from(2)
+    })?;
+    println!("{public}");
+    Ok(())
+}
+
+fn read_tokens(db: &DbOnly, now: u64) -> Result<(), ExitCode> {
+    let mut store = open(&Database::parse(&db.db))?;
+    for t in store.tokens().map_err(store_err)? {
+        let state = match t.revoked {
+            Some(at) => format!("revoked {}", when(at)),
+            None if t.expires < now => "expired".to_string(),
+            None => "valid".to_string(),
+        };
+        println!(
+            "{} issued {} expires {} {state}",
+            t.id,
+            when(t.created),
+            when(t.expires)
+        );
+    }
+    Ok(())
+}
+
+fn machines(db: &DbOnly) -> Result<(), ExitCode> {
+    let mut store = open(&Database::parse(&db.db))?;
+    for m in store.machines().map_err(store_err)? {
+        let state = match m.revoked {
+            Some(at) => format!("revoked {}", when(at)),
+            None => "active".to_string(),
+        };
+        println!(
+            "{} enrolled {} {state} key {}",
+            term(&m.id, Lines::One),
+            when(m.enrolled),
+            m.enrolment.key.to_hex()
+        );
+    }
+    Ok(())
+}
+
+fn forks(db: &DbOnly) -> Result<(), ExitCode> {
+    let mut store = open(&Database::parse(&db.db))?;
+    for f in store.forks().map_err(store_err)? {
+        println!(
+            "{}",
+            term(
+                &format!(
+                    "machine {} session {} entries {}..{} refused {}: {}",
+                    f.machine,
+                    f.session,
+                    f.first,
+                    f.last,
+                    when(f.seen),
+                    f.reason
+                ),
+                Lines::One
+            )
+        );
+    }
+    Ok(())
+}
+
+/// `nd7-vault revoke`: 1 when there is no such machine or token.
+fn revoke(db: &DbOnly, what: Revoke, now: u64) -> Result<(), ExitCode> {
+    let mut store = open(&Database::parse(&db.db))?;
+    let (kind, id, done) = match what {
+        Revoke::Machine { id } => {
+            let done = store.revoke_machine(&id, now).map_err(store_err)?;
+            ("machine", id, done)
+        }
+        Revoke::ReadToken { id } => {
+            // The token itself works too: its id is its hash's start.
+            let key = if id.len() > 16 {
+                vault_server::token_id(&vault_server::token_hash(&id))
+            } else {
+                id.clone()
+            };
+            let done = store.revoke_token(&key, now).map_err(store_err)?;
+            ("read token", key, done)
+        }
+    };
+    if !done {
+        eprintln!(
+            "nd7-vault: no {kind} {} (see `nd7-vault {}`)",
+            term(&id, Lines::One),
+            if kind == "machine" {
+                "machines"
+            } else {
+                "read-tokens"
+            }
+        );
+        return Err(ExitCode::from(1));
+    }
+    println!(
+        "revoked {kind} {}: refused from its next request on",
+        term(&id, Lines::One)
+    );
+    Ok(())
+}
+
+/// `nd7-vault recipients`: installs a document that is in force, names this
+/// vault's key, and is newer than the installed one by the same
+/// organisation key; 1 when refused.
+fn recipients(db: &Db, document: &Path, now: u64) -> Result<(), ExitCode> {
+    let text = std::fs::read_to_string(document).map_err(|e| {
+        eprintln!("nd7-vault: {}: cannot read: {e}", document.display());
+        ExitCode::from(2)
+    })?;
+    let refused = |why: String| {
+        eprintln!("nd7-vault: {}: refused: {why}", document.display());
+        ExitCode::from(1)
+    };
+    let doc = Recipients::parse(&text).map_err(|e| refused(e.to_string()))?;
+    if doc.expired(now) {
+        return Err(refused(format!(
+            "its validity ran out at {} (valid-until {}): sign a new version",
+            when(doc.valid_until),
+            doc.valid_until
+        )));
+    }
+    let ours = load_key(db)?.public();
+    if doc.vault != ours {
+        return Err(refused(format!(
+            "it names vault key {}, but this vault's key is {}",
+            doc.vault.to_hex(),
+            ours.to_hex()
+        )));
+    }
+    let mut store = open(&db.database())?;
+    if let Some(installed) = store.recipients().map_err(store_err)? {
+        let installed = Recipients::parse(&installed).map_err(store_err)?;
+        if installed.org != doc.org {
+            return Err(refused(format!(
+                "it is signed by the organisation key {}, the installed one by {}",
+                doc.org.fingerprint(),
+                installed.org.fingerprint()
+            )));
+        }
+        match installed.update_to(&doc) {
+            Update::Newer => {}
+            Update::Same => {
+                println!("already installed: version {}", doc.version);
+                return Ok(());
+            }
+            Update::Refused(_) => {
+                return Err(refused(format!(
+                    "its version {} is not above the installed version {}",
+                    doc.version, installed.version
+                )));
+            }
+        }
+    }
+    store.set_recipients(&text, now).map_err(store_err)?;
+    println!(
+        "installed version {}: {} recipients, signed by the organisation key {}",
+        doc.version,
+        doc.recipients.len(),
+        doc.org.fingerprint()
+    );
+    Ok(())
 }

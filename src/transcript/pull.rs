@@ -21,7 +21,8 @@ use super::prefix::Prefix;
 use crate::http_client::Trust;
 use crate::safe_file::{self, Budget};
 use crate::ship::{Client, ShipError};
-use crate::vault::{self, AgeIdentity, ChainKey, KeyId};
+use crate::vault::{self, AgeIdentity};
+use crate::vault_admin::frames::{ChainKeys, Tally};
 use crate::vault_admin::{Compared, Fault, Finding, PullError, Pulled};
 
 /// One transcript file (one generation of it) as the vault's pieces give it back.
@@ -79,9 +80,9 @@ pub fn pull(
         ));
     }
     let nonce = stream.nonce;
-    let (mut frames, mut digest) = (0u64, blake3::Hasher::new());
+    let mut tally = Tally::new();
     let mut ended = false;
-    let mut keys: Vec<(KeyId, ChainKey)> = Vec::new();
+    let mut keys = ChainKeys::default();
     // anchor seq -> (from, to, bytes)
     let mut pieces: BTreeMap<u64, Vec<(u64, u64, Vec<u8>)>> = BTreeMap::new();
     let mut rest = framed.as_slice();
@@ -110,19 +111,13 @@ pub fn pull(
         };
         rest = &rest[4 + len..];
         if vault::PullEnd::is_end(body) {
-            let checked = vault::PullEnd::parse(body)
-                .map_err(|e| e.to_string())
-                .and_then(|end| {
-                    end.verify(
-                        &pulled.vault_key,
-                        &nonce,
-                        machine,
-                        session,
-                        vault::PullOf::Transcripts,
-                        frames,
-                        digest.finalize().as_bytes(),
-                    )
-                });
+            let checked = tally.check_end(
+                body,
+                &pulled.vault_key,
+                &nonce,
+                (machine, session),
+                vault::PullOf::Transcripts,
+            );
             if let Err(why) = checked {
                 out.findings.push(finding(
                     Fault::Vault,
@@ -135,9 +130,7 @@ pub fn pull(
             ended = true;
             continue;
         }
-        frames += 1;
-        digest.update(&(len as u32).to_be_bytes());
-        digest.update(body);
+        tally.count(body);
         let piece = match vault::parse_piece(body) {
             Ok(p) => p,
             Err(e) => {
@@ -191,20 +184,18 @@ pub fn pull(
             ));
         }
         out.served.push((h.anchor, h.from, piece.batch));
-        let key = match keys.iter().find(|(id, _)| *id == h.key) {
-            Some((_, k)) => k,
-            None => {
-                let key = vault::unwrap_chain_key(&piece.wrapped_key, identity).map_err(|e| match e {
-                    vault::Error::NoMatchingStanza => PullError::Other(e.into()),
-                    e => PullError::Finding(finding(
-                        Fault::Machine,
-                        format!("{}: the machine signed a wrapped chain key that does not open: {e}", h.names()),
-                    )),
-                })?;
-                keys.push((KeyId::of(&key), key));
-                &keys[keys.len() - 1].1
-            }
-        };
+        let key = keys
+            .get(h.key, &piece.wrapped_key, identity)
+            .map_err(|e| match e {
+                vault::Error::NoMatchingStanza => PullError::Other(e.into()),
+                e => PullError::Finding(finding(
+                    Fault::Machine,
+                    format!(
+                        "{}: the machine signed a wrapped chain key that does not open: {e}",
+                        h.names()
+                    ),
+                )),
+            })?;
         match vault::open_piece(&piece, key) {
             Ok(bytes) => pieces
                 .entry(h.anchor)

@@ -39,6 +39,7 @@
 pub mod http;
 pub mod postgres;
 pub mod routes;
+mod sql;
 pub mod sqlite;
 
 use nd7_format::vault::{Batch, BatchHeader, Checkpoint, Digest, Enrolment, KeyId, PieceHeader};

@@ -12,14 +12,12 @@
 //! room. A transcript piece ([`Store::store_piece`]) takes the same lock.
 //! Enrolment relies on the unique keys of `machines`.
 
-use postgres::{Client, NoTls, Transaction};
+use postgres::types::{ToSql, Type};
+use postgres::{Client, GenericClient, NoTls, Transaction};
 
-use super::sqlite::{index_row, stored_batch};
-use super::{
-    ChainTx, Enrolled, ForkRow, MachineRow, NonceUse, PieceStored, Quota, Store, StoreError,
-    Stored, StoredBatch, TokenCheck, TokenRow, Usage, link_and_store, store_piece, token_id,
-};
-use nd7_format::vault::{Batch, BatchHeader, Digest, Enrolment, KeyId, PieceHeader};
+use super::sql::{self, Backend, Cell, ChainSql, Param, Row, Sql, Tx};
+use super::{Enrolled, Quota, StoreError, Usage};
+use nd7_format::vault::{BatchHeader, Enrolment};
 
 /// The layout this database holds (the one row of `nd7_vault`): 4 holds
 /// format v3's recipients documents and enrolment records (ADR-0082).
@@ -142,282 +140,186 @@ impl PgStore {
         tx.commit().map_err(err("create the tables"))?;
         Ok(PgStore { db })
     }
+}
 
-    fn chain_id(&mut self, machine: &str, session: &str) -> Result<Option<i64>, StoreError> {
+/// A PostgreSQL client, or a transaction, as the shared statements run on it.
+struct Pg<C>(C);
+
+/// What [`Pg`] runs statements on: the store's client, or a transaction.
+trait Conn {
+    fn client(&mut self) -> &mut impl GenericClient;
+}
+
+impl Conn for &mut Client {
+    fn client(&mut self) -> &mut impl GenericClient {
+        &mut **self
+    }
+}
+
+impl Conn for Transaction<'_> {
+    fn client(&mut self) -> &mut impl GenericClient {
+        self
+    }
+}
+
+/// One value of a row, by its column's type.
+fn cell(row: &postgres::Row, i: usize) -> Cell {
+    let value = match *row.columns()[i].type_() {
+        Type::INT8 => row.try_get::<_, Option<i64>>(i).map(|v| v.map(Cell::Int)),
+        Type::INT4 => row
+            .try_get::<_, Option<i32>>(i)
+            .map(|v| v.map(|n| Cell::Int(n.into()))),
+        Type::TEXT | Type::VARCHAR => row
+            .try_get::<_, Option<String>>(i)
+            .map(|v| v.map(Cell::Text)),
+        Type::BYTEA => row
+            .try_get::<_, Option<Vec<u8>>>(i)
+            .map(|v| v.map(Cell::Blob)),
+        _ => Ok(None),
+    };
+    value.ok().flatten().unwrap_or_default()
+}
+
+fn values<'p>(params: &'p [Param<'_>]) -> Vec<&'p (dyn ToSql + Sync)> {
+    params
+        .iter()
+        .map(|p| -> &(dyn ToSql + Sync) {
+            match p {
+                Param::Int(n) => n,
+                Param::Text(t) => t,
+                Param::Blob(b) => b,
+            }
+        })
+        .collect()
+}
+
+impl<C: Conn> Sql for Pg<C> {
+    fn execute(
+        &mut self,
+        action: &'static str,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<u64, StoreError> {
+        self.0
+            .client()
+            .execute(sql, &values(params))
+            .map_err(err(action))
+    }
+
+    fn query(
+        &mut self,
+        action: &'static str,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<Vec<Row>, StoreError> {
         Ok(self
-            .db
-            .query_opt(
-                "SELECT id FROM chains WHERE machine = $1 AND session = $2",
-                &[&machine, &session],
-            )
-            .map_err(err("find a chain"))?
-            .map(|r| r.get(0)))
+            .0
+            .client()
+            .query(sql, &values(params))
+            .map_err(err(action))?
+            .iter()
+            .map(|r| Row((0..r.len()).map(|i| cell(r, i)).collect()))
+            .collect())
     }
 }
 
-fn machine_row(row: &postgres::Row) -> Result<MachineRow, StoreError> {
-    let record: String = row.get(1);
-    Ok(MachineRow {
-        id: row.get(0),
-        enrolment: Enrolment::parse(record.as_bytes())
-            .map_err(|e| StoreError::new("read a machine's record", e))?,
-        enrolled: row.get::<_, i64>(2) as u64,
-        revoked: row.get::<_, Option<i64>>(3).map(|t| t as u64),
-    })
-}
-
-fn head_of(
-    q: &mut impl postgres::GenericClient,
-    chain: i64,
-) -> Result<Option<StoredBatch>, StoreError> {
-    q.query_opt(
-        "SELECT checkpoint, signature, stored FROM batches WHERE chain = $1 ORDER BY last DESC LIMIT 1",
-        &[&chain],
-    )
-    .map_err(err("read a chain's head"))?
-    .map(|r| stored_batch(r.get(0), r.get(1), r.get(2)))
-    .transpose()
-}
-
-fn usage_of(
-    q: &mut impl postgres::GenericClient,
-    machine: &str,
-    day: u64,
-) -> Result<Usage, StoreError> {
-    Ok(q.query_opt(
-        "SELECT entries, bytes FROM usage WHERE machine = $1 AND day = $2",
-        &[&machine, &(day as i64)],
-    )
-    .map_err(err("read the machine's usage"))?
-    .map_or(Usage::default(), |r| Usage {
-        entries: r.get::<_, i64>(0) as u64,
-        bytes: r.get::<_, i64>(1) as u64,
-    }))
-}
-
-/// A batch's transaction in PostgreSQL, over one chain whose row it holds.
-struct Tx<'a, 'b> {
-    tx: &'a mut Transaction<'b>,
-    chain: i64,
-    machine: &'a str,
-}
-
-impl ChainTx for Tx<'_, '_> {
-    fn head(&mut self) -> Result<Option<StoredBatch>, StoreError> {
-        head_of(self.tx, self.chain)
-    }
-
-    fn digest_at(&mut self, seq: u64) -> Result<Option<(Digest, KeyId)>, StoreError> {
-        self.tx
-            .query_opt(
-                "SELECT digest, key_id FROM entries WHERE chain = $1 AND seq = $2",
-                &[&self.chain, &(seq as i64)],
-            )
-            .map_err(err("read the index"))?
-            .map(|r| index_row(seq, r.get(0), r.get(1)))
-            .transpose()
-    }
-
-    fn batch_ending_at(&mut self, last: u64) -> Result<Option<StoredBatch>, StoreError> {
-        self.tx
-            .query_opt(
-                "SELECT checkpoint, signature, stored FROM batches WHERE chain = $1 AND last = $2",
-                &[&self.chain, &(last as i64)],
-            )
-            .map_err(err("look up a batch"))?
-            .map(|r| stored_batch(r.get(0), r.get(1), r.get(2)))
-            .transpose()
-    }
-
+impl<C: Conn> ChainSql for Pg<C> {
     fn charge(
         &mut self,
+        machine: &str,
         day: u64,
         more: Usage,
         quota: &Quota,
     ) -> Result<Option<Usage>, StoreError> {
         let (day, entries, bytes) = (day as i64, more.entries as i64, more.bytes as i64);
-        self.tx
+        self.0
+            .client()
             .execute(
                 "INSERT INTO usage (machine, day, entries, bytes) VALUES ($1, $2, 0, 0) ON CONFLICT DO NOTHING",
-                &[&self.machine, &day],
+                &[&machine, &day],
             )
             .map_err(err("count the machine's usage"))?;
         let max_entries = quota.entries_per_day.min(i64::MAX as u64) as i64;
         let max_bytes = quota.bytes_per_day.min(i64::MAX as u64) as i64;
         let n = self
-            .tx
+            .0
+            .client()
             .execute(
                 "UPDATE usage SET entries = entries + $3, bytes = bytes + $4
                  WHERE machine = $1 AND day = $2 AND entries + $3 <= $5 AND bytes + $4 <= $6",
-                &[
-                    &self.machine,
-                    &day,
-                    &entries,
-                    &bytes,
-                    &max_entries,
-                    &max_bytes,
-                ],
+                &[&machine, &day, &entries, &bytes, &max_entries, &max_bytes],
             )
             .map_err(err("count the machine's usage"))?;
         if n == 1 {
             Ok(None)
         } else {
-            usage_of(self.tx, self.machine, day as u64).map(Some)
+            sql::usage(self, machine, day as u64).map(Some)
         }
     }
 
-    fn insert(&mut self, batch: &Batch, body: &[u8], now: u64) -> Result<(), StoreError> {
-        let header = &batch.header;
-        self.tx
-            .execute(
-                "INSERT INTO batches (chain, first, last, checkpoint, signature, body, stored) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                &[
-                    &self.chain,
-                    &(header.first as i64),
-                    &(header.last().seq as i64),
-                    &batch.checkpoint.render(),
-                    &nd7_format::vault::hex(&batch.signature),
-                    &body,
-                    &(now as i64),
-                ],
-            )
-            .map_err(err("store a batch"))?;
+    fn insert_index(&mut self, chain: i64, header: &BatchHeader) -> Result<(), StoreError> {
         // One statement for the whole index: arrays of seqs and digests.
         let seqs: Vec<i64> = header.index.iter().map(|e| e.seq as i64).collect();
         let digests: Vec<&[u8]> = header.index.iter().map(|e| &e.digest.0[..]).collect();
-        self.tx
+        self.0
+            .client()
             .execute(
                 "INSERT INTO entries (chain, seq, digest, key_id) SELECT $1, s, d, $4 FROM unnest($2::BIGINT[], $3::BYTEA[]) AS t(s, d)",
-                &[&self.chain, &seqs, &digests, &&header.key.0[..]],
+                &[&chain, &seqs, &digests, &&header.key.0[..]],
             )
             .map_err(err("store the index"))?;
         Ok(())
     }
+}
 
-    fn piece_at(&mut self, anchor: u64, from: u64) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
+impl Tx for Pg<Transaction<'_>> {
+    /// Takes the chain's row `FOR UPDATE`: a resent piece racing the first
+    /// through another server waits, then sees it.
+    fn chain(&mut self, machine: &str, session: &str) -> Result<Option<i64>, StoreError> {
         Ok(self
-            .tx
+            .0
             .query_opt(
-                "SELECT stored, body FROM pieces WHERE chain = $1 AND anchor = $2 AND from_byte = $3",
-                &[&self.chain, &(anchor as i64), &(from as i64)],
+                "SELECT id FROM chains WHERE machine = $1 AND session = $2 FOR UPDATE",
+                &[&machine, &session],
             )
-            .map_err(err("look up a transcript piece"))?
-            .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<u8>>(1))))
+            .map_err(err("lock a chain"))?
+            .map(|r| r.get::<_, i64>(0)))
     }
 
-    fn insert_piece(
-        &mut self,
-        header: &PieceHeader,
-        body: &[u8],
-        now: u64,
-    ) -> Result<(), StoreError> {
-        self.tx
+    fn chain_or_new(&mut self, machine: &str, session: &str) -> Result<i64, StoreError> {
+        self.0
             .execute(
-                "INSERT INTO pieces (chain, anchor, from_byte, to_byte, body, stored) VALUES ($1, $2, $3, $4, $5, $6)",
-                &[
-                    &self.chain,
-                    &(header.anchor as i64),
-                    &(header.from as i64),
-                    &(header.to as i64),
-                    &body,
-                    &(now as i64),
-                ],
+                "INSERT INTO chains (machine, session) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&machine, &session],
             )
-            .map_err(err("store a transcript piece"))?;
-        Ok(())
+            .map_err(err("find a chain"))?;
+        // The chain's row, locked until commit: no other server stores into
+        // this chain meanwhile, and once it may, it sees this batch.
+        Ok(self
+            .0
+            .query_one(
+                "SELECT id FROM chains WHERE machine = $1 AND session = $2 FOR UPDATE",
+                &[&machine, &session],
+            )
+            .map_err(err("lock a chain"))?
+            .get(0))
     }
 
-    fn record_fork(
-        &mut self,
-        header: &BatchHeader,
-        reason: &str,
-        body: &[u8],
-        now: u64,
-    ) -> Result<(), StoreError> {
-        self.tx
-            .execute(
-                "INSERT INTO forks (machine, session, first, last, reason, header, body_blake3, seen) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                &[
-                    &header.machine,
-                    &header.session,
-                    &(header.first as i64),
-                    &(header.last().seq as i64),
-                    &reason,
-                    &header.render(),
-                    &blake3::hash(body).to_hex().as_str(),
-                    &(now as i64),
-                ],
-            )
-            .map_err(err("record a fork"))?;
-        Ok(())
+    fn commit(self: Box<Self>, action: &'static str) -> Result<(), StoreError> {
+        self.0.commit().map_err(err(action))
     }
 }
 
-impl Store for PgStore {
-    fn add_token(&mut self, hash: &str, now: u64, expires: u64) -> Result<String, StoreError> {
-        let id = token_id(hash);
-        self.db
-            .execute(
-                "INSERT INTO tokens (hash, id, kind, created, expires) VALUES ($1, $2, 'read', $3, $4)",
-                &[&hash, &id, &(now as i64), &(expires as i64)],
-            )
-            .map_err(err("store a token"))?;
-        Ok(id)
+impl Backend for PgStore {
+    fn sql(&mut self) -> Box<dyn Sql + '_> {
+        Box::new(Pg(&mut self.db))
     }
 
-    fn check_token(&mut self, hash: &str, now: u64) -> Result<TokenCheck, StoreError> {
-        let row = self
-            .db
-            .query_opt(
-                "SELECT expires, revoked FROM tokens WHERE hash = $1 AND kind = 'read'",
-                &[&hash],
-            )
-            .map_err(err("check a read token"))?;
-        Ok(match row {
-            None => TokenCheck::Unknown,
-            Some(r) => match (r.get::<_, i64>(0) as u64, r.get::<_, Option<i64>>(1)) {
-                (_, Some(revoked)) => TokenCheck::Revoked(revoked as u64),
-                (expires, None) if expires < now => TokenCheck::Expired(expires),
-                _ => TokenCheck::Valid,
-            },
-        })
+    fn begin(&mut self, action: &'static str) -> Result<Box<dyn Tx + '_>, StoreError> {
+        Ok(Box::new(Pg(self.db.transaction().map_err(err(action))?)))
     }
 
-    fn tokens(&mut self) -> Result<Vec<TokenRow>, StoreError> {
-        Ok(self
-            .db
-            .query(
-                "SELECT id, created, expires, revoked FROM tokens ORDER BY created, id",
-                &[],
-            )
-            .map_err(err("list tokens"))?
-            .iter()
-            .map(|r| TokenRow {
-                id: r.get(0),
-                created: r.get::<_, i64>(1) as u64,
-                expires: r.get::<_, i64>(2) as u64,
-                revoked: r.get::<_, Option<i64>>(3).map(|t| t as u64),
-            })
-            .collect())
-    }
-
-    fn revoke_token(&mut self, id: &str, now: u64) -> Result<bool, StoreError> {
-        let n = self
-            .db
-            .execute(
-                "UPDATE tokens SET revoked = COALESCE(revoked, $2) WHERE id = $1",
-                &[&id, &(now as i64)],
-            )
-            .map_err(err("revoke a token"))?;
-        Ok(n == 1)
-    }
-
-    fn add_machine(
-        &mut self,
-        id: &str,
-        enrolment: &Enrolment,
-        now: u64,
-    ) -> Result<Enrolled, StoreError> {
+    fn enrol(&mut self, id: &str, enrolment: &Enrolment, now: u64) -> Result<Enrolled, StoreError> {
         let key = enrolment.key.to_hex();
         let token_key = enrolment.token_key.to_hex();
         let inserted = self
@@ -446,294 +348,8 @@ impl Store for PgStore {
         )
     }
 
-    fn machine(&mut self, id: &str) -> Result<Option<MachineRow>, StoreError> {
-        self.db
-            .query_opt(
-                "SELECT id, record, enrolled, revoked FROM machines WHERE id = $1",
-                &[&id],
-            )
-            .map_err(err("look up a machine"))?
-            .as_ref()
-            .map(machine_row)
-            .transpose()
-    }
-
-    fn machines(&mut self) -> Result<Vec<MachineRow>, StoreError> {
-        self.db
-            .query(
-                "SELECT id, record, enrolled, revoked FROM machines ORDER BY enrolled, id",
-                &[],
-            )
-            .map_err(err("list machines"))?
-            .iter()
-            .map(machine_row)
-            .collect()
-    }
-
-    fn revoke_machine(&mut self, id: &str, now: u64) -> Result<bool, StoreError> {
-        let n = self
-            .db
-            .execute(
-                "UPDATE machines SET revoked = COALESCE(revoked, $2) WHERE id = $1",
-                &[&id, &(now as i64)],
-            )
-            .map_err(err("revoke a machine"))?;
-        Ok(n == 1)
-    }
-
-    fn note_nonce(
-        &mut self,
-        owner: &str,
-        nonce: &str,
-        time: u64,
-        forget_before: u64,
-        cap: u64,
-    ) -> Result<NonceUse, StoreError> {
-        let mut tx = self.db.transaction().map_err(err("note a nonce"))?;
-        tx.execute(
-            "DELETE FROM nonces WHERE time < $1",
-            &[&(forget_before as i64)],
-        )
-        .map_err(err("forget old nonces"))?;
-        let held: i64 = tx
-            .query_one("SELECT COUNT(*) FROM nonces WHERE machine = $1", &[&owner])
-            .map_err(err("count nonces"))?
-            .get(0);
-        let used = if held as u64 >= cap {
-            NonceUse::TooMany(held as u64)
-        } else {
-            let n = tx
-                .execute(
-                    "INSERT INTO nonces (machine, nonce, time) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                    &[&owner, &nonce, &(time as i64)],
-                )
-                .map_err(err("note a nonce"))?;
-            if n == 1 {
-                NonceUse::First
-            } else {
-                NonceUse::Replayed
-            }
-        };
-        tx.commit().map_err(err("note a nonce"))?;
-        Ok(used)
-    }
-
-    fn nonce_seen(&mut self, owner: &str, nonce: &str) -> Result<bool, StoreError> {
-        Ok(self
-            .db
-            .query_opt(
-                "SELECT 1 FROM nonces WHERE machine = $1 AND nonce = $2",
-                &[&owner, &nonce],
-            )
-            .map_err(err("look up a nonce"))?
-            .is_some())
-    }
-
-    fn recipients(&mut self) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .db
-            .query_opt("SELECT doc FROM recipients ORDER BY id DESC LIMIT 1", &[])
-            .map_err(err("read the recipients document"))?
-            .map(|r| r.get(0)))
-    }
-
-    fn set_recipients(&mut self, doc: &str, now: u64) -> Result<(), StoreError> {
-        self.db
-            .execute(
-                "INSERT INTO recipients (doc, installed) VALUES ($1, $2)",
-                &[&doc, &(now as i64)],
-            )
-            .map_err(err("store the recipients document"))?;
-        Ok(())
-    }
-
-    fn head(&mut self, machine: &str, session: &str) -> Result<Option<StoredBatch>, StoreError> {
-        match self.chain_id(machine, session)? {
-            Some(chain) => head_of(&mut self.db, chain),
-            None => Ok(None),
-        }
-    }
-
-    fn usage(&mut self, machine: &str, day: u64) -> Result<Usage, StoreError> {
-        usage_of(&mut self.db, machine, day)
-    }
-
-    fn store_batch(
-        &mut self,
-        batch: &Batch,
-        body: &[u8],
-        now: u64,
-        quota: &Quota,
-    ) -> Result<Stored, StoreError> {
-        let header = &batch.header;
-        let mut tx = self.db.transaction().map_err(err("begin a transaction"))?;
-        tx.execute(
-            "INSERT INTO chains (machine, session) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            &[&header.machine, &header.session],
-        )
-        .map_err(err("find a chain"))?;
-        // The chain's row, locked until commit: no other server stores into
-        // this chain meanwhile, and once it may, it sees this batch.
-        let chain: i64 = tx
-            .query_one(
-                "SELECT id FROM chains WHERE machine = $1 AND session = $2 FOR UPDATE",
-                &[&header.machine, &header.session],
-            )
-            .map_err(err("lock a chain"))?
-            .get(0);
-        let stored = link_and_store(
-            &mut Tx {
-                tx: &mut tx,
-                chain,
-                machine: &header.machine,
-            },
-            batch,
-            body,
-            now,
-            quota,
-        )?;
-        tx.commit().map_err(err("commit a batch"))?;
-        Ok(stored)
-    }
-
-    fn batch_after(
-        &mut self,
-        machine: &str,
-        session: &str,
-        after: Option<u64>,
-    ) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
-        let Some(chain) = self.chain_id(machine, session)? else {
-            return Ok(None);
-        };
-        let after = after.map_or(-1, |a| a as i64);
-        Ok(self
-            .db
-            .query_opt(
-                "SELECT first, body FROM batches WHERE chain = $1 AND first > $2 ORDER BY first LIMIT 1",
-                &[&chain, &after],
-            )
-            .map_err(err("read batches"))?
-            .map(|r| (r.get::<_, i64>(0) as u64, r.get(1))))
-    }
-
-    fn store_piece(
-        &mut self,
-        header: &PieceHeader,
-        body: &[u8],
-        now: u64,
-        quota: &Quota,
-    ) -> Result<PieceStored, StoreError> {
-        let mut tx = self.db.transaction().map_err(err("begin a transaction"))?;
-        // The chain's row, locked as a batch locks it: a resent piece racing
-        // the first through another server waits, then sees it. A chain the
-        // vault does not hold gets no row: the piece has no anchor.
-        let Some(chain) = tx
-            .query_opt(
-                "SELECT id FROM chains WHERE machine = $1 AND session = $2 FOR UPDATE",
-                &[&header.machine, &header.session],
-            )
-            .map_err(err("lock a chain"))?
-            .map(|r| r.get::<_, i64>(0))
-        else {
-            return Ok(PieceStored::NotAnchored);
-        };
-        let stored = store_piece(
-            &mut Tx {
-                tx: &mut tx,
-                chain,
-                machine: &header.machine,
-            },
-            header,
-            body,
-            now,
-            quota,
-        )?;
-        tx.commit().map_err(err("commit a transcript piece"))?;
-        Ok(stored)
-    }
-
-    fn piece_after(
-        &mut self,
-        machine: &str,
-        session: &str,
-        after: Option<(u64, u64)>,
-    ) -> Result<Option<super::Placed>, StoreError> {
-        let Some(chain) = self.chain_id(machine, session)? else {
-            return Ok(None);
-        };
-        let (anchor, from) = after.map_or((-1i64, -1i64), |(a, f)| (a as i64, f as i64));
-        Ok(self
-            .db
-            .query_opt(
-                "SELECT anchor, from_byte, body FROM pieces WHERE chain = $1 AND (anchor, from_byte) > ($2, $3)
-                 ORDER BY anchor, from_byte LIMIT 1",
-                &[&chain, &anchor, &from],
-            )
-            .map_err(err("read transcript pieces"))?
-            .map(|r| {
-                (
-                    (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64),
-                    r.get(2),
-                )
-            }))
-    }
-
-    fn sessions(&mut self) -> Result<Vec<(String, String, u64)>, StoreError> {
-        Ok(self
-            .db
-            .query(
-                "SELECT c.machine, c.session, MAX(b.last) FROM chains c JOIN batches b ON b.chain = c.id
-                 GROUP BY c.id, c.machine, c.session ORDER BY c.machine, c.session",
-                &[],
-            )
-            .map_err(err("list sessions"))?
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get::<_, i64>(2) as u64))
-            .collect())
-    }
-
-    fn forks(&mut self) -> Result<Vec<ForkRow>, StoreError> {
-        Ok(self
-            .db
-            .query(
-                "SELECT machine, session, first, last, reason, seen FROM forks ORDER BY id",
-                &[],
-            )
-            .map_err(err("list forks"))?
-            .iter()
-            .map(|r| ForkRow {
-                machine: r.get(0),
-                session: r.get(1),
-                first: r.get::<_, i64>(2) as u64,
-                last: r.get::<_, i64>(3) as u64,
-                reason: r.get(4),
-                seen: r.get::<_, i64>(5) as u64,
-            })
-            .collect())
-    }
-
-    fn add_restore(&mut self, notice: &str, now: u64) -> Result<(), StoreError> {
-        self.db
-            .execute(
-                "INSERT INTO restores (notice, installed) VALUES ($1, $2)",
-                &[&notice, &(now as i64)],
-            )
-            .map_err(err("store a restore notice"))?;
-        Ok(())
-    }
-
-    fn healthy(&mut self) -> bool {
+    fn connected(&mut self) -> bool {
         !self.db.is_closed()
-    }
-
-    fn restores(&mut self) -> Result<Vec<String>, StoreError> {
-        Ok(self
-            .db
-            .query("SELECT notice FROM restores ORDER BY id", &[])
-            .map_err(err("read restore notices"))?
-            .iter()
-            .map(|r| r.get(0))
-            .collect())
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use nd7_core::cli::Admin;
@@ -13,7 +13,7 @@ use nd7_core::session_log::{self, SessionLog};
 use nd7_core::ship::{self, ShipError};
 use nd7_core::transcript;
 use nd7_core::vault::AgeIdentity;
-use nd7_core::vault_admin::{self, Fault, PullError};
+use nd7_core::vault_admin::{self, Compared, Fault, Finding, PullError, Pulled};
 
 fn state_dir(cmd: &str) -> Result<std::path::PathBuf, ExitCode> {
     session_log::state_dir().map_err(|e| {
@@ -235,56 +235,14 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             hours,
             label,
             register,
-        } => {
-            let token = vault_admin::enrol_token(&read(&org_key)?, &read(&recipients)?, hours)
-                .map_err(fail)?;
-            let register = register.unwrap_or_else(|| {
-                let mut name = org_key.clone().into_os_string();
-                name.push(".tokens");
-                name.into()
-            });
-            // Recorded before it is handed out: a token the register does
-            // not know is one `nd7 admin machines` reports.
-            vault_admin::register_token(&register, &token, &label).map_err(fail)?;
-            println!("{token}");
-            Ok(ExitCode::SUCCESS)
-        }
+        } => enrol_token(&org_key, &recipients, hours, &label, register),
         Admin::Machines {
             url,
             read_token,
             ca_cert,
             fingerprint,
             register,
-        } => {
-            let register = vault_admin::read_register(&register).map_err(fail)?;
-            let listed = vault_admin::list_machines(
-                &url,
-                &trust(ca_cert),
-                &read_token,
-                &fingerprint,
-                &register,
-            )
-            .map_err(|e| match e {
-                PullError::Finding(f) => {
-                    println!("{}", term(&f.to_string(), Lines::One));
-                    fault_code(f.fault)
-                }
-                PullError::Other(e) => fail(format!("machines: {e}")),
-            })?;
-            for line in &listed.lines {
-                println!("{}", term(line, Lines::One));
-            }
-            for finding in &listed.findings {
-                println!("{}", term(&finding.to_string(), Lines::One));
-            }
-            Ok(ExitCode::from(
-                vault_admin::Compared {
-                    findings: listed.findings,
-                    notes: Vec::new(),
-                }
-                .exit_code(),
-            ))
-        }
+        } => machines(&url, &read_token, trust(ca_cert), &fingerprint, &register),
         Admin::Sessions {
             url,
             read_token,
@@ -314,134 +272,238 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             compare,
         } => {
             let identity = AgeIdentity::parse(&read(&identity)?).map_err(fail)?;
-            let trust = trust(ca_cert);
-            let pulled = vault_admin::pull(
-                &url,
-                &trust,
-                &read_token,
-                &identity,
-                &fingerprint,
-                &machine,
-                &session,
-                &out,
-            )
-            .map_err(pull_failed)?;
-            for note in &pulled.restores {
-                println!("note: {}", term(note, Lines::One));
-            }
-            if !pulled.findings.is_empty() || pulled.batches.is_empty() {
-                // Nothing was written out; what the vault holds is still
-                // held against the machine's receipts, so a vault that
-                // dropped the rest (or the whole session) is named even
-                // when the machine's own batches disagree (3 wins over 1).
-                let Some(local) = compare else {
-                    if pulled.findings.is_empty() {
-                        return Err(fail(format!(
-                            "pull: the vault holds no batch of machine {machine}, session {session} (with --compare, the machine's receipts say whether it should)"
-                        )));
-                    }
-                    for finding in &pulled.findings {
-                        println!("{}", term(&finding.to_string(), Lines::One));
-                    }
-                    return Ok(ExitCode::from(
-                        vault_admin::Compared {
-                            findings: pulled.findings.clone(),
-                            notes: Vec::new(),
-                        }
-                        .exit_code(),
-                    ));
-                };
-                if pulled.batches.is_empty() && pulled.findings.is_empty() {
-                    println!("the vault holds no batch of machine {machine}, session {session}");
-                }
-                let mut compared = vault_admin::compare(&pulled, &local).map_err(fail)?;
-                compared
-                    .findings
-                    .splice(0..0, pulled.findings.iter().cloned());
-                for note in &compared.notes {
-                    println!("{}", term(note, Lines::One));
-                }
-                for finding in &compared.findings {
-                    println!("{}", term(&finding.to_string(), Lines::One));
-                }
-                return Ok(ExitCode::from(compared.exit_code()));
-            }
-            let events = pulled.path.clone();
-            let dir = out.join(&session);
-            let log = SessionLog::at_path(&dir).map_err(fail)?;
-            match log.verify(1) {
-                Ok(v) => println!(
-                    "pulled {} entries in {} batches into {}, every batch signed by machine {machine}; chain verified, head {}",
-                    v.entries,
-                    pulled.batches.len(),
-                    events.display(),
-                    v.head.map_or_else(|| "(empty)".into(), |h| h.short())
-                ),
-                Err(e) => {
-                    println!(
-                        "FAILED (the machine): machine {machine}, session {session}: the signed copy does not verify: {e}"
-                    );
-                    return Ok(ExitCode::from(1));
-                }
-            }
-            // The transcripts the session anchors, as the vault's pieces give
-            // them back, checked against the anchors in the entries above.
-            let transcripts = transcript::pull::pull(&url, &trust, &read_token, &identity, &pulled)
-                .map_err(pull_failed)?;
-            if !transcripts.files.is_empty() {
-                let tdir = dir.join("transcripts");
-                std::fs::create_dir_all(&tdir)
-                    .map_err(|e| fail(format!("{}: cannot create: {e}", tdir.display())))?;
-                for (n, r) in transcripts.files.iter().enumerate() {
-                    let file = tdir.join(transcript::pull::restored_name(n, r));
-                    let _ = std::fs::remove_file(&file);
-                    write_new_bytes_0600(&file, &r.bytes).map_err(fail)?;
-                    println!(
-                        "transcript {} (generation {}): {} bytes restored into {}, holding {} of its {} anchors",
-                        term(&r.path, Lines::One),
-                        r.generation,
-                        r.bytes.len(),
-                        file.display(),
-                        r.held,
-                        r.anchors
-                    );
-                }
-            }
-            for note in &transcripts.notes {
-                println!("note: {}", term(note, Lines::One));
-            }
-            let Some(local) = compare else {
-                for finding in &transcripts.findings {
-                    println!("{}", term(&finding.to_string(), Lines::One));
-                }
-                let transcript_code = vault_admin::Compared {
-                    findings: transcripts.findings.clone(),
-                    notes: Vec::new(),
-                }
-                .exit_code();
-                if transcript_code != 0 {
-                    return Ok(ExitCode::from(transcript_code));
-                }
-                if !pulled.ended {
-                    println!(
-                        "note: the vault's copy ends at entry {} without session_end; only the machine's receipt (--compare) can tell a dropped tail from a session still running",
-                        pulled.entries.saturating_sub(1)
-                    );
-                }
-                return Ok(ExitCode::SUCCESS);
+            let vault = Vault {
+                url,
+                trust: trust(ca_cert),
+                read_token,
+                identity,
             };
-            let mut compared = vault_admin::compare(&pulled, &local).map_err(fail)?;
-            transcript::pull::compare(&transcripts, &pulled, &local, &mut compared);
-            compared
-                .findings
-                .extend(transcripts.findings.iter().cloned());
-            for note in &compared.notes {
-                println!("{}", term(note, Lines::One));
-            }
-            for finding in &compared.findings {
-                println!("{}", term(&finding.to_string(), Lines::One));
-            }
-            Ok(ExitCode::from(compared.exit_code()))
+            pull(&vault, &fingerprint, &machine, &session, &out, compare)
         }
     }
+}
+
+/// `nd7 admin enrol-token`: the token, recorded in the register (beside
+/// the organisation key unless named) before it is handed out.
+fn enrol_token(
+    org_key: &Path,
+    recipients: &Path,
+    hours: u64,
+    label: &str,
+    register: Option<PathBuf>,
+) -> Result<ExitCode, ExitCode> {
+    let token =
+        vault_admin::enrol_token(&read(org_key)?, &read(recipients)?, hours).map_err(fail)?;
+    let register = register.unwrap_or_else(|| {
+        let mut name = org_key.to_path_buf().into_os_string();
+        name.push(".tokens");
+        name.into()
+    });
+    // Recorded before it is handed out: a token the register does not know
+    // is one `nd7 admin machines` reports.
+    vault_admin::register_token(&register, &token, label).map_err(fail)?;
+    println!("{token}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `nd7 admin machines`: a line per machine and token, then the findings.
+fn machines(
+    url: &str,
+    read_token: &str,
+    trust: Trust,
+    fingerprint: &str,
+    register: &Path,
+) -> Result<ExitCode, ExitCode> {
+    let register = vault_admin::read_register(register).map_err(fail)?;
+    let listed = vault_admin::list_machines(url, &trust, read_token, fingerprint, &register)
+        .map_err(|e| match e {
+            PullError::Finding(f) => {
+                println!("{}", term(&f.to_string(), Lines::One));
+                fault_code(f.fault)
+            }
+            PullError::Other(e) => fail(format!("machines: {e}")),
+        })?;
+    for line in &listed.lines {
+        println!("{}", term(line, Lines::One));
+    }
+    Ok(ExitCode::from(print_findings(listed.findings)))
+}
+
+/// Prints the findings; the exit status that says whose fault they are.
+fn print_findings(findings: Vec<Finding>) -> u8 {
+    for finding in &findings {
+        println!("{}", term(&finding.to_string(), Lines::One));
+    }
+    Compared {
+        findings,
+        notes: Vec::new(),
+    }
+    .exit_code()
+}
+
+/// Prints a comparison's notes, then its findings, and exits with whose
+/// fault they are.
+fn print_compared(compared: Compared) -> ExitCode {
+    for note in &compared.notes {
+        println!("{}", term(note, Lines::One));
+    }
+    ExitCode::from(print_findings(compared.findings))
+}
+
+/// The vault a pull reads from, and the admin's identity that opens what
+/// it holds.
+struct Vault {
+    url: String,
+    trust: Trust,
+    read_token: String,
+    identity: AgeIdentity,
+}
+
+/// `nd7 admin pull`: the session's log, checked; its transcripts; and with
+/// `--compare`, both held against the machine's copy.
+fn pull(
+    vault: &Vault,
+    fingerprint: &str,
+    machine: &str,
+    session: &str,
+    out: &Path,
+    compare: Option<PathBuf>,
+) -> Result<ExitCode, ExitCode> {
+    let pulled = vault_admin::pull(
+        &vault.url,
+        &vault.trust,
+        &vault.read_token,
+        &vault.identity,
+        fingerprint,
+        machine,
+        session,
+        out,
+    )
+    .map_err(pull_failed)?;
+    for note in &pulled.restores {
+        println!("note: {}", term(note, Lines::One));
+    }
+    if !pulled.findings.is_empty() || pulled.batches.is_empty() {
+        return pull_stopped(&pulled, compare.as_deref());
+    }
+    let dir = out.join(session);
+    if let Some(code) = verify_pulled(&pulled, &dir)? {
+        return Ok(code);
+    }
+    // The transcripts the session anchors, as the vault's pieces give them
+    // back, checked against the anchors in the entries above.
+    let transcripts = transcript::pull::pull(
+        &vault.url,
+        &vault.trust,
+        &vault.read_token,
+        &vault.identity,
+        &pulled,
+    )
+    .map_err(pull_failed)?;
+    restore_transcripts(&transcripts, &dir)?;
+    for note in &transcripts.notes {
+        println!("note: {}", term(note, Lines::One));
+    }
+    let Some(local) = compare else {
+        return Ok(pulled_alone(&pulled, &transcripts));
+    };
+    let mut compared = vault_admin::compare(&pulled, &local).map_err(fail)?;
+    transcript::pull::compare(&transcripts, &pulled, &local, &mut compared);
+    compared
+        .findings
+        .extend(transcripts.findings.iter().cloned());
+    Ok(print_compared(compared))
+}
+
+/// A pull that found something, or no batch: nothing was written out.
+/// What the vault holds is still held against the machine's receipts, so
+/// a vault that dropped the rest (or the whole session) is named even when
+/// the machine's own batches disagree (3 wins over 1).
+fn pull_stopped(pulled: &Pulled, compare: Option<&Path>) -> Result<ExitCode, ExitCode> {
+    let (machine, session) = (&pulled.machine, &pulled.session);
+    let Some(local) = compare else {
+        if pulled.findings.is_empty() {
+            return Err(fail(format!(
+                "pull: the vault holds no batch of machine {machine}, session {session} (with --compare, the machine's receipts say whether it should)"
+            )));
+        }
+        return Ok(ExitCode::from(print_findings(pulled.findings.clone())));
+    };
+    if pulled.batches.is_empty() && pulled.findings.is_empty() {
+        println!("the vault holds no batch of machine {machine}, session {session}");
+    }
+    let mut compared = vault_admin::compare(pulled, local).map_err(fail)?;
+    compared
+        .findings
+        .splice(0..0, pulled.findings.iter().cloned());
+    Ok(print_compared(compared))
+}
+
+/// Verifies the pulled log's chain and says what was pulled; `Some(1)`
+/// when the copy the machine signed does not verify.
+fn verify_pulled(pulled: &Pulled, dir: &Path) -> Result<Option<ExitCode>, ExitCode> {
+    let (machine, session) = (&pulled.machine, &pulled.session);
+    let log = SessionLog::at_path(dir).map_err(fail)?;
+    match log.verify(1) {
+        Ok(v) => {
+            println!(
+                "pulled {} entries in {} batches into {}, every batch signed by machine {machine}; chain verified, head {}",
+                v.entries,
+                pulled.batches.len(),
+                pulled.path.display(),
+                v.head.map_or_else(|| "(empty)".into(), |h| h.short())
+            );
+            Ok(None)
+        }
+        Err(e) => {
+            println!(
+                "FAILED (the machine): machine {machine}, session {session}: the signed copy does not verify: {e}"
+            );
+            Ok(Some(ExitCode::from(1)))
+        }
+    }
+}
+
+/// Writes the restored transcripts into `<dir>/transcripts`, a line each.
+fn restore_transcripts(
+    transcripts: &transcript::pull::Transcripts,
+    dir: &Path,
+) -> Result<(), ExitCode> {
+    if transcripts.files.is_empty() {
+        return Ok(());
+    }
+    let tdir = dir.join("transcripts");
+    std::fs::create_dir_all(&tdir)
+        .map_err(|e| fail(format!("{}: cannot create: {e}", tdir.display())))?;
+    for (n, r) in transcripts.files.iter().enumerate() {
+        let file = tdir.join(transcript::pull::restored_name(n, r));
+        let _ = std::fs::remove_file(&file);
+        write_new_bytes_0600(&file, &r.bytes).map_err(fail)?;
+        println!(
+            "transcript {} (generation {}): {} bytes restored into {}, holding {} of its {} anchors",
+            term(&r.path, Lines::One),
+            r.generation,
+            r.bytes.len(),
+            file.display(),
+            r.held,
+            r.anchors
+        );
+    }
+    Ok(())
+}
+
+/// A pull without `--compare`: the transcripts' findings decide, and a copy
+/// without `session_end` gets a note.
+fn pulled_alone(pulled: &Pulled, transcripts: &transcript::pull::Transcripts) -> ExitCode {
+    let code = print_findings(transcripts.findings.clone());
+    if code != 0 {
+        return ExitCode::from(code);
+    }
+    if !pulled.ended {
+        println!(
+            "note: the vault's copy ends at entry {} without session_end; only the machine's receipt (--compare) can tell a dropped tail from a session still running",
+            pulled.entries.saturating_sub(1)
+        );
+    }
+    ExitCode::SUCCESS
 }

@@ -2,6 +2,7 @@
 //! key, their header (machine, session, chain key id, seq range, keyed
 //! digests) as associated data, and the machine's signature over the whole.
 
+use super::envelope::{self, Envelope, Sealed};
 use super::*;
 
 /// One entry of a batch's clear index: its seq and the keyed digest of its hash.
@@ -196,102 +197,15 @@ pub fn seal_batch(
     nonce: [u8; 24],
     machine: &SigningKey,
 ) -> (Vec<u8>, Checkpoint) {
-    let header_bytes = header.render();
-    let compressed = compress(entries);
-    let ciphertext = XChaCha20Poly1305::new(key.expose_secret().into())
-        .encrypt(
-            &nonce.into(),
-            Payload {
-                msg: &compressed,
-                aad: &header_bytes,
-            },
-        )
-        .unwrap_or_default();
-    let mut out = Vec::with_capacity(
-        BATCH_BODY_MAGIC.len()
-            + 12
-            + header_bytes.len()
-            + wrapped_key.len()
-            + 24
-            + ciphertext.len()
-            + 64,
+    let (out, signed) = envelope::seal(
+        BATCH_BODY_MAGIC,
+        &header.render(),
+        entries,
+        (key, wrapped_key, nonce),
+        machine,
+        |signed| Checkpoint::of(header, *signed).render(),
     );
-    out.extend_from_slice(BATCH_BODY_MAGIC);
-    out.extend_from_slice(&(header_bytes.len() as u32).to_be_bytes());
-    out.extend_from_slice(&header_bytes);
-    out.extend_from_slice(&(wrapped_key.len() as u32).to_be_bytes());
-    out.extend_from_slice(wrapped_key);
-    out.extend_from_slice(&nonce);
-    out.extend_from_slice(&(ciphertext.len() as u32).to_be_bytes());
-    out.extend_from_slice(&ciphertext);
-    let checkpoint = Checkpoint::of(header, blake3::hash(&out).into());
-    out.extend_from_slice(&machine.sign(checkpoint.render().as_bytes()));
-    (out, checkpoint)
-}
-
-/// A zstd frame of `entries`: libzstd at level 3 when built with it, else
-/// ruzstd's one implemented level (about zstd's level 1, five times slower;
-/// ADR-0021). Either is read by [`open_batch`].
-pub(super) fn compress(entries: &[u8]) -> Vec<u8> {
-    #[cfg(feature = "zstd-c")]
-    if let Ok(frame) = zstd::bulk::compress(entries, 3) {
-        return frame;
-    }
-    ruzstd::encoding::compress_to_vec(entries, ruzstd::encoding::CompressionLevel::Fastest)
-}
-
-/// The parts every sealed body (a batch, a transcript piece) has, in order
-/// after its magic: a length-prefixed header, a length-prefixed wrapped key,
-/// a 24-byte nonce, a length-prefixed ciphertext and a 64-byte signature.
-pub(super) struct Sealed {
-    pub header_bytes: Vec<u8>,
-    pub wrapped_key: Vec<u8>,
-    pub nonce: [u8; 24],
-    pub ciphertext: Vec<u8>,
-    pub signature: [u8; 64],
-}
-
-/// Splits `body` into a sealed body's parts, after `magic`; `what` and
-/// `shape` name it in the error. Checks the framing only (and that the
-/// ciphertext can hold the AEAD tag).
-pub(super) fn split_sealed(
-    body: &[u8],
-    magic: &[u8],
-    what: &'static str,
-    shape: &'static str,
-) -> Result<Sealed, Error> {
-    let bad = || malformed(what, shape);
-    let rest = body.strip_prefix(magic).ok_or_else(bad)?;
-    let take = |rest: &[u8]| -> Result<(Vec<u8>, usize), Error> {
-        let len: [u8; 4] = rest
-            .get(..4)
-            .and_then(|l| l.try_into().ok())
-            .ok_or_else(bad)?;
-        let len = u32::from_be_bytes(len) as usize;
-        let part = rest.get(4..4 + len).ok_or_else(bad)?;
-        Ok((part.to_vec(), 4 + len))
-    };
-    let (header_bytes, used) = take(rest)?;
-    let rest = &rest[used..];
-    let (wrapped_key, used) = take(rest)?;
-    let rest = &rest[used..];
-    let nonce: [u8; 24] = rest
-        .get(..24)
-        .and_then(|n| n.try_into().ok())
-        .ok_or_else(bad)?;
-    let rest = &rest[24..];
-    let (ciphertext, used) = take(rest)?;
-    let signature: [u8; 64] = rest[used..].try_into().map_err(|_| bad())?;
-    if ciphertext.len() < 16 {
-        return Err(bad());
-    }
-    Ok(Sealed {
-        header_bytes,
-        wrapped_key,
-        nonce,
-        ciphertext,
-        signature,
-    })
+    (out, Checkpoint::of(header, signed))
 }
 
 /// Splits a batch into its parts, parses its header and renders the
@@ -299,13 +213,14 @@ pub(super) fn split_sealed(
 /// holds is [`Batch::signed_by`]'s question, whether it decrypts
 /// [`open_batch`]'s.
 pub fn parse_batch(body: &[u8]) -> Result<Batch, Error> {
-    let Sealed {
+    let Envelope {
         header_bytes,
         wrapped_key,
         nonce,
         ciphertext,
+        signed,
         signature,
-    } = split_sealed(body, BATCH_BODY_MAGIC, "the batch", "an ND7B v2 batch")?;
+    } = envelope::split(body, BATCH_BODY_MAGIC, "the batch", "an ND7B v2 batch")?;
     let header = BatchHeader::parse(&header_bytes)?;
     if ciphertext.len() < header.index.len() * MIN_CIPHERTEXT_PER_ENTRY {
         return Err(malformed(
@@ -313,8 +228,7 @@ pub fn parse_batch(body: &[u8]) -> Result<Batch, Error> {
             "a batch whose ciphertext can hold the entries its index lists (at least 16 bytes each)",
         ));
     }
-    let signed = &body[..body.len() - 64];
-    let checkpoint = Checkpoint::of(&header, blake3::hash(signed).into());
+    let checkpoint = Checkpoint::of(&header, signed);
     Ok(Batch {
         header,
         header_bytes,
@@ -342,29 +256,13 @@ pub struct Opened {
 /// [`Walker`] `nd7 verify` uses), starting at `first`, with the index's
 /// digests under `key`'s index key, and `key` the one the header names.
 pub fn open_batch(batch: &Batch, key: &ChainKey) -> Result<Opened, Error> {
-    if KeyId::of(key) != batch.header.key {
-        return Err(Error::IndexMismatch(format!(
-            "the header names chain key {}, but the wrapped key is {}",
-            batch.header.key,
-            KeyId::of(key)
-        )));
-    }
-    let compressed = XChaCha20Poly1305::new(key.expose_secret().into())
-        .decrypt(
-            &batch.nonce.into(),
-            Payload {
-                msg: &batch.ciphertext,
-                aad: &batch.header_bytes,
-            },
-        )
-        .map_err(|_| Error::BatchDecrypt)?;
-    let decoder = ruzstd::decoding::StreamingDecoder::new(compressed.as_slice())
-        .map_err(|e| Error::Decompress(e.to_string()))?;
-    let mut entries = Vec::new();
-    decoder
-        .take(MAX_BATCH_ENTRIES_BYTES as u64 + 1)
-        .read_to_end(&mut entries)
-        .map_err(|e| Error::Decompress(e.to_string()))?;
+    let sealed = Sealed {
+        header_key: batch.header.key,
+        header_bytes: &batch.header_bytes,
+        nonce: &batch.nonce,
+        ciphertext: &batch.ciphertext,
+    };
+    let entries = envelope::open(sealed, key, MAX_BATCH_ENTRIES_BYTES)?;
     if entries.len() > MAX_BATCH_ENTRIES_BYTES {
         return Err(Error::Decompress("more than 8 MiB of entries".into()));
     }

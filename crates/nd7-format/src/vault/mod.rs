@@ -422,6 +422,7 @@ fn split_signed<'a>(text: &'a str, name: &str) -> Option<(&'a str, [u8; 64])> {
 mod age;
 mod batch;
 mod enrol;
+mod envelope;
 mod receipt;
 mod recipients;
 mod reply;

@@ -610,3 +610,30 @@ fn headers_have_one_spelling() {
         assert!(BatchHeader::parse(bad.as_bytes()).is_err(), "{bad}");
     }
 }
+
+/// The envelope batches and transcript pieces travel in, byte for byte: a
+/// batch and a piece sealed from fixed inputs hash to what this format has
+/// always written (libzstd's frames; ruzstd writes others).
+#[cfg(feature = "zstd-c")]
+#[test]
+fn sealed_batches_and_pieces_keep_their_bytes() {
+    let (body, _, key, machine) = sealed_batch(5);
+    let piece = PieceHeader {
+        machine: "m1".into(),
+        session: "sess".into(),
+        key: KeyId::of(&key),
+        anchor: 3,
+        from: 0,
+        to: 11,
+        after: Some((1, 0)),
+    };
+    let sealed = seal_piece(&piece, b"hello world", &key, b"wrapped", [4; 24], &machine);
+    assert_eq!(
+        blake3::hash(&body).to_hex().as_str(),
+        "45ab86933e0b6cb2c5a9f00206f2bb0b75790a2f4ba923e7c0ea6d892e4d8c42"
+    );
+    assert_eq!(
+        blake3::hash(&sealed).to_hex().as_str(),
+        "467c9ed976a834249490c51f343957621da18912b42d5362ac5f7e7298facf65"
+    );
+}

@@ -10,6 +10,7 @@
 //! the (signed, checked) entries, as `nd7 verify --transcript` holds a file
 //! on disk.
 
+use super::envelope::{self, Envelope, Sealed};
 use super::*;
 
 /// The most bytes of a transcript one piece carries: a piece of an anchor
@@ -304,50 +305,29 @@ pub fn seal_piece(
     nonce: [u8; 24],
     machine: &SigningKey,
 ) -> Vec<u8> {
-    let header_bytes = header.render();
-    let compressed = compress(bytes);
-    let ciphertext = XChaCha20Poly1305::new(key.expose_secret().into())
-        .encrypt(
-            &nonce.into(),
-            Payload {
-                msg: &compressed,
-                aad: &header_bytes,
-            },
-        )
-        .unwrap_or_default();
-    let mut out = Vec::with_capacity(
-        PIECE_BODY_MAGIC.len()
-            + 12
-            + header_bytes.len()
-            + wrapped_key.len()
-            + 24
-            + ciphertext.len()
-            + 64,
-    );
-    out.extend_from_slice(PIECE_BODY_MAGIC);
-    out.extend_from_slice(&(header_bytes.len() as u32).to_be_bytes());
-    out.extend_from_slice(&header_bytes);
-    out.extend_from_slice(&(wrapped_key.len() as u32).to_be_bytes());
-    out.extend_from_slice(wrapped_key);
-    out.extend_from_slice(&nonce);
-    out.extend_from_slice(&(ciphertext.len() as u32).to_be_bytes());
-    out.extend_from_slice(&ciphertext);
-    let batch: [u8; 32] = blake3::hash(&out).into();
-    out.extend_from_slice(&machine.sign(piece_signed(&batch).as_bytes()));
-    out
+    envelope::seal(
+        PIECE_BODY_MAGIC,
+        &header.render(),
+        bytes,
+        (key, wrapped_key, nonce),
+        machine,
+        piece_signed,
+    )
+    .0
 }
 
 /// Splits a piece into its parts and parses its header. Checks the framing
 /// only: the signature is [`Piece::signed_by`]'s question, the contents
 /// [`open_piece`]'s.
 pub fn parse_piece(body: &[u8]) -> Result<Piece, Error> {
-    let Sealed {
+    let Envelope {
         header_bytes,
         wrapped_key,
         nonce,
         ciphertext,
+        signed,
         signature,
-    } = split_sealed(
+    } = envelope::split(
         body,
         PIECE_BODY_MAGIC,
         "the transcript piece",
@@ -369,7 +349,7 @@ pub fn parse_piece(body: &[u8]) -> Result<Piece, Error> {
         wrapped_key,
         nonce,
         ciphertext,
-        batch: blake3::hash(&body[..body.len() - 64]).into(),
+        batch: signed,
         signature,
     })
 }
@@ -385,29 +365,13 @@ pub fn most_ciphertext(bytes: u64) -> u64 {
 /// Decrypts and decompresses a piece: exactly `to - from` bytes, under the
 /// chain key its header names.
 pub fn open_piece(piece: &Piece, key: &ChainKey) -> Result<Vec<u8>, Error> {
-    if KeyId::of(key) != piece.header.key {
-        return Err(Error::IndexMismatch(format!(
-            "the header names chain key {}, but the wrapped key is {}",
-            piece.header.key,
-            KeyId::of(key)
-        )));
-    }
-    let compressed = XChaCha20Poly1305::new(key.expose_secret().into())
-        .decrypt(
-            &piece.nonce.into(),
-            Payload {
-                msg: &piece.ciphertext,
-                aad: &piece.header_bytes,
-            },
-        )
-        .map_err(|_| Error::BatchDecrypt)?;
-    let decoder = ruzstd::decoding::StreamingDecoder::new(compressed.as_slice())
-        .map_err(|e| Error::Decompress(e.to_string()))?;
-    let mut bytes = Vec::new();
-    decoder
-        .take(MAX_PIECE_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::Decompress(e.to_string()))?;
+    let sealed = Sealed {
+        header_key: piece.header.key,
+        header_bytes: &piece.header_bytes,
+        nonce: &piece.nonce,
+        ciphertext: &piece.ciphertext,
+    };
+    let bytes = envelope::open(sealed, key, MAX_PIECE_BYTES)?;
     let want = piece.header.to - piece.header.from;
     if bytes.len() as u64 != want {
         return Err(Error::IndexMismatch(format!(

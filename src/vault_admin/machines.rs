@@ -1,0 +1,161 @@
+//! What the vault says it enrolled and holds (`nd7 admin machines`,
+//! `nd7 admin sessions`), held to the organisation key and its register.
+
+use crate::http_client::Trust;
+use crate::ship::{self, Client, ShipError};
+use crate::vault::{self, Enrolment, PublicKey};
+
+use super::{Fault, Finding, PullError, Registered, when};
+
+/// What `nd7 admin machines` found: a line per machine and per token, and
+/// what the register does not account for.
+#[derive(Debug, Default)]
+pub struct Machines {
+    pub lines: Vec<String>,
+    pub findings: Vec<Finding>,
+}
+
+/// Every machine the vault enrolled, held to the organisation key and to
+/// the register: each record must verify, its token be one the register
+/// lists, and no token have let in two machines. Both ids and labels come
+/// from outside: show them through [`crate::read::safe::term`].
+pub fn list_machines(
+    url: &str,
+    trust: &Trust,
+    read_token: &str,
+    fingerprint: &str,
+    register: &[Registered],
+) -> Result<Machines, PullError> {
+    let client = Client::new(url, trust)?;
+    let doc = super::recipients(&client, fingerprint)?;
+    let text = client.ok_bound(
+        "GET",
+        "/v1/machines",
+        b"",
+        None,
+        Some(read_token),
+        &doc.vault,
+    )?;
+    let text = String::from_utf8_lossy(&text);
+    let mut out = Machines::default();
+    let mut by_token: Vec<(PublicKey, Vec<String>)> = Vec::new();
+    for record in super::records(&text, "nd7-enroll ") {
+        let Some(enrolment) = checked_enrolment(record, &doc.org, &mut out.findings) else {
+            continue;
+        };
+        let id = enrolment.machine_id();
+        held_to_register(&enrolment, &id, register, &mut out);
+        match by_token.iter_mut().find(|(k, _)| *k == enrolment.token_key) {
+            Some((_, ids)) => ids.push(id),
+            None => by_token.push((enrolment.token_key, vec![id])),
+        }
+    }
+    for (key, ids) in by_token.iter().filter(|(_, ids)| ids.len() > 1) {
+        out.findings.push(Finding {
+            fault: Fault::Vault,
+            text: format!(
+                "the enrolment token with key {} let in {} machines ({}): a token lets in one",
+                key.to_hex(),
+                ids.len(),
+                ids.join(", ")
+            ),
+        });
+    }
+    let now = ship::unix_now();
+    for r in register {
+        if !by_token.iter().any(|(k, _)| *k == r.token_key) {
+            out.lines.push(unused_token(r, now));
+        }
+    }
+    Ok(out)
+}
+
+/// An enrolment record the vault lists, if it reads and the organisation's
+/// key signed it; else a finding against the vault.
+fn checked_enrolment(
+    record: &str,
+    org: &PublicKey,
+    findings: &mut Vec<Finding>,
+) -> Option<Enrolment> {
+    let text = match Enrolment::parse(record.as_bytes()) {
+        Ok(enrolment) => match enrolment.verify(org, None) {
+            Ok(()) => return Some(enrolment),
+            Err(e) => format!(
+                "machine {}: its enrolment record is forged: {e}; the organisation never let this key in",
+                enrolment.machine_id()
+            ),
+        },
+        Err(e) => format!("the vault lists an enrolment record that does not read: {e}"),
+    };
+    findings.push(Finding {
+        fault: Fault::Vault,
+        text,
+    });
+    None
+}
+
+/// A machine's line, and a finding when its token is not in the register.
+fn held_to_register(enrolment: &Enrolment, id: &str, register: &[Registered], out: &mut Machines) {
+    let registered = register.iter().find(|r| r.token_key == enrolment.token_key);
+    out.lines.push(format!(
+        "machine {id} enrolled {} with token {} ({})",
+        when(enrolment.endorsed),
+        &enrolment.token_key.to_hex()[..16],
+        registered.map_or("NOT IN THE REGISTER".to_string(), label)
+    ));
+    if registered.is_none() {
+        out.findings.push(Finding {
+            fault: Fault::Vault,
+            text: format!(
+                "machine {id}: its enrolment token (key {}) is not in the register: the organisation's key signed it, but `nd7 admin enrol-token` did not record it (minted elsewhere, or with another register)",
+                enrolment.token_key.to_hex()
+            ),
+        });
+    }
+}
+
+/// Whom a registered token was for, as a machine's line says it.
+fn label(r: &Registered) -> String {
+    if r.label.is_empty() {
+        "no label".to_string()
+    } else {
+        format!("for {}", r.label)
+    }
+}
+
+/// The line of a registered token no machine used.
+fn unused_token(r: &Registered, now: u64) -> String {
+    format!(
+        "token {} ({}) not used; {} {}",
+        &r.token_key.to_hex()[..16],
+        label(r),
+        if r.expires < now {
+            "expired"
+        } else {
+            "expires"
+        },
+        when(r.expires)
+    )
+}
+
+/// Lists the chains a vault holds: (machine, session, last seq). Both
+/// come from the vault: show them through [`crate::read::safe::term`].
+pub fn list_sessions(
+    url: &str,
+    trust: &Trust,
+    read_token: &str,
+) -> Result<Vec<(String, String, u64)>, ShipError> {
+    let client = Client::new(url, trust)?;
+    let text = client.ok("GET", "/v1/sessions", b"", None, Some(read_token))?;
+    let text = String::from_utf8_lossy(&text);
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut p = l.split(' ');
+            let machine = p.next()?.to_string();
+            let session = String::from_utf8(vault::unhex_vec(p.next()?)?).ok()?;
+            let last = p.next()?.parse().ok()?;
+            Some((machine, session, last))
+        })
+        .collect())
+}
