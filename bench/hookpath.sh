@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What one hook costs: `nd7 record` (what every agent hook runs) against a bare
+# C program that reads standard input and appends it as one line
+# (bench/bare_append.c), whole processes, round-robin in one run so noise lands
+# on both alike (bench/procbench.rs: medians, ratio to the C program).
+# Target (issue 30, item 9): at most 1.5x.
+# usage: bench/hookpath.sh [WORKDIR] [RUNS]     (defaults: a new temporary
+# directory, 2000); ND7=PATH measures another nd7 binary against the same C
+# program (e.g. a build of main, for a before/after in one run: ND7_BEFORE=PATH
+# adds it as a third command).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CC=${CC:-$(command -v cc || command -v gcc || true)}
+[ -n "$CC" ] || { echo "bench: no C compiler (cc or gcc) for bench/bare_append.c" >&2; exit 2; }
+if [ -z "${ND7:-}" ]; then
+  cargo build --quiet --locked --release --bin nd7
+  ND7=$PWD/target/release/nd7
+fi
+cargo build --quiet --locked --release --example procbench
+PB=$PWD/target/release/examples/procbench
+W=${1:-$(mktemp -d)}
+RUNS=${2:-2000}
+mkdir -p "$W"
+W=$(cd "$W" && pwd -P)
+"$CC" -O2 -o "$W/bare_append" bench/bare_append.c
+# A real PostToolUse payload (Bash, with its response), about 600 bytes.
+sed -n 4p tests/fixtures/claude-code-2.1.197/hook-payloads.ndjson > "$W/payload.json"
+# A state directory of its own; ND7_RUN removed, so nd7 record appends
+# directly (set, even empty, it sends the hook to nd7 run's door).
+NEW=(-ND7_RUN= "XDG_STATE_HOME=$W/state" "$ND7" record)
+BEFORE=()
+if [ -n "${ND7_BEFORE:-}" ]; then
+  BEFORE=(:: -ND7_RUN= "XDG_STATE_HOME=$W/state-before" "$ND7_BEFORE" record)
+fi
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r); $("$CC" --version | head -1)"
+echo "== nd7 record against bare C read-stdin-and-append, $RUNS runs each (ratio to the C program)"
+ls -l "$ND7" | awk '{print "nd7: " $5 " bytes"}'
+"$PB" "$RUNS" "$W/payload.json" "$W/bare_append" "$W/bare.ndjson" :: "${NEW[@]}" "${BEFORE[@]}"
+echo "entries: bare $(wc -l < "$W/bare.ndjson"), nd7 record $(cat "$W"/state/nd7/sessions/*/events.ndjson | wc -l)"
+"$ND7" --version >/dev/null 2>&1 || true
+XDG_STATE_HOME=$W/state "$ND7" verify --all | tail -1
