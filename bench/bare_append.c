@@ -1,5 +1,5 @@
 /* The least a hook can cost: read standard input, append it to FILE as one
- * line with one write. `bench/hookpath.sh` measures `nd7 record` against it
+ * line (adding the newline if the input lacks one) with one write. `bench/hookpath.sh` measures `nd7 record` against it
  * (issue 30: at most 1.5x). Built there with the system's cc, as a user's
  * own hook would be.
  * usage: bare_append FILE < payload */
@@ -24,7 +24,7 @@ int main(int argc, char **argv) {
         if (n == 0) break;
         len += (size_t)n;
     }
-    buf[len++] = '\n';
+    if (len == 0 || buf[len - 1] != '\n') buf[len++] = '\n';
     int fd = open(argv[1], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) return 1;
     if (write(fd, buf, len) != (ssize_t)len) return 1;
