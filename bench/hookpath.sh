@@ -4,10 +4,10 @@
 # (bench/bare_append.c), whole processes, round-robin in one run so noise lands
 # on both alike (bench/procbench.rs: medians, ratio to the C program).
 # Target (issue 30, item 9): at most 1.5x.
-# usage: bench/hookpath.sh [WORKDIR] [RUNS]     (defaults: a new temporary
-# directory, 2000); ND7=PATH measures another nd7 binary against the same C
-# program (e.g. a build of main, for a before/after in one run: ND7_BEFORE=PATH
-# adds it as a third command).
+# usage: [chrt -f 10] bench/hookpath.sh [WORKDIR] [RUNS]   (defaults: a new
+# temporary directory, 2000). ND7=PATH measures that nd7 binary instead of
+# building this tree's; ND7_BEFORE=PATH adds another (a build of main, say) as
+# a third command, for a before/after in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CC=${CC:-$(command -v cc || command -v gcc || true)}
@@ -16,8 +16,11 @@ if [ -z "${ND7:-}" ]; then
   cargo build --quiet --locked --release --bin nd7
   ND7=$PWD/target/release/nd7
 fi
-cargo build --quiet --locked --release --example procbench
+cargo build --quiet --locked --release --example procbench --example baseline_append
 PB=$PWD/target/release/examples/procbench
+# The same append as the smallest Rust program (bench/baseline_append.rs): what
+# any Rust process pays before nd7's size and work (its runtime, libgcc_s).
+RUST=$PWD/target/release/examples/baseline_append
 W=${1:-$(mktemp -d)}
 RUNS=${2:-2000}
 mkdir -p "$W"
@@ -33,9 +36,9 @@ if [ -n "${ND7_BEFORE:-}" ]; then
   BEFORE=(:: -ND7_RUN= "XDG_STATE_HOME=$W/state-before" "$ND7_BEFORE" record)
 fi
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r); $("$CC" --version | head -1)"
-echo "== nd7 record against bare C read-stdin-and-append, $RUNS runs each (ratio to the C program)"
+echo "== bare C, the smallest Rust program, nd7 record: read stdin, append; $RUNS runs each (ratio to C)"
 ls -l "$ND7" | awk '{print "nd7: " $5 " bytes"}'
-"$PB" "$RUNS" "$W/payload.json" "$W/bare_append" "$W/bare.ndjson" :: "${NEW[@]}" "${BEFORE[@]}"
+"$PB" "$RUNS" "$W/payload.json" "$W/bare_append" "$W/bare.ndjson" :: "$RUST" "$W/rust.ndjson" \
+  :: "${NEW[@]}" "${BEFORE[@]}"
 echo "entries: bare $(wc -l < "$W/bare.ndjson"), nd7 record $(cat "$W"/state/nd7/sessions/*/events.ndjson | wc -l)"
-"$ND7" --version >/dev/null 2>&1 || true
-XDG_STATE_HOME=$W/state "$ND7" verify --all | tail -1
+XDG_STATE_HOME=$W/state "$ND7" verify --all | sed -n 2p
