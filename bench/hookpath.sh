@@ -16,11 +16,14 @@ if [ -z "${ND7:-}" ]; then
   cargo build --quiet --locked --release --bin nd7
   ND7=$PWD/target/release/nd7
 fi
-cargo build --quiet --locked --release --example procbench --example baseline_append
+cargo build --quiet --locked --release --example procbench --example baseline_append --example hook_only
 PB=$PWD/target/release/examples/procbench
 # The same append as the smallest Rust program (bench/baseline_append.rs): what
 # any Rust process pays before nd7's size and work (its runtime, libgcc_s).
 RUST=$PWD/target/release/examples/baseline_append
+# nd7 record's code in a binary that holds nothing else (bench/hook_only.rs):
+# what the rest of nd7 costs a hook.
+ALONE=$PWD/target/release/examples/hook_only
 W=${1:-$(mktemp -d)}
 RUNS=${2:-2000}
 mkdir -p "$W"
@@ -36,9 +39,9 @@ if [ -n "${ND7_BEFORE:-}" ]; then
   BEFORE=(:: -ND7_RUN= "XDG_STATE_HOME=$W/state-before" "$ND7_BEFORE" record)
 fi
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r); $("$CC" --version | head -1)"
-echo "== bare C, the smallest Rust program, nd7 record: read stdin, append; $RUNS runs each (ratio to C)"
+echo "== bare C, smallest Rust, nd7 record, nd7 record alone: read stdin, append; $RUNS runs each (ratio to C)"
 ls -l "$ND7" | awk '{print "nd7: " $5 " bytes"}'
 "$PB" "$RUNS" "$W/payload.json" "$W/bare_append" "$W/bare.ndjson" :: "$RUST" "$W/rust.ndjson" \
-  :: "${NEW[@]}" "${BEFORE[@]}"
+  :: "${NEW[@]}" :: -ND7_RUN= "XDG_STATE_HOME=$W/state-alone" "$ALONE" record "${BEFORE[@]}"
 echo "entries: bare $(wc -l < "$W/bare.ndjson"), nd7 record $(cat "$W"/state/nd7/sessions/*/events.ndjson | wc -l)"
 XDG_STATE_HOME=$W/state "$ND7" verify --all | sed -n 2p

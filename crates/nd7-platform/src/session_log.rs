@@ -49,6 +49,11 @@ const HEAD_TMP_FILE: &str = "head.tmp";
 
 /// How much of the log's end an append reads at a time to find the last line.
 const TAIL_CHUNK: u64 = 64 * 1024;
+/// An append's first read of its log's end: enough for a typical last entry,
+/// small enough that a hook does not fault in and zero a larger buffer it
+/// does not need (bench/hookpath.sh); a longer line is read on in
+/// [`TAIL_CHUNK`]s.
+const FIRST_TAIL_CHUNK: u64 = 8 * 1024;
 /// How much of the log `verify` reads at a time: small enough that a block
 /// is still in cache when it is hashed.
 const VERIFY_BLOCK: usize = 1024 * 1024;
@@ -856,10 +861,17 @@ fn last_newline(bytes: &[u8]) -> Option<usize> {
 /// Also the bytes read that end there: `(offset, bytes)`, the bytes from
 /// `offset` up to that end (empty when there is no newline).
 fn whole_lines_end(log: &File, len: u64, path: &Path) -> Result<(u64, (u64, Vec<u8>)), Error> {
-    let mut chunk = vec![0u8; TAIL_CHUNK.min(len) as usize];
+    let mut chunk = vec![0u8; FIRST_TAIL_CHUNK.min(len) as usize];
     let mut start = len;
+    // A first, small read; if it holds no newline (a long entry, or one a
+    // writer left unfinished) the end is read again in `TAIL_CHUNK`s.
+    let mut first = true;
     while start > 0 {
-        let from = start.saturating_sub(TAIL_CHUNK);
+        let step = if first { FIRST_TAIL_CHUNK } else { TAIL_CHUNK };
+        let from = start.saturating_sub(step);
+        if chunk.len() < (start - from) as usize {
+            chunk.resize((start - from) as usize, 0);
+        }
         let part = &mut chunk[..(start - from) as usize];
         log.read_exact_at(part, from)
             .map_err(Error::io(path, "read the last entry"))?;
@@ -878,7 +890,10 @@ fn whole_lines_end(log: &File, len: u64, path: &Path) -> Result<(u64, (u64, Vec<
             chunk.truncate((end - from) as usize);
             return Ok((end, (from, chunk)));
         }
-        start = from;
+        if !first {
+            start = from;
+        }
+        first = false;
     }
     Ok((0, (0, Vec::new())))
 }
