@@ -49,6 +49,11 @@ const HEAD_TMP_FILE: &str = "head.tmp";
 
 /// How much of the log's end an append reads at a time to find the last line.
 const TAIL_CHUNK: u64 = 64 * 1024;
+/// An append's first read of its log's end: enough for a typical last entry,
+/// small enough that a hook does not fault in and zero a larger buffer it
+/// does not need (bench/hookpath.sh); a longer line is read on in
+/// [`TAIL_CHUNK`]s.
+const FIRST_TAIL_CHUNK: u64 = 8 * 1024;
 /// How much of the log `verify` reads at a time: small enough that a block
 /// is still in cache when it is hashed.
 const VERIFY_BLOCK: usize = 1024 * 1024;
@@ -824,9 +829,11 @@ struct Tail {
 }
 
 /// Reads the log's end, in chunks, so the cost does not grow with the log.
+/// The chunk that found the end is where the last line is looked for, so
+/// an append reads its tail once (`nd7 record`'s cost, bench/hookpath.sh).
 fn read_tail(log: &File, len: u64, path: &Path) -> Result<Tail, Error> {
-    let end = whole_lines_end(log, len, path)?;
-    let last = match LinesBack::new(log, end, path).next()? {
+    let (end, read) = whole_lines_end(log, len, path)?;
+    let last = match LinesBack::holding(log, path, read).next()? {
         None => None,
         Some((offset, line)) => {
             Some(chain::read_checked(&line).map_err(|fault| Error::LastLine {
@@ -839,18 +846,36 @@ fn read_tail(log: &File, len: u64, path: &Path) -> Result<Tail, Error> {
     Ok(Tail { end, last })
 }
 
+/// The last newline in `bytes`, by `memchr`'s word-at-a-time search rather
+/// than its vector one: on an append the newline lies within an entry of the
+/// end, and the vector search's first call asks the CPU for its features,
+/// which costs a hook more than the search (tens of microseconds in a
+/// virtual machine, where each CPUID traps; bench/hookpath.sh).
+fn last_newline(bytes: &[u8]) -> Option<usize> {
+    memchr::arch::all::memchr::One::new(b'\n').rfind(bytes)
+}
+
 /// Where the log's last whole line ends: `len` when the log ends in a
 /// newline, else just past its last newline (0 when it has none). What lies
 /// beyond is part of one line, so no more than an entry's size of it is read.
-fn whole_lines_end(log: &File, len: u64, path: &Path) -> Result<u64, Error> {
-    let mut chunk = vec![0u8; TAIL_CHUNK as usize];
+/// Also the bytes read that end there: `(offset, bytes)`, the bytes from
+/// `offset` up to that end (empty when there is no newline).
+fn whole_lines_end(log: &File, len: u64, path: &Path) -> Result<(u64, (u64, Vec<u8>)), Error> {
+    let mut chunk = vec![0u8; FIRST_TAIL_CHUNK.min(len) as usize];
     let mut start = len;
+    // A first, small read; if it holds no newline (a long entry, or one a
+    // writer left unfinished) the end is read again in `TAIL_CHUNK`s.
+    let mut first = true;
     while start > 0 {
-        let from = start.saturating_sub(TAIL_CHUNK);
-        let chunk = &mut chunk[..(start - from) as usize];
-        log.read_exact_at(chunk, from)
+        let step = if first { FIRST_TAIL_CHUNK } else { TAIL_CHUNK };
+        let from = start.saturating_sub(step);
+        if chunk.len() < (start - from) as usize {
+            chunk.resize((start - from) as usize, 0);
+        }
+        let part = &mut chunk[..(start - from) as usize];
+        log.read_exact_at(part, from)
             .map_err(Error::io(path, "read the last entry"))?;
-        let found = memchr::memrchr(b'\n', chunk).map(|nl| from + nl as u64 + 1);
+        let found = last_newline(part).map(|nl| from + nl as u64 + 1);
         // No newline from here to the end. A line is at most MAX_ENTRY_BYTES
         // with its newline, so a writer cut short leaves less than that.
         let since = found.unwrap_or(from);
@@ -862,17 +887,17 @@ fn whole_lines_end(log: &File, len: u64, path: &Path) -> Result<u64, Error> {
             });
         }
         if let Some(end) = found {
-            return Ok(end);
+            chunk.truncate((end - from) as usize);
+            return Ok((end, (from, chunk)));
         }
-        start = from;
+        if !first {
+            start = from;
+        }
+        first = false;
     }
-    Ok(0)
+    Ok((0, (0, Vec::new())))
 }
 
-/// Reads a log's whole lines from an offset back towards its start, the
-/// last first. It keeps only the bytes of the line it is in, and reads at
-/// least as much again each time it needs more, so a stretch of lines costs
-/// about its own bytes, however long they are.
 struct LinesBack<'a> {
     log: &'a File,
     path: &'a Path,
@@ -892,6 +917,18 @@ impl<'a> LinesBack<'a> {
         }
     }
 
+    /// Lines back from the end of `read`, `(offset, bytes)`: bytes already
+    /// read from `offset`, ending just past a newline (or empty).
+    fn holding(log: &'a File, path: &'a Path, read: (u64, Vec<u8>)) -> LinesBack<'a> {
+        let (from, buf) = read;
+        LinesBack {
+            log,
+            path,
+            buf,
+            from,
+        }
+    }
+
     /// The next line back: where it starts and its bytes without the
     /// newline; `None` at the log's start. A line longer than any entry is
     /// an error ([`Error::LastLine`]).
@@ -899,7 +936,7 @@ impl<'a> LinesBack<'a> {
         loop {
             if let Some((&newline, body)) = self.buf.split_last() {
                 debug_assert_eq!(newline, b'\n');
-                let found = memchr::memrchr(b'\n', body);
+                let found = last_newline(body);
                 if found.is_some() || self.from == 0 {
                     let begins = found.map_or(0, |nl| nl + 1);
                     let start = self.from + begins as u64;

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# What one hook costs: `nd7 record` (what every agent hook runs) against a bare
+# C program that reads standard input and appends it as one line
+# (bench/bare_append.c), whole processes, round-robin in one run so noise lands
+# on both alike (bench/procbench.rs: medians, ratio to the C program).
+# Target (issue 30, item 9): at most 1.5x.
+# usage: [chrt -f 10] bench/hookpath.sh [WORKDIR] [RUNS]   (defaults: a new
+# temporary directory, 2000). ND7=PATH measures that nd7 binary instead of
+# building this tree's; ND7_BEFORE=PATH adds another (a build of main, say) as
+# a third command, for a before/after in the same run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CC=${CC:-$(command -v cc || command -v gcc || true)}
+[ -n "$CC" ] || { echo "bench: no C compiler (cc or gcc) for bench/bare_append.c" >&2; exit 2; }
+if [ -z "${ND7:-}" ]; then
+  cargo build --quiet --locked --release --bin nd7
+  ND7=$PWD/target/release/nd7
+fi
+cargo build --quiet --locked --release --example procbench --example baseline_append --example hook_only
+PB=$PWD/target/release/examples/procbench
+# The same append as the smallest Rust program (bench/baseline_append.rs): what
+# any Rust process pays before nd7's size and work (its runtime, libgcc_s).
+RUST=$PWD/target/release/examples/baseline_append
+# nd7 record's code in a binary that holds nothing else (bench/hook_only.rs):
+# what the rest of nd7 costs a hook.
+ALONE=$PWD/target/release/examples/hook_only
+W=${1:-$(mktemp -d)}
+RUNS=${2:-2000}
+mkdir -p "$W"
+W=$(cd "$W" && pwd -P)
+"$CC" -O2 -o "$W/bare_append" bench/bare_append.c
+# A real PostToolUse payload (Bash, with its response), about 600 bytes.
+sed -n 4p tests/fixtures/claude-code-2.1.197/hook-payloads.ndjson > "$W/payload.json"
+# A state directory of its own; ND7_RUN removed, so nd7 record appends
+# directly (set, even empty, it sends the hook to nd7 run's door).
+NEW=(-ND7_RUN= "XDG_STATE_HOME=$W/state" "$ND7" record)
+BEFORE=()
+if [ -n "${ND7_BEFORE:-}" ]; then
+  BEFORE=(:: -ND7_RUN= "XDG_STATE_HOME=$W/state-before" "$ND7_BEFORE" record)
+fi
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r); $("$CC" --version | head -1)"
+echo "== bare C, smallest Rust, nd7 record, nd7 record alone: read stdin, append; $RUNS runs each (ratio to C)"
+ls -l "$ND7" | awk '{print "nd7: " $5 " bytes"}'
+"$PB" "$RUNS" "$W/payload.json" "$W/bare_append" "$W/bare.ndjson" :: "$RUST" "$W/rust.ndjson" \
+  :: "${NEW[@]}" :: -ND7_RUN= "XDG_STATE_HOME=$W/state-alone" "$ALONE" record "${BEFORE[@]}"
+echo "entries: bare $(wc -l < "$W/bare.ndjson"), nd7 record $(cat "$W"/state/nd7/sessions/*/events.ndjson | wc -l)"
+XDG_STATE_HOME=$W/state "$ND7" verify --all | sed -n 2p
