@@ -11,7 +11,7 @@ use std::process::ExitCode;
 mod hooks;
 
 fn main() -> ExitCode {
-    let early = nd7_core::hook::Invocation::now();
+    let early = nd7_core::record::invocation_now();
     let args: Vec<_> = std::env::args_os().skip(2).collect();
     hooks::record(early, &args)
 }
