@@ -44,4 +44,4 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 2
   fi
 fi
-exec cargo test --locked --features vault-server,self-update "$@"
+exec cargo test --workspace --locked --features vault-server,self-update "$@"

@@ -2,13 +2,19 @@
 //! hooks call `nd7 record`, and every event becomes one entry of an
 //! append-only, BLAKE3 hash-chained log per session, which `nd7 verify` walks.
 //!
-//! The library holds everything; the binaries parse arguments and call it.
+//! The library holds the commands; the binaries parse arguments and call it.
+//! The modules below marked *Pure* (but `transcript`'s and `read`'s) are the
+//! crate `nd7_format`'s, and `session_log`, `safe_file`, `files`, `home`,
+//! `fault`, `kernel` and `passwd` are `nd7_platform`'s, re-exported here under
+//! their old names so every path holds (ADR-0100); `vault_server` is the crate
+//! `nd7_vault_server`.
 //!
 //! - [`hook`]: Claude Code's payloads, typed, and the event each becomes. Pure.
 //! - [`codex`]: Codex's payloads (pure) and its rollout file, read for what
 //!   the payloads leave out: the CLI's version and how each call ended.
 //! - [`chain`]: the sealed-line format, the chain walk and the head rules. Pure.
 //! - [`session_log`]: the log on disk: lock, head, append, verify.
+//! - [`floor_wire`]: what `nd7-exec`, `nd7 record` and `nd7 run` say over the exit's and the door's sockets. Pure.
 //! - [`record`]: what `nd7 record` does with one payload: append it, or hand it to `nd7 run`.
 //! - [`run_entry`]: the entries nd7 writes from outside the floor, and a run's reconciliation. Pure.
 //! - [`run_log`]: a run's chain on disk: the door's appends and nd7's own entries.
@@ -48,43 +54,44 @@
 //! (effect), and it checks itself, so anyone able to write the log's directory
 //! can rewrite the whole chain.
 
-pub mod chain;
+pub use nd7_format::chain;
 pub mod cli;
 pub mod codex;
 pub mod deferred;
-pub mod fault;
-pub mod files;
-pub mod home;
-pub mod hook;
+pub use nd7_format::floor_wire;
+pub use nd7_format::hook;
+pub use nd7_platform::fault;
+pub use nd7_platform::files;
+pub use nd7_platform::home;
 pub mod http_client;
-pub mod kernel;
+pub use nd7_platform::kernel;
 pub mod modes;
-pub mod passwd;
-pub mod policy;
+pub use nd7_format::policy;
+pub use nd7_platform::passwd;
 pub mod read;
 pub mod record;
 pub mod refusals;
 pub mod run;
 pub mod run_codex;
 pub mod run_dir;
-pub mod run_entry;
+pub use nd7_format::run_entry;
 pub mod run_grants;
 pub mod run_log;
 pub mod running;
-pub mod safe_file;
+pub use nd7_platform::safe_file;
 pub mod sandbox;
 pub mod secret_links;
 #[cfg(feature = "self-update")]
 pub mod self_update;
-pub mod session_log;
+pub use nd7_platform::session_log;
 pub mod setup;
-pub mod shell_prefix;
+pub use nd7_format::shell_prefix;
 pub mod ship;
 pub mod transcript;
-pub mod vault;
+pub use nd7_format::vault;
 pub mod vault_admin;
 #[cfg(feature = "vault-server")]
-pub mod vault_server;
+pub use nd7_vault_server as vault_server;
 
 // `cargo test` without these features cannot build `vault_server`'s and
 // `self_update`'s tests: refuse to build, saying how to run them, rather

@@ -6,6 +6,7 @@
 //! of the run, [`summary`] says it all once more to the user.
 
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -16,9 +17,14 @@ use crate::policy::refusal::{self, Probe, Refused, Why};
 use crate::run_log::RunLog;
 
 /// The file system as `nd7 run` (unconfined, the user's account) sees it.
-pub struct Outside;
+/// `root` is the root as the account sees it outside the session's
+/// namespaces, where it has them (`sandbox::outside_root`, handed in by the
+/// sandbox that serves the request, so that this module stays below it).
+pub struct Outside<'a> {
+    pub root: Option<BorrowedFd<'a>>,
+}
 
-impl Probe for Outside {
+impl Probe for Outside<'_> {
     fn real(&self, path: &Path) -> PathBuf {
         let Some(existing) = path
             .ancestors()
@@ -44,7 +50,7 @@ impl Probe for Outside {
         else {
             return false;
         };
-        match (crate::sandbox::outside_root(), existing.strip_prefix("/")) {
+        match (self.root, existing.strip_prefix("/")) {
             (Some(root), Ok(rel)) => {
                 let rel = if rel.as_os_str().is_empty() {
                     Path::new(".")
@@ -70,12 +76,18 @@ impl Probe for Outside {
 
 /// Judges the tool call in `payload` (what `nd7 hook-explain` received)
 /// against `policy`; when the floor refused something, writes the
-/// `floor_refused` entry and returns what to tell the model.
-pub fn explain(payload: &[u8], policy: &Policy, log: &RunLog) -> io::Result<Option<String>> {
+/// `floor_refused` entry and returns what to tell the model. `outside_root`
+/// is [`Outside`]'s `root`.
+pub fn explain(
+    payload: &[u8],
+    policy: &Policy,
+    log: &RunLog,
+    outside_root: Option<BorrowedFd<'_>>,
+) -> io::Result<Option<String>> {
     let Ok(payload) = serde_json::from_slice::<Value>(payload) else {
         return Ok(None);
     };
-    let refused = refusal::judge(&payload, policy, &Outside);
+    let refused = refusal::judge(&payload, policy, &Outside { root: outside_root });
     if refused.is_empty() {
         return Ok(None);
     }

@@ -185,6 +185,13 @@ pub enum Changed {
     },
 }
 
+/// The home the agents find from a hook's environment: `$HOME`
+/// ([`crate::home::env_home`]), else the account database's
+/// ([`account_home`]).
+pub fn env_or_account_home() -> Option<PathBuf> {
+    crate::home::env_home().or_else(|| account_home().ok())
+}
+
 /// The calling user's home directory from the account database, resolved.
 pub fn account_home() -> Result<PathBuf, RunDirError> {
     let uid = nix::unistd::getuid();

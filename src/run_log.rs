@@ -14,17 +14,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
 use crate::hook::{Glimpse, Invocation, Kind};
-use crate::record::{self, RecordError};
+use crate::record::entry::{self, EntryError};
 use crate::run_dir::{LogRef, Record, RunDir, RunDirError};
 use crate::run_entry::{
     self, Announced, Ended, Pairing, Reconciler, Reconciliation, RunFacts, Stamp,
 };
-use crate::session_log::{self, Appended, SessionLog};
+use crate::session_log::{self, Appended, SessionLog, now_ns};
 
 /// Why one of nd7's own entries could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -60,13 +59,6 @@ fn door_budget() -> u64 {
         return bytes;
     }
     DOOR_BUDGET
-}
-
-/// Wall-clock nanoseconds since the Unix epoch.
-pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 fn hostname() -> String {
@@ -250,9 +242,9 @@ impl RunLog {
     /// `hook_ppid` is the recorder's parent as the kernel reports it.
     pub fn hook(
         &self,
-        request: &crate::sandbox::wire::HookRequest,
+        request: &crate::floor_wire::HookRequest,
         hook_ppid: Option<u32>,
-    ) -> Result<HookOutcome, RecordError> {
+    ) -> Result<HookOutcome, EntryError> {
         if self.hooks && !request.run_hook {
             return Ok(HookOutcome::Skipped);
         }
@@ -280,7 +272,7 @@ impl RunLog {
         };
         let event = if request.glimpse {
             let glimpse: GlimpseWire = serde_json::from_slice(&request.body)
-                .map_err(|e| RecordError::Payload(crate::hook::PayloadError::Json(e)))?;
+                .map_err(|e| EntryError::Payload(crate::hook::PayloadError::Json(e)))?;
             crate::hook::Event::omitted(
                 &invocation,
                 &glimpse.glimpse,
@@ -296,10 +288,10 @@ impl RunLog {
                 }
                 crate::hook::Agent::ClaudeCode => None,
             };
-            let builder = record::Builder::Door {
+            let builder = entry::Builder::Door {
                 codex_home: codex_home.as_deref(),
             };
-            let (event, _) = record::event_for(request.agent, &invocation, &request.body, builder)?;
+            let (event, _) = entry::event_for(request.agent, &invocation, &request.body, builder)?;
             if event.kind == Kind::ToolCall
                 && let Ok(payload) = serde_json::from_str::<Value>(event.body.get())
                 && let Ok(mut announced) = self.announced.lock()

@@ -25,9 +25,10 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+use nd7_core::floor_wire;
 use nd7_core::kernel;
 use nd7_core::run_dir::{RunDir, RunDirs};
-use nd7_core::sandbox::{self, Outcome, wire};
+use nd7_core::sandbox::{self, Outcome};
 
 // First: its print macros shadow the standard ones in everything below, so
 // a closed pipe on standard output ends `nd7-exec --help | head -0` with 0
@@ -128,27 +129,27 @@ fn own_session() -> Result<RunDir, String> {
 }
 
 /// A hook request on stdin, as `nd7 record` sends it: the bytes of
-/// [`wire::HookRequest::encode`], read up to the largest request and no
+/// [`floor_wire::HookRequest::encode`], read up to the largest request and no
 /// further, with the length it announces checked.
-fn read_request() -> Result<wire::HookRequest, String> {
+fn read_request() -> Result<floor_wire::HookRequest, String> {
     use std::io::Read;
     let mut bytes = Vec::new();
     std::io::stdin()
         .lock()
-        .take(wire::MAX_REQUEST as u64 + 4)
+        .take(floor_wire::MAX_REQUEST as u64 + 4)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read the request: {e}"))?;
     let (prefix, body) = bytes
         .split_first_chunk::<4>()
         .ok_or("the request ended before its length")?;
-    let len = wire::Request::announced_len(*prefix).map_err(|e| e.to_string())?;
+    let len = floor_wire::Request::announced_len(*prefix).map_err(|e| e.to_string())?;
     if body.len() != len {
         return Err(format!(
             "the request announced {len} bytes and carried {}",
             body.len()
         ));
     }
-    wire::HookRequest::decode(body).map_err(|e| e.to_string())
+    floor_wire::HookRequest::decode(body).map_err(|e| e.to_string())
 }
 
 /// `nd7-exec --record -`: one hook's entry into the run's log (macOS; on
@@ -175,7 +176,7 @@ fn record() -> ExitCode {
 /// Appends `request` to the run's log, says on stdout what to tell the
 /// model (an explain request) or on stderr why nothing was recorded, and
 /// returns the exit code for it.
-fn answer(request: &wire::HookRequest) -> u8 {
+fn answer(request: &floor_wire::HookRequest) -> u8 {
     match sandbox::record_hook(request) {
         Ok(sandbox::HookAnswer::Recorded) => 0,
         Ok(sandbox::HookAnswer::Skipped) => sandbox::RECORD_SKIPPED,

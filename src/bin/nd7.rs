@@ -13,7 +13,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use nd7_core::chain::HeadState;
 use nd7_core::cli::{Cli, Command};
-use nd7_core::hook::Invocation;
 use nd7_core::run_dir::{Change, Changed, RunDirs};
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
@@ -33,7 +32,7 @@ mod vault_cmds;
 
 fn main() -> ExitCode {
     // Take the time before anything else, so `ts` marks when the hook fired.
-    let early = Invocation::now();
+    let early = nd7_core::record::invocation_now();
     match std::env::args_os().nth(1).as_ref().and_then(|a| a.to_str()) {
         // Before clap, which would exit 2 on a stray argument (a block, to a
         // hook) or print help on standard output.

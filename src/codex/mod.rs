@@ -4,7 +4,7 @@
 //! call ended (Codex has no failure event, and PostToolUse carries no exit
 //! status). docs/agents/codex.md says what is recorded and what is not.
 
-pub mod hook;
+pub use nd7_format::codex_hook as hook;
 pub mod rollout;
 pub mod run;
 
@@ -27,7 +27,7 @@ const OUTCOME_POLL: Duration = Duration::from_millis(25);
 /// rollout under Codex's home as the hook's environment names it.
 /// `first_entry` says the session's log has no entry yet.
 pub fn event(invocation: &Invocation, payload: Payload, first_entry: bool) -> Event {
-    let home = crate::transcript::anchor::codex_home_from_env();
+    let home = rollout::codex_home_from_env();
     event_in(home.as_deref(), invocation, payload, first_entry)
 }
 

@@ -38,6 +38,19 @@ pub const TAIL_LIMIT: u64 = 16 << 20;
 /// Bytes read per step.
 const STEP: u64 = 64 * 1024;
 
+/// Codex's home as the environment names it ([`codex_layout::codex_home`]
+/// of `$CODEX_HOME` and the home, [`crate::run_dir::env_or_account_home`]),
+/// every link in it resolved once, here, so that no link on the way to a
+/// rollout is followed later. Here, with the rollout, so that the recorder
+/// and the anchoring both find it below them.
+pub fn codex_home_from_env() -> Option<PathBuf> {
+    codex_layout::codex_home(
+        std::env::var_os("CODEX_HOME").as_deref(),
+        crate::run_dir::env_or_account_home().as_deref(),
+    )
+    .map(|d| safe_file::real_dir(&d))
+}
+
 /// Why the rollout could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum RolloutError {
@@ -521,5 +534,72 @@ mod tests {
         std::fs::remove_dir_all(&day).expect("rmdir");
         std::os::unix::fs::symlink(&real_day, &day).expect("symlink");
         assert_eq!(reason(open(&path)), "symbolic link");
+    }
+
+    /// The committed Codex vector (tests/vectors/codex): Codex 0.171.0's
+    /// payloads of one session, with what its rollout (the fixture's) tells
+    /// `nd7 record --agent codex`, rendered again byte for byte. Fails when
+    /// a Codex entry's kind, body or derived members change
+    /// (`codex::hook::event`), or the envelope does.
+    #[test]
+    fn the_committed_codex_vector_renders_byte_for_byte() {
+        use crate::chain::{Hash, render_chain};
+        use crate::codex::hook::{Facts, Outcome};
+        use crate::codex::rollout::{self, Seen};
+        use crate::hook::Payload;
+        const SESSION: &str = "01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c";
+        let payloads = include_str!("../../tests/vectors/codex/payloads.ndjson");
+        let rollout_lines: Vec<&str> =
+            include_str!("../../tests/fixtures/codex-0.171.0/rollout.jsonl")
+                .lines()
+                .collect();
+        let log: &[u8] = include_bytes!(
+            "../../tests/vectors/codex/01a22ef1-63ed-77e0-99ae-cbf4bcd01d2c/events.ndjson"
+        );
+        // What `codex::facts` reads from the rollout, from its lines here.
+        let outcome = |call: &str| {
+            for line in rollout_lines.iter().rev() {
+                match rollout::completed_item(line.as_bytes(), call) {
+                    Seen::Completed(o) => return o,
+                    Seen::Call => break,
+                    Seen::Nothing => {}
+                }
+            }
+            Outcome::Unknown(rollout::NO_COMPLETED_ITEM.into())
+        };
+        let events: Vec<_> = payloads
+            .lines()
+            .enumerate()
+            .map(|(i, text)| {
+                let payload = Payload::parse(text.as_bytes()).expect("a fixture payload");
+                let event = payload.str_member("hook_event_name").unwrap_or("");
+                let mut facts = Facts::default();
+                if i == 0 || event == "SessionStart" {
+                    facts.agent = Some(rollout::session_meta(rollout_lines[0].as_bytes(), SESSION));
+                }
+                if event == "PostToolUse" {
+                    let call = payload.str_member("tool_use_id").expect("a call id");
+                    facts.outcome = Some(outcome(call));
+                }
+                crate::codex::hook::event(
+                    &crate::hook::Invocation {
+                        ts: 1_796_000_000_000_000_000 + i as u64 * 1_000_000_000,
+                        host: "vm".into(),
+                        hook_ppid: Some(3327),
+                        cwd: Some("/home/dev/proj".into()),
+                    },
+                    payload,
+                    facts,
+                )
+            })
+            .collect();
+        assert_eq!(
+            Hash::session_fingerprint(SESSION).to_hex(),
+            "0c3f7d0355077c7b8d318112d64dbf9544bab4d1d31fe8f6c9f33f22709bc500"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&render_chain(SESSION, &events)),
+            String::from_utf8_lossy(log)
+        );
     }
 }

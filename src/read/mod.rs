@@ -24,7 +24,7 @@ pub mod html;
 pub mod index;
 pub mod output;
 pub mod report;
-pub mod safe;
+pub use nd7_format::safe;
 mod scan;
 pub mod search;
 mod skim;

@@ -14,13 +14,13 @@
 pub mod linux;
 #[cfg(target_os = "macos")]
 pub mod macos;
-pub mod wire;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use crate::floor_wire::HookRequest;
 use crate::kernel::ancestors;
 /// Kept here for `nd7 run`, which names them through `sandbox`; they are
 /// the kernel's facts ([`crate::kernel`]).
@@ -201,7 +201,7 @@ pub const RECORD_SKIPPED: u8 = 10;
 /// in the log: on Linux through the door's socket; on macOS through
 /// `nd7-exec --record`, the one program that leaves the floor, which appends
 /// itself. The error says why nothing was recorded.
-pub fn send_hook(session: &RunDir, request: &wire::HookRequest) -> Result<HookAnswer, String> {
+pub fn send_hook(session: &RunDir, request: &HookRequest) -> Result<HookAnswer, String> {
     #[cfg(target_os = "linux")]
     {
         let socket = session.dir.join(crate::run_dir::DOOR_SOCKET);
@@ -230,7 +230,7 @@ pub const HOOK_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// most [`HOOK_ANSWER_TIMEOUT`], then kills it and says so (its writer may
 /// still append the entry later).
 #[cfg_attr(target_os = "linux", allow(dead_code))]
-fn send_through_exec(request: &wire::HookRequest) -> Result<HookAnswer, String> {
+fn send_through_exec(request: &HookRequest) -> Result<HookAnswer, String> {
     use std::io::Write;
     let exec = std::env::current_exe()
         .and_then(std::fs::canonicalize)
@@ -1079,7 +1079,7 @@ const NOT_THE_DOOR: &str = "nd7-exec --record is the hooks' door on macOS only; 
 /// (the hooks' door on macOS, [`exec_is_door`]): the session is found as a
 /// command's is, from the kernel's view of this process's ancestors, and
 /// must be the `nd7 run` that made it (its start time). On Linux this refuses.
-pub fn record_hook(request: &wire::HookRequest) -> Result<HookAnswer, String> {
+pub fn record_hook(request: &HookRequest) -> Result<HookAnswer, String> {
     #[cfg(target_os = "macos")]
     {
         // [the front nd7-exec, nd7 record, Claude Code, …, nd7 run, …]: this
@@ -1102,7 +1102,12 @@ pub fn record_hook(request: &wire::HookRequest) -> Result<HookAnswer, String> {
         }
         let log = RunLog::open_within(&record, WRITER_LOCK_WAIT).map_err(|e| e.to_string())?;
         if request.explain {
-            return match crate::refusals::explain(&request.body, &record.policy, &log) {
+            return match crate::refusals::explain(
+                &request.body,
+                &record.policy,
+                &log,
+                outside_root(),
+            ) {
                 Ok(Some(text)) => Ok(HookAnswer::Explained(text)),
                 Ok(None) => Ok(HookAnswer::Skipped),
                 Err(e) => Err(e.to_string()),

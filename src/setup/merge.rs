@@ -15,9 +15,7 @@ use crate::hook::HookEvent;
 /// and were half of a long day's entries (ADR-0006).
 pub const UNREGISTERED: &[&str] = &["MessageDisplay", "PostToolBatch"];
 
-/// SessionEnd's hooks get 1.5 s unless they ask for more; a recorder queued
-/// behind a busy lock needs longer.
-pub const SESSION_END_TIMEOUT_SECS: u64 = 10;
+pub use crate::hook::SESSION_END_TIMEOUT_SECS;
 
 /// A Claude Code version: major, minor, patch.
 pub type Version = (u32, u32, u32);

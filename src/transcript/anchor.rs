@@ -216,31 +216,16 @@ pub fn for_record(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pen
     let root = match facts.agent {
         Agent::ClaudeCode => layout::config_dir(
             std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
-            env_home().as_deref(),
+            crate::run_dir::env_or_account_home().as_deref(),
         )
         .map(|c| safe_file::real_dir(&c))
         .ok_or(AnchorError::NoConfigDir)?,
-        Agent::Codex => codex_home_from_env().ok_or(AnchorError::NoCodexHome)?,
+        Agent::Codex => {
+            crate::codex::rollout::codex_home_from_env().ok_or(AnchorError::NoCodexHome)?
+        }
     };
     let mut ctx = Ctx::new(log_dir, facts.agent, root, None, Limits::from_env());
     ctx.anchor(facts, started)
-}
-
-/// The home the agents find from the hook's environment: `$HOME`
-/// ([`crate::home::env_home`]), else the account database's.
-fn env_home() -> Option<PathBuf> {
-    crate::home::env_home().or_else(|| crate::run_dir::account_home().ok())
-}
-
-/// Codex's home as the environment names it ([`codex_layout::codex_home`]
-/// of `$CODEX_HOME` and the home), every link in it resolved once, here, so
-/// that no link on the way to a rollout is followed later.
-pub fn codex_home_from_env() -> Option<PathBuf> {
-    codex_layout::codex_home(
-        std::env::var_os("CODEX_HOME").as_deref(),
-        env_home().as_deref(),
-    )
-    .map(|d| safe_file::real_dir(&d))
 }
 
 /// Fixes, at the start of a run, where the agent will keep the session's
@@ -1024,7 +1009,7 @@ pub fn record_events(
     session: &str,
     pending: &Pending,
 ) -> Vec<crate::hook::Event> {
-    let ts = crate::run_log::now_ns();
+    let ts = session_log::now_ns();
     pending
         .entries
         .iter()

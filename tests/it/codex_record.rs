@@ -409,14 +409,14 @@ fn every_captured_payload_records_as_codex() {
 /// `nd7 record` does, but only below the Codex home the run fixed when it
 /// started, where the door anchors the rollout too: an agent that points
 /// `transcript_path` at a file only the unconfined `nd7 run` can read gets
-/// nothing of it into the log. Guards the `Door` arm of `record::event_for`
+/// nothing of it into the log. Guards the `Door` arm of `record::entry::event_for`
 /// (and `Rollout::open`'s layout check behind it): built the recorder's way
 /// from the environment, or without the check, the planted version lands.
 #[test]
 fn built_for_the_door_a_codex_entry_reads_the_rollout_only_where_codex_keeps_it() {
-    use nd7_core::record::{Builder, event_for};
+    use nd7_core::record::entry::{Builder, event_for};
     let c = Captured::new();
-    let invocation = nd7_core::hook::Invocation::now();
+    let invocation = nd7_core::record::invocation_now();
     let agent = nd7_core::hook::Agent::Codex;
     let home = c.home.path().join(".codex");
     // A file in Codex's home that is no rollout (its credentials live

@@ -670,3 +670,46 @@ fn a_submodules_pointer_config_and_hooks_cannot_be_changed() {
     );
     assert_eq!(ran(&w), Vec::<String>::new());
 }
+
+/// mise (like direnv, run on `cd` by `mise activate`) loads the project's
+/// `mise.toml` and runs what its `[env]` (`_.source`) and `[hooks]` name.
+/// Unlike direnv, which asks again after any change to `.envrc`, mise ties
+/// its trust to the file's path (content only in its paranoid mode): a
+/// trusted `mise.toml` the agent edits runs, unconfined, at the user's next
+/// `cd` into the project. So it is locked as `.envrc` is.
+///
+/// Guards the mise names in `policy::deferred::PROJECT_LOCKED`: without
+/// them the agent's edit, directly and through the exit, goes through.
+#[test]
+fn a_trusted_mise_config_cannot_be_changed() {
+    const FILES: [&str; 3] = ["mise.toml", ".mise.toml", ".mise/config.toml"];
+    for mode in ["direct", "exec"] {
+        let w = World::new();
+        for rel in FILES {
+            let path = w.proj().join(rel);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&path, "[tools]\nnode = \"22\"\n").expect("write");
+        }
+        let mut script = format!(
+            "attempt() {{ if [ {mode} = exec ]; then \"$EXEC\" \"$2\"; else bash -c \"$2\"; fi 2>/dev/null && echo \"$1:done\" || echo \"$1:refused\"; }}\n"
+        );
+        for rel in FILES {
+            script.push_str(&format!(
+                "attempt 'write {rel}' \"printf '[hooks]\\nenter = \\\"touch pwned\\\"\\n' >> '{rel}'\"\n"
+            ));
+        }
+        let out = w.run_agent(&script);
+        let said = text(&out.stdout);
+        for rel in FILES {
+            assert!(
+                said.contains(&format!("write {rel}:refused")),
+                "({mode}) {said}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(w.proj().join(rel)).expect("still there"),
+                "[tools]\nnode = \"22\"\n",
+                "({mode}) {rel}"
+            );
+        }
+    }
+}

@@ -13,6 +13,7 @@
 
 use std::process::Output;
 
+use crate::deferred_reads::repo;
 use crate::world::*;
 
 /// Everything nd7 wrote where a later session can read it: the run's
@@ -158,4 +159,84 @@ fn a_directory_on_the_list_that_leads_into_a_store_is_not_listed() {
         .or_else(|| crate::deferred_reads::block(&report, &format!("{kube}/")))
         .unwrap_or_else(|| panic!("no {kube} in\n{report}"));
     assert!(b.contains("keeps unreadable"), "{b}");
+}
+
+/// Holds (checks `Unreadable::check` and `place_of`): a `gitdir:` into a
+/// credential store by way of `/proc/self/root` and `/proc/self/cwd`.
+/// Nothing of the secret may be written. (A hard link of `~/.kube/config`
+/// the user made in the project before the session now stops `nd7 run`
+/// at the start, ADR-0095; the watch's identity check for one is held by
+/// `deferred::unreadable`'s unit tests.)
+#[test]
+fn proc_paths_and_hard_links_do_not_lead_the_watch_to_a_secret() {
+    let w = World::new();
+    repo(&w);
+    let kube = w.home().join(".kube/config");
+    std::fs::create_dir_all(kube.parent().expect("p")).expect("mkdir");
+    std::fs::write(&kube, "[core]\n\tfsmonitor = KUBE-SECRET-TOKEN\n").expect("w");
+    w.own();
+    let out = w.run_agent(
+        r#"
+touch "$HOME_DIR/.kube/config" 2>/dev/null
+mkdir -p a b && echo "gitdir: /proc/self/root$HOME_DIR/.kube" > a/.git
+echo "gitdir: /proc/self/cwd/../../../../../../../../..$HOME_DIR/.kube" > b/.git
+echo done
+"#,
+    );
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+    let all = everything_written(&w, &out);
+    assert!(
+        !all.contains("KUBE-SECRET-TOKEN"),
+        "the secret was written:\n{all}"
+    );
+}
+
+/// Guards the watch's refusal to read what is not a file on a disk
+/// (`Unreadable::check`, `/proc`): a new repository whose `hooks` is a
+/// link to `/proc/<pid>` of another of the user's programs, outside the
+/// floor (the agent cannot see it, but the watch, unconfined, can). Its
+/// `environ` and `cmdline` are regular files to `stat`, new by their change
+/// time; without the guard the program's command line (and whatever else
+/// of `/proc` the unconfined watch may read, an environment where the
+/// kernel lets it) is copied into the warning and the log.
+#[test]
+fn the_watch_does_not_read_another_programs_proc_files_for_the_agent() {
+    let w = World::new();
+    repo(&w);
+    // A program of the user's own, started as the user's shell starts it.
+    let mut victim = w
+        .command(
+            "bash",
+            &[
+                "-c",
+                "VICTIM_TOKEN=PROC-ENV-SECRET exec -a PROC-CMDLINE-SECRET sleep 600 & echo $!; wait",
+            ],
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("victim");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(victim.stdout.as_mut().expect("stdout")),
+        &mut line,
+    )
+    .expect("pid");
+    let pid: u32 = line.trim().parse().expect("pid");
+    let out = w.run_agent(&format!(
+        r#"
+tr "\\0" "\\n" < /proc/{pid}/environ 2>/dev/null | grep -q PROC-ENV-SECRET && echo read-it
+mkdir -p x/.git && ln -s /proc/{pid} x/.git/hooks
+mkdir -p y && echo "gitdir: /proc/{pid}/cwd/../../../../../../../../../proc/{pid}" > y/.git
+echo done
+"#
+    ));
+    let _ = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status();
+    let _ = victim.wait();
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+    let all = everything_written(&w, &out);
+    for secret in ["PROC-ENV-SECRET", "PROC-CMDLINE-SECRET"] {
+        assert!(!all.contains(secret), "{secret} was written:\n{all}");
+    }
 }

@@ -123,3 +123,122 @@ fn a_flood_of_silent_connections_from_the_floor_does_not_cost_hooks_their_entrie
         );
     }
 }
+
+/// Perl that sends `$1` whole requests to the door as fast as it can from
+/// `$2` processes, each an event of the agent's own (session `flood`),
+/// closing each connection once sent; makes `flooded` when all are sent.
+const WHOLE_FLOOD: &str = r#"perl -MSocket -MIO::Socket::UNIX -e '
+$SIG{PIPE} = "IGNORE";
+my $p = q({"session_id":"flood","hook_event_name":"Stop"});
+my $b = pack("C", 1) . pack("Q<", 1) . pack("V", 0) . pack("V", length $p) . $p;
+my $req = pack("V", length $b) . $b;
+my @kids;
+for my $k (1..$ARGV[1]) {
+  my $pid = fork;
+  if (!$pid) {
+    for (1..$ARGV[0] / $ARGV[1]) {
+      my $c = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => "$ENV{ND7_RUN}/record.sock") or next;
+      syswrite($c, $req);
+      close $c;
+    }
+    exit 0;
+  }
+  push @kids, $pid;
+}
+waitpid($_, 0) for @kids;
+open(my $f, ">", "flooded"); close $f;' "#;
+
+/// A flood of whole requests (fast, cheap to send, each an append to
+/// serve) from many processes, with a real hook in the middle of it and
+/// the program ending right after. Whole requests queue without bound for
+/// the door's 12 threads: is the hook's entry in the log, or does
+/// `nd7 verify` say the chain is incomplete? Held: the door serves whole
+/// requests about as fast as the floor can connect (each connect passes
+/// through the keeper), so the hook waits behind a short queue and is
+/// recorded.
+#[test]
+fn a_flood_of_whole_requests_does_not_lose_a_hook_silently() {
+    let w = World::new();
+    let out = w.run_agent(&format!(
+        "{WHOLE_FLOOD} 6000 6 &\nsleep 0.5\n{}\n",
+        HOOK.replace("SESSION", "in-flood")
+    ));
+    let chain = run_chain(&w);
+    let e = entries(&chain);
+    let flood = e.iter().filter(|x| x["session"] == "flood").count();
+    let hook = e.iter().any(|x| x["session"] == "in-flood");
+    let end = e.last().cloned().unwrap_or_default();
+    let mut reasons: Vec<String> = e
+        .iter()
+        .filter(|x| x["kind"] == "refused")
+        .map(|x| x["body"]["reason"].to_string())
+        .collect();
+    reasons.dedup();
+    eprintln!("refusals: {reasons:?}");
+    let verified = verify(&w, &chain);
+    eprintln!(
+        "out: {:?} {}\nflood entries: {flood}; hook recorded: {hook}\nrun_end: {end}\nverify: {} {}",
+        lines(&out),
+        text(&out.stderr),
+        verified.status,
+        text(&verified.stdout)
+    );
+    assert!(
+        hook || verified.status.code() != Some(0),
+        "the hook's event is lost and nd7 verify passes the chain"
+    );
+}
+
+/// Perl that opens `$1` connections to the door, sends half a request on
+/// each, makes `holding` and sleeps: the run's end kills it, and the door
+/// then finds every connection ended short.
+const HALF_SENT: &str = r#"perl -MSocket -MIO::Socket::UNIX -e '
+my @s;
+for (1..$ARGV[0]) {
+  my $c = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => "$ENV{ND7_RUN}/record.sock") or last;
+  syswrite($c, pack("V", 1000) . "x");
+  push @s, $c;
+}
+open(my $f, ">", "holding"); close $f;
+sleep 1000;' "#;
+
+/// Connections left half-sent when the program ends: the run's end kills
+/// their holder, and the door refuses each as it ends, possibly after
+/// `run_end` is written. Is the chain still one `nd7 verify` passes only
+/// with `run_end` last (no entry after the tally)? Broke: `refused`
+/// entries of door `record` follow `run_end` (the door is never drained
+/// before the tally), and `nd7 verify` passes the chain. These were the
+/// agent's own half-sent requests, but the same path left a drop
+/// (`door_dropped`) or a hook's request still queued for the door's
+/// threads outside the tally, or unserved and unwritten when the session
+/// exited. Fixed: the session drains the door (`door::drain`; every floor
+/// process is dead by then) before `run_end` (ADR-0099). Guards `drain`.
+#[test]
+fn connections_ended_by_the_runs_end_write_nothing_after_run_end() {
+    let w = World::new();
+    let out = w.run_agent(&format!(
+        "{HALF_SENT} 200 </dev/null >/dev/null 2>&1 &\nwait_for holding\necho held"
+    ));
+    assert_eq!(lines(&out), ["held"], "{}", text(&out.stderr));
+    let chain = run_chain(&w);
+    let e = entries(&chain);
+    let end = e
+        .iter()
+        .position(|x| x["kind"] == "run_end")
+        .expect("run_end");
+    let after: Vec<_> = e[end + 1..].iter().map(|x| x["kind"].clone()).collect();
+    let verified = verify(&w, &chain);
+    eprintln!(
+        "refused in run_end: {}; entries after run_end: {after:?}; verify: {} {}",
+        e[end]["body"]["refused"],
+        verified.status,
+        text(&verified.stdout).lines().next().unwrap_or("")
+    );
+    assert!(after.is_empty(), "entries after run_end: {after:?}");
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
+    );
+}

@@ -25,20 +25,21 @@
 //! - `with_real_places` in `src/run_dir.rs` (secrets denied where links
 //!   lead, too);
 //! - `grants_named` in `src/policy/mod.rs` (deny by any name);
-//! - `policy::secrets` (the credential-store list and `~/.nd7/secrets`).
+//! - `policy::secrets` (the credential-store list and `~/.nd7/secrets`);
+//! - `run_dir::nd7_real_places` (`~/.nd7`, its secrets list and its grants
+//!   kept out where they really are, as in a dotfiles repository).
 #![cfg(target_os = "linux")]
 
 use std::os::unix::fs::symlink;
+use std::path::PathBuf;
 use std::process::Output;
 
+use crate::runs::X;
 use crate::world::*;
 
 fn lines(out: &Output) -> Vec<String> {
     text(&out.stdout).lines().map(str::to_string).collect()
 }
-
-/// `x NAME CMD ARGS…` prints `NAME:yes` when CMD succeeds, `NAME:no` when not.
-const X: &str = r#"x() { local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name:yes"; else echo "$name:no"; fi; }"#;
 
 /// Runs `body` (with `x` defined) as the agent of one session.
 fn session(w: &World, body: &str) -> Output {
@@ -1052,4 +1053,182 @@ fn a_project_section_reached_through_a_link_grants_nothing() {
     .expect("grants");
     let out = session(&w, r#"x outside "$EXEC" "touch '$OUT/escaped'""#);
     assert_eq!(lines(&out), ["outside:yes"], "{}", text(&out.stderr));
+}
+
+/// A dotfile manager's `~/.ssh` whose real place is inside a write root: the
+/// project itself (a dotfiles repository being worked on) and `~/.claude`.
+/// The real directory must stay unreadable, and cannot be renamed out from
+/// under its rule. Held.
+#[test]
+fn a_secret_whose_real_place_is_inside_a_write_root_stays_unreadable() {
+    for place in ["proj", "claude"] {
+        let w = World::new();
+        // `real` as the test sees it, `inner` as nd7 does: the scratch home
+        // is bound over the account's, and a link must name one place.
+        let (real, inner) = match place {
+            "proj" => (w.proj().join("ssh"), w.proj().join("ssh")),
+            _ => (
+                w.home().join(".claude/ssh"),
+                PathBuf::from(w.in_home(".claude/ssh")),
+            ),
+        };
+        std::fs::rename(w.home().join(".ssh"), &real).expect("move");
+        std::os::unix::fs::symlink(&inner, w.home().join(".ssh")).expect("symlink");
+        let real = inner.display().to_string();
+        let out = w.run_agent(&format!(
+            r#"{X}
+x agent-real cat '{real}/id_ed25519'
+x exec-real "$EXEC" "cat '{real}/id_ed25519'"
+x agent-link cat "$HOME_DIR/.ssh/id_ed25519"
+x agent-mv mv '{real}' '{real}2'
+x exec-mv "$EXEC" "mv '{real}' '{real}2'"
+x after-mv cat '{real}2/id_ed25519'
+x exec-after-mv "$EXEC" "cat '{real}2/id_ed25519'"
+x agent-ln ln '{real}/id_ed25519' '{real}.k'
+x exec-cp-dir "$EXEC" "cp -r '{real}' '{real}3'; cat '{real}3/id_ed25519'"
+"#
+        ));
+        assert_eq!(
+            lines(&out),
+            [
+                "agent-real:no",
+                "exec-real:no",
+                "agent-link:no",
+                "agent-mv:no",
+                "exec-mv:no",
+                "after-mv:no",
+                "exec-after-mv:no",
+                "agent-ln:no",
+                "exec-cp-dir:no"
+            ],
+            "{place}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+/// Rewrites the running run's record.json (`$1/runs/<its pid>`, named
+/// exactly: a glob that matches nothing proves nothing, as the one of
+/// `sessions/*` did once ADR-0065 renamed the directory) to grant `$OUT`,
+/// pinned as it is now, as only `nd7 allow` may.
+const FORGE_GRANT: &str = r#"forge() { python3 - "$1" "$OUT" <<'PY'
+import json, os, sys
+path = sys.argv[1] + "/runs/" + os.environ["ND7_RUN"].rsplit("/", 1)[1] + "/record.json"
+record = json.load(open(path))
+st = os.stat(sys.argv[2])
+record["grants"].append(sys.argv[2])
+record.setdefault("pins", []).append({"path": sys.argv[2], "dev": st.st_dev, "ino": st.st_ino})
+open(path, "w").write(json.dumps(record))
+PY
+}"#;
+
+/// `~/.nd7` kept in a dotfiles repository (`~/.nd7 -> dotfiles/nd7`, as
+/// stow leaves it) and the repository is the project: the floor's carve-out
+/// named `~/.nd7` only by its link, so its real directory was writable, and
+/// the agent rewrote its own session's record.json to grant itself any
+/// directory, pins included. Broke through; guards the real place of
+/// `~/.nd7` kept out with the secrets (`run_dir::nd7_real_places`, added in
+/// `src/run.rs`): without it `forge` succeeds and the command after it
+/// writes outside.
+#[test]
+fn nd7s_own_directory_behind_a_link_is_kept_out_where_it_really_is() {
+    let w = World::new();
+    let dotfiles = w.proj();
+    std::fs::create_dir_all(dotfiles.join("nd7")).expect("mkdir");
+    std::os::unix::fs::symlink(dotfiles.join("nd7"), w.home().join(".nd7")).expect("symlink");
+    let (child, pid) = w.start_agent(&format!(
+        r#"{X}
+{FORGE_GRANT}
+wait_for "$OUT/go1"
+x read-record cat "$PWD/nd7/runs/${{ND7_RUN##*/}}/record.json"
+x forge forge "$PWD/nd7"
+x exec-outside "$EXEC" "touch '$OUT/escaped'"
+x agent-secrets sh -c "echo '-~/.ssh' >> '$PWD/nd7/secrets'"
+"#
+    ));
+    // The probes' target is there (the record is written before nd7 run
+    // says its pid): their refusal is the floor's. The agent cannot write
+    // the project's root here (it holds ~/.nd7's real place), so the word
+    // to go is left outside.
+    let record = dotfiles.join(format!("nd7/runs/{pid}/record.json"));
+    assert!(record.is_file(), "{} is not there", record.display());
+    std::fs::write(w.outside().join("go1"), "").expect("go");
+    let out = child.wait_with_output().expect("agent ends");
+    assert_eq!(
+        lines(&out),
+        [
+            "read-record:no",
+            "forge:no",
+            "exec-outside:no",
+            "agent-secrets:no"
+        ],
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!w.outside().join("escaped").exists());
+}
+
+/// The same with only the list of secrets kept elsewhere
+/// (`~/.nd7/secrets -> dotfiles/nd7-secrets`, the repository being the
+/// project): the agent appended `-~/.ssh` to the list and so took `~/.ssh`
+/// off the next session's. Broke through; guards the same line as above
+/// (`run_dir::nd7_real_places`, added to the secrets in `src/run.rs`).
+/// (The next session is not run here: in the test world the scratch home
+/// has a second name, and a secret inside the scratch tree splits the
+/// rules around that name, which no real home has.)
+#[test]
+fn the_secrets_list_behind_a_link_cannot_be_edited_from_inside() {
+    let w = World::new();
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    std::fs::write(w.proj().join("nd7-secrets"), "~/.config/mytool\n").expect("write");
+    std::os::unix::fs::symlink(w.proj().join("nd7-secrets"), w.home().join(".nd7/secrets"))
+        .expect("symlink");
+    let out = w.run_agent(&format!(
+        r#"{X}
+x edit sh -c "echo '-~/.ssh' >> '$PWD/nd7-secrets'"
+x exec-edit "$EXEC" "echo '-~/.ssh' >> '$PWD/nd7-secrets'"
+"#
+    ));
+    assert_eq!(
+        lines(&out),
+        ["edit:no", "exec-edit:no"],
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.proj().join("nd7-secrets")).expect("list"),
+        "~/.config/mytool\n"
+    );
+}
+
+/// The same with the lasting grants kept elsewhere (`~/.nd7/grants ->
+/// nd7-grants` in the project, a dotfiles repository): the real file was
+/// writable, so the agent could add any directory to the next session's
+/// start grants. Guards `grants::FILE` among `run_dir::nd7_real_places`:
+/// without it `edit:yes`, `exec-edit:yes`.
+#[test]
+fn the_grants_file_behind_a_link_cannot_be_edited_from_inside() {
+    let w = World::new();
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    std::fs::write(w.proj().join("nd7-grants"), "~/data\n").expect("write");
+    std::os::unix::fs::symlink(w.proj().join("nd7-grants"), w.home().join(".nd7/grants"))
+        .expect("symlink");
+    let out = w.run_agent(&format!(
+        r#"{X}
+x edit sh -c "echo '$OUT' >> '$PWD/nd7-grants'"
+x exec-edit "$EXEC" "echo '$OUT' >> '$PWD/nd7-grants'"
+x exec-replace "$EXEC" "cp '$PWD/nd7-grants' x && echo '$OUT' >> x && mv x '$PWD/nd7-grants'"
+x granted "$EXEC" "touch ~/data/ok"
+"#
+    ));
+    assert_eq!(
+        lines(&out),
+        ["edit:no", "exec-edit:no", "exec-replace:no", "granted:yes"],
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.proj().join("nd7-grants")).expect("grants"),
+        "~/data\n"
+    );
 }

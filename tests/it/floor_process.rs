@@ -1,7 +1,8 @@
 //! Attacks on the floor through processes rather than paths (issue 10,
 //! items 4, 5 and 8): pushing input into the user's terminal, talking to
 //! other programs' sockets, signalling the user's other processes, and
-//! leaving processes running after the session. Each is tried as an
+//! leaving processes running after the session, and reaching `nd7 run`'s
+//! own descriptors and /proc entries. Each is tried as an
 //! ordinary account, the agent a shell script, Bash calls through `$EXEC`.
 #![cfg(target_os = "linux")]
 
@@ -964,4 +965,70 @@ echo agent >&5 2>/dev/null; echo "agent:$?"
     let mut got = String::new();
     let _ = server.read_to_string(&mut got);
     assert_eq!(got, "", "the leaked socket was used");
+}
+
+/// Prints `fd:N:TARGET` for each descriptor above 2 this shell holds.
+const FDS: &str = r#"for f in /proc/self/fd/*; do n=${f##*/}; [ "$n" -gt 2 ] || continue; t=$(readlink "$f") || continue; echo "fd:$n:$t"; done"#;
+
+/// What an agent can reach through `nd7 run`'s own descriptors and its
+/// /proc entries (it is the agent's parent, and the parent of every command
+/// through the exit). `nd7 run` holds the floor's rule descriptors, the run's
+/// log, its sockets: none may leak into the floor or a command, and its
+/// /proc/PID/{fd,root,cwd,environ,mem} must stay shut (Landlock's ptrace
+/// scoping). Held. (Listing /proc/PID/fd works for the same account, which
+/// shows descriptor numbers only; reading where they lead does not.)
+#[test]
+fn nd7_runs_descriptors_and_proc_entries_give_the_agent_nothing() {
+    let w = World::new();
+    let probe = format!(
+        r#"{X}
+{FDS}
+x ppid-fd3 cat /proc/$PPID/fd/3
+x ppid-fd-readlink readlink /proc/$PPID/fd/3
+x ppid-fd-write sh -c 'for f in /proc/'$PPID'/fd/*; do echo x >> "$f" && exit 0; done; exit 1'
+x ppid-root cat "/proc/$PPID/root$HOME_DIR/.ssh/id_ed25519"
+x ppid-cwd ls /proc/$PPID/cwd/
+x ppid-environ cat /proc/$PPID/environ
+x ppid-mem head -c1 /proc/$PPID/mem
+x ppid-map-files ls /proc/$PPID/map_files/
+x ppid-fd-dir sh -c 'for f in /proc/'$PPID'/fd/*; do ls "$f/" >/dev/null 2>&1 && exit 0; done; exit 1'
+"#
+    );
+    let quoted = probe.replace('\'', r"'\''");
+    let out = w.run_agent(&format!(
+        "echo agent; {probe}\necho exit; \"$EXEC\" '{quoted}'\n"
+    ));
+    let got = lines(&out);
+    let mut leaked = Vec::new();
+    let mut opened = Vec::new();
+    for line in &got {
+        if let Some(rest) = line.strip_prefix("fd:") {
+            let target = rest.split_once(':').map_or("", |(_, t)| t);
+            // Descriptors nd7 run itself inherited from whoever started it
+            // (here the test harness) pass on like its environment; what
+            // must never show up is anything nd7 opened: its state, the
+            // floor's rule directories, its sockets, a ruleset.
+            let nd7s = target.contains("/.nd7")
+                || target.contains("/state/nd7")
+                || target.starts_with("socket:")
+                || target.starts_with("anon_inode:")
+                || target.contains("/.claude")
+                || target.contains("/proj")
+                // The root outside the session's namespaces, which nd7 run
+                // keeps to judge refusals (`ns::outside_root`).
+                || target == "/";
+            if nd7s {
+                leaked.push(line.clone());
+            }
+        } else if line.ends_with(":yes") {
+            opened.push(line.clone());
+        }
+    }
+    assert!(
+        got.contains(&"exit".to_string()),
+        "{got:?} {}",
+        text(&out.stderr)
+    );
+    assert_eq!(leaked, Vec::<String>::new(), "descriptors leaked: {got:?}");
+    assert_eq!(opened, Vec::<String>::new(), "reached nd7 run: {got:?}");
 }

@@ -2,28 +2,33 @@
 //! docs promise, through the library or through the real `nd7` binary.
 
 mod append;
-mod attack_attrs;
-mod attack_inert;
-mod attack_signals;
-mod attack_watch;
 mod codex_floor;
 mod codex_record;
 mod codex_rollout;
+#[cfg(target_os = "linux")]
+mod codex_rollout_run;
 mod common;
 mod concurrency;
 #[cfg(target_os = "linux")]
 mod daily;
 mod deferred;
+mod deferred_follow;
 mod deferred_grants;
 mod deferred_includes;
 mod deferred_reads;
 mod deferred_secrets;
 mod distribution;
+mod door_hooks;
 #[cfg(target_os = "linux")]
 mod door_load;
 mod e2e;
+#[cfg(target_os = "linux")]
+mod exit_ruleset;
 mod exit_status;
+#[cfg(target_os = "linux")]
+mod exit_working_dir;
 mod floor_attrs;
+mod floor_attrs_routes;
 mod floor_paths;
 mod floor_process;
 #[cfg(target_os = "linux")]
@@ -38,19 +43,10 @@ mod parsers;
 mod pg;
 mod property;
 mod read;
+#[cfg(target_os = "linux")]
+mod reconcile;
 mod record;
 mod record_door;
-mod redteam;
-#[cfg(target_os = "linux")]
-mod redteam2;
-#[cfg(target_os = "linux")]
-mod redteam_codex;
-#[cfg(target_os = "linux")]
-mod redteam_cost;
-#[cfg(target_os = "linux")]
-mod redteam_ns;
-#[cfg(target_os = "linux")]
-mod redteam_rollout;
 mod report_html;
 #[cfg(target_os = "linux")]
 mod run_faults;

@@ -178,12 +178,12 @@ fn a_100_mb_payload_is_recorded_by_size_and_fingerprint() {
 #[test]
 fn payload_just_under_the_limit_is_stored_whole() {
     let state = State::new();
-    let room = nd7_core::record::MAX_STORED_PAYLOAD - 400;
+    let room = nd7_core::record::entry::MAX_STORED_PAYLOAD - 400;
     let payload = format!(
         r#"{{"session_id":"s","hook_event_name":"UserPromptSubmit","prompt":"{}"}}"#,
         "y".repeat(room)
     );
-    assert!(payload.len() <= nd7_core::record::MAX_STORED_PAYLOAD);
+    assert!(payload.len() <= nd7_core::record::entry::MAX_STORED_PAYLOAD);
     let out = state.record(payload.as_bytes());
     assert_eq!(stderr(&out), "");
     let all = entries(&state.log("s"));

@@ -474,7 +474,7 @@ fn outsider() {
         }
     }
     if let Ok(socket) = std::env::var(DOOR_SOCKET_VAR) {
-        let request = nd7_core::sandbox::wire::HookRequest {
+        let request = nd7_core::floor_wire::HookRequest {
             agent: nd7_core::hook::Agent::ClaudeCode,
             ts: 1,
             cwd: None,
@@ -866,7 +866,7 @@ wc -c < "fake/$$/record.sock.got"
     let got = lines(&out);
     // The agent's socket is sent nothing; the entry goes through the run's
     // own door instead (a failed hint falls back to the ancestors' door:
-    // see redteam::a_forged_nd7_run_hint_does_not_switch_recording_off).
+    // see door_hooks::a_forged_nd7_run_hint_does_not_switch_recording_off).
     assert_eq!(got, ["rc:0", "0"], "{got:?}");
     assert!(
         entries(&run_chain(&w)).iter().any(|e| e["session"] == "c"),
@@ -995,4 +995,51 @@ fn refused_connects_to_the_door_from_a_command_are_written_down_and_bounded() {
     let end = ours(&e, "run_end");
     let counted = end[0]["body"]["refused"].as_u64().unwrap_or(0);
     assert!(counted >= 120, "every refusal counted: {}", end[0]);
+}
+
+/// The logs can be neither hard-linked into the project (a second name,
+/// with the project's write rights) nor reached by a grant the user makes
+/// inside nd7's own state or inside `~/.nd7`. Held.
+#[test]
+fn the_log_cannot_be_hard_linked_out_nor_granted_from_inside_nd7s_state() {
+    let w = World::new();
+    let (child, _pid) = w.start_agent(&format!(
+        r#"{X}
+LOG=$(ls -d "$HOME_DIR/.local/state/nd7/sessions"/run-*)
+x agent-hardlink ln "$LOG/events.ndjson" ev
+x exec-hardlink "$EXEC" "ln '$LOG/events.ndjson' ev2"
+echo "$LOG" > log.path
+touch stage1; wait_for go1
+x exec-append "$EXEC" "echo x >> '$LOG/events.ndjson'"
+x exec-nd7 "$EXEC" "touch '$HOME_DIR/.nd7/runs/x'"
+x exec-secrets "$EXEC" "echo /x >> '$HOME_DIR/.nd7/secrets'"
+"#
+    ));
+    w.wait_for("stage1");
+    let log = std::fs::read_to_string(w.proj().join("log.path")).expect("log path");
+    let mut allowed = Vec::new();
+    for path in [
+        log.trim().to_string(),
+        w.in_home(".local/state/nd7"),
+        w.in_home(".local/state"),
+        w.in_home(".nd7/runs"),
+        w.in_home(".nd7"),
+    ] {
+        let allow = w.nd7(&["allow", &path]).output().expect("allow");
+        allowed.push((path, allow.status.code(), text(&allow.stderr)));
+    }
+    w.signal("go1");
+    let out = child.wait_with_output().expect("agent ends");
+    assert_eq!(
+        lines(&out),
+        [
+            "agent-hardlink:no",
+            "exec-hardlink:no",
+            "exec-append:no",
+            "exec-nd7:no",
+            "exec-secrets:no"
+        ],
+        "{allowed:?} {}",
+        text(&out.stderr)
+    );
 }

@@ -9,6 +9,9 @@ use serde_json::Value;
 
 use crate::world::*;
 
+/// `x NAME CMD ARGS…` prints `NAME:yes` when CMD succeeds, `NAME:no` when not.
+pub(crate) const X: &str = r#"x() { local name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name:yes"; else echo "$name:no"; fi; }"#;
+
 /// The lines a command printed on stdout.
 pub(crate) fn lines(out: &Output) -> Vec<String> {
     text(&out.stdout).lines().map(str::to_string).collect()

@@ -607,3 +607,22 @@ fn claude_gets_the_shell_prefix_and_one_settings_merged_with_the_users_own() {
         text(&out.stderr)
     );
 }
+
+/// `std::process::Command` ran the agent with `execvp`, which runs a file
+/// without a `#!` line through `/bin/sh` (POSIX); guards `launch.rs`'s
+/// fallback to `/bin/sh` on ENOEXEC, without which `execve` fails.
+#[test]
+fn a_script_without_a_shebang_still_runs_as_the_agent() {
+    let w = World::new();
+    let script = w.proj().join("plain-agent");
+    std::fs::write(&script, "echo ran-plain\n").expect("write");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let out = w.nd7(&["run", "./plain-agent"]).output().expect("nd7 run");
+    assert!(
+        text(&out.stdout).contains("ran-plain"),
+        "{:?} {}",
+        out.status,
+        text(&out.stderr)
+    );
+}

@@ -116,6 +116,12 @@ fn world_with_rust() -> (Arc<World>, String) {
         sysroot.display()
     );
     let rust = world.bind(&sysroot, "rust");
+    // The project is a workspace of its own, so `demo` joins it (and builds
+    // into proj/target): without one, `cargo new` would join the workspace it
+    // sits in (nd7's, the world being under its target/) and write that
+    // manifest, which no sandbox allows.
+    std::fs::write(world.proj().join("Cargo.toml"), "[workspace]\n")
+        .expect("write proj/Cargo.toml");
     let path = format!("{}/bin:/usr/local/bin:/usr/bin:/bin", rust.display());
     (world, path)
 }
@@ -190,7 +196,7 @@ fn npm_cargo_pip_and_go_work_with_the_presets_and_explain_themselves_without() {
         "{:?}",
         results[2]
     );
-    assert!(!exists(&world.proj().join("demo/target")));
+    assert!(!exists(&world.proj().join("target")));
     assert!(!exists(&world.home().join(".local/lib")));
 
     // With them, in ~/.nd7/grants (which nothing inside a session can write).
@@ -209,7 +215,7 @@ fn npm_cargo_pip_and_go_work_with_the_presets_and_explain_themselves_without() {
     assert!(exists(
         &world.proj().join("node_modules/is-number/package.json")
     ));
-    assert!(exists(&world.proj().join("demo/target/debug")));
+    assert!(exists(&world.proj().join("target/debug")));
     assert!(exists(&world.home().join(".cargo/registry/cache")));
     // The wheel pip built went into its cache this time.
     let wheels = found_below(&world.home().join(".cache/pip/wheels"), "docopt-0.6.2-");

@@ -106,7 +106,7 @@ pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
             if let Some(bytes) = recorded.omitted {
                 say(format_args!(
                     "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (session {}, entry {})",
-                    record::MAX_STORED_PAYLOAD,
+                    record::entry::MAX_STORED_PAYLOAD,
                     recorded.session_id,
                     recorded.appended.seq
                 ));
@@ -118,7 +118,7 @@ pub fn record(invocation: Invocation, args: &[OsString]) -> ExitCode {
             omitted: Some(bytes),
         }) => say(format_args!(
             "nd7 record: payload of {bytes} bytes is over the {} byte limit; recorded its size and BLAKE3 only (nd7 run session {pid})",
-            record::MAX_STORED_PAYLOAD,
+            record::entry::MAX_STORED_PAYLOAD,
         )),
         Ok(record::Delivered::Door { .. }) => {}
         Err(e) => say(format_args!("nd7 record: {e}; nothing recorded")),

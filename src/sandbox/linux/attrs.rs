@@ -40,7 +40,7 @@
 
 use std::collections::HashSet;
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
@@ -240,7 +240,7 @@ fn decode(tid: i32, call: AttrCall, a: [u64; 6]) -> Result<(Target, Change), i32
                 return Err(libc::EINVAL);
             }
             let mut x = [0u8; 16];
-            super::supervise::read_memory(tid, a[4], &mut x)?;
+            super::memory::read_memory(tid, a[4], &mut x)?;
             let value = u64::from_le_bytes(x[0..8].try_into().unwrap_or_default());
             let size = u32::from_le_bytes(x[8..12].try_into().unwrap_or_default());
             let flags = u32::from_le_bytes(x[12..16].try_into().unwrap_or_default());
@@ -354,7 +354,7 @@ fn read_value(tid: i32, addr: u64, size: u64) -> Result<Vec<u8>, i32> {
         return Err(libc::E2BIG);
     }
     let mut value = vec![0u8; size];
-    super::supervise::read_memory(tid, addr, &mut value)?;
+    super::memory::read_memory(tid, addr, &mut value)?;
     Ok(value)
 }
 
@@ -371,7 +371,7 @@ fn read_cstr(tid: i32, addr: u64, max: usize) -> Result<Vec<u8>, i32> {
     loop {
         let chunk = (PAGE - at % PAGE) as usize;
         let mut buf = vec![0u8; chunk];
-        super::supervise::read_memory(tid, at, &mut buf)?;
+        super::memory::read_memory(tid, at, &mut buf)?;
         if let Some(end) = memchr::memchr(0, &buf) {
             out.extend_from_slice(&buf[..end]);
             return if out.len() > max {
@@ -420,7 +420,7 @@ fn pairs(tid: i32, addr: u64, len: usize) -> Result<Option<[i64; 4]>, i32> {
         return Ok(None);
     }
     let mut buf = [0u8; 32];
-    super::supervise::read_memory(tid, addr, &mut buf[..len])?;
+    super::memory::read_memory(tid, addr, &mut buf[..len])?;
     let word = |i: usize| i64::from_le_bytes(buf[8 * i..8 * i + 8].try_into().unwrap_or_default());
     Ok(Some([word(0), word(1), word(2), word(3)]))
 }
@@ -508,42 +508,12 @@ fn is_dir(st: &rustix::fs::Stat) -> bool {
 /// (in a user namespace, with none) would: never `CAP_CHOWN` or
 /// `CAP_FOWNER` on another account's file. Fails closed.
 fn without_capabilities() -> Result<(), i32> {
-    /// `_LINUX_CAPABILITY_VERSION_3` and its header and data.
-    const VERSION_3: u32 = 0x2008_0522;
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut header = Header {
-        version: VERSION_3,
-        pid: 0,
-    };
-    let mut data = [Data::default(); 2];
-    // SAFETY: capget writes two `Data` into `data`, a live array of two,
-    // and reads the header.
-    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
-        return Err(libc::EPERM);
-    }
-    if data.iter().all(|d| d.effective == 0) {
+    let mut sets = rustix::thread::capabilities(None).map_err(|_| libc::EPERM)?;
+    if sets.effective.is_empty() {
         return Ok(());
     }
-    for d in &mut data {
-        d.effective = 0;
-    }
-    // SAFETY: capset reads the header and two `Data`; with pid 0 it changes
-    // the calling thread alone.
-    if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
-        return Err(libc::EPERM);
-    }
-    Ok(())
+    sets.effective = rustix::thread::CapabilitySet::empty();
+    rustix::thread::set_capabilities(None, sets).map_err(|_| libc::EPERM)
 }
 
 /// Whether `object` (whose status is `st`) lies in `roots`: it is one, or a
@@ -618,15 +588,6 @@ fn perform(object: &OwnedFd, st: &rustix::fs::Stat, change: &Change) -> Result<(
     let link = FileType::from_raw_mode(st.st_mode) == FileType::Symlink;
     let via =
         CString::new(format!("/proc/self/fd/{}", object.as_raw_fd())).map_err(|_| libc::EINVAL)?;
-    let check = |r: libc::c_int| {
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO))
-        }
-    };
     match change {
         // A link's own mode cannot be changed (fchmodat2's EOPNOTSUPP).
         Change::Mode(_) if link => Err(libc::EOPNOTSUPP),
@@ -642,42 +603,27 @@ fn perform(object: &OwnedFd, st: &rustix::fs::Stat, change: &Change) -> Result<(
         )
         .map_err(errno),
         Change::Times(times) => {
-            let spec = times.map(|t| {
-                t.map(|(sec, nsec)| libc::timespec {
-                    tv_sec: sec as libc::time_t,
-                    tv_nsec: nsec as _,
-                })
-            });
-            let ptr = spec.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
-            // SAFETY: the path is a NUL-terminated literal, and `ptr` is null
-            // or points at two live timespecs.
-            check(unsafe {
-                libc::utimensat(
-                    object.as_fd().as_raw_fd(),
-                    c"".as_ptr(),
-                    ptr,
-                    libc::AT_EMPTY_PATH,
-                )
-            })
+            // No times is both now (what utimensat's null means, with the
+            // same permission check).
+            let [atime, mtime] = times.unwrap_or([(0, rustix::fs::UTIME_NOW); 2]);
+            let spec = |(sec, nsec): (i64, i64)| rustix::fs::Timespec {
+                tv_sec: sec,
+                tv_nsec: nsec as _,
+            };
+            let times = rustix::fs::Timestamps {
+                last_access: spec(atime),
+                last_modification: spec(mtime),
+            };
+            rustix::fs::utimensat(object, "", &times, AtFlags::EMPTY_PATH).map_err(errno)
         }
         // Links carry no user attributes, and others need a capability.
         Change::SetXattr { .. } | Change::RemoveXattr(_) if link => Err(libc::EPERM),
         Change::SetXattr { name, value, flags } => {
-            // SAFETY: both strings are NUL-terminated and live; the value is
-            // `value.len()` readable bytes.
-            check(unsafe {
-                libc::setxattr(
-                    via.as_ptr(),
-                    name.as_ptr(),
-                    value.as_ptr().cast(),
-                    value.len(),
-                    *flags,
-                )
-            })
+            let flags = rustix::fs::XattrFlags::from_bits_retain(*flags as _);
+            rustix::fs::setxattr(via.as_c_str(), name.as_c_str(), value, flags).map_err(errno)
         }
         Change::RemoveXattr(name) => {
-            // SAFETY: both strings are NUL-terminated and live for the call.
-            check(unsafe { libc::removexattr(via.as_ptr(), name.as_ptr()) })
+            rustix::fs::removexattr(via.as_c_str(), name.as_c_str()).map_err(errno)
         }
     }
 }

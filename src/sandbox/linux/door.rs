@@ -40,10 +40,10 @@ use std::time::{Duration, Instant};
 use std::os::fd::AsFd;
 
 use super::exit::{ExitError, STACK, admit, receive_prefix, refuse, set_pass_pidfd};
+use crate::floor_wire::{Frame, HookRequest, Request};
 use crate::kernel::linux as proc;
 use crate::run_dir::RunDir;
 use crate::run_log::{HookOutcome, RunLog};
-use crate::sandbox::wire::{Frame, HookRequest, Request};
 
 /// Hooks served at once whose request was whole when they got a thread.
 /// Each append takes the log's lock in turn anyway; this bounds the
@@ -383,7 +383,12 @@ fn serve_one(conn: &UnixStream, me: u32, session: &RunDir, log: &RunLog) {
     };
     if request.explain {
         let frame = match session.record() {
-            Ok(record) => match crate::refusals::explain(&request.body, &record.policy, log) {
+            Ok(record) => match crate::refusals::explain(
+                &request.body,
+                &record.policy,
+                log,
+                super::ns::outside_root(),
+            ) {
                 Ok(Some(text)) => Frame::Explained(text),
                 Ok(None) => Frame::Skipped,
                 Err(e) => Frame::Refused(e.to_string()),

@@ -34,12 +34,12 @@ use rustix::process::{Pid, PidfdFlags, Signal, kill_process_group, pidfd_open};
 
 use super::Confinement;
 use super::launch::{Launch, Launched};
+use crate::floor_wire::{Frame, Request};
 use crate::kernel::linux as proc;
 use crate::run_dir::RunDir;
 use crate::run_entry::Ended;
 use crate::run_log::RunLog;
 use crate::running;
-use crate::sandbox::wire::{Frame, Request};
 
 /// At most this many commands run through the exit at once; a caller beyond
 /// them is refused at once rather than given a thread of the unconfined
@@ -889,15 +889,8 @@ fn read_outcome(
 
 /// Writes the request with stdin, stdout and stderr attached to its first byte.
 fn send(conn: &UnixStream, bytes: &[u8]) -> io::Result<()> {
-    // SAFETY: 0, 1 and 2 are borrowed only for this call, during which this
-    // thread does not close them; if one is not open, sendmsg fails (EBADF).
-    let stdio: [BorrowedFd<'_>; 3] = unsafe {
-        [
-            BorrowedFd::borrow_raw(0),
-            BorrowedFd::borrow_raw(1),
-            BorrowedFd::borrow_raw(2),
-        ]
-    };
+    let (stdin, stdout, stderr) = (io::stdin(), io::stdout(), io::stderr());
+    let stdio: [BorrowedFd<'_>; 3] = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(3))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     control.push(SendAncillaryMessage::ScmRights(&stdio));

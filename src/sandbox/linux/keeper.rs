@@ -64,7 +64,10 @@
 use std::collections::BTreeMap;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use nix::sys::signal::{SigSet, SigmaskHow};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::sync::{Arc, OnceLock};
 
 use rustix::net::{
@@ -109,7 +112,7 @@ const GO_SERVED: u8 = 2;
 /// session never waits for the keeper while it builds its own side.
 #[derive(Debug)]
 pub struct Channel {
-    pub fd: RawFd,
+    pub fd: OwnedFd,
     /// The keeper's pid: the peer of every connection it makes for the
     /// session's processes.
     pub keeper: u32,
@@ -131,8 +134,7 @@ impl Channel {
     pub fn head_start(&self) -> Option<Vec<u8>> {
         self.head_start
             .get_or_init(|| {
-                // SAFETY: the channel's descriptor stays open for the process's life.
-                let conn = unsafe { BorrowedFd::borrow_raw(self.fd) };
+                let conn = self.fd.as_fd();
                 let mut message = Vec::with_capacity(MAX_HEAD_START + 1);
                 loop {
                     match rustix::net::recv(
@@ -165,8 +167,7 @@ impl Channel {
     fn answer(&self) -> Option<u8> {
         let _ = self.head_start();
         *self.answer.get_or_init(|| {
-            // SAFETY: the channel's descriptor stays open for the process's life.
-            let conn = unsafe { BorrowedFd::borrow_raw(self.fd) };
+            let conn = self.fd.as_fd();
             let mut go = [0u8; 1];
             loop {
                 match rustix::io::read(conn, &mut go) {
@@ -251,21 +252,19 @@ const KEEPER_SIGNALS: [i32; 5] = [
     libc::SIGCHLD,
 ];
 
-fn sigset(signals: &[i32]) -> libc::sigset_t {
-    // SAFETY: sigemptyset and sigaddset only write the local set.
-    unsafe {
-        let mut set = MaybeUninit::<libc::sigset_t>::zeroed().assume_init();
-        libc::sigemptyset(&mut set);
-        for &s in signals {
-            libc::sigaddset(&mut set, s);
-        }
-        set
+fn sigset(signals: &[i32]) -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in signals
+        .iter()
+        .filter_map(|&s| nix::sys::signal::Signal::try_from(s).ok())
+    {
+        set.add(sig);
     }
+    set
 }
 
-fn set_mask(how: libc::c_int, set: &libc::sigset_t) {
-    // SAFETY: changes this thread's signal mask from a valid set.
-    unsafe { libc::pthread_sigmask(how, set, std::ptr::null_mut()) };
+fn set_mask(how: SigmaskHow, set: &SigSet) {
+    let _ = nix::sys::signal::pthread_sigmask(how, Some(set), None);
 }
 
 fn os(what: &str) -> impl FnOnce(io::Error) -> String + '_ {
@@ -292,13 +291,13 @@ pub fn split(sessions: &RunDirs, head_start: impl FnOnce() -> Vec<u8>) -> Result
         .map_err(|e| os("set up the keeper's channel")(e.into()))?;
     let signals = sigset(&KEEPER_SIGNALS);
     // Held until each side has its handlers, so none is lost in between.
-    set_mask(libc::SIG_BLOCK, &signals);
+    set_mask(SigmaskHow::SIG_BLOCK, &signals);
     let keeper = std::process::id();
     // SAFETY: this process has a single thread (the caller's promise), so
     // the child may go on running ordinary Rust code.
     let child = unsafe { libc::fork() };
     if child < 0 {
-        set_mask(libc::SIG_UNBLOCK, &signals);
+        set_mask(SigmaskHow::SIG_UNBLOCK, &signals);
         return Err(os("start nd7 run's keeper")(io::Error::last_os_error()));
     }
     if child == 0 {
@@ -335,7 +334,7 @@ const TERMINAL_STOPS: [i32; 2] = [libc::SIGTTIN, libc::SIGTTOU];
 /// once it has ended; `None` in the keeper, which carries on.
 fn front() -> Result<Option<i32>, String> {
     let signals = sigset(&KEEPER_SIGNALS);
-    set_mask(libc::SIG_BLOCK, &signals);
+    set_mask(SigmaskHow::SIG_BLOCK, &signals);
     for sig in TERMINAL_STOPS {
         dispose(sig, libc::SIG_IGN);
     }
@@ -344,71 +343,68 @@ fn front() -> Result<Option<i32>, String> {
     // promise), so the child may go on running ordinary Rust code.
     let child = unsafe { libc::fork() };
     if child < 0 {
-        set_mask(libc::SIG_UNBLOCK, &signals);
+        set_mask(SigmaskHow::SIG_UNBLOCK, &signals);
         return Err(os("start nd7 run's keeper")(io::Error::last_os_error()));
     }
     if child == 0 {
         // The signals stay blocked: [`split`] blocks them again and the
         // keeper reads them from a signalfd. SIGTERM when the front dies,
         // however it dies: the keeper then ends the run as on SIGTERM.
-        // SAFETY: prctl with integer arguments.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) };
+        let _ = rustix::process::set_parent_process_death_signal(Some(Signal::TERM));
         if std::os::unix::process::parent_id() != front {
             return Err("nd7 run ended before its keeper started".into());
         }
         return Ok(None);
     }
-    Ok(Some(wait_in_front(child, &signals)))
+    let keeper = Pid::from_raw(child).expect("fork returned a positive pid");
+    Ok(Some(wait_in_front(keeper, &signals)))
 }
 
 /// The front's life: passes on to the keeper each signal a process sent
 /// (one the terminal sent reached the keeper too), and returns the keeper's
 /// status once it has ended.
-fn wait_in_front(keeper: libc::pid_t, signals: &libc::sigset_t) -> i32 {
+fn wait_in_front(keeper: Pid, signals: &SigSet) -> i32 {
     loop {
         // SAFETY: siginfo_t is plain data, filled by sigwaitinfo.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: waits for one of `signals`, which are blocked, into `info`.
-        let sig = unsafe { libc::sigwaitinfo(signals, &mut info) };
+        let sig = unsafe { libc::sigwaitinfo(signals.as_ref(), &mut info) };
         if sig == libc::SIGCHLD || sig < 0 {
-            let mut status = 0;
-            // SAFETY: waits for the keeper, this process's only child.
-            let got = unsafe { libc::waitpid(keeper, &mut status, libc::WNOHANG) };
-            if got == keeper {
-                return if libc::WIFEXITED(status) {
-                    libc::WEXITSTATUS(status)
-                } else {
-                    128 + libc::WTERMSIG(status)
-                };
+            match rustix::process::waitpid(Some(keeper), WaitOptions::NOHANG) {
+                Ok(Some((_, status))) => {
+                    return match status.exit_status() {
+                        Some(code) => code,
+                        None => 128 + status.terminating_signal().unwrap_or(0),
+                    };
+                }
+                Ok(None) => continue,
+                Err(_) => return 255,
             }
-            if got < 0 {
-                return 255;
-            }
-            continue;
         }
         if info.si_code != SI_KERNEL {
-            // SAFETY: kill with the keeper's pid, this process's own child
-            // (not reaped yet, so the pid is still its).
-            unsafe { libc::kill(keeper, sig) };
+            // The keeper's pid, this process's own child (not reaped yet,
+            // so the pid is still its).
+            if let Some(sig) = Signal::from_named_raw(sig) {
+                let _ = rustix::process::kill_process(keeper, sig);
+            }
         }
     }
 }
 
-fn session_side(keeper: u32, channel: OwnedFd, signals: &libc::sigset_t) -> Result<Side, String> {
-    set_mask(libc::SIG_UNBLOCK, signals);
+fn session_side(keeper: u32, channel: OwnedFd, signals: &SigSet) -> Result<Side, String> {
+    set_mask(SigmaskHow::SIG_UNBLOCK, signals);
     // The session keeps ignoring the terminal's stops, as the front and the
     // keeper do: a program that takes the terminal's foreground (with
     // `TOSTOP`) would otherwise have the tty driver stop the session at its
     // next write there, and no call of the program's would name the signal
     // (ADR-0099). The program gets them back at their default from
     // `launch`'s child, which resets them before exec.
-    // SAFETY: prctl with integer arguments.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
     if std::os::unix::process::parent_id() != keeper {
         return Err("nd7 run's keeper ended before the session started".into());
     }
     let _ = CHANNEL.set(Channel {
-        fd: channel.into_raw_fd(),
+        fd: channel,
         keeper,
         answer: OnceLock::new(),
         head_start: OnceLock::new(),
@@ -452,8 +448,7 @@ pub fn send(kind: u8, body: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
     let mut message = Vec::with_capacity(body.len() + 1);
     message.push(kind);
     message.extend_from_slice(body);
-    // SAFETY: the channel's descriptor stays open for the process's life.
-    let conn = unsafe { BorrowedFd::borrow_raw(channel.fd) };
+    let conn = channel.fd.as_fd();
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     let fds = [fd];
@@ -516,11 +511,11 @@ fn keep(
     channel: OwnedFd,
     probe: RawFd,
     sessions: &RunDirs,
-    signals: &libc::sigset_t,
+    signals: &SigSet,
     head_start: impl FnOnce() -> Vec<u8>,
 ) -> i32 {
-    // SAFETY: prctl with integer arguments.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    // Any pid turns it on: the kernel reads the argument as a flag.
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     // The session waits for this before it builds its floor, and for the
     // answer below only before it starts anything: this goes first.
     send_head_start(channel.as_fd(), head_start());
@@ -598,8 +593,8 @@ impl From<rustix::process::WaitStatus> for Ended {
     }
 }
 
-fn wait_plainly(session: u32, blocked: &libc::sigset_t) -> Ended {
-    set_mask(libc::SIG_UNBLOCK, blocked);
+fn wait_plainly(session: u32, blocked: &SigSet) -> Ended {
+    set_mask(SigmaskHow::SIG_UNBLOCK, blocked);
     loop {
         match rustix::process::waitpid(Pid::from_raw(session as i32), WaitOptions::empty()) {
             Ok(Some((_, status))) => return status.into(),
@@ -613,7 +608,7 @@ fn wait_plainly(session: u32, blocked: &libc::sigset_t) -> Ended {
 struct Loop {
     session: u32,
     epoll: OwnedFd,
-    signals: OwnedFd,
+    signals: SignalFd,
     channel: OwnedFd,
     supervisor: Arc<Supervisor>,
     /// Each listener, the command it belongs to if it is listed, and
@@ -645,16 +640,10 @@ impl Loop {
         session: u32,
         channel: OwnedFd,
         sessions: &RunDirs,
-        blocked: &libc::sigset_t,
+        blocked: &SigSet,
     ) -> io::Result<Loop> {
         use rustix::event::epoll;
-        // SAFETY: signalfd reads the set and returns a new descriptor or -1.
-        let fd = unsafe { libc::signalfd(-1, blocked, libc::SFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just opened and is owned by nothing else.
-        let signals = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let signals = SignalFd::with_flags(blocked, SfdFlags::SFD_CLOEXEC)?;
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         let flags = epoll::EventFlags::IN;
         epoll::add(&epoll, &signals, epoll::EventData::new_u64(SIGNALS), flags)?;
@@ -780,21 +769,10 @@ impl Loop {
     /// loop); SIGINT and SIGQUIT come from the terminal, which sends them to
     /// the program too: they are only counted ([`Loop::interrupted`]).
     fn signal(&mut self, pidfd: Option<&OwnedFd>) -> Option<Ended> {
-        // SAFETY: signalfd_siginfo is plain data.
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
         // One record per wake-up; epoll wakes again while more are pending.
-        // SAFETY: reads at most one record into `info`, which is writable.
-        let got = unsafe {
-            libc::read(
-                self.signals.as_raw_fd(),
-                (&mut info as *mut libc::signalfd_siginfo).cast(),
-                size,
-            )
-        };
-        if got != size as isize {
+        let Ok(Some(info)) = self.signals.read_signal() else {
             return None;
-        }
+        };
         let sig = info.ssi_signo as i32;
         if matches!(sig, libc::SIGTERM | libc::SIGHUP)
             && let Some(sig) = Signal::from_named_raw(sig)
@@ -1004,8 +982,7 @@ const NAMED: usize = 256;
 /// the keeper does not serve the channel, or does not answer.
 pub fn end_leftovers() -> Option<Leftovers> {
     let channel = channel().filter(|c| c.served())?;
-    // SAFETY: the channel's descriptor stays open for the process's life.
-    let conn = unsafe { BorrowedFd::borrow_raw(channel.fd) };
+    let conn = channel.fd.as_fd();
     rustix::net::send(conn, &[END_LEFTOVERS], SendFlags::empty()).ok()?;
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -1051,7 +1028,7 @@ mod tests {
 
     fn channel(fd: OwnedFd) -> Channel {
         Channel {
-            fd: fd.into_raw_fd(),
+            fd,
             keeper: 0,
             answer: OnceLock::new(),
             head_start: OnceLock::new(),

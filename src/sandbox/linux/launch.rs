@@ -26,11 +26,13 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
+
+use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask, sigprocmask};
 
 /// One step run in the child just before exec. It runs where only
 /// async-signal-safe calls are sound and must not allocate.
@@ -118,15 +120,12 @@ impl Launched {
 
     /// Waits for the program to end and reaps it.
     pub fn wait(&mut self) -> io::Result<ExitStatus> {
-        let mut status = 0;
+        let pid = rustix::process::Pid::from_raw(self.pid).ok_or(io::ErrorKind::InvalidInput)?;
         loop {
-            // SAFETY: waits for our own child, writing its status to a local.
-            if unsafe { libc::waitpid(self.pid, &mut status, 0) } >= 0 {
-                return Ok(ExitStatus::from_raw(status));
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+                Ok(Some((_, status))) => return Ok(ExitStatus::from_raw(status.as_raw())),
+                Ok(None) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -160,8 +159,8 @@ struct Prepared<'a> {
     sh_argv: &'a [*const libc::c_char],
     envp: &'a [*const libc::c_char],
     cwd: Option<&'a CString>,
-    cwd_fd: RawFd,
-    stdio: [RawFd; 3],
+    cwd_fd: Option<BorrowedFd<'a>>,
+    stdio: [Option<BorrowedFd<'a>>; 3],
     new_group: bool,
     steps: &'a mut [Step],
     failed: Option<Failure>,
@@ -336,8 +335,7 @@ impl Launch {
             .transpose()?;
         // A descriptor meant for 0, 1 or 2 is moved above them first, so
         // that placing one cannot close another not yet placed.
-        let mut stdio = [-1; 3];
-        for (i, fd) in self.stdio.iter_mut().enumerate() {
+        for fd in self.stdio.iter_mut() {
             if let Some(owned) = fd.take() {
                 let raised = if owned.as_raw_fd() < 3 {
                     rustix::io::fcntl_dupfd_cloexec(&owned, 3).map_err(|e| LaunchError::Os {
@@ -347,17 +345,17 @@ impl Launch {
                 } else {
                     owned
                 };
-                stdio[i] = raised.as_raw_fd();
                 *fd = Some(raised);
             }
         }
+        let stdio = [0, 1, 2].map(|i| self.stdio[i].as_ref().map(|f| f.as_fd()));
         let mut prepared = Prepared {
             path: &path,
             argv: &argv,
             sh_argv: &sh_argv,
             envp: &envp,
             cwd: cwd.as_ref(),
-            cwd_fd: self.cwd_fd.as_ref().map_or(-1, |f| f.as_raw_fd()),
+            cwd_fd: self.cwd_fd.as_ref().map(|f| f.as_fd()),
             stdio,
             new_group: self.new_group,
             steps: &mut self.steps,
@@ -400,14 +398,12 @@ pub(super) unsafe fn vfork(
     flags: libc::c_int,
 ) -> io::Result<libc::pid_t> {
     let stack = Stack::new()?;
-    // SAFETY: sigset_t values are plain data, filled by sigfillset and
-    // pthread_sigmask before they are read.
-    let (mut all, mut old) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-    // SAFETY: both point at the locals above.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
+    let mut old = SigSet::empty();
+    let _ = pthread_sigmask(
+        SigmaskHow::SIG_SETMASK,
+        Some(&SigSet::all()),
+        Some(&mut old),
+    );
     // SAFETY: the child runs `run` on `stack`, which lives until after clone
     // returns; with CLONE_VFORK this thread is suspended until the child has
     // exec'd or ended, so the child's use of `arg` (and of this thread's
@@ -423,8 +419,7 @@ pub(super) unsafe fn vfork(
         )
     };
     let clone_error = (pid < 0).then(io::Error::last_os_error);
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     drop(stack);
     match clone_error {
         Some(e) => Err(e),
@@ -440,8 +435,7 @@ struct Stack {
 
 impl Stack {
     fn new() -> io::Result<Stack> {
-        // SAFETY: sysconf with a constant name reads no memory of ours.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let page = rustix::param::page_size();
         let len = STACK + page;
         // SAFETY: an anonymous private mapping at an address the kernel
         // chooses; nothing else refers to it.
@@ -518,42 +512,41 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
             }
         }
     }
-    for (target, &fd) in p.stdio.iter().enumerate() {
-        if fd >= 0 {
-            // SAFETY: dup2 on descriptors the parent keeps open until the
-            // child has exec'd; the copy at 0, 1 or 2 is not close-on-exec.
-            if unsafe { libc::dup2(fd, target as libc::c_int) } < 0 {
-                return fail(1, errno());
-            }
+    // The copy at 0, 1 or 2 is not close-on-exec.
+    for (target, fd) in p.stdio.iter().enumerate() {
+        let Some(fd) = *fd else { continue };
+        let placed = match target {
+            0 => rustix::stdio::dup2_stdin(fd),
+            1 => rustix::stdio::dup2_stdout(fd),
+            _ => rustix::stdio::dup2_stderr(fd),
+        };
+        if let Err(e) = placed {
+            return fail(1, e.raw_os_error());
         }
     }
-    // SAFETY: setpgid on this process only.
-    if p.new_group && unsafe { libc::setpgid(0, 0) } != 0 {
-        return fail(2, errno());
+    if p.new_group
+        && let Err(e) = rustix::process::setpgid(None, None)
+    {
+        return fail(2, e.raw_os_error());
     }
-    // SAFETY: fchdir on a descriptor the parent keeps open until exec.
-    if p.cwd_fd >= 0 && unsafe { libc::fchdir(p.cwd_fd) } != 0 {
-        return fail(3, errno());
+    if let Some(dir) = p.cwd_fd
+        && let Err(e) = rustix::process::fchdir(dir)
+    {
+        return fail(3, e.raw_os_error());
     }
-    if let Some(cwd) = p.cwd {
-        // SAFETY: a NUL-terminated string the parent keeps alive.
-        if unsafe { libc::chdir(cwd.as_ptr()) } != 0 {
-            return fail(3, errno());
-        }
+    if let Some(cwd) = p.cwd
+        && let Err(e) = rustix::process::chdir(cwd.as_c_str())
+    {
+        return fail(3, e.raw_os_error());
     }
     for step in p.steps.iter_mut() {
         if let Err(e) = step() {
             return fail(4, e.raw_os_error().unwrap_or(0));
         }
     }
-    // SAFETY: sigset_t is plain data, emptied before it is used; the mask
-    // is this child's own (CLONE_VFORK without CLONE_THREAD).
-    unsafe {
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut none);
-        if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
-            return fail(5, errno());
-        }
+    // The mask is this child's own (CLONE_VFORK without CLONE_THREAD).
+    if let Err(e) = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None) {
+        return fail(5, e as i32);
     }
     // SAFETY: the path and the NULL-terminated argument and environment
     // arrays point at strings the parent keeps alive; on success nothing

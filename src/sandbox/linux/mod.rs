@@ -29,12 +29,14 @@ pub mod door;
 pub mod exit;
 pub mod keeper;
 pub mod launch;
+pub mod memory;
 pub mod ns;
 pub mod seccomp;
 pub mod supervise;
 
 use std::collections::BTreeSet;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -465,10 +467,9 @@ impl Confinement {
                 message.extend(serde_json::to_vec(info).unwrap_or_default());
             }
             Report {
-                channel: channel.fd,
+                channel: channel.fd.as_fd(),
                 message,
-                // SAFETY: CMSG_SPACE only computes a size.
-                control: vec![0u8; unsafe { libc::CMSG_SPACE(4) } as usize],
+                control: vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))],
             }
         });
         let mut report = report;
@@ -485,14 +486,13 @@ impl Confinement {
         // the child has a copy of the descriptor table.
         unsafe {
             command.add_step(Box::new(move || {
-                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                rustix::thread::set_no_new_privs(true)?;
                 if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                if floor && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
+                if floor {
+                    let kill = rustix::process::Signal::KILL;
+                    rustix::process::set_parent_process_death_signal(Some(kill))?;
                 }
                 // Nothing but stdin, stdout and stderr crosses the exec: a
                 // descriptor nd7 run inherited (a socket to another program,
@@ -509,7 +509,7 @@ impl Confinement {
                 if let Some(filter) = filter {
                     let listener = seccomp::install(filter, report.is_some())?;
                     if let Some(report) = &mut report {
-                        let sent = report.send(listener);
+                        let sent = report.send(BorrowedFd::borrow_raw(listener));
                         libc::close(listener);
                         sent?;
                     }
@@ -523,38 +523,26 @@ impl Confinement {
 /// The message a confined child sends the keeper with its listener,
 /// prepared in the parent.
 struct Report {
-    channel: libc::c_int,
+    channel: BorrowedFd<'static>,
     message: Vec<u8>,
-    control: Vec<u8>,
+    control: Vec<MaybeUninit<u8>>,
 }
 
 impl Report {
     /// Sends the message with `listener` attached. Makes one system call on
     /// memory this value owns and allocates nothing, so it is sound between
     /// fork and exec.
-    fn send(&mut self, listener: libc::c_int) -> std::io::Result<()> {
-        let mut iov = libc::iovec {
-            iov_base: self.message.as_mut_ptr().cast(),
-            iov_len: self.message.len(),
-        };
-        // SAFETY: msghdr is plain data; every field used is set below.
-        let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
-        header.msg_iov = &mut iov;
-        header.msg_iovlen = 1;
-        header.msg_control = self.control.as_mut_ptr().cast();
-        header.msg_controllen = self.control.len() as _;
-        // SAFETY: the control buffer is CMSG_SPACE(4) bytes, room for one
-        // header and one descriptor, and `header` points at it.
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&header);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), listener);
-            if libc::sendmsg(self.channel, &header, libc::MSG_NOSIGNAL) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
+    fn send(&mut self, listener: BorrowedFd<'_>) -> std::io::Result<()> {
+        use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        let listener = [listener];
+        let mut control = SendAncillaryBuffer::new(&mut self.control);
+        control.push(SendAncillaryMessage::ScmRights(&listener));
+        rustix::net::sendmsg(
+            self.channel,
+            &[std::io::IoSlice::new(&self.message)],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        )?;
         Ok(())
     }
 }

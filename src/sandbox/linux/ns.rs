@@ -31,7 +31,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -39,9 +39,7 @@ use crate::policy::deferred::{Guard, Guarded};
 
 // The new mount API's flags (linux/mount.h, stable since Linux 5.2 and
 // 5.12), which the libc crate does not carry.
-const OPEN_TREE_CLONE: libc::c_uint = 1;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 /// `struct mount_attr`, version 0.
 #[repr(C)]
@@ -50,20 +48,6 @@ struct MountAttr {
     attr_clr: u64,
     propagation: u64,
     userns_fd: u64,
-}
-/// `_LINUX_CAPABILITY_VERSION_3`, and its header and data for `capset`.
-const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
 }
 /// `CAP_SYS_ADMIN`, the capability the bind mounts need, and
 /// `CAP_SETPCAP`, the one that empties the bounding set afterwards.
@@ -128,19 +112,15 @@ pub struct Namespaces {
 }
 
 /// Opens `path` for writing and writes `text` into it, with raw system
-/// calls only (the trial child must not allocate). Returns false on
-/// error, errno set.
-fn write_file_raw(path: &CStr, text: &[u8]) -> bool {
-    // SAFETY: `path` is a NUL-terminated string that outlives the call.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return false;
+/// calls only (the trial child must not allocate: rustix takes the `CStr`
+/// as it is).
+fn write_file_raw(path: &CStr, text: &[u8]) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+    match rustix::io::write(&fd, text)? {
+        n if n == text.len() => Ok(()),
+        _ => Err(io::Error::from(rustix::io::Errno::IO)),
     }
-    // SAFETY: the pointer and length are `text`'s own.
-    let n = unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
-    // SAFETY: `fd` was opened above and is closed once.
-    unsafe { libc::close(fd) };
-    n == text.len() as isize
 }
 
 /// The one-line uid and gid maps that map the account to itself.
@@ -160,72 +140,43 @@ impl Maps {
     }
 
     /// Writes the maps of the calling process, just made in a new user
-    /// namespace, with raw system calls only. Returns the failed step.
-    fn write(&self) -> Result<(), usize> {
-        if !write_file_raw(c"/proc/self/setgroups", b"deny") {
-            return Err(1);
-        }
-        if !write_file_raw(c"/proc/self/uid_map", &self.uid) {
-            return Err(2);
-        }
-        if !write_file_raw(c"/proc/self/gid_map", &self.gid) {
-            return Err(3);
-        }
-        Ok(())
+    /// namespace, with raw system calls only. Returns the failed step and
+    /// why.
+    fn write(&self) -> Result<(), (usize, io::Error)> {
+        write_file_raw(c"/proc/self/setgroups", b"deny").map_err(|e| (1, e))?;
+        write_file_raw(c"/proc/self/uid_map", &self.uid).map_err(|e| (2, e))?;
+        write_file_raw(c"/proc/self/gid_map", &self.gid).map_err(|e| (3, e))
     }
 }
 
 /// Sets the calling thread's effective and permitted capabilities to
 /// `keep` (a mask of the first 32) and its inheritable ones to none.
 fn set_capabilities(keep: u32) -> io::Result<()> {
-    let header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let data = [
-        CapData {
+    use rustix::thread::{CapabilitySet, CapabilitySets};
+    let keep = CapabilitySet::from_bits_retain(u64::from(keep));
+    rustix::thread::set_capabilities(
+        None,
+        CapabilitySets {
             effective: keep,
             permitted: keep,
-            inheritable: 0,
+            inheritable: CapabilitySet::empty(),
         },
-        CapData {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        },
-    ];
-    // SAFETY: capset reads a header and two data structs of the kernel's
-    // layout for version 3, both locals that outlive the call.
-    match unsafe { libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) } {
-        0 => Ok(()),
-        _ => Err(io::Error::last_os_error()),
-    }
+    )?;
+    Ok(())
 }
 
 /// Clears the calling thread's ambient and bounding sets and then its
 /// other capabilities, with raw system calls only (it also runs between
 /// fork and exec).
 fn drop_all(last_cap: libc::c_ulong) -> io::Result<()> {
-    // SAFETY: prctl with integer arguments.
-    if unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    for cap in 0..=last_cap {
-        // SAFETY: prctl with integer arguments; EINVAL names a capability
-        // this kernel does not have.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0
-            && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
-        {
-            return Err(io::Error::last_os_error());
+    rustix::thread::clear_ambient_capability_set()?;
+    // A capability set holds 64 (capset's version 3); kernels have ~41.
+    for cap in 0..=last_cap.min(63) {
+        let one = rustix::thread::CapabilitySet::from_bits_retain(1 << cap);
+        // EINVAL names a capability this kernel does not have.
+        match rustix::thread::remove_capability_from_bounding_set(one) {
+            Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     set_capabilities(0)
@@ -275,8 +226,7 @@ pub fn enter() -> Result<Namespaces, NsError> {
     if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
         return Err(step(UNSHARE, io::Error::last_os_error()));
     }
-    maps.write()
-        .map_err(|i| step(i, io::Error::last_os_error()))?;
+    maps.write().map_err(|(i, e)| step(i, e))?;
     set_capabilities(1 << CAP_SYS_ADMIN | 1 << CAP_SETPCAP).map_err(|e| step(KEEP_MOUNT, e))?;
     if let Ok(root) = outside {
         let _ = OUTSIDE_ROOT.set(root);
@@ -343,34 +293,17 @@ impl Namespaces {
         // taking no lock.
         unsafe {
             command.add_step(Box::new(move || {
-                if let Some(cwd) = &cwd
-                    && libc::chdir(cwd.as_ptr()) != 0
-                {
-                    return Err(io::Error::last_os_error());
+                if let Some(cwd) = &cwd {
+                    rustix::process::chdir(cwd.as_c_str())?;
                 }
                 // The session's threads that start processes hold no
                 // bounding set; one that did is caught by its mounting
                 // capability, the last the session gives up.
-                if libc::prctl(
-                    libc::PR_CAPBSET_READ,
-                    CAP_SYS_ADMIN as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                {
+                let admin = rustix::thread::CapabilitySet::from_bits_retain(1 << CAP_SYS_ADMIN);
+                if rustix::thread::capability_is_in_bounding_set(admin) != Ok(false) {
                     return drop_all(last_cap);
                 }
-                if libc::prctl(
-                    libc::PR_CAP_AMBIENT,
-                    libc::PR_CAP_AMBIENT_CLEAR_ALL,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                {
-                    return Err(io::Error::last_os_error());
-                }
+                rustix::thread::clear_ambient_capability_set()?;
                 set_capabilities(0)
             }));
         }
@@ -381,28 +314,19 @@ impl Namespaces {
 /// Binds `path` onto itself in the calling process's mount namespace,
 /// read-only when asked.
 fn bind(path: &CStr, read_only: bool) -> Result<(), NsError> {
-    // SAFETY: `path` is a NUL-terminated string that outlives the call.
-    let tree = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            OPEN_TREE_CLONE
-                | libc::O_CLOEXEC as libc::c_uint
-                | AT_RECURSIVE
-                | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
-        )
+    use rustix::mount::{MoveMountFlags, OpenTreeFlags};
+    let tree = match rustix::mount::open_tree(
+        rustix::fs::CWD,
+        path,
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_RECURSIVE
+            | OpenTreeFlags::AT_SYMLINK_NOFOLLOW,
+    ) {
+        Ok(tree) => tree,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(step(CLONE_MOUNT, e.into())),
     };
-    if tree < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOENT) => Ok(()),
-            _ => Err(step(CLONE_MOUNT, e)),
-        };
-    }
-    // SAFETY: the kernel just returned this descriptor; it is owned here
-    // and closed once, when `tree` drops.
-    let tree = unsafe { OwnedFd::from_raw_fd(tree as RawFd) };
     if read_only {
         let attr = MountAttr {
             attr_set: MOUNT_ATTR_RDONLY,
@@ -426,21 +350,14 @@ fn bind(path: &CStr, read_only: bool) -> Result<(), NsError> {
             return Err(step(READ_ONLY, io::Error::last_os_error()));
         }
     }
-    // SAFETY: both strings are NUL-terminated and outlive the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    if r != 0 {
-        return Err(step(MOVE_MOUNT, io::Error::last_os_error()));
-    }
-    Ok(())
+    rustix::mount::move_mount(
+        &tree,
+        c"",
+        rustix::fs::CWD,
+        path,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(|e| step(MOVE_MOUNT, e.into()))
 }
 
 /// What the trial child is given, and what it leaves behind.
@@ -457,8 +374,8 @@ extern "C" fn trial_in_child(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `Trial` the parent passed to clone, alive and not
     // touched by the parent until this child has ended (CLONE_VFORK).
     let trial = unsafe { &mut *arg.cast::<Trial<'_>>() };
-    if let Err(i) = trial.maps.write() {
-        trial.failed = (i, io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    if let Err((i, e)) = trial.maps.write() {
+        trial.failed = (i, e.raw_os_error().unwrap_or(0));
     }
     0
 }
@@ -484,11 +401,12 @@ pub fn trial() -> Result<(), NsError> {
         )
     }
     .map_err(|e| step(UNSHARE, e))?;
-    let mut status = 0;
-    // SAFETY: reaps our own child, writing its status to a local.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
-        && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-    {}
+    // Reaps our own child.
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        while let Err(rustix::io::Errno::INTR) =
+            rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
+        {}
+    }
     match trial.failed {
         (0, 0) => Ok(()),
         (i, errno) => Err(step(i, io::Error::from_raw_os_error(errno))),

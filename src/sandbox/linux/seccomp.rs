@@ -175,12 +175,12 @@ impl Filter {
 /// One classic-BPF instruction, as the kernel reads it.
 pub type Insn = libc::sock_filter;
 
-// Classic BPF opcodes used here.
-const LD_W_ABS: u16 = 0x20;
-const JEQ_K: u16 = 0x15;
-const JGE_K: u16 = 0x35;
-const JSET_K: u16 = 0x45;
-const RET_K: u16 = 0x06;
+// Classic BPF opcodes used here, composed from the kernel's (libc's) parts.
+const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 
 // seccomp_data offsets: nr, arch, then the arguments (little-endian, so an
 // argument's low half comes first).
@@ -190,13 +190,13 @@ const fn arg_low(i: u32) -> u32 {
     16 + 8 * i
 }
 
-pub const RET_ALLOW: u32 = 0x7fff_0000;
-pub const RET_NOTIFY: u32 = 0x7fc0_0000;
-pub const RET_KILL_PROCESS: u32 = 0x8000_0000;
-pub const RET_EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
+pub const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+pub const RET_NOTIFY: u32 = libc::SECCOMP_RET_USER_NOTIF;
+pub const RET_KILL_PROCESS: u32 = libc::SECCOMP_RET_KILL_PROCESS;
+pub const RET_EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
 
-const SECCOMP_SET_MODE_FILTER: u32 = 1;
-const FLAG_NEW_LISTENER: u32 = 1 << 3;
+const SECCOMP_SET_MODE_FILTER: u32 = libc::SECCOMP_SET_MODE_FILTER;
+const FLAG_NEW_LISTENER: u32 = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32;
 const X32_BIT: u32 = 0x4000_0000;
 const SOCKETCALL_BIND: u32 = 2;
 const SOCKETCALL_CONNECT: u32 = 3;
@@ -657,9 +657,7 @@ pub fn full_program(sockets: Sockets) -> Option<&'static [Insn]> {
 
 /// Whether this kernel runs seccomp filters at all.
 pub fn available() -> bool {
-    // SAFETY: PR_GET_SECCOMP takes no pointer and changes nothing.
-    let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
-    mode >= 0
+    rustix::thread::secure_computing_mode().is_ok()
 }
 
 /// Installs `filter` on the calling thread, asking for a listener when it
@@ -678,7 +676,7 @@ pub fn install(filter: &[Insn], listener: bool) -> io::Result<libc::c_int> {
     // mitigations (SSBD, and STIBP where so configured) for every process
     // under the filter, slowing the agent and every command; they protect a
     // process from itself, which is not what the filter is for.
-    const SPEC_ALLOW: libc::c_ulong = 1 << 2;
+    const SPEC_ALLOW: libc::c_ulong = libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW;
     let flags: libc::c_ulong = if listener {
         libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | SPEC_ALLOW
     } else {
@@ -1010,8 +1008,7 @@ mod tests {
         assert!(pid >= 0);
         if pid == 0 {
             let code = (|| {
-                // SAFETY: plain prctl with integer arguments.
-                if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+                if rustix::thread::set_no_new_privs(true).is_err() {
                     return 10;
                 }
                 if install(&filter, false).is_err() {
@@ -1060,10 +1057,15 @@ mod tests {
             // destructors or test harness.
             unsafe { libc::_exit(code) };
         }
-        let mut status = 0;
-        // SAFETY: waits for the child forked above.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(libc::WIFEXITED(status), "child died: {status}");
-        assert_eq!(libc::WEXITSTATUS(status), 0, "step that failed");
+        let pid = rustix::process::Pid::from_raw(pid).expect("a child's pid");
+        let (_, status) =
+            rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
+                .expect("waitpid")
+                .expect("the child's status");
+        assert_eq!(
+            status.exit_status(),
+            Some(0),
+            "child died or a step failed: {status:?}"
+        );
     }
 }

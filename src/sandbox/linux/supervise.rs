@@ -32,14 +32,14 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use rustix::net::AddressFamily;
 use rustix::process::{Pid, PidfdFlags, pidfd_getfd, pidfd_open};
 
 use super::attrs;
+use super::memory::read_memory;
 use super::seccomp;
 
 /// The sockets the session may connect to.
@@ -135,29 +135,6 @@ fn classify(data: &libc::seccomp_data) -> Call {
 
 fn errno(e: io::Error) -> i32 {
     e.raw_os_error().unwrap_or(libc::EIO)
-}
-
-/// Reads `buf.len()` bytes at `addr` in process `pid`.
-pub(super) fn read_memory(pid: i32, addr: u64, buf: &mut [u8]) -> Result<(), i32> {
-    if buf.is_empty() {
-        return Ok(());
-    }
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: `local` covers `buf`, which is writable and borrowed for the
-    // call; `remote` is only read by the kernel, in the other process.
-    let got = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    if got == buf.len() as isize {
-        Ok(())
-    } else {
-        Err(libc::EFAULT)
-    }
 }
 
 /// The listener's notification and the process it came from.
@@ -776,85 +753,46 @@ struct Described {
     vfs: Option<(u32, u32)>,
 }
 
-const NETLINK_SOCK_DIAG: i32 = 4;
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const UDIAG_SHOW_NAME: u32 = 1;
 const UDIAG_SHOW_VFS: u32 = 2;
 const UNIX_DIAG_NAME: u16 = 0;
 const UNIX_DIAG_VFS: u16 = 1;
 
-#[repr(C)]
-struct UnixDiagReq {
-    family: u8,
-    protocol: u8,
-    pad: u16,
-    states: u32,
-    ino: u32,
-    show: u32,
-    cookie: [u32; 2],
-}
-
-#[repr(C)]
-struct Request {
-    header: libc::nlmsghdr,
-    body: UnixDiagReq,
+/// A `sock_diag` request for one unix socket: a `nlmsghdr` and a
+/// `unix_diag_req`, in the kernel's layout (native byte order).
+fn request(ino: u32, cookie: u64) -> [u8; 40] {
+    let mut r = [0u8; 40];
+    let mut put = |at: usize, bytes: &[u8]| r[at..at + bytes.len()].copy_from_slice(bytes);
+    // nlmsghdr: length, type, flags, sequence, port.
+    put(0, &40u32.to_ne_bytes());
+    put(4, &SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    put(6, &(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    put(8, &1u32.to_ne_bytes());
+    // unix_diag_req: family, protocol, pad, states, inode, show, cookie.
+    put(16, &[libc::AF_UNIX as u8, 0]);
+    put(20, &(!0u32).to_ne_bytes());
+    put(24, &ino.to_ne_bytes());
+    put(28, &(UDIAG_SHOW_NAME | UDIAG_SHOW_VFS).to_ne_bytes());
+    put(32, &(cookie as u32).to_ne_bytes());
+    put(36, &((cookie >> 32) as u32).to_ne_bytes());
+    r
 }
 
 /// Asks the kernel about the unix socket with inode `ino` and `cookie`:
 /// `None` when there is no such socket (closed, or the cookie is another's).
 fn describe(ino: u32, cookie: u64) -> io::Result<Option<Described>> {
-    // SAFETY: socket() returns a new descriptor or -1.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            NETLINK_SOCK_DIAG,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and is owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let request = Request {
-        header: libc::nlmsghdr {
-            nlmsg_len: std::mem::size_of::<Request>() as u32,
-            nlmsg_type: SOCK_DIAG_BY_FAMILY,
-            nlmsg_flags: libc::NLM_F_REQUEST as u16,
-            nlmsg_seq: 1,
-            nlmsg_pid: 0,
-        },
-        body: UnixDiagReq {
-            family: libc::AF_UNIX as u8,
-            protocol: 0,
-            pad: 0,
-            states: !0,
-            ino,
-            show: UDIAG_SHOW_NAME | UDIAG_SHOW_VFS,
-            cookie: [cookie as u32, (cookie >> 32) as u32],
-        },
-    };
-    // SAFETY: sends the bytes of a live, fully initialised #[repr(C)] value.
-    let sent = unsafe {
-        libc::send(
-            fd.as_raw_fd(),
-            (&request as *const Request).cast(),
-            std::mem::size_of::<Request>(),
-            0,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
-    // SAFETY: receives into `buf`, which is writable for its whole length.
-    let got = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel wrote the first `got` bytes.
-    let reply: &[u8] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), got as usize) };
-    parse_reply(reply)
+    use rustix::net::{SendFlags, SocketFlags, SocketType, netlink};
+    let fd = rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        Some(netlink::SOCK_DIAG),
+    )?;
+    rustix::net::send(&fd, &request(ino, cookie), SendFlags::empty())?;
+    let mut buf = [0u8; 4096];
+    let (got, _) = rustix::net::recv(&fd, &mut buf[..], rustix::net::RecvFlags::empty())?;
+    parse_reply(&buf[..got.min(buf.len())])
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {

@@ -18,8 +18,6 @@ mod deferred;
 mod interactive;
 pub(crate) mod mock_api;
 mod mock_responses;
-#[cfg(target_os = "linux")]
-mod redteam_codex_run;
 mod transcript;
 
 use mock_api::{Block, MockApi, bash};
