@@ -36,9 +36,10 @@ python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "test: installing ${missing[*]}" >&2
-    apt-get update -qq
+    # .ci/run installs in two lanes at once: one apt at a time.
+    flock /var/lock/nd7-apt apt-get update -qq
     # shellcheck disable=SC2068
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${missing[@]} >/dev/null
+    DEBIAN_FRONTEND=noninteractive flock /var/lock/nd7-apt apt-get install -y -qq ${missing[@]} >/dev/null
   else
     echo "test: install these first: ${missing[*]}" >&2
     exit 2
