@@ -42,7 +42,7 @@ use phases::{Checked, Split};
 /// 128+N when signal N ended it.
 pub fn run(options: &Options, announce: impl Fn(&str)) -> Result<i32, RunError> {
     let kept = match Checked::check()?.split()? {
-        Split::Keeper(code) => return Ok(code),
+        Split::Done(code) => return Ok(code),
         Split::Run(kept) => kept,
     };
     let running = kept

@@ -51,7 +51,7 @@ pub(super) struct Checked {
 /// Which process [`Checked::split`] returned in.
 pub(super) enum Split {
     /// The front or the keeper: the run is over; exit with this status.
-    Keeper(i32),
+    Done(i32),
     /// `nd7 run` itself, under its keeper, to carry on.
     Run(Kept),
 }
@@ -201,7 +201,7 @@ impl Checked {
             .encode()
         };
         match sandbox::keep_session(&self.base.sessions, head_start).map_err(RunError::Sandbox)? {
-            sandbox::Kept::Done(code) => Ok(Split::Keeper(code)),
+            sandbox::Kept::Done(code) => Ok(Split::Done(code)),
             sandbox::Kept::Session => Ok(Split::Run(Kept { base: self.base })),
         }
     }

@@ -623,8 +623,8 @@ pub fn keep_session(
     #[cfg(target_os = "linux")]
     {
         match linux::keeper::split(sessions, head_start)? {
-            linux::keeper::Side::Keeper(code) => Ok(Kept::Done(code)),
-            linux::keeper::Side::Session => Ok(Kept::Session),
+            linux::keeper::Side::Done(code) => Ok(Kept::Done(code)),
+            linux::keeper::Side::Run => Ok(Kept::Session),
         }
     }
     #[cfg(not(target_os = "linux"))]
