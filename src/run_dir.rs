@@ -131,8 +131,7 @@ pub struct Running {
 /// The runs, one a line: pid, project, start (local time), program.
 fn listing(runs: &[Running]) -> String {
     let zone = jiff::tz::TimeZone::system();
-    runs
-        .iter()
+    runs.iter()
         .map(|s| {
             let since = s
                 .started_at

@@ -15,7 +15,7 @@ use crate::sandbox::Leftovers;
 use super::terminal::{Terminal, reset_terminal};
 
 /// The status `nd7 run` exits with when files that run outside the floor
-/// changed during the session, whatever the program's own status (which the
+/// changed during the run, whatever the program's own status (which the
 /// warning names).
 pub const CHANGED_STATUS: i32 = 3;
 

@@ -638,12 +638,7 @@ enum Ending {
 }
 
 impl Loop {
-    fn new(
-        run: u32,
-        channel: OwnedFd,
-        run_dirs: &RunDirs,
-        blocked: &SigSet,
-    ) -> io::Result<Loop> {
+    fn new(run: u32, channel: OwnedFd, run_dirs: &RunDirs, blocked: &SigSet) -> io::Result<Loop> {
         use rustix::event::epoll;
         let signals = SignalFd::with_flags(blocked, SfdFlags::SFD_CLOEXEC)?;
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
