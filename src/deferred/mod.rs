@@ -3,11 +3,11 @@
 //! what changed after each command through the exit, and what changed by the
 //! end, when `nd7 run` reports it ([`report`]) and exits with status 3.
 //!
-//! Where the run's namespaces lock these files (Linux with user
+//! Where the run's namespaces hold these files (Linux with user
 //! namespaces), the watch covers what no mount can: names that did not exist
 //! when the run started (a new `.envrc`, a `git init` in a
 //! subdirectory), grants made during the run, and Claude Code's state
-//! file, which it must keep writing. Where they cannot be locked, it covers
+//! file, which it must keep writing. Where they cannot be held, it covers
 //! everything on the list. Each check compares `lstat` results (type, mode,
 //! size, inode, change time, link target); only the start and the end read
 //! contents, to show a diff.
@@ -584,16 +584,16 @@ fn pretty(value: &Result<serde_json::Value, String>) -> Option<Body> {
 /// A run's watch.
 pub struct Watch {
     plan: Plan,
-    /// What is checked after each command: everything, or (when locks
-    /// hold) what no lock covers.
+    /// What is checked after each command: everything, or (when the holds
+    /// are in force) what no hold covers.
     quick: Vec<PathBuf>,
     /// The start snapshot of `quick`, taken before the program starts.
     start: Snapshot,
-    /// The start snapshot of what the locks hold, which nothing inside can
+    /// The start snapshot of what is held, which nothing inside can
     /// change: read beside the program ([`Watch::program_started`]), so it
     /// does not delay its start.
     held: Vec<PathBuf>,
-    locked: Background<Snapshot>,
+    held_start: Background<Snapshot>,
     /// The roots' directories and the listed names in them, indexed beside
     /// the program for the end-of-run search.
     index: Background<Vec<Index>>,
@@ -796,17 +796,17 @@ struct Seen {
 }
 
 impl Watch {
-    /// Takes the start snapshot of `plan`'s files. `locked` says whether
-    /// the plan's locks are in force (then only what they do not cover is
+    /// Takes the start snapshot of `plan`'s files. `all_held` says whether
+    /// the plan's holds are in force (then only what they do not cover is
     /// checked after each command). `policy` is the run's: its project
     /// and home say which grants the list covers.
-    pub fn start(plan: Plan, locked: bool, policy: &Policy) -> Watch {
+    pub fn start(plan: Plan, all_held: bool, policy: &Policy) -> Watch {
         let since = SystemTime::now() - Duration::from_secs(2);
         let (held, quick): (Vec<PathBuf>, Vec<PathBuf>) = plan
             .watched
             .iter()
             .cloned()
-            .partition(|p| locked && plan.locked(p));
+            .partition(|p| all_held && plan.held(p));
         let unreadable = std::sync::Arc::new(Unreadable::of(policy));
         let start = snapshot(&quick, true, None, &unreadable).entries;
         let own = own_project_keys(&policy.roots.project);
@@ -828,7 +828,7 @@ impl Watch {
             quick,
             start,
             held,
-            locked: Background::new(),
+            held_start: Background::new(),
             index: Background::new(),
             claude,
             own,
@@ -845,14 +845,14 @@ impl Watch {
     }
 
     /// Starts, once the program runs, what can be done beside it: the
-    /// snapshot of the locked files (nothing inside can change them) and the
+    /// snapshot of the held files (nothing inside can change them) and the
     /// roots' index. Reading each directory's time before its entries, the
     /// index misses nothing the program adds meanwhile: an entry added before
     /// a directory is read is found by its change time, one added after by
     /// the directory's.
     pub fn program_started(&self) {
         let (held, unreadable) = (self.held.clone(), self.unreadable.clone());
-        self.locked
+        self.held_start
             .start(move || snapshot(&held, true, None, &unreadable).entries);
         let roots = outermost(&self.plan.roots);
         let skip = self.caches.clone();
@@ -937,7 +937,7 @@ impl Watch {
         paths
     }
 
-    /// Checks, after one command through the exit, what no lock covers,
+    /// Checks, after one command through the exit, what no hold covers,
     /// and returns what changed since the last check (each change once).
     pub fn after_command(&self, command: &str) -> Vec<PathBuf> {
         let now: BTreeMap<PathBuf, Meta> =
@@ -981,7 +981,7 @@ impl Watch {
         let grants: &[GrantWatch] = granted.as_deref().map_or(&[], |g| &g.watched);
         let mut start = self.start.clone();
         start.extend(
-            self.locked
+            self.held_start
                 .get(|| snapshot(&self.held, true, None, &self.unreadable).entries)
                 .iter()
                 .map(|(p, e)| (p.clone(), e.clone())),

@@ -9,8 +9,8 @@
 //! it maps the account to itself and to nothing else (no one is root
 //! there), and keeps of the capabilities the new namespace gives it only
 //! the one that mounts. Once the plan is known it binds each guarded path
-//! onto itself ([`Namespaces::hold`]: read-only for [`Guard::Lock`], as it
-//! was for [`Guard::Pin`]) and drops every capability for good
+//! onto itself ([`Namespaces::hold`]: read-only for [`Guard::Hold`], as it
+//! was for [`Guard::Fix`]) and drops every capability for good
 //! ([`Namespaces::drop_capabilities`]), before it starts anything. The
 //! agent and every command the exit starts are then born inside the
 //! namespaces, with nothing to join and no capability to inherit; each
@@ -186,8 +186,8 @@ static OUTSIDE_ROOT: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
 
 /// The root directory as the account sees it outside the run's
 /// namespaces, opened (`O_PATH`, close-on-exec) just before `nd7 run` left
-/// them: a path looked up from it walks the mounts outside, where no lock
-/// is, so `nd7 run` can still tell what the account may write there (why
+/// them: a path looked up from it walks the mounts outside, where nothing
+/// is held, so `nd7 run` can still tell what the account may write there (why
 /// a write was refused, `refusals`). `None` outside an `nd7 run` that entered
 /// its namespaces. Nothing the run starts keeps it: every descriptor
 /// but the standard three is closed at exec.
@@ -236,7 +236,7 @@ pub fn enter() -> Result<Namespaces, NsError> {
 
 impl Namespaces {
     /// Binds each of `guarded` onto itself in the run's mount
-    /// namespace, in order (shallow first), read-only for the locked ones.
+    /// namespace, in order (shallow first), read-only for the held ones.
     /// A path gone since the plan was made is skipped: there is nothing to
     /// hold, and the watch still sees whatever takes its place. Nothing is
     /// followed through a link: a link in a guarded path fails its clone.
@@ -244,7 +244,7 @@ impl Namespaces {
         for g in guarded {
             let path = CString::new(g.path.as_os_str().as_bytes())
                 .map_err(|_| NsError::Path(g.path.display().to_string()))?;
-            bind(&path, g.guard == Guard::Lock)?;
+            bind(&path, g.guard == Guard::Hold)?;
         }
         Ok(())
     }
