@@ -454,8 +454,8 @@ impl Chained {
             .and_then(|f| f.map_err(RunError::Sandbox))
             .map_err(|e| chain.not_started(e))?;
         let watch = Arc::new(match snapshot {
-            Ok(watch) if held.locks() => watch,
-            _ => deferred::Watch::start(plan, held.locks(), &planned.policy),
+            Ok(watch) if held.all_held() => watch,
+            _ => deferred::Watch::start(plan, held.all_held(), &planned.policy),
         });
         sandbox::keeper_ready().map_err(|e| chain.not_started(RunError::Sandbox(e)))?;
         Ok(Confined {

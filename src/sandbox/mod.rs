@@ -415,7 +415,7 @@ pub fn enter_hold() -> Holding {
 }
 
 /// The root directory as the account sees it outside the session's
-/// namespaces, where the files that run later are not locked: on Linux once
+/// namespaces, where the files that run later are not held: on Linux once
 /// the session has entered them ([`enter_hold`]); `None` elsewhere.
 pub fn outside_root() -> Option<std::os::fd::BorrowedFd<'static>> {
     #[cfg(target_os = "linux")]
@@ -437,9 +437,9 @@ pub fn outside_root() -> Option<std::os::fd::BorrowedFd<'static>> {
 pub struct Held {
     #[cfg(target_os = "linux")]
     namespaces: Option<std::sync::Arc<linux::ns::Namespaces>>,
-    /// Whether every one of the plan's locks was made.
+    /// Whether every one of the plan's holds was made.
     #[cfg(target_os = "linux")]
-    locked: bool,
+    all_held: bool,
 }
 
 /// Holds `plan`'s files for the session in `holding`, and, on Linux, gives
@@ -465,7 +465,7 @@ pub fn hold(holding: Holding, plan: &Plan) -> Result<(Held, Option<String>), Str
         let not_held = bound.err().map(|e| e.to_string());
         Ok((
             Held {
-                locked: not_held.is_none(),
+                all_held: not_held.is_none(),
                 namespaces: Some(std::sync::Arc::new(ns)),
             },
             not_held,
@@ -498,12 +498,12 @@ pub fn hold_available() -> Result<&'static str, String> {
 }
 
 impl Held {
-    /// Whether the plan's locks are in force: false on Linux when the
+    /// Whether the plan's holds are in force: false on Linux when the
     /// namespaces could not be entered or a bind failed.
-    pub fn locks(&self) -> bool {
+    pub fn all_held(&self) -> bool {
         #[cfg(target_os = "linux")]
         {
-            self.locked
+            self.all_held
         }
         #[cfg(not(target_os = "linux"))]
         {
