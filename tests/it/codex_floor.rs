@@ -66,7 +66,7 @@ fn codex_cannot_rewrite_what_runs_after_it_nor_nd7s_trust_in_its_hooks() {
         .flat_map(|how| {
             [
                 // config.toml holds the trust of nd7 run's own hooks: the
-                // floor holds it read-only (deferred::HOME_LOCKED).
+                // floor holds it read-only (policy::deferred::HOME_HELD).
                 format!("{how} config.toml: refused"),
                 format!("{how} config.toml renamed: refused"),
                 format!("{how} config.toml removed: refused"),
@@ -151,7 +151,7 @@ fn a_sandbox_of_codexs_own_or_another_codex_home_is_refused_before_anything_star
 /// `codex` program itself under `~/.codex/packages/standalone` and points
 /// `~/.local/bin/codex` at it: whoever can write there decides what the
 /// user's next plain `codex` (outside any floor) runs. Guards
-/// `deferred::HOME_LOCKED`'s `.codex/packages`.
+/// `policy::deferred::HOME_HELD`'s `.codex/packages`.
 #[test]
 fn codex_cannot_replace_the_codex_its_standalone_installer_keeps_in_its_home() {
     let w = World::new();
@@ -262,7 +262,7 @@ mkdir -p "$P/sub/.codex" && echo 'notify = ["sh", "-c", "touch /tmp/x"]' > "$P/s
 /// NAME`; a later Codex reinstalls an installed plugin from there into its
 /// (held) `plugins/cache` whenever the version the marketplace names
 /// changes, and then starts its MCP servers. So Codex, under nd7 run, must
-/// not be able to edit it. Guards `deferred::HOME_LOCKED`'s
+/// not be able to edit it. Guards `policy::deferred::HOME_HELD`'s
 /// `.codex/.tmp/marketplaces`.
 #[test]
 fn codex_cannot_rewrite_a_marketplace_a_later_codex_installs_plugins_from() {
