@@ -22,7 +22,7 @@ use crate::policy::{Policy, Roots};
 use crate::run_dir::{self, Record, RunDir, RunDirs};
 use crate::run_entry::{self, Ended, RunFacts};
 use crate::run_log::RunLog;
-use crate::{deferred, record, run_grants, sandbox, session_log, shell_prefix};
+use crate::{record, run_grants, sandbox, session_log, shell_prefix, watch};
 
 use super::checks;
 use super::claude;
@@ -79,7 +79,7 @@ pub(super) struct Planned {
 pub(super) struct Held {
     planned: Planned,
     building: JoinHandle<Result<sandbox::Floor, String>>,
-    snapshot: JoinHandle<deferred::Watch>,
+    snapshot: JoinHandle<watch::Watch>,
     plan: crate::policy::deferred::Plan,
     held: sandbox::Held,
     /// Why the files that run later could not be held, when they could not.
@@ -102,7 +102,7 @@ pub(super) struct Confined {
     chain: Chain,
     run_dir: Removed,
     floor: sandbox::Floor,
-    watch: Arc<deferred::Watch>,
+    watch: Arc<watch::Watch>,
 }
 
 /// The exit and the door open (not yet answering); the events to record
@@ -232,7 +232,7 @@ impl Kept {
         // Named in the policy for Seatbelt, which holds files by name; on
         // Linux the plan holds them (the same list).
         policy.named_programs =
-            crate::policy::deferred::settings_programs(&policy, &deferred::FsTree::of(&policy))
+            crate::policy::deferred::settings_programs(&policy, &watch::FsTree::of(&policy))
                 .into_iter()
                 .filter(|p| !p.starts_with(&policy.roots.project))
                 .collect();
@@ -335,12 +335,12 @@ impl Planned {
             let (policy, nd7_exec) = (self.policy.clone(), self.base.nd7_exec.clone());
             std::thread::spawn(move || sandbox::floor(&policy, &nd7_exec))
         };
-        let plan = crate::policy::deferred::plan(&self.policy, &deferred::FsTree::of(&self.policy));
+        let plan = crate::policy::deferred::plan(&self.policy, &watch::FsTree::of(&self.policy));
         // The snapshot is taken as if the locks will hold (they nearly
         // always do), and again in `confine` if they do not.
         let snapshot = {
             let (plan, policy) = (plan.clone(), self.policy.clone());
-            std::thread::spawn(move || deferred::Watch::start(plan, true, &policy))
+            std::thread::spawn(move || watch::Watch::start(plan, true, &policy))
         };
         let (held, not_held) = sandbox::hold(holding, &plan).map_err(RunError::Sandbox)?;
         // The working directory was taken before the binds, beneath the
@@ -455,7 +455,7 @@ impl Chained {
             .map_err(|e| chain.not_started(e))?;
         let watch = Arc::new(match snapshot {
             Ok(watch) if held.all_held() => watch,
-            _ => deferred::Watch::start(plan, held.all_held(), &planned.policy),
+            _ => watch::Watch::start(plan, held.all_held(), &planned.policy),
         });
         sandbox::keeper_ready().map_err(|e| chain.not_started(RunError::Sandbox(e)))?;
         Ok(Confined {

@@ -396,7 +396,7 @@ echo ok
     );
 }
 
-/// Guards: the watch (`deferred::Watch`), for what no mount can hold —
+/// Guards: the watch (`watch::Watch`), for what no mount can hold —
 /// names that did not exist when the session started — and `run.rs`'s exit
 /// status 3 with the report.
 #[test]
