@@ -12,7 +12,7 @@
 //! the run's remaining commands and removes the run directory,
 //! whatever way the program ended. On Linux `nd7 run` runs in a child of
 //! `nd7 run`; `nd7 run` itself stays outside as its keeper, which ends every
-//! process the run left behind ([`sandbox::keep_session`]).
+//! process the run left behind ([`sandbox::keep_run`]).
 //!
 //! The start is a value per phase ([`phases`]), each made only by the one
 //! before it, so that a step out of order does not compile: the checks

@@ -200,9 +200,9 @@ impl Checked {
             }
             .encode()
         };
-        match sandbox::keep_session(&self.base.run_dirs, head_start).map_err(RunError::Sandbox)? {
+        match sandbox::keep_run(&self.base.run_dirs, head_start).map_err(RunError::Sandbox)? {
             sandbox::Kept::Done(code) => Ok(Split::Done(code)),
-            sandbox::Kept::Session => Ok(Split::Run(Kept { base: self.base })),
+            sandbox::Kept::Run => Ok(Split::Run(Kept { base: self.base })),
         }
     }
 }
@@ -352,7 +352,7 @@ impl Planned {
             action: "move to",
             source,
         })?;
-        sandbox::scope_session().map_err(RunError::Sandbox)?;
+        sandbox::scope_run().map_err(RunError::Sandbox)?;
         Ok(Held {
             planned: self,
             building,
