@@ -42,7 +42,7 @@
 //!   code), all `cfg(target_os)` is here.
 //! - [`run`]: `nd7 run`; [`run_grants`]: the grants a run starts with; [`run_codex`]: its Codex part
 //!   (`~/.codex` made and checked, the run's hooks trusted); [`running`]: commands still running under a grant.
-//! - [`deferred`]: the watch over files that run later outside the floor.
+//! - [`watch`]: the watch over files that run later outside the floor.
 //! - [`passwd`]: an account's home from `/etc/passwd`.
 //! - [`cli`]: the command line's definition.
 //! - [`setup`]: `nd7 setup` (settings, completions, the ship timer, Codex), `nd7 doctor`,
@@ -57,7 +57,6 @@
 pub use nd7_format::chain;
 pub mod cli;
 pub mod codex;
-pub mod deferred;
 pub use nd7_format::floor_wire;
 pub use nd7_format::hook;
 pub use nd7_platform::fault;
@@ -92,6 +91,7 @@ pub use nd7_format::vault;
 pub mod vault_admin;
 #[cfg(feature = "vault-server")]
 pub use nd7_vault_server as vault_server;
+pub mod watch;
 
 // `cargo test` without these features cannot build `vault_server`'s and
 // `self_update`'s tests: refuse to build, saying how to run them, rather

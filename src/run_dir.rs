@@ -7,7 +7,7 @@
 //! through a temporary file and a rename, so a reader never sees half a
 //! record. Nothing under `~/.nd7` is writable from inside a run.
 //!
-//! "RunDir" in nd7 is the log's word (`sessions/<id>` under the state
+//! "Session" in nd7 is the log's word (`sessions/<id>` under the state
 //! directory, `nd7 sessions`); the directory of a run is never called one
 //! (ADR-0065). An `~/.nd7/sessions` left by an older nd7 is not read.
 
@@ -129,10 +129,9 @@ pub struct Running {
 }
 
 /// The runs, one a line: pid, project, start (local time), program.
-fn listing(sessions: &[Running]) -> String {
+fn listing(runs: &[Running]) -> String {
     let zone = jiff::tz::TimeZone::system();
-    sessions
-        .iter()
+    runs.iter()
         .map(|s| {
             let since = s
                 .started_at
@@ -386,16 +385,16 @@ impl RunDirs {
         };
         let mut removed = Vec::new();
         for pid in pids {
-            let session = self.run(pid);
-            let live = session
+            let run_dir = self.run(pid);
+            let live = run_dir
                 .record()
                 .is_ok_and(|r| r.pid == pid && alive(pid, r.started));
             // A record that cannot be read may be one being written right
             // now; only a dead pid makes it stale then.
             let owner_alive = crate::kernel::start_time(pid).is_some();
-            let unreadable = session.record().is_err();
+            let unreadable = run_dir.record().is_err();
             let in_the_making = unreadable && owner_alive;
-            if !live && !in_the_making && fs::remove_dir_all(&session.dir).is_ok() {
+            if !live && !in_the_making && fs::remove_dir_all(&run_dir.dir).is_ok() {
                 removed.push(pid);
             }
         }
@@ -461,18 +460,18 @@ impl RunDirs {
                 Err(e) => return Err(io_err(dir, "create")(e)),
             }
         }
-        let session = self.run(record.pid);
-        match fs::remove_dir_all(&session.dir) {
+        let run_dir = self.run(record.pid);
+        match fs::remove_dir_all(&run_dir.dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(&session.dir, "remove the stale run directory")(e)),
+            Err(e) => return Err(io_err(&run_dir.dir, "remove the stale run directory")(e)),
         }
         fs::DirBuilder::new()
             .mode(0o700)
-            .create(&session.dir)
-            .map_err(io_err(&session.dir, "create"))?;
-        session.write_record(record, beside)?;
-        Ok(session)
+            .create(&run_dir.dir)
+            .map_err(io_err(&run_dir.dir, "create"))?;
+        run_dir.write_record(record, beside)?;
+        Ok(run_dir)
     }
 }
 
@@ -805,68 +804,68 @@ mod tests {
     fn a_session_is_private_and_reads_back() {
         use std::os::unix::fs::PermissionsExt;
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = RunDirs::under(home.path());
+        let run_dirs = RunDirs::under(home.path());
         let (pid, started) = me();
-        let session = sessions
+        let run_dir = run_dirs
             .create_plain(&record(pid, started))
             .expect("create");
-        assert_eq!(session.record().expect("read"), record(pid, started));
+        assert_eq!(run_dir.record().expect("read"), record(pid, started));
         for path in [
             home.path().join(".nd7"),
-            sessions.root().to_path_buf(),
-            session.dir.clone(),
-            session.record_path(),
+            run_dirs.root().to_path_buf(),
+            run_dir.dir.clone(),
+            run_dir.record_path(),
         ] {
             let mode = fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
             assert_eq!(mode & 0o077, 0, "{} is mode {mode:o}", path.display());
         }
-        assert_eq!(sessions.running().expect("list"), vec![pid]);
-        assert_eq!(sessions.pick(None).expect("one").pid, pid);
-        session.remove().expect("remove");
-        assert!(!session.dir.exists());
-        assert!(matches!(sessions.pick(None), Err(RunDirError::NoneRunning)));
+        assert_eq!(run_dirs.running().expect("list"), vec![pid]);
+        assert_eq!(run_dirs.pick(None).expect("one").pid, pid);
+        run_dir.remove().expect("remove");
+        assert!(!run_dir.dir.exists());
+        assert!(matches!(run_dirs.pick(None), Err(RunDirError::NoneRunning)));
     }
 
     #[test]
     fn stale_sessions_are_told_apart_from_running_ones() {
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = RunDirs::under(home.path());
+        let run_dirs = RunDirs::under(home.path());
         let (pid, started) = me();
-        sessions.create_plain(&record(pid, started)).expect("mine");
+        run_dirs.create_plain(&record(pid, started)).expect("mine");
         // Same pid, another start time: a process that has since died.
-        let reused = sessions.run(pid);
+        let reused = run_dirs.run(pid);
         // A pid that cannot exist (above pid_max), and one whose process
         // started at another time.
-        sessions
+        run_dirs
             .create_plain(&record(u32::MAX - 1, 1))
             .expect("dead");
         let mut other = record(1, 1);
         other.pid = 1;
-        sessions.create_plain(&other).expect("reused pid");
-        fs::create_dir_all(sessions.root().join("not-a-pid")).expect("mkdir");
-        assert_eq!(sessions.pids().expect("pids"), vec![1, pid, u32::MAX - 1]);
-        assert_eq!(sessions.running().expect("running"), vec![pid]);
-        let mut removed = sessions.clean_stale();
+        run_dirs.create_plain(&other).expect("reused pid");
+        fs::create_dir_all(run_dirs.root().join("not-a-pid")).expect("mkdir");
+        assert_eq!(run_dirs.pids().expect("pids"), vec![1, pid, u32::MAX - 1]);
+        assert_eq!(run_dirs.running().expect("running"), vec![pid]);
+        let mut removed = run_dirs.clean_stale();
         removed.sort_unstable();
         assert_eq!(removed, vec![1, u32::MAX - 1]);
         assert!(reused.dir.exists());
-        assert!(sessions.root().join("not-a-pid").exists());
+        assert!(run_dirs.root().join("not-a-pid").exists());
     }
 
     #[test]
     fn picking_says_which_sessions_there_are() {
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = RunDirs::under(home.path());
+        let run_dirs = RunDirs::under(home.path());
         let (pid, started) = me();
-        sessions.create_plain(&record(pid, started)).expect("mine");
+        run_dirs.create_plain(&record(pid, started)).expect("mine");
         let parent = rustix::process::getppid().expect("parent").as_raw_pid() as u32;
         let parent_started = crate::kernel::start_time(parent).expect("parent start");
-        sessions
+        run_dirs
             .create_plain(&record(parent, parent_started))
             .expect("parent's");
         let mut both = vec![pid, parent];
         both.sort_unstable();
-        match sessions.pick(None) {
+        match run_dirs.pick(None) {
             Err(e @ RunDirError::Several(_)) => {
                 let text = e.to_string();
                 assert!(
@@ -885,9 +884,9 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(sessions.pick(Some(parent)).expect("given").pid, parent);
+        assert_eq!(run_dirs.pick(Some(parent)).expect("given").pid, parent);
         assert!(matches!(
-            sessions.pick(Some(7)),
+            run_dirs.pick(Some(7)),
             Err(RunDirError::NotRunning(7))
         ));
     }
@@ -895,14 +894,14 @@ mod tests {
     #[test]
     fn grants_change_under_the_lock_and_survive_rereading() {
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = RunDirs::under(home.path());
+        let run_dirs = RunDirs::under(home.path());
         let (pid, started) = me();
-        let session = sessions.create_plain(&record(pid, started)).expect("mine");
+        let run_dir = run_dirs.create_plain(&record(pid, started)).expect("mine");
         std::thread::scope(|s| {
             for i in 0..8 {
-                let session = session.clone();
+                let run_dir = run_dir.clone();
                 s.spawn(move || {
-                    session
+                    run_dir
                         .change_policy(none, |p| {
                             let added = p.allow(Path::new(&format!("/g{i}"))).expect("grant");
                             (added, ())
@@ -911,7 +910,7 @@ mod tests {
                 });
             }
         });
-        let mut grants = session.record().expect("read").policy.grants;
+        let mut grants = run_dir.record().expect("read").policy.grants;
         grants.sort();
         assert_eq!(grants.len(), 8, "{grants:?}");
     }
@@ -922,20 +921,20 @@ mod tests {
             vec![(PROFILE, format!("{:?}\n", policy.grants))]
         }
         let home = tempfile::tempdir().expect("tempdir");
-        let sessions = RunDirs::under(home.path());
+        let run_dirs = RunDirs::under(home.path());
         let (pid, started) = me();
-        let session = sessions
+        let run_dir = run_dirs
             .create(&record(pid, started), profile)
             .expect("mine");
-        let beside = session.dir.join(PROFILE);
+        let beside = run_dir.dir.join(PROFILE);
         assert_eq!(fs::read_to_string(&beside).expect("written"), "[]\n");
-        session
+        run_dir
             .change_policy(profile, |p| (p.allow(Path::new("/g")).expect("grant"), ()))
             .expect("change");
         assert_eq!(
             fs::read_to_string(&beside).expect("rewritten"),
             "[\"/g\"]\n"
         );
-        assert!(!session.dir.join(FLOOR_PROFILE).exists());
+        assert!(!run_dir.dir.join(FLOOR_PROFILE).exists());
     }
 }

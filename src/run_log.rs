@@ -1,4 +1,4 @@
-//! A run's chain on disk: the one log an `nd7 run` session writes, from
+//! A run's chain on disk: the one log an `nd7 run` writes, from
 //! outside the sandbox floor (ADR-0031, docs/log-format.md "A run's chain").
 //!
 //! Inside the floor the logs are read-only. The hooks' payloads reach this
@@ -184,7 +184,7 @@ impl RunLog {
         }
     }
 
-    /// The chain a running session's record names, for writers other than
+    /// The chain a running run's record names, for writers other than
     /// `nd7 run` itself (`nd7 allow`, `nd7-exec` on macOS).
     pub fn open(record: &Record) -> Result<RunLog, RunLogError> {
         let LogRef { id, hooks } = record.log.clone().ok_or(RunLogError::NoChain(record.pid))?;
@@ -201,7 +201,7 @@ impl RunLog {
         Ok(RunLog::new(log, hooks))
     }
 
-    /// How the session's record names this chain.
+    /// How the run's record names this chain.
     pub fn reference(&self) -> LogRef {
         LogRef {
             id: self.log.session_id().to_string(),
@@ -514,9 +514,9 @@ pub struct GlimpseWire {
 }
 
 /// Writes the `grant` entry for a change `nd7 allow` or `nd7 deny` just made
-/// to `session`: the change, the path, and the grants now in force.
-pub fn grant_changed(session: &RunDir, change: &str, path: &Path) -> Result<u64, RunLogError> {
-    let record = session.record()?;
+/// to `run_dir`: the change, the path, and the grants now in force.
+pub fn grant_changed(run_dir: &RunDir, change: &str, path: &Path) -> Result<u64, RunLogError> {
+    let record = run_dir.record()?;
     let body = run_entry::grant_body(change, path, &record.policy.grants);
     RunLog::open(&record)?
         .note(run_entry::GRANT, None, None, &body)
@@ -524,15 +524,15 @@ pub fn grant_changed(session: &RunDir, change: &str, path: &Path) -> Result<u64,
 }
 
 /// Puts one of nd7's own entries (`source: exit:nd7`) into the log of the
-/// running session `session`, for code outside the floor that has something
-/// to report: processes ended with the session, a dangerous file changed, a
-/// grant dropped. `kind` is a new entry kind, documented in
+/// run whose directory is `run_dir`, for code outside the floor that has
+/// something to report: processes ended with the run, a dangerous file
+/// changed, a grant dropped. `kind` is a new entry kind, documented in
 /// docs/log-format.md; `body` is its JSON object. Returns the entry's seq.
 ///
 /// Each call opens the chain and takes its lock: fine for the occasional
 /// report; the exit's per-command entries use a [`RunLog`] kept open.
-pub fn note(session: &RunDir, kind: &'static str, body: &Value) -> Result<u64, RunLogError> {
-    let record = session.record()?;
+pub fn note(run_dir: &RunDir, kind: &'static str, body: &Value) -> Result<u64, RunLogError> {
+    let record = run_dir.record()?;
     RunLog::open(&record)?
         .note(kind, None, None, body)
         .map(|a| a.seq)

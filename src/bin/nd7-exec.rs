@@ -83,7 +83,7 @@ fn main() -> ExitCode {
         eprintln!("nd7-exec: {why}; the command was not run");
         return ExitCode::from(REFUSED);
     }
-    match own_session().and_then(|session| sandbox::run_command(&session, command)) {
+    match own_run().and_then(|run_dir| sandbox::run_command(&run_dir, command)) {
         Ok(Outcome::Exited(code)) => ExitCode::from(code.clamp(0, 255) as u8),
         Ok(Outcome::Signaled(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
         Err(why) => {
@@ -105,13 +105,13 @@ fn is_shell_prefix() -> bool {
     named.is_some() && named == me
 }
 
-/// The session this process runs in: the first of its ancestors, as the
-/// kernel reports them, that owns a session directory with an exit. Never
+/// The run this process runs in: the first of its ancestors, as the
+/// kernel reports them, that owns a run directory with an exit. Never
 /// taken from the arguments, the working directory or the environment.
-fn own_session() -> Result<RunDir, String> {
-    let sessions = RunDirs::for_user().map_err(|e| e.to_string())?;
+fn own_run() -> Result<RunDir, String> {
+    let run_dirs = RunDirs::for_user().map_err(|e| e.to_string())?;
     let mut seen = Vec::new();
-    sessions
+    run_dirs
         .find_by_ancestors(
             kernel::ancestors().inspect(|&pid| seen.push(pid)),
             sandbox::RUN_MARKER,
@@ -123,7 +123,7 @@ fn own_session() -> Result<RunDir, String> {
                     .map(u32::to_string)
                     .collect::<Vec<_>>()
                     .join(", "),
-                sessions.root().display()
+                run_dirs.root().display()
             )
         })
 }

@@ -216,11 +216,11 @@ fn run_grant(
         eprintln!("nd7 {verb}: {why}");
         ExitCode::from(2)
     };
-    let session = match RunDirs::for_user().and_then(|s| s.pick(run)) {
-        Ok(session) => session,
+    let run_dir = match RunDirs::for_user().and_then(|s| s.pick(run)) {
+        Ok(run_dir) => run_dir,
         Err(e) => return fail(&e),
     };
-    let home = match session.record() {
+    let home = match run_dir.record() {
         Ok(record) => record.policy.roots.home,
         Err(e) => return fail(&e),
     };
@@ -238,10 +238,10 @@ fn run_grant(
         (None, Some(path)) => vec![(path, true)],
         (None, None) => return fail(&"no path given"),
     };
-    let pid = session.pid;
+    let pid = run_dir.pid;
     // Every change is written into the run's log, from outside the floor.
     let logged = |path: &std::path::Path| {
-        if let Err(e) = nd7_core::run_log::grant_changed(&session, verb, path) {
+        if let Err(e) = nd7_core::run_log::grant_changed(&run_dir, verb, path) {
             eprintln!(
                 "nd7 {verb}: warning: the change is in force, but it could not be written into the run's log: {}",
                 inert(&e.to_string())
@@ -252,8 +252,8 @@ fn run_grant(
         let typed = grants::expand_tilde(&target, &home);
         let typed = std::path::absolute(&typed).unwrap_or(typed);
         let changed = match change {
-            Change::Allow => session.allow(&target, dir, nd7_core::sandbox::files_beside_record),
-            Change::Deny => session.deny(&target, nd7_core::sandbox::files_beside_record),
+            Change::Allow => run_dir.allow(&target, dir, nd7_core::sandbox::files_beside_record),
+            Change::Deny => run_dir.deny(&target, nd7_core::sandbox::files_beside_record),
         };
         match changed {
             Ok(Changed::Allowed { path, created }) => {
@@ -296,7 +296,7 @@ fn run_grant(
                         "run {pid}: writes under {} denied from the next command",
                         shown(&path)
                     );
-                    let running = nd7_core::running::read(&session.dir);
+                    let running = nd7_core::running::read(&run_dir.dir);
                     for line in nd7_core::running::deny_report(pid, &path, &running) {
                         println!("{line}");
                     }
@@ -599,11 +599,11 @@ fn run_is_live(id: &str) -> bool {
     let Some(pid) = id.split('-').nth(2).and_then(|p| p.parse::<u32>().ok()) else {
         return false;
     };
-    let Ok(sessions) = nd7_core::run_dir::RunDirs::for_user() else {
+    let Ok(run_dirs) = nd7_core::run_dir::RunDirs::for_user() else {
         return false;
     };
-    sessions.running().is_ok_and(|r| r.contains(&pid))
-        && sessions
+    run_dirs.running().is_ok_and(|r| r.contains(&pid))
+        && run_dirs
             .run(pid)
             .record()
             .is_ok_and(|r| r.log.is_some_and(|l| l.id == id))

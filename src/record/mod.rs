@@ -127,18 +127,18 @@ pub fn deliver(
         match record_as(agent, invocation, input, &session_log::sessions_dir(&state)) {
             Ok(recorded) => return Ok(Delivered::Direct(recorded)),
             Err(e) if e.is_permission() => match sandbox::hook_door() {
-                Some(session) => {
-                    return through_door(&session, agent, invocation, input, run_hook);
+                Some(run_dir) => {
+                    return through_door(&run_dir, agent, invocation, input, run_hook);
                 }
                 None => return Err(RecordError::ReadOnly(Box::new(e))),
             },
             Err(e) => return Err(e),
         }
     };
-    let session = sandbox::hook_door_near(std::path::Path::new(&hint))
+    let run_dir = sandbox::hook_door_near(std::path::Path::new(&hint))
         .or_else(sandbox::hook_door)
         .ok_or(RecordError::RunGone)?;
-    match through_door(&session, agent, invocation, input, run_hook) {
+    match through_door(&run_dir, agent, invocation, input, run_hook) {
         Ok(delivered) => Ok(delivered),
         // The hint is only a hint: the agent can set the hooks' environment
         // (Claude Code's settings have an `env`), naming a directory called
@@ -146,7 +146,7 @@ pub fn deliver(
         // no door. A door named there that fails is not the last word while
         // a run's door lies among the ancestors.
         Err(e) => match sandbox::hook_door() {
-            Some(found) if found.dir != session.dir => {
+            Some(found) if found.dir != run_dir.dir => {
                 through_door(&found, agent, invocation, input, run_hook)
             }
             _ => Err(e),
@@ -154,9 +154,9 @@ pub fn deliver(
     }
 }
 
-/// Hands the payload to `session`'s door and waits for the append.
+/// Hands the payload to `run_dir`'s door and waits for the append.
 fn through_door(
-    session: &crate::run_dir::RunDir,
+    run_dir: &crate::run_dir::RunDir,
     agent: Agent,
     invocation: &Invocation,
     input: &[u8],
@@ -183,16 +183,16 @@ fn through_door(
         explain: false,
         body,
     };
-    let answer = sandbox::send_hook(session, &request).map_err(RecordError::Door)?;
+    let answer = sandbox::send_hook(run_dir, &request).map_err(RecordError::Door)?;
     Ok(Delivered::Door {
-        pid: session.pid,
+        pid: run_dir.pid,
         answer,
         omitted: glimpsed,
     })
 }
 
 /// What `nd7 hook-explain` does with one finished tool call under `nd7 run`:
-/// hands it to the run, which judges it against the session's rules (and
+/// hands it to the run, which judges it against the run's rules (and
 /// writes down what the floor refused), and returns what to tell the model.
 /// `None` outside `nd7 run`, or when the floor refused nothing.
 pub fn explain(invocation: &Invocation, input: &[u8]) -> Result<Option<String>, RecordError> {
@@ -203,7 +203,7 @@ pub fn explain(invocation: &Invocation, input: &[u8]) -> Result<Option<String>, 
     if input.len() > floor_wire::MAX_REQUEST - 4096 {
         return Ok(None);
     }
-    let session =
+    let run_dir =
         sandbox::hook_door_near(std::path::Path::new(&hint)).ok_or(RecordError::RunGone)?;
     // Only `nd7 run claude` registers `nd7 hook-explain`.
     let request = HookRequest {
@@ -215,7 +215,7 @@ pub fn explain(invocation: &Invocation, input: &[u8]) -> Result<Option<String>, 
         explain: true,
         body: input.to_vec(),
     };
-    match sandbox::send_hook(&session, &request).map_err(RecordError::Door)? {
+    match sandbox::send_hook(&run_dir, &request).map_err(RecordError::Door)? {
         HookAnswer::Explained(text) => Ok(Some(text)),
         _ => Ok(None),
     }

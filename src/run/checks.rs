@@ -54,7 +54,7 @@ pub(super) fn check_project(project: &Path, home: &Path, cwd: &Path) -> Result<(
 
 /// The temp directory (`$TMPDIR`, else `/tmp`), a floor write root: found
 /// without following a link the account could have placed (a `$TMPDIR` in
-/// `/tmp` an earlier session replaced with a link to the home would make
+/// `/tmp` an earlier run replaced with a link to the home would make
 /// the home writable), and never `/`, the home or above it.
 pub(super) fn temp_root(home: &Path) -> Result<PathBuf, RunError> {
     let named = std::env::temp_dir();
@@ -79,7 +79,7 @@ pub(super) fn temp_root(home: &Path) -> Result<PathBuf, RunError> {
 /// following no link (ADR-0028); returns what the user should be told.
 /// nd7 never follows a link to find a write root of its own: a link an
 /// earlier command re-pointed (`~/.cache/claude -> /`) would otherwise open
-/// whatever it points at to every later session. A root reached through a
+/// whatever it points at to every later run. A root reached through a
 /// link is left out, and said so; one that does not exist is left out
 /// silently (nothing inside can make it). The project is the working
 /// directory, which the kernel names by its real path; when the shell
@@ -131,7 +131,7 @@ pub(super) fn check_home(account: &Path) -> Result<(), RunError> {
     })
 }
 
-/// Refuses to start when another account could choose the session's grants
+/// Refuses to start when another account could choose the run's grants
 /// or credential stores through a mode (`~/.nd7/grants` writable by
 /// others); returns the warnings of the modes that only harm the account,
 /// said with the banner ([`crate::modes`], ADR-0095). Before anything is

@@ -89,7 +89,7 @@ pub(super) fn users_settings(
     Ok((theirs, rest))
 }
 
-/// Said when Claude Code could not save its state this session: its
+/// Said when Claude Code could not save its state this run: its
 /// `~/.claude.json` lies (or would be made) in the home, where the floor
 /// lets nothing be written (Linux), and `nd7 setup` has not moved it.
 pub(super) fn claude_json_warning(home: &Path, claude: bool) -> Option<String> {

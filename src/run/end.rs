@@ -6,16 +6,16 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
-use crate::deferred;
 use crate::read::safe;
 use crate::run_entry::{self, Ended};
 use crate::run_log::RunLog;
 use crate::sandbox::Leftovers;
+use crate::watch;
 
 use super::terminal::{Terminal, reset_terminal};
 
 /// The status `nd7 run` exits with when files that run outside the floor
-/// changed during the session, whatever the program's own status (which the
+/// changed during the run, whatever the program's own status (which the
 /// warning names).
 pub const CHANGED_STATUS: i32 = 3;
 
@@ -95,13 +95,13 @@ pub(super) fn ended(status: ExitStatus) -> Ended {
 }
 
 /// Every change to a file that runs later, one entry for all.
-pub(super) fn findings(log: &RunLog, findings: &[deferred::report::Finding]) {
+pub(super) fn findings(log: &RunLog, findings: &[watch::report::Finding]) {
     if !findings.is_empty() {
         let _ = log.note(
             run_entry::DEFERRED_CHANGED,
             None,
             None,
-            &deferred::report::log_body(findings),
+            &watch::report::log_body(findings),
         );
     }
 }
@@ -171,7 +171,7 @@ pub(super) fn refusals(log: &RunLog, home: &Path, terminal: &Terminal, announce:
 /// in a file's content can clear or cut short what follows it.
 pub(super) fn close(
     ended: &Ended,
-    findings: &[deferred::report::Finding],
+    findings: &[watch::report::Finding],
     terminal: &Terminal,
     announce: &dyn Fn(&str),
 ) -> i32 {
@@ -186,7 +186,7 @@ pub(super) fn close(
         terminal.give_back();
         return code;
     }
-    let warning = deferred::report::render(findings, &how, terminal.width());
+    let warning = watch::report::render(findings, &how, terminal.width());
     announce(warning.changes.trim_end());
     reset_terminal();
     announce(&warning.close);

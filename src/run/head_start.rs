@@ -3,10 +3,10 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-/// What the keeper works out for the session while the session sets up
+/// What the keeper works out for `nd7 run` while `nd7 run` sets up
 /// its own side: the credential stores with their real places
 /// (`run_dir::secrets`; `None` when the list cannot be read, which the
-/// session then reads itself to say why) and the device mounts. Sent over
+/// `nd7 run` then reads itself to say why) and the device mounts. Sent over
 /// the keeper's channel as bytes: paths need not be UTF-8.
 #[derive(Debug, PartialEq)]
 pub(super) struct HeadStart {
@@ -84,7 +84,7 @@ mod tests {
     }
 
     /// A head start cut short or with bytes after it is none at all: the
-    /// session then works everything out itself.
+    /// `nd7 run` then works everything out itself.
     #[test]
     fn a_cut_or_padded_head_start_is_refused() {
         let start = HeadStart {

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 pub struct Options {
     pub program: OsString,
     pub args: Vec<OsString>,
-    /// `--allow DIR`: directories commands may write this session.
+    /// `--allow DIR`: directories commands may write this run.
     pub allow: Vec<PathBuf>,
-    /// `--preset NAME`: toolchain caches commands may write this session.
+    /// `--preset NAME`: toolchain caches commands may write this run.
     pub presets: Vec<String>,
 }
 

@@ -22,7 +22,7 @@ use crate::policy::{Policy, Roots};
 use crate::run_dir::{self, Record, RunDir, RunDirs};
 use crate::run_entry::{self, Ended, RunFacts};
 use crate::run_log::RunLog;
-use crate::{deferred, record, run_grants, sandbox, session_log, shell_prefix};
+use crate::{record, run_grants, sandbox, session_log, shell_prefix, watch};
 
 use super::checks;
 use super::claude;
@@ -38,7 +38,7 @@ struct Base {
     nd7_exec: PathBuf,
     terminal: Terminal,
     home: PathBuf,
-    sessions: RunDirs,
+    run_dirs: RunDirs,
     /// The modes that only harm the account, said with the banner.
     mode_warnings: Vec<String>,
 }
@@ -51,7 +51,7 @@ pub(super) struct Checked {
 /// Which process [`Checked::split`] returned in.
 pub(super) enum Split {
     /// The front or the keeper: the run is over; exit with this status.
-    Keeper(i32),
+    Done(i32),
     /// `nd7 run` itself, under its keeper, to carry on.
     Run(Kept),
 }
@@ -79,7 +79,7 @@ pub(super) struct Planned {
 pub(super) struct Held {
     planned: Planned,
     building: JoinHandle<Result<sandbox::Floor, String>>,
-    snapshot: JoinHandle<deferred::Watch>,
+    snapshot: JoinHandle<watch::Watch>,
     plan: crate::policy::deferred::Plan,
     held: sandbox::Held,
     /// Why the files that run later could not be held, when they could not.
@@ -90,7 +90,7 @@ pub(super) struct Held {
 pub(super) struct Chained {
     held: Held,
     chain: Chain,
-    session: Removed,
+    run_dir: Removed,
 }
 
 /// The floor built, the watch ready and the keeper's answer in: things may
@@ -100,9 +100,9 @@ pub(super) struct Confined {
     held: sandbox::Held,
     not_held: Option<String>,
     chain: Chain,
-    session: Removed,
+    run_dir: Removed,
     floor: sandbox::Floor,
-    watch: Arc<deferred::Watch>,
+    watch: Arc<watch::Watch>,
 }
 
 /// The exit and the door open (not yet answering); the events to record
@@ -173,13 +173,13 @@ impl Checked {
         let home = run_dir::account_home()?;
         checks::check_home(&home)?;
         let mode_warnings = checks::check_modes(&home)?;
-        let sessions = RunDirs::under(&home);
+        let run_dirs = RunDirs::under(&home);
         let base = Base {
             nd7,
             nd7_exec,
             terminal,
             home,
-            sessions,
+            run_dirs,
             mode_warnings,
         };
         Ok(Checked { base })
@@ -200,9 +200,9 @@ impl Checked {
             }
             .encode()
         };
-        match sandbox::keep_session(&self.base.sessions, head_start).map_err(RunError::Sandbox)? {
-            sandbox::Kept::Done(code) => Ok(Split::Keeper(code)),
-            sandbox::Kept::Session => Ok(Split::Run(Kept { base: self.base })),
+        match sandbox::keep_run(&self.base.run_dirs, head_start).map_err(RunError::Sandbox)? {
+            sandbox::Kept::Done(code) => Ok(Split::Done(code)),
+            sandbox::Kept::Run => Ok(Split::Run(Kept { base: self.base })),
         }
     }
 }
@@ -232,7 +232,7 @@ impl Kept {
         // Named in the policy for Seatbelt, which holds files by name; on
         // Linux the plan holds them (the same list).
         policy.named_programs =
-            crate::policy::deferred::settings_programs(&policy, &deferred::FsTree::of(&policy))
+            crate::policy::deferred::settings_programs(&policy, &watch::FsTree::of(&policy))
                 .into_iter()
                 .filter(|p| !p.starts_with(&policy.roots.project))
                 .collect();
@@ -335,12 +335,12 @@ impl Planned {
             let (policy, nd7_exec) = (self.policy.clone(), self.base.nd7_exec.clone());
             std::thread::spawn(move || sandbox::floor(&policy, &nd7_exec))
         };
-        let plan = crate::policy::deferred::plan(&self.policy, &deferred::FsTree::of(&self.policy));
+        let plan = crate::policy::deferred::plan(&self.policy, &watch::FsTree::of(&self.policy));
         // The snapshot is taken as if the locks will hold (they nearly
         // always do), and again in `confine` if they do not.
         let snapshot = {
             let (plan, policy) = (plan.clone(), self.policy.clone());
-            std::thread::spawn(move || deferred::Watch::start(plan, true, &policy))
+            std::thread::spawn(move || watch::Watch::start(plan, true, &policy))
         };
         let (held, not_held) = sandbox::hold(holding, &plan).map_err(RunError::Sandbox)?;
         // The working directory was taken before the binds, beneath the
@@ -352,7 +352,7 @@ impl Planned {
             action: "move to",
             source,
         })?;
-        sandbox::scope_session().map_err(RunError::Sandbox)?;
+        sandbox::scope_run().map_err(RunError::Sandbox)?;
         Ok(Held {
             planned: self,
             building,
@@ -369,7 +369,7 @@ impl Held {
     /// From the chain's start on, every way out writes its end ([`Chain`]).
     pub(super) fn start_chain(self, options: &Options) -> Result<Chained, RunError> {
         let planned = &self.planned;
-        planned.base.sessions.clean_stale();
+        planned.base.run_dirs.clean_stale();
         let pid = std::process::id();
         let mut program: Vec<String> = vec![options.program.to_string_lossy().into_owned()];
         program.extend(
@@ -391,15 +391,15 @@ impl Held {
             policy: planned.policy.clone(),
             log: Some(chain.0.reference()),
         };
-        let session = planned
+        let run_dir = planned
             .base
-            .sessions
+            .run_dirs
             .create(&record, sandbox::files_beside_record)
             .map_err(|e| chain.not_started(e.into()))?;
         Ok(Chained {
             held: self,
             chain,
-            session: Removed(session),
+            run_dir: Removed(run_dir),
         })
     }
 }
@@ -445,7 +445,7 @@ impl Chained {
                     not_held,
                 },
             chain,
-            session,
+            run_dir,
         } = self;
         let floor = building.join();
         let snapshot = snapshot.join();
@@ -454,8 +454,8 @@ impl Chained {
             .and_then(|f| f.map_err(RunError::Sandbox))
             .map_err(|e| chain.not_started(e))?;
         let watch = Arc::new(match snapshot {
-            Ok(watch) if held.locks() => watch,
-            _ => deferred::Watch::start(plan, held.locks(), &planned.policy),
+            Ok(watch) if held.all_held() => watch,
+            _ => watch::Watch::start(plan, held.all_held(), &planned.policy),
         });
         sandbox::keeper_ready().map_err(|e| chain.not_started(RunError::Sandbox(e)))?;
         Ok(Confined {
@@ -463,7 +463,7 @@ impl Chained {
             held,
             not_held,
             chain,
-            session,
+            run_dir,
             floor,
             watch,
         })
@@ -483,7 +483,7 @@ impl Confined {
             Vec::new()
         };
         let exit = sandbox::serve_exit_held(
-            &self.session.0,
+            &self.run_dir.0,
             &self.chain.0,
             &self.held,
             Some(self.before_command()),
@@ -539,7 +539,7 @@ impl Opened {
         let claude_json_warning = claude::claude_json_warning(&planned.base.home, planned.claude);
         let prefix_warning = claude::prefix_warning(&planned.base.nd7_exec, planned.claude);
         self.agent_args(&mut command, options)?;
-        command.env(record::RUN_VARIABLE, &self.confined.session.0.dir);
+        command.env(record::RUN_VARIABLE, &self.confined.run_dir.0.dir);
         let signals = Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGHUP,
@@ -726,7 +726,7 @@ impl Finished {
         let Confined {
             planned,
             chain,
-            session,
+            run_dir,
             watch,
             ..
         } = &self.opened.confined;
@@ -734,7 +734,7 @@ impl Finished {
         // What the run left running ends now, and the chain says so before
         // its last entry (the keeper ends anything later once this process
         // is gone, and says so on stderr).
-        let left = sandbox::end_leftovers(&session.0, &planned.policy);
+        let left = sandbox::end_leftovers(&run_dir.0, &planned.policy);
         end::door_refusals(log, left.as_ref());
         // The agent's program has had the terminal until now: whatever it
         // left the terminal in must not hide or garble nd7's own last lines.
@@ -755,7 +755,7 @@ impl Finished {
         end::over_budget(log, announce);
         end::refusals(log, &planned.base.home, terminal, announce);
         let Opened { confined, .. } = self.opened;
-        drop(confined.session);
+        drop(confined.run_dir);
         end::close(&ended, &findings, &confined.planned.base.terminal, announce)
     }
 }

@@ -1,6 +1,6 @@
 //! Seatbelt: applying a profile to the calling process or to a child between
 //! fork and exec, and `nd7-exec`'s last step, becoming the shell under the
-//! session's profile. (The chain of parent processes is read with libproc in
+//! run's profile. (The chain of parent processes is read with libproc in
 //! [`crate::kernel`].)
 //!
 //! A Seatbelt profile, once applied, holds for the process and everything it
@@ -13,8 +13,8 @@
 //! and `nd7-exec`, the child of a confined process, splits in two ([`split`],
 //! ADR-0075): the front stays the caller's child, passes signals on and
 //! waits; the writer, its child, writes the entries and runs the command.
-//! When the session ends, what is still in its sandboxes is found by the
-//! session's mark ([`in_sessions_sandbox`]) and ended.
+//! When the run ends, what is still in its sandboxes is found by the
+//! run's mark ([`in_runs_sandbox`]) and ended.
 //!
 //! All of nd7's `unsafe` for Seatbelt is in this file: four functions of
 //! libSystem, declared here rather than through a crate.
@@ -241,7 +241,7 @@ impl Lifeline {
 }
 
 /// The writer's running command: `/bin/zsh -c <command>` confined by the
-/// session's per-command profile, in a process group of its own.
+/// run's per-command profile, in a process group of its own.
 pub struct Shell {
     child: std::process::Child,
 }
@@ -368,12 +368,12 @@ pub fn wait_for_writers(run_dir: &std::path::Path, wait: std::time::Duration) {
     }
 }
 
-/// Whether process `pid` is in one of the session's sandboxes: its sandbox
-/// refuses to read `mark` (which only the session's profiles deny) and lets
+/// Whether process `pid` is in one of the run's sandboxes: its sandbox
+/// refuses to read `mark` (which only the run's profiles deny) and lets
 /// it read `unmarked` (which no profile names, so only a sandbox that denies
-/// by default refuses it). Unsandboxed processes, other sessions' and other
+/// by default refuses it). Unsandboxed processes, other runs' and other
 /// programs' sandboxes answer otherwise.
-pub fn in_sessions_sandbox(pid: u32, mark: &std::path::Path, unmarked: &std::path::Path) -> bool {
+pub fn in_runs_sandbox(pid: u32, mark: &std::path::Path, unmarked: &std::path::Path) -> bool {
     let (Ok(pid), Ok(mark), Ok(unmarked)) = (
         c_int::try_from(pid),
         CString::new(mark.as_os_str().as_bytes()),
@@ -397,8 +397,8 @@ pub fn in_sessions_sandbox(pid: u32, mark: &std::path::Path, unmarked: &std::pat
     refuses(&mark) == 1 && refuses(&unmarked) == 0
 }
 
-/// Ends every process of the user still in the session's sandboxes (by
-/// `mark`, [`in_sessions_sandbox`]), looking again until none is found (a
+/// Ends every process of the user still in the run's sandboxes (by
+/// `mark`, [`in_runs_sandbox`]), looking again until none is found (a
 /// fork can race a kill), at most ten times; returns what was ended.
 pub fn end_marked(mark: &std::path::Path, unmarked: &std::path::Path) -> super::Leftovers {
     let mut ended = super::Leftovers::default();
@@ -407,7 +407,7 @@ pub fn end_marked(mark: &std::path::Path, unmarked: &std::path::Path) -> super::
         let found: Vec<(u32, u64, String)> = crate::kernel::macos::own_processes()
             .into_iter()
             .filter(|(pid, start, _)| !killed.contains(&(*pid, *start)))
-            .filter(|(pid, _, _)| in_sessions_sandbox(*pid, mark, unmarked))
+            .filter(|(pid, _, _)| in_runs_sandbox(*pid, mark, unmarked))
             .collect();
         if found.is_empty() {
             break;
@@ -463,7 +463,7 @@ mod tests {
     }
 
     /// The assumption ADR-0075's sweep stands on: the kernel says of
-    /// another process whether its sandbox refuses the session's mark.
+    /// another process whether its sandbox refuses the run's mark.
     #[test]
     fn a_process_in_the_sessions_sandbox_is_known_by_its_mark_and_no_other_is() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -487,9 +487,9 @@ mod tests {
         let mut ours = start(&policy);
         policy.mark = Some(std::path::PathBuf::from("/.nd7-run-another"));
         let mut theirs = start(&policy);
-        let found = |child: &std::process::Child| in_sessions_sandbox(child.id(), &mark, &unmarked);
+        let found = |child: &std::process::Child| in_runs_sandbox(child.id(), &mark, &unmarked);
         let (in_ours, in_theirs) = (found(&ours), found(&theirs));
-        let me = in_sessions_sandbox(std::process::id(), &mark, &unmarked);
+        let me = in_runs_sandbox(std::process::id(), &mark, &unmarked);
         for child in [&mut ours, &mut theirs] {
             let _ = child.kill();
             let _ = child.wait();

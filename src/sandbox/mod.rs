@@ -6,9 +6,9 @@
 //!
 //! Both backends keep the same promises: one floor for the agent and all it
 //! starts, applied before the agent runs and never loosened; one exit,
-//! `nd7-exec`, through which a Bash command runs under the session's current
+//! `nd7-exec`, through which a Bash command runs under the run's current
 //! rules (the floor plus its grants); and no command ever run unconfined when
-//! the session or its rules cannot be found.
+//! the run or its rules cannot be found.
 
 #[cfg(target_os = "linux")]
 pub mod linux;
@@ -121,7 +121,7 @@ pub fn device_mounts() -> Vec<std::path::PathBuf> {
     }
 }
 
-/// The file in a session's directory whose presence marks it as one
+/// The file in a run's directory whose presence marks it as one
 /// `nd7-exec` can use: the exit socket on Linux, the profile on macOS.
 pub const RUN_MARKER: &str = if cfg!(target_os = "macos") {
     crate::run_dir::PROFILE
@@ -129,7 +129,7 @@ pub const RUN_MARKER: &str = if cfg!(target_os = "macos") {
     crate::run_dir::EXIT_SOCKET
 };
 
-/// The file in a session's directory whose presence marks the door the
+/// The file in a run's directory whose presence marks the door the
 /// hooks reach the log through: the door's socket on Linux; on macOS the
 /// profile, since `nd7-exec --record` is the door there.
 pub const DOOR_MARKER: &str = if cfg!(target_os = "macos") {
@@ -155,17 +155,17 @@ pub fn kernel_sandbox() -> (&'static str, Option<u32>) {
     }
 }
 
-/// The session whose door this process's hooks go through: the first of
-/// its ancestors, as the kernel reports them, that owns a session with a
-/// door. `None` outside any session.
+/// The run whose door this process's hooks go through: the first of
+/// its ancestors, as the kernel reports them, that owns a run with a
+/// door. `None` outside any run.
 pub fn hook_door() -> Option<RunDir> {
-    let sessions = RunDirs::for_user().ok()?;
-    sessions.find_by_ancestors(ancestors(), DOOR_MARKER)
+    let run_dirs = RunDirs::for_user().ok()?;
+    run_dirs.find_by_ancestors(ancestors(), DOOR_MARKER)
 }
 
-/// [`hook_door`], starting from the session directory `nd7 run` named in the
+/// [`hook_door`], starting from the run directory `nd7 run` named in the
 /// hook's environment (`ND7_RUN`), which spares the account-database lookup
-/// on every hook: taken only if that session's pid is one of this process's
+/// on every hook: taken only if that run's pid is one of this process's
 /// ancestors as the kernel reports them, and on Linux the door's listener
 /// must prove to be that process ([`send_hook`]). Otherwise the ancestors
 /// are searched as [`hook_door`] does.
@@ -197,15 +197,15 @@ pub enum HookAnswer {
 /// What `nd7-exec --record` exits with when the run skipped the payload.
 pub const RECORD_SKIPPED: u8 = 10;
 
-/// Hands a hook's request to `session`'s door and waits until the entry is
+/// Hands a hook's request to `run_dir`'s door and waits until the entry is
 /// in the log: on Linux through the door's socket; on macOS through
 /// `nd7-exec --record`, the one program that leaves the floor, which appends
 /// itself. The error says why nothing was recorded.
-pub fn send_hook(session: &RunDir, request: &HookRequest) -> Result<HookAnswer, String> {
+pub fn send_hook(run_dir: &RunDir, request: &HookRequest) -> Result<HookAnswer, String> {
     #[cfg(target_os = "linux")]
     {
-        let socket = session.dir.join(crate::run_dir::DOOR_SOCKET);
-        linux::door::send(&socket, session.pid, request).map(|a| match a {
+        let socket = run_dir.dir.join(crate::run_dir::DOOR_SOCKET);
+        linux::door::send(&socket, run_dir.pid, request).map(|a| match a {
             linux::door::Answer::Recorded => HookAnswer::Recorded,
             linux::door::Answer::Skipped => HookAnswer::Skipped,
             linux::door::Answer::Explained(text) => HookAnswer::Explained(text),
@@ -213,7 +213,7 @@ pub fn send_hook(session: &RunDir, request: &HookRequest) -> Result<HookAnswer, 
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = session;
+        let _ = run_dir;
         send_through_exec(request)
     }
 }
@@ -289,12 +289,12 @@ fn send_through_exec(request: &HookRequest) -> Result<HookAnswer, String> {
     }
 }
 
-/// The files a session's record has beside it on this system, each with
+/// The files a run's record has beside it on this system, each with
 /// its text: on macOS, where `nd7-exec` applies the rules itself, the
 /// per-command profile and the floor's profile (for what it runs in place);
 /// on Linux none, as `nd7 run` builds each command's ruleset from the
 /// record. Passed to [`RunDir::write_record`] and the changes that call it,
-/// so that the session's directory is written whole without `session`
+/// so that the run's directory is written whole without `run_dir`
 /// asking the platform.
 pub fn files_beside_record(policy: &Policy) -> Vec<(&'static str, String)> {
     if cfg!(target_os = "macos") {
@@ -316,20 +316,20 @@ pub fn files_beside_record(policy: &Policy) -> Vec<(&'static str, String)> {
 /// Runs `command` as Claude Code would have without its shell prefix,
 /// `/bin/sh -c <command>`, under the floor and nothing more: on Linux
 /// `nd7-exec` is inside the floor already and becomes the shell; on macOS
-/// it started outside, and applies the session's floor profile first.
+/// it started outside, and applies the run's floor profile first.
 /// Returns only when nothing ran, saying why.
 pub fn run_in_place(command: OsString) -> String {
     use std::os::unix::process::CommandExt;
     #[cfg(target_os = "macos")]
     {
-        let sessions = match RunDirs::for_user() {
+        let run_dirs = match RunDirs::for_user() {
             Ok(s) => s,
             Err(e) => return e.to_string(),
         };
-        let Some(session) = sessions.find_by_ancestors(ancestors(), RUN_MARKER) else {
+        let Some(run_dir) = run_dirs.find_by_ancestors(ancestors(), RUN_MARKER) else {
             return "not inside an nd7 run".to_string();
         };
-        let path = session.dir.join(crate::run_dir::FLOOR_PROFILE);
+        let path = run_dir.dir.join(crate::run_dir::FLOOR_PROFILE);
         let profile = match std::fs::read_to_string(&path) {
             Ok(p) => p,
             Err(e) => return format!("cannot read the floor's rules at {}: {e}", path.display()),
@@ -394,15 +394,15 @@ impl Floor {
 }
 
 /// Where the files that run later outside the floor (`policy::deferred`)
-/// will be held, made before the plan is: on Linux, the session's own user
-/// and mount namespaces, which the session process enters while it has one
+/// will be held, made before the plan is: on Linux, the run's own user
+/// and mount namespaces, which `nd7 run` enters while it has one
 /// thread ([`enter_hold`]), or why it could not; elsewhere nothing.
 pub struct Holding {
     #[cfg(target_os = "linux")]
     entered: Result<linux::ns::Namespaces, linux::ns::NsError>,
 }
 
-/// Moves the session into the namespaces its files will be held in (on
+/// Moves `nd7 run` into the namespaces its files will be held in (on
 /// Linux; elsewhere does nothing). Must be called while the process has
 /// one thread, before the floor's thread starts. A refusal here is not an
 /// error: [`hold`] then says why the files cannot be held, and the caller
@@ -414,9 +414,9 @@ pub fn enter_hold() -> Holding {
     }
 }
 
-/// The root directory as the account sees it outside the session's
-/// namespaces, where the files that run later are not locked: on Linux once
-/// the session has entered them ([`enter_hold`]); `None` elsewhere.
+/// The root directory as the account sees it outside the run's
+/// namespaces, where the files that run later are not held: on Linux once
+/// `nd7 run` has entered them ([`enter_hold`]); `None` elsewhere.
 pub fn outside_root() -> Option<std::os::fd::BorrowedFd<'static>> {
     #[cfg(target_os = "linux")]
     {
@@ -429,7 +429,7 @@ pub fn outside_root() -> Option<std::os::fd::BorrowedFd<'static>> {
 }
 
 /// How the files that run later outside the floor (`policy::deferred`)
-/// are held for one session. On Linux, the session's namespaces with those
+/// are held for one run. On Linux, the run's namespaces with those
 /// files read-only, inside which the agent and every command through the
 /// exit start; on macOS the profiles deny them, and there is nothing to
 /// hold.
@@ -437,16 +437,16 @@ pub fn outside_root() -> Option<std::os::fd::BorrowedFd<'static>> {
 pub struct Held {
     #[cfg(target_os = "linux")]
     namespaces: Option<std::sync::Arc<linux::ns::Namespaces>>,
-    /// Whether every one of the plan's locks was made.
+    /// Whether every one of the plan's holds was made.
     #[cfg(target_os = "linux")]
-    locked: bool,
+    all_held: bool,
 }
 
-/// Holds `plan`'s files for the session in `holding`, and, on Linux, gives
-/// up the capability that took (nothing the session starts from here on
+/// Holds `plan`'s files for the run in `holding`, and, on Linux, gives
+/// up the capability that took (nothing the run starts from here on
 /// holds one). `Ok(Err(why))` when the files cannot be held here (on Linux,
 /// when user namespaces are refused): the caller then has them watched
-/// instead. `Err` when the session could not give its capabilities up,
+/// instead. `Err` when `nd7 run` could not give its capabilities up,
 /// and must start nothing.
 pub fn hold(holding: Holding, plan: &Plan) -> Result<(Held, Option<String>), String> {
     #[cfg(target_os = "linux")]
@@ -465,7 +465,7 @@ pub fn hold(holding: Holding, plan: &Plan) -> Result<(Held, Option<String>), Str
         let not_held = bound.err().map(|e| e.to_string());
         Ok((
             Held {
-                locked: not_held.is_none(),
+                all_held: not_held.is_none(),
                 namespaces: Some(std::sync::Arc::new(ns)),
             },
             not_held,
@@ -479,7 +479,7 @@ pub fn hold(holding: Holding, plan: &Plan) -> Result<(Held, Option<String>), Str
 }
 
 /// What holds the files that run later on this system, for `nd7 doctor`:
-/// on Linux a short-lived child tries to enter namespaces as a session does.
+/// on Linux a short-lived child tries to enter namespaces as `nd7 run` does.
 pub fn hold_available() -> Result<&'static str, String> {
     #[cfg(target_os = "linux")]
     {
@@ -498,12 +498,12 @@ pub fn hold_available() -> Result<&'static str, String> {
 }
 
 impl Held {
-    /// Whether the plan's locks are in force: false on Linux when the
+    /// Whether the plan's holds are in force: false on Linux when the
     /// namespaces could not be entered or a bind failed.
-    pub fn locks(&self) -> bool {
+    pub fn all_held(&self) -> bool {
         #[cfg(target_os = "linux")]
         {
-            self.locked
+            self.all_held
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -511,7 +511,7 @@ impl Held {
         }
     }
 
-    /// Arranges for `command`'s process, started inside the session's
+    /// Arranges for `command`'s process, started inside the run's
     /// namespaces, to work in `cwd` as seen there and to hold no capability,
     /// before it is confined: call it before [`Floor::confine`].
     pub fn prepare(&self, command: &mut Command, cwd: &Path) -> Result<(), String> {
@@ -524,7 +524,7 @@ impl Held {
     }
 }
 
-/// A program the session started under the floor: the agent.
+/// A program the run started under the floor: the agent.
 pub struct Agent {
     #[cfg(target_os = "linux")]
     launched: linux::launch::Launched,
@@ -559,8 +559,8 @@ impl Agent {
 }
 
 /// Starts what `command` describes (program, arguments, variables; its
-/// standard descriptors are the session's) under `floor`, inside `held`,
-/// working in `cwd`. On Linux the child shares the session's memory until
+/// standard descriptors are `nd7 run`'s) under `floor`, inside `held`,
+/// working in `cwd`. On Linux the child shares `nd7 run`'s memory until
 /// it execs (`linux::launch`, ADR-0087) instead of being a copy of it.
 pub fn start_agent(
     command: Command,
@@ -601,42 +601,39 @@ pub type AfterCommand = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 /// runs under (each a resolved path).
 pub type BeforeCommand = std::sync::Arc<dyn Fn(&[PathBuf]) + Send + Sync>;
 
-/// Which process [`keep_session`] returned in.
+/// Which process [`keep_run`] returned in.
 pub enum Kept {
-    /// The keeper: the session is over, nothing it started is left, and
-    /// `nd7 run` exits with this code.
+    /// The front or the keeper: the run is over, nothing it started is
+    /// left, and this process exits with this code.
     Done(i32),
-    /// The session itself, to carry on.
-    Session,
+    /// `nd7 run` (the keeper's child), to carry on.
+    Run,
 }
 
-/// Splits `nd7 run` into the keeper, which outlives everything the session
-/// starts and ends it all, and the session (see `linux::keeper`). Must be
+/// Splits `nd7 run` into the keeper, which outlives everything the run
+/// starts and ends it all, and `nd7 run` proper (see `linux::keeper`). Must be
 /// called while the process has a single thread. Where there is no keeper
-/// (macOS), the caller simply carries on as the session. The keeper runs
-/// `head_start` while the session sets up and hands the session its bytes
+/// (macOS), the caller simply carries on as `nd7 run`. The keeper runs
+/// `head_start` while `nd7 run` sets up and hands it its bytes
 /// ([`head_start`]).
-pub fn keep_session(
-    sessions: &RunDirs,
-    head_start: impl FnOnce() -> Vec<u8>,
-) -> Result<Kept, String> {
+pub fn keep_run(run_dirs: &RunDirs, head_start: impl FnOnce() -> Vec<u8>) -> Result<Kept, String> {
     #[cfg(target_os = "linux")]
     {
-        match linux::keeper::split(sessions, head_start)? {
-            linux::keeper::Side::Keeper(code) => Ok(Kept::Done(code)),
-            linux::keeper::Side::Session => Ok(Kept::Session),
+        match linux::keeper::split(run_dirs, head_start)? {
+            linux::keeper::Side::Done(code) => Ok(Kept::Done(code)),
+            linux::keeper::Side::Run => Ok(Kept::Run),
         }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (sessions, head_start);
-        Ok(Kept::Session)
+        let _ = (run_dirs, head_start);
+        Ok(Kept::Run)
     }
 }
 
-/// What the keeper worked out for the session ([`keep_session`]'s
+/// What the keeper worked out for `nd7 run` ([`keep_run`]'s
 /// `head_start`), waiting for it if need be; `None` where there is no keeper
-/// or it sent nothing, and the session works it out itself.
+/// or it sent nothing, and `nd7 run` works it out itself.
 pub fn head_start() -> Option<Vec<u8>> {
     #[cfg(target_os = "linux")]
     {
@@ -648,11 +645,11 @@ pub fn head_start() -> Option<Vec<u8>> {
     }
 }
 
-/// Puts the session under its own scope where the system has one (on
+/// Puts `nd7 run` under its own scope where the system has one (on
 /// Linux, the Landlock layer that keeps signals and abstract sockets inside
-/// the session, `linux::keeper::scope`). Called once the session's
+/// the run, `linux::keeper::scope`). Called once its
 /// namespaces are built and before it starts anything.
-pub fn scope_session() -> Result<(), String> {
+pub fn scope_run() -> Result<(), String> {
     #[cfg(target_os = "linux")]
     {
         linux::keeper::scope()
@@ -663,7 +660,7 @@ pub fn scope_session() -> Result<(), String> {
     }
 }
 
-/// Waits until the keeper has said what it can do for the session (on
+/// Waits until the keeper has said what it can do for the run (on
 /// Linux; elsewhere there is no keeper): called before anything is started
 /// under the floor, whose seccomp filter depends on the answer. An error
 /// means the keeper is gone, and nothing may be started.
@@ -675,7 +672,7 @@ pub fn keeper_ready() -> Result<(), String> {
     Ok(())
 }
 
-/// What the keeper ended when the session asked it to, once the agent had
+/// What the keeper ended when `nd7 run` asked it to, once the agent had
 /// ended ([`end_leftovers`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Leftovers {
@@ -692,19 +689,19 @@ pub struct Leftovers {
     pub door_refused_first: Vec<(u32, String)>,
 }
 
-/// Ends every process the session started that is still running, the
+/// Ends every process the run started that is still running, the
 /// session process itself aside, and says which: called by `nd7 run` once
 /// the agent has ended, so the run's log can say so before its last entry.
 /// On Linux the keeper does it (`None` when no keeper answers; it still ends
-/// everything once the session has gone). On macOS this process does: every
-/// process of the user still in the session's sandboxes, found by the
-/// session's mark ([`Policy::mark`]) however it left the session's tree,
+/// everything once `nd7 run` has gone). On macOS this process does: every
+/// process of the user still in the run's sandboxes, found by the
+/// run's mark ([`Policy::mark`]) however it left the run's tree,
 /// and then it waits (at most 5 s) for the exit's writers to write how their
 /// commands ended (`None` without a mark).
-pub fn end_leftovers(session: &RunDir, policy: &Policy) -> Option<Leftovers> {
+pub fn end_leftovers(run_dir: &RunDir, policy: &Policy) -> Option<Leftovers> {
     #[cfg(target_os = "linux")]
     {
-        let _ = (session, policy);
+        let _ = (run_dir, policy);
         let left = linux::keeper::end_leftovers();
         // Nothing of the floor is left to connect: what the door still
         // holds is served, refused or dropped, and written down, before the
@@ -716,20 +713,20 @@ pub fn end_leftovers(session: &RunDir, policy: &Policy) -> Option<Leftovers> {
     {
         let mark = policy.mark.as_deref()?;
         let ended = macos::end_marked(mark, &crate::policy::seatbelt::unmarked(mark));
-        macos::wait_for_writers(&session.dir, std::time::Duration::from_secs(5));
+        macos::wait_for_writers(&run_dir.dir, std::time::Duration::from_secs(5));
         Some(ended)
     }
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
-        let _ = (session, policy);
+        let _ = (run_dir, policy);
         None
     }
 }
 
-/// A new mark for the session's profiles ([`Policy::mark`]) on macOS: a path
+/// A new mark for the run's profiles ([`Policy::mark`]) on macOS: a path
 /// directly under `/` that exists nowhere, unique to this run (its pid and
 /// 64 random bits). `None` elsewhere, and when no randomness is to be had
-/// (then nothing outside the session's tree is ended at its end).
+/// (then nothing outside the run's tree is ended at its end).
 pub fn run_mark() -> Option<PathBuf> {
     #[cfg(target_os = "macos")]
     {
@@ -761,7 +758,7 @@ pub struct Protection {
 }
 
 /// The protections beyond the file rules and whether the running system
-/// enforces each; in a session, as that session applies them.
+/// enforces each; in a run, as that run applies them.
 pub fn protections() -> Vec<Protection> {
     #[cfg(target_os = "linux")]
     {
@@ -770,7 +767,7 @@ pub fn protections() -> Vec<Protection> {
     #[cfg(target_os = "macos")]
     {
         // What the Seatbelt profiles deny beyond files (ADR-0074) and what
-        // nd7 run ends when the session ends (ADR-0075); not yet run on a
+        // nd7 run ends when the run ends (ADR-0075); not yet run on a
         // Mac by this project, only in CI where the repository is published.
         let with = |name, enforced, detail: &str| Protection {
             name,
@@ -837,7 +834,7 @@ pub fn unenforced_line() -> Option<String> {
     })
 }
 
-/// The exit, open for the session's life.
+/// The exit, open for the run's life.
 pub struct ExitService {
     #[cfg(target_os = "linux")]
     serving: linux::exit::Serving,
@@ -847,14 +844,14 @@ pub struct ExitService {
     waiting: Option<(linux::door::Door, linux::exit::Exit)>,
 }
 
-/// Opens the session's exit and the hooks' door: on Linux `nd7 run` itself
+/// Opens the run's exit and the hooks' door: on Linux `nd7 run` itself
 /// starts each command and appends each hook's entry, so it listens on the
 /// session's two sockets; on macOS `nd7-exec` leaves the floor through
 /// Seatbelt's one no-sandbox exec and writes `log` itself, and there is
 /// nothing to serve. Connections are accepted once
 /// [`ExitService::answer`] is called.
-pub fn serve_exit(session: &RunDir, log: &Arc<RunLog>) -> Result<ExitService, String> {
-    serve_exit_held(session, log, &Held::default(), None, None)
+pub fn serve_exit(run_dir: &RunDir, log: &Arc<RunLog>) -> Result<ExitService, String> {
+    serve_exit_held(run_dir, log, &Held::default(), None, None)
 }
 
 /// [`serve_exit`], with every command started inside `held`'s namespaces,
@@ -862,7 +859,7 @@ pub fn serve_exit(session: &RunDir, log: &Arc<RunLog>) -> Result<ExitService, St
 /// Linux, where the exit is served; on macOS `nd7-exec` runs the command
 /// itself).
 pub fn serve_exit_held(
-    session: &RunDir,
+    run_dir: &RunDir,
     log: &Arc<RunLog>,
     held: &Held,
     before: Option<BeforeCommand>,
@@ -870,8 +867,8 @@ pub fn serve_exit_held(
 ) -> Result<ExitService, String> {
     #[cfg(target_os = "linux")]
     {
-        let door = linux::door::Door::open(session, log.clone()).map_err(|e| e.to_string())?;
-        let exit = linux::exit::Exit::open(session, log.clone())
+        let door = linux::door::Door::open(run_dir, log.clone()).map_err(|e| e.to_string())?;
+        let exit = linux::exit::Exit::open(run_dir, log.clone())
             .map_err(|e| e.to_string())?
             .inside(held.namespaces.clone())
             .before_each(before)
@@ -883,7 +880,7 @@ pub fn serve_exit_held(
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (session, log, held, before, after);
+        let _ = (run_dir, log, held, before, after);
         Ok(ExitService {})
     }
 }
@@ -916,15 +913,15 @@ pub enum Outcome {
     Signaled(i32),
 }
 
-/// Runs `command` under `session`'s current rules, the last step of
-/// `nd7-exec` once it has found its session: on Linux `nd7 run` starts it,
-/// through the session's exit socket; on macOS `nd7-exec`, outside the
-/// floor, applies the session's per-command profile to the shell itself and
+/// Runs `command` under `run_dir`'s current rules, the last step of
+/// `nd7-exec` once it has found its run: on Linux `nd7 run` starts it,
+/// through the run's exit socket; on macOS `nd7-exec`, outside the
+/// floor, applies the run's per-command profile to the shell itself and
 /// keeps the exit's account in the run's log. An error means nothing ran.
-pub fn run_command(session: &RunDir, command: OsString) -> Result<Outcome, String> {
+pub fn run_command(run_dir: &RunDir, command: OsString) -> Result<Outcome, String> {
     #[cfg(target_os = "linux")]
     {
-        match linux::exit::run(&session.socket_path(), command) {
+        match linux::exit::run(&run_dir.socket_path(), command) {
             Ok(linux::exit::Outcome::Exited(code)) => Ok(Outcome::Exited(code)),
             Ok(linux::exit::Outcome::Signaled(sig)) => Ok(Outcome::Signaled(sig)),
             Err(e) => Err(e.to_string()),
@@ -938,10 +935,10 @@ pub fn run_command(session: &RunDir, command: OsString) -> Result<Outcome, Strin
         // the run's log before it starts, and how it ended after. It splits
         // first (ADR-0075): this process, the caller's child, waits; its
         // child, which no confined process can signal, writes and runs.
-        let path = session.dir.join(crate::run_dir::PROFILE);
+        let path = run_dir.dir.join(crate::run_dir::PROFILE);
         let profile = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read the session's rules at {}: {e}", path.display()))?;
-        let record = session
+        let record = run_dir
             .record()
             .map_err(|e| format!("cannot read the session's record: {e}"))?;
         let command = command
@@ -955,7 +952,7 @@ pub fn run_command(session: &RunDir, command: OsString) -> Result<Outcome, Strin
                 .map(Outcome::Exited)
                 .map_err(|e| format!("cannot wait for nd7-exec's writer: {e}")),
             macos::Half::Writer(lifeline) => {
-                let code = match write_and_run(session, &record, &command, &cwd, &profile, lifeline)
+                let code = match write_and_run(run_dir, &record, &command, &cwd, &profile, lifeline)
                 {
                     Ok(code) => code,
                     Err(why) => {
@@ -969,7 +966,7 @@ pub fn run_command(session: &RunDir, command: OsString) -> Result<Outcome, Strin
     }
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
-        let _ = (session, command);
+        let _ = (run_dir, command);
         Err("nd7-exec has no sandbox for this operating system".to_string())
     }
 }
@@ -986,7 +983,7 @@ pub const WRITER_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs
 /// with (the command's, 128+N for signal N). An error means nothing ran.
 #[cfg(target_os = "macos")]
 fn write_and_run(
-    session: &RunDir,
+    run_dir: &RunDir,
     record: &crate::run_dir::Record,
     command: &str,
     cwd: &Path,
@@ -996,7 +993,7 @@ fn write_and_run(
     use crate::run_entry::Ended;
     use std::os::unix::process::ExitStatusExt;
     let signals = macos::passed_on();
-    let _writing = macos::writing(&session.dir);
+    let _writing = macos::writing(&run_dir.dir);
     let log = RunLog::open_within(record, WRITER_LOCK_WAIT).map_err(|e| e.to_string())?;
     let exec = log
         .exec_started(
@@ -1076,7 +1073,7 @@ pub fn exec_is_door() -> Result<(), String> {
 const NOT_THE_DOOR: &str = "nd7-exec --record is the hooks' door on macOS only; on this system nd7 record reaches nd7 run through its socket";
 
 /// Appends a hook's `request` to the run's log, as `nd7-exec --record -`
-/// (the hooks' door on macOS, [`exec_is_door`]): the session is found as a
+/// (the hooks' door on macOS, [`exec_is_door`]): the run is found as a
 /// command's is, from the kernel's view of this process's ancestors, and
 /// must be the `nd7 run` that made it (its start time). On Linux this refuses.
 pub fn record_hook(request: &HookRequest) -> Result<HookAnswer, String> {
@@ -1085,19 +1082,19 @@ pub fn record_hook(request: &HookRequest) -> Result<HookAnswer, String> {
         // [the front nd7-exec, nd7 record, Claude Code, …, nd7 run, …]: this
         // is the writer ([`out_of_reach`]).
         let chain = crate::kernel::macos::parent_chain().map_err(|e| e.to_string())?;
-        let sessions = RunDirs::for_user().map_err(|e| e.to_string())?;
-        let session = sessions
+        let run_dirs = RunDirs::for_user().map_err(|e| e.to_string())?;
+        let run_dir = run_dirs
             .find_by_ancestors(chain.iter().map(|&(pid, _)| pid), DOOR_MARKER)
             .ok_or("not inside an nd7 run")?;
-        let record = session.record().map_err(|e| e.to_string())?;
+        let record = run_dir.record().map_err(|e| e.to_string())?;
         let started = chain
             .iter()
-            .find(|&&(pid, _)| pid == session.pid)
+            .find(|&&(pid, _)| pid == run_dir.pid)
             .map(|c| c.1);
-        if record.pid != session.pid || started != Some(record.started) {
+        if record.pid != run_dir.pid || started != Some(record.started) {
             return Err(format!(
                 "run {} is not the nd7 run that made its directory",
-                session.pid
+                run_dir.pid
             ));
         }
         let log = RunLog::open_within(&record, WRITER_LOCK_WAIT).map_err(|e| e.to_string())?;

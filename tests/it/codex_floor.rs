@@ -66,7 +66,7 @@ fn codex_cannot_rewrite_what_runs_after_it_nor_nd7s_trust_in_its_hooks() {
         .flat_map(|how| {
             [
                 // config.toml holds the trust of nd7 run's own hooks: the
-                // floor holds it read-only (deferred::HOME_LOCKED).
+                // floor holds it read-only (policy::deferred::HOME_HELD).
                 format!("{how} config.toml: refused"),
                 format!("{how} config.toml renamed: refused"),
                 format!("{how} config.toml removed: refused"),
@@ -151,7 +151,7 @@ fn a_sandbox_of_codexs_own_or_another_codex_home_is_refused_before_anything_star
 /// `codex` program itself under `~/.codex/packages/standalone` and points
 /// `~/.local/bin/codex` at it: whoever can write there decides what the
 /// user's next plain `codex` (outside any floor) runs. Guards
-/// `deferred::HOME_LOCKED`'s `.codex/packages`.
+/// `policy::deferred::HOME_HELD`'s `.codex/packages`.
 #[test]
 fn codex_cannot_replace_the_codex_its_standalone_installer_keeps_in_its_home() {
     let w = World::new();
@@ -202,7 +202,7 @@ done
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
-/// Where nothing can be locked (no user namespaces), Codex can turn its
+/// Where nothing can be held (no user namespaces), Codex can turn its
 /// `config.toml` into a link, to `~/.nd7/grants` here. The watch reports it
 /// (exit 3); but the next `nd7 run codex`, unconfined, writes the trust of
 /// its hooks before anything else, and must not write through the link
@@ -236,7 +236,7 @@ rm -f "$C/config.toml" && ln -s "$HOME_DIR/.nd7/grants" "$C/config.toml" && echo
 /// Codex reads a `.codex/` layer in every directory from the project's root
 /// down to where it starts, so a later plain `codex` started in `proj/sub`
 /// reads `proj/sub/.codex/config.toml` (its `notify`, MCP servers) once the
-/// project is trusted. On Linux only the project root's is locked; one
+/// project is trusted. On Linux only the project root's is held; one
 /// below it, whether made or edited during the session, must at least be
 /// reported (exit 3).
 #[test]
@@ -260,9 +260,9 @@ mkdir -p "$P/sub/.codex" && echo 'notify = ["sh", "-c", "touch /tmp/x"]' > "$P/s
 
 /// A plugin marketplace added from git lives in `~/.codex/.tmp/marketplaces/
 /// NAME`; a later Codex reinstalls an installed plugin from there into its
-/// (locked) `plugins/cache` whenever the version the marketplace names
+/// (held) `plugins/cache` whenever the version the marketplace names
 /// changes, and then starts its MCP servers. So Codex, under nd7 run, must
-/// not be able to edit it. Guards `deferred::HOME_LOCKED`'s
+/// not be able to edit it. Guards `policy::deferred::HOME_HELD`'s
 /// `.codex/.tmp/marketplaces`.
 #[test]
 fn codex_cannot_rewrite_a_marketplace_a_later_codex_installs_plugins_from() {

@@ -243,7 +243,7 @@ fn inside(w: &World, rel: &str) -> String {
     }
 }
 
-/// Guards: the locks and pins of `policy::deferred::plan` (the project's
+/// Guards: the holds and fixes of `policy::deferred::plan` (the project's
 /// and home lists, and the files Claude Code's settings name), made by
 /// `sandbox::linux::ns`; the home directory's files are reachable only
 /// through a grant, which the exit's commands get, but for those in
@@ -286,7 +286,7 @@ fn what_editors_direnv_shells_and_claude_code_run_later_cannot_be_changed() {
         ));
         script.push_str("attempt 'symlink into .claude' 'ln -s .claude/commands cmds && echo evil > cmds/x.md'\n");
         // The home directory is granted, as `nd7 allow ~` would, so the exit's
-        // commands could write there but for the locks.
+        // commands could write there but for the holds.
         let (child, _pid) = w.start_agent(&format!("wait_for go\n{script}"));
         let home = w.in_home("");
         let allow = w
@@ -396,7 +396,7 @@ echo ok
     );
 }
 
-/// Guards: the watch (`deferred::Watch`), for what no mount can hold —
+/// Guards: the watch (`watch::Watch`), for what no mount can hold —
 /// names that did not exist when the session started — and `run.rs`'s exit
 /// status 3 with the report.
 #[test]
@@ -491,7 +491,7 @@ mkdir -p .claude && echo '{{"hooks":{{}}}}' > .claude/settings.json
 
 /// Guards: the fallback where the kernel refuses user namespaces: the
 /// warning when the session starts, the watch of everything on the list
-/// (`Watch::start` with `locked` false), and the report with the diff.
+/// (`Watch::start` with `all_held` false), and the report with the diff.
 #[test]
 fn without_user_namespaces_every_change_is_reported_and_fails_the_run() {
     let w = World::new().without_user_namespaces();
@@ -533,7 +533,7 @@ echo '{}' > "$HOME_DIR/.claude/settings.json"
 }
 
 /// Guards: the planner's submodule and `.git`-file handling
-/// (`policy::deferred::plan`: `work_tree` follows `.gitmodules`, locks each
+/// (`policy::deferred::plan`: `work_tree` follows `.gitmodules`, holds each
 /// pointer file and follows it into `.git/modules/…`; `git_dir` walks
 /// `modules/` for repositories no checkout points at), so neither the
 /// user's plain `git status` at the top, which looks into the submodule, nor
@@ -676,9 +676,9 @@ fn a_submodules_pointer_config_and_hooks_cannot_be_changed() {
 /// Unlike direnv, which asks again after any change to `.envrc`, mise ties
 /// its trust to the file's path (content only in its paranoid mode): a
 /// trusted `mise.toml` the agent edits runs, unconfined, at the user's next
-/// `cd` into the project. So it is locked as `.envrc` is.
+/// `cd` into the project. So it is held as `.envrc` is.
 ///
-/// Guards the mise names in `policy::deferred::PROJECT_LOCKED`: without
+/// Guards the mise names in `policy::deferred::PROJECT_HELD`: without
 /// them the agent's edit, directly and through the exit, goes through.
 #[test]
 fn a_trusted_mise_config_cannot_be_changed() {

@@ -23,7 +23,7 @@ fn ran(w: &World) -> Vec<String> {
 }
 
 /// Guards the search's recognition of git directories by what they hold
-/// (`deferred::is_git_dir`), not only by the name `.git`: git takes any
+/// (`watch`'s `searched`), not only by the name `.git`: git takes any
 /// directory with `HEAD`, `objects/` and `refs/` for a (bare) repository
 /// when the user stands in it, and with `core.worktree` set its fsmonitor
 /// runs under a plain `git status` there (checked with git 2.47). Without

@@ -115,7 +115,7 @@ fn sparse(path: &std::path::Path, len: u64) {
 /// Left by an earlier session (or anyone): a FIFO where `.envrc` and
 /// `.gitmodules` belong, Claude Code's state a link to `/dev/zero`, and
 /// `~/.claude.json` a 20 GiB sparse file. Without the non-blocking,
-/// regular-only, bounded reads (`deferred::read_bounded`, used by the plan's
+/// regular-only, bounded reads (`watch::read_bounded`, used by the plan's
 /// `FsTree::read`, the snapshot's `body` and `claude_state`), the plan blocks
 /// on the FIFO's open and the state is read without end, before the agent
 /// ever starts. Each must instead be named in the warning, with exit 3.
@@ -155,7 +155,7 @@ fn fifos_devices_and_huge_files_left_on_the_list_neither_hang_nor_pass_unseen() 
 /// GiB sparse file (after an fsmonitor) and another whose config is a FIFO,
 /// a `.git` that is a FIFO, and a new repository inside a directory nd7
 /// cannot list (mode 0300, still writable). Without the bounded reads of
-/// `deferred::read_bounded` (`body`, `claude_state`, `repository`, the
+/// `watch::read_bounded` (`body`, `claude_state`, `repository`, the
 /// search's `.git` files) `watch.finish()` blocks or is killed for its
 /// memory: no warning, no `run_end`; without the unlisted directory's
 /// finding (`search`), the repository in it passes unseen.
@@ -237,7 +237,7 @@ fn a_huge_file_on_the_list_rewritten_at_its_own_length_is_reported() {
 /// project, inside directories that were already there when it started (so
 /// only a search that indexed them sees them change), and one in a
 /// directory whose modification time the agent then sets back. Guards the
-/// end-of-session search's walk of the whole project (`deferred::index`,
+/// end-of-session search's walk of the whole project (`watch::index`,
 /// bounded by entries, not depth: with the old depth of 4, the first two
 /// were not reported) and its stamps by change time (`dir_stamp`: by
 /// modification time, the third was not).

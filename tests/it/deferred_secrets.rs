@@ -44,7 +44,7 @@ fn secret(w: &World, rel: &str, content: &str) {
     w.own();
 }
 
-/// Guards `Unreadable::check` in the watch's reads (`deferred::read_bounded`)
+/// Guards `Unreadable::check` in the watch's reads (`watch::read_bounded`)
 /// and the search's refusal to follow a `gitdir:` into a credential store:
 /// the agent touches `~/.kube/config` and `~/.ssh/config` (a new change
 /// time, which Landlock does not mediate), points a new repository's `.git`
@@ -115,7 +115,7 @@ echo done
 /// so neither the agent nor the watch reads it, and no log holds its bytes.
 /// The watch's own identity check (`Unreadable::check`'s link count and
 /// inode), for a link the start's bounded walk missed, is held by
-/// `deferred::unreadable`'s unit tests.
+/// `watch::unreadable`'s unit tests.
 #[test]
 fn a_hard_link_to_a_secret_in_the_project_is_never_read() {
     let w = World::new();
@@ -166,7 +166,7 @@ fn a_directory_on_the_list_that_leads_into_a_store_is_not_listed() {
 /// Nothing of the secret may be written. (A hard link of `~/.kube/config`
 /// the user made in the project before the session now stops `nd7 run`
 /// at the start, ADR-0095; the watch's identity check for one is held by
-/// `deferred::unreadable`'s unit tests.)
+/// `watch::unreadable`'s unit tests.)
 #[test]
 fn proc_paths_and_hard_links_do_not_lead_the_watch_to_a_secret() {
     let w = World::new();

@@ -4,7 +4,7 @@
 //! Landlock has no right for `chmod`, `chown`, `utimensat` or `setxattr`:
 //! under it alone the agent could make `~/.ssh`, a private key, `~/.nd7` or
 //! its grants file mode 0777 (another account could then append a grant),
-//! date a credential store so the end-of-session watch trusts it, or strip
+//! date a credential store so the end-of-run watch trusts it, or strip
 //! an extended attribute. So every such call stops in the kernel and waits
 //! for the keeper ([`change`]), which:
 //!
@@ -13,7 +13,7 @@
 //!    is made absolute from the caller's working directory (or the
 //!    directory descriptor it gave, fetched with `pidfd_getfd`) and resolved
 //!    beneath the caller's root (`/proc/<tid>/root`, `RESOLVE_IN_ROOT`), so
-//!    the session's mount namespace is used, read-only binds included; a
+//!    the run's mount namespace is used, read-only binds included; a
 //!    descriptor call fetches the caller's own open file; a trailing link is
 //!    followed or not as the call says; a magic link (`/proc/self/fd/N`) is
 //!    refused, as from the keeper it would name the keeper's own;
@@ -304,7 +304,7 @@ fn own_descriptor(path: &[u8]) -> Option<(i32, Option<&[u8]>)> {
 }
 
 /// An owner change with the caller's numbers, which are its user
-/// namespace's (the session's maps only the account's own user and group),
+/// namespace's (the run's maps only the account's own user and group),
 /// made the keeper's: each mapped through `/proc/<tid>/uid_map` or
 /// `gid_map`, which the kernel shows relative to the reader. A number the
 /// caller's namespace does not map fails with `EINVAL`, as the kernel's own
@@ -503,8 +503,8 @@ fn is_dir(st: &rustix::fs::Stat) -> bool {
 }
 
 /// Clears this thread's effective capabilities (credentials are a
-/// thread's own), so that a keeper started by root acts for the session
-/// with only what the account's own files allow, as the session's processes
+/// thread's own), so that a keeper started by root acts for the run
+/// with only what the account's own files allow, as the run's processes
 /// (in a user namespace, with none) would: never `CAP_CHOWN` or
 /// `CAP_FOWNER` on another account's file. Fails closed.
 fn without_capabilities() -> Result<(), i32> {

@@ -5,7 +5,7 @@
 //! admits the caller as the exit does (the credentials the kernel attached
 //! to the request, a descendant of this `nd7 run`, each link pinned with a
 //! pidfd; not the connection's peer, which is nd7 run's keeper, since it
-//! connects for every process of the session), appends the entry and only
+//! connects for every process of the run), appends the entry and only
 //! then answers, so the hook returns after the entry is in the log.
 //!
 //! # Other callers' load cannot cost a hook its entry (ADR-0097)
@@ -24,7 +24,7 @@
 //! events that may be missing), and `nd7 record` tries again when the door
 //! closed on it unanswered. A caller's identity only comes with its first
 //! bytes (the connection's peer is the keeper, which connects for every
-//! process of the session), and the floor can start new callers at will: so
+//! process of the run), and the floor can start new callers at will: so
 //! the bound is on what a connection has sent, not on who sent it.
 
 use std::collections::BTreeMap;
@@ -68,17 +68,17 @@ const WHOLE_ENOUGH: u64 = 32 * 1024;
 /// request (one deadline, not a timeout per read).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The session side: `nd7 run`'s door for the hooks.
+/// `nd7 run`'s side: its door for the hooks.
 pub struct Door {
     listener: UnixListener,
-    session: RunDir,
+    run_dir: RunDir,
     log: Arc<RunLog>,
 }
 
 impl Door {
-    /// Binds the session's door, readable and writable by the user alone.
-    pub fn open(session: &RunDir, log: Arc<RunLog>) -> Result<Door, ExitError> {
-        let path = session.dir.join(crate::run_dir::DOOR_SOCKET);
+    /// Binds the run's door, readable and writable by the user alone.
+    pub fn open(run_dir: &RunDir, log: Arc<RunLog>) -> Result<Door, ExitError> {
+        let path = run_dir.dir.join(crate::run_dir::DOOR_SOCKET);
         let io_err = |action| {
             let path = path.clone();
             move |source| ExitError::Io {
@@ -96,14 +96,14 @@ impl Door {
         rustix::net::sockopt::set_socket_passcred(&listener, true)
             .map_err(|e| io_err("set up")(e.into()))?;
         let _ = set_pass_pidfd(&listener);
-        // The keeper connects the session's processes only to sockets it
-        // knows to be the session's, and to this one only the floor's: the
+        // The keeper connects the run's processes only to sockets it
+        // knows to be the run's, and to this one only the floor's: the
         // program's hooks, never a command through the exit, which could
         // otherwise hold the hooks back with a flood of connections.
         super::keeper::allow_own_to_floor(listener.as_fd()).map_err(io_err("register"))?;
         Ok(Door {
             listener,
-            session: session.clone(),
+            run_dir: run_dir.clone(),
             log,
         })
     }
@@ -146,7 +146,7 @@ pub fn drain(bound: Duration) -> bool {
 /// How long [`drain`] waits at most. Every caller has ended by then, so a
 /// waiting connection ends short (or is dropped within [`TRIAGE_BUDGET`])
 /// and a thread's read meets the end at once; the bound keeps the run's
-/// end well inside the keeper's 10 s for the session after its grace.
+/// end well inside the keeper's 10 s for the run after its grace.
 pub const DRAIN_BOUND: Duration = Duration::from_secs(5);
 
 /// Up to `max` threads serving the connections handed to them, started as
@@ -159,7 +159,7 @@ struct Pool {
     started: usize,
     max: usize,
     me: u32,
-    session: RunDir,
+    run_dir: RunDir,
     log: Arc<RunLog>,
 }
 
@@ -173,7 +173,7 @@ impl Pool {
             started: 0,
             max,
             me,
-            session: door.session.clone(),
+            run_dir: door.run_dir.clone(),
             log: door.log.clone(),
         }
     }
@@ -183,7 +183,7 @@ impl Pool {
     fn send(&mut self, conn: UnixStream) {
         if self.idle.load(Ordering::Acquire) == 0 && self.started < self.max {
             let (taken, idle) = (self.taken.clone(), self.idle.clone());
-            let (me, session, log) = (self.me, self.session.clone(), self.log.clone());
+            let (me, run_dir, log) = (self.me, self.run_dir.clone(), self.log.clone());
             let spawned = std::thread::Builder::new()
                 .stack_size(STACK)
                 .spawn(move || {
@@ -194,7 +194,7 @@ impl Pool {
                         let Ok(Ok(conn)) = next else {
                             return;
                         };
-                        serve_one(&conn, me, &session, &log);
+                        serve_one(&conn, me, &run_dir, &log);
                         drop(conn);
                         IN_DOOR.fetch_sub(1, Ordering::AcqRel);
                     }
@@ -364,7 +364,7 @@ fn triage(listener: &UnixListener, log: &RunLog, whole: &mut Pool, large: &mut P
     }
 }
 
-fn serve_one(conn: &UnixStream, me: u32, session: &RunDir, log: &RunLog) {
+fn serve_one(conn: &UnixStream, me: u32, run_dir: &RunDir, log: &RunLog) {
     // One deadline for the whole request, not a timeout per read: a peer
     // trickling a byte at a time would otherwise hold its thread for as long
     // as it liked, and MAX_HOOKS of them would stall every hook behind them.
@@ -382,7 +382,7 @@ fn serve_one(conn: &UnixStream, me: u32, session: &RunDir, log: &RunLog) {
         Err(why) => return refuse(conn, log, "record", who, why),
     };
     if request.explain {
-        let frame = match session.record() {
+        let frame = match run_dir.record() {
             Ok(record) => match crate::refusals::explain(
                 &request.body,
                 &record.policy,

@@ -7,10 +7,10 @@
 //! and the credentials the kernel attached to it (`SCM_CREDENTIALS`, and a
 //! pidfd of the sender, `SCM_PIDFD`, where the kernel has it): not the
 //! connection's peer, which is nd7 run's keeper, since it connects for
-//! every process of the session (`super::supervise`). Only a descendant of
+//! every process of the run (`super::supervise`). Only a descendant of
 //! this `nd7 run`, of the same user, is served, each link of its ancestry
-//! pinned with a pidfd. It then reads the session's record afresh, starts
-//! the shell under the floor plus the session's current grants, in its own
+//! pinned with a pidfd. It then reads the run's record afresh, starts
+//! the shell under the floor plus the run's current grants, in its own
 //! process group, with the caller's descriptors as stdio, and relays signals
 //! (acknowledging each) and the exit status. If the caller goes away first,
 //! the command's process group is killed.
@@ -119,13 +119,13 @@ pub enum ExitError {
     Lost,
 }
 
-/// The session side: `nd7 run`'s listening socket.
+/// `nd7 run`'s side: its listening socket.
 pub struct Exit {
     listener: UnixListener,
-    session: RunDir,
+    run_dir: RunDir,
     log: Arc<RunLog>,
     groups: Arc<Mutex<Running>>,
-    /// The session's namespaces, inside which every command starts (`ns`).
+    /// The run's namespaces, inside which every command starts (`ns`).
     namespaces: Option<Arc<super::ns::Namespaces>>,
     /// Called with the command's grants before it starts.
     before: Option<crate::sandbox::BeforeCommand>,
@@ -133,7 +133,7 @@ pub struct Exit {
     after: Option<crate::sandbox::AfterCommand>,
 }
 
-/// The running exit, to stop the commands still running when the session ends.
+/// The running exit, to stop the commands still running when the run ends.
 pub struct Serving {
     groups: Arc<Mutex<Running>>,
 }
@@ -144,10 +144,10 @@ pub struct Serving {
 type Running = HashMap<u32, u64>;
 
 impl Exit {
-    /// Binds the session's socket, readable and writable by the user alone.
+    /// Binds the run's socket, readable and writable by the user alone.
     /// Every command and every refused caller goes into `log`.
-    pub fn open(session: &RunDir, log: Arc<RunLog>) -> Result<Exit, ExitError> {
-        let path = session.socket_path();
+    pub fn open(run_dir: &RunDir, log: Arc<RunLog>) -> Result<Exit, ExitError> {
+        let path = run_dir.socket_path();
         let io_err = |action| {
             let path = path.clone();
             move |source| ExitError::Io {
@@ -165,12 +165,12 @@ impl Exit {
         rustix::net::sockopt::set_socket_passcred(&listener, true)
             .map_err(|e| io_err("set up")(e.into()))?;
         let _ = set_pass_pidfd(&listener);
-        // The keeper connects for the session's processes, and only to
-        // sockets it knows to be the session's.
+        // The keeper connects for the run's processes, and only to
+        // sockets it knows to be the run's.
         super::keeper::allow_own(listener.as_fd()).map_err(io_err("register"))?;
         Ok(Exit {
             listener,
-            session: session.clone(),
+            run_dir: run_dir.clone(),
             log,
             groups: Arc::default(),
             namespaces: None,
@@ -222,7 +222,7 @@ impl Exit {
                     refuse(&conn, &self.log, "exit", peer(&conn), why);
                     continue;
                 };
-                let session = self.session.clone();
+                let run_dir = self.run_dir.clone();
                 let groups = self.groups.clone();
                 let log = self.log.clone();
                 let namespaces = self.namespaces.clone();
@@ -235,7 +235,7 @@ impl Exit {
                         serve_one(
                             conn,
                             me,
-                            &session,
+                            &run_dir,
                             &log,
                             &groups,
                             namespaces.as_deref(),
@@ -251,7 +251,7 @@ impl Exit {
 }
 
 impl Serving {
-    /// Kills every command still running: a session's commands end with it.
+    /// Kills every command still running: a run's commands end with it.
     pub fn kill_commands(&self) {
         let groups = self.groups.lock().map(|g| g.clone()).unwrap_or_default();
         for pgid in groups.into_keys() {
@@ -329,18 +329,18 @@ fn descends_pinned(pid: u32, pinned: OwnedFd, ancestor: u32) -> Option<u32> {
     None
 }
 
-/// A caller the kernel places in the session's process tree.
+/// A caller the kernel places in the run's process tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Admitted {
     pub(super) pid: u32,
-    /// The session's child it descends through: the program (the floor),
+    /// `nd7 run`'s child it descends through: the program (the floor),
     /// or a command the exit started, when it asks from inside one. The
-    /// keeper, not the session, adopts orphans, so a process whose parent
-    /// died is no longer below the session at all.
+    /// keeper, not `nd7 run`, adopts orphans, so a process whose parent
+    /// died is no longer below `nd7 run` at all.
     pub(super) below: u32,
 }
 
-/// Whether the kernel places the caller in this session's process tree.
+/// Whether the kernel places the caller in this run's process tree.
 pub(super) fn admit(caller: Caller, session_pid: u32) -> Result<Admitted, String> {
     let (Some(pid), Some(uid)) = (caller.pid, caller.uid) else {
         return Err("cannot tell who is calling: the request came without credentials".into());
@@ -372,7 +372,7 @@ pub(super) fn admit(caller: Caller, session_pid: u32) -> Result<Admitted, String
 
 /// Who is on the other end of `conn`, as far as its peer credentials tell:
 /// nobody known when the peer is nd7 run's keeper, which connects for every
-/// process of the session (only a request's own credentials name its sender).
+/// process of the run (only a request's own credentials name its sender).
 pub(super) fn peer(conn: &UnixStream) -> (Option<u32>, Option<u32>) {
     match rustix::net::sockopt::socket_peercred(conn) {
         Ok(c) if Some(c.pid.as_raw_nonzero().get() as u32) != super::keeper::keeper_pid() => (
@@ -384,7 +384,7 @@ pub(super) fn peer(conn: &UnixStream) -> (Option<u32>, Option<u32>) {
 }
 
 /// Refuses a caller (pid and uid as the kernel gave them, where it did),
-/// writing it down in the session's log.
+/// writing it down in the run's log.
 pub(super) fn refuse(
     conn: &UnixStream,
     log: &RunLog,
@@ -399,7 +399,7 @@ pub(super) fn refuse(
 fn serve_one(
     conn: UnixStream,
     me: u32,
-    session: &RunDir,
+    run_dir: &RunDir,
     log: &RunLog,
     groups: &Mutex<Running>,
     namespaces: Option<&super::ns::Namespaces>,
@@ -409,7 +409,7 @@ fn serve_one(
     ),
 ) {
     // nd7-exec sends its request at once; a caller that stalls is dropped
-    // rather than holding a thread for the rest of the session.
+    // rather than holding a thread for the rest of the run.
     let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(10)));
     // The request is read first: the credentials that name its sender come
     // with it (the connection's peer is the keeper).
@@ -430,14 +430,14 @@ fn serve_one(
     };
     // The rules are read once, and the grants that go into the log are the
     // ones the command runs under.
-    let policy = match session.record() {
+    let policy = match run_dir.record() {
         Ok(record) => record.policy,
         Err(e) => return say(format!("cannot read the session's rules: {e}")),
     };
     // The rules are built before the command is written down, so the grants
     // logged are those it runs under: a grant whose path changed since it was
     // made is dropped here (ADR-0028), and that is written down too.
-    let (confinement, dropped) = match super::prepare_command(session, &policy) {
+    let (confinement, dropped) = match super::prepare_command(run_dir, &policy) {
         Ok(prepared) => prepared,
         Err(e) => return say(e.to_string()),
     };
@@ -654,7 +654,7 @@ fn receive(conn: &UnixStream) -> (Caller, Result<(Request, [OwnedFd; 3]), String
 }
 
 /// Starts the command under the confinement prepared for it, reported to
-/// the keeper as `started`, in a child that shares the session's memory
+/// the keeper as `started`, in a child that shares `nd7 run`'s memory
 /// until it execs (`launch`).
 fn start(
     request: &Request,
@@ -664,10 +664,10 @@ fn start(
     namespaces: Option<&super::ns::Namespaces>,
 ) -> Result<Launched, String> {
     let shell = shell_for(&request.command);
-    // The directory is the caller's word: opened here, from the session's
+    // The directory is the caller's word: opened here, from `nd7 run`'s
     // root (on top of the binds), absolute, and through no magic link
     // (`/proc/self/cwd`, `/proc/self/fd/N` in the child before exec lead to
-    // the session's directory taken before the binds, or to the root
+    // `nd7 run`'s working directory taken before the binds, or to the root
     // outside), and the child moves to it by descriptor.
     if !request.cwd.is_absolute() {
         return Err(format!(
@@ -694,7 +694,7 @@ fn start(
     for (k, v) in &request.env {
         command.env(k, v);
     }
-    // The working directory is found again inside the session's namespaces
+    // The working directory is found again inside the run's namespaces
     // and the capabilities dropped first, before Landlock and the seccomp
     // filter.
     if let Some(ns) = namespaces {
@@ -767,7 +767,7 @@ fn relay(conn: &UnixStream, child: &Launched) -> (bool, Option<String>) {
                     if let Some(signal) = forwardable(sig) {
                         let _ = kill_process_group(pgid, signal);
                     }
-                    // nd7-exec gives up on a session that does not answer
+                    // nd7-exec gives up on a run that does not answer
                     // (a stopped nd7 run); this says it was heard.
                     let _ = (&*conn).write_all(&Frame::Kill(sig).encode());
                 }
@@ -807,7 +807,7 @@ pub enum Outcome {
 pub const ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The `nd7-exec` side: sends `command` (with this process's stdio, working
-/// directory and environment) to the session listening on `socket`, passes
+/// directory and environment) to the `nd7 run` listening on `socket`, passes
 /// on SIGINT, SIGTERM, SIGHUP and SIGQUIT, and returns how the command ended.
 /// A signal `nd7 run` does not acknowledge within [`ACK_WAIT`] ends this
 /// process as the signal would have (128+N).

@@ -1,65 +1,67 @@
-//! `nd7 run` as two processes, so that nothing a session starts outlives it
+//! `nd7 run` as three processes, so that nothing a run starts outlives it
 //! and nothing inside can stop the one that ends it.
 //!
-//! [`split`] forks `nd7 run` once, first thing, while it is small and has
-//! one thread (a fork copies less then):
+//! [`split`] forks twice, first thing, while `nd7 run` is small and has one
+//! thread (a fork copies less then):
 //!
-//! - **The keeper** (the parent, the process the user's shell waits for)
-//!   stays outside every sandbox. It is the child subreaper
-//!   (`PR_SET_CHILD_SUBREAPER`), so every process of the session whose
-//!   parent dies, a `setsid` daemon included, becomes its child, however
-//!   far down it was started. It serves the session's seccomp listeners
+//! - **The front** ([`front`], `nd7 run`'s first process, the one the user's
+//!   shell waits for) does nothing but wait for the keeper, pass on the
+//!   signals a process sent it, and exit with the keeper's status; [`split`]
+//!   returns [`Side::Done`] in it.
+//! - **The keeper** (the front's child) stays outside every sandbox. It is
+//!   the child subreaper (`PR_SET_CHILD_SUBREAPER`), so every process of the
+//!   run whose parent dies, a `setsid` daemon included, becomes its child,
+//!   however far down it was started. It serves the run's seccomp listeners
 //!   ([`super::supervise`]): it performs every `connect`, and it learns when
 //!   the last process of a command is gone, which is how `running.json`
-//!   (`crate::running`) stays true for `nd7 deny`. When the session process
-//!   exits, however it ends, the keeper kills every process still below it
-//!   and reaps them, removes the session directory, and exits with the
-//!   session's status. It passes SIGTERM and SIGHUP on to the session.
-//! - **The session** (the child) is what `nd7 run` always was: it makes the
-//!   session directory, serves the exit, starts the agent. Once it has
-//!   built its namespaces (Landlock refuses mounts) and before it starts
-//!   anything, it puts itself under a Landlock layer that only scopes
-//!   signals and abstract unix sockets (ABI 6, [`scope`]); the agent and
-//!   every command are nested beneath it, so they can signal each other and it, but nothing outside: not the
-//!   keeper, not the user's other processes. It dies with the keeper
+//!   (`crate::running`) stays true for `nd7 deny`. When `nd7 run` (its
+//!   child) exits, however it ends, the keeper kills every process still
+//!   below it and reaps them, removes the run directory, and exits with
+//!   `nd7 run`'s status ([`Side::Done`] too). It passes SIGTERM and SIGHUP
+//!   on to `nd7 run`.
+//! - **`nd7 run`** (the keeper's child, [`Side::Run`]) is what `nd7 run`
+//!   always was: it makes the run directory, serves the exit and the door,
+//!   starts the agent. Once it has built its namespaces (Landlock refuses
+//!   mounts) and before it starts anything, it puts itself under a Landlock
+//!   layer that only scopes signals and abstract unix sockets (ABI 6,
+//!   [`scope`]); the agent and every command are nested beneath it, so they
+//!   can signal each other and it, but nothing outside: not the keeper, not
+//!   the user's other processes. It dies with the keeper
 //!   (`PR_SET_PDEATHSIG`).
 //!
-//! The agent can kill the session process (it is inside the same scope);
-//! then the keeper ends everything at once. It cannot signal, trace or
-//! outlive the keeper, and it cannot stop the session: the seccomp filter
-//! refuses every stop signal (ADR-0096).
+//! The agent can kill `nd7 run` (it is inside the same scope); then the
+//! keeper ends everything at once. It cannot signal, trace or outlive the
+//! keeper, and it cannot stop `nd7 run`: the seccomp filter refuses every
+//! stop signal (ADR-0096).
 //!
 //! # The user's signals always end the run (ADR-0096)
 //!
-//! Above the keeper sits **the front** ([`front`]): `nd7 run`'s first
-//! process, which the user's shell waits for. It does nothing but wait for
-//! the keeper, pass on the signals a process sent it, and exit with the
-//! keeper's status; the keeper dies with it (`PR_SET_PDEATHSIG`, SIGTERM),
-//! so a `kill -9` of `nd7 run` ends the run as SIGTERM does, `run_end` and
-//! all, instead of leaving the keeper's charges to init. On SIGTERM or
-//! SIGHUP the keeper wakes the session (SIGCONT) and passes the signal on;
-//! if the program has not ended [`GRACE`] later, the keeper ends every
-//! process below it but the session, which then writes `run_end` and
-//! exits; if the session itself has not ended [`SESSION_GRACE`] after that,
-//! the keeper kills it too. A typed Ctrl-C or Ctrl-\ is the program's (the
-//! terminal sends it to the program as well); the third of them within
-//! [`INTERRUPT_WINDOW`] ends the run as SIGTERM does.
+//! The keeper dies with the front (`PR_SET_PDEATHSIG`, SIGTERM), so a
+//! `kill -9` of the front ends the run as SIGTERM does, `run_end` and all,
+//! instead of leaving the keeper's charges to init. On SIGTERM or SIGHUP the
+//! keeper wakes `nd7 run` (SIGCONT) and passes the signal on; if the program
+//! has not ended [`GRACE`] later, the keeper ends every process below it but
+//! `nd7 run`, which then writes `run_end` and exits; if `nd7 run` itself has
+//! not ended [`RUN_GRACE`] after that, the keeper kills it too. A typed
+//! Ctrl-C or Ctrl-\ is the program's (the terminal sends it to the program
+//! as well); the third of them within [`INTERRUPT_WINDOW`] ends the run as
+//! SIGTERM does.
 //!
-//! The two talk over one `SOCK_SEQPACKET` pair: the keeper says once whether
-//! it can act for the session's processes and whether it serves the channel
-//! (read by the session only before it first starts anything, so the two
-//! set up side by side, [`Channel::ready`]);
-//! the session (or, between fork and exec, each process it confines) sends
-//! the seccomp listeners and nd7's own listening sockets, each message one
-//! letter and a descriptor. Once the agent has ended, the session asks the
-//! keeper to end what is left ([`end_leftovers`]), so that the run's log says
-//! so before its last entry; the keeper's own sweep after the session has
-//! gone is the backstop.
+//! The keeper and `nd7 run` talk over one `SOCK_SEQPACKET` pair: the keeper
+//! says once whether it can act for the run's processes and whether it
+//! serves the channel (read by `nd7 run` only before it first starts
+//! anything, so the two set up side by side, [`Channel::ready`]); `nd7 run`
+//! (or, between fork and exec, each process it confines) sends the seccomp
+//! listeners and nd7's own listening sockets, each message one letter and a
+//! descriptor. Once the agent has ended, `nd7 run` asks the keeper to end
+//! what is left ([`end_leftovers`]), so that the run's log says so before
+//! its last entry; the keeper's own sweep after `nd7 run` has gone is the
+//! backstop.
 //!
-//! Which process is "nd7 run" to the rest of nd7: the session. Its pid names
-//! `~/.nd7/runs/<pid>`, the run's chain and the banner; it serves the
-//! exit and the hooks' door, and callers must descend from it. The keeper is
-//! only the parent the user's shell waits for.
+//! Which process is "nd7 run" to the rest of nd7: the keeper's child. Its pid
+//! names `~/.nd7/runs/<pid>`, the run's chain and the banner; it serves the
+//! exit and the hooks' door, and callers must descend from it. The front and
+//! the keeper are only its parents.
 
 use std::collections::BTreeMap;
 use std::io::{self, IoSlice, IoSliceMut};
@@ -83,20 +85,20 @@ use crate::run_dir::RunDirs;
 use crate::running;
 use crate::sandbox::Leftovers;
 
-/// Message kinds on the channel, from the session to the keeper.
+/// Message kinds on the channel, from `nd7 run` to the keeper.
 pub const OWN_SOCKET: u8 = b'O';
 pub const FLOOR_LISTENER: u8 = b'F';
 pub const COMMAND_LISTENER: u8 = b'C';
-/// From the session alone, with no descriptor: end every process below the
-/// keeper but the session; answered with [`ENDED`].
+/// From `nd7 run` alone, with no descriptor: end every process below the
+/// keeper but `nd7 run`; answered with [`ENDED`].
 pub const END_LEFTOVERS: u8 = b'E';
 /// The keeper's answer to [`END_LEFTOVERS`]: a JSON list of `[pid, name]`.
 pub const ENDED: u8 = b'e';
 
-/// The keeper's first message: what it worked out for the session while
-/// the session set up its own side ([`split`]'s `head_start`).
+/// The keeper's first message: what it worked out for `nd7 run` while
+/// `nd7 run` set up its own side ([`split`]'s `head_start`).
 const HEAD_START: u8 = b'H';
-/// The largest head start sent; a larger one is sent empty, and the session
+/// The largest head start sent; a larger one is sent empty, and `nd7 run`
 /// works it out itself.
 const MAX_HEAD_START: usize = 128 * 1024;
 
@@ -104,17 +106,17 @@ const MAX_HEAD_START: usize = 128 * 1024;
 const GO_SUPERVISED: u8 = 1;
 const GO_SERVED: u8 = 2;
 
-/// The session's end of the channel, and what the keeper said it can do.
+/// `nd7 run`'s end of the channel, and what the keeper said it can do.
 ///
-/// The keeper answers once, after setting itself up; the session reads the
+/// The keeper answers once, after setting itself up; `nd7 run` reads the
 /// answer only when it first needs it ([`Channel::ready`], just before it
 /// starts anything under the floor), so both set up side by side and the
-/// session never waits for the keeper while it builds its own side.
+/// `nd7 run` never waits for the keeper while it builds its own side.
 #[derive(Debug)]
 pub struct Channel {
     pub fd: OwnedFd,
     /// The keeper's pid: the peer of every connection it makes for the
-    /// session's processes.
+    /// run's processes.
     pub keeper: u32,
     /// The keeper's answer (its first byte on the channel), once read;
     /// `None` inside when it never came.
@@ -122,13 +124,13 @@ pub struct Channel {
     /// The keeper's head start, once read; `None` inside when it never came
     /// or came empty.
     head_start: OnceLock<Option<Vec<u8>>>,
-    /// Whether the session runs under the signal and abstract-socket scope
+    /// Whether `nd7 run` runs under the signal and abstract-socket scope
     /// ([`scope`]).
     scoped: OnceLock<bool>,
 }
 
 impl Channel {
-    /// What the keeper worked out for the session (`split`'s `head_start`),
+    /// What the keeper worked out for `nd7 run` (`split`'s `head_start`),
     /// read from the channel the first time it is asked for: its first
     /// message, so this waits for the keeper to have sent it.
     pub fn head_start(&self) -> Option<Vec<u8>> {
@@ -188,7 +190,7 @@ impl Channel {
     }
 
     /// What the filter does with `connect` and `bind`: handed to the keeper
-    /// when it said it can act for the session's processes.
+    /// when it said it can act for the run's processes.
     pub fn sockets(&self) -> Sockets {
         match self.answer() {
             Some(go) if go & GO_SUPERVISED != 0 => Sockets::Supervised,
@@ -202,7 +204,7 @@ impl Channel {
         self.answer().is_some_and(|go| go & GO_SERVED != 0)
     }
 
-    /// Whether the session put itself under the signal and abstract-socket
+    /// Whether `nd7 run` put itself under the signal and abstract-socket
     /// scope ([`scope`]).
     pub fn scoped(&self) -> bool {
         self.scoped.get().copied().unwrap_or(false)
@@ -211,31 +213,31 @@ impl Channel {
 
 static CHANNEL: OnceLock<Channel> = OnceLock::new();
 
-/// The channel to the keeper, in the session process; `None` elsewhere.
+/// The channel to the keeper, in `nd7 run`; `None` elsewhere.
 pub fn channel() -> Option<&'static Channel> {
     CHANNEL.get()
 }
 
-/// The keeper's pid, in the session process; `None` elsewhere.
+/// The keeper's pid, in `nd7 run`; `None` elsewhere.
 pub fn keeper_pid() -> Option<u32> {
     channel().map(|c| c.keeper)
 }
 
 /// Which process [`split`] returned in.
 pub enum Side {
-    /// The keeper, done: the session ended with this exit code and nothing
-    /// it started is left.
-    Keeper(i32),
-    /// The session, to carry on as `nd7 run`.
-    Session,
+    /// The front or the keeper, done: `nd7 run` ended with this exit code
+    /// and nothing it started is left.
+    Done(i32),
+    /// `nd7 run` (the keeper's child), to carry on.
+    Run,
 }
 
 /// How long the program has to end after SIGTERM or SIGHUP before the
-/// keeper ends every process of the session but the session process.
+/// keeper ends every process of the run but `nd7 run`.
 pub const GRACE: std::time::Duration = std::time::Duration::from_secs(3);
-/// How long the session process then has to write `run_end` and exit
+/// How long `nd7 run` then has to write `run_end` and exit
 /// before the keeper kills it.
-pub const SESSION_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+pub const RUN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 /// The third Ctrl-C (or Ctrl-\\) within this ends the run as SIGTERM does.
 pub const INTERRUPT_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
 /// How many interrupts within [`INTERRUPT_WINDOW`] end the run.
@@ -271,16 +273,16 @@ fn os(what: &str) -> impl FnOnce(io::Error) -> String + '_ {
     move |e| format!("cannot {what}: {e}")
 }
 
-/// Forks the keeper from the session. Must be called while this process has
-/// one thread. `sessions` is where the session's directory will be. The
-/// keeper runs `head_start` first thing, while the session sets up, and
-/// sends the session what it returns ([`Channel::head_start`]): work the
-/// session would otherwise do itself before it can build its floor.
-pub fn split(sessions: &RunDirs, head_start: impl FnOnce() -> Vec<u8>) -> Result<Side, String> {
+/// Forks the front, the keeper and `nd7 run`. Must be called while this process has
+/// one thread. `run_dirs` is where the run directory will be. The
+/// keeper runs `head_start` first thing, while `nd7 run` sets up, and
+/// sends `nd7 run` what it returns ([`Channel::head_start`]): work the
+/// `nd7 run` would otherwise do itself before it can build its floor.
+pub fn split(run_dirs: &RunDirs, head_start: impl FnOnce() -> Vec<u8>) -> Result<Side, String> {
     if let Some(code) = front()? {
-        return Ok(Side::Keeper(code));
+        return Ok(Side::Done(code));
     }
-    let (keeper_end, session_end) = rustix::net::socketpair(
+    let (keeper_end, child_end) = rustix::net::socketpair(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
         SocketFlags::CLOEXEC,
@@ -302,17 +304,17 @@ pub fn split(sessions: &RunDirs, head_start: impl FnOnce() -> Vec<u8>) -> Result
     }
     if child == 0 {
         drop(keeper_end);
-        return session_side(keeper, session_end, &signals);
+        return run_side(keeper, child_end, &signals);
     }
-    // The descriptor number the session keeps its end under, which the
-    // keeper fetches once to learn whether it may act for the session.
-    let probe = session_end.as_raw_fd();
-    drop(session_end);
-    Ok(Side::Keeper(keep(
+    // The descriptor number `nd7 run` keeps its end under, which the
+    // keeper fetches once to learn whether it may act for `nd7 run`.
+    let probe = child_end.as_raw_fd();
+    drop(child_end);
+    Ok(Side::Done(keep(
         child as u32,
         keeper_end,
         probe,
-        sessions,
+        run_dirs,
         &signals,
         head_start,
     )))
@@ -324,7 +326,7 @@ fn dispose(sig: i32, handler: libc::sighandler_t) {
     unsafe { libc::signal(sig, handler) };
 }
 
-/// The background terminal signals: the front, the keeper and the session
+/// The background terminal signals: the front, the keeper and `nd7 run`
 /// ignore them, so a program that moves the terminal's foreground away from
 /// them (and sets `TOSTOP`) cannot stop them by making them write to it.
 const TERMINAL_STOPS: [i32; 2] = [libc::SIGTTIN, libc::SIGTTOU];
@@ -391,11 +393,11 @@ fn wait_in_front(keeper: Pid, signals: &SigSet) -> i32 {
     }
 }
 
-fn session_side(keeper: u32, channel: OwnedFd, signals: &SigSet) -> Result<Side, String> {
+fn run_side(keeper: u32, channel: OwnedFd, signals: &SigSet) -> Result<Side, String> {
     set_mask(SigmaskHow::SIG_UNBLOCK, signals);
-    // The session keeps ignoring the terminal's stops, as the front and the
+    // `nd7 run` keeps ignoring the terminal's stops, as the front and the
     // keeper do: a program that takes the terminal's foreground (with
-    // `TOSTOP`) would otherwise have the tty driver stop the session at its
+    // `TOSTOP`) would otherwise have the tty driver stop `nd7 run` at its
     // next write there, and no call of the program's would name the signal
     // (ADR-0099). The program gets them back at their default from
     // `launch`'s child, which resets them before exec.
@@ -410,14 +412,14 @@ fn session_side(keeper: u32, channel: OwnedFd, signals: &SigSet) -> Result<Side,
         head_start: OnceLock::new(),
         scoped: OnceLock::new(),
     });
-    Ok(Side::Session)
+    Ok(Side::Run)
 }
 
-/// Puts the session process under the Landlock layer that scopes signals
+/// Puts `nd7 run` under the Landlock layer that scopes signals
 /// and abstract unix sockets ([`super::scope_self`]), where the kernel has
-/// it. Called by the session once it has built its namespaces (Landlock
+/// it. Called by `nd7 run` once it has built its namespaces (Landlock
 /// refuses mounts) and before it starts anything: the agent and every
-/// command are nested beneath it. Outside a session, does nothing.
+/// command are nested beneath it. Outside `nd7 run`, does nothing.
 pub fn scope() -> Result<(), String> {
     let Some(channel) = channel() else {
         return Ok(());
@@ -427,9 +429,9 @@ pub fn scope() -> Result<(), String> {
     Ok(())
 }
 
-/// Sends the session what the keeper worked out: empty when it is larger
+/// Sends `nd7 run` what the keeper worked out: empty when it is larger
 /// than [`MAX_HEAD_START`] or the socket will not take it in one message
-/// (a send buffer set small), so the session works it out itself.
+/// (a send buffer set small), so `nd7 run` works it out itself.
 fn send_head_start(channel: BorrowedFd<'_>, worked_out: Vec<u8>) {
     let mut message = vec![HEAD_START];
     if worked_out.len() <= MAX_HEAD_START {
@@ -440,7 +442,7 @@ fn send_head_start(channel: BorrowedFd<'_>, worked_out: Vec<u8>) {
     }
 }
 
-/// Sends one message with one descriptor to the keeper (the session side).
+/// Sends one message with one descriptor to the keeper (`nd7 run`'s side).
 pub fn send(kind: u8, body: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
     let Some(channel) = channel() else {
         return Ok(());
@@ -480,7 +482,7 @@ pub fn allow_own_to_floor(socket: BorrowedFd<'_>) -> io::Result<()> {
 const FLOOR_ONLY: &[u8] = b"floor";
 
 /// The commands the keeper knows to be running with a grant, written to
-/// `running.json` while the session lives.
+/// `running.json` while `nd7 run` lives.
 struct Tracker {
     dir: std::path::PathBuf,
     commands: BTreeMap<u64, running::Command>,
@@ -502,31 +504,31 @@ const CHANNEL_IN: u64 = 1;
 /// Listeners are numbered from here.
 const FIRST_LISTENER: u64 = 2;
 
-/// The keeper's life: returns the session's exit code once it and every
+/// The keeper's life: returns `nd7 run`'s exit code once it and every
 /// process below the keeper are gone. One thread, one epoll loop over the
 /// signals (a signalfd), the channel and every seccomp listener; only a
 /// `connect` that may block for long gets a thread of its own.
 fn keep(
-    session: u32,
+    run: u32,
     channel: OwnedFd,
     probe: RawFd,
-    sessions: &RunDirs,
+    run_dirs: &RunDirs,
     signals: &SigSet,
     head_start: impl FnOnce() -> Vec<u8>,
 ) -> i32 {
     // Any pid turns it on: the kernel reads the argument as a flag.
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
-    // The session waits for this before it builds its floor, and for the
+    // `nd7 run` waits for this before it builds its floor, and for the
     // answer below only before it starts anything: this goes first.
     send_head_start(channel.as_fd(), head_start());
     let me = std::process::id();
-    let pid = Pid::from_raw(session as i32).expect("fork returned a positive pid");
+    let pid = Pid::from_raw(run as i32).expect("fork returned a positive pid");
     let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok();
     let reply = channel.try_clone();
-    let event_loop = Loop::new(session, channel, sessions, signals);
-    // Whether this process may act for the session's: fetch a descriptor
-    // from the session process, as it will for every connect. Without the
-    // loop nothing would answer, so the session must then not ask.
+    let event_loop = Loop::new(run, channel, run_dirs, signals);
+    // Whether this process may act for the run's: fetch a descriptor
+    // from `nd7 run`, as it will for every connect. Without the
+    // loop nothing would answer, so `nd7 run` must then not ask.
     let supervised = event_loop.is_ok()
         && seccomp::available()
         && seccomp::native().is_some()
@@ -539,13 +541,13 @@ fn keep(
 
     let status = match event_loop {
         Ok(mut l) => l.run(pidfd.as_ref()),
-        // Without epoll or a signalfd: wait for the session alone; the sweep
+        // Without epoll or a signalfd: wait for `nd7 run` alone; the sweep
         // below still ends everything it left.
-        Err(_) => wait_plainly(session, signals),
+        Err(_) => wait_plainly(run, signals),
     };
     let ended = sweep(me);
     if let Ended::Signaled(sig) = status {
-        eprintln!("nd7 run: the session process {session} was killed by signal {sig}");
+        eprintln!("nd7 run: the session process {run} was killed by signal {sig}");
     }
     if !ended.is_empty() {
         let list: Vec<String> = ended
@@ -557,7 +559,7 @@ fn keep(
                 )
             })
             .collect();
-        // Those the session left after asking for the end of the rest
+        // Those `nd7 run` left after asking for the end of the rest
         // (`end_leftovers`), or all of them when it could not ask: its log is
         // closed by now, so they are said here only.
         eprintln!(
@@ -567,7 +569,7 @@ fn keep(
             list.join(", ")
         );
     }
-    let _ = sessions.run(session).remove();
+    let _ = run_dirs.run(run).remove();
     match status {
         Ended::Exited(code) => code,
         Ended::Signaled(sig) => 128 + sig,
@@ -575,7 +577,7 @@ fn keep(
     }
 }
 
-/// How the session process ended.
+/// How `nd7 run` ended.
 #[derive(Clone, Copy)]
 enum Ended {
     Exited(i32),
@@ -593,10 +595,10 @@ impl From<rustix::process::WaitStatus> for Ended {
     }
 }
 
-fn wait_plainly(session: u32, blocked: &SigSet) -> Ended {
+fn wait_plainly(run: u32, blocked: &SigSet) -> Ended {
     set_mask(SigmaskHow::SIG_UNBLOCK, blocked);
     loop {
-        match rustix::process::waitpid(Pid::from_raw(session as i32), WaitOptions::empty()) {
+        match rustix::process::waitpid(Pid::from_raw(run as i32), WaitOptions::empty()) {
             Ok(Some((_, status))) => return status.into(),
             Err(rustix::io::Errno::INTR) => continue,
             _ => return Ended::Unknown,
@@ -604,9 +606,9 @@ fn wait_plainly(session: u32, blocked: &SigSet) -> Ended {
     }
 }
 
-/// The keeper's event loop while the session lives.
+/// The keeper's event loop while `nd7 run` lives.
 struct Loop {
-    session: u32,
+    run: u32,
     epoll: OwnedFd,
     signals: SignalFd,
     channel: OwnedFd,
@@ -616,7 +618,7 @@ struct Loop {
     listeners: BTreeMap<u64, (Arc<OwnedFd>, Option<u64>, bool)>,
     next: u64,
     tracker: Tracker,
-    /// Room for one message from the session.
+    /// Room for one message from `nd7 run`.
     buffer: Vec<u8>,
     /// Once the user asked for the end: what the keeper does next, and when.
     ending: Option<(std::time::Instant, Ending)>,
@@ -627,21 +629,16 @@ struct Loop {
 /// The keeper's next step once the user asked for the end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ending {
-    /// End every process but the session, which then writes `run_end`.
+    /// End every process but `nd7 run`, which then writes `run_end`.
     Program,
-    /// Kill the session process.
+    /// Kill `nd7 run`.
     Session,
-    /// Nothing left to do but wait for the session to be reaped.
+    /// Nothing left to do but wait for `nd7 run` to be reaped.
     Waiting,
 }
 
 impl Loop {
-    fn new(
-        session: u32,
-        channel: OwnedFd,
-        sessions: &RunDirs,
-        blocked: &SigSet,
-    ) -> io::Result<Loop> {
+    fn new(run: u32, channel: OwnedFd, run_dirs: &RunDirs, blocked: &SigSet) -> io::Result<Loop> {
         use rustix::event::epoll;
         let signals = SignalFd::with_flags(blocked, SfdFlags::SFD_CLOEXEC)?;
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
@@ -654,7 +651,7 @@ impl Loop {
             flags,
         )?;
         Ok(Loop {
-            session,
+            run,
             epoll,
             signals,
             channel,
@@ -662,7 +659,7 @@ impl Loop {
             listeners: BTreeMap::new(),
             next: FIRST_LISTENER,
             tracker: Tracker {
-                dir: sessions.run(session).dir,
+                dir: run_dirs.run(run).dir,
                 commands: BTreeMap::new(),
                 open: true,
             },
@@ -672,7 +669,7 @@ impl Loop {
         })
     }
 
-    /// Runs until the session process has ended; returns how it did.
+    /// Runs until `nd7 run` has ended; returns how it did.
     fn run(&mut self, pidfd: Option<&OwnedFd>) -> Ended {
         use rustix::event::epoll;
         let mut events = Vec::with_capacity(16);
@@ -691,7 +688,7 @@ impl Loop {
                 timeout.as_ref(),
             ) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(_) => return wait_plainly(self.session, &sigset(&[])),
+                Err(_) => return wait_plainly(self.run, &sigset(&[])),
             }
             for event in &events {
                 match event.data.u64() {
@@ -710,7 +707,7 @@ impl Loop {
     }
 
     /// The user asked for the end (SIGTERM, SIGHUP, or the third
-    /// interrupt): the session is woken and sent `sig`, and the grace
+    /// interrupt): `nd7 run` is woken and sent `sig`, and the grace
     /// starts, once.
     fn end(&mut self, pidfd: Option<&OwnedFd>, sig: Signal) {
         if let Some(pidfd) = pidfd {
@@ -730,10 +727,10 @@ impl Loop {
         if std::time::Instant::now() < at {
             return;
         }
-        let later = |step| Some((std::time::Instant::now() + SESSION_GRACE, step));
+        let later = |step| Some((std::time::Instant::now() + RUN_GRACE, step));
         self.ending = match step {
             Ending::Program => {
-                end_below(std::process::id(), self.session);
+                end_below(std::process::id(), self.run);
                 later(Ending::Session)
             }
             Ending::Session => {
@@ -764,8 +761,8 @@ impl Loop {
     }
 
     /// Handles the signals that arrived: SIGTERM and SIGHUP go on to the
-    /// session and start the ending ([`Loop::end`]); SIGCHLD reaps (the
-    /// session's orphans as they end, and the session itself, which ends the
+    /// `nd7 run` and start the ending ([`Loop::end`]); SIGCHLD reaps (the
+    /// run's orphans as they end, and `nd7 run` itself, which ends the
     /// loop); SIGINT and SIGQUIT come from the terminal, which sends them to
     /// the program too: they are only counted ([`Loop::interrupted`]).
     fn signal(&mut self, pidfd: Option<&OwnedFd>) -> Option<Ended> {
@@ -784,7 +781,7 @@ impl Loop {
         }
         if sig == libc::SIGCHLD {
             while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
-                if pid.as_raw_nonzero().get() as u32 == self.session {
+                if pid.as_raw_nonzero().get() as u32 == self.run {
                     return Some(status.into());
                 }
             }
@@ -792,7 +789,7 @@ impl Loop {
         None
     }
 
-    /// Reads one message from the session (or a process it confines).
+    /// Reads one message from `nd7 run` (or a process it confines).
     fn message(&mut self) {
         use rustix::event::epoll;
         let body = &mut self.buffer;
@@ -824,12 +821,12 @@ impl Loop {
             }
         }
         if got.bytes == 0 && fd.is_none() {
-            // The session and everything it confined closed the channel.
+            // `nd7 run` and everything it confined closed the channel.
             let _ = epoll::delete(&self.epoll, &self.channel);
             return;
         }
-        if got.bytes == 1 && body[0] == END_LEFTOVERS && fd.is_none() && sender == self.session {
-            let ended = end_below(std::process::id(), self.session);
+        if got.bytes == 1 && body[0] == END_LEFTOVERS && fd.is_none() && sender == self.run {
+            let ended = end_below(std::process::id(), self.run);
             let (door_refused, door_refused_first) = self.supervisor.door_refusals();
             let answer = Leftovers {
                 count: ended.len(),
@@ -941,7 +938,7 @@ fn kill_pass(
     killed
 }
 
-/// Kills every process below the keeper but the session process `spare`,
+/// Kills every process below the keeper but `nd7 run` (`spare`),
 /// pass after pass until one finds nothing new (a process forked between a
 /// scan and its kill is found by the next), without waiting for them: the
 /// keeper reaps those that come to it as they go. For [`END_LEFTOVERS`].
@@ -976,9 +973,9 @@ fn sweep(me: u32) -> BTreeMap<u32, String> {
 /// counted.
 const NAMED: usize = 256;
 
-/// Asks the keeper to end every process the session left running but the
-/// session process itself, and waits for the answer: called once the agent
-/// has ended, before the run's last entry. `None` outside a session, when
+/// Asks the keeper to end every process `nd7 run` left running but the
+/// `nd7 run` itself, and waits for the answer: called once the agent
+/// has ended, before the run's last entry. `None` outside `nd7 run`, when
 /// the keeper does not serve the channel, or does not answer.
 pub fn end_leftovers() -> Option<Leftovers> {
     let channel = channel().filter(|c| c.served())?;
@@ -1037,32 +1034,32 @@ mod tests {
     }
 
     /// A head start the socket refuses (its send buffer is smaller) still
-    /// reaches the session, empty. Guards the second write in
+    /// reaches `nd7 run`, empty. Guards the second write in
     /// `send_head_start`: without it nothing is sent.
     #[test]
     fn a_head_start_the_socket_refuses_goes_empty() {
-        let (keeper, session) = pair();
+        let (keeper, run) = pair();
         rustix::net::sockopt::set_socket_send_buffer_size(&keeper, 4096).expect("SO_SNDBUF");
         send_head_start(keeper.as_fd(), vec![b'x'; 64 * 1024]);
         let mut message = [0u8; 16];
-        let n = rustix::net::recv(&session, &mut message, RecvFlags::DONTWAIT)
+        let n = rustix::net::recv(&run, &mut message, RecvFlags::DONTWAIT)
             .expect("a message came")
             .0;
         assert_eq!(&message[..n], &[HEAD_START]);
 
         // One that fits goes whole.
         send_head_start(keeper.as_fd(), b"places".to_vec());
-        let n = rustix::net::recv(&session, &mut message, RecvFlags::DONTWAIT)
+        let n = rustix::net::recv(&run, &mut message, RecvFlags::DONTWAIT)
             .expect("a message came")
             .0;
         assert_eq!(&message[..n], b"Hplaces");
     }
 
-    /// The session reads the head start, then the answer.
+    /// `nd7 run` reads the head start, then the answer.
     #[test]
-    fn the_session_reads_the_head_start_then_the_answer() {
-        let (keeper, session) = pair();
-        let channel = channel(session);
+    fn the_run_reads_the_head_start_then_the_answer() {
+        let (keeper, run) = pair();
+        let channel = channel(run);
         send_head_start(keeper.as_fd(), b"places".to_vec());
         rustix::io::write(&keeper, &[GO_SERVED]).expect("write");
         drop(keeper);
@@ -1072,15 +1069,15 @@ mod tests {
     }
 
     /// When the keeper's answer comes with no head start before it, the
-    /// session takes it as the answer instead of waiting for another message.
+    /// `nd7 run` takes it as the answer instead of waiting for another message.
     /// Guards the `Some((&go, []))` arm of `Channel::head_start`: without
     /// it the answer is lost (here the channel is then closed, so the
-    /// session would say the keeper did not answer; with a live keeper it
+    /// `nd7 run` would say the keeper did not answer; with a live keeper it
     /// would wait for ever).
     #[test]
     fn an_answer_with_no_head_start_before_it_is_the_answer() {
-        let (keeper, session) = pair();
-        let channel = channel(session);
+        let (keeper, run) = pair();
+        let channel = channel(run);
         rustix::io::write(&keeper, &[GO_SERVED | GO_SUPERVISED]).expect("write");
         drop(keeper);
         assert_eq!(channel.head_start(), None);

@@ -1,7 +1,7 @@
 //! Starting a confined program the way `posix_spawn` starts one: in a child
-//! that shares the session's memory and suspends the calling thread until
+//! that shares `nd7 run`'s memory and suspends the calling thread until
 //! it has exec'd (`clone` with `CLONE_VM|CLONE_VFORK`), rather than in a
-//! copy of the whole session (`fork`, which `std::process::Command` uses as
+//! copy of the whole of `nd7 run` (`fork`, which `std::process::Command` uses as
 //! soon as a step must run before exec).
 //!
 //! A fork copies the page tables of a process that by then has several
@@ -15,11 +15,11 @@
 //! launch's error slot and the buffers its steps own. Every signal is
 //! blocked around the clone, and the child sets each caught signal back to
 //! its default before it unblocks them for the program, so no handler of
-//! the session ever runs in it.
+//! `nd7 run` ever runs in it.
 //!
 //! What the child does, in order: signal dispositions, its standard
 //! descriptors, its process group, its working directory, then each step
-//! (`pre_exec`: the session's namespaces' and the floor's own, which were
+//! (`pre_exec`: the run's namespaces' and the floor's own, which were
 //! written for a child between fork and exec and hold to the same rules),
 //! an empty signal mask, and `execve` of a path resolved beforehand (or of
 //! `/bin/sh` with it, for a script with no `#!` line, as `execvp` does).
@@ -94,7 +94,7 @@ pub struct Launch {
     /// instead of `cwd`'s path.
     cwd_fd: Option<OwnedFd>,
     /// Descriptors for the child's standard input, output and error;
-    /// `None` inherits the session's.
+    /// `None` inherits `nd7 run`'s.
     stdio: [Option<OwnedFd>; 3],
     new_group: bool,
     steps: Vec<Step>,
@@ -175,7 +175,7 @@ const NSIG: libc::c_int = 65;
 
 impl Launch {
     /// A launch of `program` (a path, or a name looked up in the `PATH`
-    /// the program will run with), with no arguments, the session's
+    /// the program will run with), with no arguments, `nd7 run`'s
     /// environment and standard descriptors, and its working directory.
     pub fn new(program: impl AsRef<OsStr>) -> Launch {
         Launch {
@@ -210,7 +210,7 @@ impl Launch {
         self
     }
 
-    /// Starts from an empty environment rather than the session's.
+    /// Starts from an empty environment rather than `nd7 run`'s.
     pub fn env_clear(&mut self) -> &mut Launch {
         self.env_clear = true;
         self.env.clear();
@@ -390,7 +390,7 @@ impl Launch {
 /// # Safety
 /// `run` must keep to what a child sharing memory may do: raw system calls,
 /// no allocation, no lock, writes only through `arg` and to its own stack,
-/// and no handler of the session may run in it before it resets them;
+/// and no handler of `nd7 run` may run in it before it resets them;
 /// `arg` must stay valid until this returns.
 pub(super) unsafe fn vfork(
     run: extern "C" fn(*mut libc::c_void) -> libc::c_int,
@@ -486,10 +486,10 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         p.failed = Some(Failure { at, errno });
         127
     };
-    // No handler of the session may run here: each caught signal goes back
+    // No handler of `nd7 run` may run here: each caught signal goes back
     // to its default (an ignored one stays ignored, as exec keeps it), and
     // SIGPIPE, which Rust's runtime ignores, to its default as well; so do
-    // SIGTTIN and SIGTTOU, which the session ignores so that a program
+    // SIGTTIN and SIGTTOU, which `nd7 run` ignores so that a program
     // taking the terminal's foreground cannot have the tty driver stop it
     // (ADR-0099), and which are the program's own to choose.
     for sig in 1..NSIG {
@@ -682,10 +682,10 @@ mod tests {
 
     /// Guards the reset of caught signals in `child`: a signal that reaches
     /// the child before exec is handled by default there, never by one of
-    /// the session's handlers, which would run on memory the child shares
-    /// with the session. Without the reset, the SIGWINCH raised below (held
+    /// `nd7 run`'s handlers, which would run on memory the child shares
+    /// with `nd7 run`. Without the reset, the SIGWINCH raised below (held
     /// pending until the child unblocks signals) runs `note_winch` in the
-    /// child and sets `HANDLED` in the session's memory.
+    /// child and sets `HANDLED` in `nd7 run`'s memory.
     #[test]
     fn no_handler_of_the_session_runs_in_the_child() {
         // SAFETY: installs a handler that only stores to an atomic.

@@ -1,4 +1,4 @@
-//! Landlock: applying a session's rules to the calling process. Landlock
+//! Landlock: applying a run's rules to the calling process. Landlock
 //! confines a process and everything it starts, cannot be loosened once
 //! applied, and needs no privilege.
 //!
@@ -198,7 +198,7 @@ fn unescape(field: &[u8]) -> PathBuf {
 /// Checks each of `writes` (write roots or grants) against its pin. One
 /// that is missing, reached through a link, or another directory than the
 /// one pinned is left out and returned in the second list; one that was
-/// never pinned (a root that did not exist when the session started) is left
+/// never pinned (a root that did not exist when the run started) is left
 /// out silently, unless it is a grant.
 fn pinned(policy: &Policy, writes: &[PathBuf]) -> (Vec<PathBuf>, Vec<Dropped>) {
     let mut kept = Vec::new();
@@ -239,7 +239,7 @@ type Opened = Vec<(OwnedFd, BitFlags<AccessFs>)>;
 
 /// The floor's rules, opened once when `nd7 run` builds the floor and
 /// reused for every command through the exit: the descriptors hold the
-/// directories the session started with, whatever is renamed or re-pointed
+/// directories the run started with, whatever is renamed or re-pointed
 /// later, and no command pays for listing and opening them again.
 static FLOOR: OnceLock<Opened> = OnceLock::new();
 
@@ -317,12 +317,12 @@ static FLOOR_RULESET: OnceLock<OwnedFd> = OnceLock::new();
 static REPORTED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
 /// The confinement for one command through the exit: the floor's rules (as
-/// opened when the session started) plus the grants, each checked against
-/// its pin and opened now. A grant left out is also taken off the session's
+/// opened when the run started) plus the grants, each checked against
+/// its pin and opened now. A grant left out is also taken off the run's
 /// record (it fails closed, and `nd7 allow` can make it again) and reported
 /// on `nd7 run`'s standard error; the caller writes each one into the run's log.
 pub fn prepare_command(
-    session: &RunDir,
+    run_dir: &RunDir,
     policy: &Policy,
 ) -> Result<(Confinement, Vec<Dropped>), SandboxError> {
     let (confined, dropped) = match FLOOR.get() {
@@ -359,7 +359,7 @@ pub fn prepare_command(
     };
     for d in &dropped {
         if d.grant {
-            let _ = session.change_policy(crate::sandbox::files_beside_record, |p| {
+            let _ = run_dir.change_policy(crate::sandbox::files_beside_record, |p| {
                 (p.deny(&d.path), ())
             });
         }
@@ -444,7 +444,7 @@ pub enum Started {
 impl Confinement {
     /// Arranges for the process `command` starts to confine itself just
     /// before it execs: `no_new_privs`, the Landlock ruleset, then the seccomp
-    /// filter ([`seccomp`]); in a session, the filter's listener goes to the
+    /// filter ([`seccomp`]); in a run, the filter's listener goes to the
     /// keeper with what `started` says. If any step fails the exec does not
     /// happen.
     pub fn confine(&self, command: &mut impl launch::PreExec, started: Started) {
@@ -473,7 +473,7 @@ impl Confinement {
             }
         });
         let mut report = report;
-        // The agent dies with the session process (which dies with the
+        // The agent dies with `nd7 run` (which dies with the
         // keeper); a command is started from a thread that ends before it
         // does, so it cannot have this.
         let floor = matches!(started, Started::Floor);
@@ -626,16 +626,16 @@ pub fn callers_by_pidfd() -> bool {
 }
 
 /// The protections beyond the file rules, as this kernel (and, in a
-/// session, this session) enforces them.
+/// run, this run) enforces them.
 pub fn protections() -> Vec<crate::sandbox::Protection> {
     use crate::sandbox::Protection;
     let abi = abi().unwrap_or(0);
-    let session = keeper::channel();
-    let scoped = session.map_or(abi >= 6, |c| c.scoped());
+    let channel = keeper::channel();
+    let scoped = channel.map_or(abi >= 6, |c| c.scoped());
     let filter = seccomp::available() && seccomp::native().is_some();
     let scope = ptrace_scope();
     let sockets =
-        filter && session.map_or(scope < 2, |c| c.sockets() == seccomp::Sockets::Supervised);
+        filter && channel.map_or(scope < 2, |c| c.sockets() == seccomp::Sockets::Supervised);
     let pidfd = callers_by_pidfd();
     vec![
         Protection {

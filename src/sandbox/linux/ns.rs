@@ -1,22 +1,22 @@
-//! The session's mount namespace: where the files that run later outside
+//! The run's mount namespace: where the files that run later outside
 //! the floor (`policy::deferred`) are read-only, though they lie beneath
 //! directories the floor lets the agent write.
 //!
 //! Landlock cannot deny beneath an allowed directory; a read-only bind mount
-//! can. The session process of `nd7 run` (the keeper's child) moves itself
+//! can. `nd7 run` (the keeper's child) moves itself
 //! into a user namespace and a mount namespace of its own ([`enter`]),
 //! while it still has one thread (`unshare` refuses a threaded process):
 //! it maps the account to itself and to nothing else (no one is root
 //! there), and keeps of the capabilities the new namespace gives it only
 //! the one that mounts. Once the plan is known it binds each guarded path
-//! onto itself ([`Namespaces::hold`]: read-only for [`Guard::Lock`], as it
-//! was for [`Guard::Pin`]) and drops every capability for good
+//! onto itself ([`Namespaces::hold`]: read-only for [`Guard::Hold`], as it
+//! was for [`Guard::Fix`]) and drops every capability for good
 //! ([`Namespaces::drop_capabilities`]), before it starts anything. The
 //! agent and every command the exit starts are then born inside the
 //! namespaces, with nothing to join and no capability to inherit; each
 //! moves to its working directory again by path just before exec (so it
 //! stands on the new mounts) and clears its capability sets once more
-//! ([`Namespaces::prepare`]). So everything in the session sees the same
+//! ([`Namespaces::prepare`]). So everything in the run sees the same
 //! mounts, and no process in it can change them: it holds no capability, a
 //! mount point cannot be renamed or removed (`EBUSY`), a hard link cannot
 //! cross one (`EXDEV`), and Landlock refuses mount, umount and remount to
@@ -54,7 +54,7 @@ struct MountAttr {
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_SETPCAP: u32 = 8;
 
-/// Why the session's namespaces could not be entered, held or left behind.
+/// Why the run's namespaces could not be entered, held or left behind.
 #[derive(Debug, thiserror::Error)]
 pub enum NsError {
     #[error("{step}: {source}")]
@@ -102,7 +102,7 @@ fn step(index: usize, source: io::Error) -> NsError {
     }
 }
 
-/// The session's user and mount namespaces, which the calling process
+/// The run's user and mount namespaces, which the calling process
 /// entered ([`enter`]): what it needs to bind paths in them and to start
 /// processes inside them as the account alone.
 #[derive(Debug)]
@@ -184,12 +184,12 @@ fn drop_all(last_cap: libc::c_ulong) -> io::Result<()> {
 
 static OUTSIDE_ROOT: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
 
-/// The root directory as the account sees it outside the session's
-/// namespaces, opened (`O_PATH`, close-on-exec) just before the session left
-/// them: a path looked up from it walks the mounts outside, where no lock
-/// is, so the session can still tell what the account may write there (why
-/// a write was refused, `refusals`). `None` outside a session that entered
-/// its namespaces. Nothing the session starts keeps it: every descriptor
+/// The root directory as the account sees it outside the run's
+/// namespaces, opened (`O_PATH`, close-on-exec) just before `nd7 run` left
+/// them: a path looked up from it walks the mounts outside, where nothing
+/// is held, so `nd7 run` can still tell what the account may write there (why
+/// a write was refused, `refusals`). `None` outside an `nd7 run` that entered
+/// its namespaces. Nothing the run starts keeps it: every descriptor
 /// but the standard three is closed at exec.
 pub fn outside_root() -> Option<std::os::fd::BorrowedFd<'static>> {
     use std::os::fd::AsFd;
@@ -235,8 +235,8 @@ pub fn enter() -> Result<Namespaces, NsError> {
 }
 
 impl Namespaces {
-    /// Binds each of `guarded` onto itself in the session's mount
-    /// namespace, in order (shallow first), read-only for the locked ones.
+    /// Binds each of `guarded` onto itself in the run's mount
+    /// namespace, in order (shallow first), read-only for the held ones.
     /// A path gone since the plan was made is skipped: there is nothing to
     /// hold, and the watch still sees whatever takes its place. Nothing is
     /// followed through a link: a link in a guarded path fails its clone.
@@ -244,7 +244,7 @@ impl Namespaces {
         for g in guarded {
             let path = CString::new(g.path.as_os_str().as_bytes())
                 .map_err(|_| NsError::Path(g.path.display().to_string()))?;
-            bind(&path, g.guard == Guard::Lock)?;
+            bind(&path, g.guard == Guard::Hold)?;
         }
         Ok(())
     }
@@ -259,7 +259,7 @@ impl Namespaces {
     }
 
     /// Arranges for `command`'s process, born inside the namespaces, to move
-    /// to `cwd` again by path (the session's own working directory was
+    /// to `cwd` again by path (`nd7 run`'s own working directory was
     /// taken before the binds, and may lie under one) and to hold no
     /// capability, just before it execs (and before any later `pre_exec`,
     /// such as Landlock's). A process started from a thread that still
@@ -296,9 +296,9 @@ impl Namespaces {
                 if let Some(cwd) = &cwd {
                     rustix::process::chdir(cwd.as_c_str())?;
                 }
-                // The session's threads that start processes hold no
+                // `nd7 run`'s threads that start processes hold no
                 // bounding set; one that did is caught by its mounting
-                // capability, the last the session gives up.
+                // capability, the last `nd7 run` gives up.
                 let admin = rustix::thread::CapabilitySet::from_bits_retain(1 << CAP_SYS_ADMIN);
                 if rustix::thread::capability_is_in_bounding_set(admin) != Ok(false) {
                     return drop_all(last_cap);

@@ -1,5 +1,5 @@
 //! Other programs' sockets, kept out: the keeper's half of the seccomp
-//! filter ([`super::seccomp`]). Every `connect` and `bind` a session process
+//! filter ([`super::seccomp`]). Every `connect` and `bind` a process of the run
 //! makes stops in the kernel and waits here (`SECCOMP_RET_USER_NOTIF`).
 //!
 //! Landlock (before ABI 9) does not look at `connect`: a pathname socket
@@ -7,7 +7,7 @@
 //! the floor lets the agent read, `~/.ssh` included. So the keeper decides:
 //!
 //! - `bind`: the socket object is fetched from the caller (`pidfd_getfd`),
-//!   its cookie remembered as one of the session's, and the call goes on
+//!   its cookie remembered as one of the run's, and the call goes on
 //!   unchanged in the caller, where Landlock judges where it may create a
 //!   socket file. Nothing the caller can change afterwards matters: the
 //!   cookie names the object, not an address.
@@ -17,7 +17,7 @@
 //!   unix pathname is opened `O_PATH` from the caller's root or working
 //!   directory, and connected through `/proc/self/fd/N`, so the file checked
 //!   is the file connected. It is allowed only when the socket bound to that
-//!   file is one the session bound (or nd7's own exit), confirmed with the
+//!   file is one the run bound (or nd7's own exit), confirmed with the
 //!   kernel's socket diagnostics (`sock_diag`); an abstract name likewise.
 //!   Anything else is refused with `EACCES` (a path) or `EPERM` (a name), the
 //!   errors Landlock itself gives. Other families (TCP, UDP, netlink) are
@@ -42,18 +42,18 @@ use super::attrs;
 use super::memory::read_memory;
 use super::seccomp;
 
-/// The sockets the session may connect to.
+/// The sockets the run may connect to.
 #[derive(Default)]
 pub struct Supervisor {
     /// Threads that make the connects.
     workers: Workers,
-    /// Cookie → socket inode of every unix socket a session process bound.
+    /// Cookie → socket inode of every unix socket a process of the run bound.
     bound: Mutex<HashMap<u64, u32>>,
     /// nd7's own listening sockets (the exit, the hooks' door): cookie,
     /// socket inode, the file they are bound to once learnt, and whether
     /// only the floor's processes may connect. Their files live under
     /// `~/.nd7`, which nothing inside can write, so the file, once learnt,
-    /// stays theirs for the session.
+    /// stays theirs for the run.
     own: Mutex<Vec<Own>>,
     /// Connects to a socket of nd7's that is the floor's alone (the hooks'
     /// door) from outside the floor, refused: how many, and the first
@@ -225,7 +225,7 @@ impl Supervisor {
     }
 
     /// Allows connections to `socket`, a listening socket of nd7's own:
-    /// from every process of the session, or with `floor_only` from the
+    /// from every process of the run, or with `floor_only` from the
     /// floor's alone (the program and what it starts), never from a command
     /// through the exit. The hooks' door is the floor's: Claude Code's hooks
     /// are its children, and a command flooding the door with connections
@@ -272,7 +272,7 @@ impl Supervisor {
         }
     }
 
-    /// Remembers a unix socket as one of the session's.
+    /// Remembers a unix socket as one of the run's.
     fn remember(&self, socket: BorrowedFd<'_>) {
         if let (Some((cookie, ino)), Ok(mut bound)) = (identify(socket), self.bound.lock()) {
             bound.insert(cookie, ino);
@@ -317,9 +317,9 @@ impl Supervisor {
                 // Any connect may block for as long as its peer likes (a
                 // full backlog, a stopped server, a slow TCP peer), so it is
                 // made on a worker thread: the keeper's loop, which must
-                // always be free to end the session, never waits on it.
+                // always be free to end the run, never waits on it.
                 // Should no thread be had (the account's task limit, which
-                // the session itself can fill), the job is dropped unrun and
+                // the run itself can fill), the job is dropped unrun and
                 // `Pending` answers `EAGAIN`: the keeper never dies of it.
                 let me = self.clone();
                 let pending = Pending(Some(n));
@@ -355,7 +355,7 @@ impl Supervisor {
             Err(libc::ESRCH) => return Reply::Nothing,
             // The bind goes on regardless: where a socket file may be made is
             // Landlock's to judge, in the caller. A socket not remembered
-            // is one nothing in the session can connect to.
+            // is one nothing in the run can connect to.
             Err(_) => {}
         }
         Reply::Continue
@@ -441,7 +441,7 @@ impl Supervisor {
         raw_connect(socket, &target)
     }
 
-    /// Finds the session's sockets as the kernel describes them now,
+    /// Finds the run's sockets as the kernel describes them now,
     /// forgetting those that are closed.
     fn described(&self) -> Vec<Described> {
         let Ok(mut bound) = self.bound.lock() else {
@@ -535,7 +535,7 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// How long a worker with nothing to do waits for a job before it ends. A
 /// burst of blocked connects leaves no threads behind for the rest of the
-/// session, and a task limit the session filled gets its tasks back; a
+/// run, and a task limit the run filled gets its tasks back; a
 /// thread's start (tens of microseconds) is small beside any command's.
 const IDLE_FOR: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -609,7 +609,7 @@ impl Workers {
         }
         let (idle, jobs, idle_for) = (self.idle.clone(), self.jobs.clone(), self.idle_for);
         // Not `std::thread::spawn`, which panics when the kernel has no
-        // thread to give (a task limit the session can fill): that would end
+        // thread to give (a task limit the run can fill): that would end
         // the keeper, and with it the sweep. On failure the job is dropped
         // unrun, which answers its caller (`Pending`).
         let worker = std::thread::Builder::new().name(WORKER_NAME.into());

@@ -325,7 +325,7 @@ fn claude_codes_tools_and_bash_cannot_plant_what_runs_later() {
 }
 
 /// Guards, with the real Claude Code, the fallback: where user namespaces
-/// are refused, every change is found (`deferred::Watch`) and reported with
+/// are refused, every change is found (`watch::Watch`) and reported with
 /// its diff, and `nd7 run` exits 3.
 #[test]
 fn without_user_namespaces_claude_codes_plants_are_reported() {

@@ -46,7 +46,7 @@
 //! standalone install; and what a grant of the home directory would
 //! otherwise hand over: the shell, login, git, cargo, direnv, mise,
 //! terminal and editor start-up files and the directories of programs
-//! early on PATH ([`HOME_LOCKED`] says why each).
+//! early on PATH ([`HOME_HELD`] says why each).
 //!
 //! Not on the list: the start-up files of the project's own environments
 //! (a virtual environment's `*.pth`, `sitecustomize.py`): the interpreter
@@ -64,11 +64,11 @@
 //! macOS: Seatbelt denies beneath allows, so each profile denies writing
 //! these names by regex, existing or not ([`super::seatbelt`]). Linux:
 //! Landlock cannot deny beneath an allowed directory, so [`plan`] turns the
-//! list into read-only bind mounts of what exists when the session starts
-//! ([`Guard::Lock`]) and mounts of their parents onto themselves so that
-//! nothing can rename them away ([`Guard::Pin`]); everything on the list,
-//! existing or not, is also watched, and a change is reported when the
-//! session ends. A grant made during the session is planned then
+//! list into read-only bind mounts of what exists when the run starts
+//! (held, [`Guard::Hold`]) and mounts of their parents onto themselves so
+//! that nothing can rename them away (fixed in place, [`Guard::Fix`]);
+//! everything on the list, existing or not, is also watched, and a change
+//! is reported when the run ends. A grant made during the run is planned then
 //! ([`plan_grant`]) and only watched: the namespaces cannot change by then.
 
 use std::path::{Path, PathBuf};
@@ -77,7 +77,7 @@ use super::Policy;
 
 /// Project-relative paths that run later. Each is refused (Seatbelt, and
 /// Linux when it exists at the start) and watched.
-pub const PROJECT_LOCKED: &[&str] = &[
+pub const PROJECT_HELD: &[&str] = &[
     ".gitattributes",
     ".gitmodules",
     ".envrc",
@@ -120,7 +120,7 @@ pub const PROJECT_REPORTED: &[&str] = &[
 ];
 
 /// Paths inside a git directory that make plain `git` run something.
-pub const GIT_DIR_LOCKED: &[&str] = &[
+pub const GIT_DIR_HELD: &[&str] = &[
     "config",
     "config.worktree",
     "commondir",
@@ -129,7 +129,7 @@ pub const GIT_DIR_LOCKED: &[&str] = &[
 ];
 
 /// Home-relative paths that run later.
-pub const HOME_LOCKED: &[&str] = &[
+pub const HOME_HELD: &[&str] = &[
     ".claude/settings.json",
     ".claude/settings.local.json",
     ".claude/commands",
@@ -280,14 +280,15 @@ pub trait Tree {
     fn resolve(&self, path: &Path) -> Option<PathBuf>;
 }
 
-/// How a path on the list is held on Linux.
+/// What a mount does to a path on the list (Linux).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Guard {
-    /// Stays writable, but is a mount point: it cannot be renamed or
-    /// removed, so what lies beneath it cannot be swapped for another.
-    Pin,
-    /// Read-only, and a mount point.
-    Lock,
+    /// Fixed in place: stays writable, but is a mount point, so it cannot
+    /// be renamed or removed and what lies beneath it cannot be swapped for
+    /// another. (Not a *pin*, which is an identity checked later.)
+    Fix,
+    /// Held: read-only, and a mount point.
+    Hold,
 }
 
 /// One path held by a mount.
@@ -297,7 +298,7 @@ pub struct Guarded {
     pub guard: Guard,
 }
 
-/// What a session holds and watches on Linux.
+/// What a run holds and watches on Linux.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     /// The mounts, parents before what lies beneath them (a mount made
@@ -318,10 +319,10 @@ pub struct Plan {
 
 impl Plan {
     /// Whether `path` is held read-only.
-    pub fn locked(&self, path: &Path) -> bool {
+    pub fn held(&self, path: &Path) -> bool {
         self.guarded
             .iter()
-            .any(|g| g.guard == Guard::Lock && path.starts_with(&g.path))
+            .any(|g| g.guard == Guard::Hold && path.starts_with(&g.path))
     }
 }
 
@@ -404,7 +405,7 @@ pub fn grant_roots(policy: &Policy, grants: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// The places presets name under `home` (tools' caches, see
-/// [`grant_roots`]), which the end-of-session search does not enter either
+/// [`grant_roots`]), which the end-of-run search does not enter either
 /// when they lie below a root: a granted home's cargo registry unpacks
 /// crates with `.gitattributes` in every session.
 pub fn caches(home: &Path) -> Vec<PathBuf> {
@@ -434,8 +435,8 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
     for grant in grant_roots(policy, &policy.grants) {
         p.root(&grant);
     }
-    for name in HOME_LOCKED {
-        p.lock(home, &home.join(name), 0);
+    for name in HOME_HELD {
+        p.hold(home, &home.join(name), 0);
     }
     // The files Claude Code's settings run (a status line, a hook's script,
     // a helper), and those its user MCP servers start. One in the home is
@@ -445,7 +446,7 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
         if path.starts_with(project) {
             p.watch(&path);
         } else {
-            p.lock(home, &path, 0);
+            p.hold(home, &path, 0);
         }
     }
     // The home directory's `.claude.json` is a link to Claude Code's state
@@ -453,7 +454,7 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
     // watched. Where it is the file itself, it is Claude Code's to write.
     let link = home.join(".claude.json");
     if p.tree.kind(&link) == Some(Kind::Link) {
-        p.guard(&link, Guard::Lock);
+        p.guard(&link, Guard::Hold);
         p.plan.watched.push(link.clone());
     }
     // Claude Code's state by the name it has under `~/.claude`, whatever
@@ -483,7 +484,7 @@ pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
             .and_then(|h| expand_home(&h, home))
             .filter(|d| d.is_absolute())
         {
-            p.lock(home, &dir, 0);
+            p.hold(home, &dir, 0);
         }
     }
     p.finish()
@@ -515,10 +516,10 @@ pub fn settings_programs(policy: &Policy, tree: &dyn Tree) -> Vec<PathBuf> {
     named
 }
 
-/// What a grant made during the session (`nd7 allow DIR`, learned when a
+/// What a grant made during the run (`nd7 allow DIR`, learned when a
 /// command first runs with it) adds to the watch: its directory planned as
-/// the project is. The plan's mounts are not made: the session's
-/// namespaces were built before the session put itself under Landlock,
+/// the project is. The plan's mounts are not made: the run's
+/// namespaces were built before `nd7 run` put itself under Landlock,
 /// which refuses mounts from then on; the watch reports instead.
 pub fn plan_grant(grant: &Path, policy: &Policy, tree: &dyn Tree) -> Plan {
     let mut p = Planner {
@@ -547,20 +548,20 @@ impl Planner<'_> {
             return;
         }
         self.plan.roots.push(root.to_path_buf());
-        self.pin(root);
+        self.fix(root);
         self.work_tree(root, root, 0);
-        for name in PROJECT_LOCKED {
-            self.lock(root, &root.join(name), 0);
+        for name in PROJECT_HELD {
+            self.hold(root, &root.join(name), 0);
         }
         for name in PROJECT_REPORTED {
             self.watch(&root.join(name));
         }
         self.envrc(&root.join(".envrc"), 0);
         // Each place mise reads a configuration from, held where one
-        // exists (mise trusts it by path): `PROJECT_LOCKED` leaves out
+        // exists (mise trusts it by path): `PROJECT_HELD` leaves out
         // the ones under `.config` and `mise/` for Seatbelt's sake only.
         for name in MISE_CONFIGS {
-            self.lock(root, &root.join(name), 0);
+            self.hold(root, &root.join(name), 0);
             self.mise(root, &root.join(name));
         }
         if let Some(git) = root
@@ -612,22 +613,22 @@ impl Planner<'_> {
         });
     }
 
-    fn pin(&mut self, dir: &Path) {
+    fn fix(&mut self, dir: &Path) {
         if self.tree.kind(dir) == Some(Kind::Dir) {
-            self.guard(dir, Guard::Pin);
+            self.guard(dir, Guard::Fix);
         }
     }
 
-    /// `path` (under `root`) is watched and, when it exists, locked, with
-    /// every directory between `root` and it pinned. A symbolic link on the
-    /// way is locked as itself and followed to where it leads.
-    fn lock(&mut self, root: &Path, path: &Path, links: usize) {
+    /// `path` (under `root`) is watched and, when it exists, held, with
+    /// every directory between `root` and it fixed in place. A symbolic link on the
+    /// way is held as itself and followed to where it leads.
+    fn hold(&mut self, root: &Path, path: &Path, links: usize) {
         self.watch(path);
         let Ok(rel) = path.strip_prefix(root) else {
             // Outside the root (a hooks directory named elsewhere): held
             // on its own.
             if self.tree.kind(path).is_some_and(|k| k != Kind::Special) {
-                self.guard(path, Guard::Lock);
+                self.guard(path, Guard::Hold);
             }
             return;
         };
@@ -639,22 +640,22 @@ impl Planner<'_> {
             match self.tree.kind(&at) {
                 None => return,
                 Some(Kind::Link) => {
-                    self.guard(&at, Guard::Lock);
+                    self.guard(&at, Guard::Hold);
                     if links < MAX_LINKS
                         && let Some(target) = self.tree.resolve(&at)
                     {
                         let rest: PathBuf = parts[i + 1..].iter().collect();
                         let beyond = target.join(rest);
                         let parent = target.parent().unwrap_or(&target).to_path_buf();
-                        self.lock(&parent, &beyond, links + 1);
+                        self.hold(&parent, &beyond, links + 1);
                     }
                     return;
                 }
-                Some(Kind::Dir) if !last => self.guard(&at, Guard::Pin),
+                Some(Kind::Dir) if !last => self.guard(&at, Guard::Fix),
                 Some(_) if !last => return,
                 // Nothing to hold: the watch reports it.
                 Some(Kind::Special) => return,
-                Some(_) => self.guard(&at, Guard::Lock),
+                Some(_) => self.guard(&at, Guard::Hold),
             }
         }
     }
@@ -664,7 +665,7 @@ impl Planner<'_> {
     /// write it, and watched.
     fn hold_named(&mut self, path: &Path) {
         if let Some(root) = self.writable.iter().find(|w| path.starts_with(w)).cloned() {
-            self.lock(&root, path, 0);
+            self.hold(&root, path, 0);
         }
     }
 
@@ -810,7 +811,7 @@ impl Planner<'_> {
                 self.git_dir(root, &dot_git, tree_root);
             }
             Some(Kind::File) => {
-                self.lock(root, &dot_git, MAX_LINKS);
+                self.hold(root, &dot_git, MAX_LINKS);
                 if let Some(dir) = self.tree.read(&dot_git, MAX_CONFIG).and_then(|t| {
                     gitdir_of(t.as_bytes()).and_then(|d| self.tree.resolve(&tree_root.join(d)))
                 }) {
@@ -818,7 +819,7 @@ impl Planner<'_> {
                 }
             }
             Some(Kind::Link) => {
-                self.lock(root, &dot_git, MAX_LINKS);
+                self.hold(root, &dot_git, MAX_LINKS);
                 if let Some(dir) = self.tree.resolve(&dot_git) {
                     self.git_dir(&dir, &dir, tree_root);
                 }
@@ -838,24 +839,24 @@ impl Planner<'_> {
         }
     }
 
-    /// Every directory from `root` down to `dir`, both included, pinned.
+    /// Every directory from `root` down to `dir`, both included, fixed in place.
     fn pin_down(&mut self, root: &Path, dir: &Path) {
         let Ok(rel) = dir.strip_prefix(root) else {
-            return self.pin(dir);
+            return self.fix(dir);
         };
         let mut at = root.to_path_buf();
-        self.pin(&at);
+        self.fix(&at);
         for part in rel.components() {
             at.push(part);
             if self.tree.kind(&at) != Some(Kind::Dir) {
                 return;
             }
-            self.guard(&at, Guard::Pin);
+            self.guard(&at, Guard::Fix);
         }
     }
 
-    /// A git directory: its dangerous entries locked, itself and the
-    /// directories above it up to `root` pinned, and the git directories it
+    /// A git directory: its dangerous entries held, itself and the
+    /// directories above it up to `root` fixed in place, and the git directories it
     /// leads to (common directory, submodules, worktrees) treated the same.
     fn git_dir(&mut self, root: &Path, dir: &Path, work_tree: &Path) {
         if self.git_dirs.len() >= MAX_GIT_DIRS
@@ -866,8 +867,8 @@ impl Planner<'_> {
         }
         self.git_dirs.push(dir.to_path_buf());
         self.pin_down(root, dir);
-        for name in GIT_DIR_LOCKED {
-            self.lock(dir, &dir.join(name), 0);
+        for name in GIT_DIR_HELD {
+            self.hold(dir, &dir.join(name), 0);
         }
         let mut texts = Vec::new();
         for name in ["config", "config.worktree"] {
@@ -880,7 +881,7 @@ impl Planner<'_> {
             } else {
                 work_tree.join(hooks)
             };
-            self.lock(work_tree, &hooks, 0);
+            self.hold(work_tree, &hooks, 0);
         }
         if let Some(common) = self
             .tree
@@ -1511,7 +1512,7 @@ impl ConfigReader {
 /// What in a git configuration makes plain `git` run something or fetch
 /// from somewhere the user did not choose: every entry outside a short list
 /// of ones `git init`, `git clone` and everyday use write. For repositories
-/// that appear during a session (a `git clone` into the project is fine; a
+/// that appear during a run (a `git clone` into the project is fine; a
 /// clone with an fsmonitor is not).
 pub fn git_config_risky(text: &str) -> Vec<String> {
     const PLAIN: &[(&str, &str)] = &[
@@ -1600,10 +1601,10 @@ pub fn git_config_risky(text: &str) -> Vec<String> {
 /// folder trust that lets a project's own settings run. Returned as one
 /// JSON value, so two can be compared and shown.
 ///
-/// For the session's own project (`own`: the project and the repository
+/// For the run's own project (`own`: the project and the repository
 /// enclosing it, which is how Claude Code keys it), only its MCP servers
 /// count: the rest is what the user answers in Claude Code's own dialogs
-/// during the session (trusting the folder, approving the project's
+/// during the run (trusting the folder, approving the project's
 /// `.mcp.json` servers), and what those answers act on is on the list.
 /// Any other entry counts whole, a parent directory's above all (trust may
 /// be inherited by what lies below it).
@@ -1653,14 +1654,14 @@ pub fn claude_state_risky(state: &serde_json::Value, own: &[PathBuf]) -> serde_j
     Value::Object(out)
 }
 
-/// Whether a file name (the last component) is one the end-of-session
+/// Whether a file name (the last component) is one the end-of-run
 /// search looks at anywhere below the project: a repository (`.git`, or the
 /// `HEAD` of a bare one: `deferred::is_bare_repository`), or a name on the project
 /// list.
 pub fn searched_name(name: &str) -> bool {
     name == ".git"
         || name == "HEAD"
-        || PROJECT_LOCKED
+        || PROJECT_HELD
             .iter()
             .chain(PROJECT_REPORTED)
             .any(|p| p.split('/').next() == Some(name))
@@ -1671,7 +1672,7 @@ pub fn searched_name(name: &str) -> bool {
 /// for `.claude`, its settings, commands, agents, skills and hooks, not
 /// the rest of it.
 pub fn listed_beneath(dir: &Path, name: &str) -> Vec<PathBuf> {
-    PROJECT_LOCKED
+    PROJECT_HELD
         .iter()
         .chain(PROJECT_REPORTED)
         .filter(|p| p.split('/').next() == Some(name))
@@ -1785,7 +1786,7 @@ mod tests {
             .file("/h/u/.bashrc", "");
         let plan = plan(&policy(), &tree);
         assert_eq!(
-            held(&plan, Guard::Lock),
+            held(&plan, Guard::Hold),
             [
                 "/h/u/.bashrc",
                 "/h/u/.claude.json",
@@ -1797,7 +1798,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            held(&plan, Guard::Pin),
+            held(&plan, Guard::Fix),
             [
                 "/h/u/.claude",
                 "/h/u/p",
@@ -1819,10 +1820,10 @@ mod tests {
             "/h/u/.zshrc",
         ] {
             assert!(plan.watched.contains(&missing.into()), "{missing}");
-            assert!(!plan.locked(Path::new(missing)), "{missing}");
+            assert!(!plan.held(Path::new(missing)), "{missing}");
         }
-        assert!(plan.locked(Path::new("/h/u/p/.git/hooks/post-checkout")));
-        assert!(!plan.locked(Path::new("/h/u/p/src/main.rs")));
+        assert!(plan.held(Path::new("/h/u/p/.git/hooks/post-checkout")));
+        assert!(!plan.held(Path::new("/h/u/p/src/main.rs")));
         assert_eq!(
             plan.claude_state,
             [PathBuf::from("/h/u/.claude/claude.json")]
@@ -1848,7 +1849,7 @@ mod tests {
             .file("/h/u/p/.git/worktrees/wt/HEAD", "")
             .file("/h/u/p/.git/worktrees/wt/commondir", "../..\n");
         let plan = plan(&policy(), &tree);
-        let locks = held(&plan, Guard::Lock);
+        let holds = held(&plan, Guard::Hold);
         for want in [
             "/h/u/p/.gitmodules",
             "/h/u/p/libs/lib/.git",
@@ -1857,16 +1858,16 @@ mod tests {
             "/h/u/p/.git/modules/libs/lib/hooks",
             "/h/u/p/.git/worktrees/wt/commondir",
         ] {
-            assert!(locks.contains(&want.to_string()), "{want}: {locks:?}");
+            assert!(holds.contains(&want.to_string()), "{want}: {holds:?}");
         }
-        let pins = held(&plan, Guard::Pin);
+        let fixes = held(&plan, Guard::Fix);
         for want in [
             "/h/u/p/.git/modules/libs/lib",
             "/h/u/p/.git/worktrees/wt",
             "/h/u/p/libs",
             "/h/u/p/libs/lib",
         ] {
-            assert!(pins.contains(&want.to_string()), "{want}: {pins:?}");
+            assert!(fixes.contains(&want.to_string()), "{want}: {fixes:?}");
         }
     }
 
@@ -1882,7 +1883,7 @@ mod tests {
             .file("/h/u/shared/claude/settings.json", "{}")
             .dir("/h/u/p/.husky/_");
         let plan = plan(&policy(), &tree);
-        let locks = held(&plan, Guard::Lock);
+        let holds = held(&plan, Guard::Hold);
         for want in [
             "/h/u/p/.git",
             "/h/u/main/.git/worktrees/p/commondir",
@@ -1891,7 +1892,7 @@ mod tests {
             "/h/u/shared/claude/settings.json",
             "/h/u/p/.husky/_",
         ] {
-            assert!(locks.contains(&want.to_string()), "{want}: {locks:?}");
+            assert!(holds.contains(&want.to_string()), "{want}: {holds:?}");
         }
     }
 
@@ -2014,13 +2015,13 @@ mod tests {
                 .file("/h/u/p/mise.toml", "[env]\n_.source = \"s.sh\"\n")
                 .file("/h/u/p/s.sh", ""),
         );
-        let locks = held(&planned, Guard::Lock);
+        let holds = held(&planned, Guard::Hold);
         for want in ["/h/u/p/.gitshared", "/h/u/p/.envrc.local", "/h/u/p/s.sh"] {
-            assert!(locks.contains(&want.to_string()), "{want}: {locks:?}");
+            assert!(holds.contains(&want.to_string()), "{want}: {holds:?}");
         }
-        assert!(!locks.iter().any(|l| l == "/etc/outside"), "{locks:?}");
+        assert!(!holds.iter().any(|l| l == "/etc/outside"), "{holds:?}");
         assert!(planned.watched.contains(&PathBuf::from("/h/u/p/.env")));
-        assert!(!planned.locked(Path::new("/h/u/p/.env")));
+        assert!(!planned.held(Path::new("/h/u/p/.env")));
     }
 
     #[test]
@@ -2152,23 +2153,23 @@ mod tests {
             plan.roots,
             [PathBuf::from("/h/u/p"), PathBuf::from("/h/u/lib")]
         );
-        let locks = held(&plan, Guard::Lock);
+        let holds = held(&plan, Guard::Hold);
         for want in [
             "/h/u/lib/.git/config",
             "/h/u/lib/.git/hooks",
             "/h/u/lib/.envrc",
             "/h/u/.claude/statusline.sh",
         ] {
-            assert!(locks.contains(&want.to_string()), "{want}: {locks:?}");
+            assert!(holds.contains(&want.to_string()), "{want}: {holds:?}");
         }
         assert!(
-            !locks.iter().any(|l| l.contains(".cargo/registry")),
-            "{locks:?}"
+            !holds.iter().any(|l| l.contains(".cargo/registry")),
+            "{holds:?}"
         );
         // A grant made later: planned alone, inside a git directory too.
         let later = plan_grant(Path::new("/h/u/other/.git/hooks"), &policy, &tree);
         assert_eq!(later.roots, [PathBuf::from("/h/u/other/.git/hooks")]);
-        assert!(later.locked(Path::new("/h/u/other/.git/hooks/pre-commit")));
+        assert!(later.held(Path::new("/h/u/other/.git/hooks/pre-commit")));
         assert!(
             later
                 .watched

@@ -158,7 +158,7 @@ pub const CLAUDE_STATE: &[&str] = &[
 /// Home-relative directories Codex writes to keep its state: its home,
 /// `~/.codex` (sessions, rollouts, its databases, the helper links it puts on
 /// PATH). The files in it that run later are held like Claude Code's
-/// settings ([`deferred::HOME_LOCKED`]).
+/// settings ([`deferred::HOME_HELD`]).
 pub const CODEX_STATE: &[&str] = &[".codex"];
 
 /// Whose state the floor keeps writable: Claude Code's (every program but

@@ -64,7 +64,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::Policy;
-use super::deferred::{GIT_DIR_LOCKED, HOME_LOCKED, PROJECT_LOCKED};
+use super::deferred::{GIT_DIR_HELD, HOME_HELD, PROJECT_HELD};
 
 /// What Claude Code writes to save `~/.claude.json`, which on macOS stays in
 /// the home directory (Linux moves it under `~/.claude`: ADR-0013): the file,
@@ -342,7 +342,7 @@ pub fn socket_roots(policy: &Policy) -> Vec<PathBuf> {
 /// profile, whatever is granted: every directory above something never
 /// written ([`Policy::unwritable`]: nd7's state and logs, `~/.nd7`, the
 /// credential stores), above the project, and above the files that run
-/// later in the home ([`HOME_LOCKED`]: `~/.claude`, `~/.codex`, `~/.config`
+/// later in the home ([`HOME_HELD`]: `~/.claude`, `~/.codex`, `~/.config`
 /// and the directories between), up to `/`. Renamed away, any of them
 /// would take what it holds to a name no deny covers, to be changed there
 /// and moved back (`mv ~/.local/state ~/.local/s2` under a grant of the
@@ -357,8 +357,8 @@ pub fn keep_in_place(policy: &Policy) -> Vec<PathBuf> {
         .ancestors()
         .map(Path::to_path_buf)
         .collect();
-    for locked in HOME_LOCKED {
-        above.extend(home.join(locked).ancestors().skip(1).map(Path::to_path_buf));
+    for held in HOME_HELD {
+        above.extend(home.join(held).ancestors().skip(1).map(Path::to_path_buf));
     }
     for never in policy.unwritable() {
         above.extend(never.ancestors().skip(1).map(Path::to_path_buf));
@@ -410,7 +410,7 @@ pub fn deferred_regexes(policy: &Policy) -> Vec<String> {
     roots.extend(super::deferred::grant_roots(policy, &policy.grants));
     for p in roots.iter().filter_map(|r| regex_literal(r)) {
         let git = any_case(".git");
-        let mut parents: Vec<&str> = PROJECT_LOCKED
+        let mut parents: Vec<&str> = PROJECT_HELD
             .iter()
             .filter_map(|n| n.rsplit_once('/').map(|(parent, _)| parent))
             .collect();
@@ -419,7 +419,7 @@ pub fn deferred_regexes(policy: &Policy) -> Vec<String> {
         // A repository anywhere in the project: its name, then what makes
         // plain git run something in it, its submodules' and worktrees'.
         out.push(format!("^{p}/(.*/)?{git}$"));
-        let mut inside: Vec<&str> = GIT_DIR_LOCKED.to_vec();
+        let mut inside: Vec<&str> = GIT_DIR_HELD.to_vec();
         inside.push("info");
         out.push(format!(
             "^{p}/(.*/)?{git}/(({}|{})/.+/)?({})(/.*)?$",
@@ -429,14 +429,14 @@ pub fn deferred_regexes(policy: &Policy) -> Vec<String> {
         ));
         out.push(format!(
             "^{p}/(.*/)?({})(/.*)?$",
-            alternatives(PROJECT_LOCKED)
+            alternatives(PROJECT_HELD)
         ));
         // Directories holding names on the list: not created, removed or
         // renamed (a prepared one moved into place would bring its contents).
         out.push(format!("^{p}/(.*/)?({})$", alternatives(&parents)));
     }
     if let Some(h) = regex_literal(&policy.roots.home) {
-        out.push(format!("^{h}/({})(/.*)?$", alternatives(HOME_LOCKED)));
+        out.push(format!("^{h}/({})(/.*)?$", alternatives(HOME_HELD)));
     }
     out
 }

@@ -1,13 +1,13 @@
 //! The watch over files that run later outside the floor
-//! ([`crate::policy::deferred`]): what they were when the session started,
+//! ([`crate::policy::deferred`]): what they were when the run started,
 //! what changed after each command through the exit, and what changed by the
 //! end, when `nd7 run` reports it ([`report`]) and exits with status 3.
 //!
-//! Where the session's namespaces lock these files (Linux with user
+//! Where the run's namespaces hold these files (Linux with user
 //! namespaces), the watch covers what no mount can: names that did not exist
-//! when the session started (a new `.envrc`, a `git init` in a
-//! subdirectory), grants made during the session, and Claude Code's state
-//! file, which it must keep writing. Where they cannot be locked, it covers
+//! when the run started (a new `.envrc`, a `git init` in a
+//! subdirectory), grants made during the run, and Claude Code's state
+//! file, which it must keep writing. Where they cannot be held, it covers
 //! everything on the list. Each check compares `lstat` results (type, mode,
 //! size, inode, change time, link target); only the start and the end read
 //! contents, to show a diff.
@@ -257,13 +257,13 @@ const MAX_ENTRIES: usize = 100_000;
 const MAX_TEXT: u64 = 256 * 1024;
 /// Files up to this size are hashed.
 const MAX_HASH: u64 = 64 * 1024 * 1024;
-/// The stack a grant made during the session is planned on.
+/// The stack a grant made during the run is planned on.
 const PLAN_STACK: usize = 8 * 1024 * 1024;
-/// The most entries of a grant made during the session that are checked
+/// The most entries of a grant made during the run that are checked
 /// after each command.
 const MAX_QUICK: usize = 5_000;
 /// How many directory entries the search for new repositories reads at
-/// most below one root, when the session starts and again at its end.
+/// most below one root, when the run starts and again at its end.
 const MAX_SEARCH: usize = 1_000_000;
 
 fn meta(path: &Path) -> Option<Meta> {
@@ -564,7 +564,7 @@ fn claude_state(
     Ok(claude_state_risky(&value, own))
 }
 
-/// How Claude Code names the session's project in its state: the project
+/// How Claude Code names the run's project in its state: the project
 /// itself, and the repository enclosing it.
 fn own_project_keys(project: &Path) -> Vec<PathBuf> {
     let mut own = vec![project.to_path_buf()];
@@ -581,21 +581,21 @@ fn pretty(value: &Result<serde_json::Value, String>) -> Option<Body> {
         .map(|v| Body::Text(serde_json::to_string_pretty(v).unwrap_or_default() + "\n"))
 }
 
-/// A session's watch.
+/// A run's watch.
 pub struct Watch {
     plan: Plan,
-    /// What is checked after each command: everything, or (when locks
-    /// hold) what no lock covers.
+    /// What is checked after each command: everything, or (when the holds
+    /// are in force) what no hold covers.
     quick: Vec<PathBuf>,
     /// The start snapshot of `quick`, taken before the program starts.
     start: Snapshot,
-    /// The start snapshot of what the locks hold, which nothing inside can
+    /// The start snapshot of what is held, which nothing inside can
     /// change: read beside the program ([`Watch::program_started`]), so it
     /// does not delay its start.
     held: Vec<PathBuf>,
-    locked: Background<Snapshot>,
+    held_start: Background<Snapshot>,
     /// The roots' directories and the listed names in them, indexed beside
-    /// the program for the end-of-session search.
+    /// the program for the end-of-run search.
     index: Background<Vec<Index>>,
     claude: Vec<(PathBuf, Result<serde_json::Value, String>)>,
     own: Vec<PathBuf>,
@@ -608,12 +608,12 @@ pub struct Watch {
     /// session (the start, less the file system's timestamp granularity).
     since: SystemTime,
     seen: Mutex<Seen>,
-    /// Grants made during the session, watched from the first command that
+    /// Grants made during the run, watched from the first command that
     /// ran with them.
     granted: Mutex<Granted>,
 }
 
-/// What the watch learned of grants made during the session.
+/// What the watch learned of grants made during the run.
 #[derive(Default)]
 struct Granted {
     /// Every grant a command has run with, covered or not.
@@ -796,17 +796,17 @@ struct Seen {
 }
 
 impl Watch {
-    /// Takes the start snapshot of `plan`'s files. `locked` says whether
-    /// the plan's locks are in force (then only what they do not cover is
-    /// checked after each command). `policy` is the session's: its project
+    /// Takes the start snapshot of `plan`'s files. `all_held` says whether
+    /// the plan's holds are in force (then only what they do not cover is
+    /// checked after each command). `policy` is the run's: its project
     /// and home say which grants the list covers.
-    pub fn start(plan: Plan, locked: bool, policy: &Policy) -> Watch {
+    pub fn start(plan: Plan, all_held: bool, policy: &Policy) -> Watch {
         let since = SystemTime::now() - Duration::from_secs(2);
         let (held, quick): (Vec<PathBuf>, Vec<PathBuf>) = plan
             .watched
             .iter()
             .cloned()
-            .partition(|p| locked && plan.locked(p));
+            .partition(|p| all_held && plan.held(p));
         let unreadable = std::sync::Arc::new(Unreadable::of(policy));
         let start = snapshot(&quick, true, None, &unreadable).entries;
         let own = own_project_keys(&policy.roots.project);
@@ -828,7 +828,7 @@ impl Watch {
             quick,
             start,
             held,
-            locked: Background::new(),
+            held_start: Background::new(),
             index: Background::new(),
             claude,
             own,
@@ -845,14 +845,14 @@ impl Watch {
     }
 
     /// Starts, once the program runs, what can be done beside it: the
-    /// snapshot of the locked files (nothing inside can change them) and the
+    /// snapshot of the held files (nothing inside can change them) and the
     /// roots' index. Reading each directory's time before its entries, the
     /// index misses nothing the program adds meanwhile: an entry added before
     /// a directory is read is found by its change time, one added after by
     /// the directory's.
     pub fn program_started(&self) {
         let (held, unreadable) = (self.held.clone(), self.unreadable.clone());
-        self.locked
+        self.held_start
             .start(move || snapshot(&held, true, None, &unreadable).entries);
         let roots = outermost(&self.plan.roots);
         let skip = self.caches.clone();
@@ -937,7 +937,7 @@ impl Watch {
         paths
     }
 
-    /// Checks, after one command through the exit, what no lock covers,
+    /// Checks, after one command through the exit, what no hold covers,
     /// and returns what changed since the last check (each change once).
     pub fn after_command(&self, command: &str) -> Vec<PathBuf> {
         let now: BTreeMap<PathBuf, Meta> =
@@ -981,7 +981,7 @@ impl Watch {
         let grants: &[GrantWatch] = granted.as_deref().map_or(&[], |g| &g.watched);
         let mut start = self.start.clone();
         start.extend(
-            self.locked
+            self.held_start
                 .get(|| snapshot(&self.held, true, None, &self.unreadable).entries)
                 .iter()
                 .map(|(p, e)| (p.clone(), e.clone())),
@@ -1068,7 +1068,7 @@ impl Watch {
 
     /// Repositories and listed names below the roots, and git directories
     /// under the known ones' `modules` and `worktrees`, that appeared or
-    /// changed during the session and `watched` does not cover. Only
+    /// changed during the run and `watched` does not cover. Only
     /// directories whose inode or change time changed since the index are
     /// read again (and every new directory below them, whole); listed names
     /// the index found are looked at by their change time. A search cut
@@ -1095,7 +1095,7 @@ impl Watch {
                 ));
             }
             // One the index could not list is reported when it changed
-            // during the session (the index may have been taken after).
+            // during the run (the index may have been taken after).
             for (dir, why) in &index.unlisted {
                 if self.changed_since(dir) {
                     out.push(found(dir, unlisted_why(why)));
@@ -1254,7 +1254,7 @@ impl Watch {
                 }
             }
         }
-        // Submodules and worktrees added during the session.
+        // Submodules and worktrees added during the run.
         let known: BTreeSet<&PathBuf> = known_git_dirs.iter().collect();
         for g in git_dirs {
             for sub in ["modules", "worktrees"] {
@@ -1287,7 +1287,7 @@ impl Watch {
     /// search finds it): git starts from the physical directory, so a user
     /// who enters the link uses the first `.git` or directory with a `HEAD`
     /// at or above where it leads. Reported as [`Watch::repository`]
-    /// reports, so only what changed during the session and makes git run
+    /// reports, so only what changed during the run and makes git run
     /// something; a `.git` file or link there is followed as git follows
     /// it, never into a place the floor keeps unreadable.
     fn beyond_link(
@@ -1487,7 +1487,7 @@ mod tests {
         );
     }
 
-    /// A grant made during the session is read before its first command
+    /// A grant made during the run is read before its first command
     /// and compared at the end; one whose list is too large to check after
     /// every command is still compared at the end.
     #[test]

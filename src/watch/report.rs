@@ -1,4 +1,4 @@
-//! What `nd7 run` says when files that run later changed during a session:
+//! What `nd7 run` says when files that run later changed during a run:
 //! one block per file, with a line diff where both sides are text, then
 //! nd7's own closing lines. Everything the agent chose is inert (ADR-0090). Pure.
 
@@ -39,7 +39,7 @@ pub enum What {
         before: u32,
         after: u32,
     },
-    /// Something found by the end-of-session search, with why it matters.
+    /// Something found by the end-of-run search, with why it matters.
     Found(String),
 }
 
