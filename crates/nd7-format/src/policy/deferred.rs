@@ -1026,17 +1026,7 @@ fn word_path(word: &str, home: &Path, project: &Path) -> Option<PathBuf> {
     if rest.contains('$') || rest.is_empty() {
         return None;
     }
-    let mut path = base.to_path_buf();
-    for part in Path::new(rest).components() {
-        match part {
-            std::path::Component::ParentDir => {
-                path.pop();
-            }
-            std::path::Component::Normal(n) => path.push(n),
-            _ => {}
-        }
-    }
-    Some(path)
+    Some(super::push_lexically(base, Path::new(rest)))
 }
 
 /// Where mise reads a project's configuration, relative to the project
@@ -1728,16 +1718,7 @@ mod tests {
                 .collect()
         }
         fn resolve(&self, path: &Path) -> Option<PathBuf> {
-            let mut clean = PathBuf::new();
-            for part in path.components() {
-                match part {
-                    std::path::Component::ParentDir => {
-                        clean.pop();
-                    }
-                    std::path::Component::CurDir => {}
-                    other => clean.push(other),
-                }
-            }
+            let clean = lexical(path);
             match self.0.get(&clean)? {
                 (Kind::Link, to) => self.resolve(&clean.parent()?.join(to)),
                 _ => Some(clean),
