@@ -57,95 +57,9 @@ pub enum Command {
         #[arg(long, conflicts_with = "all")]
         transcript: bool,
     },
-    /// List the recorded sessions, newest first: when, how long, how many
-    /// tool calls and failures, whether under `nd7 run`, the chain, shipped.
-    ///
-    /// Reads no whole log: per-session summaries are kept in
-    /// $XDG_STATE_HOME/nd7/index, checked against each log's file facts and
-    /// brought up to date from what was appended. CHAIN is what the last
-    /// `nd7 verify` (or `nd7 show`, or --verify here) found while the log was
-    /// as it is now; "unchecked" otherwise. Exits 0, or 2 when the state
-    /// directory cannot be read or an argument is wrong.
-    Sessions {
-        /// Only sessions whose project (working directory) is DIR or under it.
-        #[arg(long, value_name = "DIR")]
-        project: Option<PathBuf>,
-        /// Only sessions that started at or after WHEN (2026-11-30, "2026-11-30 14:00", 2h, 3d, yesterday).
-        #[arg(long, value_name = "WHEN")]
-        since: Option<String>,
-        /// Only sessions that started at or before WHEN.
-        #[arg(long, value_name = "WHEN")]
-        until: Option<String>,
-        /// Only sessions with a failed tool call.
-        #[arg(long)]
-        failed: bool,
-        /// Verify every listed session whose chain is unchecked first.
-        #[arg(long)]
-        verify: bool,
-        /// One JSON object per session (NDJSON).
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        view: View,
-    },
-    /// Show a session as a timeline: prompts, each tool call with its result,
-    /// failures and refusals marked, subagents nested, the end, the chain.
-    ///
-    /// SESSION is an id, an unambiguous prefix of one, `last` (the session
-    /// that started last), or a path to a session directory or its
-    /// events.ndjson (such as one written by `nd7 admin pull --out`). The
-    /// chain is verified as `nd7 verify` does while the timeline is read.
-    /// Exits 0 when the chain is clean, 1 when it is broken (the timeline is
-    /// still shown), 2 when the session cannot be found or read.
-    Show {
-        /// Session id, prefix, `last`, or a path.
-        session: String,
-        /// Every line of every output and prompt.
-        #[arg(long)]
-        full: bool,
-        /// The same timeline as NDJSON: a session object, one object per
-        /// item, then the chain's verdict.
-        #[arg(long, conflicts_with = "html")]
-        json: bool,
-        /// One self-contained HTML file (no scripts, nothing loaded) on stdout.
-        #[arg(long)]
-        html: bool,
-        #[command(flatten)]
-        view: View,
-    },
-    /// Search what sessions say: commands, file paths, prompts, outputs and
-    /// messages (never the JSON around them), with each hit's session and time.
-    ///
-    /// PATTERN is a regular expression (Rust regex syntax, as ripgrep's),
-    /// matched within one line of a field. Hits are printed oldest first.
-    /// Exits 0 when something matched, 1 when nothing did, 2 on a bad pattern
-    /// or a log that could not be read.
-    Search {
-        pattern: String,
-        /// Only entries about this tool (Bash, Write, Read, ...), any case.
-        #[arg(long, value_name = "NAME")]
-        tool: Option<String>,
-        /// Only sessions whose project (working directory) is DIR or under it.
-        #[arg(long, value_name = "DIR")]
-        project: Option<PathBuf>,
-        /// Only entries recorded at or after WHEN (2026-11-30, 2h, 3d, yesterday).
-        #[arg(long, value_name = "WHEN")]
-        since: Option<String>,
-        /// Only entries recorded at or before WHEN.
-        #[arg(long, value_name = "WHEN")]
-        until: Option<String>,
-        /// Match case-insensitively.
-        #[arg(short = 'i', long)]
-        ignore_case: bool,
-        /// PATTERN is a literal string, not a regular expression.
-        #[arg(short = 'F', long)]
-        fixed_strings: bool,
-        /// One JSON object per hit (NDJSON).
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        view: View,
-    },
+    Sessions(SessionsArgs),
+    Show(ShowArgs),
+    Search(SearchArgs),
     /// Register `nd7 record` with the agents found here, and install completions.
     ///
     /// Claude Code: one exec-form hook entry per recorded event (all but
@@ -301,6 +215,101 @@ pub enum Command {
         #[arg(value_enum)]
         shell: Shell,
     },
+}
+
+/// List the recorded sessions, newest first: when, how long, how many
+/// tool calls and failures, whether under `nd7 run`, the chain, shipped.
+///
+/// Reads no whole log: per-session summaries are kept in
+/// $XDG_STATE_HOME/nd7/index, checked against each log's file facts and
+/// brought up to date from what was appended. CHAIN is what the last
+/// `nd7 verify` (or `nd7 show`, or --verify here) found while the log was
+/// as it is now; "unchecked" otherwise. Exits 0, or 2 when the state
+/// directory cannot be read or an argument is wrong.
+#[derive(clap::Args)]
+pub struct SessionsArgs {
+    /// Only sessions whose project (working directory) is DIR or under it.
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Only sessions that started at or after WHEN (2026-11-30, "2026-11-30 14:00", 2h, 3d, yesterday).
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Only sessions that started at or before WHEN.
+    #[arg(long, value_name = "WHEN")]
+    pub until: Option<String>,
+    /// Only sessions with a failed tool call.
+    #[arg(long)]
+    pub failed: bool,
+    /// Verify every listed session whose chain is unchecked first.
+    #[arg(long)]
+    pub verify: bool,
+    /// One JSON object per session (NDJSON).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub view: View,
+}
+
+/// Show a session as a timeline: prompts, each tool call with its result,
+/// failures and refusals marked, subagents nested, the end, the chain.
+///
+/// SESSION is an id, an unambiguous prefix of one, `last` (the session
+/// that started last), or a path to a session directory or its
+/// events.ndjson (such as one written by `nd7 admin pull --out`). The
+/// chain is verified as `nd7 verify` does while the timeline is read.
+/// Exits 0 when the chain is clean, 1 when it is broken (the timeline is
+/// still shown), 2 when the session cannot be found or read.
+#[derive(clap::Args)]
+pub struct ShowArgs {
+    /// Session id, prefix, `last`, or a path.
+    pub session: String,
+    /// Every line of every output and prompt.
+    #[arg(long)]
+    pub full: bool,
+    /// The same timeline as NDJSON: a session object, one object per
+    /// item, then the chain's verdict.
+    #[arg(long, conflicts_with = "html")]
+    pub json: bool,
+    /// One self-contained HTML file (no scripts, nothing loaded) on stdout.
+    #[arg(long)]
+    pub html: bool,
+    #[command(flatten)]
+    pub view: View,
+}
+
+/// Search what sessions say: commands, file paths, prompts, outputs and
+/// messages (never the JSON around them), with each hit's session and time.
+///
+/// PATTERN is a regular expression (Rust regex syntax, as ripgrep's),
+/// matched within one line of a field. Hits are printed oldest first.
+/// Exits 0 when something matched, 1 when nothing did, 2 on a bad pattern
+/// or a log that could not be read.
+#[derive(clap::Args)]
+pub struct SearchArgs {
+    pub pattern: String,
+    /// Only entries about this tool (Bash, Write, Read, ...), any case.
+    #[arg(long, value_name = "NAME")]
+    pub tool: Option<String>,
+    /// Only sessions whose project (working directory) is DIR or under it.
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Only entries recorded at or after WHEN (2026-11-30, 2h, 3d, yesterday).
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Only entries recorded at or before WHEN.
+    #[arg(long, value_name = "WHEN")]
+    pub until: Option<String>,
+    /// Match case-insensitively.
+    #[arg(short = 'i', long)]
+    pub ignore_case: bool,
+    /// PATTERN is a literal string, not a regular expression.
+    #[arg(short = 'F', long)]
+    pub fixed_strings: bool,
+    /// One JSON object per hit (NDJSON).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub view: View,
 }
 
 /// How the reading commands show what they print.

@@ -81,24 +81,11 @@ impl LogKeys {
     }
 }
 
-/// A chain verdict as stored.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-enum StoredChain {
-    Clean {
-        entries: u64,
-        head: Option<String>,
-        note: Option<String>,
-    },
-    Broken {
-        detail: String,
-    },
-}
-
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Verdict {
     keys: LogKeys,
-    chain: StoredChain,
+    /// Clean or broken: the others are not stored.
+    chain: Chain,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -207,21 +194,10 @@ impl Index {
         if LogKeys::of(log).ok() != Some(keys) {
             return;
         }
-        let stored = match chain {
-            Chain::Clean {
-                entries,
-                head,
-                note,
-            } => StoredChain::Clean {
-                entries: *entries,
-                head: head.clone(),
-                note: note.clone(),
-            },
-            Chain::Broken { detail } => StoredChain::Broken {
-                detail: detail.clone(),
-            },
-            Chain::NotChecked | Chain::Unreadable { .. } => return,
-        };
+        if matches!(chain, Chain::NotChecked | Chain::Unreadable { .. }) {
+            return;
+        }
+        let stored = chain.clone();
         let id = log.session_id().to_string();
         let record = self
             .records
@@ -303,20 +279,7 @@ fn refresh_record(mut record: Record, log: &SessionLog) -> (Record, RefreshResul
     }
     changed |= before != record.events;
     let chain = match &record.verdict {
-        Some(v) if v.keys == keys => match &v.chain {
-            StoredChain::Clean {
-                entries,
-                head,
-                note,
-            } => Chain::Clean {
-                entries: *entries,
-                head: head.clone(),
-                note: note.clone(),
-            },
-            StoredChain::Broken { detail } => Chain::Broken {
-                detail: detail.clone(),
-            },
-        },
+        Some(v) if v.keys == keys => v.chain.clone(),
         _ => Chain::NotChecked,
     };
     let summary = record.summary.clone();

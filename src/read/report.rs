@@ -2,6 +2,7 @@
 //! when, the chain's state and whether it is shipped; and the same as the
 //! JSON scripts get. Pure.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::summary::{Confinement, Summary};
@@ -13,10 +14,13 @@ pub const CAVEAT: [&str; 2] = [
     "entries record intent, what the agent said it would do and reported back, not effect, what actually ran",
 ];
 
-/// The chain's state, as far as it is known.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The chain's state, as far as it is known. The index stores the two
+/// verdicts that hold while the log does not change, tagged by `state`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
 pub enum Chain {
     /// Not verified since the log last changed.
+    #[serde(skip)]
     NotChecked,
     Clean {
         entries: u64,
@@ -29,6 +33,7 @@ pub enum Chain {
         detail: String,
     },
     /// The log could not be read to check it.
+    #[serde(skip)]
     Unreadable {
         detail: String,
     },

@@ -187,6 +187,15 @@ pub struct Machine {
 }
 
 impl Machine {
+    /// The vault breaking its word about `session`, as `detail` says.
+    pub fn vault_broke(&self, session: &str, detail: String) -> ShipError {
+        ShipError::VaultBroke {
+            machine: self.id.clone(),
+            session: session.into(),
+            detail,
+        }
+    }
+
     pub fn load(state_dir: &Path) -> Result<Machine, ShipError> {
         let dir = vault_dir(state_dir);
         let id = read_text(&dir.join(MACHINE_ID_FILE))?.trim().to_string();

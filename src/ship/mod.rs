@@ -61,7 +61,9 @@ pub use client::{Client, Signer, Stream};
 pub use enrol::{Enrolled, Machine, enroll};
 pub use pipeline::{Report, Shipped, recipients_running_out, ship_all, ship_session};
 pub(crate) use receipts::chain_key;
-pub use receipts::{lost_not_acknowledged_again, lost_receipts, rewritten_since_shipped};
+pub use receipts::{
+    lost_not_acknowledged_again, lost_receipts, reply_receipt, rewritten_since_shipped,
+};
 
 pub const VAULT_DIR: &str = "vault";
 pub const MACHINE_KEY_FILE: &str = "machine.key";

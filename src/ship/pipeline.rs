@@ -142,11 +142,7 @@ fn ship_and_alarm(
         Err(e @ ShipError::VaultBroke { .. }) => {
             let text = format!("{e}\nfound at {} (Unix time)\n", unix_now());
             if let Err(w) = write_0600(&alarm, text.as_bytes()) {
-                return Err(ShipError::VaultBroke {
-                    machine: machine.id.clone(),
-                    session: log.session_id().into(),
-                    detail: format!("{e}; and {w}"),
-                });
+                return Err(machine.vault_broke(log.session_id(), format!("{e}; and {w}")));
             }
         }
         Ok(_) => remove_optional(&alarm)?,
@@ -173,11 +169,7 @@ pub fn ship_session(
 ) -> Result<Shipped, ShipError> {
     let session = log.session_id().to_string();
     let events_path = log.events_path();
-    let broke = |detail: String| ShipError::VaultBroke {
-        machine: machine.id.clone(),
-        session: session.clone(),
-        detail,
-    };
+    let broke = |detail: String| machine.vault_broke(&session, detail);
     let mut done = Shipped::default();
     // Start from what the vault holds, after holding it to its word.
     let kept = read_receipt(&log.dir().join(RECEIPT_FILE))?;
@@ -347,18 +339,8 @@ fn send_batch(machine: &Machine, log: &SessionLog, sealed: &Sealed) -> Result<bo
     )?;
     let text = String::from_utf8_lossy(&reply);
     let sent = &sealed.checkpoint;
-    let broke = |detail: String| ShipError::VaultBroke {
-        machine: machine.id.clone(),
-        session: session.into(),
-        detail,
-    };
-    let receipt = text
-        .split_once('\n')
-        .map(|(_, rest)| rest)
-        .ok_or(vault::Error::Malformed {
-            what: "the vault's reply",
-            expected: "a status line and a receipt",
-        })
+    let broke = |detail: String| machine.vault_broke(session, detail);
+    let receipt = reply_receipt(&text, "a status line and a receipt")
         .and_then(Receipt::parse)
         .map_err(|e| {
             broke(format!(

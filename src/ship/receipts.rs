@@ -156,6 +156,17 @@ pub(super) fn entry_end(log: &SessionLog, file: &File, seq: u64) -> Result<(u64,
     }
 }
 
+/// The receipt in the vault's reply to a shipment: what follows its status
+/// line. `expected` says what the reply should have been, for the error.
+pub fn reply_receipt<'a>(text: &'a str, expected: &'static str) -> Result<&'a str, vault::Error> {
+    text.split_once('\n')
+        .map(|(_, rest)| rest)
+        .ok_or(vault::Error::Malformed {
+            what: "the vault's reply",
+            expected,
+        })
+}
+
 /// Whether the log still holds, unchanged, the entry `shipped` names: `None`
 /// when it does (or nothing was shipped), else what differs. What `nd7
 /// doctor` asks to tell a machine that rewrote its log from a vault that
@@ -194,11 +205,7 @@ pub(super) fn vault_head(machine: &Machine, session: &str) -> Result<Option<Rece
     if text.trim_end() == "none" {
         return Ok(None);
     }
-    let broke = |detail: String| ShipError::VaultBroke {
-        machine: machine.id.clone(),
-        session: session.into(),
-        detail,
-    };
+    let broke = |detail: String| machine.vault_broke(session, detail);
     let receipt = Receipt::parse(&text)
         .map_err(|e| broke(format!("its head for this session is not a receipt: {e}")))?;
     machine

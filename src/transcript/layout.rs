@@ -187,15 +187,7 @@ pub fn locate_main(
     {
         return (main_place(key, session_id), None);
     }
-    let mismatch = Mismatch {
-        named: named.to_string(),
-        expected: derived
-            .as_ref()
-            .map_or_else(String::new, |p| p.under(config).display().to_string()),
-    };
-    // Without a key known for certain, nothing is anchored on a guess.
-    let kept = if started_in.is_some() { derived } else { None };
-    (kept, Some(mismatch))
+    mismatched(config, started_in, derived, named)
 }
 
 /// A subagent's transcript, as [`locate_main`]: `named` is the payload's
@@ -229,6 +221,19 @@ pub fn locate_agent(
     {
         return (Some(Place { components: c }), None);
     }
+    mismatched(config, started_in, derived, named)
+}
+
+/// What [`locate_main`] and [`locate_agent`] return when the payload names
+/// a file other than where the layout puts it: the [`Mismatch`], and the
+/// derived place only when the project key is known for certain (nothing
+/// is anchored on a guess).
+fn mismatched(
+    config: &Path,
+    started_in: Option<&str>,
+    derived: Option<Place>,
+    named: &str,
+) -> (Option<Place>, Option<Mismatch>) {
     let mismatch = Mismatch {
         named: named.to_string(),
         expected: derived

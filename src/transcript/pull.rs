@@ -49,6 +49,13 @@ pub struct Transcripts {
     pub served: Vec<(u64, u64, [u8; 32])>,
 }
 
+impl Transcripts {
+    /// Records a finding against the vault.
+    fn vault(&mut self, text: String) {
+        self.findings.push(finding(Fault::Vault, text));
+    }
+}
+
 fn finding(fault: Fault, text: String) -> Finding {
     Finding { fault, text }
 }
@@ -74,9 +81,8 @@ pub fn pull(
     let mut out = Transcripts::default();
     let whole = read.is_ok();
     if let Err(e) = read {
-        out.findings.push(finding(
-            Fault::Vault,
-            format!("{names}: the vault's transcript pieces are cut short: {e}"),
+        out.vault(format!(
+            "{names}: the vault's transcript pieces are cut short: {e}"
         ));
     }
     let nonce = stream.nonce;
@@ -88,24 +94,21 @@ pub fn pull(
     let mut rest = framed.as_slice();
     while !rest.is_empty() {
         if ended {
-            out.findings.push(finding(
-                Fault::Vault,
-                format!("{names}: the vault's transcript pieces go on after its signed last frame"),
+            out.vault(format!(
+                "{names}: the vault's transcript pieces go on after its signed last frame"
             ));
             break;
         }
         let Some(len) = rest.get(..4).and_then(|l| <[u8; 4]>::try_from(l).ok()) else {
-            out.findings.push(finding(
-                Fault::Vault,
-                format!("{names}: the vault's transcript pieces are cut short"),
+            out.vault(format!(
+                "{names}: the vault's transcript pieces are cut short"
             ));
             break;
         };
         let len = u32::from_be_bytes(len) as usize;
         let Some(body) = rest.get(4..4 + len) else {
-            out.findings.push(finding(
-                Fault::Vault,
-                format!("{names}: the vault's transcript pieces are cut short"),
+            out.vault(format!(
+                "{names}: the vault's transcript pieces are cut short"
             ));
             break;
         };
@@ -119,11 +122,8 @@ pub fn pull(
                 vault::PullOf::Transcripts,
             );
             if let Err(why) = checked {
-                out.findings.push(finding(
-                    Fault::Vault,
-                    format!(
-                        "{names}: the vault's transcript pieces are not its whole answer: {why}"
-                    ),
+                out.vault(format!(
+                    "{names}: the vault's transcript pieces are not its whole answer: {why}"
                 ));
                 break;
             }
@@ -134,31 +134,22 @@ pub fn pull(
         let piece = match vault::parse_piece(body) {
             Ok(p) => p,
             Err(e) => {
-                out.findings.push(finding(
-                    Fault::Vault,
-                    format!("{names}: a transcript piece is forged: {e}"),
-                ));
+                out.vault(format!("{names}: a transcript piece is forged: {e}"));
                 continue;
             }
         };
         let h = &piece.header;
         if !piece.signed_by(&pulled.machine_key) {
-            out.findings.push(finding(
-                Fault::Vault,
-                format!(
-                    "{}: forged: not signed by the machine's enrolled key",
-                    h.names()
-                ),
+            out.vault(format!(
+                "{}: forged: not signed by the machine's enrolled key",
+                h.names()
             ));
             continue;
         }
         if h.machine != *machine || h.session != *session {
-            out.findings.push(finding(
-                Fault::Vault,
-                format!(
-                    "{names}: the vault serves {} among this session's",
-                    h.names()
-                ),
+            out.vault(format!(
+                "{names}: the vault serves {} among this session's",
+                h.names()
             ));
             continue;
         }
@@ -166,22 +157,19 @@ pub fn pull(
         // the vault no longer serves shows as a link that does not hold.
         let before = out.served.last().map(|&(a, f, _)| (a, f));
         if h.after != before {
-            out.findings.push(finding(
-                Fault::Vault,
-                match h.after {
-                    Some((a, f)) => format!(
-                        "{}: the machine shipped it after its piece of entry {a} from byte {f}, which the vault does not serve{}: it dropped it",
-                        h.names(),
-                        before.map_or(String::new(), |(a, f)| format!(
-                            " (the piece before it is entry {a}'s from byte {f})"
-                        ))
-                    ),
-                    None => format!(
-                        "{}: the machine shipped it as the session's first piece, but the vault serves others before it",
-                        h.names()
-                    ),
-                },
-            ));
+            out.vault(match h.after {
+                Some((a, f)) => format!(
+                    "{}: the machine shipped it after its piece of entry {a} from byte {f}, which the vault does not serve{}: it dropped it",
+                    h.names(),
+                    before.map_or(String::new(), |(a, f)| format!(
+                        " (the piece before it is entry {a}'s from byte {f})"
+                    ))
+                ),
+                None => format!(
+                    "{}: the machine shipped it as the session's first piece, but the vault serves others before it",
+                    h.names()
+                ),
+            });
         }
         out.served.push((h.anchor, h.from, piece.batch));
         let key = keys
@@ -211,12 +199,9 @@ pub fn pull(
         }
     }
     if whole && rest.is_empty() && !ended {
-        out.findings.push(finding(
-            Fault::Vault,
-            format!(
+        out.vault(format!(
                 "{names}: the vault's transcript pieces end without its signed last frame: they are incomplete, cut short"
-            ),
-        ));
+            ));
     }
     for list in pieces.values_mut() {
         list.sort_by_key(|p| p.0);

@@ -226,19 +226,9 @@ fn piece_receipt(
     sent: &PieceHeader,
     reply: &[u8],
 ) -> Result<vault::PieceReceipt, ShipError> {
-    let broke = |detail: String| ShipError::VaultBroke {
-        machine: machine.id.clone(),
-        session: log.session_id().into(),
-        detail,
-    };
+    let broke = |detail: String| machine.vault_broke(log.session_id(), detail);
     let text = String::from_utf8_lossy(reply);
-    let receipt = text
-        .split_once('\n')
-        .map(|(_, rest)| rest)
-        .ok_or(vault::Error::Malformed {
-            what: "the vault's reply",
-            expected: "a status line and a piece receipt",
-        })
+    let receipt = ship::reply_receipt(&text, "a status line and a piece receipt")
         .and_then(vault::PieceReceipt::parse)
         .map_err(|e| {
             broke(format!(

@@ -459,18 +459,12 @@ fn compare(before: &Snapshot, after: &Snapshot) -> Vec<Finding> {
                         || bm.ctime != am.ctime
                         || bm.target != am.target
                 };
-                if am.kind == Kind::Dir && bm.kind == Kind::Dir {
-                    if replaced || b.body != a.body {
-                        What::Changed
-                    } else if bm.mode != am.mode {
-                        What::Mode {
-                            before: bm.mode,
-                            after: am.mode,
-                        }
-                    } else {
-                        continue;
-                    }
-                } else if replaced || content {
+                let changed = if am.kind == Kind::Dir && bm.kind == Kind::Dir {
+                    replaced || b.body != a.body
+                } else {
+                    replaced || content
+                };
+                if changed {
                     What::Changed
                 } else if bm.mode != am.mode {
                     What::Mode {

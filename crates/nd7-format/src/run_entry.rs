@@ -694,9 +694,8 @@ mod tests {
         line
     }
 
-    fn call(seq: u64, id: &str, command: &str) -> Vec<u8> {
-        let payload = json!({"session_id": "s", "hook_event_name": "PreToolUse",
-            "tool_name": "Bash", "tool_input": {"command": command}, "tool_use_id": id});
+    /// The entry line the recorder writes for the hook payload `payload`.
+    fn hook_line(seq: u64, payload: &serde_json::Value) -> Vec<u8> {
         let inv = crate::hook::Invocation {
             ts: 1,
             host: "h".into(),
@@ -705,6 +704,12 @@ mod tests {
         };
         let p = crate::hook::Payload::parse(payload.to_string().as_bytes()).expect("payload");
         line(&Event::new(&inv, p), seq)
+    }
+
+    fn call(seq: u64, id: &str, command: &str) -> Vec<u8> {
+        let payload = json!({"session_id": "s", "hook_event_name": "PreToolUse",
+            "tool_name": "Bash", "tool_input": {"command": command}, "tool_use_id": id});
+        hook_line(seq, &payload)
     }
 
     fn exec(seq: u64, id: Option<&str>, command: &str) -> Vec<u8> {
@@ -836,14 +841,7 @@ mod tests {
         let payload = json!({"session_id": "s", "hook_event_name": "PostToolUse",
             "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": id,
             "tool_response": {"stdout": ""}});
-        let inv = crate::hook::Invocation {
-            ts: 1,
-            host: "h".into(),
-            hook_ppid: Some(1),
-            cwd: None,
-        };
-        let p = crate::hook::Payload::parse(payload.to_string().as_bytes()).expect("payload");
-        line(&Event::new(&inv, p), seq)
+        hook_line(seq, &payload)
     }
 
     /// Under Claude Code only a tool line pairs: the text of a call the user

@@ -84,23 +84,14 @@ impl OpenError {
 /// regular file with exactly one link.
 pub fn open_beneath(root: &Path, components: &[String]) -> Result<Opened, OpenError> {
     let mut path = root.to_path_buf();
-    let mut dir = open_root(root)?;
+    let dir = open_root(root)?;
     let Some((name, dirs)) = components.split_last() else {
         return Err(OpenError::NotRegular {
             path,
             what: "a directory",
         });
     };
-    for component in dirs {
-        path.push(component);
-        dir = rustix::fs::openat(
-            &dir,
-            component.as_str(),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| describe_at(&dir, component, &path, e, "open the directory"))?;
-    }
+    let dir = descend(dir, &mut path, dirs)?;
     path.push(name);
     let fd = rustix::fs::openat(
         &dir,
@@ -148,17 +139,7 @@ pub fn list_beneath(
     keep: impl Fn(&str) -> bool,
 ) -> Result<Vec<String>, OpenError> {
     let mut path = root.to_path_buf();
-    let mut dir = open_root(root)?;
-    for component in components {
-        path.push(component);
-        dir = rustix::fs::openat(
-            &dir,
-            component.as_str(),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| describe_at(&dir, component, &path, e, "open the directory"))?;
-    }
+    let dir = descend(open_root(root)?, &mut path, components)?;
     let entries = rustix::fs::Dir::read_from(&dir).map_err(|e| OpenError::Io {
         path: path.clone(),
         action: "list",
@@ -189,6 +170,26 @@ pub fn list_beneath(
 /// the transcripts live in, could point the reader at other files. `root`
 /// is what [`real_dir`] made of the configured directory, so a link the
 /// user set up is already resolved in it.
+/// Opens the directories `components` down from `dir`, following no link,
+/// and pushes each onto `path` (which names `dir`), for the errors.
+fn descend(
+    mut dir: OwnedFd,
+    path: &mut PathBuf,
+    components: &[String],
+) -> Result<OwnedFd, OpenError> {
+    for component in components {
+        path.push(component);
+        dir = rustix::fs::openat(
+            &dir,
+            component.as_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| describe_at(&dir, component, path, e, "open the directory"))?;
+    }
+    Ok(dir)
+}
+
 fn open_root(root: &Path) -> Result<OwnedFd, OpenError> {
     let unclean = || OpenError::Unclean {
         path: root.to_path_buf(),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use jiff::tz::TimeZone;
-use nd7_core::cli::{Color, View};
+use nd7_core::cli::{Color, SearchArgs, SessionsArgs, ShowArgs, View};
 use nd7_core::read::index::{Index, LogKeys};
 use nd7_core::read::output::{ColourChoice, Output, Stopped};
 use nd7_core::read::report::Chain;
@@ -107,16 +107,6 @@ fn in_project(project: Option<&str>, dirs: &[PathBuf]) -> bool {
     project.is_some_and(|p| dirs.iter().any(|d| Path::new(p).starts_with(d)))
 }
 
-pub struct SessionsArgs {
-    pub project: Option<PathBuf>,
-    pub since: Option<String>,
-    pub until: Option<String>,
-    pub failed: bool,
-    pub verify: bool,
-    pub json: bool,
-    pub view: View,
-}
-
 pub fn sessions(a: SessionsArgs) -> ExitCode {
     let cmd = "sessions";
     let tz = TimeZone::system();
@@ -184,14 +174,6 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
 
 fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
-}
-
-pub struct ShowArgs {
-    pub session: String,
-    pub full: bool,
-    pub json: bool,
-    pub html: bool,
-    pub view: View,
 }
 
 pub fn show(a: ShowArgs) -> ExitCode {
@@ -323,18 +305,6 @@ impl TakeOk for Result<(), Stopped> {
     fn take_ok(&mut self) -> Result<(), Stopped> {
         std::mem::replace(self, Ok(()))
     }
-}
-
-pub struct SearchArgs {
-    pub pattern: String,
-    pub tool: Option<String>,
-    pub project: Option<PathBuf>,
-    pub since: Option<String>,
-    pub until: Option<String>,
-    pub ignore_case: bool,
-    pub fixed_strings: bool,
-    pub json: bool,
-    pub view: View,
 }
 
 pub fn search(a: SearchArgs) -> ExitCode {

@@ -345,6 +345,24 @@ struct Planner<'a> {
     named: usize,
 }
 
+impl<'a> Planner<'a> {
+    /// A planner with nothing planned yet, writing where `policy`'s
+    /// commands write.
+    fn new(policy: &Policy, tree: &'a dyn Tree) -> Planner<'a> {
+        Planner {
+            tree: Cached {
+                tree,
+                kinds: Default::default(),
+            },
+            plan: Plan::default(),
+            git_dirs: Vec::new(),
+            writable: policy.command_writes(),
+            home: policy.roots.home.clone(),
+            named: 0,
+        }
+    }
+}
+
 /// How deep git follows includes (its own bound).
 const MAX_INCLUDE_DEPTH: usize = 10;
 
@@ -418,17 +436,7 @@ pub fn caches(home: &Path) -> Vec<PathBuf> {
 /// The mounts and watch list for `policy`'s project, home and the grants
 /// it starts with, as `tree` stands now.
 pub fn plan(policy: &Policy, tree: &dyn Tree) -> Plan {
-    let mut p = Planner {
-        tree: Cached {
-            tree,
-            kinds: Default::default(),
-        },
-        plan: Plan::default(),
-        git_dirs: Vec::new(),
-        writable: policy.command_writes(),
-        home: policy.roots.home.clone(),
-        named: 0,
-    };
+    let mut p = Planner::new(policy, tree);
     let project = &policy.roots.project;
     let home = &policy.roots.home;
     p.root(project);
@@ -522,17 +530,7 @@ pub fn settings_programs(policy: &Policy, tree: &dyn Tree) -> Vec<PathBuf> {
 /// namespaces were built before `nd7 run` put itself under Landlock,
 /// which refuses mounts from then on; the watch reports instead.
 pub fn plan_grant(grant: &Path, policy: &Policy, tree: &dyn Tree) -> Plan {
-    let mut p = Planner {
-        tree: Cached {
-            tree,
-            kinds: Default::default(),
-        },
-        plan: Plan::default(),
-        git_dirs: Vec::new(),
-        writable: policy.command_writes(),
-        home: policy.roots.home.clone(),
-        named: 0,
-    };
+    let mut p = Planner::new(policy, tree);
     p.writable.push(grant.to_path_buf());
     p.root(grant);
     p.finish()
@@ -998,41 +996,38 @@ pub fn command_paths(command: &str, home: &Path, project: &Path) -> Vec<PathBuf>
         .collect()
 }
 
+/// How a word starts from the home.
+const HOME_PREFIXES: &[&str] = &["~/", "$HOME/", "${HOME}/"];
+/// How a hook's command starts from the project.
+const PROJECT_PREFIXES: &[&str] = &["$CLAUDE_PROJECT_DIR/", "${CLAUDE_PROJECT_DIR}/"];
+/// How a shell word starts from the working directory.
+const PWD_PREFIXES: &[&str] = &["$PWD/", "${PWD}/"];
+
+/// The directory a word starts from and the rest of it, for a word that
+/// starts with one of the prefixes of `anchors` (tried in order).
+fn anchored<'p, 'w>(word: &'w str, anchors: &[(&[&str], &'p Path)]) -> Option<(&'p Path, &'w str)> {
+    anchors.iter().find_map(|&(prefixes, base)| {
+        prefixes
+            .iter()
+            .find_map(|p| word.strip_prefix(p))
+            .map(|rest| (base, rest))
+    })
+}
+
 /// One word as an absolute path, when it is one: from `/`, or from `~`,
 /// `$HOME` or `$CLAUDE_PROJECT_DIR` (with or without braces), `.` and `..`
 /// taken out as written.
 fn word_path(word: &str, home: &Path, project: &Path) -> Option<PathBuf> {
-    let (base, rest) = if let Some(rest) = word.strip_prefix("~/") {
-        (home, rest)
-    } else if let Some(rest) = ["$HOME/", "${HOME}/"]
-        .iter()
-        .find_map(|p| word.strip_prefix(p))
-    {
-        (home, rest)
-    } else if let Some(rest) = ["$CLAUDE_PROJECT_DIR/", "${CLAUDE_PROJECT_DIR}/"]
-        .iter()
-        .find_map(|p| word.strip_prefix(p))
-    {
-        (project, rest)
-    } else if word.starts_with('/') {
-        (Path::new("/"), word.trim_start_matches('/'))
-    } else {
-        return None;
+    let anchors = [(HOME_PREFIXES, home), (PROJECT_PREFIXES, project)];
+    let (base, rest) = match anchored(word, &anchors) {
+        Some(found) => found,
+        None if word.starts_with('/') => (Path::new("/"), word.trim_start_matches('/')),
+        None => return None,
     };
     if rest.contains('$') || rest.is_empty() {
         return None;
     }
-    let mut path = base.to_path_buf();
-    for part in Path::new(rest).components() {
-        match part {
-            std::path::Component::ParentDir => {
-                path.pop();
-            }
-            std::path::Component::Normal(n) => path.push(n),
-            _ => {}
-        }
-    }
-    Some(path)
+    Some(super::push_lexically(base, Path::new(rest)))
 }
 
 /// Where mise reads a project's configuration, relative to the project
@@ -1182,22 +1177,11 @@ fn envrc_command(word: &str) -> Option<EnvrcCommand> {
 /// `$HOME/`, `${HOME}/`), or from `dir` (relative, `$PWD/`, `${PWD}/`); a
 /// word with another variable in it names nothing nd7 can know.
 pub fn shell_path(word: &str, dir: &Path, home: &Path) -> Option<PathBuf> {
-    let (base, rest) = if let Some(rest) = word.strip_prefix("~/") {
-        (home, rest)
-    } else if let Some(rest) = ["$HOME/", "${HOME}/"]
-        .iter()
-        .find_map(|p| word.strip_prefix(p))
-    {
-        (home, rest)
-    } else if let Some(rest) = ["$PWD/", "${PWD}/"]
-        .iter()
-        .find_map(|p| word.strip_prefix(p))
-    {
-        (dir, rest)
-    } else if word.starts_with('/') {
-        (Path::new("/"), word)
-    } else {
-        (dir, word)
+    let anchors = [(HOME_PREFIXES, home), (PWD_PREFIXES, dir)];
+    let (base, rest) = match anchored(word, &anchors) {
+        Some(found) => found,
+        None if word.starts_with('/') => (Path::new("/"), word),
+        None => (dir, word),
     };
     if rest.contains('$') || rest.contains('`') || rest.is_empty() {
         return None;
@@ -1735,16 +1719,7 @@ mod tests {
                 .collect()
         }
         fn resolve(&self, path: &Path) -> Option<PathBuf> {
-            let mut clean = PathBuf::new();
-            for part in path.components() {
-                match part {
-                    std::path::Component::ParentDir => {
-                        clean.pop();
-                    }
-                    std::path::Component::CurDir => {}
-                    other => clean.push(other),
-                }
-            }
+            let clean = lexical(path);
             match self.0.get(&clean)? {
                 (Kind::Link, to) => self.resolve(&clean.parent()?.join(to)),
                 _ => Some(clean),

@@ -511,6 +511,23 @@ pub fn write_rules(
     write
 }
 
+/// `base` with the names of `rest` pushed onto it, `..` taking one off,
+/// as written (no link followed); `.`, the root and prefixes in `rest`
+/// are passed over.
+pub(crate) fn push_lexically(base: &Path, rest: &Path) -> PathBuf {
+    let mut out = base.to_path_buf();
+    for part in rest.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(name) => out.push(name),
+            _ => {}
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,7 +549,9 @@ mod tests {
         t
     }
 
-    fn policy(grants: &[&str]) -> Policy {
+    /// A policy for a project at /home/u/proj with these grants (the
+    /// policy tests' fixture).
+    pub(super) fn policy(grants: &[&str]) -> Policy {
         let mut p = Policy::new(Roots {
             project: "/home/u/proj".into(),
             temp: "/tmp".into(),

@@ -12,7 +12,7 @@
 //! anyway (`/etc/passwd`) is not nd7's doing and is never claimed; a refusal
 //! whose message names no path is not seen at all.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
@@ -299,17 +299,7 @@ fn normalize(path: &Path, cwd: &Path, home: &Path) -> PathBuf {
     } else {
         cwd.join(path)
     };
-    let mut out = PathBuf::from("/");
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(part) => out.push(part),
-            _ => {}
-        }
-    }
-    out
+    super::push_lexically(Path::new("/"), &joined)
 }
 
 /// What `nd7 allow` would grant `refused`: the command to type.
@@ -418,7 +408,6 @@ pub fn entry_body(refused: &[Refused], tool: &str, home: &Path) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::Roots;
 
     /// A file system of a few existing directories, all the account's but `/etc`.
     struct Fs;
@@ -445,15 +434,7 @@ mod tests {
     }
 
     fn policy() -> Policy {
-        let mut p = Policy::new(Roots {
-            project: "/home/u/proj".into(),
-            temp: "/tmp".into(),
-            home: "/home/u".into(),
-            state: "/home/u/.local/state/nd7".into(),
-            exit: "/usr/bin/nd7-exec".into(),
-        });
-        p.grants.push("/srv/granted".into());
-        p
+        crate::policy::tests::policy(&["/srv/granted"])
     }
 
     fn failed(tool: &str, error: &str) -> Value {

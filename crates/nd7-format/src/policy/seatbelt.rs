@@ -1130,44 +1130,9 @@ mod tests {
     /// the last matching rule decides. Regex filters are taken never to
     /// match, so this only answers for paths no regex is about.
     fn writable(forms: &[Sx], path: &str) -> bool {
-        let mut allowed = false;
-        for form in forms {
-            let Sx::List(items) = form else { continue };
-            let action = match items.first() {
-                Some(s) if *s == sym("allow") => true,
-                Some(s) if *s == sym("deny") => false,
-                _ => continue,
-            };
-            let ops: Vec<&Sx> = items[1..]
-                .iter()
-                .filter(|i| matches!(i, Sx::Sym(_)))
-                .collect();
-            if !ops.contains(&&sym("file-write*")) && !ops.contains(&&sym("default")) {
-                continue;
-            }
-            let filters: Vec<&Sx> = items[1..]
-                .iter()
-                .filter(|i| matches!(i, Sx::List(_)))
-                .collect();
-            let matches = filters.is_empty()
-                || filters.iter().any(|f| match f {
-                    Sx::List(v) => match (v.first(), v.get(1)) {
-                        (Some(k), Some(Sx::Str(p))) if *k == sym("subpath") => {
-                            path == p
-                                || path
-                                    .strip_prefix(p.as_str())
-                                    .is_some_and(|r| r.starts_with('/') || p.ends_with('/'))
-                        }
-                        (Some(k), Some(Sx::Str(p))) if *k == sym("literal") => path == p,
-                        _ => false,
-                    },
-                    _ => false,
-                });
-            if matches {
-                allowed = action;
-            }
-        }
-        allowed
+        decides(forms, "file-write*", |filter| {
+            filter.first() != Some(&sym("regex")) && covers(filter, path)
+        })
     }
 
     /// Whether `forms` let `op` happen to what `target` describes, by
