@@ -24,6 +24,7 @@
 //! with: one whose path now leads to another directory is left out and
 //! reported.
 
+pub mod admit;
 pub mod attrs;
 pub mod door;
 pub mod exit;
@@ -32,6 +33,7 @@ pub mod launch;
 pub mod memory;
 pub mod ns;
 pub mod seccomp;
+pub mod server;
 pub mod supervise;
 
 use std::collections::BTreeSet;
@@ -622,7 +624,7 @@ pub fn callers_by_pidfd() -> bool {
         rustix::net::SocketType::STREAM,
         None,
     )
-    .is_ok_and(|s| exit::set_pass_pidfd(&s).is_ok())
+    .is_ok_and(|s| admit::set_pass_pidfd(&s).is_ok())
 }
 
 /// The protections beyond the file rules, as this kernel (and, in a
