@@ -124,19 +124,6 @@ pub(super) fn admit(caller: Caller, session_pid: u32) -> Result<Admitted, String
     }
 }
 
-/// Who is on the other end of `conn`, as far as its peer credentials tell:
-/// nobody known when the peer is nd7 run's keeper, which connects for every
-/// process of the session (only a request's own credentials name its sender).
-pub(super) fn peer(conn: &UnixStream) -> (Option<u32>, Option<u32>) {
-    match rustix::net::sockopt::socket_peercred(conn) {
-        Ok(c) if Some(c.pid.as_raw_nonzero().get() as u32) != super::keeper::keeper_pid() => (
-            Some(c.pid.as_raw_nonzero().get() as u32),
-            Some(c.uid.as_raw()),
-        ),
-        _ => (None, None),
-    }
-}
-
 /// Refuses a caller (pid and uid as the kernel gave them, where it did),
 /// writing it down in the session's log.
 pub(super) fn refuse(

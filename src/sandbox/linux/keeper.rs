@@ -414,7 +414,7 @@ fn session_side(keeper: u32, channel: OwnedFd, signals: &SigSet) -> Result<Side,
 }
 
 /// Puts the session process under the Landlock layer that scopes signals
-/// and abstract unix sockets ([`super::landlock::scope_self`]), where the kernel has
+/// and abstract unix sockets ([`super::scope::scope_self`]), where the kernel has
 /// it. Called by the session once it has built its namespaces (Landlock
 /// refuses mounts) and before it starts anything: the agent and every
 /// command are nested beneath it. Outside a session, does nothing.
@@ -422,7 +422,7 @@ pub fn scope() -> Result<(), String> {
     let Some(channel) = channel() else {
         return Ok(());
     };
-    let scoped = super::landlock::scope_self().map_err(|e| e.to_string())?;
+    let scoped = super::scope::scope_self().map_err(|e| e.to_string())?;
     let _ = channel.scoped.set(scoped);
     Ok(())
 }

@@ -24,6 +24,7 @@
 //! with: one whose path now leads to another directory is left out and
 //! reported.
 
+pub use super::abi::{SandboxError, abi};
 use super::{admit, attrs, keeper, launch, seccomp};
 use std::collections::BTreeSet;
 use std::mem::MaybeUninit;
@@ -34,7 +35,7 @@ use std::sync::{Mutex, OnceLock};
 
 use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, RestrictionStatus,
-    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
 };
 use rustix::fs::{FileType, OFlags};
 
@@ -46,19 +47,6 @@ use crate::sandbox::Dropped;
 
 /// The Landlock ABI whose file-system rights nd7 requires.
 pub const REQUIRED_ABI: ABI = ABI::V3;
-
-/// Why the rules were not applied.
-#[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
-    #[error(
-        "this kernel cannot enforce nd7's rules with Landlock (Linux 6.2 or newer, with Landlock enabled, is needed): {0}"
-    )]
-    Unsupported(String),
-    #[error(
-        "the kernel would enforce nd7's rules only partly ({0:?}); refusing to run with a weaker sandbox"
-    )]
-    Partial(RulesetStatus),
-}
 
 /// A directory's entries, for [`crate::policy::complement`], listed without
 /// following links to the directory, and without the entries that are
@@ -538,37 +526,6 @@ impl Report {
     }
 }
 
-/// Puts the calling process under a Landlock layer that scopes signals and
-/// abstract unix sockets (ABI 6): from then on it and everything it starts
-/// can signal, or connect to an abstract socket of, only processes beneath
-/// this layer. Returns `false`, changing nothing, on a kernel without
-/// scopes.
-///
-/// The layer restricts no file access, but it must say so for `Refer`:
-/// Landlock treats moving a file between directories as denied in every
-/// layer unless that layer allows it, so a layer silent about it would make
-/// every cross-directory `rename` and `link` below it fail with `EXDEV` once
-/// the floor's rules are stacked on top. It allows it beneath `/`.
-pub fn scope_self() -> Result<bool, SandboxError> {
-    if abi().unwrap_or(0) < 6 {
-        return Ok(false);
-    }
-    let unsupported = |e: &dyn std::fmt::Display| SandboxError::Unsupported(e.to_string());
-    let root = landlock::PathFd::new("/").map_err(|e| unsupported(&e))?;
-    let status = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(AccessFs::Refer)
-        .and_then(|r| r.scope(Scope::from_all(ABI::V6)))
-        .and_then(|r| r.create())
-        .and_then(|r| r.add_rule(landlock::PathBeneath::new(root, AccessFs::Refer)))
-        .and_then(|r| r.restrict_self())
-        .map_err(|e| unsupported(&e))?;
-    match status.ruleset {
-        RulesetStatus::FullyEnforced => Ok(true),
-        other => Err(SandboxError::Partial(other)),
-    }
-}
-
 /// Whether this kernel can enforce nd7's rules, without restricting anything:
 /// a ruleset that requires them is built and dropped.
 pub fn probe() -> Result<(), SandboxError> {
@@ -578,23 +535,6 @@ pub fn probe() -> Result<(), SandboxError> {
         .and_then(|r| r.create())
         .map(drop)
         .map_err(|e| SandboxError::Unsupported(e.to_string()))
-}
-
-/// The Landlock ABI the running kernel offers, `None` when it has none.
-pub fn abi() -> Option<u32> {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // SAFETY: with this flag the kernel reads no attribute (a null pointer
-    // and size 0 are what it requires) and returns the ABI version, or -1
-    // with errno set; nothing in this process is touched.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    u32::try_from(v).ok().filter(|&v| v > 0)
 }
 
 /// `kernel.yama.ptrace_scope`, 0 where Yama is absent.

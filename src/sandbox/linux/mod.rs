@@ -1,6 +1,7 @@
 //! The sandbox on Linux: Landlock (`landlock`), the session's namespaces,
 //! its keeper, and the exit and the door `nd7 run` serves.
 
+pub mod abi;
 pub mod admit;
 pub mod attrs;
 pub mod door;
@@ -9,6 +10,7 @@ pub mod keeper;
 pub mod launch;
 pub mod memory;
 pub mod ns;
+pub mod scope;
 pub mod seccomp;
 pub mod server;
 pub mod supervise;

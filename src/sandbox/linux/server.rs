@@ -39,7 +39,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::admit::{Admitted, admit, peer, receive_prefix, refuse, set_pass_pidfd};
+use super::admit::{Admitted, admit, receive_prefix, refuse, set_pass_pidfd};
 use crate::floor_wire::Request;
 use crate::run_log::RunLog;
 
@@ -239,6 +239,19 @@ fn each_on_a_thread<H: Handler>(
         // Out of threads: the connection was dropped with the closure
         // and its caller sees the server close; nothing ran.
         drop(spawned);
+    }
+}
+
+/// Who is on the other end of `conn`, as far as its peer credentials tell:
+/// nobody known when the peer is nd7 run's keeper, which connects for every
+/// process of the session (only a request's own credentials name its sender).
+fn peer(conn: &UnixStream) -> (Option<u32>, Option<u32>) {
+    match rustix::net::sockopt::socket_peercred(conn) {
+        Ok(c) if Some(c.pid.as_raw_nonzero().get() as u32) != super::keeper::keeper_pid() => (
+            Some(c.pid.as_raw_nonzero().get() as u32),
+            Some(c.uid.as_raw()),
+        ),
+        _ => (None, None),
     }
 }
 
