@@ -416,7 +416,7 @@ fn run_side(keeper: u32, channel: OwnedFd, signals: &SigSet) -> Result<Side, Str
 }
 
 /// Puts `nd7 run` under the Landlock layer that scopes signals
-/// and abstract unix sockets ([`super::scope_self`]), where the kernel has
+/// and abstract unix sockets ([`super::scope::scope_self`]), where the kernel has
 /// it. Called by `nd7 run` once it has built its namespaces (Landlock
 /// refuses mounts) and before it starts anything: the agent and every
 /// command are nested beneath it. Outside `nd7 run`, does nothing.
@@ -424,7 +424,7 @@ pub fn scope() -> Result<(), String> {
     let Some(channel) = channel() else {
         return Ok(());
     };
-    let scoped = super::scope_self().map_err(|e| e.to_string())?;
+    let scoped = super::scope::scope_self().map_err(|e| e.to_string())?;
     let _ = channel.scoped.set(scoped);
     Ok(())
 }

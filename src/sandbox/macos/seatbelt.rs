@@ -400,8 +400,8 @@ pub fn in_runs_sandbox(pid: u32, mark: &std::path::Path, unmarked: &std::path::P
 /// Ends every process of the user still in the run's sandboxes (by
 /// `mark`, [`in_runs_sandbox`]), looking again until none is found (a
 /// fork can race a kill), at most ten times; returns what was ended.
-pub fn end_marked(mark: &std::path::Path, unmarked: &std::path::Path) -> super::Leftovers {
-    let mut ended = super::Leftovers::default();
+pub fn end_marked(mark: &std::path::Path, unmarked: &std::path::Path) -> crate::sandbox::Leftovers {
+    let mut ended = crate::sandbox::Leftovers::default();
     let mut killed: std::collections::BTreeSet<(u32, u64)> = std::collections::BTreeSet::new();
     for _ in 0..10 {
         let found: Vec<(u32, u64, String)> = crate::kernel::macos::own_processes()

@@ -1,0 +1,5 @@
+//! The sandbox on macOS: Seatbelt (`seatbelt`).
+
+pub mod seatbelt;
+
+pub use seatbelt::*;
