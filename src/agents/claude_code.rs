@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Adapter, Builder};
 use crate::hook::{Agent, Event, Invocation, Payload};
+use crate::policy::AgentState;
 use crate::session_log;
 
 /// Anthropic's Claude Code CLI.
@@ -24,6 +25,14 @@ impl Adapter for ClaudeCode {
 
     fn runs_as(&self, program: &OsStr) -> bool {
         Path::new(program).file_name() == Some(OsStr::new("claude"))
+    }
+
+    fn state(&self) -> AgentState {
+        AgentState::ClaudeCode
+    }
+
+    fn run_banner(&self) -> Option<&'static str> {
+        None
     }
 
     fn event(

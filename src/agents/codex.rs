@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Adapter, Builder};
 use crate::hook::{Agent, Event, Invocation, Payload};
+use crate::policy::AgentState;
 use crate::session_log::{self, SessionLog};
 
 /// OpenAI's Codex CLI.
@@ -25,6 +26,16 @@ impl Adapter for Codex {
 
     fn runs_as(&self, program: &OsStr) -> bool {
         Path::new(program).file_name() == Some(OsStr::new("codex"))
+    }
+
+    fn state(&self) -> AgentState {
+        AgentState::Codex
+    }
+
+    fn run_banner(&self) -> Option<&'static str> {
+        Some(
+            "nd7 run: Codex's own sandbox is off (it cannot start inside nd7's floor); its shell calls leave the floor through nd7's exit, under this session's grants",
+        )
     }
 
     fn event(

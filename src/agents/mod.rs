@@ -19,6 +19,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use crate::hook::{Agent, Event, Invocation, Payload};
+use crate::policy::AgentState;
 use crate::session_log;
 
 /// Who builds a hook's entry, which decides where the agent's files are
@@ -45,6 +46,13 @@ pub trait Adapter: Sync {
 
     /// Whether `program`, the command `nd7 run` is given, starts this agent.
     fn runs_as(&self, program: &OsStr) -> bool;
+
+    /// The state directories the floor lets it write (its policy's
+    /// [`AgentState`]).
+    fn state(&self) -> AgentState;
+
+    /// What `nd7 run`'s banner adds for it, if anything.
+    fn run_banner(&self) -> Option<&'static str>;
 
     /// The event `payload`, from this agent's hooks, becomes when `builder`
     /// builds it. Fails only where building reads the session's log.
