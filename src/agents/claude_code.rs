@@ -3,10 +3,10 @@
 //! (`$CLAUDE_CONFIG_DIR`, else `~/.claude`; [`crate::transcript::layout`]),
 //! and `nd7 run` knows it by the program's name, `claude`.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use super::{Adapter, Builder};
+use super::{Adapter, Builder, PrepareError};
 use crate::hook::{Agent, Event, Invocation, Payload};
 use crate::policy::AgentState;
 use crate::session_log;
@@ -33,6 +33,15 @@ impl Adapter for ClaudeCode {
 
     fn run_banner(&self) -> Option<&'static str> {
         None
+    }
+
+    fn prepare_run(
+        &self,
+        _args: &[OsString],
+        _home: &Path,
+        _nd7: &Path,
+    ) -> Result<Vec<OsString>, PrepareError> {
+        Ok(Vec::new())
     }
 
     fn event(

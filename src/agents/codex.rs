@@ -4,10 +4,10 @@
 //! [`crate::transcript::codex_layout`]), and `nd7 run` knows it by the
 //! program's name, `codex`.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use super::{Adapter, Builder};
+use super::{Adapter, Builder, PrepareError};
 use crate::hook::{Agent, Event, Invocation, Payload};
 use crate::policy::AgentState;
 use crate::session_log::{self, SessionLog};
@@ -36,6 +36,18 @@ impl Adapter for Codex {
         Some(
             "nd7 run: Codex's own sandbox is off (it cannot start inside nd7's floor); its shell calls leave the floor through nd7's exit, under this session's grants",
         )
+    }
+
+    /// Its own sandbox off, its hooks trusted and on the command line, its
+    /// home made and checked (ADR-0056, ADR-0057: [`crate::run_codex`]).
+    fn prepare_run(
+        &self,
+        args: &[OsString],
+        home: &Path,
+        nd7: &Path,
+    ) -> Result<Vec<OsString>, PrepareError> {
+        crate::run_codex::check_args(args).map_err(PrepareError::new)?;
+        crate::run_codex::prepare(home, nd7).map_err(PrepareError::new)
     }
 
     fn event(

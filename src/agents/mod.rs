@@ -15,7 +15,7 @@
 pub mod claude_code;
 pub mod codex;
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::hook::{Agent, Event, Invocation, Payload};
@@ -54,6 +54,16 @@ pub trait Adapter: Sync {
     /// What `nd7 run`'s banner adds for it, if anything.
     fn run_banner(&self) -> Option<&'static str>;
 
+    /// What `nd7 run` makes ready for it before the floor is built around
+    /// it, the user's arguments `args` checked first: what goes before
+    /// those arguments on its command line.
+    fn prepare_run(
+        &self,
+        args: &[OsString],
+        home: &Path,
+        nd7: &Path,
+    ) -> Result<Vec<OsString>, PrepareError>;
+
     /// The event `payload`, from this agent's hooks, becomes when `builder`
     /// builds it. Fails only where building reads the session's log.
     fn event(
@@ -81,6 +91,29 @@ pub trait Adapter: Sync {
     /// sessions' files are called, for the message when neither it nor a
     /// home can be told.
     fn home_words(&self) -> (&'static str, &'static str);
+}
+
+/// Why `nd7 run` could not make an agent ready ([`Adapter::prepare_run`]):
+/// the agent's own error, shown as it is.
+#[derive(Debug)]
+pub struct PrepareError(Box<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for PrepareError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PrepareError {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> PrepareError {
+        PrepareError(Box::new(error))
+    }
 }
 
 /// The adapter of `agent`.

@@ -70,8 +70,9 @@ pub(super) struct Planned {
     policy: Policy,
     /// The agent the program is, if nd7 knows it: its adapter.
     agent: Option<&'static dyn Adapter>,
-    /// What goes before Codex's own arguments.
-    codex_args: Vec<OsString>,
+    /// What goes before the user's arguments to the agent (Codex's `-c`
+    /// overrides).
+    before_args: Vec<OsString>,
     started_grants: Vec<run_grants::Started>,
     warnings: Vec<String>,
 }
@@ -79,13 +80,8 @@ pub(super) struct Planned {
 impl Planned {
     /// Whether the program is `agent`.
     fn is(&self, agent: Agent) -> bool {
-        is(self.agent, agent)
+        self.agent.is_some_and(|a| a.agent() == agent)
     }
-}
-
-/// Whether `adapter` is `agent`'s.
-fn is(adapter: Option<&'static dyn Adapter>, agent: Agent) -> bool {
-    adapter.is_some_and(|a| a.agent() == agent)
 }
 
 /// In the namespaces, the files that run later held, back in the project
@@ -233,14 +229,12 @@ impl Kept {
         })?;
         let mut policy = roots(&base, &cwd)?;
         let agent = crate::agents::for_program(&options.program);
-        if let Some(agent) = agent {
-            policy.agent = agent.state();
-        }
-        let codex_args = if is(agent, Agent::Codex) {
-            crate::run_codex::check_args(&options.args)?;
-            crate::run_codex::prepare(&base.home, &base.nd7)?
-        } else {
-            Vec::new()
+        let before_args = match agent {
+            Some(agent) => {
+                policy.agent = agent.state();
+                agent.prepare_run(&options.args, &base.home, &base.nd7)?
+            }
+            None => Vec::new(),
         };
         policy.terminal = sandbox::own_terminal();
         unreadable(&mut policy, &base.home)?;
@@ -256,7 +250,7 @@ impl Kept {
             base,
             policy,
             agent,
-            codex_args,
+            before_args,
             started_grants,
             warnings,
         })
@@ -591,10 +585,8 @@ impl Opened {
                 .arg(settings.to_string())
                 .args(rest)
                 .env(shell_prefix::PREFIX_VARIABLE, &planned.base.nd7_exec);
-        } else if planned.is(Agent::Codex) {
-            command.args(&planned.codex_args).args(&options.args);
         } else {
-            command.args(&options.args);
+            command.args(&planned.before_args).args(&options.args);
         }
         Ok(())
     }
