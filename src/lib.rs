@@ -9,6 +9,8 @@
 //! their old names so every path holds (ADR-0100); `vault_server` is the crate
 //! `nd7_vault_server`.
 //!
+//! - [`agents`]: one adapter per agent (Claude Code, Codex): what the recorder, the door,
+//!   the transcript's anchoring and `nd7 run` ask of an agent instead of matching on it.
 //! - [`hook`]: Claude Code's payloads, typed, and the event each becomes. Pure.
 //! - [`codex`]: Codex's payloads (pure) and its rollout file, read for what
 //!   the payloads leave out: the CLI's version and how each call ended.
@@ -54,6 +56,7 @@
 //! (effect), and it checks itself, so anyone able to write the log's directory
 //! can rewrite the whole chain.
 
+pub mod agents;
 pub use nd7_format::chain;
 pub mod cli;
 pub mod codex;

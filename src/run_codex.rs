@@ -3,16 +3,11 @@
 //! command line and trusted in its `config.toml`, and its shell calls leave
 //! the floor through the exit by `nd7 hook-route`.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use crate::codex::run::{self, RunHook};
 use crate::files::Durability;
-
-/// Whether `program` is Codex.
-pub fn is_codex(program: &OsStr) -> bool {
-    Path::new(program).file_name() == Some(OsStr::new("codex"))
-}
 
 /// Why a Codex session was not started.
 #[derive(Debug, thiserror::Error)]
@@ -285,7 +280,5 @@ mod tests {
                 "{bad:?}"
             );
         }
-        assert!(is_codex(OsStr::new("/usr/bin/codex")));
-        assert!(!is_codex(OsStr::new("codex-cli")));
     }
 }

@@ -282,11 +282,10 @@ impl RunLog {
         } else {
             // Codex's rollout is read below the home fixed at the start,
             // as the anchoring below reads it.
-            let codex_home = match request.agent {
-                crate::hook::Agent::Codex => {
-                    crate::transcript::anchor::run_codex_home(self.log.dir())
-                }
-                crate::hook::Agent::ClaudeCode => None,
+            let codex_home = if crate::agents::adapter(request.agent).event_reads_home() {
+                crate::transcript::anchor::run_codex_home(self.log.dir())
+            } else {
+                None
             };
             let builder = entry::Builder::Door {
                 codex_home: codex_home.as_deref(),

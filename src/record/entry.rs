@@ -2,13 +2,12 @@
 //! itself ([`super`]), or `nd7 run`'s door for a hook inside the floor
 //! ([`crate::run_log::RunLog::hook`]). Below both, so that the run's log does
 //! not call back up into the command: which agent's payload it is decides
-//! how the event is built ([`crate::hook`], [`crate::codex`]), and a payload
+//! how the event is built (its adapter, [`crate::agents`]), and a payload
 //! too large to store keeps only its glimpse, size and fingerprint.
 
-use std::path::Path;
-
+pub use crate::agents::Builder;
 use crate::hook::{Agent, Event, Glimpse, Invocation, Payload, PayloadError};
-use crate::session_log::{self, SessionLog};
+use crate::session_log;
 
 /// Payloads above this size are recorded by size and fingerprint only. The
 /// rest of the entry needs room under [`crate::chain::MAX_ENTRY_BYTES`].
@@ -23,20 +22,6 @@ pub enum EntryError {
     Payload(#[from] PayloadError),
     #[error(transparent)]
     Log(#[from] session_log::Error),
-}
-
-/// Who builds a hook's entry, which decides where the agent's files are
-/// looked for.
-#[derive(Clone, Copy, Debug)]
-pub enum Builder<'a> {
-    /// `nd7 record` itself, appending to the log under this sessions
-    /// directory: Codex's home from the hook's environment.
-    Recorder(&'a Path),
-    /// `nd7 run`'s door, outside the floor, for a hook inside it: Codex's
-    /// rollout is read only below the Codex home `nd7 run` fixed when it
-    /// started (the one the door anchors), never where the hook's
-    /// environment says; `None` (none was fixed) reads nothing.
-    Door { codex_home: Option<&'a Path> },
 }
 
 /// The event a payload from `agent`'s hooks becomes, and `Some(bytes)` when
@@ -54,21 +39,7 @@ pub fn event_for(
         (oversized(invocation, input)?, Some(input.len()))
     } else {
         let payload = Payload::parse(input)?;
-        let event = match (agent, builder) {
-            (Agent::ClaudeCode, _) => Event::new(invocation, payload),
-            (Agent::Codex, Builder::Recorder(dir)) => {
-                // No log yet: this entry opens it, and names the agent.
-                let log = SessionLog::new(dir, &payload.session_id)?;
-                let first = std::fs::metadata(log.events_path()).map_or(true, |m| m.len() == 0);
-                crate::codex::event(invocation, payload, first)
-            }
-            // Built by `nd7 run`, outside the sandbox, for a hook inside it:
-            // the run's chain opens with `run_start`, and SessionStart names
-            // the agent.
-            (Agent::Codex, Builder::Door { codex_home }) => {
-                crate::codex::event_in(codex_home, invocation, payload, false)
-            }
-        };
+        let event = crate::agents::adapter(agent).event(invocation, payload, builder)?;
         if event.body.get().len() > MAX_STORED_PAYLOAD {
             // Derived members (a long command split into argv) can push a
             // payload that fit over the limit.

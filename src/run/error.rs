@@ -64,5 +64,5 @@ pub enum RunError {
     #[error(transparent)]
     Grants(#[from] run_grants::StartGrantError),
     #[error(transparent)]
-    Codex(#[from] crate::run_codex::CodexRunError),
+    Agent(#[from] crate::agents::PrepareError),
 }

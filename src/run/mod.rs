@@ -33,7 +33,7 @@ mod terminal;
 pub use checks::binary_checks;
 pub use end::CHANGED_STATUS;
 pub use error::RunError;
-pub use options::{Options, is_claude};
+pub use options::Options;
 
 use phases::{Checked, Split};
 

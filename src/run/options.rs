@@ -1,7 +1,8 @@
-//! What `nd7 run` was asked to run, and which agent that is.
+//! What `nd7 run` was asked to run (which agent that is, its adapter says:
+//! [`crate::agents::for_program`]).
 
-use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+use std::ffi::OsString;
+use std::path::PathBuf;
 
 /// What `nd7 run` was asked to run.
 pub struct Options {
@@ -11,9 +12,4 @@ pub struct Options {
     pub allow: Vec<PathBuf>,
     /// `--preset NAME`: toolchain caches commands may write this run.
     pub presets: Vec<String>,
-}
-
-/// Whether `program` is Claude Code, which gets the hook and settings.
-pub fn is_claude(program: &OsStr) -> bool {
-    Path::new(program).file_name() == Some(OsStr::new("claude"))
 }

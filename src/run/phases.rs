@@ -29,8 +29,10 @@ use super::claude;
 use super::end;
 use super::error::RunError;
 use super::head_start::HeadStart;
-use super::options::{Options, is_claude};
+use super::options::Options;
 use super::terminal::Terminal;
+use crate::agents::Adapter;
+use crate::hook::Agent;
 
 /// What the checks found, carried through every phase after them.
 struct Base {
@@ -66,12 +68,20 @@ pub(super) struct Kept {
 pub(super) struct Planned {
     base: Base,
     policy: Policy,
-    claude: bool,
-    codex: bool,
-    /// What goes before Codex's own arguments.
-    codex_args: Vec<OsString>,
+    /// The agent the program is, if nd7 knows it: its adapter.
+    agent: Option<&'static dyn Adapter>,
+    /// What goes before the user's arguments to the agent (Codex's `-c`
+    /// overrides).
+    before_args: Vec<OsString>,
     started_grants: Vec<run_grants::Started>,
     warnings: Vec<String>,
+}
+
+impl Planned {
+    /// Whether the program is `agent`.
+    fn is(&self, agent: Agent) -> bool {
+        self.agent.is_some_and(|a| a.agent() == agent)
+    }
 }
 
 /// In the namespaces, the files that run later held, back in the project
@@ -218,13 +228,13 @@ impl Kept {
             source,
         })?;
         let mut policy = roots(&base, &cwd)?;
-        let codex = crate::run_codex::is_codex(&options.program);
-        let codex_args = if codex {
-            crate::run_codex::check_args(&options.args)?;
-            policy.agent = crate::policy::AgentState::Codex;
-            crate::run_codex::prepare(&base.home, &base.nd7)?
-        } else {
-            Vec::new()
+        let agent = crate::agents::for_program(&options.program);
+        let before_args = match agent {
+            Some(agent) => {
+                policy.agent = agent.state();
+                agent.prepare_run(&options.args, &base.home, &base.nd7)?
+            }
+            None => Vec::new(),
         };
         policy.terminal = sandbox::own_terminal();
         unreadable(&mut policy, &base.home)?;
@@ -239,9 +249,8 @@ impl Kept {
         Ok(Planned {
             base,
             policy,
-            claude: is_claude(&options.program),
-            codex,
-            codex_args,
+            agent,
+            before_args,
             started_grants,
             warnings,
         })
@@ -415,14 +424,8 @@ impl Planned {
             nd7_version: env!("CARGO_PKG_VERSION"),
             sandbox: kernel_sandbox,
             landlock_abi,
-            hooks: self.claude || self.codex,
-            agent: if self.claude {
-                Some(run_entry::AGENT_CLAUDE)
-            } else if self.codex {
-                Some(run_entry::AGENT_CODEX)
-            } else {
-                None
-            },
+            hooks: self.agent.is_some(),
+            agent: self.agent.map(|a| a.agent().name()),
             grants: run_grants::entry(&self.started_grants),
         }
     }
@@ -476,7 +479,7 @@ impl Confined {
     /// is only sound while this process has one thread, which it has here:
     /// the exit's threads start after.
     pub(super) fn open_exit(self, options: &Options) -> Result<Opened, RunError> {
-        let recorded = if self.planned.claude {
+        let recorded = if self.planned.is(Agent::ClaudeCode) {
             let project = &self.planned.policy.roots.project;
             claude::claude_events(&options.program, &self.floor, &self.held, project)
         } else {
@@ -536,8 +539,9 @@ impl Opened {
     pub(super) fn prepare(self, options: &Options) -> Result<Prepared, RunError> {
         let planned = &self.confined.planned;
         let mut command = Command::new(&options.program);
-        let claude_json_warning = claude::claude_json_warning(&planned.base.home, planned.claude);
-        let prefix_warning = claude::prefix_warning(&planned.base.nd7_exec, planned.claude);
+        let claude = planned.is(Agent::ClaudeCode);
+        let claude_json_warning = claude::claude_json_warning(&planned.base.home, claude);
+        let prefix_warning = claude::prefix_warning(&planned.base.nd7_exec, claude);
         self.agent_args(&mut command, options)?;
         command.env(record::RUN_VARIABLE, &self.confined.run_dir.0.dir);
         let signals = Signals::new([
@@ -567,7 +571,7 @@ impl Opened {
     /// of a prefix of the user's own); for Codex, the `-c` overrides first.
     fn agent_args(&self, command: &mut Command, options: &Options) -> Result<(), RunError> {
         let (planned, chain) = (&self.confined.planned, &self.confined.chain);
-        if planned.claude {
+        if planned.is(Agent::ClaudeCode) {
             let (theirs, rest) =
                 claude::users_settings(&options.args).map_err(|e| chain.not_started(e))?;
             let nd7 = planned.base.nd7.to_string_lossy();
@@ -581,10 +585,8 @@ impl Opened {
                 .arg(settings.to_string())
                 .args(rest)
                 .env(shell_prefix::PREFIX_VARIABLE, &planned.base.nd7_exec);
-        } else if planned.codex {
-            command.args(&planned.codex_args).args(&options.args);
         } else {
-            command.args(&options.args);
+            command.args(&planned.before_args).args(&options.args);
         }
         Ok(())
     }
@@ -639,17 +641,15 @@ impl Prepared {
             std::process::id(),
             roots.project.display(),
             roots.temp.display(),
-            if planned.codex {
-                "Codex"
-            } else {
-                "Claude Code"
-            },
+            // A program nd7 does not know keeps Claude Code's state writable.
+            planned
+                .agent
+                .unwrap_or(crate::agents::adapter(Agent::ClaudeCode))
+                .title(),
             confined.chain.0.id(),
         ));
-        if planned.codex {
-            announce(
-                "nd7 run: Codex's own sandbox is off (it cannot start inside nd7's floor); its shell calls leave the floor through nd7's exit, under this session's grants",
-            );
+        if let Some(line) = planned.agent.and_then(|a| a.run_banner()) {
+            announce(line);
         }
         if let Some(line) = run_grants::banner(&planned.started_grants, &planned.base.home) {
             announce(&line);
@@ -746,11 +746,7 @@ impl Finished {
         // its last entry, and is shown once the run directory is gone.
         let findings = watch.finish();
         end::findings(log, &findings);
-        let agent = match (planned.claude, planned.codex) {
-            (_, true) => Some("Codex"),
-            (true, false) => Some("Claude Code"),
-            (false, false) => None,
-        };
+        let agent = planned.agent.map(|a| a.title());
         end::chain_end(log, &ended, agent, announce);
         end::over_budget(log, announce);
         end::refusals(log, &planned.base.home, terminal, announce);

@@ -68,14 +68,16 @@ pub enum AnchorError {
         action: &'static str,
         source: io::Error,
     },
+    /// The agent's own directory cannot be told (its adapter's words:
+    /// "Claude Code", "CLAUDE_CONFIG_DIR", "transcripts").
     #[error(
-        "cannot tell where Claude Code keeps its transcripts: CLAUDE_CONFIG_DIR and HOME are not absolute paths, and the account has no home"
+        "cannot tell where {agent} keeps its {files}: {variable} and HOME are not absolute paths, and the account has no home"
     )]
-    NoConfigDir,
-    #[error(
-        "cannot tell where Codex keeps its rollouts: CODEX_HOME and HOME are not absolute paths, and the account has no home"
-    )]
-    NoCodexHome,
+    NoHome {
+        agent: &'static str,
+        variable: &'static str,
+        files: &'static str,
+    },
     #[error(
         "{}: held by another process past this hook's time for anchoring; nothing was read",
         path.display()
@@ -85,6 +87,19 @@ pub enum AnchorError {
         "this run's chain was started without transcript anchoring (no {STATE_DIR}/{LOG_STATE})"
     )]
     NotStarted,
+}
+
+impl AnchorError {
+    /// [`AnchorError::NoHome`] for `agent`, in its adapter's words.
+    fn no_home(agent: Agent) -> AnchorError {
+        let adapter = crate::agents::adapter(agent);
+        let (variable, files) = adapter.home_words();
+        AnchorError::NoHome {
+            agent: adapter.title(),
+            variable,
+            files,
+        }
+    }
 }
 
 fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> AnchorError + 'a {
@@ -166,6 +181,17 @@ struct RunPlace {
     codex_home: Option<PathBuf>,
 }
 
+impl RunPlace {
+    /// The directory fixed for `agent`'s files: `log.json` keeps one
+    /// member per agent.
+    fn home(&self, agent: Agent) -> Option<PathBuf> {
+        match agent {
+            Agent::ClaudeCode => Some(self.config.clone()),
+            Agent::Codex => self.codex_home.clone(),
+        }
+    }
+}
+
 /// `log.json`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct LogState {
@@ -213,17 +239,10 @@ struct FileState {
 /// the environment (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`, else `HOME`), the
 /// bounds from the environment.
 pub fn for_record(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pending, AnchorError> {
-    let root = match facts.agent {
-        Agent::ClaudeCode => layout::config_dir(
-            std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
-            crate::run_dir::env_or_account_home().as_deref(),
-        )
-        .map(|c| safe_file::real_dir(&c))
-        .ok_or(AnchorError::NoConfigDir)?,
-        Agent::Codex => {
-            crate::codex::rollout::codex_home_from_env().ok_or(AnchorError::NoCodexHome)?
-        }
-    };
+    let adapter = crate::agents::adapter(facts.agent);
+    let root = adapter
+        .home_from_env()
+        .ok_or_else(|| AnchorError::no_home(facts.agent))?;
     let mut ctx = Ctx::new(log_dir, facts.agent, root, None, Limits::from_env());
     ctx.anchor(facts, started)
 }
@@ -234,19 +253,13 @@ pub fn for_record(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pen
 /// own.
 pub fn start_run(log_dir: &Path, project: &Path, home: &Path) -> Result<(), AnchorError> {
     let env_home = crate::home::env_home();
-    let config = layout::config_dir(
-        std::env::var_os("CLAUDE_CONFIG_DIR").as_deref(),
-        Some(env_home.as_deref().unwrap_or(home)),
-    )
-    // Resolved here, once, where nd7 run's environment names it: from now
-    // on no link on the way to a transcript is followed.
-    .map(|c| safe_file::real_dir(&c))
-    .ok_or(AnchorError::NoConfigDir)?;
-    let codex_home = codex_layout::codex_home(
-        std::env::var_os("CODEX_HOME").as_deref(),
-        Some(env_home.as_deref().unwrap_or(home)),
-    )
-    .map(|c| safe_file::real_dir(&c));
+    let home = Some(env_home.as_deref().unwrap_or(home));
+    // Resolved here, once, where nd7 run's environment names them: from
+    // now on no link on the way to a transcript is followed.
+    let home_of = |agent| crate::agents::adapter(agent).home(home);
+    let config =
+        home_of(Agent::ClaudeCode).ok_or_else(|| AnchorError::no_home(Agent::ClaudeCode))?;
+    let codex_home = home_of(Agent::Codex);
     let dir = state_dir(log_dir)?;
     let state = LogState {
         run: Some(RunPlace {
@@ -275,10 +288,9 @@ pub fn for_run(log_dir: &Path, facts: &Facts, started: Instant) -> Result<Pendin
     let dir = log_dir.join(STATE_DIR);
     let state: LogState = load_json(&dir.join(LOG_STATE))?.ok_or(AnchorError::NotStarted)?;
     let run = state.run.ok_or(AnchorError::NotStarted)?;
-    let root = match facts.agent {
-        Agent::ClaudeCode => run.config,
-        Agent::Codex => run.codex_home.ok_or(AnchorError::NoCodexHome)?,
-    };
+    let root = run
+        .home(facts.agent)
+        .ok_or_else(|| AnchorError::no_home(facts.agent))?;
     let mut ctx = Ctx::new(
         log_dir,
         facts.agent,
@@ -536,10 +548,7 @@ impl<'a> Ctx<'a> {
             return Ok(());
         }
         let which = self.which(sid, agent, Path::new(&m.named));
-        let agent = match self.agent {
-            Agent::ClaudeCode => "Claude Code",
-            Agent::Codex => "Codex",
-        };
+        let agent = crate::agents::adapter(self.agent).title();
         let detail = if m.expected.is_empty() {
             format!("the payload names a transcript nd7 cannot place in {agent}'s layout")
         } else {
