@@ -230,6 +230,32 @@ fn platform_code_is_fenced_off_in_the_sandbox_and_the_kernel() {
     assert!(found.is_empty(), "{found:#?}");
 }
 
+/// `#[cfg(target_arch)]` lives in the Linux sandbox only (the seccomp
+/// filter's system call numbers differ by architecture). No macOS code depends
+/// on the architecture, so .ci/check-macos type-checks one macOS target, not
+/// both (ADR-0122): a `target_arch` outside `src/sandbox/linux/` makes that
+/// check incomplete, and fails here.
+#[test]
+fn only_the_linux_sandbox_depends_on_the_architecture() {
+    let mut found = Vec::new();
+    let mut fenced = 0;
+    for (path, text) in sources() {
+        for (n, line) in code_lines(&text) {
+            if !line.contains("target_arch") {
+                continue;
+            }
+            if path.starts_with("src/sandbox/linux/") {
+                fenced += 1;
+            } else {
+                found.push(format!("{path}:{n}: {}", line.trim()));
+            }
+        }
+    }
+    // The filter's own arms: a rename that left this test checking nothing fails here.
+    assert!(fenced > 0, "no target_arch in src/sandbox/linux: the seccomp filter moved");
+    assert!(found.is_empty(), "{found:#?}");
+}
+
 /// The module a source file is, as docs/ARCHITECTURE.md names it:
 /// `src/read/store.rs` is `read::store`, `src/policy/mod.rs` is `policy`; a
 /// binary's file is named by its path. `None` for the crate root and the
