@@ -58,6 +58,7 @@
 
 pub mod agents;
 pub use nd7_format::chain;
+pub use nd7_format::effect;
 pub mod cli;
 pub mod codex;
 pub use nd7_format::floor_wire;

@@ -100,6 +100,9 @@ pub struct RunLog {
     /// What the floor refused, as `nd7 hook-explain` reported it (the first
     /// [`REFUSALS_WRITTEN`] written down; the summary at the run's end).
     floor_refused: Mutex<Vec<crate::policy::refusal::Refused>>,
+    /// The commands the exit started, by the pid of their first process:
+    /// the seq of each one's `exec` entry, for the execs seen below it.
+    commands: Mutex<std::collections::HashMap<u32, u64>>,
 }
 
 impl RunLog {
@@ -150,6 +153,7 @@ impl RunLog {
             door_dropped: AtomicU64::new(0),
             budget: door_budget(),
             floor_refused: Mutex::default(),
+            commands: Mutex::default(),
         }
     }
 
@@ -372,6 +376,26 @@ impl RunLog {
         let cwd = cwd.to_string_lossy();
         self.note(run_entry::EXEC, Some(&cwd), tool_use_id.as_deref(), &body)
             .map(|a| a.seq)
+    }
+
+    /// Notes that the command whose `exec` entry is `exec` started as
+    /// process `pid` (a child of `nd7 run`), so the execs seen below it
+    /// name it.
+    pub fn command_started(&self, pid: u32, exec: u64) {
+        if let Ok(mut c) = self.commands.lock() {
+            c.insert(pid, exec);
+        }
+    }
+
+    /// The `exec` seq of the command started as `pid`, if one was.
+    pub fn command_of(&self, pid: u32) -> Option<u64> {
+        self.commands.lock().ok()?.get(&pid).copied()
+    }
+
+    /// Appends one of the exec observer's entries (`source: effect:nd7`).
+    pub fn effect(&self, kind: &'static str, body: &Value) -> Result<Appended, RunLogError> {
+        let event = crate::effect::event(&self.stamp(), kind, body);
+        Ok(self.log.append(&event)?)
     }
 
     /// Writes the `exec_end` entry of the command whose `exec` entry is `exec`.

@@ -14,6 +14,7 @@
 
 pub mod chain;
 pub mod codex_hook;
+pub mod effect;
 pub mod floor_wire;
 pub mod hook;
 pub mod policy;

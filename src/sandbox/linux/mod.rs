@@ -10,6 +10,7 @@ pub mod keeper;
 pub mod launch;
 pub mod memory;
 pub mod ns;
+pub mod observe;
 pub mod scope;
 pub mod seccomp;
 pub mod server;
