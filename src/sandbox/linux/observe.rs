@@ -56,8 +56,15 @@ const INNER: libc::c_long = OUTER | O_EXITKILL;
 /// The bytes of notes the front holds that `nd7 run` has not taken; past
 /// it, an exec is killed at its stop ([`Note::Lost`]).
 pub const BOUND: usize = 4 << 20;
-/// [`BOUND`] under the `small-effects-queue` fault (tests of the bound).
+/// [`BOUND`] under the [`SMALL_QUEUE`] fault.
 const SMALL_BOUND: usize = 1;
+/// The fault (tests of the bound): a bound of one byte, a pipe of one page,
+/// and `nd7 run` reading nothing until the run's end, as if it had fallen
+/// behind.
+const SMALL_QUEUE: &str = "small-effects-queue";
+/// How long the front waits for room in the pipe between looks at its
+/// tracees, while notes wait.
+const ROOM_WAIT_MS: i64 = 10;
 
 /// The pipes between the front, the keeper and `nd7 run`, made before the
 /// keeper is forked.
@@ -159,8 +166,13 @@ pub fn front_side(pipes: Pipes, keeper: i32) -> Option<OwnedFd> {
     }
     let feed = feed.1;
     let _ = rustix::fs::fcntl_setfl(&feed, rustix::fs::OFlags::NONBLOCK);
+    let size = if crate::fault::injected(SMALL_QUEUE) {
+        4096
+    } else {
+        1 << 20
+    };
     // SAFETY: F_SETPIPE_SZ takes an int; a refusal keeps the default size.
-    unsafe { libc::fcntl(feed.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
+    unsafe { libc::fcntl(feed.as_raw_fd(), libc::F_SETPIPE_SZ, size) };
     Some(feed)
 }
 
@@ -207,7 +219,7 @@ pub fn observe(keeper: i32, feed: OwnedFd, signals: &nix::sys::signal::SigSet) -
         hashes: HashMap::new(),
         out: Vec::new(),
         feed,
-        bound: if crate::fault::injected("small-effects-queue") {
+        bound: if crate::fault::injected(SMALL_QUEUE) {
             SMALL_BOUND
         } else {
             BOUND
@@ -247,8 +259,20 @@ impl Tracer {
     fn run_loop(&mut self) -> i32 {
         loop {
             let mut status = 0;
+            // While notes wait for room in the pipe, the wait does not
+            // block: the pipe is watched too.
+            let flags = if self.out.is_empty() {
+                libc::__WALL
+            } else {
+                libc::__WALL | libc::WNOHANG
+            };
             // SAFETY: waits for any traced task or child into `status`.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL) };
+            let pid = unsafe { libc::waitpid(-1, &mut status, flags) };
+            if pid == 0 {
+                self.wait_for_room();
+                self.flush();
+                continue;
+            }
             if pid < 0 {
                 match io::Error::last_os_error().raw_os_error() {
                     Some(libc::EINTR) => continue,
@@ -455,12 +479,26 @@ impl Tracer {
         }
     }
 
-    /// Writes what the pipe takes now; the count of lost execs goes once
-    /// there is room again.
+    /// Waits a little (at most [`ROOM_WAIT_MS`]) for room in the pipe.
+    fn wait_for_room(&self) {
+        let mut poll = [rustix::event::PollFd::new(
+            &self.feed,
+            rustix::event::PollFlags::OUT,
+        )];
+        let timeout = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: ROOM_WAIT_MS * 1_000_000,
+        };
+        let _ = rustix::event::poll(&mut poll, Some(&timeout));
+    }
+
+    /// Writes what the pipe takes now, with the count of lost execs.
     fn flush(&mut self) {
-        if self.lost > 0 && self.out.len() < self.bound {
+        if self.lost > 0 {
             let count = std::mem::take(&mut self.lost);
-            self.send(&Note::Lost { count });
+            let mut line = serde_json::to_vec(&Note::Lost { count }).unwrap_or_default();
+            line.push(b'\n');
+            self.out.extend(line);
         }
         while !self.out.is_empty() {
             match rustix::io::write(&self.feed, &self.out) {
@@ -611,7 +649,12 @@ impl Recorder {
 
 fn write_notes(mut feed: Feed, log: &crate::run_log::RunLog, stop: &std::sync::atomic::AtomicBool) {
     let mut batch = Batch::default();
+    let stalled = crate::fault::injected(SMALL_QUEUE);
     loop {
+        if stalled && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(IDLE_MS as u64));
+            continue;
+        }
         let Some(notes) = feed.next(IDLE_MS) else {
             break;
         };
