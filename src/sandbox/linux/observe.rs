@@ -120,7 +120,7 @@ pub fn observed() -> bool {
 /// Why execs are not observed, when they are not.
 pub fn not_observed_why() -> Option<&'static str> {
     (!observed()).then_some(
-        "the kernel refused nd7 run's front tracing the run (kernel.yama.ptrace_scope 3, or a container's seccomp profile)",
+        "the kernel refused nd7 run's front tracing the run (kernel.yama.ptrace_scope 2 or 3, or a container's seccomp profile)",
     )
 }
 
