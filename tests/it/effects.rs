@@ -417,3 +417,40 @@ fn a_racing_thread_cannot_make_the_log_name_another_program() {
     assert_eq!(made, raced.len(), "{raced:#?}");
     assert!(files > 0 && dirs > 0, "{files} files, {dirs} directories");
 }
+
+/// `nd7 verify` holds what ran against the commands (item 4): execs under
+/// a command while it ran, the agent's own (no call), and those a process a
+/// command left behind ran after the command ended.
+#[test]
+fn verify_tells_what_ran_under_a_command_without_a_call_and_after_its_command() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"/bin/true floor-marker
+"$EXEC" '/bin/true during-marker; setsid sh -c "sleep 0.3; /bin/true after-marker; touch late.done" </dev/null >/dev/null 2>&1 &'
+wait_for late.done
+echo done"#,
+    );
+    assert!(text(&out.stdout).contains("done"), "{}", text(&out.stderr));
+    let v = verify(&w, &run_chain(&w));
+    let said = text(&v.stdout);
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("what ran: "))
+        .unwrap_or_else(|| panic!("{said}"));
+    let numbers: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    // execs, under commands, without a call, after their command.
+    let [all, under, without, after] = numbers[..] else {
+        panic!("{line}")
+    };
+    assert_eq!(all, under + without + after, "{line}");
+    assert!(under >= 2, "bash -c and true: {line}");
+    assert!(
+        after >= 2,
+        "sleep, true (and touch) after the command: {line}"
+    );
+    assert!(without >= 2, "the agent and its true: {line}");
+    assert!(v.status.success(), "{said}");
+}

@@ -13,13 +13,7 @@ use serde_json::{Value, json};
 use crate::hook::Event;
 use crate::run_entry::Stamp;
 
-/// The `source` of what the observer saw: evidence of effect, by nd7.
-pub const SOURCE: &str = "effect:nd7";
-/// A batch of execs (and exits) seen.
-pub const RAN: &str = "ran";
-/// Execs that ran unrecorded or were stopped because the observer could
-/// not record them, or a run on which nothing is observed at all.
-pub const NOT_OBSERVED: &str = "not_observed";
+pub use crate::run_entry::{EFFECT_SOURCE as SOURCE, NOT_OBSERVED, RAN};
 
 /// The executable a process runs after its exec, as the kernel knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
