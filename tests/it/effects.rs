@@ -454,3 +454,40 @@ echo done"#,
     assert!(without >= 2, "the agent and its true: {line}");
     assert!(v.status.success(), "{said}");
 }
+
+/// `nd7 show` lists what ran (the programs by count, the commands they ran
+/// under), and `nd7 search` finds an exec's arguments across sessions.
+#[test]
+fn show_and_search_find_what_ran() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#""$EXEC" '/bin/true shown-marker; /bin/true shown-marker'
+echo done"#,
+    );
+    assert!(text(&out.stdout).contains("done"), "{}", text(&out.stderr));
+    let id = run_chain(&w)
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let show = w.nd7(&["show", &id]).output().expect("nd7 show");
+    let shown = text(&show.stdout);
+    let ran = shown
+        .lines()
+        .find(|l| l.contains("[effect:nd7 ran]"))
+        .unwrap_or_else(|| panic!("{shown}{}", text(&show.stderr)));
+    assert!(ran.contains("true ×2"), "{ran}");
+    assert!(ran.contains("under the commands of entries"), "{ran}");
+    let search = w
+        .nd7(&["search", "shown-marker"])
+        .output()
+        .expect("nd7 search");
+    let found = text(&search.stdout);
+    assert!(
+        found
+            .lines()
+            .any(|l| l.contains(" execs ") && l.ends_with("  shown-marker")),
+        "{found}{}",
+        text(&search.stderr)
+    );
+}
