@@ -326,7 +326,7 @@ fn ran_summary(body: &Value) -> String {
             commands.push(seq);
         }
     }
-    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
     let programs: Vec<String> = counts
         .iter()
         .map(|(n, c)| {

@@ -106,7 +106,7 @@ echo done"#,
     // Each executable is named with its identity and the BLAKE3 of its bytes.
     let bytes = std::fs::read("/usr/bin/true").expect("true");
     let hash = blake3::hash(&bytes).to_hex().to_string();
-    let text = std::fs::read_to_string(run_chain(&w).join("events.ndjson")).unwrap();
+    let text = std::fs::read_to_string(run_chain(&w).join("events.ndjson")).expect("the run's log");
     assert!(text.contains(&hash));
 }
 

@@ -231,9 +231,12 @@ mod tests {
             Note::Exit { pid: 2, status: -9 },
             Note::Lost { count: 3 },
         ] {
-            let line = serde_json::to_string(&note).unwrap();
+            let line = serde_json::to_string(&note).expect("a note renders");
             assert!(!line.contains('\n'));
-            assert_eq!(serde_json::from_str::<Note>(&line).unwrap(), note);
+            assert_eq!(
+                serde_json::from_str::<Note>(&line).expect("a note parses"),
+                note
+            );
         }
     }
 }
