@@ -491,3 +491,110 @@ echo done"#,
         text(&search.stderr)
     );
 }
+
+/// A thread that is not the process's first calls `execve`: the kernel
+/// makes it the process (the others end), and the exec is seen.
+#[test]
+fn a_thread_that_execs_is_seen() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"/usr/bin/python3 - <<'PY'
+import os, threading, time
+threading.Thread(target=lambda: os.execv("/bin/true", ["true", "thread-marker"])).start()
+time.sleep(30)
+PY
+echo done"#,
+    );
+    assert!(text(&out.stdout).contains("done"), "{}", text(&out.stderr));
+    let seen = with(&ran(&w), "thread-marker");
+    assert_eq!(seen.len(), 1, "{:#?}", ran(&w));
+    assert_eq!(seen[0]["path"], "/usr/bin/true");
+}
+
+/// The form Claude Code hands a Bash call to the exit in (as
+/// tests/it/reconcile.rs writes it).
+fn tool_line(command: &str) -> String {
+    format!(
+        "\"source /nonexistent/snapshot-bash-1-a.sh 2>/dev/null || true && eval '{command}' < /dev/null && pwd -P >| $TMPDIR/cwd-file\""
+    )
+}
+
+/// A scripted Claude Code session (a stand-in named `claude`, its hooks
+/// and Bash calls as Claude Code makes them): one Bash call runs `make` on
+/// a small C project, another leaves a process running that execs after
+/// its call ended. The compilers ran under the make call's command, which
+/// names the call; the late exec is counted after its command; the calls
+/// and commands reconcile.
+#[test]
+fn a_make_under_a_bash_call_is_that_calls_and_a_late_exec_is_not() {
+    let w = World::new();
+    for i in 0..4 {
+        std::fs::write(
+            w.proj().join(format!("f{i}.c")),
+            format!("int f{i}(void) {{ return {i}; }}\n"),
+        )
+        .expect("source");
+    }
+    std::fs::write(w.proj().join("main.c"), "int main(void) { return 0; }\n").expect("main");
+    std::fs::write(
+        w.proj().join("Makefile"),
+        "prog: main.o f0.o f1.o f2.o f3.o\n\tcc -o $@ $^\n%.o: %.c\n\tcc -c -o $@ $<\n",
+    )
+    .expect("Makefile");
+    w.own();
+    let claude = fake_claude(
+        &w,
+        &format!(
+            r#"
+export CLAUDE_CODE_SHELL_PREFIX="$EXEC"
+pre() {{ printf '{{"session_id":"c1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{{"command":"%s"}},"tool_use_id":"%s"}}' "$2" "$1" | "$ND7" record --run-hook; }}
+post() {{ printf '{{"session_id":"c1","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{{"command":"%s"}},"tool_response":{{"stdout":""}},"tool_use_id":"%s"}}' "$2" "$1" | "$ND7" record --run-hook; }}
+pre build 'make -j2'
+"$EXEC" {build}
+post build 'make -j2'
+pre bg 'setsid sh -c \"sleep 0.3; touch late.done\" >/dev/null 2>&1 &'
+"$EXEC" {bg}
+post bg 'setsid sh -c \"sleep 0.3; touch late.done\" >/dev/null 2>&1 &'
+wait_for late.done
+"#,
+            build = tool_line("make -j2"),
+            bg = tool_line(r#"setsid sh -c \"sleep 0.3; touch late.done\" >/dev/null 2>&1 &"#),
+        ),
+    );
+    let out = w
+        .nd7(&["run", &claude, "-p", "x"])
+        .output()
+        .expect("nd7 run");
+    assert!(w.proj().join("prog").exists(), "{}", text(&out.stderr));
+    let dir = run_chain(&w);
+    let e = entries(&dir);
+    let build = e
+        .iter()
+        .find(|x| x["kind"] == "exec" && x["tool_use_id"] == "build")
+        .map(|x| x["seq"].clone())
+        .unwrap_or_else(|| panic!("no exec for the build call: {e:#?}"));
+    let compilers: Vec<Value> = ran(&w)
+        .into_iter()
+        .filter(|x| argv(x).first().is_some_and(|a| a == "cc"))
+        .collect();
+    assert_eq!(
+        compilers.len(),
+        6,
+        "five compiles and a link: {compilers:#?}"
+    );
+    assert!(
+        compilers.iter().all(|x| x["command"] == build),
+        "{compilers:#?}"
+    );
+    let v = verify(&w, &dir);
+    let said = text(&v.stdout);
+    assert!(said.contains("reconciled: every Bash call"), "{said}");
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("what ran: "))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        !line.contains(", 0 started by a command"),
+        "the late sleep and touch: {line}"
+    );
+}
