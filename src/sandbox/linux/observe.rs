@@ -165,6 +165,11 @@ pub fn front_side(pipes: Pipes, keeper: i32) -> Option<OwnedFd> {
         return None;
     }
     let feed = feed.1;
+    // A session process gone (killed from inside) closes the pipe: the
+    // front's writes then fail with EPIPE, and the front lives on to return
+    // the keeper's status.
+    // SAFETY: installs no function, only the ignore disposition.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let _ = rustix::fs::fcntl_setfl(&feed, rustix::fs::OFlags::NONBLOCK);
     let size = if crate::fault::injected(SMALL_QUEUE) {
         4096
