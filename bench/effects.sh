@@ -45,6 +45,24 @@ off=$(cut -d' ' -f1 "$W/make.times" | sort -n | awk '{ a[NR]=$1 } END { print a[
 on=$(cut -d' ' -f2 "$W/make.times" | sort -n | awk '{ a[NR]=$1 } END { print a[int((NR+1)/2)] }')
 awk -v off="$off" -v on="$on" 'BEGIN { printf "median: without %.2f s, with %.2f s, ratio %.3f\n", off, on, on/off }'
 
+# A small crate with no dependencies (20 modules), built offline with cargo's
+# preset (its lock files).
+C=$W/crate
+mkdir -p "$C/src"
+printf '[package]\nname = "small"\nversion = "0.1.0"\nedition = "2021"\n[dependencies]\n' > "$C/Cargo.toml"
+for i in $(seq 20); do echo "pub fn f$i(x: u64) -> u64 { (0..x).map(|i| i * $i).sum() }" > "$C/src/m$i.rs"; done
+for i in $(seq 20); do echo "pub mod m$i;"; done > "$C/src/lib.rs"
+ctimed() { { /usr/bin/time -f %e bash -c "cd '$C' && rm -rf target && $1 '$ND7' run --preset cargo cargo build --offline -q >/dev/null 2>&1"; } 2>&1; }
+echo "== cargo build of a small crate under nd7 run: observed / not observed ($ROUNDS rounds)"
+for r in $(seq "$ROUNDS"); do
+  if [ $((r % 2)) = 1 ]; then a=$(ctimed "env ND7_FAULT=no-ptrace"); b=$(ctimed ""); else b=$(ctimed ""); a=$(ctimed "env ND7_FAULT=no-ptrace"); fi
+  echo "$a $b"
+done > "$W/cargo.times"
+awk '{ printf "round %d: without %.2f s, with %.2f s, ratio %.3f\n", NR, $1, $2, $2/$1 }' "$W/cargo.times"
+off=$(cut -d' ' -f1 "$W/cargo.times" | sort -n | awk '{ a[NR]=$1 } END { print a[int((NR+1)/2)] }')
+on=$(cut -d' ' -f2 "$W/cargo.times" | sort -n | awk '{ a[NR]=$1 } END { print a[int((NR+1)/2)] }')
+awk -v off="$off" -v on="$on" 'BEGIN { printf "median: without %.2f s, with %.2f s, ratio %.3f\n", off, on, on/off }'
+
 echo "== the log: bytes of effect:nd7 entries per exec, in one more observed run"
 timed "" >/dev/null
 last=$(ls -td "${XDG_STATE_HOME:-$HOME/.local/state}"/nd7/sessions/run-* | head -1)
