@@ -16,7 +16,8 @@
 # tests make). The vault server's tests need the vault-server feature, so the
 # suite runs with it.
 # As root on Debian or Ubuntu it installs what is missing; elsewhere it says
-# what to install.
+# what to install. `scripts/test.sh --tools` installs them and runs nothing
+# (.ci/run does so in the background while it lints).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A package=([npm]="nodejs npm" [zsh]=zsh [fish]=fish [ruby]=ruby
@@ -45,4 +46,5 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 2
   fi
 fi
+[ "${1:-}" = --tools ] && exit 0
 exec cargo test --workspace --locked --features vault-server,self-update "$@"
