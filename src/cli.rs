@@ -37,12 +37,13 @@ pub enum Command {
     },
     /// Walk a session's hash chain and say what a clean chain does and does not prove.
     ///
-    /// TARGET is a session id (looked up under $XDG_STATE_HOME/nd7/sessions,
-    /// default ~/.local/state/nd7/sessions) or a path to a session directory
-    /// or its events.ndjson. Exits 0 when the chain is clean, 1 when it is
+    /// TARGET names a session as `nd7 show` takes one: an id (looked up under
+    /// $XDG_STATE_HOME/nd7/sessions, default ~/.local/state/nd7/sessions), an
+    /// unambiguous prefix of one (as `nd7 sessions` prints it), `last`, or a
+    /// path to a session directory or its events.ndjson. Exits 0 when the chain is clean, 1 when it is
     /// broken, 2 when the log cannot be read.
     Verify {
-        /// Session id, session directory or events.ndjson.
+        /// Session id, prefix, `last`, session directory or events.ndjson.
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         target: Option<String>,
         /// Verify every session under the state directory.

@@ -391,7 +391,11 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
     let log = match resolve_target(target) {
         Ok(log) => log,
         Err(e) => {
-            eprintln!("nd7 verify: {e}");
+            // Ids and paths can come from payloads: shown inert (ADR-0090).
+            eprintln!(
+                "nd7 verify: {}",
+                nd7_core::read::safe::term(&e.to_string(), nd7_core::read::safe::Lines::One)
+            );
             return ExitCode::from(2);
         }
     };
@@ -561,20 +565,13 @@ fn run_is_live(id: &str) -> bool {
             .is_ok_and(|r| r.log.is_some_and(|l| l.id == id))
 }
 
-/// A target with a path separator, or one that exists as a path while no
-/// session has that id, is a path; anything else is a session id.
-fn resolve_target(target: &str) -> Result<SessionLog, session_log::Error> {
-    let as_path = PathBuf::from(target);
-    if target.contains('/') {
-        return SessionLog::at_path(&as_path);
-    }
-    let sessions = session_log::sessions_dir(&session_log::state_dir()?);
-    let by_id = SessionLog::new(&sessions, target);
-    match by_id {
-        Ok(log) if log.dir().exists() || !as_path.exists() => Ok(log),
-        _ if as_path.exists() => SessionLog::at_path(&as_path),
-        other => other,
-    }
+/// The session `target` names, by the one lookup every reading command
+/// uses (`Store::resolve`): an id, the short prefix `nd7 sessions` prints,
+/// `last`, or a path to a session directory or its events.ndjson.
+fn resolve_target(target: &str) -> Result<SessionLog, nd7_core::read::ReadError> {
+    let store = nd7_core::read::store::Store::open()?;
+    let mut index = nd7_core::read::index::Index::load(&store.state);
+    Ok(store.resolve(target, &mut index)?.log)
 }
 
 fn report(

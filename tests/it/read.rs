@@ -584,3 +584,65 @@ fn a_reader_that_goes_away_ends_the_output_quietly() {
         );
     }
 }
+
+/// One lookup for every command that takes a session: the short id `nd7
+/// sessions` prints, `last`, an id and a path name the same session for
+/// `show` and `verify` alike, and a mistake is the same mistake in both.
+#[test]
+fn every_command_takes_the_ids_sessions_prints() {
+    let state = State::new();
+    record_all(
+        &state,
+        &session("57577be6-1111-4e2f-9d00-000000000001", "/p")[..2],
+    );
+    record_all(
+        &state,
+        &session("6a1f0c22-2222-4e2f-9d00-000000000002", "/p")[..3],
+    );
+    let listed = stdout(&nd7(&state, &["sessions", "--no-pager"]));
+    assert!(listed.contains("57577be6 "), "{listed}");
+    for name in ["57577be6", "last", "6a1f"] {
+        let shown = nd7(&state, &["show", "--json", name]);
+        assert_eq!(
+            shown.status.code(),
+            Some(0),
+            "show {name}: {}",
+            stderr(&shown)
+        );
+        let id = json_lines(&shown)[0]["id"]
+            .as_str()
+            .expect("id")
+            .to_string();
+        let verified = nd7(&state, &["verify", name]);
+        assert_eq!(
+            verified.status.code(),
+            Some(0),
+            "verify {name}: {}",
+            stderr(&verified)
+        );
+        let entries = if id.starts_with("5757") { 2 } else { 3 };
+        assert!(
+            stdout(&verified).contains(&format!("verified: {entries} entries")),
+            "verify {name} should verify {id}: {}",
+            stdout(&verified)
+        );
+    }
+    let dir = state.log("57577be6-1111-4e2f-9d00-000000000001");
+    let out = nd7(&state, &["verify", &dir.dir().display().to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for cmd in [&["verify", "zzz"][..], &["show", "zzz"]] {
+        let out = nd7(&state, cmd);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            stderr(&out).contains("no session \"zzz\""),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = nd7(&state, &["verify", "--transcript", "5757"]);
+    assert!(
+        !stderr(&out).contains("no session"),
+        "verify --transcript takes a prefix too: {}",
+        stderr(&out)
+    );
+}
