@@ -241,6 +241,10 @@ pub struct SessionsArgs {
     /// Only sessions with a failed tool call.
     #[arg(long)]
     pub failed: bool,
+    /// Only sessions with a refused tool call (by nd7's sandbox or by
+    /// Claude Code's permissions).
+    #[arg(long)]
+    pub refused: bool,
     /// Verify every listed session whose chain is unchecked first.
     #[arg(long)]
     pub verify: bool,
@@ -264,9 +268,19 @@ pub struct SessionsArgs {
 pub struct ShowArgs {
     /// Session id, prefix, `last`, or a path.
     pub session: String,
-    /// Every line of every output and prompt.
+    /// Every line of every output and prompt, and every entry nd7 wrote
+    /// about a call (`exec`, `exec_end`, `floor_refused`, transcript anchors),
+    /// which the default view folds into the call's row.
     #[arg(long)]
     pub full: bool,
+    /// Only the calls that ended so: `failed`, `refused` (comma-separated).
+    #[arg(
+        long,
+        value_name = "WHAT",
+        value_delimiter = ',',
+        conflicts_with = "html"
+    )]
+    pub only: Vec<Only>,
     /// The same timeline as NDJSON: a session object, one object per
     /// item, then the chain's verdict.
     #[arg(long, conflicts_with = "html")]
@@ -276,6 +290,13 @@ pub struct ShowArgs {
     pub html: bool,
     #[command(flatten)]
     pub view: View,
+}
+
+/// What `nd7 show --only` keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Only {
+    Failed,
+    Refused,
 }
 
 /// Search what sessions say: commands, file paths, prompts, outputs and

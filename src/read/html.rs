@@ -139,12 +139,12 @@ fn facts(o: &mut String, info: &SessionInfo, tz: &TimeZone) {
     rows.push((
         "Activity",
         format!(
-            "{}, {}, {}, {} failed, {} refused",
+            "{}, {}, {}, {} failed, {}",
             text::count(s.entries, "entry"),
             text::count(s.prompts, "prompt"),
             text::count(s.tool_calls, "tool call"),
             s.failures,
-            s.refusals
+            text::refused_words(s)
         ),
     ));
     rows.push(("Sandbox", h(info.confinement_words())));

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use jiff::tz::TimeZone;
-use nd7_core::cli::{Color, SearchArgs, SessionsArgs, ShowArgs, View};
+use nd7_core::cli::{Color, Only, SearchArgs, SessionsArgs, ShowArgs, View};
 use nd7_core::read::index::{Index, LogKeys};
 use nd7_core::read::output::{ColourChoice, Output, Stopped};
 use nd7_core::read::report::Chain;
@@ -22,6 +22,7 @@ use nd7_core::read::safe::Lines;
 use nd7_core::read::search::{Filter, Options, Pattern};
 use nd7_core::read::store::{self, Store};
 use nd7_core::read::text::{self, Style};
+use nd7_core::read::timeline::{Item, ObservedClass, Status};
 use nd7_core::read::{html, when};
 use nd7_core::session_log::{SessionLog, Verified, VerifyError};
 
@@ -134,6 +135,7 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
             && since.is_none_or(|t| s.first_ts.is_some_and(|f| f >= t))
             && until.is_none_or(|t| s.first_ts.is_some_and(|f| f <= t))
             && (!a.failed || s.failures > 0)
+            && (!a.refused || s.all_refusals() > 0)
     });
     rows.sort_by(|x, y| (y.summary.first_ts, &y.id).cmp(&(x.summary.first_ts, &x.id)));
     if a.verify {
@@ -225,6 +227,9 @@ pub fn show(a: ShowArgs) -> ExitCode {
         }
         let mut written = out.line(&head.to_string());
         let read = store::read_timeline(&at.log, |item| {
+            if !kept(&a.only, &item) {
+                return true;
+            }
             written = written
                 .take_ok()
                 .and_then(|()| match serde_json::to_string(&item) {
@@ -252,6 +257,9 @@ pub fn show(a: ShowArgs) -> ExitCode {
             .and_then(|()| out.line(""));
         let mut view = text::Timeline::new(&tz, style, a.full);
         let read = store::read_timeline(&at.log, |item| {
+            if !kept(&a.only, &item) {
+                return true;
+            }
             written = written
                 .take_ok()
                 .and_then(|()| view.item(&item).iter().try_for_each(|l| out.line(l)));
@@ -294,6 +302,23 @@ pub fn show(a: ShowArgs) -> ExitCode {
         Err(Stopped::Gone) => code,
         Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
     }
+}
+
+/// Whether `nd7 show --only` keeps `item`: with nothing asked for, all.
+fn kept(only: &[Only], item: &Item) -> bool {
+    let failed = only.contains(&Only::Failed);
+    let refused = only.contains(&Only::Refused);
+    only.is_empty()
+        || match item {
+            Item::Tool(t) => match t.status {
+                Status::Failed | Status::Interrupted => failed,
+                Status::Refused => refused,
+                Status::Ok | Status::NoResult => false,
+            },
+            Item::Refusal(_) => refused,
+            Item::Observed(o) => refused && o.class == ObservedClass::Refusal && !o.folded,
+            _ => false,
+        }
 }
 
 /// `Result::take` for the write status carried through a closure.

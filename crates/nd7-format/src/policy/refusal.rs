@@ -254,6 +254,18 @@ fn tokens(line: &str) -> Vec<(&str, bool)> {
     let mut i = 0;
     while i < bytes.len() {
         let c = bytes[i];
+        // GNU tools in a UTF-8 locale quote ‘so’ (C.UTF-8, en_US.UTF-8).
+        if line[i..].starts_with('\u{2018}') {
+            let open = '\u{2018}'.len_utf8();
+            if let Some(end) = line[i + open..].find('\u{2019}') {
+                let inner = &line[i + open..i + open + end];
+                if !inner.is_empty() {
+                    out.push((inner.trim_end_matches('/'), true));
+                }
+                i += open + end + '\u{2019}'.len_utf8();
+                continue;
+            }
+        }
         if matches!(c, b'\'' | b'"' | b'`') {
             if let Some(end) = line[i + 1..].find(char::from(c)) {
                 let inner = &line[i + 1..i + 1 + end];
@@ -468,6 +480,12 @@ mod tests {
             (
                 "Exit code 1\ntouch: cannot touch '/outside/new file': Permission denied",
                 "/outside/new file",
+                Some("nd7 allow /outside"),
+            ),
+            // In a UTF-8 locale GNU tools quote with ‘ and ’.
+            (
+                "Exit code 1\nmkdir: cannot create directory \u{2018}/outside/made\u{2019}: Permission denied",
+                "/outside/made",
                 Some("nd7 allow /outside"),
             ),
             (
