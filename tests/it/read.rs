@@ -653,7 +653,7 @@ fn every_command_takes_the_ids_sessions_prints() {
 /// (a call, then nothing: no result, no command through the exit), one that
 /// runs. Returns the world and the chain's id.
 #[cfg(target_os = "linux")]
-fn run_with_refusals() -> (crate::world::World, String) {
+pub(crate) fn run_with_refusals() -> (crate::world::World, String) {
     use crate::runs::{fake_claude, run_chain};
     let w = crate::world::World::new();
     let claude = fake_claude(
