@@ -225,8 +225,10 @@ pub enum Command {
 /// $XDG_STATE_HOME/nd7/index, checked against each log's file facts and
 /// brought up to date from what was appended. CHAIN is what the last
 /// `nd7 verify` (or `nd7 show`, or --verify here) found while the log was
-/// as it is now; "unchecked" otherwise. Exits 0, or 2 when the state
-/// directory cannot be read or an argument is wrong.
+/// as it is now; the newest unchecked chains, up to 16 MiB of logs, are
+/// checked on the way (--verify checks them all); "unchecked" otherwise.
+/// Exits 0, or 2 when the state directory cannot be read or an argument is
+/// wrong.
 #[derive(clap::Args)]
 pub struct SessionsArgs {
     /// Only sessions whose project (working directory) is DIR or under it.
@@ -245,9 +247,13 @@ pub struct SessionsArgs {
     /// Claude Code's permissions).
     #[arg(long)]
     pub refused: bool,
-    /// Verify every listed session whose chain is unchecked first.
+    /// Verify every listed session whose chain is unchecked first, however
+    /// large (without it, only up to 16 MiB of logs are).
     #[arg(long)]
     pub verify: bool,
+    /// Check no chain: CHAIN says only what earlier checks found.
+    #[arg(long, conflicts_with = "verify")]
+    pub no_verify: bool,
     /// One JSON object per session (NDJSON).
     #[arg(long)]
     pub json: bool,

@@ -466,7 +466,7 @@ fn a_verdict_is_shown_only_while_the_log_is_as_it_was_verified() {
     let payloads = session("s-v", "/p");
     record_all(&state, &payloads[..6]);
     let chain = |state: &State| {
-        json_lines(&nd7(state, &["sessions", "--json"]))[0]["chain"]["state"].clone()
+        json_lines(&nd7(state, &["sessions", "--json", "--no-verify"]))[0]["chain"]["state"].clone()
     };
     assert_eq!(chain(&state), "not_checked");
     assert!(nd7(&state, &["verify", "s-v"]).status.success());
@@ -478,6 +478,11 @@ fn a_verdict_is_shown_only_while_the_log_is_as_it_was_verified() {
     assert_eq!(list[0]["tool_calls"], 3, "the summary grew with the log");
     assert!(nd7(&state, &["verify", "--all"]).status.success());
     assert_eq!(chain(&state), "clean");
+    // A small log is checked on the way when nothing says otherwise.
+    record_all(&state, &payloads[7..8]);
+    assert_eq!(chain(&state), "not_checked");
+    let list = json_lines(&nd7(&state, &["sessions", "--json"]));
+    assert_eq!(list[0]["chain"]["state"], "clean");
 }
 
 /// Runs `nd7 ARGS` on a pseudo-terminal (util-linux `script`), with `env`.
@@ -795,4 +800,6 @@ fn refusals_are_shown_with_who_why_and_the_fix_and_nd7s_evidence_folds_into_its_
     let row = listed.lines().nth(1).unwrap_or_else(|| panic!("{listed}"));
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert!(cells.windows(3).any(|c| c == ["1", "2", "run"]), "{listed}");
+    // A small chain is checked on the way, not listed as "unchecked".
+    assert!(cells.contains(&"clean"), "{listed}");
 }
