@@ -380,6 +380,18 @@ fn observed_summary(entry: &Entry) -> String {
         }
         return entry::scalars(&body, SUMMARY_LEN);
     }
+    if entry.kind == crate::run_entry::EXEC
+        && let Some(model) = entry.body["command"]
+            .as_str()
+            .and_then(|c| crate::run_entry::bash_command(c.as_bytes()))
+    {
+        // The command as the model gave it, not Claude Code's shell wrapper
+        // around it (cut off before the command); the NDJSON keeps it whole.
+        let mut body = entry.body.clone();
+        body["command"] = Value::String(model);
+        body["wrapper"] = Value::String("Claude Code's shell line".into());
+        return entry::scalars(&body, SUMMARY_LEN);
+    }
     let scalars = entry::scalars(&entry.body, SUMMARY_LEN);
     if entry.kind != crate::run_entry::RUN_START {
         return scalars;

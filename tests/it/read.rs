@@ -750,6 +750,8 @@ fn refusals_are_shown_with_who_why_and_the_fix_and_nd7s_evidence_folds_into_its_
         "[exit:nd7 exec]",
         "[exit:nd7 exec_end]",
         "[exit:nd7 floor_refused]",
+        // The exec row names the model's command, not the shell wrapper.
+        "[exit:nd7 exec] command=echo fine",
     ] {
         assert!(full.contains(kept), "{kept:?} is not in --full:\n{full}");
     }
