@@ -1142,7 +1142,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__sessions)
-            opts="-h --project --since --until --failed --verify --json --color --no-pager --help"
+            opts="-h --project --since --until --failed --refused --verify --no-verify --json --color --no-pager --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1212,12 +1212,16 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__show)
-            opts="-h --full --json --html --color --no-pager --help"
+            opts="-h --full --only --json --html --color --no-pager --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --only)
+                    COMPREPLY=($(compgen -W "failed refused" -- "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0

@@ -59,14 +59,18 @@ complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l color -d 'Colour: a
 always\t''
 never\t''"
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l failed -d 'Only sessions with a failed tool call'
-complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l verify -d 'Verify every listed session whose chain is unchecked first'
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l refused -d 'Only sessions with a refused tool call (by nd7\'s sandbox or by Claude Code\'s permissions)'
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l verify -d 'Verify every listed session whose chain is unchecked first, however large (without it, only up to 16 MiB of logs are)'
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l no-verify -d 'Check no chain: CHAIN says only what earlier checks found'
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l json -d 'One JSON object per session (NDJSON)'
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l no-pager -d 'Never page (by default a terminal gets $ND7_PAGER, $PAGER or `less -FRX`)'
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c nd7 -n "__fish_nd7_using_subcommand show" -l only -d 'Only the calls that ended so: `failed`, `refused` (comma-separated)' -r -f -a "failed\t''
+refused\t''"
 complete -c nd7 -n "__fish_nd7_using_subcommand show" -l color -d 'Colour: auto (on a terminal, unless NO_COLOR is set), always, never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c nd7 -n "__fish_nd7_using_subcommand show" -l full -d 'Every line of every output and prompt'
+complete -c nd7 -n "__fish_nd7_using_subcommand show" -l full -d 'Every line of every output and prompt, and every entry nd7 wrote about a call (`exec`, `exec_end`, `floor_refused`, transcript anchors), which the default view folds into the call\'s row'
 complete -c nd7 -n "__fish_nd7_using_subcommand show" -l json -d 'The same timeline as NDJSON: a session object, one object per item, then the chain\'s verdict'
 complete -c nd7 -n "__fish_nd7_using_subcommand show" -l html -d 'One self-contained HTML file (no scripts, nothing loaded) on stdout'
 complete -c nd7 -n "__fish_nd7_using_subcommand show" -l no-pager -d 'Never page (by default a terminal gets $ND7_PAGER, $PAGER or `less -FRX`)'

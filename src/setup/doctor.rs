@@ -479,18 +479,20 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let recipients = recipients_check(&vault.join(crate::ship::RECIPIENTS_FILE), unix);
-    checks.push(match timer::active(home) {
+    let exe = std::env::current_exe().unwrap_or_else(|_| "nd7".into());
+    let nd7 = stable_path(&exe, home, Path::exists).unwrap_or(exe);
+    checks.push(match timer::active(home, &nd7) {
         Ok(what) => Check {
             name: "timer",
             ok: true,
             detail: what,
             fix: None,
         },
-        Err(why) => Check {
+        Err((why, fix)) => Check {
             name: "timer",
             ok: false,
             detail: why,
-            fix: Some("nd7 setup".into()),
+            fix: Some(fix),
         },
     });
     checks.push(recipients);
