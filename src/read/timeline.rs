@@ -170,6 +170,7 @@ impl RefusedPath {
             "secret" => "a secret store nd7 keeps unreadable".into(),
             "nd7" => "nd7's own files".into(),
             "device" => "a device nd7 does not open".into(),
+            "held" => "held read-only by nd7: it can make git or the shell run programs outside the sandbox".into(),
             other => other.to_string(),
         }
     }

@@ -332,3 +332,63 @@ fn a_home_that_is_not_the_accounts_is_refused_before_anything_is_made() {
         text(&doctor.stdout)
     );
 }
+
+/// `git remote add` and `git config user.email` under `nd7 run` write
+/// `.git/config`, which nd7 holds read-only (it can make git run programs
+/// outside the sandbox): git says only "Device or resource busy". The model
+/// is told it was nd7 that held the file, why, and to ask the user to run
+/// the command outside; the run's log has a `floor_refused` entry naming it
+/// `held`, and `nd7 run` tells the user at its end. Guards `Why::Held` in
+/// `policy::refusal::judge`.
+#[test]
+fn git_config_writes_are_refused_and_explained() {
+    let w = World::new();
+    crate::deferred_reads::repo(&w);
+    let out = w.run_agent(
+        r#"
+for cmd in "git remote add origin https://example.invalid/x.git" "git config user.email a@b"; do
+  err=$("$EXEC" "$cmd" 2>&1); st=$?
+  echo "[$cmd] $st: $err"
+  # git's messages hold no double quote or backslash: only line ends to escape.
+  err=$(printf '%s\n' "$err" | awk '{printf "%s\\n", $0}')
+  payload='{"session_id":"s","hook_event_name":"PostToolUseFailure","tool_name":"Bash","tool_use_id":"t","tool_input":{"command":"'"$cmd"'"},"error":"Exit code '"$st"'\n'"$err"'","cwd":"'"$PWD"'"}'
+  printf '%s' "$payload" | "$ND7" hook-explain; echo
+done
+"#,
+    );
+    let said = text(&out.stdout);
+    let config = w.proj().join(".git/config").display().to_string();
+    assert_eq!(
+        said.matches("Device or resource busy").count(),
+        2,
+        "git fails on the held file:\n{said}"
+    );
+    assert_eq!(
+        said.matches(&format!(
+            "- {config}: held read-only by nd7 for this session"
+        ))
+        .count(),
+        2,
+        "{said}"
+    );
+    assert!(
+        said.contains("Ask the user to run this command themselves, outside nd7 run"),
+        "{said}"
+    );
+    let refused: Vec<_> = chain(&w)
+        .into_iter()
+        .filter(|e| e["kind"] == "floor_refused")
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert_eq!(refused[0]["body"]["paths"][0]["why"], "held");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("held read-only under nd7 run") && err.contains("run that command yourself"),
+        "{err}"
+    );
+    let git = w
+        .command("git", &["config", "--get", "remote.origin.url"])
+        .output()
+        .expect("git");
+    assert!(!git.status.success(), "the config was not changed");
+}
