@@ -85,6 +85,21 @@ pub enum Command {
         #[arg(long)]
         uninstall: bool,
     },
+    /// Take out what `nd7 setup` put in: the same as `nd7 setup --uninstall`.
+    ///
+    /// nd7's hook entries (and only those), the completions, the ship timer,
+    /// and `~/.claude.json` moved back. The logs stay. Exits as setup does.
+    Uninstall {
+        /// Take it out of this agent's settings only [default: every agent's].
+        #[arg(long, value_enum)]
+        agent: Option<AgentName>,
+        /// Claude Code settings file to change [default: ~/.claude/settings.json].
+        #[arg(long, value_name = "FILE")]
+        settings: Option<PathBuf>,
+        /// Print what would change and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     Run(RunArgs),
     /// Let a running nd7 run's Bash commands write under PATH, from the next command.
     ///

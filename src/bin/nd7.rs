@@ -88,6 +88,16 @@ fn main() -> ExitCode {
             dry_run,
             uninstall,
         }),
+        Command::Uninstall {
+            agent,
+            settings,
+            dry_run,
+        } => run_setup(&setup::Options {
+            agent: agent.map(|a| a.agent()),
+            settings,
+            dry_run,
+            uninstall: true,
+        }),
         Command::Run(run) => run_run(run.command, run.allow, run.preset),
         Command::Allow { run, preset, path } => run_grant(Change::Allow, run, preset, path),
         Command::Deny { run, preset, path } => run_grant(Change::Deny, run, preset, path),

@@ -175,9 +175,10 @@ pub fn uninstall(home: &Path, dry_run: bool) -> Result<Vec<String>, SetupError> 
             fs::remove_file(path).map_err(super::io_err(path, "remove"))?;
         }
     }
+    let verb = if dry_run { "would remove" } else { "removed" };
     Ok(paths
         .iter()
-        .map(|p| format!("{}: removed the ship timer", p.display()))
+        .map(|p| format!("{}: {verb} the ship timer", p.display()))
         .collect())
 }
 

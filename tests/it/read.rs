@@ -805,3 +805,15 @@ fn refusals_are_shown_with_who_why_and_the_fix_and_nd7s_evidence_folds_into_its_
     // A small chain is checked on the way, not listed as "unchecked".
     assert!(cells.contains(&"clean"), "{listed}");
 }
+
+/// A pattern that is not a regular expression is named with the reason,
+/// on one line: no literal `\n` from the regex crate's drawing.
+#[test]
+fn a_bad_pattern_is_named_on_one_line() {
+    let state = State::new();
+    record_all(&state, &session("s-bad", "/p")[..2]);
+    let out = nd7(&state, &["search", "("]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err, "nd7 search: bad pattern \"(\": unclosed group\n");
+}

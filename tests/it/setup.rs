@@ -866,3 +866,47 @@ fn without_a_user_session_setup_and_doctor_say_what_is_missing_and_how_to_ship()
     assert!(timer.contains("loginctl enable-linger dev"), "{text}");
     assert!(!timer.contains("fix: nd7 setup"), "{text}");
 }
+
+/// `nd7 uninstall` is `nd7 setup --uninstall`; with --dry-run it says what
+/// it would do, in the conditional, and changes nothing.
+#[test]
+fn uninstall_exists_and_its_dry_run_says_what_it_would_do() {
+    let home = Home::new();
+    let vault = home.dir.path().join(".local/state/nd7/vault");
+    std::fs::create_dir_all(&vault).expect("mkdir");
+    std::fs::write(vault.join("machine.id"), "m-1\n").expect("write");
+    assert!(home.setup(&[]).status.success());
+    let units = home.dir.path().join(".config/systemd/user");
+    let uninstall = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_nd7"))
+            .arg("uninstall")
+            .args(args)
+            .env("HOME", home.dir.path())
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .expect("run nd7 uninstall")
+    };
+    let dry = uninstall(&["--dry-run"]);
+    assert!(dry.status.success(), "{}", stderr(&dry));
+    let said = stdout(&dry);
+    assert!(said.contains("would remove the ship timer"), "{said}");
+    assert!(said.contains("completions: would remove"), "{said}");
+    assert!(!said.contains(": removed"), "{said}");
+    assert!(units.join("nd7-ship.timer").exists());
+    assert!(
+        !home.read_settings()["hooks"]
+            .as_object()
+            .is_none_or(|h| h.is_empty())
+    );
+
+    let out = uninstall(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("removed the ship timer"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!units.join("nd7-ship.timer").exists());
+}

@@ -363,7 +363,14 @@ pub fn search(a: SearchArgs) -> ExitCode {
         },
     ) {
         Ok(p) => p,
-        Err(e) => return fail(cmd, format!("bad pattern: {e}")),
+        Err(e) => {
+            // The regex crate draws the pattern and a caret over several
+            // lines; a one-line message keeps its last line, the reason.
+            let text = e.to_string();
+            let why = text.lines().last().unwrap_or(&text);
+            let why = why.trim().trim_start_matches("error: ");
+            return fail(cmd, format!("bad pattern {:?}: {why}", a.pattern));
+        }
     };
     let store = match Store::open() {
         Ok(s) => s,
