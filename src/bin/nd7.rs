@@ -234,10 +234,40 @@ fn run_grant(
                         shown(&path),
                     );
                 }
+                let (held, beneath) = nd7_core::policy::deferred::held_in_home(&path, &home);
+                if held {
+                    println!(
+                        "run {pid}: {} stays held read-only (watched and reported, if it did not exist when the run started): the shell, git, an editor or the agent runs what it says later, outside the sandbox, so no grant opens it; change it yourself, outside nd7 run",
+                        shown(&path)
+                    );
+                    continue;
+                }
                 println!(
                     "run {pid}: writes under {} allowed from the next command",
                     shown(&path)
                 );
+                if path == home {
+                    eprintln!(
+                        "nd7 allow: warning: this opens your whole home to the run's commands (but the credential stores, nd7's own files and the files held read-only); `nd7 deny ~` takes it back"
+                    );
+                }
+                // Those there now: what a person would miss.
+                let beneath: Vec<&str> = beneath
+                    .into_iter()
+                    .filter(|n| std::fs::symlink_metadata(home.join(n)).is_ok())
+                    .collect();
+                if !beneath.is_empty() {
+                    eprintln!(
+                        "nd7 allow: note: beneath it, {} stay held read-only (they run later, outside the sandbox)",
+                        beneath
+                            .iter()
+                            .take(6)
+                            .map(|n| format!("~/{n}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                            + if beneath.len() > 6 { ", …" } else { "" }
+                    );
+                }
             }
             Ok(Changed::AlreadyAllowed(path)) => {
                 println!("run {pid}: {} was already allowed", shown(&path))

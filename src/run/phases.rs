@@ -666,6 +666,12 @@ impl Prepared {
         {
             end::warn(announce, warning);
         }
+        if roots.project == roots.home {
+            end::warn(
+                announce,
+                "the project is your home directory, so every command may write all of it (but the credential stores, nd7's own files and the files held read-only); start nd7 run from the project's directory instead",
+            );
+        }
         if let Some(why) = &confined.not_held {
             end::warn(
                 announce,

@@ -392,3 +392,55 @@ done
         .expect("git");
     assert!(!git.status.success(), "the config was not changed");
 }
+
+/// `nd7 allow ~/.bashrc` says the file stays held and why, rather than
+/// "allowed" (and a command still cannot change it); `nd7 allow ~` warns
+/// that it opens the whole home and names what stays held beneath; `nd7
+/// run` started in the home warns that the project is the whole home.
+#[test]
+fn allowing_a_held_file_or_the_home_says_what_it_does() {
+    let w = World::new();
+    std::fs::write(w.home().join(".bashrc"), "# rc\n").expect("write");
+    let (child, pid) = w.start_agent(
+        r#"wait_for go
+"$EXEC" 'echo evil >> ~/.bashrc 2>/dev/null && echo rc:0 || echo rc:1'
+"#,
+    );
+    let allow = w.nd7(&["allow", "~/.bashrc"]).output().expect("allow");
+    assert!(allow.status.success(), "{}", text(&allow.stderr));
+    let rc = w.in_home(".bashrc");
+    assert_eq!(
+        text(&allow.stdout),
+        format!(
+            "run {pid}: {rc} stays held read-only (watched and reported, if it did not exist when the run started): the shell, git, an editor or the agent runs what it says later, outside the sandbox, so no grant opens it; change it yourself, outside nd7 run\n"
+        )
+    );
+    let home = w.nd7(&["allow", "~"]).output().expect("allow ~");
+    assert!(home.status.success(), "{}", text(&home.stderr));
+    let err = text(&home.stderr);
+    assert!(
+        err.contains("nd7 allow: warning: this opens your whole home"),
+        "{err}"
+    );
+    assert!(err.contains("~/.bashrc"), "{err}");
+    w.signal("go");
+    let out = child.wait_with_output().expect("ends");
+    assert_eq!(lines(&out), ["rc:1"], "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(w.home().join(".bashrc")).expect("rc"),
+        "# rc\n"
+    );
+
+    let agent = w.agent("true");
+    let out = w
+        .command_in(&w.acct, ND7, &["run", &agent])
+        .output()
+        .expect("nd7 run in the home");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("the project is your home directory, so every command may write all of it"),
+        "{}",
+        text(&out.stderr)
+    );
+}
