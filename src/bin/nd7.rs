@@ -372,7 +372,7 @@ fn run_doctor(settings: Option<&std::path::Path>) -> ExitCode {
     // re-pointed `~/.claude.json`): shown inert (ADR-0090).
     let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::Keep);
     for check in &checks {
-        let mark = if check.ok { "ok  " } else { "FAIL" };
+        let mark = check.mark();
         println!("{mark} {:<7} {}", check.name, inert(&check.detail));
         if let Some(fix) = &check.fix {
             println!("             fix: {}", inert(fix));

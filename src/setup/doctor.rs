@@ -21,6 +21,22 @@ pub struct Check {
     pub fix: Option<String>,
 }
 
+/// What a protection this system lacks starts with: no failure (nothing
+/// lifts it today), and no "ok" either.
+const NOT_ENFORCED: &str = "not enforced: ";
+
+impl Check {
+    /// The word at the start of its line: `ok`, `FAIL`, or `note` for a
+    /// limit nothing can lift today (passes, but is not fine).
+    pub fn mark(&self) -> &'static str {
+        match (self.ok, self.detail.starts_with(NOT_ENFORCED)) {
+            (false, _) => "FAIL",
+            (true, true) => "note",
+            (true, false) => "ok  ",
+        }
+    }
+}
+
 /// The modes `nd7 run` refuses or warns of ([`crate::modes`]).
 fn modes_check(home: &Path) -> Check {
     let state = crate::session_log::state_dir().ok();
@@ -243,7 +259,7 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         detail: if p.enforced {
             p.detail
         } else {
-            format!("not enforced: {}", p.detail)
+            format!("{NOT_ENFORCED}{}", p.detail)
         },
         fix: p.needs.filter(|_| !p.enforced).map(str::to_string),
     }));
@@ -749,6 +765,22 @@ fn hooks_check(text: &str, nd7: &str) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_limit_nothing_lifts_is_a_note_not_ok() {
+        let check = |ok, detail: &str| Check {
+            name: "x",
+            ok,
+            detail: detail.into(),
+            fix: None,
+        };
+        assert_eq!(
+            check(true, "not enforced: no Landlock network rules").mark(),
+            "note"
+        );
+        assert_eq!(check(true, "Landlock ABI 7").mark(), "ok  ");
+        assert_eq!(check(false, "not enforced: x").mark(), "FAIL");
+    }
 
     #[test]
     fn the_hooks_check_names_what_is_missing_or_stale() {
