@@ -122,7 +122,12 @@ fn revocation_takes_effect_on_the_next_request() {
             .output()
             .expect("run")
     };
-    assert!(ok(sessions(&token)).contains(" s1 2"));
+    let listed = ok(sessions(&token));
+    assert!(
+        listed.starts_with("MACHINE ") && listed.contains("SESSION  LAST ENTRY\n"),
+        "{listed}"
+    );
+    assert!(listed.contains("  s1       #2\n"), "{listed}");
 
     // The machine.
     let out = vault.admin(&["revoke", "machine", &machine.id]);
@@ -409,7 +414,11 @@ fn escapes_and_newlines_in_ids_never_reach_a_terminal_or_the_log() {
         .expect("run");
     let listed = ok(out);
     assert!(!hazards(&listed), "{listed:?}");
-    assert_eq!(listed.lines().count(), 1, "{listed:?}");
+    assert_eq!(
+        listed.lines().count(),
+        2,
+        "a header and one session: {listed:?}"
+    );
     assert!(
         listed.contains("s\\x1b]0;owned\\x07\\r\\nGET"),
         "{listed:?}"

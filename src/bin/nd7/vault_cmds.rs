@@ -249,14 +249,34 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             ca_cert,
         } => {
             // Ids come from the vault: shown inert (docs/vault.md).
-            for (machine, session, last) in
-                vault_admin::list_sessions(&url, &trust(ca_cert), &read_token).map_err(fail)?
-            {
-                println!(
-                    "{} {} {last}",
-                    term(&machine, Lines::One),
-                    term(&session, Lines::One)
-                );
+            let rows: Vec<[String; 3]> =
+                vault_admin::list_sessions(&url, &trust(ca_cert), &read_token)
+                    .map_err(fail)?
+                    .into_iter()
+                    .map(|(machine, session, last)| {
+                        [
+                            term(&machine, Lines::One),
+                            term(&session, Lines::One),
+                            format!("#{last}"),
+                        ]
+                    })
+                    .collect();
+            if rows.is_empty() {
+                println!("the vault holds no sessions yet");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let head = ["MACHINE", "SESSION", "LAST ENTRY"];
+            let width = |i: usize| {
+                rows.iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([head[i].len()])
+                    .max()
+                    .unwrap_or(0)
+            };
+            let (m, s) = (width(0), width(1));
+            println!("{:<m$}  {:<s$}  {}", head[0], head[1], head[2]);
+            for [machine, session, last] in rows {
+                println!("{machine:<m$}  {session:<s$}  {last}");
             }
             Ok(ExitCode::SUCCESS)
         }
