@@ -464,11 +464,22 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
             fix: Some("nd7 enroll URL --token T --fingerprint FP (from your vault's admin)".into()),
         }];
     };
-    let mut checks = vec![Check {
-        name: "vault",
-        ok: true,
-        detail: format!("enrolled with {server} as machine {machine}"),
-        fix: None,
+    let unreachable = read(crate::ship::UNREACHABLE_FILE).ok();
+    let mut checks = vec![match unreachable {
+        None => Check {
+            name: "vault",
+            ok: true,
+            detail: format!("enrolled with {server} as machine {machine}"),
+            fix: None,
+        },
+        Some(why) => Check {
+            name: "vault",
+            ok: false,
+            detail: format!(
+                "enrolled with {server} as machine {machine}, but the last nd7 ship said: {why}"
+            ),
+            fix: Some("nd7 ship, once the vault is up (or ask its admin)".into()),
+        },
     }];
     let backlog = ship_backlog(&crate::session_log::sessions_dir(state));
     let ago = |t: SystemTime| {
