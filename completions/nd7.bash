@@ -67,6 +67,9 @@ _nd7() {
             nd7,show)
                 cmd="nd7__subcmd__show"
                 ;;
+            nd7,uninstall)
+                cmd="nd7__subcmd__uninstall"
+                ;;
             nd7,verify)
                 cmd="nd7__subcmd__verify"
                 ;;
@@ -169,6 +172,9 @@ _nd7() {
             nd7__subcmd__help,show)
                 cmd="nd7__subcmd__help__subcmd__show"
                 ;;
+            nd7__subcmd__help,uninstall)
+                cmd="nd7__subcmd__help__subcmd__uninstall"
+                ;;
             nd7__subcmd__help,verify)
                 cmd="nd7__subcmd__help__subcmd__verify"
                 ;;
@@ -200,7 +206,7 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
+            opts="-h -V --help --version record verify sessions show search setup uninstall run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -658,7 +664,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help)
-            opts="record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
+            opts="record verify sessions show search setup uninstall run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1007,6 +1013,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__uninstall)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__verify)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1142,7 +1162,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__sessions)
-            opts="-h --project --since --until --failed --verify --json --color --no-pager --help"
+            opts="-h --project --since --until --failed --refused --verify --no-verify --json --color --no-pager --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1212,14 +1232,40 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__show)
-            opts="-h --full --json --html --color --no-pager --help"
+            opts="-h --full --only --json --html --color --no-pager --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --only)
+                    COMPREPLY=($(compgen -W "failed refused" -- "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__uninstall)
+            opts="-h --agent --settings --dry-run --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --agent)
+                    COMPREPLY=($(compgen -W "claude-code codex" -- "${cur}"))
+                    return 0
+                    ;;
+                --settings)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

@@ -37,12 +37,13 @@ pub enum Command {
     },
     /// Walk a session's hash chain and say what a clean chain does and does not prove.
     ///
-    /// TARGET is a session id (looked up under $XDG_STATE_HOME/nd7/sessions,
-    /// default ~/.local/state/nd7/sessions) or a path to a session directory
-    /// or its events.ndjson. Exits 0 when the chain is clean, 1 when it is
+    /// TARGET names a session as `nd7 show` takes one: an id (looked up under
+    /// $XDG_STATE_HOME/nd7/sessions, default ~/.local/state/nd7/sessions), an
+    /// unambiguous prefix of one (as `nd7 sessions` prints it), `last`, or a
+    /// path to a session directory or its events.ndjson. Exits 0 when the chain is clean, 1 when it is
     /// broken, 2 when the log cannot be read.
     Verify {
-        /// Session id, session directory or events.ndjson.
+        /// Session id, prefix, `last`, session directory or events.ndjson.
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         target: Option<String>,
         /// Verify every session under the state directory.
@@ -83,6 +84,21 @@ pub enum Command {
         /// Remove nd7's entries (and only those) and the completions setup installed.
         #[arg(long)]
         uninstall: bool,
+    },
+    /// Take out what `nd7 setup` put in: the same as `nd7 setup --uninstall`.
+    ///
+    /// nd7's hook entries (and only those), the completions, the ship timer,
+    /// and `~/.claude.json` moved back. The logs stay. Exits as setup does.
+    Uninstall {
+        /// Take it out of this agent's settings only [default: every agent's].
+        #[arg(long, value_enum)]
+        agent: Option<AgentName>,
+        /// Claude Code settings file to change [default: ~/.claude/settings.json].
+        #[arg(long, value_name = "FILE")]
+        settings: Option<PathBuf>,
+        /// Print what would change and write nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     Run(RunArgs),
     /// Let a running nd7 run's Bash commands write under PATH, from the next command.
@@ -224,8 +240,10 @@ pub enum Command {
 /// $XDG_STATE_HOME/nd7/index, checked against each log's file facts and
 /// brought up to date from what was appended. CHAIN is what the last
 /// `nd7 verify` (or `nd7 show`, or --verify here) found while the log was
-/// as it is now; "unchecked" otherwise. Exits 0, or 2 when the state
-/// directory cannot be read or an argument is wrong.
+/// as it is now; the newest unchecked chains, up to 16 MiB of logs, are
+/// checked on the way (--verify checks them all); "unchecked" otherwise.
+/// Exits 0, or 2 when the state directory cannot be read or an argument is
+/// wrong.
 #[derive(clap::Args)]
 pub struct SessionsArgs {
     /// Only sessions whose project (working directory) is DIR or under it.
@@ -240,9 +258,17 @@ pub struct SessionsArgs {
     /// Only sessions with a failed tool call.
     #[arg(long)]
     pub failed: bool,
-    /// Verify every listed session whose chain is unchecked first.
+    /// Only sessions with a refused tool call (by nd7's sandbox or by
+    /// Claude Code's permissions).
+    #[arg(long)]
+    pub refused: bool,
+    /// Verify every listed session whose chain is unchecked first, however
+    /// large (without it, only up to 16 MiB of logs are).
     #[arg(long)]
     pub verify: bool,
+    /// Check no chain: CHAIN says only what earlier checks found.
+    #[arg(long, conflicts_with = "verify")]
+    pub no_verify: bool,
     /// One JSON object per session (NDJSON).
     #[arg(long)]
     pub json: bool,
@@ -263,9 +289,19 @@ pub struct SessionsArgs {
 pub struct ShowArgs {
     /// Session id, prefix, `last`, or a path.
     pub session: String,
-    /// Every line of every output and prompt.
+    /// Every line of every output and prompt, and every entry nd7 wrote
+    /// about a call (`exec`, `exec_end`, `floor_refused`, transcript anchors),
+    /// which the default view folds into the call's row.
     #[arg(long)]
     pub full: bool,
+    /// Only the calls that ended so: `failed`, `refused` (comma-separated).
+    #[arg(
+        long,
+        value_name = "WHAT",
+        value_delimiter = ',',
+        conflicts_with = "html"
+    )]
+    pub only: Vec<Only>,
     /// The same timeline as NDJSON: a session object, one object per
     /// item, then the chain's verdict.
     #[arg(long, conflicts_with = "html")]
@@ -275,6 +311,13 @@ pub struct ShowArgs {
     pub html: bool,
     #[command(flatten)]
     pub view: View,
+}
+
+/// What `nd7 show --only` keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Only {
+    Failed,
+    Refused,
 }
 
 /// Search what sessions say: commands, file paths, prompts, outputs and

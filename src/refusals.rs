@@ -131,6 +131,9 @@ pub fn summary(refused: &[Refused], home: &Path, log_id: &str) -> Vec<String> {
                 inert(tilde(store, home))
             ),
             (Why::Own, _) => format!("  {path}: nd7's own records, never writable"),
+            (Why::Held, _) => format!(
+                "  {path}: held read-only under nd7 run (it can make git or the shell run programs outside the sandbox); run that command yourself, outside nd7 run"
+            ),
             (Why::Device(mount), _) => format!(
                 "  {path}: devices mounted outside /dev ({}), kept unreadable; no grant opens them",
                 inert(tilde(mount, home))

@@ -88,6 +88,16 @@ fn main() -> ExitCode {
             dry_run,
             uninstall,
         }),
+        Command::Uninstall {
+            agent,
+            settings,
+            dry_run,
+        } => run_setup(&setup::Options {
+            agent: agent.map(|a| a.agent()),
+            settings,
+            dry_run,
+            uninstall: true,
+        }),
         Command::Run(run) => run_run(run.command, run.allow, run.preset),
         Command::Allow { run, preset, path } => run_grant(Change::Allow, run, preset, path),
         Command::Deny { run, preset, path } => run_grant(Change::Deny, run, preset, path),
@@ -224,10 +234,40 @@ fn run_grant(
                         shown(&path),
                     );
                 }
+                let (held, beneath) = nd7_core::policy::deferred::held_in_home(&path, &home);
+                if held {
+                    println!(
+                        "run {pid}: {} stays held read-only (watched and reported, if it did not exist when the run started): the shell, git, an editor or the agent runs what it says later, outside the sandbox, so no grant opens it; change it yourself, outside nd7 run",
+                        shown(&path)
+                    );
+                    continue;
+                }
                 println!(
                     "run {pid}: writes under {} allowed from the next command",
                     shown(&path)
                 );
+                if path == home {
+                    eprintln!(
+                        "nd7 allow: warning: this opens your whole home to the run's commands (but the credential stores, nd7's own files and the files held read-only); `nd7 deny ~` takes it back"
+                    );
+                }
+                // Those there now: what a person would miss.
+                let beneath: Vec<&str> = beneath
+                    .into_iter()
+                    .filter(|n| std::fs::symlink_metadata(home.join(n)).is_ok())
+                    .collect();
+                if !beneath.is_empty() {
+                    eprintln!(
+                        "nd7 allow: note: beneath it, {} stay held read-only (they run later, outside the sandbox)",
+                        beneath
+                            .iter()
+                            .take(6)
+                            .map(|n| format!("~/{n}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                            + if beneath.len() > 6 { ", …" } else { "" }
+                    );
+                }
             }
             Ok(Changed::AlreadyAllowed(path)) => {
                 println!("run {pid}: {} was already allowed", shown(&path))
@@ -332,7 +372,7 @@ fn run_doctor(settings: Option<&std::path::Path>) -> ExitCode {
     // re-pointed `~/.claude.json`): shown inert (ADR-0090).
     let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::Keep);
     for check in &checks {
-        let mark = if check.ok { "ok  " } else { "FAIL" };
+        let mark = check.mark();
         println!("{mark} {:<7} {}", check.name, inert(&check.detail));
         if let Some(fix) = &check.fix {
             println!("             fix: {}", inert(fix));
@@ -391,7 +431,11 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
     let log = match resolve_target(target) {
         Ok(log) => log,
         Err(e) => {
-            eprintln!("nd7 verify: {e}");
+            // Ids and paths can come from payloads: shown inert (ADR-0090).
+            eprintln!(
+                "nd7 verify: {}",
+                nd7_core::read::safe::term(&e.to_string(), nd7_core::read::safe::Lines::One)
+            );
             return ExitCode::from(2);
         }
     };
@@ -561,20 +605,13 @@ fn run_is_live(id: &str) -> bool {
             .is_ok_and(|r| r.log.is_some_and(|l| l.id == id))
 }
 
-/// A target with a path separator, or one that exists as a path while no
-/// session has that id, is a path; anything else is a session id.
-fn resolve_target(target: &str) -> Result<SessionLog, session_log::Error> {
-    let as_path = PathBuf::from(target);
-    if target.contains('/') {
-        return SessionLog::at_path(&as_path);
-    }
-    let sessions = session_log::sessions_dir(&session_log::state_dir()?);
-    let by_id = SessionLog::new(&sessions, target);
-    match by_id {
-        Ok(log) if log.dir().exists() || !as_path.exists() => Ok(log),
-        _ if as_path.exists() => SessionLog::at_path(&as_path),
-        other => other,
-    }
+/// The session `target` names, by the one lookup every reading command
+/// uses (`Store::resolve`): an id, the short prefix `nd7 sessions` prints,
+/// `last`, or a path to a session directory or its events.ndjson.
+fn resolve_target(target: &str) -> Result<SessionLog, nd7_core::read::ReadError> {
+    let store = nd7_core::read::store::Store::open()?;
+    let mut index = nd7_core::read::index::Index::load(&store.state);
+    Ok(store.resolve(target, &mut index)?.log)
 }
 
 fn report(

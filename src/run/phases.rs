@@ -655,7 +655,7 @@ impl Prepared {
             announce(&line);
         }
         if let Some(line) = sandbox::unenforced_line() {
-            announce(&line);
+            announce(&said_before(&line));
         }
         for warning in planned
             .warnings
@@ -666,6 +666,12 @@ impl Prepared {
         {
             end::warn(announce, warning);
         }
+        if roots.project == roots.home {
+            end::warn(
+                announce,
+                "the project is your home directory, so every command may write all of it (but the credential stores, nd7's own files and the files held read-only); start nd7 run from the project's directory instead",
+            );
+        }
         if let Some(why) = &confined.not_held {
             end::warn(
                 announce,
@@ -675,6 +681,24 @@ impl Prepared {
             );
         }
     }
+}
+
+/// Where `nd7 run` keeps the last "not enforced" line it said in full.
+const UNENFORCED_SAID: &str = "unenforced-said";
+
+/// The "not enforced on this system" line in full the first time (and
+/// whenever it changes), then in a few words: the same paragraph on every
+/// run is one people stop reading. Kept beside the logs, outside the floor.
+fn said_before(line: &str) -> String {
+    let Ok(state) = crate::session_log::state_dir() else {
+        return line.to_string();
+    };
+    let file = state.join(UNENFORCED_SAID);
+    if std::fs::read_to_string(&file).is_ok_and(|said| said == line) {
+        return "nd7 run: not enforced on this system: the same as the first run said (`nd7 doctor` lists it)".into();
+    }
+    let _ = std::fs::create_dir_all(&state).and_then(|()| std::fs::write(&file, line));
+    line.to_string()
 }
 
 /// Passes SIGTERM and SIGHUP on to the agent's program `agent`; SIGINT and

@@ -38,11 +38,20 @@ pub struct Report {
     pub sessions: Vec<(String, Result<Shipped, ShipError>)>,
     pub warnings: Vec<String>,
     /// Sessions not tried, because the vault said this machine is over its
-    /// quota (the reason is that session's error).
+    /// quota, or could not be reached (the reason is the last session's
+    /// error).
     pub not_tried: Vec<String>,
 }
 
 impl Report {
+    /// Why the vault could not be reached, when that stopped this ship.
+    pub fn unreachable(&self) -> Option<&str> {
+        match self.sessions.last() {
+            Some((_, Err(ShipError::Http { detail, .. }))) => Some(detail),
+            _ => None,
+        }
+    }
+
     pub fn all_shipped(&self) -> bool {
         self.not_tried.is_empty() && self.sessions.iter().all(|(_, r)| r.is_ok())
     }
@@ -94,10 +103,14 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
         let result = SessionLog::new(&sessions, &id)
             .map_err(ShipError::from)
             .and_then(|log| ship_and_alarm(&machine, &log, progress));
-        let over = matches!(result, Err(ShipError::OverQuota { .. }));
+        // Every other session would be refused, or fail to connect, the
+        // same way: one line says it, not one per session.
+        let stop = matches!(
+            result,
+            Err(ShipError::OverQuota { .. } | ShipError::Http { .. })
+        );
         report.sessions.push((id, result));
-        if over {
-            // Every other session would be refused the same way.
+        if stop {
             break;
         }
     }

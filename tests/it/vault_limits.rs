@@ -122,7 +122,12 @@ fn revocation_takes_effect_on_the_next_request() {
             .output()
             .expect("run")
     };
-    assert!(ok(sessions(&token)).contains(" s1 2"));
+    let listed = ok(sessions(&token));
+    assert!(
+        listed.starts_with("MACHINE ") && listed.contains("SESSION  LAST ENTRY\n"),
+        "{listed}"
+    );
+    assert!(listed.contains("  s1       #2\n"), "{listed}");
 
     // The machine.
     let out = vault.admin(&["revoke", "machine", &machine.id]);
@@ -409,7 +414,11 @@ fn escapes_and_newlines_in_ids_never_reach_a_terminal_or_the_log() {
         .expect("run");
     let listed = ok(out);
     assert!(!hazards(&listed), "{listed:?}");
-    assert_eq!(listed.lines().count(), 1, "{listed:?}");
+    assert_eq!(
+        listed.lines().count(),
+        2,
+        "a header and one session: {listed:?}"
+    );
     assert!(
         listed.contains("s\\x1b]0;owned\\x07\\r\\nGET"),
         "{listed:?}"
@@ -428,4 +437,59 @@ fn escapes_and_newlines_in_ids_never_reach_a_terminal_or_the_log() {
         "a line the vault did not write: {log:?}"
     );
     assert!(!log.lines().any(|l| l.starts_with("GET forged")), "{log:?}");
+}
+
+/// A vault that cannot be reached: `nd7 ship` says so once (not a URL per
+/// session), stops asking, counts as waiting only the sessions with entries
+/// not yet shipped, and `nd7 doctor` fails the vault with what ship said
+/// until a ship reaches it again.
+#[test]
+fn a_vault_that_cannot_be_reached_is_said_once_and_doctor_knows() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 3);
+    append(&state, "s2", 3);
+    append(&state, "s3", 3);
+    ok(ship(&state));
+    append(&state, "s2", 2);
+    let server = state.xdg().join("nd7/vault/server");
+    let url = std::fs::read_to_string(&server).expect("server");
+    // Nothing listens on port 1.
+    std::fs::write(&server, "https://127.0.0.1:1\n").expect("write");
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    // The recipients it keeps (a warning), then one line: none per session.
+    assert!(!err.contains("not shipped:"), "{err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("cannot be reached"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].starts_with("nd7 ship: the vault at https://127.0.0.1:1 cannot be reached (")
+            && said[0].contains("1 session(s) wait to be shipped; nothing is lost"),
+        "{err}"
+    );
+    assert!(!err.contains(&vault::hex(b"s1")), "{err}");
+    assert!(
+        stdout(&out).contains("3 sessions, 1 not fully shipped"),
+        "{}",
+        stdout(&out)
+    );
+    let doctor = |state: &State| stdout(&state.nd7().arg("doctor").output().expect("doctor"));
+    let report = doctor(&state);
+    assert!(
+        report.contains("FAIL vault")
+            && report.contains(
+                "but the last nd7 ship said: the vault at https://127.0.0.1:1 cannot be reached"
+            ),
+        "{report}"
+    );
+    std::fs::write(&server, url).expect("write");
+    ok(ship(&state));
+    let report = doctor(&state);
+    assert!(report.contains("ok   vault"), "{report}");
 }

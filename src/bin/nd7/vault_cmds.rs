@@ -72,6 +72,11 @@ fn ship_once(state: &Path) -> ExitCode {
     }
     let (mut entries, mut batches, mut failed) = (0, 0, 0);
     let (mut pieces, mut transcript_bytes) = (0, 0);
+    let unreachable = report.unreachable();
+    let sessions = nd7_core::session_log::sessions_dir(state);
+    // A session whose every entry was shipped before is not "not shipped"
+    // because this ship could not ask the vault about it.
+    let waiting = |id: &str| !up_to_date(&sessions.join(id));
     for (session, result) in &report.sessions {
         match result {
             Ok(done) => {
@@ -80,6 +85,7 @@ fn ship_once(state: &Path) -> ExitCode {
                 pieces += done.transcript_pieces;
                 transcript_bytes += done.transcript_bytes;
             }
+            Err(_) if unreachable.is_some() => failed += usize::from(waiting(session)),
             Err(e) => {
                 failed += 1;
                 // The vault's words and the session's name, shown inert.
@@ -90,11 +96,28 @@ fn ship_once(state: &Path) -> ExitCode {
             }
         }
     }
-    if !report.not_tried.is_empty() {
-        eprintln!(
-            "nd7 ship: stopped: the vault refused more from this machine today (quota); {} more session(s) not tried",
-            report.not_tried.len()
-        );
+    let not_tried = report.not_tried.iter().filter(|id| waiting(id)).count();
+    match unreachable {
+        Some(why) => {
+            let server = std::fs::read_to_string(ship::vault_dir(state).join(ship::SERVER_FILE))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "the vault".into());
+            let why = format!(
+                "the vault at {server} cannot be reached ({why}): {} session(s) wait to be shipped; nothing is lost, the next ship sends them",
+                failed + not_tried
+            );
+            eprintln!("nd7 ship: {}", term(&why, Lines::One));
+            note_unreachable(state, Some(&why));
+        }
+        None => {
+            note_unreachable(state, None);
+            if !report.not_tried.is_empty() {
+                eprintln!(
+                    "nd7 ship: stopped: the vault refused more from this machine today (quota); {} more session(s) not tried",
+                    report.not_tried.len()
+                );
+            }
+        }
     }
     let transcripts = if pieces > 0 {
         format!(", {transcript_bytes} transcript bytes in {pieces} pieces")
@@ -104,7 +127,12 @@ fn ship_once(state: &Path) -> ExitCode {
     println!(
         "shipped {entries} entries in {batches} batches{transcripts}; {} sessions, {} not fully shipped",
         report.sessions.len() + report.not_tried.len(),
-        failed + report.not_tried.len()
+        failed
+            + if unreachable.is_some() {
+                not_tried
+            } else {
+                report.not_tried.len()
+            }
     );
     if report.vault_broke() {
         ExitCode::from(3)
@@ -113,6 +141,26 @@ fn ship_once(state: &Path) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// Whether every entry of the session in `dir` was shipped: its `shipped`
+/// mark is its `head`.
+fn up_to_date(dir: &Path) -> bool {
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+    matches!(
+        (read("head"), read(ship::SHIPPED_FILE)),
+        (Some(head), Some(shipped)) if head.trim() == shipped.trim()
+    )
+}
+
+/// Keeps (or clears) the last ship's "cannot be reached" beside the
+/// enrolment, for `nd7 doctor`.
+fn note_unreachable(state: &Path, why: Option<&str>) {
+    let file = ship::vault_dir(state).join(ship::UNREACHABLE_FILE);
+    let _ = match why {
+        Some(why) => std::fs::write(&file, format!("{why}\n")),
+        None => std::fs::remove_file(&file).or(Ok(())),
+    };
 }
 
 pub fn ship(every: Option<&str>) -> ExitCode {
@@ -249,14 +297,34 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             ca_cert,
         } => {
             // Ids come from the vault: shown inert (docs/vault.md).
-            for (machine, session, last) in
-                vault_admin::list_sessions(&url, &trust(ca_cert), &read_token).map_err(fail)?
-            {
-                println!(
-                    "{} {} {last}",
-                    term(&machine, Lines::One),
-                    term(&session, Lines::One)
-                );
+            let rows: Vec<[String; 3]> =
+                vault_admin::list_sessions(&url, &trust(ca_cert), &read_token)
+                    .map_err(fail)?
+                    .into_iter()
+                    .map(|(machine, session, last)| {
+                        [
+                            term(&machine, Lines::One),
+                            term(&session, Lines::One),
+                            format!("#{last}"),
+                        ]
+                    })
+                    .collect();
+            if rows.is_empty() {
+                println!("the vault holds no sessions yet");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let head = ["MACHINE", "SESSION", "LAST ENTRY"];
+            let width = |i: usize| {
+                rows.iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([head[i].len()])
+                    .max()
+                    .unwrap_or(0)
+            };
+            let (m, s) = (width(0), width(1));
+            println!("{:<m$}  {:<s$}  {}", head[0], head[1], head[2]);
+            for [machine, session, last] in rows {
+                println!("{machine:<m$}  {session:<s$}  {last}");
             }
             Ok(ExitCode::SUCCESS)
         }
