@@ -69,6 +69,8 @@ mod vault;
 #[cfg(feature = "vault-server")]
 mod vault_attacks;
 #[cfg(feature = "vault-server")]
+mod vault_flood;
+#[cfg(feature = "vault-server")]
 mod vault_limits;
 #[cfg(feature = "vault-server")]
 mod vault_network;

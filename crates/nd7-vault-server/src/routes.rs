@@ -68,6 +68,10 @@ pub struct Reply {
     /// The vault's signature over this reply to the request's nonce
     /// (`x-nd7-reply`), when the request carried one and the body is whole.
     pub signature: Option<Box<[u8; 64]>>,
+    /// The request proved an enrolled, unrevoked machine (its signature) or
+    /// an admin (a valid read token): its connection is no longer
+    /// anonymous (ADR-0118).
+    pub proven: bool,
 }
 
 pub fn reply(status: u16, text: impl Into<String>) -> Reply {
@@ -82,6 +86,7 @@ pub fn reply(status: u16, text: impl Into<String>) -> Reply {
         retry_after: None,
         pull: None,
         signature: None,
+        proven: false,
     }
 }
 
@@ -134,6 +139,7 @@ fn bytes(status: u16, body: Vec<u8>) -> Reply {
         retry_after: None,
         pull: None,
         signature: None,
+        proven: false,
     }
 }
 
@@ -242,6 +248,13 @@ pub fn max_body(method: &str, path: &str) -> Result<usize, Reply> {
         .ok_or_else(|| reply(404, format!("no such route: {method} {path}")))
 }
 
+/// Whether `method path` is a route anyone may call (the recipients
+/// document, restore notices, enrolment): what the transport bounds
+/// separately, so that they cannot crowd out machines and admins.
+pub fn anonymous(method: &str, path: &str) -> bool {
+    Route::parse(method, path).is_some_and(|r| r.access() == Access::Anyone)
+}
+
 /// What [`Vault::admit`] established from a request's headers: for a
 /// machine's request, the machine whose signature over the headers
 /// verified, with a nonce not used yet.
@@ -343,37 +356,31 @@ impl Vault {
         let Some(route) = Route::parse(method, path) else {
             return reply(404, format!("no such route: {method} {path}"));
         };
+        let mut proven = false;
+        let mut machine = |store: &mut dyn Store| {
+            let who = self.authenticate(store, request);
+            proven = who.is_ok();
+            who
+        };
         let result = match route {
             Route::Recipients => self.recipients(store),
             Route::Restores => self.restores(store),
             Route::Enroll => self.enroll(store, request),
-            Route::Head(session) => self
-                .authenticate(store, request)
-                .and_then(|(machine, _)| self.head(store, &machine, session)),
-            Route::Batch => self
-                .authenticate(store, request)
+            Route::Head(session) => {
+                machine(store).and_then(|(machine, _)| self.head(store, &machine, session))
+            }
+            Route::Batch => machine(store)
                 .and_then(|(machine, key)| self.batch(store, &machine, &key, &request.body)),
-            Route::Sessions => self
-                .reader(store, request)
-                .and_then(|()| self.sessions(store)),
-            Route::Machines => self
-                .reader(store, request)
-                .and_then(|()| self.machines(store)),
-            Route::Machine(id) => self
-                .reader(store, request)
-                .and_then(|()| self.machine(store, id)),
-            Route::Batches(machine, session) => self
-                .reader(store, request)
-                .and_then(|()| pull(request, machine, session, PullOf::Batches)),
-            Route::Forks => self.reader(store, request).and_then(|()| self.forks(store)),
-            Route::Piece => self
-                .authenticate(store, request)
+            Route::Piece => machine(store)
                 .and_then(|(machine, key)| self.piece(store, &machine, &key, &request.body)),
-            Route::Pieces(machine, session) => self
-                .reader(store, request)
-                .and_then(|()| pull(request, machine, session, PullOf::Transcripts)),
+            _ => {
+                let reader = self.reader(store, request);
+                proven = reader.is_ok();
+                reader.and_then(|()| self.read(store, request, route))
+            }
         };
         let mut reply = result.unwrap_or_else(|r| r);
+        reply.proven = proven;
         if reply.pull.is_none()
             && let Some(nonce) = request_nonce(request)
         {
@@ -387,6 +394,27 @@ impl Vault {
             )));
         }
         reply
+    }
+
+    /// An admin's read (the reader was checked).
+    fn read(
+        &self,
+        store: &mut dyn Store,
+        request: &Request,
+        route: Route<'_>,
+    ) -> Result<Reply, Reply> {
+        match route {
+            Route::Sessions => self.sessions(store),
+            Route::Machines => self.machines(store),
+            Route::Machine(id) => self.machine(store, id),
+            Route::Batches(machine, session) => pull(request, machine, session, PullOf::Batches),
+            Route::Forks => self.forks(store),
+            Route::Pieces(machine, session) => pull(request, machine, session, PullOf::Transcripts),
+            _ => Err(reply(
+                404,
+                format!("no such route: {} {}", request.method, request.path),
+            )),
+        }
     }
 
     /// A pull's last frame, as `u32 BE length, bytes`: the vault's signature
