@@ -75,6 +75,8 @@ mod vault_limits;
 #[cfg(feature = "vault-server")]
 mod vault_network;
 #[cfg(feature = "vault-server")]
+mod vault_restore;
+#[cfg(feature = "vault-server")]
 mod vault_scale;
 #[cfg(feature = "vault-server")]
 mod vault_service;

@@ -588,13 +588,14 @@ async fn room(
             return Some(permit);
         }
         if !evicted {
-            evicted = shared.evict_oldest();
+            shared.evict_oldest();
         }
+        evicted = false;
         // An evicted connection gives its slot back once its task ends;
         // one busy with a request may be evicted once it is done.
         tokio::select! {
             p = connections.clone().acquire_owned() => return p.ok(),
-            _ = tokio::time::sleep(Duration::from_millis(50)) => evicted = false,
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
             _ = stopped(stop) => return None,
         }
     }
