@@ -8,7 +8,8 @@
 # runs (a new 20-entry session each) are timed. Baseline: 10 ships against
 # the same vault with no flood, in the same run. Prints p50/p99 of each and
 # the ratio flood p99 / baseline p99, and the vault's peak RSS.
-# Needs python3 and openssl. usage: [PROFILE=release|debug] bench/vault_flood.sh [WORKDIR]
+# Needs python3 and openssl.
+# usage: [PROFILE=release|debug] [KINDS="keepalive idle slowheader tlsstall"] bench/vault_flood.sh [WORKDIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE=${PROFILE:-release}
@@ -80,6 +81,7 @@ for vault in plain tls; do
     start_vault tls --tls-cert "$W/tls.pem" --tls-key "$W/tls.key"; kinds=tlsstall
   fi
   for kind in $kinds; do
+    case " ${KINDS:-keepalive idle slowheader tlsstall} " in *" $kind "*) ;; *) continue ;; esac
     read -r b50 b99 < <(ships "$vault")
     python3 bench/flood.py 127.0.0.1 "$PORT" "$kind" 20 256 > "$W/flood.out" &
     FPID=$!

@@ -207,9 +207,10 @@ impl Client {
         &self,
         method: &str,
         path: &str,
+        signer: Option<&Signer<'_>>,
         key_of: impl FnOnce(&[u8]) -> Result<(T, PublicKey), ShipError>,
     ) -> Result<(T, Vec<u8>), ShipError> {
-        let (reply, nonce) = self.fetch(method, path, b"", None, None)?;
+        let (reply, nonce) = self.fetch(method, path, b"", signer, None)?;
         let (value, vault) = key_of(&reply.body)?;
         self.check_bound(method, path, &reply, &nonce, &vault)?;
         Ok((value, reply.body))

@@ -190,9 +190,12 @@ struct Shared {
     /// Connections not yet proven to be a machine's or an admin's.
     anonymous: Mutex<Anonymous>,
     /// Anonymous requests (recipients, restores, enrolment) handed to
-    /// storage at once: a flood of them cannot fill the queue ahead of the
-    /// machines' requests.
+    /// storage at once, half the storage threads: a flood of them cannot
+    /// fill the queue ahead of the machines' and admins' requests.
     anonymous_jobs: Arc<Semaphore>,
+    /// The keys of machines whose signature the vault verified, by id: a
+    /// later request of theirs is vouched for from its headers alone.
+    machines: Mutex<HashMap<String, nd7_format::vault::PublicKey>>,
     log: Log,
 }
 
@@ -246,6 +249,22 @@ impl Drop for Tracked {
 impl Shared {
     fn log(&self, line: &str) {
         (self.log)(&safe::term(line, safe::Lines::One));
+    }
+
+    fn known_machines(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, nd7_format::vault::PublicKey>> {
+        self.machines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps the key of a machine whose signature `reply`'s request proved;
+    /// forgets a machine refused as revoked.
+    fn learn(&self, reply: &Reply) {
+        if let Some(m) = &reply.machine {
+            self.known_machines().insert(m.0.clone(), m.1);
+        } else if let Some(id) = &reply.revoked {
+            self.known_machines().remove(id);
+        }
     }
 
     fn anonymous(&self) -> std::sync::MutexGuard<'_, Anonymous> {
@@ -395,7 +414,8 @@ pub fn serve(
         per_machine: Mutex::new(HashMap::new()),
         per_peer: Mutex::new(HashMap::new()),
         anonymous: Mutex::new(Anonymous::default()),
-        anonymous_jobs: Arc::new(Semaphore::new((config.max_in_flight / 8).max(1))),
+        anonymous_jobs: Arc::new(Semaphore::new((config.workers / 2).max(1))),
+        machines: Mutex::new(HashMap::new()),
         jobs: Mutex::new(Some(jobs_tx)),
         config,
         log,
@@ -974,24 +994,6 @@ async fn answer(
         Ok(max) => max,
         Err(r) => return (r, false),
     };
-    // Anonymous requests take a bounded share of the storage queue.
-    let _anonymous = if routes::anonymous(method, path) {
-        match tokio::time::timeout(
-            shared.config.queue_wait,
-            shared.anonymous_jobs.clone().acquire_owned(),
-        )
-        .await
-        {
-            Ok(Ok(permit)) => Some(permit),
-            _ => {
-                let mut r = refuse(503, "the vault is busy: try again shortly");
-                r.retry_after = Some(5);
-                return (r, false);
-            }
-        }
-    } else {
-        None
-    };
     let (parts, body) = request.into_parts();
     let headers: Vec<(String, String)> = parts
         .headers
@@ -1011,6 +1013,33 @@ async fn answer(
             return (refuse(411, "send the body with a Content-Length"), false);
         }
     };
+    // A machine the vault knows, by a valid signature over the headers:
+    // its connection is no longer anonymous, and its request does not
+    // queue with the anonymous ones. Anonymous requests take a bounded
+    // share of the storage queue.
+    let vouched = routes::vouches(&request, length, super::unix_now(), |id| {
+        shared.known_machines().get(id).copied()
+    });
+    if vouched {
+        tracked.promote();
+    }
+    let _anonymous = if !vouched && routes::anonymous(method, path) {
+        match tokio::time::timeout(
+            shared.config.queue_wait,
+            shared.anonymous_jobs.clone().acquire_owned(),
+        )
+        .await
+        {
+            Ok(Ok(permit)) => Some(permit),
+            _ => {
+                let mut r = refuse(503, "the vault is busy: try again shortly");
+                r.retry_after = Some(5);
+                return (r, false);
+            }
+        }
+    } else {
+        None
+    };
     if length > 0 {
         let head = request.clone();
         let admitted = shared
@@ -1019,7 +1048,10 @@ async fn answer(
             .and_then(|r| r);
         let admitted = match admitted {
             Ok(admitted) => admitted,
-            Err(r) => return (r, false),
+            Err(r) => {
+                shared.learn(&r);
+                return (r, false);
+            }
         };
         let machine = admitted.machine().map(str::to_string);
         if machine.is_some() {
@@ -1037,12 +1069,14 @@ async fn answer(
             .on_store(move |vault, store| vault.handle(store, &request))
             .await
             .unwrap_or_else(|r| r);
+        shared.learn(&reply);
         return (reply, true);
     }
     let reply = shared
         .on_store(move |vault, store| vault.handle(store, &request))
         .await
         .unwrap_or_else(|r| r);
+    shared.learn(&reply);
     if reply.proven {
         tracked.promote();
     }

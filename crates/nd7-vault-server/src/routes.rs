@@ -72,6 +72,13 @@ pub struct Reply {
     /// an admin (a valid read token): its connection is no longer
     /// anonymous (ADR-0118).
     pub proven: bool,
+    /// For a request a machine's signature proved: the machine and its key,
+    /// which the transport keeps to vouch for its later requests from their
+    /// headers alone ([`vouches`]).
+    pub machine: Option<Box<(String, PublicKey)>>,
+    /// The request named a machine that was revoked: the transport forgets
+    /// its key.
+    pub revoked: Option<String>,
 }
 
 pub fn reply(status: u16, text: impl Into<String>) -> Reply {
@@ -87,6 +94,8 @@ pub fn reply(status: u16, text: impl Into<String>) -> Reply {
         pull: None,
         signature: None,
         proven: false,
+        machine: None,
+        revoked: None,
     }
 }
 
@@ -140,6 +149,8 @@ fn bytes(status: u16, body: Vec<u8>) -> Reply {
         pull: None,
         signature: None,
         proven: false,
+        machine: None,
+        revoked: None,
     }
 }
 
@@ -255,6 +266,26 @@ pub fn anonymous(method: &str, path: &str) -> bool {
     Route::parse(method, path).is_some_and(|r| r.access() == Access::Anyone)
 }
 
+/// Whether `request` (with a body of `length` bytes) carries a valid,
+/// fresh signature over its headers by a machine whose key `key_of` knows:
+/// checked on the transport's threads, with no storage (ADR-0118). Vouches
+/// for who sent it, not for the request: the nonce, revocation and the body
+/// are [`Vault::handle`]'s to check.
+pub fn vouches(
+    request: &Request,
+    length: usize,
+    now: u64,
+    key_of: impl FnOnce(&str) -> Option<PublicKey>,
+) -> bool {
+    let Ok(auth) = RequestAuth::from_headers(|name| request.header(name)) else {
+        return false;
+    };
+    key_of(&auth.machine).is_some_and(|key| {
+        auth.verify_headers(&key, &request.method, &request.path, length as u64, now)
+            .is_ok()
+    })
+}
+
 /// What [`Vault::admit`] established from a request's headers: for a
 /// machine's request, the machine whose signature over the headers
 /// verified, with a nonce not used yet.
@@ -357,9 +388,14 @@ impl Vault {
             return reply(404, format!("no such route: {method} {path}"));
         };
         let mut proven = false;
+        let mut known = None;
         let mut machine = |store: &mut dyn Store| {
             let who = self.authenticate(store, request);
             proven = who.is_ok();
+            known = who
+                .as_ref()
+                .ok()
+                .map(|(id, key)| Box::new((id.clone(), *key)));
             who
         };
         let result = match route {
@@ -381,6 +417,7 @@ impl Vault {
         };
         let mut reply = result.unwrap_or_else(|r| r);
         reply.proven = proven;
+        reply.machine = known;
         if reply.pull.is_none()
             && let Some(nonce) = request_nonce(request)
         {
@@ -503,12 +540,14 @@ impl Vault {
             .map_err(internal)?
             .ok_or_else(|| refuse(401, format!("unknown machine {id:?}: enrol it first")))?;
         if let Some(at) = row.revoked {
-            return Err(refuse(
+            let mut r = refuse(
                 403,
                 format!(
                     "machine {id} was revoked at {at} (Unix time): an admin must enrol it again with a new token"
                 ),
-            ));
+            );
+            r.revoked = Some(row.id);
+            return Err(r);
         }
         Ok((row.id, row.enrolment.key))
     }
