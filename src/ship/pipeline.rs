@@ -102,7 +102,35 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
         }
     }
     report.not_tried = ids.collect();
+    if let Err(e) = send_tally(&machine, &sessions) {
+        report
+            .warnings
+            .push(format!("the tally of shipped sessions was not sent: {e}"));
+    }
     Ok(report)
+}
+
+/// Signs and sends this machine's tally (ADR-0120): every session whose
+/// receipt it keeps, with the last entry that receipt acknowledges, so that
+/// admins can hold the vault's list of sessions to it.
+fn send_tally(machine: &Machine, sessions: &Path) -> Result<(), ShipError> {
+    let mut tallied = Vec::new();
+    for entry in fs::read_dir(sessions).map_err(io_err(sessions, "list"))? {
+        let Ok(entry) = entry else { continue };
+        if let Some(receipt) = read_receipt(&entry.path().join(RECEIPT_FILE))? {
+            tallied.push((receipt.checkpoint.session.clone(), receipt.checkpoint.last));
+        }
+    }
+    let tally = vault::Tally::sign(&machine.key, &machine.id, unix_now(), tallied);
+    machine.client.ok_bound(
+        "POST",
+        "/v1/tallies",
+        tally.render().as_bytes(),
+        Some(&machine.signer()),
+        None,
+        &machine.recipients.vault,
+    )?;
+    Ok(())
 }
 
 /// How long before the recipients document's validity runs out ship starts

@@ -18,7 +18,7 @@ use super::{
 };
 use nd7_format::vault::{
     self, Enrolment, PieceReceipt, PublicKey, PullEnd, PullOf, Receipt, Recipients, RequestAuth,
-    RestoreNotice, SigningKey,
+    RestoreNotice, SigningKey, Tally,
 };
 
 /// The largest enrolment body: a few hundred bytes of text, with room.
@@ -189,6 +189,8 @@ enum Route<'a> {
     Forks,
     Piece,
     Pieces(&'a str, &'a str),
+    Tally,
+    Tallies,
 }
 
 impl<'a> Route<'a> {
@@ -207,6 +209,8 @@ impl<'a> Route<'a> {
             ("GET", ["v1", "forks"]) => Route::Forks,
             ("POST", ["v1", "transcripts"]) => Route::Piece,
             ("GET", ["v1", "transcripts", machine, session]) => Route::Pieces(machine, session),
+            ("POST", ["v1", "tallies"]) => Route::Tally,
+            ("GET", ["v1", "tallies"]) => Route::Tallies,
             _ => return None,
         })
     }
@@ -217,7 +221,7 @@ impl<'a> Route<'a> {
             Route::Enroll => MAX_ENROL_BYTES,
             // A piece is at most 8 MiB of transcript, sealed as a batch
             // is: the batch's bound holds it.
-            Route::Batch | Route::Piece => vault::MAX_BODY_BYTES,
+            Route::Batch | Route::Piece | Route::Tally => vault::MAX_BODY_BYTES,
             _ => 0,
         }
     }
@@ -226,13 +230,14 @@ impl<'a> Route<'a> {
     fn access(&self) -> Access {
         match self {
             Route::Recipients | Route::Restores | Route::Enroll => Access::Anyone,
-            Route::Head(_) | Route::Batch | Route::Piece => Access::Machine,
+            Route::Head(_) | Route::Batch | Route::Piece | Route::Tally => Access::Machine,
             Route::Sessions
             | Route::Machines
             | Route::Machine(_)
             | Route::Batches(..)
             | Route::Forks
-            | Route::Pieces(..) => Access::Reader,
+            | Route::Pieces(..)
+            | Route::Tallies => Access::Reader,
         }
     }
 }
@@ -409,6 +414,8 @@ impl Vault {
                 .and_then(|(machine, key)| self.batch(store, &machine, &key, &request.body)),
             Route::Piece => machine(store)
                 .and_then(|(machine, key)| self.piece(store, &machine, &key, &request.body)),
+            Route::Tally => machine(store)
+                .and_then(|(machine, key)| self.tally(store, &machine, &key, &request.body)),
             _ => {
                 let reader = self.reader(store, request);
                 proven = reader.is_ok();
@@ -447,6 +454,10 @@ impl Vault {
             Route::Batches(machine, session) => pull(request, machine, session, PullOf::Batches),
             Route::Forks => self.forks(store),
             Route::Pieces(machine, session) => pull(request, machine, session, PullOf::Transcripts),
+            Route::Tallies => Ok(bytes(
+                200,
+                store.tallies().map_err(internal)?.concat().into_bytes(),
+            )),
             _ => Err(reply(
                 404,
                 format!("no such route: {} {}", request.method, request.path),
@@ -847,6 +858,38 @@ impl Vault {
             }
             PieceStored::OverQuota(used) => Err(self.over_quota(machine, used, now)),
         }
+    }
+
+    /// A machine's tally: its own, signed by its key, kept unless a later
+    /// one is.
+    fn tally(
+        &self,
+        store: &mut dyn Store,
+        machine: &str,
+        key: &PublicKey,
+        body: &[u8],
+    ) -> Result<Reply, Reply> {
+        let text = std::str::from_utf8(body).map_err(|_| refuse(400, "the tally is not UTF-8"))?;
+        let (tally, rest) = Tally::parse_one(text).map_err(|e| refuse(400, e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(refuse(400, "the body holds more than one tally"));
+        }
+        sent_by(
+            machine,
+            &tally.machine,
+            || tally.verify(key).is_ok(),
+            ("tally", "tally"),
+            &format!("machine {machine}"),
+        )?;
+        let kept = store.set_tally(machine, tally.at, text).map_err(internal)?;
+        Ok(reply(
+            200,
+            if kept {
+                format!("tally {}", tally.at)
+            } else {
+                format!("a later tally is kept; not tally {}", tally.at)
+            },
+        ))
     }
 
     fn sessions(&self, store: &mut dyn Store) -> Result<Reply, Reply> {

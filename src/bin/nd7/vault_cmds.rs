@@ -247,19 +247,8 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             url,
             read_token,
             ca_cert,
-        } => {
-            // Ids come from the vault: shown inert (docs/vault.md).
-            for (machine, session, last) in
-                vault_admin::list_sessions(&url, &trust(ca_cert), &read_token).map_err(fail)?
-            {
-                println!(
-                    "{} {} {last}",
-                    term(&machine, Lines::One),
-                    term(&session, Lines::One)
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+            fingerprint,
+        } => sessions(&url, &read_token, trust(ca_cert), &fingerprint),
         Admin::Pull {
             url,
             read_token,
@@ -323,6 +312,36 @@ fn machines(
             }
             PullError::Other(e) => fail(format!("machines: {e}")),
         })?;
+    for line in &listed.lines {
+        println!("{}", term(line, Lines::One));
+    }
+    Ok(ExitCode::from(print_findings(listed.findings)))
+}
+
+/// `nd7 admin sessions`: a line per session, a line per machine whose
+/// tally vouches for its sessions, then the findings. Ids come from the
+/// vault: shown inert (docs/vault.md).
+fn sessions(
+    url: &str,
+    read_token: &str,
+    trust: Trust,
+    fingerprint: &str,
+) -> Result<ExitCode, ExitCode> {
+    let listed =
+        vault_admin::list_sessions(url, &trust, read_token, fingerprint).map_err(|e| match e {
+            PullError::Finding(f) => {
+                println!("{}", term(&f.to_string(), Lines::One));
+                fault_code(f.fault)
+            }
+            PullError::Other(e) => fail(format!("sessions: {e}")),
+        })?;
+    for (machine, session, last) in &listed.listed {
+        println!(
+            "{} {} {last}",
+            term(machine, Lines::One),
+            term(session, Lines::One)
+        );
+    }
     for line in &listed.lines {
         println!("{}", term(line, Lines::One));
     }
