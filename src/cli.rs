@@ -461,7 +461,14 @@ pub enum Admin {
         #[arg(long, value_name = "FILE")]
         register: PathBuf,
     },
-    /// List the sessions a vault holds: machine, session, last entry.
+    /// List the sessions a vault holds: machine, session, last entry, held
+    /// to the machines' tallies.
+    ///
+    /// Each machine signs, on every ship, a tally of the sessions the vault
+    /// acknowledged to it. The list must show every session a tally names,
+    /// up to the entry it names, and nothing a tally does not name; the
+    /// vault's key cannot sign for a machine. Exits 0 when the list agrees
+    /// with every tally, 3 when it does not (the findings say where).
     Sessions {
         url: String,
         /// A read token from `nd7-vault read-token`.
@@ -470,6 +477,9 @@ pub enum Admin {
         /// Trust only the CA certificate(s) in FILE (PEM) for the vault's HTTPS.
         #[arg(long, value_name = "FILE")]
         ca_cert: Option<PathBuf>,
+        /// The organisation key's fingerprint, from `nd7 admin org-key`.
+        #[arg(long, value_name = "FP")]
+        fingerprint: String,
     },
     /// Fetch a session from the vault, decrypt it, verify it, and compare it.
     ///

@@ -69,9 +69,13 @@ mod vault;
 #[cfg(feature = "vault-server")]
 mod vault_attacks;
 #[cfg(feature = "vault-server")]
+mod vault_flood;
+#[cfg(feature = "vault-server")]
 mod vault_limits;
 #[cfg(feature = "vault-server")]
 mod vault_network;
+#[cfg(feature = "vault-server")]
+mod vault_restore;
 #[cfg(feature = "vault-server")]
 mod vault_scale;
 #[cfg(feature = "vault-server")]
