@@ -43,6 +43,9 @@ _nd7() {
             nd7,hook-route)
                 cmd="nd7__subcmd__hook__subcmd__route"
                 ;;
+            nd7,man)
+                cmd="nd7__subcmd__man"
+                ;;
             nd7,record)
                 cmd="nd7__subcmd__record"
                 ;;
@@ -145,6 +148,9 @@ _nd7() {
             nd7__subcmd__help,hook-route)
                 cmd="nd7__subcmd__help__subcmd__hook__subcmd__route"
                 ;;
+            nd7__subcmd__help,man)
+                cmd="nd7__subcmd__help__subcmd__man"
+                ;;
             nd7__subcmd__help,record)
                 cmd="nd7__subcmd__help__subcmd__record"
                 ;;
@@ -200,7 +206,7 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
+            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship self-update admin completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -658,7 +664,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help)
-            opts="record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
+            opts="record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship self-update admin completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -895,6 +901,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__man)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__record)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1036,6 +1056,20 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__hook__subcmd__route)
+            opts="-h --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__man)
             opts="-h --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
