@@ -82,7 +82,7 @@ got=$(sha256 "$work/$archive")
 mkdir "$work/x"
 gzip -dc "$work/$archive" | (cd "$work/x" && tar -xf -) || die "$archive: could not unpack"
 src=$work/x/nd7-$version-$target
-[ -f "$src/nd7" ] && [ -f "$src/nd7-exec" ] || die "$archive: no nd7 and nd7-exec in it"
+if [ ! -f "$src/nd7" ] || [ ! -f "$src/nd7-exec" ]; then die "$archive: no nd7 and nd7-exec in it"; fi
 
 # Each file is copied beside its place and renamed over it, so a running nd7
 # is never seen half-written.

@@ -13,6 +13,8 @@
 #       the Homebrew formula for the tap, its urls under URL (default: the
 #       GitHub release of this version). KEY: an unencrypted OpenSSH Ed25519
 #       private key, the release key.
+#   scripts/release.sh public-key KEY
+#       KEY's public half in hex, as ND7_RELEASE_KEY holds it.
 #   scripts/release.sh --local [--bin-dir DIR] [--out DIR] [--serve PORT]
 #       The dry run: this platform's release in OUT/dist (default
 #       target/release-local), signed by a throwaway key made in OUT/key
@@ -42,7 +44,7 @@ package() {
   local target=$1 bins=$2 out=$3 v name stage
   need tar gzip
   v=$(version); name=nd7-$v-$target
-  [ -x "$bins/nd7" ] && [ -x "$bins/nd7-exec" ] || die "$bins: no nd7 and nd7-exec"
+  if [ ! -x "$bins/nd7" ] || [ ! -x "$bins/nd7-exec" ]; then die "$bins: no nd7 and nd7-exec"; fi
   mkdir -p "$out"; stage=$(mktemp -d); mkdir -p "$stage/$name/complete" "$stage/$name/doc"
   for bin in nd7 nd7-exec nd7-vault; do
     [ -x "$bins/$bin" ] && cp "$bins/$bin" "$stage/$name/$bin"
@@ -52,9 +54,12 @@ package() {
   "$bins/nd7" completions fish > "$stage/$name/complete/nd7.fish"
   "$bins/nd7" man > "$stage/$name/doc/nd7.1"
   cp README.md "$stage/$name/"
-  # Owner and times fixed, so the archive's bytes depend on its files only.
-  (cd "$stage" && tar --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - "$name" 2>/dev/null \
-    || tar -cf - "$name") | gzip -n -9 > "$out/$name.tar.gz"
+  # Owner (and with GNU tar, times) fixed, so the archive depends on its files.
+  if tar --version 2>/dev/null | grep -q GNU; then
+    (cd "$stage" && tar --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - "$name")
+  else
+    (cd "$stage" && tar --uid 0 --gid 0 --numeric-owner -cf - "$name")
+  fi | gzip -n -9 > "$out/$name.tar.gz"
   cp "$bins/nd7" "$out/nd7-$target"
   cp "$bins/nd7-exec" "$out/nd7-exec-$target"
   rm -rf "$stage"
@@ -240,7 +245,8 @@ local_release() {
 
 case ${1:-} in
   package) [ $# = 4 ] || die "usage: scripts/release.sh package TARGET BIN_DIR OUT"; package "$2" "$3" "$4";;
+  public-key) [ $# = 2 ] || die "usage: scripts/release.sh public-key KEY"; key_public_hex "$2";;
   sign) [ $# -ge 3 ] || die "usage: scripts/release.sh sign OUT KEY [URL]"; sign "$2" "$3" "${4:-}";;
   --local) shift; local_release "$@";;
-  *) die "usage: scripts/release.sh package|sign|--local (see the top of this script)";;
+  *) die "usage: scripts/release.sh package|sign|public-key|--local (see the top of this script)";;
 esac

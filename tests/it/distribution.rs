@@ -50,3 +50,27 @@ fn the_install_and_release_scripts_parse() {
         assert!(out.status.success(), "{script}: {}", stderr(&out));
     }
 }
+
+/// The workflows pass actionlint (with shellcheck over their scripts when it
+/// is installed). scripts/test.sh --tools installs it into
+/// ~/.cache/nd7/actionlint when it is not on PATH.
+#[test]
+fn the_workflows_lint() {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")));
+    let venv = cache.map(|c| c.join("nd7/actionlint/bin/actionlint"));
+    let tool = match venv {
+        Some(path) if path.exists() => path.to_string_lossy().into_owned(),
+        _ => "actionlint".to_string(),
+    };
+    let out = Command::new(&tool)
+        .current_dir(repo(""))
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "actionlint is needed for this test ({e}): bash scripts/test.sh --tools installs it"
+            )
+        });
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+}
