@@ -59,7 +59,7 @@ package() {
     (cd "$stage" && tar --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - "$name")
   else
     (cd "$stage" && tar --uid 0 --gid 0 --numeric-owner -cf - "$name")
-  fi | gzip -n -9 > "$out/$name.tar.gz"
+  fi | gzip -n > "$out/$name.tar.gz"
   cp "$bins/nd7" "$out/nd7-$target"
   cp "$bins/nd7-exec" "$out/nd7-exec-$target"
   rm -rf "$stage"

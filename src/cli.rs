@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 /// What `nd7 self-update` says in a build without the `self-update` feature.
-pub const NO_SELF_UPDATE: &str = "this nd7 was built without self-update (Homebrew, Nix and cargo install leave it \
-     off); update it the way it was installed: `brew upgrade nd7`, the flake input (or `nix profile upgrade nd7`), \
+pub const NO_SELF_UPDATE: &str = "this nd7 was built without self-update (Nix, cargo install and Homebrew's --HEAD \
+     build leave it off); update it the way it was installed: `brew upgrade nd7`, the flake input (or `nix profile upgrade nd7`), \
      or `cargo install --locked --path .` again in an up-to-date checkout; nothing was changed";
 
 #[derive(Parser)]

@@ -33,6 +33,9 @@ fn the_flake_parses() {
         "checks =",
         "cargoLock.lockFile = ./Cargo.lock",
         "homeManagerModules.default",
+        "overlays.default",
+        "nd7-vault = vaultFor",
+        "installManPage nd7.1",
         "systemd.user.timers.nd7-ship",
         "launchd.agents.nd7-ship",
     ] {
