@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 /// What `nd7 self-update` says in a build without the `self-update` feature.
-pub const NO_SELF_UPDATE: &str = "this nd7 was built without self-update (Homebrew, Nix and cargo install leave it \
-     off); update it the way it was installed: `brew upgrade nd7`, the flake input (or `nix profile upgrade nd7`), \
-     or `cargo install --locked nd7` (install/install.sh from a checkout); nothing was changed";
+pub const NO_SELF_UPDATE: &str = "this nd7 was built without self-update (Nix, cargo install and Homebrew's --HEAD \
+     build leave it off); update it the way it was installed: `brew upgrade nd7`, the flake input (or `nix profile upgrade nd7`), \
+     or `cargo install --locked --path .` again in an up-to-date checkout; nothing was changed";
 
 #[derive(Parser)]
 #[command(name = "nd7", version, about = "Accountable, bounded AI coding agents")]
@@ -231,6 +231,21 @@ pub enum Command {
         #[arg(value_enum)]
         shell: Shell,
     },
+    /// Print nd7's manual page, nd7(1), in roff (`nd7 man | man -l -`).
+    ///
+    /// Generated from this command line; releases and packages install it as
+    /// nd7.1.
+    Man,
+}
+
+/// nd7's manual page, nd7(1), in roff: every command's help, from [`Cli`].
+pub fn man_page() -> Vec<u8> {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut out)
+        .expect("writing to a Vec cannot fail");
+    out
 }
 
 /// List the recorded sessions, newest first: when, how long, how many

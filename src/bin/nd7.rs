@@ -123,6 +123,10 @@ fn main() -> ExitCode {
             out::stdout_bytes(&shell.completions());
             ExitCode::SUCCESS
         }
+        Command::Man => {
+            out::stdout_bytes(&nd7_core::cli::man_page());
+            ExitCode::SUCCESS
+        }
     }
 }
 

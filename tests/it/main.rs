@@ -47,6 +47,8 @@ mod read;
 mod reconcile;
 mod record;
 mod record_door;
+#[cfg(feature = "self-update")]
+mod release;
 mod report_html;
 #[cfg(target_os = "linux")]
 mod run_faults;
