@@ -542,6 +542,10 @@ pub struct RunArgs {
     /// python-user, go, maven, gradle; docs/sandbox.md says what each risks).
     #[arg(long = "preset", value_name = "NAME")]
     pub preset: Vec<String>,
+    /// `strict`: refuse to start where the kernel cannot keep the agent's
+    /// network to nd7's egress proxy (`nd7 doctor` says whether it can).
+    #[arg(long = "net", value_name = "MODE", value_parser = ["strict"])]
+    pub net: Option<String>,
     /// The program, then its arguments.
     #[arg(
         required = true,

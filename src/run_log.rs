@@ -237,6 +237,20 @@ impl RunLog {
         Ok(self.log.append(&event)?)
     }
 
+    /// Appends the egress proxy's entry for one connection
+    /// (`source: effect:nd7-proxy`, kind `net`).
+    pub fn net(&self, body: &Value) -> Result<Appended, RunLogError> {
+        let event = run_entry::event_from(
+            run_entry::PROXY_SOURCE,
+            &self.stamp(),
+            run_entry::NET,
+            None,
+            None,
+            body,
+        );
+        Ok(self.log.append(&event)?)
+    }
+
     /// Appends a hook's payload for the agent, as the direct path would
     /// (same kinds, same bodies, `intent:claude-code`), into this chain.
     /// `hook_ppid` is the recorder's parent as the kernel reports it.

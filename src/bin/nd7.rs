@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         // by a parser that knows only `run`, with the same help and errors.
         Some("run") => {
             let nd7_core::cli::RunOnly::Run(run) = nd7_core::cli::RunLine::parse().command;
-            return run_run(run.command, run.allow, run.preset);
+            return run_run(run.command, run.allow, run.preset, run.net.is_some());
         }
         _ => {}
     }
@@ -88,7 +88,7 @@ fn main() -> ExitCode {
             dry_run,
             uninstall,
         }),
-        Command::Run(run) => run_run(run.command, run.allow, run.preset),
+        Command::Run(run) => run_run(run.command, run.allow, run.preset, run.net.is_some()),
         Command::Allow { run, preset, path } => run_grant(Change::Allow, run, preset, path),
         Command::Deny { run, preset, path } => run_grant(Change::Deny, run, preset, path),
         Command::HookExplain => hooks::explain(early),
@@ -123,6 +123,7 @@ fn run_run(
     mut command: Vec<std::ffi::OsString>,
     allow: Vec<PathBuf>,
     presets: Vec<String>,
+    net_strict: bool,
 ) -> ExitCode {
     let program = command.remove(0);
     let options = run::Options {
@@ -130,6 +131,7 @@ fn run_run(
         args: command,
         allow,
         presets,
+        net_strict,
     };
     // Every line passes through the one escaping function once more, as a
     // last guard: the parts the agent chose are already inert on one line

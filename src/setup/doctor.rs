@@ -353,6 +353,7 @@ fn grants_check(home: &Path) -> Check {
                 let what = match &line.entry {
                     grants::Entry::Preset(p) => format!("preset {}", p.name),
                     grants::Entry::Path(p) => grants::tilde(p, home),
+                    grants::Entry::Net(r) => format!("net {r}"),
                 };
                 match sections.iter_mut().find(|(s, _)| *s == section) {
                     Some((_, list)) => list.push(what),

@@ -252,7 +252,10 @@ fn only_the_linux_sandbox_depends_on_the_architecture() {
         }
     }
     // The filter's own arms: a rename that left this test checking nothing fails here.
-    assert!(fenced > 0, "no target_arch in src/sandbox/linux: the seccomp filter moved");
+    assert!(
+        fenced > 0,
+        "no target_arch in src/sandbox/linux: the seccomp filter moved"
+    );
     assert!(found.is_empty(), "{found:#?}");
 }
 
