@@ -293,14 +293,17 @@ impl Proxy {
                 (403, "Forbidden", refusal_text(&request.target, request.port, why, &allow))
             }
         };
-        conn.allowed = false;
+        let connected = conn.address.is_some();
+        if !matches!(why, Refusal::Unreachable(_)) {
+            conn.allowed = false;
+        }
         conn.why = Some(match &why {
             Refusal::Busy => "too many connections".into(),
             Refusal::Unreachable(e) => format!("unreachable: {e}"),
             Refusal::Rule(w) => w.clone(),
         });
         // Once a tunnel is open the client speaks TLS: only closing is left.
-        if !conn.allowed && conn.address.is_none() || status != 403 {
+        if !connected {
             let _ = client.write_all(&response(status, reason, &text));
         }
         let _ = client.shutdown(Shutdown::Both);
@@ -605,16 +608,25 @@ fn forward_http(
     upstream.write_all(out.as_bytes())?;
     upstream.write_all(&rest)?;
     conn.bytes_up += (out.len() + rest.len()) as u64;
-    let (up, down) = splice_response(client, upstream)?;
-    conn.bytes_up += up;
-    conn.bytes_down += down;
+    // The rest of the request's body goes up while the response comes down.
+    let (client_r, up_w) = (client.try_clone()?, upstream.try_clone()?);
+    let up = std::thread::Builder::new()
+        .stack_size(128 * 1024)
+        .spawn(move || copy_then_close(client_r, up_w))?;
+    let down = send_response(client, upstream);
+    // One request a connection: once the response has come, it is over.
+    let _ = client.shutdown(Shutdown::Both);
+    conn.bytes_up += up.join().unwrap_or(0);
+    conn.bytes_down += down?;
     Ok(())
 }
 
 /// Passes the response's head back with `Connection: close` in place of
-/// the server's own, then splices both ways.
-fn splice_response(client: &mut TcpStream, mut upstream: TcpStream) -> io::Result<(u64, u64)> {
-    let (head, rest) = read_head(&mut upstream)?;
+/// the server's own, then the rest as it comes.
+fn send_response(client: &mut TcpStream, mut upstream: TcpStream) -> io::Result<u64> {
+    let (head, rest) = read_head(&mut upstream).inspect_err(|_| {
+        let _ = client.shutdown(Shutdown::Both);
+    })?;
     let text = String::from_utf8_lossy(&head);
     let mut out = String::new();
     for line in text.split("\r\n").filter(|l| !l.is_empty()) {
@@ -633,8 +645,8 @@ fn splice_response(client: &mut TcpStream, mut upstream: TcpStream) -> io::Resul
     out.push_str("Connection: close\r\n\r\n");
     client.write_all(out.as_bytes())?;
     client.write_all(&rest)?;
-    let (up, down) = splice(client, upstream);
-    Ok((up, down + (out.len() + rest.len()) as u64))
+    let down = copy_then_close(upstream, client.try_clone()?);
+    Ok(down + (out.len() + rest.len()) as u64)
 }
 
 /// Copies both ways until each side has closed its end; returns the bytes
@@ -790,4 +802,30 @@ fn codex_base_url(home: &std::path::Path) -> Option<String> {
         .get("base_url")?
         .as_str()
         .map(str::to_string)
+}
+
+/// Adds `verb RULE` (`allow` or `deny`) to the rules file of the run in
+/// `run_dir`, then writes a `grant` entry into its log (`change`, `net`).
+/// The file is replaced whole (written beside, then renamed), so the proxy
+/// never reads half of it.
+pub fn change_rules(
+    run_dir: &crate::run_dir::RunDir,
+    verb: &str,
+    rule: &net::Rule,
+) -> Result<(), String> {
+    let path = run_dir.dir.join(RULES_FILE);
+    let mut text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("{}: read: {e}", path.display())),
+    };
+    text.push_str(&format!("{verb} {rule}\n"));
+    let staged = run_dir.dir.join(format!(".{RULES_FILE}.new"));
+    std::fs::write(&staged, &text)
+        .and_then(|()| std::fs::rename(&staged, &path))
+        .map_err(|e| format!("{}: write: {e}", path.display()))?;
+    let body = json!({ "change": verb, "net": rule.to_string() });
+    crate::run_log::note(run_dir, crate::run_entry::GRANT, &body)
+        .map(|_| ())
+        .map_err(|e| format!("the change is in force, but the run's log could not take it: {e}"))
 }

@@ -271,3 +271,106 @@ x reached curl -sf http://localhost:{p}/
         "# nothing\n"
     );
 }
+
+/// Guards `Proxy::rules` reading the run's rules file and `change_rules`:
+/// `nd7 allow --net` from another terminal lets the session's next
+/// connection through, and `nd7 deny --net` takes it back; both are in the
+/// run's log.
+#[test]
+fn allow_and_deny_from_another_terminal_change_the_next_connection() {
+    let w = World::new();
+    let target = Listener::on("127.0.0.1:0", "target");
+    let p = target.port;
+    let body = format!(
+        r#"{X}
+x before curl -sf http://localhost:{p}/
+touch asked; wait_for allowed
+x allowed curl -sf http://localhost:{p}/
+touch asked-again; wait_for denied
+x denied curl -sf http://localhost:{p}/
+"#
+    );
+    let (child, pid) = w.start_agent(&body);
+    let pid = pid.to_string();
+    w.wait_for("asked");
+    let allow = w
+        .nd7(&["allow", "--run", &pid, "--net", &format!("localhost:{p}")])
+        .output()
+        .expect("nd7 allow --net");
+    assert!(allow.status.success(), "{}", text(&allow.stderr));
+    w.signal("allowed");
+    w.wait_for("asked-again");
+    let deny = w
+        .nd7(&["deny", "--run", &pid, "--net", &format!("localhost:{p}")])
+        .output()
+        .expect("nd7 deny --net");
+    assert!(deny.status.success(), "{}", text(&deny.stderr));
+    w.signal("denied");
+    let out = child.wait_with_output().expect("nd7 run");
+    assert_eq!(
+        lines(&out),
+        ["before:no", "allowed:yes", "denied:no"],
+        "{}",
+        text(&out.stderr)
+    );
+    let chain = run_chains(&w).pop().expect("a run");
+    let changes: Vec<&Value> = chain.iter().filter(|e| e["kind"] == "grant").collect();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert_eq!(changes[0]["body"]["net"], format!("localhost:{p}"));
+    let allowed = chain
+        .iter()
+        .find(|e| e["kind"] == "net" && e["body"]["verdict"] == "allowed")
+        .expect("an allowed connection");
+    assert_eq!(
+        allowed["body"]["rule"],
+        format!("localhost:{p} (nd7 allow --net)")
+    );
+}
+
+/// Guards `Limits::reserve` (`Proxy::slot`): the agent's commands hold
+/// 1,000 connections open through the proxy, and the agent's own API
+/// connection still gets through.
+#[test]
+fn a_thousand_connections_do_not_starve_the_agents_api() {
+    let w = World::new();
+    let hold = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let hold_port = hold.local_addr().expect("addr").port();
+    // The held connections' peer: accepts and keeps each open.
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for s in hold.incoming().flatten() {
+            kept.push(s);
+        }
+    });
+    let api = Listener::on("127.0.0.1:0", "api");
+    grants(&w, &format!("net localhost:{hold_port}\n"));
+    let body = format!(
+        r#"
+opened=0
+for i in $(seq 1000); do
+  exec {{fd}}<>/dev/tcp/127.0.0.1/${{HTTP_PROXY##*:}} || break
+  printf 'CONNECT localhost:{hold_port} HTTP/1.1\r\nHost: localhost:{hold_port}\r\n\r\n' >&$fd
+  opened=$((opened+1))
+done
+echo "opened:$opened"
+curl -sf --max-time 30 "$ANTHROPIC_BASE_URL/v1/messages" && echo api:yes || echo api:no
+"#
+    );
+    let claude = crate::runs::fake_claude(&w, &body);
+    let out = w
+        .nd7(&["run", &claude])
+        .env(
+            "ANTHROPIC_BASE_URL",
+            format!("http://127.0.0.1:{}", api.port),
+        )
+        .output()
+        .expect("nd7 run");
+    let got = lines(&out);
+    assert!(
+        got.contains(&"opened:1000".to_string()),
+        "{got:?} {}",
+        text(&out.stderr)
+    );
+    assert!(got.contains(&"hello from api".to_string()), "{got:?}");
+    assert!(got.contains(&"api:yes".to_string()), "{got:?}");
+}
