@@ -92,6 +92,21 @@ pub fn enter() -> Result<Net, String> {
     loopback_up().map_err(|e| format!("bring up the network namespace's loopback: {e}"))?;
     let listener = TcpListener::bind("127.0.0.1:0")
         .map_err(|e| format!("listen on the network namespace's loopback: {e}"))?;
+    // The keeper, outside, describes the run's unix sockets through a
+    // socket of this namespace (`supervise::describe_inside`).
+    let diag = rustix::net::socket_with(
+        rustix::net::AddressFamily::NETLINK,
+        rustix::net::SocketType::DGRAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        Some(rustix::net::netlink::SOCK_DIAG),
+    )
+    .map_err(|e| format!("open the network namespace's socket diagnostics: {e}"))?;
+    super::keeper::send(
+        super::keeper::NET_DIAG,
+        &[],
+        std::os::fd::AsFd::as_fd(&diag),
+    )
+    .map_err(|e| format!("hand the keeper the namespace's socket diagnostics: {e}"))?;
     let port = listener
         .local_addr()
         .map_err(|e| format!("read the proxy's port: {e}"))?
