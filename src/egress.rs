@@ -290,7 +290,8 @@ impl Proxy {
                         r.push(key);
                     }
                 }
-                (403, "Forbidden", refusal_text(&request.target, request.port, why, &allow))
+                let host = format!("{}:{}", request.target, request.port);
+                (403, "Forbidden", net::refusal_text(&host, why, &allow))
             }
         };
         let connected = conn.address.is_some();
@@ -379,9 +380,20 @@ impl Proxy {
         mut rest: Vec<u8>,
         conn: &mut Connection,
     ) -> Result<(), Refusal> {
+        let broken = |e: io::Error| Refusal::Unreachable(e.to_string());
         client
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            .map_err(|e| Refusal::Unreachable(e.to_string()))?;
+            .map_err(broken)?;
+        // The server's side flows at once (a protocol whose server speaks
+        // first waits for nothing); the client's waits for the check below.
+        let (up_r, client_w) = (
+            upstream.try_clone().map_err(broken)?,
+            client.try_clone().map_err(broken)?,
+        );
+        let down = std::thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(move || copy_then_close(up_r, client_w))
+            .map_err(broken)?;
         // The first bytes: a TLS ClientHello must name the host asked for.
         let _ = client.set_read_timeout(Some(HEAD_TIME));
         let sni = first_hello(client, &mut rest);
@@ -389,18 +401,22 @@ impl Proxy {
         if let (Target::Name(asked), Ok(Some(named))) = (&request.target, &sni)
             && asked != named
         {
-            let why = format!("the TLS server name ({named}) is not the host asked for ({asked})");
+            let _ = upstream.shutdown(Shutdown::Both);
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = down.join();
             conn.allowed = false;
             conn.rule = None;
-            return Err(Refusal::Rule(why));
+            return Err(Refusal::Rule(format!(
+                "the TLS server name ({named}) is not the host asked for ({asked})"
+            )));
         }
-        upstream
-            .write_all(&rest)
-            .map_err(|e| Refusal::Unreachable(e.to_string()))?;
+        let sent = upstream.write_all(&rest);
         conn.bytes_up += rest.len() as u64;
-        let (up, down) = splice(client, upstream);
-        conn.bytes_up += up;
-        conn.bytes_down += down;
+        if sent.is_ok() {
+            let client_r = client.try_clone().map_err(broken)?;
+            conn.bytes_up += copy_then_close(client_r, upstream);
+        }
+        conn.bytes_down += down.join().unwrap_or(0);
         Ok(())
     }
 }
@@ -427,14 +443,6 @@ pub fn apply_changes(rules: &mut Rules, text: &str) {
             _ => {}
         }
     }
-}
-
-/// The text a refusal is answered with: what the model reads.
-pub fn refusal_text(target: &Target, port: u16, why: &str, allow: &str) -> String {
-    format!(
-        "nd7 refused the connection to {target}:{port}: {why}.\n\
-         This session reaches only the hosts its user allows. If this host is needed, ask the user to run `{allow}` from a terminal outside the session; do not look for another way to reach it.\n"
-    )
 }
 
 enum Refusal {
@@ -647,28 +655,6 @@ fn send_response(client: &mut TcpStream, mut upstream: TcpStream) -> io::Result<
     client.write_all(&rest)?;
     let down = copy_then_close(upstream, client.try_clone()?);
     Ok(down + (out.len() + rest.len()) as u64)
-}
-
-/// Copies both ways until each side has closed its end; returns the bytes
-/// sent up and down.
-fn splice(client: &mut TcpStream, upstream: TcpStream) -> (u64, u64) {
-    let (Ok(client_r), Ok(up_w)) = (client.try_clone(), upstream.try_clone()) else {
-        return (0, 0);
-    };
-    let up = std::thread::Builder::new()
-        .stack_size(128 * 1024)
-        .spawn(move || copy_then_close(client_r, up_w));
-    let down = copy_then_close(
-        upstream,
-        client.try_clone().unwrap_or_else(|_| unreachable_clone()),
-    );
-    let up = up.ok().and_then(|h| h.join().ok()).unwrap_or(0);
-    (up, down)
-}
-
-#[allow(clippy::panic)]
-fn unreachable_clone() -> TcpStream {
-    panic!("a socket that could be cloned once could not be cloned again")
 }
 
 fn copy_then_close(mut from: TcpStream, mut to: TcpStream) -> u64 {

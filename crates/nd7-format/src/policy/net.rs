@@ -137,7 +137,7 @@ pub enum Class {
     Private,
     /// 100.64/10, carrier-grade NAT (Tailscale's addresses).
     Shared,
-    /// 0/8, multicast, broadcast, documentation, reserved: never a peer.
+    /// 0/8, multicast, broadcast, reserved, 192.0.0/24: never a peer.
     Unusable,
 }
 
@@ -167,12 +167,10 @@ fn class_v4(a: Ipv4Addr) -> Class {
         Class::Private
     } else if o[0] == 100 && (64..128).contains(&o[1]) {
         Class::Shared
-    } else if o[0] == 0
-        || o[0] >= 224
-        || a.is_documentation()
-        || (o[0] == 192 && o[1] == 0 && o[2] == 0)
-        || (o[0] == 198 && (o[1] == 18 || o[1] == 19))
-    {
+    } else if o[0] == 0 || o[0] >= 224 || (o[0] == 192 && o[1] == 0 && o[2] == 0) {
+        // Never a peer. The documentation and benchmarking ranges stay
+        // public: no one's own network, and what some resolvers answer (a
+        // fake-IP gateway).
         Class::Unusable
     } else {
         Class::Public
@@ -213,7 +211,7 @@ fn class_v6(a: Ipv6Addr) -> Class {
         Class::LinkLocal
     } else if s[0] & 0xfe00 == 0xfc00 {
         Class::Private
-    } else if a.is_unspecified() || a.is_multicast() || s[0] == 0x2001 && s[1] == 0xdb8 {
+    } else if a.is_unspecified() || a.is_multicast() {
         Class::Unusable
     } else {
         Class::Public
@@ -384,6 +382,15 @@ pub fn allow_command(target: &Target, port: u16) -> String {
     }
 }
 
+/// What a refused connection to `host` (`HOST:PORT`) tells the model:
+/// which host, that nd7 refused it and why, the `nd7 allow --net …` the user
+/// could run (`allow`), and not to look for a way round.
+pub fn refusal_text(host: &str, why: &str, allow: &str) -> String {
+    format!(
+        "nd7 refused the connection to {host}: {why}. This session reaches only the hosts its user allows. If this host is needed, ask the user to run `{allow}` in a terminal outside the session; do not look for another way to reach it.\n"
+    )
+}
+
 /// The agent's own API, from its base URL (`https://api.anthropic.com`,
 /// `http://127.0.0.1:8080/v1`): the rule that allows exactly that host and
 /// port. `None` for a URL that is not http(s).
@@ -433,6 +440,11 @@ pub const NET_PRESETS: &[NetPreset] = &[
         name: "pip",
         hosts: &["pypi.org", "files.pythonhosted.org"],
         why: "the simple index and the files it links to",
+    },
+    NetPreset {
+        name: "python-user",
+        hosts: &["pypi.org", "files.pythonhosted.org"],
+        why: "pip install --user reads the same index",
     },
     NetPreset {
         name: "uv",
@@ -687,6 +699,9 @@ mod tests {
         assert_eq!(class(ip("192.168.1.1")), Class::Private);
         assert_eq!(class(ip("100.100.1.1")), Class::Shared);
         assert_eq!(class(ip("1.1.1.1")), Class::Public);
+        assert_eq!(class(ip("203.0.113.80")), Class::Public);
+        assert_eq!(class(ip("0.0.0.0")), Class::Unusable);
+        assert_eq!(class(ip("224.0.0.1")), Class::Unusable);
         assert_eq!(class(ip("2606:4700::1111")), Class::Public);
     }
 
