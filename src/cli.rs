@@ -119,8 +119,12 @@ pub enum Command {
         /// uv, python-user, go, maven, gradle).
         #[arg(long, value_name = "NAME", conflicts_with = "path")]
         preset: Option<String>,
+        /// Let the agent reach a host instead, from its next connection:
+        /// HOST, *.DOMAIN, HOST:PORT or an IP address (docs/sandbox.md).
+        #[arg(long, value_name = "HOST", conflicts_with_all = ["path", "preset"])]
+        net: Option<String>,
         /// The directory (or file) commands may write.
-        #[arg(required_unless_present = "preset", allow_hyphen_values = false)]
+        #[arg(required_unless_present_any = ["preset", "net"], allow_hyphen_values = false)]
         path: Option<PathBuf>,
     },
     /// Take back a grant of `nd7 allow` (or of ~/.nd7/grants), from the next command.
@@ -138,8 +142,11 @@ pub enum Command {
         /// Take back every path of a preset instead of PATH.
         #[arg(long, value_name = "NAME", conflicts_with = "path")]
         preset: Option<String>,
+        /// Take back a host the agent may reach, from its next connection.
+        #[arg(long, value_name = "HOST", conflicts_with_all = ["path", "preset"])]
+        net: Option<String>,
         /// The grant to take back.
-        #[arg(required_unless_present = "preset")]
+        #[arg(required_unless_present_any = ["preset", "net"])]
         path: Option<PathBuf>,
     },
     /// Tell the model when nd7's sandbox refused a tool call (a Claude Code hook).
@@ -610,6 +617,10 @@ pub struct RunArgs {
     /// python-user, go, maven, gradle; docs/sandbox.md says what each risks).
     #[arg(long = "preset", value_name = "NAME")]
     pub preset: Vec<String>,
+    /// `strict`: refuse to start where the kernel cannot keep the agent's
+    /// network to nd7's egress proxy (`nd7 doctor` says whether it can).
+    #[arg(long = "net", value_name = "MODE", value_parser = ["strict"])]
+    pub net: Option<String>,
     /// The program, then its arguments.
     #[arg(
         required = true,

@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         // by a parser that knows only `run`, with the same help and errors.
         Some("run") => {
             let nd7_core::cli::RunOnly::Run(run) = nd7_core::cli::RunLine::parse().command;
-            return run_run(run.command, run.allow, run.preset);
+            return run_run(run.command, run.allow, run.preset, run.net.is_some());
         }
         _ => {}
     }
@@ -98,9 +98,23 @@ fn main() -> ExitCode {
             dry_run,
             uninstall: true,
         }),
-        Command::Run(run) => run_run(run.command, run.allow, run.preset),
-        Command::Allow { run, preset, path } => run_grant(Change::Allow, run, preset, path),
-        Command::Deny { run, preset, path } => run_grant(Change::Deny, run, preset, path),
+        Command::Run(run) => run_run(run.command, run.allow, run.preset, run.net.is_some()),
+        Command::Allow {
+            run,
+            net: Some(rule),
+            ..
+        } => run_net_grant(Change::Allow, run, &rule),
+        Command::Deny {
+            run,
+            net: Some(rule),
+            ..
+        } => run_net_grant(Change::Deny, run, &rule),
+        Command::Allow {
+            run, preset, path, ..
+        } => run_grant(Change::Allow, run, preset, path),
+        Command::Deny {
+            run, preset, path, ..
+        } => run_grant(Change::Deny, run, preset, path),
         Command::HookExplain => hooks::explain(early),
         Command::HookRoute => hooks::route(),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
@@ -137,6 +151,7 @@ fn run_run(
     mut command: Vec<std::ffi::OsString>,
     allow: Vec<PathBuf>,
     presets: Vec<String>,
+    net_strict: bool,
 ) -> ExitCode {
     let program = command.remove(0);
     let options = run::Options {
@@ -144,6 +159,7 @@ fn run_run(
         args: command,
         allow,
         presets,
+        net_strict,
     };
     // Every line passes through the one escaping function once more, as a
     // last guard: the parts the agent chose are already inert on one line
@@ -160,6 +176,42 @@ fn run_run(
 
 /// `nd7 allow` and `nd7 deny`: one line on stdout per path and 0 when the
 /// run ends up as asked; the reason on stderr and 2 otherwise.
+/// `nd7 allow --net RULE` / `nd7 deny --net RULE`: the running session's
+/// proxy judges its next connection by the changed rules. Exits 0 when the
+/// change is made, 2 otherwise.
+fn run_net_grant(change: Change, run: Option<u32>, rule: &str) -> ExitCode {
+    let verb = match change {
+        Change::Allow => "allow",
+        Change::Deny => "deny",
+    };
+    let fail = |why: &dyn std::fmt::Display| {
+        let why = nd7_core::read::safe::term(&why.to_string(), nd7_core::read::safe::Lines::Keep);
+        eprintln!("nd7 {verb} --net: {why}");
+        ExitCode::from(2)
+    };
+    let rule = match nd7_core::policy::net::parse_rule(rule) {
+        Ok(rule) => rule,
+        Err(e) => return fail(&e),
+    };
+    let run_dir = match RunDirs::for_user().and_then(|s| s.pick(run)) {
+        Ok(run_dir) => run_dir,
+        Err(e) => return fail(&e),
+    };
+    if let Err(e) = nd7_core::egress::change_rules(&run_dir, verb, &rule) {
+        return fail(&e);
+    }
+    eprintln!(
+        "nd7 {verb} --net: {rule} {}, from the agent's next connection (run {})",
+        if verb == "allow" {
+            "allowed"
+        } else {
+            "no longer allowed"
+        },
+        run_dir.pid
+    );
+    ExitCode::SUCCESS
+}
+
 fn run_grant(
     change: Change,
     run: Option<u32>,

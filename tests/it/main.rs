@@ -23,6 +23,8 @@ mod door_hooks;
 mod door_load;
 mod e2e;
 #[cfg(target_os = "linux")]
+mod egress;
+#[cfg(target_os = "linux")]
 mod exit_ruleset;
 mod exit_status;
 #[cfg(target_os = "linux")]
