@@ -423,7 +423,7 @@ fn sessions_are_named_by_id_prefix_last_or_path_and_mistakes_exit_2() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("not a session log"),
+        stderr(&out).contains("not a session: it holds neither"),
         "{}",
         stderr(&out)
     );
