@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     --prefix) [ $# -ge 2 ] || die "--prefix needs a value"; prefix=$2; shift 2;;
     --target) [ $# -ge 2 ] || die "--target needs a value"; target=$2; shift 2;;
     --from) [ $# -ge 2 ] || die "--from needs a value"; from=${2%/}; shift 2;;
-    -h|--help) sed -n '2,13p' "$0" 2>/dev/null | sed 's/^# \{0,1\}//'; exit 0;;
+    -h|--help) echo "usage: install.sh [--version VERSION] [--prefix PREFIX] [--target TARGET] [--from URL]"; exit 0;;
     *) die "unknown argument $1 (see --help)";;
   esac
 done

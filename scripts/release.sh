@@ -118,7 +118,7 @@ sign() {
   rm -f "$out/SHA256SUMS.sig"
   ssh-keygen -q -Y sign -f "$key" -n "$namespace" "$out/SHA256SUMS" \
     || die "ssh-keygen could not sign SHA256SUMS"
-  signer="$namespace ssh-ed25519 $(ssh-keygen -y -f "$key" | cut -d' ' -f2)"
+  signer="$namespace namespaces=\"$namespace\" ssh-ed25519 $(ssh-keygen -y -f "$key" | cut -d' ' -f2)"
   sed "s|^release_signer=''$|release_signer='$signer'|" install/install.sh > "$out/install.sh"
   grep -q "^release_signer='$namespace " "$out/install.sh" || die "install/install.sh: no release_signer line"
   chmod 755 "$out/install.sh"
