@@ -556,6 +556,7 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
             }
         );
     }
+    report_effects(&r.effects, prefix);
     if !r.hooks {
         println!(
             "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
@@ -643,6 +644,42 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
         );
     }
     Ok(agrees && ended && whole)
+}
+
+/// What ran (`effect:nd7`, ADR-0111), held against the commands through
+/// the exit: counts, and what ran under no call. None of it is a
+/// disagreement: what ran without a call is the agent's own work (its tools,
+/// MCP servers, hooks) or a process a command left behind.
+fn report_effects(e: &nd7_core::run_entry::Effects, prefix: &str) {
+    use nd7_core::read::safe;
+    if !e.present {
+        return;
+    }
+    if let Some(why) = &e.not_observed {
+        println!(
+            "{prefix}what ran: not observed in this run ({})",
+            safe::term(why, safe::Lines::One)
+        );
+        return;
+    }
+    println!(
+        "{prefix}what ran: {} execs observed: {} under commands through the exit, {} ran without a call (the agent's own processes and what they started), {} started by a command's process after the command had ended",
+        e.execs, e.under_commands, e.without_call, e.after_command
+    );
+    if e.unconfirmed > 0 {
+        println!(
+            "{prefix}note: {} exec{} not confirmed (the new program could not be read after its exec)",
+            e.unconfirmed,
+            if e.unconfirmed == 1 { "" } else { "s" }
+        );
+    }
+    if e.stopped > 0 {
+        println!(
+            "{prefix}note: {} exec{} not observed: stopped at the exec, before running, while the observer was past its bound",
+            e.stopped,
+            if e.stopped == 1 { " was" } else { "s were" }
+        );
+    }
 }
 
 /// Whether the `nd7 run` that writes the chain `id` (`run-<time>-<pid>-<hex>`)

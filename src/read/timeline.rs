@@ -399,6 +399,9 @@ fn observed_summary(entry: &Entry) -> String {
         body["wrapper"] = Value::String("Claude Code's shell line".into());
         return entry::scalars(&body, SUMMARY_LEN);
     }
+    if entry.source == crate::effect::SOURCE && entry.kind == crate::effect::RAN {
+        return ran_summary(&entry.body);
+    }
     let scalars = entry::scalars(&entry.body, SUMMARY_LEN);
     if entry.kind != crate::run_entry::RUN_START {
         return scalars;
@@ -462,6 +465,58 @@ fn net_summary(body: &Value) -> String {
     entry::cut(&line, SUMMARY_LEN).to_string()
 }
 
+/// The one line a `ran` entry shows: how many execs, the programs by how
+/// often they ran (most first), and the commands through the exit they ran
+/// under (by the seq of each one's `exec` entry).
+fn ran_summary(body: &Value) -> String {
+    let exes = body["exes"].as_array().cloned().unwrap_or_default();
+    let execs = body["execs"].as_array().cloned().unwrap_or_default();
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    let mut commands: Vec<u64> = Vec::new();
+    for x in &execs {
+        let name = match x["exe"].as_u64().and_then(|i| exes.get(i as usize)) {
+            Some(exe) => {
+                let path = exe[0].as_str().unwrap_or("?");
+                path.rsplit('/').next().unwrap_or(path).to_string()
+            }
+            None => "(not confirmed)".to_string(),
+        };
+        match counts.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, c)) => *c += 1,
+            None => counts.push((name, 1)),
+        }
+        if let Some(seq) = x["command"].as_u64()
+            && !commands.contains(&seq)
+        {
+            commands.push(seq);
+        }
+    }
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+    let programs: Vec<String> = counts
+        .iter()
+        .map(|(n, c)| {
+            if *c > 1 {
+                format!("{n} ×{c}")
+            } else {
+                n.clone()
+            }
+        })
+        .collect();
+    let under = if commands.is_empty() {
+        String::new()
+    } else {
+        let seqs: Vec<String> = commands.iter().map(u64::to_string).collect();
+        format!(" (under the commands of entries {})", seqs.join(", "))
+    };
+    let line = format!(
+        "{} exec{}: {}{under}",
+        execs.len(),
+        if execs.len() == 1 { "" } else { "s" },
+        programs.join(", ")
+    );
+    entry::cut(&line, SUMMARY_LEN).to_string()
+}
+
 /// The class of an entry nd7 wrote from outside the agent, read off its
 /// kind. Extend here when the exit writes kinds this does not know; an
 /// unknown kind is `Other`, and shown whole all the same.
@@ -471,7 +526,7 @@ pub fn observed_class(kind: &str) -> ObservedClass {
         ObservedClass::Grant
     } else if k.contains("refus") {
         ObservedClass::Refusal
-    } else if k.contains("command") || k.contains("exec") {
+    } else if k.contains("command") || k.contains("exec") || k == "ran" {
         ObservedClass::Command
     } else if k.contains("session") || k.starts_with("run_") {
         ObservedClass::Session
@@ -1443,6 +1498,27 @@ mod tests {
         );
         assert!(
             matches!(&items[1], Item::Observed(o) if o.summary == "project=/p grants=none pid=7 hooks=true"),
+            "{items:?}"
+        );
+    }
+
+    #[test]
+    fn what_ran_shows_its_programs_by_count_and_its_commands() {
+        let body = json!({
+            "exes": [["/usr/bin/cc", "1:2", "ab"], ["/usr/bin/make", "1:3", "cd"]],
+            "execs": [
+                {"pid": 1, "ppid": 0, "t": 1, "exe": 1, "argv": ["make"], "cwd": "/p", "command": 4},
+                {"pid": 2, "ppid": 1, "t": 2, "exe": 0, "argv": ["cc"], "cwd": "/p", "command": 4},
+                {"pid": 3, "ppid": 1, "t": 3, "exe": 0, "argv": ["cc"], "cwd": "/p", "command": 4},
+                {"pid": 4, "ppid": 1, "t": 4, "confirmed": false, "argv": [], "cwd": null}
+            ]
+        });
+        let items = run(&[line_from(5, "effect:nd7", "ran", None, body)]);
+        assert!(
+            matches!(
+                &items[0],
+                Item::Observed(o) if o.summary == "4 execs: cc ×2, make, (not confirmed) (under the commands of entries 4)"
+            ),
             "{items:?}"
         );
     }

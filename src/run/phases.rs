@@ -113,6 +113,8 @@ pub(super) struct Confined {
     run_dir: Removed,
     floor: sandbox::Floor,
     watch: Arc<watch::Watch>,
+    /// What ran, written into the chain as it is seen (ADR-0110).
+    observing: sandbox::Observing,
 }
 
 /// The exit and the door open (not yet answering); the events to record
@@ -464,6 +466,7 @@ impl Chained {
             _ => watch::Watch::start(plan, held.all_held(), &planned.policy),
         });
         sandbox::keeper_ready().map_err(|e| chain.not_started(RunError::Sandbox(e)))?;
+        let observing = sandbox::observe_execs(chain.0.clone());
         Ok(Confined {
             planned,
             held,
@@ -472,6 +475,7 @@ impl Chained {
             run_dir,
             floor,
             watch,
+            observing,
         })
     }
 }
@@ -730,6 +734,11 @@ impl Prepared {
                 "nd7 run: not enforced on this system: what the agent may send over the network ({why})"
             )),
         }
+        if let Some(why) = sandbox::not_observed_why() {
+            announce(&format!(
+                "nd7 run: what ran is not observed in this run ({why}): the log holds what the agent said, not what the kernel ran"
+            ));
+        }
         for warning in planned
             .warnings
             .iter()
@@ -825,6 +834,7 @@ impl Finished {
             chain,
             run_dir,
             watch,
+            observing,
             ..
         } = &self.opened.confined;
         let (log, terminal) = (&chain.0, &planned.base.terminal);
@@ -833,6 +843,9 @@ impl Finished {
         // is gone, and says so on stderr).
         let left = sandbox::end_leftovers(&run_dir.0, &planned.policy);
         end::door_refusals(log, left.as_ref());
+        // Every process below nd7 run has ended: what they ran is written
+        // before the chain's end.
+        observing.finish();
         // The agent's program has had the terminal until now: whatever it
         // left the terminal in must not hide or garble nd7's own last lines.
         terminal.give_back();

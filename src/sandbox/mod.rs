@@ -1145,3 +1145,53 @@ pub fn record_hook(request: &HookRequest) -> Result<HookAnswer, String> {
         Err(NOT_THE_DOOR.to_string())
     }
 }
+
+/// The exec observer's side in `nd7 run` (ADR-0110): writes what ran into
+/// the run's chain until [`Observing::finish`].
+pub struct Observing {
+    #[cfg(target_os = "linux")]
+    recorder: std::sync::Mutex<Option<linux::observe::Recorder>>,
+}
+
+/// Why this run's execs are not observed, when they are not: said in the
+/// banner, and in the chain (a `not_observed` entry, [`observe_execs`]).
+pub fn not_observed_why() -> Option<&'static str> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::observe::not_observed_why()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Some("this system has no way for an unprivileged program to observe execs")
+    }
+}
+
+/// Starts writing the execs observed in this run into `log`, or writes
+/// that none are.
+pub fn observe_execs(log: std::sync::Arc<crate::run_log::RunLog>) -> Observing {
+    #[cfg(target_os = "linux")]
+    {
+        Observing {
+            recorder: std::sync::Mutex::new(linux::observe::record(log)),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let why = not_observed_why().unwrap_or_default();
+        let _ = log.effect(
+            crate::effect::NOT_OBSERVED,
+            &crate::effect::not_observed_body(None, why),
+        );
+        Observing {}
+    }
+}
+
+impl Observing {
+    /// Once every process of the run has ended: writes the rest.
+    pub fn finish(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(r) = self.recorder.lock().ok().and_then(|mut r| r.take()) {
+            r.finish();
+        }
+    }
+}
