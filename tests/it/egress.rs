@@ -165,6 +165,37 @@ echo "$HTTPS_PROXY" > "$PWD/proxy"
     assert!(net.iter().all(|e| e["source"] == "effect:nd7-proxy"));
     let v = verify(&w, &run_dirs(&w)[0]);
     assert!(v.status.success(), "{}", text(&v.stdout));
+    // The readers: show lists the hosts and marks the refusal; search finds
+    // a host across sessions.
+    let id = run_dirs(&w)[0]
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let show = text(&w.nd7(&["show", &id]).output().expect("nd7 show").stdout);
+    assert!(
+        show.lines()
+            .any(|l| l.contains("net")
+                && l.contains(&format!("localhost:{} allowed", registry.port))),
+        "{show}"
+    );
+    assert!(
+        show.lines()
+            .any(|l| l.contains("REFUSED")
+                && l.contains(&format!("127.0.0.1:{} refused", exfil.port))),
+        "{show}"
+    );
+    let found = w
+        .nd7(&["search", "localhost"])
+        .output()
+        .expect("nd7 search");
+    let found = text(&found.stdout);
+    assert!(
+        found
+            .lines()
+            .any(|l| l.contains(" host ") && l.ends_with(" localhost")),
+        "{found}"
+    );
     let err = text(&out.stderr);
     assert!(
         err.contains(&format!(
@@ -173,13 +204,40 @@ echo "$HTTPS_PROXY" > "$PWD/proxy"
         )),
         "{err}"
     );
-    // The session is over; its proxy was never on the host's loopback.
+}
+
+/// Guards the network namespace (`netns::enter`, the proxy's listener made
+/// inside it): while the session runs, nothing outside it (another local
+/// user, any process of the account's) can use its proxy as a relay.
+#[test]
+fn the_sessions_proxy_is_no_relay_for_anyone_outside() {
+    let w = World::new();
+    let target = Listener::on("127.0.0.1:0", "target");
+    grants(&w, &format!("net localhost:{}\n", target.port));
+    let (child, _) =
+        w.start_agent(r#"echo "$HTTPS_PROXY" > proxy; touch ready; wait_for done; echo over"#);
+    w.wait_for("ready");
     let proxy = std::fs::read_to_string(w.proj().join("proxy")).expect("proxy");
-    let port = proxy.trim().rsplit(':').next().expect("port");
-    assert!(
-        TcpStream::connect(format!("127.0.0.1:{port}")).is_err()
-            || !proxy.starts_with("http://127.0.0.1:")
-    );
+    let port = proxy
+        .trim()
+        .strip_prefix("http://127.0.0.1:")
+        .unwrap_or_else(|| panic!("no proxy given: {proxy:?}"))
+        .to_string();
+    let relay = TcpStream::connect(format!("127.0.0.1:{port}")).and_then(|mut s| {
+        let p = target.port;
+        write!(
+            s,
+            "GET http://localhost:{p}/ HTTP/1.1\r\nHost: localhost:{p}\r\n\r\n"
+        )?;
+        let mut got = String::new();
+        s.read_to_string(&mut got)?;
+        Ok(got)
+    });
+    w.signal("done");
+    let out = child.wait_with_output().expect("nd7 run");
+    assert_eq!(lines(&out), ["over"], "{}", text(&out.stderr));
+    assert!(relay.is_err(), "the proxy answered from outside: {relay:?}");
+    assert_eq!(target.received(), "");
 }
 
 /// Guards the proxy's judgment (`Rules::judge`, rebinding and IP literals)
@@ -373,4 +431,38 @@ curl -sf --max-time 30 "$ANTHROPIC_BASE_URL/v1/messages" && echo api:yes || echo
     );
     assert!(got.contains(&"hello from api".to_string()), "{got:?}");
     assert!(got.contains(&"api:yes".to_string()), "{got:?}");
+}
+
+/// Where user namespaces are refused nothing keeps the network: the banner
+/// says so in one line, `nd7 doctor` too, and `--net strict` refuses to
+/// start (exit 2, the program never run).
+#[test]
+fn without_user_namespaces_egress_is_said_to_be_unenforced_and_strict_refuses() {
+    let w = World::new().without_user_namespaces();
+    let out = w.run_agent("echo ran");
+    assert_eq!(lines(&out), ["ran"], "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.lines().any(|l| l.starts_with(
+            "nd7 run: not enforced on this system: what the agent may send over the network"
+        )),
+        "{err}"
+    );
+    let agent = w.agent("echo ran");
+    let strict = w
+        .nd7(&["run", "--net", "strict", &agent])
+        .output()
+        .expect("nd7 run");
+    assert_eq!(strict.status.code(), Some(2), "{}", text(&strict.stderr));
+    assert!(lines(&strict).is_empty());
+    assert!(
+        text(&strict.stderr).contains("--net strict"),
+        "{}",
+        text(&strict.stderr)
+    );
+    let doctor = text(&w.nd7(&["doctor"]).output().expect("nd7 doctor").stdout);
+    assert!(
+        doctor.contains("the network is not kept to nd7's proxy here"),
+        "{doctor}"
+    );
 }
