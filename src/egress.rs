@@ -792,8 +792,8 @@ fn codex_base_url(home: &std::path::Path) -> Option<String> {
 
 /// Adds `verb RULE` (`allow` or `deny`) to the rules file of the run in
 /// `run_dir`, then writes a `grant` entry into its log (`change`, `net`).
-/// The file is replaced whole (written beside, then renamed), so the proxy
-/// never reads half of it.
+/// The file is replaced whole (`files::replace`), so the proxy never reads
+/// half of it.
 pub fn change_rules(
     run_dir: &crate::run_dir::RunDir,
     verb: &str,
@@ -806,10 +806,13 @@ pub fn change_rules(
         Err(e) => return Err(format!("{}: read: {e}", path.display())),
     };
     text.push_str(&format!("{verb} {rule}\n"));
-    let staged = run_dir.dir.join(format!(".{RULES_FILE}.new"));
-    std::fs::write(&staged, &text)
-        .and_then(|()| std::fs::rename(&staged, &path))
-        .map_err(|e| format!("{}: write: {e}", path.display()))?;
+    crate::files::replace(
+        &path,
+        text.as_bytes(),
+        0o600,
+        crate::files::Durability::Atomic,
+    )
+    .map_err(|e| e.to_string())?;
     let body = json!({ "change": verb, "net": rule.to_string() });
     crate::run_log::note(run_dir, crate::run_entry::GRANT, &body)
         .map(|_| ())

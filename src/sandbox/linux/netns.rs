@@ -4,7 +4,7 @@
 //! (`crate::egress`), is the only way out.
 //!
 //! Namespaces are per thread for the network: `nd7 run`, just moved into
-//! its user namespace ([`super::ns::enter`]) and still holding the
+//! its user namespace (`ns::enter`) and still holding the
 //! capabilities that gives, first starts one thread, the *outside* thread,
 //! which stays in the network namespace the account had; then moves its
 //! own main thread into a new network namespace, brings its `lo` up and
@@ -68,14 +68,15 @@ impl Net {
 /// Starts the outside thread, then moves the calling thread into a new
 /// network namespace with `lo` up and a listener on 127.0.0.1. Needs
 /// `CAP_SYS_ADMIN` and `CAP_NET_ADMIN` in the calling thread's user
-/// namespace (which owns the new one).
-pub fn enter() -> Result<Net, String> {
+/// namespace (which owns the new one); `drop_capabilities` drops the
+/// calling thread's (`ns::drop_thread_capabilities`), for the outside one.
+pub fn enter(drop_capabilities: fn() -> io::Result<()>) -> Result<Net, String> {
     let (tx, rx) = channel::<Job>();
     std::thread::Builder::new()
         .name("nd7-outside".into())
         .spawn(move || {
             // Capabilities are per thread: this one keeps none.
-            let _ = super::ns::drop_thread_capabilities();
+            let _ = drop_capabilities();
             for job in rx {
                 job();
             }
