@@ -537,10 +537,12 @@ impl Confined {
         let record: crate::egress::Record = Arc::new(move |c: &crate::egress::Connection| {
             let _ = log.net(&c.body());
         });
-        let proxy = Arc::new(
-            crate::egress::Proxy::new(rules, crate::egress::run_resolver(), record)
-                .rules_file(self.run_dir.0.dir.join(crate::egress::RULES_FILE)),
-        );
+        let mut proxy = crate::egress::Proxy::new(rules, crate::egress::run_resolver(), record)
+            .rules_file(self.run_dir.0.dir.join(crate::egress::RULES_FILE));
+        if let Some(who) = sandbox::Held::proxy_client() {
+            proxy = proxy.who(who);
+        }
+        let proxy = Arc::new(proxy);
         self.held
             .serve_proxy(proxy.clone())
             .map_err(|e| RunError::Sandbox(format!("start nd7's egress proxy: {e}")))?;
@@ -671,6 +673,9 @@ impl Prepared {
                 })
             })?;
         opened.exit.answer();
+        if let Ok(proxy) = &opened.proxy {
+            proxy.agent_started(agent.id());
+        }
         opened.confined.watch.program_started();
         let handle = signals.handle();
         let forwarder = pass_on(signals, agent.id());

@@ -535,6 +535,19 @@ impl Held {
         }
     }
 
+    /// What tells the proxy which process opened a connection, where this
+    /// system can tell (Linux).
+    pub fn proxy_client() -> Option<crate::egress::Who> {
+        #[cfg(target_os = "linux")]
+        {
+            Some(linux::netns::client_process)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    }
+
     /// Serves `proxy` on the listener made inside the run's network
     /// namespace, from the thread that stayed outside it, so that the
     /// connections it opens are outside.

@@ -157,7 +157,9 @@ echo "$HTTPS_PROXY" > "$PWD/proxy"
     assert!(
         net.iter().any(|e| e["body"]["verdict"] == "refused"
             && e["body"]["host"] == "127.0.0.1"
-            && e["body"]["allow"] == format!("nd7 allow --net 127.0.0.1:{}", exfil.port)),
+            && e["body"]["allow"] == format!("nd7 allow --net 127.0.0.1:{}", exfil.port)
+            && e["body"]["process"] == "curl"
+            && e["body"]["pid"].as_u64().is_some()),
         "{net:?}"
     );
     assert!(net.iter().all(|e| e["source"] == "effect:nd7-proxy"));

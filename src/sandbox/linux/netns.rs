@@ -159,3 +159,51 @@ fn loopback_up() -> io::Result<()> {
     }
     Ok(())
 }
+
+/// The process holding the client's end of a TCP connection to the proxy
+/// (`peer` its address, `local` the proxy's), from the network namespace's
+/// table (`/proc/self/net/tcp` is the main thread's, inside) and the
+/// account's processes' descriptors: pid and name. `None` when it cannot
+/// be told (gone, another account's).
+pub fn client_process(
+    peer: std::net::SocketAddr,
+    local: std::net::SocketAddr,
+) -> Option<(u32, String)> {
+    let hex = |a: std::net::SocketAddr| match a.ip() {
+        std::net::IpAddr::V4(ip) => Some(format!(
+            "{:08X}:{:04X}",
+            u32::from_ne_bytes(ip.octets()),
+            a.port()
+        )),
+        std::net::IpAddr::V6(_) => None,
+    };
+    let (want, proxy) = (hex(peer)?, hex(local)?);
+    let table = std::fs::read_to_string("/proc/self/net/tcp").ok()?;
+    let inode = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&want.as_str()) && f.get(2) == Some(&proxy.as_str()))
+            .then(|| f.get(9).map(|s| s.to_string()))
+            .flatten()
+    })?;
+    let link = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link.as_str()));
+        if holds {
+            let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            return Some((pid, name.trim().to_string()));
+        }
+    }
+    None
+}
