@@ -556,7 +556,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__allow)
-            opts="-h --run --preset --help"
+            opts="-h --run --preset --net --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -567,6 +567,10 @@ _nd7() {
                     return 0
                     ;;
                 --preset)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --net)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -592,7 +596,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__deny)
-            opts="-h --run --preset --help"
+            opts="-h --run --preset --net --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -603,6 +607,10 @@ _nd7() {
                     return 0
                     ;;
                 --preset)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --net)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1068,7 +1076,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__run)
-            opts="-h --allow --preset --help"
+            opts="-h --allow --preset --net --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1080,6 +1088,10 @@ _nd7() {
                     ;;
                 --preset)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --net)
+                    COMPREPLY=($(compgen -W "strict" -- "${cur}"))
                     return 0
                     ;;
                 *)

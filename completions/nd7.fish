@@ -90,13 +90,16 @@ complete -c nd7 -n "__fish_nd7_using_subcommand setup" -l dry-run -d 'Print what
 complete -c nd7 -n "__fish_nd7_using_subcommand setup" -l uninstall -d 'Remove nd7\'s entries (and only those) and the completions setup installed'
 complete -c nd7 -n "__fish_nd7_using_subcommand setup" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand run" -l allow -d 'Let commands write DIR (created if it does not exist), as `nd7 allow DIR` would' -r -F
-complete -c nd7 -n "__fish_nd7_using_subcommand run" -l preset -d 'Let commands write a toolchain\'s caches (npm, pnpm, yarn, cargo, pip, uv, python-user, go, maven, gradle; docs/sandbox.md says what each risks)' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand run" -l preset -d 'Let commands write a toolchain\'s caches (npm, pnpm, yarn, cargo, pip, uv, python-user, go, maven, gradle; docs/sandbox.md says what each risks), and reach its registry\'s hosts (npm, cargo, pip, uv, python-user, go; github brings only hosts)' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand run" -l net -d '`strict`: refuse to start where the kernel cannot keep the agent\'s network to nd7\'s egress proxy (`nd7 doctor` says whether it can)' -r -f -a "strict\t''"
 complete -c nd7 -n "__fish_nd7_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand allow" -l run -d 'The run: the pid `nd7 run` announced. Needed only when several run; they are listed then' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand allow" -l preset -d 'Allow a toolchain\'s caches instead of PATH (npm, pnpm, yarn, cargo, pip, uv, python-user, go, maven, gradle)' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand allow" -l net -d 'Let the agent reach a host instead, from its next connection: HOST, *.DOMAIN, HOST:PORT or an IP address (docs/sandbox.md)' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand allow" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand deny" -l run -d 'The run: the pid `nd7 run` announced. Needed only when several run; they are listed then' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand deny" -l preset -d 'Take back every path of a preset instead of PATH' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand deny" -l net -d 'Take back a host the agent may reach, from its next connection' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand deny" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand hook-explain" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand hook-route" -s h -l help -d 'Print help (see more with \'--help\')'
