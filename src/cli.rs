@@ -614,7 +614,9 @@ pub struct RunArgs {
     #[arg(long = "allow", value_name = "DIR")]
     pub allow: Vec<PathBuf>,
     /// Let commands write a toolchain's caches (npm, pnpm, yarn, cargo, pip, uv,
-    /// python-user, go, maven, gradle; docs/sandbox.md says what each risks).
+    /// python-user, go, maven, gradle; docs/sandbox.md says what each risks), and
+    /// reach its registry's hosts (npm, cargo, pip, uv, python-user, go; github
+    /// brings only hosts).
     #[arg(long = "preset", value_name = "NAME")]
     pub preset: Vec<String>,
     /// `strict`: refuse to start where the kernel cannot keep the agent's

@@ -248,7 +248,11 @@ impl RunLog {
     /// Appends the egress proxy's entry for one connection
     /// (`source: effect:nd7-proxy`, kind `net`).
     pub fn net(&self, body: &Value) -> Result<Appended, RunLogError> {
-        if let (Some(allow), Some(why)) = (body["allow"].as_str(), body["why"].as_str()) {
+        if let (Some(allow), Some(why), false) = (
+            body["allow"].as_str(),
+            body["why"].as_str(),
+            body["agent_own"] == true,
+        ) {
             let host = format!(
                 "{}:{}",
                 body["host"].as_str().unwrap_or("?"),

@@ -525,44 +525,32 @@ impl Confined {
         &self,
         options: &Options,
     ) -> Result<Result<Arc<crate::egress::Proxy>, String>, RunError> {
-        #[cfg(target_os = "linux")]
-        {
-            let net = match self.held.net() {
-                Ok(net) => net,
-                Err(why) => return Ok(Err(why)),
-            };
-            let planned = &self.planned;
-            let agent = planned.agent.map(|a| a.agent());
-            let rules = crate::egress::start_rules(
-                agent,
-                &planned.base.home,
-                &planned.policy.roots.project,
-                &options.presets,
-            )
-            .map_err(RunError::Sandbox)?;
-            let log = self.chain.0.clone();
-            let record: crate::egress::Record = Arc::new(move |c: &crate::egress::Connection| {
-                let _ = log.net(&c.body());
-            });
-            let proxy = Arc::new(
-                crate::egress::Proxy::new(rules, crate::egress::run_resolver(), record)
-                    .rules_file(self.run_dir.0.dir.join(crate::egress::RULES_FILE)),
-            );
-            let listener = net
-                .take_listener()
-                .ok_or_else(|| RunError::Sandbox("the proxy's listener was taken".into()))?;
-            let serving = proxy.clone();
-            net.outside(move || {
-                serving.serve(listener);
-            })
+        if let Err(why) = self.held.egress() {
+            return Ok(Err(why));
+        }
+        let planned = &self.planned;
+        let agent = planned.agent.map(|a| a.agent());
+        let rules = crate::egress::start_rules(
+            agent,
+            &planned.base.home,
+            &planned.policy.roots.project,
+            &options.presets,
+        )
+        .map_err(RunError::Sandbox)?;
+        let log = self.chain.0.clone();
+        let record: crate::egress::Record = Arc::new(move |c: &crate::egress::Connection| {
+            let _ = log.net(&c.body());
+        });
+        let mut proxy = crate::egress::Proxy::new(rules, crate::egress::run_resolver(), record)
+            .rules_file(self.run_dir.0.dir.join(crate::egress::RULES_FILE));
+        if let Some(who) = sandbox::Held::proxy_client() {
+            proxy = proxy.who(who);
+        }
+        let proxy = Arc::new(proxy);
+        self.held
+            .serve_proxy(proxy.clone())
             .map_err(|e| RunError::Sandbox(format!("start nd7's egress proxy: {e}")))?;
-            Ok(Ok(proxy))
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = options;
-            Ok(Err("nd7's egress proxy runs on Linux only so far".into()))
-        }
+        Ok(Ok(proxy))
     }
 
     /// What the exit calls before each command: the watch snapshots the
@@ -689,6 +677,9 @@ impl Prepared {
                 })
             })?;
         opened.exit.answer();
+        if let Ok(proxy) = &opened.proxy {
+            proxy.agent_started(agent.id());
+        }
         opened.confined.watch.program_started();
         let handle = signals.handle();
         let forwarder = pass_on(signals, agent.id());

