@@ -103,8 +103,8 @@ fn the_amplification_request_is_refused_and_stores_nothing() {
     ok(ship(&state));
 }
 
-/// Guards `Vault::known_machine`'s revoked check and `check_token`'s
-/// revocation: both take effect on the next request, with the server
+/// Guards `Vault::known_machine`'s revoked check, `Vault::enroll`'s, and
+/// `check_token`'s revocation: all take effect on the next request, with the server
 /// running throughout; and the files' mode (0600, `SqliteStore::open`).
 #[test]
 fn revocation_takes_effect_on_the_next_request() {
@@ -145,6 +145,30 @@ fn revocation_takes_effect_on_the_next_request() {
     // What it shipped before stays readable and checkable.
     let (pulled, _) = crate::vault::pull(&state, &vault, &org, "s1", false);
     assert!(pulled.status.success(), "{}", stdout(&pulled));
+    // Its own enrolment sent again, same key and token (what answers a
+    // lost reply): refused as revoked, not answered `200 machine <id>`.
+    // Guards the revoked check in `Vault::enroll`.
+    let c = client(&vault.url);
+    let path = format!("/v1/machines/{}", machine.id);
+    let (status, record) = c
+        .request("GET", &path, b"", None, Some(&token))
+        .expect("the record");
+    assert_eq!(status, 200);
+    let auth = vault::RequestAuth::sign(
+        &machine.key,
+        &machine.id,
+        "POST",
+        "/v1/enroll",
+        nd7_core::ship::unix_now(),
+        nd7_core::ship::random().expect("random"),
+        &record,
+    );
+    let (status, reply) = c
+        .send_raw("POST", "/v1/enroll", &record, &auth.headers())
+        .expect("enrol again");
+    let reply = String::from_utf8_lossy(&reply);
+    assert_eq!(status, 403, "{reply}");
+    assert!(reply.contains("was revoked at"), "{reply}");
 
     // The read token, by its id or by itself.
     let out = vault.admin(&["revoke", "read-token", &token]);
