@@ -90,6 +90,12 @@ fn ship_once(state: &Path) -> ExitCode {
             }
         }
     }
+    // Batches the vault acknowledged before a session's run failed count:
+    // they are stored.
+    for (_, acked) in &report.partly {
+        entries += acked.entries;
+        batches += acked.batches;
+    }
     if !report.not_tried.is_empty() {
         eprintln!(
             "nd7 ship: stopped: the vault refused more from this machine today (quota); {} more session(s) not tried",
