@@ -1014,15 +1014,14 @@ async fn answer(
         }
     };
     // A machine the vault knows, by a valid signature over the headers:
-    // its connection is no longer anonymous, and its request does not
-    // queue with the anonymous ones. Anonymous requests take a bounded
-    // share of the storage queue.
+    // its request does not queue with the anonymous ones (which take a
+    // bounded share of the storage queue). Its connection, busy with the
+    // request, is not evicted meanwhile, and leaves the anonymous pool
+    // once the request is proven whole (nonce spent): a replayed request
+    // promotes nothing.
     let vouched = routes::vouches(&request, length, super::unix_now(), |id| {
         shared.known_machines().get(id).copied()
     });
-    if vouched {
-        tracked.promote();
-    }
     let _anonymous = if !vouched && routes::anonymous(method, path) {
         match tokio::time::timeout(
             shared.config.queue_wait,
