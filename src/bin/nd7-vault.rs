@@ -186,7 +186,8 @@ struct Serve {
     /// Connections open at once [default: 4096, or fewer if the file
     /// descriptor limit is lower]. When all are open, a new one evicts the
     /// oldest anonymous connection (none of its requests yet signed by an
-    /// enrolled machine or carrying a read token) not in a request.
+    /// enrolled machine or carrying a read token) not answering a known
+    /// machine's request.
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
     /// Of those, how many are kept for connections a signed request or a
