@@ -96,6 +96,12 @@ fn ship_once(state: &Path) -> ExitCode {
             }
         }
     }
+    // Batches the vault acknowledged before a session's run failed count:
+    // they are stored.
+    for (_, acked) in &report.partly {
+        entries += acked.entries;
+        batches += acked.batches;
+    }
     let not_tried = report.not_tried.iter().filter(|id| waiting(id)).count();
     match unreachable {
         Some(why) => {
