@@ -223,8 +223,8 @@ pub struct Tool {
     pub refused_by: Option<RefusedBy>,
     /// The paths nd7's sandbox refused it, each with why and the fix, from
     /// the call's `floor_refused` entry.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub refused_paths: Vec<RefusedPath>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub refused_paths: Box<[RefusedPath]>,
     /// nd7's own entries about this call (`exec`, `exec_end`,
     /// `floor_refused`), folded into it; each is also an item of its own.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -689,7 +689,7 @@ impl Builder {
             FLOOR_REFUSED => {
                 tool.status = Status::Refused;
                 tool.refused_by = Some(RefusedBy::Nd7Sandbox);
-                tool.refused_paths = RefusedPath::of(&entry.body);
+                tool.refused_paths = RefusedPath::of(&entry.body).into();
             }
             _ => {}
         }
@@ -753,7 +753,7 @@ impl Builder {
             output: None,
             reason: None,
             refused_by: None,
-            refused_paths: Vec::new(),
+            refused_paths: Box::default(),
             evidence: Vec::new(),
             call_seq: Some(entry.seq),
             result_seq: None,
@@ -817,7 +817,7 @@ impl Builder {
             output: None,
             reason: None,
             refused_by: None,
-            refused_paths: Vec::new(),
+            refused_paths: Box::default(),
             evidence: Vec::new(),
             call_seq: None,
             result_seq: None,
