@@ -635,14 +635,13 @@ fn every_command_takes_the_ids_sessions_prints() {
     let dir = state.log("57577be6-1111-4e2f-9d00-000000000001");
     let out = nd7(&state, &["verify", &dir.dir().display().to_string()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    for cmd in [&["verify", "zzz"][..], &["show", "zzz"]] {
+    for (cmd, said) in [
+        (&["verify", "zzz"][..], "zzz: no such session"),
+        (&["show", "zzz"], "no session \"zzz\""),
+    ] {
         let out = nd7(&state, cmd);
         assert_eq!(out.status.code(), Some(2));
-        assert!(
-            stderr(&out).contains("no session \"zzz\""),
-            "{}",
-            stderr(&out)
-        );
+        assert!(stderr(&out).contains(said), "{}", stderr(&out));
     }
     let out = nd7(&state, &["verify", "--transcript", "5757"]);
     assert!(
