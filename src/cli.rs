@@ -420,6 +420,8 @@ pub enum Admin {
     ///
     /// The token names the version of the recipients document given, so a
     /// machine enrolling with it refuses any older one the vault might serve.
+    /// Also spelt `enroll-token`, as `nd7 enroll` is.
+    #[command(alias = "enroll-token")]
     EnrolToken {
         /// The organisation key from `nd7 admin org-key`.
         #[arg(long, value_name = "FILE")]
