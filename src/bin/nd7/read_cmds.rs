@@ -143,6 +143,19 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
             && (!a.refused || s.all_refusals() > 0)
     });
     rows.sort_by(|x, y| (y.summary.first_ts, &y.id).cmp(&(x.summary.first_ts, &x.id)));
+    if a.ids {
+        // For completion: ids only, checking nothing. Ids come from
+        // payloads: one line each, inert.
+        let mut out = Output::open(false, ColourChoice::Never);
+        let written = rows
+            .iter()
+            .try_for_each(|r| out.line(&nd7_core::read::safe::term(&r.id, Lines::One)));
+        let _ = index.save();
+        return match written {
+            Ok(()) => finish(cmd, out, ExitCode::SUCCESS),
+            Err(_) => ExitCode::SUCCESS,
+        };
+    }
     // Unchecked chains are checked when that is cheap: all of them with
     // --verify, else the newest while their logs add up to CHEAP_VERIFY.
     let mut budget = match (a.verify, a.no_verify) {
