@@ -240,8 +240,9 @@ pub enum Command {
 /// $XDG_STATE_HOME/nd7/index, checked against each log's file facts and
 /// brought up to date from what was appended. CHAIN is what the last
 /// `nd7 verify` (or `nd7 show`, or --verify here) found while the log was
-/// as it is now; the newest unchecked chains, up to 16 MiB of logs, are
-/// checked on the way (--verify checks them all); "unchecked" otherwise.
+/// as it is now; when at most 200 sessions are listed, the newest
+/// unchecked chains, up to 16 MiB of logs, are checked on the way
+/// (--verify checks them all); "unchecked" otherwise.
 /// Exits 0, or 2 when the state directory cannot be read or an argument is
 /// wrong.
 #[derive(clap::Args)]

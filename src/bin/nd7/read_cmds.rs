@@ -32,6 +32,8 @@ const USAGE_ERROR: u8 = 2;
 /// (newest first): a few milliseconds' work, so CHAIN says clean or BROKEN
 /// rather than "unchecked" for ordinary sessions.
 const CHEAP_VERIFY: u64 = 16 * 1024 * 1024;
+/// Above this many sessions listed, `nd7 sessions` checks none on its own.
+const CHEAP_VERIFY_ROWS: usize = 200;
 
 fn choice(view: &View) -> ColourChoice {
     match view.color {
@@ -161,6 +163,9 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
     let mut budget = match (a.verify, a.no_verify) {
         (true, _) => u64::MAX,
         (false, true) => 0,
+        // A long list stays a list of stats (and its index is not
+        // rewritten for verdicts on every listing).
+        (false, false) if rows.len() > CHEAP_VERIFY_ROWS => 0,
         (false, false) => CHEAP_VERIFY,
     };
     for row in rows.iter_mut().filter(|r| r.chain == Chain::NotChecked) {
