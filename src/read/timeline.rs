@@ -223,8 +223,8 @@ pub struct Tool {
     pub refused_by: Option<RefusedBy>,
     /// The paths nd7's sandbox refused it, each with why and the fix, from
     /// the call's `floor_refused` entry.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub refused_paths: Vec<RefusedPath>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub refused_paths: Box<[RefusedPath]>,
     /// nd7's own entries about this call (`exec`, `exec_end`,
     /// `floor_refused`), folded into it; each is also an item of its own.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -557,9 +557,9 @@ pub struct Builder {
     lingering: HashMap<String, u64>,
     /// `exec` entries folded into a call: their seq → the call's tool_use_id.
     execs: HashMap<u64, String>,
-    /// Results and turn ends so far: a call with none after it (before the
-    /// next prompt) may still be running, or was stopped; one with some was
-    /// passed over.
+    /// Turn ends so far: a call with none after it (before the next
+    /// prompt) may still be running, or was stopped; one the turn ended
+    /// without was passed over.
     progress: u64,
     /// Waiting calls: tool_use_id → `progress` when they were made.
     made_at: HashMap<String, u64>,
@@ -624,7 +624,8 @@ impl Builder {
             return;
         }
         match entry.kind.as_str() {
-            "tool_result" | "turn_end" => self.progress += 1,
+            // The turn cannot end while one of its calls runs.
+            "turn_end" => self.progress += 1,
             // A prompt before anything answered a call: the person stopped
             // it, or it still runs; it was not passed over.
             "prompt" => {
@@ -792,7 +793,7 @@ impl Builder {
             FLOOR_REFUSED => {
                 tool.status = Status::Refused;
                 tool.refused_by = Some(RefusedBy::Nd7Sandbox);
-                tool.refused_paths = RefusedPath::of(&entry.body);
+                tool.refused_paths = RefusedPath::of(&entry.body).into();
             }
             _ => {}
         }
@@ -856,7 +857,7 @@ impl Builder {
             output: None,
             reason: None,
             refused_by: None,
-            refused_paths: Vec::new(),
+            refused_paths: Box::default(),
             evidence: Vec::new(),
             call_seq: Some(entry.seq),
             result_seq: None,
@@ -920,7 +921,7 @@ impl Builder {
             output: None,
             reason: None,
             refused_by: None,
-            refused_paths: Vec::new(),
+            refused_paths: Box::default(),
             evidence: Vec::new(),
             call_seq: None,
             result_seq: None,
@@ -1007,8 +1008,8 @@ impl Builder {
     }
 }
 
-/// A call that leaves with no result: when results or turn ends came
-/// after it, before any prompt, (`progress` past `made_at`) and, in a run, no command went
+/// A call that leaves with no result: when its turn ended after it,
+/// before any prompt, (`progress` past `made_at`) and, in a run, no command went
 /// through the exit for it, Claude Code never ran it: its permissions (or a
 /// hook) refused it. Otherwise it may still be running, or the agent died.
 fn never_ran(tool: &mut Tool, made_at: Option<u64>, progress: u64, run: bool) {
@@ -1289,19 +1290,37 @@ mod tests {
         }
     }
 
-    /// A call passed over (results or a turn end came after it, and no
+    /// A call passed over (its turn ended without its result, and no
     /// command went through the exit) never ran: Claude Code refused it. A
-    /// call that only a prompt followed was stopped, or still runs.
+    /// call that only a prompt or other results followed was stopped, or
+    /// still runs.
     #[test]
     fn a_call_passed_over_was_refused_by_claude_codes_permissions() {
+        let turn_end = |seq| {
+            line(
+                seq,
+                "turn_end",
+                None,
+                json!({"last_assistant_message": "ok"}),
+            )
+        };
         let items = run(&[
             bash_call(0, "denied", "touch x"),
             bash_call(1, "b", "ls"),
             bash_ok(2, "b", "ls", ""),
+            turn_end(3),
         ]);
         let t = tools(&items);
         assert_eq!(t[0].status, Status::Refused);
         assert_eq!(t[0].refused_by, Some(RefusedBy::Permissions));
+        // Other calls' results alone say nothing: it may still run (a Task,
+        // a call beside others), as in a session being recorded now.
+        let items = run(&[
+            bash_call(0, "long", "sleep 99"),
+            bash_call(1, "b", "ls"),
+            bash_ok(2, "b", "ls", ""),
+        ]);
+        assert_eq!(tools(&items)[0].status, Status::NoResult);
         let items = run(&[
             bash_call(0, "stopped", "sleep 9"),
             line(1, "prompt", None, json!({"prompt": "no, stop"})),

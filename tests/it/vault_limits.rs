@@ -512,6 +512,9 @@ fn a_vault_that_cannot_be_reached_is_said_once_and_doctor_knows() {
         "{}",
         stdout(&out)
     );
+    let kept = state.xdg().join("nd7/vault/unreachable");
+    let mode = std::fs::metadata(&kept).expect("kept").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "as every file beside the enrolment");
     let doctor = |state: &State| stdout(&state.nd7().arg("doctor").output().expect("doctor"));
     let report = doctor(&state);
     assert!(

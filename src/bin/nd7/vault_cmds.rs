@@ -164,7 +164,14 @@ fn up_to_date(dir: &Path) -> bool {
 fn note_unreachable(state: &Path, why: Option<&str>) {
     let file = ship::vault_dir(state).join(ship::UNREACHABLE_FILE);
     let _ = match why {
-        Some(why) => std::fs::write(&file, format!("{why}\n")),
+        // 0600, as every file beside the enrolment.
+        Some(why) => std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&file)
+            .and_then(|mut f| f.write_all(format!("{why}\n").as_bytes())),
         None => std::fs::remove_file(&file).or(Ok(())),
     };
 }

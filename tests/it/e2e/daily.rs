@@ -399,4 +399,68 @@ fn the_network_under_nd7_run_reaches_the_granted_registry_and_not_the_exfil_host
             && err.contains("the proxy refused connections to"),
         "{err}"
     );
+
+/// Twelve tool calls under `nd7 run claude` with the real Claude Code, one
+/// the sandbox refuses and one Claude Code's permissions refuse: `nd7 show`'s
+/// timeline has a row per call (nd7's `exec`, `exec_end`, `floor_refused`
+/// and transcript anchors folded into them), each refusal names who refused
+/// it, what and the fix, and nothing reads as a call with no end.
+#[test]
+fn a_day_of_twelve_calls_reads_as_twelve_rows_with_every_refusal_named() {
+    let world = Arc::new(World::new());
+    let outside = world.outside();
+    let mut workspace = claude::Workspace::sandboxed(world.clone());
+    workspace.permissions = Some(json!({"deny": ["Bash(touch:*)"]}));
+    let s = play(workspace, |_| {
+        let mut turns: Vec<Vec<Block>> = (0..10)
+            .map(|n| vec![bash(&format!("echo step-{n} > step-{n}.txt"))])
+            .collect();
+        turns.insert(
+            3,
+            vec![bash(&format!("mkdir -p '{}/made'", outside.display()))],
+        );
+        turns.insert(6, vec![bash("touch denied.txt")]);
+        turns.push(vec![Block::Text("Done.".into())]);
+        turns
+    });
+    let show = std::process::Command::new(env!("CARGO_BIN_EXE_nd7"))
+        .args(["show", "--color", "never", "--no-pager", s.log.session_id()])
+        .env("XDG_STATE_HOME", &s.run.state)
+        .output()
+        .expect("nd7 show");
+    let timeline = stdout(&show);
+    let rows: Vec<&str> = timeline
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|w| w.starts_with('#'))
+        })
+        .collect();
+    let calls = rows.iter().filter(|r| r.contains(" Bash $ ")).count();
+    assert_eq!(calls, 12, "{timeline}");
+    let allow = format!("fix: nd7 allow {}", outside.display());
+    for text in [
+        "REFUSED  Bash $ touch denied.txt",
+        "Claude Code's permissions refused it",
+        &format!(
+            "refused by nd7's sandbox: {}/made (outside what this session may write); {allow}",
+            outside.display()
+        ),
+        "2 refused (1 by Claude Code's permissions, 1 by nd7)",
+    ] {
+        assert!(timeline.contains(text), "{text:?} is not in:\n{timeline}");
+    }
+    for folded in [
+        "[exit:nd7 exec]",
+        "[exit:nd7 exec_end]",
+        "[exit:nd7 floor_refused]",
+        "transcript_anchor",
+        "NO END",
+    ] {
+        assert!(!timeline.contains(folded), "{folded:?} is in:\n{timeline}");
+    }
+    // A row per call, the prompt, the turn's end, and the run's and the
+    // session's start and end: 18 (62 before ADR-0114).
+    assert!(rows.len() <= 12 + 1 + 5, "{} rows:\n{timeline}", rows.len());
 }
