@@ -43,6 +43,9 @@ _nd7() {
             nd7,hook-route)
                 cmd="nd7__subcmd__hook__subcmd__route"
                 ;;
+            nd7,man)
+                cmd="nd7__subcmd__man"
+                ;;
             nd7,record)
                 cmd="nd7__subcmd__record"
                 ;;
@@ -66,6 +69,9 @@ _nd7() {
                 ;;
             nd7,show)
                 cmd="nd7__subcmd__show"
+                ;;
+            nd7,uninstall)
+                cmd="nd7__subcmd__uninstall"
                 ;;
             nd7,verify)
                 cmd="nd7__subcmd__verify"
@@ -145,6 +151,9 @@ _nd7() {
             nd7__subcmd__help,hook-route)
                 cmd="nd7__subcmd__help__subcmd__hook__subcmd__route"
                 ;;
+            nd7__subcmd__help,man)
+                cmd="nd7__subcmd__help__subcmd__man"
+                ;;
             nd7__subcmd__help,record)
                 cmd="nd7__subcmd__help__subcmd__record"
                 ;;
@@ -168,6 +177,9 @@ _nd7() {
                 ;;
             nd7__subcmd__help,show)
                 cmd="nd7__subcmd__help__subcmd__show"
+                ;;
+            nd7__subcmd__help,uninstall)
+                cmd="nd7__subcmd__help__subcmd__uninstall"
                 ;;
             nd7__subcmd__help,verify)
                 cmd="nd7__subcmd__help__subcmd__verify"
@@ -200,7 +212,7 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
+            opts="-h -V --help --version record verify sessions show search setup uninstall run allow deny hook-explain hook-route doctor enroll ship self-update admin completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -500,7 +512,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__sessions)
-            opts="-h --read-token --ca-cert --help"
+            opts="-h --read-token --ca-cert --fingerprint --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -511,6 +523,10 @@ _nd7() {
                     return 0
                     ;;
                 --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fingerprint)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -556,7 +572,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__allow)
-            opts="-h --run --preset --help"
+            opts="-h --run --preset --net --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -567,6 +583,10 @@ _nd7() {
                     return 0
                     ;;
                 --preset)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --net)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -592,7 +612,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__deny)
-            opts="-h --run --preset --help"
+            opts="-h --run --preset --net --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -603,6 +623,10 @@ _nd7() {
                     return 0
                     ;;
                 --preset)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --net)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -658,7 +682,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help)
-            opts="record verify sessions show search setup run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
+            opts="record verify sessions show search setup uninstall run allow deny hook-explain hook-route doctor enroll ship self-update admin completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -895,6 +919,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__man)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__record)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1007,6 +1045,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__uninstall)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__verify)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1049,6 +1101,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__man)
+            opts="-h --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__record)
             opts="-h --agent --run-hook --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -1068,7 +1134,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__run)
-            opts="-h --allow --preset --help"
+            opts="-h --allow --preset --net --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1080,6 +1146,10 @@ _nd7() {
                     ;;
                 --preset)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --net)
+                    COMPREPLY=($(compgen -W "strict" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1142,7 +1212,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__sessions)
-            opts="-h --project --since --until --failed --verify --json --color --no-pager --help"
+            opts="-h --project --since --until --failed --refused --verify --no-verify --ids --json --color --no-pager --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1212,14 +1282,40 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__show)
-            opts="-h --full --json --html --color --no-pager --help"
+            opts="-h --full --only --json --html --color --no-pager --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --only)
+                    COMPREPLY=($(compgen -W "failed refused" -- "${cur}"))
+                    return 0
+                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nd7__subcmd__uninstall)
+            opts="-h --agent --settings --dry-run --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --agent)
+                    COMPREPLY=($(compgen -W "claude-code codex" -- "${cur}"))
+                    return 0
+                    ;;
+                --settings)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1255,3 +1351,19 @@ if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERS
 else
     complete -F _nd7 -o bashdefault -o default nd7
 fi
+
+# nd7's addition: session ids for `nd7 show` and `nd7 verify` (`nd7 sessions --ids`).
+_nd7_sessions() {
+    local i cmd=""
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${COMP_WORDS[i]}" in -*) ;; *) cmd="${COMP_WORDS[i]}"; break ;; esac
+    done
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
+    case "$prev" in --only|--color|--threads) cmd="" ;; esac
+    if [[ ( "$cmd" == show || "$cmd" == verify ) && "$cur" != -* ]]; then
+        COMPREPLY=( $(compgen -W "last $("${COMP_WORDS[0]}" sessions --ids 2>/dev/null)" -- "$cur") )
+        return 0
+    fi
+    _nd7 "$@"
+}
+complete -F _nd7_sessions -o bashdefault -o default nd7

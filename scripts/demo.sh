@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Records a real Claude Code session (the hook payloads in tests/fixtures) with
+# Replays a stored Claude Code session (the hook payloads Claude Code 2.1.197 sent,
+# kept in tests/fixtures) through
 # `nd7 record`, verifies its chain, then shows verify catching a changed line.
 # It records into a scratch state directory, not your own, unless you pass one.
 # usage: scripts/demo.sh [STATE_DIR]

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 /// What `nd7 self-update` says in a build without the `self-update` feature.
-pub const NO_SELF_UPDATE: &str = "this nd7 was built without self-update (Homebrew, Nix and cargo install leave it \
-     off); update it the way it was installed: `brew upgrade nd7`, the flake input (or `nix profile upgrade nd7`), \
-     or `cargo install --locked nd7` (install/install.sh from a checkout); nothing was changed";
+pub const NO_SELF_UPDATE: &str = "this nd7 was built without self-update (Nix, cargo install and Homebrew's --HEAD \
+     build leave it off); update it the way it was installed: `brew upgrade nd7`, the flake input (or `nix profile upgrade nd7`), \
+     or `cargo install --locked --path .` again in an up-to-date checkout; nothing was changed";
 
 #[derive(Parser)]
 #[command(name = "nd7", version, about = "Accountable, bounded AI coding agents")]
@@ -37,12 +37,13 @@ pub enum Command {
     },
     /// Walk a session's hash chain and say what a clean chain does and does not prove.
     ///
-    /// TARGET is a session id (looked up under $XDG_STATE_HOME/nd7/sessions,
-    /// default ~/.local/state/nd7/sessions) or a path to a session directory
-    /// or its events.ndjson. Exits 0 when the chain is clean, 1 when it is
+    /// TARGET names a session as `nd7 show` takes one: an id (looked up under
+    /// $XDG_STATE_HOME/nd7/sessions, default ~/.local/state/nd7/sessions), an
+    /// unambiguous prefix of one (as `nd7 sessions` prints it), `last`, or a
+    /// path to a session directory or its events.ndjson. Exits 0 when the chain is clean, 1 when it is
     /// broken, 2 when the log cannot be read.
     Verify {
-        /// Session id, session directory or events.ndjson.
+        /// Session id, prefix, `last`, session directory or events.ndjson.
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         target: Option<String>,
         /// Verify every session under the state directory.
@@ -84,6 +85,21 @@ pub enum Command {
         #[arg(long)]
         uninstall: bool,
     },
+    /// Take out what `nd7 setup` put in: the same as `nd7 setup --uninstall`.
+    ///
+    /// nd7's hook entries (and only those), the completions, the ship timer,
+    /// and `~/.claude.json` moved back. The logs stay. Exits as setup does.
+    Uninstall {
+        /// Take it out of this agent's settings only [default: every agent's].
+        #[arg(long, value_enum)]
+        agent: Option<AgentName>,
+        /// Claude Code settings file to change [default: ~/.claude/settings.json].
+        #[arg(long, value_name = "FILE")]
+        settings: Option<PathBuf>,
+        /// Print what would change and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     Run(RunArgs),
     /// Let a running nd7 run's Bash commands write under PATH, from the next command.
     ///
@@ -103,8 +119,12 @@ pub enum Command {
         /// uv, python-user, go, maven, gradle).
         #[arg(long, value_name = "NAME", conflicts_with = "path")]
         preset: Option<String>,
+        /// Let the agent reach a host instead, from its next connection:
+        /// HOST, *.DOMAIN, HOST:PORT or an IP address (docs/sandbox.md).
+        #[arg(long, value_name = "HOST", conflicts_with_all = ["path", "preset"])]
+        net: Option<String>,
         /// The directory (or file) commands may write.
-        #[arg(required_unless_present = "preset", allow_hyphen_values = false)]
+        #[arg(required_unless_present_any = ["preset", "net"], allow_hyphen_values = false)]
         path: Option<PathBuf>,
     },
     /// Take back a grant of `nd7 allow` (or of ~/.nd7/grants), from the next command.
@@ -122,8 +142,11 @@ pub enum Command {
         /// Take back every path of a preset instead of PATH.
         #[arg(long, value_name = "NAME", conflicts_with = "path")]
         preset: Option<String>,
+        /// Take back a host the agent may reach, from its next connection.
+        #[arg(long, value_name = "HOST", conflicts_with_all = ["path", "preset"])]
+        net: Option<String>,
         /// The grant to take back.
-        #[arg(required_unless_present = "preset")]
+        #[arg(required_unless_present_any = ["preset", "net"])]
         path: Option<PathBuf>,
     },
     /// Tell the model when nd7's sandbox refused a tool call (a Claude Code hook).
@@ -215,6 +238,21 @@ pub enum Command {
         #[arg(value_enum)]
         shell: Shell,
     },
+    /// Print nd7's manual page, nd7(1), in roff (`nd7 man | man -l -`).
+    ///
+    /// Generated from this command line; releases and packages install it as
+    /// nd7.1.
+    Man,
+}
+
+/// nd7's manual page, nd7(1), in roff: every command's help, from [`Cli`].
+pub fn man_page() -> Vec<u8> {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut out)
+        .expect("writing to a Vec cannot fail");
+    out
 }
 
 /// List the recorded sessions, newest first: when, how long, how many
@@ -224,8 +262,11 @@ pub enum Command {
 /// $XDG_STATE_HOME/nd7/index, checked against each log's file facts and
 /// brought up to date from what was appended. CHAIN is what the last
 /// `nd7 verify` (or `nd7 show`, or --verify here) found while the log was
-/// as it is now; "unchecked" otherwise. Exits 0, or 2 when the state
-/// directory cannot be read or an argument is wrong.
+/// as it is now; when at most 200 sessions are listed, the newest
+/// unchecked chains, up to 16 MiB of logs, are checked on the way
+/// (--verify checks them all); "unchecked" otherwise.
+/// Exits 0, or 2 when the state directory cannot be read or an argument is
+/// wrong.
 #[derive(clap::Args)]
 pub struct SessionsArgs {
     /// Only sessions whose project (working directory) is DIR or under it.
@@ -240,9 +281,20 @@ pub struct SessionsArgs {
     /// Only sessions with a failed tool call.
     #[arg(long)]
     pub failed: bool,
-    /// Verify every listed session whose chain is unchecked first.
+    /// Only sessions with a refused tool call (by nd7's sandbox or by
+    /// Claude Code's permissions).
+    #[arg(long)]
+    pub refused: bool,
+    /// Verify every listed session whose chain is unchecked first, however
+    /// large (without it, only up to 16 MiB of logs are).
     #[arg(long)]
     pub verify: bool,
+    /// Check no chain: CHAIN says only what earlier checks found.
+    #[arg(long, conflicts_with = "verify")]
+    pub no_verify: bool,
+    /// Only the sessions' ids, one a line (what completion offers).
+    #[arg(long, hide = true, conflicts_with = "json")]
+    pub ids: bool,
     /// One JSON object per session (NDJSON).
     #[arg(long)]
     pub json: bool,
@@ -263,9 +315,19 @@ pub struct SessionsArgs {
 pub struct ShowArgs {
     /// Session id, prefix, `last`, or a path.
     pub session: String,
-    /// Every line of every output and prompt.
+    /// Every line of every output and prompt, and every entry nd7 wrote
+    /// about a call (`exec`, `exec_end`, `floor_refused`, transcript anchors),
+    /// which the default view folds into the call's row.
     #[arg(long)]
     pub full: bool,
+    /// Only the calls that ended so: `failed`, `refused` (comma-separated).
+    #[arg(
+        long,
+        value_name = "WHAT",
+        value_delimiter = ',',
+        conflicts_with = "html"
+    )]
+    pub only: Vec<Only>,
     /// The same timeline as NDJSON: a session object, one object per
     /// item, then the chain's verdict.
     #[arg(long, conflicts_with = "html")]
@@ -275,6 +337,34 @@ pub struct ShowArgs {
     pub html: bool,
     #[command(flatten)]
     pub view: View,
+}
+
+/// Added to clap's bash script: session ids (and `last`) where `nd7 show`
+/// and `nd7 verify` take a session, from `nd7 sessions --ids`; clap's own
+/// completion everywhere else.
+const BASH_SESSIONS: &str = r#"
+# nd7's addition: session ids for `nd7 show` and `nd7 verify` (`nd7 sessions --ids`).
+_nd7_sessions() {
+    local i cmd=""
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${COMP_WORDS[i]}" in -*) ;; *) cmd="${COMP_WORDS[i]}"; break ;; esac
+    done
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
+    case "$prev" in --only|--color|--threads) cmd="" ;; esac
+    if [[ ( "$cmd" == show || "$cmd" == verify ) && "$cur" != -* ]]; then
+        COMPREPLY=( $(compgen -W "last $("${COMP_WORDS[0]}" sessions --ids 2>/dev/null)" -- "$cur") )
+        return 0
+    fi
+    _nd7 "$@"
+}
+complete -F _nd7_sessions -o bashdefault -o default nd7
+"#;
+
+/// What `nd7 show --only` keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Only {
+    Failed,
+    Refused,
 }
 
 /// Search what sessions say: commands, file paths, prompts, outputs and
@@ -377,6 +467,8 @@ pub enum Admin {
     ///
     /// The token names the version of the recipients document given, so a
     /// machine enrolling with it refuses any older one the vault might serve.
+    /// Also spelt `enroll-token`, as `nd7 enroll` is.
+    #[command(alias = "enroll-token")]
     EnrolToken {
         /// The organisation key from `nd7 admin org-key`.
         #[arg(long, value_name = "FILE")]
@@ -418,7 +510,14 @@ pub enum Admin {
         #[arg(long, value_name = "FILE")]
         register: PathBuf,
     },
-    /// List the sessions a vault holds: machine, session, last entry.
+    /// List the sessions a vault holds: machine, session, last entry, held
+    /// to the machines' tallies.
+    ///
+    /// Each machine signs, on every ship, a tally of the sessions the vault
+    /// acknowledged to it. The list must show every session a tally names,
+    /// up to the entry it names, and nothing a tally does not name; the
+    /// vault's key cannot sign for a machine. Exits 0 when the list agrees
+    /// with every tally, 3 when it does not (the findings say where).
     Sessions {
         url: String,
         /// A read token from `nd7-vault read-token`.
@@ -427,6 +526,9 @@ pub enum Admin {
         /// Trust only the CA certificate(s) in FILE (PEM) for the vault's HTTPS.
         #[arg(long, value_name = "FILE")]
         ca_cert: Option<PathBuf>,
+        /// The organisation key's fingerprint, from `nd7 admin org-key`.
+        #[arg(long, value_name = "FP")]
+        fingerprint: String,
     },
     /// Fetch a session from the vault, decrypt it, verify it, and compare it.
     ///
@@ -498,7 +600,8 @@ impl Shell {
 
         match self {
             Shell::Bash => {
-                clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, "nd7", &mut out)
+                clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, "nd7", &mut out);
+                out.extend_from_slice(BASH_SESSIONS.as_bytes());
             }
             Shell::Zsh => {
                 clap_complete::generate(clap_complete::Shell::Zsh, &mut cmd, "nd7", &mut out)
@@ -511,6 +614,7 @@ impl Shell {
     }
 
     /// The file name the script is committed under in completions/.
+    /// (Bash's script ends with [`BASH_SESSIONS`].)
     pub fn file_name(self) -> &'static str {
         match self {
             Shell::Bash => "nd7.bash",
@@ -539,9 +643,15 @@ pub struct RunArgs {
     #[arg(long = "allow", value_name = "DIR")]
     pub allow: Vec<PathBuf>,
     /// Let commands write a toolchain's caches (npm, pnpm, yarn, cargo, pip, uv,
-    /// python-user, go, maven, gradle; docs/sandbox.md says what each risks).
+    /// python-user, go, maven, gradle; docs/sandbox.md says what each risks), and
+    /// reach its registry's hosts (npm, cargo, pip, uv, python-user, go; github
+    /// brings only hosts).
     #[arg(long = "preset", value_name = "NAME")]
     pub preset: Vec<String>,
+    /// `strict`: refuse to start where the kernel cannot keep the agent's
+    /// network to nd7's egress proxy (`nd7 doctor` says whether it can).
+    #[arg(long = "net", value_name = "MODE", value_parser = ["strict"])]
+    pub net: Option<String>,
     /// The program, then its arguments.
     #[arg(
         required = true,

@@ -48,6 +48,7 @@
 //! - [`watch`]: the watch over files that run later outside the floor.
 //! - [`passwd`]: an account's home from `/etc/passwd`.
 //! - [`cli`]: the command line's definition.
+//! - [`egress`]: the session's egress proxy, the one way out of `nd7 run`'s network namespace.
 //! - [`setup`]: `nd7 setup` (settings, completions, the ship timer, Codex), `nd7 doctor`,
 //!   and the trust checks of nd7's own binaries that `nd7 run` makes.
 //! - `self_update` (feature `self-update`): `nd7 self-update`.
@@ -62,6 +63,7 @@ pub use nd7_format::chain;
 pub use nd7_format::effect;
 pub mod cli;
 pub mod codex;
+pub mod egress;
 pub use nd7_format::floor_wire;
 pub use nd7_format::hook;
 pub use nd7_platform::fault;

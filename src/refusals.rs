@@ -72,6 +72,10 @@ impl Probe for Outside<'_> {
     fn is_dir(&self, path: &Path) -> bool {
         std::fs::metadata(path).is_ok_and(|m| m.is_dir())
     }
+
+    fn exists(&self, path: &Path) -> bool {
+        std::fs::symlink_metadata(path).is_ok()
+    }
 }
 
 /// Judges the tool call in `payload` (what `nd7 hook-explain` received)
@@ -88,8 +92,10 @@ pub fn explain(
         return Ok(None);
     };
     let refused = refusal::judge(&payload, policy, &Outside { root: outside_root });
+    // Connections nd7's proxy refused since the last call: told once.
+    let net = log.net_refusals_untold();
     if refused.is_empty() {
-        return Ok(None);
+        return Ok((!net.is_empty()).then(|| net.concat()));
     }
     let tool = payload
         .get("tool_name")
@@ -100,7 +106,7 @@ pub fn explain(
     let cwd = payload.get("cwd").and_then(Value::as_str);
     log.floor_refused(&refused, tool, home, cwd, id)
         .map_err(io::Error::other)?;
-    Ok(Some(refusal::explain(&refused, tool, home)))
+    Ok(Some(refusal::explain(&refused, tool, home) + &net.concat()))
 }
 
 /// What `nd7 run` says at its end about the floor's refusals it was told
@@ -131,6 +137,9 @@ pub fn summary(refused: &[Refused], home: &Path, log_id: &str) -> Vec<String> {
                 inert(tilde(store, home))
             ),
             (Why::Own, _) => format!("  {path}: nd7's own records, never writable"),
+            (Why::Held, _) => format!(
+                "  {path}: held read-only under nd7 run (it can make git or the shell run programs outside the sandbox); run that command yourself, outside nd7 run"
+            ),
             (Why::Device(mount), _) => format!(
                 "  {path}: devices mounted outside /dev ({}), kept unreadable; no grant opens them",
                 inert(tilde(mount, home))

@@ -92,7 +92,7 @@ enum Command {
     /// vault's key (`nd7-vault key`). SIGTERM finishes the requests in
     /// progress and exits; SIGHUP reads the certificate and key again.
     /// Several servers may share one PostgreSQL database.
-    Serve(Serve),
+    Serve(Box<Serve>),
     /// Make the vault's signing key (0600, refuses to overwrite); print its public key.
     ///
     /// The key countersigns what the vault stores. Admins name its public
@@ -184,9 +184,16 @@ struct Serve {
     #[arg(long, default_value_t = 4)]
     workers: usize,
     /// Connections open at once [default: 4096, or fewer if the file
-    /// descriptor limit is lower].
+    /// descriptor limit is lower]. When all are open, a new one evicts the
+    /// oldest anonymous connection (none of its requests yet signed by an
+    /// enrolled machine or carrying a read token) not answering a known
+    /// machine's request.
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Of those, how many are kept for connections a signed request or a
+    /// read token proved [default: a quarter of --max-connections].
+    #[arg(long, value_name = "N")]
+    reserved_connections: Option<usize>,
     /// Connections one peer address may hold at once; more are closed
     /// (0: no bound, for a vault behind a proxy, whose address every
     /// connection has).
@@ -311,7 +318,7 @@ fn main() -> ExitCode {
 fn run(command: Command) -> Result<(), ExitCode> {
     let now = vault_server::unix_now();
     match command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Key { db } => key(&db),
         Command::ReadToken { db, days } => {
             let mut store = open(&Database::parse(&db.db))?;
@@ -384,11 +391,16 @@ fn serve(args: Serve) -> Result<(), ExitCode> {
 /// connections bounded by the open-file limit `nofile` unless given.
 fn http_config(args: &Serve, nofile: u64) -> http::Config {
     let secs = |s: u64| Duration::from_secs(s.max(1));
+    let max_connections = args
+        .max_connections
+        .unwrap_or_else(|| 4096.min(nofile.saturating_sub(64).max(16) as usize));
     http::Config {
         workers: args.workers.max(1),
-        max_connections: args
-            .max_connections
-            .unwrap_or_else(|| 4096.min(nofile.saturating_sub(64).max(16) as usize)),
+        max_connections,
+        reserved_connections: args
+            .reserved_connections
+            .unwrap_or(max_connections / 4)
+            .min(max_connections.saturating_sub(1)),
         max_connections_per_peer: args.max_connections_per_peer,
         first_byte_timeout: secs(args.first_byte_timeout),
         header_timeout: secs(args.header_timeout),

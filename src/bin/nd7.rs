@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         // by a parser that knows only `run`, with the same help and errors.
         Some("run") => {
             let nd7_core::cli::RunOnly::Run(run) = nd7_core::cli::RunLine::parse().command;
-            return run_run(run.command, run.allow, run.preset);
+            return run_run(run.command, run.allow, run.preset, run.net.is_some());
         }
         _ => {}
     }
@@ -88,9 +88,33 @@ fn main() -> ExitCode {
             dry_run,
             uninstall,
         }),
-        Command::Run(run) => run_run(run.command, run.allow, run.preset),
-        Command::Allow { run, preset, path } => run_grant(Change::Allow, run, preset, path),
-        Command::Deny { run, preset, path } => run_grant(Change::Deny, run, preset, path),
+        Command::Uninstall {
+            agent,
+            settings,
+            dry_run,
+        } => run_setup(&setup::Options {
+            agent: agent.map(|a| a.agent()),
+            settings,
+            dry_run,
+            uninstall: true,
+        }),
+        Command::Run(run) => run_run(run.command, run.allow, run.preset, run.net.is_some()),
+        Command::Allow {
+            run,
+            net: Some(rule),
+            ..
+        } => run_net_grant(Change::Allow, run, &rule),
+        Command::Deny {
+            run,
+            net: Some(rule),
+            ..
+        } => run_net_grant(Change::Deny, run, &rule),
+        Command::Allow {
+            run, preset, path, ..
+        } => run_grant(Change::Allow, run, preset, path),
+        Command::Deny {
+            run, preset, path, ..
+        } => run_grant(Change::Deny, run, preset, path),
         Command::HookExplain => hooks::explain(early),
         Command::HookRoute => hooks::route(),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
@@ -113,6 +137,10 @@ fn main() -> ExitCode {
             out::stdout_bytes(&shell.completions());
             ExitCode::SUCCESS
         }
+        Command::Man => {
+            out::stdout_bytes(&nd7_core::cli::man_page());
+            ExitCode::SUCCESS
+        }
     }
 }
 
@@ -123,6 +151,7 @@ fn run_run(
     mut command: Vec<std::ffi::OsString>,
     allow: Vec<PathBuf>,
     presets: Vec<String>,
+    net_strict: bool,
 ) -> ExitCode {
     let program = command.remove(0);
     let options = run::Options {
@@ -130,6 +159,7 @@ fn run_run(
         args: command,
         allow,
         presets,
+        net_strict,
     };
     // Every line passes through the one escaping function once more, as a
     // last guard: the parts the agent chose are already inert on one line
@@ -146,6 +176,42 @@ fn run_run(
 
 /// `nd7 allow` and `nd7 deny`: one line on stdout per path and 0 when the
 /// run ends up as asked; the reason on stderr and 2 otherwise.
+/// `nd7 allow --net RULE` / `nd7 deny --net RULE`: the running session's
+/// proxy judges its next connection by the changed rules. Exits 0 when the
+/// change is made, 2 otherwise.
+fn run_net_grant(change: Change, run: Option<u32>, rule: &str) -> ExitCode {
+    let verb = match change {
+        Change::Allow => "allow",
+        Change::Deny => "deny",
+    };
+    let fail = |why: &dyn std::fmt::Display| {
+        let why = nd7_core::read::safe::term(&why.to_string(), nd7_core::read::safe::Lines::Keep);
+        eprintln!("nd7 {verb} --net: {why}");
+        ExitCode::from(2)
+    };
+    let rule = match nd7_core::policy::net::parse_rule(rule) {
+        Ok(rule) => rule,
+        Err(e) => return fail(&e),
+    };
+    let run_dir = match RunDirs::for_user().and_then(|s| s.pick(run)) {
+        Ok(run_dir) => run_dir,
+        Err(e) => return fail(&e),
+    };
+    if let Err(e) = nd7_core::egress::change_rules(&run_dir, verb, &rule) {
+        return fail(&e);
+    }
+    eprintln!(
+        "nd7 {verb} --net: {rule} {}, from the agent's next connection (run {})",
+        if verb == "allow" {
+            "allowed"
+        } else {
+            "no longer allowed"
+        },
+        run_dir.pid
+    );
+    ExitCode::SUCCESS
+}
+
 fn run_grant(
     change: Change,
     run: Option<u32>,
@@ -224,10 +290,40 @@ fn run_grant(
                         shown(&path),
                     );
                 }
+                let (held, beneath) = nd7_core::policy::deferred::held_in_home(&path, &home);
+                if held {
+                    println!(
+                        "run {pid}: {} stays held read-only (watched and reported, if it did not exist when the run started): the shell, git, an editor or the agent runs what it says later, outside the sandbox, so no grant opens it; change it yourself, outside nd7 run",
+                        shown(&path)
+                    );
+                    continue;
+                }
                 println!(
                     "run {pid}: writes under {} allowed from the next command",
                     shown(&path)
                 );
+                if path == home {
+                    eprintln!(
+                        "nd7 allow: warning: this opens your whole home to the run's commands (but the credential stores, nd7's own files and the files held read-only); `nd7 deny ~` takes it back"
+                    );
+                }
+                // Those there now: what a person would miss.
+                let beneath: Vec<&str> = beneath
+                    .into_iter()
+                    .filter(|n| std::fs::symlink_metadata(home.join(n)).is_ok())
+                    .collect();
+                if !beneath.is_empty() {
+                    eprintln!(
+                        "nd7 allow: note: beneath it, {} stay held read-only (they run later, outside the sandbox)",
+                        beneath
+                            .iter()
+                            .take(6)
+                            .map(|n| format!("~/{n}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                            + if beneath.len() > 6 { ", …" } else { "" }
+                    );
+                }
             }
             Ok(Changed::AlreadyAllowed(path)) => {
                 println!("run {pid}: {} was already allowed", shown(&path))
@@ -332,7 +428,7 @@ fn run_doctor(settings: Option<&std::path::Path>) -> ExitCode {
     // re-pointed `~/.claude.json`): shown inert (ADR-0090).
     let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::Keep);
     for check in &checks {
-        let mark = if check.ok { "ok  " } else { "FAIL" };
+        let mark = check.mark();
         println!("{mark} {:<7} {}", check.name, inert(&check.detail));
         if let Some(fix) = &check.fix {
             println!("             fix: {}", inert(fix));
@@ -391,7 +487,11 @@ fn verify_one(target: &str, threads: usize) -> ExitCode {
     let log = match resolve_target(target) {
         Ok(log) => log,
         Err(e) => {
-            eprintln!("nd7 verify: {e}");
+            // Ids and paths can come from payloads: shown inert (ADR-0090).
+            eprintln!(
+                "nd7 verify: {}",
+                nd7_core::read::safe::term(&e.to_string(), nd7_core::read::safe::Lines::One)
+            );
             return ExitCode::from(2);
         }
     };
@@ -598,9 +698,31 @@ fn run_is_live(id: &str) -> bool {
             .is_ok_and(|r| r.log.is_some_and(|l| l.id == id))
 }
 
+/// The session `target` names, as `nd7 show` takes it (`Store::resolve`):
+/// an id, the short prefix `nd7 sessions` prints, `last`, or a path to a
+/// session directory or its events.ndjson. A path, or an id with a
+/// directory, is taken as it is, so that verify names what is wrong with it.
+fn resolve_target(target: &str) -> Result<SessionLog, String> {
+    let direct = by_id_or_path(target);
+    let named = target.contains('/')
+        || std::path::Path::new(target).exists()
+        || direct.as_ref().is_ok_and(|log| log.dir().exists());
+    if named {
+        return direct.map_err(|e| e.to_string());
+    }
+    let store = nd7_core::read::store::Store::open().map_err(|e| e.to_string())?;
+    let mut index = nd7_core::read::index::Index::load(&store.state);
+    match store.resolve(target, &mut index) {
+        Ok(at) => Ok(at.log),
+        // No session by that prefix either: verify says so of the id.
+        Err(nd7_core::read::ReadError::NotFound { .. }) => direct.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// A target with a path separator, or one that exists as a path while no
 /// session has that id, is a path; anything else is a session id.
-fn resolve_target(target: &str) -> Result<SessionLog, session_log::Error> {
+fn by_id_or_path(target: &str) -> Result<SessionLog, session_log::Error> {
     let as_path = PathBuf::from(target);
     if target.contains('/') {
         return SessionLog::at_path(&as_path);

@@ -28,7 +28,7 @@ const STYLE: &str = "
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:72em;padding:0 1em;color:#1d1d1f;background:#fff}
 h1{font-size:1.5em;margin:0 0 .2em}h2{font-size:1.15em;margin:1.6em 0 .5em;border-bottom:1px solid #ddd}
 code,pre,.mono{font:13px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
-table.facts td{padding:.1em 1em .1em 0;vertical-align:top}table.facts td:first-child{color:#666}
+table.facts td{padding:.1em 1em .1em 0;vertical-align:top}table.list{border-collapse:collapse;margin:.6em 0}table.list th,table.list td{border:1px solid #ddd;padding:.2em .5em;text-align:left;vertical-align:top}table.facts td:first-child{color:#666}
 .clean{color:#176a2a;font-weight:600}.broken{color:#b00020;font-weight:700}.caveat{color:#555}
 ol.timeline{list-style:none;padding:0;margin:0}
 ol.timeline li{padding:.3em .4em;border-bottom:1px solid #f0f0f0}
@@ -70,13 +70,17 @@ pub fn report(
     );
     facts(&mut o, info, tz);
     verdict(&mut o, &info.chain);
-    sandbox(&mut o, info, items);
+    sandbox(&mut o, info, items, tz);
     let _ = write!(
         o,
         "<section id=\"timeline\"><h2>Timeline</h2>\n<ol class=\"timeline\">\n"
     );
     let mut day = None;
     for item in items {
+        // Folded into its call's row, which names it; the NDJSON keeps it.
+        if matches!(item, Item::Observed(ob) if ob.folded) {
+            continue;
+        }
         if let Some(at) = item.at() {
             let d = when::date(at.ts, tz);
             if day.as_ref() != Some(&d) {
@@ -139,12 +143,12 @@ fn facts(o: &mut String, info: &SessionInfo, tz: &TimeZone) {
     rows.push((
         "Activity",
         format!(
-            "{}, {}, {}, {} failed, {} refused",
+            "{}, {}, {}, {} failed, {}",
             text::count(s.entries, "entry"),
             text::count(s.prompts, "prompt"),
             text::count(s.tool_calls, "tool call"),
             s.failures,
-            s.refusals
+            text::refused_words(s)
         ),
     ));
     rows.push(("Sandbox", h(info.confinement_words())));
@@ -206,7 +210,7 @@ fn verdict(o: &mut String, chain: &Chain) {
     o.push_str("</ul></section>\n");
 }
 
-fn sandbox(o: &mut String, info: &SessionInfo, items: &[Item]) {
+fn sandbox(o: &mut String, info: &SessionInfo, items: &[Item], tz: &TimeZone) {
     let h = |t: &str| safe::html(t, Lines::One);
     o.push_str("<section id=\"sandbox\"><h2>Sandbox rules and grants</h2>\n");
     let observed: Vec<_> = items
@@ -228,19 +232,204 @@ fn sandbox(o: &mut String, info: &SessionInfo, items: &[Item]) {
             }
         });
     }
-    for ob in observed {
-        let body = serde_json::to_string_pretty(&ob.body).unwrap_or_default();
-        let _ = writeln!(
-            o,
-            "<h3 class=\"mono\">#{} {} ({})</h3><p class=\"mono\">{}</p><pre>{}</pre>",
-            ob.at.seq,
-            h(&ob.kind),
-            h(&ob.source),
-            h(&ob.summary),
-            safe::html(&body, Lines::Keep)
-        );
+    // What a reviewer looks for first: what was refused, then how the
+    // grants changed, then the rules the run started with.
+    refusals_table(o, items, tz);
+    grants_table(o, &observed, tz);
+    if let Some(start) = observed
+        .iter()
+        .find(|ob| ob.kind == crate::run_entry::RUN_START)
+    {
+        rules_table(o, &start.body);
+    }
+    if !observed.is_empty() {
+        o.push_str("<details id=\"sandbox-entries\"><summary>The entries as recorded</summary>\n");
+        for ob in observed {
+            let body = serde_json::to_string_pretty(&ob.body).unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "<h3 class=\"mono\">#{} {} ({})</h3><p class=\"mono\">{}</p><pre>{}</pre>",
+                ob.at.seq,
+                h(&ob.kind),
+                h(&ob.source),
+                h(&ob.summary),
+                safe::html(&body, Lines::Keep)
+            );
+        }
+        o.push_str("</details>\n");
     }
     o.push_str("</section>\n");
+}
+
+/// A list of paths in one table cell.
+fn paths_cell(paths: &[std::path::PathBuf]) -> String {
+    if paths.is_empty() {
+        return "none".into();
+    }
+    paths
+        .iter()
+        .map(|p| {
+            format!(
+                "<code>{}</code>",
+                safe::html(&p.to_string_lossy(), Lines::One)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("<br>")
+}
+
+/// What the run started with: what its commands could write, what nothing
+/// in it could read.
+fn rules_table(o: &mut String, run_start: &serde_json::Value) {
+    let Ok(policy) = serde_json::from_value::<crate::policy::Policy>(run_start["rules"].clone())
+    else {
+        o.push_str("<p>The rules in <code>run_start</code> could not be read; the entry is below as recorded.</p>");
+        return;
+    };
+    o.push_str("<table class=\"facts\" id=\"rules\">\n");
+    let _ = writeln!(
+        o,
+        "<tr><td>Writable by commands</td><td>{}</td></tr>",
+        paths_cell(&policy.command_writes())
+    );
+    let _ = writeln!(
+        o,
+        "<tr><td>Writable by the agent's own tools</td><td>{}</td></tr>",
+        paths_cell(&policy.floor_writes())
+    );
+    let _ = writeln!(
+        o,
+        "<tr><td>Unreadable</td><td>{}</td></tr>",
+        paths_cell(&policy.unreadable())
+    );
+    o.push_str("</table>\n");
+}
+
+/// Which grants came and went, and when.
+fn grants_table(o: &mut String, observed: &[&super::timeline::Observed], tz: &TimeZone) {
+    let h = |t: &str| safe::html(t, Lines::One);
+    let mut rows = Vec::new();
+    for ob in observed {
+        let at = format!("#{} {}", ob.at.seq, when::time(ob.at.ts, tz));
+        let s = |k: &str| ob.body[k].as_str().unwrap_or("?").to_string();
+        match ob.kind.as_str() {
+            crate::run_entry::RUN_START => {
+                for g in ob.body["grants"].as_array().into_iter().flatten() {
+                    let from = g["from"].as_str().unwrap_or("?");
+                    let path = g["path"].as_str().unwrap_or("?");
+                    rows.push((
+                        at.clone(),
+                        "granted at start".into(),
+                        path.to_string(),
+                        format!("from {from}"),
+                    ));
+                }
+            }
+            crate::run_entry::GRANT => rows.push((at, s("change"), s("path"), String::new())),
+            crate::run_entry::GRANT_DROPPED => {
+                rows.push((at, "dropped".into(), s("path"), s("why")))
+            }
+            _ => {}
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    o.push_str("<table class=\"list\" id=\"grants\"><tr><th>When</th><th>Change</th><th>Path</th><th>Why</th></tr>\n");
+    for (at, change, path, why) in rows {
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"mono\">{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
+            h(&at),
+            h(&change),
+            h(&path),
+            h(&why)
+        );
+    }
+    o.push_str("</table>\n");
+}
+
+/// Every refusal, whoever made it: what, who, why, and the fix.
+fn refusals_table(o: &mut String, items: &[Item], tz: &TimeZone) {
+    use super::timeline::{RefusedBy, RefusedPath};
+    let h = |t: &str| safe::html(t, Lines::One);
+    // (at, who, what, why, fix)
+    let mut rows: Vec<(String, String, String, String, String)> = Vec::new();
+    let at = |a: &super::timeline::At| format!("#{} {}", a.seq, when::time(a.ts, tz));
+    let path_rows = |rows: &mut Vec<_>, when: String, tool: &str, paths: Vec<RefusedPath>| {
+        for p in paths {
+            rows.push((
+                when.clone(),
+                RefusedBy::Nd7Sandbox.words().to_string(),
+                format!("{tool}: {}", p.path),
+                p.why_words(),
+                p.fix
+                    .clone()
+                    .unwrap_or_else(|| "none: run it outside nd7 run".into()),
+            ));
+        }
+    };
+    for item in items {
+        match item {
+            Item::Tool(t) if t.status == Status::Refused => match t.refused_by {
+                Some(RefusedBy::Nd7Sandbox) => {
+                    path_rows(&mut rows, at(&t.at), &t.tool, t.refused_paths.to_vec())
+                }
+                _ => rows.push((
+                    at(&t.at),
+                    RefusedBy::Permissions.words().to_string(),
+                    format!(
+                        "{}: {}",
+                        t.tool,
+                        t.command.clone().unwrap_or_else(|| t.paths.join(" "))
+                    ),
+                    t.reason.as_deref().map_or("no reason given".into(), |r| {
+                        r.split(" (fix:").next().unwrap_or(r).to_string()
+                    }),
+                    "an allow rule in Claude Code's settings".into(),
+                )),
+            },
+            Item::Refusal(r) => rows.push((
+                at(&r.at),
+                RefusedBy::Permissions.words().to_string(),
+                r.tool.clone().unwrap_or_else(|| "?".into()),
+                r.reason.clone().unwrap_or_else(|| "no reason given".into()),
+                "an allow rule in Claude Code's settings".into(),
+            )),
+            Item::Observed(ob) if !ob.folded && ob.kind == crate::run_entry::FLOOR_REFUSED => {
+                let tool = ob.body["tool"].as_str().unwrap_or("?").to_string();
+                path_rows(&mut rows, at(&ob.at), &tool, RefusedPath::of(&ob.body))
+            }
+            Item::Observed(ob) if ob.kind == crate::run_entry::REFUSED => rows.push((
+                at(&ob.at),
+                "nd7's exit".into(),
+                format!(
+                    "a caller of {}",
+                    ob.body["door"].as_str().unwrap_or("a door")
+                ),
+                ob.body["reason"].as_str().unwrap_or("?").to_string(),
+                "none: not the agent's call".into(),
+            )),
+            _ => {}
+        }
+    }
+    if rows.is_empty() {
+        o.push_str("<p id=\"refusals\">Nothing was refused.</p>\n");
+        return;
+    }
+    o.push_str("<table class=\"list\" id=\"refusals\"><tr><th>When</th><th>Refused by</th><th>What</th><th>Why</th><th>Fix</th></tr>\n");
+    for (when, who, what, why, fix) in rows {
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"mono\">{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td><code>{}</code></td></tr>",
+            h(&when),
+            h(&who),
+            h(&what),
+            h(&why),
+            h(&fix)
+        );
+    }
+    o.push_str("</table>\n");
 }
 
 /// A block of output, collapsed when longer than the terminal view shows.
@@ -333,6 +522,7 @@ fn timeline_item(o: &mut String, item: &Item, tz: &TimeZone) {
                 ObservedClass::Grant => ("grant", "grant"),
                 ObservedClass::Refusal => ("refused", "REFUSED"),
                 ObservedClass::Command => ("observed", "exec"),
+                ObservedClass::Net => ("observed", "net"),
                 ObservedClass::Session | ObservedClass::Other => ("observed", "nd7"),
             };
             (
@@ -427,8 +617,19 @@ fn tool(t: &Tool) -> (&'static str, String, String) {
             h(ran)
         );
     }
+    for p in &t.refused_paths {
+        let _ = write!(b, "<div class=\"desc\">{}</div>", h(&text::refused_path(p)));
+    }
     if let Some(r) = &t.reason {
         let _ = write!(b, "<div class=\"desc\">{}</div>", h(r));
+    }
+    if !t.evidence.is_empty() {
+        let seqs: Vec<String> = t.evidence.iter().map(|s| format!("#{s}")).collect();
+        let _ = write!(
+            b,
+            "<div class=\"desc\">nd7's entries on this call: {}</div>",
+            h(&seqs.join(" "))
+        );
     }
     if let Some(out) = &t.output {
         output(&mut b, "output", out);

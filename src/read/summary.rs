@@ -87,6 +87,14 @@ pub struct Summary {
     pub failures: u64,
     /// `PermissionDenied` entries, and refusals nd7 recorded itself.
     pub refusals: u64,
+    /// Of `refusals`, those nd7 recorded itself (`floor_refused`, `refused`).
+    pub nd7_refusals: u64,
+    /// Calls with no result yet, and no command through the exit: their
+    /// `tool_use_id` → `progress` when they were made. No default: a
+    /// summary kept before these were counted is rebuilt from its log.
+    pub pending: std::collections::BTreeMap<String, u64>,
+    /// Turn ends so far.
+    pub progress: u64,
     pub subagents: u64,
     /// Entries nd7 wrote from outside the agent.
     pub observed: u64,
@@ -112,8 +120,14 @@ impl Summary {
             if e.source == crate::run_entry::SOURCE {
                 self.confinement.raise(Confinement::Exit);
             }
-            if super::timeline::observed_class(&e.kind) == super::timeline::ObservedClass::Refusal {
+            if super::timeline::entry_class(e) == super::timeline::ObservedClass::Refusal {
                 self.refusals += 1;
+                self.nd7_refusals += 1;
+            }
+            if e.kind == crate::run_entry::EXEC
+                && let Some(id) = &e.tool_use_id
+            {
+                self.pending.remove(id);
             }
             return;
         }
@@ -130,6 +144,14 @@ impl Summary {
                 }
             }
             "prompt" => {
+                // Calls nothing answered before this prompt were stopped
+                // (or still run): not passed over.
+                let progress = self.progress;
+                for at in self.pending.values_mut() {
+                    if *at == progress {
+                        *at = u64::MAX;
+                    }
+                }
                 self.prompts += 1;
                 if self.first_prompt.is_none() {
                     self.first_prompt = e
@@ -137,8 +159,18 @@ impl Summary {
                         .map(|p| entry::cut(p, FIRST_PROMPT_LEN).to_string());
                 }
             }
-            "tool_call" => self.tool_calls += 1,
+            "tool_call" => {
+                self.tool_calls += 1;
+                if let Some(id) = e.tool_use() {
+                    self.pending.insert(id.to_string(), self.progress);
+                }
+            }
+            // The turn cannot end while one of its calls runs.
+            "turn_end" => self.progress += 1,
             "tool_result" => {
+                if let Some(id) = e.tool_use() {
+                    self.pending.remove(id);
+                }
                 if e.payload().get("ok").and_then(Value::as_bool) == Some(false) {
                     self.failures += 1;
                 }
@@ -159,11 +191,37 @@ impl Summary {
                 })
             }
             _ => match e.event_name() {
-                Some("PermissionDenied") => self.refusals += 1,
+                Some("PermissionDenied") => {
+                    self.refusals += 1;
+                    if let Some(id) = e.tool_use() {
+                        self.pending.remove(id);
+                    }
+                }
                 Some("SubagentStart") => self.subagents += 1,
                 _ => {}
             },
         }
+    }
+
+    /// Calls Claude Code never ran: no result though their turn ended
+    /// (before any prompt), and no command through the exit
+    /// (`timeline::never_ran` reads one call the same way).
+    pub fn never_ran(&self) -> u64 {
+        self.pending
+            .values()
+            .filter(|&&at| at != u64::MAX && at < self.progress)
+            .count() as u64
+    }
+
+    /// Every refusal, whoever made it.
+    pub fn all_refusals(&self) -> u64 {
+        self.refusals + self.never_ran()
+    }
+
+    /// Refusals by Claude Code's permissions (recorded or read off calls
+    /// that never ran).
+    pub fn permission_refusals(&self) -> u64 {
+        self.all_refusals() - self.nd7_refusals
     }
 
     /// A line that is not an entry.

@@ -6,7 +6,7 @@ use jiff::tz::TimeZone;
 
 use super::report::{CAVEAT, Chain, SessionInfo};
 use super::safe::{self, Lines};
-use super::timeline::{Item, ObservedClass, Status, SubagentEvent, Tool};
+use super::timeline::{Item, ObservedClass, RefusedBy, RefusedPath, Status, SubagentEvent, Tool};
 use super::when;
 
 /// Lines of a tool's output shown without `--full`.
@@ -56,6 +56,16 @@ impl Style {
         let mark = self.colour.then_some(("\x1b[7m", "\x1b[27m"));
         safe::term_marked(text, lines, mark)
     }
+}
+
+/// One path nd7's sandbox refused, in a line: what, who, why, the fix.
+pub fn refused_path(p: &RefusedPath) -> String {
+    format!(
+        "refused by nd7's sandbox: {} ({}); {}",
+        p.path,
+        p.why_words(),
+        p.fix_words()
+    )
 }
 
 /// `text` when it fits on the item's own line: one line, not too long.
@@ -137,6 +147,27 @@ pub fn short_ids(ids: &[&str], min: usize) -> Vec<String> {
     out
 }
 
+/// How many calls were refused, and by whom: `3 refused (2 by Claude
+/// Code's permissions, 1 by nd7)`.
+pub fn refused_words(s: &super::summary::Summary) -> String {
+    let all = s.all_refusals();
+    let mut by = Vec::new();
+    if s.permission_refusals() > 0 {
+        by.push(format!(
+            "{} by Claude Code's permissions",
+            s.permission_refusals()
+        ));
+    }
+    if s.nd7_refusals > 0 {
+        by.push(format!("{} by nd7", s.nd7_refusals));
+    }
+    if by.is_empty() {
+        format!("{all} refused")
+    } else {
+        format!("{all} refused ({})", by.join(", "))
+    }
+}
+
 /// The session list, one line per session, with a header line.
 pub fn sessions_table(
     rows: &[SessionInfo],
@@ -146,7 +177,7 @@ pub fn sessions_table(
 ) -> Vec<String> {
     let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
     let short = short_ids(&ids, 8);
-    let cells: Vec<[String; 9]> = rows
+    let cells: Vec<[String; 10]> = rows
         .iter()
         .zip(&short)
         .map(|(r, id)| {
@@ -156,6 +187,7 @@ pub fn sessions_table(
                 s.duration_ns().map_or("-".into(), when::duration),
                 s.tool_calls.to_string(),
                 s.failures.to_string(),
+                s.all_refusals().to_string(),
                 if s.confinement.ran_under_nd7_run() {
                     "run".into()
                 } else {
@@ -169,8 +201,9 @@ pub fn sessions_table(
             ]
         })
         .collect();
-    const HEAD: [&str; 9] = [
-        "STARTED", "DURATION", "CALLS", "FAILED", "RUN", "CHAIN", "SHIPPED", "AGENT", "SESSION",
+    const HEAD: [&str; 10] = [
+        "STARTED", "DURATION", "CALLS", "FAILED", "REFUSED", "RUN", "CHAIN", "SHIPPED", "AGENT",
+        "SESSION",
     ];
     let mut width = HEAD.map(str::len);
     for row in &cells {
@@ -178,7 +211,9 @@ pub fn sessions_table(
             *w = (*w).max(c.chars().count());
         }
     }
-    let right = [false, true, true, true, false, false, false, false, false];
+    let right = [
+        false, true, true, true, true, false, false, false, false, false,
+    ];
     let pad = |text: &str, i: usize| {
         let fill = " ".repeat(width[i].saturating_sub(text.chars().count()));
         if right[i] {
@@ -199,12 +234,13 @@ pub fn sessions_table(
             line.push(match i {
                 0 => style.dim(&padded),
                 3 if s.failures > 0 => style.red(&padded),
-                5 => match info.chain {
+                4 if s.all_refusals() > 0 => style.yellow(&padded),
+                6 => match info.chain {
                     Chain::Clean { .. } => style.green(&padded),
                     Chain::Broken { .. } | Chain::Unreadable { .. } => style.red(&padded),
                     Chain::NotChecked => style.dim(&padded),
                 },
-                8 => style.cyan(&padded),
+                9 => style.cyan(&padded),
                 _ => padded,
             });
         }
@@ -282,8 +318,8 @@ pub fn header(info: &SessionInfo, tz: &TimeZone, home: Option<&str>, style: Styl
     } else {
         "0 failed".into()
     };
-    let refused = if s.refusals > 0 {
-        style.yellow(&format!("{} refused", s.refusals))
+    let refused = if s.all_refusals() > 0 {
+        style.yellow(&refused_words(s))
     } else {
         "0 refused".into()
     };
@@ -466,11 +502,13 @@ impl<'a> Timeline<'a> {
                 one(r.tool_use_id.as_deref().unwrap_or("")),
                 one(r.reason.as_deref().unwrap_or("no reason given"))
             )),
+            Item::Observed(o) if o.folded && !self.full => {}
             Item::Observed(o) => {
                 let word = match o.class {
                     ObservedClass::Grant => st.cyan(&label("grant")),
                     ObservedClass::Refusal => st.yellow(&label("REFUSED")),
                     ObservedClass::Command => label("exec"),
+                    ObservedClass::Net => label("net"),
                     ObservedClass::Session | ObservedClass::Other => label("nd7"),
                 };
                 out.push(format!(
@@ -478,6 +516,14 @@ impl<'a> Timeline<'a> {
                     st.dim(&format!("[{} {}]", one(&o.source), one(&o.kind))),
                     one(&o.summary)
                 ));
+                if o.kind == crate::run_entry::FLOOR_REFUSED {
+                    for p in RefusedPath::of(&o.body) {
+                        out.push(format!(
+                            "{body_indent}{}",
+                            st.yellow(&one(&refused_path(&p)))
+                        ));
+                    }
+                }
             }
             Item::Event(e) => {
                 let name = e.event.as_deref().unwrap_or(&e.kind);
@@ -539,8 +585,19 @@ impl<'a> Timeline<'a> {
                 one(ran)
             ));
         }
+        for p in &t.refused_paths {
+            out.push(format!(
+                "{body_indent}{}",
+                st.yellow(&one(&refused_path(p)))
+            ));
+        }
         if let Some(r) = &t.reason {
-            let r = one(r);
+            let r = match t.refused_by {
+                Some(RefusedBy::Permissions) if !r.starts_with("never ran") => {
+                    format!("refused by {}: {}", RefusedBy::Permissions.words(), one(r))
+                }
+                _ => one(r),
+            };
             out.push(format!(
                 "{body_indent}{}",
                 if t.status == Status::Refused {

@@ -11,9 +11,14 @@
 //! dropped: each one is an item, or part of exactly one.
 //!
 //! Entries whose `source` is not `intent:…` were written by nd7 itself from
-//! outside the agent (the sandbox's exit, under `nd7 run`); they are
-//! [`Item::Observed`], classified by [`observed_class`], and never paired
-//! with the agent's own claims here: the two kinds of evidence stay apart.
+//! outside the agent (the sandbox's exit, under `nd7 run`); each is an
+//! [`Item::Observed`], classified by [`observed_class`], and kept whole.
+//! Those about one call (`exec`, `exec_end`, `floor_refused`) are also
+//! folded into that call's item (`routed`, `refused_by`, `refused_paths`,
+//! `evidence`) and marked `folded`, so that the default view shows one row
+//! per call; the entries themselves stay apart from the agent's claims. A
+//! finished call of a run stays open for [`LINGER`] entries, for the
+//! `floor_refused` another hook writes beside its result.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -110,6 +115,75 @@ pub enum Status {
     NoResult,
 }
 
+/// Who refused a tool call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusedBy {
+    /// nd7's sandbox floor (a `floor_refused` entry).
+    Nd7Sandbox,
+    /// Claude Code's permissions: a `PermissionDenied` entry, or a call that
+    /// never ran (no result while the session went on, and under `nd7 run`
+    /// no command through the exit).
+    Permissions,
+}
+
+impl RefusedBy {
+    /// Who, in words.
+    pub fn words(self) -> &'static str {
+        match self {
+            RefusedBy::Nd7Sandbox => "nd7's sandbox",
+            RefusedBy::Permissions => "Claude Code's permissions",
+        }
+    }
+}
+
+/// One path nd7's sandbox refused, as its `floor_refused` entry says.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RefusedPath {
+    pub path: String,
+    /// outside, secret, nd7, device.
+    pub why: String,
+    /// The command that would allow it, when one would.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl RefusedPath {
+    /// The paths of a `floor_refused` body.
+    pub fn of(body: &Value) -> Vec<RefusedPath> {
+        body["paths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| RefusedPath {
+                path: p["path"].as_str().unwrap_or("?").to_string(),
+                why: p["why"].as_str().unwrap_or("?").to_string(),
+                fix: p["allow"].as_str().map(str::to_string),
+            })
+            .collect()
+    }
+
+    /// Why, in words a person reads.
+    pub fn why_words(&self) -> String {
+        match self.why.as_str() {
+            "outside" => "outside what this session may write".into(),
+            "secret" => "a secret store nd7 keeps unreadable".into(),
+            "nd7" => "nd7's own files".into(),
+            "device" => "a device nd7 does not open".into(),
+            "held" => "held read-only by nd7: it can make git or the shell run programs outside the sandbox".into(),
+            other => other.to_string(),
+        }
+    }
+
+    /// The fix, in words: the command, or that none is offered.
+    pub fn fix_words(&self) -> String {
+        match &self.fix {
+            Some(f) => format!("fix: {f}"),
+            None => "no grant opens it; the user can run the command outside nd7 run".into(),
+        }
+    }
+}
+
 /// A tool call and its result, paired by `tool_use_id`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Tool {
@@ -144,6 +218,17 @@ pub struct Tool {
     /// Why it failed or was refused, in a line.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Who refused it, when something did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_by: Option<RefusedBy>,
+    /// The paths nd7's sandbox refused it, each with why and the fix, from
+    /// the call's `floor_refused` entry.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub refused_paths: Box<[RefusedPath]>,
+    /// nd7's own entries about this call (`exec`, `exec_end`,
+    /// `floor_refused`), folded into it; each is also an item of its own.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call_seq: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -205,6 +290,10 @@ pub struct Refusal {
     pub reason: Option<String>,
 }
 
+/// How many entries a finished call of a run stays open for nd7's word on
+/// it (`floor_refused`, written beside the result by another hook).
+const LINGER: u32 = 8;
+
 /// What an entry nd7 wrote itself is about, as far as its kind tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -214,6 +303,9 @@ pub enum ObservedClass {
     Refusal,
     Command,
     Session,
+    /// A connection through the session's egress proxy it allowed (a
+    /// refused one is a `Refusal`).
+    Net,
     Other,
 }
 
@@ -231,6 +323,11 @@ pub struct Observed {
     /// Its scalar members, in one line.
     pub summary: String,
     pub body: Value,
+    /// Evidence folded into the tool call it belongs to (or, for a
+    /// transcript anchor, about the transcript): the default view leaves it
+    /// to that call's row; `--full` and the NDJSON keep it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub folded: bool,
 }
 
 /// Any other entry: a hook event this view has no shape for, kept whole.
@@ -276,6 +373,32 @@ const INPUT_SHOWN_ELSEWHERE: &[&str] = &[
 /// a run's start, the rules it began with that a person looks for first
 /// (the project and the grants), which are not scalars.
 fn observed_summary(entry: &Entry) -> String {
+    if entry.kind == crate::run_entry::NET {
+        return net_summary(&entry.body);
+    }
+    if entry.kind == crate::run_entry::RUN_END {
+        // Its `refused` counts callers the exit and the door turned away,
+        // not tool calls: the header's "refused" are those.
+        let mut body = entry.body.clone();
+        if let Some(map) = body.as_object_mut()
+            && let Some(n) = map.remove("refused")
+        {
+            map.insert("callers_refused".into(), n);
+        }
+        return entry::scalars(&body, SUMMARY_LEN);
+    }
+    if entry.kind == crate::run_entry::EXEC
+        && let Some(model) = entry.body["command"]
+            .as_str()
+            .and_then(|c| crate::run_entry::bash_command(c.as_bytes()))
+    {
+        // The command as the model gave it, not Claude Code's shell wrapper
+        // around it (cut off before the command); the NDJSON keeps it whole.
+        let mut body = entry.body.clone();
+        body["command"] = Value::String(model);
+        body["wrapper"] = Value::String("Claude Code's shell line".into());
+        return entry::scalars(&body, SUMMARY_LEN);
+    }
     if entry.source == crate::effect::SOURCE && entry.kind == crate::effect::RAN {
         return ran_summary(&entry.body);
     }
@@ -297,6 +420,48 @@ fn observed_summary(entry: &Entry) -> String {
         "project={} grants={grants} {scalars}",
         rules["project"].as_str().unwrap_or("?")
     );
+    entry::cut(&line, SUMMARY_LEN).to_string()
+}
+
+/// The class of an entry nd7 wrote: a `net` entry's is its verdict's.
+pub fn entry_class(entry: &Entry) -> ObservedClass {
+    if entry.kind == crate::run_entry::NET {
+        return match entry.body["verdict"].as_str() {
+            Some("allowed") => ObservedClass::Net,
+            _ => ObservedClass::Refusal,
+        };
+    }
+    observed_class(&entry.kind)
+}
+
+/// The line a `net` entry shows: the host and port, the verdict and the
+/// rule or reason, the address and the bytes.
+fn net_summary(body: &Value) -> String {
+    let n = |k: &str| body[k].as_u64().unwrap_or(0);
+    let s = |k: &str| body[k].as_str().unwrap_or("?");
+    let line = if body["verdict"] == "allowed" {
+        format!(
+            "{}:{} allowed by {} via {}, {} B up, {} B down, {} ms",
+            s("host"),
+            n("port"),
+            s("rule"),
+            body["address"].as_str().unwrap_or("no address"),
+            n("bytes_up"),
+            n("bytes_down"),
+            n("duration_ms")
+        )
+    } else {
+        format!(
+            "{}:{} refused: {}{}",
+            s("host"),
+            n("port"),
+            s("why"),
+            body["allow"]
+                .as_str()
+                .map(|a| format!(" ({a})"))
+                .unwrap_or_default()
+        )
+    };
     entry::cut(&line, SUMMARY_LEN).to_string()
 }
 
@@ -374,6 +539,8 @@ pub fn observed_class(kind: &str) -> ObservedClass {
 struct Slot {
     item: Item,
     waiting: bool,
+    /// Entries still to come before a finished call of a run leaves.
+    linger: u32,
 }
 
 /// The streaming builder: feed it entries in log order, take the items that
@@ -386,6 +553,18 @@ pub struct Builder {
     waiting: HashMap<String, u64>,
     /// Calls that left without a result: tool_use_id → the call's seq.
     left: HashMap<String, u64>,
+    /// Finished calls of a run still open for nd7's word: tool_use_id → item number.
+    lingering: HashMap<String, u64>,
+    /// `exec` entries folded into a call: their seq → the call's tool_use_id.
+    execs: HashMap<u64, String>,
+    /// Turn ends so far: a call with none after it (before the next
+    /// prompt) may still be running, or was stopped; one the turn ended
+    /// without was passed over.
+    progress: u64,
+    /// Waiting calls: tool_use_id → `progress` when they were made.
+    made_at: HashMap<String, u64>,
+    /// The log is a run's chain (nd7 wrote an entry from outside).
+    run: bool,
     hold_back: usize,
 }
 
@@ -407,6 +586,11 @@ impl Builder {
             first: 0,
             waiting: HashMap::new(),
             left: HashMap::new(),
+            lingering: HashMap::new(),
+            execs: HashMap::new(),
+            progress: 0,
+            made_at: HashMap::new(),
+            run: false,
             hold_back: hold_back.max(1),
         }
     }
@@ -422,29 +606,37 @@ impl Builder {
 
     /// The next entry of the log.
     pub fn push(&mut self, entry: Entry) {
+        self.age_lingering();
         if !entry.is_intent() {
-            // nd7's exit ran the command of the Bash call it names: that call
-            // went through nd7-exec (ADR-0040; before it, the rewritten
-            // command in the result said so, see `complete`).
-            if entry.kind == crate::run_entry::EXEC
-                && let Some(tool) = entry
-                    .tool_use_id
-                    .clone()
-                    .and_then(|id| self.waiting_mut(&id))
-            {
-                tool.routed = true;
-            }
+            self.run |= entry.source == crate::run_entry::SOURCE;
+            let folded = self.fold(&entry);
             let item = Item::Observed(Observed {
                 at: At::of(&entry),
-                class: observed_class(&entry.kind),
+                class: entry_class(&entry),
                 tool_use_id: entry.tool_use_id.clone(),
                 summary: observed_summary(&entry),
                 source: entry.source,
                 kind: entry.kind,
                 body: entry.body,
+                folded,
             });
             self.ready(item);
             return;
+        }
+        match entry.kind.as_str() {
+            // The turn cannot end while one of its calls runs.
+            "turn_end" => self.progress += 1,
+            // A prompt before anything answered a call: the person stopped
+            // it, or it still runs; it was not passed over.
+            "prompt" => {
+                let progress = self.progress;
+                for at in self.made_at.values_mut() {
+                    if *at == progress {
+                        *at = u64::MAX;
+                    }
+                }
+            }
+            _ => {}
         }
         match entry.kind.as_str() {
             "session_start" => self.ready(Item::SessionStart(SessionStart {
@@ -482,7 +674,8 @@ impl Builder {
     /// Items ready to show, in order.
     pub fn take_ready(&mut self) -> impl Iterator<Item = Item> + '_ {
         std::iter::from_fn(move || {
-            if self.queue.front()?.waiting {
+            let front = self.queue.front()?;
+            if front.waiting || front.linger > 0 {
                 return None;
             }
             self.first += 1;
@@ -491,15 +684,31 @@ impl Builder {
     }
 
     /// Everything left, at the end of the log: calls still waiting have no
-    /// result.
+    /// result (and one passed over by what came after it never ran).
     pub fn finish(mut self) -> Vec<Item> {
-        self.queue.drain(..).map(|slot| slot.item).collect()
+        let progress = self.progress;
+        let run = self.run;
+        let made_at = std::mem::take(&mut self.made_at);
+        self.queue
+            .drain(..)
+            .map(|slot| {
+                let mut item = slot.item;
+                if slot.waiting
+                    && let Item::Tool(tool) = &mut item
+                {
+                    let at = tool.tool_use_id.as_ref().and_then(|id| made_at.get(id));
+                    never_ran(tool, at.copied(), progress, run);
+                }
+                item
+            })
+            .collect()
     }
 
     fn ready(&mut self, item: Item) {
         self.queue.push_back(Slot {
             item,
             waiting: false,
+            linger: 0,
         });
         self.bound();
     }
@@ -509,16 +718,86 @@ impl Builder {
         if self.queue.len() <= self.hold_back {
             return;
         }
-        if let Some(slot) = self.queue.front_mut()
-            && slot.waiting
-            && let Item::Tool(tool) = &slot.item
-        {
-            slot.waiting = false;
-            if let Some(id) = &tool.tool_use_id {
-                self.waiting.remove(id);
-                self.left.insert(id.clone(), tool.at.seq);
+        let (progress, run) = (self.progress, self.run);
+        if let Some(slot) = self.queue.front_mut() {
+            slot.linger = 0;
+            if slot.waiting
+                && let Item::Tool(tool) = &mut slot.item
+            {
+                slot.waiting = false;
+                if let Some(id) = tool.tool_use_id.clone() {
+                    self.waiting.remove(&id);
+                    let at = self.made_at.remove(&id);
+                    never_ran(tool, at, progress, run);
+                    self.left.insert(id, tool.at.seq);
+                }
             }
         }
+    }
+
+    /// One entry more: finished calls of a run wait one entry less.
+    fn age_lingering(&mut self) {
+        let first = self.first;
+        let queue = &mut self.queue;
+        self.lingering
+            .retain(|_, n| match queue.get_mut((*n - first) as usize) {
+                Some(slot) if slot.linger > 0 => {
+                    slot.linger -= 1;
+                    slot.linger > 0
+                }
+                _ => false,
+            });
+    }
+
+    /// A call waiting for its result, or finished and still open for nd7's
+    /// word on it.
+    fn open_mut(&mut self, id: &str) -> Option<&mut Tool> {
+        let n = *self.waiting.get(id).or_else(|| self.lingering.get(id))?;
+        match self.queue.get_mut((n - self.first) as usize)? {
+            Slot {
+                item: Item::Tool(tool),
+                ..
+            } => Some(tool),
+            _ => None,
+        }
+    }
+
+    /// Folds one of nd7's entries into the call it is about; whether it did.
+    fn fold(&mut self, entry: &Entry) -> bool {
+        use crate::run_entry::{EXEC, EXEC_END, FLOOR_REFUSED};
+        let id = match entry.kind.as_str() {
+            // Evidence about the transcript, not a call: --full shows it.
+            crate::transcript::ANCHOR => return true,
+            EXEC_END => entry.body["exec"]
+                .as_u64()
+                .and_then(|exec| self.execs.remove(&exec)),
+            _ => entry.tool_use_id.clone(),
+        };
+        let Some(id) = id else {
+            return false;
+        };
+        let kind = entry.kind.as_str();
+        let seq = entry.seq;
+        let Some(tool) = self.open_mut(&id) else {
+            return false;
+        };
+        tool.evidence.push(seq);
+        match kind {
+            // nd7's exit ran the command of the Bash call it names: that call
+            // went through nd7-exec (ADR-0040; before it, the rewritten
+            // command in the result said so, see `complete`).
+            EXEC => {
+                tool.routed = true;
+                self.execs.insert(seq, id);
+            }
+            FLOOR_REFUSED => {
+                tool.status = Status::Refused;
+                tool.refused_by = Some(RefusedBy::Nd7Sandbox);
+                tool.refused_paths = RefusedPath::of(&entry.body).into();
+            }
+            _ => {}
+        }
+        true
     }
 
     fn event(&mut self, entry: Entry) {
@@ -539,6 +818,7 @@ impl Builder {
             Slot {
                 item: Item::Tool(tool),
                 waiting: true,
+                ..
             } => Some(tool),
             _ => None,
         }
@@ -576,6 +856,9 @@ impl Builder {
             duration_ms: None,
             output: None,
             reason: None,
+            refused_by: None,
+            refused_paths: Box::default(),
+            evidence: Vec::new(),
             call_seq: Some(entry.seq),
             result_seq: None,
             refusal_seq: None,
@@ -585,10 +868,12 @@ impl Builder {
         match tool.tool_use_id.clone() {
             Some(id) => {
                 let n = self.first + self.queue.len() as u64;
+                self.made_at.insert(id.clone(), self.progress);
                 self.waiting.insert(id, n);
                 self.queue.push_back(Slot {
                     item: Item::Tool(tool),
                     waiting: true,
+                    linger: 0,
                 });
                 self.bound();
             }
@@ -602,11 +887,16 @@ impl Builder {
             && self.waiting.contains_key(id)
         {
             let n = self.waiting.remove(id).unwrap_or_default();
+            self.made_at.remove(id);
             if let Some(slot) = self.queue.get_mut((n - self.first) as usize)
                 && let Item::Tool(tool) = &mut slot.item
             {
                 complete(tool, &entry);
                 slot.waiting = false;
+                if self.run {
+                    slot.linger = LINGER;
+                    self.lingering.insert(id.clone(), n);
+                }
             }
             return;
         }
@@ -630,6 +920,9 @@ impl Builder {
             duration_ms: None,
             output: None,
             reason: None,
+            refused_by: None,
+            refused_paths: Box::default(),
+            evidence: Vec::new(),
             call_seq: None,
             result_seq: None,
             refusal_seq: None,
@@ -646,6 +939,7 @@ impl Builder {
             && let Some(tool) = self.waiting_mut(&id)
         {
             tool.status = Status::Refused;
+            tool.refused_by = Some(RefusedBy::Permissions);
             tool.refusal_seq = Some(entry.seq);
             tool.reason = reason.or(tool.reason.take());
             return;
@@ -712,6 +1006,24 @@ impl Builder {
             .collect();
         pick(of_type)
     }
+}
+
+/// A call that leaves with no result: when its turn ended after it,
+/// before any prompt, (`progress` past `made_at`) and, in a run, no command went
+/// through the exit for it, Claude Code never ran it: its permissions (or a
+/// hook) refused it. Otherwise it may still be running, or the agent died.
+fn never_ran(tool: &mut Tool, made_at: Option<u64>, progress: u64, run: bool) {
+    let passed_over = made_at.is_some_and(|at| at != u64::MAX && progress > at);
+    if tool.status != Status::NoResult || !passed_over || tool.routed {
+        return;
+    }
+    tool.status = Status::Refused;
+    tool.refused_by = Some(RefusedBy::Permissions);
+    tool.reason = Some(if run {
+        "never ran: no result, and no command through nd7-exec; Claude Code's permissions refused it (fix: an allow rule in Claude Code's settings, or ask for it in the prompt)".into()
+    } else {
+        "never ran: no result while the session went on; Claude Code's permissions refused it, or it was stopped (fix: an allow rule in Claude Code's settings)".into()
+    });
 }
 
 /// Fills a tool item from its result entry.
@@ -932,6 +1244,90 @@ mod tests {
         assert_eq!(t[1].output.as_deref(), Some("no"));
         // Duration from the timestamps when the result does not say.
         assert_eq!(t[1].duration_ms, Some(1000.0));
+    }
+
+    /// nd7's word on a call folds into it whether it comes before the
+    /// result or just after it (another hook writes it beside the result);
+    /// each entry is still an item of its own, marked folded.
+    #[test]
+    fn nd7s_entries_fold_into_their_call_before_or_after_its_result() {
+        let refused = json!({"tool": "Bash", "paths": [
+            {"path": "/o/x", "why": "outside", "allow": "nd7 allow /o"}]});
+        let ours = |seq, kind: &str, id: Option<&str>, body: Value| {
+            line_from(seq, "exit:nd7", kind, id, body)
+        };
+        for after in [false, true] {
+            let mut lines = vec![
+                ours(0, "run_start", None, json!({})),
+                bash_call(1, "a", "mkdir /o/x"),
+                ours(
+                    2,
+                    "exec",
+                    Some("a"),
+                    json!({"command": "wrapped mkdir /o/x"}),
+                ),
+                ours(3, "exec_end", None, json!({"exec": 2, "exited": 1})),
+            ];
+            let result = bash_failed(4, "a", "Exit code 1\nmkdir: Permission denied");
+            let word = ours(5, "floor_refused", Some("a"), refused.clone());
+            if after {
+                lines.extend([result, word]);
+            } else {
+                lines.extend([word, result]);
+            }
+            let items = run(&lines);
+            let t = tools(&items);
+            assert_eq!(t[0].status, Status::Refused, "after={after}");
+            assert_eq!(t[0].refused_by, Some(RefusedBy::Nd7Sandbox));
+            assert_eq!(t[0].refused_paths[0].fix.as_deref(), Some("nd7 allow /o"));
+            assert!(t[0].routed);
+            assert_eq!(t[0].evidence.len(), 3, "exec, exec_end, floor_refused");
+            let folded = items
+                .iter()
+                .filter(|i| matches!(i, Item::Observed(o) if o.folded))
+                .count();
+            assert_eq!(folded, 3, "after={after}: {items:?}");
+        }
+    }
+
+    /// A call passed over (its turn ended without its result, and no
+    /// command went through the exit) never ran: Claude Code refused it. A
+    /// call that only a prompt or other results followed was stopped, or
+    /// still runs.
+    #[test]
+    fn a_call_passed_over_was_refused_by_claude_codes_permissions() {
+        let turn_end = |seq| {
+            line(
+                seq,
+                "turn_end",
+                None,
+                json!({"last_assistant_message": "ok"}),
+            )
+        };
+        let items = run(&[
+            bash_call(0, "denied", "touch x"),
+            bash_call(1, "b", "ls"),
+            bash_ok(2, "b", "ls", ""),
+            turn_end(3),
+        ]);
+        let t = tools(&items);
+        assert_eq!(t[0].status, Status::Refused);
+        assert_eq!(t[0].refused_by, Some(RefusedBy::Permissions));
+        // Other calls' results alone say nothing: it may still run (a Task,
+        // a call beside others), as in a session being recorded now.
+        let items = run(&[
+            bash_call(0, "long", "sleep 99"),
+            bash_call(1, "b", "ls"),
+            bash_ok(2, "b", "ls", ""),
+        ]);
+        assert_eq!(tools(&items)[0].status, Status::NoResult);
+        let items = run(&[
+            bash_call(0, "stopped", "sleep 9"),
+            line(1, "prompt", None, json!({"prompt": "no, stop"})),
+            bash_call(2, "b", "ls"),
+            bash_ok(3, "b", "ls", ""),
+        ]);
+        assert_eq!(tools(&items)[0].status, Status::NoResult);
     }
 
     #[test]

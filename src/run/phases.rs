@@ -123,6 +123,9 @@ pub(super) struct Opened {
     confined: Confined,
     recorded: Vec<&'static str>,
     exit: sandbox::ExitService,
+    /// The session's egress proxy, serving outside the network namespace;
+    /// `Err(why)` where the kernel cannot keep the agent to it.
+    proxy: Result<Arc<crate::egress::Proxy>, String>,
 }
 
 /// The agent's command line made and the signals caught.
@@ -497,11 +500,57 @@ impl Confined {
             Some(self.after_command()),
         )
         .map_err(|e| self.chain.not_started(RunError::Sandbox(e)))?;
+        let proxy = self
+            .start_proxy(options)
+            .map_err(|e| self.chain.not_started(e))?;
+        if proxy.is_err() && options.net_strict {
+            let why = proxy.as_ref().err().cloned().unwrap_or_default();
+            return Err(self.chain.not_started(RunError::Sandbox(format!(
+                "--net strict: this system cannot keep the agent to nd7's egress proxy ({why})"
+            ))));
+        }
         Ok(Opened {
             confined: self,
             recorded,
             exit,
+            proxy,
         })
+    }
+
+    /// Starts the session's egress proxy on the listener made inside the
+    /// network namespace, from the thread that stayed outside it (ADR-0106).
+    /// `Ok(Err(why))` when there is no network namespace here: egress is
+    /// then not enforced, and the banner says so.
+    fn start_proxy(
+        &self,
+        options: &Options,
+    ) -> Result<Result<Arc<crate::egress::Proxy>, String>, RunError> {
+        if let Err(why) = self.held.egress() {
+            return Ok(Err(why));
+        }
+        let planned = &self.planned;
+        let agent = planned.agent.map(|a| a.agent());
+        let rules = crate::egress::start_rules(
+            agent,
+            &planned.base.home,
+            &planned.policy.roots.project,
+            &options.presets,
+        )
+        .map_err(RunError::Sandbox)?;
+        let log = self.chain.0.clone();
+        let record: crate::egress::Record = Arc::new(move |c: &crate::egress::Connection| {
+            let _ = log.net(&c.body());
+        });
+        let mut proxy = crate::egress::Proxy::new(rules, crate::egress::run_resolver(), record)
+            .rules_file(self.run_dir.0.dir.join(crate::egress::RULES_FILE));
+        if let Some(who) = sandbox::Held::proxy_client() {
+            proxy = proxy.who(who);
+        }
+        let proxy = Arc::new(proxy);
+        self.held
+            .serve_proxy(proxy.clone())
+            .map_err(|e| RunError::Sandbox(format!("start nd7's egress proxy: {e}")))?;
+        Ok(Ok(proxy))
     }
 
     /// What the exit calls before each command: the watch snapshots the
@@ -548,6 +597,10 @@ impl Opened {
         let prefix_warning = claude::prefix_warning(&planned.base.nd7_exec, claude);
         self.agent_args(&mut command, options)?;
         command.env(record::RUN_VARIABLE, &self.confined.run_dir.0.dir);
+        if self.proxy.is_ok() {
+            command.env_remove("NO_PROXY").env_remove("no_proxy");
+            command.envs(self.confined.held.proxy_env());
+        }
         let signals = Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGHUP,
@@ -624,6 +677,9 @@ impl Prepared {
                 })
             })?;
         opened.exit.answer();
+        if let Ok(proxy) = &opened.proxy {
+            proxy.agent_started(agent.id());
+        }
         opened.confined.watch.program_started();
         let handle = signals.handle();
         let forwarder = pass_on(signals, agent.id());
@@ -659,7 +715,15 @@ impl Prepared {
             announce(&line);
         }
         if let Some(line) = sandbox::unenforced_line() {
-            announce(&line);
+            announce(&said_before(&line));
+        }
+        match &self.opened.proxy {
+            Ok(_) => announce(
+                "nd7 run: the network only through nd7's proxy, to the agent's API and the hosts you allow (`nd7 allow --net HOST`)",
+            ),
+            Err(why) => announce(&format!(
+                "nd7 run: not enforced on this system: what the agent may send over the network ({why})"
+            )),
         }
         if let Some(why) = sandbox::not_observed_why() {
             announce(&format!(
@@ -675,6 +739,12 @@ impl Prepared {
         {
             end::warn(announce, warning);
         }
+        if roots.project == roots.home {
+            end::warn(
+                announce,
+                "the project is your home directory, so every command may write all of it (but the credential stores, nd7's own files and the files held read-only); start nd7 run from the project's directory instead",
+            );
+        }
         if let Some(why) = &confined.not_held {
             end::warn(
                 announce,
@@ -684,6 +754,24 @@ impl Prepared {
             );
         }
     }
+}
+
+/// Where `nd7 run` keeps the last "not enforced" line it said in full.
+const UNENFORCED_SAID: &str = "unenforced-said";
+
+/// The "not enforced on this system" line in full the first time (and
+/// whenever it changes), then in a few words: the same paragraph on every
+/// run is one people stop reading. Kept beside the logs, outside the floor.
+fn said_before(line: &str) -> String {
+    let Ok(state) = crate::session_log::state_dir() else {
+        return line.to_string();
+    };
+    let file = state.join(UNENFORCED_SAID);
+    if std::fs::read_to_string(&file).is_ok_and(|said| said == line) {
+        return "nd7 run: not enforced on this system: the same as the first run said (`nd7 doctor` lists it)".into();
+    }
+    let _ = std::fs::create_dir_all(&state).and_then(|()| std::fs::write(&file, line));
+    line.to_string()
 }
 
 /// Passes SIGTERM and SIGHUP on to the agent's program `agent`; SIGINT and
@@ -763,6 +851,9 @@ impl Finished {
         end::chain_end(log, &ended, agent, announce);
         end::over_budget(log, announce);
         end::refusals(log, &planned.base.home, terminal, announce);
+        if let Ok(proxy) = &self.opened.proxy {
+            end::net_refusals(&proxy.refused(), log.id(), announce);
+        }
         let Opened { confined, .. } = self.opened;
         drop(confined.run_dir);
         end::close(&ended, &findings, &confined.planned.base.terminal, announce)

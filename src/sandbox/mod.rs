@@ -478,6 +478,20 @@ pub fn hold(holding: Holding, plan: &Plan) -> Result<(Held, Option<String>), Str
     }
 }
 
+/// Whether `nd7 run` can keep the agent's network to its proxy here, for
+/// `nd7 doctor`: on Linux where user namespaces work (the same trial as
+/// [`hold_available`]).
+pub fn egress_available() -> Result<(), String> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::ns::trial().map_err(|e| e.to_string())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err("only Linux's network namespaces keep it so far".to_string())
+    }
+}
+
 /// What holds the files that run later on this system, for `nd7 doctor`:
 /// on Linux a short-lived child tries to enter namespaces as `nd7 run` does.
 pub fn hold_available() -> Result<&'static str, String> {
@@ -498,6 +512,74 @@ pub fn hold_available() -> Result<&'static str, String> {
 }
 
 impl Held {
+    /// The run's network namespace and its proxy's listener (Linux, where
+    /// user namespaces work), or why there is none.
+    #[cfg(target_os = "linux")]
+    pub fn net(&self) -> Result<&linux::netns::Net, String> {
+        match &self.namespaces {
+            Some(ns) => ns.net.as_ref().map_err(Clone::clone),
+            None => Err("user namespaces are refused here".into()),
+        }
+    }
+
+    /// Whether the run has its network namespace, where nd7's egress proxy
+    /// is the one way out (ADR-0106); why not where it has none.
+    pub fn egress(&self) -> Result<(), String> {
+        #[cfg(target_os = "linux")]
+        {
+            self.net().map(|_| ())
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Err("only Linux's network namespaces keep it so far".into())
+        }
+    }
+
+    /// What tells the proxy which process opened a connection, where this
+    /// system can tell (Linux).
+    pub fn proxy_client() -> Option<crate::egress::Who> {
+        #[cfg(target_os = "linux")]
+        {
+            Some(linux::netns::client_process)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    }
+
+    /// Serves `proxy` on the listener made inside the run's network
+    /// namespace, from the thread that stayed outside it, so that the
+    /// connections it opens are outside.
+    pub fn serve_proxy(&self, proxy: std::sync::Arc<crate::egress::Proxy>) -> Result<(), String> {
+        #[cfg(target_os = "linux")]
+        {
+            let net = self.net()?;
+            let listener = net
+                .take_listener()
+                .ok_or("the proxy's listener was already taken")?;
+            net.outside(move || {
+                proxy.serve(listener);
+            })
+            .map_err(|e| e.to_string())
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = proxy;
+            Err("only Linux's network namespaces keep it so far".into())
+        }
+    }
+
+    /// The variables that point the agent at the session's proxy, empty
+    /// where there is no network namespace.
+    pub fn proxy_env(&self) -> Vec<(String, String)> {
+        #[cfg(target_os = "linux")]
+        if let Ok(net) = self.net() {
+            return linux::netns::proxy_env(net.port);
+        }
+        Vec::new()
+    }
+
     /// Whether the plan's holds are in force: false on Linux when the
     /// namespaces could not be entered or a bind failed.
     pub fn all_held(&self) -> bool {

@@ -123,16 +123,22 @@ pub fn uninstall(home: &Path, dry_run: bool) -> Result<Option<String>, SetupErro
             fs::remove_file(&file).map_err(io_err(&file, "remove"))?;
         }
         return Ok(Some(format!(
-            "{}: removed nd7's link (its target was gone)",
-            file.display()
+            "{}: {} nd7's link (its target was gone)",
+            file.display(),
+            if dry_run { "would remove" } else { "removed" }
         )));
     }
     if !dry_run {
         fs::rename(&moved, &file).map_err(io_err(&file, "move back"))?;
     }
     Ok(Some(format!(
-        "{}: moved back from {}",
+        "{}: {} from {}",
         file.display(),
+        if dry_run {
+            "would move back"
+        } else {
+            "moved back"
+        },
         moved.display()
     )))
 }

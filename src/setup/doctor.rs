@@ -21,6 +21,22 @@ pub struct Check {
     pub fix: Option<String>,
 }
 
+/// What a protection this system lacks starts with: no failure (nothing
+/// lifts it today), and no "ok" either.
+const NOT_ENFORCED: &str = "not enforced: ";
+
+impl Check {
+    /// The word at the start of its line: `ok`, `FAIL`, or `note` for a
+    /// limit nothing can lift today (passes, but is not fine).
+    pub fn mark(&self) -> &'static str {
+        match (self.ok, self.detail.starts_with(NOT_ENFORCED)) {
+            (false, _) => "FAIL",
+            (true, true) => "note",
+            (true, false) => "ok  ",
+        }
+    }
+}
+
 /// The modes `nd7 run` refuses or warns of ([`crate::modes`]).
 fn modes_check(home: &Path) -> Check {
     let state = crate::session_log::state_dir().ok();
@@ -229,6 +245,9 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
             ),
         },
     });
+    // What keeps the agent's network to nd7's proxy (ADR-0106): the same
+    // user namespaces, on Linux.
+    checks.push(egress_check());
     // The credential stores nd7 run keeps unreadable, and the user's file.
     if let Some(home) = home.as_deref() {
         checks.push(secrets_check(home));
@@ -243,7 +262,7 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
         detail: if p.enforced {
             p.detail
         } else {
-            format!("not enforced: {}", p.detail)
+            format!("{NOT_ENFORCED}{}", p.detail)
         },
         fix: p.needs.filter(|_| !p.enforced).map(str::to_string),
     }));
@@ -353,6 +372,7 @@ fn grants_check(home: &Path) -> Check {
                 let what = match &line.entry {
                     grants::Entry::Preset(p) => format!("preset {}", p.name),
                     grants::Entry::Path(p) => grants::tilde(p, home),
+                    grants::Entry::Net(r) => format!("net {r}"),
                 };
                 match sections.iter_mut().find(|(s, _)| *s == section) {
                     Some((_, list)) => list.push(what),
@@ -388,6 +408,28 @@ fn grants_check(home: &Path) -> Check {
 
 /// The credential stores a session would keep unreadable: how many, which
 /// of them exist here, and whether `~/.nd7/secrets` reads.
+/// Whether `nd7 run` can keep the agent's network to its proxy here.
+fn egress_check() -> Check {
+    match crate::sandbox::egress_available().err() {
+        None => Check {
+            name: "egress",
+            ok: true,
+            detail: "the network: only through nd7's proxy, to the hosts you allow (a network namespace per session)".into(),
+            fix: None,
+        },
+        Some(why) => Check {
+            name: "egress",
+            ok: false,
+            detail: format!(
+                "the network is not kept to nd7's proxy here ({why}); nd7 run --net strict refuses to start"
+            ),
+            fix: Some(
+                "on Linux, allow unprivileged user namespaces (as for the locks above)".into(),
+            ),
+        },
+    }
+}
+
 fn secrets_check(home: &Path) -> Check {
     let file = home.join(crate::policy::secrets::FILE);
     match crate::run_dir::secrets(home) {
@@ -448,11 +490,22 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
             fix: Some("nd7 enroll URL --token T --fingerprint FP (from your vault's admin)".into()),
         }];
     };
-    let mut checks = vec![Check {
-        name: "vault",
-        ok: true,
-        detail: format!("enrolled with {server} as machine {machine}"),
-        fix: None,
+    let unreachable = read(crate::ship::UNREACHABLE_FILE).ok();
+    let mut checks = vec![match unreachable {
+        None => Check {
+            name: "vault",
+            ok: true,
+            detail: format!("enrolled with {server} as machine {machine}"),
+            fix: None,
+        },
+        Some(why) => Check {
+            name: "vault",
+            ok: false,
+            detail: format!(
+                "enrolled with {server} as machine {machine}, but the last nd7 ship said: {why}"
+            ),
+            fix: Some("nd7 ship, once the vault is up (or ask its admin)".into()),
+        },
     }];
     let backlog = ship_backlog(&crate::session_log::sessions_dir(state));
     let ago = |t: SystemTime| {
@@ -479,18 +532,20 @@ fn vault_checks(state: &Path, home: &Path, now: SystemTime) -> Vec<Check> {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let recipients = recipients_check(&vault.join(crate::ship::RECIPIENTS_FILE), unix);
-    checks.push(match timer::active(home) {
+    let exe = std::env::current_exe().unwrap_or_else(|_| "nd7".into());
+    let nd7 = stable_path(&exe, home, Path::exists).unwrap_or(exe);
+    checks.push(match timer::active(home, &nd7) {
         Ok(what) => Check {
             name: "timer",
             ok: true,
             detail: what,
             fix: None,
         },
-        Err(why) => Check {
+        Err((why, fix)) => Check {
             name: "timer",
             ok: false,
             detail: why,
-            fix: Some("nd7 setup".into()),
+            fix: Some(fix),
         },
     });
     checks.push(recipients);
@@ -747,6 +802,22 @@ fn hooks_check(text: &str, nd7: &str) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_limit_nothing_lifts_is_a_note_not_ok() {
+        let check = |ok, detail: &str| Check {
+            name: "x",
+            ok,
+            detail: detail.into(),
+            fix: None,
+        };
+        assert_eq!(
+            check(true, "not enforced: no Landlock network rules").mark(),
+            "note"
+        );
+        assert_eq!(check(true, "Landlock ABI 7").mark(), "ok  ");
+        assert_eq!(check(false, "not enforced: x").mark(), "FAIL");
+    }
 
     #[test]
     fn the_hooks_check_names_what_is_missing_or_stale() {

@@ -11,7 +11,7 @@
 pub mod claude_json;
 pub mod codex;
 pub mod codex_merge;
-mod completions;
+pub mod completions;
 mod doctor;
 pub mod merge;
 pub mod timer;
@@ -256,13 +256,20 @@ fn claude_settings(
             .push(format!("{shown}: dry run, nothing written")),
     }
     // A backup that still holds nd7's entries goes with them.
-    if options.uninstall && !options.dry_run {
+    if options.uninstall {
         let backup = backup_path(&settings);
         if fs::read_to_string(&backup).is_ok_and(|t| !merge::registered_events(&t).is_empty()) {
-            fs::remove_file(&backup).map_err(io_err(&backup, "remove"))?;
+            if !options.dry_run {
+                fs::remove_file(&backup).map_err(io_err(&backup, "remove"))?;
+            }
             report.done.push(format!(
-                "{}: removed (it held nd7's entries)",
-                display_path(&backup, home)
+                "{}: {} (it held nd7's entries)",
+                display_path(&backup, home),
+                if options.dry_run {
+                    "would remove"
+                } else {
+                    "removed"
+                }
             ));
         }
     }

@@ -113,8 +113,51 @@ pub fn install(
     if !changed || dry_run {
         return Ok((done, None));
     }
+    if let Some(why) = no_scheduler() {
+        return Ok((done, Some(unscheduled(&why, nd7))));
+    }
     let warning = start(&paths).err();
     Ok((done, warning))
+}
+
+/// What to do when the timer's files are in place but nothing can run
+/// them: how to get a user session that lasts, and how to ship without one.
+pub fn unscheduled(why: &str, nd7: &Path) -> String {
+    let nd7 = nd7.display();
+    if cfg!(target_os = "macos") {
+        return format!(
+            "the ship timer's files are in place but launchd was not told ({why}); from a login session run `nd7 setup` again, or run `{nd7} ship` yourself (cron: `*/5 * * * * {nd7} ship`)"
+        );
+    }
+    let user = std::env::var("USER").unwrap_or_else(|_| "$USER".into());
+    format!(
+        "the ship timer's files are in place but nothing runs them: {why}. For a user session that lasts without a login, `loginctl enable-linger {user}` (as root, or where polkit allows it), then log in again and run `systemctl --user enable --now {SYSTEMD_TIMER}`; or run `{nd7} ship` yourself, or from cron: `*/5 * * * * {nd7} ship`"
+    )
+}
+
+/// Why no scheduler can be told here, if none can. Linux: systemd's user
+/// manager is reached through $XDG_RUNTIME_DIR, which only a login session
+/// (or lingering) provides; su, sudo, ssh without PAM's systemd module, a
+/// container and cron have none.
+pub fn no_scheduler() -> Option<String> {
+    if cfg!(target_os = "macos") {
+        return None;
+    }
+    let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").filter(|r| !r.is_empty()) else {
+        return Some(
+            "this account has no systemd user session here ($XDG_RUNTIME_DIR is not set: no login session, as under su, sudo, cron or a container)".into(),
+        );
+    };
+    let runtime = Path::new(&runtime);
+    let reachable = ["systemd/private", "bus"]
+        .iter()
+        .any(|p| runtime.join(p).exists());
+    (!reachable).then(|| {
+        format!(
+            "this account has no systemd user manager running ({} has no systemd/private or bus)",
+            runtime.display()
+        )
+    })
 }
 
 /// Stops the timer and removes its files, if they are nd7's own.
@@ -132,22 +175,36 @@ pub fn uninstall(home: &Path, dry_run: bool) -> Result<Vec<String>, SetupError> 
             fs::remove_file(path).map_err(super::io_err(path, "remove"))?;
         }
     }
+    let verb = if dry_run { "would remove" } else { "removed" };
     Ok(paths
         .iter()
-        .map(|p| format!("{}: removed the ship timer", p.display()))
+        .map(|p| format!("{}: {verb} the ship timer", p.display()))
         .collect())
 }
 
 /// Whether a ship timer is scheduled: nd7's own, or one Homebrew or Nix
-/// manages. Says which, or why none is.
-pub fn active(home: &Path) -> Result<String, String> {
+/// manages. Says which, or why none is and what fixes it.
+pub fn active(home: &Path, nd7: &Path) -> Result<String, (String, String)> {
     if let Some(who) = managed_elsewhere(home) {
         return Ok(format!("managed by {who}"));
     }
     if !unit_paths(home).iter().all(|p| p.exists()) {
-        return Err("no ship timer is installed".into());
+        return Err(("no ship timer is installed".into(), "nd7 setup".into()));
     }
-    scheduled()
+    if let Some(why) = no_scheduler() {
+        return Err((
+            "installed, but nothing runs it".into(),
+            unscheduled(&why, nd7),
+        ));
+    }
+    scheduled().map_err(|why| {
+        let fix = if cfg!(target_os = "macos") {
+            "nd7 setup".to_string()
+        } else {
+            format!("systemctl --user enable --now {SYSTEMD_TIMER}")
+        };
+        (why, fix)
+    })
 }
 
 #[cfg(target_os = "macos")]

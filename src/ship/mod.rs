@@ -78,6 +78,9 @@ pub const SHIPPED_FILE: &str = "shipped";
 pub const RECEIPT_FILE: &str = "receipt";
 pub const CHAIN_KEY_FILE: &str = "chain.key";
 pub const ALARM_FILE: &str = "vault.alarm";
+/// Beside the enrolment: why the last `nd7 ship` could not reach the vault;
+/// removed by the next ship that reaches it.
+pub const UNREACHABLE_FILE: &str = "unreachable";
 pub const LOST_FILE: &str = "receipts.lost";
 /// The vault's CA certificate, pinned at enrolment (`nd7 enroll --ca-cert`).
 pub const CA_FILE: &str = "ca.pem";

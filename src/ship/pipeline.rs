@@ -38,11 +38,22 @@ pub struct Report {
     pub sessions: Vec<(String, Result<Shipped, ShipError>)>,
     pub warnings: Vec<String>,
     /// Sessions not tried, because the vault said this machine is over its
-    /// quota (the reason is that session's error).
+    /// quota, or could not be reached (the reason is the last session's
+    /// error).
     pub not_tried: Vec<String>,
+    /// What the vault acknowledged of sessions whose run then failed.
+    pub partly: Vec<(String, Shipped)>,
 }
 
 impl Report {
+    /// Why the vault could not be reached, when that stopped this ship.
+    pub fn unreachable(&self) -> Option<&str> {
+        match self.sessions.last() {
+            Some((_, Err(ShipError::Http { detail, .. }))) => Some(detail),
+            _ => None,
+        }
+    }
+
     pub fn all_shipped(&self) -> bool {
         self.not_tried.is_empty() && self.sessions.iter().all(|(_, r)| r.is_ok())
     }
@@ -91,18 +102,58 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
     ids.sort();
     let mut ids = ids.into_iter();
     for id in ids.by_ref() {
+        let mut acked = Shipped::default();
         let result = SessionLog::new(&sessions, &id)
             .map_err(ShipError::from)
-            .and_then(|log| ship_and_alarm(&machine, &log, progress));
-        let over = matches!(result, Err(ShipError::OverQuota { .. }));
+            .and_then(|log| ship_and_alarm(&machine, &log, progress, &mut acked));
+        if result.is_err() && acked.batches > 0 {
+            report.partly.push((id.clone(), acked));
+        }
+        // Every other session would be refused, or fail to connect, the
+        // same way: one line says it, not one per session.
+        let stop = matches!(
+            result,
+            Err(ShipError::OverQuota { .. } | ShipError::Http { .. })
+        );
         report.sessions.push((id, result));
-        if over {
-            // Every other session would be refused the same way.
+        if stop {
             break;
         }
     }
     report.not_tried = ids.collect();
+    // A vault out of reach is said once (`ShipReport::unreachable`), not
+    // again for the tally.
+    if report.unreachable().is_none()
+        && let Err(e) = send_tally(&machine, &sessions)
+    {
+        report
+            .warnings
+            .push(format!("the tally of shipped sessions was not sent: {e}"));
+    }
     Ok(report)
+}
+
+/// Signs and sends this machine's tally (ADR-0120): every session whose
+/// receipt it keeps, with the last entry that receipt acknowledges, so that
+/// admins can hold the vault's list of sessions to it.
+fn send_tally(machine: &Machine, sessions: &Path) -> Result<(), ShipError> {
+    let mut tallied = Vec::new();
+    for entry in fs::read_dir(sessions).map_err(io_err(sessions, "list"))? {
+        let Ok(entry) = entry else { continue };
+        if let Some(receipt) = read_receipt(&entry.path().join(RECEIPT_FILE))? {
+            tallied.push((receipt.checkpoint.session.clone(), receipt.checkpoint.last));
+        }
+    }
+    let tally = vault::Tally::sign(&machine.key, &machine.id, unix_now(), tallied);
+    machine.client.ok_bound(
+        "POST",
+        "/v1/tallies",
+        tally.render().as_bytes(),
+        Some(&machine.signer()),
+        None,
+        &machine.recipients.vault,
+    )?;
+    Ok(())
 }
 
 /// How long before the recipients document's validity runs out ship starts
@@ -135,8 +186,9 @@ fn ship_and_alarm(
     machine: &Machine,
     log: &SessionLog,
     progress: &mut dyn FnMut(&str),
+    acked: &mut Shipped,
 ) -> Result<Shipped, ShipError> {
-    let result = ship_session(machine, log, progress);
+    let result = ship_acking(machine, log, progress, acked);
     let alarm = log.dir().join(ALARM_FILE);
     match &result {
         Err(e @ ShipError::VaultBroke { .. }) => {
@@ -166,6 +218,17 @@ pub fn ship_session(
     machine: &Machine,
     log: &SessionLog,
     progress: &mut dyn FnMut(&str),
+) -> Result<Shipped, ShipError> {
+    ship_acking(machine, log, progress, &mut Shipped::default())
+}
+
+/// [`ship_session`], keeping in `acked` what the vault acknowledged even
+/// when the run then fails (a refusal after some batches went in).
+fn ship_acking(
+    machine: &Machine,
+    log: &SessionLog,
+    progress: &mut dyn FnMut(&str),
+    acked_out: &mut Shipped,
 ) -> Result<Shipped, ShipError> {
     let session = log.session_id().to_string();
     let events_path = log.events_path();
@@ -226,6 +289,21 @@ pub fn ship_session(
                 Some((k, _)) if KeyId::of(&k) == c.key => IndexKey::of(&k).digest(&hash) == c.head,
                 _ => match shipped {
                     Some(s) if s.seq == c.last => s.hash == hash,
+                    // The vault holds less than it acknowledged (a declared
+                    // restore) and the chain key that made its head's digest
+                    // is gone (the session ended): the local entry it names
+                    // is the one shipped if the local chain still runs from
+                    // it, unbroken, to the entry acknowledged last.
+                    Some(s) if s.seq > c.last => chain_reaches(
+                        log,
+                        &file,
+                        offset,
+                        Cursor {
+                            next_seq: c.last + 1,
+                            prev: hash,
+                        },
+                        s,
+                    )?,
                     _ => {
                         return Err(ShipError::Rewritten {
                             session,
@@ -305,6 +383,7 @@ pub fn ship_session(
     let notes = std::mem::take(&mut done.notes);
     done = acked;
     done.notes = notes;
+    *acked_out = done.clone();
     sent?;
     produced?;
     // The transcripts' bytes, once the anchors that cover them are in the
@@ -478,6 +557,37 @@ fn seal_batches(
             ));
         }
     }
+}
+
+/// Whether the log, from `offset` (where the entry before `from` ends), is
+/// an unbroken chain from `from` to the entry `to` names, with `to`'s hash.
+fn chain_reaches(
+    log: &SessionLog,
+    file: &File,
+    offset: u64,
+    from: Cursor,
+    to: Head,
+) -> Result<bool, ShipError> {
+    let (end, hash) = entry_end(log, file, to.seq)?;
+    if hash != to.hash {
+        return Ok(false);
+    }
+    let path = log.events_path();
+    let mut walker = Walker::new(from);
+    let mut buf = vec![0u8; vault::MAX_BATCH_ENTRIES_BYTES];
+    let mut at = offset;
+    while at < end {
+        let want = buf.len().min((end - at) as usize);
+        let n = read_full_at(file, &mut buf[..want], at).map_err(io_err(&path, "read"))?;
+        let Some(nl) = memchr::memrchr(b'\n', &buf[..n]) else {
+            return Ok(false);
+        };
+        if walker.feed(&buf[..=nl]).is_err() {
+            return Ok(false);
+        }
+        at += nl as u64 + 1;
+    }
+    Ok(true)
 }
 
 /// Reads until `buf` is full or the file ends.

@@ -332,3 +332,115 @@ fn a_home_that_is_not_the_accounts_is_refused_before_anything_is_made() {
         text(&doctor.stdout)
     );
 }
+
+/// `git remote add` and `git config user.email` under `nd7 run` write
+/// `.git/config`, which nd7 holds read-only (it can make git run programs
+/// outside the sandbox): git says only "Device or resource busy". The model
+/// is told it was nd7 that held the file, why, and to ask the user to run
+/// the command outside; the run's log has a `floor_refused` entry naming it
+/// `held`, and `nd7 run` tells the user at its end. Guards `Why::Held` in
+/// `policy::refusal::judge`.
+#[test]
+fn git_config_writes_are_refused_and_explained() {
+    let w = World::new();
+    crate::deferred_reads::repo(&w);
+    let out = w.run_agent(
+        r#"
+for cmd in "git remote add origin https://example.invalid/x.git" "git config user.email a@b"; do
+  err=$("$EXEC" "$cmd" 2>&1); st=$?
+  echo "[$cmd] $st: $err"
+  # git's messages hold no double quote or backslash: only line ends to escape.
+  err=$(printf '%s\n' "$err" | awk '{printf "%s\\n", $0}')
+  payload='{"session_id":"s","hook_event_name":"PostToolUseFailure","tool_name":"Bash","tool_use_id":"t","tool_input":{"command":"'"$cmd"'"},"error":"Exit code '"$st"'\n'"$err"'","cwd":"'"$PWD"'"}'
+  printf '%s' "$payload" | "$ND7" hook-explain; echo
+done
+"#,
+    );
+    let said = text(&out.stdout);
+    let config = w.proj().join(".git/config").display().to_string();
+    assert_eq!(
+        said.matches("Device or resource busy").count(),
+        2,
+        "git fails on the held file:\n{said}"
+    );
+    assert_eq!(
+        said.matches(&format!(
+            "- {config}: held read-only by nd7 for this session"
+        ))
+        .count(),
+        2,
+        "{said}"
+    );
+    assert!(
+        said.contains("Ask the user to run this command themselves, outside nd7 run"),
+        "{said}"
+    );
+    let refused: Vec<_> = chain(&w)
+        .into_iter()
+        .filter(|e| e["kind"] == "floor_refused")
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert_eq!(refused[0]["body"]["paths"][0]["why"], "held");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("held read-only under nd7 run") && err.contains("run that command yourself"),
+        "{err}"
+    );
+    let git = w
+        .command("git", &["config", "--get", "remote.origin.url"])
+        .output()
+        .expect("git");
+    assert!(!git.status.success(), "the config was not changed");
+}
+
+/// `nd7 allow ~/.bashrc` says the file stays held and why, rather than
+/// "allowed" (and a command still cannot change it); `nd7 allow ~` warns
+/// that it opens the whole home and names what stays held beneath; `nd7
+/// run` started in the home warns that the project is the whole home.
+#[test]
+fn allowing_a_held_file_or_the_home_says_what_it_does() {
+    let w = World::new();
+    std::fs::write(w.home().join(".bashrc"), "# rc\n").expect("write");
+    let (child, pid) = w.start_agent(
+        r#"wait_for go
+"$EXEC" 'echo evil >> ~/.bashrc 2>/dev/null && echo rc:0 || echo rc:1'
+"#,
+    );
+    let allow = w.nd7(&["allow", "~/.bashrc"]).output().expect("allow");
+    assert!(allow.status.success(), "{}", text(&allow.stderr));
+    let rc = w.in_home(".bashrc");
+    assert_eq!(
+        text(&allow.stdout),
+        format!(
+            "run {pid}: {rc} stays held read-only (watched and reported, if it did not exist when the run started): the shell, git, an editor or the agent runs what it says later, outside the sandbox, so no grant opens it; change it yourself, outside nd7 run\n"
+        )
+    );
+    let home = w.nd7(&["allow", "~"]).output().expect("allow ~");
+    assert!(home.status.success(), "{}", text(&home.stderr));
+    let err = text(&home.stderr);
+    assert!(
+        err.contains("nd7 allow: warning: this opens your whole home"),
+        "{err}"
+    );
+    assert!(err.contains("~/.bashrc"), "{err}");
+    w.signal("go");
+    let out = child.wait_with_output().expect("ends");
+    assert_eq!(lines(&out), ["rc:1"], "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(w.home().join(".bashrc")).expect("rc"),
+        "# rc\n"
+    );
+
+    let agent = w.agent("true");
+    let out = w
+        .command_in(&w.acct, ND7, &["run", &agent])
+        .output()
+        .expect("nd7 run in the home");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("the project is your home directory, so every command may write all of it"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -23,6 +23,7 @@ mod door_hooks;
 mod door_load;
 mod e2e;
 #[cfg(target_os = "linux")]
+mod egress;
 mod effects;
 #[cfg(target_os = "linux")]
 mod exit_ruleset;
@@ -49,6 +50,8 @@ mod read;
 mod reconcile;
 mod record;
 mod record_door;
+#[cfg(feature = "self-update")]
+mod release;
 mod report_html;
 #[cfg(target_os = "linux")]
 mod run_faults;
@@ -71,9 +74,13 @@ mod vault;
 #[cfg(feature = "vault-server")]
 mod vault_attacks;
 #[cfg(feature = "vault-server")]
+mod vault_flood;
+#[cfg(feature = "vault-server")]
 mod vault_limits;
 #[cfg(feature = "vault-server")]
 mod vault_network;
+#[cfg(feature = "vault-server")]
+mod vault_restore;
 #[cfg(feature = "vault-server")]
 mod vault_scale;
 #[cfg(feature = "vault-server")]

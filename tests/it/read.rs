@@ -423,7 +423,7 @@ fn sessions_are_named_by_id_prefix_last_or_path_and_mistakes_exit_2() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("not a session log"),
+        stderr(&out).contains("not a session: it holds neither"),
         "{}",
         stderr(&out)
     );
@@ -466,7 +466,7 @@ fn a_verdict_is_shown_only_while_the_log_is_as_it_was_verified() {
     let payloads = session("s-v", "/p");
     record_all(&state, &payloads[..6]);
     let chain = |state: &State| {
-        json_lines(&nd7(state, &["sessions", "--json"]))[0]["chain"]["state"].clone()
+        json_lines(&nd7(state, &["sessions", "--json", "--no-verify"]))[0]["chain"]["state"].clone()
     };
     assert_eq!(chain(&state), "not_checked");
     assert!(nd7(&state, &["verify", "s-v"]).status.success());
@@ -478,6 +478,11 @@ fn a_verdict_is_shown_only_while_the_log_is_as_it_was_verified() {
     assert_eq!(list[0]["tool_calls"], 3, "the summary grew with the log");
     assert!(nd7(&state, &["verify", "--all"]).status.success());
     assert_eq!(chain(&state), "clean");
+    // A small log is checked on the way when nothing says otherwise.
+    record_all(&state, &payloads[7..8]);
+    assert_eq!(chain(&state), "not_checked");
+    let list = json_lines(&nd7(&state, &["sessions", "--json"]));
+    assert_eq!(list[0]["chain"]["state"], "clean");
 }
 
 /// Runs `nd7 ARGS` on a pseudo-terminal (util-linux `script`), with `env`.
@@ -583,4 +588,278 @@ fn a_reader_that_goes_away_ends_the_output_quietly() {
             out.status
         );
     }
+}
+
+/// One lookup for every command that takes a session: the short id `nd7
+/// sessions` prints, `last`, an id and a path name the same session for
+/// `show` and `verify` alike, and a mistake is the same mistake in both.
+#[test]
+fn every_command_takes_the_ids_sessions_prints() {
+    let state = State::new();
+    record_all(
+        &state,
+        &session("57577be6-1111-4e2f-9d00-000000000001", "/p")[..2],
+    );
+    record_all(
+        &state,
+        &session("6a1f0c22-2222-4e2f-9d00-000000000002", "/p")[..3],
+    );
+    let listed = stdout(&nd7(&state, &["sessions", "--no-pager"]));
+    assert!(listed.contains("57577be6 "), "{listed}");
+    for name in ["57577be6", "last", "6a1f"] {
+        let shown = nd7(&state, &["show", "--json", name]);
+        assert_eq!(
+            shown.status.code(),
+            Some(0),
+            "show {name}: {}",
+            stderr(&shown)
+        );
+        let id = json_lines(&shown)[0]["id"]
+            .as_str()
+            .expect("id")
+            .to_string();
+        let verified = nd7(&state, &["verify", name]);
+        assert_eq!(
+            verified.status.code(),
+            Some(0),
+            "verify {name}: {}",
+            stderr(&verified)
+        );
+        let entries = if id.starts_with("5757") { 2 } else { 3 };
+        assert!(
+            stdout(&verified).contains(&format!("verified: {entries} entries")),
+            "verify {name} should verify {id}: {}",
+            stdout(&verified)
+        );
+    }
+    let dir = state.log("57577be6-1111-4e2f-9d00-000000000001");
+    let out = nd7(&state, &["verify", &dir.dir().display().to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for (cmd, said) in [
+        (&["verify", "zzz"][..], "zzz: no such session"),
+        (&["show", "zzz"], "no session \"zzz\""),
+    ] {
+        let out = nd7(&state, cmd);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains(said), "{}", stderr(&out));
+    }
+    let out = nd7(&state, &["verify", "--transcript", "5757"]);
+    assert!(
+        !stderr(&out).contains("no session"),
+        "verify --transcript takes a prefix too: {}",
+        stderr(&out)
+    );
+}
+
+/// A day's session under `nd7 run`, as Claude Code's hooks and the exit
+/// write it: one call the sandbox refuses (nd7's `floor_refused` written
+/// after the result, by another hook), one Claude Code's permissions refuse
+/// (a call, then nothing: no result, no command through the exit), one that
+/// runs. Returns the world and the chain's id.
+#[cfg(target_os = "linux")]
+pub(crate) fn run_with_refusals() -> (crate::world::World, String) {
+    use crate::runs::{fake_claude, run_chain};
+    let w = crate::world::World::new();
+    let claude = fake_claude(
+        &w,
+        r#"
+unset CLAUDE_CODE_SHELL_PREFIX
+base='"session_id":"s","cwd":"'"$PWD"'"'
+hook() { printf '{%s,%s}' "$base" "$1" | "$ND7" record --run-hook; }
+call() { hook '"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"'"$2"'"},"tool_use_id":"'"$1"'"'; }
+# Claude Code's shell wrapper around the model's command, as the exit gets it.
+line() { printf "source /x 2>/dev/null || true && eval '%s' < /dev/null && pwd -P >| %s" "$1" "$TMPDIR/cwd"; }
+hook '"hook_event_name":"SessionStart","source":"startup"'
+hook '"hook_event_name":"UserPromptSubmit","prompt":"make the dirs"'
+cmd="mkdir $OUT/made"
+call t1 "$cmd"
+err=$("$EXEC" "$(line "$cmd")" 2>&1); st=$?
+fail='"hook_event_name":"PostToolUseFailure","tool_name":"Bash","tool_input":{"command":"'"$cmd"'"},"tool_use_id":"t1","error":"Exit code '"$st"'\n'"$err"'"'
+hook "$fail"
+printf '{%s,%s}' "$base" "$fail" | "$ND7" hook-explain > explain.out 2>&1
+call t2 "touch denied.txt"
+call t3 "echo fine"
+out=$("$EXEC" "$(line "echo fine")")
+hook '"hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"echo fine"},"tool_use_id":"t3","tool_response":{"stdout":"'"$out"'","stderr":""}'
+hook '"hook_event_name":"Stop","last_assistant_message":"done"'
+hook '"hook_event_name":"SessionEnd","reason":"other"'
+"#,
+    );
+    let out = w.nd7(&["run", &claude]).output().expect("nd7 run");
+    assert!(out.status.success(), "{}", crate::world::text(&out.stderr));
+    let id = run_chain(&w)
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .into_owned();
+    (w, id)
+}
+
+/// Every refusal is shown where people look, whoever made it: in `nd7 show`
+/// the sandbox's names the path, why and the `nd7 allow` that fixes it, on
+/// the call's own row; Claude Code's reads as refused by its permissions,
+/// not as a call with no end; the header counts both and says by whom; the
+/// exit's `exec`, `exec_end`, `floor_refused` and transcript anchors fold
+/// into their call (kept in `--full` and the NDJSON); `--only refused`
+/// keeps the two; `nd7 sessions` has a REFUSED column and `--refused`.
+#[cfg(target_os = "linux")]
+#[test]
+fn refusals_are_shown_with_who_why_and_the_fix_and_nd7s_evidence_folds_into_its_call() {
+    use crate::world::text;
+    let (w, id) = run_with_refusals();
+    let made = w.outside().join("made").display().to_string();
+    let outside = w.outside().display().to_string();
+    let show = w.nd7(&["show", &id]).output().expect("nd7 show");
+    assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
+    let timeline = text(&show.stdout);
+    for line in [
+        format!("REFUSED  Bash $ mkdir {made}  (exit 1, "),
+        format!(
+            "refused by nd7's sandbox: {made} (outside what this session may write); fix: nd7 allow {outside}"
+        ),
+        "REFUSED  Bash $ touch denied.txt".to_string(),
+        "never ran: no result, and no command through nd7-exec; Claude Code's permissions refused it".to_string(),
+        "ok       Bash $ echo fine  (".to_string(),
+        "via nd7-exec".to_string(),
+        "2 refused (1 by Claude Code's permissions, 1 by nd7)".to_string(),
+    ] {
+        let explained = std::fs::read_to_string(w.proj().join("explain.out")).unwrap_or_default();
+        assert!(timeline.contains(&line), "{line:?} is not in:\n{timeline}\nhook-explain said: {explained}");
+    }
+    for folded in [
+        "[exit:nd7 exec]",
+        "[exit:nd7 exec_end]",
+        "[exit:nd7 floor_refused]",
+        "transcript_anchor",
+        "NO END",
+    ] {
+        assert!(!timeline.contains(folded), "{folded:?} is in:\n{timeline}");
+    }
+    // Rows: start, prompt, 3 calls, turn end, end, and nd7's run_start and run_end.
+    let rows = timeline.lines().filter(|l| l.contains(" #")).count();
+    assert!(rows <= 9, "{rows} rows:\n{timeline}");
+
+    let full = text(
+        &w.nd7(&["show", "--full", &id])
+            .output()
+            .expect("nd7 show")
+            .stdout,
+    );
+    for kept in [
+        "[exit:nd7 exec]",
+        "[exit:nd7 exec_end]",
+        "[exit:nd7 floor_refused]",
+        // The exec row names the model's command, not the shell wrapper.
+        "[exit:nd7 exec] command=echo fine",
+    ] {
+        assert!(full.contains(kept), "{kept:?} is not in --full:\n{full}");
+    }
+
+    let only = w
+        .nd7(&["show", "--only", "refused", &id])
+        .output()
+        .expect("nd7 show");
+    let only = text(&only.stdout);
+    assert_eq!(only.matches("REFUSED  Bash").count(), 2, "{only}");
+    assert!(
+        !only.contains("echo fine") && !only.contains("make the dirs"),
+        "{only}"
+    );
+
+    let json = w
+        .nd7(&["show", "--json", &id])
+        .output()
+        .expect("nd7 show --json");
+    let items: Vec<serde_json::Value> = text(&json.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("NDJSON"))
+        .collect();
+    assert_eq!(items[0]["refusals"], 2);
+    assert_eq!(items[0]["refusals_by"], json!({"permissions": 1, "nd7": 1}));
+    let tools: Vec<_> = items.iter().filter(|i| i["type"] == "tool").collect();
+    assert_eq!(tools[0]["refused_by"], "nd7_sandbox");
+    assert_eq!(
+        tools[0]["refused_paths"][0]["fix"],
+        format!("nd7 allow {outside}")
+    );
+    assert_eq!(tools[1]["refused_by"], "permissions");
+    assert!(
+        items
+            .iter()
+            .any(|i| i["kind"] == "floor_refused" && i["folded"] == true)
+    );
+
+    let listed = text(
+        &w.nd7(&["sessions", "--refused"])
+            .output()
+            .expect("sessions")
+            .stdout,
+    );
+    let head = listed.lines().next().unwrap_or("");
+    assert!(head.contains("FAILED  REFUSED"), "{listed}");
+    // FAILED 1, REFUSED 2, under nd7 run.
+    let row = listed.lines().nth(1).unwrap_or_else(|| panic!("{listed}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert!(cells.windows(3).any(|c| c == ["1", "2", "run"]), "{listed}");
+    // A small chain is checked on the way, not listed as "unchecked".
+    assert!(cells.contains(&"clean"), "{listed}");
+}
+
+/// A pattern that is not a regular expression is named with the reason,
+/// on one line: no literal `\n` from the regex crate's drawing.
+#[test]
+fn a_bad_pattern_is_named_on_one_line() {
+    let state = State::new();
+    record_all(&state, &session("s-bad", "/p")[..2]);
+    let out = nd7(&state, &["search", "("]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err, "nd7 search: bad pattern \"(\": unclosed group\n");
+}
+
+/// Bash completes session ids (and `last`) where `nd7 show` and `nd7
+/// verify` take a session, as `nd7 sessions --ids` lists them, and clap's
+/// own completion elsewhere.
+#[test]
+fn bash_completes_session_ids_for_show_and_verify() {
+    let state = State::new();
+    record_all(
+        &state,
+        &session("57577be6-1111-4e2f-9d00-000000000001", "/p")[..2],
+    );
+    record_all(
+        &state,
+        &session("6a1f0c22-2222-4e2f-9d00-000000000002", "/p")[..2],
+    );
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("completions/nd7.bash");
+    let complete = |words: &str| {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "source '{}'; COMP_WORDS=('{}' {words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); _nd7_sessions \"${{COMP_WORDS[0]}}\" \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+                script.display(),
+                env!("CARGO_BIN_EXE_nd7"),
+            ))
+            .env("XDG_STATE_HOME", state.xdg())
+            .output()
+            .expect("bash");
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    assert_eq!(
+        complete("show 5757"),
+        "57577be6-1111-4e2f-9d00-000000000001\n"
+    );
+    assert_eq!(complete("verify l"), "last\n");
+    let both = complete("show --full ''");
+    assert!(
+        both.contains("6a1f0c22-2222-4e2f-9d00-000000000002\n") && both.contains("last\n"),
+        "{both}"
+    );
+    // Elsewhere, clap's: the value of --color, a subcommand.
+    assert_eq!(complete("show --color nev"), "never\n");
+    assert!(
+        complete("sess").contains("sessions"),
+        "sessions is a command"
+    );
 }

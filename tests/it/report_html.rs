@@ -347,6 +347,22 @@ fn a_run_chain_shows_its_rules_and_grants_in_every_view() {
             "{text:?} is not in the sandbox section:\n{sandbox}"
         );
     }
+    // The rules and the grants as tables a reviewer reads.
+    for text in [
+        "<td>Writable by commands</td>",
+        &format!("<code>{project}</code>"),
+        &format!("<td>granted at start</td><td><code>{start}</code></td><td>from --allow</td>"),
+        &format!("<td>allow</td><td><code>{granted}</code></td>"),
+        &format!(
+            "<td>dropped</td><td><code>{granted}</code></td><td>its path now leads to another directory than the one pinned</td>"
+        ),
+        "Nothing was refused.",
+    ] {
+        assert!(
+            sandbox.contains(text),
+            "{text:?} is not in the sandbox section:\n{sandbox}"
+        );
+    }
     for text in [
         "$ echo hello-from-model",
         "via nd7-exec",
@@ -359,4 +375,64 @@ fn a_run_chain_shows_its_rules_and_grants_in_every_view() {
         );
     }
     screenshot(&page, "nd7-show-html-run.png", 2400);
+}
+
+/// Every refusal in the report, whoever made it: a table of what was
+/// refused, by whom, why and the fix, and the same on each call's row of the
+/// timeline, where nd7's own entries about a call fold into it, as a real
+/// headless Chromium renders the page.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_report_names_every_refusal_who_made_it_and_the_fix() {
+    use crate::world::text;
+    let (w, id) = crate::read::run_with_refusals();
+    let made = w.outside().join("made").display().to_string();
+    let outside = w.outside().display().to_string();
+    let html = w
+        .nd7(&["show", "--html", &id])
+        .output()
+        .expect("nd7 show --html");
+    assert_eq!(html.status.code(), Some(0), "{}", text(&html.stderr));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let page = dir.path().join("refusals-report.html");
+    std::fs::write(&page, &html.stdout).expect("write the report");
+    let dom = chromium(&page, &["--dump-dom"]);
+    assert!(dom.status.success(), "{}", stderr(&dom));
+    let dom = stdout(&dom);
+    let table = dom
+        .split("<table class=\"list\" id=\"refusals\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</table>").next())
+        .unwrap_or_else(|| panic!("no refusals table in:\n{dom}"));
+    for text in [
+        &format!(
+            "<td>nd7's sandbox</td><td><code>Bash: {made}</code></td><td>outside what this session may write</td><td><code>nd7 allow {outside}</code></td>"
+        ),
+        "<td>Claude Code's permissions</td><td><code>Bash: touch denied.txt</code></td><td>never ran: no result, and no command through nd7-exec",
+    ] {
+        assert!(
+            table.contains(text),
+            "{text:?} is not in the refusals table:\n{table}"
+        );
+    }
+    let timeline = dom
+        .split("<section id=\"timeline\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no timeline in:\n{dom}"));
+    for text in [
+        &format!(
+            "refused by nd7's sandbox: {made} (outside what this session may write); fix: nd7 allow {outside}"
+        ),
+        "nd7's entries on this call: #",
+        "2 refused (1 by Claude Code's permissions, 1 by nd7)",
+    ] {
+        assert!(dom.contains(text), "{text:?} is not in the page:\n{dom}");
+    }
+    for folded in ["[exit:nd7 exec]", "[exit:nd7 floor_refused]", "NO END"] {
+        assert!(
+            !timeline.contains(folded),
+            "{folded:?} is in the timeline:\n{timeline}"
+        );
+    }
+    screenshot(&page, "nd7-show-html-refusals.png", 1600);
 }

@@ -130,3 +130,32 @@ fn a_command_no_pidfd_can_watch_is_polled_and_its_end_says_so() {
     );
     assert_eq!(verify(&w, &run_chain(&w)).status.code(), Some(0));
 }
+
+/// What this system does not enforce is said in full on the first run, and
+/// again whenever it changes; in between, in a few words: the same
+/// paragraph on every run is one people stop reading.
+#[test]
+fn the_not_enforced_paragraph_is_said_in_full_once() {
+    let w = World::new();
+    let agent = w.agent("true");
+    let run = |fault: &str| {
+        let out = w
+            .nd7(&["run", &agent])
+            .env("ND7_FAULT", fault)
+            .output()
+            .expect("nd7 run");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stderr)
+            .lines()
+            .find(|l| l.starts_with("nd7 run: not enforced on this system: "))
+            .map(str::to_string)
+    };
+    let said = "the exit's callers by pidfd";
+    let first = run("no-pidfd-passing").expect("said");
+    assert!(first.contains(said), "{first}");
+    let short = "nd7 run: not enforced on this system: the same as the first run said (`nd7 doctor` lists it)";
+    assert_eq!(run("no-pidfd-passing").as_deref(), Some(short));
+    // Something else (or nothing) missing: said in full again, if at all.
+    let changed = run("");
+    assert_ne!(changed.as_deref(), Some(short), "{changed:?}");
+}

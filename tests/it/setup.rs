@@ -806,3 +806,144 @@ fn the_first_run_without_claude_json_is_named_by_doctor_and_nd7_run() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!stderr(&out).contains(".claude.json"), "{}", stderr(&out));
 }
+
+/// On a machine without a systemd user session (su, a container, no
+/// lingering): setup writes the timer and says what is missing and how to
+/// run `nd7 ship` otherwise, rather than fail on systemctl; doctor names the
+/// same fix, not `nd7 setup`, the command that could not start it.
+#[test]
+fn without_a_user_session_setup_and_doctor_say_what_is_missing_and_how_to_ship() {
+    let home = Home::new();
+    let vault = home.dir.path().join(".local/state/nd7/vault");
+    std::fs::create_dir_all(&vault).expect("mkdir");
+    std::fs::write(vault.join("machine.id"), "m-1\n").expect("write");
+    std::fs::write(vault.join("server"), "https://127.0.0.1:9\n").expect("write");
+    let run = |cmd: &str, runtime: Option<&Path>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_nd7"));
+        c.arg(cmd)
+            .env("HOME", home.dir.path())
+            .env("PATH", "/usr/bin:/bin")
+            .env("USER", "dev")
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_STATE_HOME");
+        match runtime {
+            Some(r) => c.env("XDG_RUNTIME_DIR", r),
+            None => c.env_remove("XDG_RUNTIME_DIR"),
+        };
+        c.output().expect("run nd7")
+    };
+    let out = run("setup", None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    for text in [
+        "nothing runs them: this account has no systemd user session here ($XDG_RUNTIME_DIR is not set",
+        "`loginctl enable-linger dev`",
+        "`systemctl --user enable --now nd7-ship.timer`",
+        &format!("`*/5 * * * * {} ship`", nd7_path()),
+    ] {
+        assert!(said.contains(text), "{text:?} is not in:\n{said}");
+    }
+    assert!(!said.contains("Failed to connect"), "{said}");
+    let units = home.dir.path().join(".config/systemd/user");
+    assert!(units.join("nd7-ship.timer").exists());
+
+    // A runtime directory with no user manager in it is the same case.
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let out = run("doctor", Some(runtime.path()));
+    let text = stdout(&out);
+    let timer = text
+        .lines()
+        .skip_while(|l| !l.contains("timer"))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(timer.contains("installed, but nothing runs it"), "{text}");
+    assert!(
+        timer.contains("has no systemd user manager running"),
+        "{text}"
+    );
+    assert!(timer.contains("loginctl enable-linger dev"), "{text}");
+    assert!(!timer.contains("fix: nd7 setup"), "{text}");
+}
+
+/// `nd7 uninstall` is `nd7 setup --uninstall`; with --dry-run it says what
+/// it would do, in the conditional, and changes nothing.
+#[test]
+fn uninstall_exists_and_its_dry_run_says_what_it_would_do() {
+    let home = Home::new();
+    let vault = home.dir.path().join(".local/state/nd7/vault");
+    std::fs::create_dir_all(&vault).expect("mkdir");
+    std::fs::write(vault.join("machine.id"), "m-1\n").expect("write");
+    assert!(home.setup(&[]).status.success());
+    let units = home.dir.path().join(".config/systemd/user");
+    let uninstall = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_nd7"))
+            .arg("uninstall")
+            .args(args)
+            .env("HOME", home.dir.path())
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .expect("run nd7 uninstall")
+    };
+    let dry = uninstall(&["--dry-run"]);
+    assert!(dry.status.success(), "{}", stderr(&dry));
+    let said = stdout(&dry);
+    assert!(said.contains("would remove the ship timer"), "{said}");
+    assert!(said.contains("completions: would remove"), "{said}");
+    assert!(!said.contains(": removed"), "{said}");
+    assert!(units.join("nd7-ship.timer").exists());
+    assert!(
+        !home.read_settings()["hooks"]
+            .as_object()
+            .is_none_or(|h| h.is_empty())
+    );
+
+    let out = uninstall(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("removed the ship timer"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!units.join("nd7-ship.timer").exists());
+}
+
+/// Where bash-completion is not installed (as on this test machine, when
+/// /usr/share/bash-completion is absent), nothing loads the bash script
+/// setup writes: setup says so and how to load it. Only for a bash user.
+#[test]
+fn bash_completions_nothing_loads_are_said() {
+    let loaded = nd7_core::setup::completions::bash_completion_loaded(&|p: &Path| p.exists());
+    let home = Home::new();
+    let setup = |shell: &str| {
+        Command::new(env!("CARGO_BIN_EXE_nd7"))
+            .arg("setup")
+            .env("HOME", home.dir.path())
+            .env("SHELL", shell)
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .expect("run nd7 setup")
+    };
+    let out = setup("/bin/bash");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    let warned = said
+        .contains("only through the bash-completion package, which is not installed here")
+        && said.contains(&format!(
+            "add `source {}` to ~/.bashrc",
+            home.dir
+                .path()
+                .join(".local/share/bash-completion/completions/nd7")
+                .display()
+        ));
+    assert_eq!(warned, !loaded, "{said}");
+    // A zsh user is not told about bash.
+    std::fs::remove_dir_all(home.dir.path().join(".local/share/bash-completion")).expect("rm");
+    let said = stderr(&setup("/bin/zsh")) + &stdout(&setup("/bin/zsh"));
+    assert!(!said.contains("bash-completion package"), "{said}");
+}

@@ -32,6 +32,8 @@
 //! GET  /v1/forks                         refused forking batches           reader token
 //! POST /v1/transcripts                   one transcript piece              machine
 //! GET  /v1/transcripts/<machine>/<session hex>  a chain's pieces, framed  reader token
+//! POST /v1/tallies                       the machine's signed tally        machine
+//! GET  /v1/tallies                       each machine's latest tally       reader token
 //! ```
 
 #![forbid(unsafe_code)]
@@ -277,6 +279,11 @@ pub trait Store: Send {
     fn add_restore(&mut self, notice: &str, now: u64) -> Result<(), StoreError>;
     /// Every restore notice, oldest first.
     fn restores(&mut self) -> Result<Vec<String>, StoreError>;
+    /// Keeps `machine`'s tally signed at `at`, unless one signed later is
+    /// kept already; whether it was kept.
+    fn set_tally(&mut self, machine: &str, at: u64, tally: &str) -> Result<bool, StoreError>;
+    /// Each machine's latest tally, by machine.
+    fn tallies(&mut self) -> Result<Vec<String>, StoreError>;
     /// Whether the connection still works; a server thread opens a new one
     /// when it does not (a database restarted under it).
     fn healthy(&mut self) -> bool {
@@ -341,7 +348,7 @@ pub fn link_and_store(
         Link::Append => {
             let more = Usage {
                 entries: header.index.len() as u64,
-                bytes: body.len() as u64,
+                bytes: stored_bytes(batch, body, head.is_none()),
             };
             if let Some(used) = tx.charge(day, more, quota)? {
                 return Ok(Stored::OverQuota(used));
@@ -370,6 +377,26 @@ pub fn link_and_store(
         }
         Link::Unlinked(why) => Stored::Unlinked(why),
     })
+}
+
+/// What storing a batch adds to the database, as the bytes quota charges
+/// it: its row (the body as sent, its checkpoint and signature) in whole
+/// pages, a row of a small batch taking a page of its own; a row of the
+/// index per entry; and for a chain's first batch, the chain's row and its
+/// unique index, each holding machine and session. One-entry batches of a
+/// 255-byte session id store several times their request's bytes, which
+/// the quota used to charge.
+pub fn stored_bytes(batch: &Batch, body: &[u8], new_chain: bool) -> u64 {
+    const PAGE: u64 = 4096;
+    const INDEX_ROW: u64 = 64;
+    let row = (body.len() + batch.checkpoint.render().len() + 128 + 32) as u64;
+    let header = &batch.header;
+    let chain = if new_chain {
+        2 * (header.machine.len() + header.session.len() + 16) as u64
+    } else {
+        0
+    };
+    row.div_ceil(PAGE) * PAGE + header.index.len() as u64 * INDEX_ROW + chain
 }
 
 /// A stored piece (or a pull's frame) and where it is in its chain: the

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use jiff::tz::TimeZone;
-use nd7_core::cli::{Color, SearchArgs, SessionsArgs, ShowArgs, View};
+use nd7_core::cli::{Color, Only, SearchArgs, SessionsArgs, ShowArgs, View};
 use nd7_core::read::index::{Index, LogKeys};
 use nd7_core::read::output::{ColourChoice, Output, Stopped};
 use nd7_core::read::report::Chain;
@@ -22,10 +22,18 @@ use nd7_core::read::safe::Lines;
 use nd7_core::read::search::{Filter, Options, Pattern};
 use nd7_core::read::store::{self, Store};
 use nd7_core::read::text::{self, Style};
+use nd7_core::read::timeline::{Item, ObservedClass, Status};
 use nd7_core::read::{html, when};
 use nd7_core::session_log::{SessionLog, Verified, VerifyError};
 
 const USAGE_ERROR: u8 = 2;
+
+/// How many bytes of unchecked logs `nd7 sessions` verifies on its own
+/// (newest first): a few milliseconds' work, so CHAIN says clean or BROKEN
+/// rather than "unchecked" for ordinary sessions.
+const CHEAP_VERIFY: u64 = 16 * 1024 * 1024;
+/// Above this many sessions listed, `nd7 sessions` checks none on its own.
+const CHEAP_VERIFY_ROWS: usize = 200;
 
 fn choice(view: &View) -> ColourChoice {
     match view.color {
@@ -134,14 +142,42 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
             && since.is_none_or(|t| s.first_ts.is_some_and(|f| f >= t))
             && until.is_none_or(|t| s.first_ts.is_some_and(|f| f <= t))
             && (!a.failed || s.failures > 0)
+            && (!a.refused || s.all_refusals() > 0)
     });
     rows.sort_by(|x, y| (y.summary.first_ts, &y.id).cmp(&(x.summary.first_ts, &x.id)));
-    if a.verify {
-        for row in rows.iter_mut().filter(|r| r.chain == Chain::NotChecked) {
-            if let Ok(log) = store.log(&row.id) {
-                row.chain = store::verify(&log, default_threads(), Some(&mut index));
-            }
+    if a.ids {
+        // For completion: ids only, checking nothing. Ids come from
+        // payloads: one line each, inert.
+        let mut out = Output::open(false, ColourChoice::Never);
+        let written = rows
+            .iter()
+            .try_for_each(|r| out.line(&nd7_core::read::safe::term(&r.id, Lines::One)));
+        let _ = index.save();
+        return match written {
+            Ok(()) => finish(cmd, out, ExitCode::SUCCESS),
+            Err(_) => ExitCode::SUCCESS,
+        };
+    }
+    // Unchecked chains are checked when that is cheap: all of them with
+    // --verify, else the newest while their logs add up to CHEAP_VERIFY.
+    let mut budget = match (a.verify, a.no_verify) {
+        (true, _) => u64::MAX,
+        (false, true) => 0,
+        // A long list stays a list of stats (and its index is not
+        // rewritten for verdicts on every listing).
+        (false, false) if rows.len() > CHEAP_VERIFY_ROWS => 0,
+        (false, false) => CHEAP_VERIFY,
+    };
+    for row in rows.iter_mut().filter(|r| r.chain == Chain::NotChecked) {
+        let Ok(log) = store.log(&row.id) else {
+            continue;
+        };
+        let size = std::fs::metadata(log.events_path()).map_or(u64::MAX, |m| m.len());
+        if size > budget || budget == 0 {
+            continue;
         }
+        budget -= size;
+        row.chain = store::verify(&log, default_threads(), Some(&mut index));
     }
     if let Err(e) = index.save() {
         warn(cmd, format!("warning: cannot keep the session index: {e}"));
@@ -225,6 +261,9 @@ pub fn show(a: ShowArgs) -> ExitCode {
         }
         let mut written = out.line(&head.to_string());
         let read = store::read_timeline(&at.log, |item| {
+            if !kept(&a.only, &item) {
+                return true;
+            }
             written = written
                 .take_ok()
                 .and_then(|()| match serde_json::to_string(&item) {
@@ -252,6 +291,9 @@ pub fn show(a: ShowArgs) -> ExitCode {
             .and_then(|()| out.line(""));
         let mut view = text::Timeline::new(&tz, style, a.full);
         let read = store::read_timeline(&at.log, |item| {
+            if !kept(&a.only, &item) {
+                return true;
+            }
             written = written
                 .take_ok()
                 .and_then(|()| view.item(&item).iter().try_for_each(|l| out.line(l)));
@@ -296,6 +338,23 @@ pub fn show(a: ShowArgs) -> ExitCode {
     }
 }
 
+/// Whether `nd7 show --only` keeps `item`: with nothing asked for, all.
+fn kept(only: &[Only], item: &Item) -> bool {
+    let failed = only.contains(&Only::Failed);
+    let refused = only.contains(&Only::Refused);
+    only.is_empty()
+        || match item {
+            Item::Tool(t) => match t.status {
+                Status::Failed | Status::Interrupted => failed,
+                Status::Refused => refused,
+                Status::Ok | Status::NoResult => false,
+            },
+            Item::Refusal(_) => refused,
+            Item::Observed(o) => refused && o.class == ObservedClass::Refusal && !o.folded,
+            _ => false,
+        }
+}
+
 /// `Result::take` for the write status carried through a closure.
 trait TakeOk {
     fn take_ok(&mut self) -> Result<(), Stopped>;
@@ -322,7 +381,14 @@ pub fn search(a: SearchArgs) -> ExitCode {
         },
     ) {
         Ok(p) => p,
-        Err(e) => return fail(cmd, format!("bad pattern: {e}")),
+        Err(e) => {
+            // The regex crate draws the pattern and a caret over several
+            // lines; a one-line message keeps its last line, the reason.
+            let text = e.to_string();
+            let why = text.lines().last().unwrap_or(&text);
+            let why = why.trim().trim_start_matches("error: ");
+            return fail(cmd, format!("bad pattern {:?}: {why}", a.pattern));
+        }
     };
     let store = match Store::open() {
         Ok(s) => s,

@@ -72,6 +72,11 @@ fn ship_once(state: &Path) -> ExitCode {
     }
     let (mut entries, mut batches, mut failed) = (0, 0, 0);
     let (mut pieces, mut transcript_bytes) = (0, 0);
+    let unreachable = report.unreachable();
+    let sessions = nd7_core::session_log::sessions_dir(state);
+    // A session whose every entry was shipped before is not "not shipped"
+    // because this ship could not ask the vault about it.
+    let waiting = |id: &str| !up_to_date(&sessions.join(id));
     for (session, result) in &report.sessions {
         match result {
             Ok(done) => {
@@ -80,6 +85,7 @@ fn ship_once(state: &Path) -> ExitCode {
                 pieces += done.transcript_pieces;
                 transcript_bytes += done.transcript_bytes;
             }
+            Err(_) if unreachable.is_some() => failed += usize::from(waiting(session)),
             Err(e) => {
                 failed += 1;
                 // The vault's words and the session's name, shown inert.
@@ -90,11 +96,34 @@ fn ship_once(state: &Path) -> ExitCode {
             }
         }
     }
-    if !report.not_tried.is_empty() {
-        eprintln!(
-            "nd7 ship: stopped: the vault refused more from this machine today (quota); {} more session(s) not tried",
-            report.not_tried.len()
-        );
+    // Batches the vault acknowledged before a session's run failed count:
+    // they are stored.
+    for (_, acked) in &report.partly {
+        entries += acked.entries;
+        batches += acked.batches;
+    }
+    let not_tried = report.not_tried.iter().filter(|id| waiting(id)).count();
+    match unreachable {
+        Some(why) => {
+            let server = std::fs::read_to_string(ship::vault_dir(state).join(ship::SERVER_FILE))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "the vault".into());
+            let why = format!(
+                "the vault at {server} cannot be reached ({why}): {} session(s) wait to be shipped; nothing is lost, the next ship sends them",
+                failed + not_tried
+            );
+            eprintln!("nd7 ship: {}", term(&why, Lines::One));
+            note_unreachable(state, Some(&why));
+        }
+        None => {
+            note_unreachable(state, None);
+            if !report.not_tried.is_empty() {
+                eprintln!(
+                    "nd7 ship: stopped: the vault refused more from this machine today (quota); {} more session(s) not tried",
+                    report.not_tried.len()
+                );
+            }
+        }
     }
     let transcripts = if pieces > 0 {
         format!(", {transcript_bytes} transcript bytes in {pieces} pieces")
@@ -104,7 +133,12 @@ fn ship_once(state: &Path) -> ExitCode {
     println!(
         "shipped {entries} entries in {batches} batches{transcripts}; {} sessions, {} not fully shipped",
         report.sessions.len() + report.not_tried.len(),
-        failed + report.not_tried.len()
+        failed
+            + if unreachable.is_some() {
+                not_tried
+            } else {
+                report.not_tried.len()
+            }
     );
     if report.vault_broke() {
         ExitCode::from(3)
@@ -113,6 +147,33 @@ fn ship_once(state: &Path) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// Whether every entry of the session in `dir` was shipped: its `shipped`
+/// mark is its `head`.
+fn up_to_date(dir: &Path) -> bool {
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+    matches!(
+        (read("head"), read(ship::SHIPPED_FILE)),
+        (Some(head), Some(shipped)) if head.trim() == shipped.trim()
+    )
+}
+
+/// Keeps (or clears) the last ship's "cannot be reached" beside the
+/// enrolment, for `nd7 doctor`.
+fn note_unreachable(state: &Path, why: Option<&str>) {
+    let file = ship::vault_dir(state).join(ship::UNREACHABLE_FILE);
+    let _ = match why {
+        // 0600, as every file beside the enrolment.
+        Some(why) => std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&file)
+            .and_then(|mut f| f.write_all(format!("{why}\n").as_bytes())),
+        None => std::fs::remove_file(&file).or(Ok(())),
+    };
 }
 
 pub fn ship(every: Option<&str>) -> ExitCode {
@@ -247,19 +308,8 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             url,
             read_token,
             ca_cert,
-        } => {
-            // Ids come from the vault: shown inert (docs/vault.md).
-            for (machine, session, last) in
-                vault_admin::list_sessions(&url, &trust(ca_cert), &read_token).map_err(fail)?
-            {
-                println!(
-                    "{} {} {last}",
-                    term(&machine, Lines::One),
-                    term(&session, Lines::One)
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+            fingerprint,
+        } => sessions(&url, &read_token, trust(ca_cert), &fingerprint),
         Admin::Pull {
             url,
             read_token,
@@ -323,6 +373,63 @@ fn machines(
             }
             PullError::Other(e) => fail(format!("machines: {e}")),
         })?;
+    for line in &listed.lines {
+        println!("{}", term(line, Lines::One));
+    }
+    Ok(ExitCode::from(print_findings(listed.findings)))
+}
+
+/// `nd7 admin sessions`: a line per session, a line per machine whose
+/// tally vouches for its sessions, then the findings. Ids come from the
+/// vault: shown inert (docs/vault.md).
+/// The vault's sessions under a header, in aligned columns, or a line
+/// saying it holds none.
+fn print_sessions(listed: &[(String, String, u64)]) {
+    let rows: Vec<[String; 3]> = listed
+        .iter()
+        .map(|(machine, session, last)| {
+            [
+                term(machine, Lines::One),
+                term(session, Lines::One),
+                format!("#{last}"),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        println!("the vault holds no sessions yet");
+        return;
+    }
+    let head = ["MACHINE", "SESSION", "LAST ENTRY"];
+    let width = |i: usize| {
+        rows.iter()
+            .map(|r| r[i].chars().count())
+            .chain([head[i].len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let (m, s) = (width(0), width(1));
+    println!("{:<m$}  {:<s$}  {}", head[0], head[1], head[2]);
+    for [machine, session, last] in rows {
+        println!("{machine:<m$}  {session:<s$}  {last}");
+    }
+}
+
+fn sessions(
+    url: &str,
+    read_token: &str,
+    trust: Trust,
+    fingerprint: &str,
+) -> Result<ExitCode, ExitCode> {
+    let listed =
+        vault_admin::list_sessions(url, &trust, read_token, fingerprint).map_err(|e| match e {
+            PullError::Finding(f) => {
+                println!("{}", term(&f.to_string(), Lines::One));
+                fault_code(f.fault)
+            }
+            PullError::Other(e) => fail(format!("sessions: {e}")),
+        })?;
+    // Ids come from the vault: shown inert (docs/vault.md).
+    print_sessions(&listed.listed);
     for line in &listed.lines {
         println!("{}", term(line, Lines::One));
     }

@@ -524,6 +524,22 @@ pub fn settings_programs(policy: &Policy, tree: &dyn Tree) -> Vec<PathBuf> {
     named
 }
 
+/// The files on the home list that stay held read-only whatever is
+/// granted: `path` itself when it is one or lies beneath one, else those
+/// beneath `path` (home-relative, as [`HOME_HELD`] names them).
+pub fn held_in_home(path: &Path, home: &Path) -> (bool, Vec<&'static str>) {
+    let listed = |name: &&str| home.join(name);
+    if HOME_HELD.iter().any(|n| path.starts_with(listed(n))) {
+        return (true, Vec::new());
+    }
+    let beneath = HOME_HELD
+        .iter()
+        .filter(|n| listed(n).starts_with(path) && listed(n) != path)
+        .copied()
+        .collect();
+    (false, beneath)
+}
+
 /// What a grant made during the run (`nd7 allow DIR`, learned when a
 /// command first runs with it) adds to the watch: its directory planned as
 /// the project is. The plan's mounts are not made: the run's

@@ -28,6 +28,11 @@ pub trait Probe {
     /// ancestor) without the floor.
     fn writable(&self, path: &Path) -> bool;
     fn is_dir(&self, path: &Path) -> bool;
+    /// Whether anything is at `path` (a link counts). Without an answer,
+    /// everything is taken to exist, and no missing directory is suggested.
+    fn exists(&self, _path: &Path) -> bool {
+        true
+    }
 }
 
 /// Why the floor keeps a path out.
@@ -41,6 +46,11 @@ pub enum Why {
     Own,
     /// Where devices are reached outside `/dev` (`Policy::devices`): the mount.
     Device(PathBuf),
+    /// Inside what the session may write, but held read-only for it (a file
+    /// that makes git or the shell run programs later, outside the floor,
+    /// such as `.git/config`): the write or rename met a read-only mount
+    /// (`EROFS`) or a mount point (`EBUSY`).
+    Held,
 }
 
 /// One path the floor refused, and the grant that would have allowed it.
@@ -67,6 +77,10 @@ const MARKERS: &[&str] = &[
     "not owned or is not writable",
     "Read-only file system",
 ];
+
+/// The words a write to a held file leaves: a read-only mount, or a rename
+/// over a mount point (git's lock file renamed onto `.git/config`).
+const HELD_MARKERS: &[&str] = &["Read-only file system", "Device or resource busy"];
 
 /// At most this much of a tool's output is read.
 const SCANNED: usize = 256 * 1024;
@@ -119,6 +133,13 @@ pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused
         .unwrap_or("");
     let home = &policy.roots.home;
     let mut found = candidates(&text, &cwd, home);
+    let general = found.len();
+    let held_paths = held_candidates(&text, &cwd, home);
+    for path in &held_paths {
+        if !found.contains(path) {
+            found.push(path.clone());
+        }
+    }
     if tool != "Bash"
         && MARKERS.iter().any(|m| text.contains(m))
         && let Some(file) = payload
@@ -137,7 +158,9 @@ pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused
     let unreadable = policy.unreadable();
     let unwritable = policy.unwritable();
     let mut out: Vec<Refused> = Vec::new();
-    for path in found.into_iter().take(CANDIDATES) {
+    for (n, path) in found.into_iter().enumerate().take(CANDIDATES) {
+        // Named only by a held file's words: nothing else is claimed of it.
+        let held_only = n >= general;
         // Inside a credential store nothing is looked at: not even where a
         // link there leads (the answer goes back to the agent).
         let lexical = unreadable.iter().find(|s| path.starts_with(s)).cloned();
@@ -172,6 +195,20 @@ pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused
                 grant: None,
                 preset: None,
             }
+        } else if held_paths.contains(&path)
+            && writes.iter().any(|w| real.starts_with(w))
+            && probe.writable(&real)
+        {
+            // Writable by the rules and by the account, yet read-only or a
+            // mount point here: nd7's hold.
+            Refused {
+                path: real.clone(),
+                why: Why::Held,
+                grant: None,
+                preset: None,
+            }
+        } else if held_only {
+            continue;
         } else if !writes.iter().any(|w| real.starts_with(w)) && probe.writable(&real) {
             let command = payload
                 .pointer("/tool_input/command")
@@ -179,7 +216,11 @@ pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused
             let (grant, preset) = match Preset::for_refusal(&real, home, command) {
                 Some((preset, at)) => (Some(at), Some(preset.name)),
                 None => {
-                    let dir = if probe.is_dir(&real) {
+                    // A directory directly in the home that is not there yet
+                    // (`~/.cache` on a fresh home): `nd7 allow` creates it.
+                    let missing_in_home =
+                        real.parent() == Some(home.as_path()) && !probe.exists(&real);
+                    let dir = if probe.is_dir(&real) || missing_in_home {
                         real.clone()
                     } else {
                         real.parent()
@@ -206,6 +247,35 @@ pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused
                     || r.grant.is_some() && r.grant == refused.grant)
         }) {
             out.push(refused);
+        }
+    }
+    out
+}
+
+/// The paths a held file's refusal names: the word just before
+/// `: Read-only file system` or `: Device or resource busy` (`could not
+/// write config file .git/config: Device or resource busy`), relative ones
+/// resolved against `cwd`.
+fn held_candidates(text: &str, cwd: &Path, home: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        for marker in HELD_MARKERS {
+            let Some(at) = line.find(&format!(": {marker}")) else {
+                continue;
+            };
+            let before = &line[..at];
+            let word = before
+                .rsplit(char::is_whitespace)
+                .next()
+                .unwrap_or("")
+                .trim_matches(|c| matches!(c, '\'' | '"' | '`' | '\u{2018}' | '\u{2019}'));
+            if word.len() < 2 || word.starts_with('-') || word.contains("://") {
+                continue;
+            }
+            let path = normalize(Path::new(word), cwd, home);
+            if !out.contains(&path) {
+                out.push(path);
+            }
         }
     }
     out
@@ -254,6 +324,18 @@ fn tokens(line: &str) -> Vec<(&str, bool)> {
     let mut i = 0;
     while i < bytes.len() {
         let c = bytes[i];
+        // GNU tools in a UTF-8 locale quote ‘so’ (C.UTF-8, en_US.UTF-8).
+        if line[i..].starts_with('\u{2018}') {
+            let open = '\u{2018}'.len_utf8();
+            if let Some(end) = line[i + open..].find('\u{2019}') {
+                let inner = &line[i + open..i + open + end];
+                if !inner.is_empty() {
+                    out.push((inner.trim_end_matches('/'), true));
+                }
+                i += open + end + '\u{2019}'.len_utf8();
+                continue;
+            }
+        }
         if matches!(c, b'\'' | b'"' | b'`') {
             if let Some(end) = line[i + 1..].find(char::from(c)) {
                 let inner = &line[i + 1..i + 1 + end];
@@ -345,6 +427,9 @@ pub fn explain(refused: &[Refused], tool: &str, home: &Path) -> String {
                 "- {path}: under {}, where devices are mounted outside /dev; nd7 keeps it unreadable and no grant opens it.\n",
                 tilde(mount, home)
             )),
+            Why::Held => out.push_str(&format!(
+                "- {path}: held read-only by nd7 for this session, because what it says can make git or the shell run programs later, outside the sandbox (hooks, core.fsmonitor, aliases); no grant opens it. Ask the user to run this command themselves, outside nd7 run.\n"
+            )),
             Why::Outside => match allow_command(r, home) {
                 Some(allow) => {
                     let lasting = match r.preset {
@@ -392,6 +477,7 @@ pub fn entry_body(refused: &[Refused], tool: &str, home: &Path) -> Value {
                 Why::Secret(s) => ("secret", Some(s.to_string_lossy().into_owned())),
                 Why::Own => ("nd7", None),
                 Why::Device(m) => ("device", Some(m.to_string_lossy().into_owned())),
+                Why::Held => ("held", None),
             };
             json!({
                 "path": r.path.to_string_lossy(),
@@ -431,6 +517,10 @@ mod tests {
                 .iter()
                 .any(|d| path == Path::new(d))
         }
+        fn exists(&self, path: &Path) -> bool {
+            // A fresh home: no ~/.cache yet.
+            !path.starts_with("/home/u/.cache")
+        }
     }
 
     fn policy() -> Policy {
@@ -444,6 +534,68 @@ mod tests {
 
     fn paths(r: &[Refused]) -> Vec<String> {
         r.iter().map(|r| r.path.display().to_string()).collect()
+    }
+
+    /// Guards `Why::Held`: git's rename of its lock file onto a held
+    /// `.git/config` (EBUSY) or a write to a held file (EROFS), inside what
+    /// the session may write, is nd7's hold, named; the same words about a
+    /// path outside the write roots claim nothing (no Landlock refusal says
+    /// them).
+    /// On a fresh home a tool's first refusal names `~/.cache`, which is not
+    /// there: the fix is `nd7 allow ~/.cache` (created by it), not "run it
+    /// outside nd7 run". A file that is there, directly in the home, still
+    /// gets no grant of the home.
+    #[test]
+    fn a_missing_directory_in_the_home_is_the_grant() {
+        let p = policy();
+        let home = Path::new("/home/u");
+        let r = judge(
+            &failed(
+                "Bash",
+                "Exit code 1\nmkdir: cannot create directory '/home/u/.cache': Permission denied",
+            ),
+            &p,
+            &Fs,
+        );
+        assert_eq!(paths(&r), ["/home/u/.cache"]);
+        assert_eq!(
+            allow_command(&r[0], home).as_deref(),
+            Some("nd7 allow ~/.cache")
+        );
+        let r = judge(
+            &failed(
+                "Bash",
+                "Exit code 1\ntouch: cannot touch '/home/u/notes': Permission denied",
+            ),
+            &p,
+            &Fs,
+        );
+        assert_eq!(allow_command(&r[0], home), None);
+    }
+
+    #[test]
+    fn a_held_file_is_named_as_held() {
+        let p = policy();
+        for error in [
+            "Exit code 4\nerror: could not write config file .git/config: Device or resource busy",
+            "Exit code 1\nsh: line 1: .git/hooks/pre-commit: Read-only file system",
+        ] {
+            let r = judge(&failed("Bash", error), &p, &Fs);
+            assert_eq!(r.len(), 1, "{error}: {r:?}");
+            assert_eq!(r[0].why, Why::Held);
+            assert!(r[0].path.starts_with("/home/u/proj/.git"), "{r:?}");
+            assert_eq!(allow_command(&r[0], Path::new("/home/u")), None);
+            assert!(explain(&r, "Bash", Path::new("/home/u")).contains("held read-only by nd7"));
+        }
+        let r = judge(
+            &failed(
+                "Bash",
+                "Exit code 1\nrm: cannot remove '/outside/mnt': Device or resource busy",
+            ),
+            &p,
+            &Fs,
+        );
+        assert!(r.is_empty(), "{r:?}");
     }
 
     #[test]
@@ -468,6 +620,12 @@ mod tests {
             (
                 "Exit code 1\ntouch: cannot touch '/outside/new file': Permission denied",
                 "/outside/new file",
+                Some("nd7 allow /outside"),
+            ),
+            // In a UTF-8 locale GNU tools quote with ‘ and ’.
+            (
+                "Exit code 1\nmkdir: cannot create directory \u{2018}/outside/made\u{2019}: Permission denied",
+                "/outside/made",
                 Some("nd7 allow /outside"),
             ),
             (
