@@ -22,9 +22,9 @@ mod door_hooks;
 #[cfg(target_os = "linux")]
 mod door_load;
 mod e2e;
+mod effects;
 #[cfg(target_os = "linux")]
 mod egress;
-mod effects;
 #[cfg(target_os = "linux")]
 mod exit_ruleset;
 mod exit_status;
