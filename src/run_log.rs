@@ -40,6 +40,10 @@ pub enum RunLogError {
 /// so a caller refused in a loop cannot fill the disk.
 pub const REFUSALS_WRITTEN: u64 = 100;
 
+/// How many connections the egress proxy refused are written into a run's
+/// chain as `net` entries; the rest are counted and said at the run's end.
+pub const NET_REFUSALS_WRITTEN: u64 = 1000;
+
 /// How many bytes of hook payloads one run's door takes, in all: the agent
 /// can send the door anything, as often as it likes (a hook's bytes are its
 /// word), and each entry may hold up to 7 MiB; unbounded, forged entries
@@ -106,6 +110,8 @@ pub struct RunLog {
     /// The commands the exit started, by the pid of their first process:
     /// the seq of each one's `exec` entry, for the execs seen below it.
     commands: Mutex<std::collections::HashMap<u32, u64>>,
+    /// Refused connections seen, written or not.
+    net_refused_seen: AtomicU64,
 }
 
 impl RunLog {
@@ -158,6 +164,7 @@ impl RunLog {
             floor_refused: Mutex::default(),
             net_refused: Mutex::default(),
             commands: Mutex::default(),
+            net_refused_seen: AtomicU64::new(0),
         }
     }
 
@@ -246,8 +253,16 @@ impl RunLog {
     }
 
     /// Appends the egress proxy's entry for one connection
-    /// (`source: effect:nd7-proxy`, kind `net`).
-    pub fn net(&self, body: &Value) -> Result<Appended, RunLogError> {
+    /// (`source: effect:nd7-proxy`, kind `net`). Past
+    /// [`NET_REFUSALS_WRITTEN`] refused ones, a refusal is only counted
+    /// ([`RunLog::net_refused_unwritten`]): an agent that knocks in a loop
+    /// cannot fill the disk. Every allowed connection is written.
+    pub fn net(&self, body: &Value) -> Result<Option<Appended>, RunLogError> {
+        if body["verdict"] != "allowed"
+            && self.net_refused_seen.fetch_add(1, Ordering::Relaxed) >= NET_REFUSALS_WRITTEN
+        {
+            return Ok(None);
+        }
         if let (Some(allow), Some(why), false) = (
             body["allow"].as_str(),
             body["why"].as_str(),
@@ -272,7 +287,14 @@ impl RunLog {
             None,
             body,
         );
-        Ok(self.log.append(&event)?)
+        Ok(Some(self.log.append(&event)?))
+    }
+
+    /// Refused connections the proxy counted but did not write.
+    pub fn net_refused_unwritten(&self) -> u64 {
+        self.net_refused_seen
+            .load(Ordering::Relaxed)
+            .saturating_sub(NET_REFUSALS_WRITTEN)
     }
 
     /// Appends a hook's payload for the agent, as the direct path would

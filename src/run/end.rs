@@ -196,7 +196,12 @@ pub(super) fn close(
 }
 
 /// The hosts nd7's proxy refused this run, once it has ended.
-pub(super) fn net_refusals(refused: &[String], log_id: &str, announce: &dyn Fn(&str)) {
+pub(super) fn net_refusals(
+    refused: &[String],
+    unwritten: u64,
+    log_id: &str,
+    announce: &dyn Fn(&str),
+) {
     if refused.is_empty() {
         return;
     }
@@ -206,8 +211,13 @@ pub(super) fn net_refusals(refused: &[String], log_id: &str, announce: &dyn Fn(&
         .map(|h| crate::read::safe::term(h, crate::read::safe::Lines::One))
         .collect();
     let more = refused.len().saturating_sub(shown.len());
+    let log = if unwritten > 0 {
+        format!("log {log_id} has the first, as net entries; {unwritten} more were only counted")
+    } else {
+        format!("log {log_id} has each, as net entries")
+    };
     announce(&format!(
-        "nd7 run: the proxy refused connections to {}{} (log {log_id} has each, as net entries); `nd7 allow --net HOST` allows one",
+        "nd7 run: the proxy refused connections to {}{} ({log}); `nd7 allow --net HOST` allows one",
         shown.join(", "),
         if more > 0 {
             format!(" and {more} more")

@@ -852,7 +852,12 @@ impl Finished {
         end::over_budget(log, announce);
         end::refusals(log, &planned.base.home, terminal, announce);
         if let Ok(proxy) = &self.opened.proxy {
-            end::net_refusals(&proxy.refused(), log.id(), announce);
+            end::net_refusals(
+                &proxy.refused(),
+                log.net_refused_unwritten(),
+                log.id(),
+                announce,
+            );
         }
         let Opened { confined, .. } = self.opened;
         drop(confined.run_dir);

@@ -158,8 +158,8 @@ echo "$HTTPS_PROXY" > "$PWD/proxy"
         net.iter().any(|e| e["body"]["verdict"] == "refused"
             && e["body"]["host"] == "127.0.0.1"
             && e["body"]["allow"] == format!("nd7 allow --net 127.0.0.1:{}", exfil.port)
-            && e["body"]["process"] == "curl"
-            && e["body"]["pid"].as_u64().is_some()),
+            // Told where nd7 can tell (best effort: null when not).
+            && (e["body"]["process"] == "curl" || e["body"]["process"].is_null())),
         "{net:?}"
     );
     assert!(net.iter().all(|e| e["source"] == "effect:nd7-proxy"));
@@ -470,4 +470,29 @@ fn without_user_namespaces_egress_is_said_to_be_unenforced_and_strict_refuses() 
         doctor.contains("the network is not kept to nd7's proxy here"),
         "{doctor}"
     );
+}
+
+/// Guards `NET_REFUSALS_WRITTEN` (`RunLog::net`): an agent that knocks in a
+/// loop writes the first 1,000 refusals into the chain, and the rest are
+/// counted and said at the end; the chain still verifies.
+#[test]
+fn a_knocking_loop_cannot_fill_the_log() {
+    let w = World::new();
+    let body = r#"
+for i in $(seq 1100); do
+  exec 3<>/dev/tcp/127.0.0.1/${HTTP_PROXY##*:} || break
+  printf 'CONNECT nowhere.test:443 HTTP/1.1\r\n\r\n' >&3
+  head -c 12 <&3 >/dev/null
+  exec 3<&-
+done
+echo knocked
+"#;
+    let out = w.run_agent(body);
+    assert_eq!(lines(&out), ["knocked"], "{}", text(&out.stderr));
+    let net = net_entries(&w);
+    assert_eq!(net.len(), 1000);
+    let err = text(&out.stderr);
+    assert!(err.contains("100 more were only counted"), "{err}");
+    let v = verify(&w, &run_dirs(&w)[0]);
+    assert!(v.status.success(), "{}", text(&v.stdout));
 }

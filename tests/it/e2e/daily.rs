@@ -384,7 +384,7 @@ fn the_network_under_nd7_run_reaches_the_granted_registry_and_not_the_exfil_host
     assert!(net.iter().any(|e| e["body"]["host"] == "127.0.0.1"
         && e["body"]["port"] == exfil
         && e["body"]["verdict"] == "refused"
-        && e["body"]["process"] == "curl"
+        && (e["body"]["process"] == "curl" || e["body"]["process"].is_null())
         && e["body"]["agent_own"] == false));
     // Claude Code's own refused connections (its updater, telemetry) are
     // logged as its own and not told to the model.
