@@ -8,42 +8,57 @@
       systems = [ "x86_64-linux" "aarch64-linux" "x86_64-darwin" "aarch64-darwin" ];
       forAll = f: nixpkgs.lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
       cargoToml = builtins.fromTOML (builtins.readFile ./Cargo.toml);
+      # nd7 (with completions and the man page) and nd7-vault, from this tree.
+      # Self-update is never built here: the binaries live in the read-only store.
+      build = pkgs: { pname, features ? [ ], bins }: pkgs.rustPlatform.buildRustPackage {
+        inherit pname;
+        version = cargoToml.package.version;
+        src = pkgs.lib.cleanSource ./.;
+        cargoLock.lockFile = ./Cargo.lock;
+        buildFeatures = features;
+        cargoBuildFlags = map (b: "--bin=${b}") bins;
+        nativeBuildInputs = [ pkgs.installShellFiles ];
+        # The suite drives the real Claude Code from npm, which a sandboxed
+        # build cannot fetch; `checks` runs nd7 instead.
+        doCheck = false;
+        meta = {
+          description = cargoToml.package.description;
+          homepage = "https://github.com/nd7-dev/nd7";
+          license = with pkgs.lib.licenses; [ mit asl20 ];
+          mainProgram = pname;
+        };
+      };
+      nd7For = pkgs: (build pkgs { pname = "nd7"; bins = [ "nd7" "nd7-exec" ]; }).overrideAttrs {
+        # Default features: libzstd and HTTPS for `nd7 ship`.
+        postInstall = ''
+          installShellCompletion --cmd nd7 \
+            --bash <($out/bin/nd7 completions bash) \
+            --zsh <($out/bin/nd7 completions zsh) \
+            --fish <($out/bin/nd7 completions fish)
+          $out/bin/nd7 man > nd7.1
+          installManPage nd7.1
+        '';
+      };
+      vaultFor = pkgs: build pkgs { pname = "nd7-vault"; features = [ "vault-server" ]; bins = [ "nd7-vault" ]; };
     in
     {
       packages = forAll (pkgs: rec {
-        nd7 = pkgs.rustPlatform.buildRustPackage {
-          pname = "nd7";
-          version = cargoToml.package.version;
-          src = pkgs.lib.cleanSource ./.;
-          cargoLock.lockFile = ./Cargo.lock;
-          # Default features: libzstd and HTTPS for `nd7 ship`. Self-update is
-          # never built here: the binary lives in the read-only store.
-          nativeBuildInputs = [ pkgs.installShellFiles ];
-          # The suite drives the real Claude Code from npm, which a sandboxed
-          # build cannot fetch; `checks` runs nd7 instead.
-          doCheck = false;
-          postInstall = ''
-            installShellCompletion --cmd nd7 \
-              --bash <($out/bin/nd7 completions bash) \
-              --zsh <($out/bin/nd7 completions zsh) \
-              --fish <($out/bin/nd7 completions fish)
-          '';
-          meta = {
-            description = cargoToml.package.description;
-            homepage = "https://github.com/nd7-dev/nd7";
-            license = with pkgs.lib.licenses; [ mit asl20 ];
-            mainProgram = "nd7";
-          };
-        };
+        nd7 = nd7For pkgs;
+        nd7-vault = vaultFor pkgs;
         default = nd7;
       });
 
-      apps = forAll (pkgs: {
-        default = {
-          type = "app";
-          program = "${self.packages.${pkgs.stdenv.hostPlatform.system}.default}/bin/nd7";
-        };
-      });
+      # `nixpkgs.overlays = [ nd7.overlays.default ];` adds pkgs.nd7 and pkgs.nd7-vault.
+      overlays.default = final: prev: {
+        nd7 = nd7For final;
+        nd7-vault = vaultFor final;
+      };
+
+      apps = forAll (pkgs:
+        let p = self.packages.${pkgs.stdenv.hostPlatform.system}; in {
+          default = { type = "app"; program = "${p.nd7}/bin/nd7"; };
+          nd7-vault = { type = "app"; program = "${p.nd7-vault}/bin/nd7-vault"; };
+        });
 
       devShells = forAll (pkgs: {
         default = pkgs.mkShell {

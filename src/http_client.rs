@@ -30,6 +30,10 @@ const CONNECT: Duration = Duration::from_secs(30);
 pub enum HttpError {
     #[error("{url}: {detail}")]
     Transport { url: String, detail: String },
+    /// The server closed the connection before any reply: a request that
+    /// may be sent again on a new connection.
+    #[error("{url}: {detail}")]
+    Closed { url: String, detail: String },
     #[error("{}: {what}", path.display())]
     Trust { path: PathBuf, what: String },
 }
@@ -163,9 +167,20 @@ impl Client {
         headers: &[(&str, String)],
     ) -> Result<Streamed, HttpError> {
         let url = self.url(path);
-        let fail = |e: ureq::Error| HttpError::Transport {
-            url: url.clone(),
-            detail: describe(&e),
+        let fail = |e: ureq::Error| {
+            let closed = matches!(&e, ureq::Error::Io(io) if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            ));
+            let (url, detail) = (url.clone(), describe(&e));
+            if closed {
+                HttpError::Closed { url, detail }
+            } else {
+                HttpError::Transport { url, detail }
+            }
         };
         let response = if method == "GET" {
             let mut req = self.agent.get(&url);

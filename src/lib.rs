@@ -60,6 +60,7 @@ pub mod agents;
 pub use nd7_format::chain;
 pub mod cli;
 pub mod codex;
+pub mod egress;
 pub use nd7_format::floor_wire;
 pub use nd7_format::hook;
 pub use nd7_platform::fault;

@@ -92,8 +92,10 @@ pub fn explain(
         return Ok(None);
     };
     let refused = refusal::judge(&payload, policy, &Outside { root: outside_root });
+    // Connections nd7's proxy refused since the last call: told once.
+    let net = log.net_refusals_untold();
     if refused.is_empty() {
-        return Ok(None);
+        return Ok((!net.is_empty()).then(|| net.concat()));
     }
     let tool = payload
         .get("tool_name")
@@ -104,7 +106,7 @@ pub fn explain(
     let cwd = payload.get("cwd").and_then(Value::as_str);
     log.floor_refused(&refused, tool, home, cwd, id)
         .map_err(io::Error::other)?;
-    Ok(Some(refusal::explain(&refused, tool, home)))
+    Ok(Some(refusal::explain(&refused, tool, home) + &net.concat()))
 }
 
 /// What `nd7 run` says at its end about the floor's refusals it was told

@@ -84,6 +84,10 @@ pub fn planned(
         }
     };
     for name in presets {
+        // A preset of hosts only (`github`) grants no path.
+        if grants::preset(name).is_none() && crate::policy::net::net_preset(name).is_some() {
+            continue;
+        }
         let preset = grants::preset(name).ok_or_else(|| StartGrantError::NoPreset(name.clone()))?;
         planned.extend(grants::entry_paths(
             &grants::Entry::Preset(preset),

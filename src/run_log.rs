@@ -100,6 +100,9 @@ pub struct RunLog {
     /// What the floor refused, as `nd7 hook-explain` reported it (the first
     /// [`REFUSALS_WRITTEN`] written down; the summary at the run's end).
     floor_refused: Mutex<Vec<crate::policy::refusal::Refused>>,
+    /// What to tell the model of each connection the egress proxy refused
+    /// by its rules, and how many of them it has been told.
+    net_refused: Mutex<(Vec<String>, usize)>,
 }
 
 impl RunLog {
@@ -150,6 +153,7 @@ impl RunLog {
             door_dropped: AtomicU64::new(0),
             budget: door_budget(),
             floor_refused: Mutex::default(),
+            net_refused: Mutex::default(),
         }
     }
 
@@ -234,6 +238,32 @@ impl RunLog {
         body: &Value,
     ) -> Result<Appended, RunLogError> {
         let event = run_entry::event(&self.stamp(), kind, cwd, tool_use_id, body);
+        Ok(self.log.append(&event)?)
+    }
+
+    /// Appends the egress proxy's entry for one connection
+    /// (`source: effect:nd7-proxy`, kind `net`).
+    pub fn net(&self, body: &Value) -> Result<Appended, RunLogError> {
+        if let (Some(allow), Some(why)) = (body["allow"].as_str(), body["why"].as_str()) {
+            let host = format!(
+                "{}:{}",
+                body["host"].as_str().unwrap_or("?"),
+                body["port"].as_u64().unwrap_or(0)
+            );
+            let text = crate::policy::net::refusal_text(&host, why, allow);
+            let mut kept = self.net_refused.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.0.len() < REFUSALS_WRITTEN as usize && !kept.0.contains(&text) {
+                kept.0.push(text);
+            }
+        }
+        let event = run_entry::event_from(
+            run_entry::PROXY_SOURCE,
+            &self.stamp(),
+            run_entry::NET,
+            None,
+            None,
+            body,
+        );
         Ok(self.log.append(&event)?)
     }
 
@@ -453,6 +483,15 @@ impl RunLog {
         let body = crate::policy::refusal::entry_body(refused, tool, home);
         self.note(run_entry::FLOOR_REFUSED, cwd, tool_use_id, &body)
             .map(|_| ())
+    }
+
+    /// What to tell the model of the connections the egress proxy refused
+    /// since it was last asked (each refusal once).
+    pub fn net_refusals_untold(&self) -> Vec<String> {
+        let mut kept = self.net_refused.lock().unwrap_or_else(|e| e.into_inner());
+        let told = kept.1;
+        kept.1 = kept.0.len();
+        kept.0[told..].to_vec()
     }
 
     /// What the floor refused this run, as reported so far.

@@ -1,9 +1,10 @@
 //! `nd7 self-update` (feature `self-update`, off by default): replaces `nd7`
 //! and `nd7-exec` with a release's, after checking the release's signature.
 //!
-//! A release publishes `manifest` and `manifest.sig` beside its binaries. The
-//! manifest names its target and, per binary, the BLAKE3 of its bytes and
-//! the file to fetch; the signature is Ed25519 over a context line and the
+//! A release publishes, per target, `manifest-<target>` and
+//! `manifest-<target>.sig` beside that target's binaries (one release holds
+//! every target's, ADR-0124). The manifest names its target and, per binary,
+//! the BLAKE3 of its bytes and the file to fetch; the signature is Ed25519 over a context line and the
 //! manifest, by the release key compiled into release builds
 //! (`ND7_RELEASE_KEY`, 64 hex digits). Nothing is replaced unless the
 //! signature, the target and every hash check out; then each binary is
@@ -52,6 +53,26 @@ pub fn release_key() -> Option<String> {
 /// The version of the running nd7, which a release must be newer than.
 pub const RUNNING: &str = env!("CARGO_PKG_VERSION");
 
+/// The version an update compares releases with: [`RUNNING`]. In test
+/// builds only (as [`release_key`]), `$ND7_TEST_VERSION` stands in for it,
+/// so a test can install a release over an "older" copy of the one binary
+/// it built; shipped builds never read it.
+pub fn running() -> String {
+    #[cfg(any(debug_assertions, feature = "fault-injection"))]
+    if let Ok(version) = std::env::var("ND7_TEST_VERSION") {
+        return version;
+    }
+    RUNNING.to_string()
+}
+
+/// The release's files that name and sign this target's binaries:
+/// `manifest-<target>` and `manifest-<target>.sig`.
+pub fn manifest_name(target: &str) -> (String, String) {
+    let manifest = format!("manifest-{target}");
+    let signature = format!("{manifest}.sig");
+    (manifest, signature)
+}
+
 /// The target this binary was built for; a release for another is refused.
 pub const TARGET: &str = env!("ND7_TARGET");
 
@@ -71,7 +92,7 @@ pub enum UpdateError {
     #[error("{0} is in the Nix store; update the flake input (or `nix profile upgrade nd7`)")]
     Nix(PathBuf),
     #[error(
-        "this build has no release key to check a release against; install a release build, or update with cargo install"
+        "this build has no release key to check a release against; install a release build, or or build it from source (docs/setup.md)"
     )]
     NoKey,
     #[error("the release key compiled in is not 64 hex digits")]
@@ -205,8 +226,10 @@ impl Accept {
     /// Releases newer than this nd7, or any release with `downgrade`.
     pub fn running(downgrade: bool) -> Accept {
         Accept {
-            running: Version::parse(RUNNING)
-                .expect("Cargo requires a package's version to be a semantic version"),
+            running: Version::parse(&running()).unwrap_or_else(|_| {
+                Version::parse(RUNNING)
+                    .expect("Cargo requires a package's version to be a semantic version")
+            }),
             downgrade,
         }
     }
@@ -256,8 +279,9 @@ pub fn update(
             }),
         }
     };
-    let manifest = fetch("manifest")?;
-    let signature = fetch("manifest.sig")?;
+    let (manifest_file, signature_file) = manifest_name(TARGET);
+    let manifest = fetch(&manifest_file)?;
+    let signature = fetch(&signature_file)?;
     let manifest = verify(&manifest, &String::from_utf8_lossy(&signature), key)?;
     if manifest.target != TARGET {
         return Err(UpdateError::Target(manifest.target));
@@ -303,6 +327,15 @@ mod tests {
         ed25519_dalek::SigningKey::from_bytes(&[7u8; 32])
     }
 
+    /// This target's manifest and signature, as a release names them.
+    const MANIFEST: &str = concat!("manifest-", env!("ND7_TARGET"));
+    const SIGNATURE: &str = concat!("manifest-", env!("ND7_TARGET"), ".sig");
+
+    #[test]
+    fn each_target_has_its_own_manifest() {
+        assert_eq!(manifest_name(TARGET), (MANIFEST.into(), SIGNATURE.into()));
+    }
+
     fn sign(manifest: &str, key: &ed25519_dalek::SigningKey) -> String {
         let mut signed = CONTEXT.to_vec();
         signed.extend_from_slice(manifest.as_bytes());
@@ -330,8 +363,8 @@ mod tests {
     fn serve_release(version: &str) -> String {
         let m = manifest_of(version, TARGET, b"new nd7", b"new exec");
         serve(vec![
-            ("manifest", m.clone().into_bytes()),
-            ("manifest.sig", sign(&m, &key()).into_bytes()),
+            (MANIFEST, m.clone().into_bytes()),
+            (SIGNATURE, sign(&m, &key()).into_bytes()),
             ("nd7-bin", b"new nd7".to_vec()),
             ("nd7-exec-bin", b"new exec".to_vec()),
         ])
@@ -449,8 +482,8 @@ mod tests {
                 sig
             };
             let url = serve(vec![
-                ("manifest", m.clone().into_bytes()),
-                ("manifest.sig", sig.into_bytes()),
+                (MANIFEST, m.clone().into_bytes()),
+                (SIGNATURE, sig.into_bytes()),
                 ("nd7-bin", nd7_bytes.to_vec()),
                 ("nd7-exec-bin", b"new exec".to_vec()),
             ]);

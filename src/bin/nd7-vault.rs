@@ -184,9 +184,15 @@ struct Serve {
     #[arg(long, default_value_t = 4)]
     workers: usize,
     /// Connections open at once [default: 4096, or fewer if the file
-    /// descriptor limit is lower].
+    /// descriptor limit is lower]. When all are open, a new one evicts the
+    /// oldest anonymous connection (none of its requests yet signed by an
+    /// enrolled machine or carrying a read token) not in a request.
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Of those, how many are kept for connections a signed request or a
+    /// read token proved [default: a quarter of --max-connections].
+    #[arg(long, value_name = "N")]
+    reserved_connections: Option<usize>,
     /// Connections one peer address may hold at once; more are closed
     /// (0: no bound, for a vault behind a proxy, whose address every
     /// connection has).
@@ -384,11 +390,16 @@ fn serve(args: Serve) -> Result<(), ExitCode> {
 /// connections bounded by the open-file limit `nofile` unless given.
 fn http_config(args: &Serve, nofile: u64) -> http::Config {
     let secs = |s: u64| Duration::from_secs(s.max(1));
+    let max_connections = args
+        .max_connections
+        .unwrap_or_else(|| 4096.min(nofile.saturating_sub(64).max(16) as usize));
     http::Config {
         workers: args.workers.max(1),
-        max_connections: args
-            .max_connections
-            .unwrap_or_else(|| 4096.min(nofile.saturating_sub(64).max(16) as usize)),
+        max_connections,
+        reserved_connections: args
+            .reserved_connections
+            .unwrap_or(max_connections / 4)
+            .min(max_connections.saturating_sub(1)),
         max_connections_per_peer: args.max_connections_per_peer,
         first_byte_timeout: secs(args.first_byte_timeout),
         header_timeout: secs(args.header_timeout),

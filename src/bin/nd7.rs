@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         // by a parser that knows only `run`, with the same help and errors.
         Some("run") => {
             let nd7_core::cli::RunOnly::Run(run) = nd7_core::cli::RunLine::parse().command;
-            return run_run(run.command, run.allow, run.preset);
+            return run_run(run.command, run.allow, run.preset, run.net.is_some());
         }
         _ => {}
     }
@@ -98,9 +98,23 @@ fn main() -> ExitCode {
             dry_run,
             uninstall: true,
         }),
-        Command::Run(run) => run_run(run.command, run.allow, run.preset),
-        Command::Allow { run, preset, path } => run_grant(Change::Allow, run, preset, path),
-        Command::Deny { run, preset, path } => run_grant(Change::Deny, run, preset, path),
+        Command::Run(run) => run_run(run.command, run.allow, run.preset, run.net.is_some()),
+        Command::Allow {
+            run,
+            net: Some(rule),
+            ..
+        } => run_net_grant(Change::Allow, run, &rule),
+        Command::Deny {
+            run,
+            net: Some(rule),
+            ..
+        } => run_net_grant(Change::Deny, run, &rule),
+        Command::Allow {
+            run, preset, path, ..
+        } => run_grant(Change::Allow, run, preset, path),
+        Command::Deny {
+            run, preset, path, ..
+        } => run_grant(Change::Deny, run, preset, path),
         Command::HookExplain => hooks::explain(early),
         Command::HookRoute => hooks::route(),
         Command::Doctor { settings } => run_doctor(settings.as_deref()),
@@ -123,6 +137,10 @@ fn main() -> ExitCode {
             out::stdout_bytes(&shell.completions());
             ExitCode::SUCCESS
         }
+        Command::Man => {
+            out::stdout_bytes(&nd7_core::cli::man_page());
+            ExitCode::SUCCESS
+        }
     }
 }
 
@@ -133,6 +151,7 @@ fn run_run(
     mut command: Vec<std::ffi::OsString>,
     allow: Vec<PathBuf>,
     presets: Vec<String>,
+    net_strict: bool,
 ) -> ExitCode {
     let program = command.remove(0);
     let options = run::Options {
@@ -140,6 +159,7 @@ fn run_run(
         args: command,
         allow,
         presets,
+        net_strict,
     };
     // Every line passes through the one escaping function once more, as a
     // last guard: the parts the agent chose are already inert on one line
@@ -156,6 +176,42 @@ fn run_run(
 
 /// `nd7 allow` and `nd7 deny`: one line on stdout per path and 0 when the
 /// run ends up as asked; the reason on stderr and 2 otherwise.
+/// `nd7 allow --net RULE` / `nd7 deny --net RULE`: the running session's
+/// proxy judges its next connection by the changed rules. Exits 0 when the
+/// change is made, 2 otherwise.
+fn run_net_grant(change: Change, run: Option<u32>, rule: &str) -> ExitCode {
+    let verb = match change {
+        Change::Allow => "allow",
+        Change::Deny => "deny",
+    };
+    let fail = |why: &dyn std::fmt::Display| {
+        let why = nd7_core::read::safe::term(&why.to_string(), nd7_core::read::safe::Lines::Keep);
+        eprintln!("nd7 {verb} --net: {why}");
+        ExitCode::from(2)
+    };
+    let rule = match nd7_core::policy::net::parse_rule(rule) {
+        Ok(rule) => rule,
+        Err(e) => return fail(&e),
+    };
+    let run_dir = match RunDirs::for_user().and_then(|s| s.pick(run)) {
+        Ok(run_dir) => run_dir,
+        Err(e) => return fail(&e),
+    };
+    if let Err(e) = nd7_core::egress::change_rules(&run_dir, verb, &rule) {
+        return fail(&e);
+    }
+    eprintln!(
+        "nd7 {verb} --net: {rule} {}, from the agent's next connection (run {})",
+        if verb == "allow" {
+            "allowed"
+        } else {
+            "no longer allowed"
+        },
+        run_dir.pid
+    );
+    ExitCode::SUCCESS
+}
+
 fn run_grant(
     change: Change,
     run: Option<u32>,
@@ -605,42 +661,13 @@ fn run_is_live(id: &str) -> bool {
             .is_ok_and(|r| r.log.is_some_and(|l| l.id == id))
 }
 
-/// The session `target` names, as `nd7 show` takes it (`Store::resolve`):
-/// an id, the short prefix `nd7 sessions` prints, `last`, or a path to a
-/// session directory or its events.ndjson. A path, or an id with a
-/// directory, is taken as it is, so that verify names what is wrong with it.
-fn resolve_target(target: &str) -> Result<SessionLog, String> {
-    let direct = by_id_or_path(target);
-    let named = target.contains('/')
-        || std::path::Path::new(target).exists()
-        || direct.as_ref().is_ok_and(|log| log.dir().exists());
-    if named {
-        return direct.map_err(|e| e.to_string());
-    }
-    let store = nd7_core::read::store::Store::open().map_err(|e| e.to_string())?;
+/// The session `target` names, by the one lookup every reading command
+/// uses (`Store::resolve`): an id, the short prefix `nd7 sessions` prints,
+/// `last`, or a path to a session directory or its events.ndjson.
+fn resolve_target(target: &str) -> Result<SessionLog, nd7_core::read::ReadError> {
+    let store = nd7_core::read::store::Store::open()?;
     let mut index = nd7_core::read::index::Index::load(&store.state);
-    match store.resolve(target, &mut index) {
-        Ok(at) => Ok(at.log),
-        // No session by that prefix either: verify says so of the id.
-        Err(nd7_core::read::ReadError::NotFound { .. }) => direct.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// A target with a path separator, or one that exists as a path while no
-/// session has that id, is a path; anything else is a session id.
-fn by_id_or_path(target: &str) -> Result<SessionLog, session_log::Error> {
-    let as_path = PathBuf::from(target);
-    if target.contains('/') {
-        return SessionLog::at_path(&as_path);
-    }
-    let sessions = session_log::sessions_dir(&session_log::state_dir()?);
-    let by_id = SessionLog::new(&sessions, target);
-    match by_id {
-        Ok(log) if log.dir().exists() || !as_path.exists() => Ok(log),
-        _ if as_path.exists() => SessionLog::at_path(&as_path),
-        other => other,
-    }
+    Ok(store.resolve(target, &mut index)?.log)
 }
 
 fn report(

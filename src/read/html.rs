@@ -522,6 +522,7 @@ fn timeline_item(o: &mut String, item: &Item, tz: &TimeZone) {
                 ObservedClass::Grant => ("grant", "grant"),
                 ObservedClass::Refusal => ("refused", "REFUSED"),
                 ObservedClass::Command => ("observed", "exec"),
+                ObservedClass::Net => ("observed", "net"),
                 ObservedClass::Session | ObservedClass::Other => ("observed", "nd7"),
             };
             (

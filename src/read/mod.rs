@@ -50,7 +50,11 @@ pub enum ReadError {
     },
     #[error("no sessions under {}", .0.display())]
     NoSessions(PathBuf),
-    #[error("{}: not a session log (no {} in it)", .0.display(), crate::session_log::EVENTS_FILE)]
+    #[error("{}: no such session: the directory does not exist", .0.display())]
+    NoDirectory(PathBuf),
+    #[error("{}: not a session: it is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    #[error("{}: not a session: it holds neither {} nor head", .0.display(), crate::session_log::EVENTS_FILE)]
     NotASession(PathBuf),
     #[error("{}: cannot {action}: {source}", path.display())]
     Io {

@@ -120,7 +120,7 @@ impl Summary {
             if e.source == crate::run_entry::SOURCE {
                 self.confinement.raise(Confinement::Exit);
             }
-            if super::timeline::observed_class(&e.kind) == super::timeline::ObservedClass::Refusal {
+            if super::timeline::entry_class(e) == super::timeline::ObservedClass::Refusal {
                 self.refusals += 1;
                 self.nd7_refusals += 1;
             }

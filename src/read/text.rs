@@ -508,6 +508,7 @@ impl<'a> Timeline<'a> {
                     ObservedClass::Grant => st.cyan(&label("grant")),
                     ObservedClass::Refusal => st.yellow(&label("REFUSED")),
                     ObservedClass::Command => label("exec"),
+                    ObservedClass::Net => label("net"),
                     ObservedClass::Session | ObservedClass::Other => label("nd7"),
                 };
                 out.push(format!(

@@ -303,6 +303,9 @@ pub enum ObservedClass {
     Refusal,
     Command,
     Session,
+    /// A connection through the session's egress proxy it allowed (a
+    /// refused one is a `Refusal`).
+    Net,
     Other,
 }
 
@@ -370,6 +373,9 @@ const INPUT_SHOWN_ELSEWHERE: &[&str] = &[
 /// a run's start, the rules it began with that a person looks for first
 /// (the project and the grants), which are not scalars.
 fn observed_summary(entry: &Entry) -> String {
+    if entry.kind == crate::run_entry::NET {
+        return net_summary(&entry.body);
+    }
     if entry.kind == crate::run_entry::RUN_END {
         // Its `refused` counts callers the exit and the door turned away,
         // not tool calls: the header's "refused" are those.
@@ -411,6 +417,48 @@ fn observed_summary(entry: &Entry) -> String {
         "project={} grants={grants} {scalars}",
         rules["project"].as_str().unwrap_or("?")
     );
+    entry::cut(&line, SUMMARY_LEN).to_string()
+}
+
+/// The class of an entry nd7 wrote: a `net` entry's is its verdict's.
+pub fn entry_class(entry: &Entry) -> ObservedClass {
+    if entry.kind == crate::run_entry::NET {
+        return match entry.body["verdict"].as_str() {
+            Some("allowed") => ObservedClass::Net,
+            _ => ObservedClass::Refusal,
+        };
+    }
+    observed_class(&entry.kind)
+}
+
+/// The line a `net` entry shows: the host and port, the verdict and the
+/// rule or reason, the address and the bytes.
+fn net_summary(body: &Value) -> String {
+    let n = |k: &str| body[k].as_u64().unwrap_or(0);
+    let s = |k: &str| body[k].as_str().unwrap_or("?");
+    let line = if body["verdict"] == "allowed" {
+        format!(
+            "{}:{} allowed by {} via {}, {} B up, {} B down, {} ms",
+            s("host"),
+            n("port"),
+            s("rule"),
+            body["address"].as_str().unwrap_or("no address"),
+            n("bytes_up"),
+            n("bytes_down"),
+            n("duration_ms")
+        )
+    } else {
+        format!(
+            "{}:{} refused: {}{}",
+            s("host"),
+            n("port"),
+            s("why"),
+            body["allow"]
+                .as_str()
+                .map(|a| format!(" ({a})"))
+                .unwrap_or_default()
+        )
+    };
     entry::cut(&line, SUMMARY_LEN).to_string()
 }
 
@@ -509,7 +557,7 @@ impl Builder {
             let folded = self.fold(&entry);
             let item = Item::Observed(Observed {
                 at: At::of(&entry),
-                class: observed_class(&entry.kind),
+                class: entry_class(&entry),
                 tool_use_id: entry.tool_use_id.clone(),
                 summary: observed_summary(&entry),
                 source: entry.source,
@@ -665,6 +713,14 @@ impl Builder {
         let id = match entry.kind.as_str() {
             // Evidence about the transcript, not a call: --full shows it.
             crate::transcript::ANCHOR => return true,
+            // The agent reaching its own API, allowed: one per model turn,
+            // routine; --full shows it (any other connection stays a row).
+            crate::run_entry::NET => {
+                return entry.body["verdict"] == "allowed"
+                    && entry.body["rule"]
+                        .as_str()
+                        .is_some_and(|r| r.ends_with(&format!("({})", crate::egress::AGENT_API)));
+            }
             EXEC_END => entry.body["exec"]
                 .as_u64()
                 .and_then(|exec| self.execs.remove(&exec)),

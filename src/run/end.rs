@@ -194,3 +194,25 @@ pub(super) fn close(
     terminal.give_back();
     CHANGED_STATUS
 }
+
+/// The hosts nd7's proxy refused this run, once it has ended.
+pub(super) fn net_refusals(refused: &[String], log_id: &str, announce: &dyn Fn(&str)) {
+    if refused.is_empty() {
+        return;
+    }
+    let shown: Vec<String> = refused
+        .iter()
+        .take(20)
+        .map(|h| crate::read::safe::term(h, crate::read::safe::Lines::One))
+        .collect();
+    let more = refused.len().saturating_sub(shown.len());
+    announce(&format!(
+        "nd7 run: the proxy refused connections to {}{} (log {log_id} has each, as net entries); `nd7 allow --net HOST` allows one",
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        },
+    ));
+}

@@ -12,4 +12,6 @@ pub struct Options {
     pub allow: Vec<PathBuf>,
     /// `--preset NAME`: toolchain caches commands may write this run.
     pub presets: Vec<String>,
+    /// `--net strict`: refuse to start where egress cannot be enforced.
+    pub net_strict: bool,
 }

@@ -121,6 +121,9 @@ pub(super) struct Opened {
     confined: Confined,
     recorded: Vec<&'static str>,
     exit: sandbox::ExitService,
+    /// The session's egress proxy, serving outside the network namespace;
+    /// `Err(why)` where the kernel cannot keep the agent to it.
+    proxy: Result<Arc<crate::egress::Proxy>, String>,
 }
 
 /// The agent's command line made and the signals caught.
@@ -493,11 +496,69 @@ impl Confined {
             Some(self.after_command()),
         )
         .map_err(|e| self.chain.not_started(RunError::Sandbox(e)))?;
+        let proxy = self
+            .start_proxy(options)
+            .map_err(|e| self.chain.not_started(e))?;
+        if proxy.is_err() && options.net_strict {
+            let why = proxy.as_ref().err().cloned().unwrap_or_default();
+            return Err(self.chain.not_started(RunError::Sandbox(format!(
+                "--net strict: this system cannot keep the agent to nd7's egress proxy ({why})"
+            ))));
+        }
         Ok(Opened {
             confined: self,
             recorded,
             exit,
+            proxy,
         })
+    }
+
+    /// Starts the session's egress proxy on the listener made inside the
+    /// network namespace, from the thread that stayed outside it (ADR-0106).
+    /// `Ok(Err(why))` when there is no network namespace here: egress is
+    /// then not enforced, and the banner says so.
+    fn start_proxy(
+        &self,
+        options: &Options,
+    ) -> Result<Result<Arc<crate::egress::Proxy>, String>, RunError> {
+        #[cfg(target_os = "linux")]
+        {
+            let net = match self.held.net() {
+                Ok(net) => net,
+                Err(why) => return Ok(Err(why)),
+            };
+            let planned = &self.planned;
+            let agent = planned.agent.map(|a| a.agent());
+            let rules = crate::egress::start_rules(
+                agent,
+                &planned.base.home,
+                &planned.policy.roots.project,
+                &options.presets,
+            )
+            .map_err(RunError::Sandbox)?;
+            let log = self.chain.0.clone();
+            let record: crate::egress::Record = Arc::new(move |c: &crate::egress::Connection| {
+                let _ = log.net(&c.body());
+            });
+            let proxy = Arc::new(
+                crate::egress::Proxy::new(rules, crate::egress::run_resolver(), record)
+                    .rules_file(self.run_dir.0.dir.join(crate::egress::RULES_FILE)),
+            );
+            let listener = net
+                .take_listener()
+                .ok_or_else(|| RunError::Sandbox("the proxy's listener was taken".into()))?;
+            let serving = proxy.clone();
+            net.outside(move || {
+                serving.serve(listener);
+            })
+            .map_err(|e| RunError::Sandbox(format!("start nd7's egress proxy: {e}")))?;
+            Ok(Ok(proxy))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = options;
+            Ok(Err("nd7's egress proxy runs on Linux only so far".into()))
+        }
     }
 
     /// What the exit calls before each command: the watch snapshots the
@@ -544,6 +605,10 @@ impl Opened {
         let prefix_warning = claude::prefix_warning(&planned.base.nd7_exec, claude);
         self.agent_args(&mut command, options)?;
         command.env(record::RUN_VARIABLE, &self.confined.run_dir.0.dir);
+        if self.proxy.is_ok() {
+            command.env_remove("NO_PROXY").env_remove("no_proxy");
+            command.envs(self.confined.held.proxy_env());
+        }
         let signals = Signals::new([
             signal_hook::consts::SIGTERM,
             signal_hook::consts::SIGHUP,
@@ -656,6 +721,14 @@ impl Prepared {
         }
         if let Some(line) = sandbox::unenforced_line() {
             announce(&said_before(&line));
+        }
+        match &self.opened.proxy {
+            Ok(_) => announce(
+                "nd7 run: the network only through nd7's proxy, to the agent's API and the hosts you allow (`nd7 allow --net HOST`)",
+            ),
+            Err(why) => announce(&format!(
+                "nd7 run: not enforced on this system: what the agent may send over the network ({why})"
+            )),
         }
         for warning in planned
             .warnings
@@ -774,6 +847,9 @@ impl Finished {
         end::chain_end(log, &ended, agent, announce);
         end::over_budget(log, announce);
         end::refusals(log, &planned.base.home, terminal, announce);
+        if let Ok(proxy) = &self.opened.proxy {
+            end::net_refusals(&proxy.refused(), log.id(), announce);
+        }
         let Opened { confined, .. } = self.opened;
         drop(confined.run_dir);
         end::close(&ended, &findings, &confined.planned.base.terminal, announce)

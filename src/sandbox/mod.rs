@@ -498,6 +498,26 @@ pub fn hold_available() -> Result<&'static str, String> {
 }
 
 impl Held {
+    /// The run's network namespace and its proxy's listener (Linux, where
+    /// user namespaces work), or why there is none.
+    #[cfg(target_os = "linux")]
+    pub fn net(&self) -> Result<&linux::netns::Net, String> {
+        match &self.namespaces {
+            Some(ns) => ns.net.as_ref().map_err(Clone::clone),
+            None => Err("user namespaces are refused here".into()),
+        }
+    }
+
+    /// The variables that point the agent at the session's proxy, empty
+    /// where there is no network namespace.
+    pub fn proxy_env(&self) -> Vec<(String, String)> {
+        #[cfg(target_os = "linux")]
+        if let Ok(net) = self.net() {
+            return linux::netns::proxy_env(net.port);
+        }
+        Vec::new()
+    }
+
     /// Whether the plan's holds are in force: false on Linux when the
     /// namespaces could not be entered or a bind failed.
     pub fn all_held(&self) -> bool {

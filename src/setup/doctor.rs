@@ -245,6 +245,9 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
             ),
         },
     });
+    // What keeps the agent's network to nd7's proxy (ADR-0106): the same
+    // user namespaces, on Linux.
+    checks.push(egress_check());
     // The credential stores nd7 run keeps unreadable, and the user's file.
     if let Some(home) = home.as_deref() {
         checks.push(secrets_check(home));
@@ -369,6 +372,7 @@ fn grants_check(home: &Path) -> Check {
                 let what = match &line.entry {
                     grants::Entry::Preset(p) => format!("preset {}", p.name),
                     grants::Entry::Path(p) => grants::tilde(p, home),
+                    grants::Entry::Net(r) => format!("net {r}"),
                 };
                 match sections.iter_mut().find(|(s, _)| *s == section) {
                     Some((_, list)) => list.push(what),
@@ -404,6 +408,36 @@ fn grants_check(home: &Path) -> Check {
 
 /// The credential stores a session would keep unreadable: how many, which
 /// of them exist here, and whether `~/.nd7/secrets` reads.
+/// Whether `nd7 run` can keep the agent's network to its proxy here.
+fn egress_check() -> Check {
+    let why = if cfg!(target_os = "linux") {
+        match crate::sandbox::hold_available() {
+            Ok(_) => None,
+            Err(why) => Some(why),
+        }
+    } else {
+        Some("only Linux's network namespaces keep it so far".to_string())
+    };
+    match why {
+        None => Check {
+            name: "egress",
+            ok: true,
+            detail: "the network: only through nd7's proxy, to the hosts you allow (a network namespace per session)".into(),
+            fix: None,
+        },
+        Some(why) => Check {
+            name: "egress",
+            ok: false,
+            detail: format!(
+                "the network is not kept to nd7's proxy here ({why}); nd7 run --net strict refuses to start"
+            ),
+            fix: cfg!(target_os = "linux").then(|| {
+                "allow unprivileged user namespaces (as for the locks above)".to_string()
+            }),
+        },
+    }
+}
+
 fn secrets_check(home: &Path) -> Check {
     let file = home.join(crate::policy::secrets::FILE);
     match crate::run_dir::secrets(home) {

@@ -30,7 +30,8 @@ const MAX_REPLY_BYTES: u64 = 256 << 20;
 impl From<http_client::HttpError> for ShipError {
     fn from(e: http_client::HttpError) -> ShipError {
         match e {
-            http_client::HttpError::Transport { url, detail } => ShipError::Http { url, detail },
+            http_client::HttpError::Transport { url, detail }
+            | http_client::HttpError::Closed { url, detail } => ShipError::Http { url, detail },
             http_client::HttpError::Trust { path, what } => ShipError::BadFile { path, what },
         }
     }
@@ -139,10 +140,21 @@ impl Client {
         signer: Option<&Signer<'_>>,
         bearer: Option<&str>,
     ) -> Result<(http_client::Fetched, [u8; 16]), ShipError> {
-        let (headers, nonce) = Client::headers(method, path, body, signer, bearer)?;
-        let reply = self
+        let (mut headers, mut nonce) = Client::headers(method, path, body, signer, bearer)?;
+        let mut reply = self
             .http
-            .fetch(method, path, body, &headers, MAX_REPLY_BYTES)?;
+            .fetch(method, path, body, &headers, MAX_REPLY_BYTES);
+        if let Err(http_client::HttpError::Closed { .. }) = reply {
+            // Closed before any reply (a vault evicting anonymous
+            // connections under a flood, ADR-0118, or one restarting):
+            // once more, on a new connection, with a new nonce. Every
+            // request to the vault may be repeated.
+            (headers, nonce) = Client::headers(method, path, body, signer, bearer)?;
+            reply = self
+                .http
+                .fetch(method, path, body, &headers, MAX_REPLY_BYTES);
+        }
+        let reply = reply?;
         if reply.status != 200 {
             return Err(self.refused(path, reply.status, reply.retry_after, &reply.body));
         }
@@ -207,9 +219,10 @@ impl Client {
         &self,
         method: &str,
         path: &str,
+        signer: Option<&Signer<'_>>,
         key_of: impl FnOnce(&[u8]) -> Result<(T, PublicKey), ShipError>,
     ) -> Result<(T, Vec<u8>), ShipError> {
-        let (reply, nonce) = self.fetch(method, path, b"", None, None)?;
+        let (reply, nonce) = self.fetch(method, path, b"", signer, None)?;
         let (value, vault) = key_of(&reply.body)?;
         self.check_bound(method, path, &reply, &nonce, &vault)?;
         Ok((value, reply.body))

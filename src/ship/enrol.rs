@@ -54,7 +54,7 @@ pub fn enroll(
         None => (Trust::Default, None),
     };
     let client = Client::new(url, &trust)?;
-    let (recipients, doc) = client.ok_bound_by("GET", "/v1/recipients", |body| {
+    let (recipients, doc) = client.ok_bound_by("GET", "/v1/recipients", None, |body| {
         let text = std::str::from_utf8(body).map_err(|_| vault::Error::Malformed {
             what: "the recipients document",
             expected: "UTF-8 text",
@@ -253,11 +253,16 @@ impl Machine {
         // The reply is held to the vault key the document names: an old
         // document replayed by the network is refused like one the vault
         // serves.
-        let fetched = self.client.ok_bound_by("GET", "/v1/recipients", |body| {
-            let doc = Recipients::verify(&String::from_utf8_lossy(body), &pinned)?;
-            let key = doc.vault;
-            Ok((doc, key))
-        });
+        // Signed: the vault serves a machine it knows ahead of anonymous
+        // requests (ADR-0118).
+        let signer = self.signer();
+        let fetched = self
+            .client
+            .ok_bound_by("GET", "/v1/recipients", Some(&signer), |body| {
+                let doc = Recipients::verify(&String::from_utf8_lossy(body), &pinned)?;
+                let key = doc.vault;
+                Ok((doc, key))
+            });
         let (fresh, doc) = match fetched {
             Ok((fresh, doc)) => (fresh, String::from_utf8_lossy(&doc).into_owned()),
             Err(e @ ShipError::Vault(_)) => {

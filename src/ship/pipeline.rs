@@ -115,7 +115,35 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
         }
     }
     report.not_tried = ids.collect();
+    if let Err(e) = send_tally(&machine, &sessions) {
+        report
+            .warnings
+            .push(format!("the tally of shipped sessions was not sent: {e}"));
+    }
     Ok(report)
+}
+
+/// Signs and sends this machine's tally (ADR-0120): every session whose
+/// receipt it keeps, with the last entry that receipt acknowledges, so that
+/// admins can hold the vault's list of sessions to it.
+fn send_tally(machine: &Machine, sessions: &Path) -> Result<(), ShipError> {
+    let mut tallied = Vec::new();
+    for entry in fs::read_dir(sessions).map_err(io_err(sessions, "list"))? {
+        let Ok(entry) = entry else { continue };
+        if let Some(receipt) = read_receipt(&entry.path().join(RECEIPT_FILE))? {
+            tallied.push((receipt.checkpoint.session.clone(), receipt.checkpoint.last));
+        }
+    }
+    let tally = vault::Tally::sign(&machine.key, &machine.id, unix_now(), tallied);
+    machine.client.ok_bound(
+        "POST",
+        "/v1/tallies",
+        tally.render().as_bytes(),
+        Some(&machine.signer()),
+        None,
+        &machine.recipients.vault,
+    )?;
+    Ok(())
 }
 
 /// How long before the recipients document's validity runs out ship starts
@@ -239,6 +267,21 @@ pub fn ship_session(
                 Some((k, _)) if KeyId::of(&k) == c.key => IndexKey::of(&k).digest(&hash) == c.head,
                 _ => match shipped {
                     Some(s) if s.seq == c.last => s.hash == hash,
+                    // The vault holds less than it acknowledged (a declared
+                    // restore) and the chain key that made its head's digest
+                    // is gone (the session ended): the local entry it names
+                    // is the one shipped if the local chain still runs from
+                    // it, unbroken, to the entry acknowledged last.
+                    Some(s) if s.seq > c.last => chain_reaches(
+                        log,
+                        &file,
+                        offset,
+                        Cursor {
+                            next_seq: c.last + 1,
+                            prev: hash,
+                        },
+                        s,
+                    )?,
                     _ => {
                         return Err(ShipError::Rewritten {
                             session,
@@ -491,6 +534,37 @@ fn seal_batches(
             ));
         }
     }
+}
+
+/// Whether the log, from `offset` (where the entry before `from` ends), is
+/// an unbroken chain from `from` to the entry `to` names, with `to`'s hash.
+fn chain_reaches(
+    log: &SessionLog,
+    file: &File,
+    offset: u64,
+    from: Cursor,
+    to: Head,
+) -> Result<bool, ShipError> {
+    let (end, hash) = entry_end(log, file, to.seq)?;
+    if hash != to.hash {
+        return Ok(false);
+    }
+    let path = log.events_path();
+    let mut walker = Walker::new(from);
+    let mut buf = vec![0u8; vault::MAX_BATCH_ENTRIES_BYTES];
+    let mut at = offset;
+    while at < end {
+        let want = buf.len().min((end - at) as usize);
+        let n = read_full_at(file, &mut buf[..want], at).map_err(io_err(&path, "read"))?;
+        let Some(nl) = memchr::memrchr(b'\n', &buf[..n]) else {
+            return Ok(false);
+        };
+        if walker.feed(&buf[..=nl]).is_err() {
+            return Ok(false);
+        }
+        at += nl as u64 + 1;
+    }
+    Ok(true)
 }
 
 /// Reads until `buf` is full or the file ends.

@@ -229,7 +229,7 @@ pub(super) fn restore_explaining(
         "GET",
         "/v1/restores",
         b"",
-        None,
+        Some(&machine.signer()),
         None,
         &machine.recipients.vault,
     )?;

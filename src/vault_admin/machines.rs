@@ -138,18 +138,141 @@ fn unused_token(r: &Registered, now: u64) -> String {
     )
 }
 
-/// Lists the chains a vault holds: (machine, session, last seq). Both
-/// come from the vault: show them through [`crate::read::safe::term`].
+/// What `nd7 admin sessions` found: the vault's list, a line per machine
+/// whose tally vouches for it, and what the tallies contradict.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    /// (machine, session, last seq), as the vault lists them.
+    pub listed: Vec<(String, String, u64)>,
+    pub lines: Vec<String>,
+    pub findings: Vec<Finding>,
+}
+
+/// The chains a vault holds, held to the machines' own tallies (ADR-0120):
+/// each tally must be signed by the key of a machine the organisation let
+/// in; every session a tally names must be listed, up to the entry it
+/// names at least; every session listed must be in its machine's tally.
+/// Ids come from the vault: show them through [`crate::read::safe::term`].
 pub fn list_sessions(
     url: &str,
     trust: &Trust,
     read_token: &str,
-) -> Result<Vec<(String, String, u64)>, ShipError> {
+    fingerprint: &str,
+) -> Result<Sessions, PullError> {
     let client = Client::new(url, trust)?;
-    let text = client.ok("GET", "/v1/sessions", b"", None, Some(read_token))?;
-    let text = String::from_utf8_lossy(&text);
-    Ok(text
-        .lines()
+    let doc = super::recipients(&client, fingerprint)?;
+    let get = |path: &str| -> Result<String, ShipError> {
+        let body = client.ok_bound("GET", path, b"", None, Some(read_token), &doc.vault)?;
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    };
+    let mut out = Sessions {
+        listed: parse_listing(&get("/v1/sessions")?),
+        ..Sessions::default()
+    };
+    let mut keys: Vec<(String, PublicKey)> = Vec::new();
+    for record in super::records(&get("/v1/machines")?, "nd7-enroll ") {
+        if let Some(enrolment) = checked_enrolment(record, &doc.org, &mut out.findings) {
+            keys.push((enrolment.machine_id(), enrolment.key));
+        }
+    }
+    let tallies = match vault::Tally::parse_all(&get("/v1/tallies")?) {
+        Ok(t) => t,
+        Err(e) => {
+            out.findings.push(vault_finding(format!(
+                "the vault serves tallies that do not read: {e}"
+            )));
+            Vec::new()
+        }
+    };
+    let mut vouched: Vec<&vault::Tally> = Vec::new();
+    for tally in &tallies {
+        let key = keys
+            .iter()
+            .find(|(id, _)| *id == tally.machine)
+            .map(|(_, k)| k);
+        match key.map(|k| tally.verify(k)) {
+            Some(Ok(())) => vouched.push(tally),
+            Some(Err(e)) => out.findings.push(vault_finding(format!(
+                "{e}: the vault serves a tally the machine never signed"
+            ))),
+            None => out.findings.push(vault_finding(format!(
+                "the vault serves a tally of machine {}, which no enrolment record the organisation signed names",
+                tally.machine
+            ))),
+        }
+    }
+    for tally in &vouched {
+        let before = out.findings.len();
+        hidden(tally, &out.listed, &mut out.findings);
+        for (machine, session, last) in out.listed.iter().filter(|(m, _, _)| *m == tally.machine) {
+            if !tally.sessions.iter().any(|(s, _)| s == session) {
+                out.findings.push(unvouched(
+                    machine,
+                    session,
+                    *last,
+                    &format!("the machine's tally of {} does not name it", when(tally.at)),
+                ));
+            }
+        }
+        if out.findings.len() == before {
+            out.lines.push(format!(
+                "machine {}: the list agrees with its tally of {} ({} session(s))",
+                tally.machine,
+                when(tally.at),
+                tally.sessions.len()
+            ));
+        }
+    }
+    for (machine, session, last) in &out.listed {
+        if !vouched.iter().any(|t| t.machine == *machine) {
+            out.findings.push(unvouched(
+                machine,
+                session,
+                *last,
+                "the machine has no tally the vault serves",
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Each session `tally` names that the vault's list leaves out, or lists
+/// with fewer entries than the machine saw acknowledged.
+fn hidden(tally: &vault::Tally, listed: &[(String, String, u64)], findings: &mut Vec<Finding>) {
+    for (session, last) in &tally.sessions {
+        let shown = listed
+            .iter()
+            .find(|(m, s, _)| *m == tally.machine && s == session)
+            .map(|(_, _, l)| *l);
+        if shown.is_some_and(|l| l >= *last) {
+            continue;
+        }
+        findings.push(vault_finding(format!(
+            "machine {}, session {session}: the machine's tally of {} says the vault acknowledged entries up to {last}, but the vault lists {}",
+            tally.machine,
+            when(tally.at),
+            shown.map_or("no such session".to_string(), |l| format!("entries up to {l} only"))
+        )));
+    }
+}
+
+/// A session listed that no tally of its machine names.
+fn unvouched(machine: &str, session: &str, last: u64, why: &str) -> Finding {
+    vault_finding(format!(
+        "machine {machine}, session {session} (up to entry {last}) is listed, but {why}: shipped since, or not the machine's at all (`nd7 admin pull` checks its batches)"
+    ))
+}
+
+fn vault_finding(text: String) -> Finding {
+    Finding {
+        fault: Fault::Vault,
+        text,
+    }
+}
+
+/// The vault's list of chains: "machine session-hex last" lines.
+fn parse_listing(text: &str) -> Vec<(String, String, u64)> {
+    text.lines()
         .filter_map(|l| {
             let mut p = l.split(' ');
             let machine = p.next()?.to_string();
@@ -157,5 +280,5 @@ pub fn list_sessions(
             let last = p.next()?.parse().ok()?;
             Some((machine, session, last))
         })
-        .collect())
+        .collect()
 }

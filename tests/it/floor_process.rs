@@ -520,9 +520,16 @@ ask='use IO::Socket::UNIX; my $a = $ARGV[0]; $a =~ s/^@/\0/; my $c = IO::Socket:
 perl -e "$ask" "$TMPDIR/own.sock"
 perl -e "$ask" "@$T-own"
 "$EXEC" "perl -e '$ask' '$TMPDIR/own.sock'"
-exec 3<>/dev/tcp/127.0.0.1/{port} && head -1 <&3
+curl -s --http0.9 -p "http://localhost:{port}/"
 "#
     );
+    // A local TCP service, reached through the session's proxy (issue 31).
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    std::fs::write(
+        w.home().join(".nd7/grants"),
+        format!("net localhost:{port}\n"),
+    )
+    .expect("grants");
     let out_run = w.run_agent(&body);
     let _ = w
         .command(
@@ -850,7 +857,7 @@ wait
 /// What the process protections must leave alone: files moved between
 /// directories (within the project, and between the project and the temp
 /// directory, as compilers and package managers do), in the floor and
-/// through the exit; git; a local TCP connection.
+/// through the exit; git; a local TCP service, through the session's proxy.
 ///
 /// Guards the `Refer` rule of `scope_self`: without it the scope layer
 /// makes every cross-directory move fail with EXDEV once the floor's rules
@@ -860,6 +867,13 @@ fn ordinary_work_still_works_under_the_process_protections() {
     let w = World::new();
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
     let port = tcp.local_addr().expect("port").port();
+    // Reached through the session's proxy, as a granted host (issue 31).
+    std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
+    std::fs::write(
+        w.home().join(".nd7/grants"),
+        format!("net localhost:{port}\n"),
+    )
+    .expect("grants");
     std::thread::spawn(move || {
         for conn in tcp.incoming().flatten() {
             let _ = std::io::Write::write_all(&mut &conn, b"tcp-ok\n");
@@ -872,7 +886,7 @@ sh -c "$move" && echo "floor-moves:ok"
 rm -rf a b "$TMPDIR/u"
 "$EXEC" "$move" && echo "exec-moves:ok"
 "$EXEC" 'git init -q repo && cd repo && echo hi > f && git add f && git -c user.name=n -c user.email=e@x commit -qm one && git log --format=%s' 
-exec 3<>/dev/tcp/127.0.0.1/{port} && head -1 <&3
+curl -s --http0.9 -p "http://localhost:{port}/"
 "#
     ));
     assert_eq!(

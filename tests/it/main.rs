@@ -23,6 +23,8 @@ mod door_hooks;
 mod door_load;
 mod e2e;
 #[cfg(target_os = "linux")]
+mod egress;
+#[cfg(target_os = "linux")]
 mod exit_ruleset;
 mod exit_status;
 #[cfg(target_os = "linux")]
@@ -47,6 +49,8 @@ mod read;
 mod reconcile;
 mod record;
 mod record_door;
+#[cfg(feature = "self-update")]
+mod release;
 mod report_html;
 #[cfg(target_os = "linux")]
 mod run_faults;
@@ -69,9 +73,13 @@ mod vault;
 #[cfg(feature = "vault-server")]
 mod vault_attacks;
 #[cfg(feature = "vault-server")]
+mod vault_flood;
+#[cfg(feature = "vault-server")]
 mod vault_limits;
 #[cfg(feature = "vault-server")]
 mod vault_network;
+#[cfg(feature = "vault-server")]
+mod vault_restore;
 #[cfg(feature = "vault-server")]
 mod vault_scale;
 #[cfg(feature = "vault-server")]

@@ -20,7 +20,7 @@ fn key() -> ed25519_dalek::SigningKey {
 }
 
 /// Serves `files` on loopback until the test ends; returns the base URL.
-fn serve(files: Vec<(&'static str, Vec<u8>)>) -> String {
+fn serve(files: Vec<(String, Vec<u8>)>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     std::thread::spawn(move || {
@@ -35,7 +35,7 @@ fn serve(files: Vec<(&'static str, Vec<u8>)>) -> String {
             let path = request.split(' ').nth(1).unwrap_or("/");
             let found = files
                 .iter()
-                .find(|(n, _)| path.strip_prefix('/') == Some(n));
+                .find(|(n, _)| path.strip_prefix('/') == Some(n.as_str()));
             let (status, body) = found.map_or(("404 Not Found", &[][..]), |(_, b)| ("200 OK", b));
             let mut s = &stream;
             let _ = write!(
@@ -57,14 +57,15 @@ fn release(version: &str) -> String {
         blake3::hash(b"new exec").to_hex()
     );
     let signature = key().sign(&[CONTEXT, manifest.as_bytes()].concat());
+    let (manifest_file, signature_file) = nd7_core::self_update::manifest_name(TARGET);
     serve(vec![
-        ("manifest", manifest.into_bytes()),
+        (manifest_file, manifest.into_bytes()),
         (
-            "manifest.sig",
+            signature_file,
             nd7_core::vault::hex(&signature.to_bytes()).into_bytes(),
         ),
-        ("nd7-bin", b"new nd7".to_vec()),
-        ("nd7-exec-bin", b"new exec".to_vec()),
+        ("nd7-bin".into(), b"new nd7".to_vec()),
+        ("nd7-exec-bin".into(), b"new exec".to_vec()),
     ])
 }
 

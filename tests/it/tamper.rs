@@ -168,7 +168,7 @@ fn a_target_that_is_not_a_session_exits_2_naming_it() {
     let cases = [
         (
             "never-recorded".to_string(),
-            "never-recorded: no such session",
+            "no session \"never-recorded\" under ",
         ),
         (
             "/nonexistent/x".to_string(),
@@ -220,6 +220,10 @@ fn a_deleted_log_with_its_head_left_fails() {
     let log = recorded(&state);
     std::fs::remove_file(log.events_path()).expect("rm");
     verify_fails(&state, "s", "head names entry 11 but the log is empty");
+    // By path too: the one lookup the reading commands share reads a
+    // directory holding `head` as the session it was.
+    let dir = log.dir().display().to_string();
+    verify_fails(&state, &dir, "head names entry 11 but the log is empty");
 }
 
 #[test]

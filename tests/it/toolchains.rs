@@ -4,8 +4,9 @@
 //! and with `--user` (Debian asks for `--break-system-packages`), and the Go
 //! preset's places (the Go proxy is not reachable from CI, so no download).
 //!
-//! With the presets in `~/.nd7/grants` every step works. Without them each
-//! is refused by the floor, and nd7's explanation, with the `nd7 allow` that
+//! With the presets in `~/.nd7/grants` every step works (each preset also
+//! brings its registry's hosts, issue 31). Without them, but with those hosts
+//! as `net` lines, each is refused by the floor, and nd7's explanation, with the `nd7 allow` that
 //! would have allowed it, reaches the model (the next request) and the user
 //! (`nd7 run`'s summary at its end). pip in a venv fails without its preset
 //! when it builds a wheel: it checks its cache with access(2), which Landlock
@@ -168,8 +169,16 @@ fn exists(path: &Path) -> bool {
 
 #[test]
 fn npm_cargo_pip_and_go_work_with_the_presets_and_explain_themselves_without() {
-    // Without the presets.
+    // Without the presets, but with their registries' hosts (`net` lines,
+    // issue 31): what is refused is the caches, by the floor.
     let (world, path) = world_with_rust();
+    std::fs::create_dir_all(world.home().join(".nd7")).expect("mkdir ~/.nd7");
+    let hosts: String = ["npm", "cargo", "pip"]
+        .iter()
+        .filter_map(|p| nd7_core::policy::net::net_preset(p))
+        .flat_map(|p| p.hosts.iter().map(|h| format!("net {h}\n")))
+        .collect();
+    std::fs::write(world.home().join(".nd7/grants"), hosts).expect("write grants");
     let s = session(&world, &path);
     let results = s.api.tool_results();
     let told = after_each_call(&s);

@@ -24,6 +24,12 @@ enum Rule {
     Replay(String, Vec<u8>),
     /// Ends pulls cleanly (a whole, valid HTTP reply) after this many frames.
     Cut(usize),
+    /// Rewrites the body of `GET /v1/sessions` replies with the function,
+    /// and signs the new reply with the vault's key, as its operator can.
+    Lie(
+        Arc<dyn Fn(&str) -> String + Send + Sync>,
+        Arc<vault::SigningKey>,
+    ),
 }
 
 /// The replies relayed, by "METHOD path", oldest first.
@@ -100,8 +106,12 @@ fn relay(mut client: TcpStream, to: &str, rule: &Mutex<Rule>, seen: &Seen) {
     let mut length = 0usize;
     let mut forward = String::new();
     let mut expect = false;
+    let mut nonce = String::new();
     for line in lines.filter(|l| !l.is_empty()) {
         let lower = line.to_ascii_lowercase();
+        if let Some(n) = lower.strip_prefix("x-nd7-nonce:") {
+            nonce = n.trim().to_string();
+        }
         if let Some(n) = lower.strip_prefix("content-length:") {
             length = n.trim().parse().unwrap_or(0);
         }
@@ -145,9 +155,39 @@ fn relay(mut client: TcpStream, to: &str, rule: &Mutex<Rule>, seen: &Seen) {
     let reply = match rule.lock().expect("rule").clone() {
         Rule::Replay(prefix, old) if what.starts_with(&prefix) => old,
         Rule::Cut(frames) if what.starts_with("GET /v1/batches/") => cut(&reply, frames),
+        Rule::Lie(edit, key) if what == "GET /v1/sessions" => lie(&reply, &nonce, &*edit, &key),
         _ => reply,
     };
     let _ = client.write_all(&closing(&reply));
+}
+
+/// A `GET /v1/sessions` reply with its body rewritten by `edit`, signed
+/// anew with the vault's key for the request's nonce.
+fn lie(
+    reply: &[u8],
+    nonce: &str,
+    edit: &dyn Fn(&str) -> String,
+    key: &vault::SigningKey,
+) -> Vec<u8> {
+    let end = head_end(reply).expect("a reply");
+    let body = edit(&String::from_utf8_lossy(&reply[end..]));
+    let nonce: [u8; 16] = vault::unhex(nonce).expect("the request's nonce");
+    let signature = vault::sign_reply(key, &nonce, "GET", "/v1/sessions", 200, body.as_bytes());
+    let head: String = String::from_utf8_lossy(&reply[..end])
+        .split("\r\n")
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            !l.is_empty() && !l.starts_with("content-length") && !l.starts_with(vault::HEADER_REPLY)
+        })
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    format!(
+        "{head}content-length: {}\r\n{}: {}\r\n\r\n{body}",
+        body.len(),
+        vault::HEADER_REPLY,
+        vault::hex(&signature)
+    )
+    .into_bytes()
 }
 
 /// The reply with `connection: close`, so the client does not reuse it.
@@ -299,4 +339,86 @@ fn a_pull_the_network_ended_early_or_replayed_is_incomplete_not_verified() {
         ok(out).contains("pulled 10 entries in 2 batches"),
         "the whole session, once the network stops"
     );
+}
+
+/// The vault's operator (here a proxy holding the vault's key, so every
+/// reply it alters is signed) hides a session a machine shipped and
+/// invents one in `nd7 admin sessions`' list. Each machine's tally, signed
+/// by its own key, gives both away: exit 3, naming each. Guards `hidden`
+/// and the check of listed sessions against the tally in
+/// `vault_admin::list_sessions`; seen to exit 0 with either removed.
+#[test]
+fn a_listing_that_hides_or_invents_a_session_is_caught_by_the_machines_tally() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "s1", 3);
+    append(&state, "s2", 3);
+    ok(ship(&state));
+    let machine = std::fs::read_to_string(state.xdg().join("nd7/vault/machine.id"))
+        .expect("id")
+        .trim()
+        .to_string();
+    let text = std::fs::read_to_string(vault.key_path()).expect("vault key");
+    let key =
+        vault::SigningKey::from_seed(&vault::parse_secret_text(&text, "vault key").expect("seed"));
+    let mitm = Mitm::start(&vault);
+    let sessions = || {
+        nd7()
+            .args([
+                "admin",
+                "sessions",
+                &mitm.url,
+                "--read-token",
+                &vault.read_token(),
+            ])
+            .args(["--fingerprint", &org.fingerprint])
+            .output()
+            .expect("run")
+    };
+
+    let honest = sessions();
+    assert_eq!(honest.status.code(), Some(0), "{}", stdout(&honest));
+    assert!(
+        stdout(&honest).contains(&format!(
+            "machine {machine}: the list agrees with its tally of"
+        )),
+        "{}",
+        stdout(&honest)
+    );
+
+    let (hide, invent) = (
+        vault::hex(b"s1"),
+        format!("{machine} {} 2\n", vault::hex(b"made-up")),
+    );
+    mitm.set(Rule::Lie(
+        Arc::new(move |body: &str| {
+            let kept: String = body
+                .lines()
+                .filter(|l| !l.contains(&format!(" {hide} ")))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            format!("{kept}{invent}")
+        }),
+        Arc::new(key),
+    ));
+    let out = sessions();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains(&format!(
+            "FAILED (the vault): machine {machine}, session s1: the machine's tally of"
+        )) && text.contains(
+            "says the vault acknowledged entries up to 2, but the vault lists no such session"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "FAILED (the vault): machine {machine}, session made-up (up to entry 2) is listed, but the machine's tally of"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("the list agrees"), "{text}");
 }

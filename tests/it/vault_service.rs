@@ -614,7 +614,7 @@ fn a_peer_that_knows_only_a_machine_id_cannot_hold_its_body_budget() {
 
 /// A connection to the vault from the loopback address `from` (any of
 /// 127.0.0.0/8 is this host), as another host's would be.
-fn connect_from(vault: &Vault, from: [u8; 4]) -> TcpStream {
+pub fn connect_from(vault: &Vault, from: [u8; 4]) -> TcpStream {
     use rustix::net::{AddressFamily, SocketType, bind, connect, socket};
     let to: std::net::SocketAddr = vault.addr.parse().expect("the vault's address");
     let fd = socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");

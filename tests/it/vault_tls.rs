@@ -521,9 +521,10 @@ fn self_update_fetches_a_release_over_https_through_the_same_client() {
     );
     let signing = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
     let signature = signing.sign(&[self_update::CONTEXT, manifest.as_bytes()].concat());
-    std::fs::write(release.path().join("manifest"), &manifest).expect("manifest");
+    let (manifest_file, signature_file) = self_update::manifest_name(self_update::TARGET);
+    std::fs::write(release.path().join(manifest_file), &manifest).expect("manifest");
     std::fs::write(
-        release.path().join("manifest.sig"),
+        release.path().join(signature_file),
         nd7_core::vault::hex(&signature.to_bytes()),
     )
     .expect("sig");

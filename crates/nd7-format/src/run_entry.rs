@@ -22,6 +22,12 @@ use crate::hook::{Event, Kind};
 /// itself did or saw there, not what the agent said.
 pub const SOURCE: &str = "exit:nd7";
 
+/// The `source` of the entries nd7's egress proxy writes: connections it
+/// saw and judged itself (an effect), not what the agent said.
+pub const PROXY_SOURCE: &str = "effect:nd7-proxy";
+/// A connection through the session's egress proxy, allowed or refused.
+pub const NET: &str = "net";
+
 /// The first entry of a run's chain: the rules in force, nd7's version, the
 /// kernel's sandbox.
 pub const RUN_START: &str = "run_start";
@@ -108,6 +114,18 @@ pub fn event(
     tool_use_id: Option<&str>,
     body: &Value,
 ) -> Event {
+    event_from(SOURCE, stamp, kind, cwd, tool_use_id, body)
+}
+
+/// [`event`] with another of nd7's sources ([`PROXY_SOURCE`]).
+pub fn event_from(
+    source: &'static str,
+    stamp: &Stamp,
+    kind: &'static str,
+    cwd: Option<&str>,
+    tool_use_id: Option<&str>,
+    body: &Value,
+) -> Event {
     Event {
         ts: stamp.ts,
         host: stamp.host.clone(),
@@ -115,7 +133,7 @@ pub fn event(
         cwd: cwd.map(str::to_string),
         session: stamp.session.clone(),
         tool_use_id: tool_use_id.map(str::to_string),
-        source: SOURCE,
+        source,
         kind: Kind::Exit(kind),
         body: crate::hook::to_raw(body),
     }

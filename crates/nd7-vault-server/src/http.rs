@@ -26,7 +26,7 @@
 //! peer sends (a path, a machine id, a session) reaches the log as a
 //! terminal escape or a line break.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::io;
 use std::path::PathBuf;
@@ -59,8 +59,14 @@ pub struct Config {
     pub body_deadline: Duration,
     /// The longest a write to a peer may make no progress.
     pub write_stall: Duration,
-    /// Connections open at once; more wait in the kernel's queue.
+    /// Connections open at once. When they are all open, a new one evicts
+    /// the oldest anonymous connection (one no request has yet proven to be
+    /// an enrolled machine's or an admin's) that is not in a request.
     pub max_connections: usize,
+    /// Of `max_connections`, how many anonymous connections may never
+    /// hold: room kept for machines and admins. Anonymous connections past
+    /// the rest evict the oldest of them.
+    pub reserved_connections: usize,
     /// Connections one peer address may hold at once (0: no bound; behind a
     /// proxy every connection is the proxy's); more are closed at once.
     pub max_connections_per_peer: usize,
@@ -92,6 +98,7 @@ impl Default for Config {
             body_deadline: Duration::from_secs(120),
             write_stall: Duration::from_secs(30),
             max_connections: 4096,
+            reserved_connections: 1024,
             max_connections_per_peer: 256,
             first_byte_timeout: Duration::from_secs(5),
             max_header_bytes: 16 * 1024,
@@ -180,12 +187,132 @@ struct Shared {
     per_machine: Mutex<HashMap<String, usize>>,
     /// Connections open per peer address.
     per_peer: Mutex<HashMap<std::net::IpAddr, usize>>,
+    /// Connections not yet proven to be a machine's or an admin's.
+    anonymous: Mutex<Anonymous>,
+    /// Anonymous requests (recipients, restores, enrolment) handed to
+    /// storage at once, half the storage threads: a flood of them cannot
+    /// fill the queue ahead of the machines' and admins' requests.
+    anonymous_jobs: Arc<Semaphore>,
+    /// The keys of machines whose signature the vault verified, by id: a
+    /// later request of theirs is vouched for from its headers alone.
+    machines: Mutex<HashMap<String, nd7_format::vault::PublicKey>>,
     log: Log,
+}
+
+/// The connections no request has yet proven to be an enrolled machine's
+/// or an admin's (ADR-0118), by when they were accepted: those a new
+/// connection evicts, oldest first, when there is no room for it.
+#[derive(Default)]
+struct Anonymous {
+    next: u64,
+    open: BTreeMap<u64, Waiting>,
+    /// Evicted since the last log line that said so.
+    evicted: u64,
+}
+
+/// An anonymous connection: whether a request of its is being answered
+/// (not evicted then), and how to end it.
+struct Waiting {
+    busy: bool,
+    evict: oneshot::Sender<()>,
+}
+
+/// A connection as [`Anonymous`] tracks it: forgotten when dropped.
+struct Tracked {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Tracked {
+    /// While `busy`, the connection is answering a request and is not
+    /// evicted.
+    fn busy(&self, busy: bool) {
+        let mut anonymous = self.shared.anonymous();
+        if let Some(w) = anonymous.open.get_mut(&self.id) {
+            w.busy = busy;
+        }
+    }
+
+    /// A request on this connection proved a machine or an admin: it is
+    /// never evicted from now on.
+    fn promote(&self) {
+        self.shared.anonymous().open.remove(&self.id);
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.shared.anonymous().open.remove(&self.id);
+    }
 }
 
 impl Shared {
     fn log(&self, line: &str) {
         (self.log)(&safe::term(line, safe::Lines::One));
+    }
+
+    fn known_machines(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, nd7_format::vault::PublicKey>> {
+        self.machines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps the key of a machine whose signature `reply`'s request proved;
+    /// forgets a machine refused as revoked.
+    fn learn(&self, reply: &Reply) {
+        if let Some(m) = &reply.machine {
+            self.known_machines().insert(m.0.clone(), m.1);
+        } else if let Some(id) = &reply.revoked {
+            self.known_machines().remove(id);
+        }
+    }
+
+    fn anonymous(&self) -> std::sync::MutexGuard<'_, Anonymous> {
+        self.anonymous.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new connection, anonymous until a request proves otherwise; the
+    /// receiver resolves if it is evicted.
+    fn track(self: &Arc<Shared>) -> (Tracked, oneshot::Receiver<()>) {
+        let (evict, evicted) = oneshot::channel();
+        let mut anonymous = self.anonymous();
+        let id = anonymous.next;
+        anonymous.next += 1;
+        anonymous.open.insert(id, Waiting { busy: false, evict });
+        let tracked = Tracked {
+            shared: self.clone(),
+            id,
+        };
+        (tracked, evicted)
+    }
+
+    /// Ends the oldest anonymous connection not answering a request; false
+    /// if there is none.
+    fn evict_oldest(&self) -> bool {
+        let mut anonymous = self.anonymous();
+        let Some(id) = anonymous
+            .open
+            .iter()
+            .find(|(_, w)| !w.busy)
+            .map(|(id, _)| *id)
+        else {
+            return false;
+        };
+        if let Some(w) = anonymous.open.remove(&id) {
+            let _ = w.evict.send(());
+        }
+        anonymous.evicted += 1;
+        true
+    }
+
+    /// Whether anonymous connections fill all the room they may have.
+    fn anonymous_full(&self) -> bool {
+        let room = self
+            .config
+            .max_connections
+            .saturating_sub(self.config.reserved_connections)
+            .max(1);
+        self.anonymous().open.len() >= room
     }
 
     /// Runs `f` on a storage thread and waits for its answer.
@@ -286,6 +413,9 @@ pub fn serve(
         bodies: Arc::new(Semaphore::new((config.body_budget >> 10).max(1))),
         per_machine: Mutex::new(HashMap::new()),
         per_peer: Mutex::new(HashMap::new()),
+        anonymous: Mutex::new(Anonymous::default()),
+        anonymous_jobs: Arc::new(Semaphore::new((config.workers / 2).max(1))),
+        machines: Mutex::new(HashMap::new()),
         jobs: Mutex::new(Some(jobs_tx)),
         config,
         log,
@@ -392,11 +522,8 @@ async fn accept_loop(
     let mut last_complaint: Option<Instant> = None;
     let mut quiet = 0u64;
     let (mut last_refusal, mut refused) = (None::<Instant>, 0u64);
+    let mut last_eviction: Option<Instant> = None;
     loop {
-        let permit = tokio::select! {
-            p = connections.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-            _ = stopped(&mut stop) => return,
-        };
         let accepted = tokio::select! {
             r = listener.accept() => r,
             _ = stopped(&mut stop) => return,
@@ -406,7 +533,7 @@ async fn accept_loop(
                 let Some(slot) = PeerSlot::take(&shared, peer.ip()) else {
                     // Over its share: closed at once, so one host cannot
                     // hold every connection.
-                    drop((stream, permit));
+                    drop(stream);
                     refused += 1;
                     if last_refusal.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1)) {
                         shared.log(&format!(
@@ -419,6 +546,19 @@ async fn accept_loop(
                     }
                     continue;
                 };
+                let Some(permit) = room(&shared, &connections, &mut stop).await else {
+                    return;
+                };
+                if last_eviction.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1)) {
+                    let evicted = std::mem::take(&mut shared.anonymous().evicted);
+                    if evicted > 0 {
+                        shared.log(&format!(
+                            "evicted {evicted} anonymous connection(s) to make room for new ones"
+                        ));
+                        last_eviction = Some(Instant::now());
+                    }
+                }
+                let tracked = shared.track();
                 let _ = stream.set_nodelay(true);
                 let tls = acceptor
                     .as_ref()
@@ -428,6 +568,7 @@ async fn accept_loop(
                     stream,
                     tls,
                     (permit, slot),
+                    tracked,
                     stop.clone(),
                 ));
             }
@@ -435,7 +576,6 @@ async fn accept_loop(
                 // Out of file descriptors (EMFILE, ENFILE), or a peer that
                 // reset before it was accepted: the listener is fine. Wait a
                 // moment, so connections can close, and accept again.
-                drop(permit);
                 quiet += 1;
                 if last_complaint.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                     shared.log(&format!(
@@ -446,6 +586,37 @@ async fn accept_loop(
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+        }
+    }
+}
+
+/// A connection slot for a connection just accepted: at once if there is
+/// room, else once the oldest anonymous connection not in a request is
+/// evicted (ADR-0118), or, when every open connection is a machine's, an
+/// admin's or busy, once one closes. Anonymous connections past their
+/// share (`max_connections - reserved_connections`) evict one too, so the
+/// reserved room stays for connections a request proved. `None` once
+/// shutdown has begun.
+async fn room(
+    shared: &Arc<Shared>,
+    connections: &Arc<Semaphore>,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let mut evicted = shared.anonymous_full() && shared.evict_oldest();
+    loop {
+        if let Ok(permit) = connections.clone().try_acquire_owned() {
+            return Some(permit);
+        }
+        if !evicted {
+            shared.evict_oldest();
+        }
+        evicted = false;
+        // An evicted connection gives its slot back once its task ends;
+        // one busy with a request may be evicted once it is done.
+        tokio::select! {
+            p = connections.clone().acquire_owned() => return p.ok(),
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = stopped(stop) => return None,
         }
     }
 }
@@ -499,6 +670,28 @@ async fn connection(
     stream: tokio::net::TcpStream,
     tls: Option<TlsAcceptor>,
     _held: (tokio::sync::OwnedSemaphorePermit, PeerSlot),
+    (tracked, evicted): (Tracked, oneshot::Receiver<()>),
+    stop: watch::Receiver<bool>,
+) {
+    let evicted = async {
+        // The sender is dropped, unsent, when the connection is promoted.
+        if evicted.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = evicted => {}
+        _ = connected(shared, stream, tls, tracked, stop) => {}
+    }
+}
+
+/// A connection, from its first byte (and TLS handshake) to its last
+/// request.
+async fn connected(
+    shared: Arc<Shared>,
+    stream: tokio::net::TcpStream,
+    tls: Option<TlsAcceptor>,
+    tracked: Tracked,
     mut stop: watch::Receiver<bool>,
 ) {
     // A peer that connects and says nothing holds a slot only this long
@@ -517,27 +710,37 @@ async fn connection(
     }
     let io = WriteStall::new(stream, shared.config.write_stall);
     match tls {
-        None => serve_http(shared, io, stop).await,
+        None => serve_http(shared, io, tracked, stop).await,
         Some(acceptor) => {
             // A failed or stalled handshake is the peer's to report; the
             // vault's log would only fill with scanners.
             let handshake = tokio::time::timeout(shared.config.header_timeout, acceptor.accept(io));
             if let Ok(Ok(tls)) = handshake.await {
-                serve_http(shared, tls, stop).await
+                serve_http(shared, tls, tracked, stop).await
             }
         }
     }
 }
 
-async fn serve_http<I>(shared: Arc<Shared>, io: I, mut stop: watch::Receiver<bool>)
-where
+async fn serve_http<I>(
+    shared: Arc<Shared>,
+    io: I,
+    tracked: Tracked,
+    mut stop: watch::Receiver<bool>,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let tracked = Arc::new(tracked);
     let service = {
         let shared = shared.clone();
         hyper::service::service_fn(move |request| {
-            let shared = shared.clone();
-            async move { Ok::<_, Infallible>(respond(shared, request).await) }
+            let (shared, tracked) = (shared.clone(), tracked.clone());
+            async move {
+                tracked.busy(true);
+                let response = respond(shared, request, &tracked).await;
+                tracked.busy(false);
+                Ok::<_, Infallible>(response)
+            }
         })
     };
     let config = &shared.config;
@@ -728,7 +931,11 @@ async fn read_body(mut body: Incoming, length: usize, config: &Config) -> Result
 }
 
 /// One request, start to reply; logs its line.
-async fn respond(shared: Arc<Shared>, request: hyper::Request<Incoming>) -> hyper::Response<Body> {
+async fn respond(
+    shared: Arc<Shared>,
+    request: hyper::Request<Incoming>,
+    tracked: &Tracked,
+) -> hyper::Response<Body> {
     let started = Instant::now();
     let method = request.method().as_str().to_string();
     let path = request
@@ -736,7 +943,7 @@ async fn respond(shared: Arc<Shared>, request: hyper::Request<Incoming>) -> hype
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    let (reply, body_read) = answer(&shared, request, &method, &path).await;
+    let (reply, body_read) = answer(&shared, request, &method, &path, tracked).await;
     let note = reply
         .note
         .as_ref()
@@ -781,6 +988,7 @@ async fn answer(
     request: hyper::Request<Incoming>,
     method: &str,
     path: &str,
+    tracked: &Tracked,
 ) -> (Reply, bool) {
     let max = match routes::max_body(method, path) {
         Ok(max) => max,
@@ -805,6 +1013,33 @@ async fn answer(
             return (refuse(411, "send the body with a Content-Length"), false);
         }
     };
+    // A machine the vault knows, by a valid signature over the headers:
+    // its connection is no longer anonymous, and its request does not
+    // queue with the anonymous ones. Anonymous requests take a bounded
+    // share of the storage queue.
+    let vouched = routes::vouches(&request, length, super::unix_now(), |id| {
+        shared.known_machines().get(id).copied()
+    });
+    if vouched {
+        tracked.promote();
+    }
+    let _anonymous = if !vouched && routes::anonymous(method, path) {
+        match tokio::time::timeout(
+            shared.config.queue_wait,
+            shared.anonymous_jobs.clone().acquire_owned(),
+        )
+        .await
+        {
+            Ok(Ok(permit)) => Some(permit),
+            _ => {
+                let mut r = refuse(503, "the vault is busy: try again shortly");
+                r.retry_after = Some(5);
+                return (r, false);
+            }
+        }
+    } else {
+        None
+    };
     if length > 0 {
         let head = request.clone();
         let admitted = shared
@@ -813,9 +1048,15 @@ async fn answer(
             .and_then(|r| r);
         let admitted = match admitted {
             Ok(admitted) => admitted,
-            Err(r) => return (r, false),
+            Err(r) => {
+                shared.learn(&r);
+                return (r, false);
+            }
         };
         let machine = admitted.machine().map(str::to_string);
+        if machine.is_some() {
+            tracked.promote();
+        }
         let _held = match hold(shared, machine, length).await {
             Ok(h) => h,
             Err(r) => return (r, false),
@@ -828,12 +1069,17 @@ async fn answer(
             .on_store(move |vault, store| vault.handle(store, &request))
             .await
             .unwrap_or_else(|r| r);
+        shared.learn(&reply);
         return (reply, true);
     }
     let reply = shared
         .on_store(move |vault, store| vault.handle(store, &request))
         .await
         .unwrap_or_else(|r| r);
+    shared.learn(&reply);
+    if reply.proven {
+        tracked.promote();
+    }
     (reply, true)
 }
 

@@ -32,6 +32,8 @@
 //! GET  /v1/forks                         refused forking batches           reader token
 //! POST /v1/transcripts                   one transcript piece              machine
 //! GET  /v1/transcripts/<machine>/<session hex>  a chain's pieces, framed  reader token
+//! POST /v1/tallies                       the machine's signed tally        machine
+//! GET  /v1/tallies                       each machine's latest tally       reader token
 //! ```
 
 #![forbid(unsafe_code)]
@@ -277,6 +279,11 @@ pub trait Store: Send {
     fn add_restore(&mut self, notice: &str, now: u64) -> Result<(), StoreError>;
     /// Every restore notice, oldest first.
     fn restores(&mut self) -> Result<Vec<String>, StoreError>;
+    /// Keeps `machine`'s tally signed at `at`, unless one signed later is
+    /// kept already; whether it was kept.
+    fn set_tally(&mut self, machine: &str, at: u64, tally: &str) -> Result<bool, StoreError>;
+    /// Each machine's latest tally, by machine.
+    fn tallies(&mut self) -> Result<Vec<String>, StoreError>;
     /// Whether the connection still works; a server thread opens a new one
     /// when it does not (a database restarted under it).
     fn healthy(&mut self) -> bool {

@@ -63,6 +63,8 @@ CREATE TABLE IF NOT EXISTS pieces (
   PRIMARY KEY (chain, anchor, from_byte));
 CREATE TABLE IF NOT EXISTS restores (
   id BIGSERIAL PRIMARY KEY, notice TEXT NOT NULL, installed BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS tallies (
+  machine TEXT PRIMARY KEY, at BIGINT NOT NULL, tally TEXT NOT NULL);
 ";
 
 pub struct PgStore {

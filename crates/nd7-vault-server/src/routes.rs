@@ -18,7 +18,7 @@ use super::{
 };
 use nd7_format::vault::{
     self, Enrolment, PieceReceipt, PublicKey, PullEnd, PullOf, Receipt, Recipients, RequestAuth,
-    RestoreNotice, SigningKey,
+    RestoreNotice, SigningKey, Tally,
 };
 
 /// The largest enrolment body: a few hundred bytes of text, with room.
@@ -68,6 +68,17 @@ pub struct Reply {
     /// The vault's signature over this reply to the request's nonce
     /// (`x-nd7-reply`), when the request carried one and the body is whole.
     pub signature: Option<Box<[u8; 64]>>,
+    /// The request proved an enrolled, unrevoked machine (its signature) or
+    /// an admin (a valid read token): its connection is no longer
+    /// anonymous (ADR-0118).
+    pub proven: bool,
+    /// For a request a machine's signature proved: the machine and its key,
+    /// which the transport keeps to vouch for its later requests from their
+    /// headers alone ([`vouches`]).
+    pub machine: Option<Box<(String, PublicKey)>>,
+    /// The request named a machine that was revoked: the transport forgets
+    /// its key.
+    pub revoked: Option<String>,
 }
 
 pub fn reply(status: u16, text: impl Into<String>) -> Reply {
@@ -82,6 +93,9 @@ pub fn reply(status: u16, text: impl Into<String>) -> Reply {
         retry_after: None,
         pull: None,
         signature: None,
+        proven: false,
+        machine: None,
+        revoked: None,
     }
 }
 
@@ -134,6 +148,9 @@ fn bytes(status: u16, body: Vec<u8>) -> Reply {
         retry_after: None,
         pull: None,
         signature: None,
+        proven: false,
+        machine: None,
+        revoked: None,
     }
 }
 
@@ -172,6 +189,8 @@ enum Route<'a> {
     Forks,
     Piece,
     Pieces(&'a str, &'a str),
+    Tally,
+    Tallies,
 }
 
 impl<'a> Route<'a> {
@@ -190,6 +209,8 @@ impl<'a> Route<'a> {
             ("GET", ["v1", "forks"]) => Route::Forks,
             ("POST", ["v1", "transcripts"]) => Route::Piece,
             ("GET", ["v1", "transcripts", machine, session]) => Route::Pieces(machine, session),
+            ("POST", ["v1", "tallies"]) => Route::Tally,
+            ("GET", ["v1", "tallies"]) => Route::Tallies,
             _ => return None,
         })
     }
@@ -200,7 +221,7 @@ impl<'a> Route<'a> {
             Route::Enroll => MAX_ENROL_BYTES,
             // A piece is at most 8 MiB of transcript, sealed as a batch
             // is: the batch's bound holds it.
-            Route::Batch | Route::Piece => vault::MAX_BODY_BYTES,
+            Route::Batch | Route::Piece | Route::Tally => vault::MAX_BODY_BYTES,
             _ => 0,
         }
     }
@@ -209,13 +230,14 @@ impl<'a> Route<'a> {
     fn access(&self) -> Access {
         match self {
             Route::Recipients | Route::Restores | Route::Enroll => Access::Anyone,
-            Route::Head(_) | Route::Batch | Route::Piece => Access::Machine,
+            Route::Head(_) | Route::Batch | Route::Piece | Route::Tally => Access::Machine,
             Route::Sessions
             | Route::Machines
             | Route::Machine(_)
             | Route::Batches(..)
             | Route::Forks
-            | Route::Pieces(..) => Access::Reader,
+            | Route::Pieces(..)
+            | Route::Tallies => Access::Reader,
         }
     }
 }
@@ -240,6 +262,33 @@ pub fn max_body(method: &str, path: &str) -> Result<usize, Reply> {
     Route::parse(method, path)
         .map(|r| r.max_body())
         .ok_or_else(|| reply(404, format!("no such route: {method} {path}")))
+}
+
+/// Whether `method path` is a route anyone may call (the recipients
+/// document, restore notices, enrolment): what the transport bounds
+/// separately, so that they cannot crowd out machines and admins.
+pub fn anonymous(method: &str, path: &str) -> bool {
+    Route::parse(method, path).is_some_and(|r| r.access() == Access::Anyone)
+}
+
+/// Whether `request` (with a body of `length` bytes) carries a valid,
+/// fresh signature over its headers by a machine whose key `key_of` knows:
+/// checked on the transport's threads, with no storage (ADR-0118). Vouches
+/// for who sent it, not for the request: the nonce, revocation and the body
+/// are [`Vault::handle`]'s to check.
+pub fn vouches(
+    request: &Request,
+    length: usize,
+    now: u64,
+    key_of: impl FnOnce(&str) -> Option<PublicKey>,
+) -> bool {
+    let Ok(auth) = RequestAuth::from_headers(|name| request.header(name)) else {
+        return false;
+    };
+    key_of(&auth.machine).is_some_and(|key| {
+        auth.verify_headers(&key, &request.method, &request.path, length as u64, now)
+            .is_ok()
+    })
 }
 
 /// What [`Vault::admit`] established from a request's headers: for a
@@ -343,37 +392,39 @@ impl Vault {
         let Some(route) = Route::parse(method, path) else {
             return reply(404, format!("no such route: {method} {path}"));
         };
+        let mut proven = false;
+        let mut known = None;
+        let mut machine = |store: &mut dyn Store| {
+            let who = self.authenticate(store, request);
+            proven = who.is_ok();
+            known = who
+                .as_ref()
+                .ok()
+                .map(|(id, key)| Box::new((id.clone(), *key)));
+            who
+        };
         let result = match route {
             Route::Recipients => self.recipients(store),
             Route::Restores => self.restores(store),
             Route::Enroll => self.enroll(store, request),
-            Route::Head(session) => self
-                .authenticate(store, request)
-                .and_then(|(machine, _)| self.head(store, &machine, session)),
-            Route::Batch => self
-                .authenticate(store, request)
+            Route::Head(session) => {
+                machine(store).and_then(|(machine, _)| self.head(store, &machine, session))
+            }
+            Route::Batch => machine(store)
                 .and_then(|(machine, key)| self.batch(store, &machine, &key, &request.body)),
-            Route::Sessions => self
-                .reader(store, request)
-                .and_then(|()| self.sessions(store)),
-            Route::Machines => self
-                .reader(store, request)
-                .and_then(|()| self.machines(store)),
-            Route::Machine(id) => self
-                .reader(store, request)
-                .and_then(|()| self.machine(store, id)),
-            Route::Batches(machine, session) => self
-                .reader(store, request)
-                .and_then(|()| pull(request, machine, session, PullOf::Batches)),
-            Route::Forks => self.reader(store, request).and_then(|()| self.forks(store)),
-            Route::Piece => self
-                .authenticate(store, request)
+            Route::Piece => machine(store)
                 .and_then(|(machine, key)| self.piece(store, &machine, &key, &request.body)),
-            Route::Pieces(machine, session) => self
-                .reader(store, request)
-                .and_then(|()| pull(request, machine, session, PullOf::Transcripts)),
+            Route::Tally => machine(store)
+                .and_then(|(machine, key)| self.tally(store, &machine, &key, &request.body)),
+            _ => {
+                let reader = self.reader(store, request);
+                proven = reader.is_ok();
+                reader.and_then(|()| self.read(store, request, route))
+            }
         };
         let mut reply = result.unwrap_or_else(|r| r);
+        reply.proven = proven;
+        reply.machine = known;
         if reply.pull.is_none()
             && let Some(nonce) = request_nonce(request)
         {
@@ -387,6 +438,31 @@ impl Vault {
             )));
         }
         reply
+    }
+
+    /// An admin's read (the reader was checked).
+    fn read(
+        &self,
+        store: &mut dyn Store,
+        request: &Request,
+        route: Route<'_>,
+    ) -> Result<Reply, Reply> {
+        match route {
+            Route::Sessions => self.sessions(store),
+            Route::Machines => self.machines(store),
+            Route::Machine(id) => self.machine(store, id),
+            Route::Batches(machine, session) => pull(request, machine, session, PullOf::Batches),
+            Route::Forks => self.forks(store),
+            Route::Pieces(machine, session) => pull(request, machine, session, PullOf::Transcripts),
+            Route::Tallies => Ok(bytes(
+                200,
+                store.tallies().map_err(internal)?.concat().into_bytes(),
+            )),
+            _ => Err(reply(
+                404,
+                format!("no such route: {} {}", request.method, request.path),
+            )),
+        }
     }
 
     /// A pull's last frame, as `u32 BE length, bytes`: the vault's signature
@@ -475,12 +551,14 @@ impl Vault {
             .map_err(internal)?
             .ok_or_else(|| refuse(401, format!("unknown machine {id:?}: enrol it first")))?;
         if let Some(at) = row.revoked {
-            return Err(refuse(
+            let mut r = refuse(
                 403,
                 format!(
                     "machine {id} was revoked at {at} (Unix time): an admin must enrol it again with a new token"
                 ),
-            ));
+            );
+            r.revoked = Some(row.id);
+            return Err(r);
         }
         Ok((row.id, row.enrolment.key))
     }
@@ -780,6 +858,38 @@ impl Vault {
             }
             PieceStored::OverQuota(used) => Err(self.over_quota(machine, used, now)),
         }
+    }
+
+    /// A machine's tally: its own, signed by its key, kept unless a later
+    /// one is.
+    fn tally(
+        &self,
+        store: &mut dyn Store,
+        machine: &str,
+        key: &PublicKey,
+        body: &[u8],
+    ) -> Result<Reply, Reply> {
+        let text = std::str::from_utf8(body).map_err(|_| refuse(400, "the tally is not UTF-8"))?;
+        let (tally, rest) = Tally::parse_one(text).map_err(|e| refuse(400, e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(refuse(400, "the body holds more than one tally"));
+        }
+        sent_by(
+            machine,
+            &tally.machine,
+            || tally.verify(key).is_ok(),
+            ("tally", "tally"),
+            &format!("machine {machine}"),
+        )?;
+        let kept = store.set_tally(machine, tally.at, text).map_err(internal)?;
+        Ok(reply(
+            200,
+            if kept {
+                format!("tally {}", tally.at)
+            } else {
+                format!("a later tally is kept; not tally {}", tally.at)
+            },
+        ))
     }
 
     fn sessions(&self, store: &mut dyn Store) -> Result<Reply, Reply> {

@@ -710,6 +710,25 @@ impl<B: Backend> Store for B {
         Ok(())
     }
 
+    fn set_tally(&mut self, machine: &str, at: u64, tally: &str) -> Result<bool, StoreError> {
+        let n = self.sql().execute(
+            "store a tally",
+            "INSERT INTO tallies (machine, at, tally) VALUES ($1, $2, $3) ON CONFLICT (machine) DO UPDATE SET at = excluded.at, tally = excluded.tally WHERE excluded.at > tallies.at",
+            &[Param::Text(machine), int(at), Param::Text(tally)],
+        )?;
+        Ok(n == 1)
+    }
+
+    fn tallies(&mut self) -> Result<Vec<String>, StoreError> {
+        rows(
+            &mut *self.sql(),
+            "read the tallies",
+            "SELECT tally FROM tallies ORDER BY machine",
+            &[],
+            |r| r.text(0),
+        )
+    }
+
     fn restores(&mut self) -> Result<Vec<String>, StoreError> {
         rows(
             &mut *self.sql(),

@@ -56,6 +56,8 @@ CREATE TABLE IF NOT EXISTS pieces (
   body BLOB NOT NULL, stored INTEGER NOT NULL, PRIMARY KEY (chain, anchor, from_byte)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS restores (
   id INTEGER PRIMARY KEY AUTOINCREMENT, notice TEXT NOT NULL, installed INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS tallies (
+  machine TEXT PRIMARY KEY, at INTEGER NOT NULL, tally TEXT NOT NULL);
 ";
 
 pub struct SqliteStore {

@@ -302,39 +302,8 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             url,
             read_token,
             ca_cert,
-        } => {
-            // Ids come from the vault: shown inert (docs/vault.md).
-            let rows: Vec<[String; 3]> =
-                vault_admin::list_sessions(&url, &trust(ca_cert), &read_token)
-                    .map_err(fail)?
-                    .into_iter()
-                    .map(|(machine, session, last)| {
-                        [
-                            term(&machine, Lines::One),
-                            term(&session, Lines::One),
-                            format!("#{last}"),
-                        ]
-                    })
-                    .collect();
-            if rows.is_empty() {
-                println!("the vault holds no sessions yet");
-                return Ok(ExitCode::SUCCESS);
-            }
-            let head = ["MACHINE", "SESSION", "LAST ENTRY"];
-            let width = |i: usize| {
-                rows.iter()
-                    .map(|r| r[i].chars().count())
-                    .chain([head[i].len()])
-                    .max()
-                    .unwrap_or(0)
-            };
-            let (m, s) = (width(0), width(1));
-            println!("{:<m$}  {:<s$}  {}", head[0], head[1], head[2]);
-            for [machine, session, last] in rows {
-                println!("{machine:<m$}  {session:<s$}  {last}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+            fingerprint,
+        } => sessions(&url, &read_token, trust(ca_cert), &fingerprint),
         Admin::Pull {
             url,
             read_token,
@@ -398,6 +367,63 @@ fn machines(
             }
             PullError::Other(e) => fail(format!("machines: {e}")),
         })?;
+    for line in &listed.lines {
+        println!("{}", term(line, Lines::One));
+    }
+    Ok(ExitCode::from(print_findings(listed.findings)))
+}
+
+/// `nd7 admin sessions`: a line per session, a line per machine whose
+/// tally vouches for its sessions, then the findings. Ids come from the
+/// vault: shown inert (docs/vault.md).
+/// The vault's sessions under a header, in aligned columns, or a line
+/// saying it holds none.
+fn print_sessions(listed: &[(String, String, u64)]) {
+    let rows: Vec<[String; 3]> = listed
+        .iter()
+        .map(|(machine, session, last)| {
+            [
+                term(machine, Lines::One),
+                term(session, Lines::One),
+                format!("#{last}"),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        println!("the vault holds no sessions yet");
+        return;
+    }
+    let head = ["MACHINE", "SESSION", "LAST ENTRY"];
+    let width = |i: usize| {
+        rows.iter()
+            .map(|r| r[i].chars().count())
+            .chain([head[i].len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let (m, s) = (width(0), width(1));
+    println!("{:<m$}  {:<s$}  {}", head[0], head[1], head[2]);
+    for [machine, session, last] in rows {
+        println!("{machine:<m$}  {session:<s$}  {last}");
+    }
+}
+
+fn sessions(
+    url: &str,
+    read_token: &str,
+    trust: Trust,
+    fingerprint: &str,
+) -> Result<ExitCode, ExitCode> {
+    let listed =
+        vault_admin::list_sessions(url, &trust, read_token, fingerprint).map_err(|e| match e {
+            PullError::Finding(f) => {
+                println!("{}", term(&f.to_string(), Lines::One));
+                fault_code(f.fault)
+            }
+            PullError::Other(e) => fail(format!("sessions: {e}")),
+        })?;
+    // Ids come from the vault: shown inert (docs/vault.md).
+    print_sessions(&listed.listed);
     for line in &listed.lines {
         println!("{}", term(line, Lines::One));
     }

@@ -360,7 +360,16 @@ fn start(
         .stdio(stdio)
         .new_process_group();
     for (k, v) in &request.env {
-        command.env(k, v);
+        if !super::netns::BYPASS_VARIABLES.iter().any(|b| k == b) {
+            command.env(k, v);
+        }
+    }
+    // Every command is pointed at the session's proxy, whatever the caller
+    // set: inside the network namespace it is the only way out.
+    if let Some(net) = namespaces.and_then(|ns| ns.net.as_ref().ok()) {
+        for (k, v) in super::netns::proxy_env(net.port) {
+            command.env(k, v);
+        }
     }
     // The working directory is found again inside the session's namespaces
     // and the capabilities dropped first, before Landlock and the seccomp

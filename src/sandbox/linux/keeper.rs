@@ -87,6 +87,9 @@ use crate::sandbox::Leftovers;
 
 /// Message kinds on the channel, from `nd7 run` to the keeper.
 pub const OWN_SOCKET: u8 = b'O';
+/// `nd7 run`'s socket-diagnostics socket made inside the run's network
+/// namespace (`netns`), where the run's unix sockets are described.
+pub const NET_DIAG: u8 = b'N';
 pub const FLOOR_LISTENER: u8 = b'F';
 pub const COMMAND_LISTENER: u8 = b'C';
 /// From `nd7 run` alone, with no descriptor: end every process below the
@@ -852,6 +855,13 @@ impl Loop {
             }
             _ => (Default::default(), text),
         };
+        if kind == NET_DIAG {
+            // Only `nd7 run`'s own word (the kernel checks the pid it sends).
+            if sender == self.run {
+                super::supervise::describe_inside(fd);
+            }
+            return;
+        }
         let command = match kind {
             OWN_SOCKET => {
                 return self

@@ -9,6 +9,7 @@ pub mod exit;
 pub mod keeper;
 pub mod launch;
 pub mod memory;
+pub mod netns;
 pub mod ns;
 pub mod scope;
 pub mod seccomp;

@@ -53,6 +53,8 @@ struct MountAttr {
 /// `CAP_SETPCAP`, the one that empties the bounding set afterwards.
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_SETPCAP: u32 = 8;
+/// `CAP_NET_ADMIN`, which brings up the network namespace's loopback.
+const CAP_NET_ADMIN: u32 = 12;
 
 /// Why the run's namespaces could not be entered, held or left behind.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +111,8 @@ fn step(index: usize, source: io::Error) -> NsError {
 pub struct Namespaces {
     /// The highest capability number this kernel knows, for dropping them.
     last_cap: libc::c_ulong,
+    /// The run's network namespace (`netns`), or why it could not be made.
+    pub net: Result<super::netns::Net, String>,
 }
 
 /// Opens `path` for writing and writes `text` into it, with raw system
@@ -227,11 +231,28 @@ pub fn enter() -> Result<Namespaces, NsError> {
         return Err(step(UNSHARE, io::Error::last_os_error()));
     }
     maps.write().map_err(|(i, e)| step(i, e))?;
-    set_capabilities(1 << CAP_SYS_ADMIN | 1 << CAP_SETPCAP).map_err(|e| step(KEEP_MOUNT, e))?;
+    set_capabilities(1 << CAP_SYS_ADMIN | 1 << CAP_SETPCAP | 1 << CAP_NET_ADMIN)
+        .map_err(|e| step(KEEP_MOUNT, e))?;
     if let Ok(root) = outside {
         let _ = OUTSIDE_ROOT.set(root);
     }
-    Ok(Namespaces { last_cap })
+    // Last: it starts the outside thread, and the steps above need one.
+    let net = if crate::fault::injected("no-netns") {
+        Err("network namespaces refused (fault injected)".to_string())
+    } else {
+        super::netns::enter()
+    };
+    Ok(Namespaces { last_cap, net })
+}
+
+/// Drops every capability of the calling thread (its other threads keep
+/// theirs).
+pub fn drop_thread_capabilities() -> io::Result<()> {
+    let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63);
+    drop_all(last_cap)
 }
 
 impl Namespaces {

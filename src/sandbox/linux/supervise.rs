@@ -779,19 +779,48 @@ fn request(ino: u32, cookie: u64) -> [u8; 40] {
     r
 }
 
+/// A socket-diagnostics socket made inside the run's network namespace
+/// (ADR-0106): the run's unix sockets (the exit's, the door's, those its
+/// processes bind) live there, and the kernel describes a socket only to a
+/// `sock_diag` socket of its own namespace.
+static INSIDE: std::sync::OnceLock<Mutex<OwnedFd>> = std::sync::OnceLock::new();
+
+/// Keeps `fd`, `nd7 run`'s `sock_diag` socket from inside its network
+/// namespace, if it is one (the first only).
+pub fn describe_inside(fd: OwnedFd) {
+    use rustix::net::sockopt;
+    let netlink = sockopt::socket_domain(&fd) == Ok(AddressFamily::NETLINK)
+        && sockopt::socket_protocol(&fd).ok().flatten() == Some(rustix::net::netlink::SOCK_DIAG);
+    if netlink {
+        let _ = INSIDE.set(Mutex::new(fd));
+    }
+}
+
 /// Asks the kernel about the unix socket with inode `ino` and `cookie`:
 /// `None` when there is no such socket (closed, or the cookie is another's).
+/// Asked inside the run's network namespace first, when there is one.
 fn describe(ino: u32, cookie: u64) -> io::Result<Option<Described>> {
-    use rustix::net::{SendFlags, SocketFlags, SocketType, netlink};
+    use rustix::net::{SocketFlags, SocketType, netlink};
+    if let Some(inside) = INSIDE.get()
+        && let Ok(fd) = inside.lock()
+        && let Ok(Some(found)) = describe_with(&fd, ino, cookie)
+    {
+        return Ok(Some(found));
+    }
     let fd = rustix::net::socket_with(
         AddressFamily::NETLINK,
         SocketType::DGRAM,
         SocketFlags::CLOEXEC,
         Some(netlink::SOCK_DIAG),
     )?;
-    rustix::net::send(&fd, &request(ino, cookie), SendFlags::empty())?;
+    describe_with(&fd, ino, cookie)
+}
+
+fn describe_with(fd: &OwnedFd, ino: u32, cookie: u64) -> io::Result<Option<Described>> {
+    use rustix::net::SendFlags;
+    rustix::net::send(fd, &request(ino, cookie), SendFlags::empty())?;
     let mut buf = [0u8; 4096];
-    let (got, _) = rustix::net::recv(&fd, &mut buf[..], rustix::net::RecvFlags::empty())?;
+    let (got, _) = rustix::net::recv(fd, &mut buf[..], rustix::net::RecvFlags::empty())?;
     parse_reply(&buf[..got.min(buf.len())])
 }
 

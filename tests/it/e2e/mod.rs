@@ -520,7 +520,8 @@ fn under_nd7_run_bash_goes_through_nd7_exec_and_stays_inside_the_floor() {
             .iter()
             .map(|t| t["status"].clone())
             .collect::<Vec<_>>(),
-        [json!("ok"), json!("failed"), json!("failed")]
+        // The floor's refusals read as refused, not as failed commands.
+        [json!("ok"), json!("refused"), json!("refused")]
     );
     assert_eq!(
         std::fs::read_dir(world.sessions())

@@ -18,7 +18,8 @@
 //! /srv/build-cache
 //! ```
 //!
-//! A line is `preset NAME`, or a path starting with `~/` or `/` (a directory,
+//! A line is `preset NAME`, `net RULE` (a host the agent may reach:
+//! `policy::net`), or a path starting with `~/` or `/` (a directory,
 //! or a single file). `[PATH]` starts the lines for one project; lines before
 //! any section are for every project. `#` starts a comment.
 
@@ -221,6 +222,8 @@ impl Preset {
 pub enum Entry {
     Preset(&'static Preset),
     Path(PathBuf),
+    /// `net RULE`: a host the agent may reach (`policy::net`), not a path.
+    Net(super::net::Rule),
 }
 
 /// A line of the file that grants something.
@@ -262,7 +265,9 @@ pub fn parse(text: &str, home: &Path) -> Result<Vec<Line>, GrantsError> {
             project = Some(expand(section.trim(), home).map_err(|w| err(w.into()))?);
             continue;
         }
-        let entry = if let Some(name) = line.strip_prefix("preset ") {
+        let entry = if let Some(rule) = line.strip_prefix("net ") {
+            Entry::Net(super::net::parse_rule(rule).map_err(|e| err(e.why.into()))?)
+        } else if let Some(name) = line.strip_prefix("preset ") {
             let name = name.trim();
             Entry::Preset(preset(name).ok_or_else(|| {
                 err(format!(
@@ -345,7 +350,43 @@ pub fn entry_paths(entry: &Entry, home: &Path, from: &str) -> Vec<Planned> {
             dir: true,
             from: from.to_string(),
         }],
+        Entry::Net(_) => Vec::new(),
     }
+}
+
+/// The `net` rules the file's `lines` grant a session whose project is
+/// `project`, as [`plan`] picks lines: each `net` line, and the hosts of
+/// each preset a line names (`policy::net::NET_PRESETS`).
+pub fn net_rules(
+    lines: &[Line],
+    project: &Path,
+    resolve: &dyn Fn(&Path) -> Option<PathBuf>,
+) -> Vec<super::net::Granted> {
+    let mut out = Vec::new();
+    for line in lines {
+        if let Some(section) = &line.project
+            && !resolve(section).is_some_and(|real| project.starts_with(real))
+        {
+            continue;
+        }
+        let from = format!("~/{FILE}:{}", line.number);
+        match &line.entry {
+            Entry::Net(rule) => out.push(super::net::Granted {
+                rule: rule.clone(),
+                from,
+            }),
+            Entry::Preset(p) => {
+                if let Some(np) = super::net::net_preset(p.name) {
+                    out.extend(super::net::preset_rules(np).into_iter().map(|mut g| {
+                        g.from = format!("{from}, {}", g.from);
+                        g
+                    }));
+                }
+            }
+            Entry::Path(_) => {}
+        }
+    }
+    out
 }
 
 /// `~` and `~/…` typed or quoted (`nd7 allow '~/.cache/pip'`) as a path

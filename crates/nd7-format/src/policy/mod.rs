@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod deferred;
 pub mod grants;
+pub mod net;
 pub mod refusal;
 pub mod seatbelt;
 pub mod secrets;

@@ -27,6 +27,8 @@
 //!   their place in the file.
 //! - **Receipts** ([`Receipt`]) and **restore notices** ([`RestoreNotice`]):
 //!   what the vault signs about what it stored, and about losing some of it.
+//! - **Tallies** ([`Tally`]): a machine's signed list of the sessions the
+//!   vault acknowledged, which admins hold the vault's list of sessions to.
 //! - **Signed replies** ([`sign_reply`], [`PullEnd`]): the vault's signature
 //!   over each reply, naming the request's nonce, and over the end of each
 //!   streamed pull, so the network can neither replay an old answer nor end
@@ -129,6 +131,8 @@ pub enum Error {
     BadReceiptSignature(String),
     #[error("the restore notice is not signed by the vault key {0}")]
     BadNoticeSignature(String),
+    #[error("machine {0}'s tally is not signed by its key")]
+    BadTallySignature(String),
     #[error("the request's signature does not verify")]
     BadSignature,
     #[error("the request's body is not the one its signature names (changed in transit)")]
@@ -427,6 +431,7 @@ mod receipt;
 mod recipients;
 mod reply;
 mod request;
+mod tally;
 mod transcript;
 
 pub use age::*;
@@ -436,6 +441,7 @@ pub use receipt::*;
 pub use recipients::*;
 pub use reply::*;
 pub use request::*;
+pub use tally::*;
 pub use transcript::*;
 
 #[cfg(test)]

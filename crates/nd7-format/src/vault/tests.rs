@@ -637,3 +637,29 @@ fn sealed_batches_and_pieces_keep_their_bytes() {
         "467c9ed976a834249490c51f343957621da18912b42d5362ac5f7e7298facf65"
     );
 }
+
+#[test]
+fn a_tally_renders_as_pinned_reads_back_and_verifies_only_by_its_machine() {
+    let key = SigningKey::from_seed(&Secret32::from_bytes([7u8; 32]));
+    let tally = Tally::sign(
+        &key,
+        "00112233445566778899aabbccddeeff",
+        1_800_000_000,
+        vec![("s2".into(), 9), ("s1".into(), 4)],
+    );
+    let text = tally.render();
+    let signed = "nd7-tally v1\nmachine 00112233445566778899aabbccddeeff\nat 1800000000\nsessions 2\n7331 4\n7332 9\n";
+    assert!(text.starts_with(signed), "{text}");
+    assert!(key.public().verify(signed.as_bytes(), &tally.signature));
+    let twice = format!("{text}{text}");
+    let read = Tally::parse_all(&twice).expect("reads");
+    assert_eq!(read, vec![tally.clone(), tally.clone()]);
+    assert!(read[0].verify(&key.public()).is_ok());
+    let other = SigningKey::from_seed(&Secret32::from_bytes([8u8; 32]));
+    assert!(tally.verify(&other.public()).is_err());
+    let edited = text.replace("7331 4", "7331 3");
+    let (edited, _) = Tally::parse_one(&edited).expect("reads");
+    assert!(edited.verify(&key.public()).is_err());
+    let unsorted = signed.replace("7331 4\n7332 9", "7332 9\n7331 4");
+    assert!(Tally::parse_one(&format!("{unsorted}signature {}\n", hex(&[0u8; 64]))).is_err());
+}

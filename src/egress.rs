@@ -1,0 +1,817 @@
+//! The session's egress proxy (ADR-0106): the one way out of `nd7 run`'s
+//! network namespace. Threads, no async runtime: one per connection, two
+//! while a tunnel is open.
+//!
+//! A client asks with HTTP `CONNECT host:port` or a plain HTTP request in
+//! absolute form (`GET http://host/path`). The proxy judges the host and
+//! port against the session's `net` rules (`policy::net`), resolves the
+//! name itself, and connects only to an address it judged; an allowed name
+//! that resolves into loopback, private, link-local or metadata ranges is
+//! refused unless a rule grants that. Inside a CONNECT tunnel the TLS
+//! ClientHello's server name must be the host asked for. A refusal is
+//! answered `403` with a body that says which host, that nd7 refused it, the
+//! `nd7 allow --net …` the user could run, and not to look for a way round.
+//! Every connection, allowed or refused, is handed to the caller's
+//! [`Record`] when it ends.
+//!
+//! The rules are read again from the run directory's [`RULES_FILE`] (written
+//! by `nd7 allow --net` and `nd7 deny --net` outside the floor) before each
+//! connection is judged.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::policy::net::{self, Granted, Rules, Target, Verdict};
+
+/// The file in a run directory that holds the rules `nd7 allow --net` and
+/// `nd7 deny --net` added during the run: one `allow RULE` or `deny RULE`
+/// a line, applied in order after the rules the run started with.
+pub const RULES_FILE: &str = "net-rules";
+
+/// Where a rule for the agent's own API came from, as the log names it.
+pub const AGENT_API: &str = "agent API";
+
+/// How long a client has to send its request's head.
+const HEAD_TIME: Duration = Duration::from_secs(10);
+/// The longest request head the proxy reads.
+const HEAD_MAX: usize = 16 * 1024;
+
+/// Resolves a host name to addresses: the system's resolver in a run, a
+/// map in tests (which never use the real DNS).
+pub trait Resolve: Send + Sync {
+    fn resolve(&self, name: &str) -> io::Result<Vec<IpAddr>>;
+}
+
+/// The system's resolver (`getaddrinfo`), run outside the namespace.
+pub struct SystemResolver;
+
+impl Resolve for SystemResolver {
+    fn resolve(&self, name: &str) -> io::Result<Vec<IpAddr>> {
+        use std::net::ToSocketAddrs;
+        Ok((name, 0).to_socket_addrs()?.map(|a| a.ip()).collect())
+    }
+}
+
+/// The resolver a run's proxy uses: the system's; in test builds, when
+/// `ND7_TEST_HOSTS` is set (`name=addr,…`), that map and nothing else, so
+/// that tests never ask the real DNS.
+pub fn run_resolver() -> Arc<dyn Resolve> {
+    #[cfg(any(debug_assertions, feature = "fault-injection"))]
+    if let Ok(list) = std::env::var("ND7_TEST_HOSTS") {
+        let mut map = std::collections::HashMap::<String, Vec<IpAddr>>::new();
+        for pair in list.split(',') {
+            if let Some((name, addr)) = pair.split_once('=')
+                && let Ok(addr) = addr.parse()
+            {
+                map.entry(name.to_string()).or_default().push(addr);
+            }
+        }
+        return Arc::new(HostsMap(map));
+    }
+    Arc::new(SystemResolver)
+}
+
+/// A fixed map of names to addresses; any other name does not resolve.
+pub struct HostsMap(pub std::collections::HashMap<String, Vec<IpAddr>>);
+
+impl Resolve for HostsMap {
+    fn resolve(&self, name: &str) -> io::Result<Vec<IpAddr>> {
+        Ok(self.0.get(name).cloned().unwrap_or_default())
+    }
+}
+
+/// One connection through the proxy, as it is recorded.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    pub method: &'static str,
+    pub host: String,
+    pub port: u16,
+    /// The address connected to, when one was.
+    pub address: Option<SocketAddr>,
+    pub allowed: bool,
+    /// The rule that allowed it, or why it was refused.
+    pub rule: Option<String>,
+    pub why: Option<String>,
+    /// The `nd7 allow --net …` that would allow it, for a refusal.
+    pub allow: Option<String>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration_ms: u64,
+}
+
+impl Connection {
+    /// The body of its `net` entry (docs/log-format.md).
+    pub fn body(&self) -> Value {
+        json!({
+            "method": self.method,
+            "host": self.host,
+            "port": self.port,
+            "address": self.address.map(|a| a.ip().to_string()),
+            "verdict": if self.allowed { "allowed" } else { "refused" },
+            "rule": self.rule,
+            "why": self.why,
+            "allow": self.allow,
+            "bytes_up": self.bytes_up,
+            "bytes_down": self.bytes_down,
+            "duration_ms": self.duration_ms,
+        })
+    }
+}
+
+/// Called once for every connection, when it ends.
+pub type Record = Arc<dyn Fn(&Connection) + Send + Sync>;
+
+/// Caps on connections: past `tunnels` open at once, only the agent's own
+/// API gets one (`reserve` more), so the agent's commands cannot starve it.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub tunnels: usize,
+    pub reserve: usize,
+    /// Connections still sending their request's head.
+    pub pending: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            tunnels: 512,
+            reserve: 64,
+            pending: 512,
+        }
+    }
+}
+
+/// The session's proxy, ready to serve a listener.
+pub struct Proxy {
+    start: Rules,
+    rules_file: Option<PathBuf>,
+    resolver: Arc<dyn Resolve>,
+    record: Record,
+    limits: Limits,
+    open: AtomicUsize,
+    pending: AtomicUsize,
+    /// The refusals so far, for the run's end.
+    refused: RwLock<Vec<String>>,
+}
+
+impl Proxy {
+    pub fn new(start: Rules, resolver: Arc<dyn Resolve>, record: Record) -> Proxy {
+        Proxy {
+            start,
+            rules_file: None,
+            resolver,
+            record,
+            limits: Limits::default(),
+            open: AtomicUsize::new(0),
+            pending: AtomicUsize::new(0),
+            refused: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Reads changes to the rules from `file` before each connection.
+    pub fn rules_file(mut self, file: PathBuf) -> Proxy {
+        self.rules_file = Some(file);
+        self
+    }
+
+    pub fn limits(mut self, limits: Limits) -> Proxy {
+        self.limits = limits;
+        self
+    }
+
+    /// The rules in force now: those the run started with, then the file's.
+    pub fn rules(&self) -> Rules {
+        let mut rules = self.start.clone();
+        if let Some(text) = self
+            .rules_file
+            .as_ref()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+        {
+            apply_changes(&mut rules, &text);
+        }
+        rules
+    }
+
+    /// The hosts refused so far (`host:port`, each once).
+    pub fn refused(&self) -> Vec<String> {
+        self.refused.read().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Serves `listener` on a thread of its own until the process ends.
+    pub fn serve(self: Arc<Self>, listener: TcpListener) -> std::thread::JoinHandle<()> {
+        raise_file_limit();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                if self.pending.fetch_add(1, Ordering::SeqCst) >= self.limits.pending {
+                    self.pending.fetch_sub(1, Ordering::SeqCst);
+                    let _ = refuse_busy(stream);
+                    continue;
+                }
+                let proxy = self.clone();
+                let spawned = std::thread::Builder::new()
+                    .stack_size(128 * 1024)
+                    .spawn(move || proxy.handle(stream));
+                if spawned.is_err() {
+                    self.pending.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        })
+    }
+
+    fn handle(&self, mut client: TcpStream) {
+        let started = Instant::now();
+        let _ = client.set_read_timeout(Some(HEAD_TIME));
+        let head = read_head(&mut client);
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+        let Ok((head, rest)) = head else {
+            let _ = client.write_all(&response(
+                400,
+                "Bad Request",
+                "nd7's proxy could not read this request\n",
+            ));
+            return;
+        };
+        let _ = client.set_read_timeout(None);
+        let request = match Request::parse(&head) {
+            Ok(r) => r,
+            Err(why) => {
+                let _ = client.write_all(&response(
+                    400,
+                    "Bad Request",
+                    &format!("nd7's proxy: {why}\n"),
+                ));
+                return;
+            }
+        };
+        let mut conn = Connection {
+            method: request.method(),
+            host: request.target.to_string(),
+            port: request.port,
+            address: None,
+            allowed: false,
+            rule: None,
+            why: None,
+            allow: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+        };
+        let outcome = self.serve_request(&mut client, &request, &head, rest, &mut conn);
+        if let Err(why) = outcome {
+            self.refuse(&mut client, &mut conn, &request, why);
+        }
+        conn.duration_ms = started.elapsed().as_millis() as u64;
+        (self.record)(&conn);
+    }
+
+    fn refuse(
+        &self,
+        client: &mut TcpStream,
+        conn: &mut Connection,
+        request: &Request,
+        why: Refusal,
+    ) {
+        let (status, reason, text) = match &why {
+            Refusal::Busy => (503, "Service Unavailable", "nd7's proxy has too many connections open for this session; try again when some have closed".to_string()),
+            Refusal::Unreachable(e) => (502, "Bad Gateway", format!("nd7's proxy could not reach {}:{}: {e}", request.target, request.port)),
+            Refusal::Rule(why) => {
+                let allow = net::allow_command(&request.target, request.port);
+                conn.allow = Some(allow.clone());
+                if let Ok(mut r) = self.refused.write() {
+                    let key = format!("{}:{}", request.target, request.port);
+                    if !r.contains(&key) {
+                        r.push(key);
+                    }
+                }
+                let host = format!("{}:{}", request.target, request.port);
+                (403, "Forbidden", net::refusal_text(&host, why, &allow))
+            }
+        };
+        let connected = conn.address.is_some();
+        if !matches!(why, Refusal::Unreachable(_)) {
+            conn.allowed = false;
+        }
+        conn.why = Some(match &why {
+            Refusal::Busy => "too many connections".into(),
+            Refusal::Unreachable(e) => format!("unreachable: {e}"),
+            Refusal::Rule(w) => w.clone(),
+        });
+        // Once a tunnel is open the client speaks TLS: only closing is left.
+        if !connected {
+            let _ = client.write_all(&response(status, reason, &text));
+        }
+        let _ = client.shutdown(Shutdown::Both);
+    }
+
+    fn serve_request(
+        &self,
+        client: &mut TcpStream,
+        request: &Request,
+        head: &[u8],
+        rest: Vec<u8>,
+        conn: &mut Connection,
+    ) -> Result<(), Refusal> {
+        if let Some(host_header) = &request.host_header
+            && !request.connect
+            && host_header != &request.target
+        {
+            return Err(Refusal::Rule(format!(
+                "the request's Host header ({host_header}) is not the host it is sent to"
+            )));
+        }
+        let rules = self.rules();
+        let resolved = match &request.target {
+            Target::Ip(ip) => vec![*ip],
+            // localhost is the loopback (RFC 6761), whatever a resolver says.
+            Target::Name(n) if n == "localhost" || n.ends_with(".localhost") => {
+                vec![
+                    IpAddr::from([127, 0, 0, 1]),
+                    IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+                ]
+            }
+            Target::Name(n) if rules.find(&request.target, request.port).is_some() => {
+                self.resolver.resolve(n).unwrap_or_default()
+            }
+            Target::Name(_) => Vec::new(),
+        };
+        let (rule, addrs, api) = match rules.judge(&request.target, request.port, &resolved) {
+            Verdict::Allowed { rule, addrs } => {
+                let api = rule.ends_with(&format!("({AGENT_API})"));
+                (rule, addrs, api)
+            }
+            Verdict::Refused { why } => return Err(Refusal::Rule(why)),
+        };
+        let _slot = self.slot(api).ok_or(Refusal::Busy)?;
+        let upstream = connect_any(&addrs, request.port).map_err(Refusal::Unreachable)?;
+        conn.address = upstream.peer_addr().ok();
+        conn.rule = Some(rule);
+        conn.allowed = true;
+        if request.connect {
+            self.tunnel(client, upstream, request, rest, conn)
+        } else {
+            forward_http(client, upstream, request, head, rest, conn)
+                .map_err(|e| Refusal::Unreachable(e.to_string()))
+        }
+    }
+
+    /// A tunnel slot, or `None` when the caps are reached; the agent's API
+    /// may use the reserve.
+    fn slot(&self, api: bool) -> Option<Slot<'_>> {
+        let cap = self.limits.tunnels + if api { self.limits.reserve } else { 0 };
+        if self.open.fetch_add(1, Ordering::SeqCst) >= cap {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Slot(&self.open))
+    }
+
+    fn tunnel(
+        &self,
+        client: &mut TcpStream,
+        mut upstream: TcpStream,
+        request: &Request,
+        mut rest: Vec<u8>,
+        conn: &mut Connection,
+    ) -> Result<(), Refusal> {
+        let broken = |e: io::Error| Refusal::Unreachable(e.to_string());
+        client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .map_err(broken)?;
+        // The server's side flows at once (a protocol whose server speaks
+        // first waits for nothing); the client's waits for the check below.
+        let (up_r, client_w) = (
+            upstream.try_clone().map_err(broken)?,
+            client.try_clone().map_err(broken)?,
+        );
+        let down = std::thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(move || copy_then_close(up_r, client_w))
+            .map_err(broken)?;
+        // The first bytes: a TLS ClientHello must name the host asked for.
+        let _ = client.set_read_timeout(Some(HEAD_TIME));
+        let sni = first_hello(client, &mut rest);
+        let _ = client.set_read_timeout(None);
+        if let (Target::Name(asked), Ok(Some(named))) = (&request.target, &sni)
+            && asked != named
+        {
+            let _ = upstream.shutdown(Shutdown::Both);
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = down.join();
+            conn.allowed = false;
+            conn.rule = None;
+            return Err(Refusal::Rule(format!(
+                "the TLS server name ({named}) is not the host asked for ({asked})"
+            )));
+        }
+        let sent = upstream.write_all(&rest);
+        conn.bytes_up += rest.len() as u64;
+        if sent.is_ok() {
+            let client_r = client.try_clone().map_err(broken)?;
+            conn.bytes_up += copy_then_close(client_r, upstream);
+        }
+        conn.bytes_down += down.join().unwrap_or(0);
+        Ok(())
+    }
+}
+
+/// Applies `allow RULE` / `deny RULE` lines to `rules`: a later line wins.
+pub fn apply_changes(rules: &mut Rules, text: &str) {
+    for line in text.lines() {
+        let (verb, rule) = line.split_once(' ').unwrap_or((line, ""));
+        let Ok(rule) = net::parse_rule(rule) else {
+            continue;
+        };
+        match verb {
+            "allow" => {
+                rules.denied.retain(|d| d != &rule);
+                rules.granted.push(Granted {
+                    rule,
+                    from: "nd7 allow --net".into(),
+                });
+            }
+            "deny" => {
+                rules.granted.retain(|g| g.rule != rule);
+                rules.denied.push(rule);
+            }
+            _ => {}
+        }
+    }
+}
+
+enum Refusal {
+    Busy,
+    Unreachable(String),
+    Rule(String),
+}
+
+struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A request's head, read.
+struct Request {
+    connect: bool,
+    target: Target,
+    port: u16,
+    /// The Host header's host, for a plain request.
+    host_header: Option<Target>,
+    /// The request line's target in origin form, for a plain request.
+    path: String,
+}
+
+impl Request {
+    fn method(&self) -> &'static str {
+        if self.connect { "CONNECT" } else { "HTTP" }
+    }
+
+    fn parse(head: &[u8]) -> Result<Request, String> {
+        let text = std::str::from_utf8(head).map_err(|_| "a request head that is not text")?;
+        let mut lines = text.split("\r\n");
+        let line = lines.next().unwrap_or("");
+        let mut parts = line.split(' ');
+        let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let bad = || {
+            format!(
+                "not a proxy request: {:?}",
+                line.chars().take(200).collect::<String>()
+            )
+        };
+        if method == "CONNECT" {
+            let (host, port) = net::split_host_port(target).ok_or_else(bad)?;
+            let target = Target::parse(host).ok_or_else(bad)?;
+            return Ok(Request {
+                connect: true,
+                target,
+                port: port.ok_or_else(bad)?,
+                host_header: None,
+                path: String::new(),
+            });
+        }
+        let rest = target
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("{} (only CONNECT and http:// URLs pass nd7's proxy)", bad()))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let (host, port) = net::split_host_port(authority).ok_or_else(bad)?;
+        let host_header = lines
+            .take_while(|l| !l.is_empty())
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.trim()
+                    .eq_ignore_ascii_case("host")
+                    .then(|| v.trim().to_string())
+            })
+            .and_then(|h| net::split_host_port(&h).and_then(|(h, _)| Target::parse(h)));
+        Ok(Request {
+            connect: false,
+            target: Target::parse(host).ok_or_else(bad)?,
+            port: port.unwrap_or(80),
+            host_header,
+            path: path.to_string(),
+        })
+    }
+}
+
+/// Reads up to the end of a request's head; returns the head and whatever
+/// came after it.
+fn read_head(client: &mut TcpStream) -> io::Result<(Vec<u8>, Vec<u8>)> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = client.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Ok((buf, rest));
+        }
+        if buf.len() > HEAD_MAX {
+            return Err(io::ErrorKind::InvalidData.into());
+        }
+    }
+}
+
+/// Reads the client's first bytes into `rest` until they hold a whole
+/// ClientHello (or are plainly not one); returns its server name.
+fn first_hello(client: &mut TcpStream, rest: &mut Vec<u8>) -> Result<Option<String>, &'static str> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match net::client_hello_sni(rest) {
+            Err("a ClientHello cut short") if rest.len() < HEAD_MAX => {}
+            other => return other,
+        }
+        if rest.first().is_some_and(|b| *b != 22) {
+            return Err("not TLS");
+        }
+        match client.read(&mut chunk) {
+            Ok(0) | Err(_) => return Err("no ClientHello"),
+            Ok(n) => rest.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn connect_any(addrs: &[IpAddr], port: u16) -> Result<TcpStream, String> {
+    let mut last = "no address".to_string();
+    for addr in addrs {
+        match TcpStream::connect_timeout(&SocketAddr::new(*addr, port), Duration::from_secs(10)) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(last)
+}
+
+/// Sends a plain request on in origin form with `Connection: close`, then
+/// the response back with `Connection: close`, then whatever follows.
+fn forward_http(
+    client: &mut TcpStream,
+    mut upstream: TcpStream,
+    request: &Request,
+    head: &[u8],
+    rest: Vec<u8>,
+    conn: &mut Connection,
+) -> io::Result<()> {
+    let text = String::from_utf8_lossy(head);
+    let mut lines = text.split("\r\n");
+    let first = lines.next().unwrap_or("");
+    let mut parts = first.splitn(3, ' ');
+    let (method, _, version) = (
+        parts.next().unwrap_or("GET"),
+        parts.next(),
+        parts.next().unwrap_or("HTTP/1.1"),
+    );
+    let mut out = format!("{method} {} {version}\r\n", request.path);
+    for line in lines.filter(|l| !l.is_empty()) {
+        let name = line
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if name.starts_with("proxy-") || name == "connection" || name == "keep-alive" {
+            continue;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    upstream.write_all(out.as_bytes())?;
+    upstream.write_all(&rest)?;
+    conn.bytes_up += (out.len() + rest.len()) as u64;
+    // The rest of the request's body goes up while the response comes down.
+    let (client_r, up_w) = (client.try_clone()?, upstream.try_clone()?);
+    let up = std::thread::Builder::new()
+        .stack_size(128 * 1024)
+        .spawn(move || copy_then_close(client_r, up_w))?;
+    let down = send_response(client, upstream);
+    // One request a connection: once the response has come, it is over.
+    let _ = client.shutdown(Shutdown::Both);
+    conn.bytes_up += up.join().unwrap_or(0);
+    conn.bytes_down += down?;
+    Ok(())
+}
+
+/// Passes the response's head back with `Connection: close` in place of
+/// the server's own, then the rest as it comes.
+fn send_response(client: &mut TcpStream, mut upstream: TcpStream) -> io::Result<u64> {
+    let (head, rest) = read_head(&mut upstream).inspect_err(|_| {
+        let _ = client.shutdown(Shutdown::Both);
+    })?;
+    let text = String::from_utf8_lossy(&head);
+    let mut out = String::new();
+    for line in text.split("\r\n").filter(|l| !l.is_empty()) {
+        let name = line
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if name == "connection" || name == "keep-alive" {
+            continue;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    client.write_all(out.as_bytes())?;
+    client.write_all(&rest)?;
+    let down = copy_then_close(upstream, client.try_clone()?);
+    Ok(down + (out.len() + rest.len()) as u64)
+}
+
+fn copy_then_close(mut from: TcpStream, mut to: TcpStream) -> u64 {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+                total += n as u64;
+            }
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+    let _ = from.shutdown(Shutdown::Read);
+    total
+}
+
+fn response(status: u16, reason: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\nX-Nd7-Refused: {}\r\n\r\n{body}",
+        body.len(),
+        body.lines().next().unwrap_or("").replace(['\r', '\n'], " "),
+    )
+    .into_bytes()
+}
+
+fn refuse_busy(mut stream: TcpStream) -> io::Result<()> {
+    stream.write_all(&response(
+        503,
+        "Service Unavailable",
+        "nd7's proxy has too many connections waiting for this session\n",
+    ))
+}
+
+/// Raises this process's soft limit on open files to the hard one: a
+/// tunnel holds two.
+fn raise_file_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+}
+
+/// The rules a session starts with: the agent's own API (from its base
+/// URL, which the user configured, or its default hosts), the hosts of the
+/// presets in use (`--preset`), and `~/.nd7/grants`' `net` lines (and its
+/// presets' hosts) for every project or this one.
+pub fn start_rules(
+    agent: Option<crate::hook::Agent>,
+    home: &std::path::Path,
+    project: &std::path::Path,
+    presets: &[String],
+) -> Result<Rules, String> {
+    let mut granted = agent_api(agent, home);
+    for name in presets {
+        if let Some(p) = net::net_preset(name) {
+            granted.extend(net::preset_rules(p).into_iter().map(|mut g| {
+                g.from = format!("--preset {}", p.name);
+                g
+            }));
+        }
+    }
+    let file = home.join(crate::policy::grants::FILE);
+    match std::fs::read_to_string(&file) {
+        Ok(text) => {
+            let lines = crate::policy::grants::parse(&text, home)
+                .map_err(|e| format!("{} {e}", file.display()))?;
+            let resolve = |p: &std::path::Path| crate::kernel::real_path(p).ok().map(|r| r.path);
+            granted.extend(crate::policy::grants::net_rules(&lines, project, &resolve));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: read: {e}", file.display())),
+    }
+    Ok(Rules {
+        granted,
+        denied: Vec::new(),
+    })
+}
+
+/// The agent's own API: the base URL it was configured with, else its
+/// default hosts. A program nd7 does not know gets none.
+fn agent_api(agent: Option<crate::hook::Agent>, home: &std::path::Path) -> Vec<Granted> {
+    use crate::hook::Agent;
+    let (configured, defaults): (Option<String>, &[&str]) = match agent {
+        Some(Agent::ClaudeCode) => (
+            std::env::var("ANTHROPIC_BASE_URL")
+                .ok()
+                .filter(|u| !u.is_empty()),
+            &["api.anthropic.com", "console.anthropic.com", "claude.ai"],
+        ),
+        Some(Agent::Codex) => (
+            codex_base_url(home).or_else(|| std::env::var("OPENAI_BASE_URL").ok()),
+            &["api.openai.com", "chatgpt.com", "auth.openai.com"],
+        ),
+        _ => (None, &[]),
+    };
+    if let Some(rule) = configured.as_deref().and_then(net::api_rule) {
+        return vec![Granted {
+            rule,
+            from: AGENT_API.into(),
+        }];
+    }
+    defaults
+        .iter()
+        .filter_map(|h| net::parse_rule(h).ok())
+        .map(|rule| Granted {
+            rule,
+            from: AGENT_API.into(),
+        })
+        .collect()
+}
+
+/// The base URL of the model provider Codex's config.toml selects, if it
+/// names one.
+fn codex_base_url(home: &std::path::Path) -> Option<String> {
+    let codex = crate::transcript::codex_layout::codex_home(
+        std::env::var_os("CODEX_HOME").as_deref(),
+        Some(home),
+    )?;
+    let text = std::fs::read_to_string(codex.join("config.toml")).ok()?;
+    let doc: toml_edit::DocumentMut = text.parse().ok()?;
+    let provider = doc.get("model_provider")?.as_str()?;
+    doc.get("model_providers")?
+        .get(provider)?
+        .get("base_url")?
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Adds `verb RULE` (`allow` or `deny`) to the rules file of the run in
+/// `run_dir`, then writes a `grant` entry into its log (`change`, `net`).
+/// The file is replaced whole (written beside, then renamed), so the proxy
+/// never reads half of it.
+pub fn change_rules(
+    run_dir: &crate::run_dir::RunDir,
+    verb: &str,
+    rule: &net::Rule,
+) -> Result<(), String> {
+    let path = run_dir.dir.join(RULES_FILE);
+    let mut text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("{}: read: {e}", path.display())),
+    };
+    text.push_str(&format!("{verb} {rule}\n"));
+    let staged = run_dir.dir.join(format!(".{RULES_FILE}.new"));
+    std::fs::write(&staged, &text)
+        .and_then(|()| std::fs::rename(&staged, &path))
+        .map_err(|e| format!("{}: write: {e}", path.display()))?;
+    let body = json!({ "change": verb, "net": rule.to_string() });
+    crate::run_log::note(run_dir, crate::run_entry::GRANT, &body)
+        .map(|_| ())
+        .map_err(|e| format!("the change is in force, but the run's log could not take it: {e}"))
+}

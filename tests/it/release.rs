@@ -1,0 +1,353 @@
+//! The release path, end to end on loopback (ADR-0124, ADR-0125): the local
+//! dry run (`scripts/release.sh --local`) packs the binaries this test build
+//! made (no build of its own: a few seconds of tar, gzip and hashing), signs
+//! them with a throwaway key, and the tests serve the result on 127.0.0.1.
+//! install.sh installs from it and refuses what does not check out; the
+//! installed nd7 updates itself to it, forward only; the generated formula
+//! names the archive's SHA-256. Needs b3sum, ssh-keygen, openssl and xxd
+//! (scripts/test.sh --tools installs them).
+#![cfg(feature = "self-update")]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use nd7_core::self_update::{RUNNING, TARGET};
+
+use crate::common::{stderr, stdout};
+
+/// The dry run's output: `dist/` (what a release publishes) and the
+/// throwaway key's public half, made once for every test here.
+struct DryRun {
+    dist: PathBuf,
+    key_hex: String,
+}
+
+fn dry_run() -> &'static DryRun {
+    static RUN: OnceLock<DryRun> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("release-local");
+        let bins = Path::new(env!("CARGO_BIN_EXE_nd7"))
+            .parent()
+            .expect("target/debug");
+        let run = Command::new("bash")
+            .arg(repo("scripts/release.sh"))
+            .arg("--local")
+            .arg("--bin-dir")
+            .arg(bins)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .expect("run scripts/release.sh");
+        assert!(
+            run.status.success(),
+            "scripts/release.sh --local: {}{}",
+            stdout(&run),
+            stderr(&run)
+        );
+        let key_hex = std::fs::read_to_string(out.join("key/release-key.hex")).expect("key");
+        DryRun {
+            dist: out.join("dist"),
+            key_hex: key_hex.trim().to_string(),
+        }
+    })
+}
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn archive_name() -> String {
+    format!("nd7-{RUNNING}-{TARGET}.tar.gz")
+}
+
+/// Serves the files of `dir` on loopback until the test ends; the base URL.
+fn serve_dir(dir: PathBuf) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut request = String::new();
+            let _ = reader.read_line(&mut request);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let name = request.split(' ').nth(1).unwrap_or("/");
+            let name = name.trim_start_matches('/');
+            let body = (!name.contains('/') && !name.is_empty())
+                .then(|| std::fs::read(dir.join(name)).ok())
+                .flatten();
+            let status = if body.is_some() {
+                "200 OK"
+            } else {
+                "404 Not Found"
+            };
+            let body = body.unwrap_or_default();
+            let mut s = &stream;
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(&body);
+        }
+    });
+    url
+}
+
+/// A copy of the dry run's files, to tamper with.
+fn copy_of_dist() -> tempfile::TempDir {
+    let copy = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    for entry in std::fs::read_dir(&dry_run().dist).expect("dist") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), copy.path().join(entry.file_name())).expect("copy");
+    }
+    copy
+}
+
+/// Runs `script` (an install.sh) with `args`.
+fn install_sh(script: &Path, args: &[&str]) -> Output {
+    Command::new("sh")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("run install.sh")
+}
+
+fn install_from(url: &str, prefix: &Path, extra: &[&str]) -> Output {
+    let prefix = prefix.to_str().expect("utf-8 prefix");
+    let mut args = vec!["--from", url, "--target", TARGET, "--prefix", prefix];
+    args.extend_from_slice(extra);
+    install_sh(&dry_run().dist.join("install.sh"), &args)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    nd7_core::vault::hex(&sha2::Sha256::digest(bytes))
+}
+
+/// install.sh from the release: checks the signature and the sum, installs
+/// the binaries, completions and man page, says what it did; the installed
+/// nd7 is the packaged one.
+#[test]
+fn install_sh_installs_the_release_it_checked() {
+    let url = serve_dir(dry_run().dist.clone());
+    let prefix = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("prefix");
+    let out = install_from(&url, prefix.path(), &["--version", RUNNING]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let said = stdout(&out);
+    assert!(
+        said.contains(&format!(
+            "nd7 {RUNNING} for {TARGET}, from {url} (signature and SHA-256 checked), installed:"
+        )),
+        "{said}"
+    );
+    for file in [
+        "bin/nd7",
+        "bin/nd7-exec",
+        "share/bash-completion/completions/nd7",
+        "share/zsh/site-functions/_nd7",
+        "share/fish/vendor_completions.d/nd7.fish",
+        "share/man/man1/nd7.1",
+    ] {
+        assert!(
+            said.contains(&format!("{}/{file}", prefix.path().display())),
+            "{file}: {said}"
+        );
+    }
+    let installed = std::fs::read(prefix.path().join("bin/nd7")).expect("nd7");
+    let packaged = std::fs::read(dry_run().dist.join(format!("nd7-{TARGET}"))).expect("raw nd7");
+    assert!(installed == packaged, "the installed nd7 is the release's");
+    let version = Command::new(prefix.path().join("bin/nd7"))
+        .arg("--version")
+        .output()
+        .expect("nd7 --version");
+    assert_eq!(stdout(&version), format!("nd7 {RUNNING}\n"));
+    let man = std::fs::read_to_string(prefix.path().join("share/man/man1/nd7.1")).expect("man");
+    assert!(man.starts_with(".ie") || man.contains(".TH nd7 1"), "{man}");
+    assert!(
+        man.contains("self\\-update"),
+        "the man page has every command"
+    );
+}
+
+/// The attacks on the download: a changed archive (its sum no longer
+/// matches), a changed archive with SHA256SUMS rewritten to match (the
+/// signature no longer verifies), another release than --version pins, and
+/// the repository's own install.sh, which carries no key. Each exits 2 and
+/// installs nothing. Guards install.sh's `ssh-keygen -Y verify` and its
+/// SHA-256 comparison.
+#[test]
+fn install_sh_refuses_a_changed_archive_or_list_and_installs_nothing() {
+    let archive = archive_name();
+    let prefix = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("prefix");
+    let p = prefix.path().to_str().expect("utf-8");
+
+    let changed = copy_of_dist();
+    let mut bytes = std::fs::read(changed.path().join(&archive)).expect("archive");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(changed.path().join(&archive), &bytes).expect("write");
+    let out = install_from(&serve_dir(changed.path().into()), prefix.path(), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains(&format!("{archive}: its SHA-256 is {}", sha256_hex(&bytes))),
+        "{}",
+        stderr(&out)
+    );
+
+    let sums = std::fs::read_to_string(changed.path().join("SHA256SUMS")).expect("sums");
+    let want = sha256_hex(&std::fs::read(dry_run().dist.join(&archive)).expect("archive"));
+    let forged = sums.replace(&want, &sha256_hex(&bytes));
+    assert_ne!(forged, sums);
+    std::fs::write(changed.path().join("SHA256SUMS"), forged).expect("write");
+    let out = install_from(&serve_dir(changed.path().into()), prefix.path(), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains(
+            "SHA256SUMS: its signature does not verify against the release key; nothing was installed"
+        ),
+        "{}",
+        stderr(&out)
+    );
+
+    let url = serve_dir(dry_run().dist.clone());
+    let out = install_from(&url, prefix.path(), &["--version", "0.0.1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(&format!("the release is {RUNNING}, not 0.0.1")),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = install_sh(
+        &repo("install/install.sh"),
+        &["--from", &url, "--target", TARGET, "--prefix", p],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("carries no release key"),
+        "{}",
+        stderr(&out)
+    );
+
+    let left: Vec<_> = std::fs::read_dir(prefix.path()).expect("prefix").collect();
+    assert!(left.is_empty(), "nothing installed: {left:?}");
+}
+
+/// `nd7 self-update` from a script-installed copy: an older installed build
+/// (the test build, told it is 0.0.9) moves to the release, both binaries
+/// replaced by the release's; a newer one (told 9.0.0) refuses it and keeps
+/// what it has.
+#[test]
+fn self_update_moves_an_older_install_to_the_release_and_refuses_the_reverse() {
+    let run = dry_run();
+    let url = serve_dir(run.dist.clone());
+    let prefix = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("prefix");
+    let out = install_from(&url, prefix.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let bin = prefix.path().join("bin");
+    let update = |pretend: &str| {
+        std::fs::write(bin.join("nd7-exec"), b"old exec").expect("old exec");
+        Command::new(bin.join("nd7"))
+            .args(["self-update", "--from", &url])
+            .env("ND7_TEST_RELEASE_KEY", &run.key_hex)
+            .env("ND7_TEST_VERSION", pretend)
+            .output()
+            .expect("nd7 self-update")
+    };
+    let release_exec = std::fs::read(run.dist.join(format!("nd7-exec-{TARGET}"))).expect("exec");
+
+    let out = update("0.0.9");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), format!("nd7 self-update: now {RUNNING}\n"));
+    assert!(std::fs::read(bin.join("nd7-exec")).expect("exec") == release_exec);
+
+    let out = update("9.0.0");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out).trim_end(),
+        format!(
+            "nd7 self-update: the release is {RUNNING}, not newer than this nd7 (9.0.0); nothing was replaced (--allow-downgrade installs it anyway)"
+        )
+    );
+    assert_eq!(
+        std::fs::read(bin.join("nd7-exec")).expect("exec"),
+        b"old exec"
+    );
+}
+
+/// The manifest the dry run signed with openssl is one `nd7 self-update`
+/// accepts, naming the raw binaries by their BLAKE3.
+#[test]
+fn the_release_manifest_verifies_as_self_update_reads_it() {
+    let run = dry_run();
+    let (manifest, signature) = nd7_core::self_update::manifest_name(TARGET);
+    let key = nd7_core::vault::unhex::<32>(&run.key_hex).expect("key hex");
+    let m = nd7_core::self_update::verify(
+        &std::fs::read(run.dist.join(manifest)).expect("manifest"),
+        &std::fs::read_to_string(run.dist.join(signature)).expect("sig"),
+        &key,
+    )
+    .expect("the manifest verifies");
+    assert_eq!(
+        (m.version.to_string(), m.target.as_str()),
+        (RUNNING.to_string(), TARGET)
+    );
+    for (name, hash, file) in &m.files {
+        assert_eq!(file, &format!("{name}-{TARGET}"));
+        let bytes = std::fs::read(run.dist.join(file)).expect("binary");
+        assert_eq!(&blake3::hash(&bytes).to_hex().to_string(), hash);
+    }
+}
+
+/// The formula the release generates for the tap names this archive with
+/// its SHA-256, keeps head, the service, completions, man page and the test,
+/// and is valid Ruby.
+#[test]
+fn the_generated_formula_names_the_archive_and_its_sha256() {
+    let run = dry_run();
+    let formula = std::fs::read_to_string(run.dist.join("nd7.rb")).expect("nd7.rb");
+    let archive = archive_name();
+    let sum = sha256_hex(&std::fs::read(run.dist.join(&archive)).expect("archive"));
+    let url =
+        format!("url \"https://github.com/nd7-dev/nd7/releases/download/v{RUNNING}/{archive}\"");
+    let at = formula
+        .find(&url)
+        .unwrap_or_else(|| panic!("{url} in {formula}"));
+    assert!(
+        formula[at..]
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.trim() == format!("sha256 \"{sum}\"")),
+        "{formula}"
+    );
+    for needle in [
+        "head do",
+        "service do",
+        "run [opt_bin/\"nd7\", \"ship\"]",
+        "man1.install \"doc/nd7.1\"",
+        "zsh_completion.install",
+        "test do",
+        "nd7 verify",
+        &format!("version \"{RUNNING}\""),
+    ] {
+        assert!(formula.contains(needle), "the formula lacks {needle}");
+    }
+    let out = Command::new("ruby")
+        .arg("-c")
+        .arg(run.dist.join("nd7.rb"))
+        .output()
+        .expect("ruby is needed: apt-get install ruby");
+    assert!(out.status.success(), "{}", stderr(&out));
+}
