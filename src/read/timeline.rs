@@ -1243,6 +1243,31 @@ mod tests {
         }
     }
 
+    /// The agent's own API connections, allowed, fold (one per model
+    /// turn); any other connection, or a refused one, stays a row.
+    #[test]
+    fn only_the_agents_allowed_api_connections_fold() {
+        let net = |seq, verdict: &str, rule: &str| {
+            line_from(
+                seq,
+                "effect:nd7-proxy",
+                "net",
+                None,
+                json!({"verdict": verdict, "rule": rule}),
+            )
+        };
+        let items = run(&[
+            net(0, "allowed", "127.0.0.1:443 (agent API)"),
+            net(1, "allowed", "registry.npmjs.org:443 (preset npm)"),
+            net(2, "refused", "127.0.0.1:443 (agent API)"),
+        ]);
+        let folded: Vec<bool> = items
+            .iter()
+            .map(|i| matches!(i, Item::Observed(o) if o.folded))
+            .collect();
+        assert_eq!(folded, [true, false, false]);
+    }
+
     /// A call passed over (its turn ended without its result, and no
     /// command went through the exit) never ran: Claude Code refused it. A
     /// call that only a prompt or other results followed was stopped, or
