@@ -698,42 +698,13 @@ fn run_is_live(id: &str) -> bool {
             .is_ok_and(|r| r.log.is_some_and(|l| l.id == id))
 }
 
-/// The session `target` names, as `nd7 show` takes it (`Store::resolve`):
-/// an id, the short prefix `nd7 sessions` prints, `last`, or a path to a
-/// session directory or its events.ndjson. A path, or an id with a
-/// directory, is taken as it is, so that verify names what is wrong with it.
-fn resolve_target(target: &str) -> Result<SessionLog, String> {
-    let direct = by_id_or_path(target);
-    let named = target.contains('/')
-        || std::path::Path::new(target).exists()
-        || direct.as_ref().is_ok_and(|log| log.dir().exists());
-    if named {
-        return direct.map_err(|e| e.to_string());
-    }
-    let store = nd7_core::read::store::Store::open().map_err(|e| e.to_string())?;
+/// The session `target` names, by the one lookup every reading command
+/// uses (`Store::resolve`): an id, the short prefix `nd7 sessions` prints,
+/// `last`, or a path to a session directory or its events.ndjson.
+fn resolve_target(target: &str) -> Result<SessionLog, nd7_core::read::ReadError> {
+    let store = nd7_core::read::store::Store::open()?;
     let mut index = nd7_core::read::index::Index::load(&store.state);
-    match store.resolve(target, &mut index) {
-        Ok(at) => Ok(at.log),
-        // No session by that prefix either: verify says so of the id.
-        Err(nd7_core::read::ReadError::NotFound { .. }) => direct.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// A target with a path separator, or one that exists as a path while no
-/// session has that id, is a path; anything else is a session id.
-fn by_id_or_path(target: &str) -> Result<SessionLog, session_log::Error> {
-    let as_path = PathBuf::from(target);
-    if target.contains('/') {
-        return SessionLog::at_path(&as_path);
-    }
-    let sessions = session_log::sessions_dir(&session_log::state_dir()?);
-    let by_id = SessionLog::new(&sessions, target);
-    match by_id {
-        Ok(log) if log.dir().exists() || !as_path.exists() => Ok(log),
-        _ if as_path.exists() => SessionLog::at_path(&as_path),
-        other => other,
-    }
+    Ok(store.resolve(target, &mut index)?.log)
 }
 
 fn report(

@@ -768,6 +768,14 @@ impl Builder {
         let id = match entry.kind.as_str() {
             // Evidence about the transcript, not a call: --full shows it.
             crate::transcript::ANCHOR => return true,
+            // The agent reaching its own API, allowed: one per model turn,
+            // routine; --full shows it (any other connection stays a row).
+            crate::run_entry::NET => {
+                return entry.body["verdict"] == "allowed"
+                    && entry.body["rule"]
+                        .as_str()
+                        .is_some_and(|r| r.ends_with(&format!("({})", crate::egress::AGENT_API)));
+            }
             EXEC_END => entry.body["exec"]
                 .as_u64()
                 .and_then(|exec| self.execs.remove(&exec)),
@@ -1288,6 +1296,31 @@ mod tests {
                 .count();
             assert_eq!(folded, 3, "after={after}: {items:?}");
         }
+    }
+
+    /// The agent's own API connections, allowed, fold (one per model
+    /// turn); any other connection, or a refused one, stays a row.
+    #[test]
+    fn only_the_agents_allowed_api_connections_fold() {
+        let net = |seq, verdict: &str, rule: &str| {
+            line_from(
+                seq,
+                "effect:nd7-proxy",
+                "net",
+                None,
+                json!({"verdict": verdict, "rule": rule}),
+            )
+        };
+        let items = run(&[
+            net(0, "allowed", "127.0.0.1:443 (agent API)"),
+            net(1, "allowed", "registry.npmjs.org:443 (preset npm)"),
+            net(2, "refused", "127.0.0.1:443 (agent API)"),
+        ]);
+        let folded: Vec<bool> = items
+            .iter()
+            .map(|i| matches!(i, Item::Observed(o) if o.folded))
+            .collect();
+        assert_eq!(folded, [true, false, false]);
     }
 
     /// A call passed over (its turn ended without its result, and no

@@ -636,7 +636,7 @@ fn every_command_takes_the_ids_sessions_prints() {
     let out = nd7(&state, &["verify", &dir.dir().display().to_string()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     for (cmd, said) in [
-        (&["verify", "zzz"][..], "zzz: no such session"),
+        (&["verify", "zzz"][..], "no session \"zzz\""),
         (&["show", "zzz"], "no session \"zzz\""),
     ] {
         let out = nd7(&state, cmd);
