@@ -24,6 +24,7 @@ mod door_load;
 mod e2e;
 #[cfg(target_os = "linux")]
 mod egress;
+mod egress_attacks;
 #[cfg(target_os = "linux")]
 mod exit_ruleset;
 mod exit_status;
