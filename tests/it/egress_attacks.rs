@@ -482,6 +482,7 @@ echo "setns:$reached"
 x userns-setns unshare -rn bash -c 'echo u > /dev/tcp/127.0.0.1/{e}'
 x exit-direct "$EXEC" 'echo exit > /dev/tcp/127.0.0.1/{e}'
 x exit-proxy "$EXEC" 'curl -sf --max-time 10 http://127.0.0.1:{e}/exit'
+x net-admin ip link add nd7x0 type dummy
 "#,
         home = home_sock.display(),
         proj = proj_sock.display(),
@@ -495,7 +496,8 @@ x exit-proxy "$EXEC" 'curl -sf --max-time 10 http://127.0.0.1:{e}/exit'
             "setns:no",
             "userns-setns:no",
             "exit-direct:no",
-            "exit-proxy:no"
+            "exit-proxy:no",
+            "net-admin:no"
         ],
         "{}",
         text(&out.stderr)
@@ -593,5 +595,44 @@ x reached curl -sf http://localhost:{p}/
         "{}",
         text(&out.stderr)
     );
+    assert_eq!(sink.received(), "");
+}
+
+/// Names a rule allows that resolve where they must not (DNS rebinding):
+/// every spelling of the host's loopback the proxy could be handed (the
+/// unspecified address, which Linux connects to loopback; IPv4-mapped and
+/// -compatible IPv6; another 127/8 address), under an exact rule and under
+/// a `*.DOMAIN` one. None may reach the loopback listener.
+#[test]
+fn allowed_names_that_resolve_to_loopback_in_any_spelling_are_refused() {
+    let w = World::new();
+    let sink = Sink::on(HTTP_OK);
+    let p = sink.port;
+    let names = [
+        ("zero.test", "0.0.0.0"),
+        ("mapped.test", "::ffff:127.0.0.1"),
+        ("compat.test", "::127.0.0.1"),
+        ("other.test", "127.0.0.2"),
+        ("a.wild.test", "127.0.0.1"),
+        ("six.test", "::1"),
+    ];
+    let mut grant = format!("net *.wild.test:{p}\n");
+    let mut body = SEND.to_string();
+    for (name, _) in &names[..4] {
+        grant.push_str(&format!("net {name}:{p}\n"));
+    }
+    grant.push_str(&format!("net six.test:{p}\n"));
+    for (name, _) in &names {
+        body.push_str(&format!("status {name} {name}:{p}\n"));
+    }
+    grants(&w, &grant);
+    let hosts: Vec<String> = names.iter().map(|(n, a)| format!("{n}={a}")).collect();
+    let out = w
+        .nd7(&["run", &w.agent(&body)])
+        .env("ND7_TEST_HOSTS", hosts.join(","))
+        .output()
+        .expect("nd7 run");
+    let want: Vec<String> = names.iter().map(|(n, _)| format!("{n}:403")).collect();
+    assert_eq!(lines(&out), want, "{}", text(&out.stderr));
     assert_eq!(sink.received(), "");
 }
