@@ -209,7 +209,12 @@ fn every_host_header_names_the_host_it_is_sent_to() {
     let body = format!("{SEND}raw control req-ctl\nraw second req-dup\nraw unparsed req-odd\n");
     let out = w.run_agent(&body);
     let got = lines(&out);
-    assert_eq!(got[0], "control:no", "{}", text(&out.stderr));
+    assert_eq!(
+        got.first().map(String::as_str),
+        Some("control:no"),
+        "{}",
+        text(&out.stderr)
+    );
     assert!(!ctl.received().contains("evil"));
     assert!(
         !dup.received().contains("evil-dup.test"),
@@ -361,6 +366,7 @@ fn slow_heads_do_not_starve_the_agents_api() {
     let w = World::new();
     let api = Sink::on(HTTP_OK);
     let body = r#"
+trap '' PIPE
 P=${HTTP_PROXY##*:}
 fds=()
 for i in $(seq 600); do exec {fd}<>/dev/tcp/127.0.0.1/$P || break; printf C >&$fd; fds+=($fd); done
