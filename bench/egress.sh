@@ -7,16 +7,18 @@
 #   3. nd7 run's start (nd7 run true), with the network namespace and proxy
 #      vs without (ND7_FAULT=no-netns, a test build's knob: needs a debug
 #      build or --features fault-injection).
-# Needs curl, python3 and hyperfine. Run as the account nd7 runs as.
-# usage: bench/egress.sh [N]       (default N = 200)
+# Needs curl and python3. Run as the account nd7 runs as.
+# usage: bench/egress.sh [N]       (default N = 200; ND7=path/to/nd7 to skip the release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-200}
-for tool in curl python3 hyperfine; do
+for tool in curl python3; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is missing" >&2; exit 2; }
 done
-cargo build --quiet --release --features fault-injection --bins
-ND7=$PWD/target/release/nd7
+if [ -z "${ND7:-}" ]; then
+  cargo build --quiet --release --features fault-injection --bins
+  ND7=$PWD/target/release/nd7
+fi
 W=$(mktemp -d)
 trap 'kill $server 2>/dev/null; rm -rf "$W"' EXIT
 head -c 200000000 /dev/zero > "$W/big"
@@ -50,6 +52,13 @@ echo "1. request time, median of $N: direct $(awk -v x="$d" 'BEGIN{printf "%.3f"
 db=$(cat "$W/direct.big"); pb=$(cat "$W/proxied.big")
 echo "2. 200 MB download: direct $(awk -v x="$db" 'BEGIN{printf "%.0f", x/1e6}') MB/s, through the proxy $(awk -v x="$pb" 'BEGIN{printf "%.0f", x/1e6}') MB/s: $(awk -v a="$pb" -v b="$db" 'BEGIN{printf "%.2f", a/b}')x"
 cd "$W"
-hyperfine -N --warmup 3 --runs 30 --export-csv "$W/start.csv" \
-  "env ND7_FAULT=no-netns $ND7 run true" "$ND7 run true" >/dev/null 2>&1
-awk -F, 'NR>1 {t[NR-1]=$2} END {printf "3. nd7 run true: without egress %.1f ms, with %.1f ms: %.2fx\n", t[1]*1000, t[2]*1000, t[2]/t[1]}' "$W/start.csv"
+# 3. nd7 run's start, alternating with and without, 30 of each; medians.
+for i in $(seq 30); do
+  for mode in with without; do
+    fault=; [ "$mode" = without ] && fault=no-netns
+    t0=$(date +%s%N); ND7_FAULT=$fault "$ND7" run true 2>/dev/null; t1=$(date +%s%N)
+    echo $(( (t1 - t0) / 1000 )) >> "$W/start.$mode"
+  done
+done
+sw=$(median "$W/start.with"); so=$(median "$W/start.without")
+echo "3. nd7 run true, median of 30: without egress $(awk -v x="$so" 'BEGIN{printf "%.1f", x/1000}') ms, with $(awk -v x="$sw" 'BEGIN{printf "%.1f", x/1000}') ms: $(awk -v a="$sw" -v b="$so" 'BEGIN{printf "%.2f", a/b}')x"

@@ -1212,7 +1212,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__sessions)
-            opts="-h --project --since --until --failed --refused --verify --no-verify --json --color --no-pager --help"
+            opts="-h --project --since --until --failed --refused --verify --no-verify --ids --json --color --no-pager --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1351,3 +1351,19 @@ if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERS
 else
     complete -F _nd7 -o bashdefault -o default nd7
 fi
+
+# nd7's addition: session ids for `nd7 show` and `nd7 verify` (`nd7 sessions --ids`).
+_nd7_sessions() {
+    local i cmd=""
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${COMP_WORDS[i]}" in -*) ;; *) cmd="${COMP_WORDS[i]}"; break ;; esac
+    done
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
+    case "$prev" in --only|--color|--threads) cmd="" ;; esac
+    if [[ ( "$cmd" == show || "$cmd" == verify ) && "$cur" != -* ]]; then
+        COMPREPLY=( $(compgen -W "last $("${COMP_WORDS[0]}" sessions --ids 2>/dev/null)" -- "$cur") )
+        return 0
+    fi
+    _nd7 "$@"
+}
+complete -F _nd7_sessions -o bashdefault -o default nd7

@@ -64,6 +64,7 @@ complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l failed -d 'Only ses
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l refused -d 'Only sessions with a refused tool call (by nd7\'s sandbox or by Claude Code\'s permissions)'
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l verify -d 'Verify every listed session whose chain is unchecked first, however large (without it, only up to 16 MiB of logs are)'
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l no-verify -d 'Check no chain: CHAIN says only what earlier checks found'
+complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l ids -d 'Only the sessions\' ids, one a line (what completion offers)'
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l json -d 'One JSON object per session (NDJSON)'
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -l no-pager -d 'Never page (by default a terminal gets $ND7_PAGER, $PAGER or `less -FRX`)'
 complete -c nd7 -n "__fish_nd7_using_subcommand sessions" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -262,8 +262,9 @@ pub fn man_page() -> Vec<u8> {
 /// $XDG_STATE_HOME/nd7/index, checked against each log's file facts and
 /// brought up to date from what was appended. CHAIN is what the last
 /// `nd7 verify` (or `nd7 show`, or --verify here) found while the log was
-/// as it is now; the newest unchecked chains, up to 16 MiB of logs, are
-/// checked on the way (--verify checks them all); "unchecked" otherwise.
+/// as it is now; when at most 200 sessions are listed, the newest
+/// unchecked chains, up to 16 MiB of logs, are checked on the way
+/// (--verify checks them all); "unchecked" otherwise.
 /// Exits 0, or 2 when the state directory cannot be read or an argument is
 /// wrong.
 #[derive(clap::Args)]
@@ -291,6 +292,9 @@ pub struct SessionsArgs {
     /// Check no chain: CHAIN says only what earlier checks found.
     #[arg(long, conflicts_with = "verify")]
     pub no_verify: bool,
+    /// Only the sessions' ids, one a line (what completion offers).
+    #[arg(long, hide = true, conflicts_with = "json")]
+    pub ids: bool,
     /// One JSON object per session (NDJSON).
     #[arg(long)]
     pub json: bool,
@@ -334,6 +338,27 @@ pub struct ShowArgs {
     #[command(flatten)]
     pub view: View,
 }
+
+/// Added to clap's bash script: session ids (and `last`) where `nd7 show`
+/// and `nd7 verify` take a session, from `nd7 sessions --ids`; clap's own
+/// completion everywhere else.
+const BASH_SESSIONS: &str = r#"
+# nd7's addition: session ids for `nd7 show` and `nd7 verify` (`nd7 sessions --ids`).
+_nd7_sessions() {
+    local i cmd=""
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${COMP_WORDS[i]}" in -*) ;; *) cmd="${COMP_WORDS[i]}"; break ;; esac
+    done
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
+    case "$prev" in --only|--color|--threads) cmd="" ;; esac
+    if [[ ( "$cmd" == show || "$cmd" == verify ) && "$cur" != -* ]]; then
+        COMPREPLY=( $(compgen -W "last $("${COMP_WORDS[0]}" sessions --ids 2>/dev/null)" -- "$cur") )
+        return 0
+    fi
+    _nd7 "$@"
+}
+complete -F _nd7_sessions -o bashdefault -o default nd7
+"#;
 
 /// What `nd7 show --only` keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -442,6 +467,8 @@ pub enum Admin {
     ///
     /// The token names the version of the recipients document given, so a
     /// machine enrolling with it refuses any older one the vault might serve.
+    /// Also spelt `enroll-token`, as `nd7 enroll` is.
+    #[command(alias = "enroll-token")]
     EnrolToken {
         /// The organisation key from `nd7 admin org-key`.
         #[arg(long, value_name = "FILE")]
@@ -573,7 +600,8 @@ impl Shell {
 
         match self {
             Shell::Bash => {
-                clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, "nd7", &mut out)
+                clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, "nd7", &mut out);
+                out.extend_from_slice(BASH_SESSIONS.as_bytes());
             }
             Shell::Zsh => {
                 clap_complete::generate(clap_complete::Shell::Zsh, &mut cmd, "nd7", &mut out)
@@ -586,6 +614,7 @@ impl Shell {
     }
 
     /// The file name the script is committed under in completions/.
+    /// (Bash's script ends with [`BASH_SESSIONS`].)
     pub fn file_name(self) -> &'static str {
         match self {
             Shell::Bash => "nd7.bash",
@@ -614,7 +643,9 @@ pub struct RunArgs {
     #[arg(long = "allow", value_name = "DIR")]
     pub allow: Vec<PathBuf>,
     /// Let commands write a toolchain's caches (npm, pnpm, yarn, cargo, pip, uv,
-    /// python-user, go, maven, gradle; docs/sandbox.md says what each risks).
+    /// python-user, go, maven, gradle; docs/sandbox.md says what each risks), and
+    /// reach its registry's hosts (npm, cargo, pip, uv, python-user, go; github
+    /// brings only hosts).
     #[arg(long = "preset", value_name = "NAME")]
     pub preset: Vec<String>,
     /// `strict`: refuse to start where the kernel cannot keep the agent's

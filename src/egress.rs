@@ -103,6 +103,11 @@ pub struct Connection {
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub duration_ms: u64,
+    /// For a refusal: the process that asked (pid, name), where it can be
+    /// told, and whether it is the agent's own program (its own traffic:
+    /// not told to the model).
+    pub client: Option<(u32, String)>,
+    pub agent_own: bool,
 }
 
 impl Connection {
@@ -120,12 +125,19 @@ impl Connection {
             "bytes_up": self.bytes_up,
             "bytes_down": self.bytes_down,
             "duration_ms": self.duration_ms,
+            "pid": self.client.as_ref().map(|c| c.0),
+            "process": self.client.as_ref().map(|c| c.1.clone()),
+            "agent_own": self.agent_own,
         })
     }
 }
 
 /// Called once for every connection, when it ends.
 pub type Record = Arc<dyn Fn(&Connection) + Send + Sync>;
+
+/// Tells which process holds the client's end of a connection (its address,
+/// then the proxy's): pid and name.
+pub type Who = fn(SocketAddr, SocketAddr) -> Option<(u32, String)>;
 
 /// Caps on connections: past `tunnels` open at once, only the agent's own
 /// API gets one (`reserve` more), so the agent's commands cannot starve it.
@@ -158,6 +170,9 @@ pub struct Proxy {
     pending: AtomicUsize,
     /// The refusals so far, for the run's end.
     refused: RwLock<Vec<String>>,
+    who: Option<Who>,
+    /// The agent's program, once started (0 before).
+    agent: std::sync::atomic::AtomicU32,
 }
 
 impl Proxy {
@@ -171,7 +186,21 @@ impl Proxy {
             open: AtomicUsize::new(0),
             pending: AtomicUsize::new(0),
             refused: RwLock::new(Vec::new()),
+            who: None,
+            agent: std::sync::atomic::AtomicU32::new(0),
         }
+    }
+
+    /// Names the process behind each refused connection with `who`.
+    pub fn who(mut self, who: Who) -> Proxy {
+        self.who = Some(who);
+        self
+    }
+
+    /// The agent's program, whose own refused connections (updates,
+    /// telemetry) are logged but not told to the model.
+    pub fn agent_started(&self, pid: u32) {
+        self.agent.store(pid, Ordering::SeqCst);
     }
 
     /// Reads changes to the rules from `file` before each connection.
@@ -262,9 +291,19 @@ impl Proxy {
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,
+            client: None,
+            agent_own: false,
         };
         let outcome = self.serve_request(&mut client, &request, &head, rest, &mut conn);
         if let Err(why) = outcome {
+            if matches!(why, Refusal::Rule(_))
+                && let (Some(who), Ok(peer), Ok(local)) =
+                    (self.who, client.peer_addr(), client.local_addr())
+            {
+                conn.client = who(peer, local);
+                let agent = self.agent.load(Ordering::SeqCst);
+                conn.agent_own = agent != 0 && conn.client.as_ref().is_some_and(|c| c.0 == agent);
+            }
             self.refuse(&mut client, &mut conn, &request, why);
         }
         conn.duration_ms = started.elapsed().as_millis() as u64;
@@ -792,8 +831,8 @@ fn codex_base_url(home: &std::path::Path) -> Option<String> {
 
 /// Adds `verb RULE` (`allow` or `deny`) to the rules file of the run in
 /// `run_dir`, then writes a `grant` entry into its log (`change`, `net`).
-/// The file is replaced whole (written beside, then renamed), so the proxy
-/// never reads half of it.
+/// The file is replaced whole (`files::replace`), so the proxy never reads
+/// half of it.
 pub fn change_rules(
     run_dir: &crate::run_dir::RunDir,
     verb: &str,
@@ -806,10 +845,13 @@ pub fn change_rules(
         Err(e) => return Err(format!("{}: read: {e}", path.display())),
     };
     text.push_str(&format!("{verb} {rule}\n"));
-    let staged = run_dir.dir.join(format!(".{RULES_FILE}.new"));
-    std::fs::write(&staged, &text)
-        .and_then(|()| std::fs::rename(&staged, &path))
-        .map_err(|e| format!("{}: write: {e}", path.display()))?;
+    crate::files::replace(
+        &path,
+        text.as_bytes(),
+        0o600,
+        crate::files::Durability::Atomic,
+    )
+    .map_err(|e| e.to_string())?;
     let body = json!({ "change": verb, "net": rule.to_string() });
     crate::run_log::note(run_dir, crate::run_entry::GRANT, &body)
         .map(|_| ())

@@ -19,6 +19,7 @@
 //! - [`floor_wire`]: what `nd7-exec`, `nd7 record` and `nd7 run` say over the exit's and the door's sockets. Pure.
 //! - [`record`]: what `nd7 record` does with one payload: append it, or hand it to `nd7 run`.
 //! - [`run_entry`]: the entries nd7 writes from outside the floor, and a run's reconciliation. Pure.
+//! - [`effect`]: what ran, as the exec observer saw it (`effect:nd7` entries). Pure.
 //! - [`run_log`]: a run's chain on disk: the door's appends and nd7's own entries.
 //! - [`refusals`]: the floor's refusals a run is told of: judged, logged, explained, summed up.
 //! - [`shell_prefix`]: how Bash leaves the floor under `nd7 run claude`: the Bash tool's line read back, the settings. Pure.
@@ -47,6 +48,7 @@
 //! - [`watch`]: the watch over files that run later outside the floor.
 //! - [`passwd`]: an account's home from `/etc/passwd`.
 //! - [`cli`]: the command line's definition.
+//! - [`egress`]: the session's egress proxy, the one way out of `nd7 run`'s network namespace.
 //! - [`setup`]: `nd7 setup` (settings, completions, the ship timer, Codex), `nd7 doctor`,
 //!   and the trust checks of nd7's own binaries that `nd7 run` makes.
 //! - `self_update` (feature `self-update`): `nd7 self-update`.
@@ -58,6 +60,7 @@
 
 pub mod agents;
 pub use nd7_format::chain;
+pub use nd7_format::effect;
 pub mod cli;
 pub mod codex;
 pub mod egress;

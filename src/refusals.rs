@@ -72,6 +72,10 @@ impl Probe for Outside<'_> {
     fn is_dir(&self, path: &Path) -> bool {
         std::fs::metadata(path).is_ok_and(|m| m.is_dir())
     }
+
+    fn exists(&self, path: &Path) -> bool {
+        std::fs::symlink_metadata(path).is_ok()
+    }
 }
 
 /// Judges the tool call in `payload` (what `nd7 hook-explain` received)

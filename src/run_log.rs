@@ -103,6 +103,9 @@ pub struct RunLog {
     /// What to tell the model of each connection the egress proxy refused
     /// by its rules, and how many of them it has been told.
     net_refused: Mutex<(Vec<String>, usize)>,
+    /// The commands the exit started, by the pid of their first process:
+    /// the seq of each one's `exec` entry, for the execs seen below it.
+    commands: Mutex<std::collections::HashMap<u32, u64>>,
 }
 
 impl RunLog {
@@ -154,6 +157,7 @@ impl RunLog {
             budget: door_budget(),
             floor_refused: Mutex::default(),
             net_refused: Mutex::default(),
+            commands: Mutex::default(),
         }
     }
 
@@ -244,7 +248,11 @@ impl RunLog {
     /// Appends the egress proxy's entry for one connection
     /// (`source: effect:nd7-proxy`, kind `net`).
     pub fn net(&self, body: &Value) -> Result<Appended, RunLogError> {
-        if let (Some(allow), Some(why)) = (body["allow"].as_str(), body["why"].as_str()) {
+        if let (Some(allow), Some(why), false) = (
+            body["allow"].as_str(),
+            body["why"].as_str(),
+            body["agent_own"] == true,
+        ) {
             let host = format!(
                 "{}:{}",
                 body["host"].as_str().unwrap_or("?"),
@@ -402,6 +410,26 @@ impl RunLog {
         let cwd = cwd.to_string_lossy();
         self.note(run_entry::EXEC, Some(&cwd), tool_use_id.as_deref(), &body)
             .map(|a| a.seq)
+    }
+
+    /// Notes that the command whose `exec` entry is `exec` started as
+    /// process `pid` (a child of `nd7 run`), so the execs seen below it
+    /// name it.
+    pub fn command_started(&self, pid: u32, exec: u64) {
+        if let Ok(mut c) = self.commands.lock() {
+            c.insert(pid, exec);
+        }
+    }
+
+    /// The `exec` seq of the command started as `pid`, if one was.
+    pub fn command_of(&self, pid: u32) -> Option<u64> {
+        self.commands.lock().ok()?.get(&pid).copied()
+    }
+
+    /// Appends one of the exec observer's entries (`source: effect:nd7`).
+    pub fn effect(&self, kind: &'static str, body: &Value) -> Result<Appended, RunLogError> {
+        let event = crate::effect::event(&self.stamp(), kind, body);
+        Ok(self.log.append(&event)?)
     }
 
     /// Writes the `exec_end` entry of the command whose `exec` entry is `exec`.

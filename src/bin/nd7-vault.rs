@@ -92,7 +92,7 @@ enum Command {
     /// vault's key (`nd7-vault key`). SIGTERM finishes the requests in
     /// progress and exits; SIGHUP reads the certificate and key again.
     /// Several servers may share one PostgreSQL database.
-    Serve(Serve),
+    Serve(Box<Serve>),
     /// Make the vault's signing key (0600, refuses to overwrite); print its public key.
     ///
     /// The key countersigns what the vault stores. Admins name its public
@@ -186,7 +186,8 @@ struct Serve {
     /// Connections open at once [default: 4096, or fewer if the file
     /// descriptor limit is lower]. When all are open, a new one evicts the
     /// oldest anonymous connection (none of its requests yet signed by an
-    /// enrolled machine or carrying a read token) not in a request.
+    /// enrolled machine or carrying a read token) not answering a known
+    /// machine's request.
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
     /// Of those, how many are kept for connections a signed request or a
@@ -317,7 +318,7 @@ fn main() -> ExitCode {
 fn run(command: Command) -> Result<(), ExitCode> {
     let now = vault_server::unix_now();
     match command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Key { db } => key(&db),
         Command::ReadToken { db, days } => {
             let mut store = open(&Database::parse(&db.db))?;

@@ -556,6 +556,7 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
             }
         );
     }
+    report_effects(&r.effects, prefix);
     if !r.hooks {
         println!(
             "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
@@ -645,6 +646,42 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
     Ok(agrees && ended && whole)
 }
 
+/// What ran (`effect:nd7`, ADR-0111), held against the commands through
+/// the exit: counts, and what ran under no call. None of it is a
+/// disagreement: what ran without a call is the agent's own work (its tools,
+/// MCP servers, hooks) or a process a command left behind.
+fn report_effects(e: &nd7_core::run_entry::Effects, prefix: &str) {
+    use nd7_core::read::safe;
+    if !e.present {
+        return;
+    }
+    if let Some(why) = &e.not_observed {
+        println!(
+            "{prefix}what ran: not observed in this run ({})",
+            safe::term(why, safe::Lines::One)
+        );
+        return;
+    }
+    println!(
+        "{prefix}what ran: {} execs observed: {} under commands through the exit, {} ran without a call (the agent's own processes and what they started), {} started by a command's process after the command had ended",
+        e.execs, e.under_commands, e.without_call, e.after_command
+    );
+    if e.unconfirmed > 0 {
+        println!(
+            "{prefix}note: {} exec{} not confirmed (the new program could not be read after its exec)",
+            e.unconfirmed,
+            if e.unconfirmed == 1 { "" } else { "s" }
+        );
+    }
+    if e.stopped > 0 {
+        println!(
+            "{prefix}note: {} exec{} not observed: stopped at the exec, before running, while the observer was past its bound",
+            e.stopped,
+            if e.stopped == 1 { " was" } else { "s were" }
+        );
+    }
+}
+
 /// Whether the `nd7 run` that writes the chain `id` (`run-<time>-<pid>-<hex>`)
 /// is running now: its chain has no `run_end` yet, and that is no fault.
 fn run_is_live(id: &str) -> bool {
@@ -661,13 +698,42 @@ fn run_is_live(id: &str) -> bool {
             .is_ok_and(|r| r.log.is_some_and(|l| l.id == id))
 }
 
-/// The session `target` names, by the one lookup every reading command
-/// uses (`Store::resolve`): an id, the short prefix `nd7 sessions` prints,
-/// `last`, or a path to a session directory or its events.ndjson.
-fn resolve_target(target: &str) -> Result<SessionLog, nd7_core::read::ReadError> {
-    let store = nd7_core::read::store::Store::open()?;
+/// The session `target` names, as `nd7 show` takes it (`Store::resolve`):
+/// an id, the short prefix `nd7 sessions` prints, `last`, or a path to a
+/// session directory or its events.ndjson. A path, or an id with a
+/// directory, is taken as it is, so that verify names what is wrong with it.
+fn resolve_target(target: &str) -> Result<SessionLog, String> {
+    let direct = by_id_or_path(target);
+    let named = target.contains('/')
+        || std::path::Path::new(target).exists()
+        || direct.as_ref().is_ok_and(|log| log.dir().exists());
+    if named {
+        return direct.map_err(|e| e.to_string());
+    }
+    let store = nd7_core::read::store::Store::open().map_err(|e| e.to_string())?;
     let mut index = nd7_core::read::index::Index::load(&store.state);
-    Ok(store.resolve(target, &mut index)?.log)
+    match store.resolve(target, &mut index) {
+        Ok(at) => Ok(at.log),
+        // No session by that prefix either: verify says so of the id.
+        Err(nd7_core::read::ReadError::NotFound { .. }) => direct.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A target with a path separator, or one that exists as a path while no
+/// session has that id, is a path; anything else is a session id.
+fn by_id_or_path(target: &str) -> Result<SessionLog, session_log::Error> {
+    let as_path = PathBuf::from(target);
+    if target.contains('/') {
+        return SessionLog::at_path(&as_path);
+    }
+    let sessions = session_log::sessions_dir(&session_log::state_dir()?);
+    let by_id = SessionLog::new(&sessions, target);
+    match by_id {
+        Ok(log) if log.dir().exists() || !as_path.exists() => Ok(log),
+        _ if as_path.exists() => SessionLog::at_path(&as_path),
+        other => other,
+    }
 }
 
 fn report(

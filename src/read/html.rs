@@ -373,7 +373,7 @@ fn refusals_table(o: &mut String, items: &[Item], tz: &TimeZone) {
         match item {
             Item::Tool(t) if t.status == Status::Refused => match t.refused_by {
                 Some(RefusedBy::Nd7Sandbox) => {
-                    path_rows(&mut rows, at(&t.at), &t.tool, t.refused_paths.clone())
+                    path_rows(&mut rows, at(&t.at), &t.tool, t.refused_paths.to_vec())
                 }
                 _ => rows.push((
                     at(&t.at),

@@ -93,7 +93,7 @@ pub struct Summary {
     /// `tool_use_id` → `progress` when they were made. No default: a
     /// summary kept before these were counted is rebuilt from its log.
     pub pending: std::collections::BTreeMap<String, u64>,
-    /// Results and turn ends so far.
+    /// Turn ends so far.
     pub progress: u64,
     pub subagents: u64,
     /// Entries nd7 wrote from outside the agent.
@@ -165,9 +165,9 @@ impl Summary {
                     self.pending.insert(id.to_string(), self.progress);
                 }
             }
+            // The turn cannot end while one of its calls runs.
             "turn_end" => self.progress += 1,
             "tool_result" => {
-                self.progress += 1;
                 if let Some(id) = e.tool_use() {
                     self.pending.remove(id);
                 }
@@ -203,8 +203,8 @@ impl Summary {
         }
     }
 
-    /// Calls Claude Code never ran: no result while results or turn ends
-    /// came after them (before any prompt), and no command through the exit
+    /// Calls Claude Code never ran: no result though their turn ended
+    /// (before any prompt), and no command through the exit
     /// (`timeline::never_ran` reads one call the same way).
     pub fn never_ran(&self) -> u64 {
         self.pending

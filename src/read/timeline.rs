@@ -223,8 +223,8 @@ pub struct Tool {
     pub refused_by: Option<RefusedBy>,
     /// The paths nd7's sandbox refused it, each with why and the fix, from
     /// the call's `floor_refused` entry.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub refused_paths: Vec<RefusedPath>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub refused_paths: Box<[RefusedPath]>,
     /// nd7's own entries about this call (`exec`, `exec_end`,
     /// `floor_refused`), folded into it; each is also an item of its own.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -399,6 +399,9 @@ fn observed_summary(entry: &Entry) -> String {
         body["wrapper"] = Value::String("Claude Code's shell line".into());
         return entry::scalars(&body, SUMMARY_LEN);
     }
+    if entry.source == crate::effect::SOURCE && entry.kind == crate::effect::RAN {
+        return ran_summary(&entry.body);
+    }
     let scalars = entry::scalars(&entry.body, SUMMARY_LEN);
     if entry.kind != crate::run_entry::RUN_START {
         return scalars;
@@ -462,6 +465,58 @@ fn net_summary(body: &Value) -> String {
     entry::cut(&line, SUMMARY_LEN).to_string()
 }
 
+/// The one line a `ran` entry shows: how many execs, the programs by how
+/// often they ran (most first), and the commands through the exit they ran
+/// under (by the seq of each one's `exec` entry).
+fn ran_summary(body: &Value) -> String {
+    let exes = body["exes"].as_array().cloned().unwrap_or_default();
+    let execs = body["execs"].as_array().cloned().unwrap_or_default();
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    let mut commands: Vec<u64> = Vec::new();
+    for x in &execs {
+        let name = match x["exe"].as_u64().and_then(|i| exes.get(i as usize)) {
+            Some(exe) => {
+                let path = exe[0].as_str().unwrap_or("?");
+                path.rsplit('/').next().unwrap_or(path).to_string()
+            }
+            None => "(not confirmed)".to_string(),
+        };
+        match counts.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, c)) => *c += 1,
+            None => counts.push((name, 1)),
+        }
+        if let Some(seq) = x["command"].as_u64()
+            && !commands.contains(&seq)
+        {
+            commands.push(seq);
+        }
+    }
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+    let programs: Vec<String> = counts
+        .iter()
+        .map(|(n, c)| {
+            if *c > 1 {
+                format!("{n} ×{c}")
+            } else {
+                n.clone()
+            }
+        })
+        .collect();
+    let under = if commands.is_empty() {
+        String::new()
+    } else {
+        let seqs: Vec<String> = commands.iter().map(u64::to_string).collect();
+        format!(" (under the commands of entries {})", seqs.join(", "))
+    };
+    let line = format!(
+        "{} exec{}: {}{under}",
+        execs.len(),
+        if execs.len() == 1 { "" } else { "s" },
+        programs.join(", ")
+    );
+    entry::cut(&line, SUMMARY_LEN).to_string()
+}
+
 /// The class of an entry nd7 wrote from outside the agent, read off its
 /// kind. Extend here when the exit writes kinds this does not know; an
 /// unknown kind is `Other`, and shown whole all the same.
@@ -471,7 +526,7 @@ pub fn observed_class(kind: &str) -> ObservedClass {
         ObservedClass::Grant
     } else if k.contains("refus") {
         ObservedClass::Refusal
-    } else if k.contains("command") || k.contains("exec") {
+    } else if k.contains("command") || k.contains("exec") || k == "ran" {
         ObservedClass::Command
     } else if k.contains("session") || k.starts_with("run_") {
         ObservedClass::Session
@@ -502,9 +557,9 @@ pub struct Builder {
     lingering: HashMap<String, u64>,
     /// `exec` entries folded into a call: their seq → the call's tool_use_id.
     execs: HashMap<u64, String>,
-    /// Results and turn ends so far: a call with none after it (before the
-    /// next prompt) may still be running, or was stopped; one with some was
-    /// passed over.
+    /// Turn ends so far: a call with none after it (before the next
+    /// prompt) may still be running, or was stopped; one the turn ended
+    /// without was passed over.
     progress: u64,
     /// Waiting calls: tool_use_id → `progress` when they were made.
     made_at: HashMap<String, u64>,
@@ -569,7 +624,8 @@ impl Builder {
             return;
         }
         match entry.kind.as_str() {
-            "tool_result" | "turn_end" => self.progress += 1,
+            // The turn cannot end while one of its calls runs.
+            "turn_end" => self.progress += 1,
             // A prompt before anything answered a call: the person stopped
             // it, or it still runs; it was not passed over.
             "prompt" => {
@@ -737,7 +793,7 @@ impl Builder {
             FLOOR_REFUSED => {
                 tool.status = Status::Refused;
                 tool.refused_by = Some(RefusedBy::Nd7Sandbox);
-                tool.refused_paths = RefusedPath::of(&entry.body);
+                tool.refused_paths = RefusedPath::of(&entry.body).into();
             }
             _ => {}
         }
@@ -801,7 +857,7 @@ impl Builder {
             output: None,
             reason: None,
             refused_by: None,
-            refused_paths: Vec::new(),
+            refused_paths: Box::default(),
             evidence: Vec::new(),
             call_seq: Some(entry.seq),
             result_seq: None,
@@ -865,7 +921,7 @@ impl Builder {
             output: None,
             reason: None,
             refused_by: None,
-            refused_paths: Vec::new(),
+            refused_paths: Box::default(),
             evidence: Vec::new(),
             call_seq: None,
             result_seq: None,
@@ -952,8 +1008,8 @@ impl Builder {
     }
 }
 
-/// A call that leaves with no result: when results or turn ends came
-/// after it, before any prompt, (`progress` past `made_at`) and, in a run, no command went
+/// A call that leaves with no result: when its turn ended after it,
+/// before any prompt, (`progress` past `made_at`) and, in a run, no command went
 /// through the exit for it, Claude Code never ran it: its permissions (or a
 /// hook) refused it. Otherwise it may still be running, or the agent died.
 fn never_ran(tool: &mut Tool, made_at: Option<u64>, progress: u64, run: bool) {
@@ -1234,19 +1290,37 @@ mod tests {
         }
     }
 
-    /// A call passed over (results or a turn end came after it, and no
+    /// A call passed over (its turn ended without its result, and no
     /// command went through the exit) never ran: Claude Code refused it. A
-    /// call that only a prompt followed was stopped, or still runs.
+    /// call that only a prompt or other results followed was stopped, or
+    /// still runs.
     #[test]
     fn a_call_passed_over_was_refused_by_claude_codes_permissions() {
+        let turn_end = |seq| {
+            line(
+                seq,
+                "turn_end",
+                None,
+                json!({"last_assistant_message": "ok"}),
+            )
+        };
         let items = run(&[
             bash_call(0, "denied", "touch x"),
             bash_call(1, "b", "ls"),
             bash_ok(2, "b", "ls", ""),
+            turn_end(3),
         ]);
         let t = tools(&items);
         assert_eq!(t[0].status, Status::Refused);
         assert_eq!(t[0].refused_by, Some(RefusedBy::Permissions));
+        // Other calls' results alone say nothing: it may still run (a Task,
+        // a call beside others), as in a session being recorded now.
+        let items = run(&[
+            bash_call(0, "long", "sleep 99"),
+            bash_call(1, "b", "ls"),
+            bash_ok(2, "b", "ls", ""),
+        ]);
+        assert_eq!(tools(&items)[0].status, Status::NoResult);
         let items = run(&[
             bash_call(0, "stopped", "sleep 9"),
             line(1, "prompt", None, json!({"prompt": "no, stop"})),
@@ -1443,6 +1517,27 @@ mod tests {
         );
         assert!(
             matches!(&items[1], Item::Observed(o) if o.summary == "project=/p grants=none pid=7 hooks=true"),
+            "{items:?}"
+        );
+    }
+
+    #[test]
+    fn what_ran_shows_its_programs_by_count_and_its_commands() {
+        let body = json!({
+            "exes": [["/usr/bin/cc", "1:2", "ab"], ["/usr/bin/make", "1:3", "cd"]],
+            "execs": [
+                {"pid": 1, "ppid": 0, "t": 1, "exe": 1, "argv": ["make"], "cwd": "/p", "command": 4},
+                {"pid": 2, "ppid": 1, "t": 2, "exe": 0, "argv": ["cc"], "cwd": "/p", "command": 4},
+                {"pid": 3, "ppid": 1, "t": 3, "exe": 0, "argv": ["cc"], "cwd": "/p", "command": 4},
+                {"pid": 4, "ppid": 1, "t": 4, "confirmed": false, "argv": [], "cwd": null}
+            ]
+        });
+        let items = run(&[line_from(5, "effect:nd7", "ran", None, body)]);
+        assert!(
+            matches!(
+                &items[0],
+                Item::Observed(o) if o.summary == "4 execs: cc ×2, make, (not confirmed) (under the commands of entries 4)"
+            ),
             "{items:?}"
         );
     }

@@ -113,6 +113,8 @@ pub(super) struct Confined {
     run_dir: Removed,
     floor: sandbox::Floor,
     watch: Arc<watch::Watch>,
+    /// What ran, written into the chain as it is seen (ADR-0110).
+    observing: sandbox::Observing,
 }
 
 /// The exit and the door open (not yet answering); the events to record
@@ -464,6 +466,7 @@ impl Chained {
             _ => watch::Watch::start(plan, held.all_held(), &planned.policy),
         });
         sandbox::keeper_ready().map_err(|e| chain.not_started(RunError::Sandbox(e)))?;
+        let observing = sandbox::observe_execs(chain.0.clone());
         Ok(Confined {
             planned,
             held,
@@ -472,6 +475,7 @@ impl Chained {
             run_dir,
             floor,
             watch,
+            observing,
         })
     }
 }
@@ -521,44 +525,32 @@ impl Confined {
         &self,
         options: &Options,
     ) -> Result<Result<Arc<crate::egress::Proxy>, String>, RunError> {
-        #[cfg(target_os = "linux")]
-        {
-            let net = match self.held.net() {
-                Ok(net) => net,
-                Err(why) => return Ok(Err(why)),
-            };
-            let planned = &self.planned;
-            let agent = planned.agent.map(|a| a.agent());
-            let rules = crate::egress::start_rules(
-                agent,
-                &planned.base.home,
-                &planned.policy.roots.project,
-                &options.presets,
-            )
-            .map_err(RunError::Sandbox)?;
-            let log = self.chain.0.clone();
-            let record: crate::egress::Record = Arc::new(move |c: &crate::egress::Connection| {
-                let _ = log.net(&c.body());
-            });
-            let proxy = Arc::new(
-                crate::egress::Proxy::new(rules, crate::egress::run_resolver(), record)
-                    .rules_file(self.run_dir.0.dir.join(crate::egress::RULES_FILE)),
-            );
-            let listener = net
-                .take_listener()
-                .ok_or_else(|| RunError::Sandbox("the proxy's listener was taken".into()))?;
-            let serving = proxy.clone();
-            net.outside(move || {
-                serving.serve(listener);
-            })
+        if let Err(why) = self.held.egress() {
+            return Ok(Err(why));
+        }
+        let planned = &self.planned;
+        let agent = planned.agent.map(|a| a.agent());
+        let rules = crate::egress::start_rules(
+            agent,
+            &planned.base.home,
+            &planned.policy.roots.project,
+            &options.presets,
+        )
+        .map_err(RunError::Sandbox)?;
+        let log = self.chain.0.clone();
+        let record: crate::egress::Record = Arc::new(move |c: &crate::egress::Connection| {
+            let _ = log.net(&c.body());
+        });
+        let mut proxy = crate::egress::Proxy::new(rules, crate::egress::run_resolver(), record)
+            .rules_file(self.run_dir.0.dir.join(crate::egress::RULES_FILE));
+        if let Some(who) = sandbox::Held::proxy_client() {
+            proxy = proxy.who(who);
+        }
+        let proxy = Arc::new(proxy);
+        self.held
+            .serve_proxy(proxy.clone())
             .map_err(|e| RunError::Sandbox(format!("start nd7's egress proxy: {e}")))?;
-            Ok(Ok(proxy))
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = options;
-            Ok(Err("nd7's egress proxy runs on Linux only so far".into()))
-        }
+        Ok(Ok(proxy))
     }
 
     /// What the exit calls before each command: the watch snapshots the
@@ -685,6 +677,9 @@ impl Prepared {
                 })
             })?;
         opened.exit.answer();
+        if let Ok(proxy) = &opened.proxy {
+            proxy.agent_started(agent.id());
+        }
         opened.confined.watch.program_started();
         let handle = signals.handle();
         let forwarder = pass_on(signals, agent.id());
@@ -729,6 +724,11 @@ impl Prepared {
             Err(why) => announce(&format!(
                 "nd7 run: not enforced on this system: what the agent may send over the network ({why})"
             )),
+        }
+        if let Some(why) = sandbox::not_observed_why() {
+            announce(&format!(
+                "nd7 run: what ran is not observed in this run ({why}): the log holds what the agent said, not what the kernel ran"
+            ));
         }
         for warning in planned
             .warnings
@@ -825,6 +825,7 @@ impl Finished {
             chain,
             run_dir,
             watch,
+            observing,
             ..
         } = &self.opened.confined;
         let (log, terminal) = (&chain.0, &planned.base.terminal);
@@ -833,6 +834,9 @@ impl Finished {
         // is gone, and says so on stderr).
         let left = sandbox::end_leftovers(&run_dir.0, &planned.policy);
         end::door_refusals(log, left.as_ref());
+        // Every process below nd7 run has ended: what they ran is written
+        // before the chain's end.
+        observing.finish();
         // The agent's program has had the terminal until now: whatever it
         // left the terminal in must not hide or garble nd7's own last lines.
         terminal.give_back();

@@ -478,6 +478,20 @@ pub fn hold(holding: Holding, plan: &Plan) -> Result<(Held, Option<String>), Str
     }
 }
 
+/// Whether `nd7 run` can keep the agent's network to its proxy here, for
+/// `nd7 doctor`: on Linux where user namespaces work (the same trial as
+/// [`hold_available`]).
+pub fn egress_available() -> Result<(), String> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::ns::trial().map_err(|e| e.to_string())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err("only Linux's network namespaces keep it so far".to_string())
+    }
+}
+
 /// What holds the files that run later on this system, for `nd7 doctor`:
 /// on Linux a short-lived child tries to enter namespaces as `nd7 run` does.
 pub fn hold_available() -> Result<&'static str, String> {
@@ -505,6 +519,54 @@ impl Held {
         match &self.namespaces {
             Some(ns) => ns.net.as_ref().map_err(Clone::clone),
             None => Err("user namespaces are refused here".into()),
+        }
+    }
+
+    /// Whether the run has its network namespace, where nd7's egress proxy
+    /// is the one way out (ADR-0106); why not where it has none.
+    pub fn egress(&self) -> Result<(), String> {
+        #[cfg(target_os = "linux")]
+        {
+            self.net().map(|_| ())
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Err("only Linux's network namespaces keep it so far".into())
+        }
+    }
+
+    /// What tells the proxy which process opened a connection, where this
+    /// system can tell (Linux).
+    pub fn proxy_client() -> Option<crate::egress::Who> {
+        #[cfg(target_os = "linux")]
+        {
+            Some(linux::netns::client_process)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    }
+
+    /// Serves `proxy` on the listener made inside the run's network
+    /// namespace, from the thread that stayed outside it, so that the
+    /// connections it opens are outside.
+    pub fn serve_proxy(&self, proxy: std::sync::Arc<crate::egress::Proxy>) -> Result<(), String> {
+        #[cfg(target_os = "linux")]
+        {
+            let net = self.net()?;
+            let listener = net
+                .take_listener()
+                .ok_or("the proxy's listener was already taken")?;
+            net.outside(move || {
+                proxy.serve(listener);
+            })
+            .map_err(|e| e.to_string())
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = proxy;
+            Err("only Linux's network namespaces keep it so far".into())
         }
     }
 
@@ -1143,5 +1205,55 @@ pub fn record_hook(request: &HookRequest) -> Result<HookAnswer, String> {
     {
         let _ = request;
         Err(NOT_THE_DOOR.to_string())
+    }
+}
+
+/// The exec observer's side in `nd7 run` (ADR-0110): writes what ran into
+/// the run's chain until [`Observing::finish`].
+pub struct Observing {
+    #[cfg(target_os = "linux")]
+    recorder: std::sync::Mutex<Option<linux::observe::Recorder>>,
+}
+
+/// Why this run's execs are not observed, when they are not: said in the
+/// banner, and in the chain (a `not_observed` entry, [`observe_execs`]).
+pub fn not_observed_why() -> Option<&'static str> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::observe::not_observed_why()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Some("this system has no way for an unprivileged program to observe execs")
+    }
+}
+
+/// Starts writing the execs observed in this run into `log`, or writes
+/// that none are.
+pub fn observe_execs(log: std::sync::Arc<crate::run_log::RunLog>) -> Observing {
+    #[cfg(target_os = "linux")]
+    {
+        Observing {
+            recorder: std::sync::Mutex::new(linux::observe::record(log)),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let why = not_observed_why().unwrap_or_default();
+        let _ = log.effect(
+            crate::effect::NOT_OBSERVED,
+            &crate::effect::not_observed_body(None, why),
+        );
+        Observing {}
+    }
+}
+
+impl Observing {
+    /// Once every process of the run has ended: writes the rest.
+    pub fn finish(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(r) = self.recorder.lock().ok().and_then(|mut r| r.take()) {
+            r.finish();
+        }
     }
 }

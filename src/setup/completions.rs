@@ -22,6 +22,26 @@ pub fn completion_path(shell: Shell, home: &Path) -> PathBuf {
     }
 }
 
+/// Where the bash-completion package's loader is, on the systems nd7 runs
+/// on: without one, bash reads nothing from its completions directory.
+const BASH_COMPLETION_LOADERS: &[&str] = &[
+    "/usr/share/bash-completion/bash_completion",
+    "/etc/bash_completion",
+    "/opt/homebrew/etc/profile.d/bash_completion.sh",
+    "/usr/local/etc/profile.d/bash_completion.sh",
+    "/run/current-system/sw/share/bash-completion/bash_completion",
+];
+
+/// Whether bash-completion is installed, by `exists`.
+pub fn bash_completion_loaded(exists: &dyn Fn(&Path) -> bool) -> bool {
+    BASH_COMPLETION_LOADERS.iter().any(|p| exists(Path::new(p)))
+}
+
+/// Whether the user's login shell ($SHELL) is `name`.
+fn user_shell_is(name: &str) -> bool {
+    std::env::var_os("SHELL").is_some_and(|s| Path::new(&s).file_name().is_some_and(|n| n == name))
+}
+
 /// Shell completions, whatever the agent: one line for the three shells.
 pub(super) fn setup(options: &Options, home: &Path, report: &mut Report) -> Result<(), SetupError> {
     let verb = if options.dry_run {
@@ -51,6 +71,16 @@ pub(super) fn setup(options: &Options, home: &Path, report: &mut Report) -> Resu
             write_file(&path, &script, 0o644)?;
         }
         written.push(display_path(&path, home));
+        if shell == Shell::Bash
+            && user_shell_is("bash")
+            && !bash_completion_loaded(&|p: &Path| p.exists())
+        {
+            report.warnings.push(format!(
+                "bash loads {} only through the bash-completion package, which is not installed here (apt install bash-completion, dnf install bash-completion, brew install bash-completion@2); or add `source {}` to ~/.bashrc",
+                display_path(&path, home),
+                path.display()
+            ));
+        }
         if shell == Shell::Zsh {
             report.warnings.push(format!(
                 "zsh finds the completions only if {} is in fpath (add `fpath+=({})` to ~/.zshrc before compinit)",

@@ -410,15 +410,7 @@ fn grants_check(home: &Path) -> Check {
 /// of them exist here, and whether `~/.nd7/secrets` reads.
 /// Whether `nd7 run` can keep the agent's network to its proxy here.
 fn egress_check() -> Check {
-    let why = if cfg!(target_os = "linux") {
-        match crate::sandbox::hold_available() {
-            Ok(_) => None,
-            Err(why) => Some(why),
-        }
-    } else {
-        Some("only Linux's network namespaces keep it so far".to_string())
-    };
-    match why {
+    match crate::sandbox::egress_available().err() {
         None => Check {
             name: "egress",
             ok: true,
@@ -431,9 +423,9 @@ fn egress_check() -> Check {
             detail: format!(
                 "the network is not kept to nd7's proxy here ({why}); nd7 run --net strict refuses to start"
             ),
-            fix: cfg!(target_os = "linux").then(|| {
-                "allow unprivileged user namespaces (as for the locks above)".to_string()
-            }),
+            fix: Some(
+                "on Linux, allow unprivileged user namespaces (as for the locks above)".into(),
+            ),
         },
     }
 }

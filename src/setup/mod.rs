@@ -11,7 +11,7 @@
 pub mod claude_json;
 pub mod codex;
 pub mod codex_merge;
-mod completions;
+pub mod completions;
 mod doctor;
 pub mod merge;
 pub mod timer;

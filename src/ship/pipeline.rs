@@ -41,6 +41,8 @@ pub struct Report {
     /// quota, or could not be reached (the reason is the last session's
     /// error).
     pub not_tried: Vec<String>,
+    /// What the vault acknowledged of sessions whose run then failed.
+    pub partly: Vec<(String, Shipped)>,
 }
 
 impl Report {
@@ -100,9 +102,13 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
     ids.sort();
     let mut ids = ids.into_iter();
     for id in ids.by_ref() {
+        let mut acked = Shipped::default();
         let result = SessionLog::new(&sessions, &id)
             .map_err(ShipError::from)
-            .and_then(|log| ship_and_alarm(&machine, &log, progress));
+            .and_then(|log| ship_and_alarm(&machine, &log, progress, &mut acked));
+        if result.is_err() && acked.batches > 0 {
+            report.partly.push((id.clone(), acked));
+        }
         // Every other session would be refused, or fail to connect, the
         // same way: one line says it, not one per session.
         let stop = matches!(
@@ -115,7 +121,11 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
         }
     }
     report.not_tried = ids.collect();
-    if let Err(e) = send_tally(&machine, &sessions) {
+    // A vault out of reach is said once (`ShipReport::unreachable`), not
+    // again for the tally.
+    if report.unreachable().is_none()
+        && let Err(e) = send_tally(&machine, &sessions)
+    {
         report
             .warnings
             .push(format!("the tally of shipped sessions was not sent: {e}"));
@@ -176,8 +186,9 @@ fn ship_and_alarm(
     machine: &Machine,
     log: &SessionLog,
     progress: &mut dyn FnMut(&str),
+    acked: &mut Shipped,
 ) -> Result<Shipped, ShipError> {
-    let result = ship_session(machine, log, progress);
+    let result = ship_acking(machine, log, progress, acked);
     let alarm = log.dir().join(ALARM_FILE);
     match &result {
         Err(e @ ShipError::VaultBroke { .. }) => {
@@ -207,6 +218,17 @@ pub fn ship_session(
     machine: &Machine,
     log: &SessionLog,
     progress: &mut dyn FnMut(&str),
+) -> Result<Shipped, ShipError> {
+    ship_acking(machine, log, progress, &mut Shipped::default())
+}
+
+/// [`ship_session`], keeping in `acked` what the vault acknowledged even
+/// when the run then fails (a refusal after some batches went in).
+fn ship_acking(
+    machine: &Machine,
+    log: &SessionLog,
+    progress: &mut dyn FnMut(&str),
+    acked_out: &mut Shipped,
 ) -> Result<Shipped, ShipError> {
     let session = log.session_id().to_string();
     let events_path = log.events_path();
@@ -361,6 +383,7 @@ pub fn ship_session(
     let notes = std::mem::take(&mut done.notes);
     done = acked;
     done.notes = notes;
+    *acked_out = done.clone();
     sent?;
     produced?;
     // The transcripts' bytes, once the anchors that cover them are in the

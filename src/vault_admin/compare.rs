@@ -61,11 +61,21 @@ pub fn compare_logs(
             let line = theirs.strip_suffix(b"\n").unwrap_or(&theirs);
             let vault_hash =
                 crate::chain::read_stated(line).map_or_else(|_| Hash::of(&theirs), |s| s.hash);
-            let local = crate::chain::read_stated(ours.strip_suffix(b"\n").unwrap_or(&ours))
-                .map_or_else(
+            // The hash a line states may be the vault's while its bytes
+            // changed: say what its bytes hash to as well.
+            let line = ours.strip_suffix(b"\n").unwrap_or(&ours);
+            let local = match crate::chain::read_checked(line) {
+                Ok(s) => format!("hash {}", s.hash.short()),
+                Err(crate::chain::Fault::Hash { stated, computed }) => format!(
+                    "states hash {} but its bytes hash to {}: edited in place",
+                    &stated[..16.min(stated.len())],
+                    &computed[..16.min(computed.len())]
+                ),
+                Err(_) => crate::chain::read_stated(line).map_or_else(
                     |_| "not a sealed entry".into(),
                     |s| format!("hash {}", s.hash.short()),
-                );
+                ),
+            };
             return Ok(Comparison::Differs {
                 entry: n,
                 vault_hash,
@@ -410,6 +420,34 @@ mod tests {
                 vault_entries: 3
             }
         );
+    }
+
+    /// An entry whose bytes changed under its stated hash shows two
+    /// different hashes, not the same one twice.
+    #[test]
+    fn an_entry_edited_in_place_shows_what_its_bytes_hash_to() {
+        let vault = chain(&["a", "bbbb", "c"]);
+        let edited = String::from_utf8(vault.clone())
+            .expect("text")
+            .replace("\"b\":\"bbbb\"", "\"b\":\"BBBB\"");
+        match compare_logs(&vault[..], edited.as_bytes()).expect("in memory") {
+            Comparison::Differs {
+                entry,
+                vault_hash,
+                local,
+            } => {
+                assert_eq!(entry, 1);
+                assert!(
+                    local.starts_with(&format!(
+                        "states hash {} but its bytes hash to ",
+                        vault_hash.short()
+                    )) && local.ends_with(": edited in place"),
+                    "{local}"
+                );
+                assert!(!local.ends_with(&vault_hash.short()), "{local}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -222,9 +222,11 @@ fn the_watch_does_not_read_another_programs_proc_files_for_the_agent() {
     )
     .expect("pid");
     let pid: u32 = line.trim().parse().expect("pid");
+    // The pattern is not the secret's text: what the agent's `grep` is
+    // given is in the log (what ran, issue 32), as the agent's own word.
     let out = w.run_agent(&format!(
         r#"
-tr "\\0" "\\n" < /proc/{pid}/environ 2>/dev/null | grep -q PROC-ENV-SECRET && echo read-it
+tr "\\0" "\\n" < /proc/{pid}/environ 2>/dev/null | grep -q 'PROC-ENV-SECRE[T]' && echo read-it
 mkdir -p x/.git && ln -s /proc/{pid} x/.git/hooks
 mkdir -p y && echo "gitdir: /proc/{pid}/cwd/../../../../../../../../../proc/{pid}" > y/.git
 echo done

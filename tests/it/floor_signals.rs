@@ -115,8 +115,12 @@ while :; do sleep 1; done
         .trim()
         .parse()
         .expect("a pid");
-    let cmdline = std::fs::read(format!("/proc/{marker}/cmdline")).unwrap_or_default();
-    assert!(text(&cmdline).starts_with("sleep"), "{cmdline:?}");
+    // The daemon writes its pid before it execs `sleep`: wait for the exec.
+    let cmdline = || std::fs::read(format!("/proc/{marker}/cmdline")).unwrap_or_default();
+    within(Duration::from_secs(60), || {
+        text(&cmdline()).starts_with("sleep")
+    });
+    assert!(text(&cmdline()).starts_with("sleep"), "{:?}", cmdline());
     (child, marker)
 }
 

@@ -115,13 +115,18 @@ fn without_tests(text: &str) -> String {
 }
 
 /// nd7 speaks HTTP through `http_client` alone (ship, admin, self-update);
-/// the vault server's own transport is the one other. Guards the split of
-/// ship.rs: a module that opened its own connection would show here.
+/// the vault server's own transport is the one other, and the egress proxy
+/// (`src/egress.rs`, ADR-0106), which opens the agent's connections for it
+/// and speaks no HTTP of nd7's own. Guards the split of ship.rs: a module
+/// that opened its own connection would show here.
 #[test]
 fn only_the_http_client_speaks_http() {
     let mut found = Vec::new();
     for (path, text) in sources() {
-        if path == "src/http_client.rs" || path.starts_with("src/vault_server/") {
+        if path == "src/http_client.rs"
+            || path.starts_with("src/vault_server/")
+            || path == "src/egress.rs"
+        {
             continue;
         }
         for word in ["ureq::", "TcpStream::connect", "hyper::client", "reqwest"] {

@@ -24,7 +24,9 @@ mod door_load;
 mod e2e;
 #[cfg(target_os = "linux")]
 mod egress;
+#[cfg(target_os = "linux")]
 mod egress_attacks;
+mod effects;
 #[cfg(target_os = "linux")]
 mod exit_ruleset;
 mod exit_status;

@@ -635,14 +635,13 @@ fn every_command_takes_the_ids_sessions_prints() {
     let dir = state.log("57577be6-1111-4e2f-9d00-000000000001");
     let out = nd7(&state, &["verify", &dir.dir().display().to_string()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    for cmd in [&["verify", "zzz"][..], &["show", "zzz"]] {
+    for (cmd, said) in [
+        (&["verify", "zzz"][..], "zzz: no such session"),
+        (&["show", "zzz"], "no session \"zzz\""),
+    ] {
         let out = nd7(&state, cmd);
         assert_eq!(out.status.code(), Some(2));
-        assert!(
-            stderr(&out).contains("no session \"zzz\""),
-            "{}",
-            stderr(&out)
-        );
+        assert!(stderr(&out).contains(said), "{}", stderr(&out));
     }
     let out = nd7(&state, &["verify", "--transcript", "5757"]);
     assert!(
@@ -816,4 +815,51 @@ fn a_bad_pattern_is_named_on_one_line() {
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert_eq!(err, "nd7 search: bad pattern \"(\": unclosed group\n");
+}
+
+/// Bash completes session ids (and `last`) where `nd7 show` and `nd7
+/// verify` take a session, as `nd7 sessions --ids` lists them, and clap's
+/// own completion elsewhere.
+#[test]
+fn bash_completes_session_ids_for_show_and_verify() {
+    let state = State::new();
+    record_all(
+        &state,
+        &session("57577be6-1111-4e2f-9d00-000000000001", "/p")[..2],
+    );
+    record_all(
+        &state,
+        &session("6a1f0c22-2222-4e2f-9d00-000000000002", "/p")[..2],
+    );
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("completions/nd7.bash");
+    let complete = |words: &str| {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "source '{}'; COMP_WORDS=('{}' {words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); _nd7_sessions \"${{COMP_WORDS[0]}}\" \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+                script.display(),
+                env!("CARGO_BIN_EXE_nd7"),
+            ))
+            .env("XDG_STATE_HOME", state.xdg())
+            .output()
+            .expect("bash");
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    assert_eq!(
+        complete("show 5757"),
+        "57577be6-1111-4e2f-9d00-000000000001\n"
+    );
+    assert_eq!(complete("verify l"), "last\n");
+    let both = complete("show --full ''");
+    assert!(
+        both.contains("6a1f0c22-2222-4e2f-9d00-000000000002\n") && both.contains("last\n"),
+        "{both}"
+    );
+    // Elsewhere, clap's: the value of --color, a subcommand.
+    assert_eq!(complete("show --color nev"), "never\n");
+    assert!(
+        complete("sess").contains("sessions"),
+        "sessions is a command"
+    );
 }

@@ -416,7 +416,8 @@ touch stage2; wait_for go2
     assert_eq!(end["body"]["commands"], 4);
     assert_eq!(end["body"]["refused"], 2);
     assert!(
-        e.iter().all(|x| x["source"] == "exit:nd7"),
+        e.iter()
+            .all(|x| x["source"] == "exit:nd7" || x["source"] == "effect:nd7"),
         "only nd7 wrote this run's log"
     );
     let v = verify(&w, &dir);
@@ -549,7 +550,7 @@ cat out1 err1; cat err2; cat err3
     let before_count = before.iter().filter(|&&b| b == b'\n').count();
     let added: Vec<&Value> = e[before_count..]
         .iter()
-        .filter(|x| x["source"] != "exit:nd7")
+        .filter(|x| x["source"] != "exit:nd7" && x["source"] != "effect:nd7")
         .collect();
     // The forged entry and the oversized one; the hook run through the exit
     // never reaches the door, which is the floor's alone (ADR-0051).
@@ -611,6 +612,11 @@ cat p/*.rc | sort | uniq -c | tr -s ' '
         .map(|x| x["tool_use_id"].as_str().expect("id").to_string())
         .collect();
     assert_eq!(ids.len(), HOOKS);
+    // What ran (issue 32) is counted apart.
+    let e: Vec<Value> = e
+        .into_iter()
+        .filter(|x| x["source"] != "effect:nd7")
+        .collect();
     assert_eq!(
         e.len(),
         HOOKS + ours(&e, "exec").len() * 2 + 2,
@@ -635,7 +641,9 @@ cat p/*.rc | sort | uniq -c | tr -s ' '
 #[test]
 fn with_nd7_run_gone_a_hook_fails_closed_and_says_so() {
     let w = World::new();
-    let (mut child, session) = w.start_agent(
+    // Without the exec observer: with it, every process below nd7 run dies
+    // with the keeper (its front ends, ADR-0110), and no hook is left to try.
+    let (mut child, session) = w.start_agent_with(
         r#"
 ( wait_for go
   echo '{"session_id":"c","hook_event_name":"Stop"}' | "$ND7" record > gone.out 2> gone.err; echo $? > gone.rc
@@ -643,6 +651,7 @@ fn with_nd7_run_gone_a_hook_fails_closed_and_says_so() {
   touch finished ) &
 touch started; wait_for finished
 "#,
+        &[("ND7_FAULT", "no-ptrace")],
     );
     w.wait_for("started");
     let dir = run_chain(&w);

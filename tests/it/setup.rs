@@ -910,3 +910,40 @@ fn uninstall_exists_and_its_dry_run_says_what_it_would_do() {
     );
     assert!(!units.join("nd7-ship.timer").exists());
 }
+
+/// Where bash-completion is not installed (as on this test machine, when
+/// /usr/share/bash-completion is absent), nothing loads the bash script
+/// setup writes: setup says so and how to load it. Only for a bash user.
+#[test]
+fn bash_completions_nothing_loads_are_said() {
+    let loaded = nd7_core::setup::completions::bash_completion_loaded(&|p: &Path| p.exists());
+    let home = Home::new();
+    let setup = |shell: &str| {
+        Command::new(env!("CARGO_BIN_EXE_nd7"))
+            .arg("setup")
+            .env("HOME", home.dir.path())
+            .env("SHELL", shell)
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .expect("run nd7 setup")
+    };
+    let out = setup("/bin/bash");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    let warned = said
+        .contains("only through the bash-completion package, which is not installed here")
+        && said.contains(&format!(
+            "add `source {}` to ~/.bashrc",
+            home.dir
+                .path()
+                .join(".local/share/bash-completion/completions/nd7")
+                .display()
+        ));
+    assert_eq!(warned, !loaded, "{said}");
+    // A zsh user is not told about bash.
+    std::fs::remove_dir_all(home.dir.path().join(".local/share/bash-completion")).expect("rm");
+    let said = stderr(&setup("/bin/zsh")) + &stdout(&setup("/bin/zsh"));
+    assert!(!said.contains("bash-completion package"), "{said}");
+}

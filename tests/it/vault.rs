@@ -1222,3 +1222,21 @@ fn receipts_the_vault_signed_before_its_key_changed_still_check() {
     let (out, _) = pull(&state, &vault, &org, "s1", true);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }
+
+/// `nd7 enroll` and the token it takes are spelt alike: `admin
+/// enroll-token`, and the older `enrol-token` still.
+#[test]
+fn the_enrolment_token_is_spelt_as_enroll_is() {
+    for spelling in ["enroll-token", "enrol-token"] {
+        let out = nd7()
+            .args(["admin", spelling, "--help"])
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{spelling}: {}", stderr(&out));
+        assert!(
+            stdout(&out).contains("one-time enrolment token"),
+            "{}",
+            stdout(&out)
+        );
+    }
+}

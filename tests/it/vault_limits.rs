@@ -103,8 +103,8 @@ fn the_amplification_request_is_refused_and_stores_nothing() {
     ok(ship(&state));
 }
 
-/// Guards `Vault::known_machine`'s revoked check and `check_token`'s
-/// revocation: both take effect on the next request, with the server
+/// Guards `Vault::known_machine`'s revoked check, `Vault::enroll`'s, and
+/// `check_token`'s revocation: all take effect on the next request, with the server
 /// running throughout; and the files' mode (0600, `SqliteStore::open`).
 #[test]
 fn revocation_takes_effect_on_the_next_request() {
@@ -150,6 +150,30 @@ fn revocation_takes_effect_on_the_next_request() {
     // What it shipped before stays readable and checkable.
     let (pulled, _) = crate::vault::pull(&state, &vault, &org, "s1", false);
     assert!(pulled.status.success(), "{}", stdout(&pulled));
+    // Its own enrolment sent again, same key and token (what answers a
+    // lost reply): refused as revoked, not answered `200 machine <id>`.
+    // Guards the revoked check in `Vault::enroll`.
+    let c = client(&vault.url);
+    let path = format!("/v1/machines/{}", machine.id);
+    let (status, record) = c
+        .request("GET", &path, b"", None, Some(&token))
+        .expect("the record");
+    assert_eq!(status, 200);
+    let auth = vault::RequestAuth::sign(
+        &machine.key,
+        &machine.id,
+        "POST",
+        "/v1/enroll",
+        nd7_core::ship::unix_now(),
+        nd7_core::ship::random().expect("random"),
+        &record,
+    );
+    let (status, reply) = c
+        .send_raw("POST", "/v1/enroll", &record, &auth.headers())
+        .expect("enrol again");
+    let reply = String::from_utf8_lossy(&reply);
+    assert_eq!(status, 403, "{reply}");
+    assert!(reply.contains("was revoked at"), "{reply}");
 
     // The read token, by its id or by itself.
     let out = vault.admin(&["revoke", "read-token", &token]);
@@ -488,6 +512,9 @@ fn a_vault_that_cannot_be_reached_is_said_once_and_doctor_knows() {
         "{}",
         stdout(&out)
     );
+    let kept = state.xdg().join("nd7/vault/unreachable");
+    let mode = std::fs::metadata(&kept).expect("kept").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "as every file beside the enrolment");
     let doctor = |state: &State| stdout(&state.nd7().arg("doctor").output().expect("doctor"));
     let report = doctor(&state);
     assert!(
@@ -501,4 +528,61 @@ fn a_vault_that_cannot_be_reached_is_said_once_and_doctor_knows() {
     ok(ship(&state));
     let report = doctor(&state);
     assert!(report.contains("ok   vault"), "{report}");
+}
+
+/// The database's bytes once its write-ahead log is folded in (pages in use
+/// only), and the bytes the `usage` table charged `machine` today.
+fn stored_and_charged(vault: &Vault, machine: &str) -> (u64, u64) {
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.busy_timeout(std::time::Duration::from_secs(30))
+        .expect("busy timeout");
+    let _: (i64, i64, i64) = db
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .expect("checkpoint");
+    let pragma = |name: &str| -> u64 {
+        db.query_row(&format!("PRAGMA {name}"), [], |r| r.get::<_, i64>(0))
+            .expect(name) as u64
+    };
+    let used = (pragma("page_count") - pragma("freelist_count")) * pragma("page_size");
+    let charged: i64 = db
+        .query_row(
+            "SELECT COALESCE(SUM(bytes), 0) FROM usage WHERE machine = ?1",
+            [machine],
+            |r| r.get(0),
+        )
+        .expect("usage");
+    (used, charged as u64)
+}
+
+/// One-entry batches of sessions with 255-byte ids, each its own chain:
+/// what the vault stores for them, beside the ciphertext, is several times
+/// the request (the checkpoint, the chain, the index). The bytes quota
+/// charges what is stored, not the request: the charge covers at least
+/// the database's growth. Guards `stored_bytes` in `link_and_store`.
+#[test]
+fn the_bytes_quota_charges_what_is_stored() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let machine = Machine::load(&state.xdg().join("nd7")).expect("enrolled");
+    append(&state, "warm", 1);
+    ok(ship(&state));
+    let (before, charged_before) = stored_and_charged(&vault, &machine.id);
+    for n in 0..150 {
+        append(&state, &format!("{n:03}{}", "s".repeat(252)), 1);
+    }
+    ok(ship(&state));
+    let (after, charged_after) = stored_and_charged(&vault, &machine.id);
+    let (grown, charged) = (after - before, charged_after - charged_before);
+    // The growth also holds what is not charged as bytes: the requests'
+    // nonces (bounded by the request cap, kept 10 minutes) and the
+    // machine's tally (one row, replaced). Charging the request alone
+    // covered under a quarter of it.
+    assert!(
+        charged * 10 >= grown * 7,
+        "the database grew by {grown} bytes, the quota was charged {charged}"
+    );
 }

@@ -30,6 +30,9 @@ enum Rule {
         Arc<dyn Fn(&str) -> String + Send + Sync>,
         Arc<vault::SigningKey>,
     ),
+    /// Answers the n-th request starting with the prefix (counting from 1)
+    /// with a bare 500, the ones before it as the vault did.
+    FailNth(String, usize, Arc<std::sync::atomic::AtomicUsize>),
 }
 
 /// The replies relayed, by "METHOD path", oldest first.
@@ -156,6 +159,13 @@ fn relay(mut client: TcpStream, to: &str, rule: &Mutex<Rule>, seen: &Seen) {
         Rule::Replay(prefix, old) if what.starts_with(&prefix) => old,
         Rule::Cut(frames) if what.starts_with("GET /v1/batches/") => cut(&reply, frames),
         Rule::Lie(edit, key) if what == "GET /v1/sessions" => lie(&reply, &nonce, &*edit, &key),
+        Rule::FailNth(prefix, n, seen)
+            if what.starts_with(&prefix)
+                && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == n =>
+        {
+            b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 12\r\n\r\nvault error\n"
+                .to_vec()
+        }
         _ => reply,
     };
     let _ = client.write_all(&closing(&reply));
@@ -421,4 +431,50 @@ fn a_listing_that_hides_or_invents_a_session_is_caught_by_the_machines_tally() {
         "{text}"
     );
     assert!(!text.contains("the list agrees"), "{text}");
+}
+
+/// The vault stores a session's first batch, then answers the second with a
+/// 500: `nd7 ship`'s summary counts the batch it acknowledged (it said
+/// "shipped 0 entries"). Guards `Report::partly` and its count in
+/// `ship_once`.
+#[test]
+fn a_ship_that_fails_midway_counts_what_the_vault_acknowledged() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    // Four entries of over 3 MiB each (the command is kept twice in the
+    // entry): a batch each (a batch holds 8 MiB).
+    let log = state.log("big");
+    for n in 0..4 {
+        let payload = serde_json::json!({
+            "session_id": "big",
+            "cwd": "/proj",
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Bash",
+            "tool_input": {"command": format!("echo {n} {}", "x".repeat(3 << 20))},
+            "tool_use_id": format!("toolu_{n}"),
+        })
+        .to_string();
+        let event = nd7_core::hook::Event::new(
+            &crate::common::invocation(),
+            nd7_core::hook::Payload::parse(payload.as_bytes()).expect("payload"),
+        );
+        log.append(&event).expect("append");
+    }
+    let mitm = Mitm::start(&vault);
+    ship_through(&state, &mitm.url);
+    mitm.set(Rule::FailNth(
+        "POST /v1/batches".into(),
+        2,
+        Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    ));
+    let out = ship(&state);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("shipped 1 entries in 1 batches"),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
 }

@@ -272,10 +272,15 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
     let day = nd7_core::vault_server::day_of(now);
     let used = s.usage(&m.id, day).expect("usage");
     assert_eq!(used.entries, 5);
+    // A batch is charged what storing it adds (its row in whole pages, its
+    // index, the chain's row for the first); a refused fork its header.
     assert_eq!(
         used.bytes,
-        (body0.len() + body1.len() + fork.header_bytes.len()) as u64
+        nd7_core::vault_server::stored_bytes(&b0, &body0, true)
+            + nd7_core::vault_server::stored_bytes(&b1, &body1, false)
+            + fork.header_bytes.len() as u64
     );
+    assert!(nd7_core::vault_server::stored_bytes(&b0, &body0, true) > body0.len() as u64);
     let (l2, _) = lines(5, h1, 4, "a");
     let (b2, body2) = m.batch("s1", &key, 5, h1, &l2);
     let tight = Quota {
@@ -296,7 +301,7 @@ pub fn suite(open: &dyn Fn() -> Box<dyn Store>) {
         s.usage(&m.id, day + 1).expect("usage"),
         Usage {
             entries: 4,
-            bytes: body2.len() as u64
+            bytes: nd7_core::vault_server::stored_bytes(&b2, &body2, false)
         }
     );
 

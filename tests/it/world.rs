@@ -421,9 +421,15 @@ impl World {
     /// Starts the agent script under `nd7 run`, returning when the session
     /// has said its pid.
     pub fn start_agent(&self, body: &str) -> (Child, u32) {
+        self.start_agent_with(body, &[])
+    }
+
+    /// [`World::start_agent`] with `env` set for `nd7 run`.
+    pub fn start_agent_with(&self, body: &str, env: &[(&str, &str)]) -> (Child, u32) {
         let agent = self.agent(body);
         let mut child = self
             .nd7(&["run", &agent])
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -1,6 +1,6 @@
 //! nd7's pure layer: what nd7 writes and reads, and what it decides, as
 //! values. The hash chain and its entries ([`chain`], [`hook`],
-//! [`codex_hook`], [`run_entry`]), the vault's wire format and its crypto
+//! [`codex_hook`], [`run_entry`], [`effect`]), the vault's wire format and its crypto
 //! ([`vault`]), the rules of the floor and their rendering for Landlock and
 //! Seatbelt ([`policy`], [`shell_prefix`]), and how text an agent chose is
 //! made inert before anyone prints it ([`safe`]).
@@ -14,6 +14,7 @@
 
 pub mod chain;
 pub mod codex_hook;
+pub mod effect;
 pub mod floor_wire;
 pub mod hook;
 pub mod policy;

@@ -21,6 +21,14 @@ use crate::hook::{Event, Kind};
 /// The `source` of every entry nd7 writes from outside the floor: what nd7
 /// itself did or saw there, not what the agent said.
 pub const SOURCE: &str = "exit:nd7";
+/// The `source` of what nd7's exec observer saw: evidence of effect, by nd7
+/// (the entries are [`crate::effect`]'s).
+pub const EFFECT_SOURCE: &str = "effect:nd7";
+/// A batch of execs (and exits) seen.
+pub const RAN: &str = "ran";
+/// Execs stopped because the observer was past its bound, or a run in which
+/// nothing is observed at all.
+pub const NOT_OBSERVED: &str = "not_observed";
 
 /// The `source` of the entries nd7's egress proxy writes: connections it
 /// saw and judged itself (an effect), not what the agent said.
@@ -465,6 +473,8 @@ pub struct Reconciliation {
     /// Hooks counted but not recorded past the door's budget (`run_end`'s
     /// `hooks_over_budget`).
     pub hooks_over_budget: u64,
+    /// What ran (`effect:nd7`), held against the commands.
+    pub effects: Effects,
 }
 
 impl Reconciliation {
@@ -480,6 +490,8 @@ impl Reconciliation {
 #[derive(Deserialize)]
 struct Line<'a> {
     seq: u64,
+    #[serde(default)]
+    ts: u64,
     #[serde(borrow)]
     source: Cow<'a, str>,
     #[serde(borrow)]
@@ -514,6 +526,49 @@ struct Body {
     door_dropped: Option<u64>,
     #[serde(default)]
     hooks_over_budget: Option<u64>,
+    /// A `ran` entry's execs (`effect:nd7`).
+    #[serde(default)]
+    execs: Option<Vec<RanExec>>,
+    /// A `not_observed` entry's count and why.
+    #[serde(default)]
+    count: Option<u64>,
+    #[serde(default)]
+    why: Option<String>,
+}
+
+/// What the reconciliation reads of one exec in a `ran` entry.
+#[derive(Default, Deserialize)]
+struct RanExec {
+    #[serde(default)]
+    t: u64,
+    #[serde(default)]
+    command: Option<u64>,
+    #[serde(default)]
+    confirmed: Option<bool>,
+}
+
+/// What ran, as the run's `effect:nd7` entries hold it (ADR-0111), held
+/// against the commands through the exit.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// Whether the chain holds any `effect:nd7` entry (older chains do not).
+    pub present: bool,
+    pub execs: u64,
+    /// Execs under a command through the exit, while it ran.
+    pub under_commands: u64,
+    /// Execs under no command: the agent's own processes (its tools, MCP
+    /// servers, hooks) and what they started.
+    pub without_call: u64,
+    /// Execs under a command that had already ended: a process it left
+    /// behind (a background job, a daemon) ran them after its call.
+    pub after_command: u64,
+    /// Execs whose new image could not be read.
+    pub unconfirmed: u64,
+    /// Execs stopped at their exec, before they ran, because the observer
+    /// was past its bound.
+    pub stopped: u64,
+    /// Why nothing was observed in this run, when nothing was.
+    pub not_observed: Option<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -538,6 +593,10 @@ pub struct Reconciler {
     paired: Vec<Unanswered>,
     /// The `exec` entries an `exec_end` has ended.
     ended_execs: std::collections::HashSet<u64>,
+    /// When each command's `exec_end` was written, by its `exec` seq.
+    ended_at: std::collections::HashMap<u64, u64>,
+    /// Each exec seen under a command: the command's seq and when it ran.
+    ran_under: Vec<(u64, u64)>,
     first: bool,
 }
 
@@ -595,9 +654,12 @@ impl Reconciler {
             self.out.ended = true;
             self.out.door_dropped = line.body.door_dropped.unwrap_or(0);
             self.out.hooks_over_budget = line.body.hooks_over_budget.unwrap_or(0);
+        } else if line.source == EFFECT_SOURCE {
+            self.effect(line);
         } else if ours && line.kind == EXEC_END {
             if let Some(exec) = line.body.exec {
                 self.ended_execs.insert(exec);
+                self.ended_at.insert(exec, line.ts);
             }
         } else if ours && line.kind == EXEC {
             self.out.execs += 1;
@@ -650,7 +712,39 @@ impl Reconciler {
         true
     }
 
+    /// Takes an entry of what ran.
+    fn effect(&mut self, line: Line<'_>) {
+        let e = &mut self.out.effects;
+        e.present = true;
+        match line.kind.as_ref() {
+            RAN => {
+                for x in line.body.execs.unwrap_or_default() {
+                    e.execs += 1;
+                    if x.confirmed == Some(false) {
+                        e.unconfirmed += 1;
+                    }
+                    match x.command {
+                        Some(seq) => self.ran_under.push((seq, x.t)),
+                        None => e.without_call += 1,
+                    }
+                }
+            }
+            NOT_OBSERVED => match line.body.count {
+                Some(n) => e.stopped += n,
+                None => e.not_observed = line.body.why.or(Some(String::new())),
+            },
+            _ => {}
+        }
+    }
+
     pub fn finish(mut self) -> Reconciliation {
+        let e = &mut self.out.effects;
+        for (seq, t) in std::mem::take(&mut self.ran_under) {
+            match self.ended_at.get(&seq) {
+                Some(&end) if t > end => e.after_command += 1,
+                _ => e.under_commands += 1,
+            }
+        }
         let results = self.results;
         // A command still running in a run still going has no result yet.
         let run_ended = self.out.ended;

@@ -11,7 +11,12 @@
 //!   (`SO_PASSPIDFD`, before Linux 6.5): the exit and the door pin each
 //!   caller by its pid instead, and `nd7 doctor` says so;
 //! - `no-pidfd-watch`: no pidfd can watch a command the exit started, which
-//!   is then checked on every 50 ms, as its `exec_end` says.
+//!   is then checked on every 50 ms, as its `exec_end` says;
+//! - `no-ptrace`: the kernel refuses `nd7 run`'s front tracing the run, which
+//!   then observes no exec and says so;
+//! - `small-effects-queue`: the exec observer's bound is one byte and its
+//!   pipe one page, and `nd7 run` reads it only at the run's end (fallen
+//!   behind), so execs past the bound are stopped and counted.
 //!
 //! (`nd7 record`'s and `files::replace`'s own faults, which end the process,
 //! are read where they happen.)

@@ -61,7 +61,8 @@ pub struct Config {
     pub write_stall: Duration,
     /// Connections open at once. When they are all open, a new one evicts
     /// the oldest anonymous connection (one no request has yet proven to be
-    /// an enrolled machine's or an admin's) that is not in a request.
+    /// an enrolled machine's or an admin's) that is not answering a known
+    /// machine's request.
     pub max_connections: usize,
     /// Of `max_connections`, how many anonymous connections may never
     /// hold: room kept for machines and admins. Anonymous connections past
@@ -210,8 +211,8 @@ struct Anonymous {
     evicted: u64,
 }
 
-/// An anonymous connection: whether a request of its is being answered
-/// (not evicted then), and how to end it.
+/// An anonymous connection: whether a request of a known machine is being
+/// answered on it (not evicted then), and how to end it.
 struct Waiting {
     busy: bool,
     evict: oneshot::Sender<()>,
@@ -224,8 +225,8 @@ struct Tracked {
 }
 
 impl Tracked {
-    /// While `busy`, the connection is answering a request and is not
-    /// evicted.
+    /// While `busy`, the connection is answering a known machine's request
+    /// and is not evicted.
     fn busy(&self, busy: bool) {
         let mut anonymous = self.shared.anonymous();
         if let Some(w) = anonymous.open.get_mut(&self.id) {
@@ -286,7 +287,8 @@ impl Shared {
         (tracked, evicted)
     }
 
-    /// Ends the oldest anonymous connection not answering a request; false
+    /// Ends the oldest anonymous connection not answering a known machine's
+    /// request; false
     /// if there is none.
     fn evict_oldest(&self) -> bool {
         let mut anonymous = self.anonymous();
@@ -591,7 +593,8 @@ async fn accept_loop(
 }
 
 /// A connection slot for a connection just accepted: at once if there is
-/// room, else once the oldest anonymous connection not in a request is
+/// room, else once the oldest anonymous connection not answering a known
+/// machine's request is
 /// evicted (ADR-0118), or, when every open connection is a machine's, an
 /// admin's or busy, once one closes. Anonymous connections past their
 /// share (`max_connections - reserved_connections`) evict one too, so the
@@ -736,7 +739,6 @@ async fn serve_http<I>(
         hyper::service::service_fn(move |request| {
             let (shared, tracked) = (shared.clone(), tracked.clone());
             async move {
-                tracked.busy(true);
                 let response = respond(shared, request, &tracked).await;
                 tracked.busy(false);
                 Ok::<_, Infallible>(response)
@@ -1014,14 +1016,18 @@ async fn answer(
         }
     };
     // A machine the vault knows, by a valid signature over the headers:
-    // its connection is no longer anonymous, and its request does not
-    // queue with the anonymous ones. Anonymous requests take a bounded
-    // share of the storage queue.
+    // its request does not queue with the anonymous ones (which take a
+    // bounded share of the storage queue). Its connection is not evicted
+    // while the request is answered, and leaves the anonymous pool once
+    // the request is proven whole (nonce spent): a replayed request
+    // promotes nothing. An anonymous request protects nothing: a flood of
+    // them, each waiting its turn, would otherwise make every anonymous
+    // connection unevictable.
     let vouched = routes::vouches(&request, length, super::unix_now(), |id| {
         shared.known_machines().get(id).copied()
     });
     if vouched {
-        tracked.promote();
+        tracked.busy(true);
     }
     let _anonymous = if !vouched && routes::anonymous(method, path) {
         match tokio::time::timeout(

@@ -348,7 +348,7 @@ pub fn link_and_store(
         Link::Append => {
             let more = Usage {
                 entries: header.index.len() as u64,
-                bytes: body.len() as u64,
+                bytes: stored_bytes(batch, body, head.is_none()),
             };
             if let Some(used) = tx.charge(day, more, quota)? {
                 return Ok(Stored::OverQuota(used));
@@ -377,6 +377,26 @@ pub fn link_and_store(
         }
         Link::Unlinked(why) => Stored::Unlinked(why),
     })
+}
+
+/// What storing a batch adds to the database, as the bytes quota charges
+/// it: its row (the body as sent, its checkpoint and signature) in whole
+/// pages, a row of a small batch taking a page of its own; a row of the
+/// index per entry; and for a chain's first batch, the chain's row and its
+/// unique index, each holding machine and session. One-entry batches of a
+/// 255-byte session id store several times their request's bytes, which
+/// the quota used to charge.
+pub fn stored_bytes(batch: &Batch, body: &[u8], new_chain: bool) -> u64 {
+    const PAGE: u64 = 4096;
+    const INDEX_ROW: u64 = 64;
+    let row = (body.len() + batch.checkpoint.render().len() + 128 + 32) as u64;
+    let header = &batch.header;
+    let chain = if new_chain {
+        2 * (header.machine.len() + header.session.len() + 16) as u64
+    } else {
+        0
+    };
+    row.div_ceil(PAGE) * PAGE + header.index.len() as u64 * INDEX_ROW + chain
 }
 
 /// A stored piece (or a pull's frame) and where it is in its chain: the

@@ -661,10 +661,18 @@ impl Vault {
         // was lost): yes again, even once the token has expired. Anything
         // else must hold a valid, unexpired token, which is checked before
         // a nonce is kept, so that nobody without one can fill the table.
-        let again = store
-            .machine(&id)
-            .map_err(internal)?
-            .is_some_and(|m| m.enrolment.token_key == enrolment.token_key);
+        let existing = store.machine(&id).map_err(internal)?;
+        // A revoked machine stays out, whatever it sends: its key is not let
+        // in again by the token that first let it in.
+        if let Some(at) = existing.as_ref().and_then(|m| m.revoked) {
+            return Err(refuse(
+                403,
+                format!(
+                    "machine {id} was revoked at {at} (Unix time): an admin must enrol a new key with a new token"
+                ),
+            ));
+        }
+        let again = existing.is_some_and(|m| m.enrolment.token_key == enrolment.token_key);
         enrolment
             .verify(&org, (!again).then_some(now))
             .map_err(|e| refuse(403, format!("machine {id}: {e}")))?;

@@ -32,6 +32,8 @@ const USAGE_ERROR: u8 = 2;
 /// (newest first): a few milliseconds' work, so CHAIN says clean or BROKEN
 /// rather than "unchecked" for ordinary sessions.
 const CHEAP_VERIFY: u64 = 16 * 1024 * 1024;
+/// Above this many sessions listed, `nd7 sessions` checks none on its own.
+const CHEAP_VERIFY_ROWS: usize = 200;
 
 fn choice(view: &View) -> ColourChoice {
     match view.color {
@@ -143,11 +145,27 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
             && (!a.refused || s.all_refusals() > 0)
     });
     rows.sort_by(|x, y| (y.summary.first_ts, &y.id).cmp(&(x.summary.first_ts, &x.id)));
+    if a.ids {
+        // For completion: ids only, checking nothing. Ids come from
+        // payloads: one line each, inert.
+        let mut out = Output::open(false, ColourChoice::Never);
+        let written = rows
+            .iter()
+            .try_for_each(|r| out.line(&nd7_core::read::safe::term(&r.id, Lines::One)));
+        let _ = index.save();
+        return match written {
+            Ok(()) => finish(cmd, out, ExitCode::SUCCESS),
+            Err(_) => ExitCode::SUCCESS,
+        };
+    }
     // Unchecked chains are checked when that is cheap: all of them with
     // --verify, else the newest while their logs add up to CHEAP_VERIFY.
     let mut budget = match (a.verify, a.no_verify) {
         (true, _) => u64::MAX,
         (false, true) => 0,
+        // A long list stays a list of stats (and its index is not
+        // rewritten for verdicts on every listing).
+        (false, false) if rows.len() > CHEAP_VERIFY_ROWS => 0,
         (false, false) => CHEAP_VERIFY,
     };
     for row in rows.iter_mut().filter(|r| r.chain == Chain::NotChecked) {

@@ -96,6 +96,12 @@ fn ship_once(state: &Path) -> ExitCode {
             }
         }
     }
+    // Batches the vault acknowledged before a session's run failed count:
+    // they are stored.
+    for (_, acked) in &report.partly {
+        entries += acked.entries;
+        batches += acked.batches;
+    }
     let not_tried = report.not_tried.iter().filter(|id| waiting(id)).count();
     match unreachable {
         Some(why) => {
@@ -158,7 +164,14 @@ fn up_to_date(dir: &Path) -> bool {
 fn note_unreachable(state: &Path, why: Option<&str>) {
     let file = ship::vault_dir(state).join(ship::UNREACHABLE_FILE);
     let _ = match why {
-        Some(why) => std::fs::write(&file, format!("{why}\n")),
+        // 0600, as every file beside the enrolment.
+        Some(why) => std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&file)
+            .and_then(|mut f| f.write_all(format!("{why}\n").as_bytes())),
         None => std::fs::remove_file(&file).or(Ok(())),
     };
 }

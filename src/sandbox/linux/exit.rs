@@ -274,6 +274,7 @@ impl Handler for Commands {
             match start(&request, stdio, confinement, started, namespaces) {
                 Ok(child) => {
                     running.insert(child.id(), exec);
+                    log.command_started(child.id(), exec);
                     child
                 }
                 Err(why) => {

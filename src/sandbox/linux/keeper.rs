@@ -309,6 +309,8 @@ pub fn split(run_dirs: &RunDirs, head_start: impl FnOnce() -> Vec<u8>) -> Result
         drop(keeper_end);
         return run_side(keeper, child_end, &signals);
     }
+    // Only `nd7 run` reads the observer's feed.
+    drop(super::observe::take_feed());
     // The descriptor number `nd7 run` keeps its end under, which the
     // keeper fetches once to learn whether it may act for `nd7 run`.
     let probe = child_end.as_raw_fd();
@@ -344,6 +346,8 @@ fn front() -> Result<Option<i32>, String> {
         dispose(sig, libc::SIG_IGN);
     }
     let front = std::process::id();
+    // The exec observer's pipes (ADR-0110): the keeper waits to be traced.
+    let pipes = super::observe::Pipes::new().map_err(os("open the observer's pipes"))?;
     // SAFETY: this process has a single thread ([`split`]'s caller's
     // promise), so the child may go on running ordinary Rust code.
     let child = unsafe { libc::fork() };
@@ -359,10 +363,14 @@ fn front() -> Result<Option<i32>, String> {
         if std::os::unix::process::parent_id() != front {
             return Err("nd7 run ended before its keeper started".into());
         }
+        super::observe::keeper_side(pipes);
         return Ok(None);
     }
     let keeper = Pid::from_raw(child).expect("fork returned a positive pid");
-    Ok(Some(wait_in_front(keeper, &signals)))
+    Ok(Some(match super::observe::front_side(pipes, child) {
+        Some(feed) => super::observe::observe(child, feed, &signals),
+        None => wait_in_front(keeper, &signals),
+    }))
 }
 
 /// The front's life: passes on to the keeper each signal a process sent

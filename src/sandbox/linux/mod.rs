@@ -11,6 +11,7 @@ pub mod launch;
 pub mod memory;
 pub mod netns;
 pub mod ns;
+pub mod observe;
 pub mod scope;
 pub mod seccomp;
 pub mod server;

@@ -4,7 +4,7 @@
 //! (`crate::egress`), is the only way out.
 //!
 //! Namespaces are per thread for the network: `nd7 run`, just moved into
-//! its user namespace ([`super::ns::enter`]) and still holding the
+//! its user namespace (`ns::enter`) and still holding the
 //! capabilities that gives, first starts one thread, the *outside* thread,
 //! which stays in the network namespace the account had; then moves its
 //! own main thread into a new network namespace, brings its `lo` up and
@@ -68,14 +68,15 @@ impl Net {
 /// Starts the outside thread, then moves the calling thread into a new
 /// network namespace with `lo` up and a listener on 127.0.0.1. Needs
 /// `CAP_SYS_ADMIN` and `CAP_NET_ADMIN` in the calling thread's user
-/// namespace (which owns the new one).
-pub fn enter() -> Result<Net, String> {
+/// namespace (which owns the new one); `drop_capabilities` drops the
+/// calling thread's (`ns::drop_thread_capabilities`), for the outside one.
+pub fn enter(drop_capabilities: fn() -> io::Result<()>) -> Result<Net, String> {
     let (tx, rx) = channel::<Job>();
     std::thread::Builder::new()
         .name("nd7-outside".into())
         .spawn(move || {
             // Capabilities are per thread: this one keeps none.
-            let _ = super::ns::drop_thread_capabilities();
+            let _ = drop_capabilities();
             for job in rx {
                 job();
             }
@@ -157,4 +158,52 @@ fn loopback_up() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The process holding the client's end of a TCP connection to the proxy
+/// (`peer` its address, `local` the proxy's), from the network namespace's
+/// table (`/proc/self/net/tcp` is the main thread's, inside) and the
+/// account's processes' descriptors: pid and name. `None` when it cannot
+/// be told (gone, another account's).
+pub fn client_process(
+    peer: std::net::SocketAddr,
+    local: std::net::SocketAddr,
+) -> Option<(u32, String)> {
+    let hex = |a: std::net::SocketAddr| match a.ip() {
+        std::net::IpAddr::V4(ip) => Some(format!(
+            "{:08X}:{:04X}",
+            u32::from_ne_bytes(ip.octets()),
+            a.port()
+        )),
+        std::net::IpAddr::V6(_) => None,
+    };
+    let (want, proxy) = (hex(peer)?, hex(local)?);
+    let table = std::fs::read_to_string("/proc/self/net/tcp").ok()?;
+    let inode = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&want.as_str()) && f.get(2) == Some(&proxy.as_str()))
+            .then(|| f.get(9).map(|s| s.to_string()))
+            .flatten()
+    })?;
+    let link = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link.as_str()));
+        if holds {
+            let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            return Some((pid, name.trim().to_string()));
+        }
+    }
+    None
 }

@@ -240,7 +240,7 @@ pub fn enter() -> Result<Namespaces, NsError> {
     let net = if crate::fault::injected("no-netns") {
         Err("network namespaces refused (fault injected)".to_string())
     } else {
-        super::netns::enter()
+        super::netns::enter(drop_thread_capabilities)
     };
     Ok(Namespaces { last_cap, net })
 }

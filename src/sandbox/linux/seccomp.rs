@@ -157,6 +157,10 @@ pub struct Filter {
     pub attrs: bool,
     /// Refuse stop signals and [`STOPPING_IOCTLS`].
     pub no_stops: bool,
+    /// Refuse `ptrace`, `process_vm_writev` and the compatibility ABI's
+    /// execs: nothing inside may trace, write into another process, or
+    /// exec by an entry point the observer is not built for (ADR-0112).
+    pub no_tracing: bool,
 }
 
 impl Filter {
@@ -168,6 +172,7 @@ impl Filter {
             sockets,
             attrs: true,
             no_stops: true,
+            no_tracing: true,
         }
     }
 }
@@ -214,6 +219,11 @@ pub struct Arch {
     pub socketcall: Option<u32>,
     /// Whether numbers with the x32 bit are this architecture's too.
     pub x32_bit: bool,
+    pub ptrace: u32,
+    pub process_vm_writev: u32,
+    /// `execve` and `execveat`, where the filter refuses them (the
+    /// compatibility ABI's, ADR-0112).
+    pub refused_execs: Option<[u32; 2]>,
 }
 
 /// The architecture nd7 is built for, with the native numbers.
@@ -239,6 +249,9 @@ pub fn native() -> Option<Arch> {
         io_uring_setup: libc::SYS_io_uring_setup as u32,
         socketcall: None,
         x32_bit: cfg!(target_arch = "x86_64"),
+        ptrace: libc::SYS_ptrace as u32,
+        process_vm_writev: libc::SYS_process_vm_writev as u32,
+        refused_execs: None,
     })
 }
 
@@ -255,6 +268,9 @@ pub fn compat() -> Option<Arch> {
             io_uring_setup: 425,
             socketcall: Some(102),
             x32_bit: false,
+            ptrace: 26,
+            process_vm_writev: 348,
+            refused_execs: Some([11, 358]),
         })
     } else if cfg!(target_arch = "aarch64") {
         Some(Arch {
@@ -266,6 +282,9 @@ pub fn compat() -> Option<Arch> {
             io_uring_setup: 425,
             socketcall: Some(102),
             x32_bit: false,
+            ptrace: 26,
+            process_vm_writev: 377,
+            refused_execs: Some([11, 387]),
         })
     } else {
         None
@@ -532,6 +551,10 @@ fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
             checks.push((nr, fcntl));
         }
     }
+    if f.no_tracing {
+        checks.extend([(arch.ptrace, eperm), (arch.process_vm_writev, eperm)]);
+        checks.extend(arch.refused_execs.iter().flatten().map(|&nr| (nr, eperm)));
+    }
     if arch.x32_bit {
         let next = a.label();
         a.jump(JGE_K, X32_BIT, eperm, next);
@@ -745,6 +768,9 @@ mod tests {
             io_uring_setup: 425,
             socketcall: None,
             x32_bit: true,
+            ptrace: 101,
+            process_vm_writev: 311,
+            refused_execs: None,
         };
         let compat = Arch {
             audit: 0x4000_0003,
@@ -755,8 +781,37 @@ mod tests {
             io_uring_setup: 425,
             socketcall: Some(102),
             x32_bit: false,
+            ptrace: 26,
+            process_vm_writev: 348,
+            refused_execs: Some([11, 358]),
         };
         (native, compat)
+    }
+
+    #[test]
+    fn tracing_writing_into_a_process_and_32_bit_execs_are_refused() {
+        let (n, c) = x86();
+        let p = program_for(&n, Some(&c), Filter::full(Sockets::Supervised));
+        for (arch, nr) in [
+            (n, n.ptrace),
+            (n, n.process_vm_writev),
+            (c, c.ptrace),
+            (c, c.process_vm_writev),
+            (c, 11),
+            (c, 358),
+        ] {
+            assert_eq!(run(&p, nr, arch.audit, [0; 6]), RET_EPERM, "{nr}");
+        }
+        // The native execs pass: the observer reads what they start.
+        assert_eq!(run(&p, 59, n.audit, [0; 6]), RET_ALLOW);
+        assert_eq!(run(&p, 322, n.audit, [0; 6]), RET_ALLOW);
+        let without = Filter {
+            no_tracing: false,
+            ..Filter::full(Sockets::Supervised)
+        };
+        let p = program_for(&n, Some(&c), without);
+        assert_eq!(run(&p, n.ptrace, n.audit, [0; 6]), RET_ALLOW);
+        assert_eq!(run(&p, 11, c.audit, [0; 6]), RET_ALLOW);
     }
 
     #[test]
@@ -966,6 +1021,9 @@ mod tests {
             io_uring_setup: 425,
             socketcall: None,
             x32_bit: false,
+            ptrace: 117,
+            process_vm_writev: 271,
+            refused_execs: None,
         };
         let p = program_for(&arm64, None, Filter::full(Sockets::Supervised));
         for &(nr, call) in attr_calls(AUDIT_AARCH64) {

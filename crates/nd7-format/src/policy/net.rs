@@ -19,7 +19,7 @@
 //! class is what was granted. An IP literal in a connection is allowed only
 //! when a rule names that literal.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Ports a rule without one allows.
 pub const DEFAULT_PORTS: [u16; 2] = [80, 443];

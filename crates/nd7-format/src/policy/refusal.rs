@@ -28,6 +28,11 @@ pub trait Probe {
     /// ancestor) without the floor.
     fn writable(&self, path: &Path) -> bool;
     fn is_dir(&self, path: &Path) -> bool;
+    /// Whether anything is at `path` (a link counts). Without an answer,
+    /// everything is taken to exist, and no missing directory is suggested.
+    fn exists(&self, _path: &Path) -> bool {
+        true
+    }
 }
 
 /// Why the floor keeps a path out.
@@ -211,7 +216,11 @@ pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused
             let (grant, preset) = match Preset::for_refusal(&real, home, command) {
                 Some((preset, at)) => (Some(at), Some(preset.name)),
                 None => {
-                    let dir = if probe.is_dir(&real) {
+                    // A directory directly in the home that is not there yet
+                    // (`~/.cache` on a fresh home): `nd7 allow` creates it.
+                    let missing_in_home =
+                        real.parent() == Some(home.as_path()) && !probe.exists(&real);
+                    let dir = if probe.is_dir(&real) || missing_in_home {
                         real.clone()
                     } else {
                         real.parent()
@@ -508,6 +517,10 @@ mod tests {
                 .iter()
                 .any(|d| path == Path::new(d))
         }
+        fn exists(&self, path: &Path) -> bool {
+            // A fresh home: no ~/.cache yet.
+            !path.starts_with("/home/u/.cache")
+        }
     }
 
     fn policy() -> Policy {
@@ -528,6 +541,38 @@ mod tests {
     /// the session may write, is nd7's hold, named; the same words about a
     /// path outside the write roots claim nothing (no Landlock refusal says
     /// them).
+    /// On a fresh home a tool's first refusal names `~/.cache`, which is not
+    /// there: the fix is `nd7 allow ~/.cache` (created by it), not "run it
+    /// outside nd7 run". A file that is there, directly in the home, still
+    /// gets no grant of the home.
+    #[test]
+    fn a_missing_directory_in_the_home_is_the_grant() {
+        let p = policy();
+        let home = Path::new("/home/u");
+        let r = judge(
+            &failed(
+                "Bash",
+                "Exit code 1\nmkdir: cannot create directory '/home/u/.cache': Permission denied",
+            ),
+            &p,
+            &Fs,
+        );
+        assert_eq!(paths(&r), ["/home/u/.cache"]);
+        assert_eq!(
+            allow_command(&r[0], home).as_deref(),
+            Some("nd7 allow ~/.cache")
+        );
+        let r = judge(
+            &failed(
+                "Bash",
+                "Exit code 1\ntouch: cannot touch '/home/u/notes': Permission denied",
+            ),
+            &p,
+            &Fs,
+        );
+        assert_eq!(allow_command(&r[0], home), None);
+    }
+
     #[test]
     fn a_held_file_is_named_as_held() {
         let p = policy();
