@@ -102,7 +102,7 @@ complete -c nd7 -n "__fish_nd7_using_subcommand uninstall" -l settings -d 'Claud
 complete -c nd7 -n "__fish_nd7_using_subcommand uninstall" -l dry-run -d 'Print what would change and write nothing'
 complete -c nd7 -n "__fish_nd7_using_subcommand uninstall" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand run" -l allow -d 'Let commands write DIR (created if it does not exist), as `nd7 allow DIR` would' -r -F
-complete -c nd7 -n "__fish_nd7_using_subcommand run" -l preset -d 'Let commands write a toolchain\'s caches (npm, pnpm, yarn, cargo, pip, uv, python-user, go, maven, gradle; docs/sandbox.md says what each risks)' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand run" -l preset -d 'Let commands write a toolchain\'s caches (npm, pnpm, yarn, cargo, pip, uv, python-user, go, maven, gradle; docs/sandbox.md says what each risks), and reach its registry\'s hosts (npm, cargo, pip, uv, python-user, go; github brings only hosts)' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand run" -l net -d '`strict`: refuse to start where the kernel cannot keep the agent\'s network to nd7\'s egress proxy (`nd7 doctor` says whether it can)' -r -f -a "strict\t''"
 complete -c nd7 -n "__fish_nd7_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand allow" -l run -d 'The run: the pid `nd7 run` announced. Needed only when several run; they are listed then' -r

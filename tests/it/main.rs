@@ -22,11 +22,11 @@ mod door_hooks;
 #[cfg(target_os = "linux")]
 mod door_load;
 mod e2e;
+mod effects;
 #[cfg(target_os = "linux")]
 mod egress;
 #[cfg(target_os = "linux")]
 mod egress_attacks;
-mod effects;
 #[cfg(target_os = "linux")]
 mod exit_ruleset;
 mod exit_status;

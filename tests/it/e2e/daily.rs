@@ -399,6 +399,7 @@ fn the_network_under_nd7_run_reaches_the_granted_registry_and_not_the_exfil_host
             && err.contains("the proxy refused connections to"),
         "{err}"
     );
+}
 
 /// Twelve tool calls under `nd7 run claude` with the real Claude Code, one
 /// the sandbox refuses and one Claude Code's permissions refuse: `nd7 show`'s
