@@ -14,7 +14,8 @@ use crate::runs::{X, lines, run_chains, run_dirs};
 use crate::world::*;
 
 /// A listener on the host's loopback that keeps every byte it is sent
-/// (until its client is idle for a second) and then answers `reply`.
+/// and, once its client has sent something and then been idle for a
+/// second (or closed), answers `reply`.
 struct Sink {
     port: u16,
     got: Arc<Mutex<Vec<u8>>>,
@@ -33,11 +34,21 @@ impl Sink {
                 std::thread::spawn(move || {
                     let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
                     let mut buf = [0u8; 8192];
-                    while let Ok(n) = s.read(&mut buf) {
-                        if n == 0 {
-                            break;
+                    let mut any = false;
+                    loop {
+                        match s.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => {
+                                any = true;
+                                kept.lock().expect("lock").extend_from_slice(&buf[..n]);
+                            }
+                            // Idle: answer once something has come.
+                            Err(_) if any => break,
+                            Err(e)
+                                if e.kind() == std::io::ErrorKind::WouldBlock
+                                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+                            Err(_) => break,
                         }
-                        kept.lock().expect("lock").extend_from_slice(&buf[..n]);
                     }
                     let _ = s.write_all(reply);
                 });
@@ -166,16 +177,17 @@ fn a_fragmented_client_hello_is_held_to_the_tunnels_host() {
         whole.port, split.port
     );
     let out = w.run_agent(&body);
+    assert!(!whole.received().contains("evil.test"));
+    assert!(
+        !split.received().contains("evil.test"),
+        "a hello naming evil.test reached the tunnel's host: {:?}",
+        lines(&out)
+    );
     assert_eq!(
         lines(&out),
         ["whole:no", "split:no"],
         "{}",
         text(&out.stderr)
-    );
-    assert!(!whole.received().contains("evil.test"));
-    assert!(
-        !split.received().contains("evil.test"),
-        "a hello naming evil.test reached the tunnel's host"
     );
 }
 
@@ -641,4 +653,40 @@ fn allowed_names_that_resolve_to_loopback_in_any_spelling_are_refused() {
     let want: Vec<String> = names.iter().map(|(n, _)| format!("{n}:403")).collect();
     assert_eq!(lines(&out), want, "{}", text(&out.stderr));
     assert_eq!(sink.received(), "");
+}
+
+/// The other way past `first_hello`: a ClientHello that stops short (its
+/// last record not yet sent) is forwarded as it is once the proxy's read
+/// times out (`HEAD_TIME`, 10 s), server name and all. The agent sends all
+/// but the last 10 bytes and waits for the far end to answer.
+#[test]
+#[ignore = "open: a ClientHello left unfinished past HEAD_TIME is forwarded without the SNI check"]
+fn an_unfinished_client_hello_is_not_forwarded_when_the_proxy_stops_waiting() {
+    let w = World::new();
+    let sink = Sink::on(b"ok\n");
+    grants(&w, &format!("net localhost:{}\n", sink.port));
+    // Padding after the server name, so that what is held back is padding.
+    let message = hello_message("evil.test", 64);
+    let (first, _) = message.split_at(message.len() - 10);
+    let mut partial = vec![22, 3, 1];
+    partial.extend((message.len() as u16).to_be_bytes());
+    partial.extend(first);
+    put(&w, "hello-partial", &partial);
+    let body = format!(
+        "{SEND}tunnel partial localhost:{} hello-partial\n",
+        sink.port
+    );
+    let out = w.run_agent(&body);
+    assert!(
+        !sink.received().contains("evil.test"),
+        "an unfinished hello naming evil.test reached the tunnel's host: {:?}",
+        lines(&out)
+    );
+    assert_eq!(
+        lines(&out),
+        ["partial:no"],
+        "{} {:?}",
+        text(&out.stderr),
+        sink.received()
+    );
 }
