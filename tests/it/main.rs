@@ -26,6 +26,8 @@ mod effects;
 #[cfg(target_os = "linux")]
 mod egress;
 #[cfg(target_os = "linux")]
+mod egress_attacks;
+#[cfg(target_os = "linux")]
 mod exit_ruleset;
 mod exit_status;
 #[cfg(target_os = "linux")]
