@@ -357,13 +357,10 @@ impl Proxy {
         rest: Vec<u8>,
         conn: &mut Connection,
     ) -> Result<(), Refusal> {
-        if let Some(host_header) = &request.host_header
-            && !request.connect
-            && host_header != &request.target
+        if !request.connect
+            && let Some(why) = request.host_mismatch()
         {
-            return Err(Refusal::Rule(format!(
-                "the request's Host header ({host_header}) is not the host it is sent to"
-            )));
+            return Err(Refusal::Rule(why));
         }
         let rules = self.rules();
         let resolved = match &request.target {
@@ -433,21 +430,30 @@ impl Proxy {
             .stack_size(128 * 1024)
             .spawn(move || copy_then_close(up_r, client_w))
             .map_err(broken)?;
-        // The first bytes: a TLS ClientHello must name the host asked for.
-        let _ = client.set_read_timeout(Some(HEAD_TIME));
-        let sni = first_hello(client, &mut rest);
-        let _ = client.set_read_timeout(None);
-        if let (Target::Name(asked), Ok(Some(named))) = (&request.target, &sni)
-            && asked != named
-        {
-            let _ = upstream.shutdown(Shutdown::Both);
-            let _ = client.shutdown(Shutdown::Both);
-            let _ = down.join();
-            conn.allowed = false;
-            conn.rule = None;
-            return Err(Refusal::Rule(format!(
-                "the TLS server name ({named}) is not the host asked for ({asked})"
-            )));
+        // The first bytes: for a tunnel to a name, a whole TLS ClientHello
+        // that names that host, or nothing goes up.
+        if let Target::Name(asked) = &request.target {
+            let why = match first_hello(client, &mut rest) {
+                Ok(Some(named)) if &named == asked => None,
+                Ok(Some(named)) => Some(format!(
+                    "the TLS server name ({named}) is not the host asked for ({asked})"
+                )),
+                Ok(None) => Some(format!(
+                    "a tunnel to {asked} carries only TLS that names it; this ClientHello names no server"
+                )),
+                Err(e) => Some(format!(
+                    "a tunnel to {asked} carries only TLS that names it; its first bytes: {e}"
+                )),
+            };
+            if let Some(why) = why {
+                let _ = upstream.shutdown(Shutdown::Both);
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = down.join();
+                conn.allowed = false;
+                conn.rule = None;
+                return Err(Refusal::Rule(why));
+            }
+            let _ = client.set_read_timeout(None);
         }
         let sent = upstream.write_all(&rest);
         conn.bytes_up += rest.len() as u64;
@@ -503,10 +509,66 @@ struct Request {
     connect: bool,
     target: Target,
     port: u16,
-    /// The Host header's host, for a plain request.
-    host_header: Option<Target>,
+    /// The Host headers' values, as sent, for a plain request.
+    hosts: Vec<String>,
+    /// How the request's body is framed, for a plain request.
+    body: Body,
     /// The request line's target in origin form, for a plain request.
     path: String,
+}
+
+/// How a plain request's body is framed: the proxy forwards that body and
+/// nothing after it (one request a connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Body {
+    Length(u64),
+    Chunked,
+}
+
+/// The header lines of a request's head (after its request line), as
+/// `(name, value)`; a folded line (obsolete, RFC 9112 5.2) or one with no
+/// name is refused.
+fn header_lines<'a>(
+    lines: impl Iterator<Item = &'a str>,
+) -> Result<Vec<(&'a str, &'a str)>, String> {
+    let mut out = Vec::new();
+    for line in lines.take_while(|l| !l.is_empty()) {
+        if line.starts_with([' ', '\t']) {
+            return Err("a folded header line (obsolete; nd7's proxy refuses it)".into());
+        }
+        let (name, value) = line
+            .split_once(':')
+            .filter(|(n, _)| !n.is_empty() && !n.contains([' ', '\t']))
+            .ok_or("a header line that is not NAME: VALUE")?;
+        out.push((name, value.trim_matches([' ', '\t'])));
+    }
+    Ok(out)
+}
+
+/// The body's framing from a request's headers: Content-Length or
+/// chunked, not both, nothing else; none is an empty body.
+fn body_framing(headers: &[(&str, &str)]) -> Result<Body, String> {
+    let named = |want: &str| -> Vec<&str> {
+        headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(want))
+            .map(|(_, v)| *v)
+            .collect()
+    };
+    match (
+        named("content-length").as_slice(),
+        named("transfer-encoding").as_slice(),
+    ) {
+        ([], []) => Ok(Body::Length(0)),
+        ([len], []) if !len.is_empty() && len.bytes().all(|b| b.is_ascii_digit()) => len
+            .parse()
+            .map(Body::Length)
+            .map_err(|_| "a Content-Length too large".into()),
+        ([], [te]) if te.eq_ignore_ascii_case("chunked") => Ok(Body::Chunked),
+        ([_, ..], [_, ..]) => Err("both Content-Length and Transfer-Encoding".into()),
+        ([], _) => Err("a Transfer-Encoding other than chunked".into()),
+        _ => Err("a Content-Length that is not one number".into()),
+    }
 }
 
 impl Request {
@@ -526,6 +588,7 @@ impl Request {
                 line.chars().take(200).collect::<String>()
             )
         };
+        let headers = header_lines(lines)?;
         if method == "CONNECT" {
             let (host, port) = net::split_host_port(target).ok_or_else(bad)?;
             let target = Target::parse(host).ok_or_else(bad)?;
@@ -533,7 +596,8 @@ impl Request {
                 connect: true,
                 target,
                 port: port.ok_or_else(bad)?,
-                host_header: None,
+                hosts: Vec::new(),
+                body: Body::Length(0),
                 path: String::new(),
             });
         }
@@ -545,22 +609,43 @@ impl Request {
             None => (rest, "/"),
         };
         let (host, port) = net::split_host_port(authority).ok_or_else(bad)?;
-        let host_header = lines
-            .take_while(|l| !l.is_empty())
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.trim()
-                    .eq_ignore_ascii_case("host")
-                    .then(|| v.trim().to_string())
-            })
-            .and_then(|h| net::split_host_port(&h).and_then(|(h, _)| Target::parse(h)));
+        let hosts = headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+            .map(|(_, v)| v.to_string())
+            .collect();
         Ok(Request {
             connect: false,
             target: Target::parse(host).ok_or_else(bad)?,
             port: port.unwrap_or(80),
-            host_header,
+            hosts,
+            body: body_framing(&headers)?,
             path: path.to_string(),
         })
+    }
+
+    /// Why the Host headers do not name the host the request is sent to:
+    /// there must be exactly one, and it must parse and be that host (and
+    /// port, when it says one).
+    fn host_mismatch(&self) -> Option<String> {
+        let [host] = self.hosts.as_slice() else {
+            return Some(format!(
+                "a request needs exactly one Host header; this one has {}",
+                self.hosts.len()
+            ));
+        };
+        let named = net::split_host_port(host).and_then(|(h, p)| Some((Target::parse(h)?, p)));
+        match named {
+            Some((t, p)) if t == self.target && p.is_none_or(|p| p == self.port) => None,
+            Some((t, _)) if t == self.target => Some(format!(
+                "the request's Host header names another port than {}",
+                self.port
+            )),
+            Some((t, _)) => Some(format!(
+                "the request's Host header ({t}) is not the host it is sent to"
+            )),
+            None => Some("the request's Host header is not HOST[:PORT]".into()),
+        }
     }
 }
 
@@ -586,19 +671,33 @@ fn read_head(client: &mut TcpStream) -> io::Result<(Vec<u8>, Vec<u8>)> {
 }
 
 /// Reads the client's first bytes into `rest` until they hold a whole
-/// ClientHello (or are plainly not one); returns its server name.
-fn first_hello(client: &mut TcpStream, rest: &mut Vec<u8>) -> Result<Option<String>, &'static str> {
+/// ClientHello, reassembled across records (`net::client_hello`), within
+/// one deadline ([`HEAD_TIME`]); returns its server name. Cut short, timed
+/// out, or not TLS: `Err`.
+fn first_hello(client: &mut TcpStream, rest: &mut Vec<u8>) -> Result<Option<String>, String> {
+    let deadline = Instant::now() + HEAD_TIME;
     let mut chunk = [0u8; 4096];
     loop {
-        match net::client_hello_sni(rest) {
-            Err("a ClientHello cut short") if rest.len() < HEAD_MAX => {}
-            other => return other,
+        match net::client_hello(rest) {
+            Ok(net::Hello::Whole(name)) => return Ok(name),
+            Ok(net::Hello::More) => {}
+            Err(e) => return Err(e.to_string()),
         }
-        if rest.first().is_some_and(|b| *b != 22) {
-            return Err("not TLS");
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || client.set_read_timeout(Some(left)).is_err() {
+            return Err("no whole ClientHello in time".into());
         }
         match client.read(&mut chunk) {
-            Ok(0) | Err(_) => return Err("no ClientHello"),
+            Ok(0) => return Err("a ClientHello cut short".into()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err("no whole ClientHello in time".into());
+            }
+            Err(e) => return Err(format!("read: {e}")),
             Ok(n) => rest.extend_from_slice(&chunk[..n]),
         }
     }
@@ -653,19 +752,147 @@ fn forward_http(
     }
     out.push_str("Connection: close\r\n\r\n");
     upstream.write_all(out.as_bytes())?;
-    upstream.write_all(&rest)?;
-    conn.bytes_up += (out.len() + rest.len()) as u64;
-    // The rest of the request's body goes up while the response comes down.
+    conn.bytes_up += out.len() as u64;
+    // The body, as the head frames it, goes up while the response comes
+    // down; nothing after it does.
     let (client_r, up_w) = (client.try_clone()?, upstream.try_clone()?);
+    let framing = request.body;
     let up = std::thread::Builder::new()
         .stack_size(128 * 1024)
-        .spawn(move || copy_then_close(client_r, up_w))?;
+        .spawn(move || send_body(client_r, up_w, rest, framing))?;
     let down = send_response(client, upstream);
     // One request a connection: once the response has come, it is over.
     let _ = client.shutdown(Shutdown::Both);
     conn.bytes_up += up.join().unwrap_or(0);
     conn.bytes_down += down?;
     Ok(())
+}
+
+/// Sends the request's body up: `rest` (what came after the head) and
+/// then what the client sends, up to the body's end as `framing` says, and
+/// not a byte more. Bad framing, or a client gone before the end, shuts the
+/// server's side. Returns the bytes sent.
+fn send_body(mut from: TcpStream, mut to: TcpStream, rest: Vec<u8>, framing: Body) -> u64 {
+    let mut ending = match framing {
+        Body::Length(n) => Ending::Length(n),
+        Body::Chunked => Ending::Chunked(Chunked::default()),
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    let mut bytes = rest;
+    loop {
+        let (take, done) = match ending.feed(&bytes) {
+            Ok(step) => step,
+            Err(_) => break,
+        };
+        if to.write_all(&bytes[..take]).is_err() {
+            break;
+        }
+        total += take as u64;
+        if done {
+            return total;
+        }
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => bytes = buf[..n].to_vec(),
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+    total
+}
+
+/// Where a request body ends, found as its bytes come.
+enum Ending {
+    /// Bytes still to come.
+    Length(u64),
+    Chunked(Chunked),
+}
+
+impl Ending {
+    /// How many of `bytes` are the body's, and whether the body ends there.
+    fn feed(&mut self, bytes: &[u8]) -> Result<(usize, bool), &'static str> {
+        match self {
+            Ending::Length(left) => {
+                let take = bytes
+                    .len()
+                    .min(usize::try_from(*left).unwrap_or(usize::MAX));
+                *left -= take as u64;
+                Ok((take, *left == 0))
+            }
+            Ending::Chunked(c) => c.feed(bytes),
+        }
+    }
+}
+
+/// A chunked body's end (RFC 9112 7.1): chunk-size lines (extensions
+/// allowed), data each followed by CRLF, a zero chunk, trailer lines, an
+/// empty line.
+#[derive(Default)]
+struct Chunked {
+    state: ChunkState,
+    line: Vec<u8>,
+}
+
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    #[default]
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailer,
+}
+
+/// The longest chunk-size or trailer line read.
+const CHUNK_LINE_MAX: usize = 4096;
+
+impl Chunked {
+    fn feed(&mut self, bytes: &[u8]) -> Result<(usize, bool), &'static str> {
+        let mut i = 0;
+        while i < bytes.len() {
+            if let ChunkState::Data(left) = self.state {
+                let take = (bytes.len() - i).min(usize::try_from(left).unwrap_or(usize::MAX));
+                i += take;
+                self.state = match left - take as u64 {
+                    0 => ChunkState::DataEnd,
+                    n => ChunkState::Data(n),
+                };
+                continue;
+            }
+            self.line.push(bytes[i]);
+            i += 1;
+            if self.line.len() > CHUNK_LINE_MAX {
+                return Err("a chunk line too long");
+            }
+            if bytes[i - 1] != b'\n' {
+                continue;
+            }
+            let line = std::mem::take(&mut self.line);
+            let line = line
+                .strip_suffix(b"\r\n")
+                .ok_or("a chunk line not ended by CRLF")?;
+            self.state = match self.state {
+                ChunkState::Size => {
+                    let size = line.split(|b| *b == b';').next().unwrap_or(b"");
+                    let size = std::str::from_utf8(size)
+                        .ok()
+                        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
+                        .and_then(|s| u64::from_str_radix(s, 16).ok())
+                        .ok_or("a chunk size that is not hex")?;
+                    if size == 0 {
+                        ChunkState::Trailer
+                    } else {
+                        ChunkState::Data(size)
+                    }
+                }
+                ChunkState::DataEnd if line.is_empty() => ChunkState::Size,
+                ChunkState::DataEnd => return Err("chunk data longer than its size"),
+                ChunkState::Trailer if line.is_empty() => return Ok((i, true)),
+                ChunkState::Trailer => ChunkState::Trailer,
+                ChunkState::Data(_) => unreachable!("data is taken above"),
+            };
+        }
+        Ok((i, false))
+    }
 }
 
 /// Passes the response's head back with `Connection: close` in place of
@@ -856,4 +1083,48 @@ pub fn change_rules(
     crate::run_log::note(run_dir, crate::run_entry::GRANT, &body)
         .map(|_| ())
         .map_err(|e| format!("the change is in force, but the run's log could not take it: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framing(head: &str) -> Result<Body, String> {
+        let lines = header_lines(head.split("\r\n"))?;
+        body_framing(&lines)
+    }
+
+    #[test]
+    fn bodies_are_framed_one_way() {
+        assert_eq!(framing("Host: a"), Ok(Body::Length(0)));
+        assert_eq!(framing("Content-Length: 12"), Ok(Body::Length(12)));
+        assert_eq!(framing("transfer-encoding: Chunked"), Ok(Body::Chunked));
+        assert!(framing("Content-Length: 1\r\nTransfer-Encoding: chunked").is_err());
+        assert!(framing("Content-Length: 1\r\nContent-Length: 1").is_err());
+        assert!(framing("Content-Length: +1").is_err());
+        assert!(framing("Content-Length: 1, 2").is_err());
+        assert!(framing("Transfer-Encoding: gzip, chunked").is_err());
+        assert!(framing("Host: a\r\n b").is_err());
+        assert!(framing("Host : a").is_err());
+    }
+
+    #[test]
+    fn a_chunked_body_ends_where_it_says() {
+        let body = b"4;x=y\r\nWiki\r\n5\r\npedia\r\n0\r\nT: 1\r\n\r\nGET / HTTP/1.1\r\n";
+        let end = body.len() - "GET / HTTP/1.1\r\n".len();
+        assert_eq!(Chunked::default().feed(body), Ok((end, true)));
+        // Byte by byte, the same end.
+        let mut c = Chunked::default();
+        for (i, b) in body.iter().enumerate() {
+            let (n, done) = c.feed(std::slice::from_ref(b)).expect("chunked");
+            assert_eq!((n, done), (1, i + 1 == end));
+            if done {
+                break;
+            }
+        }
+        assert!(Chunked::default().feed(b"zz\r\n").is_err());
+        assert!(Chunked::default().feed(b"1\r\nab\r\n").is_err());
+        assert!(Chunked::default().feed(b"1\n").is_err());
+        assert_eq!(Chunked::default().feed(b"10\r\nabc"), Ok((7, false)));
+    }
 }
