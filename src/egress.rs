@@ -256,17 +256,25 @@ impl Proxy {
 
     fn handle(&self, mut client: TcpStream) {
         let started = Instant::now();
-        let _ = client.set_read_timeout(Some(HEAD_TIME));
-        let head = read_head(&mut client);
+        let mut buf = Vec::new();
+        let head = read_head(&mut client, &mut buf, Some(started + HEAD_TIME));
         self.pending.fetch_sub(1, Ordering::SeqCst);
-        let Ok((head, rest)) = head else {
-            let _ = client.write_all(&response(
-                400,
-                "Bad Request",
-                "nd7's proxy could not read this request\n",
-            ));
-            return;
+        let rest = match head {
+            Ok(rest) => rest,
+            Err(e) => {
+                let _ = client.write_all(&response(
+                    400,
+                    "Bad Request",
+                    "nd7's proxy could not read this request\n",
+                ));
+                // A client that sent nothing has asked for nothing.
+                if !buf.is_empty() {
+                    (self.record)(&unparsed(&buf, &head_error(&e), started));
+                }
+                return;
+            }
         };
+        let head = buf;
         let _ = client.set_read_timeout(None);
         let request = match Request::parse(&head) {
             Ok(r) => r,
@@ -276,6 +284,7 @@ impl Proxy {
                     "Bad Request",
                     &format!("nd7's proxy: {why}\n"),
                 ));
+                (self.record)(&unparsed(&head, &why, started));
                 return;
             }
         };
@@ -651,22 +660,85 @@ impl Request {
 
 /// Reads up to the end of a request's head; returns the head and whatever
 /// came after it.
-fn read_head(client: &mut TcpStream) -> io::Result<(Vec<u8>, Vec<u8>)> {
-    let mut buf = Vec::with_capacity(1024);
+fn read_head(
+    client: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: Option<Instant>,
+) -> io::Result<Vec<u8>> {
     let mut chunk = [0u8; 4096];
     loop {
+        if let Some(deadline) = deadline {
+            // One deadline for the whole head, however slowly it comes.
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            client.set_read_timeout(Some(left))?;
+        }
         let n = client.read(&mut chunk)?;
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
         buf.extend_from_slice(&chunk[..n]);
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let rest = buf.split_off(end + 4);
-            return Ok((buf, rest));
+            return Ok(buf.split_off(end + 4));
         }
         if buf.len() > HEAD_MAX {
             return Err(io::ErrorKind::InvalidData.into());
         }
+    }
+}
+
+/// Why a request's head could not be read, for its `net` entry.
+fn head_error(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            format!("no whole request head within {} s", HEAD_TIME.as_secs())
+        }
+        io::ErrorKind::InvalidData => format!("a request head longer than {HEAD_MAX} bytes"),
+        io::ErrorKind::UnexpectedEof => "the client closed before its request head ended".into(),
+        _ => format!("read: {e}"),
+    }
+}
+
+/// The longest target an unparsed request's `net` entry keeps.
+const TARGET_KEPT: usize = 200;
+
+/// The `net` entry of a request the proxy could not read or parse: refused,
+/// with the request line's target as sent, made inert and cut short.
+fn unparsed(head: &[u8], why: &str, started: Instant) -> Connection {
+    let line = head.split(|b| *b == b'\n').next().unwrap_or(b"");
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split(' ');
+    let method = parts.next().unwrap_or("");
+    let target: String = parts
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(TARGET_KEPT)
+        .collect();
+    let inert = |t: &str| crate::read::safe::term(t, crate::read::safe::Lines::One);
+    Connection {
+        method: if method == "CONNECT" {
+            "CONNECT"
+        } else {
+            "HTTP"
+        },
+        host: inert(&target),
+        port: 0,
+        address: None,
+        allowed: false,
+        rule: None,
+        why: Some(format!(
+            "not a request nd7's proxy can read: {}",
+            inert(why)
+        )),
+        allow: None,
+        bytes_up: 0,
+        bytes_down: 0,
+        duration_ms: started.elapsed().as_millis() as u64,
+        client: None,
+        agent_own: false,
     }
 }
 
@@ -898,7 +970,8 @@ impl Chunked {
 /// Passes the response's head back with `Connection: close` in place of
 /// the server's own, then the rest as it comes.
 fn send_response(client: &mut TcpStream, mut upstream: TcpStream) -> io::Result<u64> {
-    let (head, rest) = read_head(&mut upstream).inspect_err(|_| {
+    let mut head = Vec::new();
+    let rest = read_head(&mut upstream, &mut head, None).inspect_err(|_| {
         let _ = client.shutdown(Shutdown::Both);
     })?;
     let text = String::from_utf8_lossy(&head);

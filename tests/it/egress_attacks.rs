@@ -308,7 +308,6 @@ fn connect_host_forms_reach_only_what_is_granted() {
 /// A request the proxy cannot parse is answered 400 and written nowhere:
 /// the agent can probe the proxy off the record.
 #[test]
-#[ignore = "open: a request the proxy cannot parse is refused but never recorded"]
 fn a_request_the_proxy_cannot_parse_is_on_the_record() {
     let w = World::new();
     put(
