@@ -139,14 +139,23 @@ pub type Record = Arc<dyn Fn(&Connection) + Send + Sync>;
 /// then the proxy's): pid and name.
 pub type Who = fn(SocketAddr, SocketAddr) -> Option<(u32, String)>;
 
-/// Caps on connections: past `tunnels` open at once, only the agent's own
-/// API gets one (`reserve` more), so the agent's commands cannot starve it.
+/// Caps on connections. The agent's own process (told by [`Who`]) has
+/// `reserve` of its own, for tunnels and for connections still sending
+/// their head alike; every other process (the agent's commands) shares
+/// `tunnels` and `pending`, so commands cannot starve the agent's API.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub tunnels: usize,
     pub reserve: usize,
     /// Connections still sending their request's head.
     pub pending: usize,
+}
+
+/// The connections one kind of client holds: tunnels open, heads pending.
+#[derive(Default)]
+struct Pool {
+    open: AtomicUsize,
+    pending: AtomicUsize,
 }
 
 impl Default for Limits {
@@ -166,8 +175,9 @@ pub struct Proxy {
     resolver: Arc<dyn Resolve>,
     record: Record,
     limits: Limits,
-    open: AtomicUsize,
-    pending: AtomicUsize,
+    /// The agent's own process's connections, and everyone else's.
+    own: Pool,
+    commands: Pool,
     /// The refusals so far, for the run's end.
     refused: RwLock<Vec<String>>,
     who: Option<Who>,
@@ -183,8 +193,8 @@ impl Proxy {
             resolver,
             record,
             limits: Limits::default(),
-            open: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            own: Pool::default(),
+            commands: Pool::default(),
             refused: RwLock::new(Vec::new()),
             who: None,
             agent: std::sync::atomic::AtomicU32::new(0),
@@ -238,27 +248,58 @@ impl Proxy {
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                if self.pending.fetch_add(1, Ordering::SeqCst) >= self.limits.pending {
-                    self.pending.fetch_sub(1, Ordering::SeqCst);
+                let client = self.client(&stream);
+                let own = client.as_ref().is_some_and(|c| c.1);
+                let (pool, cap) = self.pool(own);
+                let Some(slot) = take(&pool.pending, cap.1) else {
                     let _ = refuse_busy(stream);
                     continue;
-                }
+                };
+                // Given back by the connection's thread once its head is read.
+                std::mem::forget(slot);
                 let proxy = self.clone();
                 let spawned = std::thread::Builder::new()
                     .stack_size(128 * 1024)
-                    .spawn(move || proxy.handle(stream));
+                    .spawn(move || proxy.handle(stream, client));
                 if spawned.is_err() {
-                    self.pending.fetch_sub(1, Ordering::SeqCst);
+                    pool.pending.fetch_sub(1, Ordering::SeqCst);
                 }
             }
         })
     }
 
-    fn handle(&self, mut client: TcpStream) {
+    /// The process at the other end of `stream`, and whether it is the
+    /// agent's own program; `None` when it cannot be told.
+    fn client(&self, stream: &TcpStream) -> Option<((u32, String), bool)> {
+        let (who, peer, local) = (
+            self.who?,
+            stream.peer_addr().ok()?,
+            stream.local_addr().ok()?,
+        );
+        let client = who(peer, local)?;
+        let agent = self.agent.load(Ordering::SeqCst);
+        let own = agent != 0 && client.0 == agent;
+        Some((client, own))
+    }
+
+    /// The pool a client's connections count in, and its caps (tunnels,
+    /// pending): the agent's own process has the reserve, the rest share.
+    fn pool(&self, own: bool) -> (&Pool, (usize, usize)) {
+        let l = &self.limits;
+        match own {
+            true => (&self.own, (l.reserve, l.reserve)),
+            false => (&self.commands, (l.tunnels, l.pending)),
+        }
+    }
+
+    fn handle(&self, mut client: TcpStream, who: Option<((u32, String), bool)>) {
+        let own = who.as_ref().is_some_and(|c| c.1);
+        let (pool, (tunnels, _)) = self.pool(own);
+        let pending = Slot(&pool.pending);
         let started = Instant::now();
         let mut buf = Vec::new();
         let head = read_head(&mut client, &mut buf, Some(started + HEAD_TIME));
-        self.pending.fetch_sub(1, Ordering::SeqCst);
+        drop(pending);
         let rest = match head {
             Ok(rest) => rest,
             Err(e) => {
@@ -303,15 +344,20 @@ impl Proxy {
             client: None,
             agent_own: false,
         };
-        let outcome = self.serve_request(&mut client, &request, &head, rest, &mut conn);
+        let outcome = self.serve_request(
+            &mut client,
+            &request,
+            &head,
+            rest,
+            &mut conn,
+            (&pool.open, tunnels),
+        );
         if let Err(why) = outcome {
             if matches!(why, Refusal::Rule(_))
-                && let (Some(who), Ok(peer), Ok(local)) =
-                    (self.who, client.peer_addr(), client.local_addr())
+                && let Some((c, own)) = who
             {
-                conn.client = who(peer, local);
-                let agent = self.agent.load(Ordering::SeqCst);
-                conn.agent_own = agent != 0 && conn.client.as_ref().is_some_and(|c| c.0 == agent);
+                conn.client = Some(c);
+                conn.agent_own = own;
             }
             self.refuse(&mut client, &mut conn, &request, why);
         }
@@ -365,6 +411,7 @@ impl Proxy {
         head: &[u8],
         rest: Vec<u8>,
         conn: &mut Connection,
+        (open, cap): (&AtomicUsize, usize),
     ) -> Result<(), Refusal> {
         if !request.connect
             && let Some(why) = request.host_mismatch()
@@ -386,14 +433,11 @@ impl Proxy {
             }
             Target::Name(_) => Vec::new(),
         };
-        let (rule, addrs, api) = match rules.judge(&request.target, request.port, &resolved) {
-            Verdict::Allowed { rule, addrs } => {
-                let api = rule.ends_with(&format!("({AGENT_API})"));
-                (rule, addrs, api)
-            }
+        let (rule, addrs) = match rules.judge(&request.target, request.port, &resolved) {
+            Verdict::Allowed { rule, addrs } => (rule, addrs),
             Verdict::Refused { why } => return Err(Refusal::Rule(why)),
         };
-        let _slot = self.slot(api).ok_or(Refusal::Busy)?;
+        let _slot = take(open, cap).ok_or(Refusal::Busy)?;
         let upstream = connect_any(&addrs, request.port).map_err(Refusal::Unreachable)?;
         conn.address = upstream.peer_addr().ok();
         conn.rule = Some(rule);
@@ -404,17 +448,6 @@ impl Proxy {
             forward_http(client, upstream, request, head, rest, conn)
                 .map_err(|e| Refusal::Unreachable(e.to_string()))
         }
-    }
-
-    /// A tunnel slot, or `None` when the caps are reached; the agent's API
-    /// may use the reserve.
-    fn slot(&self, api: bool) -> Option<Slot<'_>> {
-        let cap = self.limits.tunnels + if api { self.limits.reserve } else { 0 };
-        if self.open.fetch_add(1, Ordering::SeqCst) >= cap {
-            self.open.fetch_sub(1, Ordering::SeqCst);
-            return None;
-        }
-        Some(Slot(&self.open))
     }
 
     fn tunnel(
@@ -506,6 +539,16 @@ enum Refusal {
 }
 
 struct Slot<'a>(&'a AtomicUsize);
+
+/// One of `count`'s `cap` places, held until the slot is dropped; `None`
+/// when all are taken.
+fn take(count: &AtomicUsize, cap: usize) -> Option<Slot<'_>> {
+    if count.fetch_add(1, Ordering::SeqCst) >= cap {
+        count.fetch_sub(1, Ordering::SeqCst);
+        return None;
+    }
+    Some(Slot(count))
+}
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {

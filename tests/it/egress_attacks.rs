@@ -369,7 +369,6 @@ fn a_host_the_agent_chose_is_inert_in_every_print() {
 /// every few seconds (slowloris, under `HEAD_TIME`), and the agent's own
 /// API request is turned away with 503.
 #[test]
-#[ignore = "open: connections still sending their head starve the agent's API (no reserve in pending)"]
 fn slow_heads_do_not_starve_the_agents_api() {
     let w = World::new();
     let api = Sink::on(HTTP_OK);
@@ -405,7 +404,6 @@ kill $drip
 /// commands may reach that host too, so they take the 512 tunnels and the
 /// 64 kept back alike, and the agent's own next API request gets 503.
 #[test]
-#[ignore = "open: commands tunnelling to the API host use up the API's reserve"]
 fn tunnels_to_the_api_host_do_not_use_up_its_reserve() {
     let w = World::new();
     let api = TcpListener::bind("127.0.0.1:0").expect("bind");
