@@ -136,8 +136,8 @@ impl Connection {
 pub type Record = Arc<dyn Fn(&Connection) + Send + Sync>;
 
 /// Tells which process holds the client's end of a connection (its address,
-/// then the proxy's): pid and name.
-pub type Who = fn(SocketAddr, SocketAddr) -> Option<(u32, String)>;
+/// then the proxy's): pid and name; with a pid, whether that process does.
+pub type Who = fn(SocketAddr, SocketAddr, Option<u32>) -> Option<(u32, String)>;
 
 /// Caps on connections. The agent's own process (told by [`Who`]) has
 /// `reserve` of its own, for tunnels and for connections still sending
@@ -248,7 +248,7 @@ impl Proxy {
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                let client = self.client(&stream);
+                let client = self.client(&stream, true);
                 let own = client.as_ref().is_some_and(|c| c.1);
                 let (pool, cap) = self.pool(own);
                 let Some(slot) = take(&pool.pending, cap.1) else {
@@ -268,16 +268,21 @@ impl Proxy {
         })
     }
 
-    /// The process at the other end of `stream`, and whether it is the
-    /// agent's own program; `None` when it cannot be told.
-    fn client(&self, stream: &TcpStream) -> Option<((u32, String), bool)> {
+    /// The process at the other end of `stream`: with `agent_only`, only
+    /// whether it is the agent's own program (cheap, for every connection);
+    /// else any. `None` when it cannot be told.
+    fn client(&self, stream: &TcpStream, agent_only: bool) -> Option<((u32, String), bool)> {
         let (who, peer, local) = (
             self.who?,
             stream.peer_addr().ok()?,
             stream.local_addr().ok()?,
         );
-        let client = who(peer, local)?;
         let agent = self.agent.load(Ordering::SeqCst);
+        let client = match agent_only {
+            true if agent == 0 => return None,
+            true => who(peer, local, Some(agent))?,
+            false => who(peer, local, None)?,
+        };
         let own = agent != 0 && client.0 == agent;
         Some((client, own))
     }
@@ -354,7 +359,7 @@ impl Proxy {
         );
         if let Err(why) = outcome {
             if matches!(why, Refusal::Rule(_))
-                && let Some((c, own)) = who
+                && let Some((c, own)) = who.or_else(|| self.client(&client, false))
             {
                 conn.client = Some(c);
                 conn.agent_own = own;
