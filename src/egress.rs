@@ -900,11 +900,7 @@ fn send_body(mut from: TcpStream, mut to: TcpStream, rest: Vec<u8>, framing: Bod
     let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0u64;
     let mut bytes = rest;
-    loop {
-        let (take, done) = match ending.feed(&bytes) {
-            Ok(step) => step,
-            Err(_) => break,
-        };
+    while let Ok((take, done)) = ending.feed(&bytes) {
         if to.write_all(&bytes[..take]).is_err() {
             break;
         }
