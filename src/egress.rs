@@ -1226,6 +1226,23 @@ mod tests {
     }
 
     #[test]
+    fn an_unparsed_request_is_kept_inert_and_short() {
+        let long = format!(
+            "CONNECT evil\x1b[31m.test{}:443 HTTP/1.1\r\n",
+            "a".repeat(500)
+        );
+        let c = unparsed(long.as_bytes(), "bad \x07", Instant::now());
+        assert_eq!((c.method, c.port, c.allowed), ("CONNECT", 0, false));
+        assert!(
+            c.host.starts_with("evil") && c.host.contains(".test"),
+            "{}",
+            c.host
+        );
+        assert!(!c.host.contains(['\x1b', '\x07']) && c.host.chars().count() < 220);
+        assert!(!c.why.expect("why").contains('\x07'));
+    }
+
+    #[test]
     fn a_chunked_body_ends_where_it_says() {
         let body = b"4;x=y\r\nWiki\r\n5\r\npedia\r\n0\r\nT: 1\r\n\r\nGET / HTTP/1.1\r\n";
         let end = body.len() - "GET / HTTP/1.1\r\n".len();
