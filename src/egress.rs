@@ -136,17 +136,26 @@ impl Connection {
 pub type Record = Arc<dyn Fn(&Connection) + Send + Sync>;
 
 /// Tells which process holds the client's end of a connection (its address,
-/// then the proxy's): pid and name.
-pub type Who = fn(SocketAddr, SocketAddr) -> Option<(u32, String)>;
+/// then the proxy's): pid and name; with a pid, whether that process does.
+pub type Who = fn(SocketAddr, SocketAddr, Option<u32>) -> Option<(u32, String)>;
 
-/// Caps on connections: past `tunnels` open at once, only the agent's own
-/// API gets one (`reserve` more), so the agent's commands cannot starve it.
+/// Caps on connections. The agent's own process (told by [`Who`]) has
+/// `reserve` of its own, for tunnels and for connections still sending
+/// their head alike; every other process (the agent's commands) shares
+/// `tunnels` and `pending`, so commands cannot starve the agent's API.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub tunnels: usize,
     pub reserve: usize,
     /// Connections still sending their request's head.
     pub pending: usize,
+}
+
+/// The connections one kind of client holds: tunnels open, heads pending.
+#[derive(Default)]
+struct Pool {
+    open: AtomicUsize,
+    pending: AtomicUsize,
 }
 
 impl Default for Limits {
@@ -166,8 +175,9 @@ pub struct Proxy {
     resolver: Arc<dyn Resolve>,
     record: Record,
     limits: Limits,
-    open: AtomicUsize,
-    pending: AtomicUsize,
+    /// The agent's own process's connections, and everyone else's.
+    own: Pool,
+    commands: Pool,
     /// The refusals so far, for the run's end.
     refused: RwLock<Vec<String>>,
     who: Option<Who>,
@@ -183,8 +193,8 @@ impl Proxy {
             resolver,
             record,
             limits: Limits::default(),
-            open: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            own: Pool::default(),
+            commands: Pool::default(),
             refused: RwLock::new(Vec::new()),
             who: None,
             agent: std::sync::atomic::AtomicU32::new(0),
@@ -238,35 +248,79 @@ impl Proxy {
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                if self.pending.fetch_add(1, Ordering::SeqCst) >= self.limits.pending {
-                    self.pending.fetch_sub(1, Ordering::SeqCst);
+                let client = self.client(&stream, true);
+                let own = client.as_ref().is_some_and(|c| c.1);
+                let (pool, cap) = self.pool(own);
+                let Some(slot) = take(&pool.pending, cap.1) else {
                     let _ = refuse_busy(stream);
                     continue;
-                }
+                };
+                // Given back by the connection's thread once its head is read.
+                std::mem::forget(slot);
                 let proxy = self.clone();
                 let spawned = std::thread::Builder::new()
                     .stack_size(128 * 1024)
-                    .spawn(move || proxy.handle(stream));
+                    .spawn(move || proxy.handle(stream, client));
                 if spawned.is_err() {
-                    self.pending.fetch_sub(1, Ordering::SeqCst);
+                    pool.pending.fetch_sub(1, Ordering::SeqCst);
                 }
             }
         })
     }
 
-    fn handle(&self, mut client: TcpStream) {
-        let started = Instant::now();
-        let _ = client.set_read_timeout(Some(HEAD_TIME));
-        let head = read_head(&mut client);
-        self.pending.fetch_sub(1, Ordering::SeqCst);
-        let Ok((head, rest)) = head else {
-            let _ = client.write_all(&response(
-                400,
-                "Bad Request",
-                "nd7's proxy could not read this request\n",
-            ));
-            return;
+    /// The process at the other end of `stream`: with `agent_only`, only
+    /// whether it is the agent's own program (cheap, for every connection);
+    /// else any. `None` when it cannot be told.
+    fn client(&self, stream: &TcpStream, agent_only: bool) -> Option<((u32, String), bool)> {
+        let (who, peer, local) = (
+            self.who?,
+            stream.peer_addr().ok()?,
+            stream.local_addr().ok()?,
+        );
+        let agent = self.agent.load(Ordering::SeqCst);
+        let client = match agent_only {
+            true if agent == 0 => return None,
+            true => who(peer, local, Some(agent))?,
+            false => who(peer, local, None)?,
         };
+        let own = agent != 0 && client.0 == agent;
+        Some((client, own))
+    }
+
+    /// The pool a client's connections count in, and its caps (tunnels,
+    /// pending): the agent's own process has the reserve, the rest share.
+    fn pool(&self, own: bool) -> (&Pool, (usize, usize)) {
+        let l = &self.limits;
+        match own {
+            true => (&self.own, (l.reserve, l.reserve)),
+            false => (&self.commands, (l.tunnels, l.pending)),
+        }
+    }
+
+    fn handle(&self, mut client: TcpStream, who: Option<((u32, String), bool)>) {
+        let own = who.as_ref().is_some_and(|c| c.1);
+        let (pool, (tunnels, _)) = self.pool(own);
+        let pending = Slot(&pool.pending);
+        let started = Instant::now();
+        let mut buf = Vec::new();
+        let head = read_head(&mut client, &mut buf, Some(started + HEAD_TIME));
+        drop(pending);
+        let rest = match head {
+            Ok(rest) => rest,
+            Err(e) => {
+                let _ = client.write_all(&response(
+                    400,
+                    "Bad Request",
+                    "nd7's proxy could not read this request\n",
+                ));
+                // A client that sent nothing has asked for nothing.
+                if !buf.is_empty() {
+                    (self.record)(&unparsed(&buf, &head_error(&e), started));
+                }
+                return;
+            }
+        };
+        let head = buf;
         let _ = client.set_read_timeout(None);
         let request = match Request::parse(&head) {
             Ok(r) => r,
@@ -276,6 +330,7 @@ impl Proxy {
                     "Bad Request",
                     &format!("nd7's proxy: {why}\n"),
                 ));
+                (self.record)(&unparsed(&head, &why, started));
                 return;
             }
         };
@@ -294,15 +349,20 @@ impl Proxy {
             client: None,
             agent_own: false,
         };
-        let outcome = self.serve_request(&mut client, &request, &head, rest, &mut conn);
+        let outcome = self.serve_request(
+            &mut client,
+            &request,
+            &head,
+            rest,
+            &mut conn,
+            (&pool.open, tunnels),
+        );
         if let Err(why) = outcome {
             if matches!(why, Refusal::Rule(_))
-                && let (Some(who), Ok(peer), Ok(local)) =
-                    (self.who, client.peer_addr(), client.local_addr())
+                && let Some((c, own)) = who.or_else(|| self.client(&client, false))
             {
-                conn.client = who(peer, local);
-                let agent = self.agent.load(Ordering::SeqCst);
-                conn.agent_own = agent != 0 && conn.client.as_ref().is_some_and(|c| c.0 == agent);
+                conn.client = Some(c);
+                conn.agent_own = own;
             }
             self.refuse(&mut client, &mut conn, &request, why);
         }
@@ -356,14 +416,12 @@ impl Proxy {
         head: &[u8],
         rest: Vec<u8>,
         conn: &mut Connection,
+        (open, cap): (&AtomicUsize, usize),
     ) -> Result<(), Refusal> {
-        if let Some(host_header) = &request.host_header
-            && !request.connect
-            && host_header != &request.target
+        if !request.connect
+            && let Some(why) = request.host_mismatch()
         {
-            return Err(Refusal::Rule(format!(
-                "the request's Host header ({host_header}) is not the host it is sent to"
-            )));
+            return Err(Refusal::Rule(why));
         }
         let rules = self.rules();
         let resolved = match &request.target {
@@ -380,14 +438,11 @@ impl Proxy {
             }
             Target::Name(_) => Vec::new(),
         };
-        let (rule, addrs, api) = match rules.judge(&request.target, request.port, &resolved) {
-            Verdict::Allowed { rule, addrs } => {
-                let api = rule.ends_with(&format!("({AGENT_API})"));
-                (rule, addrs, api)
-            }
+        let (rule, addrs) = match rules.judge(&request.target, request.port, &resolved) {
+            Verdict::Allowed { rule, addrs } => (rule, addrs),
             Verdict::Refused { why } => return Err(Refusal::Rule(why)),
         };
-        let _slot = self.slot(api).ok_or(Refusal::Busy)?;
+        let _slot = take(open, cap).ok_or(Refusal::Busy)?;
         let upstream = connect_any(&addrs, request.port).map_err(Refusal::Unreachable)?;
         conn.address = upstream.peer_addr().ok();
         conn.rule = Some(rule);
@@ -398,17 +453,6 @@ impl Proxy {
             forward_http(client, upstream, request, head, rest, conn)
                 .map_err(|e| Refusal::Unreachable(e.to_string()))
         }
-    }
-
-    /// A tunnel slot, or `None` when the caps are reached; the agent's API
-    /// may use the reserve.
-    fn slot(&self, api: bool) -> Option<Slot<'_>> {
-        let cap = self.limits.tunnels + if api { self.limits.reserve } else { 0 };
-        if self.open.fetch_add(1, Ordering::SeqCst) >= cap {
-            self.open.fetch_sub(1, Ordering::SeqCst);
-            return None;
-        }
-        Some(Slot(&self.open))
     }
 
     fn tunnel(
@@ -433,21 +477,30 @@ impl Proxy {
             .stack_size(128 * 1024)
             .spawn(move || copy_then_close(up_r, client_w))
             .map_err(broken)?;
-        // The first bytes: a TLS ClientHello must name the host asked for.
-        let _ = client.set_read_timeout(Some(HEAD_TIME));
-        let sni = first_hello(client, &mut rest);
-        let _ = client.set_read_timeout(None);
-        if let (Target::Name(asked), Ok(Some(named))) = (&request.target, &sni)
-            && asked != named
-        {
-            let _ = upstream.shutdown(Shutdown::Both);
-            let _ = client.shutdown(Shutdown::Both);
-            let _ = down.join();
-            conn.allowed = false;
-            conn.rule = None;
-            return Err(Refusal::Rule(format!(
-                "the TLS server name ({named}) is not the host asked for ({asked})"
-            )));
+        // The first bytes: for a tunnel to a name, a whole TLS ClientHello
+        // that names that host, or nothing goes up.
+        if let Target::Name(asked) = &request.target {
+            let why = match first_hello(client, &mut rest) {
+                Ok(Some(named)) if &named == asked => None,
+                Ok(Some(named)) => Some(format!(
+                    "the TLS server name ({named}) is not the host asked for ({asked})"
+                )),
+                Ok(None) => Some(format!(
+                    "a tunnel to {asked} carries only TLS that names it; this ClientHello names no server"
+                )),
+                Err(e) => Some(format!(
+                    "a tunnel to {asked} carries only TLS that names it; its first bytes: {e}"
+                )),
+            };
+            if let Some(why) = why {
+                let _ = upstream.shutdown(Shutdown::Both);
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = down.join();
+                conn.allowed = false;
+                conn.rule = None;
+                return Err(Refusal::Rule(why));
+            }
+            let _ = client.set_read_timeout(None);
         }
         let sent = upstream.write_all(&rest);
         conn.bytes_up += rest.len() as u64;
@@ -492,6 +545,16 @@ enum Refusal {
 
 struct Slot<'a>(&'a AtomicUsize);
 
+/// One of `count`'s `cap` places, held until the slot is dropped; `None`
+/// when all are taken.
+fn take(count: &AtomicUsize, cap: usize) -> Option<Slot<'_>> {
+    if count.fetch_add(1, Ordering::SeqCst) >= cap {
+        count.fetch_sub(1, Ordering::SeqCst);
+        return None;
+    }
+    Some(Slot(count))
+}
+
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
@@ -503,10 +566,66 @@ struct Request {
     connect: bool,
     target: Target,
     port: u16,
-    /// The Host header's host, for a plain request.
-    host_header: Option<Target>,
+    /// The Host headers' values, as sent, for a plain request.
+    hosts: Vec<String>,
+    /// How the request's body is framed, for a plain request.
+    body: Body,
     /// The request line's target in origin form, for a plain request.
     path: String,
+}
+
+/// How a plain request's body is framed: the proxy forwards that body and
+/// nothing after it (one request a connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Body {
+    Length(u64),
+    Chunked,
+}
+
+/// The header lines of a request's head (after its request line), as
+/// `(name, value)`; a folded line (obsolete, RFC 9112 5.2) or one with no
+/// name is refused.
+fn header_lines<'a>(
+    lines: impl Iterator<Item = &'a str>,
+) -> Result<Vec<(&'a str, &'a str)>, String> {
+    let mut out = Vec::new();
+    for line in lines.take_while(|l| !l.is_empty()) {
+        if line.starts_with([' ', '\t']) {
+            return Err("a folded header line (obsolete; nd7's proxy refuses it)".into());
+        }
+        let (name, value) = line
+            .split_once(':')
+            .filter(|(n, _)| !n.is_empty() && !n.contains([' ', '\t']))
+            .ok_or("a header line that is not NAME: VALUE")?;
+        out.push((name, value.trim_matches([' ', '\t'])));
+    }
+    Ok(out)
+}
+
+/// The body's framing from a request's headers: Content-Length or
+/// chunked, not both, nothing else; none is an empty body.
+fn body_framing(headers: &[(&str, &str)]) -> Result<Body, String> {
+    let named = |want: &str| -> Vec<&str> {
+        headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(want))
+            .map(|(_, v)| *v)
+            .collect()
+    };
+    match (
+        named("content-length").as_slice(),
+        named("transfer-encoding").as_slice(),
+    ) {
+        ([], []) => Ok(Body::Length(0)),
+        ([len], []) if !len.is_empty() && len.bytes().all(|b| b.is_ascii_digit()) => len
+            .parse()
+            .map(Body::Length)
+            .map_err(|_| "a Content-Length too large".into()),
+        ([], [te]) if te.eq_ignore_ascii_case("chunked") => Ok(Body::Chunked),
+        ([_, ..], [_, ..]) => Err("both Content-Length and Transfer-Encoding".into()),
+        ([], _) => Err("a Transfer-Encoding other than chunked".into()),
+        _ => Err("a Content-Length that is not one number".into()),
+    }
 }
 
 impl Request {
@@ -526,6 +645,7 @@ impl Request {
                 line.chars().take(200).collect::<String>()
             )
         };
+        let headers = header_lines(lines)?;
         if method == "CONNECT" {
             let (host, port) = net::split_host_port(target).ok_or_else(bad)?;
             let target = Target::parse(host).ok_or_else(bad)?;
@@ -533,7 +653,8 @@ impl Request {
                 connect: true,
                 target,
                 port: port.ok_or_else(bad)?,
-                host_header: None,
+                hosts: Vec::new(),
+                body: Body::Length(0),
                 path: String::new(),
             });
         }
@@ -545,39 +666,70 @@ impl Request {
             None => (rest, "/"),
         };
         let (host, port) = net::split_host_port(authority).ok_or_else(bad)?;
-        let host_header = lines
-            .take_while(|l| !l.is_empty())
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.trim()
-                    .eq_ignore_ascii_case("host")
-                    .then(|| v.trim().to_string())
-            })
-            .and_then(|h| net::split_host_port(&h).and_then(|(h, _)| Target::parse(h)));
+        let hosts = headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+            .map(|(_, v)| v.to_string())
+            .collect();
         Ok(Request {
             connect: false,
             target: Target::parse(host).ok_or_else(bad)?,
             port: port.unwrap_or(80),
-            host_header,
+            hosts,
+            body: body_framing(&headers)?,
             path: path.to_string(),
         })
+    }
+
+    /// Why the Host headers do not name the host the request is sent to:
+    /// there must be exactly one, and it must parse and be that host (and
+    /// port, when it says one).
+    fn host_mismatch(&self) -> Option<String> {
+        let [host] = self.hosts.as_slice() else {
+            return Some(format!(
+                "a request needs exactly one Host header; this one has {}",
+                self.hosts.len()
+            ));
+        };
+        let named = net::split_host_port(host).and_then(|(h, p)| Some((Target::parse(h)?, p)));
+        match named {
+            Some((t, p)) if t == self.target && p.is_none_or(|p| p == self.port) => None,
+            Some((t, _)) if t == self.target => Some(format!(
+                "the request's Host header names another port than {}",
+                self.port
+            )),
+            Some((t, _)) => Some(format!(
+                "the request's Host header ({t}) is not the host it is sent to"
+            )),
+            None => Some("the request's Host header is not HOST[:PORT]".into()),
+        }
     }
 }
 
 /// Reads up to the end of a request's head; returns the head and whatever
 /// came after it.
-fn read_head(client: &mut TcpStream) -> io::Result<(Vec<u8>, Vec<u8>)> {
-    let mut buf = Vec::with_capacity(1024);
+fn read_head(
+    client: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: Option<Instant>,
+) -> io::Result<Vec<u8>> {
     let mut chunk = [0u8; 4096];
     loop {
+        if let Some(deadline) = deadline {
+            // One deadline for the whole head, however slowly it comes.
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            client.set_read_timeout(Some(left))?;
+        }
         let n = client.read(&mut chunk)?;
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
         buf.extend_from_slice(&chunk[..n]);
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let rest = buf.split_off(end + 4);
-            return Ok((buf, rest));
+            return Ok(buf.split_off(end + 4));
         }
         if buf.len() > HEAD_MAX {
             return Err(io::ErrorKind::InvalidData.into());
@@ -585,20 +737,87 @@ fn read_head(client: &mut TcpStream) -> io::Result<(Vec<u8>, Vec<u8>)> {
     }
 }
 
+/// Why a request's head could not be read, for its `net` entry.
+fn head_error(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            format!("no whole request head within {} s", HEAD_TIME.as_secs())
+        }
+        io::ErrorKind::InvalidData => format!("a request head longer than {HEAD_MAX} bytes"),
+        io::ErrorKind::UnexpectedEof => "the client closed before its request head ended".into(),
+        _ => format!("read: {e}"),
+    }
+}
+
+/// The longest target an unparsed request's `net` entry keeps.
+const TARGET_KEPT: usize = 200;
+
+/// The `net` entry of a request the proxy could not read or parse: refused,
+/// with the request line's target as sent, made inert and cut short.
+fn unparsed(head: &[u8], why: &str, started: Instant) -> Connection {
+    let line = head.split(|b| *b == b'\n').next().unwrap_or(b"");
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split(' ');
+    let method = parts.next().unwrap_or("");
+    let target: String = parts
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(TARGET_KEPT)
+        .collect();
+    let inert = |t: &str| crate::read::safe::term(t, crate::read::safe::Lines::One);
+    Connection {
+        method: if method == "CONNECT" {
+            "CONNECT"
+        } else {
+            "HTTP"
+        },
+        host: inert(&target),
+        port: 0,
+        address: None,
+        allowed: false,
+        rule: None,
+        why: Some(format!(
+            "not a request nd7's proxy can read: {}",
+            inert(why)
+        )),
+        allow: None,
+        bytes_up: 0,
+        bytes_down: 0,
+        duration_ms: started.elapsed().as_millis() as u64,
+        client: None,
+        agent_own: false,
+    }
+}
+
 /// Reads the client's first bytes into `rest` until they hold a whole
-/// ClientHello (or are plainly not one); returns its server name.
-fn first_hello(client: &mut TcpStream, rest: &mut Vec<u8>) -> Result<Option<String>, &'static str> {
+/// ClientHello, reassembled across records (`net::client_hello`), within
+/// one deadline ([`HEAD_TIME`]); returns its server name. Cut short, timed
+/// out, or not TLS: `Err`.
+fn first_hello(client: &mut TcpStream, rest: &mut Vec<u8>) -> Result<Option<String>, String> {
+    let deadline = Instant::now() + HEAD_TIME;
     let mut chunk = [0u8; 4096];
     loop {
-        match net::client_hello_sni(rest) {
-            Err("a ClientHello cut short") if rest.len() < HEAD_MAX => {}
-            other => return other,
+        match net::client_hello(rest) {
+            Ok(net::Hello::Whole(name)) => return Ok(name),
+            Ok(net::Hello::More) => {}
+            Err(e) => return Err(e.to_string()),
         }
-        if rest.first().is_some_and(|b| *b != 22) {
-            return Err("not TLS");
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || client.set_read_timeout(Some(left)).is_err() {
+            return Err("no whole ClientHello in time".into());
         }
         match client.read(&mut chunk) {
-            Ok(0) | Err(_) => return Err("no ClientHello"),
+            Ok(0) => return Err("a ClientHello cut short".into()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err("no whole ClientHello in time".into());
+            }
+            Err(e) => return Err(format!("read: {e}")),
             Ok(n) => rest.extend_from_slice(&chunk[..n]),
         }
     }
@@ -653,13 +872,14 @@ fn forward_http(
     }
     out.push_str("Connection: close\r\n\r\n");
     upstream.write_all(out.as_bytes())?;
-    upstream.write_all(&rest)?;
-    conn.bytes_up += (out.len() + rest.len()) as u64;
-    // The rest of the request's body goes up while the response comes down.
+    conn.bytes_up += out.len() as u64;
+    // The body, as the head frames it, goes up while the response comes
+    // down; nothing after it does.
     let (client_r, up_w) = (client.try_clone()?, upstream.try_clone()?);
+    let framing = request.body;
     let up = std::thread::Builder::new()
         .stack_size(128 * 1024)
-        .spawn(move || copy_then_close(client_r, up_w))?;
+        .spawn(move || send_body(client_r, up_w, rest, framing))?;
     let down = send_response(client, upstream);
     // One request a connection: once the response has come, it is over.
     let _ = client.shutdown(Shutdown::Both);
@@ -668,10 +888,134 @@ fn forward_http(
     Ok(())
 }
 
+/// Sends the request's body up: `rest` (what came after the head) and
+/// then what the client sends, up to the body's end as `framing` says, and
+/// not a byte more. Bad framing, or a client gone before the end, shuts the
+/// server's side. Returns the bytes sent.
+fn send_body(mut from: TcpStream, mut to: TcpStream, rest: Vec<u8>, framing: Body) -> u64 {
+    let mut ending = match framing {
+        Body::Length(n) => Ending::Length(n),
+        Body::Chunked => Ending::Chunked(Chunked::default()),
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    let mut bytes = rest;
+    while let Ok((take, done)) = ending.feed(&bytes) {
+        if to.write_all(&bytes[..take]).is_err() {
+            break;
+        }
+        total += take as u64;
+        if done {
+            return total;
+        }
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => bytes = buf[..n].to_vec(),
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+    total
+}
+
+/// Where a request body ends, found as its bytes come.
+enum Ending {
+    /// Bytes still to come.
+    Length(u64),
+    Chunked(Chunked),
+}
+
+impl Ending {
+    /// How many of `bytes` are the body's, and whether the body ends there.
+    fn feed(&mut self, bytes: &[u8]) -> Result<(usize, bool), &'static str> {
+        match self {
+            Ending::Length(left) => {
+                let take = bytes
+                    .len()
+                    .min(usize::try_from(*left).unwrap_or(usize::MAX));
+                *left -= take as u64;
+                Ok((take, *left == 0))
+            }
+            Ending::Chunked(c) => c.feed(bytes),
+        }
+    }
+}
+
+/// A chunked body's end (RFC 9112 7.1): chunk-size lines (extensions
+/// allowed), data each followed by CRLF, a zero chunk, trailer lines, an
+/// empty line.
+#[derive(Default)]
+struct Chunked {
+    state: ChunkState,
+    line: Vec<u8>,
+}
+
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    #[default]
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailer,
+}
+
+/// The longest chunk-size or trailer line read.
+const CHUNK_LINE_MAX: usize = 4096;
+
+impl Chunked {
+    fn feed(&mut self, bytes: &[u8]) -> Result<(usize, bool), &'static str> {
+        let mut i = 0;
+        while i < bytes.len() {
+            if let ChunkState::Data(left) = self.state {
+                let take = (bytes.len() - i).min(usize::try_from(left).unwrap_or(usize::MAX));
+                i += take;
+                self.state = match left - take as u64 {
+                    0 => ChunkState::DataEnd,
+                    n => ChunkState::Data(n),
+                };
+                continue;
+            }
+            self.line.push(bytes[i]);
+            i += 1;
+            if self.line.len() > CHUNK_LINE_MAX {
+                return Err("a chunk line too long");
+            }
+            if bytes[i - 1] != b'\n' {
+                continue;
+            }
+            let line = std::mem::take(&mut self.line);
+            let line = line
+                .strip_suffix(b"\r\n")
+                .ok_or("a chunk line not ended by CRLF")?;
+            self.state = match self.state {
+                ChunkState::Size => {
+                    let size = line.split(|b| *b == b';').next().unwrap_or(b"");
+                    let size = std::str::from_utf8(size)
+                        .ok()
+                        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
+                        .and_then(|s| u64::from_str_radix(s, 16).ok())
+                        .ok_or("a chunk size that is not hex")?;
+                    if size == 0 {
+                        ChunkState::Trailer
+                    } else {
+                        ChunkState::Data(size)
+                    }
+                }
+                ChunkState::DataEnd if line.is_empty() => ChunkState::Size,
+                ChunkState::DataEnd => return Err("chunk data longer than its size"),
+                ChunkState::Trailer if line.is_empty() => return Ok((i, true)),
+                ChunkState::Trailer => ChunkState::Trailer,
+                ChunkState::Data(_) => unreachable!("data is taken above"),
+            };
+        }
+        Ok((i, false))
+    }
+}
+
 /// Passes the response's head back with `Connection: close` in place of
 /// the server's own, then the rest as it comes.
 fn send_response(client: &mut TcpStream, mut upstream: TcpStream) -> io::Result<u64> {
-    let (head, rest) = read_head(&mut upstream).inspect_err(|_| {
+    let mut head = Vec::new();
+    let rest = read_head(&mut upstream, &mut head, None).inspect_err(|_| {
         let _ = client.shutdown(Shutdown::Both);
     })?;
     let text = String::from_utf8_lossy(&head);
@@ -856,4 +1200,65 @@ pub fn change_rules(
     crate::run_log::note(run_dir, crate::run_entry::GRANT, &body)
         .map(|_| ())
         .map_err(|e| format!("the change is in force, but the run's log could not take it: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framing(head: &str) -> Result<Body, String> {
+        let lines = header_lines(head.split("\r\n"))?;
+        body_framing(&lines)
+    }
+
+    #[test]
+    fn bodies_are_framed_one_way() {
+        assert_eq!(framing("Host: a"), Ok(Body::Length(0)));
+        assert_eq!(framing("Content-Length: 12"), Ok(Body::Length(12)));
+        assert_eq!(framing("transfer-encoding: Chunked"), Ok(Body::Chunked));
+        assert!(framing("Content-Length: 1\r\nTransfer-Encoding: chunked").is_err());
+        assert!(framing("Content-Length: 1\r\nContent-Length: 1").is_err());
+        assert!(framing("Content-Length: +1").is_err());
+        assert!(framing("Content-Length: 1, 2").is_err());
+        assert!(framing("Transfer-Encoding: gzip, chunked").is_err());
+        assert!(framing("Host: a\r\n b").is_err());
+        assert!(framing("Host : a").is_err());
+    }
+
+    #[test]
+    fn an_unparsed_request_is_kept_inert_and_short() {
+        let long = format!(
+            "CONNECT evil\x1b[31m.test{}:443 HTTP/1.1\r\n",
+            "a".repeat(500)
+        );
+        let c = unparsed(long.as_bytes(), "bad \x07", Instant::now());
+        assert_eq!((c.method, c.port, c.allowed), ("CONNECT", 0, false));
+        assert!(
+            c.host.starts_with("evil") && c.host.contains(".test"),
+            "{}",
+            c.host
+        );
+        assert!(!c.host.contains(['\x1b', '\x07']) && c.host.chars().count() < 220);
+        assert!(!c.why.expect("why").contains('\x07'));
+    }
+
+    #[test]
+    fn a_chunked_body_ends_where_it_says() {
+        let body = b"4;x=y\r\nWiki\r\n5\r\npedia\r\n0\r\nT: 1\r\n\r\nGET / HTTP/1.1\r\n";
+        let end = body.len() - "GET / HTTP/1.1\r\n".len();
+        assert_eq!(Chunked::default().feed(body), Ok((end, true)));
+        // Byte by byte, the same end.
+        let mut c = Chunked::default();
+        for (i, b) in body.iter().enumerate() {
+            let (n, done) = c.feed(std::slice::from_ref(b)).expect("chunked");
+            assert_eq!((n, done), (1, i + 1 == end));
+            if done {
+                break;
+            }
+        }
+        assert!(Chunked::default().feed(b"zz\r\n").is_err());
+        assert!(Chunked::default().feed(b"1\r\nab\r\n").is_err());
+        assert!(Chunked::default().feed(b"1\n").is_err());
+        assert_eq!(Chunked::default().feed(b"10\r\nabc"), Ok((7, false)));
+    }
 }

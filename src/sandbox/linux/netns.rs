@@ -164,10 +164,12 @@ fn loopback_up() -> io::Result<()> {
 /// (`peer` its address, `local` the proxy's), from the network namespace's
 /// table (`/proc/self/net/tcp` is the main thread's, inside) and the
 /// account's processes' descriptors: pid and name. `None` when it cannot
-/// be told (gone, another account's).
+/// be told (gone, another account's). With `only`, that process's
+/// descriptors alone are looked at (cheap enough for every connection).
 pub fn client_process(
     peer: std::net::SocketAddr,
     local: std::net::SocketAddr,
+    only: Option<u32>,
 ) -> Option<(u32, String)> {
     let hex = |a: std::net::SocketAddr| match a.ip() {
         std::net::IpAddr::V4(ip) => Some(format!(
@@ -186,6 +188,21 @@ pub fn client_process(
             .flatten()
     })?;
     let link = format!("socket:[{inode}]");
+    let holds = |dir: &std::path::Path| {
+        std::fs::read_dir(dir.join("fd")).is_ok_and(|fds| {
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link.as_str())
+            })
+        })
+    };
+    let named = |pid: u32, dir: &std::path::Path| {
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        Some((pid, name.trim().to_string()))
+    };
+    if let Some(pid) = only {
+        let dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+        return if holds(&dir) { named(pid, &dir) } else { None };
+    }
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -194,15 +211,8 @@ pub fn client_process(
         else {
             continue;
         };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
-            continue;
-        };
-        let holds = fds
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link.as_str()));
-        if holds {
-            let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            return Some((pid, name.trim().to_string()));
+        if holds(&entry.path()) {
+            return named(pid, &entry.path());
         }
     }
     None

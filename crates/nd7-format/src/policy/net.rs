@@ -487,23 +487,72 @@ pub fn preset_rules(p: &NetPreset) -> Vec<Granted> {
         .collect()
 }
 
-/// The host a TLS ClientHello names (SNI), from the first bytes a client
-/// sends: `Ok(Some(name))`, `Ok(None)` when the hello names none, `Err`
-/// when `bytes` is not a ClientHello (or not all of one yet).
-pub fn client_hello_sni(bytes: &[u8]) -> Result<Option<String>, &'static str> {
-    let mut r = Reader(bytes);
-    // Record: type 22 (handshake), version, length.
-    if r.u8()? != 22 {
-        return Err("not a TLS handshake");
+/// The longest ClientHello nd7 reads (its records' bytes, headers and
+/// all): a real one is a few KiB; past this the tunnel is refused.
+pub const HELLO_MAX: usize = 64 * 1024;
+
+/// What a tunnel's first bytes hold, so far.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Hello {
+    /// A ClientHello not yet whole: read more.
+    More,
+    /// A whole ClientHello, and the server name it carries, if any.
+    Whole(Option<String>),
+}
+
+/// Reads a TLS ClientHello from a client's first bytes, reassembling it
+/// across handshake records (a client may fragment it: RFC 8446 5.1), up
+/// to [`HELLO_MAX`] bytes. `Err` says why the bytes are not one: not TLS,
+/// not a ClientHello, malformed, too long.
+pub fn client_hello(bytes: &[u8]) -> Result<Hello, &'static str> {
+    let mut records = Reader(bytes);
+    let mut message = Vec::new();
+    loop {
+        if records.0.len() < 5 {
+            return more(bytes);
+        }
+        let head = records.take(5)?;
+        if head[0] != 22 {
+            return Err("not a TLS handshake");
+        }
+        let len = usize::from(u16::from_be_bytes([head[3], head[4]]));
+        if len == 0 {
+            return Err("an empty TLS record");
+        }
+        let Ok(fragment) = records.take(len) else {
+            return more(bytes);
+        };
+        message.extend_from_slice(fragment);
+        if message.len() >= 4 {
+            if message[0] != 1 {
+                return Err("not a ClientHello");
+            }
+            let want = 4
+                + (usize::from(message[1]) << 16
+                    | usize::from(message[2]) << 8
+                    | usize::from(message[3]));
+            if want > HELLO_MAX {
+                return Err("a ClientHello longer than nd7 reads");
+            }
+            if message.len() >= want {
+                return hello_name(&message[4..want])
+                    .map(Hello::Whole)
+                    .map_err(|_| "a malformed ClientHello");
+            }
+        }
     }
-    r.take(2)?;
-    let len = r.u16()? as usize;
-    let mut hs = Reader(r.take(len)?);
-    if hs.u8()? != 1 {
-        return Err("not a ClientHello");
+}
+
+fn more(bytes: &[u8]) -> Result<Hello, &'static str> {
+    if bytes.len() >= HELLO_MAX {
+        return Err("a ClientHello longer than nd7 reads");
     }
-    let len = hs.u24()?;
-    let mut hello = Reader(hs.take(len)?);
+    Ok(Hello::More)
+}
+
+/// The server name in a ClientHello's body (after its type and length).
+fn hello_name(body: &[u8]) -> Result<Option<String>, &'static str> {
+    let mut hello = Reader(body);
     hello.take(2 + 32)?; // version, random
     let sid = hello.u8()? as usize;
     hello.take(sid)?;
@@ -557,10 +606,6 @@ impl<'a> Reader<'a> {
     fn u16(&mut self) -> Result<u16, &'static str> {
         let b = self.take(2)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
-    }
-    fn u24(&mut self) -> Result<usize, &'static str> {
-        let b = self.take(3)?;
-        Ok(usize::from(b[0]) << 16 | usize::from(b[1]) << 8 | usize::from(b[2]))
     }
 }
 
@@ -747,14 +792,50 @@ mod tests {
         rec
     }
 
+    /// `record`'s handshake message in records of at most `size` bytes.
+    fn split(record: &[u8], size: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for part in record[5..].chunks(size) {
+            out.extend([22, 3, 1]);
+            out.extend((part.len() as u16).to_be_bytes());
+            out.extend(part);
+        }
+        out
+    }
+
     #[test]
     fn sni() {
+        let whole = |b: &[u8]| client_hello(b);
         assert_eq!(
-            client_hello_sni(&hello("Example.COM")),
-            Ok(Some("example.com".into()))
+            whole(&hello("Example.COM")),
+            Ok(Hello::Whole(Some("example.com".into())))
         );
         let full = hello("example.com");
-        assert!(client_hello_sni(&full[..full.len() - 3]).is_err());
-        assert!(client_hello_sni(b"GET / HTTP/1.1\r\n").is_err());
+        assert_eq!(whole(&full[..full.len() - 3]), Ok(Hello::More));
+        assert_eq!(whole(&full[..3]), Ok(Hello::More));
+        assert!(whole(b"GET / HTTP/1.1\r\n").is_err());
+        // Fragmented over records, one byte each: the same name.
+        let bytes = split(&full, 1);
+        assert_eq!(whole(&bytes), Ok(Hello::Whole(Some("example.com".into()))));
+        assert_eq!(whole(&bytes[..bytes.len() - 1]), Ok(Hello::More));
+        // A record of another type between the fragments.
+        let mut mixed = split(&full, 8);
+        mixed.splice(13..13, [23, 3, 3, 0, 1, 0]);
+        assert!(whole(&mixed).is_err());
+        // A hello longer than nd7 reads, and endless More.
+        let mut long = vec![22, 3, 1, 0, 4, 1, 0xff, 0xff, 0xff];
+        assert!(whole(&long).is_err());
+        long = vec![22, 3, 1, 0xff, 0xff];
+        long.resize(HELLO_MAX, 0);
+        assert!(whole(&long).is_err());
+        // A whole hello with no extensions names no server.
+        let mut bare = full[5..].to_vec();
+        bare.truncate(4 + 2 + 32 + 1 + 2 + 2 + 1 + 1);
+        let n = (bare.len() - 4) as u32;
+        bare[1..4].copy_from_slice(&n.to_be_bytes()[1..]);
+        let mut rec = vec![22, 3, 1];
+        rec.extend((bare.len() as u16).to_be_bytes());
+        rec.extend(&bare);
+        assert_eq!(whole(&rec), Ok(Hello::Whole(None)));
     }
 }
