@@ -858,12 +858,7 @@ fn forward_http(
     );
     let mut out = format!("{method} {} {version}\r\n", request.path);
     for line in lines.filter(|l| !l.is_empty()) {
-        let name = line
-            .split(':')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
+        let name = header_name(line);
         if name.starts_with("proxy-") || name == "connection" || name == "keep-alive" {
             continue;
         }
@@ -1021,12 +1016,7 @@ fn send_response(client: &mut TcpStream, mut upstream: TcpStream) -> io::Result<
     let text = String::from_utf8_lossy(&head);
     let mut out = String::new();
     for line in text.split("\r\n").filter(|l| !l.is_empty()) {
-        let name = line
-            .split(':')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
+        let name = header_name(line);
         if name == "connection" || name == "keep-alive" {
             continue;
         }
@@ -1200,6 +1190,15 @@ pub fn change_rules(
     crate::run_log::note(run_dir, crate::run_entry::GRANT, &body)
         .map(|_| ())
         .map_err(|e| format!("the change is in force, but the run's log could not take it: {e}"))
+}
+
+/// A header line's name, in lower case ("" for a line without one).
+fn header_name(line: &str) -> String {
+    line.split(':')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
 }
 
 #[cfg(test)]

@@ -317,12 +317,7 @@ pub fn plan(
     resolve: &dyn Fn(&Path) -> Option<PathBuf>,
 ) -> Vec<Planned> {
     let mut out = Vec::new();
-    for line in lines {
-        if let Some(section) = &line.project
-            && !resolve(section).is_some_and(|real| project.starts_with(real))
-        {
-            continue;
-        }
+    for line in for_project(lines, project, resolve) {
         let from = format!("~/{FILE}:{}", line.number);
         out.extend(entry_paths(&line.entry, home, &from));
     }
@@ -357,18 +352,27 @@ pub fn entry_paths(entry: &Entry, home: &Path, from: &str) -> Vec<Planned> {
 /// The `net` rules the file's `lines` grant a session whose project is
 /// `project`, as [`plan`] picks lines: each `net` line, and the hosts of
 /// each preset a line names (`policy::net::NET_PRESETS`).
+/// The lines that apply in `project`: the global ones, and those of the
+/// sections whose directory (as `resolve` finds it) holds the project.
+fn for_project<'a>(
+    lines: &'a [Line],
+    project: &'a Path,
+    resolve: &'a dyn Fn(&Path) -> Option<PathBuf>,
+) -> impl Iterator<Item = &'a Line> + 'a {
+    lines.iter().filter(move |line| {
+        line.project
+            .as_ref()
+            .is_none_or(|section| resolve(section).is_some_and(|real| project.starts_with(real)))
+    })
+}
+
 pub fn net_rules(
     lines: &[Line],
     project: &Path,
     resolve: &dyn Fn(&Path) -> Option<PathBuf>,
 ) -> Vec<super::net::Granted> {
     let mut out = Vec::new();
-    for line in lines {
-        if let Some(section) = &line.project
-            && !resolve(section).is_some_and(|real| project.starts_with(real))
-        {
-            continue;
-        }
+    for line in for_project(lines, project, resolve) {
         let from = format!("~/{FILE}:{}", line.number);
         match &line.entry {
             Entry::Net(rule) => out.push(super::net::Granted {
