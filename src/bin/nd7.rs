@@ -476,7 +476,7 @@ fn default_threads() -> usize {
 
 const RUN_CAVEAT: &str = "\
 note: this log opens with nd7 run's own run_start: while its run lasted, it was read-only inside the sandbox, so nothing there could change or remove an entry once written.
-note: entries with source exit:nd7 were written by nd7 from outside the sandbox; intent: entries (intent:claude-code, intent:codex) are the agent's word, and it can add false ones.
+note: entries with source exit:nd7 were written by nd7 from outside the sandbox, as were effect:nd7 (the programs nd7 saw run, on Linux) and effect:nd7-proxy (the connections its proxy saw); intent: entries (intent:claude-code, intent:codex) are the agent's word, and it can add false ones.
 note: all of this is only as strong as the machine: anyone who can write this account's files outside the sandbox could have written the whole chain, run_start included; a chain shipped to a vault is held against the vault's copy by nd7 admin pull --compare.";
 
 const CAVEAT: &str = "\
