@@ -286,3 +286,165 @@ fn one_captured_header_without_its_body_cannot_hold_every_slot() {
     );
     drop(held);
 }
+
+/// A relay on loopback that passes every request to the vault on a
+/// connection of its own, except the first `POST /v1/batches`: that one
+/// reaches the vault, which stores the batch and answers, and the relay
+/// then closes the machine's connection without a byte of the answer (a
+/// network cut at the worst moment, or an on-path attacker choosing it).
+/// Returns its URL and how many requests it cut.
+fn cut_first_batch_reply(
+    vault: &Vault,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::Ordering;
+
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let cut = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (to, counter) = (vault.addr.clone(), cut.clone());
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let (to, counter) = (to.clone(), counter.clone());
+            std::thread::spawn(move || {
+                let mut client: TcpStream = client;
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 65536];
+                let end = loop {
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    match client.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                let mut length = 0usize;
+                let mut forward = String::new();
+                for line in head.split("\r\n").skip(1).filter(|l| !l.is_empty()) {
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(n) = lower.strip_prefix("content-length:") {
+                        length = n.trim().parse().unwrap_or(0);
+                    }
+                    if lower.starts_with("connection:") || lower.starts_with("expect:") {
+                        continue;
+                    }
+                    forward.push_str(line);
+                    forward.push_str("\r\n");
+                }
+                if head.to_ascii_lowercase().contains("expect: 100-continue") {
+                    let _ = client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+                }
+                let mut body = buf[end..].to_vec();
+                while body.len() < length {
+                    match client.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => body.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let request_line = head.split("\r\n").next().unwrap_or_default().to_string();
+                let Ok(mut vault) = TcpStream::connect(&to) else {
+                    return;
+                };
+                let out = format!("{request_line}\r\n{forward}Connection: close\r\n\r\n");
+                if vault
+                    .write_all(out.as_bytes())
+                    .and_then(|()| vault.write_all(&body))
+                    .is_err()
+                {
+                    return;
+                }
+                let mut reply = Vec::new();
+                let _ = vault.read_to_end(&mut reply);
+                if request_line.starts_with("POST /v1/batches ")
+                    && counter
+                        .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                {
+                    return; // closed unanswered; the vault stored it
+                }
+                let _ = client.write_all(&reply);
+            });
+        }
+    });
+    (url, cut)
+}
+
+/// The single resend (ADR-0118): the vault stores a batch, and the
+/// connection is cut before its answer reaches the machine, so `nd7 ship`
+/// sends it once more with a new nonce. The vault must store it once and
+/// answer with its receipt (`AlreadyStored`), not a fork, and charge no
+/// second time; the ship succeeds and the next one goes on from there.
+/// Held.
+#[test]
+fn a_batch_resent_after_its_answer_was_cut_is_stored_once() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let (url, cut) = cut_first_batch_reply(&vault);
+    let state = State::new();
+    ok(state
+        .nd7()
+        .args(["enroll", &url, "--token", &org.token()])
+        .args(["--fingerprint", &org.fingerprint])
+        .output()
+        .expect("run nd7 enroll"));
+    append(&state, "cut", 3);
+    let first = ok(ship(&state));
+    assert_eq!(cut.load(std::sync::atomic::Ordering::SeqCst), 1, "{first}");
+    assert_eq!(vault.count("batches"), 1, "stored once: {first}");
+    assert_eq!(vault.count("forks"), 0, "a resend is no fork");
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    let entries: i64 = db
+        .query_row("SELECT SUM(entries) FROM usage", [], |r| r.get(0))
+        .expect("usage");
+    assert!(entries <= 3, "charged once, not twice: {entries} entries");
+    drop(db);
+    append(&state, "cut", 2);
+    ok(ship(&state));
+    assert_eq!(vault.count("batches"), 2);
+    let out = sessions(&vault, &org);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+/// A tally signed in the same second as the one the vault keeps is not
+/// kept (`set_tally` keeps only a later `at`): two `nd7 ship`s within one
+/// second (a timer's and a user's) leave the vault with the first run's
+/// tally, and `nd7 admin sessions` blames the vault (exit 3) for the
+/// session the second run shipped, until a later ship. Sent here as the
+/// machine would, with the kept tally's second, to make the second certain.
+#[test]
+#[ignore = "open: a tally signed in the same second as the kept one is dropped; admin sessions then blames the vault"]
+fn a_tally_of_the_same_second_replaces_the_kept_one() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "first", 3);
+    ok(ship(&state));
+    let m = machine(&state);
+    let (at, first) = kept_tally(&vault, &m.id).expect("tally");
+    append(&state, "second", 3);
+    ok(ship(&state));
+    // As if the second ship had signed its tally in the first one's
+    // second: the vault holds the first tally, and the machine sends one
+    // of the same second naming both sessions.
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.execute(
+        "UPDATE tallies SET at = ?1, tally = ?2 WHERE machine = ?3",
+        rusqlite::params![at as i64, first, m.id],
+    )
+    .expect("the first ship's tally");
+    drop(db);
+    let both = vec![("first".to_string(), 2), ("second".to_string(), 2)];
+    let (status, reply) = post_tally(
+        &vault,
+        &m,
+        &vault::Tally::sign(&m.key, &m.id, at, both).render(),
+    );
+    assert_eq!(status, 200, "{reply}");
+    assert!(!reply.contains("a later tally is kept"), "{reply}");
+    let out = sessions(&vault, &org);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
