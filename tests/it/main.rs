@@ -76,6 +76,8 @@ mod vault;
 #[cfg(feature = "vault-server")]
 mod vault_attacks;
 #[cfg(feature = "vault-server")]
+mod vault_attacks_round2;
+#[cfg(feature = "vault-server")]
 mod vault_flood;
 #[cfg(feature = "vault-server")]
 mod vault_limits;

@@ -1,0 +1,450 @@
+//! Issue 34's second round of vault changes, attacked by someone who did not
+//! write them: the vault's operator (who holds its key and its database)
+//! and an enrolled but malicious machine, against the machines' tallies
+//! (ADR-0120) that `nd7 admin sessions` holds the vault's list to. A test
+//! of an attack that still succeeds is marked `#[ignore = "open: …"]` and
+//! asserts what should hold, so `--ignored` shows the break.
+
+use nd7_core::ship::{Machine, Signer, unix_now};
+use nd7_core::vault;
+
+use crate::common::{State, stderr, stdout};
+use crate::vault::{Org, Vault, append, client, enroll, nd7, ok, ship};
+
+/// `nd7 admin sessions` against `vault`, as an admin of `org`.
+fn sessions(vault: &Vault, org: &Org) -> std::process::Output {
+    nd7()
+        .args([
+            "admin",
+            "sessions",
+            &vault.url,
+            "--read-token",
+            &vault.read_token(),
+            "--fingerprint",
+            &org.fingerprint,
+        ])
+        .output()
+        .expect("run nd7 admin sessions")
+}
+
+fn machine(state: &State) -> Machine {
+    Machine::load(&state.xdg().join("nd7")).expect("enrolled")
+}
+
+/// The operator at the vault's database: runs `sql` with `?1` = `machine`.
+fn operator_sql(vault: &Vault, sql: &str, machine: &str) {
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.busy_timeout(std::time::Duration::from_secs(30))
+        .expect("busy timeout");
+    for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        db.execute(statement, [machine]).expect(statement);
+    }
+}
+
+/// Every trace of `machine`'s sessions, and its tally, gone from the
+/// vault's database.
+const FORGET_MACHINE: &str = "
+DELETE FROM entries WHERE chain IN (SELECT id FROM chains WHERE machine = ?1);
+DELETE FROM batches WHERE chain IN (SELECT id FROM chains WHERE machine = ?1);
+DELETE FROM pieces WHERE chain IN (SELECT id FROM chains WHERE machine = ?1);
+DELETE FROM chains WHERE machine = ?1;
+DELETE FROM tallies WHERE machine = ?1";
+
+/// The tally the vault keeps for `machine`: (at, text).
+fn kept_tally(vault: &Vault, machine: &str) -> Option<(u64, String)> {
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.query_row(
+        "SELECT at, tally FROM tallies WHERE machine = ?1",
+        [machine],
+        |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)),
+    )
+    .ok()
+}
+
+/// Posts `body` to `POST /v1/tallies` signed as `by`: (status, reply).
+fn post_tally(vault: &Vault, by: &Machine, body: &str) -> (u16, String) {
+    let signer = Signer {
+        key: &by.key,
+        machine: &by.id,
+    };
+    let (status, reply) = client(&vault.url)
+        .request("POST", "/v1/tallies", body.as_bytes(), Some(&signer), None)
+        .expect("request");
+    (status, String::from_utf8_lossy(&reply).into_owned())
+}
+
+/// Two enrolled machines, each with one session shipped (and so a tally).
+fn two_machines(vault: &Vault, org: &Org) -> (State, State) {
+    let (a, b) = (State::new(), State::new());
+    for (state, session) in [(&a, "a-session"), (&b, "b-session")] {
+        ok(enroll(state, vault, org));
+        append(state, session, 3);
+        ok(ship(state));
+    }
+    assert_eq!(
+        vault.count("tallies"),
+        2,
+        "each ship leaves its machine's tally"
+    );
+    (a, b)
+}
+
+/// The operator removes everything of one machine: its sessions from the
+/// list and its tally from the tallies. ADR-0120 says a withheld tally gets
+/// "every session of that machine" reported, but with the sessions gone too
+/// nothing is listed to report, and the check never asks which enrolled
+/// machine served no tally: exit 0, "the list agrees" for the other
+/// machine, not a word about this one.
+#[test]
+#[ignore = "open: a machine whose tally AND sessions the operator withholds goes unreported (exit 0)"]
+fn an_operator_who_withholds_a_machines_tally_and_sessions_is_caught() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let (a, b) = two_machines(&vault, &org);
+    let (a, b) = (machine(&a), machine(&b));
+    let honest = sessions(&vault, &org);
+    assert_eq!(honest.status.code(), Some(0), "{}", stdout(&honest));
+
+    operator_sql(&vault, FORGET_MACHINE, &b.id);
+    assert_eq!(vault.count("tallies"), 1);
+    let out = sessions(&vault, &org);
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("machine {}: the list agrees", a.id)),
+        "{text}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "machine {} shipped b-session and tallied it; the vault hid both:\n{text}\n{}",
+        b.id,
+        stderr(&out)
+    );
+    assert!(text.contains(&b.id), "{text}");
+}
+
+/// The operator keeps a copy of a machine's tally, and after the machine's
+/// next ship (a new session, a new tally) puts the old tally back and hides
+/// the new session. ADR-0120 accepts this ("the time it shows is the
+/// admin's clue"); it is recorded here because `nd7 admin sessions` exits
+/// 0 and says "the list agrees", so an admin reading exit statuses (a cron
+/// job) never sees the clue.
+#[test]
+#[ignore = "open (accepted in ADR-0120): an older tally served with the newer sessions hidden passes, exit 0"]
+fn an_operator_who_serves_an_older_tally_is_caught() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let m = machine(&state);
+    append(&state, "early", 3);
+    ok(ship(&state));
+    let (old_at, old) = kept_tally(&vault, &m.id).expect("the first ship's tally");
+    // A later second, so that the next ship's tally is kept over it
+    // (tallies of the same second are not: `set_tally` keeps a later one only).
+    while unix_now() <= old_at {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    append(&state, "late", 3);
+    ok(ship(&state));
+    let (new_at, _) = kept_tally(&vault, &m.id).expect("tally");
+    assert!(new_at > old_at, "the second ship's tally is kept");
+
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.execute(
+        "UPDATE tallies SET at = ?1, tally = ?2 WHERE machine = ?3",
+        rusqlite::params![old_at as i64, old, m.id],
+    )
+    .expect("put the old tally back");
+    drop(db);
+    let hide_late = "
+DELETE FROM entries WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = 'late');
+DELETE FROM batches WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = 'late');
+DELETE FROM chains WHERE machine = ?1 AND session = 'late'";
+    operator_sql(&vault, hide_late, &m.id);
+    let out = sessions(&vault, &org);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "session late was shipped and tallied, then hidden behind the older tally:\n{}",
+        stdout(&out)
+    );
+}
+
+/// An enrolled machine that lies in its own tally: it names a session it
+/// never shipped, and leaves out one it did. `nd7 admin sessions` blames
+/// the vault for both ("FAILED (the vault)", exit 3), though the vault
+/// did nothing: the tally is the machine's word alone, with nothing of
+/// the vault's (a receipt) in it, so a malicious machine frames an honest
+/// vault at will. What should hold: an honest vault is not blamed.
+#[test]
+#[ignore = "open: a machine's lying tally makes `nd7 admin sessions` blame an honest vault (exit 3)"]
+fn a_machine_cannot_frame_an_honest_vault_with_its_own_tally() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "real", 3);
+    ok(ship(&state));
+    let m = machine(&state);
+    let honest = sessions(&vault, &org);
+    assert_eq!(honest.status.code(), Some(0), "{}", stdout(&honest));
+
+    let at = kept_tally(&vault, &m.id).expect("tally").0 + 1;
+    let lie = vault::Tally::sign(&m.key, &m.id, at, vec![("ghost".to_string(), 5)]).render();
+    let (status, reply) = post_tally(&vault, &m, &lie);
+    assert_eq!(status, 200, "{reply}");
+    let out = sessions(&vault, &org);
+    let text = stdout(&out);
+    assert!(
+        !text.contains("FAILED (the vault)"),
+        "the vault stored every batch it acknowledged and hid nothing, yet:\n{text}"
+    );
+}
+
+/// A malicious machine sends a tally in another machine's name: one it
+/// signed itself, and that machine's own genuine tally (which a machine
+/// cannot read from the vault, but an eavesdropper on plain HTTP can
+/// capture). Both are refused, and the other machine's tally is kept as
+/// it was. Held (`sent_by` in the server's `tally`).
+#[test]
+fn a_machine_cannot_replace_another_machines_tally() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let (a, b) = two_machines(&vault, &org);
+    let (a, b) = (machine(&a), machine(&b));
+    let (b_at, b_tally) = kept_tally(&vault, &b.id).expect("b's tally");
+
+    let forged = vault::Tally::sign(&a.key, &b.id, b_at + 1, Vec::new()).render();
+    let (status, reply) = post_tally(&vault, &a, &forged);
+    assert!((400..500).contains(&status), "{status} {reply}");
+    let (status, reply) = post_tally(&vault, &a, &b_tally);
+    assert!((400..500).contains(&status), "{status} {reply}");
+    assert_eq!(kept_tally(&vault, &b.id), Some((b_at, b_tally)));
+    let out = sessions(&vault, &org);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+/// An outsider holding one signed header of a machine's `POST /v1/batches`
+/// whose body never came (an on-path capture of a request cut short, or a
+/// machine's request it held back) sends that same header on every
+/// connection the vault allows, and no body. ADR-0118 says a replayed
+/// request promotes nothing, but `answer` promotes a body route's
+/// connection at admission, when the header's signature verifies and its
+/// nonce is not yet spent, and the nonce is spent only once a body is
+/// handled: every copy is promoted, none can be evicted, and an honest
+/// request waits until the bodies time out (`--body-timeout`, 120 s here).
+/// `Expect: 100-continue` makes the vault say when each was admitted
+/// (hyper answers 100 once the body is read, after admission).
+#[test]
+#[ignore = "open: one signed header replayed without a body promotes every connection it is sent on; nothing else is served"]
+fn one_captured_header_without_its_body_cannot_hold_every_slot() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    let vault = Vault::start_with(&[
+        "--max-connections",
+        "4",
+        "--reserved-connections",
+        "1",
+        "--body-timeout",
+        "120",
+        "--body-deadline",
+        "600",
+    ]);
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let m = machine(&state);
+    let head = crate::vault_service::batch_head(&m, &[0u8; 1024]);
+    let head = head.replacen("\r\n\r\n", "\r\nExpect: 100-continue\r\n\r\n", 1);
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = TcpStream::connect(&vault.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        s.write_all(head.as_bytes()).expect("head");
+        let mut line = String::new();
+        BufReader::new(&s).read_line(&mut line).expect("a reply");
+        assert!(line.contains(" 100 "), "admitted: {line:?}");
+        held.push(s);
+    }
+
+    let mut honest = TcpStream::connect(&vault.addr).expect("connect");
+    honest
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    honest
+        .write_all(b"GET /v1/recipients HTTP/1.1\r\nHost: vault\r\nConnection: close\r\n\r\n")
+        .expect("request");
+    let mut line = String::new();
+    let answered = BufReader::new(&honest).read_line(&mut line);
+    assert!(
+        matches!(answered, Ok(n) if n > 0) && line.contains(" 200 "),
+        "four copies of one header, no body, hold every slot: {answered:?} {line:?}"
+    );
+    drop(held);
+}
+
+/// A relay on loopback that passes every request to the vault on a
+/// connection of its own, except the first `POST /v1/batches`: that one
+/// reaches the vault, which stores the batch and answers, and the relay
+/// then closes the machine's connection without a byte of the answer (a
+/// network cut at the worst moment, or an on-path attacker choosing it).
+/// Returns its URL and how many requests it cut.
+fn cut_first_batch_reply(
+    vault: &Vault,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::Ordering;
+
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let cut = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (to, counter) = (vault.addr.clone(), cut.clone());
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let (to, counter) = (to.clone(), counter.clone());
+            std::thread::spawn(move || {
+                let mut client: TcpStream = client;
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 65536];
+                let end = loop {
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    match client.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                let mut length = 0usize;
+                let mut forward = String::new();
+                for line in head.split("\r\n").skip(1).filter(|l| !l.is_empty()) {
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(n) = lower.strip_prefix("content-length:") {
+                        length = n.trim().parse().unwrap_or(0);
+                    }
+                    if lower.starts_with("connection:") || lower.starts_with("expect:") {
+                        continue;
+                    }
+                    forward.push_str(line);
+                    forward.push_str("\r\n");
+                }
+                if head.to_ascii_lowercase().contains("expect: 100-continue") {
+                    let _ = client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+                }
+                let mut body = buf[end..].to_vec();
+                while body.len() < length {
+                    match client.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => body.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let request_line = head.split("\r\n").next().unwrap_or_default().to_string();
+                let Ok(mut vault) = TcpStream::connect(&to) else {
+                    return;
+                };
+                let out = format!("{request_line}\r\n{forward}Connection: close\r\n\r\n");
+                if vault
+                    .write_all(out.as_bytes())
+                    .and_then(|()| vault.write_all(&body))
+                    .is_err()
+                {
+                    return;
+                }
+                let mut reply = Vec::new();
+                let _ = vault.read_to_end(&mut reply);
+                if request_line.starts_with("POST /v1/batches ")
+                    && counter
+                        .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                {
+                    return; // closed unanswered; the vault stored it
+                }
+                let _ = client.write_all(&reply);
+            });
+        }
+    });
+    (url, cut)
+}
+
+/// The single resend (ADR-0118): the vault stores a batch, and the
+/// connection is cut before its answer reaches the machine, so `nd7 ship`
+/// sends it once more with a new nonce. The vault must store it once and
+/// answer with its receipt (`AlreadyStored`), not a fork, and charge no
+/// second time; the ship succeeds and the next one goes on from there.
+/// Held.
+#[test]
+fn a_batch_resent_after_its_answer_was_cut_is_stored_once() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let (url, cut) = cut_first_batch_reply(&vault);
+    let state = State::new();
+    ok(state
+        .nd7()
+        .args(["enroll", &url, "--token", &org.token()])
+        .args(["--fingerprint", &org.fingerprint])
+        .output()
+        .expect("run nd7 enroll"));
+    append(&state, "cut", 3);
+    let first = ok(ship(&state));
+    assert_eq!(cut.load(std::sync::atomic::Ordering::SeqCst), 1, "{first}");
+    assert_eq!(vault.count("batches"), 1, "stored once: {first}");
+    assert_eq!(vault.count("forks"), 0, "a resend is no fork");
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    let entries: i64 = db
+        .query_row("SELECT SUM(entries) FROM usage", [], |r| r.get(0))
+        .expect("usage");
+    assert!(entries <= 3, "charged once, not twice: {entries} entries");
+    drop(db);
+    append(&state, "cut", 2);
+    ok(ship(&state));
+    assert_eq!(vault.count("batches"), 2);
+    let out = sessions(&vault, &org);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+/// A tally signed in the same second as the one the vault keeps is not
+/// kept (`set_tally` keeps only a later `at`): two `nd7 ship`s within one
+/// second (a timer's and a user's) leave the vault with the first run's
+/// tally, and `nd7 admin sessions` blames the vault (exit 3) for the
+/// session the second run shipped, until a later ship. Sent here as the
+/// machine would, with the kept tally's second, to make the second certain.
+#[test]
+#[ignore = "open: a tally signed in the same second as the kept one is dropped; admin sessions then blames the vault"]
+fn a_tally_of_the_same_second_replaces_the_kept_one() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "first", 3);
+    ok(ship(&state));
+    let m = machine(&state);
+    let (at, first) = kept_tally(&vault, &m.id).expect("tally");
+    append(&state, "second", 3);
+    ok(ship(&state));
+    // As if the second ship had signed its tally in the first one's
+    // second: the vault holds the first tally, and the machine sends one
+    // of the same second naming both sessions.
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.execute(
+        "UPDATE tallies SET at = ?1, tally = ?2 WHERE machine = ?3",
+        rusqlite::params![at as i64, first, m.id],
+    )
+    .expect("the first ship's tally");
+    drop(db);
+    let both = vec![("first".to_string(), 2), ("second".to_string(), 2)];
+    let (status, reply) = post_tally(
+        &vault,
+        &m,
+        &vault::Tally::sign(&m.key, &m.id, at, both).render(),
+    );
+    assert_eq!(status, 200, "{reply}");
+    assert!(!reply.contains("a later tally is kept"), "{reply}");
+    let out = sessions(&vault, &org);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
