@@ -237,7 +237,6 @@ fn a_machine_cannot_replace_another_machines_tally() {
 /// `Expect: 100-continue` makes the vault say when each was admitted
 /// (hyper answers 100 once the body is read, after admission).
 #[test]
-#[ignore = "open: one signed header replayed without a body promotes every connection it is sent on; nothing else is served"]
 fn one_captured_header_without_its_body_cannot_hold_every_slot() {
     use std::io::{BufRead, BufReader, Write};
     use std::net::TcpStream;
@@ -260,6 +259,7 @@ fn one_captured_header_without_its_body_cannot_hold_every_slot() {
     let head = crate::vault_service::batch_head(&m, &[0u8; 1024]);
     let head = head.replacen("\r\n\r\n", "\r\nExpect: 100-continue\r\n\r\n", 1);
     let mut held = Vec::new();
+    let mut admitted = 0;
     for _ in 0..4 {
         let mut s = TcpStream::connect(&vault.addr).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(60)))
@@ -267,9 +267,12 @@ fn one_captured_header_without_its_body_cannot_hold_every_slot() {
         s.write_all(head.as_bytes()).expect("head");
         let mut line = String::new();
         BufReader::new(&s).read_line(&mut line).expect("a reply");
-        assert!(line.contains(" 100 "), "admitted: {line:?}");
+        admitted += usize::from(line.contains(" 100 "));
         held.push(s);
     }
+    // One signed request, one connection (the rest refused at admission,
+    // guarded by `Sending` in the server's `answer`).
+    assert_eq!(admitted, 1, "one header admitted on {admitted} connections");
 
     let mut honest = TcpStream::connect(&vault.addr).expect("connect");
     honest
@@ -415,7 +418,6 @@ fn a_batch_resent_after_its_answer_was_cut_is_stored_once() {
 /// session the second run shipped, until a later ship. Sent here as the
 /// machine would, with the kept tally's second, to make the second certain.
 #[test]
-#[ignore = "open: a tally signed in the same second as the kept one is dropped; admin sessions then blames the vault"]
 fn a_tally_of_the_same_second_replaces_the_kept_one() {
     let vault = Vault::start();
     let org = Org::new(&vault);

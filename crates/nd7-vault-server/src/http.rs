@@ -186,6 +186,10 @@ struct Shared {
     bodies: Arc<Semaphore>,
     /// Body bytes held per machine.
     per_machine: Mutex<HashMap<String, usize>>,
+    /// The nonces of machines' requests admitted and not yet answered: the
+    /// same signed header on a second connection is refused at admission,
+    /// not held open beside the first.
+    sending: Mutex<std::collections::HashSet<(String, String)>>,
     /// Connections open per peer address.
     per_peer: Mutex<HashMap<std::net::IpAddr, usize>>,
     /// Connections not yet proven to be a machine's or an admin's.
@@ -414,6 +418,7 @@ pub fn serve(
         in_flight: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
         bodies: Arc::new(Semaphore::new((config.body_budget >> 10).max(1))),
         per_machine: Mutex::new(HashMap::new()),
+        sending: Mutex::new(std::collections::HashSet::new()),
         per_peer: Mutex::new(HashMap::new()),
         anonymous: Mutex::new(Anonymous::default()),
         anonymous_jobs: Arc::new(Semaphore::new((config.workers / 2).max(1))),
@@ -824,6 +829,38 @@ impl Drop for Held {
 }
 
 /// Reserves room for a body of `length` bytes from `machine`.
+/// A machine's signed request admitted and not yet answered, by its nonce;
+/// given back when dropped.
+struct Sending {
+    shared: Arc<Shared>,
+    key: (String, String),
+}
+
+impl Sending {
+    fn claim(shared: &Arc<Shared>, machine: &str, request: &Request) -> Option<Sending> {
+        let nonce = request
+            .header(nd7_format::vault::HEADER_NONCE)
+            .unwrap_or_default();
+        let key = (machine.to_string(), nonce);
+        let mut sending = shared.sending.lock().unwrap_or_else(|p| p.into_inner());
+        sending.insert(key.clone()).then(|| Sending {
+            shared: shared.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        let mut sending = self
+            .shared
+            .sending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        sending.remove(&self.key);
+    }
+}
+
 async fn hold(shared: &Arc<Shared>, machine: Option<String>, length: usize) -> Result<Held, Reply> {
     if let Some(m) = &machine {
         let mut per = shared.per_machine.lock().unwrap_or_else(|p| p.into_inner());
@@ -1060,9 +1097,24 @@ async fn answer(
             }
         };
         let machine = admitted.machine().map(str::to_string);
-        if machine.is_some() {
-            tracked.promote();
-        }
+        // One connection per signed request: a captured header replayed on
+        // many connections (its nonce is spent only once the body is read)
+        // holds one of them, for the body timeout at most.
+        let _sending = match &machine {
+            Some(m) => match Sending::claim(shared, m, &request) {
+                Some(s) => Some(s),
+                None => {
+                    return (
+                        refuse(
+                            409,
+                            "this request is being sent on another connection already",
+                        ),
+                        false,
+                    );
+                }
+            },
+            None => None,
+        };
         let _held = match hold(shared, machine, length).await {
             Ok(h) => h,
             Err(r) => return (r, false),
@@ -1076,6 +1128,11 @@ async fn answer(
             .await
             .unwrap_or_else(|r| r);
         shared.learn(&reply);
+        // Promoted only once the request is proven whole (nonce spent), as
+        // a request without a body is below: a header alone promotes nothing.
+        if reply.proven {
+            tracked.promote();
+        }
         return (reply, true);
     }
     let reply = shared

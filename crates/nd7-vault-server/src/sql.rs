@@ -713,7 +713,7 @@ impl<B: Backend> Store for B {
     fn set_tally(&mut self, machine: &str, at: u64, tally: &str) -> Result<bool, StoreError> {
         let n = self.sql().execute(
             "store a tally",
-            "INSERT INTO tallies (machine, at, tally) VALUES ($1, $2, $3) ON CONFLICT (machine) DO UPDATE SET at = excluded.at, tally = excluded.tally WHERE excluded.at > tallies.at",
+            "INSERT INTO tallies (machine, at, tally) VALUES ($1, $2, $3) ON CONFLICT (machine) DO UPDATE SET at = excluded.at, tally = excluded.tally WHERE excluded.at >= tallies.at",
             &[Param::Text(machine), int(at), Param::Text(tally)],
         )?;
         Ok(n == 1)
