@@ -50,12 +50,9 @@ pub enum ReadError {
     },
     #[error("no sessions under {}", .0.display())]
     NoSessions(PathBuf),
-    #[error("{}: no such session: the directory does not exist", .0.display())]
-    NoDirectory(PathBuf),
-    #[error("{}: not a session: it is not a directory", .0.display())]
-    NotADirectory(PathBuf),
-    #[error("{}: not a session: it holds neither {} nor head", .0.display(), crate::session_log::EVENTS_FILE)]
-    NotASession(PathBuf),
+    /// A path that names no session (`SessionLog::check_is_session`).
+    #[error(transparent)]
+    NotASession(#[from] crate::session_log::VerifyError),
     #[error("{}: cannot {action}: {source}", path.display())]
     Io {
         path: PathBuf,

@@ -183,17 +183,7 @@ impl Store {
 
     fn at_path(&self, path: &Path) -> Result<Located, ReadError> {
         let log = SessionLog::at_path(path)?;
-        // A `head` without its log is a session whose entries are gone: it
-        // is read (and fails verification), not taken for something else.
-        if !log.dir().exists() {
-            return Err(ReadError::NoDirectory(log.dir().to_path_buf()));
-        }
-        if !log.dir().is_dir() {
-            return Err(ReadError::NotADirectory(log.dir().to_path_buf()));
-        }
-        if !log.events_path().is_file() && !log.head_path().exists() {
-            return Err(ReadError::NotASession(log.dir().to_path_buf()));
-        }
+        log.check_is_session()?;
         let canonical = |p: &Path| fs::canonicalize(p).ok();
         let in_state = canonical(log.dir()).and_then(|d| d.parent().map(Path::to_path_buf))
             == canonical(&self.sessions);

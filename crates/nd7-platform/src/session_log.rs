@@ -601,22 +601,42 @@ impl SessionLog {
         self.verify_split(|_| parts.max(1))
     }
 
-    fn verify_split(&self, parts: impl Fn(u64) -> usize) -> Result<Verified, VerifyError> {
-        match fs::metadata(&self.dir) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => {
-                return Err(VerifyError::NotASession {
-                    path: self.dir.clone(),
-                    why: "it is not a directory",
-                });
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(VerifyError::NoSession {
-                    path: self.dir.clone(),
-                });
-            }
-            Err(e) => return Err(Error::io(&self.dir, "stat")(e).into()),
+    /// Whether something at this session's path is a session to read: a
+    /// directory holding its log or its `head` (a `head` without its log is
+    /// a session whose entries are gone, which verification fails). What
+    /// verify and the reading commands say of anything else.
+    pub fn check_is_session(&self) -> Result<(), VerifyError> {
+        self.check_directory()?;
+        let head = self.head_path();
+        if !self.events_path().is_file() && !fs::exists(&head).map_err(Error::io(&head, "stat"))? {
+            return Err(self.neither_log_nor_head());
         }
+        Ok(())
+    }
+
+    fn check_directory(&self) -> Result<(), VerifyError> {
+        match fs::metadata(&self.dir) {
+            Ok(meta) if meta.is_dir() => Ok(()),
+            Ok(_) => Err(VerifyError::NotASession {
+                path: self.dir.clone(),
+                why: "it is not a directory",
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(VerifyError::NoSession {
+                path: self.dir.clone(),
+            }),
+            Err(e) => Err(Error::io(&self.dir, "stat")(e).into()),
+        }
+    }
+
+    fn neither_log_nor_head(&self) -> VerifyError {
+        VerifyError::NotASession {
+            path: self.dir.clone(),
+            why: "it holds neither events.ndjson nor head",
+        }
+    }
+
+    fn verify_split(&self, parts: impl Fn(u64) -> usize) -> Result<Verified, VerifyError> {
+        self.check_directory()?;
         // A shared lock keeps writers out between reading the log and head.
         // Verify never creates anything, so a log without a lock file (a copy,
         // a read-only mount) is read unlocked.
@@ -704,10 +724,7 @@ impl SessionLog {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let head_path = self.head_path();
                 if !fs::exists(&head_path).map_err(Error::io(&head_path, "stat"))? {
-                    return Err(VerifyError::NotASession {
-                        path: self.dir.clone(),
-                        why: "it holds neither events.ndjson nor head",
-                    });
+                    return Err(self.neither_log_nor_head());
                 }
                 return self.finish_verify(None, None);
             }
