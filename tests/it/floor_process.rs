@@ -486,13 +486,7 @@ fn other_programs_sockets_are_out_of_reach() {
     eventually("the listener is ready", || ready.exists());
     let agent_sock = w.home().join(".ssh/agent.sock");
     let ssh_agent = which("ssh-agent").then(|| SshAgent::start(&w, &agent_sock));
-    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
-    let port = tcp.local_addr().expect("port").port();
-    std::thread::spawn(move || {
-        for conn in tcp.incoming().flatten() {
-            let _ = std::io::Write::write_all(&mut &conn, b"tcp-ok\n");
-        }
-    });
+    let port = tcp_service();
 
     let tmux = format!("tmux -S '{}'", tmux_sock.display());
     let body = format!(
@@ -520,7 +514,7 @@ ask='use IO::Socket::UNIX; my $a = $ARGV[0]; $a =~ s/^@/\0/; my $c = IO::Socket:
 perl -e "$ask" "$TMPDIR/own.sock"
 perl -e "$ask" "@$T-own"
 "$EXEC" "perl -e '$ask' '$TMPDIR/own.sock'"
-curl -s --http0.9 -p "http://localhost:{port}/"
+curl -s "http://localhost:{port}/"
 "#
     );
     // A local TCP service, reached through the session's proxy (issue 31).
@@ -570,6 +564,29 @@ curl -s --http0.9 -p "http://localhost:{port}/"
     assert!(!w.outside().join("tmux-agent").exists());
     assert!(!w.outside().join("tmux-exec").exists());
     assert_eq!(read(&log), "", "the outside listener was reached");
+}
+
+/// A local HTTP service on the loopback answering `tcp-ok`, reached
+/// through the session's proxy. It reads the request's head before it
+/// answers, as any server does: one that answers first and closes races
+/// the request (a reset can take its answer with it).
+fn tcp_service() -> u16 {
+    use std::io::{BufRead, Write};
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
+    let port = tcp.local_addr().expect("port").port();
+    std::thread::spawn(move || {
+        for conn in tcp.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(&conn);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                line.clear();
+            }
+            let _ = (&conn).write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\ntcp-ok\n",
+            );
+        }
+    });
+    port
 }
 
 fn which(program: &str) -> bool {
@@ -868,8 +885,7 @@ wait
 #[test]
 fn ordinary_work_still_works_under_the_process_protections() {
     let w = World::new();
-    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp");
-    let port = tcp.local_addr().expect("port").port();
+    let port = tcp_service();
     // Reached through the session's proxy, as a granted host (issue 31).
     std::fs::create_dir_all(w.home().join(".nd7")).expect("mkdir");
     std::fs::write(
@@ -877,11 +893,6 @@ fn ordinary_work_still_works_under_the_process_protections() {
         format!("net localhost:{port}\n"),
     )
     .expect("grants");
-    std::thread::spawn(move || {
-        for conn in tcp.incoming().flatten() {
-            let _ = std::io::Write::write_all(&mut &conn, b"tcp-ok\n");
-        }
-    });
     let out = w.run_agent(&format!(
         r#"
 move='mkdir -p a b && echo x > a/f && mv a/f b/f && echo x > "$TMPDIR/t" && mv "$TMPDIR/t" b/t && mv b/t "$TMPDIR/u" && ln b/f a/hard'
@@ -889,7 +900,7 @@ sh -c "$move" && echo "floor-moves:ok"
 rm -rf a b "$TMPDIR/u"
 "$EXEC" "$move" && echo "exec-moves:ok"
 "$EXEC" 'git init -q repo && cd repo && echo hi > f && git add f && git -c user.name=n -c user.email=e@x commit -qm one && git log --format=%s' 
-curl -s --http0.9 -p "http://localhost:{port}/"
+curl -s "http://localhost:{port}/"
 "#
     ));
     assert_eq!(
