@@ -77,3 +77,38 @@ fn the_workflows_lint() {
         });
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
 }
+
+/// Every action a workflow uses is pinned to a full commit, with the version it
+/// stands for in a comment: the release workflow holds the signing key, and a
+/// tag (`@v5`) is a name its owner can move to other code at any time.
+#[test]
+fn the_workflows_pin_each_action_to_a_commit() {
+    let dir = repo(".github/workflows");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("read the workflows") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("read a workflow");
+        for (n, line) in text.lines().enumerate() {
+            let step = line.trim_start().trim_start_matches("- ");
+            let Some(used) = step.strip_prefix("uses: ") else {
+                continue;
+            };
+            let (action, rest) = used.split_once(' ').unwrap_or((used, ""));
+            let (_, rev) = action.split_once('@').unwrap_or((action, ""));
+            let pinned = rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit());
+            assert!(
+                pinned && rest.trim_start().starts_with("# "),
+                "{}:{}: `{}` is not pinned to a commit with its version in a comment",
+                path.display(),
+                n + 1,
+                used.trim()
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked > 10,
+        "only {checked} actions found under {}",
+        dir.display()
+    );
+}
