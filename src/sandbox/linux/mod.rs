@@ -4,6 +4,7 @@
 pub mod abi;
 pub mod admit;
 pub mod attrs;
+pub mod backend;
 pub mod door;
 pub mod exit;
 pub mod keeper;
