@@ -1116,27 +1116,16 @@ pub fn start_rules(
 /// The agent's own API: the base URL it was configured with, else its
 /// default hosts. A program nd7 does not know gets none.
 fn agent_api(agent: Option<crate::hook::Agent>, home: &std::path::Path) -> Vec<Granted> {
-    use crate::hook::Agent;
-    let (configured, defaults): (Option<String>, &[&str]) = match agent {
-        Some(Agent::ClaudeCode) => (
-            std::env::var("ANTHROPIC_BASE_URL")
-                .ok()
-                .filter(|u| !u.is_empty()),
-            &["api.anthropic.com", "console.anthropic.com", "claude.ai"],
-        ),
-        Some(Agent::Codex) => (
-            codex_base_url(home).or_else(|| std::env::var("OPENAI_BASE_URL").ok()),
-            &["api.openai.com", "chatgpt.com", "auth.openai.com"],
-        ),
-        _ => (None, &[]),
+    let Some(api) = agent.map(|a| crate::agents::adapter(a).api(home)) else {
+        return Vec::new();
     };
-    if let Some(rule) = configured.as_deref().and_then(net::api_rule) {
+    if let Some(rule) = api.configured.as_deref().and_then(net::api_rule) {
         return vec![Granted {
             rule,
             from: AGENT_API.into(),
         }];
     }
-    defaults
+    api.defaults
         .iter()
         .filter_map(|h| net::parse_rule(h).ok())
         .map(|rule| Granted {
@@ -1144,23 +1133,6 @@ fn agent_api(agent: Option<crate::hook::Agent>, home: &std::path::Path) -> Vec<G
             from: AGENT_API.into(),
         })
         .collect()
-}
-
-/// The base URL of the model provider Codex's config.toml selects, if it
-/// names one.
-fn codex_base_url(home: &std::path::Path) -> Option<String> {
-    let codex = crate::transcript::codex_layout::codex_home(
-        std::env::var_os("CODEX_HOME").as_deref(),
-        Some(home),
-    )?;
-    let text = std::fs::read_to_string(codex.join("config.toml")).ok()?;
-    let doc: toml_edit::DocumentMut = text.parse().ok()?;
-    let provider = doc.get("model_provider")?.as_str()?;
-    doc.get("model_providers")?
-        .get(provider)?
-        .get("base_url")?
-        .as_str()
-        .map(str::to_string)
 }
 
 /// Adds `verb RULE` (`allow` or `deny`) to the rules file of the run in

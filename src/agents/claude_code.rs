@@ -6,7 +6,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use super::{Adapter, Builder, PrepareError};
+use super::{Adapter, Api, Builder, PrepareError};
 use crate::hook::{Agent, Event, Invocation, Payload};
 use crate::policy::AgentState;
 use crate::session_log;
@@ -67,5 +67,14 @@ impl Adapter for ClaudeCode {
 
     fn home_words(&self) -> (&'static str, &'static str) {
         ("CLAUDE_CONFIG_DIR", "transcripts")
+    }
+
+    fn api(&self, _home: &Path) -> Api {
+        Api {
+            configured: std::env::var("ANTHROPIC_BASE_URL")
+                .ok()
+                .filter(|u| !u.is_empty()),
+            defaults: &["api.anthropic.com", "console.anthropic.com", "claude.ai"],
+        }
     }
 }

@@ -7,7 +7,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use super::{Adapter, Builder, PrepareError};
+use super::{Adapter, Api, Builder, PrepareError};
 use crate::hook::{Agent, Event, Invocation, Payload};
 use crate::policy::AgentState;
 use crate::session_log::{self, SessionLog};
@@ -84,4 +84,28 @@ impl Adapter for Codex {
     fn home_words(&self) -> (&'static str, &'static str) {
         ("CODEX_HOME", "rollouts")
     }
+
+    fn api(&self, home: &Path) -> Api {
+        Api {
+            configured: base_url(home).or_else(|| std::env::var("OPENAI_BASE_URL").ok()),
+            defaults: &["api.openai.com", "chatgpt.com", "auth.openai.com"],
+        }
+    }
+}
+
+/// The base URL of the model provider Codex's config.toml selects, if it
+/// names one.
+fn base_url(home: &Path) -> Option<String> {
+    let codex = crate::transcript::codex_layout::codex_home(
+        std::env::var_os("CODEX_HOME").as_deref(),
+        Some(home),
+    )?;
+    let text = std::fs::read_to_string(codex.join("config.toml")).ok()?;
+    let doc: toml_edit::DocumentMut = text.parse().ok()?;
+    let provider = doc.get("model_provider")?.as_str()?;
+    doc.get("model_providers")?
+        .get(provider)?
+        .get("base_url")?
+        .as_str()
+        .map(str::to_string)
 }

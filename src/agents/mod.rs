@@ -91,6 +91,20 @@ pub trait Adapter: Sync {
     /// sessions' files are called, for the message when neither it nor a
     /// home can be told.
     fn home_words(&self) -> (&'static str, &'static str);
+
+    /// The agent's own API, which `nd7 run`'s egress rules let it reach
+    /// without a grant: the base URL its configuration (in `home`) or its
+    /// variable names, else the hosts it uses by default.
+    fn api(&self, home: &Path) -> Api;
+}
+
+/// Where an agent's own API is ([`Adapter::api`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Api {
+    /// The base URL the user configured, if any: then it alone.
+    pub configured: Option<String>,
+    /// The hosts the agent uses when nothing is configured.
+    pub defaults: &'static [&'static str],
 }
 
 /// Why `nd7 run` could not make an agent ready ([`Adapter::prepare_run`]):
@@ -153,5 +167,28 @@ mod tests {
         assert_eq!(of("codex-cli"), None);
         assert_eq!(of("bash"), None);
         assert_eq!(of("claude-code"), None);
+    }
+
+    /// Codex's API is the provider its config.toml selects, when it names a
+    /// base URL; the defaults otherwise. (With `CODEX_HOME` set, that home's
+    /// config.toml is read instead, so the check is only made without it.)
+    #[test]
+    fn codex_s_api_is_the_provider_its_configuration_selects() {
+        if std::env::var_os("CODEX_HOME").is_some() {
+            return;
+        }
+        let home = tempfile::tempdir().expect("home");
+        let codex = adapter(Agent::Codex);
+        assert_eq!(codex.api(home.path()).defaults[0], "api.openai.com");
+        std::fs::create_dir(home.path().join(".codex")).expect("mkdir");
+        std::fs::write(
+            home.path().join(".codex/config.toml"),
+            "model_provider = \"corp\"\n[model_providers.corp]\nbase_url = \"https://llm.corp.example/v1\"\n",
+        )
+        .expect("config.toml");
+        assert_eq!(
+            codex.api(home.path()).configured.as_deref(),
+            Some("https://llm.corp.example/v1")
+        );
     }
 }
