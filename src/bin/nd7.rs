@@ -484,18 +484,11 @@ note: the chain checks itself; it is not third-party evidence. Anyone who can wr
 note: entries record intent, what the agent said it would do and reported back, not effect, what actually ran.";
 
 fn verify_one(target: &str, threads: usize) -> ExitCode {
-    let log = match resolve_target(target) {
-        Ok(log) => log,
-        Err(e) => {
-            // Ids and paths can come from payloads: shown inert (ADR-0090).
-            eprintln!(
-                "nd7 verify: {}",
-                nd7_core::read::safe::term(&e.to_string(), nd7_core::read::safe::Lines::One)
-            );
-            return ExitCode::from(2);
-        }
-    };
-    verify_log(&log, threads)
+    match resolve_target(target) {
+        Ok(log) => verify_log(&log, threads),
+        // Ids and paths can come from payloads: shown inert (ADR-0090).
+        Err(e) => read_cmds::fail("verify", e),
+    }
 }
 
 /// `nd7 verify` of one log: the chain, its reconciliation, the caveats.
