@@ -86,7 +86,7 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
                 println!(
                     "transcript {path}: holds all {anchors} anchors (the first {anchored} of its {size} bytes; {tail} after the last anchor, anchored by nothing; {} gap{} recorded)",
                     gaps.len(),
-                    if gaps.len() == 1 { "" } else { "s" }
+                    crate::plural(gaps.len(), "", "s")
                 );
                 if let Some(gap) = stopped {
                     unreadable = true;
