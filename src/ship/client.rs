@@ -106,10 +106,10 @@ impl Client {
         body: &[u8],
         headers: &[(&str, String)],
     ) -> Result<(u16, Vec<u8>), ShipError> {
-        let (status, _, body) = self
+        let reply = self
             .http
-            .send(method, path, body, headers, MAX_REPLY_BYTES)?;
-        Ok((status, body))
+            .fetch(method, path, body, headers, MAX_REPLY_BYTES)?;
+        Ok((reply.status, reply.body))
     }
 
     /// The error for a reply other than 200.
