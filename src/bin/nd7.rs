@@ -79,25 +79,10 @@ fn main() -> ExitCode {
         }
         Command::Setup {
             agent,
-            settings,
-            dry_run,
+            target,
             uninstall,
-        } => run_setup(&setup::Options {
-            agent: agent.map(|a| a.agent()),
-            settings,
-            dry_run,
-            uninstall,
-        }),
-        Command::Uninstall {
-            agent,
-            settings,
-            dry_run,
-        } => run_setup(&setup::Options {
-            agent: agent.map(|a| a.agent()),
-            settings,
-            dry_run,
-            uninstall: true,
-        }),
+        } => run_setup(&target.options(agent, uninstall)),
+        Command::Uninstall { agent, target } => run_setup(&target.options(agent, true)),
         Command::Run(run) => run_run(run.command, run.allow, run.preset, run.net.is_some()),
         Command::Allow {
             run,
