@@ -75,12 +75,8 @@ pub enum Command {
         /// Set up this agent only [default: every agent found; Claude Code always].
         #[arg(long, value_enum)]
         agent: Option<AgentName>,
-        /// Claude Code settings file to change [default: ~/.claude/settings.json].
-        #[arg(long, value_name = "FILE")]
-        settings: Option<PathBuf>,
-        /// Print what would change and write nothing.
-        #[arg(long)]
-        dry_run: bool,
+        #[command(flatten)]
+        target: SetupTarget,
         /// Remove nd7's entries (and only those) and the completions setup installed.
         #[arg(long)]
         uninstall: bool,
@@ -93,12 +89,8 @@ pub enum Command {
         /// Take it out of this agent's settings only [default: every agent's].
         #[arg(long, value_enum)]
         agent: Option<AgentName>,
-        /// Claude Code settings file to change [default: ~/.claude/settings.json].
-        #[arg(long, value_name = "FILE")]
-        settings: Option<PathBuf>,
-        /// Print what would change and write nothing.
-        #[arg(long)]
-        dry_run: bool,
+        #[command(flatten)]
+        target: SetupTarget,
     },
     Run(RunArgs),
     /// Let a running nd7 run's Bash commands write under PATH, from the next command.
@@ -563,6 +555,30 @@ pub enum Admin {
         #[arg(long, value_name = "PATH")]
         compare: Option<PathBuf>,
     },
+}
+
+/// What `nd7 setup` and `nd7 uninstall` change, and whether they only say
+/// what they would.
+#[derive(clap::Args)]
+pub struct SetupTarget {
+    /// Claude Code settings file to change [default: ~/.claude/settings.json].
+    #[arg(long, value_name = "FILE")]
+    pub settings: Option<PathBuf>,
+    /// Print what would change and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+impl SetupTarget {
+    /// The options of a setup (`uninstall`: of taking it out) for `agent`.
+    pub fn options(self, agent: Option<AgentName>, uninstall: bool) -> crate::setup::Options {
+        crate::setup::Options {
+            agent: agent.map(AgentName::agent),
+            settings: self.settings,
+            dry_run: self.dry_run,
+            uninstall,
+        }
+    }
 }
 
 /// The agents nd7 records, as `--agent` names them.

@@ -226,21 +226,8 @@ impl Client {
         })
     }
 
-    /// Sends a request and reads the whole response body, up to `limit`
+    /// Sends a request and reads the whole reply, its body up to `limit`
     /// bytes (more is an error).
-    pub fn send(
-        &self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-        headers: &[(&str, String)],
-        limit: u64,
-    ) -> Result<(u16, Option<u64>, Vec<u8>), HttpError> {
-        let f = self.fetch(method, path, body, headers, limit)?;
-        Ok((f.status, f.retry_after, f.body))
-    }
-
-    /// [`Client::send`], with the reply's headers.
     pub fn fetch(
         &self,
         method: &str,

@@ -267,11 +267,11 @@ pub fn update(
     })?;
     let fetch = |file: &str| -> Result<Vec<u8>, UpdateError> {
         let url = client.url(&format!("/{file}"));
-        match client.send("GET", &format!("/{file}"), b"", &[], MAX_FILE_BYTES) {
-            Ok((200, _, body)) => Ok(body),
-            Ok((status, _, _)) => Err(UpdateError::Fetch {
+        match client.fetch("GET", &format!("/{file}"), b"", &[], MAX_FILE_BYTES) {
+            Ok(reply) if reply.status == 200 => Ok(reply.body),
+            Ok(reply) => Err(UpdateError::Fetch {
                 url,
-                detail: format!("HTTP {status}"),
+                detail: format!("HTTP {}", reply.status),
             }),
             Err(e) => Err(UpdateError::Fetch {
                 url,

@@ -79,25 +79,10 @@ fn main() -> ExitCode {
         }
         Command::Setup {
             agent,
-            settings,
-            dry_run,
+            target,
             uninstall,
-        } => run_setup(&setup::Options {
-            agent: agent.map(|a| a.agent()),
-            settings,
-            dry_run,
-            uninstall,
-        }),
-        Command::Uninstall {
-            agent,
-            settings,
-            dry_run,
-        } => run_setup(&setup::Options {
-            agent: agent.map(|a| a.agent()),
-            settings,
-            dry_run,
-            uninstall: true,
-        }),
+        } => run_setup(&target.options(agent, uninstall)),
+        Command::Uninstall { agent, target } => run_setup(&target.options(agent, true)),
         Command::Run(run) => run_run(run.command, run.allow, run.preset, run.net.is_some()),
         Command::Allow {
             run,
@@ -484,18 +469,11 @@ note: the chain checks itself; it is not third-party evidence. Anyone who can wr
 note: entries record intent, what the agent said it would do and reported back, not effect, what actually ran.";
 
 fn verify_one(target: &str, threads: usize) -> ExitCode {
-    let log = match resolve_target(target) {
-        Ok(log) => log,
-        Err(e) => {
-            // Ids and paths can come from payloads: shown inert (ADR-0090).
-            eprintln!(
-                "nd7 verify: {}",
-                nd7_core::read::safe::term(&e.to_string(), nd7_core::read::safe::Lines::One)
-            );
-            return ExitCode::from(2);
-        }
-    };
-    verify_log(&log, threads)
+    match resolve_target(target) {
+        Ok(log) => verify_log(&log, threads),
+        // Ids and paths can come from payloads: shown inert (ADR-0090).
+        Err(e) => read_cmds::fail("verify", e),
+    }
 }
 
 /// `nd7 verify` of one log: the chain, its reconciliation, the caveats.
@@ -542,18 +520,14 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
         println!(
             "{prefix}INCOMPLETE: the hooks' door dropped {} connection{} unread (each may have been a hook whose event is missing; the `refused` entries of door `record` say why)",
             r.door_dropped,
-            if r.door_dropped == 1 { "" } else { "s" }
+            plural(r.door_dropped, "", "s")
         );
     }
     if r.hooks_over_budget > 0 {
         println!(
             "{prefix}INCOMPLETE: {} hook event{} counted but not recorded: the run's hooks sent more through the door than one run takes",
             r.hooks_over_budget,
-            if r.hooks_over_budget == 1 {
-                " was"
-            } else {
-                "s were"
-            }
+            plural(r.hooks_over_budget, " was", "s were")
         );
     }
     report_effects(&r.effects, prefix);
@@ -587,12 +561,8 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
         println!(
             "{prefix}note: {} Bash call{} never ran (no result and no command: Claude Code's permissions denied {}, or the run ended first)",
             r.calls_not_run.len(),
-            if r.calls_not_run.len() == 1 { "" } else { "s" },
-            if r.calls_not_run.len() == 1 {
-                "it"
-            } else {
-                "them"
-            },
+            plural(r.calls_not_run.len(), "", "s"),
+            plural(r.calls_not_run.len(), "it", "them"),
         );
     }
     for exec in &r.unmatched_execs {
@@ -670,16 +640,22 @@ fn report_effects(e: &nd7_core::run_entry::Effects, prefix: &str) {
         println!(
             "{prefix}note: {} exec{} not confirmed (the new program could not be read after its exec)",
             e.unconfirmed,
-            if e.unconfirmed == 1 { "" } else { "s" }
+            plural(e.unconfirmed, "", "s")
         );
     }
     if e.stopped > 0 {
         println!(
             "{prefix}note: {} exec{} not observed: stopped at the exec, before running, while the observer was past its bound",
             e.stopped,
-            if e.stopped == 1 { " was" } else { "s were" }
+            plural(e.stopped, " was", "s were")
         );
     }
+}
+
+/// `one` after a count of one, `many` after any other: the ending of a
+/// counted word.
+fn plural<'a, N: PartialEq + From<u8>>(n: N, one: &'a str, many: &'a str) -> &'a str {
+    if n == N::from(1) { one } else { many }
 }
 
 /// Whether the `nd7 run` that writes the chain `id` (`run-<time>-<pid>-<hex>`)
@@ -733,7 +709,7 @@ fn report(
                 ),
                 HeadState::Behind { entries } => println!(
                     "{prefix}note: head is {entries} {} behind: an append was interrupted before rewriting it; the next append repairs it",
-                    if entries == 1 { "entry" } else { "entries" }
+                    plural(entries, "entry", "entries")
                 ),
                 HeadState::Current | HeadState::Disagrees(_) => {}
             }

@@ -256,7 +256,7 @@ type RefreshResult = Result<(Summary, Chain, bool), super::ReadError>;
 fn refresh_record(mut record: Record, log: &SessionLog) -> (Record, RefreshResult) {
     let keys = match LogKeys::of(log) {
         Ok(k) => k,
-        Err(e) => return (record, Err(super::ReadError::io(log.dir(), "stat")(e))),
+        Err(e) => return (record, Err(super::io_err(log.dir(), "stat")(e))),
     };
     let before = record.events;
     let mut changed = false;
@@ -325,7 +325,7 @@ fn update(
             };
             return Ok(());
         }
-        Err(e) => return Err(super::ReadError::io(&path, "open")(e)),
+        Err(e) => return Err(super::io_err(&path, "open")(e)),
     };
     let appended = record.events.is_some_and(|then| {
         then.dev == now.dev && then.ino == now.ino && now.size >= record.offset

@@ -63,15 +63,4 @@ pub enum ReadError {
     Usage(String),
 }
 
-impl ReadError {
-    pub(crate) fn io<'a>(
-        path: &'a std::path::Path,
-        action: &'static str,
-    ) -> impl FnOnce(std::io::Error) -> ReadError + 'a {
-        move |source| ReadError::Io {
-            path: path.to_path_buf(),
-            action,
-            source,
-        }
-    }
-}
+crate::files::io_context_into!(ReadError);

@@ -37,7 +37,7 @@ pub(crate) fn whole_lines(
         }
         let n = file
             .read_at(&mut buf[held..], at + held as u64)
-            .map_err(ReadError::io(path, "read"))?;
+            .map_err(super::io_err(path, "read"))?;
         if n == 0 {
             break;
         }

@@ -54,7 +54,7 @@ impl Store {
         let entries = match fs::read_dir(&self.sessions) {
             Ok(e) => e,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
-            Err(e) => return Err(ReadError::io(&self.sessions, "list")(e)),
+            Err(e) => return Err(super::io_err(&self.sessions, "list")(e)),
         };
         let mut ids = Vec::new();
         let mut foreign = Vec::new();
@@ -262,7 +262,7 @@ pub fn read_timeline(
         std::thread::spawn(move || chain_of(&log.verify(1)))
     };
     let path = log.events_path();
-    let file = File::open(&path).map_err(ReadError::io(&path, "open"))?;
+    let file = File::open(&path).map_err(super::io_err(&path, "open"))?;
     let mut builder = Builder::new();
     let mut lines = 0u64;
     let tail = whole_lines(&file, &path, 0, |block| {
@@ -320,7 +320,7 @@ fn search_one(log: &SessionLog, pattern: &Pattern, filter: &Filter) -> Result<Ve
     let file = match File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(ReadError::io(&path, "open")(e)),
+        Err(e) => return Err(super::io_err(&path, "open")(e)),
     };
     // Entries are stamped before they are written, so a log last written
     // before --since holds nothing after it.

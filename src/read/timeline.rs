@@ -290,6 +290,40 @@ pub struct Refusal {
     pub reason: Option<String>,
 }
 
+impl Tool {
+    /// The call as an entry about it (its call's, or a result standing
+    /// alone) states it, with `paths`: nothing known yet of how it went.
+    fn stated(entry: &Entry, input: &Value, paths: Vec<String>) -> Tool {
+        Tool {
+            at: At::of(entry),
+            tool: entry.str("tool_name").unwrap_or("?").to_string(),
+            tool_use_id: entry.tool_use().map(str::to_string),
+            status: Status::NoResult,
+            command: None,
+            description: input
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            paths,
+            input: other_inputs(input),
+            ran: None,
+            routed: false,
+            exit_code: None,
+            duration_ms: None,
+            output: None,
+            reason: None,
+            refused_by: None,
+            refused_paths: Box::default(),
+            evidence: Vec::new(),
+            call_seq: None,
+            result_seq: None,
+            refusal_seq: None,
+            end_ts: None,
+            result_of: None,
+        }
+    }
+}
+
 /// How many entries a finished call of a run stays open for nd7's word on
 /// it (`floor_refused`, written beside the result by another hook).
 const LINGER: u32 = 8;
@@ -847,31 +881,9 @@ impl Builder {
             _ => crate::hook::tool_paths(input),
         };
         let tool = Tool {
-            at: At::of(&entry),
-            tool: entry.str("tool_name").unwrap_or("?").to_string(),
-            tool_use_id: entry.tool_use().map(str::to_string),
-            status: Status::NoResult,
-            description: input
-                .get("description")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            input: other_inputs(input),
             command,
-            paths,
-            ran: None,
-            routed: false,
-            exit_code: None,
-            duration_ms: None,
-            output: None,
-            reason: None,
-            refused_by: None,
-            refused_paths: Box::default(),
-            evidence: Vec::new(),
             call_seq: Some(entry.seq),
-            result_seq: None,
-            refusal_seq: None,
-            end_ts: None,
-            result_of: None,
+            ..Tool::stated(&entry, input, paths)
         };
         match tool.tool_use_id.clone() {
             Some(id) => {
@@ -911,31 +923,8 @@ impl Builder {
         // No call waiting: the result stands alone.
         let input = entry.payload().get("tool_input").unwrap_or(&Value::Null);
         let mut tool = Tool {
-            at: At::of(&entry),
-            tool: entry.str("tool_name").unwrap_or("?").to_string(),
-            tool_use_id: id.clone(),
-            status: Status::NoResult,
-            command: None,
-            description: input
-                .get("description")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            paths: crate::hook::tool_paths(input),
-            input: other_inputs(input),
-            ran: None,
-            routed: false,
-            exit_code: None,
-            duration_ms: None,
-            output: None,
-            reason: None,
-            refused_by: None,
-            refused_paths: Box::default(),
-            evidence: Vec::new(),
-            call_seq: None,
-            result_seq: None,
-            refusal_seq: None,
-            end_ts: None,
             result_of: id.as_ref().and_then(|id| self.left.remove(id)),
+            ..Tool::stated(&entry, input, crate::hook::tool_paths(input))
         };
         complete(&mut tool, &entry);
         self.ready(Item::Tool(tool));

@@ -23,6 +23,55 @@ pub struct Signer<'a> {
     pub machine: &'a str,
 }
 
+/// One request to the vault: what it asks for, and who asks (a machine
+/// that signs it, an admin with a read token, or no one).
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub body: &'a [u8],
+    pub signer: Option<&'a Signer<'a>>,
+    pub bearer: Option<&'a str>,
+}
+
+impl<'a> Request<'a> {
+    /// A GET of `path`, from no one yet.
+    pub fn get(path: &'a str) -> Request<'a> {
+        Request::new("GET", path, b"")
+    }
+
+    /// A POST of `body` to `path`, from no one yet.
+    pub fn post(path: &'a str, body: &'a [u8]) -> Request<'a> {
+        Request::new("POST", path, body)
+    }
+
+    pub fn new(method: &'a str, path: &'a str, body: &'a [u8]) -> Request<'a> {
+        Request {
+            method,
+            path,
+            body,
+            signer: None,
+            bearer: None,
+        }
+    }
+
+    /// The same request, signed by the machine.
+    pub fn signed(self, signer: &'a Signer<'a>) -> Request<'a> {
+        Request {
+            signer: Some(signer),
+            ..self
+        }
+    }
+
+    /// The same request, with a read token when there is one.
+    pub fn bearer(self, token: Option<&'a str>) -> Request<'a> {
+        Request {
+            bearer: token,
+            ..self
+        }
+    }
+}
+
 /// The largest reply read whole (documents, receipts, lists); a pull's
 /// batches are read as they come instead.
 const MAX_REPLY_BYTES: u64 = 256 << 20;
@@ -61,40 +110,34 @@ impl Client {
     /// The request's headers and the nonce they carry: the machine's
     /// signature if `signer`, else a bare `x-nd7-nonce`; a read token if
     /// `bearer`.
-    fn headers(
-        method: &str,
-        path: &str,
-        body: &[u8],
-        signer: Option<&Signer<'_>>,
-        bearer: Option<&str>,
-    ) -> Result<(Headers, [u8; 16]), ShipError> {
+    fn headers(req: &Request<'_>) -> Result<(Headers, [u8; 16]), ShipError> {
         let mut headers: Headers = Vec::new();
         let nonce = random()?;
-        match signer {
+        match req.signer {
             Some(s) => {
-                let auth =
-                    RequestAuth::sign(s.key, s.machine, method, path, unix_now(), nonce, body);
+                let auth = RequestAuth::sign(
+                    s.key,
+                    s.machine,
+                    req.method,
+                    req.path,
+                    unix_now(),
+                    nonce,
+                    req.body,
+                );
                 headers.extend(auth.headers());
             }
             None => headers.push((vault::HEADER_NONCE, vault::hex(&nonce))),
         }
-        if let Some(token) = bearer {
+        if let Some(token) = req.bearer {
             headers.push(("authorization", format!("Bearer {token}")));
         }
         Ok((headers, nonce))
     }
 
     /// Sends one request; returns the status and the body.
-    pub fn request(
-        &self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-        signer: Option<&Signer<'_>>,
-        bearer: Option<&str>,
-    ) -> Result<(u16, Vec<u8>), ShipError> {
-        let (headers, _) = Client::headers(method, path, body, signer, bearer)?;
-        self.send_raw(method, path, body, &headers)
+    pub fn request(&self, req: Request<'_>) -> Result<(u16, Vec<u8>), ShipError> {
+        let (headers, _) = Client::headers(&req)?;
+        self.send_raw(req.method, req.path, req.body, &headers)
     }
 
     /// Sends a request with exactly these headers (tests use it to send
@@ -106,10 +149,10 @@ impl Client {
         body: &[u8],
         headers: &[(&str, String)],
     ) -> Result<(u16, Vec<u8>), ShipError> {
-        let (status, _, body) = self
+        let reply = self
             .http
-            .send(method, path, body, headers, MAX_REPLY_BYTES)?;
-        Ok((status, body))
+            .fetch(method, path, body, headers, MAX_REPLY_BYTES)?;
+        Ok((reply.status, reply.body))
     }
 
     /// The error for a reply other than 200.
@@ -132,15 +175,11 @@ impl Client {
     }
 
     /// Sends a request and reads the reply: 200, or the refusal as an error.
-    fn fetch(
-        &self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-        signer: Option<&Signer<'_>>,
-        bearer: Option<&str>,
-    ) -> Result<(http_client::Fetched, [u8; 16]), ShipError> {
-        let (mut headers, mut nonce) = Client::headers(method, path, body, signer, bearer)?;
+    fn fetch(&self, req: &Request<'_>) -> Result<(http_client::Fetched, [u8; 16]), ShipError> {
+        let Request {
+            method, path, body, ..
+        } = *req;
+        let (mut headers, mut nonce) = Client::headers(req)?;
         let mut reply = self
             .http
             .fetch(method, path, body, &headers, MAX_REPLY_BYTES);
@@ -149,7 +188,7 @@ impl Client {
             // connections under a flood, ADR-0118, or one restarting):
             // once more, on a new connection, with a new nonce. Every
             // request to the vault may be repeated.
-            (headers, nonce) = Client::headers(method, path, body, signer, bearer)?;
+            (headers, nonce) = Client::headers(req)?;
             reply = self
                 .http
                 .fetch(method, path, body, &headers, MAX_REPLY_BYTES);
@@ -164,31 +203,16 @@ impl Client {
     /// [`Client::request`], refusing anything but 200. For what the caller
     /// checks by itself (an organisation-signed document), or does not rely
     /// on; otherwise [`Client::ok_bound`].
-    pub fn ok(
-        &self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-        signer: Option<&Signer<'_>>,
-        bearer: Option<&str>,
-    ) -> Result<Vec<u8>, ShipError> {
-        Ok(self.fetch(method, path, body, signer, bearer)?.0.body)
+    pub fn ok(&self, req: Request<'_>) -> Result<Vec<u8>, ShipError> {
+        Ok(self.fetch(&req)?.0.body)
     }
 
     /// [`Client::ok`], taking the reply only with the signature of the vault
     /// key `vault` over it, for this request's nonce: an old reply of the
     /// vault's, replayed, is refused (an error, not the vault's word).
-    pub fn ok_bound(
-        &self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-        signer: Option<&Signer<'_>>,
-        bearer: Option<&str>,
-        vault: &PublicKey,
-    ) -> Result<Vec<u8>, ShipError> {
-        let (reply, nonce) = self.fetch(method, path, body, signer, bearer)?;
-        self.check_bound(method, path, &reply, &nonce, vault)?;
+    pub fn ok_bound(&self, req: Request<'_>, vault: &PublicKey) -> Result<Vec<u8>, ShipError> {
+        let (reply, nonce) = self.fetch(&req)?;
+        self.check_bound(&req, &reply, &nonce, vault)?;
         Ok(reply.body)
     }
 
@@ -198,17 +222,14 @@ impl Client {
     /// vault holds no such thing).
     pub fn request_bound(
         &self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-        bearer: Option<&str>,
+        req: Request<'_>,
         vault: &PublicKey,
     ) -> Result<(u16, Vec<u8>), ShipError> {
-        let (headers, nonce) = Client::headers(method, path, body, None, bearer)?;
+        let (headers, nonce) = Client::headers(&req)?;
         let reply = self
             .http
-            .fetch(method, path, body, &headers, MAX_REPLY_BYTES)?;
-        self.check_bound(method, path, &reply, &nonce, vault)?;
+            .fetch(req.method, req.path, req.body, &headers, MAX_REPLY_BYTES)?;
+        self.check_bound(&req, &reply, &nonce, vault)?;
         Ok((reply.status, reply.body))
     }
 
@@ -217,21 +238,18 @@ impl Client {
     /// vault key to hold its reply to.
     pub fn ok_bound_by<T>(
         &self,
-        method: &str,
-        path: &str,
-        signer: Option<&Signer<'_>>,
+        req: Request<'_>,
         key_of: impl FnOnce(&[u8]) -> Result<(T, PublicKey), ShipError>,
     ) -> Result<(T, Vec<u8>), ShipError> {
-        let (reply, nonce) = self.fetch(method, path, b"", signer, None)?;
+        let (reply, nonce) = self.fetch(&req)?;
         let (value, vault) = key_of(&reply.body)?;
-        self.check_bound(method, path, &reply, &nonce, &vault)?;
+        self.check_bound(&req, &reply, &nonce, &vault)?;
         Ok((value, reply.body))
     }
 
     fn check_bound(
         &self,
-        method: &str,
-        path: &str,
+        req: &Request<'_>,
         reply: &http_client::Fetched,
         nonce: &[u8; 16],
         vault: &PublicKey,
@@ -239,14 +257,14 @@ impl Client {
         vault::verify_reply(
             vault,
             nonce,
-            method,
-            path,
+            req.method,
+            req.path,
             reply.status,
             &reply.body,
             reply.header(vault::HEADER_REPLY),
         )
         .map_err(|e| ShipError::Unbound {
-            url: self.http.url(path),
+            url: self.http.url(req.path),
             detail: e.to_string(),
         })
     }
@@ -254,7 +272,7 @@ impl Client {
     /// A GET whose 200 reply is read as it comes (a pull's batches), and
     /// the nonce its signed last frame must name.
     pub fn get_stream(&self, path: &str, bearer: Option<&str>) -> Result<Stream, ShipError> {
-        let (headers, nonce) = Client::headers("GET", path, b"", None, bearer)?;
+        let (headers, nonce) = Client::headers(&Request::get(path).bearer(bearer))?;
         let mut r = self.http.open("GET", path, b"", &headers)?;
         if r.status != 200 {
             let mut text = Vec::new();

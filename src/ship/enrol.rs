@@ -54,7 +54,7 @@ pub fn enroll(
         None => (Trust::Default, None),
     };
     let client = Client::new(url, &trust)?;
-    let (recipients, doc) = client.ok_bound_by("GET", "/v1/recipients", None, |body| {
+    let (recipients, doc) = client.ok_bound_by(Request::get("/v1/recipients"), |body| {
         let text = std::str::from_utf8(body).map_err(|_| vault::Error::Malformed {
             what: "the recipients document",
             expected: "UTF-8 text",
@@ -96,11 +96,7 @@ pub fn enroll(
         machine: &machine_id,
     };
     let reply = match client.ok_bound(
-        "POST",
-        "/v1/enroll",
-        body.as_bytes(),
-        Some(&signer),
-        None,
+        Request::post("/v1/enroll", body.as_bytes()).signed(&signer),
         &recipients.vault,
     ) {
         Ok(reply) => reply,
@@ -256,13 +252,13 @@ impl Machine {
         // Signed: the vault serves a machine it knows ahead of anonymous
         // requests (ADR-0118).
         let signer = self.signer();
-        let fetched = self
-            .client
-            .ok_bound_by("GET", "/v1/recipients", Some(&signer), |body| {
-                let doc = Recipients::verify(&String::from_utf8_lossy(body), &pinned)?;
-                let key = doc.vault;
-                Ok((doc, key))
-            });
+        let fetched =
+            self.client
+                .ok_bound_by(Request::get("/v1/recipients").signed(&signer), |body| {
+                    let doc = Recipients::verify(&String::from_utf8_lossy(body), &pinned)?;
+                    let key = doc.vault;
+                    Ok((doc, key))
+                });
         let (fresh, doc) = match fetched {
             Ok((fresh, doc)) => (fresh, String::from_utf8_lossy(&doc).into_owned()),
             Err(e @ ShipError::Vault(_)) => {

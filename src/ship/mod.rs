@@ -57,7 +57,7 @@ mod enrol;
 mod pipeline;
 mod receipts;
 
-pub use client::{Client, Signer, Stream};
+pub use client::{Client, Request, Signer, Stream};
 pub use enrol::{Enrolled, Machine, enroll};
 pub use pipeline::{Report, Shipped, recipients_running_out, ship_all, ship_session};
 pub(crate) use receipts::chain_key;

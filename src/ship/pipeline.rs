@@ -146,11 +146,7 @@ fn send_tally(machine: &Machine, sessions: &Path) -> Result<(), ShipError> {
     }
     let tally = vault::Tally::sign(&machine.key, &machine.id, unix_now(), tallied);
     machine.client.ok_bound(
-        "POST",
-        "/v1/tallies",
-        tally.render().as_bytes(),
-        Some(&machine.signer()),
-        None,
+        Request::post("/v1/tallies", tally.render().as_bytes()).signed(&machine.signer()),
         &machine.recipients.vault,
     )?;
     Ok(())
@@ -409,11 +405,7 @@ fn ship_acking(
 fn send_batch(machine: &Machine, log: &SessionLog, sealed: &Sealed) -> Result<bool, ShipError> {
     let session = log.session_id();
     let reply = machine.client.ok_bound(
-        "POST",
-        "/v1/batches",
-        &sealed.body,
-        Some(&machine.signer()),
-        None,
+        Request::post("/v1/batches", &sealed.body).signed(&machine.signer()),
         &machine.recipients.vault,
     )?;
     let text = String::from_utf8_lossy(&reply);

@@ -194,11 +194,7 @@ pub fn rewritten_since_shipped(log: &SessionLog) -> Option<String> {
 pub(super) fn vault_head(machine: &Machine, session: &str) -> Result<Option<Receipt>, ShipError> {
     let path = format!("/v1/head/{}", vault::hex(session.as_bytes()));
     let reply = machine.client.ok_bound(
-        "GET",
-        &path,
-        b"",
-        Some(&machine.signer()),
-        None,
+        Request::get(&path).signed(&machine.signer()),
         &machine.recipients.vault,
     )?;
     let text = String::from_utf8_lossy(&reply);
@@ -226,11 +222,7 @@ pub(super) fn restore_explaining(
     head: Option<&Receipt>,
 ) -> Result<Result<RestoreNotice, String>, ShipError> {
     let text = machine.client.ok_bound(
-        "GET",
-        "/v1/restores",
-        b"",
-        Some(&machine.signer()),
-        None,
+        Request::get("/v1/restores").signed(&machine.signer()),
         &machine.recipients.vault,
     )?;
     let notices = RestoreNotice::parse_all(&String::from_utf8_lossy(&text)).unwrap_or_default();

@@ -102,13 +102,7 @@ impl AnchorError {
     }
 }
 
-fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> AnchorError + 'a {
-    move |source| AnchorError::Io {
-        path: path.to_path_buf(),
-        action,
-        source,
-    }
-}
+crate::files::io_context_into!(AnchorError);
 
 /// What one hook's anchoring did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -362,18 +362,22 @@ mod tests {
     fn agent_transcripts_lie_in_their_sessions_subagents_directory() {
         let config = Path::new("/h/.claude");
         let dir = format!("/h/.claude/projects/-h-proj/{SID}/subagents");
-        for good in [
-            format!("{dir}/agent-a931bbd0a2835d51a.jsonl"),
-            format!("{dir}/workflows/run-1/agent-a931bbd0a2835d51a.jsonl"),
-        ] {
-            let (place, mismatch) = locate_agent(
+        // The one agent of the session, named at `named`.
+        let locate = |named: &str| {
+            locate_agent(
                 config,
                 None,
                 Some("/h/proj"),
                 SID,
                 "a931bbd0a2835d51a",
-                Some(&good),
-            );
+                Some(named),
+            )
+        };
+        for good in [
+            format!("{dir}/agent-a931bbd0a2835d51a.jsonl"),
+            format!("{dir}/workflows/run-1/agent-a931bbd0a2835d51a.jsonl"),
+        ] {
+            let (place, mismatch) = locate(&good);
             assert_eq!(place.map(|p| p.under(config)), Some(PathBuf::from(&good)));
             assert_eq!(mismatch, None);
         }
@@ -383,14 +387,7 @@ mod tests {
             "/h/.claude/projects/-h-proj/other/subagents/agent-a931bbd0a2835d51a.jsonl".to_string(),
             "/h/.claude/projects/-h-proj/agent-a931bbd0a2835d51a.jsonl".to_string(),
         ] {
-            let (place, mismatch) = locate_agent(
-                config,
-                None,
-                Some("/h/proj"),
-                SID,
-                "a931bbd0a2835d51a",
-                Some(&bad),
-            );
+            let (place, mismatch) = locate(&bad);
             assert_eq!(place, None, "{bad}");
             assert!(mismatch.is_some());
         }

@@ -22,7 +22,7 @@ use super::layout;
 use super::prefix::{Prefix, Saved};
 use crate::safe_file::{self, Budget};
 use crate::session_log::SessionLog;
-use crate::ship::{self, Machine, ShipError};
+use crate::ship::{self, Machine, Request, ShipError};
 use crate::vault::{self, KeyId, PieceHeader};
 
 /// What ship keeps about the transcripts it shipped: `transcript/shipped.json`.
@@ -310,11 +310,7 @@ fn send(
         };
         let body = vault::seal_piece(&header, &buf, key, wrapped, ship::random()?, &machine.key);
         let reply = machine.client.ok_bound(
-            "POST",
-            "/v1/transcripts",
-            &body,
-            Some(&machine.signer()),
-            None,
+            Request::post("/v1/transcripts", &body).signed(&machine.signer()),
             &machine.recipients.vault,
         )?;
         let receipt = piece_receipt(machine, log, &header, &reply)?;

@@ -2,7 +2,7 @@
 //! `nd7 admin sessions`), held to the organisation key and its register.
 
 use crate::http_client::Trust;
-use crate::ship::{self, Client, ShipError};
+use crate::ship::{self, Client, Request, ShipError};
 use crate::vault::{self, Enrolment, PublicKey};
 
 use super::{Fault, Finding, PullError, Registered, when};
@@ -29,11 +29,7 @@ pub fn list_machines(
     let client = Client::new(url, trust)?;
     let doc = super::recipients(&client, fingerprint)?;
     let text = client.ok_bound(
-        "GET",
-        "/v1/machines",
-        b"",
-        None,
-        Some(read_token),
+        Request::get("/v1/machines").bearer(Some(read_token)),
         &doc.vault,
     )?;
     let text = String::from_utf8_lossy(&text);
@@ -162,7 +158,7 @@ pub fn list_sessions(
     let client = Client::new(url, trust)?;
     let doc = super::recipients(&client, fingerprint)?;
     let get = |path: &str| -> Result<String, ShipError> {
-        let body = client.ok_bound("GET", path, b"", None, Some(read_token), &doc.vault)?;
+        let body = client.ok_bound(Request::get(path).bearer(Some(read_token)), &doc.vault)?;
         Ok(String::from_utf8_lossy(&body).into_owned())
     };
     let mut out = Sessions {

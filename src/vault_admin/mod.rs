@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use crate::ship::{Client, ShipError};
+use crate::ship::{Client, Request, ShipError};
 use crate::vault::{self, Recipients};
 
 mod compare;
@@ -96,7 +96,7 @@ fn when(unix: u64) -> String {
 /// key of the pinned `fingerprint`: it names the vault's key, which every
 /// reply after it must be bound by.
 fn recipients(client: &Client, fingerprint: &str) -> Result<Recipients, ShipError> {
-    let (doc, _) = client.ok_bound_by("GET", "/v1/recipients", None, |body| {
+    let (doc, _) = client.ok_bound_by(Request::get("/v1/recipients"), |body| {
         let doc = Recipients::verify(&String::from_utf8_lossy(body), fingerprint)?;
         let key = doc.vault;
         Ok((doc, key))

@@ -12,7 +12,7 @@ use crate::chain::Cursor;
 use crate::files::Staged;
 use crate::http_client::Trust;
 use crate::session_log;
-use crate::ship::{Client, ShipError};
+use crate::ship::{Client, Request, ShipError};
 use crate::vault::{
     self, AgeIdentity, Batch, Checkpoint, Enrolment, IndexKey, KeyId, PublicKey, PullEnd, PullOf,
     Recipients, RestoreNotice,
@@ -99,7 +99,7 @@ impl Pulled {
 /// The restores the vault declares, one note each: whatever a pull finds,
 /// an admin should know the vault says it lost acknowledged batches then.
 fn restores(client: &Client, vault_key: &PublicKey) -> Result<Vec<String>, PullError> {
-    let text = client.ok_bound("GET", "/v1/restores", b"", None, None, vault_key)?;
+    let text = client.ok_bound(Request::get("/v1/restores"), vault_key)?;
     let Ok(notices) = RestoreNotice::parse_all(&String::from_utf8_lossy(&text)) else {
         return Ok(vec![
             "the vault's list of restore notices (GET /v1/restores) does not parse".into(),
@@ -213,13 +213,10 @@ fn enrolment(
     doc: &Recipients,
     machine: &str,
 ) -> Result<Enrolment, PullError> {
-    let record = match client.request_bound(
-        "GET",
-        &format!("/v1/machines/{machine}"),
-        b"",
-        Some(read_token),
-        &doc.vault,
-    )? {
+    let path = format!("/v1/machines/{machine}");
+    let record = match client
+        .request_bound(Request::get(&path).bearer(Some(read_token)), &doc.vault)?
+    {
         (200, body) => body,
         (404, _) => {
             return Err(vault_fault(format!(

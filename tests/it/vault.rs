@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
 use nd7_core::chain::{self, Hash};
-use nd7_core::ship::{self, Client, Machine};
+use nd7_core::ship::{self, Client, Machine, Request};
 use nd7_core::vault::{self, BatchHeader, IndexKey, KeyId, RequestAuth, SigningKey};
 
 use crate::common::{State, event, stderr, stdout};
@@ -391,13 +391,11 @@ pub fn pull(
 /// The batches the vault serves for a session, parsed.
 pub fn stored_batches(vault: &Vault, machine: &str, session: &str) -> Vec<vault::Batch> {
     let framed = client(&vault.url)
-        .ok(
-            "GET",
-            &format!("/v1/batches/{machine}/{}", vault::hex(session.as_bytes())),
-            b"",
-            None,
-            Some(&vault.read_token()),
-        )
+        .ok(Request::get(&format!(
+            "/v1/batches/{machine}/{}",
+            vault::hex(session.as_bytes())
+        ))
+        .bearer(Some(&vault.read_token())))
         .expect("read batches");
     let mut rest = framed.as_slice();
     let mut out = Vec::new();
@@ -487,13 +485,12 @@ fn enrol_record_ship_pull_decrypt_verify_byte_for_byte() {
     let machine = Machine::load(&state.xdg().join("nd7")).expect("enrolled");
     let client = client(&vault.url);
     let framed = client
-        .ok(
-            "GET",
-            &format!("/v1/batches/{}/{}", machine.id, vault::hex(s.as_bytes())),
-            b"",
-            None,
-            Some(&vault.read_token()),
-        )
+        .ok(Request::get(&format!(
+            "/v1/batches/{}/{}",
+            machine.id,
+            vault::hex(s.as_bytes())
+        ))
+        .bearer(Some(&vault.read_token())))
         .expect("read batches");
     let len = u32::from_be_bytes(framed[..4].try_into().expect("len")) as usize;
     let batch = vault::parse_batch(&framed[4..4 + len]).expect("batch");
@@ -834,7 +831,7 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
     assert_eq!(stored(&vault), (1, 6));
     assert_eq!(vault.count("forks"), 1);
     let (_, forks) = client
-        .request("GET", "/v1/forks", b"", None, Some(&vault.read_token()))
+        .request(Request::get("/v1/forks").bearer(Some(&vault.read_token())))
         .expect("forks");
     assert!(
         String::from_utf8_lossy(&forks).contains("3..5: entry 3 has digest"),
@@ -843,12 +840,10 @@ fn the_vault_refuses_what_it_must_and_stores_none_of_it() {
     );
 
     // Reads need a read token.
-    let (status, _) = client
-        .request("GET", "/v1/sessions", b"", None, None)
-        .expect("http");
+    let (status, _) = client.request(Request::get("/v1/sessions")).expect("http");
     assert_eq!(status, 401);
     let (status, _) = client
-        .request("GET", "/v1/sessions", b"", None, Some("guess"))
+        .request(Request::get("/v1/sessions").bearer(Some("guess")))
         .expect("http");
     assert_eq!(status, 401);
 }
@@ -1125,14 +1120,10 @@ fn enrolment_takes_only_an_unused_unexpired_token_the_organisation_signed() {
     let id = vault::machine_id(&key.public());
     let (status, text) = client(&vault.url)
         .request(
-            "POST",
-            "/v1/enroll",
-            body.as_bytes(),
-            Some(&ship::Signer {
+            Request::post("/v1/enroll", body.as_bytes()).signed(&ship::Signer {
                 key: &key,
                 machine: &id,
             }),
-            None,
         )
         .expect("http");
     assert_eq!(status, 403, "{}", String::from_utf8_lossy(&text));

@@ -5,7 +5,7 @@
 //! of an attack that still succeeds is marked `#[ignore = "open: …"]` and
 //! asserts what should hold, so `--ignored` shows the break.
 
-use nd7_core::ship::{Machine, Signer, unix_now};
+use nd7_core::ship::{Machine, Request, Signer, unix_now};
 use nd7_core::vault;
 
 use crate::common::{State, stderr, stdout};
@@ -68,7 +68,7 @@ fn post_tally(vault: &Vault, by: &Machine, body: &str) -> (u16, String) {
         machine: &by.id,
     };
     let (status, reply) = client(&vault.url)
-        .request("POST", "/v1/tallies", body.as_bytes(), Some(&signer), None)
+        .request(Request::post("/v1/tallies", body.as_bytes()).signed(&signer))
         .expect("request");
     (status, String::from_utf8_lossy(&reply).into_owned())
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use nd7_core::chain::Hash;
-use nd7_core::ship::{Machine, Signer};
+use nd7_core::ship::{Machine, Request, Signer};
 use nd7_core::vault::{self, BatchHeader, IndexEntry, IndexKey, KeyId, Secret32};
 
 use crate::common::{State, stderr, stdout};
@@ -156,7 +156,7 @@ fn revocation_takes_effect_on_the_next_request() {
     let c = client(&vault.url);
     let path = format!("/v1/machines/{}", machine.id);
     let (status, record) = c
-        .request("GET", &path, b"", None, Some(&token))
+        .request(Request::get(&path).bearer(Some(&token)))
         .expect("the record");
     assert_eq!(status, 200);
     let auth = vault::RequestAuth::sign(
@@ -240,7 +240,7 @@ fn a_machine_over_its_quota_gets_429_and_ship_says_so() {
     let mut refused = None;
     for n in 0..20 {
         let (status, text) = c
-            .request("GET", &path, b"", Some(&signer), None)
+            .request(Request::get(&path).signed(&signer))
             .expect("head");
         if status != 200 {
             refused = Some((n, status, String::from_utf8_lossy(&text).into_owned()));

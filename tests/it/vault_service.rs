@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use nd7_core::ship::{self, Machine, Signer};
+use nd7_core::ship::{self, Machine, Request, Signer};
 use nd7_core::vault::{self, RequestAuth};
 
 use crate::common::{State, stderr};
@@ -176,17 +176,13 @@ fn a_real_ship_completes_while_1000_idle_200_stalled_and_1_endless_header_connec
         let c = client(&vault.url);
         let t = Instant::now();
         let reply = c.ok_bound(
-            "POST",
-            "/v1/batches",
-            &body,
-            Some(&signer),
-            None,
+            Request::post("/v1/batches", &body).signed(&signer),
             &vault_key,
         );
         batches.push(t.elapsed());
         reply.expect("the batch stored");
         let t = Instant::now();
-        let reply = c.ok_bound("GET", &head_path, b"", Some(&signer), None, &vault_key);
+        let reply = c.ok_bound(Request::get(&head_path).signed(&signer), &vault_key);
         heads.push(t.elapsed());
         reply.expect("the head");
         let text = std::fs::read(state.log("load").events_path()).expect("log");
@@ -347,7 +343,7 @@ fn stalled_peers_are_cut_off_at_each_deadline() {
     let token = vault.read_token();
     let pull_path = format!("/v1/batches/{}/{}", machine.id, vault::hex(s.as_bytes()));
     let full = client(&vault.url)
-        .ok("GET", &pull_path, b"", None, Some(&token))
+        .ok(Request::get(&pull_path).bearer(Some(&token)))
         .expect("a reader that reads gets it all")
         .len() as u64;
     let mut reader = connect(&vault);
@@ -422,14 +418,10 @@ fn sigterm_finishes_the_request_in_progress_and_keeps_what_it_acknowledged() {
     vault.spawn();
     let (status, head) = client(&vault.url)
         .request(
-            "GET",
-            &format!("/v1/head/{}", vault::hex(b"s1")),
-            b"",
-            Some(&Signer {
+            Request::get(&format!("/v1/head/{}", vault::hex(b"s1"))).signed(&Signer {
                 key: &machine.key,
                 machine: &machine.id,
             }),
-            None,
         )
         .expect("head");
     assert_eq!(status, 200);
@@ -682,7 +674,7 @@ fn a_connection_that_sends_nothing_is_closed_at_the_first_byte_deadline() {
     );
     // One that speaks at once is served as before.
     let (status, _) = client(&vault.url)
-        .request("GET", "/v1/restores", b"", None, None)
+        .request(Request::get("/v1/restores"))
         .expect("restores");
     assert_eq!(status, 200);
 }

@@ -148,16 +148,6 @@ pub enum Error {
 
 crate::files::io_context_into!(Error);
 
-impl Error {
-    fn io<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(io::Error) -> Error + 'a {
-        move |source| Error::Io {
-            path: path.to_path_buf(),
-            action,
-            source,
-        }
-    }
-}
-
 /// Why a log did not verify.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
@@ -332,7 +322,7 @@ impl SessionLog {
         } else {
             path.to_path_buf()
         };
-        let absolute = std::path::absolute(&dir).map_err(Error::io(&dir, "resolve"))?;
+        let absolute = std::path::absolute(&dir).map_err(io_err(&dir, "resolve"))?;
         let id = absolute
             .file_name()
             .and_then(|n| n.to_str())
@@ -391,14 +381,14 @@ impl SessionLog {
             .recursive(true)
             .mode(0o700)
             .create(&self.dir)
-            .map_err(Error::io(&self.dir, "create the session directory"))?;
+            .map_err(io_err(&self.dir, "create the session directory"))?;
         self.check_dir()?;
         let lock_path = self.lock_path();
-        let lock = open_lock(&lock_path).map_err(Error::io(&lock_path, "open"))?;
+        let lock = open_lock(&lock_path).map_err(io_err(&lock_path, "open"))?;
         match self.lock_wait {
             None => lock
                 .lock()
-                .map_err(Error::io(&lock_path, "lock (exclusive)"))?,
+                .map_err(io_err(&lock_path, "lock (exclusive)"))?,
             Some(wait) => lock_within(&lock, &lock_path, wait)?,
         }
 
@@ -411,10 +401,7 @@ impl SessionLog {
 
         let events_path = self.events_path();
         let mut log = create_0600(&events_path, OpenOptions::new().read(true).append(true))?;
-        let len = log
-            .metadata()
-            .map_err(Error::io(&events_path, "stat"))?
-            .len();
+        let len = log.metadata().map_err(io_err(&events_path, "stat"))?.len();
         let Tail { end, last } = read_tail(&log, len, &events_path)?;
 
         let state = head_state(&log, end, head.as_ref(), last.as_ref(), &events_path)?;
@@ -478,7 +465,7 @@ impl SessionLog {
         // a line, never sealed and never named by head: it was no entry, and
         // nothing after it could be one.
         if end < len {
-            log.set_len(end).map_err(Error::io(
+            log.set_len(end).map_err(io_err(
                 &events_path,
                 "cut off the part of a line an interrupted append left",
             ))?;
@@ -509,18 +496,18 @@ impl SessionLog {
             .recursive(true)
             .mode(0o700)
             .create(sessions_dir)
-            .map_err(Error::io(sessions_dir, "create"))?;
+            .map_err(io_err(sessions_dir, "create"))?;
         fs::DirBuilder::new()
             .mode(0o700)
             .create(&log.dir)
-            .map_err(Error::io(&log.dir, "create the session directory"))?;
+            .map_err(io_err(&log.dir, "create the session directory"))?;
         Ok(log)
     }
 
     /// The session directory must be a directory, not a link to one: files
     /// are created in it by processes that may run outside any sandbox.
     fn check_dir(&self) -> Result<(), Error> {
-        let meta = fs::symlink_metadata(&self.dir).map_err(Error::io(&self.dir, "stat"))?;
+        let meta = fs::symlink_metadata(&self.dir).map_err(io_err(&self.dir, "stat"))?;
         if meta.is_dir() {
             Ok(())
         } else {
@@ -544,14 +531,14 @@ impl SessionLog {
         let file = match File::open(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io(&path, "open")(e)),
+            Err(e) => return Err(io_err(&path, "open")(e)),
         };
         let mut reader = io::BufReader::with_capacity(VERIFY_BLOCK, file);
         let mut line = Vec::new();
         loop {
             line.clear();
             let n = io::BufRead::read_until(&mut reader, b'\n', &mut line)
-                .map_err(Error::io(&path, "read"))?;
+                .map_err(io_err(&path, "read"))?;
             if n == 0 {
                 return Ok(());
             }
@@ -608,7 +595,7 @@ impl SessionLog {
     pub fn check_is_session(&self) -> Result<(), VerifyError> {
         self.check_directory()?;
         let head = self.head_path();
-        if !self.events_path().is_file() && !fs::exists(&head).map_err(Error::io(&head, "stat"))? {
+        if !self.events_path().is_file() && !fs::exists(&head).map_err(io_err(&head, "stat"))? {
             return Err(self.neither_log_nor_head());
         }
         Ok(())
@@ -624,7 +611,7 @@ impl SessionLog {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(VerifyError::NoSession {
                 path: self.dir.clone(),
             }),
-            Err(e) => Err(Error::io(&self.dir, "stat")(e).into()),
+            Err(e) => Err(io_err(&self.dir, "stat")(e).into()),
         }
     }
 
@@ -687,13 +674,12 @@ impl SessionLog {
         let path = self.lock_path();
         match File::open(&path) {
             Ok(lock) => {
-                lock.lock_shared()
-                    .map_err(Error::io(&path, "lock (shared)"))?;
+                lock.lock_shared().map_err(io_err(&path, "lock (shared)"))?;
                 Ok(Reading::Locked(lock))
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Reading::Still),
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(Reading::Live),
-            Err(e) => Err(Error::io(&path, "open")(e)),
+            Err(e) => Err(io_err(&path, "open")(e)),
         }
     }
 
@@ -703,13 +689,13 @@ impl SessionLog {
         let len = match fs::metadata(&events) {
             Ok(meta) => Some(meta.len()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(&events, "stat")(e)),
+            Err(e) => return Err(io_err(&events, "stat")(e)),
         };
         let head = self.head_path();
         let bytes = match fs::read(&head) {
             Ok(bytes) => Some(bytes),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(&head, "read")(e)),
+            Err(e) => return Err(io_err(&head, "read")(e)),
         };
         Ok((len, bytes))
     }
@@ -723,18 +709,15 @@ impl SessionLog {
             // are gone (a failure); absent too, this is no session at all.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let head_path = self.head_path();
-                if !fs::exists(&head_path).map_err(Error::io(&head_path, "stat"))? {
+                if !fs::exists(&head_path).map_err(io_err(&head_path, "stat"))? {
                     return Err(self.neither_log_nor_head());
                 }
                 return self.finish_verify(None, None);
             }
-            Err(e) => return Err(Error::io(&events_path, "open")(e).into()),
+            Err(e) => return Err(io_err(&events_path, "open")(e).into()),
         };
-        let size = file
-            .metadata()
-            .map_err(Error::io(&events_path, "stat"))?
-            .len();
-        let cuts = file_cuts(&file, size, parts(size)).map_err(Error::io(&events_path, "read"))?;
+        let size = file.metadata().map_err(io_err(&events_path, "stat"))?.len();
+        let cuts = file_cuts(&file, size, parts(size)).map_err(io_err(&events_path, "read"))?;
         let start = Cursor::start(&self.session_id);
         let stretches = chain::walk_stretches(cuts.len() - 1, start, |i, walker| {
             walk_range(&file, cuts[i], cuts[i + 1], walker)
@@ -742,7 +725,7 @@ impl SessionLog {
         let stretches = stretches
             .into_iter()
             .collect::<io::Result<Vec<_>>>()
-            .map_err(Error::io(&events_path, "read"))?;
+            .map_err(io_err(&events_path, "read"))?;
         let end = chain::join(start, stretches).map_err(|broken| VerifyError::Broken {
             path: events_path.clone(),
             broken,
@@ -809,7 +792,7 @@ fn lock_within(lock: &File, path: &Path, wait: std::time::Duration) -> Result<()
                 });
             }
             Err(fs::TryLockError::Error(e)) => {
-                return Err(Error::io(path, "lock (exclusive)")(e));
+                return Err(io_err(path, "lock (exclusive)")(e));
             }
         }
     }
@@ -819,7 +802,7 @@ fn read_head(path: &Path) -> Result<HeadFile, Error> {
     match fs::read(path) {
         Ok(text) => Ok(Head::parse(&text).map_or(HeadFile::Unreadable, HeadFile::Present)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(HeadFile::Absent),
-        Err(e) => Err(Error::io(path, "read")(e)),
+        Err(e) => Err(io_err(path, "read")(e)),
     }
 }
 
@@ -832,7 +815,7 @@ fn create_0600(path: &Path, options: &mut OpenOptions) -> Result<File, Error> {
         .mode(0o600)
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(path)
-        .map_err(Error::io(path, "open"))
+        .map_err(io_err(path, "open"))
 }
 
 /// The log's end as an append finds it.
@@ -891,7 +874,7 @@ fn whole_lines_end(log: &File, len: u64, path: &Path) -> Result<(u64, (u64, Vec<
         }
         let part = &mut chunk[..(start - from) as usize];
         log.read_exact_at(part, from)
-            .map_err(Error::io(path, "read the last entry"))?;
+            .map_err(io_err(path, "read the last entry"))?;
         let found = last_newline(part).map(|nl| from + nl as u64 + 1);
         // No newline from here to the end. A line is at most MAX_ENTRY_BYTES
         // with its newline, so a writer cut short leaves less than that.
@@ -975,7 +958,7 @@ impl<'a> LinesBack<'a> {
             let mut chunk = vec![0u8; want as usize];
             self.log
                 .read_exact_at(&mut chunk, from)
-                .map_err(Error::io(self.path, "read back from the end"))?;
+                .map_err(io_err(self.path, "read back from the end"))?;
             chunk.extend_from_slice(&self.buf);
             self.buf = chunk;
             self.from = from;

@@ -52,7 +52,8 @@ fn warn(cmd: &str, e: impl std::fmt::Display) {
     );
 }
 
-fn fail(cmd: &str, e: impl std::fmt::Display) -> ExitCode {
+/// [`warn`], and the exit status of a command that could not do its work.
+pub(crate) fn fail(cmd: &str, e: impl std::fmt::Display) -> ExitCode {
     warn(cmd, e);
     ExitCode::from(USAGE_ERROR)
 }

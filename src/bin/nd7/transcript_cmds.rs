@@ -26,13 +26,7 @@ const RUN_CAVEAT: &str = "transcript: each file is, byte for byte, what it was w
 pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> ExitCode {
     let log = match crate::resolve_target(target) {
         Ok(log) => log,
-        Err(e) => {
-            eprintln!(
-                "nd7 verify: {}",
-                nd7_core::read::safe::term(&e.to_string(), nd7_core::read::safe::Lines::One)
-            );
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::read_cmds::fail("verify", e),
     };
     let chain_code = chain(&log);
     if chain_code == ExitCode::from(2) {
@@ -40,13 +34,7 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
     }
     let anchored = match check::collect(&log) {
         Ok(anchored) => anchored,
-        Err(e) => {
-            eprintln!(
-                "nd7 verify: {}",
-                nd7_core::read::safe::term(&e.to_string(), nd7_core::read::safe::Lines::One)
-            );
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::read_cmds::fail("verify", e),
     };
     // The transcript's path and what is said of it come from the hooks'
     // payloads, which the agent can write: shown inert (ADR-0090).
@@ -98,7 +86,7 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
                 println!(
                     "transcript {path}: holds all {anchors} anchors (the first {anchored} of its {size} bytes; {tail} after the last anchor, anchored by nothing; {} gap{} recorded)",
                     gaps.len(),
-                    if gaps.len() == 1 { "" } else { "s" }
+                    crate::plural(gaps.len(), "", "s")
                 );
                 if let Some(gap) = stopped {
                     unreadable = true;

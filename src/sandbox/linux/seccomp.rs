@@ -90,13 +90,15 @@ pub fn signal_calls(audit: u32) -> &'static [(u32, u32)] {
     match audit {
         // x86-64: kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo,
         // pidfd_send_signal.
-        0xC000_003E => &[(62, 1), (200, 1), (234, 2), (129, 1), (297, 2), (424, 1)],
+        AUDIT_X86_64 => &[(62, 1), (200, 1), (234, 2), (129, 1), (297, 2), (424, 1)],
         // i386.
-        0x4000_0003 => &[(37, 1), (238, 1), (270, 2), (178, 1), (335, 2), (424, 1)],
+        AUDIT_I386 => &[(37, 1), (238, 1), (270, 2), (178, 1), (335, 2), (424, 1)],
         // arm64 and riscv64 (the generic table).
-        0xC000_00B7 | 0xC000_00F3 => &[(129, 1), (130, 1), (131, 2), (138, 1), (240, 2), (424, 1)],
+        AUDIT_AARCH64 | AUDIT_RISCV64 => {
+            &[(129, 1), (130, 1), (131, 2), (138, 1), (240, 2), (424, 1)]
+        }
         // 32-bit Arm.
-        0x4000_0028 => &[(37, 1), (238, 1), (268, 2), (178, 1), (363, 2), (424, 1)],
+        AUDIT_ARM => &[(37, 1), (238, 1), (268, 2), (178, 1), (363, 2), (424, 1)],
         _ => &[],
     }
 }
@@ -104,9 +106,9 @@ pub fn signal_calls(audit: u32) -> &'static [(u32, u32)] {
 /// `fcntl` (and `fcntl64`) for the architecture with audit value `audit`.
 pub fn fcntl_calls(audit: u32) -> &'static [u32] {
     match audit {
-        0xC000_003E => &[72],
-        0x4000_0003 | 0x4000_0028 => &[55, 221],
-        0xC000_00B7 | 0xC000_00F3 => &[25],
+        AUDIT_X86_64 => &[72],
+        AUDIT_I386 | AUDIT_ARM => &[55, 221],
+        AUDIT_AARCH64 | AUDIT_RISCV64 => &[25],
         _ => &[],
     }
 }
@@ -229,11 +231,11 @@ pub struct Arch {
 /// The architecture nd7 is built for, with the native numbers.
 pub fn native() -> Option<Arch> {
     #[cfg(target_arch = "x86_64")]
-    let audit = Some(0xC000_003E);
+    let audit = Some(AUDIT_X86_64);
     #[cfg(target_arch = "aarch64")]
-    let audit = Some(0xC000_00B7);
+    let audit = Some(AUDIT_AARCH64);
     #[cfg(target_arch = "riscv64")]
-    let audit = Some(0xC000_00F3);
+    let audit = Some(AUDIT_RISCV64);
     #[cfg(not(any(
         target_arch = "x86_64",
         target_arch = "aarch64",
@@ -259,37 +261,43 @@ pub fn native() -> Option<Arch> {
 /// architecture, if any.
 pub fn compat() -> Option<Arch> {
     if cfg!(target_arch = "x86_64") {
-        Some(Arch {
-            audit: 0x4000_0003, // i386
-            ioctl: 54,
-            connect: 362,
-            bind: 361,
-            seccomp: 354,
-            io_uring_setup: 425,
-            socketcall: Some(102),
-            x32_bit: false,
-            ptrace: 26,
-            process_vm_writev: 348,
-            refused_execs: Some([11, 358]),
-        })
+        Some(COMPAT_I386)
     } else if cfg!(target_arch = "aarch64") {
-        Some(Arch {
-            audit: 0x4000_0028, // arm
-            ioctl: 54,
-            connect: 283,
-            bind: 282,
-            seccomp: 383,
-            io_uring_setup: 425,
-            socketcall: Some(102),
-            x32_bit: false,
-            ptrace: 26,
-            process_vm_writev: 377,
-            refused_execs: Some([11, 387]),
-        })
+        Some(COMPAT_ARM)
     } else {
         None
     }
 }
+
+/// i386, the compatibility ABI of x86-64.
+const COMPAT_I386: Arch = Arch {
+    audit: AUDIT_I386,
+    ioctl: 54,
+    connect: 362,
+    bind: 361,
+    seccomp: 354,
+    io_uring_setup: 425,
+    socketcall: Some(102),
+    x32_bit: false,
+    ptrace: 26,
+    process_vm_writev: 348,
+    refused_execs: Some([11, 358]),
+};
+
+/// 32-bit Arm, the compatibility ABI of arm64.
+const COMPAT_ARM: Arch = Arch {
+    audit: AUDIT_ARM,
+    ioctl: 54,
+    connect: 283,
+    bind: 282,
+    seccomp: 383,
+    io_uring_setup: 425,
+    socketcall: Some(102),
+    x32_bit: false,
+    ptrace: 26,
+    process_vm_writev: 377,
+    refused_execs: Some([11, 387]),
+};
 
 /// A call that changes a file's mode, owner, times or extended attributes.
 /// Landlock has no right for any of them, so the filter hands each to the
@@ -385,65 +393,40 @@ pub fn attr_calls(audit: u32) -> &'static [(u32, AttrCall)] {
 /// keeper; a 32-bit program cannot change modes, owners, times or
 /// extended attributes under nd7), and `file_setattr` everywhere.
 pub fn refused_attr_calls(audit: u32) -> &'static [u32] {
-    const I386: [u32; 25] = [
-        15,
-        16,
-        30,
-        94,
-        95,
-        182,
-        198,
-        207,
-        212,
-        226,
-        227,
-        228,
-        235,
-        236,
-        237,
-        271,
-        298,
-        299,
-        306,
-        320,
-        412,
-        452,
-        463,
-        466,
-        FILE_SETATTR,
+    // chmod, lchown, utime, fchmod, fchown, chown, lchown32, fchown32,
+    // chown32, then the six xattr calls: 32-bit Arm kept i386's numbers.
+    const OLD: [u32; 15] = [
+        15, 16, 30, 94, 95, 182, 198, 207, 212, 226, 227, 228, 235, 236, 237,
     ];
-    const ARM: [u32; 25] = [
-        15,
-        16,
-        30,
-        94,
-        95,
-        182,
-        198,
-        207,
-        212,
-        226,
-        227,
-        228,
-        235,
-        236,
-        237,
-        269,
-        325,
-        326,
-        333,
-        348,
-        412,
-        452,
-        463,
-        466,
-        FILE_SETATTR,
-    ];
+    // utimensat_time64, fchmodat2, setxattrat, removexattrat and
+    // file_setattr: numbered alike on every ABI since Linux 5.1.
+    const NEW: [u32; 5] = [412, 452, 463, 466, FILE_SETATTR];
+    // utimes, fchownat, futimesat, fchmodat, utimensat.
+    const I386: [u32; 25] = joined(&[&OLD, &[271, 298, 299, 306, 320], &NEW]);
+    const ARM: [u32; 25] = joined(&[&OLD, &[269, 325, 326, 333, 348], &NEW]);
     match audit {
         AUDIT_I386 => &I386,
         AUDIT_ARM => &ARM,
         _ => &[FILE_SETATTR],
     }
+}
+
+/// `parts` one after the other, at compile time; `N` must be their length.
+const fn joined<const N: usize>(parts: &[&[u32]]) -> [u32; N] {
+    let mut out = [0; N];
+    let mut n = 0;
+    let mut p = 0;
+    while p < parts.len() {
+        let mut i = 0;
+        while i < parts[p].len() {
+            out[n] = parts[p][i];
+            n += 1;
+            i += 1;
+        }
+        p += 1;
+    }
+    assert!(n == N, "the parts are not N numbers long");
+    out
 }
 
 /// A jump target while the program is assembled.
@@ -772,20 +755,7 @@ mod tests {
             process_vm_writev: 311,
             refused_execs: None,
         };
-        let compat = Arch {
-            audit: 0x4000_0003,
-            ioctl: 54,
-            connect: 362,
-            bind: 361,
-            seccomp: 354,
-            io_uring_setup: 425,
-            socketcall: Some(102),
-            x32_bit: false,
-            ptrace: 26,
-            process_vm_writev: 348,
-            refused_execs: Some([11, 358]),
-        };
-        (native, compat)
+        (native, COMPAT_I386)
     }
 
     #[test]
