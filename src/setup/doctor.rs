@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::{
@@ -75,59 +75,116 @@ fn modes_check(home: &Path) -> Check {
 
 /// What `nd7 doctor` reports for the binary at `exe`. Changes nothing.
 pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
-    let mut checks = Vec::new();
     let home = crate::home::env_home();
-    let nd7 = home
-        .as_deref()
-        .and_then(|h| stable_path(exe, h, Path::exists).ok())
-        .unwrap_or_else(|| exe.to_path_buf());
+    let home = home.as_deref();
+    let nd7 = nd7_path(exe, home);
+    let agents = Agents::find(home, settings);
+    let mut checks = Vec::new();
+    checks.extend(agents.claude_absent_note());
+    checks.extend(
+        agents
+            .claude
+            .then(|| settings_hooks_check(settings, home, &nd7)),
+    );
+    checks.push(binary_check(&nd7));
+    // Modes on nd7's own files and the credential stores (ADR-0095).
+    checks.extend(home.map(modes_check));
+    checks.extend(agents.claude.then(claude_check));
+    if let Some(home) = home.filter(|_| agents.codex) {
+        checks.extend(codex::doctor(home, &nd7.to_string_lossy()));
+    }
+    checks.extend(home.filter(|_| claude_json_applies()).map(state_check));
+    checks.push(sandbox_check());
+    // The home nd7 run builds the floor around must be the one Claude Code uses.
+    checks.push(home_check(home));
+    checks.push(locks_check());
+    // What keeps the agent's network to nd7's proxy (ADR-0106): the same
+    // user namespaces, on Linux.
+    checks.push(egress_check());
+    // The credential stores nd7 run keeps unreadable, and the user's file.
+    if let Some(home) = home {
+        checks.push(secrets_check(home));
+        checks.push(grants_check(home));
+    }
+    checks.extend(protection_checks());
+    checks.push(logs_check());
+    if let (Ok(state), Some(home)) = (crate::session_log::state_dir(), home) {
+        checks.extend(vault_checks(&state, home, SystemTime::now()));
+    }
+    checks
+}
 
-    // Where only Codex is installed, Claude Code's absence is no failure.
-    let codex_here = home.as_deref().is_some_and(codex::found);
-    let claude_absent = settings.is_none()
-        && claude_version().is_none()
-        && home.as_deref().is_none_or(|h| !h.join(".claude").exists());
-    if codex_here && claude_absent {
-        checks.push(Check {
+/// The nd7 the hooks should name: `exe` by its stable path under the home
+/// where there is one.
+fn nd7_path(exe: &Path, home: Option<&Path>) -> PathBuf {
+    home.and_then(|h| stable_path(exe, h, Path::exists).ok())
+        .unwrap_or_else(|| exe.to_path_buf())
+}
+
+/// Which agents doctor checks: where only Codex is installed, Claude Code's
+/// absence is no failure, and its checks are left out.
+struct Agents {
+    /// Codex is installed.
+    codex: bool,
+    /// Claude Code's checks apply.
+    claude: bool,
+}
+
+impl Agents {
+    fn find(home: Option<&Path>, settings: Option<&Path>) -> Agents {
+        let codex = home.is_some_and(codex::found);
+        let claude_absent = settings.is_none()
+            && claude_version().is_none()
+            && home.is_none_or(|h| !h.join(".claude").exists());
+        Agents {
+            codex,
+            claude: !(codex && claude_absent),
+        }
+    }
+
+    /// The line that says why Claude Code's checks are left out.
+    fn claude_absent_note(&self) -> Option<Check> {
+        (!self.claude).then(|| Check {
             name: "claude",
             ok: true,
             detail: "Claude Code is not installed here (no `claude` on PATH, no ~/.claude): nothing to record".into(),
             fix: None,
-        });
+        })
     }
+}
 
-    // The hooks: present for every recorded event and pointing at this nd7.
+/// The hooks: present for every recorded event and pointing at this nd7.
+fn settings_hooks_check(settings: Option<&Path>, home: Option<&Path>, nd7: &Path) -> Check {
     let settings = settings
         .map(Path::to_path_buf)
-        .or_else(|| home.as_deref().map(|h| h.join(".claude/settings.json")));
-    let claude_checks = !(codex_here && claude_absent);
-    checks.extend(
-        claude_checks.then(|| match settings.as_deref().map(fs::read_to_string) {
-            None => Check {
-                name: "hooks",
-                ok: false,
-                detail: "cannot find the home directory".into(),
-                fix: Some("set HOME".into()),
-            },
-            Some(Err(e)) => Check {
-                name: "hooks",
-                ok: false,
-                detail: format!(
-                    "{}: {e}",
-                    settings.as_deref().unwrap_or(Path::new("?")).display()
-                ),
-                fix: Some("nd7 setup".into()),
-            },
-            Some(Ok(text)) => hooks_check(&text, &nd7.to_string_lossy()),
-        }),
-    );
+        .or_else(|| home.map(|h| h.join(".claude/settings.json")));
+    match settings.as_deref().map(fs::read_to_string) {
+        None => Check {
+            name: "hooks",
+            ok: false,
+            detail: "cannot find the home directory".into(),
+            fix: Some("set HOME".into()),
+        },
+        Some(Err(e)) => Check {
+            name: "hooks",
+            ok: false,
+            detail: format!(
+                "{}: {e}",
+                settings.as_deref().unwrap_or(Path::new("?")).display()
+            ),
+            fix: Some("nd7 setup".into()),
+        },
+        Some(Ok(text)) => hooks_check(&text, &nd7.to_string_lossy()),
+    }
+}
 
-    // The binary and its directory: nd7 run trusts both.
-    let problems: Vec<String> = binary_problems(&nd7)
+/// The binary and its directory: nd7 run trusts both.
+fn binary_check(nd7: &Path) -> Check {
+    let problems: Vec<String> = binary_problems(nd7)
         .into_iter()
         .map(|(path, problem)| format!("{} {problem}", path.display()))
         .collect();
-    checks.push(Check {
+    Check {
         name: "binary",
         ok: problems.is_empty(),
         detail: if problems.is_empty() {
@@ -147,13 +204,12 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
                 nd7.parent().unwrap_or(Path::new("/")).display()
             )
         }),
-    });
+    }
+}
 
-    // Modes on nd7's own files and the credential stores (ADR-0095).
-    checks.extend(home.as_deref().map(modes_check));
-
-    // Claude Code itself.
-    checks.extend(claude_checks.then(|| match claude_version() {
+/// Claude Code itself, new enough for exec-form hooks.
+fn claude_check() -> Check {
+    match claude_version() {
         None => Check {
             name: "claude",
             ok: false,
@@ -175,36 +231,33 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
             ),
             fix: Some("claude update".into()),
         },
-    }));
-
-    // Codex, where it is installed.
-    if let Some(home) = home.as_deref().filter(|_| codex_here) {
-        checks.extend(codex::doctor(home, &nd7.to_string_lossy()));
     }
+}
 
-    // Claude Code's state file, where the floor needs it moved.
-    if let Some(home) = home.as_deref().filter(|_| claude_json_applies()) {
-        let state = claude_json::state(home);
-        checks.push(Check {
-            name: "state",
-            ok: !matches!(state, claude_json::State::InHome | claude_json::State::Absent),
-            detail: match &state {
-                claude_json::State::Absent => "~/.claude.json does not exist yet, and Claude Code would create it in your home directory, where nd7 run lets nothing be written".into(),
-                claude_json::State::InHome => {
-                    "~/.claude.json is in the home directory, where nd7 run would stop Claude Code saving it".into()
-                }
-                claude_json::State::Moved => format!("~/.claude.json links to ~/{}", claude_json::LINK_TARGET),
-                claude_json::State::OtherLink(target) => {
-                    format!("~/.claude.json links to {} (left as it is)", target.display())
-                }
-            },
-            fix: matches!(state, claude_json::State::InHome | claude_json::State::Absent)
-                .then(|| "nd7 setup".into()),
-        });
+/// Claude Code's state file, where the floor needs it moved.
+fn state_check(home: &Path) -> Check {
+    let state = claude_json::state(home);
+    Check {
+        name: "state",
+        ok: !matches!(state, claude_json::State::InHome | claude_json::State::Absent),
+        detail: match &state {
+            claude_json::State::Absent => "~/.claude.json does not exist yet, and Claude Code would create it in your home directory, where nd7 run lets nothing be written".into(),
+            claude_json::State::InHome => {
+                "~/.claude.json is in the home directory, where nd7 run would stop Claude Code saving it".into()
+            }
+            claude_json::State::Moved => format!("~/.claude.json links to ~/{}", claude_json::LINK_TARGET),
+            claude_json::State::OtherLink(target) => {
+                format!("~/.claude.json links to {} (left as it is)", target.display())
+            }
+        },
+        fix: matches!(state, claude_json::State::InHome | claude_json::State::Absent)
+            .then(|| "nd7 setup".into()),
     }
+}
 
-    // The kernel's sandbox, which nd7 run will apply.
-    checks.push(match crate::sandbox::available() {
+/// The kernel's sandbox, which nd7 run will apply.
+fn sandbox_check() -> Check {
+    match crate::sandbox::available() {
         Ok(what) => Check {
             name: "sandbox",
             ok: true,
@@ -219,15 +272,14 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
                 "run nd7 on Linux 6.2 or newer with Landlock enabled (lsm=...,landlock)".into(),
             ),
         },
-    });
+    }
+}
 
-    // The home nd7 run builds the floor around must be the one Claude Code uses.
-    checks.push(home_check(home.as_deref()));
-
-    // What keeps the agent from planting files that run later outside the
-    // sandbox (git hooks and configuration, .envrc, editor and Claude Code
-    // settings): refused, or only watched and reported.
-    checks.push(match crate::sandbox::hold_available() {
+/// What keeps the agent from planting files that run later outside the
+/// sandbox (git hooks and configuration, .envrc, editor and Claude Code
+/// settings): refused, or only watched and reported.
+fn locks_check() -> Check {
+    match crate::sandbox::hold_available() {
         Ok(what) => Check {
             name: "locks",
             ok: true,
@@ -244,18 +296,12 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
                 "allow unprivileged user namespaces (sysctl user.max_user_namespaces above 0; on Ubuntu, kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for nd7)".into(),
             ),
         },
-    });
-    // What keeps the agent's network to nd7's proxy (ADR-0106): the same
-    // user namespaces, on Linux.
-    checks.push(egress_check());
-    // The credential stores nd7 run keeps unreadable, and the user's file.
-    if let Some(home) = home.as_deref() {
-        checks.push(secrets_check(home));
-        checks.push(grants_check(home));
     }
+}
 
-    // What the kernel enforces beyond the file rules, one line each.
-    checks.extend(crate::sandbox::protections().into_iter().map(|p| Check {
+/// What the kernel enforces beyond the file rules, one line each.
+fn protection_checks() -> impl Iterator<Item = Check> {
+    crate::sandbox::protections().into_iter().map(|p| Check {
         name: p.name,
         // A limit nothing can lift today is said, not failed.
         ok: p.enforced || p.needs.is_none(),
@@ -265,10 +311,12 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
             format!("{NOT_ENFORCED}{}", p.detail)
         },
         fix: p.needs.filter(|_| !p.enforced).map(str::to_string),
-    }));
+    })
+}
 
-    // Where the logs go.
-    checks.push(match crate::session_log::state_dir() {
+/// Where the logs go, and whether a first record can create them.
+fn logs_check() -> Check {
+    match crate::session_log::state_dir() {
         Err(e) => Check {
             name: "logs",
             ok: false,
@@ -296,11 +344,7 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
                 fix: (!writable).then(|| format!("chown -R \"$USER\" {}", existing.display())),
             }
         }
-    });
-    if let (Ok(state), Some(home)) = (crate::session_log::state_dir(), home.as_deref()) {
-        checks.extend(vault_checks(&state, home, SystemTime::now()));
     }
-    checks
 }
 
 /// `$HOME` against the account database's home, which `nd7 run` confines

@@ -13,7 +13,7 @@ use super::receipts::{
     record_ack, restore_explaining, vault_head,
 };
 use super::*;
-use crate::chain::{Cursor, Head, Walker};
+use crate::chain::{Cursor, Hash, Head, Walker};
 use crate::session_log::{self, SessionLog};
 use crate::vault::{self, BatchHeader, ChainKey, Checkpoint, IndexKey, KeyId, Receipt};
 
@@ -228,175 +228,259 @@ fn ship_acking(
 ) -> Result<Shipped, ShipError> {
     let session = log.session_id().to_string();
     let events_path = log.events_path();
-    let broke = |detail: String| machine.vault_broke(&session, detail);
-    let mut done = Shipped::default();
+    let mut notes = Vec::new();
     // Start from what the vault holds, after holding it to its word.
     let kept = read_receipt(&log.dir().join(RECEIPT_FILE))?;
     let head = vault_head(machine, &session)?;
     if let Some(kept) = &kept {
-        let k = &kept.checkpoint;
-        let holds = head.as_ref().map(|h| h.checkpoint.last);
-        if holds.is_none_or(|h| h < k.last) {
-            let notice = match restore_explaining(machine, kept, head.as_ref())? {
-                Ok(notice) => notice,
-                Err(why) => {
-                    return Err(broke(format!(
-                        "it acknowledged entries up to {} (receipt stored at {}), but holds {}, and {why}",
-                        k.last,
-                        kept.stored,
-                        holds.map_or("none of them".into(), |h| format!("only entries up to {h}")),
-                    )));
-                }
-            };
-            // Said at once: whatever happens to the rest of this run, the
-            // user learns the receipt moved.
-            let note = keep_lost(log, kept, &notice, holds)?;
-            progress(&format!("{session}: warning: {note}"));
-            done.notes.push(note);
-        } else if let Some(h) = &head
-            && h.checkpoint.last == k.last
-            && !h.checkpoint.same_head(k)
-        {
-            return Err(broke(format!(
-                "it acknowledged entry {} with digest {} under chain key {} (receipt stored at {}), but now shows digest {} under chain key {} there",
-                k.last,
-                k.head.short(),
-                k.key,
-                kept.stored,
-                h.checkpoint.head.short(),
-                h.checkpoint.key
-            )));
-        }
+        notes.extend(hold_to_receipt(
+            machine,
+            log,
+            kept,
+            head.as_ref(),
+            progress,
+        )?);
     }
     let file = match File::open(&events_path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(done),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Ok(Shipped {
+                notes,
+                ..Shipped::default()
+            });
+        }
         Err(e) => return Err(io_err(&events_path, "open")(e)),
     };
     let (mut offset, cursor) = match &head {
         None => (0, Cursor::start(&session)),
-        Some(h) => {
-            let c = &h.checkpoint;
-            let lock = lock_log(log, false)?;
-            let (offset, hash) = entry_end(log, &file, c.last)?;
-            drop(lock);
-            let shipped = read_shipped(&log.dir().join(SHIPPED_FILE))?;
-            let same = match read_chain_key(log)? {
-                Some((k, _)) if KeyId::of(&k) == c.key => IndexKey::of(&k).digest(&hash) == c.head,
-                _ => match shipped {
-                    Some(s) if s.seq == c.last => s.hash == hash,
-                    // The vault holds less than it acknowledged (a declared
-                    // restore) and the chain key that made its head's digest
-                    // is gone (the session ended): the local entry it names
-                    // is the one shipped if the local chain still runs from
-                    // it, unbroken, to the entry acknowledged last.
-                    Some(s) if s.seq > c.last => chain_reaches(
-                        log,
-                        &file,
-                        offset,
-                        Cursor {
-                            next_seq: c.last + 1,
-                            prev: hash,
-                        },
-                        s,
-                    )?,
-                    _ => {
-                        return Err(ShipError::Rewritten {
-                            session,
-                            detail: format!(
-                                "entry {} cannot be checked against the vault's receipt: chain.key no longer holds chain key {}, and `shipped` does not name the entry",
-                                c.last, c.key
-                            ),
-                        });
-                    }
-                },
-            };
-            if !same {
-                return Err(ShipError::Rewritten {
-                    session,
-                    detail: format!(
-                        "entry {} was shipped with digest {} under chain key {}, but the local entry {} (hash {}) is another",
-                        c.last,
-                        c.head.short(),
-                        c.key,
-                        c.last,
-                        hash.short()
-                    ),
-                });
+        Some(h) => resume_after(log, &file, h, kept.as_ref())?,
+    };
+    let size = file.metadata().map_err(io_err(&events_path, "stat"))?.len();
+    let backlog = size.saturating_sub(offset);
+    let pipelined = seal_and_send(machine, log, &file, &mut offset, cursor, backlog, progress);
+    let mut done = Shipped {
+        notes,
+        ..pipelined.acked
+    };
+    *acked_out = done.clone();
+    pipelined.sent?;
+    pipelined.produced?;
+    ship_transcripts(machine, log, &mut done)?;
+    done.closed = close_if_ended(log, &file, offset)?;
+    Ok(done)
+}
+
+/// Holds the vault to the receipt kept for the session: holding less than
+/// it acknowledged is a restore it must explain, and then the receipt moves
+/// back (the note returned, said at once: whatever happens to the rest of
+/// this run, the user learns the receipt moved); the entry it acknowledged
+/// under another digest is the vault broken.
+fn hold_to_receipt(
+    machine: &Machine,
+    log: &SessionLog,
+    kept: &Receipt,
+    head: Option<&Receipt>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Option<String>, ShipError> {
+    let session = log.session_id();
+    let broke = |detail: String| machine.vault_broke(session, detail);
+    let k = &kept.checkpoint;
+    let holds = head.map(|h| h.checkpoint.last);
+    if holds.is_none_or(|h| h < k.last) {
+        let notice = match restore_explaining(machine, kept, head)? {
+            Ok(notice) => notice,
+            Err(why) => {
+                return Err(broke(format!(
+                    "it acknowledged entries up to {} (receipt stored at {}), but holds {}, and {why}",
+                    k.last,
+                    kept.stored,
+                    holds.map_or("none of them".into(), |h| format!("only entries up to {h}")),
+                )));
             }
-            let at = Head { seq: c.last, hash };
-            if kept.as_ref() != Some(h) || shipped != Some(at) {
-                record_ack(log, h, &at)?;
-            }
-            (
+        };
+        let note = keep_lost(log, kept, &notice, holds)?;
+        progress(&format!("{session}: warning: {note}"));
+        return Ok(Some(note));
+    }
+    if let Some(h) = head
+        && h.checkpoint.last == k.last
+        && !h.checkpoint.same_head(k)
+    {
+        return Err(broke(format!(
+            "it acknowledged entry {} with digest {} under chain key {} (receipt stored at {}), but now shows digest {} under chain key {} there",
+            k.last,
+            k.head.short(),
+            k.key,
+            kept.stored,
+            h.checkpoint.head.short(),
+            h.checkpoint.key
+        )));
+    }
+    Ok(None)
+}
+
+/// Where shipping resumes after the vault's head `h`: the offset past the
+/// entry it acknowledged last, and the chain from there, once the local
+/// entry is shown to be the one shipped. The kept receipt and `shipped`
+/// are brought up to the head.
+fn resume_after(
+    log: &SessionLog,
+    file: &File,
+    h: &Receipt,
+    kept: Option<&Receipt>,
+) -> Result<(u64, Cursor), ShipError> {
+    let c = &h.checkpoint;
+    let lock = lock_log(log, false)?;
+    let (offset, hash) = entry_end(log, file, c.last)?;
+    drop(lock);
+    let shipped = read_shipped(&log.dir().join(SHIPPED_FILE))?;
+    if !is_shipped_entry(log, file, offset, c, hash, shipped)? {
+        return Err(ShipError::Rewritten {
+            session: log.session_id().to_string(),
+            detail: format!(
+                "entry {} was shipped with digest {} under chain key {}, but the local entry {} (hash {}) is another",
+                c.last,
+                c.head.short(),
+                c.key,
+                c.last,
+                hash.short()
+            ),
+        });
+    }
+    let at = Head { seq: c.last, hash };
+    if kept != Some(h) || shipped != Some(at) {
+        record_ack(log, h, &at)?;
+    }
+    Ok((
+        offset,
+        Cursor {
+            next_seq: c.last + 1,
+            prev: hash,
+        },
+    ))
+}
+
+/// Whether the local entry `c.last` (of hash `hash`, ending at `offset`) is
+/// the one the vault's checkpoint `c` names: by the chain key's digest while
+/// chain.key holds it, else by `shipped`. An entry neither can vouch for
+/// is an error.
+fn is_shipped_entry(
+    log: &SessionLog,
+    file: &File,
+    offset: u64,
+    c: &Checkpoint,
+    hash: Hash,
+    shipped: Option<Head>,
+) -> Result<bool, ShipError> {
+    Ok(match read_chain_key(log)? {
+        Some((k, _)) if KeyId::of(&k) == c.key => IndexKey::of(&k).digest(&hash) == c.head,
+        _ => match shipped {
+            Some(s) if s.seq == c.last => s.hash == hash,
+            // The vault holds less than it acknowledged (a declared
+            // restore) and the chain key that made its head's digest
+            // is gone (the session ended): the local entry it names
+            // is the one shipped if the local chain still runs from
+            // it, unbroken, to the entry acknowledged last.
+            Some(s) if s.seq > c.last => chain_reaches(
+                log,
+                file,
                 offset,
                 Cursor {
                     next_seq: c.last + 1,
                     prev: hash,
                 },
-            )
-        }
-    };
-    let size = file.metadata().map_err(io_err(&events_path, "stat"))?.len();
-    let backlog = size.saturating_sub(offset);
-    // Sealing batch k+1 (read, verify, compress, encrypt, sign) overlaps
-    // sending batch k: one thread sends, in order, and keeps each receipt;
-    // a refusal stops it, and what was queued behind is dropped, to be sent
-    // by the next run.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Sealed>(1);
-    let (produced, sent) = std::thread::scope(|scope| {
-        let sender = scope.spawn(move || -> (Shipped, Result<(), ShipError>) {
-            let mut acked = Shipped::default();
-            for sealed in rx {
-                match send_batch(machine, log, &sealed) {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(e) => return (acked, Err(e)),
-                }
-                acked.entries += sealed.entries;
-                acked.batches += 1;
-                acked.bytes += sealed.bytes;
+                s,
+            )?,
+            _ => {
+                return Err(ShipError::Rewritten {
+                    session: log.session_id().to_string(),
+                    detail: format!(
+                        "entry {} cannot be checked against the vault's receipt: chain.key no longer holds chain key {}, and `shipped` does not name the entry",
+                        c.last, c.key
+                    ),
+                });
             }
-            (acked, Ok(()))
-        });
-        let produced = seal_batches(
-            machine,
-            log,
-            &file,
-            &mut offset,
-            cursor,
-            backlog,
-            &tx,
-            progress,
-        );
+        },
+    })
+}
+
+/// What sealing and sending the batches did: what the vault acknowledged,
+/// and how each side ended.
+struct Pipelined {
+    acked: Shipped,
+    sent: Result<(), ShipError>,
+    produced: Result<(), ShipError>,
+}
+
+/// Seals the batches from `offset` on and sends them. Sealing batch k+1
+/// (read, verify, compress, encrypt, sign) overlaps sending batch k: one
+/// thread sends, in order, and keeps each receipt; a refusal stops it, and
+/// what was queued behind is dropped, to be sent by the next run.
+fn seal_and_send(
+    machine: &Machine,
+    log: &SessionLog,
+    file: &File,
+    offset: &mut u64,
+    cursor: Cursor,
+    backlog: u64,
+    progress: &mut dyn FnMut(&str),
+) -> Pipelined {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Sealed>(1);
+    std::thread::scope(|scope| {
+        let sender = scope.spawn(move || send_in_order(machine, log, rx));
+        let produced = seal_batches(machine, log, file, offset, cursor, backlog, &tx, progress);
         drop(tx);
-        let sent = sender
+        let (acked, sent) = sender
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (produced, sent)
-    });
-    let (acked, sent) = sent;
-    let notes = std::mem::take(&mut done.notes);
-    done = acked;
-    done.notes = notes;
-    *acked_out = done.clone();
-    sent?;
-    produced?;
-    // The transcripts' bytes, once the anchors that cover them are in the
-    // vault; before chain.key can go.
+        Pipelined {
+            acked,
+            sent,
+            produced,
+        }
+    })
+}
+
+/// The sending side of [`seal_and_send`]: each sealed batch in turn, until
+/// the vault refuses one or already holds more.
+fn send_in_order(
+    machine: &Machine,
+    log: &SessionLog,
+    rx: std::sync::mpsc::Receiver<Sealed>,
+) -> (Shipped, Result<(), ShipError>) {
+    let mut acked = Shipped::default();
+    for sealed in rx {
+        match send_batch(machine, log, &sealed) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return (acked, Err(e)),
+        }
+        acked.entries += sealed.entries;
+        acked.batches += 1;
+        acked.bytes += sealed.bytes;
+    }
+    (acked, Ok(()))
+}
+
+/// The transcripts' bytes, once the anchors that cover them are in the
+/// vault; before chain.key can go.
+fn ship_transcripts(
+    machine: &Machine,
+    log: &SessionLog,
+    done: &mut Shipped,
+) -> Result<(), ShipError> {
     if let Some(holds) = read_shipped(&log.dir().join(SHIPPED_FILE))? {
         let t = crate::transcript::ship::ship(machine, log, holds.seq)?;
         done.transcript_pieces = t.pieces;
         done.transcript_bytes = t.bytes;
         if !t.gone.is_empty() {
             return Err(ShipError::TranscriptGone {
-                session,
+                session: log.session_id().to_string(),
                 detail: t.gone.join("; "),
             });
         }
     }
-    done.closed = close_if_ended(log, &file, offset)?;
-    Ok(done)
+    Ok(())
 }
 
 /// Sends one batch and keeps the vault's receipt for it. `Ok(false)`: the

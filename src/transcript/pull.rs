@@ -68,30 +68,75 @@ pub fn pull(
     identity: &AgeIdentity,
     pulled: &Pulled,
 ) -> Result<Transcripts, PullError> {
-    let (machine, session) = (&pulled.machine, &pulled.session);
-    let names = format!("machine {machine}, session {session}");
+    let names = format!("machine {}, session {}", pulled.machine, pulled.session);
+    let mut out = Transcripts::default();
+    let answer = fetch(url, trust, read_token, pulled, &names, &mut out)?;
+    let pieces = open_pieces(&answer, identity, pulled, &names, &mut out)?;
+    let anchored = read_anchors(pulled)?;
+    restore(&anchored, &pieces, &names, &mut out);
+    Ok(out)
+}
+
+/// The vault's answer to the request for a session's transcript pieces:
+/// its frames, and the nonce its signed last frame must name.
+struct Answer {
+    framed: Vec<u8>,
+    /// Whether the answer was read to its end (not cut short).
+    whole: bool,
+    nonce: [u8; 16],
+}
+
+/// The opened pieces by the sequence number of the anchor they belong to,
+/// each `(from, to, bytes)`, sorted by where they start.
+type Pieces = BTreeMap<u64, Vec<(u64, u64, Vec<u8>)>>;
+
+/// Asks the vault for the session's transcript pieces; an answer cut short
+/// is a finding against the vault, and what came is kept.
+fn fetch(
+    url: &str,
+    trust: &Trust,
+    read_token: &str,
+    pulled: &Pulled,
+    names: &str,
+    out: &mut Transcripts,
+) -> Result<Answer, PullError> {
     let client = Client::new(url, trust)?;
     let path = format!(
-        "/v1/transcripts/{machine}/{}",
-        vault::hex(session.as_bytes())
+        "/v1/transcripts/{}/{}",
+        pulled.machine,
+        vault::hex(pulled.session.as_bytes())
     );
     let stream = client.get_stream(&path, Some(read_token))?;
     let mut framed = Vec::new();
     let read = std::io::Read::read_to_end(&mut { stream.body }, &mut framed);
-    let mut out = Transcripts::default();
     let whole = read.is_ok();
     if let Err(e) = read {
         out.vault(format!(
             "{names}: the vault's transcript pieces are cut short: {e}"
         ));
     }
-    let nonce = stream.nonce;
+    Ok(Answer {
+        framed,
+        whole,
+        nonce: stream.nonce,
+    })
+}
+
+/// Splits the answer into its frames, checks each piece and opens it; what
+/// does not hold is a finding, and the pieces that open are returned.
+/// Stops at a frame cut short or after the vault's signed last frame.
+fn open_pieces(
+    answer: &Answer,
+    identity: &AgeIdentity,
+    pulled: &Pulled,
+    names: &str,
+    out: &mut Transcripts,
+) -> Result<Pieces, PullError> {
     let mut tally = Tally::new();
     let mut ended = false;
     let mut keys = ChainKeys::default();
-    // anchor seq -> (from, to, bytes)
-    let mut pieces: BTreeMap<u64, Vec<(u64, u64, Vec<u8>)>> = BTreeMap::new();
-    let mut rest = framed.as_slice();
+    let mut pieces = Pieces::new();
+    let mut rest = answer.framed.as_slice();
     while !rest.is_empty() {
         if ended {
             out.vault(format!(
@@ -99,26 +144,18 @@ pub fn pull(
             ));
             break;
         }
-        let Some(len) = rest.get(..4).and_then(|l| <[u8; 4]>::try_from(l).ok()) else {
+        let Some(body) = next_frame(&mut rest) else {
             out.vault(format!(
                 "{names}: the vault's transcript pieces are cut short"
             ));
             break;
         };
-        let len = u32::from_be_bytes(len) as usize;
-        let Some(body) = rest.get(4..4 + len) else {
-            out.vault(format!(
-                "{names}: the vault's transcript pieces are cut short"
-            ));
-            break;
-        };
-        rest = &rest[4 + len..];
         if vault::PullEnd::is_end(body) {
             let checked = tally.check_end(
                 body,
                 &pulled.vault_key,
-                &nonce,
-                (machine, session),
+                &answer.nonce,
+                (&pulled.machine, &pulled.session),
                 vault::PullOf::Transcripts,
             );
             if let Err(why) = checked {
@@ -131,59 +168,11 @@ pub fn pull(
             continue;
         }
         tally.count(body);
-        let piece = match vault::parse_piece(body) {
-            Ok(p) => p,
-            Err(e) => {
-                out.vault(format!("{names}: a transcript piece is forged: {e}"));
-                continue;
-            }
+        let Some(piece) = admit(body, pulled, names, out) else {
+            continue;
         };
         let h = &piece.header;
-        if !piece.signed_by(&pulled.machine_key) {
-            out.vault(format!(
-                "{}: forged: not signed by the machine's enrolled key",
-                h.names()
-            ));
-            continue;
-        }
-        if h.machine != *machine || h.session != *session {
-            out.vault(format!(
-                "{names}: the vault serves {} among this session's",
-                h.names()
-            ));
-            continue;
-        }
-        // Each piece names the one the machine shipped before it: a piece
-        // the vault no longer serves shows as a link that does not hold.
-        let before = out.served.last().map(|&(a, f, _)| (a, f));
-        if h.after != before {
-            out.vault(match h.after {
-                Some((a, f)) => format!(
-                    "{}: the machine shipped it after its piece of entry {a} from byte {f}, which the vault does not serve{}: it dropped it",
-                    h.names(),
-                    before.map_or(String::new(), |(a, f)| format!(
-                        " (the piece before it is entry {a}'s from byte {f})"
-                    ))
-                ),
-                None => format!(
-                    "{}: the machine shipped it as the session's first piece, but the vault serves others before it",
-                    h.names()
-                ),
-            });
-        }
-        out.served.push((h.anchor, h.from, piece.batch));
-        let key = keys
-            .get(h.key, &piece.wrapped_key, identity)
-            .map_err(|e| match e {
-                vault::Error::NoMatchingStanza => PullError::Other(e.into()),
-                e => PullError::Finding(finding(
-                    Fault::Machine,
-                    format!(
-                        "{}: the machine signed a wrapped chain key that does not open: {e}",
-                        h.names()
-                    ),
-                )),
-            })?;
+        let key = chain_key(&mut keys, &piece, identity)?;
         match vault::open_piece(&piece, key) {
             Ok(bytes) => pieces
                 .entry(h.anchor)
@@ -198,7 +187,7 @@ pub fn pull(
             )),
         }
     }
-    if whole && rest.is_empty() && !ended {
+    if answer.whole && rest.is_empty() && !ended {
         out.vault(format!(
                 "{names}: the vault's transcript pieces end without its signed last frame: they are incomplete, cut short"
             ));
@@ -206,9 +195,93 @@ pub fn pull(
     for list in pieces.values_mut() {
         list.sort_by_key(|p| p.0);
     }
+    Ok(pieces)
+}
 
-    // Put each file together in the chain's order, generation by generation.
-    let anchored = std::fs::File::open(&pulled.path)
+/// The next frame's body (after its u32 BE length), and `rest` moved past
+/// it; `None`, and `rest` as it was, where the frame is cut short.
+fn next_frame<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let len = rest.get(..4).and_then(|l| <[u8; 4]>::try_from(l).ok())?;
+    let len = u32::from_be_bytes(len) as usize;
+    let body = rest.get(4..4 + len)?;
+    *rest = &rest[4 + len..];
+    Some(body)
+}
+
+/// The piece in `body`, where the machine signed it for this session; what
+/// is forged or another session's is a finding against the vault, and so
+/// is a piece whose link to the one before it does not hold (it is kept:
+/// its bytes are the machine's). Every piece admitted is `served`.
+fn admit(body: &[u8], pulled: &Pulled, names: &str, out: &mut Transcripts) -> Option<vault::Piece> {
+    let piece = match vault::parse_piece(body) {
+        Ok(p) => p,
+        Err(e) => {
+            out.vault(format!("{names}: a transcript piece is forged: {e}"));
+            return None;
+        }
+    };
+    let h = &piece.header;
+    if !piece.signed_by(&pulled.machine_key) {
+        out.vault(format!(
+            "{}: forged: not signed by the machine's enrolled key",
+            h.names()
+        ));
+        return None;
+    }
+    if h.machine != pulled.machine || h.session != pulled.session {
+        out.vault(format!(
+            "{names}: the vault serves {} among this session's",
+            h.names()
+        ));
+        return None;
+    }
+    // Each piece names the one the machine shipped before it: a piece
+    // the vault no longer serves shows as a link that does not hold.
+    let before = out.served.last().map(|&(a, f, _)| (a, f));
+    if h.after != before {
+        out.vault(match h.after {
+            Some((a, f)) => format!(
+                "{}: the machine shipped it after its piece of entry {a} from byte {f}, which the vault does not serve{}: it dropped it",
+                h.names(),
+                before.map_or(String::new(), |(a, f)| format!(
+                    " (the piece before it is entry {a}'s from byte {f})"
+                ))
+            ),
+            None => format!(
+                "{}: the machine shipped it as the session's first piece, but the vault serves others before it",
+                h.names()
+            ),
+        });
+    }
+    out.served.push((h.anchor, h.from, piece.batch));
+    Some(piece)
+}
+
+/// The chain key `piece` is sealed under, unwrapped by the admin's
+/// identity: one the identity cannot open stops the pull, and one that does
+/// not open at all is the machine's fault.
+fn chain_key<'k>(
+    keys: &'k mut ChainKeys,
+    piece: &vault::Piece,
+    identity: &AgeIdentity,
+) -> Result<&'k vault::ChainKey, PullError> {
+    let h = &piece.header;
+    keys.get(h.key, &piece.wrapped_key, identity)
+        .map_err(|e| match e {
+            vault::Error::NoMatchingStanza => PullError::Other(e.into()),
+            e => PullError::Finding(finding(
+                Fault::Machine,
+                format!(
+                    "{}: the machine signed a wrapped chain key that does not open: {e}",
+                    h.names()
+                ),
+            )),
+        })
+}
+
+/// The anchors in the pulled log, which say what each file's bytes must be.
+fn read_anchors(pulled: &Pulled) -> Result<check::Anchored, PullError> {
+    std::fs::File::open(&pulled.path)
         .and_then(|f| check::collect_read(std::io::BufReader::new(f)))
         .map_err(|source| {
             PullError::Other(ShipError::Io {
@@ -216,7 +289,11 @@ pub fn pull(
                 action: "read back",
                 source,
             })
-        })?;
+        })
+}
+
+/// Puts each file together in the chain's order, generation by generation.
+fn restore(anchored: &check::Anchored, pieces: &Pieces, names: &str, out: &mut Transcripts) {
     for ((root, path), anchors) in &anchored.files {
         let mut generations: BTreeMap<u64, Vec<&check::Anchor>> = BTreeMap::new();
         for a in anchors {
@@ -231,41 +308,54 @@ pub fn pull(
                 anchors: anchors.len(),
                 held: 0,
             };
-            let mut prefix = Prefix::new();
-            for a in anchors {
-                let at = restored.bytes.len() as u64;
-                let got = pieces.get(&a.seq).map(Vec::as_slice).unwrap_or_default();
-                let tiles = a.from == at
-                    && got.first().is_some_and(|p| p.0 == a.from)
-                    && got.windows(2).all(|w| w[0].1 == w[1].0)
-                    && got.last().is_some_and(|p| p.1 == a.bytes);
-                if !tiles {
-                    out.notes.push(format!(
-                        "{names}: {path}: the vault holds no complete bytes {}..{} for entry {}'s anchor, so this file is restored up to byte {at} only (not shipped yet, or gone from the machine before it was; with --compare, the machine's receipt says whether the vault took it)",
-                        a.from, a.bytes, a.seq
-                    ));
-                    break;
-                }
-                for (_, _, bytes) in got {
-                    prefix.update(bytes);
-                    restored.bytes.extend_from_slice(bytes);
-                }
-                if prefix.digest().to_hex().as_str() != a.blake3 {
-                    out.findings.push(finding(
-                        Fault::Machine,
-                        format!(
-                            "{names}: {path}: the bytes the machine shipped for entry {}'s anchor are not what it anchored",
-                            a.seq
-                        ),
-                    ));
-                    break;
-                }
-                restored.held += 1;
-            }
+            restore_generation(&mut restored, &anchors, pieces, names, out);
             out.files.push(restored);
         }
     }
-    Ok(out)
+}
+
+/// Appends to `restored` the pieces of each of its anchors in turn, up to
+/// the first anchor the pieces do not cover whole (a note) or whose bytes
+/// are not what the machine anchored (a finding against the machine).
+fn restore_generation(
+    restored: &mut Restored,
+    anchors: &[&check::Anchor],
+    pieces: &Pieces,
+    names: &str,
+    out: &mut Transcripts,
+) {
+    let path = &restored.path;
+    let mut prefix = Prefix::new();
+    for a in anchors {
+        let at = restored.bytes.len() as u64;
+        let got = pieces.get(&a.seq).map(Vec::as_slice).unwrap_or_default();
+        let tiles = a.from == at
+            && got.first().is_some_and(|p| p.0 == a.from)
+            && got.windows(2).all(|w| w[0].1 == w[1].0)
+            && got.last().is_some_and(|p| p.1 == a.bytes);
+        if !tiles {
+            out.notes.push(format!(
+                "{names}: {path}: the vault holds no complete bytes {}..{} for entry {}'s anchor, so this file is restored up to byte {at} only (not shipped yet, or gone from the machine before it was; with --compare, the machine's receipt says whether the vault took it)",
+                a.from, a.bytes, a.seq
+            ));
+            break;
+        }
+        for (_, _, bytes) in got {
+            prefix.update(bytes);
+            restored.bytes.extend_from_slice(bytes);
+        }
+        if prefix.digest().to_hex().as_str() != a.blake3 {
+            out.findings.push(finding(
+                Fault::Machine,
+                format!(
+                    "{names}: {path}: the bytes the machine shipped for entry {}'s anchor are not what it anchored",
+                    a.seq
+                ),
+            ));
+            break;
+        }
+        restored.held += 1;
+    }
 }
 
 /// The name a restored file gets in the pulled session's `transcripts/`.

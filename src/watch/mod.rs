@@ -692,6 +692,15 @@ struct Index {
     truncated: bool,
 }
 
+/// What reading the directories changed since an [`Index`] again found:
+/// findings (a directory that cannot be listed, a search cut off), and the
+/// paths with a searched name, and links, to look at.
+#[derive(Default)]
+struct Rescanned {
+    findings: Vec<Finding>,
+    named: Vec<PathBuf>,
+}
+
 fn dir_stamp(path: &Path) -> Option<(u64, (i64, i64))> {
     let m = std::fs::symlink_metadata(path).ok()?;
     m.is_dir().then(|| (m.ino(), (m.ctime(), m.ctime_nsec())))
@@ -1076,179 +1085,231 @@ impl Watch {
         let covered = |path: &Path| watched.iter().any(|w| path.starts_with(w));
         let roots: Vec<PathBuf> = indexes.iter().map(|i| i.root.clone()).collect();
         let mut out = Vec::new();
-        let mut git_dirs: Vec<PathBuf> = known_git_dirs.to_vec();
         let mut named: BTreeSet<PathBuf> = BTreeSet::new();
         for index in indexes {
-            if index.truncated {
-                out.push(found(
-                    &index.root,
-                    format!(
-                        "the search below it for repositories and files on the list was cut off at {} entries when the session started: what lies beyond was not checked",
-                        index.budget
-                    ),
-                ));
-            }
-            // One the index could not list is reported when it changed
-            // during the run (the index may have been taken after).
-            for (dir, why) in &index.unlisted {
-                if self.changed_since(dir) {
-                    out.push(found(dir, unlisted_why(why)));
-                }
-            }
-            let known: BTreeSet<&Path> = index.dirs.iter().map(|(p, _, _)| p.as_path()).collect();
+            out.extend(self.index_gaps(index));
             named.extend(index.named.iter().cloned());
-            // Directories changed since the index: their entries, and every
-            // new directory below them, whole.
-            let mut stack: Vec<PathBuf> = index
-                .dirs
-                .iter()
-                .filter(|(p, ino, ctime)| dir_stamp(p) != Some((*ino, *ctime)))
-                .map(|(p, _, _)| p.clone())
-                .collect();
-            let skip = skipped_below(&index.root, &self.caches);
-            let mut visited = 0usize;
-            while let Some(dir) = stack.pop() {
-                let entries = match std::fs::read_dir(&dir) {
-                    Ok(entries) => entries,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => {
-                        if !index.unlisted.iter().any(|(d, _)| *d == dir) {
-                            out.push(found(&dir, unlisted_why(&e.to_string())));
-                        }
-                        continue;
-                    }
-                };
-                for entry in entries.filter_map(Result::ok) {
-                    visited += 1;
-                    if visited > index.budget {
-                        out.push(found(
-                            &index.root,
-                            format!(
-                                "the search below it for repositories and files on the list was cut off at {} entries when the session ended: what lies beyond was not checked",
-                                index.budget
-                            ),
-                        ));
-                        stack.clear();
-                        break;
-                    }
-                    let path = entry.path();
-                    if skip.iter().any(|s| path.starts_with(s)) {
-                        continue;
-                    }
-                    let name = entry.file_name();
-                    let name = name.to_string_lossy();
-                    if searched(&name) || entry.file_type().is_ok_and(|t| t.is_symlink()) {
-                        named.insert(path.clone());
-                    }
-                    if name != ".git"
-                        && !known.contains(path.as_path())
-                        && entry.file_type().is_ok_and(|t| t.is_dir())
-                    {
-                        stack.push(path);
-                    }
-                }
+            let rescanned = self.rescan(index);
+            out.extend(rescanned.findings);
+            named.extend(rescanned.named);
+        }
+        let mut git_dirs: Vec<PathBuf> = known_git_dirs.to_vec();
+        for path in named.into_iter().filter(|p| !covered(p)) {
+            out.extend(self.named_path(&path, &roots, &mut git_dirs, &covered));
+        }
+        out.extend(self.added_git_dirs(git_dirs, known_git_dirs));
+        out
+    }
+
+    /// What the index taken when the session started missed: a search cut
+    /// off, and directories it could not list that changed during the run
+    /// (the index may have been taken after).
+    fn index_gaps(&self, index: &Index) -> Vec<Finding> {
+        let mut out = Vec::new();
+        if index.truncated {
+            out.push(found(
+                &index.root,
+                format!(
+                    "the search below it for repositories and files on the list was cut off at {} entries when the session started: what lies beyond was not checked",
+                    index.budget
+                ),
+            ));
+        }
+        for (dir, why) in &index.unlisted {
+            if self.changed_since(dir) {
+                out.push(found(dir, unlisted_why(why)));
             }
         }
-        for path in named {
-            if covered(&path) {
-                continue;
-            }
-            let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-            let name = path.file_name().unwrap_or_default().to_string_lossy();
-            if !searched(&name) {
-                // A link (the index and search note every one).
-                if self.changed_since(&path) {
-                    out.extend(self.beyond_link(&path, &roots, &mut git_dirs));
-                }
-            } else if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
-                let dir = path.parent().unwrap_or(&path).to_path_buf();
-                if !git_dirs.contains(&dir) && !covered(&dir) {
-                    out.extend(self.repository(&dir));
-                    git_dirs.push(dir);
-                }
-            } else if path.file_name() == Some(std::ffi::OsStr::new(".git")) {
-                if is_dir {
-                    git_dirs.push(path.clone());
-                    out.extend(self.repository(&path));
-                } else if self.changed_since(&path) {
-                    let m = meta(&path);
-                    out.push(Finding {
-                        path: path.clone(),
-                        what: What::Found(
-                            "a repository link that appeared or changed during the session".into(),
-                        ),
-                        before: None,
-                        after: m.as_ref().map(|m| body(&path, m, &self.unreadable)),
-                        after_command: None,
-                    });
-                    let dir = path.parent().unwrap_or(&path).to_path_buf();
-                    // Git follows a link as any path, and reads a file
-                    // for its `gitdir:`.
-                    let target = match m.as_ref().map(|m| m.kind) {
-                        Some(Kind::Link) => std::fs::read_link(&path).ok().map(|t| dir.join(t)),
-                        _ => read_bounded(&path, Follow::No, MAX_CONFIG, &self.unreadable)
-                            .ok()
-                            .and_then(|t| gitdir_of(&t).map(|d| dir.join(d))),
-                    };
-                    // Followed only where the floor lets the agent read:
-                    // a `gitdir:` into a credential store is named, and
-                    // nothing there is read (ADR-0092).
-                    match target.as_ref().map(|t| (t, self.unreadable.place_of(t))) {
-                        Some((_, Some(refused))) => out.push(found(
-                            &path,
-                            format!(
-                                "a repository link that leads where the floor keeps the agent from reading: {refused}"
-                            ),
-                        )),
-                        Some((target, None)) => out.extend(self.repository(target)),
-                        None => {}
+        out
+    }
+
+    /// Directories changed since the index: their entries, and every new
+    /// directory below them, whole, within the index's budget.
+    fn rescan(&self, index: &Index) -> Rescanned {
+        let mut out = Rescanned::default();
+        let known: BTreeSet<&Path> = index.dirs.iter().map(|(p, _, _)| p.as_path()).collect();
+        let mut stack: Vec<PathBuf> = index
+            .dirs
+            .iter()
+            .filter(|(p, ino, ctime)| dir_stamp(p) != Some((*ino, *ctime)))
+            .map(|(p, _, _)| p.clone())
+            .collect();
+        let skip = skipped_below(&index.root, &self.caches);
+        let mut visited = 0usize;
+        while let Some(dir) = stack.pop() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    if !index.unlisted.iter().any(|(d, _)| *d == dir) {
+                        out.findings.push(found(&dir, unlisted_why(&e.to_string())));
                     }
+                    continue;
                 }
-            } else if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
-                // A bare repository's: its config and hooks are what a
-                // `.git`'s would be (the project itself, once its `.git/HEAD`
-                // is garbage).
-                if let Some(dir) = path.parent().filter(|d| is_bare_repository(d)) {
-                    git_dirs.push(dir.to_path_buf());
-                    out.extend(self.repository(dir));
-                }
-            } else {
-                let parent = path.parent().unwrap_or(&path);
-                let name = path.file_name().unwrap_or_default().to_string_lossy();
-                let listed: Vec<PathBuf> = listed_beneath(parent, &name)
-                    .into_iter()
-                    .filter(|p| !covered(p))
-                    .collect();
-                let taken = snapshot(&listed, true, None, &self.unreadable);
-                for (p, e) in taken.entries {
-                    let unreadable = matches!(
-                        e.body,
-                        Some(Body::Special(_) | Body::Unlisted(_) | Body::Unread(_))
-                    );
-                    let new_dir = e.meta.kind == Kind::Dir && !unreadable;
-                    if !new_dir && !covered(&p) && self.changed_since(&p) {
-                        out.push(Finding {
-                            path: p,
-                            what: What::Found(
-                                "on the list, in a subdirectory, changed during the session".into(),
-                            ),
-                            before: None,
-                            after: e.body,
-                            after_command: None,
-                        });
-                    }
-                }
-                if let Some(top) = taken.cut_off {
-                    out.push(found(
-                        &top,
+            };
+            for entry in entries.filter_map(Result::ok) {
+                visited += 1;
+                if visited > index.budget {
+                    out.findings.push(found(
+                        &index.root,
                         format!(
-                            "more than {MAX_ENTRIES} entries on the list lie beneath it: those after the first {MAX_ENTRIES} were not compared"
+                            "the search below it for repositories and files on the list was cut off at {} entries when the session ended: what lies beyond was not checked",
+                            index.budget
                         ),
                     ));
+                    stack.clear();
+                    break;
+                }
+                let path = entry.path();
+                if skip.iter().any(|s| path.starts_with(s)) {
+                    continue;
+                }
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                if searched(&name) || entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                    out.named.push(path.clone());
+                }
+                if name != ".git"
+                    && !known.contains(path.as_path())
+                    && entry.file_type().is_ok_and(|t| t.is_dir())
+                {
+                    stack.push(path);
                 }
             }
         }
-        // Submodules and worktrees added during the run.
+        out
+    }
+
+    /// What one path with a searched name (or a link) found below the roots
+    /// reports; the git directories it turns out to be join `git_dirs`, so
+    /// that each is reported once and its submodules and worktrees are
+    /// searched after.
+    fn named_path(
+        &self,
+        path: &Path,
+        roots: &[PathBuf],
+        git_dirs: &mut Vec<PathBuf>,
+        covered: &dyn Fn(&Path) -> bool,
+    ) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let is_dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if !searched(&name) {
+            // A link (the index and search note every one).
+            if self.changed_since(path) {
+                out.extend(self.beyond_link(path, roots, git_dirs));
+            }
+        } else if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
+            let dir = path.parent().unwrap_or(path).to_path_buf();
+            if !git_dirs.contains(&dir) && !covered(&dir) {
+                out.extend(self.repository(&dir));
+                git_dirs.push(dir);
+            }
+        } else if path.file_name() == Some(std::ffi::OsStr::new(".git")) {
+            if is_dir {
+                git_dirs.push(path.to_path_buf());
+                out.extend(self.repository(path));
+            } else if self.changed_since(path) {
+                out.extend(self.repository_link(path));
+            }
+        } else if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
+            // A bare repository's: its config and hooks are what a
+            // `.git`'s would be (the project itself, once its `.git/HEAD`
+            // is garbage).
+            if let Some(dir) = path.parent().filter(|d| is_bare_repository(d)) {
+                git_dirs.push(dir.to_path_buf());
+                out.extend(self.repository(dir));
+            }
+        } else {
+            out.extend(self.listed_in_subdirectory(path, covered));
+        }
+        out
+    }
+
+    /// A `.git` file or link that appeared or changed during the run, and
+    /// the repository it leads to.
+    fn repository_link(&self, path: &Path) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let m = meta(path);
+        out.push(Finding {
+            path: path.to_path_buf(),
+            what: What::Found(
+                "a repository link that appeared or changed during the session".into(),
+            ),
+            before: None,
+            after: m.as_ref().map(|m| body(path, m, &self.unreadable)),
+            after_command: None,
+        });
+        let dir = path.parent().unwrap_or(path).to_path_buf();
+        // Git follows a link as any path, and reads a file
+        // for its `gitdir:`.
+        let target = match m.as_ref().map(|m| m.kind) {
+            Some(Kind::Link) => std::fs::read_link(path).ok().map(|t| dir.join(t)),
+            _ => read_bounded(path, Follow::No, MAX_CONFIG, &self.unreadable)
+                .ok()
+                .and_then(|t| gitdir_of(&t).map(|d| dir.join(d))),
+        };
+        // Followed only where the floor lets the agent read:
+        // a `gitdir:` into a credential store is named, and
+        // nothing there is read (ADR-0092).
+        match target.as_ref().map(|t| (t, self.unreadable.place_of(t))) {
+            Some((_, Some(refused))) => out.push(found(
+                path,
+                format!(
+                    "a repository link that leads where the floor keeps the agent from reading: {refused}"
+                ),
+            )),
+            Some((target, None)) => out.extend(self.repository(target)),
+            None => {}
+        }
+        out
+    }
+
+    /// Files on the list beneath the directory of `path` (a listed name
+    /// found below the roots) that changed during the run.
+    fn listed_in_subdirectory(&self, path: &Path, covered: &dyn Fn(&Path) -> bool) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let parent = path.parent().unwrap_or(path);
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let listed: Vec<PathBuf> = listed_beneath(parent, &name)
+            .into_iter()
+            .filter(|p| !covered(p))
+            .collect();
+        let taken = snapshot(&listed, true, None, &self.unreadable);
+        for (p, e) in taken.entries {
+            let unreadable = matches!(
+                e.body,
+                Some(Body::Special(_) | Body::Unlisted(_) | Body::Unread(_))
+            );
+            let new_dir = e.meta.kind == Kind::Dir && !unreadable;
+            if !new_dir && !covered(&p) && self.changed_since(&p) {
+                out.push(Finding {
+                    path: p,
+                    what: What::Found(
+                        "on the list, in a subdirectory, changed during the session".into(),
+                    ),
+                    before: None,
+                    after: e.body,
+                    after_command: None,
+                });
+            }
+        }
+        if let Some(top) = taken.cut_off {
+            out.push(found(
+                &top,
+                format!(
+                    "more than {MAX_ENTRIES} entries on the list lie beneath it: those after the first {MAX_ENTRIES} were not compared"
+                ),
+            ));
+        }
+        out
+    }
+
+    /// Submodules and worktrees added during the run: repositories under
+    /// the `modules` and `worktrees` of every git directory the search
+    /// knows of, that are not among the known ones.
+    fn added_git_dirs(&self, git_dirs: Vec<PathBuf>, known_git_dirs: &[PathBuf]) -> Vec<Finding> {
+        let mut out = Vec::new();
         let known: BTreeSet<&PathBuf> = known_git_dirs.iter().collect();
         for g in git_dirs {
             for sub in ["modules", "worktrees"] {
