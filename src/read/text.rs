@@ -6,7 +6,10 @@ use jiff::tz::TimeZone;
 
 use super::report::{CAVEAT, Chain, SessionInfo};
 use super::safe::{self, Lines};
-use super::timeline::{Item, ObservedClass, RefusedBy, RefusedPath, Status, SubagentEvent, Tool};
+use super::timeline::{
+    At, Event, Item, Observed, ObservedClass, Prompt, Refusal, RefusedBy, RefusedPath, SessionEnd,
+    SessionStart, Status, Subagent, SubagentEvent, Tool, TurnEnd, UnreadableLine,
+};
 use super::when;
 
 /// Lines of a tool's output shown without `--full`.
@@ -389,6 +392,41 @@ pub fn verdict(chain: &Chain, style: Style) -> Vec<String> {
     out
 }
 
+/// The columns before an item's text: its time and entry number, and a bar
+/// for each level of subagent it was recorded in.
+struct Margin {
+    lead: String,
+    /// Where continuation lines start: under the item's text.
+    body: String,
+}
+
+impl Margin {
+    fn of(at: Option<&At>, tz: &TimeZone, st: Style) -> Margin {
+        let (ts, seq, depth) = match at {
+            Some(at) => (
+                Some(at.ts),
+                format!("#{}", at.seq),
+                usize::from(at.agent.is_some()),
+            ),
+            None => (None, String::new(), 0),
+        };
+        let time = ts.map_or_else(|| " ".repeat(8), |t| when::time(t, tz));
+        let indent = "  │ ".repeat(depth);
+        let lead = format!(
+            "{}  {}  {indent}",
+            st.dim(&time),
+            st.dim(&format!("{seq:<6}"))
+        );
+        let body = format!("{}{indent}", " ".repeat(8 + 2 + 6 + 2 + 2));
+        Margin { lead, body }
+    }
+}
+
+/// An item's word, in the column it starts with.
+fn item_label(l: &str) -> String {
+    format!("{l:<9}")
+}
+
 /// Renders timeline items; remembers the day, so a date line separates days.
 pub struct Timeline<'a> {
     pub tz: &'a TimeZone,
@@ -410,143 +448,186 @@ impl<'a> Timeline<'a> {
 
     /// The lines for one item.
     pub fn item(&mut self, item: &Item) -> Vec<String> {
-        let st = self.style;
         let mut out = Vec::new();
-        let (ts, seq, depth) = match item.at() {
-            Some(at) => (
-                Some(at.ts),
-                format!("#{}", at.seq),
-                usize::from(at.agent.is_some()),
-            ),
-            None => (None, String::new(), 0),
-        };
-        if let Some(ts) = ts {
-            let day = when::date(ts, self.tz);
-            if self.day.as_ref() != Some(&day) {
-                out.push(st.bold(&format!("── {day} ──")));
-                self.day = Some(day);
-            }
+        let at = item.at();
+        // Even an item folded away starts its day's date line.
+        if let Some(at) = at {
+            out.extend(self.new_day(at.ts));
         }
-        let time = ts.map_or_else(|| " ".repeat(8), |t| when::time(t, self.tz));
-        let indent = "  │ ".repeat(depth);
-        let lead = format!(
-            "{}  {}  {indent}",
-            st.dim(&time),
-            st.dim(&format!("{seq:<6}"))
-        );
-        // Continuation lines line up under the item's text.
-        let body_indent = format!("{}{indent}", " ".repeat(8 + 2 + 6 + 2 + 2));
-        let one = |t: &str| st.safe(t, Lines::One);
-        let label = |l: &str| format!("{l:<9}");
+        let margin = Margin::of(at, self.tz, self.style);
         match item {
-            Item::SessionStart(s) => {
-                let mut text = format!(
-                    "{}session started ({})",
-                    st.bold(&label("start")),
-                    one(s.how.as_deref().unwrap_or("?"))
-                );
-                if let Some(m) = &s.model {
-                    text.push_str(&format!(", model {}", one(m)));
-                }
-                if let Some(c) = &s.cwd {
-                    text.push_str(&format!(" in {}", one(c)));
-                }
-                out.push(format!("{lead}{text}"));
-            }
-            Item::Prompt(p) => match single_line(&p.text) {
-                Some(line) => out.push(format!(
-                    "{lead}{}{}",
-                    st.bold(&label("prompt")),
-                    st.bold(&one(line))
-                )),
-                None => {
-                    out.push(format!("{lead}{}", st.bold(&label("prompt"))));
-                    self.block(&mut out, &body_indent, &p.text, |l| st.bold(l));
-                }
-            },
-            Item::Tool(t) => self.tool(&mut out, &lead, &body_indent, t),
-            Item::TurnEnd(t) => match t.message.as_deref().map(|m| (m, single_line(m))) {
-                Some((_, Some(line))) => {
-                    out.push(format!("{lead}{}{}", st.dim(&label("turn end")), one(line)))
-                }
-                Some((m, None)) => {
-                    out.push(format!("{lead}{}", st.dim(&label("turn end"))));
-                    self.block(&mut out, &body_indent, m, |l| l.to_string());
-                }
-                None => out.push(format!("{lead}{}", st.dim(&label("turn end")))),
-            },
-            Item::SessionEnd(e) => out.push(format!(
-                "{lead}{}session ended ({})",
-                st.bold(&label("end")),
-                one(e.reason.as_deref().unwrap_or("no reason given"))
-            )),
-            Item::Subagent(s) => {
-                let ty = one(s.agent_type.as_deref().unwrap_or("?"));
-                let id = one(s.id.as_deref().unwrap_or("?"));
-                let text = match s.event {
-                    SubagentEvent::Start => match &s.parent {
-                        Some(p) => format!("subagent {ty} ({id}) started by call {}", one(p)),
-                        None => format!("subagent {ty} ({id}) started"),
-                    },
-                    SubagentEvent::Stop => format!("subagent {ty} ({id}) stopped"),
-                };
-                out.push(format!("{lead}{}{text}", st.cyan(&label("agent"))));
-                if let Some(m) = &s.message {
-                    self.block(&mut out, &body_indent, m, |l| l.to_string());
-                }
-            }
-            Item::Refusal(r) => out.push(format!(
-                "{lead}{}{} {}: {}",
-                st.yellow(&label("REFUSED")),
-                one(r.tool.as_deref().unwrap_or("?")),
-                one(r.tool_use_id.as_deref().unwrap_or("")),
-                one(r.reason.as_deref().unwrap_or("no reason given"))
-            )),
+            Item::SessionStart(s) => out.push(self.session_start(&margin, s)),
+            Item::Prompt(p) => self.prompt(&mut out, &margin, p),
+            Item::Tool(t) => self.tool(&mut out, &margin.lead, &margin.body, t),
+            Item::TurnEnd(t) => self.turn_end(&mut out, &margin, t),
+            Item::SessionEnd(e) => out.push(self.session_end(&margin, e)),
+            Item::Subagent(s) => self.subagent(&mut out, &margin, s),
+            Item::Refusal(r) => out.push(self.refusal(&margin, r)),
             Item::Observed(o) if o.folded && !self.full => {}
-            Item::Observed(o) => {
-                let word = match o.class {
-                    ObservedClass::Grant => st.cyan(&label("grant")),
-                    ObservedClass::Refusal => st.yellow(&label("REFUSED")),
-                    ObservedClass::Command => label("exec"),
-                    ObservedClass::Net => label("net"),
-                    ObservedClass::Session | ObservedClass::Other => label("nd7"),
-                };
-                out.push(format!(
-                    "{lead}{word}{} {}",
-                    st.dim(&format!("[{} {}]", one(&o.source), one(&o.kind))),
-                    one(&o.summary)
-                ));
-                if o.kind == crate::run_entry::FLOOR_REFUSED {
-                    for p in RefusedPath::of(&o.body) {
-                        out.push(format!(
-                            "{body_indent}{}",
-                            st.yellow(&one(&refused_path(&p)))
-                        ));
-                    }
-                }
-            }
-            Item::Event(e) => {
-                let name = e.event.as_deref().unwrap_or(&e.kind);
-                out.push(format!(
-                    "{lead}{}{}{}",
-                    st.dim(&label(if e.kind == "hook" { "hook" } else { "entry" })),
-                    one(name),
-                    if e.summary.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", st.dim(&one(&e.summary)))
-                    }
-                ));
-            }
-            Item::Unreadable(u) => out.push(format!(
-                "{lead}{}line {} is not an entry ({}): {}",
-                st.red(&label("BAD")),
-                u.line,
-                one(&u.error),
-                st.dim(&one(&u.start))
-            )),
+            Item::Observed(o) => self.observed(&mut out, &margin, o),
+            Item::Event(e) => out.push(self.event(&margin, e)),
+            Item::Unreadable(u) => out.push(self.unreadable(&margin, u)),
         }
         out
+    }
+
+    /// The date line, when `ts` falls on another day than the item before.
+    fn new_day(&mut self, ts: u64) -> Option<String> {
+        let day = when::date(ts, self.tz);
+        if self.day.as_ref() == Some(&day) {
+            return None;
+        }
+        let line = self.style.bold(&format!("── {day} ──"));
+        self.day = Some(day);
+        Some(line)
+    }
+
+    fn session_start(&self, margin: &Margin, s: &SessionStart) -> String {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let lead = &margin.lead;
+        let mut text = format!(
+            "{}session started ({})",
+            st.bold(&item_label("start")),
+            one(s.how.as_deref().unwrap_or("?"))
+        );
+        if let Some(m) = &s.model {
+            text.push_str(&format!(", model {}", one(m)));
+        }
+        if let Some(c) = &s.cwd {
+            text.push_str(&format!(" in {}", one(c)));
+        }
+        format!("{lead}{text}")
+    }
+
+    fn prompt(&self, out: &mut Vec<String>, margin: &Margin, p: &Prompt) {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let Margin { lead, body } = margin;
+        match single_line(&p.text) {
+            Some(line) => out.push(format!(
+                "{lead}{}{}",
+                st.bold(&item_label("prompt")),
+                st.bold(&one(line))
+            )),
+            None => {
+                out.push(format!("{lead}{}", st.bold(&item_label("prompt"))));
+                self.block(out, body, &p.text, |l| st.bold(l));
+            }
+        }
+    }
+
+    fn turn_end(&self, out: &mut Vec<String>, margin: &Margin, t: &TurnEnd) {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let Margin { lead, body } = margin;
+        match t.message.as_deref().map(|m| (m, single_line(m))) {
+            Some((_, Some(line))) => out.push(format!(
+                "{lead}{}{}",
+                st.dim(&item_label("turn end")),
+                one(line)
+            )),
+            Some((m, None)) => {
+                out.push(format!("{lead}{}", st.dim(&item_label("turn end"))));
+                self.block(out, body, m, |l| l.to_string());
+            }
+            None => out.push(format!("{lead}{}", st.dim(&item_label("turn end")))),
+        }
+    }
+
+    fn session_end(&self, margin: &Margin, e: &SessionEnd) -> String {
+        let st = self.style;
+        let lead = &margin.lead;
+        format!(
+            "{lead}{}session ended ({})",
+            st.bold(&item_label("end")),
+            st.safe(e.reason.as_deref().unwrap_or("no reason given"), Lines::One)
+        )
+    }
+
+    fn subagent(&self, out: &mut Vec<String>, margin: &Margin, s: &Subagent) {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let Margin { lead, body } = margin;
+        let ty = one(s.agent_type.as_deref().unwrap_or("?"));
+        let id = one(s.id.as_deref().unwrap_or("?"));
+        let text = match s.event {
+            SubagentEvent::Start => match &s.parent {
+                Some(p) => format!("subagent {ty} ({id}) started by call {}", one(p)),
+                None => format!("subagent {ty} ({id}) started"),
+            },
+            SubagentEvent::Stop => format!("subagent {ty} ({id}) stopped"),
+        };
+        out.push(format!("{lead}{}{text}", st.cyan(&item_label("agent"))));
+        if let Some(m) = &s.message {
+            self.block(out, body, m, |l| l.to_string());
+        }
+    }
+
+    fn refusal(&self, margin: &Margin, r: &Refusal) -> String {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let lead = &margin.lead;
+        format!(
+            "{lead}{}{} {}: {}",
+            st.yellow(&item_label("REFUSED")),
+            one(r.tool.as_deref().unwrap_or("?")),
+            one(r.tool_use_id.as_deref().unwrap_or("")),
+            one(r.reason.as_deref().unwrap_or("no reason given"))
+        )
+    }
+
+    fn observed(&self, out: &mut Vec<String>, margin: &Margin, o: &Observed) {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let Margin { lead, body } = margin;
+        let word = match o.class {
+            ObservedClass::Grant => st.cyan(&item_label("grant")),
+            ObservedClass::Refusal => st.yellow(&item_label("REFUSED")),
+            ObservedClass::Command => item_label("exec"),
+            ObservedClass::Net => item_label("net"),
+            ObservedClass::Session | ObservedClass::Other => item_label("nd7"),
+        };
+        out.push(format!(
+            "{lead}{word}{} {}",
+            st.dim(&format!("[{} {}]", one(&o.source), one(&o.kind))),
+            one(&o.summary)
+        ));
+        if o.kind == crate::run_entry::FLOOR_REFUSED {
+            for p in RefusedPath::of(&o.body) {
+                out.push(format!("{body}{}", st.yellow(&one(&refused_path(&p)))));
+            }
+        }
+    }
+
+    fn event(&self, margin: &Margin, e: &Event) -> String {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let lead = &margin.lead;
+        let name = e.event.as_deref().unwrap_or(&e.kind);
+        format!(
+            "{lead}{}{}{}",
+            st.dim(&item_label(if e.kind == "hook" { "hook" } else { "entry" })),
+            one(name),
+            if e.summary.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", st.dim(&one(&e.summary)))
+            }
+        )
+    }
+
+    fn unreadable(&self, margin: &Margin, u: &UnreadableLine) -> String {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let lead = &margin.lead;
+        format!(
+            "{lead}{}line {} is not an entry ({}): {}",
+            st.red(&item_label("BAD")),
+            u.line,
+            one(&u.error),
+            st.dim(&one(&u.start))
+        )
     }
 
     fn tool(&self, out: &mut Vec<String>, lead: &str, body_indent: &str, t: &Tool) {
