@@ -171,6 +171,15 @@ pub fn refused_words(s: &super::summary::Summary) -> String {
     }
 }
 
+/// The session list's columns before the project, and which are flush right.
+const SESSION_HEAD: [&str; 10] = [
+    "STARTED", "DURATION", "CALLS", "FAILED", "REFUSED", "RUN", "CHAIN", "SHIPPED", "AGENT",
+    "SESSION",
+];
+const SESSION_RIGHT: [bool; 10] = [
+    false, true, true, true, true, false, false, false, false, false,
+];
+
 /// The session list, one line per session, with a header line.
 pub fn sessions_table(
     rows: &[SessionInfo],
@@ -183,88 +192,115 @@ pub fn sessions_table(
     let cells: Vec<[String; 10]> = rows
         .iter()
         .zip(&short)
-        .map(|(r, id)| {
-            let s = &r.summary;
-            [
-                s.first_ts.map_or("-".into(), |t| when::date_minute(t, tz)),
-                s.duration_ns().map_or("-".into(), when::duration),
-                s.tool_calls.to_string(),
-                s.failures.to_string(),
-                s.all_refusals().to_string(),
-                if s.confinement.ran_under_nd7_run() {
-                    "run".into()
-                } else {
-                    "-".into()
-                },
-                r.chain.word().into(),
-                r.shipped.words(s.entries),
-                safe::term(&r.agent(), Lines::One),
-                // Ids come from payloads, and a forged payload can hold anything.
-                safe::term(id, Lines::One),
-            ]
-        })
+        .map(|(r, id)| session_cells(r, id, tz))
         .collect();
-    const HEAD: [&str; 10] = [
-        "STARTED", "DURATION", "CALLS", "FAILED", "REFUSED", "RUN", "CHAIN", "SHIPPED", "AGENT",
-        "SESSION",
-    ];
-    let mut width = HEAD.map(str::len);
-    for row in &cells {
-        for (w, c) in width.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
+    let columns = Columns::fit(&cells);
+    let mut out = Vec::with_capacity(rows.len() + 1);
+    let mut head: Vec<String> = SESSION_HEAD
+        .iter()
+        .enumerate()
+        .map(|(i, h)| columns.pad(h, i))
+        .collect();
+    head.push("PROJECT".into());
+    out.push(style.bold(&head.join("  ")));
+    for (row, info) in cells.iter().zip(rows) {
+        out.push(session_line(&columns, row, info, home, style));
     }
-    let right = [
-        false, true, true, true, true, false, false, false, false, false,
-    ];
-    let pad = |text: &str, i: usize| {
-        let fill = " ".repeat(width[i].saturating_sub(text.chars().count()));
-        if right[i] {
+    out
+}
+
+/// One session's cells under [`SESSION_HEAD`], uncoloured; `id` is its
+/// shortened id.
+fn session_cells(r: &SessionInfo, id: &str, tz: &TimeZone) -> [String; 10] {
+    let s = &r.summary;
+    [
+        s.first_ts.map_or("-".into(), |t| when::date_minute(t, tz)),
+        s.duration_ns().map_or("-".into(), when::duration),
+        s.tool_calls.to_string(),
+        s.failures.to_string(),
+        s.all_refusals().to_string(),
+        if s.confinement.ran_under_nd7_run() {
+            "run".into()
+        } else {
+            "-".into()
+        },
+        r.chain.word().into(),
+        r.shipped.words(s.entries),
+        safe::term(&r.agent(), Lines::One),
+        // Ids come from payloads, and a forged payload can hold anything.
+        safe::term(id, Lines::One),
+    ]
+}
+
+/// The session list's column widths: each its widest cell or heading.
+struct Columns {
+    width: [usize; 10],
+}
+
+impl Columns {
+    fn fit(cells: &[[String; 10]]) -> Columns {
+        let mut width = SESSION_HEAD.map(str::len);
+        for row in cells {
+            for (w, c) in width.iter_mut().zip(row) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        Columns { width }
+    }
+
+    /// `text` filled out to column `i`'s width, on the side it is flush to.
+    fn pad(&self, text: &str, i: usize) -> String {
+        let fill = " ".repeat(self.width[i].saturating_sub(text.chars().count()));
+        if SESSION_RIGHT[i] {
             format!("{fill}{text}")
         } else {
             format!("{text}{fill}")
         }
-    };
-    let mut out = Vec::with_capacity(rows.len() + 1);
-    let mut head: Vec<String> = HEAD.iter().enumerate().map(|(i, h)| pad(h, i)).collect();
-    head.push("PROJECT".into());
-    out.push(style.bold(&head.join("  ")));
-    for (row, info) in cells.iter().zip(rows) {
-        let s = &info.summary;
-        let mut line: Vec<String> = Vec::with_capacity(11);
-        for (i, c) in row.iter().enumerate() {
-            let padded = pad(c, i);
-            line.push(match i {
-                0 => style.dim(&padded),
-                3 if s.failures > 0 => style.red(&padded),
-                4 if s.all_refusals() > 0 => style.yellow(&padded),
-                6 => match info.chain {
-                    Chain::Clean { .. } => style.green(&padded),
-                    Chain::Broken { .. } | Chain::Unreadable { .. } => style.red(&padded),
-                    Chain::NotChecked => style.dim(&padded),
-                },
-                9 => style.cyan(&padded),
-                _ => padded,
-            });
-        }
-        let project = s
-            .project
-            .as_deref()
-            .map_or("-".to_string(), |p| style.safe(&tilde(p, home), Lines::One));
-        line.push(project);
-        if let Some(prompt) = &s.first_prompt {
-            let (prompt, _) = cut_chars(prompt, 60);
-            line.push(style.dim(&style.safe(&prompt, Lines::One)));
-        }
-        out.push(line.join("  "));
     }
-    out
+}
+
+/// One session's line: its cells padded and coloured, the project, and the
+/// start of the first prompt.
+fn session_line(
+    columns: &Columns,
+    row: &[String; 10],
+    info: &SessionInfo,
+    home: Option<&str>,
+    style: Style,
+) -> String {
+    let s = &info.summary;
+    let mut line: Vec<String> = Vec::with_capacity(11);
+    for (i, c) in row.iter().enumerate() {
+        let padded = columns.pad(c, i);
+        line.push(match i {
+            0 => style.dim(&padded),
+            3 if s.failures > 0 => style.red(&padded),
+            4 if s.all_refusals() > 0 => style.yellow(&padded),
+            6 => match info.chain {
+                Chain::Clean { .. } => style.green(&padded),
+                Chain::Broken { .. } | Chain::Unreadable { .. } => style.red(&padded),
+                Chain::NotChecked => style.dim(&padded),
+            },
+            9 => style.cyan(&padded),
+            _ => padded,
+        });
+    }
+    let project = s
+        .project
+        .as_deref()
+        .map_or("-".to_string(), |p| style.safe(&tilde(p, home), Lines::One));
+    line.push(project);
+    if let Some(prompt) = &s.first_prompt {
+        let (prompt, _) = cut_chars(prompt, 60);
+        line.push(style.dim(&style.safe(&prompt, Lines::One)));
+    }
+    line.join("  ")
 }
 
 /// The header of `nd7 show`: who, where, when, what the log says of the sandbox.
 pub fn header(info: &SessionInfo, tz: &TimeZone, home: Option<&str>, style: Style) -> Vec<String> {
     let s = &info.summary;
-    let label = |l: &str| style.dim(&format!("{l:<10}"));
+    let label = |l: &str| header_label(style, l);
     let mut out = vec![format!(
         "{} {}",
         style.bold("session"),
@@ -297,42 +333,8 @@ pub fn header(info: &SessionInfo, tz: &TimeZone, home: Option<&str>, style: Styl
         label("agent"),
         style.safe(&info.agent(), Lines::One)
     ));
-    if let Some(start) = s.first_ts {
-        let mut line = format!(
-            "{}{} ({})",
-            label("started"),
-            when::date_time(start, tz),
-            when::zone_label(start, tz)
-        );
-        if let Some(d) = s.duration_ns() {
-            line.push_str(&format!(", {}", when::duration(d)));
-        }
-        match &s.ended {
-            Some(e) => line.push_str(&format!(
-                ", ended ({})",
-                style.safe(e.reason.as_deref().unwrap_or("no reason given"), Lines::One)
-            )),
-            None => line.push_str(", no session end in the log"),
-        }
-        out.push(line);
-    }
-    let failed = if s.failures > 0 {
-        style.red(&format!("{} failed", s.failures))
-    } else {
-        "0 failed".into()
-    };
-    let refused = if s.all_refusals() > 0 {
-        style.yellow(&refused_words(s))
-    } else {
-        "0 refused".into()
-    };
-    out.push(format!(
-        "{}{}, {}, {}, {failed}, {refused}",
-        label("activity"),
-        count(s.entries, "entry"),
-        count(s.prompts, "prompt"),
-        count(s.tool_calls, "tool call")
-    ));
+    out.extend(started_line(s, tz, style));
+    out.push(activity_line(s, style));
     out.push(format!("{}{}", label("sandbox"), info.confinement_words()));
     out.push(format!(
         "{}{}",
@@ -344,6 +346,55 @@ pub fn header(info: &SessionInfo, tz: &TimeZone, home: Option<&str>, style: Styl
         }
     ));
     out
+}
+
+/// A line's name in the header of `nd7 show`, in its column.
+fn header_label(style: Style, l: &str) -> String {
+    style.dim(&format!("{l:<10}"))
+}
+
+/// When the session started, how long it ran, and how it ended; `None`
+/// where the log holds no time.
+fn started_line(s: &super::summary::Summary, tz: &TimeZone, style: Style) -> Option<String> {
+    let start = s.first_ts?;
+    let mut line = format!(
+        "{}{} ({})",
+        header_label(style, "started"),
+        when::date_time(start, tz),
+        when::zone_label(start, tz)
+    );
+    if let Some(d) = s.duration_ns() {
+        line.push_str(&format!(", {}", when::duration(d)));
+    }
+    match &s.ended {
+        Some(e) => line.push_str(&format!(
+            ", ended ({})",
+            style.safe(e.reason.as_deref().unwrap_or("no reason given"), Lines::One)
+        )),
+        None => line.push_str(", no session end in the log"),
+    }
+    Some(line)
+}
+
+/// What the session did: entries, prompts, tool calls, failures, refusals.
+fn activity_line(s: &super::summary::Summary, style: Style) -> String {
+    let failed = if s.failures > 0 {
+        style.red(&format!("{} failed", s.failures))
+    } else {
+        "0 failed".into()
+    };
+    let refused = if s.all_refusals() > 0 {
+        style.yellow(&refused_words(s))
+    } else {
+        "0 refused".into()
+    };
+    format!(
+        "{}{}, {}, {}, {failed}, {refused}",
+        header_label(style, "activity"),
+        count(s.entries, "entry"),
+        count(s.prompts, "prompt"),
+        count(s.tool_calls, "tool call")
+    )
 }
 
 /// The chain's verdict and what it does not prove.
