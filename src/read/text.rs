@@ -6,7 +6,10 @@ use jiff::tz::TimeZone;
 
 use super::report::{CAVEAT, Chain, SessionInfo};
 use super::safe::{self, Lines};
-use super::timeline::{Item, ObservedClass, RefusedBy, RefusedPath, Status, SubagentEvent, Tool};
+use super::timeline::{
+    At, Event, Item, Observed, ObservedClass, Prompt, Refusal, RefusedBy, RefusedPath, SessionEnd,
+    SessionStart, Status, Subagent, SubagentEvent, Tool, TurnEnd, UnreadableLine,
+};
 use super::when;
 
 /// Lines of a tool's output shown without `--full`.
@@ -168,6 +171,15 @@ pub fn refused_words(s: &super::summary::Summary) -> String {
     }
 }
 
+/// The session list's columns before the project, and which are flush right.
+const SESSION_HEAD: [&str; 10] = [
+    "STARTED", "DURATION", "CALLS", "FAILED", "REFUSED", "RUN", "CHAIN", "SHIPPED", "AGENT",
+    "SESSION",
+];
+const SESSION_RIGHT: [bool; 10] = [
+    false, true, true, true, true, false, false, false, false, false,
+];
+
 /// The session list, one line per session, with a header line.
 pub fn sessions_table(
     rows: &[SessionInfo],
@@ -180,88 +192,115 @@ pub fn sessions_table(
     let cells: Vec<[String; 10]> = rows
         .iter()
         .zip(&short)
-        .map(|(r, id)| {
-            let s = &r.summary;
-            [
-                s.first_ts.map_or("-".into(), |t| when::date_minute(t, tz)),
-                s.duration_ns().map_or("-".into(), when::duration),
-                s.tool_calls.to_string(),
-                s.failures.to_string(),
-                s.all_refusals().to_string(),
-                if s.confinement.ran_under_nd7_run() {
-                    "run".into()
-                } else {
-                    "-".into()
-                },
-                r.chain.word().into(),
-                r.shipped.words(s.entries),
-                safe::term(&r.agent(), Lines::One),
-                // Ids come from payloads, and a forged payload can hold anything.
-                safe::term(id, Lines::One),
-            ]
-        })
+        .map(|(r, id)| session_cells(r, id, tz))
         .collect();
-    const HEAD: [&str; 10] = [
-        "STARTED", "DURATION", "CALLS", "FAILED", "REFUSED", "RUN", "CHAIN", "SHIPPED", "AGENT",
-        "SESSION",
-    ];
-    let mut width = HEAD.map(str::len);
-    for row in &cells {
-        for (w, c) in width.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
+    let columns = Columns::fit(&cells);
+    let mut out = Vec::with_capacity(rows.len() + 1);
+    let mut head: Vec<String> = SESSION_HEAD
+        .iter()
+        .enumerate()
+        .map(|(i, h)| columns.pad(h, i))
+        .collect();
+    head.push("PROJECT".into());
+    out.push(style.bold(&head.join("  ")));
+    for (row, info) in cells.iter().zip(rows) {
+        out.push(session_line(&columns, row, info, home, style));
     }
-    let right = [
-        false, true, true, true, true, false, false, false, false, false,
-    ];
-    let pad = |text: &str, i: usize| {
-        let fill = " ".repeat(width[i].saturating_sub(text.chars().count()));
-        if right[i] {
+    out
+}
+
+/// One session's cells under [`SESSION_HEAD`], uncoloured; `id` is its
+/// shortened id.
+fn session_cells(r: &SessionInfo, id: &str, tz: &TimeZone) -> [String; 10] {
+    let s = &r.summary;
+    [
+        s.first_ts.map_or("-".into(), |t| when::date_minute(t, tz)),
+        s.duration_ns().map_or("-".into(), when::duration),
+        s.tool_calls.to_string(),
+        s.failures.to_string(),
+        s.all_refusals().to_string(),
+        if s.confinement.ran_under_nd7_run() {
+            "run".into()
+        } else {
+            "-".into()
+        },
+        r.chain.word().into(),
+        r.shipped.words(s.entries),
+        safe::term(&r.agent(), Lines::One),
+        // Ids come from payloads, and a forged payload can hold anything.
+        safe::term(id, Lines::One),
+    ]
+}
+
+/// The session list's column widths: each its widest cell or heading.
+struct Columns {
+    width: [usize; 10],
+}
+
+impl Columns {
+    fn fit(cells: &[[String; 10]]) -> Columns {
+        let mut width = SESSION_HEAD.map(str::len);
+        for row in cells {
+            for (w, c) in width.iter_mut().zip(row) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        Columns { width }
+    }
+
+    /// `text` filled out to column `i`'s width, on the side it is flush to.
+    fn pad(&self, text: &str, i: usize) -> String {
+        let fill = " ".repeat(self.width[i].saturating_sub(text.chars().count()));
+        if SESSION_RIGHT[i] {
             format!("{fill}{text}")
         } else {
             format!("{text}{fill}")
         }
-    };
-    let mut out = Vec::with_capacity(rows.len() + 1);
-    let mut head: Vec<String> = HEAD.iter().enumerate().map(|(i, h)| pad(h, i)).collect();
-    head.push("PROJECT".into());
-    out.push(style.bold(&head.join("  ")));
-    for (row, info) in cells.iter().zip(rows) {
-        let s = &info.summary;
-        let mut line: Vec<String> = Vec::with_capacity(11);
-        for (i, c) in row.iter().enumerate() {
-            let padded = pad(c, i);
-            line.push(match i {
-                0 => style.dim(&padded),
-                3 if s.failures > 0 => style.red(&padded),
-                4 if s.all_refusals() > 0 => style.yellow(&padded),
-                6 => match info.chain {
-                    Chain::Clean { .. } => style.green(&padded),
-                    Chain::Broken { .. } | Chain::Unreadable { .. } => style.red(&padded),
-                    Chain::NotChecked => style.dim(&padded),
-                },
-                9 => style.cyan(&padded),
-                _ => padded,
-            });
-        }
-        let project = s
-            .project
-            .as_deref()
-            .map_or("-".to_string(), |p| style.safe(&tilde(p, home), Lines::One));
-        line.push(project);
-        if let Some(prompt) = &s.first_prompt {
-            let (prompt, _) = cut_chars(prompt, 60);
-            line.push(style.dim(&style.safe(&prompt, Lines::One)));
-        }
-        out.push(line.join("  "));
     }
-    out
+}
+
+/// One session's line: its cells padded and coloured, the project, and the
+/// start of the first prompt.
+fn session_line(
+    columns: &Columns,
+    row: &[String; 10],
+    info: &SessionInfo,
+    home: Option<&str>,
+    style: Style,
+) -> String {
+    let s = &info.summary;
+    let mut line: Vec<String> = Vec::with_capacity(11);
+    for (i, c) in row.iter().enumerate() {
+        let padded = columns.pad(c, i);
+        line.push(match i {
+            0 => style.dim(&padded),
+            3 if s.failures > 0 => style.red(&padded),
+            4 if s.all_refusals() > 0 => style.yellow(&padded),
+            6 => match info.chain {
+                Chain::Clean { .. } => style.green(&padded),
+                Chain::Broken { .. } | Chain::Unreadable { .. } => style.red(&padded),
+                Chain::NotChecked => style.dim(&padded),
+            },
+            9 => style.cyan(&padded),
+            _ => padded,
+        });
+    }
+    let project = s
+        .project
+        .as_deref()
+        .map_or("-".to_string(), |p| style.safe(&tilde(p, home), Lines::One));
+    line.push(project);
+    if let Some(prompt) = &s.first_prompt {
+        let (prompt, _) = cut_chars(prompt, 60);
+        line.push(style.dim(&style.safe(&prompt, Lines::One)));
+    }
+    line.join("  ")
 }
 
 /// The header of `nd7 show`: who, where, when, what the log says of the sandbox.
 pub fn header(info: &SessionInfo, tz: &TimeZone, home: Option<&str>, style: Style) -> Vec<String> {
     let s = &info.summary;
-    let label = |l: &str| style.dim(&format!("{l:<10}"));
+    let label = |l: &str| header_label(style, l);
     let mut out = vec![format!(
         "{} {}",
         style.bold("session"),
@@ -294,42 +333,8 @@ pub fn header(info: &SessionInfo, tz: &TimeZone, home: Option<&str>, style: Styl
         label("agent"),
         style.safe(&info.agent(), Lines::One)
     ));
-    if let Some(start) = s.first_ts {
-        let mut line = format!(
-            "{}{} ({})",
-            label("started"),
-            when::date_time(start, tz),
-            when::zone_label(start, tz)
-        );
-        if let Some(d) = s.duration_ns() {
-            line.push_str(&format!(", {}", when::duration(d)));
-        }
-        match &s.ended {
-            Some(e) => line.push_str(&format!(
-                ", ended ({})",
-                style.safe(e.reason.as_deref().unwrap_or("no reason given"), Lines::One)
-            )),
-            None => line.push_str(", no session end in the log"),
-        }
-        out.push(line);
-    }
-    let failed = if s.failures > 0 {
-        style.red(&format!("{} failed", s.failures))
-    } else {
-        "0 failed".into()
-    };
-    let refused = if s.all_refusals() > 0 {
-        style.yellow(&refused_words(s))
-    } else {
-        "0 refused".into()
-    };
-    out.push(format!(
-        "{}{}, {}, {}, {failed}, {refused}",
-        label("activity"),
-        count(s.entries, "entry"),
-        count(s.prompts, "prompt"),
-        count(s.tool_calls, "tool call")
-    ));
+    out.extend(started_line(s, tz, style));
+    out.push(activity_line(s, style));
     out.push(format!("{}{}", label("sandbox"), info.confinement_words()));
     out.push(format!(
         "{}{}",
@@ -341,6 +346,55 @@ pub fn header(info: &SessionInfo, tz: &TimeZone, home: Option<&str>, style: Styl
         }
     ));
     out
+}
+
+/// A line's name in the header of `nd7 show`, in its column.
+fn header_label(style: Style, l: &str) -> String {
+    style.dim(&format!("{l:<10}"))
+}
+
+/// When the session started, how long it ran, and how it ended; `None`
+/// where the log holds no time.
+fn started_line(s: &super::summary::Summary, tz: &TimeZone, style: Style) -> Option<String> {
+    let start = s.first_ts?;
+    let mut line = format!(
+        "{}{} ({})",
+        header_label(style, "started"),
+        when::date_time(start, tz),
+        when::zone_label(start, tz)
+    );
+    if let Some(d) = s.duration_ns() {
+        line.push_str(&format!(", {}", when::duration(d)));
+    }
+    match &s.ended {
+        Some(e) => line.push_str(&format!(
+            ", ended ({})",
+            style.safe(e.reason.as_deref().unwrap_or("no reason given"), Lines::One)
+        )),
+        None => line.push_str(", no session end in the log"),
+    }
+    Some(line)
+}
+
+/// What the session did: entries, prompts, tool calls, failures, refusals.
+fn activity_line(s: &super::summary::Summary, style: Style) -> String {
+    let failed = if s.failures > 0 {
+        style.red(&format!("{} failed", s.failures))
+    } else {
+        "0 failed".into()
+    };
+    let refused = if s.all_refusals() > 0 {
+        style.yellow(&refused_words(s))
+    } else {
+        "0 refused".into()
+    };
+    format!(
+        "{}{}, {}, {}, {failed}, {refused}",
+        header_label(style, "activity"),
+        count(s.entries, "entry"),
+        count(s.prompts, "prompt"),
+        count(s.tool_calls, "tool call")
+    )
 }
 
 /// The chain's verdict and what it does not prove.
@@ -389,6 +443,41 @@ pub fn verdict(chain: &Chain, style: Style) -> Vec<String> {
     out
 }
 
+/// The columns before an item's text: its time and entry number, and a bar
+/// for each level of subagent it was recorded in.
+struct Margin {
+    lead: String,
+    /// Where continuation lines start: under the item's text.
+    body: String,
+}
+
+impl Margin {
+    fn of(at: Option<&At>, tz: &TimeZone, st: Style) -> Margin {
+        let (ts, seq, depth) = match at {
+            Some(at) => (
+                Some(at.ts),
+                format!("#{}", at.seq),
+                usize::from(at.agent.is_some()),
+            ),
+            None => (None, String::new(), 0),
+        };
+        let time = ts.map_or_else(|| " ".repeat(8), |t| when::time(t, tz));
+        let indent = "  │ ".repeat(depth);
+        let lead = format!(
+            "{}  {}  {indent}",
+            st.dim(&time),
+            st.dim(&format!("{seq:<6}"))
+        );
+        let body = format!("{}{indent}", " ".repeat(8 + 2 + 6 + 2 + 2));
+        Margin { lead, body }
+    }
+}
+
+/// An item's word, in the column it starts with.
+fn item_label(l: &str) -> String {
+    format!("{l:<9}")
+}
+
 /// Renders timeline items; remembers the day, so a date line separates days.
 pub struct Timeline<'a> {
     pub tz: &'a TimeZone,
@@ -410,143 +499,186 @@ impl<'a> Timeline<'a> {
 
     /// The lines for one item.
     pub fn item(&mut self, item: &Item) -> Vec<String> {
-        let st = self.style;
         let mut out = Vec::new();
-        let (ts, seq, depth) = match item.at() {
-            Some(at) => (
-                Some(at.ts),
-                format!("#{}", at.seq),
-                usize::from(at.agent.is_some()),
-            ),
-            None => (None, String::new(), 0),
-        };
-        if let Some(ts) = ts {
-            let day = when::date(ts, self.tz);
-            if self.day.as_ref() != Some(&day) {
-                out.push(st.bold(&format!("── {day} ──")));
-                self.day = Some(day);
-            }
+        let at = item.at();
+        // Even an item folded away starts its day's date line.
+        if let Some(at) = at {
+            out.extend(self.new_day(at.ts));
         }
-        let time = ts.map_or_else(|| " ".repeat(8), |t| when::time(t, self.tz));
-        let indent = "  │ ".repeat(depth);
-        let lead = format!(
-            "{}  {}  {indent}",
-            st.dim(&time),
-            st.dim(&format!("{seq:<6}"))
-        );
-        // Continuation lines line up under the item's text.
-        let body_indent = format!("{}{indent}", " ".repeat(8 + 2 + 6 + 2 + 2));
-        let one = |t: &str| st.safe(t, Lines::One);
-        let label = |l: &str| format!("{l:<9}");
+        let margin = Margin::of(at, self.tz, self.style);
         match item {
-            Item::SessionStart(s) => {
-                let mut text = format!(
-                    "{}session started ({})",
-                    st.bold(&label("start")),
-                    one(s.how.as_deref().unwrap_or("?"))
-                );
-                if let Some(m) = &s.model {
-                    text.push_str(&format!(", model {}", one(m)));
-                }
-                if let Some(c) = &s.cwd {
-                    text.push_str(&format!(" in {}", one(c)));
-                }
-                out.push(format!("{lead}{text}"));
-            }
-            Item::Prompt(p) => match single_line(&p.text) {
-                Some(line) => out.push(format!(
-                    "{lead}{}{}",
-                    st.bold(&label("prompt")),
-                    st.bold(&one(line))
-                )),
-                None => {
-                    out.push(format!("{lead}{}", st.bold(&label("prompt"))));
-                    self.block(&mut out, &body_indent, &p.text, |l| st.bold(l));
-                }
-            },
-            Item::Tool(t) => self.tool(&mut out, &lead, &body_indent, t),
-            Item::TurnEnd(t) => match t.message.as_deref().map(|m| (m, single_line(m))) {
-                Some((_, Some(line))) => {
-                    out.push(format!("{lead}{}{}", st.dim(&label("turn end")), one(line)))
-                }
-                Some((m, None)) => {
-                    out.push(format!("{lead}{}", st.dim(&label("turn end"))));
-                    self.block(&mut out, &body_indent, m, |l| l.to_string());
-                }
-                None => out.push(format!("{lead}{}", st.dim(&label("turn end")))),
-            },
-            Item::SessionEnd(e) => out.push(format!(
-                "{lead}{}session ended ({})",
-                st.bold(&label("end")),
-                one(e.reason.as_deref().unwrap_or("no reason given"))
-            )),
-            Item::Subagent(s) => {
-                let ty = one(s.agent_type.as_deref().unwrap_or("?"));
-                let id = one(s.id.as_deref().unwrap_or("?"));
-                let text = match s.event {
-                    SubagentEvent::Start => match &s.parent {
-                        Some(p) => format!("subagent {ty} ({id}) started by call {}", one(p)),
-                        None => format!("subagent {ty} ({id}) started"),
-                    },
-                    SubagentEvent::Stop => format!("subagent {ty} ({id}) stopped"),
-                };
-                out.push(format!("{lead}{}{text}", st.cyan(&label("agent"))));
-                if let Some(m) = &s.message {
-                    self.block(&mut out, &body_indent, m, |l| l.to_string());
-                }
-            }
-            Item::Refusal(r) => out.push(format!(
-                "{lead}{}{} {}: {}",
-                st.yellow(&label("REFUSED")),
-                one(r.tool.as_deref().unwrap_or("?")),
-                one(r.tool_use_id.as_deref().unwrap_or("")),
-                one(r.reason.as_deref().unwrap_or("no reason given"))
-            )),
+            Item::SessionStart(s) => out.push(self.session_start(&margin, s)),
+            Item::Prompt(p) => self.prompt(&mut out, &margin, p),
+            Item::Tool(t) => self.tool(&mut out, &margin.lead, &margin.body, t),
+            Item::TurnEnd(t) => self.turn_end(&mut out, &margin, t),
+            Item::SessionEnd(e) => out.push(self.session_end(&margin, e)),
+            Item::Subagent(s) => self.subagent(&mut out, &margin, s),
+            Item::Refusal(r) => out.push(self.refusal(&margin, r)),
             Item::Observed(o) if o.folded && !self.full => {}
-            Item::Observed(o) => {
-                let word = match o.class {
-                    ObservedClass::Grant => st.cyan(&label("grant")),
-                    ObservedClass::Refusal => st.yellow(&label("REFUSED")),
-                    ObservedClass::Command => label("exec"),
-                    ObservedClass::Net => label("net"),
-                    ObservedClass::Session | ObservedClass::Other => label("nd7"),
-                };
-                out.push(format!(
-                    "{lead}{word}{} {}",
-                    st.dim(&format!("[{} {}]", one(&o.source), one(&o.kind))),
-                    one(&o.summary)
-                ));
-                if o.kind == crate::run_entry::FLOOR_REFUSED {
-                    for p in RefusedPath::of(&o.body) {
-                        out.push(format!(
-                            "{body_indent}{}",
-                            st.yellow(&one(&refused_path(&p)))
-                        ));
-                    }
-                }
-            }
-            Item::Event(e) => {
-                let name = e.event.as_deref().unwrap_or(&e.kind);
-                out.push(format!(
-                    "{lead}{}{}{}",
-                    st.dim(&label(if e.kind == "hook" { "hook" } else { "entry" })),
-                    one(name),
-                    if e.summary.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", st.dim(&one(&e.summary)))
-                    }
-                ));
-            }
-            Item::Unreadable(u) => out.push(format!(
-                "{lead}{}line {} is not an entry ({}): {}",
-                st.red(&label("BAD")),
-                u.line,
-                one(&u.error),
-                st.dim(&one(&u.start))
-            )),
+            Item::Observed(o) => self.observed(&mut out, &margin, o),
+            Item::Event(e) => out.push(self.event(&margin, e)),
+            Item::Unreadable(u) => out.push(self.unreadable(&margin, u)),
         }
         out
+    }
+
+    /// The date line, when `ts` falls on another day than the item before.
+    fn new_day(&mut self, ts: u64) -> Option<String> {
+        let day = when::date(ts, self.tz);
+        if self.day.as_ref() == Some(&day) {
+            return None;
+        }
+        let line = self.style.bold(&format!("── {day} ──"));
+        self.day = Some(day);
+        Some(line)
+    }
+
+    fn session_start(&self, margin: &Margin, s: &SessionStart) -> String {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let lead = &margin.lead;
+        let mut text = format!(
+            "{}session started ({})",
+            st.bold(&item_label("start")),
+            one(s.how.as_deref().unwrap_or("?"))
+        );
+        if let Some(m) = &s.model {
+            text.push_str(&format!(", model {}", one(m)));
+        }
+        if let Some(c) = &s.cwd {
+            text.push_str(&format!(" in {}", one(c)));
+        }
+        format!("{lead}{text}")
+    }
+
+    fn prompt(&self, out: &mut Vec<String>, margin: &Margin, p: &Prompt) {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let Margin { lead, body } = margin;
+        match single_line(&p.text) {
+            Some(line) => out.push(format!(
+                "{lead}{}{}",
+                st.bold(&item_label("prompt")),
+                st.bold(&one(line))
+            )),
+            None => {
+                out.push(format!("{lead}{}", st.bold(&item_label("prompt"))));
+                self.block(out, body, &p.text, |l| st.bold(l));
+            }
+        }
+    }
+
+    fn turn_end(&self, out: &mut Vec<String>, margin: &Margin, t: &TurnEnd) {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let Margin { lead, body } = margin;
+        match t.message.as_deref().map(|m| (m, single_line(m))) {
+            Some((_, Some(line))) => out.push(format!(
+                "{lead}{}{}",
+                st.dim(&item_label("turn end")),
+                one(line)
+            )),
+            Some((m, None)) => {
+                out.push(format!("{lead}{}", st.dim(&item_label("turn end"))));
+                self.block(out, body, m, |l| l.to_string());
+            }
+            None => out.push(format!("{lead}{}", st.dim(&item_label("turn end")))),
+        }
+    }
+
+    fn session_end(&self, margin: &Margin, e: &SessionEnd) -> String {
+        let st = self.style;
+        let lead = &margin.lead;
+        format!(
+            "{lead}{}session ended ({})",
+            st.bold(&item_label("end")),
+            st.safe(e.reason.as_deref().unwrap_or("no reason given"), Lines::One)
+        )
+    }
+
+    fn subagent(&self, out: &mut Vec<String>, margin: &Margin, s: &Subagent) {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let Margin { lead, body } = margin;
+        let ty = one(s.agent_type.as_deref().unwrap_or("?"));
+        let id = one(s.id.as_deref().unwrap_or("?"));
+        let text = match s.event {
+            SubagentEvent::Start => match &s.parent {
+                Some(p) => format!("subagent {ty} ({id}) started by call {}", one(p)),
+                None => format!("subagent {ty} ({id}) started"),
+            },
+            SubagentEvent::Stop => format!("subagent {ty} ({id}) stopped"),
+        };
+        out.push(format!("{lead}{}{text}", st.cyan(&item_label("agent"))));
+        if let Some(m) = &s.message {
+            self.block(out, body, m, |l| l.to_string());
+        }
+    }
+
+    fn refusal(&self, margin: &Margin, r: &Refusal) -> String {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let lead = &margin.lead;
+        format!(
+            "{lead}{}{} {}: {}",
+            st.yellow(&item_label("REFUSED")),
+            one(r.tool.as_deref().unwrap_or("?")),
+            one(r.tool_use_id.as_deref().unwrap_or("")),
+            one(r.reason.as_deref().unwrap_or("no reason given"))
+        )
+    }
+
+    fn observed(&self, out: &mut Vec<String>, margin: &Margin, o: &Observed) {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let Margin { lead, body } = margin;
+        let word = match o.class {
+            ObservedClass::Grant => st.cyan(&item_label("grant")),
+            ObservedClass::Refusal => st.yellow(&item_label("REFUSED")),
+            ObservedClass::Command => item_label("exec"),
+            ObservedClass::Net => item_label("net"),
+            ObservedClass::Session | ObservedClass::Other => item_label("nd7"),
+        };
+        out.push(format!(
+            "{lead}{word}{} {}",
+            st.dim(&format!("[{} {}]", one(&o.source), one(&o.kind))),
+            one(&o.summary)
+        ));
+        if o.kind == crate::run_entry::FLOOR_REFUSED {
+            for p in RefusedPath::of(&o.body) {
+                out.push(format!("{body}{}", st.yellow(&one(&refused_path(&p)))));
+            }
+        }
+    }
+
+    fn event(&self, margin: &Margin, e: &Event) -> String {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let lead = &margin.lead;
+        let name = e.event.as_deref().unwrap_or(&e.kind);
+        format!(
+            "{lead}{}{}{}",
+            st.dim(&item_label(if e.kind == "hook" { "hook" } else { "entry" })),
+            one(name),
+            if e.summary.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", st.dim(&one(&e.summary)))
+            }
+        )
+    }
+
+    fn unreadable(&self, margin: &Margin, u: &UnreadableLine) -> String {
+        let st = self.style;
+        let one = |t: &str| st.safe(t, Lines::One);
+        let lead = &margin.lead;
+        format!(
+            "{lead}{}line {} is not an entry ({}): {}",
+            st.red(&item_label("BAD")),
+            u.line,
+            one(&u.error),
+            st.dim(&one(&u.start))
+        )
     }
 
     fn tool(&self, out: &mut Vec<String>, lead: &str, body_indent: &str, t: &Tool) {

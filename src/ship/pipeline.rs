@@ -537,94 +537,28 @@ fn seal_batches(
     progress: &mut dyn FnMut(&str),
 ) -> Result<(), ShipError> {
     let session = log.session_id().to_string();
-    let events_path = log.events_path();
-    let mut key: Option<(ChainKey, IndexKey, KeyId, Vec<u8>)> = None;
+    let mut key: Option<BatchKey> = None;
     let mut buf = vec![0u8; vault::MAX_BATCH_ENTRIES_BYTES];
     let mut sealed = 0u64;
     loop {
-        // Read a batch's worth under the shared lock: an append in progress
-        // is never seen half-written.
-        let n = {
-            let _lock = lock_log(log, false)?;
-            read_full_at(file, &mut buf, *offset).map_err(io_err(&events_path, "read"))?
-        };
-        let Some(nl) = memchr::memrchr(b'\n', &buf[..n]) else {
-            if n == 0 {
-                return Ok(());
-            }
-            // Under the lock no append is in progress, so bytes without a
-            // newline are a torn write (or a line longer than any entry):
-            // `nd7 verify` reports the same, and this session is not shipped.
-            return Err(ShipError::Unverified {
-                session,
-                path: events_path,
-                entry: cursor.next_seq,
-                fault: "not a sealed entry: the line has no newline (an append was cut short)"
-                    .into(),
-            });
-        };
-        // At most MAX_BATCH_ENTRIES whole lines.
-        let nl = memchr::memchr_iter(b'\n', &buf[..=nl])
-            .nth(vault::MAX_BATCH_ENTRIES - 1)
-            .unwrap_or(nl);
-        let entries = &buf[..=nl];
-        let mut walker = Walker::new(cursor);
-        walker.feed(entries).map_err(|b| ShipError::Unverified {
-            session: session.clone(),
-            path: events_path.clone(),
-            entry: cursor.next_seq + b.entry,
-            fault: b.fault.to_string(),
-        })?;
-        // The walker checked every line, the last one included.
-        let last_line = entries[..entries.len() - 1]
-            .rsplit(|&b| b == b'\n')
-            .next()
-            .unwrap_or_default();
-        let Ok(last) = crate::chain::read_stated(last_line) else {
+        let Some(verified) = read_verified(log, file, *offset, cursor, &mut buf)? else {
             return Ok(());
-        };
-        let end = Cursor {
-            next_seq: last.seq + 1,
-            prev: last.hash,
         };
         if key.is_none() {
-            let k = chain_key(log, &machine.recipients, unix_now())?;
-            let wrapped = vault::wrap_chain_key(&k, &machine.recipients.recipients, &mut os_fill);
-            let (ik, id) = (IndexKey::of(&k), KeyId::of(&k));
-            key = Some((k, ik, id, wrapped));
+            key = Some(BatchKey::start(machine, log)?);
         }
-        let Some((k, ik, id, wrapped)) = &key else {
+        let Some(key) = &key else {
             return Ok(());
         };
-        let index = vault::index_lines(entries, ik)?;
-        let count = index.len() as u64;
-        let header = BatchHeader {
-            machine: machine.id.clone(),
-            session: session.clone(),
-            key: *id,
-            first: cursor.next_seq,
-            prev: ik.digest(&cursor.prev),
-            index,
-        };
-        let (body, checkpoint) =
-            vault::seal_batch(&header, entries, k, wrapped, random()?, &machine.key);
-        let batch = Sealed {
-            body,
-            checkpoint,
-            head: Head {
-                seq: end.next_seq - 1,
-                hash: end.prev,
-            },
-            entries: count,
-            bytes: entries.len() as u64,
-        };
+        let batch = seal(machine, &session, key, cursor, &verified)?;
         if tx.send(batch).is_err() {
             // The sender stopped (on an error, which it reports).
             return Ok(());
         }
-        *offset += entries.len() as u64;
-        sealed += entries.len() as u64;
-        cursor = end;
+        let len = verified.entries.len() as u64;
+        *offset += len;
+        sealed += len;
+        cursor = verified.end;
         if backlog > PROGRESS_ABOVE {
             progress(&format!(
                 "{session}: {} of {} MiB sealed and sent",
@@ -633,6 +567,138 @@ fn seal_batches(
             ));
         }
     }
+}
+
+/// Whole entries read from the log and verified as the chain's next.
+struct Verified<'b> {
+    /// The entries' lines, each with its newline.
+    entries: &'b [u8],
+    /// The chain after the last of them.
+    end: Cursor,
+}
+
+/// The next batch's worth of entries after `offset` (at most
+/// MAX_BATCH_ENTRIES whole lines), verified to continue the chain from
+/// `cursor`; `None` at the end of the log.
+fn read_verified<'b>(
+    log: &SessionLog,
+    file: &File,
+    offset: u64,
+    cursor: Cursor,
+    buf: &'b mut [u8],
+) -> Result<Option<Verified<'b>>, ShipError> {
+    let events_path = log.events_path();
+    let unverified = |entry: u64, fault: String| ShipError::Unverified {
+        session: log.session_id().to_string(),
+        path: events_path.clone(),
+        entry,
+        fault,
+    };
+    // Read a batch's worth under the shared lock: an append in progress
+    // is never seen half-written.
+    let n = {
+        let _lock = lock_log(log, false)?;
+        read_full_at(file, buf, offset).map_err(io_err(&events_path, "read"))?
+    };
+    let Some(nl) = memchr::memrchr(b'\n', &buf[..n]) else {
+        if n == 0 {
+            return Ok(None);
+        }
+        // Under the lock no append is in progress, so bytes without a
+        // newline are a torn write (or a line longer than any entry):
+        // `nd7 verify` reports the same, and this session is not shipped.
+        return Err(unverified(
+            cursor.next_seq,
+            "not a sealed entry: the line has no newline (an append was cut short)".into(),
+        ));
+    };
+    // At most MAX_BATCH_ENTRIES whole lines.
+    let nl = memchr::memchr_iter(b'\n', &buf[..=nl])
+        .nth(vault::MAX_BATCH_ENTRIES - 1)
+        .unwrap_or(nl);
+    let entries = &buf[..=nl];
+    let mut walker = Walker::new(cursor);
+    walker
+        .feed(entries)
+        .map_err(|b| unverified(cursor.next_seq + b.entry, b.fault.to_string()))?;
+    // The walker checked every line, the last one included.
+    let last_line = entries[..entries.len() - 1]
+        .rsplit(|&b| b == b'\n')
+        .next()
+        .unwrap_or_default();
+    let Ok(last) = crate::chain::read_stated(last_line) else {
+        return Ok(None);
+    };
+    Ok(Some(Verified {
+        entries,
+        end: Cursor {
+            next_seq: last.seq + 1,
+            prev: last.hash,
+        },
+    }))
+}
+
+/// The session's chain key, as every batch of this run is sealed under it:
+/// the key, its index key and id, and the key wrapped to the recipients.
+struct BatchKey {
+    key: ChainKey,
+    index: IndexKey,
+    id: KeyId,
+    wrapped: Vec<u8>,
+}
+
+impl BatchKey {
+    /// The session's chain key (made on its first batch), wrapped to the
+    /// recipients the machine holds.
+    fn start(machine: &Machine, log: &SessionLog) -> Result<BatchKey, ShipError> {
+        let key = chain_key(log, &machine.recipients, unix_now())?;
+        let wrapped = vault::wrap_chain_key(&key, &machine.recipients.recipients, &mut os_fill);
+        Ok(BatchKey {
+            index: IndexKey::of(&key),
+            id: KeyId::of(&key),
+            key,
+            wrapped,
+        })
+    }
+}
+
+/// Seals and signs `verified`, the entries after `cursor`, into one batch.
+fn seal(
+    machine: &Machine,
+    session: &str,
+    key: &BatchKey,
+    cursor: Cursor,
+    verified: &Verified,
+) -> Result<Sealed, ShipError> {
+    let entries = verified.entries;
+    let index = vault::index_lines(entries, &key.index)?;
+    let count = index.len() as u64;
+    let header = BatchHeader {
+        machine: machine.id.clone(),
+        session: session.to_string(),
+        key: key.id,
+        first: cursor.next_seq,
+        prev: key.index.digest(&cursor.prev),
+        index,
+    };
+    let (body, checkpoint) = vault::seal_batch(
+        &header,
+        entries,
+        &key.key,
+        &key.wrapped,
+        random()?,
+        &machine.key,
+    );
+    Ok(Sealed {
+        body,
+        checkpoint,
+        head: Head {
+            seq: verified.end.next_seq - 1,
+            hash: verified.end.prev,
+        },
+        entries: count,
+        bytes: entries.len() as u64,
+    })
 }
 
 /// Whether the log, from `offset` (where the entry before `from` ends), is
