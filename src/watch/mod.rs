@@ -1200,6 +1200,11 @@ impl Watch {
                 out.extend(self.beyond_link(path, roots, git_dirs));
             }
         } else if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
+            // Any directory with a `HEAD` is searched as a repository: git
+            // takes one for a bare repository with `objects/` and `refs/`
+            // beside it (the project itself, once its `.git/HEAD` is
+            // garbage; a bare repository in a subdirectory), and this is
+            // looser, so it reports more.
             let dir = path.parent().unwrap_or(path).to_path_buf();
             if !git_dirs.contains(&dir) && !covered(&dir) {
                 out.extend(self.repository(&dir));
@@ -1211,14 +1216,6 @@ impl Watch {
                 out.extend(self.repository(path));
             } else if self.changed_since(path) {
                 out.extend(self.repository_link(path));
-            }
-        } else if path.file_name() == Some(std::ffi::OsStr::new("HEAD")) {
-            // A bare repository's: its config and hooks are what a
-            // `.git`'s would be (the project itself, once its `.git/HEAD`
-            // is garbage).
-            if let Some(dir) = path.parent().filter(|d| is_bare_repository(d)) {
-                git_dirs.push(dir.to_path_buf());
-                out.extend(self.repository(dir));
             }
         } else {
             out.extend(self.listed_in_subdirectory(path, covered));
@@ -1465,20 +1462,6 @@ impl Watch {
         }
         out
     }
-}
-
-/// Whether git takes `dir` for a bare repository when it looks for one
-/// there: it holds `HEAD`, `objects/` and `refs/` (git also reads `HEAD`;
-/// this is looser, so reports more). Git looks for this where a `.git` is
-/// missing or not a repository, so a garbage `.git/HEAD` and these three
-/// names at the project's top turn the project itself into a repository
-/// whose `config` and `hooks/` are ordinary files of the project.
-pub fn is_bare_repository(dir: &Path) -> bool {
-    let is = |name: &str, dir_wanted: bool| {
-        std::fs::symlink_metadata(dir.join(name))
-            .is_ok_and(|m| if dir_wanted { m.is_dir() } else { m.is_file() })
-    };
-    is("HEAD", false) && is("objects", true) && is("refs", true)
 }
 
 #[cfg(test)]

@@ -300,7 +300,7 @@ kill %1
 /// lines among what lets git run code.
 ///
 /// Guards the search's bare repositories (`HEAD` in `searched_name`, and
-/// `is_bare_repository` in `Watch::search`): without them the first two are
+/// the `HEAD` arm of `Watch::named_path`): without them the first two are
 /// not reported at all.
 #[test]
 fn odd_repositories_are_named_as_letting_git_run_code() {
