@@ -61,6 +61,12 @@ fn kept_tally(vault: &Vault, machine: &str) -> Option<(u64, String)> {
     .ok()
 }
 
+/// The receipt the machine of `state` keeps for `session`.
+fn kept_receipt(state: &State, session: &str) -> vault::Receipt {
+    let path = state.sessions().join(session).join("receipt");
+    vault::Receipt::parse(&std::fs::read_to_string(path).expect("receipt")).expect("reads")
+}
+
 /// Posts `body` to `POST /v1/tallies` signed as `by`: (status, reply).
 fn post_tally(vault: &Vault, by: &Machine, body: &str) -> (u16, String) {
     let signer = Signer {
@@ -172,13 +178,16 @@ DELETE FROM chains WHERE machine = ?1 AND session = 'late'";
 }
 
 /// An enrolled machine that lies in its own tally: it names a session it
-/// never shipped, and leaves out one it did. `nd7 admin sessions` blames
-/// the vault for both ("FAILED (the vault)", exit 3), though the vault
-/// did nothing: the tally is the machine's word alone, with nothing of
-/// the vault's (a receipt) in it, so a malicious machine frames an honest
-/// vault at will. What should hold: an honest vault is not blamed.
+/// never shipped, and leaves out one it did. `nd7 admin sessions` blamed
+/// the vault for both ("FAILED (the vault)", exit 3), though the vault did
+/// nothing: the tally was the machine's word alone. Now each session in a
+/// tally carries the vault's receipt (ADR-0129): the machine, holding no
+/// vault key, can only carry the real receipt edited, whose signature then
+/// fails, and is named for it ("FAILED (the machine)", exit 1); the session
+/// it left out is the vault's word against the machine's (UNSETTLED). Seen
+/// to exit 3 with "FAILED (the vault)" with the receipts unchecked in
+/// `held_to_tally`.
 #[test]
-#[ignore = "open: a machine's lying tally makes `nd7 admin sessions` blame an honest vault (exit 3)"]
 fn a_machine_cannot_frame_an_honest_vault_with_its_own_tally() {
     let vault = Vault::start();
     let org = Org::new(&vault);
@@ -191,7 +200,10 @@ fn a_machine_cannot_frame_an_honest_vault_with_its_own_tally() {
     assert_eq!(honest.status.code(), Some(0), "{}", stdout(&honest));
 
     let at = kept_tally(&vault, &m.id).expect("tally").0 + 1;
-    let lie = vault::Tally::sign(&m.key, &m.id, at, vec![("ghost".to_string(), 5)]).render();
+    let mut ghost = kept_receipt(&state, "real");
+    ghost.checkpoint.session = "ghost".to_string();
+    ghost.checkpoint.last = 5;
+    let lie = vault::Tally::sign(&m.key, &m.id, at, vec![ghost]).render();
     let (status, reply) = post_tally(&vault, &m, &lie);
     assert_eq!(status, 200, "{reply}");
     let out = sessions(&vault, &org);
@@ -200,6 +212,18 @@ fn a_machine_cannot_frame_an_honest_vault_with_its_own_tally() {
         !text.contains("FAILED (the vault)"),
         "the vault stored every batch it acknowledged and hid nothing, yet:\n{text}"
     );
+    assert!(
+        text.contains(&format!(
+            "FAILED (the machine): machine {}, session ghost: the machine's tally of",
+            m.id
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("UNSETTLED: machine {}, session real (up to entry 2) is listed, but the machine's tally of", m.id)),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
 }
 
 /// A malicious machine sends a tally in another machine's name: one it
@@ -439,7 +463,10 @@ fn a_tally_of_the_same_second_replaces_the_kept_one() {
     )
     .expect("the first ship's tally");
     drop(db);
-    let both = vec![("first".to_string(), 2), ("second".to_string(), 2)];
+    let both = vec![
+        kept_receipt(&state, "first"),
+        kept_receipt(&state, "second"),
+    ];
     let (status, reply) = post_tally(
         &vault,
         &m,

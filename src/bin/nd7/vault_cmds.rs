@@ -238,7 +238,7 @@ fn trust(ca_cert: Option<std::path::PathBuf>) -> Trust {
 fn fault_code(fault: Fault) -> ExitCode {
     match fault {
         Fault::Vault => ExitCode::from(3),
-        Fault::Machine => ExitCode::from(1),
+        Fault::Machine | Fault::Unsettled => ExitCode::from(1),
     }
 }
 
