@@ -150,7 +150,8 @@ pub struct Sessions {
 
 /// The chains a vault holds, held to the machines' own tallies (ADR-0120,
 /// ADR-0129): each tally must be signed by the key of a machine the
-/// organisation let in; every session a tally names with the vault's own
+/// organisation let in, and every such machine must have one (each sends
+/// one when it enrols); every session a tally names with the vault's own
 /// receipt must be listed, up to the entry the receipt names at least. A
 /// tally's session without a receipt of the vault's is the machine's word
 /// alone, and a listed session its machine's tally does not name is the
@@ -187,6 +188,7 @@ pub fn list_sessions(
             Vec::new()
         }
     };
+    withheld(&enrolled, &tallies, &mut out.findings);
     let vouched = vouched(&tallies, &enrolled, &mut out.findings);
     for (tally, key) in &vouched {
         held_to_tally(tally, key, &doc.vault, &mut out);
@@ -199,6 +201,21 @@ pub fn list_sessions(
         }
     }
     Ok(out)
+}
+
+/// Each enrolled machine the vault serves no tally of. Every machine posts
+/// one as it enrols, before it calls itself enrolled (ADR-0129): a machine
+/// without one was withheld, with whatever sessions it tallied.
+fn withheld(enrolled: &[Enrolment], tallies: &[vault::Tally], findings: &mut Vec<Finding>) {
+    for enrolment in enrolled {
+        let id = enrolment.machine_id();
+        if !tallies.iter().any(|t| t.machine == id) {
+            findings.push(vault_finding(format!(
+                "machine {id} (enrolled {}): the vault serves no tally of it, though every machine sends one as it enrols: withheld, and with it whatever sessions the machine tallied",
+                when(enrolment.endorsed)
+            )));
+        }
+    }
 }
 
 /// The tallies signed by an enrolled machine's key, each with that key; a

@@ -98,11 +98,13 @@ fn two_machines(vault: &Vault, org: &Org) -> (State, State) {
 /// The operator removes everything of one machine: its sessions from the
 /// list and its tally from the tallies. ADR-0120 says a withheld tally gets
 /// "every session of that machine" reported, but with the sessions gone too
-/// nothing is listed to report, and the check never asks which enrolled
+/// nothing was listed to report, and the check never asked which enrolled
 /// machine served no tally: exit 0, "the list agrees" for the other
-/// machine, not a word about this one.
+/// machine, not a word about this one. Now every machine posts a tally as
+/// it enrols, and an enrolled machine the vault serves no tally of is a
+/// finding against the vault (ADR-0129): exit 3. Seen to exit 0 without
+/// `withheld` in `list_sessions`.
 #[test]
-#[ignore = "open: a machine whose tally AND sessions the operator withholds goes unreported (exit 0)"]
 fn an_operator_who_withholds_a_machines_tally_and_sessions_is_caught() {
     let vault = Vault::start();
     let org = Org::new(&vault);
@@ -127,6 +129,33 @@ fn an_operator_who_withholds_a_machines_tally_and_sessions_is_caught() {
         stderr(&out)
     );
     assert!(text.contains(&b.id), "{text}");
+}
+
+/// A machine that enrolled and never shipped has a tally all the same (of
+/// no session, posted by `nd7 enroll`), so the check does not take it for
+/// withheld: exit 0. Seen to fail (no tally kept) without the
+/// enrolment's tally in `enroll`.
+#[test]
+fn a_machine_that_never_shipped_has_its_enrolments_tally() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let m = machine(&state);
+    assert_eq!(
+        kept_tally(&vault, &m.id).map(|(_, t)| t.contains("\nsessions 0\n")),
+        Some(true)
+    );
+    let out = sessions(&vault, &org);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!(
+            "machine {}: the list agrees with its tally of",
+            m.id
+        )) && text.contains("(0 session(s))"),
+        "{text}"
+    );
 }
 
 /// The operator keeps a copy of a machine's tally, and after the machine's
