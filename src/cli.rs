@@ -513,11 +513,15 @@ pub enum Admin {
     /// List the sessions a vault holds: machine, session, last entry, held
     /// to the machines' tallies.
     ///
-    /// Each machine signs, on every ship, a tally of the sessions the vault
-    /// acknowledged to it. The list must show every session a tally names,
-    /// up to the entry it names, and nothing a tally does not name; the
-    /// vault's key cannot sign for a machine. Exits 0 when the list agrees
-    /// with every tally, 3 when it does not (the findings say where).
+    /// Each machine signs a tally as it enrols and on every ship: the
+    /// sessions the vault acknowledged to it, each with the vault's receipt.
+    /// The list must show every session a tally's receipts acknowledge, up
+    /// to the entry they name, and every enrolled machine must have a
+    /// tally; the vault's key cannot sign for a machine, nor a machine's for
+    /// the vault. Exits 0 when the list agrees with every tally, 3 when the
+    /// vault hid or withheld something, 1 when a machine claims what the
+    /// vault never signed or the list shows a session its machine's tally
+    /// does not name (the findings say which).
     Sessions {
         url: String,
         /// A read token from `nd7-vault read-token`.
