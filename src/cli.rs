@@ -533,6 +533,12 @@ pub enum Admin {
         /// The organisation key's fingerprint, from `nd7 admin org-key`.
         #[arg(long, value_name = "FP")]
         fingerprint: String,
+        /// Remember in FILE each machine and its latest tally verified, and
+        /// hold the vault to it next time: a machine it stops listing, or an
+        /// older tally than one seen, is the vault's doing (exit 3). Keep one
+        /// per vault, in your own state directory.
+        #[arg(long, value_name = "FILE")]
+        seen: Option<PathBuf>,
     },
     /// Fetch a session from the vault, decrypt it, verify it, and compare it.
     ///

@@ -1,10 +1,13 @@
 //! What the vault says it enrolled and holds (`nd7 admin machines`,
 //! `nd7 admin sessions`), held to the organisation key and its register.
 
+use std::path::Path;
+
 use crate::http_client::Trust;
 use crate::ship::{self, Client, ShipError};
 use crate::vault::{self, Enrolment, PublicKey};
 
+use super::seen::Seen;
 use super::{Fault, Finding, PullError, Registered, when};
 
 /// What `nd7 admin machines` found: a line per machine and per token, and
@@ -162,6 +165,7 @@ pub fn list_sessions(
     trust: &Trust,
     read_token: &str,
     fingerprint: &str,
+    seen: Option<&Path>,
 ) -> Result<Sessions, PullError> {
     let client = Client::new(url, trust)?;
     let doc = super::recipients(&client, fingerprint)?;
@@ -193,6 +197,10 @@ pub fn list_sessions(
     for (tally, key) in &vouched {
         held_to_tally(tally, key, &doc.vault, &mut out);
     }
+    if let Some(path) = seen {
+        let verified: Vec<&vault::Tally> = vouched.iter().map(|(t, _)| *t).collect();
+        remembered(path, fingerprint, &enrolled, &verified, &mut out.findings)?;
+    }
     for (machine, session, last) in &out.listed {
         if !vouched.iter().any(|(t, _)| t.machine == *machine) {
             out.findings.push(vault_finding(format!(
@@ -201,6 +209,22 @@ pub fn list_sessions(
         }
     }
     Ok(out)
+}
+
+/// The vault held to what this admin verified before (the memory at
+/// `path`), which then remembers `verified` too.
+fn remembered(
+    path: &Path,
+    fingerprint: &str,
+    enrolled: &[Enrolment],
+    verified: &[&vault::Tally],
+    findings: &mut Vec<Finding>,
+) -> Result<(), ShipError> {
+    let mut memory = Seen::read(path, fingerprint)?;
+    let ids: Vec<String> = enrolled.iter().map(Enrolment::machine_id).collect();
+    findings.extend(memory.held_to(&ids, verified));
+    memory.remember(verified);
+    memory.write(path, fingerprint)
 }
 
 /// Each enrolled machine the vault serves no tally of. Every machine posts

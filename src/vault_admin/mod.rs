@@ -22,6 +22,7 @@ pub(crate) mod frames;
 mod keys;
 mod machines;
 mod pull;
+mod seen;
 
 pub(crate) use compare::vouched_vault_keys;
 pub use compare::{Compared, Comparison, compare, compare_logs};

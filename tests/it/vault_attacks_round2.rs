@@ -27,6 +27,24 @@ fn sessions(vault: &Vault, org: &Org) -> std::process::Output {
         .expect("run nd7 admin sessions")
 }
 
+/// `nd7 admin sessions` with the admin's memory at `seen` (`--seen`).
+fn sessions_seen(vault: &Vault, org: &Org, seen: &std::path::Path) -> std::process::Output {
+    nd7()
+        .args([
+            "admin",
+            "sessions",
+            &vault.url,
+            "--read-token",
+            &vault.read_token(),
+            "--fingerprint",
+            &org.fingerprint,
+        ])
+        .arg("--seen")
+        .arg(seen)
+        .output()
+        .expect("run nd7 admin sessions --seen")
+}
+
 fn machine(state: &State) -> Machine {
     Machine::load(&state.xdg().join("nd7")).expect("enrolled")
 }
@@ -204,6 +222,122 @@ DELETE FROM chains WHERE machine = ?1 AND session = 'late'";
         "session late was shipped and tallied, then hidden behind the older tally:\n{}",
         stdout(&out)
     );
+}
+
+/// The variant of the attack above that an admin's memory catches: the
+/// admin ran `nd7 admin sessions --seen FILE` after the second ship, so it
+/// verified the newer tally; the operator then puts the older one back and
+/// hides the session only the newer one named. Held to the memory, the
+/// older tally is the vault's doing (exit 3); without `--seen` it still
+/// passes, as above. Seen to exit 0 without `Seen::held_to`'s check of
+/// the served tally's time.
+#[test]
+fn an_older_tally_than_the_admin_verified_before_is_caught() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    let admin = tempfile::tempdir().expect("tempdir");
+    let seen = admin.path().join("seen");
+    ok(enroll(&state, &vault, &org));
+    let m = machine(&state);
+    append(&state, "early", 3);
+    ok(ship(&state));
+    let (old_at, old) = kept_tally(&vault, &m.id).expect("the first ship's tally");
+    while unix_now() <= old_at {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    append(&state, "late", 3);
+    ok(ship(&state));
+    let (new_at, _) = kept_tally(&vault, &m.id).expect("tally");
+    assert!(new_at > old_at, "the second ship's tally is kept");
+    let looked = sessions_seen(&vault, &org, &seen);
+    assert_eq!(looked.status.code(), Some(0), "{}", stdout(&looked));
+
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.execute(
+        "UPDATE tallies SET at = ?1, tally = ?2 WHERE machine = ?3",
+        rusqlite::params![old_at as i64, old, m.id],
+    )
+    .expect("put the old tally back");
+    drop(db);
+    let hide_late = "
+DELETE FROM entries WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = 'late');
+DELETE FROM batches WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = 'late');
+DELETE FROM chains WHERE machine = ?1 AND session = 'late'";
+    operator_sql(&vault, hide_late, &m.id);
+    let unremembered = sessions(&vault, &org);
+    assert_eq!(
+        unremembered.status.code(),
+        Some(0),
+        "without a memory the older tally still passes:\n{}",
+        stdout(&unremembered)
+    );
+    let out = sessions_seen(&vault, &org, &seen);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains(&format!(
+            "FAILED (the vault): machine {}: the vault serves its tally of",
+            m.id
+        )) && text.contains("but this admin verified its tally of"),
+        "{text}"
+    );
+}
+
+/// The operator removes everything of one machine, its enrolment record
+/// too: the vault then lists no machine that lacks a tally, and
+/// `nd7 admin sessions` alone cannot tell (exit 0). An admin that verified
+/// the machine's tally before, with `--seen`, is told the machine is gone
+/// (exit 3). Seen to exit 0 without `Seen::held_to`'s check of the
+/// machines listed.
+#[test]
+fn a_machine_the_admin_verified_before_cannot_be_withheld_with_its_enrolment() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let admin = tempfile::tempdir().expect("tempdir");
+    let seen = admin.path().join("seen");
+    let (_a, b) = two_machines(&vault, &org);
+    let b = machine(&b);
+    let looked = sessions_seen(&vault, &org, &seen);
+    assert_eq!(looked.status.code(), Some(0), "{}", stdout(&looked));
+
+    operator_sql(
+        &vault,
+        &format!("{FORGET_MACHINE}; DELETE FROM machines WHERE id = ?1"),
+        &b.id,
+    );
+    let unremembered = sessions(&vault, &org);
+    assert_eq!(
+        unremembered.status.code(),
+        Some(0),
+        "without a memory the machine is not missed:\n{}",
+        stdout(&unremembered)
+    );
+    let out = sessions_seen(&vault, &org, &seen);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains(&format!(
+            "FAILED (the vault): machine {}: this admin verified its tally of",
+            b.id
+        )) && text.contains("the vault no longer lists the machine"),
+        "{text}"
+    );
+    // The memory is of one organisation: another's fingerprint is refused.
+    let mut other = nd7();
+    other.args([
+        "admin",
+        "sessions",
+        &vault.url,
+        "--read-token",
+        &vault.read_token(),
+    ]);
+    let out = other
+        .args(["--fingerprint", &"0".repeat(64), "--seen"])
+        .arg(&seen)
+        .output()
+        .expect("run");
+    assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
 }
 
 /// An enrolled machine that lies in its own tally: it names a session it
