@@ -183,32 +183,45 @@ pub fn list_sessions(
             enrolled.push(enrolment);
         }
     }
-    let tallies = match vault::Tally::parse_all(&get("/v1/tallies")?) {
-        Ok(t) => t,
-        Err(e) => {
-            out.findings.push(vault_finding(format!(
-                "the vault serves tallies that do not read: {e}"
-            )));
-            Vec::new()
-        }
-    };
+    let tallies = served_tallies(&get("/v1/tallies")?, &mut out.findings);
     withheld(&enrolled, &tallies, &mut out.findings);
     let vouched = vouched(&tallies, &enrolled, &mut out.findings);
     for (tally, key) in &vouched {
         held_to_tally(tally, key, &doc.vault, &mut out);
     }
+    let verified: Vec<&vault::Tally> = vouched.iter().map(|(t, _)| *t).collect();
     if let Some(path) = seen {
-        let verified: Vec<&vault::Tally> = vouched.iter().map(|(t, _)| *t).collect();
         remembered(path, fingerprint, &enrolled, &verified, &mut out.findings)?;
     }
-    for (machine, session, last) in &out.listed {
-        if !vouched.iter().any(|(t, _)| t.machine == *machine) {
-            out.findings.push(vault_finding(format!(
+    untallied(&out.listed, &verified, &mut out.findings);
+    Ok(out)
+}
+
+/// The tallies the vault serves, or none and a finding if they do not
+/// read.
+fn served_tallies(text: &str, findings: &mut Vec<Finding>) -> Vec<vault::Tally> {
+    vault::Tally::parse_all(text).unwrap_or_else(|e| {
+        findings.push(vault_finding(format!(
+            "the vault serves tallies that do not read: {e}"
+        )));
+        Vec::new()
+    })
+}
+
+/// Each listed session of a machine no tally that checked is of: with
+/// every machine tallied from its enrolment on, the vault's doing.
+fn untallied(
+    listed: &[(String, String, u64)],
+    verified: &[&vault::Tally],
+    findings: &mut Vec<Finding>,
+) {
+    for (machine, session, last) in listed {
+        if !verified.iter().any(|t| t.machine == *machine) {
+            findings.push(vault_finding(format!(
                 "machine {machine}, session {session} (up to entry {last}) is listed, but the machine has no tally the vault serves"
             )));
         }
     }
-    Ok(out)
 }
 
 /// The vault held to what this admin verified before (the memory at

@@ -89,12 +89,60 @@ impl Seen {
         self.0.sort();
     }
 
-    /// Writes the memory to `path`, whole (0600, synced).
+    /// Writes the memory to `path`, whole (0600, synced), making its
+    /// directory (0700) if it is not there yet.
     pub(crate) fn write(&self, path: &Path, fingerprint: &str) -> Result<(), ShipError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|source| ShipError::Io {
+                    path: dir.to_path_buf(),
+                    action: "create",
+                    source,
+                })?;
+        }
         let mut text = format!("{}\n", head(fingerprint));
         for (machine, at) in &self.0 {
             text.push_str(&format!("{machine} {at}\n"));
         }
         ship::write_0600(path, text.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vault::{Secret32, SigningKey};
+
+    fn tally(machine: &str, at: u64) -> vault::Tally {
+        let key = SigningKey::from_seed(&Secret32::from_bytes([5; 32]));
+        vault::Tally::sign(&key, machine, at, Vec::new())
+    }
+
+    /// The memory keeps each machine's latest time across runs, holds the
+    /// vault to it, and is one organisation's.
+    #[test]
+    fn the_memory_keeps_the_latest_and_is_one_organisations() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("admin/seen");
+        let fp = "ab".repeat(32);
+        let mut seen = Seen::read(&path, &fp).expect("none yet");
+        assert_eq!(seen, Seen::default());
+        let (a9, b5) = (tally("a", 9), tally("b", 5));
+        seen.remember(&[&a9, &b5]);
+        seen.remember(&[&tally("a", 7)]);
+        seen.write(&path, &fp).expect("write");
+        let read = Seen::read(&path, &fp).expect("read");
+        assert_eq!(read, Seen(vec![("a".into(), 9), ("b".into(), 5)]));
+        let enrolled = ["a".to_string(), "b".to_string()];
+        assert!(read.held_to(&enrolled, &[&a9, &b5]).is_empty());
+        let older = tally("a", 8);
+        let found = read.held_to(&enrolled[..1], &[&older]);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found.iter().all(|f| f.fault == Fault::Vault));
+        assert!(Seen::read(&path, &"cd".repeat(32)).is_err());
     }
 }
