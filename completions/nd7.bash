@@ -512,7 +512,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__sessions)
-            opts="-h --read-token --ca-cert --fingerprint --help"
+            opts="-h --read-token --ca-cert --fingerprint --seen --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -527,6 +527,10 @@ _nd7() {
                     return 0
                     ;;
                 --fingerprint)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --seen)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -159,6 +159,7 @@ complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcomman
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -l read-token -d 'A read token from `nd7-vault read-token`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -l ca-cert -d 'Trust only the CA certificate(s) in FILE (PEM) for the vault\'s HTTPS' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -l fingerprint -d 'The organisation key\'s fingerprint, from `nd7 admin org-key`' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -l seen -d 'Remember in FILE each machine and its latest tally verified, and hold the vault to it next time: a machine it stops listing, or an older tally than one seen, is the vault\'s doing (exit 3). Keep one per vault, in your own state directory' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l read-token -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l ca-cert -d 'Trust only the CA certificate(s) in FILE (PEM) for the vault\'s HTTPS' -r -F

@@ -505,11 +505,15 @@ pub enum Admin {
     /// List the sessions a vault holds: machine, session, last entry, held
     /// to the machines' tallies.
     ///
-    /// Each machine signs, on every ship, a tally of the sessions the vault
-    /// acknowledged to it. The list must show every session a tally names,
-    /// up to the entry it names, and nothing a tally does not name; the
-    /// vault's key cannot sign for a machine. Exits 0 when the list agrees
-    /// with every tally, 3 when it does not (the findings say where).
+    /// Each machine signs a tally as it enrols and on every ship: the
+    /// sessions the vault acknowledged to it, each with the vault's receipt.
+    /// The list must show every session a tally's receipts acknowledge, up
+    /// to the entry they name, and every enrolled machine must have a
+    /// tally; the vault's key cannot sign for a machine, nor a machine's for
+    /// the vault. Exits 0 when the list agrees with every tally, 3 when the
+    /// vault hid or withheld something, 1 when a machine claims what the
+    /// vault never signed or the list shows a session its machine's tally
+    /// does not name (the findings say which).
     Sessions {
         url: String,
         /// A read token from `nd7-vault read-token`.
@@ -521,6 +525,12 @@ pub enum Admin {
         /// The organisation key's fingerprint, from `nd7 admin org-key`.
         #[arg(long, value_name = "FP")]
         fingerprint: String,
+        /// Remember in FILE each machine and its latest tally verified, and
+        /// hold the vault to it next time: a machine it stops listing, or an
+        /// older tally than one seen, is the vault's doing (exit 3). Keep one
+        /// per vault, in your own state directory.
+        #[arg(long, value_name = "FILE")]
+        seen: Option<PathBuf>,
     },
     /// Fetch a session from the vault, decrypt it, verify it, and compare it.
     ///

@@ -115,6 +115,10 @@ pub fn enroll(
             detail: format!("the vault's reply is not `machine {machine_id}`"),
         });
     }
+    // A tally of no session, before anything is written: from now on the
+    // vault serves a tally for this machine, so one it does not serve was
+    // withheld (ADR-0129). If it fails, the enrolment is tried again whole.
+    pipeline::post_tally(&client, &signer, &recipients.vault, Vec::new())?;
     write_0600(
         &dir.join(MACHINE_KEY_FILE),
         format!("{}\n", vault::hex(seed.expose_secret())).as_bytes(),

@@ -218,7 +218,7 @@ fn read_text(path: &Path) -> Result<String, ShipError> {
 }
 
 /// A file's text, `None` when it does not exist.
-fn read_optional(path: &Path) -> Result<Option<String>, ShipError> {
+pub(crate) fn read_optional(path: &Path) -> Result<Option<String>, ShipError> {
     match fs::read_to_string(path) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),

@@ -133,21 +133,38 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
     Ok(report)
 }
 
-/// Signs and sends this machine's tally (ADR-0120): every session whose
-/// receipt it keeps, with the last entry that receipt acknowledges, so that
-/// admins can hold the vault's list of sessions to it.
+/// Signs and sends this machine's tally (ADR-0120, ADR-0129): the receipt
+/// it keeps for every session, so that admins can hold the vault's list of
+/// sessions to what the vault itself acknowledged.
 fn send_tally(machine: &Machine, sessions: &Path) -> Result<(), ShipError> {
-    let mut tallied = Vec::new();
+    let mut receipts = Vec::new();
     for entry in fs::read_dir(sessions).map_err(io_err(sessions, "list"))? {
         let Ok(entry) = entry else { continue };
         if let Some(receipt) = read_receipt(&entry.path().join(RECEIPT_FILE))? {
-            tallied.push((receipt.checkpoint.session.clone(), receipt.checkpoint.last));
+            receipts.push(receipt);
         }
     }
-    let tally = vault::Tally::sign(&machine.key, &machine.id, unix_now(), tallied);
-    machine.client.ok_bound(
-        Request::post("/v1/tallies", tally.render().as_bytes()).signed(&machine.signer()),
+    post_tally(
+        &machine.client,
+        &machine.signer(),
         &machine.recipients.vault,
+        receipts,
+    )
+}
+
+/// Signs a tally of `receipts` now, as `signer`'s machine, and posts it to
+/// the vault whose key is `vault_key`. `nd7 enroll` posts one of none, so
+/// that every machine the vault enrolled has a tally (ADR-0129).
+pub(super) fn post_tally(
+    client: &Client,
+    signer: &Signer<'_>,
+    vault_key: &vault::PublicKey,
+    receipts: Vec<vault::Receipt>,
+) -> Result<(), ShipError> {
+    let tally = vault::Tally::sign(signer.key, signer.machine, unix_now(), receipts);
+    client.ok_bound(
+        Request::post("/v1/tallies", tally.render().as_bytes()).signed(signer),
+        vault_key,
     )?;
     Ok(())
 }

@@ -105,7 +105,8 @@ pub struct Compared {
 }
 
 impl Compared {
-    /// 3 when the vault is at fault, else 1 when the machine is, else 0.
+    /// 3 when the vault is at fault, else 1 when the machine is (or whose
+    /// fault it is is unsettled), else 0.
     pub fn exit_code(&self) -> u8 {
         if self.findings.iter().any(|f| f.fault == Fault::Vault) {
             3

@@ -1,10 +1,13 @@
 //! What the vault says it enrolled and holds (`nd7 admin machines`,
 //! `nd7 admin sessions`), held to the organisation key and its register.
 
+use std::path::Path;
+
 use crate::http_client::Trust;
 use crate::ship::{self, Client, Request, ShipError};
 use crate::vault::{self, Enrolment, PublicKey};
 
+use super::seen::Seen;
 use super::{Fault, Finding, PullError, Registered, when};
 
 /// What `nd7 admin machines` found: a line per machine and per token, and
@@ -144,16 +147,21 @@ pub struct Sessions {
     pub findings: Vec<Finding>,
 }
 
-/// The chains a vault holds, held to the machines' own tallies (ADR-0120):
-/// each tally must be signed by the key of a machine the organisation let
-/// in; every session a tally names must be listed, up to the entry it
-/// names at least; every session listed must be in its machine's tally.
+/// The chains a vault holds, held to the machines' own tallies (ADR-0120,
+/// ADR-0129): each tally must be signed by the key of a machine the
+/// organisation let in, and every such machine must have one (each sends
+/// one when it enrols); every session a tally names with the vault's own
+/// receipt must be listed, up to the entry the receipt names at least. A
+/// tally's session without a receipt of the vault's is the machine's word
+/// alone, and a listed session its machine's tally does not name is the
+/// vault's word against the machine's: neither is blamed on the vault.
 /// Ids come from the vault: show them through [`crate::read::safe::term`].
 pub fn list_sessions(
     url: &str,
     trust: &Trust,
     read_token: &str,
     fingerprint: &str,
+    seen: Option<&Path>,
 ) -> Result<Sessions, PullError> {
     let client = Client::new(url, trust)?;
     let doc = super::recipients(&client, fingerprint)?;
@@ -165,98 +173,209 @@ pub fn list_sessions(
         listed: parse_listing(&get("/v1/sessions")?),
         ..Sessions::default()
     };
-    let mut keys: Vec<(String, PublicKey)> = Vec::new();
+    let mut enrolled: Vec<Enrolment> = Vec::new();
     for record in super::records(&get("/v1/machines")?, "nd7-enroll ") {
         if let Some(enrolment) = checked_enrolment(record, &doc.org, &mut out.findings) {
-            keys.push((enrolment.machine_id(), enrolment.key));
+            enrolled.push(enrolment);
         }
     }
-    let tallies = match vault::Tally::parse_all(&get("/v1/tallies")?) {
-        Ok(t) => t,
-        Err(e) => {
-            out.findings.push(vault_finding(format!(
-                "the vault serves tallies that do not read: {e}"
+    let tallies = served_tallies(&get("/v1/tallies")?, &mut out.findings);
+    withheld(&enrolled, &tallies, &mut out.findings);
+    let vouched = vouched(&tallies, &enrolled, &mut out.findings);
+    for (tally, key) in &vouched {
+        held_to_tally(tally, key, &doc.vault, &mut out);
+    }
+    let verified: Vec<&vault::Tally> = vouched.iter().map(|(t, _)| *t).collect();
+    if let Some(path) = seen {
+        remembered(path, fingerprint, &enrolled, &verified, &mut out.findings)?;
+    }
+    untallied(&out.listed, &verified, &mut out.findings);
+    Ok(out)
+}
+
+/// The tallies the vault serves, or none and a finding if they do not
+/// read.
+fn served_tallies(text: &str, findings: &mut Vec<Finding>) -> Vec<vault::Tally> {
+    vault::Tally::parse_all(text).unwrap_or_else(|e| {
+        findings.push(vault_finding(format!(
+            "the vault serves tallies that do not read: {e}"
+        )));
+        Vec::new()
+    })
+}
+
+/// Each listed session of a machine no tally that checked is of: with
+/// every machine tallied from its enrolment on, the vault's doing.
+fn untallied(
+    listed: &[(String, String, u64)],
+    verified: &[&vault::Tally],
+    findings: &mut Vec<Finding>,
+) {
+    for (machine, session, last) in listed {
+        if !verified.iter().any(|t| t.machine == *machine) {
+            findings.push(vault_finding(format!(
+                "machine {machine}, session {session} (up to entry {last}) is listed, but the machine has no tally the vault serves"
             )));
-            Vec::new()
         }
-    };
-    let mut vouched: Vec<&vault::Tally> = Vec::new();
-    for tally in &tallies {
-        let key = keys
+    }
+}
+
+/// The vault held to what this admin verified before (the memory at
+/// `path`), which then remembers `verified` too.
+fn remembered(
+    path: &Path,
+    fingerprint: &str,
+    enrolled: &[Enrolment],
+    verified: &[&vault::Tally],
+    findings: &mut Vec<Finding>,
+) -> Result<(), ShipError> {
+    let mut memory = Seen::read(path, fingerprint)?;
+    let ids: Vec<String> = enrolled.iter().map(Enrolment::machine_id).collect();
+    findings.extend(memory.held_to(&ids, verified));
+    memory.remember(verified);
+    memory.write(path, fingerprint)
+}
+
+/// Each enrolled machine the vault serves no tally of. Every machine posts
+/// one as it enrols, before it calls itself enrolled (ADR-0129): a machine
+/// without one was withheld, with whatever sessions it tallied.
+fn withheld(enrolled: &[Enrolment], tallies: &[vault::Tally], findings: &mut Vec<Finding>) {
+    for enrolment in enrolled {
+        let id = enrolment.machine_id();
+        if !tallies.iter().any(|t| t.machine == id) {
+            findings.push(vault_finding(format!(
+                "machine {id} (enrolled {}): the vault serves no tally of it, though every machine sends one as it enrols: withheld, and with it whatever sessions the machine tallied",
+                when(enrolment.endorsed)
+            )));
+        }
+    }
+}
+
+/// The tallies signed by an enrolled machine's key, each with that key; a
+/// finding against the vault for each other one it serves.
+fn vouched<'t>(
+    tallies: &'t [vault::Tally],
+    enrolled: &[Enrolment],
+    findings: &mut Vec<Finding>,
+) -> Vec<(&'t vault::Tally, PublicKey)> {
+    let mut out = Vec::new();
+    for tally in tallies {
+        let key = enrolled
             .iter()
-            .find(|(id, _)| *id == tally.machine)
-            .map(|(_, k)| k);
-        match key.map(|k| tally.verify(k)) {
-            Some(Ok(())) => vouched.push(tally),
-            Some(Err(e)) => out.findings.push(vault_finding(format!(
+            .find(|e| e.machine_id() == tally.machine)
+            .map(|e| e.key);
+        match key.map(|k| (k, tally.verify(&k))) {
+            Some((k, Ok(()))) => out.push((tally, k)),
+            Some((_, Err(e))) => findings.push(vault_finding(format!(
                 "{e}: the vault serves a tally the machine never signed"
             ))),
-            None => out.findings.push(vault_finding(format!(
+            None => findings.push(vault_finding(format!(
                 "the vault serves a tally of machine {}, which no enrolment record the organisation signed names",
                 tally.machine
             ))),
         }
     }
-    for tally in &vouched {
-        let before = out.findings.len();
-        hidden(tally, &out.listed, &mut out.findings);
-        for (machine, session, last) in out.listed.iter().filter(|(m, _, _)| *m == tally.machine) {
-            if !tally.sessions.iter().any(|(s, _)| s == session) {
-                out.findings.push(unvouched(
-                    machine,
-                    session,
-                    *last,
-                    &format!("the machine's tally of {} does not name it", when(tally.at)),
-                ));
-            }
-        }
-        if out.findings.len() == before {
-            out.lines.push(format!(
-                "machine {}: the list agrees with its tally of {} ({} session(s))",
-                tally.machine,
-                when(tally.at),
-                tally.sessions.len()
-            ));
-        }
-    }
-    for (machine, session, last) in &out.listed {
-        if !vouched.iter().any(|t| t.machine == *machine) {
-            out.findings.push(unvouched(
-                machine,
-                session,
-                *last,
-                "the machine has no tally the vault serves",
-            ));
-        }
-    }
-    Ok(out)
+    out
 }
 
-/// Each session `tally` names that the vault's list leaves out, or lists
-/// with fewer entries than the machine saw acknowledged.
-fn hidden(tally: &vault::Tally, listed: &[(String, String, u64)], findings: &mut Vec<Finding>) {
-    for (session, last) in &tally.sessions {
-        let shown = listed
-            .iter()
-            .find(|(m, s, _)| *m == tally.machine && s == session)
-            .map(|(_, _, l)| *l);
-        if shown.is_some_and(|l| l >= *last) {
-            continue;
+/// The vault's list held to one machine's tally, signed by `key`: what the
+/// vault's own receipts in it acknowledged must be listed; what the list
+/// shows beyond the tally is unsettled.
+fn held_to_tally(tally: &vault::Tally, key: &PublicKey, vault_key: &PublicKey, out: &mut Sessions) {
+    let before = out.findings.len();
+    for receipt in &tally.sessions {
+        match acknowledged(tally, receipt, key, vault_key) {
+            Ok(()) => hidden(tally, receipt, &out.listed, &mut out.findings),
+            Err(Some(line)) => out.lines.push(line),
+            Err(None) => out.findings.push(claimed_alone(tally, receipt)),
         }
-        findings.push(vault_finding(format!(
-            "machine {}, session {session}: the machine's tally of {} says the vault acknowledged entries up to {last}, but the vault lists {}",
+    }
+    for (machine, session, last) in out.listed.iter().filter(|(m, _, _)| *m == tally.machine) {
+        if !tally
+            .sessions
+            .iter()
+            .any(|r| r.checkpoint.session == *session)
+        {
+            out.findings.push(Finding {
+                fault: Fault::Unsettled,
+                text: format!(
+                    "machine {machine}, session {session} (up to entry {last}) is listed, but the machine's tally of {} does not name it: shipped since, left out by the machine, or made up by the vault (`nd7 admin pull` checks that the machine signed its batches)",
+                    when(tally.at)
+                ),
+            });
+        }
+    }
+    if out.findings.len() == before {
+        out.lines.push(format!(
+            "machine {}: the list agrees with its tally of {} ({} session(s))",
             tally.machine,
             when(tally.at),
-            shown.map_or("no such session".to_string(), |l| format!("entries up to {l} only"))
-        )));
+            tally.sessions.len()
+        ));
     }
 }
 
-/// A session listed that no tally of its machine names.
-fn unvouched(machine: &str, session: &str, last: u64, why: &str) -> Finding {
-    vault_finding(format!(
-        "machine {machine}, session {session} (up to entry {last}) is listed, but {why}: shipped since, or not the machine's at all (`nd7 admin pull` checks its batches)"
-    ))
+/// Whether the vault whose key is `vault_key` signed `receipt` (and the
+/// machine its checkpoint). `Err(Some(line))`: signed by another vault key,
+/// which the document at hand cannot vouch for (one the vault had before
+/// its key changed): a line saying it is not checked here. `Err(None)`:
+/// not the vault's.
+fn acknowledged(
+    tally: &vault::Tally,
+    receipt: &vault::Receipt,
+    key: &PublicKey,
+    vault_key: &PublicKey,
+) -> Result<(), Option<String>> {
+    if receipt.vault != *vault_key {
+        return Err(Some(format!(
+            "machine {}, session {}: the receipt in its tally is signed by vault key {}, not the one the organisation's document names: not checked here (`nd7 admin pull --compare` checks it against the documents the machine held)",
+            tally.machine,
+            receipt.checkpoint.session,
+            receipt.vault.to_hex()
+        )));
+    }
+    receipt.verify(vault_key, key).map_err(|_| None)
+}
+
+/// A session in `tally` with no receipt of the vault's for it: the
+/// machine claims what the vault never signed.
+fn claimed_alone(tally: &vault::Tally, receipt: &vault::Receipt) -> Finding {
+    let c = &receipt.checkpoint;
+    Finding {
+        fault: Fault::Machine,
+        text: format!(
+            "machine {}, session {}: the machine's tally of {} claims the vault acknowledged entries up to {}, but the receipt it carries is not the vault's: the machine's word alone, not held against the vault",
+            tally.machine,
+            c.session,
+            when(tally.at),
+            c.last
+        ),
+    }
+}
+
+/// The session `receipt` acknowledges, if the vault's list leaves it out,
+/// or lists it with fewer entries than the vault acknowledged.
+fn hidden(
+    tally: &vault::Tally,
+    receipt: &vault::Receipt,
+    listed: &[(String, String, u64)],
+    findings: &mut Vec<Finding>,
+) {
+    let (session, last) = (&receipt.checkpoint.session, receipt.checkpoint.last);
+    let shown = listed
+        .iter()
+        .find(|(m, s, _)| *m == tally.machine && s == session)
+        .map(|(_, _, l)| *l);
+    if shown.is_some_and(|l| l >= last) {
+        return;
+    }
+    findings.push(vault_finding(format!(
+        "machine {}, session {session}: the machine's tally of {} carries the vault's receipt for entries up to {last} (stored {}), but the vault lists {}",
+        tally.machine,
+        when(tally.at),
+        when(receipt.stored),
+        shown.map_or("no such session".to_string(), |l| format!("entries up to {l} only"))
+    )));
 }
 
 fn vault_finding(text: String) -> Finding {

@@ -22,6 +22,7 @@ pub(crate) mod frames;
 mod keys;
 mod machines;
 mod pull;
+mod seen;
 
 pub(crate) use compare::vouched_vault_keys;
 pub use compare::{Compared, Comparison, compare, compare_logs};
@@ -41,8 +42,13 @@ pub enum Fault {
     /// acknowledged.
     Vault,
     /// The machine rewrote its log: its copy, or its own signed batches,
-    /// disagree with what it signed.
+    /// disagree with what it signed; or it claims, in its tally, what the
+    /// vault never acknowledged.
     Machine,
+    /// The vault's word against the machine's, neither signed for it: a
+    /// session the vault lists that the machine's tally does not name
+    /// (`nd7 admin pull` settles whose doing it is).
+    Unsettled,
 }
 
 /// Something `pull` or `compare` found, naming machine, session and entries.
@@ -57,6 +63,7 @@ impl fmt::Display for Finding {
         match self.fault {
             Fault::Vault => write!(f, "FAILED (the vault): {}", self.text),
             Fault::Machine => write!(f, "FAILED (the machine): {}", self.text),
+            Fault::Unsettled => write!(f, "UNSETTLED: {}", self.text),
         }
     }
 }

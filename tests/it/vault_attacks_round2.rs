@@ -27,6 +27,24 @@ fn sessions(vault: &Vault, org: &Org) -> std::process::Output {
         .expect("run nd7 admin sessions")
 }
 
+/// `nd7 admin sessions` with the admin's memory at `seen` (`--seen`).
+fn sessions_seen(vault: &Vault, org: &Org, seen: &std::path::Path) -> std::process::Output {
+    nd7()
+        .args([
+            "admin",
+            "sessions",
+            &vault.url,
+            "--read-token",
+            &vault.read_token(),
+            "--fingerprint",
+            &org.fingerprint,
+        ])
+        .arg("--seen")
+        .arg(seen)
+        .output()
+        .expect("run nd7 admin sessions --seen")
+}
+
 fn machine(state: &State) -> Machine {
     Machine::load(&state.xdg().join("nd7")).expect("enrolled")
 }
@@ -61,6 +79,12 @@ fn kept_tally(vault: &Vault, machine: &str) -> Option<(u64, String)> {
     .ok()
 }
 
+/// The receipt the machine of `state` keeps for `session`.
+fn kept_receipt(state: &State, session: &str) -> vault::Receipt {
+    let path = state.sessions().join(session).join("receipt");
+    vault::Receipt::parse(&std::fs::read_to_string(path).expect("receipt")).expect("reads")
+}
+
 /// Posts `body` to `POST /v1/tallies` signed as `by`: (status, reply).
 fn post_tally(vault: &Vault, by: &Machine, body: &str) -> (u16, String) {
     let signer = Signer {
@@ -92,11 +116,13 @@ fn two_machines(vault: &Vault, org: &Org) -> (State, State) {
 /// The operator removes everything of one machine: its sessions from the
 /// list and its tally from the tallies. ADR-0120 says a withheld tally gets
 /// "every session of that machine" reported, but with the sessions gone too
-/// nothing is listed to report, and the check never asks which enrolled
+/// nothing was listed to report, and the check never asked which enrolled
 /// machine served no tally: exit 0, "the list agrees" for the other
-/// machine, not a word about this one.
+/// machine, not a word about this one. Now every machine posts a tally as
+/// it enrols, and an enrolled machine the vault serves no tally of is a
+/// finding against the vault (ADR-0129): exit 3. Seen to exit 0 without
+/// `withheld` in `list_sessions`.
 #[test]
-#[ignore = "open: a machine whose tally AND sessions the operator withholds goes unreported (exit 0)"]
 fn an_operator_who_withholds_a_machines_tally_and_sessions_is_caught() {
     let vault = Vault::start();
     let org = Org::new(&vault);
@@ -123,6 +149,33 @@ fn an_operator_who_withholds_a_machines_tally_and_sessions_is_caught() {
     assert!(text.contains(&b.id), "{text}");
 }
 
+/// A machine that enrolled and never shipped has a tally all the same (of
+/// no session, posted by `nd7 enroll`), so the check does not take it for
+/// withheld: exit 0. Seen to fail (no tally kept) without the
+/// enrolment's tally in `enroll`.
+#[test]
+fn a_machine_that_never_shipped_has_its_enrolments_tally() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let m = machine(&state);
+    assert_eq!(
+        kept_tally(&vault, &m.id).map(|(_, t)| t.contains("\nsessions 0\n")),
+        Some(true)
+    );
+    let out = sessions(&vault, &org);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!(
+            "machine {}: the list agrees with its tally of",
+            m.id
+        )) && text.contains("(0 session(s))"),
+        "{text}"
+    );
+}
+
 /// The operator keeps a copy of a machine's tally, and after the machine's
 /// next ship (a new session, a new tally) puts the old tally back and hides
 /// the new session. ADR-0120 accepts this ("the time it shows is the
@@ -130,7 +183,7 @@ fn an_operator_who_withholds_a_machines_tally_and_sessions_is_caught() {
 /// 0 and says "the list agrees", so an admin reading exit statuses (a cron
 /// job) never sees the clue.
 #[test]
-#[ignore = "open (accepted in ADR-0120): an older tally served with the newer sessions hidden passes, exit 0"]
+#[ignore = "open (accepted in ADR-0120 and ADR-0129): an older tally served with the newer sessions hidden passes, exit 0"]
 fn an_operator_who_serves_an_older_tally_is_caught() {
     let vault = Vault::start();
     let org = Org::new(&vault);
@@ -171,14 +224,133 @@ DELETE FROM chains WHERE machine = ?1 AND session = 'late'";
     );
 }
 
-/// An enrolled machine that lies in its own tally: it names a session it
-/// never shipped, and leaves out one it did. `nd7 admin sessions` blames
-/// the vault for both ("FAILED (the vault)", exit 3), though the vault
-/// did nothing: the tally is the machine's word alone, with nothing of
-/// the vault's (a receipt) in it, so a malicious machine frames an honest
-/// vault at will. What should hold: an honest vault is not blamed.
+/// The variant of the attack above that an admin's memory catches: the
+/// admin ran `nd7 admin sessions --seen FILE` after the second ship, so it
+/// verified the newer tally; the operator then puts the older one back and
+/// hides the session only the newer one named. Held to the memory, the
+/// older tally is the vault's doing (exit 3); without `--seen` it still
+/// passes, as above. Seen to exit 0 without `Seen::held_to`'s check of
+/// the served tally's time.
 #[test]
-#[ignore = "open: a machine's lying tally makes `nd7 admin sessions` blame an honest vault (exit 3)"]
+fn an_older_tally_than_the_admin_verified_before_is_caught() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    let admin = tempfile::tempdir().expect("tempdir");
+    let seen = admin.path().join("seen");
+    ok(enroll(&state, &vault, &org));
+    let m = machine(&state);
+    append(&state, "early", 3);
+    ok(ship(&state));
+    let (old_at, old) = kept_tally(&vault, &m.id).expect("the first ship's tally");
+    while unix_now() <= old_at {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    append(&state, "late", 3);
+    ok(ship(&state));
+    let (new_at, _) = kept_tally(&vault, &m.id).expect("tally");
+    assert!(new_at > old_at, "the second ship's tally is kept");
+    let looked = sessions_seen(&vault, &org, &seen);
+    assert_eq!(looked.status.code(), Some(0), "{}", stdout(&looked));
+
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.execute(
+        "UPDATE tallies SET at = ?1, tally = ?2 WHERE machine = ?3",
+        rusqlite::params![old_at as i64, old, m.id],
+    )
+    .expect("put the old tally back");
+    drop(db);
+    let hide_late = "
+DELETE FROM entries WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = 'late');
+DELETE FROM batches WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = 'late');
+DELETE FROM chains WHERE machine = ?1 AND session = 'late'";
+    operator_sql(&vault, hide_late, &m.id);
+    let unremembered = sessions(&vault, &org);
+    assert_eq!(
+        unremembered.status.code(),
+        Some(0),
+        "without a memory the older tally still passes:\n{}",
+        stdout(&unremembered)
+    );
+    let out = sessions_seen(&vault, &org, &seen);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains(&format!(
+            "FAILED (the vault): machine {}: the vault serves its tally of",
+            m.id
+        )) && text.contains("but this admin verified its tally of"),
+        "{text}"
+    );
+}
+
+/// The operator removes everything of one machine, its enrolment record
+/// too: the vault then lists no machine that lacks a tally, and
+/// `nd7 admin sessions` alone cannot tell (exit 0). An admin that verified
+/// the machine's tally before, with `--seen`, is told the machine is gone
+/// (exit 3). Seen to exit 0 without `Seen::held_to`'s check of the
+/// machines listed.
+#[test]
+fn a_machine_the_admin_verified_before_cannot_be_withheld_with_its_enrolment() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let admin = tempfile::tempdir().expect("tempdir");
+    let seen = admin.path().join("seen");
+    let (_a, b) = two_machines(&vault, &org);
+    let b = machine(&b);
+    let looked = sessions_seen(&vault, &org, &seen);
+    assert_eq!(looked.status.code(), Some(0), "{}", stdout(&looked));
+
+    operator_sql(
+        &vault,
+        &format!("{FORGET_MACHINE}; DELETE FROM machines WHERE id = ?1"),
+        &b.id,
+    );
+    let unremembered = sessions(&vault, &org);
+    assert_eq!(
+        unremembered.status.code(),
+        Some(0),
+        "without a memory the machine is not missed:\n{}",
+        stdout(&unremembered)
+    );
+    let out = sessions_seen(&vault, &org, &seen);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains(&format!(
+            "FAILED (the vault): machine {}: this admin verified its tally of",
+            b.id
+        )) && text.contains("the vault no longer lists the machine"),
+        "{text}"
+    );
+    // The memory is of one organisation: another's fingerprint is refused.
+    let mut other = nd7();
+    other.args([
+        "admin",
+        "sessions",
+        &vault.url,
+        "--read-token",
+        &vault.read_token(),
+    ]);
+    let out = other
+        .args(["--fingerprint", &"0".repeat(64), "--seen"])
+        .arg(&seen)
+        .output()
+        .expect("run");
+    assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+/// An enrolled machine that lies in its own tally: it names a session it
+/// never shipped, and leaves out one it did. `nd7 admin sessions` blamed
+/// the vault for both ("FAILED (the vault)", exit 3), though the vault did
+/// nothing: the tally was the machine's word alone. Now each session in a
+/// tally carries the vault's receipt (ADR-0129): the machine, holding no
+/// vault key, can only carry the real receipt edited, whose signature then
+/// fails, and is named for it ("FAILED (the machine)", exit 1); the session
+/// it left out is the vault's word against the machine's (UNSETTLED). Seen
+/// to exit 3 with "FAILED (the vault)" with the receipts unchecked in
+/// `held_to_tally`.
+#[test]
 fn a_machine_cannot_frame_an_honest_vault_with_its_own_tally() {
     let vault = Vault::start();
     let org = Org::new(&vault);
@@ -191,7 +363,10 @@ fn a_machine_cannot_frame_an_honest_vault_with_its_own_tally() {
     assert_eq!(honest.status.code(), Some(0), "{}", stdout(&honest));
 
     let at = kept_tally(&vault, &m.id).expect("tally").0 + 1;
-    let lie = vault::Tally::sign(&m.key, &m.id, at, vec![("ghost".to_string(), 5)]).render();
+    let mut ghost = kept_receipt(&state, "real");
+    ghost.checkpoint.session = "ghost".to_string();
+    ghost.checkpoint.last = 5;
+    let lie = vault::Tally::sign(&m.key, &m.id, at, vec![ghost]).render();
     let (status, reply) = post_tally(&vault, &m, &lie);
     assert_eq!(status, 200, "{reply}");
     let out = sessions(&vault, &org);
@@ -200,6 +375,18 @@ fn a_machine_cannot_frame_an_honest_vault_with_its_own_tally() {
         !text.contains("FAILED (the vault)"),
         "the vault stored every batch it acknowledged and hid nothing, yet:\n{text}"
     );
+    assert!(
+        text.contains(&format!(
+            "FAILED (the machine): machine {}, session ghost: the machine's tally of",
+            m.id
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("UNSETTLED: machine {}, session real (up to entry 2) is listed, but the machine's tally of", m.id)),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
 }
 
 /// A malicious machine sends a tally in another machine's name: one it
@@ -439,7 +626,10 @@ fn a_tally_of_the_same_second_replaces_the_kept_one() {
     )
     .expect("the first ship's tally");
     drop(db);
-    let both = vec![("first".to_string(), 2), ("second".to_string(), 2)];
+    let both = vec![
+        kept_receipt(&state, "first"),
+        kept_receipt(&state, "second"),
+    ];
     let (status, reply) = post_tally(
         &vault,
         &m,

@@ -354,9 +354,11 @@ fn a_pull_the_network_ended_early_or_replayed_is_incomplete_not_verified() {
 /// The vault's operator (here a proxy holding the vault's key, so every
 /// reply it alters is signed) hides a session a machine shipped and
 /// invents one in `nd7 admin sessions`' list. Each machine's tally, signed
-/// by its own key, gives both away: exit 3, naming each. Guards `hidden`
-/// and the check of listed sessions against the tally in
-/// `vault_admin::list_sessions`; seen to exit 0 with either removed.
+/// by its own key, gives both away: the hidden one is the vault's (exit 3:
+/// the tally carries the vault's receipt for it), the invented one is
+/// named as unsettled (the vault's word against the machine's, ADR-0129).
+/// Guards `hidden` and the check of listed sessions against the tally in
+/// `vault_admin::machines`; seen to exit 0 with either removed.
 #[test]
 fn a_listing_that_hides_or_invents_a_session_is_caught_by_the_machines_tally() {
     let vault = Vault::start();
@@ -419,14 +421,13 @@ fn a_listing_that_hides_or_invents_a_session_is_caught_by_the_machines_tally() {
     assert!(
         text.contains(&format!(
             "FAILED (the vault): machine {machine}, session s1: the machine's tally of"
-        )) && text.contains(
-            "says the vault acknowledged entries up to 2, but the vault lists no such session"
-        ),
+        )) && text.contains("carries the vault's receipt for entries up to 2 (stored ")
+            && text.contains("but the vault lists no such session"),
         "{text}"
     );
     assert!(
         text.contains(&format!(
-            "FAILED (the vault): machine {machine}, session made-up (up to entry 2) is listed, but the machine's tally of"
+            "UNSETTLED: machine {machine}, session made-up (up to entry 2) is listed, but the machine's tally of"
         )),
         "{text}"
     );

@@ -869,7 +869,9 @@ impl Vault {
     }
 
     /// A machine's tally: its own, signed by its key, kept unless a later
-    /// one is.
+    /// one is. The receipts in it are not checked here: admins check them
+    /// against this vault's key, and blame a machine whose receipts are not
+    /// the vault's (ADR-0129).
     fn tally(
         &self,
         store: &mut dyn Store,

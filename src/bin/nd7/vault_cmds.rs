@@ -238,7 +238,7 @@ fn trust(ca_cert: Option<std::path::PathBuf>) -> Trust {
 fn fault_code(fault: Fault) -> ExitCode {
     match fault {
         Fault::Vault => ExitCode::from(3),
-        Fault::Machine => ExitCode::from(1),
+        Fault::Machine | Fault::Unsettled => ExitCode::from(1),
     }
 }
 
@@ -309,7 +309,14 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
             read_token,
             ca_cert,
             fingerprint,
-        } => sessions(&url, &read_token, trust(ca_cert), &fingerprint),
+            seen,
+        } => sessions(
+            &url,
+            &read_token,
+            trust(ca_cert),
+            &fingerprint,
+            seen.as_deref(),
+        ),
         Admin::Pull {
             url,
             read_token,
@@ -419,15 +426,17 @@ fn sessions(
     read_token: &str,
     trust: Trust,
     fingerprint: &str,
+    seen: Option<&Path>,
 ) -> Result<ExitCode, ExitCode> {
-    let listed =
-        vault_admin::list_sessions(url, &trust, read_token, fingerprint).map_err(|e| match e {
+    let listed = vault_admin::list_sessions(url, &trust, read_token, fingerprint, seen).map_err(
+        |e| match e {
             PullError::Finding(f) => {
                 println!("{}", term(&f.to_string(), Lines::One));
                 fault_code(f.fault)
             }
             PullError::Other(e) => fail(format!("sessions: {e}")),
-        })?;
+        },
+    )?;
     // Ids come from the vault: shown inert (docs/vault.md).
     print_sessions(&listed.listed);
     for line in &listed.lines {

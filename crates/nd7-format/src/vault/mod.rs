@@ -28,7 +28,8 @@
 //! - **Receipts** ([`Receipt`]) and **restore notices** ([`RestoreNotice`]):
 //!   what the vault signs about what it stored, and about losing some of it.
 //! - **Tallies** ([`Tally`]): a machine's signed list of the sessions the
-//!   vault acknowledged, which admins hold the vault's list of sessions to.
+//!   vault acknowledged, each with the vault's receipt, which admins hold
+//!   the vault's list of sessions to.
 //! - **Signed replies** ([`sign_reply`], [`PullEnd`]): the vault's signature
 //!   over each reply, naming the request's nonce, and over the end of each
 //!   streamed pull, so the network can neither replay an old answer nor end

@@ -1,57 +1,107 @@
 //! A machine's tally: its own signed list of the sessions the vault
-//! acknowledged, each with the last entry acknowledged (ADR-0120). The
-//! vault keeps each machine's latest and serves them to admins, who hold
-//! the vault's list of sessions to them: the vault's key cannot sign for a
-//! machine, so a list missing a session a machine tallied, or showing one
-//! no machine tallied, is caught.
+//! acknowledged, each with the vault's receipt for the last batch it
+//! acknowledged (ADR-0120, ADR-0129). The vault keeps each machine's latest
+//! and serves them to admins, who hold the vault's list of sessions to
+//! them. The machine's signature means the vault cannot forge or edit a
+//! tally; the receipts mean a machine cannot claim more than the vault
+//! acknowledged: an admin blames the vault only for what its own key
+//! signed.
 
 use super::*;
 
-const TALLY_MAGIC: &str = "nd7-tally v1";
+const TALLY_MAGIC: &str = "nd7-tally v2";
 
 /// ```text
-/// nd7-tally v1
+/// nd7-tally v2
 /// machine <id>
 /// at <Unix s: when the machine signed it>
 /// sessions <n>
-/// <hex of the session id's bytes> <last seq the vault acknowledged>   (n lines, by session)
+/// <receipt line>   (n lines, by session, each once)
 /// signature <128 hex: the machine's, over every byte above this line>
+/// ```
+///
+/// A receipt line is the vault's receipt for the session's last batch
+/// acknowledged, every field of it but the machine (the tally's) on one
+/// line, so that it is rebuilt whole and checked as the vault signed it:
+///
+/// ```text
+/// <session hex> <last> <first> <chain key id> <head> <batch> <checkpoint signature> <vault key> <stored> <vault signature>
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tally {
     pub machine: String,
     pub at: u64,
-    /// (session, last seq acknowledged), sorted by session, each once.
-    pub sessions: Vec<(String, u64)>,
+    /// The receipt for each session's last batch acknowledged, sorted by
+    /// session, each session once; each checkpoint names `machine`.
+    pub sessions: Vec<Receipt>,
     pub signature: [u8; 64],
 }
 
+/// A receipt as a tally's line (see [`Tally`]).
+fn receipt_line(r: &Receipt) -> String {
+    let c = &r.checkpoint;
+    format!(
+        "{} {} {} {} {} {} {} {} {} {}\n",
+        hex(c.session.as_bytes()),
+        c.last,
+        c.first,
+        c.key,
+        c.head,
+        hex(&c.batch),
+        hex(&r.checkpoint_signature),
+        r.vault.to_hex(),
+        r.stored,
+        hex(&r.signature)
+    )
+}
+
+/// A tally's receipt line read back, for a batch of `machine`'s.
+fn parse_receipt_line(machine: &str, line: &str) -> Option<Receipt> {
+    let mut f = line.split(' ');
+    let session = String::from_utf8(unhex_vec(f.next()?)?).ok()?;
+    let last = f.next()?.parse().ok()?;
+    let checkpoint = Checkpoint {
+        machine: machine.to_string(),
+        session,
+        first: f.next()?.parse().ok()?,
+        last,
+        key: KeyId::from_hex(f.next()?)?,
+        head: Digest::from_hex(f.next()?)?,
+        batch: unhex::<32>(f.next()?)?,
+    };
+    let receipt = Receipt {
+        checkpoint_signature: sig_hex(f.next()?)?,
+        vault: PublicKey::from_hex(f.next()?)?,
+        stored: f.next()?.parse().ok()?,
+        signature: sig_hex(f.next()?)?,
+        checkpoint,
+    };
+    // Only the form `receipt_line` writes (no other spelling of a number).
+    (f.next().is_none() && receipt_line(&receipt) == format!("{line}\n")).then_some(receipt)
+}
+
 impl Tally {
-    fn signed_part(machine: &str, at: u64, sessions: &[(String, u64)]) -> String {
+    fn signed_part(machine: &str, at: u64, sessions: &[Receipt]) -> String {
         let mut text = format!(
             "{TALLY_MAGIC}\nmachine {machine}\nat {at}\nsessions {}\n",
             sessions.len()
         );
-        for (session, last) in sessions {
-            text.push_str(&format!("{} {last}\n", hex(session.as_bytes())));
+        for receipt in sessions {
+            text.push_str(&receipt_line(receipt));
         }
         text
     }
 
-    /// The machine `machine`'s tally of `sessions` at `at`, signed by `key`.
-    pub fn sign(
-        key: &SigningKey,
-        machine: &str,
-        at: u64,
-        mut sessions: Vec<(String, u64)>,
-    ) -> Tally {
-        sessions.sort();
-        sessions.dedup_by(|a, b| a.0 == b.0);
-        let signature = key.sign(Tally::signed_part(machine, at, &sessions).as_bytes());
+    /// The machine `machine`'s tally at `at` of `receipts` (the one it
+    /// keeps for each session), signed by `key`.
+    pub fn sign(key: &SigningKey, machine: &str, at: u64, mut receipts: Vec<Receipt>) -> Tally {
+        receipts.sort_by(|a, b| a.checkpoint.session.cmp(&b.checkpoint.session));
+        receipts.dedup_by(|a, b| a.checkpoint.session == b.checkpoint.session);
+        let signature = key.sign(Tally::signed_part(machine, at, &receipts).as_bytes());
         Tally {
             machine: machine.to_string(),
             at,
-            sessions,
+            sessions: receipts,
             signature,
         }
     }
@@ -67,7 +117,7 @@ impl Tally {
     /// One tally; `rest` is what follows it (tallies are served one after
     /// another).
     pub fn parse_one(text: &str) -> Result<(Tally, &str), Error> {
-        let bad = || malformed("a machine's tally", "an nd7-tally v1");
+        let bad = || malformed("a machine's tally", "an nd7-tally v2");
         let mut lines = text.split_inclusive('\n');
         let mut next = || lines.next().map(|l| l.trim_end_matches('\n'));
         if next() != Some(TALLY_MAGIC) {
@@ -82,11 +132,8 @@ impl Tally {
             .ok_or_else(bad)?;
         let mut sessions = Vec::new();
         for _ in 0..n {
-            let (session, last) = next().and_then(|l| l.split_once(' ')).ok_or_else(bad)?;
-            let session = unhex_vec(session)
-                .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(bad)?;
-            sessions.push((session, last.parse().map_err(|_| bad())?));
+            let line = next().ok_or_else(bad)?;
+            sessions.push(parse_receipt_line(&machine, line).ok_or_else(bad)?);
         }
         let signature = field(next(), "signature")
             .and_then(sig_hex)
@@ -99,7 +146,11 @@ impl Tally {
             signature,
         };
         // Only the form `sign` makes: sorted, each session once.
-        if tally.sessions.windows(2).any(|w| w[0].0 >= w[1].0) {
+        if tally
+            .sessions
+            .windows(2)
+            .any(|w| w[0].checkpoint.session >= w[1].checkpoint.session)
+        {
             return Err(bad());
         }
         Ok((tally, &text[used..]))
@@ -117,6 +168,8 @@ impl Tally {
     }
 
     /// Whether `key` (the machine's, from its enrolment record) signed it.
+    /// The receipts in it are the vault's word, checked apart
+    /// ([`Receipt::verify`]): a machine can put anything there.
     pub fn verify(&self, key: &PublicKey) -> Result<(), Error> {
         let signed = Tally::signed_part(&self.machine, self.at, &self.sessions);
         if !key.verify(signed.as_bytes(), &self.signature) {

@@ -638,28 +638,83 @@ fn sealed_batches_and_pieces_keep_their_bytes() {
     );
 }
 
+/// A receipt the vault key `[9; 32]` signed for a batch of `machine`'s in
+/// `session`, entries `first..=last`, its checkpoint signed by `machine_key`.
+fn tally_receipt(machine_key: &SigningKey, session: &str, first: u64, last: u64) -> Receipt {
+    let checkpoint = Checkpoint {
+        machine: "00112233445566778899aabbccddeeff".into(),
+        session: session.into(),
+        key: KeyId([1; 16]),
+        first,
+        last,
+        head: Digest([2; 32]),
+        batch: [3; 32],
+    };
+    let signature = machine_key.sign(checkpoint.render().as_bytes());
+    let vault = SigningKey::from_seed(&Secret32::from_bytes([9u8; 32]));
+    Receipt::sign(&vault, 1_799_999_000 + last, &checkpoint, &signature)
+}
+
+/// Pinned: tally v2 (ADR-0129), whose session lines carry the vault's
+/// receipt. The text changed from v1's deliberately; its BLAKE3 pins the
+/// signatures too (Ed25519 signs deterministically).
 #[test]
 fn a_tally_renders_as_pinned_reads_back_and_verifies_only_by_its_machine() {
     let key = SigningKey::from_seed(&Secret32::from_bytes([7u8; 32]));
+    let (s1, s2) = (
+        tally_receipt(&key, "s1", 0, 4),
+        tally_receipt(&key, "s2", 5, 9),
+    );
     let tally = Tally::sign(
         &key,
         "00112233445566778899aabbccddeeff",
         1_800_000_000,
-        vec![("s2".into(), 9), ("s1".into(), 4)],
+        vec![s2.clone(), s1.clone()],
     );
     let text = tally.render();
-    let signed = "nd7-tally v1\nmachine 00112233445566778899aabbccddeeff\nat 1800000000\nsessions 2\n7331 4\n7332 9\n";
-    assert!(text.starts_with(signed), "{text}");
+    let line = |r: &Receipt, session: &str, first: u64, last: u64| {
+        format!(
+            "{session} {last} {first} {} {} {} {} {} {} {}\n",
+            hex(&[1; 16]),
+            hex(&[2; 32]),
+            hex(&[3; 32]),
+            hex(&r.checkpoint_signature),
+            r.vault.to_hex(),
+            1_799_999_000 + last,
+            hex(&r.signature)
+        )
+    };
+    let signed = format!(
+        "nd7-tally v2\nmachine 00112233445566778899aabbccddeeff\nat 1800000000\nsessions 2\n{}{}",
+        line(&s1, "7331", 0, 4),
+        line(&s2, "7332", 5, 9)
+    );
+    assert!(text.starts_with(&signed), "{text}");
+    assert_eq!(
+        blake3::hash(text.as_bytes()).to_hex().as_str(),
+        "80445ae60a8b0eb9e76431ede46e60392077123650fe10f924120ad070849e37"
+    );
     assert!(key.public().verify(signed.as_bytes(), &tally.signature));
     let twice = format!("{text}{text}");
     let read = Tally::parse_all(&twice).expect("reads");
     assert_eq!(read, vec![tally.clone(), tally.clone()]);
+    assert_eq!(read[0].sessions, vec![s1.clone(), s2.clone()]);
     assert!(read[0].verify(&key.public()).is_ok());
+    // Each receipt read back is the vault's, whole: it verifies as signed.
+    let vault = SigningKey::from_seed(&Secret32::from_bytes([9u8; 32])).public();
+    assert!(read[0].sessions[0].verify(&vault, &key.public()).is_ok());
     let other = SigningKey::from_seed(&Secret32::from_bytes([8u8; 32]));
     assert!(tally.verify(&other.public()).is_err());
-    let edited = text.replace("7331 4", "7331 3");
+    let edited = text.replace("7331 4 0", "7331 3 0");
     let (edited, _) = Tally::parse_one(&edited).expect("reads");
     assert!(edited.verify(&key.public()).is_err());
-    let unsorted = signed.replace("7331 4\n7332 9", "7332 9\n7331 4");
+    assert!(edited.sessions[0].verify(&vault, &key.public()).is_err());
+    let unsorted = format!(
+        "nd7-tally v2\nmachine 00112233445566778899aabbccddeeff\nat 1800000000\nsessions 2\n{}{}",
+        line(&s2, "7332", 5, 9),
+        line(&s1, "7331", 0, 4)
+    );
     assert!(Tally::parse_one(&format!("{unsorted}signature {}\n", hex(&[0u8; 64]))).is_err());
+    let v1 = text.replacen("nd7-tally v2", "nd7-tally v1", 1);
+    assert!(Tally::parse_one(&v1).is_err(), "v1 is not read");
 }
