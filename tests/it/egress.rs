@@ -236,8 +236,15 @@ fn the_sessions_proxy_is_no_relay_for_anyone_outside() {
     w.signal("done");
     let out = child.wait_with_output().expect("nd7 run");
     assert_eq!(lines(&out), ["over"], "{}", text(&out.stderr));
-    assert!(relay.is_err(), "the proxy answered from outside: {relay:?}");
-    assert_eq!(target.received(), "");
+    // What decides is the target: the same port number outside the
+    // session's namespace may belong to another program (another test's
+    // server answered here once), which is no relay; the session's proxy,
+    // reached from outside, would have passed the request on.
+    assert_eq!(
+        target.received(),
+        "",
+        "the session's proxy relayed a request from outside: {relay:?}"
+    );
 }
 
 /// Guards the proxy's judgment (`Rules::judge`, rebinding and IP literals)
