@@ -12,7 +12,7 @@ use crate::common::{State, stderr, stdout};
 use crate::vault::{Org, Vault, append, client, enroll, nd7, ok, ship};
 
 /// `nd7 admin sessions` against `vault`, as an admin of `org`.
-fn sessions(vault: &Vault, org: &Org) -> std::process::Output {
+pub(crate) fn sessions(vault: &Vault, org: &Org) -> std::process::Output {
     nd7()
         .args([
             "admin",
@@ -28,7 +28,11 @@ fn sessions(vault: &Vault, org: &Org) -> std::process::Output {
 }
 
 /// `nd7 admin sessions` with the admin's memory at `seen` (`--seen`).
-fn sessions_seen(vault: &Vault, org: &Org, seen: &std::path::Path) -> std::process::Output {
+pub(crate) fn sessions_seen(
+    vault: &Vault,
+    org: &Org,
+    seen: &std::path::Path,
+) -> std::process::Output {
     nd7()
         .args([
             "admin",
@@ -45,12 +49,12 @@ fn sessions_seen(vault: &Vault, org: &Org, seen: &std::path::Path) -> std::proce
         .expect("run nd7 admin sessions --seen")
 }
 
-fn machine(state: &State) -> Machine {
+pub(crate) fn machine(state: &State) -> Machine {
     Machine::load(&state.xdg().join("nd7")).expect("enrolled")
 }
 
 /// The operator at the vault's database: runs `sql` with `?1` = `machine`.
-fn operator_sql(vault: &Vault, sql: &str, machine: &str) {
+pub(crate) fn operator_sql(vault: &Vault, sql: &str, machine: &str) {
     let db = rusqlite::Connection::open(vault.db()).expect("open db");
     db.busy_timeout(std::time::Duration::from_secs(30))
         .expect("busy timeout");
@@ -61,7 +65,7 @@ fn operator_sql(vault: &Vault, sql: &str, machine: &str) {
 
 /// Every trace of `machine`'s sessions, and its tally, gone from the
 /// vault's database.
-const FORGET_MACHINE: &str = "
+pub(crate) const FORGET_MACHINE: &str = "
 DELETE FROM entries WHERE chain IN (SELECT id FROM chains WHERE machine = ?1);
 DELETE FROM batches WHERE chain IN (SELECT id FROM chains WHERE machine = ?1);
 DELETE FROM pieces WHERE chain IN (SELECT id FROM chains WHERE machine = ?1);
@@ -69,7 +73,7 @@ DELETE FROM chains WHERE machine = ?1;
 DELETE FROM tallies WHERE machine = ?1";
 
 /// The tally the vault keeps for `machine`: (at, text).
-fn kept_tally(vault: &Vault, machine: &str) -> Option<(u64, String)> {
+pub(crate) fn kept_tally(vault: &Vault, machine: &str) -> Option<(u64, String)> {
     let db = rusqlite::Connection::open(vault.db()).expect("open db");
     db.query_row(
         "SELECT at, tally FROM tallies WHERE machine = ?1",
@@ -80,13 +84,13 @@ fn kept_tally(vault: &Vault, machine: &str) -> Option<(u64, String)> {
 }
 
 /// The receipt the machine of `state` keeps for `session`.
-fn kept_receipt(state: &State, session: &str) -> vault::Receipt {
+pub(crate) fn kept_receipt(state: &State, session: &str) -> vault::Receipt {
     let path = state.sessions().join(session).join("receipt");
     vault::Receipt::parse(&std::fs::read_to_string(path).expect("receipt")).expect("reads")
 }
 
 /// Posts `body` to `POST /v1/tallies` signed as `by`: (status, reply).
-fn post_tally(vault: &Vault, by: &Machine, body: &str) -> (u16, String) {
+pub(crate) fn post_tally(vault: &Vault, by: &Machine, body: &str) -> (u16, String) {
     let signer = Signer {
         key: &by.key,
         machine: &by.id,
@@ -98,7 +102,7 @@ fn post_tally(vault: &Vault, by: &Machine, body: &str) -> (u16, String) {
 }
 
 /// Two enrolled machines, each with one session shipped (and so a tally).
-fn two_machines(vault: &Vault, org: &Org) -> (State, State) {
+pub(crate) fn two_machines(vault: &Vault, org: &Org) -> (State, State) {
     let (a, b) = (State::new(), State::new());
     for (state, session) in [(&a, "a-session"), (&b, "b-session")] {
         ok(enroll(state, vault, org));
