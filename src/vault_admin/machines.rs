@@ -182,7 +182,9 @@ pub fn list_sessions(
     let tallies = served_tallies(&get("/v1/tallies")?, &mut out.findings);
     withheld(&enrolled, &tallies, &mut out.findings);
     let vouched = vouched(&tallies, &enrolled, &mut out.findings);
+    let now = ship::unix_now();
     for (tally, key) in &vouched {
+        out.findings.extend(dated_ahead(tally, now));
         held_to_tally(tally, key, &doc.vault, &mut out);
     }
     let verified: Vec<&vault::Tally> = vouched.iter().map(|(t, _)| *t).collect();
@@ -276,6 +278,26 @@ fn vouched<'t>(
         }
     }
     out
+}
+
+/// How far past the admin's clock a tally may be dated: clocks drift, but
+/// not by hours.
+const TALLY_AHEAD_SECS: u64 = 3600;
+
+/// A finding against the machine whose tally is dated past `now`: the
+/// vault keeps a tally until a later one comes, so every tally the machine
+/// signs before that date is dropped, and what it ships meanwhile is named
+/// by no tally (a wrong clock, or a machine freezing its own tally).
+fn dated_ahead(tally: &vault::Tally, now: u64) -> Option<Finding> {
+    (tally.at > now.saturating_add(TALLY_AHEAD_SECS)).then(|| Finding {
+        fault: Fault::Machine,
+        text: format!(
+            "machine {}: its tally is dated {}, past this admin's clock ({}): the vault keeps it over every tally the machine signs before then, so nothing it ships until then is tallied (its clock is wrong)",
+            tally.machine,
+            when(tally.at),
+            when(now)
+        ),
+    })
 }
 
 /// The vault's list held to one machine's tally, signed by `key`: what the
