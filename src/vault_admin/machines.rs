@@ -308,7 +308,10 @@ fn held_to_tally(tally: &vault::Tally, key: &PublicKey, vault_key: &PublicKey, o
     for receipt in &tally.sessions {
         match acknowledged(tally, receipt, key, vault_key) {
             Ok(()) => hidden(tally, receipt, &out.listed, &mut out.findings),
-            Err(Some(line)) => out.lines.push(line),
+            Err(Some(line)) => {
+                out.lines.push(line);
+                unchecked_but_hidden(tally, receipt, &out.listed, &mut out.findings);
+            }
             Err(None) => out.findings.push(claimed_alone(tally, receipt)),
         }
     }
@@ -384,10 +387,7 @@ fn hidden(
     findings: &mut Vec<Finding>,
 ) {
     let (session, last) = (&receipt.checkpoint.session, receipt.checkpoint.last);
-    let shown = listed
-        .iter()
-        .find(|(m, s, _)| *m == tally.machine && s == session)
-        .map(|(_, _, l)| *l);
+    let shown = listed_last(&tally.machine, session, listed);
     if shown.is_some_and(|l| l >= last) {
         return;
     }
@@ -398,6 +398,42 @@ fn hidden(
         when(receipt.stored),
         shown.map_or("no such session".to_string(), |l| format!("entries up to {l} only"))
     )));
+}
+
+/// The last entry the vault lists of `machine`'s `session`, if listed.
+fn listed_last(machine: &str, session: &str, listed: &[(String, String, u64)]) -> Option<u64> {
+    listed
+        .iter()
+        .find(|(m, s, _)| m == machine && s == session)
+        .map(|(_, _, l)| *l)
+}
+
+/// A session whose receipt in `tally` is of another vault key (not
+/// checked here) that the list leaves out or shows with fewer entries:
+/// the machine's word against the vault's, unsettled rather than unsaid,
+/// or an operator could hide every session acknowledged before its key
+/// changed.
+fn unchecked_but_hidden(
+    tally: &vault::Tally,
+    receipt: &vault::Receipt,
+    listed: &[(String, String, u64)],
+    findings: &mut Vec<Finding>,
+) {
+    let (session, last) = (&receipt.checkpoint.session, receipt.checkpoint.last);
+    let shown = listed_last(&tally.machine, session, listed);
+    if shown.is_some_and(|l| l >= last) {
+        return;
+    }
+    findings.push(Finding {
+        fault: Fault::Unsettled,
+        text: format!(
+            "machine {}, session {session}: the machine's tally of {} carries a receipt of vault key {} for entries up to {last}, not checked here, but the vault lists {}: the vault's word against the machine's (`nd7 admin pull --compare` checks the receipt against the documents the machine held)",
+            tally.machine,
+            when(tally.at),
+            receipt.vault.to_hex(),
+            shown.map_or("no such session".to_string(), |l| format!("entries up to {l} only"))
+        ),
+    });
 }
 
 fn vault_finding(text: String) -> Finding {
