@@ -407,3 +407,86 @@ fn text_from_machines_and_the_operator_is_shown_inert() {
         );
     }
 }
+
+/// The vault's key changes as the organisation decided (a new key, a
+/// document naming it, the machine's next ship takes it), then the operator
+/// puts the old key and the document before the change back, and hides the
+/// session acknowledged under the new key. `nd7 admin sessions` takes the
+/// older document (it is the organisation's), so that session's receipt is
+/// now the one "of another vault key". With `seen`, the admin ran
+/// `nd7 admin sessions --seen` between the change and the rollback. The
+/// output of the last run.
+fn rolled_back_key(seen: Option<&std::path::Path>) -> (std::process::Output, String) {
+    let mut vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    append(&state, "before", 3);
+    ok(ship(&state));
+    let m = machine(&state);
+
+    vault.kill();
+    let old_key = vault.dir.path().join("vault.key.old");
+    std::fs::rename(vault.key_path(), &old_key).expect("set the old key aside");
+    let made = vault.admin(&["key"]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    vault.key = stdout(&made).trim().to_string();
+    vault.spawn();
+    org.install(&vault);
+    append(&state, "after", 3);
+    ok(ship(&state));
+    assert_eq!(kept_receipt(&state, "after").vault.to_hex(), vault.key);
+    let honest = match seen {
+        Some(path) => sessions_seen(&vault, &org, path),
+        None => sessions(&vault, &org),
+    };
+    assert_eq!(honest.status.code(), Some(0), "{}", stdout(&honest));
+
+    vault.kill();
+    std::fs::rename(&old_key, vault.key_path()).expect("the old key back");
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.execute(
+        "DELETE FROM recipients WHERE id = (SELECT MAX(id) FROM recipients)",
+        [],
+    )
+    .expect("the document before the change back");
+    drop(db);
+    vault.spawn();
+    operator_sql(&vault, &hide("after"), &m.id);
+    let out = match seen {
+        Some(path) => sessions_seen(&vault, &org, path),
+        None => sessions(&vault, &org),
+    };
+    (out, m.id)
+}
+
+/// The operator cannot "rotate" its key on its own (a document naming a
+/// key is the organisation's to sign), but after a real change it can serve
+/// the document from before it, and every receipt since is "of another
+/// vault key". The session it hid is then reported unsettled (exit 1), not
+/// passed over. Would exit 0 without `unchecked_but_hidden`.
+#[test]
+fn an_operator_who_serves_the_document_before_its_key_changed_cannot_hide_unsaid() {
+    let (out, id) = rolled_back_key(None);
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("UNSETTLED: machine {id}, session after:")),
+        "{text}\n{}",
+        stderr(&out)
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+}
+
+/// The same, to an admin who verified the newer document before (with
+/// `--seen`): an older document than one seen is the vault's doing, as an
+/// older tally is, and should be exit 3. The memory holds machines and
+/// tally times only, not the document's version, so the rollback is
+/// unsettled (exit 1) like any other.
+#[test]
+#[ignore = "open: the admin's memory does not hold the recipients document's version, so a rolled-back document (and with it the vault key) is not the vault's doing: exit 1, not 3"]
+fn an_older_document_than_the_admin_verified_before_is_the_vaults() {
+    let admin = tempfile::tempdir().expect("tempdir");
+    let (out, _) = rolled_back_key(Some(&admin.path().join("seen")));
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}\n{}", stderr(&out));
+}
