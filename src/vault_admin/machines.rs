@@ -189,7 +189,15 @@ pub fn list_sessions(
     }
     let verified: Vec<&vault::Tally> = vouched.iter().map(|(t, _)| *t).collect();
     if let Some(path) = seen {
-        remembered(path, fingerprint, &enrolled, &verified, &mut out.findings)?;
+        // A tally dated ahead is the machine's finding, not a time to hold
+        // the vault to: remembered, every honest tally until then would
+        // look older than it.
+        let timely: Vec<&vault::Tally> = verified
+            .iter()
+            .copied()
+            .filter(|t| dated_ahead(t, now).is_none())
+            .collect();
+        remembered(path, fingerprint, &enrolled, &timely, &mut out.findings)?;
     }
     untallied(&out.listed, &verified, &mut out.findings);
     Ok(out)

@@ -490,3 +490,39 @@ fn an_older_document_than_the_admin_verified_before_is_the_vaults() {
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(3), "{text}\n{}", stderr(&out));
 }
+
+/// A machine's tally dated years ahead, seen by an admin with `--seen`:
+/// the memory took its time, and once the frozen tally is cleared (the
+/// operator deletes its row, at the admin's word) and the machine ships
+/// again, every honest tally after it was "older than one seen before",
+/// the vault's doing (exit 3) until that date. One wrong clock made the
+/// memory blame an honest vault for years. Now the memory does not take a
+/// tally dated past the admin's clock (it is the machine's finding, not a
+/// time to hold the vault to). Seen to exit 3 without the filter in
+/// `remembered`.
+#[test]
+fn the_admins_memory_does_not_take_a_tally_dated_in_the_future() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    let admin = tempfile::tempdir().expect("tempdir");
+    let seen = admin.path().join("seen");
+    ok(enroll(&state, &vault, &org));
+    append(&state, "early", 3);
+    ok(ship(&state));
+    let m = machine(&state);
+    let ahead = unix_now() + 10 * 365 * 86_400;
+    let frozen = vault::Tally::sign(&m.key, &m.id, ahead, vec![kept_receipt(&state, "early")]);
+    let (status, reply) = post_tally(&vault, &m, &frozen.render());
+    assert_eq!(status, 200, "{reply}");
+    let looked = sessions_seen(&vault, &org, &seen);
+    assert_eq!(looked.status.code(), Some(1), "{}", stdout(&looked));
+
+    operator_sql(&vault, "DELETE FROM tallies WHERE machine = ?1", &m.id);
+    append(&state, "late", 3);
+    ok(ship(&state));
+    assert!(kept_tally(&vault, &m.id).expect("tally").0 < ahead);
+    let out = sessions_seen(&vault, &org, &seen);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+}
