@@ -482,7 +482,8 @@ fn one_captured_header_without_its_body_cannot_hold_every_slot() {
 }
 
 /// A relay on loopback that passes every request to the vault on a
-/// connection of its own, except the first `POST /v1/batches`: that one
+/// connection of its own, except the first `POST /v1/batches`
+/// ([`cut_replies`] with another request line): that one
 /// reaches the vault, which stores the batch and answers, and the relay
 /// then closes the machine's connection without a byte of the answer (a
 /// network cut at the worst moment, or an on-path attacker choosing it).
@@ -490,12 +491,23 @@ fn one_captured_header_without_its_body_cannot_hold_every_slot() {
 fn cut_first_batch_reply(
     vault: &Vault,
 ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    cut_replies(vault, "POST /v1/batches ", 1)
+}
+
+/// The relay above, cutting the replies to the first `times` requests
+/// whose request line starts with `cut`.
+pub(crate) fn cut_replies(
+    vault: &Vault,
+    cut: &'static str,
+    times: usize,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::sync::atomic::Ordering;
 
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let prefix = cut;
     let cut = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (to, counter) = (vault.addr.clone(), cut.clone());
     std::thread::spawn(move || {
@@ -552,9 +564,11 @@ fn cut_first_batch_reply(
                 }
                 let mut reply = Vec::new();
                 let _ = vault.read_to_end(&mut reply);
-                if request_line.starts_with("POST /v1/batches ")
+                if request_line.starts_with(prefix)
                     && counter
-                        .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                            (n < times).then_some(n + 1)
+                        })
                         .is_ok()
                 {
                     return; // closed unanswered; the vault stored it

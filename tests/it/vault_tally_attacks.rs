@@ -526,3 +526,45 @@ fn the_admins_memory_does_not_take_a_tally_dated_in_the_future() {
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
 }
+
+/// An on-path proxy (or a network cut at the worst moment) lets the tally
+/// `nd7 enroll` posts reach the vault and drops the vault's answer, twice
+/// (the client resends a request once whose answer was cut, ADR-0118: one
+/// cut alone is absorbed). The proxy cannot answer in the vault's place
+/// (replies are bound to the request by the vault's key), so the enrolment
+/// fails and writes no machine id; run again, as ADR-0129 says, with the
+/// same key and token, it enrols, and `nd7 admin sessions` finds the
+/// machine's tally (exit 0), not a machine withheld. Would fail if
+/// `nd7 enroll` wrote the machine's id before its tally was answered, or
+/// if the retry were refused.
+#[test]
+fn a_proxy_that_drops_the_enrolments_tally_reply_makes_the_enrolment_retry() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let (url, cut) = crate::vault_attacks_round2::cut_replies(&vault, "POST /v1/tallies ", 2);
+    let state = State::new();
+    let token = org.token();
+    let enrol_at = |url: &str| {
+        state
+            .nd7()
+            .args(["enroll", url, "--token", &token])
+            .args(["--fingerprint", &org.fingerprint])
+            .output()
+            .expect("run nd7 enroll")
+    };
+    let first = enrol_at(&url);
+    assert_eq!(cut.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert!(!first.status.success(), "{}", stdout(&first));
+    assert!(
+        !state.xdg().join("nd7/vault/machine.id").exists(),
+        "{}",
+        stderr(&first)
+    );
+    ok(enrol_at(&url));
+    assert_eq!(cut.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert!(state.xdg().join("nd7/vault/machine.id").exists());
+    let m = machine(&state);
+    assert!(kept_tally(&vault, &m.id).is_some());
+    let out = sessions(&vault, &org);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
