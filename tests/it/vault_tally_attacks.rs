@@ -181,8 +181,10 @@ fn an_operator_who_serves_another_machines_tally_in_its_place_is_caught() {
 /// said "the list agrees" (exit 0). Neither the operator nor another
 /// machine can freeze a machine's tally (each needs its key: `sent_by`),
 /// but its own wrong clock can. Now a tally dated more than an hour past
-/// the admin's clock is the machine's doing (exit 1). Seen to exit 0
-/// without `dated_ahead` in `list_sessions`.
+/// the admin's clock is the machine's doing (exit 1), and `nd7 ship` warns
+/// when the vault keeps a later tally than the one it sent. Seen to exit 0
+/// without `dated_ahead` in `list_sessions`, and to say nothing without
+/// the check of the reply in `post_tally`.
 #[test]
 fn a_tally_dated_in_the_future_is_the_machines() {
     let vault = Vault::start();
@@ -197,11 +199,17 @@ fn a_tally_dated_in_the_future_is_the_machines() {
     let (status, reply) = post_tally(&vault, &m, &frozen.render());
     assert_eq!(status, 200, "{reply}");
     append(&state, "late", 3);
-    let shipped = ok(ship(&state));
+    let shipped = ship(&state);
+    let said = stderr(&shipped);
+    ok(shipped);
     assert_eq!(
         kept_tally(&vault, &m.id).map(|(at, _)| at),
         Some(ahead),
-        "the later ship's tally is dropped, and ship says:\n{shipped}"
+        "the later ship's tally is dropped"
+    );
+    assert!(
+        said.contains("warning: the vault keeps a later tally of this machine"),
+        "the machine is told its tally was not kept: {said}"
     );
     operator_sql(&vault, &hide("late"), &m.id);
 
