@@ -576,3 +576,56 @@ fn a_proxy_that_drops_the_enrolments_tally_reply_makes_the_enrolment_retry() {
     let out = sessions(&vault, &org);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }
+
+/// Two tallies of one machine signed in the same second (two `nd7 ship`s
+/// at once: a timer's and a user's); the vault keeps the later one, the
+/// admin verifies it with `--seen`, then the operator puts the earlier one
+/// back (same `at`) and hides the session only the later one named. The
+/// memory holds the time alone, and "older" is a strictly earlier time, so
+/// the swap passes (exit 0). A narrow window (one second), but an operator
+/// who watches for it can use every one. Would hold if the memory kept
+/// something of the tally itself (its digest, or the sessions it named)
+/// beside its time.
+#[test]
+#[ignore = "open: a tally of the same second as the one the admin verified passes the memory, and hides what the later one named: exit 0"]
+fn a_tally_of_the_same_second_cannot_stand_in_for_the_one_seen() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    let admin = tempfile::tempdir().expect("tempdir");
+    let seen = admin.path().join("seen");
+    ok(enroll(&state, &vault, &org));
+    append(&state, "first", 3);
+    append(&state, "second", 3);
+    ok(ship(&state));
+    let m = machine(&state);
+    let at = kept_tally(&vault, &m.id).expect("tally").0 + 1;
+    let earlier = vault::Tally::sign(&m.key, &m.id, at, vec![kept_receipt(&state, "first")]);
+    let later = vault::Tally::sign(
+        &m.key,
+        &m.id,
+        at,
+        vec![
+            kept_receipt(&state, "first"),
+            kept_receipt(&state, "second"),
+        ],
+    );
+    for tally in [&earlier, &later] {
+        let (status, reply) = post_tally(&vault, &m, &tally.render());
+        assert_eq!(status, 200, "{reply}");
+    }
+    let looked = sessions_seen(&vault, &org, &seen);
+    assert_eq!(looked.status.code(), Some(0), "{}", stdout(&looked));
+
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.execute(
+        "UPDATE tallies SET tally = ?1 WHERE machine = ?2",
+        rusqlite::params![earlier.render(), m.id],
+    )
+    .expect("the earlier tally of the same second back");
+    drop(db);
+    operator_sql(&vault, &hide("second"), &m.id);
+    let out = sessions_seen(&vault, &org, &seen);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}\n{}", stderr(&out));
+}
