@@ -118,6 +118,8 @@ pub fn enroll(
     // A tally of no session, before anything is written: from now on the
     // vault serves a tally for this machine, so one it does not serve was
     // withheld (ADR-0129). If it fails, the enrolment is tried again whole.
+    // Kept or not (a later one of this key, from an earlier try), the
+    // vault has a tally of this machine.
     pipeline::post_tally(&client, &signer, &recipients.vault, Vec::new())?;
     write_0600(
         &dir.join(MACHINE_KEY_FILE),

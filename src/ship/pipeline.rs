@@ -123,20 +123,25 @@ pub fn ship_all(state_dir: &Path, progress: &mut dyn FnMut(&str)) -> Result<Repo
     report.not_tried = ids.collect();
     // A vault out of reach is said once (`ShipReport::unreachable`), not
     // again for the tally.
-    if report.unreachable().is_none()
-        && let Err(e) = send_tally(&machine, &sessions)
-    {
-        report
-            .warnings
-            .push(format!("the tally of shipped sessions was not sent: {e}"));
+    if report.unreachable().is_none() {
+        match send_tally(&machine, &sessions) {
+            Ok(true) => {}
+            Ok(false) => report.warnings.push(
+                "the vault keeps a later tally of this machine than the one just sent (one dated ahead: this machine's clock is or was wrong), so the sessions shipped since are in no tally it keeps".to_string(),
+            ),
+            Err(e) => report
+                .warnings
+                .push(format!("the tally of shipped sessions was not sent: {e}")),
+        }
     }
     Ok(report)
 }
 
 /// Signs and sends this machine's tally (ADR-0120, ADR-0129): the receipt
 /// it keeps for every session, so that admins can hold the vault's list of
-/// sessions to what the vault itself acknowledged.
-fn send_tally(machine: &Machine, sessions: &Path) -> Result<(), ShipError> {
+/// sessions to what the vault itself acknowledged. Whether the vault
+/// kept it.
+fn send_tally(machine: &Machine, sessions: &Path) -> Result<bool, ShipError> {
     let mut receipts = Vec::new();
     for entry in fs::read_dir(sessions).map_err(io_err(sessions, "list"))? {
         let Ok(entry) = entry else { continue };
@@ -154,19 +159,20 @@ fn send_tally(machine: &Machine, sessions: &Path) -> Result<(), ShipError> {
 
 /// Signs a tally of `receipts` now, as `signer`'s machine, and posts it to
 /// the vault whose key is `vault_key`. `nd7 enroll` posts one of none, so
-/// that every machine the vault enrolled has a tally (ADR-0129).
+/// that every machine the vault enrolled has a tally (ADR-0129). Whether
+/// the vault kept it: it keeps a later one (dated ahead) over it.
 pub(super) fn post_tally(
     client: &Client,
     signer: &Signer<'_>,
     vault_key: &vault::PublicKey,
     receipts: Vec<vault::Receipt>,
-) -> Result<(), ShipError> {
+) -> Result<bool, ShipError> {
     let tally = vault::Tally::sign(signer.key, signer.machine, unix_now(), receipts);
-    client.ok_bound(
+    let reply = client.ok_bound(
         Request::post("/v1/tallies", tally.render().as_bytes()).signed(signer),
         vault_key,
     )?;
-    Ok(())
+    Ok(String::from_utf8_lossy(&reply).trim_end() == format!("tally {}", tally.at))
 }
 
 /// How long before the recipients document's validity runs out ship starts

@@ -182,12 +182,22 @@ pub fn list_sessions(
     let tallies = served_tallies(&get("/v1/tallies")?, &mut out.findings);
     withheld(&enrolled, &tallies, &mut out.findings);
     let vouched = vouched(&tallies, &enrolled, &mut out.findings);
+    let now = ship::unix_now();
     for (tally, key) in &vouched {
+        out.findings.extend(dated_ahead(tally, now));
         held_to_tally(tally, key, &doc.vault, &mut out);
     }
     let verified: Vec<&vault::Tally> = vouched.iter().map(|(t, _)| *t).collect();
     if let Some(path) = seen {
-        remembered(path, fingerprint, &enrolled, &verified, &mut out.findings)?;
+        // A tally dated ahead is the machine's finding, not a time to hold
+        // the vault to: remembered, every honest tally until then would
+        // look older than it.
+        let timely: Vec<&vault::Tally> = verified
+            .iter()
+            .copied()
+            .filter(|t| dated_ahead(t, now).is_none())
+            .collect();
+        remembered(path, fingerprint, &enrolled, &timely, &mut out.findings)?;
     }
     untallied(&out.listed, &verified, &mut out.findings);
     Ok(out)
@@ -278,6 +288,26 @@ fn vouched<'t>(
     out
 }
 
+/// How far past the admin's clock a tally may be dated: clocks drift, but
+/// not by hours.
+const TALLY_AHEAD_SECS: u64 = 3600;
+
+/// A finding against the machine whose tally is dated past `now`: the
+/// vault keeps a tally until a later one comes, so every tally the machine
+/// signs before that date is dropped, and what it ships meanwhile is named
+/// by no tally (a wrong clock, or a machine freezing its own tally).
+fn dated_ahead(tally: &vault::Tally, now: u64) -> Option<Finding> {
+    (tally.at > now.saturating_add(TALLY_AHEAD_SECS)).then(|| Finding {
+        fault: Fault::Machine,
+        text: format!(
+            "machine {}: its tally is dated {}, past this admin's clock ({}): the vault keeps it over every tally the machine signs before then, so nothing it ships until then is tallied (its clock is wrong)",
+            tally.machine,
+            when(tally.at),
+            when(now)
+        ),
+    })
+}
+
 /// The vault's list held to one machine's tally, signed by `key`: what the
 /// vault's own receipts in it acknowledged must be listed; what the list
 /// shows beyond the tally is unsettled.
@@ -286,7 +316,10 @@ fn held_to_tally(tally: &vault::Tally, key: &PublicKey, vault_key: &PublicKey, o
     for receipt in &tally.sessions {
         match acknowledged(tally, receipt, key, vault_key) {
             Ok(()) => hidden(tally, receipt, &out.listed, &mut out.findings),
-            Err(Some(line)) => out.lines.push(line),
+            Err(Some(line)) => {
+                out.lines.push(line);
+                unchecked_but_hidden(tally, receipt, &out.listed, &mut out.findings);
+            }
             Err(None) => out.findings.push(claimed_alone(tally, receipt)),
         }
     }
@@ -362,10 +395,7 @@ fn hidden(
     findings: &mut Vec<Finding>,
 ) {
     let (session, last) = (&receipt.checkpoint.session, receipt.checkpoint.last);
-    let shown = listed
-        .iter()
-        .find(|(m, s, _)| *m == tally.machine && s == session)
-        .map(|(_, _, l)| *l);
+    let shown = listed_last(&tally.machine, session, listed);
     if shown.is_some_and(|l| l >= last) {
         return;
     }
@@ -376,6 +406,42 @@ fn hidden(
         when(receipt.stored),
         shown.map_or("no such session".to_string(), |l| format!("entries up to {l} only"))
     )));
+}
+
+/// The last entry the vault lists of `machine`'s `session`, if listed.
+fn listed_last(machine: &str, session: &str, listed: &[(String, String, u64)]) -> Option<u64> {
+    listed
+        .iter()
+        .find(|(m, s, _)| m == machine && s == session)
+        .map(|(_, _, l)| *l)
+}
+
+/// A session whose receipt in `tally` is of another vault key (not
+/// checked here) that the list leaves out or shows with fewer entries:
+/// the machine's word against the vault's, unsettled rather than unsaid,
+/// or an operator could hide every session acknowledged before its key
+/// changed.
+fn unchecked_but_hidden(
+    tally: &vault::Tally,
+    receipt: &vault::Receipt,
+    listed: &[(String, String, u64)],
+    findings: &mut Vec<Finding>,
+) {
+    let (session, last) = (&receipt.checkpoint.session, receipt.checkpoint.last);
+    let shown = listed_last(&tally.machine, session, listed);
+    if shown.is_some_and(|l| l >= last) {
+        return;
+    }
+    findings.push(Finding {
+        fault: Fault::Unsettled,
+        text: format!(
+            "machine {}, session {session}: the machine's tally of {} carries a receipt of vault key {} for entries up to {last}, not checked here, but the vault lists {}: the vault's word against the machine's (`nd7 admin pull --compare` checks the receipt against the documents the machine held)",
+            tally.machine,
+            when(tally.at),
+            receipt.vault.to_hex(),
+            shown.map_or("no such session".to_string(), |l| format!("entries up to {l} only"))
+        ),
+    });
 }
 
 fn vault_finding(text: String) -> Finding {

@@ -12,7 +12,7 @@ use crate::common::{State, stderr, stdout};
 use crate::vault::{Org, Vault, append, client, enroll, nd7, ok, ship};
 
 /// `nd7 admin sessions` against `vault`, as an admin of `org`.
-fn sessions(vault: &Vault, org: &Org) -> std::process::Output {
+pub(crate) fn sessions(vault: &Vault, org: &Org) -> std::process::Output {
     nd7()
         .args([
             "admin",
@@ -28,7 +28,11 @@ fn sessions(vault: &Vault, org: &Org) -> std::process::Output {
 }
 
 /// `nd7 admin sessions` with the admin's memory at `seen` (`--seen`).
-fn sessions_seen(vault: &Vault, org: &Org, seen: &std::path::Path) -> std::process::Output {
+pub(crate) fn sessions_seen(
+    vault: &Vault,
+    org: &Org,
+    seen: &std::path::Path,
+) -> std::process::Output {
     nd7()
         .args([
             "admin",
@@ -45,12 +49,12 @@ fn sessions_seen(vault: &Vault, org: &Org, seen: &std::path::Path) -> std::proce
         .expect("run nd7 admin sessions --seen")
 }
 
-fn machine(state: &State) -> Machine {
+pub(crate) fn machine(state: &State) -> Machine {
     Machine::load(&state.xdg().join("nd7")).expect("enrolled")
 }
 
 /// The operator at the vault's database: runs `sql` with `?1` = `machine`.
-fn operator_sql(vault: &Vault, sql: &str, machine: &str) {
+pub(crate) fn operator_sql(vault: &Vault, sql: &str, machine: &str) {
     let db = rusqlite::Connection::open(vault.db()).expect("open db");
     db.busy_timeout(std::time::Duration::from_secs(30))
         .expect("busy timeout");
@@ -61,7 +65,7 @@ fn operator_sql(vault: &Vault, sql: &str, machine: &str) {
 
 /// Every trace of `machine`'s sessions, and its tally, gone from the
 /// vault's database.
-const FORGET_MACHINE: &str = "
+pub(crate) const FORGET_MACHINE: &str = "
 DELETE FROM entries WHERE chain IN (SELECT id FROM chains WHERE machine = ?1);
 DELETE FROM batches WHERE chain IN (SELECT id FROM chains WHERE machine = ?1);
 DELETE FROM pieces WHERE chain IN (SELECT id FROM chains WHERE machine = ?1);
@@ -69,7 +73,7 @@ DELETE FROM chains WHERE machine = ?1;
 DELETE FROM tallies WHERE machine = ?1";
 
 /// The tally the vault keeps for `machine`: (at, text).
-fn kept_tally(vault: &Vault, machine: &str) -> Option<(u64, String)> {
+pub(crate) fn kept_tally(vault: &Vault, machine: &str) -> Option<(u64, String)> {
     let db = rusqlite::Connection::open(vault.db()).expect("open db");
     db.query_row(
         "SELECT at, tally FROM tallies WHERE machine = ?1",
@@ -80,13 +84,13 @@ fn kept_tally(vault: &Vault, machine: &str) -> Option<(u64, String)> {
 }
 
 /// The receipt the machine of `state` keeps for `session`.
-fn kept_receipt(state: &State, session: &str) -> vault::Receipt {
+pub(crate) fn kept_receipt(state: &State, session: &str) -> vault::Receipt {
     let path = state.sessions().join(session).join("receipt");
     vault::Receipt::parse(&std::fs::read_to_string(path).expect("receipt")).expect("reads")
 }
 
 /// Posts `body` to `POST /v1/tallies` signed as `by`: (status, reply).
-fn post_tally(vault: &Vault, by: &Machine, body: &str) -> (u16, String) {
+pub(crate) fn post_tally(vault: &Vault, by: &Machine, body: &str) -> (u16, String) {
     let signer = Signer {
         key: &by.key,
         machine: &by.id,
@@ -98,7 +102,7 @@ fn post_tally(vault: &Vault, by: &Machine, body: &str) -> (u16, String) {
 }
 
 /// Two enrolled machines, each with one session shipped (and so a tally).
-fn two_machines(vault: &Vault, org: &Org) -> (State, State) {
+pub(crate) fn two_machines(vault: &Vault, org: &Org) -> (State, State) {
     let (a, b) = (State::new(), State::new());
     for (state, session) in [(&a, "a-session"), (&b, "b-session")] {
         ok(enroll(state, vault, org));
@@ -478,7 +482,8 @@ fn one_captured_header_without_its_body_cannot_hold_every_slot() {
 }
 
 /// A relay on loopback that passes every request to the vault on a
-/// connection of its own, except the first `POST /v1/batches`: that one
+/// connection of its own, except the first `POST /v1/batches`
+/// ([`cut_replies`] with another request line): that one
 /// reaches the vault, which stores the batch and answers, and the relay
 /// then closes the machine's connection without a byte of the answer (a
 /// network cut at the worst moment, or an on-path attacker choosing it).
@@ -486,12 +491,23 @@ fn one_captured_header_without_its_body_cannot_hold_every_slot() {
 fn cut_first_batch_reply(
     vault: &Vault,
 ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    cut_replies(vault, "POST /v1/batches ", 1)
+}
+
+/// The relay above, cutting the replies to the first `times` requests
+/// whose request line starts with `cut`.
+pub(crate) fn cut_replies(
+    vault: &Vault,
+    cut: &'static str,
+    times: usize,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::sync::atomic::Ordering;
 
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let prefix = cut;
     let cut = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (to, counter) = (vault.addr.clone(), cut.clone());
     std::thread::spawn(move || {
@@ -548,9 +564,11 @@ fn cut_first_batch_reply(
                 }
                 let mut reply = Vec::new();
                 let _ = vault.read_to_end(&mut reply);
-                if request_line.starts_with("POST /v1/batches ")
+                if request_line.starts_with(prefix)
                     && counter
-                        .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                            (n < times).then_some(n + 1)
+                        })
                         .is_ok()
                 {
                     return; // closed unanswered; the vault stored it

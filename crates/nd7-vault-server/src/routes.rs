@@ -891,7 +891,12 @@ impl Vault {
             ("tally", "tally"),
             &format!("machine {machine}"),
         )?;
-        let kept = store.set_tally(machine, tally.at, text).map_err(internal)?;
+        // Kept as `render` writes it, not as sent: tallies are served one
+        // after another, and one sent without its last newline would run
+        // into the next and leave none readable.
+        let kept = store
+            .set_tally(machine, tally.at, &tally.render())
+            .map_err(internal)?;
         Ok(reply(
             200,
             if kept {
