@@ -395,10 +395,9 @@ fn hidden(
     findings: &mut Vec<Finding>,
 ) {
     let (session, last) = (&receipt.checkpoint.session, receipt.checkpoint.last);
-    let shown = listed_last(&tally.machine, session, listed);
-    if shown.is_some_and(|l| l >= last) {
+    let Some(shown) = listed_short(tally, receipt, listed) else {
         return;
-    }
+    };
     findings.push(vault_finding(format!(
         "machine {}, session {session}: the machine's tally of {} carries the vault's receipt for entries up to {last} (stored {}), but the vault lists {}",
         tally.machine,
@@ -406,6 +405,20 @@ fn hidden(
         when(receipt.stored),
         shown.map_or("no such session".to_string(), |l| format!("entries up to {l} only"))
     )));
+}
+
+/// What the vault lists of the session `receipt` acknowledges, when that
+/// is less than it acknowledged: `Some(None)` when it lists none of it,
+/// `Some(Some(last))` when it lists entries up to `last` only.
+fn listed_short(
+    tally: &vault::Tally,
+    receipt: &vault::Receipt,
+    listed: &[(String, String, u64)],
+) -> Option<Option<u64>> {
+    let shown = listed_last(&tally.machine, &receipt.checkpoint.session, listed);
+    shown
+        .is_none_or(|l| l < receipt.checkpoint.last)
+        .then_some(shown)
 }
 
 /// The last entry the vault lists of `machine`'s `session`, if listed.
@@ -428,10 +441,9 @@ fn unchecked_but_hidden(
     findings: &mut Vec<Finding>,
 ) {
     let (session, last) = (&receipt.checkpoint.session, receipt.checkpoint.last);
-    let shown = listed_last(&tally.machine, session, listed);
-    if shown.is_some_and(|l| l >= last) {
+    let Some(shown) = listed_short(tally, receipt, listed) else {
         return;
-    }
+    };
     findings.push(Finding {
         fault: Fault::Unsettled,
         text: format!(

@@ -72,6 +72,37 @@ DELETE FROM pieces WHERE chain IN (SELECT id FROM chains WHERE machine = ?1);
 DELETE FROM chains WHERE machine = ?1;
 DELETE FROM tallies WHERE machine = ?1";
 
+/// Every trace of `session` (`?1` is the machine) gone from the vault's
+/// database.
+pub(crate) fn hide(session: &str) -> String {
+    format!(
+        "DELETE FROM entries WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = '{session}');
+DELETE FROM batches WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = '{session}');
+DELETE FROM chains WHERE machine = ?1 AND session = '{session}'"
+    )
+}
+
+/// The operator puts `tally`, dated `at`, back as `machine`'s kept tally.
+pub(crate) fn put_back_tally(vault: &Vault, machine: &str, at: u64, tally: &str) {
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.execute(
+        "UPDATE tallies SET at = ?1, tally = ?2 WHERE machine = ?3",
+        rusqlite::params![at as i64, tally, machine],
+    )
+    .expect("put the old tally back");
+}
+
+/// The operator stores `tally` as `machine`'s kept tally, its time as it
+/// was.
+pub(crate) fn replace_tally_text(vault: &Vault, machine: &str, tally: &str) {
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    db.execute(
+        "UPDATE tallies SET tally = ?1 WHERE machine = ?2",
+        rusqlite::params![tally, machine],
+    )
+    .expect("replace the tally");
+}
+
 /// The tally the vault keeps for `machine`: (at, text).
 pub(crate) fn kept_tally(vault: &Vault, machine: &str) -> Option<(u64, String)> {
     let db = rusqlite::Connection::open(vault.db()).expect("open db");
@@ -99,6 +130,13 @@ pub(crate) fn post_tally(vault: &Vault, by: &Machine, body: &str) -> (u16, Strin
         .request(Request::post("/v1/tallies", body.as_bytes()).signed(&signer))
         .expect("request");
     (status, String::from_utf8_lossy(&reply).into_owned())
+}
+
+/// [`post_tally`], which the vault must take (200): a tally its machine
+/// signed, whatever it says.
+pub(crate) fn post_kept_tally(vault: &Vault, by: &Machine, body: &str) {
+    let (status, reply) = post_tally(vault, by, body);
+    assert_eq!(status, 200, "{reply}");
 }
 
 /// Two enrolled machines, each with one session shipped (and so a tally).
@@ -207,18 +245,8 @@ fn an_operator_who_serves_an_older_tally_is_caught() {
     let (new_at, _) = kept_tally(&vault, &m.id).expect("tally");
     assert!(new_at > old_at, "the second ship's tally is kept");
 
-    let db = rusqlite::Connection::open(vault.db()).expect("open db");
-    db.execute(
-        "UPDATE tallies SET at = ?1, tally = ?2 WHERE machine = ?3",
-        rusqlite::params![old_at as i64, old, m.id],
-    )
-    .expect("put the old tally back");
-    drop(db);
-    let hide_late = "
-DELETE FROM entries WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = 'late');
-DELETE FROM batches WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = 'late');
-DELETE FROM chains WHERE machine = ?1 AND session = 'late'";
-    operator_sql(&vault, hide_late, &m.id);
+    put_back_tally(&vault, &m.id, old_at, &old);
+    operator_sql(&vault, &hide("late"), &m.id);
     let out = sessions(&vault, &org);
     assert_eq!(
         out.status.code(),
@@ -257,18 +285,8 @@ fn an_older_tally_than_the_admin_verified_before_is_caught() {
     let looked = sessions_seen(&vault, &org, &seen);
     assert_eq!(looked.status.code(), Some(0), "{}", stdout(&looked));
 
-    let db = rusqlite::Connection::open(vault.db()).expect("open db");
-    db.execute(
-        "UPDATE tallies SET at = ?1, tally = ?2 WHERE machine = ?3",
-        rusqlite::params![old_at as i64, old, m.id],
-    )
-    .expect("put the old tally back");
-    drop(db);
-    let hide_late = "
-DELETE FROM entries WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = 'late');
-DELETE FROM batches WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = 'late');
-DELETE FROM chains WHERE machine = ?1 AND session = 'late'";
-    operator_sql(&vault, hide_late, &m.id);
+    put_back_tally(&vault, &m.id, old_at, &old);
+    operator_sql(&vault, &hide("late"), &m.id);
     let unremembered = sessions(&vault, &org);
     assert_eq!(
         unremembered.status.code(),
@@ -371,8 +389,7 @@ fn a_machine_cannot_frame_an_honest_vault_with_its_own_tally() {
     ghost.checkpoint.session = "ghost".to_string();
     ghost.checkpoint.last = 5;
     let lie = vault::Tally::sign(&m.key, &m.id, at, vec![ghost]).render();
-    let (status, reply) = post_tally(&vault, &m, &lie);
-    assert_eq!(status, 200, "{reply}");
+    post_kept_tally(&vault, &m, &lie);
     let out = sessions(&vault, &org);
     let text = stdout(&out);
     assert!(
@@ -637,13 +654,7 @@ fn a_tally_of_the_same_second_replaces_the_kept_one() {
     // As if the second ship had signed its tally in the first one's
     // second: the vault holds the first tally, and the machine sends one
     // of the same second naming both sessions.
-    let db = rusqlite::Connection::open(vault.db()).expect("open db");
-    db.execute(
-        "UPDATE tallies SET at = ?1, tally = ?2 WHERE machine = ?3",
-        rusqlite::params![at as i64, first, m.id],
-    )
-    .expect("the first ship's tally");
-    drop(db);
+    put_back_tally(&vault, &m.id, at, &first);
     let both = vec![
         kept_receipt(&state, "first"),
         kept_receipt(&state, "second"),

@@ -11,18 +11,25 @@ use nd7_core::vault;
 use crate::common::{State, stderr, stdout};
 use crate::vault::{Org, Vault, append, enroll, ok, ship};
 use crate::vault_attacks_round2::{
-    kept_receipt, kept_tally, machine, operator_sql, post_tally, sessions, sessions_seen,
-    two_machines,
+    hide, kept_receipt, kept_tally, machine, operator_sql, post_kept_tally, replace_tally_text,
+    sessions, sessions_seen, two_machines,
 };
 
-/// Every trace of `session` (`?1` is the machine) gone from the vault's
-/// database.
-fn hide(session: &str) -> String {
-    format!(
-        "DELETE FROM entries WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = '{session}');
-DELETE FROM batches WHERE chain IN (SELECT id FROM chains WHERE machine = ?1 AND session = '{session}');
-DELETE FROM chains WHERE machine = ?1 AND session = '{session}'"
-    )
+/// `nd7 admin sessions` does not blame the vault, and says `line`, exiting
+/// with `code`.
+fn not_the_vaults(vault: &Vault, org: &Org, line: &str, code: i32) {
+    let out = sessions(vault, org);
+    let text = stdout(&out);
+    assert!(!text.contains("FAILED (the vault)"), "{text}");
+    assert!(text.contains(line), "{text}");
+    assert_eq!(out.status.code(), Some(code), "{text}");
+}
+
+/// `nd7 admin sessions` blames machine `id` for `session`, and not the
+/// vault: `FAILED (the machine)`, exit 1.
+fn the_machines_fault(vault: &Vault, org: &Org, id: &str, session: &str) {
+    let line = format!("FAILED (the machine): machine {id}, session {session}:");
+    not_the_vaults(vault, org, &line, 1);
 }
 
 /// Machine B carries machine A's genuine receipt (signed by the vault, for
@@ -42,20 +49,9 @@ fn a_machine_cannot_carry_another_machines_receipt() {
     let b = machine(&b);
     let at = kept_tally(&vault, &b.id).expect("tally").0 + 1;
     let lie = vault::Tally::sign(&b.key, &b.id, at, vec![theirs, mine]).render();
-    let (status, reply) = post_tally(&vault, &b, &lie);
-    assert_eq!(status, 200, "{reply}");
+    post_kept_tally(&vault, &b, &lie);
 
-    let out = sessions(&vault, &org);
-    let text = stdout(&out);
-    assert!(!text.contains("FAILED (the vault)"), "{text}");
-    assert!(
-        text.contains(&format!(
-            "FAILED (the machine): machine {}, session a-session:",
-            b.id
-        )),
-        "{text}"
-    );
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    the_machines_fault(&vault, &org, &b.id, "a-session");
 }
 
 /// A machine puts the receipt of its longer session under the line of its
@@ -78,20 +74,9 @@ fn a_receipt_under_another_sessions_line_is_the_machines() {
     moved.checkpoint.session = "short".to_string();
     let at = kept_tally(&vault, &m.id).expect("tally").0 + 1;
     let lie = vault::Tally::sign(&m.key, &m.id, at, vec![kept_receipt(&state, "long"), moved]);
-    let (status, reply) = post_tally(&vault, &m, &lie.render());
-    assert_eq!(status, 200, "{reply}");
+    post_kept_tally(&vault, &m, &lie.render());
 
-    let out = sessions(&vault, &org);
-    let text = stdout(&out);
-    assert!(!text.contains("FAILED (the vault)"), "{text}");
-    assert!(
-        text.contains(&format!(
-            "FAILED (the machine): machine {}, session short:",
-            m.id
-        )),
-        "{text}"
-    );
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    the_machines_fault(&vault, &org, &m.id, "short");
 }
 
 /// The operator hides a session and edits the machine's stored tally to
@@ -123,13 +108,7 @@ fn an_operator_who_edits_a_tally_is_caught() {
         .collect();
     assert_ne!(edited, text);
     vault::Tally::parse_one(&edited).expect("the edited tally still reads");
-    let db = rusqlite::Connection::open(vault.db()).expect("open db");
-    db.execute(
-        "UPDATE tallies SET tally = ?1 WHERE machine = ?2",
-        rusqlite::params![edited, m.id],
-    )
-    .expect("edit the tally");
-    drop(db);
+    replace_tally_text(&vault, &m.id, &edited);
     operator_sql(&vault, &hide("hidden"), &m.id);
 
     let out = sessions(&vault, &org);
@@ -153,13 +132,7 @@ fn an_operator_who_serves_another_machines_tally_in_its_place_is_caught() {
     let (a, b) = two_machines(&vault, &org);
     let (a, b) = (machine(&a), machine(&b));
     let (_, a_tally) = kept_tally(&vault, &a.id).expect("a's tally");
-    let db = rusqlite::Connection::open(vault.db()).expect("open db");
-    db.execute(
-        "UPDATE tallies SET tally = ?1 WHERE machine = ?2",
-        rusqlite::params![a_tally, b.id],
-    )
-    .expect("a's tally as b's");
-    drop(db);
+    replace_tally_text(&vault, &b.id, &a_tally);
     operator_sql(&vault, &hide("b-session"), &b.id);
 
     let out = sessions(&vault, &org);
@@ -196,8 +169,7 @@ fn a_tally_dated_in_the_future_is_the_machines() {
     let m = machine(&state);
     let ahead = unix_now() + 10 * 365 * 86_400;
     let frozen = vault::Tally::sign(&m.key, &m.id, ahead, vec![kept_receipt(&state, "early")]);
-    let (status, reply) = post_tally(&vault, &m, &frozen.render());
-    assert_eq!(status, 200, "{reply}");
+    post_kept_tally(&vault, &m, &frozen.render());
     append(&state, "late", 3);
     let shipped = ship(&state);
     let said = stderr(&shipped);
@@ -213,17 +185,12 @@ fn a_tally_dated_in_the_future_is_the_machines() {
     );
     operator_sql(&vault, &hide("late"), &m.id);
 
-    let out = sessions(&vault, &org);
-    let text = stdout(&out);
-    assert!(!text.contains("FAILED (the vault)"), "{text}");
-    assert!(
-        text.contains(&format!(
-            "FAILED (the machine): machine {}: its tally is dated",
-            m.id
-        )),
-        "{text}"
+    not_the_vaults(
+        &vault,
+        &org,
+        &format!("FAILED (the machine): machine {}: its tally is dated", m.id),
+        1,
     );
-    assert_eq!(out.status.code(), Some(1), "{text}");
 }
 
 /// After the vault's key changed (the organisation signed a document
@@ -257,21 +224,18 @@ fn a_session_under_an_older_vault_key_cannot_be_hidden_unsaid() {
     );
     let at = kept_tally(&vault, &m.id).expect("tally").0 + 1;
     let tally = vault::Tally::sign(&m.key, &m.id, at, vec![old]);
-    let (status, reply) = post_tally(&vault, &m, &tally.render());
-    assert_eq!(status, 200, "{reply}");
+    post_kept_tally(&vault, &m, &tally.render());
     let honest = sessions(&vault, &org);
     assert_eq!(honest.status.code(), Some(0), "{}", stdout(&honest));
     assert!(stdout(&honest).contains("not checked here"));
 
     operator_sql(&vault, &hide("before"), &m.id);
-    let out = sessions(&vault, &org);
-    let text = stdout(&out);
-    assert!(!text.contains("FAILED (the vault)"), "{text}");
-    assert!(
-        text.contains(&format!("UNSETTLED: machine {}, session before:", m.id)),
-        "{text}"
+    not_the_vaults(
+        &vault,
+        &org,
+        &format!("UNSETTLED: machine {}, session before:", m.id),
+        1,
     );
-    assert_eq!(out.status.code(), Some(1), "{text}");
 }
 
 /// A machine sends its tally without the newline after its signature.
@@ -293,8 +257,7 @@ fn a_tally_without_its_last_newline_cannot_blind_the_admin() {
     let cut = vault::Tally::parse_one(&text).expect("reads").0;
     let cut = vault::Tally::sign(&first.key, &first.id, at + 1, cut.sessions).render();
     let cut = cut.strip_suffix('\n').expect("a last newline");
-    let (status, reply) = post_tally(&vault, &first, cut);
-    assert_eq!(status, 200, "{reply}");
+    post_kept_tally(&vault, &first, cut);
     assert_eq!(kept_tally(&vault, &first.id).map(|(t, _)| t), Some(at + 1));
 
     let out = sessions(&vault, &org);
@@ -384,8 +347,7 @@ fn text_from_machines_and_the_operator_is_shown_inert() {
         at,
         vec![kept_receipt(&state, "plain"), named],
     );
-    let (status, reply) = post_tally(&vault, &m, &tally.render());
-    assert_eq!(status, 200, "{reply}");
+    post_kept_tally(&vault, &m, &tally.render());
     let db = rusqlite::Connection::open(vault.db()).expect("open db");
     db.execute(
         "UPDATE chains SET session = ?1 WHERE machine = ?2",
@@ -521,8 +483,7 @@ fn the_admins_memory_does_not_take_a_tally_dated_in_the_future() {
     let m = machine(&state);
     let ahead = unix_now() + 10 * 365 * 86_400;
     let frozen = vault::Tally::sign(&m.key, &m.id, ahead, vec![kept_receipt(&state, "early")]);
-    let (status, reply) = post_tally(&vault, &m, &frozen.render());
-    assert_eq!(status, 200, "{reply}");
+    post_kept_tally(&vault, &m, &frozen.render());
     let looked = sessions_seen(&vault, &org, &seen);
     assert_eq!(looked.status.code(), Some(1), "{}", stdout(&looked));
 
@@ -611,19 +572,12 @@ fn a_tally_of_the_same_second_cannot_stand_in_for_the_one_seen() {
         ],
     );
     for tally in [&earlier, &later] {
-        let (status, reply) = post_tally(&vault, &m, &tally.render());
-        assert_eq!(status, 200, "{reply}");
+        post_kept_tally(&vault, &m, &tally.render());
     }
     let looked = sessions_seen(&vault, &org, &seen);
     assert_eq!(looked.status.code(), Some(0), "{}", stdout(&looked));
 
-    let db = rusqlite::Connection::open(vault.db()).expect("open db");
-    db.execute(
-        "UPDATE tallies SET tally = ?1 WHERE machine = ?2",
-        rusqlite::params![earlier.render(), m.id],
-    )
-    .expect("the earlier tally of the same second back");
-    drop(db);
+    replace_tally_text(&vault, &m.id, &earlier.render());
     operator_sql(&vault, &hide("second"), &m.id);
     let out = sessions_seen(&vault, &org, &seen);
     let text = stdout(&out);
