@@ -313,22 +313,29 @@ fn dated_ahead(tally: &vault::Tally, now: u64) -> Option<Finding> {
 /// shows beyond the tally is unsettled.
 fn held_to_tally(tally: &vault::Tally, key: &PublicKey, vault_key: &PublicKey, out: &mut Sessions) {
     let before = out.findings.len();
+    // The machine's listed sessions, and the sessions its tally names, each
+    // looked up once per session rather than searched for.
+    let mut listed = Listed::new();
+    for (_, session, last) in out.listed.iter().filter(|(m, _, _)| *m == tally.machine) {
+        listed.entry(session.as_str()).or_insert(*last);
+    }
     for receipt in &tally.sessions {
         match acknowledged(tally, receipt, key, vault_key) {
-            Ok(()) => hidden(tally, receipt, &out.listed, &mut out.findings),
+            Ok(()) => hidden(tally, receipt, &listed, &mut out.findings),
             Err(Some(line)) => {
                 out.lines.push(line);
-                unchecked_but_hidden(tally, receipt, &out.listed, &mut out.findings);
+                unchecked_but_hidden(tally, receipt, &listed, &mut out.findings);
             }
             Err(None) => out.findings.push(claimed_alone(tally, receipt)),
         }
     }
+    let named: std::collections::HashSet<&str> = tally
+        .sessions
+        .iter()
+        .map(|r| r.checkpoint.session.as_str())
+        .collect();
     for (machine, session, last) in out.listed.iter().filter(|(m, _, _)| *m == tally.machine) {
-        if !tally
-            .sessions
-            .iter()
-            .any(|r| r.checkpoint.session == *session)
-        {
+        if !named.contains(session.as_str()) {
             out.findings.push(Finding {
                 fault: Fault::Unsettled,
                 text: format!(
@@ -391,11 +398,11 @@ fn claimed_alone(tally: &vault::Tally, receipt: &vault::Receipt) -> Finding {
 fn hidden(
     tally: &vault::Tally,
     receipt: &vault::Receipt,
-    listed: &[(String, String, u64)],
+    listed: &Listed<'_>,
     findings: &mut Vec<Finding>,
 ) {
     let (session, last) = (&receipt.checkpoint.session, receipt.checkpoint.last);
-    let Some(shown) = listed_short(tally, receipt, listed) else {
+    let Some(shown) = listed_short(receipt, listed) else {
         return;
     };
     findings.push(vault_finding(format!(
@@ -410,24 +417,16 @@ fn hidden(
 /// What the vault lists of the session `receipt` acknowledges, when that
 /// is less than it acknowledged: `Some(None)` when it lists none of it,
 /// `Some(Some(last))` when it lists entries up to `last` only.
-fn listed_short(
-    tally: &vault::Tally,
-    receipt: &vault::Receipt,
-    listed: &[(String, String, u64)],
-) -> Option<Option<u64>> {
-    let shown = listed_last(&tally.machine, &receipt.checkpoint.session, listed);
+fn listed_short(receipt: &vault::Receipt, listed: &Listed<'_>) -> Option<Option<u64>> {
+    let shown = listed.get(receipt.checkpoint.session.as_str()).copied();
     shown
         .is_none_or(|l| l < receipt.checkpoint.last)
         .then_some(shown)
 }
 
-/// The last entry the vault lists of `machine`'s `session`, if listed.
-fn listed_last(machine: &str, session: &str, listed: &[(String, String, u64)]) -> Option<u64> {
-    listed
-        .iter()
-        .find(|(m, s, _)| m == machine && s == session)
-        .map(|(_, _, l)| *l)
-}
+/// One machine's sessions as the vault lists them: the last entry of each
+/// (the first the list gives, where it gives one twice).
+type Listed<'a> = std::collections::HashMap<&'a str, u64>;
 
 /// A session whose receipt in `tally` is of another vault key (not
 /// checked here) that the list leaves out or shows with fewer entries:
@@ -437,11 +436,11 @@ fn listed_last(machine: &str, session: &str, listed: &[(String, String, u64)]) -
 fn unchecked_but_hidden(
     tally: &vault::Tally,
     receipt: &vault::Receipt,
-    listed: &[(String, String, u64)],
+    listed: &Listed<'_>,
     findings: &mut Vec<Finding>,
 ) {
     let (session, last) = (&receipt.checkpoint.session, receipt.checkpoint.last);
-    let Some(shown) = listed_short(tally, receipt, listed) else {
+    let Some(shown) = listed_short(receipt, listed) else {
         return;
     };
     findings.push(Finding {
