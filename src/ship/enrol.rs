@@ -120,7 +120,10 @@ pub fn enroll(
     // withheld (ADR-0129). If it fails, the enrolment is tried again whole.
     // Kept or not (a later one of this key, from an earlier try), the
     // vault has a tally of this machine.
-    pipeline::post_tally(&client, &signer, &recipients.vault, Vec::new())?;
+    // Its number is 1, and `tally.number` says so before `machine.id` is
+    // written: the first ship's tally is number 2.
+    pipeline::post_tally(&client, &signer, &recipients.vault, 1, Vec::new())?;
+    write_0600(&dir.join(TALLY_NUMBER_FILE), b"1\n")?;
     write_0600(
         &dir.join(MACHINE_KEY_FILE),
         format!("{}\n", vault::hex(seed.expose_secret())).as_bytes(),

@@ -22,6 +22,7 @@
 //!     ca.pem                   the vault's CA certificate, if pinned at enrolment
 //!     enrolling                a key made for an enrolment not yet confirmed
 //!     ship.lock                held by the running `nd7 ship`
+//!     tally.number             the number of the last tally this machine signed
 //!   sessions/<id>/
 //!     shipped                  "<seq> <hash>\n": the last entry the vault acknowledged
 //!     receipt                  the vault's receipt for it
@@ -90,6 +91,9 @@ pub const CA_FILE: &str = "ca.pem";
 pub const ENROLLING_FILE: &str = "enrolling";
 /// Held by a running `nd7 ship`.
 pub const SHIP_LOCK_FILE: &str = "ship.lock";
+/// The number of the last tally this machine signed (ADR-0132): the next
+/// is one more.
+pub const TALLY_NUMBER_FILE: &str = "tally.number";
 
 /// A backlog above this prints progress on stderr.
 const PROGRESS_ABOVE: u64 = 32 * 1024 * 1024;

@@ -153,21 +153,46 @@ fn send_tally(machine: &Machine, sessions: &Path) -> Result<bool, ShipError> {
         &machine.client,
         &machine.signer(),
         &machine.recipients.vault,
+        next_tally_number(&machine.dir)?,
         receipts,
     )
 }
 
-/// Signs a tally of `receipts` now, as `signer`'s machine, and posts it to
-/// the vault whose key is `vault_key`. `nd7 enroll` posts one of none, so
-/// that every machine the vault enrolled has a tally (ADR-0129). Whether
-/// the vault kept it: it keeps a later one (dated ahead) over it.
+/// The number of this machine's next tally (ADR-0132): one more than the
+/// last it signed (`vault/tally.number`; none kept: 0). Written, synced,
+/// before the tally is signed, so that no number is signed twice, not even
+/// by a run killed after posting; taken under `ship.lock`, so that two
+/// runs never take one number, and post their tallies in its order.
+fn next_tally_number(dir: &Path) -> Result<u64, ShipError> {
+    let path = dir.join(TALLY_NUMBER_FILE);
+    let last = match read_optional(&path)? {
+        None => 0,
+        Some(text) => text
+            .trim_end()
+            .parse::<u64>()
+            .map_err(|_| ShipError::BadFile {
+                path: path.clone(),
+                what: "not the number of a tally".to_string(),
+            })?,
+    };
+    let next = last.saturating_add(1);
+    write_0600(&path, format!("{next}\n").as_bytes())?;
+    Ok(next)
+}
+
+/// Signs tally number `number` of `receipts` now, as `signer`'s machine,
+/// and posts it to the vault whose key is `vault_key`. `nd7 enroll` posts
+/// one of none, so that every machine the vault enrolled has a tally
+/// (ADR-0129). Whether the vault kept it: it keeps a later one (dated
+/// ahead) over it.
 pub(super) fn post_tally(
     client: &Client,
     signer: &Signer<'_>,
     vault_key: &vault::PublicKey,
+    number: u64,
     receipts: Vec<vault::Receipt>,
 ) -> Result<bool, ShipError> {
-    let tally = vault::Tally::sign(signer.key, signer.machine, unix_now(), receipts);
+    let tally = vault::Tally::sign(signer.key, signer.machine, unix_now(), number, receipts);
     let reply = client.ok_bound(
         Request::post("/v1/tallies", tally.render().as_bytes()).signed(signer),
         vault_key,

@@ -197,7 +197,12 @@ pub fn list_sessions(
             .copied()
             .filter(|t| dated_ahead(t, now).is_none())
             .collect();
-        remembered(path, fingerprint, &enrolled, &timely, &mut out.findings)?;
+        let held = Held {
+            doc: &doc,
+            enrolled: &enrolled,
+            verified: &timely,
+        };
+        remembered(path, fingerprint, &held, &mut out.findings)?;
     }
     untallied(&out.listed, &verified, &mut out.findings);
     Ok(out)
@@ -230,19 +235,38 @@ fn untallied(
     }
 }
 
+/// What a run verified, for the memory to hold the vault to.
+struct Held<'a> {
+    /// The organisation's document the vault serves.
+    doc: &'a vault::Recipients,
+    enrolled: &'a [Enrolment],
+    /// The tallies that checked (not one dated ahead).
+    verified: &'a [&'a vault::Tally],
+}
+
 /// The vault held to what this admin verified before (the memory at
-/// `path`), which then remembers `verified` too.
+/// `path`), which then remembers what `held` verified too. A memory of
+/// another vault is refused, and left as it was.
 fn remembered(
     path: &Path,
     fingerprint: &str,
-    enrolled: &[Enrolment],
-    verified: &[&vault::Tally],
+    held: &Held<'_>,
     findings: &mut Vec<Finding>,
 ) -> Result<(), ShipError> {
     let mut memory = Seen::read(path, fingerprint)?;
-    let ids: Vec<String> = enrolled.iter().map(Enrolment::machine_id).collect();
-    findings.extend(memory.held_to(&ids, verified));
-    memory.remember(verified);
+    let ids: Vec<String> = held.enrolled.iter().map(Enrolment::machine_id).collect();
+    let document = memory
+        .held_to_document(held.doc, &ids)
+        .map_err(|what| ShipError::BadFile {
+            path: path.to_path_buf(),
+            what,
+        })?;
+    findings.extend(memory.held_to(&ids, held.verified));
+    match document {
+        Some(finding) => findings.push(finding),
+        None => memory.remember_document(held.doc),
+    }
+    memory.remember(held.verified);
     memory.write(path, fingerprint)
 }
 

@@ -114,6 +114,13 @@ pub(crate) fn kept_tally(vault: &Vault, machine: &str) -> Option<(u64, String)> 
     .ok()
 }
 
+/// The number a tally signed after the one the vault keeps for `machine`
+/// takes, as the machine numbers them (ADR-0132): one more.
+pub(crate) fn next_number(vault: &Vault, machine: &str) -> u64 {
+    let (_, text) = kept_tally(vault, machine).expect("a kept tally");
+    vault::Tally::parse_one(&text).expect("reads").0.number + 1
+}
+
 /// The receipt the machine of `state` keeps for `session`.
 pub(crate) fn kept_receipt(state: &State, session: &str) -> vault::Receipt {
     let path = state.sessions().join(session).join("receipt");
@@ -388,7 +395,8 @@ fn a_machine_cannot_frame_an_honest_vault_with_its_own_tally() {
     let mut ghost = kept_receipt(&state, "real");
     ghost.checkpoint.session = "ghost".to_string();
     ghost.checkpoint.last = 5;
-    let lie = vault::Tally::sign(&m.key, &m.id, at, vec![ghost]).render();
+    let lie =
+        vault::Tally::sign(&m.key, &m.id, at, next_number(&vault, &m.id), vec![ghost]).render();
     post_kept_tally(&vault, &m, &lie);
     let out = sessions(&vault, &org);
     let text = stdout(&out);
@@ -423,7 +431,14 @@ fn a_machine_cannot_replace_another_machines_tally() {
     let (a, b) = (machine(&a), machine(&b));
     let (b_at, b_tally) = kept_tally(&vault, &b.id).expect("b's tally");
 
-    let forged = vault::Tally::sign(&a.key, &b.id, b_at + 1, Vec::new()).render();
+    let forged = vault::Tally::sign(
+        &a.key,
+        &b.id,
+        b_at + 1,
+        next_number(&vault, &b.id),
+        Vec::new(),
+    )
+    .render();
     let (status, reply) = post_tally(&vault, &a, &forged);
     assert!((400..500).contains(&status), "{status} {reply}");
     let (status, reply) = post_tally(&vault, &a, &b_tally);
@@ -662,7 +677,7 @@ fn a_tally_of_the_same_second_replaces_the_kept_one() {
     let (status, reply) = post_tally(
         &vault,
         &m,
-        &vault::Tally::sign(&m.key, &m.id, at, both).render(),
+        &vault::Tally::sign(&m.key, &m.id, at, next_number(&vault, &m.id), both).render(),
     );
     assert_eq!(status, 200, "{reply}");
     assert!(!reply.contains("a later tally is kept"), "{reply}");

@@ -1,20 +1,24 @@
 //! A machine's tally: its own signed list of the sessions the vault
 //! acknowledged, each with the vault's receipt for the last batch it
-//! acknowledged (ADR-0120, ADR-0129). The vault keeps each machine's latest
-//! and serves them to admins, who hold the vault's list of sessions to
-//! them. The machine's signature means the vault cannot forge or edit a
-//! tally; the receipts mean a machine cannot claim more than the vault
-//! acknowledged: an admin blames the vault only for what its own key
-//! signed.
+//! acknowledged (ADR-0120, ADR-0129), numbered by the machine (ADR-0132).
+//! The vault keeps each machine's latest and serves them to admins, who
+//! hold the vault's list of sessions to them. The machine's signature
+//! means the vault cannot forge or edit a tally; the receipts mean a
+//! machine cannot claim more than the vault acknowledged: an admin blames
+//! the vault only for what its own key signed.
 
 use super::*;
 
-const TALLY_MAGIC: &str = "nd7-tally v2";
+const TALLY_MAGIC: &str = "nd7-tally v3";
+/// Before tallies were numbered: still read (a machine not yet upgraded
+/// keeps sending it), as number 0.
+const TALLY_MAGIC_V2: &str = "nd7-tally v2";
 
 /// ```text
-/// nd7-tally v2
+/// nd7-tally v3
 /// machine <id>
 /// at <Unix s: when the machine signed it>
+/// number <n ≥ 1: one more than the machine's tally before it>
 /// sessions <n>
 /// <receipt line>   (n lines, by session, each once)
 /// signature <128 hex: the machine's, over every byte above this line>
@@ -27,10 +31,15 @@ const TALLY_MAGIC: &str = "nd7-tally v2";
 /// ```text
 /// <session hex> <last> <first> <chain key id> <head> <batch> <checkpoint signature> <vault key> <stored> <vault signature>
 /// ```
+///
+/// A tally v2 is the same without its `number` line; it reads as number 0.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tally {
     pub machine: String,
     pub at: u64,
+    /// The machine's count of the tallies it signed, this one included:
+    /// two of one second are told apart by it. 0 for a tally v2.
+    pub number: u64,
     /// The receipt for each session's last batch acknowledged, sorted by
     /// session, each session once; each checkpoint names `machine`.
     pub sessions: Vec<Receipt>,
@@ -81,26 +90,38 @@ fn parse_receipt_line(machine: &str, line: &str) -> Option<Receipt> {
 }
 
 impl Tally {
-    fn signed_part(machine: &str, at: u64, sessions: &[Receipt]) -> String {
-        let mut text = format!(
-            "{TALLY_MAGIC}\nmachine {machine}\nat {at}\nsessions {}\n",
-            sessions.len()
-        );
+    /// The signed part: v3, or v2 for number 0 (a tally read back from a
+    /// machine before numbering, which signed it so).
+    fn signed_part(machine: &str, at: u64, number: u64, sessions: &[Receipt]) -> String {
+        let mut text = if number == 0 {
+            format!("{TALLY_MAGIC_V2}\nmachine {machine}\nat {at}\n")
+        } else {
+            format!("{TALLY_MAGIC}\nmachine {machine}\nat {at}\nnumber {number}\n")
+        };
+        text.push_str(&format!("sessions {}\n", sessions.len()));
         for receipt in sessions {
             text.push_str(&receipt_line(receipt));
         }
         text
     }
 
-    /// The machine `machine`'s tally at `at` of `receipts` (the one it
-    /// keeps for each session), signed by `key`.
-    pub fn sign(key: &SigningKey, machine: &str, at: u64, mut receipts: Vec<Receipt>) -> Tally {
+    /// The machine `machine`'s tally number `number` (≥ 1; 0 signs a tally
+    /// v2) at `at` of `receipts` (the one it keeps for each session),
+    /// signed by `key`.
+    pub fn sign(
+        key: &SigningKey,
+        machine: &str,
+        at: u64,
+        number: u64,
+        mut receipts: Vec<Receipt>,
+    ) -> Tally {
         receipts.sort_by(|a, b| a.checkpoint.session.cmp(&b.checkpoint.session));
         receipts.dedup_by(|a, b| a.checkpoint.session == b.checkpoint.session);
-        let signature = key.sign(Tally::signed_part(machine, at, &receipts).as_bytes());
+        let signature = key.sign(Tally::signed_part(machine, at, number, &receipts).as_bytes());
         Tally {
             machine: machine.to_string(),
             at,
+            number,
             sessions: receipts,
             signature,
         }
@@ -109,24 +130,40 @@ impl Tally {
     pub fn render(&self) -> String {
         format!(
             "{}signature {}\n",
-            Tally::signed_part(&self.machine, self.at, &self.sessions),
+            Tally::signed_part(&self.machine, self.at, self.number, &self.sessions),
             hex(&self.signature)
         )
     }
 
-    /// One tally; `rest` is what follows it (tallies are served one after
-    /// another).
+    /// Which of two tallies of one machine the machine signed later: the
+    /// later time, and of one second the higher number.
+    pub fn order(&self) -> (u64, u64) {
+        (self.at, self.number)
+    }
+
+    /// One tally, v3 or v2; `rest` is what follows it (tallies are served
+    /// one after another).
     pub fn parse_one(text: &str) -> Result<(Tally, &str), Error> {
-        let bad = || malformed("a machine's tally", "an nd7-tally v2");
+        let bad = || malformed("a machine's tally", "an nd7-tally v3 (or v2)");
         let mut lines = text.split_inclusive('\n');
         let mut next = || lines.next().map(|l| l.trim_end_matches('\n'));
-        if next() != Some(TALLY_MAGIC) {
-            return Err(bad());
-        }
+        let numbered = match next() {
+            Some(TALLY_MAGIC) => true,
+            Some(TALLY_MAGIC_V2) => false,
+            _ => return Err(bad()),
+        };
         let machine = field(next(), "machine").ok_or_else(bad)?.to_string();
         let at = field(next(), "at")
             .and_then(|s| s.parse().ok())
             .ok_or_else(bad)?;
+        let number = if numbered {
+            field(next(), "number")
+                .and_then(|s| s.parse().ok())
+                .filter(|&n| n >= 1)
+                .ok_or_else(bad)?
+        } else {
+            0
+        };
         let n: usize = field(next(), "sessions")
             .and_then(|s| s.parse().ok())
             .ok_or_else(bad)?;
@@ -138,10 +175,16 @@ impl Tally {
         let signature = field(next(), "signature")
             .and_then(sig_hex)
             .ok_or_else(bad)?;
-        let used: usize = text.split_inclusive('\n').take(n + 5).map(str::len).sum();
+        let head = if numbered { 6 } else { 5 };
+        let used: usize = text
+            .split_inclusive('\n')
+            .take(n + head)
+            .map(str::len)
+            .sum();
         let tally = Tally {
             machine,
             at,
+            number,
             sessions,
             signature,
         };
@@ -171,7 +214,7 @@ impl Tally {
     /// The receipts in it are the vault's word, checked apart
     /// ([`Receipt::verify`]): a machine can put anything there.
     pub fn verify(&self, key: &PublicKey) -> Result<(), Error> {
-        let signed = Tally::signed_part(&self.machine, self.at, &self.sessions);
+        let signed = Tally::signed_part(&self.machine, self.at, self.number, &self.sessions);
         if !key.verify(signed.as_bytes(), &self.signature) {
             return Err(Error::BadTallySignature(self.machine.clone()));
         }

@@ -656,8 +656,9 @@ fn tally_receipt(machine_key: &SigningKey, session: &str, first: u64, last: u64)
 }
 
 /// Pinned: tally v2 (ADR-0129), whose session lines carry the vault's
-/// receipt. The text changed from v1's deliberately; its BLAKE3 pins the
-/// signatures too (Ed25519 signs deterministically).
+/// receipt, as a machine before ADR-0132 signs it (number 0): still read
+/// and verified. The text changed from v1's deliberately; its BLAKE3 pins
+/// the signatures too (Ed25519 signs deterministically).
 #[test]
 fn a_tally_renders_as_pinned_reads_back_and_verifies_only_by_its_machine() {
     let key = SigningKey::from_seed(&Secret32::from_bytes([7u8; 32]));
@@ -669,6 +670,7 @@ fn a_tally_renders_as_pinned_reads_back_and_verifies_only_by_its_machine() {
         &key,
         "00112233445566778899aabbccddeeff",
         1_800_000_000,
+        0,
         vec![s2.clone(), s1.clone()],
     );
     let text = tally.render();
@@ -717,4 +719,40 @@ fn a_tally_renders_as_pinned_reads_back_and_verifies_only_by_its_machine() {
     assert!(Tally::parse_one(&format!("{unsorted}signature {}\n", hex(&[0u8; 64]))).is_err());
     let v1 = text.replacen("nd7-tally v2", "nd7-tally v1", 1);
     assert!(Tally::parse_one(&v1).is_err(), "v1 is not read");
+}
+
+/// Pinned: tally v3 (ADR-0132), numbered by its machine: the `number` line
+/// after `at`, signed with the rest, so that two tallies of one second are
+/// told apart and neither can be made the other. A v3 tally of number 0 is
+/// not read (0 is a v2's), nor one whose number was edited.
+#[test]
+fn a_numbered_tally_renders_as_pinned_and_its_number_is_signed() {
+    let key = SigningKey::from_seed(&Secret32::from_bytes([7u8; 32]));
+    let s1 = tally_receipt(&key, "s1", 0, 4);
+    let machine = "00112233445566778899aabbccddeeff";
+    let tally = Tally::sign(&key, machine, 1_800_000_000, 12, vec![s1.clone()]);
+    let text = tally.render();
+    let signed =
+        format!("nd7-tally v3\nmachine {machine}\nat 1800000000\nnumber 12\nsessions 1\n7331 4 0 ");
+    assert!(text.starts_with(&signed), "{text}");
+    assert_eq!(
+        blake3::hash(text.as_bytes()).to_hex().as_str(),
+        "dd3ef7ffbfbaa239978dc9140a3c47b1be60adafab11010d4f680262ae887395"
+    );
+    let v2 = Tally::sign(&key, machine, 1_800_000_000, 0, vec![s1]);
+    let twice = format!("{text}{}", v2.render());
+    let read = Tally::parse_all(&twice).expect("v3 then v2 read");
+    assert_eq!(read, vec![tally.clone(), v2.clone()]);
+    assert!(read.iter().all(|t| t.verify(&key.public()).is_ok()));
+    assert!(tally.order() > v2.order());
+    let edited = text.replacen("number 12\n", "number 13\n", 1);
+    let (edited, _) = Tally::parse_one(&edited).expect("reads");
+    assert!(edited.verify(&key.public()).is_err());
+    let zero = text.replacen("number 12\n", "number 0\n", 1);
+    assert!(Tally::parse_one(&zero).is_err(), "number 0 is a v2's");
+    let unnumbered = text.replacen("number 12\n", "", 1);
+    assert!(
+        Tally::parse_one(&unnumbered).is_err(),
+        "a v3 has its number"
+    );
 }
