@@ -471,16 +471,23 @@ fn an_operator_who_serves_the_document_before_its_key_changed_cannot_hide_unsaid
 }
 
 /// The same, to an admin who verified the newer document before (with
-/// `--seen`): an older document than one seen is the vault's doing, as an
-/// older tally is, and should be exit 3. The memory holds machines and
-/// tally times only, not the document's version, so the rollback is
-/// unsettled (exit 1) like any other.
+/// `--seen`, first run after the key changed, so the memory never took the
+/// old key): an older document than one seen is the vault's doing, as an
+/// older tally is (exit 3). Was unsettled (exit 1) while the memory held
+/// machines and tally times only; seen to exit 1 again without
+/// `Seen::held_to_document`'s finding (ADR-0132).
 #[test]
 fn an_older_document_than_the_admin_verified_before_is_the_vaults() {
     let admin = tempfile::tempdir().expect("tempdir");
     let (out, _) = rolled_back_key(Some(&admin.path().join("seen")));
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(3), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains(
+            "FAILED (the vault): the vault serves the organisation's document of version 1"
+        ),
+        "{text}"
+    );
 }
 
 /// A machine's tally dated years ahead, seen by an admin with `--seen`:
@@ -568,14 +575,14 @@ fn a_proxy_that_drops_the_enrolments_tally_reply_makes_the_enrolment_retry() {
 }
 
 /// Two tallies of one machine signed in the same second (two `nd7 ship`s
-/// at once: a timer's and a user's); the vault keeps the later one, the
-/// admin verifies it with `--seen`, then the operator puts the earlier one
-/// back (same `at`) and hides the session only the later one named. The
-/// memory holds the time alone, and "older" is a strictly earlier time, so
-/// the swap passes (exit 0). A narrow window (one second), but an operator
-/// who watches for it can use every one. Would hold if the memory kept
-/// something of the tally itself (its digest, or the sessions it named)
-/// beside its time.
+/// one after the other: a timer's and a user's); the vault keeps the later
+/// one, the admin verifies it with `--seen`, then the operator puts the
+/// earlier one back (same `at`) and hides the session only the later one
+/// named. While the memory held the time alone, "older" was a strictly
+/// earlier time and the swap passed (exit 0). Now a machine numbers its
+/// tallies and the memory holds the number (ADR-0132): the earlier one's is
+/// lower, the vault's doing (exit 3). Seen to exit 0 again with `held_to_one`
+/// comparing times alone.
 #[test]
 fn a_tally_of_the_same_second_cannot_stand_in_for_the_one_seen() {
     let vault = Vault::start();
@@ -618,18 +625,22 @@ fn a_tally_of_the_same_second_cannot_stand_in_for_the_one_seen() {
     let out = sessions_seen(&vault, &org, &seen);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(3), "{text}\n{}", stderr(&out));
+    assert!(text.contains("an older tally served"), "{text}");
 }
 
 /// The operator removes everything of one machine, its enrolment record
 /// too, before any admin remembered it (no `--seen`, or a memory from
 /// before the machine enrolled): nothing the vault serves then shows the
 /// machine ever was, and `nd7 admin sessions` passes (exit 0). Recorded in
-/// ADR-0129 as open; kept here as a test that says what should hold. What
-/// would close it is something outside the vault that lists the machines:
-/// the organisation's register names tokens, not machines, and a token
-/// unused is no finding.
+/// ADR-0129 as open, and judged in ADR-0132 not closable from what the
+/// vault serves: a withheld enrolment is exactly a token not used yet. The
+/// organisation's register names the tokens issued, not which were used, so
+/// only the token's person can say a machine enrolled; docs/vault.md says
+/// what an admin does instead (`--seen` from the first enrolment on,
+/// `nd7 admin machines --register` checked against whom tokens went to).
+/// Kept as a test that says what should hold.
 #[test]
-#[ignore = "open (ADR-0129): a machine withheld with its enrolment record, before any admin remembered it, passes: exit 0"]
+#[ignore = "open (ADR-0129, ADR-0132): a machine withheld with its enrolment record before any admin remembered it is a token not used yet to everything the vault serves; only an anchor outside the vault (a --seen memory, the token's person) tells: exit 0"]
 fn a_machine_withheld_with_its_enrolment_is_caught_without_a_memory() {
     let vault = Vault::start();
     let org = Org::new(&vault);
