@@ -712,3 +712,29 @@ fn one_memory_is_refused_by_another_vault_of_the_organisation() {
         assert_eq!(std::fs::read(&seen).expect("read"), kept, "run {n}");
     }
 }
+
+/// A machine numbers its tallies (ADR-0132): its enrolment's is 1, each
+/// ship's one more, and `vault/tally.number` keeps the last, so that of two
+/// tallies of one second the later has the higher number. Would fail if
+/// `nd7 ship` signed a tally v2 (number 0), or took a number without
+/// keeping it.
+#[test]
+fn a_machines_tallies_are_numbered_one_more_each_time() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let m = machine(&state);
+    let number = || {
+        let (_, text) = kept_tally(&vault, &m.id).expect("tally");
+        vault::Tally::parse_one(&text).expect("reads").0.number
+    };
+    assert_eq!(number(), 1);
+    for expected in 2..4 {
+        append(&state, "numbered", 1);
+        ok(ship(&state));
+        assert_eq!(number(), expected);
+    }
+    let kept = std::fs::read_to_string(state.xdg().join("nd7/vault/tally.number")).expect("kept");
+    assert_eq!(kept, "3\n");
+}
