@@ -358,7 +358,7 @@ mod tests {
     }
 
     /// A memory written before ADR-0132 (machine and time alone, no vault
-    /// line) still reads, as tallies v2 of no digest.
+    /// line) still reads, as tallies v2 of no digest, and so once rewritten.
     #[test]
     fn a_memory_from_before_numbering_reads() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -369,5 +369,7 @@ mod tests {
         assert!(read.vaults.is_empty());
         assert_eq!(read.tallies[0].order(), (9, 0));
         assert_eq!(read.tallies[0].digest, None);
+        read.write(&path, &fp).expect("rewritten in the new form");
+        assert_eq!(Seen::read(&path, &fp).expect("read again"), read);
     }
 }
