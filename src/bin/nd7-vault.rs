@@ -3,9 +3,9 @@
 //!
 //! Exit status: 0 success; 1 the input was refused (a recipients document
 //! that does not verify, names another vault key, or is not newer than the
-//! installed one; a machine or read token to revoke that does not exist);
-//! 2 bad usage, or the database, key, certificate or address could not be
-//! opened.
+//! installed one; a machine or read token to revoke that does not exist;
+//! a `team` directory that already holds something); 2 bad usage, or the
+//! database, key, certificate or address could not be opened.
 
 // First: its print macros shadow the standard ones in everything below.
 #[macro_use]
@@ -26,6 +26,9 @@ use nd7_core::vault::{self, Recipients, Secret32, SigningKey, Update};
 use nd7_core::vault_server::http::{self, TlsFiles};
 use nd7_core::vault_server::routes::{self, Limits};
 use nd7_core::vault_server::{self, Database, Quota, Store};
+
+#[path = "nd7-vault/team.rs"]
+mod team;
 
 /// The nd7 vault: stores machines' encrypted session logs, and cannot read them.
 #[derive(Parser)]
@@ -84,6 +87,7 @@ struct DbOnly {
 
 #[derive(Subcommand)]
 enum Command {
+    Team(Team),
     /// Serve HTTP (or HTTPS with --tls-cert and --tls-key) on ADDR.
     ///
     /// Prints `listening on http://ADDR` (or https) once bound (port 0
@@ -165,6 +169,44 @@ enum Command {
         #[arg(long, value_name = "SECS")]
         backup_taken: u64,
     },
+}
+
+/// Set up a team's vault in DIR in one go, and print what to run where.
+///
+/// Makes the vault's database and key, the organisation key (take it
+/// offline afterwards), one admin's age identity, the recipients document
+/// naming that admin (signed and installed), a read token, and one
+/// enrolment token per machine (kept in the organisation's register). Then
+/// prints, each on a labelled line: the command that serves the vault, the
+/// `nd7 enroll` command to run on each machine, and the admin's `nd7 admin
+/// sessions`, `pull` and `machines` commands. Refuses (exit 1, nothing
+/// written) a DIR that already holds anything; the steps one at a time are
+/// in docs/vault.md.
+#[derive(clap::Args)]
+struct Team {
+    /// The directory to make it all in (created 0700 if missing; must be empty).
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// The URL machines and admins reach the vault at (`https://HOST:PORT`).
+    #[arg(long, value_name = "URL")]
+    url: String,
+    /// The machines to enrol, by label (a host, a person), comma-separated:
+    /// one enrolment token each.
+    #[arg(long, value_name = "LABEL,...", value_delimiter = ',', required = true)]
+    machines: Vec<String>,
+    /// Where the printed `nd7-vault serve` command listens.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8407")]
+    listen: String,
+    /// Hours the enrolment tokens stay valid.
+    #[arg(long, value_name = "HOURS", default_value_t = 72)]
+    token_hours: u64,
+    /// Days the read token stays valid.
+    #[arg(long, value_name = "DAYS", default_value_t = 30)]
+    read_token_days: u64,
+    /// Days the recipients document stays valid (sign and install a newer
+    /// version before: docs/vault.md, "Rotating").
+    #[arg(long, value_name = "DAYS", default_value_t = 90, value_parser = clap::value_parser!(u64).range(1..=3660))]
+    valid_days: u64,
 }
 
 // `nd7-vault serve`'s arguments (its help is the variant's doc comment).
@@ -318,15 +360,12 @@ fn main() -> ExitCode {
 fn run(command: Command) -> Result<(), ExitCode> {
     let now = vault_server::unix_now();
     match command {
+        Command::Team(args) => team::team(&args, now),
         Command::Serve(args) => serve(*args),
         Command::Key { db } => key(&db),
         Command::ReadToken { db, days } => {
             let mut store = open(&Database::parse(&db.db))?;
-            let token = vault::hex(&random::<20>()?);
-            let expires = now + days * 86400;
-            store
-                .add_token(&vault_server::token_hash(&token), now, expires)
-                .map_err(store_err)?;
+            let (token, _) = read_token(store.as_mut(), days, now)?;
             println!("{token}");
             Ok(())
         }
@@ -416,9 +455,25 @@ fn http_config(args: &Serve, nofile: u64) -> http::Config {
     }
 }
 
+/// A new read token, kept (hashed) in `store`: the token, and when it expires.
+fn read_token(store: &mut dyn Store, days: u64, now: u64) -> Result<(String, u64), ExitCode> {
+    let token = vault::hex(&random::<20>()?);
+    let expires = now.saturating_add(days.saturating_mul(86400));
+    store
+        .add_token(&vault_server::token_hash(&token), now, expires)
+        .map_err(store_err)?;
+    Ok((token, expires))
+}
+
 /// `nd7-vault key`: a new signing key, 0600, never over an old one.
 fn key(db: &Db) -> Result<(), ExitCode> {
-    let path = db.key_path()?;
+    println!("{}", new_key(&db.key_path()?)?);
+    Ok(())
+}
+
+/// Writes a new vault key to `path` (0600, never over a file); its public
+/// key in hex.
+fn new_key(path: &Path) -> Result<String, ExitCode> {
     let seed = Secret32::from_bytes(random()?);
     let public = SigningKey::from_seed(&seed).public().to_hex();
     let text = format!(
@@ -429,7 +484,7 @@ fn key(db: &Db) -> Result<(), ExitCode> {
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&path)
+        .open(path)
         .map_err(|e| {
             eprintln!("nd7-vault: {}: cannot create: {e}", path.display());
             ExitCode::from(2)
@@ -438,8 +493,7 @@ fn key(db: &Db) -> Result<(), ExitCode> {
         eprintln!("nd7-vault: {}: cannot write: {e}", path.display());
         ExitCode::from(2)
     })?;
-    println!("{public}");
-    Ok(())
+    Ok(public)
 }
 
 fn read_tokens(db: &DbOnly, now: u64) -> Result<(), ExitCode> {

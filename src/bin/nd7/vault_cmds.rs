@@ -335,7 +335,12 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                 read_token,
                 identity,
             };
-            pull(&vault, &fingerprint, &machine, &session, &out, compare)
+            match (machine, session) {
+                (Some(machine), Some(session)) => {
+                    pull(&vault, &fingerprint, &machine, &session, &out, compare)
+                }
+                (machine, _) => pull_every(&vault, &fingerprint, machine.as_deref(), &out),
+            }
         }
     }
 }
@@ -529,6 +534,53 @@ fn pull(
         .findings
         .extend(transcripts.findings.iter().cloned());
     Ok(print_compared(compared))
+}
+
+/// `nd7 admin pull` without --session: every session the vault lists (of
+/// `machine` if given), each pulled as alone; the listing's findings too.
+/// The exit status is the worst: 3 (the vault's doing), then 1, then 2.
+fn pull_every(
+    vault: &Vault,
+    fingerprint: &str,
+    machine: Option<&str>,
+    out: &Path,
+) -> Result<ExitCode, ExitCode> {
+    let listed = vault_admin::list_sessions(
+        &vault.url,
+        &vault.trust,
+        &vault.read_token,
+        fingerprint,
+        None,
+    )
+    .map_err(pull_failed)?;
+    let chosen: Vec<&(String, String, u64)> = listed
+        .listed
+        .iter()
+        .filter(|(m, _, _)| machine.is_none_or(|want| m == want))
+        .collect();
+    if chosen.is_empty() {
+        let whose = machine.map_or(String::new(), |m| format!(" of machine {m}"));
+        println!(
+            "{}",
+            term(
+                &format!("the vault holds no sessions{whose} yet"),
+                Lines::One
+            )
+        );
+    }
+    let mut codes = vec![ExitCode::from(print_findings(listed.findings))];
+    for (m, session, _) in chosen {
+        println!(
+            "{}",
+            term(&format!("machine {m}, session {session}:"), Lines::One)
+        );
+        codes.push(pull(vault, fingerprint, m, session, out, None).unwrap_or_else(|code| code));
+    }
+    let worst = [3u8, 1, 2]
+        .into_iter()
+        .map(ExitCode::from)
+        .find(|bad| codes.contains(bad));
+    Ok(worst.unwrap_or(ExitCode::SUCCESS))
 }
 
 /// A pull that found something, or no batch: nothing was written out.
