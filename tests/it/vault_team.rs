@@ -275,3 +275,43 @@ fn a_label_that_would_break_a_line_is_refused_before_anything_is_made() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(!dir.exists());
 }
+
+/// A machine that ships under another machine's session id does not get
+/// its copy written over the other's by the printed pull: a session id two
+/// machines share is named, and pulled for neither (exit 2), while the rest
+/// are pulled.
+#[test]
+fn a_session_id_two_machines_share_is_not_pulled_into_one_place() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("vault");
+    let port = free_port();
+    let (url, listen) = (
+        format!("http://127.0.0.1:{port}"),
+        format!("127.0.0.1:{port}"),
+    );
+    let made = ok(team(&dir, &url, &listen, "alice,mallory"));
+    let _served = Served::start(labelled(&made, "serve"), root.path());
+    let (alice, mallory) = (State::new(), State::new());
+    for (state, label, sessions) in [
+        (&alice, "enroll alice", &["shared", "alices-own"][..]),
+        (&mallory, "enroll mallory", &["shared"][..]),
+    ] {
+        ok(sh_on(state, labelled(&made, label)).output().expect("run"));
+        for session in sessions {
+            for n in 0..2 {
+                ok(state.record(payload(session, n).as_bytes()));
+            }
+        }
+        ok(state.nd7().arg("ship").output().expect("ship"));
+    }
+    let admin = dir.join("admin");
+    let out = sh(labelled(&made, "pull"), &admin).output().expect("run");
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("session shared is listed for 2 machines"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!admin.join("pulled/shared").exists());
+    assert!(admin.join("pulled/alices-own/events.ndjson").exists());
+}

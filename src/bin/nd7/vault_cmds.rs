@@ -560,27 +560,42 @@ fn pull_every(
         .collect();
     if chosen.is_empty() {
         let whose = machine.map_or(String::new(), |m| format!(" of machine {m}"));
-        println!(
-            "{}",
-            term(
-                &format!("the vault holds no sessions{whose} yet"),
-                Lines::One
-            )
-        );
+        let none = format!("the vault holds no sessions{whose} yet");
+        println!("{}", term(&none, Lines::One));
     }
     let mut codes = vec![ExitCode::from(print_findings(listed.findings))];
-    for (m, session, _) in chosen {
-        println!(
-            "{}",
-            term(&format!("machine {m}, session {session}:"), Lines::One)
-        );
-        codes.push(pull(vault, fingerprint, m, session, out, None).unwrap_or_else(|code| code));
+    for (m, session, _) in &chosen {
+        let owners = chosen.iter().filter(|(_, s, _)| s == session).count();
+        codes.push(if owners > 1 {
+            shared_session(session, owners)
+        } else {
+            let head = format!("machine {m}, session {session}:");
+            println!("{}", term(&head, Lines::One));
+            pull(vault, fingerprint, m, session, out, None).unwrap_or_else(|code| code)
+        });
     }
-    let worst = [3u8, 1, 2]
+    Ok(worst(&codes))
+}
+
+/// A session id several machines list is pulled for none (2): their copies
+/// would be written to one OUT/<session>, where a machine could put its
+/// copy over the one just checked of another.
+fn shared_session(session: &str, owners: usize) -> ExitCode {
+    let why = format!(
+        "session {session} is listed for {owners} machines: not pulled; pull each alone, with --machine M --session {session} and its own --out"
+    );
+    println!("{}", term(&why, Lines::One));
+    ExitCode::from(2)
+}
+
+/// The worst of several exit statuses: 3 (the vault's doing), then 1 (the
+/// machine's), then 2 (an error), else 0.
+fn worst(codes: &[ExitCode]) -> ExitCode {
+    [3u8, 1, 2]
         .into_iter()
         .map(ExitCode::from)
-        .find(|bad| codes.contains(bad));
-    Ok(worst.unwrap_or(ExitCode::SUCCESS))
+        .find(|bad| codes.contains(bad))
+        .unwrap_or(ExitCode::SUCCESS)
 }
 
 /// A pull that found something, or no batch: nothing was written out.
