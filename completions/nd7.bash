@@ -79,8 +79,8 @@ _nd7() {
             nd7__subcmd__admin,age-key)
                 cmd="nd7__subcmd__admin__subcmd__age__subcmd__key"
                 ;;
-            nd7__subcmd__admin,enrol-token)
-                cmd="nd7__subcmd__admin__subcmd__enrol__subcmd__token"
+            nd7__subcmd__admin,enroll-token)
+                cmd="nd7__subcmd__admin__subcmd__enroll__subcmd__token"
                 ;;
             nd7__subcmd__admin,help)
                 cmd="nd7__subcmd__admin__subcmd__help"
@@ -103,8 +103,8 @@ _nd7() {
             nd7__subcmd__admin__subcmd__help,age-key)
                 cmd="nd7__subcmd__admin__subcmd__help__subcmd__age__subcmd__key"
                 ;;
-            nd7__subcmd__admin__subcmd__help,enrol-token)
-                cmd="nd7__subcmd__admin__subcmd__help__subcmd__enrol__subcmd__token"
+            nd7__subcmd__admin__subcmd__help,enroll-token)
+                cmd="nd7__subcmd__admin__subcmd__help__subcmd__enroll__subcmd__token"
                 ;;
             nd7__subcmd__admin__subcmd__help,help)
                 cmd="nd7__subcmd__admin__subcmd__help__subcmd__help"
@@ -187,8 +187,8 @@ _nd7() {
             nd7__subcmd__help__subcmd__admin,age-key)
                 cmd="nd7__subcmd__help__subcmd__admin__subcmd__age__subcmd__key"
                 ;;
-            nd7__subcmd__help__subcmd__admin,enrol-token)
-                cmd="nd7__subcmd__help__subcmd__admin__subcmd__enrol__subcmd__token"
+            nd7__subcmd__help__subcmd__admin,enroll-token)
+                cmd="nd7__subcmd__help__subcmd__admin__subcmd__enroll__subcmd__token"
                 ;;
             nd7__subcmd__help__subcmd__admin,machines)
                 cmd="nd7__subcmd__help__subcmd__admin__subcmd__machines"
@@ -226,7 +226,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin)
-            opts="-h --help org-key age-key sign-recipients enrol-token machines sessions pull help"
+            opts="-h --help org-key age-key sign-recipients enroll-token machines sessions pull help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -257,7 +257,7 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        nd7__subcmd__admin__subcmd__enrol__subcmd__token)
+        nd7__subcmd__admin__subcmd__enroll__subcmd__token)
             opts="-h --org-key --recipients --hours --label --register --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -292,7 +292,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__admin__subcmd__help)
-            opts="org-key age-key sign-recipients enrol-token machines sessions pull help"
+            opts="org-key age-key sign-recipients enroll-token machines sessions pull help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -319,7 +319,7 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        nd7__subcmd__admin__subcmd__help__subcmd__enrol__subcmd__token)
+        nd7__subcmd__admin__subcmd__help__subcmd__enroll__subcmd__token)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -700,7 +700,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__help__subcmd__admin)
-            opts="org-key age-key sign-recipients enrol-token machines sessions pull"
+            opts="org-key age-key sign-recipients enroll-token machines sessions pull"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -727,7 +727,7 @@ _nd7() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        nd7__subcmd__help__subcmd__admin__subcmd__enrol__subcmd__token)
+        nd7__subcmd__help__subcmd__admin__subcmd__enroll__subcmd__token)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

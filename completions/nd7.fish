@@ -117,7 +117,7 @@ complete -c nd7 -n "__fish_nd7_using_subcommand hook-explain" -s h -l help -d 'P
 complete -c nd7 -n "__fish_nd7_using_subcommand hook-route" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand doctor" -l settings -d 'Settings file to check [default: ~/.claude/settings.json]' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l token -d 'The enrolment token from `nd7 admin enrol-token`' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l token -d 'The enrolment token from `nd7 admin enroll-token`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l fingerprint -d 'The organisation key\'s fingerprint (64 hex digits), from `nd7 admin org-key`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -l ca-cert -d 'Trust only the CA certificate(s) in FILE (PEM) for the vault\'s HTTPS, now and for every ship after (kept as vault/ca.pem). Without it: SSL_CERT_FILE if set, else the Mozilla roots' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand enroll" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -126,15 +126,15 @@ complete -c nd7 -n "__fish_nd7_using_subcommand ship" -s h -l help -d 'Print hel
 complete -c nd7 -n "__fish_nd7_using_subcommand self-update" -l from -d 'Where the release is published [default: nd7\'s GitHub releases]' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand self-update" -l allow-downgrade -d 'Install the release even when it is not newer than this nd7 (an older signed release may bring back a fixed flaw)'
 complete -c nd7 -n "__fish_nd7_using_subcommand self-update" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token machines sessions pull help" -s h -l help -d 'Print help'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token machines sessions pull help" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token machines sessions pull help" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token machines sessions pull help" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token machines sessions pull help" -f -a "enrol-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token machines sessions pull help" -f -a "machines" -d 'List the machines a vault enrolled, by the token each used, held to the organisation\'s register of tokens'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token machines sessions pull help" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry, held to the machines\' tallies'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token machines sessions pull help" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enrol-token machines sessions pull help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enroll-token machines sessions pull help" -s h -l help -d 'Print help'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enroll-token machines sessions pull help" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enroll-token machines sessions pull help" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enroll-token machines sessions pull help" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enroll-token machines sessions pull help" -f -a "enroll-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enroll-token machines sessions pull help" -f -a "machines" -d 'List the machines a vault enrolled, by the token each used, held to the organisation\'s register of tokens'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enroll-token machines sessions pull help" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry, held to the machines\' tallies'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enroll-token machines sessions pull help" -f -a "pull" -d 'Fetch a session (or every one) from the vault, decrypt it, verify it, and compare it'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and not __fish_seen_subcommand_from org-key age-key sign-recipients enroll-token machines sessions pull help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from org-key" -l out -d 'Where to write the key (0600; refuses to overwrite)' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from org-key" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from age-key" -l out -d 'Where to write the identity (0600; refuses to overwrite)' -r -F
@@ -145,16 +145,16 @@ complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcomman
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -l valid-until -d 'Valid until this Unix time instead of for --valid-days' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -l vault-key -d 'The vault\'s public key, as `nd7-vault key` printed it' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sign-recipients" -s h -l help -d 'Print help'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -l org-key -d 'The organisation key from `nd7 admin org-key`' -r -F
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -l recipients -d 'The recipients document currently installed on the vault (from `nd7 admin sign-recipients`)' -r -F
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -l hours -d 'Hours until it expires' -r
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -l label -d 'Whom the token is for (a host, a person): kept in the register' -r
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -l register -d 'The organisation\'s register of tokens, which this one is added to (`nd7 admin machines --register` holds the vault\'s machines to it) [default: the organisation key\'s file with `.tokens` added]' -r -F
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enrol-token" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enroll-token" -l org-key -d 'The organisation key from `nd7 admin org-key`' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enroll-token" -l recipients -d 'The recipients document currently installed on the vault (from `nd7 admin sign-recipients`)' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enroll-token" -l hours -d 'Hours until it expires' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enroll-token" -l label -d 'Whom the token is for (a host, a person): kept in the register' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enroll-token" -l register -d 'The organisation\'s register of tokens, which this one is added to (`nd7 admin machines --register` holds the vault\'s machines to it) [default: the organisation key\'s file with `.tokens` added]' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from enroll-token" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from machines" -l read-token -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from machines" -l ca-cert -d 'Trust only the CA certificate(s) in FILE (PEM) for the vault\'s HTTPS' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from machines" -l fingerprint -d 'The organisation key\'s fingerprint, from `nd7 admin org-key`' -r
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from machines" -l register -d 'The register `nd7 admin enrol-token` wrote' -r -F
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from machines" -l register -d 'The register `nd7 admin enroll-token` wrote' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from machines" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -l read-token -d 'A read token from `nd7-vault read-token`' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from sessions" -l ca-cert -d 'Trust only the CA certificate(s) in FILE (PEM) for the vault\'s HTTPS' -r -F
@@ -165,18 +165,18 @@ complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcomman
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l ca-cert -d 'Trust only the CA certificate(s) in FILE (PEM) for the vault\'s HTTPS' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l identity -d 'An age identity file (`nd7 admin age-key`, or age-keygen\'s)' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l fingerprint -d 'The organisation key\'s fingerprint, from `nd7 admin org-key`' -r
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l machine -r
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l session -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l machine -d 'The machine whose sessions to pull [default: every machine\'s]' -r
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l session -d 'The session to pull [default: every session `nd7 admin sessions` lists, of --machine if given, each into OUT/<session>; the exit status is the worst of theirs and the listing\'s]' -r
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l out -d 'Directory to write the decrypted session into' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -l compare -d 'A local copy (session directory or events.ndjson) to compare with' -r -F
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from pull" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "enrol-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "enroll-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "machines" -d 'List the machines a vault enrolled, by the token each used, held to the organisation\'s register of tokens'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry, held to the machines\' tallies'
-complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
+complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "pull" -d 'Fetch a session (or every one) from the vault, decrypt it, verify it, and compare it'
 complete -c nd7 -n "__fish_nd7_using_subcommand admin; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c nd7 -n "__fish_nd7_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c nd7 -n "__fish_nd7_using_subcommand man" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -203,7 +203,7 @@ complete -c nd7 -n "__fish_nd7_using_subcommand help; and not __fish_seen_subcom
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "org-key" -d 'Make the organisation\'s Ed25519 key; prints its fingerprint'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "age-key" -d 'Make an admin\'s age identity; prints its age1... recipient'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "sign-recipients" -d 'Print a recipients document listing RECIPIENTS, signed by the organisation key'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "enrol-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "enroll-token" -d 'Print a one-time enrolment token for `nd7 enroll`, signed by the organisation key'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "machines" -d 'List the machines a vault enrolled, by the token each used, held to the organisation\'s register of tokens'
 complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "sessions" -d 'List the sessions a vault holds: machine, session, last entry, held to the machines\' tallies'
-complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "pull" -d 'Fetch a session from the vault, decrypt it, verify it, and compare it'
+complete -c nd7 -n "__fish_nd7_using_subcommand help; and __fish_seen_subcommand_from admin" -f -a "pull" -d 'Fetch a session (or every one) from the vault, decrypt it, verify it, and compare it'

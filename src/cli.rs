@@ -176,10 +176,12 @@ pub enum Command {
     /// $XDG_STATE_HOME/nd7/vault/ (machine.key, machine.id, server,
     /// recipients; every file 0600). Exits 0 when enrolled, 1 when the vault
     /// or its document was refused or refused us, 2 on other errors.
+    /// (`nd7-vault team` prints this command whole for each machine.)
+    #[command(alias = "enrol")]
     Enroll {
         /// The vault's base URL, e.g. https://vault.example.org.
         url: String,
-        /// The enrolment token from `nd7 admin enrol-token`.
+        /// The enrolment token from `nd7 admin enroll-token`.
         #[arg(long, value_name = "T")]
         token: String,
         /// The organisation key's fingerprint (64 hex digits), from `nd7 admin org-key`.
@@ -459,8 +461,8 @@ pub enum Admin {
     ///
     /// The token names the version of the recipients document given, so a
     /// machine enrolling with it refuses any older one the vault might serve.
-    /// Also spelt `enroll-token`, as `nd7 enroll` is.
-    #[command(alias = "enroll-token")]
+    /// (`enrol-token`, its older spelling, still works.)
+    #[command(name = "enroll-token", alias = "enrol-token")]
     EnrolToken {
         /// The organisation key from `nd7 admin org-key`.
         #[arg(long, value_name = "FILE")]
@@ -498,7 +500,7 @@ pub enum Admin {
         /// The organisation key's fingerprint, from `nd7 admin org-key`.
         #[arg(long, value_name = "FP")]
         fingerprint: String,
-        /// The register `nd7 admin enrol-token` wrote.
+        /// The register `nd7 admin enroll-token` wrote.
         #[arg(long, value_name = "FILE")]
         register: PathBuf,
     },
@@ -532,7 +534,7 @@ pub enum Admin {
         #[arg(long, value_name = "FILE")]
         seen: Option<PathBuf>,
     },
-    /// Fetch a session from the vault, decrypt it, verify it, and compare it.
+    /// Fetch a session (or every one) from the vault, decrypt it, verify it, and compare it.
     ///
     /// Checks that the machine was enrolled with a token the organisation
     /// signed and that it signed every batch, writes the decrypted log to
@@ -554,15 +556,19 @@ pub enum Admin {
         /// The organisation key's fingerprint, from `nd7 admin org-key`.
         #[arg(long, value_name = "FP")]
         fingerprint: String,
+        /// The machine whose sessions to pull [default: every machine's].
         #[arg(long, value_name = "ID")]
-        machine: String,
-        #[arg(long, value_name = "ID")]
-        session: String,
+        machine: Option<String>,
+        /// The session to pull [default: every session `nd7 admin sessions`
+        /// lists, of --machine if given, each into OUT/<session>; the exit
+        /// status is the worst of theirs and the listing's].
+        #[arg(long, value_name = "ID", requires = "machine")]
+        session: Option<String>,
         /// Directory to write the decrypted session into.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
         /// A local copy (session directory or events.ndjson) to compare with.
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", requires = "session")]
         compare: Option<PathBuf>,
     },
 }

@@ -93,7 +93,7 @@ pub struct Registered {
 }
 
 const REGISTER_HEAD: &str =
-    "# nd7 enrolment tokens (nd7 admin enrol-token): token key, expires (Unix s), label\n";
+    "# nd7 enrolment tokens (nd7 admin enroll-token): token key, expires (Unix s), label\n";
 
 /// The register's lines: `<token key hex> <expires> <label>`, `#` lines
 /// aside. A line that does not read is an error naming it.
@@ -119,7 +119,7 @@ pub fn read_register(path: &Path) -> Result<Vec<Registered>, ShipError> {
         out.push(parsed.ok_or_else(|| ShipError::BadFile {
             path: path.to_path_buf(),
             what: format!(
-                "line {} is not `<token key> <expires> <label>` as `nd7 admin enrol-token` writes it",
+                "line {} is not `<token key> <expires> <label>` as `nd7 admin enroll-token` writes it",
                 n + 1
             ),
         })?);

@@ -94,6 +94,8 @@ mod vault_store;
 #[cfg(feature = "vault-server")]
 mod vault_tally_attacks;
 #[cfg(feature = "vault-server")]
+mod vault_team;
+#[cfg(feature = "vault-server")]
 mod vault_tls;
 mod vectors;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.

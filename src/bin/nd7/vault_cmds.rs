@@ -335,7 +335,12 @@ fn admin_inner(command: Admin) -> Result<ExitCode, ExitCode> {
                 read_token,
                 identity,
             };
-            pull(&vault, &fingerprint, &machine, &session, &out, compare)
+            match (machine, session) {
+                (Some(machine), Some(session)) => {
+                    pull(&vault, &fingerprint, &machine, &session, &out, compare)
+                }
+                (machine, _) => pull_every(&vault, &fingerprint, machine.as_deref(), &out),
+            }
         }
     }
 }
@@ -529,6 +534,68 @@ fn pull(
         .findings
         .extend(transcripts.findings.iter().cloned());
     Ok(print_compared(compared))
+}
+
+/// `nd7 admin pull` without --session: every session the vault lists (of
+/// `machine` if given), each pulled as alone; the listing's findings too.
+/// The exit status is the worst: 3 (the vault's doing), then 1, then 2.
+fn pull_every(
+    vault: &Vault,
+    fingerprint: &str,
+    machine: Option<&str>,
+    out: &Path,
+) -> Result<ExitCode, ExitCode> {
+    let listed = vault_admin::list_sessions(
+        &vault.url,
+        &vault.trust,
+        &vault.read_token,
+        fingerprint,
+        None,
+    )
+    .map_err(pull_failed)?;
+    let chosen: Vec<&(String, String, u64)> = listed
+        .listed
+        .iter()
+        .filter(|(m, _, _)| machine.is_none_or(|want| m == want))
+        .collect();
+    if chosen.is_empty() {
+        let whose = machine.map_or(String::new(), |m| format!(" of machine {m}"));
+        let none = format!("the vault holds no sessions{whose} yet");
+        println!("{}", term(&none, Lines::One));
+    }
+    let mut codes = vec![ExitCode::from(print_findings(listed.findings))];
+    for (m, session, _) in &chosen {
+        let owners = chosen.iter().filter(|(_, s, _)| s == session).count();
+        codes.push(if owners > 1 {
+            shared_session(session, owners)
+        } else {
+            let head = format!("machine {m}, session {session}:");
+            println!("{}", term(&head, Lines::One));
+            pull(vault, fingerprint, m, session, out, None).unwrap_or_else(|code| code)
+        });
+    }
+    Ok(worst(&codes))
+}
+
+/// A session id several machines list is pulled for none (2): their copies
+/// would be written to one OUT/<session>, where a machine could put its
+/// copy over the one just checked of another.
+fn shared_session(session: &str, owners: usize) -> ExitCode {
+    let why = format!(
+        "session {session} is listed for {owners} machines: not pulled; pull each alone, with --machine M --session {session} and its own --out"
+    );
+    println!("{}", term(&why, Lines::One));
+    ExitCode::from(2)
+}
+
+/// The worst of several exit statuses: 3 (the vault's doing), then 1 (the
+/// machine's), then 2 (an error), else 0.
+fn worst(codes: &[ExitCode]) -> ExitCode {
+    [3u8, 1, 2]
+        .into_iter()
+        .map(ExitCode::from)
+        .find(|bad| codes.contains(bad))
+        .unwrap_or(ExitCode::SUCCESS)
 }
 
 /// A pull that found something, or no batch: nothing was written out.
