@@ -7,13 +7,13 @@
 //! that run later changed. A reader that closes standard output early ends
 //! any command with 0 (see `out`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
 use nd7_core::chain::HeadState;
 use nd7_core::cli::{Cli, Command};
-use nd7_core::run_dir::{Change, Changed, RunDirs};
+use nd7_core::run_dir::{Change, Changed, RunDir, RunDirError, RunDirs};
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
 
@@ -203,15 +203,10 @@ fn run_grant(
     preset: Option<String>,
     path: Option<PathBuf>,
 ) -> ExitCode {
-    use nd7_core::policy::grants;
     let verb = match change {
         Change::Allow => "allow",
         Change::Deny => "deny",
     };
-    // Paths here may lead through links the agent made, and a run's list
-    // holds its commands' text: all shown inert (ADR-0090).
-    use nd7_core::read::safe::path as shown;
-    let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::One);
     // The reason keeps its own line ends (a list of runs); what the agent
     // chose in it is already inert on one line each.
     let fail = |why: &dyn std::fmt::Display| {
@@ -219,146 +214,217 @@ fn run_grant(
         eprintln!("nd7 {verb}: {why}");
         ExitCode::from(2)
     };
-    let run_dir = match RunDirs::for_user().and_then(|s| s.pick(run)) {
-        Ok(run_dir) => run_dir,
+    let grant = match Grant::open(verb, run) {
+        Ok(grant) => grant,
         Err(e) => return fail(&e),
     };
-    let home = match run_dir.record() {
-        Ok(record) => record.policy.roots.home,
+    let targets = match grant_targets(preset.as_deref(), path, &grant.home) {
+        Ok(targets) => targets,
         Err(e) => return fail(&e),
-    };
-    // What to change: the path, or every path of the preset.
-    let targets: Vec<(PathBuf, bool)> = match (&preset, path) {
-        (Some(name), _) => match grants::preset(name) {
-            Some(p) => p.paths(&home),
-            None => {
-                return fail(&format_args!(
-                    "--preset {name}: no such preset; the presets are {}",
-                    grants::preset_names()
-                ));
-            }
-        },
-        (None, Some(path)) => vec![(path, true)],
-        (None, None) => return fail(&"no path given"),
-    };
-    let pid = run_dir.pid;
-    // Every change is written into the run's log, from outside the floor.
-    let logged = |path: &std::path::Path| {
-        if let Err(e) = nd7_core::run_log::grant_changed(&run_dir, verb, path) {
-            eprintln!(
-                "nd7 {verb}: warning: the change is in force, but it could not be written into the run's log: {}",
-                inert(&e.to_string())
-            );
-        }
     };
     for (target, dir) in targets {
-        let typed = grants::expand_tilde(&target, &home);
-        let typed = std::path::absolute(&typed).unwrap_or(typed);
-        let changed = match change {
-            Change::Allow => run_dir.allow(&target, dir, nd7_core::sandbox::files_beside_record),
-            Change::Deny => run_dir.deny(&target, nd7_core::sandbox::files_beside_record),
-        };
-        match changed {
-            Ok(Changed::Allowed { path, created }) => {
-                logged(&path);
-                if created {
-                    eprintln!(
-                        "nd7 allow: note: {} did not exist; created it",
-                        shown(&typed)
-                    );
-                }
-                // The name goes through a link: say what is granted.
-                if typed != path {
-                    eprintln!(
-                        "nd7 allow: note: {} leads to {}, which is what is granted; a link re-pointed later does not move the grant",
-                        shown(&typed),
-                        shown(&path),
-                    );
-                }
-                let (held, beneath) = nd7_core::policy::deferred::held_in_home(&path, &home);
-                if held {
-                    println!(
-                        "run {pid}: {} stays held read-only (watched and reported, if it did not exist when the run started): the shell, git, an editor or the agent runs what it says later, outside the sandbox, so no grant opens it; change it yourself, outside nd7 run",
-                        shown(&path)
-                    );
-                    continue;
-                }
-                println!(
-                    "run {pid}: writes under {} allowed from the next command",
-                    shown(&path)
-                );
-                if path == home {
-                    eprintln!(
-                        "nd7 allow: warning: this opens your whole home to the run's commands (but the credential stores, nd7's own files and the files held read-only); `nd7 deny ~` takes it back"
-                    );
-                }
-                // Those there now: what a person would miss.
-                let beneath: Vec<&str> = beneath
-                    .into_iter()
-                    .filter(|n| std::fs::symlink_metadata(home.join(n)).is_ok())
-                    .collect();
-                if !beneath.is_empty() {
-                    eprintln!(
-                        "nd7 allow: note: beneath it, {} stay held read-only (they run later, outside the sandbox)",
-                        beneath
-                            .iter()
-                            .take(6)
-                            .map(|n| format!("~/{n}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                            + if beneath.len() > 6 { ", …" } else { "" }
-                    );
-                }
-            }
-            Ok(Changed::AlreadyAllowed(path)) => {
-                println!("run {pid}: {} was already allowed", shown(&path))
-            }
-            Ok(Changed::Denied(paths)) => {
-                for path in paths {
-                    logged(&path);
-                    if typed != path
-                        && std::fs::canonicalize(&typed).ok().as_deref() != Some(path.as_path())
-                    {
-                        eprintln!(
-                            "nd7 deny: note: {} no longer leads to {}; the grant it named is taken back all the same",
-                            shown(&typed),
-                            shown(&path)
-                        );
-                    }
-                    println!(
-                        "run {pid}: writes under {} denied from the next command",
-                        shown(&path)
-                    );
-                    let running = nd7_core::running::read(&run_dir.dir);
-                    for line in nd7_core::running::deny_report(pid, &path, &running) {
-                        println!("{line}");
-                    }
-                }
-            }
-            Ok(Changed::NotAGrant { path, grants, link }) => {
-                println!("run {pid}: {} was not a grant", shown(&path));
-                if let Some(why) = &link {
-                    eprintln!("nd7 deny: note: {}", inert(why));
-                }
-                if link.is_some() || !grants.is_empty() {
-                    eprintln!(
-                        "nd7 deny: note: this run's grants are {}",
-                        if grants.is_empty() {
-                            "none".to_string()
-                        } else {
-                            grants
-                                .iter()
-                                .map(|g| shown(g))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        }
-                    );
-                }
-            }
-            Err(e) => return fail(&e),
+        if let Err(e) = grant.change(change, &target, dir) {
+            return fail(&e);
         }
     }
     ExitCode::SUCCESS
+}
+
+/// What `nd7 allow` or `nd7 deny` changes: the path, or every path of the
+/// preset, each with whether it is a directory.
+fn grant_targets(
+    preset: Option<&str>,
+    path: Option<PathBuf>,
+    home: &Path,
+) -> Result<Vec<(PathBuf, bool)>, String> {
+    use nd7_core::policy::grants;
+    match (preset, path) {
+        (Some(name), _) => match grants::preset(name) {
+            Some(p) => Ok(p.paths(home)),
+            None => Err(format!(
+                "--preset {name}: no such preset; the presets are {}",
+                grants::preset_names()
+            )),
+        },
+        (None, Some(path)) => Ok(vec![(path, true)]),
+        (None, None) => Err("no path given".to_string()),
+    }
+}
+
+/// Paths here may lead through links the agent made, and a run's list
+/// holds its commands' text: all shown inert (ADR-0090).
+fn shown(path: &Path) -> String {
+    nd7_core::read::safe::path(path)
+}
+
+/// `nd7 allow` or `nd7 deny` on one run: what each of its changes needs.
+struct Grant {
+    verb: &'static str,
+    run_dir: RunDir,
+    /// The run's home, from its record.
+    home: PathBuf,
+}
+
+impl Grant {
+    fn open(verb: &'static str, run: Option<u32>) -> Result<Grant, RunDirError> {
+        let run_dir = RunDirs::for_user().and_then(|s| s.pick(run))?;
+        let home = run_dir.record()?.policy.roots.home;
+        Ok(Grant {
+            verb,
+            run_dir,
+            home,
+        })
+    }
+
+    /// Makes one change to the run's grants, and says what it did.
+    fn change(&self, change: Change, target: &Path, dir: bool) -> Result<(), RunDirError> {
+        let typed = nd7_core::policy::grants::expand_tilde(target, &self.home);
+        let typed = std::path::absolute(&typed).unwrap_or(typed);
+        let beside = nd7_core::sandbox::files_beside_record;
+        let changed = match change {
+            Change::Allow => self.run_dir.allow(target, dir, beside),
+            Change::Deny => self.run_dir.deny(target, beside),
+        };
+        match changed? {
+            Changed::Allowed { path, created } => self.allowed(&typed, &path, created),
+            Changed::AlreadyAllowed(path) => {
+                println!(
+                    "run {}: {} was already allowed",
+                    self.run_dir.pid,
+                    shown(&path)
+                )
+            }
+            Changed::Denied(paths) => {
+                for path in paths {
+                    self.denied(&typed, &path);
+                }
+            }
+            Changed::NotAGrant { path, grants, link } => {
+                self.not_a_grant(&path, &grants, link.as_deref())
+            }
+        }
+        Ok(())
+    }
+
+    /// Every change is written into the run's log, from outside the floor.
+    fn logged(&self, path: &Path) {
+        let verb = self.verb;
+        if let Err(e) = nd7_core::run_log::grant_changed(&self.run_dir, verb, path) {
+            eprintln!(
+                "nd7 {verb}: warning: the change is in force, but it could not be written into the run's log: {}",
+                inert_line(&e.to_string())
+            );
+        }
+    }
+
+    /// `typed` granted as `path`: said with what stays held read-only.
+    fn allowed(&self, typed: &Path, path: &Path, created: bool) {
+        let pid = self.run_dir.pid;
+        self.logged(path);
+        if created {
+            eprintln!(
+                "nd7 allow: note: {} did not exist; created it",
+                shown(typed)
+            );
+        }
+        // The name goes through a link: say what is granted.
+        if typed != path {
+            eprintln!(
+                "nd7 allow: note: {} leads to {}, which is what is granted; a link re-pointed later does not move the grant",
+                shown(typed),
+                shown(path),
+            );
+        }
+        let (held, beneath) = nd7_core::policy::deferred::held_in_home(path, &self.home);
+        if held {
+            println!(
+                "run {pid}: {} stays held read-only (watched and reported, if it did not exist when the run started): the shell, git, an editor or the agent runs what it says later, outside the sandbox, so no grant opens it; change it yourself, outside nd7 run",
+                shown(path)
+            );
+            return;
+        }
+        println!(
+            "run {pid}: writes under {} allowed from the next command",
+            shown(path)
+        );
+        if path == self.home {
+            eprintln!(
+                "nd7 allow: warning: this opens your whole home to the run's commands (but the credential stores, nd7's own files and the files held read-only); `nd7 deny ~` takes it back"
+            );
+        }
+        self.held_beneath(beneath);
+    }
+
+    /// The files held read-only beneath a grant that are there now: what
+    /// a person would miss.
+    fn held_beneath(&self, beneath: Vec<&str>) {
+        let beneath: Vec<&str> = beneath
+            .into_iter()
+            .filter(|n| std::fs::symlink_metadata(self.home.join(n)).is_ok())
+            .collect();
+        if !beneath.is_empty() {
+            eprintln!(
+                "nd7 allow: note: beneath it, {} stay held read-only (they run later, outside the sandbox)",
+                beneath
+                    .iter()
+                    .take(6)
+                    .map(|n| format!("~/{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + if beneath.len() > 6 { ", …" } else { "" }
+            );
+        }
+    }
+
+    /// The grant `path` taken back, named `typed`: said with the commands
+    /// still running that hold it.
+    fn denied(&self, typed: &Path, path: &Path) {
+        let pid = self.run_dir.pid;
+        self.logged(path);
+        if typed != path && std::fs::canonicalize(typed).ok().as_deref() != Some(path) {
+            eprintln!(
+                "nd7 deny: note: {} no longer leads to {}; the grant it named is taken back all the same",
+                shown(typed),
+                shown(path)
+            );
+        }
+        println!(
+            "run {pid}: writes under {} denied from the next command",
+            shown(path)
+        );
+        let running = nd7_core::running::read(&self.run_dir.dir);
+        for line in nd7_core::running::deny_report(pid, path, &running) {
+            println!("{line}");
+        }
+    }
+
+    /// `nd7 deny` named no grant: said with the run's grants, and why a
+    /// link was not followed.
+    fn not_a_grant(&self, path: &Path, grants: &[PathBuf], link: Option<&str>) {
+        println!("run {}: {} was not a grant", self.run_dir.pid, shown(path));
+        if let Some(why) = link {
+            eprintln!("nd7 deny: note: {}", inert_line(why));
+        }
+        if link.is_some() || !grants.is_empty() {
+            eprintln!(
+                "nd7 deny: note: this run's grants are {}",
+                if grants.is_empty() {
+                    "none".to_string()
+                } else {
+                    grants
+                        .iter()
+                        .map(|g| shown(g))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            );
+        }
+    }
+}
+
+/// A run's list holds its commands' text: inert, on one line (ADR-0090).
+fn inert_line(text: &str) -> String {
+    nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::One)
 }
 
 /// `nd7 self-update [--from URL] [--allow-downgrade]`: 0 when both binaries
