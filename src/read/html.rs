@@ -17,7 +17,10 @@ use super::report::{CAVEAT, Chain, SessionInfo, Shipped};
 use super::safe::{self, Lines};
 use super::summary::Confinement;
 use super::text::{self, OUTPUT_LINES};
-use super::timeline::{Item, ObservedClass, Status, SubagentEvent, Tool};
+use super::timeline::{
+    Event, Item, Observed, ObservedClass, Refusal, SessionStart, Status, Subagent, SubagentEvent,
+    Tool, UnreadableLine,
+};
 use super::when;
 
 /// The policy the page carries: nothing but its own inline styles.
@@ -444,25 +447,33 @@ fn output(o: &mut String, label: &str, text: &str) {
     );
 }
 
+/// One line of the timeline: its class, status word and body, then when.
 fn timeline_item(o: &mut String, item: &Item, tz: &TimeZone) {
     let h = |t: &str| safe::html(t, Lines::One);
-    let (class, status, body): (&str, String, String) = match item {
-        Item::SessionStart(s) => (
-            "start",
-            "start".into(),
-            format!(
-                "session started ({}){}{}",
-                h(s.how.as_deref().unwrap_or("?")),
-                s.model
-                    .as_deref()
-                    .map(|m| format!(", model {}", h(m)))
-                    .unwrap_or_default(),
-                s.cwd
-                    .as_deref()
-                    .map(|c| format!(" in <code>{}</code>", h(c)))
-                    .unwrap_or_default()
-            ),
+    let (class, status, body) = item_parts(item);
+    let (time, seq, sub, id) = match item.at() {
+        Some(at) => (
+            when::time(at.ts, tz),
+            format!("#{}", at.seq),
+            if at.agent.is_some() { " sub" } else { "" },
+            format!(" id=\"e{}\"", at.seq),
         ),
+        None => (String::new(), String::new(), "", String::new()),
+    };
+    let _ = writeln!(
+        o,
+        "<li class=\"{class}{sub}\"{id}><span class=\"time\">{time}</span><span class=\"seq\">{seq}</span>\
+         <span class=\"status\">{}</span> {body}</li>",
+        h(&status)
+    );
+}
+
+/// A timeline line's class, its status word and its body (HTML).
+type Parts = (&'static str, String, String);
+
+fn item_parts(item: &Item) -> Parts {
+    match item {
+        Item::SessionStart(s) => session_start(s),
         Item::Prompt(p) => (
             "prompt",
             "prompt".into(),
@@ -484,100 +495,126 @@ fn timeline_item(o: &mut String, item: &Item, tz: &TimeZone) {
             "end".into(),
             format!(
                 "session ended ({})",
-                h(e.reason.as_deref().unwrap_or("no reason given"))
+                safe::html(e.reason.as_deref().unwrap_or("no reason given"), Lines::One)
             ),
         ),
-        Item::Subagent(s) => {
-            let ty = h(s.agent_type.as_deref().unwrap_or("?"));
-            let id = h(s.id.as_deref().unwrap_or("?"));
-            let mut b = match (s.event, &s.parent) {
-                (SubagentEvent::Start, Some(p)) => {
-                    format!(
-                        "subagent {ty} (<code>{id}</code>) started by call <code>{}</code>",
-                        h(p)
-                    )
-                }
-                (SubagentEvent::Start, None) => {
-                    format!("subagent {ty} (<code>{id}</code>) started")
-                }
-                (SubagentEvent::Stop, _) => format!("subagent {ty} (<code>{id}</code>) stopped"),
-            };
-            if let Some(m) = &s.message {
-                output(&mut b, "message", m);
-            }
-            ("agent", "agent".into(), b)
-        }
-        Item::Refusal(r) => (
-            "refused",
-            "REFUSED".into(),
-            format!(
-                "{} <code>{}</code>: {}",
-                h(r.tool.as_deref().unwrap_or("?")),
-                h(r.tool_use_id.as_deref().unwrap_or("")),
-                h(r.reason.as_deref().unwrap_or("no reason given"))
-            ),
-        ),
-        Item::Observed(ob) => {
-            let (class, word) = match ob.class {
-                ObservedClass::Grant => ("grant", "grant"),
-                ObservedClass::Refusal => ("refused", "REFUSED"),
-                ObservedClass::Command => ("observed", "exec"),
-                ObservedClass::Net => ("observed", "net"),
-                ObservedClass::Session | ObservedClass::Other => ("observed", "nd7"),
-            };
-            (
-                class,
-                word.into(),
-                format!(
-                    "<code>[{} {}]</code> {}",
-                    h(&ob.source),
-                    h(&ob.kind),
-                    h(&ob.summary)
-                ),
-            )
-        }
-        Item::Event(e) => (
-            "event",
-            if e.kind == "hook" { "hook" } else { "entry" }.into(),
-            format!(
-                "{}{}",
-                h(e.event.as_deref().unwrap_or(&e.kind)),
-                if e.summary.is_empty() {
-                    String::new()
-                } else {
-                    format!(": <span class=\"facts-inline\">{}</span>", h(&e.summary))
-                }
-            ),
-        ),
-        Item::Unreadable(u) => (
-            "bad",
-            "BAD".into(),
-            format!(
-                "line {} is not an entry ({}): <code>{}</code>",
-                u.line,
-                h(&u.error),
-                h(&u.start)
-            ),
-        ),
-    };
-    let (time, seq, sub, id) = match item.at() {
-        Some(at) => (
-            when::time(at.ts, tz),
-            format!("#{}", at.seq),
-            if at.agent.is_some() { " sub" } else { "" },
-            format!(" id=\"e{}\"", at.seq),
-        ),
-        None => (String::new(), String::new(), "", String::new()),
-    };
-    let _ = writeln!(
-        o,
-        "<li class=\"{class}{sub}\"{id}><span class=\"time\">{time}</span><span class=\"seq\">{seq}</span>\
-         <span class=\"status\">{}</span> {body}</li>",
-        h(&status)
-    );
+        Item::Subagent(s) => subagent(s),
+        Item::Refusal(r) => refusal(r),
+        Item::Observed(ob) => observed(ob),
+        Item::Event(e) => event(e),
+        Item::Unreadable(u) => unreadable(u),
+    }
 }
 
-fn tool(t: &Tool) -> (&'static str, String, String) {
+fn session_start(s: &SessionStart) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    (
+        "start",
+        "start".into(),
+        format!(
+            "session started ({}){}{}",
+            h(s.how.as_deref().unwrap_or("?")),
+            s.model
+                .as_deref()
+                .map(|m| format!(", model {}", h(m)))
+                .unwrap_or_default(),
+            s.cwd
+                .as_deref()
+                .map(|c| format!(" in <code>{}</code>", h(c)))
+                .unwrap_or_default()
+        ),
+    )
+}
+
+fn subagent(s: &Subagent) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    let ty = h(s.agent_type.as_deref().unwrap_or("?"));
+    let id = h(s.id.as_deref().unwrap_or("?"));
+    let mut b = match (s.event, &s.parent) {
+        (SubagentEvent::Start, Some(p)) => {
+            format!(
+                "subagent {ty} (<code>{id}</code>) started by call <code>{}</code>",
+                h(p)
+            )
+        }
+        (SubagentEvent::Start, None) => {
+            format!("subagent {ty} (<code>{id}</code>) started")
+        }
+        (SubagentEvent::Stop, _) => format!("subagent {ty} (<code>{id}</code>) stopped"),
+    };
+    if let Some(m) = &s.message {
+        output(&mut b, "message", m);
+    }
+    ("agent", "agent".into(), b)
+}
+
+fn refusal(r: &Refusal) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    (
+        "refused",
+        "REFUSED".into(),
+        format!(
+            "{} <code>{}</code>: {}",
+            h(r.tool.as_deref().unwrap_or("?")),
+            h(r.tool_use_id.as_deref().unwrap_or("")),
+            h(r.reason.as_deref().unwrap_or("no reason given"))
+        ),
+    )
+}
+
+fn observed(ob: &Observed) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    let (class, word) = match ob.class {
+        ObservedClass::Grant => ("grant", "grant"),
+        ObservedClass::Refusal => ("refused", "REFUSED"),
+        ObservedClass::Command => ("observed", "exec"),
+        ObservedClass::Net => ("observed", "net"),
+        ObservedClass::Session | ObservedClass::Other => ("observed", "nd7"),
+    };
+    (
+        class,
+        word.into(),
+        format!(
+            "<code>[{} {}]</code> {}",
+            h(&ob.source),
+            h(&ob.kind),
+            h(&ob.summary)
+        ),
+    )
+}
+
+fn event(e: &Event) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    (
+        "event",
+        if e.kind == "hook" { "hook" } else { "entry" }.into(),
+        format!(
+            "{}{}",
+            h(e.event.as_deref().unwrap_or(&e.kind)),
+            if e.summary.is_empty() {
+                String::new()
+            } else {
+                format!(": <span class=\"facts-inline\">{}</span>", h(&e.summary))
+            }
+        ),
+    )
+}
+
+fn unreadable(u: &UnreadableLine) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    (
+        "bad",
+        "BAD".into(),
+        format!(
+            "line {} is not an entry ({}): <code>{}</code>",
+            u.line,
+            h(&u.error),
+            h(&u.start)
+        ),
+    )
+}
+
+fn tool(t: &Tool) -> Parts {
     let h = |s: &str| safe::html(s, Lines::One);
     let (class, status) = match t.status {
         Status::Ok => ("ok", "ok"),
