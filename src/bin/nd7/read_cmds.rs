@@ -10,6 +10,7 @@
 //! A reader that goes away (a pager quit, `| head`) ends the output quietly,
 //! with the status the command had reached.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -19,7 +20,7 @@ use nd7_core::read::index::{Index, LogKeys};
 use nd7_core::read::output::{ColourChoice, Output, Stopped};
 use nd7_core::read::report::Chain;
 use nd7_core::read::safe::Lines;
-use nd7_core::read::search::{Filter, Options, Pattern};
+use nd7_core::read::search::{Filter, Hit, Options, Pattern};
 use nd7_core::read::store::{self, Store};
 use nd7_core::read::text::{self, Style};
 use nd7_core::read::timeline::{Item, ObservedClass, Status};
@@ -374,22 +375,9 @@ pub fn search(a: SearchArgs) -> ExitCode {
         Ok(w) => w,
         Err(code) => return code,
     };
-    let pattern = match Pattern::new(
-        &a.pattern,
-        Options {
-            ignore_case: a.ignore_case,
-            fixed: a.fixed_strings,
-        },
-    ) {
+    let pattern = match search_pattern(&a) {
         Ok(p) => p,
-        Err(e) => {
-            // The regex crate draws the pattern and a caret over several
-            // lines; a one-line message keeps its last line, the reason.
-            let text = e.to_string();
-            let why = text.lines().last().unwrap_or(&text);
-            let why = why.trim().trim_start_matches("error: ");
-            return fail(cmd, format!("bad pattern {:?}: {why}", a.pattern));
-        }
+        Err(code) => return code,
     };
     let store = match Store::open() {
         Ok(s) => s,
@@ -399,91 +387,31 @@ pub fn search(a: SearchArgs) -> ExitCode {
         Ok(ids) => ids,
         Err(e) => return fail(cmd, e),
     };
-    let mut logs: Vec<SessionLog> = ids.iter().filter_map(|id| store.log(id).ok()).collect();
-    let mut errors = 0usize;
-    if let Some(dir) = &a.project {
-        let dirs = project_arg(dir);
-        let mut index = Index::load(&store.state);
-        let summaries = index.refresh_all(&logs, store::threads());
-        let _ = index.save();
-        let mut kept = Vec::new();
-        for (log, s) in logs.into_iter().zip(summaries) {
-            match s {
-                Ok((summary, _)) if in_project(summary.project.as_deref(), &dirs) => kept.push(log),
-                Ok(_) => {}
-                Err(e) => {
-                    warn(cmd, e);
-                    errors += 1;
-                }
-            }
-        }
-        logs = kept;
-    }
+    let logs: Vec<SessionLog> = ids.iter().filter_map(|id| store.log(id).ok()).collect();
+    let (logs, mut errors) = match &a.project {
+        Some(dir) => logs_in_project(&store, logs, dir),
+        None => (logs, 0),
+    };
     let filter = Filter {
         tool: a.tool.clone(),
         since,
         until,
     };
-    let results = store::search(&logs, &pattern, &filter, store::threads());
-    let mut hits = Vec::new();
-    for (log, result) in logs.iter().zip(results) {
-        match result {
-            Ok(found) => hits.extend(found.into_iter().map(|h| (log.session_id().to_string(), h))),
-            Err(e) => {
-                warn(cmd, e);
-                errors += 1;
-            }
-        }
-    }
-    hits.sort_by(|(s1, h1), (s2, h2)| (h1.ts, s1, h1.seq).cmp(&(h2.ts, s2, h2.seq)));
-    let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let short: std::collections::HashMap<&str, String> = id_refs
-        .iter()
-        .copied()
-        .zip(text::short_ids(&id_refs, 8))
-        .collect();
+    let (hits, unread) = search_hits(&logs, &pattern, &filter);
+    errors += unread;
+    let short = short_ids(&ids);
     let mut out = Output::open(!a.json && !a.view.no_pager, choice(&a.view));
     let style = Style {
         colour: out.colour && !a.json,
     };
     let written = hits.iter().try_for_each(|(session, hit)| {
         if a.json {
-            let mut v = serde_json::to_value(hit).unwrap_or_default();
-            if let Some(o) = v.as_object_mut() {
-                o.insert("session".into(), session.clone().into());
-                o.insert("time".into(), when::rfc3339(hit.ts).into());
-            }
-            return out.line(&v.to_string());
+            return out.line(&hit_json(session, hit));
         }
-        let what = match (&hit.tool, hit.field.as_str()) {
-            (Some(tool), field) => format!("{tool} {field}"),
-            (None, field) => field.to_string(),
-        };
-        let line_no = if hit.line > 1 {
-            format!(":{}", hit.line)
-        } else {
-            String::new()
-        };
-        let text = format!(
-            "{}{}{}",
-            style.safe(&hit.text[..hit.start], Lines::One),
-            style.red(&style.safe(&hit.text[hit.start..hit.end], Lines::One)),
-            style.safe(&hit.text[hit.end..], Lines::One)
-        );
-        out.line(&format!(
-            "{}  {}  {}  {}  {text}",
-            style.dim(&when::date_time(hit.ts, &tz)),
-            style.cyan(
-                &style.safe(
-                    short
-                        .get(session.as_str())
-                        .map_or(session.as_str(), String::as_str),
-                    Lines::One
-                )
-            ),
-            style.dim(&format!("#{}", hit.seq)),
-            style.dim(&format!("{}{line_no}", style.safe(&what, Lines::One))),
-        ))
+        let session = short
+            .get(session.as_str())
+            .map_or(session.as_str(), String::as_str);
+        out.line(&hit_line(style, &tz, session, hit))
     });
     let code = if errors > 0 {
         ExitCode::from(USAGE_ERROR)
@@ -497,6 +425,115 @@ pub fn search(a: SearchArgs) -> ExitCode {
         Err(Stopped::Gone) => code,
         Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
     }
+}
+
+/// `nd7 search`'s pattern; a bad one said on one line, with the exit status.
+fn search_pattern(a: &SearchArgs) -> Result<Pattern, ExitCode> {
+    let options = Options {
+        ignore_case: a.ignore_case,
+        fixed: a.fixed_strings,
+    };
+    Pattern::new(&a.pattern, options).map_err(|e| {
+        // The regex crate draws the pattern and a caret over several
+        // lines; a one-line message keeps its last line, the reason.
+        let text = e.to_string();
+        let why = text.lines().last().unwrap_or(&text);
+        let why = why.trim().trim_start_matches("error: ");
+        fail("search", format!("bad pattern {:?}: {why}", a.pattern))
+    })
+}
+
+/// The logs of sessions in the project `dir` (or below it), with how many
+/// logs could not be read (each said on stderr).
+fn logs_in_project(store: &Store, logs: Vec<SessionLog>, dir: &Path) -> (Vec<SessionLog>, usize) {
+    let dirs = project_arg(dir);
+    let mut index = Index::load(&store.state);
+    let summaries = index.refresh_all(&logs, store::threads());
+    let _ = index.save();
+    let mut kept = Vec::new();
+    let mut errors = 0;
+    for (log, s) in logs.into_iter().zip(summaries) {
+        match s {
+            Ok((summary, _)) if in_project(summary.project.as_deref(), &dirs) => kept.push(log),
+            Ok(_) => {}
+            Err(e) => {
+                warn("search", e);
+                errors += 1;
+            }
+        }
+    }
+    (kept, errors)
+}
+
+/// Every hit in `logs`, by time, then session, then entry, each with its
+/// session's id; and how many logs could not be read (each said on stderr).
+fn search_hits(
+    logs: &[SessionLog],
+    pattern: &Pattern,
+    filter: &Filter,
+) -> (Vec<(String, Hit)>, usize) {
+    let results = store::search(logs, pattern, filter, store::threads());
+    let mut hits = Vec::new();
+    let mut errors = 0;
+    for (log, result) in logs.iter().zip(results) {
+        match result {
+            Ok(found) => hits.extend(found.into_iter().map(|h| (log.session_id().to_string(), h))),
+            Err(e) => {
+                warn("search", e);
+                errors += 1;
+            }
+        }
+    }
+    hits.sort_by(|(s1, h1), (s2, h2)| (h1.ts, s1, h1.seq).cmp(&(h2.ts, s2, h2.seq)));
+    (hits, errors)
+}
+
+/// Each session's id shortened to the fewest characters (at least 8) that
+/// tell it from the others.
+fn short_ids(ids: &[String]) -> HashMap<&str, String> {
+    let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    id_refs
+        .iter()
+        .copied()
+        .zip(text::short_ids(&id_refs, 8))
+        .collect()
+}
+
+/// A hit as one JSON object, with its session and its time.
+fn hit_json(session: &str, hit: &Hit) -> String {
+    let mut v = serde_json::to_value(hit).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("session".into(), session.into());
+        o.insert("time".into(), when::rfc3339(hit.ts).into());
+    }
+    v.to_string()
+}
+
+/// A hit as one line: when, the session, the entry, what matched, and the
+/// line with the match marked.
+fn hit_line(style: Style, tz: &TimeZone, session: &str, hit: &Hit) -> String {
+    let what = match (&hit.tool, hit.field.as_str()) {
+        (Some(tool), field) => format!("{tool} {field}"),
+        (None, field) => field.to_string(),
+    };
+    let line_no = if hit.line > 1 {
+        format!(":{}", hit.line)
+    } else {
+        String::new()
+    };
+    let text = format!(
+        "{}{}{}",
+        style.safe(&hit.text[..hit.start], Lines::One),
+        style.red(&style.safe(&hit.text[hit.start..hit.end], Lines::One)),
+        style.safe(&hit.text[hit.end..], Lines::One)
+    );
+    format!(
+        "{}  {}  {}  {}  {text}",
+        style.dim(&when::date_time(hit.ts, tz)),
+        style.cyan(&style.safe(session, Lines::One)),
+        style.dim(&format!("#{}", hit.seq)),
+        style.dim(&format!("{}{line_no}", style.safe(&what, Lines::One))),
+    )
 }
 
 /// Keeps the verdicts `nd7 verify` reaches for sessions in the user's state
