@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use nd7_core::chain::HeadState;
 use nd7_core::cli::{Cli, Command};
+use nd7_core::read::safe::plural;
 use nd7_core::run_dir::{Change, Changed, RunDir, RunDirError, RunDirs};
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
@@ -716,12 +717,6 @@ fn report_effects(e: &nd7_core::run_entry::Effects, prefix: &str) {
             plural(e.stopped, " was", "s were")
         );
     }
-}
-
-/// `one` after a count of one, `many` after any other: the ending of a
-/// counted word.
-fn plural<'a, N: PartialEq + From<u8>>(n: N, one: &'a str, many: &'a str) -> &'a str {
-    if n == N::from(1) { one } else { many }
 }
 
 /// Whether the `nd7 run` that writes the chain `id` (`run-<time>-<pid>-<hex>`)

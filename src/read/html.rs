@@ -14,7 +14,7 @@ use std::fmt::Write;
 use jiff::tz::TimeZone;
 
 use super::report::{CAVEAT, Chain, SessionInfo, Shipped};
-use super::safe::{self, Lines};
+use super::safe::{self, Lines, plural};
 use super::summary::Confinement;
 use super::text::{self, OUTPUT_LINES};
 use super::timeline::{
@@ -442,7 +442,7 @@ fn output(o: &mut String, label: &str, text: &str) {
     let _ = write!(
         o,
         "<details{open}><summary>{label} ({lines} line{})</summary><pre>{}</pre></details>",
-        if lines == 1 { "" } else { "s" },
+        plural(lines, "", "s"),
         safe::html(text, Lines::Keep)
     );
 }
