@@ -16,12 +16,13 @@ use std::process::ExitCode;
 
 use jiff::tz::TimeZone;
 use nd7_core::cli::{Color, Only, SearchArgs, SessionsArgs, ShowArgs, View};
+use nd7_core::read::ReadError;
 use nd7_core::read::index::{Index, LogKeys};
 use nd7_core::read::output::{ColourChoice, Output, Stopped};
-use nd7_core::read::report::Chain;
+use nd7_core::read::report::{Chain, SessionInfo};
 use nd7_core::read::safe::Lines;
 use nd7_core::read::search::{Filter, Hit, Options, Pattern};
-use nd7_core::read::store::{self, Store};
+use nd7_core::read::store::{self, Located, Store};
 use nd7_core::read::text::{self, Style};
 use nd7_core::read::timeline::{Item, ObservedClass, Status};
 use nd7_core::read::{html, when};
@@ -235,84 +236,12 @@ pub fn show(a: ShowArgs) -> ExitCode {
     let style = Style {
         colour: out.colour && !a.json && !a.html,
     };
-    let home = home();
     let result = if a.html {
-        let mut items = Vec::new();
-        let read = store::read_timeline(&at.log, |item| {
-            items.push(item);
-            true
-        });
-        read.map(|done| {
-            done.map(|(chain, keys)| {
-                info.chain = chain.clone();
-                let page = html::report(
-                    &info,
-                    &items,
-                    &tz,
-                    u64::try_from(jiff::Timestamp::now().as_nanosecond()).unwrap_or(0),
-                    env!("CARGO_PKG_VERSION"),
-                );
-                let written = out.bytes(page.as_bytes());
-                (chain, keys, written)
-            })
-        })
+        show_html(&at, &mut info, &tz, &mut out)
     } else if a.json {
-        let mut head = info.json();
-        if let Some(o) = head.as_object_mut() {
-            o.remove("chain");
-        }
-        let mut written = out.line(&head.to_string());
-        let read = store::read_timeline(&at.log, |item| {
-            if !kept(&a.only, &item) {
-                return true;
-            }
-            written = written
-                .take_ok()
-                .and_then(|()| match serde_json::to_string(&item) {
-                    Ok(line) => out.line(&line),
-                    Err(e) => Err(Stopped::Failed(std::io::Error::other(e))),
-                });
-            written.is_ok()
-        });
-        read.map(|done| match done {
-            Some((chain, keys)) => {
-                let mut verdict = chain.json();
-                if let Some(o) = verdict.as_object_mut() {
-                    o.insert("type".into(), "chain".into());
-                }
-                let written = written.and_then(|()| out.line(&verdict.to_string()));
-                Some((chain, keys, written))
-            }
-            // Writing stopped: `written` says why.
-            None => Some((Chain::NotChecked, None, written)),
-        })
+        show_json(&at, &info, &a.only, &mut out)
     } else {
-        let mut written = text::header(&info, &tz, home.as_deref(), style)
-            .iter()
-            .try_for_each(|l| out.line(l))
-            .and_then(|()| out.line(""));
-        let mut view = text::Timeline::new(&tz, style, a.full);
-        let read = store::read_timeline(&at.log, |item| {
-            if !kept(&a.only, &item) {
-                return true;
-            }
-            written = written
-                .take_ok()
-                .and_then(|()| view.item(&item).iter().try_for_each(|l| out.line(l)));
-            written.is_ok()
-        });
-        read.map(|done| match done {
-            Some((chain, keys)) => {
-                let written = written.and_then(|()| {
-                    out.line("")?;
-                    text::verdict(&chain, style)
-                        .iter()
-                        .try_for_each(|l| out.line(l))
-                });
-                Some((chain, keys, written))
-            }
-            None => Some((Chain::NotChecked, None, written)),
-        })
+        show_text(&at, &info, &a, &tz, style, &mut out)
     };
     let (chain, keys, written) = match result {
         Err(e) => return fail(cmd, e),
@@ -325,18 +254,136 @@ pub fn show(a: ShowArgs) -> ExitCode {
         index.remember(&at.log, keys, &chain);
     }
     let _ = index.save();
-    let code = match &chain {
-        Chain::Clean { .. } | Chain::NotChecked => ExitCode::SUCCESS,
-        Chain::Broken { .. } => ExitCode::from(1),
-        Chain::Unreadable { detail } => {
-            warn(cmd, format!("the chain could not be checked: {detail}"));
-            ExitCode::from(USAGE_ERROR)
-        }
-    };
+    let code = chain_status(&chain);
     match written {
         Ok(()) => finish(cmd, out, code),
         Err(Stopped::Gone) => code,
         Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
+    }
+}
+
+/// What showing a session came to: the chain's verdict, the file facts it
+/// was reached on, and whether the output was all written. `None` when the
+/// reader went away before the chain's verdict.
+type Shown = Option<(Chain, Option<LogKeys>, Result<(), Stopped>)>;
+
+/// `nd7 show --html`: the page, written once the whole timeline is read
+/// and the chain's verdict is in.
+fn show_html(
+    at: &Located,
+    info: &mut SessionInfo,
+    tz: &TimeZone,
+    out: &mut Output,
+) -> Result<Shown, ReadError> {
+    let mut items = Vec::new();
+    let read = store::read_timeline(&at.log, |item| {
+        items.push(item);
+        true
+    });
+    read.map(|done| {
+        done.map(|(chain, keys)| {
+            info.chain = chain.clone();
+            let page = html::report(
+                info,
+                &items,
+                tz,
+                u64::try_from(jiff::Timestamp::now().as_nanosecond()).unwrap_or(0),
+                env!("CARGO_PKG_VERSION"),
+            );
+            let written = out.bytes(page.as_bytes());
+            (chain, keys, written)
+        })
+    })
+}
+
+/// `nd7 show --json`: the session's facts, each item kept, then the
+/// chain's verdict, one JSON object a line.
+fn show_json(
+    at: &Located,
+    info: &SessionInfo,
+    only: &[Only],
+    out: &mut Output,
+) -> Result<Shown, ReadError> {
+    let mut head = info.json();
+    if let Some(o) = head.as_object_mut() {
+        o.remove("chain");
+    }
+    let mut written = out.line(&head.to_string());
+    let read = store::read_timeline(&at.log, |item| {
+        if !kept(only, &item) {
+            return true;
+        }
+        written = written
+            .take_ok()
+            .and_then(|()| match serde_json::to_string(&item) {
+                Ok(line) => out.line(&line),
+                Err(e) => Err(Stopped::Failed(std::io::Error::other(e))),
+            });
+        written.is_ok()
+    });
+    read.map(|done| match done {
+        Some((chain, keys)) => {
+            let mut verdict = chain.json();
+            if let Some(o) = verdict.as_object_mut() {
+                o.insert("type".into(), "chain".into());
+            }
+            let written = written.and_then(|()| out.line(&verdict.to_string()));
+            Some((chain, keys, written))
+        }
+        // Writing stopped: `written` says why.
+        None => Some((Chain::NotChecked, None, written)),
+    })
+}
+
+/// `nd7 show`: the header, each item kept as the terminal view draws it,
+/// then the chain's verdict.
+fn show_text(
+    at: &Located,
+    info: &SessionInfo,
+    a: &ShowArgs,
+    tz: &TimeZone,
+    style: Style,
+    out: &mut Output,
+) -> Result<Shown, ReadError> {
+    let home = home();
+    let mut written = text::header(info, tz, home.as_deref(), style)
+        .iter()
+        .try_for_each(|l| out.line(l))
+        .and_then(|()| out.line(""));
+    let mut view = text::Timeline::new(tz, style, a.full);
+    let read = store::read_timeline(&at.log, |item| {
+        if !kept(&a.only, &item) {
+            return true;
+        }
+        written = written
+            .take_ok()
+            .and_then(|()| view.item(&item).iter().try_for_each(|l| out.line(l)));
+        written.is_ok()
+    });
+    read.map(|done| match done {
+        Some((chain, keys)) => {
+            let written = written.and_then(|()| {
+                out.line("")?;
+                text::verdict(&chain, style)
+                    .iter()
+                    .try_for_each(|l| out.line(l))
+            });
+            Some((chain, keys, written))
+        }
+        None => Some((Chain::NotChecked, None, written)),
+    })
+}
+
+/// `nd7 show`'s exit status for the chain's verdict; an unreadable chain
+/// is said on stderr.
+fn chain_status(chain: &Chain) -> ExitCode {
+    match chain {
+        Chain::Clean { .. } | Chain::NotChecked => ExitCode::SUCCESS,
+        Chain::Broken { .. } => ExitCode::from(1),
+        Chain::Unreadable { detail } => {
+            warn("show", format!("the chain could not be checked: {detail}"));
+            ExitCode::from(USAGE_ERROR)
+        }
     }
 }
 
