@@ -15,6 +15,7 @@ use nd7_core::chain::HeadState;
 use nd7_core::cli::{Cli, Command};
 use nd7_core::read::safe::plural;
 use nd7_core::run_dir::{Change, Changed, RunDir, RunDirError, RunDirs};
+use nd7_core::run_entry::Reconciliation;
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
 
@@ -423,7 +424,8 @@ impl Grant {
     }
 }
 
-/// A run's list holds its commands' text: inert, on one line (ADR-0090).
+/// Text the agent chose (a run's commands, a call's id), inert on one
+/// line (ADR-0090).
 fn inert_line(text: &str) -> String {
     nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::One)
 }
@@ -566,7 +568,6 @@ fn verify_log(log: &SessionLog, threads: usize) -> ExitCode {
 /// For a run's chain that verified: the two accounts held against each
 /// other. Returns whether they agree.
 fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session_log::Error> {
-    use nd7_core::read::safe;
     let r = nd7_core::run_log::reconcile(log)?;
     if !r.is_run {
         return Ok(true);
@@ -580,9 +581,41 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
             r.last_seq
         );
     }
-    // Events a hook sent that the chain does not hold (ADR-0097): whatever
-    // the rest says, the chain is not the whole account.
-    let whole = r.door_dropped == 0 && r.hooks_over_budget == 0;
+    let whole = report_lost_events(&r, prefix);
+    report_effects(&r.effects, prefix);
+    if !r.hooks {
+        println!(
+            "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
+            r.execs
+        );
+        return Ok(whole);
+    }
+    println!(
+        "{prefix}run: nd7 run's own log: {} commands through the exit, {} Bash calls in the hooks' entries",
+        r.execs, r.calls
+    );
+    report_unmatched(&r, prefix);
+    // A command that has just ended in a run still going may be waiting for
+    // its result; once the run is over (or gone), a missing result is final.
+    let in_flight = !r.ended && ended;
+    report_unanswered(&r, in_flight, prefix);
+    let agrees = if in_flight {
+        r.unmatched_calls.is_empty() && r.unmatched_execs.is_empty()
+    } else {
+        r.agrees()
+    };
+    if agrees && ended && whole {
+        println!(
+            "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
+        );
+    }
+    Ok(agrees && ended && whole)
+}
+
+/// Events a hook sent that the chain does not hold (ADR-0097): whatever
+/// the rest says, the chain is not the whole account. Returns whether
+/// there are none.
+fn report_lost_events(r: &Reconciliation, prefix: &str) -> bool {
     if r.door_dropped > 0 {
         println!(
             "{prefix}INCOMPLETE: the hooks' door dropped {} connection{} unread (each may have been a hook whose event is missing; the `refused` entries of door `record` say why)",
@@ -597,31 +630,27 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
             plural(r.hooks_over_budget, " was", "s were")
         );
     }
-    report_effects(&r.effects, prefix);
-    if !r.hooks {
-        println!(
-            "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
-            r.execs
-        );
-        return Ok(whole);
-    }
-    println!(
-        "{prefix}run: nd7 run's own log: {} commands through the exit, {} Bash calls in the hooks' entries",
-        r.execs, r.calls
-    );
-    // Ids and commands are the agent's text: shown inert, so escapes in them
-    // cannot overwrite or hide these lines on a terminal.
-    let inert = |text: &str| safe::term(text, safe::Lines::One);
+    r.door_dropped == 0 && r.hooks_over_budget == 0
+}
+
+/// The Bash calls with no command through the exit, those that never ran,
+/// and the commands no call announced. Ids and commands are the agent's
+/// text: shown inert, so escapes in them cannot overwrite or hide these
+/// lines on a terminal.
+fn report_unmatched(r: &Reconciliation, prefix: &str) {
     for call in &r.unmatched_calls {
         println!(
             "{prefix}NOT RECONCILED: entry {}: Bash call {} ({}) has no command through the exit",
             call.seq,
             call.tool_use_id
                 .as_deref()
-                .map_or("without a tool_use_id".to_string(), inert),
+                .map_or("without a tool_use_id".to_string(), inert_line),
             call.command
                 .as_deref()
-                .map_or("no command text".to_string(), |c| format!("`{}`", inert(c))),
+                .map_or("no command text".to_string(), |c| format!(
+                    "`{}`",
+                    inert_line(c)
+                )),
         );
     }
     if !r.calls_not_run.is_empty() {
@@ -636,29 +665,31 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
         println!(
             "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit with no Bash call announcing it",
             exec.seq,
-            inert(&exec.command)
+            inert_line(&exec.command)
         );
     }
-    // A command that has just ended in a run still going may be waiting for
-    // its result; once the run is over (or gone), a missing result is final.
-    let in_flight = !r.ended && ended;
+}
+
+/// The commands whose call has no result (final unless the run is
+/// `in_flight`), and those asked for from inside another command.
+fn report_unanswered(r: &Reconciliation, in_flight: bool, prefix: &str) {
     for unanswered in &r.execs_without_result {
         let call = unanswered
             .call
             .tool_use_id
             .as_deref()
-            .map_or("without a tool_use_id".to_string(), inert);
+            .map_or("without a tool_use_id".to_string(), inert_line);
         if in_flight {
             println!(
                 "{prefix}note: entry {}: command `{}` for Bash call {call} has no result yet (the run is still going)",
                 unanswered.exec.seq,
-                inert(&unanswered.exec.command)
+                inert_line(&unanswered.exec.command)
             );
         } else {
             println!(
                 "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit for Bash call {call}, but Claude Code reported no result for that call (denied, or never run by it)",
                 unanswered.exec.seq,
-                inert(&unanswered.exec.command)
+                inert_line(&unanswered.exec.command)
             );
         }
     }
@@ -666,21 +697,10 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
         println!(
             "{prefix}note: entry {}: command `{}` was asked for from inside the command of entry {}, so it is part of that command, not a Bash call of its own",
             nested.seq,
-            inert(&nested.command),
+            inert_line(&nested.command),
             nested.inside.unwrap_or_default()
         );
     }
-    let agrees = if in_flight {
-        r.unmatched_calls.is_empty() && r.unmatched_execs.is_empty()
-    } else {
-        r.agrees()
-    };
-    if agrees && ended && whole {
-        println!(
-            "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
-        );
-    }
-    Ok(agrees && ended && whole)
 }
 
 /// What ran (`effect:nd7`, ADR-0111), held against the commands through
