@@ -485,7 +485,6 @@ impl<'a> Ctx<'a> {
             return self.rollout_targets(facts, state, report);
         }
         let sid = facts.session_id.as_str();
-        let mut out: Vec<Target> = Vec::new();
         let (main, mismatch) = layout::locate_main(
             &self.root,
             self.started_in.as_deref(),
@@ -497,70 +496,92 @@ impl<'a> Ctx<'a> {
             self.path_gap(sid, None, &m, state, report)?;
         }
         let Some(main) = main else {
-            return Ok(out);
+            return Ok(Vec::new());
         };
         let key = main.project_key().to_string();
-        out.push(Target {
-            which: self.which(sid, None, &main.under(&self.root)),
-            place: main,
-        });
+        let mut out = vec![self.target(sid, None, main)];
         if let Some(agent) = facts.agent_id.as_deref() {
-            let (place, mismatch) = layout::locate_agent(
-                &self.root,
-                Some(&key),
-                None,
-                sid,
-                agent,
-                facts.agent_transcript_path.as_deref(),
-            );
-            if let Some(m) = mismatch {
-                self.path_gap(sid, Some(agent), &m, state, report)?;
-            }
-            if let Some(place) = place {
-                out.push(Target {
-                    which: self.which(sid, Some(agent), &place.under(&self.root)),
-                    place,
-                });
-            }
+            out.extend(self.agent_target(facts, &key, agent, state, report)?);
         }
         if facts.ends_session() {
-            for known in state
-                .files
-                .iter()
-                .filter(|k| k.session_id == sid && !codex_layout::is_rollout(&k.place))
-            {
-                let place = Place {
-                    components: known.place.clone(),
-                };
-                out.push(Target {
-                    which: self.which(sid, known.agent_id.as_deref(), &place.under(&self.root)),
-                    place,
-                });
-            }
-            let dir: Vec<String> = ["projects", &key, sid, "subagents"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            let found =
-                safe_file::list_beneath(&self.root, &dir, self.limits.files as usize, |n| {
-                    n.starts_with("agent-")
-                        && n.ends_with(".jsonl")
-                        && layout::is_name(&n["agent-".len()..n.len() - ".jsonl".len()])
-                })
-                .unwrap_or_default();
-            for name in found {
-                let agent = &name["agent-".len()..name.len() - ".jsonl".len()];
-                if let Some(place) = layout::agent_place(&key, sid, agent) {
-                    out.push(Target {
-                        which: self.which(sid, Some(agent), &place.under(&self.root)),
-                        place,
-                    });
-                }
-            }
+            out.extend(self.known_subagents(sid, state));
+            out.extend(self.listed_subagents(&key, sid));
         }
         let mut seen = std::collections::HashSet::new();
         out.retain(|t| seen.insert(t.place.clone()));
         Ok(out)
+    }
+
+    /// The file at `place`, of session `sid` (or its subagent `agent`).
+    fn target(&self, sid: &str, agent: Option<&str>, place: Place) -> Target {
+        Target {
+            which: self.which(sid, agent, &place.under(&self.root)),
+            place,
+        }
+    }
+
+    /// The transcript of the subagent `agent` a payload names or runs in,
+    /// where the layout puts it below the project `key` (a payload that
+    /// names another place: a gap).
+    fn agent_target(
+        &mut self,
+        facts: &Facts,
+        key: &str,
+        agent: &str,
+        state: &mut LogState,
+        report: &mut Report,
+    ) -> Result<Option<Target>, AnchorError> {
+        let sid = facts.session_id.as_str();
+        let (place, mismatch) = layout::locate_agent(
+            &self.root,
+            Some(key),
+            None,
+            sid,
+            agent,
+            facts.agent_transcript_path.as_deref(),
+        );
+        if let Some(m) = mismatch {
+            self.path_gap(sid, Some(agent), &m, state, report)?;
+        }
+        Ok(place.map(|place| self.target(sid, Some(agent), place)))
+    }
+
+    /// The subagent files of session `sid` the log has met.
+    fn known_subagents(&self, sid: &str, state: &LogState) -> Vec<Target> {
+        state
+            .files
+            .iter()
+            .filter(|k| k.session_id == sid && !codex_layout::is_rollout(&k.place))
+            .map(|known| {
+                let place = Place {
+                    components: known.place.clone(),
+                };
+                self.target(sid, known.agent_id.as_deref(), place)
+            })
+            .collect()
+    }
+
+    /// The subagent files the session's `subagents` directory below the
+    /// project `key` holds, as many as the log anchors at most.
+    fn listed_subagents(&self, key: &str, sid: &str) -> Vec<Target> {
+        let dir: Vec<String> = ["projects", key, sid, "subagents"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let found = safe_file::list_beneath(&self.root, &dir, self.limits.files as usize, |n| {
+            n.starts_with("agent-")
+                && n.ends_with(".jsonl")
+                && layout::is_name(&n["agent-".len()..n.len() - ".jsonl".len()])
+        })
+        .unwrap_or_default();
+        found
+            .iter()
+            .filter_map(|name| {
+                let agent = &name["agent-".len()..name.len() - ".jsonl".len()];
+                layout::agent_place(key, sid, agent)
+                    .map(|place| self.target(sid, Some(agent), place))
+            })
+            .collect()
     }
 
     /// Codex's session rollout, only where its layout puts one of this
