@@ -121,7 +121,7 @@ fn in_project(project: Option<&str>, dirs: &[PathBuf]) -> bool {
 pub fn sessions(a: SessionsArgs) -> ExitCode {
     let cmd = "sessions";
     let tz = TimeZone::system();
-    let (since, until) = match window(cmd, a.since.as_deref(), a.until.as_deref(), &tz) {
+    let window = match window(cmd, a.since.as_deref(), a.until.as_deref(), &tz) {
         Ok(w) => w,
         Err(code) => return code,
     };
@@ -137,51 +137,12 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
     for p in &problems {
         warn(cmd, p);
     }
-    let dirs = a.project.as_deref().map(project_arg);
-    rows.retain(|r| {
-        let s = &r.summary;
-        dirs.as_ref()
-            .is_none_or(|d| in_project(s.project.as_deref(), d))
-            && since.is_none_or(|t| s.first_ts.is_some_and(|f| f >= t))
-            && until.is_none_or(|t| s.first_ts.is_some_and(|f| f <= t))
-            && (!a.failed || s.failures > 0)
-            && (!a.refused || s.all_refusals() > 0)
-    });
+    keep_asked(&mut rows, &a, window);
     rows.sort_by(|x, y| (y.summary.first_ts, &y.id).cmp(&(x.summary.first_ts, &x.id)));
     if a.ids {
-        // For completion: ids only, checking nothing. Ids come from
-        // payloads: one line each, inert.
-        let mut out = Output::open(false, ColourChoice::Never);
-        let written = rows
-            .iter()
-            .try_for_each(|r| out.line(&nd7_core::read::safe::term(&r.id, Lines::One)));
-        let _ = index.save();
-        return match written {
-            Ok(()) => finish(cmd, out, ExitCode::SUCCESS),
-            Err(_) => ExitCode::SUCCESS,
-        };
+        return list_ids(&rows, &mut index);
     }
-    // Unchecked chains are checked when that is cheap: all of them with
-    // --verify, else the newest while their logs add up to CHEAP_VERIFY.
-    let mut budget = match (a.verify, a.no_verify) {
-        (true, _) => u64::MAX,
-        (false, true) => 0,
-        // A long list stays a list of stats (and its index is not
-        // rewritten for verdicts on every listing).
-        (false, false) if rows.len() > CHEAP_VERIFY_ROWS => 0,
-        (false, false) => CHEAP_VERIFY,
-    };
-    for row in rows.iter_mut().filter(|r| r.chain == Chain::NotChecked) {
-        let Ok(log) = store.log(&row.id) else {
-            continue;
-        };
-        let size = std::fs::metadata(log.events_path()).map_or(u64::MAX, |m| m.len());
-        if size > budget || budget == 0 {
-            continue;
-        }
-        budget -= size;
-        row.chain = store::verify(&log, default_threads(), Some(&mut index));
-    }
+    verify_cheap(&store, &mut rows, &mut index, &a);
     if let Err(e) = index.save() {
         warn(cmd, format!("warning: cannot keep the session index: {e}"));
     }
@@ -208,6 +169,61 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
         Ok(()) => finish(cmd, out, code),
         Err(Stopped::Gone) => code,
         Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
+    }
+}
+
+/// Keeps the sessions `nd7 sessions`' arguments ask for: in the project,
+/// started within the window (`--since`, `--until`), with a failure or a
+/// refusal if asked.
+fn keep_asked(rows: &mut Vec<SessionInfo>, a: &SessionsArgs, window: (Option<u64>, Option<u64>)) {
+    let (since, until) = window;
+    let dirs = a.project.as_deref().map(project_arg);
+    rows.retain(|r| {
+        let s = &r.summary;
+        dirs.as_ref()
+            .is_none_or(|d| in_project(s.project.as_deref(), d))
+            && since.is_none_or(|t| s.first_ts.is_some_and(|f| f >= t))
+            && until.is_none_or(|t| s.first_ts.is_some_and(|f| f <= t))
+            && (!a.failed || s.failures > 0)
+            && (!a.refused || s.all_refusals() > 0)
+    });
+}
+
+/// `nd7 sessions --ids`, for completion: ids only, checking nothing. Ids
+/// come from payloads: one line each, inert.
+fn list_ids(rows: &[SessionInfo], index: &mut Index) -> ExitCode {
+    let mut out = Output::open(false, ColourChoice::Never);
+    let written = rows
+        .iter()
+        .try_for_each(|r| out.line(&nd7_core::read::safe::term(&r.id, Lines::One)));
+    let _ = index.save();
+    match written {
+        Ok(()) => finish("sessions", out, ExitCode::SUCCESS),
+        Err(_) => ExitCode::SUCCESS,
+    }
+}
+
+/// Unchecked chains are checked when that is cheap: all of them with
+/// --verify, else the newest while their logs add up to CHEAP_VERIFY.
+fn verify_cheap(store: &Store, rows: &mut [SessionInfo], index: &mut Index, a: &SessionsArgs) {
+    let mut budget = match (a.verify, a.no_verify) {
+        (true, _) => u64::MAX,
+        (false, true) => 0,
+        // A long list stays a list of stats (and its index is not
+        // rewritten for verdicts on every listing).
+        (false, false) if rows.len() > CHEAP_VERIFY_ROWS => 0,
+        (false, false) => CHEAP_VERIFY,
+    };
+    for row in rows.iter_mut().filter(|r| r.chain == Chain::NotChecked) {
+        let Ok(log) = store.log(&row.id) else {
+            continue;
+        };
+        let size = std::fs::metadata(log.events_path()).map_or(u64::MAX, |m| m.len());
+        if size > budget || budget == 0 {
+            continue;
+        }
+        budget -= size;
+        row.chain = store::verify(&log, default_threads(), Some(index));
     }
 }
 
