@@ -822,22 +822,58 @@ fn verify_all(threads: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let entries = match std::fs::read_dir(&sessions) {
+    let (ids, foreign) = match session_ids(&sessions) {
+        Ok(found) => found,
+        Err(code) => return code,
+    };
+    if ids.is_empty() && foreign == 0 {
+        println!(
+            "no sessions under {}: nothing was verified",
+            sessions.display()
+        );
+        return ExitCode::SUCCESS;
+    }
+    let tally = verify_each(&sessions, &ids, threads);
+    let failed = tally.failed;
+    let unreadable = foreign + tally.unreadable;
+    // Every directory counted once: the UTF-8 ones checked, the others unreadable.
+    let total = ids.len() + foreign;
+    println!(
+        "{total} sessions: {} verified, {failed} failed, {unreadable} unreadable",
+        total - failed - unreadable
+    );
+    if tally.runs > 0 {
+        println!("{RUN_CAVEAT}");
+    }
+    println!("{CAVEAT}");
+    if failed > 0 {
+        ExitCode::from(1)
+    } else if unreadable > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The sessions under `sessions`, by id, and how many directories there
+/// are not sessions nd7 wrote (each said on stderr); the exit status when
+/// the directory cannot be listed.
+fn session_ids(sessions: &Path) -> Result<(Vec<String>, usize), ExitCode> {
+    let entries = match std::fs::read_dir(sessions) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             eprintln!(
                 "nd7 verify: {} does not exist: no session was ever recorded there; nothing was verified",
                 sessions.display()
             );
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
         Err(e) => {
             eprintln!("nd7 verify: {}: cannot list: {e}", sessions.display());
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     };
-    let (mut failed, mut unreadable, mut foreign) = (0, 0, 0);
-    let mut runs = 0;
+    let mut foreign = 0;
     let mut ids: Vec<String> = Vec::new();
     for entry in entries.filter_map(Result::ok) {
         if !entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -856,23 +892,34 @@ fn verify_all(threads: usize) -> ExitCode {
         }
     }
     ids.sort();
-    if ids.is_empty() && foreign == 0 {
-        println!(
-            "no sessions under {}: nothing was verified",
-            sessions.display()
-        );
-        return ExitCode::SUCCESS;
-    }
-    unreadable += foreign;
+    Ok((ids, foreign))
+}
+
+/// How `nd7 verify --all` found the sessions it checked.
+struct Tally {
+    failed: usize,
+    unreadable: usize,
+    /// Clean chains of a run.
+    runs: usize,
+}
+
+/// Verifies each session in `ids`, saying each verdict, and keeps the
+/// verdicts for `nd7 sessions`.
+fn verify_each(sessions: &Path, ids: &[String], threads: usize) -> Tally {
+    let mut tally = Tally {
+        failed: 0,
+        unreadable: 0,
+        runs: 0,
+    };
     let mut verdicts = read_cmds::Verdicts::new();
-    for id in &ids {
-        let code = match SessionLog::new(&sessions, id) {
+    for id in ids {
+        let code = match SessionLog::new(sessions, id) {
             Ok(log) => {
                 let keys = read_cmds::Verdicts::before(&log);
                 let result = log.verify(threads);
                 verdicts.note(&log, keys, &result);
                 if result.is_ok() && nd7_core::run_log::opens_a_run(&log) {
-                    runs += 1;
+                    tally.runs += 1;
                 }
                 report(&log, result, Some(id))
             }
@@ -882,27 +929,11 @@ fn verify_all(threads: usize) -> ExitCode {
             }
         };
         if code == ExitCode::from(1) {
-            failed += 1;
+            tally.failed += 1;
         } else if code != ExitCode::SUCCESS {
-            unreadable += 1;
+            tally.unreadable += 1;
         }
     }
     verdicts.save();
-    // Every directory counted once: the UTF-8 ones checked, the others unreadable.
-    let total = ids.len() + foreign;
-    println!(
-        "{total} sessions: {} verified, {failed} failed, {unreadable} unreadable",
-        total - failed - unreadable
-    );
-    if runs > 0 {
-        println!("{RUN_CAVEAT}");
-    }
-    println!("{CAVEAT}");
-    if failed > 0 {
-        ExitCode::from(1)
-    } else if unreadable > 0 {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    }
+    tally
 }
