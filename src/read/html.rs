@@ -354,68 +354,11 @@ fn grants_table(o: &mut String, observed: &[&super::timeline::Observed], tz: &Ti
 
 /// Every refusal, whoever made it: what, who, why, and the fix.
 fn refusals_table(o: &mut String, items: &[Item], tz: &TimeZone) {
-    use super::timeline::{RefusedBy, RefusedPath};
     let h = |t: &str| safe::html(t, Lines::One);
-    // (at, who, what, why, fix)
-    let mut rows: Vec<(String, String, String, String, String)> = Vec::new();
-    let at = |a: &super::timeline::At| format!("#{} {}", a.seq, when::time(a.ts, tz));
-    let path_rows = |rows: &mut Vec<_>, when: String, tool: &str, paths: Vec<RefusedPath>| {
-        for p in paths {
-            rows.push((
-                when.clone(),
-                RefusedBy::Nd7Sandbox.words().to_string(),
-                format!("{tool}: {}", p.path),
-                p.why_words(),
-                p.fix
-                    .clone()
-                    .unwrap_or_else(|| "none: run it outside nd7 run".into()),
-            ));
-        }
-    };
-    for item in items {
-        match item {
-            Item::Tool(t) if t.status == Status::Refused => match t.refused_by {
-                Some(RefusedBy::Nd7Sandbox) => {
-                    path_rows(&mut rows, at(&t.at), &t.tool, t.refused_paths.to_vec())
-                }
-                _ => rows.push((
-                    at(&t.at),
-                    RefusedBy::Permissions.words().to_string(),
-                    format!(
-                        "{}: {}",
-                        t.tool,
-                        t.command.clone().unwrap_or_else(|| t.paths.join(" "))
-                    ),
-                    t.reason.as_deref().map_or("no reason given".into(), |r| {
-                        r.split(" (fix:").next().unwrap_or(r).to_string()
-                    }),
-                    "an allow rule in Claude Code's settings".into(),
-                )),
-            },
-            Item::Refusal(r) => rows.push((
-                at(&r.at),
-                RefusedBy::Permissions.words().to_string(),
-                r.tool.clone().unwrap_or_else(|| "?".into()),
-                r.reason.clone().unwrap_or_else(|| "no reason given".into()),
-                "an allow rule in Claude Code's settings".into(),
-            )),
-            Item::Observed(ob) if !ob.folded && ob.kind == crate::run_entry::FLOOR_REFUSED => {
-                let tool = ob.body["tool"].as_str().unwrap_or("?").to_string();
-                path_rows(&mut rows, at(&ob.at), &tool, RefusedPath::of(&ob.body))
-            }
-            Item::Observed(ob) if ob.kind == crate::run_entry::REFUSED => rows.push((
-                at(&ob.at),
-                "nd7's exit".into(),
-                format!(
-                    "a caller of {}",
-                    ob.body["door"].as_str().unwrap_or("a door")
-                ),
-                ob.body["reason"].as_str().unwrap_or("?").to_string(),
-                "none: not the agent's call".into(),
-            )),
-            _ => {}
-        }
-    }
+    let rows: Vec<RefusalRow> = items
+        .iter()
+        .flat_map(|item| refusal_rows(item, tz))
+        .collect();
     if rows.is_empty() {
         o.push_str("<p id=\"refusals\">Nothing was refused.</p>\n");
         return;
@@ -433,6 +376,78 @@ fn refusals_table(o: &mut String, items: &[Item], tz: &TimeZone) {
         );
     }
     o.push_str("</table>\n");
+}
+
+/// A row of the refusals table: when, who refused, what, why, the fix.
+type RefusalRow = (String, String, String, String, String);
+
+/// The refusals `item` holds: none, one, or one per path the sandbox
+/// refused.
+fn refusal_rows(item: &Item, tz: &TimeZone) -> Vec<RefusalRow> {
+    use super::timeline::{RefusedBy, RefusedPath};
+    let at = |a: &super::timeline::At| format!("#{} {}", a.seq, when::time(a.ts, tz));
+    match item {
+        Item::Tool(t) if t.status == Status::Refused => match t.refused_by {
+            Some(RefusedBy::Nd7Sandbox) => path_rows(at(&t.at), &t.tool, t.refused_paths.to_vec()),
+            _ => vec![(
+                at(&t.at),
+                RefusedBy::Permissions.words().to_string(),
+                format!(
+                    "{}: {}",
+                    t.tool,
+                    t.command.clone().unwrap_or_else(|| t.paths.join(" "))
+                ),
+                t.reason.as_deref().map_or("no reason given".into(), |r| {
+                    r.split(" (fix:").next().unwrap_or(r).to_string()
+                }),
+                "an allow rule in Claude Code's settings".into(),
+            )],
+        },
+        Item::Refusal(r) => vec![(
+            at(&r.at),
+            RefusedBy::Permissions.words().to_string(),
+            r.tool.clone().unwrap_or_else(|| "?".into()),
+            r.reason.clone().unwrap_or_else(|| "no reason given".into()),
+            "an allow rule in Claude Code's settings".into(),
+        )],
+        Item::Observed(ob) if !ob.folded && ob.kind == crate::run_entry::FLOOR_REFUSED => {
+            let tool = ob.body["tool"].as_str().unwrap_or("?").to_string();
+            path_rows(at(&ob.at), &tool, RefusedPath::of(&ob.body))
+        }
+        Item::Observed(ob) if ob.kind == crate::run_entry::REFUSED => vec![(
+            at(&ob.at),
+            "nd7's exit".into(),
+            format!(
+                "a caller of {}",
+                ob.body["door"].as_str().unwrap_or("a door")
+            ),
+            ob.body["reason"].as_str().unwrap_or("?").to_string(),
+            "none: not the agent's call".into(),
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// One row per path the sandbox refused `tool`, at `when`.
+fn path_rows(
+    when: String,
+    tool: &str,
+    paths: Vec<super::timeline::RefusedPath>,
+) -> Vec<RefusalRow> {
+    paths
+        .into_iter()
+        .map(|p| {
+            (
+                when.clone(),
+                super::timeline::RefusedBy::Nd7Sandbox.words().to_string(),
+                format!("{tool}: {}", p.path),
+                p.why_words(),
+                p.fix
+                    .clone()
+                    .unwrap_or_else(|| "none: run it outside nd7 run".into()),
+            )
+        })
+        .collect()
 }
 
 /// A block of output, collapsed when longer than the terminal view shows.
