@@ -680,8 +680,9 @@ impl<'a> Ctx<'a> {
 
     /// Anchors what `target` has grown by since the log last read it,
     /// within this hook's `budget` and the log's, and stages the file's
-    /// state. The steps are phases: [`Last`] → [`Open`] → [`Held`] →
-    /// [`Grown`], each made only by the step before it.
+    /// state. Each step takes the phase before it and gives the next:
+    /// [`Last`] → [`Open`] → [`Held`] → [`Grown`], so none can be skipped
+    /// or taken out of order.
     fn anchor_file(
         &mut self,
         dir: &Path,
