@@ -147,19 +147,7 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
         warn(cmd, format!("warning: cannot keep the session index: {e}"));
     }
     let mut out = Output::open(!a.json && !a.view.no_pager, choice(&a.view));
-    let style = Style {
-        colour: out.colour && !a.json,
-    };
-    let written = if a.json {
-        rows.iter()
-            .try_for_each(|r| out.line(&r.json().to_string()))
-    } else if rows.is_empty() {
-        out.line(&format!("no sessions under {}", store.sessions.display()))
-    } else {
-        text::sessions_table(&rows, &tz, home().as_deref(), style)
-            .iter()
-            .try_for_each(|l| out.line(l))
-    };
+    let written = write_sessions(&mut out, &a, &store, &tz, &rows);
     let code = if problems.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -169,6 +157,29 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
         Ok(()) => finish(cmd, out, code),
         Err(Stopped::Gone) => code,
         Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
+    }
+}
+
+/// The sessions as JSON lines, or as a table for a person.
+fn write_sessions(
+    out: &mut Output,
+    a: &SessionsArgs,
+    store: &Store,
+    tz: &TimeZone,
+    rows: &[SessionInfo],
+) -> Result<(), Stopped> {
+    let style = Style {
+        colour: out.colour && !a.json,
+    };
+    if a.json {
+        rows.iter()
+            .try_for_each(|r| out.line(&r.json().to_string()))
+    } else if rows.is_empty() {
+        out.line(&format!("no sessions under {}", store.sessions.display()))
+    } else {
+        text::sessions_table(rows, tz, home().as_deref(), style)
+            .iter()
+            .try_for_each(|l| out.line(l))
     }
 }
 
@@ -462,20 +473,8 @@ pub fn search(a: SearchArgs) -> ExitCode {
     };
     let (hits, unread) = search_hits(&logs, &pattern, &filter);
     errors += unread;
-    let short = short_ids(&ids);
     let mut out = Output::open(!a.json && !a.view.no_pager, choice(&a.view));
-    let style = Style {
-        colour: out.colour && !a.json,
-    };
-    let written = hits.iter().try_for_each(|(session, hit)| {
-        if a.json {
-            return out.line(&hit_json(session, hit));
-        }
-        let session = short
-            .get(session.as_str())
-            .map_or(session.as_str(), String::as_str);
-        out.line(&hit_line(style, &tz, session, hit))
-    });
+    let written = write_hits(&mut out, &a, &tz, &ids, &hits);
     let code = if errors > 0 {
         ExitCode::from(USAGE_ERROR)
     } else if hits.is_empty() {
@@ -488,6 +487,30 @@ pub fn search(a: SearchArgs) -> ExitCode {
         Err(Stopped::Gone) => code,
         Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
     }
+}
+
+/// Each hit on a line of its own: as JSON, or for a person, its session
+/// named by the shortest id that tells it from the others in `ids`.
+fn write_hits(
+    out: &mut Output,
+    a: &SearchArgs,
+    tz: &TimeZone,
+    ids: &[String],
+    hits: &[(String, Hit)],
+) -> Result<(), Stopped> {
+    let short = short_ids(ids);
+    let style = Style {
+        colour: out.colour && !a.json,
+    };
+    hits.iter().try_for_each(|(session, hit)| {
+        if a.json {
+            return out.line(&hit_json(session, hit));
+        }
+        let session = short
+            .get(session.as_str())
+            .map_or(session.as_str(), String::as_str);
+        out.line(&hit_line(style, tz, session, hit))
+    })
 }
 
 /// `nd7 search`'s pattern; a bad one said on one line, with the exit status.
