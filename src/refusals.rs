@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::policy::Policy;
 use crate::policy::grants::tilde;
 use crate::policy::refusal::{self, Probe, Refused, Why};
+use crate::read::safe::plural;
 use crate::run_log::RunLog;
 
 /// The file system as `nd7 run` (unconfined, the user's account) sees it.
@@ -125,7 +126,7 @@ pub fn summary(refused: &[Refused], home: &Path, log_id: &str) -> Vec<String> {
     let mut out = vec![format!(
         "the sandbox refused {} path{} this session (log {log_id} has each one, as floor_refused):",
         seen.len(),
-        if seen.len() == 1 { "" } else { "s" }
+        plural(seen.len(), "", "s")
     )];
     // Paths come from a tool's output, which the agent controls: shown inert.
     let inert = |text: String| crate::read::safe::term(&text, crate::read::safe::Lines::One);

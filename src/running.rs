@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::read::safe;
+use crate::read::safe::{self, plural};
 
 /// The file's name in the session directory.
 pub const FILE: &str = "running.json";
@@ -78,13 +78,13 @@ pub fn deny_report(pid: u32, grant: &Path, commands: &[Command]) -> Vec<String> 
     let mut lines = vec![format!(
         "run {pid}: {} command{} started with writes under {} allowed {} still running and keep{} that until {} end{} (nd7 run ends {} when it exits):",
         holding.len(),
-        if holding.len() == 1 { "" } else { "s" },
+        plural(holding.len(), "", "s"),
         safe::path(grant),
-        if holding.len() == 1 { "is" } else { "are" },
-        if holding.len() == 1 { "s" } else { "" },
-        if holding.len() == 1 { "it" } else { "they" },
-        if holding.len() == 1 { "s" } else { "" },
-        if holding.len() == 1 { "it" } else { "them" },
+        plural(holding.len(), "is", "are"),
+        plural(holding.len(), "s", ""),
+        plural(holding.len(), "it", "they"),
+        plural(holding.len(), "s", ""),
+        plural(holding.len(), "it", "them"),
     )];
     lines.extend(holding.iter().map(|c| format!("  {}", c.describe())));
     lines

@@ -20,6 +20,8 @@ use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::read::safe::plural;
+
 /// How many entries of the unreadable places are looked at, at most.
 pub const MAX_ENTRIES: usize = 20_000;
 
@@ -40,8 +42,8 @@ impl std::fmt::Display for Stray {
             f,
             "{p} has {others} more name{s} (hard link{s}) outside the places sessions cannot read, through which a session may read it; find {them} with `find / -xdev -samefile '{p}'` and remove {them} (copy the file where a second copy is needed)",
             p = self.path.display(),
-            s = if others == 1 { "" } else { "s" },
-            them = if others == 1 { "it" } else { "them" },
+            s = plural(others, "", "s"),
+            them = plural(others, "it", "them"),
         )
     }
 }

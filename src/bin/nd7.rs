@@ -7,13 +7,15 @@
 //! that run later changed. A reader that closes standard output early ends
 //! any command with 0 (see `out`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
 use nd7_core::chain::HeadState;
 use nd7_core::cli::{Cli, Command};
-use nd7_core::run_dir::{Change, Changed, RunDirs};
+use nd7_core::read::safe::plural;
+use nd7_core::run_dir::{Change, Changed, RunDir, RunDirError, RunDirs};
+use nd7_core::run_entry::Reconciliation;
 use nd7_core::session_log::{self, SessionLog, Verified, VerifyError};
 use nd7_core::{run, setup};
 
@@ -203,15 +205,10 @@ fn run_grant(
     preset: Option<String>,
     path: Option<PathBuf>,
 ) -> ExitCode {
-    use nd7_core::policy::grants;
     let verb = match change {
         Change::Allow => "allow",
         Change::Deny => "deny",
     };
-    // Paths here may lead through links the agent made, and a run's list
-    // holds its commands' text: all shown inert (ADR-0090).
-    use nd7_core::read::safe::path as shown;
-    let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::One);
     // The reason keeps its own line ends (a list of runs); what the agent
     // chose in it is already inert on one line each.
     let fail = |why: &dyn std::fmt::Display| {
@@ -219,146 +216,218 @@ fn run_grant(
         eprintln!("nd7 {verb}: {why}");
         ExitCode::from(2)
     };
-    let run_dir = match RunDirs::for_user().and_then(|s| s.pick(run)) {
-        Ok(run_dir) => run_dir,
+    let grant = match Grant::open(verb, run) {
+        Ok(grant) => grant,
         Err(e) => return fail(&e),
     };
-    let home = match run_dir.record() {
-        Ok(record) => record.policy.roots.home,
+    let targets = match grant_targets(preset.as_deref(), path, &grant.home) {
+        Ok(targets) => targets,
         Err(e) => return fail(&e),
-    };
-    // What to change: the path, or every path of the preset.
-    let targets: Vec<(PathBuf, bool)> = match (&preset, path) {
-        (Some(name), _) => match grants::preset(name) {
-            Some(p) => p.paths(&home),
-            None => {
-                return fail(&format_args!(
-                    "--preset {name}: no such preset; the presets are {}",
-                    grants::preset_names()
-                ));
-            }
-        },
-        (None, Some(path)) => vec![(path, true)],
-        (None, None) => return fail(&"no path given"),
-    };
-    let pid = run_dir.pid;
-    // Every change is written into the run's log, from outside the floor.
-    let logged = |path: &std::path::Path| {
-        if let Err(e) = nd7_core::run_log::grant_changed(&run_dir, verb, path) {
-            eprintln!(
-                "nd7 {verb}: warning: the change is in force, but it could not be written into the run's log: {}",
-                inert(&e.to_string())
-            );
-        }
     };
     for (target, dir) in targets {
-        let typed = grants::expand_tilde(&target, &home);
-        let typed = std::path::absolute(&typed).unwrap_or(typed);
-        let changed = match change {
-            Change::Allow => run_dir.allow(&target, dir, nd7_core::sandbox::files_beside_record),
-            Change::Deny => run_dir.deny(&target, nd7_core::sandbox::files_beside_record),
-        };
-        match changed {
-            Ok(Changed::Allowed { path, created }) => {
-                logged(&path);
-                if created {
-                    eprintln!(
-                        "nd7 allow: note: {} did not exist; created it",
-                        shown(&typed)
-                    );
-                }
-                // The name goes through a link: say what is granted.
-                if typed != path {
-                    eprintln!(
-                        "nd7 allow: note: {} leads to {}, which is what is granted; a link re-pointed later does not move the grant",
-                        shown(&typed),
-                        shown(&path),
-                    );
-                }
-                let (held, beneath) = nd7_core::policy::deferred::held_in_home(&path, &home);
-                if held {
-                    println!(
-                        "run {pid}: {} stays held read-only (watched and reported, if it did not exist when the run started): the shell, git, an editor or the agent runs what it says later, outside the sandbox, so no grant opens it; change it yourself, outside nd7 run",
-                        shown(&path)
-                    );
-                    continue;
-                }
-                println!(
-                    "run {pid}: writes under {} allowed from the next command",
-                    shown(&path)
-                );
-                if path == home {
-                    eprintln!(
-                        "nd7 allow: warning: this opens your whole home to the run's commands (but the credential stores, nd7's own files and the files held read-only); `nd7 deny ~` takes it back"
-                    );
-                }
-                // Those there now: what a person would miss.
-                let beneath: Vec<&str> = beneath
-                    .into_iter()
-                    .filter(|n| std::fs::symlink_metadata(home.join(n)).is_ok())
-                    .collect();
-                if !beneath.is_empty() {
-                    eprintln!(
-                        "nd7 allow: note: beneath it, {} stay held read-only (they run later, outside the sandbox)",
-                        beneath
-                            .iter()
-                            .take(6)
-                            .map(|n| format!("~/{n}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                            + if beneath.len() > 6 { ", …" } else { "" }
-                    );
-                }
-            }
-            Ok(Changed::AlreadyAllowed(path)) => {
-                println!("run {pid}: {} was already allowed", shown(&path))
-            }
-            Ok(Changed::Denied(paths)) => {
-                for path in paths {
-                    logged(&path);
-                    if typed != path
-                        && std::fs::canonicalize(&typed).ok().as_deref() != Some(path.as_path())
-                    {
-                        eprintln!(
-                            "nd7 deny: note: {} no longer leads to {}; the grant it named is taken back all the same",
-                            shown(&typed),
-                            shown(&path)
-                        );
-                    }
-                    println!(
-                        "run {pid}: writes under {} denied from the next command",
-                        shown(&path)
-                    );
-                    let running = nd7_core::running::read(&run_dir.dir);
-                    for line in nd7_core::running::deny_report(pid, &path, &running) {
-                        println!("{line}");
-                    }
-                }
-            }
-            Ok(Changed::NotAGrant { path, grants, link }) => {
-                println!("run {pid}: {} was not a grant", shown(&path));
-                if let Some(why) = &link {
-                    eprintln!("nd7 deny: note: {}", inert(why));
-                }
-                if link.is_some() || !grants.is_empty() {
-                    eprintln!(
-                        "nd7 deny: note: this run's grants are {}",
-                        if grants.is_empty() {
-                            "none".to_string()
-                        } else {
-                            grants
-                                .iter()
-                                .map(|g| shown(g))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        }
-                    );
-                }
-            }
-            Err(e) => return fail(&e),
+        if let Err(e) = grant.change(change, &target, dir) {
+            return fail(&e);
         }
     }
     ExitCode::SUCCESS
+}
+
+/// What `nd7 allow` or `nd7 deny` changes: the path, or every path of the
+/// preset, each with whether it is a directory.
+fn grant_targets(
+    preset: Option<&str>,
+    path: Option<PathBuf>,
+    home: &Path,
+) -> Result<Vec<(PathBuf, bool)>, String> {
+    use nd7_core::policy::grants;
+    match (preset, path) {
+        (Some(name), _) => match grants::preset(name) {
+            Some(p) => Ok(p.paths(home)),
+            None => Err(format!(
+                "--preset {name}: no such preset; the presets are {}",
+                grants::preset_names()
+            )),
+        },
+        (None, Some(path)) => Ok(vec![(path, true)]),
+        (None, None) => Err("no path given".to_string()),
+    }
+}
+
+/// Paths here may lead through links the agent made, and a run's list
+/// holds its commands' text: all shown inert (ADR-0090).
+fn shown(path: &Path) -> String {
+    nd7_core::read::safe::path(path)
+}
+
+/// `nd7 allow` or `nd7 deny` on one run: what each of its changes needs.
+struct Grant {
+    verb: &'static str,
+    run_dir: RunDir,
+    /// The run's home, from its record.
+    home: PathBuf,
+}
+
+impl Grant {
+    fn open(verb: &'static str, run: Option<u32>) -> Result<Grant, RunDirError> {
+        let run_dir = RunDirs::for_user().and_then(|s| s.pick(run))?;
+        let home = run_dir.record()?.policy.roots.home;
+        Ok(Grant {
+            verb,
+            run_dir,
+            home,
+        })
+    }
+
+    /// Makes one change to the run's grants, and says what it did.
+    fn change(&self, change: Change, target: &Path, dir: bool) -> Result<(), RunDirError> {
+        let typed = nd7_core::policy::grants::expand_tilde(target, &self.home);
+        let typed = std::path::absolute(&typed).unwrap_or(typed);
+        let beside = nd7_core::sandbox::files_beside_record;
+        let changed = match change {
+            Change::Allow => self.run_dir.allow(target, dir, beside),
+            Change::Deny => self.run_dir.deny(target, beside),
+        };
+        match changed? {
+            Changed::Allowed { path, created } => self.allowed(&typed, &path, created),
+            Changed::AlreadyAllowed(path) => {
+                println!(
+                    "run {}: {} was already allowed",
+                    self.run_dir.pid,
+                    shown(&path)
+                )
+            }
+            Changed::Denied(paths) => {
+                for path in paths {
+                    self.denied(&typed, &path);
+                }
+            }
+            Changed::NotAGrant { path, grants, link } => {
+                self.not_a_grant(&path, &grants, link.as_deref())
+            }
+        }
+        Ok(())
+    }
+
+    /// Every change is written into the run's log, from outside the floor.
+    fn logged(&self, path: &Path) {
+        let verb = self.verb;
+        if let Err(e) = nd7_core::run_log::grant_changed(&self.run_dir, verb, path) {
+            eprintln!(
+                "nd7 {verb}: warning: the change is in force, but it could not be written into the run's log: {}",
+                inert_line(&e.to_string())
+            );
+        }
+    }
+
+    /// `typed` granted as `path`: said with what stays held read-only.
+    fn allowed(&self, typed: &Path, path: &Path, created: bool) {
+        let pid = self.run_dir.pid;
+        self.logged(path);
+        if created {
+            eprintln!(
+                "nd7 allow: note: {} did not exist; created it",
+                shown(typed)
+            );
+        }
+        // The name goes through a link: say what is granted.
+        if typed != path {
+            eprintln!(
+                "nd7 allow: note: {} leads to {}, which is what is granted; a link re-pointed later does not move the grant",
+                shown(typed),
+                shown(path),
+            );
+        }
+        let (held, beneath) = nd7_core::policy::deferred::held_in_home(path, &self.home);
+        if held {
+            println!(
+                "run {pid}: {} stays held read-only (watched and reported, if it did not exist when the run started): the shell, git, an editor or the agent runs what it says later, outside the sandbox, so no grant opens it; change it yourself, outside nd7 run",
+                shown(path)
+            );
+            return;
+        }
+        println!(
+            "run {pid}: writes under {} allowed from the next command",
+            shown(path)
+        );
+        if path == self.home {
+            eprintln!(
+                "nd7 allow: warning: this opens your whole home to the run's commands (but the credential stores, nd7's own files and the files held read-only); `nd7 deny ~` takes it back"
+            );
+        }
+        self.held_beneath(beneath);
+    }
+
+    /// The files held read-only beneath a grant that are there now: what
+    /// a person would miss.
+    fn held_beneath(&self, beneath: Vec<&str>) {
+        let beneath: Vec<&str> = beneath
+            .into_iter()
+            .filter(|n| std::fs::symlink_metadata(self.home.join(n)).is_ok())
+            .collect();
+        if !beneath.is_empty() {
+            eprintln!(
+                "nd7 allow: note: beneath it, {} stay held read-only (they run later, outside the sandbox)",
+                beneath
+                    .iter()
+                    .take(6)
+                    .map(|n| format!("~/{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + if beneath.len() > 6 { ", …" } else { "" }
+            );
+        }
+    }
+
+    /// The grant `path` taken back, named `typed`: said with the commands
+    /// still running that hold it.
+    fn denied(&self, typed: &Path, path: &Path) {
+        let pid = self.run_dir.pid;
+        self.logged(path);
+        if typed != path && std::fs::canonicalize(typed).ok().as_deref() != Some(path) {
+            eprintln!(
+                "nd7 deny: note: {} no longer leads to {}; the grant it named is taken back all the same",
+                shown(typed),
+                shown(path)
+            );
+        }
+        println!(
+            "run {pid}: writes under {} denied from the next command",
+            shown(path)
+        );
+        let running = nd7_core::running::read(&self.run_dir.dir);
+        for line in nd7_core::running::deny_report(pid, path, &running) {
+            println!("{line}");
+        }
+    }
+
+    /// `nd7 deny` named no grant: said with the run's grants, and why a
+    /// link was not followed.
+    fn not_a_grant(&self, path: &Path, grants: &[PathBuf], link: Option<&str>) {
+        println!("run {}: {} was not a grant", self.run_dir.pid, shown(path));
+        if let Some(why) = link {
+            eprintln!("nd7 deny: note: {}", inert_line(why));
+        }
+        if link.is_some() || !grants.is_empty() {
+            eprintln!(
+                "nd7 deny: note: this run's grants are {}",
+                if grants.is_empty() {
+                    "none".to_string()
+                } else {
+                    grants
+                        .iter()
+                        .map(|g| shown(g))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            );
+        }
+    }
+}
+
+/// Text the agent chose (a run's commands, a call's id), inert on one
+/// line (ADR-0090).
+fn inert_line(text: &str) -> String {
+    nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::One)
 }
 
 /// `nd7 self-update [--from URL] [--allow-downgrade]`: 0 when both binaries
@@ -499,7 +568,6 @@ fn verify_log(log: &SessionLog, threads: usize) -> ExitCode {
 /// For a run's chain that verified: the two accounts held against each
 /// other. Returns whether they agree.
 fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session_log::Error> {
-    use nd7_core::read::safe;
     let r = nd7_core::run_log::reconcile(log)?;
     if !r.is_run {
         return Ok(true);
@@ -513,9 +581,41 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
             r.last_seq
         );
     }
-    // Events a hook sent that the chain does not hold (ADR-0097): whatever
-    // the rest says, the chain is not the whole account.
-    let whole = r.door_dropped == 0 && r.hooks_over_budget == 0;
+    let whole = report_lost_events(&r, prefix);
+    report_effects(&r.effects, prefix);
+    if !r.hooks {
+        println!(
+            "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
+            r.execs
+        );
+        return Ok(whole);
+    }
+    println!(
+        "{prefix}run: nd7 run's own log: {} commands through the exit, {} Bash calls in the hooks' entries",
+        r.execs, r.calls
+    );
+    report_unmatched(&r, prefix);
+    // A command that has just ended in a run still going may be waiting for
+    // its result; once the run is over (or gone), a missing result is final.
+    let in_flight = !r.ended && ended;
+    report_unanswered(&r, in_flight, prefix);
+    let agrees = if in_flight {
+        r.unmatched_calls.is_empty() && r.unmatched_execs.is_empty()
+    } else {
+        r.agrees()
+    };
+    if agrees && ended && whole {
+        println!(
+            "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
+        );
+    }
+    Ok(agrees && ended && whole)
+}
+
+/// Events a hook sent that the chain does not hold (ADR-0097): whatever
+/// the rest says, the chain is not the whole account. Returns whether
+/// there are none.
+fn report_lost_events(r: &Reconciliation, prefix: &str) -> bool {
     if r.door_dropped > 0 {
         println!(
             "{prefix}INCOMPLETE: the hooks' door dropped {} connection{} unread (each may have been a hook whose event is missing; the `refused` entries of door `record` say why)",
@@ -530,31 +630,27 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
             plural(r.hooks_over_budget, " was", "s were")
         );
     }
-    report_effects(&r.effects, prefix);
-    if !r.hooks {
-        println!(
-            "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
-            r.execs
-        );
-        return Ok(whole);
-    }
-    println!(
-        "{prefix}run: nd7 run's own log: {} commands through the exit, {} Bash calls in the hooks' entries",
-        r.execs, r.calls
-    );
-    // Ids and commands are the agent's text: shown inert, so escapes in them
-    // cannot overwrite or hide these lines on a terminal.
-    let inert = |text: &str| safe::term(text, safe::Lines::One);
+    r.door_dropped == 0 && r.hooks_over_budget == 0
+}
+
+/// The Bash calls with no command through the exit, those that never ran,
+/// and the commands no call announced. Ids and commands are the agent's
+/// text: shown inert, so escapes in them cannot overwrite or hide these
+/// lines on a terminal.
+fn report_unmatched(r: &Reconciliation, prefix: &str) {
     for call in &r.unmatched_calls {
         println!(
             "{prefix}NOT RECONCILED: entry {}: Bash call {} ({}) has no command through the exit",
             call.seq,
             call.tool_use_id
                 .as_deref()
-                .map_or("without a tool_use_id".to_string(), inert),
+                .map_or("without a tool_use_id".to_string(), inert_line),
             call.command
                 .as_deref()
-                .map_or("no command text".to_string(), |c| format!("`{}`", inert(c))),
+                .map_or("no command text".to_string(), |c| format!(
+                    "`{}`",
+                    inert_line(c)
+                )),
         );
     }
     if !r.calls_not_run.is_empty() {
@@ -569,29 +665,31 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
         println!(
             "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit with no Bash call announcing it",
             exec.seq,
-            inert(&exec.command)
+            inert_line(&exec.command)
         );
     }
-    // A command that has just ended in a run still going may be waiting for
-    // its result; once the run is over (or gone), a missing result is final.
-    let in_flight = !r.ended && ended;
+}
+
+/// The commands whose call has no result (final unless the run is
+/// `in_flight`), and those asked for from inside another command.
+fn report_unanswered(r: &Reconciliation, in_flight: bool, prefix: &str) {
     for unanswered in &r.execs_without_result {
         let call = unanswered
             .call
             .tool_use_id
             .as_deref()
-            .map_or("without a tool_use_id".to_string(), inert);
+            .map_or("without a tool_use_id".to_string(), inert_line);
         if in_flight {
             println!(
                 "{prefix}note: entry {}: command `{}` for Bash call {call} has no result yet (the run is still going)",
                 unanswered.exec.seq,
-                inert(&unanswered.exec.command)
+                inert_line(&unanswered.exec.command)
             );
         } else {
             println!(
                 "{prefix}NOT RECONCILED: entry {}: command `{}` ran through the exit for Bash call {call}, but Claude Code reported no result for that call (denied, or never run by it)",
                 unanswered.exec.seq,
-                inert(&unanswered.exec.command)
+                inert_line(&unanswered.exec.command)
             );
         }
     }
@@ -599,21 +697,10 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
         println!(
             "{prefix}note: entry {}: command `{}` was asked for from inside the command of entry {}, so it is part of that command, not a Bash call of its own",
             nested.seq,
-            inert(&nested.command),
+            inert_line(&nested.command),
             nested.inside.unwrap_or_default()
         );
     }
-    let agrees = if in_flight {
-        r.unmatched_calls.is_empty() && r.unmatched_execs.is_empty()
-    } else {
-        r.agrees()
-    };
-    if agrees && ended && whole {
-        println!(
-            "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
-        );
-    }
-    Ok(agrees && ended && whole)
 }
 
 /// What ran (`effect:nd7`, ADR-0111), held against the commands through
@@ -650,12 +737,6 @@ fn report_effects(e: &nd7_core::run_entry::Effects, prefix: &str) {
             plural(e.stopped, " was", "s were")
         );
     }
-}
-
-/// `one` after a count of one, `many` after any other: the ending of a
-/// counted word.
-fn plural<'a, N: PartialEq + From<u8>>(n: N, one: &'a str, many: &'a str) -> &'a str {
-    if n == N::from(1) { one } else { many }
 }
 
 /// Whether the `nd7 run` that writes the chain `id` (`run-<time>-<pid>-<hex>`)
@@ -741,22 +822,58 @@ fn verify_all(threads: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let entries = match std::fs::read_dir(&sessions) {
+    let (ids, foreign) = match session_ids(&sessions) {
+        Ok(found) => found,
+        Err(code) => return code,
+    };
+    if ids.is_empty() && foreign == 0 {
+        println!(
+            "no sessions under {}: nothing was verified",
+            sessions.display()
+        );
+        return ExitCode::SUCCESS;
+    }
+    let tally = verify_each(&sessions, &ids, threads);
+    let failed = tally.failed;
+    let unreadable = foreign + tally.unreadable;
+    // Every directory counted once: the UTF-8 ones checked, the others unreadable.
+    let total = ids.len() + foreign;
+    println!(
+        "{total} sessions: {} verified, {failed} failed, {unreadable} unreadable",
+        total - failed - unreadable
+    );
+    if tally.runs > 0 {
+        println!("{RUN_CAVEAT}");
+    }
+    println!("{CAVEAT}");
+    if failed > 0 {
+        ExitCode::from(1)
+    } else if unreadable > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The sessions under `sessions`, by id, and how many directories there
+/// are not sessions nd7 wrote (each said on stderr); the exit status when
+/// the directory cannot be listed.
+fn session_ids(sessions: &Path) -> Result<(Vec<String>, usize), ExitCode> {
+    let entries = match std::fs::read_dir(sessions) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             eprintln!(
                 "nd7 verify: {} does not exist: no session was ever recorded there; nothing was verified",
                 sessions.display()
             );
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
         Err(e) => {
             eprintln!("nd7 verify: {}: cannot list: {e}", sessions.display());
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     };
-    let (mut failed, mut unreadable, mut foreign) = (0, 0, 0);
-    let mut runs = 0;
+    let mut foreign = 0;
     let mut ids: Vec<String> = Vec::new();
     for entry in entries.filter_map(Result::ok) {
         if !entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -775,23 +892,34 @@ fn verify_all(threads: usize) -> ExitCode {
         }
     }
     ids.sort();
-    if ids.is_empty() && foreign == 0 {
-        println!(
-            "no sessions under {}: nothing was verified",
-            sessions.display()
-        );
-        return ExitCode::SUCCESS;
-    }
-    unreadable += foreign;
+    Ok((ids, foreign))
+}
+
+/// How `nd7 verify --all` found the sessions it checked.
+struct Tally {
+    failed: usize,
+    unreadable: usize,
+    /// Clean chains of a run.
+    runs: usize,
+}
+
+/// Verifies each session in `ids`, saying each verdict, and keeps the
+/// verdicts for `nd7 sessions`.
+fn verify_each(sessions: &Path, ids: &[String], threads: usize) -> Tally {
+    let mut tally = Tally {
+        failed: 0,
+        unreadable: 0,
+        runs: 0,
+    };
     let mut verdicts = read_cmds::Verdicts::new();
-    for id in &ids {
-        let code = match SessionLog::new(&sessions, id) {
+    for id in ids {
+        let code = match SessionLog::new(sessions, id) {
             Ok(log) => {
                 let keys = read_cmds::Verdicts::before(&log);
                 let result = log.verify(threads);
                 verdicts.note(&log, keys, &result);
                 if result.is_ok() && nd7_core::run_log::opens_a_run(&log) {
-                    runs += 1;
+                    tally.runs += 1;
                 }
                 report(&log, result, Some(id))
             }
@@ -801,27 +929,11 @@ fn verify_all(threads: usize) -> ExitCode {
             }
         };
         if code == ExitCode::from(1) {
-            failed += 1;
+            tally.failed += 1;
         } else if code != ExitCode::SUCCESS {
-            unreadable += 1;
+            tally.unreadable += 1;
         }
     }
     verdicts.save();
-    // Every directory counted once: the UTF-8 ones checked, the others unreadable.
-    let total = ids.len() + foreign;
-    println!(
-        "{total} sessions: {} verified, {failed} failed, {unreadable} unreadable",
-        total - failed - unreadable
-    );
-    if runs > 0 {
-        println!("{RUN_CAVEAT}");
-    }
-    println!("{CAVEAT}");
-    if failed > 0 {
-        ExitCode::from(1)
-    } else if unreadable > 0 {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    }
+    tally
 }

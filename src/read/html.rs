@@ -14,10 +14,13 @@ use std::fmt::Write;
 use jiff::tz::TimeZone;
 
 use super::report::{CAVEAT, Chain, SessionInfo, Shipped};
-use super::safe::{self, Lines};
+use super::safe::{self, Lines, plural};
 use super::summary::Confinement;
 use super::text::{self, OUTPUT_LINES};
-use super::timeline::{Item, ObservedClass, Status, SubagentEvent, Tool};
+use super::timeline::{
+    Event, Item, Observed, ObservedClass, Refusal, SessionStart, Status, Subagent, SubagentEvent,
+    Tool, UnreadableLine,
+};
 use super::when;
 
 /// The policy the page carries: nothing but its own inline styles.
@@ -351,68 +354,11 @@ fn grants_table(o: &mut String, observed: &[&super::timeline::Observed], tz: &Ti
 
 /// Every refusal, whoever made it: what, who, why, and the fix.
 fn refusals_table(o: &mut String, items: &[Item], tz: &TimeZone) {
-    use super::timeline::{RefusedBy, RefusedPath};
     let h = |t: &str| safe::html(t, Lines::One);
-    // (at, who, what, why, fix)
-    let mut rows: Vec<(String, String, String, String, String)> = Vec::new();
-    let at = |a: &super::timeline::At| format!("#{} {}", a.seq, when::time(a.ts, tz));
-    let path_rows = |rows: &mut Vec<_>, when: String, tool: &str, paths: Vec<RefusedPath>| {
-        for p in paths {
-            rows.push((
-                when.clone(),
-                RefusedBy::Nd7Sandbox.words().to_string(),
-                format!("{tool}: {}", p.path),
-                p.why_words(),
-                p.fix
-                    .clone()
-                    .unwrap_or_else(|| "none: run it outside nd7 run".into()),
-            ));
-        }
-    };
-    for item in items {
-        match item {
-            Item::Tool(t) if t.status == Status::Refused => match t.refused_by {
-                Some(RefusedBy::Nd7Sandbox) => {
-                    path_rows(&mut rows, at(&t.at), &t.tool, t.refused_paths.to_vec())
-                }
-                _ => rows.push((
-                    at(&t.at),
-                    RefusedBy::Permissions.words().to_string(),
-                    format!(
-                        "{}: {}",
-                        t.tool,
-                        t.command.clone().unwrap_or_else(|| t.paths.join(" "))
-                    ),
-                    t.reason.as_deref().map_or("no reason given".into(), |r| {
-                        r.split(" (fix:").next().unwrap_or(r).to_string()
-                    }),
-                    "an allow rule in Claude Code's settings".into(),
-                )),
-            },
-            Item::Refusal(r) => rows.push((
-                at(&r.at),
-                RefusedBy::Permissions.words().to_string(),
-                r.tool.clone().unwrap_or_else(|| "?".into()),
-                r.reason.clone().unwrap_or_else(|| "no reason given".into()),
-                "an allow rule in Claude Code's settings".into(),
-            )),
-            Item::Observed(ob) if !ob.folded && ob.kind == crate::run_entry::FLOOR_REFUSED => {
-                let tool = ob.body["tool"].as_str().unwrap_or("?").to_string();
-                path_rows(&mut rows, at(&ob.at), &tool, RefusedPath::of(&ob.body))
-            }
-            Item::Observed(ob) if ob.kind == crate::run_entry::REFUSED => rows.push((
-                at(&ob.at),
-                "nd7's exit".into(),
-                format!(
-                    "a caller of {}",
-                    ob.body["door"].as_str().unwrap_or("a door")
-                ),
-                ob.body["reason"].as_str().unwrap_or("?").to_string(),
-                "none: not the agent's call".into(),
-            )),
-            _ => {}
-        }
-    }
+    let rows: Vec<RefusalRow> = items
+        .iter()
+        .flat_map(|item| refusal_rows(item, tz))
+        .collect();
     if rows.is_empty() {
         o.push_str("<p id=\"refusals\">Nothing was refused.</p>\n");
         return;
@@ -432,6 +378,78 @@ fn refusals_table(o: &mut String, items: &[Item], tz: &TimeZone) {
     o.push_str("</table>\n");
 }
 
+/// A row of the refusals table: when, who refused, what, why, the fix.
+type RefusalRow = (String, String, String, String, String);
+
+/// The refusals `item` holds: none, one, or one per path the sandbox
+/// refused.
+fn refusal_rows(item: &Item, tz: &TimeZone) -> Vec<RefusalRow> {
+    use super::timeline::{RefusedBy, RefusedPath};
+    let at = |a: &super::timeline::At| format!("#{} {}", a.seq, when::time(a.ts, tz));
+    match item {
+        Item::Tool(t) if t.status == Status::Refused => match t.refused_by {
+            Some(RefusedBy::Nd7Sandbox) => path_rows(at(&t.at), &t.tool, t.refused_paths.to_vec()),
+            _ => vec![(
+                at(&t.at),
+                RefusedBy::Permissions.words().to_string(),
+                format!(
+                    "{}: {}",
+                    t.tool,
+                    t.command.clone().unwrap_or_else(|| t.paths.join(" "))
+                ),
+                t.reason.as_deref().map_or("no reason given".into(), |r| {
+                    r.split(" (fix:").next().unwrap_or(r).to_string()
+                }),
+                "an allow rule in Claude Code's settings".into(),
+            )],
+        },
+        Item::Refusal(r) => vec![(
+            at(&r.at),
+            RefusedBy::Permissions.words().to_string(),
+            r.tool.clone().unwrap_or_else(|| "?".into()),
+            r.reason.clone().unwrap_or_else(|| "no reason given".into()),
+            "an allow rule in Claude Code's settings".into(),
+        )],
+        Item::Observed(ob) if !ob.folded && ob.kind == crate::run_entry::FLOOR_REFUSED => {
+            let tool = ob.body["tool"].as_str().unwrap_or("?").to_string();
+            path_rows(at(&ob.at), &tool, RefusedPath::of(&ob.body))
+        }
+        Item::Observed(ob) if ob.kind == crate::run_entry::REFUSED => vec![(
+            at(&ob.at),
+            "nd7's exit".into(),
+            format!(
+                "a caller of {}",
+                ob.body["door"].as_str().unwrap_or("a door")
+            ),
+            ob.body["reason"].as_str().unwrap_or("?").to_string(),
+            "none: not the agent's call".into(),
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// One row per path the sandbox refused `tool`, at `when`.
+fn path_rows(
+    when: String,
+    tool: &str,
+    paths: Vec<super::timeline::RefusedPath>,
+) -> Vec<RefusalRow> {
+    paths
+        .into_iter()
+        .map(|p| {
+            (
+                when.clone(),
+                super::timeline::RefusedBy::Nd7Sandbox.words().to_string(),
+                format!("{tool}: {}", p.path),
+                p.why_words(),
+                p.fix
+                    .clone()
+                    .unwrap_or_else(|| "none: run it outside nd7 run".into()),
+            )
+        })
+        .collect()
+}
+
 /// A block of output, collapsed when longer than the terminal view shows.
 fn output(o: &mut String, label: &str, text: &str) {
     let lines = text.trim_end_matches('\n').split('\n').count();
@@ -439,30 +457,38 @@ fn output(o: &mut String, label: &str, text: &str) {
     let _ = write!(
         o,
         "<details{open}><summary>{label} ({lines} line{})</summary><pre>{}</pre></details>",
-        if lines == 1 { "" } else { "s" },
+        plural(lines, "", "s"),
         safe::html(text, Lines::Keep)
     );
 }
 
+/// One line of the timeline: its class, status word and body, then when.
 fn timeline_item(o: &mut String, item: &Item, tz: &TimeZone) {
     let h = |t: &str| safe::html(t, Lines::One);
-    let (class, status, body): (&str, String, String) = match item {
-        Item::SessionStart(s) => (
-            "start",
-            "start".into(),
-            format!(
-                "session started ({}){}{}",
-                h(s.how.as_deref().unwrap_or("?")),
-                s.model
-                    .as_deref()
-                    .map(|m| format!(", model {}", h(m)))
-                    .unwrap_or_default(),
-                s.cwd
-                    .as_deref()
-                    .map(|c| format!(" in <code>{}</code>", h(c)))
-                    .unwrap_or_default()
-            ),
+    let (class, status, body) = item_parts(item);
+    let (time, seq, sub, id) = match item.at() {
+        Some(at) => (
+            when::time(at.ts, tz),
+            format!("#{}", at.seq),
+            if at.agent.is_some() { " sub" } else { "" },
+            format!(" id=\"e{}\"", at.seq),
         ),
+        None => (String::new(), String::new(), "", String::new()),
+    };
+    let _ = writeln!(
+        o,
+        "<li class=\"{class}{sub}\"{id}><span class=\"time\">{time}</span><span class=\"seq\">{seq}</span>\
+         <span class=\"status\">{}</span> {body}</li>",
+        h(&status)
+    );
+}
+
+/// A timeline line's class, its status word and its body (HTML).
+type Parts = (&'static str, String, String);
+
+fn item_parts(item: &Item) -> Parts {
+    match item {
+        Item::SessionStart(s) => session_start(s),
         Item::Prompt(p) => (
             "prompt",
             "prompt".into(),
@@ -484,100 +510,126 @@ fn timeline_item(o: &mut String, item: &Item, tz: &TimeZone) {
             "end".into(),
             format!(
                 "session ended ({})",
-                h(e.reason.as_deref().unwrap_or("no reason given"))
+                safe::html(e.reason.as_deref().unwrap_or("no reason given"), Lines::One)
             ),
         ),
-        Item::Subagent(s) => {
-            let ty = h(s.agent_type.as_deref().unwrap_or("?"));
-            let id = h(s.id.as_deref().unwrap_or("?"));
-            let mut b = match (s.event, &s.parent) {
-                (SubagentEvent::Start, Some(p)) => {
-                    format!(
-                        "subagent {ty} (<code>{id}</code>) started by call <code>{}</code>",
-                        h(p)
-                    )
-                }
-                (SubagentEvent::Start, None) => {
-                    format!("subagent {ty} (<code>{id}</code>) started")
-                }
-                (SubagentEvent::Stop, _) => format!("subagent {ty} (<code>{id}</code>) stopped"),
-            };
-            if let Some(m) = &s.message {
-                output(&mut b, "message", m);
-            }
-            ("agent", "agent".into(), b)
-        }
-        Item::Refusal(r) => (
-            "refused",
-            "REFUSED".into(),
-            format!(
-                "{} <code>{}</code>: {}",
-                h(r.tool.as_deref().unwrap_or("?")),
-                h(r.tool_use_id.as_deref().unwrap_or("")),
-                h(r.reason.as_deref().unwrap_or("no reason given"))
-            ),
-        ),
-        Item::Observed(ob) => {
-            let (class, word) = match ob.class {
-                ObservedClass::Grant => ("grant", "grant"),
-                ObservedClass::Refusal => ("refused", "REFUSED"),
-                ObservedClass::Command => ("observed", "exec"),
-                ObservedClass::Net => ("observed", "net"),
-                ObservedClass::Session | ObservedClass::Other => ("observed", "nd7"),
-            };
-            (
-                class,
-                word.into(),
-                format!(
-                    "<code>[{} {}]</code> {}",
-                    h(&ob.source),
-                    h(&ob.kind),
-                    h(&ob.summary)
-                ),
-            )
-        }
-        Item::Event(e) => (
-            "event",
-            if e.kind == "hook" { "hook" } else { "entry" }.into(),
-            format!(
-                "{}{}",
-                h(e.event.as_deref().unwrap_or(&e.kind)),
-                if e.summary.is_empty() {
-                    String::new()
-                } else {
-                    format!(": <span class=\"facts-inline\">{}</span>", h(&e.summary))
-                }
-            ),
-        ),
-        Item::Unreadable(u) => (
-            "bad",
-            "BAD".into(),
-            format!(
-                "line {} is not an entry ({}): <code>{}</code>",
-                u.line,
-                h(&u.error),
-                h(&u.start)
-            ),
-        ),
-    };
-    let (time, seq, sub, id) = match item.at() {
-        Some(at) => (
-            when::time(at.ts, tz),
-            format!("#{}", at.seq),
-            if at.agent.is_some() { " sub" } else { "" },
-            format!(" id=\"e{}\"", at.seq),
-        ),
-        None => (String::new(), String::new(), "", String::new()),
-    };
-    let _ = writeln!(
-        o,
-        "<li class=\"{class}{sub}\"{id}><span class=\"time\">{time}</span><span class=\"seq\">{seq}</span>\
-         <span class=\"status\">{}</span> {body}</li>",
-        h(&status)
-    );
+        Item::Subagent(s) => subagent(s),
+        Item::Refusal(r) => refusal(r),
+        Item::Observed(ob) => observed(ob),
+        Item::Event(e) => event(e),
+        Item::Unreadable(u) => unreadable(u),
+    }
 }
 
-fn tool(t: &Tool) -> (&'static str, String, String) {
+fn session_start(s: &SessionStart) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    (
+        "start",
+        "start".into(),
+        format!(
+            "session started ({}){}{}",
+            h(s.how.as_deref().unwrap_or("?")),
+            s.model
+                .as_deref()
+                .map(|m| format!(", model {}", h(m)))
+                .unwrap_or_default(),
+            s.cwd
+                .as_deref()
+                .map(|c| format!(" in <code>{}</code>", h(c)))
+                .unwrap_or_default()
+        ),
+    )
+}
+
+fn subagent(s: &Subagent) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    let ty = h(s.agent_type.as_deref().unwrap_or("?"));
+    let id = h(s.id.as_deref().unwrap_or("?"));
+    let mut b = match (s.event, &s.parent) {
+        (SubagentEvent::Start, Some(p)) => {
+            format!(
+                "subagent {ty} (<code>{id}</code>) started by call <code>{}</code>",
+                h(p)
+            )
+        }
+        (SubagentEvent::Start, None) => {
+            format!("subagent {ty} (<code>{id}</code>) started")
+        }
+        (SubagentEvent::Stop, _) => format!("subagent {ty} (<code>{id}</code>) stopped"),
+    };
+    if let Some(m) = &s.message {
+        output(&mut b, "message", m);
+    }
+    ("agent", "agent".into(), b)
+}
+
+fn refusal(r: &Refusal) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    (
+        "refused",
+        "REFUSED".into(),
+        format!(
+            "{} <code>{}</code>: {}",
+            h(r.tool.as_deref().unwrap_or("?")),
+            h(r.tool_use_id.as_deref().unwrap_or("")),
+            h(r.reason.as_deref().unwrap_or("no reason given"))
+        ),
+    )
+}
+
+fn observed(ob: &Observed) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    let (class, word) = match ob.class {
+        ObservedClass::Grant => ("grant", "grant"),
+        ObservedClass::Refusal => ("refused", "REFUSED"),
+        ObservedClass::Command => ("observed", "exec"),
+        ObservedClass::Net => ("observed", "net"),
+        ObservedClass::Session | ObservedClass::Other => ("observed", "nd7"),
+    };
+    (
+        class,
+        word.into(),
+        format!(
+            "<code>[{} {}]</code> {}",
+            h(&ob.source),
+            h(&ob.kind),
+            h(&ob.summary)
+        ),
+    )
+}
+
+fn event(e: &Event) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    (
+        "event",
+        if e.kind == "hook" { "hook" } else { "entry" }.into(),
+        format!(
+            "{}{}",
+            h(e.event.as_deref().unwrap_or(&e.kind)),
+            if e.summary.is_empty() {
+                String::new()
+            } else {
+                format!(": <span class=\"facts-inline\">{}</span>", h(&e.summary))
+            }
+        ),
+    )
+}
+
+fn unreadable(u: &UnreadableLine) -> Parts {
+    let h = |t: &str| safe::html(t, Lines::One);
+    (
+        "bad",
+        "BAD".into(),
+        format!(
+            "line {} is not an entry ({}): <code>{}</code>",
+            u.line,
+            h(&u.error),
+            h(&u.start)
+        ),
+    )
+}
+
+fn tool(t: &Tool) -> Parts {
     let h = |s: &str| safe::html(s, Lines::One);
     let (class, status) = match t.status {
         Status::Ok => ("ok", "ok"),

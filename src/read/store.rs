@@ -11,6 +11,7 @@ use super::ReadError;
 use super::entry::Entry;
 use super::index::{Index, LogKeys};
 use super::report::{Chain, SessionInfo, Shipped};
+use super::safe::plural;
 use super::scan::{in_parallel, whole_lines};
 use super::search::{Filter, Hit, Pattern};
 use super::timeline::{Builder, Item};
@@ -223,7 +224,7 @@ pub fn chain_of(result: &Result<session_log::Verified, VerifyError>) -> Chain {
                 ),
                 HeadState::Behind { entries } => Some(format!(
                     "head is {entries} {} behind: an append was interrupted; the next append repairs it",
-                    if entries == 1 { "entry" } else { "entries" }
+                    plural(entries, "entry", "entries")
                 )),
                 HeadState::Current | HeadState::Disagrees(_) => None,
             },

@@ -26,6 +26,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::entry::{self, Entry, Unreadable};
+use super::safe::plural;
 
 /// How many items may wait behind a tool call that has no result yet.
 pub const HOLD_BACK: usize = 4096;
@@ -545,7 +546,7 @@ fn ran_summary(body: &Value) -> String {
     let line = format!(
         "{} exec{}: {}{under}",
         execs.len(),
-        if execs.len() == 1 { "" } else { "s" },
+        plural(execs.len(), "", "s"),
         programs.join(", ")
     );
     entry::cut(&line, SUMMARY_LEN).to_string()

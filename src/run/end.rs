@@ -6,7 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
-use crate::read::safe;
+use crate::read::safe::{self, plural};
 use crate::run_entry::{self, Ended};
 use crate::run_log::RunLog;
 use crate::sandbox::Leftovers;
@@ -73,7 +73,7 @@ pub(super) fn processes_ended(
         &format!(
             "nd7 run: ended {} process{} the session left running: {}{}",
             left.count,
-            if left.count == 1 { "" } else { "es" },
+            plural(left.count, "", "es"),
             named.join(", "),
             if left.count > named.len() {
                 ", …"
@@ -150,7 +150,7 @@ pub(super) fn over_budget(log: &RunLog, announce: &dyn Fn(&str)) {
             announce,
             &format!(
                 "{over} hook entr{} not recorded: this run's hooks sent more through the door than one run takes ({} bytes); the exit's own entries in log {} still show every command",
-                if over == 1 { "y was" } else { "ies were" },
+                plural(over, "y was", "ies were"),
                 log.door_budget(),
                 log.id()
             ),

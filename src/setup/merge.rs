@@ -10,6 +10,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::hook::HookEvent;
+use crate::read::safe::plural;
 
 /// Events nd7 does not register by default: they repeat what others hold
 /// and were half of a long day's entries (ADR-0006).
@@ -106,7 +107,7 @@ pub fn summary(changes: &[Change], dry_run: bool) -> Vec<String> {
         }
     }
     let verb = |done: &'static str, would: &'static str| if dry_run { would } else { done };
-    let events = |n: usize| if n == 1 { "event" } else { "events" };
+    let events = |n: usize| plural(n, "event", "events");
     let mut out = Vec::new();
     if !added.is_empty() {
         out.push(format!(

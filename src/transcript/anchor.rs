@@ -315,6 +315,84 @@ struct Target {
     place: Place,
 }
 
+/// A file to anchor, as the log left it at the last hook: its state, where
+/// its prefix stands, and its number if the log has met it.
+struct Last<'t> {
+    target: &'t Target,
+    known: Option<usize>,
+    file_state: FileState,
+    prefix: Prefix,
+}
+
+impl<'t> Last<'t> {
+    /// The file's state (a fresh one, noted in the report, where it is not
+    /// the JSON it should be) and its prefix restored.
+    fn load(
+        dir: &Path,
+        target: &'t Target,
+        state: &LogState,
+        report: &mut Report,
+    ) -> Result<Last<'t>, AnchorError> {
+        let known = state
+            .files
+            .iter()
+            .position(|k| k.place == target.place.components);
+        let file_state = match known {
+            Some(n) => load_or_reset(&dir.join(file_state_name(n)), report)?,
+            None => FileState::default(),
+        };
+        let prefix = match &file_state.prefix {
+            Some(saved) => Prefix::restore(saved).unwrap_or_else(|_| {
+                report.state_reset = true;
+                Prefix::new()
+            }),
+            None => Prefix::new(),
+        };
+        Ok(Last {
+            target,
+            known,
+            file_state,
+            prefix,
+        })
+    }
+}
+
+/// The file opened below the agent's directory and numbered in the log.
+struct Open<'t> {
+    target: &'t Target,
+    /// Its number in the log.
+    index: usize,
+    file_state: FileState,
+    prefix: Prefix,
+    opened: safe_file::Opened,
+    /// What the log had anchored of it before this hook.
+    anchored: u64,
+}
+
+/// The file found to hold what was anchored of it (or its prefix started
+/// afresh after a break): it may be read on.
+struct Held<'t> {
+    open: Open<'t>,
+    /// Whether its identity or its prefix differ from the state's.
+    changed: bool,
+}
+
+/// The file read on as far as this hook may.
+struct Grown<'t> {
+    open: Open<'t>,
+    changed: bool,
+    /// Bytes read at this hook.
+    read: u64,
+    stop: Stop,
+}
+
+/// The bytes still to read: the log's, and this hook's.
+#[derive(Clone, Copy)]
+struct Left {
+    session: u64,
+    hook: u64,
+}
+
 impl<'a> Ctx<'a> {
     fn new(
         log_dir: &'a Path,
@@ -407,7 +485,6 @@ impl<'a> Ctx<'a> {
             return self.rollout_targets(facts, state, report);
         }
         let sid = facts.session_id.as_str();
-        let mut out: Vec<Target> = Vec::new();
         let (main, mismatch) = layout::locate_main(
             &self.root,
             self.started_in.as_deref(),
@@ -419,70 +496,92 @@ impl<'a> Ctx<'a> {
             self.path_gap(sid, None, &m, state, report)?;
         }
         let Some(main) = main else {
-            return Ok(out);
+            return Ok(Vec::new());
         };
         let key = main.project_key().to_string();
-        out.push(Target {
-            which: self.which(sid, None, &main.under(&self.root)),
-            place: main,
-        });
+        let mut out = vec![self.target(sid, None, main)];
         if let Some(agent) = facts.agent_id.as_deref() {
-            let (place, mismatch) = layout::locate_agent(
-                &self.root,
-                Some(&key),
-                None,
-                sid,
-                agent,
-                facts.agent_transcript_path.as_deref(),
-            );
-            if let Some(m) = mismatch {
-                self.path_gap(sid, Some(agent), &m, state, report)?;
-            }
-            if let Some(place) = place {
-                out.push(Target {
-                    which: self.which(sid, Some(agent), &place.under(&self.root)),
-                    place,
-                });
-            }
+            out.extend(self.agent_target(facts, &key, agent, state, report)?);
         }
         if facts.ends_session() {
-            for known in state
-                .files
-                .iter()
-                .filter(|k| k.session_id == sid && !codex_layout::is_rollout(&k.place))
-            {
-                let place = Place {
-                    components: known.place.clone(),
-                };
-                out.push(Target {
-                    which: self.which(sid, known.agent_id.as_deref(), &place.under(&self.root)),
-                    place,
-                });
-            }
-            let dir: Vec<String> = ["projects", &key, sid, "subagents"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            let found =
-                safe_file::list_beneath(&self.root, &dir, self.limits.files as usize, |n| {
-                    n.starts_with("agent-")
-                        && n.ends_with(".jsonl")
-                        && layout::is_name(&n["agent-".len()..n.len() - ".jsonl".len()])
-                })
-                .unwrap_or_default();
-            for name in found {
-                let agent = &name["agent-".len()..name.len() - ".jsonl".len()];
-                if let Some(place) = layout::agent_place(&key, sid, agent) {
-                    out.push(Target {
-                        which: self.which(sid, Some(agent), &place.under(&self.root)),
-                        place,
-                    });
-                }
-            }
+            out.extend(self.known_subagents(sid, state));
+            out.extend(self.listed_subagents(&key, sid));
         }
         let mut seen = std::collections::HashSet::new();
         out.retain(|t| seen.insert(t.place.clone()));
         Ok(out)
+    }
+
+    /// The file at `place`, of session `sid` (or its subagent `agent`).
+    fn target(&self, sid: &str, agent: Option<&str>, place: Place) -> Target {
+        Target {
+            which: self.which(sid, agent, &place.under(&self.root)),
+            place,
+        }
+    }
+
+    /// The transcript of the subagent `agent` a payload names or runs in,
+    /// where the layout puts it below the project `key` (a payload that
+    /// names another place: a gap).
+    fn agent_target(
+        &mut self,
+        facts: &Facts,
+        key: &str,
+        agent: &str,
+        state: &mut LogState,
+        report: &mut Report,
+    ) -> Result<Option<Target>, AnchorError> {
+        let sid = facts.session_id.as_str();
+        let (place, mismatch) = layout::locate_agent(
+            &self.root,
+            Some(key),
+            None,
+            sid,
+            agent,
+            facts.agent_transcript_path.as_deref(),
+        );
+        if let Some(m) = mismatch {
+            self.path_gap(sid, Some(agent), &m, state, report)?;
+        }
+        Ok(place.map(|place| self.target(sid, Some(agent), place)))
+    }
+
+    /// The subagent files of session `sid` the log has met.
+    fn known_subagents(&self, sid: &str, state: &LogState) -> Vec<Target> {
+        state
+            .files
+            .iter()
+            .filter(|k| k.session_id == sid && !codex_layout::is_rollout(&k.place))
+            .map(|known| {
+                let place = Place {
+                    components: known.place.clone(),
+                };
+                self.target(sid, known.agent_id.as_deref(), place)
+            })
+            .collect()
+    }
+
+    /// The subagent files the session's `subagents` directory below the
+    /// project `key` holds, as many as the log anchors at most.
+    fn listed_subagents(&self, key: &str, sid: &str) -> Vec<Target> {
+        let dir: Vec<String> = ["projects", key, sid, "subagents"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let found = safe_file::list_beneath(&self.root, &dir, self.limits.files as usize, |n| {
+            n.starts_with("agent-")
+                && n.ends_with(".jsonl")
+                && layout::is_name(&n["agent-".len()..n.len() - ".jsonl".len()])
+        })
+        .unwrap_or_default();
+        found
+            .iter()
+            .filter_map(|name| {
+                let agent = &name["agent-".len()..name.len() - ".jsonl".len()];
+                layout::agent_place(key, sid, agent)
+                    .map(|place| self.target(sid, Some(agent), place))
+            })
+            .collect()
     }
 
     /// Codex's session rollout, only where its layout puts one of this
@@ -579,6 +678,11 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    /// Anchors what `target` has grown by since the log last read it,
+    /// within this hook's `budget` and the log's, and stages the file's
+    /// state. Each step takes the phase before it and gives the next:
+    /// [`Last`] → [`Open`] → [`Held`] → [`Grown`], so none can be skipped
+    /// or taken out of order.
     fn anchor_file(
         &mut self,
         dir: &Path,
@@ -587,177 +691,276 @@ impl<'a> Ctx<'a> {
         budget: &mut Budget,
         report: &mut Report,
     ) -> Result<(), AnchorError> {
-        let which = &target.which;
-        let known = state
-            .files
-            .iter()
-            .position(|k| k.place == target.place.components);
-        let mut file_state = match known {
-            Some(n) => load_or_reset(&dir.join(file_state_name(n)), report)?,
-            None => FileState::default(),
-        };
-        let mut prefix = match &file_state.prefix {
-            Some(saved) => Prefix::restore(saved).unwrap_or_else(|_| {
-                report.state_reset = true;
-                Prefix::new()
-            }),
-            None => Prefix::new(),
-        };
+        let last = Last::load(dir, target, state, report)?;
         let session_left = self.limits.session_bytes.saturating_sub(state.read);
         if session_left == 0 {
-            if !state.notes.iter().any(|n| n == SESSION_NOTE) {
-                let detail = self.session_spent();
-                self.gap(
-                    which,
-                    GapReason::SessionBytes,
-                    &detail,
-                    prefix.len(),
-                    None,
-                    report,
-                )?;
-                state.notes.push(SESSION_NOTE.into());
-            }
-            return Ok(());
+            return self.session_spent_once(&last, state, report);
         }
-        let anchored = prefix.len();
-        let opened = match safe_file::open_beneath(&self.root, &target.place.components) {
+        let Some(open) = self.open(last, state, report)? else {
+            return Ok(());
+        };
+        let Some(held) = self.recheck(open, report)? else {
+            return Ok(());
+        };
+        let left = Left {
+            session: session_left,
+            hook: budget.bytes,
+        };
+        let grown = self.read_on(held, left, budget.deadline, report)?;
+        budget.bytes -= grown.read;
+        state.read += grown.read;
+        self.shortfall(&grown, left, state, report)?;
+        self.save(grown)
+    }
+
+    /// The log's bytes are spent: said once per log.
+    fn session_spent_once(
+        &mut self,
+        last: &Last,
+        state: &mut LogState,
+        report: &mut Report,
+    ) -> Result<(), AnchorError> {
+        if !state.notes.iter().any(|n| n == SESSION_NOTE) {
+            let detail = self.session_spent();
+            self.gap(
+                &last.target.which,
+                GapReason::SessionBytes,
+                &detail,
+                last.prefix.len(),
+                None,
+                report,
+            )?;
+            state.notes.push(SESSION_NOTE.into());
+        }
+        Ok(())
+    }
+
+    /// Opens the file below the agent's directory and numbers it in the
+    /// log. `None` when this hook has nothing more to do with it: it is
+    /// not written yet, it could not be opened ([`Ctx::unopened`]), or it
+    /// is one more than the log anchors.
+    fn open<'t>(
+        &mut self,
+        last: Last<'t>,
+        state: &mut LogState,
+        report: &mut Report,
+    ) -> Result<Option<Open<'t>>, AnchorError> {
+        let anchored = last.prefix.len();
+        let opened = match safe_file::open_beneath(&self.root, &last.target.place.components) {
             Ok(opened) => opened,
             // Not written yet: nothing to anchor, nothing to say.
-            Err(OpenError::Missing { .. }) if anchored == 0 => return Ok(()),
-            Err(e) => {
-                let Some(index) = self.register(state, target, known, report)? else {
-                    return Ok(());
-                };
-                if anchored > 0 && !matches!(e, OpenError::Io { .. }) {
-                    let found = match e {
-                        OpenError::Missing { .. } => Found::Removed,
-                        _ => Found::Replaced,
-                    };
-                    self.broke(which, found, &e.to_string(), None, &mut file_state, report)?;
-                    file_state.prefix = None;
-                    file_state.identity = None;
-                } else {
-                    let detail = e.to_string();
-                    if file_state.last_gap.as_deref() == Some(detail.as_str()) {
-                        return Ok(());
-                    }
-                    let reason = match e {
-                        OpenError::Io { .. } => GapReason::Unreadable,
-                        _ => GapReason::Refused,
-                    };
-                    self.gap(which, reason, &detail, anchored, None, report)?;
-                    file_state.last_gap = Some(detail);
-                }
-                return self.stage(file_state_name(index), &file_state);
-            }
+            Err(OpenError::Missing { .. }) if anchored == 0 => return Ok(None),
+            Err(e) => return self.unopened(last, e, state, report).map(|()| None),
         };
-        let Some(index) = self.register(state, target, known, report)? else {
+        let Some(index) = self.register(state, last.target, last.known, report)? else {
+            return Ok(None);
+        };
+        Ok(Some(Open {
+            target: last.target,
+            index,
+            file_state: last.file_state,
+            prefix: last.prefix,
+            opened,
+            anchored,
+        }))
+    }
+
+    /// The file could not be opened: a break where it was anchored and is
+    /// now gone or another file, else a gap, written once while its reason
+    /// stays the same.
+    fn unopened(
+        &mut self,
+        last: Last,
+        e: OpenError,
+        state: &mut LogState,
+        report: &mut Report,
+    ) -> Result<(), AnchorError> {
+        let Some(index) = self.register(state, last.target, last.known, report)? else {
             return Ok(());
         };
-        if anchored > 0 {
-            match still_anchored(&file_state, &prefix, &opened) {
+        let which = &last.target.which;
+        let anchored = last.prefix.len();
+        let mut file_state = last.file_state;
+        if anchored > 0 && !matches!(e, OpenError::Io { .. }) {
+            let found = match e {
+                OpenError::Missing { .. } => Found::Removed,
+                _ => Found::Replaced,
+            };
+            self.broke(which, found, &e.to_string(), None, &mut file_state, report)?;
+            file_state.prefix = None;
+            file_state.identity = None;
+        } else {
+            let detail = e.to_string();
+            if file_state.last_gap.as_deref() == Some(detail.as_str()) {
+                return Ok(());
+            }
+            let reason = match e {
+                OpenError::Io { .. } => GapReason::Unreadable,
+                _ => GapReason::Refused,
+            };
+            self.gap(which, reason, &detail, anchored, None, report)?;
+            file_state.last_gap = Some(detail);
+        }
+        self.stage(file_state_name(index), &file_state)
+    }
+
+    /// Whether the file still holds what the log anchored of it. Where it
+    /// does not: a break, and the file is anchored afresh from its start.
+    /// Where it cannot be read: a gap, and `None`.
+    fn recheck<'t>(
+        &mut self,
+        mut open: Open<'t>,
+        report: &mut Report,
+    ) -> Result<Option<Held<'t>>, AnchorError> {
+        if open.anchored > 0 {
+            let which = &open.target.which;
+            match still_anchored(&open.file_state, &open.prefix, &open.opened) {
                 Ok(None) => {}
                 Ok(Some((found, detail))) => {
-                    self.broke(
-                        which,
-                        found,
-                        &detail,
-                        Some(opened.len),
-                        &mut file_state,
-                        report,
-                    )?;
-                    prefix = Prefix::new();
+                    let size = Some(open.opened.len);
+                    self.broke(which, found, &detail, size, &mut open.file_state, report)?;
+                    open.prefix = Prefix::new();
                 }
                 Err(e) => {
                     let detail = format!("cannot read {}: {e}", which.path);
-                    self.gap(
-                        which,
-                        GapReason::Unreadable,
-                        &detail,
-                        anchored,
-                        Some(opened.len),
-                        report,
-                    )?;
-                    return Ok(());
+                    let size = Some(open.opened.len);
+                    let reason = GapReason::Unreadable;
+                    self.gap(which, reason, &detail, open.anchored, size, report)?;
+                    return Ok(None);
                 }
             }
         }
-        let changed = file_state.identity != Some(opened.identity) || prefix.len() != anchored;
-        file_state.identity = Some(opened.identity);
+        let changed = open.file_state.identity != Some(open.opened.identity)
+            || open.prefix.len() != open.anchored;
+        open.file_state.identity = Some(open.opened.identity);
+        Ok(Some(Held { open, changed }))
+    }
 
-        let from = prefix.len();
-        let hook_left = budget.bytes;
+    /// Reads and hashes what the file has grown by, as far as `left`
+    /// allows by `deadline`, and writes the anchor of the prefix read.
+    fn read_on<'t>(
+        &mut self,
+        held: Held<'t>,
+        left: Left,
+        deadline: Option<Instant>,
+        report: &mut Report,
+    ) -> Result<Grown<'t>, AnchorError> {
+        let Held { mut open, changed } = held;
+        let from = open.prefix.len();
         let mut allowed = Budget {
-            bytes: hook_left.min(session_left),
-            deadline: budget.deadline,
+            bytes: left.hook.min(left.session),
+            deadline,
         };
-        let stop = if opened.len > from {
-            safe_file::read_range(&opened.file, from, opened.len, &mut allowed, |b| {
-                prefix.update(b)
-            })
-            .map_err(io_err(Path::new(&which.path), "read"))?
+        let stop = if open.opened.len > from {
+            safe_file::read_range(
+                &open.opened.file,
+                from,
+                open.opened.len,
+                &mut allowed,
+                |b| open.prefix.update(b),
+            )
+            .map_err(io_err(Path::new(&open.target.which.path), "read"))?
             .1
         } else {
             Stop::Done
         };
-        let read = prefix.len() - from;
-        budget.bytes -= read;
-        state.read += read;
+        let read = open.prefix.len() - from;
         report.read += read;
         if read > 0 {
-            let digest = prefix.digest();
-            let body = super::anchor_body(
-                which,
-                prefix.len(),
-                &digest,
-                from,
-                file_state.generation,
-                opened.identity,
-            );
-            self.write(super::ANCHOR, body);
-            report.anchors += 1;
-            file_state.blake3 = digest.to_hex().to_string();
-            file_state.last_gap = None;
+            self.write_anchor(&mut open, from, report);
         }
-        if prefix.len() < opened.len {
-            let (reason, detail) = match stop {
-                Stop::Time => (
-                    GapReason::HookTime,
-                    format!(
-                        "this hook's {} ms for anchoring ran out; the next anchoring hook goes on",
-                        self.limits.hook_ms
-                    ),
+        Ok(Grown {
+            open,
+            changed,
+            read,
+            stop,
+        })
+    }
+
+    /// The anchor of the prefix read so far, the bytes from `from` on new.
+    fn write_anchor(&mut self, open: &mut Open, from: u64, report: &mut Report) {
+        let digest = open.prefix.digest();
+        let body = super::anchor_body(
+            &open.target.which,
+            open.prefix.len(),
+            &digest,
+            from,
+            open.file_state.generation,
+            open.opened.identity,
+        );
+        self.write(super::ANCHOR, body);
+        report.anchors += 1;
+        open.file_state.blake3 = digest.to_hex().to_string();
+        open.file_state.last_gap = None;
+    }
+
+    /// Where the file was not read to its end, a gap saying why (the log's
+    /// bytes spent is noted, so that it is said once).
+    fn shortfall(
+        &mut self,
+        grown: &Grown,
+        left: Left,
+        state: &mut LogState,
+        report: &mut Report,
+    ) -> Result<(), AnchorError> {
+        let open = &grown.open;
+        if open.prefix.len() >= open.opened.len {
+            return Ok(());
+        }
+        let Some((reason, detail)) = self.why_stopped(grown.stop, left) else {
+            return Ok(());
+        };
+        let size = Some(open.opened.len);
+        self.gap(
+            &open.target.which,
+            reason,
+            &detail,
+            open.prefix.len(),
+            size,
+            report,
+        )?;
+        if reason == GapReason::SessionBytes {
+            state.notes.push(SESSION_NOTE.into());
+        }
+        Ok(())
+    }
+
+    /// Why a read stopped short, as a gap's reason and detail; `None` when
+    /// the file shrank while it was read (the next hook sees it).
+    fn why_stopped(&self, stop: Stop, left: Left) -> Option<(GapReason, String)> {
+        match stop {
+            Stop::Time => Some((
+                GapReason::HookTime,
+                format!(
+                    "this hook's {} ms for anchoring ran out; the next anchoring hook goes on",
+                    self.limits.hook_ms
                 ),
-                Stop::Bytes if session_left <= hook_left => {
-                    (GapReason::SessionBytes, self.session_spent())
-                }
-                Stop::Bytes => (
-                    GapReason::HookBytes,
-                    format!(
-                        "this hook read the {} bytes one hook may; the next anchoring hook goes on",
-                        self.limits.hook_bytes
-                    ),
-                ),
-                // The file shrank while it was read: the next hook sees it.
-                Stop::Done | Stop::Eof => (GapReason::Unreadable, String::new()),
-            };
-            if !detail.is_empty() {
-                self.gap(
-                    which,
-                    reason,
-                    &detail,
-                    prefix.len(),
-                    Some(opened.len),
-                    report,
-                )?;
-                if reason == GapReason::SessionBytes {
-                    state.notes.push(SESSION_NOTE.into());
-                }
+            )),
+            Stop::Bytes if left.session <= left.hook => {
+                Some((GapReason::SessionBytes, self.session_spent()))
             }
+            Stop::Bytes => Some((
+                GapReason::HookBytes,
+                format!(
+                    "this hook read the {} bytes one hook may; the next anchoring hook goes on",
+                    self.limits.hook_bytes
+                ),
+            )),
+            Stop::Done | Stop::Eof => None,
         }
-        if changed || read > 0 || file_state.prefix.is_none() {
-            file_state.prefix = Some(prefix.save());
-            self.stage(file_state_name(index), &file_state)?;
+    }
+
+    /// Stages the file's state, where this hook changed it.
+    fn save(&mut self, grown: Grown) -> Result<(), AnchorError> {
+        let Grown {
+            mut open,
+            changed,
+            read,
+            ..
+        } = grown;
+        if changed || read > 0 || open.file_state.prefix.is_none() {
+            open.file_state.prefix = Some(open.prefix.save());
+            self.stage(file_state_name(open.index), &open.file_state)?;
         }
         Ok(())
     }

@@ -143,6 +143,13 @@ pub fn fit(line: &str, width: Option<usize>) -> String {
     format!("{head}…(+{})", total - kept)
 }
 
+/// `one` after a count of one, `many` after any other: the ending of a
+/// counted word (`plural(n, "", "s")`), or the word itself
+/// (`plural(n, "entry", "entries")`).
+pub fn plural<'a, N: PartialEq + From<u8>>(n: N, one: &'a str, many: &'a str) -> &'a str {
+    if n == N::from(1) { one } else { many }
+}
+
 /// What `nd7 run` writes to a terminal before its own closing lines, after
 /// the agent's program has had the terminal: each part undoes one thing
 /// that program could have left behind to hide or fake what follows.
@@ -220,6 +227,15 @@ pub fn html(text: &str, lines: Lines) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_count_of_one_takes_the_singular() {
+        assert_eq!(plural(1usize, "", "s"), "");
+        assert_eq!(plural(1u64, "entry", "entries"), "entry");
+        for n in [0u64, 2, 11, u64::MAX] {
+            assert_eq!(plural(n, "y was", "ies were"), "ies were");
+        }
+    }
 
     #[test]
     fn terminal_controls_come_out_visible_and_inert() {

@@ -10,17 +10,19 @@
 //! A reader that goes away (a pager quit, `| head`) ends the output quietly,
 //! with the status the command had reached.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use jiff::tz::TimeZone;
 use nd7_core::cli::{Color, Only, SearchArgs, SessionsArgs, ShowArgs, View};
+use nd7_core::read::ReadError;
 use nd7_core::read::index::{Index, LogKeys};
 use nd7_core::read::output::{ColourChoice, Output, Stopped};
-use nd7_core::read::report::Chain;
+use nd7_core::read::report::{Chain, SessionInfo};
 use nd7_core::read::safe::Lines;
-use nd7_core::read::search::{Filter, Options, Pattern};
-use nd7_core::read::store::{self, Store};
+use nd7_core::read::search::{Filter, Hit, Options, Pattern};
+use nd7_core::read::store::{self, Located, Store};
 use nd7_core::read::text::{self, Style};
 use nd7_core::read::timeline::{Item, ObservedClass, Status};
 use nd7_core::read::{html, when};
@@ -119,7 +121,7 @@ fn in_project(project: Option<&str>, dirs: &[PathBuf]) -> bool {
 pub fn sessions(a: SessionsArgs) -> ExitCode {
     let cmd = "sessions";
     let tz = TimeZone::system();
-    let (since, until) = match window(cmd, a.since.as_deref(), a.until.as_deref(), &tz) {
+    let window = match window(cmd, a.since.as_deref(), a.until.as_deref(), &tz) {
         Ok(w) => w,
         Err(code) => return code,
     };
@@ -135,6 +137,57 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
     for p in &problems {
         warn(cmd, p);
     }
+    keep_asked(&mut rows, &a, window);
+    rows.sort_by(|x, y| (y.summary.first_ts, &y.id).cmp(&(x.summary.first_ts, &x.id)));
+    if a.ids {
+        return list_ids(&rows, &mut index);
+    }
+    verify_cheap(&store, &mut rows, &mut index, &a);
+    if let Err(e) = index.save() {
+        warn(cmd, format!("warning: cannot keep the session index: {e}"));
+    }
+    let mut out = Output::open(!a.json && !a.view.no_pager, choice(&a.view));
+    let written = write_sessions(&mut out, &a, &store, &tz, &rows);
+    let code = if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(USAGE_ERROR)
+    };
+    match written {
+        Ok(()) => finish(cmd, out, code),
+        Err(Stopped::Gone) => code,
+        Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
+    }
+}
+
+/// The sessions as JSON lines, or as a table for a person.
+fn write_sessions(
+    out: &mut Output,
+    a: &SessionsArgs,
+    store: &Store,
+    tz: &TimeZone,
+    rows: &[SessionInfo],
+) -> Result<(), Stopped> {
+    let style = Style {
+        colour: out.colour && !a.json,
+    };
+    if a.json {
+        rows.iter()
+            .try_for_each(|r| out.line(&r.json().to_string()))
+    } else if rows.is_empty() {
+        out.line(&format!("no sessions under {}", store.sessions.display()))
+    } else {
+        text::sessions_table(rows, tz, home().as_deref(), style)
+            .iter()
+            .try_for_each(|l| out.line(l))
+    }
+}
+
+/// Keeps the sessions `nd7 sessions`' arguments ask for: in the project,
+/// started within the window (`--since`, `--until`), with a failure or a
+/// refusal if asked.
+fn keep_asked(rows: &mut Vec<SessionInfo>, a: &SessionsArgs, window: (Option<u64>, Option<u64>)) {
+    let (since, until) = window;
     let dirs = a.project.as_deref().map(project_arg);
     rows.retain(|r| {
         let s = &r.summary;
@@ -145,22 +198,25 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
             && (!a.failed || s.failures > 0)
             && (!a.refused || s.all_refusals() > 0)
     });
-    rows.sort_by(|x, y| (y.summary.first_ts, &y.id).cmp(&(x.summary.first_ts, &x.id)));
-    if a.ids {
-        // For completion: ids only, checking nothing. Ids come from
-        // payloads: one line each, inert.
-        let mut out = Output::open(false, ColourChoice::Never);
-        let written = rows
-            .iter()
-            .try_for_each(|r| out.line(&nd7_core::read::safe::term(&r.id, Lines::One)));
-        let _ = index.save();
-        return match written {
-            Ok(()) => finish(cmd, out, ExitCode::SUCCESS),
-            Err(_) => ExitCode::SUCCESS,
-        };
+}
+
+/// `nd7 sessions --ids`, for completion: ids only, checking nothing. Ids
+/// come from payloads: one line each, inert.
+fn list_ids(rows: &[SessionInfo], index: &mut Index) -> ExitCode {
+    let mut out = Output::open(false, ColourChoice::Never);
+    let written = rows
+        .iter()
+        .try_for_each(|r| out.line(&nd7_core::read::safe::term(&r.id, Lines::One)));
+    let _ = index.save();
+    match written {
+        Ok(()) => finish("sessions", out, ExitCode::SUCCESS),
+        Err(_) => ExitCode::SUCCESS,
     }
-    // Unchecked chains are checked when that is cheap: all of them with
-    // --verify, else the newest while their logs add up to CHEAP_VERIFY.
+}
+
+/// Unchecked chains are checked when that is cheap: all of them with
+/// --verify, else the newest while their logs add up to CHEAP_VERIFY.
+fn verify_cheap(store: &Store, rows: &mut [SessionInfo], index: &mut Index, a: &SessionsArgs) {
     let mut budget = match (a.verify, a.no_verify) {
         (true, _) => u64::MAX,
         (false, true) => 0,
@@ -178,34 +234,7 @@ pub fn sessions(a: SessionsArgs) -> ExitCode {
             continue;
         }
         budget -= size;
-        row.chain = store::verify(&log, default_threads(), Some(&mut index));
-    }
-    if let Err(e) = index.save() {
-        warn(cmd, format!("warning: cannot keep the session index: {e}"));
-    }
-    let mut out = Output::open(!a.json && !a.view.no_pager, choice(&a.view));
-    let style = Style {
-        colour: out.colour && !a.json,
-    };
-    let written = if a.json {
-        rows.iter()
-            .try_for_each(|r| out.line(&r.json().to_string()))
-    } else if rows.is_empty() {
-        out.line(&format!("no sessions under {}", store.sessions.display()))
-    } else {
-        text::sessions_table(&rows, &tz, home().as_deref(), style)
-            .iter()
-            .try_for_each(|l| out.line(l))
-    };
-    let code = if problems.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(USAGE_ERROR)
-    };
-    match written {
-        Ok(()) => finish(cmd, out, code),
-        Err(Stopped::Gone) => code,
-        Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
+        row.chain = store::verify(&log, default_threads(), Some(index));
     }
 }
 
@@ -234,84 +263,12 @@ pub fn show(a: ShowArgs) -> ExitCode {
     let style = Style {
         colour: out.colour && !a.json && !a.html,
     };
-    let home = home();
     let result = if a.html {
-        let mut items = Vec::new();
-        let read = store::read_timeline(&at.log, |item| {
-            items.push(item);
-            true
-        });
-        read.map(|done| {
-            done.map(|(chain, keys)| {
-                info.chain = chain.clone();
-                let page = html::report(
-                    &info,
-                    &items,
-                    &tz,
-                    u64::try_from(jiff::Timestamp::now().as_nanosecond()).unwrap_or(0),
-                    env!("CARGO_PKG_VERSION"),
-                );
-                let written = out.bytes(page.as_bytes());
-                (chain, keys, written)
-            })
-        })
+        show_html(&at, &mut info, &tz, &mut out)
     } else if a.json {
-        let mut head = info.json();
-        if let Some(o) = head.as_object_mut() {
-            o.remove("chain");
-        }
-        let mut written = out.line(&head.to_string());
-        let read = store::read_timeline(&at.log, |item| {
-            if !kept(&a.only, &item) {
-                return true;
-            }
-            written = written
-                .take_ok()
-                .and_then(|()| match serde_json::to_string(&item) {
-                    Ok(line) => out.line(&line),
-                    Err(e) => Err(Stopped::Failed(std::io::Error::other(e))),
-                });
-            written.is_ok()
-        });
-        read.map(|done| match done {
-            Some((chain, keys)) => {
-                let mut verdict = chain.json();
-                if let Some(o) = verdict.as_object_mut() {
-                    o.insert("type".into(), "chain".into());
-                }
-                let written = written.and_then(|()| out.line(&verdict.to_string()));
-                Some((chain, keys, written))
-            }
-            // Writing stopped: `written` says why.
-            None => Some((Chain::NotChecked, None, written)),
-        })
+        show_json(&at, &info, &a.only, &mut out)
     } else {
-        let mut written = text::header(&info, &tz, home.as_deref(), style)
-            .iter()
-            .try_for_each(|l| out.line(l))
-            .and_then(|()| out.line(""));
-        let mut view = text::Timeline::new(&tz, style, a.full);
-        let read = store::read_timeline(&at.log, |item| {
-            if !kept(&a.only, &item) {
-                return true;
-            }
-            written = written
-                .take_ok()
-                .and_then(|()| view.item(&item).iter().try_for_each(|l| out.line(l)));
-            written.is_ok()
-        });
-        read.map(|done| match done {
-            Some((chain, keys)) => {
-                let written = written.and_then(|()| {
-                    out.line("")?;
-                    text::verdict(&chain, style)
-                        .iter()
-                        .try_for_each(|l| out.line(l))
-                });
-                Some((chain, keys, written))
-            }
-            None => Some((Chain::NotChecked, None, written)),
-        })
+        show_text(&at, &info, &a, &tz, style, &mut out)
     };
     let (chain, keys, written) = match result {
         Err(e) => return fail(cmd, e),
@@ -324,18 +281,136 @@ pub fn show(a: ShowArgs) -> ExitCode {
         index.remember(&at.log, keys, &chain);
     }
     let _ = index.save();
-    let code = match &chain {
-        Chain::Clean { .. } | Chain::NotChecked => ExitCode::SUCCESS,
-        Chain::Broken { .. } => ExitCode::from(1),
-        Chain::Unreadable { detail } => {
-            warn(cmd, format!("the chain could not be checked: {detail}"));
-            ExitCode::from(USAGE_ERROR)
-        }
-    };
+    let code = chain_status(&chain);
     match written {
         Ok(()) => finish(cmd, out, code),
         Err(Stopped::Gone) => code,
         Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
+    }
+}
+
+/// What showing a session came to: the chain's verdict, the file facts it
+/// was reached on, and whether the output was all written. `None` when the
+/// reader went away before the chain's verdict.
+type Shown = Option<(Chain, Option<LogKeys>, Result<(), Stopped>)>;
+
+/// `nd7 show --html`: the page, written once the whole timeline is read
+/// and the chain's verdict is in.
+fn show_html(
+    at: &Located,
+    info: &mut SessionInfo,
+    tz: &TimeZone,
+    out: &mut Output,
+) -> Result<Shown, ReadError> {
+    let mut items = Vec::new();
+    let read = store::read_timeline(&at.log, |item| {
+        items.push(item);
+        true
+    });
+    read.map(|done| {
+        done.map(|(chain, keys)| {
+            info.chain = chain.clone();
+            let page = html::report(
+                info,
+                &items,
+                tz,
+                u64::try_from(jiff::Timestamp::now().as_nanosecond()).unwrap_or(0),
+                env!("CARGO_PKG_VERSION"),
+            );
+            let written = out.bytes(page.as_bytes());
+            (chain, keys, written)
+        })
+    })
+}
+
+/// `nd7 show --json`: the session's facts, each item kept, then the
+/// chain's verdict, one JSON object a line.
+fn show_json(
+    at: &Located,
+    info: &SessionInfo,
+    only: &[Only],
+    out: &mut Output,
+) -> Result<Shown, ReadError> {
+    let mut head = info.json();
+    if let Some(o) = head.as_object_mut() {
+        o.remove("chain");
+    }
+    let mut written = out.line(&head.to_string());
+    let read = store::read_timeline(&at.log, |item| {
+        if !kept(only, &item) {
+            return true;
+        }
+        written = written
+            .take_ok()
+            .and_then(|()| match serde_json::to_string(&item) {
+                Ok(line) => out.line(&line),
+                Err(e) => Err(Stopped::Failed(std::io::Error::other(e))),
+            });
+        written.is_ok()
+    });
+    read.map(|done| match done {
+        Some((chain, keys)) => {
+            let mut verdict = chain.json();
+            if let Some(o) = verdict.as_object_mut() {
+                o.insert("type".into(), "chain".into());
+            }
+            let written = written.and_then(|()| out.line(&verdict.to_string()));
+            Some((chain, keys, written))
+        }
+        // Writing stopped: `written` says why.
+        None => Some((Chain::NotChecked, None, written)),
+    })
+}
+
+/// `nd7 show`: the header, each item kept as the terminal view draws it,
+/// then the chain's verdict.
+fn show_text(
+    at: &Located,
+    info: &SessionInfo,
+    a: &ShowArgs,
+    tz: &TimeZone,
+    style: Style,
+    out: &mut Output,
+) -> Result<Shown, ReadError> {
+    let home = home();
+    let mut written = text::header(info, tz, home.as_deref(), style)
+        .iter()
+        .try_for_each(|l| out.line(l))
+        .and_then(|()| out.line(""));
+    let mut view = text::Timeline::new(tz, style, a.full);
+    let read = store::read_timeline(&at.log, |item| {
+        if !kept(&a.only, &item) {
+            return true;
+        }
+        written = written
+            .take_ok()
+            .and_then(|()| view.item(&item).iter().try_for_each(|l| out.line(l)));
+        written.is_ok()
+    });
+    read.map(|done| match done {
+        Some((chain, keys)) => {
+            let written = written.and_then(|()| {
+                out.line("")?;
+                text::verdict(&chain, style)
+                    .iter()
+                    .try_for_each(|l| out.line(l))
+            });
+            Some((chain, keys, written))
+        }
+        None => Some((Chain::NotChecked, None, written)),
+    })
+}
+
+/// `nd7 show`'s exit status for the chain's verdict; an unreadable chain
+/// is said on stderr.
+fn chain_status(chain: &Chain) -> ExitCode {
+    match chain {
+        Chain::Clean { .. } | Chain::NotChecked => ExitCode::SUCCESS,
+        Chain::Broken { .. } => ExitCode::from(1),
+        Chain::Unreadable { detail } => {
+            warn("show", format!("the chain could not be checked: {detail}"));
+            ExitCode::from(USAGE_ERROR)
+        }
     }
 }
 
@@ -374,22 +449,9 @@ pub fn search(a: SearchArgs) -> ExitCode {
         Ok(w) => w,
         Err(code) => return code,
     };
-    let pattern = match Pattern::new(
-        &a.pattern,
-        Options {
-            ignore_case: a.ignore_case,
-            fixed: a.fixed_strings,
-        },
-    ) {
+    let pattern = match search_pattern(&a) {
         Ok(p) => p,
-        Err(e) => {
-            // The regex crate draws the pattern and a caret over several
-            // lines; a one-line message keeps its last line, the reason.
-            let text = e.to_string();
-            let why = text.lines().last().unwrap_or(&text);
-            let why = why.trim().trim_start_matches("error: ");
-            return fail(cmd, format!("bad pattern {:?}: {why}", a.pattern));
-        }
+        Err(code) => return code,
     };
     let store = match Store::open() {
         Ok(s) => s,
@@ -399,92 +461,20 @@ pub fn search(a: SearchArgs) -> ExitCode {
         Ok(ids) => ids,
         Err(e) => return fail(cmd, e),
     };
-    let mut logs: Vec<SessionLog> = ids.iter().filter_map(|id| store.log(id).ok()).collect();
-    let mut errors = 0usize;
-    if let Some(dir) = &a.project {
-        let dirs = project_arg(dir);
-        let mut index = Index::load(&store.state);
-        let summaries = index.refresh_all(&logs, store::threads());
-        let _ = index.save();
-        let mut kept = Vec::new();
-        for (log, s) in logs.into_iter().zip(summaries) {
-            match s {
-                Ok((summary, _)) if in_project(summary.project.as_deref(), &dirs) => kept.push(log),
-                Ok(_) => {}
-                Err(e) => {
-                    warn(cmd, e);
-                    errors += 1;
-                }
-            }
-        }
-        logs = kept;
-    }
+    let logs: Vec<SessionLog> = ids.iter().filter_map(|id| store.log(id).ok()).collect();
+    let (logs, mut errors) = match &a.project {
+        Some(dir) => logs_in_project(&store, logs, dir),
+        None => (logs, 0),
+    };
     let filter = Filter {
         tool: a.tool.clone(),
         since,
         until,
     };
-    let results = store::search(&logs, &pattern, &filter, store::threads());
-    let mut hits = Vec::new();
-    for (log, result) in logs.iter().zip(results) {
-        match result {
-            Ok(found) => hits.extend(found.into_iter().map(|h| (log.session_id().to_string(), h))),
-            Err(e) => {
-                warn(cmd, e);
-                errors += 1;
-            }
-        }
-    }
-    hits.sort_by(|(s1, h1), (s2, h2)| (h1.ts, s1, h1.seq).cmp(&(h2.ts, s2, h2.seq)));
-    let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let short: std::collections::HashMap<&str, String> = id_refs
-        .iter()
-        .copied()
-        .zip(text::short_ids(&id_refs, 8))
-        .collect();
+    let (hits, unread) = search_hits(&logs, &pattern, &filter);
+    errors += unread;
     let mut out = Output::open(!a.json && !a.view.no_pager, choice(&a.view));
-    let style = Style {
-        colour: out.colour && !a.json,
-    };
-    let written = hits.iter().try_for_each(|(session, hit)| {
-        if a.json {
-            let mut v = serde_json::to_value(hit).unwrap_or_default();
-            if let Some(o) = v.as_object_mut() {
-                o.insert("session".into(), session.clone().into());
-                o.insert("time".into(), when::rfc3339(hit.ts).into());
-            }
-            return out.line(&v.to_string());
-        }
-        let what = match (&hit.tool, hit.field.as_str()) {
-            (Some(tool), field) => format!("{tool} {field}"),
-            (None, field) => field.to_string(),
-        };
-        let line_no = if hit.line > 1 {
-            format!(":{}", hit.line)
-        } else {
-            String::new()
-        };
-        let text = format!(
-            "{}{}{}",
-            style.safe(&hit.text[..hit.start], Lines::One),
-            style.red(&style.safe(&hit.text[hit.start..hit.end], Lines::One)),
-            style.safe(&hit.text[hit.end..], Lines::One)
-        );
-        out.line(&format!(
-            "{}  {}  {}  {}  {text}",
-            style.dim(&when::date_time(hit.ts, &tz)),
-            style.cyan(
-                &style.safe(
-                    short
-                        .get(session.as_str())
-                        .map_or(session.as_str(), String::as_str),
-                    Lines::One
-                )
-            ),
-            style.dim(&format!("#{}", hit.seq)),
-            style.dim(&format!("{}{line_no}", style.safe(&what, Lines::One))),
-        ))
-    });
+    let written = write_hits(&mut out, &a, &tz, &ids, &hits);
     let code = if errors > 0 {
         ExitCode::from(USAGE_ERROR)
     } else if hits.is_empty() {
@@ -497,6 +487,139 @@ pub fn search(a: SearchArgs) -> ExitCode {
         Err(Stopped::Gone) => code,
         Err(Stopped::Failed(e)) => fail(cmd, format!("cannot write the output: {e}")),
     }
+}
+
+/// Each hit on a line of its own: as JSON, or for a person, its session
+/// named by the shortest id that tells it from the others in `ids`.
+fn write_hits(
+    out: &mut Output,
+    a: &SearchArgs,
+    tz: &TimeZone,
+    ids: &[String],
+    hits: &[(String, Hit)],
+) -> Result<(), Stopped> {
+    let short = short_ids(ids);
+    let style = Style {
+        colour: out.colour && !a.json,
+    };
+    hits.iter().try_for_each(|(session, hit)| {
+        if a.json {
+            return out.line(&hit_json(session, hit));
+        }
+        let session = short
+            .get(session.as_str())
+            .map_or(session.as_str(), String::as_str);
+        out.line(&hit_line(style, tz, session, hit))
+    })
+}
+
+/// `nd7 search`'s pattern; a bad one said on one line, with the exit status.
+fn search_pattern(a: &SearchArgs) -> Result<Pattern, ExitCode> {
+    let options = Options {
+        ignore_case: a.ignore_case,
+        fixed: a.fixed_strings,
+    };
+    Pattern::new(&a.pattern, options).map_err(|e| {
+        // The regex crate draws the pattern and a caret over several
+        // lines; a one-line message keeps its last line, the reason.
+        let text = e.to_string();
+        let why = text.lines().last().unwrap_or(&text);
+        let why = why.trim().trim_start_matches("error: ");
+        fail("search", format!("bad pattern {:?}: {why}", a.pattern))
+    })
+}
+
+/// The logs of sessions in the project `dir` (or below it), with how many
+/// logs could not be read (each said on stderr).
+fn logs_in_project(store: &Store, logs: Vec<SessionLog>, dir: &Path) -> (Vec<SessionLog>, usize) {
+    let dirs = project_arg(dir);
+    let mut index = Index::load(&store.state);
+    let summaries = index.refresh_all(&logs, store::threads());
+    let _ = index.save();
+    let mut kept = Vec::new();
+    let mut errors = 0;
+    for (log, s) in logs.into_iter().zip(summaries) {
+        match s {
+            Ok((summary, _)) if in_project(summary.project.as_deref(), &dirs) => kept.push(log),
+            Ok(_) => {}
+            Err(e) => {
+                warn("search", e);
+                errors += 1;
+            }
+        }
+    }
+    (kept, errors)
+}
+
+/// Every hit in `logs`, by time, then session, then entry, each with its
+/// session's id; and how many logs could not be read (each said on stderr).
+fn search_hits(
+    logs: &[SessionLog],
+    pattern: &Pattern,
+    filter: &Filter,
+) -> (Vec<(String, Hit)>, usize) {
+    let results = store::search(logs, pattern, filter, store::threads());
+    let mut hits = Vec::new();
+    let mut errors = 0;
+    for (log, result) in logs.iter().zip(results) {
+        match result {
+            Ok(found) => hits.extend(found.into_iter().map(|h| (log.session_id().to_string(), h))),
+            Err(e) => {
+                warn("search", e);
+                errors += 1;
+            }
+        }
+    }
+    hits.sort_by(|(s1, h1), (s2, h2)| (h1.ts, s1, h1.seq).cmp(&(h2.ts, s2, h2.seq)));
+    (hits, errors)
+}
+
+/// Each session's id shortened to the fewest characters (at least 8) that
+/// tell it from the others.
+fn short_ids(ids: &[String]) -> HashMap<&str, String> {
+    let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    id_refs
+        .iter()
+        .copied()
+        .zip(text::short_ids(&id_refs, 8))
+        .collect()
+}
+
+/// A hit as one JSON object, with its session and its time.
+fn hit_json(session: &str, hit: &Hit) -> String {
+    let mut v = serde_json::to_value(hit).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("session".into(), session.into());
+        o.insert("time".into(), when::rfc3339(hit.ts).into());
+    }
+    v.to_string()
+}
+
+/// A hit as one line: when, the session, the entry, what matched, and the
+/// line with the match marked.
+fn hit_line(style: Style, tz: &TimeZone, session: &str, hit: &Hit) -> String {
+    let what = match (&hit.tool, hit.field.as_str()) {
+        (Some(tool), field) => format!("{tool} {field}"),
+        (None, field) => field.to_string(),
+    };
+    let line_no = if hit.line > 1 {
+        format!(":{}", hit.line)
+    } else {
+        String::new()
+    };
+    let text = format!(
+        "{}{}{}",
+        style.safe(&hit.text[..hit.start], Lines::One),
+        style.red(&style.safe(&hit.text[hit.start..hit.end], Lines::One)),
+        style.safe(&hit.text[hit.end..], Lines::One)
+    );
+    format!(
+        "{}  {}  {}  {}  {text}",
+        style.dim(&when::date_time(hit.ts, tz)),
+        style.cyan(&style.safe(session, Lines::One)),
+        style.dim(&format!("#{}", hit.seq)),
+        style.dim(&format!("{}{line_no}", style.safe(&what, Lines::One))),
+    )
 }
 
 /// Keeps the verdicts `nd7 verify` reaches for sessions in the user's state

@@ -13,6 +13,7 @@
 
 use std::process::ExitCode;
 
+use nd7_core::read::safe::plural;
 use nd7_core::session_log::SessionLog;
 use nd7_core::transcript::GapReason;
 use nd7_core::transcript::check::{self, Verdict};
@@ -86,7 +87,7 @@ pub fn verify(target: &str, chain: impl FnOnce(&SessionLog) -> ExitCode) -> Exit
                 println!(
                     "transcript {path}: holds all {anchors} anchors (the first {anchored} of its {size} bytes; {tail} after the last anchor, anchored by nothing; {} gap{} recorded)",
                     gaps.len(),
-                    crate::plural(gaps.len(), "", "s")
+                    plural(gaps.len(), "", "s")
                 );
                 if let Some(gap) = stopped {
                     unreadable = true;

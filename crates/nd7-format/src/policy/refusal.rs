@@ -112,9 +112,26 @@ fn text_of(payload: &Value) -> Option<String> {
 /// The paths the floor refused in the tool call `payload` (a PostToolUse or
 /// PostToolUseFailure payload), judged against `policy`.
 pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused> {
-    let Some(mut text) = text_of(payload) else {
+    let Some(text) = scanned(payload) else {
         return Vec::new();
     };
+    let call = Call::new(payload, policy, probe);
+    let found = Found::in_text(&text, &call);
+    let mut out: Vec<Refused> = Vec::new();
+    for (n, path) in found.paths.iter().enumerate().take(CANDIDATES) {
+        // Named only by a held file's words: nothing else is claimed of it.
+        let held_only = n >= found.general;
+        if let Some(refused) = call.refusal(path, found.held.contains(path), held_only) {
+            push_once(&mut out, refused);
+        }
+    }
+    out
+}
+
+/// The text of a tool call worth judging ([`text_of`]), its first
+/// [`SCANNED`] bytes at most.
+fn scanned(payload: &Value) -> Option<String> {
+    let mut text = text_of(payload)?;
     if text.len() > SCANNED {
         let mut cut = SCANNED;
         while !text.is_char_boundary(cut) {
@@ -122,134 +139,198 @@ pub fn judge(payload: &Value, policy: &Policy, probe: &dyn Probe) -> Vec<Refused
         }
         text.truncate(cut);
     }
-    let cwd = payload
-        .get("cwd")
-        .and_then(Value::as_str)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| policy.roots.project.clone());
-    let tool = payload
-        .get("tool_name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let home = &policy.roots.home;
-    let mut found = candidates(&text, &cwd, home);
-    let general = found.len();
-    let held_paths = held_candidates(&text, &cwd, home);
-    for path in &held_paths {
-        if !found.contains(path) {
-            found.push(path.clone());
+    Some(text)
+}
+
+/// One tool call being judged: where it ran, and the rules it ran under.
+struct Call<'a> {
+    payload: &'a Value,
+    policy: &'a Policy,
+    probe: &'a dyn Probe,
+    cwd: PathBuf,
+    home: &'a Path,
+    /// Whether it is a Bash command (else one of the agent's own tools).
+    bash: bool,
+    writes: Vec<PathBuf>,
+    unreadable: Vec<PathBuf>,
+    unwritable: Vec<PathBuf>,
+}
+
+impl<'a> Call<'a> {
+    fn new(payload: &'a Value, policy: &'a Policy, probe: &'a dyn Probe) -> Call<'a> {
+        let cwd = payload
+            .get("cwd")
+            .and_then(Value::as_str)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| policy.roots.project.clone());
+        let bash = payload.get("tool_name").and_then(Value::as_str) == Some("Bash");
+        // Bash commands run under the floor plus the grants; Claude Code's own
+        // tools under the floor alone.
+        let writes = if bash {
+            policy.command_writes()
+        } else {
+            policy.floor_writes()
+        };
+        Call {
+            payload,
+            policy,
+            probe,
+            cwd,
+            home: &policy.roots.home,
+            bash,
+            writes,
+            unreadable: policy.unreadable(),
+            unwritable: policy.unwritable(),
         }
     }
-    if tool != "Bash"
-        && MARKERS.iter().any(|m| text.contains(m))
-        && let Some(file) = payload
-            .pointer("/tool_input/file_path")
-            .and_then(Value::as_str)
-    {
-        found.insert(0, normalize(Path::new(file), &cwd, home));
-    }
-    // Bash commands run under the floor plus the grants; Claude Code's own
-    // tools under the floor alone.
-    let writes = if tool == "Bash" {
-        policy.command_writes()
-    } else {
-        policy.floor_writes()
-    };
-    let unreadable = policy.unreadable();
-    let unwritable = policy.unwritable();
-    let mut out: Vec<Refused> = Vec::new();
-    for (n, path) in found.into_iter().enumerate().take(CANDIDATES) {
-        // Named only by a held file's words: nothing else is claimed of it.
-        let held_only = n >= general;
+
+    /// Whether the floor refused `path` (`held_named` when a held file's
+    /// words name it, `held_only` when only they do), and why; `None` when
+    /// it is not nd7's doing, or is not claimed.
+    fn refusal(&self, path: &Path, held_named: bool, held_only: bool) -> Option<Refused> {
         // Inside a credential store nothing is looked at: not even where a
         // link there leads (the answer goes back to the agent).
-        let lexical = unreadable.iter().find(|s| path.starts_with(s)).cloned();
+        let lexical = self
+            .unreadable
+            .iter()
+            .find(|s| path.starts_with(s))
+            .cloned();
         let real = match lexical {
-            Some(_) => path.clone(),
-            None => probe.real(&path),
+            Some(_) => path.to_path_buf(),
+            None => self.probe.real(path),
         };
         let held = |set: &[PathBuf]| {
             set.iter()
                 .find(|s| real.starts_with(s) || path.starts_with(s))
                 .cloned()
         };
-        let refused = if let Some(store) = lexical.or_else(|| held(&unreadable)) {
-            let own = [policy.nd7_dir(), policy.vault_dir(), policy.locks_dir()].contains(&store);
-            let why = if own {
-                Why::Own
-            } else if policy.devices.contains(&store) {
-                Why::Device(store)
-            } else {
-                Why::Secret(store)
-            };
-            Refused {
-                path: real.clone(),
-                why,
-                grant: None,
-                preset: None,
-            }
-        } else if held(&unwritable).is_some() {
-            Refused {
-                path: real.clone(),
-                why: Why::Own,
-                grant: None,
-                preset: None,
-            }
-        } else if held_paths.contains(&path)
-            && writes.iter().any(|w| real.starts_with(w))
-            && probe.writable(&real)
+        let why = if let Some(store) = lexical.or_else(|| held(&self.unreadable)) {
+            self.unreadable_why(store)
+        } else if held(&self.unwritable).is_some() {
+            Why::Own
+        } else if held_named
+            && self.writes.iter().any(|w| real.starts_with(w))
+            && self.probe.writable(&real)
         {
             // Writable by the rules and by the account, yet read-only or a
             // mount point here: nd7's hold.
-            Refused {
-                path: real.clone(),
-                why: Why::Held,
-                grant: None,
-                preset: None,
-            }
+            Why::Held
         } else if held_only {
-            continue;
-        } else if !writes.iter().any(|w| real.starts_with(w)) && probe.writable(&real) {
-            let command = payload
-                .pointer("/tool_input/command")
-                .and_then(Value::as_str);
-            let (grant, preset) = match Preset::for_refusal(&real, home, command) {
-                Some((preset, at)) => (Some(at), Some(preset.name)),
-                None => {
-                    // A directory directly in the home that is not there yet
-                    // (`~/.cache` on a fresh home): `nd7 allow` creates it.
-                    let missing_in_home =
-                        real.parent() == Some(home.as_path()) && !probe.exists(&real);
-                    let dir = if probe.is_dir(&real) || missing_in_home {
-                        real.clone()
-                    } else {
-                        real.parent()
-                            .map_or_else(|| real.clone(), Path::to_path_buf)
-                    };
-                    // The home itself, or a directory above it, is too
-                    // broad to suggest.
-                    ((!home.starts_with(&dir)).then_some(dir), None)
-                }
-            };
-            Refused {
-                path: real.clone(),
-                why: Why::Outside,
-                grant,
-                preset,
-            }
+            return None;
+        } else if !self.writes.iter().any(|w| real.starts_with(w)) && self.probe.writable(&real) {
+            return Some(self.outside(real));
         } else {
-            continue;
+            return None;
         };
-        // One line per grant: a deeper path of one already said adds nothing.
-        if !out.iter().any(|r| {
-            r.why == refused.why
-                && (refused.path.starts_with(&r.path)
-                    || r.grant.is_some() && r.grant == refused.grant)
-        }) {
-            out.push(refused);
+        Some(Refused {
+            path: real,
+            why,
+            grant: None,
+            preset: None,
+        })
+    }
+
+    /// Why `store`, kept unreadable, is: nd7's own, a device's mount, or a
+    /// credential store.
+    fn unreadable_why(&self, store: PathBuf) -> Why {
+        let policy = self.policy;
+        let own = [policy.nd7_dir(), policy.vault_dir(), policy.locks_dir()].contains(&store);
+        if own {
+            Why::Own
+        } else if policy.devices.contains(&store) {
+            Why::Device(store)
+        } else {
+            Why::Secret(store)
         }
     }
-    out
+
+    /// `real`, beyond what the call may write and writable by the account:
+    /// refused, with the preset or the grant that would allow it.
+    fn outside(&self, real: PathBuf) -> Refused {
+        let command = self
+            .payload
+            .pointer("/tool_input/command")
+            .and_then(Value::as_str);
+        let (grant, preset) = match Preset::for_refusal(&real, self.home, command) {
+            Some((preset, at)) => (Some(at), Some(preset.name)),
+            None => (self.grant_for(&real), None),
+        };
+        Refused {
+            path: real,
+            why: Why::Outside,
+            grant,
+            preset,
+        }
+    }
+
+    /// The directory (or file) `nd7 allow` would grant for `real`; `None`
+    /// where that is the home itself or a directory above it, too broad to
+    /// suggest.
+    fn grant_for(&self, real: &Path) -> Option<PathBuf> {
+        let home = self.home;
+        // A directory directly in the home that is not there yet
+        // (`~/.cache` on a fresh home): `nd7 allow` creates it.
+        let missing_in_home = real.parent() == Some(home) && !self.probe.exists(real);
+        let dir = if self.probe.is_dir(real) || missing_in_home {
+            real.to_path_buf()
+        } else {
+            real.parent()
+                .map_or_else(|| real.to_path_buf(), Path::to_path_buf)
+        };
+        (!home.starts_with(&dir)).then_some(dir)
+    }
+}
+
+/// The paths a tool call's output names near a refusal's words.
+struct Found {
+    /// In order: the file tool's own file (when its output has a refusal's
+    /// words), those near a refusal's words, then those only a held file's
+    /// words name.
+    paths: Vec<PathBuf>,
+    /// How many were near a refusal's words, counted before the file
+    /// tool's own was put first.
+    general: usize,
+    /// Those a held file's words name.
+    held: Vec<PathBuf>,
+}
+
+impl Found {
+    fn in_text(text: &str, call: &Call) -> Found {
+        let (cwd, home) = (call.cwd.as_path(), call.home);
+        let mut paths = candidates(text, cwd, home);
+        let general = paths.len();
+        let held = held_candidates(text, cwd, home);
+        for path in &held {
+            if !paths.contains(path) {
+                paths.push(path.clone());
+            }
+        }
+        if !call.bash
+            && MARKERS.iter().any(|m| text.contains(m))
+            && let Some(file) = call
+                .payload
+                .pointer("/tool_input/file_path")
+                .and_then(Value::as_str)
+        {
+            paths.insert(0, normalize(Path::new(file), cwd, home));
+        }
+        Found {
+            paths,
+            general,
+            held,
+        }
+    }
+}
+
+/// Adds `refused` to `out` unless a line there says it already: one line
+/// per grant, and a deeper path of one already said adds nothing.
+fn push_once(out: &mut Vec<Refused>, refused: Refused) {
+    if !out.iter().any(|r| {
+        r.why == refused.why
+            && (refused.path.starts_with(&r.path) || r.grant.is_some() && r.grant == refused.grant)
+    }) {
+        out.push(refused);
+    }
 }
 
 /// The paths a held file's refusal names: the word just before
