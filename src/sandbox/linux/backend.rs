@@ -141,6 +141,9 @@ pub fn hold(holding: Holding, plan: &Plan) -> Result<(Held, Option<String>), Str
         Err(e) => return Ok((Held::default(), Some(e.to_string()))),
     };
     let bound = ns.hold(&plan.guarded);
+    if bound.is_ok() {
+        super::rename::announce(plan);
+    }
     ns.drop_capabilities().map_err(|e| e.to_string())?;
     let not_held = bound.err().map(|e| e.to_string());
     Ok((
