@@ -86,6 +86,8 @@ fn edits_that_could_run_something_are_refused() {
     let agent = format!(
         r#"
 rename() {{ {RENAME} "$@"; }}
+# A hand-made lock must be there, or its refusal would prove nothing.
+made() {{ [ -e "$1" ] || [ -L "$1" ] || echo "$1:missing"; }}
 try() {{ name=$1; shift; if "$@" 2>/dev/null; then echo "$name:0"; else echo "$name:1"; fi; rm -f .git/config.lock; }}
 try fsmonitor git config core.fsmonitor /tmp/x
 try alias git config alias.st '!sh'
@@ -96,15 +98,20 @@ try helper-remote git remote add evil2 'evil::https://example.invalid/r'
 try exit-fsmonitor "$EXEC" 'git config core.fsmonitor /tmp/x'
 # Hand-written lock files: each acceptable to the judge but for the trick.
 cp .git/config .git/config.lock && printf '[core]fsmonitor=/tmp/x\n' >> .git/config.lock
+made .git/config.lock
 try section-line rename .git/config.lock .git/config
 cp .git/config ok.cfg && printf '[user]\n\tname = ok\n' >> ok.cfg
 ln -s "$PWD/ok.cfg" .git/config.lock
+made .git/config.lock
 try symlink rename .git/config.lock .git/config
-ln ok.cfg .git/config.lock
+cp ok.cfg .git/ok.cfg && ln .git/ok.cfg .git/config.lock
+made .git/config.lock
 try hardlink rename .git/config.lock .git/config
 mkdir -p other && cp ok.cfg other/config.lock
+made other/config.lock
 try other-dir rename other/config.lock .git/config
 cp ok.cfg .git/config.lock
+made .git/config.lock
 try exchange /usr/bin/python3 -c 'import ctypes,os; libc=ctypes.CDLL(None, use_errno=True); r=libc.renameat2(-100, b".git/config.lock", -100, b".git/config", 2); os._exit(0 if r == 0 else 1)'
 "#
     );
@@ -130,8 +137,9 @@ try exchange /usr/bin/python3 -c 'import ctypes,os; libc=ctypes.CDLL(None, use_e
             text(&out.stderr)
         );
     }
+    assert!(!said.contains(":missing"), "a lock was not made:\n{said}");
     assert_eq!(config(&w), before, "the held config changed");
-    assert!(w.proj().join("ok.cfg").exists(), "the hard link's file stays");
+    assert!(w.proj().join(".git/ok.cfg").exists(), "the hard link's file stays");
 }
 
 /// A lock file rewritten while the keeper judges it: the keeper writes the
