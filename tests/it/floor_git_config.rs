@@ -50,14 +50,24 @@ git branch b && git branch -d b && echo delete:0 || echo delete:1
 "#,
     );
     let said = text(&out.stdout);
-    for step in ["email", "remote", "upstream", "delete", "exit", "exit-remote"] {
+    for step in [
+        "email",
+        "remote",
+        "upstream",
+        "delete",
+        "exit",
+        "exit-remote",
+    ] {
         assert!(
             said.contains(&format!("{step}:0")),
             "{step} failed:\n{said}\n{}",
             text(&out.stderr)
         );
     }
-    assert_eq!(git_get(&w, "user.email").as_deref(), Some("agent@example.com"));
+    assert_eq!(
+        git_get(&w, "user.email").as_deref(),
+        Some("agent@example.com")
+    );
     assert_eq!(git_get(&w, "user.name").as_deref(), Some("Through Exit"));
     assert_eq!(
         git_get(&w, "remote.origin.url").as_deref(),
@@ -139,7 +149,10 @@ try exchange /usr/bin/python3 -c 'import ctypes,os; libc=ctypes.CDLL(None, use_e
     }
     assert!(!said.contains(":missing"), "a lock was not made:\n{said}");
     assert_eq!(config(&w), before, "the held config changed");
-    assert!(w.proj().join(".git/ok.cfg").exists(), "the hard link's file stays");
+    assert!(
+        w.proj().join(".git/ok.cfg").exists(),
+        "the hard link's file stays"
+    );
 }
 
 /// A lock file rewritten while the keeper judges it: the keeper writes the

@@ -460,7 +460,11 @@ fn open_beneath(root: &OwnedFd, path: &[u8], flags: OFlags) -> Result<OwnedFd, i
 
 /// The file `target` names, opened `O_PATH` (or the caller's own
 /// descriptor), resolved as the caller resolves it.
-pub(super) fn open_target(caller: &Caller<'_>, root: &OwnedFd, target: &Target) -> Result<OwnedFd, i32> {
+pub(super) fn open_target(
+    caller: &Caller<'_>,
+    root: &OwnedFd,
+    target: &Target,
+) -> Result<OwnedFd, i32> {
     let base = || -> Result<OwnedFd, i32> {
         match target.dirfd {
             libc::AT_FDCWD => open_proc(caller.tid, "cwd"),
@@ -561,7 +565,11 @@ pub(super) fn inside(
 /// The directory `object` (not a directory) is an entry of, as the caller
 /// sees it: found by the name the kernel gives the descriptor and confirmed
 /// by identity, so a file renamed, removed or reached otherwise is refused.
-pub(super) fn parent(root: &OwnedFd, object: &OwnedFd, st: &rustix::fs::Stat) -> Result<OwnedFd, i32> {
+pub(super) fn parent(
+    root: &OwnedFd,
+    object: &OwnedFd,
+    st: &rustix::fs::Stat,
+) -> Result<OwnedFd, i32> {
     let link = link_of(object)?;
     let Some(slash) = link.iter().rposition(|&b| b == b'/') else {
         return Err(libc::EPERM);

@@ -24,8 +24,9 @@
 //!    rewritten after the check changes nothing) into the held file's own
 //!    inode, opened outside the namespace by the path it was held at and
 //!    checked by identity (a rename outside would not be seen inside,
-//!    where the mount shows the inode), removes the lock file, and answers
-//!    0, as the rename would have.
+//!    where the mount shows the inode; emptied first, so a reader meanwhile
+//!    sees nothing or a beginning of the new file), removes the lock file,
+//!    and answers 0, as the rename would have.
 //!
 //! The held configurations come from `nd7 run` itself ([`announce`]), once
 //! the mounts are made; a message of that kind from any other process is
@@ -278,11 +279,15 @@ fn open_held(outside: &Path, st: &rustix::fs::Stat) -> Result<std::fs::File, i32
     Ok(std::fs::File::from(fd))
 }
 
-/// Writes `bytes` over the file from its start and cuts it to their length.
+/// Empties the file, then writes `bytes` into it. In between, a reader
+/// sees an empty file or a beginning of the new one, never the new one's
+/// start over the old one's end: that could join a judged line's end to an
+/// old value into a key neither file has (`[core]` then the rest of an old
+/// `description = … fsmonitor = x`).
 fn write_in_place(file: &mut std::fs::File, bytes: &[u8]) -> Result<(), i32> {
     let io = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
+    file.set_len(0).map_err(io)?;
     file.write_all_at(bytes, 0).map_err(io)?;
-    file.set_len(bytes.len() as u64).map_err(io)?;
     file.flush().map_err(io)
 }
 

@@ -39,8 +39,8 @@ use rustix::net::AddressFamily;
 use rustix::process::{Pid, PidfdFlags, pidfd_getfd, pidfd_open};
 
 use super::attrs;
-use super::rename;
 use super::memory::read_memory;
+use super::rename;
 use super::seccomp;
 
 /// The sockets the run may connect to.
