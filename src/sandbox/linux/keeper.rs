@@ -92,7 +92,7 @@ pub const OWN_SOCKET: u8 = b'O';
 pub const NET_DIAG: u8 = b'N';
 pub const FLOOR_LISTENER: u8 = b'F';
 /// From `nd7 run` alone: a held git configuration, its path and a
-/// descriptor of it (`rename::announce`).
+/// descriptor of it (`backend::announce_git_configs`).
 pub const HELD_GIT_CONFIG: u8 = b'G';
 pub const COMMAND_LISTENER: u8 = b'C';
 /// From `nd7 run` alone, with no descriptor: end every process below the

@@ -6,7 +6,7 @@
 //! mount namespace ([`super::ns`]), as a key in it can make the user's next
 //! plain `git` run a program. Git changes it by writing the whole new file
 //! to `config.lock` and renaming that onto `config`, which the mount
-//! refuses (`EBUSY`). So every `rename`, `renameat` and `renameat2` stops
+//! refuses (`EBUSY`). So every rename call (the three of them) stops
 //! in the kernel and waits for the keeper ([`rename`]), which:
 //!
 //! 1. lets the call go on unchanged (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`)
@@ -28,13 +28,13 @@
 //!    sees nothing or a beginning of the new file), removes the lock file,
 //!    and answers 0, as the rename would have.
 //!
-//! The held configurations come from `nd7 run` itself ([`announce`]), once
+//! The held configurations come from `nd7 run` itself (`backend::hold`), once
 //! the mounts are made; a message of that kind from any other process is
 //! ignored by the keeper.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -44,7 +44,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::attrs::{self, Caller, Roots, Target};
 use super::seccomp::RenameCall;
-use crate::policy::deferred::{MAX_CONFIG, Plan};
+use crate::policy::deferred::MAX_CONFIG;
 use crate::policy::git_config;
 
 /// The name git's lock file has beside a configuration.
@@ -91,30 +91,6 @@ impl HeldConfigs {
 
     fn path_of(&self, st: &rustix::fs::Stat) -> Option<PathBuf> {
         self.held.lock().ok()?.get(&(st.st_dev, st.st_ino)).cloned()
-    }
-}
-
-/// Tells the keeper which of `plan`'s git configurations are held, each
-/// by its path and a descriptor of it (from `nd7 run`, once its mounts
-/// are made).
-pub fn announce(plan: &Plan) {
-    for dir in &plan.git_dirs {
-        let path = dir.join("config");
-        if !plan.held(&path) {
-            continue;
-        }
-        let Ok(fd) = rustix::fs::open(
-            &path,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) else {
-            continue;
-        };
-        let _ = super::keeper::send(
-            super::keeper::HELD_GIT_CONFIG,
-            path.as_os_str().as_bytes(),
-            fd.as_fd(),
-        );
     }
 }
 

@@ -344,7 +344,7 @@ pub fn rename_calls(audit: u32) -> &'static [(u32, RenameCall)] {
     use RenameCall::*;
     match audit {
         AUDIT_X86_64 => &[(82, Rename), (264, Renameat), (316, Renameat2)],
-        // riscv64 has no renameat: its number is unused there.
+        // riscv64 has only the flagged call: 38 is unused there.
         AUDIT_AARCH64 | AUDIT_RISCV64 => &[(38, Renameat), (276, Renameat2)],
         _ => &[],
     }
