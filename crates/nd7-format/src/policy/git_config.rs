@@ -98,6 +98,14 @@ pub struct Refused(pub String);
 /// Whether `new` may replace `old` ([`judge`]): `Ok` when every changed key
 /// runs nothing; else the first key (or line) that does not, or may.
 pub fn judge(old: &str, new: &str) -> Result<(), Refused> {
+    // Git keeps a carriage return inside a value where nd7's reader takes
+    // it for a space (found comparing the two on random files): git never
+    // writes one, so a file with one is refused rather than read two ways.
+    if new.contains('\r') || old.contains('\r') {
+        return Err(Refused(
+            "a carriage return, which git does not write".into(),
+        ));
+    }
     let (old, new) = (parse_config(old), parse_config(new));
     for (which, config) in [("the current", &old), ("the new", &new)] {
         if let Some(line) = config.refused_at {
@@ -337,6 +345,17 @@ mod tests {
         // A key already there and left alone does not stop an edit.
         let held = with("[alias]\n\tst = status\n");
         assert_eq!(judge(&held, &format!("{held}[user]\n\tname = n\n")), Ok(()));
+        // A quote escaped inside a subsection does not end it: what looks
+        // like `[core]` on the next line is inside a name git refuses.
+        let trick = with("[branch \"x\\\"]\n[core]\n\tfsmonitor = y\"]\n\tremote = o\n");
+        assert!(refused(&trick).contains("of the new file"), "{trick}");
+        // A listed key on its section's line is read as git reads it.
+        assert_eq!(judge(INIT, &with("[branch \"x\"] remote = o\n")), Ok(()));
+        assert_eq!(
+            refused(&with("[branch \"x\"] remote = o\n\tvcs = y\n")),
+            "branch.x.vcs"
+        );
+        assert!(refused(&with("[user]\n\tname = a\rb\n")).contains("carriage return"));
         // A file nd7 cannot read, old or new, is refused whole.
         assert!(refused(&with("[core\n")).contains("of the new file"));
         assert!(
