@@ -341,7 +341,8 @@ fn a_home_that_is_not_the_accounts_is_refused_before_anything_is_made() {
 /// is told it was nd7 that held the file, why, and to ask the user to run
 /// the command outside; the run's log has a `floor_refused` entry naming it
 /// `held`, and `nd7 run` tells the user at its end. Guards `Why::Held` in
-/// `policy::refusal::judge`.
+/// `policy::refusal::judge`, and the key the keeper refused being told
+/// (`refusals::held_keys_untold`; without the keeper's note no key is named).
 #[test]
 fn git_config_writes_are_refused_and_explained() {
     let w = World::new();
@@ -377,6 +378,14 @@ done
         said.contains("Ask the user to run this command themselves, outside nd7 run"),
         "{said}"
     );
+    // The keeper's refused key, each told once, with the call it stopped.
+    for key in ["core.fsmonitor", "core.hookspath"] {
+        assert_eq!(
+            said.matches(&format!("because it changes `{key}`")).count(),
+            1,
+            "{said}"
+        );
+    }
     let refused: Vec<_> = chain(&w)
         .into_iter()
         .filter(|e| e["kind"] == "floor_refused")

@@ -664,12 +664,14 @@ impl Loop {
             epoll::EventData::new_u64(CHANNEL_IN),
             flags,
         )?;
+        let supervisor = Supervisor::new();
+        supervisor.note_held_keys_in(run_dirs.run(run).dir.join(crate::refusals::HELD_KEYS));
         Ok(Loop {
             run,
             epoll,
             signals,
             channel,
-            supervisor: Supervisor::new(),
+            supervisor,
             listeners: BTreeMap::new(),
             next: FIRST_LISTENER,
             tracker: Tracker {

@@ -67,6 +67,9 @@ pub struct HeldConfigs {
     /// Taken while a configuration is read, judged and written, so that two
     /// edits never judge the same old text.
     editing: Mutex<()>,
+    /// Where each refused edit's key is noted for the model
+    /// (`refusals::HELD_KEYS` in the run directory).
+    notes: Mutex<Option<PathBuf>>,
 }
 
 impl HeldConfigs {
@@ -81,6 +84,20 @@ impl HeldConfigs {
         let path = PathBuf::from(std::ffi::OsStr::from_bytes(path));
         if let (true, Ok(mut held)) = (path.is_absolute(), self.held.lock()) {
             held.insert((st.st_dev, st.st_ino), path);
+        }
+    }
+
+    /// Notes refused keys in `file` from now on.
+    pub fn note_in(&self, file: PathBuf) {
+        if let Ok(mut notes) = self.notes.lock() {
+            *notes = Some(file);
+        }
+    }
+
+    /// Notes that the edit of `path` was refused for `key`.
+    fn note(&self, path: &Path, key: &str) {
+        if let Some(file) = self.notes.lock().ok().and_then(|n| n.clone()) {
+            crate::refusals::note_held_key(&file, path, key);
         }
     }
 
@@ -194,7 +211,10 @@ fn edit(
     let _one = held.editing.lock().map_err(|_| libc::EBUSY)?;
     let mut file = open_held(outside, target_st)?;
     let current = read_text(&mut file)?;
-    git_config::judge(&current, &new).map_err(|_| libc::EBUSY)?;
+    if let Err(git_config::Refused(key)) = git_config::judge(&current, &new) {
+        held.note(outside, &key);
+        return Err(libc::EBUSY);
+    }
     if !(caller.valid)() {
         return Err(libc::ESRCH);
     }

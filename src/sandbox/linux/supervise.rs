@@ -289,6 +289,12 @@ impl Supervisor {
         self.git_configs.hold(fd, path);
     }
 
+    /// Notes the keys of refused edits of held git configurations in
+    /// `file`, for the model's explanation (`refusals::held_keys_untold`).
+    pub fn note_held_keys_in(&self, file: std::path::PathBuf) {
+        self.git_configs.note_in(file);
+    }
+
     /// Answers a rename for the caller ([`rename::rename`]).
     fn rename(&self, n: &Notice, call: seccomp::RenameCall, args: [u64; 6]) -> Reply {
         let roots = self
