@@ -36,7 +36,11 @@ pub const PLAIN: &[(&str, &str, &str)] = &[
     ("core", "eol", "line ends on checkout"),
     ("core", "quotepath", "how names are printed"),
     ("init", "defaultbranch", "a branch name"),
-    ("pull", "rebase", "merge or rebase (git's own)"),
+    (
+        "pull",
+        "rebase",
+        "merge or rebase: a boolean or `merges` only",
+    ),
     ("pull", "ff", "whether to fast-forward"),
     ("merge", "ff", "whether to fast-forward"),
     ("push", "default", "which branches a push sends"),
@@ -64,7 +68,7 @@ pub const PLAIN_SUBSECTION: &[(&str, &str, Value, &str)] = &[
         "branch",
         "rebase",
         Value::Any,
-        "merge or rebase (git's own)",
+        "merge or rebase: a boolean or `merges` only",
     ),
     ("branch", "pushremote", Value::Any, "a remote's name"),
     ("branch", "description", Value::Any, "text"),
@@ -142,6 +146,9 @@ fn by_key(entries: &[(String, String, String)]) -> BTreeMap<(String, String), Ve
 /// Whether `section.key` is on the lists with every one of `values`
 /// allowed; `entries` (the new file's) for the rewrites a URL would meet.
 fn listed(section: &str, key: &str, values: &[&str], entries: &[(String, String, String)]) -> bool {
+    if key == "rebase" && !values.iter().all(|v| plain_rebase(v)) {
+        return false;
+    }
     if PLAIN.iter().any(|(s, k, _)| *s == section && *k == key) {
         return true;
     }
@@ -163,6 +170,16 @@ fn listed(section: &str, key: &str, values: &[&str], entries: &[(String, String,
             .iter()
             .all(|v| plain_url(v) && !rewritten(v, entries)),
     }
+}
+
+/// Whether `pull.rebase` or `branch.<name>.rebase` is `value` without
+/// running anything: a boolean or `merges`, never `interactive` (`i`),
+/// which opens an editor at the user's next `git pull`.
+fn plain_rebase(value: &str) -> bool {
+    let plain = [
+        "true", "false", "yes", "no", "on", "off", "1", "0", "merges", "m",
+    ];
+    plain.contains(&value.to_ascii_lowercase().as_str())
 }
 
 /// Whether a `url.<base>.insteadOf` or `pushInsteadOf` of `entries` would
@@ -256,6 +273,8 @@ mod tests {
         let branch = "[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n";
         assert_eq!(judge(INIT, INIT), Ok(()));
         assert_eq!(judge(INIT, &with("[user]\n\temail = x@y\n")), Ok(()));
+        let rebase = "[pull]\n\trebase = true\n[branch \"b\"]\n\trebase = merges\n";
+        assert_eq!(judge(INIT, &with(rebase)), Ok(()));
         assert_eq!(judge(INIT, &with(remote)), Ok(()));
         assert_eq!(
             judge(&with(remote), &with(&format!("{remote}{branch}"))),
@@ -321,6 +340,8 @@ mod tests {
             ("[user]\n\tsigningkey = x\n", "user.signingkey"),
             ("[remote]\n\turl = https://h/r\n", "remote.url"),
             ("[something]\n\tnew = 1\n", "something.new"),
+            ("[pull]\n\trebase = interactive\n", "pull.rebase"),
+            ("[branch \"b\"]\n\trebase = i\n", "branch.b.rebase"),
         ];
         for (extra, key) in cases {
             assert_eq!(refused(&with(extra)), key, "{extra}");
