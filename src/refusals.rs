@@ -132,7 +132,7 @@ pub fn note_held_key(file: &Path, path: &Path, key: &str) {
         .append(true)
         .create(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(file)
     else {
         return;
@@ -154,7 +154,7 @@ pub fn held_keys_untold(run_dir: &Path, home: &Path) -> String {
     let Ok(mut f) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(run_dir.join(HELD_KEYS))
     else {
         return String::new();
