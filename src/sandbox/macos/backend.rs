@@ -660,3 +660,27 @@ impl Observing {
     /// Nothing to finish.
     pub fn finish(&self) {}
 }
+
+/// These run only on macOS; on Linux `.ci/check-macos` type-checks them.
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_proxy_variables_carry_the_runs_secret_to_127_0_0_1() {
+        let env = super::proxy_env(43117, "0f1e");
+        let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "HTTP_PROXY",
+                "http_proxy",
+                "HTTPS_PROXY",
+                "https_proxy",
+                "ALL_PROXY",
+                "all_proxy"
+            ]
+        );
+        for (name, url) in &env {
+            assert_eq!(url, "http://nd7:0f1e@127.0.0.1:43117", "{name}");
+        }
+    }
+}
