@@ -3,7 +3,10 @@
 //! session's current rules and the file system as it is outside the floor
 //! ([`crate::policy::refusal`]), writes what the floor refused into the run's
 //! log (`floor_refused`), and answers with what to tell the model. At the end
-//! of the run, [`summary`] says it all once more to the user.
+//! of the run, [`summary`] says it all once more to the user. The keeper
+//! notes the key of each edit of a held git configuration it refused
+//! ([`note_held_key`]), which the model is told with the next explanation
+//! ([`held_keys_untold`], ADR-0134).
 
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -110,6 +113,72 @@ pub fn explain(
     Ok(Some(refusal::explain(&refused, tool, home) + &net.concat()))
 }
 
+/// The file in the run directory where the keeper notes each edit of a
+/// held git configuration it refused, and the key that stopped it
+/// (ADR-0134): one JSON `[path, key]` a line, at most [`MAX_HELD_KEYS`]
+/// bytes. Nothing inside the floor can write the run directory.
+pub const HELD_KEYS: &str = "held-git-keys";
+
+/// The most [`HELD_KEYS`] grows to; later refusals are not noted.
+pub const MAX_HELD_KEYS: u64 = 64 * 1024;
+
+/// Notes in `file` ([`HELD_KEYS`]) that an edit of the git configuration
+/// at `path` was refused for `key`. Best effort: a note that cannot be
+/// written leaves only the model's explanation shorter.
+pub fn note_held_key(file: &Path, path: &Path, key: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(file)
+    else {
+        return;
+    };
+    if f.metadata().is_ok_and(|m| m.len() >= MAX_HELD_KEYS) {
+        return;
+    }
+    let mut line = serde_json::json!([path, key]).to_string();
+    line.push('\n');
+    let _ = f.write_all(line.as_bytes());
+}
+
+/// What the model is told of the keys the keeper refused since the last
+/// call ([`note_held_key`], in `run_dir`), each once: the file is emptied
+/// as it is read. Empty when there were none.
+pub fn held_keys_untold(run_dir: &Path, home: &Path) -> String {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(run_dir.join(HELD_KEYS))
+    else {
+        return String::new();
+    };
+    let mut text = String::new();
+    let read = (&mut f).take(MAX_HELD_KEYS).read_to_string(&mut text);
+    let _ = f.set_len(0);
+    if read.is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    for line in text.lines() {
+        let Ok((path, key)) = serde_json::from_str::<(PathBuf, String)>(line) else {
+            continue;
+        };
+        out.push_str(&format!(
+            "- {}: nd7 refused git's edit of it because it changes `{}`, a key that can make git run a program, or one nd7 does not know to run nothing. Edits that change only user.name, user.email, a remote's or a branch's settings (with a plain https, ssh or git URL) go through.\n",
+            tilde(&path, home),
+            nd7_format::safe::term(&key, nd7_format::safe::Lines::One)
+        ));
+    }
+    out
+}
+
 /// What `nd7 run` says at its end about the floor's refusals it was told
 /// of: each path once, with the grant that would have allowed it. Empty when
 /// there were none.
@@ -167,6 +236,27 @@ pub fn summary(refused: &[Refused], home: &Path, log_id: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused key is told once, escaped (a subsection is the agent's
+    /// text), and the notes stop growing at their bound.
+    #[test]
+    fn held_keys_are_told_once_and_escaped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = Path::new("/home/u");
+        let file = dir.path().join(HELD_KEYS);
+        let config = Path::new("/home/u/p/.git/config");
+        assert_eq!(held_keys_untold(dir.path(), home), "");
+        note_held_key(&file, config, "core.fsmonitor");
+        note_held_key(&file, config, "alias.\u{1b}]0;x\u{7}.st");
+        let told = held_keys_untold(dir.path(), home);
+        assert!(told.contains("- ~/p/.git/config: nd7 refused git's edit of it because it changes `core.fsmonitor`"), "{told}");
+        assert!(!told.contains('\u{1b}'), "{told}");
+        assert!(told.contains("alias.\\x1b]0;x"), "{told}");
+        assert_eq!(held_keys_untold(dir.path(), home), "", "told twice");
+        std::fs::write(&file, vec![b'x'; MAX_HELD_KEYS as usize]).expect("fill");
+        note_held_key(&file, config, "core.pager");
+        assert_eq!(std::fs::metadata(&file).expect("stat").len(), MAX_HELD_KEYS);
+    }
 
     #[test]
     fn the_summary_names_each_path_once_with_its_grant() {

@@ -333,20 +333,23 @@ fn a_home_that_is_not_the_accounts_is_refused_before_anything_is_made() {
     );
 }
 
-/// `git remote add` and `git config user.email` under `nd7 run` write
-/// `.git/config`, which nd7 holds read-only (it can make git run programs
-/// outside the sandbox): git says only "Device or resource busy". The model
+/// `git config core.fsmonitor` and `git config core.hooksPath` under `nd7
+/// run` write `.git/config`, which nd7 holds read-only (it can make git run
+/// programs outside the sandbox), with keys that run something, so the
+/// keeper does not make the edit (ADR-0134): git says only "Device or
+/// resource busy". The model
 /// is told it was nd7 that held the file, why, and to ask the user to run
 /// the command outside; the run's log has a `floor_refused` entry naming it
 /// `held`, and `nd7 run` tells the user at its end. Guards `Why::Held` in
-/// `policy::refusal::judge`.
+/// `policy::refusal::judge`, and the key the keeper refused being told
+/// (`refusals::held_keys_untold`; without the keeper's note no key is named).
 #[test]
 fn git_config_writes_are_refused_and_explained() {
     let w = World::new();
     crate::deferred_reads::repo(&w);
     let out = w.run_agent(
         r#"
-for cmd in "git remote add origin https://example.invalid/x.git" "git config user.email a@b"; do
+for cmd in "git config core.fsmonitor /tmp/x" "git config core.hooksPath /tmp/h"; do
   err=$("$EXEC" "$cmd" 2>&1); st=$?
   echo "[$cmd] $st: $err"
   # git's messages hold no double quote or backslash: only line ends to escape.
@@ -375,6 +378,14 @@ done
         said.contains("Ask the user to run this command themselves, outside nd7 run"),
         "{said}"
     );
+    // The keeper's refused key, each told once, with the call it stopped.
+    for key in ["core.fsmonitor", "core.hookspath"] {
+        assert_eq!(
+            said.matches(&format!("because it changes `{key}`")).count(),
+            1,
+            "{said}"
+        );
+    }
     let refused: Vec<_> = chain(&w)
         .into_iter()
         .filter(|e| e["kind"] == "floor_refused")
@@ -387,7 +398,7 @@ done
         "{err}"
     );
     let git = w
-        .command("git", &["config", "--get", "remote.origin.url"])
+        .command("git", &["config", "--get", "core.fsmonitor"])
         .output()
         .expect("git");
     assert!(!git.status.success(), "the config was not changed");

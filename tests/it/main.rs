@@ -34,6 +34,7 @@ mod exit_status;
 mod exit_working_dir;
 mod floor_attrs;
 mod floor_attrs_routes;
+mod floor_git_config;
 mod floor_paths;
 mod floor_process;
 #[cfg(target_os = "linux")]

@@ -109,14 +109,14 @@ pub struct Caller<'a> {
 
 /// Which file a call names.
 #[derive(Debug, PartialEq, Eq)]
-struct Target {
-    dirfd: i32,
+pub(super) struct Target {
+    pub(super) dirfd: i32,
     /// `None`: the descriptor itself.
-    path: Option<Vec<u8>>,
-    follow: bool,
+    pub(super) path: Option<Vec<u8>>,
+    pub(super) follow: bool,
     /// A descriptor call (`fchmod`, `fchown`, `fsetxattr`, `futimens`),
     /// which the kernel refuses on an `O_PATH` descriptor.
-    opened_only: bool,
+    pub(super) opened_only: bool,
 }
 
 /// What a call changes.
@@ -134,7 +134,7 @@ enum Change {
     RemoveXattr(CString),
 }
 
-const PATH_MAX: usize = 4096;
+pub(super) const PATH_MAX: usize = 4096;
 const XATTR_NAME_MAX: usize = 255;
 const XATTR_SIZE_MAX: usize = 65536;
 /// How far [`inside`] walks up; deeper than any path the kernel resolves.
@@ -361,7 +361,7 @@ fn read_value(tid: i32, addr: u64, size: u64) -> Result<Vec<u8>, i32> {
 /// Reads a NUL-terminated string of at most `max` bytes (the NUL not
 /// counted) at `addr`, a page at a time so that a string ending just before
 /// unmapped memory is read whole.
-fn read_cstr(tid: i32, addr: u64, max: usize) -> Result<Vec<u8>, i32> {
+pub(super) fn read_cstr(tid: i32, addr: u64, max: usize) -> Result<Vec<u8>, i32> {
     const PAGE: u64 = 4096;
     if addr == 0 {
         return Err(libc::EFAULT);
@@ -430,7 +430,7 @@ fn errno(e: rustix::io::Errno) -> i32 {
 }
 
 /// `/proc/<tid>/<what>` (`root`, `cwd`), opened `O_PATH`: the caller's own.
-fn open_proc(tid: i32, what: &str) -> Result<OwnedFd, i32> {
+pub(super) fn open_proc(tid: i32, what: &str) -> Result<OwnedFd, i32> {
     rustix::fs::open(
         format!("/proc/{tid}/{what}").as_str(),
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -460,7 +460,11 @@ fn open_beneath(root: &OwnedFd, path: &[u8], flags: OFlags) -> Result<OwnedFd, i
 
 /// The file `target` names, opened `O_PATH` (or the caller's own
 /// descriptor), resolved as the caller resolves it.
-fn open_target(caller: &Caller<'_>, root: &OwnedFd, target: &Target) -> Result<OwnedFd, i32> {
+pub(super) fn open_target(
+    caller: &Caller<'_>,
+    root: &OwnedFd,
+    target: &Target,
+) -> Result<OwnedFd, i32> {
     let base = || -> Result<OwnedFd, i32> {
         match target.dirfd {
             libc::AT_FDCWD => open_proc(caller.tid, "cwd"),
@@ -507,7 +511,7 @@ fn is_dir(st: &rustix::fs::Stat) -> bool {
 /// with only what the account's own files allow, as the run's processes
 /// (in a user namespace, with none) would: never `CAP_CHOWN` or
 /// `CAP_FOWNER` on another account's file. Fails closed.
-fn without_capabilities() -> Result<(), i32> {
+pub(super) fn without_capabilities() -> Result<(), i32> {
     let mut sets = rustix::thread::capabilities(None).map_err(|_| libc::EPERM)?;
     if sets.effective.is_empty() {
         return Ok(());
@@ -521,7 +525,7 @@ fn without_capabilities() -> Result<(), i32> {
 /// an entry of, for anything not a directory). A file with no name left
 /// (removed, or made `O_TMPFILE`) is: only its holders can reach it, and
 /// a name it is given later is Landlock's to allow.
-fn inside(
+pub(super) fn inside(
     roots: &Roots,
     root: &OwnedFd,
     object: &OwnedFd,
@@ -561,7 +565,11 @@ fn inside(
 /// The directory `object` (not a directory) is an entry of, as the caller
 /// sees it: found by the name the kernel gives the descriptor and confirmed
 /// by identity, so a file renamed, removed or reached otherwise is refused.
-fn parent(root: &OwnedFd, object: &OwnedFd, st: &rustix::fs::Stat) -> Result<OwnedFd, i32> {
+pub(super) fn parent(
+    root: &OwnedFd,
+    object: &OwnedFd,
+    st: &rustix::fs::Stat,
+) -> Result<OwnedFd, i32> {
     let link = link_of(object)?;
     let Some(slash) = link.iter().rposition(|&b| b == b'/') else {
         return Err(libc::EPERM);

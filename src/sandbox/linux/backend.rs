@@ -141,6 +141,9 @@ pub fn hold(holding: Holding, plan: &Plan) -> Result<(Held, Option<String>), Str
         Err(e) => return Ok((Held::default(), Some(e.to_string()))),
     };
     let bound = ns.hold(&plan.guarded);
+    if bound.is_ok() {
+        announce_git_configs(plan);
+    }
     ns.drop_capabilities().map_err(|e| e.to_string())?;
     let not_held = bound.err().map(|e| e.to_string());
     Ok((
@@ -150,6 +153,33 @@ pub fn hold(holding: Holding, plan: &Plan) -> Result<(Held, Option<String>), Str
         },
         not_held,
     ))
+}
+
+/// Tells the keeper which of `plan`'s git configurations are held, each
+/// by its path and a descriptor of it, so that it makes their edits that
+/// run nothing (`rename`, ADR-0134). Called once the mounts are made.
+fn announce_git_configs(plan: &Plan) {
+    use rustix::fs::{Mode, OFlags};
+    use std::os::fd::AsFd;
+    use std::os::unix::ffi::OsStrExt;
+    for dir in &plan.git_dirs {
+        let path = dir.join("config");
+        if !plan.held(&path) {
+            continue;
+        }
+        let Ok(fd) = rustix::fs::open(
+            &path,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let _ = keeper::send(
+            keeper::HELD_GIT_CONFIG,
+            path.as_os_str().as_bytes(),
+            fd.as_fd(),
+        );
+    }
 }
 
 /// Whether `nd7 run` can keep the agent's network to its proxy here, for

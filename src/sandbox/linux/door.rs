@@ -132,7 +132,14 @@ impl Hooks {
                 &self.log,
                 super::ns::outside_root(),
             ) {
-                Ok(Some(text)) => Frame::Explained(text),
+                // With the keys the keeper refused in held git
+                // configurations meanwhile (ADR-0134).
+                Ok(Some(text)) => Frame::Explained(
+                    text + &crate::refusals::held_keys_untold(
+                        &self.run_dir.dir,
+                        &record.policy.roots.home,
+                    ),
+                ),
                 Ok(None) => Frame::Skipped,
                 Err(e) => Frame::Refused(e.to_string()),
             },

@@ -91,6 +91,9 @@ pub const OWN_SOCKET: u8 = b'O';
 /// namespace (`netns`), where the run's unix sockets are described.
 pub const NET_DIAG: u8 = b'N';
 pub const FLOOR_LISTENER: u8 = b'F';
+/// From `nd7 run` alone: a held git configuration, its path and a
+/// descriptor of it (`backend::announce_git_configs`).
+pub const HELD_GIT_CONFIG: u8 = b'G';
 pub const COMMAND_LISTENER: u8 = b'C';
 /// From `nd7 run` alone, with no descriptor: end every process below the
 /// keeper but `nd7 run`; answered with [`ENDED`].
@@ -661,12 +664,14 @@ impl Loop {
             epoll::EventData::new_u64(CHANNEL_IN),
             flags,
         )?;
+        let supervisor = Supervisor::new();
+        supervisor.note_held_keys_in(run_dirs.run(run).dir.join(crate::refusals::HELD_KEYS));
         Ok(Loop {
             run,
             epoll,
             signals,
             channel,
-            supervisor: Supervisor::new(),
+            supervisor,
             listeners: BTreeMap::new(),
             next: FIRST_LISTENER,
             tracker: Tracker {
@@ -863,6 +868,13 @@ impl Loop {
             }
             _ => (Default::default(), text),
         };
+        if kind == HELD_GIT_CONFIG {
+            // Only `nd7 run`'s word, as for NET_DIAG.
+            if sender == self.run {
+                self.supervisor.hold_git_config(fd.as_fd(), &text);
+            }
+            return;
+        }
         if kind == NET_DIAG {
             // Only `nd7 run`'s own word (the kernel checks the pid it sends).
             if sender == self.run {

@@ -13,6 +13,7 @@ pub mod memory;
 pub mod netns;
 pub mod ns;
 pub mod observe;
+pub mod rename;
 pub mod scope;
 pub mod seccomp;
 pub mod server;

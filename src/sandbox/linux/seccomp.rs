@@ -327,6 +327,29 @@ pub enum AttrCall {
     Removexattrat,
 }
 
+/// A rename, handed to the keeper with the `attrs` part: onto a held git
+/// configuration it is made by the keeper when what it changes runs
+/// nothing ([`super::rename`], ADR-0134); any other goes on unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RenameCall {
+    Rename,
+    Renameat,
+    Renameat2,
+}
+
+/// The [`RenameCall`]s of the architecture with audit value `audit`, by
+/// number. The compatibility ABIs' are not handed over: there a rename onto
+/// a held file is the mount's to refuse, as it was.
+pub fn rename_calls(audit: u32) -> &'static [(u32, RenameCall)] {
+    use RenameCall::*;
+    match audit {
+        AUDIT_X86_64 => &[(82, Rename), (264, Renameat), (316, Renameat2)],
+        // riscv64 has only the flagged call: 38 is unused there.
+        AUDIT_AARCH64 | AUDIT_RISCV64 => &[(38, Renameat), (276, Renameat2)],
+        _ => &[],
+    }
+}
+
 /// The audit values of the native architectures nd7 has tables for.
 const AUDIT_X86_64: u32 = 0xC000_003E;
 const AUDIT_AARCH64: u32 = 0xC000_00B7;
@@ -523,6 +546,7 @@ fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
             Sockets::Open => allow,
         };
         checks.extend(attr_calls(arch.audit).iter().map(|&(nr, _)| (nr, handed)));
+        checks.extend(rename_calls(arch.audit).iter().map(|&(nr, _)| (nr, handed)));
         checks.extend(refused_attr_calls(arch.audit).iter().map(|&nr| (nr, eperm)));
     }
     let [signal_at_1, signal_at_2, fcntl] = [a.label(), a.label(), a.label()];
@@ -999,6 +1023,32 @@ mod tests {
         for &(nr, call) in attr_calls(AUDIT_AARCH64) {
             assert_eq!(run(&p, nr, AUDIT_AARCH64, [0; 6]), RET_NOTIFY, "{call:?}");
         }
+    }
+
+    /// Renames go to the keeper with the `attrs` part (ADR-0134), native
+    /// only: the i386 ones pass, and meet the mount as before.
+    #[test]
+    fn renames_go_to_the_keeper_with_the_attrs_part() {
+        let (n, c) = x86();
+        let sup = program_for(&n, Some(&c), Filter::full(Sockets::Supervised));
+        let open = program_for(&n, Some(&c), Filter::full(Sockets::Open));
+        let without = Filter {
+            attrs: false,
+            ..Filter::full(Sockets::Supervised)
+        };
+        let without = program_for(&n, Some(&c), without);
+        let native: Vec<u32> = rename_calls(n.audit).iter().map(|c| c.0).collect();
+        let libc_nrs = [libc::SYS_rename, libc::SYS_renameat, libc::SYS_renameat2];
+        assert_eq!(native, libc_nrs.map(|n| n as u32));
+        for &(nr, call) in rename_calls(n.audit) {
+            assert_eq!(run(&sup, nr, n.audit, [0; 6]), RET_NOTIFY, "{call:?}");
+            assert_eq!(run(&open, nr, n.audit, [0; 6]), RET_ALLOW, "{call:?}");
+            assert_eq!(run(&without, nr, n.audit, [0; 6]), RET_ALLOW, "{call:?}");
+        }
+        for nr in [38, 302, 353] {
+            assert_eq!(run(&sup, nr, c.audit, [0; 6]), RET_ALLOW, "i386 {nr}");
+        }
+        assert_eq!(rename_calls(AUDIT_AARCH64).len(), 2);
     }
 
     #[test]

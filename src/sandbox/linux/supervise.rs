@@ -40,6 +40,7 @@ use rustix::process::{Pid, PidfdFlags, pidfd_getfd, pidfd_open};
 
 use super::attrs;
 use super::memory::read_memory;
+use super::rename;
 use super::seccomp;
 
 /// The sockets the run may connect to.
@@ -64,6 +65,8 @@ pub struct Supervisor {
     /// ([`Supervisor::set_roots`]); a listener without any has every
     /// change of a file's attributes refused.
     roots: Mutex<HashMap<RawFd, Arc<attrs::Roots>>>,
+    /// The run's held git configurations ([`Supervisor::hold_git_config`]).
+    git_configs: rename::HeldConfigs,
 }
 
 /// One of nd7's own listening sockets: cookie, socket inode, the
@@ -91,6 +94,12 @@ enum Call {
     /// ([`super::attrs`]).
     Attr {
         call: seccomp::AttrCall,
+        args: [u64; 6],
+    },
+    /// A rename, which may be onto a held git configuration
+    /// ([`super::rename`]).
+    Rename {
+        call: seccomp::RenameCall,
         args: [u64; 6],
     },
     Other,
@@ -128,6 +137,8 @@ fn classify(data: &libc::seccomp_data) -> Call {
         }
     } else if let Some(&(_, call)) = seccomp::attr_calls(a.audit).iter().find(|c| c.0 == nr) {
         Call::Attr { call, args }
+    } else if let Some(&(_, call)) = seccomp::rename_calls(a.audit).iter().find(|c| c.0 == nr) {
+        Call::Rename { call, args }
     } else {
         Call::Other
     }
@@ -272,6 +283,40 @@ impl Supervisor {
         }
     }
 
+    /// Remembers `fd`, opened at `path` by `nd7 run`, as a held git
+    /// configuration, whose edits that run nothing the keeper makes.
+    pub fn hold_git_config(&self, fd: BorrowedFd<'_>, path: &[u8]) {
+        self.git_configs.hold(fd, path);
+    }
+
+    /// Notes the keys of refused edits of held git configurations in
+    /// `file`, for the model's explanation (`refusals::held_keys_untold`).
+    pub fn note_held_keys_in(&self, file: std::path::PathBuf) {
+        self.git_configs.note_in(file);
+    }
+
+    /// Answers a rename for the caller ([`rename::rename`]).
+    fn rename(&self, n: &Notice, call: seccomp::RenameCall, args: [u64; 6]) -> Reply {
+        let roots = self
+            .roots
+            .lock()
+            .ok()
+            .and_then(|all| all.get(&n.listener.as_raw_fd()).cloned())
+            .unwrap_or_default();
+        let fetch = |fd: i32| n.socket(fd);
+        let valid = || n.valid();
+        let caller = attrs::Caller {
+            tid: n.tid,
+            fd: &fetch,
+            valid: &valid,
+        };
+        match rename::rename(&caller, call, args, &self.git_configs, &roots) {
+            rename::Outcome::Continue => Reply::Continue,
+            rename::Outcome::Result(Err(libc::ESRCH)) => Reply::Nothing,
+            rename::Outcome::Result(result) => Reply::Result(result),
+        }
+    }
+
     /// Remembers a unix socket as one of the run's.
     fn remember(&self, socket: BorrowedFd<'_>) {
         if let (Some((cookie, ino)), Ok(mut bound)) = (identify(socket), self.bound.lock()) {
@@ -340,6 +385,20 @@ impl Supervisor {
                     let mut pending = pending;
                     if let Some(n) = pending.0.take() {
                         let reply = me.attr(&n, call, args);
+                        n.answer(reply);
+                    }
+                }));
+            }
+            // With no git configuration held, a rename is the kernel's
+            // alone: let through at once.
+            Call::Rename { .. } if !self.git_configs.any() => n.answer(Reply::Continue),
+            Call::Rename { call, args } => {
+                let me = self.clone();
+                let pending = Pending(Some(n));
+                self.workers.run(Box::new(move || {
+                    let mut pending = pending;
+                    if let Some(n) = pending.0.take() {
+                        let reply = me.rename(&n, call, args);
                         n.answer(reply);
                     }
                 }));

@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub mod deferred;
+pub mod git_config;
 pub mod grants;
 pub mod net;
 pub mod refusal;

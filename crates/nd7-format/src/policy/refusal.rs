@@ -509,7 +509,8 @@ pub fn explain(refused: &[Refused], tool: &str, home: &Path) -> String {
                 tilde(mount, home)
             )),
             Why::Held => out.push_str(&format!(
-                "- {path}: held read-only by nd7 for this session, because what it says can make git or the shell run programs later, outside the sandbox (hooks, core.fsmonitor, aliases); no grant opens it. Ask the user to run this command themselves, outside nd7 run.\n"
+                "- {path}: held read-only by nd7 for this session, because what it says can make git or the shell run programs later, outside the sandbox (hooks, core.fsmonitor, aliases); no grant opens it.{} Ask the user to run this command themselves, outside nd7 run.\n",
+                git_config_note(&r.path)
             )),
             Why::Outside => match allow_command(r, home) {
                 Some(allow) => {
@@ -570,6 +571,17 @@ pub fn entry_body(refused: &[Refused], tool: &str, home: &Path) -> Value {
             })
         }).collect::<Vec<_>>(),
     })
+}
+
+/// What a held git configuration's refusal adds: which edits of it nd7
+/// lets through on Linux (ADR-0134), so that the model knows this one
+/// changed something else.
+fn git_config_note(path: &Path) -> &'static str {
+    if path.file_name().is_some_and(|n| n == "config") {
+        " (Under nd7 run on Linux, git's edits of a repository's config go through when every key they change runs nothing: user.name, user.email, a remote's or branch's settings with a plain https, ssh or git URL; this command changed another key.)"
+    } else {
+        ""
+    }
 }
 
 #[cfg(test)]
@@ -666,7 +678,11 @@ mod tests {
             assert_eq!(r[0].why, Why::Held);
             assert!(r[0].path.starts_with("/home/u/proj/.git"), "{r:?}");
             assert_eq!(allow_command(&r[0], Path::new("/home/u")), None);
-            assert!(explain(&r, "Bash", Path::new("/home/u")).contains("held read-only by nd7"));
+            let said = explain(&r, "Bash", Path::new("/home/u"));
+            assert!(said.contains("held read-only by nd7"));
+            // Only the config's refusal says which of its edits go through.
+            let config = r[0].path.ends_with(".git/config");
+            assert_eq!(said.contains("every key they change runs nothing"), config);
         }
         let r = judge(
             &failed(

@@ -1,0 +1,420 @@
+//! Which edits of a held git configuration run nothing, so that the keeper
+//! may make them for the session (ADR-0134).
+//!
+//! `.git/config` is held read-only for the session (`deferred`): a key like
+//! `core.fsmonitor`, `alias.*`, `include.path` or `url.*.insteadOf` makes the
+//! user's next plain `git`, outside the floor, run a program. Yet `git
+//! remote add`, `git config user.email` and `git branch -d` write it too.
+//! Git writes the whole new file to `config.lock` and renames it onto
+//! `config`; the keeper stops that rename and asks [`judge`] whether the
+//! new file differs from the old only in keys of [`PLAIN`] (and
+//! [`PLAIN_SUBSECTION`]), with values that run nothing. Both files are read
+//! with git's own rules ([`parse_config`]), so a key hidden on its
+//! section's line, behind a quoting trick or in a continued line is the key
+//! git would read; a file nd7 cannot read as git would is refused whole.
+//!
+//! A key is *changed* when its values, in order, differ between the two
+//! files (added, removed, altered or reordered: git takes the last of
+//! several). Every changed key must be on the list; anything else, known
+//! or not, is refused, and named.
+
+use std::collections::BTreeMap;
+
+use super::deferred::parse_config;
+
+/// Keys with no subsection that run nothing, whatever their value, with why.
+pub const PLAIN: &[(&str, &str, &str)] = &[
+    ("user", "name", "a name written into commits"),
+    ("user", "email", "an address written into commits"),
+    ("core", "filemode", "whether the executable bit is tracked"),
+    ("core", "logallrefupdates", "whether reflogs are kept"),
+    ("core", "ignorecase", "how names are compared"),
+    ("core", "precomposeunicode", "how names are compared"),
+    ("core", "symlinks", "whether links are checked out as links"),
+    ("core", "autocrlf", "line ends on checkout"),
+    ("core", "safecrlf", "line ends on checkout"),
+    ("core", "eol", "line ends on checkout"),
+    ("core", "quotepath", "how names are printed"),
+    ("init", "defaultbranch", "a branch name"),
+    (
+        "pull",
+        "rebase",
+        "merge or rebase: a boolean or `merges` only",
+    ),
+    ("pull", "ff", "whether to fast-forward"),
+    ("merge", "ff", "whether to fast-forward"),
+    ("push", "default", "which branches a push sends"),
+    (
+        "push",
+        "autosetupremote",
+        "whether a push sets its upstream",
+    ),
+    ("fetch", "prune", "whether a fetch prunes"),
+    ("rebase", "autostash", "whether a rebase stashes"),
+];
+
+/// Keys under a named subsection (`remote "origin"`) that run nothing,
+/// with why; a [`Value::Url`] must also be a plain URL ([`plain_url`]).
+pub const PLAIN_SUBSECTION: &[(&str, &str, Value, &str)] = &[
+    ("remote", "url", Value::Url, "where fetches go"),
+    ("remote", "pushurl", Value::Url, "where pushes go"),
+    ("remote", "fetch", Value::Any, "a refspec"),
+    ("remote", "push", Value::Any, "a refspec"),
+    ("remote", "tagopt", Value::Any, "whether tags are fetched"),
+    ("remote", "prune", Value::Any, "whether a fetch prunes"),
+    ("branch", "remote", Value::Any, "a remote's name"),
+    ("branch", "merge", Value::Any, "a branch name"),
+    (
+        "branch",
+        "rebase",
+        Value::Any,
+        "merge or rebase: a boolean or `merges` only",
+    ),
+    ("branch", "pushremote", Value::Any, "a remote's name"),
+    ("branch", "description", Value::Any, "text"),
+    (
+        "submodule",
+        "url",
+        Value::Url,
+        "where a submodule is fetched",
+    ),
+    (
+        "submodule",
+        "active",
+        Value::Any,
+        "whether it is checked out",
+    ),
+];
+
+/// What a listed key's value may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Value {
+    Any,
+    /// A plain URL: see [`plain_url`].
+    Url,
+}
+
+/// Why an edit is refused: the first key off the list (as
+/// `section.key`, the subsection kept), or the file's unreadable line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+/// Whether `new` may replace `old` ([`judge`]): `Ok` when every changed key
+/// runs nothing; else the first key (or line) that does not, or may.
+pub fn judge(old: &str, new: &str) -> Result<(), Refused> {
+    // Git keeps a carriage return inside a value where nd7's reader takes
+    // it for a space (found comparing the two on random files): git never
+    // writes one, so a file with one is refused rather than read two ways.
+    if new.contains('\r') || old.contains('\r') {
+        return Err(Refused(
+            "a carriage return, which git does not write".into(),
+        ));
+    }
+    let (old, new) = (parse_config(old), parse_config(new));
+    for (which, config) in [("the current", &old), ("the new", &new)] {
+        if let Some(line) = config.refused_at {
+            return Err(Refused(format!(
+                "line {line} of {which} file, which nd7 cannot read as git configuration"
+            )));
+        }
+    }
+    let (before, after) = (by_key(&old.entries), by_key(&new.entries));
+    let keys: std::collections::BTreeSet<_> = before.keys().chain(after.keys()).collect();
+    for key in keys {
+        let values = after.get(key).cloned().unwrap_or_default();
+        if before.get(key).cloned().unwrap_or_default() == values {
+            continue;
+        }
+        if !listed(&key.0, &key.1, &values, &new.entries) {
+            return Err(Refused(format!("{}.{}", key.0, key.1)));
+        }
+    }
+    Ok(())
+}
+
+/// Each `(section, key)`'s values, in the file's order.
+fn by_key(entries: &[(String, String, String)]) -> BTreeMap<(String, String), Vec<&str>> {
+    let mut out: BTreeMap<(String, String), Vec<&str>> = BTreeMap::new();
+    for (section, key, value) in entries {
+        out.entry((section.clone(), key.clone()))
+            .or_default()
+            .push(value);
+    }
+    out
+}
+
+/// Whether `section.key` is on the lists with every one of `values`
+/// allowed; `entries` (the new file's) for the rewrites a URL would meet.
+fn listed(section: &str, key: &str, values: &[&str], entries: &[(String, String, String)]) -> bool {
+    if key == "rebase" && !values.iter().all(|v| plain_rebase(v)) {
+        return false;
+    }
+    if PLAIN.iter().any(|(s, k, _)| *s == section && *k == key) {
+        return true;
+    }
+    let Some((name, sub)) = section.split_once('.') else {
+        return false;
+    };
+    if sub.is_empty() {
+        return false;
+    }
+    let Some((_, _, kind, _)) = PLAIN_SUBSECTION
+        .iter()
+        .find(|(s, k, _, _)| *s == name && *k == key)
+    else {
+        return false;
+    };
+    match kind {
+        Value::Any => true,
+        Value::Url => values
+            .iter()
+            .all(|v| plain_url(v) && !rewritten(v, entries)),
+    }
+}
+
+/// Whether `pull.rebase` or `branch.<name>.rebase` is `value` without
+/// running anything: a boolean or `merges`, never `interactive` (`i`),
+/// which opens an editor at the user's next `git pull`.
+fn plain_rebase(value: &str) -> bool {
+    let plain = [
+        "true", "false", "yes", "no", "on", "off", "1", "0", "merges", "m",
+    ];
+    plain.contains(&value.to_ascii_lowercase().as_str())
+}
+
+/// Whether a `url.<base>.insteadOf` or `pushInsteadOf` of `entries` would
+/// rewrite `url` into something else, which might not be plain.
+fn rewritten(url: &str, entries: &[(String, String, String)]) -> bool {
+    entries.iter().any(|(section, key, value)| {
+        section.starts_with("url.")
+            && (key == "insteadof" || key == "pushinsteadof")
+            && url.starts_with(value.as_str())
+    })
+}
+
+/// Whether `url` names a remote git reaches with its own transports and
+/// nothing else: `https://`, `http://`, `ssh://`, `git://` or the scp-like
+/// `user@host:path`, with no host or user that starts with `-` (an
+/// option to `ssh`) and nothing outside printable ASCII. Refused:
+/// `<helper>::<address>` (`ext::` runs a command; any other helper is a
+/// program `git-remote-<helper>` looked up on `PATH`), `fd::`, local paths
+/// and `file://` (the other repository's own configuration and hooks are
+/// then the ones that count), and anything else.
+pub fn plain_url(url: &str) -> bool {
+    if url.contains("::") || !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return false;
+    }
+    let lower = url.to_ascii_lowercase();
+    let schemes = [
+        "https://",
+        "http://",
+        "ssh://",
+        "git+ssh://",
+        "ssh+git://",
+        "git://",
+    ];
+    if let Some(scheme) = schemes.iter().find(|s| lower.starts_with(**s)) {
+        let rest = &url[scheme.len()..];
+        let authority = rest.split('/').next().unwrap_or("");
+        return plain_authority(authority);
+    }
+    // scp-like: `[user@]host:path`, with no slash before the colon; any
+    // other scheme (`file://`) is not.
+    if lower.contains("://") {
+        return false;
+    }
+    let Some((authority, path)) = url.split_once(':') else {
+        return false;
+    };
+    !authority.contains('/') && !path.is_empty() && plain_authority(authority)
+}
+
+/// `[user@]host[:port]`, neither part empty nor starting with `-`.
+fn plain_authority(authority: &str) -> bool {
+    let host = match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            if user.is_empty() || user.starts_with('-') {
+                return false;
+            }
+            host
+        }
+        None => authority,
+    };
+    !host.is_empty()
+        && !host.starts_with('-')
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-_[]:".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INIT: &str = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n";
+
+    fn with(extra: &str) -> String {
+        format!("{INIT}{extra}")
+    }
+
+    fn refused(new: &str) -> String {
+        match judge(INIT, new) {
+            Err(Refused(why)) => why,
+            Ok(()) => panic!("passed: {new}"),
+        }
+    }
+
+    /// What `git config user.email`, `git remote add` and `git branch
+    /// --set-upstream-to` write, and what `git branch -d` and `git remote
+    /// remove` take away, pass.
+    #[test]
+    fn everyday_edits_pass() {
+        let remote = "[remote \"origin\"]\n\turl = https://example.com/x.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n";
+        let branch = "[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n";
+        assert_eq!(judge(INIT, INIT), Ok(()));
+        assert_eq!(judge(INIT, &with("[user]\n\temail = x@y\n")), Ok(()));
+        let rebase = "[pull]\n\trebase = true\n[branch \"b\"]\n\trebase = merges\n";
+        assert_eq!(judge(INIT, &with(rebase)), Ok(()));
+        assert_eq!(judge(INIT, &with(remote)), Ok(()));
+        assert_eq!(
+            judge(&with(remote), &with(&format!("{remote}{branch}"))),
+            Ok(())
+        );
+        assert_eq!(judge(&with(branch), INIT), Ok(()));
+        for url in [
+            "git@github.com:o/r.git",
+            "ssh://git@host:22/r",
+            "http://h/r",
+            "git://h/r",
+            "HTTPS://H/R",
+            "h:r",
+        ] {
+            let text = with(&format!("[remote \"o\"]\n\turl = {url}\n"));
+            assert_eq!(judge(INIT, &text), Ok(()), "{url}");
+        }
+    }
+
+    /// Every key that runs something, or is not known, is refused and
+    /// named, however it is spelt: another case, on its section's line, in
+    /// the old `[section.sub]` form, continued over lines, quoted in parts.
+    #[test]
+    fn keys_that_run_something_are_refused_however_spelt() {
+        let cases = [
+            ("[core]\n\tfsmonitor = /tmp/x\n", "core.fsmonitor"),
+            ("[Core]\n\tFsMonitor = /tmp/x\n", "core.fsmonitor"),
+            ("[core]fsmonitor=/tmp/x\n", "core.fsmonitor"),
+            ("[core] hooksPath = /tmp\n", "core.hookspath"),
+            ("[alias]\n\tst = !sh\n", "alias.st"),
+            ("[include]\n\tpath = /tmp/x\n", "include.path"),
+            (
+                "[includeIf \"gitdir:/\"]\n\tpath = /tmp/x\n",
+                "includeif.gitdir:/.path",
+            ),
+            (
+                "[url \"ext::sh -c x\"]\n\tinsteadOf = https://\n",
+                "url.ext::sh -c x.insteadof",
+            ),
+            (
+                "[remote \"o\"]\n\tuploadpack = /tmp/x\n",
+                "remote.o.uploadpack",
+            ),
+            ("[remote \"o\"]\n\tvcs = x\n", "remote.o.vcs"),
+            ("[remote.o]\n\tuploadpack = x\n", "remote.o.uploadpack"),
+            ("[core]\n\tpager = \\\nless\n", "core.pager"),
+            (
+                "[core]\n\tssh\\\n",
+                "line 7 of the new file, which nd7 cannot read as git configuration",
+            ),
+            (
+                "[protocol \"ext\"]\n\tallow = always\n",
+                "protocol.ext.allow",
+            ),
+            ("[credential]\n\thelper = !x\n", "credential.helper"),
+            ("[filter \"f\"]\n\tclean = x\n", "filter.f.clean"),
+            (
+                "[branch \"b\"]\n\tmergeOptions = -s x\n",
+                "branch.b.mergeoptions",
+            ),
+            ("[submodule \"s\"]\n\tupdate = !x\n", "submodule.s.update"),
+            ("[core]\n\tworktree = /\n", "core.worktree"),
+            ("[user]\n\tsigningkey = x\n", "user.signingkey"),
+            ("[remote]\n\turl = https://h/r\n", "remote.url"),
+            ("[something]\n\tnew = 1\n", "something.new"),
+            ("[pull]\n\trebase = interactive\n", "pull.rebase"),
+            ("[branch \"b\"]\n\trebase = i\n", "branch.b.rebase"),
+        ];
+        for (extra, key) in cases {
+            assert_eq!(refused(&with(extra)), key, "{extra}");
+        }
+        // Taken away, reordered or altered counts as changed as well.
+        let two = "[core]\n\tpager = a\n[core]\n\tpager = b\n";
+        assert_eq!(
+            judge(
+                &with(two),
+                &with("[core]\n\tpager = b\n[core]\n\tpager = a\n")
+            )
+            .expect_err("reordered")
+            .0,
+            "core.pager"
+        );
+        assert_eq!(
+            judge(&with("[core]\n\thooksPath = h\n"), INIT)
+                .expect_err("removed")
+                .0,
+            "core.hookspath"
+        );
+        // A key already there and left alone does not stop an edit.
+        let held = with("[alias]\n\tst = status\n");
+        assert_eq!(judge(&held, &format!("{held}[user]\n\tname = n\n")), Ok(()));
+        // A quote escaped inside a subsection does not end it: what looks
+        // like `[core]` on the next line is inside a name git refuses.
+        let trick = with("[branch \"x\\\"]\n[core]\n\tfsmonitor = y\"]\n\tremote = o\n");
+        assert!(refused(&trick).contains("of the new file"), "{trick}");
+        // A listed key on its section's line is read as git reads it.
+        assert_eq!(judge(INIT, &with("[branch \"x\"] remote = o\n")), Ok(()));
+        assert_eq!(
+            refused(&with("[branch \"x\"] remote = o\n\tvcs = y\n")),
+            "branch.x.vcs"
+        );
+        assert!(refused(&with("[user]\n\tname = a\rb\n")).contains("carriage return"));
+        // A file nd7 cannot read, old or new, is refused whole.
+        assert!(refused(&with("[core\n")).contains("of the new file"));
+        assert!(
+            judge("garbage\x01", INIT)
+                .expect_err("old")
+                .0
+                .contains("current")
+        );
+    }
+
+    /// A URL that would run something, or that nd7 cannot tell runs
+    /// nothing, is refused: a helper, a local path, an option for `ssh`,
+    /// a control character, or one an `insteadOf` of the file rewrites.
+    #[test]
+    fn urls_that_may_run_something_are_refused() {
+        for url in [
+            "ext::sh -c touch% /tmp/x",
+            "\"ext\"::sh",
+            "fd::3",
+            "evil::https://h/r",
+            "/tmp/repo",
+            "../repo",
+            "file:///tmp/repo",
+            "ssh://-oProxyCommand=x/r",
+            "ssh://-o@h/r",
+            "-oProxyCommand=x:r",
+            "h/x:r",
+            "https://h/r\\nx",
+        ] {
+            let text = with(&format!("[remote \"o\"]\n\turl = {url}\n"));
+            assert_eq!(refused(&text), "remote.o.url", "{url}");
+            let text = with(&format!("[submodule \"s\"]\n\turl = {url}\n"));
+            assert_eq!(refused(&text), "submodule.s.url", "{url}");
+        }
+        let rewrite = "[url \"ext::sh -c x\"]\n\tinsteadOf = https://h\n";
+        let old = with(rewrite);
+        let new = format!("{old}[remote \"o\"]\n\turl = https://h/r\n");
+        assert_eq!(judge(&old, &new).expect_err("rewritten").0, "remote.o.url");
+        assert!(plain_url("git@h:r") && !plain_url("") && !plain_url("h:"));
+    }
+}
