@@ -17,6 +17,13 @@
 //! The rules are read again from the run directory's [`RULES_FILE`] (written
 //! by `nd7 allow --net` and `nd7 deny --net` outside the floor) before each
 //! connection is judged.
+//!
+//! Where the proxy listens on the machine's own loopback (macOS, ADR-0136),
+//! any local program could reach it: there it asks every request for the
+//! session's credentials ([`Proxy::credentials`], `Proxy-Authorization:
+//! Basic`, the user [`PROXY_USER`] and a secret made for the run), and
+//! answers `407` to a request without them, before reading anything else
+//! of it.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -183,7 +190,14 @@ pub struct Proxy {
     who: Option<Who>,
     /// The agent's program, once started (0 before).
     agent: std::sync::atomic::AtomicU32,
+    /// `user:secret` every request must carry in `Proxy-Authorization`,
+    /// where anyone on the machine can connect ([`Proxy::credentials`]).
+    credentials: Option<String>,
 }
+
+/// The user name in the proxy's URL where it asks for credentials; the
+/// secret is the password.
+pub const PROXY_USER: &str = "nd7";
 
 impl Proxy {
     pub fn new(start: Rules, resolver: Arc<dyn Resolve>, record: Record) -> Proxy {
@@ -198,7 +212,15 @@ impl Proxy {
             refused: RwLock::new(Vec::new()),
             who: None,
             agent: std::sync::atomic::AtomicU32::new(0),
+            credentials: None,
         }
+    }
+
+    /// Serves only requests that carry `Proxy-Authorization: Basic` with
+    /// [`PROXY_USER`] and `secret`; every other is answered `407`.
+    pub fn credentials(mut self, secret: &str) -> Proxy {
+        self.credentials = Some(format!("{PROXY_USER}:{secret}"));
+        self
     }
 
     /// Names the process behind each refused connection with `who`.
@@ -322,6 +344,15 @@ impl Proxy {
         };
         let head = buf;
         let _ = client.set_read_timeout(None);
+        if let Some(expected) = &self.credentials
+            && !authorized(&head, expected)
+        {
+            let _ = client.write_all(&unauthorized());
+            let mut conn = unparsed(&head, NO_CREDENTIALS, started);
+            conn.why = Some(NO_CREDENTIALS.into());
+            (self.record)(&conn);
+            return;
+        }
         let request = match Request::parse(&head) {
             Ok(r) => r,
             Err(why) => {
@@ -1058,6 +1089,59 @@ fn response(status: u16, reason: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Why a request without the session's credentials was refused.
+const NO_CREDENTIALS: &str = "no credentials of this session (Proxy-Authorization); nd7's proxy serves only the session's own programs";
+
+/// Whether `head` carries exactly one `Proxy-Authorization` header, of the
+/// Basic scheme, whose credentials are `expected` (`user:secret`),
+/// compared in constant time.
+fn authorized(head: &[u8], expected: &str) -> bool {
+    use base64::Engine as _;
+    let text = String::from_utf8_lossy(head);
+    let values: Vec<&str> = text
+        .split("\r\n")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter(|l| header_name(l) == "proxy-authorization")
+        .filter_map(|l| l.split_once(':').map(|(_, v)| v.trim()))
+        .collect();
+    let [value] = values.as_slice() else {
+        return false;
+    };
+    let Some((scheme, token)) = value.split_once(' ') else {
+        return false;
+    };
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return false;
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .is_ok_and(|given| same_secret(&given, expected.as_bytes()))
+}
+
+/// `a == b` in a time that depends on their lengths only, not on where
+/// they first differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0u8, |acc, (x, y)| std::hint::black_box(acc | (x ^ y)));
+    diff == 0
+}
+
+/// The `407` a request without the session's credentials gets.
+fn unauthorized() -> Vec<u8> {
+    let body = "nd7's proxy serves only this session's programs: the request carries no credentials of this session\n";
+    format!(
+        "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"nd7\"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
 fn refuse_busy(mut stream: TcpStream) -> io::Result<()> {
     stream.write_all(&response(
         503,
@@ -1180,6 +1264,132 @@ mod tests {
     fn framing(head: &str) -> Result<Body, String> {
         let lines = header_lines(head.split("\r\n"))?;
         body_framing(&lines)
+    }
+
+    /// A proxy on 127.0.0.1 asking for `secret`, allowing `allowed` (the
+    /// "world": a local listener), its connections' entries in `seen`.
+    fn proxy_with_secret(secret: &str, allowed: u16) -> (u16, Arc<std::sync::Mutex<Vec<Value>>>) {
+        let rule = net::parse_rule(&format!("127.0.0.1:{allowed}")).expect("rule");
+        let rules = Rules {
+            granted: vec![Granted {
+                rule,
+                from: "test".into(),
+            }],
+            denied: Vec::new(),
+        };
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        let record: Record = Arc::new(move |c: &Connection| {
+            kept.lock().expect("entries").push(c.body());
+        });
+        let proxy =
+            Proxy::new(rules, Arc::new(HostsMap(Default::default())), record).credentials(secret);
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("addr").port();
+        Arc::new(proxy).serve(listener);
+        (port, seen)
+    }
+
+    /// Sends `head` to the proxy and returns what it answers: all of it,
+    /// or for a tunnel that opens, its head.
+    fn ask(port: u16, head: &str) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the proxy");
+        s.write_all(head.as_bytes()).expect("send");
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+            if out.starts_with(b"HTTP/1.1 200 Connection established\r\n\r\n") {
+                break;
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn where_the_proxy_asks_for_credentials_only_the_sessions_pass() {
+        // ADR-0136. Guards the check in `Proxy::handle`: without it every
+        // request below reaches the world.
+        use base64::Engine as _;
+        let world = TcpListener::bind("127.0.0.1:0").expect("bind the world");
+        let world_port = world.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            for s in world.incoming().flatten() {
+                let mut s = s;
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nworld",
+                );
+            }
+        });
+        let secret = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+        let (port, seen) = proxy_with_secret(secret, world_port);
+        let basic = |creds: &str| {
+            format!(
+                "Proxy-Authorization: Basic {}\r\n",
+                base64::engine::general_purpose::STANDARD.encode(creds)
+            )
+        };
+        let get = |extra: &str| {
+            format!(
+                "GET http://127.0.0.1:{world_port}/ HTTP/1.1\r\nHost: 127.0.0.1:{world_port}\r\n{extra}\r\n"
+            )
+        };
+        let connect =
+            |extra: &str| format!("CONNECT 127.0.0.1:{world_port} HTTP/1.1\r\n{extra}\r\n");
+        let right = basic(&format!("nd7:{secret}"));
+        for refused in [
+            get(""),
+            connect(""),
+            get(&basic("nd7:0f1e2d3c4b5a69788796a5b4c3d2e1f1")),
+            get(&basic(&format!("other:{secret}"))),
+            get(&basic(&format!("nd7:{secret}x"))),
+            connect(&basic("nd7:")),
+            get(&format!("Proxy-Authorization: Bearer {secret}\r\n")),
+            get(&format!("{right}{right}")),
+        ] {
+            let answer = ask(port, &refused);
+            assert!(answer.starts_with("HTTP/1.1 407 "), "{refused:?}: {answer}");
+            assert!(answer.contains("Proxy-Authenticate: Basic"), "{answer}");
+            assert!(!answer.contains("world"), "{answer}");
+        }
+        let answer = ask(port, &get(&right));
+        assert!(
+            answer.starts_with("HTTP/1.1 200 ") && answer.ends_with("world"),
+            "{answer}"
+        );
+        // Names and the scheme in any case; a tunnel opens.
+        let token = right.trim_end().rsplit(' ').next().expect("token");
+        let answer = ask(
+            port,
+            &connect(&format!("proxy-AUTHORIZATION: basic {token}\r\n")),
+        );
+        assert!(
+            answer.starts_with("HTTP/1.1 200 Connection established"),
+            "{answer}"
+        );
+        let entries = seen.lock().expect("entries").clone();
+        let refused = entries
+            .iter()
+            .filter(|e| {
+                e["why"]
+                    .as_str()
+                    .is_some_and(|w| w.starts_with("no credentials"))
+            })
+            .count();
+        assert_eq!(refused, 8, "{entries:?}");
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"nd7:abc", b"nd7:abc"));
+        assert!(!same_secret(b"nd7:abd", b"nd7:abc"));
+        assert!(!same_secret(b"nd7:ab", b"nd7:abc"));
+        assert!(!same_secret(b"", b"nd7:abc"));
     }
 
     #[test]

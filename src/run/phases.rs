@@ -281,8 +281,10 @@ fn roots(base: &Base, cwd: &Path) -> Result<Policy, RunError> {
         state: checks::resolved(&state, "resolve nd7's state directory")?,
         exit: base.nd7_exec.clone(),
     });
-    // macOS: the mark by which the run's processes are found at its end.
+    // macOS: the mark by which the run's processes are found at its end,
+    // and the port of the proxy's listener, which the profiles name.
     policy.mark = sandbox::run_mark();
+    policy.proxy_port = sandbox::listen_for_proxy().map_err(RunError::Sandbox)?;
     Ok(policy)
 }
 
@@ -518,7 +520,8 @@ impl Confined {
     }
 
     /// Starts the session's egress proxy on the listener made inside the
-    /// network namespace, from the thread that stayed outside it (ADR-0106).
+    /// network namespace, from the thread that stayed outside it (ADR-0106);
+    /// on macOS on 127.0.0.1, asking for the run's secret (ADR-0136).
     /// `Ok(Err(why))` when there is no network namespace here: egress is
     /// then not enforced, and the banner says so.
     fn start_proxy(
@@ -545,6 +548,9 @@ impl Confined {
             .rules_file(self.run_dir.0.dir.join(crate::egress::RULES_FILE));
         if let Some(who) = sandbox::Held::proxy_client() {
             proxy = proxy.who(who);
+        }
+        if let Some(secret) = self.held.proxy_credentials() {
+            proxy = proxy.credentials(&secret);
         }
         let proxy = Arc::new(proxy);
         self.held

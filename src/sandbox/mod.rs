@@ -30,9 +30,9 @@ use macos::backend;
 pub use backend::{
     Agent, ExitService, Floor, Held, Holding, Observing, SandboxError, available, device_mounts,
     egress_available, end_leftovers, enter_hold, floor, head_start, hold, hold_available, keep_run,
-    keeper_ready, kernel_sandbox, not_observed_why, observe_execs, out_of_reach, outside_root,
-    own_terminal, protections, record_hook, run_command, run_in_place, run_mark, scope_run,
-    send_hook, serve_exit_held, start_agent,
+    keeper_ready, kernel_sandbox, listen_for_proxy, not_observed_why, observe_execs, out_of_reach,
+    outside_root, own_terminal, protections, record_hook, run_command, run_in_place, run_mark,
+    scope_run, send_hook, serve_exit_held, start_agent,
 };
 
 use std::path::{Path, PathBuf};

@@ -454,14 +454,16 @@ fn grants_check(home: &Path) -> Check {
 /// of them exist here, and whether `~/.nd7/secrets` reads.
 /// Whether `nd7 run` can keep the agent's network to its proxy here.
 fn egress_check() -> Check {
-    match crate::sandbox::egress_available().err() {
-        None => Check {
+    match crate::sandbox::egress_available() {
+        Ok(how) => Check {
             name: "egress",
             ok: true,
-            detail: "the network: only through nd7's proxy, to the hosts you allow (a network namespace per session)".into(),
+            detail: format!(
+                "the network: only through nd7's proxy, to the hosts you allow ({how})"
+            ),
             fix: None,
         },
-        Some(why) => Check {
+        Err(why) => Check {
             name: "egress",
             ok: false,
             detail: format!(

@@ -31,7 +31,10 @@
 //!   stopped front holds up nothing, a killed front ends its command with
 //!   `exec_end` saying so;
 //! - nothing outlives the session: daemons started by the agent and through
-//!   the exit, double-forked out of the tree, are ended with it.
+//!   the exit, double-forked out of the tree, are ended with it;
+//! - the network (ADR-0136): only through the session's proxy, with its
+//!   secret; no direct connection, no UDP, no DNS resolver, no listener
+//!   beyond the loopback.
 #![cfg(target_os = "macos")]
 
 use std::io::{BufRead, BufReader, Read};
@@ -684,5 +687,71 @@ x both-running test "$(running)" -ge 2"#
         .count();
     assert_eq!(ended, 1, "{stderr}");
     assert!(stderr.contains("ended"), "{stderr}");
+    assert_verifies(&id);
+}
+
+/// The network on macOS (ADR-0136), by the agent and through the exit: a
+/// listener of the test's on 127.0.0.1 (the "world", granted in
+/// `~/.nd7/grants`) answers through the proxy only; directly, without the
+/// proxy's secret, by UDP, through mDNSResponder's socket, or from a
+/// server on every interface, nothing goes. Guards `Profile::network` and
+/// the proxy's credentials; no real host or name is asked.
+#[test]
+#[ignore = "writes into the real home directory; the macOS CI job runs it with --ignored"]
+fn the_network_leaves_only_through_the_proxy_with_its_secret() {
+    use std::io::Write;
+    let s = Scratch::new("nd7-macos-net-");
+    let world = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the world");
+    let port = world.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for mut c in world.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nworld",
+            );
+        }
+    });
+    std::fs::create_dir_all(s.home.join(".nd7")).expect("mkdir");
+    let _grants = keep(s.home.join(".nd7/grants"));
+    std::fs::write(
+        s.home.join(".nd7/grants"),
+        format!("net 127.0.0.1:{port}\n"),
+    )
+    .expect("write grants");
+    let attacks = format!(
+        r#"x @W@-proxy @RUN@ "curl -sf --max-time 10 http://127.0.0.1:{port}/"
+x @W@-direct @RUN@ "curl -sf --max-time 10 --noproxy '*' http://127.0.0.1:{port}/"
+x @W@-no-secret @RUN@ "curl -sf --max-time 10 -x http://127.0.0.1:${{HTTP_PROXY##*:}} http://127.0.0.1:{port}/"
+x @W@-udp @RUN@ "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"x\", (\"127.0.0.1\", 53))'"
+x @W@-resolver @RUN@ "python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(\"/var/run/mDNSResponder\")'"
+x @W@-listen-all @RUN@ "python3 -c 'import socket; socket.socket().bind((\"0.0.0.0\", 0))'"
+x @W@-listen-loopback @RUN@ "python3 -c 'import socket; socket.socket().bind((\"127.0.0.1\", 0))'""#
+    );
+    let agent = s.agent(&both_ways(&attacks));
+    let out = run(&s.proj(), &[], &agent);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the network only through nd7's proxy")
+            && !stderr.contains("what the agent may send over the network"),
+        "{stderr}"
+    );
+    let (lines, id) = outcome(&out);
+    only(
+        &lines,
+        &[
+            "agent-proxy",
+            "exec-proxy",
+            "agent-listen-loopback",
+            "exec-listen-loopback",
+        ],
+        &stderr,
+    );
+    let refused_without_secret = entries(&s.home, &id)
+        .iter()
+        .filter(|e| e["kind"] == "net")
+        .any(|e| e.to_string().contains("no credentials of this session"));
+    assert!(refused_without_secret, "{stderr}");
     assert_verifies(&id);
 }

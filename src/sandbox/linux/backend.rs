@@ -185,8 +185,16 @@ fn announce_git_configs(plan: &Plan) {
 /// Whether `nd7 run` can keep the agent's network to its proxy here, for
 /// `nd7 doctor`: where user namespaces work (the same trial as
 /// [`hold_available`]).
-pub fn egress_available() -> Result<(), String> {
-    ns::trial().map_err(|e| e.to_string())
+pub fn egress_available() -> Result<&'static str, String> {
+    ns::trial()
+        .map(|()| "a network namespace per session")
+        .map_err(|e| e.to_string())
+}
+
+/// Nothing to listen on yet: the proxy's listener is made inside the run's
+/// network namespace ([`hold`]), and no profile names its port.
+pub fn listen_for_proxy() -> Result<Option<u16>, String> {
+    Ok(None)
 }
 
 /// What holds the files that run later on this system, for `nd7 doctor`:
@@ -216,6 +224,12 @@ impl Held {
     /// What tells the proxy which process opened a connection.
     pub fn proxy_client() -> Option<crate::egress::Who> {
         Some(netns::client_process)
+    }
+
+    /// None: the proxy listens inside the run's network namespace, where
+    /// only the session's processes are.
+    pub fn proxy_credentials(&self) -> Option<String> {
+        None
     }
 
     /// Serves `proxy` on the listener made inside the run's network

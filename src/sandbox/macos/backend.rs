@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub use super::SandboxError;
 use crate::floor_wire::HookRequest;
@@ -22,8 +22,69 @@ use crate::sandbox::{
     Outcome, Protection, RECORD_SKIPPED, RUN_MARKER,
 };
 
-/// Why the network is not kept to nd7's proxy here (ADR-0106).
-const NO_EGRESS: &str = "only Linux's network namespaces keep it so far";
+/// Why the network is not kept to nd7's proxy in a run whose listener
+/// could not be made (ADR-0136).
+const NO_EGRESS: &str = "nd7 run made no listener for its proxy";
+
+/// The session's egress proxy on this machine's 127.0.0.1 (ADR-0136): the
+/// port the profiles let a process connect to, the secret every request
+/// must carry, and the listener and proxy until they are served.
+struct Listening {
+    port: u16,
+    secret: String,
+    listener: Mutex<Option<std::net::TcpListener>>,
+    /// Set by [`Held::serve_proxy`]; served once the agent has started
+    /// ([`start_agent`]), so that `nd7 run` forks the agent with one
+    /// thread ([`super::confine`]).
+    proxy: Mutex<Option<Arc<crate::egress::Proxy>>>,
+}
+
+/// What [`listen_for_proxy`] made while the policy was planned (the port
+/// goes into the profiles), until [`hold`] takes it into the run's
+/// [`Held`]: one run a process.
+static LISTENING: Mutex<Option<Arc<Listening>>> = Mutex::new(None);
+
+/// Listens on 127.0.0.1, on a port the system picks, for the session's
+/// egress proxy, and makes the run's secret; returns the port, for the
+/// policy ([`Policy::proxy_port`]). The listener is served outside the
+/// sandbox, by `nd7 run` itself; the profiles let the agent and its
+/// commands connect to this port and nowhere else.
+pub fn listen_for_proxy() -> Result<Option<u16>, String> {
+    let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| format!("cannot listen on 127.0.0.1 for nd7's egress proxy: {e}"))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the egress proxy's port: {e}"))?
+        .port();
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| format!("no randomness for the egress proxy's secret: {e}"))?;
+    let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let listening = Arc::new(Listening {
+        port,
+        secret,
+        listener: Mutex::new(Some(listener)),
+        proxy: Mutex::new(None),
+    });
+    *LISTENING
+        .lock()
+        .map_err(|_| "the egress proxy's listener is poisoned")? = Some(listening);
+    Ok(Some(port))
+}
+
+/// The variables that point clients at the proxy on `port`, with the
+/// run's `secret` as the password of [`crate::egress::PROXY_USER`].
+fn proxy_env(port: u16, secret: &str) -> Vec<(String, String)> {
+    let url = format!(
+        "http://{}:{secret}@127.0.0.1:{port}",
+        crate::egress::PROXY_USER
+    );
+    ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]
+        .iter()
+        .flat_map(|k| [k.to_string(), k.to_ascii_lowercase()])
+        .map(|k| (k, url.clone()))
+        .collect()
+}
 
 /// What this system offers nd7's sandbox.
 pub fn available() -> Result<&'static str, String> {
@@ -174,19 +235,23 @@ pub fn outside_root() -> Option<std::os::fd::BorrowedFd<'static>> {
 }
 
 /// How the files that run later are held: the profiles deny them, and
-/// there is nothing to hold.
+/// there is nothing to hold. And the session's egress proxy's listener.
 #[derive(Clone, Default)]
-pub struct Held {}
-
-/// Nothing to hold here ([`Held`]).
-pub fn hold(_holding: Holding, _plan: &Plan) -> Result<(Held, Option<String>), String> {
-    Ok((Held::default(), None))
+pub struct Held {
+    proxy: Option<Arc<Listening>>,
 }
 
-/// Whether `nd7 run` can keep the agent's network to its proxy here: not
-/// yet.
-pub fn egress_available() -> Result<(), String> {
-    Err(NO_EGRESS.to_string())
+/// Nothing to hold here ([`Held`]); takes the proxy's listener
+/// ([`listen_for_proxy`]) into the run's [`Held`].
+pub fn hold(_holding: Holding, _plan: &Plan) -> Result<(Held, Option<String>), String> {
+    let proxy = LISTENING.lock().ok().and_then(|mut l| l.take());
+    Ok((Held { proxy }, None))
+}
+
+/// How `nd7 run` keeps the agent's network to its proxy here: the
+/// Seatbelt profiles (ADR-0136).
+pub fn egress_available() -> Result<&'static str, String> {
+    Ok("the Seatbelt profiles let the session connect only to its proxy's port on 127.0.0.1")
 }
 
 /// What holds the files that run later on this system, for `nd7 doctor`.
@@ -195,9 +260,13 @@ pub fn hold_available() -> Result<&'static str, String> {
 }
 
 impl Held {
-    /// Whether the run has its network namespace: never here.
+    /// Whether the run listens for its proxy, the one place its profiles
+    /// let it connect to (ADR-0136).
     pub fn egress(&self) -> Result<(), String> {
-        Err(NO_EGRESS.into())
+        self.proxy
+            .as_ref()
+            .map(|_| ())
+            .ok_or_else(|| NO_EGRESS.into())
     }
 
     /// What tells the proxy which process opened a connection: nothing here.
@@ -205,14 +274,40 @@ impl Held {
         None
     }
 
-    /// Refuses: there is no network namespace to serve a proxy in.
-    pub fn serve_proxy(&self, _proxy: Arc<crate::egress::Proxy>) -> Result<(), String> {
-        Err(NO_EGRESS.into())
+    /// The secret the proxy asks every request for: it listens on the
+    /// machine's loopback, where any local program can reach it.
+    pub fn proxy_credentials(&self) -> Option<String> {
+        self.proxy.as_ref().map(|l| l.secret.clone())
     }
 
-    /// No proxy, no variables.
+    /// Makes `proxy` the one the listener serves, from when the agent has
+    /// started ([`start_agent`]).
+    pub fn serve_proxy(&self, proxy: Arc<crate::egress::Proxy>) -> Result<(), String> {
+        let listening = self.proxy.as_ref().ok_or(NO_EGRESS)?;
+        *listening
+            .proxy
+            .lock()
+            .map_err(|_| "the egress proxy is poisoned")? = Some(proxy);
+        Ok(())
+    }
+
+    /// Serves the proxy [`Held::serve_proxy`] named, on its thread, once.
+    fn start_serving(&self) {
+        let Some(listening) = &self.proxy else { return };
+        let proxy = listening.proxy.lock().ok().and_then(|mut p| p.take());
+        let listener = listening.listener.lock().ok().and_then(|mut l| l.take());
+        if let (Some(proxy), Some(listener)) = (proxy, listener) {
+            proxy.serve(listener);
+        }
+    }
+
+    /// The variables that point the agent at the session's proxy, with
+    /// its secret; none without a listener.
     pub fn proxy_env(&self) -> Vec<(String, String)> {
-        Vec::new()
+        match &self.proxy {
+            Some(l) => proxy_env(l.port, &l.secret),
+            None => Vec::new(),
+        }
     }
 
     /// Always: there is nothing to hold.
@@ -255,9 +350,10 @@ pub fn start_agent(
     held.prepare(&mut command, cwd)
         .map_err(std::io::Error::other)?;
     floor.confine(&mut command).map_err(std::io::Error::other)?;
-    Ok(Agent {
-        child: command.spawn()?,
-    })
+    let child = command.spawn()?;
+    // Only now: the agent was forked while this process had one thread.
+    held.start_serving();
+    Ok(Agent { child })
 }
 
 /// There is no keeper here: the caller carries on as `nd7 run`.
@@ -334,7 +430,7 @@ pub fn protections() -> Vec<Protection> {
         with(
             "sockets",
             true,
-            "connect() reaches unix sockets only in the project and the agent's state, and the system's DNS resolver and syslog: never tmux, ssh-agent, docker or an editor's (Seatbelt)",
+            "connect() reaches unix sockets only in the project and the agent's state, and syslog: never tmux, ssh-agent, docker or an editor's (Seatbelt)",
         ),
         with(
             "handoff",
@@ -563,4 +659,28 @@ pub fn observe_execs(log: Arc<RunLog>) -> Observing {
 impl Observing {
     /// Nothing to finish.
     pub fn finish(&self) {}
+}
+
+/// These run only on macOS; on Linux `.ci/check-macos` type-checks them.
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_proxy_variables_carry_the_runs_secret_to_127_0_0_1() {
+        let env = super::proxy_env(43117, "0f1e");
+        let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "HTTP_PROXY",
+                "http_proxy",
+                "HTTPS_PROXY",
+                "https_proxy",
+                "ALL_PROXY",
+                "all_proxy"
+            ]
+        );
+        for (name, url) in &env {
+            assert_eq!(url, "http://nd7:0f1e@127.0.0.1:43117", "{name}");
+        }
+    }
 }

@@ -98,6 +98,12 @@ pub struct Policy {
     /// Linux, whose keeper knows the session's processes without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mark: Option<PathBuf>,
+    /// The port on 127.0.0.1 where this session's egress proxy listens
+    /// (macOS): the one place the Seatbelt profiles let a process connect
+    /// to over IP (ADR-0136). `None` on Linux, where the network namespace
+    /// keeps the agent to the proxy; on macOS, no IP connection at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_port: Option<u16>,
     /// The files Claude Code's settings run (a status line's script, a
     /// hook's, a helper's) in the home directory, found when the session
     /// starts ([`deferred::settings_programs`]): held like the list, which
@@ -249,6 +255,7 @@ impl Policy {
             terminal: None,
             agent: AgentState::default(),
             mark: None,
+            proxy_port: None,
             named_programs: Vec::new(),
         }
     }

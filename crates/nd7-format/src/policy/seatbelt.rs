@@ -12,8 +12,10 @@
 //! without writing a file ([`Profile::outside`], ADR-0074): signals to
 //! processes of another sandbox, connections to other programs' unix
 //! sockets, typing into a terminal (`TIOCSTI`), and handing a program to
-//! launchd, LaunchServices or Apple events. The network, mach services and
-//! sysctls stay as open as outside (ADR-0007 gives up host filtering). A
+//! launchd, LaunchServices or Apple events; and the network, all of it but
+//! the session's egress proxy on 127.0.0.1 ([`Profile::network`],
+//! ADR-0136), which judges each host as on Linux. Mach services and
+//! sysctls stay as open as outside. A
 //! `(deny default)` profile would instead have to list every mach service,
 //! sysctl and device that node, git, compilers and Claude Code touch, a list
 //! no Linux test can check, and whose gaps show up as mysterious failures of
@@ -228,7 +230,7 @@ impl Profile {
     ///   under a deny of every other signal);
     /// - connections to unix sockets only in the project and the agent's
     ///   state (a socket the session's own programs made: git's fsmonitor,
-    ///   a test server), and to the system's DNS resolver and syslog; never
+    ///   a test server), and to syslog; never
     ///   to a socket inside what is never read or written (a gpg-agent's in
     ///   `~/.gnupg`, with the project being the home). Other programs'
     ///   sockets run code outside: tmux, docker, ssh-agent, an editor's
@@ -252,24 +254,7 @@ impl Profile {
     fn outside(&mut self, policy: &Policy) {
         self.form("(deny signal)");
         self.form("(allow signal (target same-sandbox) (target children))");
-        self.form("(deny network-outbound (remote unix-socket))");
-        let mut sockets: Vec<String> = SYSTEM_SOCKETS
-            .iter()
-            .map(|s| format!("(remote unix-socket (subpath {}))", string(s)))
-            .collect();
-        sockets.extend(
-            socket_roots(policy)
-                .iter()
-                .filter_map(|p| filter("subpath", p))
-                .map(|f| format!("(remote unix-socket {f})")),
-        );
-        self.form(&format!("(allow network-outbound {})", sockets.join(" ")));
-        let kept: Vec<String> = policy
-            .unwritable()
-            .iter()
-            .map(|p| format!("(remote unix-socket {})", deny_filter("subpath", p)))
-            .collect();
-        self.form(&format!("(deny network-outbound {})", kept.join(" ")));
+        self.network(policy);
         self.form("(deny file-ioctl (ioctl-command TIOCSTI))");
         let handoffs: Vec<String> = HANDOFF_PROGRAMS
             .iter()
@@ -281,6 +266,41 @@ impl Profile {
         if let Some(mark) = policy.mark.as_deref().and_then(|m| filter("literal", m)) {
             self.form(&format!("(deny file-read* {mark})"));
         }
+    }
+
+    /// The network (ADR-0136): no connection at all, IP or unix socket,
+    /// but TCP to the session's egress proxy on 127.0.0.1
+    /// ([`Policy::proxy_port`]; none without one) and the unix sockets of
+    /// [`SYSTEM_SOCKETS`] and [`socket_roots`] (never one inside what is
+    /// never written). DNS is denied with the rest: mDNSResponder's socket
+    /// and UDP alike; the proxy resolves. Listening and accepting are
+    /// allowed on the loopback only, so no other machine can reach a
+    /// server the agent starts. As Codex's and sandbox-runtime's profiles
+    /// do (`(remote tcp "localhost:PORT")`).
+    fn network(&mut self, policy: &Policy) {
+        self.form("(deny network-outbound)");
+        self.form(r#"(deny network-bind network-inbound (local ip "*:*"))"#);
+        self.form(r#"(allow network-bind network-inbound (local ip "localhost:*"))"#);
+        let mut allowed: Vec<String> = SYSTEM_SOCKETS
+            .iter()
+            .map(|s| format!("(remote unix-socket (subpath {}))", string(s)))
+            .collect();
+        allowed.extend(
+            socket_roots(policy)
+                .iter()
+                .filter_map(|p| filter("subpath", p))
+                .map(|f| format!("(remote unix-socket {f})")),
+        );
+        if let Some(port) = policy.proxy_port {
+            allowed.push(format!("(remote tcp \"localhost:{port}\")"));
+        }
+        self.form(&format!("(allow network-outbound {})", allowed.join(" ")));
+        let kept: Vec<String> = policy
+            .unwritable()
+            .iter()
+            .map(|p| format!("(remote unix-socket {})", deny_filter("subpath", p)))
+            .collect();
+        self.form(&format!("(deny network-outbound {})", kept.join(" ")));
     }
 
     /// The last forms: nd7's state (the session logs) is never written from
@@ -306,15 +326,12 @@ impl Profile {
 const KEEP: &str = "file-write-unlink file-link";
 
 /// The unix sockets of the system's own services that any program needs:
-/// the DNS resolver (`getaddrinfo` asks mDNSResponder through it) and
 /// syslog. Both spellings, as `/var` is a link to `/private/var` and which
-/// one Seatbelt matches for a socket is not documented.
-pub const SYSTEM_SOCKETS: &[&str] = &[
-    "/private/var/run/mDNSResponder",
-    "/var/run/mDNSResponder",
-    "/private/var/run/syslog",
-    "/var/run/syslog",
-];
+/// one Seatbelt matches for a socket is not documented. Not the DNS
+/// resolver's (`/var/run/mDNSResponder`, which `getaddrinfo` asks): a name
+/// looked up is a message out (ADR-0136), and clients of the proxy need
+/// none, as the proxy resolves.
+pub const SYSTEM_SOCKETS: &[&str] = &["/private/var/run/syslog", "/var/run/syslog"];
 
 /// Programs that hand a program to a process outside the sandbox: launchd
 /// (`launchctl submit`, `bootstrap`, `asuser`), LaunchServices (`open`, an
@@ -806,15 +823,10 @@ mod tests {
     /// both profiles end with them before nd7's own denies.
     fn outside_forms(p: &Policy) -> Vec<Sx> {
         let socket = |f: Sx| Sx::List(vec![sym("remote"), sym("unix-socket"), f]);
-        let mut allowed: Vec<Sx> = [
-            "/private/var/run/mDNSResponder",
-            "/var/run/mDNSResponder",
-            "/private/var/run/syslog",
-            "/var/run/syslog",
-        ]
-        .iter()
-        .map(|s| socket(path_filter("subpath", Path::new(s))))
-        .collect();
+        let mut allowed: Vec<Sx> = ["/private/var/run/syslog", "/var/run/syslog"]
+            .iter()
+            .map(|s| socket(path_filter("subpath", Path::new(s))))
+            .collect();
         allowed.push(socket(path_filter("subpath", &p.roots.project)));
         allowed.extend(
             [
@@ -831,8 +843,23 @@ mod tests {
             .iter()
             .map(|d| socket(path_filter("subpath", d)))
             .collect();
+        if let Some(port) = p.proxy_port {
+            allowed.push(Sx::List(vec![
+                sym("remote"),
+                sym("tcp"),
+                Sx::Str(format!("localhost:{port}")),
+            ]));
+        }
         let mut ops = vec![sym("allow"), sym("network-outbound")];
         ops.extend(allowed);
+        let local = |action: &str, address: &str| {
+            Sx::List(vec![
+                sym(action),
+                sym("network-bind"),
+                sym("network-inbound"),
+                Sx::List(vec![sym("local"), sym("ip"), st(address)]),
+            ])
+        };
         let mut deny_kept = vec![sym("deny"), sym("network-outbound")];
         deny_kept.extend(kept);
         vec![
@@ -843,11 +870,9 @@ mod tests {
                 Sx::List(vec![sym("target"), sym("same-sandbox")]),
                 Sx::List(vec![sym("target"), sym("children")]),
             ]),
-            Sx::List(vec![
-                sym("deny"),
-                sym("network-outbound"),
-                Sx::List(vec![sym("remote"), sym("unix-socket")]),
-            ]),
+            rule("deny", "network-outbound", vec![]),
+            local("deny", "*:*"),
+            local("allow", "localhost:*"),
             Sx::List(ops),
             Sx::List(deny_kept),
             Sx::List(vec![
@@ -1326,11 +1351,12 @@ mod tests {
                 "/Users/u/.docker/run/docker.sock",
                 "/Users/u/.gnupg/S.gpg-agent",
                 "/Users/u/Library/Containers/com.docker.docker/Data/docker.raw.sock",
+                "/private/var/run/mDNSResponder",
+                "/var/run/mDNSResponder",
             ] {
                 assert!(!connect(no), "{no} reachable:\n{profile}");
             }
             for yes in [
-                "/private/var/run/mDNSResponder",
                 "/var/run/syslog",
                 "/Users/u/p/.git/fsmonitor--daemon.ipc",
                 "/Users/u/p/tmp/test.sock",
@@ -1371,6 +1397,118 @@ mod tests {
             "/Users/u/.local/state/nd7/x.sock",
         ] {
             assert!(!connect(no), "{no}");
+        }
+    }
+
+    /// Where a process inside would connect, bind or listen.
+    #[derive(Clone, Copy, Debug)]
+    enum Dial<'a> {
+        Tcp(&'a str, u16),
+        Udp(&'a str, u16),
+        Unix(&'a str),
+    }
+
+    /// Whether an address filter's `HOST:PORT` (`*` for any host or port,
+    /// `localhost` for the loopback) covers `host` and `port`, as Seatbelt
+    /// reads the address of `(remote ip …)` and `(local ip …)`.
+    fn address_covers(address: &str, host: &str, port: u16) -> bool {
+        let Some((h, p)) = address.rsplit_once(':') else {
+            return false;
+        };
+        let loopback = host == "::1" || host.starts_with("127.");
+        let host_ok = h == "*" || (h == "localhost" && loopback);
+        host_ok && (p == "*" || p.parse::<u16>() == Ok(port))
+    }
+
+    /// Whether a `(remote …)` or `(local …)` filter (`side`) covers `dial`:
+    /// `ip` is TCP and UDP, `tcp` and `udp` one each; `unix-socket` with no
+    /// path is every unix socket, with one those beneath it.
+    fn dial_covers(filter: &[Sx], side: &str, dial: Dial) -> bool {
+        if filter.first() != Some(&sym(side)) {
+            return false;
+        }
+        match (filter.get(1), filter.get(2), dial) {
+            (Some(Sx::Sym(k)), None, Dial::Unix(_)) => k == "unix-socket",
+            (Some(Sx::Sym(k)), Some(Sx::List(inner)), Dial::Unix(path)) => {
+                k == "unix-socket" && covers(inner, path)
+            }
+            (Some(Sx::Sym(k)), Some(Sx::Str(a)), Dial::Tcp(host, port)) => {
+                (k == "ip" || k == "tcp") && address_covers(a, host, port)
+            }
+            (Some(Sx::Sym(k)), Some(Sx::Str(a)), Dial::Udp(host, port)) => {
+                (k == "ip" || k == "udp") && address_covers(a, host, port)
+            }
+            _ => false,
+        }
+    }
+
+    #[test]
+    fn the_network_reaches_only_the_proxys_port_on_the_loopback_in_both_profiles() {
+        // ADR-0136. Guards `Profile::network`: without its deny every
+        // refusal below is allowed (`(allow default)`), without its allow
+        // of the port the proxy is refused, and the mDNSResponder socket
+        // was allowed before it.
+        let mut p = policy("/Users/u/p", "/private/tmp", "/Users/u", &["/Users/u"]);
+        p.proxy_port = Some(43117);
+        let exit = Path::new("/opt/nd7/nd7-exec");
+        for profile in [command(&p), floor(&p, exit)] {
+            let got = forms(&profile);
+            let connect =
+                |d: Dial| decides(&got, "network-outbound", |f| dial_covers(f, "remote", d));
+            assert!(connect(Dial::Tcp("127.0.0.1", 43117)), "{profile}");
+            for no in [
+                Dial::Tcp("127.0.0.1", 43118),
+                Dial::Tcp("127.0.0.1", 22),
+                Dial::Tcp("93.184.216.34", 443),
+                Dial::Tcp("93.184.216.34", 43117),
+                Dial::Tcp("192.168.1.1", 43117),
+                Dial::Udp("127.0.0.1", 43117),
+                Dial::Udp("192.168.1.1", 53),
+                Dial::Udp("8.8.8.8", 53),
+                Dial::Udp("127.0.0.1", 53),
+                Dial::Unix("/var/run/mDNSResponder"),
+                Dial::Unix("/private/var/run/mDNSResponder"),
+            ] {
+                assert!(!connect(no), "{no:?} reachable:\n{profile}");
+            }
+            assert!(connect(Dial::Unix("/var/run/syslog")));
+            assert!(connect(Dial::Unix("/Users/u/p/.git/fsmonitor--daemon.ipc")));
+            // A server the agent starts listens on the loopback, never where
+            // another machine reaches it.
+            for op in ["network-bind", "network-inbound"] {
+                let local = |d: Dial| decides(&got, op, |f| dial_covers(f, "local", d));
+                assert!(local(Dial::Tcp("127.0.0.1", 8080)), "{op}");
+                assert!(local(Dial::Unix("/Users/u/p/tmp/test.sock")), "{op}");
+                for no in [Dial::Tcp("0.0.0.0", 8080), Dial::Tcp("192.168.1.5", 8080)] {
+                    assert!(!local(no), "{op} {no:?}:\n{profile}");
+                }
+            }
+            // Exactly one address is ever allowed out: the proxy's.
+            let addresses: Vec<&Sx> = got
+                .iter()
+                .filter_map(|f| match f {
+                    Sx::List(v) if v.first() == Some(&sym("allow")) => Some(v),
+                    _ => None,
+                })
+                .flatten()
+                .filter(|f| match f {
+                    Sx::List(v) => {
+                        v.first() == Some(&sym("remote")) && v.get(1) != Some(&sym("unix-socket"))
+                    }
+                    _ => false,
+                })
+                .collect();
+            let proxy = Sx::List(vec![sym("remote"), sym("tcp"), st("localhost:43117")]);
+            assert_eq!(addresses, vec![&proxy], "{profile}");
+        }
+        // Without a proxy, no IP connection at all.
+        p.proxy_port = None;
+        for profile in [command(&p), floor(&p, exit)] {
+            let got = forms(&profile);
+            let connect =
+                |d: Dial| decides(&got, "network-outbound", |f| dial_covers(f, "remote", d));
+            assert!(!connect(Dial::Tcp("127.0.0.1", 43117)), "{profile}");
+            assert!(!profile.contains("(remote tcp"), "{profile}");
         }
     }
 
