@@ -3,6 +3,8 @@
 //!
 //! The pure part turns entries into what a person reads, and knows nothing of
 //! files or terminals:
+//! - [`claims`]: what the exit claimed it ran, held against what the kernel
+//!   ran (`nd7 verify`).
 //! - [`entry`]: one line read back, leniently, with the readings every view
 //!   needs (a routed command's original, a failed call's exit code).
 //! - [`timeline`]: entries into items, each call paired with its result,
@@ -19,6 +21,7 @@
 //! log's file facts on every use), [`output`] is stdout, the pager and the
 //! colour decision.
 
+pub mod claims;
 pub mod entry;
 pub mod html;
 pub mod index;
