@@ -11,6 +11,8 @@
 //!   streaming, nothing dropped.
 //! - [`summary`]: the few numbers `nd7 sessions` lists, fed entry by entry.
 //! - [`report`]: the session's facts, the chain's state and their JSON.
+//! - [`ran`]: what ran (`effect:nd7`), as collapsed trees and one line per
+//!   exec.
 //! - [`safe`]: untrusted text made inert for a terminal and for HTML.
 //! - [`text`], [`html`]: the terminal views and the one-file report.
 //! - [`search`]: a pattern, its prefilter over raw lines, and hits.
@@ -26,6 +28,7 @@ pub mod entry;
 pub mod html;
 pub mod index;
 pub mod output;
+pub mod ran;
 pub mod report;
 pub use nd7_format::safe;
 mod scan;

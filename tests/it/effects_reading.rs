@@ -102,3 +102,141 @@ echo done"#,
         "{line}"
     );
 }
+
+/// Claude Code's Bash tool line for `command` (as tests/it/effects.rs
+/// writes it).
+fn tool_line(command: &str) -> String {
+    format!(
+        "\"source /nonexistent/snapshot-bash-1-a.sh 2>/dev/null || true && eval '{command}' < /dev/null && pwd -P >| $TMPDIR/cwd-file\""
+    )
+}
+
+/// Headless Chromium's DOM of the page `html` (as tests/it/report_html.rs
+/// runs it: Debian's `chromium`, a fresh profile, no network).
+fn rendered(html: &[u8]) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let page = dir.path().join("report.html");
+    std::fs::write(&page, html).expect("write the report");
+    let out = std::process::Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--dump-dom",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile").display()
+        ))
+        .arg(format!("file://{}", page.display()))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run chromium ({e}): apt-get install chromium; scripts/test.sh does")
+        });
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// A scripted Claude Code session whose one Bash call runs two programs:
+/// `nd7 show` draws what the call's command ran as a collapsed tree, on the
+/// call's row while the call is still open, else on the `ran` entry's row
+/// naming the call and its command; `--effects` lists every exec with its
+/// arguments; the HTML report, rendered by Chromium, holds the same tree
+/// and every exec. A program name from the log stays text.
+///
+/// Guards `read::ran` as `timeline::Builder::fold_ran`, the text view and
+/// the HTML report use it: without it no line draws the tree.
+#[test]
+fn show_draws_what_each_call_ran_and_effects_lists_every_exec() {
+    let w = World::new();
+    let command = "/bin/true tree-marker; /bin/true tree-marker";
+    let claude = fake_claude(
+        &w,
+        &format!(
+            r#"
+export CLAUDE_CODE_SHELL_PREFIX="$EXEC"
+pre() {{ printf '{{"session_id":"c1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{{"command":"%s"}},"tool_use_id":"%s"}}' "$2" "$1" | "$ND7" record --run-hook; }}
+post() {{ printf '{{"session_id":"c1","hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{{"command":"%s"}},"tool_response":{{"stdout":""}},"tool_use_id":"%s"}}' "$2" "$1" | "$ND7" record --run-hook; }}
+pre tc1 '{command}'
+"$EXEC" {line}
+post tc1 '{command}'
+"#,
+            line = tool_line(command),
+        ),
+    );
+    let out = w
+        .nd7(&["run", &claude, "-p", "x"])
+        .output()
+        .expect("nd7 run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dir = run_chain(&w);
+    let id = dir
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let exec_seq = entries(&dir)
+        .iter()
+        .find(|e| e["kind"] == "exec" && e["tool_use_id"] == "tc1")
+        .map(|e| e["seq"].clone())
+        .unwrap_or_else(|| panic!("no exec for the call: {:#?}", entries(&dir)));
+
+    let show = w.nd7(&["show", &id]).output().expect("nd7 show");
+    let shown = text(&show.stdout);
+    let tree = "bash → true ×2";
+    let on_the_call = shown
+        .split_once(&format!("$ {command}"))
+        .and_then(|(_, after)| {
+            after
+                .lines()
+                .take(4)
+                .find(|l| l.trim() == format!("ran: {tree}"))
+        })
+        .is_some();
+    let naming_the_call = shown
+        .lines()
+        .any(|l| l.trim() == format!("under call tc1 ($ {command}), 3 execs: {tree}"));
+    assert!(
+        on_the_call || naming_the_call,
+        "{shown}{}",
+        text(&show.stderr)
+    );
+
+    let effects = w
+        .nd7(&["show", "--effects", &id])
+        .output()
+        .expect("nd7 show --effects");
+    let listed = text(&effects.stdout);
+    let each: Vec<&str> = listed
+        .lines()
+        .filter(|l| l.contains("/usr/bin/true: /bin/true tree-marker"))
+        .collect();
+    assert_eq!(each.len(), 2, "{listed}");
+    assert!(
+        each.iter()
+            .all(|l| l.ends_with(&format!("[command of entry {exec_seq}]"))),
+        "{each:?}"
+    );
+
+    let html = w
+        .nd7(&["show", "--html", &id])
+        .output()
+        .expect("nd7 show --html");
+    assert!(html.status.success(), "{}", text(&html.stderr));
+    let dom = rendered(&html.stdout);
+    assert!(
+        dom.contains(&format!("ran: <code>{tree}</code>"))
+            || dom.contains(&format!("), 3 execs: <code>{tree}</code>")),
+        "{dom}"
+    );
+    assert!(dom.contains("<summary>every exec ("), "{dom}");
+    assert!(
+        dom.contains("/usr/bin/true: /bin/true tree-marker  [command of entry"),
+        "{dom}"
+    );
+}
