@@ -465,6 +465,9 @@ fn observed_summary(entry: &Entry) -> String {
     if entry.source == crate::effect::SOURCE && entry.kind == crate::effect::RAN {
         return ran_summary(&entry.body);
     }
+    if entry.source == crate::effect::SOURCE && entry.kind == crate::effect::NOT_OBSERVED {
+        return not_observed_summary(&entry.body);
+    }
     let scalars = entry::scalars(&entry.body, SUMMARY_LEN);
     if entry.kind != crate::run_entry::RUN_START {
         return scalars;
@@ -483,6 +486,21 @@ fn observed_summary(entry: &Entry) -> String {
         "project={} grants={grants} {scalars}",
         rules["project"].as_str().unwrap_or("?")
     );
+    entry::cut(&line, SUMMARY_LEN).to_string()
+}
+
+/// The line a `not_observed` entry shows: that nothing ran observed in this
+/// run (on macOS, or where the kernel refused the tracing), or how many
+/// execs were stopped before they ran; and why.
+fn not_observed_summary(body: &Value) -> String {
+    let why = body["why"].as_str().unwrap_or("no reason given");
+    let line = match body["count"].as_u64() {
+        None => format!("what ran is not observed in this run: {why}"),
+        Some(n) => format!(
+            "{n} exec{} not observed: stopped at the exec, before running: {why}",
+            plural(n, "", "s")
+        ),
+    };
     entry::cut(&line, SUMMARY_LEN).to_string()
 }
 
@@ -1669,6 +1687,43 @@ mod tests {
                 p.group.tree.as_str()
             ),
             (Some("b"), Some("make"), "bash → true ×2")
+        );
+    }
+
+    /// A run in which nothing is observed (macOS, or a kernel that refused
+    /// the tracing) says so on the `not_observed` row, with why; execs
+    /// stopped past the observer's bound are counted.
+    #[test]
+    fn a_run_that_observes_nothing_says_so() {
+        let items = run(&[
+            line_from(
+                0,
+                "effect:nd7",
+                "not_observed",
+                None,
+                json!({"count": null, "why": "this system has no way for an unprivileged program to observe execs"}),
+            ),
+            line_from(
+                1,
+                "effect:nd7",
+                "not_observed",
+                None,
+                json!({"count": 3, "why": "past its bound"}),
+            ),
+        ]);
+        let said: Vec<&str> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Observed(o) => Some(o.summary.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "what ran is not observed in this run: this system has no way for an unprivileged program to observe execs",
+                "3 execs not observed: stopped at the exec, before running: past its bound",
+            ]
         );
     }
 

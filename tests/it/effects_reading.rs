@@ -240,3 +240,62 @@ post tc1 '{command}'
         "{dom}"
     );
 }
+
+/// A run in which what ran is not observed (here the kernel's refusal of
+/// the trace, by the `no-ptrace` fault; on macOS always, by the same
+/// entry and banner) says so in the banner, in the chain (`not_observed`,
+/// `count` null, no `ran`), in `nd7 show`, and in `nd7 verify`.
+///
+/// Guards `timeline::not_observed_summary`: without it `nd7 show` gives
+/// only the body's scalars.
+#[test]
+fn a_run_that_observes_nothing_says_so_everywhere() {
+    let w = World::new();
+    let agent = w.agent(
+        r#""$EXEC" '/bin/true unobserved-marker'
+echo done"#,
+    );
+    let out = w
+        .nd7(&["run", &agent])
+        .env("ND7_FAULT", "no-ptrace")
+        .output()
+        .expect("nd7 run");
+    assert!(text(&out.stdout).contains("done"), "{}", text(&out.stderr));
+    let why = "the kernel refused nd7 run's front tracing the run";
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "nd7 run: what ran is not observed in this run ({why}"
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    let dir = run_chain(&w);
+    let effects: Vec<serde_json::Value> = entries(&dir)
+        .into_iter()
+        .filter(|e| e["source"] == "effect:nd7")
+        .collect();
+    assert_eq!(effects.len(), 1, "{effects:#?}");
+    assert_eq!(effects[0]["kind"], "not_observed");
+    assert!(effects[0]["body"]["count"].is_null(), "{effects:#?}");
+
+    let id = dir
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let show = w.nd7(&["show", &id]).output().expect("nd7 show");
+    let shown = text(&show.stdout);
+    assert!(
+        shown.lines().any(|l| l.contains(&format!(
+            "[effect:nd7 not_observed] what ran is not observed in this run: {why}"
+        ))),
+        "{shown}"
+    );
+    let v = verify(&w, &dir);
+    let said = text(&v.stdout);
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with(&format!("what ran: not observed in this run ({why}"))),
+        "{said}"
+    );
+}
