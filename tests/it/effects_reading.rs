@@ -147,7 +147,7 @@ fn rendered(html: &[u8]) -> String {
 /// call's row while the call is still open, else on the `ran` entry's row
 /// naming the call and its command; `--effects` lists every exec with its
 /// arguments; the HTML report, rendered by Chromium, holds the same tree
-/// and every exec. A program name from the log stays text.
+/// and every exec; `nd7 search` finds the executable.
 ///
 /// Guards `read::ran` as `timeline::Builder::fold_ran`, the text view and
 /// the HTML report use it: without it no line draws the tree.
@@ -238,6 +238,21 @@ post tc1 '{command}'
     assert!(
         dom.contains("/usr/bin/true: /bin/true tree-marker  [command of entry"),
         "{dom}"
+    );
+
+    // `nd7 search` finds the executable (as the kernel ran it) across the
+    // sessions, as it finds arguments (tests/it/effects.rs).
+    let search = w
+        .nd7(&["search", "/usr/bin/true"])
+        .output()
+        .expect("nd7 search");
+    let found = text(&search.stdout);
+    assert!(
+        found
+            .lines()
+            .any(|l| l.contains(" exes ") && l.ends_with("/usr/bin/true")),
+        "{found}{}",
+        text(&search.stderr)
     );
 }
 
