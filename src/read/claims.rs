@@ -9,13 +9,15 @@
 //! process's arguments are not `-c` and the exec entry's text, the claim and
 //! the effect disagree, and both are named.
 //!
-//! A command's first process is the first exec marked with its `exec` seq.
-//! When that exec descends from a process already seen to exec without the
-//! mark (the observer marks a command's first exec only once the exit has
-//! listed it, and a late listing leaves it unmarked), the command's own first
-//! exec is not known, and nothing is held against it. An exec whose image
-//! could not be read (`confirmed: false`) is not held either: verify counts
-//! those already. Pure: fed line by line.
+//! A command's first process is the first exec marked with its `exec` seq,
+//! if `nd7 run` forked it (its `ppid` is `run_start`'s `pid`: the exit starts
+//! every command's shell from `nd7 run`). Any other first marked exec
+//! descends from a shell the observer left unmarked (it marks a command's
+//! first exec only once the exit has listed it, and a late listing leaves it
+//! unmarked): the command's own first exec is not known, and nothing is held
+//! against it. So too for an exec whose image could not be read
+//! (`confirmed: false`): verify counts those already. Pure: fed line by
+//! line.
 
 use std::collections::{HashMap, HashSet};
 
@@ -44,7 +46,10 @@ pub struct Mismatch {
 pub struct Claims {
     /// The claimed text by `exec` seq, until its first exec is held.
     claims: HashMap<u64, Vec<u8>>,
-    /// Every pid seen to exec so far.
+    /// `nd7 run`'s pid, as `run_start` states it.
+    run_pid: Option<u64>,
+    /// Every pid seen to exec so far: without `run_pid` (no chain with
+    /// `ran` entries lacks it), a first process is one not forked by them.
     execed: HashSet<u32>,
     out: Vec<Mismatch>,
 }
@@ -62,7 +67,9 @@ impl Claims {
         };
         let seq = entry["seq"].as_u64().unwrap_or(0);
         let is = |source: &str, kind: &str| entry["source"] == source && entry["kind"] == kind;
-        if is(crate::run_entry::SOURCE, crate::run_entry::EXEC) {
+        if is(crate::run_entry::SOURCE, crate::run_entry::RUN_START) {
+            self.run_pid = entry["body"]["pid"].as_u64();
+        } else if is(crate::run_entry::SOURCE, crate::run_entry::EXEC) {
             if let Some(claim) = claimed(&entry["body"]) {
                 self.claims.insert(seq, claim);
             }
@@ -80,12 +87,16 @@ impl Claims {
         let exes = body["exes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
         for exec in body["execs"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
             let pid = exec["pid"].as_u64().unwrap_or(0) as u32;
-            let ppid = exec["ppid"].as_u64().unwrap_or(0) as u32;
+            let ppid = exec["ppid"].as_u64().unwrap_or(0);
             let first = exec["command"]
                 .as_u64()
                 .and_then(|c| self.claims.remove(&c).map(|claim| (c, claim)));
+            let forked_by_the_run = match self.run_pid {
+                Some(run) => ppid == run,
+                None => !self.execed.contains(&(ppid as u32)),
+            };
             if let Some((exec_seq, claim)) = first
-                && !self.execed.contains(&ppid)
+                && forked_by_the_run
                 && let Some(exe) = identity(exes, exec)
             {
                 let argv = strings(&exec["argv"]);
@@ -245,6 +256,38 @@ mod tests {
             ),
         ]);
         assert_eq!(found, vec![]);
+    }
+
+    /// `nd7 run` (pid 1 here) forks every command's shell; a first marked
+    /// exec it did not fork is a later process of a shell left unmarked,
+    /// such as a subshell's child, whose forker never exec'd.
+    #[test]
+    fn a_first_marked_exec_not_forked_by_nd7_run_is_not_held() {
+        let start =
+            json!({"seq": 0, "source": "exit:nd7", "kind": "run_start", "body": {"pid": 1}})
+                .to_string()
+                .into_bytes();
+        let found = check(&[
+            start.clone(),
+            exec_entry(3, "(ls; ls)"),
+            ran(
+                4,
+                json!([
+                    {"pid": 10, "ppid": 1, "exe": 0, "argv": ["/bin/bash", "-c", "(ls; ls)"]},
+                    {"pid": 12, "ppid": 11, "exe": 1, "argv": ["ls"], "command": 3},
+                ]),
+            ),
+        ]);
+        assert_eq!(found, vec![]);
+        let held = check(&[
+            start,
+            exec_entry(3, "ls"),
+            ran(
+                4,
+                json!([{"pid": 10, "ppid": 1, "exe": 1, "argv": ["true"], "command": 3}]),
+            ),
+        ]);
+        assert_eq!(held.len(), 1, "{held:?}");
     }
 
     #[test]
