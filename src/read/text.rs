@@ -850,6 +850,36 @@ mod tests {
     }
 
     #[test]
+    fn what_ran_with_hostile_names_and_arguments_is_shown_inert() {
+        let hostile = "x\x1b]0;owned\x07\x1b[2J\r\u{9b}1;31m\u{202e}";
+        let line = serde_json::json!({"seq": 0, "ts": 1_795_000_000_000_000_000u64, "source": "effect:nd7",
+            "kind": "ran", "body": {"exes": [[format!("/tmp/{hostile}"), "1:2", null]],
+            "execs": [{"pid": 3, "ppid": 1, "exe": 0, "argv": [hostile], "command": 9}]}})
+        .to_string()
+        .into_bytes();
+        let items = timeline::build([line.as_slice()]);
+        let utc = TimeZone::UTC;
+        let mut r = Timeline::new(&utc, Style::PLAIN, false);
+        r.effects = true;
+        let text = items
+            .iter()
+            .flat_map(|i| r.item(i))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            text.contains("under the command of entry 9, 1 exec: x\\x1b]0;owned"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pid 3 (from 1) /tmp/x\\x1b]0;owned"),
+            "{text}"
+        );
+        for bad in ['\x1b', '\x07', '\r', '\u{9b}', '\u{202e}'] {
+            assert!(!text.contains(bad), "{bad:?} in {text:?}");
+        }
+    }
+
+    #[test]
     fn hostile_output_never_reaches_the_terminal_as_control_bytes() {
         let hostile = "ok\x1b]0;owned\x07\x1b[2J\r\u{9b}1;31m\u{202e}gnp.exe";
         let lines = [
