@@ -1286,7 +1286,7 @@ _nd7() {
             return 0
             ;;
         nd7__subcmd__show)
-            opts="-h --full --only --json --html --color --no-pager --help"
+            opts="-h --full --effects --only --json --html --color --no-pager --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

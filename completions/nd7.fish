@@ -74,6 +74,7 @@ complete -c nd7 -n "__fish_nd7_using_subcommand show" -l color -d 'Colour: auto 
 always\t''
 never\t''"
 complete -c nd7 -n "__fish_nd7_using_subcommand show" -l full -d 'Every line of every output and prompt, and every entry nd7 wrote about a call (`exec`, `exec_end`, `floor_refused`, transcript anchors), which the default view folds into the call\'s row'
+complete -c nd7 -n "__fish_nd7_using_subcommand show" -l effects -d 'Every program the observer saw run (`nd7 run` on Linux), one line each with its arguments, beside the collapsed tree shown under each call'
 complete -c nd7 -n "__fish_nd7_using_subcommand show" -l json -d 'The same timeline as NDJSON: a session object, one object per item, then the chain\'s verdict'
 complete -c nd7 -n "__fish_nd7_using_subcommand show" -l html -d 'One self-contained HTML file (no scripts, nothing loaded) on stdout'
 complete -c nd7 -n "__fish_nd7_using_subcommand show" -l no-pager -d 'Never page (by default a terminal gets $ND7_PAGER, $PAGER or `less -FRX`)'

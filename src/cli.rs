@@ -314,6 +314,11 @@ pub struct ShowArgs {
     /// which the default view folds into the call's row.
     #[arg(long)]
     pub full: bool,
+    /// Every program the observer saw run (`nd7 run` on Linux), one line
+    /// each with its arguments, beside the collapsed tree shown under each
+    /// call.
+    #[arg(long)]
+    pub effects: bool,
     /// Only the calls that ended so: `failed`, `refused` (comma-separated).
     #[arg(
         long,

@@ -583,12 +583,13 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
     }
     let whole = report_lost_events(&r, prefix);
     report_effects(&r.effects, prefix);
+    let claims_hold = report_claims(log, prefix)?;
     if !r.hooks {
         println!(
             "{prefix}run: nd7 run's own log; the run registered no hooks (the program was not Claude Code), so its {} commands through the exit are not held against Bash calls",
             r.execs
         );
-        return Ok(whole);
+        return Ok(whole && claims_hold);
     }
     println!(
         "{prefix}run: nd7 run's own log: {} commands through the exit, {} Bash calls in the hooks' entries",
@@ -604,12 +605,38 @@ fn report_reconciliation(log: &SessionLog, prefix: &str) -> Result<bool, session
     } else {
         r.agrees()
     };
-    if agrees && ended && whole {
+    if agrees && ended && whole && claims_hold {
         println!(
             "{prefix}reconciled: every Bash call has its command through the exit, and every command its call"
         );
     }
-    Ok(agrees && ended && whole)
+    Ok(agrees && ended && whole && claims_hold)
+}
+
+/// Each command's `exec` entry (what the exit claims it handed the shell)
+/// held against what its first process ran, read after the exec (ADR-0137).
+/// Both are named where they differ. Returns whether none does.
+fn report_claims(log: &SessionLog, prefix: &str) -> Result<bool, session_log::Error> {
+    let mut claims = nd7_core::read::claims::Claims::new();
+    log.for_each_line(|line| {
+        claims.feed(line);
+        true
+    })?;
+    let found = claims.finish();
+    for m in &found {
+        let (path, id, hash) = &m.exe;
+        println!(
+            "{prefix}NOT RECONCILED: entry {}: command `{}` was claimed by the exit, but its first process (pid {}, entry {}) ran {} ({id}, blake3 {}) with arguments `{}`",
+            m.exec_seq,
+            inert_line(&m.command),
+            m.pid,
+            m.ran_seq,
+            inert_line(path),
+            hash.as_deref().unwrap_or("not read"),
+            inert_line(&m.argv.join(" ")),
+        );
+    }
+    Ok(found.is_empty())
 }
 
 /// Events a hook sent that the chain does not hold (ADR-0097): whatever

@@ -81,7 +81,8 @@ pub fn report(
     let mut day = None;
     for item in items {
         // Folded into its call's row, which names it; the NDJSON keeps it.
-        if matches!(item, Item::Observed(ob) if ob.folded) {
+        // What ran stays a row of its own too: its every exec, collapsed.
+        if matches!(item, Item::Observed(ob) if ob.folded && !is_ran(ob)) {
             continue;
         }
         if let Some(at) = item.at() {
@@ -577,6 +578,34 @@ fn refusal(r: &Refusal) -> Parts {
     )
 }
 
+fn is_ran(ob: &Observed) -> bool {
+    ob.source == crate::effect::SOURCE && ob.kind == crate::effect::RAN
+}
+
+/// A `ran` row's groups left to it (their calls had left the timeline), and
+/// every exec, collapsed until opened.
+fn ran_parts(b: &mut String, ob: &Observed) {
+    let h = |t: &str| safe::html(t, Lines::One);
+    for p in &ob.processes {
+        let _ = write!(
+            b,
+            "<div class=\"desc ran\">{}: <code>{}</code></div>",
+            h(&text::processes_label(p)),
+            h(&p.group.tree)
+        );
+    }
+    let each = super::ran::each(&ob.body);
+    let _ = write!(
+        b,
+        "<details class=\"execs\"><summary>every exec ({})</summary><pre>{}</pre></details>",
+        each.len(),
+        each.iter()
+            .map(|l| safe::html(l, Lines::One))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 fn observed(ob: &Observed) -> Parts {
     let h = |t: &str| safe::html(t, Lines::One);
     let (class, word) = match ob.class {
@@ -586,16 +615,16 @@ fn observed(ob: &Observed) -> Parts {
         ObservedClass::Net => ("observed", "net"),
         ObservedClass::Session | ObservedClass::Other => ("observed", "nd7"),
     };
-    (
-        class,
-        word.into(),
-        format!(
-            "<code>[{} {}]</code> {}",
-            h(&ob.source),
-            h(&ob.kind),
-            h(&ob.summary)
-        ),
-    )
+    let mut b = format!(
+        "<code>[{} {}]</code> {}",
+        h(&ob.source),
+        h(&ob.kind),
+        h(&ob.summary)
+    );
+    if is_ran(ob) {
+        ran_parts(&mut b, ob);
+    }
+    (class, word.into(), b)
 }
 
 fn event(e: &Event) -> Parts {
@@ -671,6 +700,13 @@ fn tool(t: &Tool) -> Parts {
     }
     for p in &t.refused_paths {
         let _ = write!(b, "<div class=\"desc\">{}</div>", h(&text::refused_path(p)));
+    }
+    for tree in &t.processes {
+        let _ = write!(
+            b,
+            "<div class=\"desc ran\">ran: <code>{}</code></div>",
+            h(tree)
+        );
     }
     if let Some(r) = &t.reason {
         let _ = write!(b, "<div class=\"desc\">{}</div>", h(r));

@@ -3,12 +3,16 @@
 //!
 //! The pure part turns entries into what a person reads, and knows nothing of
 //! files or terminals:
+//! - [`claims`]: what the exit claimed it ran, held against what the kernel
+//!   ran (`nd7 verify`).
 //! - [`entry`]: one line read back, leniently, with the readings every view
 //!   needs (a routed command's original, a failed call's exit code).
 //! - [`timeline`]: entries into items, each call paired with its result,
 //!   streaming, nothing dropped.
 //! - [`summary`]: the few numbers `nd7 sessions` lists, fed entry by entry.
 //! - [`report`]: the session's facts, the chain's state and their JSON.
+//! - [`ran`]: what ran (`effect:nd7`), as collapsed trees and one line per
+//!   exec.
 //! - [`safe`]: untrusted text made inert for a terminal and for HTML.
 //! - [`text`], [`html`]: the terminal views and the one-file report.
 //! - [`search`]: a pattern, its prefilter over raw lines, and hits.
@@ -19,10 +23,12 @@
 //! log's file facts on every use), [`output`] is stdout, the pager and the
 //! colour decision.
 
+pub mod claims;
 pub mod entry;
 pub mod html;
 pub mod index;
 pub mod output;
+pub mod ran;
 pub mod report;
 pub use nd7_format::safe;
 mod scan;

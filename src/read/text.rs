@@ -7,8 +7,8 @@ use jiff::tz::TimeZone;
 use super::report::{CAVEAT, Chain, SessionInfo};
 use super::safe::{self, Lines};
 use super::timeline::{
-    At, Event, Item, Observed, ObservedClass, Prompt, Refusal, RefusedBy, RefusedPath, SessionEnd,
-    SessionStart, Status, Subagent, SubagentEvent, Tool, TurnEnd, UnreadableLine,
+    At, Event, Item, Observed, ObservedClass, Processes, Prompt, Refusal, RefusedBy, RefusedPath,
+    SessionEnd, SessionStart, Status, Subagent, SubagentEvent, Tool, TurnEnd, UnreadableLine,
 };
 use super::when;
 
@@ -473,6 +473,20 @@ impl Margin {
     }
 }
 
+/// Whom what ran under a command is shown for, on a `ran` entry's row: the
+/// call (its id and command) when the timeline saw it, else the command's
+/// `exec` entry, or the agent itself.
+pub fn processes_label(p: &Processes) -> String {
+    let n = p.group.execs;
+    let execs = format!("{n} exec{}", super::safe::plural(n, "", "s"));
+    match (&p.call, &p.call_command, p.group.command) {
+        (Some(id), Some(c), _) => format!("under call {id} ($ {c}), {execs}"),
+        (Some(id), None, _) => format!("under call {id}, {execs}"),
+        (None, _, Some(seq)) => format!("under the command of entry {seq}, {execs}"),
+        (None, _, None) => format!("without a call (the agent's own), {execs}"),
+    }
+}
+
 /// An item's word, in the column it starts with.
 fn item_label(l: &str) -> String {
     format!("{l:<9}")
@@ -484,6 +498,9 @@ pub struct Timeline<'a> {
     pub style: Style,
     /// Show every line of every output.
     pub full: bool,
+    /// Show every exec the observer saw, one line each, and the `ran`
+    /// entries folded into their calls' rows (`nd7 show --effects`).
+    pub effects: bool,
     day: Option<String>,
 }
 
@@ -493,6 +510,7 @@ impl<'a> Timeline<'a> {
             tz,
             style,
             full,
+            effects: false,
             day: None,
         }
     }
@@ -514,7 +532,7 @@ impl<'a> Timeline<'a> {
             Item::SessionEnd(e) => out.push(self.session_end(&margin, e)),
             Item::Subagent(s) => self.subagent(&mut out, &margin, s),
             Item::Refusal(r) => out.push(self.refusal(&margin, r)),
-            Item::Observed(o) if o.folded && !self.full => {}
+            Item::Observed(o) if o.folded && !self.full && !self.effects => {}
             Item::Observed(o) => self.observed(&mut out, &margin, o),
             Item::Event(e) => out.push(self.event(&margin, e)),
             Item::Unreadable(u) => out.push(self.unreadable(&margin, u)),
@@ -649,6 +667,18 @@ impl<'a> Timeline<'a> {
                 out.push(format!("{body}{}", st.yellow(&one(&refused_path(&p)))));
             }
         }
+        for p in &o.processes {
+            out.push(format!(
+                "{body}{}: {}",
+                one(&processes_label(p)),
+                one(&p.group.tree)
+            ));
+        }
+        if self.effects && o.source == crate::effect::SOURCE && o.kind == crate::effect::RAN {
+            for line in super::ran::each(&o.body) {
+                out.push(format!("{body}  {}", st.dim(&one(&line))));
+            }
+        }
     }
 
     fn event(&self, margin: &Margin, e: &Event) -> String {
@@ -722,6 +752,9 @@ impl<'a> Timeline<'a> {
                 "{body_indent}{}",
                 st.yellow(&one(&refused_path(p)))
             ));
+        }
+        for tree in &t.processes {
+            out.push(format!("{body_indent}{} {}", st.cyan("ran:"), one(tree)));
         }
         if let Some(r) = &t.reason {
             let r = match t.refused_by {
@@ -814,6 +847,36 @@ mod tests {
             "source": "intent:claude-code", "kind": kind, "tool_use_id": "t", "body": body})
         .to_string()
         .into_bytes()
+    }
+
+    #[test]
+    fn what_ran_with_hostile_names_and_arguments_is_shown_inert() {
+        let hostile = "x\x1b]0;owned\x07\x1b[2J\r\u{9b}1;31m\u{202e}";
+        let line = serde_json::json!({"seq": 0, "ts": 1_795_000_000_000_000_000u64, "source": "effect:nd7",
+            "kind": "ran", "body": {"exes": [[format!("/tmp/{hostile}"), "1:2", null]],
+            "execs": [{"pid": 3, "ppid": 1, "exe": 0, "argv": [hostile], "command": 9}]}})
+        .to_string()
+        .into_bytes();
+        let items = timeline::build([line.as_slice()]);
+        let utc = TimeZone::UTC;
+        let mut r = Timeline::new(&utc, Style::PLAIN, false);
+        r.effects = true;
+        let text = items
+            .iter()
+            .flat_map(|i| r.item(i))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            text.contains("under the command of entry 9, 1 exec: x\\x1b]0;owned"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pid 3 (from 1) /tmp/x\\x1b]0;owned"),
+            "{text}"
+        );
+        for bad in ['\x1b', '\x07', '\r', '\u{9b}', '\u{202e}'] {
+            assert!(!text.contains(bad), "{bad:?} in {text:?}");
+        }
     }
 
     #[test]

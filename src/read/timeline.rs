@@ -230,6 +230,11 @@ pub struct Tool {
     /// `floor_refused`), folded into it; each is also an item of its own.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<u64>,
+    /// What its command ran, as the observer saw it (`ran` entries,
+    /// `effect:nd7`): a collapsed tree of programs per `ran` entry that
+    /// arrived while the call was still open.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call_seq: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -316,6 +321,7 @@ impl Tool {
             refused_by: None,
             refused_paths: Box::default(),
             evidence: Vec::new(),
+            processes: Vec::new(),
             call_seq: None,
             result_seq: None,
             refusal_seq: None,
@@ -328,6 +334,10 @@ impl Tool {
 /// How many entries a finished call of a run stays open for nd7's word on
 /// it (`floor_refused`, written beside the result by another hook).
 const LINGER: u32 = 8;
+
+/// How many commands' calls the builder remembers, to name the call of
+/// what ran under a command after the call has left.
+const CALLS_KEPT: usize = 4096;
 
 /// What an entry nd7 wrote itself is about, as far as its kind tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -363,6 +373,24 @@ pub struct Observed {
     /// to that call's row; `--full` and the NDJSON keep it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub folded: bool,
+    /// For a `ran` entry: its execs by command, each a collapsed tree, but
+    /// those folded into their call's row (`Tool::processes`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<Processes>,
+}
+
+/// What ran under one command (or under none) in a `ran` entry, shown on
+/// the entry's row because the command's call had left the timeline.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Processes {
+    #[serde(flatten)]
+    pub group: super::ran::Group,
+    /// The Bash call the command ran for, when the timeline saw it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    /// That call's command, as the model gave it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_command: Option<String>,
 }
 
 /// Any other entry: a hook event this view has no shape for, kept whole.
@@ -437,6 +465,9 @@ fn observed_summary(entry: &Entry) -> String {
     if entry.source == crate::effect::SOURCE && entry.kind == crate::effect::RAN {
         return ran_summary(&entry.body);
     }
+    if entry.source == crate::effect::SOURCE && entry.kind == crate::effect::NOT_OBSERVED {
+        return not_observed_summary(&entry.body);
+    }
     let scalars = entry::scalars(&entry.body, SUMMARY_LEN);
     if entry.kind != crate::run_entry::RUN_START {
         return scalars;
@@ -455,6 +486,21 @@ fn observed_summary(entry: &Entry) -> String {
         "project={} grants={grants} {scalars}",
         rules["project"].as_str().unwrap_or("?")
     );
+    entry::cut(&line, SUMMARY_LEN).to_string()
+}
+
+/// The line a `not_observed` entry shows: that nothing ran observed in this
+/// run (on macOS, or where the kernel refused the tracing), or how many
+/// execs were stopped before they ran; and why.
+fn not_observed_summary(body: &Value) -> String {
+    let why = body["why"].as_str().unwrap_or("no reason given");
+    let line = match body["count"].as_u64() {
+        None => format!("what ran is not observed in this run: {why}"),
+        Some(n) => format!(
+            "{n} exec{} not observed: stopped at the exec, before running: {why}",
+            plural(n, "", "s")
+        ),
+    };
     entry::cut(&line, SUMMARY_LEN).to_string()
 }
 
@@ -592,6 +638,10 @@ pub struct Builder {
     lingering: HashMap<String, u64>,
     /// `exec` entries folded into a call: their seq → the call's tool_use_id.
     execs: HashMap<u64, String>,
+    /// The last [`CALLS_KEPT`] `exec` entries folded into a call, by seq:
+    /// the call's tool_use_id and command, for what ran under it later.
+    calls: HashMap<u64, (String, Option<String>)>,
+    calls_order: VecDeque<u64>,
     /// Turn ends so far: a call with none after it (before the next
     /// prompt) may still be running, or was stopped; one the turn ended
     /// without was passed over.
@@ -623,6 +673,8 @@ impl Builder {
             left: HashMap::new(),
             lingering: HashMap::new(),
             execs: HashMap::new(),
+            calls: HashMap::new(),
+            calls_order: VecDeque::new(),
             progress: 0,
             made_at: HashMap::new(),
             run: false,
@@ -644,7 +696,12 @@ impl Builder {
         self.age_lingering();
         if !entry.is_intent() {
             self.run |= entry.source == crate::run_entry::SOURCE;
-            let folded = self.fold(&entry);
+            let (folded, processes) =
+                if entry.source == crate::effect::SOURCE && entry.kind == crate::effect::RAN {
+                    self.fold_ran(&entry.body)
+                } else {
+                    (self.fold(&entry), Vec::new())
+                };
             let item = Item::Observed(Observed {
                 at: At::of(&entry),
                 class: entry_class(&entry),
@@ -654,6 +711,7 @@ impl Builder {
                 kind: entry.kind,
                 body: entry.body,
                 folded,
+                processes,
             });
             self.ready(item);
             return;
@@ -831,7 +889,9 @@ impl Builder {
             // command in the result said so, see `complete`).
             EXEC => {
                 tool.routed = true;
-                self.execs.insert(seq, id);
+                let command = tool.command.clone();
+                self.execs.insert(seq, id.clone());
+                self.remember_call(seq, id, command);
             }
             FLOOR_REFUSED => {
                 tool.status = Status::Refused;
@@ -841,6 +901,39 @@ impl Builder {
             _ => {}
         }
         true
+    }
+
+    fn remember_call(&mut self, exec: u64, id: String, command: Option<String>) {
+        self.calls.insert(exec, (id, command));
+        self.calls_order.push_back(exec);
+        if self.calls_order.len() > CALLS_KEPT
+            && let Some(old) = self.calls_order.pop_front()
+        {
+            self.calls.remove(&old);
+        }
+    }
+
+    /// Folds what a `ran` entry says ran under each command into the row of
+    /// the command's call, while that call is still open. Returns whether
+    /// all of it was folded, and the groups left to the entry's own row.
+    fn fold_ran(&mut self, body: &Value) -> (bool, Vec<Processes>) {
+        let mut left = Vec::new();
+        for group in super::ran::groups(body) {
+            let call = group.command.and_then(|seq| self.calls.get(&seq).cloned());
+            if let Some((id, _)) = &call
+                && let Some(tool) = self.open_mut(id)
+            {
+                tool.processes.push(group.tree);
+                continue;
+            }
+            let (call, call_command) = call.map_or((None, None), |(id, c)| (Some(id), c));
+            left.push(Processes {
+                group,
+                call,
+                call_command,
+            });
+        }
+        (left.is_empty(), left)
     }
 
     fn event(&mut self, entry: Entry) {
@@ -1523,6 +1616,115 @@ mod tests {
             matches!(&items[4], Item::Event(e) if e.event.as_deref() == Some("Notification") && e.summary == "message=hi")
         );
         assert!(matches!(&items[5], Item::Unreadable(u) if u.line == 6));
+    }
+
+    fn ran_under(seq: u64, command: u64, pid: u64) -> Vec<u8> {
+        line_from(
+            seq,
+            "effect:nd7",
+            "ran",
+            None,
+            json!({"exes": [["/usr/bin/bash", "1:2", "a"], ["/usr/bin/true", "1:3", "b"]],
+                   "execs": [
+                       {"pid": pid, "ppid": 1, "exe": 0, "argv": ["bash"], "command": command},
+                       {"pid": pid + 1, "ppid": pid, "exe": 1, "argv": ["true"], "command": command},
+                       {"pid": pid + 2, "ppid": pid, "exe": 1, "argv": ["true"], "command": command}]}),
+        )
+    }
+
+    /// What ran under a command goes on its call's row while the call is
+    /// open; once the call has left, the `ran` entry's own row names the
+    /// call and its command. Either way it is drawn as a collapsed tree.
+    #[test]
+    fn what_ran_shows_under_its_call_or_names_it() {
+        let exec = |seq: u64, id: &str| {
+            line_from(
+                seq,
+                "exit:nd7",
+                "exec",
+                Some(id),
+                json!({"command": "make"}),
+            )
+        };
+        let mut lines = vec![
+            line_from(0, "exit:nd7", "run_start", None, json!({"hooks": true})),
+            bash_call(1, "a", "make"),
+            exec(2, "a"),
+            ran_under(3, 2, 10),
+            bash_ok(4, "a", "make", ""),
+            bash_call(5, "b", "make"),
+            exec(6, "b"),
+            bash_ok(7, "b", "make", ""),
+        ];
+        // The call's row is open for LINGER entries after its result.
+        for seq in 8..8 + u64::from(LINGER) {
+            lines.push(line(
+                seq,
+                "hook",
+                None,
+                json!({"hook_event_name": "Notification"}),
+            ));
+        }
+        lines.push(ran_under(20, 6, 30));
+        let items = run(&lines);
+        let t = tools(&items);
+        assert_eq!(t[0].processes, ["bash → true ×2"], "{items:?}");
+        assert!(t[1].processes.is_empty(), "{items:?}");
+        let rows: Vec<&Observed> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Observed(o) if o.kind == "ran" => Some(o),
+                _ => None,
+            })
+            .collect();
+        assert!(rows[0].folded && rows[0].processes.is_empty(), "{rows:?}");
+        assert!(!rows[1].folded, "{rows:?}");
+        let p = &rows[1].processes[0];
+        assert_eq!(
+            (
+                p.call.as_deref(),
+                p.call_command.as_deref(),
+                p.group.tree.as_str()
+            ),
+            (Some("b"), Some("make"), "bash → true ×2")
+        );
+    }
+
+    /// A run in which nothing is observed (macOS, or a kernel that refused
+    /// the tracing) says so on the `not_observed` row, with why; execs
+    /// stopped past the observer's bound are counted.
+    #[test]
+    fn a_run_that_observes_nothing_says_so() {
+        let items = run(&[
+            line_from(
+                0,
+                "effect:nd7",
+                "not_observed",
+                None,
+                json!({"count": null, "why": "this system has no way for an unprivileged program to observe execs"}),
+            ),
+            line_from(
+                1,
+                "effect:nd7",
+                "not_observed",
+                None,
+                json!({"count": 3, "why": "past its bound"}),
+            ),
+        ]);
+        let said: Vec<&str> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Observed(o) => Some(o.summary.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "what ran is not observed in this run: this system has no way for an unprivileged program to observe execs",
+                "3 execs not observed: stopped at the exec, before running: past its bound",
+            ]
+        );
     }
 
     /// A run's start shows the project and grants it began with, which

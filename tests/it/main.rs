@@ -23,6 +23,7 @@ mod door_hooks;
 mod door_load;
 mod e2e;
 mod effects;
+mod effects_reading;
 #[cfg(target_os = "linux")]
 mod egress;
 #[cfg(target_os = "linux")]

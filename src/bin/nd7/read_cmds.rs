@@ -378,6 +378,7 @@ fn show_text(
         .try_for_each(|l| out.line(l))
         .and_then(|()| out.line(""));
     let mut view = text::Timeline::new(tz, style, a.full);
+    view.effects = a.effects;
     let read = store::read_timeline(&at.log, |item| {
         if !kept(&a.only, &item) {
             return true;

@@ -1,0 +1,242 @@
+//! What ran, read back for a person (issue 32): the execs of one `ran` entry
+//! (`effect:nd7`, ADR-0111) grouped by the command through the exit they ran
+//! under, each group drawn as a collapsed tree of programs (`bash → make →
+//! cc ×6`), and every exec as a line of its own for `nd7 show --effects`.
+//! Pure: a `ran` body in, text out; the text is the agent's (paths and
+//! arguments), so every view escapes it.
+
+use serde_json::Value;
+
+/// A tree drawn longer than this many characters is cut (`--effects` lists
+/// every exec whole).
+const TREE_LEN: usize = 400;
+
+/// The execs of one `ran` entry under one command, or under none (the
+/// agent's own processes).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Group {
+    /// The seq of the command's `exec` entry; `None` for the agent's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<u64>,
+    pub execs: usize,
+    /// The collapsed tree of programs.
+    pub tree: String,
+}
+
+/// One exec of a `ran` body, as read.
+struct Exec {
+    pid: u64,
+    ppid: u64,
+    name: String,
+    command: Option<u64>,
+}
+
+fn execs(body: &Value) -> Vec<Exec> {
+    let exes = body["exes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let all = body["execs"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    all.iter()
+        .map(|x| Exec {
+            pid: x["pid"].as_u64().unwrap_or(0),
+            ppid: x["ppid"].as_u64().unwrap_or(0),
+            name: name(exes, x),
+            command: x["command"].as_u64(),
+        })
+        .collect()
+}
+
+/// The program's name: its executable's file name, or the first argument's
+/// with `?` when the image could not be read.
+fn name(exes: &[Value], x: &Value) -> String {
+    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+    match x["exe"]
+        .as_u64()
+        .and_then(|i| exes.get(usize::try_from(i).ok()?))
+        .and_then(|e| e[0].as_str())
+    {
+        Some(path) => base(path),
+        None => format!("{}?", base(x["argv"][0].as_str().unwrap_or(""))),
+    }
+}
+
+/// The execs grouped by command, in the order each command first appears,
+/// the agent's own last.
+pub fn groups(body: &Value) -> Vec<Group> {
+    let all = execs(body);
+    let mut keys: Vec<Option<u64>> = Vec::new();
+    for x in &all {
+        if x.command.is_some() && !keys.contains(&x.command) {
+            keys.push(x.command);
+        }
+    }
+    if all.iter().any(|x| x.command.is_none()) {
+        keys.push(None);
+    }
+    keys.into_iter()
+        .map(|key| {
+            let members: Vec<&Exec> = all.iter().filter(|x| x.command == key).collect();
+            Group {
+                command: key,
+                execs: members.len(),
+                tree: super::entry::cut(&tree(&members), TREE_LEN).to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The execs drawn as a tree: a process's later exec (the same pid) and
+/// the execs of processes it forked are its children; equal subtrees under
+/// one parent are drawn once with their count.
+fn tree(members: &[&Exec]) -> String {
+    let mut parent: Vec<Option<usize>> = Vec::with_capacity(members.len());
+    for (i, x) in members.iter().enumerate() {
+        let earlier = &members[..i];
+        let p = earlier
+            .iter()
+            .rposition(|e| e.pid == x.pid)
+            .or_else(|| earlier.iter().rposition(|e| e.pid == x.ppid));
+        parent.push(p);
+    }
+    let roots: Vec<usize> = (0..members.len())
+        .filter(|&i| parent[i].is_none())
+        .collect();
+    collapse(roots.iter().map(|&r| draw(r, members, &parent)).collect())
+}
+
+fn draw(node: usize, members: &[&Exec], parent: &[Option<usize>]) -> String {
+    let kids: Vec<String> = (0..members.len())
+        .filter(|&i| parent[i] == Some(node))
+        .map(|i| draw(i, members, parent))
+        .collect();
+    let name = &members[node].name;
+    if kids.is_empty() {
+        return name.clone();
+    }
+    let kids = collapse(kids);
+    if kids.contains(", ") {
+        format!("{name} → ({kids})")
+    } else {
+        format!("{name} → {kids}")
+    }
+}
+
+/// Siblings, equal ones once with their count, in first-seen order.
+fn collapse(drawn: Vec<String>) -> String {
+    let mut counted: Vec<(String, usize)> = Vec::new();
+    for d in drawn {
+        match counted.iter_mut().find(|(s, _)| *s == d) {
+            Some((_, n)) => *n += 1,
+            None => counted.push((d, 1)),
+        }
+    }
+    counted
+        .into_iter()
+        .map(|(s, n)| match n {
+            1 => s,
+            _ if s.contains(' ') => format!("({s}) ×{n}"),
+            _ => format!("{s} ×{n}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every exec of a `ran` body, one line each: pid and its forker, the
+/// executable (or that it was not confirmed), the arguments, and the
+/// command it ran under.
+pub fn each(body: &Value) -> Vec<String> {
+    let exes = body["exes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let all = body["execs"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    all.iter()
+        .map(|x| {
+            let exe = x["exe"]
+                .as_u64()
+                .and_then(|i| exes.get(usize::try_from(i).ok()?))
+                .and_then(|e| e[0].as_str())
+                .unwrap_or("(not confirmed)");
+            let argv: Vec<&str> = x["argv"]
+                .as_array()
+                .map(|a| a.iter().map(|s| s.as_str().unwrap_or("")).collect())
+                .unwrap_or_default();
+            let under = match x["command"].as_u64() {
+                Some(seq) => format!("  [command of entry {seq}]"),
+                None => "  [no call]".to_string(),
+            };
+            format!(
+                "pid {} (from {}) {exe}: {}{}{under}",
+                x["pid"].as_u64().unwrap_or(0),
+                x["ppid"].as_u64().unwrap_or(0),
+                argv.join(" "),
+                if x["cut"] == true { " …(cut)" } else { "" },
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn body() -> Value {
+        json!({
+            "exes": [["/usr/bin/bash", "1:2", "a"], ["/usr/bin/make", "1:3", "b"], ["/usr/bin/cc", "1:4", "c"], ["/usr/bin/rg", "1:5", "d"]],
+            "execs": [
+                {"pid": 10, "ppid": 1, "exe": 0, "argv": ["bash", "-c", "make"], "command": 7},
+                {"pid": 11, "ppid": 10, "exe": 1, "argv": ["make"], "command": 7},
+                {"pid": 12, "ppid": 11, "exe": 2, "argv": ["cc", "-c", "a.c"], "command": 7},
+                {"pid": 13, "ppid": 11, "exe": 2, "argv": ["cc", "-c", "b.c"], "command": 7},
+                {"pid": 14, "ppid": 11, "exe": 2, "argv": ["cc", "-o", "p"], "command": 7},
+                {"pid": 20, "ppid": 2, "exe": 3, "argv": ["rg", "x"]},
+                {"pid": 21, "ppid": 10, "confirmed": false, "argv": ["/tmp/gone", "\u{1b}[2J"], "command": 7},
+            ]
+        })
+    }
+
+    #[test]
+    fn each_command_is_a_collapsed_tree_and_the_agents_own_come_last() {
+        assert_eq!(
+            groups(&body()),
+            vec![
+                Group {
+                    command: Some(7),
+                    execs: 6,
+                    tree: "bash → (make → cc ×3, gone?)".into()
+                },
+                Group {
+                    command: None,
+                    execs: 1,
+                    tree: "rg".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_process_that_execs_again_is_drawn_under_its_first_program() {
+        let body = json!({
+            "exes": [["/usr/bin/bash", "1:2", "a"], ["/usr/bin/true", "1:3", "b"]],
+            "execs": [
+                {"pid": 10, "ppid": 1, "exe": 0, "argv": ["bash"], "command": 3},
+                {"pid": 10, "ppid": 1, "exe": 1, "argv": ["true"], "command": 3},
+                {"pid": 30, "ppid": 1, "exe": 0, "argv": ["bash"], "command": 4},
+                {"pid": 31, "ppid": 30, "exe": 0, "argv": ["bash"], "command": 4},
+                {"pid": 32, "ppid": 31, "exe": 1, "argv": ["true"], "command": 4},
+                {"pid": 33, "ppid": 30, "exe": 0, "argv": ["bash"], "command": 4},
+                {"pid": 34, "ppid": 33, "exe": 1, "argv": ["true"], "command": 4},
+            ]
+        });
+        let trees: Vec<String> = groups(&body).into_iter().map(|g| g.tree).collect();
+        assert_eq!(trees, ["bash → true", "bash → (bash → true) ×2"]);
+    }
+
+    #[test]
+    fn every_exec_is_a_line_with_its_arguments() {
+        let lines = each(&body());
+        assert_eq!(lines.len(), 7);
+        assert_eq!(
+            lines[2],
+            "pid 12 (from 11) /usr/bin/cc: cc -c a.c  [command of entry 7]"
+        );
+        assert_eq!(lines[5], "pid 20 (from 2) /usr/bin/rg: rg x  [no call]");
+        assert!(lines[6].starts_with("pid 21 (from 10) (not confirmed): /tmp/gone"));
+    }
+}
