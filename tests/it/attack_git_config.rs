@@ -1,0 +1,153 @@
+//! Red team for ADR-0134 (the keeper's edits of a held `.git/config`), as
+//! the ordinary account in a home outside /tmp: a branch's remote that is
+//! no configured remote is taken by git as a URL, a local path among them,
+//! and a push to a local repository runs that repository's hooks, outside
+//! the floor (ADR-0138).
+//!
+//! Guards, each seen to fail with its mechanism taken out: the check of
+//! the remotes a file names (`git_config::judge`'s `unnamed_remote`), and
+//! `branches`/`remotes` among a git directory's held entries
+//! (`deferred::GIT_DIR_HELD`).
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+use crate::world::*;
+
+/// Makes a bare repository `evil.git` in the project whose `pre-receive`
+/// hook leaves `pwned` in the project, as the agent can.
+const EVIL: &str = r#"
+git init -q --bare evil.git
+printf '#!/bin/sh\ntouch ../pwned\n' > evil.git/hooks/pre-receive
+chmod +x evil.git/hooks/pre-receive
+try() { name=$1; shift; if "$@" 2>/dev/null; then echo "$name:0"; else echo "$name:1"; fi; rm -f .git/config.lock; }
+"#;
+
+/// The user's next plain `git push`, outside the floor, after a commit of
+/// their own; whether it ran the agent's hook.
+fn user_pushes(w: &World) -> bool {
+    let out = w
+        .command(
+            "git",
+            &[
+                "-c",
+                "user.name=u",
+                "-c",
+                "user.email=u@e",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "user",
+            ],
+        )
+        .output()
+        .expect("git commit");
+    assert!(out.status.success(), "commit: {}", text(&out.stderr));
+    let _ = w.command("git", &["push"]).output().expect("git push");
+    w.proj().join("pwned").exists()
+}
+
+/// A branch's push remote set to a path (as `git config
+/// branch.main.pushRemote` writes it), to a name no remote has (git then
+/// takes the name for a path, relative to where the user runs `git`), or
+/// left naming a remote whose URL a later edit takes away: each is
+/// refused, and the user's next `git push` runs nothing of the agent's.
+#[test]
+fn a_branch_remote_that_is_a_path_is_refused() {
+    let mut broke = Vec::new();
+    for (name, edit) in [
+        (
+            "absolute",
+            r#"try push git config push.default current
+try path git config branch.main.pushRemote "$PWD/evil.git""#,
+        ),
+        (
+            "relative",
+            r#"try push git config push.default current
+try path git config branch.main.pushRemote evil.git"#,
+        ),
+        (
+            "upstream",
+            r#"try push git config branch.main.merge refs/heads/main
+try path git config branch.main.remote ./evil.git"#,
+        ),
+        (
+            // Git reads a key's name as a C string: a NUL in a subsection
+            // ends it there, so `remote."pushdefault\0".fetch` (a refspec
+            // to nd7) is `remote.pushdefault` to git.
+            "nul",
+            r#"try push git config push.default current
+cp .git/config .git/config.lock
+printf '[remote "pushdefault\0"]\n\tfetch = %s\n' "$PWD/evil.git" >> .git/config.lock
+try path /usr/bin/python3 -c 'import os; os.rename(".git/config.lock", ".git/config")'"#,
+        ),
+        (
+            "removed",
+            r#"try push git config push.default current
+git remote add evil.git https://example.invalid/r.git
+git config branch.main.pushRemote evil.git
+grep -v 'url = https://example.invalid/r.git' .git/config > .git/config.lock
+try path /usr/bin/python3 -c 'import os; os.rename(".git/config.lock", ".git/config")'"#,
+        ),
+    ] {
+        let w = World::new();
+        crate::deferred_reads::repo(&w);
+        let out = w.run_agent(&format!("{EVIL}{edit}\n"));
+        let said = text(&out.stdout);
+        assert!(
+            said.contains("push:0"),
+            "{name}: {said}\n{}",
+            text(&out.stderr)
+        );
+        if user_pushes(&w) {
+            broke.push(format!(
+                "{name}: the user's push ran the agent's hook:\n{said}"
+            ));
+        } else if !said.contains("path:1") {
+            broke.push(format!("{name}: let through:\n{said}"));
+        }
+    }
+    assert!(broke.is_empty(), "{}", broke.join("\n"));
+}
+
+/// `.git/branches/<name>` and `.git/remotes/<name>` name a remote's URL
+/// when the configuration has none by that name: with no `origin`
+/// configured, the user's plain `git push` goes to `.git/branches/origin`'s
+/// path and runs its hooks. `git init` makes `.git/branches`; it is held.
+#[test]
+fn a_remote_named_by_the_branches_directory_is_refused() {
+    let w = World::new();
+    crate::deferred_reads::repo(&w);
+    assert!(w.proj().join(".git/branches").is_dir(), "git init makes it");
+    let out = w.run_agent(&format!(
+        "{EVIL}try branches sh -c 'echo \"$PWD/evil.git\" > .git/branches/origin'\n"
+    ));
+    let said = text(&out.stdout);
+    assert!(
+        !user_pushes(&w),
+        "the user's push ran the agent's hook:\n{said}"
+    );
+    assert!(said.contains("branches:1"), "let through:\n{said}");
+}
+
+/// The same through `.git/remotes/origin`, which `git init` does not make:
+/// a held entry that does not exist at the start is only watched on Linux,
+/// so the agent makes it, and with no `origin` configured the user's plain
+/// `git push` goes to its `URL:` and runs that repository's hooks.
+#[test]
+#[ignore = "open: a git directory's remotes/ made during the run is not refused on Linux (ADR-0138)"]
+fn a_remote_named_by_a_remotes_file_made_during_the_run_is_refused() {
+    let w = World::new();
+    crate::deferred_reads::repo(&w);
+    assert!(
+        !w.proj().join(".git/remotes").exists(),
+        "git init leaves it out"
+    );
+    let out = w.run_agent(&format!(
+        "{EVIL}try remotes sh -c 'mkdir .git/remotes && printf \"URL: %s\\nPush: main:main\\n\" \"$PWD/evil.git\" > .git/remotes/origin'\n"
+    ));
+    let said = text(&out.stdout);
+    assert!(
+        !user_pushes(&w),
+        "the user's push ran the agent's hook:\n{said}"
+    );
+}
