@@ -151,3 +151,52 @@ fn a_remote_named_by_a_remotes_file_made_during_the_run_is_refused() {
         "the user's push ran the agent's hook:\n{said}"
     );
 }
+
+/// What a `git` reading the held config while the keeper writes it may
+/// see: the judged file whole, or one that begins with a NUL, which git
+/// refuses whole ("bad config line 1") and so runs nothing, never a cut
+/// one. A cut can end a listed value where the agent chose (it lays the
+/// file out, and a page's end is where a reader's cut falls): a
+/// `pushRemote = evil.gitx`, naming a remote with a URL, cut after
+/// `evil.git` names a local path. The agent edits over and over while a
+/// reader reads the file.
+#[test]
+fn a_reader_never_sees_the_held_config_cut() {
+    let w = World::new();
+    crate::deferred_reads::repo(&w);
+    let racer = r##"
+import os
+base = open(".git/config").read()
+versions = []
+for name in ("a", "b"):
+    text = base + "[user]\n\tname = " + name + "\n" + "#" + "x" * 6000 + "\n"
+    versions.append(text.encode())
+pid = os.fork()
+if pid == 0:
+    for i in range(400):
+        with open(".git/config.lock", "wb") as f:
+            f.write(versions[i % 2])
+        os.rename(".git/config.lock", ".git/config")
+    os._exit(0)
+seen = {"whole": 0, "nul": 0, "empty": 0, "cut": 0}
+while os.waitpid(pid, os.WNOHANG) == (0, 0):
+    got = open(".git/config", "rb").read()
+    if got in versions or got == base.encode():
+        seen["whole"] += 1
+    elif got.startswith(b"\0"):
+        seen["nul"] += 1
+    elif not got:
+        seen["empty"] += 1
+    else:
+        seen["cut"] += 1
+print("seen", seen)
+"##;
+    std::fs::write(w.proj().join("race.py"), racer).expect("write racer");
+    let out = w.run_agent("/usr/bin/python3 race.py");
+    let said = text(&out.stdout);
+    assert!(said.contains("seen "), "{said}\n{}", text(&out.stderr));
+    assert!(
+        said.contains("'cut': 0"),
+        "a reader saw the config cut: {said}"
+    );
+}
