@@ -1,13 +1,17 @@
 //! Red team for ADR-0134 (the keeper's edits of a held `.git/config`), as
-//! the ordinary account in a home outside /tmp: a branch's remote that is
-//! no configured remote is taken by git as a URL, a local path among them,
-//! and a push to a local repository runs that repository's hooks, outside
-//! the floor (ADR-0138).
+//! the ordinary account in a home outside /tmp (ADR-0138). Each attack
+//! makes the user's next plain `git push`, outside the floor, run a hook of
+//! a bare repository the agent made in the project: git takes a branch's
+//! remote that no configured remote has for a URL, a local path among
+//! them; a NUL ends a key's name for git; a reader during the keeper's
+//! write saw the file cut where the agent chose; `.git/branches` and
+//! `.git/remotes` name a remote's URL.
 //!
 //! Guards, each seen to fail with its mechanism taken out: the check of
-//! the remotes a file names (`git_config::judge`'s `unnamed_remote`), and
-//! `branches`/`remotes` among a git directory's held entries
-//! (`deferred::GIT_DIR_HELD`).
+//! the remotes a file names (`git_config::loose_remotes`); the refusal of
+//! control characters (`git_config::unwritten`); the keeper's NUL-first
+//! write (`rename::write_in_place`, which emptied the file before); and
+//! `branches`, `remotes` among `deferred::GIT_DIR_HELD`.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 use crate::world::*;
@@ -127,6 +131,25 @@ fn a_remote_named_by_the_branches_directory_is_refused() {
         "the user's push ran the agent's hook:\n{said}"
     );
     assert!(said.contains("branches:1"), "let through:\n{said}");
+}
+
+/// `.git/remotes/<name>`, which `git init` does not make, is not refused
+/// (below) but reported at the end as one that lets git run code, as a
+/// planted `commondir` is (ADR-0091).
+#[test]
+fn a_remotes_file_made_during_the_run_is_reported() {
+    let w = World::new();
+    crate::deferred_reads::repo(&w);
+    let out = w.run_agent(
+        "mkdir .git/remotes && printf 'URL: /x.git\\nPush: main:main\\n' > .git/remotes/origin",
+    );
+    let warned = text(&out.stderr);
+    let file = w.proj().join(".git/remotes/origin");
+    let named = format!(
+        "let git run code (hooks, fsmonitor, commondir, a repository's configuration) at your next plain git command:\n  {}",
+        file.display()
+    );
+    assert!(warned.contains(&named), "not reported:\n{warned}");
 }
 
 /// The same through `.git/remotes/origin`, which `git init` does not make:
