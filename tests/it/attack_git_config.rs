@@ -85,6 +85,14 @@ printf '[remote "pushdefault\0"]\n\tfetch = %s\n' "$PWD/evil.git" >> .git/config
 try path /usr/bin/python3 -c 'import os; os.rename(".git/config.lock", ".git/config")'"#,
         ),
         (
+            // Git ignores a configured remote whose name starts with `/`:
+            // the name is a path all the same.
+            "slash-named",
+            r#"try push git config push.default current
+git config remote."$PWD/evil.git".url https://example.invalid/r.git
+try path git config branch.main.pushRemote "$PWD/evil.git""#,
+        ),
+        (
             "removed",
             r#"try push git config push.default current
 git remote add evil.git https://example.invalid/r.git

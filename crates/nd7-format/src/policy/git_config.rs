@@ -181,8 +181,13 @@ fn loose_remotes(
 }
 
 /// Whether `entries` give the remote `name` a URL: git takes every
-/// `remote.<name>.url` after the last empty one, which empties the list.
+/// `remote.<name>.url` after the last empty one, which empties the list,
+/// and ignores a remote whose name starts with `/` ("config remote
+/// shorthand cannot begin with '/'"), so that name stays a path.
 fn has_url(entries: &[(String, String, String)], name: &str) -> bool {
+    if name.starts_with('/') {
+        return false;
+    }
     let section = format!("remote.{name}");
     let urls: Vec<&str> = entries
         .iter()
@@ -477,6 +482,13 @@ mod tests {
         assert_eq!(
             judge(INIT, &with("[branch \"main\"]\n\tremote = .\n")),
             Ok(())
+        );
+        // Git ignores a remote whose name starts with `/`.
+        let slash = with("[remote \"/tmp/e.git\"]\n\turl = https://h/r\n");
+        let named_slash = format!("{slash}[branch \"m\"]\n\tpushRemote = /tmp/e.git\n");
+        assert_eq!(
+            judge(&slash, &named_slash).expect_err("slash").0,
+            "branch.m.pushremote"
         );
         // An empty URL empties the remote's list.
         let emptied = with("[remote \"x\"]\n\turl = https://h/r\n\turl =\n");
