@@ -292,9 +292,11 @@ fn open_held(outside: &Path, st: &rustix::fs::Stat) -> Result<std::fs::File, i32
 fn write_in_place(file: &mut std::fs::File, bytes: &[u8]) -> Result<(), i32> {
     let io = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
     let len = bytes.len() as u64;
-    match rustix::fs::fallocate(&*file, FallocateFlags::KEEP_SIZE, 0, len.max(1)) {
-        Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => {}
-        Err(e) => return Err(e.raw_os_error()),
+    // A file system that cannot take room ahead (`EOPNOTSUPP`) is written
+    // as it is; one that has no room refuses the edit.
+    let room = rustix::fs::fallocate(&*file, FallocateFlags::KEEP_SIZE, 0, len.max(1));
+    if let Err(e @ (rustix::io::Errno::NOSPC | rustix::io::Errno::DQUOT)) = room {
+        return Err(e.raw_os_error());
     }
     let (first, rest) = bytes.split_at(bytes.len().min(1));
     file.write_all_at(b"\0", 0).map_err(io)?;
