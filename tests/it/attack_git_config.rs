@@ -256,3 +256,33 @@ GIT_SEQUENCE_EDITOR="sh -c 'printf \"break\\nexec touch pwned\\n\" > \"\$1\"' -"
         "not reported:\n{warned}"
     );
 }
+
+/// The check of the remotes a file names leaves git's own edits alone:
+/// removing a remote a branch tracks and pushes to rewrites the branch's
+/// keys first, and lands. (`git remote rename` of such a remote renames
+/// the section first and the branch's keys in a second write: its first
+/// write is refused, as the state between is the attack's, ADR-0138.)
+#[test]
+fn removing_a_tracked_remote_lands() {
+    let w = World::new();
+    crate::deferred_reads::repo(&w);
+    let out = w.run_agent(
+        r#"
+git remote add origin https://example.invalid/x.git && echo add:0
+git update-ref refs/remotes/origin/main HEAD
+git branch --set-upstream-to=origin/main main && echo upstream:0
+git config branch.main.pushRemote origin && echo pushremote:0
+git remote remove origin && echo remove:0
+"#,
+    );
+    let said = text(&out.stdout);
+    for step in ["add", "upstream", "pushremote", "remove"] {
+        assert!(
+            said.contains(&format!("{step}:0")),
+            "{step} failed:\n{said}\n{}",
+            text(&out.stderr)
+        );
+    }
+    let config = std::fs::read_to_string(w.proj().join(".git/config")).expect("config");
+    assert!(!config.contains("remote"), "{config}");
+}
