@@ -2,6 +2,7 @@
 //! docs promise, through the library or through the real `nd7` binary.
 
 mod append;
+mod attack_git_config;
 mod codex_floor;
 mod codex_record;
 mod codex_rollout;

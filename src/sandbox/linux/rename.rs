@@ -24,8 +24,9 @@
 //!    rewritten after the check changes nothing) into the held file's own
 //!    inode, opened outside the namespace by the path it was held at and
 //!    checked by identity (a rename outside would not be seen inside,
-//!    where the mount shows the inode; emptied first, so a reader meanwhile
-//!    sees nothing or a beginning of the new file), removes the lock file,
+//!    where the mount shows the inode; its first byte a NUL until the rest
+//!    is written, so a reader meanwhile sees a file git refuses whole,
+//!    never a cut one: [`write_in_place`]), removes the lock file,
 //!    and answers 0, as the rename would have.
 //!
 //! The held configurations come from `nd7 run` itself (`backend::hold`), once
@@ -40,7 +41,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, FallocateFlags, FileType, Mode, OFlags};
 
 use super::attrs::{self, Caller, Roots, Target};
 use super::seccomp::RenameCall;
@@ -275,15 +276,33 @@ fn open_held(outside: &Path, st: &rustix::fs::Stat) -> Result<std::fs::File, i32
     Ok(std::fs::File::from(fd))
 }
 
-/// Empties the file, then writes `bytes` into it. In between, a reader
-/// sees an empty file or a beginning of the new one, never the new one's
-/// start over the old one's end: that could join a judged line's end to an
-/// old value into a key neither file has (`[core]` then the rest of an old
-/// `description = … fsmonitor = x`).
+/// Writes `bytes` over the file's text so that a reader meanwhile sees the
+/// old text, the new one, or a file that begins with a NUL, which git
+/// refuses whole ("bad config line 1") and so runs nothing; never a cut
+/// one. A cut falls where a page ends, which the agent can place by laying
+/// out the file, so that the last line ends a listed value where it chose
+/// (`pushRemote = evil.gitx`, a remote with a URL, cut to `evil.git`, a
+/// local path); and a file emptied first and then filled on a full disk
+/// stays cut (ADR-0138). So: the room is taken first (a full disk refuses
+/// the edit before the old text is touched), the first byte is made a NUL,
+/// the rest written after it, the old text's end cut off, and the first
+/// byte written last. Nor is the new text's start ever joined to the old
+/// one's end before a reader (`[core]` then the rest of an old
+/// `description = … fsmonitor = x`): the NUL comes first.
 fn write_in_place(file: &mut std::fs::File, bytes: &[u8]) -> Result<(), i32> {
     let io = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
-    file.set_len(0).map_err(io)?;
-    file.write_all_at(bytes, 0).map_err(io)?;
+    let len = bytes.len() as u64;
+    // A file system that cannot take room ahead (`EOPNOTSUPP`) is written
+    // as it is; one that has no room refuses the edit.
+    let room = rustix::fs::fallocate(&*file, FallocateFlags::KEEP_SIZE, 0, len.max(1));
+    if let Err(e @ (rustix::io::Errno::NOSPC | rustix::io::Errno::DQUOT)) = room {
+        return Err(e.raw_os_error());
+    }
+    let (first, rest) = bytes.split_at(bytes.len().min(1));
+    file.write_all_at(b"\0", 0).map_err(io)?;
+    file.write_all_at(rest, 1).map_err(io)?;
+    file.set_len(len).map_err(io)?;
+    file.write_all_at(first, 0).map_err(io)?;
     file.flush().map_err(io)
 }
 

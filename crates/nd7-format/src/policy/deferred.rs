@@ -12,8 +12,9 @@
 //!   submodules' under `modules/`, its worktrees' under `worktrees/`):
 //!   `config` (fsmonitor, hooksPath, aliases, pagers, filter and diff
 //!   drivers, `sshCommand`, credential helpers: all run by plain `git`),
-//!   `config.worktree`, `hooks/`, `info/attributes` (names filter drivers)
-//!   and `commondir` (points git at another directory's config and hooks).
+//!   `config.worktree`, `hooks/`, `info/attributes` (names filter drivers),
+//!   `commondir` (points git at another directory's config and hooks) and
+//!   `branches/` and `remotes/` (a remote's URL, a local path's hooks).
 //!   Both are untracked, so nothing shows them in `git diff`.
 //! - `.gitattributes` and `.gitmodules`: which drivers run on which files,
 //!   and where submodules come from.
@@ -126,6 +127,12 @@ pub const GIT_DIR_HELD: &[&str] = &[
     "commondir",
     "hooks",
     "info/attributes",
+    // A remote's URL where the configuration has none by that name (git's
+    // old `branches/<name>` and `remotes/<name>` files): a local path
+    // there makes the user's plain `git push` run that repository's hooks
+    // (ADR-0138).
+    "branches",
+    "remotes",
 ];
 
 /// Home-relative paths that run later.

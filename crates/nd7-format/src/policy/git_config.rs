@@ -102,13 +102,11 @@ pub struct Refused(pub String);
 /// Whether `new` may replace `old` ([`judge`]): `Ok` when every changed key
 /// runs nothing; else the first key (or line) that does not, or may.
 pub fn judge(old: &str, new: &str) -> Result<(), Refused> {
-    // Git keeps a carriage return inside a value where nd7's reader takes
-    // it for a space (found comparing the two on random files): git never
-    // writes one, so a file with one is refused rather than read two ways.
-    if new.contains('\r') || old.contains('\r') {
-        return Err(Refused(
-            "a carriage return, which git does not write".into(),
-        ));
+    if let Some(c) = new.chars().chain(old.chars()).find(|&c| unwritten(c)) {
+        return Err(Refused(format!(
+            "a control character (U+{:04X}), which git does not write",
+            c as u32
+        )));
     }
     let (old, new) = (parse_config(old), parse_config(new));
     for (which, config) in [("the current", &old), ("the new", &new)] {
@@ -129,7 +127,75 @@ pub fn judge(old: &str, new: &str) -> Result<(), Refused> {
             return Err(Refused(format!("{}.{}", key.0, key.1)));
         }
     }
-    Ok(())
+    let before = loose_remotes(&old.entries);
+    match loose_remotes(&new.entries)
+        .into_iter()
+        .find(|k| !before.contains(k))
+    {
+        Some((key, _)) => Err(Refused(key)),
+        None => Ok(()),
+    }
+}
+
+/// Whether git and nd7's reader may read `c` two ways, so that a file with
+/// it is refused rather than judged (none of them is one git writes bare).
+/// Git keeps a carriage return inside a value where nd7's reader takes it
+/// for a space, and a form feed likewise (found comparing the two on
+/// random files); git reads a key's name as a C string, so a NUL in a
+/// subsection ends the name there: `[remote "pushdefault\0"] fetch = x`
+/// is `remote.pushdefault = x` to git, an unlisted key nd7 would have read
+/// as a listed refspec (ADR-0138).
+fn unwritten(c: char) -> bool {
+    c.is_ascii_control() && c != '\t' && c != '\n'
+}
+
+/// Keys whose value names a remote.
+const NAMES_REMOTE: &[(&str, &str)] = &[
+    ("branch", "remote"),
+    ("branch", "pushremote"),
+    ("remote", "pushdefault"),
+];
+
+/// Each `(section.key, value)` of `entries` naming a remote that has no URL
+/// in `entries`. Git takes such a name for a URL itself, a local path
+/// among them (`/tmp/x.git`, or `x.git` beside where the user runs git),
+/// and a push to a local repository runs that repository's hooks
+/// (ADR-0138); so a file may name no such remote that the one it replaces
+/// did not (a remote's URL taken away counts, as does the `.`, the
+/// repository itself, which is the only name allowed without one).
+fn loose_remotes(
+    entries: &[(String, String, String)],
+) -> std::collections::BTreeSet<(String, String)> {
+    let mut out = std::collections::BTreeSet::new();
+    for (section, key, value) in entries {
+        let name = section
+            .split_once('.')
+            .map_or(section.as_str(), |(name, _)| name);
+        let names_remote = NAMES_REMOTE.iter().any(|(s, k)| *s == name && *k == key)
+            && (name == "branch") == section.contains('.');
+        if names_remote && value != "." && !has_url(entries, value) {
+            out.insert((format!("{section}.{key}"), value.clone()));
+        }
+    }
+    out
+}
+
+/// Whether `entries` give the remote `name` a URL: git takes every
+/// `remote.<name>.url` after the last empty one, which empties the list,
+/// and ignores a remote whose name starts with `/` ("config remote
+/// shorthand cannot begin with '/'"), so that name stays a path.
+fn has_url(entries: &[(String, String, String)], name: &str) -> bool {
+    if name.starts_with('/') {
+        return false;
+    }
+    let section = format!("remote.{name}");
+    let urls: Vec<&str> = entries
+        .iter()
+        .filter(|(s, k, _)| *s == section && k == "url")
+        .map(|(_, _, v)| v.as_str())
+        .collect();
+    let after = urls.iter().rposition(|v| v.is_empty()).map_or(0, |i| i + 1);
+    after < urls.len()
 }
 
 /// Each `(section, key)`'s values, in the file's order.
@@ -371,20 +437,85 @@ mod tests {
         let trick = with("[branch \"x\\\"]\n[core]\n\tfsmonitor = y\"]\n\tremote = o\n");
         assert!(refused(&trick).contains("of the new file"), "{trick}");
         // A listed key on its section's line is read as git reads it.
-        assert_eq!(judge(INIT, &with("[branch \"x\"] remote = o\n")), Ok(()));
+        let o = "[remote \"o\"]\n\turl = https://h/r\n";
+        assert_eq!(
+            judge(INIT, &with(&format!("{o}[branch \"x\"] remote = o\n"))),
+            Ok(())
+        );
         assert_eq!(
             refused(&with("[branch \"x\"] remote = o\n\tvcs = y\n")),
             "branch.x.vcs"
         );
-        assert!(refused(&with("[user]\n\tname = a\rb\n")).contains("carriage return"));
+        assert!(refused(&with("[user]\n\tname = a\rb\n")).contains("U+000D"));
         // A file nd7 cannot read, old or new, is refused whole.
         assert!(refused(&with("[core\n")).contains("of the new file"));
         assert!(
-            judge("garbage\x01", INIT)
+            judge("garbage!", INIT)
                 .expect_err("old")
                 .0
                 .contains("current")
         );
+    }
+
+    /// A remote named by a branch (or `remote.pushDefault`) must have a
+    /// URL in the new file, or be `.`: git takes any other name for a URL,
+    /// a local path among them, whose hooks a push runs (ADR-0138). A
+    /// NUL, which ends a key's name for git, is refused.
+    #[test]
+    fn remotes_named_without_a_url_are_refused() {
+        let origin = "[remote \"origin\"]\n\turl = https://h/r\n";
+        for (extra, key) in [
+            (
+                "[branch \"main\"]\n\tpushRemote = /tmp/evil.git\n",
+                "branch.main.pushremote",
+            ),
+            (
+                "[branch \"main\"]\n\tremote = evil.git\n",
+                "branch.main.remote",
+            ),
+            ("[branch \"main\"]\n\tremote = ./x\n", "branch.main.remote"),
+        ] {
+            assert_eq!(refused(&with(extra)), key, "{extra}");
+        }
+        let named = with(&format!("{origin}[branch \"main\"]\n\tremote = origin\n"));
+        assert_eq!(judge(INIT, &named), Ok(()));
+        assert_eq!(
+            judge(INIT, &with("[branch \"main\"]\n\tremote = .\n")),
+            Ok(())
+        );
+        // Git ignores a remote whose name starts with `/`.
+        let slash = with("[remote \"/tmp/e.git\"]\n\turl = https://h/r\n");
+        let named_slash = format!("{slash}[branch \"m\"]\n\tpushRemote = /tmp/e.git\n");
+        assert_eq!(
+            judge(&slash, &named_slash).expect_err("slash").0,
+            "branch.m.pushremote"
+        );
+        // An empty URL empties the remote's list.
+        let emptied = with("[remote \"x\"]\n\turl = https://h/r\n\turl =\n");
+        let named_x = format!("{emptied}[branch \"m\"]\n\tremote = x\n");
+        assert_eq!(
+            judge(&emptied, &named_x).expect_err("emptied").0,
+            "branch.m.remote"
+        );
+        // A URL taken away from a remote a branch names.
+        let bare = with("[branch \"main\"]\n\tremote = origin\n");
+        assert_eq!(
+            judge(&named, &bare).expect_err("unnamed").0,
+            "branch.main.remote"
+        );
+        // Taken away from one `remote.pushDefault` names, which is kept.
+        let pushdefault = "[remote]\n\tpushDefault = origin\n";
+        let old = with(&format!("{origin}{pushdefault}"));
+        let new = with(pushdefault);
+        assert_eq!(
+            judge(&old, &new).expect_err("unnamed").0,
+            "remote.pushdefault"
+        );
+        // The user's own loose name, left alone, does not stop an edit.
+        assert_eq!(judge(&bare, &format!("{bare}[user]\n\tname = n\n")), Ok(()));
+        let nul = with("[remote \"pushdefault\0\"]\n\tfetch = /tmp/evil.git\n");
+        assert!(refused(&nul).contains("U+0000"), "{nul}");
+        assert!(refused(&with("[user]\n\tname = a\x0cb\n")).contains("U+000C"));
     }
 
     /// A URL that would run something, or that nd7 cannot tell runs
