@@ -48,7 +48,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn team(dir: &Path, url: &str, listen: &str, machines: &str) -> Output {
+pub(crate) fn team(dir: &Path, url: &str, listen: &str, machines: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nd7-vault"))
         .args(["team", "--dir"])
         .arg(dir)

@@ -1,0 +1,113 @@
+//! ADR-0132 (numbered tallies, the admin's memory through a link) and
+//! ADR-0133 (`nd7-vault team`, `nd7 admin pull` of every session) attacked
+//! by a dishonest operator, a malicious machine and a local user on the
+//! admin's or the vault's host. An attack the code withstands is a normal
+//! test that says what would make it fail; one that still succeeds is
+//! `#[ignore = "open: …"]` and asserts what should hold.
+
+use std::os::unix::fs::PermissionsExt;
+
+use nd7_core::vault;
+
+use crate::common::{State, stderr, stdout};
+use crate::vault::{Org, Vault, append, enroll, ok, ship};
+use crate::vault_attacks_round2::{kept_tally, machine, sessions_seen};
+use crate::vault_team::team;
+
+/// Another local user plants `seen` in a directory everyone can write
+/// (a sticky /tmp), a link to where the admin's memory would make a file
+/// of the user's choosing (here one not there yet, in a directory not there
+/// yet). The admin's `--seen` names that link: the memory is not written
+/// through it (exit 2, naming the link), as Linux's fs.protected_symlinks
+/// would refuse it and macOS would not. Would fail if `Seen` followed every
+/// link by `read_link` (on a host whose fs.protected_symlinks is 0, as in
+/// containers, or macOS).
+#[test]
+fn a_link_another_user_planted_in_a_shared_directory_is_not_followed() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let admin = tempfile::tempdir().expect("tempdir");
+    let shared = admin.path().join("tmp");
+    std::fs::create_dir(&shared).expect("mkdir");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let planted = admin.path().join("victim/planted");
+    let link = shared.join("seen");
+    std::os::unix::fs::symlink(&planted, &link).expect("link");
+    // Another user's link (nobody's), in a directory that user can write.
+    std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).expect("lchown");
+    let out = sessions_seen(&vault, &org, &link);
+    assert!(!planted.exists(), "a file made where the link said");
+    assert!(!admin.path().join("victim").exists(), "a directory made");
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains(&link.display().to_string()),
+        "{}",
+        stderr(&out)
+    );
+    // The admin's own link there is followed.
+    std::fs::remove_file(&link).expect("rm");
+    std::os::unix::fs::symlink(&planted, &link).expect("link");
+    ok(sessions_seen(&vault, &org, &link));
+    assert!(planted.exists());
+}
+
+/// A machine whose `tally.number` reached the last number (a file edited,
+/// or a counter run out) signs no tally again with that number: one number
+/// signed over two tallies of different contents makes an honest vault,
+/// which keeps one, look as if it put another in the place of the one an
+/// admin saw. The ship says so and the number stays. Would fail if the
+/// next number saturated at u64::MAX.
+#[test]
+fn a_machine_at_the_last_number_signs_no_second_tally_with_it() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let m = machine(&state);
+    let number = state.xdg().join("nd7/vault/tally.number");
+    std::fs::write(&number, format!("{}\n", u64::MAX - 1)).expect("write");
+    append(&state, "s1", 2);
+    ok(ship(&state));
+    let (_, text) = kept_tally(&vault, &m.id).expect("kept");
+    let first = vault::Tally::parse_one(&text).expect("reads").0;
+    assert_eq!(first.number, u64::MAX);
+    append(&state, "s2", 2);
+    let out = ship(&state);
+    let (_, text) = kept_tally(&vault, &m.id).expect("kept");
+    assert_eq!(
+        vault::Tally::parse_one(&text).expect("reads").0,
+        first,
+        "a second tally numbered {}: {}",
+        u64::MAX,
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("tally.number"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(&number).expect("read").trim(),
+        u64::MAX.to_string()
+    );
+}
+
+/// `nd7-vault team --dir DIR` where DIR is an empty directory another local
+/// user can write (made for the admin in /tmp, or 0777 under umask 000):
+/// that user could move `admin/` aside while the keys are written and put a
+/// link in its place, taking the organisation key. Refused (exit 1), as a
+/// directory that holds anything is, with nothing made. Would fail if
+/// `new_dir` took any empty directory.
+#[test]
+fn team_refuses_a_directory_others_can_write() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("team");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let out = team(&dir, "http://127.0.0.1:1", "127.0.0.1:1", "alice");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("others can write"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_dir(&dir).expect("read").count(), 0);
+}
