@@ -12,7 +12,7 @@ use nd7_core::vault;
 use crate::common::{State, stderr, stdout};
 use crate::vault::{Org, Vault, append, enroll, ok, ship};
 use crate::vault_attacks_round2::{kept_tally, machine, sessions_seen};
-use crate::vault_team::team;
+use crate::vault_team::{labelled, team};
 
 /// Another local user plants `seen` in a directory everyone can write
 /// (a sticky /tmp), a link to where the admin's memory would make a file
@@ -110,4 +110,104 @@ fn team_refuses_a_directory_others_can_write() {
         stderr(&out)
     );
     assert_eq!(std::fs::read_dir(&dir).expect("read").count(), 0);
+}
+
+/// Words a shell reads from `args` (a printed command without its
+/// program), run in `cwd` through `printf`.
+fn shell_words(args: &str, cwd: &std::path::Path) -> Vec<String> {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("printf '%s\\n' {args}"))
+        .current_dir(cwd)
+        .output()
+        .expect("run sh");
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out).lines().map(str::to_string).collect()
+}
+
+/// `nd7-vault team` given a DIR, a URL and a label full of what a shell
+/// runs (`$(…)`, backquotes, `;`, a quote): each printed command, pasted
+/// into `sh`, reads back the path and the URL as one word each and runs
+/// nothing of them. Would fail if `quote` let any of them through bare.
+#[test]
+fn printed_commands_carry_a_hostile_path_and_url_as_words() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root
+        .path()
+        .join("it's $(touch pwned1) `touch pwned2`; touch pwned3");
+    let url = "http://127.0.0.1:1/$(touch pwned4);touch${IFS}pwned5";
+    let made = ok(team(&dir, url, "127.0.0.1:1", "$(touch pwned6)"));
+    let serve = shell_words(
+        labelled(&made, "serve")
+            .strip_prefix("nd7-vault ")
+            .expect("serve"),
+        root.path(),
+    );
+    let db = dir.canonicalize().expect("made").join("vault/vault.db");
+    assert_eq!(serve[2], db.display().to_string(), "{serve:?}");
+    let enroll = labelled(&made, "enroll $(touch pwned6)");
+    let enroll = shell_words(enroll.strip_prefix("nd7 ").expect("enroll"), root.path());
+    assert_eq!(enroll[1], url, "{enroll:?}");
+    let sessions = labelled(&made, "sessions");
+    let sessions = shell_words(sessions.strip_prefix("nd7 ").expect("nd7"), root.path());
+    assert_eq!(sessions[2], url, "{sessions:?}");
+    let names: Vec<_> = std::fs::read_dir(root.path())
+        .expect("read")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.starts_with("pwned")), "{names:?}");
+}
+
+/// A vault that lists a machine's sessions as `..` and `../escape` (the
+/// operator renames their chains): `nd7 admin pull` without `--session`
+/// takes each listed id as a directory under OUT, and writes nothing outside
+/// OUT for them (the ids are refused as session ids, exit 2). Would fail if
+/// `pull` joined an id to OUT unchecked.
+#[test]
+fn session_ids_the_vault_lists_write_nothing_outside_out() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    for s in ["s1", "s2", "s3"] {
+        append(&state, s, 2);
+    }
+    ok(ship(&state));
+    let db = rusqlite::Connection::open(vault.db()).expect("open db");
+    for (from, to) in [
+        ("s1", ".."),
+        ("s2", "../escape"),
+        ("s3", "ok\u{1b}]0;x\u{7}"),
+    ] {
+        db.execute(
+            "UPDATE chains SET session = ?1 WHERE session = ?2",
+            [to, from],
+        )
+        .expect("rename");
+    }
+    drop(db);
+    let root = tempfile::tempdir().expect("tempdir");
+    let out_dir = root.path().join("out");
+    let out = crate::vault::nd7()
+        .args([
+            "admin",
+            "pull",
+            &vault.url,
+            "--read-token",
+            &vault.read_token(),
+        ])
+        .arg("--identity")
+        .arg(&org.identity)
+        .args(["--fingerprint", &org.fingerprint, "--out"])
+        .arg(&out_dir)
+        .output()
+        .expect("run pull");
+    assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+    let names: Vec<_> = std::fs::read_dir(root.path())
+        .expect("read")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names, ["out"], "{}", stdout(&out));
+    assert!(!stdout(&out).contains('\u{1b}'), "{}", stdout(&out));
+    assert!(!stderr(&out).contains('\u{1b}'), "{}", stderr(&out));
 }

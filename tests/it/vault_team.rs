@@ -58,7 +58,7 @@ pub(crate) fn team(dir: &Path, url: &str, listen: &str, machines: &str) -> Outpu
 }
 
 /// The value of the line labelled `label` (`label:` then spaces).
-fn labelled<'t>(text: &'t str, label: &str) -> &'t str {
+pub(crate) fn labelled<'t>(text: &'t str, label: &str) -> &'t str {
     let head = format!("{label}:");
     text.lines()
         .find_map(|l| l.trim_start().strip_prefix(&head))
