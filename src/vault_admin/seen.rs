@@ -141,11 +141,13 @@ impl Seen {
             || self.tallies.is_empty()
             || self.tallies.iter().any(|t| enrolled.contains(&t.machine));
         if !ours {
+            let machines: Vec<&str> = self.tallies.iter().map(|t| t.machine.as_str()).collect();
             return Err(format!(
-                "the memory of another vault: it holds vault key {} (the organisation's document of version {top}) and machines this vault enrols none of, while this vault's document (version {}) names vault key {}; keep one memory per vault",
+                "the memory of another vault: it holds vault key {} (the organisation's document of version {top}) and machines this vault enrols none of, while this vault's document (version {}) names vault key {}; keep one memory per vault. Or, if this is the vault the memory was kept of under a new key, it withholds every machine the memory holds ({}): the vault's doing; ask whoever moved it",
                 top_key.to_hex(),
                 doc.version,
-                doc.vault.to_hex()
+                doc.vault.to_hex(),
+                machines.join(", ")
             ));
         }
         let older = doc.version < *top || (doc.version == *top && doc.vault != *top_key);

@@ -211,3 +211,32 @@ fn session_ids_the_vault_lists_write_nothing_outside_out() {
     assert!(!stdout(&out).contains('\u{1b}'), "{}", stdout(&out));
     assert!(!stderr(&out).contains('\u{1b}'), "{}", stderr(&out));
 }
+
+/// The operator of the vault an admin's memory was kept of, once the
+/// organisation moved it to a new vault key (a newer document), withholds
+/// every machine the memory holds: to the memory that is "another vault"
+/// (exit 2), and an admin told only that may start a new memory and never
+/// hear of the machines withheld. The refusal says the other reading too:
+/// this vault, under its new key, withholding every machine the memory
+/// holds. (A second vault of the organisation, here, is what the admin
+/// sees either way.) Would fail if the refusal said only "another vault".
+#[test]
+fn another_vault_refusal_names_every_machine_withheld_as_the_other_reading() {
+    let (a, b) = (Vault::start(), Vault::start());
+    let org = Org::new(&a);
+    let state = State::new();
+    ok(enroll(&state, &a, &org));
+    let m = machine(&state);
+    let admin = tempfile::tempdir().expect("tempdir");
+    let seen = admin.path().join("seen");
+    ok(sessions_seen(&a, &org, &seen));
+    let kept = std::fs::read(&seen).expect("made");
+    org.install(&b);
+    let out = sessions_seen(&b, &org, &seen);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{}\n{err}", stdout(&out));
+    assert!(err.contains("another vault"), "{err}");
+    assert!(err.contains("withholds every machine"), "{err}");
+    assert!(err.contains(&m.id), "{err}");
+    assert_eq!(std::fs::read(&seen).expect("read"), kept);
+}
