@@ -240,3 +240,72 @@ fn another_vault_refusal_names_every_machine_withheld_as_the_other_reading() {
     assert!(err.contains(&m.id), "{err}");
     assert_eq!(std::fs::read(&seen).expect("read"), kept);
 }
+
+/// `--seen` naming a link that loops, or a link to a directory: exit 2
+/// naming the path, and nothing written (the directory as it was). Would
+/// fail if `linked_target` followed links without end, or `Seen::write`
+/// put the memory inside, or over, the directory.
+#[test]
+fn a_memory_that_is_a_link_loop_or_a_directory_is_refused() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let admin = tempfile::tempdir().expect("tempdir");
+    let looped = admin.path().join("loop");
+    std::os::unix::fs::symlink("loop", &looped).expect("link");
+    let dir = admin.path().join("dir");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let to_dir = admin.path().join("to-dir");
+    std::os::unix::fs::symlink("dir", &to_dir).expect("link");
+    for path in [&looped, &dir, &to_dir] {
+        let out = sessions_seen(&vault, &org, path);
+        assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+        assert!(
+            stderr(&out).contains(&admin.path().display().to_string()),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(std::fs::read_dir(&dir).expect("read").count(), 0);
+    assert!(
+        std::fs::symlink_metadata(&looped)
+            .expect("kept")
+            .is_symlink()
+    );
+}
+
+/// `nd7-vault team` under umask 000: what it makes is still its owner's
+/// alone (the directory, the keys, the register, the database). Would fail
+/// if any of them took its mode from the umask.
+#[test]
+fn team_under_umask_000_makes_nothing_others_can_read() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("team");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("umask 000; exec \"$0\" team --dir \"$1\" --url http://127.0.0.1:1 --listen 127.0.0.1:1 --machines a")
+        .arg(env!("CARGO_BIN_EXE_nd7-vault"))
+        .arg(&dir)
+        .output()
+        .expect("run team");
+    ok(out);
+    for entry in walk(&dir) {
+        let mode = std::fs::metadata(&entry)
+            .expect("made")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{}: {mode:o}", entry.display());
+    }
+}
+
+/// `dir` and everything under it.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = vec![dir.to_path_buf()];
+    if dir.is_dir() {
+        for e in std::fs::read_dir(dir).expect("read") {
+            found.extend(walk(&e.expect("entry").path()));
+        }
+    }
+    found
+}
