@@ -309,3 +309,46 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+/// Two machines' session ids that differ only in case (`Shared`, a
+/// malicious machine's `shared`): on a case-insensitive file system (macOS)
+/// `OUT/Shared` and `OUT/shared` are one directory, where the second pull
+/// puts its machine's copy over the one just checked of the first. Neither
+/// is pulled (exit 2), as for one id two machines list. Would fail if
+/// `pull` without `--session` told ids apart by their bytes alone.
+#[test]
+fn session_ids_that_differ_only_in_case_are_not_pulled_into_one_place() {
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let (alice, mallory) = (State::new(), State::new());
+    for (state, session) in [(&alice, "Shared"), (&mallory, "shared")] {
+        ok(enroll(state, &vault, &org));
+        append(state, session, 2);
+        ok(ship(state));
+    }
+    let root = tempfile::tempdir().expect("tempdir");
+    let out_dir = root.path().join("out");
+    let out = crate::vault::nd7()
+        .args([
+            "admin",
+            "pull",
+            &vault.url,
+            "--read-token",
+            &vault.read_token(),
+        ])
+        .arg("--identity")
+        .arg(&org.identity)
+        .args(["--fingerprint", &org.fingerprint, "--out"])
+        .arg(&out_dir)
+        .output()
+        .expect("run pull");
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("is listed for 2 machines"),
+        "{}",
+        stdout(&out)
+    );
+    for session in ["Shared", "shared"] {
+        assert!(!out_dir.join(session).exists(), "{session} pulled");
+    }
+}
