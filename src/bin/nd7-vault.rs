@@ -751,6 +751,7 @@ mod team {
                 .create(dir)
                 .map_err(|e| cannot("create", e))?;
         }
+        writable_by_others(dir).map_err(|e| cannot("read", e))??;
         let mut entries = std::fs::read_dir(dir).map_err(|e| cannot("read", e))?;
         if let Some(entry) = entries.next() {
             let name = entry.map_err(|e| cannot("read", e))?.file_name();
@@ -762,6 +763,23 @@ mod team {
             return Err(ExitCode::from(1));
         }
         std::fs::canonicalize(dir).map_err(|e| cannot("resolve", e))
+    }
+
+    /// Exit 1 when others than its owner can write `dir`: another user
+    /// could move `admin/` aside while the keys are written into it and
+    /// put a link to a directory of theirs in its place.
+    fn writable_by_others(dir: &Path) -> std::io::Result<Result<(), ExitCode>> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir)?.permissions().mode();
+        if mode & 0o022 == 0 {
+            return Ok(Ok(()));
+        }
+        eprintln!(
+            "nd7-vault team: {}: refused: others can write it (mode {:o}), and could swap what is made in it for their own; name a directory only you can write (chmod go-w)",
+            dir.display(),
+            mode & 0o7777
+        );
+        Ok(Err(ExitCode::from(1)))
     }
 
     fn admin_err(e: impl std::fmt::Display) -> ExitCode {

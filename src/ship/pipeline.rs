@@ -175,7 +175,12 @@ fn next_tally_number(dir: &Path) -> Result<u64, ShipError> {
                 what: "not the number of a tally".to_string(),
             })?,
     };
-    let next = last.saturating_add(1);
+    // At the last number, none is left: signing it again would put two
+    // tallies of different contents under one number.
+    let next = last.checked_add(1).ok_or_else(|| ShipError::BadFile {
+        path: path.clone(),
+        what: format!("the last tally number ({last}) was signed: no number is left"),
+    })?;
     write_0600(&path, format!("{next}\n").as_bytes())?;
     Ok(next)
 }

@@ -93,7 +93,7 @@ impl Seen {
     /// The memory at `path` for the organisation of `fingerprint`; none
     /// yet if there is no file.
     pub(crate) fn read(path: &Path, fingerprint: &str) -> Result<Seen, ShipError> {
-        let Some(text) = ship::read_optional(path)? else {
+        let Some(text) = ship::read_optional(&linked_target(path)?)? else {
             return Ok(Seen::default());
         };
         let bad = |what: &str| ShipError::BadFile {
@@ -141,11 +141,13 @@ impl Seen {
             || self.tallies.is_empty()
             || self.tallies.iter().any(|t| enrolled.contains(&t.machine));
         if !ours {
+            let machines: Vec<&str> = self.tallies.iter().map(|t| t.machine.as_str()).collect();
             return Err(format!(
-                "the memory of another vault: it holds vault key {} (the organisation's document of version {top}) and machines this vault enrols none of, while this vault's document (version {}) names vault key {}; keep one memory per vault",
+                "the memory of another vault: it holds vault key {} (the organisation's document of version {top}) and machines this vault enrols none of, while this vault's document (version {}) names vault key {}; keep one memory per vault. Or, if this is the vault the memory was kept of under a new key, it withholds every machine the memory holds ({}): the vault's doing; ask whoever moved it",
                 top_key.to_hex(),
                 doc.version,
-                doc.vault.to_hex()
+                doc.vault.to_hex(),
+                machines.join(", ")
             ));
         }
         let older = doc.version < *top || (doc.version == *top && doc.vault != *top_key);
@@ -262,6 +264,38 @@ fn held_to_one(r: &Remembered, enrolled: &[String], served: &[&vault::Tally]) ->
     }
 }
 
+/// Refuses the link at `path` (of metadata `link`) when another user put
+/// it in a directory others can write (a sticky /tmp): it would name where
+/// this admin's memory is read and written, a file of that user's
+/// choosing. Linux's fs.protected_symlinks refuses the same when the
+/// kernel follows a link; `read_link` bypasses it, and macOS has none.
+fn followable(path: &Path, link: &std::fs::Metadata) -> Result<(), ShipError> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let dir_meta = std::fs::metadata(dir).map_err(|source| ShipError::Io {
+        path: dir.to_path_buf(),
+        action: "read the metadata of",
+        source,
+    })?;
+    let others_write = dir_meta.mode() & 0o002 != 0;
+    let uid = rustix::process::geteuid().as_raw();
+    if others_write && link.uid() != uid && link.uid() != dir_meta.uid() {
+        return Err(ShipError::Io {
+            path: path.to_path_buf(),
+            action: "follow the link",
+            source: std::io::Error::other(format!(
+                "another user's link (uid {}) in {}, a directory others can write: not followed; name the memory's own path",
+                link.uid(),
+                dir.display()
+            )),
+        });
+    }
+    Ok(())
+}
+
 /// How many links `linked_target` follows before it gives up.
 const MAX_LINKS: usize = 40;
 
@@ -273,6 +307,7 @@ fn linked_target(path: &Path) -> Result<PathBuf, ShipError> {
     for _ in 0..MAX_LINKS {
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.file_type().is_symlink() => {
+                followable(&path, &m)?;
                 let to = std::fs::read_link(&path).map_err(|source| ShipError::Io {
                     path: path.clone(),
                     action: "read the link",

@@ -81,6 +81,8 @@ mod vault_attacks;
 #[cfg(feature = "vault-server")]
 mod vault_attacks_round2;
 #[cfg(feature = "vault-server")]
+mod vault_attacks_round3;
+#[cfg(feature = "vault-server")]
 mod vault_flood;
 #[cfg(feature = "vault-server")]
 mod vault_limits;

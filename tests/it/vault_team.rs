@@ -48,7 +48,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn team(dir: &Path, url: &str, listen: &str, machines: &str) -> Output {
+pub(crate) fn team(dir: &Path, url: &str, listen: &str, machines: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nd7-vault"))
         .args(["team", "--dir"])
         .arg(dir)
@@ -58,7 +58,7 @@ fn team(dir: &Path, url: &str, listen: &str, machines: &str) -> Output {
 }
 
 /// The value of the line labelled `label` (`label:` then spaces).
-fn labelled<'t>(text: &'t str, label: &str) -> &'t str {
+pub(crate) fn labelled<'t>(text: &'t str, label: &str) -> &'t str {
     let head = format!("{label}:");
     text.lines()
         .find_map(|l| l.trim_start().strip_prefix(&head))

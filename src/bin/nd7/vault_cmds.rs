@@ -565,7 +565,10 @@ fn pull_every(
     }
     let mut codes = vec![ExitCode::from(print_findings(listed.findings))];
     for (m, session, _) in &chosen {
-        let owners = chosen.iter().filter(|(_, s, _)| s == session).count();
+        let owners = chosen
+            .iter()
+            .filter(|(_, s, _)| one_place(s, session))
+            .count();
         codes.push(if owners > 1 {
             shared_session(session, owners)
         } else {
@@ -575,6 +578,12 @@ fn pull_every(
         });
     }
     Ok(worst(&codes))
+}
+
+/// Whether two session ids may name one directory: a case-insensitive
+/// file system (macOS) takes `Shared` and `shared` for one.
+fn one_place(a: &str, b: &str) -> bool {
+    a == b || a.to_lowercase() == b.to_lowercase()
 }
 
 /// A session id several machines list is pulled for none (2): their copies
