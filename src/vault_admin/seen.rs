@@ -89,11 +89,42 @@ pub(crate) struct Seen {
     tallies: Vec<Remembered>,
 }
 
+/// The text of the regular file at `path`, none if there is none. Opened
+/// without waiting (`O_NONBLOCK`), so a FIFO someone put at the memory's
+/// name is refused rather than read for ever.
+fn read_regular(path: &Path) -> Result<Option<String>, ShipError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |action: &'static str, source: std::io::Error| ShipError::Io {
+        path: path.to_path_buf(),
+        action,
+        source,
+    };
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("read", e)),
+    };
+    if !file.metadata().map_err(|e| io("read", e))?.is_file() {
+        return Err(ShipError::BadFile {
+            path: path.to_path_buf(),
+            what: "not a regular file".into(),
+        });
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(|e| io("read", e))?;
+    Ok(Some(text))
+}
+
 impl Seen {
     /// The memory at `path` for the organisation of `fingerprint`; none
     /// yet if there is no file.
     pub(crate) fn read(path: &Path, fingerprint: &str) -> Result<Seen, ShipError> {
-        let Some(text) = ship::read_optional(&linked_target(path)?)? else {
+        let Some(text) = read_regular(&linked_target(path)?)? else {
             return Ok(Seen::default());
         };
         let bad = |what: &str| ShipError::BadFile {

@@ -5,7 +5,7 @@
 //! test that says what would make it fail; one that still succeeds is
 //! `#[ignore = "open: …"]` and asserts what should hold.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 
 use nd7_core::vault;
 
@@ -272,6 +272,52 @@ fn a_memory_that_is_a_link_loop_or_a_directory_is_refused() {
         std::fs::symlink_metadata(&looped)
             .expect("kept")
             .is_symlink()
+    );
+}
+
+/// A FIFO someone put at the memory's name: refused as not a regular file
+/// (exit 2), without waiting for a writer. Would fail (an empty memory read
+/// once the helper thread below lets a blocked reader go, "not a memory")
+/// if the memory were opened as it was, waiting for a writer.
+#[test]
+fn a_memory_that_is_a_fifo_is_refused_without_waiting() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let vault = Vault::start();
+    let org = Org::new(&vault);
+    let state = State::new();
+    ok(enroll(&state, &vault, &org));
+    let admin = tempfile::tempdir().expect("tempdir");
+    let fifo = admin.path().join("seen");
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .expect("mkfifo");
+    // Lets a reader that waits for a writer go (an end of file), so that
+    // without the fix the test fails instead of hanging.
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let releaser = {
+        let (done, fifo) = (done.clone(), fifo.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let opened = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                    .open(&fifo);
+                drop(opened);
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        })
+    };
+    let out = sessions_seen(&vault, &org, &fifo);
+    done.store(true, Ordering::Relaxed);
+    releaser.join().expect("releaser");
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
     );
 }
 
