@@ -1049,6 +1049,9 @@ impl Watch {
             git_dirs.extend(g.plan.git_dirs.iter().cloned());
         }
         findings.extend(self.search(&indexes, &watched, &git_dirs));
+        for g in &git_dirs {
+            findings.extend(self.stopped_sequences(g));
+        }
         if let Ok(seen) = self.seen.lock() {
             for f in &mut findings {
                 f.after_command = seen.first_after.get(&f.path).cloned();
@@ -1436,6 +1439,7 @@ impl Watch {
                 });
             }
         }
+        out.extend(self.stopped_sequences(git_dir));
         let hooks = git_dir.join("hooks");
         match std::fs::read_dir(&hooks) {
             Ok(entries) => {
@@ -1462,6 +1466,49 @@ impl Watch {
         }
         out
     }
+
+    /// A rebase or cherry-pick left stopped, changed during the session,
+    /// whose remaining steps include `exec`: `git rebase --continue` (which
+    /// `git status` suggests) runs them outside the floor. Not held: a
+    /// rebase inside must write its list (ADR-0138).
+    fn stopped_sequences(&self, git_dir: &Path) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for name in ["rebase-merge/git-rebase-todo", "sequencer/todo"] {
+            let p = git_dir.join(name);
+            if !self.changed_since(&p) {
+                continue;
+            }
+            let Ok(bytes) = read_bounded(&p, Follow::No, MAX_CONFIG, &self.unreadable) else {
+                continue;
+            };
+            if todo_runs_commands(&bytes) {
+                out.push(Finding {
+                    path: p.clone(),
+                    what: What::Found(
+                        "a stopped rebase whose remaining steps run commands (`exec`): `git rebase --continue` runs them, `git rebase --abort` drops them".into(),
+                    ),
+                    before: None,
+                    after: Some(Body::Text(String::from_utf8_lossy(&bytes).into_owned())),
+                    after_command: None,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Whether a rebase's or the sequencer's list of steps has an `exec`
+/// (`x`) line, one git would run: its first word, after blanks; comment
+/// lines start with another word.
+fn todo_runs_commands(todo: &[u8]) -> bool {
+    todo.split(|&b| b == b'\n').any(|line| {
+        let word = line
+            .trim_ascii_start()
+            .split(|b| b.is_ascii_whitespace())
+            .next()
+            .unwrap_or_default();
+        word == b"exec" || word == b"x"
+    })
 }
 
 #[cfg(test)]
@@ -1478,6 +1525,19 @@ mod tests {
             state: root.join(".local/state/nd7"),
             exit: "/usr/bin/nd7-exec".into(),
         })
+    }
+
+    /// Guards the rebase report: only an `exec` step (or its `x` short
+    /// form) runs a command; other steps and comments do not.
+    #[test]
+    fn a_todo_list_runs_commands_only_with_an_exec_step() {
+        assert!(todo_runs_commands(b"pick 1234 one\nexec make test\n"));
+        assert!(todo_runs_commands(b"break\n  x touch pwned\n"));
+        assert!(todo_runs_commands(b"x\ttouch pwned"));
+        assert!(!todo_runs_commands(
+            b"pick 1234 exec\n# exec in a comment\nbreak\n"
+        ));
+        assert!(!todo_runs_commands(b"executable 1\nxx 2\n"));
     }
 
     /// Guards the bounds of the search and the snapshot: stopping at one is

@@ -236,9 +236,8 @@ print("seen", seen)
 /// `exec` lines in `.git/rebase-merge/git-rebase-todo`: the user's `git
 /// rebase --continue`, which `git status` suggests, runs them outside the
 /// floor. Nothing holds the todo list (a rebase inside needs to write it);
-/// it should at least be reported at the end, as a planted `commondir` is.
+/// it is reported at the end, as a planted `commondir` is.
 #[test]
-#[ignore = "open: a stopped rebase's exec lines are neither refused nor reported (ADR-0138)"]
 fn a_stopped_rebase_with_an_exec_line_is_reported() {
     let w = World::new();
     crate::deferred_reads::repo(&w);

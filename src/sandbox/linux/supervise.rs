@@ -264,6 +264,16 @@ impl Supervisor {
     /// Makes a change of a file's attributes for the caller, within its
     /// listener's roots ([`attrs::change`]).
     fn attr(&self, n: &Notice, call: seccomp::AttrCall, args: [u64; 6]) -> Reply {
+        match self.as_caller(n, |caller, roots| attrs::change(caller, call, args, roots)) {
+            Err(libc::ESRCH) => Reply::Nothing,
+            result => Reply::Result(result),
+        }
+    }
+
+    /// Runs `job` for the process `n` stopped, with its listener's write
+    /// roots: the caller's descriptors fetched on demand, its notice still
+    /// valid checked by `job` before it acts.
+    fn as_caller<R>(&self, n: &Notice, job: impl FnOnce(&attrs::Caller, &attrs::Roots) -> R) -> R {
         let roots = self
             .roots
             .lock()
@@ -277,10 +287,7 @@ impl Supervisor {
             fd: &fetch,
             valid: &valid,
         };
-        match attrs::change(&caller, call, args, &roots) {
-            Err(libc::ESRCH) => Reply::Nothing,
-            result => Reply::Result(result),
-        }
+        job(&caller, &roots)
     }
 
     /// Remembers `fd`, opened at `path` by `nd7 run`, as a held git
@@ -297,20 +304,10 @@ impl Supervisor {
 
     /// Answers a rename for the caller ([`rename::rename`]).
     fn rename(&self, n: &Notice, call: seccomp::RenameCall, args: [u64; 6]) -> Reply {
-        let roots = self
-            .roots
-            .lock()
-            .ok()
-            .and_then(|all| all.get(&n.listener.as_raw_fd()).cloned())
-            .unwrap_or_default();
-        let fetch = |fd: i32| n.socket(fd);
-        let valid = || n.valid();
-        let caller = attrs::Caller {
-            tid: n.tid,
-            fd: &fetch,
-            valid: &valid,
-        };
-        match rename::rename(&caller, call, args, &self.git_configs, &roots) {
+        let outcome = self.as_caller(n, |caller, roots| {
+            rename::rename(caller, call, args, &self.git_configs, roots)
+        });
+        match outcome {
             rename::Outcome::Continue => Reply::Continue,
             rename::Outcome::Result(Err(libc::ESRCH)) => Reply::Nothing,
             rename::Outcome::Result(result) => Reply::Result(result),
