@@ -666,6 +666,13 @@ impl Request {
 
     fn parse(head: &[u8]) -> Result<Request, String> {
         let text = std::str::from_utf8(head).map_err(|_| "a request head that is not text")?;
+        if text.split("\r\n").any(|l| l.contains(['\r', '\n'])) {
+            // Many servers end a line at a bare LF (or CR): forwarded as
+            // sent, it would carry a Host, or a whole request, never judged.
+            return Err(
+                "a CR or LF that does not end a line (a line break nd7's proxy refuses)".into(),
+            );
+        }
         let mut lines = text.split("\r\n");
         let line = lines.next().unwrap_or("");
         let mut parts = line.split(' ');
@@ -1382,6 +1389,26 @@ mod tests {
             })
             .count();
         assert_eq!(refused, 8, "{entries:?}");
+    }
+
+    #[test]
+    fn a_line_break_inside_a_line_of_the_head_is_refused() {
+        // Guards the check in `Request::parse`: without it each head parses,
+        // and `forward_http` sends its lines on as they came, so a server
+        // that ends a line at a bare LF or CR reads a Host header, or a
+        // whole second request, to a host the proxy never judged.
+        let ok = "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX: 1\r\n\r\n";
+        assert!(Request::parse(ok.as_bytes()).is_ok());
+        for head in [
+            "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX: 1\nHost: evil.test\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX: 1\rHost: evil.test\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX: 1\n\nPOST / HTTP/1.1\nHost: evil.test\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\nHost: evil.test\r\nHost: a.test\r\n\r\n",
+            "GET http://a.test/x\nHost:evil.test HTTP/1.1\r\nHost: a.test\r\n\r\n",
+            "CONNECT a.test:443 HTTP/1.1\r\nX: 1\nY: 2\r\n\r\n",
+        ] {
+            assert!(Request::parse(head.as_bytes()).is_err(), "{head:?}");
+        }
     }
 
     #[test]

@@ -236,6 +236,37 @@ fn every_host_header_names_the_host_it_is_sent_to() {
     );
 }
 
+/// A bare LF (or CR) inside a header line ends the line to many servers,
+/// and the proxy forwarded each line as sent: a Host header, or a whole
+/// second request, to a host it never judged went up in the allowed one's
+/// connection (ADR-0141).
+#[test]
+fn a_line_break_inside_a_header_line_carries_nothing_up() {
+    let w = World::new();
+    let sink = Sink::on(HTTP_OK);
+    let p = sink.port;
+    grants(&w, &format!("net localhost:{p}\n"));
+    put(
+        &w,
+        "req-lf",
+        format!(
+            "GET http://localhost:{p}/ HTTP/1.1\r\nHost: localhost\r\n\
+             X: 1\n\nPOST /exfil HTTP/1.1\nHost: evil-lf.test\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    put(
+        &w,
+        "req-cr",
+        format!("GET http://localhost:{p}/ HTTP/1.1\r\nHost: localhost\r\nX: 1\rHost: evil-cr.test\r\n\r\n")
+            .as_bytes(),
+    );
+    let out = w.run_agent(&format!("{SEND}raw lf req-lf\nraw cr req-cr\n"));
+    assert_eq!(lines(&out), ["lf:no", "cr:no"], "{}", text(&out.stderr));
+    let got = sink.received();
+    assert!(!got.contains("evil-"), "an unjudged Host went up: {got:?}");
+}
+
 /// A plain request is one per connection (ADR-0106), yet the bytes after
 /// its head go up verbatim: a second request, with any Host header, rides
 /// in the first one's connection, unjudged and unrecorded. (A server that

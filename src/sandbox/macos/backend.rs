@@ -440,7 +440,7 @@ pub fn protections() -> Vec<Protection> {
         with(
             "launchd",
             false,
-            "a program handed to launchd: /bin/launchctl is refused, but a copy of it, or a program of the agent's own, can still ask launchd to start one outside the sandbox",
+            "a program handed to launchd: /bin/launchctl is refused, but a copy of it, or a program of the agent's own, can still ask launchd to start one outside the sandbox, where neither the file rules nor the network's hold",
         ),
         with(
             "orphans",

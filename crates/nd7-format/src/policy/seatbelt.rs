@@ -291,7 +291,8 @@ impl Profile {
                 .filter_map(|p| filter("subpath", p))
                 .map(|f| format!("(remote unix-socket {f})")),
         );
-        if let Some(port) = policy.proxy_port {
+        // Port 0 is no listener's: a record that says it has no proxy.
+        if let Some(port) = policy.proxy_port.filter(|p| *p != 0) {
             allowed.push(format!("(remote tcp \"localhost:{port}\")"));
         }
         self.form(&format!("(allow network-outbound {})", allowed.join(" ")));
@@ -1509,6 +1510,42 @@ mod tests {
                 |d: Dial| decides(&got, "network-outbound", |f| dial_covers(f, "remote", d));
             assert!(!connect(Dial::Tcp("127.0.0.1", 43117)), "{profile}");
             assert!(!profile.contains("(remote tcp"), "{profile}");
+        }
+    }
+
+    #[test]
+    #[ignore = "open: the profiles allow every mach service (ADR-0018), and some fetch for whoever asks, outside the sandbox: nsurlsessiond's background downloads, trustd's certificate URLs; the network is not only through the proxy (ADR-0141)"]
+    fn no_system_service_fetches_for_a_process_inside() {
+        // What ADR-0136 keeps from the network is a process's own sockets;
+        // a daemon asked over mach connects with its own. Background URL
+        // sessions are handed whole to nsurlsessiond.
+        let mut p = policy("/Users/u/p", "/private/tmp", "/Users/u", &[]);
+        p.proxy_port = Some(43117);
+        for profile in [command(&p), floor(&p, Path::new("/opt/nd7/nd7-exec"))] {
+            let got = forms(&profile);
+            let lookup = |name: &str| {
+                decides(&got, "mach-lookup", |f| {
+                    f.first() == Some(&sym("global-name")) && f.get(1) == Some(&st(name))
+                })
+            };
+            assert!(!lookup("com.apple.nsurlsessiond"), "{profile}");
+        }
+    }
+
+    #[test]
+    fn a_record_whose_proxy_port_is_zero_allows_no_ip_connection() {
+        // Guards the filter in `Profile::network`: without it the profiles
+        // say `(remote tcp "localhost:0")`, a port no proxy listens on,
+        // whose meaning to Seatbelt nothing here can check (a record is
+        // written by nd7, never with 0; one that says it is read as none).
+        let mut p = policy("/Users/u/p", "/private/tmp", "/Users/u", &[]);
+        p.proxy_port = Some(0);
+        for profile in [command(&p), floor(&p, Path::new("/opt/nd7/nd7-exec"))] {
+            assert!(!profile.contains("(remote tcp"), "{profile}");
+            let got = forms(&profile);
+            let connect =
+                |d: Dial| decides(&got, "network-outbound", |f| dial_covers(f, "remote", d));
+            assert!(!connect(Dial::Tcp("127.0.0.1", 0)), "{profile}");
         }
     }
 
