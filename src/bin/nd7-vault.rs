@@ -59,11 +59,7 @@ impl Db {
             return Ok(k.clone());
         }
         match self.database() {
-            Database::Sqlite(path) => {
-                let mut name = path.into_os_string();
-                name.push(".key");
-                Ok(PathBuf::from(name))
-            }
+            Database::Sqlite(path) => Ok(sqlite_key(&path)),
             Database::Postgres(_) => {
                 eprintln!(
                     "nd7-vault: with a PostgreSQL database, name the vault's key with --key FILE"
@@ -452,6 +448,13 @@ fn http_config(args: &Serve, nofile: u64) -> http::Config {
     }
 }
 
+/// Where a SQLite database's vault key is kept by default: `<db>.key`.
+fn sqlite_key(db: &Path) -> PathBuf {
+    let mut name = db.to_path_buf().into_os_string();
+    name.push(".key");
+    PathBuf::from(name)
+}
+
 /// A new read token, kept (hashed) in `store`: the token, and when it expires.
 fn read_token(store: &mut dyn Store, days: u64, now: u64) -> Result<(String, u64), ExitCode> {
     let token = vault::hex(&random::<20>()?);
@@ -663,7 +666,7 @@ mod team {
     use nd7_core::vault_admin;
     use nd7_core::vault_server::Database;
 
-    use super::{Team, new_key, open, read_token, store_err, when};
+    use super::{Team, new_key, open, read_token, sqlite_key, store_err, when};
 
     /// The files a team's directory holds, by name: the vault's under
     /// `vault/`, which stays on the vault's host, and the admin's under
@@ -811,9 +814,7 @@ mod team {
                 .map_err(|e| admin_err(format!("{}: cannot create: {e}", sub.display())))?;
         }
         let db = vault.join(VAULT_DB);
-        let mut key = db.clone().into_os_string();
-        key.push(".key");
-        let vault_key = new_key(Path::new(&key))?;
+        let vault_key = new_key(&sqlite_key(&db))?;
         let (org_text, fingerprint) = vault_admin::new_org_key().map_err(admin_err)?;
         let org_path = admin.join(ORG_KEY);
         write_new(&org_path, &org_text)?;
@@ -832,7 +833,7 @@ mod team {
         let mut store = open(&Database::Sqlite(db))?;
         store.set_recipients(&doc, now).map_err(store_err)?;
         let (read_token, read_expires) = read_token(store.as_mut(), args.read_token_days, now)?;
-        let register = register_path(&org_path);
+        let register = vault_admin::default_register(&org_path);
         let mut tokens = Vec::new();
         for label in &args.machines {
             let token =
@@ -854,14 +855,6 @@ mod team {
         })
     }
 
-    /// The register beside the organisation key, as `nd7 admin enroll-token`
-    /// names it by default.
-    fn register_path(org_key: &Path) -> PathBuf {
-        let mut name = org_key.to_path_buf().into_os_string();
-        name.push(".tokens");
-        name.into()
-    }
-
     /// `word` as a shell reads it back: as is when it holds only characters no
     /// shell treats specially, else in single quotes.
     fn quote(word: &str) -> String {
@@ -869,7 +862,7 @@ mod team {
         if !word.is_empty() && word.chars().all(plain) {
             word.to_string()
         } else {
-            format!("'{}'", word.replace('\'', r"'\''"))
+            nd7_core::shell_prefix::shell_quote(word)
         }
     }
 

@@ -2,7 +2,7 @@
 //! identity, the recipients document the organisation signs, enrolment
 //! tokens and the register `nd7 admin machines` holds the vault to.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::ship::{self, ShipError};
 use crate::vault::{
@@ -125,6 +125,14 @@ pub fn read_register(path: &Path) -> Result<Vec<Registered>, ShipError> {
         })?);
     }
     Ok(out)
+}
+
+/// The register's place when none is named: the organisation key's file
+/// with `.tokens` added.
+pub fn default_register(org_key: &Path) -> PathBuf {
+    let mut name = org_key.to_path_buf().into_os_string();
+    name.push(".tokens");
+    name.into()
 }
 
 /// Adds a token to the organisation's register (0600, created with its

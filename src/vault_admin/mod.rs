@@ -27,8 +27,8 @@ mod seen;
 pub(crate) use compare::vouched_vault_keys;
 pub use compare::{Compared, Comparison, compare, compare_logs};
 pub use keys::{
-    Registered, enrol_token, new_age_identity, new_org_key, read_register, register_token,
-    sign_recipients,
+    Registered, default_register, enrol_token, new_age_identity, new_org_key, read_register,
+    register_token, sign_recipients,
 };
 pub use machines::{Machines, list_machines, list_sessions};
 pub use pull::{Pulled, PulledBatch, pull};

@@ -356,11 +356,7 @@ fn enrol_token(
 ) -> Result<ExitCode, ExitCode> {
     let token =
         vault_admin::enrol_token(&read(org_key)?, &read(recipients)?, hours).map_err(fail)?;
-    let register = register.unwrap_or_else(|| {
-        let mut name = org_key.to_path_buf().into_os_string();
-        name.push(".tokens");
-        name.into()
-    });
+    let register = register.unwrap_or_else(|| vault_admin::default_register(org_key));
     // Recorded before it is handed out: a token the register does not know
     // is one `nd7 admin machines` reports.
     vault_admin::register_token(&register, &token, label).map_err(fail)?;
