@@ -43,6 +43,55 @@ fn the_flake_parses() {
     }
 }
 
+/// flake.lock pins every input flake.nix names, each to a commit and the
+/// hash of its contents, so `nix flake check` builds against one known
+/// nixpkgs. The lock's nixpkgs is the one locked by nix elsewhere (its
+/// rev, narHash and lastModified agree across several public locks): no
+/// machine here reaches GitHub to lock it afresh.
+#[test]
+fn the_flake_lock_pins_each_input_of_the_flake() {
+    let lock: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("flake.lock")).expect("read"))
+            .expect("flake.lock is JSON");
+    assert_eq!(lock["version"], 7, "lock file format");
+    let root = lock["root"].as_str().expect("root");
+    let inputs = lock["nodes"][root]["inputs"].as_object().expect("inputs");
+    let flake = std::fs::read_to_string(repo("flake.nix")).expect("read");
+    let named: Vec<&str> = flake
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("inputs."))
+        .filter_map(|l| l.split('.').next())
+        .collect();
+    let mut locked: Vec<&str> = inputs.keys().map(String::as_str).collect();
+    locked.sort_unstable();
+    assert_eq!(locked, named, "flake.lock's inputs are flake.nix's");
+    for (name, node) in inputs {
+        let node = &lock["nodes"][node.as_str().expect("node name")];
+        let l = &node["locked"];
+        let rev = l["rev"].as_str().unwrap_or("");
+        assert!(
+            rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{name}: a full commit, not {rev:?}"
+        );
+        let nar = l["narHash"].as_str().unwrap_or("");
+        assert!(nar.starts_with("sha256-") && nar.len() == 51, "{name}: narHash {nar:?}");
+        assert!(l["lastModified"].as_u64().is_some(), "{name}: lastModified");
+        let o = &node["original"];
+        let url = format!(
+            "github:{}/{}/{}",
+            o["owner"].as_str().unwrap_or(""),
+            o["repo"].as_str().unwrap_or(""),
+            o["ref"].as_str().unwrap_or("")
+        );
+        assert!(
+            flake.contains(&format!("inputs.{name}.url = \"{url}\"")),
+            "{name}: the lock's original {url} is what flake.nix asks for"
+        );
+        assert_eq!(l["owner"], o["owner"], "{name}: owner");
+        assert_eq!(l["repo"], o["repo"], "{name}: repo");
+    }
+}
+
 #[test]
 fn the_install_and_release_scripts_parse() {
     for (shell, script, package) in [
