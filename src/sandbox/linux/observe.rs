@@ -25,7 +25,7 @@
 //! ([`Note::Lost`]).
 
 use std::collections::{HashMap, HashSet};
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Mutex, OnceLock};
@@ -203,7 +203,7 @@ struct Tracer {
     tasks: HashMap<u32, Task>,
     /// Threads that stopped before their creator's event named them.
     parked: HashSet<u32>,
-    hashes: HashMap<(u64, u64, i64, i64, u64), Option<String>>,
+    hashes: super::hashes::Hashes,
     out: Vec<u8>,
     feed: OwnedFd,
     bound: usize,
@@ -221,7 +221,7 @@ pub fn observe(keeper: i32, feed: OwnedFd, signals: &nix::sys::signal::SigSet) -
         run: None,
         tasks: HashMap::new(),
         parked: HashSet::new(),
-        hashes: HashMap::new(),
+        hashes: super::hashes::Hashes::new(super::hashes::Hashes::place()),
         out: Vec::new(),
         feed,
         bound: if crate::fault::injected(SMALL_QUEUE) {
@@ -451,27 +451,13 @@ impl Tracer {
     }
 
     /// The executable `proc` runs: its path, identity and BLAKE3, hashed
-    /// once per identity (device, inode, size and times).
+    /// once per identity where that cannot lie ([`super::hashes`]).
     fn exe(&mut self, proc: &str) -> Option<Exe> {
         let link = format!("{proc}/exe");
         let path = std::fs::read_link(&link).ok()?;
         let mut file = std::fs::File::open(&link).ok()?;
         let meta = file.metadata().ok()?;
-        let key = (
-            meta.dev(),
-            meta.ino(),
-            meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-            meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
-            meta.size(),
-        );
-        let blake3 = match self.hashes.get(&key) {
-            Some(h) => h.clone(),
-            None => {
-                let h = hash(&mut file);
-                self.hashes.insert(key, h.clone());
-                h
-            }
-        };
+        let blake3 = self.hashes.of(&mut file, &meta);
         Some(Exe {
             path: path.to_string_lossy().into_owned(),
             dev: meta.dev(),
@@ -524,9 +510,11 @@ impl Tracer {
         }
     }
 
-    /// At the keeper's end: what is still held, as far as the pipe takes it.
+    /// At the keeper's end: what is still held, as far as the pipe takes
+    /// it; the hashes learnt, for the next run.
     fn flush_all(&mut self) {
         self.flush();
+        self.hashes.save();
     }
 }
 
@@ -549,22 +537,6 @@ fn tgid_of(tid: u32) -> Option<u32> {
         .lines()
         .find_map(|l| l.strip_prefix("Tgid:"))
         .and_then(|v| v.trim().parse().ok())
-}
-
-fn hash(file: &mut std::fs::File) -> Option<String> {
-    let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                hasher.update(&buf[..n]);
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return None,
-        }
-    }
-    Some(hasher.finalize().to_hex().to_string())
 }
 
 /// `nd7 run`'s reading of the feed: each line a [`Note`].
