@@ -353,12 +353,8 @@ impl Tracer {
         let Some(&p) = self.tasks.get(&parent) else {
             return;
         };
-        let tgid = if event == EVENT_CLONE {
-            tgid_of(child).unwrap_or(child)
-        } else {
-            child
-        };
-        let thread = tgid == p.tgid;
+        let thread = event == EVENT_CLONE && in_group(p.tgid, child);
+        let tgid = if thread { p.tgid } else { child };
         let root = if thread {
             p.root
         } else if p.tgid == self.keeper && self.run.is_none() {
@@ -531,12 +527,17 @@ fn cont(pid: u32, sig: i32) {
     let _ = ptrace(PTRACE_CONT, pid as i32, sig as libc::c_long);
 }
 
-fn tgid_of(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
+/// Whether `tid` is a thread of the process `tgid`: one `statx` of
+/// `/proc/TGID/task/TID`, where reading `/proc/TID/status` took an open,
+/// a read of a page the kernel formats, and a close at every clone.
+fn in_group(tgid: u32, tid: u32) -> bool {
+    rustix::fs::statx(
+        rustix::fs::CWD,
+        format!("/proc/{tgid}/task/{tid}"),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        rustix::fs::StatxFlags::empty(),
+    )
+    .is_ok()
 }
 
 /// `nd7 run`'s reading of the feed: each line a [`Note`].
@@ -747,5 +748,28 @@ impl Batch {
             }
         }
         let _ = log.effect(crate::effect::RAN, &batch.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread of this process is in its group; another process is not.
+    #[test]
+    fn a_thread_is_told_from_a_process() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let _ = tx.send(rustix::thread::gettid().as_raw_nonzero().get() as u32);
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().expect("the thread's id");
+        let me = std::process::id();
+        assert!(in_group(me, tid));
+        assert!(in_group(me, me));
+        assert!(!in_group(me, 1));
+        let _ = done_tx.send(());
+        t.join().expect("the thread");
     }
 }
