@@ -6,13 +6,15 @@
 # observer on. ND7_BEFORE=path/to/an/older/nd7 (with its nd7-exec beside it)
 # adds a third side, measured in the same rounds: the ratios before and after
 # a change, from one run.
-# usage: [ND7_BEFORE=…] bench/effects.sh [WORKDIR] [ROUNDS]
+# usage: [ND7=…] [ND7_BEFORE=…] bench/effects.sh [WORKDIR] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --bins --examples
-ND7=$PWD/target/debug/nd7
+# ND7=path/to/nd7 measures another build (a release build with the
+# fault-injection feature, which reads ND7_FAULT) in place of the debug one.
+ND7=${ND7:-$PWD/target/debug/nd7}
 BEFORE=${ND7_BEFORE:-}
-EXEC=$PWD/target/debug/nd7-exec
+EXEC=$(dirname "$ND7")/nd7-exec
 PB=$PWD/target/debug/examples/procbench
 W=${1:-$(mktemp -d)}
 ROUNDS=${2:-5}

@@ -156,7 +156,8 @@ echo done"#,
 /// is remembered: `true`'s bytes run first, then `false`'s. Each exec names
 /// the BLAKE3 of the bytes that ran, never a hash remembered for the same
 /// identity. Guards `hashes::dated` (only filesystems that date every
-/// change are remembered).
+/// change are remembered) and the owner in `hashes::sealed` (a file its
+/// writer owns is not sealed, whatever its mode).
 #[test]
 fn a_program_rewritten_without_a_new_ctime_is_hashed_again() {
     let w = World::new();
@@ -165,6 +166,9 @@ fn a_program_rewritten_without_a_new_ctime_is_hashed_again() {
 import mmap, os, time
 fd = os.memfd_create("nd7-rewritten", 0)
 os.write(fd, open("/bin/true", "rb").read())
+# Its owner's alone to write, as a program under /usr is root's.
+os.fchmod(fd, 0o755)
+print("mode", oct(os.fstat(fd).st_mode & 0o777))
 time.sleep(2.5)
 def run(marker):
     pid = os.fork()
@@ -183,7 +187,7 @@ PY"#,
     );
     assert_eq!(
         lines(&out),
-        ["first 0", "second 1"],
+        ["mode 0o755", "first 0", "second 1"],
         "{}",
         text(&out.stderr)
     );

@@ -9,8 +9,9 @@
 //! write, a truncation, and a write through a shared mapping, which each
 //! takes a fault those filesystems date; the kernel refuses an exec while
 //! a writable mapping is open). tmpfs (and so a memfd) does not date a
-//! write to a page already mapped writable: a hash is never remembered
-//! there. A change within the clock's tick (or a second, where a
+//! write to a page already mapped writable: there a hash is remembered
+//! only for a file no process of the run can write at all ([`sealed`]),
+//! and only for the run. A change within the clock's tick (or a second, where a
 //! filesystem keeps whole seconds) of the last can leave the ctime as it
 //! was, so a hash is remembered only when the file's ctime was at least
 //! [`SETTLED_NS`] old before its bytes were read, and only if its identity
@@ -62,9 +63,22 @@ fn dated(file: &std::fs::File) -> bool {
     rustix::fs::fstatfs(file).is_ok_and(|s| DATED.contains(&(s.f_type as i64)))
 }
 
+/// Whether no process of the run can write the file `meta` describes,
+/// whatever the floor: it is not theirs (they run as this process's user,
+/// which is not root), and neither its group nor others may write it (an
+/// ACL grants no more than the group bits show).
+fn sealed(meta: &std::fs::Metadata) -> bool {
+    let me = rustix::process::geteuid().as_raw();
+    me != 0 && meta.uid() != me && meta.mode() & 0o022 == 0
+}
+
 /// The hashes remembered: this run's and, once read, earlier runs'.
 pub struct Hashes {
     known: HashMap<Key, String>,
+    /// Hashes of files no process of the run can write ([`sealed`]) on
+    /// filesystems that do not date every change: remembered for this run
+    /// only, as whoever can write them (root) could change them undated.
+    this_run: HashMap<Key, String>,
     /// Where they are kept across runs; `None` when there is no state
     /// directory (then only this run's are remembered).
     place: Option<PathBuf>,
@@ -80,6 +94,7 @@ impl Hashes {
     pub fn new(place: Option<PathBuf>) -> Hashes {
         Hashes {
             known: HashMap::new(),
+            this_run: HashMap::new(),
             place,
             read: false,
             learnt: Vec::new(),
@@ -97,18 +112,26 @@ impl Hashes {
     pub fn of(&mut self, file: &mut std::fs::File, meta: &std::fs::Metadata) -> Option<String> {
         let before = key(meta);
         let dated = dated(file);
+        let sealed = sealed(meta);
         if dated {
             self.read_place();
-            if let Some(h) = self.known.get(&before) {
-                return Some(h.clone());
-            }
+        }
+        let remembered = match (dated, sealed) {
+            (true, _) => self.known.get(&before),
+            (false, true) => self.this_run.get(&before),
+            (false, false) => None,
+        };
+        if let Some(h) = remembered {
+            return Some(h.clone());
         }
         let read_at = crate::session_log::now_ns() as i64;
         let hash = hash(file)?;
         let same = file.metadata().is_ok_and(|m| key(&m) == before);
-        if dated && same && before.ctime <= read_at - SETTLED_NS {
+        if same && dated && before.ctime <= read_at - SETTLED_NS {
             self.known.insert(before, hash.clone());
             self.learnt.push(before);
+        } else if same && sealed {
+            self.this_run.insert(before, hash.clone());
         }
         Some(hash)
     }
