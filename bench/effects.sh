@@ -6,7 +6,7 @@
 # observer on. ND7_BEFORE=path/to/an/older/nd7 (with its nd7-exec beside it)
 # adds a third side, measured in the same rounds: the ratios before and after
 # a change, from one run.
-# usage: [ND7=…] [ND7_BEFORE=…] bench/effects.sh [WORKDIR] [ROUNDS]
+# usage: [ND7=…] [ND7_BEFORE=…] [ONLY=cargo] bench/effects.sh [WORKDIR] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --bins --examples
@@ -63,9 +63,12 @@ rounds() {
 }
 median() { cut -d' ' -f"$1" "$2" | sort -n | awk '{ a[NR]=$1 } END { print a[int((NR+1)/2)] }'; }
 
-echo "== make -j2 of 200 C files under nd7 run: observed / not observed ($ROUNDS rounds)"
 timed() { { /usr/bin/time -f %e bash -c "cd '$P' && make -s clean && $1 '$2' run make -s -j2 >/dev/null 2>&1"; } 2>&1; }
-rounds make timed
+# ONLY=cargo measures the cargo build alone (more rounds in the time).
+if [ "${ONLY:-}" != cargo ]; then
+  echo "== make -j2 of 200 C files under nd7 run: observed / not observed ($ROUNDS rounds)"
+  rounds make timed
+fi
 
 # A small crate with no dependencies (20 modules), built offline with cargo's
 # preset (its lock files).
@@ -78,6 +81,7 @@ ctimed() { { /usr/bin/time -f %e bash -c "cd '$C' && rm -rf target && $1 '$2' ru
 echo "== cargo build of a small crate under nd7 run: observed / not observed ($ROUNDS rounds)"
 rounds cargo ctimed
 
+[ "${ONLY:-}" != cargo ] || exit 0
 echo "== the log: bytes of effect:nd7 entries per exec, in one more observed run"
 timed "" "$ND7" >/dev/null
 last=$(ls -td "${XDG_STATE_HOME:-$HOME/.local/state}"/nd7/sessions/run-* | sed -n 1p)
