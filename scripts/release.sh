@@ -13,6 +13,11 @@
 #       the Homebrew formula for the tap, its urls under URL (default: the
 #       GitHub release of this version). KEY: an unencrypted OpenSSH Ed25519
 #       private key, the release key.
+#   scripts/release.sh check-tag TAG
+#       Prints the version when TAG is v<version>, where <version> is what
+#       Cargo.toml's [package] and [workspace.package] say and every crate
+#       under crates/ takes the workspace's; otherwise says which differs
+#       and exits 2. The release workflow runs it first.
 #   scripts/release.sh public-key KEY
 #       KEY's public half in hex, as ND7_RELEASE_KEY holds it.
 #   scripts/release.sh --local [--bin-dir DIR] [--out DIR] [--serve PORT]
@@ -30,7 +35,11 @@ cd "$(dirname "$0")/.."
 
 die() { echo "release: $*" >&2; exit 2; }
 need() { for t in "$@"; do command -v "$t" >/dev/null || die "$t is needed"; done; }
-version() { sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1; }
+# The version a table of Cargo.toml sets: table_version package|workspace.package.
+table_version() {
+  awk -v t="[$1]" '/^\[/ { in_t = ($0 == t) } in_t && /^version = "/ { sub(/^version = "/, ""); sub(/"$/, ""); print; exit }' Cargo.toml
+}
+version() { table_version package; }
 sha256() { if command -v sha256sum >/dev/null; then sha256sum "$@"; else shasum -a 256 "$@"; fi; }
 repo_url=https://github.com/nd7-dev/nd7
 # What the signature on SHA256SUMS is made for (ssh-keygen -Y's namespace).
@@ -38,6 +47,19 @@ namespace=nd7-release
 # What the signature on a manifest covers before the manifest's bytes
 # (src/self_update.rs, CONTEXT).
 context='nd7 release manifest v1'
+
+# check-tag TAG: one version for the tag, nd7 and every crate it is built from.
+check_tag() {
+  local tag=$1 v w toml
+  v=$(version); w=$(table_version workspace.package)
+  [ -n "$v" ] || die "Cargo.toml: no version under [package]"
+  [ "$w" = "$v" ] || die "Cargo.toml: [workspace.package] has version ${w:-none}, [package] $v; the crates are released at one version"
+  for toml in crates/*/Cargo.toml; do
+    grep -q '^version.workspace = true$' "$toml" || die "$toml: its version is not the workspace's (version.workspace = true)"
+  done
+  [ "$tag" = "v$v" ] || die "the tag $tag is not v$v, Cargo.toml's version"
+  echo "$v"
+}
 
 # package TARGET BIN_DIR OUT
 package() {
@@ -245,8 +267,9 @@ local_release() {
 
 case ${1:-} in
   package) [ $# = 4 ] || die "usage: scripts/release.sh package TARGET BIN_DIR OUT"; package "$2" "$3" "$4";;
+  check-tag) [ $# = 2 ] || die "usage: scripts/release.sh check-tag TAG"; check_tag "$2";;
   public-key) [ $# = 2 ] || die "usage: scripts/release.sh public-key KEY"; key_public_hex "$2";;
   sign) [ $# -ge 3 ] || die "usage: scripts/release.sh sign OUT KEY [URL]"; sign "$2" "$3" "${4:-}";;
   --local) shift; local_release "$@";;
-  *) die "usage: scripts/release.sh package|sign|public-key|--local (see the top of this script)";;
+  *) die "usage: scripts/release.sh package|sign|check-tag|public-key|--local (see the top of this script)";;
 esac

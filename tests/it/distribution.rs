@@ -161,3 +161,66 @@ fn the_workflows_pin_each_action_to_a_commit() {
         dir.display()
     );
 }
+
+/// Every file under `dir` (recursively) whose name ends in one of `exts`.
+fn files_under(dir: &Path, exts: &[&str], found: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            files_under(&path, exts, found);
+        } else if exts.iter().any(|e| path.to_string_lossy().ends_with(e)) {
+            found.push(path);
+        }
+    }
+}
+
+/// No doc, message or script tells a user to install nd7 from where it is
+/// not: no crate of nd7's is on crates.io (`cargo install nd7` would install
+/// whatever someone else publishes under the name), and Homebrew has nd7 only
+/// in the tap (`brew install nd7` finds another formula or none). The two
+/// sentences that say `cargo install nd7` is no install path are the
+/// exception; DECISIONS.md and benchmarks.md record the past.
+#[test]
+fn no_text_tells_a_user_to_install_from_where_nd7_is_not() {
+    let end = r#"(?:[\s`'"),;.]|$)"#;
+    let cannot = regex::Regex::new(&format!(
+        r"(?:cargo\s+install|cargo\s+binstall|brew\s+install|brew\s+reinstall)(?:\s+--?[A-Za-z-]+)*\s+nd7(?:-vault|-format|-platform|-vault-server)?{end}"
+    ))
+    .expect("regex");
+    let said_so = ["is not an install path", "installs nothing today"];
+    let mut files = vec![repo("README.md"), repo("flake.nix")];
+    for (dir, exts) in [
+        ("docs", &[".md"][..]),
+        ("src", &[".rs"][..]),
+        ("crates", &[".rs", ".toml"][..]),
+        ("install", &[".sh", ".plist", ".service", ".timer"][..]),
+        ("scripts", &[".sh"][..]),
+        (".github/workflows", &[".yml"][..]),
+        ("completions", &[""][..]),
+    ] {
+        files_under(&repo(dir), exts, &mut files);
+    }
+    let mut found = Vec::new();
+    for file in &files {
+        let name = file.to_string_lossy();
+        if name.ends_with("DECISIONS.md") || name.ends_with("benchmarks.md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for m in cannot.find_iter(&text) {
+            let after: String = text[m.end()..].chars().take(40).collect();
+            let after = after.split_whitespace().collect::<Vec<_>>().join(" ");
+            let said = m.as_str().ends_with('`') && said_so.iter().any(|s| after.starts_with(s));
+            if !said {
+                found.push(format!("{name}: {:?}", m.as_str()));
+            }
+        }
+    }
+    assert!(
+        files.len() > 50,
+        "only {} files read under {}",
+        files.len(),
+        repo("").display()
+    );
+    assert!(found.is_empty(), "commands that cannot work: {found:#?}");
+}

@@ -351,3 +351,122 @@ fn the_generated_formula_names_the_archive_and_its_sha256() {
         .expect("ruby is needed: apt-get install ruby");
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// A copy of what `scripts/release.sh check-tag` reads: the script,
+/// Cargo.toml and each crate's Cargo.toml, to change.
+fn manifests_copy() -> tempfile::TempDir {
+    let tree = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tree");
+    let t = tree.path();
+    std::fs::create_dir_all(t.join("scripts")).expect("scripts/");
+    std::fs::copy(repo("scripts/release.sh"), t.join("scripts/release.sh")).expect("script");
+    std::fs::copy(repo("Cargo.toml"), t.join("Cargo.toml")).expect("Cargo.toml");
+    for entry in std::fs::read_dir(repo("crates")).expect("crates/") {
+        let name = entry.expect("entry").file_name();
+        let from = repo("crates").join(&name).join("Cargo.toml");
+        std::fs::create_dir_all(t.join("crates").join(&name)).expect("crate dir");
+        std::fs::copy(from, t.join("crates").join(&name).join("Cargo.toml")).expect("copy");
+    }
+    tree
+}
+
+/// The release workflow's first job stops a tag that is not the version of
+/// nd7 and of every crate it is built from (`[package]`, `[workspace.package]`,
+/// each crate's `version.workspace`): a release of one version must not ship
+/// or publish crates of another.
+#[test]
+fn the_tag_must_be_the_version_of_nd7_and_every_crate() {
+    let workflow = std::fs::read_to_string(repo(".github/workflows/release.yml")).expect("yml");
+    assert!(
+        workflow.contains("version=$(bash scripts/release.sh check-tag \"$TAG\")"),
+        "the version job runs check-tag"
+    );
+    let tree = manifests_copy();
+    let check = |tag: &str| {
+        Command::new("bash")
+            .arg(tree.path().join("scripts/release.sh"))
+            .args(["check-tag", tag])
+            .output()
+            .expect("run check-tag")
+    };
+    let out = check(&format!("v{RUNNING}"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), format!("{RUNNING}\n"));
+    for tag in ["v9.9.9", RUNNING, &format!("v{RUNNING}.1")] {
+        let out = check(tag);
+        assert_eq!(out.status.code(), Some(2), "{tag}");
+        assert_eq!(
+            stderr(&out).trim_end(),
+            format!("release: the tag {tag} is not v{RUNNING}, Cargo.toml's version")
+        );
+    }
+
+    let toml = tree.path().join("Cargo.toml");
+    let original = std::fs::read_to_string(&toml).expect("Cargo.toml");
+    let at = original.find("[workspace.package]").expect("[workspace.package]");
+    let line = format!("version = \"{RUNNING}\"");
+    let moved = format!(
+        "{}{}",
+        &original[..at],
+        original[at..].replacen(&line, "version = \"9.9.9\"", 1)
+    );
+    assert_ne!(moved, original);
+    std::fs::write(&toml, moved).expect("write");
+    let out = check(&format!("v{RUNNING}"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(&format!(
+            "[workspace.package] has version 9.9.9, [package] {RUNNING}"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(&toml, &original).expect("restore");
+
+    let crate_toml = tree.path().join("crates/nd7-format/Cargo.toml");
+    let text = std::fs::read_to_string(&crate_toml).expect("crate toml");
+    let own = text.replacen("version.workspace = true", "version = \"9.9.9\"", 1);
+    assert_ne!(own, text);
+    std::fs::write(&crate_toml, own).expect("write");
+    let out = check(&format!("v{RUNNING}"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("nd7-format/Cargo.toml: its version is not the workspace's"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// The release's nd7 installed as Homebrew installs it (the archive's
+/// binaries under a Cellar) refuses to update itself, naming the command that
+/// does, and replaces nothing, though the release is newer and signed:
+/// brew owns that copy. Guards `refuse_managed` in `run_self_update`.
+#[test]
+fn self_update_leaves_a_homebrew_copy_to_brew() {
+    let run = dry_run();
+    let url = serve_dir(run.dist.clone());
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("root");
+    let keg = root.path().join("Cellar/nd7/0.0.9");
+    let out = install_from(&url, &keg, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let bin = keg.join("bin");
+    std::fs::write(bin.join("nd7-exec"), b"old exec").expect("old exec");
+    let out = Command::new(bin.join("nd7"))
+        .args(["self-update", "--from", &url])
+        .env("ND7_TEST_RELEASE_KEY", &run.key_hex)
+        .env("ND7_TEST_VERSION", "0.0.9")
+        .output()
+        .expect("nd7 self-update");
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let real = std::fs::canonicalize(bin.join("nd7")).expect("canonical");
+    assert_eq!(
+        stderr(&out).trim_end(),
+        format!(
+            "nd7 self-update: {} was installed by Homebrew; update it with `brew upgrade nd7`",
+            real.display()
+        )
+    );
+    assert_eq!(
+        std::fs::read(bin.join("nd7-exec")).expect("exec"),
+        b"old exec"
+    );
+}
