@@ -5,7 +5,8 @@
 #       OUT/nd7-<version>-TARGET.tar.gz (nd7, nd7-exec, nd7-vault when built,
 #       complete/, doc/nd7.1), and the bare binaries self-update fetches
 #       (OUT/nd7-TARGET, OUT/nd7-exec-TARGET). Runs BIN_DIR/nd7 for the
-#       completions and the man page, so it runs where TARGET does.
+#       completions and the man page, so it runs where TARGET does. Refuses
+#       a -linux-musl TARGET's binary that is not static (readelf).
 #   scripts/release.sh sign OUT KEY [URL]
 #       Over every target packaged in OUT: manifest-TARGET and its .sig (what
 #       `nd7 self-update` reads), SHA256SUMS and SHA256SUMS.sig (what
@@ -61,12 +62,28 @@ check_tag() {
   echo "$v"
 }
 
+# static_only BIN: a -linux-musl release runs on any Linux, so its binaries
+# load nothing: no interpreter (ld.so), no shared library.
+static_only() {
+  local libs
+  need readelf
+  libs=$(readelf -dW "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p' | paste -sd ' ' -)
+  if [ -n "$libs" ] || readelf -lW "$1" | grep -q ' INTERP '; then
+    die "$1: linked dynamically (${libs:-an interpreter}); a -linux-musl release must be static"
+  fi
+}
+
 # package TARGET BIN_DIR OUT
 package() {
-  local target=$1 bins=$2 out=$3 v name stage
+  local target=$1 bins=$2 out=$3 v name stage bin
   need tar gzip
   v=$(version); name=nd7-$v-$target
   if [ ! -x "$bins/nd7" ] || [ ! -x "$bins/nd7-exec" ]; then die "$bins: no nd7 and nd7-exec"; fi
+  case $target in
+    *-linux-musl) for bin in nd7 nd7-exec nd7-vault; do
+        if [ -x "$bins/$bin" ]; then static_only "$bins/$bin"; fi
+      done;;
+  esac
   mkdir -p "$out"; stage=$(mktemp -d); mkdir -p "$stage/$name/complete" "$stage/$name/doc"
   for bin in nd7 nd7-exec nd7-vault; do
     [ -x "$bins/$bin" ] && cp "$bins/$bin" "$stage/$name/$bin"

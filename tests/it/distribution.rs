@@ -74,7 +74,10 @@ fn the_flake_lock_pins_each_input_of_the_flake() {
             "{name}: a full commit, not {rev:?}"
         );
         let nar = l["narHash"].as_str().unwrap_or("");
-        assert!(nar.starts_with("sha256-") && nar.len() == 51, "{name}: narHash {nar:?}");
+        assert!(
+            nar.starts_with("sha256-") && nar.len() == 51,
+            "{name}: narHash {nar:?}"
+        );
         assert!(l["lastModified"].as_u64().is_some(), "{name}: lastModified");
         let o = &node["original"];
         let url = format!(
@@ -223,4 +226,87 @@ fn no_text_tells_a_user_to_install_from_where_nd7_is_not() {
         repo("").display()
     );
     assert!(found.is_empty(), "commands that cannot work: {found:#?}");
+}
+
+/// Evaluates the flake's home-manager module, enabled with a 420-second
+/// interval, for `system`, over a stand-in of nixpkgs' lib (no nixpkgs here):
+/// the `config` it sets, as JSON.
+fn home_manager_config(system: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let eval = dir.path().join("eval.nix");
+    std::fs::write(
+        &eval,
+        r#"{ flake, system }:
+let
+  lib = {
+    genAttrs = names: f: builtins.listToAttrs (map (n: { name = n; value = f n; }) names);
+    mkEnableOption = d: { _type = "option"; description = d; };
+    mkOption = o: o // { _type = "option"; };
+    types = { package = "package"; ints.positive = "positive int"; };
+    mkIf = cond: v: if cond then v else { };
+    mkMerge = builtins.foldl' (a: b: a // b) { };
+  };
+  outputs = (import flake).outputs { self = outputs; nixpkgs = { inherit lib; }; };
+  pkgs.stdenv = {
+    isLinux = builtins.match ".*-linux" system != null;
+    isDarwin = builtins.match ".*-darwin" system != null;
+    hostPlatform.system = system;
+  };
+  module = outputs.homeManagerModules.default {
+    inherit lib pkgs;
+    config.services.nd7-ship = { enable = true; package = "/nix/store/0-nd7"; interval = 420; };
+  };
+in
+module.config
+"#,
+    )
+    .expect("write eval.nix");
+    let flake = repo("flake.nix");
+    let out = run_tool(
+        "nix-instantiate",
+        &[
+            "--eval",
+            "--strict",
+            "--json",
+            &eval.to_string_lossy(),
+            "--arg",
+            "flake",
+            &flake.to_string_lossy(),
+            "--argstr",
+            "system",
+            system,
+        ],
+        "nix-bin",
+    );
+    assert!(out.status.success(), "{system}: {}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).expect("JSON")
+}
+
+/// The home-manager module (`services.nd7-ship.enable = true;`) gives a Nix
+/// user the ship timer `nd7 setup` gives others: a systemd user timer on
+/// Linux, a launchd agent on macOS, each running the package's `nd7 ship`
+/// every `interval` seconds. `nix flake check` does not evaluate
+/// homeManagerModules (an output it does not know), so this does.
+#[test]
+fn the_home_manager_module_makes_the_ship_timer() {
+    let linux = home_manager_config("x86_64-linux");
+    let user = &linux["systemd"]["user"];
+    assert_eq!(
+        user["services"]["nd7-ship"]["Service"]["ExecStart"],
+        "/nix/store/0-nd7/bin/nd7 ship"
+    );
+    let timer = &user["timers"]["nd7-ship"];
+    assert_eq!(timer["Timer"]["OnUnitActiveSec"], "420s", "{linux}");
+    assert_eq!(timer["Install"]["WantedBy"][0], "timers.target");
+    assert!(linux.get("launchd").is_none(), "{linux}");
+
+    let mac = home_manager_config("aarch64-darwin");
+    let agent = &mac["launchd"]["agents"]["nd7-ship"];
+    assert_eq!(agent["enable"], true);
+    assert_eq!(
+        agent["config"]["ProgramArguments"],
+        serde_json::json!(["/nix/store/0-nd7/bin/nd7", "ship"])
+    );
+    assert_eq!(agent["config"]["StartInterval"], 420, "{mac}");
+    assert!(mac.get("systemd").is_none(), "{mac}");
 }

@@ -165,6 +165,13 @@ fn install_sh_installs_the_release_it_checked() {
             "{file}: {said}"
         );
     }
+    // The suite's build has the vault server, as a Linux release does.
+    let vault = Path::new(env!("CARGO_BIN_EXE_nd7")).with_file_name("nd7-vault");
+    assert_eq!(
+        said.contains(&format!("{}/bin/nd7-vault", prefix.path().display())),
+        vault.exists(),
+        "nd7-vault installed where the release has it: {said}"
+    );
     let installed = std::fs::read(prefix.path().join("bin/nd7")).expect("nd7");
     let packaged = std::fs::read(dry_run().dist.join(format!("nd7-{TARGET}"))).expect("raw nd7");
     assert!(installed == packaged, "the installed nd7 is the release's");
@@ -402,7 +409,9 @@ fn the_tag_must_be_the_version_of_nd7_and_every_crate() {
 
     let toml = tree.path().join("Cargo.toml");
     let original = std::fs::read_to_string(&toml).expect("Cargo.toml");
-    let at = original.find("[workspace.package]").expect("[workspace.package]");
+    let at = original
+        .find("[workspace.package]")
+        .expect("[workspace.package]");
     let line = format!("version = \"{RUNNING}\"");
     let moved = format!(
         "{}{}",
@@ -469,4 +478,97 @@ fn self_update_leaves_a_homebrew_copy_to_brew() {
         std::fs::read(bin.join("nd7-exec")).expect("exec"),
         b"old exec"
     );
+}
+
+/// A Linux release is static (musl): packing one whose binary loads shared
+/// libraries, as the test build does, is refused before anything is written,
+/// so a release built against glibc by mistake never ships as `-linux-musl`.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_musl_release_refuses_a_binary_that_is_not_static() {
+    let bins = Path::new(env!("CARGO_BIN_EXE_nd7"))
+        .parent()
+        .expect("target/debug");
+    let out = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("out");
+    let dist = out.path().join("dist");
+    let run = Command::new("bash")
+        .arg(repo("scripts/release.sh"))
+        .args(["package", "x86_64-unknown-linux-musl"])
+        .arg(bins)
+        .arg(&dist)
+        .output()
+        .expect("run scripts/release.sh package");
+    assert_eq!(run.status.code(), Some(2), "{}", stdout(&run));
+    assert!(
+        stderr(&run).contains(&format!(
+            "{}: linked dynamically (",
+            bins.join("nd7").display()
+        )) && stderr(&run).contains("libc.so"),
+        "{}",
+        stderr(&run)
+    );
+    assert!(!dist.exists(), "nothing packed");
+}
+
+/// The release is published only after `cargo publish --dry-run` built
+/// every crate of the workspace from its package, as crates.io would take
+/// it, so the version a release names can be published as crates too.
+#[test]
+fn the_release_waits_for_every_crate_to_package_and_build() {
+    let workflow = std::fs::read_to_string(repo(".github/workflows/release.yml")).expect("yml");
+    assert!(
+        workflow.contains("      - run: cargo publish --dry-run --workspace --locked\n"),
+        "the crates job"
+    );
+    assert!(
+        workflow.contains("    needs: [version, crates, build]\n"),
+        "publish waits for the crates job"
+    );
+}
+
+/// The formula's `test do`, run as `brew test` runs it (HOME and the state
+/// under a scratch directory, each command's exit status checked) against
+/// the release's nd7: the session it records verifies with the text it
+/// asserts. Read from the generated formula, so a change to either side
+/// that would fail `brew test` fails here.
+#[test]
+fn the_formulas_test_passes_against_the_release() {
+    let run = dry_run();
+    let formula = std::fs::read_to_string(run.dist.join("nd7.rb")).expect("nd7.rb");
+    let test = &formula[formula.find("\n  test do\n").expect("test do")..];
+    let between = |from: &str, to: char| {
+        test.split(from)
+            .nth(1)
+            .and_then(|rest| rest.split(to).next())
+            .unwrap_or_else(|| panic!("{from} in {test}"))
+            .to_string()
+    };
+    let payload = between("payload = '", '\'');
+    let want = between("assert_match \"", '"');
+    let session = between("nd7 verify ", '"');
+    let nd7 = run.dist.join(format!("nd7-{TARGET}"));
+    let testpath = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("testpath");
+    let command = |args: &[&str]| {
+        let mut c = Command::new(&nd7);
+        c.args(args)
+            .env("HOME", testpath.path())
+            .env("XDG_STATE_HOME", testpath.path());
+        c
+    };
+    let mut record = command(&["record"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("nd7 record");
+    record
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(payload.as_bytes())
+        .expect("payload");
+    assert!(record.wait().expect("wait").success(), "pipe_output(.., 0)");
+    let verify = command(&["verify", &session]).output().expect("verify");
+    assert!(verify.status.success(), "{}", stderr(&verify));
+    assert!(stdout(&verify).contains(&want), "{}", stdout(&verify));
+    let zsh = command(&["completions", "zsh"]).output().expect("zsh");
+    assert!(zsh.status.success() && stdout(&zsh).starts_with("#compdef nd7"));
 }
