@@ -65,10 +65,11 @@ check_tag() {
 # static_only BIN: a -linux-musl release runs on any Linux, so its binaries
 # load nothing: no interpreter (ld.so), no shared library.
 static_only() {
-  local libs
+  local libs headers
   need readelf
-  libs=$(readelf -dW "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p' | paste -sd ' ' -)
-  if [ -n "$libs" ] || readelf -lW "$1" | grep -q ' INTERP '; then
+  libs=$(readelf -dW "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p' | paste -sd ' ' -) || die "$1: readelf cannot read it"
+  headers=$(readelf -lW "$1") || die "$1: readelf cannot read it"
+  if [ -n "$libs" ] || grep -q ' INTERP ' <<<"$headers"; then
     die "$1: linked dynamically (${libs:-an interpreter}); a -linux-musl release must be static"
   fi
 }
