@@ -642,6 +642,11 @@ pub struct Builder {
     /// the call's tool_use_id and command, for what ran under it later.
     calls: HashMap<u64, (String, Option<String>)>,
     calls_order: VecDeque<u64>,
+    /// When the last [`CALLS_KEPT`] commands' `exec_end` entries were
+    /// written, by their `exec` seq: what a command's process ran after
+    /// that is not drawn as the call's (ADR-0144).
+    ended: HashMap<u64, u64>,
+    ended_order: VecDeque<u64>,
     /// Turn ends so far: a call with none after it (before the next
     /// prompt) may still be running, or was stopped; one the turn ended
     /// without was passed over.
@@ -675,6 +680,8 @@ impl Builder {
             execs: HashMap::new(),
             calls: HashMap::new(),
             calls_order: VecDeque::new(),
+            ended: HashMap::new(),
+            ended_order: VecDeque::new(),
             progress: 0,
             made_at: HashMap::new(),
             run: false,
@@ -696,6 +703,7 @@ impl Builder {
         self.age_lingering();
         if !entry.is_intent() {
             self.run |= entry.source == crate::run_entry::SOURCE;
+            self.note_ended(&entry);
             let (folded, processes) =
                 if entry.source == crate::effect::SOURCE && entry.kind == crate::effect::RAN {
                     self.fold_ran(&entry.body)
@@ -903,6 +911,23 @@ impl Builder {
         true
     }
 
+    /// Remembers when a command's `exec_end` (nd7's own) was written.
+    fn note_ended(&mut self, entry: &Entry) {
+        if entry.source != crate::run_entry::SOURCE || entry.kind != crate::run_entry::EXEC_END {
+            return;
+        }
+        let Some(exec) = entry.body["exec"].as_u64() else {
+            return;
+        };
+        self.ended.insert(exec, entry.ts);
+        self.ended_order.push_back(exec);
+        if self.ended_order.len() > CALLS_KEPT
+            && let Some(old) = self.ended_order.pop_front()
+        {
+            self.ended.remove(&old);
+        }
+    }
+
     fn remember_call(&mut self, exec: u64, id: String, command: Option<String>) {
         self.calls.insert(exec, (id, command));
         self.calls_order.push_back(exec);
@@ -918,9 +943,11 @@ impl Builder {
     /// all of it was folded, and the groups left to the entry's own row.
     fn fold_ran(&mut self, body: &Value) -> (bool, Vec<Processes>) {
         let mut left = Vec::new();
-        for group in super::ran::groups(body) {
+        let ended = |seq: u64| self.ended.get(&seq).copied();
+        for group in super::ran::groups(body, &ended) {
             let call = group.command.and_then(|seq| self.calls.get(&seq).cloned());
             if let Some((id, _)) = &call
+                && !group.after
                 && let Some(tool) = self.open_mut(id)
             {
                 tool.processes.push(group.tree);
