@@ -155,11 +155,20 @@ fn draw(node: usize, members: &[&Exec], parent: &[Option<usize>]) -> String {
         return name.clone();
     }
     let kids = collapse(kids);
-    if kids.contains(", ") {
+    let mut drawn = if kids.contains(", ") {
         format!("{name} → ({kids})")
     } else {
         format!("{name} → {kids}")
+    };
+    // Only the first TREE_LEN bytes are shown: a subtree is kept to twice
+    // that, so a deep chain of long names is not copied whole at every
+    // level (ADR-0144). What is cut away ends in the node's own number, so
+    // two subtrees that differ only past the cut are never counted as one.
+    if drawn.len() > 2 * TREE_LEN {
+        drawn.truncate(super::entry::cut(&drawn, 2 * TREE_LEN).len());
+        drawn.push_str(&format!("…#{node}"));
     }
+    drawn
 }
 
 /// Siblings, equal ones once with their count, in first-seen order.
@@ -321,6 +330,31 @@ mod tests {
             "{}",
             g[2].tree
         );
+    }
+
+    /// A chain of long names is drawn cut, and two siblings that differ
+    /// only past the cut are not counted as one.
+    #[test]
+    fn deep_chains_are_drawn_cut_and_never_merged_past_the_cut() {
+        let long =
+            |c: &str, i: usize| json!([format!("/x/{}{i}", c.repeat(250)), format!("1:{i}"), null]);
+        let mut exes: Vec<Value> = (0..6).map(|i| long("a", i)).collect();
+        exes.push(long("b", 6));
+        exes.push(long("c", 7));
+        // 0 → 1 → 2 and 0 → 3 → 4: equal heads, then 2 and 4 (one name
+        // each, "b…" and "c…", far past the cut).
+        let execs = json!([
+            {"pid": 10, "ppid": 1, "exe": 0, "argv": ["x"], "command": 3},
+            {"pid": 11, "ppid": 10, "exe": 1, "argv": ["x"], "command": 3},
+            {"pid": 12, "ppid": 11, "exe": 2, "argv": ["x"], "command": 3},
+            {"pid": 13, "ppid": 12, "exe": 6, "argv": ["x"], "command": 3},
+            {"pid": 14, "ppid": 10, "exe": 1, "argv": ["x"], "command": 3},
+            {"pid": 15, "ppid": 14, "exe": 2, "argv": ["x"], "command": 3},
+            {"pid": 16, "ppid": 15, "exe": 7, "argv": ["x"], "command": 3},
+        ]);
+        let g = groups(&json!({"exes": exes, "execs": execs}), &|_| None);
+        assert!(!g[0].tree.contains('×'), "{}", g[0].tree);
+        assert!(g[0].tree.len() < 2 * TREE_LEN, "{}", g[0].tree);
     }
 
     #[test]
