@@ -16,8 +16,11 @@
 //! first exec only once the exit has listed it, and a late listing leaves it
 //! unmarked): the command's own first exec is not known, and nothing is held
 //! against it. So too for an exec whose image could not be read
-//! (`confirmed: false`): verify counts those already. Pure: fed line by
-//! line.
+//! (`confirmed: false`), and for a process's second program (a pid seen to
+//! exec and not yet to end: the shell's `exec` after a first exec left
+//! unmarked). Verify says how many claims were so held against nothing
+//! ([`Claims::unheld`], ADR-0144), rather than pass them over. Pure: fed
+//! line by line.
 
 use std::collections::{HashMap, HashSet};
 
