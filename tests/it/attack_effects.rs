@@ -317,8 +317,13 @@ fn verify_says_when_a_claim_was_held_against_nothing() {
 /// its payload holds (`source` and `kind` are nd7's, from the hook's
 /// event), so verify counts no exec from it and show draws no tree.
 ///
+/// `nd7 search` labelled the payload's `execs` as it labels a `ran`
+/// entry's, so the hit read as an exec nd7 saw: an agent's entry's members
+/// are now labelled with its kind (`hook execs`).
+///
 /// Guards the `source` test of `Reconciler::effect` and of
-/// `timeline::Builder::push`: without them the payload's execs are counted.
+/// `timeline::Builder::push`, and the kind label of `search::Pattern::hits`:
+/// without the last the hit reads `#N  execs  forged-marker`.
 #[test]
 fn a_hook_payload_shaped_as_a_ran_entry_is_not_what_ran() {
     let w = World::new();
@@ -361,6 +366,21 @@ printf '{"session_id":"c1","hook_event_name":"Notification","source":"effect:nd7
     assert!(
         !shown.contains("forged →") && !shown.contains("execs: forged"),
         "{shown}"
+    );
+    // `nd7 search` labels a hit by the member it is in: the payload's
+    // `execs` must not read as the `execs` of a `ran` entry.
+    let search = w
+        .nd7(&["search", "forged-marker"])
+        .output()
+        .expect("nd7 search");
+    let found = text(&search.stdout);
+    let hit = found
+        .lines()
+        .find(|l| l.ends_with("forged-marker"))
+        .unwrap_or_else(|| panic!("{found}{}", text(&search.stderr)));
+    assert!(
+        hit.contains(" hook execs  ") && !hit.contains("  execs  "),
+        "a hook's payload found as what ran: {hit}"
     );
 }
 
