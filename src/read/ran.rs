@@ -74,7 +74,7 @@ fn name(exes: &[Value], x: &Value) -> String {
 
 /// `name` as it is, or in double quotes (`"` and `\` escaped) when it
 /// holds a character the tree is drawn with, or is empty.
-fn quoted(name: &str) -> String {
+pub(crate) fn quoted(name: &str) -> String {
     let drawn = |c: char| c.is_whitespace() || "→×(),?…\"\\".contains(c);
     if !name.is_empty() && !name.chars().any(drawn) {
         return name.to_string();

@@ -558,7 +558,7 @@ fn ran_summary(body: &Value) -> String {
         let name = match x["exe"].as_u64().and_then(|i| exes.get(i as usize)) {
             Some(exe) => {
                 let path = exe[0].as_str().unwrap_or("?");
-                path.rsplit('/').next().unwrap_or(path).to_string()
+                super::ran::quoted(path.rsplit('/').next().unwrap_or(path))
             }
             None => "(not confirmed)".to_string(),
         };
@@ -595,7 +595,11 @@ fn ran_summary(body: &Value) -> String {
         plural(execs.len(), "", "s"),
         programs.join(", ")
     );
-    entry::cut(&line, SUMMARY_LEN).to_string()
+    // Cut, and said to be: the trees below list every program (ADR-0144).
+    match entry::cut(&line, SUMMARY_LEN) {
+        kept if kept.len() < line.len() => format!("{kept}…"),
+        _ => line,
+    }
 }
 
 /// The class of an entry nd7 wrote from outside the agent, read off its

@@ -126,7 +126,8 @@ fn a_program_drawn_past_the_trees_length_is_not_cut_away_unsaid() {
 /// program, and drawn as it is it reads as a shell that ran make and nine
 /// compilers. A name holding what trees are drawn with is quoted.
 ///
-/// Guards `ran::quoted`: without it the name draws a tree of its own.
+/// Guards `ran::quoted` (in the trees and in the `ran` row's count of
+/// programs): without it the name draws a tree of its own.
 #[test]
 fn a_program_name_cannot_draw_a_tree_of_its_own() {
     let w = World::new();
@@ -146,6 +147,12 @@ echo done"#,
         row.ends_with(r#"execs: bash → (cp, "sh → (make, cc ×9)")"#),
         "{row}"
     );
+    // The `ran` row's count of programs quotes it too.
+    let counts = shown
+        .lines()
+        .find(|l| l.contains("[effect:nd7 ran]"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(counts.contains(r#", "sh → (make, cc ×9)""#), "{counts}");
 }
 
 /// `nd7 show --effects` ends each exec's line with the command it ran
