@@ -194,7 +194,7 @@ fn collapse(drawn: Vec<String>) -> String {
 /// Every exec of a `ran` body, one line each: pid and its forker, the
 /// executable (or that it was not confirmed), the arguments, and the
 /// command it ran under.
-pub fn each(body: &Value) -> Vec<String> {
+pub fn each(body: &Value, ended: &dyn Fn(u64) -> Option<u64>) -> Vec<String> {
     let exes = body["exes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
     let all = body["execs"].as_array().map(Vec::as_slice).unwrap_or(&[]);
     all.iter()
@@ -207,7 +207,11 @@ pub fn each(body: &Value) -> Vec<String> {
                 .as_array()
                 .map(|a| a.iter().map(|s| word(s.as_str().unwrap_or(""))).collect())
                 .unwrap_or_default();
+            let t = x["t"].as_u64().unwrap_or(0);
             let under = match x["command"].as_u64() {
+                Some(seq) if ended(seq).is_some_and(|end| t > end) => {
+                    format!("  [no call: after the command of entry {seq} had ended]")
+                }
                 Some(seq) => format!("  [command of entry {seq}]"),
                 None => "  [no call]".to_string(),
             };
@@ -359,7 +363,7 @@ mod tests {
 
     #[test]
     fn every_exec_is_a_line_with_its_arguments() {
-        let lines = each(&body());
+        let lines = each(&body(), &|_| None);
         assert_eq!(lines.len(), 7);
         assert_eq!(
             lines[2],

@@ -682,7 +682,8 @@ impl<'a> Timeline<'a> {
             ));
         }
         if self.effects && o.source == crate::effect::SOURCE && o.kind == crate::effect::RAN {
-            for line in super::ran::each(&o.body) {
+            let ended = |seq: u64| o.ended.iter().find(|e| e.0 == seq).map(|e| e.1);
+            for line in super::ran::each(&o.body, &ended) {
                 out.push(format!("{body}  {}", st.dim(&one(&line))));
             }
         }

@@ -377,6 +377,11 @@ pub struct Observed {
     /// those folded into their call's row (`Tool::processes`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<Processes>,
+    /// For a `ran` entry: when each of its commands had ended, by `exec`
+    /// seq, as far as the log had said so by then (`ran::each` marks what
+    /// ran after).
+    #[serde(skip)]
+    pub ended: Vec<(u64, u64)>,
 }
 
 /// What ran under one command (or under none) in a `ran` entry, shown on
@@ -708,12 +713,17 @@ impl Builder {
         if !entry.is_intent() {
             self.run |= entry.source == crate::run_entry::SOURCE;
             self.note_ended(&entry);
-            let (folded, processes) =
-                if entry.source == crate::effect::SOURCE && entry.kind == crate::effect::RAN {
-                    self.fold_ran(&entry.body)
-                } else {
-                    (self.fold(&entry), Vec::new())
-                };
+            let ran = entry.source == crate::effect::SOURCE && entry.kind == crate::effect::RAN;
+            let (folded, processes) = if ran {
+                self.fold_ran(&entry.body)
+            } else {
+                (self.fold(&entry), Vec::new())
+            };
+            let ended = if ran {
+                self.ends_of(&entry.body)
+            } else {
+                Vec::new()
+            };
             let item = Item::Observed(Observed {
                 at: At::of(&entry),
                 class: entry_class(&entry),
@@ -724,6 +734,7 @@ impl Builder {
                 body: entry.body,
                 folded,
                 processes,
+                ended,
             });
             self.ready(item);
             return;
@@ -913,6 +924,20 @@ impl Builder {
             _ => {}
         }
         true
+    }
+
+    /// When each command a `ran` body names had ended, where known.
+    fn ends_of(&self, body: &Value) -> Vec<(u64, u64)> {
+        let mut ends: Vec<(u64, u64)> = Vec::new();
+        for x in body["execs"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            if let Some(seq) = x["command"].as_u64()
+                && let Some(&end) = self.ended.get(&seq)
+                && !ends.contains(&(seq, end))
+            {
+                ends.push((seq, end));
+            }
+        }
+        ends
     }
 
     /// Remembers when a command's `exec_end` (nd7's own) was written.

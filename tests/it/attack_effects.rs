@@ -190,7 +190,9 @@ echo done"#,
 /// it. It must be drawn apart, as started after the call had ended.
 ///
 /// Guards the `after` groups of `ran::groups` (and the timeline's
-/// `note_ended`): without them the late `true` is drawn under the call.
+/// `note_ended`): without them the late `true` is drawn under the call;
+/// and the `ended` of `ran::each`: without it its `--effects` line reads
+/// `[command of entry N]`.
 #[test]
 fn a_process_left_behind_is_not_drawn_as_its_calls() {
     let w = World::new();
@@ -236,6 +238,16 @@ sleep 0.5
         late.iter()
             .all(|l| l.contains("without a call, started after call bg")),
         "the late true drawn as the call's: {late:#?}\n{shown}"
+    );
+    // `--effects` says the same of the exec, one line each.
+    let listed = show(&w, &chain_id(&dir), &["--effects"]);
+    let line = listed
+        .lines()
+        .find(|l| l.trim_start().starts_with("pid ") && l.contains(": /bin/true late-marker"))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(
+        line.contains("  [no call: after the command of entry ") && line.ends_with(" had ended]"),
+        "{line}"
     );
     let v = verify(&w, &dir);
     let said = text(&v.stdout);
