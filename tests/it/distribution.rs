@@ -74,7 +74,10 @@ fn the_flake_lock_pins_each_input_of_the_flake() {
             "{name}: a full commit, not {rev:?}"
         );
         let nar = l["narHash"].as_str().unwrap_or("");
-        assert!(nar.starts_with("sha256-") && nar.len() == 51, "{name}: narHash {nar:?}");
+        assert!(
+            nar.starts_with("sha256-") && nar.len() == 51,
+            "{name}: narHash {nar:?}"
+        );
         assert!(l["lastModified"].as_u64().is_some(), "{name}: lastModified");
         let o = &node["original"];
         let url = format!(
