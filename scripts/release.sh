@@ -93,7 +93,7 @@ package() {
   "$bins/nd7" completions zsh > "$stage/$name/complete/_nd7"
   "$bins/nd7" completions fish > "$stage/$name/complete/nd7.fish"
   "$bins/nd7" man > "$stage/$name/doc/nd7.1"
-  cp README.md "$stage/$name/"
+  cp README.md LICENSE-MIT LICENSE-APACHE "$stage/$name/"
   # Owner (and with GNU tar, times) fixed, so the archive depends on its files.
   if tar --version 2>/dev/null | grep -q GNU; then
     (cd "$stage" && tar --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - "$name")

@@ -359,6 +359,26 @@ fn the_generated_formula_names_the_archive_and_its_sha256() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+/// The archive carries the licences Cargo.toml names (MIT OR Apache-2.0),
+/// beside the README, so a copy handed on keeps its terms.
+#[test]
+fn the_archive_carries_the_licences() {
+    let run = dry_run();
+    let out = Command::new("tar")
+        .arg("-tzf")
+        .arg(run.dist.join(archive_name()))
+        .output()
+        .expect("tar");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listing = stdout(&out);
+    for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+        assert!(
+            listing.lines().any(|l| l.ends_with(&format!("/{file}"))),
+            "the archive lacks {file}: {listing}"
+        );
+    }
+}
+
 /// A copy of what `scripts/release.sh check-tag` reads: the script,
 /// Cargo.toml and each crate's Cargo.toml, to change.
 fn manifests_copy() -> tempfile::TempDir {
