@@ -22,7 +22,7 @@
 //! `nd7 run` can write a hash into it.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
@@ -172,7 +172,12 @@ impl Hashes {
             );
         }
         lines.truncate(KEPT);
-        let _ = write_beside(&place, &lines.join(""));
+        let _ = crate::files::replace(
+            &place,
+            lines.join("").as_bytes(),
+            0o600,
+            crate::files::Durability::Atomic,
+        );
     }
 }
 
@@ -213,20 +218,6 @@ fn read_nofollow(path: &std::path::Path) -> io::Result<String> {
         .take(1 << 20)
         .read_to_string(&mut text)?;
     Ok(text)
-}
-
-fn write_beside(place: &std::path::Path, text: &str) -> io::Result<()> {
-    let staged = place.with_extension(format!("{}.new", std::process::id()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&staged)?;
-    f.write_all(text.as_bytes())?;
-    drop(f);
-    std::fs::rename(&staged, place).inspect_err(|_| {
-        let _ = std::fs::remove_file(&staged);
-    })
 }
 
 /// The BLAKE3 of what `file` holds from where it stands to its end.
