@@ -59,6 +59,8 @@ fn key(meta: &std::fs::Metadata) -> Key {
 
 /// Whether `file` lies on a filesystem that dates every change of its
 /// bytes ([`DATED`]).
+// `f_type` is an i64 here, a u32 or i32 on other architectures.
+#[allow(clippy::unnecessary_cast)]
 fn dated(file: &std::fs::File) -> bool {
     rustix::fs::fstatfs(file).is_ok_and(|s| DATED.contains(&(s.f_type as i64)))
 }
