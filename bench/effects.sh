@@ -3,13 +3,18 @@
 # under nd7 run with the exec observer and without it (ND7_FAULT=no-ptrace,
 # a test build's knob, so both sides are the same debug build, dependencies
 # optimised), alternating, and nd7-exec true against bash -c true with the
-# observer on.
-# usage: bench/effects.sh [WORKDIR] [ROUNDS]
+# observer on. ND7_BEFORE=path/to/an/older/nd7 (with its nd7-exec beside it)
+# adds a third side, measured in the same rounds: the ratios before and after
+# a change, from one run.
+# usage: [ND7=…] [ND7_BEFORE=…] [ONLY=cargo] bench/effects.sh [WORKDIR] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --bins --examples
-ND7=$PWD/target/debug/nd7
-EXEC=$PWD/target/debug/nd7-exec
+# ND7=path/to/nd7 measures another build (a release build with the
+# fault-injection feature, which reads ND7_FAULT) in place of the debug one.
+ND7=${ND7:-$PWD/target/debug/nd7}
+BEFORE=${ND7_BEFORE:-}
+EXEC=$(dirname "$ND7")/nd7-exec
 PB=$PWD/target/debug/examples/procbench
 W=${1:-$(mktemp -d)}
 ROUNDS=${2:-5}
@@ -33,17 +38,37 @@ clean:
 	rm -f *.o prog
 MK
 
-echo "== make -j2 of 200 C files under nd7 run: observed / not observed (alternating, $ROUNDS rounds)"
-timed() { { /usr/bin/time -f %e bash -c "cd '$P' && make -s clean && $1 '$ND7' run make -s -j2 >/dev/null 2>&1"; } 2>&1; }
-for r in $(seq "$ROUNDS"); do
-  # Which goes first alternates, so a drift lands on both.
-  if [ $((r % 2)) = 1 ]; then a=$(timed "env ND7_FAULT=no-ptrace"); b=$(timed ""); else b=$(timed ""); a=$(timed "env ND7_FAULT=no-ptrace"); fi
-  echo "$a $b"
-done > "$W/make.times"
-awk '{ printf "round %d: without %.2f s, with %.2f s, ratio %.3f\n", NR, $1, $2, $2/$1 }' "$W/make.times"
-off=$(cut -d' ' -f1 "$W/make.times" | sort -n | awk '{ a[NR]=$1 } END { print a[int((NR+1)/2)] }')
-on=$(cut -d' ' -f2 "$W/make.times" | sort -n | awk '{ a[NR]=$1 } END { print a[int((NR+1)/2)] }')
-awk -v off="$off" -v on="$on" 'BEGIN { printf "median: without %.2f s, with %.2f s, ratio %.3f\n", off, on, on/off }'
+# rounds NAME TIMER: ROUNDS rounds of TIMER for each side (not observed,
+# observed, and ND7_BEFORE observed), in an order that turns each round so a
+# drift lands on every side; prints each round and the medians.
+rounds() {
+  local name=$1 timer=$2 r a b c
+  for r in $(seq "$ROUNDS"); do
+    c=-
+    case $((r % 3)) in
+      1) a=$($timer "env ND7_FAULT=no-ptrace" "$ND7"); b=$($timer "" "$ND7"); [ -z "$BEFORE" ] || c=$($timer "" "$BEFORE") ;;
+      2) b=$($timer "" "$ND7"); [ -z "$BEFORE" ] || c=$($timer "" "$BEFORE"); a=$($timer "env ND7_FAULT=no-ptrace" "$ND7") ;;
+      0) [ -z "$BEFORE" ] || c=$($timer "" "$BEFORE"); a=$($timer "env ND7_FAULT=no-ptrace" "$ND7"); b=$($timer "" "$ND7") ;;
+    esac
+    echo "$a $b $c"
+  done > "$W/$name.times"
+  awk '{ printf "round %d: without %.2f s, with %.2f s, ratio %.3f", NR, $1, $2, $2/$1; if ($3 != "-") printf "; before %.2f s, ratio %.3f", $3, $3/$1; print "" }' "$W/$name.times"
+  local off on before
+  off=$(median 1 "$W/$name.times"); on=$(median 2 "$W/$name.times")
+  awk -v off="$off" -v on="$on" 'BEGIN { printf "median: without %.2f s, with %.2f s, ratio %.3f\n", off, on, on/off }'
+  if [ -n "$BEFORE" ]; then
+    before=$(median 3 "$W/$name.times")
+    awk -v off="$off" -v b="$before" 'BEGIN { printf "median before: %.2f s, ratio %.3f\n", b, b/off }'
+  fi
+}
+median() { cut -d' ' -f"$1" "$2" | sort -n | awk '{ a[NR]=$1 } END { print a[int((NR+1)/2)] }'; }
+
+timed() { { /usr/bin/time -f %e bash -c "cd '$P' && make -s clean && $1 '$2' run make -s -j2 >/dev/null 2>&1"; } 2>&1; }
+# ONLY=cargo measures the cargo build alone (more rounds in the time).
+if [ "${ONLY:-}" != cargo ]; then
+  echo "== make -j2 of 200 C files under nd7 run: observed / not observed ($ROUNDS rounds)"
+  rounds make timed
+fi
 
 # A small crate with no dependencies (20 modules), built offline with cargo's
 # preset (its lock files).
@@ -52,20 +77,14 @@ mkdir -p "$C/src"
 printf '[package]\nname = "small"\nversion = "0.1.0"\nedition = "2021"\n[dependencies]\n' > "$C/Cargo.toml"
 for i in $(seq 20); do echo "pub fn f$i(x: u64) -> u64 { (0..x).map(|i| i * $i).sum() }" > "$C/src/m$i.rs"; done
 for i in $(seq 20); do echo "pub mod m$i;"; done > "$C/src/lib.rs"
-ctimed() { { /usr/bin/time -f %e bash -c "cd '$C' && rm -rf target && $1 '$ND7' run --preset cargo cargo build --offline -q >/dev/null 2>&1"; } 2>&1; }
+ctimed() { { /usr/bin/time -f %e bash -c "cd '$C' && rm -rf target && $1 '$2' run --preset cargo cargo build --offline -q >/dev/null 2>&1"; } 2>&1; }
 echo "== cargo build of a small crate under nd7 run: observed / not observed ($ROUNDS rounds)"
-for r in $(seq "$ROUNDS"); do
-  if [ $((r % 2)) = 1 ]; then a=$(ctimed "env ND7_FAULT=no-ptrace"); b=$(ctimed ""); else b=$(ctimed ""); a=$(ctimed "env ND7_FAULT=no-ptrace"); fi
-  echo "$a $b"
-done > "$W/cargo.times"
-awk '{ printf "round %d: without %.2f s, with %.2f s, ratio %.3f\n", NR, $1, $2, $2/$1 }' "$W/cargo.times"
-off=$(cut -d' ' -f1 "$W/cargo.times" | sort -n | awk '{ a[NR]=$1 } END { print a[int((NR+1)/2)] }')
-on=$(cut -d' ' -f2 "$W/cargo.times" | sort -n | awk '{ a[NR]=$1 } END { print a[int((NR+1)/2)] }')
-awk -v off="$off" -v on="$on" 'BEGIN { printf "median: without %.2f s, with %.2f s, ratio %.3f\n", off, on, on/off }'
+rounds cargo ctimed
 
+[ "${ONLY:-}" != cargo ] || exit 0
 echo "== the log: bytes of effect:nd7 entries per exec, in one more observed run"
-timed "" >/dev/null
-last=$(ls -td "${XDG_STATE_HOME:-$HOME/.local/state}"/nd7/sessions/run-* | head -1)
+timed "" "$ND7" >/dev/null
+last=$(ls -td "${XDG_STATE_HOME:-$HOME/.local/state}"/nd7/sessions/run-* | sed -n 1p)
 python3 - "$last/events.ndjson" <<'PY'
 import json, sys
 execs = size = 0

@@ -71,6 +71,13 @@ pub enum Note {
     Lost {
         count: u64,
     },
+    /// `nd7 run` made a thread (`tid`): every note of an event the
+    /// observer saw before it is ahead of this one in the pipe, so once
+    /// `nd7 run` has ended its processes, a thread it then makes marks the
+    /// end of their notes.
+    Mark {
+        tid: u32,
+    },
 }
 
 /// Splits `/proc/PID/cmdline` into arguments, lossily, keeping at most
@@ -237,6 +244,7 @@ mod tests {
             Note::Exec(seen(2, "/bin/true")),
             Note::Exit { pid: 2, status: -9 },
             Note::Lost { count: 3 },
+            Note::Mark { tid: 4 },
         ] {
             let line = serde_json::to_string(&note).expect("a note renders");
             assert!(!line.contains('\n'));

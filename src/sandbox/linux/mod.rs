@@ -7,6 +7,7 @@ pub mod attrs;
 pub mod backend;
 pub mod door;
 pub mod exit;
+pub mod hashes;
 pub mod keeper;
 pub mod launch;
 pub mod memory;

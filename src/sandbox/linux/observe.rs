@@ -25,7 +25,7 @@
 //! ([`Note::Lost`]).
 
 use std::collections::{HashMap, HashSet};
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Mutex, OnceLock};
@@ -207,7 +207,7 @@ struct Tracer {
     roots: u64,
     /// Threads that stopped before their creator's event named them.
     parked: HashSet<u32>,
-    hashes: HashMap<(u64, u64, i64, i64, u64), Option<String>>,
+    hashes: super::hashes::Hashes,
     out: Vec<u8>,
     feed: OwnedFd,
     bound: usize,
@@ -226,7 +226,7 @@ pub fn observe(keeper: i32, feed: OwnedFd, signals: &nix::sys::signal::SigSet) -
         tasks: HashMap::new(),
         roots: 0,
         parked: HashSet::new(),
-        hashes: HashMap::new(),
+        hashes: super::hashes::Hashes::new(super::hashes::Hashes::place()),
         out: Vec::new(),
         feed,
         bound: if crate::fault::injected(SMALL_QUEUE) {
@@ -359,12 +359,8 @@ impl Tracer {
         let Some(&p) = self.tasks.get(&parent) else {
             return;
         };
-        let tgid = if event == EVENT_CLONE {
-            tgid_of(child).unwrap_or(child)
-        } else {
-            child
-        };
-        let thread = tgid == p.tgid;
+        let thread = event == EVENT_CLONE && in_group(p.tgid, child);
+        let tgid = if thread { p.tgid } else { child };
         let (root, root_number) = if thread {
             (p.root, p.root_number)
         } else if p.tgid == self.keeper && self.run.is_none() {
@@ -377,6 +373,9 @@ impl Tracer {
             (p.root, p.root_number)
         };
         let parent = if thread { p.parent } else { p.tgid };
+        if thread && Some(p.tgid) == self.run {
+            self.send(&Note::Mark { tid: child });
+        }
         self.tasks.insert(
             child,
             Task {
@@ -458,27 +457,13 @@ impl Tracer {
     }
 
     /// The executable `proc` runs: its path, identity and BLAKE3, hashed
-    /// once per identity (device, inode, size and times).
+    /// once per identity where that cannot lie ([`super::hashes`]).
     fn exe(&mut self, proc: &str) -> Option<Exe> {
         let link = format!("{proc}/exe");
         let path = std::fs::read_link(&link).ok()?;
         let mut file = std::fs::File::open(&link).ok()?;
         let meta = file.metadata().ok()?;
-        let key = (
-            meta.dev(),
-            meta.ino(),
-            meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-            meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
-            meta.size(),
-        );
-        let blake3 = match self.hashes.get(&key) {
-            Some(h) => h.clone(),
-            None => {
-                let h = hash(&mut file);
-                self.hashes.insert(key, h.clone());
-                h
-            }
-        };
+        let blake3 = self.hashes.of(&mut file, &meta);
         Some(Exe {
             path: path.to_string_lossy().into_owned(),
             dev: meta.dev(),
@@ -531,9 +516,11 @@ impl Tracer {
         }
     }
 
-    /// At the keeper's end: what is still held, as far as the pipe takes it.
+    /// At the keeper's end: what is still held, as far as the pipe takes
+    /// it; the hashes learnt, for the next run.
     fn flush_all(&mut self) {
         self.flush();
+        self.hashes.save();
     }
 }
 
@@ -550,51 +537,45 @@ fn cont(pid: u32, sig: i32) {
     let _ = ptrace(PTRACE_CONT, pid as i32, sig as libc::c_long);
 }
 
-fn tgid_of(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-fn hash(file: &mut std::fs::File) -> Option<String> {
-    let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                hasher.update(&buf[..n]);
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return None,
-        }
-    }
-    Some(hasher.finalize().to_hex().to_string())
+/// Whether `tid` is a thread of the process `tgid`: one `statx` of
+/// `/proc/TGID/task/TID`, where reading `/proc/TID/status` took an open,
+/// a read of a page the kernel formats, and a close at every clone.
+fn in_group(tgid: u32, tid: u32) -> bool {
+    rustix::fs::statx(
+        rustix::fs::CWD,
+        format!("/proc/{tgid}/task/{tid}"),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        rustix::fs::StatxFlags::empty(),
+    )
+    .is_ok()
 }
 
 /// `nd7 run`'s reading of the feed: each line a [`Note`].
 pub struct Feed {
     fd: OwnedFd,
+    /// Readable once [`Recorder::finish`] has begun: ends a wait early.
+    wake: OwnedFd,
     pending: Vec<u8>,
 }
 
 impl Feed {
-    pub fn new(fd: OwnedFd) -> Feed {
+    pub fn new(fd: OwnedFd, wake: OwnedFd) -> Feed {
         Feed {
             fd,
+            wake,
             pending: Vec::new(),
         }
     }
 
-    /// Waits at most `wait_ms` for notes; returns those that came (none
-    /// when the wait ran out), or `None` once the front has closed its end.
+    /// Waits at most `wait_ms` for notes (or the wake); returns those that
+    /// came (none when the wait ran out or was woken), or `None` once the
+    /// front has closed its end.
     pub fn next(&mut self, wait_ms: i32) -> Option<Vec<Note>> {
-        let mut poll = [rustix::event::PollFd::new(
-            &self.fd,
-            rustix::event::PollFlags::IN,
-        )];
+        use rustix::event::{PollFd, PollFlags};
+        let mut poll = [
+            PollFd::new(&self.fd, PollFlags::IN),
+            PollFd::new(&self.wake, PollFlags::IN),
+        ];
         let timeout = rustix::event::Timespec {
             tv_sec: (wait_ms / 1000) as i64,
             tv_nsec: ((wait_ms % 1000) as i64) * 1_000_000,
@@ -604,6 +585,14 @@ impl Feed {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => return Some(Vec::new()),
             Err(_) => return None,
+        }
+        let (fed, woken) = (!poll[0].revents().is_empty(), !poll[1].revents().is_empty());
+        if woken {
+            // The wake is level-triggered: taken, so it wakes once.
+            let _ = rustix::io::read(&self.wake, &mut [0u8; 16]);
+        }
+        if !fed {
+            return Some(Vec::new());
         }
         let mut buf = vec![0u8; 1 << 16];
         let n = match rustix::io::read(&self.fd, &mut buf) {
@@ -629,10 +618,22 @@ const BATCH: usize = 256;
 /// How long `nd7 run` waits for more before it writes what it has.
 const IDLE_MS: i32 = 100;
 
+/// After [`Recorder::finish`] has begun and its mark has not come, the
+/// waits of [`IDLE_MS`] with nothing from the front before `nd7 run` stops
+/// reading (the front is stuck, or tracing nothing).
+const GIVE_UP: u32 = 10;
+/// [`Recorder::finish`] has begun, without a thread of its own to mark
+/// the end (then an idle wait after the wake ends the reading, as before
+/// the mark).
+const NO_MARK: u32 = u32::MAX;
+
 /// `nd7 run`'s side: a thread that writes what the front saw into the
 /// run's chain, in batches.
 pub struct Recorder {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// 0 while the run goes on; then the thread whose [`Note::Mark`] ends
+    /// the notes, or [`NO_MARK`].
+    end: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    wake: OwnedFd,
     thread: std::thread::JoinHandle<()>,
 }
 
@@ -647,26 +648,40 @@ pub fn record(log: std::sync::Arc<crate::run_log::RunLog>) -> Option<Recorder> {
         );
         return None;
     };
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stopping = stop.clone();
-    let thread = std::thread::spawn(move || write_notes(Feed::new(fd), &log, &stopping));
-    Some(Recorder { stop, thread })
+    let (wake_r, wake) = pipe().ok()?;
+    let end = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let ending = end.clone();
+    let thread = std::thread::spawn(move || write_notes(Feed::new(fd, wake_r), &log, &ending));
+    Some(Recorder { end, wake, thread })
 }
 
 impl Recorder {
-    /// Once every process below `nd7 run` has ended: writes what is left
-    /// and stops.
+    /// Once every process below `nd7 run` has ended: makes a thread, whose
+    /// [`Note::Mark`] the front sends after every note of the events it saw
+    /// before, writes the notes up to that mark, and stops. (Waiting for a
+    /// pause in the notes instead cost every run the pause, ADR-0146.)
     pub fn finish(self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let tid = std::thread::spawn(|| rustix::thread::gettid().as_raw_nonzero().get() as u32)
+            .join()
+            .unwrap_or(NO_MARK);
+        self.end.store(tid, std::sync::atomic::Ordering::SeqCst);
+        let _ = rustix::io::write(&self.wake, b"e");
         let _ = self.thread.join();
     }
 }
 
-fn write_notes(mut feed: Feed, log: &crate::run_log::RunLog, stop: &std::sync::atomic::AtomicBool) {
+fn write_notes(mut feed: Feed, log: &crate::run_log::RunLog, end: &std::sync::atomic::AtomicU32) {
     let mut batch = Batch::default();
     let stalled = crate::fault::injected(SMALL_QUEUE);
+    let mut marks = HashSet::new();
+    let mut idle = 0;
     loop {
-        if stalled && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let last = end.load(std::sync::atomic::Ordering::SeqCst);
+        let limit = if last == NO_MARK { 2 } else { GIVE_UP };
+        if last != 0 && (marks.contains(&last) || idle >= limit) {
+            break;
+        }
+        if stalled && last == 0 {
             std::thread::sleep(std::time::Duration::from_millis(IDLE_MS as u64));
             continue;
         }
@@ -675,27 +690,12 @@ fn write_notes(mut feed: Feed, log: &crate::run_log::RunLog, stop: &std::sync::a
         };
         if notes.is_empty() {
             batch.write(log);
-            if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                break;
-            }
+            idle += u32::from(last != 0);
             continue;
         }
+        idle = 0;
         for note in notes {
-            if let Note::Lost { count } = note {
-                batch.write(log);
-                let _ = log.effect(
-                    crate::effect::NOT_OBSERVED,
-                    &crate::effect::not_observed_body(
-                        Some(count),
-                        "the observer was past its bound: each was killed at its exec, before it ran",
-                    ),
-                );
-            } else {
-                batch.notes.push(note);
-            }
-            if batch.notes.len() >= BATCH {
-                batch.write(log);
-            }
+            batch.take(note, log, &mut marks);
         }
     }
     batch.write(log);
@@ -737,6 +737,30 @@ impl Marks {
 }
 
 impl Batch {
+    /// Takes one note from the front: an exec or exit into the batch, a
+    /// count of lost execs straight into the chain, a mark into `marks`.
+    fn take(&mut self, note: Note, log: &crate::run_log::RunLog, marks: &mut HashSet<u32>) {
+        match note {
+            Note::Lost { count } => {
+                self.write(log);
+                let _ = log.effect(
+                    crate::effect::NOT_OBSERVED,
+                    &crate::effect::not_observed_body(
+                        Some(count),
+                        "the observer was past its bound: each was killed at its exec, before it ran",
+                    ),
+                );
+            }
+            Note::Mark { tid } => {
+                marks.insert(tid);
+            }
+            note => self.notes.push(note),
+        }
+        if self.notes.len() >= BATCH {
+            self.write(log);
+        }
+    }
+
     /// Writes the notes as one `ran` entry, each exec naming the command it
     /// ran under. The exit lists a command once its start returns, which
     /// is just after its first exec: a first exec of a child of `nd7 run`
@@ -762,9 +786,32 @@ impl Batch {
                     batch.exec(&seen, command);
                 }
                 Note::Exit { pid, status } => batch.exit(pid, status),
-                Note::Lost { .. } => {}
+                Note::Lost { .. } | Note::Mark { .. } => {}
             }
         }
         let _ = log.effect(crate::effect::RAN, &batch.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread of this process is in its group; another process is not.
+    #[test]
+    fn a_thread_is_told_from_a_process() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let _ = tx.send(rustix::thread::gettid().as_raw_nonzero().get() as u32);
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().expect("the thread's id");
+        let me = std::process::id();
+        assert!(in_group(me, tid));
+        assert!(in_group(me, me));
+        assert!(!in_group(me, 1));
+        let _ = done_tx.send(());
+        t.join().expect("the thread");
     }
 }
