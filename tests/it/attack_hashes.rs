@@ -1,0 +1,136 @@
+//! Attacking ADR-0146: the exec observer's hashes remembered across runs
+//! (src/sandbox/linux/hashes.rs) and the run's end that waits for the
+//! front's mark. The attacker is the agent under `nd7 run` (Linux), an
+//! ordinary account, the agent a shell script; it wants the run's chain to
+//! state, as confirmed, bytes that are not what ran, or to lack an exec
+//! without saying so.
+#![cfg(target_os = "linux")]
+
+use crate::runs::*;
+use crate::world::*;
+
+/// A filesystem on a loop device, mounted and unmounted by the test as
+/// udisks does for an ordinary user (`udisksctl loop-setup`, `mount`):
+/// the loop device stays, so the filesystem's device number does too.
+struct Loop {
+    device: String,
+    at: tempfile::TempDir,
+}
+
+impl Loop {
+    /// `image` (made an ext4 filesystem) on a loop device, mounted.
+    fn new(image: &std::path::Path) -> Loop {
+        sh(&format!(
+            "truncate -s 16M {0} && mkfs.ext4 -q -F -I 256 {0}",
+            image.display()
+        ));
+        let out = std::process::Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(image)
+            .output()
+            .expect("losetup");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let at = tempfile::Builder::new()
+            .prefix("loop-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("a mount point");
+        let open = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(at.path(), open).expect("chmod");
+        let l = Loop {
+            device: text(&out.stdout).trim().to_string(),
+            at,
+        };
+        l.mount();
+        l
+    }
+    fn mount(&self) {
+        sh(&format!(
+            "mount {} {}",
+            self.device,
+            self.at.path().display()
+        ));
+    }
+    fn unmount(&self) {
+        sh(&format!("umount {}", self.at.path().display()));
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.at.path())
+            .status();
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &self.device])
+            .status();
+    }
+}
+
+fn sh(script: &str) {
+    let out = std::process::Command::new("sh")
+        .args(["-c", script])
+        .output()
+        .expect("sh");
+    assert!(out.status.success(), "{script}: {}", text(&out.stderr));
+}
+
+/// The newest run chain's log.
+fn last_log(w: &World) -> String {
+    let run = run_dirs(w).pop().expect("a run chain");
+    std::fs::read_to_string(run.join("events.ndjson")).expect("the run's log")
+}
+
+/// The agent owns a filesystem image that a loop device serves (udisks
+/// sets one up for an ordinary user): ext4, so the front trusts a ctime
+/// there, but the agent changes the file's bytes by writing the image,
+/// under the filesystem, and no time moves. Unmounted and mounted again
+/// (the loop device kept, so the same device number), the program has the
+/// same device, inode, size, mtime and ctime and other bytes. Without the
+/// fix the second exec was logged with the first bytes' BLAKE3, confirmed.
+/// Guards `hashes::on_own_device`: with it out, this fails.
+#[test]
+fn bytes_changed_under_a_loop_mounted_filesystem_are_hashed_again() {
+    let w = World::new();
+    let image = w.proj().join("disk.img");
+    let disk = Loop::new(&image);
+    let prog = disk.at.path().join("prog");
+    let mut bytes = std::fs::read("/usr/bin/true").expect("true");
+    let first = bytes.len();
+    bytes.extend_from_slice(&[b'A'; 64]);
+    std::fs::write(&prog, &bytes).expect("the program");
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let hash_a = blake3::hash(&bytes).to_hex().to_string();
+    // Past the two seconds after which the front trusts a ctime.
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    let run = format!(r#""{}" loop-marker; echo ran"#, prog.display());
+    let out = w.run_agent(&run);
+    assert_eq!(lines(&out), ["ran"], "{}", text(&out.stderr));
+    assert!(last_log(&w).contains(&hash_a), "the first exec's hash");
+    disk.unmount();
+    let out = w.run_agent(&format!(
+        r#"/usr/bin/python3 - '{}' <<'PY'
+import sys
+path = sys.argv[1]
+data = open(path, "rb").read()
+at = data.find(b"A" * 64)
+with open(path, "r+b") as f:
+    f.seek(at)
+    f.write(b"B" * 64)
+print("patched" if at >= 0 else "not found")
+PY"#,
+        image.display()
+    ));
+    assert_eq!(lines(&out), ["patched"], "{}", text(&out.stderr));
+    disk.mount();
+    let ran = std::fs::read(&prog).expect("the program as mounted again");
+    assert_eq!(&ran[first..], &[b'B'; 64][..], "the new bytes are served");
+    let hash_b = blake3::hash(&ran).to_hex().to_string();
+    let out = w.run_agent(&run);
+    assert_eq!(lines(&out), ["ran"], "{}", text(&out.stderr));
+    let log = last_log(&w);
+    assert!(
+        !log.contains(&hash_a) && log.contains(&hash_b),
+        "the second exec is logged with the bytes that ran ({hash_b}), not the first's ({hash_a})"
+    );
+}
