@@ -18,10 +18,11 @@ struct Loop {
 }
 
 impl Loop {
-    /// `image` (made an ext4 filesystem) on a loop device, mounted.
-    fn new(image: &std::path::Path) -> Loop {
+    /// `image` (made a filesystem by `mkfs`, which it ends) on a loop
+    /// device, mounted.
+    fn new(image: &std::path::Path, mkfs: &str) -> Loop {
         sh(&format!(
-            "truncate -s 16M {0} && mkfs.ext4 -q -F -I 256 {0}",
+            "truncate -s 320M {0} && {mkfs} {0} >/dev/null",
             image.display()
         ));
         let out = std::process::Command::new("losetup")
@@ -87,16 +88,47 @@ fn last_log(w: &World) -> String {
 /// (the loop device kept, so the same device number), the program has the
 /// same device, inode, size, mtime and ctime and other bytes. Without the
 /// fix the second exec was logged with the first bytes' BLAKE3, confirmed.
-/// Guards `hashes::on_own_device`: with it out, this fails.
+/// Guards `hashes::on_own_devices`: with it out, this fails (on each of
+/// the three filesystems).
 #[test]
-fn bytes_changed_under_a_loop_mounted_filesystem_are_hashed_again() {
+fn bytes_changed_under_a_loop_mounted_ext4_are_hashed_again() {
+    bytes_changed_under_a_loop_mounted_filesystem("mkfs.ext4 -q -F -I 256");
+}
+
+/// As [`bytes_changed_under_a_loop_mounted_ext4_are_hashed_again`], XFS.
+#[test]
+fn bytes_changed_under_a_loop_mounted_xfs_are_hashed_again() {
+    bytes_changed_under_a_loop_mounted_filesystem("mkfs.xfs -q -f");
+}
+
+/// As [`bytes_changed_under_a_loop_mounted_ext4_are_hashed_again`], Btrfs,
+/// whose devices nd7 finds by its FSID (its files' device numbers are its
+/// own): guards `hashes::btrfs_devices`.
+#[test]
+fn bytes_changed_under_a_loop_mounted_btrfs_are_hashed_again() {
+    bytes_changed_under_a_loop_mounted_filesystem("mkfs.btrfs -q -f");
+}
+
+/// One loop device set up at a time: `losetup -f` of two tests at once
+/// could pick the same.
+static LOOPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn bytes_changed_under_a_loop_mounted_filesystem(mkfs: &str) {
+    let _one = LOOPS.lock().unwrap_or_else(|e| e.into_inner());
     let w = World::new();
     let image = w.proj().join("disk.img");
-    let disk = Loop::new(&image);
+    let disk = Loop::new(&image, mkfs);
     let prog = disk.at.path().join("prog");
     let mut bytes = std::fs::read("/usr/bin/true").expect("true");
     let first = bytes.len();
     bytes.extend_from_slice(&[b'A'; 64]);
+    // No data checksums (Btrfs's `nodatasum`, which the image's owner
+    // chooses): they would refuse the bytes written under them.
+    std::fs::write(&prog, b"").expect("the program");
+    let _ = std::process::Command::new("chattr")
+        .arg("+C")
+        .arg(&prog)
+        .status();
     std::fs::write(&prog, &bytes).expect("the program");
     std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
@@ -110,18 +142,17 @@ fn bytes_changed_under_a_loop_mounted_filesystem_are_hashed_again() {
     disk.unmount();
     let out = w.run_agent(&format!(
         r#"/usr/bin/python3 - '{}' <<'PY'
-import sys
-path = sys.argv[1]
-data = open(path, "rb").read()
-at = data.find(b"A" * 64)
-with open(path, "r+b") as f:
-    f.seek(at)
-    f.write(b"B" * 64)
-print("patched" if at >= 0 else "not found")
+import mmap, sys
+with open(sys.argv[1], "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+    found, at = 0, m.find(b"A" * 64)
+    while at >= 0:
+        m[at:at + 64] = b"B" * 64
+        found, at = found + 1, m.find(b"A" * 64, at + 64)
+print("patched" if found else "not found")
 PY"#,
         image.display()
     ));
-    assert_eq!(lines(&out), ["patched"], "{}", text(&out.stderr));
+    assert_eq!(lines(&out), ["patched"], "{}", text(&out.stderr).trim_end());
     disk.mount();
     let ran = std::fs::read(&prog).expect("the program as mounted again");
     assert_eq!(&ran[first..], &[b'B'; 64][..], "the new bytes are served");
