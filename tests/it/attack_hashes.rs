@@ -9,9 +9,8 @@
 use crate::runs::*;
 use crate::world::*;
 
-/// A filesystem on a loop device, mounted and unmounted by the test as
-/// udisks does for an ordinary user (`udisksctl loop-setup`, `mount`):
-/// the loop device stays, so the filesystem's device number does too.
+/// A filesystem on a loop device, mounted by the test as udisks does for
+/// an ordinary user (`udisksctl loop-setup`, `udisksctl mount`).
 struct Loop {
     device: String,
     at: tempfile::TempDir,
@@ -41,18 +40,8 @@ impl Loop {
             device: text(&out.stdout).trim().to_string(),
             at,
         };
-        l.mount();
+        sh(&format!("mount {} {}", l.device, l.at.path().display()));
         l
-    }
-    fn mount(&self) {
-        sh(&format!(
-            "mount {} {}",
-            self.device,
-            self.at.path().display()
-        ));
-    }
-    fn unmount(&self) {
-        sh(&format!("umount {}", self.at.path().display()));
     }
 }
 
@@ -84,10 +73,10 @@ fn last_log(w: &World) -> String {
 /// The agent owns a filesystem image that a loop device serves (udisks
 /// sets one up for an ordinary user): ext4, so the front trusts a ctime
 /// there, but the agent changes the file's bytes by writing the image,
-/// under the filesystem, and no time moves. Unmounted and mounted again
-/// (the loop device kept, so the same device number), the program has the
-/// same device, inode, size, mtime and ctime and other bytes. Without the
-/// fix the second exec was logged with the first bytes' BLAKE3, confirmed.
+/// under the filesystem, and no time moves; it drops the program's pages
+/// from the cache ([`EVICT`]), and the program has the same device, inode,
+/// size, mtime and ctime and other bytes. Without the fix the exec in the
+/// next run was logged with the first bytes' BLAKE3, confirmed.
 /// Guards `hashes::on_own_devices`: with it out, this fails (on each of
 /// the three filesystems).
 #[test]
@@ -108,6 +97,19 @@ fn bytes_changed_under_a_loop_mounted_xfs_are_hashed_again() {
 fn bytes_changed_under_a_loop_mounted_btrfs_are_hashed_again() {
     bytes_changed_under_a_loop_mounted_filesystem("mkfs.btrfs -q -f");
 }
+
+/// Rewrites every 64 `A`s in the image (`argv[1]`) to `B`s.
+const PATCH: &str = r#"import mmap, sys
+with open(sys.argv[1], "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+    found, at = 0, m.find(b"A" * 64)
+    while at >= 0:
+        m[at:at + 64] = b"B" * 64
+        found, at = found + 1, m.find(b"A" * 64, at + 64)
+print("patched" if found else "not found")"#;
+
+/// Drops the pages of the file named after it from the cache, as any
+/// reader of it may (`posix_fadvise(DONTNEED)`; memory pressure does too).
+const EVICT: &str = "/usr/bin/python3 -c 'import os, sys; os.posix_fadvise(os.open(sys.argv[1], os.O_RDONLY), 0, 0, os.POSIX_FADV_DONTNEED)'";
 
 /// One loop device set up at a time: `losetup -f` of two tests at once
 /// could pick the same.
@@ -132,6 +134,7 @@ fn bytes_changed_under_a_loop_mounted_filesystem(mkfs: &str) {
     std::fs::write(&prog, &bytes).expect("the program");
     std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
+    sh("sync");
     let hash_a = blake3::hash(&bytes).to_hex().to_string();
     // Past the two seconds after which the front trusts a ctime.
     std::thread::sleep(std::time::Duration::from_millis(2200));
@@ -139,29 +142,69 @@ fn bytes_changed_under_a_loop_mounted_filesystem(mkfs: &str) {
     let out = w.run_agent(&run);
     assert_eq!(lines(&out), ["ran"], "{}", text(&out.stderr));
     assert!(last_log(&w).contains(&hash_a), "the first exec's hash");
-    disk.unmount();
     let out = w.run_agent(&format!(
-        r#"/usr/bin/python3 - '{}' <<'PY'
-import mmap, sys
-with open(sys.argv[1], "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
-    found, at = 0, m.find(b"A" * 64)
-    while at >= 0:
-        m[at:at + 64] = b"B" * 64
-        found, at = found + 1, m.find(b"A" * 64, at + 64)
-print("patched" if found else "not found")
-PY"#,
-        image.display()
+        r#"/usr/bin/python3 - '{image}' <<'PY'
+{PATCH}
+PY
+{EVICT} '{prog}'
+"{prog}" loop-marker; echo ran"#,
+        image = image.display(),
+        prog = prog.display(),
     ));
-    assert_eq!(lines(&out), ["patched"], "{}", text(&out.stderr).trim_end());
-    disk.mount();
-    let ran = std::fs::read(&prog).expect("the program as mounted again");
+    assert_eq!(lines(&out), ["patched", "ran"], "{}", text(&out.stderr));
+    let ran = std::fs::read(&prog).expect("the program");
     assert_eq!(&ran[first..], &[b'B'; 64][..], "the new bytes are served");
     let hash_b = blake3::hash(&ran).to_hex().to_string();
-    let out = w.run_agent(&run);
-    assert_eq!(lines(&out), ["ran"], "{}", text(&out.stderr));
     let log = last_log(&w);
     assert!(
         !log.contains(&hash_a) && log.contains(&hash_b),
+        "the second exec is logged with the bytes that ran ({hash_b}), not the first's ({hash_a})"
+    );
+}
+
+/// Within one run, by the agent alone: the program on the agent's image
+/// is root's (the agent made the image, owners and all), mode 0755, so no
+/// process of the run can write it through the filesystem
+/// (`hashes::sealed`), and its hash was remembered for the run whatever
+/// the filesystem. The agent rewrites the image under it and drops the
+/// program's pages from the cache ([`EVICT`]): the second exec ran the new bytes and was logged with
+/// the first bytes' BLAKE3. Guards the device check for a sealed file in
+/// `hashes::trust`: with it out, this fails.
+#[test]
+fn a_sealed_program_on_a_loop_device_is_hashed_again_in_the_run() {
+    let _one = LOOPS.lock().unwrap_or_else(|e| e.into_inner());
+    let w = World::new();
+    let image = w.proj().join("disk.img");
+    let disk = Loop::new(&image, "mkfs.ext4 -q -F -I 256");
+    let prog = disk.at.path().join("prog");
+    let mut bytes = std::fs::read("/usr/bin/true").expect("true");
+    let first = bytes.len();
+    bytes.extend_from_slice(&[b'A'; 64]);
+    std::fs::write(&prog, &bytes).expect("the program");
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    sh("sync");
+    let hash_a = blake3::hash(&bytes).to_hex().to_string();
+    bytes[first..].copy_from_slice(&[b'B'; 64]);
+    let hash_b = blake3::hash(&bytes).to_hex().to_string();
+    let out = w.run_agent(&format!(
+        r#""{prog}" once-marker
+/usr/bin/python3 - '{image}' <<'PY'
+{PATCH}
+PY
+{EVICT} '{prog}'
+"{prog}" twice-marker
+echo done"#,
+        prog = prog.display(),
+        image = image.display(),
+    ));
+    assert_eq!(lines(&out), ["patched", "done"], "{}", text(&out.stderr));
+    let ran = blake3::hash(&std::fs::read(&prog).expect("the program"));
+    assert_eq!(ran.to_hex().to_string(), hash_b, "the new bytes are served");
+    let log = last_log(&w);
+    assert!(log.contains(&hash_a), "the first exec's hash");
+    assert!(
+        log.contains(&hash_b),
         "the second exec is logged with the bytes that ran ({hash_b}), not the first's ({hash_a})"
     );
 }

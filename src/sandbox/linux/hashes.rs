@@ -20,8 +20,10 @@
 //! The filesystem dates only the changes made through it: on a device an
 //! ordinary user can have set up over bytes of their own (a loop device
 //! udisks attaches over the user's file, [`USER_DEVICES`]) the bytes change
-//! under it with no time moving, so there, as on tmpfs, nothing is
-//! remembered (ADR-0148).
+//! under it with no time moving, and a file there that no process of the
+//! run can write through the filesystem is the agent's all the same: there
+//! nothing is remembered, not even for the run; nor on FUSE or a network
+//! filesystem, whose server decides who writes ([`trust`], ADR-0148).
 //!
 //! Across runs the hashes live in nd7's state directory ([`FILE`]), which
 //! no write root or grant reaches (`Policy::unwritable`), so nothing under
@@ -63,17 +65,30 @@ fn key(meta: &std::fs::Metadata) -> Key {
     }
 }
 
-/// Whether `file` (its metadata `meta`) lies on a filesystem that dates
-/// every change of its bytes ([`DATED`]), on devices whose bytes only the
-/// filesystem changes ([`on_own_devices`]).
+/// Filesystems with no device under them, where the kernel alone decides
+/// who writes a file, by the owner and mode it shows: tmpfs, ramfs,
+/// overlayfs (its layers are root's where a file is).
+const LOCAL: [i64; 3] = [0x0102_1994, 0x8584_58F6, 0x794C_7630];
+
+/// Whether `file`'s hash (its metadata `meta`) may be remembered across
+/// runs, and whether for this run: across runs on a filesystem that dates
+/// every change of its bytes ([`DATED`]), for the run where no process of
+/// the run can write it ([`sealed`]); each only where nothing changes the
+/// bytes under the filesystem ([`LOCAL`], or on its own devices,
+/// [`on_own_devices`]). FUSE and network filesystems are neither: their
+/// server, not the kernel, decides who writes.
 // `f_type` is an i64 here, a u32 or i32 on other architectures.
 #[allow(clippy::unnecessary_cast)]
-fn dated(file: &std::fs::File, meta: &std::fs::Metadata) -> bool {
+fn trust(file: &std::fs::File, meta: &std::fs::Metadata) -> (bool, bool) {
     let Ok(fs) = rustix::fs::fstatfs(file) else {
-        return false;
+        return (false, false);
     };
     let kind = fs.f_type as i64;
-    DATED.contains(&kind) && on_own_devices(file, meta, kind)
+    if LOCAL.contains(&kind) {
+        return (false, sealed(meta));
+    }
+    let own = on_own_devices(file, meta, kind);
+    (own && DATED.contains(&kind), own && sealed(meta))
 }
 
 /// Block devices an ordinary user can have set up over bytes they can
@@ -85,7 +100,8 @@ const USER_DEVICES: [&str; 3] = ["loop", "nbd", "ublkb"];
 const BTRFS: i64 = 0x9123_683E;
 
 /// Whether every device the filesystem of `file` is made of is known and
-/// none is, or stands on, one of [`USER_DEVICES`]. Unknown is no.
+/// none is, or stands on, one of [`USER_DEVICES`]. Unknown (a filesystem
+/// on no device) is no.
 fn on_own_devices(file: &std::fs::File, meta: &std::fs::Metadata, kind: i64) -> bool {
     let devices = if kind == BTRFS {
         btrfs_devices(file)
@@ -194,8 +210,7 @@ impl Hashes {
     /// remembered when its identity and filesystem allow, read otherwise.
     pub fn of(&mut self, file: &mut std::fs::File, meta: &std::fs::Metadata) -> Option<String> {
         let before = key(meta);
-        let dated = dated(file, meta);
-        let sealed = sealed(meta);
+        let (dated, sealed) = trust(file, meta);
         if dated {
             self.read_place();
         }
@@ -392,7 +407,7 @@ mod tests {
             assert_eq!(run.of(&mut f, &meta), Some(want));
         }
         let f = std::fs::File::open(&old).expect("open");
-        let on_dated = dated(&f, &f.metadata().expect("metadata"));
+        let on_dated = trust(&f, &f.metadata().expect("metadata")).0;
         run.save();
         let kept = std::fs::read_to_string(&place).unwrap_or_default();
         assert_eq!(kept.lines().count(), usize::from(on_dated), "{kept}");
