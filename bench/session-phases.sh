@@ -7,8 +7,8 @@
 # usage: bench/session-phases.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --quiet --release --features vault-server,self-update --test it --no-run
-test=$(cargo test --release --features vault-server,self-update --test it --no-run --message-format=json 2>/dev/null \
+cargo test --quiet --release --locked --features vault-server,self-update --test it --no-run
+test=$(cargo test --release --locked --features vault-server,self-update --test it --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys; [print(m["executable"]) for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"] == "it"]')
 trace=$(mktemp)
 ND7_BENCH_ROUNDS=${1:-5} perf trace --no-syscalls -o "$trace" \
