@@ -105,6 +105,8 @@ mod vault_team;
 #[cfg(feature = "vault-server")]
 mod vault_tls;
 mod vectors;
+#[cfg(target_os = "linux")]
+mod version_cache;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod world;
