@@ -37,7 +37,14 @@ fn main() {
 /// compiler that links has no `libgcc_eh.a`, nothing changes.
 fn unwinder_linked_in() -> Result<(), String> {
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
-    let linker = std::env::var("RUSTC_LINKER").unwrap_or_else(|_| "cc".into());
+    // Without a linker named for the target, a cross build's `cc` would
+    // answer with the host's archive.
+    let cross = std::env::var("TARGET").ok() != std::env::var("HOST").ok();
+    let linker = match std::env::var("RUSTC_LINKER") {
+        Ok(linker) => linker,
+        Err(_) if cross => return Err("a cross build names no linker".into()),
+        Err(_) => "cc".into(),
+    };
     let out = std::process::Command::new(&linker)
         .arg("-print-file-name=libgcc_eh.a")
         .output()
