@@ -83,9 +83,9 @@
               description = "The nd7 package whose `nd7 ship` runs.";
             };
             interval = lib.mkOption {
-              type = lib.types.str;
-              default = "5min";
-              description = "How long after one ship the next starts (systemd time span).";
+              type = lib.types.ints.positive;
+              default = 300;
+              description = "Seconds from one ship to the next (the systemd timer's and the launchd agent's).";
             };
           };
           config = lib.mkIf cfg.enable (lib.mkMerge [
@@ -95,8 +95,8 @@
                 Service = { Type = "oneshot"; ExecStart = ship; Nice = 10; };
               };
               systemd.user.timers.nd7-ship = {
-                Unit.Description = "Ship nd7 session logs to the vault every ${cfg.interval}";
-                Timer = { OnBootSec = "2min"; OnUnitActiveSec = cfg.interval; RandomizedDelaySec = "30s"; };
+                Unit.Description = "Ship nd7 session logs to the vault every ${toString cfg.interval} s";
+                Timer = { OnBootSec = "2min"; OnUnitActiveSec = "${toString cfg.interval}s"; RandomizedDelaySec = "30s"; };
                 Install.WantedBy = [ "timers.target" ];
               };
             })
@@ -105,7 +105,7 @@
                 enable = true;
                 config = {
                   ProgramArguments = [ "${cfg.package}/bin/nd7" "ship" ];
-                  StartInterval = 300;
+                  StartInterval = cfg.interval;
                   Nice = 10;
                 };
               };

@@ -5,7 +5,8 @@
 #       OUT/nd7-<version>-TARGET.tar.gz (nd7, nd7-exec, nd7-vault when built,
 #       complete/, doc/nd7.1), and the bare binaries self-update fetches
 #       (OUT/nd7-TARGET, OUT/nd7-exec-TARGET). Runs BIN_DIR/nd7 for the
-#       completions and the man page, so it runs where TARGET does.
+#       completions and the man page, so it runs where TARGET does. Refuses
+#       a -linux-musl TARGET's binary that is not static (readelf).
 #   scripts/release.sh sign OUT KEY [URL]
 #       Over every target packaged in OUT: manifest-TARGET and its .sig (what
 #       `nd7 self-update` reads), SHA256SUMS and SHA256SUMS.sig (what
@@ -13,6 +14,11 @@
 #       the Homebrew formula for the tap, its urls under URL (default: the
 #       GitHub release of this version). KEY: an unencrypted OpenSSH Ed25519
 #       private key, the release key.
+#   scripts/release.sh check-tag TAG
+#       Prints the version when TAG is v<version>, where <version> is what
+#       Cargo.toml's [package] and [workspace.package] say and every crate
+#       under crates/ takes the workspace's; otherwise says which differs
+#       and exits 2. The release workflow runs it first.
 #   scripts/release.sh public-key KEY
 #       KEY's public half in hex, as ND7_RELEASE_KEY holds it.
 #   scripts/release.sh --local [--bin-dir DIR] [--out DIR] [--serve PORT]
@@ -30,7 +36,11 @@ cd "$(dirname "$0")/.."
 
 die() { echo "release: $*" >&2; exit 2; }
 need() { for t in "$@"; do command -v "$t" >/dev/null || die "$t is needed"; done; }
-version() { sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1; }
+# The version a table of Cargo.toml sets: table_version package|workspace.package.
+table_version() {
+  awk -v t="[$1]" '/^\[/ { in_t = ($0 == t) } in_t && /^version = "/ { sub(/^version = "/, ""); sub(/"$/, ""); print; exit }' Cargo.toml
+}
+version() { table_version package; }
 sha256() { if command -v sha256sum >/dev/null; then sha256sum "$@"; else shasum -a 256 "$@"; fi; }
 repo_url=https://github.com/nd7-dev/nd7
 # What the signature on SHA256SUMS is made for (ssh-keygen -Y's namespace).
@@ -39,12 +49,42 @@ namespace=nd7-release
 # (src/self_update.rs, CONTEXT).
 context='nd7 release manifest v1'
 
+# check-tag TAG: one version for the tag, nd7 and every crate it is built from.
+check_tag() {
+  local tag=$1 v w toml
+  v=$(version); w=$(table_version workspace.package)
+  [ -n "$v" ] || die "Cargo.toml: no version under [package]"
+  [ "$w" = "$v" ] || die "Cargo.toml: [workspace.package] has version ${w:-none}, [package] $v; the crates are released at one version"
+  for toml in crates/*/Cargo.toml; do
+    grep -q '^version.workspace = true$' "$toml" || die "$toml: its version is not the workspace's (version.workspace = true)"
+  done
+  [ "$tag" = "v$v" ] || die "the tag $tag is not v$v, Cargo.toml's version"
+  echo "$v"
+}
+
+# static_only BIN: a -linux-musl release runs on any Linux, so its binaries
+# load nothing: no interpreter (ld.so), no shared library.
+static_only() {
+  local libs headers
+  need readelf
+  libs=$(readelf -dW "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p' | paste -sd ' ' -) || die "$1: readelf cannot read it"
+  headers=$(readelf -lW "$1") || die "$1: readelf cannot read it"
+  if [ -n "$libs" ] || grep -q ' INTERP ' <<<"$headers"; then
+    die "$1: linked dynamically (${libs:-an interpreter}); a -linux-musl release must be static"
+  fi
+}
+
 # package TARGET BIN_DIR OUT
 package() {
-  local target=$1 bins=$2 out=$3 v name stage
+  local target=$1 bins=$2 out=$3 v name stage bin
   need tar gzip
   v=$(version); name=nd7-$v-$target
   if [ ! -x "$bins/nd7" ] || [ ! -x "$bins/nd7-exec" ]; then die "$bins: no nd7 and nd7-exec"; fi
+  case $target in
+    *-linux-musl) for bin in nd7 nd7-exec nd7-vault; do
+        if [ -x "$bins/$bin" ]; then static_only "$bins/$bin"; fi
+      done;;
+  esac
   mkdir -p "$out"; stage=$(mktemp -d); mkdir -p "$stage/$name/complete" "$stage/$name/doc"
   for bin in nd7 nd7-exec nd7-vault; do
     [ -x "$bins/$bin" ] && cp "$bins/$bin" "$stage/$name/$bin"
@@ -53,7 +93,7 @@ package() {
   "$bins/nd7" completions zsh > "$stage/$name/complete/_nd7"
   "$bins/nd7" completions fish > "$stage/$name/complete/nd7.fish"
   "$bins/nd7" man > "$stage/$name/doc/nd7.1"
-  cp README.md "$stage/$name/"
+  cp README.md LICENSE-MIT LICENSE-APACHE "$stage/$name/"
   # Owner (and with GNU tar, times) fixed, so the archive depends on its files.
   if tar --version 2>/dev/null | grep -q GNU; then
     (cd "$stage" && tar --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - "$name")
@@ -245,8 +285,9 @@ local_release() {
 
 case ${1:-} in
   package) [ $# = 4 ] || die "usage: scripts/release.sh package TARGET BIN_DIR OUT"; package "$2" "$3" "$4";;
+  check-tag) [ $# = 2 ] || die "usage: scripts/release.sh check-tag TAG"; check_tag "$2";;
   public-key) [ $# = 2 ] || die "usage: scripts/release.sh public-key KEY"; key_public_hex "$2";;
   sign) [ $# -ge 3 ] || die "usage: scripts/release.sh sign OUT KEY [URL]"; sign "$2" "$3" "${4:-}";;
   --local) shift; local_release "$@";;
-  *) die "usage: scripts/release.sh package|sign|public-key|--local (see the top of this script)";;
+  *) die "usage: scripts/release.sh package|sign|check-tag|public-key|--local (see the top of this script)";;
 esac

@@ -92,7 +92,7 @@ pub enum UpdateError {
     #[error("{0} is in the Nix store; update the flake input (or `nix profile upgrade nd7`)")]
     Nix(PathBuf),
     #[error(
-        "this build has no release key to check a release against; install a release build, or or build it from source (docs/setup.md)"
+        "this build has no release key to check a release against; install a release build, or build it from source (docs/setup.md)"
     )]
     NoKey,
     #[error("the release key compiled in is not 64 hex digits")]

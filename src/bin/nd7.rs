@@ -622,7 +622,15 @@ fn report_claims(log: &SessionLog, prefix: &str) -> Result<bool, session_log::Er
         claims.feed(line);
         true
     })?;
+    let unheld = claims.unheld();
     let found = claims.finish();
+    if unheld > 0 {
+        println!(
+            "{prefix}note: {unheld} command{} not held against what ran: {} first process is not known (its exec not marked with the command, not forked by nd7 run, not confirmed, or not seen)",
+            plural(unheld, " was", "s were"),
+            plural(unheld, "its", "their"),
+        );
+    }
     for m in &found {
         let (path, id, hash) = &m.exe;
         println!(

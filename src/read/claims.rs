@@ -16,8 +16,11 @@
 //! first exec only once the exit has listed it, and a late listing leaves it
 //! unmarked): the command's own first exec is not known, and nothing is held
 //! against it. So too for an exec whose image could not be read
-//! (`confirmed: false`): verify counts those already. Pure: fed line by
-//! line.
+//! (`confirmed: false`), and for a process's second program (a pid seen to
+//! exec and not yet to end: the shell's `exec` after a first exec left
+//! unmarked). Verify says how many claims were so held against nothing
+//! ([`Claims::unheld`], ADR-0144), rather than pass them over. Pure: fed
+//! line by line.
 
 use std::collections::{HashMap, HashSet};
 
@@ -51,7 +54,15 @@ pub struct Claims {
     /// Every pid seen to exec so far: without `run_pid` (no chain with
     /// `ran` entries lacks it), a first process is one not forked by them.
     execed: HashSet<u32>,
+    /// The pids seen to exec and not yet seen to end: a later exec of one
+    /// is the same process running another program, not a first process.
+    live: HashSet<u32>,
     out: Vec<Mismatch>,
+    /// Commands whose first marked exec could not be held (not forked by
+    /// `nd7 run`, or not confirmed).
+    unheld: u64,
+    /// Whether the chain holds what ran at all.
+    ran: bool,
 }
 
 impl Claims {
@@ -83,7 +94,21 @@ impl Claims {
         self.out
     }
 
+    /// How many commands' claims were held against nothing, in a chain
+    /// that holds what ran: their first process is not known (its exec was
+    /// not marked with the command, not forked by `nd7 run`, not
+    /// confirmed, or not seen). Not a disagreement, but not a check either:
+    /// verify says so, so that "reconciled" never stands for a claim no
+    /// effect was held against (ADR-0144).
+    pub fn unheld(&self) -> u64 {
+        if !self.ran {
+            return 0;
+        }
+        self.unheld + self.claims.len() as u64
+    }
+
     fn ran(&mut self, ran_seq: u64, body: &Value) {
+        self.ran = true;
         let exes = body["exes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
         for exec in body["execs"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
             let pid = exec["pid"].as_u64().unwrap_or(0) as u32;
@@ -95,24 +120,44 @@ impl Claims {
                 Some(run) => ppid == run,
                 None => !self.execed.contains(&(ppid as u32)),
             };
-            if let Some((exec_seq, claim)) = first
-                && forked_by_the_run
-                && let Some(exe) = identity(exes, exec)
-            {
-                let argv = strings(&exec["argv"]);
-                let cut = exec["cut"].as_bool().unwrap_or(false);
-                if !holds(&claim, &argv, cut) {
-                    self.out.push(Mismatch {
-                        exec_seq,
-                        command: String::from_utf8_lossy(&claim).into_owned(),
-                        ran_seq,
-                        pid,
-                        exe,
-                        argv,
-                    });
+            // A process's second program (the shell's `exec`, after a first
+            // exec left unmarked) was not what the exit handed the shell.
+            let fresh = self.live.insert(pid);
+            if let Some((exec_seq, claim)) = first {
+                match identity(exes, exec).filter(|_| forked_by_the_run && fresh) {
+                    Some(exe) => self.hold(exec_seq, &claim, ran_seq, exec, exe),
+                    None => self.unheld += 1,
                 }
             }
             self.execed.insert(pid);
+        }
+        for exit in body["exits"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            if let Some(pid) = exit[0].as_u64() {
+                self.live.remove(&(pid as u32));
+            }
+        }
+    }
+
+    /// Holds a command's claim against its first exec, read after the exec.
+    fn hold(
+        &mut self,
+        exec_seq: u64,
+        claim: &[u8],
+        ran_seq: u64,
+        exec: &Value,
+        exe: (String, String, Option<String>),
+    ) {
+        let argv = strings(&exec["argv"]);
+        let cut = exec["cut"].as_bool().unwrap_or(false);
+        if !holds(claim, &argv, cut) {
+            self.out.push(Mismatch {
+                exec_seq,
+                command: String::from_utf8_lossy(claim).into_owned(),
+                ran_seq,
+                pid: exec["pid"].as_u64().unwrap_or(0) as u32,
+                exe,
+                argv,
+            });
         }
     }
 }
@@ -151,11 +196,14 @@ fn strings(v: &Value) -> Vec<String> {
 
 /// Whether the first process's arguments are the shell's `-c` and the
 /// claimed text (read lossily, as the observer reads arguments); arguments
-/// cut at the observer's limit need only begin it.
+/// cut at the observer's limit need only begin it. A cut that split a
+/// character leaves one U+FFFD where the claim has the whole character: the
+/// text before it must begin the claim (ADR-0144).
 fn holds(claim: &[u8], argv: &[String], cut: bool) -> bool {
     let claim = String::from_utf8_lossy(claim);
+    let begins = |text: &str| claim.starts_with(text.strip_suffix('\u{fffd}').unwrap_or(text));
     match argv {
-        [_, c, text] if c == "-c" => *text == claim || (cut && claim.starts_with(text.as_str())),
+        [_, c, text] if c == "-c" => *text == claim || (cut && begins(text)),
         [_, c] if c == "-c" => cut,
         _ => false,
     }
@@ -288,6 +336,39 @@ mod tests {
             ),
         ]);
         assert_eq!(held.len(), 1, "{held:?}");
+    }
+
+    /// A cut that splits a character keeps one U+FFFD where the claim has
+    /// the character: still the claim's beginning. A process's second
+    /// program is not its first process, and a claim no exec was held
+    /// against is counted (ADR-0144).
+    #[test]
+    fn a_split_character_a_second_program_and_unheld_claims() {
+        let long = format!("{}é", "x".repeat(4082));
+        let found = check(&[
+            exec_entry(3, &long),
+            ran(
+                4,
+                json!([{"pid": 10, "ppid": 1, "exe": 0, "argv": ["/bin/bash", "-c", format!("{}\u{fffd}", "x".repeat(4082))], "cut": true, "command": 3}]),
+            ),
+        ]);
+        assert_eq!(found, vec![]);
+        let mut claims = Claims::new();
+        for line in [
+            exec_entry(3, "/bin/true a"),
+            exec_entry(5, "never seen"),
+            ran(
+                6,
+                json!([
+                    {"pid": 10, "ppid": 1, "exe": 0, "argv": ["/bin/bash", "-c", "/bin/true a"]},
+                    {"pid": 10, "ppid": 1, "exe": 1, "argv": ["/bin/true", "a"], "command": 3},
+                ]),
+            ),
+        ] {
+            claims.feed(&line);
+        }
+        assert_eq!(claims.unheld(), 2);
+        assert_eq!(claims.finish(), vec![]);
     }
 
     #[test]

@@ -594,7 +594,8 @@ fn ran_parts(b: &mut String, ob: &Observed) {
             h(&p.group.tree)
         );
     }
-    let each = super::ran::each(&ob.body);
+    let ended = |seq: u64| ob.ended.iter().find(|e| e.0 == seq).map(|e| e.1);
+    let each = super::ran::each(&ob.body, &ended);
     let _ = write!(
         b,
         "<details class=\"execs\"><summary>every exec ({})</summary><pre>{}</pre></details>",

@@ -236,10 +236,19 @@ impl Pattern {
                 }
             }
             _ => {
+                // Another entry of the agent's (a `hook` entry) is its word:
+                // its members are labelled with its kind, so that a payload
+                // member named as nd7's own (`execs`, `exes`) never reads as
+                // what nd7 saw (ADR-0144).
+                let kind = if e.is_intent() {
+                    format!("{} ", e.kind)
+                } else {
+                    String::new()
+                };
                 if let Value::Object(o) = payload {
                     for (k, v) in o {
                         if !not_searched(k) {
-                            strings(v, k, &mut fields);
+                            strings(v, &format!("{kind}{k}"), &mut fields);
                         }
                     }
                 }

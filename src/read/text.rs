@@ -479,11 +479,18 @@ impl Margin {
 pub fn processes_label(p: &Processes) -> String {
     let n = p.group.execs;
     let execs = format!("{n} exec{}", super::safe::plural(n, "", "s"));
-    match (&p.call, &p.call_command, p.group.command) {
-        (Some(id), Some(c), _) => format!("under call {id} ($ {c}), {execs}"),
-        (Some(id), None, _) => format!("under call {id}, {execs}"),
-        (None, _, Some(seq)) => format!("under the command of entry {seq}, {execs}"),
-        (None, _, None) => format!("without a call (the agent's own), {execs}"),
+    let whose = match (&p.call, &p.call_command, p.group.command) {
+        (Some(id), Some(c), _) => format!("call {id} ($ {c})"),
+        (Some(id), None, _) => format!("call {id}"),
+        (None, _, Some(seq)) => format!("the command of entry {seq}"),
+        (None, _, None) => return format!("without a call (the agent's own), {execs}"),
+    };
+    if p.group.after {
+        // A process the command left behind, after its call: not what
+        // the call ran (ADR-0144).
+        format!("without a call, started after {whose} had ended, {execs}")
+    } else {
+        format!("under {whose}, {execs}")
     }
 }
 
@@ -675,7 +682,8 @@ impl<'a> Timeline<'a> {
             ));
         }
         if self.effects && o.source == crate::effect::SOURCE && o.kind == crate::effect::RAN {
-            for line in super::ran::each(&o.body) {
+            let ended = |seq: u64| o.ended.iter().find(|e| e.0 == seq).map(|e| e.1);
+            for line in super::ran::each(&o.body, &ended) {
                 out.push(format!("{body}  {}", st.dim(&one(&line))));
             }
         }
@@ -867,11 +875,11 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         assert!(
-            text.contains("under the command of entry 9, 1 exec: x\\x1b]0;owned"),
+            text.contains("under the command of entry 9, 1 exec: \"x\\x1b]0;owned"),
             "{text}"
         );
         assert!(
-            text.contains("pid 3 (from 1) /tmp/x\\x1b]0;owned"),
+            text.contains("pid 3 (from 1) '/tmp/x\\x1b]0;owned"),
             "{text}"
         );
         for bad in ['\x1b', '\x07', '\r', '\u{9b}', '\u{202e}'] {

@@ -377,6 +377,11 @@ pub struct Observed {
     /// those folded into their call's row (`Tool::processes`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<Processes>,
+    /// For a `ran` entry: when each of its commands had ended, by `exec`
+    /// seq, as far as the log had said so by then (`ran::each` marks what
+    /// ran after).
+    #[serde(skip)]
+    pub ended: Vec<(u64, u64)>,
 }
 
 /// What ran under one command (or under none) in a `ran` entry, shown on
@@ -558,7 +563,7 @@ fn ran_summary(body: &Value) -> String {
         let name = match x["exe"].as_u64().and_then(|i| exes.get(i as usize)) {
             Some(exe) => {
                 let path = exe[0].as_str().unwrap_or("?");
-                path.rsplit('/').next().unwrap_or(path).to_string()
+                super::ran::quoted(path.rsplit('/').next().unwrap_or(path))
             }
             None => "(not confirmed)".to_string(),
         };
@@ -595,7 +600,11 @@ fn ran_summary(body: &Value) -> String {
         plural(execs.len(), "", "s"),
         programs.join(", ")
     );
-    entry::cut(&line, SUMMARY_LEN).to_string()
+    // Cut, and said to be: the trees below list every program (ADR-0144).
+    match entry::cut(&line, SUMMARY_LEN) {
+        kept if kept.len() < line.len() => format!("{kept}…"),
+        _ => line,
+    }
 }
 
 /// The class of an entry nd7 wrote from outside the agent, read off its
@@ -642,6 +651,11 @@ pub struct Builder {
     /// the call's tool_use_id and command, for what ran under it later.
     calls: HashMap<u64, (String, Option<String>)>,
     calls_order: VecDeque<u64>,
+    /// When the last [`CALLS_KEPT`] commands' `exec_end` entries were
+    /// written, by their `exec` seq: what a command's process ran after
+    /// that is not drawn as the call's (ADR-0144).
+    ended: HashMap<u64, u64>,
+    ended_order: VecDeque<u64>,
     /// Turn ends so far: a call with none after it (before the next
     /// prompt) may still be running, or was stopped; one the turn ended
     /// without was passed over.
@@ -675,6 +689,8 @@ impl Builder {
             execs: HashMap::new(),
             calls: HashMap::new(),
             calls_order: VecDeque::new(),
+            ended: HashMap::new(),
+            ended_order: VecDeque::new(),
             progress: 0,
             made_at: HashMap::new(),
             run: false,
@@ -696,12 +712,18 @@ impl Builder {
         self.age_lingering();
         if !entry.is_intent() {
             self.run |= entry.source == crate::run_entry::SOURCE;
-            let (folded, processes) =
-                if entry.source == crate::effect::SOURCE && entry.kind == crate::effect::RAN {
-                    self.fold_ran(&entry.body)
-                } else {
-                    (self.fold(&entry), Vec::new())
-                };
+            self.note_ended(&entry);
+            let ran = entry.source == crate::effect::SOURCE && entry.kind == crate::effect::RAN;
+            let (folded, processes) = if ran {
+                self.fold_ran(&entry.body)
+            } else {
+                (self.fold(&entry), Vec::new())
+            };
+            let ended = if ran {
+                self.ends_of(&entry.body)
+            } else {
+                Vec::new()
+            };
             let item = Item::Observed(Observed {
                 at: At::of(&entry),
                 class: entry_class(&entry),
@@ -712,6 +734,7 @@ impl Builder {
                 body: entry.body,
                 folded,
                 processes,
+                ended,
             });
             self.ready(item);
             return;
@@ -903,6 +926,37 @@ impl Builder {
         true
     }
 
+    /// When each command a `ran` body names had ended, where known.
+    fn ends_of(&self, body: &Value) -> Vec<(u64, u64)> {
+        let mut ends: Vec<(u64, u64)> = Vec::new();
+        for x in body["execs"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            if let Some(seq) = x["command"].as_u64()
+                && let Some(&end) = self.ended.get(&seq)
+                && !ends.contains(&(seq, end))
+            {
+                ends.push((seq, end));
+            }
+        }
+        ends
+    }
+
+    /// Remembers when a command's `exec_end` (nd7's own) was written.
+    fn note_ended(&mut self, entry: &Entry) {
+        if entry.source != crate::run_entry::SOURCE || entry.kind != crate::run_entry::EXEC_END {
+            return;
+        }
+        let Some(exec) = entry.body["exec"].as_u64() else {
+            return;
+        };
+        self.ended.insert(exec, entry.ts);
+        self.ended_order.push_back(exec);
+        if self.ended_order.len() > CALLS_KEPT
+            && let Some(old) = self.ended_order.pop_front()
+        {
+            self.ended.remove(&old);
+        }
+    }
+
     fn remember_call(&mut self, exec: u64, id: String, command: Option<String>) {
         self.calls.insert(exec, (id, command));
         self.calls_order.push_back(exec);
@@ -918,9 +972,11 @@ impl Builder {
     /// all of it was folded, and the groups left to the entry's own row.
     fn fold_ran(&mut self, body: &Value) -> (bool, Vec<Processes>) {
         let mut left = Vec::new();
-        for group in super::ran::groups(body) {
+        let ended = |seq: u64| self.ended.get(&seq).copied();
+        for group in super::ran::groups(body, &ended) {
             let call = group.command.and_then(|seq| self.calls.get(&seq).cloned());
             if let Some((id, _)) = &call
+                && !group.after
                 && let Some(tool) = self.open_mut(id)
             {
                 tool.processes.push(group.tree);

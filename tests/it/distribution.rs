@@ -74,7 +74,10 @@ fn the_flake_lock_pins_each_input_of_the_flake() {
             "{name}: a full commit, not {rev:?}"
         );
         let nar = l["narHash"].as_str().unwrap_or("");
-        assert!(nar.starts_with("sha256-") && nar.len() == 51, "{name}: narHash {nar:?}");
+        assert!(
+            nar.starts_with("sha256-") && nar.len() == 51,
+            "{name}: narHash {nar:?}"
+        );
         assert!(l["lastModified"].as_u64().is_some(), "{name}: lastModified");
         let o = &node["original"];
         let url = format!(
@@ -160,4 +163,150 @@ fn the_workflows_pin_each_action_to_a_commit() {
         "only {checked} actions found under {}",
         dir.display()
     );
+}
+
+/// Every file under `dir` (recursively) whose name ends in one of `exts`.
+fn files_under(dir: &Path, exts: &[&str], found: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            files_under(&path, exts, found);
+        } else if exts.iter().any(|e| path.to_string_lossy().ends_with(e)) {
+            found.push(path);
+        }
+    }
+}
+
+/// No doc, message or script tells a user to install nd7 from where it is
+/// not: no crate of nd7's is on crates.io (`cargo install nd7` would install
+/// whatever someone else publishes under the name), and Homebrew has nd7 only
+/// in the tap (`brew install nd7` finds another formula or none). The two
+/// sentences that say `cargo install nd7` is no install path are the
+/// exception; DECISIONS.md and benchmarks.md record the past.
+#[test]
+fn no_text_tells_a_user_to_install_from_where_nd7_is_not() {
+    let end = r#"(?:[\s`'"),;.]|$)"#;
+    let cannot = regex::Regex::new(&format!(
+        r"(?:cargo\s+install|cargo\s+binstall|brew\s+install|brew\s+reinstall)(?:\s+--?[A-Za-z-]+)*\s+nd7(?:-vault|-format|-platform|-vault-server)?{end}"
+    ))
+    .expect("regex");
+    let said_so = ["is not an install path", "installs nothing today"];
+    let mut files = vec![repo("README.md"), repo("flake.nix")];
+    for (dir, exts) in [
+        ("docs", &[".md"][..]),
+        ("src", &[".rs"][..]),
+        ("crates", &[".rs", ".toml"][..]),
+        ("install", &[".sh", ".plist", ".service", ".timer"][..]),
+        ("scripts", &[".sh"][..]),
+        (".github/workflows", &[".yml"][..]),
+        ("completions", &[""][..]),
+    ] {
+        files_under(&repo(dir), exts, &mut files);
+    }
+    let mut found = Vec::new();
+    for file in &files {
+        let name = file.to_string_lossy();
+        if name.ends_with("DECISIONS.md") || name.ends_with("benchmarks.md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for m in cannot.find_iter(&text) {
+            let after: String = text[m.end()..].chars().take(40).collect();
+            let after = after.split_whitespace().collect::<Vec<_>>().join(" ");
+            let said = m.as_str().ends_with('`') && said_so.iter().any(|s| after.starts_with(s));
+            if !said {
+                found.push(format!("{name}: {:?}", m.as_str()));
+            }
+        }
+    }
+    assert!(
+        files.len() > 50,
+        "only {} files read under {}",
+        files.len(),
+        repo("").display()
+    );
+    assert!(found.is_empty(), "commands that cannot work: {found:#?}");
+}
+
+/// Evaluates the flake's home-manager module, enabled with a 420-second
+/// interval, for `system`, over a stand-in of nixpkgs' lib (no nixpkgs here):
+/// the `config` it sets, as JSON.
+fn home_manager_config(system: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let eval = dir.path().join("eval.nix");
+    std::fs::write(
+        &eval,
+        r#"{ flake, system }:
+let
+  lib = {
+    genAttrs = names: f: builtins.listToAttrs (map (n: { name = n; value = f n; }) names);
+    mkEnableOption = d: { _type = "option"; description = d; };
+    mkOption = o: o // { _type = "option"; };
+    types = { package = "package"; ints.positive = "positive int"; };
+    mkIf = cond: v: if cond then v else { };
+    mkMerge = builtins.foldl' (a: b: a // b) { };
+  };
+  outputs = (import flake).outputs { self = outputs; nixpkgs = { inherit lib; }; };
+  pkgs.stdenv = {
+    isLinux = builtins.match ".*-linux" system != null;
+    isDarwin = builtins.match ".*-darwin" system != null;
+    hostPlatform.system = system;
+  };
+  module = outputs.homeManagerModules.default {
+    inherit lib pkgs;
+    config.services.nd7-ship = { enable = true; package = "/nix/store/0-nd7"; interval = 420; };
+  };
+in
+module.config
+"#,
+    )
+    .expect("write eval.nix");
+    let flake = repo("flake.nix");
+    let out = run_tool(
+        "nix-instantiate",
+        &[
+            "--eval",
+            "--strict",
+            "--json",
+            &eval.to_string_lossy(),
+            "--arg",
+            "flake",
+            &flake.to_string_lossy(),
+            "--argstr",
+            "system",
+            system,
+        ],
+        "nix-bin",
+    );
+    assert!(out.status.success(), "{system}: {}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).expect("JSON")
+}
+
+/// The home-manager module (`services.nd7-ship.enable = true;`) gives a Nix
+/// user the ship timer `nd7 setup` gives others: a systemd user timer on
+/// Linux, a launchd agent on macOS, each running the package's `nd7 ship`
+/// every `interval` seconds. `nix flake check` does not evaluate
+/// homeManagerModules (an output it does not know), so this does.
+#[test]
+fn the_home_manager_module_makes_the_ship_timer() {
+    let linux = home_manager_config("x86_64-linux");
+    let user = &linux["systemd"]["user"];
+    assert_eq!(
+        user["services"]["nd7-ship"]["Service"]["ExecStart"],
+        "/nix/store/0-nd7/bin/nd7 ship"
+    );
+    let timer = &user["timers"]["nd7-ship"];
+    assert_eq!(timer["Timer"]["OnUnitActiveSec"], "420s", "{linux}");
+    assert_eq!(timer["Install"]["WantedBy"][0], "timers.target");
+    assert!(linux.get("launchd").is_none(), "{linux}");
+
+    let mac = home_manager_config("aarch64-darwin");
+    let agent = &mac["launchd"]["agents"]["nd7-ship"];
+    assert_eq!(agent["enable"], true);
+    assert_eq!(
+        agent["config"]["ProgramArguments"],
+        serde_json::json!(["/nix/store/0-nd7/bin/nd7", "ship"])
+    );
+    assert_eq!(agent["config"]["StartInterval"], 420, "{mac}");
+    assert!(mac.get("systemd").is_none(), "{mac}");
 }

@@ -2,6 +2,8 @@
 //! docs promise, through the library or through the real `nd7` binary.
 
 mod append;
+#[cfg(target_os = "linux")]
+mod attack_effects;
 mod attack_git_config;
 mod codex_floor;
 mod codex_record;

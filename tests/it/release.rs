@@ -165,6 +165,13 @@ fn install_sh_installs_the_release_it_checked() {
             "{file}: {said}"
         );
     }
+    // The suite's build has the vault server, as a Linux release does.
+    let vault = Path::new(env!("CARGO_BIN_EXE_nd7")).with_file_name("nd7-vault");
+    assert_eq!(
+        said.contains(&format!("{}/bin/nd7-vault", prefix.path().display())),
+        vault.exists(),
+        "nd7-vault installed where the release has it: {said}"
+    );
     let installed = std::fs::read(prefix.path().join("bin/nd7")).expect("nd7");
     let packaged = std::fs::read(dry_run().dist.join(format!("nd7-{TARGET}"))).expect("raw nd7");
     assert!(installed == packaged, "the installed nd7 is the release's");
@@ -350,4 +357,238 @@ fn the_generated_formula_names_the_archive_and_its_sha256() {
         .output()
         .expect("ruby is needed: apt-get install ruby");
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// The archive carries the licences Cargo.toml names (MIT OR Apache-2.0),
+/// beside the README, so a copy handed on keeps its terms.
+#[test]
+fn the_archive_carries_the_licences() {
+    let run = dry_run();
+    let out = Command::new("tar")
+        .arg("-tzf")
+        .arg(run.dist.join(archive_name()))
+        .output()
+        .expect("tar");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listing = stdout(&out);
+    for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+        assert!(
+            listing.lines().any(|l| l.ends_with(&format!("/{file}"))),
+            "the archive lacks {file}: {listing}"
+        );
+    }
+}
+
+/// A copy of what `scripts/release.sh check-tag` reads: the script,
+/// Cargo.toml and each crate's Cargo.toml, to change.
+fn manifests_copy() -> tempfile::TempDir {
+    let tree = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tree");
+    let t = tree.path();
+    std::fs::create_dir_all(t.join("scripts")).expect("scripts/");
+    std::fs::copy(repo("scripts/release.sh"), t.join("scripts/release.sh")).expect("script");
+    std::fs::copy(repo("Cargo.toml"), t.join("Cargo.toml")).expect("Cargo.toml");
+    for entry in std::fs::read_dir(repo("crates")).expect("crates/") {
+        let name = entry.expect("entry").file_name();
+        let from = repo("crates").join(&name).join("Cargo.toml");
+        std::fs::create_dir_all(t.join("crates").join(&name)).expect("crate dir");
+        std::fs::copy(from, t.join("crates").join(&name).join("Cargo.toml")).expect("copy");
+    }
+    tree
+}
+
+/// The release workflow's first job stops a tag that is not the version of
+/// nd7 and of every crate it is built from (`[package]`, `[workspace.package]`,
+/// each crate's `version.workspace`): a release of one version must not ship
+/// or publish crates of another.
+#[test]
+fn the_tag_must_be_the_version_of_nd7_and_every_crate() {
+    let workflow = std::fs::read_to_string(repo(".github/workflows/release.yml")).expect("yml");
+    assert!(
+        workflow.contains("version=$(bash scripts/release.sh check-tag \"$TAG\")"),
+        "the version job runs check-tag"
+    );
+    let tree = manifests_copy();
+    let check = |tag: &str| {
+        Command::new("bash")
+            .arg(tree.path().join("scripts/release.sh"))
+            .args(["check-tag", tag])
+            .output()
+            .expect("run check-tag")
+    };
+    let out = check(&format!("v{RUNNING}"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), format!("{RUNNING}\n"));
+    for tag in ["v9.9.9", RUNNING, &format!("v{RUNNING}.1")] {
+        let out = check(tag);
+        assert_eq!(out.status.code(), Some(2), "{tag}");
+        assert_eq!(
+            stderr(&out).trim_end(),
+            format!("release: the tag {tag} is not v{RUNNING}, Cargo.toml's version")
+        );
+    }
+
+    let toml = tree.path().join("Cargo.toml");
+    let original = std::fs::read_to_string(&toml).expect("Cargo.toml");
+    let at = original
+        .find("[workspace.package]")
+        .expect("[workspace.package]");
+    let line = format!("version = \"{RUNNING}\"");
+    let moved = format!(
+        "{}{}",
+        &original[..at],
+        original[at..].replacen(&line, "version = \"9.9.9\"", 1)
+    );
+    assert_ne!(moved, original);
+    std::fs::write(&toml, moved).expect("write");
+    let out = check(&format!("v{RUNNING}"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(&format!(
+            "[workspace.package] has version 9.9.9, [package] {RUNNING}"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(&toml, &original).expect("restore");
+
+    let crate_toml = tree.path().join("crates/nd7-format/Cargo.toml");
+    let text = std::fs::read_to_string(&crate_toml).expect("crate toml");
+    let own = text.replacen("version.workspace = true", "version = \"9.9.9\"", 1);
+    assert_ne!(own, text);
+    std::fs::write(&crate_toml, own).expect("write");
+    let out = check(&format!("v{RUNNING}"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("nd7-format/Cargo.toml: its version is not the workspace's"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// The release's nd7 installed as Homebrew installs it (the archive's
+/// binaries under a Cellar) refuses to update itself, naming the command that
+/// does, and replaces nothing, though the release is newer and signed:
+/// brew owns that copy. Guards `refuse_managed` in `run_self_update`.
+#[test]
+fn self_update_leaves_a_homebrew_copy_to_brew() {
+    let run = dry_run();
+    let url = serve_dir(run.dist.clone());
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("root");
+    let keg = root.path().join("Cellar/nd7/0.0.9");
+    let out = install_from(&url, &keg, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let bin = keg.join("bin");
+    std::fs::write(bin.join("nd7-exec"), b"old exec").expect("old exec");
+    let out = Command::new(bin.join("nd7"))
+        .args(["self-update", "--from", &url])
+        .env("ND7_TEST_RELEASE_KEY", &run.key_hex)
+        .env("ND7_TEST_VERSION", "0.0.9")
+        .output()
+        .expect("nd7 self-update");
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let real = std::fs::canonicalize(bin.join("nd7")).expect("canonical");
+    assert_eq!(
+        stderr(&out).trim_end(),
+        format!(
+            "nd7 self-update: {} was installed by Homebrew; update it with `brew upgrade nd7`",
+            real.display()
+        )
+    );
+    assert_eq!(
+        std::fs::read(bin.join("nd7-exec")).expect("exec"),
+        b"old exec"
+    );
+}
+
+/// A Linux release is static (musl): packing one whose binary loads shared
+/// libraries, as the test build does, is refused before anything is written,
+/// so a release built against glibc by mistake never ships as `-linux-musl`.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_musl_release_refuses_a_binary_that_is_not_static() {
+    let bins = Path::new(env!("CARGO_BIN_EXE_nd7"))
+        .parent()
+        .expect("target/debug");
+    let out = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("out");
+    let dist = out.path().join("dist");
+    let run = Command::new("bash")
+        .arg(repo("scripts/release.sh"))
+        .args(["package", "x86_64-unknown-linux-musl"])
+        .arg(bins)
+        .arg(&dist)
+        .output()
+        .expect("run scripts/release.sh package");
+    assert_eq!(run.status.code(), Some(2), "{}", stdout(&run));
+    assert!(
+        stderr(&run).contains(&format!(
+            "{}: linked dynamically (",
+            bins.join("nd7").display()
+        )) && stderr(&run).contains("libc.so"),
+        "{}",
+        stderr(&run)
+    );
+    assert!(!dist.exists(), "nothing packed");
+}
+
+/// The release is published only after `cargo publish --dry-run` built
+/// every crate of the workspace from its package, as crates.io would take
+/// it, so the version a release names can be published as crates too.
+#[test]
+fn the_release_waits_for_every_crate_to_package_and_build() {
+    let workflow = std::fs::read_to_string(repo(".github/workflows/release.yml")).expect("yml");
+    assert!(
+        workflow.contains("      - run: cargo publish --dry-run --workspace --locked\n"),
+        "the crates job"
+    );
+    assert!(
+        workflow.contains("    needs: [version, crates, build]\n"),
+        "publish waits for the crates job"
+    );
+}
+
+/// The formula's `test do`, run as `brew test` runs it (HOME and the state
+/// under a scratch directory, each command's exit status checked) against
+/// the release's nd7: the session it records verifies with the text it
+/// asserts. Read from the generated formula, so a change to either side
+/// that would fail `brew test` fails here.
+#[test]
+fn the_formulas_test_passes_against_the_release() {
+    let run = dry_run();
+    let formula = std::fs::read_to_string(run.dist.join("nd7.rb")).expect("nd7.rb");
+    let test = &formula[formula.find("\n  test do\n").expect("test do")..];
+    let between = |from: &str, to: char| {
+        test.split(from)
+            .nth(1)
+            .and_then(|rest| rest.split(to).next())
+            .unwrap_or_else(|| panic!("{from} in {test}"))
+            .to_string()
+    };
+    let payload = between("payload = '", '\'');
+    let want = between("assert_match \"", '"');
+    let session = between("nd7 verify ", '"');
+    let nd7 = run.dist.join(format!("nd7-{TARGET}"));
+    let testpath = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("testpath");
+    let command = |args: &[&str]| {
+        let mut c = Command::new(&nd7);
+        c.args(args)
+            .env("HOME", testpath.path())
+            .env("XDG_STATE_HOME", testpath.path());
+        c
+    };
+    let mut record = command(&["record"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("nd7 record");
+    record
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(payload.as_bytes())
+        .expect("payload");
+    assert!(record.wait().expect("wait").success(), "pipe_output(.., 0)");
+    let verify = command(&["verify", &session]).output().expect("verify");
+    assert!(verify.status.success(), "{}", stderr(&verify));
+    assert!(stdout(&verify).contains(&want), "{}", stdout(&verify));
+    let zsh = command(&["completions", "zsh"]).output().expect("zsh");
+    assert!(zsh.status.success() && stdout(&zsh).starts_with("#compdef nd7"));
 }

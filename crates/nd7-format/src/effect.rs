@@ -36,6 +36,12 @@ pub struct Seen {
     /// The child of `nd7 run` it descends from: the agent's program or a
     /// command the exit started; `None` outside both.
     pub root: Option<u32>,
+    /// Which child of `nd7 run` that is, counted from 1 as the front saw
+    /// them made: a later child given the same pid has another number, so
+    /// a process a command left behind is never named by a later command
+    /// that got its root's pid (ADR-0144). 0 when it has no root.
+    #[serde(default)]
+    pub root_number: u64,
     /// Wall-clock nanoseconds when the observer saw it.
     pub t: u64,
     /// `None` when the new image could not be read: not confirmed.
@@ -174,6 +180,7 @@ mod tests {
             pid,
             ppid: 1,
             root: Some(1),
+            root_number: 1,
             t: 5,
             exe: Some(Exe {
                 path: path.into(),

@@ -147,10 +147,12 @@ fn loopback_up() -> io::Result<()> {
     req.name[..2].copy_from_slice(b"lo");
     // SAFETY: SIOCSIFFLAGS reads a `struct ifreq`, which `req` lays out (name,
     // then the flags at offset 16, padded to the union's size).
+    // The request's type is glibc's unsigned long and musl's int (libc::Ioctl):
+    // the release's static Linux builds are musl.
     let r = unsafe {
         libc::ioctl(
             sock.as_raw_fd(),
-            libc::SIOCSIFFLAGS,
+            libc::SIOCSIFFLAGS as libc::Ioctl,
             &req as *const IfReqFlags,
         )
     };

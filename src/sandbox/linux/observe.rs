@@ -189,6 +189,8 @@ struct Task {
     parent: u32,
     /// The child of `nd7 run` it descends from.
     root: Option<u32>,
+    /// That child's number ([`Seen::root_number`]).
+    root_number: u64,
     /// Whether it has had its first stop (its options are set).
     running: bool,
     /// Whether its process has exec'd under observation.
@@ -201,6 +203,8 @@ struct Tracer {
     /// `nd7 run`: the keeper's first child.
     run: Option<u32>,
     tasks: HashMap<u32, Task>,
+    /// Children of `nd7 run` made so far.
+    roots: u64,
     /// Threads that stopped before their creator's event named them.
     parked: HashSet<u32>,
     hashes: HashMap<(u64, u64, i64, i64, u64), Option<String>>,
@@ -220,6 +224,7 @@ pub fn observe(keeper: i32, feed: OwnedFd, signals: &nix::sys::signal::SigSet) -
         keeper: keeper as u32,
         run: None,
         tasks: HashMap::new(),
+        roots: 0,
         parked: HashSet::new(),
         hashes: HashMap::new(),
         out: Vec::new(),
@@ -237,6 +242,7 @@ pub fn observe(keeper: i32, feed: OwnedFd, signals: &nix::sys::signal::SigSet) -
             tgid: keeper as u32,
             parent: std::process::id(),
             root: None,
+            root_number: 0,
             running: true,
             execd: false,
         },
@@ -359,15 +365,16 @@ impl Tracer {
             child
         };
         let thread = tgid == p.tgid;
-        let root = if thread {
-            p.root
+        let (root, root_number) = if thread {
+            (p.root, p.root_number)
         } else if p.tgid == self.keeper && self.run.is_none() {
             self.run = Some(child);
-            None
+            (None, 0)
         } else if Some(p.tgid) == self.run {
-            Some(child)
+            self.roots += 1;
+            (Some(child), self.roots)
         } else {
-            p.root
+            (p.root, p.root_number)
         };
         let parent = if thread { p.parent } else { p.tgid };
         self.tasks.insert(
@@ -376,6 +383,7 @@ impl Tracer {
                 tgid,
                 parent,
                 root,
+                root_number,
                 running: false,
                 execd: p.execd && thread,
             },
@@ -408,6 +416,7 @@ impl Tracer {
             tgid: pid,
             parent: 0,
             root: None,
+            root_number: 0,
             running: true,
             execd: false,
         });
@@ -439,6 +448,7 @@ impl Tracer {
             pid,
             ppid: task.parent,
             root: task.root,
+            root_number: task.root_number,
             t: crate::session_log::now_ns(),
             exe: self.exe(&proc),
             argv,
@@ -695,6 +705,35 @@ fn write_notes(mut feed: Feed, log: &crate::run_log::RunLog, stop: &std::sync::a
 #[derive(Default)]
 struct Batch {
     notes: Vec<Note>,
+    marks: Marks,
+}
+
+/// The command each child of `nd7 run` ran, by its pid and number, once
+/// the exit has listed it. The exit lists a command by its first process's
+/// pid, and a pid comes round again: a later command's shell can get the
+/// pid of a command's shell whose processes still run. The listing a root
+/// gets first is its own (its pid is its until it ends); a listing another
+/// root of that pid already took is stale, and the root not yet listed
+/// (ADR-0144).
+#[derive(Default)]
+struct Marks {
+    of: HashMap<(u32, u64), u64>,
+    taken: HashMap<u64, u64>,
+}
+
+impl Marks {
+    fn command(&mut self, log: &crate::run_log::RunLog, root: u32, number: u64) -> Option<u64> {
+        if let Some(&seq) = self.of.get(&(root, number)) {
+            return Some(seq);
+        }
+        let seq = log.command_of(root)?;
+        if self.taken.get(&seq).is_some_and(|&n| n != number) {
+            return None;
+        }
+        self.of.insert((root, number), seq);
+        self.taken.insert(seq, number);
+        Some(seq)
+    }
 }
 
 impl Batch {
@@ -706,8 +745,9 @@ impl Batch {
         if self.notes.is_empty() {
             return;
         }
+        let marks = &mut self.marks;
         let unlisted = self.notes.iter().any(|n| {
-            matches!(n, Note::Exec(s) if s.root == Some(s.pid) && log.command_of(s.pid).is_none())
+            matches!(n, Note::Exec(s) if s.root == Some(s.pid) && marks.command(log, s.pid, s.root_number).is_none())
         });
         if unlisted {
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -716,7 +756,9 @@ impl Batch {
         for note in self.notes.drain(..) {
             match note {
                 Note::Exec(seen) => {
-                    let command = seen.root.and_then(|r| log.command_of(r));
+                    let command = seen
+                        .root
+                        .and_then(|r| marks.command(log, r, seen.root_number));
                     batch.exec(&seen, command);
                 }
                 Note::Exit { pid, status } => batch.exit(pid, status),
