@@ -69,6 +69,7 @@ mod sandbox;
 mod self_update;
 mod setup;
 mod setup_codex;
+mod start_cost;
 mod tamper;
 #[cfg(target_os = "linux")]
 mod toolchains;
