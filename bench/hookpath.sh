@@ -38,6 +38,17 @@ BEFORE=()
 if [ -n "${ND7_BEFORE:-}" ]; then
   BEFORE=(:: -ND7_RUN= "XDG_STATE_HOME=$W/state-before" "$ND7_BEFORE" record)
 fi
+# Each binary dropped from the page cache, so all are read back alike: how a
+# file entered the cache (a linker's writes, cp's, readahead) changes its
+# start by up to 0.2x (docs/benchmarks.md, 2026-12-06, ADR-0145).
+python3 - "$W/bare_append" "$RUST" "$ND7" "$ALONE" ${ND7_BEFORE:+"$ND7_BEFORE"} <<'PY'
+import os, sys
+for path in sys.argv[1:]:
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)  # only clean pages leave the cache
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+PY
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r); $("$CC" --version | head -1)"
 echo "== bare C, smallest Rust, nd7 record, nd7 record alone: read stdin, append; $RUNS runs each (ratio to C)"
 ls -l "$ND7" | awk '{print "nd7: " $5 " bytes"}'

@@ -9,26 +9,54 @@ use std::process::Command;
 use crate::{sandbox, setup, shell_prefix};
 
 use super::error::RunError;
+use super::version_cache;
 
 /// The events to register `nd7 record` for with this Claude Code: those its
 /// version knows (an unknown event opens a warning at every interactive
 /// start, ADR-0015). The version is asked under the floor, like everything
-/// the program runs; if it cannot be read, the events every supported
-/// version knows.
+/// the program runs, unless the version cache in `state` holds it for the
+/// very file `program` runs (ADR-0147); if it cannot be read, the events
+/// every supported version knows.
 pub(super) fn claude_events(
     program: &OsStr,
     floor: &sandbox::Floor,
     held: &sandbox::Held,
     project: &Path,
+    state: &Path,
 ) -> Vec<&'static str> {
+    let path = std::env::var_os("PATH");
+    let identity = version_cache::Identity::of(program, path.as_deref());
+    let now = crate::session_log::now_ns() / 1_000_000_000;
+    let cached = identity
+        .as_ref()
+        .and_then(|id| version_cache::cached(state, id, now));
+    let version = cached.or_else(|| {
+        let version = asked_version(program, floor, held, project)?;
+        // Kept only when the file asked is the one named before asking.
+        let after = version_cache::Identity::of(program, path.as_deref());
+        if let Some(id) = identity.as_ref().filter(|id| after.as_ref() == Some(id)) {
+            version_cache::keep(state, id, version, now);
+        }
+        Some(version)
+    });
+    setup::merge::recorded_events(Some(version.unwrap_or(setup::MIN_CLAUDE))).collect()
+}
+
+/// `program --version`'s answer, asked under the floor, or `None` when it
+/// gives none within seconds.
+fn asked_version(
+    program: &OsStr,
+    floor: &sandbox::Floor,
+    held: &sandbox::Held,
+    project: &Path,
+) -> Option<setup::merge::Version> {
     let mut probe = Command::new(program);
     probe
         .arg("--version")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
-    let version = held
-        .prepare(&mut probe, project)
+    held.prepare(&mut probe, project)
         .and_then(|()| floor.confine(&mut probe))
         .ok()
         .and_then(|()| probe.spawn().ok())
@@ -46,8 +74,7 @@ pub(super) fn claude_events(
             child.wait_with_output().ok()
         })
         .filter(|out| out.status.success())
-        .and_then(|out| setup::parse_claude_version(&String::from_utf8_lossy(&out.stdout)));
-    setup::merge::recorded_events(Some(version.unwrap_or(setup::MIN_CLAUDE))).collect()
+        .and_then(|out| setup::parse_claude_version(&String::from_utf8_lossy(&out.stdout)))
 }
 
 /// Takes the user's own `--settings` (a file or a JSON text) out of Claude

@@ -29,6 +29,7 @@ mod head_start;
 mod options;
 mod phases;
 mod terminal;
+mod version_cache;
 
 pub use checks::binary_checks;
 pub use end::CHANGED_STATUS;

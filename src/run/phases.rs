@@ -489,8 +489,9 @@ impl Confined {
     /// the exit's threads start after.
     pub(super) fn open_exit(self, options: &Options) -> Result<Opened, RunError> {
         let recorded = if self.planned.is(Agent::ClaudeCode) {
-            let project = &self.planned.policy.roots.project;
-            claude::claude_events(&options.program, &self.floor, &self.held, project)
+            let roots = &self.planned.policy.roots;
+            let (project, state) = (&roots.project, &roots.state);
+            claude::claude_events(&options.program, &self.floor, &self.held, project, state)
         } else {
             Vec::new()
         };

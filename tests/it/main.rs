@@ -70,6 +70,7 @@ mod sandbox;
 mod self_update;
 mod setup;
 mod setup_codex;
+mod start_cost;
 mod tamper;
 #[cfg(target_os = "linux")]
 mod toolchains;
@@ -106,6 +107,8 @@ mod vault_team;
 #[cfg(feature = "vault-server")]
 mod vault_tls;
 mod vectors;
+#[cfg(target_os = "linux")]
+mod version_cache;
 // Its namespaces exist on Linux only; elsewhere it compiles and rests.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod world;

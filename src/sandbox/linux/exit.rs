@@ -507,52 +507,111 @@ pub fn run(socket: &Path, command: OsString) -> Result<Outcome, ExitError> {
     if let Err(e) = send(&conn, &request.encode()) {
         // A refusal comes before the request is read, and the socket may be
         // closed under a long request: the refusal is the answer to report.
-        return match read_outcome(&conn, None) {
+        return match read_outcome(&conn) {
             Err(refused @ ExitError::Refused(_)) => Err(refused),
             _ => Err(io_err("send the command to")(e)),
         };
     }
-    let signals = conn.try_clone().map_err(io_err("use"))?;
-    let (acked, acks) = std::sync::mpsc::channel::<()>();
-    if let Ok(mut incoming) = signal_hook::iterator::Signals::new(FORWARDED) {
-        std::thread::spawn(move || {
-            for sig in incoming.forever() {
-                let _ = (&signals).write_all(&Frame::Kill(sig).encode());
-                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = acks.recv_timeout(ACK_WAIT)
-                {
-                    eprintln!(
-                        "nd7-exec: nd7 run did not answer within {} s (stopped?); leaving the command to it",
-                        ACK_WAIT.as_secs()
-                    );
-                    std::process::exit(128 + sig);
-                }
+    // Installed once the request is on its way, as before: a signal until
+    // then ends this process, and nothing ran.
+    let signals = forwarded_signals();
+    wait_outcome(&conn, &signals)
+}
+
+/// A signal this process passes on, with the socket that becomes readable
+/// when it arrives (a byte written by its handler).
+type Forwarded = (i32, UnixStream);
+
+/// A handler for each of [`FORWARDED`] that wakes this process's one thread
+/// ([`wait_outcome`]), so passing signals on starts no thread: a thread's
+/// start is a cost in every command, and two more stops of the exec
+/// observer (ADR-0145). A signal whose handler cannot be set is not passed
+/// on, and ends this process as it would have.
+fn forwarded_signals() -> Vec<Forwarded> {
+    FORWARDED
+        .iter()
+        .filter_map(|&sig| {
+            let (woken, waker) = UnixStream::pair().ok()?;
+            woken.set_nonblocking(true).ok()?;
+            signal_hook::low_level::pipe::register(sig, waker).ok()?;
+            Some((sig, woken))
+        })
+        .collect()
+}
+
+/// Waits for the frame that ends the exchange, passing on each signal of
+/// `signals` as it arrives. A signal `nd7 run` does not acknowledge within
+/// [`ACK_WAIT`] ends this process (128+N), the oldest first.
+fn wait_outcome(mut conn: &UnixStream, signals: &[Forwarded]) -> Result<Outcome, ExitError> {
+    let mut unacked: std::collections::VecDeque<(i32, std::time::Instant)> = Default::default();
+    loop {
+        let timeout = unacked.front().map(|&(_, by)| {
+            let left = by.saturating_duration_since(std::time::Instant::now());
+            rustix::event::Timespec {
+                tv_sec: left.as_secs() as _,
+                tv_nsec: left.subsec_nanos() as _,
             }
         });
+        let mut fds: Vec<PollFd<'_>> = std::iter::once(PollFd::new(&conn, PollFlags::IN))
+            .chain(signals.iter().map(|(_, s)| PollFd::new(s, PollFlags::IN)))
+            .collect();
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return Err(ExitError::Lost),
+        }
+        let answered = !fds[0].revents().is_empty();
+        let arrived: Vec<&Forwarded> = fds[1..]
+            .iter()
+            .zip(signals)
+            .filter(|(fd, _)| !fd.revents().is_empty())
+            .map(|(_, s)| s)
+            .collect();
+        drop(fds);
+        if let Some(&(sig, by)) = unacked.front()
+            && std::time::Instant::now() >= by
+        {
+            eprintln!(
+                "nd7-exec: nd7 run did not answer within {} s (stopped?); leaving the command to it",
+                ACK_WAIT.as_secs()
+            );
+            std::process::exit(128 + sig);
+        }
+        for (sig, woken) in arrived {
+            // Every byte waiting is this signal's: it is passed on once.
+            while (&*woken).read(&mut [0u8; 16]).is_ok_and(|n| n > 0) {}
+            let _ = conn.write_all(&Frame::Kill(*sig).encode());
+            unacked.push_back((*sig, std::time::Instant::now() + ACK_WAIT));
+        }
+        if answered {
+            match read_frame(conn)? {
+                Some(outcome) => return Ok(outcome),
+                None => {
+                    unacked.pop_front();
+                }
+            }
+        }
     }
-    read_outcome(&conn, Some(&acked))
 }
 
 /// Reads the frame that ends an exchange: how the command ended, or why it
-/// was refused. Acknowledgements of passed-on signals on the way are
-/// reported on `acked`.
-fn read_outcome(
-    mut conn: &UnixStream,
-    acked: Option<&std::sync::mpsc::Sender<()>>,
-) -> Result<Outcome, ExitError> {
-    let mut head = [0u8; 5];
+/// was refused. Acknowledgements of passed-on signals on the way are skipped.
+fn read_outcome(conn: &UnixStream) -> Result<Outcome, ExitError> {
     loop {
-        conn.read_exact(&mut head).map_err(|_| ExitError::Lost)?;
-        if let Ok(Ok(Frame::Kill(_))) = Frame::decode(head) {
-            if let Some(acked) = acked {
-                let _ = acked.send(());
-            }
-        } else {
-            break;
+        if let Some(outcome) = read_frame(conn)? {
+            return Ok(outcome);
         }
     }
+}
+
+/// One frame from `nd7 run`: `None` when it acknowledges a signal passed on,
+/// else how the exchange ended.
+fn read_frame(mut conn: &UnixStream) -> Result<Option<Outcome>, ExitError> {
+    let mut head = [0u8; 5];
+    conn.read_exact(&mut head).map_err(|_| ExitError::Lost)?;
     match Frame::decode(head).map_err(|_| ExitError::Lost)? {
-        Ok(Frame::Exited(code)) => Ok(Outcome::Exited(code)),
-        Ok(Frame::Signaled(sig)) => Ok(Outcome::Signaled(sig)),
+        Ok(Frame::Kill(_)) => Ok(None),
+        Ok(Frame::Exited(code)) => Ok(Some(Outcome::Exited(code))),
+        Ok(Frame::Signaled(sig)) => Ok(Some(Outcome::Signaled(sig))),
         Ok(_) => Err(ExitError::Lost),
         Err(len) => {
             let mut text = vec![0u8; len];

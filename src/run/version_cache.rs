@@ -1,0 +1,172 @@
+//! The version cache: the Claude Code version `nd7 run` last read from a
+//! program's `--version`, with that program file's identity (ADR-0147).
+//! Asking costs a whole start of Claude Code (a quarter of a second, a
+//! fifth of a short session), and the answer only changes when the file
+//! does, so a run whose program is the same file as last time (the same
+//! resolved path, device, inode, size, modification and change times)
+//! takes the version from here. An entry is trusted for a day at most: a
+//! program that only starts another (a version manager's shim) stays the
+//! same file while the Claude Code behind it changes.
+//!
+//! The file lies in nd7's state directory, beside the logs, which the floor
+//! keeps read-only: nothing under `nd7 run` can write it.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::setup::merge::Version;
+
+/// The cache's file, in nd7's state directory.
+pub const FILE: &str = "claude-version.json";
+
+/// How long an entry is trusted.
+pub const TRUSTED_FOR: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// What names one version of a program file: where it resolves to and the
+/// facts that change whenever its bytes are replaced or rewritten.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub path: PathBuf,
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+}
+
+/// The cache's one entry.
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    program: Identity,
+    version: Version,
+    /// When the version was read, in seconds since the Unix epoch.
+    asked_at: u64,
+}
+
+impl Identity {
+    /// The identity of the file `program` runs, found as `execvp` finds it
+    /// (a name with no slash on `PATH`), links followed; `None` when there
+    /// is no such file.
+    pub fn of(program: &OsStr, path: Option<&OsStr>) -> Option<Identity> {
+        let file = found(program, path)?;
+        let path = std::fs::canonicalize(file).ok()?;
+        let meta = std::fs::metadata(&path).ok()?;
+        let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+        Some(Identity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+            path,
+        })
+    }
+}
+
+/// `program` itself when it holds a slash, else the first executable file
+/// of that name on `path` (the default search path when there is none).
+fn found(program: &OsStr, path: Option<&OsStr>) -> Option<PathBuf> {
+    if program.as_bytes().contains(&b'/') {
+        return Some(PathBuf::from(program));
+    }
+    let path = path.unwrap_or(OsStr::new("/bin:/usr/bin"));
+    std::env::split_paths(path)
+        .map(|dir| match dir.as_os_str().is_empty() {
+            true => PathBuf::from(".").join(program),
+            false => dir.join(program),
+        })
+        .find(|candidate| {
+            rustix::fs::access(candidate, rustix::fs::Access::EXEC_OK).is_ok()
+                && std::fs::metadata(candidate).is_ok_and(|m| m.is_file())
+        })
+}
+
+/// The version the cache in `state` holds for `program`, if it holds one
+/// for exactly this file, read less than [`TRUSTED_FOR`] before `now`
+/// (seconds since the Unix epoch).
+pub fn cached(state: &Path, program: &Identity, now: u64) -> Option<Version> {
+    let text = std::fs::read(state.join(FILE)).ok()?;
+    let entry: Entry = serde_json::from_slice(&text).ok()?;
+    let fresh = now
+        .checked_sub(entry.asked_at)
+        .is_some_and(|age| age < TRUSTED_FOR.as_secs());
+    (entry.program == *program && fresh).then_some(entry.version)
+}
+
+/// Writes `version` for `program`, read at `now`, into the cache in
+/// `state` (replacing its entry). A cache that cannot be written is asked
+/// again next time.
+pub fn keep(state: &Path, program: &Identity, version: Version, now: u64) {
+    let entry = Entry {
+        program: program.clone(),
+        version,
+        asked_at: now,
+    };
+    if let Ok(bytes) = serde_json::to_vec(&entry) {
+        let _ = std::fs::create_dir_all(state);
+        let _ = crate::files::replace(
+            &state.join(FILE),
+            &bytes,
+            0o600,
+            crate::files::Durability::Atomic,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program(dir: &Path, body: &str) -> Identity {
+        let file = dir.join("claude");
+        std::fs::write(&file, body).expect("write");
+        let exec = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(&file, exec).expect("chmod");
+        Identity::of(file.as_os_str(), None).expect("identity")
+    }
+
+    #[test]
+    fn a_kept_version_is_found_for_the_same_file_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("state");
+        let first = program(dir.path(), "#!/bin/sh\necho 2.1.197\n");
+        assert_eq!(cached(&state, &first, 1000), None);
+        keep(&state, &first, (2, 1, 197), 1000);
+        assert_eq!(cached(&state, &first, 1001), Some((2, 1, 197)));
+        // Rewritten in place, even to the same length: another file.
+        let second = program(dir.path(), "#!/bin/sh\necho 2.1.400\n");
+        assert_ne!(first, second);
+        assert_eq!(cached(&state, &second, 1001), None);
+    }
+
+    #[test]
+    fn a_kept_version_is_trusted_for_a_day_and_not_from_the_future() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("state");
+        let file = program(dir.path(), "#!/bin/sh\n");
+        let day = TRUSTED_FOR.as_secs();
+        keep(&state, &file, (2, 1, 197), 10 * day);
+        assert_eq!(cached(&state, &file, 11 * day - 1), Some((2, 1, 197)));
+        assert_eq!(cached(&state, &file, 11 * day), None);
+        assert_eq!(cached(&state, &file, 10 * day - 1), None);
+    }
+
+    #[test]
+    fn a_name_is_found_on_the_path_as_execvp_finds_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (first, second) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir_all(&first).expect("mkdir");
+        std::fs::create_dir_all(&second).expect("mkdir");
+        std::fs::write(first.join("claude"), "not executable").expect("write");
+        let found = program(&second, "#!/bin/sh\n");
+        let path = std::env::join_paths([&first, &second]).expect("path");
+        let by_name = Identity::of(OsStr::new("claude"), Some(&path)).expect("found");
+        assert_eq!(by_name, found);
+        assert_eq!(Identity::of(OsStr::new("nowhere"), Some(&path)), None);
+    }
+}
