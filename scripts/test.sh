@@ -13,8 +13,9 @@
 # and pip against the real registries), postgres (the vault's store suite and
 # fifty machines through two servers run against a throwaway cluster the tests
 # start), nginx and openssl (the vault behind a TLS proxy, with a private CA the
-# tests make). The vault server's tests need the vault-server feature, so the
-# suite runs with it.
+# tests make), mkfs.ext4, mkfs.xfs, mkfs.btrfs, chattr and losetup (the exec
+# observer's remembered hashes attacked through an image on a loop device). The
+# vault server's tests need the vault-server feature, so the suite runs with it.
 # As root on Debian or Ubuntu it installs what is missing; elsewhere it says
 # what to install. `scripts/test.sh --tools` installs them and runs nothing
 # (.ci/run does so in the background while it lints).
@@ -24,10 +25,12 @@ declare -A package=([npm]="nodejs npm" [zsh]=zsh [fish]=fish [ruby]=ruby
   [nix-instantiate]=nix-bin [systemd-analyze]=systemd [python3]=python3 [tmux]=tmux
   [unshare]=util-linux [prlimit]=util-linux [git]=git [age]=age [age-keygen]=age [zstd]=zstd
   [chromium]=chromium [script]=bsdutils [ssh-agent]=openssh-client [perl]=perl [pip3]=python3-pip
-  [nginx]=nginx [openssl]=openssl [initdb]=postgresql [b3sum]=b3sum [ssh-keygen]=openssh-client [xxd]=xxd [shellcheck]=shellcheck)
+  [nginx]=nginx [openssl]=openssl [initdb]=postgresql [b3sum]=b3sum [ssh-keygen]=openssh-client [xxd]=xxd [shellcheck]=shellcheck
+  [mkfs.ext4]=e2fsprogs [chattr]=e2fsprogs [mkfs.xfs]=xfsprogs [mkfs.btrfs]=btrfs-progs [losetup]=mount)
 missing=()
 for tool in npm zsh fish ruby nix-instantiate systemd-analyze python3 tmux unshare prlimit git age age-keygen zstd \
-  chromium script ssh-agent perl pip3 nginx openssl initdb b3sum ssh-keygen xxd shellcheck; do
+  chromium script ssh-agent perl pip3 nginx openssl initdb b3sum ssh-keygen xxd shellcheck \
+  mkfs.ext4 chattr mkfs.xfs mkfs.btrfs losetup; do
   # Debian keeps PostgreSQL's programs off PATH, in /usr/lib/postgresql/<version>/bin (pg.rs looks there).
   if [ "$tool" = initdb ] && compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then continue; fi
   command -v "$tool" >/dev/null || missing+=("${package[$tool]}")

@@ -5,6 +5,7 @@ mod append;
 #[cfg(target_os = "linux")]
 mod attack_effects;
 mod attack_git_config;
+mod attack_hashes;
 mod codex_floor;
 mod codex_record;
 mod codex_rollout;

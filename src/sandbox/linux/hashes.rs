@@ -17,6 +17,14 @@
 //! [`SETTLED_NS`] old before its bytes were read, and only if its identity
 //! is the same once they were.
 //!
+//! The filesystem dates only the changes made through it: on a device an
+//! ordinary user can have set up over bytes of their own (a loop device
+//! udisks attaches over the user's file, [`USER_DEVICES`]) the bytes change
+//! under it with no time moving, and a file there that no process of the
+//! run can write through the filesystem is the agent's all the same: there
+//! nothing is remembered, not even for the run; nor on FUSE or a network
+//! filesystem, whose server decides who writes ([`trust`], ADR-0148).
+//!
 //! Across runs the hashes live in nd7's state directory ([`FILE`]), which
 //! no write root or grant reaches (`Policy::unwritable`), so nothing under
 //! `nd7 run` can write a hash into it.
@@ -57,12 +65,101 @@ fn key(meta: &std::fs::Metadata) -> Key {
     }
 }
 
-/// Whether `file` lies on a filesystem that dates every change of its
-/// bytes ([`DATED`]).
+/// Filesystems with no device under them, where the kernel alone decides
+/// who writes a file, by the owner and mode it shows: tmpfs, ramfs,
+/// overlayfs (its layers are root's where a file is).
+const LOCAL: [i64; 3] = [0x0102_1994, 0x8584_58F6, 0x794C_7630];
+
+/// Whether `file`'s hash (its metadata `meta`) may be remembered across
+/// runs, and whether for this run: across runs on a filesystem that dates
+/// every change of its bytes ([`DATED`]), for the run where no process of
+/// the run can write it ([`sealed`]); each only where nothing changes the
+/// bytes under the filesystem ([`LOCAL`], or on its own devices,
+/// [`on_own_devices`]). FUSE and network filesystems are neither: their
+/// server, not the kernel, decides who writes.
 // `f_type` is an i64 here, a u32 or i32 on other architectures.
 #[allow(clippy::unnecessary_cast)]
-fn dated(file: &std::fs::File) -> bool {
-    rustix::fs::fstatfs(file).is_ok_and(|s| DATED.contains(&(s.f_type as i64)))
+fn trust(file: &std::fs::File, meta: &std::fs::Metadata) -> (bool, bool) {
+    let Ok(fs) = rustix::fs::fstatfs(file) else {
+        return (false, false);
+    };
+    let kind = fs.f_type as i64;
+    if LOCAL.contains(&kind) {
+        return (false, sealed(meta));
+    }
+    let own = on_own_devices(file, meta, kind);
+    (own && DATED.contains(&kind), own && sealed(meta))
+}
+
+/// Block devices an ordinary user can have set up over bytes they can
+/// write while a filesystem on them is mounted: a loop device (udisks
+/// attaches one over the user's own file), a network block device, a
+/// userspace one (ublk). Writing the bytes under the filesystem changes a
+/// file's without its ctime (ADR-0148).
+const USER_DEVICES: [&str; 3] = ["loop", "nbd", "ublkb"];
+const BTRFS: i64 = 0x9123_683E;
+
+/// Whether every device the filesystem of `file` is made of is known and
+/// none is, or stands on, one of [`USER_DEVICES`]. Unknown (a filesystem
+/// on no device) is no.
+fn on_own_devices(file: &std::fs::File, meta: &std::fs::Metadata, kind: i64) -> bool {
+    let devices = if kind == BTRFS {
+        btrfs_devices(file)
+    } else {
+        let dev = meta.dev();
+        let at = format!(
+            "/sys/dev/block/{}:{}",
+            rustix::fs::major(dev),
+            rustix::fs::minor(dev)
+        );
+        Some(vec![PathBuf::from(at)])
+    };
+    devices.is_some_and(|d| !d.is_empty() && d.iter().all(|d| own_device(d, 0)))
+}
+
+/// Whether the block device whose sysfs directory is `dir` is none of
+/// [`USER_DEVICES`], nor a partition of one, nor stacked on one (a device
+/// mapper's `slaves`).
+fn own_device(dir: &std::path::Path, depth: u32) -> bool {
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return false;
+    };
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    if depth > 8 || USER_DEVICES.iter().any(|u| name.starts_with(u)) {
+        return false;
+    }
+    if dir.join("partition").exists() {
+        return dir.parent().is_some_and(|disk| own_device(disk, depth + 1));
+    }
+    std::fs::read_dir(dir.join("slaves"))
+        .is_ok_and(|below| below.flatten().all(|d| own_device(&d.path(), depth + 1)))
+}
+
+/// A Btrfs filesystem's devices (its device numbers are its own, not a
+/// device's): `/sys/fs/btrfs/FSID/devices/*`, the FSID by
+/// `BTRFS_IOC_FS_INFO`.
+fn btrfs_devices(file: &std::fs::File) -> Option<Vec<PathBuf>> {
+    use std::os::fd::AsRawFd;
+    // struct btrfs_ioctl_fs_info_args: 1024 bytes, the fsid at 16.
+    let mut args = [0u8; 1024];
+    // _IOR(0x94, 31, struct btrfs_ioctl_fs_info_args)
+    const FS_INFO: libc::c_ulong = 0x8400_941F;
+    // SAFETY: the request fills at most the 1024 bytes of `args`.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), FS_INFO, args.as_mut_ptr()) };
+    if r != 0 {
+        return None;
+    }
+    let hex: String = args[16..32].iter().map(|b| format!("{b:02x}")).collect();
+    let fsid = format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    );
+    let listed = std::fs::read_dir(format!("/sys/fs/btrfs/{fsid}/devices")).ok()?;
+    Some(listed.flatten().map(|d| d.path()).collect())
 }
 
 /// Whether no process of the run can write the file `meta` describes,
@@ -113,8 +210,7 @@ impl Hashes {
     /// remembered when its identity and filesystem allow, read otherwise.
     pub fn of(&mut self, file: &mut std::fs::File, meta: &std::fs::Metadata) -> Option<String> {
         let before = key(meta);
-        let dated = dated(file);
-        let sealed = sealed(meta);
+        let (dated, sealed) = trust(file, meta);
         if dated {
             self.read_place();
         }
@@ -250,6 +346,30 @@ mod tests {
         dir
     }
 
+    /// A disk, its partition and a mapper device over it are the
+    /// filesystem's own; a loop device, its partition and a mapper device
+    /// over one are not (a sysfs tree made here).
+    #[test]
+    fn a_loop_device_partition_or_mapping_over_one_is_not_own() {
+        let sys = temp_dir("sysfs");
+        for d in ["sda/sda1", "sda/slaves", "loop0/loop0p1", "loop0/slaves"] {
+            std::fs::create_dir_all(sys.join(d)).expect("mkdir");
+        }
+        for p in ["sda/sda1", "loop0/loop0p1"] {
+            std::fs::write(sys.join(p).join("partition"), "1").expect("partition");
+        }
+        for (dm, below) in [("dm-0", "sda/sda1"), ("dm-1", "loop0/loop0p1")] {
+            std::fs::create_dir_all(sys.join(dm).join("slaves")).expect("mkdir");
+            std::os::unix::fs::symlink(sys.join(below), sys.join(dm).join("slaves/x"))
+                .expect("symlink");
+        }
+        let own = |d: &str| own_device(&sys.join(d), 0);
+        assert!(own("sda") && own("sda/sda1") && own("dm-0"));
+        assert!(!own("loop0") && !own("loop0/loop0p1") && !own("dm-1"));
+        assert!(!own("absent"));
+        let _ = std::fs::remove_dir_all(&sys);
+    }
+
     /// A line written is read back; lines that are not one are passed over.
     #[test]
     fn lines_round_trip_and_garbage_is_passed_over() {
@@ -286,7 +406,8 @@ mod tests {
                 .to_string();
             assert_eq!(run.of(&mut f, &meta), Some(want));
         }
-        let on_dated = dated(&std::fs::File::open(&old).expect("open"));
+        let f = std::fs::File::open(&old).expect("open");
+        let on_dated = trust(&f, &f.metadata().expect("metadata")).0;
         run.save();
         let kept = std::fs::read_to_string(&place).unwrap_or_default();
         assert_eq!(kept.lines().count(), usize::from(on_dated), "{kept}");
