@@ -1014,7 +1014,8 @@ fn children_cpu() -> f64 {
 /// docs/benchmarks.md has the figures): one scripted session with the real
 /// Claude Code, played bare (no nd7), with `nd7 setup`'s hooks, and under
 /// `nd7 run` twice: as the first run in a home, and with the version cache
-/// the previous first run left (ADR-0147), as every later run finds it;
+/// (ADR-0147) and the executables' hashes (ADR-0146) the previous first run
+/// left, as every later run finds them;
 /// round-robin, each in a fresh world; prints each one's median wall time
 /// and CPU time (of the whole tree) and their ratios to bare. Asserts
 /// nothing about time.
@@ -1044,18 +1045,18 @@ fn bench_whole_session_under_nd7_run_against_bare() {
         "bare",
         "nd7 setup's hooks",
         "under nd7 run, first run in the home",
-        "under nd7 run, the version cache warm",
+        "under nd7 run, the version cache and hashes warm",
     ];
-    // The version cache (ADR-0147) the last first run left, given to the
-    // next warm run's fresh world: the same file, as on a machine where
-    // nd7 run has run before.
-    let mut cache: Option<Vec<u8>> = None;
+    // The version cache (ADR-0147) and the executables' hashes (ADR-0146)
+    // the last first run left, given to the next warm run's fresh world: the
+    // same files, as on a machine where nd7 run has run before.
+    let kept = [".local/state/nd7/claude-version.json", ".local/state/nd7/exe-hashes"];
+    let mut cache: Vec<Option<Vec<u8>>> = vec![None; kept.len()];
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut cpu_series: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     for round in 0..=rounds {
         for (variant, series) in times.iter_mut().enumerate() {
             let world = std::sync::Arc::new(crate::world::World::new());
-            let cache_file = world.home().join(".local/state/nd7/claude-version.json");
             let workspace = match variant {
                 0 => {
                     let mut w = claude::Workspace::new();
@@ -1064,8 +1065,13 @@ fn bench_whole_session_under_nd7_run_against_bare() {
                 }
                 1 => claude::Workspace::new(),
                 _ => {
-                    if let (3, Some(bytes)) = (variant, &cache) {
-                        std::fs::write(&cache_file, bytes).expect("write the version cache");
+                    for (file, bytes) in kept.iter().zip(&cache) {
+                        if let (3, Some(bytes)) = (variant, bytes) {
+                            let to = world.home().join(file);
+                            std::fs::create_dir_all(to.parent().expect("a state directory"))
+                                .expect("make the state directory");
+                            std::fs::write(&to, bytes).expect("write what the first run left");
+                        }
                     }
                     claude::Workspace::sandboxed(world.clone())
                 }
@@ -1077,7 +1083,9 @@ fn bench_whole_session_under_nd7_run_against_bare() {
             let cpu = children_cpu() - cpu_before;
             assert!(run.output.status.success(), "{}", run.describe());
             if variant == 2 {
-                cache = std::fs::read(&cache_file).ok();
+                for (file, bytes) in kept.iter().zip(cache.iter_mut()) {
+                    *bytes = std::fs::read(world.home().join(file)).ok();
+                }
             }
             if round > 0 {
                 series.push(elapsed);
@@ -1103,7 +1111,7 @@ fn bench_whole_session_under_nd7_run_against_bare() {
         );
     }
     println!(
-        "under nd7 run / with nd7 setup's hooks: {:.3} (first run), {:.3} (version cache warm)",
+        "under nd7 run / with nd7 setup's hooks: {:.3} (first run), {:.3} (version cache and hashes warm)",
         medians[2] / medians[1],
         medians[3] / medians[1]
     );
