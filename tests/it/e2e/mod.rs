@@ -1050,7 +1050,10 @@ fn bench_whole_session_under_nd7_run_against_bare() {
     // The version cache (ADR-0147) and the executables' hashes (ADR-0146)
     // the last first run left, given to the next warm run's fresh world: the
     // same files, as on a machine where nd7 run has run before.
-    let kept = [".local/state/nd7/claude-version.json", ".local/state/nd7/exe-hashes"];
+    let kept = [
+        ".local/state/nd7/claude-version.json",
+        ".local/state/nd7/exe-hashes",
+    ];
     let mut cache: Vec<Option<Vec<u8>>> = vec![None; kept.len()];
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut cpu_series: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
