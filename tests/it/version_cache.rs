@@ -158,3 +158,41 @@ fn nothing_under_the_floor_can_put_a_fifo_a_link_or_another_file_at_the_cache() 
         .file_type();
     assert!(kind.is_file(), "the cache is a plain file: {kind:?}");
 }
+
+/// A version manager's shim (asdf's `.tool-versions`, mise's `.mise.toml`)
+/// runs the Claude Code a directory's file names: the same program file
+/// answers differently in another project. An agent writes that file in
+/// its own project (the floor lets it), pinning an older Claude Code
+/// there; the version asked there must not be taken for another project,
+/// whose newer Claude Code would then run with fewer events registered.
+#[test]
+fn a_version_asked_in_one_project_is_not_taken_in_another() {
+    let (w, bin) = (World::new(), bin());
+    let (proj, other) = (w.proj(), w.outside().join("other"));
+    std::fs::create_dir_all(&other).expect("mkdir");
+    std::fs::write(proj.join(".tool-versions"), "2.1.197").expect("the agent's pin");
+    std::fs::write(other.join(".tool-versions"), "2.1.400").expect("the user's pin");
+    let claude = bin.path().join("claude");
+    let script = "#!/bin/bash\n\
+         if [ \"$1\" = --version ]; then echo \"$(cat .tool-versions) (Claude Code)\"; exit 0; fi\n\
+         [ \"$1\" = --settings ] && printf '%s' \"$2\" > given-settings\n";
+    std::fs::write(&claude, script).expect("write");
+    let exec = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&claude, exec).expect("chmod");
+    let directory_added = |cwd: &Path| {
+        let out = w
+            .command_in(cwd, ND7, &["run", &claude.to_string_lossy()])
+            .output()
+            .expect("nd7 run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(cwd.join("given-settings")).expect("settings");
+        let settings: serde_json::Value = serde_json::from_str(&text).expect("json");
+        settings["hooks"].get("DirectoryAdded").is_some()
+    };
+    assert!(!directory_added(&proj), "the pinned older version");
+    assert!(directory_added(&other), "the other project's own version");
+}
