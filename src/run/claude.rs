@@ -29,13 +29,13 @@ pub(super) fn claude_events(
     let now = crate::session_log::now_ns() / 1_000_000_000;
     let cached = identity
         .as_ref()
-        .and_then(|id| version_cache::cached(state, id, now));
+        .and_then(|id| version_cache::cached(state, id, project, now));
     let version = cached.or_else(|| {
         let version = asked_version(program, floor, held, project)?;
         // Kept only when the file asked is the one named before asking.
         let after = version_cache::Identity::of(program, path.as_deref());
         if let Some(id) = identity.as_ref().filter(|id| after.as_ref() == Some(id)) {
-            version_cache::keep(state, id, version, now);
+            version_cache::keep(state, id, project, version, now);
         }
         Some(version)
     });

@@ -6,7 +6,10 @@
 //! resolved path, device, inode, size, modification and change times)
 //! takes the version from here. An entry is trusted for a day at most: a
 //! program that only starts another (a version manager's shim) stays the
-//! same file while the Claude Code behind it changes.
+//! same file while the Claude Code behind it changes. And an entry holds
+//! for the project it was asked in only: such a shim runs the Claude Code
+//! a file in the working directory names (`.tool-versions`), which the
+//! agent can write in its project (ADR-0149).
 //!
 //! The file lies in nd7's state directory, beside the logs, which the floor
 //! keeps read-only: nothing under `nd7 run` can write it.
@@ -43,6 +46,8 @@ pub struct Identity {
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {
     program: Identity,
+    /// The project the version was asked in (the probe's working directory).
+    project: PathBuf,
     version: Version,
     /// When the version was read, in seconds since the Unix epoch.
     asked_at: u64,
@@ -87,23 +92,24 @@ fn found(program: &OsStr, path: Option<&OsStr>) -> Option<PathBuf> {
 }
 
 /// The version the cache in `state` holds for `program`, if it holds one
-/// for exactly this file, read less than [`TRUSTED_FOR`] before `now`
-/// (seconds since the Unix epoch).
-pub fn cached(state: &Path, program: &Identity, now: u64) -> Option<Version> {
+/// for exactly this file asked in `project`, read less than
+/// [`TRUSTED_FOR`] before `now` (seconds since the Unix epoch).
+pub fn cached(state: &Path, program: &Identity, project: &Path, now: u64) -> Option<Version> {
     let text = std::fs::read(state.join(FILE)).ok()?;
     let entry: Entry = serde_json::from_slice(&text).ok()?;
     let fresh = now
         .checked_sub(entry.asked_at)
         .is_some_and(|age| age < TRUSTED_FOR.as_secs());
-    (entry.program == *program && fresh).then_some(entry.version)
+    (entry.program == *program && entry.project == project && fresh).then_some(entry.version)
 }
 
-/// Writes `version` for `program`, read at `now`, into the cache in
-/// `state` (replacing its entry). A cache that cannot be written is asked
-/// again next time.
-pub fn keep(state: &Path, program: &Identity, version: Version, now: u64) {
+/// Writes `version` for `program`, asked in `project` at `now`, into the
+/// cache in `state` (replacing its entry). A cache that cannot be written
+/// is asked again next time.
+pub fn keep(state: &Path, program: &Identity, project: &Path, version: Version, now: u64) {
     let entry = Entry {
         program: program.clone(),
+        project: project.to_path_buf(),
         version,
         asked_at: now,
     };
@@ -135,13 +141,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let state = dir.path().join("state");
         let first = program(dir.path(), "#!/bin/sh\necho 2.1.197\n");
-        assert_eq!(cached(&state, &first, 1000), None);
-        keep(&state, &first, (2, 1, 197), 1000);
-        assert_eq!(cached(&state, &first, 1001), Some((2, 1, 197)));
+        assert_eq!(cached(&state, &first, dir.path(), 1000), None);
+        keep(&state, &first, dir.path(), (2, 1, 197), 1000);
+        assert_eq!(cached(&state, &first, dir.path(), 1001), Some((2, 1, 197)));
+        // Asked in another project: not taken (ADR-0149).
+        assert_eq!(cached(&state, &first, &state, 1001), None);
         // Rewritten in place, even to the same length: another file.
         let second = program(dir.path(), "#!/bin/sh\necho 2.1.400\n");
         assert_ne!(first, second);
-        assert_eq!(cached(&state, &second, 1001), None);
+        assert_eq!(cached(&state, &second, dir.path(), 1001), None);
     }
 
     #[test]
@@ -150,10 +158,13 @@ mod tests {
         let state = dir.path().join("state");
         let file = program(dir.path(), "#!/bin/sh\n");
         let day = TRUSTED_FOR.as_secs();
-        keep(&state, &file, (2, 1, 197), 10 * day);
-        assert_eq!(cached(&state, &file, 11 * day - 1), Some((2, 1, 197)));
-        assert_eq!(cached(&state, &file, 11 * day), None);
-        assert_eq!(cached(&state, &file, 10 * day - 1), None);
+        keep(&state, &file, dir.path(), (2, 1, 197), 10 * day);
+        assert_eq!(
+            cached(&state, &file, dir.path(), 11 * day - 1),
+            Some((2, 1, 197))
+        );
+        assert_eq!(cached(&state, &file, dir.path(), 11 * day), None);
+        assert_eq!(cached(&state, &file, dir.path(), 10 * day - 1), None);
     }
 
     #[test]
