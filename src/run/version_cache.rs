@@ -42,7 +42,17 @@ pub struct Identity {
     pub ctime_ns: i128,
 }
 
-/// The cache's one entry.
+/// How many (program, project) entries the cache keeps, newest first: a
+/// user moving between projects finds each one's answer.
+pub const ENTRIES: usize = 32;
+
+/// The cache: one entry per program file and project, newest first.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Cache {
+    entries: Vec<Entry>,
+}
+
+/// One entry of the cache.
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {
     program: Identity,
@@ -95,25 +105,47 @@ fn found(program: &OsStr, path: Option<&OsStr>) -> Option<PathBuf> {
 /// for exactly this file asked in `project`, read less than
 /// [`TRUSTED_FOR`] before `now` (seconds since the Unix epoch).
 pub fn cached(state: &Path, program: &Identity, project: &Path, now: u64) -> Option<Version> {
-    let text = std::fs::read(state.join(FILE)).ok()?;
-    let entry: Entry = serde_json::from_slice(&text).ok()?;
-    let fresh = now
-        .checked_sub(entry.asked_at)
-        .is_some_and(|age| age < TRUSTED_FOR.as_secs());
-    (entry.program == *program && entry.project == project && fresh).then_some(entry.version)
+    let fresh = |entry: &Entry| {
+        now.checked_sub(entry.asked_at)
+            .is_some_and(|age| age < TRUSTED_FOR.as_secs())
+    };
+    read(state)
+        .entries
+        .into_iter()
+        .find(|e| e.program.path == program.path && e.project == project)
+        .filter(|e| e.program == *program && fresh(e))
+        .map(|e| e.version)
+}
+
+/// The cache in `state`; empty when there is none or it cannot be read
+/// (an older cache's one entry among them: it is asked again).
+fn read(state: &Path) -> Cache {
+    std::fs::read(state.join(FILE))
+        .ok()
+        .and_then(|text| serde_json::from_slice(&text).ok())
+        .unwrap_or_default()
 }
 
 /// Writes `version` for `program`, asked in `project` at `now`, into the
-/// cache in `state` (replacing its entry). A cache that cannot be written
-/// is asked again next time.
+/// cache in `state`, first, in place of the entry for the same program
+/// path and project; the oldest past [`ENTRIES`] go. A cache that cannot
+/// be written is asked again next time.
 pub fn keep(state: &Path, program: &Identity, project: &Path, version: Version, now: u64) {
-    let entry = Entry {
-        program: program.clone(),
-        project: project.to_path_buf(),
-        version,
-        asked_at: now,
-    };
-    if let Ok(bytes) = serde_json::to_vec(&entry) {
+    let mut cache = read(state);
+    cache
+        .entries
+        .retain(|e| !(e.program.path == program.path && e.project == project));
+    cache.entries.insert(
+        0,
+        Entry {
+            program: program.clone(),
+            project: project.to_path_buf(),
+            version,
+            asked_at: now,
+        },
+    );
+    cache.entries.truncate(ENTRIES);
+    if let Ok(bytes) = serde_json::to_vec(&cache) {
         let _ = std::fs::create_dir_all(state);
         let _ = crate::files::replace(
             &state.join(FILE),
@@ -150,6 +182,31 @@ mod tests {
         let second = program(dir.path(), "#!/bin/sh\necho 2.1.400\n");
         assert_ne!(first, second);
         assert_eq!(cached(&state, &second, dir.path(), 1001), None);
+    }
+
+    #[test]
+    fn each_project_keeps_its_own_answer_up_to_the_bound() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("state");
+        let file = program(dir.path(), "#!/bin/sh\n");
+        let project = |i: usize| dir.path().join(format!("p{i}"));
+        keep(&state, &file, &project(0), (2, 1, 100), 1000);
+        keep(&state, &file, &project(1), (2, 1, 197), 1000);
+        assert_eq!(cached(&state, &file, &project(0), 1001), Some((2, 1, 100)));
+        assert_eq!(cached(&state, &file, &project(1), 1001), Some((2, 1, 197)));
+        // Asked again in a project: its entry replaced, not added.
+        keep(&state, &file, &project(0), (2, 1, 200), 1002);
+        assert_eq!(cached(&state, &file, &project(0), 1003), Some((2, 1, 200)));
+        assert_eq!(read(&state).entries.len(), 2);
+        for i in 2..ENTRIES + 5 {
+            keep(&state, &file, &project(i), (2, 1, 197), 1004);
+        }
+        assert_eq!(read(&state).entries.len(), ENTRIES);
+        assert_eq!(
+            cached(&state, &file, &project(0), 1005),
+            None,
+            "the oldest went"
+        );
     }
 
     #[test]

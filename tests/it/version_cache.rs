@@ -85,16 +85,18 @@ fn the_version_cache_is_taken_for_the_same_file_only() {
     let claude = claude_at(&w, bin.path(), "2.1.197");
     assert_eq!(run(&w, &claude), (1, false));
     let cache = w.home().join(".local/state/nd7/claude-version.json");
-    let mut entry: serde_json::Value =
+    let mut kept: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&cache).expect("the cache")).expect("json");
+    let entry = &mut kept["entries"][0];
     // Made to say 2.1.400 for this very file: taken as it stands.
     entry["version"] = serde_json::json!([2, 1, 400]);
-    std::fs::write(&cache, entry.to_string()).expect("write");
+    std::fs::write(&cache, kept.to_string()).expect("write");
     assert_eq!(run(&w, &claude), (1, true), "the cache's version");
     // For a file of another size: not this one, so asked again.
+    let entry = &mut kept["entries"][0];
     let size = entry["program"]["size"].as_u64().expect("size");
     entry["program"]["size"] = (size + 1).into();
-    std::fs::write(&cache, entry.to_string()).expect("write");
+    std::fs::write(&cache, kept.to_string()).expect("write");
     assert_eq!(run(&w, &claude), (2, false), "asked again");
 }
 

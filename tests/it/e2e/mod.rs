@@ -1049,12 +1049,14 @@ fn bench_whole_session_under_nd7_run_against_bare() {
     ];
     // The version cache (ADR-0147) and the executables' hashes (ADR-0146)
     // the last first run left, given to the next warm run's fresh world: the
-    // same files, as on a machine where nd7 run has run before.
+    // same files, as on a machine where nd7 run has run before in the same
+    // project.
     let kept = [
         ".local/state/nd7/claude-version.json",
         ".local/state/nd7/exe-hashes",
     ];
     let mut cache: Vec<Option<Vec<u8>>> = vec![None; kept.len()];
+    let mut first_project = String::new();
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut cpu_series: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     for round in 0..=rounds {
@@ -1067,18 +1069,24 @@ fn bench_whole_session_under_nd7_run_against_bare() {
                     w
                 }
                 1 => claude::Workspace::new(),
-                _ => {
-                    for (file, bytes) in kept.iter().zip(&cache) {
-                        if let (3, Some(bytes)) = (variant, bytes) {
-                            let to = world.home().join(file);
-                            std::fs::create_dir_all(to.parent().expect("a state directory"))
-                                .expect("make the state directory");
-                            std::fs::write(&to, bytes).expect("write what the first run left");
-                        }
-                    }
-                    claude::Workspace::sandboxed(world.clone())
-                }
+                _ => claude::Workspace::sandboxed(world.clone()),
             };
+            let project = std::fs::canonicalize(&workspace.project)
+                .unwrap_or_else(|_| workspace.project.clone())
+                .to_string_lossy()
+                .into_owned();
+            if variant == 3 {
+                for (file, bytes) in kept.iter().zip(&cache) {
+                    let Some(bytes) = bytes else { continue };
+                    // The same project run again: the version cache's
+                    // entries name the project they were asked in (ADR-0149).
+                    let text = String::from_utf8_lossy(bytes).replace(&first_project, &project);
+                    let to = world.home().join(file);
+                    std::fs::create_dir_all(to.parent().expect("a state directory"))
+                        .expect("make the state directory");
+                    std::fs::write(&to, text).expect("write what the first run left");
+                }
+            }
             let api = MockApi::start(script(&workspace.project));
             let (start, cpu_before) = (std::time::Instant::now(), children_cpu());
             let run = claude::run(&claude, &api.url, "run the scripted session", workspace);
@@ -1086,6 +1094,7 @@ fn bench_whole_session_under_nd7_run_against_bare() {
             let cpu = children_cpu() - cpu_before;
             assert!(run.output.status.success(), "{}", run.describe());
             if variant == 2 {
+                first_project = project;
                 for (file, bytes) in kept.iter().zip(cache.iter_mut()) {
                     *bytes = std::fs::read(world.home().join(file)).ok();
                 }
