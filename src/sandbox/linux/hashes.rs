@@ -34,9 +34,12 @@ use std::io::{self, Read};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
+/// Btrfs's `f_type`: its device numbers are its own, not a device's
+/// ([`btrfs_devices`]).
+const BTRFS: i64 = 0x9123_683E;
 /// Filesystems that date every change of a file's bytes (`statfs`'s
 /// `f_type`): ext2/3/4, XFS, Btrfs.
-const DATED: [i64; 3] = [0xEF53, 0x5846_5342, 0x9123_683E];
+const DATED: [i64; 3] = [0xEF53, 0x5846_5342, BTRFS];
 /// How old a file's ctime must be before its hash is remembered: past the
 /// coarsest timestamp a dated filesystem keeps (whole seconds) and a tick.
 const SETTLED_NS: i64 = 2_000_000_000;
@@ -97,7 +100,6 @@ fn trust(file: &std::fs::File, meta: &std::fs::Metadata) -> (bool, bool) {
 /// userspace one (ublk). Writing the bytes under the filesystem changes a
 /// file's without its ctime (ADR-0148).
 const USER_DEVICES: [&str; 3] = ["loop", "nbd", "ublkb"];
-const BTRFS: i64 = 0x9123_683E;
 
 /// Whether every device the filesystem of `file` is made of is known and
 /// none is, or stands on, one of [`USER_DEVICES`]. Unknown (a filesystem
@@ -318,20 +320,11 @@ fn read_nofollow(path: &std::path::Path) -> io::Result<String> {
     Ok(text)
 }
 
-/// The BLAKE3 of what `file` holds from where it stands to its end.
+/// The BLAKE3 of what `file` holds from where it stands to its end (read
+/// 64 KiB at a time by BLAKE3's own reader loop).
 fn hash(file: &mut std::fs::File) -> Option<String> {
     let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                hasher.update(&buf[..n]);
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return None,
-        }
-    }
+    hasher.update_reader(file).ok()?;
     Some(hasher.finalize().to_hex().to_string())
 }
 
