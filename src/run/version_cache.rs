@@ -15,7 +15,6 @@
 //! keeps read-only: nothing under `nd7 run` can write it.
 
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -68,7 +67,7 @@ impl Identity {
     /// (a name with no slash on `PATH`), links followed; `None` when there
     /// is no such file.
     pub fn of(program: &OsStr, path: Option<&OsStr>) -> Option<Identity> {
-        let file = found(program, path)?;
+        let file = crate::files::on_path(program, path)?;
         let path = std::fs::canonicalize(file).ok()?;
         let meta = std::fs::metadata(&path).ok()?;
         let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
@@ -81,24 +80,6 @@ impl Identity {
             path,
         })
     }
-}
-
-/// `program` itself when it holds a slash, else the first executable file
-/// of that name on `path` (the default search path when there is none).
-fn found(program: &OsStr, path: Option<&OsStr>) -> Option<PathBuf> {
-    if program.as_bytes().contains(&b'/') {
-        return Some(PathBuf::from(program));
-    }
-    let path = path.unwrap_or(OsStr::new("/bin:/usr/bin"));
-    std::env::split_paths(path)
-        .map(|dir| match dir.as_os_str().is_empty() {
-            true => PathBuf::from(".").join(program),
-            false => dir.join(program),
-        })
-        .find(|candidate| {
-            rustix::fs::access(candidate, rustix::fs::Access::EXEC_OK).is_ok()
-                && std::fs::metadata(candidate).is_ok_and(|m| m.is_file())
-        })
 }
 
 /// The version the cache in `state` holds for `program`, if it holds one

@@ -22,6 +22,9 @@
 //! [`IoContext`] is the one shape of an I/O failure: the path, what nd7 was
 //! doing to it, and the system's error. Each module's error keeps its own
 //! `Io` variant of these three fields and takes an `IoContext` by `From`.
+//!
+//! [`on_path`] is where a program's name leads, as `execvp` finds it: the
+//! file `nd7 run` starts and the one its version cache names.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -267,6 +270,27 @@ fn fault(step: &str, path: &Path) {
 
 #[cfg(not(any(debug_assertions, feature = "fault-injection")))]
 fn fault(_step: &str, _path: &Path) {}
+
+/// The file `execvp` runs for `program`: `program` itself when it holds a
+/// slash, else the first executable regular file of that name in `path`
+/// (the default search path, `/bin:/usr/bin`, when there is none; an empty
+/// entry is the working directory).
+pub fn on_path(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    if program.as_bytes().contains(&b'/') {
+        return Some(PathBuf::from(program));
+    }
+    let path = path.unwrap_or(std::ffi::OsStr::new("/bin:/usr/bin"));
+    std::env::split_paths(path)
+        .map(|dir| match dir.as_os_str().is_empty() {
+            true => PathBuf::from(".").join(program),
+            false => dir.join(program),
+        })
+        .find(|candidate| {
+            rustix::fs::access(candidate, rustix::fs::Access::EXEC_OK).is_ok()
+                && fs::metadata(candidate).is_ok_and(|m| m.is_file())
+        })
+}
 
 #[cfg(test)]
 mod tests {

@@ -269,22 +269,7 @@ impl Launch {
     /// program runs with; the default search path when it has none), as
     /// `execvp` would find it.
     fn resolve(program: &OsStr, path: Option<&OsStr>) -> Result<PathBuf, LaunchError> {
-        if program.as_bytes().contains(&b'/') {
-            return Ok(PathBuf::from(program));
-        }
-        let path = path.unwrap_or(OsStr::new("/bin:/usr/bin"));
-        std::env::split_paths(path)
-            .map(|dir| {
-                if dir.as_os_str().is_empty() {
-                    PathBuf::from(".").join(program)
-                } else {
-                    dir.join(program)
-                }
-            })
-            .find(|candidate| {
-                rustix::fs::access(candidate, rustix::fs::Access::EXEC_OK).is_ok()
-                    && std::fs::metadata(candidate).is_ok_and(|m| m.is_file())
-            })
+        crate::files::on_path(program, path)
             .ok_or_else(|| LaunchError::NotFound(program.to_string_lossy().into_owned()))
     }
 
