@@ -594,8 +594,7 @@ fn ran_parts(b: &mut String, ob: &Observed) {
             h(&p.group.tree)
         );
     }
-    let ended = |seq: u64| ob.ended.iter().find(|e| e.0 == seq).map(|e| e.1);
-    let each = super::ran::each(&ob.body, &ended);
+    let each = super::ran::each(&ob.body, &|seq| ob.ended_at(seq));
     let _ = write!(
         b,
         "<details class=\"execs\"><summary>every exec ({})</summary><pre>{}</pre></details>",

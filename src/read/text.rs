@@ -682,8 +682,7 @@ impl<'a> Timeline<'a> {
             ));
         }
         if self.effects && o.source == crate::effect::SOURCE && o.kind == crate::effect::RAN {
-            let ended = |seq: u64| o.ended.iter().find(|e| e.0 == seq).map(|e| e.1);
-            for line in super::ran::each(&o.body, &ended) {
+            for line in super::ran::each(&o.body, &|seq| o.ended_at(seq)) {
                 out.push(format!("{body}  {}", st.dim(&one(&line))));
             }
         }

@@ -339,6 +339,38 @@ const LINGER: u32 = 8;
 /// what ran under a command after the call has left.
 const CALLS_KEPT: usize = 4096;
 
+/// What the builder remembers of the last [`CALLS_KEPT`] commands, by the
+/// seq of their `exec` entry; the oldest is forgotten first.
+struct Recent<V> {
+    by_seq: HashMap<u64, V>,
+    order: VecDeque<u64>,
+}
+
+impl<V> Default for Recent<V> {
+    fn default() -> Self {
+        Recent {
+            by_seq: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+}
+
+impl<V> Recent<V> {
+    fn insert(&mut self, seq: u64, value: V) {
+        self.by_seq.insert(seq, value);
+        self.order.push_back(seq);
+        if self.order.len() > CALLS_KEPT
+            && let Some(old) = self.order.pop_front()
+        {
+            self.by_seq.remove(&old);
+        }
+    }
+
+    fn get(&self, seq: &u64) -> Option<&V> {
+        self.by_seq.get(seq)
+    }
+}
+
 /// What an entry nd7 wrote itself is about, as far as its kind tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -382,6 +414,14 @@ pub struct Observed {
     /// ran after).
     #[serde(skip)]
     pub ended: Vec<(u64, u64)>,
+}
+
+impl Observed {
+    /// When the command of `exec` seq had ended, as [`Observed::ended`]
+    /// holds it.
+    pub fn ended_at(&self, seq: u64) -> Option<u64> {
+        self.ended.iter().find(|e| e.0 == seq).map(|e| e.1)
+    }
 }
 
 /// What ran under one command (or under none) in a `ran` entry, shown on
@@ -649,13 +689,11 @@ pub struct Builder {
     execs: HashMap<u64, String>,
     /// The last [`CALLS_KEPT`] `exec` entries folded into a call, by seq:
     /// the call's tool_use_id and command, for what ran under it later.
-    calls: HashMap<u64, (String, Option<String>)>,
-    calls_order: VecDeque<u64>,
+    calls: Recent<(String, Option<String>)>,
     /// When the last [`CALLS_KEPT`] commands' `exec_end` entries were
     /// written, by their `exec` seq: what a command's process ran after
     /// that is not drawn as the call's (ADR-0144).
-    ended: HashMap<u64, u64>,
-    ended_order: VecDeque<u64>,
+    ended: Recent<u64>,
     /// Turn ends so far: a call with none after it (before the next
     /// prompt) may still be running, or was stopped; one the turn ended
     /// without was passed over.
@@ -687,10 +725,8 @@ impl Builder {
             left: HashMap::new(),
             lingering: HashMap::new(),
             execs: HashMap::new(),
-            calls: HashMap::new(),
-            calls_order: VecDeque::new(),
-            ended: HashMap::new(),
-            ended_order: VecDeque::new(),
+            calls: Recent::default(),
+            ended: Recent::default(),
             progress: 0,
             made_at: HashMap::new(),
             run: false,
@@ -949,22 +985,10 @@ impl Builder {
             return;
         };
         self.ended.insert(exec, entry.ts);
-        self.ended_order.push_back(exec);
-        if self.ended_order.len() > CALLS_KEPT
-            && let Some(old) = self.ended_order.pop_front()
-        {
-            self.ended.remove(&old);
-        }
     }
 
     fn remember_call(&mut self, exec: u64, id: String, command: Option<String>) {
         self.calls.insert(exec, (id, command));
-        self.calls_order.push_back(exec);
-        if self.calls_order.len() > CALLS_KEPT
-            && let Some(old) = self.calls_order.pop_front()
-        {
-            self.calls.remove(&old);
-        }
     }
 
     /// Folds what a `ran` entry says ran under each command into the row of
