@@ -858,12 +858,9 @@ mod team {
     /// `word` as a shell reads it back: as is when it holds only characters no
     /// shell treats specially, else in single quotes.
     fn quote(word: &str) -> String {
-        let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:@,+=%".contains(c);
-        if !word.is_empty() && word.chars().all(plain) {
-            word.to_string()
-        } else {
-            nd7_core::shell_prefix::shell_quote(word)
-        }
+        nd7_core::shell_prefix::shell_word(word, |c| {
+            c.is_ascii_alphanumeric() || "_-./:@,+=%".contains(c)
+        })
     }
 
     /// One line of the summary: its label, then its value, both inert.

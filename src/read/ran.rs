@@ -232,11 +232,7 @@ pub fn each(body: &Value, ended: &dyn Fn(u64) -> Option<u64>) -> Vec<String> {
 /// would read it, so that argument boundaries show and no argument passes
 /// for the `[command of entry N]` that ends the line (ADR-0144).
 fn word(text: &str) -> String {
-    let plain = |c: char| c.is_alphanumeric() || "-_./:=,+@%^~#".contains(c);
-    if !text.is_empty() && text.chars().all(plain) {
-        return text.to_string();
-    }
-    crate::shell_prefix::shell_quote(text)
+    crate::shell_prefix::shell_word(text, |c| c.is_alphanumeric() || "-_./:=,+@%^~#".contains(c))
 }
 
 #[cfg(test)]

@@ -37,6 +37,15 @@ pub fn shell_quote(text: &str) -> String {
     out
 }
 
+/// `text` as one shell word for a person to read or paste: as it is when
+/// it is not empty and every character is `plain`, else [`shell_quote`]d.
+pub fn shell_word(text: &str, plain: impl Fn(char) -> bool) -> String {
+    if !text.is_empty() && text.chars().all(plain) {
+        return text.to_string();
+    }
+    shell_quote(text)
+}
+
 /// The form nd7 before ADR-0040 rewrote Bash commands into, through a
 /// PreToolUse hook: `'<nd7-exec>' '<command>'`. Logs written then still hold
 /// it; [`crate::read`] recognises it.
