@@ -1,6 +1,7 @@
 //! What a process start costs on the two paths every agent action takes
-//! (ADR-0145): `nd7 record`, which every hook runs, and `nd7-exec`, which
-//! every Bash command under `nd7 run` goes through. Each test holds one
+//! (ADR-0145): `nd7-record` (or `nd7 record`), which every hook runs
+//! (ADR-0151), and `nd7-exec`, which every Bash command under `nd7 run`
+//! goes through. Each test holds one
 //! choice that keeps those starts cheap; the figures are in
 //! docs/benchmarks.md (bench/hookpath.sh, bench/effects.sh).
 #![cfg(target_os = "linux")]
@@ -20,7 +21,7 @@ fn lines(out: &Output) -> Vec<String> {
 #[cfg(target_env = "gnu")]
 #[test]
 fn the_binaries_load_no_libgcc_s_at_start() {
-    for bin in [ND7, ND7_EXEC] {
+    for bin in [ND7, ND7_EXEC, ND7_RECORD] {
         let bytes = std::fs::read(bin).expect("read the binary");
         assert!(
             memchr::memmem::find(&bytes, b"libgcc_s.so").is_none(),
