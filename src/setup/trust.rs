@@ -108,4 +108,40 @@ mod tests {
                 .contains("uid 1001")
         );
     }
+
+    /// The nd7-record beside nd7 is found only as an executable file of
+    /// that exact name, and once there it is held to the binaries' rule:
+    /// every hook runs it.
+    #[test]
+    fn nd7_record_beside_nd7_is_found_and_held_private() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let nd7 = dir.path().join("nd7");
+        let write = |name: &str, mode: u32| {
+            let path = dir.path().join(name);
+            fs::write(&path, b"").expect("write");
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).expect("chmod");
+            path
+        };
+        write("nd7", 0o755);
+        write("nd7-exec", 0o755);
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+        write("nd7-recorder", 0o755);
+        assert_eq!(recorder_beside(&nd7), Recorder::nd7(nd7.to_string_lossy()));
+        assert!(
+            binary_problems(&nd7).is_empty(),
+            "{:?}",
+            binary_problems(&nd7)
+        );
+        let record = write("nd7-record", 0o644);
+        assert!(!recorder_beside(&nd7).is_lean(), "not executable");
+        fs::set_permissions(&record, fs::Permissions::from_mode(0o757)).expect("chmod");
+        assert_eq!(
+            recorder_beside(&nd7),
+            Recorder::lean(record.to_string_lossy())
+        );
+        let problems = binary_problems(&nd7);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].0, record);
+        assert!(problems[0].1.contains("anyone"), "{problems:?}");
+    }
 }
