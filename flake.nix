@@ -28,7 +28,9 @@
           mainProgram = pname;
         };
       };
-      nd7For = pkgs: (build pkgs { pname = "nd7"; bins = [ "nd7" "nd7-exec" ]; }).overrideAttrs {
+      # nd7-record, what every hook runs (ADR-0151), sits beside nd7 in bin/,
+      # where `nd7 setup` finds it.
+      nd7For = pkgs: (build pkgs { pname = "nd7"; bins = [ "nd7" "nd7-exec" "nd7-record" ]; }).overrideAttrs {
         # Default features: libzstd and HTTPS for `nd7 ship`.
         postInstall = ''
           installShellCompletion --cmd nd7 \
@@ -119,7 +121,8 @@
           { nativeBuildInputs = [ self.packages.${pkgs.stdenv.hostPlatform.system}.default ]; } ''
           export XDG_STATE_HOME=$TMPDIR/state
           echo '{"session_id":"nix-check","cwd":"/tmp","hook_event_name":"SessionStart","source":"startup"}' | nd7 record
-          nd7 verify nix-check | grep -q 'verified: 1 entries'
+          echo '{"session_id":"nix-check","cwd":"/tmp","hook_event_name":"Stop"}' | nd7-record
+          nd7 verify nix-check | grep -q 'verified: 2 entries'
           touch $out
         '';
       });

@@ -5,7 +5,7 @@
 # Picks this machine's target, downloads its archive, SHA256SUMS and
 # SHA256SUMS.sig, checks the signature against the release key this script
 # carries (ssh-keygen -Y verify) and the archive against SHA256SUMS, and only
-# then installs nd7, nd7-exec (and nd7-vault, where the release has it), the
+# then installs nd7, nd7-exec, nd7-record (and nd7-vault, where the release has it), the
 # completions and the man page under PREFIX (default ~/.local). --version pins
 # a release (default: the latest); --from reads the release from another URL.
 # The copy in nd7's repository carries no key: use the one published with a
@@ -82,7 +82,9 @@ got=$(sha256 "$work/$archive")
 mkdir "$work/x"
 gzip -dc "$work/$archive" | (cd "$work/x" && tar -xf -) || die "$archive: could not unpack"
 src=$work/x/nd7-$version-$target
-if [ ! -f "$src/nd7" ] || [ ! -f "$src/nd7-exec" ]; then die "$archive: no nd7 and nd7-exec in it"; fi
+for bin in nd7 nd7-exec nd7-record; do
+  [ -f "$src/$bin" ] || die "$archive: no $bin in it (a release ships nd7, nd7-exec and nd7-record)"
+done
 
 # Each file is copied beside its place and renamed over it, so a running nd7
 # is never seen half-written.
@@ -94,6 +96,8 @@ put() { # put SOURCE DEST MODE
 }
 installed=""
 put "$src/nd7-exec" "$prefix/bin/nd7-exec" 755
+# What every hook runs (ADR-0151); nd7 setup finds it beside nd7.
+put "$src/nd7-record" "$prefix/bin/nd7-record" 755
 put "$src/nd7" "$prefix/bin/nd7" 755
 [ -f "$src/nd7-vault" ] && put "$src/nd7-vault" "$prefix/bin/nd7-vault" 755
 put "$src/complete/nd7.bash" "$prefix/share/bash-completion/completions/nd7" 644

@@ -2,9 +2,10 @@
 # Makes nd7's release files (ADR-0124, docs/release.md).
 #
 #   scripts/release.sh package TARGET BIN_DIR OUT
-#       OUT/nd7-<version>-TARGET.tar.gz (nd7, nd7-exec, nd7-vault when built,
-#       complete/, doc/nd7.1), and the bare binaries self-update fetches
-#       (OUT/nd7-TARGET, OUT/nd7-exec-TARGET). Runs BIN_DIR/nd7 for the
+#       OUT/nd7-<version>-TARGET.tar.gz (nd7, nd7-exec, nd7-record, nd7-vault
+#       when built, complete/, doc/nd7.1), and the bare binaries self-update
+#       fetches (OUT/nd7-TARGET, OUT/nd7-exec-TARGET, OUT/nd7-record-TARGET).
+#       Runs BIN_DIR/nd7 for the
 #       completions and the man page, so it runs where TARGET does. Refuses
 #       a -linux-musl TARGET's binary that is not static (readelf).
 #   scripts/release.sh sign OUT KEY [URL]
@@ -79,14 +80,17 @@ package() {
   local target=$1 bins=$2 out=$3 v name stage bin
   need tar gzip
   v=$(version); name=nd7-$v-$target
-  if [ ! -x "$bins/nd7" ] || [ ! -x "$bins/nd7-exec" ]; then die "$bins: no nd7 and nd7-exec"; fi
+  # nd7-record is what every hook runs (ADR-0151): shipped as nd7-exec is.
+  for bin in nd7 nd7-exec nd7-record; do
+    [ -x "$bins/$bin" ] || die "$bins: no $bin (a release ships nd7, nd7-exec and nd7-record)"
+  done
   case $target in
-    *-linux-musl) for bin in nd7 nd7-exec nd7-vault; do
+    *-linux-musl) for bin in nd7 nd7-exec nd7-record nd7-vault; do
         if [ -x "$bins/$bin" ]; then static_only "$bins/$bin"; fi
       done;;
   esac
   mkdir -p "$out"; stage=$(mktemp -d); mkdir -p "$stage/$name/complete" "$stage/$name/doc"
-  for bin in nd7 nd7-exec nd7-vault; do
+  for bin in nd7 nd7-exec nd7-record nd7-vault; do
     [ -x "$bins/$bin" ] && cp "$bins/$bin" "$stage/$name/$bin"
   done
   "$bins/nd7" completions bash > "$stage/$name/complete/nd7.bash"
@@ -102,6 +106,7 @@ package() {
   fi | gzip -n > "$out/$name.tar.gz"
   cp "$bins/nd7" "$out/nd7-$target"
   cp "$bins/nd7-exec" "$out/nd7-exec-$target"
+  cp "$bins/nd7-record" "$out/nd7-record-$target"
   rm -rf "$stage"
   echo "release: $out/$name.tar.gz"
 }
@@ -149,11 +154,12 @@ sign() {
       printf 'nd7-release v1\nversion %s\ntarget %s\n' "$v" "$t"
       printf 'file nd7 %s nd7-%s\n' "$(b3sum --no-names "$out/nd7-$t")" "$t"
       printf 'file nd7-exec %s nd7-exec-%s\n' "$(b3sum --no-names "$out/nd7-exec-$t")" "$t"
+      printf 'file nd7-record %s nd7-record-%s\n' "$(b3sum --no-names "$out/nd7-record-$t")" "$t"
     } > "$out/manifest-$t"
     sign_manifest "$key" "$out/manifest-$t"
   done
   (cd "$out" && for t in "${targets[@]}"; do
-    sha256 "nd7-$v-$t.tar.gz" "nd7-$t" "nd7-exec-$t" "manifest-$t" "manifest-$t.sig"
+    sha256 "nd7-$v-$t.tar.gz" "nd7-$t" "nd7-exec-$t" "nd7-record-$t" "manifest-$t" "manifest-$t.sig"
   done > SHA256SUMS)
   rm -f "$out/SHA256SUMS.sig"
   ssh-keygen -q -Y sign -f "$key" -n "$namespace" "$out/SHA256SUMS" \
@@ -211,7 +217,7 @@ EOF
       generate_completions_from_executable(bin/"nd7", "completions")
       (man1/"nd7.1").write Utils.safe_popen_read(bin/"nd7", "man")
     else
-      bin.install "nd7", "nd7-exec"
+      bin.install "nd7", "nd7-exec", "nd7-record"
       bin.install "nd7-vault" if File.exist?("nd7-vault")
       bash_completion.install "complete/nd7.bash" => "nd7"
       zsh_completion.install "complete/_nd7"
@@ -236,7 +242,7 @@ EOF
     <<~EOS
       To record every Claude Code session, register nd7's hooks:
         nd7 setup
-      It writes #{opt_bin}/nd7 into ~/.claude/settings.json, so upgrades keep working.
+      It writes #{opt_bin}/nd7-record into ~/.claude/settings.json, so upgrades keep working.
       Once enrolled with your organisation's vault (nd7 enroll), ship the logs with:
         brew services start nd7
       Update with `brew upgrade nd7`; `nd7 self-update` leaves a Homebrew copy alone.
@@ -270,7 +276,7 @@ local_release() {
   ssh-keygen -q -t ed25519 -N '' -C "$namespace (throwaway)" -f "$out/key/release-key"
   pub=$(key_public_hex "$out/key/release-key"); printf '%s\n' "$pub" > "$out/key/release-key.hex"
   if [ -z "$bins" ]; then
-    ND7_RELEASE_KEY=$pub cargo build --locked --release --features self-update --bin nd7 --bin nd7-exec
+    ND7_RELEASE_KEY=$pub cargo build --locked --release --features self-update --bin nd7 --bin nd7-exec --bin nd7-record
     bins=${CARGO_TARGET_DIR:-target}/release
   fi
   package "$target" "$bins" "$out/dist"

@@ -23,7 +23,8 @@ pub enum Command {
     /// Append one hook payload (read on stdin) to its session's log.
     ///
     /// Claude Code's hooks run it with no option, Codex's with `--agent
-    /// codex`. Always exits 0 and never writes to stdout, so it cannot change
+    /// codex`; `nd7-record`, which setup wires, is the same in a smaller
+    /// binary. Always exits 0 and never writes to stdout, so it cannot change
     /// what the agent does. Problems are reported in one line on stderr. Under
     /// `nd7 run` the entry is handed to the run, which alone writes the log.
     Record {
@@ -61,8 +62,10 @@ pub enum Command {
     Sessions(SessionsArgs),
     Show(ShowArgs),
     Search(SearchArgs),
-    /// Register `nd7 record` with the agents found here, and install completions.
+    /// Register the recorder (nd7-record) with the agents found here, and install completions.
     ///
+    /// The hooks run the nd7-record beside this nd7 (`nd7 record` where there
+    /// is none), and older `nd7 record` hooks are moved to it.
     /// Claude Code: one exec-form hook entry per recorded event (all but
     /// MessageDisplay and PostToolBatch) in its user settings. Codex, when
     /// `codex` is on PATH or $CODEX_HOME (~/.codex) exists: one command hook
@@ -206,15 +209,15 @@ pub enum Command {
         #[arg(long, value_name = "DURATION")]
         every: Option<String>,
     },
-    /// Replace nd7 and nd7-exec with a newer signed release (release builds).
+    /// Replace nd7, nd7-exec and nd7-record with a newer signed release (release builds).
     ///
     /// Fetches the release's manifest and signature, checks them against the
     /// release key built into nd7, the target and each binary's BLAKE3, and
-    /// only then replaces nd7-exec and nd7 beside the running one. A release
-    /// that is not newer than this nd7 replaces nothing unless
+    /// only then replaces nd7-exec, nd7-record and nd7 beside the running
+    /// one. A release that is not newer than this nd7 replaces nothing unless
     /// --allow-downgrade is given. A build without self-update (Homebrew,
-    /// Nix, cargo install) says how to update it instead. Exits 0 when both
-    /// binaries were replaced, 2 otherwise.
+    /// Nix, cargo install) says how to update it instead. Exits 0 when every
+    /// binary was replaced, 2 otherwise.
     SelfUpdate {
         /// Where the release is published [default: nd7's GitHub releases].
         #[arg(long, value_name = "URL")]

@@ -69,7 +69,7 @@ pub fn prepare(home: &Path, nd7: &Path) -> Result<Vec<OsString>, CodexRunError> 
                 })?;
         }
     }
-    let hooks = run::run_hooks(&nd7.to_string_lossy());
+    let hooks = run::run_hooks(&nd7.to_string_lossy(), &crate::setup::recorder_beside(nd7));
     trust(&codex_home.join("config.toml"), &hooks)?;
     placeholders(&codex_home)?;
     Ok(run::overrides(&hooks)

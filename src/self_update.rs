@@ -1,5 +1,6 @@
-//! `nd7 self-update` (feature `self-update`, off by default): replaces `nd7`
-//! and `nd7-exec` with a release's, after checking the release's signature.
+//! `nd7 self-update` (feature `self-update`, off by default): replaces `nd7`,
+//! `nd7-exec` and `nd7-record` with a release's, after checking the
+//! release's signature.
 //!
 //! A release publishes, per target, `manifest-<target>` and
 //! `manifest-<target>.sig` beside that target's binaries (one release holds
@@ -9,7 +10,8 @@
 //! (`ND7_RELEASE_KEY`, 64 hex digits). Nothing is replaced unless the
 //! signature, the target and every hash check out; then each binary is
 //! written beside the one it replaces at its mode and renamed over it, synced
-//! ([`crate::files::replace`]), `nd7-exec` first.
+//! ([`crate::files::replace`]), `nd7-exec` first and `nd7` last; an
+//! `nd7-record` not installed before (an nd7 from before ADR-0151) is made.
 //! A copy installed by Homebrew or Nix is never touched: their package
 //! manager owns it.
 //!
@@ -19,6 +21,7 @@
 //! target x86_64-unknown-linux-gnu
 //! file nd7 <blake3 hex> nd7-x86_64-unknown-linux-gnu
 //! file nd7-exec <blake3 hex> nd7-exec-x86_64-unknown-linux-gnu
+//! file nd7-record <blake3 hex> nd7-record-x86_64-unknown-linux-gnu
 //! ```
 
 use std::fs;
@@ -83,7 +86,7 @@ pub const CONTEXT: &[u8] = b"nd7 release manifest v1\n";
 const MAX_FILE_BYTES: u64 = 512 << 20;
 
 /// The binaries a release replaces, in the order they are replaced.
-const BINARIES: [&str; 2] = ["nd7-exec", "nd7"];
+const BINARIES: [&str; 3] = ["nd7-exec", "nd7-record", "nd7"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpdateError {
@@ -346,11 +349,15 @@ mod tests {
         manifest_of("9.9.9", target, nd7, exec)
     }
 
+    /// What every test release holds as its nd7-record.
+    const RECORD: &[u8] = b"new record";
+
     fn manifest_of(version: &str, target: &str, nd7: &[u8], exec: &[u8]) -> String {
         format!(
-            "nd7-release v1\nversion {version}\ntarget {target}\nfile nd7 {} nd7-bin\nfile nd7-exec {} nd7-exec-bin\n",
+            "nd7-release v1\nversion {version}\ntarget {target}\nfile nd7 {} nd7-bin\nfile nd7-exec {} nd7-exec-bin\nfile nd7-record {} nd7-record-bin\n",
             blake3::hash(nd7).to_hex(),
-            blake3::hash(exec).to_hex()
+            blake3::hash(exec).to_hex(),
+            blake3::hash(RECORD).to_hex()
         )
     }
 
@@ -367,6 +374,7 @@ mod tests {
             (SIGNATURE, sign(&m, &key()).into_bytes()),
             ("nd7-bin", b"new nd7".to_vec()),
             ("nd7-exec-bin", b"new exec".to_vec()),
+            ("nd7-record-bin", RECORD.to_vec()),
         ])
     }
 
@@ -434,7 +442,7 @@ mod tests {
     }
 
     #[test]
-    fn a_signed_release_replaces_both_binaries() {
+    fn a_signed_release_replaces_every_binary() {
         let url = serve_release("9.9.9");
         let dir = installed();
         let version = update_from(dir.path(), &url, &newer_only()).expect("update");
@@ -442,6 +450,13 @@ mod tests {
         assert_eq!(
             contents(dir.path()),
             (b"new nd7".to_vec(), b"new exec".to_vec())
+        );
+        // An nd7 from before nd7-record had none: the update makes it, 0755.
+        let record = dir.path().join("nd7-record");
+        assert_eq!(fs::read(&record).expect("nd7-record"), RECORD);
+        assert_eq!(
+            fs::metadata(&record).expect("stat").permissions().mode() & 0o777,
+            0o755
         );
         // Each keeps its mode, as the binary it replaced had it.
         for (name, mode) in [("nd7", 0o755), ("nd7-exec", 0o700)] {
@@ -486,6 +501,7 @@ mod tests {
                 (SIGNATURE, sig.into_bytes()),
                 ("nd7-bin", nd7_bytes.to_vec()),
                 ("nd7-exec-bin", b"new exec".to_vec()),
+                ("nd7-record-bin", RECORD.to_vec()),
             ]);
             let dir = installed();
             let err = update_from(dir.path(), &url, &newer_only()).expect_err("refused");
@@ -509,7 +525,11 @@ mod tests {
             ),
             format!("nd7-release v1\nversion 1.0.0\ntarget t\nfile nd7 {h} x\n"),
             format!(
-                "nd7-release v1\nversion 1.0.0\ntarget t\nfile sh {h} x\nfile nd7 {h} x\nfile nd7-exec {h} y\n"
+                "nd7-release v1\nversion 1.0.0\ntarget t\nfile sh {h} x\nfile nd7 {h} x\nfile nd7-exec {h} y\nfile nd7-record {h} z\n"
+            ),
+            // A release without nd7-record: the hooks would run an old one.
+            format!(
+                "nd7-release v1\nversion 1.0.0\ntarget t\nfile nd7 {h} x\nfile nd7-exec {h} y\n"
             ),
         ] {
             assert!(

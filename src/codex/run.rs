@@ -60,11 +60,12 @@ impl RunHook {
     }
 }
 
-/// The hooks of a run, for the nd7 at `nd7` (an absolute path): `nd7 record
-/// --agent codex --run-hook` on every event Codex knows, then `nd7
+/// The hooks of a run, for the nd7 at `nd7` (an absolute path) and its
+/// `recorder`: `nd7-record --agent codex --run-hook` (or `nd7 record ...`
+/// where there is no nd7-record) on every event Codex knows, then `nd7
 /// hook-route` on shell calls before they run and `nd7 hook-explain` on
 /// every tool result.
-pub fn run_hooks(nd7: &str) -> Vec<RunHook> {
+pub fn run_hooks(nd7: &str, recorder: &crate::hook::Recorder) -> Vec<RunHook> {
     let nd7_q = codex_merge::shell_quote(nd7);
     let mut hooks: Vec<RunHook> = CodexEvent::NAMES
         .iter()
@@ -72,7 +73,7 @@ pub fn run_hooks(nd7: &str) -> Vec<RunHook> {
             event,
             group: 0,
             matcher: None,
-            command: format!("{} --run-hook", codex_merge::command(nd7)),
+            command: format!("{} --run-hook", codex_merge::command(recorder)),
             timeout: codex_merge::timeout_for(event),
         })
         .collect();
@@ -212,12 +213,24 @@ mod tests {
 
     #[test]
     fn every_event_is_recorded_and_shell_calls_are_routed_and_explained() {
-        let hooks = run_hooks("/opt/nd7 it's/nd7");
+        let nd7 = "/opt/nd7 it's/nd7";
+        let hooks = run_hooks(nd7, &crate::hook::Recorder::nd7(nd7));
         assert_eq!(hooks.len(), CodexEvent::NAMES.len() + 2);
         let record = &hooks[0];
         assert_eq!(
             record.command,
             r"'/opt/nd7 it'\''s/nd7' record --agent codex --run-hook"
+        );
+        let lean = crate::hook::Recorder::lean("/opt/nd7 it's/nd7-record");
+        let leaner = run_hooks(nd7, &lean);
+        assert_eq!(
+            leaner[0].command,
+            r"'/opt/nd7 it'\''s/nd7-record' --agent codex --run-hook"
+        );
+        assert!(
+            leaner
+                .iter()
+                .any(|h| h.command == r"'/opt/nd7 it'\''s/nd7' hook-route")
         );
         let route = hooks
             .iter()
@@ -240,7 +253,7 @@ mod tests {
 
     #[test]
     fn the_overrides_are_toml_codex_reads_back() {
-        let hooks = run_hooks("/b/n\"d7");
+        let hooks = run_hooks("/b/n\"d7", &crate::hook::Recorder::nd7("/b/n\"d7"));
         let values = overrides(&hooks);
         assert_eq!(values[0], "sandbox_mode=\"danger-full-access\"");
         let pre = values
@@ -281,7 +294,7 @@ mod tests {
 
     #[test]
     fn trust_is_written_beside_the_users_settings_and_only_once() {
-        let hooks = run_hooks("/b/nd7");
+        let hooks = run_hooks("/b/nd7", &crate::hook::Recorder::lean("/b/nd7-record"));
         let theirs = "# mine\nmodel = \"gpt-5.5\" # keep\n\n[hooks.state.\"/h/.codex/hooks.json:stop:0:0\"]\ntrusted_hash = \"sha256:00\"\n";
         let text = trusted(Some(theirs), &hooks)
             .expect("test data")

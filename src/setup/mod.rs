@@ -1,4 +1,5 @@
-//! `nd7 setup`: wires `nd7 record` into Claude Code's user settings and
+//! `nd7 setup`: wires `nd7-record` (or, where it is missing, `nd7 record`)
+//! into Claude Code's user settings and
 //! installs shell completions. Everything it changes it prints, `--dry-run`
 //! changes nothing, and `--uninstall` takes back exactly what it added.
 //!
@@ -19,7 +20,7 @@ mod trust;
 
 pub use completions::completion_path;
 pub use doctor::{Check, doctor};
-pub use trust::{binary_problems, private_problem};
+pub use trust::{binary_problems, no_recorder_note, private_problem, recorder_beside};
 
 use std::fs;
 use std::io;
@@ -162,6 +163,9 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
     if claude_wanted {
         claude_warnings(claude, &mut report);
     }
+    if !recorder_beside(&nd7).is_lean() {
+        report.warnings.push(no_recorder_note(&nd7));
+    }
     for (path, problem) in binary_problems(&nd7) {
         report.warnings.push(format!(
             "{} {problem}: nd7 run will refuse to start until only you (or root) can change it (chmod go-w {})",
@@ -198,7 +202,7 @@ fn claude_settings(
     } else {
         merge::install(
             text.as_deref(),
-            &nd7.to_string_lossy(),
+            &recorder_beside(nd7),
             claude.and_then(|(_, v)| *v),
         )
     }

@@ -83,7 +83,17 @@ impl State {
     }
 
     pub fn nd7(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nd7"));
+        self.command(env!("CARGO_BIN_EXE_nd7"))
+    }
+
+    /// `nd7-record`, set up as [`State::nd7`] is.
+    pub fn nd7_record(&self) -> Command {
+        self.command(env!("CARGO_BIN_EXE_nd7-record"))
+    }
+
+    /// `program` with this state, set up as [`State::nd7`] is.
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(program);
         // The fixtures' payloads name transcripts under /home/dev/.claude
         // and rollouts under /home/dev/.codex: there they are where the
         // agents' layouts put them (and absent), so no transcript entry

@@ -36,6 +36,10 @@ fn the_flake_parses() {
         "overlays.default",
         "nd7-vault = vaultFor",
         "installManPage nd7.1",
+        // The hooks' binary beside nd7 in the package (ADR-0151), and the
+        // check records through it.
+        "bins = [ \"nd7\" \"nd7-exec\" \"nd7-record\" ]",
+        "| nd7-record\n",
         "systemd.user.timers.nd7-ship",
         "launchd.agents.nd7-ship",
     ] {

@@ -1,6 +1,6 @@
 //! Exit statuses that must hold however a command ends: the commands Claude
-//! Code and Codex run as hooks (`nd7 record`, `nd7 hook-explain`,
-//! `nd7 hook-route`) exit 0, and record
+//! Code and Codex run as hooks (`nd7 record` and `nd7-record`, `nd7
+//! hook-explain`, `nd7 hook-route`) exit 0, and record
 //! prints nothing on standard output, even when they panic, run out of memory
 //! or overflow the stack; every printing command exits 0, quietly, when its
 //! reader closes the pipe, `nd7-exec` included.
@@ -73,8 +73,10 @@ const HOOKS: [HookCall; 6] = [
 /// The argument lists of every hook nd7 registers: `nd7 setup`'s for
 /// Claude Code and Codex, and `nd7 run`'s for each.
 fn registered_hooks() -> Vec<Vec<String>> {
+    use nd7_core::hook::Recorder;
     use nd7_core::{codex, setup, shell_prefix};
     let nd7 = "/opt/nd7/nd7";
+    let lean = "/opt/nd7/nd7-record";
     let strings = |v: &serde_json::Value| -> Vec<String> {
         v.as_array()
             .expect("args")
@@ -82,23 +84,49 @@ fn registered_hooks() -> Vec<Vec<String>> {
             .map(|a| a.as_str().expect("an argument").to_string())
             .collect()
     };
-    let shell = |command: &str| -> Vec<String> {
-        let words = shlex::split(command).expect("a shell command");
-        assert_eq!(words[0], nd7, "{command}");
-        words[1..].to_vec()
-    };
-    let mut all = vec![strings(&setup::merge::nd7_hook(nd7, "Stop")["args"])];
-    let run = shell_prefix::run_settings(nd7, "/opt/nd7/nd7-exec", None, &["Stop"])
-        .expect("run settings");
-    for groups in run["hooks"].as_object().expect("hooks").values() {
-        for group in groups.as_array().expect("groups") {
-            for hook in group["hooks"].as_array().expect("hooks") {
-                all.push(strings(&hook["args"]));
+    let mut all = Vec::new();
+    // `nd7-record ARGS` runs as `nd7 record ARGS`: its hooks are counted so.
+    for recorder in [Recorder::nd7(nd7), Recorder::lean(lean)] {
+        let as_nd7 = |mut args: Vec<String>| {
+            if recorder.is_lean() {
+                args.insert(0, "record".into());
+            }
+            args
+        };
+        let command = |hook: &serde_json::Value| {
+            if hook["command"] == lean {
+                as_nd7(strings(&hook["args"]))
+            } else {
+                assert_eq!(hook["command"], nd7, "{hook}");
+                strings(&hook["args"])
+            }
+        };
+        let shell = |line: &str| {
+            let words = shlex::split(line).expect("a shell command");
+            if words[0] == lean {
+                as_nd7(words[1..].to_vec())
+            } else {
+                assert_eq!(words[0], nd7, "{line}");
+                words[1..].to_vec()
+            }
+        };
+        all.push(command(&setup::merge::nd7_hook(&recorder, "Stop")));
+        let run = shell_prefix::run_settings(&recorder, nd7, "/opt/nd7/nd7-exec", None, &["Stop"])
+            .expect("run settings");
+        for groups in run["hooks"].as_object().expect("hooks").values() {
+            for group in groups.as_array().expect("groups") {
+                for hook in group["hooks"].as_array().expect("hooks") {
+                    all.push(command(hook));
+                }
             }
         }
+        all.push(shell(&setup::codex_merge::command(&recorder)));
+        all.extend(
+            codex::run::run_hooks(nd7, &recorder)
+                .iter()
+                .map(|h| shell(&h.command)),
+        );
     }
-    all.push(shell(&setup::codex_merge::command(nd7)));
-    all.extend(codex::run::run_hooks(nd7).iter().map(|h| shell(&h.command)));
     all.sort();
     all.dedup();
     all
@@ -142,11 +170,42 @@ fn nd7(bin: &Path, state: &State) -> Command {
     cmd
 }
 
+/// Whether `bin` is `nd7-record`, which takes `nd7 record`'s arguments
+/// without the `record`.
+fn is_nd7_record(bin: &Path) -> bool {
+    bin.file_name() == Some(std::ffi::OsStr::new("nd7-record"))
+}
+
+/// The hooks `bin` runs: all of them for `nd7`, the record hooks for
+/// `nd7-record`.
+fn hooks_of(bin: &Path) -> impl Iterator<Item = &'static HookCall> {
+    let lean = is_nd7_record(bin);
+    HOOKS.iter().filter(move |h| !lean || h.args[0] == "record")
+}
+
+/// `bin` (`nd7` or `nd7-record`) running `record`.
+fn record_cmd(bin: &Path, state: &State) -> Command {
+    let mut cmd = nd7(bin, state);
+    if !is_nd7_record(bin) {
+        cmd.arg("record");
+    }
+    cmd
+}
+
+/// `hook`'s arguments for `bin`.
+fn hook_args(bin: &Path, hook: &HookCall) -> &'static [&'static str] {
+    if is_nd7_record(bin) {
+        &hook.args[1..]
+    } else {
+        hook.args
+    }
+}
+
 /// `bin` running `hook`, with `ND7_RUN` naming a run directory (one that
 /// does not exist: nothing may reach a door) when it runs under `nd7 run`.
 fn hook_cmd(bin: &Path, state: &State, hook: &HookCall) -> Command {
     let mut cmd = nd7(bin, state);
-    cmd.args(hook.args);
+    cmd.args(hook_args(bin, hook));
     if hook.under_run {
         cmd.env("ND7_RUN", state.dir.path().join("no-run"));
     }
@@ -180,7 +239,7 @@ fn assert_survived(out: &Output, state: &State, hook: &str, needle: &str) {
 /// every build). Guards the panic hook and the SIGABRT handler that
 /// src/bin/nd7/hooks.rs's `guard` installs.
 fn hooks_survive_injected_faults(bin: &Path) {
-    for hook in &HOOKS {
+    for hook in hooks_of(bin) {
         for (fault, needle) in [
             ("panic", "internal error (injected fault"),
             ("stack-overflow", "aborted ("),
@@ -213,7 +272,7 @@ fn hooks_survive_injected_faults(bin: &Path) {
 /// Ways to end a hook that need no trigger inside it, so they run against
 /// the shipped binary as it is.
 fn hooks_survive_without_a_trigger(bin: &Path) {
-    for hook in &HOOKS {
+    for hook in hooks_of(bin) {
         // SIGABRT is how every abort starts, a panic under panic = "abort"
         // too. Sent once the handler is in place (the process catches
         // SIGABRT) and while the hook waits for its payload.
@@ -241,7 +300,7 @@ fn hooks_survive_without_a_trigger(bin: &Path) {
         let mut cmd = Command::new("prlimit");
         cmd.arg(format!("--as={}", 128 << 20))
             .arg(bin)
-            .args(hook.args)
+            .args(hook_args(bin, hook))
             .env("XDG_STATE_HOME", state.xdg())
             .env_remove("ND7_RUN")
             .env_remove("RUST_BACKTRACE");
@@ -260,7 +319,7 @@ fn hooks_survive_without_a_trigger(bin: &Path) {
         "[".repeat(100_000),
         "]".repeat(100_000)
     );
-    let out = run_with_stdin(nd7(bin, &state).arg("record"), deep.as_bytes());
+    let out = run_with_stdin(&mut record_cmd(bin, &state), deep.as_bytes());
     assert_survived(
         &out,
         &state,
@@ -281,7 +340,7 @@ fn hooks_survive_without_a_trigger(bin: &Path) {
     ] {
         let state = State::new();
         let out = run_with_stdin(
-            nd7(bin, &state).arg("record").args(args),
+            record_cmd(bin, &state).args(args),
             HOOKS[0].payload.as_bytes(),
         );
         assert_survived(&out, &state, "record", &format!("arguments {args:?}: "));
@@ -289,8 +348,7 @@ fn hooks_survive_without_a_trigger(bin: &Path) {
 
     // A refusal reported on a closed standard error.
     let state = State::new();
-    let out = nd7(bin, &state)
-        .arg("record")
+    let out = record_cmd(bin, &state)
         .stdin(Stdio::null())
         .stderr(closed_pipe())
         .output()
@@ -320,6 +378,16 @@ fn wait_until_catching_sigabrt(pid: u32) {
 #[test]
 fn hooks_exit_0_however_they_fail() {
     let bin = Path::new(env!("CARGO_BIN_EXE_nd7"));
+    hooks_survive_injected_faults(bin);
+    hooks_survive_without_a_trigger(bin);
+}
+
+/// The same for `nd7-record`, the binary the hooks setup wires run
+/// (ADR-0151): guards the `hooks::record` call of src/bin/nd7-record.rs
+/// (its `guard`, and the arguments it hands on).
+#[test]
+fn nd7_record_exits_0_however_it_fails() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_nd7-record"));
     hooks_survive_injected_faults(bin);
     hooks_survive_without_a_trigger(bin);
 }
@@ -567,6 +635,9 @@ fn release_hooks_exit_0_however_they_fail() {
 
     let probe = release_bin("ND7_FAULT_BIN");
     hooks_survive_injected_faults(&probe);
+    // And the nd7-record each was built and installed with.
+    hooks_survive_without_a_trigger(&shipped.with_file_name("nd7-record"));
+    hooks_survive_injected_faults(&probe.with_file_name("nd7-record"));
 }
 
 /// The shipped build (`cargo install`, no `self-update` feature) still has

@@ -210,3 +210,81 @@ fn files_are_private_to_the_user() {
         assert_eq!(mode(&f), 0o600, "{}", f.display());
     }
 }
+
+/// The log lines under `state`, every session's, in a stable order, with
+/// what differs between two runs of the same hooks masked: the time (`ts`),
+/// and the hashes that cover it and the chain's random start (`prev`,
+/// `hash`). Everything else is compared byte for byte.
+fn masked_logs(state: &State) -> Vec<String> {
+    let mut sessions: Vec<_> = std::fs::read_dir(state.sessions())
+        .map(|d| d.map(|e| e.expect("entry").path()).collect())
+        .unwrap_or_default();
+    sessions.sort();
+    let mask = |line: &str, key: &str| -> String {
+        let at = format!("\"{key}\":");
+        let Some(start) = line.find(&at) else {
+            return line.to_string();
+        };
+        let value = start + at.len();
+        let end = line[value..]
+            .find([',', '}'])
+            .map_or(line.len(), |e| value + e);
+        format!("{}\"{key}\":0{}", &line[..start], &line[end..])
+    };
+    sessions
+        .iter()
+        .flat_map(|dir| {
+            let text = std::fs::read_to_string(dir.join("events.ndjson")).unwrap_or_default();
+            let name = dir
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            text.lines()
+                .map(|l| format!("{name}: {}", mask(&mask(&mask(l, "ts"), "prev"), "hash")))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `nd7-record ARGS`, which `nd7 setup` wires (ADR-0151), records what
+/// `nd7 record ARGS` does: the same entries but for the time, the same
+/// (empty) standard output, the same standard error, for Claude Code's and
+/// Codex's payloads and for arguments it refuses. Guards src/bin/nd7-record.rs
+/// (it must hand on its arguments after the program name, as `nd7` hands on
+/// those after `record`).
+#[test]
+fn nd7_record_records_what_nd7_record_does() {
+    let codex = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/codex-0.171.0/hook-payloads.ndjson"
+    ))
+    .expect("fixture");
+    let codex: Vec<String> = codex.lines().map(str::to_string).collect();
+    let claude = fixture_payloads();
+    let cases: [(&[&str], &[String]); 4] = [
+        (&[], &claude),
+        (&["--agent", "codex"], &codex),
+        (&["--agent=claude-code"], &claude[..2]),
+        (&["--agent", "gemini"], &claude[..1]),
+    ];
+    for (args, payloads) in cases {
+        let (by_nd7, by_lean) = (State::new(), State::new());
+        for payload in payloads {
+            let nd7 = run_with_stdin(by_nd7.nd7().arg("record").args(args), payload.as_bytes());
+            let lean = run_with_stdin(by_lean.nd7_record().args(args), payload.as_bytes());
+            assert_eq!(lean.status.code(), Some(0), "{args:?}: {}", stderr(&lean));
+            assert_eq!(stdout(&lean), "", "{args:?}");
+            assert_eq!(stdout(&nd7), "", "{args:?}");
+            assert_eq!(stderr(&lean), stderr(&nd7), "{args:?}");
+        }
+        let (want, got) = (masked_logs(&by_nd7), masked_logs(&by_lean));
+        let expected = if args == ["--agent", "gemini"] {
+            0
+        } else {
+            payloads.len()
+        };
+        assert!(want.len() >= expected, "{args:?}: {want:?}");
+        assert_eq!(got, want, "{args:?}");
+    }
+}

@@ -155,6 +155,7 @@ fn install_sh_installs_the_release_it_checked() {
     for file in [
         "bin/nd7",
         "bin/nd7-exec",
+        "bin/nd7-record",
         "share/bash-completion/completions/nd7",
         "share/zsh/site-functions/_nd7",
         "share/fish/vendor_completions.d/nd7.fish",
@@ -175,6 +176,13 @@ fn install_sh_installs_the_release_it_checked() {
     let installed = std::fs::read(prefix.path().join("bin/nd7")).expect("nd7");
     let packaged = std::fs::read(dry_run().dist.join(format!("nd7-{TARGET}"))).expect("raw nd7");
     assert!(installed == packaged, "the installed nd7 is the release's");
+    // The hooks' binary (ADR-0151), which setup then finds beside nd7.
+    let installed = std::fs::read(prefix.path().join("bin/nd7-record")).expect("nd7-record");
+    let built = std::fs::read(env!("CARGO_BIN_EXE_nd7-record")).expect("built nd7-record");
+    assert!(
+        installed == built,
+        "the installed nd7-record is the one built"
+    );
     let version = Command::new(prefix.path().join("bin/nd7"))
         .arg("--version")
         .output()
@@ -266,6 +274,7 @@ fn self_update_moves_an_older_install_to_the_release_and_refuses_the_reverse() {
     let bin = prefix.path().join("bin");
     let update = |pretend: &str| {
         std::fs::write(bin.join("nd7-exec"), b"old exec").expect("old exec");
+        std::fs::write(bin.join("nd7-record"), b"old record").expect("old record");
         Command::new(bin.join("nd7"))
             .args(["self-update", "--from", &url])
             .env("ND7_TEST_RELEASE_KEY", &run.key_hex)
@@ -274,11 +283,14 @@ fn self_update_moves_an_older_install_to_the_release_and_refuses_the_reverse() {
             .expect("nd7 self-update")
     };
     let release_exec = std::fs::read(run.dist.join(format!("nd7-exec-{TARGET}"))).expect("exec");
+    let release_record =
+        std::fs::read(run.dist.join(format!("nd7-record-{TARGET}"))).expect("record");
 
     let out = update("0.0.9");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out), format!("nd7 self-update: now {RUNNING}\n"));
     assert!(std::fs::read(bin.join("nd7-exec")).expect("exec") == release_exec);
+    assert!(std::fs::read(bin.join("nd7-record")).expect("record") == release_record);
 
     let out = update("9.0.0");
     assert_eq!(out.status.code(), Some(2));
@@ -311,6 +323,9 @@ fn the_release_manifest_verifies_as_self_update_reads_it() {
         (m.version.to_string(), m.target.as_str()),
         (RUNNING.to_string(), TARGET)
     );
+    let mut names: Vec<&str> = m.files.iter().map(|(n, _, _)| n.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["nd7", "nd7-exec", "nd7-record"]);
     for (name, hash, file) in &m.files {
         assert_eq!(file, &format!("{name}-{TARGET}"));
         let bytes = std::fs::read(run.dist.join(file)).expect("binary");
@@ -344,6 +359,7 @@ fn the_generated_formula_names_the_archive_and_its_sha256() {
         "service do",
         "run [opt_bin/\"nd7\", \"ship\"]",
         "man1.install \"doc/nd7.1\"",
+        "bin.install \"nd7\", \"nd7-exec\", \"nd7-record\"",
         "zsh_completion.install",
         "test do",
         "nd7 verify",
@@ -498,6 +514,35 @@ fn self_update_leaves_a_homebrew_copy_to_brew() {
         std::fs::read(bin.join("nd7-exec")).expect("exec"),
         b"old exec"
     );
+}
+
+/// A release ships nd7-record as it ships nd7-exec (ADR-0151): packing a
+/// directory without it is refused before anything is written, so a release
+/// whose hooks would fall back to `nd7 record` never ships.
+#[test]
+fn a_release_without_nd7_record_is_refused() {
+    let built = Path::new(env!("CARGO_BIN_EXE_nd7"))
+        .parent()
+        .expect("target/debug");
+    let bins = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("bins");
+    for bin in ["nd7", "nd7-exec"] {
+        std::os::unix::fs::symlink(built.join(bin), bins.path().join(bin)).expect("link");
+    }
+    let dist = bins.path().join("dist");
+    let run = Command::new("bash")
+        .arg(repo("scripts/release.sh"))
+        .args(["package", TARGET])
+        .arg(bins.path())
+        .arg(&dist)
+        .output()
+        .expect("run scripts/release.sh package");
+    assert_eq!(run.status.code(), Some(2), "{}", stdout(&run));
+    assert!(
+        stderr(&run).contains("no nd7-record (a release ships nd7, nd7-exec and nd7-record)"),
+        "{}",
+        stderr(&run)
+    );
+    assert!(!dist.exists(), "nothing packed");
 }
 
 /// A Linux release is static (musl): packing one whose binary loads shared

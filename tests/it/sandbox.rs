@@ -561,9 +561,11 @@ fn claude_gets_the_shell_prefix_and_one_settings_merged_with_the_users_own() {
     );
     let pre = &settings["hooks"]["PreToolUse"];
     assert_eq!(pre.as_array().map(Vec::len), Some(1), "{pre}");
+    // The record hook starts the nd7-record beside nd7 (ADR-0151).
+    assert_eq!(pre[0]["hooks"][0]["command"], ND7_RECORD);
     assert_eq!(
         pre[0]["hooks"][0]["args"],
-        serde_json::json!(["record", "--run-hook"])
+        serde_json::json!(["--run-hook"])
     );
     // The hook that tells the model what the floor refused, after the record hook.
     let explain = &settings["hooks"]["PostToolUseFailure"][1];

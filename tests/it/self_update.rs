@@ -52,9 +52,10 @@ fn serve(files: Vec<(String, Vec<u8>)>) -> String {
 /// A release of `version` for this target, signed with [`key`], served.
 fn release(version: &str) -> String {
     let manifest = format!(
-        "nd7-release v1\nversion {version}\ntarget {TARGET}\nfile nd7 {} nd7-bin\nfile nd7-exec {} nd7-exec-bin\n",
+        "nd7-release v1\nversion {version}\ntarget {TARGET}\nfile nd7 {} nd7-bin\nfile nd7-exec {} nd7-exec-bin\nfile nd7-record {} nd7-record-bin\n",
         blake3::hash(b"new nd7").to_hex(),
-        blake3::hash(b"new exec").to_hex()
+        blake3::hash(b"new exec").to_hex(),
+        blake3::hash(b"new record").to_hex()
     );
     let signature = key().sign(&[CONTEXT, manifest.as_bytes()].concat());
     let (manifest_file, signature_file) = nd7_core::self_update::manifest_name(TARGET);
@@ -66,15 +67,17 @@ fn release(version: &str) -> String {
         ),
         ("nd7-bin".into(), b"new nd7".to_vec()),
         ("nd7-exec-bin".into(), b"new exec".to_vec()),
+        ("nd7-record-bin".into(), b"new record".to_vec()),
     ])
 }
 
-/// A copy of the test build's `nd7`, with an `nd7-exec` beside it, where an
-/// update may replace them.
+/// A copy of the test build's `nd7`, with an `nd7-exec` and an
+/// `nd7-record` beside it, where an update may replace them.
 fn installed() -> tempfile::TempDir {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     std::fs::copy(env!("CARGO_BIN_EXE_nd7"), dir.path().join("nd7")).expect("copy nd7");
     std::fs::write(dir.path().join("nd7-exec"), b"old exec").expect("nd7-exec");
+    std::fs::write(dir.path().join("nd7-record"), b"old record").expect("nd7-record");
     dir
 }
 
@@ -115,6 +118,10 @@ fn an_older_release_is_refused_unless_a_downgrade_is_asked_for() {
             std::fs::read(dir.path().join("nd7-exec")).expect("exec"),
             b"old exec"
         );
+        assert_eq!(
+            std::fs::read(dir.path().join("nd7-record")).expect("record"),
+            b"old record"
+        );
         assert!(
             std::fs::read(dir.path().join("nd7")).expect("nd7") == binary,
             "nd7 untouched"
@@ -132,6 +139,11 @@ fn an_older_release_is_refused_unless_a_downgrade_is_asked_for() {
     assert_eq!(
         std::fs::read(dir.path().join("nd7-exec")).expect("exec"),
         b"new exec"
+    );
+    // The hooks' binary is replaced with the others (ADR-0151).
+    assert_eq!(
+        std::fs::read(dir.path().join("nd7-record")).expect("record"),
+        b"new record"
     );
     assert_eq!(
         std::fs::read(dir.path().join("nd7")).expect("nd7"),

@@ -50,6 +50,18 @@ fn nd7_path() -> String {
     Path::new(env!("CARGO_BIN_EXE_nd7")).display().to_string()
 }
 
+/// The nd7-record beside the nd7 under test, which setup wires (ADR-0151).
+fn nd7_record_path() -> String {
+    Path::new(env!("CARGO_BIN_EXE_nd7-record"))
+        .display()
+        .to_string()
+}
+
+/// The hook entry setup writes with nd7-record beside nd7.
+fn lean_hook() -> Value {
+    json!({"type": "command", "command": nd7_record_path(), "args": []})
+}
+
 #[test]
 fn setup_on_no_settings_registers_every_recorded_event() {
     let home = Home::new();
@@ -61,7 +73,7 @@ fn setup_on_no_settings_registers_every_recorded_event() {
     assert!(!hooks.contains_key("MessageDisplay") && !hooks.contains_key("PostToolBatch"));
     assert_eq!(
         hooks["PostToolUseFailure"],
-        json!([{"hooks": [{"type": "command", "command": nd7_path(), "args": ["record"]}]}])
+        json!([{"hooks": [lean_hook()]}])
     );
     assert_eq!(hooks["SessionEnd"][0]["hooks"][0]["timeout"], 10);
     assert!(
@@ -105,13 +117,10 @@ fn setup_keeps_the_users_keys_hooks_and_order_and_backs_up() {
         "/usr/local/bin/notify"
     );
     assert_eq!(s["hooks"]["Stop"].as_array().map(Vec::len), Some(2));
-    // The old shell-form nd7 entry is replaced, and its emptied group goes.
-    assert_eq!(
-        s["hooks"]["PreToolUse"],
-        json!([{"hooks": [{"type": "command", "command": nd7_path(), "args": ["record"]}]}])
-    );
+    // The old shell-form nd7 entry is moved to nd7-record, and its emptied group goes.
+    assert_eq!(s["hooks"]["PreToolUse"], json!([{"hooks": [lean_hook()]}]));
     assert!(
-        stdout(&out).contains("replaced an older nd7 entry for 1 event (PreToolUse)"),
+        stdout(&out).contains("moved 1 event from nd7 record to nd7-record"),
         "{}",
         stdout(&out)
     );
@@ -310,7 +319,14 @@ fn doctor_reports_the_hooks_setup_wrote() {
     let after = doctor(&home);
     let text = stdout(&after);
     assert!(
-        text.contains("ok   hooks   32 of 32 events record with"),
+        text.contains(&format!(
+            "ok   hooks   32 of 32 events record with {}\n",
+            nd7_record_path()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("ok   recorder hooks run {}\n", nd7_record_path())),
         "{text}"
     );
     // This kernel has Landlock (the landlock tests need it too).
@@ -946,4 +962,118 @@ fn bash_completions_nothing_loads_are_said() {
     std::fs::remove_dir_all(home.dir.path().join(".local/share/bash-completion")).expect("rm");
     let said = stderr(&setup("/bin/zsh")) + &stdout(&setup("/bin/zsh"));
     assert!(!said.contains("bash-completion package"), "{said}");
+}
+
+/// Setup run again over the hooks an older nd7 wrote (`nd7 record`, exec
+/// and shell form) moves each to the nd7-record beside nd7 (ADR-0151), says
+/// so, leaves the user's hook, and changes nothing the time after; doctor
+/// then finds every event recording with nd7-record. Guards
+/// `setup::recorder_beside` in setup and doctor, and `Change::Moved`.
+#[test]
+fn setup_moves_older_hooks_to_nd7_record() {
+    let home = Home::new();
+    let old = json!({"hooks": {
+        "Stop": [{"hooks": [
+            {"type": "command", "command": "/usr/local/bin/notify"},
+            {"type": "command", "command": nd7_path(), "args": ["record"]}
+        ]}],
+        "SessionStart": [{"hooks": [{"type": "command", "command": format!("{} record", nd7_path())}]}]
+    }});
+    home.write_settings(&old.to_string());
+    let out = home.setup(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(
+            "moved 2 events from nd7 record to nd7-record, which starts faster (ADR-0151)"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!stderr(&out).contains("no nd7-record"), "{}", stderr(&out));
+    let s = home.read_settings();
+    assert_eq!(
+        s["hooks"]["Stop"],
+        json!([
+            {"hooks": [{"type": "command", "command": "/usr/local/bin/notify"}]},
+            {"hooks": [lean_hook()]}
+        ])
+    );
+    assert_eq!(
+        s["hooks"]["SessionStart"],
+        json!([{"hooks": [lean_hook()]}])
+    );
+    let again = home.setup(&[]);
+    assert!(
+        stdout(&again).contains("~/.claude/settings.json: nothing to change"),
+        "{}",
+        stdout(&again)
+    );
+    // The hook as written records, through the real nd7-record.
+    let state = State::new();
+    let hook = &s["hooks"]["Stop"][1]["hooks"][0];
+    let out = run_with_stdin(
+        state
+            .command(hook["command"].as_str().expect("command"))
+            .args(
+                hook["args"]
+                    .as_array()
+                    .expect("args")
+                    .iter()
+                    .map(|a| a.as_str().expect("arg")),
+            ),
+        br#"{"session_id":"moved","hook_event_name":"Stop"}"#,
+    );
+    assert!(
+        out.status.success() && stderr(&out).is_empty(),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(lines(&state.log("moved")).len(), 1);
+}
+
+/// An nd7 with no nd7-record beside it (a partial install) wires
+/// `nd7 record` as before and says why; doctor says the same.
+#[test]
+fn without_nd7_record_beside_it_setup_wires_nd7_record_and_says_so() {
+    let home = Home::new();
+    let bin = tempfile::tempdir().expect("tempdir");
+    let alone = bin.path().join("nd7");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_nd7"), &alone).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_nd7"), &alone).expect("copy nd7");
+    }
+    let run = |args: &[&str]| {
+        Command::new(&alone)
+            .args(args)
+            .env("HOME", home.dir.path())
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_STATE_HOME")
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .expect("run nd7")
+    };
+    let out = run(&["setup"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = format!(
+        "no nd7-record beside {}: hooks run `nd7 record`",
+        alone.display()
+    );
+    assert!(stderr(&out).contains(&said), "{}", stderr(&out));
+    let s = home.read_settings();
+    assert_eq!(
+        s["hooks"]["Stop"],
+        json!([{"hooks": [{"type": "command", "command": alone.display().to_string(), "args": ["record"]}]}])
+    );
+    let doctor = stdout(&run(&["doctor"]));
+    assert!(
+        doctor.contains(&format!("ok   recorder {said}")),
+        "{doctor}"
+    );
+    assert!(
+        doctor.contains(&format!(
+            "ok   hooks   32 of 32 events record with {}\n",
+            alone.display()
+        )),
+        "{doctor}"
+    );
 }

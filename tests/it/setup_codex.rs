@@ -83,10 +83,11 @@ impl Home {
     }
 }
 
+/// nd7's handler as setup writes it, with nd7-record beside nd7 (ADR-0151).
 fn command() -> String {
     format!(
-        "'{}' record --agent codex",
-        Path::new(env!("CARGO_BIN_EXE_nd7")).display()
+        "'{}' --agent codex",
+        Path::new(env!("CARGO_BIN_EXE_nd7-record")).display()
     )
 }
 
@@ -244,7 +245,7 @@ fn hooks_kept_inline_in_config_toml_get_nd7_there_with_comments_kept() {
     let out = home.nd7(&["setup", "--agent", "codex", "--uninstall"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let back = home.read("config.toml").expect("config");
-    assert!(!back.contains("record --agent codex"), "{back}");
+    assert!(!back.contains("--agent codex"), "{back}");
     let back_doc: toml_edit::DocumentMut = back.parse().expect("TOML");
     let original: toml_edit::DocumentMut = inline.parse().expect("TOML");
     assert_eq!(
@@ -481,4 +482,45 @@ fn setup_and_doctor_keep_in_step_with_the_events_the_installed_codex_knows() {
         .cloned()
         .collect();
     assert_eq!(names.len(), EVENTS.len(), "{names:?}");
+}
+
+/// Setup run again over the handlers an older nd7 wrote
+/// (`'<nd7>' record --agent codex`) moves each, in place, to the nd7-record
+/// beside nd7 (ADR-0151) and says so; the user's handlers stay.
+#[test]
+fn older_handlers_move_to_nd7_record() {
+    let home = Home::new();
+    let old = format!(
+        "'{}' record --agent codex",
+        Path::new(env!("CARGO_BIN_EXE_nd7")).display()
+    );
+    home.write(
+        "hooks.json",
+        &serde_json::json!({"hooks": {
+            "Stop": [
+                {"hooks": [{"type": "command", "command": old}]},
+                {"hooks": [{"type": "command", "command": "notify-send done"}]}
+            ]
+        }})
+        .to_string(),
+    );
+    let out = home.nd7(&["setup", "--agent", "codex"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("hooks.json: ~ Stop: nd7 record moved to nd7-record"),
+        "{}",
+        stdout(&out)
+    );
+    let hooks = home.hooks();
+    assert_eq!(hooks["hooks"]["Stop"][0]["hooks"][0]["command"], command());
+    assert_eq!(
+        hooks["hooks"]["Stop"][1]["hooks"][0]["command"],
+        "notify-send done"
+    );
+    let again = home.nd7(&["setup", "--agent", "codex"]);
+    assert!(
+        stdout(&again).contains("hooks.json: nothing to change"),
+        "{}",
+        stdout(&again)
+    );
 }

@@ -513,11 +513,13 @@ fn self_update_fetches_a_release_over_https_through_the_same_client() {
     let (cert, key) = pki.server("srv", "ca1", &["localhost"]);
     let release = tempfile::tempdir().expect("release");
     let (nd7_bin, exec_bin) = (b"new nd7".to_vec(), b"new exec".to_vec());
+    let record_bin = b"new record".to_vec();
     let manifest = format!(
-        "nd7-release v1\nversion 99.0.0\ntarget {}\nfile nd7 {} nd7-bin\nfile nd7-exec {} nd7-exec-bin\n",
+        "nd7-release v1\nversion 99.0.0\ntarget {}\nfile nd7 {} nd7-bin\nfile nd7-exec {} nd7-exec-bin\nfile nd7-record {} nd7-record-bin\n",
         self_update::TARGET,
         blake3::hash(&nd7_bin).to_hex(),
-        blake3::hash(&exec_bin).to_hex()
+        blake3::hash(&exec_bin).to_hex(),
+        blake3::hash(&record_bin).to_hex()
     );
     let signing = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
     let signature = signing.sign(&[self_update::CONTEXT, manifest.as_bytes()].concat());
@@ -530,6 +532,7 @@ fn self_update_fetches_a_release_over_https_through_the_same_client() {
     .expect("sig");
     std::fs::write(release.path().join("nd7-bin"), &nd7_bin).expect("bin");
     std::fs::write(release.path().join("nd7-exec-bin"), &exec_bin).expect("bin");
+    std::fs::write(release.path().join("nd7-record-bin"), &record_bin).expect("bin");
     let nginx = Nginx::start(
         &cert,
         &key,
@@ -541,7 +544,7 @@ fn self_update_fetches_a_release_over_https_through_the_same_client() {
     );
     let base = format!("{}/release", nginx.url());
     let installed = tempfile::tempdir().expect("installed");
-    for name in ["nd7", "nd7-exec"] {
+    for name in ["nd7", "nd7-exec", "nd7-record"] {
         std::fs::write(installed.path().join(name), b"old").expect("old");
     }
     let public = signing.verifying_key().to_bytes();
@@ -574,5 +577,9 @@ fn self_update_fetches_a_release_over_https_through_the_same_client() {
     assert_eq!(
         std::fs::read(installed.path().join("nd7-exec")).expect("exec"),
         exec_bin
+    );
+    assert_eq!(
+        std::fs::read(installed.path().join("nd7-record")).expect("record"),
+        record_bin
     );
 }

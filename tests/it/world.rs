@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 pub const ND7: &str = env!("CARGO_BIN_EXE_nd7");
 pub const ND7_EXEC: &str = env!("CARGO_BIN_EXE_nd7-exec");
+pub const ND7_RECORD: &str = env!("CARGO_BIN_EXE_nd7-record");
 
 /// On macOS, the variable that lets a world write into the real home.
 #[cfg(target_os = "macos")]

@@ -62,6 +62,53 @@ impl Agent {
     }
 }
 
+/// The file name of the binary that holds nothing but `nd7 record`, installed
+/// beside `nd7` (ADR-0151): a hook that runs it starts a small program
+/// instead of all of nd7.
+pub const RECORDER_NAME: &str = "nd7-record";
+
+/// What a hook runs to record an event: `nd7-record` beside nd7, or, where
+/// there is none, `nd7 record`. Both take the same arguments after these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorder {
+    program: String,
+    lean: bool,
+}
+
+impl Recorder {
+    /// `nd7-record` at `program`.
+    pub fn lean(program: impl Into<String>) -> Recorder {
+        Recorder {
+            program: program.into(),
+            lean: true,
+        }
+    }
+
+    /// `nd7 record`, with `nd7` at `program`.
+    pub fn nd7(program: impl Into<String>) -> Recorder {
+        Recorder {
+            program: program.into(),
+            lean: false,
+        }
+    }
+
+    /// The file the hook runs.
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+
+    /// Whether it is `nd7-record` rather than `nd7 record`.
+    pub fn is_lean(&self) -> bool {
+        self.lean
+    }
+
+    /// The arguments before the recorder's own: none for `nd7-record`,
+    /// `record` for `nd7`.
+    pub fn args(&self) -> &'static [&'static str] {
+        if self.lean { &[] } else { &["record"] }
+    }
+}
+
 /// Facts about the recorder process, taken before standard input is read so
 /// that `ts` marks when the hook fired.
 #[derive(Clone, Debug, PartialEq, Eq)]

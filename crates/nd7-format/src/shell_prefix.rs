@@ -244,11 +244,12 @@ fn word(line: &str, at: usize) -> Option<(String, usize)> {
     (i > at).then_some((out, i))
 }
 
-/// The arguments of the record hooks `nd7 run` registers: under the run,
-/// copies from hooks registered elsewhere (`nd7 setup`'s, which Claude Code
-/// runs as well, since it merges only hooks whose command and arguments are
-/// identical) are then not recorded twice.
-pub const RUN_RECORD_ARGS: [&str; 2] = ["record", "--run-hook"];
+/// The argument that marks the record hooks `nd7 run` registers, after the
+/// recorder's own (`nd7-record --run-hook`, `nd7 record --run-hook`): under
+/// the run, copies from hooks registered elsewhere (`nd7 setup`'s, which
+/// Claude Code runs as well, since it merges only hooks whose command and
+/// arguments are identical) are then not recorded twice.
+pub const RUN_HOOK_ARG: &str = "--run-hook";
 
 /// The hook that tells the model when nd7's floor refused a tool call
 /// (`nd7 hook-explain`), and the tools it is registered for: the Bash tool's
@@ -264,7 +265,8 @@ pub const EXPLAIN_ON: [(&str, &str); 2] = [
 ];
 
 /// The settings `nd7 run` passes to Claude Code with `--settings`: one
-/// `nd7 record --run-hook` entry (exec form) for each event in `recorded`,
+/// `--run-hook` entry (exec form) of `recorder` (`nd7-record`, or
+/// `nd7 record` where there is none) for each event in `recorded`,
 /// so recording never depends on a file the agent can edit; `nd7 hook-explain`
 /// after the tools nd7's floor can refuse; `nd7_exec` as the shell prefix
 /// (also set in the environment by `nd7 run`); and Claude Code's own sandbox
@@ -278,11 +280,14 @@ pub const EXPLAIN_ON: [(&str, &str); 2] = [
 /// `theirs` is not a JSON object or its hooks or env are not shaped as Claude
 /// Code's are.
 pub fn run_settings(
+    recorder: &crate::hook::Recorder,
     nd7: &str,
     nd7_exec: &str,
     theirs: Option<Value>,
     recorded: &[&str],
 ) -> Option<Value> {
+    let mut record_args = recorder.args().to_vec();
+    record_args.push(RUN_HOOK_ARG);
     let mut settings = theirs.unwrap_or_else(|| json!({}));
     let object = settings.as_object_mut()?;
     let hooks = object
@@ -290,7 +295,8 @@ pub fn run_settings(
         .or_insert_with(|| json!({}))
         .as_object_mut()?;
     for event in recorded {
-        let mut record = json!({"type": "command", "command": nd7, "args": RUN_RECORD_ARGS});
+        let mut record =
+            json!({"type": "command", "command": recorder.program(), "args": record_args});
         if *event == "SessionEnd" {
             record["timeout"] = json!(crate::hook::SESSION_END_TIMEOUT_SECS);
         }
@@ -476,7 +482,9 @@ mod tests {
 
     #[test]
     fn run_settings_add_the_hooks_the_prefix_and_keep_the_users_own() {
-        let alone = run_settings("/b/nd7", "/b/nd7-exec", None, &[]).expect("settings");
+        let nd7_record = crate::hook::Recorder::nd7("/b/nd7");
+        let alone =
+            run_settings(&nd7_record, "/b/nd7", "/b/nd7-exec", None, &[]).expect("settings");
         let explain = json!({"type": "command", "command": "/b/nd7", "args": ["hook-explain"]});
         assert_eq!(
             alone,
@@ -490,8 +498,14 @@ mod tests {
                 "disableAllHooks": false
             })
         );
-        let recording = run_settings("/b/nd7", "/b/nd7-exec", None, &["PreToolUse", "SessionEnd"])
-            .expect("settings");
+        let recording = run_settings(
+            &nd7_record,
+            "/b/nd7",
+            "/b/nd7-exec",
+            None,
+            &["PreToolUse", "SessionEnd"],
+        )
+        .expect("settings");
         let record =
             json!({"type": "command", "command": "/b/nd7", "args": ["record", "--run-hook"]});
         let mut end = record.clone();
@@ -501,6 +515,18 @@ mod tests {
             json!([{"hooks": [record]}])
         );
         assert_eq!(recording["hooks"]["SessionEnd"], json!([{"hooks": [end]}]));
+        // With nd7-record beside nd7, the hooks start it; hook-explain stays nd7's.
+        let lean = crate::hook::Recorder::lean("/b/nd7-record");
+        let leaner =
+            run_settings(&lean, "/b/nd7", "/b/nd7-exec", None, &["Stop"]).expect("settings");
+        assert_eq!(
+            leaner["hooks"]["Stop"],
+            json!([{"hooks": [{"type": "command", "command": "/b/nd7-record", "args": ["--run-hook"]}]}])
+        );
+        assert_eq!(
+            leaner["hooks"]["PostToolUse"][0]["hooks"][0]["command"],
+            "/b/nd7"
+        );
         let theirs = json!({
             "model": "x",
             "env": {"FOO": "1", "CLAUDE_CODE_SHELL_PREFIX": "/their/wrapper"},
@@ -508,7 +534,8 @@ mod tests {
             "sandbox": {"enabled": true, "network": {}},
             "disableAllHooks": true
         });
-        let merged = run_settings("/b/nd7", "/b/nd7-exec", Some(theirs), &[]).expect("settings");
+        let merged = run_settings(&nd7_record, "/b/nd7", "/b/nd7-exec", Some(theirs), &[])
+            .expect("settings");
         assert_eq!(merged["model"], "x");
         assert_eq!(
             merged["env"],
@@ -520,7 +547,10 @@ mod tests {
         assert_eq!(merged["sandbox"], json!({"enabled": false, "network": {}}));
         assert_eq!(merged["disableAllHooks"], false);
         for bad in [json!([1]), json!({"hooks": []}), json!({"env": "x"})] {
-            assert_eq!(run_settings("/b/nd7", "/b/nd7-exec", Some(bad), &[]), None);
+            assert_eq!(
+                run_settings(&nd7_record, "/b/nd7", "/b/nd7-exec", Some(bad), &[]),
+                None
+            );
         }
     }
 }

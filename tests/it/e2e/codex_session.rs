@@ -89,7 +89,7 @@ fn a_codex_session_is_recorded_whole_with_failures_marked_and_verifies() {
         .filter(|h| {
             h["command"]
                 .as_str()
-                .is_some_and(|c| c.ends_with("record --agent codex"))
+                .is_some_and(nd7_core::setup::codex_merge::is_nd7_command)
         })
         .count();
     assert_eq!(ours, 14, "{listed:?}");
