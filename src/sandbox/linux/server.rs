@@ -12,7 +12,8 @@
 //! - [`Bound::Threads`] (the exit): a thread per connection, at most `max`
 //!   at once; a caller beyond them is refused at once, before its request
 //!   is read (a confined agent could otherwise start threads of the
-//!   unconfined `nd7 run` without bound).
+//!   unconfined `nd7 run` without bound). A thread that has answered its
+//!   connection waits for the next, while [`SPARE`] wait (ADR-0152).
 //! - [`Bound::Triage`] (the door, ADR-0097): one thread accepts every
 //!   connection as it comes and waits, for all of them together, until a
 //!   connection's request is in the socket whole (or its first
