@@ -197,16 +197,14 @@ x final "$EXEC" "touch '$OUT/g/final'"
     assert!(checked > 2 * ROUNDS, "only {checked} commands checked");
 }
 
-/// The exit's threads outlive their commands and accept the next one
-/// (ADR-0152), and a thread serves what it accepted only once another
-/// accepts in its place: a command that asks the exit from inside, nested
-/// deeper than threads wait (`SPARE`, 4, in `src/sandbox/linux/server.rs`),
-/// gets a thread at every level, after commands at once left threads
-/// waiting, and again after that. Each nesting is bounded by `timeout`, so
-/// a connection nobody accepts shows as a status instead of hanging the
-/// test. Seen failing (`status 124`) with a thread serving what it accepted
-/// while none accepted in its place, and (an earlier form, a hand-over to
-/// waiting threads) with a thread listed as waiting before it had served.
+/// The exit's threads outlive their commands and wait for the next one
+/// (ADR-0152), but a waiting thread is taken for one connection only: a
+/// command that asks the exit from inside, nested deeper than threads wait
+/// (`SPARE`, 4, in `src/sandbox/linux/server.rs`), gets a thread at every level, after commands at once
+/// left threads waiting, and again after that. Each nesting is bounded by
+/// `timeout`, so a connection handed to a busy thread shows as a status
+/// instead of hanging the test. Seen failing (`status 124`) with a thread
+/// listed as waiting before it served its connection.
 #[test]
 fn nested_commands_each_get_a_thread_of_their_own_after_threads_have_waited() {
     let w = World::new();

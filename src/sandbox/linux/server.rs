@@ -12,9 +12,8 @@
 //! - [`Bound::Threads`] (the exit): a thread per connection, at most `max`
 //!   at once; a caller beyond them is refused at once, before its request
 //!   is read (a confined agent could otherwise start threads of the
-//!   unconfined `nd7 run` without bound). The thread that accepts a
-//!   connection serves it once another accepts in its place, and accepts
-//!   again after, while fewer than [`SPARE`] do (ADR-0152).
+//!   unconfined `nd7 run` without bound). A thread that has answered its
+//!   connection waits for the next, while [`SPARE`] wait (ADR-0152).
 //! - [`Bound::Triage`] (the door, ADR-0097): one thread accepts every
 //!   connection as it comes and waits, for all of them together, until a
 //!   connection's request is in the socket whole (or its first
@@ -129,9 +128,7 @@ pub(super) fn serve<H: Handler>(listener: UnixListener, handler: H, bound: Bound
     let handler = Arc::new(handler);
     match bound {
         Bound::Threads { max, busy } => {
-            let _ = std::thread::Builder::new()
-                .stack_size(STACK)
-                .spawn(move || each_on_a_thread(listener, me, handler, max, busy));
+            std::thread::spawn(move || each_on_a_thread(&listener, me, &handler, max, &busy));
         }
         Bound::Triage => {
             let _ = std::thread::Builder::new()
@@ -215,114 +212,97 @@ fn read_by(mut conn: &UnixStream, buf: &mut [u8], deadline: Instant) -> Result<(
     Ok(())
 }
 
-/// [`Bound::Threads`]: each connection is served on a thread of its own
-/// while fewer than `max` are served, and refused at once otherwise. The
-/// thread that accepts a connection serves it, once another thread accepts
-/// in its place; having answered it, it accepts again while fewer than
-/// [`SPARE`] do, else it ends. So each connection has a thread to itself
+/// [`Bound::Threads`]: accepts each connection and serves it on a thread of
+/// its own while fewer than `max` are served; refuses it at once otherwise.
+/// A thread that has served a connection waits for the next one, while
+/// fewer than [`SPARE`] wait: each connection still has a thread to itself
 /// from its request to its answer (a command's nested `nd7-exec` never
-/// waits for it), some thread always accepts, and a command costs neither
-/// a thread's start and end (a `clone3` and two stops of the exec
-/// observer) nor a hand-over from the accepting thread to another, each a
-/// wake-up of an idle processor (ADR-0152).
+/// waits for it), and starting a thread per command cost it a `clone3`,
+/// the thread's setup and end, and two stops of the exec observer
+/// (ADR-0152).
 fn each_on_a_thread<H: Handler>(
-    listener: UnixListener,
+    listener: &UnixListener,
     me: u32,
-    handler: Arc<H>,
+    handler: &Arc<H>,
     max: usize,
-    busy: String,
+    busy: &str,
 ) {
-    let shared = Arc::new(Accepting {
-        listener,
-        me,
-        handler,
-        max,
-        busy,
-        slots: Arc::new(Slots::default()),
-        accepting: Mutex::new(1),
-    });
-    accept_and_serve(&shared);
-}
-
-/// What the exit's threads share: the socket, how to serve, and how many
-/// of them wait in `accept`.
-struct Accepting<H> {
-    listener: UnixListener,
-    me: u32,
-    handler: Arc<H>,
-    max: usize,
-    busy: String,
-    slots: Arc<Slots>,
-    accepting: Mutex<usize>,
-}
-
-/// Threads waiting in `accept` after serving, at most this many; one more
-/// ends.
-const SPARE: usize = 4;
-
-impl<H: Handler> Accepting<H> {
-    /// This thread has left `accept` with a connection: whether another
-    /// thread accepts in its place (one is started when none does).
-    fn hand_over(self: &Arc<Self>) -> bool {
-        let mut accepting = self.accepting.lock().unwrap_or_else(|e| e.into_inner());
-        *accepting -= 1;
-        if *accepting > 0 {
-            return true;
-        }
-        let shared = self.clone();
-        let spawned = std::thread::Builder::new()
-            .stack_size(STACK)
-            .spawn(move || accept_and_serve(&shared));
-        *accepting += usize::from(spawned.is_ok());
-        spawned.is_ok()
-    }
-
-    /// Whether this thread accepts again: while fewer than [`SPARE`] do.
-    fn rejoin(&self) -> bool {
-        let mut accepting = self.accepting.lock().unwrap_or_else(|e| e.into_inner());
-        (*accepting < SPARE).then(|| *accepting += 1).is_some()
-    }
-
-    /// Accepts in any case (no other thread may): after a connection it
-    /// did not serve.
-    fn back(&self) {
-        *self.accepting.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-    }
-}
-
-/// One of the exit's threads: accepts, serves what it accepted, and
-/// accepts again ([`each_on_a_thread`]).
-fn accept_and_serve<H: Handler>(shared: &Arc<Accepting<H>>) {
-    loop {
-        let Ok((conn, _)) = shared.listener.accept() else {
-            continue;
-        };
-        if !shared.hand_over() {
-            // Out of threads, so none would accept while this one served:
-            // the connection is closed unserved, and its caller sees the
-            // server close; nothing ran.
-            drop(conn);
-            shared.back();
-            continue;
-        }
-        let Some(slot) = Slots::try_take(&shared.slots, shared.max) else {
+    let slots = Arc::new(Slots::default());
+    let spare = Arc::new(Spare::default());
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let Some(slot) = Slots::try_take(&slots, max) else {
             // Refused before its request is read, so named by the
             // connection's peer, where that is not the keeper.
-            let log = shared.handler.log();
-            refuse(&conn, log, H::NAME, peer(&conn), shared.busy.clone());
-            drop(conn);
-            if shared.rejoin() {
-                continue;
-            }
-            return;
+            refuse(&conn, handler.log(), H::NAME, peer(&conn), busy.into());
+            continue;
         };
-        serve_one(&conn, shared.me, &*shared.handler);
+        // A waiting thread, taken off the list: no other connection can be
+        // handed to it. One that has gone gives the connection back.
+        let work = match spare.take() {
+            Some(thread) => match thread.send((conn, slot)) {
+                Ok(()) => continue,
+                Err(std::sync::mpsc::SendError(work)) => work,
+            },
+            None => (conn, slot),
+        };
+        let (handler, spare) = (handler.clone(), spare.clone());
+        let spawned = std::thread::Builder::new()
+            .stack_size(STACK)
+            .spawn(move || serve_on(work, me, &*handler, &spare));
+        // Out of threads: the connection was dropped with the closure
+        // and its caller sees the server close; nothing ran.
+        drop(spawned);
+    }
+}
+
+/// A connection for a thread, with the slot it holds while it is served.
+type Work = (UnixStream, Slot);
+
+/// Threads waiting for a connection after serving one, at most this many;
+/// one more ends.
+const SPARE: usize = 4;
+
+/// The threads waiting for a connection: each one's own channel.
+#[derive(Default)]
+struct Spare {
+    waiting: Mutex<Vec<Sender<Work>>>,
+}
+
+impl Spare {
+    /// A waiting thread, no longer listed as waiting.
+    fn take(&self) -> Option<Sender<Work>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    /// Lists a thread as waiting on `channel`, unless [`SPARE`] already
+    /// are. Returns whether it was listed.
+    fn offer(&self, channel: Sender<Work>) -> bool {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        (waiting.len() < SPARE)
+            .then(|| waiting.push(channel))
+            .is_some()
+    }
+}
+
+/// Serves `work`, then each connection handed to this thread while it is
+/// listed as waiting in `spare`; ends when it cannot be listed.
+fn serve_on<H: Handler>(work: Work, me: u32, handler: &H, spare: &Spare) {
+    let (channel, next) = std::sync::mpsc::channel::<Work>();
+    let mut work = work;
+    loop {
+        let (conn, slot) = work;
+        serve_one(&conn, me, handler);
         // The caller sees the end of the exchange, and the slot is free,
-        // before this thread accepts again.
+        // before this thread waits.
         drop(conn);
         drop(slot);
-        if !shared.rejoin() {
+        if !spare.offer(channel.clone()) {
             return;
+        }
+        match next.recv() {
+            Ok(got) => work = got,
+            Err(_) => return,
         }
     }
 }
