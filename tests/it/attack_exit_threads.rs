@@ -1,0 +1,140 @@
+//! Attacks on the exit's threads that outlive their commands (ADR-0152,
+//! ADR-0154): a thread that has answered a command waits for the next one.
+//! The agent speaks the exit's protocol itself here (as it may: the socket
+//! is its own), through a client of its own standing in for `nd7-exec`.
+#![cfg(target_os = "linux")]
+
+use crate::world::*;
+
+/// An exit client: `run(cmd, cwd, env)` sends a request and waits for the
+/// answer's first frame; `hold()` opens a connection and sends only the
+/// first bytes of a request, keeping a thread of the exit reading it.
+const CLIENT: &str = r#"
+import os, socket, struct, sys
+def field(b): return struct.pack('<I', len(b)) + b
+def request(cmd, cwd, env):
+    body = field(cmd.encode()) + field(cwd.encode()) + struct.pack('<I', len(env)) + b''.join(field(e.encode()) for e in env)
+    return struct.pack('<I', len(body)) + body
+def connect():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(os.environ['ND7_RUN'] + '/exit.sock')
+    return s
+def run(cmd, cwd, env):
+    s = connect()
+    socket.send_fds(s, [request(cmd, cwd, env)], [0, 1, 2])
+    data = b''
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    sys.stdout.flush()
+    return data[:1].decode() if data else 'none'
+def hold():
+    s = connect()
+    # The length and a part of the body: the exit waits for the rest.
+    socket.send_fds(s, [request('true', '/', [])[:6]], [0, 1, 2])
+    return s
+def still_held(s):
+    s.setblocking(False)
+    try:
+        return s.recv(1) != b''
+    except BlockingIOError:
+        return True
+"#;
+
+fn client(w: &World) {
+    std::fs::write(w.proj().join("exitc.py"), CLIENT).expect("write client");
+    w.own();
+}
+
+/// What a command sees of what it was started with: its environment, its
+/// directory, umask, descriptors, blocked and ignored signals, limits.
+const PROBE: &str = "echo env:$(env | grep -v '^_=\\|^SHLVL=' | sort | tr '\\n' ' '); \
+    echo cwd:$(pwd); echo umask:$(umask); echo fds:$(ls /proc/self/fd | tr '\\n' ' '); \
+    echo sig:$(grep -E '^Sig(Blk|Ign)' /proc/self/status | tr '\\t\\n' '  '); \
+    echo limits:$(ulimit -n) $(ulimit -c)";
+
+/// A command served by a thread that served another before it starts as
+/// one served by a fresh thread: nothing of the previous request (its
+/// environment, directory) nor of what the previous command did to itself
+/// (umask, signal dispositions and mask, descriptors it opened, limits)
+/// reaches the next. The commands are asked one after the other, so the
+/// thread that served the first waits and serves each next one. Held: all
+/// that a command starts with is built from its own request, in a child
+/// whose signal mask is emptied; the thread keeps nothing between them.
+#[test]
+fn a_command_on_a_thread_that_served_another_starts_clean() {
+    let w = World::new();
+    client(&w);
+    let script = format!(
+        r#"
+import sys
+sys.path.insert(0, '.')
+from exitc import run
+cwd = sys.argv[1]
+env = ['PATH=/usr/bin:/bin']
+probe = {PROBE:?}
+print('frame-first:' + run(probe, cwd, env), flush=True)
+dirty = "umask 077; trap '' INT TERM HUP USR1; ulimit -n 64; ulimit -c 0; exec 7>/dev/null; cd /; " + probe
+print('frame-dirty:' + run(dirty, '/', env + ['LEAK=1']), flush=True)
+print('frame-again:' + run(probe, cwd, env), flush=True)
+"#
+    );
+    std::fs::write(w.proj().join("leak.py"), script).expect("write");
+    w.own();
+    let out = w.run_agent("/usr/bin/python3 leak.py \"$PWD\"\n");
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let diag = format!("{stdout}\n{}", text(&out.stderr));
+    assert_eq!(lines.len(), 21, "three probes of six lines and their frames\n{diag}");
+    let (first, dirty, again) = (&lines[0..6], &lines[7..13], &lines[14..20]);
+    assert_eq!(
+        [lines[6], lines[13], lines[20]],
+        ["frame-first:x", "frame-dirty:x", "frame-again:x"],
+        "{diag}"
+    );
+    // The dirty command did change what it could see of itself.
+    assert!(dirty[0].contains("LEAK=1"), "{diag}");
+    assert_eq!(dirty[2], "umask:0077", "{diag}");
+    assert!(dirty[3].split_whitespace().any(|fd| fd == "7"), "{diag}");
+    assert_eq!(first, again, "{diag}");
+}
+
+/// Connections that never send their whole request cannot take the exit's
+/// waiting threads from the commands that come after them: once threads
+/// have served commands and wait, the agent opens more silent connections
+/// than wait, then a command is asked, and it runs while every silent one
+/// is still held open by the exit (a connection handed to a thread that is
+/// still reading a silent one would be served only once the exit gave up
+/// on that one, after `REQUEST_TIMEOUT`, 10 s, and closed it). Seen failing
+/// (`held:false` for the silent connections) with a thread listed as
+/// waiting before it served its own connection.
+#[test]
+fn silent_connections_do_not_hold_back_the_next_command() {
+    let w = World::new();
+    client(&w);
+    let script = r#"
+import sys, threading
+sys.path.insert(0, '.')
+from exitc import run, hold, still_held
+cwd = sys.argv[1]
+env = ['PATH=/usr/bin:/bin']
+# Threads that served a command and now wait.
+ts = [threading.Thread(target=run, args=('true', cwd, env)) for _ in range(6)]
+for t in ts: t.start()
+for t in ts: t.join()
+silent = [hold() for _ in range(8)]
+print('frame:' + run('echo ran', cwd, env), flush=True)
+print('held:' + str(all(still_held(s) for s in silent)).lower(), flush=True)
+"#;
+    std::fs::write(w.proj().join("starve.py"), script).expect("write");
+    w.own();
+    let out = w.run_agent("/usr/bin/python3 starve.py \"$PWD\"\n");
+    assert_eq!(
+        text(&out.stdout),
+        "ran\nframe:x\nheld:true\n",
+        "{}",
+        text(&out.stderr)
+    );
+}
