@@ -36,9 +36,11 @@ def hold():
     socket.send_fds(s, [request('true', '/', [])[:6]], [0, 1, 2])
     return s
 def still_held(s):
+    # Neither answered (a refusal once the exit gives up) nor closed.
     s.setblocking(False)
     try:
-        return s.recv(1) != b''
+        s.recv(1)
+        return False
     except BlockingIOError:
         return True
 "#;
@@ -103,13 +105,13 @@ print('frame-again:' + run(probe, cwd, env), flush=True)
 
 /// Connections that never send their whole request cannot take the exit's
 /// waiting threads from the commands that come after them: once threads
-/// have served commands and wait, the agent opens more silent connections
-/// than wait, then a command is asked, and it runs while every silent one
-/// is still held open by the exit (a connection handed to a thread that is
-/// still reading a silent one would be served only once the exit gave up
-/// on that one, after `REQUEST_TIMEOUT`, 10 s, and closed it). Seen failing
-/// (`held:false` for the silent connections) with a thread listed as
-/// waiting before it served its own connection.
+/// have served commands and wait, the agent opens a silent connection and
+/// asks a command, five times (more than wait, `SPARE`, 4), and each
+/// command runs while every silent one is still unanswered and open (a
+/// connection handed to a thread still reading a silent one would be served
+/// only once the exit gave up on that one, after `REQUEST_TIMEOUT`, 10 s,
+/// and refused it). Seen failing (`0:frame:x:held:false`) with a thread
+/// listed as waiting before it served its own connection.
 #[test]
 fn silent_connections_do_not_hold_back_the_next_command() {
     let w = World::new();
@@ -124,17 +126,18 @@ env = ['PATH=/usr/bin:/bin']
 ts = [threading.Thread(target=run, args=('true', cwd, env)) for _ in range(6)]
 for t in ts: t.start()
 for t in ts: t.join()
-silent = [hold() for _ in range(8)]
-print('frame:' + run('echo ran', cwd, env), flush=True)
-print('held:' + str(all(still_held(s) for s in silent)).lower(), flush=True)
+silent = []
+for i in range(5):
+    silent.append(hold())
+    frame = run('echo ran', cwd, env)
+    held = all(still_held(s) for s in silent)
+    print(f'{i}:frame:{frame}:held:{str(held).lower()}', flush=True)
 "#;
     std::fs::write(w.proj().join("starve.py"), script).expect("write");
     w.own();
     let out = w.run_agent("/usr/bin/python3 starve.py \"$PWD\"\n");
-    assert_eq!(
-        text(&out.stdout),
-        "ran\nframe:x\nheld:true\n",
-        "{}",
-        text(&out.stderr)
-    );
+    let expected: String = (0..5)
+        .map(|i| format!("ran\n{i}:frame:x:held:true\n"))
+        .collect();
+    assert_eq!(text(&out.stdout), expected, "{}", text(&out.stderr));
 }
