@@ -89,7 +89,11 @@ print('frame-again:' + run(probe, cwd, env), flush=True)
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     let diag = format!("{stdout}\n{}", text(&out.stderr));
-    assert_eq!(lines.len(), 21, "three probes of six lines and their frames\n{diag}");
+    assert_eq!(
+        lines.len(),
+        21,
+        "three probes of six lines and their frames\n{diag}"
+    );
     let (first, dirty, again) = (&lines[0..6], &lines[7..13], &lines[14..20]);
     assert_eq!(
         [lines[6], lines[13], lines[20]],

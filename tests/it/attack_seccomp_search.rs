@@ -172,7 +172,12 @@ fn shared_map(len: usize) -> *mut u8 {
             0,
         )
     };
-    assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    assert_ne!(
+        p,
+        libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
     p.cast()
 }
 
@@ -225,7 +230,11 @@ fn verdicts(prog: &[Insn], calls: &[Call]) -> Vec<Verdict> {
             child(prog, calls, from, shared, results);
         }
         let status = serve(pid, shared);
-        assert_eq!(shared.unsafe_to_go_on.load(Ordering::Acquire), 0, "a call was not skipped");
+        assert_eq!(
+            shared.unsafe_to_go_on.load(Ordering::Acquire),
+            0,
+            "a call was not skipped"
+        );
         let done = shared.done.load(Ordering::Acquire);
         for i in from..done {
             // SAFETY: written by the child before `done` passed it.
@@ -266,10 +275,18 @@ fn serve(pid: i32, shared: &Shared) -> i32 {
     };
     // SAFETY: plain system calls on our own child.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-    assert!(pidfd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+    assert!(
+        pidfd >= 0,
+        "pidfd_open: {}",
+        std::io::Error::last_os_error()
+    );
     // SAFETY: as above.
     let notify = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) } as i32;
-    assert!(notify >= 0, "pidfd_getfd: {}", std::io::Error::last_os_error());
+    assert!(
+        notify >= 0,
+        "pidfd_getfd: {}",
+        std::io::Error::last_os_error()
+    );
     shared.go.store(1, Ordering::Release);
     let status = loop {
         let mut p = libc::pollfd {
@@ -438,18 +455,53 @@ fn the_kernel_decides_every_call_alike_under_the_search_and_the_chain() {
         assert_eq!(seen(Entry::Native, 0x4000_0000, [0; 6]), Verdict::Refused);
         assert_eq!(seen(Entry::Native, 101, [0; 6]), Verdict::Refused, "ptrace");
         let tiocsti = [0, 0x5412, 0, 0, 0, 0];
-        assert_eq!(seen(Entry::Native, 16, tiocsti), Verdict::Refused, "TIOCSTI");
+        assert_eq!(
+            seen(Entry::Native, 16, tiocsti),
+            Verdict::Refused,
+            "TIOCSTI"
+        );
         let connect = match f.sockets {
             Sockets::Supervised => Verdict::Notified,
             Sockets::Open => Verdict::Allowed,
         };
         assert_eq!(seen(Entry::Native, 42, [0; 6]), connect, "connect");
+        // A filter with a listener of its own (a notifier nested under the
+        // session's), through both entries.
+        let listener = [1, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u64, 0, 0, 0, 0];
+        assert_eq!(
+            seen(Entry::Native, 317, listener),
+            Verdict::Refused,
+            "seccomp"
+        );
+        assert_eq!(
+            seen(Entry::Native, 317, [1, 0, 0, 0, 0, 0]),
+            Verdict::Allowed
+        );
+        if int80 {
+            assert_eq!(
+                seen(Entry::Int80, 354, listener),
+                Verdict::Refused,
+                "i386 seccomp"
+            );
+        }
         if f.attrs && f.sockets == Sockets::Supervised {
             assert_eq!(seen(Entry::Native, 90, [0; 6]), Verdict::Notified, "chmod");
         }
         if int80 {
-            assert_eq!(seen(Entry::Int80, 15, [0; 6]), if f.attrs { Verdict::Refused } else { Verdict::Allowed }, "i386 chmod");
-            assert_eq!(seen(Entry::Int80, 11, [0; 6]), Verdict::Refused, "i386 execve");
+            assert_eq!(
+                seen(Entry::Int80, 15, [0; 6]),
+                if f.attrs {
+                    Verdict::Refused
+                } else {
+                    Verdict::Allowed
+                },
+                "i386 chmod"
+            );
+            assert_eq!(
+                seen(Entry::Int80, 11, [0; 6]),
+                Verdict::Refused,
+                "i386 execve"
+            );
         }
     }
 }
