@@ -145,3 +145,78 @@ for i in range(5):
         .collect();
     assert_eq!(text(&out.stdout), expected, "{}", text(&out.stderr));
 }
+
+/// What [`outsider_child`] is given: the exit's socket.
+const OUTSIDER: &str = "ND7_TEST_EXIT_OUTSIDER";
+
+/// A process of the account that was never in the session asks the exit
+/// for a command after the agent's commands have left threads waiting, so
+/// that a thread that served (and admitted) the agent's caller serves it:
+/// it is refused as before, and the agent's next command still runs. Each
+/// connection is admitted on its own credentials, in `serve_one`, wherever
+/// it is served. Held. Seen failing (`not refused`) with the outsider's
+/// admission taken from the thread's previous connection.
+#[test]
+fn an_outsider_served_by_a_thread_that_admitted_the_agent_is_refused() {
+    let w = World::new();
+    let (child, pid) = w.start_agent(
+        r#"
+for i in 1 2 3 4 5 6; do "$EXEC" true & done; wait
+"$EXEC" true; touch started; wait_for asked
+"$EXEC" "echo after"; wait_for done
+"#,
+    );
+    w.wait_for("started");
+    let socket = w.sessions().join(pid.to_string()).join("exit.sock");
+    let why = as_account(&socket.display().to_string());
+    assert!(
+        why.contains("refused: ") && why.contains("is not part of session"),
+        "{why}"
+    );
+    w.signal("asked");
+    w.signal("done");
+    let out = child.wait_with_output().expect("ends");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "after\n", "{}", text(&out.stderr));
+}
+
+/// Runs [`outsider_child`] as the world's account, and returns what it
+/// printed.
+fn as_account(socket: &str) -> String {
+    let acct = account();
+    let me = std::env::current_exe().expect("test binary");
+    let mut cmd = if acct.drop_from_root {
+        let mut c = std::process::Command::new("setpriv");
+        c.arg(format!("--reuid={}", acct.uid))
+            .arg(format!("--regid={}", acct.gid))
+            .args(["--clear-groups", "--"])
+            .arg(me);
+        c
+    } else {
+        std::process::Command::new(me)
+    };
+    let out = cmd
+        .args([
+            "--exact",
+            "attack_exit_threads::outsider_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(OUTSIDER, socket)
+        .output()
+        .expect("run the outsider");
+    text(&out.stdout)
+}
+
+/// The outsider of the test above. Does nothing unless started by it.
+#[test]
+fn outsider_child() {
+    let Ok(socket) = std::env::var(OUTSIDER) else {
+        return;
+    };
+    match nd7_core::sandbox::linux::exit::run(std::path::Path::new(&socket), "touch escaped".into())
+    {
+        Err(nd7_core::sandbox::linux::exit::ExitError::Refused(why)) => println!("refused: {why}"),
+        other => println!("not refused: {other:?}"),
+    }
+}
