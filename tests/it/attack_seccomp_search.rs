@@ -80,6 +80,8 @@ fn ret(k: u32) -> Insn {
 /// Makes any system call: only under filters that skip it.
 unsafe fn native_call(nr: u64, a: [u64; 6]) -> i64 {
     let r: i64;
+    // SAFETY: the caller's promise; the instruction clobbers only the
+    // registers named.
     unsafe {
         std::arch::asm!(
             "syscall",
@@ -98,6 +100,7 @@ unsafe fn native_call(nr: u64, a: [u64; 6]) -> i64 {
 /// `edx`, `esi`, `edi`; the filter reads no sixth).
 unsafe fn int80_call(nr: u64, a: [u64; 6]) -> i64 {
     let r: i64;
+    // SAFETY: the caller's promise; `rbx` is swapped back after the call.
     unsafe {
         std::arch::asm!(
             "xchg rbx, {b}",
@@ -334,7 +337,7 @@ fn argument_sets() -> Vec<[u64; 6]> {
         sets.push([0, 10 /* F_SETSIG */, sig, 0, 0, 0]);
     }
     let filter = u64::from(libc::SECCOMP_SET_MODE_FILTER);
-    let listener = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u64;
+    let listener = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER;
     sets.extend([
         [filter, listener, 0, 0, 0, 0],
         [filter, listener | 1, 0, 0, 0, 0],
@@ -467,7 +470,7 @@ fn the_kernel_decides_every_call_alike_under_the_search_and_the_chain() {
         assert_eq!(seen(Entry::Native, 42, [0; 6]), connect, "connect");
         // A filter with a listener of its own (a notifier nested under the
         // session's), through both entries.
-        let listener = [1, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u64, 0, 0, 0, 0];
+        let listener = [1, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER, 0, 0, 0, 0];
         assert_eq!(
             seen(Entry::Native, 317, listener),
             Verdict::Refused,
