@@ -145,7 +145,9 @@ fn btrfs_devices(file: &std::fs::File) -> Option<Vec<PathBuf>> {
     // struct btrfs_ioctl_fs_info_args: 1024 bytes, the fsid at 16.
     let mut args = [0u8; 1024];
     // _IOR(0x94, 31, struct btrfs_ioctl_fs_info_args)
-    const FS_INFO: libc::c_ulong = 0x8400_941F;
+    // The request's type is glibc's unsigned long and musl's int
+    // (`libc::Ioctl`): the release's static Linux builds are musl.
+    const FS_INFO: libc::Ioctl = 0x8400_941Fu32 as libc::Ioctl;
     // SAFETY: the request fills at most the 1024 bytes of `args`.
     let r = unsafe { libc::ioctl(file.as_raw_fd(), FS_INFO, args.as_mut_ptr()) };
     if r != 0 {

@@ -652,9 +652,9 @@ fn by_number(mut checks: Vec<(u32, Label)>) -> Vec<(u32, Label)> {
 /// by one. The kernel runs the program over every call number when it
 /// installs the filter (to learn which calls it always allows, its action
 /// cache), with the installing thread's signal lock held: a chain of all
-/// the checks made that cost about 70 steps per number, against about 10
-/// here, and the same for every call of a confined process that the cache
-/// does not answer (ADR-0152).
+/// the checks took up to 43 steps per number, this at most 12, and so
+/// does every call of a confined process that the cache does not answer
+/// (ADR-0152).
 fn dispatch(a: &mut Asm, checks: &[(u32, Label)], rest: Label) {
     if checks.len() <= a.leaf {
         for (i, &(nr, target)) in checks.iter().enumerate() {
@@ -1209,7 +1209,7 @@ mod tests {
     /// What the kernel pays at every install (its action cache runs the
     /// program over every call number, ADR-0152), and every confined call
     /// the cache does not answer: at most 16 instructions to decide any
-    /// call number without arguments (a chain of the checks took about 70).
+    /// call number without arguments (a chain of the checks took up to 43).
     #[test]
     fn any_call_number_is_decided_in_few_steps() {
         let (n, c) = x86();
