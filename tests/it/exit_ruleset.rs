@@ -196,3 +196,35 @@ x final "$EXEC" "touch '$OUT/g/final'"
     }
     assert!(checked > 2 * ROUNDS, "only {checked} commands checked");
 }
+
+/// The exit's threads outlive their commands and wait for the next one
+/// (ADR-0152), but a waiting thread is taken for one connection only: a
+/// command that asks the exit from inside, nested deeper than threads wait
+/// (`SPARE`, 4, in `src/sandbox/linux/server.rs`), gets a thread at every level, after commands at once
+/// left threads waiting, and again after that. Each nesting is bounded by
+/// `timeout`, so a connection handed to a busy thread shows as a status
+/// instead of hanging the test. Seen failing (`status 124`) with a thread
+/// listed as waiting before it served its connection.
+#[test]
+fn nested_commands_each_get_a_thread_of_their_own_after_threads_have_waited() {
+    let w = World::new();
+    let out = w.run_agent(
+        r#"export EXEC
+cat > nest.sh <<'S'
+#!/bin/bash
+if [ "$1" -gt 0 ]; then "$EXEC" "'$0' $(($1 - 1))"; else echo deep; fi
+S
+chmod +x nest.sh
+for i in 1 2 3 4 5 6; do "$EXEC" true & done; wait
+timeout 60 "$EXEC" "'$PWD/nest.sh' 7"; echo "status $?"
+"$EXEC" true
+timeout 60 "$EXEC" "'$PWD/nest.sh' 7"; echo "status $?"
+"#,
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "deep\nstatus 0\ndeep\nstatus 0\n",
+        "{}",
+        text(&out.stderr)
+    );
+}

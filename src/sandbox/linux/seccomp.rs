@@ -465,10 +465,12 @@ enum Item {
 
 /// Assembles a program from straight-line items and labels, resolving
 /// jumps to the classic-BPF relative offsets.
-#[derive(Default)]
 struct Asm {
     items: Vec<Item>,
     labels: usize,
+    /// At most this many call numbers are compared one after the other;
+    /// more are split in halves first ([`dispatch`]).
+    leaf: usize,
 }
 
 impl Asm {
@@ -567,11 +569,9 @@ fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
         a.jump(JGE_K, X32_BIT, eperm, next);
         a.here(next);
     }
-    for (nr, target) in checks {
-        let next = a.label();
-        a.jump(JEQ_K, nr, target, next);
-        a.here(next);
-    }
+    let rest = a.label();
+    dispatch(a, &by_number(checks), rest);
+    a.here(rest);
     if let (Some(nr), Sockets::Supervised) = (arch.socketcall, f.sockets) {
         let next = a.label();
         a.jump(JEQ_K, nr, socketcall, next);
@@ -638,10 +638,60 @@ fn arch_body(a: &mut Asm, arch: &Arch, f: Filter, eperm: Label, allow: Label) {
     }
 }
 
+/// `checks` sorted by call number, each number once: the first check of a
+/// number is the one a chain compared in order would have taken.
+fn by_number(mut checks: Vec<(u32, Label)>) -> Vec<(u32, Label)> {
+    checks.sort_by_key(|&(nr, _)| nr);
+    checks.dedup_by_key(|&mut (nr, _)| nr);
+    checks
+}
+
+/// Sends the call number loaded to the target of its check in `checks`
+/// (sorted, each number once), or on to `rest`: a binary search, halving
+/// on `>=` until at most [`Asm::leaf`] numbers are left, then compared one
+/// by one. The kernel runs the program over every call number when it
+/// installs the filter (to learn which calls it always allows, its action
+/// cache), with the installing thread's signal lock held: a chain of all
+/// the checks took up to 43 steps per number, this at most 12, and so
+/// does every call of a confined process that the cache does not answer
+/// (ADR-0152).
+fn dispatch(a: &mut Asm, checks: &[(u32, Label)], rest: Label) {
+    if checks.len() <= a.leaf {
+        for (i, &(nr, target)) in checks.iter().enumerate() {
+            let last = i + 1 == checks.len();
+            let next = if last { rest } else { a.label() };
+            a.jump(JEQ_K, nr, target, next);
+            if !last {
+                a.here(next);
+            }
+        }
+        return;
+    }
+    let mid = checks.len() / 2;
+    let (low, high) = (a.label(), a.label());
+    a.jump(JGE_K, checks[mid].0, high, low);
+    a.here(low);
+    dispatch(a, &checks[..mid], rest);
+    a.here(high);
+    dispatch(a, &checks[mid..], rest);
+}
+
+/// How many call numbers [`dispatch`] compares one by one.
+const LEAF: usize = 4;
+
 /// The filter for the given architectures: the native one and, where the
 /// kernel has one, its compatibility ABI. Anything else is killed.
 pub fn program_for(native: &Arch, compat: Option<&Arch>, f: Filter) -> Vec<Insn> {
-    let mut a = Asm::default();
+    program_with(native, compat, f, LEAF)
+}
+
+/// [`program_for`], comparing at most `leaf` call numbers one by one.
+fn program_with(native: &Arch, compat: Option<&Arch>, f: Filter, leaf: usize) -> Vec<Insn> {
+    let mut a = Asm {
+        items: Vec::new(),
+        labels: 0,
+        leaf,
+    };
     let [is_native, is_compat, eperm, allow] = [a.label(), a.label(), a.label(), a.label()];
     a.load(ARCH);
     let not_native = a.label();
@@ -735,6 +785,14 @@ mod tests {
     /// Runs a classic-BPF program of the opcodes above over a seccomp_data
     /// image: the kernel's verdict, without a kernel.
     fn run(prog: &[Insn], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+        run_counted(prog, nr, arch, args).0
+    }
+
+    /// [`run`]'s verdict, and how many instructions it took before it
+    /// returned or first read an argument: as far as the kernel's pass
+    /// over every call number at install follows it (`seccomp_cache_prepare`
+    /// stops at a load of anything but the number and the architecture).
+    fn run_counted(prog: &[Insn], nr: u32, arch: u32, args: [u64; 6]) -> (u32, usize) {
         let mut data = [0u8; 64];
         data[0..4].copy_from_slice(&nr.to_le_bytes());
         data[4..8].copy_from_slice(&arch.to_le_bytes());
@@ -743,15 +801,19 @@ mod tests {
         }
         let mut acc = 0u32;
         let mut pc = 0usize;
-        loop {
+        let mut before_args = None;
+        for steps in 1.. {
             let insn = prog[pc];
             pc += 1;
             match insn.code {
                 LD_W_ABS => {
                     let k = insn.k as usize;
+                    if k >= 16 {
+                        before_args.get_or_insert(steps);
+                    }
                     acc = u32::from_le_bytes(data[k..k + 4].try_into().expect("4 bytes"));
                 }
-                RET_K => return insn.k,
+                RET_K => return (insn.k, before_args.unwrap_or(steps)),
                 JEQ_K | JGE_K | JSET_K => {
                     let taken = match insn.code {
                         JEQ_K => acc == insn.k,
@@ -763,6 +825,7 @@ mod tests {
                 other => panic!("unexpected opcode {other:#x}"),
             }
         }
+        unreachable!("a program without an end")
     }
 
     fn x86() -> (Arch, Arch) {
@@ -1059,6 +1122,108 @@ mod tests {
         assert_eq!(run(&p, 0, 0xC000_00B7, [0; 6]), RET_KILL_PROCESS);
         assert_eq!(run(&p, 0, n.audit, [0; 6]), RET_ALLOW); // read
         assert_eq!(run(&p, 3, c.audit, [0; 6]), RET_ALLOW); // read (i386)
+    }
+
+    /// Call numbers to try: every number of both tables' range, the x32
+    /// ones, and the edges of the 32-bit range.
+    fn numbers() -> impl Iterator<Item = u32> {
+        (0..1100)
+            .chain((0..1100).map(|n| X32_BIT | n))
+            .chain([u32::MAX, u32::MAX - 1, X32_BIT - 1])
+    }
+
+    /// Arguments that reach each check the filter makes of an argument.
+    fn argument_sets() -> Vec<[u64; 6]> {
+        let mut sets = vec![[0; 6]];
+        let requests = DENIED_IOCTLS.iter().chain(&STOPPING_IOCTLS).map(|d| d.1);
+        for request in requests
+            .chain(ATTR_IOCTLS.iter().map(|d| d.1))
+            .chain([0x5413])
+        {
+            sets.push([0, u64::from(request), 0, 0, 0, 0]);
+        }
+        for sig in [1, 18, 19, 20, 21, 22, 23] {
+            sets.push([0, sig, 0, 0, 0, 0]);
+            sets.push([0, 0, sig, 0, 0, 0]);
+            sets.push([0, u64::from(F_SETSIG), sig, 0, 0, 0]);
+        }
+        sets.push([
+            u64::from(SECCOMP_SET_MODE_FILTER),
+            u64::from(FLAG_NEW_LISTENER),
+            0,
+            0,
+            0,
+            0,
+        ]);
+        sets.push([u64::from(SECCOMP_SET_MODE_FILTER), 0, 0, 0, 0, 0]);
+        sets.push([u64::from(SOCKETCALL_BIND), 0, 0, 0, 0, 0]);
+        sets.push([u64::from(SOCKETCALL_CONNECT), 0, 0, 0, 0, 0]);
+        sets
+    }
+
+    /// The binary search over call numbers decides every call as the chain
+    /// of checks in their order did: same verdict for every number, on
+    /// every architecture (and a foreign one), for each argument the
+    /// filter looks at, in every filter the floor and the tests use.
+    #[test]
+    fn the_search_decides_as_the_chain_of_checks() {
+        let (n, c) = x86();
+        let mut tables = vec![(n, Some(c)), (n, None)];
+        if let Some(native) = native() {
+            tables.push((native, compat()));
+        }
+        let filters = [
+            Filter::full(Sockets::Supervised),
+            Filter::full(Sockets::Open),
+            Filter {
+                attrs: false,
+                ..Filter::full(Sockets::Supervised)
+            },
+        ];
+        let args = argument_sets();
+        for (native, compat) in tables {
+            for f in filters {
+                let search = program_for(&native, compat.as_ref(), f);
+                let chain = program_with(&native, compat.as_ref(), f, usize::MAX);
+                assert_ne!(search, chain, "the search is not a chain");
+                let audits = [Some(native.audit), compat.map(|c| c.audit), Some(0x1234)];
+                for audit in audits.into_iter().flatten() {
+                    for nr in numbers() {
+                        for a in &args {
+                            assert_eq!(
+                                run(&search, nr, audit, *a),
+                                run(&chain, nr, audit, *a),
+                                "call {nr:#x} on {audit:#x} with {a:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// What the kernel pays at every install (its action cache runs the
+    /// program over every call number, ADR-0152), and every confined call
+    /// the cache does not answer: at most 16 instructions to decide any
+    /// call number without arguments (a chain of the checks took up to 43).
+    #[test]
+    fn any_call_number_is_decided_in_few_steps() {
+        let (n, c) = x86();
+        let mut tables = vec![(n, Some(c))];
+        if let Some(native) = native() {
+            tables.push((native, compat()));
+        }
+        for (native, compat) in tables {
+            let p = program_for(&native, compat.as_ref(), Filter::full(Sockets::Supervised));
+            let audits = [Some(native.audit), compat.map(|c| c.audit)];
+            for audit in audits.into_iter().flatten() {
+                let most = (0..1100)
+                    .map(|nr| run_counted(&p, nr, audit, [0; 6]).1)
+                    .max()
+                    .expect("numbers");
+                assert!(most <= 16, "{most} steps on {audit:#x}");
+            }
+        }
     }
 
     #[test]

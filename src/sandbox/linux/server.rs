@@ -12,7 +12,8 @@
 //! - [`Bound::Threads`] (the exit): a thread per connection, at most `max`
 //!   at once; a caller beyond them is refused at once, before its request
 //!   is read (a confined agent could otherwise start threads of the
-//!   unconfined `nd7 run` without bound).
+//!   unconfined `nd7 run` without bound). A thread that has answered its
+//!   connection waits for the next, while [`SPARE`] wait (ADR-0152).
 //! - [`Bound::Triage`] (the door, ADR-0097): one thread accepts every
 //!   connection as it comes and waits, for all of them together, until a
 //!   connection's request is in the socket whole (or its first
@@ -213,6 +214,12 @@ fn read_by(mut conn: &UnixStream, buf: &mut [u8], deadline: Instant) -> Result<(
 
 /// [`Bound::Threads`]: accepts each connection and serves it on a thread of
 /// its own while fewer than `max` are served; refuses it at once otherwise.
+/// A thread that has served a connection waits for the next one, while
+/// fewer than [`SPARE`] wait: each connection still has a thread to itself
+/// from its request to its answer (a command's nested `nd7-exec` never
+/// waits for it), and starting a thread per command cost it a `clone3`,
+/// the thread's setup and end, and two stops of the exec observer
+/// (ADR-0152).
 fn each_on_a_thread<H: Handler>(
     listener: &UnixListener,
     me: u32,
@@ -221,6 +228,7 @@ fn each_on_a_thread<H: Handler>(
     busy: &str,
 ) {
     let slots = Arc::new(Slots::default());
+    let spare = Arc::new(Spare::default());
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         let Some(slot) = Slots::try_take(&slots, max) else {
@@ -229,16 +237,73 @@ fn each_on_a_thread<H: Handler>(
             refuse(&conn, handler.log(), H::NAME, peer(&conn), busy.into());
             continue;
         };
-        let handler = handler.clone();
+        // A waiting thread, taken off the list: no other connection can be
+        // handed to it. One that has gone gives the connection back.
+        let work = match spare.take() {
+            Some(thread) => match thread.send((conn, slot)) {
+                Ok(()) => continue,
+                Err(std::sync::mpsc::SendError(work)) => work,
+            },
+            None => (conn, slot),
+        };
+        let (handler, spare) = (handler.clone(), spare.clone());
         let spawned = std::thread::Builder::new()
             .stack_size(STACK)
-            .spawn(move || {
-                let _slot = slot;
-                serve_one(&conn, me, &*handler);
-            });
+            .spawn(move || serve_on(work, me, &*handler, &spare));
         // Out of threads: the connection was dropped with the closure
         // and its caller sees the server close; nothing ran.
         drop(spawned);
+    }
+}
+
+/// A connection for a thread, with the slot it holds while it is served.
+type Work = (UnixStream, Slot);
+
+/// Threads waiting for a connection after serving one, at most this many;
+/// one more ends.
+const SPARE: usize = 4;
+
+/// The threads waiting for a connection: each one's own channel.
+#[derive(Default)]
+struct Spare {
+    waiting: Mutex<Vec<Sender<Work>>>,
+}
+
+impl Spare {
+    /// A waiting thread, no longer listed as waiting.
+    fn take(&self) -> Option<Sender<Work>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    /// Lists a thread as waiting on `channel`, unless [`SPARE`] already
+    /// are. Returns whether it was listed.
+    fn offer(&self, channel: Sender<Work>) -> bool {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        (waiting.len() < SPARE)
+            .then(|| waiting.push(channel))
+            .is_some()
+    }
+}
+
+/// Serves `work`, then each connection handed to this thread while it is
+/// listed as waiting in `spare`; ends when it cannot be listed.
+fn serve_on<H: Handler>(work: Work, me: u32, handler: &H, spare: &Spare) {
+    let (channel, next) = std::sync::mpsc::channel::<Work>();
+    let mut work = work;
+    loop {
+        let (conn, slot) = work;
+        serve_one(&conn, me, handler);
+        // The caller sees the end of the exchange, and the slot is free,
+        // before this thread waits.
+        drop(conn);
+        drop(slot);
+        if !spare.offer(channel.clone()) {
+            return;
+        }
+        match next.recv() {
+            Ok(got) => work = got,
+            Err(_) => return,
+        }
     }
 }
 
