@@ -269,6 +269,28 @@ impl Kept {
     }
 }
 
+/// nd7's binaries out of the agent's reach (ADR-0153): a place one is
+/// reached through ([`setup::binary_places`]) that lies in a directory the
+/// agent may write, and that the run does not hold read-only (`holds`),
+/// would let it replace a program that runs later outside any sandbox,
+/// nd7-record at every hook setup wired: an archive unpacked in the temp
+/// directory, a link into the project.
+fn binaries_out_of_reach(
+    policy: &Policy,
+    holds: impl Fn(&Path) -> bool,
+    nd7: &Path,
+) -> Result<(), RunError> {
+    let writes = policy.command_writes();
+    for place in setup::binary_places(nd7) {
+        let root = writes.iter().find(|root| place.starts_with(root));
+        if let Some(root) = root.filter(|_| !holds(&place)) {
+            let why = format!("lies in {}, which the agent may write", root.display());
+            return Err(RunError::Binary(place, why));
+        }
+    }
+    Ok(())
+}
+
 /// The floor's roots, checked, in a new policy. The logs' directory must
 /// exist to be named in the floor.
 fn roots(base: &Base, cwd: &Path) -> Result<Policy, RunError> {
@@ -366,6 +388,8 @@ impl Planned {
             std::thread::spawn(move || watch::Watch::start(plan, true, &policy))
         };
         let (held, not_held) = sandbox::hold(holding, &plan).map_err(RunError::Sandbox)?;
+        let holds = |place: &Path| not_held.is_none() && plan.held(place);
+        binaries_out_of_reach(&self.policy, holds, &self.base.nd7)?;
         // The working directory was taken before the binds, beneath the
         // project's pin: found again by path, on top of them, so that
         // nothing that inherits it reaches past the locks.

@@ -247,26 +247,63 @@ fn problems(paths: &[PathBuf], me: u32) -> Vec<(PathBuf, String)> {
 /// could replace the exit, or the program every hook runs.
 pub fn binary_problems(nd7: &Path) -> Vec<(PathBuf, String)> {
     let me = rustix::process::getuid().as_raw();
-    let recorder = nd7.with_file_name(RECORDER_NAME);
-    let files = [
-        Some(nd7.to_path_buf()),
-        Some(nd7.with_file_name("nd7-exec")),
-        fs::symlink_metadata(&recorder).is_ok().then_some(recorder),
-    ];
     let mut paths: Vec<PathBuf> = Vec::new();
-    for file in files.into_iter().flatten() {
+    for file in binary_files(nd7) {
         let dirs = link_dirs(&file);
         paths.push(file);
         paths.extend(dirs);
     }
     paths.extend(nd7.parent().map(Path::to_path_buf));
-    let mut unique = Vec::new();
+    problems(&unique(paths), me)
+}
+
+/// nd7, the nd7-exec beside it, and the nd7-record beside them when there
+/// is one.
+fn binary_files(nd7: &Path) -> Vec<PathBuf> {
+    let recorder = nd7.with_file_name(RECORDER_NAME);
+    let mut files = vec![nd7.to_path_buf(), nd7.with_file_name("nd7-exec")];
+    files.extend(fs::symlink_metadata(&recorder).is_ok().then_some(recorder));
+    files
+}
+
+/// Every place [`binary_files`] are reached through, each where it really
+/// is: the name itself and each link on the way, in its directory's real
+/// place, and the file at the end. `nd7 run` keeps the agent from all of
+/// them (ADR-0153): one it could write, it could replace or re-point, and
+/// the program there runs later outside any sandbox (nd7-record at every
+/// hook setup wired, nd7 at the user's next command).
+pub fn binary_places(nd7: &Path) -> Vec<PathBuf> {
+    let mut places = Vec::new();
+    for file in binary_files(nd7) {
+        let mut at = file.clone();
+        for _ in 0..MAX_LINKS {
+            places.extend(in_real_dir(&at));
+            let Ok(target) = fs::read_link(&at) else {
+                break;
+            };
+            at = at.parent().unwrap_or(Path::new("/")).join(target);
+        }
+        places.extend(fs::canonicalize(&file).ok());
+    }
+    unique(places)
+}
+
+/// `path` with its directory resolved, its own name kept (a link stays a
+/// link).
+fn in_real_dir(path: &Path) -> Option<PathBuf> {
+    let dir = fs::canonicalize(path.parent()?).ok()?;
+    Some(dir.join(path.file_name()?))
+}
+
+/// `paths` without repeats, in their order.
+fn unique(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
     for path in paths {
-        if !unique.contains(&path) {
-            unique.push(path);
+        if !out.contains(&path) {
+            out.push(path);
         }
     }
-    problems(&unique, me)
+    out
 }
 
 #[cfg(test)]

@@ -178,3 +178,69 @@ fn setup_shows_the_paths_it_names_inert() {
     assert!(all.contains("no nd7-record beside"), "{all}");
     assert!(!all.contains('\x1b') && !all.contains('\x07'), "{all:?}");
 }
+
+/// nd7 installed where the agent under `nd7 run` may write (an archive
+/// unpacked in the temp directory, which every run lets the agent write),
+/// or an nd7-record linked into the project (a build of the project's own,
+/// wired from a directory of the user's): setup wired that nd7-record into
+/// Claude Code's settings, the agent replaced it during the run, and every
+/// hook after the run ran the agent's program as the user, outside any
+/// sandbox. `nd7 run` must not let the agent reach it.
+#[test]
+fn a_recorder_the_agent_may_write_is_out_of_its_reach() {
+    let mut reached = Vec::new();
+    for (case, dir, linked) in [
+        ("installed in the temp directory", "tmp/nd7", false),
+        ("linked into the project", "bin", true),
+        ("linked into the project from the home", "home/.local/bin", true),
+    ] {
+        let world = World::new();
+        let bin = install(&world, dir);
+        let target = if linked {
+            let tools = world.proj().join("tools");
+            std::fs::create_dir(&tools).expect("mkdir tools");
+            std::fs::rename(bin.join("nd7-record"), tools.join("nd7-record")).expect("move");
+            std::os::unix::fs::symlink(tools.join("nd7-record"), bin.join("nd7-record"))
+                .expect("link");
+            tools.join("nd7-record")
+        } else {
+            bin.join("nd7-record")
+        };
+        let setup = nd7_in(&world, &bin, &["setup"]);
+        assert_eq!(setup.status.code(), Some(0), "{case}: {}", text(&setup.stderr));
+        let marker = world.outside().join("pwned");
+        let agent = world.agent(&format!(
+            "printf '#!/bin/sh\\ntouch {marker}\\n' > {target}.new; chmod 755 {target}.new; mv -f {target}.new {target}",
+            marker = marker.display(),
+            target = target.display(),
+        ));
+        let run = nd7_in(&world, &bin, &["run", &agent]);
+        // A hook after the run, as Claude Code starts the one setup wrote.
+        let hook = stop_hook(&world);
+        let program = hook["command"].as_str().expect("command").to_string();
+        let args: Vec<&str> = hook["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let _ = world.command(&program, &args).output().expect("the hook");
+        if marker.exists() {
+            reached.push(format!("{case}: {}", text(&run.stderr)));
+        }
+        assert!(
+            run.status.code() == Some(2)
+                && text(&run.stderr).contains(&format!(
+                    ": lies in {}, which the agent may write",
+                    target.parent().and_then(Path::parent).expect("dir").display()
+                )),
+            "{case}: {}",
+            text(&run.stderr)
+        );
+    }
+    assert!(
+        reached.is_empty(),
+        "the agent's program ran as a hook after the run:\n{}",
+        reached.join("\n")
+    );
+}
