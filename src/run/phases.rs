@@ -38,8 +38,6 @@ use crate::hook::Agent;
 struct Base {
     nd7: PathBuf,
     nd7_exec: PathBuf,
-    /// What the hooks run: the nd7-record beside nd7, or `nd7 record`.
-    recorder: crate::hook::Recorder,
     terminal: Terminal,
     home: PathBuf,
     run_dirs: RunDirs,
@@ -186,10 +184,12 @@ impl Checked {
         })?;
         let nd7 = checks::resolved(&exe, "resolve")?;
         let nd7_exec = checks::binary_checks(&nd7)?;
-        // The recorder the hooks will run, asked now (ADR-0153): it answers
-        // before the split, while nothing is traced, and is kept for the
-        // process, so Codex's hooks (run_codex) get the same answer.
-        let recorder = setup::recorder_beside(&nd7);
+        // The nd7-record beside nd7 is asked which recorder it is now
+        // (ADR-0153), before the split, while nothing is traced; the answer
+        // is kept for the process, so the hooks Claude Code's settings and
+        // Codex's overrides get later (recorder_beside again) start no
+        // process under the run.
+        setup::recorder_beside(&nd7);
         let terminal = Terminal::before();
         let home = run_dir::account_home()?;
         checks::check_home(&home)?;
@@ -198,7 +198,6 @@ impl Checked {
         let base = Base {
             nd7,
             nd7_exec,
-            recorder,
             terminal,
             home,
             run_dirs,
@@ -671,9 +670,9 @@ impl Opened {
                 claude::users_settings(&options.args).map_err(|e| chain.not_started(e))?;
             let nd7 = planned.base.nd7.to_string_lossy();
             let exec = planned.base.nd7_exec.to_string_lossy();
-            let recorder = &planned.base.recorder;
+            let recorder = setup::recorder_beside(&planned.base.nd7);
             let settings =
-                shell_prefix::run_settings(recorder, &nd7, &exec, theirs, &self.recorded)
+                shell_prefix::run_settings(&recorder, &nd7, &exec, theirs, &self.recorded)
                     .ok_or_else(|| {
                         chain.not_started(RunError::Settings("not a settings object".into()))
                     })?;

@@ -83,15 +83,23 @@ pub fn recorder_beside(nd7: &Path) -> Recorder {
 /// keyed by the file's identity and change time, so `nd7 run` asks before
 /// its split and setup asks once.
 pub fn find_recorder(nd7: &Path) -> Result<Recorder, NoRecorder> {
-    static FOUND: Mutex<Vec<(PathBuf, FileStamp, Result<(), NoRecorder>)>> = Mutex::new(Vec::new());
+    static FOUND: Mutex<Vec<Verdict>> = Mutex::new(Vec::new());
     let lean = nd7.with_file_name(RECORDER_NAME);
     let stamp = match fs::metadata(&lean) {
         Err(e) if e.kind() == io::ErrorKind::NotFound && fs::symlink_metadata(&lean).is_err() => {
             return Err(NoRecorder::Absent);
         }
-        Err(e) => return Err(NoRecorder::Refused(format!("{} cannot be read: {e}", lean.display()))),
+        Err(e) => {
+            return Err(NoRecorder::Refused(format!(
+                "{} cannot be read: {e}",
+                lean.display()
+            )));
+        }
         Ok(meta) if !meta.is_file() => {
-            return Err(NoRecorder::Refused(format!("{} is not a file", lean.display())));
+            return Err(NoRecorder::Refused(format!(
+                "{} is not a file",
+                lean.display()
+            )));
         }
         Ok(meta) => FileStamp::of(&meta),
     };
@@ -107,6 +115,9 @@ pub fn find_recorder(nd7: &Path) -> Result<Recorder, NoRecorder> {
     };
     verdict.map(|()| Recorder::lean(lean.to_string_lossy()))
 }
+
+/// What [`find_recorder`] found for a path, while the file there is the same.
+type Verdict = (PathBuf, FileStamp, Result<(), NoRecorder>);
 
 /// Which file a path led to, and when it last changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

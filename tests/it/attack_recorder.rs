@@ -22,7 +22,11 @@ use crate::world::*;
 fn install(world: &World, dir: &str) -> PathBuf {
     let bin = world.root.join(dir);
     std::fs::create_dir_all(&bin).expect("mkdir bin");
-    for (name, built) in [("nd7", ND7), ("nd7-exec", ND7_EXEC), ("nd7-record", ND7_RECORD)] {
+    for (name, built) in [
+        ("nd7", ND7),
+        ("nd7-exec", ND7_EXEC),
+        ("nd7-record", ND7_RECORD),
+    ] {
         std::fs::copy(built, bin.join(name)).expect("copy a binary");
     }
     chmod(&bin, 0o755);
@@ -158,7 +162,8 @@ fn doctors_fix_names_the_recorder_it_found_writable() {
         .unwrap_or_else(|| panic!("no failed binary line: {report}"));
     let fix = lines.get(at + 1).copied().unwrap_or_default();
     assert!(
-        fix.contains("fix: chmod go-w") && fix.contains(&bin.join("nd7-record").display().to_string()),
+        fix.contains("fix: chmod go-w")
+            && fix.contains(&bin.join("nd7-record").display().to_string()),
         "{report}"
     );
 }
@@ -192,7 +197,11 @@ fn a_recorder_the_agent_may_write_is_out_of_its_reach() {
     for (case, dir, linked) in [
         ("installed in the temp directory", "tmp/nd7", false),
         ("linked into the project", "bin", true),
-        ("linked into the project from the home", "home/.local/bin", true),
+        (
+            "linked into the project from the home",
+            "home/.local/bin",
+            true,
+        ),
     ] {
         let world = World::new();
         let bin = install(&world, dir);
@@ -207,7 +216,12 @@ fn a_recorder_the_agent_may_write_is_out_of_its_reach() {
             bin.join("nd7-record")
         };
         let setup = nd7_in(&world, &bin, &["setup"]);
-        assert_eq!(setup.status.code(), Some(0), "{case}: {}", text(&setup.stderr));
+        assert_eq!(
+            setup.status.code(),
+            Some(0),
+            "{case}: {}",
+            text(&setup.stderr)
+        );
         let marker = world.outside().join("pwned");
         let agent = world.agent(&format!(
             "printf '#!/bin/sh\\ntouch {marker}\\n' > {target}.new; chmod 755 {target}.new; mv -f {target}.new {target}",
@@ -232,7 +246,11 @@ fn a_recorder_the_agent_may_write_is_out_of_its_reach() {
             run.status.code() == Some(2)
                 && text(&run.stderr).contains(&format!(
                     ": lies in {}, which the agent may write",
-                    target.parent().and_then(Path::parent).expect("dir").display()
+                    target
+                        .parent()
+                        .and_then(Path::parent)
+                        .expect("dir")
+                        .display()
                 )),
             "{case}: {}",
             text(&run.stderr)
