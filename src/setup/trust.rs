@@ -175,14 +175,18 @@ fn answers_version(program: &Path) -> Result<(), String> {
 }
 
 /// The child's status once it has ended, or `None` (the child killed) when
-/// it has not within [`VERSION_WAIT`].
+/// it has not within [`VERSION_WAIT`]. Asked again after 0.1 ms, then
+/// twice as long each time up to 20 ms: no thread, since `nd7 run` asks
+/// while it must have only one.
 fn wait_bounded(child: &mut Child) -> Option<ExitStatus> {
     let started = Instant::now();
+    let mut pause = Duration::from_micros(100);
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Some(status),
             Ok(None) if started.elapsed() < VERSION_WAIT => {
-                std::thread::sleep(Duration::from_millis(2));
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
             }
             _ => {
                 let _ = child.kill();
@@ -396,7 +400,17 @@ mod tests {
                 .collect::<Vec<_>>(),
             [shared]
         );
-        // Something else at that name.
+        // Something else at that name: a FIFO (never opened), a directory.
+        fs::remove_file(&record).expect("rm");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &record,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o755),
+            0,
+        )
+        .expect("mkfifo");
+        refused("is not a file");
         fs::remove_file(&record).expect("rm");
         fs::create_dir(&record).expect("mkdir");
         refused("is not a file");

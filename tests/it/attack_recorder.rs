@@ -108,12 +108,16 @@ fn a_link_to_a_recorder_others_can_replace_is_not_trusted() {
 fn a_recorder_of_another_version_is_not_wired() {
     let world = World::new();
     let bin = install(&world, "bin");
+    // Written beside and renamed into place, so no test's child holds it
+    // open for writing when setup starts it (ETXTBSY).
+    let staged = bin.join("nd7-record.new");
     std::fs::write(
-        bin.join("nd7-record"),
+        &staged,
         "#!/bin/sh\n[ \"$1\" = --version ] && echo 'nd7-record 0.0.1' && exit 0\ncat >/dev/null\n",
     )
     .expect("an older recorder");
-    chmod(&bin.join("nd7-record"), 0o755);
+    chmod(&staged, 0o755);
+    std::fs::rename(&staged, bin.join("nd7-record")).expect("rename");
     let out = nd7_in(&world, &bin, &["setup"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_runs_nd7_record(&world, &bin, &out);
@@ -129,6 +133,28 @@ fn a_recorder_of_another_version_is_not_wired() {
         .find(|l| l.contains(" recorder "))
         .unwrap_or_else(|| panic!("no recorder line: {report}"));
     assert!(line.starts_with("FAIL"), "{report}");
+}
+
+/// An nd7-record that never answers (a recorder that hangs, here one that
+/// leaves a process holding its output open): each hook would hold the
+/// agent up until the agent's own timeout. Setup gives up on it after its
+/// bound and wires `nd7 record`.
+#[test]
+fn a_recorder_that_never_answers_is_not_wired() {
+    let world = World::new();
+    let bin = install(&world, "bin");
+    let staged = bin.join("nd7-record.new");
+    std::fs::write(&staged, "#!/bin/sh\nsleep 60 &\nsleep 60\n").expect("a stuck recorder");
+    chmod(&staged, 0o755);
+    std::fs::rename(&staged, bin.join("nd7-record")).expect("rename");
+    let out = nd7_in(&world, &bin, &["setup"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_runs_nd7_record(&world, &bin, &out);
+    assert!(
+        text(&out.stderr).contains("did not answer --version"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// An nd7-record the account cannot run (an execute bit for the group
