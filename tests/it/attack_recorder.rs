@@ -135,6 +135,24 @@ fn a_recorder_of_another_version_is_not_wired() {
     assert!(line.starts_with("FAIL"), "{report}");
 }
 
+/// Another program at that name: a copy of nd7 itself (a packager's
+/// slip). Wired, every hook would have run `nd7` with no arguments, which
+/// prints its help on standard output, what Claude Code reads from a hook.
+#[test]
+fn a_copy_of_nd7_at_the_recorders_name_is_not_wired() {
+    let world = World::new();
+    let bin = install(&world, "bin");
+    std::fs::copy(ND7, bin.join("nd7-record")).expect("copy nd7 as nd7-record");
+    let out = nd7_in(&world, &bin, &["setup"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_runs_nd7_record(&world, &bin, &out);
+    assert!(
+        text(&out.stderr).contains("it is not this nd7's recorder"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 /// An nd7-record that never answers (a recorder that hangs, here one that
 /// leaves a process holding its output open): each hook would hold the
 /// agent up until the agent's own timeout. Setup gives up on it after its
