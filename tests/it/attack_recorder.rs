@@ -137,7 +137,8 @@ fn a_recorder_of_another_version_is_not_wired() {
 
 /// Another program at that name: a copy of nd7 itself (a packager's
 /// slip). Wired, every hook would have run `nd7` with no arguments, which
-/// prints its help on standard output, what Claude Code reads from a hook.
+/// exits 2 with its help on standard error: Claude Code takes status 2 as
+/// "block" (ADR-0025), so every tool call would be refused.
 #[test]
 fn a_copy_of_nd7_at_the_recorders_name_is_not_wired() {
     let world = World::new();
