@@ -41,8 +41,9 @@ struct Base {
     terminal: Terminal,
     home: PathBuf,
     run_dirs: RunDirs,
-    /// The modes that only harm the account, said with the banner.
-    mode_warnings: Vec<String>,
+    /// What the checks found that only harms the account (the modes) or
+    /// slows the hooks (an nd7-record not used), said with the banner.
+    check_warnings: Vec<String>,
 }
 
 /// The binaries, the home and the modes checked; nothing created yet.
@@ -188,12 +189,16 @@ impl Checked {
         // (ADR-0153), before the split, while nothing is traced; the answer
         // is kept for the process, so the hooks Claude Code's settings and
         // Codex's overrides get later (recorder_beside again) start no
-        // process under the run.
-        setup::recorder_beside(&nd7);
+        // process under the run. One there but not used is said.
+        let recorder = match setup::find_recorder(&nd7) {
+            Err(why @ setup::NoRecorder::Refused(_)) => Some(setup::no_recorder_note(&nd7, &why)),
+            _ => None,
+        };
         let terminal = Terminal::before();
         let home = run_dir::account_home()?;
         checks::check_home(&home)?;
-        let mode_warnings = checks::check_modes(&home)?;
+        let mut check_warnings = checks::check_modes(&home)?;
+        check_warnings.extend(recorder);
         let run_dirs = RunDirs::under(&home);
         let base = Base {
             nd7,
@@ -201,7 +206,7 @@ impl Checked {
             terminal,
             home,
             run_dirs,
-            mode_warnings,
+            check_warnings,
         };
         Ok(Checked { base })
     }
@@ -774,7 +779,7 @@ impl Prepared {
             .iter()
             .chain(&self.claude_json_warning)
             .chain(&self.prefix_warning)
-            .chain(&planned.base.mode_warnings)
+            .chain(&planned.base.check_warnings)
         {
             end::warn(announce, warning);
         }

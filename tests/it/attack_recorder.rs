@@ -133,6 +133,14 @@ fn a_recorder_of_another_version_is_not_wired() {
         .find(|l| l.contains(" recorder "))
         .unwrap_or_else(|| panic!("no recorder line: {report}"));
     assert!(line.starts_with("FAIL"), "{report}");
+    // nd7 run says so with its banner, and runs.
+    let run = nd7_in(&world, &bin, &["run", "true"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stderr).contains("answered \"nd7-record 0.0.1\""),
+        "{}",
+        text(&run.stderr)
+    );
 }
 
 /// Another program at that name: a copy of nd7 itself (a packager's
