@@ -85,27 +85,9 @@ pub fn recorder_beside(nd7: &Path) -> Recorder {
 pub fn find_recorder(nd7: &Path) -> Result<Recorder, NoRecorder> {
     static FOUND: Mutex<Vec<Verdict>> = Mutex::new(Vec::new());
     let lean = nd7.with_file_name(RECORDER_NAME);
-    let stamp = match fs::metadata(&lean) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound && fs::symlink_metadata(&lean).is_err() => {
-            return Err(NoRecorder::Absent);
-        }
-        Err(e) => {
-            return Err(NoRecorder::Refused(format!(
-                "{} cannot be read: {e}",
-                lean.display()
-            )));
-        }
-        Ok(meta) if !meta.is_file() => {
-            return Err(NoRecorder::Refused(format!(
-                "{} is not a file",
-                lean.display()
-            )));
-        }
-        Ok(meta) => FileStamp::of(&meta),
-    };
+    let stamp = stamp(&lean)?;
     let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
-    let known = found.iter().find(|(p, s, _)| *p == lean && *s == stamp);
-    let verdict = match known {
+    let verdict = match found.iter().find(|(p, s, _)| *p == lean && *s == stamp) {
         Some((_, _, verdict)) => verdict.clone(),
         None => {
             let verdict = recorder_verdict(&lean);
@@ -114,6 +96,20 @@ pub fn find_recorder(nd7: &Path) -> Result<Recorder, NoRecorder> {
         }
     };
     verdict.map(|()| Recorder::lean(lean.to_string_lossy()))
+}
+
+/// The file at `lean` (links followed), or why there is none the hooks
+/// could run.
+fn stamp(lean: &Path) -> Result<FileStamp, NoRecorder> {
+    let refused = |why: String| NoRecorder::Refused(format!("{} {why}", lean.display()));
+    match fs::metadata(lean) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound && fs::symlink_metadata(lean).is_err() => {
+            Err(NoRecorder::Absent)
+        }
+        Err(e) => Err(refused(format!("cannot be read: {e}"))),
+        Ok(meta) if !meta.is_file() => Err(refused("is not a file".into())),
+        Ok(meta) => Ok(FileStamp::of(&meta)),
+    }
 }
 
 /// What [`find_recorder`] found for a path, while the file there is the same.
