@@ -6,6 +6,7 @@ mod append;
 mod attack_effects;
 mod attack_git_config;
 mod attack_hashes;
+mod attack_recorder;
 mod codex_floor;
 mod codex_record;
 mod codex_rollout;
