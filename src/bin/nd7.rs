@@ -503,22 +503,25 @@ fn run_setup(options: &setup::Options) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Setup's lines name paths the user or an agent chose (where nd7 is
+    // installed, what a link points at): shown inert, as doctor's.
+    let inert = |text: &str| nd7_core::read::safe::term(text, nd7_core::read::safe::Lines::Keep);
     match setup::run(options, &exe) {
         Ok(report) => {
             for line in &report.done {
-                println!("{line}");
+                println!("{}", inert(line));
             }
             for warning in &report.warnings {
-                eprintln!("nd7 setup: warning: {warning}");
+                eprintln!("nd7 setup: warning: {}", inert(warning));
             }
             ExitCode::SUCCESS
         }
         Err(e @ (setup::SetupError::Settings { .. } | setup::SetupError::CodexConfig { .. })) => {
-            eprintln!("nd7 setup: {e}");
+            eprintln!("nd7 setup: {}", inert(&e.to_string()));
             ExitCode::from(1)
         }
         Err(e) => {
-            eprintln!("nd7 setup: {e}");
+            eprintln!("nd7 setup: {}", inert(&e.to_string()));
             ExitCode::from(2)
         }
     }

@@ -41,8 +41,9 @@ struct Base {
     terminal: Terminal,
     home: PathBuf,
     run_dirs: RunDirs,
-    /// The modes that only harm the account, said with the banner.
-    mode_warnings: Vec<String>,
+    /// What the checks found that only harms the account (the modes) or
+    /// slows the hooks (an nd7-record not used), said with the banner.
+    check_warnings: Vec<String>,
 }
 
 /// The binaries, the home and the modes checked; nothing created yet.
@@ -184,10 +185,20 @@ impl Checked {
         })?;
         let nd7 = checks::resolved(&exe, "resolve")?;
         let nd7_exec = checks::binary_checks(&nd7)?;
+        // The nd7-record beside nd7 is asked which recorder it is now
+        // (ADR-0153), before the split, while nothing is traced; the answer
+        // is kept for the process, so the hooks Claude Code's settings and
+        // Codex's overrides get later (recorder_beside again) start no
+        // process under the run. One there but not used is said.
+        let recorder = match setup::find_recorder(&nd7) {
+            Err(why @ setup::NoRecorder::Refused(_)) => Some(setup::no_recorder_note(&nd7, &why)),
+            _ => None,
+        };
         let terminal = Terminal::before();
         let home = run_dir::account_home()?;
         checks::check_home(&home)?;
-        let mode_warnings = checks::check_modes(&home)?;
+        let mut check_warnings = checks::check_modes(&home)?;
+        check_warnings.extend(recorder);
         let run_dirs = RunDirs::under(&home);
         let base = Base {
             nd7,
@@ -195,7 +206,7 @@ impl Checked {
             terminal,
             home,
             run_dirs,
-            mode_warnings,
+            check_warnings,
         };
         Ok(Checked { base })
     }
@@ -260,6 +271,28 @@ impl Kept {
             warnings,
         })
     }
+}
+
+/// nd7's binaries out of the agent's reach (ADR-0153): a place one is
+/// reached through ([`setup::binary_places`]) that lies in a directory the
+/// agent may write, and that the run does not hold read-only (`holds`),
+/// would let it replace a program that runs later outside any sandbox,
+/// nd7-record at every hook setup wired: an archive unpacked in the temp
+/// directory, a link into the project.
+fn binaries_out_of_reach(
+    policy: &Policy,
+    holds: impl Fn(&Path) -> bool,
+    nd7: &Path,
+) -> Result<(), RunError> {
+    let writes = policy.command_writes();
+    for place in setup::binary_places(nd7) {
+        let root = writes.iter().find(|root| place.starts_with(root));
+        if let Some(root) = root.filter(|_| !holds(&place)) {
+            let why = format!("lies in {}, which the agent may write", root.display());
+            return Err(RunError::Binary(place, why));
+        }
+    }
+    Ok(())
 }
 
 /// The floor's roots, checked, in a new policy. The logs' directory must
@@ -359,6 +392,8 @@ impl Planned {
             std::thread::spawn(move || watch::Watch::start(plan, true, &policy))
         };
         let (held, not_held) = sandbox::hold(holding, &plan).map_err(RunError::Sandbox)?;
+        let holds = |place: &Path| not_held.is_none() && plan.held(place);
+        binaries_out_of_reach(&self.policy, holds, &self.base.nd7)?;
         // The working directory was taken before the binds, beneath the
         // project's pin: found again by path, on top of them, so that
         // nothing that inherits it reaches past the locks.
@@ -744,7 +779,7 @@ impl Prepared {
             .iter()
             .chain(&self.claude_json_warning)
             .chain(&self.prefix_warning)
-            .chain(&planned.base.mode_warnings)
+            .chain(&planned.base.check_warnings)
         {
             end::warn(announce, warning);
         }

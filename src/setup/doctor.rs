@@ -91,7 +91,7 @@ pub fn doctor(exe: &Path, settings: Option<&Path>) -> Vec<Check> {
             .then(|| settings_hooks_check(settings, home, &recorder)),
     );
     checks.push(binary_check(&nd7));
-    checks.push(recorder_check(&nd7, &recorder));
+    checks.push(recorder_check(&nd7));
     // Modes on nd7's own files and the credential stores (ADR-0095).
     checks.extend(home.map(modes_check));
     checks.extend(agents.claude.then(claude_check));
@@ -188,24 +188,30 @@ fn settings_hooks_check(
 }
 
 /// The program the hooks run: nd7-record beside nd7, or, missing, a note
-/// that they run `nd7 record` (ADR-0151).
-fn recorder_check(nd7: &Path, recorder: &Recorder) -> Check {
+/// that they run `nd7 record` (ADR-0151); a failure when something is at
+/// that name that the hooks must not run (ADR-0153).
+fn recorder_check(nd7: &Path) -> Check {
+    let found = super::find_recorder(nd7);
     Check {
         name: "recorder",
-        ok: true,
-        detail: if recorder.is_lean() {
-            format!("hooks run {}", recorder.program())
-        } else {
-            super::no_recorder_note(nd7)
+        ok: !matches!(found, Err(super::NoRecorder::Refused(_))),
+        detail: match &found {
+            Ok(recorder) => format!("hooks run {}", recorder.program()),
+            Err(why) => super::no_recorder_note(nd7, why),
         },
-        fix: None,
+        fix: matches!(found, Err(super::NoRecorder::Refused(_))).then(|| {
+            "reinstall nd7 so that its own nd7-record sits beside it, then nd7 setup".into()
+        }),
     }
 }
 
 /// The binary and its directory: nd7 run trusts both.
 fn binary_check(nd7: &Path) -> Check {
-    let problems: Vec<String> = binary_problems(nd7)
-        .into_iter()
+    let found = binary_problems(nd7);
+    // The fix names what was found, nd7-record or a link's directory too.
+    let paths: Vec<String> = found.iter().map(|(p, _)| p.display().to_string()).collect();
+    let problems: Vec<String> = found
+        .iter()
         .map(|(path, problem)| format!("{} {problem}", path.display()))
         .collect();
     Check {
@@ -220,14 +226,7 @@ fn binary_check(nd7: &Path) -> Check {
         } else {
             problems.join("; ")
         },
-        fix: (!problems.is_empty()).then(|| {
-            format!(
-                "chmod go-w {} {} {}",
-                nd7.display(),
-                nd7.with_file_name("nd7-exec").display(),
-                nd7.parent().unwrap_or(Path::new("/")).display()
-            )
-        }),
+        fix: (!problems.is_empty()).then(|| format!("chmod go-w {}", paths.join(" "))),
     }
 }
 

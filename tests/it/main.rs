@@ -7,6 +7,7 @@ mod attack_effects;
 mod attack_exit_threads;
 mod attack_git_config;
 mod attack_hashes;
+mod attack_recorder;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod attack_seccomp_search;
 mod codex_floor;
