@@ -4,9 +4,12 @@
 mod append;
 #[cfg(target_os = "linux")]
 mod attack_effects;
+mod attack_exit_threads;
 mod attack_git_config;
 mod attack_hashes;
 mod attack_recorder;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod attack_seccomp_search;
 mod codex_floor;
 mod codex_record;
 mod codex_rollout;

@@ -685,8 +685,12 @@ pub fn program_for(native: &Arch, compat: Option<&Arch>, f: Filter) -> Vec<Insn>
     program_with(native, compat, f, LEAF)
 }
 
-/// [`program_for`], comparing at most `leaf` call numbers one by one.
-fn program_with(native: &Arch, compat: Option<&Arch>, f: Filter, leaf: usize) -> Vec<Insn> {
+/// [`program_for`], comparing at most `leaf` call numbers one by one:
+/// with `usize::MAX`, the chain of every check in turn that the search
+/// replaced (ADR-0152), which `tests/it/attack_seccomp_search.rs` installs
+/// next to the search in real processes to compare what the kernel does
+/// (ADR-0154).
+pub fn program_with(native: &Arch, compat: Option<&Arch>, f: Filter, leaf: usize) -> Vec<Insn> {
     let mut a = Asm {
         items: Vec::new(),
         labels: 0,
