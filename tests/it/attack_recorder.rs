@@ -66,6 +66,26 @@ fn assert_runs_nd7_record(world: &World, bin: &Path, out: &Output) {
     assert_eq!(hook["args"], serde_json::json!(["record"]), "{hook}");
 }
 
+/// `nd7 setup` with the nd7 in `bin`: it succeeds, wires `nd7 record`
+/// rather than the nd7-record there, and says `why` on standard error.
+fn setup_passes_over_the_recorder(world: &World, bin: &Path, why: &str) -> Output {
+    let out = nd7_in(world, bin, &["setup"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_runs_nd7_record(world, bin, &out);
+    assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
+    out
+}
+
+/// Puts `script` in `bin` as its nd7-record, written beside and renamed
+/// into place, so no test's child holds it open for writing when setup
+/// starts it (ETXTBSY).
+fn plant_recorder(bin: &Path, script: &str) {
+    let staged = bin.join("nd7-record.new");
+    std::fs::write(&staged, script).expect("a recorder script");
+    chmod(&staged, 0o755);
+    std::fs::rename(&staged, bin.join("nd7-record")).expect("rename");
+}
+
 /// nd7-record beside nd7 is a link to a file in a directory anyone can
 /// write (a shared build or download directory): the link's directory is
 /// the user's and the file is the user's, 0755, so a check of those alone
@@ -108,24 +128,11 @@ fn a_link_to_a_recorder_others_can_replace_is_not_trusted() {
 fn a_recorder_of_another_version_is_not_wired() {
     let world = World::new();
     let bin = install(&world, "bin");
-    // Written beside and renamed into place, so no test's child holds it
-    // open for writing when setup starts it (ETXTBSY).
-    let staged = bin.join("nd7-record.new");
-    std::fs::write(
-        &staged,
+    plant_recorder(
+        &bin,
         "#!/bin/sh\n[ \"$1\" = --version ] && echo 'nd7-record 0.0.1' && exit 0\ncat >/dev/null\n",
-    )
-    .expect("an older recorder");
-    chmod(&staged, 0o755);
-    std::fs::rename(&staged, bin.join("nd7-record")).expect("rename");
-    let out = nd7_in(&world, &bin, &["setup"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_runs_nd7_record(&world, &bin, &out);
-    assert!(
-        text(&out.stderr).contains("nd7-record 0.0.1"),
-        "{}",
-        text(&out.stderr)
     );
+    setup_passes_over_the_recorder(&world, &bin, "nd7-record 0.0.1");
     let doctor = nd7_in(&world, &bin, &["doctor"]);
     let report = text(&doctor.stdout);
     let line = report
@@ -152,14 +159,7 @@ fn a_copy_of_nd7_at_the_recorders_name_is_not_wired() {
     let world = World::new();
     let bin = install(&world, "bin");
     std::fs::copy(ND7, bin.join("nd7-record")).expect("copy nd7 as nd7-record");
-    let out = nd7_in(&world, &bin, &["setup"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_runs_nd7_record(&world, &bin, &out);
-    assert!(
-        text(&out.stderr).contains("it is not this nd7's recorder"),
-        "{}",
-        text(&out.stderr)
-    );
+    setup_passes_over_the_recorder(&world, &bin, "it is not this nd7's recorder");
 }
 
 /// An nd7-record that never answers (a recorder that hangs, here one that
@@ -170,18 +170,8 @@ fn a_copy_of_nd7_at_the_recorders_name_is_not_wired() {
 fn a_recorder_that_never_answers_is_not_wired() {
     let world = World::new();
     let bin = install(&world, "bin");
-    let staged = bin.join("nd7-record.new");
-    std::fs::write(&staged, "#!/bin/sh\nsleep 60 &\nsleep 60\n").expect("a stuck recorder");
-    chmod(&staged, 0o755);
-    std::fs::rename(&staged, bin.join("nd7-record")).expect("rename");
-    let out = nd7_in(&world, &bin, &["setup"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_runs_nd7_record(&world, &bin, &out);
-    assert!(
-        text(&out.stderr).contains("did not answer --version"),
-        "{}",
-        text(&out.stderr)
-    );
+    plant_recorder(&bin, "#!/bin/sh\nsleep 60 &\nsleep 60\n");
+    setup_passes_over_the_recorder(&world, &bin, "did not answer --version");
 }
 
 /// An nd7-record the account cannot run (an execute bit for the group
@@ -193,9 +183,7 @@ fn a_recorder_this_account_cannot_start_is_not_wired() {
     let world = World::new();
     let bin = install(&world, "bin");
     chmod(&bin.join("nd7-record"), 0o050);
-    let out = nd7_in(&world, &bin, &["setup"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_runs_nd7_record(&world, &bin, &out);
+    setup_passes_over_the_recorder(&world, &bin, "cannot be started");
 }
 
 /// Doctor's fix for a binary others can write must name that binary: with
