@@ -183,29 +183,7 @@ for i in 1 2 3 4 5 6; do "$EXEC" true & done; wait
 /// Runs [`outsider_child`] as the world's account, and returns what it
 /// printed.
 fn as_account(socket: &str) -> String {
-    let acct = account();
-    let me = std::env::current_exe().expect("test binary");
-    let mut cmd = if acct.drop_from_root {
-        let mut c = std::process::Command::new("setpriv");
-        c.arg(format!("--reuid={}", acct.uid))
-            .arg(format!("--regid={}", acct.gid))
-            .args(["--clear-groups", "--"])
-            .arg(me);
-        c
-    } else {
-        std::process::Command::new(me)
-    };
-    let out = cmd
-        .args([
-            "--exact",
-            "attack_exit_threads::outsider_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(OUTSIDER, socket)
-        .output()
-        .expect("run the outsider");
-    text(&out.stdout)
+    crate::record_door::test_as_account("attack_exit_threads::outsider_child", OUTSIDER, socket)
 }
 
 /// The outsider of the test above. Does nothing unless started by it.

@@ -437,6 +437,14 @@ const DOOR_SOCKET_VAR: &str = "ND7_TEST_DOOR_SOCKET";
 /// Runs this test binary's [`outsider`] as the world's account, and returns
 /// what it printed.
 pub(crate) fn as_account(var: &str, value: &str) -> String {
+    test_as_account("record_door::outsider", var, value)
+}
+
+/// Runs the test `test` of this binary as the world's account (itself when
+/// the tests do not run as root) with `var` set to `value`, and returns what
+/// it printed: a caller that is not the session's, for the tests that hold
+/// the door and the exit to refusing one.
+pub(crate) fn test_as_account(test: &str, var: &str, value: &str) -> String {
     let acct = account();
     let me = std::env::current_exe().expect("test binary");
     let mut cmd = if acct.drop_from_root {
@@ -450,12 +458,7 @@ pub(crate) fn as_account(var: &str, value: &str) -> String {
         std::process::Command::new(me)
     };
     let out = cmd
-        .args([
-            "--exact",
-            "record_door::outsider",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(var, value)
         .output()
         .expect("run the child");

@@ -430,29 +430,7 @@ const CONNECT: &str = "ND7_TEST_CONNECT";
 /// Runs this test binary's [`connect_child`] as the world's account (itself
 /// when the tests do not run as root), and returns what it printed.
 fn as_account(var: &str, value: &str) -> String {
-    let acct = account();
-    let me = std::env::current_exe().expect("test binary");
-    let mut cmd = if acct.drop_from_root {
-        let mut c = Command::new("setpriv");
-        c.arg(format!("--reuid={}", acct.uid))
-            .arg(format!("--regid={}", acct.gid))
-            .args(["--clear-groups", "--"])
-            .arg(me);
-        c
-    } else {
-        Command::new(me)
-    };
-    let out = cmd
-        .args([
-            "--exact",
-            "sandbox::connect_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(var, value)
-        .output()
-        .expect("run the child");
-    text(&out.stdout)
+    crate::record_door::test_as_account("sandbox::connect_child", var, value)
 }
 
 /// The connecting side of the test above. Does nothing unless started by it.
