@@ -186,19 +186,22 @@ impl Checked {
         let nd7 = checks::resolved(&exe, "resolve")?;
         let nd7_exec = checks::binary_checks(&nd7)?;
         // The nd7-record beside nd7 is asked which recorder it is now
-        // (ADR-0153), before the split, while nothing is traced; the answer
-        // is kept for the process, so the hooks Claude Code's settings and
-        // Codex's overrides get later (recorder_beside again) start no
-        // process under the run. One there but not used is said.
-        let recorder = match setup::find_recorder(&nd7) {
-            Err(why @ setup::NoRecorder::Refused(_)) => Some(setup::no_recorder_note(&nd7, &why)),
-            _ => None,
-        };
+        // (ADR-0153), before the split, while nothing is traced; it answers
+        // while the checks below are made. The answer is kept for the
+        // process, so the hooks Claude Code's settings and Codex's overrides
+        // get later (recorder_beside again) start no process under the run.
+        // One there but not used is said.
+        // An answer this file gave an earlier run is remembered in the
+        // state directory (ADR-0156).
+        let state = crate::session_log::state_dir().ok();
+        let asking = setup::ask_recorder(&nd7, state.as_deref());
         let terminal = Terminal::before();
         let home = run_dir::account_home()?;
         checks::check_home(&home)?;
         let mut check_warnings = checks::check_modes(&home)?;
-        check_warnings.extend(recorder);
+        if let Err(why @ setup::NoRecorder::Refused(_)) = asking.answer() {
+            check_warnings.push(setup::no_recorder_note(&nd7, &why));
+        }
         let run_dirs = RunDirs::under(&home);
         let base = Base {
             nd7,

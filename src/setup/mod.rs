@@ -21,8 +21,8 @@ mod trust;
 pub use completions::completion_path;
 pub use doctor::{Check, doctor};
 pub use trust::{
-    NoRecorder, RECORDER_VERSION, VERSION_ARG, binary_places, binary_problems, find_recorder,
-    no_recorder_note, private_problem, recorder_beside,
+    NoRecorder, RECORDER_VERSION, VERSION_ARG, ask_recorder, binary_places, binary_problems,
+    find_recorder, no_recorder_note, private_problem, recorder_beside,
 };
 
 use std::fs;

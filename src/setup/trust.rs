@@ -8,7 +8,7 @@
 //! when it proves to be this nd7's (ADR-0153).
 
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
@@ -83,19 +83,152 @@ pub fn recorder_beside(nd7: &Path) -> Recorder {
 /// keyed by the file's identity and change time, so `nd7 run` asks before
 /// its split and setup asks once.
 pub fn find_recorder(nd7: &Path) -> Result<Recorder, NoRecorder> {
-    static FOUND: Mutex<Vec<Verdict>> = Mutex::new(Vec::new());
+    ask_recorder(nd7, None).answer()
+}
+
+/// What [`find_recorder`] found, per path, while the file there is the same.
+static FOUND: Mutex<Vec<Verdict>> = Mutex::new(Vec::new());
+
+/// [`find_recorder`]'s question put, its answer not yet taken: `nd7 run`
+/// makes its other checks while the recorder starts and answers
+/// ([`ask_recorder`], then [`Asking::answer`]).
+pub struct Asking {
+    lean: PathBuf,
+    /// Where the verdict is new: the file it is about, to keep it by.
+    stamp: Option<FileStamp>,
+    state: Asked,
+    /// Where an answer given is remembered across runs ([`ANSWERS`]).
+    remember: Option<PathBuf>,
+}
+
+enum Asked {
+    /// Known without asking: kept from before, or refused on sight.
+    Known(Result<(), NoRecorder>),
+    /// The recorder started with [`VERSION_ARG`].
+    Started(Question),
+}
+
+/// Asks the nd7-record beside `nd7` which recorder it is, unless that is
+/// known already or it is refused on sight; returns at once. With `state`
+/// (nd7's state directory), an answer this file gave an earlier run is
+/// taken from there ([`ANSWERS`], ADR-0156), once the file and the
+/// directories it is reached through have been found private again.
+pub fn ask_recorder(nd7: &Path, state: Option<&Path>) -> Asking {
     let lean = nd7.with_file_name(RECORDER_NAME);
-    let stamp = stamp(&lean)?;
-    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
-    let verdict = match found.iter().find(|(p, s, _)| *p == lean && *s == stamp) {
-        Some((_, _, verdict)) => verdict.clone(),
-        None => {
-            let verdict = recorder_verdict(&lean);
-            found.push((lean.clone(), stamp, verdict.clone()));
-            verdict
-        }
+    let remember = state.map(Path::to_path_buf);
+    let known = |lean, stamp, verdict, remember| Asking {
+        lean,
+        stamp,
+        state: Asked::Known(verdict),
+        remember,
     };
-    verdict.map(|()| Recorder::lean(lean.to_string_lossy()))
+    let stamp = match stamp(&lean) {
+        Ok(stamp) => stamp,
+        Err(why) => return known(lean, None, Err(why), None),
+    };
+    let found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, _, verdict)) = found.iter().find(|(p, s, _)| *p == lean && *s == stamp) {
+        return known(lean, None, verdict.clone(), None);
+    }
+    drop(found);
+    if let Err(why) = private(&lean) {
+        return known(lean, Some(stamp), Err(why), None);
+    }
+    if remember
+        .as_deref()
+        .is_some_and(|state| answered_before(state, &lean, &stamp))
+    {
+        return known(lean, Some(stamp), Ok(()), None);
+    }
+    let state = match ask(&lean) {
+        Ok(question) => Asked::Started(question),
+        Err(why) => Asked::Known(Err(NoRecorder::Refused(why))),
+    };
+    Asking {
+        lean,
+        stamp: Some(stamp),
+        state,
+        remember,
+    }
+}
+
+/// The file in nd7's state directory that remembers which nd7-record files
+/// answered as this nd7's recorder (ADR-0156): beside the logs, read-only
+/// under the floor.
+pub const ANSWERS: &str = "recorder-answers.json";
+
+/// How many files [`ANSWERS`] remembers, newest first.
+const ANSWERS_KEPT: usize = 8;
+
+/// One file that answered [`RECORDER_VERSION`].
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Answered {
+    path: PathBuf,
+    stamp: FileStamp,
+    answer: String,
+}
+
+fn answers(state: &Path) -> Vec<Answered> {
+    fs::read(state.join(ANSWERS))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// Whether the file at `lean`, exactly as `stamp` has it (same device,
+/// inode and change time), answered this nd7's [`RECORDER_VERSION`] before.
+fn answered_before(state: &Path, lean: &Path, stamp: &FileStamp) -> bool {
+    answers(state)
+        .iter()
+        .any(|a| a.path == lean && a.stamp == *stamp && a.answer == RECORDER_VERSION)
+}
+
+/// Remembers that the file at `lean`, as `stamp` has it, answered
+/// [`RECORDER_VERSION`]; a state directory that cannot be written asks
+/// again next time.
+fn remember_answer(state: &Path, lean: &Path, stamp: FileStamp) {
+    let mut all = answers(state);
+    all.retain(|a| a.path != lean);
+    all.insert(
+        0,
+        Answered {
+            path: lean.to_path_buf(),
+            stamp,
+            answer: RECORDER_VERSION.to_string(),
+        },
+    );
+    all.truncate(ANSWERS_KEPT);
+    if let Ok(bytes) = serde_json::to_vec(&all) {
+        let _ = fs::create_dir_all(state);
+        let _ = crate::files::replace(
+            &state.join(ANSWERS),
+            &bytes,
+            0o600,
+            crate::files::Durability::Atomic,
+        );
+    }
+}
+
+impl Asking {
+    /// The recorder the hooks may run, or why not; waits for the answer
+    /// (at most [`VERSION_WAIT`] from the question) and keeps it.
+    pub fn answer(self) -> Result<Recorder, NoRecorder> {
+        let verdict = match self.state {
+            Asked::Known(verdict) => verdict,
+            Asked::Started(question) => {
+                let verdict = question.verdict().map_err(NoRecorder::Refused);
+                if let (Ok(()), Some(state), Some(stamp)) = (&verdict, &self.remember, self.stamp) {
+                    remember_answer(state, &self.lean, stamp);
+                }
+                verdict
+            }
+        };
+        if let Some(stamp) = self.stamp {
+            let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+            found.push((self.lean.clone(), stamp, verdict.clone()));
+        }
+        verdict.map(|()| Recorder::lean(self.lean.to_string_lossy()))
+    }
 }
 
 /// The file at `lean` (links followed), or why there is none the hooks
@@ -116,7 +249,7 @@ fn stamp(lean: &Path) -> Result<FileStamp, NoRecorder> {
 type Verdict = (PathBuf, FileStamp, Result<(), NoRecorder>);
 
 /// Which file a path led to, and when it last changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct FileStamp {
     dev: u64,
     ino: u64,
@@ -133,54 +266,90 @@ impl FileStamp {
     }
 }
 
-/// Whether the hooks may run the nd7-record at `lean`, a file.
-fn recorder_verdict(lean: &Path) -> Result<(), NoRecorder> {
+/// Whether the nd7-record at `lean`, a file, and every directory it is
+/// reached through are private to the user, as [`binary_problems`] has it:
+/// checked before it is started at all.
+fn private(lean: &Path) -> Result<(), NoRecorder> {
     let me = rustix::process::getuid().as_raw();
     let mut paths = vec![lean.to_path_buf()];
     paths.extend(lean.parent().map(Path::to_path_buf));
     paths.extend(link_dirs(lean));
-    if let Some((path, problem)) = problems(&paths, me).into_iter().next() {
-        return Err(NoRecorder::Refused(format!("{} {problem}", path.display())));
+    match problems(&paths, me).into_iter().next() {
+        Some((path, problem)) => Err(NoRecorder::Refused(format!("{} {problem}", path.display()))),
+        None => Ok(()),
     }
-    answers_version(lean).map_err(NoRecorder::Refused)
 }
 
-/// Runs `program --version` and checks its answer is [`RECORDER_VERSION`].
-fn answers_version(program: &Path) -> Result<(), String> {
-    let shown = program.display();
-    let mut child = Command::new(program)
+/// Starts `program --version`; [`Question::verdict`] takes the answer.
+fn ask(program: &Path) -> Result<Question, String> {
+    let child = Command::new(program)
         .arg(VERSION_ARG)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("{shown} cannot be started: {e}"))?;
-    let Some(status) = wait_bounded(&mut child) else {
-        return Err(format!(
-            "{shown} did not answer {VERSION_ARG} within {} s",
-            VERSION_WAIT.as_secs()
-        ));
-    };
-    let answer = read_answer(child.stdout.take());
-    if status.success() && answer == RECORDER_VERSION {
-        return Ok(());
+        .map_err(|e| format!("{} cannot be started: {e}", program.display()))?;
+    Ok(Question {
+        program: program.to_path_buf(),
+        child,
+        deadline: Instant::now() + VERSION_WAIT,
+    })
+}
+
+/// A recorder asked [`VERSION_ARG`]; one dropped unanswered is killed and
+/// reaped.
+struct Question {
+    program: PathBuf,
+    child: Child,
+    deadline: Instant,
+}
+
+impl Question {
+    /// Whether the answer is exactly [`RECORDER_VERSION`], from a recorder
+    /// that then ended well, by the deadline.
+    fn verdict(mut self) -> Result<(), String> {
+        let shown = self.program.display();
+        let answer = self
+            .child
+            .stdout
+            .take()
+            .map(|out| read_answer(out, self.deadline));
+        let Some(status) = wait_bounded(&mut self.child, self.deadline) else {
+            return Err(format!(
+                "{shown} did not answer {VERSION_ARG} within {} s",
+                VERSION_WAIT.as_secs()
+            ));
+        };
+        let answer = answer.unwrap_or_default();
+        if status.success() && answer == RECORDER_VERSION {
+            return Ok(());
+        }
+        Err(format!(
+            "{shown} answered {answer:?} to {VERSION_ARG}, not {RECORDER_VERSION:?}: it is not this nd7's recorder"
+        ))
     }
-    Err(format!(
-        "{shown} answered {answer:?} to {VERSION_ARG}, not {RECORDER_VERSION:?}: it is not this nd7's recorder"
-    ))
+}
+
+impl Drop for Question {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// The child's status once it has ended, or `None` (the child killed) when
-/// it has not within [`VERSION_WAIT`]. Asked again after 0.1 ms, then
-/// twice as long each time up to 20 ms: no thread, since `nd7 run` asks
+/// it has not by `deadline`. Called once its output has ended, when a child
+/// that answered has ended or is ending: asked again after 20 µs, then
+/// twice as long each time up to 20 ms. No thread, since `nd7 run` asks
 /// while it must have only one.
-fn wait_bounded(child: &mut Child) -> Option<ExitStatus> {
-    let started = Instant::now();
-    let mut pause = Duration::from_micros(100);
+fn wait_bounded(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
+    let mut pause = Duration::from_micros(20);
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Some(status),
-            Ok(None) if started.elapsed() < VERSION_WAIT => {
+            Ok(None) if Instant::now() < deadline => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(20));
             }
@@ -193,13 +362,37 @@ fn wait_bounded(child: &mut Child) -> Option<ExitStatus> {
     }
 }
 
-/// The first line an ended child wrote, at most 256 bytes. Read without
-/// blocking: a process it left behind holding the pipe cannot hold nd7 up.
-fn read_answer(out: Option<ChildStdout>) -> String {
+/// The first line the child writes, at most 256 bytes, read as it comes
+/// (`poll`) until its output ends or `deadline`: the answer is taken the
+/// moment it is complete, and a process the child left behind holding the
+/// pipe cannot hold nd7 up past the deadline.
+fn read_answer(out: ChildStdout, deadline: Instant) -> String {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
     let mut bytes = Vec::new();
-    if let Some(out) = out {
-        let _ = rustix::io::ioctl_fionbio(&out, true);
-        let _ = out.take(256).read_to_end(&mut bytes);
+    let _ = rustix::io::ioctl_fionbio(&out, true);
+    const MOST: usize = 256;
+    let mut chunk = [0u8; MOST];
+    while bytes.len() < MOST {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(timeout) = Timespec::try_from(left) else {
+            break;
+        };
+        if left.is_zero() {
+            break;
+        }
+        let mut fds = [PollFd::new(&out, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) => break,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => break,
+            Ok(_) => {}
+        }
+        match rustix::io::read(&out, &mut chunk[..MOST - bytes.len()]) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {}
+            Err(_) => break,
+        }
     }
     let text = String::from_utf8_lossy(&bytes);
     text.strip_suffix('\n').unwrap_or(&text).to_string()

@@ -303,3 +303,61 @@ fn a_recorder_the_agent_may_write_is_out_of_its_reach() {
         reached.join("\n")
     );
 }
+
+/// ADR-0156: the answer an nd7-record gave is remembered across runs for
+/// exactly that file, so a later `nd7 run` starts no recorder to ask; a
+/// file changed since (here rewritten in place, as an upgrade that writes
+/// over it would) is asked again, and one that no longer answers as this
+/// nd7's is not wired. The binaries lie outside the world's root, which the
+/// world gives the account before each command (a change of the files'
+/// change time).
+#[test]
+fn a_recorders_answer_is_remembered_for_that_file_only() {
+    let world = World::new();
+    let outside = tempfile::Builder::new()
+        .prefix("recorder-")
+        .tempdir_in(world.root.parent().expect("the worlds' directory"))
+        .expect("a directory outside the world");
+    let bin = outside.path().to_path_buf();
+    for (name, built) in [("nd7", ND7), ("nd7-exec", ND7_EXEC)] {
+        std::fs::copy(built, bin.join(name)).expect("copy a binary");
+    }
+    chmod(&bin, 0o755);
+    let tally = world.root.join("tally");
+    std::fs::create_dir_all(&tally).expect("mkdir tally");
+    chmod(&tally, 0o777);
+    let starts = tally.join("starts");
+    let recorder = |version: &str| {
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\n[ \"$1\" = --version ] && echo 'nd7-record {version}' && exit 0\ncat >/dev/null\n",
+            starts.display()
+        )
+    };
+    let started = || std::fs::read_to_string(&starts).map_or(0, |s| s.lines().count());
+    plant_recorder(&bin, &recorder(env!("CARGO_PKG_VERSION")));
+    for round in 1..=2 {
+        let run = nd7_in(&world, &bin, &["run", "true"]);
+        assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+        assert!(
+            !text(&run.stderr).contains("nd7-record"),
+            "{}",
+            text(&run.stderr)
+        );
+        assert_eq!(
+            started(),
+            1,
+            "round {round} asked again: {}",
+            text(&run.stderr)
+        );
+    }
+    // Written over in place: the same inode, a new change time.
+    std::fs::write(bin.join("nd7-record"), recorder("0.0.1")).expect("rewrite in place");
+    let run = nd7_in(&world, &bin, &["run", "true"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    assert_eq!(started(), 2, "a changed file was not asked again");
+    assert!(
+        text(&run.stderr).contains("answered \"nd7-record 0.0.1\""),
+        "{}",
+        text(&run.stderr)
+    );
+}
