@@ -168,11 +168,35 @@ struct Answered {
     answer: String,
 }
 
+/// The most [`ANSWERS`] may hold (8 paths of up to 4096 bytes, escaped):
+/// a larger file is read as empty.
+const ANSWERS_MOST: u64 = 256 * 1024;
+
 fn answers(state: &Path) -> Vec<Answered> {
-    fs::read(state.join(ANSWERS))
-        .ok()
+    answers_bytes(&state.join(ANSWERS))
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default()
+}
+
+/// The bytes of `file` when it is a regular file of at most
+/// [`ANSWERS_MOST`] bytes (ADR-0157): opened without following a link or
+/// waiting for a FIFO's writer, so something else left at that name (a
+/// FIFO, a link to `/dev/zero`, a huge file) cannot hold up or exhaust
+/// `nd7 run`; it is read as no answers.
+fn answers_bytes(file: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(file)
+        .ok()?;
+    if !opened.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    opened.take(ANSWERS_MOST + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= ANSWERS_MOST).then_some(bytes)
 }
 
 /// Whether the file at `lean`, exactly as `stamp` has it (same device,

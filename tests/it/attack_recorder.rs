@@ -361,3 +361,80 @@ fn a_recorders_answer_is_remembered_for_that_file_only() {
         text(&run.stderr)
     );
 }
+
+/// ADR-0157: something other than nd7's own file left at
+/// `recorder-answers.json` (a FIFO, a link to `/dev/zero`, a sparse 1 GiB
+/// file) must not hold up or exhaust `nd7 run`: each is read as no answers,
+/// and the recorder is asked. Seen failing (`nd7 run` waiting forever in
+/// `open` for the FIFO's writer) with the file read by `fs::read`.
+#[test]
+fn what_else_lies_at_the_answers_name_is_read_as_no_answers() {
+    let world = World::new();
+    let bin = install(&world, "bin");
+    let state = world.state().join("nd7");
+    std::fs::create_dir_all(&state).expect("mkdir state");
+    chmod(&state, 0o700);
+    let answers = state.join("recorder-answers.json");
+    let fifo = || {
+        let made = std::process::Command::new("mkfifo").arg(&answers).status();
+        assert!(made.expect("mkfifo").success(), "mkfifo");
+    };
+    let zero = || std::os::unix::fs::symlink("/dev/zero", &answers).expect("link");
+    let huge = || {
+        let file = std::fs::File::create(&answers).expect("create");
+        file.set_len(1 << 30).expect("a sparse 1 GiB file");
+    };
+    let places: [(&str, &dyn Fn()); 3] =
+        [("a FIFO", &fifo), ("/dev/zero", &zero), ("1 GiB", &huge)];
+    for (what, place) in places {
+        let _ = std::fs::remove_file(&answers);
+        place();
+        let run = nd7_in(&world, &bin, &["run", "true"]);
+        assert_eq!(run.status.code(), Some(0), "{what}: {}", text(&run.stderr));
+        assert!(
+            !text(&run.stderr).contains("nd7-record"),
+            "{what}: {}",
+            text(&run.stderr)
+        );
+    }
+}
+
+/// ADR-0157: `nd7 run` asks the recorder before its home check and takes
+/// the answer after it (ADR-0156); when that check refuses the run, the
+/// recorder still asked is killed, not left behind (here one that waits
+/// on a FIFO for ever, with no process of its own to hide behind). Seen
+/// failing with `Question`'s `Drop` removed.
+#[test]
+fn a_recorder_asked_by_a_run_refused_early_is_not_left_running() {
+    let world = World::new();
+    let bin = install(&world, "bin");
+    let fifo = world.root.join("tally/never");
+    std::fs::create_dir_all(fifo.parent().expect("tally")).expect("mkdir tally");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.expect("mkfifo").success(), "mkfifo");
+    chmod(&fifo, 0o666);
+    plant_recorder(
+        &bin,
+        &format!("#!/bin/sh\nexec 3<>'{}'\nread -r x <&3\n", fifo.display()),
+    );
+    let run = world
+        .command(&bin.join("nd7").to_string_lossy(), &["run", "true"])
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", "/")
+        .output()
+        .expect("run the installed nd7");
+    assert_ne!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let recorder = bin.join("nd7-record");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&*recorder.to_string_lossy()))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left running: {left:?}\n{}",
+        text(&run.stderr)
+    );
+}
