@@ -140,6 +140,9 @@ pub fn ask_recorder(nd7: &Path, state: Option<&Path>) -> Asking {
     {
         return known(lean, Some(stamp), Ok(()), None);
     }
+    // A file changed a moment ago may change again within its filesystem's
+    // change-time granularity, unseen (ADR-0157): its answer is not kept.
+    let remember = remember.filter(|_| stamp.settled());
     let state = match ask(&lean) {
         Ok(question) => Asked::Started(question),
         Err(why) => Asked::Known(Err(NoRecorder::Refused(why))),
@@ -288,7 +291,26 @@ impl FileStamp {
             ctime: (meta.ctime(), meta.ctime_nsec()),
         }
     }
+
+    /// Whether the file last changed more than [`SETTLED`] ago. A file
+    /// system that keeps change times coarsely (whole seconds, FAT's two,
+    /// a clock tick, a server's clock) can change a file again with the
+    /// same change time shortly after; one older than that cannot (ADR-0157).
+    fn settled(&self) -> bool {
+        let (secs, nanos) = self.ctime;
+        let (Ok(secs), Ok(nanos)) = (u64::try_from(secs), u32::try_from(nanos)) else {
+            return false;
+        };
+        let changed = std::time::UNIX_EPOCH + Duration::new(secs, nanos);
+        std::time::SystemTime::now()
+            .duration_since(changed)
+            .is_ok_and(|age| age > SETTLED)
+    }
 }
+
+/// How long ago a recorder file must have changed for its answer to be
+/// remembered across runs ([`FileStamp::settled`]).
+const SETTLED: Duration = Duration::from_secs(3);
 
 /// Whether the nd7-record at `lean`, a file, and every directory it is
 /// reached through are private to the user, as [`binary_problems`] has it:

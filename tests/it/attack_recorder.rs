@@ -304,6 +304,70 @@ fn a_recorder_the_agent_may_write_is_out_of_its_reach() {
     );
 }
 
+/// Waits until `file` last changed more than the 3 s after which an
+/// answer from it is remembered (ADR-0157).
+fn wait_settled(file: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(file).expect("stat");
+    let changed = std::time::UNIX_EPOCH
+        + std::time::Duration::new(meta.ctime() as u64, meta.ctime_nsec() as u32);
+    let settled = changed + std::time::Duration::from_millis(3500);
+    if let Ok(left) = settled.duration_since(std::time::SystemTime::now()) {
+        std::thread::sleep(left);
+    }
+}
+
+/// The nd7, nd7-exec of this build in a directory outside the world's root
+/// (which the world gives the account before each command, a `chown` that
+/// moves the files' change times), and a tally directory the account may
+/// write; returns the directory, held, and the tally.
+fn install_outside(world: &World) -> (tempfile::TempDir, PathBuf) {
+    let outside = tempfile::Builder::new()
+        .prefix("recorder-")
+        .tempdir_in(world.root.parent().expect("the worlds' directory"))
+        .expect("a directory outside the world");
+    for (name, built) in [("nd7", ND7), ("nd7-exec", ND7_EXEC)] {
+        std::fs::copy(built, outside.path().join(name)).expect("copy a binary");
+    }
+    chmod(outside.path(), 0o755);
+    let tally = world.root.join("tally");
+    std::fs::create_dir_all(&tally).expect("mkdir tally");
+    chmod(&tally, 0o777);
+    (outside, tally)
+}
+
+/// A recorder that notes each start in `starts` and answers `version`.
+fn counting_recorder(starts: &Path, version: &str) -> String {
+    format!(
+        "#!/bin/sh\necho \"$*\" >> '{}'\n[ \"$1\" = --version ] && echo 'nd7-record {version}' && exit 0\ncat >/dev/null\n",
+        starts.display()
+    )
+}
+
+/// ADR-0157: a file system that keeps change times coarsely (whole seconds,
+/// FAT's two, a clock tick) can write a recorder over in place again within
+/// the change time it had when it answered, so that (device, inode, change
+/// time) no longer tells the program that answered from its replacement:
+/// an upgrade writing over nd7-record while a run asks it would have the
+/// next run take the old answer for the new program, unasked. An answer
+/// from a file changed within the last 3 s is therefore not remembered:
+/// two runs straight after the recorder was written each ask it. Seen
+/// failing (the second run took the answer) without `FileStamp::settled`.
+#[test]
+fn a_recorder_changed_a_moment_ago_is_asked_again() {
+    let world = World::new();
+    let (outside, tally) = install_outside(&world);
+    let bin = outside.path().to_path_buf();
+    let starts = tally.join("starts");
+    plant_recorder(&bin, &counting_recorder(&starts, env!("CARGO_PKG_VERSION")));
+    for round in 1..=2 {
+        let run = nd7_in(&world, &bin, &["run", "true"]);
+        assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+        let started = std::fs::read_to_string(&starts).map_or(0, |s| s.lines().count());
+        assert_eq!(started, round, "round {round}: {}", text(&run.stderr));
+    }
+}
+
 /// ADR-0156: the answer an nd7-record gave is remembered across runs for
 /// exactly that file, so a later `nd7 run` starts no recorder to ask; a
 /// file changed since (here rewritten in place, as an upgrade that writes
@@ -314,27 +378,13 @@ fn a_recorder_the_agent_may_write_is_out_of_its_reach() {
 #[test]
 fn a_recorders_answer_is_remembered_for_that_file_only() {
     let world = World::new();
-    let outside = tempfile::Builder::new()
-        .prefix("recorder-")
-        .tempdir_in(world.root.parent().expect("the worlds' directory"))
-        .expect("a directory outside the world");
+    let (outside, tally) = install_outside(&world);
     let bin = outside.path().to_path_buf();
-    for (name, built) in [("nd7", ND7), ("nd7-exec", ND7_EXEC)] {
-        std::fs::copy(built, bin.join(name)).expect("copy a binary");
-    }
-    chmod(&bin, 0o755);
-    let tally = world.root.join("tally");
-    std::fs::create_dir_all(&tally).expect("mkdir tally");
-    chmod(&tally, 0o777);
     let starts = tally.join("starts");
-    let recorder = |version: &str| {
-        format!(
-            "#!/bin/sh\necho \"$*\" >> '{}'\n[ \"$1\" = --version ] && echo 'nd7-record {version}' && exit 0\ncat >/dev/null\n",
-            starts.display()
-        )
-    };
+    let recorder = |version: &str| counting_recorder(&starts, version);
     let started = || std::fs::read_to_string(&starts).map_or(0, |s| s.lines().count());
     plant_recorder(&bin, &recorder(env!("CARGO_PKG_VERSION")));
+    wait_settled(&bin.join("nd7-record"));
     for round in 1..=2 {
         let run = nd7_in(&world, &bin, &["run", "true"]);
         assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
