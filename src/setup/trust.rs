@@ -140,6 +140,9 @@ pub fn ask_recorder(nd7: &Path, state: Option<&Path>) -> Asking {
     {
         return known(lean, Some(stamp), Ok(()), None);
     }
+    // A file changed a moment ago may change again within its filesystem's
+    // change-time granularity, unseen (ADR-0157): its answer is not kept.
+    let remember = remember.filter(|_| stamp.settled());
     let state = match ask(&lean) {
         Ok(question) => Asked::Started(question),
         Err(why) => Asked::Known(Err(NoRecorder::Refused(why))),
@@ -168,11 +171,35 @@ struct Answered {
     answer: String,
 }
 
+/// The most [`ANSWERS`] may hold (8 paths of up to 4096 bytes, escaped):
+/// a larger file is read as empty.
+const ANSWERS_MOST: u64 = 256 * 1024;
+
 fn answers(state: &Path) -> Vec<Answered> {
-    fs::read(state.join(ANSWERS))
-        .ok()
+    answers_bytes(&state.join(ANSWERS))
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default()
+}
+
+/// The bytes of `file` when it is a regular file of at most
+/// [`ANSWERS_MOST`] bytes (ADR-0157): opened without following a link or
+/// waiting for a FIFO's writer, so something else left at that name (a
+/// FIFO, a link to `/dev/zero`, a huge file) cannot hold up or exhaust
+/// `nd7 run`; it is read as no answers.
+fn answers_bytes(file: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(file)
+        .ok()?;
+    if !opened.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    opened.take(ANSWERS_MOST + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= ANSWERS_MOST).then_some(bytes)
 }
 
 /// Whether the file at `lean`, exactly as `stamp` has it (same device,
@@ -264,7 +291,26 @@ impl FileStamp {
             ctime: (meta.ctime(), meta.ctime_nsec()),
         }
     }
+
+    /// Whether the file last changed more than [`SETTLED`] ago. A file
+    /// system that keeps change times coarsely (whole seconds, FAT's two,
+    /// a clock tick, a server's clock) can change a file again with the
+    /// same change time shortly after; one older than that cannot (ADR-0157).
+    fn settled(&self) -> bool {
+        let (secs, nanos) = self.ctime;
+        let (Ok(secs), Ok(nanos)) = (u64::try_from(secs), u32::try_from(nanos)) else {
+            return false;
+        };
+        let changed = std::time::UNIX_EPOCH + Duration::new(secs, nanos);
+        std::time::SystemTime::now()
+            .duration_since(changed)
+            .is_ok_and(|age| age > SETTLED)
+    }
 }
+
+/// How long ago a recorder file must have changed for its answer to be
+/// remembered across runs ([`FileStamp::settled`]).
+const SETTLED: Duration = Duration::from_secs(3);
 
 /// Whether the nd7-record at `lean`, a file, and every directory it is
 /// reached through are private to the user, as [`binary_problems`] has it:

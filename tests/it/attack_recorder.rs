@@ -304,6 +304,70 @@ fn a_recorder_the_agent_may_write_is_out_of_its_reach() {
     );
 }
 
+/// Waits until `file` last changed more than the 3 s after which an
+/// answer from it is remembered (ADR-0157).
+fn wait_settled(file: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(file).expect("stat");
+    let changed = std::time::UNIX_EPOCH
+        + std::time::Duration::new(meta.ctime() as u64, meta.ctime_nsec() as u32);
+    let settled = changed + std::time::Duration::from_millis(3500);
+    if let Ok(left) = settled.duration_since(std::time::SystemTime::now()) {
+        std::thread::sleep(left);
+    }
+}
+
+/// The nd7, nd7-exec of this build in a directory outside the world's root
+/// (which the world gives the account before each command, a `chown` that
+/// moves the files' change times), and a tally directory the account may
+/// write; returns the directory, held, and the tally.
+fn install_outside(world: &World) -> (tempfile::TempDir, PathBuf) {
+    let outside = tempfile::Builder::new()
+        .prefix("recorder-")
+        .tempdir_in(world.root.parent().expect("the worlds' directory"))
+        .expect("a directory outside the world");
+    for (name, built) in [("nd7", ND7), ("nd7-exec", ND7_EXEC)] {
+        std::fs::copy(built, outside.path().join(name)).expect("copy a binary");
+    }
+    chmod(outside.path(), 0o755);
+    let tally = world.root.join("tally");
+    std::fs::create_dir_all(&tally).expect("mkdir tally");
+    chmod(&tally, 0o777);
+    (outside, tally)
+}
+
+/// A recorder that notes each start in `starts` and answers `version`.
+fn counting_recorder(starts: &Path, version: &str) -> String {
+    format!(
+        "#!/bin/sh\necho \"$*\" >> '{}'\n[ \"$1\" = --version ] && echo 'nd7-record {version}' && exit 0\ncat >/dev/null\n",
+        starts.display()
+    )
+}
+
+/// ADR-0157: a file system that keeps change times coarsely (whole seconds,
+/// FAT's two, a clock tick) can write a recorder over in place again within
+/// the change time it had when it answered, so that (device, inode, change
+/// time) no longer tells the program that answered from its replacement:
+/// an upgrade writing over nd7-record while a run asks it would have the
+/// next run take the old answer for the new program, unasked. An answer
+/// from a file changed within the last 3 s is therefore not remembered:
+/// two runs straight after the recorder was written each ask it. Seen
+/// failing (the second run took the answer) without `FileStamp::settled`.
+#[test]
+fn a_recorder_changed_a_moment_ago_is_asked_again() {
+    let world = World::new();
+    let (outside, tally) = install_outside(&world);
+    let bin = outside.path().to_path_buf();
+    let starts = tally.join("starts");
+    plant_recorder(&bin, &counting_recorder(&starts, env!("CARGO_PKG_VERSION")));
+    for round in 1..=2 {
+        let run = nd7_in(&world, &bin, &["run", "true"]);
+        assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+        let started = std::fs::read_to_string(&starts).map_or(0, |s| s.lines().count());
+        assert_eq!(started, round, "round {round}: {}", text(&run.stderr));
+    }
+}
+
 /// ADR-0156: the answer an nd7-record gave is remembered across runs for
 /// exactly that file, so a later `nd7 run` starts no recorder to ask; a
 /// file changed since (here rewritten in place, as an upgrade that writes
@@ -314,27 +378,13 @@ fn a_recorder_the_agent_may_write_is_out_of_its_reach() {
 #[test]
 fn a_recorders_answer_is_remembered_for_that_file_only() {
     let world = World::new();
-    let outside = tempfile::Builder::new()
-        .prefix("recorder-")
-        .tempdir_in(world.root.parent().expect("the worlds' directory"))
-        .expect("a directory outside the world");
+    let (outside, tally) = install_outside(&world);
     let bin = outside.path().to_path_buf();
-    for (name, built) in [("nd7", ND7), ("nd7-exec", ND7_EXEC)] {
-        std::fs::copy(built, bin.join(name)).expect("copy a binary");
-    }
-    chmod(&bin, 0o755);
-    let tally = world.root.join("tally");
-    std::fs::create_dir_all(&tally).expect("mkdir tally");
-    chmod(&tally, 0o777);
     let starts = tally.join("starts");
-    let recorder = |version: &str| {
-        format!(
-            "#!/bin/sh\necho \"$*\" >> '{}'\n[ \"$1\" = --version ] && echo 'nd7-record {version}' && exit 0\ncat >/dev/null\n",
-            starts.display()
-        )
-    };
+    let recorder = |version: &str| counting_recorder(&starts, version);
     let started = || std::fs::read_to_string(&starts).map_or(0, |s| s.lines().count());
     plant_recorder(&bin, &recorder(env!("CARGO_PKG_VERSION")));
+    wait_settled(&bin.join("nd7-record"));
     for round in 1..=2 {
         let run = nd7_in(&world, &bin, &["run", "true"]);
         assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
@@ -358,6 +408,83 @@ fn a_recorders_answer_is_remembered_for_that_file_only() {
     assert!(
         text(&run.stderr).contains("answered \"nd7-record 0.0.1\""),
         "{}",
+        text(&run.stderr)
+    );
+}
+
+/// ADR-0157: something other than nd7's own file left at
+/// `recorder-answers.json` (a FIFO, a link to `/dev/zero`, a sparse 1 GiB
+/// file) must not hold up or exhaust `nd7 run`: each is read as no answers,
+/// and the recorder is asked. Seen failing (`nd7 run` waiting forever in
+/// `open` for the FIFO's writer) with the file read by `fs::read`.
+#[test]
+fn what_else_lies_at_the_answers_name_is_read_as_no_answers() {
+    let world = World::new();
+    let bin = install(&world, "bin");
+    let state = world.state().join("nd7");
+    std::fs::create_dir_all(&state).expect("mkdir state");
+    chmod(&state, 0o700);
+    let answers = state.join("recorder-answers.json");
+    let fifo = || {
+        let made = std::process::Command::new("mkfifo").arg(&answers).status();
+        assert!(made.expect("mkfifo").success(), "mkfifo");
+    };
+    let zero = || std::os::unix::fs::symlink("/dev/zero", &answers).expect("link");
+    let huge = || {
+        let file = std::fs::File::create(&answers).expect("create");
+        file.set_len(1 << 30).expect("a sparse 1 GiB file");
+    };
+    let places: [(&str, &dyn Fn()); 3] =
+        [("a FIFO", &fifo), ("/dev/zero", &zero), ("1 GiB", &huge)];
+    for (what, place) in places {
+        let _ = std::fs::remove_file(&answers);
+        place();
+        let run = nd7_in(&world, &bin, &["run", "true"]);
+        assert_eq!(run.status.code(), Some(0), "{what}: {}", text(&run.stderr));
+        assert!(
+            !text(&run.stderr).contains("nd7-record"),
+            "{what}: {}",
+            text(&run.stderr)
+        );
+    }
+}
+
+/// ADR-0157: `nd7 run` asks the recorder before its home check and takes
+/// the answer after it (ADR-0156); when that check refuses the run, the
+/// recorder still asked is killed, not left behind (here one that waits
+/// on a FIFO for ever, with no process of its own to hide behind). Seen
+/// failing with `Question`'s `Drop` removed.
+#[test]
+fn a_recorder_asked_by_a_run_refused_early_is_not_left_running() {
+    let world = World::new();
+    let bin = install(&world, "bin");
+    let fifo = world.root.join("tally/never");
+    std::fs::create_dir_all(fifo.parent().expect("tally")).expect("mkdir tally");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.expect("mkfifo").success(), "mkfifo");
+    chmod(&fifo, 0o666);
+    plant_recorder(
+        &bin,
+        &format!("#!/bin/sh\nexec 3<>'{}'\nread -r x <&3\n", fifo.display()),
+    );
+    let run = world
+        .command(&bin.join("nd7").to_string_lossy(), &["run", "true"])
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", "/")
+        .output()
+        .expect("run the installed nd7");
+    assert_ne!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let recorder = bin.join("nd7-record");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&*recorder.to_string_lossy()))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left running: {left:?}\n{}",
         text(&run.stderr)
     );
 }
