@@ -98,11 +98,15 @@ pub fn cached(state: &Path, program: &Identity, project: &Path, now: u64) -> Opt
         .map(|e| e.version)
 }
 
+/// The most the cache's file may hold (32 entries of two paths of up to
+/// 4096 bytes, escaped): a larger one, or anything but a regular file, is
+/// read as empty ([`crate::files::read_small`]).
+const MOST: u64 = 1024 * 1024;
+
 /// The cache in `state`; empty when there is none or it cannot be read
 /// (an older cache's one entry among them: it is asked again).
 fn read(state: &Path) -> Cache {
-    std::fs::read(state.join(FILE))
-        .ok()
+    crate::files::read_small(&state.join(FILE), MOST)
         .and_then(|text| serde_json::from_slice(&text).ok())
         .unwrap_or_default()
 }

@@ -176,30 +176,9 @@ struct Answered {
 const ANSWERS_MOST: u64 = 256 * 1024;
 
 fn answers(state: &Path) -> Vec<Answered> {
-    answers_bytes(&state.join(ANSWERS))
+    crate::files::read_small(&state.join(ANSWERS), ANSWERS_MOST)
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default()
-}
-
-/// The bytes of `file` when it is a regular file of at most
-/// [`ANSWERS_MOST`] bytes (ADR-0157): opened without following a link or
-/// waiting for a FIFO's writer, so something else left at that name (a
-/// FIFO, a link to `/dev/zero`, a huge file) cannot hold up or exhaust
-/// `nd7 run`; it is read as no answers.
-fn answers_bytes(file: &Path) -> Option<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let opened = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(file)
-        .ok()?;
-    if !opened.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    opened.take(ANSWERS_MOST + 1).read_to_end(&mut bytes).ok()?;
-    (bytes.len() as u64 <= ANSWERS_MOST).then_some(bytes)
 }
 
 /// Whether the file at `lean`, exactly as `stamp` has it (same device,
@@ -435,7 +414,12 @@ fn read_answer(out: ChildStdout, deadline: Instant) -> String {
         }
         match rustix::io::read(&out, &mut chunk[..MOST - bytes.len()]) {
             Ok(0) => break,
-            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Ok(n) => {
+                bytes.extend_from_slice(&chunk[..n]);
+                if bytes.contains(&b'\n') {
+                    break;
+                }
+            }
             Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {}
             Err(_) => break,
         }

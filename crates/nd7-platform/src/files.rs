@@ -292,9 +292,51 @@ pub fn on_path(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> Opt
         })
 }
 
+/// The bytes of `file` when it is a regular file of at most `most` bytes;
+/// `None` otherwise. Opened without following a link and without waiting
+/// for a FIFO's writer, so something else left at a cache's name (a FIFO, a
+/// link to `/dev/zero`, a huge file) can neither hold up nor exhaust its
+/// reader (ADR-0157): it reads as no cache.
+pub fn read_small(file: &Path, most: u64) -> Option<Vec<u8>> {
+    use rustix::fs::{Mode, OFlags};
+    use std::io::Read;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let opened = File::from(rustix::fs::open(file, flags, Mode::empty()).ok()?);
+    if !opened.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    opened.take(most + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= most).then_some(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A regular file within the bound is read; a FIFO (no writer: it
+    /// would block), a link (to `/dev/zero`: endless), a file past the bound
+    /// and a directory read as nothing, at once.
+    #[test]
+    fn read_small_reads_only_a_small_regular_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("cache");
+        fs::write(&file, b"{}").expect("write");
+        assert_eq!(read_small(&file, 2).as_deref(), Some(&b"{}"[..]));
+        assert_eq!(read_small(&file, 1), None, "past the bound");
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        assert_eq!(read_small(&fifo, 1024), None);
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/dev/zero", &link).expect("symlink");
+        assert_eq!(read_small(&link, 1024), None);
+        assert_eq!(read_small(dir.path(), 1024), None);
+        assert_eq!(read_small(&dir.path().join("absent"), 1024), None);
+    }
 
     fn mode_of(path: &Path) -> u32 {
         fs::symlink_metadata(path)
