@@ -872,3 +872,63 @@ fn no_new_import_cycle() {
          KNOWN_CYCLES that no longer exist (take them off the list): {gone:#?}"
     );
 }
+
+/// Every ioctl request nd7 hands to libc has the type libc gives it on the
+/// target: `libc::Ioctl`, an unsigned long in glibc and an int in musl, whose
+/// static builds are the release's Linux archives (ADR-0158). A request
+/// typed for glibc alone compiles here and breaks the release build; it did
+/// twice (`SIOCSIFFLAGS`, `BTRFS_IOC_FS_INFO`). Taken as written: `as
+/// libc::Ioctl` or `as _`, a constant declared `: libc::Ioctl` in the same
+/// file, one of libc's seccomp requests (typed so on each target), or a
+/// bare number.
+#[test]
+fn ioctl_requests_are_typed_for_every_libc() {
+    let mut calls = 0;
+    let mut found = Vec::new();
+    for (path, text) in sources() {
+        for (at, _) in text.match_indices("libc::ioctl(") {
+            calls += 1;
+            let args = &text[at + "libc::ioctl(".len()..];
+            let request = top_level_args(args).get(1).map(|a| a.trim().to_string());
+            let request = request.unwrap_or_default();
+            let typed = request.ends_with("as libc::Ioctl")
+                || request.ends_with("as _")
+                || request.starts_with("libc::SECCOMP_IOCTL_")
+                || request
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() || c == 'x' || c == '_')
+                || text.contains(&format!("const {request}: libc::Ioctl"));
+            if !typed {
+                let line = text[..at].lines().count();
+                found.push(format!("{path}:{line}: request `{request}`"));
+            }
+        }
+    }
+    assert!(calls >= 5, "{calls} ioctl calls");
+    assert!(
+        found.is_empty(),
+        "ioctl requests not typed libc::Ioctl: {found:#?}"
+    );
+}
+
+/// The arguments of a call whose text starts just after its `(`, split at
+/// its own commas (not those inside nested brackets), up to its `)`.
+fn top_level_args(text: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut args) = (0usize, 0, Vec::new());
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' if depth == 0 => {
+                args.push(&text[start..i]);
+                break;
+            }
+            ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                args.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    args
+}
