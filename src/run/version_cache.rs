@@ -100,15 +100,13 @@ pub fn cached(state: &Path, program: &Identity, project: &Path, now: u64) -> Opt
 
 /// The most the cache's file may hold (32 entries of two paths of up to
 /// 4096 bytes, escaped): a larger one, or anything but a regular file, is
-/// read as empty ([`crate::files::read_small`]).
+/// read as empty ([`crate::files::read_cache`]).
 const MOST: u64 = 1024 * 1024;
 
 /// The cache in `state`; empty when there is none or it cannot be read
 /// (an older cache's one entry among them: it is asked again).
 fn read(state: &Path) -> Cache {
-    crate::files::read_small(&state.join(FILE), MOST)
-        .and_then(|text| serde_json::from_slice(&text).ok())
-        .unwrap_or_default()
+    crate::files::read_cache(&state.join(FILE), MOST)
 }
 
 /// Writes `version` for `program`, asked in `project` at `now`, into the
@@ -130,15 +128,7 @@ pub fn keep(state: &Path, program: &Identity, project: &Path, version: Version, 
         },
     );
     cache.entries.truncate(ENTRIES);
-    if let Ok(bytes) = serde_json::to_vec(&cache) {
-        let _ = std::fs::create_dir_all(state);
-        let _ = crate::files::replace(
-            &state.join(FILE),
-            &bytes,
-            0o600,
-            crate::files::Durability::Atomic,
-        );
-    }
+    crate::files::write_cache(&state.join(FILE), &cache);
 }
 
 #[cfg(test)]

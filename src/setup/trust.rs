@@ -116,29 +116,30 @@ enum Asked {
 pub fn ask_recorder(nd7: &Path, state: Option<&Path>) -> Asking {
     let lean = nd7.with_file_name(RECORDER_NAME);
     let remember = state.map(Path::to_path_buf);
-    let known = |lean, stamp, verdict, remember| Asking {
+    // Known without asking: nothing to remember across runs.
+    let known = |lean, stamp, verdict| Asking {
         lean,
         stamp,
         state: Asked::Known(verdict),
-        remember,
+        remember: None,
     };
     let stamp = match stamp(&lean) {
         Ok(stamp) => stamp,
-        Err(why) => return known(lean, None, Err(why), None),
+        Err(why) => return known(lean, None, Err(why)),
     };
     let found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, _, verdict)) = found.iter().find(|(p, s, _)| *p == lean && *s == stamp) {
-        return known(lean, None, verdict.clone(), None);
+        return known(lean, None, verdict.clone());
     }
     drop(found);
     if let Err(why) = private(&lean) {
-        return known(lean, Some(stamp), Err(why), None);
+        return known(lean, Some(stamp), Err(why));
     }
     if remember
         .as_deref()
         .is_some_and(|state| answered_before(state, &lean, &stamp))
     {
-        return known(lean, Some(stamp), Ok(()), None);
+        return known(lean, Some(stamp), Ok(()));
     }
     // A file changed a moment ago may change again within its filesystem's
     // change-time granularity, unseen (ADR-0157): its answer is not kept.
@@ -176,9 +177,7 @@ struct Answered {
 const ANSWERS_MOST: u64 = 256 * 1024;
 
 fn answers(state: &Path) -> Vec<Answered> {
-    crate::files::read_small(&state.join(ANSWERS), ANSWERS_MOST)
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_default()
+    crate::files::read_cache(&state.join(ANSWERS), ANSWERS_MOST)
 }
 
 /// Whether the file at `lean`, exactly as `stamp` has it (same device,
@@ -204,15 +203,7 @@ fn remember_answer(state: &Path, lean: &Path, stamp: FileStamp) {
         },
     );
     all.truncate(ANSWERS_KEPT);
-    if let Ok(bytes) = serde_json::to_vec(&all) {
-        let _ = fs::create_dir_all(state);
-        let _ = crate::files::replace(
-            &state.join(ANSWERS),
-            &bytes,
-            0o600,
-            crate::files::Durability::Atomic,
-        );
-    }
+    crate::files::write_cache(&state.join(ANSWERS), &all);
 }
 
 impl Asking {
@@ -357,18 +348,18 @@ impl Question {
 
 impl Drop for Question {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
     }
 }
 
-/// The child's status once it has ended, or `None` (the child killed) when
-/// it has not by `deadline`. Called once its output has ended, when a child
-/// that answered has ended or is ending: asked again after 20 µs, then
-/// twice as long each time up to 20 ms. No thread, since `nd7 run` asks
-/// while it must have only one.
+/// The child's status once it has ended, or `None` when it has not by
+/// `deadline` (the [`Question`] dropped then kills and reaps it). Called
+/// once its output has ended, when a child that answered has ended or is
+/// ending: asked again after 20 µs, then twice as long each time up to
+/// 20 ms. No thread, since `nd7 run` asks while it must have only one.
 fn wait_bounded(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
     let mut pause = Duration::from_micros(20);
     loop {
@@ -378,11 +369,7 @@ fn wait_bounded(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(20));
             }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
+            _ => return None,
         }
     }
 }

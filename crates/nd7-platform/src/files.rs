@@ -310,6 +310,30 @@ pub fn read_small(file: &Path, most: u64) -> Option<Vec<u8>> {
     (bytes.len() as u64 <= most).then_some(bytes)
 }
 
+/// A cache nd7 keeps for itself as JSON in its state directory (the
+/// version cache, the recorder's answers): its value, or the default when
+/// there is none, it is not a regular file of at most `most` bytes
+/// ([`read_small`]) or it does not parse. A cache is only ever a shortcut,
+/// so what cannot be read is asked again.
+pub fn read_cache<T: serde::de::DeserializeOwned + Default>(file: &Path, most: u64) -> T {
+    read_small(file, most)
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// Writes `value` as the cache at `file` ([`read_cache`]), its directory
+/// made if need be, replaced atomically, private to the user. A cache that
+/// cannot be written is asked again next time, so a failure is dropped.
+pub fn write_cache<T: serde::Serialize>(file: &Path, value: &T) {
+    let Ok(bytes) = serde_json::to_vec(value) else {
+        return;
+    };
+    if let Some(dir) = file.parent() {
+        let _ = fs::create_dir_all(dir);
+    }
+    let _ = replace(file, &bytes, 0o600, Durability::Atomic);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
